@@ -1,0 +1,5 @@
+"""pycann IR (re-exported)."""
+
+from pycann.ge.ir.graph import Graph, Node, free_names, node_reads, verify
+
+__all__ = ["Graph", "Node", "free_names", "node_reads", "verify"]

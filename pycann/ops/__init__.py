@@ -1,0 +1,1 @@
+"""pycann operator library: definitions, shape inference and kernels (see ``registry``)."""

@@ -1,0 +1,86 @@
+"""The operator-definition contract shared by graph mode and single-op mode (``acl.op``).
+
+One ``OpDef`` per (domain, op_type, first opset version). The kernel implements the *latest*
+ONNX semantics of the op: the GE importer rewrites older opset forms (attributes that became
+inputs, e.g. ``axes``, ``split``, ``pads``, Clip's ``min``/``max``) before passes see them.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Callable, Mapping, Optional, Sequence
+
+import numpy as np
+
+from pycann.dtypes import TensorDesc
+from pycann.errors import ShapeError
+
+# Kernel: (inputs, attrs) -> outputs. ``inputs`` holds ``None`` for omitted optional inputs.
+# Attributes arrive with the schema defaults filled in. Outputs must be ``np.ndarray`` (never
+# numpy scalars) of the dtype the infer function promised.
+Kernel = Callable[[Sequence[Optional[np.ndarray]], Mapping[str, Any]], Sequence[np.ndarray]]
+# Scoped kernel (If/Loop/Scan): also gets ``run_body(attr_name, feeds) -> outputs`` which runs
+# the named GRAPH attribute with ``feeds`` bound to its inputs and the caller's outer scope.
+ScopedKernel = Callable[..., Sequence[np.ndarray]]
+
+REQUIRED = object()
+"""Schema default marking an attribute that must be present."""
+
+
+@dataclass
+class InferContext:
+    """What an infer function sees: input descs, compile-time constant values, attributes."""
+
+    node: str
+    op_type: str
+    attrs: Mapping[str, Any]
+    inputs: Sequence[TensorDesc | None]
+    values: Sequence[np.ndarray | None]
+    opset: int = 0
+    n_outputs: int = 1
+
+    def fail(self, message: str) -> ShapeError:
+        """A ``ShapeError`` naming this node; ``raise ctx.fail("...")``."""
+        return ShapeError(f"node {self.node} ({self.op_type}, opset {self.opset}): {message}")
+
+    def input(self, i: int) -> TensorDesc | None:
+        return self.inputs[i] if i < len(self.inputs) else None
+
+    def value(self, i: int) -> np.ndarray | None:
+        return self.values[i] if i < len(self.values) else None
+
+
+InferFn = Callable[[InferContext], Sequence[TensorDesc]]
+
+
+@dataclass(frozen=True)
+class OpDef:
+    """An operator: schema, shape/dtype inference and kernel.
+
+    ``since`` is the first opset version this definition serves; the registry picks the
+    newest definition whose ``since`` is <= the model's opset for ``domain``.
+    ``foldable`` is False for ops that must not be evaluated at compile time (random ops).
+    ``scoped`` kernels receive a ``run_body`` callback (control flow).
+    """
+
+    op_type: str
+    infer: InferFn
+    kernel: Kernel | ScopedKernel
+    domain: str = ""
+    since: int = 1
+    attrs: Mapping[str, Any] = field(default_factory=dict)
+    foldable: bool = True
+    scoped: bool = False
+    doc: str = ""
+
+    def with_defaults(self, attrs: Mapping[str, Any], where: str = "") -> dict[str, Any]:
+        """Attributes with schema defaults filled in. Raises ``ShapeError`` on a missing required one."""
+        out = dict(attrs)
+        for k, default in self.attrs.items():
+            if k not in out:
+                if default is REQUIRED:
+                    raise ShapeError(
+                        f"{where or self.op_type}: required attribute '{k}' of {self.op_type} is missing"
+                    )
+                out[k] = default
+        return out

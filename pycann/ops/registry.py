@@ -1,0 +1,61 @@
+"""The operator table: every op pycann knows, read from the family modules' ``OPS`` lists.
+
+Adding an op = adding an ``OpDef`` to a family's ``OPS`` list (and the family to ``FAMILIES``
+if new). Nothing registers itself at import time.
+"""
+
+from __future__ import annotations
+
+from types import ModuleType
+
+from pycann.errors import UnsupportedOpError
+from pycann.ops import elementwise
+from pycann.ops.opdef import OpDef
+
+FAMILIES: tuple[ModuleType, ...] = (elementwise,)
+
+
+def _canon_domain(domain: str) -> str:
+    return "" if domain in ("", "ai.onnx") else domain
+
+
+def _build() -> dict[tuple[str, str], list[OpDef]]:
+    table: dict[tuple[str, str], list[OpDef]] = {}
+    for fam in FAMILIES:
+        for op in fam.OPS:
+            table.setdefault((_canon_domain(op.domain), op.op_type), []).append(op)
+    for defs in table.values():
+        defs.sort(key=lambda d: d.since)
+    return table
+
+
+REGISTRY: dict[tuple[str, str], list[OpDef]] = _build()
+
+
+def lookup(op_type: str, domain: str = "", opset: int | None = None, where: str = "") -> OpDef:
+    """The definition serving ``op_type`` at ``opset`` of ``domain`` (newest if ``opset`` is None).
+
+    Raises ``UnsupportedOpError`` (atc E19010) naming the node, op, domain and opset.
+    """
+    defs = REGISTRY.get((_canon_domain(domain), op_type))
+    loc = f"node {where}: " if where else ""
+    dom = domain or "ai.onnx"
+    if not defs:
+        raise UnsupportedOpError(
+            f"{loc}no parser is registered for op {op_type} (domain {dom}, opset {opset}); "
+            "pycann does not implement this op — see docs/ops.md for the supported list"
+        )
+    if opset is None:
+        return defs[-1]
+    for d in reversed(defs):
+        if d.since <= opset:
+            return d
+    raise UnsupportedOpError(
+        f"{loc}op {op_type} (domain {dom}) is not defined at opset {opset}; "
+        f"pycann supports it from opset {defs[0].since}"
+    )
+
+
+def supported_ops() -> list[tuple[str, str, int]]:
+    """(domain, op_type, since) for every definition, sorted."""
+    return sorted((d.domain, d.op_type, d.since) for defs in REGISTRY.values() for d in defs)
