@@ -9,10 +9,23 @@ from __future__ import annotations
 from types import ModuleType
 
 from pycann.errors import UnsupportedOpError
-from pycann.ops import elementwise
+from pycann.ops import cast, control, elementwise, matmul, reduce, tensor
+from pycann.ops.nn import conv, norm, pool, resize, rnn
 from pycann.ops.opdef import OpDef
 
-FAMILIES: tuple[ModuleType, ...] = (elementwise,)
+FAMILIES: tuple[ModuleType, ...] = (
+    elementwise,
+    cast,
+    reduce,
+    tensor,
+    matmul,
+    conv,
+    pool,
+    norm,
+    rnn,
+    resize,
+    control,
+)
 
 
 def _canon_domain(domain: str) -> str:

@@ -1,0 +1,1 @@
+"""Neural-network op families: conv, pool, norm, rnn, resize."""

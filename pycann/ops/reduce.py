@@ -1,0 +1,7 @@
+"""reduce ops (ONNX spec, Operators.md)."""
+
+from __future__ import annotations
+
+from pycann.ops.opdef import OpDef
+
+OPS: list[OpDef] = []
