@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import enum
 from dataclasses import dataclass
-from typing import Union
+
 
 import ml_dtypes
 import numpy as np
@@ -143,7 +143,7 @@ class Format(enum.IntEnum):
     NCDHW = 30
 
 
-Dim = Union[int, str, None]
+Dim = int | str | None
 """A dimension: a known ``int``, a symbolic name (``str``) or unknown (``None``)."""
 
 

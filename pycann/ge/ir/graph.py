@@ -8,8 +8,9 @@ Why our own IR rather than onnx-ir: see docs/architecture.md ("IR decision").
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from dataclasses import dataclass, field
-from typing import Any, Iterator
+from typing import Any
 
 import numpy as np
 

@@ -1,0 +1,1 @@
+"""pyACL-compatible facade (``acl.init``, ``acl.rt``, ``acl.mdl``, ...) and ``InferSession``."""

@@ -1,0 +1,171 @@
+"""The GE compiler: ONNX -> optimised IR -> ``CompiledModel`` (what ``atc`` writes to .om).
+
+Also provides ``specialize``: the run-time re-planning of a compiled graph for concrete input
+shapes (shape inference + folding of the shape computations + dead-code removal).
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import onnx
+
+import pycann
+from pycann.dtypes import TensorDesc
+from pycann.errors import OptionError
+from pycann.ge.importers.onnx import load_onnx
+from pycann.ge.ir import Graph, Node
+from pycann.ge.options import CompileOptions, dims_to_desc_shape
+from pycann.ge.passes.base import PassContext
+from pycann.ge.passes.constant_folding import fold_graph
+from pycann.ge.passes.dead_code import eliminate
+from pycann.ge.passes.infer_shapes import infer_graph
+from pycann.ge.pipelines import run_pipeline
+from pycann.ge.planning.memory import plan_memory
+
+
+@dataclass
+class CompiledModel:
+    """An optimised graph plus the manifest that goes into the .om."""
+
+    graph: Graph
+    manifest: dict[str, Any] = field(default_factory=dict)
+
+    def save(self, path: str | os.PathLike[str]) -> int:
+        """Write the .om file; returns bytes written."""
+        from pycann.ge.om import save_om
+
+        return save_om(path, self.graph, self.manifest)
+
+
+def _apply_input_shape(g: Graph, shapes: dict[str, list[Any]]) -> dict[str, list[Any]]:
+    ranges: dict[str, list[Any]] = {}
+    for key, dims in shapes.items():
+        name = key
+        if name not in g.inputs and key.isdigit() and int(key) < len(g.inputs):
+            name = g.inputs[int(key)]
+        if name not in g.inputs:
+            raise OptionError(
+                f"E10016: input [{key}] in --input_shape is not an input of the model; "
+                f"the inputs are: {', '.join(g.inputs)}",
+                code="E10016",
+            )
+        old = g.descs.get(name)
+        if old is not None and old.shape is not None and len(old.shape) != len(dims):
+            raise OptionError(
+                f"E10001: --input_shape gives input [{name}] rank {len(dims)} but the model declares "
+                f"{len(old.shape)} dims {list(old.shape)}",
+            )
+        sym = tuple(
+            (old.shape[i] if old is not None and old.shape is not None and isinstance(old.shape[i], str) else f"{name}_d{i}")
+            for i in range(len(dims))
+        )
+        g.descs[name] = TensorDesc(old.dtype if old else 1, dims_to_desc_shape(dims, sym))
+        ranges[name] = [list(d) if isinstance(d, tuple) else d for d in dims]
+    return ranges
+
+
+def _apply_out_nodes(g: Graph, out_nodes: list[tuple[str, int]]) -> None:
+    by_name = {n.name: n for n in g.nodes}
+    outs = []
+    for name, idx in out_nodes:
+        node = by_name.get(name)
+        if node is None:
+            raise OptionError(f"E10016: node [{name}] in --out_nodes is not in the model", code="E10016")
+        if idx >= len(node.outputs):
+            raise OptionError(f"E10001: node [{name}] has {len(node.outputs)} outputs; --out_nodes asks for index {idx}")
+        outs.append(node.outputs[idx])
+    g.outputs = outs
+
+
+def _apply_output_type(g: Graph, types: dict[str, int]) -> None:
+    producers = g.producers()
+    new_outputs = []
+    for out in g.outputs:
+        p = producers.get(out)
+        key = f"{p.name}:{p.outputs.index(out)}" if p is not None else ""
+        dt = types.get(key, types.get(""))
+        d = g.descs.get(out)
+        if dt is None or d is None or d.dtype == dt or (key not in types and not _is_float(d.dtype)):
+            new_outputs.append(out)
+            continue
+        cast_out = g.fresh_name(f"{out}_cast")
+        g.nodes.append(Node("Cast", [out], [cast_out], {"to": dt}, name=g.fresh_name(f"{out}_output_type"), opset=19))
+        g.descs[cast_out] = TensorDesc(dt, d.shape)
+        new_outputs.append(cast_out)
+    g.outputs = new_outputs
+
+
+def _is_float(dtype: int) -> bool:
+    return dtype in (1, 10, 11, 16)
+
+
+def compile_model(
+    model: str | os.PathLike[str] | bytes | onnx.ModelProto,
+    options: CompileOptions | None = None,
+    log: Callable[[str], None] | None = None,
+) -> CompiledModel:
+    """Import, optimise and plan an ONNX model.
+
+    Raises ``ModelError`` (bad model), ``UnsupportedOpError`` (E19010), ``ShapeError``,
+    ``OptionError`` (bad option values).
+    """
+    options = options or CompileOptions()
+    say = log or (lambda line: None)
+    t0 = time.perf_counter()
+    graph = load_onnx(model)
+    say(f"[Import] {len(graph.nodes)} nodes, {len(graph.initializers)} constants, opsets {graph.opsets} "
+        f"({(time.perf_counter() - t0) * 1e3:.0f} ms)")
+    ranges = _apply_input_shape(graph, options.input_shape)
+    if options.out_nodes:
+        _apply_out_nodes(graph, options.out_nodes)
+    ctx = PassContext(options={"disabled_passes": options.disabled_passes}, log=say)
+    graph = run_pipeline(graph, ctx)
+    if options.output_type:
+        _apply_output_type(graph, options.output_type)
+    mem = plan_memory(graph)
+    say(f"[MemoryPlan] {mem.summary()}")
+    manifest: dict[str, Any] = {
+        "soc_version": options.soc_version,
+        "options": options.to_json(),
+        "input_ranges": ranges,
+        "memory_plan": {"peak_bytes": mem.peak_bytes, "total_bytes": mem.total_bytes,
+                        "dynamic_values": len(mem.dynamic), "offsets": mem.offsets},
+        "execution_plan": [n.name for n in graph.nodes],
+        "op_counts": graph.op_counts(),
+        "pycann_version": pycann.__version__,
+        "compile_seconds": round(time.perf_counter() - t0, 3),
+    }
+    return CompiledModel(graph, manifest)
+
+
+def specialize(graph: Graph, shapes: Sequence[tuple[int, ...]]) -> Graph:
+    """A copy of ``graph`` re-planned for concrete input ``shapes`` (in ``graph.inputs`` order).
+
+    Node and subgraph objects are shared with ``graph`` and never mutated here.
+    """
+    g = Graph(
+        nodes=list(graph.nodes), inputs=list(graph.inputs), outputs=list(graph.outputs),
+        initializers=dict(graph.initializers), descs=dict(graph.descs), name=graph.name,
+        opsets=dict(graph.opsets), metadata=graph.metadata,
+    )
+    for name, shape in zip(g.inputs, shapes):
+        old = g.descs.get(name)
+        g.descs[name] = TensorDesc(old.dtype if old else 1, tuple(int(d) for d in shape))
+    infer_graph(g, recurse=False)
+    fold_graph(g, recurse=False)
+    eliminate(g, top=False, recurse=False)
+    return g
+
+
+def describe_io(graph: Graph) -> list[str]:
+    """Lines ``name: DTYPE[dims]`` for inputs then outputs (atc --mode=6, logs)."""
+    return [f"input {n}: {graph.descs.get(n) or '?'}" for n in graph.inputs] + [
+        f"output {n}: {graph.descs.get(n) or '?'}" for n in graph.outputs
+    ]
+
+

@@ -1,0 +1,176 @@
+"""Executor: runs a graph on the CPU device from a precompiled execution plan.
+
+A ``Plan`` turns the graph into a flat list of steps over integer slots (no dict lookups or
+name handling per node at run time): ``(kernel, input slots, output slots, attrs, slots to
+release, scoped)``. Intermediate tensors are released right after their last reader, so
+memory follows the memory plan's lifetimes. ``Executor`` specialises the model per concrete
+input signature (shapes fold into constants, shape subgraphs disappear) and caches the plans.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections import OrderedDict
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import numpy as np
+
+from pycann.errors import KernelError, PycannError
+from pycann.ge.ir import Graph, free_names, node_reads
+from pycann.ge.planning.memory import MemoryPlan, plan_memory
+from pycann.ops.registry import lookup
+
+Step = tuple[Callable[..., Any], tuple[int, ...], tuple[int, ...], dict[str, Any], tuple[int, ...], bool]
+
+
+class Plan:
+    """A compiled, reusable execution plan for one (sub)graph. Thread-safe to ``run``."""
+
+    def __init__(self, graph: Graph, outer_names: Sequence[str] = ()) -> None:
+        self.graph = graph
+        slots: dict[str, int] = {"": 0}  # slot 0 swallows omitted outputs
+
+        def slot(name: str) -> int:
+            if name not in slots:
+                slots[name] = len(slots)
+            return slots[name]
+
+        self.outer = [(slot(n), n) for n in outer_names]
+        self.input_slots = [slot(n) for n in graph.inputs]
+        consts = [(slot(k), v) for k, v in graph.initializers.items()]
+        steps: list[Step] = []
+        self.nodes = list(graph.nodes)
+        self.subplans: dict[int, dict[str, Plan]] = {}
+        for idx, n in enumerate(graph.nodes):
+            op = lookup(n.op_type, n.domain, n.opset, n.label())
+            attrs = op.with_defaults(n.attrs, f"node {n.label()}")
+            attrs["_n_outputs"] = len(n.outputs)
+            ins = tuple(slot(i) if i else 0 for i in n.inputs)
+            for sub_attr, sub in n.subgraphs.items():
+                self.subplans.setdefault(idx, {})[sub_attr] = Plan(sub, sorted(free_names(sub)))
+            if op.scoped:
+                # free names of the bodies must have slots here so run_body can read them
+                for sp in self.subplans.get(idx, {}).values():
+                    for _, name in sp.outer:
+                        slot(name)
+            outs = tuple(slot(o) if o else 0 for o in n.outputs)
+            steps.append((op.kernel, ins, outs, attrs, (), op.scoped))
+        self.output_slots = [slot(o) for o in graph.outputs]
+        self.n_slots = len(slots)
+        self.slots = slots
+        # release each intermediate after its last reader
+        keep = set(self.output_slots) | {s for s, _ in consts} | {0}
+        last: dict[int, int] = {}
+        for idx, n in enumerate(graph.nodes):
+            for name in node_reads(n):
+                if name in slots:
+                    last[slots[name]] = idx
+        frees: dict[int, list[int]] = {}
+        for s, idx in last.items():
+            if s not in keep:
+                frees.setdefault(idx, []).append(s)
+        self.steps = [
+            (fn, ins, outs, attrs, tuple(frees.get(i, ())), scoped)
+            for i, (fn, ins, outs, attrs, _, scoped) in enumerate(steps)
+        ]
+        template: list[Any] = [None] * self.n_slots
+        for s, v in consts:
+            template[s] = v
+        self.template = template
+
+    def run(self, feeds: Sequence[np.ndarray], outer_env: dict[str, Any] | None = None) -> list[np.ndarray]:
+        """Execute with ``feeds`` bound to the graph inputs (in order); returns the outputs."""
+        env = self.template.copy()
+        for s, v in zip(self.input_slots, feeds):
+            env[s] = v
+        if outer_env is not None:
+            for s, name in self.outer:
+                env[s] = outer_env[name]
+        step_index = 0
+        try:
+            for step_index, (fn, ins, outs, attrs, frees, scoped) in enumerate(self.steps):
+                args = [env[i] for i in ins]
+                if scoped:
+                    res = fn(args, attrs, self._body_runner(step_index, env))
+                else:
+                    res = fn(args, attrs)
+                for o, r in zip(outs, res):
+                    env[o] = r
+                for f in frees:
+                    env[f] = None
+        except PycannError:
+            raise
+        except Exception as e:
+            raise self._kernel_error(step_index, env, e) from e
+        return [env[s] for s in self.output_slots]
+
+    def _body_runner(self, step_index: int, env: list[Any]) -> Callable[[str, Sequence[np.ndarray]], list[np.ndarray]]:
+        subplans = self.subplans[step_index]
+
+        def run_body(attr: str, feeds: Sequence[np.ndarray]) -> list[np.ndarray]:
+            sp = subplans[attr]
+            outer = {name: env[self.slots[name]] for _, name in sp.outer}
+            return sp.run(feeds, outer)
+
+        return run_body
+
+    def _kernel_error(self, step_index: int, env: list[Any], e: Exception) -> KernelError:
+        n = self.nodes[step_index]
+        descr = []
+        for name in n.inputs:
+            v = env[self.slots[name]] if name and name in self.slots else None
+            descr.append(f"{name}: {v.dtype}{list(v.shape)}" if isinstance(v, np.ndarray) else f"{name}: -")
+        return KernelError(
+            f"node {n.name} ({n.op_type}, opset {n.opset}) failed at run time with inputs "
+            f"[{', '.join(descr)}]: {type(e).__name__}: {e}"
+        )
+
+
+Signature = tuple[tuple[tuple[int, ...], str], ...]
+
+
+class Executor:
+    """Runs a compiled graph; specialises and caches a ``Plan`` per input signature.
+
+    ``specialize(graph, shapes) -> Graph`` is supplied by the compiler (it runs shape
+    inference, constant folding and dead-code removal with the concrete shapes).
+    """
+
+    def __init__(
+        self,
+        graph: Graph,
+        specialize: Callable[[Graph, Sequence[tuple[int, ...]]], Graph] | None = None,
+        cache_size: int = 16,
+    ) -> None:
+        self.graph = graph
+        self._specialize = specialize
+        self._cache: OrderedDict[Signature, tuple[Plan, MemoryPlan]] = OrderedDict()
+        self._cache_size = cache_size
+        self._lock = threading.Lock()
+        self._generic: Plan | None = None
+
+    def plan_for(self, feeds: Sequence[np.ndarray]) -> tuple[Plan, MemoryPlan | None]:
+        """The plan for these inputs' shapes and dtypes (built on first use)."""
+        if self._specialize is None:
+            if self._generic is None:
+                self._generic = Plan(self.graph)
+            return self._generic, None
+        sig: Signature = tuple((tuple(x.shape), x.dtype.str) for x in feeds)
+        hit = self._cache.get(sig)
+        if hit is not None:
+            return hit
+        with self._lock:
+            hit = self._cache.get(sig)
+            if hit is None:
+                g = self._specialize(self.graph, [tuple(x.shape) for x in feeds])
+                hit = (Plan(g), plan_memory(g))
+                self._cache[sig] = hit
+                while len(self._cache) > self._cache_size:
+                    self._cache.popitem(last=False)
+            return hit
+
+    def run(self, feeds: Sequence[np.ndarray]) -> list[np.ndarray]:
+        """Run with inputs in graph-input order; returns outputs in graph-output order."""
+        plan, _ = self.plan_for(feeds)
+        return plan.run(feeds)

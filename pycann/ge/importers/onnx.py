@@ -1,0 +1,203 @@
+"""ONNX ModelProto -> pycann IR ``Graph``.
+
+Uses the ``onnx`` package for parsing and checking. Opset differences are resolved here
+(``pycann.ge.importers.opset_upgrade``), so every later stage sees one meaning per op.
+``Constant`` nodes become initializers; model-local functions are inlined.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import onnx
+from onnx import AttributeProto, numpy_helper
+
+from pycann.dtypes import Dim, DType, TensorDesc
+from pycann.errors import ModelError
+from pycann.ge.importers.functions import inline_local_functions
+from pycann.ge.importers.opset_upgrade import upgrade_node
+from pycann.ge.ir import Graph, Node
+
+
+def load_onnx(source: str | os.PathLike[str] | bytes | onnx.ModelProto, check: bool = True) -> Graph:
+    """Read an ONNX model (path, bytes or ModelProto) and import it.
+
+    Raises ``ModelError`` when the file cannot be parsed or fails ``onnx.checker``.
+    """
+    if isinstance(source, onnx.ModelProto):
+        model = source
+    else:
+        try:
+            if isinstance(source, bytes):
+                model = onnx.load_from_string(source)
+            else:
+                if not Path(source).is_file():
+                    raise ModelError(f"model file '{source}' does not exist", code="E10001")
+                model = onnx.load(os.fspath(source))
+        except ModelError:
+            raise
+        except Exception as e:  # protobuf DecodeError and friends
+            raise ModelError(f"cannot parse '{source if not isinstance(source, bytes) else '<bytes>'}' as an ONNX model: {e}") from None
+    if check:
+        try:
+            # full_check would run onnx's shape inference, which rejects some valid exports.
+            onnx.checker.check_model(model)
+        except onnx.checker.ValidationError as e:
+            first = str(e).strip().splitlines()[0] if str(e).strip() else repr(e)
+            raise ModelError(f"model fails onnx.checker: {first}") from None
+        except ValueError:
+            pass  # >2 GB models cannot be checked in memory; the importer still validates edges.
+    return import_model(model)
+
+
+def import_model(model: onnx.ModelProto) -> Graph:
+    """Convert a ModelProto into a ``Graph`` (opset-normalised, Constants folded to initializers)."""
+    opsets = {(o.domain or ""): o.version for o in model.opset_import}
+    if "" not in opsets and "ai.onnx" in opsets:
+        opsets[""] = opsets["ai.onnx"]
+    proto = model.graph
+    if model.functions:
+        proto = inline_local_functions(model)
+    g = _import_graph(proto, opsets, outer=frozenset())
+    g.metadata = {p.key: p.value for p in model.metadata_props}
+    g.metadata["producer"] = f"{model.producer_name} {model.producer_version}".strip()
+    g.metadata["ir_version"] = str(model.ir_version)
+    return g
+
+
+def _dims(tp: onnx.TypeProto) -> tuple[int, tuple[Dim, ...] | None]:
+    if not tp.HasField("tensor_type"):
+        return int(DType.UNDEFINED), None
+    tt = tp.tensor_type
+    if not tt.HasField("shape"):
+        return tt.elem_type, None
+    dims: list[Dim] = []
+    for d in tt.shape.dim:
+        if d.HasField("dim_value"):
+            dims.append(int(d.dim_value))
+        elif d.HasField("dim_param") and d.dim_param:
+            dims.append(d.dim_param)
+        else:
+            dims.append(None)
+    return tt.elem_type, tuple(dims)
+
+
+def _desc(vi: onnx.ValueInfoProto) -> TensorDesc | None:
+    if not vi.type.HasField("tensor_type"):
+        return None
+    dtype, shape = _dims(vi.type)
+    return TensorDesc(dtype, shape)
+
+
+def tensor_to_array(t: onnx.TensorProto) -> np.ndarray:
+    """TensorProto -> numpy (strings as object arrays of ``str``)."""
+    arr = numpy_helper.to_array(t)
+    if t.data_type == onnx.TensorProto.STRING:
+        arr = np.vectorize(lambda b: b.decode("utf-8") if isinstance(b, bytes) else b, otypes=[object])(arr) if arr.size else arr.astype(object)
+    return np.asarray(arr)
+
+
+def attr_value(a: AttributeProto, opsets: dict[str, int], outer: frozenset[str]) -> Any:
+    """Decode one attribute into a Python value (see ``Node`` docs)."""
+    t = a.type
+    if t == AttributeProto.FLOAT:
+        return float(a.f)
+    if t == AttributeProto.INT:
+        return int(a.i)
+    if t == AttributeProto.STRING:
+        try:
+            return a.s.decode("utf-8")
+        except UnicodeDecodeError:
+            return bytes(a.s)
+    if t == AttributeProto.TENSOR:
+        return tensor_to_array(a.t)
+    if t == AttributeProto.SPARSE_TENSOR:
+        return _sparse_to_dense(a.sparse_tensor)
+    if t == AttributeProto.GRAPH:
+        return _import_graph(a.g, opsets, outer)
+    if t == AttributeProto.FLOATS:
+        return [float(x) for x in a.floats]
+    if t == AttributeProto.INTS:
+        return [int(x) for x in a.ints]
+    if t == AttributeProto.STRINGS:
+        return [s.decode("utf-8", errors="replace") for s in a.strings]
+    if t == AttributeProto.TENSORS:
+        return [tensor_to_array(x) for x in a.tensors]
+    if t == AttributeProto.GRAPHS:
+        return [_import_graph(x, opsets, outer) for x in a.graphs]
+    if t == AttributeProto.TYPE_PROTO:
+        return int(a.tp.tensor_type.elem_type) if a.tp.HasField("tensor_type") else 0
+    raise ModelError(f"attribute '{a.name}' has unsupported type {AttributeProto.AttributeType.Name(t)}")
+
+
+def _sparse_to_dense(sp: onnx.SparseTensorProto) -> np.ndarray:
+    values = numpy_helper.to_array(sp.values)
+    idx = numpy_helper.to_array(sp.indices).astype(np.int64)
+    dense = np.zeros(int(np.prod(sp.dims)), dtype=values.dtype)
+    if idx.ndim == 2:
+        idx = np.ravel_multi_index(idx.T, tuple(sp.dims))
+    dense[idx.reshape(-1)] = values.reshape(-1)
+    return dense.reshape(tuple(sp.dims))
+
+
+def constant_value(node: Node) -> np.ndarray:
+    """The tensor a ``Constant`` node produces (ONNX Constant, all value_* attributes)."""
+    a = node.attrs
+    if "value" in a:
+        return np.asarray(a["value"])
+    if "value_float" in a:
+        return np.array(a["value_float"], dtype=np.float32)
+    if "value_floats" in a:
+        return np.array(a["value_floats"], dtype=np.float32)
+    if "value_int" in a:
+        return np.array(a["value_int"], dtype=np.int64)
+    if "value_ints" in a:
+        return np.array(a["value_ints"], dtype=np.int64)
+    if "value_string" in a:
+        return np.array(a["value_string"], dtype=object)
+    if "value_strings" in a:
+        return np.array(a["value_strings"], dtype=object)
+    if "sparse_value" in a:
+        return np.asarray(a["sparse_value"])
+    raise ModelError(f"node {node.label()}: Constant has no value attribute")
+
+
+def _import_graph(gp: onnx.GraphProto, opsets: dict[str, int], outer: frozenset[str]) -> Graph:
+    g = Graph(name=gp.name or "main", opsets=dict(opsets))
+    for t in gp.initializer:
+        g.initializers[t.name] = tensor_to_array(t)
+    for sp in gp.sparse_initializer:
+        g.initializers[sp.values.name] = _sparse_to_dense(sp)
+    for vi in list(gp.input) + list(gp.value_info) + list(gp.output):
+        d = _desc(vi)
+        if d is not None and vi.name not in g.descs:
+            g.descs[vi.name] = d
+    # IR < 4 lists initializers among the inputs; those stay constants.
+    g.inputs = [vi.name for vi in gp.input if vi.name not in g.initializers]
+    g.outputs = [vi.name for vi in gp.output]
+    scope = set(outer) | set(g.inputs) | set(g.initializers)
+    for i, np_ in enumerate(gp.node):
+        name = np_.name or f"{np_.op_type}_{i}"
+        attrs = {a.name: attr_value(a, opsets, frozenset(scope)) for a in np_.attribute}
+        node = Node(
+            op_type=np_.op_type,
+            inputs=list(np_.input),
+            outputs=list(np_.output),
+            attrs=attrs,
+            name=name,
+            domain=np_.domain if np_.domain != "ai.onnx" else "",
+            opset=opsets.get(np_.domain if np_.domain != "ai.onnx" else "", 0),
+            origin=[name],
+        )
+        if node.op_type == "Constant" and node.domain == "" and len(node.outputs) == 1:
+            g.initializers[node.outputs[0]] = constant_value(node)
+            scope.add(node.outputs[0])
+            continue
+        new_nodes = upgrade_node(node, g)
+        g.nodes.extend(new_nodes)
+        for n in new_nodes:
+            scope.update(o for o in n.outputs if o)
+    return g

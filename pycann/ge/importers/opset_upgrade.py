@@ -1,0 +1,205 @@
+"""Rewrite older-opset node forms into the latest form the op library implements.
+
+Each entry of ``UPGRADES`` is ``op_type -> (first opset with the new form, rewrite)``: a node
+imported at an older opset is rewritten. Mostly attributes that later became inputs
+(ONNX Changelog.md for each op). The node keeps its ``opset``; definitions with distinct old
+semantics (e.g. Softmax-1) are separate ``OpDef``s in the library, chosen by that opset.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import numpy as np
+import onnx
+
+from pycann.dtypes import to_numpy
+from pycann.ge.ir import Graph, Node
+
+Rewrite = Callable[[Node, Graph], list[Node]]
+
+
+def _const_input(node: Node, g: Graph, pos: int, value: np.ndarray, tag: str) -> None:
+    name = g.fresh_name(f"{node.name}_{tag}")
+    g.initializers[name] = value
+    while len(node.inputs) <= pos:
+        node.inputs.append("")
+    node.inputs[pos] = name
+
+
+def _attr_to_input(*specs: tuple[str, int, str]) -> Rewrite:
+    """specs: (attribute, input position, dtype: 'int64' or 'like0' = dtype of input 0)."""
+
+    def rewrite(node: Node, g: Graph) -> list[Node]:
+        for attr, pos, kind in specs:
+            if attr not in node.attrs:
+                continue
+            v = node.attrs.pop(attr)
+            if kind == "int64":
+                arr = np.asarray(v, dtype=np.int64)
+            else:
+                arr = np.asarray(v, dtype=_dtype_of(node.inputs[0], g))
+            _const_input(node, g, pos, arr, attr)
+        return [node]
+
+    return rewrite
+
+
+def _dtype_of(name: str, g: Graph) -> np.dtype:
+    if name in g.initializers:
+        return g.initializers[name].dtype
+    d = g.descs.get(name)
+    if d is not None and d.dtype:
+        try:
+            return to_numpy(d.dtype)
+        except TypeError:
+            pass
+    return np.dtype(np.float32)  # the old forms (Pad-2, Clip-6) only accepted float tensors
+
+
+def _drop(*attrs: str) -> Rewrite:
+    def rewrite(node: Node, g: Graph) -> list[Node]:
+        for a in attrs:
+            node.attrs.pop(a, None)
+        return [node]
+
+    return rewrite
+
+
+def _clip(node: Node, g: Graph) -> list[Node]:
+    # Clip-6 had min/max attributes with defaults of +-FLT_MAX; only pass the ones given.
+    return _attr_to_input(("min", 1, "like0"), ("max", 2, "like0"))(node, g)
+
+
+def _pad(node: Node, g: Graph) -> list[Node]:
+    if "paddings" in node.attrs:  # Pad-1 spelling
+        node.attrs["pads"] = node.attrs.pop("paddings")
+    return _attr_to_input(("pads", 1, "int64"), ("value", 2, "like0"))(node, g)
+
+
+def _slice(node: Node, g: Graph) -> list[Node]:
+    return _attr_to_input(("starts", 1, "int64"), ("ends", 2, "int64"), ("axes", 3, "int64"))(node, g)
+
+
+def _topk(node: Node, g: Graph) -> list[Node]:
+    if "k" in node.attrs:
+        _const_input(node, g, 1, np.array([node.attrs.pop("k")], dtype=np.int64), "k")
+    return [node]
+
+
+def _cast(node: Node, g: Graph) -> list[Node]:
+    to = node.attrs.get("to")
+    if isinstance(to, str):  # Cast-1 names the type
+        node.attrs["to"] = int(onnx.TensorProto.DataType.Value(to.upper()))
+    return [node]
+
+
+def _upsample(node: Node, g: Graph) -> list[Node]:
+    """Upsample-7/9 and Resize-10 -> Resize-11 form (asymmetric coordinates, floor rounding)."""
+    mode = node.attrs.pop("mode", "nearest")
+    scales = node.attrs.pop("scales", None)
+    x = node.inputs[0]
+    if scales is not None:
+        sname = g.fresh_name(f"{node.name}_scales")
+        g.initializers[sname] = np.asarray(scales, dtype=np.float32)
+    else:
+        sname = node.inputs[1] if len(node.inputs) > 1 else ""
+    node.inputs = [x, "", sname]
+    node.attrs = {
+        "mode": "linear" if mode in ("linear", "bilinear") else mode,
+        "coordinate_transformation_mode": "asymmetric",
+        "nearest_mode": "floor",
+    }
+    node.op_type = "Resize"
+    node.opset = max(node.opset, 11)
+    return [node]
+
+
+def _legacy_broadcast(node: Node, g: Graph) -> list[Node]:
+    """Opset <7 binary ops: ``broadcast=1, axis=k`` aligns B at axis k of A (not at the end)."""
+    bc = node.attrs.pop("broadcast", 0)
+    axis = node.attrs.pop("axis", None)
+    node.attrs.pop("consumed_inputs", None)
+    if not bc or axis is None or len(node.inputs) < 2:
+        return [node]
+    a, b = node.inputs[0], node.inputs[1]
+    da = g.descs.get(a)
+    ra = None if da is None or da.shape is None else len(da.shape)
+    if ra is None and a in g.initializers:
+        ra = g.initializers[a].ndim
+    bv = g.initializers.get(b)
+    rb = bv.ndim if bv is not None else (None if g.descs.get(b) is None else g.descs[b].rank)
+    if ra is None or rb is None:
+        return [node]
+    axis = axis % ra if ra else 0
+    trailing = ra - axis - rb
+    if trailing <= 0:
+        return [node]
+    axes = np.arange(axis + rb, ra, dtype=np.int64)
+    if bv is not None:
+        _const_input(node, g, 1, bv.reshape(bv.shape + (1,) * trailing), "aligned")
+        return [node]
+    axes_name = g.fresh_name(f"{node.name}_axes")
+    g.initializers[axes_name] = axes
+    out = g.fresh_name(f"{b}_aligned")
+    unsq = Node("Unsqueeze", [b, axes_name], [out], name=g.fresh_name(f"{node.name}_align"), opset=13, origin=list(node.origin))
+    node.inputs[1] = out
+    return [unsq, node]
+
+
+def _bn(node: Node, g: Graph) -> list[Node]:
+    # Inference mode always: momentum/spatial/is_test/consumed_inputs describe training.
+    for a in ("momentum", "spatial", "is_test", "consumed_inputs", "training_mode"):
+        node.attrs.pop(a, None)
+    node.outputs = node.outputs[:1]
+    return [node]
+
+
+def _dropout(node: Node, g: Graph) -> list[Node]:
+    for a in ("ratio", "is_test", "consumed_inputs", "seed"):
+        node.attrs.pop(a, None)
+    return [node]
+
+
+def _concat(node: Node, g: Graph) -> list[Node]:
+    node.attrs.setdefault("axis", 1)  # Concat-1/-4 default
+    return [node]
+
+
+_REDUCE = ["ReduceMean", "ReduceMax", "ReduceMin", "ReduceProd", "ReduceL1", "ReduceL2", "ReduceLogSum",
+           "ReduceLogSumExp", "ReduceSumSquare"]
+
+UPGRADES: dict[str, tuple[int, Rewrite]] = {
+    "Squeeze": (13, _attr_to_input(("axes", 1, "int64"))),
+    "Unsqueeze": (13, _attr_to_input(("axes", 1, "int64"))),
+    "ReduceSum": (13, _attr_to_input(("axes", 1, "int64"))),
+    **{op: (18, _attr_to_input(("axes", 1, "int64"))) for op in _REDUCE},
+    "Split": (13, _attr_to_input(("split", 1, "int64"))),
+    "Pad": (11, _pad),
+    "Clip": (11, _clip),
+    "Slice": (10, _slice),
+    "TopK": (10, _topk),
+    "Reshape": (5, _attr_to_input(("shape", 1, "int64"))),
+    "Cast": (6, _cast),
+    "Upsample": (10**6, _upsample),
+    "Resize": (11, _upsample),
+    "BatchNormalization": (10**6, _bn),
+    "Dropout": (10**6, _dropout),
+    "Concat": (4, _concat),
+    **{op: (7, _legacy_broadcast) for op in ("Add", "Sub", "Mul", "Div", "Pow", "And", "Or", "Xor",
+                                             "Equal", "Less", "Greater", "PRelu", "Gemm")},
+    **{op: (6, _drop("consumed_inputs")) for op in ("Relu", "Sigmoid", "Tanh", "Abs", "Neg", "Exp", "Log",
+                                                    "Sqrt", "Reciprocal", "Floor", "Ceil", "LeakyRelu",
+                                                    "Elu", "Selu", "HardSigmoid", "Max", "Min", "Sum",
+                                                    "Mean", "InstanceNormalization")},
+}
+
+
+def upgrade_node(node: Node, g: Graph) -> list[Node]:
+    """Rewrite ``node`` (imported at ``node.opset``) into its latest form; may add nodes/initializers."""
+    if node.domain != "":
+        return [node]
+    entry = UPGRADES.get(node.op_type)
+    if entry is None or node.opset >= entry[0]:
+        return [node]
+    return entry[1](node, g)

@@ -1,0 +1,102 @@
+"""Compile options and the parsers for ATC's option syntax (cann-interfaces.md §2.1)."""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+from pycann.dtypes import OUTPUT_TYPE, Dim
+from pycann.errors import OptionError
+
+SOC_VERSIONS = (
+    "Ascend310", "Ascend310P1", "Ascend310P3", "Ascend310B1", "Ascend310B4", "Ascend910A", "Ascend910B",
+    "Ascend910B1", "Ascend910B2", "Ascend910B3", "Ascend910B4", "Ascend910_9391", "Ascend910_9392",
+    "Ascend910_9381", "Ascend910_9382", "Ascend910_9372", "Ascend910_9362", "CPU",
+)
+
+
+@dataclass
+class CompileOptions:
+    """What ``atc`` and ``compile_model`` accept. Shapes: dim int, -1 (dynamic) or (lo, hi)."""
+
+    input_shape: dict[str, list[Any]] = field(default_factory=dict)
+    input_format: str = "NCHW"
+    soc_version: str = "Ascend310P3"
+    output_type: dict[str, int] = field(default_factory=dict)  # "" (all outputs) or "node:idx" -> dtype
+    out_nodes: list[tuple[str, int]] = field(default_factory=list)
+    disabled_passes: list[str] = field(default_factory=list)
+    log: str = "null"
+
+    def to_json(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+def parse_input_shape(text: str) -> dict[str, list[Any]]:
+    """``"x:1,3,-1,-1;y:1~8,128;s:"`` -> {"x": [1, 3, -1, -1], "y": [(1, 8), 128], "s": []}.
+
+    Raises ``OptionError`` (E10001) naming the bad entry.
+    """
+    out: dict[str, list[Any]] = {}
+    for part in filter(None, (p.strip() for p in text.split(";"))):
+        if ":" not in part:
+            raise OptionError(f"E10001: value [{part}] of --input_shape is invalid: expected name:dims, e.g. \"x:1,3,224,224\"")
+        name, _, dims_s = part.rpartition(":")
+        dims: list[Any] = []
+        for tok in filter(None, (t.strip() for t in dims_s.split(","))):
+            try:
+                if "~" in tok:
+                    lo, hi = (int(v) for v in tok.split("~"))
+                    if lo < 0 or hi < lo:
+                        raise ValueError
+                    dims.append((lo, hi))
+                else:
+                    v = int(tok)
+                    if v < -1:
+                        raise ValueError
+                    dims.append(v)
+            except ValueError:
+                raise OptionError(
+                    f"E10001: value [{tok}] for input [{name}] of --input_shape is invalid: "
+                    "use a non-negative int, -1 (dynamic) or a range lo~hi"
+                ) from None
+        out[name] = dims
+    return out
+
+
+def parse_out_nodes(text: str) -> list[tuple[str, int]]:
+    """``"node:0;node2:1"`` -> [("node", 0), ("node2", 1)]."""
+    out = []
+    for part in filter(None, (p.strip() for p in text.split(";"))):
+        name, sep, idx = part.rpartition(":")
+        if not sep or not idx.isdigit():
+            raise OptionError(f"E10001: value [{part}] of --out_nodes is invalid: expected node_name:output_index")
+        out.append((name, int(idx)))
+    return out
+
+
+def parse_output_type(text: str) -> dict[str, int]:
+    """``"FP16"`` -> {"": FLOAT16}; ``"node:0:FP16;n2:1:FP32"`` -> per output."""
+    def dt(name: str) -> int:
+        if name.upper() not in OUTPUT_TYPE:
+            raise OptionError(
+                f"E10001: value [{name}] of --output_type is invalid: use one of {', '.join(OUTPUT_TYPE)}"
+            )
+        return int(OUTPUT_TYPE[name.upper()])
+
+    text = text.strip()
+    if ":" not in text:
+        return {"": dt(text)}
+    out = {}
+    for part in filter(None, (p.strip() for p in text.split(";"))):
+        bits = part.split(":")
+        if len(bits) != 3 or not bits[1].isdigit():
+            raise OptionError(f"E10001: value [{part}] of --output_type is invalid: expected node:index:TYPE")
+        out[f"{bits[0]}:{bits[1]}"] = dt(bits[2])
+    return out
+
+
+def dims_to_desc_shape(dims: list[Any], names: tuple[str, ...]) -> tuple[Dim, ...]:
+    """Compile-time shape for one input: -1 and ranges become symbolic dims named per position."""
+    return tuple(d if isinstance(d, int) and d >= 0 else names[i] for i, d in enumerate(dims))
+
+

@@ -1,0 +1,92 @@
+"""Constant folding: evaluate nodes whose inputs are all constants, and shape queries
+(``Shape``, ``Size``) whose input shape is statically known. Results become initializers.
+
+Folding is skipped when the result would be much larger than its inputs (Expand,
+ConstantOfShape, Tile of a small constant), because that would only bloat the .om.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from pycann.dtypes import TensorDesc
+from pycann.ge.ir import Graph, Node
+from pycann.ge.passes.base import PassContext, PassResult
+from pycann.ge.passes.infer_shapes import const_desc
+from pycann.ops.registry import lookup
+
+name = "ConstantFolding"
+
+MAX_GROWTH_BYTES = 1 << 20
+
+
+def _shape_query(node: Node, g: Graph) -> np.ndarray | None:
+    if node.op_type not in ("Shape", "Size") or node.domain:
+        return None
+    d: TensorDesc | None = g.descs.get(node.inputs[0])
+    if d is None or d.shape is None:
+        return None
+    if node.op_type == "Size":
+        return np.array(d.numel(), dtype=np.int64) if d.is_static else None
+    rank = len(d.shape)
+    start = node.attrs.get("start", 0)
+    end = node.attrs.get("end", rank)
+    start = min(max(start + rank if start < 0 else start, 0), rank)
+    end = min(max(end + rank if end < 0 else end, 0), rank)
+    dims = d.shape[start:end]
+    if not all(isinstance(x, int) for x in dims):
+        return None
+    return np.array(dims, dtype=np.int64)
+
+
+def fold_graph(g: Graph, outer_consts: dict[str, np.ndarray] | None = None, recurse: bool = True) -> int:
+    """Fold in place; returns the number of nodes removed (subgraphs too unless ``recurse=False``)."""
+    consts = dict(outer_consts or {})
+    consts.update(g.initializers)
+    kept: list[Node] = []
+    folded = 0
+    for node in g.nodes:
+        if recurse:
+            for sub in node.subgraphs.values():
+                folded += fold_graph(sub, consts)
+        value = _shape_query(node, g)
+        if value is not None:
+            g.initializers[node.outputs[0]] = value
+            consts[node.outputs[0]] = value
+            g.descs[node.outputs[0]] = const_desc(value)
+            folded += 1
+            continue
+        if node.subgraphs or not node.inputs or any(i and i not in consts for i in node.inputs):
+            kept.append(node)
+            continue
+        op = lookup(node.op_type, node.domain, node.opset)
+        if not op.foldable or op.scoped:
+            kept.append(node)
+            continue
+        ins = [consts[i] if i else None for i in node.inputs]
+        attrs = op.with_defaults(node.attrs)
+        attrs["_n_outputs"] = len(node.outputs)
+        try:
+            outs = op.kernel(ins, attrs)
+        except Exception:  # leave it for run time, where the error names the node
+            kept.append(node)
+            continue
+        in_bytes = sum(x.nbytes for x in ins if x is not None)
+        if sum(np.asarray(o).nbytes for o in outs) > max(MAX_GROWTH_BYTES, 2 * in_bytes):
+            kept.append(node)
+            continue
+        for o, v in zip(node.outputs, outs):
+            if o:
+                arr = np.array(v, copy=True)  # own the memory: kernels may return views of inputs
+                arr.flags.writeable = False
+                g.initializers[o] = arr
+                consts[o] = arr
+                g.descs[o] = const_desc(arr)
+        folded += 1
+    g.nodes = kept
+    return folded
+
+
+def run(graph: Graph, ctx: PassContext) -> PassResult:
+    n = fold_graph(graph)
+    return PassResult(graph, n > 0, f"{n} nodes folded")

@@ -1,0 +1,47 @@
+"""The pass pipelines, as explicit ordered lists. Names are usable from the command line
+(``--fusion_switch_file`` turns a pass off by name)."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+
+from pycann.ge.ir import Graph, verify
+from pycann.ge.passes import constant_folding, dead_code, fold_conv_bn, infer_shapes
+from pycann.ge.passes.base import PassContext, PassResult
+
+PassFn = Callable[[Graph, PassContext], PassResult]
+
+# (name, run) in order. Inference runs again after rewrites so descs stay exact.
+COMPILE_PIPELINE: list[tuple[str, PassFn]] = [
+    (infer_shapes.name, infer_shapes.run),
+    (constant_folding.name, constant_folding.run),
+    (dead_code.name, dead_code.run),
+    (fold_conv_bn.name, fold_conv_bn.run),
+    (constant_folding.name, constant_folding.run),
+    (dead_code.name, dead_code.run),
+    (infer_shapes.name, infer_shapes.run),
+]
+
+# Passes that may not be switched off: the rest of the stack relies on their results.
+REQUIRED_PASSES = {infer_shapes.name}
+
+
+def run_pipeline(graph: Graph, ctx: PassContext, pipeline: list[tuple[str, PassFn]] | None = None) -> Graph:
+    """Run ``pipeline`` (default ``COMPILE_PIPELINE``); logs one line per pass to ``ctx.log``."""
+    disabled = set(ctx.options.get("disabled_passes", ()))
+    for name, fn in pipeline or COMPILE_PIPELINE:
+        if name in disabled and name not in REQUIRED_PASSES:
+            ctx.log(f"[{name}] off (fusion switch)")
+            continue
+        before = len(graph.nodes)
+        t0 = time.perf_counter()
+        res = fn(graph, ctx)
+        graph = res.graph
+        ms = (time.perf_counter() - t0) * 1e3
+        ctx.log(f"[{name}] nodes {before} -> {len(graph.nodes)}; {res.report} ({ms:.1f} ms)")
+        for m in res.missed:
+            ctx.log(f"[{name}]   not applied: {m}")
+        if ctx.debug:
+            verify(graph)
+    return graph

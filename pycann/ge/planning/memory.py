@@ -1,0 +1,74 @@
+"""Memory plan: tensor lifetimes -> offsets in one arena (greedy best-fit by size).
+
+Input: a graph whose intermediate values have static descs (after specialisation to concrete
+input shapes). Graph inputs, outputs and constants are not placed in the arena: inputs and
+outputs belong to the caller, constants to the weights section.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from pycann.ge.ir import Graph, node_reads
+
+ALIGN = 64  # bytes; cache-line alignment keeps SIMD loads aligned
+
+
+@dataclass
+class MemoryPlan:
+    """``offsets[name] = (offset, nbytes)``; ``peak_bytes`` is the arena size."""
+
+    offsets: dict[str, tuple[int, int]] = field(default_factory=dict)
+    peak_bytes: int = 0
+    total_bytes: int = 0  # what the same tensors would need without reuse
+    dynamic: list[str] = field(default_factory=list)  # values whose size is not static
+
+    def summary(self) -> str:
+        saved = 1 - self.peak_bytes / self.total_bytes if self.total_bytes else 0.0
+        extra = f", {len(self.dynamic)} dynamic-size values" if self.dynamic else ""
+        return (f"arena {self.peak_bytes / 2**20:.2f} MiB for {len(self.offsets)} tensors "
+                f"(no reuse: {self.total_bytes / 2**20:.2f} MiB, {saved:.0%} saved{extra})")
+
+
+def lifetimes(g: Graph) -> dict[str, tuple[int, int]]:
+    """value -> (defining step, last reading step) for values produced by nodes."""
+    first: dict[str, int] = {}
+    last: dict[str, int] = {}
+    for i, n in enumerate(g.nodes):
+        for name in node_reads(n):
+            last[name] = i
+        for o in n.outputs:
+            if o:
+                first[o] = i
+    return {v: (s, last.get(v, s)) for v, s in first.items()}
+
+
+def plan_memory(g: Graph) -> MemoryPlan:
+    """Assign arena offsets so that values with overlapping lifetimes never overlap in memory."""
+    plan = MemoryPlan()
+    outputs = set(g.outputs)
+    items = []
+    for v, (s, e) in lifetimes(g).items():
+        if v in outputs or v in g.initializers:
+            continue
+        d = g.descs.get(v)
+        nb = d.nbytes() if d is not None else None
+        if nb is None:
+            plan.dynamic.append(v)
+            continue
+        size = (nb + ALIGN - 1) // ALIGN * ALIGN
+        items.append((size, s, e, v))
+    items.sort(key=lambda t: (-t[0], t[1]))
+    placed: list[tuple[int, int, int, int]] = []  # (offset, size, start, end)
+    for size, s, e, v in items:
+        busy = sorted((o, o + sz) for o, sz, ps, pe in placed if not (pe < s or e < ps))
+        offset = 0
+        for lo, hi in busy:
+            if offset + size <= lo:
+                break
+            offset = max(offset, hi)
+        placed.append((offset, size, s, e))
+        plan.offsets[v] = (offset, size)
+        plan.peak_bytes = max(plan.peak_bytes, offset + size)
+        plan.total_bytes += size
+    return plan

@@ -1,0 +1,275 @@
+"""Graph <-> JSON conversion for pycann's .om manifest (the container itself is ``pycann.ge.om``).
+
+Tensor data never goes into the JSON: numeric arrays (initializers, TENSOR attributes, numpy
+scalars) are handed to a ``put`` callback that appends their raw little-endian bytes to the
+weights section and returns where they went; the JSON keeps a reference
+``{"dtype": <ONNX dtype int>, "shape": [...], "offset": int, "nbytes": int}``. Only STRING
+tensors (object / ``str_`` arrays) are stored inline, as a flat list.
+
+Attribute values are tagged ``{"t": kind, "v": value}`` so that the exact Python type comes
+back: ``1`` stays an int and ``1.0`` a float, ``True`` a bool, ``[]`` an empty list, a tuple a
+tuple. Kinds: ``none bool int float str bytes ints floats list tuple dict tensor scalar graph``.
+Non-finite floats are written as the strings ``"nan"``/``"inf"``/``"-inf"`` so the manifest
+stays strict JSON. Decoding builds plain data only — nothing in a manifest is ever executed.
+"""
+
+from __future__ import annotations
+
+import base64
+import math
+from collections.abc import Callable
+from typing import Any
+
+import numpy as np
+
+from pycann.dtypes import DType, Format, TensorDesc, from_numpy, to_numpy
+from pycann.ge.ir.graph import Graph, Node
+
+# put(array) -> (offset, nbytes): store a C-contiguous, little-endian numeric array's bytes.
+PutTensor = Callable[[np.ndarray], tuple[int, int]]
+# get(dtype, shape, offset, nbytes) -> array: view of stored bytes (read-only when mapped).
+GetTensor = Callable[[np.dtype, tuple[int, ...], int, int], np.ndarray]
+
+_NONFINITE = {"nan": math.nan, "inf": math.inf, "-inf": -math.inf}
+
+
+class MalformedManifest(ValueError):
+    """The JSON does not follow the layout this module writes (foreign or damaged writer)."""
+
+
+# ------------------------------------------------------------------------------- tensors
+def encode_tensor(arr: np.ndarray, put: PutTensor) -> dict[str, Any]:
+    """JSON reference for ``arr``; numeric data goes through ``put``, strings stay inline."""
+    if not isinstance(arr, np.ndarray):
+        raise TypeError(f"expected np.ndarray, got {type(arr).__name__}")
+    if arr.dtype.kind in ("O", "U"):
+        ref: dict[str, Any] = {"dtype": int(DType.STRING), "shape": list(arr.shape)}
+        ref["strings"] = [_encode_string(s) for s in arr.reshape(-1).tolist()]
+        if arr.dtype.kind == "U":
+            ref["unicode"] = True  # restore an np.str_ array, not an object array
+        return ref
+    if arr.dtype.byteorder == ">":  # the weights section is little-endian
+        arr = arr.astype(arr.dtype.newbyteorder("<"))
+    dtype = from_numpy(arr.dtype)  # TypeError for dtypes the IR does not know
+    offset, nbytes = put(np.ascontiguousarray(arr))
+    return {"dtype": int(dtype), "shape": list(arr.shape), "offset": offset, "nbytes": nbytes}
+
+
+def decode_tensor(ref: dict[str, Any], get: GetTensor) -> np.ndarray:
+    """Array for a reference written by ``encode_tensor``."""
+    shape = tuple(_int(d, "tensor dim") for d in ref["shape"])
+    if any(d < 0 for d in shape):
+        raise MalformedManifest(f"negative tensor dim in {shape}")
+    dtype_id = _int(ref["dtype"], "tensor dtype")
+    if dtype_id == DType.STRING:
+        flat = [_decode_string(s) for s in ref["strings"]]
+        if ref.get("unicode"):
+            out = np.array(flat, dtype=np.str_) if flat else np.array([], dtype=np.str_)
+        else:
+            out = np.empty(len(flat), dtype=object)
+            out[:] = flat
+        if out.size != math.prod(shape):
+            raise MalformedManifest(f"{out.size} strings do not fill shape {shape}")
+        return out.reshape(shape)
+    try:
+        dtype = to_numpy(dtype_id)
+    except TypeError:
+        raise MalformedManifest(f"unknown tensor dtype {dtype_id}") from None
+    nbytes = _int(ref["nbytes"], "tensor nbytes")
+    if nbytes != math.prod(shape) * dtype.itemsize:
+        raise MalformedManifest(f"nbytes {nbytes} does not match {dtype}{list(shape)}")
+    return get(dtype, shape, _int(ref["offset"], "tensor offset"), nbytes)
+
+
+def _encode_string(s: Any) -> Any:
+    if isinstance(s, str):
+        return s
+    if isinstance(s, (bytes, bytearray, np.bytes_)):
+        return {"b64": base64.b64encode(bytes(s)).decode("ascii")}
+    raise TypeError(f"STRING tensor element of type {type(s).__name__} (expected str or bytes)")
+
+
+def _decode_string(s: Any) -> str | bytes:
+    if isinstance(s, str):
+        return s
+    if isinstance(s, dict) and isinstance(s.get("b64"), str):
+        return base64.b64decode(s["b64"], validate=True)
+    raise MalformedManifest(f"bad STRING tensor element {s!r:.60}")
+
+
+def _int(v: Any, what: str) -> int:
+    if type(v) is not int:
+        raise MalformedManifest(f"{what} is {v!r:.60}, expected an integer")
+    return v
+
+
+# ---------------------------------------------------------------------------- attributes
+def _encode_float(v: float) -> float | str:
+    if math.isfinite(v):
+        return v
+    return "nan" if math.isnan(v) else ("inf" if v > 0 else "-inf")
+
+
+def _decode_float(v: Any) -> float:
+    if isinstance(v, str) and v in _NONFINITE:
+        return _NONFINITE[v]
+    if isinstance(v, (int, float)) and not isinstance(v, bool):
+        return float(v)
+    raise MalformedManifest(f"bad float {v!r:.60}")
+
+
+def encode_attr(value: Any, put: PutTensor) -> dict[str, Any]:
+    """Tagged JSON form of one attribute value (see the module docstring for the kinds)."""
+    if value is None:
+        return {"t": "none"}
+    if isinstance(value, bool):
+        return {"t": "bool", "v": value}
+    if isinstance(value, np.generic):
+        # numpy scalars (np.float32(0.5), np.int64(3), np.bool_): a 0-d tensor keeps the dtype
+        return {"t": "scalar", "v": encode_tensor(np.asarray(value), put)}
+    if isinstance(value, int):
+        return {"t": "int", "v": int(value)}
+    if isinstance(value, float):
+        return {"t": "float", "v": _encode_float(float(value))}
+    if isinstance(value, str):
+        return {"t": "str", "v": value}
+    if isinstance(value, (bytes, bytearray)):
+        return {"t": "bytes", "v": base64.b64encode(bytes(value)).decode("ascii")}
+    if isinstance(value, np.ndarray):
+        return {"t": "tensor", "v": encode_tensor(value, put)}
+    if isinstance(value, Graph):
+        return {"t": "graph", "v": encode_graph(value, put)}
+    if isinstance(value, list):
+        # compact forms for the common homogeneous lists; [] takes the generic form
+        if value and all(type(x) is int for x in value):
+            return {"t": "ints", "v": value}
+        if value and all(type(x) is float for x in value):
+            return {"t": "floats", "v": [_encode_float(x) for x in value]}
+        return {"t": "list", "v": [encode_attr(x, put) for x in value]}
+    if isinstance(value, tuple):
+        return {"t": "tuple", "v": [encode_attr(x, put) for x in value]}
+    if isinstance(value, dict):
+        if not all(isinstance(k, str) for k in value):
+            raise TypeError("dict attribute values need str keys")
+        return {"t": "dict", "v": {k: encode_attr(v, put) for k, v in value.items()}}
+    raise TypeError(f"attribute value of type {type(value).__name__} cannot be stored in an .om")
+
+
+def decode_attr(obj: Any, get: GetTensor) -> Any:
+    """Python value for a tagged attribute written by ``encode_attr``."""
+    if not isinstance(obj, dict) or "t" not in obj:
+        raise MalformedManifest(f"attribute is not tagged: {obj!r:.60}")
+    t, v = obj["t"], obj.get("v")
+    if t == "none":
+        return None
+    if t == "bool" and isinstance(v, bool):
+        return v
+    if t == "int":
+        return _int(v, "int attribute")
+    if t == "float":
+        return _decode_float(v)
+    if t == "str" and isinstance(v, str):
+        return v
+    if t == "bytes" and isinstance(v, str):
+        return base64.b64decode(v, validate=True)
+    if t == "ints" and isinstance(v, list):
+        return [_int(x, "ints attribute") for x in v]
+    if t == "floats" and isinstance(v, list):
+        return [_decode_float(x) for x in v]
+    if t in ("list", "tuple") and isinstance(v, list):
+        items = [decode_attr(x, get) for x in v]
+        return items if t == "list" else tuple(items)
+    if t == "dict" and isinstance(v, dict):
+        return {k: decode_attr(x, get) for k, x in v.items()}
+    if t == "tensor" and isinstance(v, dict):
+        return decode_tensor(v, get)
+    if t == "scalar" and isinstance(v, dict):
+        return decode_tensor(v, get)[()]
+    if t == "graph" and isinstance(v, dict):
+        return decode_graph(v, get)
+    raise MalformedManifest(f"unknown attribute kind {t!r:.40} (file from a newer pycann?)")
+
+
+# -------------------------------------------------------------------------------- graphs
+def _encode_desc(desc: TensorDesc) -> dict[str, Any]:
+    shape = None
+    if desc.shape is not None:
+        shape = []
+        for d in desc.shape:
+            if d is None or isinstance(d, str):
+                shape.append(d)
+            elif isinstance(d, (int, np.integer)) and not isinstance(d, bool):
+                shape.append(int(d))
+            else:
+                raise TypeError(f"dim {d!r} is not an int, str or None")
+    return {"dtype": int(desc.dtype), "shape": shape, "format": int(desc.format)}
+
+
+def _decode_desc(obj: dict[str, Any]) -> TensorDesc:
+    shape = obj["shape"]
+    if shape is not None:
+        if not isinstance(shape, list) or not all(
+            d is None or isinstance(d, str) or type(d) is int for d in shape
+        ):
+            raise MalformedManifest(f"bad shape {shape!r:.60}")
+        shape = tuple(shape)
+    return TensorDesc(_int(obj["dtype"], "desc dtype"), shape, Format(obj.get("format", Format.ND)))
+
+
+def encode_graph(graph: Graph, put: PutTensor) -> dict[str, Any]:
+    """JSON-ready dict for ``graph`` (recursing into subgraphs); tensors go through ``put``."""
+    nodes = []
+    for n in graph.nodes:
+        attrs = {}
+        for k, v in n.attrs.items():
+            try:
+                attrs[k] = encode_attr(v, put)
+            except TypeError as e:
+                raise TypeError(f"node {n.label()} attribute '{k}': {e}") from None
+        nodes.append({
+            "op_type": n.op_type, "domain": n.domain, "name": n.name, "opset": int(n.opset),
+            "inputs": list(n.inputs), "outputs": list(n.outputs), "origin": list(n.origin),
+            "attrs": attrs,
+        })
+    inits = []
+    for name, arr in graph.initializers.items():
+        try:
+            inits.append({"name": name, **encode_tensor(np.asarray(arr), put)})
+        except TypeError as e:
+            raise TypeError(f"graph '{graph.name}' initializer '{name}': {e}") from None
+    return {
+        "name": graph.name,
+        "inputs": list(graph.inputs),
+        "outputs": list(graph.outputs),
+        "opsets": {d: int(v) for d, v in graph.opsets.items()},
+        "metadata": dict(graph.metadata),
+        "descs": {k: _encode_desc(d) for k, d in graph.descs.items()},
+        "initializers": inits,
+        "nodes": nodes,
+    }
+
+
+def decode_graph(obj: dict[str, Any], get: GetTensor) -> Graph:
+    """``Graph`` for a dict written by ``encode_graph``. Raises ``MalformedManifest`` (or
+    ``KeyError``/``TypeError`` on a missing or mistyped field)."""
+    if not isinstance(obj, dict):
+        raise MalformedManifest("graph entry is not an object")
+    nodes = [
+        Node(
+            op_type=n["op_type"], inputs=list(n["inputs"]), outputs=list(n["outputs"]),
+            attrs={k: decode_attr(v, get) for k, v in n["attrs"].items()},
+            name=n.get("name", ""), domain=n.get("domain", ""), opset=_int(n.get("opset", 0), "opset"),
+            origin=list(n.get("origin", [])),
+        )
+        for n in obj["nodes"]
+    ]
+    return Graph(
+        nodes=nodes,
+        inputs=list(obj["inputs"]),
+        outputs=list(obj["outputs"]),
+        initializers={i["name"]: decode_tensor(i, get) for i in obj.get("initializers", [])},
+        descs={k: _decode_desc(d) for k, d in obj.get("descs", {}).items()},
+        name=obj.get("name", "main"),
+        opsets={d: _int(v, "opset") for d, v in obj.get("opsets", {}).items()},
+        metadata=dict(obj.get("metadata", {})),
+    )
