@@ -32,9 +32,9 @@ ignoring header bytes and JSON keys it does not know.
 
 Checksums are CRC-32 (``zlib.crc32``): they catch truncation and bit rot, which is all a
 checksum here is for — the file is not a trust boundary, safety comes from loading only JSON and
-raw numeric bytes (no pickle, no eval, nothing executed). Measured over 440 MB on the dev box:
-crc32 0.06 s, sha256 0.22 s, blake2b 0.33 s, so CRC-32 keeps verification well below the cost
-of the first touch of the pages. ``verify=False`` skips the weights CRC for the fastest load.
+raw numeric bytes (no pickle, no eval, nothing executed). Measured over 440 MB on the dev box
+(page cache warm): crc32 0.06 s, sha256 0.22 s, blake2b 0.33 s; a verified ``load_om`` of a
+440 MB model takes 0.08 s, with ``verify=False`` (skips the weights CRC) under 1 ms.
 
 Loading maps the file read-only (``mmap``) and returns ``np.frombuffer`` views, so weights are
 neither read nor copied until used. ``save_om`` writes a temporary file and renames it over the
@@ -158,7 +158,7 @@ def _write(f: IO[bytes], graph: Graph, manifest: dict[str, Any]) -> int:
             crc = zlib.crc32(pad, crc)
             f.write(pad)
         if arr.nbytes:
-            raw = arr.reshape(-1).view(np.uint8)  # works for ml_dtypes too, unlike memoryview()
+            raw = memoryview(arr.reshape(-1).view(np.uint8))  # type: ignore[arg-type]  # uint8: ml_dtypes have no buffer format
             crc = zlib.crc32(raw, crc)
             f.write(raw)
         pos = offset + arr.nbytes

@@ -192,7 +192,7 @@ def decode_attr(obj: Any, get: GetTensor) -> Any:
 
 # -------------------------------------------------------------------------------- graphs
 def _encode_desc(desc: TensorDesc) -> dict[str, Any]:
-    shape = None
+    shape: list[int | str | None] | None = None
     if desc.shape is not None:
         shape = []
         for d in desc.shape:

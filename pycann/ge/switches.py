@@ -1,0 +1,47 @@
+"""``--fusion_switch_file`` reader (CANN's format, cann-interfaces.md §2.1).
+
+Two forms: lines ``PassName:off`` (``#`` comments allowed), or JSON
+``{"Switch": {"GraphFusion": {"ALL": "off" | "PassName": "off"}, "UBFusion": {...}}}``.
+Returns the pass names switched off; ``ALL`` expands to every switchable pass.
+"""
+
+from __future__ import annotations
+
+import json
+
+from pycann.errors import OptionError
+
+
+def _all_passes() -> list[str]:
+    from pycann.ge.pipelines import COMPILE_PIPELINE, REQUIRED_PASSES
+
+    return sorted({n for n, _ in COMPILE_PIPELINE} - REQUIRED_PASSES)
+
+
+def read_fusion_switch_file(path: str) -> list[str]:
+    """Pass names to disable. Raises ``OptionError`` for an unreadable or malformed file."""
+    try:
+        text = open(path, encoding="utf-8").read()
+    except OSError as e:
+        raise OptionError(f"E10001: cannot read --fusion_switch_file [{path}]: {e.strerror}") from None
+    off: list[str] = []
+    if text.lstrip().startswith("{"):
+        try:
+            doc = json.loads(text)
+        except json.JSONDecodeError as e:
+            raise OptionError(f"E10001: --fusion_switch_file [{path}] is not valid JSON: {e}") from None
+        for group in doc.get("Switch", {}).values():
+            for name, state in group.items():
+                if str(state).lower() == "off":
+                    off.extend(_all_passes() if name == "ALL" else [name])
+        return off
+    for lineno, raw in enumerate(text.splitlines(), 1):
+        line = raw.split("#", 1)[0].strip()
+        if not line:
+            continue
+        name, sep, state = line.partition(":")
+        if not sep or state.strip().lower() not in ("on", "off"):
+            raise OptionError(f"E10001: --fusion_switch_file line {lineno} '{raw}': expected 'PassName:off'")
+        if state.strip().lower() == "off":
+            off.extend(_all_passes() if name.strip() == "ALL" else [name.strip()])
+    return off

@@ -1,0 +1,242 @@
+"""``atc``: CANN's Ascend Tensor Compiler command line, compiling ONNX into pycann .om files.
+
+Option names, console lines and error codes follow CANN (cann-interfaces.md §2). Modes:
+0 compile, 1 om/onnx -> JSON, 3 pre-check (check_result.json), 6 display om info.
+Usage: ``atc --model=m.onnx --framework=5 --output=m --soc_version=Ascend310P3``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shlex
+import sys
+import time
+from typing import Any, Sequence
+
+from pycann.errors import PycannError
+
+START = "ATC start working now, please wait for a moment."
+SUCCESS = "ATC run success, welcome to the next use."
+FAILED = "ATC run failed, Please check the detail log, Try 'atc --help' for more information"
+LOG_LEVELS = ("debug", "info", "warning", "error", "null")
+
+# CANN options pycann accepts but that have no effect on the CPU device (warned about).
+NO_EFFECT = (
+    "weight", "input_shape_range", "input_hint_shape", "is_input_adjust_hw_layout",
+    "is_output_adjust_hw_layout", "op_select_implmode", "optypelist_for_implmode",
+    "enable_scope_fusion_passes", "enable_small_channel", "compression_optimize_conf",
+    "enable_compress_weight", "compress_weight_conf", "sparsity", "buffer_optimize",
+    "disable_reuse_memory", "enable_single_stream", "external_weight", "status_check",
+    "op_debug_level", "debug_dir", "op_compiler_cache_mode", "op_compiler_cache_dir",
+    "save_original_model", "display_model_info", "virtual_type", "core_type", "aicore_num",
+    "mdl_bank_path", "op_bank_path", "deterministic", "deterministic_level",
+    "shape_generalized_build_mode", "oo_level", "host_env_os", "host_env_cpu", "cluster_config",
+    "dump_mode", "op_precision_mode", "allow_hf32", "singleop",
+)
+# Accepted and recorded; implemented in later work (issue 6): gears, AIPP, precision.
+NOT_YET = (
+    "dynamic_batch_size", "dynamic_image_size", "dynamic_dims", "insert_op_conf", "precision_mode",
+    "precision_mode_v2", "keep_dtype", "modify_mixlist", "customize_dtypes", "input_fp16_nodes",
+)
+
+
+class AtcError(Exception):
+    """A failure reported as ``E<code>: message`` after the failure line."""
+
+    def __init__(self, code: str, message: str) -> None:
+        super().__init__(message)
+        self.code = code
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(
+        prog="atc",
+        description="pycann ATC: compile an ONNX model into a pycann .om (CANN-compatible options).",
+        allow_abbrev=False,
+    )
+    p.add_argument("--mode", type=int, default=0, help="0 compile (default), 1 om/onnx to JSON, 3 pre-check, 6 display om info")
+    p.add_argument("--model", help="original model file (.onnx)")
+    p.add_argument("--framework", type=int, help="5 = ONNX (the only framework pycann parses)")
+    p.add_argument("--output", help="output path without suffix; .om is appended")
+    p.add_argument("--soc_version", help="target chip, e.g. Ascend310P3, Ascend910B2 (recorded in the .om)")
+    p.add_argument("--input_shape", help='"name:n,c,h,w;name2:..." ; -1 = dynamic dim, lo~hi = range')
+    p.add_argument("--input_format", default="NCHW", help="NCHW, NCDHW or ND for ONNX")
+    p.add_argument("--output_type", help="FP32, FP16, UINT8, INT8, ... or per output node:idx:TYPE;...")
+    p.add_argument("--out_nodes", help='"node:0;node2:1": choose outputs and their order')
+    p.add_argument("--log", default="null", choices=LOG_LEVELS, help="log level printed to the console")
+    p.add_argument("--fusion_switch_file", help="file of 'PassName:off' lines (or CANN's JSON switch form)")
+    p.add_argument("--om", help="mode 1/6: the .om (or .onnx) to read")
+    p.add_argument("--json", help="mode 1: JSON file to write")
+    p.add_argument("--check_report", default="check_result.json", help="mode 3: report path")
+    for name in NO_EFFECT + NOT_YET:
+        p.add_argument(f"--{name}", help=argparse.SUPPRESS)
+    return p
+
+
+def _log_fn(level: str) -> Any:
+    if level in ("debug", "info"):
+        return lambda line: print(f"[INFO] {line}", flush=True)
+    return None
+
+
+def _fusion_switches(path: str) -> list[str]:
+    from pycann.ge.switches import read_fusion_switch_file
+
+    return read_fusion_switch_file(path)
+
+
+def _compile(args: argparse.Namespace, argv: Sequence[str]) -> None:
+    from pycann.ge.compiler import compile_model
+    from pycann.ge.options import SOC_VERSIONS, CompileOptions, parse_input_shape, parse_out_nodes, parse_output_type
+
+    if args.framework is None:
+        raise AtcError("E10007", "[--framework] is required. The value must be [0(Caffe) or 1(MindSpore) or 3(TensorFlow) or 5(Onnx)].")
+    if args.framework != 5:
+        raise AtcError("E10001", f"Value [{args.framework}] for parameter [--framework] is invalid. pycann parses ONNX models only: use --framework=5.")
+    if not args.model:
+        raise AtcError("E10054", "The requied parameter [--model] for ATC is empty.")
+    if not os.path.isfile(args.model):
+        raise AtcError("E10001", f"Value [{args.model}] for parameter [--model] is invalid. Reason: the file does not exist.")
+    if not args.output:
+        raise AtcError("E10054", "The requied parameter [--output] for ATC is empty.")
+    if not args.soc_version:
+        raise AtcError("E10054", "The requied parameter [--soc_version] for ATC is empty. Use e.g. --soc_version=Ascend310P3.")
+    if args.soc_version not in SOC_VERSIONS:
+        raise AtcError("E10001", f"Value [{args.soc_version}] for parameter [--soc_version] is invalid. Supported: {', '.join(SOC_VERSIONS)}.")
+    if args.input_format not in ("NCHW", "NCDHW", "ND", "NHWC"):
+        raise AtcError("E10001", f"Value [{args.input_format}] for parameter [--input_format] is invalid. ONNX models take NCHW, NCDHW or ND.")
+    for name in NO_EFFECT:
+        if getattr(args, name) is not None:
+            print(f"[WARNING] option --{name} is accepted for compatibility and has no effect on pycann's CPU device", flush=True)
+    for name in NOT_YET:
+        if getattr(args, name) is not None:
+            raise AtcError("E10001", f"Option --{name} is not supported by this pycann version yet (see docs/differences.md).")
+    opts = CompileOptions(
+        input_shape=parse_input_shape(args.input_shape) if args.input_shape else {},
+        input_format=args.input_format,
+        soc_version=args.soc_version,
+        output_type=parse_output_type(args.output_type) if args.output_type else {},
+        out_nodes=parse_out_nodes(args.out_nodes) if args.out_nodes else [],
+        disabled_passes=_fusion_switches(args.fusion_switch_file) if args.fusion_switch_file else [],
+        log=args.log,
+    )
+    log = _log_fn(args.log)
+    t0 = time.perf_counter()
+    stage_lines: list[str] = []
+
+    def stage(line: str) -> None:
+        # Stage lines appear once a compile has run for more than a second (or always with --log=info).
+        stage_lines.append(line)
+        if log is not None:
+            log(line)
+        elif time.perf_counter() - t0 > 1.0:
+            for held in stage_lines:
+                print(f"[stage {time.perf_counter() - t0:5.1f}s] {held}", flush=True)
+            stage_lines.clear()
+
+    cm = compile_model(args.model, opts, log=stage)
+    cm.manifest["atc_command_line"] = "atc " + " ".join(shlex.quote(a) for a in argv)
+    cm.manifest["framework_type"] = 5
+    out = args.output if args.output.endswith(".om") else args.output + ".om"
+    d = os.path.dirname(out)
+    if d:
+        os.makedirs(d, exist_ok=True)
+    n = cm.save(out)
+    stage(f"[SaveOm] wrote {out} ({n / 2**20:.2f} MiB) in {time.perf_counter() - t0:.2f} s")
+
+
+def _to_json(args: argparse.Namespace) -> None:
+    from pycann.ge.serialize import encode_graph
+
+    if not args.om or not args.json:
+        raise AtcError("E10054", "The requied parameter [--om] and [--json] for ATC --mode=1 are empty.")
+    if args.om.lower().endswith(".onnx"):
+        from pycann.ge.importers.onnx import load_onnx
+
+        graph, manifest = load_onnx(args.om), {}
+    else:
+        from pycann.ge.om import load_om
+
+        om = load_om(args.om)
+        graph, manifest = om.graph, {k: v for k, v in om.manifest.items() if k != "graph"}
+    sizes = [0]
+
+    def put(arr: Any) -> tuple[int, int]:
+        # weights are described (dtype, shape, size) but not written into the JSON
+        off = sizes[0]
+        sizes[0] += arr.nbytes
+        return off, arr.nbytes
+
+    doc = {"manifest": manifest, "graph": encode_graph(graph, put)}
+    with open(args.json, "w", encoding="utf-8") as f:
+        json.dump(doc, f, indent=1, default=str)
+
+
+def _display(args: argparse.Namespace) -> None:
+    from pycann.ge.om import load_om, peek_header
+
+    if not args.om:
+        raise AtcError("E10054", "The requied parameter [--om] for ATC --mode=6 is empty.")
+    hdr = peek_header(args.om)
+    om = load_om(args.om)
+    m = om.manifest
+    mem = m.get("memory_plan", {})
+    print("============ Display Model Info start ============")
+    print(f"Original Atc command line: {m.get('atc_command_line', '(compiled through the Python API)')}")
+    print(f"system info: atc_version[pycann {m.get('pycann_version', '?')}], soc_version[{m.get('soc_version', '?')}], "
+          f"framework_type[{m.get('framework_type', 5)}]")
+    print(f"resource info: memory_size[{mem.get('peak_bytes', 0)}B], weight_size[{om.weights_bytes}B], "
+          f"stream_num[1], event_num[0]")
+    print(f"om info: modeldef_size[{hdr.get('manifest_bytes', 0)}B], weight_data_size[{hdr.get('weights_bytes', om.weights_bytes)}B], "
+          "tbe_kernels_size[0B], cust_aicpu_kernel_store_size[0B], task_info_size[0B]")
+    g = om.graph
+    for name in g.inputs:
+        print(f"input: {name} {g.descs.get(name)}")
+    for name in g.outputs:
+        print(f"output: {name} {g.descs.get(name)}")
+    print(f"ops: {len(g.nodes)} nodes; " + ", ".join(f"{k} {v}" for k, v in sorted(m.get('op_counts', {}).items())))
+    print("============ Display Model Info end ============")
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Entry point of the ``atc`` console script; returns the exit status (0 on success)."""
+    argv = list(sys.argv[1:] if argv is None else argv)
+    print(START, flush=True)
+    parser = build_parser()
+    try:
+        args, unknown = parser.parse_known_args(argv)
+    except SystemExit as e:  # argparse already printed the reason
+        if e.code == 0:
+            return 0
+        print(FAILED)
+        print("E10001: invalid command-line option value (see the message above).")
+        return 1
+    try:
+        if unknown:
+            raise AtcError("E10001", f"Unknown option(s) {' '.join(unknown)}. Try 'atc --help'.")
+        if args.mode == 0:
+            _compile(args, argv)
+        elif args.mode == 1:
+            _to_json(args)
+        elif args.mode == 6:
+            _display(args)
+        else:
+            raise AtcError("E10001", f"Value [{args.mode}] for parameter [--mode] is invalid. pycann supports 0, 1 and 6.")
+    except AtcError as e:
+        print(FAILED)
+        print(f"{e.code}: {e}")
+        return 1
+    except PycannError as e:
+        print(FAILED)
+        code = e.code or "E19999"
+        msg = str(e)
+        print(msg if msg.startswith(code) else f"{code}: {msg}")
+        return 1
+    print(SUCCESS, flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
