@@ -9,15 +9,18 @@ from __future__ import annotations
 from types import ModuleType
 
 from pycann.errors import UnsupportedOpError
-from pycann.ops import cast, control, elementwise, matmul, reduce, tensor
+from pycann.ops import activation, cast, control, elementwise, indexing, matmul, reduce, tensor, tensor_gen
 from pycann.ops.nn import conv, norm, pool, resize, rnn
 from pycann.ops.opdef import OpDef
 
 FAMILIES: tuple[ModuleType, ...] = (
     elementwise,
+    activation,
     cast,
     reduce,
     tensor,
+    tensor_gen,
+    indexing,
     matmul,
     conv,
     pool,

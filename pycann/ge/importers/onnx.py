@@ -16,7 +16,7 @@ import onnx
 from onnx import AttributeProto, numpy_helper
 
 from pycann.dtypes import Dim, DType, TensorDesc
-from pycann.errors import ModelError
+from pycann.errors import ModelError, UnsupportedOpError
 from pycann.ge.importers.functions import inline_local_functions
 from pycann.ge.importers.opset_upgrade import upgrade_node
 from pycann.ge.ir import Graph, Node
@@ -47,10 +47,26 @@ def load_onnx(source: str | os.PathLike[str] | bytes | onnx.ModelProto, check: b
             onnx.checker.check_model(model)
         except onnx.checker.ValidationError as e:
             first = str(e).strip().splitlines()[0] if str(e).strip() else repr(e)
+            _raise_if_unknown_op(model, first)
             raise ModelError(f"model fails onnx.checker: {first}") from None
         except ValueError:
             pass  # >2 GB models cannot be checked in memory; the importer still validates edges.
     return import_model(model)
+
+
+def _raise_if_unknown_op(model: onnx.ModelProto, message: str) -> None:
+    """The checker's "No Op registered for X" becomes atc's E19010 naming the node and opset."""
+    if not message.startswith("No Op registered for "):
+        return
+    op_type = message.split()[4]
+    opsets = {(o.domain or ""): o.version for o in model.opset_import}
+    for n in model.graph.node:
+        if n.op_type == op_type:
+            raise UnsupportedOpError(
+                f"node {n.name or '<unnamed>'}: no parser is registered for op {op_type} "
+                f"(domain {n.domain or 'ai.onnx'}, opset {opsets.get(n.domain or '', '?')}); it is not an "
+                "operator of that ONNX opset — check the exporter's opset or op name"
+            )
 
 
 def import_model(model: onnx.ModelProto) -> Graph:
@@ -76,7 +92,7 @@ def _dims(tp: onnx.TypeProto) -> tuple[int, tuple[Dim, ...] | None]:
         return tt.elem_type, None
     dims: list[Dim] = []
     for d in tt.shape.dim:
-        if d.HasField("dim_value"):
+        if d.HasField("dim_value") and d.dim_value >= 0:
             dims.append(int(d.dim_value))
         elif d.HasField("dim_param") and d.dim_param:
             dims.append(d.dim_param)

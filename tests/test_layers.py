@@ -1,0 +1,45 @@
+"""Layering rule (docs/architecture.md): imports go downward only."""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1] / "pycann"
+# package -> packages it must never import
+FORBIDDEN = {
+    "ops": ("pycann.ge", "pycann.acl", "pycann.tools", "pycann.runtime"),
+    "ge": ("pycann.acl", "pycann.tools"),
+    "runtime": ("pycann.ge", "pycann.acl", "pycann.tools", "pycann.ops"),
+    "acl": ("pycann.tools",),
+}
+
+
+def _imports(path: Path) -> list[str]:
+    tree = ast.parse(path.read_text(encoding="utf-8"))
+    names = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            names += [a.name for a in node.names]
+        elif isinstance(node, ast.ImportFrom) and node.module:
+            names.append(node.module)
+    return names
+
+
+@pytest.mark.parametrize("pkg", sorted(FORBIDDEN))
+def test_layer_imports_go_downward(pkg: str) -> None:
+    bad = []
+    for path in (ROOT / pkg).rglob("*.py"):
+        for name in _imports(path):
+            if name.startswith(FORBIDDEN[pkg]):
+                bad.append(f"{path.relative_to(ROOT)} imports {name}")
+    assert not bad, "\n".join(bad)
+
+
+def test_no_pickle_in_package() -> None:
+    for path in ROOT.rglob("*.py"):
+        for name in _imports(path):
+            assert name.split(".")[0] not in ("pickle", "dill", "cloudpickle"), f"{path} imports {name}"
+        assert "allow_pickle=True" not in path.read_text(encoding="utf-8"), path
