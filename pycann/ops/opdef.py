@@ -7,8 +7,9 @@ inputs, e.g. ``axes``, ``split``, ``pads``, Clip's ``min``/``max``) before passe
 
 from __future__ import annotations
 
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Callable, Mapping, Optional, Sequence
+from typing import Any
 
 import numpy as np
 
@@ -18,7 +19,7 @@ from pycann.errors import ShapeError
 # Kernel: (inputs, attrs) -> outputs. ``inputs`` holds ``None`` for omitted optional inputs.
 # Attributes arrive with the schema defaults filled in. Outputs must be ``np.ndarray`` (never
 # numpy scalars) of the dtype the infer function promised.
-Kernel = Callable[[Sequence[Optional[np.ndarray]], Mapping[str, Any]], Sequence[np.ndarray]]
+Kernel = Callable[[Sequence[np.ndarray | None], Mapping[str, Any]], Sequence[np.ndarray]]
 # Scoped kernel (If/Loop/Scan): also gets ``run_body(attr_name, feeds) -> outputs`` which runs
 # the named GRAPH attribute with ``feeds`` bound to its inputs and the caller's outer scope.
 ScopedKernel = Callable[..., Sequence[np.ndarray]]

@@ -1,7 +1,269 @@
-"""conv ops (ONNX spec, Operators.md)."""
+"""Convolution ops: Conv, ConvTranspose (ONNX spec, Operators.md sections Conv, ConvTranspose).
+
+The kernels pick an algorithm per shape (``conv_algorithm``): a 1x1 unpadded conv is one GEMM
+on the (C, H*W) view, a depthwise conv is a sum of shifted multiply-adds, everything else is
+im2col + GEMM. float16/bfloat16 inputs are computed in float32 and returned in their dtype.
+"""
 
 from __future__ import annotations
 
-from pycann.ops.opdef import OpDef
+from collections.abc import Mapping, Sequence
+from typing import Any
 
-OPS: list[OpDef] = []
+import numpy as np
+
+from pycann.dtypes import Dim, TensorDesc
+from pycann.ops.nn.im2col import conv_1x1, conv_depthwise, conv_im2col, conv_transpose_col2im
+from pycann.ops.nn.spatial import (
+    Window,
+    check_window_attrs,
+    compute_dtype,
+    infer_window_dims,
+    plan_window,
+)
+from pycann.ops.opdef import InferContext, OpDef
+
+_WINDOW_ATTRS: dict[str, Any] = {
+    "auto_pad": "NOTSET",
+    "dilations": [],
+    "group": 1,
+    "kernel_shape": [],
+    "pads": [],
+    "strides": [],
+}
+
+
+def _kernel_shape(attrs: Mapping[str, Any], w_shape: Sequence[Dim] | None) -> tuple[int, ...] | None:
+    """``kernel_shape`` attribute, else W's spatial dims (spec: "inferred from W"), else None."""
+    ks = attrs.get("kernel_shape") or []
+    if ks:
+        return tuple(int(k) for k in ks)
+    if w_shape is not None and all(isinstance(d, int) for d in w_shape[2:]):
+        return tuple(int(d) for d in w_shape[2:])  # type: ignore[arg-type]
+    return None
+
+
+def conv_window(x_shape: Sequence[int], w_shape: Sequence[int], attrs: Mapping[str, Any]) -> Window:
+    """Resolved Conv geometry (pads after ``auto_pad``, output spatial sizes) for static shapes."""
+    kernel = _kernel_shape(attrs, w_shape)
+    assert kernel is not None
+    return plan_window(tuple(x_shape[2:]), kernel, attrs)
+
+
+def _select(x_shape: Sequence[int], w_shape: Sequence[int], group: int, win: Window) -> str:
+    n, c, m = x_shape[0], x_shape[1], w_shape[0]
+    if n == 0 or m == 0 or any(o == 0 for o in win.out):
+        return "empty"
+    if all(k == 1 for k in win.kernel) and not win.padded:
+        return "gemm_1x1"
+    if group == c == m and group > 1:
+        return "depthwise"
+    return "im2col_gemm"
+
+
+def conv_algorithm(x_shape: Sequence[int], w_shape: Sequence[int], attrs: Mapping[str, Any]) -> str:
+    """Name of the algorithm the Conv kernel uses for these static shapes and attributes.
+
+    One of ``gemm_1x1`` (1x1 kernel, no padding: a GEMM on the (C, H*W) view),
+    ``depthwise`` (group == C_in == C_out: shifted multiply-adds), ``im2col_gemm`` (patch
+    matrix + GEMM) or ``empty`` (zero-sized output). GE records it per node.
+    """
+    return _select(x_shape, w_shape, int(attrs.get("group", 1)), conv_window(x_shape, w_shape, attrs))
+
+
+def _bias_shape(m: int, n_spatial: int) -> tuple[int, ...]:
+    return (1, m) + (1,) * n_spatial
+
+
+def _check_conv_shapes(x: np.ndarray, w: np.ndarray, group: int, transpose: bool) -> None:
+    if x.ndim < 3 or w.ndim != x.ndim:
+        raise ValueError(f"X {x.shape} and W {w.shape} must both be (N, C, D1, ...) of the same rank >= 3")
+    cin = w.shape[0] if transpose else w.shape[1] * group
+    if group < 1 or x.shape[1] != cin or (not transpose and w.shape[0] % group):
+        raise ValueError(f"channels of X {x.shape} do not match W {w.shape} with group={group}")
+
+
+def _k_conv(inputs: Sequence[Any], attrs: Mapping[str, Any]) -> list[np.ndarray]:
+    """Conv (spec: Conv-11/22): Y = X (*) W + B with strides, dilations, pads and groups."""
+    x, w = inputs[0], inputs[1]
+    b = inputs[2] if len(inputs) > 2 else None
+    group = int(attrs.get("group", 1))
+    _check_conv_shapes(x, w, group, transpose=False)
+    win = conv_window(x.shape, w.shape, attrs)
+    if any(o <= 0 for o in win.out) and all(s > 0 for s in x.shape[2:]):
+        raise ValueError(f"Conv window {win.kernel} does not fit input {x.shape} with pads/strides given")
+    algo = _select(x.shape, w.shape, group, win)
+    cd = compute_dtype(x.dtype)
+    xc, wc = x.astype(cd, copy=False), w.astype(cd, copy=False)
+    m = w.shape[0]
+    if algo == "empty":
+        y = np.zeros((x.shape[0], m) + win.out, dtype=cd)
+    elif algo == "gemm_1x1":
+        y = conv_1x1(xc, wc, group, win)
+    elif algo == "depthwise":
+        y = conv_depthwise(xc, wc, win)
+    else:
+        y = conv_im2col(xc, wc, group, win)
+    if b is not None and y.size:
+        y += b.astype(cd, copy=False).reshape(_bias_shape(m, len(win.out)))
+    return [np.asarray(y.astype(x.dtype, copy=False))]
+
+
+def _infer_conv(ctx: InferContext) -> list[TensorDesc]:
+    """Conv output: (N, M, *spatial) with spatial sizes from the window rules (spec: Conv)."""
+    x, w = ctx.input(0), ctx.input(1)
+    dtype = x.dtype if x is not None else (w.dtype if w is not None else 0)
+    xs = x.shape if x is not None else None
+    ws = w.shape if w is not None else None
+    rank = len(xs) if xs is not None else (len(ws) if ws is not None else None)
+    if rank is None:
+        return [TensorDesc(dtype, None)]
+    if rank < 3:
+        raise ctx.fail(f"input X has rank {rank}; expected (N, C, D1, ...) with at least one spatial dim")
+    if xs is not None and ws is not None and len(ws) != len(xs):
+        raise ctx.fail(f"input W has rank {len(ws)} but X has rank {len(xs)}; they must match")
+    group = int(ctx.attrs.get("group", 1))
+    if group < 1:
+        raise ctx.fail(f"attribute group = {group} must be >= 1")
+    kernel = _kernel_shape(ctx.attrs, ws)
+    err = check_window_attrs(ctx.attrs, rank - 2, kernel)
+    if err:
+        raise ctx.fail(err)
+    if ws is not None and ctx.attrs.get("kernel_shape"):
+        if any(isinstance(d, int) and d != k for d, k in zip(ws[2:], kernel or ())):
+            raise ctx.fail(f"attribute kernel_shape {list(kernel or ())} does not match W shape {list(ws)}")
+    if xs is not None and ws is not None and isinstance(xs[1], int) and isinstance(ws[1], int):
+        if xs[1] != ws[1] * group:
+            raise ctx.fail(f"X has {xs[1]} channels but W {list(ws)} with group={group} expects {ws[1] * group}")
+    m: Dim = ws[0] if ws is not None else None
+    if isinstance(m, int) and m % group:
+        raise ctx.fail(f"W has {m} output channels, not divisible by group={group}")
+    spatial: list[Dim] = [None] * (rank - 2)
+    if xs is not None:
+        spatial = infer_window_dims(xs[2:], kernel, ctx.attrs)
+        for i, (d, o) in enumerate(zip(xs[2:], spatial)):
+            if isinstance(d, int) and d > 0 and o == 0:
+                raise ctx.fail(f"kernel {list(kernel or ())} does not fit spatial dim {i} of X {list(xs)}")
+    n: Dim = xs[0] if xs is not None else None
+    return [TensorDesc(dtype, (n, m, *spatial))]
+
+
+# ---------------------------------------------------------------- ConvTranspose
+
+
+def conv_transpose_geometry(
+    in_sizes: Sequence[int], kernel: Sequence[int], attrs: Mapping[str, Any]
+) -> tuple[Window, tuple[int, ...]]:
+    """(window with pads_begin as output offsets, output spatial sizes) for ConvTranspose.
+
+    Spec (ConvTranspose-11): with ``output_shape`` or SAME auto_pad, total padding
+    ``stride*(in-1) + output_padding + span - out`` is split between begin and end; SAME output
+    is ``in * stride``; otherwise out = ``stride*(in-1) + output_padding + span - pads``.
+    """
+    n = len(in_sizes)
+    strides = tuple(int(v) for v in (attrs.get("strides") or [1] * n))
+    dil = tuple(int(v) for v in (attrs.get("dilations") or [1] * n))
+    opad = [int(v) for v in (attrs.get("output_padding") or [0] * n)]
+    oshape = [int(v) for v in (attrs.get("output_shape") or [])][-n:] if attrs.get("output_shape") else []
+    ap = attrs.get("auto_pad", "NOTSET")
+    ap = ap.decode() if isinstance(ap, bytes) else ap
+    pads = [int(p) for p in (attrs.get("pads") or [0] * (2 * n))] if ap in ("NOTSET", "") else [0] * (2 * n)
+    pb: list[int] = []
+    outs: list[int] = []
+    for i in range(n):
+        full = strides[i] * (in_sizes[i] - 1) + opad[i] + (int(kernel[i]) - 1) * dil[i] + 1
+        if oshape or ap in ("SAME_UPPER", "SAME_LOWER"):
+            if oshape:
+                out = oshape[i]
+                total = full - out
+            else:
+                # Spec: out = in * stride. ONNX Runtime clamps the total padding at 0 instead,
+                # so when in * stride exceeds the full result the output is the full result.
+                total = max(0, full - in_sizes[i] * strides[i])
+                out = full - total
+            # Spec: the odd unit of padding goes to the end for SAME_UPPER, else to the start.
+            pb.append(total // 2 if ap == "SAME_UPPER" else total - total // 2)
+        else:
+            out = full - pads[i] - pads[n + i]
+            pb.append(pads[i])
+        outs.append(out)
+    kern = tuple(int(k) for k in kernel)
+    return Window(kern, strides, dil, tuple(pb), (0,) * n, tuple(in_sizes)), tuple(outs)
+
+
+def _k_conv_transpose(inputs: Sequence[Any], attrs: Mapping[str, Any]) -> list[np.ndarray]:
+    """ConvTranspose (spec: ConvTranspose-11/22): the gradient of Conv w.r.t. its input."""
+    x, w = inputs[0], inputs[1]
+    b = inputs[2] if len(inputs) > 2 else None
+    group = int(attrs.get("group", 1))
+    _check_conv_shapes(x, w, group, transpose=True)
+    kernel = _kernel_shape(attrs, w.shape)
+    assert kernel is not None
+    win, outs = conv_transpose_geometry(x.shape[2:], kernel, attrs)
+    if any(o < 0 for o in outs):
+        raise ValueError(f"ConvTranspose output size {outs} is negative for input {x.shape}")
+    cd = compute_dtype(x.dtype)
+    m = w.shape[1] * group
+    y = conv_transpose_col2im(x.astype(cd, copy=False), w.astype(cd, copy=False), group, win, outs)
+    if b is not None and y.size:
+        y = y + b.astype(cd, copy=False).reshape(_bias_shape(m, len(outs)))
+    return [np.ascontiguousarray(y, dtype=x.dtype)]
+
+
+def _infer_conv_transpose(ctx: InferContext) -> list[TensorDesc]:
+    """ConvTranspose output: (N, W.shape[1] * group, *spatial) (spec: ConvTranspose)."""
+    x, w = ctx.input(0), ctx.input(1)
+    dtype = x.dtype if x is not None else (w.dtype if w is not None else 0)
+    xs = x.shape if x is not None else None
+    ws = w.shape if w is not None else None
+    rank = len(xs) if xs is not None else (len(ws) if ws is not None else None)
+    if rank is None:
+        return [TensorDesc(dtype, None)]
+    if rank < 3:
+        raise ctx.fail(f"input X has rank {rank}; expected (N, C, D1, ...) with at least one spatial dim")
+    if xs is not None and ws is not None and len(ws) != len(xs):
+        raise ctx.fail(f"input W has rank {len(ws)} but X has rank {len(xs)}; they must match")
+    group = int(ctx.attrs.get("group", 1))
+    if group < 1:
+        raise ctx.fail(f"attribute group = {group} must be >= 1")
+    ns = rank - 2
+    kernel = _kernel_shape(ctx.attrs, ws)
+    err = check_window_attrs(ctx.attrs, ns, kernel)
+    if err:
+        raise ctx.fail(err)
+    for name in ("output_padding",):
+        v = list(ctx.attrs.get(name) or [])
+        if v and len(v) != ns:
+            raise ctx.fail(f"attribute {name} has {len(v)} values; expected {ns}")
+    oshape = list(ctx.attrs.get("output_shape") or [])
+    if oshape and len(oshape) not in (ns, rank):
+        raise ctx.fail(f"attribute output_shape {oshape} must have {ns} (spatial) or {rank} values")
+    if xs is not None and ws is not None and isinstance(xs[1], int) and isinstance(ws[0], int):
+        if xs[1] != ws[0]:
+            raise ctx.fail(f"X has {xs[1]} channels but W {list(ws)} expects {ws[0]}")
+    m: Dim = ws[1] * group if ws is not None and isinstance(ws[1], int) else None
+    spatial: list[Dim] = [None] * ns
+    if oshape:
+        spatial = [int(v) for v in oshape[-ns:]]
+    elif xs is not None and kernel is not None:
+        for i, d in enumerate(xs[2:]):
+            if isinstance(d, int):
+                sizes = [1] * ns
+                sizes[i] = d
+                spatial[i] = conv_transpose_geometry(sizes, kernel, ctx.attrs)[1][i]
+                if spatial[i] < 0:  # type: ignore[operator]
+                    raise ctx.fail(f"output spatial dim {i} would be {spatial[i]} (pads too large)")
+    n: Dim = xs[0] if xs is not None else None
+    return [TensorDesc(dtype, (n, m, *spatial))]
+
+
+OPS: list[OpDef] = [
+    OpDef("Conv", _infer_conv, _k_conv, since=1, attrs=dict(_WINDOW_ATTRS)),
+    OpDef(
+        "ConvTranspose",
+        _infer_conv_transpose,
+        _k_conv_transpose,
+        since=1,
+        attrs={**_WINDOW_ATTRS, "output_padding": [], "output_shape": []},
+    ),
+]

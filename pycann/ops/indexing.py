@@ -1,0 +1,464 @@
+"""Indexing ops (ONNX spec, Operators.md): Slice, Gather, GatherElements, GatherND, ScatterND,
+ScatterElements, Scatter, Pad, Compress, OneHot, ReverseSequence, TopK, Unique, NonZero.
+
+Index inputs may be negative (counted from the end of the axis) wherever the spec allows it;
+numpy's fancy indexing wraps them and raises ``IndexError`` for out-of-range ones.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import numpy as np
+
+from pycann.dtypes import Dim, DType, TensorDesc
+from pycann.ops.opdef import InferContext, OpDef
+from pycann.ops.shape_utils import normalize_axes, normalize_axis, same_as
+from pycann.ops.tensor import astr, const_ints, ints, vec_len
+
+Inputs = Sequence[Any]
+Attrs = Mapping[str, Any]
+
+
+def _opt(inputs: Inputs, i: int) -> Any:
+    """Optional input ``i`` or None."""
+    return inputs[i] if len(inputs) > i else None
+
+
+def _dt(desc: TensorDesc | None) -> int:
+    return 0 if desc is None else desc.dtype
+
+
+def _fail_axis(ctx: InferContext, axis: int, rank: int, what: str = "attribute 'axis'") -> int:
+    try:
+        return normalize_axis(axis, rank)
+    except ValueError as e:
+        raise ctx.fail(f"{what}: {e}") from None
+
+
+# --------------------------------------------------------------------------- Slice
+def _slice_bounds(d: int, start: int, end: int, step: int) -> tuple[int, int]:
+    """ONNX clamping: negatives count from the end; [0, d] for step > 0, [0, d-1]/[-1, d-1] for step < 0."""
+    if step == 0:
+        raise ValueError("Slice: 'steps' must not contain 0")
+    start = start + d if start < 0 else start
+    end = end + d if end < 0 else end
+    if step > 0:
+        return min(max(start, 0), d), min(max(end, 0), d)
+    return min(max(start, 0), d - 1), min(max(end, -1), d - 1)
+
+
+def _slice_spec(shape: Sequence[int], starts: list[int], ends: list[int], axes: list[int] | None,
+                steps: list[int] | None) -> list[tuple[int, int, int, int]]:
+    """(axis, start, end, step) after normalisation; ``end == -1`` means "through index 0"."""
+    if len(starts) != len(ends):
+        raise ValueError(f"Slice: 'starts' {starts} and 'ends' {ends} differ in length")
+    axes = list(range(len(starts))) if axes is None else normalize_axes(axes, len(shape), "Slice: ")
+    steps = [1] * len(starts) if steps is None else steps
+    if not len(axes) == len(steps) == len(starts):
+        raise ValueError("Slice: 'starts', 'ends', 'axes' and 'steps' must have the same length")
+    return [(a, *_slice_bounds(shape[a], s, e, st), st) for a, s, e, st in zip(axes, starts, ends, steps)]
+
+
+def _k_slice(inputs: Inputs, attrs: Attrs) -> list[np.ndarray]:
+    """Slice (Operators.md, opset 13): returns a view of the input."""
+    x = inputs[0]
+    axes, steps = _opt(inputs, 3), _opt(inputs, 4)
+    spec = _slice_spec(x.shape, ints(inputs[1]), ints(inputs[2]),
+                       None if axes is None else ints(axes), None if steps is None else ints(steps))
+    sl = [slice(None)] * x.ndim
+    for a, s, e, st in spec:
+        sl[a] = slice(s, e if e >= 0 else None, st)
+    return [x[tuple(sl)]]
+
+
+def _infer_slice(ctx: InferContext) -> list[TensorDesc]:
+    x = ctx.input(0)
+    if x is None or x.shape is None:
+        return [same_as(x)]
+    r = len(x.shape)
+    starts, ends, axes, steps = (const_ints(ctx, i) for i in (1, 2, 3, 4))
+    unknown = TensorDesc(x.dtype, (None,) * r)
+    if axes is None:
+        if ctx.input(3) is not None:
+            return [unknown]  # any axis may be sliced
+        n = len(starts) if starts is not None else len(ends) if ends is not None else vec_len(ctx.input(1))
+        if n is None:
+            return [unknown]
+        axes = list(range(n))
+    exact = starts is not None and ends is not None and (steps is not None or ctx.input(4) is None)
+    steps = steps or [1] * len(axes)
+    try:
+        ax = normalize_axes(axes, r)
+        if exact and not len(starts) == len(ends) == len(ax) == len(steps):  # type: ignore[arg-type]
+            raise ValueError("'starts', 'ends', 'axes' and 'steps' must have the same length")
+    except ValueError as e:
+        raise ctx.fail(f"inputs of Slice are invalid for data {x}: {e}") from None
+    out: list[Dim] = list(x.shape)
+    for i, a in enumerate(ax):
+        d = x.shape[a]
+        if not exact:
+            out[a] = None
+            continue
+        s, e, st = starts[i], ends[i], steps[i]  # type: ignore[index]
+        if st == 0:
+            raise ctx.fail("input 'steps' must not contain 0")
+        if isinstance(d, int):
+            b0, b1 = _slice_bounds(d, s, e, st)
+            out[a] = len(range(b0, b1, st))
+        elif not (st == 1 and s == 0 and e >= 2**62):  # anything but "the whole axis"
+            out[a] = None
+    return [TensorDesc(x.dtype, tuple(out))]
+
+
+# --------------------------------------------------------------------------- Gather family
+def _k_gather(inputs: Inputs, attrs: Attrs) -> list[np.ndarray]:
+    """Gather (Operators.md): ``np.take`` along ``axis``; negative indices count from the end."""
+    x, idx = inputs[0], inputs[1]
+    axis = normalize_axis(attrs["axis"], x.ndim, "Gather: ")
+    return [np.asarray(np.take(x, idx, axis=axis))]
+
+
+def _infer_gather(ctx: InferContext) -> list[TensorDesc]:
+    x, idx = ctx.input(0), ctx.input(1)
+    if x is None or x.shape is None or idx is None or idx.shape is None:
+        return [TensorDesc(_dt(x), None)]
+    a = _fail_axis(ctx, ctx.attrs["axis"], len(x.shape))
+    return [TensorDesc(x.dtype, (*x.shape[:a], *idx.shape, *x.shape[a + 1:]))]
+
+
+def _wrap(idx: np.ndarray, dim: int | np.ndarray) -> np.ndarray:
+    """Negative indices to positive (explicitly, so ufunc.at and take_along_axis agree)."""
+    idx = idx.astype(np.int64, copy=False)
+    if idx.size == 0 or idx.min() >= 0:  # the common case: skip the rewrite pass
+        return idx
+    return np.where(idx < 0, idx + dim, idx)
+
+
+def _k_gather_elements(inputs: Inputs, attrs: Attrs) -> list[np.ndarray]:
+    """GatherElements (Operators.md): ``out[i][j] = x[idx[i][j]][j]`` for axis 0, and so on."""
+    x, idx = inputs[0], inputs[1]
+    axis = normalize_axis(attrs["axis"], x.ndim, "GatherElements: ")
+    if idx.shape != x.shape:  # indices may be smaller than data off the axis (ORT allows it)
+        x = x[tuple(slice(None) if i == axis else slice(0, d) for i, d in enumerate(idx.shape))]
+    return [np.take_along_axis(x, _wrap(idx, x.shape[axis]), axis=axis)]
+
+
+def _infer_indices_shape(ctx: InferContext) -> list[TensorDesc]:
+    return [TensorDesc(_dt(ctx.input(0)), None if ctx.input(1) is None else ctx.input(1).shape)]
+
+
+def _k_gather_nd(inputs: Inputs, attrs: Attrs) -> list[np.ndarray]:
+    """GatherND (Operators.md, opset 12 batch_dims): index tuples of length k = indices.shape[-1]."""
+    x, idx = inputs[0], inputs[1]
+    b = attrs["batch_dims"]
+    k = idx.shape[-1]
+    bsz = int(np.prod(x.shape[:b], dtype=np.int64))
+    m = int(np.prod(idx.shape[b:-1], dtype=np.int64))
+    xr = x.reshape((bsz, *x.shape[b:]))
+    ix = _wrap(idx.reshape(bsz, m, k), np.array(x.shape[b:b + k], dtype=np.int64))
+    sel = xr[(np.arange(bsz)[:, None], *(ix[..., j] for j in range(k)))]
+    return [sel.reshape((*idx.shape[:-1], *x.shape[b + k:]))]
+
+
+def _infer_gather_nd(ctx: InferContext) -> list[TensorDesc]:
+    x, idx = ctx.input(0), ctx.input(1)
+    if x is None or x.shape is None or idx is None or idx.shape is None or not idx.shape:
+        return [TensorDesc(_dt(x), None)]
+    k, b = idx.shape[-1], ctx.attrs["batch_dims"]
+    if not isinstance(k, int):
+        return [TensorDesc(x.dtype, None)]
+    if b + k > len(x.shape):
+        raise ctx.fail(f"indices {idx} index {k} dims after {b} batch dims of data {x}")
+    return [TensorDesc(x.dtype, (*idx.shape[:-1], *x.shape[b + k:]))]
+
+
+# --------------------------------------------------------------------------- Scatter family
+_REDUCTIONS = {"add": np.add, "mul": np.multiply, "max": np.maximum, "min": np.minimum}
+
+
+def _scatter(out: np.ndarray, where: tuple, updates: np.ndarray, reduction: Any) -> np.ndarray:
+    red = astr(reduction)
+    if red == "none":
+        out[where] = updates  # duplicates: last write wins (spec leaves it undefined)
+    elif red in _REDUCTIONS:
+        _REDUCTIONS[red].at(out, where, updates)
+    else:
+        raise ValueError(f"Scatter: unknown reduction '{red}'")
+    return out
+
+
+def _k_scatter_nd(inputs: Inputs, attrs: Attrs) -> list[np.ndarray]:
+    """ScatterND (Operators.md, opset 18 reductions none/add/mul/max/min)."""
+    x, idx, upd = inputs[0], inputs[1], inputs[2]
+    k = idx.shape[-1]
+    ix = idx.reshape(-1, k)
+    u = upd.reshape((ix.shape[0], *x.shape[k:]))
+    return [_scatter(x.copy(), tuple(ix[:, j] for j in range(k)), u, attrs["reduction"])]
+
+
+def _k_scatter_elements(inputs: Inputs, attrs: Attrs) -> list[np.ndarray]:
+    """ScatterElements (Operators.md, opset 18): ``out[idx[i][j]][j] = upd[i][j]`` for axis 0."""
+    x, idx, upd = inputs[0], inputs[1], inputs[2]
+    axis = normalize_axis(attrs["axis"], x.ndim, "ScatterElements: ")
+    grid = list(np.indices(idx.shape, sparse=True))
+    grid[axis] = _wrap(idx, x.shape[axis])
+    return [_scatter(x.copy(), tuple(grid), upd, attrs["reduction"])]
+
+
+def _infer_data_shape(ctx: InferContext) -> list[TensorDesc]:
+    return [same_as(ctx.input(0))]
+
+
+# --------------------------------------------------------------------------- Pad
+_PAD_MODES = {"constant", "reflect", "edge", "wrap"}
+
+
+def _pad_lists(rank: int, pads: list[int], axes: list[int] | None) -> tuple[list[int], list[int]]:
+    axes = list(range(rank)) if axes is None else normalize_axes(axes, rank, "Pad: ")
+    n = len(axes)
+    if len(pads) != 2 * n:
+        raise ValueError(f"Pad: 'pads' {pads} must have 2 * {n} entries")
+    begin, end = [0] * rank, [0] * rank
+    for i, a in enumerate(axes):
+        begin[a], end[a] = pads[i], pads[i + n]
+    return begin, end
+
+
+def _k_pad(inputs: Inputs, attrs: Attrs) -> list[np.ndarray]:
+    """Pad (Operators.md, opset 19): constant/reflect/edge/wrap; negative pads crop first (like ORT)."""
+    x = inputs[0]
+    mode = astr(attrs["mode"])
+    if mode not in _PAD_MODES:
+        raise ValueError(f"Pad: unknown mode '{mode}'")
+    axes = _opt(inputs, 3)
+    begin, end = _pad_lists(x.ndim, ints(inputs[1]), None if axes is None else ints(axes))
+    if any(p < 0 for p in begin + end):
+        x = x[tuple(slice(max(-b, 0), d - max(-e, 0)) for b, e, d in zip(begin, end, x.shape))]
+    widths = [(max(b, 0), max(e, 0)) for b, e in zip(begin, end)]
+    if mode != "constant":
+        return [np.pad(x, widths, mode=mode)]
+    cv = _opt(inputs, 2)
+    value = x.dtype.type(0) if cv is None or np.asarray(cv).size == 0 else np.asarray(cv).reshape(-1)[0]
+    # filling a fresh buffer and copying the body is cheaper than np.pad's general path
+    out = np.full([d + b + e for d, (b, e) in zip(x.shape, widths)], value, dtype=x.dtype)
+    out[tuple(slice(b, b + d) for d, (b, _) in zip(x.shape, widths))] = x
+    return [out]
+
+
+def _infer_pad(ctx: InferContext) -> list[TensorDesc]:
+    x = ctx.input(0)
+    if x is None or x.shape is None:
+        return [same_as(x)]
+    pads = const_ints(ctx, 1)
+    axes = const_ints(ctx, 3)
+    if pads is None or (ctx.input(3) is not None and axes is None):
+        return [TensorDesc(x.dtype, (None,) * len(x.shape))]
+    try:
+        begin, end = _pad_lists(len(x.shape), pads, axes)
+    except ValueError as e:
+        raise ctx.fail(str(e)) from None
+    out = [d + b + e if isinstance(d, int) else (d if b == e == 0 else None)
+           for d, b, e in zip(x.shape, begin, end)]
+    if any(isinstance(d, int) and d < 0 for d in out):
+        raise ctx.fail(f"input 'pads' {pads} crops more than the dims of {x}")
+    return [TensorDesc(x.dtype, tuple(out))]
+
+
+# --------------------------------------------------------------------- Compress / OneHot / ReverseSequence
+def _k_compress(inputs: Inputs, attrs: Attrs) -> list[np.ndarray]:
+    """Compress (Operators.md): keep slices where ``condition`` is true; no axis = flattened input."""
+    x, cond = inputs[0], np.asarray(inputs[1]).astype(np.bool_, copy=False).reshape(-1)
+    if attrs["axis"] is None:
+        return [np.compress(cond, x.reshape(-1))]
+    return [np.compress(cond, x, axis=normalize_axis(attrs["axis"], x.ndim, "Compress: "))]
+
+
+def _infer_compress(ctx: InferContext) -> list[TensorDesc]:
+    x = ctx.input(0)
+    cond = ctx.value(1)
+    n = None if cond is None else int(np.count_nonzero(cond))
+    if ctx.attrs["axis"] is None:
+        return [TensorDesc(_dt(x), (n,))]
+    if x is None or x.shape is None:
+        return [TensorDesc(_dt(x), None)]
+    a = _fail_axis(ctx, ctx.attrs["axis"], len(x.shape))
+    return [TensorDesc(x.dtype, tuple(n if i == a else d for i, d in enumerate(x.shape)))]
+
+
+def _k_onehot(inputs: Inputs, attrs: Attrs) -> list[np.ndarray]:
+    """OneHot (Operators.md, opset 11): indices in [-depth, depth-1]; others give all off_value."""
+    idx = np.asarray(inputs[0]).astype(np.int64)  # float indices truncate, as in ORT
+    depth = int(np.asarray(inputs[1]).reshape(-1)[0])
+    values = np.asarray(inputs[2]).reshape(-1)
+    axis = normalize_axis(attrs["axis"], idx.ndim + 1, "OneHot: ")
+    idx = np.where(idx < 0, idx + depth, idx)
+    hot = idx[..., None] == np.arange(depth, dtype=np.int64)
+    out = np.where(hot, values[1], values[0]).astype(values.dtype, copy=False)
+    return [np.moveaxis(out, -1, axis)]
+
+
+def _infer_onehot(ctx: InferContext) -> list[TensorDesc]:
+    idx, values = ctx.input(0), ctx.input(2)
+    dt = _dt(values)
+    depth = const_ints(ctx, 1)
+    if idx is None or idx.shape is None:
+        return [TensorDesc(dt, None)]
+    r = len(idx.shape) + 1
+    a = _fail_axis(ctx, ctx.attrs["axis"], r)
+    dims = list(idx.shape)
+    dims.insert(a, None if depth is None else int(depth[0]))
+    return [TensorDesc(dt, tuple(dims))]
+
+
+def _k_reverse_sequence(inputs: Inputs, attrs: Attrs) -> list[np.ndarray]:
+    """ReverseSequence (Operators.md): reverse the first ``sequence_lens[b]`` steps of each batch."""
+    x, lens = inputs[0], np.asarray(inputs[1]).astype(np.int64).reshape(-1)
+    ta, ba = attrs["time_axis"], attrs["batch_axis"]
+    t = np.arange(x.shape[ta], dtype=np.int64)[:, None]  # (T, 1) against lens (1, B)
+    src = np.where(t < lens[None, :], lens[None, :] - 1 - t, t)  # (T, B)
+    shape = [1] * x.ndim
+    shape[ta], shape[ba] = x.shape[ta], x.shape[ba]
+    src = src if ta < ba else src.T
+    return [np.take_along_axis(x, src.reshape(shape), axis=ta)]
+
+
+# --------------------------------------------------------------------------- TopK / Unique / NonZero
+def _stable_order(v: np.ndarray, largest: bool) -> np.ndarray:
+    """Per-row sort order of a 2-D array; ties keep the lower column first."""
+    if not largest:
+        return np.argsort(v, axis=1, kind="stable")
+    # stable ascending sort of the reversed rows, read backwards: descending with ties by lower
+    # column (negating would break unsigned ints and -0.0/NaN ordering)
+    return (v.shape[1] - 1) - np.argsort(v[:, ::-1], axis=1, kind="stable")[:, ::-1]
+
+
+def _partition_topk(rows: np.ndarray, k: int, largest: bool) -> np.ndarray:
+    """Columns of the top ``k`` of each row in O(n): partition to find the k-th value, keep the
+    values beyond it plus the lowest-index ties, then sort just those ``k``."""
+    r, n = rows.shape
+    if largest:
+        thr = np.partition(rows, n - k, axis=1)[:, n - k:n - k + 1]
+        mask = rows >= thr
+    else:
+        thr = np.partition(rows, k - 1, axis=1)[:, k - 1:k]
+        mask = rows <= thr
+    if np.count_nonzero(mask) != r * k:  # more ties at the threshold than places: lowest indices win
+        eq = rows == thr
+        mask &= ~eq
+        need = k - np.count_nonzero(mask, axis=1, keepdims=True)
+        mask |= eq & (np.cumsum(eq, axis=1) <= need)
+    cols = (np.flatnonzero(mask) % n).reshape(r, k)  # ascending column order within each row
+    return np.take_along_axis(cols, _stable_order(np.take_along_axis(rows, cols, axis=1), largest), axis=1)
+
+
+def _k_topk(inputs: Inputs, attrs: Attrs) -> list[np.ndarray]:
+    """TopK (Operators.md, opset 11): ties go to the lower index (stable), as in ONNX Runtime.
+
+    Results are always sorted, which is a valid answer for ``sorted=0`` as well.
+    """
+    x, k = inputs[0], ints(inputs[1])[0]
+    axis = normalize_axis(attrs["axis"], x.ndim, "TopK: ")
+    n = x.shape[axis]
+    if not 0 <= k <= n:
+        raise ValueError(f"TopK: k={k} is out of range for axis {axis} of length {n}")
+    xm = np.moveaxis(x, axis, -1)
+    rows = xm.reshape(-1, n)
+    largest = bool(attrs["largest"])
+    has_nan = rows.dtype.kind not in "biu" and bool(np.isnan(rows).any())
+    if k == 0 or rows.shape[0] == 0:
+        cols = np.zeros((rows.shape[0], k), np.int64)
+    elif 2 * k <= n and not has_nan:  # NaN breaks the threshold comparisons
+        cols = _partition_topk(rows, k, largest)
+    else:
+        cols = _stable_order(rows, largest)[:, :k]
+    cols = cols.astype(np.int64, copy=False)
+    idx = np.moveaxis(cols.reshape((*xm.shape[:-1], k)), -1, axis)
+    return [np.take_along_axis(x, idx, axis=axis), idx]
+
+
+def _infer_topk(ctx: InferContext) -> list[TensorDesc]:
+    x = ctx.input(0)
+    k = const_ints(ctx, 1)
+    if x is None or x.shape is None:
+        return [TensorDesc(_dt(x), None), TensorDesc(DType.INT64, None)]
+    a = _fail_axis(ctx, ctx.attrs["axis"], len(x.shape))
+    d = x.shape[a]
+    if k is not None and isinstance(d, int) and not 0 <= k[0] <= d:
+        raise ctx.fail(f"input 'K' = {k[0]} is out of range for axis {a} of {x}")
+    shape = tuple((None if k is None else k[0]) if i == a else s for i, s in enumerate(x.shape))
+    return [TensorDesc(x.dtype, shape), TensorDesc(DType.INT64, shape)]
+
+
+def _k_unique(inputs: Inputs, attrs: Attrs) -> list[np.ndarray]:
+    """Unique (Operators.md): Y, first-occurrence indices, inverse indices, counts (int64)."""
+    x = inputs[0]
+    axis = attrs["axis"]
+    if axis is None:
+        src, ax = x.reshape(-1), 0
+    else:
+        src, ax = x, normalize_axis(axis, x.ndim, "Unique: ")
+    y, first, inv, cnt = np.unique(src, return_index=True, return_inverse=True, return_counts=True,
+                                   axis=None if axis is None else ax)
+    inv = inv.reshape(-1)
+    if not attrs["sorted"]:
+        order = np.argsort(first, kind="stable")  # order of first occurrence
+        rank = np.empty_like(order)
+        rank[order] = np.arange(order.size)
+        y, first, cnt, inv = np.take(y, order, axis=ax), first[order], cnt[order], rank[inv]
+    return [y, *(a.astype(np.int64, copy=False) for a in (first, inv, cnt))]
+
+
+def _infer_unique(ctx: InferContext) -> list[TensorDesc]:
+    x = ctx.input(0)
+    axis = ctx.attrs["axis"]
+    n_inv: Dim = None
+    if x is None or x.shape is None:
+        y = TensorDesc(_dt(x), (None,) if axis is None else None)
+    elif axis is None:
+        y = TensorDesc(x.dtype, (None,))
+        n_inv = x.numel()
+    else:
+        a = _fail_axis(ctx, axis, len(x.shape))
+        y = TensorDesc(x.dtype, tuple(None if i == a else d for i, d in enumerate(x.shape)))
+        n_inv = x.shape[a]
+    i64 = DType.INT64
+    return [y, TensorDesc(i64, (None,)), TensorDesc(i64, (n_inv,)), TensorDesc(i64, (None,))]
+
+
+def _k_nonzero(inputs: Inputs, attrs: Attrs) -> list[np.ndarray]:
+    """NonZero (Operators.md): [rank, nnz] int64 indices; a scalar counts as shape [1] (as in ORT)."""
+    x = inputs[0]
+    x = x.reshape(1) if x.ndim == 0 else x
+    return [np.array(np.nonzero(x), dtype=np.int64).reshape(x.ndim, -1)]
+
+
+def _infer_nonzero(ctx: InferContext) -> list[TensorDesc]:
+    x = ctx.input(0)
+    r = None if x is None or x.shape is None else max(len(x.shape), 1)
+    return [TensorDesc(DType.INT64, (r, None))]
+
+
+OPS: list[OpDef] = [
+    # Slice-1's attributes are rewritten into inputs by the importer
+    OpDef("Slice", _infer_slice, _k_slice, since=1),
+    OpDef("Gather", _infer_gather, _k_gather, since=1, attrs={"axis": 0}),
+    OpDef("GatherElements", _infer_indices_shape, _k_gather_elements, since=11, attrs={"axis": 0}),
+    OpDef("GatherND", _infer_gather_nd, _k_gather_nd, since=11, attrs={"batch_dims": 0}),
+    OpDef("ScatterND", _infer_data_shape, _k_scatter_nd, since=11, attrs={"reduction": "none"}),
+    OpDef("ScatterElements", _infer_data_shape, _k_scatter_elements, since=11,
+          attrs={"axis": 0, "reduction": "none"}),
+    # Scatter (9-10, deprecated at 11) is ScatterElements without reduction
+    OpDef("Scatter", _infer_data_shape, _k_scatter_elements, since=9, attrs={"axis": 0, "reduction": "none"}),
+    # Pad-2..10 attributes (pads, value) are rewritten into inputs by the importer
+    OpDef("Pad", _infer_pad, _k_pad, since=2, attrs={"mode": "constant"}),
+    OpDef("Compress", _infer_compress, _k_compress, since=9, attrs={"axis": None}),
+    OpDef("OneHot", _infer_onehot, _k_onehot, since=9, attrs={"axis": -1}),
+    OpDef("ReverseSequence", _infer_data_shape, _k_reverse_sequence, since=10,
+          attrs={"batch_axis": 1, "time_axis": 0}),
+    # TopK-1's ``k`` attribute becomes the input (importer); largest/sorted (11) default to TopK-1's behaviour
+    OpDef("TopK", _infer_topk, _k_topk, since=1, attrs={"axis": -1, "largest": 1, "sorted": 1}),
+    OpDef("Unique", _infer_unique, _k_unique, since=11, attrs={"axis": None, "sorted": 1}),
+    OpDef("NonZero", _infer_nonzero, _k_nonzero, since=9),
+]

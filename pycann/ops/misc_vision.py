@@ -1,0 +1,3 @@
+from pycann.ops.opdef import OpDef
+
+OPS: list[OpDef] = []
