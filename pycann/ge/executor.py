@@ -16,18 +16,37 @@ from typing import Any
 
 import numpy as np
 
+from pycann.dtypes import to_numpy
 from pycann.errors import KernelError, PycannError
 from pycann.ge.ir import Graph, free_names, node_reads
 from pycann.ge.planning.memory import MemoryPlan, plan_memory
 from pycann.ops.registry import lookup
 
-Step = tuple[Callable[..., Any], tuple[int, ...], tuple[int, ...], dict[str, Any], tuple[int, ...], bool]
+# (kernel, input slots, output slots, attrs, slots to release, kind, arena binding index)
+Step = tuple[Callable[..., Any], tuple[int, ...], tuple[int, ...], dict[str, Any], tuple[int, ...], int, int]
+NORMAL, SCOPED, ARENA = 0, 1, 2
+
+
+class Arena:
+    """One arena buffer plus, per bound step, the output views into it."""
+
+    def __init__(self, nbytes: int, layout: list[list[tuple[int, np.dtype, tuple[int, ...]]]]) -> None:
+        self.buffer = np.empty(max(nbytes, 1), dtype=np.uint8)
+        self.views = [
+            [self.buffer[off : off + int(np.prod(shape, dtype=np.int64)) * dt.itemsize].view(dt).reshape(shape)
+             for off, dt, shape in outs]
+            for outs in layout
+        ]
 
 
 class Plan:
-    """A compiled, reusable execution plan for one (sub)graph. Thread-safe to ``run``."""
+    """A compiled, reusable execution plan for one (sub)graph. Thread-safe to ``run``.
 
-    def __init__(self, graph: Graph, outer_names: Sequence[str] = ()) -> None:
+    With a ``memory`` plan (static shapes), nodes whose op has an ``out_kernel`` write their
+    outputs into one arena allocated once; concurrent runs each take an arena from a pool.
+    """
+
+    def __init__(self, graph: Graph, outer_names: Sequence[str] = (), memory: MemoryPlan | None = None) -> None:
         self.graph = graph
         slots: dict[str, int] = {"": 0}  # slot 0 swallows omitted outputs
 
@@ -40,6 +59,10 @@ class Plan:
         self.input_slots = [slot(n) for n in graph.inputs]
         consts = [(slot(k), v) for k, v in graph.initializers.items()]
         steps: list[Step] = []
+        self.arena_layout: list[list[tuple[int, np.dtype, tuple[int, ...]]]] = []
+        self.arena_bytes = memory.peak_bytes if memory is not None else 0
+        self._arenas: list[Arena] = []
+        self._arena_lock = threading.Lock()
         self.nodes = list(graph.nodes)
         self.subplans: dict[int, dict[str, Plan]] = {}
         for idx, n in enumerate(graph.nodes):
@@ -55,7 +78,15 @@ class Plan:
                     for _, name in sp.outer:
                         slot(name)
             outs = tuple(slot(o) if o else 0 for o in n.outputs)
-            steps.append((op.kernel, ins, outs, attrs, (), op.scoped))
+            bind = -1
+            if memory is not None and op.out_kernel is not None and not op.scoped and n.outputs and all(
+                o in memory.offsets for o in n.outputs
+            ):
+                bind = len(self.arena_layout)
+                self.arena_layout.append([self._view_spec(graph, o, memory) for o in n.outputs])
+                steps.append((op.out_kernel, ins, outs, attrs, (), ARENA, bind))
+                continue
+            steps.append((op.kernel, ins, outs, attrs, (), SCOPED if op.scoped else NORMAL, -1))
         self.output_slots = [slot(o) for o in graph.outputs]
         self.n_slots = len(slots)
         self.slots = slots
@@ -71,16 +102,46 @@ class Plan:
             if s not in keep:
                 frees.setdefault(idx, []).append(s)
         self.steps = [
-            (fn, ins, outs, attrs, tuple(frees.get(i, ())), scoped)
-            for i, (fn, ins, outs, attrs, _, scoped) in enumerate(steps)
+            (fn, ins, outs, attrs, tuple(frees.get(i, ())), kind, bind)
+            for i, (fn, ins, outs, attrs, _, kind, bind) in enumerate(steps)
         ]
         template: list[Any] = [None] * self.n_slots
         for s, v in consts:
             template[s] = v
         self.template = template
 
+    @staticmethod
+    def _view_spec(graph: Graph, name: str, memory: MemoryPlan) -> tuple[int, np.dtype, tuple[int, ...]]:
+        d = graph.descs[name]
+        return memory.offsets[name][0], to_numpy(d.dtype), tuple(int(x) for x in d.shape or ())  # type: ignore[arg-type]
+
+    def _take_arena(self) -> Arena | None:
+        if not self.arena_layout:
+            return None
+        with self._arena_lock:
+            if self._arenas:
+                return self._arenas.pop()
+        return Arena(self.arena_bytes, self.arena_layout)
+
+    def _give_back(self, arena: Arena | None) -> None:
+        if arena is not None:
+            with self._arena_lock:
+                self._arenas.append(arena)
+
     def run(self, feeds: Sequence[np.ndarray], outer_env: dict[str, Any] | None = None) -> list[np.ndarray]:
         """Execute with ``feeds`` bound to the graph inputs (in order); returns the outputs."""
+        arena = self._take_arena()
+        try:
+            outs = self._run(feeds, outer_env, arena)
+        finally:
+            self._give_back(arena)
+        if arena is not None:
+            # an output may be a view of arena memory that the next run reuses: hand out a copy
+            outs = [o.copy() if isinstance(o, np.ndarray) and np.may_share_memory(o, arena.buffer) else o for o in outs]
+        return outs
+
+    def _run(self, feeds: Sequence[np.ndarray], outer_env: dict[str, Any] | None, arena: Arena | None) -> list[np.ndarray]:
+        views = arena.views if arena is not None else []
         env = self.template.copy()
         for s, v in zip(self.input_slots, feeds):
             env[s] = v
@@ -89,12 +150,15 @@ class Plan:
                 env[s] = outer_env[name]
         step_index = 0
         try:
-            for step_index, (fn, ins, outs, attrs, frees, scoped) in enumerate(self.steps):
+            for step_index, (fn, ins, outs, attrs, frees, kind, bind) in enumerate(self.steps):
                 args = [env[i] for i in ins]
-                if scoped:
-                    res = fn(args, attrs, self._body_runner(step_index, env))
-                else:
+                if kind == NORMAL:
                     res = fn(args, attrs)
+                elif kind == ARENA:
+                    res = views[bind]
+                    fn(args, attrs, res)
+                else:
+                    res = fn(args, attrs, self._body_runner(step_index, env))
                 for o, r in zip(outs, res):
                     env[o] = r
                 for f in frees:
@@ -125,6 +189,19 @@ class Plan:
             f"node {n.name} ({n.op_type}, opset {n.opset}) failed at run time with inputs "
             f"[{', '.join(descr)}]: {type(e).__name__}: {e}"
         )
+
+
+def arena_candidates(g: Graph) -> set[str]:
+    """Values whose producer can write into the arena: an ``out_kernel`` and static descs."""
+    out: set[str] = set()
+    for n in g.nodes:
+        op = lookup(n.op_type, n.domain, n.opset)
+        if op.out_kernel is None or op.scoped:
+            continue
+        descs = [g.descs.get(o) for o in n.outputs if o]
+        if descs and all(d is not None and d.is_static for d in descs):
+            out.update(o for o in n.outputs if o)
+    return out
 
 
 Signature = tuple[tuple[tuple[int, ...], str], ...]
@@ -164,7 +241,7 @@ class Executor:
             hit = self._cache.get(sig)
             if hit is None:
                 g = self._specialize(self.graph, [tuple(x.shape) for x in feeds])
-                hit = (Plan(g), plan_memory(g))
+                hit = (Plan(g, memory=plan_memory(g, only=arena_candidates(g))), plan_memory(g))
                 self._cache[sig] = hit
                 while len(self._cache) > self._cache_size:
                     self._cache.popitem(last=False)

@@ -262,6 +262,32 @@ def _infer_legacy(inner: Callable) -> Callable:
     return infer
 
 
+def _out2(fn: Callable) -> Callable[..., None]:
+    """Out kernel for a binary ufunc: writes into the arena view (same dtype by inference)."""
+
+    def out_kernel(x: Sequence[Any], a: Mapping[str, Any], outs: Sequence[np.ndarray]) -> None:
+        with np.errstate(all="ignore"):
+            fn(x[0], x[1], out=outs[0])
+
+    return out_kernel
+
+
+def _out_div(x: Sequence[Any], a: Mapping[str, Any], outs: Sequence[np.ndarray]) -> None:
+    if x[0].dtype.kind == "f":
+        with np.errstate(all="ignore"):
+            np.true_divide(x[0], x[1], out=outs[0])
+    else:
+        outs[0][...] = _k_div(x, a)[0]
+
+
+def _out_relu(x: Sequence[Any], a: Mapping[str, Any], outs: Sequence[np.ndarray]) -> None:
+    v = x[0]
+    if v.dtype.kind in "iuf":
+        np.maximum(v, v.dtype.type(0), out=outs[0])
+    else:
+        outs[0][...] = _k_relu(x, a)[0]
+
+
 _k_add = _ufunc2(np.add)
 _k_sub = _ufunc2(np.subtract)
 _k_mul = _ufunc2(np.multiply)
@@ -274,6 +300,7 @@ _ARITH: list[tuple[str, Kern, frozenset[int]]] = [
     ("Mul", _k_mul, NUMERIC),
     ("Div", _k_div, NUMERIC),
 ]
+_ARITH_OUT = {"Add": _out2(np.add), "Sub": _out2(np.subtract), "Mul": _out2(np.multiply), "Div": _out_div}
 _LOGIC: list[tuple[str, Kern]] = [
     ("And", _ufunc2(np.logical_and)),
     ("Or", _ufunc2(np.logical_or)),
@@ -289,7 +316,7 @@ _CMP: list[tuple[str, Kern, int]] = [
 _ANY = NUMERIC | BOOL | frozenset({DType.STRING})
 
 OPS: list[OpDef] = [
-    *(OpDef(n, _typed_broadcast(t), k, since=7) for n, k, t in _ARITH),
+    *(OpDef(n, _typed_broadcast(t), k, since=7, out_kernel=_ARITH_OUT[n]) for n, k, t in _ARITH),
     *(OpDef(n, _infer_legacy(_typed_broadcast(t)), _legacy(k), since=1, attrs=_LEGACY_ATTRS) for n, k, t in _ARITH),
     OpDef("Pow", _infer_pow, _k_pow, since=7),
     OpDef("Pow", _infer_legacy(_infer_pow), _legacy(_k_pow), since=1, attrs=_LEGACY_ATTRS),
@@ -318,5 +345,5 @@ OPS: list[OpDef] = [
     OpDef("Sum", _typed_broadcast(NUMERIC), _variadic(np.add), since=6),
     OpDef("Mean", _typed_broadcast(FLOATS), _k_mean, since=6),
     # Relu stays here (the smoke test's anchor); other activations are in pycann.ops.activation.
-    OpDef("Relu", _typed_unary(SIGNED | FLOATS), _k_relu, since=1),
+    OpDef("Relu", _typed_unary(SIGNED | FLOATS), _k_relu, since=1, out_kernel=_out_relu),
 ]

@@ -15,7 +15,7 @@ import numpy as np
 from pycann.dtypes import Dim, DType, TensorDesc
 from pycann.ops.opdef import InferContext, OpDef
 from pycann.ops.shape_utils import normalize_axes, normalize_axis, same_as
-from pycann.ops.tensor import astr, const_ints, ints, vec_len
+from pycann.ops.tensor import astr, const_ints, infer_axes, infer_axis, ints, vec_len
 
 Inputs = Sequence[Any]
 Attrs = Mapping[str, Any]
@@ -28,13 +28,6 @@ def _opt(inputs: Inputs, i: int) -> Any:
 
 def _dt(desc: TensorDesc | None) -> int:
     return 0 if desc is None else desc.dtype
-
-
-def _fail_axis(ctx: InferContext, axis: int, rank: int, what: str = "attribute 'axis'") -> int:
-    try:
-        return normalize_axis(axis, rank)
-    except ValueError as e:
-        raise ctx.fail(f"{what}: {e}") from None
 
 
 # --------------------------------------------------------------------------- Slice
@@ -89,8 +82,8 @@ def _infer_slice(ctx: InferContext) -> list[TensorDesc]:
         axes = list(range(n))
     exact = starts is not None and ends is not None and (steps is not None or ctx.input(4) is None)
     steps = steps or [1] * len(axes)
+    ax = infer_axes(ctx, axes, r, "input 'axes'")
     try:
-        ax = normalize_axes(axes, r)
         if exact and not len(starts) == len(ends) == len(ax) == len(steps):  # type: ignore[arg-type]
             raise ValueError("'starts', 'ends', 'axes' and 'steps' must have the same length")
     except ValueError as e:
@@ -124,7 +117,7 @@ def _infer_gather(ctx: InferContext) -> list[TensorDesc]:
     x, idx = ctx.input(0), ctx.input(1)
     if x is None or x.shape is None or idx is None or idx.shape is None:
         return [TensorDesc(_dt(x), None)]
-    a = _fail_axis(ctx, ctx.attrs["axis"], len(x.shape))
+    a = infer_axis(ctx, ctx.attrs["axis"], len(x.shape))
     return [TensorDesc(x.dtype, (*x.shape[:a], *idx.shape, *x.shape[a + 1:]))]
 
 
@@ -283,7 +276,7 @@ def _infer_compress(ctx: InferContext) -> list[TensorDesc]:
         return [TensorDesc(_dt(x), (n,))]
     if x is None or x.shape is None:
         return [TensorDesc(_dt(x), None)]
-    a = _fail_axis(ctx, ctx.attrs["axis"], len(x.shape))
+    a = infer_axis(ctx, ctx.attrs["axis"], len(x.shape))
     return [TensorDesc(x.dtype, tuple(n if i == a else d for i, d in enumerate(x.shape)))]
 
 
@@ -303,10 +296,12 @@ def _infer_onehot(ctx: InferContext) -> list[TensorDesc]:
     idx, values = ctx.input(0), ctx.input(2)
     dt = _dt(values)
     depth = const_ints(ctx, 1)
+    if depth is not None and len(depth) != 1:
+        raise ctx.fail(f"input 'depth' must hold one value, got {depth}")
     if idx is None or idx.shape is None:
         return [TensorDesc(dt, None)]
     r = len(idx.shape) + 1
-    a = _fail_axis(ctx, ctx.attrs["axis"], r)
+    a = infer_axis(ctx, ctx.attrs["axis"], r)
     dims = list(idx.shape)
     dims.insert(a, None if depth is None else int(depth[0]))
     return [TensorDesc(dt, tuple(dims))]
@@ -381,9 +376,11 @@ def _k_topk(inputs: Inputs, attrs: Attrs) -> list[np.ndarray]:
 def _infer_topk(ctx: InferContext) -> list[TensorDesc]:
     x = ctx.input(0)
     k = const_ints(ctx, 1)
+    if k is not None and len(k) != 1:
+        raise ctx.fail(f"input 'K' must hold one value, got {k}")
     if x is None or x.shape is None:
         return [TensorDesc(_dt(x), None), TensorDesc(DType.INT64, None)]
-    a = _fail_axis(ctx, ctx.attrs["axis"], len(x.shape))
+    a = infer_axis(ctx, ctx.attrs["axis"], len(x.shape))
     d = x.shape[a]
     if k is not None and isinstance(d, int) and not 0 <= k[0] <= d:
         raise ctx.fail(f"input 'K' = {k[0]} is out of range for axis {a} of {x}")
@@ -420,7 +417,7 @@ def _infer_unique(ctx: InferContext) -> list[TensorDesc]:
         y = TensorDesc(x.dtype, (None,))
         n_inv = x.numel()
     else:
-        a = _fail_axis(ctx, axis, len(x.shape))
+        a = infer_axis(ctx, axis, len(x.shape))
         y = TensorDesc(x.dtype, tuple(None if i == a else d for i, d in enumerate(x.shape)))
         n_inv = x.shape[a]
     i64 = DType.INT64

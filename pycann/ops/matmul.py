@@ -62,6 +62,15 @@ def _k_matmul(inputs: Sequence[Any], attrs: Mapping[str, Any]) -> list[np.ndarra
     return [np.asarray(y)]
 
 
+def _out_matmul(inputs: Sequence[Any], attrs: Mapping[str, Any], outs: Sequence[np.ndarray]) -> None:
+    """MatMul into a preallocated output (BLAS writes straight into the arena)."""
+    a, b = inputs[0], inputs[1]
+    if a.dtype == b.dtype == outs[0].dtype and a.dtype.kind == "f" and a.dtype.itemsize >= 4:
+        np.matmul(a, b, out=outs[0])
+    else:
+        outs[0][...] = _k_matmul(inputs, attrs)[0]
+
+
 def _infer_matmul(ctx: InferContext) -> list[TensorDesc]:
     """numpy.matmul shape rules over symbolic dims (spec: MatMul)."""
     a, b = ctx.input(0), ctx.input(1)
@@ -264,7 +273,7 @@ def _infer_einsum(ctx: InferContext) -> list[TensorDesc]:
 
 
 OPS: list[OpDef] = [
-    OpDef("MatMul", _infer_matmul, _k_matmul, since=1),
+    OpDef("MatMul", _infer_matmul, _k_matmul, since=1, out_kernel=_out_matmul),
     OpDef("Gemm", _infer_gemm, _k_gemm, since=1, attrs={"alpha": 1.0, "beta": 1.0, "transA": 0, "transB": 0}),
     OpDef("MatMulInteger", _infer_matmul_integer, _k_matmul_integer, since=10),
     OpDef("QLinearMatMul", _infer_qlinear_matmul, _k_qlinear_matmul, since=10),

@@ -1,5 +1,5 @@
 """Miscellaneous ops real models use (ONNX spec, Operators.md): Upsample here, plus the
-signal (``misc_signal``), vision (``misc_vision``) and random (``misc_random``) modules whose
+signal (``misc_signal``), vision (``misc_vision``), grid (``misc_grid``) and random (``misc_random``) modules whose
 OPS lists this family re-exports.
 """
 
@@ -11,7 +11,7 @@ from typing import Any
 import numpy as np
 
 from pycann.dtypes import TensorDesc
-from pycann.ops import misc_random, misc_signal, misc_vision
+from pycann.ops import misc_grid, misc_random, misc_signal, misc_vision
 from pycann.ops.nn.resize import infer_resized_shape, output_shape, resize_nd
 from pycann.ops.opdef import InferContext, OpDef
 
@@ -60,5 +60,6 @@ OPS: list[OpDef] = [
     OpDef("Upsample", _infer_upsample, _k_upsample, since=9, attrs={"mode": "nearest"}),
     *misc_signal.OPS,
     *misc_vision.OPS,
+    *misc_grid.OPS,
     *misc_random.OPS,
 ]

@@ -20,6 +20,9 @@ from pycann.errors import ShapeError
 # Attributes arrive with the schema defaults filled in. Outputs must be ``np.ndarray`` (never
 # numpy scalars) of the dtype the infer function promised.
 Kernel = Callable[[Sequence[np.ndarray | None], Mapping[str, Any]], Sequence[np.ndarray]]
+# Out kernel: (inputs, attrs, outs) -> None, writing into preallocated ``outs`` (arena views of
+# exactly the inferred shape and dtype). Optional; lets the executor place outputs in its arena.
+OutKernel = Callable[[Sequence[np.ndarray | None], Mapping[str, Any], Sequence[np.ndarray]], None]
 # Scoped kernel (If/Loop/Scan): also gets ``run_body(attr_name, feeds) -> outputs`` which runs
 # the named GRAPH attribute with ``feeds`` bound to its inputs and the caller's outer scope.
 ScopedKernel = Callable[..., Sequence[np.ndarray]]
@@ -62,6 +65,7 @@ class OpDef:
     newest definition whose ``since`` is <= the model's opset for ``domain``.
     ``foldable`` is False for ops that must not be evaluated at compile time (random ops).
     ``scoped`` kernels receive a ``run_body`` callback (control flow).
+    ``out_kernel`` (optional) computes the same result into preallocated outputs.
     """
 
     op_type: str
@@ -73,6 +77,7 @@ class OpDef:
     foldable: bool = True
     scoped: bool = False
     doc: str = ""
+    out_kernel: OutKernel | None = None
 
     def with_defaults(self, attrs: Mapping[str, Any], where: str = "") -> dict[str, Any]:
         """Attributes with schema defaults filled in. Raises ``ShapeError`` on a missing required one."""

@@ -192,7 +192,9 @@ def _infer_reduce(ctx: InferContext) -> list[TensorDesc]:
         if kd:
             return [TensorDesc(x.dtype, (None,) * rank)]
         n = axes_desc.shape[0] if axes_desc and axes_desc.shape and len(axes_desc.shape) == 1 else None
-        if isinstance(n, int) and n > 0:
+        if n == 0:  # statically empty axes: reduce all, or nothing with noop_with_empty_axes
+            return [TensorDesc(x.dtype, x.shape if ctx.attrs["noop_with_empty_axes"] else ())]
+        if isinstance(n, int):
             return [TensorDesc(x.dtype, (None,) * max(rank - n, 0))]
         return [TensorDesc(x.dtype, None)]
     if not vals:

@@ -83,18 +83,19 @@ def _dt(desc: TensorDesc | None) -> int:
     return 0 if desc is None else desc.dtype
 
 
-def _norm(ctx: InferContext, axes: Sequence[int], rank: int, what: str) -> list[int]:
+def infer_axes(ctx: InferContext, axes: Sequence[int], rank: int, what: str) -> list[int]:
+    """Normalised axes for an infer function; ``ctx.fail`` (not ValueError) when invalid."""
     try:
+        if rank == 0 and len(axes):
+            raise ValueError("a scalar has no axes")
         return normalize_axes(axes, rank)
     except ValueError as e:
         raise ctx.fail(f"{what} {list(axes)} is invalid for rank {rank}: {e}") from None
 
 
-def _norm1(ctx: InferContext, axis: int, rank: int, what: str = "attribute 'axis'") -> int:
-    try:
-        return normalize_axis(axis, rank)
-    except ValueError as e:
-        raise ctx.fail(f"{what}: {e}") from None
+def infer_axis(ctx: InferContext, axis: int, rank: int, what: str = "attribute 'axis'") -> int:
+    """One normalised axis (the input must have rank >= 1) or ``ctx.fail``."""
+    return infer_axes(ctx, [axis], rank, what)[0]
 
 
 # --------------------------------------------------------------------------- Constant
@@ -305,7 +306,7 @@ def _infer_transpose(ctx: InferContext) -> list[TensorDesc]:
         return [same_as(x)]
     r = len(x.shape)
     p = _perm(ctx.attrs, r)
-    if sorted(_norm(ctx, p, r, "attribute 'perm'")) != list(range(r)) or len(p) != r:
+    if sorted(infer_axes(ctx, p, r, "attribute 'perm'")) != list(range(r)) or len(p) != r:
         raise ctx.fail(f"attribute 'perm' {p} is not a permutation of {r} axes")
     return [TensorDesc(x.dtype, tuple(x.shape[i] for i in p))]
 
@@ -315,7 +316,7 @@ def _k_squeeze(inputs: Inputs, attrs: Attrs) -> list[np.ndarray]:
     """Squeeze (Operators.md): remove the given 1-dims, or every 1-dim when ``axes`` is absent."""
     x = inputs[0]
     axes = inputs[1] if len(inputs) > 1 else None
-    if axes is None:
+    if axes is None or axes.size == 0:  # ORT squeezes every 1-dim for an empty axes tensor too
         return [np.squeeze(x)]
     ax = normalize_axes(ints(axes), x.ndim, "Squeeze: ")
     bad = [a for a in ax if x.shape[a] != 1]
@@ -329,15 +330,15 @@ def _infer_squeeze(ctx: InferContext) -> list[TensorDesc]:
     if x is None or x.shape is None:
         return [same_as(x)]
     r = len(x.shape)
-    if ctx.input(1) is None:
+    axes = const_ints(ctx, 1)
+    if ctx.input(1) is None or axes == [] or vec_len(ctx.input(1)) == 0:
         if any(not isinstance(d, int) for d in x.shape):
             return [TensorDesc(x.dtype, None)]  # an unknown dim may or may not be 1
         return [TensorDesc(x.dtype, tuple(d for d in x.shape if d != 1))]
-    axes = const_ints(ctx, 1)
     if axes is None:
         n = vec_len(ctx.input(1))
         return [TensorDesc(x.dtype, None if n is None else (None,) * max(r - n, 0))]
-    ax = _norm(ctx, axes, r, "input 'axes'")
+    ax = infer_axes(ctx, axes, r, "input 'axes'")
     for a in ax:
         if isinstance(x.shape[a], int) and x.shape[a] != 1:
             raise ctx.fail(f"input 'axes' {axes}: dim {a} of {x} is {x.shape[a]}, not 1")
@@ -360,7 +361,7 @@ def _infer_unsqueeze(ctx: InferContext) -> list[TensorDesc]:
         n = vec_len(ctx.input(1))
         return [TensorDesc(x.dtype, None if n is None else (None,) * (len(x.shape) + n))]
     r = len(x.shape) + len(axes)
-    ax = set(_norm(ctx, axes, r, "input 'axes'"))
+    ax = set(infer_axes(ctx, axes, r, "input 'axes'"))
     it = iter(x.shape)
     return [TensorDesc(x.dtype, tuple(1 if i in ax else next(it) for i in range(r)))]
 
@@ -384,7 +385,7 @@ def _infer_concat(ctx: InferContext) -> list[TensorDesc]:
     r = len(shapes[0])
     if any(len(s) != r for s in shapes):
         raise ctx.fail(f"inputs {[str(d) for d in ds]} have different ranks")
-    a = _norm1(ctx, ctx.attrs["axis"], r)
+    a = infer_axis(ctx, ctx.attrs["axis"], r)
     out: list[Dim] = []
     for i in range(r):
         if i == a:
@@ -434,7 +435,7 @@ def _infer_split(ctx: InferContext) -> list[TensorDesc]:
     n_out = ctx.n_outputs
     if x is None or x.shape is None:
         return [same_as(x)] * n_out
-    axis = _norm1(ctx, ctx.attrs["axis"], len(x.shape))
+    axis = infer_axis(ctx, ctx.attrs["axis"], len(x.shape))
     split = const_ints(ctx, 1) if ctx.input(1) is not None else None
     split = split or None
     if ctx.input(1) is not None and split is None and ctx.value(1) is None:

@@ -98,6 +98,44 @@ def test_conv_resnet_like_shapes() -> None:
              {"pads": [1, 1, 1, 1]}, rtol=RTOL, atol=ATOL)
 
 
+def test_conv_large_map_paths(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Depthwise on a large map (blocked tap accumulation, several channel blocks, batch 2) and
+    im2col processed in batch chunks, both forced with small budgets."""
+    from pycann.ops.nn import im2col
+
+    monkeypatch.setattr(im2col, "_DW_BLOCK_BYTES", 3 * 4 * 40 * 40 * 3)
+    x, w, b = _r(2, 8, 40, 40), _r(8, 1, 3, 3, seed=1), _r(8, seed=2)
+    assert conv_algorithm(x.shape, w.shape, {"group": 8}) == "depthwise"
+    check_op("Conv", [x, w, b], {"group": 8, "pads": [1, 1, 1, 1]}, rtol=RTOL, atol=ATOL)
+    check_op("Conv", [_r(2, 5, 60, 30), _r(5, 1, 5, 3, seed=3)], {"group": 5, "strides": [1, 2], "pads": [2, 1, 2, 1]},
+             rtol=RTOL, atol=ATOL)
+    monkeypatch.setattr(im2col, "_COLS_BUDGET", 4 * 3 * 9 * 36 * 2)
+    check_op("Conv", [_r(5, 3, 6, 6), _r(4, 3, 3, 3, seed=4), _r(4)], {"pads": [1, 1, 1, 1]}, rtol=RTOL, atol=ATOL)
+
+
+def test_conv_zero_channels() -> None:
+    """C = 0: nothing to multiply, the output is the bias (numpy golden; ORT rejects it)."""
+    b = _r(4, seed=2)
+    want = np.broadcast_to(b.reshape(1, 4, 1, 1), (2, 4, 3, 3)).copy()
+    check_op("Conv", [np.zeros((2, 0, 5, 5), np.float32), np.zeros((4, 0, 3, 3), np.float32), b], {},
+             expected=[want])
+
+
+def test_conv_bfloat16() -> None:
+    """bfloat16 (Conv-22) is computed in float32 and rounded once (golden: float32 conv, cast)."""
+    import ml_dtypes
+
+    from tests.ops.oracle import run_ort, single_node_model
+
+    bf = ml_dtypes.bfloat16
+    x, w = _r(1, 4, 6, 6).astype(bf), _r(4, 2, 3, 3, seed=1).astype(bf)
+    attrs = {"group": 2, "pads": [1, 1, 1, 1]}
+    want = run_ort(*single_node_model("Conv", [x.astype(np.float32), w.astype(np.float32)], attrs, 1, 17))
+    got = lookup("Conv", "", 22).kernel([x, w], lookup("Conv", "", 22).with_defaults(attrs))[0]
+    assert got.dtype == bf
+    np.testing.assert_allclose(got.astype(np.float32), want[0], rtol=1e-2, atol=1e-2)
+
+
 def test_conv_algorithm_choice() -> None:
     assert conv_algorithm((1, 64, 56, 56), (256, 64, 1, 1), {}) == "gemm_1x1"
     assert conv_algorithm((1, 64, 56, 56), (128, 64, 1, 1), {"strides": [2, 2]}) == "gemm_1x1"

@@ -74,6 +74,18 @@ def test_max_pool_1d_ints_and_f16() -> None:
     check_op("MaxPool", [x.astype(np.float64)], attrs, opset=12)
 
 
+def test_max_pool_bfloat16() -> None:
+    import ml_dtypes
+
+    x = _r(1, 2, 5, 5)
+    attrs = {"kernel_shape": [2, 2], "pads": [1, 1, 1, 1], "strides": [2, 2]}
+    want = check_op("MaxPool", [x], attrs, n_outputs=2)
+    od = lookup("MaxPool", "", 22)
+    got = od.kernel([x.astype(ml_dtypes.bfloat16)], od.with_defaults(attrs))
+    np.testing.assert_array_equal(got[0].astype(np.float32), want[0].astype(ml_dtypes.bfloat16).astype(np.float32))
+    np.testing.assert_array_equal(got[1], want[1])
+
+
 def test_max_pool_ties_pick_first() -> None:
     x = np.zeros((1, 1, 4, 4), np.float32)
     check_op("MaxPool", [x], {"kernel_shape": [2, 2], "strides": [1, 1]}, n_outputs=2)

@@ -127,6 +127,7 @@ def test_squeeze() -> None:
     check_op("Squeeze", [x, I64(0)], opset=13, const_inputs=(1,))
     check_op("Squeeze", [x, I64(-2, 0)], opset=13, const_inputs=(1,))
     check_op("Squeeze", [x, I64(2)], opset=13)
+    check_op("Squeeze", [x, I64()], opset=13)  # ORT: an empty axes tensor squeezes every 1-dim
     assert infer("Squeeze", [F(1, "N", 1), L(1)], [None, I64(0)])[0].shape == ("N", 1)
     assert infer("Squeeze", [F(1, "N", 1)], [None])[0].shape is None
     with pytest.raises(ShapeError, match="not 1"):

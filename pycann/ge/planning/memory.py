@@ -43,13 +43,49 @@ def lifetimes(g: Graph) -> dict[str, tuple[int, int]]:
     return {v: (s, last.get(v, s)) for v, s in first.items()}
 
 
-def plan_memory(g: Graph) -> MemoryPlan:
-    """Assign arena offsets so that values with overlapping lifetimes never overlap in memory."""
+def alias_extended(g: Graph, fresh: set[str] | None = None) -> dict[str, tuple[int, int]]:
+    """Lifetimes extended through possible aliases.
+
+    A kernel may return a view of its input (Reshape, Transpose, Slice, ...), so a buffer
+    must stay reserved while any value that may alias it is alive. Values in ``fresh`` are
+    known to own new memory (outputs written into the arena); every other node's outputs are
+    assumed to alias all of its inputs.
+    """
+    life = lifetimes(g)
+    roots: dict[str, set[str]] = {}
+    for n in g.nodes:
+        if fresh is not None and all(o in fresh for o in n.outputs if o):
+            for o in n.outputs:
+                if o:
+                    roots[o] = {o}
+            continue
+        inherited = set().union(*(roots.get(i, set()) for i in n.inputs if i)) if n.inputs else set()
+        for o in n.outputs:
+            if o:
+                roots[o] = inherited | {o}
+    end = {v: e for v, (_, e) in life.items()}
+    outputs = set(g.outputs)
+    last_step = len(g.nodes)
+    for v, rs in roots.items():
+        e = last_step if v in outputs else end.get(v, 0)
+        for r in rs:
+            if r in end and e > end[r]:
+                end[r] = e
+    return {v: (s, end[v]) for v, (s, _) in life.items()}
+
+
+def plan_memory(g: Graph, only: set[str] | None = None) -> MemoryPlan:
+    """Assign arena offsets so that values with overlapping lifetimes never overlap in memory.
+
+    ``only``: place just these values (those whose producers write into the arena); lifetimes
+    are then extended through possible aliases (``alias_extended``).
+    """
     plan = MemoryPlan()
     outputs = set(g.outputs)
     items = []
-    for v, (s, e) in lifetimes(g).items():
-        if v in outputs or v in g.initializers:
+    spans = alias_extended(g, only) if only is not None else lifetimes(g)
+    for v, (s, e) in spans.items():
+        if v in outputs or v in g.initializers or (only is not None and v not in only):
             continue
         d = g.descs.get(v)
         nb = d.nbytes() if d is not None else None

@@ -52,7 +52,7 @@ def conv_window(x_shape: Sequence[int], w_shape: Sequence[int], attrs: Mapping[s
 
 def _select(x_shape: Sequence[int], w_shape: Sequence[int], group: int, win: Window) -> str:
     n, c, m = x_shape[0], x_shape[1], w_shape[0]
-    if n == 0 or m == 0 or any(o == 0 for o in win.out):
+    if n == 0 or m == 0 or c == 0 or any(o == 0 for o in win.out):
         return "empty"
     if all(k == 1 for k in win.kernel) and not win.padded:
         return "gemm_1x1"
@@ -65,8 +65,9 @@ def conv_algorithm(x_shape: Sequence[int], w_shape: Sequence[int], attrs: Mappin
     """Name of the algorithm the Conv kernel uses for these static shapes and attributes.
 
     One of ``gemm_1x1`` (1x1 kernel, no padding: a GEMM on the (C, H*W) view),
-    ``depthwise`` (group == C_in == C_out: shifted multiply-adds), ``im2col_gemm`` (patch
-    matrix + GEMM) or ``empty`` (zero-sized output). GE records it per node.
+    ``depthwise`` (group == C_in == C_out: batched GEMV or shifted multiply-adds),
+    ``im2col_gemm`` (patch matrix + GEMM) or ``empty`` (zero-sized output or no input
+    channels: the output is the bias). GE records it per node.
     """
     return _select(x_shape, w_shape, int(attrs.get("group", 1)), conv_window(x_shape, w_shape, attrs))
 

@@ -49,7 +49,7 @@ def conv_depthwise(x: np.ndarray, w: np.ndarray, win: Window) -> np.ndarray:
     n, c = x.shape[:2]
     k = int(np.prod(win.kernel))
     l_out = int(np.prod(win.out))
-    if k * l_out <= _DW_GEMV_MAX:
+    if k * l_out <= _DW_GEMV_MAX and n * c * k * l_out * x.dtype.itemsize <= _COLS_BUDGET:
         cols = window_view(xp, win).reshape(n, c, k, l_out)
         return np.matmul(w.reshape(c, 1, k), cols).reshape((n, c) + win.out)
     y = np.empty((n, c) + win.out, dtype=x.dtype)

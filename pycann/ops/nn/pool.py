@@ -50,7 +50,7 @@ def _pool_window(x_shape: Sequence[int], attrs: Mapping[str, Any]) -> tuple[Wind
 
 
 def _lowest(dtype: np.dtype) -> Any:
-    return -np.inf if dtype.kind == "f" else np.iinfo(dtype).min
+    return np.iinfo(dtype).min if dtype.kind in "iu" else -np.inf
 
 
 def _tap_view(xp: np.ndarray, sl: tuple[slice, ...]) -> np.ndarray:
