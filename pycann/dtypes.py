@@ -149,11 +149,17 @@ Dim = int | str | None
 
 @dataclass(frozen=True)
 class TensorDesc:
-    """Static description of a tensor: shape (``None`` = unknown rank), dtype, format."""
+    """Static description of a value: shape (``None`` = unknown rank), dtype, format.
+
+    ``kind`` is ``"tensor"`` for ordinary tensors; ONNX sequence values are ``"sequence"`` and
+    optional values ``"optional"`` (``dtype`` is then the element type, ``shape`` None). At run
+    time a sequence is a ``list`` of arrays and an optional is ``None`` (empty) or its value.
+    """
 
     dtype: int
     shape: tuple[Dim, ...] | None
     format: Format = Format.ND
+    kind: str = "tensor"
 
     @property
     def rank(self) -> int | None:
@@ -185,4 +191,5 @@ class TensorDesc:
 
     def __str__(self) -> str:
         shape = "?" if self.shape is None else "x".join("?" if d is None else str(d) for d in self.shape)
-        return f"{dtype_name(self.dtype)}[{shape}]"
+        text = f"{dtype_name(self.dtype)}[{shape}]"
+        return text if self.kind == "tensor" else f"{self.kind}({text})"

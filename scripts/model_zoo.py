@@ -189,9 +189,9 @@ def _audio(seed: int, shape: tuple[int, ...]) -> np.ndarray:
     return (np.float32(0.1) * _rng(seed).standard_normal(shape, dtype=np.float32)).astype(np.float32)
 
 
-def _vad_inputs(has_sr: bool, max_batch: int | None = None) -> InputsFn:
+def _vad_inputs(name: str, has_sr: bool, max_batch: int | None = None) -> InputsFn:
     def make(seed: int, batch: int = 1) -> Feeds:
-        _check_batch("silero", batch, max_batch)
+        _check_batch(name, batch, max_batch)
         feeds = {
             "input": _audio(seed, (batch, VAD_WINDOW)),
             "state": np.zeros((2, batch, 128), dtype=np.float32),
@@ -244,7 +244,7 @@ def _ocr(name: str, kind: str, output: str, notes: str = "") -> ModelSpec:
 
 
 def _vad(name: str, has_sr: bool, max_batch: int | None = None, notes: str = "") -> ModelSpec:
-    make = _vad_inputs(has_sr, max_batch)
+    make = _vad_inputs(name, has_sr, max_batch)
     return ModelSpec(
         name=name, group="vad", file=f"{name}.onnx", source=_wheel_source(name),
         inputs=make, test_inputs=lambda seed: make(seed, 1), outputs=("output", "stateN"),

@@ -143,8 +143,9 @@ def compile_model(
     return CompiledModel(graph, manifest)
 
 
-def specialize(graph: Graph, shapes: Sequence[tuple[int, ...]]) -> Graph:
-    """A copy of ``graph`` re-planned for concrete input ``shapes`` (in ``graph.inputs`` order).
+def specialize(graph: Graph, shapes: Sequence[tuple[int, ...] | None]) -> Graph:
+    """A copy of ``graph`` re-planned for concrete input ``shapes`` (in ``graph.inputs`` order;
+    ``None`` for a sequence or optional input, whose desc stays as compiled).
 
     Node and subgraph objects are shared with ``graph`` and never mutated here.
     """
@@ -154,6 +155,8 @@ def specialize(graph: Graph, shapes: Sequence[tuple[int, ...]]) -> Graph:
         opsets=dict(graph.opsets), metadata=graph.metadata,
     )
     for name, shape in zip(g.inputs, shapes):
+        if shape is None:
+            continue
         old = g.descs.get(name)
         g.descs[name] = TensorDesc(old.dtype if old else 1, tuple(int(d) for d in shape))
     infer_graph(g, recurse=False)

@@ -137,7 +137,7 @@ class Plan:
             self._give_back(arena)
         if arena is not None:
             # an output may be a view of arena memory that the next run reuses: hand out a copy
-            outs = [o.copy() if isinstance(o, np.ndarray) and np.may_share_memory(o, arena.buffer) else o for o in outs]
+            outs = [_off_arena(o, arena.buffer) for o in outs]
         return outs
 
     def _run(self, feeds: Sequence[np.ndarray], outer_env: dict[str, Any] | None, arena: Arena | None) -> list[np.ndarray]:
@@ -191,6 +191,13 @@ class Plan:
         )
 
 
+def _off_arena(o: Any, buffer: np.ndarray) -> Any:
+    """``o`` copied where it shares the arena; sequences (lists) element by element."""
+    if isinstance(o, list):
+        return [_off_arena(e, buffer) for e in o]
+    return o.copy() if isinstance(o, np.ndarray) and np.may_share_memory(o, buffer) else o
+
+
 def arena_candidates(g: Graph) -> set[str]:
     """Values whose producer can write into the arena: an ``out_kernel`` and static descs."""
     out: set[str] = set()
@@ -233,14 +240,17 @@ class Executor:
             if self._generic is None:
                 self._generic = Plan(self.graph)
             return self._generic, None
-        sig: Signature = tuple((tuple(x.shape), x.dtype.str) for x in feeds)
+        # sequence (list) and empty optional (None) feeds do not specialise: their descs stay as compiled
+        sig: Signature = tuple(
+            (tuple(x.shape), x.dtype.str) if isinstance(x, np.ndarray) else ((), type(x).__name__) for x in feeds
+        )
         hit = self._cache.get(sig)
         if hit is not None:
             return hit
         with self._lock:
             hit = self._cache.get(sig)
             if hit is None:
-                g = self._specialize(self.graph, [tuple(x.shape) for x in feeds])
+                g = self._specialize(self.graph, [tuple(x.shape) if isinstance(x, np.ndarray) else None for x in feeds])
                 hit = (Plan(g, memory=plan_memory(g, only=arena_candidates(g))), plan_memory(g))
                 self._cache[sig] = hit
                 while len(self._cache) > self._cache_size:

@@ -8,8 +8,9 @@ from __future__ import annotations
 
 import os
 import time
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, Mapping, Sequence
+from typing import Any
 
 import numpy as np
 
@@ -52,6 +53,27 @@ def _info(name: str, d: TensorDesc | None) -> TensorInfo:
     return TensorInfo(name, shape, d.dtype, dt)
 
 
+def _owned(o: Any) -> Any:
+    """``o`` with read-only arrays copied; sequences (lists) element-wise, empty optionals (None) as is."""
+    if o is None:
+        return None
+    if isinstance(o, list):
+        return [_owned(e) for e in o]
+    o = np.asarray(o)
+    return o if o.flags.writeable else o.copy()
+
+
+def _container_feed(name: str, kind: str, x: Any) -> Any:
+    """A sequence input as a list of arrays; an optional input as None or its value."""
+    if kind == "optional" and x is None:
+        return None
+    if isinstance(x, (list, tuple)):
+        return [np.asarray(e) for e in x]
+    if kind == "sequence":
+        raise InputError(f"input '{name}' is an ONNX sequence: pass a list of arrays, received {type(x).__name__}")
+    return np.asarray(x)
+
+
 class LoadedModel:
     """Runs a compiled graph. Thread-safe: several threads may call ``run`` at once."""
 
@@ -88,8 +110,11 @@ class LoadedModel:
                 f"the model has {len(self.inputs)} inputs ({', '.join(i.name for i in self.inputs)}) "
                 f"but {len(feeds)} were given"
             )
-        out = []
+        out: list[Any] = []
         for info, desc, x in zip(self.inputs, self._in_descs, feeds):
+            if desc is not None and desc.kind != "tensor":
+                out.append(_container_feed(info.name, desc.kind, x))
+                continue
             arr = np.asarray(x)
             if desc is not None and desc.dtype and int(from_numpy(arr.dtype)) != desc.dtype:
                 raise InputError(
@@ -122,7 +147,7 @@ class LoadedModel:
         """Run with inputs in model order; returns outputs in model order."""
         outs = self.executor.run(self.check_feeds(feeds))
         # Never hand out the model's own constant memory (read-only, shared between runs).
-        return [o if o.flags.writeable else o.copy() for o in map(np.asarray, outs)]
+        return [_owned(o) for o in outs]
 
     def run_dict(self, feeds: Mapping[str, Any]) -> list[np.ndarray]:
         """Run with inputs by name. Raises ``InputError`` naming missing or unknown inputs."""

@@ -202,7 +202,10 @@ def _encode_desc(desc: TensorDesc) -> dict[str, Any]:
                 shape.append(int(d))
             else:
                 raise TypeError(f"dim {d!r} is not an int, str or None")
-    return {"dtype": int(desc.dtype), "shape": shape, "format": int(desc.format)}
+    out: dict[str, Any] = {"dtype": int(desc.dtype), "shape": shape, "format": int(desc.format)}
+    if desc.kind != "tensor":  # sequence / optional values; absent means tensor (older files)
+        out["kind"] = desc.kind
+    return out
 
 
 def _decode_desc(obj: dict[str, Any]) -> TensorDesc:
@@ -213,7 +216,10 @@ def _decode_desc(obj: dict[str, Any]) -> TensorDesc:
         ):
             raise MalformedManifest(f"bad shape {shape!r:.60}")
         shape = tuple(shape)
-    return TensorDesc(_int(obj["dtype"], "desc dtype"), shape, Format(obj.get("format", Format.ND)))
+    kind = obj.get("kind", "tensor")
+    if kind not in ("tensor", "sequence", "optional"):
+        raise MalformedManifest(f"bad value kind {kind!r:.40}")
+    return TensorDesc(_int(obj["dtype"], "desc dtype"), shape, Format(obj.get("format", Format.ND)), kind)
 
 
 def encode_graph(graph: Graph, put: PutTensor) -> dict[str, Any]:

@@ -84,7 +84,8 @@ def _k_loop(x: Sequence[Any], a: Mapping[str, Any], run_body: RunBody) -> list[n
         for lst, v in zip(scans, per_iter):
             lst.append(np.asarray(v))
         i += 1
-    result = [np.asarray(c) for c in carried]
+    # sequences (lists) and empty optionals (None) are carried as they are
+    result = [c if c is None or isinstance(c, list) else np.asarray(c) for c in carried]
     n_scan = a["_n_outputs"] - n_carried
     if scans is None:
         # zero iterations: scan outputs are empty along the new axis; element shape unknown

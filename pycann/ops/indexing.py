@@ -15,7 +15,7 @@ import numpy as np
 from pycann.dtypes import Dim, DType, TensorDesc
 from pycann.ops.opdef import InferContext, OpDef
 from pycann.ops.shape_utils import normalize_axes, normalize_axis, same_as
-from pycann.ops.tensor import astr, const_ints, infer_axes, infer_axis, ints, vec_len
+from pycann.ops.tensor import astr, const_ints, dtype_of, infer_axes, infer_axis, ints, vec_len
 
 Inputs = Sequence[Any]
 Attrs = Mapping[str, Any]
@@ -24,10 +24,6 @@ Attrs = Mapping[str, Any]
 def _opt(inputs: Inputs, i: int) -> Any:
     """Optional input ``i`` or None."""
     return inputs[i] if len(inputs) > i else None
-
-
-def _dt(desc: TensorDesc | None) -> int:
-    return 0 if desc is None else desc.dtype
 
 
 # --------------------------------------------------------------------------- Slice
@@ -83,11 +79,8 @@ def _infer_slice(ctx: InferContext) -> list[TensorDesc]:
     exact = starts is not None and ends is not None and (steps is not None or ctx.input(4) is None)
     steps = steps or [1] * len(axes)
     ax = infer_axes(ctx, axes, r, "input 'axes'")
-    try:
-        if exact and not len(starts) == len(ends) == len(ax) == len(steps):  # type: ignore[arg-type]
-            raise ValueError("'starts', 'ends', 'axes' and 'steps' must have the same length")
-    except ValueError as e:
-        raise ctx.fail(f"inputs of Slice are invalid for data {x}: {e}") from None
+    if exact and not len(starts) == len(ends) == len(ax) == len(steps):  # type: ignore[arg-type]
+        raise ctx.fail("inputs 'starts', 'ends', 'axes' and 'steps' must have the same length")
     out: list[Dim] = list(x.shape)
     for i, a in enumerate(ax):
         d = x.shape[a]
@@ -100,8 +93,8 @@ def _infer_slice(ctx: InferContext) -> list[TensorDesc]:
         if isinstance(d, int):
             b0, b1 = _slice_bounds(d, s, e, st)
             out[a] = len(range(b0, b1, st))
-        elif not (st == 1 and s == 0 and e >= 2**62):  # anything but "the whole axis"
-            out[a] = None
+        elif not ((st == 1 and s == 0 and e >= 2**62) or (st == -1 and s == -1 and e <= -(2**62))):
+            out[a] = None  # a symbolic dim keeps its name only for "the whole axis" (maybe reversed)
     return [TensorDesc(x.dtype, tuple(out))]
 
 
@@ -116,7 +109,7 @@ def _k_gather(inputs: Inputs, attrs: Attrs) -> list[np.ndarray]:
 def _infer_gather(ctx: InferContext) -> list[TensorDesc]:
     x, idx = ctx.input(0), ctx.input(1)
     if x is None or x.shape is None or idx is None or idx.shape is None:
-        return [TensorDesc(_dt(x), None)]
+        return [TensorDesc(dtype_of(x), None)]
     a = infer_axis(ctx, ctx.attrs["axis"], len(x.shape))
     return [TensorDesc(x.dtype, (*x.shape[:a], *idx.shape, *x.shape[a + 1:]))]
 
@@ -139,7 +132,7 @@ def _k_gather_elements(inputs: Inputs, attrs: Attrs) -> list[np.ndarray]:
 
 
 def _infer_indices_shape(ctx: InferContext) -> list[TensorDesc]:
-    return [TensorDesc(_dt(ctx.input(0)), None if ctx.input(1) is None else ctx.input(1).shape)]
+    return [TensorDesc(dtype_of(ctx.input(0)), None if ctx.input(1) is None else ctx.input(1).shape)]
 
 
 def _k_gather_nd(inputs: Inputs, attrs: Attrs) -> list[np.ndarray]:
@@ -150,6 +143,8 @@ def _k_gather_nd(inputs: Inputs, attrs: Attrs) -> list[np.ndarray]:
     bsz = int(np.prod(x.shape[:b], dtype=np.int64))
     m = int(np.prod(idx.shape[b:-1], dtype=np.int64))
     xr = x.reshape((bsz, *x.shape[b:]))
+    if k == 0:  # empty index tuples select whole slices
+        return [np.broadcast_to(xr[:, None], (bsz, m, *x.shape[b:])).reshape((*idx.shape[:-1], *x.shape[b:]))]
     ix = _wrap(idx.reshape(bsz, m, k), np.array(x.shape[b:b + k], dtype=np.int64))
     sel = xr[(np.arange(bsz)[:, None], *(ix[..., j] for j in range(k)))]
     return [sel.reshape((*idx.shape[:-1], *x.shape[b + k:]))]
@@ -158,7 +153,7 @@ def _k_gather_nd(inputs: Inputs, attrs: Attrs) -> list[np.ndarray]:
 def _infer_gather_nd(ctx: InferContext) -> list[TensorDesc]:
     x, idx = ctx.input(0), ctx.input(1)
     if x is None or x.shape is None or idx is None or idx.shape is None or not idx.shape:
-        return [TensorDesc(_dt(x), None)]
+        return [TensorDesc(dtype_of(x), None)]
     k, b = idx.shape[-1], ctx.attrs["batch_dims"]
     if not isinstance(k, int):
         return [TensorDesc(x.dtype, None)]
@@ -273,9 +268,9 @@ def _infer_compress(ctx: InferContext) -> list[TensorDesc]:
     cond = ctx.value(1)
     n = None if cond is None else int(np.count_nonzero(cond))
     if ctx.attrs["axis"] is None:
-        return [TensorDesc(_dt(x), (n,))]
+        return [TensorDesc(dtype_of(x), (n,))]
     if x is None or x.shape is None:
-        return [TensorDesc(_dt(x), None)]
+        return [TensorDesc(dtype_of(x), None)]
     a = infer_axis(ctx, ctx.attrs["axis"], len(x.shape))
     return [TensorDesc(x.dtype, tuple(n if i == a else d for i, d in enumerate(x.shape)))]
 
@@ -294,7 +289,7 @@ def _k_onehot(inputs: Inputs, attrs: Attrs) -> list[np.ndarray]:
 
 def _infer_onehot(ctx: InferContext) -> list[TensorDesc]:
     idx, values = ctx.input(0), ctx.input(2)
-    dt = _dt(values)
+    dt = dtype_of(values)
     depth = const_ints(ctx, 1)
     if depth is not None and len(depth) != 1:
         raise ctx.fail(f"input 'depth' must hold one value, got {depth}")
@@ -379,7 +374,7 @@ def _infer_topk(ctx: InferContext) -> list[TensorDesc]:
     if k is not None and len(k) != 1:
         raise ctx.fail(f"input 'K' must hold one value, got {k}")
     if x is None or x.shape is None:
-        return [TensorDesc(_dt(x), None), TensorDesc(DType.INT64, None)]
+        return [TensorDesc(dtype_of(x), None), TensorDesc(DType.INT64, None)]
     a = infer_axis(ctx, ctx.attrs["axis"], len(x.shape))
     d = x.shape[a]
     if k is not None and isinstance(d, int) and not 0 <= k[0] <= d:
@@ -412,7 +407,7 @@ def _infer_unique(ctx: InferContext) -> list[TensorDesc]:
     axis = ctx.attrs["axis"]
     n_inv: Dim = None
     if x is None or x.shape is None:
-        y = TensorDesc(_dt(x), (None,) if axis is None else None)
+        y = TensorDesc(dtype_of(x), (None,) if axis is None else None)
     elif axis is None:
         y = TensorDesc(x.dtype, (None,))
         n_inv = x.numel()

@@ -86,8 +86,11 @@ def _infer_matmul(ctx: InferContext) -> list[TensorDesc]:
 # ---------------------------------------------------------------- Gemm
 
 
-def _k_gemm(inputs: Sequence[Any], attrs: Mapping[str, Any]) -> list[np.ndarray]:
-    """Gemm (spec: Gemm-13): Y = alpha * A' B' + beta * C, C broadcast unidirectionally."""
+def _gemm(inputs: Sequence[Any], attrs: Mapping[str, Any], out: np.ndarray | None = None) -> np.ndarray:
+    """Gemm (spec: Gemm-13): Y = alpha * A' B' + beta * C, C broadcast unidirectionally.
+
+    Floats accumulate in ``out`` when it has the accumulation dtype (BLAS writes into it).
+    """
     a, b = inputs[0], inputs[1]
     c = inputs[2] if len(inputs) > 2 else None
     if attrs.get("transA", 0):
@@ -96,20 +99,35 @@ def _k_gemm(inputs: Sequence[Any], attrs: Mapping[str, Any]) -> list[np.ndarray]
         b = b.T
     alpha, beta = float(attrs.get("alpha", 1.0)), float(attrs.get("beta", 1.0))
     acc = _acc_dtype(a.dtype)
-    y = np.matmul(a.astype(acc, copy=False), b.astype(acc, copy=False))
-    if acc.kind == "f":
-        if alpha != 1.0:
-            y *= acc.type(alpha)
-        # beta == 0 drops C altogether (ONNX Runtime does not evaluate 0 * C).
-        if c is not None and beta != 0.0:
-            cc = c.astype(acc, copy=False)
-            y += cc if beta == 1.0 else cc * acc.type(beta)
-    else:
+    a, b = a.astype(acc, copy=False), b.astype(acc, copy=False)
+    if acc.kind != "f":
+        y = np.matmul(a, b)
         if alpha != 1.0:
             y = (y * alpha).astype(acc)
         if c is not None and beta != 0.0:
             y = y + (c if beta == 1.0 else (c * beta).astype(acc))
-    return [np.asarray(y, dtype=inputs[0].dtype)]
+        return y
+    y = out if out is not None and out.dtype == acc else None
+    y = np.matmul(a, b, out=y)
+    if alpha != 1.0:
+        y *= acc.type(alpha)
+    # beta == 0 drops C altogether (ONNX Runtime does not evaluate 0 * C).
+    if c is not None and beta != 0.0:
+        cc = c.astype(acc, copy=False)
+        y += cc if beta == 1.0 else cc * acc.type(beta)
+    return y
+
+
+def _k_gemm(inputs: Sequence[Any], attrs: Mapping[str, Any]) -> list[np.ndarray]:
+    """Gemm kernel (see ``_gemm``); narrow floats and ints are cast back to A's dtype."""
+    return [np.asarray(_gemm(inputs, attrs), dtype=inputs[0].dtype)]
+
+
+def _out_gemm(inputs: Sequence[Any], attrs: Mapping[str, Any], outs: Sequence[np.ndarray]) -> None:
+    """Gemm into a preallocated output."""
+    y = _gemm(inputs, attrs, outs[0])
+    if y is not outs[0]:
+        outs[0][...] = y
 
 
 def _infer_gemm(ctx: InferContext) -> list[TensorDesc]:
@@ -274,7 +292,8 @@ def _infer_einsum(ctx: InferContext) -> list[TensorDesc]:
 
 OPS: list[OpDef] = [
     OpDef("MatMul", _infer_matmul, _k_matmul, since=1, out_kernel=_out_matmul),
-    OpDef("Gemm", _infer_gemm, _k_gemm, since=1, attrs={"alpha": 1.0, "beta": 1.0, "transA": 0, "transB": 0}),
+    OpDef("Gemm", _infer_gemm, _k_gemm, since=1, attrs={"alpha": 1.0, "beta": 1.0, "transA": 0, "transB": 0},
+          out_kernel=_out_gemm),
     OpDef("MatMulInteger", _infer_matmul_integer, _k_matmul_integer, since=10),
     OpDef("QLinearMatMul", _infer_qlinear_matmul, _k_qlinear_matmul, since=10),
     OpDef("Einsum", _infer_einsum, _k_einsum, since=12, attrs={"equation": ""}),

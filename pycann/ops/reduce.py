@@ -92,7 +92,7 @@ def _mean(x: np.ndarray, ax: tuple[int, ...], kd: bool) -> np.ndarray:
         return _back(np.sign(s) * (np.abs(s) // n), x.dtype)
     w = _work(x)
     r = _rsum(w, ax, kd)
-    r /= w.dtype.type(n)  # in place: r is a fresh array (or a fresh numpy scalar, handled by _back)
+    r /= w.dtype.type(n)  # in place: _rsum always returns a fresh array
     return _back(r, x.dtype)
 
 
@@ -148,7 +148,7 @@ def _logsum(x: np.ndarray, ax: tuple[int, ...], kd: bool) -> np.ndarray:
 
 def _logsumexp(x: np.ndarray, ax: tuple[int, ...], kd: bool) -> np.ndarray:
     w = _float_work(x)
-    m = np.max(w, axis=ax, keepdims=True, initial=-np.inf)
+    m = np.asarray(np.max(w, axis=ax, keepdims=True, initial=-np.inf))
     # rows that are all -inf (or empty) would give nan from -inf - -inf; shift by 0 instead
     m[~np.isfinite(m)] = 0
     with np.errstate(divide="ignore", over="ignore"):
@@ -177,7 +177,8 @@ def _make_reduce(fn: Callable[[np.ndarray, tuple[int, ...], bool], np.ndarray]) 
 def _infer_reduce(ctx: InferContext) -> list[TensorDesc]:
     """Reduce* shape: drop (keepdims=0) or set to 1 the reduced axes (Operators.md, ReduceSum)."""
     x = ctx.input(0)
-    assert x is not None
+    if x is None:
+        raise ctx.fail("input 'data' is missing")
     kd = bool(ctx.attrs["keepdims"])
     axes_desc = ctx.input(1)
     if x.shape is None:
@@ -212,8 +213,7 @@ def _infer_reduce(ctx: InferContext) -> list[TensorDesc]:
 def _infer_arg(ctx: InferContext) -> list[TensorDesc]:
     """ArgMax/ArgMin: int64, the axis kept as 1 or removed (Operators.md, ArgMax)."""
     x = ctx.input(0)
-    assert x is not None
-    if x.shape is None:
+    if x is None or x.shape is None:
         return [TensorDesc(DType.INT64, None)]
     try:
         a = normalize_axis(ctx.attrs["axis"], len(x.shape))
@@ -250,8 +250,7 @@ def _k_argmin(inputs: Inputs, attrs: Attrs) -> list[np.ndarray]:
 def _infer_softmax(ctx: InferContext) -> list[TensorDesc]:
     """Softmax/LogSoftmax/Hardmax keep shape and dtype; the axis must be in range."""
     x = ctx.input(0)
-    assert x is not None
-    if x.shape is not None:
+    if x is not None and x.shape is not None:
         rank = len(x.shape)
         if not -rank <= ctx.attrs["axis"] <= max(rank - 1, 0):
             raise ctx.fail(f"attribute 'axis' {ctx.attrs['axis']} is out of range for input of rank {rank}")

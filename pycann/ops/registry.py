@@ -9,7 +9,8 @@ from __future__ import annotations
 from types import ModuleType
 
 from pycann.errors import UnsupportedOpError
-from pycann.ops import activation, cast, control, elementwise, indexing, matmul, reduce, tensor, tensor_gen
+from pycann.ops import activation, cast, control, elementwise, indexing, matmul, misc, reduce, tensor, tensor_gen
+from pycann.ops import sequence
 from pycann.ops.nn import conv, norm, pool, resize, rnn
 from pycann.ops.opdef import OpDef
 
@@ -27,7 +28,9 @@ FAMILIES: tuple[ModuleType, ...] = (
     norm,
     rnn,
     resize,
+    misc,
     control,
+    sequence,
 )
 
 

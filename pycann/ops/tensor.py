@@ -60,6 +60,7 @@ def dim_mul(a: Dim, b: Dim) -> Dim:
 
 
 def dims_prod(dims: Sequence[Dim]) -> Dim:
+    """Product of dims (see ``dim_mul``); used for Flatten's output dims."""
     out: Dim = 1
     for d in dims:
         out = dim_mul(out, d)
@@ -76,10 +77,12 @@ def merge_dim(a: Dim, b: Dim) -> Dim:
 
 
 def rank_of(desc: TensorDesc | None) -> int | None:
+    """Rank of a desc, None when unknown."""
     return None if desc is None or desc.shape is None else len(desc.shape)
 
 
-def _dt(desc: TensorDesc | None) -> int:
+def dtype_of(desc: TensorDesc | None) -> int:
+    """dtype of a desc (UNDEFINED when the input is absent)."""
     return 0 if desc is None else desc.dtype
 
 
@@ -207,7 +210,7 @@ def _k_reshape(inputs: Inputs, attrs: Attrs) -> list[np.ndarray]:
 
 def _infer_reshape(ctx: InferContext) -> list[TensorDesc]:
     x = ctx.input(0)
-    dt = _dt(x)
+    dt = dtype_of(x)
     shape = const_ints(ctx, 1)
     if shape is None:
         n = vec_len(ctx.input(1))
@@ -280,7 +283,7 @@ def _k_flatten(inputs: Inputs, attrs: Attrs) -> list[np.ndarray]:
 def _infer_flatten(ctx: InferContext) -> list[TensorDesc]:
     x = ctx.input(0)
     if x is None or x.shape is None:
-        return [TensorDesc(_dt(x), (None, None))]
+        return [TensorDesc(dtype_of(x), (None, None))]
     try:
         a = _flatten_axis(ctx.attrs["axis"], len(x.shape))
     except ValueError as e:

@@ -13,14 +13,10 @@ import numpy as np
 from pycann.dtypes import DType, TensorDesc, from_numpy, to_numpy
 from pycann.ops.opdef import REQUIRED, InferContext, OpDef
 from pycann.ops.shape_utils import broadcast_shapes, same_as
-from pycann.ops.tensor import astr, const_ints, dim_mul, ints, tensor_attr, vec_len
+from pycann.ops.tensor import astr, const_ints, dim_mul, dtype_of, ints, tensor_attr, vec_len
 
 Inputs = Sequence[Any]
 Attrs = Mapping[str, Any]
-
-
-def _dt(desc: TensorDesc | None) -> int:
-    return 0 if desc is None else desc.dtype
 
 
 # --------------------------------------------------------------------------- Expand / Tile
@@ -39,11 +35,11 @@ def _infer_expand(ctx: InferContext) -> list[TensorDesc]:
     if shape is None:
         n = vec_len(ctx.input(1))
         if n is None or xs is None:
-            return [TensorDesc(_dt(x), None)]
-        return [TensorDesc(_dt(x), (None,) * max(n, len(xs)))]
+            return [TensorDesc(dtype_of(x), None)]
+        return [TensorDesc(dtype_of(x), (None,) * max(n, len(xs)))]
     try:
         # a 1 in ``shape`` keeps the input dim, which broadcast_shapes does as well
-        return [TensorDesc(_dt(x), broadcast_shapes(xs, tuple(shape)))]
+        return [TensorDesc(dtype_of(x), broadcast_shapes(xs, tuple(shape)))]
     except ValueError as e:
         raise ctx.fail(f"input {x} cannot expand to 'shape' {shape}: {e}") from None
 
@@ -92,7 +88,7 @@ def _infer_d2s(ctx: InferContext, to_space: bool) -> list[TensorDesc]:
     x = ctx.input(0)
     b = ctx.attrs["blocksize"]
     if x is None or x.shape is None:
-        return [TensorDesc(_dt(x), (None,) * 4)]
+        return [TensorDesc(dtype_of(x), (None,) * 4)]
     if len(x.shape) != 4 or b <= 0:
         raise ctx.fail(f"needs a 4-D input and blocksize > 0, got {x} and blocksize={b}")
     n, c, h, w = x.shape
@@ -180,7 +176,7 @@ def _k_range(inputs: Inputs, attrs: Attrs) -> list[np.ndarray]:
 
 
 def _infer_range(ctx: InferContext) -> list[TensorDesc]:
-    dt = _dt(ctx.input(0))
+    dt = dtype_of(ctx.input(0))
     vals = [ctx.value(i) for i in range(3)]
     if any(v is None for v in vals):
         return [TensorDesc(dt, (None,))]
@@ -232,7 +228,7 @@ def _k_eye_like(inputs: Inputs, attrs: Attrs) -> list[np.ndarray]:
 
 def _infer_eye_like(ctx: InferContext) -> list[TensorDesc]:
     x = ctx.input(0)
-    dt = _dt(x) if ctx.attrs["dtype"] is None else int(ctx.attrs["dtype"])
+    dt = dtype_of(x) if ctx.attrs["dtype"] is None else int(ctx.attrs["dtype"])
     if x is not None and x.shape is not None and len(x.shape) != 2:
         raise ctx.fail(f"input must be 2-D, got {x}")
     return [TensorDesc(dt, (None, None) if x is None or x.shape is None else x.shape)]

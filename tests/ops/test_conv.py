@@ -226,6 +226,12 @@ def test_conv_transpose_infer() -> None:
     w = TensorDesc(F, (3, 2, 3, 3))
     assert _infer("ConvTranspose", [TensorDesc(F, ("N", 3, 5, "W")), w], {"strides": [2, 2], "group": 1}).shape == (
         "N", 2, 11, None)
+    assert _infer("ConvTranspose", [TensorDesc(F, ("N", 3, "H", "W")), w], {"pads": [1, 1, 1, 1]}).shape == (
+        "N", 2, "H", "W")
+    assert _infer("ConvTranspose", [TensorDesc(F, ("N", 3, "H", "W")), w], {"auto_pad": "SAME_LOWER"}).shape == (
+        "N", 2, "H", "W")
+    assert _infer("ConvTranspose", [TensorDesc(F, ("N", 3, "H", "W")), w], {"pads": [1, 0, 1, 0]}).shape == (
+        "N", 2, "H", None)
     assert _infer("ConvTranspose", [TensorDesc(F, ("N", 3, 5, 6)), w], {"output_shape": [9, 9]}).shape == (
         "N", 2, 9, 9)
     assert _infer("ConvTranspose", [TensorDesc(F, (1, 3, 5, 6)), w], {"auto_pad": "SAME_UPPER", "strides": [2, 2]}
@@ -234,3 +240,16 @@ def test_conv_transpose_infer() -> None:
         _infer("ConvTranspose", [TensorDesc(F, (1, 4, 5, 6)), w], {})
     with pytest.raises(ShapeError, match="output_shape"):
         _infer("ConvTranspose", [TensorDesc(F, (1, 3, 5, 6)), w], {"output_shape": [1, 2, 3]})
+
+
+@pytest.mark.parametrize("xs,ws,attrs,bias", CONV_CASES + [((1, 4, 6, 6), (4, 4, 3, 3), {"pads": [1] * 4}, True)])
+@pytest.mark.parametrize("dtype", [np.float32, np.float16])
+def test_conv_out_kernel(xs: tuple, ws: tuple, attrs: dict, bias: bool, dtype: type) -> None:
+    """The arena variant writes the same values into a preallocated output."""
+    od = lookup("Conv", "", 17)
+    full = od.with_defaults(attrs)
+    inputs = [_r(*xs, dtype=dtype), _r(*ws, dtype=dtype, seed=1)] + ([_r(ws[0], dtype=dtype, seed=2)] if bias else [])
+    want = od.kernel(inputs, full)[0]
+    out = np.full(want.shape, np.nan, dtype=want.dtype)
+    od.out_kernel(inputs, full, [out])
+    np.testing.assert_array_equal(out, want)

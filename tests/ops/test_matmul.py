@@ -165,3 +165,16 @@ def test_matmul_infer() -> None:
         _infer("Einsum", [t(3, 4), t(5, 6)], {"equation": "ij,jk->ik"})
     with pytest.raises(ShapeError, match="rank"):
         _infer("Einsum", [t(3, 4, 5)], {"equation": "ij->ji"})
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float16, np.int32])
+@pytest.mark.parametrize("attrs", [{}, {"transA": 1, "alpha": 0.5, "beta": 2.0}, {"beta": 0.0}])
+def test_gemm_out_kernel(dtype: type, attrs: dict) -> None:
+    od = lookup("Gemm", "", 13)
+    full = od.with_defaults(attrs)
+    a = (_r(4, 3) if attrs.get("transA") else _r(3, 4)) * 4
+    ins = [a.astype(dtype), (_r(4, 5) * 4).astype(dtype), (_r(5) * 4).astype(dtype)]
+    want = od.kernel(ins, full)[0]
+    out = np.zeros_like(want)
+    od.out_kernel(ins, full, [out])
+    np.testing.assert_array_equal(out, want)

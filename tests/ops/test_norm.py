@@ -180,3 +180,16 @@ def test_norm_infer() -> None:
     with pytest.raises(ShapeError, match="scale"):
         _infer("InstanceNormalization", [x, TensorDesc(F, (2,)), c], {})
     assert _infer("LRN", [TensorDesc(F, None)], {"size": 3})[0].shape is None
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float16, np.float64])
+def test_batch_norm_out_kernel(dtype: type) -> None:
+    od = lookup("BatchNormalization", "", 15)
+    ins = _bn_inputs((2, 3, 4, 5), dtype)
+    want = od.kernel(ins, od.with_defaults({}))
+    outs = [np.empty_like(w) for w in want]
+    od.out_kernel(ins, od.with_defaults({}), outs[:1])
+    np.testing.assert_array_equal(outs[0], want[0])
+    od.out_kernel(ins, od.with_defaults({}), outs)
+    for o, w in zip(outs, want):
+        np.testing.assert_array_equal(o, w)

@@ -167,3 +167,20 @@ def test_pool_infer() -> None:
         _infer("MaxPool", TensorDesc(F, (1, 1, 2, 2)), {"kernel_shape": [3, 3]})
     with pytest.raises(ShapeError, match="kernel_shape"):
         lookup("MaxPool", "", 19).with_defaults({})
+
+
+@pytest.mark.parametrize("attrs", WINDOWS[:4])
+def test_max_pool_out_kernel_and_n_outputs(attrs: dict) -> None:
+    od = lookup("MaxPool", "", 12)
+    x = _r(2, 3, 7, 8)
+    full = od.with_defaults(attrs)
+    y, idx = od.kernel([x], full)
+    only = od.kernel([x], {**full, "_n_outputs": 1})
+    assert len(only) == 1
+    np.testing.assert_array_equal(only[0], y)
+    for n_out in (1, 2):
+        outs = [np.empty_like(y), np.empty_like(idx)][:n_out]
+        od.out_kernel([x], full, outs)
+        np.testing.assert_array_equal(outs[0], y)
+        if n_out == 2:
+            np.testing.assert_array_equal(outs[1], idx)

@@ -33,6 +33,7 @@ def test_reduce_noop_and_empty_axis(op: str) -> None:
     check_op(op, [X, AX()], {"noop_with_empty_axes": 0}, opset=18, const_inputs=(1,))
     # reducing over a zero-sized axis yields the identity of the reduction
     check_op(op, [np.zeros((2, 0, 3), np.float32), AX(1)], {}, opset=18, const_inputs=(1,))
+    check_op(op, [np.array(2.5, np.float32)], {"keepdims": 0}, opset=18)  # rank 0
 
 
 @pytest.mark.parametrize("op", REDUCE)

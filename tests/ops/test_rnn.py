@@ -234,3 +234,11 @@ def test_lstm_infer_errors(attrs: dict, msg: str) -> None:
     ctx = InferContext("n", "LSTM", op.with_defaults(attrs), descs, [None] * 3, 14, 3)
     with pytest.raises(ShapeError, match=msg):
         op.infer(ctx)
+
+
+@pytest.mark.parametrize("op,gates,n_out", [("LSTM", 4, 3), ("GRU", 3, 2), ("RNN", 1, 2)])
+def test_zero_length_sequence(op: str, gates: int, n_out: int) -> None:
+    # ORT: an empty sequence yields zero Y and zero final states (not the initial state).
+    rng = np.random.default_rng(30)
+    ins = _rnn_inputs(rng, gates, num_dir=2, lens=[0, 3, 5], init=n_out - 1)
+    check_op(op, ins, {"direction": "bidirectional", "hidden_size": 6}, n_outputs=n_out, rtol=RTOL, atol=ATOL)

@@ -2,31 +2,16 @@
 
 from __future__ import annotations
 
-from typing import Any
-
 import numpy as np
 import pytest
 from onnx import helper, numpy_helper
 
 from pycann.dtypes import DType, TensorDesc
 from pycann.errors import ShapeError
-from pycann.ops import registry, tensor, tensor_gen
 from pycann.ops.opdef import InferContext
 from pycann.ops.registry import lookup
 from tests.ops.oracle import check_op, run_ort, run_pycann_op, single_node_model
 
-
-def _ensure_registered(*mods: Any) -> None:
-    """Until the lead adds a new family to registry.FAMILIES, make its ops visible to lookup()."""
-    for mod in mods:
-        for op in mod.OPS:
-            defs = registry.REGISTRY.setdefault(("", op.op_type), [])
-            if op not in defs:
-                defs.append(op)
-                defs.sort(key=lambda d: d.since)
-
-
-_ensure_registered(tensor, tensor_gen)
 rng = np.random.default_rng(0)
 X = rng.standard_normal((2, 3, 4)).astype(np.float32)
 I64 = lambda *a: np.array(a, dtype=np.int64)  # noqa: E731

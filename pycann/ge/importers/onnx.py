@@ -8,6 +8,7 @@ Uses the ``onnx`` package for parsing and checking. Opset differences are resolv
 from __future__ import annotations
 
 import os
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -17,9 +18,10 @@ from onnx import AttributeProto, numpy_helper
 
 from pycann.dtypes import Dim, DType, TensorDesc
 from pycann.errors import ModelError, UnsupportedOpError
-from pycann.ge.importers.functions import inline_local_functions
+from pycann.ge.importers.expand import FunctionExpander
 from pycann.ge.importers.opset_upgrade import upgrade_node
 from pycann.ge.ir import Graph, Node
+from pycann.ops.registry import lookup
 
 
 def load_onnx(source: str | os.PathLike[str] | bytes | onnx.ModelProto, check: bool = True) -> Graph:
@@ -54,6 +56,14 @@ def load_onnx(source: str | os.PathLike[str] | bytes | onnx.ModelProto, check: b
     return import_model(model)
 
 
+def _supported(domain: str, op_type: str, opset: int) -> bool:
+    try:
+        lookup(op_type, domain, opset)
+        return True
+    except UnsupportedOpError:
+        return op_type == "Constant" and domain == ""
+
+
 def _raise_if_unknown_op(model: onnx.ModelProto, message: str) -> None:
     """The checker's "No Op registered for X" becomes atc's E19010 naming the node and opset."""
     if not message.startswith("No Op registered for "):
@@ -74,10 +84,7 @@ def import_model(model: onnx.ModelProto) -> Graph:
     opsets = {(o.domain or ""): o.version for o in model.opset_import}
     if "" not in opsets and "ai.onnx" in opsets:
         opsets[""] = opsets["ai.onnx"]
-    proto = model.graph
-    if model.functions:
-        proto = inline_local_functions(model)
-    g = _import_graph(proto, opsets, outer=frozenset())
+    g = _Importer(model).graph(model.graph, opsets, outer=frozenset())
     g.metadata = {p.key: p.value for p in model.metadata_props}
     g.metadata["producer"] = f"{model.producer_name} {model.producer_version}".strip()
     g.metadata["ir_version"] = str(model.ir_version)
@@ -102,10 +109,18 @@ def _dims(tp: onnx.TypeProto) -> tuple[int, tuple[Dim, ...] | None]:
 
 
 def _desc(vi: onnx.ValueInfoProto) -> TensorDesc | None:
-    if not vi.type.HasField("tensor_type"):
-        return None
-    dtype, shape = _dims(vi.type)
-    return TensorDesc(dtype, shape)
+    tp = vi.type
+    if tp.HasField("tensor_type"):
+        dtype, shape = _dims(tp)
+        return TensorDesc(dtype, shape)
+    # sequence / optional values: element dtype, no shape (a sequence's tensors differ in shape)
+    kind = "sequence" if tp.HasField("sequence_type") else "optional" if tp.HasField("optional_type") else ""
+    if not kind:
+        return None  # map / sparse types: nothing pycann computes with
+    elem = tp.sequence_type.elem_type if kind == "sequence" else tp.optional_type.elem_type
+    if elem.HasField("sequence_type"):
+        elem = elem.sequence_type.elem_type
+    return TensorDesc(elem.tensor_type.elem_type if elem.HasField("tensor_type") else 0, None, kind=kind)
 
 
 def tensor_to_array(t: onnx.TensorProto) -> np.ndarray:
@@ -116,8 +131,11 @@ def tensor_to_array(t: onnx.TensorProto) -> np.ndarray:
     return np.asarray(arr)
 
 
-def attr_value(a: AttributeProto, opsets: dict[str, int], outer: frozenset[str]) -> Any:
-    """Decode one attribute into a Python value (see ``Node`` docs)."""
+SubgraphFn = Callable[[onnx.GraphProto, dict[str, int], frozenset[str]], Graph]
+
+
+def attr_value(a: AttributeProto, opsets: dict[str, int], outer: frozenset[str], sub: SubgraphFn) -> Any:
+    """Decode one attribute into a Python value (see ``Node`` docs); ``sub`` imports GRAPH values."""
     t = a.type
     if t == AttributeProto.FLOAT:
         return float(a.f)
@@ -133,7 +151,7 @@ def attr_value(a: AttributeProto, opsets: dict[str, int], outer: frozenset[str])
     if t == AttributeProto.SPARSE_TENSOR:
         return _sparse_to_dense(a.sparse_tensor)
     if t == AttributeProto.GRAPH:
-        return _import_graph(a.g, opsets, outer)
+        return sub(a.g, opsets, outer)
     if t == AttributeProto.FLOATS:
         return [float(x) for x in a.floats]
     if t == AttributeProto.INTS:
@@ -143,7 +161,7 @@ def attr_value(a: AttributeProto, opsets: dict[str, int], outer: frozenset[str])
     if t == AttributeProto.TENSORS:
         return [tensor_to_array(x) for x in a.tensors]
     if t == AttributeProto.GRAPHS:
-        return [_import_graph(x, opsets, outer) for x in a.graphs]
+        return [sub(x, opsets, outer) for x in a.graphs]
     if t == AttributeProto.TYPE_PROTO:
         return int(a.tp.tensor_type.elem_type) if a.tp.HasField("tensor_type") else 0
     raise ModelError(f"attribute '{a.name}' has unsupported type {AttributeProto.AttributeType.Name(t)}")
@@ -181,39 +199,55 @@ def constant_value(node: Node) -> np.ndarray:
     raise ModelError(f"node {node.label()}: Constant has no value attribute")
 
 
-def _import_graph(gp: onnx.GraphProto, opsets: dict[str, int], outer: frozenset[str]) -> Graph:
-    g = Graph(name=gp.name or "main", opsets=dict(opsets))
-    for t in gp.initializer:
-        g.initializers[t.name] = tensor_to_array(t)
-    for sp in gp.sparse_initializer:
-        g.initializers[sp.values.name] = _sparse_to_dense(sp)
-    for vi in list(gp.input) + list(gp.value_info) + list(gp.output):
-        d = _desc(vi)
-        if d is not None and vi.name not in g.descs:
-            g.descs[vi.name] = d
-    # IR < 4 lists initializers among the inputs; those stay constants.
-    g.inputs = [vi.name for vi in gp.input if vi.name not in g.initializers]
-    g.outputs = [vi.name for vi in gp.output]
-    scope = set(outer) | set(g.inputs) | set(g.initializers)
-    for i, np_ in enumerate(gp.node):
-        name = np_.name or f"{np_.op_type}_{i}"
-        attrs = {a.name: attr_value(a, opsets, frozenset(scope)) for a in np_.attribute}
-        node = Node(
-            op_type=np_.op_type,
-            inputs=list(np_.input),
-            outputs=list(np_.output),
-            attrs=attrs,
-            name=name,
-            domain=np_.domain if np_.domain != "ai.onnx" else "",
-            opset=opsets.get(np_.domain if np_.domain != "ai.onnx" else "", 0),
-            origin=[name],
-        )
-        if node.op_type == "Constant" and node.domain == "" and len(node.outputs) == 1:
-            g.initializers[node.outputs[0]] = constant_value(node)
-            scope.add(node.outputs[0])
-            continue
-        new_nodes = upgrade_node(node, g)
-        g.nodes.extend(new_nodes)
-        for n in new_nodes:
-            scope.update(o for o in n.outputs if o)
-    return g
+class _Importer:
+    """Imports graphs, expanding function calls (``FunctionExpander``) as it goes."""
+
+    def __init__(self, model: onnx.ModelProto) -> None:
+        self.expander = FunctionExpander(model, _supported)
+
+    def graph(self, gp: onnx.GraphProto, opsets: dict[str, int], outer: frozenset[str]) -> Graph:
+        g = Graph(name=gp.name or "main", opsets=dict(opsets))
+        for t in gp.initializer:
+            g.initializers[t.name] = tensor_to_array(t)
+        for sp in gp.sparse_initializer:
+            g.initializers[sp.values.name] = _sparse_to_dense(sp)
+        for vi in list(gp.input) + list(gp.value_info) + list(gp.output):
+            d = _desc(vi)
+            if d is not None and vi.name not in g.descs:
+                g.descs[vi.name] = d
+        # IR < 4 lists initializers among the inputs; those stay constants.
+        g.inputs = [vi.name for vi in gp.input if vi.name not in g.initializers]
+        g.outputs = [vi.name for vi in gp.output]
+        scope = set(outer) | set(g.inputs) | set(g.initializers)
+        self._add_nodes(g, list(gp.node), opsets, scope, None)
+        return g
+
+    def _add_nodes(self, g: Graph, protos: list[onnx.NodeProto], opsets: dict[str, int],
+                   scope: set[str], origin: str | None) -> None:
+        for i, np_ in enumerate(protos):
+            domain = np_.domain if np_.domain != "ai.onnx" else ""
+            name = np_.name or f"{np_.op_type}_{len(g.nodes)}_{i}"
+            expanded = self.expander.expand(np_, opsets)
+            if expanded is not None:
+                body, fn_opsets = expanded
+                self._add_nodes(g, body, fn_opsets, scope, origin or name)
+                continue
+            attrs = {a.name: attr_value(a, opsets, frozenset(scope), self.graph) for a in np_.attribute}
+            node = Node(
+                op_type=np_.op_type,
+                inputs=list(np_.input),
+                outputs=list(np_.output),
+                attrs=attrs,
+                name=name,
+                domain=domain,
+                opset=opsets.get(domain, 0),
+                origin=[origin or name],
+            )
+            if node.op_type == "Constant" and node.domain == "" and len(node.outputs) == 1:
+                g.initializers[node.outputs[0]] = constant_value(node)
+                scope.add(node.outputs[0])
+                continue
+            new_nodes = upgrade_node(node, g)
+            g.nodes.extend(new_nodes)
+            for n in new_nodes:
+                scope.update(o for o in n.outputs if o)

@@ -94,27 +94,6 @@ def _cast(node: Node, g: Graph) -> list[Node]:
     return [node]
 
 
-def _upsample(node: Node, g: Graph) -> list[Node]:
-    """Upsample-7/9 and Resize-10 -> Resize-11 form (asymmetric coordinates, floor rounding)."""
-    mode = node.attrs.pop("mode", "nearest")
-    scales = node.attrs.pop("scales", None)
-    x = node.inputs[0]
-    if scales is not None:
-        sname = g.fresh_name(f"{node.name}_scales")
-        g.initializers[sname] = np.asarray(scales, dtype=np.float32)
-    else:
-        sname = node.inputs[1] if len(node.inputs) > 1 else ""
-    node.inputs = [x, "", sname]
-    node.attrs = {
-        "mode": "linear" if mode in ("linear", "bilinear") else mode,
-        "coordinate_transformation_mode": "asymmetric",
-        "nearest_mode": "floor",
-    }
-    node.op_type = "Resize"
-    node.opset = max(node.opset, 11)
-    return [node]
-
-
 def _legacy_broadcast(node: Node, g: Graph) -> list[Node]:
     """Opset <7 binary ops: ``broadcast=1, axis=k`` aligns B at axis k of A (not at the end)."""
     bc = node.attrs.pop("broadcast", 0)
@@ -145,6 +124,17 @@ def _legacy_broadcast(node: Node, g: Graph) -> list[Node]:
     unsq = Node("Unsqueeze", [b, axes_name], [out], name=g.fresh_name(f"{node.name}_align"), opset=13, origin=list(node.origin))
     node.inputs[1] = out
     return [unsq, node]
+
+
+def _prelu(node: Node, g: Graph) -> list[Node]:
+    """PRelu < 7: a 1-D slope of C values applies per channel (axis 1), not to the last axis."""
+    node.attrs.pop("consumed_inputs", None)
+    slope = g.initializers.get(node.inputs[1]) if len(node.inputs) > 1 else None
+    d = g.descs.get(node.inputs[0])
+    rank = None if d is None or d.shape is None else len(d.shape)
+    if slope is not None and slope.ndim == 1 and slope.size > 1 and rank is not None and rank > 2:
+        _const_input(node, g, 1, slope.reshape((-1,) + (1,) * (rank - 2)), "slope_per_channel")
+    return [node]
 
 
 def _bn(node: Node, g: Graph) -> list[Node]:
@@ -181,13 +171,12 @@ UPGRADES: dict[str, tuple[int, Rewrite]] = {
     "TopK": (10, _topk),
     "Reshape": (5, _attr_to_input(("shape", 1, "int64"))),
     "Cast": (6, _cast),
-    "Upsample": (10**6, _upsample),
-    "Resize": (11, _upsample),
     "BatchNormalization": (10**6, _bn),
     "Dropout": (10**6, _dropout),
     "Concat": (4, _concat),
     **{op: (7, _legacy_broadcast) for op in ("Add", "Sub", "Mul", "Div", "Pow", "And", "Or", "Xor",
-                                             "Equal", "Less", "Greater", "PRelu", "Gemm")},
+                                             "Equal", "Less", "Greater", "Gemm")},
+    "PRelu": (7, _prelu),
     **{op: (6, _drop("consumed_inputs")) for op in ("Relu", "Sigmoid", "Tanh", "Abs", "Neg", "Exp", "Log",
                                                     "Sqrt", "Reciprocal", "Floor", "Ceil", "LeakyRelu",
                                                     "Elu", "Selu", "HardSigmoid", "Max", "Min", "Sum",

@@ -9,9 +9,9 @@ from collections.abc import Mapping
 
 import numpy as np
 
-from pycann.dtypes import TensorDesc, from_numpy
+from pycann.dtypes import DType, TensorDesc, from_numpy
 from pycann.errors import ShapeError
-from pycann.ge.ir import Graph
+from pycann.ge.ir import Graph, Node
 from pycann.ge.passes.base import PassContext, PassResult
 from pycann.ops.opdef import InferContext
 from pycann.ops.registry import lookup
@@ -21,6 +21,30 @@ name = "InferShapes"
 
 def const_desc(v: np.ndarray) -> TensorDesc:
     return TensorDesc(int(from_numpy(v.dtype)), tuple(int(d) for d in v.shape))
+
+
+def _seed_body_inputs(node: Node, attr: str, body: Graph, ins: list[TensorDesc | None]) -> None:
+    """Loop/Scan bodies may leave their input types out (ONNX allows it): derive them from the
+    node's inputs (Loop: iteration count, condition, carried values; Scan: states, then one
+    slice of each scanned input)."""
+    seeds: list[TensorDesc | None] = []
+    if node.op_type == "Loop" and attr == "body":
+        seeds = [TensorDesc(int(DType.INT64), ()), TensorDesc(int(DType.BOOL), ()), *ins[2:]]
+    elif node.op_type == "Scan" and attr == "body":
+        n_scan = int(node.attrs.get("num_scan_inputs", 0))
+        n_state = len(ins) - n_scan
+        axes = list(node.attrs.get("scan_input_axes") or [0] * n_scan)
+        seeds = list(ins[:n_state])
+        for d, ax in zip(ins[n_state:], axes):
+            if d is None or d.shape is None:
+                seeds.append(None if d is None else TensorDesc(d.dtype, None))
+            else:
+                k = ax % len(d.shape) if d.shape else 0
+                seeds.append(TensorDesc(d.dtype, d.shape[:k] + d.shape[k + 1:]))
+    for name, d in zip(body.inputs, seeds):
+        old = body.descs.get(name)
+        if d is not None and (old is None or not old.dtype or old.shape is None):
+            body.descs[name] = d if old is None or not old.dtype else TensorDesc(old.dtype, d.shape)
 
 
 def infer_graph(
@@ -45,7 +69,8 @@ def infer_graph(
     for node in g.nodes:
         op = lookup(node.op_type, node.domain, node.opset or g.opsets.get(node.domain, None), node.label())
         if recurse:
-            for sub in node.subgraphs.values():
+            for attr_name, sub in node.subgraphs.items():
+                _seed_body_inputs(node, attr_name, sub, [descs.get(i) if i else None for i in node.inputs])
                 infer_graph(sub, descs, consts)
         attrs = op.with_defaults(node.attrs, f"node {node.label()}")
         attrs["_n_outputs"] = len(node.outputs)

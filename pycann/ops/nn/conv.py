@@ -1,8 +1,8 @@
 """Convolution ops: Conv, ConvTranspose (ONNX spec, Operators.md sections Conv, ConvTranspose).
 
 The kernels pick an algorithm per shape (``conv_algorithm``): a 1x1 unpadded conv is one GEMM
-on the (C, H*W) view, a depthwise conv is a sum of shifted multiply-adds, everything else is
-im2col + GEMM. float16/bfloat16 inputs are computed in float32 and returned in their dtype.
+on the (C, H*W) view, a depthwise conv is a batched GEMV (small maps) or a sum of shifted
+multiply-adds (large maps), everything else is im2col + GEMM. float16/bfloat16 inputs are computed in float32 and returned in their dtype.
 """
 
 from __future__ import annotations
@@ -84,8 +84,12 @@ def _check_conv_shapes(x: np.ndarray, w: np.ndarray, group: int, transpose: bool
         raise ValueError(f"channels of X {x.shape} do not match W {w.shape} with group={group}")
 
 
-def _k_conv(inputs: Sequence[Any], attrs: Mapping[str, Any]) -> list[np.ndarray]:
-    """Conv (spec: Conv-11/22): Y = X (*) W + B with strides, dilations, pads and groups."""
+def _conv(inputs: Sequence[Any], attrs: Mapping[str, Any], out: np.ndarray | None = None) -> np.ndarray:
+    """Conv (spec: Conv-11/22): Y = X (*) W + B with strides, dilations, pads and groups.
+
+    The result lands in ``out`` when it has the compute dtype (float32/float64) and is
+    C-contiguous; the returned array is then a view of it.
+    """
     x, w = inputs[0], inputs[1]
     b = inputs[2] if len(inputs) > 2 else None
     group = int(attrs.get("group", 1))
@@ -100,14 +104,26 @@ def _k_conv(inputs: Sequence[Any], attrs: Mapping[str, Any]) -> list[np.ndarray]
     if algo == "empty":
         y = np.zeros((x.shape[0], m) + win.out, dtype=cd)
     elif algo == "gemm_1x1":
-        y = conv_1x1(xc, wc, group, win)
+        y = conv_1x1(xc, wc, group, win, out)
     elif algo == "depthwise":
-        y = conv_depthwise(xc, wc, win)
+        y = conv_depthwise(xc, wc, win, out)
     else:
-        y = conv_im2col(xc, wc, group, win)
+        y = conv_im2col(xc, wc, group, win, out)
     if b is not None and y.size:
         y += b.astype(cd, copy=False).reshape(_bias_shape(m, len(win.out)))
-    return [np.asarray(y.astype(x.dtype, copy=False))]
+    return y
+
+
+def _k_conv(inputs: Sequence[Any], attrs: Mapping[str, Any]) -> list[np.ndarray]:
+    """Conv kernel: see ``_conv``; narrow floats are computed in float32 and cast back."""
+    return [np.asarray(_conv(inputs, attrs).astype(inputs[0].dtype, copy=False))]
+
+
+def _out_conv(inputs: Sequence[Any], attrs: Mapping[str, Any], outs: Sequence[np.ndarray]) -> None:
+    """Conv into a preallocated output: the GEMM writes straight into the arena when it can."""
+    y = _conv(inputs, attrs, outs[0])
+    if not np.may_share_memory(y, outs[0]):
+        outs[0][...] = y
 
 
 def _infer_conv(ctx: InferContext) -> list[TensorDesc]:
@@ -159,7 +175,8 @@ def conv_transpose_geometry(
 
     Spec (ConvTranspose-11): with ``output_shape`` or SAME auto_pad, total padding
     ``stride*(in-1) + output_padding + span - out`` is split between begin and end; SAME output
-    is ``in * stride``; otherwise out = ``stride*(in-1) + output_padding + span - pads``.
+    is ``in * stride`` (ONNX Runtime: never more than the unpadded result); otherwise
+    out = ``stride*(in-1) + output_padding + span - pads``.
     """
     n = len(in_sizes)
     strides = tuple(int(v) for v in (attrs.get("strides") or [1] * n))
@@ -211,6 +228,21 @@ def _k_conv_transpose(inputs: Sequence[Any], attrs: Mapping[str, Any]) -> list[n
     return [np.ascontiguousarray(y, dtype=x.dtype)]
 
 
+def _transpose_keeps_dim(i: int, ns: int, kernel: Sequence[int], attrs: Mapping[str, Any]) -> bool:
+    """True when ConvTranspose provably maps spatial dim ``i`` to the same size (stride 1 and
+    the kernel span plus output_padding exactly eaten by the pads)."""
+    if int((attrs.get("strides") or [1] * ns)[i]) != 1:
+        return False
+    ap = attrs.get("auto_pad", "NOTSET")
+    ap = ap.decode() if isinstance(ap, bytes) else ap
+    dil = int((attrs.get("dilations") or [1] * ns)[i])
+    grow = (int(kernel[i]) - 1) * dil + int((attrs.get("output_padding") or [0] * ns)[i])
+    if ap in ("SAME_UPPER", "SAME_LOWER"):
+        return True  # total padding = grow >= 0, output = in
+    pads = [0] * (2 * ns) if ap == "VALID" else [int(p) for p in (attrs.get("pads") or [0] * (2 * ns))]
+    return grow == pads[i] + pads[ns + i]
+
+
 def _infer_conv_transpose(ctx: InferContext) -> list[TensorDesc]:
     """ConvTranspose output: (N, W.shape[1] * group, *spatial) (spec: ConvTranspose)."""
     x, w = ctx.input(0), ctx.input(1)
@@ -254,12 +286,14 @@ def _infer_conv_transpose(ctx: InferContext) -> list[TensorDesc]:
                 spatial[i] = conv_transpose_geometry(sizes, kernel, ctx.attrs)[1][i]
                 if spatial[i] < 0:  # type: ignore[operator]
                     raise ctx.fail(f"output spatial dim {i} would be {spatial[i]} (pads too large)")
+            elif isinstance(d, str):
+                spatial[i] = d if _transpose_keeps_dim(i, ns, kernel, ctx.attrs) else None
     n: Dim = xs[0] if xs is not None else None
     return [TensorDesc(dtype, (n, m, *spatial))]
 
 
 OPS: list[OpDef] = [
-    OpDef("Conv", _infer_conv, _k_conv, since=1, attrs=dict(_WINDOW_ATTRS)),
+    OpDef("Conv", _infer_conv, _k_conv, since=1, attrs=dict(_WINDOW_ATTRS), out_kernel=_out_conv),
     OpDef(
         "ConvTranspose",
         _infer_conv_transpose,

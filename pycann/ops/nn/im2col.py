@@ -15,10 +15,18 @@ from pycann.ops.nn.spatial import Window, pad_spatial, tap_slices, window_view
 _COLS_BUDGET = 256 << 20
 
 
-def conv_1x1(x: np.ndarray, w: np.ndarray, group: int, win: Window) -> np.ndarray:
+def _target(out: np.ndarray | None, shape: tuple[int, ...], dtype: np.dtype) -> np.ndarray:
+    """``out`` viewed as ``shape`` when it can receive the result directly, else a new array."""
+    if out is not None and out.dtype == dtype and out.flags.c_contiguous:
+        return out.reshape(shape)
+    return np.empty(shape, dtype=dtype)
+
+
+def conv_1x1(x: np.ndarray, w: np.ndarray, group: int, win: Window, out: np.ndarray | None = None) -> np.ndarray:
     """1x1 kernel, no padding: one GEMM per group over the (C, spatial) view of each image.
 
     With unit strides ``x.reshape`` is a view (no copy); strided 1x1 convs subsample first.
+    The GEMM writes into ``out`` (a C-contiguous (N, M, *out) array) when given.
     """
     if any(s != 1 for s in win.strides):
         x = x[(slice(None), slice(None)) + tuple(slice(None, None, s) for s in win.strides)]
@@ -27,7 +35,8 @@ def conv_1x1(x: np.ndarray, w: np.ndarray, group: int, win: Window) -> np.ndarra
     m = w.shape[0]
     xg = x.reshape(n, group, c // group, -1)
     wg = w.reshape(group, m // group, c // group)
-    y = np.matmul(wg, xg)  # (N, g, M/g, L)
+    y = _target(out, (n, group, m // group, xg.shape[-1]), x.dtype)
+    np.matmul(wg, xg, out=y)
     return y.reshape((n, m) + win.out)
 
 
@@ -38,7 +47,7 @@ _DW_GEMV_MAX = 25_000
 _DW_BLOCK_BYTES = 1 << 20
 
 
-def conv_depthwise(x: np.ndarray, w: np.ndarray, win: Window) -> np.ndarray:
+def conv_depthwise(x: np.ndarray, w: np.ndarray, win: Window, out: np.ndarray | None = None) -> np.ndarray:
     """group == C_in == C_out: each output channel sees only its own input channel.
 
     Small maps: the (C, K, L) patch matrix times the per-channel (1, K) weights, one batched
@@ -51,8 +60,10 @@ def conv_depthwise(x: np.ndarray, w: np.ndarray, win: Window) -> np.ndarray:
     l_out = int(np.prod(win.out))
     if k * l_out <= _DW_GEMV_MAX and n * c * k * l_out * x.dtype.itemsize <= _COLS_BUDGET:
         cols = window_view(xp, win).reshape(n, c, k, l_out)
-        return np.matmul(w.reshape(c, 1, k), cols).reshape((n, c) + win.out)
-    y = np.empty((n, c) + win.out, dtype=x.dtype)
+        y = _target(out, (n, c, 1, l_out), x.dtype)
+        np.matmul(w.reshape(c, 1, k), cols, out=y)
+        return y.reshape((n, c) + win.out)
+    y = _target(out, (n, c) + win.out, x.dtype)
     blk = max(1, _DW_BLOCK_BYTES // (3 * l_out * x.dtype.itemsize))
     taps = tap_slices(win)
     tmp = np.empty((1, min(blk, c)) + win.out, dtype=x.dtype)
@@ -73,7 +84,7 @@ def conv_depthwise(x: np.ndarray, w: np.ndarray, win: Window) -> np.ndarray:
     return y
 
 
-def conv_im2col(x: np.ndarray, w: np.ndarray, group: int, win: Window) -> np.ndarray:
+def conv_im2col(x: np.ndarray, w: np.ndarray, group: int, win: Window, out: np.ndarray | None = None) -> np.ndarray:
     """General conv: copy the (C*prod(kernel), prod(out)) patch matrix once, then one GEMM.
 
     The patch matrix is a strided view of the padded input (``window_view``) made contiguous
@@ -86,7 +97,7 @@ def conv_im2col(x: np.ndarray, w: np.ndarray, group: int, win: Window) -> np.nda
     kdim = cg * int(np.prod(win.kernel))
     l_out = int(np.prod(win.out))
     wg = w.reshape(group, m // group, kdim)
-    y = np.empty((n, group, m // group, l_out), dtype=x.dtype)
+    y = _target(out, (n, group, m // group, l_out), x.dtype)
     per_image = max(1, c * int(np.prod(win.kernel)) * l_out * x.dtype.itemsize)
     step = max(1, _COLS_BUDGET // per_image)
     for s0 in range(0, n, step):

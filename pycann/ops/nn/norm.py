@@ -23,15 +23,15 @@ def _channel_shape(x: np.ndarray, v: np.ndarray) -> tuple[int, ...]:
     return (1,) + v.shape + (1,) * (x.ndim - 1 - v.ndim)
 
 
-def _k_batch_norm(inputs: Sequence[Any], attrs: Mapping[str, Any]) -> list[np.ndarray]:
+def _batch_norm(inputs: Sequence[Any], attrs: Mapping[str, Any], out: np.ndarray | None = None) -> np.ndarray:
     """BatchNormalization (spec: BatchNormalization-15), inference mode:
     Y = (X - input_mean) / sqrt(input_var + epsilon) * scale + B.
 
     ``training_mode``, ``momentum`` (opset 9-14) and the opset-1..7 ``is_test``/``spatial``/
     ``consumed_inputs`` attributes never switch to batch statistics: exported inference models
     (Paddle sets ``momentum``) must use the running mean/var. Old ``spatial=0`` models carry
-    (C, D1, ...) statistics, which broadcast the same way. Outputs: Y, then the running
-    mean and var passed through for graphs that name the optional outputs.
+    (C, D1, ...) statistics, which broadcast the same way. Extra outputs: the running
+    mean and var passed through, for graphs that name the optional outputs.
     """
     x, scale, b, mean, var = inputs[:5]
     cd = compute_dtype(x.dtype)
@@ -40,9 +40,25 @@ def _k_batch_norm(inputs: Sequence[Any], attrs: Mapping[str, Any]) -> list[np.nd
     a = scale.astype(cd) / np.sqrt(var.astype(cd) + cd.type(eps))
     c = b.astype(cd) - mean.astype(cd) * a
     shape = _channel_shape(x, a)
-    y = x.astype(cd, copy=False) * a.reshape(shape)
+    y = out if out is not None and out.dtype == cd else np.empty(x.shape, cd)
+    np.multiply(x, a.reshape(shape), out=y)
     y += c.reshape(shape)
-    return [y.astype(x.dtype, copy=False), np.asarray(mean), np.asarray(var)]
+    return y
+
+
+def _k_batch_norm(inputs: Sequence[Any], attrs: Mapping[str, Any]) -> list[np.ndarray]:
+    """BatchNormalization kernel (see ``_batch_norm``): Y, then input_mean/input_var."""
+    y = _batch_norm(inputs, attrs)
+    return [y.astype(inputs[0].dtype, copy=False), np.asarray(inputs[3]), np.asarray(inputs[4])]
+
+
+def _out_batch_norm(inputs: Sequence[Any], attrs: Mapping[str, Any], outs: Sequence[np.ndarray]) -> None:
+    """BatchNormalization into preallocated outputs (Y computed in place when dtypes allow)."""
+    y = _batch_norm(inputs, attrs, outs[0])
+    if y is not outs[0]:
+        outs[0][...] = y
+    for dst, src in zip(outs[1:], inputs[3:5]):
+        dst[...] = src
 
 
 def _infer_batch_norm(ctx: InferContext) -> list[TensorDesc]:
@@ -281,7 +297,7 @@ def _infer_lrn(ctx: InferContext) -> list[TensorDesc]:
 
 OPS: list[OpDef] = [
     OpDef("BatchNormalization", _infer_batch_norm, _k_batch_norm, since=1,
-          attrs={"epsilon": 1e-5, "momentum": 0.9, "training_mode": 0}),
+          attrs={"epsilon": 1e-5, "momentum": 0.9, "training_mode": 0}, out_kernel=_out_batch_norm),
     OpDef("InstanceNormalization", _infer_channelwise, _k_instance_norm, since=1, attrs={"epsilon": 1e-5}),
     OpDef("LayerNormalization", _infer_layer_norm, _k_layer_norm, since=17,
           attrs={"axis": -1, "epsilon": 1e-5, "stash_type": 1}),

@@ -79,22 +79,24 @@ def _flat_indices(
     return flat
 
 
-def _k_max_pool(inputs: Sequence[Any], attrs: Mapping[str, Any]) -> list[np.ndarray]:
-    """MaxPool (spec: MaxPool-12/22): window maximum, -inf padding; Y and flat Indices.
-
-    The kernel has no way to know whether the node uses ``Indices``, so it always returns it.
-    """
-    x = inputs[0]
+def _max_pool(
+    x: np.ndarray, attrs: Mapping[str, Any], indices: bool, out: np.ndarray | None = None
+) -> list[np.ndarray]:
+    """MaxPool (spec: MaxPool-12/22): window maximum over -inf padding; Y and, if asked, the
+    flat Indices. Y is accumulated in ``out`` when given (C-contiguous, X's dtype)."""
     win, ends = _pool_window(x.shape, attrs)
     out_shape = x.shape[:2] + win.out
     if x.size == 0 or any(o <= 0 for o in win.out):
-        return [np.zeros(out_shape, x.dtype), np.zeros(out_shape, np.int64)]
+        return [np.zeros(out_shape, x.dtype), np.zeros(out_shape, np.int64)][: 1 + indices]
     xp = pad_spatial(x, win.pads_begin, ends, _lowest(x.dtype))
     taps = tap_slices(win)
+    y = out if out is not None and out.dtype == x.dtype else np.empty(out_shape, x.dtype)
+    np.copyto(y, _tap_view(xp, taps[0][1]))
     # fmax: a NaN is skipped unless the whole window is NaN (ONNX Runtime compares with '>').
-    y = _tap_view(xp, taps[0][1]).copy()
     for _, sl in taps[1:]:
         np.fmax(y, _tap_view(xp, sl), out=y)
+    if not indices:
+        return [y]
     # Index of the first tap (scan order) equal to the max: scan backwards, later hits overwrite.
     tap_dt = np.int8 if len(taps) < 128 else np.int32
     arg = np.full(out_shape, len(taps) - 1, dtype=tap_dt)
@@ -102,6 +104,20 @@ def _k_max_pool(inputs: Sequence[Any], attrs: Mapping[str, Any]) -> list[np.ndar
         arg = np.where(_tap_view(xp, taps[t][1]) == y, tap_dt(t), arg)
     idx = _flat_indices(arg, [p for p, _ in taps], win, x.shape, int(attrs.get("storage_order", 0)) == 1)
     return [y, np.ascontiguousarray(idx, dtype=np.int64)]
+
+
+def _k_max_pool(inputs: Sequence[Any], attrs: Mapping[str, Any]) -> list[np.ndarray]:
+    """MaxPool kernel. Indices cost several passes, so they are computed only when the node has
+    a second output (``_n_outputs``, set by the executor; unknown means compute them)."""
+    return _max_pool(inputs[0], attrs, int(attrs.get("_n_outputs", 2)) > 1)
+
+
+def _out_max_pool(inputs: Sequence[Any], attrs: Mapping[str, Any], outs: Sequence[np.ndarray]) -> None:
+    """MaxPool into preallocated outputs; Indices only if the node has that output."""
+    res = _max_pool(inputs[0], attrs, len(outs) > 1, outs[0])
+    for dst, src in zip(outs, res):
+        if src is not dst:
+            dst[...] = src
 
 
 def _counts(win: Window, in_sizes: Sequence[int], include_pad: bool) -> np.ndarray:
@@ -279,7 +295,8 @@ def _infer_max_roi_pool(ctx: InferContext) -> list[TensorDesc]:
 
 
 OPS: list[OpDef] = [
-    OpDef("MaxPool", _infer_pool, _k_max_pool, since=1, attrs={**_POOL_ATTRS, "storage_order": 0}),
+    OpDef("MaxPool", _infer_pool, _k_max_pool, since=1, attrs={**_POOL_ATTRS, "storage_order": 0},
+          out_kernel=_out_max_pool),
     OpDef("AveragePool", _infer_pool, _k_average_pool, since=1, attrs={**_POOL_ATTRS, "count_include_pad": 0}),
     OpDef("LpPool", _infer_pool, _k_lp_pool, since=1, attrs={**_POOL_ATTRS, "p": 2}),
     OpDef("GlobalAveragePool", _infer_global, _k_global_average_pool, since=1),

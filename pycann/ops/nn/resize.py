@@ -18,6 +18,7 @@ from typing import Any
 import numpy as np
 
 from pycann.dtypes import Dim, TensorDesc
+from pycann.ops.nn.resize_int import bilinear_exact, bilinear_fixed_point, taps_fixed22
 from pycann.ops.opdef import InferContext, OpDef
 
 F32 = np.float32
@@ -275,49 +276,6 @@ def _bilinear_axes(x: np.ndarray, mode: str, antialias: bool, scales: Sequence[f
     return None
 
 
-def _bilinear_exact(x: np.ndarray, axes: tuple[int, int], py: _AxisPlan, px: _AxisPlan) -> np.ndarray:
-    """Integer bilinear in ORT's float32 evaluation order, truncated (upsample.h)."""
-    ay, ax = axes
-    ny, nx = py.idx.shape[0], px.idx.shape[0]
-    xf = x.astype(F32)
-    out = None
-    for i in range(2):
-        rows = np.take(xf, py.idx[:, i], axis=ay)
-        for j in range(2):
-            c = py.w[:, i][:, None] * px.w[:, j][None, :]  # (dy * dx) first, as in ORT
-            shp = [1] * x.ndim
-            shp[ay], shp[ax] = ny, nx
-            term = c.reshape(shp) * np.take(rows, px.idx[:, j], axis=ax)
-            out = term if out is None else out + term
-    info = np.iinfo(x.dtype)
-    return np.clip(out, info.min, info.max)
-
-
-def _bilinear_fixed_point(x: np.ndarray, py: _AxisPlan, px: _AxisPlan) -> np.ndarray:
-    """ORT's NHWC int8/uint8 bilinear: 10-bit fixed-point weights, exact integer sums, result
-    truncated toward zero (upsample.h NhwcUpsampleBilinearInteger)."""
-    y = x.astype(np.int64)
-    for a, p in ((1, py), (2, px)):
-        assert p.w10 is not None
-        shp = [1] * 4
-        shp[a] = p.idx.shape[0]
-        y = sum(np.take(y, p.idx[:, k], axis=a) * p.w10[:, k].reshape(shp) for k in range(2))
-    return np.sign(y) * (np.abs(y) >> 20)
-
-
-def _taps_fixed22(y: np.ndarray, p: _AxisPlan, a: int) -> np.ndarray:
-    """ORT's 8-bit antialias pass: 22-bit fixed-point weights, +0.5 rounding, clip to 0..255."""
-    assert p.w is not None
-    wq = np.where(p.w < 0, np.ceil(p.w.astype(np.float64) * (1 << 22) - 0.5),
-                  np.floor(p.w.astype(np.float64) * (1 << 22) + 0.5)).astype(np.int64)
-    shp = [1] * y.ndim
-    shp[a] = p.idx.shape[0]
-    acc = np.full((1,) * y.ndim, 1 << 21, np.int64)
-    for k in range(p.idx.shape[1]):
-        acc = acc + np.take(y, p.idx[:, k], axis=a) * wq[:, k].reshape(shp)
-    return np.clip(acc >> 22, 0, 255)
-
-
 def resize_nd(
     x: np.ndarray, out_shape: Sequence[int], scales: Sequence[float], roi: Sequence[float] | None = None,
     *, mode: str = "nearest", coord: str = "half_pixel", nearest_mode: str = "round_prefer_floor",
@@ -354,14 +312,14 @@ def resize_nd(
         ident = [_identity_linear(x.shape[a]) for a in range(r)]
         pa, pb = (plans[a] or ident[a] for a in bilinear_axes)
         if x.dtype.itemsize == 1 and bilinear_axes == (1, 2):
-            y = _bilinear_fixed_point(x, pa, pb)
+            y = bilinear_fixed_point(x, pa, pb)
         else:
-            y = _bilinear_exact(x, bilinear_axes, pa, pb)
+            y = bilinear_exact(x, bilinear_axes, pa, pb)
     elif antialias and x.dtype.itemsize == 1:
         y = x.astype(np.int64)
         for a in sorted(order, reverse=True):  # ORT: width pass, then height
             # each pass is stored as T (int8 wraps, as ORT's static_cast does)
-            y = _taps_fixed22(y, plans[a], a).astype(x.dtype).astype(np.int64)
+            y = taps_fixed22(y, plans[a], a).astype(x.dtype).astype(np.int64)
     else:
         int_aa = antialias and x.dtype.kind in "iu"
         if int_aa:

@@ -256,6 +256,10 @@ class _Setup:
             finals = [np.stack(st, axis=0) for st in states]
         if self.seq == 0:  # the final states are still the (caller-owned) initial ones
             finals = [f.copy() for f in finals]
+        if self.lens is not None and np.any(self.lens <= 0):
+            # ORT reports zero final states for empty sequences (not the initial state).
+            empty = (self.lens <= 0)[None, :, None]
+            finals = [np.where(empty, 0, f).astype(f.dtype) for f in finals]
         if self.layout:
             y = np.ascontiguousarray(y.transpose(2, 0, 1, 3))
             finals = [np.ascontiguousarray(f.transpose(1, 0, 2)) for f in finals]
