@@ -152,9 +152,58 @@ def _k_scan(x: Sequence[Any], a: Mapping[str, Any], run_body: RunBody) -> list[n
     return results
 
 
+def _infer_scan8(ctx: InferContext) -> list[TensorDesc]:
+    n_scan_in = ctx.attrs["num_scan_inputs"]
+    n_state = len(ctx.inputs) - 1 - n_scan_in
+    outs = _body_out_descs(ctx.attrs["body"])
+    res: list[TensorDesc] = []
+    for i in range(ctx.n_outputs):
+        if i < n_state and ctx.inputs[1 + i] is not None:
+            res.append(ctx.inputs[1 + i])  # type: ignore[arg-type]
+        else:
+            d = outs[i] if i < len(outs) else None
+            res.append(TensorDesc(d.dtype if d else 0, None if d is None or d.shape is None else (None, None) + d.shape))
+    return res
+
+
+def _k_scan8(x: Sequence[Any], a: Mapping[str, Any], run_body: RunBody) -> list[np.ndarray]:
+    """Scan-8: inputs (sequence_lens?, states..., scan inputs...) all carry a leading batch axis;
+    each batch item is scanned along axis 1 independently (``directions`` reverses inputs)."""
+    seq_lens = x[0]
+    n_in = a["num_scan_inputs"]
+    n_state = len(x) - 1 - n_in
+    states, scans = list(x[1 : 1 + n_state]), list(x[1 + n_state :])
+    dirs = list(a.get("directions") or [0] * n_in)
+    batch = (states[0] if states else scans[0]).shape[0]
+    per_state: list[list[np.ndarray]] = [[] for _ in range(n_state)]
+    per_out: list[list[np.ndarray]] = []
+    for b in range(batch):
+        steps = scans[0].shape[1] if scans else 0
+        if seq_lens is not None:
+            steps = int(np.asarray(seq_lens).reshape(-1)[b])
+        st = [s[b] for s in states]
+        seqs = [(v[b, :steps][::-1] if d else v[b, :steps]) for v, d in zip(scans, dirs)]
+        outs_b: list[list[np.ndarray]] = []
+        for t in range(steps):
+            res = run_body("body", [*st, *(q[t] for q in seqs)])
+            st = [np.asarray(r) for r in res[:n_state]]
+            if not outs_b:
+                outs_b = [[] for _ in res[n_state:]]
+            for lst, v in zip(outs_b, res[n_state:]):
+                lst.append(np.asarray(v))
+        for k in range(n_state):
+            per_state[k].append(st[k])
+        if not per_out:
+            per_out = [[] for _ in outs_b]
+        for lst, seq in zip(per_out, outs_b):
+            lst.append(np.stack(seq))
+    return [np.stack(v) for v in per_state] + [np.stack(v) for v in per_out]
+
+
 OPS: list[OpDef] = [
     OpDef("If", _infer_if, _k_if, since=1, attrs={"then_branch": REQUIRED, "else_branch": REQUIRED}, scoped=True),
     OpDef("Loop", _infer_loop, _k_loop, since=1, attrs={"body": REQUIRED}, scoped=True),
+    OpDef("Scan", _infer_scan8, _k_scan8, since=8, attrs={"body": REQUIRED, "num_scan_inputs": REQUIRED}, scoped=True),
     OpDef(
         "Scan",
         _infer_scan,

@@ -282,7 +282,9 @@ def _k_qlinear_conv(inputs: Sequence[Any], attrs: Mapping[str, Any]) -> list[np.
     b = inputs[8] if len(inputs) > 8 else None
     acc = int_conv(x, w, x_zp, w_zp, b, attrs).astype(np.int32).astype(np.float32)
     ns = x.ndim - 2
+    # (M, 1, ...) weight layout -> (M, *spatial ones) broadcasting over the (N, M, ...) output.
     ws = _per_channel(np.asarray(w_s, np.float32), w.shape[0], ns, "w_scale")
+    ws = ws.reshape(ws.shape[:1] + ws.shape[2:]) if ws.ndim else ws
     mult = (np.asarray(x_s, np.float32).reshape(()) * ws) / np.asarray(y_s, np.float32).reshape(())
     out_dt = np.asarray(y_zp).dtype if y_zp is not None else x.dtype
     info = np.iinfo(out_dt)

@@ -9,12 +9,32 @@ from __future__ import annotations
 from types import ModuleType
 
 from pycann.errors import UnsupportedOpError
-from pycann.ops import activation, cast, control, elementwise, indexing, matmul, misc, reduce, tensor, tensor_gen
-from pycann.ops import sequence
+from pycann.ops import (
+    activation,
+    cast,
+    control,
+    elementwise,
+    image,
+    indexing,
+    loss,
+    math_misc,
+    matmul,
+    misc,
+    ml,
+    quant,
+    reduce,
+    sequence,
+    string,
+    tensor,
+    tensor_gen,
+    training,
+)
 from pycann.ops.nn import conv, norm, pool, resize, rnn
 from pycann.ops.opdef import OpDef
 
 FAMILIES: tuple[ModuleType, ...] = (
+    quant,
+    math_misc,
     elementwise,
     activation,
     cast,
@@ -29,8 +49,13 @@ FAMILIES: tuple[ModuleType, ...] = (
     rnn,
     resize,
     misc,
+    loss,
     control,
     sequence,
+    string,
+    ml,
+    training,
+    image,
 )
 
 

@@ -77,10 +77,15 @@ def _k_depth_to_space(inputs: Inputs, attrs: Attrs) -> list[np.ndarray]:
 
 
 def _k_space_to_depth(inputs: Inputs, attrs: Attrs) -> list[np.ndarray]:
-    """SpaceToDepth (Operators.md): the inverse of DepthToSpace in DCR mode."""
+    """SpaceToDepth (Operators.md): the inverse of DepthToSpace — DCR (default) puts the block
+    offset before the channel, CRD (``mode`` attribute, opset 26+) after it."""
     x, b = inputs[0], attrs["blocksize"]
     n, c, h, w = x.shape
-    t = x.reshape(n, c, h // b, b, w // b, b).transpose(0, 3, 5, 1, 2, 4)
+    t = x.reshape(n, c, h // b, b, w // b, b)
+    if str(attrs.get("mode", "DCR")).upper() == "CRD":
+        t = t.transpose(0, 1, 3, 5, 2, 4)
+    else:
+        t = t.transpose(0, 3, 5, 1, 2, 4)
     return [t.reshape(n, c * b * b, h // b, w // b)]
 
 

@@ -46,11 +46,16 @@ def test_batch_norm_momentum_uses_running_stats() -> None:
     assert not np.allclose(got, batch * s.reshape(1, 3, 1, 1) + b.reshape(1, 3, 1, 1), atol=1e-2)
 
 
-def test_batch_norm_training_mode_attr_ignored() -> None:
-    ins = _bn_inputs((2, 3, 4))
-    want = lookup("BatchNormalization", "", 15).kernel(ins, {"epsilon": 1e-5})[0]
-    got = lookup("BatchNormalization", "", 15).kernel(ins, {"epsilon": 1e-5, "training_mode": 1})[0]
-    np.testing.assert_array_equal(got, want)
+def test_batch_norm_explicit_training_mode_uses_batch_statistics() -> None:
+    """BatchNormalization-15 with training_mode=1 (explicit) normalises with the batch's own
+    mean/variance and updates the running statistics (numpy golden from the spec's formulas)."""
+    x, s, b, m, v = _bn_inputs((2, 3, 4))
+    y, rm, rv = lookup("BatchNormalization", "", 15).kernel([x, s, b, m, v], {"epsilon": 1e-5, "momentum": 0.9, "training_mode": 1})
+    mean, var = x.mean(axis=(0, 2)), x.var(axis=(0, 2))
+    want = (x - mean[None, :, None]) / np.sqrt(var[None, :, None] + 1e-5) * s[None, :, None] + b[None, :, None]
+    np.testing.assert_allclose(y, want, rtol=1e-5, atol=1e-6)
+    np.testing.assert_allclose(rm, m * 0.9 + mean * 0.1, rtol=1e-6)
+    np.testing.assert_allclose(rv, v * 0.9 + var * 0.1, rtol=1e-6)
 
 
 def test_batch_norm_dtypes() -> None:

@@ -136,8 +136,31 @@ class FunctionExpander:
                     na.CopyFrom(src)
                     na.name = a.name
                     nn.attribute.append(na)
+                elif a.type in (onnx.AttributeProto.GRAPH, onnx.AttributeProto.GRAPHS):
+                    na = onnx.AttributeProto()
+                    na.CopyFrom(a)
+                    for sub in ([na.g] if a.type == onnx.AttributeProto.GRAPH else list(na.graphs)):
+                        _rename_free(sub, rename, prefix)
+                    nn.attribute.append(na)
                 else:
                     nn.attribute.append(a)
             nn.name = prefix + (bn.name or f"{bn.op_type}_{j}")
             out.append(nn)
         return out
+
+
+def _rename_free(g: onnx.GraphProto, rename: dict[str, str], prefix: str) -> None:
+    """Point a body subgraph's outer-scope references at the instantiated function's names."""
+    local = {i.name for i in g.input} | {t.name for t in g.initializer}
+    for n in g.node:
+        for k, x in enumerate(n.input):
+            if x and x not in local and x in rename:
+                n.input[k] = rename[x]
+        for a in n.attribute:
+            subs = [a.g] if a.type == onnx.AttributeProto.GRAPH else list(a.graphs) if a.type == onnx.AttributeProto.GRAPHS else []
+            for sub in subs:
+                _rename_free(sub, {k: v for k, v in rename.items() if k not in local}, prefix)
+        local.update(o for o in n.output if o)
+    for o in g.output:
+        if o.name not in local and o.name in rename:
+            o.name = rename[o.name]

@@ -138,7 +138,11 @@ def _prelu(node: Node, g: Graph) -> list[Node]:
 
 
 def _bn(node: Node, g: Graph) -> list[Node]:
-    # Inference mode always: momentum/spatial/is_test/consumed_inputs describe training.
+    """Before opset 14 there is no training_mode attribute: the node is an inference BN whatever
+    momentum/spatial/is_test/consumed_inputs say (Paddle exports set momentum), so the
+    optional running-stat outputs are dropped. From opset 14 an explicit training_mode=1 is kept."""
+    if node.opset >= 14 and node.attrs.get("training_mode", 0):
+        return [node]
     for a in ("momentum", "spatial", "is_test", "consumed_inputs", "training_mode"):
         node.attrs.pop(a, None)
     node.outputs = node.outputs[:1]

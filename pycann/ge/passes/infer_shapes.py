@@ -30,7 +30,7 @@ def _seed_body_inputs(node: Node, attr: str, body: Graph, ins: list[TensorDesc |
     seeds: list[TensorDesc | None] = []
     if node.op_type == "Loop" and attr == "body":
         seeds = [TensorDesc(int(DType.INT64), ()), TensorDesc(int(DType.BOOL), ()), *ins[2:]]
-    elif node.op_type == "Scan" and attr == "body":
+    elif node.op_type == "Scan" and attr == "body" and node.opset >= 9:
         n_scan = int(node.attrs.get("num_scan_inputs", 0))
         n_state = len(ins) - n_scan
         axes = list(node.attrs.get("scan_input_axes") or [0] * n_scan)

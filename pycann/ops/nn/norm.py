@@ -2,7 +2,7 @@
 LayerNormalization, GroupNormalization, LpNormalization, MeanVarianceNormalization, LRN).
 
 Statistics run in float32 (or the ``stash_type``) for narrow float inputs and results are cast
-back to the input dtype. BatchNormalization is always evaluated in inference mode.
+back to the input dtype. BatchNormalization is evaluated in inference mode unless an opset >= 14 node sets training_mode=1.
 """
 
 from __future__ import annotations
@@ -46,14 +46,40 @@ def _batch_norm(inputs: Sequence[Any], attrs: Mapping[str, Any], out: np.ndarray
     return y
 
 
+def _batch_norm_training(inputs: Sequence[Any], attrs: Mapping[str, Any]) -> list[np.ndarray]:
+    """BatchNormalization-14/15 with ``training_mode=1`` (explicit only): normalise with the batch
+    statistics (population variance over all axes but C) and return the updated running stats
+    ``running = input * momentum + current * (1 - momentum)``."""
+    x, scale, b, mean, var = inputs[:5]
+    cd = compute_dtype(x.dtype)
+    axes = (0,) + tuple(range(2, x.ndim))
+    xc = x.astype(cd)
+    cur_mean = xc.mean(axis=axes)
+    cur_var = xc.var(axis=axes)
+    shape = _channel_shape(x, cur_mean)
+    eps = cd.type(float(attrs.get("epsilon", 1e-5)))
+    y = (xc - cur_mean.reshape(shape)) / np.sqrt(cur_var.reshape(shape) + eps)
+    y = y * scale.astype(cd).reshape(shape) + b.astype(cd).reshape(shape)
+    m = cd.type(float(attrs.get("momentum", 0.9)))
+    run_mean = mean.astype(cd) * m + cur_mean * (1 - m)
+    run_var = var.astype(cd) * m + cur_var * (1 - m)
+    return [y.astype(x.dtype), run_mean.astype(mean.dtype), run_var.astype(var.dtype)]
+
+
 def _k_batch_norm(inputs: Sequence[Any], attrs: Mapping[str, Any]) -> list[np.ndarray]:
     """BatchNormalization kernel (see ``_batch_norm``): Y, then input_mean/input_var."""
+    if attrs.get("training_mode", 0):
+        return _batch_norm_training(inputs, attrs)
     y = _batch_norm(inputs, attrs)
     return [y.astype(inputs[0].dtype, copy=False), np.asarray(inputs[3]), np.asarray(inputs[4])]
 
 
 def _out_batch_norm(inputs: Sequence[Any], attrs: Mapping[str, Any], outs: Sequence[np.ndarray]) -> None:
     """BatchNormalization into preallocated outputs (Y computed in place when dtypes allow)."""
+    if attrs.get("training_mode", 0):
+        for dst, src in zip(outs, _batch_norm_training(inputs, attrs)):
+            dst[...] = src
+        return
     y = _batch_norm(inputs, attrs, outs[0])
     if y is not outs[0]:
         outs[0][...] = y

@@ -96,7 +96,11 @@ def _original_coords(mode: str, n_out: int, n_in: int, scale: float, roi: tuple[
     if mode == "tf_half_pixel_for_nn":
         return (x + F32(0.5)) / s
     if mode == "align_corners":
-        return x * (li - 1) / (lo - 1) if n_out > 1 else np.zeros(n_out, F32)
+        # The spec's length_resized is length_original * scale, not the rounded output length
+        # (the ONNX reference does this; ORT uses the rounded length and differs when scales
+        # do not divide evenly). With ``sizes`` given, scale = n_out / n_in and both agree.
+        lr = li * s
+        return x * (li - 1) / (lr - 1) if n_out > 1 and lr != 1 else np.zeros(n_out, F32)
     if mode == "tf_crop_and_resize":
         start, end = F32(roi[0]), F32(roi[1])
         if n_out > 1:
