@@ -16,7 +16,7 @@ from typing import Any
 
 import numpy as np
 
-from pycann.dtypes import DType, Dim, TensorDesc
+from pycann.dtypes import Dim, DType, TensorDesc
 from pycann.ops.opdef import REQUIRED, InferContext, OpDef
 from pycann.ops.shape_utils import broadcast_shapes
 
