@@ -17,9 +17,12 @@ import onnx
 import pycann
 from pycann.dtypes import TensorDesc
 from pycann.errors import OptionError
+from pycann.ge import gears
+from pycann.ge.aipp.config import load_aipp_config
 from pycann.ge.importers.onnx import load_onnx
 from pycann.ge.ir import Graph, Node
 from pycann.ge.options import CompileOptions, dims_to_desc_shape
+from pycann.ge.passes import insert_aipp
 from pycann.ge.passes.base import PassContext
 from pycann.ge.passes.constant_folding import fold_graph
 from pycann.ge.passes.dead_code import eliminate
@@ -104,6 +107,15 @@ def _is_float(dtype: int) -> bool:
     return dtype in (1, 10, 11, 16)
 
 
+def _insert_aipp(graph: Graph, options: CompileOptions, ranges: dict[str, list[Any]], say: Callable[[str], None]) -> Graph:
+    """``--insert_op_conf``: parse the AIPP config and insert ``Aipp`` nodes (passes/insert_aipp.py)."""
+    ctx = PassContext(options={"aipp": load_aipp_config(options.insert_op_conf),
+                               "input_format": options.input_format}, log=say)
+    graph = run_pipeline(graph, ctx, [(insert_aipp.name, insert_aipp.run)])
+    insert_aipp.update_ranges(graph, ranges)
+    return graph
+
+
 def compile_model(
     model: str | os.PathLike[str] | bytes | onnx.ModelProto,
     options: CompileOptions | None = None,
@@ -121,12 +133,16 @@ def compile_model(
     say(f"[Import] {len(graph.nodes)} nodes, {len(graph.initializers)} constants, opsets {graph.opsets} "
         f"({(time.perf_counter() - t0) * 1e3:.0f} ms)")
     ranges = _apply_input_shape(graph, options.input_shape)
+    gear_plan = gears.plan_gears(graph, options)
+    if options.insert_op_conf:
+        graph = _insert_aipp(graph, options, ranges, say)
     if options.out_nodes:
         _apply_out_nodes(graph, options.out_nodes)
     ctx = PassContext(options={"disabled_passes": options.disabled_passes}, log=say)
     graph = run_pipeline(graph, ctx)
     if options.output_type:
         _apply_output_type(graph, options.output_type)
+    gear_info = gears.record_gears(gear_plan, graph, specialize, say)
     mem = plan_memory(graph)
     say(f"[MemoryPlan] {mem.summary()}")
     manifest: dict[str, Any] = {
@@ -140,6 +156,10 @@ def compile_model(
         "pycann_version": pycann.__version__,
         "compile_seconds": round(time.perf_counter() - t0, 3),
     }
+    if options.insert_op_conf:
+        manifest["aipp"] = insert_aipp.aipp_manifest(graph)
+    if gear_info:
+        manifest["gears"] = gear_info
     return CompiledModel(graph, manifest)
 
 

@@ -16,8 +16,10 @@ import numpy as np
 
 from pycann.dtypes import TensorDesc, dtype_name, from_numpy, to_numpy
 from pycann.errors import InputError
+from pycann.ge.aipp.dynamic import DynamicAipp, Params
 from pycann.ge.compiler import CompiledModel, compile_model, specialize
 from pycann.ge.executor import Executor
+from pycann.ge.gears import GearTable
 from pycann.ge.ir import Graph
 
 
@@ -77,7 +79,9 @@ def _container_feed(name: str, kind: str, x: Any) -> Any:
 class LoadedModel:
     """Runs a compiled graph. Thread-safe: several threads may call ``run`` at once."""
 
-    def __init__(self, graph: Graph, manifest: Mapping[str, Any] | None = None, path: str = "") -> None:
+    def __init__(
+        self, graph: Graph, manifest: Mapping[str, Any] | None = None, path: str = "", *, precompile: bool = True
+    ) -> None:
         self.graph = graph
         self.manifest = dict(manifest or {})
         self.path = path
@@ -85,7 +89,14 @@ class LoadedModel:
         self.outputs = [_info(n, graph.descs.get(n)) for n in graph.outputs]
         self._in_descs = [graph.descs.get(n) for n in graph.inputs]
         self._ranges = self.manifest.get("input_ranges", {})
-        self.executor = Executor(graph, specialize)
+        # dynamic gears (--dynamic_batch_size & co.) and AIPP (--insert_op_conf): docs/aipp.md
+        self.gears = GearTable(self.manifest["gears"]) if self.manifest.get("gears") else None
+        self.aipp: list[dict[str, Any]] = list(self.manifest.get("aipp", []))
+        self._dyn_aipp = DynamicAipp(self.aipp) if any(e.get("mode") == "dynamic" for e in self.aipp) else None
+        n_gears = len(self.gears.profiles) if self.gears else 0
+        self.executor = Executor(graph, specialize, cache_size=max(16, n_gears + 4))
+        if precompile and self.gears is not None:
+            self.precompile_gears()
 
     @classmethod
     def from_file(cls, path: str | os.PathLike[str]) -> LoadedModel:
@@ -104,7 +115,12 @@ class LoadedModel:
         return cls(cm.graph, cm.manifest)
 
     def check_feeds(self, feeds: Sequence[Any]) -> list[np.ndarray]:
-        """Validate count, dtype and shape of inputs (in model order). Raises ``InputError``."""
+        """Validate count, dtype and shape of inputs (in model order). Raises ``InputError``.
+
+        Dynamic-AIPP parameter inputs may be left out (the ones set with ``set_dynamic_aipp``
+        are filled in); with gears, the shapes must match a gear (the selected one if any)."""
+        if self._dyn_aipp is not None:
+            feeds = self._dyn_aipp.complete(feeds, len(self.inputs))
         if len(feeds) != len(self.inputs):
             raise InputError(
                 f"the model has {len(self.inputs)} inputs ({', '.join(i.name for i in self.inputs)}) "
@@ -115,6 +131,9 @@ class LoadedModel:
             if desc is not None and desc.kind != "tensor":
                 out.append(_container_feed(info.name, desc.kind, x))
                 continue
+            if self._dyn_aipp is not None and info.name in self._dyn_aipp.images:
+                out.append(self._dyn_aipp.image(info.name, x))
+                continue
             arr = np.asarray(x)
             if desc is not None and desc.dtype and int(from_numpy(arr.dtype)) != desc.dtype:
                 raise InputError(
@@ -124,23 +143,35 @@ class LoadedModel:
             if desc is not None and desc.shape is not None:
                 self._check_shape(info.name, desc, arr.shape)
             out.append(arr)
+        if self.gears is not None:
+            self.gears.check([i.name for i in self.inputs], [a.shape if isinstance(a, np.ndarray) else None for a in out])
         return out
 
     def _check_shape(self, name: str, desc: TensorDesc, shape: tuple[int, ...]) -> None:
+        """Rank, static dims and ``--input_shape`` ranges (``lo~hi``). The message shows the
+        expected shape in --input_shape syntax (``-1`` = any, ``lo~hi`` = range) and the first
+        offending dim (CANN E10050 wording for ranges)."""
         assert desc.shape is not None
-        want = ["?" if not isinstance(d, int) else d for d in desc.shape]
-        ok = len(shape) == len(desc.shape) and all(
-            not isinstance(d, int) or d == s for d, s in zip(desc.shape, shape)
-        )
-        rng = self._ranges.get(name)
-        if ok and rng:
-            for i, r in enumerate(rng):
-                if isinstance(r, list) and not r[0] <= shape[i] <= r[1]:
-                    ok = False
-                    want[i] = f"{r[0]}~{r[1]}"
-        if not ok:
+        rng = self._ranges.get(name) or []
+        want: list[str] = []
+        for i, d in enumerate(desc.shape):
+            r = rng[i] if i < len(rng) else None
+            want.append(str(d) if isinstance(d, int) else f"{r[0]}~{r[1]}" if isinstance(r, list) else "-1")
+        why = ""
+        if len(shape) != len(desc.shape):
+            why = f"rank {len(shape)}, expected {len(desc.shape)}"
+        else:
+            for i, (d, s) in enumerate(zip(desc.shape, shape)):
+                r = rng[i] if i < len(rng) else None
+                if isinstance(d, int) and d != s:
+                    why = f"dim {i} is {s}, expected {d}"
+                elif isinstance(r, list) and not r[0] <= s <= r[1]:
+                    why = f"dim {i} is {s}, not in the range {r[0]}~{r[1]} set by --input_shape"
+                if why:
+                    break
+        if why:
             raise InputError(
-                f"input '{name}': expected shape [{','.join(map(str, want))}], received {list(shape)}"
+                f"input '{name}': expected shape [{','.join(want)}], received {list(shape)} ({why})"
             )
 
     def run(self, feeds: Sequence[Any]) -> list[np.ndarray]:
@@ -165,3 +196,68 @@ class LoadedModel:
         t0 = time.perf_counter()
         out = self.run(feeds)
         return out, (time.perf_counter() - t0) * 1e3
+
+    # ------------------------------------------------------------------ dynamic gears
+    def dynamic_gears(self) -> dict[str, Any] | None:
+        """The gears recorded at compile time: ``{"kind": "batch" | "image_size" | "dims",
+        "profiles": [[...], ...], "shapes": [{input: shape}, ...], "selected": index | None}``."""
+        if self.gears is None:
+            return None
+        g = self.gears
+        return {"kind": g.kind, "option": g.option, "profiles": [list(p) for p in g.profiles],
+                "shapes": [{k: list(v) for k, v in s.items()} for s in g.shapes], "selected": g.selected}
+
+    def _gears(self, call: str) -> GearTable:
+        if self.gears is None:
+            raise InputError(f"{call}: the model has no dynamic gears (compile it with --dynamic_batch_size, "
+                             "--dynamic_image_size or --dynamic_dims)")
+        return self.gears
+
+    def set_dynamic_batch_size(self, batch: int) -> None:
+        """Select the ``--dynamic_batch_size`` gear ``batch``. Raises ``InputError`` listing the gears."""
+        self._gears("set_dynamic_batch_size").select("batch", [batch])
+
+    def set_dynamic_hw_size(self, height: int, width: int) -> None:
+        """Select the ``--dynamic_image_size`` gear ``height x width``."""
+        self._gears("set_dynamic_hw_size").select("image_size", [height, width])
+
+    def set_input_dynamic_dims(self, dims: Sequence[int]) -> None:
+        """Select the ``--dynamic_dims`` gear ``dims`` (one value per ``-1`` of --input_shape)."""
+        self._gears("set_input_dynamic_dims").select("dims", list(dims))
+
+    def precompile_gears(self) -> int:
+        """Build every gear's execution plan now (done at load), so each gear's first run is fast.
+        Returns the number of plans built."""
+        if self.gears is None:
+            return 0
+        names = [i.name for i in self.inputs]
+        built = 0
+        for i in range(len(self.gears.profiles)):
+            feeds = self.gears.fake_feeds(i, names, self._in_descs)
+            if feeds is not None:
+                self.executor.plan_for(feeds)
+                built += 1
+        return built
+
+    # ------------------------------------------------------------------ dynamic AIPP
+    def set_dynamic_aipp(self, index: int, params: Params) -> None:
+        """Set the dynamic-AIPP parameters used by the following runs.
+
+        ``index``: the model-input index of the AIPP image input (or of its
+        ``ascend_dynamic_aipp_data`` input). ``params``: a mapping of AIPP config keys
+        (``input_format``, ``src_image_size_w/h``, ``crop``, ``load_start_pos_*``, ``crop_size_*``,
+        ``padding``, ``*_padding_size``, ``csc_switch``, ``matrix_r*c*``, ``input_bias_*``,
+        ``rbuv_swap_switch``, ``ax_swap_switch``, ``mean_chn_*``, ``min_chn_*``, ``var_reci_chn_*``)
+        for every image, a list with one mapping per batch image, or an already packed
+        ``kAippDynamicPara`` uint8 buffer. Raises ``InputError`` (E10001) naming the bad key.
+        """
+        if self._dyn_aipp is None:
+            raise InputError("set_dynamic_aipp: the model has no dynamic AIPP input (aipp_mode: dynamic)")
+        self._dyn_aipp.set(int(index), params)
+
+    def aipp_info(self, index: int) -> dict[str, Any] | None:
+        """The manifest's AIPP entry for model input ``index`` (image or parameter input), else None."""
+        for e in self.aipp:
+            if index in (e.get("input_index"), e.get("params_input_index")):
+                return dict(e)
+        return None

@@ -26,6 +26,12 @@ class CompileOptions:
     out_nodes: list[tuple[str, int]] = field(default_factory=list)
     disabled_passes: list[str] = field(default_factory=list)
     log: str = "null"
+    # AIPP config file (--insert_op_conf, cann-interfaces.md §3) and dynamic gears (§2.1);
+    # parsers: pycann.ge.aipp.config, pycann.ge.gears.
+    insert_op_conf: str = ""
+    dynamic_batch_size: list[int] = field(default_factory=list)
+    dynamic_image_size: list[list[int]] = field(default_factory=list)
+    dynamic_dims: list[list[int]] = field(default_factory=list)
 
     def to_json(self) -> dict[str, Any]:
         return asdict(self)

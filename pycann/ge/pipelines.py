@@ -7,7 +7,19 @@ import time
 from collections.abc import Callable
 
 from pycann.ge.ir import Graph, verify
-from pycann.ge.passes import constant_folding, dead_code, fold_conv_bn, infer_shapes
+from pycann.ge.passes import (
+    cancel_transpose,
+    constant_folding,
+    dead_code,
+    fold_conv_bn,
+    fuse_attention,
+    fuse_conv_act,
+    fuse_elementwise,
+    fuse_gelu,
+    fuse_layernorm,
+    fuse_matmul_bias,
+    infer_shapes,
+)
 from pycann.ge.passes.base import PassContext, PassResult
 
 PassFn = Callable[[Graph, PassContext], PassResult]
@@ -19,6 +31,15 @@ COMPILE_PIPELINE: list[tuple[str, PassFn]] = [
     (dead_code.name, dead_code.run),
     (fold_conv_bn.name, fold_conv_bn.run),
     (constant_folding.name, constant_folding.run),
+    (dead_code.name, dead_code.run),
+    (infer_shapes.name, infer_shapes.run),
+    (cancel_transpose.name, cancel_transpose.run),
+    (fuse_gelu.name, fuse_gelu.run),
+    (fuse_layernorm.name, fuse_layernorm.run),
+    (fuse_attention.name, fuse_attention.run),
+    (fuse_conv_act.name, fuse_conv_act.run),
+    (fuse_matmul_bias.name, fuse_matmul_bias.run),
+    (fuse_elementwise.name, fuse_elementwise.run),
     (dead_code.name, dead_code.run),
     (infer_shapes.name, infer_shapes.run),
 ]

@@ -174,12 +174,13 @@ def _infer_label_encoder(ctx: InferContext) -> list[TensorDesc]:
 
 # -------------------------------------------------------------------- Normalizer / Scaler
 def _k_normalizer(inputs: Inputs, attrs: Attrs) -> list[np.ndarray]:
-    """Normalizer (ml opset 1): each row divided by its MAX (of |x|), L1 or L2 norm; float32 out."""
+    """Normalizer (ml opset 1): each row divided by its maximum (MAX), L1 or L2 norm; float32 out."""
     x = np.asarray(inputs[0])
     rows = _rows(x).astype(np.float32)
     norm = attrs["norm"]
     if norm == "MAX":
-        div = np.abs(rows).max(axis=1, keepdims=True) if rows.shape[1] else np.ones((rows.shape[0], 1), np.float32)
+        # the row's (signed) maximum, as ONNX Runtime divides by
+        div = rows.max(axis=1, keepdims=True) if rows.shape[1] else np.ones((rows.shape[0], 1), np.float32)
     elif norm == "L1":
         div = np.abs(rows).sum(axis=1, keepdims=True)
     elif norm == "L2":

@@ -28,6 +28,7 @@ _LEGACY_MODES = {"BRANCH_LEQ": LEQ, "BRANCH_LT": LT, "BRANCH_GTE": GTE, "BRANCH_
                  "BRANCH_EQ": EQ, "BRANCH_NEQ": NEQ}
 SUM_, AVERAGE_, MIN_, MAX_ = "SUM", "AVERAGE", "MIN", "MAX"
 _AGG_V5 = {0: AVERAGE_, 1: SUM_, 2: MIN_, 3: MAX_}
+# the spec's numbering (and the reference's); ONNX Runtime 1.2x swaps 1 and 2 (LOGISTIC=1, SOFTMAX=2)
 _POST_V5 = {0: "NONE", 1: "SOFTMAX", 2: "LOGISTIC", 3: "SOFTMAX_ZERO", 4: "PROBIT"}
 
 
@@ -78,14 +79,20 @@ def _traverse(f: Forest, x: np.ndarray) -> np.ndarray:
 
 
 def _aggregate(f: Forest, x: np.ndarray, agg: str, base: np.ndarray | None) -> np.ndarray:
-    """Per-target aggregate over trees (float64 [N, targets]); targets no tree reached give 0."""
+    """Per-target aggregate over trees, plus ``base`` (float64 [N, targets]).
+
+    A target that no reached leaf scores is 0, base value included (ONNX Runtime).
+    """
     leaf = _traverse(f, x)
     k = f.weights.shape[1]
+    has = np.zeros((x.shape[0], k), dtype=bool)
     if agg in (SUM_, AVERAGE_):
         w = np.nan_to_num(f.weights, nan=0.0)
+        scored = ~np.isnan(f.weights)
         out = np.zeros((x.shape[0], k))
         for j in range(leaf.shape[1]):
             out += w[leaf[:, j]]
+            has |= scored[leaf[:, j]]
         if agg == AVERAGE_ and leaf.shape[1]:
             out /= leaf.shape[1]
     else:
@@ -93,18 +100,19 @@ def _aggregate(f: Forest, x: np.ndarray, agg: str, base: np.ndarray | None) -> n
         out = np.full((x.shape[0], k), np.nan)
         for j in range(leaf.shape[1]):
             out = pick(out, f.weights[leaf[:, j]])
-        out = np.nan_to_num(out, nan=0.0)
+        has = ~np.isnan(out)
     if base is not None and base.size:
         out = out + base
-    return out
+    return np.where(has, out, 0.0)
 
 
 def _erfinv(x: np.ndarray) -> np.ndarray:
     # Winitzki's approximation, as ONNX Runtime's ml ops use for PROBIT
     sgn = np.where(x < 0, -1.0, 1.0)
-    lg = np.log((1 - x) * (1 + x))
-    v = 2 / (3.14159 * 0.147) + 0.5 * lg
-    return sgn * np.sqrt(-v + np.sqrt(v * v - lg / 0.147))
+    with np.errstate(divide="ignore", invalid="ignore"):  # erfinv(+-1) = +-inf, as in ONNX Runtime
+        lg = np.log((1 - x) * (1 + x))
+        v = 2 / (3.14159 * 0.147) + 0.5 * lg
+        return sgn * np.sqrt(-v + np.sqrt(v * v - lg / 0.147))
 
 
 def post_transform(y: np.ndarray, how: str) -> np.ndarray:

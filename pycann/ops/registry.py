@@ -11,9 +11,11 @@ from types import ModuleType
 from pycann.errors import UnsupportedOpError
 from pycann.ops import (
     activation,
+    aipp,
     cast,
     control,
     elementwise,
+    fused,
     image,
     indexing,
     loss,
@@ -33,6 +35,7 @@ from pycann.ops.nn import conv, norm, pool, resize, rnn
 from pycann.ops.opdef import OpDef
 
 FAMILIES: tuple[ModuleType, ...] = (
+    fused,
     quant,
     math_misc,
     elementwise,
@@ -56,6 +59,7 @@ FAMILIES: tuple[ModuleType, ...] = (
     ml,
     training,
     image,
+    aipp,
 )
 
 

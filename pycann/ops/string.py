@@ -85,17 +85,36 @@ def _infer_string_normalizer(ctx: InferContext) -> list[TensorDesc]:
 
 
 # ---------------------------------------------------------------------------- StringSplit
+_SPACES = re.compile(" +")
+
+
+def _split_spaces(s: str, limit: int) -> list[str]:
+    """Split at runs of spaces, ignoring leading/trailing ones (ONNX Runtime splits on ' ' only)."""
+    s = s.strip(" ")
+    if not s:
+        return []
+    if limit == 0:
+        return [s]
+    return _SPACES.split(s, maxsplit=max(limit, 0))
+
+
 def _k_string_split(inputs: Inputs, attrs: Attrs) -> list[np.ndarray]:
     """StringSplit (opset 20): split each string at ``delimiter`` (whitespace runs when empty).
 
     Y has one more axis, as long as the most pieces of any string, padded with ""; Z holds the
-    piece counts (int64). ``maxsplit`` bounds the splits per string.
+    piece counts (int64). ``maxsplit`` bounds the splits per string. As in ONNX Runtime, an
+    empty string gives no pieces and the default separator is runs of spaces (not tabs/newlines).
     """
     x = _objects(inputs[0])
-    delim = attrs["delimiter"] or None  # "" and absent both mean: split on runs of whitespace
+    delim = attrs["delimiter"] or None  # "" and absent both mean: split on runs of spaces
     maxsplit = attrs["maxsplit"]
     limit = -1 if maxsplit is None else int(maxsplit)
-    parts = [s.split(delim, limit) for s in x.reshape(-1).tolist()]
+    flat = x.reshape(-1).tolist()
+    if delim is not None:
+        # an empty string has no pieces (ONNX Runtime; Python's split would give [""])
+        parts = [s.split(delim, limit) if s else [] for s in flat]
+    else:
+        parts = [_split_spaces(s, limit) for s in flat]
     counts = np.array([len(p) for p in parts], dtype=np.int64).reshape(x.shape)
     width = int(counts.max()) if counts.size else 0
     y = np.full((len(parts), width), "", dtype=object)
@@ -179,7 +198,7 @@ def _k_tfidf(inputs: Inputs, attrs: Attrs) -> list[np.ndarray]:
 
     An n-gram of length n with skip distance d reads tokens i, i+d, ..., i+(n-1)d; d runs over
     1..max_skip_count+1 (unigrams are counted once). TF gives counts, IDF 1 (or the weight)
-    where the count is positive, TFIDF count * weight; ``weights`` are per output index.
+    where the count is positive, TFIDF count * weight; ``weights`` are per pool n-gram.
     """
     x = np.asarray(inputs[0])
     if x.ndim not in (1, 2):
@@ -218,7 +237,11 @@ def _k_tfidf(inputs: Inputs, attrs: Attrs) -> list[np.ndarray]:
                 hit = codes[at] == window
                 np.add.at(counts, (np.broadcast_to(row_idx, hit.shape)[hit], targets[at[hit]]), 1)
     mode = attrs["mode"]
-    w = np.asarray(attrs["weights"], dtype=np.float32) if attrs["weights"] else None
+    w = None
+    if attrs["weights"]:
+        # weights[j] belongs to the j-th pool n-gram (spec; ONNX Runtime), which counts into ngram_indexes[j]
+        w = np.zeros(size, dtype=np.float32)
+        w[np.asarray(attrs["ngram_indexes"], np.int64)] = np.asarray(attrs["weights"], dtype=np.float32)
     if mode == "TF":
         y = counts.astype(np.float32)
     elif mode == "IDF":
@@ -239,7 +262,7 @@ def _infer_tfidf(ctx: InferContext) -> list[TensorDesc]:
         raise ctx.fail("attribute 'ngram_indexes' must not be empty")
     if not 1 <= a["min_gram_length"] <= a["max_gram_length"]:
         raise ctx.fail(f"need 1 <= min_gram_length ({a['min_gram_length']}) <= max_gram_length ({a['max_gram_length']})")
-    if a["weights"] and len(a["weights"]) != max(a["ngram_indexes"]) + 1 and len(a["weights"]) != len(a["ngram_indexes"]):
+    if a["weights"] and len(a["weights"]) != len(a["ngram_indexes"]):
         raise ctx.fail(f"attribute 'weights' has {len(a['weights'])} values for {len(a['ngram_indexes'])} n-grams")
     size = max(a["ngram_indexes"]) + 1
     d = ctx.input(0)

@@ -13,7 +13,8 @@ import os
 import shlex
 import sys
 import time
-from typing import Any, Sequence
+from collections.abc import Sequence
+from typing import Any
 
 from pycann.errors import PycannError
 
@@ -37,7 +38,7 @@ NO_EFFECT = (
 )
 # Accepted and recorded; implemented in later work (issue 6): gears, AIPP, precision.
 NOT_YET = (
-    "dynamic_batch_size", "dynamic_image_size", "dynamic_dims", "insert_op_conf", "precision_mode",
+    "precision_mode",
     "precision_mode_v2", "keep_dtype", "modify_mixlist", "customize_dtypes", "input_fp16_nodes",
 )
 
@@ -62,6 +63,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--output", help="output path without suffix; .om is appended")
     p.add_argument("--soc_version", help="target chip, e.g. Ascend310P3, Ascend910B2 (recorded in the .om)")
     p.add_argument("--input_shape", help='"name:n,c,h,w;name2:..." ; -1 = dynamic dim, lo~hi = range')
+    p.add_argument("--insert_op_conf", help="AIPP config file of aipp_op { ... } blocks (docs/aipp.md)")
+    p.add_argument("--dynamic_batch_size", help='"1,2,4,8": batch gears; -1 in the N position of --input_shape')
+    p.add_argument("--dynamic_image_size", help='"h1,w1;h2,w2": image-size gears; -1 for H and W in --input_shape')
+    p.add_argument("--dynamic_dims", help='"d1,d2;d3,d4": one value per -1 of --input_shape (needs --input_format=ND)')
     p.add_argument("--input_format", default="NCHW", help="NCHW, NCDHW or ND for ONNX")
     p.add_argument("--output_type", help="FP32, FP16, UINT8, INT8, ... or per output node:idx:TYPE;...")
     p.add_argument("--out_nodes", help='"node:0;node2:1": choose outputs and their order')
@@ -87,9 +92,34 @@ def _fusion_switches(path: str) -> list[str]:
     return read_fusion_switch_file(path)
 
 
+def _aipp_and_gear_options(args: argparse.Namespace) -> dict[str, Any]:
+    """--insert_op_conf and the gear options as ``CompileOptions`` fields (parsed, CANN E-codes)."""
+    from pycann.ge import gears
+
+    out: dict[str, Any] = {}
+    if args.insert_op_conf is not None:
+        if not os.path.isfile(args.insert_op_conf):
+            raise AtcError("E10001", f"Value [{args.insert_op_conf}] for parameter [--insert_op_conf] is invalid. "
+                           "Reason: the file does not exist.")
+        out["insert_op_conf"] = args.insert_op_conf
+    if args.dynamic_batch_size is not None:
+        out["dynamic_batch_size"] = gears.parse_dynamic_batch_size(args.dynamic_batch_size)
+    if args.dynamic_image_size is not None:
+        out["dynamic_image_size"] = gears.parse_dynamic_image_size(args.dynamic_image_size)
+    if args.dynamic_dims is not None:
+        out["dynamic_dims"] = gears.parse_dynamic_dims(args.dynamic_dims)
+    return out
+
+
 def _compile(args: argparse.Namespace, argv: Sequence[str]) -> None:
     from pycann.ge.compiler import compile_model
-    from pycann.ge.options import SOC_VERSIONS, CompileOptions, parse_input_shape, parse_out_nodes, parse_output_type
+    from pycann.ge.options import (
+        SOC_VERSIONS,
+        CompileOptions,
+        parse_input_shape,
+        parse_out_nodes,
+        parse_output_type,
+    )
 
     if args.framework is None:
         raise AtcError("E10007", "[--framework] is required. The value must be [0(Caffe) or 1(MindSpore) or 3(TensorFlow) or 5(Onnx)].")
@@ -121,6 +151,7 @@ def _compile(args: argparse.Namespace, argv: Sequence[str]) -> None:
         out_nodes=parse_out_nodes(args.out_nodes) if args.out_nodes else [],
         disabled_passes=_fusion_switches(args.fusion_switch_file) if args.fusion_switch_file else [],
         log=args.log,
+        **_aipp_and_gear_options(args),
     )
     log = _log_fn(args.log)
     t0 = time.perf_counter()
@@ -174,6 +205,24 @@ def _to_json(args: argparse.Namespace) -> None:
         json.dump(doc, f, indent=1, default=str)
 
 
+def _display_gears_aipp(m: dict[str, Any]) -> None:
+    """--mode=6 lines for dynamic gears and AIPP inputs (manifest "gears" / "aipp")."""
+    gears = m.get("gears")
+    if gears:
+        print(f"dynamic gears: {gears.get('option', gears['kind'])} "
+              + "; ".join(",".join(map(str, p)) for p in gears["profiles"]))
+        for prof, shapes in zip(gears["profiles"], gears["shapes"]):
+            print(f"  gear {','.join(map(str, prof))}: " + ", ".join(f"{k}[{','.join(map(str, v))}]"
+                                                               for k, v in shapes.items()))
+    for e in m.get("aipp", []):
+        head = f"aipp: input {e['input_index']} ({e['input']}) {e['mode']} -> {e['output_layout']}{e['output_shape']}"
+        if e["mode"] == "dynamic":
+            print(f"{head}, max_src_image_size[{e['max_src_image_size']}], params input {e['params_input']}")
+            continue
+        print(head)
+        print("  " + ", ".join(f"{k}[{v}]" for k, v in e["params"].items()))
+
+
 def _display(args: argparse.Namespace) -> None:
     from pycann.ge.om import load_om, peek_header
 
@@ -197,6 +246,7 @@ def _display(args: argparse.Namespace) -> None:
     for name in g.outputs:
         print(f"output: {name} {g.descs.get(name)}")
     print(f"ops: {len(g.nodes)} nodes; " + ", ".join(f"{k} {v}" for k, v in sorted(m.get('op_counts', {}).items())))
+    _display_gears_aipp(m)
     print("============ Display Model Info end ============")
 
 

@@ -94,7 +94,9 @@ def test_mode1_json_and_mode6_display(small_onnx: Path, tmp_path: Path, capsys: 
     rc, text = run_atc(capsys, "--mode=1", f"--om={tmp_path / 'm.om'}", f"--json={tmp_path / 'm.json'}")
     assert rc == 0, text
     doc = json.loads((tmp_path / "m.json").read_text())
-    assert [n["op_type"] for n in doc["graph"]["nodes"]] == ["MatMul", "Relu"]
+    # MatMul + Relu were fused; the fused node keeps the names of the nodes it stands for
+    assert [n["op_type"] for n in doc["graph"]["nodes"]] == ["FusedMatMul"]
+    assert doc["graph"]["nodes"][0]["origin"] == ["mm", "relu"]
     assert doc["manifest"]["soc_version"] == "Ascend310P3"
     rc, text = run_atc(capsys, "--mode=6", f"--om={tmp_path / 'm.om'}")
     assert rc == 0

@@ -1,0 +1,84 @@
+"""How the facade turns failures into ``aclError`` codes (cann-interfaces.md §1.8).
+
+Inside ``pycann.acl`` a failing call raises ``AclFault(code, message)`` or lets a runtime / GE
+exception through; the ``api`` decorator of ``_state`` catches it, records the message (for
+``acl.get_recent_err_msg``) and returns the code in pyACL's shape. Argument-type errors raise
+``ArgTypeError`` (a ``TypeError``) and are *not* caught, as pyACL raises on parse failures (§1.1).
+
+| fault                                              | code                                     |
+|----------------------------------------------------|------------------------------------------|
+| null / unknown / interior pointer, use after free  | ``ACL_ERROR_INVALID_PARAM`` (100000)      |
+| size past the buffer, count > destMax              | ``ACL_ERROR_INVALID_PARAM`` (100000)      |
+| wrong memory kind (memcpy kind, free vs free_host) | ``ACL_ERROR_INVALID_PARAM`` (100000)      |
+| write into a read-only host buffer (``bytes``)     | ``ACL_ERROR_INVALID_PARAM`` (100000)      |
+| double free                                        | ``ACL_ERROR_RT_MEMORY_FREE`` (207002)     |
+| out of device memory                               | ``ACL_ERROR_RT_MEMORY_ALLOCATION`` (207001) |
+| no such device                                     | ``ACL_ERROR_RT_INVALID_DEVICEID`` (107001) |
+| no current context                                 | ``ACL_ERROR_RT_CONTEXT_NULL`` (107002)    |
+| unknown / destroyed stream, event, context, desc   | ``ACL_ERROR_INVALID_RESOURCE_HANDLE`` (200005) |
+| event not recorded / not complete                  | ``ACL_ERROR_INVALID_PARAM`` (100000)      |
+| synchronize timeout                                | ``ACL_ERROR_RT_WAIT_TIMEOUT`` (107019)    |
+| a queued task (async execute / copy) failed        | the task's own code, else ``ACL_ERROR_RT_MODEL_EXECUTE`` (507011) |
+| bad .om file                                       | ``ACL_ERROR_INVALID_FILE`` / ``ACL_ERROR_DESERIALIZE_MODEL`` |
+| model input does not match (dtype, shape)          | ``ACL_ERROR_GE_SHAPE_INVALID`` / ``ACL_ERROR_GE_DATATYPE_INVALID`` |
+| kernel failure while executing                     | ``ACL_ERROR_RT_MODEL_EXECUTE`` (507011)   |
+| anything unexpected                                | ``ACL_ERROR_INTERNAL_ERROR`` (500000)     |
+"""
+
+from __future__ import annotations
+
+from pycann.acl import constants as C
+from pycann.errors import InputError, KernelError, OmFormatError, PycannError, ShapeError, UnsupportedOpError
+from pycann.runtime import errors as rt
+
+
+class AclFault(PycannError):
+    """A facade-level failure carrying its ``aclError`` code."""
+
+    def __init__(self, code: int, message: str) -> None:
+        super().__init__(message)
+        self.acl_code = code
+
+
+class ArgTypeError(TypeError):
+    """An argument of the wrong Python type (pyACL raises instead of returning a code)."""
+
+
+_RT_CODES: tuple[tuple[type[BaseException], int], ...] = (
+    (rt.DoubleFree, C.ACL_ERROR_RT_MEMORY_FREE),
+    (rt.InvalidPointer, C.ACL_ERROR_INVALID_PARAM),
+    (rt.UseAfterFree, C.ACL_ERROR_INVALID_PARAM),
+    (rt.OutOfBounds, C.ACL_ERROR_INVALID_PARAM),
+    (rt.KindMismatch, C.ACL_ERROR_INVALID_PARAM),
+    (rt.ReadOnly, C.ACL_ERROR_INVALID_PARAM),
+    (rt.OutOfMemory, C.ACL_ERROR_RT_MEMORY_ALLOCATION),
+    (rt.InvalidDevice, C.ACL_ERROR_RT_INVALID_DEVICEID),
+    (rt.NoContext, C.ACL_ERROR_RT_CONTEXT_NULL),
+    (rt.InvalidHandle, C.ACL_ERROR_INVALID_RESOURCE_HANDLE),
+    (rt.NotReady, C.ACL_ERROR_INVALID_PARAM),
+    (rt.WaitTimeout, C.ACL_ERROR_RT_WAIT_TIMEOUT),
+    (OmFormatError, C.ACL_ERROR_DESERIALIZE_MODEL),
+    (UnsupportedOpError, C.ACL_ERROR_OP_NOT_FOUND),
+    (InputError, C.ACL_ERROR_GE_SHAPE_INVALID),
+    (ShapeError, C.ACL_ERROR_GE_SHAPE_INVALID),
+    (KernelError, C.ACL_ERROR_RT_MODEL_EXECUTE),
+)
+
+
+def code_for(exc: BaseException) -> int:
+    """The ``aclError`` code for an exception raised inside a facade call."""
+    if isinstance(exc, AclFault):
+        return exc.acl_code
+    if isinstance(exc, rt.TaskFailed):
+        return code_for(exc.cause) if exc.cause is not None else C.ACL_ERROR_RT_MODEL_EXECUTE
+    if isinstance(exc, InputError) and "dtype" in str(exc):
+        return C.ACL_ERROR_GE_DATATYPE_INVALID
+    for cls, code in _RT_CODES:
+        if isinstance(exc, cls):
+            return code
+    return C.ACL_ERROR_INTERNAL_ERROR
+
+
+def fault(code: int, message: str) -> AclFault:
+    """``raise fault(C.ACL_ERROR_..., "why")``."""
+    return AclFault(code, message)

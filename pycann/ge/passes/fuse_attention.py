@@ -1,0 +1,85 @@
+"""AttentionFusion: scaled dot-product attention as exported -> pycann.FusedAttention.
+
+Pattern: s = MatMul(Q, Kt); [s = Div(s, c) | Mul(s, c)]; [s = Add(s, mask) |
+Where(cond, s, fill)]; p = Softmax(s, axis=-1); y = MatMul(p, V).
+Check: every intermediate has one reader; Softmax over the last axis (opset >= 13, or
+axis = rank-1 at older opsets); the scale is a scalar constant. A Where mask becomes an
+additive mask Where(cond, 0, fill) (constant-folded when cond is constant).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from pycann.ge.ir import Graph, Node
+from pycann.ge.passes.base import PassContext, PassResult
+from pycann.ge.passes.pattern import GraphIndex, Rewrites, is_op
+from pycann.ops.fused import DOMAIN
+
+name = "AttentionFusion"
+
+
+def fuse(g: Graph) -> tuple[int, list[str]]:
+    ix = GraphIndex(g)
+    rw = Rewrites(g)
+    for qk in list(g.nodes):
+        if not is_op(qk, "MatMul") or rw.taken(qk):
+            continue
+        nodes = [qk]
+        cur = qk.outputs[0]
+        scale = 1.0
+        nxt = ix.sole_consumer(cur)
+        if is_op(nxt, "Div", "Mul") and nxt is not None and nxt.inputs[0] == cur:
+            c = ix.scalar(nxt.inputs[1])
+            if c is None:
+                continue
+            scale = 1.0 / c if nxt.op_type == "Div" else c
+            nodes.append(nxt)
+            cur = nxt.outputs[0]
+            nxt = ix.sole_consumer(cur)
+        mask = ""
+        extra: list[Node] = []
+        if is_op(nxt, "Add") and nxt is not None:
+            mask = ix.other_input(nxt, cur) or ""
+            if not mask:
+                continue
+            nodes.append(nxt)
+            cur = nxt.outputs[0]
+            nxt = ix.sole_consumer(cur)
+        elif is_op(nxt, "Where") and nxt is not None and nxt.inputs[1] == cur and nxt.inputs[2] != cur:
+            d = ix.desc(cur)
+            zero = g.fresh_name(f"{nxt.name}_zero")
+            g.initializers[zero] = np.zeros((), dtype=np.float32 if d is None or d.dtype != 11 else np.float64)
+            mask = g.fresh_name(f"{nxt.name}_additive_mask")
+            extra.append(Node("Where", [nxt.inputs[0], zero, nxt.inputs[2]], [mask], name=f"{nxt.name}_mask", opset=16))
+            nodes.append(nxt)
+            cur = nxt.outputs[0]
+            nxt = ix.sole_consumer(cur)
+        if not is_op(nxt, "Softmax") or nxt is None:
+            if len(nodes) > 1:
+                rw.missed.append(f"{qk.name}: scores are not followed by Softmax")
+            continue
+        d = ix.desc(cur)
+        rank = d.rank if d is not None else None
+        axis = int(nxt.attrs.get("axis", -1 if nxt.opset >= 13 else 1))
+        if rank is None or axis % rank != rank - 1:
+            rw.missed.append(f"{qk.name}: Softmax is not over the last axis")
+            continue
+        nodes.append(nxt)
+        pv = ix.sole_consumer(nxt.outputs[0])
+        if not is_op(pv, "MatMul") or pv is None or pv.inputs[0] != nxt.outputs[0]:
+            rw.missed.append(f"{qk.name}: probabilities are not multiplied by V")
+            continue
+        nodes.append(pv)
+        if rw.taken(*nodes):
+            continue
+        fused = Node("FusedAttention", [qk.inputs[0], qk.inputs[1], pv.inputs[1], mask], [pv.outputs[0]],
+                     {"scale": float(scale)}, name=f"{qk.name}_attention", domain=DOMAIN, opset=1)
+        rw.replace(nodes, [*extra, fused])
+    rw.commit()
+    return rw.applied, rw.missed
+
+
+def run(graph: Graph, ctx: PassContext) -> PassResult:
+    n, missed = fuse(graph)
+    return PassResult(graph, n > 0, f"{n} attention blocks fused", missed)

@@ -1,0 +1,117 @@
+"""ConvActivationFusion: Conv [+ Add(residual or bias)] [+ activation] -> pycann.FusedConv.
+
+Pattern: a Conv whose output has one reader; optionally an Add with another operand that
+broadcasts into the conv output without enlarging it (a residual branch or a per-channel
+bias); optionally an activation (Relu, Clip with constant bounds, Sigmoid, HardSigmoid,
+HardSwish, LeakyRelu, Tanh, or Swish written as Mul(y, Sigmoid(y))).
+Check: single readers along the chain, known shapes for the residual, constant Clip bounds.
+Rewrite: one FusedConv whose kernel adds the residual and applies the activation in place.
+"""
+
+from __future__ import annotations
+
+from pycann.ge.ir import Graph, Node
+from pycann.ge.passes.base import PassContext, PassResult
+from pycann.ge.passes.pattern import GraphIndex, Rewrites, is_op
+from pycann.ops.fused import DOMAIN
+from pycann.ops.shape_utils import broadcast_shapes
+
+name = "ConvActivationFusion"
+
+SIMPLE_ACTS = ("Relu", "Sigmoid", "HardSigmoid", "HardSwish", "LeakyRelu", "Tanh", "Clip")
+
+
+def match_activation(ix: GraphIndex, value: str) -> tuple[list[Node], str, float, float, str] | str:
+    """Activation reading ``value``: (nodes, name, alpha, beta, output) or a reason string."""
+    users = ix.consumers.get(value, [])
+    if value in ix.outputs:
+        return "value is a graph output"
+    # Swish: y * sigmoid(y) -> two readers of y
+    if len(users) == 2:
+        sig = next((u for u in users if is_op(u, "Sigmoid")), None)
+        mul = next((u for u in users if is_op(u, "Mul")), None)
+        if sig is not None and mul is not None and sig.outputs[0] in mul.inputs and value in mul.inputs:
+            if ix.sole_consumer(sig.outputs[0]) is mul:
+                return [sig, mul], "Swish", 1.0, 0.0, mul.outputs[0]
+        return f"{len(users)} readers"
+    if len(users) != 1:
+        return f"{len(users)} readers"
+    a = users[0]
+    if not is_op(a, *SIMPLE_ACTS):
+        return f"next op {a.op_type} is not a fusable activation"
+    if a.op_type == "Clip":
+        lo = ix.scalar(a.inputs[1]) if len(a.inputs) > 1 and a.inputs[1] else float("-inf")
+        hi = ix.scalar(a.inputs[2]) if len(a.inputs) > 2 and a.inputs[2] else float("inf")
+        if lo is None or hi is None:
+            return "Clip bounds are not constants"
+        return [a], "Clip", lo, hi, a.outputs[0]
+    if a.op_type == "HardSigmoid":
+        return [a], "HardSigmoid", float(a.attrs.get("alpha", 0.2)), float(a.attrs.get("beta", 0.5)), a.outputs[0]
+    if a.op_type == "LeakyRelu":
+        return [a], "LeakyRelu", float(a.attrs.get("alpha", 0.01)), 0.0, a.outputs[0]
+    return [a], a.op_type, 0.0, 0.0, a.outputs[0]
+
+
+def _residual(ix: GraphIndex, conv: Node, add: Node) -> str | tuple[str, str]:
+    """(other operand, reason '') if Add(conv_out, z) can be done in place on conv_out."""
+    y = conv.outputs[0]
+    z = ix.other_input(add, y)
+    if z is None:
+        return "Add reads the conv output twice"
+    dy, dz = ix.desc(y), ix.desc(z)
+    if dy is None or dz is None or dy.shape is None or dz.shape is None:
+        return "shape of the Add operand is unknown"
+    try:
+        if broadcast_shapes(dy.shape, dz.shape) != dy.shape or len(dz.shape) > len(dy.shape):
+            return f"Add operand {dz} would enlarge the conv output {dy}"
+    except ValueError:
+        return "Add operand does not broadcast"
+    if dz.dtype != dy.dtype:
+        return "Add operand has another dtype"
+    return z, ""
+
+
+def fuse(g: Graph) -> tuple[int, list[str]]:
+    ix = GraphIndex(g)
+    rw = Rewrites(g)
+    for conv in list(g.nodes):
+        if not is_op(conv, "Conv") or rw.taken(conv):
+            continue
+        y = conv.outputs[0]
+        matched: list[Node] = [conv]
+        z = ""
+        out = y
+        nxt = ix.sole_consumer(y)
+        if is_op(nxt, "Add") and nxt is not None:
+            r = _residual(ix, conv, nxt)
+            if isinstance(r, str):
+                rw.missed.append(f"{conv.name}+{nxt.name}: {r}")
+            else:
+                z = r[0]
+                matched.append(nxt)
+                out = nxt.outputs[0]
+        act = match_activation(ix, out)
+        act_name, alpha, beta = "", 0.0, 0.0
+        if isinstance(act, str):
+            if len(matched) == 1:
+                if "not a fusable" not in act and "graph output" not in act:
+                    rw.missed.append(f"{conv.name}: {act}")
+                continue
+        else:
+            nodes, act_name, alpha, beta, out = act
+            matched.extend(nodes)
+        if rw.taken(*matched):
+            continue
+        bias = conv.inputs[2] if len(conv.inputs) > 2 else ""
+        attrs = dict(conv.attrs)
+        attrs.update(activation=act_name, act_alpha=alpha, act_beta=beta)
+        fused = Node("FusedConv", [conv.inputs[0], conv.inputs[1], bias, z], [out], attrs,
+                     name=f"{conv.name}_fused", domain=DOMAIN, opset=1)
+        rw.replace(matched, [fused])
+    rw.commit()
+    return rw.applied, rw.missed
+
+
+def run(graph: Graph, ctx: PassContext) -> PassResult:
+    n, missed = fuse(graph)
+    return PassResult(graph, n > 0, f"{n} Conv chains fused", missed)

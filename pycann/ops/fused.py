@@ -1,0 +1,271 @@
+"""Fused ops that GE's fusion passes create (domain ``pycann``). Each is numerically the
+chain of standard ONNX ops it replaces; the gain is fewer temporaries, fewer passes over
+memory and fewer per-node dispatches.
+
+* ``FusedConv``  = [Add(residual)] + activation after Conv (with its bias)
+* ``FusedMatMul`` = MatMul + [Add(bias)] + activation
+* ``FusedAttention`` = MatMul(Q, K^T) -> scale -> [Add(mask)] -> Softmax(-1) -> MatMul(., V)
+* ``ElementwiseChain`` = a chain of elementwise ops evaluated in place in one buffer
+
+Activations (attribute ``activation``): Relu, Clip(act_alpha=min, act_beta=max), Sigmoid,
+HardSigmoid(alpha, beta), HardSwish, LeakyRelu(alpha), Swish (x*sigmoid(x)), Gelu (erf),
+Tanh. Semantics per the ONNX spec section of each op.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import numpy as np
+
+from pycann.dtypes import TensorDesc
+from pycann.ops import activation as act_mod
+from pycann.ops.matmul import _infer_matmul
+from pycann.ops.nn import conv as conv_mod
+from pycann.ops.opdef import InferContext, OpDef
+from pycann.ops.shape_utils import broadcast_shapes
+
+DOMAIN = "pycann"
+ACTIVATIONS = ("", "Relu", "Clip", "Sigmoid", "HardSigmoid", "HardSwish", "LeakyRelu", "Swish", "Gelu", "Tanh")
+
+
+def _sigmoid_inplace(y: np.ndarray) -> np.ndarray:
+    with np.errstate(over="ignore"):
+        np.negative(y, out=y)
+        np.exp(y, out=y)
+        y += 1
+        np.reciprocal(y, out=y)
+    return y
+
+
+def apply_activation(y: np.ndarray, name: str, alpha: float, beta: float) -> np.ndarray:
+    """Apply activation ``name`` to ``y`` in place (float arrays); returns ``y``."""
+    if not name:
+        return y
+    if name == "Relu":
+        np.maximum(y, 0, out=y)
+    elif name == "Clip":
+        np.clip(y, alpha, beta, out=y)
+    elif name == "Sigmoid":
+        _sigmoid_inplace(y)
+    elif name == "HardSigmoid":
+        y *= alpha
+        y += beta
+        np.clip(y, 0, 1, out=y)
+    elif name == "HardSwish":
+        t = y * (1.0 / 6.0)
+        t += 0.5
+        np.clip(t, 0, 1, out=t)
+        y *= t
+    elif name == "LeakyRelu":
+        t = y * alpha
+        np.maximum(y, t, out=y) if alpha <= 1 else np.minimum(y, t, out=y)
+    elif name == "Swish":
+        t = _sigmoid_inplace(y * alpha if alpha != 1.0 else y.copy())
+        y *= t
+    elif name == "Gelu":
+        t = act_mod.erf(y * np.float32(1 / np.sqrt(2)).astype(y.dtype))
+        t += 1
+        t *= 0.5
+        y *= t
+    elif name == "Tanh":
+        np.tanh(y, out=y)
+    else:
+        raise ValueError(f"unknown fused activation {name!r}")
+    return y
+
+
+def _act(attrs: Mapping[str, Any]) -> tuple[str, float, float]:
+    return attrs.get("activation", ""), float(attrs.get("act_alpha", 0.0)), float(attrs.get("act_beta", 0.0))
+
+
+# ------------------------------------------------------------------------ FusedConv
+
+
+def _conv_inputs(inputs: Sequence[Any]) -> list[Any]:
+    return list(inputs[:3])
+
+
+def _k_fused_conv(inputs: Sequence[Any], attrs: Mapping[str, Any]) -> list[np.ndarray]:
+    """Conv (ONNX Conv) -> += Z (residual, optional input 3) -> activation, in place on Conv's output."""
+    y = conv_mod._k_conv(_conv_inputs(inputs), attrs)[0]
+    if not y.flags.writeable:
+        y = y.copy()
+    _post(y, inputs, attrs)
+    return [y]
+
+
+def _post(y: np.ndarray, inputs: Sequence[Any], attrs: Mapping[str, Any]) -> None:
+    z = inputs[3] if len(inputs) > 3 else None
+    if z is not None:
+        y += z
+    name, a, b = _act(attrs)
+    apply_activation(y, name, a, b)
+
+
+def _out_fused_conv(inputs: Sequence[Any], attrs: Mapping[str, Any], outs: Sequence[np.ndarray]) -> None:
+    conv_mod._out_conv(_conv_inputs(inputs), attrs, outs)
+    _post(outs[0], inputs, attrs)
+
+
+def _infer_fused_conv(ctx: InferContext) -> list[TensorDesc]:
+    sub = InferContext(ctx.node, "Conv", ctx.attrs, list(ctx.inputs[:3]), list(ctx.values[:3]), 11, 1)
+    return list(conv_mod._infer_conv(sub))
+
+
+# ------------------------------------------------------------------------ FusedMatMul
+
+
+def _k_fused_matmul(inputs: Sequence[Any], attrs: Mapping[str, Any]) -> list[np.ndarray]:
+    """MatMul (numpy matmul semantics) -> += bias (optional input 2) -> activation, in place."""
+    a, b = inputs[0], inputs[1]
+    y = np.matmul(a, b)
+    _mm_post(y, inputs, attrs)
+    return [y]
+
+
+def _mm_post(y: np.ndarray, inputs: Sequence[Any], attrs: Mapping[str, Any]) -> None:
+    bias = inputs[2] if len(inputs) > 2 else None
+    if bias is not None:
+        y += bias
+    name, al, be = _act(attrs)
+    apply_activation(y, name, al, be)
+
+
+def _out_fused_matmul(inputs: Sequence[Any], attrs: Mapping[str, Any], outs: Sequence[np.ndarray]) -> None:
+    np.matmul(inputs[0], inputs[1], out=outs[0])
+    _mm_post(outs[0], inputs, attrs)
+
+
+def _infer_fused_matmul(ctx: InferContext) -> list[TensorDesc]:
+    sub = InferContext(ctx.node, "MatMul", ctx.attrs, list(ctx.inputs[:2]), list(ctx.values[:2]), 13, 1)
+    d = _infer_matmul(sub)[0]
+    bias = ctx.input(2)
+    if bias is not None and d.shape is not None and bias.shape is not None:
+        try:
+            d = TensorDesc(d.dtype, broadcast_shapes(d.shape, bias.shape))
+        except ValueError as e:
+            raise ctx.fail(f"bias {bias} does not broadcast to {d}: {e}") from None
+    return [d]
+
+
+# ------------------------------------------------------------------------ FusedAttention
+
+
+def _k_attention(inputs: Sequence[Any], attrs: Mapping[str, Any]) -> list[np.ndarray]:
+    """softmax((Q @ Kt) * scale + mask, axis=-1) @ V, with the score buffer reused in place."""
+    q, kt, v = inputs[0], inputs[1], inputs[2]
+    mask = inputs[3] if len(inputs) > 3 else None
+    s = np.matmul(q, kt)
+    scale = float(attrs.get("scale", 1.0))
+    if scale != 1.0:
+        s *= s.dtype.type(scale)
+    if mask is not None:
+        if np.broadcast_shapes(s.shape, mask.shape) == s.shape:
+            s += mask
+        else:
+            s = s + mask
+    m = s.max(axis=-1, keepdims=True)
+    s -= m
+    np.exp(s, out=s)
+    s /= s.sum(axis=-1, keepdims=True)
+    return [np.matmul(s, v)]
+
+
+def _infer_attention(ctx: InferContext) -> list[TensorDesc]:
+    first = InferContext(ctx.node, "MatMul", ctx.attrs, list(ctx.inputs[:2]), list(ctx.values[:2]), 13, 1)
+    s = _infer_matmul(first)[0]
+    mask = ctx.input(3)
+    if mask is not None and s.shape is not None and mask.shape is not None:
+        try:
+            s = TensorDesc(s.dtype, broadcast_shapes(s.shape, mask.shape))
+        except ValueError as e:
+            raise ctx.fail(f"mask {mask} does not broadcast to the scores {s}: {e}") from None
+    second = InferContext(ctx.node, "MatMul", ctx.attrs, [s, ctx.input(2)], [None, None], 13, 1)
+    return _infer_matmul(second)
+
+
+# ------------------------------------------------------------------------ ElementwiseChain
+
+# op -> (arity, in-place implementation(buf, other, attrs-tuple)); ``other`` is None for unary ops.
+_BINARY = {
+    "Add": np.add, "Sub": np.subtract, "Mul": np.multiply, "Div": np.true_divide, "Pow": np.power,
+    "Max": np.maximum, "Min": np.minimum,
+}
+_UNARY = {
+    "Relu": lambda b, p: np.maximum(b, 0, out=b),
+    "Sigmoid": lambda b, p: _sigmoid_inplace(b),
+    "Tanh": lambda b, p: np.tanh(b, out=b),
+    "Exp": lambda b, p: np.exp(b, out=b),
+    "Log": lambda b, p: np.log(b, out=b),
+    "Sqrt": lambda b, p: np.sqrt(b, out=b),
+    "Neg": lambda b, p: np.negative(b, out=b),
+    "Abs": lambda b, p: np.abs(b, out=b),
+    "Reciprocal": lambda b, p: np.reciprocal(b, out=b),
+    "Floor": lambda b, p: np.floor(b, out=b),
+    "Ceil": lambda b, p: np.ceil(b, out=b),
+    "Erf": lambda b, p: np.copyto(b, act_mod.erf(b)),
+    "Clip": lambda b, p: np.clip(b, p[0], p[1], out=b),
+    "HardSigmoid": lambda b, p: apply_activation(b, "HardSigmoid", p[0], p[1]),
+    "HardSwish": lambda b, p: apply_activation(b, "HardSwish", 0, 0),
+    "LeakyRelu": lambda b, p: apply_activation(b, "LeakyRelu", p[0], 0),
+}
+CHAIN_BINARY = frozenset(_BINARY)
+CHAIN_UNARY = frozenset(_UNARY)
+
+
+def _k_chain(inputs: Sequence[Any], attrs: Mapping[str, Any]) -> list[np.ndarray]:
+    """Run ``steps``: each ``[op, operand index or -1, chain-is-right-operand (0/1), p0, p1]``.
+
+    ``inputs[0]`` is the chain's input (never modified); the first step writes a fresh buffer,
+    later steps update it in place whenever shape and dtype allow (else a new buffer).
+    """
+    buf: np.ndarray | None = None
+    x = inputs[0]
+    with np.errstate(all="ignore"):
+        for op, idx, right, p0, p1 in attrs["steps"]:
+            cur = x if buf is None else buf
+            if op in _BINARY:
+                other = inputs[idx]
+                fn = _BINARY[op]
+                a, b = (other, cur) if right else (cur, other)
+                if buf is not None and other.ndim <= buf.ndim and np.broadcast_shapes(buf.shape, other.shape) == buf.shape \
+                        and np.result_type(buf, other) == buf.dtype:
+                    fn(a, b, out=buf)
+                else:
+                    buf = np.asarray(fn(a, b))
+            else:
+                if buf is None:
+                    buf = x.copy()
+                _UNARY[op](buf, (p0, p1))
+    assert buf is not None
+    return [buf]
+
+
+def _infer_chain(ctx: InferContext) -> list[TensorDesc]:
+    x = ctx.input(0)
+    if x is None:
+        return [TensorDesc(0, None)]
+    shape = x.shape
+    for op, idx, _, _, _ in ctx.attrs["steps"]:
+        if op in _BINARY:
+            other = ctx.input(idx)
+            try:
+                shape = broadcast_shapes(shape, None if other is None else other.shape)
+            except ValueError as e:
+                raise ctx.fail(f"step {op} does not broadcast: {e}") from None
+    return [TensorDesc(x.dtype, shape)]
+
+
+_CONV_ATTRS = {"auto_pad": "NOTSET", "dilations": [], "group": 1, "kernel_shape": [], "pads": [], "strides": [],
+               "activation": "", "act_alpha": 0.0, "act_beta": 0.0}
+_ACT_ATTRS = {"activation": "", "act_alpha": 0.0, "act_beta": 0.0}
+
+OPS: list[OpDef] = [
+    OpDef("FusedConv", _infer_fused_conv, _k_fused_conv, domain=DOMAIN, attrs=_CONV_ATTRS, out_kernel=_out_fused_conv),
+    OpDef("FusedMatMul", _infer_fused_matmul, _k_fused_matmul, domain=DOMAIN, attrs=_ACT_ATTRS,
+          out_kernel=_out_fused_matmul),
+    OpDef("FusedAttention", _infer_attention, _k_attention, domain=DOMAIN, attrs={"scale": 1.0}),
+    OpDef("ElementwiseChain", _infer_chain, _k_chain, domain=DOMAIN, attrs={"steps": []}),
+]

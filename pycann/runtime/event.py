@@ -1,0 +1,78 @@
+"""Events: markers recorded on streams (cann-interfaces.md §1.3 ``record_event``,
+``stream_wait_event``, ``event_elapsed_time``).
+
+``record(stream)`` queues a marker task; the event completes when the stream reaches it, and
+the time the marker ran is the event's timestamp, so ``elapsed_ms`` measures real wall time
+between two points of stream execution.
+"""
+
+from __future__ import annotations
+
+import threading
+
+from pycann.runtime.errors import InvalidHandle, NotReady, WaitTimeout
+from pycann.runtime.stream import Stream, Task
+
+
+def _noop() -> None:
+    return None
+
+
+class Event:
+    """A recordable stream marker. ``flags`` is kept as given (``ACL_EVENT_*``)."""
+
+    def __init__(self, flags: int = 0) -> None:
+        self.flags = flags
+        self.marker: Task | None = None
+        self.destroyed = False
+        self._lock = threading.Lock()
+
+    def _check(self) -> None:
+        if self.destroyed:
+            raise InvalidHandle("the event was destroyed")
+
+    def record(self, stream: Stream) -> None:
+        """Queue a marker on ``stream``; the event completes when the stream reaches it."""
+        self._check()
+        task = stream.submit(_noop, "record_event")
+        with self._lock:
+            self.marker = task
+
+    def reset(self) -> None:
+        """Forget the latest record (the event counts as complete again)."""
+        self._check()
+        with self._lock:
+            self.marker = None
+
+    def query(self) -> bool:
+        """True if never recorded or its latest record has run."""
+        self._check()
+        m = self.marker
+        return m is None or m.done.is_set()
+
+    def synchronize(self, timeout: float | None = None) -> None:
+        """Block until the latest record has run. Raises ``WaitTimeout``."""
+        self._check()
+        m = self.marker
+        if m is not None and not m.done.wait(timeout):
+            raise WaitTimeout(f"the event did not complete within {timeout} s")
+
+    @property
+    def timestamp(self) -> float:
+        """``time.perf_counter()`` when the latest record ran. Raises ``NotReady``."""
+        self._check()
+        m = self.marker
+        if m is None:
+            raise NotReady("the event was never recorded")
+        if not m.done.is_set():
+            raise NotReady("the event has not completed yet; synchronize the stream or event first")
+        return m.end
+
+    def destroy(self) -> None:
+        self._check()
+        self.destroyed = True
+
+
+def elapsed_ms(start: Event, end: Event) -> float:
+    """Milliseconds between two completed events. Raises ``NotReady``."""
+    return (end.timestamp - start.timestamp) * 1e3

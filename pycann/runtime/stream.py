@@ -1,0 +1,122 @@
+"""Streams: ordered task queues, each run by its own worker thread (cann-interfaces.md §1.3).
+
+A task is a plain callable. Tasks of one stream run one after another in submission order;
+tasks of different streams run concurrently. ``wait_event`` enqueues a task that blocks the
+stream until the event's latest record has run, which is how work is ordered across streams.
+A task that raises does not stop the stream: the error is kept and reported by the next
+``synchronize`` (as CUDA and CANN report asynchronous failures at synchronisation).
+"""
+
+from __future__ import annotations
+
+import itertools
+import queue
+import threading
+import time
+from collections.abc import Callable
+from typing import TYPE_CHECKING
+
+from pycann.runtime.errors import InvalidHandle, TaskFailed, WaitTimeout
+
+if TYPE_CHECKING:
+    from pycann.runtime.event import Event
+
+_ids = itertools.count(1)
+
+
+class Task:
+    """One queued callable; ``done`` is set when it has run (``error`` holds what it raised)."""
+
+    __slots__ = ("fn", "name", "done", "error", "start", "end")
+
+    def __init__(self, fn: Callable[[], object], name: str) -> None:
+        self.fn = fn
+        self.name = name
+        self.done = threading.Event()
+        self.error: BaseException | None = None
+        self.start = 0.0
+        self.end = 0.0
+
+
+class Stream:
+    """An ordered queue of tasks run by a worker thread (started on first use)."""
+
+    def __init__(self, device_id: int = 0, name: str = "") -> None:
+        self.id = next(_ids)
+        self.device_id = device_id
+        self.name = name or f"stream{self.id}"
+        self._q: queue.SimpleQueue[Task | None] = queue.SimpleQueue()
+        self._cv = threading.Condition()
+        self._pending = 0
+        self._errors: list[Task] = []
+        self._thread: threading.Thread | None = None
+        self.destroyed = False
+        self.tasks_run = 0
+
+    def submit(self, fn: Callable[[], object], name: str = "task") -> Task:
+        """Queue ``fn``; returns its ``Task``. Raises ``InvalidHandle`` on a destroyed stream."""
+        task = Task(fn, name)
+        with self._cv:
+            if self.destroyed:
+                raise InvalidHandle(f"{self.name} was destroyed")
+            self._pending += 1
+            if self._thread is None:
+                self._thread = threading.Thread(target=self._loop, name=f"pycann-{self.name}", daemon=True)
+                self._thread.start()
+        self._q.put(task)
+        return task
+
+    def _loop(self) -> None:
+        while True:
+            task = self._q.get()
+            if task is None:
+                return
+            task.start = time.perf_counter()
+            try:
+                task.fn()
+            except BaseException as e:  # noqa: BLE001 - reported at synchronize
+                task.error = e
+            task.end = time.perf_counter()
+            task.done.set()
+            with self._cv:
+                if task.error is not None:
+                    self._errors.append(task)
+                self.tasks_run += 1
+                self._pending -= 1
+                if self._pending == 0:
+                    self._cv.notify_all()
+
+    def synchronize(self, timeout: float | None = None) -> None:
+        """Wait until every queued task has run. Raises ``TaskFailed`` for the first task that
+        failed since the last synchronize (the errors are then cleared), ``WaitTimeout``."""
+        with self._cv:
+            if not self._cv.wait_for(lambda: self._pending == 0, timeout):
+                raise WaitTimeout(f"{self.name}: {self._pending} tasks still running after {timeout} s")
+            failed, self._errors = self._errors, []
+        if failed:
+            t = failed[0]
+            more = f" (and {len(failed) - 1} more failed tasks)" if len(failed) > 1 else ""
+            raise TaskFailed(f"{self.name}: task {t.name} failed: {t.error}{more}", t.error)
+
+    def query(self) -> bool:
+        """True when every queued task has run."""
+        with self._cv:
+            return self._pending == 0
+
+    def wait_event(self, event: Event) -> None:
+        """Later tasks of this stream wait until ``event``'s latest record (if any) has run."""
+        marker = event.marker
+        if marker is not None and not marker.done.is_set():
+            self.submit(marker.done.wait, "stream_wait_event")
+
+    def destroy(self) -> None:
+        """Run what is queued, then stop the worker. Errors of queued tasks are dropped."""
+        with self._cv:
+            if self.destroyed:
+                raise InvalidHandle(f"{self.name} was already destroyed")
+            self.destroyed = True
+            self._cv.wait_for(lambda: self._pending == 0)
+            thread, self._thread = self._thread, None
+        if thread is not None:
+            self._q.put(None)
+            thread.join()

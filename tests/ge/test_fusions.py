@@ -1,0 +1,244 @@
+"""Fusion passes: for each, a positive case (fires), a negative case (must not fire) and a
+numeric equivalence check of the fused graph against ONNX Runtime on the unfused model."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import onnx
+import pytest
+from onnx import TensorProto, helper, numpy_helper
+
+from pycann.ge.compiler import compile_model
+from pycann.ge.model import LoadedModel
+from pycann.ge.options import CompileOptions
+from tests.ops.oracle import run_ort
+
+RNG = np.random.default_rng(0)
+
+
+def _f32(*shape: int) -> np.ndarray:
+    return RNG.standard_normal(shape).astype(np.float32)
+
+
+def _c(name: str, value) -> onnx.TensorProto:
+    return numpy_helper.from_array(np.asarray(value), name)
+
+
+def _model(nodes, inputs, output, inits=(), opset=17):
+    g = helper.make_graph(nodes, "g", [helper.make_tensor_value_info(n, TensorProto.FLOAT, s) for n, s in inputs],
+                          [helper.make_tensor_value_info(output, TensorProto.FLOAT, None)], list(inits))
+    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", opset)])
+    m.ir_version = 8
+    return m
+
+
+def _check(m: onnx.ModelProto, feeds: dict[str, np.ndarray], expect_ops: dict[str, int] | None = None,
+           absent: tuple[str, ...] = (), rtol: float = 1e-5, atol: float = 1e-5) -> list[str]:
+    cm = compile_model(m)
+    ops = [n.op_type for n in cm.graph.nodes]
+    for op, count in (expect_ops or {}).items():
+        assert ops.count(op) == count, f"{op}: {ops}"
+    for op in absent:
+        assert op not in ops, ops
+    got = LoadedModel.from_compiled(cm).run_dict(feeds)
+    want = run_ort(m, feeds)
+    for g_, w_ in zip(got, want):
+        np.testing.assert_allclose(g_, w_, rtol=rtol, atol=atol)
+    return ops
+
+
+def _vi(name, shape):
+    return (name, shape)
+
+
+# -------------------------------------------------------------- Conv + bias + activation
+
+
+@pytest.mark.parametrize("act", ["Relu", "Sigmoid", "HardSigmoid", "HardSwish", "LeakyRelu", "Tanh", "Clip"])
+def test_conv_activation_fuses(act: str) -> None:
+    w, b = _f32(4, 3, 3, 3), _f32(4)
+    extra = [_c("lo", np.float32(0)), _c("hi", np.float32(6))] if act == "Clip" else []
+    act_node = helper.make_node(act, ["c", "lo", "hi"] if act == "Clip" else ["c"], ["y"])
+    m = _model([helper.make_node("Conv", ["x", "W", "B"], ["c"], pads=[1, 1, 1, 1]), act_node],
+               [("x", [1, 3, 8, 8])], "y", [_c("W", w), _c("B", b), *extra])
+    _check(m, {"x": _f32(1, 3, 8, 8)}, {"FusedConv": 1}, absent=("Conv", act))
+
+
+def test_conv_residual_add_relu_fuses() -> None:
+    m = _model([helper.make_node("Conv", ["x", "W"], ["c"]), helper.make_node("Add", ["c", "z"], ["s"]),
+                helper.make_node("Relu", ["s"], ["y"])], [("x", [1, 3, 5, 5]), ("z", [1, 4, 5, 5])], "y",
+               [_c("W", _f32(4, 3, 1, 1))])
+    _check(m, {"x": _f32(1, 3, 5, 5), "z": _f32(1, 4, 5, 5)}, {"FusedConv": 1}, absent=("Add", "Relu"))
+
+
+def test_conv_swish_fuses() -> None:
+    m = _model([helper.make_node("Conv", ["x", "W"], ["c"]), helper.make_node("Sigmoid", ["c"], ["s"]),
+                helper.make_node("Mul", ["c", "s"], ["y"])], [("x", [1, 3, 5, 5])], "y", [_c("W", _f32(4, 3, 1, 1))])
+    _check(m, {"x": _f32(1, 3, 5, 5)}, {"FusedConv": 1}, absent=("Sigmoid", "Mul"))
+
+
+def test_conv_not_fused_when_output_is_shared() -> None:
+    m = _model([helper.make_node("Conv", ["x", "W"], ["c"]), helper.make_node("Relu", ["c"], ["r"]),
+                helper.make_node("Add", ["r", "c"], ["y"])], [("x", [1, 3, 5, 5])], "y", [_c("W", _f32(4, 3, 1, 1))])
+    ops = _check(m, {"x": _f32(1, 3, 5, 5)})
+    assert "Conv" in ops and "Relu" in ops or "ElementwiseChain" in ops
+
+
+def test_conv_residual_that_enlarges_is_not_fused() -> None:
+    # Add broadcasts the conv output up to a bigger shape: cannot be done in place
+    m = _model([helper.make_node("Conv", ["x", "W"], ["c"]), helper.make_node("Add", ["c", "z"], ["y"])],
+               [("x", [1, 3, 5, 5]), ("z", [2, 4, 5, 5])], "y", [_c("W", _f32(4, 3, 1, 1))])
+    cm = compile_model(m, log=None)
+    assert "Conv" in [n.op_type for n in cm.graph.nodes]
+    _check(m, {"x": _f32(1, 3, 5, 5), "z": _f32(2, 4, 5, 5)})
+
+
+# -------------------------------------------------------------- MatMul + bias + activation
+
+
+def test_matmul_bias_gelu_fuses() -> None:
+    s2 = np.float32(math.sqrt(2))
+    nodes = [helper.make_node("MatMul", ["x", "W"], ["h"]), helper.make_node("Add", ["B", "h"], ["hb"]),
+             helper.make_node("Div", ["hb", "s2"], ["d"]), helper.make_node("Erf", ["d"], ["e"]),
+             helper.make_node("Add", ["e", "one"], ["e1"]), helper.make_node("Mul", ["hb", "e1"], ["p"]),
+             helper.make_node("Mul", ["p", "half"], ["y"])]
+    m = _model(nodes, [("x", [2, 5, 8])], "y", [_c("W", _f32(8, 16)), _c("B", _f32(16)), _c("s2", s2),
+                                                 _c("one", np.float32(1)), _c("half", np.float32(0.5))])
+    _check(m, {"x": _f32(2, 5, 8)}, {"FusedMatMul": 1}, absent=("Erf", "Div", "MatMul"))
+
+
+def test_matmul_bias_that_enlarges_is_not_fused() -> None:
+    m = _model([helper.make_node("MatMul", ["x", "W"], ["h"]), helper.make_node("Add", ["h", "z"], ["y"])],
+               [("x", [5, 8]), ("z", [3, 5, 16])], "y", [_c("W", _f32(8, 16))])
+    ops = _check(m, {"x": _f32(5, 8), "z": _f32(3, 5, 16)})
+    assert "MatMul" in ops and "FusedMatMul" not in ops
+
+
+# -------------------------------------------------------------- GELU (tanh form)
+
+
+def test_gelu_tanh_form_fuses() -> None:
+    c = np.float32(math.sqrt(2 / math.pi))
+    nodes = [helper.make_node("Mul", ["x", "half"], ["h"]), helper.make_node("Pow", ["x", "three"], ["p"]),
+             helper.make_node("Mul", ["p", "k"], ["pk"]), helper.make_node("Add", ["x", "pk"], ["a"]),
+             helper.make_node("Mul", ["a", "c"], ["ac"]), helper.make_node("Tanh", ["ac"], ["t"]),
+             helper.make_node("Add", ["t", "one"], ["t1"]), helper.make_node("Mul", ["h", "t1"], ["y"])]
+    m = _model(nodes, [("x", [3, 7])], "y", [_c("half", np.float32(0.5)), _c("three", np.float32(3)),
+                                             _c("k", np.float32(0.044715)), _c("c", c), _c("one", np.float32(1))])
+    _check(m, {"x": _f32(3, 7)}, {"Gelu": 1}, absent=("Tanh", "Pow"))
+
+
+def test_gelu_with_wrong_constant_is_not_fused() -> None:
+    nodes = [helper.make_node("Div", ["x", "s"], ["d"]), helper.make_node("Erf", ["d"], ["e"]),
+             helper.make_node("Add", ["e", "one"], ["e1"]), helper.make_node("Mul", ["x", "e1"], ["p"]),
+             helper.make_node("Mul", ["p", "half"], ["y"])]
+    m = _model(nodes, [("x", [3, 7])], "y", [_c("s", np.float32(2.0)), _c("one", np.float32(1)), _c("half", np.float32(0.5))])
+    ops = _check(m, {"x": _f32(3, 7)})
+    assert "Gelu" not in ops
+
+
+# -------------------------------------------------------------- LayerNorm
+
+
+def _ln_nodes(axes: list[int]):
+    return [helper.make_node("ReduceMean", ["x", "ax"], ["m"]), helper.make_node("Sub", ["x", "m"], ["d"]),
+            helper.make_node("Pow", ["d", "two"], ["p"]), helper.make_node("ReduceMean", ["p", "ax"], ["v"]),
+            helper.make_node("Add", ["v", "eps"], ["ve"]), helper.make_node("Sqrt", ["ve"], ["s"]),
+            helper.make_node("Div", ["d", "s"], ["n"]), helper.make_node("Mul", ["n", "g"], ["ng"]),
+            helper.make_node("Add", ["ng", "b"], ["y"])]
+
+
+def _ln_inits(axes: list[int], gshape: tuple[int, ...]):
+    return [_c("ax", np.array(axes, np.int64)), _c("two", np.float32(2)), _c("eps", np.float32(1e-5)),
+            _c("g", _f32(*gshape)), _c("b", _f32(*gshape))]
+
+
+def test_layernorm_fuses() -> None:
+    m = _model(_ln_nodes([-1]), [("x", [2, 5, 8])], "y", _ln_inits([-1], (8,)), opset=18)
+    _check(m, {"x": _f32(2, 5, 8)}, {"LayerNormalization": 1}, absent=("ReduceMean", "Sqrt"))
+
+
+def test_layernorm_over_non_last_axis_is_not_fused() -> None:
+    m = _model(_ln_nodes([1]), [("x", [2, 5, 8])], "y", _ln_inits([1], (8,)), opset=18)
+    ops = _check(m, {"x": _f32(2, 5, 8)})
+    assert "LayerNormalization" not in ops
+
+
+def test_layernorm_with_broadcasting_scale_is_not_fused() -> None:
+    m = _model(_ln_nodes([-1]), [("x", [2, 5, 8])], "y", _ln_inits([-1], (5, 8)), opset=18)
+    ops = _check(m, {"x": _f32(2, 5, 8)})
+    assert "LayerNormalization" not in ops
+
+
+# -------------------------------------------------------------- Attention
+
+
+def _attn(mask: bool, softmax_axis: int = -1):
+    nodes = [helper.make_node("MatMul", ["q", "kt"], ["s"]), helper.make_node("Div", ["s", "c"], ["sd"])]
+    last = "sd"
+    if mask:
+        nodes.append(helper.make_node("Add", ["sd", "mask"], ["sm"]))
+        last = "sm"
+    nodes += [helper.make_node("Softmax", [last], ["p"], axis=softmax_axis), helper.make_node("MatMul", ["p", "v"], ["y"])]
+    ins = [("q", [1, 2, 6, 4]), ("kt", [1, 2, 4, 6]), ("v", [1, 2, 6, 4])] + ([("mask", [1, 1, 1, 6])] if mask else [])
+    return _model(nodes, ins, "y", [_c("c", np.float32(2.0))], opset=13)
+
+
+def test_attention_fuses_with_mask() -> None:
+    feeds = {"q": _f32(1, 2, 6, 4), "kt": _f32(1, 2, 4, 6), "v": _f32(1, 2, 6, 4), "mask": _f32(1, 1, 1, 6)}
+    _check(_attn(True), feeds, {"FusedAttention": 1}, absent=("Softmax", "MatMul"))
+
+
+def test_attention_softmax_over_other_axis_is_not_fused() -> None:
+    feeds = {"q": _f32(1, 2, 6, 4), "kt": _f32(1, 2, 4, 6), "v": _f32(1, 2, 6, 4)}
+    ops = _check(_attn(False, softmax_axis=2), feeds)
+    assert "FusedAttention" not in ops
+
+
+# -------------------------------------------------------------- Transpose / Reshape
+
+
+def test_transpose_pair_cancels_and_composes() -> None:
+    m = _model([helper.make_node("Transpose", ["x"], ["t"], perm=[0, 2, 1]), helper.make_node("Transpose", ["t"], ["u"], perm=[0, 2, 1]),
+                helper.make_node("Relu", ["u"], ["y"])], [("x", [2, 3, 4])], "y")
+    _check(m, {"x": _f32(2, 3, 4)}, absent=("Transpose",))
+    m2 = _model([helper.make_node("Transpose", ["x"], ["t"], perm=[1, 0, 2]), helper.make_node("Transpose", ["t"], ["u"], perm=[0, 2, 1]),
+                 helper.make_node("Relu", ["u"], ["y"])], [("x", [2, 3, 4])], "y")
+    _check(m2, {"x": _f32(2, 3, 4)}, {"Transpose": 1})
+
+
+def test_transpose_pair_feeding_two_readers_is_kept() -> None:
+    m = _model([helper.make_node("Transpose", ["x"], ["t"], perm=[1, 0]), helper.make_node("Transpose", ["t"], ["u"], perm=[1, 0]),
+                helper.make_node("Add", ["t", "t"], ["w"]), helper.make_node("MatMul", ["u", "w"], ["y"])], [("x", [3, 3])], "y")
+    ops = _check(m, {"x": _f32(3, 3)})
+    assert ops.count("Transpose") == 2
+
+
+# -------------------------------------------------------------- elementwise chains
+
+
+def test_hardswish_like_chain_fuses() -> None:
+    nodes = [helper.make_node("Add", ["x", "three"], ["a"]), helper.make_node("Clip", ["a", "zero", "six"], ["c"]),
+             helper.make_node("Div", ["c", "six"], ["d"]), helper.make_node("Mul", ["x", "d"], ["y"])]
+    m = _model(nodes, [("x", [2, 3, 4])], "y", [_c("three", np.float32(3)), _c("zero", np.float32(0)), _c("six", np.float32(6))], opset=13)
+    _check(m, {"x": _f32(2, 3, 4) * 4}, {"ElementwiseChain": 1}, absent=("Clip", "Div"))
+
+
+def test_chain_stops_at_integer_values() -> None:
+    nodes = [helper.make_node("Add", ["x", "one"], ["a"]), helper.make_node("Mul", ["a", "two"], ["y"])]
+    g = helper.make_graph(nodes, "g", [helper.make_tensor_value_info("x", TensorProto.INT64, [4])],
+                          [helper.make_tensor_value_info("y", TensorProto.INT64, [4])],
+                          [_c("one", np.int64(1)), _c("two", np.int64(2))])
+    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 13)])
+    cm = compile_model(m)
+    assert "ElementwiseChain" not in [n.op_type for n in cm.graph.nodes]
+    np.testing.assert_array_equal(LoadedModel.from_compiled(cm).run([np.arange(4)])[0], (np.arange(4) + 1) * 2)
+
+
+def test_fusion_switch_turns_a_pass_off() -> None:
+    m = _model([helper.make_node("Conv", ["x", "W"], ["c"]), helper.make_node("Relu", ["c"], ["y"])],
+               [("x", [1, 3, 5, 5])], "y", [_c("W", _f32(4, 3, 1, 1))])
+    cm = compile_model(m, CompileOptions(disabled_passes=["ConvActivationFusion"]))
+    assert [n.op_type for n in cm.graph.nodes] == ["Conv", "Relu"]
