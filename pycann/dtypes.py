@@ -10,7 +10,6 @@ from __future__ import annotations
 import enum
 from dataclasses import dataclass
 
-
 import ml_dtypes
 import numpy as np
 

@@ -44,6 +44,18 @@ def _chainable(ix: GraphIndex, n: Node | None) -> bool:
     return _params(ix, n) is not None
 
 
+class _Operands:
+    """Index of a value among the fused node's inputs (appended on first use)."""
+
+    def __init__(self, inputs: list[str]) -> None:
+        self.inputs = inputs
+
+    def __call__(self, v: str) -> int:
+        if v not in self.inputs:
+            self.inputs.append(v)
+        return self.inputs.index(v)
+
+
 def fuse(g: Graph) -> tuple[int, list[str]]:
     ix = GraphIndex(g)
     rw = Rewrites(g)
@@ -51,12 +63,7 @@ def fuse(g: Graph) -> tuple[int, list[str]]:
         if rw.taken(first) or not _chainable(ix, first):
             continue
         inputs: list[str] = []
-
-        def operand(v: str) -> int:
-            if v not in inputs:
-                inputs.append(v)
-            return inputs.index(v)
-
+        operand = _Operands(inputs)
         if first.op_type in CHAIN_BINARY:
             a, b = first.inputs
             x_right = ix.const(a) is not None and ix.const(b) is None
