@@ -10,6 +10,7 @@ input signature (shapes fold into constants, shape subgraphs disappear) and cach
 from __future__ import annotations
 
 import threading
+import time
 from collections import OrderedDict
 from collections.abc import Callable, Sequence
 from typing import Any
@@ -21,6 +22,7 @@ from pycann.errors import KernelError, PycannError
 from pycann.ge.ir import Graph, free_names, node_reads
 from pycann.ge.planning.memory import MemoryPlan, plan_memory
 from pycann.ops.registry import lookup
+from pycann.profiler import hooks
 
 # (kernel, input slots, output slots, attrs, slots to release, kind, arena binding index)
 Step = tuple[Callable[..., Any], tuple[int, ...], tuple[int, ...], dict[str, Any], tuple[int, ...], int, int]
@@ -141,6 +143,9 @@ class Plan:
         return outs
 
     def _run(self, feeds: Sequence[np.ndarray], outer_env: dict[str, Any] | None, arena: Arena | None) -> list[np.ndarray]:
+        observers = hooks.OBSERVERS
+        if observers:
+            return self._run_observed(feeds, outer_env, arena, observers)
         views = arena.views if arena is not None else []
         env = self.template.copy()
         for s, v in zip(self.input_slots, feeds):
@@ -167,6 +172,50 @@ class Plan:
             raise
         except Exception as e:
             raise self._kernel_error(step_index, env, e) from e
+        return [env[s] for s in self.output_slots]
+
+    def _run_observed(self, feeds: Sequence[np.ndarray], outer_env: dict[str, Any] | None, arena: Arena | None,
+                      observers: tuple[hooks.NodeObserver, ...]) -> list[np.ndarray]:
+        """The same loop as ``_run``, timing each node and reporting it to the observers.
+
+        Intermediates are released only after the observers have seen them (a dumper may copy).
+        """
+        views = arena.views if arena is not None else []
+        env = self.template.copy()
+        for s, v in zip(self.input_slots, feeds):
+            env[s] = v
+        if outer_env is not None:
+            for s, name in self.outer:
+                env[s] = outer_env[name]
+        clock = time.perf_counter_ns
+        run_start = clock()
+        step_index = 0
+        try:
+            for step_index, (fn, ins, outs, attrs, frees, kind, bind) in enumerate(self.steps):
+                args = [env[i] for i in ins]
+                t0 = clock()
+                if kind == NORMAL:
+                    res = fn(args, attrs)
+                elif kind == ARENA:
+                    res = views[bind]
+                    fn(args, attrs, res)
+                else:
+                    res = fn(args, attrs, self._body_runner(step_index, env))
+                t1 = clock()
+                for o, r in zip(outs, res):
+                    env[o] = r
+                node = self.nodes[step_index]
+                for obs in observers:
+                    obs.on_node(node, args, list(res)[: len(outs)], t0, t1, self.graph.name)
+                for f in frees:
+                    env[f] = None
+        except PycannError:
+            raise
+        except Exception as e:
+            raise self._kernel_error(step_index, env, e) from e
+        run_end = clock()
+        for obs in observers:
+            obs.on_run(self.graph.name, run_start, run_end)
         return [env[s] for s in self.output_slots]
 
     def _body_runner(self, step_index: int, env: list[Any]) -> Callable[[str, Sequence[np.ndarray]], list[np.ndarray]]:

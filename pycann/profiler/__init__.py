@@ -1,0 +1,1 @@
+"""Profiling: hooks the executor reports into, collectors, msprof-style outputs."""
