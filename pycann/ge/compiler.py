@@ -12,6 +12,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+import numpy as np
 import onnx
 
 import pycann
@@ -26,8 +27,9 @@ from pycann.ge.passes import insert_aipp
 from pycann.ge.passes.base import PassContext
 from pycann.ge.passes.constant_folding import fold_graph
 from pycann.ge.passes.dead_code import eliminate
+from pycann.ge.passes.inline_if import inline_constant_ifs
 from pycann.ge.passes.infer_shapes import infer_graph
-from pycann.ge.pipelines import run_pipeline
+from pycann.ge.pipelines import SPECIALIZE_PIPELINE, run_pipeline
 from pycann.ge.planning.memory import plan_memory
 
 
@@ -163,26 +165,46 @@ def compile_model(
     return CompiledModel(graph, manifest)
 
 
-def specialize(graph: Graph, shapes: Sequence[tuple[int, ...] | None]) -> Graph:
-    """A copy of ``graph`` re-planned for concrete input ``shapes`` (in ``graph.inputs`` order;
-    ``None`` for a sequence or optional input, whose desc stays as compiled).
+def specialize(graph: Graph, shapes: Sequence[tuple[int, ...] | None],
+               values: dict[str, np.ndarray] | None = None) -> Graph:
+    """A copy of ``graph`` re-planned for concrete input ``shapes`` (in ``graph.inputs`` order).
 
-    Node and subgraph objects are shared with ``graph`` and never mutated here.
+    ``values`` binds small control inputs (e.g. a scalar sample rate) to constants as well, so
+    shape arithmetic folds and If nodes on them are inlined (IfInlining). Node and subgraph
+    objects are shared with ``graph`` and never mutated here.
     """
+    # Top-level nodes are copied (cheap: attrs and subgraphs stay shared) so that the passes
+    # below may rewrite them; the compiled graph itself never changes.
     g = Graph(
-        nodes=list(graph.nodes), inputs=list(graph.inputs), outputs=list(graph.outputs),
+        nodes=[_copy_node(n) for n in graph.nodes], inputs=list(graph.inputs), outputs=list(graph.outputs),
         initializers=dict(graph.initializers), descs=dict(graph.descs), name=graph.name,
         opsets=dict(graph.opsets), metadata=graph.metadata,
     )
     for name, shape in zip(g.inputs, shapes):
-        if shape is None:
-            continue
         old = g.descs.get(name)
+        if shape is None:
+            continue  # sequence / optional input: keep the compiled desc
         g.descs[name] = TensorDesc(old.dtype if old else 1, tuple(int(d) for d in shape))
-    infer_graph(g, recurse=False)
-    fold_graph(g, recurse=False)
-    eliminate(g, top=False, recurse=False)
+    for name, v in (values or {}).items():
+        g.initializers[name] = v
+    for _ in range(8):
+        infer_graph(g, recurse=False)
+        fold_graph(g, recurse=False)
+        if not inline_constant_ifs(g):
+            break
+    if any(n.subgraphs for n in g.nodes):
+        eliminate(g, top=False, recurse=False)  # subgraphs are shared: do not rename inside them
+    else:
+        # control flow is gone (If inlined): the flat graph gets the fusion passes again
+        g = run_pipeline(g, PassContext(), SPECIALIZE_PIPELINE)
+    for name in values or {}:
+        # the feed still arrives through the input slot; keeping it constant would hide a wrong feed
+        g.initializers.pop(name, None)
     return g
+
+
+def _copy_node(n: Node) -> Node:
+    return Node(n.op_type, list(n.inputs), list(n.outputs), n.attrs, n.name, n.domain, n.opset, n.origin)
 
 
 def describe_io(graph: Graph) -> list[str]:

@@ -266,14 +266,19 @@ Signature = tuple[tuple[tuple[int, ...], str], ...]
 class Executor:
     """Runs a compiled graph; specialises and caches a ``Plan`` per input signature.
 
-    ``specialize(graph, shapes) -> Graph`` is supplied by the compiler (it runs shape
-    inference, constant folding and dead-code removal with the concrete shapes).
+    ``specialize(graph, shapes, values) -> Graph`` is supplied by the compiler (shape
+    inference, constant folding, If inlining and dead-code removal with the concrete shapes).
+    Scalar integer/bool inputs are *control inputs*: their values join the signature, so a
+    model that branches on them (Silero's sample rate) gets one flat plan per value. An input
+    that shows more than ``MAX_CONTROL_VALUES`` distinct values stops being one.
     """
+
+    MAX_CONTROL_VALUES = 4
 
     def __init__(
         self,
         graph: Graph,
-        specialize: Callable[[Graph, Sequence[tuple[int, ...]]], Graph] | None = None,
+        specialize: Callable[..., Graph] | None = None,
         cache_size: int = 16,
     ) -> None:
         self.graph = graph
@@ -282,6 +287,27 @@ class Executor:
         self._cache_size = cache_size
         self._lock = threading.Lock()
         self._generic: Plan | None = None
+        self._control = {i: set() for i, name in enumerate(graph.inputs) if _is_control(graph.descs.get(name))}
+
+    def _signature(self, feeds: Sequence[Any]) -> tuple[Signature, dict[str, np.ndarray]]:
+        # sequence (list) and empty optional (None) feeds do not specialise: their descs stay as compiled
+        sig: list[Any] = [
+            (tuple(x.shape), x.dtype.str) if isinstance(x, np.ndarray) else ((), type(x).__name__) for x in feeds
+        ]
+        values: dict[str, np.ndarray] = {}
+        for i, seen in self._control.items():
+            x = feeds[i] if i < len(feeds) else None
+            if not isinstance(x, np.ndarray) or x.size != 1 or seen is None:
+                continue
+            v = x.reshape(-1)[0].item()
+            if v not in seen:
+                if len(seen) >= self.MAX_CONTROL_VALUES:
+                    self._control[i] = None  # type: ignore[assignment]  # varies per call: stop
+                    continue
+                seen.add(v)
+            sig.append(("value", i, v))
+            values[self.graph.inputs[i]] = x.copy()
+        return tuple(sig), values
 
     def plan_for(self, feeds: Sequence[np.ndarray]) -> tuple[Plan, MemoryPlan | None]:
         """The plan for these inputs' shapes and dtypes (built on first use)."""
@@ -289,17 +315,17 @@ class Executor:
             if self._generic is None:
                 self._generic = Plan(self.graph)
             return self._generic, None
-        # sequence (list) and empty optional (None) feeds do not specialise: their descs stay as compiled
-        sig: Signature = tuple(
-            (tuple(x.shape), x.dtype.str) if isinstance(x, np.ndarray) else ((), type(x).__name__) for x in feeds
-        )
+        sig, values = self._signature(feeds) if self._control else (
+            tuple((tuple(x.shape), x.dtype.str) if isinstance(x, np.ndarray) else ((), type(x).__name__)
+                  for x in feeds), {})
         hit = self._cache.get(sig)
         if hit is not None:
             return hit
         with self._lock:
             hit = self._cache.get(sig)
             if hit is None:
-                g = self._specialize(self.graph, [tuple(x.shape) if isinstance(x, np.ndarray) else None for x in feeds])
+                shapes = [tuple(x.shape) if isinstance(x, np.ndarray) else None for x in feeds]
+                g = self._specialize(self.graph, shapes, values)
                 hit = (Plan(g, memory=plan_memory(g, only=arena_candidates(g))), plan_memory(g))
                 self._cache[sig] = hit
                 while len(self._cache) > self._cache_size:
@@ -310,3 +336,13 @@ class Executor:
         """Run with inputs in graph-input order; returns outputs in graph-output order."""
         plan, _ = self.plan_for(feeds)
         return plan.run(feeds)
+
+
+def _is_control(d: Any) -> bool:
+    """A scalar (or one-element) integer/bool input."""
+    if d is None or getattr(d, "kind", "tensor") != "tensor" or d.shape is None or d.dtype not in _CONTROL_DTYPES:
+        return False
+    return all(x == 1 for x in d.shape)
+
+
+_CONTROL_DTYPES = frozenset({2, 3, 4, 5, 6, 7, 9, 12, 13})

@@ -203,7 +203,7 @@ def record_gears(
             if not all(isinstance(x, int) for x in dims):
                 raise _err("E10001", f"Value [{d}] for parameter [input {name} shape] is invalid. Reason: with "
                            f"{OPTION[plan.kind]} every other dim must be static; set it in --input_shape.")
-            shapes[name] = dims
+            shapes[name] = [int(x) for x in dims]  # type: ignore[arg-type]
         gear_shapes.append(shapes)
         try:
             specialize(graph, [tuple(shapes[n]) if n in shapes else None for n in graph.inputs])

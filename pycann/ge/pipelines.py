@@ -44,6 +44,18 @@ COMPILE_PIPELINE: list[tuple[str, PassFn]] = [
     (infer_shapes.name, infer_shapes.run),
 ]
 
+# After run-time specialisation has inlined every If, the flat graph is optimised again.
+SPECIALIZE_PIPELINE: list[tuple[str, PassFn]] = [
+    (dead_code.name, dead_code.run),
+    (infer_shapes.name, infer_shapes.run),
+    (cancel_transpose.name, cancel_transpose.run),
+    (fuse_conv_act.name, fuse_conv_act.run),
+    (fuse_matmul_bias.name, fuse_matmul_bias.run),
+    (fuse_elementwise.name, fuse_elementwise.run),
+    (dead_code.name, dead_code.run),
+    (infer_shapes.name, infer_shapes.run),
+]
+
 # Passes that may not be switched off: the rest of the stack relies on their results.
 REQUIRED_PASSES = {infer_shapes.name}
 

@@ -393,8 +393,9 @@ def resolve_params(v: Mapping[str, Any], inp: ModelInput, where: str, exc: type[
         rbuv_swap=bool(v["rbuv_swap_switch"]), ax_swap=bool(v["ax_swap_switch"]),
         mean=tuple(float(v[f"mean_chn_{i}"]) for i in range(4)), min=tuple(float(v[f"min_chn_{i}"]) for i in range(4)),
         var_reci=tuple(float(v[f"var_reci_chn_{i}"]) for i in range(4)),
-        pad=tuple(int(p) for p in pads) if pad else (0, 0, 0, 0), pad_value=float(v["padding_value"]),
-    )  # type: ignore[arg-type]
+        pad=(int(pads[0]), int(pads[1]), int(pads[2]), int(pads[3])) if pad else (0, 0, 0, 0),
+        pad_value=float(v["padding_value"]),
+    )
 
 
 def node_attrs(cfg: AippConfig, inp: ModelInput, rank: int) -> tuple[dict[str, Any], TensorDesc]:
