@@ -142,6 +142,9 @@ def compile_model(
         _apply_out_nodes(graph, options.out_nodes)
     ctx = PassContext(options={"disabled_passes": options.disabled_passes}, log=say)
     graph = run_pipeline(graph, ctx)
+    if options.disabled_passes:
+        # run-time specialisation re-runs fusion passes: it must honour the same switches
+        graph.metadata["disabled_passes"] = ",".join(options.disabled_passes)
     if options.output_type:
         _apply_output_type(graph, options.output_type)
     gear_info = gears.record_gears(gear_plan, graph, specialize, say)
@@ -196,7 +199,8 @@ def specialize(graph: Graph, shapes: Sequence[tuple[int, ...] | None],
         eliminate(g, top=False, recurse=False)  # subgraphs are shared: do not rename inside them
     else:
         # control flow is gone (If inlined): the flat graph gets the fusion passes again
-        g = run_pipeline(g, PassContext(), SPECIALIZE_PIPELINE)
+        off = [p for p in g.metadata.get("disabled_passes", "").split(",") if p]
+        g = run_pipeline(g, PassContext(options={"disabled_passes": off}), SPECIALIZE_PIPELINE)
     for name in values or {}:
         # the feed still arrives through the input slot; keeping it constant would hide a wrong feed
         g.initializers.pop(name, None)

@@ -21,6 +21,7 @@ from pycann.dtypes import to_numpy
 from pycann.errors import KernelError, PycannError
 from pycann.ge.ir import Graph, free_names, node_reads
 from pycann.ge.planning.memory import MemoryPlan, plan_memory
+from pycann.ops.prepared import PREPARE
 from pycann.ops.registry import lookup
 from pycann.profiler import hooks
 
@@ -88,7 +89,14 @@ class Plan:
                 self.arena_layout.append([self._view_spec(graph, o, memory) for o in n.outputs])
                 steps.append((op.out_kernel, ins, outs, attrs, (), ARENA, bind))
                 continue
-            steps.append((op.kernel, ins, outs, attrs, (), SCOPED if op.scoped else NORMAL, -1))
+            kernel = op.kernel
+            prep = PREPARE.get((n.domain, n.op_type)) if memory is not None else None
+            if prep is not None:
+                bound = prep(attrs, [graph.descs.get(i) if i else None for i in n.inputs],
+                             [graph.initializers.get(i) if i else None for i in n.inputs],
+                             [graph.descs.get(o) if o else None for o in n.outputs])
+                kernel = bound or kernel
+            steps.append((kernel, ins, outs, attrs, (), SCOPED if op.scoped else NORMAL, -1))
         self.output_slots = [slot(o) for o in graph.outputs]
         self.n_slots = len(slots)
         self.slots = slots

@@ -1,0 +1,141 @@
+"""Prepared kernels: when a node's input shapes (and its shape-defining inputs) are known at
+plan time, bind a kernel with everything but the data precomputed — the target shape of a
+Reshape, the slice tuple of a Slice, the permutation of a Transpose. The generic kernels stay
+the reference; these are exact specialisations of them for one static signature.
+
+``PREPARE`` is the table the executor reads: ``(domain, op_type) -> prepare(attrs, in_descs,
+in_consts, out_descs) -> kernel | None`` (None = keep the generic kernel).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any
+
+import numpy as np
+
+from pycann.dtypes import TensorDesc, to_numpy
+
+Kernel = Callable[[Sequence[Any], Mapping[str, Any]], list[np.ndarray]]
+Prepare = Callable[[Mapping[str, Any], Sequence[TensorDesc | None], Sequence[np.ndarray | None],
+                    Sequence[TensorDesc | None]], Kernel | None]
+
+
+def _static(d: TensorDesc | None) -> tuple[int, ...] | None:
+    if d is None or getattr(d, "kind", "tensor") != "tensor" or not d.is_static:
+        return None
+    return tuple(int(x) for x in d.shape)  # type: ignore[arg-type, union-attr]
+
+
+def _reshape_to(attrs: Mapping[str, Any], ins: Sequence[TensorDesc | None], consts: Sequence[np.ndarray | None],
+                outs: Sequence[TensorDesc | None]) -> Kernel | None:
+    shape = _static(outs[0]) if outs else None
+    if shape is None or _static(ins[0]) is None:
+        return None
+    return lambda x, a: [x[0].reshape(shape)]
+
+
+def _identity(attrs, ins, consts, outs) -> Kernel | None:  # type: ignore[no-untyped-def]
+    return lambda x, a: [x[0]]
+
+
+def _transpose(attrs, ins, consts, outs) -> Kernel | None:  # type: ignore[no-untyped-def]
+    shape = _static(ins[0])
+    if shape is None:
+        return None
+    perm = tuple(attrs.get("perm") or range(len(shape) - 1, -1, -1))
+    return lambda x, a: [x[0].transpose(perm)]
+
+
+def _slice_bounds(dim: int, start: int, end: int, step: int) -> slice:
+    """ONNX Slice clamping (Operators.md#Slice) as a Python slice."""
+    if start < 0:
+        start += dim
+    if end < 0:
+        end += dim
+    if step > 0:
+        start = min(max(start, 0), dim)
+        end = min(max(end, 0), dim)
+        return slice(start, end, step)
+    start = min(max(start, 0), dim - 1)
+    end = min(max(end, -1), dim - 1)
+    return slice(start, None if end < 0 else end, step)
+
+
+def _slice(attrs, ins, consts, outs) -> Kernel | None:  # type: ignore[no-untyped-def]
+    shape = _static(ins[0])
+    if shape is None or len(consts) < 3 or consts[1] is None or consts[2] is None:
+        return None
+    starts, ends = consts[1].reshape(-1), consts[2].reshape(-1)
+    axes = consts[3].reshape(-1) if len(consts) > 3 and consts[3] is not None else np.arange(len(starts))
+    if len(ins) > 3 and ins[3] is not None and consts[3] is None:
+        return None
+    steps = consts[4].reshape(-1) if len(consts) > 4 and consts[4] is not None else np.ones(len(starts), np.int64)
+    if len(ins) > 4 and ins[4] is not None and consts[4] is None:
+        return None
+    index: list[slice] = [slice(None)] * len(shape)
+    for s, e, ax, st in zip(starts, ends, axes, steps):
+        ax = int(ax) % len(shape)
+        if int(st) == 0:
+            return None
+        index[ax] = _slice_bounds(shape[ax], int(s), int(e), int(st))
+    key = tuple(index)
+    want = _static(outs[0]) if outs else None
+    if want is None or np.empty(shape, dtype=np.bool_)[key].shape != want:
+        return None  # the precomputed slice must reproduce the inferred shape exactly
+    return lambda x, a: [x[0][key]]
+
+
+def _gather(attrs, ins, consts, outs) -> Kernel | None:  # type: ignore[no-untyped-def]
+    shape = _static(ins[0])
+    idx = consts[1] if len(consts) > 1 else None
+    if shape is None or idx is None or idx.dtype.kind not in "iu":
+        return None
+    axis = int(attrs.get("axis", 0)) % len(shape)
+    dim = shape[axis]
+    if idx.size and (idx.min() < -dim or idx.max() >= dim):
+        return None  # out of range: let the generic kernel raise its error
+    fixed = np.where(idx < 0, idx + dim, idx).astype(np.intp)
+    if fixed.ndim == 0:
+        key = (slice(None),) * axis + (int(fixed),)
+        return lambda x, a: [np.asarray(x[0][key])]
+    return lambda x, a: [np.take(x[0], fixed, axis=axis)]
+
+
+def _concat(attrs, ins, consts, outs) -> Kernel | None:  # type: ignore[no-untyped-def]
+    shapes = [_static(d) for d in ins]
+    if any(s is None for s in shapes) or not shapes:
+        return None
+    rank = len(shapes[0])  # type: ignore[arg-type]
+    axis = int(attrs["axis"]) % max(rank, 1)
+    return lambda x, a: [np.concatenate(x, axis=axis)]
+
+
+_PLAIN = {np.dtype(t) for t in (np.float32, np.float64, np.float16, np.int64, np.int32, np.int8, np.uint8, np.bool_)}
+
+
+def _cast(attrs, ins, consts, outs) -> Kernel | None:  # type: ignore[no-untyped-def]
+    d = ins[0]
+    if d is None or getattr(d, "kind", "tensor") != "tensor":
+        return None
+    try:
+        src, dst = to_numpy(d.dtype), to_numpy(int(attrs["to"]))
+    except (TypeError, KeyError, ValueError):
+        return None
+    if src not in _PLAIN or dst not in _PLAIN or (src.kind == "f" and dst.kind in "iub"):
+        return None  # float -> int and exotic types keep the generic kernel's exact rules
+    return lambda x, a: [x[0].astype(dst)]
+
+
+PREPARE: dict[tuple[str, str], Prepare] = {
+    ("", "Reshape"): _reshape_to,
+    ("", "Squeeze"): _reshape_to,
+    ("", "Unsqueeze"): _reshape_to,
+    ("", "Flatten"): _reshape_to,
+    ("", "Identity"): _identity,
+    ("", "Transpose"): _transpose,
+    ("", "Slice"): _slice,
+    ("", "Gather"): _gather,
+    ("", "Concat"): _concat,
+    ("", "Cast"): _cast,
+}
