@@ -27,8 +27,8 @@ from pycann.ge.passes import insert_aipp
 from pycann.ge.passes.base import PassContext
 from pycann.ge.passes.constant_folding import fold_graph
 from pycann.ge.passes.dead_code import eliminate
-from pycann.ge.passes.inline_if import inline_constant_ifs
 from pycann.ge.passes.infer_shapes import infer_graph
+from pycann.ge.passes.inline_if import inline_constant_ifs
 from pycann.ge.pipelines import SPECIALIZE_PIPELINE, run_pipeline
 from pycann.ge.planning.memory import plan_memory
 
