@@ -1,1 +1,55 @@
-"""pyACL-compatible facade (``acl.init``, ``acl.rt``, ``acl.mdl``, ...) and ``InferSession``."""
+"""pyACL-compatible facade (cann-interfaces.md §1): ``acl.init``, ``acl.rt``, ``acl.mdl``,
+``acl.op``, ``acl.util``, with pyACL's call shapes and ``aclError`` codes, plus the high-level
+``InferSession`` (``pycann.acl.session``).
+
+``import pycann.acl as acl`` works in new code; ``pycann-run app.py`` makes an unmodified
+application's ``import acl`` resolve to this package. Constants: ``pycann.acl.constants``.
+The facade holds no logic of its own: memory, streams and events are ``pycann.runtime``,
+models are ``pycann.ge``.
+"""
+
+from pycann.acl import constants, mdl, op, rt, util
+from pycann.acl.base import (
+    AclLeakWarning,
+    app_log,
+    create_data_buffer,
+    create_tensor_desc,
+    data_type_size,
+    destroy_data_buffer,
+    destroy_tensor_desc,
+    finalize,
+    float16_to_float,
+    float_to_float16,
+    get_data_buffer_addr,
+    get_data_buffer_size,
+    get_data_buffer_size_v2,
+    get_recent_err_msg,
+    get_soc_name,
+    get_tensor_desc_dim,
+    get_tensor_desc_dim_v2,
+    get_tensor_desc_element_count,
+    get_tensor_desc_format,
+    get_tensor_desc_name,
+    get_tensor_desc_num_dims,
+    get_tensor_desc_size,
+    get_tensor_desc_type,
+    get_version,
+    init,
+    set_tensor_desc_name,
+    set_tensor_format,
+    set_tensor_place_ment,
+    set_tensor_shape,
+    update_data_buffer,
+)
+
+SUBMODULES = ("constants", "mdl", "op", "rt", "util")
+
+__all__ = [
+    "AclLeakWarning", "app_log", "constants", "create_data_buffer", "create_tensor_desc", "data_type_size",
+    "destroy_data_buffer", "destroy_tensor_desc", "finalize", "float16_to_float", "float_to_float16",
+    "get_data_buffer_addr", "get_data_buffer_size", "get_data_buffer_size_v2", "get_recent_err_msg",
+    "get_soc_name", "get_tensor_desc_dim", "get_tensor_desc_dim_v2", "get_tensor_desc_element_count",
+    "get_tensor_desc_format", "get_tensor_desc_name", "get_tensor_desc_num_dims", "get_tensor_desc_size",
+    "get_tensor_desc_type", "get_version", "init", "mdl", "op", "rt", "set_tensor_desc_name",
+    "set_tensor_format", "set_tensor_place_ment", "set_tensor_shape", "update_data_buffer", "util",
+]

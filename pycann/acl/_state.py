@@ -18,7 +18,7 @@ from typing import Any, TypeVar
 from pycann.acl import constants as C
 from pycann.acl._config import AclConfig
 from pycann.acl.errors import AclFault, ArgTypeError, code_for, fault
-from pycann.runtime import Runtime
+from pycann.runtime import AddressSpace, Runtime
 
 log = logging.getLogger("pycann.acl")
 lock = threading.RLock()
@@ -27,6 +27,8 @@ ever_initialized = False
 config: AclConfig | None = None
 """The ``acl.json`` read by the last ``acl.init`` (``None`` before init); for profiler/dump."""
 runtime: Runtime | None = None
+space = AddressSpace()
+"""The process's pointer registry; it outlives init/finalize so util pointers work before init."""
 last_leak_report: list[str] = []
 """What the last ``acl.finalize`` found still allocated / loaded / alive (one line each)."""
 _tls = threading.local()

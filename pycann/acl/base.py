@@ -37,7 +37,7 @@ def init(config_path: str | None = None) -> int:
             raise fault(C.ACL_ERROR_REPEAT_INITIALIZE, "acl.init was already called")
         cfg = parse_config(config_path)
         _state.config = cfg
-        _state.runtime = Runtime()
+        _state.runtime = Runtime(space=_state.space)
         _state.initialized = _state.ever_initialized = True
     return C.ACL_SUCCESS
 
@@ -56,7 +56,7 @@ def finalize() -> int:
         from pycann.acl import mdl
 
         for mid in mdl.loaded_model_ids():
-            report.append(f"model {mid} ({mdl.model_path(mid)}) was not unloaded")
+            report.append(f"model {mid} ({mdl.loaded_path(mid)}) was not unloaded")
             mdl.forget_model(mid)
         leaked, streams = rt.shutdown()
         for a in leaked:
@@ -282,6 +282,13 @@ def set_tensor_shape(desc: int, dims: list[int]) -> int:
 @api()
 def set_tensor_format(desc: int, format: int) -> int:
     tensor_desc(desc).format = as_int(format, "format")
+    return C.ACL_SUCCESS
+
+
+@api()
+def set_tensor_place_ment(desc: int, mem_type: int) -> int:
+    """``ACL_MEMTYPE_HOST`` lets a single-op input live in host memory (``acl.op``)."""
+    tensor_desc(desc).extra["placement"] = as_int(mem_type, "mem_type")
     return C.ACL_SUCCESS
 
 

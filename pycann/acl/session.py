@@ -1,12 +1,20 @@
 """``InferSession``: ais_bench's high-level Python API (cann-interfaces.md §6.1), plus an
-ONNX Runtime-style ``run(output_names, feeds)``. A facade: the work is in ``pycann.ge.model``."""
+ONNX Runtime-style ``run(output_names, feeds)``. A facade: the work is in ``pycann.ge.model``.
+
+Modes of ``infer`` (§6.1): ``static`` runs the feeds as given; ``dymbatch`` / ``dymhw`` /
+``dymdims`` need a model with dynamic dims (compiled with ``-1`` or ``lo~hi`` in
+``--input_shape``) and record the batch / H,W / dims the feeds carry; ``dymshape`` also checks
+each output against ``custom_sizes`` (bytes), as ais_bench's output buffers would. pycann has
+no gears yet, so any shape the model accepts runs in every dynamic mode.
+"""
 
 from __future__ import annotations
 
 import os
 import time
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Mapping, Sequence
+from typing import Any
 
 import numpy as np
 
@@ -21,6 +29,34 @@ class Summary:
     """``exec_time_list``: (start, end) pairs in ms since the session started, one per infer."""
 
     exec_time_list: list[tuple[float, float]] = field(default_factory=list)
+
+    def times_ms(self) -> list[float]:
+        """Duration of each run in ms."""
+        return [end - start for start, end in self.exec_time_list]
+
+    def stats(self) -> dict[str, float]:
+        """``min``, ``max``, ``mean``, ``median``, ``p99`` of the run times (ms), as ais_bench reports."""
+        return latency_stats(self.times_ms())
+
+
+def latency_stats(times: Sequence[float]) -> dict[str, float]:
+    """ais_bench's summary numbers for a list of ms (all 0 for an empty list)."""
+    if not times:
+        return {"min": 0.0, "max": 0.0, "mean": 0.0, "median": 0.0, "p99": 0.0}
+    a = np.asarray(times, dtype=np.float64)
+    return {"min": float(a.min()), "max": float(a.max()), "mean": float(a.mean()),
+            "median": float(np.median(a)), "p99": float(np.percentile(a, 99))}
+
+
+def parse_dims(text: str) -> dict[str, list[int]]:
+    """``"x:1,3,224,224;y:1,16"`` (ais_bench ``--dymDims`` / ``--dymShape``) -> {name: dims}."""
+    out: dict[str, list[int]] = {}
+    for part in filter(None, (p.strip() for p in text.split(";"))):
+        name, sep, dims = part.rpartition(":")
+        if not sep:
+            raise ValueError(f"invalid dims '{part}': expected name:d1,d2,...")
+        out[name] = [int(d) for d in dims.split(",") if d.strip()]
+    return out
 
 
 class InferSession:
@@ -45,9 +81,16 @@ class InferSession:
         self.model_path = os.fspath(model_path)
         self.loop = max(1, int(loop))
         self.debug = debug
+        self.acl_config: Any = None
+        if acl_json_path:
+            from pycann.acl._config import parse_config
+
+            self.acl_config = parse_config(acl_json_path)
         self._model: LoadedModel | None = LoadedModel.from_file(self.model_path)
         self._summary = Summary()
         self._t0 = time.perf_counter()
+        self.dym: dict[str, Any] = {}
+        self.custom_outsize: list[int] = []
 
     @property
     def model(self) -> LoadedModel:
@@ -63,6 +106,39 @@ class InferSession:
         """Outputs, described as ``get_inputs``."""
         return list(self.model.outputs)
 
+    def _dynamic_positions(self) -> list[tuple[int, int]]:
+        return [(i, k) for i, info in enumerate(self.model.inputs) for k, d in enumerate(info.shape) if d == -1]
+
+    def _check_mode(self, mode: str, shapes: list[tuple[int, ...]], custom_sizes: Any) -> None:
+        if mode not in MODES:
+            raise RuntimeError(f"wrong infer_mode:{mode}, only support {', '.join(MODES)}")
+        if mode == "static":
+            self.set_staticbatch()
+            return
+        dyn = self._dynamic_positions()
+        if not dyn and mode != "dymshape":
+            raise RuntimeError(f"infer mode {mode} needs a model with dynamic dims; this model is static")
+        if mode == "dymbatch":
+            if not any(k == 0 for _, k in dyn):
+                raise RuntimeError("dymbatch: no input of the model has a dynamic batch dim")
+            self.set_dynamic_batchsize(shapes[0][0] if shapes and shapes[0] else 1)
+        elif mode == "dymhw":
+            four = [s for s in shapes if len(s) == 4]
+            if not four:
+                raise RuntimeError("dymhw: the feeds have no 4-D (NCHW) input")
+            self.set_dynamic_hw(four[0][3], four[0][2])
+        else:
+            text = ";".join(f"{info.name}:{','.join(map(str, s))}" for info, s in zip(self.model.inputs, shapes))
+            if mode == "dymdims":
+                self.set_dynamic_dims(text)
+            else:
+                self.set_dynamic_shape(text)
+                if isinstance(custom_sizes, int):
+                    custom_sizes = [custom_sizes] * len(self.model.outputs)
+                elif not isinstance(custom_sizes, list):
+                    raise RuntimeError(f"custom_sizes:{custom_sizes} type:{type(custom_sizes)} invalid")
+                self.set_custom_outsize(custom_sizes)
+
     def infer(
         self,
         feeds: Sequence[Any] | Mapping[str, Any],
@@ -70,9 +146,11 @@ class InferSession:
         custom_sizes: int | list[int] = 100000,
         out_array: bool = True,
     ) -> list[np.ndarray]:
-        """Run once (``loop`` times, keeping the last result). ``feeds`` in model input order or by name."""
-        if mode not in MODES:
-            raise RuntimeError(f"wrong infer_mode:{mode}, only support {', '.join(MODES)}")
+        """Run once (``loop`` times, keeping the last result). ``feeds`` in model input order or by name.
+        ``mode``: see the module doc; a wrong mode raises ``RuntimeError`` as in ais_bench."""
+        names = [i.name for i in self.model.inputs]
+        listed = [feeds[n] for n in names if n in feeds] if isinstance(feeds, Mapping) else list(feeds)
+        self._check_mode(mode, [tuple(np.shape(x)) for x in listed], custom_sizes)
         outs: list[np.ndarray] = []
         for _ in range(self.loop):
             start = (time.perf_counter() - self._t0) * 1e3
@@ -81,10 +159,23 @@ class InferSession:
             else:
                 outs = self.model.run(list(feeds))
             self._summary.exec_time_list.append((start, (time.perf_counter() - self._t0) * 1e3))
+        if mode == "dymshape":
+            for j, (o, cap) in enumerate(zip(outs, self.custom_outsize)):
+                if np.asarray(o).nbytes > cap:
+                    raise RuntimeError(f"output {j} ({self.model.outputs[j].name}) needs {np.asarray(o).nbytes} "
+                                       f"bytes, more than custom_sizes {cap}; pass a larger custom_sizes")
         return outs
 
-    def run(self, output_names: Sequence[str] | None, input_feed: Mapping[str, Any]) -> list[np.ndarray]:
-        """ONNX Runtime style: outputs named in ``output_names`` (all if None) for named inputs."""
+    def infer_pipeline(self, feeds_list: Sequence[Sequence[Any]], mode: str = "static",
+                       custom_sizes: int | list[int] = 100000) -> list[list[np.ndarray]]:
+        """``infer`` for each feed set in turn."""
+        return [self.infer(f, mode, custom_sizes) for f in feeds_list]
+
+    def run(self, output_names: Any, input_feed: Any = None) -> list[np.ndarray]:
+        """ONNX Runtime style ``run(output_names, {name: array})`` (all outputs if ``output_names``
+        is None), or ais_bench's low-level ``run(feeds, out_array=False)``."""
+        if input_feed is None or isinstance(input_feed, bool):
+            return self.model.run(list(output_names))
         outs = self.model.run_dict(input_feed)
         if not output_names:
             return outs
@@ -93,6 +184,53 @@ class InferSession:
         if missing:
             raise InputError(f"unknown output names {missing}; the model's outputs are {names}")
         return [outs[names.index(n)] for n in output_names]
+
+    # ais_bench's setters: they record the dynamic setting (the feeds carry the actual shapes)
+    def set_staticbatch(self) -> None:
+        self.dym = {}
+
+    def set_dynamic_batchsize(self, batch: int) -> None:
+        self.dym = {"batch": int(batch)}
+
+    def set_dynamic_hw(self, w: int, h: int) -> None:
+        self.dym = {"hw": (int(h), int(w))}
+
+    def set_dynamic_dims(self, dims: str) -> None:
+        self.dym = {"dims": parse_dims(dims)}
+
+    def set_dynamic_shape(self, shape: str) -> None:
+        self.dym = {"shape": parse_dims(shape)}
+
+    def set_custom_outsize(self, sizes: list[int]) -> None:
+        self.custom_outsize = [int(s) for s in sizes]
+
+    def set_loop_count(self, loop: int) -> None:
+        self.loop = max(1, int(loop))
+
+    def get_max_dym_batchsize(self) -> int:
+        """The upper bound of the batch range given at compile time (-1 if unbounded or static)."""
+        for info in self.model.inputs:
+            r = self.model.manifest.get("input_ranges", {}).get(info.name, [])
+            if info.shape and info.shape[0] == -1 and r and isinstance(r[0], list):
+                return int(r[0][1])
+        return -1
+
+    def input_shapes(self) -> list[list[int]]:
+        """Concrete input shapes under the current dynamic setting (what bench feeds); -1 stays
+        where nothing set it."""
+        shapes = []
+        for info in self.model.inputs:
+            s = list(info.shape)
+            if "batch" in self.dym and s and s[0] == -1:
+                s[0] = self.dym["batch"]
+            if "hw" in self.dym and len(s) == 4:
+                s[2] = self.dym["hw"][0] if s[2] == -1 else s[2]
+                s[3] = self.dym["hw"][1] if s[3] == -1 else s[3]
+            for key in ("dims", "shape"):
+                if info.name in self.dym.get(key, {}):
+                    s = list(self.dym[key][info.name])
+            shapes.append(s)
+        return shapes
 
     def summary(self) -> Summary:
         return self._summary
@@ -103,3 +241,8 @@ class InferSession:
     def free_resource(self) -> None:
         """Release the model; later calls raise ``RuntimeError``."""
         self._model = None
+
+    @staticmethod
+    def finalize() -> None:
+        """ais_bench's process-wide cleanup; nothing to do in pycann."""
+        return None

@@ -133,66 +133,75 @@ def _three(v: Sequence[Any]) -> tuple[int, int, int]:
 
 
 # ------------------------------------------------------------------------------ processing
-def decode(img: np.ndarray, fmt: str, h: int, w: int) -> np.ndarray:
-    """uint8 source images ``[N, ...]`` -> pixels ``[N, h, w, C]`` in memory channel order.
-
-    YUV420SP gives (Y, U, V) with chroma repeated over each 2x2 block; 4-byte formats keep all
-    four bytes (the swap stage drops X/A)."""
-    n = img.shape[0]
+def planes(img: np.ndarray, p: AippParams) -> list[np.ndarray]:
+    """Stages 1-2 (channel swap, crop): uint8 source images ``[N, ...]`` -> one ``[N, h, w]``
+    plane per channel, (Y, U, V) or (R, G, B) or (Y). YUV420SP chroma is upsampled 2x2
+    (nearest) for the cropped window only; the X/A byte of 4-byte formats is dropped."""
+    n, h, w = img.shape[0], p.src_h, p.src_w
     flat = img.reshape(n, -1)
-    need = src_bytes(fmt, h, w)
+    need = src_bytes(p.input_format, h, w)
     if flat.shape[1] < need:
-        raise ValueError(f"AIPP {fmt} {w}x{h} needs {need} bytes per image, received {flat.shape[1]}")
-    flat = flat[:, :need]
-    if fmt in ("YUV420SP_U8", "YVU420SP_U8"):
-        y = flat[:, : h * w].reshape(n, h, w, 1)
-        uv = flat[:, h * w:].reshape(n, h // 2, w // 2, 2)
-        if fmt == "YVU420SP_U8":
-            uv = uv[..., ::-1]
-        uv = uv.repeat(2, axis=1).repeat(2, axis=2)
-        return np.concatenate([y, uv], axis=-1)
+        raise ValueError(f"AIPP {p.input_format} {w}x{h} needs {need} bytes per image, received {flat.shape[1]}")
+    x0, y0, cw, ch = p.crop if p.crop is not None else (0, 0, w, h)
+    rows, cols = slice(y0, y0 + ch), slice(x0, x0 + cw)
+    fmt, swap = canonical_format(p.input_format, p.rbuv_swap)
+    if fmt == "YUV420SP_U8":
+        y = flat[:, : h * w].reshape(n, h, w)[:, rows, cols]
+        uv = flat[:, h * w: need].reshape(n, h // 2, w // 2, 2)
+        r = (np.arange(y0, y0 + ch) // 2)[:, None]
+        c = (np.arange(x0, x0 + cw) // 2)[None, :]
+        u, v = uv[:, r, c, 0], uv[:, r, c, 1]
+        return [y, v, u] if swap else [y, u, v]
     if fmt == "YUV400_U8":
-        return flat.reshape(n, h, w, 1)
-    px = flat.reshape(n, h, w, 4 if fmt in ("XRGB8888_U8", "ARGB8888_U8") else 3)
-    return px[..., ::-1] if fmt == "BGR888_U8" else px
+        return [flat[:, :need].reshape(n, h, w)[:, rows, cols]]
+    k = 3 if fmt == "RGB888_U8" else 4
+    px = flat[:, :need].reshape(n, h, w, k)[:, rows, cols]
+    idx = [0, 1, 2] if k == 3 or p.ax_swap else [1, 2, 3]  # ax_swap: RGBA -> ARGB, then A dropped
+    out = [px[..., i] for i in idx]
+    return out[::-1] if swap else out
+
+
+def _csc(pl: list[np.ndarray], p: AippParams) -> list[np.ndarray]:
+    """Stage 3, Q8 fixed point, saturating: YUV->RGB subtracts input_bias first, RGB->YUV adds
+    output_bias after the shift (cann-interfaces.md §3.2)."""
+    m = np.asarray(p.matrix, np.int32).reshape(3, 3)
+    yuv = p.input_format in YUV_FORMATS
+    src = [q.astype(np.int32) - (p.input_bias[i] if yuv else 0) for i, q in enumerate(pl)]
+    out = []
+    for i in range(3):
+        acc = m[i, 0] * src[0] + m[i, 1] * src[1] + m[i, 2] * src[2]
+        acc >>= 8
+        if not yuv:
+            acc += p.output_bias[i]
+        out.append(np.clip(acc, 0, 255, out=acc))
+    return out
 
 
 def process(img: np.ndarray, p: AippParams, out_dtype: np.dtype, layout: str) -> np.ndarray:
-    """Run AIPP on uint8 source images ``[N, ...]`` (cann-interfaces.md §3.2 order)."""
-    px = decode(img, p.input_format, p.src_h, p.src_w)
-    # 1. channel swap: X/A byte out (ax_swap: RGBA -> ARGB), then R<->B or U<->V
-    if px.shape[-1] == 4:
-        px = px[..., :3] if p.ax_swap else px[..., 1:]
-    if p.rbuv_swap and px.shape[-1] == 3:
-        px = px[..., [0, 2, 1]] if p.input_format in YUV_FORMATS else px[..., ::-1]
-    # 2. crop
-    if p.crop is not None:
-        x0, y0, cw, ch = p.crop
-        px = px[:, y0:y0 + ch, x0:x0 + cw]
-    # 3. colour-space conversion (Q8 fixed point, saturating)
+    """Run AIPP on uint8 source images ``[N, ...]`` (cann-interfaces.md §3.2 order); the result
+    is ``out_dtype`` in ``layout`` (NCHW or NHWC), written plane by plane into place."""
+    pl = planes(img, p)
     if p.csc:
-        m = np.asarray(p.matrix, np.int32).reshape(3, 3)
-        t = px.astype(np.int32)
-        if p.input_format in YUV_FORMATS:
-            t = np.right_shift((t - np.asarray(p.input_bias, np.int32)) @ m.T, 8)
-        else:
-            t = np.right_shift(t @ m.T, 8) + np.asarray(p.output_bias, np.int32)
-        px = np.clip(t, 0, 255).astype(np.uint8)
-    # 4. normalisation (float outputs only)
-    c = px.shape[-1]
-    if out_dtype.kind == "f":
-        sub = np.asarray(p.mean[:c], np.float32) + np.asarray(p.min[:c], np.float32)
-        out = (px.astype(np.float32) - sub) * np.asarray(p.var_reci[:c], np.float32)
-        out = out.astype(out_dtype, copy=False)
-    else:
-        out = px.astype(out_dtype)
-    # 5. padding
+        pl = _csc(pl, p)
+    n, h, w = pl[0].shape
     top, bottom, left, right = p.pad
-    if top or bottom or left or right:
-        out = np.pad(out, ((0, 0), (top, bottom), (left, right), (0, 0)), constant_values=p.pad_value)
-    if layout == "NCHW":
-        out = out.transpose(0, 3, 1, 2)
-    return np.ascontiguousarray(out)
+    hh, ww, c = h + top + bottom, w + left + right, len(pl)
+    shape = (n, c, hh, ww) if layout == "NCHW" else (n, hh, ww, c)
+    padded = bool(top or bottom or left or right)
+    fill = p.pad_value if out_dtype.kind == "f" else min(max(round(p.pad_value), 0), 255)
+    out = np.full(shape, fill, out_dtype) if padded else np.empty(shape, out_dtype)
+    for i, q in enumerate(pl):
+        dst = out[:, i, top:top + h, left:left + w] if layout == "NCHW" else out[:, top:top + h, left:left + w, i]
+        if out_dtype.kind != "f":  # uint8 -> uint8 skips normalisation
+            dst[...] = q
+            continue
+        sub = np.float32(float(p.mean[i]) + float(p.min[i]))
+        if out_dtype == np.float32:
+            np.subtract(q, sub, out=dst, dtype=np.float32)
+            np.multiply(dst, np.float32(p.var_reci[i]), out=dst)
+        else:
+            dst[...] = (q.astype(np.float32) - sub) * np.float32(p.var_reci[i])
+    return out
 
 
 # ---------------------------------------------------------------------- dynamic parameters
@@ -253,9 +262,9 @@ def unpack_dynamic(buf: np.ndarray, batch: int) -> list[AippParams]:
     for i in range(batch):
         b = _BATCH.unpack_from(raw, HEAD_BYTES + BATCH_BYTES * i)
         out.append(replace(
-            base, crop=tuple(b[4:8]) if b[0] else None, pad=tuple(b[16:20]) if b[2] else (0, 0, 0, 0),
-            mean=tuple(float(v) for v in b[20:24]), min=tuple(_bits_f16(v) for v in b[24:28]),
-            var_reci=tuple(_bits_f16(v) for v in b[28:32]),
+            base, crop=tuple(b[4:8]) if b[0] else None, pad=tuple(b[12:16]) if b[2] else (0, 0, 0, 0),
+            mean=tuple(float(v) for v in b[16:20]), min=tuple(_bits_f16(v) for v in b[20:24]),
+            var_reci=tuple(_bits_f16(v) for v in b[24:28]),
         ))
     return out
 

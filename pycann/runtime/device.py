@@ -111,13 +111,13 @@ class Runtime:
     """Devices, host memory, the address space and each thread's current context. Thread-safe."""
 
     def __init__(self, device_count: int | None = None, memory_bytes: int | None = None,
-                 soc_name: str | None = None) -> None:
+                 soc_name: str | None = None, space: AddressSpace | None = None) -> None:
         count = device_count if device_count is not None else int(os.environ.get("PYCANN_DEVICE_COUNT", "1"))
         mem = memory_bytes if memory_bytes is not None else physical_memory()
         soc = soc_name or os.environ.get("PYCANN_SOC_VERSION", DEFAULT_SOC)
         self.devices = [Device(i, mem, soc) for i in range(max(1, count))]
         self.host_pool = MemoryPool("host", mem)
-        self.space = AddressSpace()
+        self.space = space if space is not None else AddressSpace()
         self._tls = threading.local()
         self._lock = threading.RLock()
 

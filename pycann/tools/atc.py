@@ -220,7 +220,28 @@ def _display_gears_aipp(m: dict[str, Any]) -> None:
             print(f"{head}, max_src_image_size[{e['max_src_image_size']}], params input {e['params_input']}")
             continue
         print(head)
-        print("  " + ", ".join(f"{k}[{v}]" for k, v in e["params"].items()))
+        print("  " + ", ".join(f"{k}[{v}]" for k, v in _aipp_summary(e["params"]).items()))
+
+
+def _aipp_summary(p: dict[str, Any]) -> dict[str, Any]:
+    """The static-AIPP settings worth showing: switched-off stages are left out."""
+    out: dict[str, Any] = {"input_format": p["input_format"],
+                           "src_image_size": f"{p['src_image_size_w']}x{p['src_image_size_h']}"}
+    if p["crop"]:
+        out["crop"] = f"start {p['load_start_pos_w']},{p['load_start_pos_h']} size {p['crop_size_w']}x{p['crop_size_h']}"
+    if p["padding"]:
+        out["padding"] = (f"top {p['top_padding_size']} bottom {p['bottom_padding_size']} left {p['left_padding_size']} "
+                          f"right {p['right_padding_size']} value {p['padding_value']}")
+    if p["csc_switch"]:
+        out["csc_matrix"] = ",".join(map(str, p["matrix"]))
+        out["input_bias"] = ",".join(map(str, p["input_bias"]))
+        out["output_bias"] = ",".join(map(str, p["output_bias"]))
+    for key in ("rbuv_swap_switch", "ax_swap_switch"):
+        if p[key]:
+            out[key] = "true"
+    for key in ("mean_chn", "min_chn", "var_reci_chn"):
+        out[key] = ",".join(f"{v:g}" for v in p[key])
+    return out
 
 
 def _display(args: argparse.Namespace) -> None:

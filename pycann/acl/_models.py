@@ -1,0 +1,94 @@
+"""Loaded models and model descriptions of the ``acl.mdl`` facade (cann-interfaces.md §1.4)."""
+
+from __future__ import annotations
+
+import itertools
+import threading
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from pycann.acl import constants as C
+from pycann.acl._state import as_int, handles
+from pycann.acl.errors import fault
+from pycann.dtypes import to_numpy
+from pycann.ge.model import LoadedModel, TensorInfo
+
+
+@dataclass
+class ModelRecord:
+    """A loaded model: the GE model plus what ``get_cur_output_dims`` reports."""
+
+    model: LoadedModel
+    path: str
+    last_out_shapes: list[tuple[int, ...] | None] = field(default_factory=list)
+
+    @property
+    def dynamic(self) -> bool:
+        return any(_has_dynamic(self, i) for i in range(len(self.model.inputs)))
+
+
+_models: dict[int, ModelRecord] = {}
+_ids = itertools.count(1)
+_lock = threading.Lock()
+
+
+def _has_dynamic(rec: ModelRecord, i: int) -> bool:
+    d = rec.model.graph.descs.get(rec.model.inputs[i].name)
+    return d is None or d.shape is None or any(not isinstance(x, int) for x in d.shape)
+
+
+def loaded_model_ids() -> list[int]:
+    with _lock:
+        return sorted(_models)
+
+
+def loaded_path(model_id: int) -> str:
+    return _models[model_id].path
+
+
+def forget_model(model_id: int) -> None:
+    with _lock:
+        _models.pop(model_id, None)
+
+
+def add_model(model: LoadedModel, path: str) -> tuple[int, int]:
+    """Register a loaded model; returns ``(model_id, ACL_SUCCESS)``."""
+    rec = ModelRecord(model, path, [None] * len(model.outputs))
+    with _lock:
+        mid = next(_ids)
+        _models[mid] = rec
+    return mid, C.ACL_SUCCESS
+
+
+def model_record(model_id: Any) -> ModelRecord:
+    mid = as_int(model_id, "model_id")
+    rec = _models.get(mid)
+    if rec is None:
+        raise fault(C.ACL_ERROR_INVALID_MODEL_ID, f"model id {mid} is not loaded")
+    return rec
+
+
+@dataclass
+class ModelDesc:
+    """``aclmdlDesc``: a snapshot of a model's inputs and outputs (filled by ``get_desc``)."""
+
+    model_id: int = 0
+    inputs: list[TensorInfo] = field(default_factory=list)
+    outputs: list[TensorInfo] = field(default_factory=list)
+    ranges: dict[str, list[Any]] = field(default_factory=dict)
+    input_format: str = "ND"
+    record: ModelRecord | None = None
+
+
+def desc_obj(h: Any) -> ModelDesc:
+    return handles.get("model_desc", h, "model desc")
+
+
+def np_dtype(info: TensorInfo) -> np.dtype | None:
+    try:
+        dt = to_numpy(info.dtype)
+    except TypeError:
+        return None
+    return None if dt.hasobject else dt

@@ -1,0 +1,385 @@
+"""``acl.mdl``: load, describe and execute offline models (cann-interfaces.md §1.4, §1.10).
+
+A facade over ``pycann.ge.model.LoadedModel``: model ids and descs are handles; datasets hold
+data buffers (device pointers) which ``execute`` reads into the model's inputs and writes the
+outputs into, checking every pointer and size. ``execute_async`` queues the same work on a
+stream. Several threads may execute one model at once (``LoadedModel.run`` is thread-safe).
+
+Dynamic models (dims -1 or ranges at compile time) have no gears yet: the input shape comes
+from ``set_dataset_tensor_desc``, ``set_dynamic_batch_size`` / ``set_dynamic_hw_size`` (fill
+the batch / H,W dims) or ``set_input_dynamic_dims`` (fill every dynamic dim in order). The
+"dynamic tensor" ``ACL_DYNAMIC_TENSOR_NAME`` is a virtual input at index ``num_inputs``: apps
+may look it up and allocate a buffer for it; ``execute`` ignores that buffer.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+from typing import Any
+
+import numpy as np
+
+from pycann.acl import constants as C
+from pycann.acl._dataset import (  # noqa: F401 - re-exported acl.mdl functions
+    Dataset,
+    add_dataset_buffer,
+    create_dataset,
+    dataset,
+    destroy_dataset,
+    get_dataset_buffer,
+    get_dataset_num_buffers,
+    get_dataset_tensor_desc,
+    set_dataset_tensor_desc,
+)
+from pycann.acl._dynamic import (  # noqa: F401 - re-exported acl.mdl functions
+    get_dynamic_batch,
+    get_dynamic_hw,
+    get_input_dynamic_dims,
+    get_input_dynamic_gear_count,
+    input_shapes,
+    set_dynamic_batch_size,
+    set_dynamic_hw_size,
+    set_input_dynamic_dims,
+)
+from pycann.acl._models import (  # noqa: F401 - loaded_model_ids ... for acl.finalize
+    ModelDesc,
+    ModelRecord,
+    add_model,
+    desc_obj,
+    forget_model,
+    loaded_model_ids,
+    loaded_path,
+    model_record,
+    np_dtype,
+)
+from pycann.acl._state import api, as_int, handles, require_init
+from pycann.acl.base import DataBuffer
+from pycann.acl.errors import ArgTypeError, fault
+from pycann.acl.rt import stream_of
+from pycann.dtypes import ACL_DTYPE, DType
+from pycann.ge.model import LoadedModel, TensorInfo
+from pycann.runtime.errors import KindMismatch
+from pycann.runtime.memory import ANY_KIND, DEVICE_KINDS
+
+_FORMATS = {"NCHW": C.ACL_FORMAT_NCHW, "NHWC": C.ACL_FORMAT_NHWC, "ND": C.ACL_FORMAT_ND}
+
+
+def _check_path(path: Any) -> str:
+    if not isinstance(path, (str, os.PathLike)):
+        raise ArgTypeError(f"model_path must be a str, not {type(path).__name__}")
+    p = os.fspath(path)
+    if not os.path.isfile(p):
+        raise fault(C.ACL_ERROR_GE_EXEC_MODEL_PATH_INVALID, f"model file '{p}' does not exist")
+    return p
+
+
+def _from_memory(ptr: Any, size: Any) -> LoadedModel:
+    from pycann.ge.om import loads_om
+
+    n = as_int(size, "size")
+    if n <= 0:
+        raise fault(C.ACL_ERROR_INVALID_PARAM, f"model size must be > 0, not {n}")
+    raw = require_init().space.read(as_int(ptr, "model"), n, ANY_KIND, "model data")
+    om = loads_om(raw.tobytes())
+    return LoadedModel(om.graph, om.manifest, "<memory>")
+
+
+def _check_mem(ptr: Any, size: Any, what: str) -> None:
+    p, n = as_int(ptr, what), as_int(size, f"{what} size")
+    if p:
+        require_init().space.resolve(p, n, DEVICE_KINDS, True, what)
+
+
+# ---------------------------------------------------------------- load / unload
+@api(out=(0,))
+def load_from_file(model_path: str) -> tuple[int, int]:
+    """``model_id, ret``. pycann ``.om`` files (an ``.onnx`` is compiled in memory, an extension)."""
+    require_init().require_context()
+    return add_model(LoadedModel.from_file(_check_path(model_path)), os.fspath(model_path))
+
+
+@api(out=(0,))
+def load_from_mem(model: int, model_size: int) -> tuple[int, int]:
+    """``model_id, ret`` from an .om image at a host or device pointer."""
+    require_init().require_context()
+    return add_model(_from_memory(model, model_size), "<memory>")
+
+
+@api(out=(0,))
+def load_from_file_with_mem(model_path: str, work_ptr: int, work_size: int, weight_ptr: int,
+                            weight_size: int) -> tuple[int, int]:
+    """Like ``load_from_file``; the work/weight memory (device, or 0 = managed) is checked but
+    not used: pycann's executor keeps its own arena and the weights stay memory-mapped."""
+    require_init().require_context()
+    p = _check_path(model_path)
+    _check_mem(work_ptr, work_size, "work_ptr")
+    _check_mem(weight_ptr, weight_size, "weight_ptr")
+    return add_model(LoadedModel.from_file(p), p)
+
+
+@api(out=(0,))
+def load_from_mem_with_mem(model: int, model_size: int, work_ptr: int, work_size: int, weight_ptr: int,
+                           weight_size: int) -> tuple[int, int]:
+    require_init().require_context()
+    _check_mem(work_ptr, work_size, "work_ptr")
+    _check_mem(weight_ptr, weight_size, "weight_ptr")
+    return add_model(_from_memory(model, model_size), "<memory>")
+
+
+@api(out=(0, 0))
+def query_size(model_path: str) -> tuple[int, int, int]:
+    """``work_size, weight_size, ret``: the planned activation arena and the weights section."""
+    from pycann.ge.om import peek_header
+
+    h = peek_header(_check_path(model_path))
+    work = int(h.get("manifest", {}).get("memory_plan", {}).get("peak_bytes", 0))
+    return work, int(h["weights_bytes"]), C.ACL_SUCCESS
+
+
+@api()
+def unload(model_id: int) -> int:
+    model_record(model_id)
+    forget_model(as_int(model_id, "model_id"))
+    return C.ACL_SUCCESS
+
+
+# ---------------------------------------------------------------- model descriptions
+@api(bare=0)
+def create_desc() -> int:
+    return handles.add("model_desc", ModelDesc())
+
+
+@api()
+def destroy_desc(model_desc: int) -> int:
+    handles.pop("model_desc", model_desc, "model desc")
+    return C.ACL_SUCCESS
+
+
+@api()
+def get_desc(model_desc: int, model_id: int) -> int:
+    """``ret = get_desc(desc, model_id)``: fill ``desc`` from a loaded model."""
+    d, rec = desc_obj(model_desc), model_record(model_id)
+    m = rec.model
+    d.model_id, d.inputs, d.outputs, d.record = int(model_id), list(m.inputs), list(m.outputs), rec
+    d.ranges = dict(m.manifest.get("input_ranges", {}))
+    d.input_format = str(m.manifest.get("options", {}).get("input_format", "NCHW"))
+    return C.ACL_SUCCESS
+
+
+def _io(desc: Any, index: Any, outputs: bool) -> tuple[ModelDesc, TensorInfo]:
+    d, i = desc_obj(desc), as_int(index, "index")
+    infos = d.outputs if outputs else d.inputs
+    if not 0 <= i < len(infos):
+        kind = "outputs" if outputs else "inputs"
+        raise fault(C.ACL_ERROR_INVALID_PARAM, f"index {i} out of range: the model has {len(infos)} {kind}")
+    return d, infos[i]
+
+
+def _max_dims(d: ModelDesc, info: TensorInfo, outputs: bool) -> list[int]:
+    rng = [] if outputs else d.ranges.get(info.name, [])
+    dims = list(info.shape)
+    for k, r in enumerate(rng):
+        if k < len(dims) and dims[k] == -1 and isinstance(r, list):
+            dims[k] = int(r[1])
+    return dims
+
+
+def _size(desc: Any, index: Any, outputs: bool) -> int:
+    d = desc_obj(desc)
+    if not outputs and as_int(index, "index") == len(d.inputs) and d.record is not None and d.record.dynamic:
+        return 64  # the virtual dynamic tensor (see module doc)
+    d, info = _io(desc, index, outputs)
+    dims = _max_dims(d, info, outputs)
+    if any(x < 0 for x in dims) or np_dtype(info) is None:
+        return 0
+    return math.prod(dims) * np_dtype(info).itemsize  # type: ignore[union-attr]
+
+
+def _dims_dict(info: TensorInfo, dims: list[int] | tuple[int, ...]) -> dict[str, Any]:
+    return {"name": info.name, "dimCount": len(dims), "dims": [int(x) for x in dims]}
+
+
+@api(bare=0)
+def get_num_inputs(model_desc: int) -> int:
+    return len(desc_obj(model_desc).inputs)
+
+
+@api(bare=0)
+def get_num_outputs(model_desc: int) -> int:
+    return len(desc_obj(model_desc).outputs)
+
+
+@api(bare=0)
+def get_input_size_by_index(model_desc: int, index: int) -> int:
+    """Bytes of input ``index`` (the largest allowed for a range; 0 if unbounded)."""
+    return _size(model_desc, index, False)
+
+
+@api(bare=0)
+def get_output_size_by_index(model_desc: int, index: int) -> int:
+    """Bytes of output ``index`` (0 for dynamic outputs: size their buffers yourself)."""
+    return _size(model_desc, index, True)
+
+
+_NO_DIMS: dict[str, Any] = {"name": "", "dimCount": 0, "dims": []}
+
+
+@api(out=(_NO_DIMS,))
+def get_input_dims(model_desc: int, index: int) -> tuple[dict[str, Any], int]:
+    """``{"name", "dimCount", "dims"}, ret`` (-1 for dynamic dims)."""
+    _, info = _io(model_desc, index, False)
+    return _dims_dict(info, info.shape), C.ACL_SUCCESS
+
+
+get_input_dims_v2 = get_input_dims
+
+
+@api(out=(_NO_DIMS,))
+def get_output_dims(model_desc: int, index: int) -> tuple[dict[str, Any], int]:
+    _, info = _io(model_desc, index, True)
+    return _dims_dict(info, info.shape), C.ACL_SUCCESS
+
+
+@api(out=(_NO_DIMS,))
+def get_cur_output_dims(model_desc: int, index: int) -> tuple[dict[str, Any], int]:
+    """Output dims of the model's latest execution (the compiled dims before any)."""
+    d, info = _io(model_desc, index, True)
+    last = d.record.last_out_shapes[int(index)] if d.record is not None else None
+    return _dims_dict(info, last if last is not None else info.shape), C.ACL_SUCCESS
+
+
+@api(bare="")
+def get_input_name_by_index(model_desc: int, index: int) -> str:
+    return _io(model_desc, index, False)[1].name
+
+
+@api(bare="")
+def get_output_name_by_index(model_desc: int, index: int) -> str:
+    return _io(model_desc, index, True)[1].name
+
+
+def _acl_dtype(info: TensorInfo) -> int:
+    try:
+        return ACL_DTYPE[DType(info.dtype)]
+    except (KeyError, ValueError):
+        return C.ACL_DT_UNDEFINED
+
+
+@api(bare=C.ACL_DT_UNDEFINED)
+def get_input_data_type(model_desc: int, index: int) -> int:
+    return _acl_dtype(_io(model_desc, index, False)[1])
+
+
+@api(bare=C.ACL_DT_UNDEFINED)
+def get_output_data_type(model_desc: int, index: int) -> int:
+    return _acl_dtype(_io(model_desc, index, True)[1])
+
+
+@api(bare=C.ACL_FORMAT_UNDEFINED)
+def get_input_format(model_desc: int, index: int) -> int:
+    """4-D inputs report the compile-time ``--input_format`` (NCHW by default), others ND."""
+    d, info = _io(model_desc, index, False)
+    return _FORMATS.get(d.input_format, C.ACL_FORMAT_NCHW) if len(info.shape) == 4 else C.ACL_FORMAT_ND
+
+
+@api(bare=C.ACL_FORMAT_UNDEFINED)
+def get_output_format(model_desc: int, index: int) -> int:
+    _io(model_desc, index, True)
+    return C.ACL_FORMAT_ND
+
+
+def _index_by_name(model_desc: Any, name: Any, outputs: bool) -> tuple[int, int]:
+    d = desc_obj(model_desc)
+    if not isinstance(name, str):
+        raise ArgTypeError(f"name must be a str, not {type(name).__name__}")
+    infos = d.outputs if outputs else d.inputs
+    for i, info in enumerate(infos):
+        if info.name == name:
+            return i, C.ACL_SUCCESS
+    if not outputs and name == C.ACL_DYNAMIC_TENSOR_NAME and d.record is not None and d.record.dynamic:
+        return len(infos), C.ACL_SUCCESS
+    raise fault(C.ACL_ERROR_INVALID_PARAM, f"the model has no {'output' if outputs else 'input'} named '{name}'; "
+                f"it has {[i.name for i in infos]}")
+
+
+@api(out=(-1,))
+def get_input_index_by_name(model_desc: int, name: str) -> tuple[int, int]:
+    """``index, ret``; ``ACL_DYNAMIC_TENSOR_NAME`` gives ``num_inputs`` on dynamic models."""
+    return _index_by_name(model_desc, name, False)
+
+
+@api(out=(-1,))
+def get_output_index_by_name(model_desc: int, name: str) -> tuple[int, int]:
+    return _index_by_name(model_desc, name, True)
+
+
+# ---------------------------------------------------------------- execution
+def _buffers(rec: ModelRecord, ds: Dataset, n: int, what: str, extra: int = 0) -> list[DataBuffer]:
+    bufs = [handles.get("data_buffer", h, f"{what} data buffer") for h in ds.buffers]
+    if not n <= len(bufs) <= n + extra:
+        raise fault(C.ACL_ERROR_INVALID_PARAM, f"the {what} dataset has {len(bufs)} buffers; the model has {n} {what}s")
+    return [DataBuffer(b.ptr, b.size) for b in bufs[:n]]
+
+
+def _run(rec: ModelRecord, ins: list[DataBuffer], outs: list[DataBuffer], shapes: list[list[int]],
+         out_ds: Dataset) -> None:
+    space = require_init().space
+    feeds = []
+    for i, (info, shape, b) in enumerate(zip(rec.model.inputs, shapes, ins)):
+        dt = np_dtype(info)
+        if dt is None:
+            raise fault(C.ACL_ERROR_UNSUPPORTED_DATA_TYPE, f"input {i} ({info.name}) of type {info.datatype} "
+                        "cannot be passed through device memory")
+        need = math.prod(shape) * dt.itemsize
+        if b.size < need:
+            raise fault(C.ACL_ERROR_GE_EXEC_MODEL_DATA_SIZE_INVALID,
+                        f"input {i} ({info.name}): buffer of {b.size} bytes, shape {shape} needs {need}")
+        raw = _device_io(space.read, b.ptr, need, DEVICE_KINDS, f"input {i} ({info.name})") if need else None
+        feeds.append(np.zeros(shape, dt) if raw is None else raw.view(dt).reshape(shape))
+    results = rec.model.run(feeds)
+    for j, (o, b) in enumerate(zip(results, outs)):
+        o = np.ascontiguousarray(o)
+        if o.dtype.hasobject:
+            raise fault(C.ACL_ERROR_UNSUPPORTED_DATA_TYPE, f"output {j} holds strings; it cannot go to device memory")
+        if o.nbytes > b.size:
+            raise fault(C.ACL_ERROR_GE_EXEC_MODEL_DATA_SIZE_INVALID,
+                        f"output {j} ({rec.model.outputs[j].name}): {o.nbytes} bytes (shape {list(o.shape)}) "
+                        f"do not fit its buffer of {b.size} bytes")
+        if o.nbytes:
+            _device_io(space.write, b.ptr, o, DEVICE_KINDS, f"output {j}")
+    rec.last_out_shapes = [tuple(o.shape) for o in results]
+    out_ds.out_shapes = [(tuple(o.shape), o.dtype) for o in results]
+
+
+def _device_io(fn: Any, *args: Any) -> Any:
+    try:
+        return fn(*args)
+    except KindMismatch as e:
+        raise fault(C.ACL_ERROR_GE_EXEC_MODEL_ADDR_INVALID, f"{e}; model inputs and outputs live in device memory") from None
+
+
+def _prepare(model_id: Any, input_ds: Any, output_ds: Any) -> tuple[ModelRecord, list[DataBuffer], list[DataBuffer], list[list[int]], Dataset]:
+    require_init().require_context()
+    rec = model_record(model_id)
+    ind, outd = dataset(input_ds), dataset(output_ds)
+    ins = _buffers(rec, ind, len(rec.model.inputs), "input", 1 if rec.dynamic else 0)
+    outs = _buffers(rec, outd, len(rec.model.outputs), "output")
+    return rec, ins, outs, input_shapes(rec, ind), outd
+
+
+@api()
+def execute(model_id: int, input: int, output: int) -> int:
+    """``ret = execute(model_id, in_dataset, out_dataset)``: runs now, synchronously."""
+    _run(*_prepare(model_id, input, output))
+    return C.ACL_SUCCESS
+
+
+@api()
+def execute_async(model_id: int, input: int, output: int, stream: int) -> int:
+    """Checks now, runs when the stream reaches it; failures come back from ``synchronize_stream``."""
+    st = stream_of(stream)
+    args = _prepare(model_id, input, output)
+    st.submit(lambda: _run(*args), f"execute model {int(model_id)}")
+    return C.ACL_SUCCESS
+

@@ -1,0 +1,241 @@
+"""ais_bench-compatible inference benchmark (cann-interfaces.md §6.2)::
+
+    python -m pycann.tools.bench --model x.om --loop 100 --batchsize 1 \\
+        [--input a.npy,dir2] [--output out] [--outfmt NPY|BIN|TXT] [--warmup_count 1] \\
+        [--dymBatch 4 | --dymHW 224,224 | --dymDims "x:1,3,224,224" | --dymShape "x:1,3,224,224"] \\
+        [--outputSize 100000] [--display_all_summary true] [--pure_data_type zero|random]
+
+Prints ais_bench's "Performance Summary" (min / max / mean / median / 99th percentile, and the
+throughput ``1000 * batchsize / mean compute ms``). ``NPU_compute_time`` is the model run on the
+CPU device; ``H2D_latency`` / ``D2H_latency`` (``--display_all_summary``) time the copies of the
+inputs / outputs through pycann's device memory pool. Options that mean nothing on the CPU
+(``--profiler``, ``--dump``, ``--energy_consumption``, ...) are accepted with a warning.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import time
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+
+from pycann.acl.session import InferSession, latency_stats
+from pycann.dtypes import to_numpy
+from pycann.runtime import MemKind, Runtime
+
+IGNORED = ("--profiler", "--dump", "--energy_consumption", "--npu_id", "--output_batchsize_axis",
+           "--auto_set_dymshape_mode", "--auto_set_dymdims_mode", "--dymShape_range", "--run_mode",
+           "--backend", "--perf", "--pipeline", "--threads", "--aipp_config")
+
+
+def str2bool(v: str | bool) -> bool:
+    if isinstance(v, bool):
+        return v
+    if v.lower() in ("1", "true", "yes", "y", "t"):
+        return True
+    if v.lower() in ("0", "false", "no", "n", "f"):
+        return False
+    raise argparse.ArgumentTypeError(f"boolean value expected, got '{v}'")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="pycann-bench", description="ais_bench-compatible benchmark on pycann")
+    p.add_argument("--model", "-m", required=True, help="the .om (or .onnx) model")
+    p.add_argument("--input", "-i", default=None, help="comma-separated .npy/.bin files or dirs, one per input")
+    p.add_argument("--output", "-o", default=None, help="directory for outputs and the summary json")
+    p.add_argument("--output_dirname", default=None, help="subdirectory name (default: a timestamp)")
+    p.add_argument("--outfmt", default="BIN", choices=["NPY", "BIN", "TXT"])
+    p.add_argument("--loop", "-l", type=int, default=1)
+    p.add_argument("--warmup_count", type=int, default=1)
+    p.add_argument("--device", "-d", default="0")
+    p.add_argument("--debug", type=str2bool, nargs="?", const=True, default=False)
+    p.add_argument("--display_all_summary", type=str2bool, nargs="?", const=True, default=False)
+    p.add_argument("--batchsize", type=int, default=None)
+    p.add_argument("--pure_data_type", default="zero", choices=["zero", "random"])
+    p.add_argument("--dymBatch", type=int, default=0)
+    p.add_argument("--dymHW", default=None)
+    p.add_argument("--dymDims", default=None)
+    p.add_argument("--dymShape", default=None)
+    p.add_argument("--outputSize", default=None)
+    p.add_argument("--acl_json_path", default=None)
+    for opt in IGNORED:
+        p.add_argument(opt, default=None, help=argparse.SUPPRESS)
+    return p
+
+
+def info(msg: str) -> None:
+    print(f"[INFO] {msg}", flush=True)
+
+
+def _configure(sess: InferSession, args: argparse.Namespace) -> tuple[str, Any]:
+    """Apply --dym* options; returns (infer mode, custom_sizes)."""
+    if args.dymBatch:
+        sess.set_dynamic_batchsize(args.dymBatch)
+        return "dymbatch", None
+    if args.dymHW:
+        h, w = (int(v) for v in args.dymHW.split(","))
+        sess.set_dynamic_hw(w, h)
+        return "dymhw", None
+    if args.dymDims:
+        sess.set_dynamic_dims(args.dymDims)
+        return "dymdims", None
+    if args.dymShape:
+        sess.set_dynamic_shape(args.dymShape)
+        sizes: Any = [int(s) for s in args.outputSize.split(",")] if args.outputSize else 1 << 62
+        return "dymshape", sizes
+    return "static", None
+
+
+def _files(path: str) -> list[str]:
+    if os.path.isdir(path):
+        return sorted(os.path.join(path, f) for f in os.listdir(path) if f.endswith((".npy", ".bin")))
+    if not os.path.isfile(path):
+        raise FileNotFoundError(f"input {path} does not exist")
+    return [path]
+
+
+def _load(path: str, dtype: np.dtype, shape: list[int]) -> np.ndarray:
+    if path.endswith(".npy"):
+        return np.load(path, allow_pickle=False)
+    raw = np.fromfile(path, dtype=dtype)
+    if shape.count(-1) > 1:
+        raise ValueError(f"{path}: a .bin input needs its shape: set --dymBatch/--dymHW/--dymDims/--dymShape")
+    return raw.reshape(shape)
+
+
+def _pure(shape: list[int], dtype: np.dtype, kind: str, rng: np.random.Generator) -> np.ndarray:
+    if any(d < 0 for d in shape):
+        raise ValueError(f"input shape {shape} has dynamic dims: set --dymBatch/--dymHW/--dymDims/--dymShape")
+    if kind == "zero":
+        return np.zeros(shape, dtype)
+    if dtype.kind == "f":
+        return rng.random(shape).astype(dtype)
+    if dtype.kind == "b":
+        return rng.integers(0, 2, shape).astype(dtype)
+    return rng.integers(0, 10, shape).astype(dtype)
+
+
+def feed_sets(sess: InferSession, args: argparse.Namespace) -> list[tuple[str, list[np.ndarray]]]:
+    """(name, feeds) for each input set: the i-th file of each --input entry, or pure data."""
+    infos, shapes = sess.get_inputs(), sess.input_shapes()
+    dtypes = [to_numpy(i.dtype) for i in infos]
+    if not args.input:
+        rng = np.random.default_rng(0)
+        return [("pure_infer_data", [_pure(s, d, args.pure_data_type, rng) for s, d in zip(shapes, dtypes)])]
+    paths = [p for p in args.input.split(",") if p]
+    if len(paths) != len(infos):
+        raise ValueError(f"--input has {len(paths)} entries; the model has {len(infos)} inputs")
+    lists = [_files(p) for p in paths]
+    n = min(len(x) for x in lists)
+    out = []
+    for k in range(n):
+        feeds = [_load(lst[k], d, s) for lst, d, s in zip(lists, dtypes, shapes)]
+        out.append((os.path.splitext(os.path.basename(lists[0][k]))[0], feeds))
+    return out
+
+
+def _copy_times(rt: Runtime, arrays: Sequence[np.ndarray], to_device: bool) -> float:
+    """ms to copy ``arrays`` into (or, having put them there, out of) device memory."""
+    ptrs = [rt.malloc(max(1, a.nbytes)).base for a in arrays]
+    try:
+        if not to_device:
+            for p, a in zip(ptrs, arrays):
+                rt.space.write(p, a)
+        t0 = time.perf_counter()
+        for p, a in zip(ptrs, arrays):
+            if to_device:
+                rt.space.write(p, a)
+            else:
+                rt.space.read(p, a.nbytes)
+        return (time.perf_counter() - t0) * 1e3
+    finally:
+        for p in ptrs:
+            rt.space.free(p, frozenset({MemKind.DEVICE}))
+
+
+def _save(outs: Sequence[np.ndarray], out_dir: str, stem: str, fmt: str) -> None:
+    for j, o in enumerate(outs):
+        path = os.path.join(out_dir, f"{stem}_{j}.{fmt.lower()}")
+        if fmt == "NPY":
+            np.save(path, o)
+        elif fmt == "TXT":
+            np.savetxt(path, np.asarray(o).reshape(-1, o.shape[-1]) if o.ndim > 1 else np.atleast_1d(o))
+        else:
+            np.ascontiguousarray(o).tofile(path)
+
+
+def summary_lines(compute: Sequence[float], h2d: Sequence[float], d2h: Sequence[float], batchsize: int,
+                  show_all: bool) -> tuple[list[str], dict[str, Any]]:
+    """ais_bench's summary lines (without the ``[INFO] `` prefix) and the summary.json dict."""
+    def line(name: str, st: dict[str, float]) -> str:
+        return (f"{name} (ms): min = {st['min']:.3f}, max = {st['max']:.3f}, mean = {st['mean']:.3f}, "
+                f"median = {st['median']:.3f}, percentile(99%) = {st['p99']:.3f}")
+
+    c, h, d = latency_stats(compute), latency_stats(h2d), latency_stats(d2h)
+    tput = 1000.0 * batchsize / c["mean"] if c["mean"] > 0 else 0.0
+    lines = ["-----------------Performance Summary------------------"]
+    if show_all:
+        lines.append(line("H2D_latency", h))
+    lines.append(line("NPU_compute_time", c))
+    if show_all:
+        lines.append(line("D2H_latency", d))
+    lines += [f"throughput 1000*batchsize.mean({batchsize})/NPU_compute_time.mean({c['mean']:.3f}): {tput:.3f}",
+              "------------------------------------------------------"]
+    return lines, {"NPU_compute_time": c, "H2D_latency": h, "D2H_latency": d, "throughput": tput}
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    for opt in IGNORED:
+        if getattr(args, opt.lstrip("-"), None) is not None:
+            print(f"[WARNING] {opt} has no effect on pycann's CPU device; ignored", flush=True)
+    devices = [int(d) for d in str(args.device).split(",") if d.strip()]
+    if len(devices) > 1:
+        print(f"[WARNING] multi-device runs are not supported; using device {devices[0]}", flush=True)
+    try:
+        sess = InferSession(devices[0], args.model, args.acl_json_path, args.debug)
+        info(f"load model {args.model} success")
+        mode, sizes = _configure(sess, args)
+        sets = feed_sets(sess, args)
+        for _ in range(max(0, args.warmup_count)):
+            sess.infer(sets[0][1], mode, sizes if sizes is not None else 100000)
+        sess.reset_summaryinfo()
+        rt = Runtime(device_count=1)
+        rt.set_device(0)
+        h2d: list[float] = []
+        d2h: list[float] = []
+        out_dir = None
+        if args.output:
+            out_dir = os.path.join(args.output, args.output_dirname or time.strftime("%Y_%m_%d-%H_%M_%S"))
+            os.makedirs(out_dir, exist_ok=True)
+        for stem, feeds in sets:
+            for _ in range(max(1, args.loop)):
+                if args.display_all_summary:
+                    h2d.append(_copy_times(rt, feeds, True))
+                outs = sess.infer(feeds, mode, sizes if sizes is not None else 100000)
+                if args.display_all_summary:
+                    d2h.append(_copy_times(rt, outs, False))
+            if out_dir:
+                _save(outs, out_dir, stem, args.outfmt)
+        rt.shutdown()
+    except Exception as e:  # noqa: BLE001 - a CLI reports and exits non-zero
+        print(f"[ERROR] {type(e).__name__}: {e}", file=sys.stderr, flush=True)
+        return 1
+    batch = args.batchsize or (int(np.shape(sets[0][1][0])[0]) if sets[0][1] and np.ndim(sets[0][1][0]) else 1)
+    lines, summary = summary_lines(sess.summary().times_ms(), h2d, d2h, batch, args.display_all_summary)
+    for text in lines:
+        info(text)
+    if args.output:
+        path = os.path.join(args.output, time.strftime("%Y_%m_%d-%H_%M_%S") + "_summary.json")
+        with open(path, "w", encoding="utf-8") as f:
+            json.dump(summary, f, indent=2)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,88 @@
+"""``pycann-run app.py [args...]``: run an unmodified pyACL application on pycann.
+
+For that run only, ``import acl`` (and ``acl.rt``, ``acl.mdl``, ...) resolves to ``pycann.acl``:
+a temporary directory holding an ``acl`` shim package goes first on ``sys.path`` and on
+``PYTHONPATH`` (so child processes of the app see it too) and is deleted afterwards. Nothing is
+shadowed outside ``pycann-run``. ``pycann-run -m package.module`` runs a module instead.
+"""
+
+from __future__ import annotations
+
+import os
+import runpy
+import shutil
+import sys
+import tempfile
+from collections.abc import Sequence
+
+SHIM = '''"""pycann-run shim: this run's ``import acl`` is pycann's pyACL facade."""
+import sys
+
+import pycann.acl as _acl
+
+for _name in _acl.SUBMODULES:
+    sys.modules[__name__ + "." + _name] = getattr(_acl, _name)
+sys.modules[__name__] = _acl
+'''
+
+USAGE = "usage: pycann-run app.py [args...] | pycann-run -m module [args...]"
+
+
+def make_shim_dir() -> str:
+    """A new temporary directory containing the ``acl`` shim package."""
+    d = tempfile.mkdtemp(prefix="pycann-run-")
+    os.makedirs(os.path.join(d, "acl"))
+    with open(os.path.join(d, "acl", "__init__.py"), "w", encoding="utf-8") as f:
+        f.write(SHIM)
+    return d
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Run the app; returns its exit status."""
+    args = list(sys.argv[1:] if argv is None else argv)
+    if not args or args[0] in ("-h", "--help"):
+        print(USAGE)
+        return 0 if args else 2
+    as_module = args[0] == "-m"
+    if as_module and len(args) < 2:
+        print(USAGE, file=sys.stderr)
+        return 2
+    target = args[1] if as_module else args[0]
+    if not as_module and not os.path.isfile(target):
+        print(f"pycann-run: {target}: no such file", file=sys.stderr)
+        return 2
+    shim = make_shim_dir()
+    pkg_root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    saved_argv, saved_path, saved_env = list(sys.argv), list(sys.path), os.environ.get("PYTHONPATH")
+    stale = {k: sys.modules.pop(k) for k in list(sys.modules) if k == "acl" or k.startswith("acl.")}
+    os.environ["PYTHONPATH"] = os.pathsep.join(p for p in (shim, pkg_root, saved_env) if p)
+    try:
+        if as_module:
+            sys.argv = [target] + args[2:]
+            sys.path[:0] = [shim, os.getcwd()]
+            runpy.run_module(target, run_name="__main__", alter_sys=True)
+        else:
+            sys.argv = [target] + args[1:]
+            sys.path[:0] = [shim, os.path.dirname(os.path.abspath(target))]
+            runpy.run_path(target, run_name="__main__")
+        return 0
+    except SystemExit as e:
+        code = e.code
+        if code is None or isinstance(code, int):
+            return code or 0
+        print(code, file=sys.stderr)
+        return 1
+    finally:
+        sys.argv, sys.path[:] = saved_argv, saved_path
+        for k in [k for k in sys.modules if k == "acl" or k.startswith("acl.")]:
+            del sys.modules[k]
+        sys.modules.update(stale)
+        if saved_env is None:
+            os.environ.pop("PYTHONPATH", None)
+        else:
+            os.environ["PYTHONPATH"] = saved_env
+        shutil.rmtree(shim, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
