@@ -62,7 +62,7 @@ def finalize() -> int:
         for a in leaked:
             report.append(f"{a.describe()} was not freed")
         for s in streams:
-            report.append(f"{s.name} was not destroyed")
+            report.append(f"{s.describe()} was not destroyed")
         for ev in handles.live("event"):
             if not ev.destroyed:
                 report.append("an event was not destroyed")

@@ -137,6 +137,19 @@ def query_size(model_path: str) -> tuple[int, int, int]:
     return work, int(h["weights_bytes"]), C.ACL_SUCCESS
 
 
+@api(out=(0, 0))
+def query_size_from_mem(model: int, model_size: int) -> tuple[int, int, int]:
+    """``work_size, weight_size, ret`` of an .om image in memory."""
+    from pycann.ge.om import loads_om
+
+    n = as_int(model_size, "model_size")
+    if n <= 0:
+        raise fault(C.ACL_ERROR_INVALID_PARAM, f"model size must be > 0, not {n}")
+    om = loads_om(require_init().space.read(as_int(model, "model"), n, ANY_KIND, "model data").tobytes(), verify=False)
+    work = int(om.manifest.get("memory_plan", {}).get("peak_bytes", 0))
+    return work, int(om.weights_bytes), C.ACL_SUCCESS
+
+
 @api()
 def unload(model_id: int) -> int:
     model_record(model_id)
@@ -359,13 +372,28 @@ def _device_io(fn: Any, *args: Any) -> Any:
         raise fault(C.ACL_ERROR_GE_EXEC_MODEL_ADDR_INVALID, f"{e}; model inputs and outputs live in device memory") from None
 
 
-def _prepare(model_id: Any, input_ds: Any, output_ds: Any) -> tuple[ModelRecord, list[DataBuffer], list[DataBuffer], list[list[int]], Dataset]:
+def _prepare(model_id: Any, input_ds: Any, output_ds: Any) -> tuple[Any, ...]:
+    """Everything ``execute`` checks before running: handles, buffer counts, shapes, and that
+    each buffer is live device memory of the size it claims (so ``execute_async`` fails early)."""
+    space = require_init().space
     require_init().require_context()
     rec = model_record(model_id)
     ind, outd = dataset(input_ds), dataset(output_ds)
     ins = _buffers(rec, ind, len(rec.model.inputs), "input", 1 if rec.dynamic else 0)
     outs = _buffers(rec, outd, len(rec.model.outputs), "output")
-    return rec, ins, outs, input_shapes(rec, ind), outd
+    shapes = input_shapes(rec, ind)
+    for i, (info, shape, b) in enumerate(zip(rec.model.inputs, shapes, ins)):
+        dt = np_dtype(info)
+        need = math.prod(shape) * (dt.itemsize if dt is not None else 0)
+        if b.size < need:
+            raise fault(C.ACL_ERROR_GE_EXEC_MODEL_DATA_SIZE_INVALID,
+                        f"input {i} ({info.name}): buffer of {b.size} bytes, shape {shape} needs {need}")
+        if need:
+            _device_io(space.resolve, b.ptr, need, DEVICE_KINDS, False, f"input {i} ({info.name})")
+    for j, b in enumerate(outs):
+        if b.size:
+            _device_io(space.resolve, b.ptr, b.size, DEVICE_KINDS, True, f"output {j}")
+    return rec, ins, outs, shapes, outd
 
 
 @api()

@@ -118,7 +118,7 @@ def stream_of(h: Any) -> Stream:
 @api(out=(0,))
 def create_stream() -> tuple[int, int]:
     """``stream, ret``: a new stream in the current context."""
-    s = require_init().require_context().create_stream()
+    s = require_init().require_context().create_stream(_state.user_site())
     return handles.add("stream", s), C.ACL_SUCCESS
 
 

@@ -21,6 +21,7 @@ from pycann.ge.compiler import CompiledModel, compile_model, specialize
 from pycann.ge.executor import Executor
 from pycann.ge.gears import GearTable
 from pycann.ge.ir import Graph
+from pycann.profiler import hooks
 
 
 @dataclass(frozen=True)
@@ -97,6 +98,7 @@ class LoadedModel:
         self.executor = Executor(graph, specialize, cache_size=max(16, n_gears + 4))
         if precompile and self.gears is not None:
             self.precompile_gears()
+        hooks.on_model_load(self)  # model name for profiles/dumps; PYCANN_PROFILE_DIR (msprof) starts a profiler
 
     @classmethod
     def from_file(cls, path: str | os.PathLike[str]) -> LoadedModel:

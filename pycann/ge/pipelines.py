@@ -6,6 +6,7 @@ from __future__ import annotations
 import time
 from collections.abc import Callable
 
+from pycann.ge import export
 from pycann.ge.ir import Graph, verify
 from pycann.ge.passes import (
     cancel_transpose,
@@ -61,20 +62,28 @@ REQUIRED_PASSES = {infer_shapes.name}
 
 
 def run_pipeline(graph: Graph, ctx: PassContext, pipeline: list[tuple[str, PassFn]] | None = None) -> Graph:
-    """Run ``pipeline`` (default ``COMPILE_PIPELINE``); logs one line per pass to ``ctx.log``."""
+    """Run ``pipeline`` (default ``COMPILE_PIPELINE``); logs one line per pass to ``ctx.log``.
+    With ``DUMP_GE_GRAPH`` set, writes the graph around each pass (``ge/export.py``)."""
     disabled = set(ctx.options.get("disabled_passes", ()))
+    dump = export.pipeline_dumper()
     for name, fn in pipeline or COMPILE_PIPELINE:
         if name in disabled and name not in REQUIRED_PASSES:
             ctx.log(f"[{name}] off (fusion switch)")
             continue
         before = len(graph.nodes)
+        if dump is not None:
+            dump.before(graph, name)
         t0 = time.perf_counter()
         res = fn(graph, ctx)
         graph = res.graph
+        if dump is not None:
+            dump.after(graph, name)
         ms = (time.perf_counter() - t0) * 1e3
         ctx.log(f"[{name}] nodes {before} -> {len(graph.nodes)}; {res.report} ({ms:.1f} ms)")
         for m in res.missed:
             ctx.log(f"[{name}]   not applied: {m}")
         if ctx.debug:
             verify(graph)
+    if dump is not None:
+        dump.done(graph)
     return graph

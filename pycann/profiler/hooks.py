@@ -2,10 +2,18 @@
 
 Costs nothing when nothing observes: the executor reads ``OBSERVERS`` once per run and takes
 its plain loop when the tuple is empty. Profilers and dumpers register with ``observe()``.
+
+Besides the ``NodeObserver`` protocol (``on_node`` / ``on_run``), an observer may define the
+optional methods ``on_api(name, track, start_ns, end_ns, args)`` (host API calls and memory
+copies, reported with ``record_api``) and ``on_model_load(model)`` (a ``LoadedModel`` was
+created). ``on_model_load`` here is what ``ge/model.py`` calls once per load: it remembers the
+model's name and, the first time, starts a profiler if ``PYCANN_PROFILE_DIR`` is set (the
+``msprof`` command line sets it; cann-interfaces.md §4.1).
 """
 
 from __future__ import annotations
 
+import os
 import threading
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
@@ -24,6 +32,11 @@ class NodeObserver(Protocol):
 OBSERVERS: tuple[NodeObserver, ...] = ()
 _lock = threading.Lock()
 
+# graph name -> model name (the .om file's stem, as CANN names dumped/profiled models)
+MODEL_NAMES: dict[str, str] = {}
+PROFILE_ENV = "PYCANN_PROFILE_DIR"
+_env_checked = False
+
 
 def add_observer(obs: NodeObserver) -> None:
     """Start sending events to ``obs``."""
@@ -33,6 +46,7 @@ def add_observer(obs: NodeObserver) -> None:
 
 
 def remove_observer(obs: NodeObserver) -> None:
+    """Stop sending events to ``obs`` (no error if it was not registered)."""
     global OBSERVERS
     with _lock:
         OBSERVERS = tuple(o for o in OBSERVERS if o is not obs)
@@ -46,3 +60,45 @@ def observe(obs: NodeObserver) -> Iterator[NodeObserver]:
         yield obs
     finally:
         remove_observer(obs)
+
+
+def active() -> bool:
+    """True when something observes (callers may skip taking timestamps otherwise)."""
+    return bool(OBSERVERS)
+
+
+def record_api(name: str, start_ns: int, end_ns: int, track: str = "api", args: dict[str, Any] | None = None) -> None:
+    """Report a host API call or memory copy (``track="memcpy"``) spanning ``start_ns..end_ns``
+    (``time.perf_counter_ns``). One tuple check when nothing observes."""
+    observers = OBSERVERS
+    if not observers:
+        return
+    for obs in observers:
+        fn = getattr(obs, "on_api", None)
+        if fn is not None:
+            fn(name, track, start_ns, end_ns, args or {})
+
+
+def model_name_of(graph_name: str) -> str:
+    """The model name registered for ``graph_name`` (the .om stem), else the graph name."""
+    return MODEL_NAMES.get(graph_name, graph_name)
+
+
+def on_model_load(model: Any) -> None:
+    """Called by ``LoadedModel.__init__``: register the model's name; the first time, start the
+    profiler that ``PYCANN_PROFILE_DIR`` asks for (``pycann.profiler.session.start_from_env``)."""
+    global _env_checked
+    graph = getattr(model, "graph", None)
+    gname = getattr(graph, "name", "") or ""
+    path = getattr(model, "path", "") or ""
+    MODEL_NAMES[gname] = os.path.splitext(os.path.basename(path))[0] if path else gname
+    if not _env_checked:
+        _env_checked = True
+        if os.environ.get(PROFILE_ENV):
+            from pycann.profiler.session import start_from_env
+
+            start_from_env()
+    for obs in OBSERVERS:
+        fn = getattr(obs, "on_model_load", None)
+        if fn is not None:
+            fn(model)

@@ -44,9 +44,9 @@ class Context:
                 self._default_stream = Stream(self.device.id, f"dev{self.device.id}-default")
             return self._default_stream
 
-    def create_stream(self) -> Stream:
+    def create_stream(self, site: str = "") -> Stream:
         self.check()
-        s = Stream(self.device.id)
+        s = Stream(self.device.id, site=site)
         with self._lock:
             self.streams.append(s)
         return s
@@ -73,14 +73,15 @@ class Context:
         if first is not None:
             raise first
 
-    def destroy(self) -> list[Stream]:
-        """Destroy the context and its streams; returns the streams that were still alive."""
+    def destroy(self, timeout: float | None = None) -> list[Stream]:
+        """Destroy the context and its streams (each given ``timeout`` s to drain); returns the
+        user-created streams that were still alive."""
         self.check()
         self.destroyed = True
         left = self.all_streams()
         for s in left:
             if not s.destroyed:
-                s.destroy()
+                s.destroy(timeout)
         return [s for s in left if s is not self._default_stream]
 
 
@@ -229,14 +230,15 @@ class Runtime:
         return Event(flags)
 
     # ------------------------------------------------------------------ teardown
-    def shutdown(self) -> tuple[list[Allocation], list[Stream]]:
-        """Stop every stream, destroy every context and free all memory. Returns the device/host
-        allocations and the user-created streams that were still alive (leaks)."""
+    def shutdown(self, timeout: float | None = 30.0) -> tuple[list[Allocation], list[Stream]]:
+        """Stop every stream (each given ``timeout`` s to drain), destroy every context and free
+        all memory. Returns the device/host allocations and the user-created streams that were
+        still alive (leaks)."""
         streams: list[Stream] = []
         for dev in self.devices:
             for ctx in list(dev.contexts):
                 if not ctx.destroyed:
-                    streams += ctx.destroy()
+                    streams += ctx.destroy(timeout)
             dev.contexts.clear()
             dev.default_context = None
             dev.refcount = 0

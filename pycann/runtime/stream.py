@@ -41,10 +41,11 @@ class Task:
 class Stream:
     """An ordered queue of tasks run by a worker thread (started on first use)."""
 
-    def __init__(self, device_id: int = 0, name: str = "") -> None:
+    def __init__(self, device_id: int = 0, name: str = "", site: str = "") -> None:
         self.id = next(_ids)
         self.device_id = device_id
-        self.name = name or f"stream{self.id}"
+        self.name = name or f"stream {self.id}"
+        self.site = site
         self._q: queue.SimpleQueue[Task | None] = queue.SimpleQueue()
         self._cv = threading.Condition()
         self._pending = 0
@@ -109,14 +110,20 @@ class Stream:
         if marker is not None and not marker.done.is_set():
             self.submit(marker.done.wait, "stream_wait_event")
 
-    def destroy(self) -> None:
-        """Run what is queued, then stop the worker. Errors of queued tasks are dropped."""
+    def destroy(self, timeout: float | None = None) -> bool:
+        """Run what is queued, then stop the worker. Errors of queued tasks are dropped.
+        Returns False if the queue did not drain within ``timeout`` (the worker is abandoned)."""
         with self._cv:
             if self.destroyed:
                 raise InvalidHandle(f"{self.name} was already destroyed")
             self.destroyed = True
-            self._cv.wait_for(lambda: self._pending == 0)
+            drained = self._cv.wait_for(lambda: self._pending == 0, timeout)
             thread, self._thread = self._thread, None
         if thread is not None:
             self._q.put(None)
-            thread.join()
+            if drained:
+                thread.join()
+        return drained
+
+    def describe(self) -> str:
+        return f"{self.name} (created at {self.site})" if self.site else self.name

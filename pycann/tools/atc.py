@@ -75,6 +75,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--om", help="mode 1/6: the .om (or .onnx) to read")
     p.add_argument("--json", help="mode 1: JSON file to write")
     p.add_argument("--check_report", default="check_result.json", help="mode 3: report path")
+    p.add_argument("--export_onnx", help="mode 0/1: also write the optimised graph as ONNX (fused ops in domain "
+                   "pycann with their original nodes in attribute 'origin'; open in Netron)")
     for name in NO_EFFECT + NOT_YET:
         p.add_argument(f"--{name}", help=argparse.SUPPRESS)
     return p
@@ -176,12 +178,24 @@ def _compile(args: argparse.Namespace, argv: Sequence[str]) -> None:
         os.makedirs(d, exist_ok=True)
     n = cm.save(out)
     stage(f"[SaveOm] wrote {out} ({n / 2**20:.2f} MiB) in {time.perf_counter() - t0:.2f} s")
+    if args.export_onnx:
+        _export_onnx(cm.graph, args.export_onnx)
+
+
+def _export_onnx(graph: Any, path: str) -> None:
+    """--export_onnx: the optimised graph as ONNX (pycann/ge/export.py)."""
+    import onnx
+
+    from pycann.ge.export import to_onnx
+
+    onnx.save(to_onnx(graph), path)
+    print(f"[INFO] optimised graph exported to {path}", flush=True)
 
 
 def _to_json(args: argparse.Namespace) -> None:
     from pycann.ge.serialize import encode_graph
 
-    if not args.om or not args.json:
+    if not args.om or not (args.json or args.export_onnx):
         raise AtcError("E10054", "The requied parameter [--om] and [--json] for ATC --mode=1 are empty.")
     if args.om.lower().endswith(".onnx"):
         from pycann.ge.importers.onnx import load_onnx
@@ -200,6 +214,10 @@ def _to_json(args: argparse.Namespace) -> None:
         sizes[0] += arr.nbytes
         return off, arr.nbytes
 
+    if args.export_onnx:
+        _export_onnx(graph, args.export_onnx)
+    if not args.json:
+        return
     doc = {"manifest": manifest, "graph": encode_graph(graph, put)}
     with open(args.json, "w", encoding="utf-8") as f:
         json.dump(doc, f, indent=1, default=str)

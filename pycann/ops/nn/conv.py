@@ -1,8 +1,12 @@
 """Convolution ops: Conv, ConvTranspose (ONNX spec, Operators.md sections Conv, ConvTranspose).
 
-The kernels pick an algorithm per shape (``conv_algorithm``): a 1x1 unpadded conv is one GEMM
-on the (C, H*W) view, a depthwise conv is a batched GEMV (small maps) or a sum of shifted
-multiply-adds (large maps), everything else is im2col + GEMM. float16/bfloat16 inputs are computed in float32 and returned in their dtype.
+The innermost computation comes from a kernel provider (``pycann.ops.providers``): the node
+attribute ``_algo`` that GE's KernelSelection pass records (e.g. ``"torch:conv2d"``,
+``"numpy:im2col_gemm"``) names it; without one, or when its provider is missing here, the
+static selection table decides. numpy's own algorithms (``conv_algorithm``): a 1x1 unpadded
+conv is one GEMM on the (C, H*W) view, a depthwise conv is a batched GEMV (small maps) or a
+sum of shifted multiply-adds (large maps), everything else is im2col + GEMM.
+float16/bfloat16 inputs are computed in float32 and returned in their dtype.
 """
 
 from __future__ import annotations
@@ -13,7 +17,6 @@ from typing import Any
 import numpy as np
 
 from pycann.dtypes import Dim, TensorDesc
-from pycann.ops.nn.im2col import conv_1x1, conv_depthwise, conv_im2col, conv_transpose_col2im
 from pycann.ops.nn.spatial import (
     Window,
     check_window_attrs,
@@ -22,6 +25,7 @@ from pycann.ops.nn.spatial import (
     plan_window,
 )
 from pycann.ops.opdef import InferContext, OpDef
+from pycann.ops.providers import ConvSpec, resolve
 
 _WINDOW_ATTRS: dict[str, Any] = {
     "auto_pad": "NOTSET",
@@ -84,11 +88,14 @@ def _check_conv_shapes(x: np.ndarray, w: np.ndarray, group: int, transpose: bool
         raise ValueError(f"channels of X {x.shape} do not match W {w.shape} with group={group}")
 
 
-def _conv(inputs: Sequence[Any], attrs: Mapping[str, Any], out: np.ndarray | None = None) -> np.ndarray:
+def _conv(inputs: Sequence[Any], attrs: Mapping[str, Any], out: np.ndarray | None = None, *,
+          residual: np.ndarray | None = None, relu: bool = False) -> np.ndarray:
     """Conv (spec: Conv-11/22): Y = X (*) W + B with strides, dilations, pads and groups.
 
+    The kernel is the provider algorithm named by ``attrs["_algo"]`` (else the static choice).
     The result lands in ``out`` when it has the compute dtype (float32/float64) and is
-    C-contiguous; the returned array is then a view of it.
+    C-contiguous; the returned array is then a view of it. ``residual`` (added after the bias)
+    and ``relu`` are optional epilogues, applied by the provider when it can fuse them.
     """
     x, w = inputs[0], inputs[1]
     b = inputs[2] if len(inputs) > 2 else None
@@ -97,20 +104,22 @@ def _conv(inputs: Sequence[Any], attrs: Mapping[str, Any], out: np.ndarray | Non
     win = conv_window(x.shape, w.shape, attrs)
     if any(o <= 0 for o in win.out) and all(s > 0 for s in x.shape[2:]):
         raise ValueError(f"Conv window {win.kernel} does not fit input {x.shape} with pads/strides given")
-    algo = _select(x.shape, w.shape, group, win)
     cd = compute_dtype(x.dtype)
-    xc, wc = x.astype(cd, copy=False), w.astype(cd, copy=False)
-    m = w.shape[0]
-    if algo == "empty":
-        y = np.zeros((x.shape[0], m) + win.out, dtype=cd)
-    elif algo == "gemm_1x1":
-        y = conv_1x1(xc, wc, group, win, out)
-    elif algo == "depthwise":
-        y = conv_depthwise(xc, wc, win, out)
+    bc = b.astype(cd, copy=False) if b is not None else None
+    if _select(x.shape, w.shape, group, win) == "empty":
+        y = np.zeros((x.shape[0], w.shape[0]) + win.out, dtype=cd)
+        if bc is not None and y.size:
+            y += bc.reshape(_bias_shape(w.shape[0], len(win.out)))
     else:
-        y = conv_im2col(xc, wc, group, win, out)
-    if b is not None and y.size:
-        y += b.astype(cd, copy=False).reshape(_bias_shape(m, len(win.out)))
+        algo = resolve(attrs.get("_algo"), lambda: ConvSpec("Conv", x.shape, w.shape, group, win, win.out, cd.name))
+        xc, wc = x.astype(cd, copy=False), w.astype(cd, copy=False)
+        if algo.provider == "torch" and (residual is not None or relu):
+            return algo.fn(xc, wc, bc, group, win, out, residual=residual, relu=relu)
+        y = algo.fn(xc, wc, bc, group, win, out)
+    if residual is not None:
+        y += residual
+    if relu:
+        np.maximum(y, 0, out=y)
     return y
 
 
@@ -209,8 +218,11 @@ def conv_transpose_geometry(
     return Window(kern, strides, dil, tuple(pb), (0,) * n, tuple(in_sizes)), tuple(outs)
 
 
-def _k_conv_transpose(inputs: Sequence[Any], attrs: Mapping[str, Any]) -> list[np.ndarray]:
-    """ConvTranspose (spec: ConvTranspose-11/22): the gradient of Conv w.r.t. its input."""
+def _conv_transpose(inputs: Sequence[Any], attrs: Mapping[str, Any], out: np.ndarray | None = None) -> np.ndarray:
+    """ConvTranspose (spec: ConvTranspose-11/22): the gradient of Conv w.r.t. its input.
+
+    Computed by the provider algorithm named by ``attrs["_algo"]`` (else the static choice).
+    """
     x, w = inputs[0], inputs[1]
     b = inputs[2] if len(inputs) > 2 else None
     group = int(attrs.get("group", 1))
@@ -221,11 +233,22 @@ def _k_conv_transpose(inputs: Sequence[Any], attrs: Mapping[str, Any]) -> list[n
     if any(o < 0 for o in outs):
         raise ValueError(f"ConvTranspose output size {outs} is negative for input {x.shape}")
     cd = compute_dtype(x.dtype)
-    m = w.shape[1] * group
-    y = conv_transpose_col2im(x.astype(cd, copy=False), w.astype(cd, copy=False), group, win, outs)
-    if b is not None and y.size:
-        y = y + b.astype(cd, copy=False).reshape(_bias_shape(m, len(outs)))
-    return [np.ascontiguousarray(y, dtype=x.dtype)]
+    algo = resolve(attrs.get("_algo"),
+                   lambda: ConvSpec("ConvTranspose", x.shape, w.shape, group, win, outs, cd.name))
+    bc = b.astype(cd, copy=False) if b is not None else None
+    return algo.fn(x.astype(cd, copy=False), w.astype(cd, copy=False), bc, group, win, outs, out)
+
+
+def _k_conv_transpose(inputs: Sequence[Any], attrs: Mapping[str, Any]) -> list[np.ndarray]:
+    """ConvTranspose kernel: see ``_conv_transpose``; narrow floats are cast back."""
+    return [np.ascontiguousarray(_conv_transpose(inputs, attrs), dtype=inputs[0].dtype)]
+
+
+def _out_conv_transpose(inputs: Sequence[Any], attrs: Mapping[str, Any], outs: Sequence[np.ndarray]) -> None:
+    """ConvTranspose into a preallocated output (torch writes straight into the arena)."""
+    y = _conv_transpose(inputs, attrs, outs[0])
+    if not np.may_share_memory(y, outs[0]):
+        outs[0][...] = y
 
 
 def _transpose_keeps_dim(i: int, ns: int, kernel: Sequence[int], attrs: Mapping[str, Any]) -> bool:
@@ -300,5 +323,6 @@ OPS: list[OpDef] = [
         _k_conv_transpose,
         since=1,
         attrs={**_WINDOW_ATTRS, "output_padding": [], "output_shape": []},
+        out_kernel=_out_conv_transpose,
     ),
 ]

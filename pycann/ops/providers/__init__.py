@@ -1,0 +1,398 @@
+"""Kernel providers: interchangeable implementations of the innermost heavy kernels.
+
+A *provider* is a library that can compute some ops (numpy + its BLAS, PyTorch's oneDNN, ...);
+an *algorithm* is one way a provider computes one op family, named ``"<provider>:<algorithm>"``
+(``"numpy:im2col_gemm"``, ``"torch:conv2d"``). Every algorithm is *total*: given any valid
+input of its op it returns the right answer (a specialised algorithm handed a shape it was not
+made for delegates to the general one), so a recorded choice can never produce a wrong result.
+
+Selection (see docs/kernels.md):
+
+* ``choose(op_type, shapes, attrs)`` picks once per node, from ``STATIC_TABLE`` (measured on
+  the real models' shapes) or, in ``"measure"`` mode, by timing every candidate on the shape.
+  GE's ``KernelSelection`` pass records the pick in the node attribute ``_algo`` (saved in the .om).
+* At run time the op kernel calls ``resolve(attrs.get("_algo"))``; a name whose provider is
+  missing here falls back to the static choice among available providers (logged once).
+
+Heavy providers stay optional: ``torch`` is imported only when first asked about, and
+``PYCANN_PROVIDERS=numpy`` (comma-separated names) restricts the set in a process.
+"""
+
+from __future__ import annotations
+
+import importlib
+import logging
+import os
+import time
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from functools import lru_cache
+from typing import Any
+
+import numpy as np
+
+from pycann.ops.nn.spatial import Window, compute_dtype, plan_window
+
+log = logging.getLogger("pycann.ops.providers")
+
+CONV_OPS = ("Conv", "ConvTranspose")
+GEMM_OPS = ("MatMul", "Gemm")
+
+
+@dataclass(frozen=True)
+class ConvSpec:
+    """One Conv/ConvTranspose call, as far as choosing a kernel goes (all ints, hashable).
+
+    For ConvTranspose, ``win.pads_begin`` are the output offsets of ``conv_transpose_geometry``
+    and ``out_sizes`` the output spatial sizes; for Conv ``out_sizes == win.out``.
+    """
+
+    op_type: str
+    x_shape: tuple[int, ...]
+    w_shape: tuple[int, ...]
+    group: int
+    win: Window
+    out_sizes: tuple[int, ...]
+    dtype: str = "float32"  # the compute dtype (``compute_name``): float16 inputs run in float32
+
+    @property
+    def n_spatial(self) -> int:
+        return len(self.x_shape) - 2
+
+    @property
+    def depthwise(self) -> bool:
+        """group == C_in == C_out > 1 (one filter per channel)."""
+        return self.op_type == "Conv" and self.group > 1 and self.group == self.x_shape[1] == self.w_shape[0]
+
+    @property
+    def pointwise(self) -> bool:
+        """1x1 kernel without padding (a GEMM on the (C, H*W) view)."""
+        return self.op_type == "Conv" and all(k == 1 for k in self.win.kernel) and not self.win.padded
+
+    @property
+    def flops(self) -> int:
+        """2 * multiply-adds."""
+        if self.op_type == "Conv":
+            return 2 * self.x_shape[0] * self.w_shape[0] * int(np.prod(self.out_sizes)) * int(np.prod(self.w_shape[1:]))
+        return 2 * int(np.prod(self.x_shape)) * int(np.prod(self.w_shape[1:]))
+
+
+@dataclass(frozen=True)
+class GemmSpec:
+    """One MatMul/Gemm call: operand shapes as given (before ``transA``/``transB``)."""
+
+    op_type: str
+    a_shape: tuple[int, ...]
+    b_shape: tuple[int, ...]
+    dtype: str = "float32"
+    trans_a: bool = False
+    trans_b: bool = False
+
+    @property
+    def mkn(self) -> tuple[int, int, int, int]:
+        """(batch, M, K, N) of the product."""
+        a = self.a_shape[::-1] if self.trans_a else self.a_shape
+        b = self.b_shape[::-1] if self.trans_b else self.b_shape
+        m = a[-2] if len(a) > 1 else 1
+        k = a[-1]
+        n = b[-1] if len(b) > 1 else 1
+        batch = max(int(np.prod(a[:-2])), int(np.prod(b[:-2]))) if len(a) > 2 or len(b) > 2 else 1
+        return batch, m, k, n
+
+    @property
+    def flops(self) -> int:
+        batch, m, k, n = self.mkn
+        return 2 * batch * m * k * n
+
+
+OpSpec = ConvSpec | GemmSpec
+
+
+@dataclass(frozen=True)
+class Algorithm:
+    """One implementation of one op family by one provider.
+
+    ``fn`` signatures (arrays already in the compute dtype; ``out`` optional, used when its
+    dtype and layout fit; the result may be a view of ``out``):
+
+    * Conv: ``fn(x, w, b, group, win, out) -> y`` with the bias added.
+    * ConvTranspose: ``fn(x, w, b, group, win, out_sizes, out) -> y`` with the bias added.
+    * MatMul: ``fn(a, b, out) -> y`` (numpy.matmul semantics).
+    * Gemm: ``fn(a, b, c, alpha, beta, out) -> y`` (``a``, ``b`` already transposed, ``c``
+      broadcast to (M, N) or None).
+    """
+
+    name: str
+    op_type: str
+    supports: Callable[[Any], bool]
+    fn: Callable[..., np.ndarray]
+    doc: str = ""
+
+    @property
+    def provider(self) -> str:
+        return self.name.split(":", 1)[0]
+
+
+@dataclass(frozen=True)
+class Provider:
+    """A kernel library: ``module`` defines ``available() -> bool`` and ``ALGORITHMS``."""
+
+    name: str
+    module: str
+    doc: str
+
+
+# The registry: explicit, in preference order for ties. Adding a provider = one line here
+# plus a module with ``available()`` and ``ALGORITHMS``.
+PROVIDERS: dict[str, Provider] = {
+    "numpy": Provider("numpy", "pycann.ops.providers.numpy_blas", "numpy's BLAS (OpenBLAS in the wheels); always there"),
+    "torch": Provider("torch", "pycann.ops.providers.torch_onednn", "PyTorch CPU: oneDNN conv, MKL GEMM; optional"),
+}
+
+# Default choice per (op type, shape class): first available algorithm that supports the
+# spec wins; then any other available one; the numpy general algorithm always remains.
+# Measured on Zen 5 (2 cores, AVX-512) with the ResNet-50 and PP-OCRv4 det shapes: see docs/kernels.md.
+STATIC_TABLE: dict[tuple[str, str], tuple[str, ...]] = {
+    ("Conv", "pointwise"): ("torch:conv2d", "torch:conv1d", "torch:conv3d", "numpy:gemm_1x1"),
+    ("Conv", "pointwise_narrow"): ("numpy:gemm_1x1", "torch:conv2d"),
+    ("Conv", "depthwise"): ("torch:conv2d", "torch:conv1d", "torch:conv3d", "numpy:depthwise"),
+    ("Conv", "grouped"): ("torch:conv2d", "torch:conv1d", "torch:conv3d", "numpy:im2col_gemm"),
+    ("Conv", "regular"): ("torch:conv2d", "torch:conv1d", "torch:conv3d", "numpy:im2col_gemm"),
+    ("ConvTranspose", "any"): ("torch:conv_transpose", "numpy:col2im"),
+    ("MatMul", "any"): ("numpy:matmul", "torch:matmul"),
+    ("Gemm", "any"): ("numpy:gemm", "torch:addmm"),
+}
+# The general algorithm of each op (every spec): the last resort.
+FALLBACK = {"Conv": "numpy:im2col_gemm", "ConvTranspose": "numpy:col2im", "MatMul": "numpy:matmul", "Gemm": "numpy:gemm"}
+
+# A 1x1 conv with fewer input or output channels than this is memory-bound: numpy's GEMM on
+# the NCHW view beats oneDNN, which pays a layout reorder on the (large) activation.
+NARROW_CHANNELS = 32
+
+
+def shape_class(spec: OpSpec) -> str:
+    """The ``STATIC_TABLE`` row of a spec."""
+    if isinstance(spec, GemmSpec) or spec.op_type == "ConvTranspose":
+        return "any"
+    if spec.depthwise:
+        return "depthwise"
+    if spec.group > 1:
+        return "grouped"
+    if spec.pointwise:
+        spatial = int(np.prod(spec.out_sizes))
+        if min(spec.x_shape[1], spec.w_shape[0]) < NARROW_CHANNELS and spatial > 1:
+            return "pointwise_narrow"
+        return "pointwise"
+    return "regular"
+
+
+# ------------------------------------------------------------------ availability and lookup
+
+_available: dict[str, bool] = {}
+_algorithms: dict[str, Algorithm] = {}
+_warned: set[str] = set()
+
+
+def _allowed() -> set[str] | None:
+    env = os.environ.get("PYCANN_PROVIDERS", "").strip()
+    return {p.strip() for p in env.split(",") if p.strip()} | {"numpy"} if env else None
+
+
+def available(provider: str) -> bool:
+    """True when ``provider`` is registered, allowed (``PYCANN_PROVIDERS``) and importable."""
+    if provider not in PROVIDERS:
+        return False
+    allowed = _allowed()
+    if allowed is not None and provider not in allowed:
+        return False
+    if provider not in _available:
+        try:
+            mod = importlib.import_module(PROVIDERS[provider].module)
+            ok = bool(mod.available())
+        except Exception as e:  # a broken optional install must not break pycann
+            log.info("kernel provider %s unavailable: %s", provider, e)
+            ok = False
+        _available[provider] = ok
+    return _available[provider]
+
+
+def provider_algorithms(provider: str) -> list[Algorithm]:
+    """All algorithms a provider declares (whether or not it is available)."""
+    return list(importlib.import_module(PROVIDERS[provider].module).ALGORITHMS)
+
+
+def algorithm(name: str) -> Algorithm | None:
+    """The algorithm called ``name`` if its provider is available, else None."""
+    algo = _algorithms.get(name)
+    if algo is not None:
+        return algo
+    provider = name.split(":", 1)[0]
+    if not available(provider):
+        return None
+    for a in provider_algorithms(provider):
+        _algorithms[a.name] = a
+    return _algorithms.get(name)
+
+
+def reset() -> None:
+    """Forget cached availability and choices (after changing ``PYCANN_PROVIDERS``; tests)."""
+    _available.clear()
+    _algorithms.clear()
+    _warned.clear()
+    _static_choice.cache_clear()
+
+
+def candidates(spec: OpSpec) -> list[Algorithm]:
+    """Available algorithms supporting ``spec``: the static preference first, then the rest."""
+    names = list(STATIC_TABLE.get((spec.op_type, shape_class(spec)), ()))
+    for p in PROVIDERS:
+        if available(p):
+            names += [a.name for a in provider_algorithms(p) if a.op_type == spec.op_type]
+    out: list[Algorithm] = []
+    for n in dict.fromkeys(names):
+        a = algorithm(n)
+        if a is not None and a.op_type == spec.op_type and a.supports(spec):
+            out.append(a)
+    fallback = algorithm(FALLBACK[spec.op_type])
+    if fallback is not None and fallback not in out:
+        out.append(fallback)  # total: computes any valid input, supported or not
+    return out
+
+
+@lru_cache(maxsize=4096)
+def _static_choice(spec: OpSpec) -> Algorithm:
+    return candidates(spec)[0]
+
+
+def select(spec: OpSpec, mode: str = "static", weight: np.ndarray | None = None) -> Algorithm:
+    """The algorithm for ``spec``: the static table's pick, or in ``"measure"`` mode the
+    fastest candidate timed on this shape (``weight``: the real weight/B operand if constant)."""
+    if mode == "measure":
+        cands = candidates(spec)
+        return cands[0] if len(cands) == 1 else measure(spec, cands, weight)[0]
+    return _static_choice(spec)
+
+
+def resolve(name: str | None, spec: Callable[[], OpSpec]) -> Algorithm:
+    """Run-time lookup of a recorded choice; ``spec()`` builds the spec for the fallback.
+
+    A missing or unavailable ``name`` falls back to the static choice (logged once per name).
+    """
+    if name:
+        algo = _algorithms.get(name) or algorithm(name)
+        if algo is not None:
+            return algo
+        if name not in _warned:
+            _warned.add(name)
+            log.info("kernel %s recorded in the model is not available here; using the default", name)
+    return _static_choice(spec())
+
+
+# ------------------------------------------------------------------ specs from shapes + attrs
+
+
+def compute_name(dtype: Any) -> str:
+    """Name of the dtype a kernel computes in: narrow floats widen to float32, others stay."""
+    try:
+        dt = np.dtype(dtype)
+    except TypeError:
+        return str(dtype)
+    if dt.kind == "f" or dt.name == "bfloat16":
+        return compute_dtype(dt).name
+    return dt.name
+
+
+def conv_spec(op_type: str, x_shape: Sequence[int], w_shape: Sequence[int], attrs: Mapping[str, Any],
+              dtype: str = "float32") -> ConvSpec:
+    """The spec of a Conv/ConvTranspose with static shapes and ONNX attributes."""
+    xs, ws = tuple(int(d) for d in x_shape), tuple(int(d) for d in w_shape)
+    ks = attrs.get("kernel_shape") or []
+    kernel = tuple(int(k) for k in ks) if ks else ws[2:]
+    group = int(attrs.get("group", 1) or 1)
+    if op_type == "ConvTranspose":
+        from pycann.ops.nn.conv import conv_transpose_geometry  # conv imports this package
+
+        win, outs = conv_transpose_geometry(xs[2:], kernel, attrs)
+        return ConvSpec(op_type, xs, ws, group, win, tuple(outs), compute_name(dtype))
+    win = plan_window(xs[2:], kernel, attrs)
+    return ConvSpec(op_type, xs, ws, group, win, win.out, compute_name(dtype))
+
+
+def make_spec(op_type: str, shapes: Sequence[Sequence[int]], attrs: Mapping[str, Any],
+              dtype: str = "float32") -> OpSpec:
+    """The spec of a Conv/ConvTranspose/MatMul/Gemm from its first two input shapes."""
+    if op_type in CONV_OPS:
+        return conv_spec(op_type, shapes[0], shapes[1], attrs, dtype)
+    if op_type in GEMM_OPS:
+        return GemmSpec(op_type, tuple(int(d) for d in shapes[0]), tuple(int(d) for d in shapes[1]), compute_name(dtype),
+                        bool(attrs.get("transA", 0)), bool(attrs.get("transB", 0)))
+    raise ValueError(f"no kernel providers for op {op_type}")
+
+
+def choose(op_type: str, shapes: Sequence[Sequence[int]], attrs: Mapping[str, Any], dtype: str = "float32",
+           mode: str = "static", weight: np.ndarray | None = None) -> tuple[str, str]:
+    """(provider, algorithm) for one node: e.g. ``("torch", "conv2d")``."""
+    name = select(make_spec(op_type, shapes, attrs, dtype), mode, weight).name
+    provider, algo = name.split(":", 1)
+    return provider, algo
+
+
+# ------------------------------------------------------------------ measured selection
+
+_measured: dict[OpSpec, list[tuple[float, str]]] = {}
+
+
+def _random_inputs(spec: OpSpec, weight: np.ndarray | None) -> list[Any]:
+    rng = np.random.default_rng(0)
+    cd = np.dtype(spec.dtype)
+
+    def r(shape: tuple[int, ...]) -> np.ndarray:
+        return rng.standard_normal(shape).astype(cd)
+
+    if isinstance(spec, ConvSpec):
+        w = weight.astype(cd, copy=False) if weight is not None else r(spec.w_shape)
+        m = spec.w_shape[0] if spec.op_type == "Conv" else spec.w_shape[1] * spec.group
+        args: list[Any] = [r(spec.x_shape), w, r((m,)), spec.group, spec.win]
+        return args + ([spec.out_sizes] if spec.op_type == "ConvTranspose" else []) + [None]
+    b = weight.astype(cd, copy=False) if weight is not None else r(spec.b_shape)
+    a = r(spec.a_shape)
+    if spec.op_type == "MatMul":
+        return [a, b, None]
+    a = a.T if spec.trans_a else a
+    b = b.T if spec.trans_b else b
+    return [a, b, None, 1.0, 1.0, None]
+
+
+def measure(spec: OpSpec, cands: Sequence[Algorithm], weight: np.ndarray | None = None,
+            budget_s: float = 0.05) -> tuple[Algorithm, list[tuple[float, str]]]:
+    """Time each candidate on ``spec`` (best of a few runs after a warm-up); the fastest wins.
+
+    Results are cached per spec for the process. A candidate that raises is skipped.
+    """
+    if spec not in _measured:
+        args = _random_inputs(spec, weight)
+        times: list[tuple[float, str]] = []
+        for a in cands:
+            try:
+                a.fn(*args)
+                best, t_end, runs = float("inf"), time.perf_counter() + budget_s, 0
+                while runs < 3 or (time.perf_counter() < t_end and runs < 20):
+                    t0 = time.perf_counter()
+                    a.fn(*args)
+                    best = min(best, time.perf_counter() - t0)
+                    runs += 1
+                times.append((best, a.name))
+            except Exception as e:  # pragma: no cover - a provider bug must not break compilation
+                log.info("kernel %s failed on %s: %s", a.name, spec, e)
+        _measured[spec] = sorted(times)
+    by_name = {a.name: a for a in cands}
+    for _, n in _measured[spec]:
+        if n in by_name:
+            return by_name[n], _measured[spec]
+    return cands[0], _measured[spec]
+
+
+__all__ = [
+    "Algorithm", "ConvSpec", "GemmSpec", "OpSpec", "PROVIDERS", "Provider", "STATIC_TABLE", "algorithm", "available",
+    "candidates", "choose", "compute_name", "conv_spec", "make_spec", "measure", "reset", "resolve", "select", "shape_class",
+]

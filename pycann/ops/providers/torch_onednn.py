@@ -1,0 +1,225 @@
+"""The torch provider: PyTorch's CPU kernels (oneDNN convolutions, MKL GEMMs), optional.
+
+``torch`` is imported on first use, never at pycann import; without it this provider is
+simply unavailable. Arrays cross as zero-copy views (``torch.from_numpy``; ``from_dlpack`` for
+read-only arrays such as weights mapped from an .om) and results come back with ``.numpy()``
+(no copy) or are copied once, by torch's threads, into a preallocated output.
+
+Threads: on first use pycann sets ``torch.set_num_threads(n)`` with ``n`` from
+``PYCANN_NUM_THREADS`` when set, else caps torch's own default at the CPUs this process may
+run on (``os.sched_getaffinity``); OpenBLAS (numpy) is left as it is. See docs/kernels.md for
+why one model should not alternate between the two thread pools.
+
+Shapes torch cannot express natively (asymmetric pads beyond what a crop fixes, ConvTranspose
+offsets outside torch's ``output_padding`` range, more than 3 spatial dims, dtypes other than
+float32) are delegated to the numpy provider, so every algorithm here is total.
+"""
+
+from __future__ import annotations
+
+import os
+from typing import Any
+
+import numpy as np
+
+from pycann.ops.nn.spatial import Window
+from pycann.ops.providers import Algorithm, ConvSpec, GemmSpec
+from pycann.ops.providers import numpy_blas as nb
+
+_torch: Any = None
+
+
+def thread_budget() -> int:
+    """Threads pycann gives torch: ``PYCANN_NUM_THREADS``, else the CPUs this process may use."""
+    env = os.environ.get("PYCANN_NUM_THREADS", "").strip()
+    if env.isdigit() and int(env) > 0:
+        return int(env)
+    try:
+        return len(os.sched_getaffinity(0))
+    except AttributeError:  # pragma: no cover - not Linux
+        return os.cpu_count() or 1
+
+
+def load() -> Any:
+    """``import torch`` once and apply the thread policy; raises ImportError without torch."""
+    global _torch
+    if _torch is None:
+        import torch
+
+        n = thread_budget()
+        if os.environ.get("PYCANN_NUM_THREADS", "").strip() or torch.get_num_threads() > n:
+            torch.set_num_threads(n)
+        _torch = torch
+    return _torch
+
+
+def available() -> bool:
+    """True when ``import torch`` works."""
+    try:
+        load()
+    except Exception:
+        return False
+    return True
+
+
+def tensor(a: np.ndarray) -> Any:
+    """A torch view of ``a`` (no copy; negative strides are copied first)."""
+    try:
+        return _torch.from_numpy(a) if a.flags.writeable else _torch.from_dlpack(a)
+    except (ValueError, RuntimeError, BufferError):
+        return _torch.from_numpy(np.ascontiguousarray(a))
+
+
+def _deliver(y: Any, out: np.ndarray | None, residual: np.ndarray | None, relu: bool) -> np.ndarray:
+    """``y`` (+ residual) (relu) as numpy: written by torch into ``out`` when it fits."""
+    if out is not None and out.dtype == np.float32 and out.flags.c_contiguous and out.size == y.numel():
+        o = out.reshape(tuple(y.shape))
+        to = tensor(o)
+        if residual is not None:
+            _torch.add(y, tensor(residual.astype(np.float32, copy=False)), out=to)
+        else:
+            to.copy_(y)
+        if relu:
+            to.relu_()
+        return o
+    if residual is not None:
+        y.add_(tensor(residual.astype(np.float32, copy=False)))
+    if relu:
+        y.relu_()
+    r = y.numpy()
+    return r if r.flags.c_contiguous else np.ascontiguousarray(r)
+
+
+def _post_numpy(y: np.ndarray, residual: np.ndarray | None, relu: bool) -> np.ndarray:
+    if residual is not None:
+        y += residual
+    if relu:
+        np.maximum(y, 0, out=y)
+    return y
+
+
+def _torch_pads(x_sizes: tuple[int, ...], win: Window) -> tuple[list[int], list[int] | None, bool]:
+    """(symmetric padding for torch, explicit (begin, end) pad list for F.pad or None, crop?)."""
+    pb, pe = win.pads_begin, win.pads_end
+    if pb == pe:
+        return list(pb), None, False
+    # torch pads pb on both sides: enough when the end side needs no more than that
+    fits = all(
+        (x + 2 * b - w) // s + 1 >= o
+        for x, b, s, o, w in zip(x_sizes, pb, win.strides, win.out, (win.span(i) for i in range(len(pb))))
+    )
+    if fits:
+        return list(pb), None, True
+    flat: list[int] = []
+    for b, e in zip(reversed(pb), reversed(pe)):  # F.pad: last dim first
+        flat += [b, e]
+    return [0] * len(pb), flat, True
+
+
+def conv(x: np.ndarray, w: np.ndarray, b: np.ndarray | None, group: int, win: Window,
+         out: np.ndarray | None = None, *, residual: np.ndarray | None = None, relu: bool = False) -> np.ndarray:
+    """Conv through ``torch.nn.functional.conv{1,2,3}d`` (oneDNN), bias fused into the call.
+
+    ``residual`` (added) and ``relu`` are applied by torch while the result is copied out.
+    """
+    n = len(win.kernel)
+    if n not in (1, 2, 3) or x.dtype != np.float32 or w.dtype != np.float32:
+        return _post_numpy(nb.conv_im2col_gemm(x, w, b, group, win, out), residual, relu)
+    torch = load()
+    padding, explicit, crop = _torch_pads(tuple(x.shape[2:]), win)
+    tx = tensor(x)
+    if explicit is not None:
+        tx = torch.nn.functional.pad(tx, explicit)
+    fn = (torch.nn.functional.conv1d, torch.nn.functional.conv2d, torch.nn.functional.conv3d)[n - 1]
+    tb = tensor(b.astype(np.float32, copy=False)) if b is not None else None
+    y = fn(tx, tensor(w), tb, list(win.strides), padding, list(win.dilations), group)
+    if crop:
+        y = y[(slice(None), slice(None)) + tuple(slice(0, o) for o in win.out)]
+    return _deliver(y, out, residual, relu)
+
+
+def _transpose_native(x_sizes: tuple[int, ...], win: Window, out_sizes: tuple[int, ...]) -> list[int] | None:
+    """torch's output_padding for this ConvTranspose geometry, or None when torch cannot express it."""
+    ops = []
+    for i, (size, pb, o) in enumerate(zip(x_sizes, win.pads_begin, out_sizes)):
+        full = (size - 1) * win.strides[i] + win.span(i)
+        op = o - full + 2 * pb
+        if pb < 0 or not 0 <= op < max(win.strides[i], win.dilations[i]):
+            return None
+        ops.append(op)
+    return ops
+
+
+def conv_transpose(x: np.ndarray, w: np.ndarray, b: np.ndarray | None, group: int, win: Window,
+                   out_sizes: tuple[int, ...], out: np.ndarray | None = None) -> np.ndarray:
+    """ConvTranspose through ``torch.nn.functional.conv_transpose{1,2,3}d`` (bias fused)."""
+    n = len(win.kernel)
+    opad = _transpose_native(tuple(x.shape[2:]), win, out_sizes) if n in (1, 2, 3) else None
+    if opad is None or x.dtype != np.float32 or w.dtype != np.float32 or x.size == 0:
+        return nb.conv_transpose(x, w, b, group, win, out_sizes, out)
+    torch = load()
+    F = torch.nn.functional
+    fn = (F.conv_transpose1d, F.conv_transpose2d, F.conv_transpose3d)[n - 1]
+    tb = tensor(b.astype(np.float32, copy=False)) if b is not None else None
+    y = fn(tensor(x), tensor(w), tb, list(win.strides), list(win.pads_begin), opad, group, list(win.dilations))
+    return _deliver(y, out, None, False)
+
+
+def _mm_shape(a: np.ndarray, b: np.ndarray) -> tuple[int, ...] | None:
+    if a.ndim < 2 or b.ndim < 2:
+        return None
+    return tuple(np.broadcast_shapes(a.shape[:-2], b.shape[:-2])) + (a.shape[-2], b.shape[-1])
+
+
+def matmul(a: np.ndarray, b: np.ndarray, out: np.ndarray | None = None) -> np.ndarray:
+    """``torch.matmul`` (MKL; numpy.matmul semantics), straight into ``out`` when it fits."""
+    if a.dtype != np.float32 or b.dtype != np.float32:
+        return nb.matmul(a, b, out)
+    torch = load()
+    if out is not None and out.dtype == np.float32 and out.flags.c_contiguous and out.shape == _mm_shape(a, b):
+        torch.matmul(tensor(a), tensor(b), out=tensor(out))
+        return out
+    return torch.matmul(tensor(a), tensor(b)).numpy()
+
+
+def addmm(a: np.ndarray, b: np.ndarray, c: np.ndarray | None, alpha: float, beta: float,
+          out: np.ndarray | None = None) -> np.ndarray:
+    """Gemm as ``torch.addmm`` (MKL): alpha * a @ b + beta * c in one call."""
+    if a.dtype != np.float32 or b.dtype != np.float32 or a.ndim != 2 or b.ndim != 2:
+        return nb.gemm(a, b, c, alpha, beta, out)
+    torch = load()
+    ta, tb = tensor(a), tensor(b)
+    fits = out is not None and out.dtype == np.float32 and out.flags.c_contiguous and out.shape == (a.shape[0], b.shape[1])
+    kw = {"out": tensor(out)} if fits else {}
+    if c is None or beta == 0.0:
+        y = torch.mm(ta, tb, **kw)
+        if alpha != 1.0:
+            y.mul_(alpha)
+    else:
+        y = torch.addmm(tensor(c.astype(np.float32, copy=False)), ta, tb, beta=beta, alpha=alpha, **kw)
+    return out if fits else y.numpy()  # type: ignore[return-value]
+
+
+def _conv_n(n: int) -> Any:
+    return lambda s: isinstance(s, ConvSpec) and s.op_type == "Conv" and s.dtype == "float32" \
+        and s.n_spatial == n
+
+
+def _transpose_ok(s: Any) -> bool:
+    return (isinstance(s, ConvSpec) and s.op_type == "ConvTranspose" and s.dtype == "float32"
+            and s.n_spatial in (1, 2, 3) and _transpose_native(s.x_shape[2:], s.win, s.out_sizes) is not None)
+
+
+def _gemm_ok(op: str) -> Any:
+    return lambda s: isinstance(s, GemmSpec) and s.op_type == op and s.dtype == "float32"
+
+
+ALGORITHMS: list[Algorithm] = [
+    Algorithm("torch:conv2d", "Conv", _conv_n(2), conv, "torch.nn.functional.conv2d (oneDNN), bias fused"),
+    Algorithm("torch:conv1d", "Conv", _conv_n(1), conv, "torch.nn.functional.conv1d (oneDNN), bias fused"),
+    Algorithm("torch:conv3d", "Conv", _conv_n(3), conv, "torch.nn.functional.conv3d (oneDNN), bias fused"),
+    Algorithm("torch:conv_transpose", "ConvTranspose", _transpose_ok, conv_transpose,
+              "torch.nn.functional.conv_transpose{1,2,3}d, bias fused"),
+    Algorithm("torch:matmul", "MatMul", _gemm_ok("MatMul"), matmul, "torch.matmul (MKL)"),
+    Algorithm("torch:addmm", "Gemm", _gemm_ok("Gemm"), addmm, "torch.addmm (MKL), alpha/beta/C fused"),
+]

@@ -1,0 +1,292 @@
+"""``pycann compare``: layer-by-layer accuracy comparison of a pycann model with ONNX Runtime
+(the role of CANN's msaccucmp on dump data; dump config: cann-interfaces.md §1.9).
+
+ONNX Runtime runs the original model with every intermediate value exposed as a graph output
+(graph optimisations off); pycann runs the .om (or the ONNX compiled in memory) with a tensor
+capture (``pycann.profiler.dump.TensorCapture``). Each executed pycann node is matched to the
+ONNX node that produces the same value: a fused node (``Node.origin`` lists the original nodes)
+outputs the value of the LAST original node it covers, so that value is compared. Per node:
+cosine similarity, max absolute error, max relative error (``|a-b| / max(|ref|, atol)``), the
+relative L2 error and a status; a node agrees when ``cosine >= --cosine`` (0.999) and the
+relative L2 error ``<= --rtol`` (1e-4: well above fp32 rounding noise, below fp16 rounding).
+The first node (in execution order) that does not agree is named: upstream of it everything
+agrees, so it is where the loss starts.
+
+``pycann compare --model m.onnx --om m.om [--input a.npy,b.npy] [--output DIR]`` prints a table
+and writes ``compare_result_<time>.csv``. Exit status: 0 all agree, 1 a node disagrees, 2 error.
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import os
+import sys
+import time
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+import onnx
+
+CSV_COLUMNS = ["Index", "pycann Node", "pycann OP Type", "Origin Ops", "ONNX Node", "ONNX OP Type", "Value",
+               "Shape", "DType", "Cosine Similarity", "Max Absolute Error", "Max Relative Error", "Relative L2 Error", "Status"]
+
+
+@dataclass
+class Row:
+    """One comparison (or one ONNX node without a pycann counterpart: status fused / folded)."""
+
+    index: int
+    node: str
+    op_type: str
+    origin: list[str]
+    onnx_node: str
+    onnx_type: str
+    value: str
+    shape: tuple[int, ...] = ()
+    dtype: str = ""
+    cosine: float = float("nan")
+    max_abs: float = float("nan")
+    max_rel: float = float("nan")
+    rel_l2: float = float("nan")
+    status: str = "ok"
+
+
+@dataclass
+class CompareResult:
+    """All rows in pycann's execution order; ``first_bad`` is the first disagreeing one."""
+
+    rows: list[Row] = field(default_factory=list)
+    others: list[Row] = field(default_factory=list)
+
+    @property
+    def compared(self) -> list[Row]:
+        return [r for r in self.rows if r.status in ("ok", "MISMATCH", "shape")]
+
+    @property
+    def first_bad(self) -> Row | None:
+        return next((r for r in self.compared if r.status != "ok"), None)
+
+    def write_csv(self, path: str) -> None:
+        with open(path, "w", newline="", encoding="utf-8") as f:
+            w = csv.writer(f)
+            w.writerow(CSV_COLUMNS)
+            for r in self.rows + self.others:
+                w.writerow([r.index, r.node, r.op_type, ";".join(r.origin), r.onnx_node, r.onnx_type, r.value,
+                            ",".join(map(str, r.shape)), r.dtype, f"{r.cosine:.6f}", f"{r.max_abs:.6g}",
+                            f"{r.max_rel:.6g}", f"{r.rel_l2:.6g}", r.status])
+
+    def table(self, max_rows: int = 50) -> str:
+        rows = self.compared
+        bad = self.first_bad
+        if len(rows) > max_rows:
+            stop = rows.index(bad) + 5 if bad is not None else max_rows
+            rows = rows[max(0, stop - max_rows):stop]
+        lines = [f"{'#':>4} {'pycann node':<28} {'OP Type':<16} {'ONNX node':<24} {'cosine':>9} {'max abs':>10} "
+                 f"{'max rel':>10} {'rel L2':>10}  status"]
+        for r in rows:
+            lines.append(f"{r.index:>4} {r.node[:28]:<28} {r.op_type[:16]:<16} {r.onnx_node[:24]:<24} {r.cosine:>9.6f} "
+                         f"{r.max_abs:>10.3g} {r.max_rel:>10.3g} {r.rel_l2:>10.3g}  {r.status}")
+        if len(rows) < len(self.compared):
+            lines.append(f"     ({len(self.compared) - len(rows)} more rows in the CSV)")
+        return "\n".join(lines)
+
+
+def metrics(got: np.ndarray, ref: np.ndarray, atol: float, rtol: float, min_cosine: float) -> tuple[float, float, float, float, bool]:
+    """``(cosine, max_abs, max_rel, rel_l2, agrees)`` of ``got`` against ``ref`` (same shape).
+
+    ``rel_l2 = ||got - ref|| / max(||ref||, atol * sqrt(n))``; the values agree when
+    ``cosine >= min_cosine`` and ``rel_l2 <= rtol``. A non-finite value where the reference is
+    finite (fp16 overflow) never agrees."""
+    a = np.asarray(got).astype(np.float64).ravel()
+    b = np.asarray(ref).astype(np.float64).ravel()
+    if a.size == 0:
+        return 1.0, 0.0, 0.0, 0.0, True
+    with np.errstate(all="ignore"):
+        same = (a == b) | (np.isnan(a) & np.isnan(b))
+        diff = np.where(same, 0.0, np.abs(a - b))
+        diff = np.where(np.isnan(diff), np.inf, diff)
+        finite = np.isfinite(a) & np.isfinite(b)
+        if not np.array_equal(np.isfinite(a), np.isfinite(b)):
+            cos = float("nan")
+        else:
+            fa, fb = a[finite], b[finite]
+            na, nb = float(np.linalg.norm(fa)), float(np.linalg.norm(fb))
+            cos = 1.0 if na == nb == 0.0 else (float(fa @ fb) / (na * nb) if na and nb else 0.0)
+        max_abs = float(diff.max())
+        max_rel = float((diff / np.maximum(np.abs(np.where(finite, b, 0.0)), atol)).max())
+        ref_norm = float(np.linalg.norm(np.where(finite, b, 0.0)))
+        rel_l2 = float(np.linalg.norm(diff)) / max(ref_norm, atol * np.sqrt(a.size))
+    agrees = bool(cos >= min_cosine and rel_l2 <= rtol)
+    return cos, max_abs, max_rel, rel_l2, agrees
+
+
+def expose_all(model: onnx.ModelProto) -> onnx.ModelProto:
+    """A copy of ``model`` whose graph outputs include every node output of the main graph."""
+    m = onnx.ModelProto()
+    m.CopyFrom(model)
+    try:
+        typed = {vi.name: vi for vi in onnx.shape_inference.infer_shapes(model).graph.value_info}
+    except Exception:
+        typed = {}
+    have = {o.name for o in m.graph.output} | {i.name for i in m.graph.initializer}
+    for n in m.graph.node:
+        for o in n.output:
+            if o and o not in have:
+                have.add(o)
+                m.graph.output.append(typed[o] if o in typed else onnx.helper.make_empty_tensor_value_info(o))
+    return m
+
+
+def run_onnxruntime(model: onnx.ModelProto, feeds: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
+    """Every value of the main graph, by name, from ONNX Runtime (CPU, optimisations off)."""
+    try:
+        import onnxruntime as ort
+    except ImportError as e:
+        raise RuntimeError("pycann compare needs ONNX Runtime: pip install onnxruntime") from e
+    m = expose_all(model)
+    so = ort.SessionOptions()
+    so.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
+    so.log_severity_level = 3
+    sess = ort.InferenceSession(m.SerializeToString(), so, providers=["CPUExecutionProvider"])
+    names = [o.name for o in sess.get_outputs()]
+    wanted = {i.name for i in sess.get_inputs()}
+    outs = sess.run(names, {k: v for k, v in feeds.items() if k in wanted})
+    return {n: np.asarray(v) for n, v in zip(names, outs) if isinstance(v, np.ndarray)}
+
+
+def run_pycann(loaded: Any, feeds: Sequence[np.ndarray]) -> tuple[Any, list[np.ndarray]]:
+    """Run ``loaded`` (a ``LoadedModel``) capturing every top-level node output."""
+    from pycann.profiler.dump import TensorCapture
+    from pycann.profiler.hooks import observe
+
+    cap = TensorCapture(loaded.graph.name)
+    with observe(cap):
+        outs = loaded.run(list(feeds))
+    return cap, outs
+
+
+def compare(model: onnx.ModelProto, loaded: Any, feeds: Mapping[str, np.ndarray], atol: float = 1e-6,
+            rtol: float = 1e-4, min_cosine: float = 0.999) -> CompareResult:
+    """Compare ``loaded`` (pycann ``LoadedModel``) with ONNX Runtime on ``model``, node by node."""
+    ref = run_onnxruntime(model, feeds)
+    cap, outs = run_pycann(loaded, [feeds[i.name] for i in loaded.inputs])
+    producer = {o: n for n in model.graph.node for o in n.output if o}
+    onnx_index = {n.name: i for i, n in enumerate(model.graph.node)}
+    by_name = {n.name: n for n in model.graph.node}
+    res = CompareResult()
+    covered: dict[str, str] = {}  # ONNX node -> pycann node standing for it
+    for node in cap.nodes:
+        for o in node.origin:
+            covered.setdefault(o, node.name)
+    for node in cap.nodes:
+        for j, value in enumerate(node.outputs):
+            if not value or value not in cap.values:
+                continue
+            key = value
+            if key not in ref:  # renamed output: the last original node's j-th output
+                last = max((o for o in node.origin if o in onnx_index), key=onnx_index.__getitem__, default=None)
+                outs_last = list(by_name[last].output) if last is not None else []
+                key = outs_last[j] if j < len(outs_last) else ""
+            src = producer.get(key)
+            row = Row(len(res.rows), node.name, node.op_type, list(node.origin), src.name if src else "-",
+                      src.op_type if src else "-", value)
+            got = cap.values[value]
+            row.shape, row.dtype = tuple(got.shape), got.dtype.name
+            if key not in ref:
+                row.status = "no reference"
+            elif ref[key].shape != got.shape:
+                row.status = "shape"
+            else:
+                row.cosine, row.max_abs, row.max_rel, row.rel_l2, ok = metrics(got, ref[key], atol, rtol, min_cosine)
+                row.status = "ok" if ok else "MISMATCH"
+            res.rows.append(row)
+    graph_outs = [o.name for o in model.graph.output]
+    for i, (name, got) in enumerate(zip(loaded.graph.outputs, outs)):
+        if i < len(graph_outs) and name != graph_outs[i] and graph_outs[i] in ref and isinstance(got, np.ndarray):
+            row = Row(len(res.rows), f"output:{i}", "Output", [], graph_outs[i], "Output", name,
+                      tuple(got.shape), got.dtype.name)
+            if ref[graph_outs[i]].shape != got.shape:
+                row.status = "shape"
+            else:
+                row.cosine, row.max_abs, row.max_rel, row.rel_l2, ok = metrics(got, ref[graph_outs[i]], atol, rtol, min_cosine)
+                row.status = "ok" if ok else "MISMATCH"
+            res.rows.append(row)
+    compared_onnx = {r.onnx_node for r in res.rows}
+    for n in model.graph.node:
+        if n.name not in compared_onnx:
+            status = f"fused into {covered[n.name]}" if n.name in covered else "folded or removed"
+            res.others.append(Row(-1, covered.get(n.name, "-"), "-", [], n.name, n.op_type,
+                                  ",".join(n.output), status=status))
+    return res
+
+
+def _feeds(loaded: Any, files: Sequence[str], seed: int) -> dict[str, np.ndarray]:
+    rng = np.random.default_rng(seed)
+    feeds: dict[str, np.ndarray] = {}
+    for k, info in enumerate(loaded.inputs):
+        dt = np.dtype(info.datatype)
+        shape = [d if isinstance(d, int) and d >= 0 else 1 for d in info.shape]
+        if k < len(files):
+            f = files[k]
+            arr = np.load(f) if f.endswith(".npy") else np.fromfile(f, dtype=dt).reshape(shape)
+        elif dt.kind == "f":
+            arr = rng.standard_normal(shape).astype(dt)
+        elif dt.kind == "b":
+            arr = rng.integers(0, 2, shape).astype(bool)
+        else:
+            arr = rng.integers(0, 8, shape).astype(dt)
+        feeds[info.name] = arr
+    return feeds
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="pycann compare", description="Compare a pycann model with ONNX Runtime, node by node.")
+    p.add_argument("--model", required=True, help="the original ONNX model")
+    p.add_argument("--om", help="the pycann .om compiled from it (default: compile --model in memory)")
+    p.add_argument("--input", default="", help="comma-separated .npy (or raw .bin) files, one per input; default random")
+    p.add_argument("--output", default=".", help="folder for compare_result_<time>.csv")
+    p.add_argument("--rtol", type=float, default=1e-4, help="maximum relative L2 error ||got-ref|| / ||ref||")
+    p.add_argument("--atol", type=float, default=1e-6, help="absolute floor (per element) of the L2 denominator")
+    p.add_argument("--cosine", type=float, default=0.999, help="minimum cosine similarity")
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--max_rows", type=int, default=50, help="rows printed (all are in the CSV)")
+    return p
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """``pycann compare ...``; returns 0 (all agree), 1 (a node disagrees) or 2 (error)."""
+    args = build_parser().parse_args(argv)
+    from pycann.errors import PycannError
+    from pycann.ge.model import LoadedModel
+
+    try:
+        model = onnx.load(args.model)
+        loaded = LoadedModel.from_file(args.om or args.model)
+        files = [f for f in args.input.split(",") if f]
+        res = compare(model, loaded, _feeds(loaded, files, args.seed), args.atol, args.rtol, args.cosine)
+    except (OSError, PycannError, RuntimeError, ValueError) as e:
+        print(f"[ERROR] pycann compare: {type(e).__name__}: {e}", file=sys.stderr)
+        return 2
+    os.makedirs(args.output, exist_ok=True)
+    path = os.path.join(args.output, f"compare_result_{time.strftime('%Y%m%d%H%M%S')}.csv")
+    res.write_csv(path)
+    print(res.table(args.max_rows))
+    fused = sum(1 for r in res.others if r.status.startswith("fused"))
+    print(f"{len(res.compared)} values compared; {fused} ONNX nodes inside fused pycann nodes, "
+          f"{len(res.others) - fused} folded or removed; CSV: {path}")
+    bad = res.first_bad
+    if bad is None:
+        print("all compared nodes agree")
+        return 0
+    fused_from = f", fused from {', '.join(bad.origin)}" if len(bad.origin) > 1 else ""
+    print(f"first disagreement: pycann node {bad.node} ({bad.op_type}{fused_from}) vs ONNX node {bad.onnx_node} "
+          f"({bad.onnx_type}), value {bad.value}: cosine {bad.cosine:.6f}, max abs {bad.max_abs:.3g}, "
+          f"max rel {bad.max_rel:.3g}, rel L2 {bad.rel_l2:.3g} [{bad.status}]")
+    return 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,136 @@
+"""Top-level acl.*: init/finalize and acl.json, versions, data buffers, tensor descs."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+import pycann.acl as acl
+from pycann.acl import _state
+from pycann.acl import constants as C
+from pycann.acl._config import AclConfigWarning
+
+
+def test_init_finalize_cycle(no_acl: None) -> None:
+    assert acl.finalize() in (C.ACL_ERROR_UNINITIALIZE, C.ACL_ERROR_REPEAT_FINALIZE)
+    assert acl.rt.set_device(0) == C.ACL_ERROR_UNINITIALIZE
+    assert acl.init() == 0
+    assert acl.init() == C.ACL_ERROR_REPEAT_INITIALIZE
+    assert "already" in acl.get_recent_err_msg()
+    assert acl.finalize() == 0
+    assert acl.finalize() == C.ACL_ERROR_REPEAT_FINALIZE
+    assert acl.init() == 0  # a new cycle works
+    assert acl.finalize() == 0
+
+
+def test_init_reads_acl_json(no_acl: None, tmp_path: Path) -> None:
+    cfg = {"dump": {"dump_path": str(tmp_path), "dump_list": [], "dump_mode": "output"},
+           "profiler": {"switch": "off", "output": str(tmp_path)}, "max_opqueue_num": 100, "shiny_new_key": 1}
+    p = tmp_path / "acl.json"
+    p.write_text(json.dumps(cfg))
+    with pytest.warns(AclConfigWarning, match="shiny_new_key"):
+        assert acl.init(str(p)) == 0
+    assert _state.config is not None
+    assert _state.config.dump_enabled and not _state.config.profiling_enabled
+    assert _state.config.unknown == ["shiny_new_key"]
+    assert _state.config.raw["max_opqueue_num"] == 100
+
+
+@pytest.mark.parametrize("text, code", [
+    ("{not json", C.ACL_ERROR_PARSE_FILE),
+    ("[1, 2]", C.ACL_ERROR_PARSE_FILE),
+    ('{"dump": {"dump_list": []}}', C.ACL_ERROR_INVALID_DUMP_CONFIG),
+    ('{"dump": {"dump_path": "/tmp", "dump_mode": "sideways"}}', C.ACL_ERROR_INVALID_DUMP_CONFIG),
+    ('{"profiler": {"switch": "maybe"}}', C.ACL_ERROR_INVALID_PROFILING_CONFIG),
+])
+def test_bad_acl_json(no_acl: None, tmp_path: Path, text: str, code: int) -> None:
+    p = tmp_path / "acl.json"
+    p.write_text(text)
+    assert acl.init(str(p)) == code
+    assert not _state.initialized
+
+
+def test_missing_acl_json_and_empty_one(no_acl: None, tmp_path: Path) -> None:
+    assert acl.init(str(tmp_path / "nope.json")) == C.ACL_ERROR_INVALID_FILE
+    (tmp_path / "empty.json").write_text("")
+    assert acl.init(str(tmp_path / "empty.json")) == 0
+    with pytest.raises(TypeError):
+        acl.init(42)  # type: ignore[arg-type]
+
+
+def test_version_soc_log() -> None:
+    major, minor, patch, ret = acl.get_version()
+    assert ret == 0 and (major, minor, patch) >= (0, 0, 0)
+    assert "Ascend310P" in acl.get_soc_name()
+    acl.app_log(C.ACL_INFO, "hello")
+    assert acl.float16_to_float(acl.float_to_float16(1.5)) == 1.5
+    assert acl.float_to_float16(1.0) == 0x3C00
+
+
+def test_finalize_reports_leaks(no_acl: None, small_om: Path) -> None:
+    assert acl.init() == 0
+    assert acl.rt.set_device(0) == 0
+    _, ret = acl.rt.malloc(1000, 0)
+    _, ret2 = acl.rt.malloc_host(10)
+    acl.rt.create_stream()
+    acl.rt.create_event()
+    acl.mdl.load_from_file(str(small_om))
+    assert ret == ret2 == 0
+    with pytest.warns(acl.AclLeakWarning, match=r"2 allocation\(s\) \(1010 bytes\)"):
+        assert acl.finalize() == 0
+    report = "\n".join(_state.last_leak_report)
+    assert "test_base.py" in report  # allocation sites point at the caller
+    assert "not unloaded" in report and "stream" in report and "event" in report
+
+
+def test_data_buffers() -> None:
+    b = acl.create_data_buffer(0x1234, 64)
+    assert b and acl.get_data_buffer_addr(b) == 0x1234
+    assert acl.get_data_buffer_size(b) == acl.get_data_buffer_size_v2(b) == 64
+    assert acl.update_data_buffer(b, 0x5678, 32) == 0
+    assert (acl.get_data_buffer_addr(b), acl.get_data_buffer_size(b)) == (0x5678, 32)
+    assert acl.update_data_buffer(b, 1, -1) == C.ACL_ERROR_INVALID_PARAM
+    assert acl.destroy_data_buffer(b) == 0
+    assert acl.destroy_data_buffer(b) == C.ACL_ERROR_INVALID_RESOURCE_HANDLE
+    assert acl.get_data_buffer_addr(b) == 0 and acl.get_data_buffer_size(b) == 0
+    assert acl.create_data_buffer(0, 0) != 0  # an empty buffer is legal
+    assert acl.create_data_buffer(-5, 4) == 0
+    with pytest.raises(TypeError):
+        acl.create_data_buffer("ptr", 4)  # type: ignore[arg-type]
+
+
+def test_tensor_descs() -> None:
+    d = acl.create_tensor_desc(C.ACL_FLOAT16, [2, 3, 4], C.ACL_FORMAT_NCHW)
+    assert acl.get_tensor_desc_type(d) == C.ACL_FLOAT16
+    assert acl.get_tensor_desc_format(d) == C.ACL_FORMAT_NCHW
+    assert acl.get_tensor_desc_num_dims(d) == 3
+    assert acl.get_tensor_desc_element_count(d) == 24
+    assert acl.get_tensor_desc_size(d) == 48
+    assert acl.get_tensor_desc_dim(d, 1) == 3
+    assert acl.get_tensor_desc_dim_v2(d, 2) == (4, 0)
+    assert acl.get_tensor_desc_dim_v2(d, 3) == (-1, C.ACL_ERROR_INVALID_PARAM)
+    assert acl.get_tensor_desc_dim(d, -1) == -1
+    acl.set_tensor_desc_name(d, "x")
+    assert acl.get_tensor_desc_name(d) == "x"
+    assert acl.set_tensor_shape(d, [5]) == 0 and acl.get_tensor_desc_size(d) == 10
+    assert acl.set_tensor_format(d, C.ACL_FORMAT_ND) == 0 and acl.get_tensor_desc_format(d) == C.ACL_FORMAT_ND
+    dyn = acl.create_tensor_desc(C.ACL_FLOAT, [-1, 3], C.ACL_FORMAT_ND)
+    assert acl.get_tensor_desc_size(dyn) == 0
+    assert acl.destroy_tensor_desc(d) is None
+    assert acl.get_tensor_desc_type(d) == C.ACL_DT_UNDEFINED
+    assert acl.get_tensor_desc_format(d) == C.ACL_FORMAT_UNDEFINED
+    assert acl.destroy_tensor_desc(d) is None  # void, never raises
+    assert acl.create_tensor_desc(C.ACL_FLOAT, [-7], C.ACL_FORMAT_ND) == 0
+    with pytest.raises(TypeError):
+        acl.create_tensor_desc(C.ACL_FLOAT, 3, C.ACL_FORMAT_ND)  # type: ignore[arg-type]
+    assert acl.data_type_size(C.ACL_INT64) == 8 and acl.data_type_size(C.ACL_STRING) == 0
+    assert acl.data_type_size(999) == 0
+
+
+def test_constants_module() -> None:
+    assert C.ACL_ERROR_INVALID_PARAM == 100000 and C.ACL_MEMCPY_DEVICE_TO_HOST == 2
+    assert C.ACL_INT32 == 3 and C.ACL_UINT8 == 4 and C.ACL_FORMAT_ND == 2
+    assert C.error_name(100000) == "ACL_ERROR_INVALID_PARAM" and C.error_name(0) == "ACL_SUCCESS"
+    assert C.error_name(1) == "UNKNOWN(1)"

@@ -1,0 +1,106 @@
+"""ais_bench compatibility: the bench CLI and InferSession's modes, summary, free_resource."""
+
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from pycann.acl.session import InferSession, latency_stats, parse_dims
+from pycann.tools import bench
+
+from .conftest import small_ref
+
+STAT = r"min = [\d.]+, max = [\d.]+, mean = [\d.]+, median = [\d.]+, percentile\(99%\) = [\d.]+"
+
+
+def test_bench_static_summary(small_om: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    rc = bench.main(["--model", str(small_om), "--loop", "5", "--batchsize", "2", "--output", str(tmp_path),
+                     "--output_dirname", "run", "--outfmt", "NPY", "--display_all_summary", "true",
+                     "--pure_data_type", "random"])
+    out = capsys.readouterr().out
+    assert rc == 0, out
+    lines = [ln for ln in out.splitlines() if ln.startswith("[INFO]")]
+    i = lines.index("[INFO] -----------------Performance Summary------------------")
+    assert re.fullmatch(r"\[INFO\] H2D_latency \(ms\): " + STAT, lines[i + 1])
+    assert re.fullmatch(r"\[INFO\] NPU_compute_time \(ms\): " + STAT, lines[i + 2])
+    assert re.fullmatch(r"\[INFO\] D2H_latency \(ms\): " + STAT, lines[i + 3])
+    assert re.fullmatch(r"\[INFO\] throughput 1000\*batchsize\.mean\(2\)/NPU_compute_time\.mean\([\d.]+\): [\d.]+",
+                        lines[i + 4])
+    assert lines[i + 5] == "[INFO] ------------------------------------------------------"
+    assert sorted(p.name for p in (tmp_path / "run").iterdir()) == ["pure_infer_data_0.npy", "pure_infer_data_1.npy"]
+    summary = json.loads(next(tmp_path.glob("*_summary.json")).read_text())
+    assert summary["throughput"] > 0 and set(summary["NPU_compute_time"]) >= {"min", "max", "mean", "median", "p99"}
+
+
+def test_bench_inputs_and_dynamic(dyn_om: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    indir = tmp_path / "in"
+    indir.mkdir()
+    xs = [np.random.default_rng(i).standard_normal((3, 4)).astype(np.float32) for i in range(2)]
+    np.save(indir / "a.npy", xs[0])
+    xs[1].tofile(indir / "b.bin")
+    rc = bench.main(["--model", str(dyn_om), "--input", str(indir), "--dymBatch", "3", "--output", str(tmp_path),
+                     "--output_dirname", "o", "--outfmt", "BIN", "--warmup_count", "0", "--profiler", "1"])
+    out = capsys.readouterr().out
+    assert rc == 0, out
+    assert "--profiler has no effect" in out and "H2D_latency" not in out
+    assert "throughput 1000*batchsize.mean(3)" in out
+    for name, x in (("a", xs[0]), ("b", xs[1])):
+        z = np.fromfile(tmp_path / "o" / f"{name}_1.bin", np.float32).reshape(3, 3)
+        np.testing.assert_allclose(z, small_ref(x)[1], rtol=1e-6)
+    rc = bench.main(["--model", str(dyn_om), "--dymShape", "x:5,4", "--outputSize", "100,100"])
+    assert rc == 0
+    rc = bench.main(["--model", str(dyn_om), "--dymShape", "x:5,4", "--outputSize", "10,10"])
+    assert rc == 1 and "custom_sizes" in capsys.readouterr().err
+    assert bench.main(["--model", str(dyn_om)]) == 1  # dynamic dims and nothing to set them
+    assert bench.main(["--model", str(tmp_path / "missing.om")]) == 1
+
+
+def test_session_modes(dyn_om: Path, small_om: Path) -> None:
+    sess = InferSession(0, str(dyn_om), loop=2)
+    x = np.ones((4, 4), np.float32)
+    for mode in ("static", "dymbatch", "dymdims", "dymshape"):
+        out = sess.infer([x], mode=mode)
+        np.testing.assert_allclose(out[0], small_ref(x)[0], rtol=1e-6)
+    assert sess.dym == {"shape": {"x": [4, 4]}} and sess.custom_outsize == [100000, 100000]
+    sess.infer({"x": x}, mode="dymbatch")
+    assert sess.dym == {"batch": 4} and sess.get_max_dym_batchsize() == 8
+    with pytest.raises(RuntimeError, match="wrong infer_mode"):
+        sess.infer([x], mode="fast")
+    with pytest.raises(RuntimeError, match="4-D"):
+        sess.infer([x], mode="dymhw")
+    with pytest.raises(RuntimeError, match="custom_sizes"):
+        sess.infer([x], mode="dymshape", custom_sizes=8)
+    with pytest.raises(RuntimeError, match="type"):
+        sess.infer([x], mode="dymshape", custom_sizes="big")  # type: ignore[arg-type]
+    assert len(sess.infer_pipeline([[x], [x]], mode="dymbatch")) == 2
+    assert len(sess.summary().exec_time_list) == 2 * 8  # loop=2: 4 modes, dymbatch, dymshape overflow, 2 pipelined
+    st = sess.summary().stats()
+    assert st["min"] <= st["median"] <= st["max"] and st["p99"] <= st["max"]
+    np.testing.assert_allclose(sess.run([x])[0], small_ref(x)[0], rtol=1e-6)  # ais_bench low-level run
+    assert sess.run(["z"], {"x": x})[0].shape == (4, 3)  # ONNX Runtime style
+    sess.set_dynamic_hw(8, 6)
+    sess.set_dynamic_dims("x:2,4")
+    assert sess.input_shapes() == [[2, 4]]
+    sess.reset_summaryinfo()
+    assert sess.summary().exec_time_list == []
+    sess.free_resource()
+    with pytest.raises(RuntimeError, match="freed"):
+        sess.infer([x])
+    InferSession.finalize()
+    static = InferSession(0, str(small_om))
+    with pytest.raises(RuntimeError, match="static"):
+        static.infer([np.ones((2, 4), np.float32)], mode="dymbatch")
+    assert static.get_max_dym_batchsize() == -1
+
+
+def test_helpers() -> None:
+    assert parse_dims("x:1,3;y:2") == {"x": [1, 3], "y": [2]}
+    with pytest.raises(ValueError):
+        parse_dims("nonsense")
+    assert latency_stats([]) == {"min": 0.0, "max": 0.0, "mean": 0.0, "median": 0.0, "p99": 0.0}
+    assert latency_stats([1.0, 3.0])["mean"] == 2.0
+    assert bench.str2bool("1") and not bench.str2bool("False")
