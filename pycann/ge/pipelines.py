@@ -20,6 +20,7 @@ from pycann.ge.passes import (
     fuse_layernorm,
     fuse_matmul_bias,
     infer_shapes,
+    precision,
 )
 from pycann.ge.passes.base import PassContext, PassResult
 
@@ -41,6 +42,8 @@ COMPILE_PIPELINE: list[tuple[str, PassFn]] = [
     (fuse_conv_act.name, fuse_conv_act.run),
     (fuse_matmul_bias.name, fuse_matmul_bias.run),
     (fuse_elementwise.name, fuse_elementwise.run),
+    # dtypes are chosen on the fused graph, as CANN's FE does after graph fusion
+    (precision.name, precision.run),
     (dead_code.name, dead_code.run),
     (infer_shapes.name, infer_shapes.run),
 ]
@@ -58,7 +61,7 @@ SPECIALIZE_PIPELINE: list[tuple[str, PassFn]] = [
 ]
 
 # Passes that may not be switched off: the rest of the stack relies on their results.
-REQUIRED_PASSES = {infer_shapes.name}
+REQUIRED_PASSES = {infer_shapes.name, precision.name}
 
 
 def run_pipeline(graph: Graph, ctx: PassContext, pipeline: list[tuple[str, PassFn]] | None = None) -> Graph:

@@ -106,8 +106,8 @@ def count_flops(op_type: str, attrs: Mapping[str, Any], inputs: Sequence[Meta], 
         dirs, gh, h = r
         return 2 * seq * batch * dirs * gh * (x[2] + h)
     if op_type in POOLS:
-        k = attrs.get("kernel_shape") or []
-        return n_out * prod(int(v) for v in k) if k else _n(_shape(inputs, 0))
+        kernel = list(attrs.get("kernel_shape") or [])
+        return n_out * prod(int(v) for v in kernel) if kernel else _n(_shape(inputs, 0))
     if op_type in REDUCE:
         return _n(_shape(inputs, 0))
     if op_type in PER_ELEMENT:

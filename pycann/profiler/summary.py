@@ -79,6 +79,11 @@ def render(report: Report, top: int = 15) -> str:
         f"machine peaks: {p.flops / 1e9:.1f} GFLOP/s, {p.bandwidth / 1e9:.1f} GB/s "
         f"(balance {p.balance:.1f} FLOP/B; {p.source})",
     ]
+    if report.runs:
+        durs = [f"{r.dur_ns / 1e6:.3f}" for r in report.runs[:10]]
+        more = f" ... ({len(report.runs) - 10} more)" if len(report.runs) > 10 else ""
+        lines.append(f"run times (ms): {', '.join(durs)}{more}"
+                     + ("  (first runs include warm-up)" if len(report.runs) > 1 else ""))
     if not report.ops:
         lines.append("no op executions were recorded (was a model run while profiling?)")
         return "\n".join(lines) + "\n"

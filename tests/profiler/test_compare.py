@@ -1,0 +1,108 @@
+"""pycann compare: node-by-node agreement with ONNX Runtime; finding an injected fault."""
+
+from __future__ import annotations
+
+import csv
+import dataclasses
+import glob
+from collections.abc import Callable
+from pathlib import Path
+
+import numpy as np
+import onnx
+import pytest
+from onnx import TensorProto, helper, numpy_helper
+
+from pycann.ge.compiler import compile_model
+from pycann.ge.model import LoadedModel
+from pycann.ops import registry
+from pycann.tools.compare import CSV_COLUMNS, compare, main
+
+pytest.importorskip("onnxruntime")
+
+
+def _patch(monkeypatch: pytest.MonkeyPatch, domain: str, op_type: str, kernel: Callable) -> None:
+    """Replace the kernel of ``op_type`` (and drop its arena kernel so the replacement runs)."""
+    defs = registry.REGISTRY[(domain, op_type)]
+    monkeypatch.setitem(registry.REGISTRY, (domain, op_type),
+                        [dataclasses.replace(d, kernel=kernel, out_kernel=None) for d in defs])
+
+
+def _om(model: onnx.ModelProto, tmp_path: Path) -> tuple[Path, Path]:
+    onnx_path, om_path = tmp_path / "m.onnx", tmp_path / "m.om"
+    onnx.save(model, onnx_path)
+    compile_model(model).save(om_path)
+    return onnx_path, om_path
+
+
+def test_clean_model_agrees(tiny_model: onnx.ModelProto, x_tiny: np.ndarray, tmp_path: Path,
+                            capsys: pytest.CaptureFixture[str]) -> None:
+    res = compare(tiny_model, LoadedModel.from_compiled(compile_model(tiny_model)), {"x": x_tiny})
+    assert res.first_bad is None and len(res.compared) == 6
+    fused = next(r for r in res.rows if r.op_type == "FusedConv")
+    assert fused.onnx_node == "relu" and fused.origin == ["conv", "relu"]  # the LAST original node's value
+    assert {r.onnx_node: r.status for r in res.others} == {"conv": "fused into conv_fused", "mm": "fused into mm_fused",
+                                                           "add": "fused into mm_fused"}
+    onnx_path, om_path = _om(tiny_model, tmp_path)
+    np.save(tmp_path / "x.npy", x_tiny)
+    rc = main(["--model", str(onnx_path), "--om", str(om_path), "--input", str(tmp_path / "x.npy"),
+               "--output", str(tmp_path / "out")])
+    assert rc == 0
+    assert "all compared nodes agree" in capsys.readouterr().out
+    (csv_path,) = glob.glob(str(tmp_path / "out" / "compare_result_*.csv"))
+    with open(csv_path, newline="", encoding="utf-8") as f:
+        rows = list(csv.reader(f))
+    assert rows[0] == CSV_COLUMNS and len(rows) == 1 + 6 + 3
+
+
+def test_wrong_relu_kernel_is_found(tiny_model: onnx.ModelProto, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                    capsys: pytest.CaptureFixture[str]) -> None:
+    _patch(monkeypatch, "", "Relu", lambda ins, attrs: [np.maximum(ins[0], 0) + np.float32(1e-2)])
+    onnx_path, om_path = _om(tiny_model, tmp_path)
+    rc = main(["--model", str(onnx_path), "--om", str(om_path), "--output", str(tmp_path)])
+    out = capsys.readouterr().out
+    assert rc == 1
+    assert "first disagreement: pycann node relu2 (Relu)" in out and "ONNX node relu2" in out
+
+
+def test_wrong_fused_kernel_maps_to_last_original_node(tiny_model: onnx.ModelProto, x_tiny: np.ndarray,
+                                                       monkeypatch: pytest.MonkeyPatch) -> None:
+    op = registry.REGISTRY[("pycann", "FusedMatMul")][-1]
+    _patch(monkeypatch, "pycann", "FusedMatMul", lambda ins, attrs: [op.kernel(ins, attrs)[0] * np.float32(1.01)])
+    res = compare(tiny_model, LoadedModel.from_compiled(compile_model(tiny_model)), {"x": x_tiny})
+    bad = res.first_bad
+    assert bad is not None and bad.node == "mm_fused" and bad.onnx_node == "sig"
+    assert bad.origin == ["mm", "add", "sig"]
+
+
+def _overflow_model(scale: float) -> onnx.ModelProto:
+    rng = np.random.default_rng(3)
+    w = (rng.standard_normal((16, 16)) * scale).astype(np.float32)
+    nodes = [helper.make_node("MatMul", ["x", "W"], ["h"], name="proj"),
+             helper.make_node("Mul", ["h", "h"], ["sq"], name="square"),
+             helper.make_node("ReduceSum", ["sq", "axes"], ["y"], name="total", keepdims=0)]
+    g = helper.make_graph(nodes, "energy", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [4, 16])],
+                          [helper.make_tensor_value_info("y", TensorProto.FLOAT, [4])],
+                          [numpy_helper.from_array(w, "W"), numpy_helper.from_array(np.array([1], np.int64), "axes")])
+    return helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
+
+
+@pytest.mark.parametrize("scale", [100.0, 1.0], ids=["fp16-overflow", "fp16-rounding"])
+def test_fp16_precision_loss_is_found(scale: float, monkeypatch: pytest.MonkeyPatch) -> None:
+    """One node computes through float16 (as a precision mode would): compare names it first."""
+    model = _overflow_model(scale)
+    x = np.random.default_rng(4).standard_normal((4, 16)).astype(np.float32)
+    lm = LoadedModel.from_compiled(compile_model(model))
+    assert compare(model, lm, {"x": x}).first_bad is None
+    _patch(monkeypatch, "", "Mul",
+           lambda ins, attrs: [(ins[0].astype(np.float16) * ins[1].astype(np.float16)).astype(np.float32)])
+    lm = LoadedModel.from_compiled(compile_model(model))
+    assert [n.op_type for n in lm.graph.nodes if n.name == "square"] == ["Mul"]
+    with np.errstate(over="ignore"):
+        res = compare(model, lm, {"x": x})
+    bad = res.first_bad
+    assert bad is not None and bad.node == "square" and bad.status == "MISMATCH"
+    if scale > 1:
+        assert np.isnan(bad.cosine) and bad.max_abs == np.inf
+    else:
+        assert bad.rel_l2 > 1e-4 and bad.cosine > 0.999

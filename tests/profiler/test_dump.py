@@ -1,0 +1,70 @@
+"""acl.json dump (cann-interfaces.md §1.9): .npy per layer + index, round trip."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import onnx
+import pytest
+
+from pycann.ge.compiler import compile_model
+from pycann.ge.model import LoadedModel
+from pycann.profiler import dump, hooks
+from pycann.profiler.dump import TensorCapture, TensorDump, load_index
+
+
+def _run_dumped(lm: LoadedModel, x: np.ndarray, cfg: dict, runs: int = 2) -> tuple[TensorDump, TensorCapture]:
+    d = dump.configure_from_acl_json(cfg)
+    assert d is not None
+    cap = TensorCapture()
+    try:
+        with hooks.observe(cap):
+            for i in range(runs):
+                lm.run([x * (i + 1)])
+    finally:
+        assert dump.finalize() == [d.root]
+    assert hooks.OBSERVERS == ()
+    return d, cap
+
+
+def test_dump_all_round_trip(tiny_model: onnx.ModelProto, x_tiny: np.ndarray, tmp_path: Path) -> None:
+    cm = compile_model(tiny_model)
+    cm.save(tmp_path / "mynet.om")
+    lm = LoadedModel.from_file(tmp_path / "mynet.om")
+    d, cap = _run_dumped(lm, x_tiny, {"dump": {"dump_path": str(tmp_path / "dump"), "dump_list": [],
+                                               "dump_mode": "all"}})
+    rows = load_index(d.root)
+    assert {r["model_name"] for r in rows} == {"mynet"} and {r["iteration"] for r in rows} == {"0", "1"}
+    n_nodes = len(lm.graph.nodes)
+    outs = [r for r in rows if r["io"] == "output"]
+    assert len(outs) == 2 * n_nodes and any(r["io"] == "input" for r in rows)
+    for r in outs:
+        arr = np.load(r["path"])
+        assert r["dtype"] == arr.dtype.name and r["shape"] == ",".join(map(str, arr.shape))
+        assert "/mynet/0/" + r["iteration"] + "/" in r["path"].replace("\\", "/")
+        if r["iteration"] == "1":  # the capture holds the last run's values
+            np.testing.assert_array_equal(arr, cap.values[r["value_name"]])
+    x_in = next(r for r in rows if r["io"] == "input" and r["value_name"] == "x" and r["iteration"] == "0")
+    np.testing.assert_array_equal(np.load(x_in["path"]), x_tiny)
+    fused = next(r for r in outs if r["op_type"] == "FusedConv")
+    assert fused["origin"] == "conv;relu" and Path(fused["path"]).name == "FusedConv.conv_fused.output.0.npy"
+
+
+def test_dump_list_layers_and_steps(tiny_model: onnx.ModelProto, x_tiny: np.ndarray, tmp_path: Path) -> None:
+    lm = LoadedModel.from_compiled(compile_model(tiny_model))
+    cfg = {"dump_path": str(tmp_path), "dump_mode": "output", "dump_step": "1",
+           "dump_list": [{"model_name": "tiny", "layer": ["relu", "relu2"]}, {"model_name": "other"}]}
+    d, cap = _run_dumped(lm, x_tiny, cfg, runs=3)
+    rows = load_index(d.root)
+    # "relu" was fused into conv_fused: the layer selects the fused node
+    assert sorted(r["op_name"] for r in rows) == ["conv_fused", "relu2"]
+    assert {r["iteration"] for r in rows} == {"1"} and {r["io"] for r in rows} == {"output"}
+
+
+def test_dump_config_checks(tmp_path: Path) -> None:
+    assert dump.configure_from_acl_json({"dump": {"dump_path": str(tmp_path)}}) is None  # no dump_list
+    assert dump.configure_from_acl_json({}) is None
+    with pytest.raises(ValueError, match="dump_mode"):
+        TensorDump(tmp_path, None, "weights")
+    assert dump.parse_steps("0|3|5-9") == [(0, 0), (3, 3), (5, 9)]
