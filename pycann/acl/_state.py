@@ -12,12 +12,14 @@ import operator
 import os
 import sys
 import threading
+import time
 from collections.abc import Callable
 from typing import Any, TypeVar
 
 from pycann.acl import constants as C
 from pycann.acl._config import AclConfig
 from pycann.acl.errors import AclFault, ArgTypeError, code_for, fault
+from pycann.profiler import hooks
 from pycann.runtime import AddressSpace, Runtime
 
 log = logging.getLogger("pycann.acl")
@@ -135,8 +137,12 @@ def api(out: tuple[Any, ...] = (), bare: Any = _NOTHING, name: str = "") -> Call
     def deco(fn: F) -> F:
         qual = name or f"acl.{fn.__module__.rsplit('.', 1)[-1]}.{fn.__name__}".replace("acl.base.", "acl.")
 
+        track = "memcpy" if "memcpy" in qual else "api"
+
         @functools.wraps(fn)
         def wrapper(*args: Any, **kwargs: Any) -> Any:
+            timed = hooks.active()  # host API calls appear on the profile's timeline when profiling
+            t0 = time.perf_counter_ns() if timed else 0
             try:
                 return fn(*args, **kwargs)
             except ArgTypeError:
@@ -151,6 +157,9 @@ def api(out: tuple[Any, ...] = (), bare: Any = _NOTHING, name: str = "") -> Call
                 if bare is not _NOTHING:
                     return bare
                 return (*out, code) if out else code
+            finally:
+                if timed:
+                    hooks.record_api(qual, t0, time.perf_counter_ns(), track=track)
 
         return wrapper  # type: ignore[return-value]
 

@@ -12,12 +12,14 @@ from typing import Any
 import numpy as np
 
 import pycann
+from pycann import profiler
 from pycann.acl import _state
 from pycann.acl import constants as C
 from pycann.acl._config import parse_config
 from pycann.acl._state import api, as_int, handles, require_init
 from pycann.acl.errors import ArgTypeError, fault
 from pycann.dtypes import ACL_TO_DTYPE, to_numpy
+from pycann.profiler import dump as profiler_dump
 from pycann.runtime import Runtime
 
 
@@ -38,6 +40,10 @@ def init(config_path: str | None = None) -> int:
         cfg = parse_config(config_path)
         _state.config = cfg
         _state.runtime = Runtime(space=_state.space)
+        if cfg.profiling_enabled:
+            profiler.configure_from_acl_json(cfg.raw)
+        if cfg.dump_enabled:
+            profiler_dump.configure_from_acl_json(cfg.raw)
         _state.initialized = _state.ever_initialized = True
     return C.ACL_SUCCESS
 
@@ -68,6 +74,7 @@ def finalize() -> int:
                 report.append("an event was not destroyed")
         handles.clear(("context", "stream", "event"))
         _state.last_leak_report = report
+        profiler.finalize()  # writes the profile / closes the dump started by acl.json, if any
         _state.initialized = False
         _state.runtime = None
     if report:
