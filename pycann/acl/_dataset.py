@@ -1,6 +1,7 @@
 """``aclmdlDataset`` (cann-interfaces.md §1.4): an ordered list of data buffers, optional
-per-input tensor descs (dynamic shapes), the dynamic batch / HW / dims settings and, after an
-execution, the actual output shapes (``get_dataset_tensor_desc`` on an output dataset)."""
+per-input tensor descs (dynamic shapes), the dynamic batch / HW / dims settings or the selected
+gear's input shapes (``gear``; the selection lives here, per dataset, never in the model) and,
+after an execution, the actual output shapes (``get_dataset_tensor_desc`` on an output dataset)."""
 
 from __future__ import annotations
 
@@ -10,7 +11,8 @@ from typing import Any
 import numpy as np
 
 from pycann.acl import constants as C
-from pycann.acl._state import api, as_int, handles
+from pycann.acl._models import mdl_api as api
+from pycann.acl._state import as_int, handles
 from pycann.acl.base import TensorDescObj, tensor_desc
 from pycann.acl.errors import fault
 from pycann.dtypes import ACL_DTYPE, from_numpy
@@ -23,6 +25,7 @@ class Dataset:
     batch: int | None = None
     hw: tuple[int, int] | None = None
     dyn_dims: list[int] | None = None
+    gear: dict[str, list[int]] | None = None
     out_shapes: list[tuple[tuple[int, ...], np.dtype]] = field(default_factory=list)
     owned: dict[int, int] = field(default_factory=dict)
 

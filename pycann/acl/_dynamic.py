@@ -1,9 +1,22 @@
-"""Dynamic inputs of ``acl.mdl`` (cann-interfaces.md §1.4) — partial: pycann has no gears.
+"""Dynamic inputs of ``acl.mdl`` (cann-interfaces.md §1.4).
 
-The input shape of a model with dynamic dims comes from ``set_dataset_tensor_desc``,
-``set_dynamic_batch_size`` / ``set_dynamic_hw_size`` (fill the batch / H,W dims) or
-``set_input_dynamic_dims`` (fill every dynamic dim, input after input). The "dynamic tensor"
-``ACL_DYNAMIC_TENSOR_NAME`` is a virtual input at index ``num_inputs``.
+**Gear models** (``atc --dynamic_batch_size / --dynamic_image_size / --dynamic_dims``,
+``LoadedModel.gears``): ``set_dynamic_batch_size`` / ``set_dynamic_hw_size`` /
+``set_input_dynamic_dims`` select one compiled gear *for the dataset* (CANN's codes: 145013
+``ACL_ERROR_GE_DYNAMIC_BATCH_SIZE_INVALID`` for a value that is no gear, 145012
+``ACL_ERROR_GE_DYNAMIC_INPUT_LENGTH_INVALID`` for dims of the wrong length or with a wrong static
+dim). The selection is stored in the dataset, never in the model: ``execute`` feeds the gear's
+concrete shapes and ``LoadedModel`` checks them against its gears, so two datasets (threads,
+streams) may run different gears of one model at once. ``get_dynamic_batch`` / ``get_dynamic_hw``
+/ ``get_input_dynamic_gear_count`` / ``get_input_dynamic_dims`` report the gears as CANN does
+(dims: each gear as the concatenated shapes of the inputs in ``--input_shape`` order).
+
+**Range models** (``-1`` / ``lo~hi`` without gears): the input shape comes from
+``set_dataset_tensor_desc``, ``set_dynamic_batch_size`` / ``set_dynamic_hw_size`` (fill the batch
+/ H,W dims, checked against the ranges) or ``set_input_dynamic_dims`` (every dynamic dim, input
+after input); ``get_dynamic_batch`` lists a range's batch sizes (up to 128).
+
+The "dynamic tensor" ``ACL_DYNAMIC_TENSOR_NAME`` is a virtual input at index ``num_inputs``.
 """
 
 from __future__ import annotations
@@ -12,10 +25,19 @@ from typing import Any
 
 from pycann.acl import constants as C
 from pycann.acl._dataset import Dataset, dataset
-from pycann.acl._models import ModelRecord, desc_obj, model_record
-from pycann.acl._state import api, as_int
+from pycann.acl._models import ModelDesc, ModelRecord, desc_obj, model_record
+from pycann.acl._models import mdl_api as api
+from pycann.acl._state import as_int
 from pycann.acl.base import tensor_desc
 from pycann.acl.errors import ArgTypeError, fault
+from pycann.ge.gears import GearTable
+from pycann.ge.model import LoadedModel
+
+_CALL = {"batch": "set_dynamic_batch_size", "image_size": "set_dynamic_hw_size", "dims": "set_input_dynamic_dims"}
+
+
+def _hw_axes(m: LoadedModel) -> tuple[int, int]:
+    return (1, 2) if m.input_format == "NHWC" else (2, 3)
 
 
 def input_shapes(rec: ModelRecord, ds: Dataset) -> list[list[int]]:
@@ -33,6 +55,8 @@ def input_shapes(rec: ModelRecord, ds: Dataset) -> list[list[int]]:
             ):
                 raise fault(C.ACL_ERROR_GE_SHAPE_INVALID,
                             f"input {i} ({info.name}): tensor desc dims {shape} do not fit the model's {info.shape}")
+        elif ds.gear is not None and info.name in ds.gear:
+            shape = list(ds.gear[info.name])
         elif gdesc is not None and gdesc.shape is None:
             raise fault(C.ACL_ERROR_GE_SHAPE_INVALID,
                         f"input {i} ({info.name}) has unknown rank: give its shape with set_dataset_tensor_desc")
@@ -43,7 +67,7 @@ def input_shapes(rec: ModelRecord, ds: Dataset) -> list[list[int]]:
             if ds.batch is not None and shape and shape[0] == -1:
                 shape[0] = ds.batch
             if ds.hw is not None and len(shape) == 4:
-                hi, wi = (1, 2) if rec.model.manifest.get("options", {}).get("input_format") == "NHWC" else (2, 3)
+                hi, wi = _hw_axes(m)
                 shape[hi] = ds.hw[0] if shape[hi] == -1 else shape[hi]
                 shape[wi] = ds.hw[1] if shape[wi] == -1 else shape[wi]
         if any(d < 0 for d in shape):
@@ -64,18 +88,83 @@ def _dyn_target(model_id: Any, ds_h: Any, index: Any) -> tuple[ModelRecord, Data
     return rec, ds
 
 
+# ---------------------------------------------------------------- gears (LoadedModel.gears)
+def gear_order(m: LoadedModel) -> list[str]:
+    """Inputs whose shapes, concatenated, are a gear's dims in ``get/set_input_dynamic_dims``: the
+    ``--input_shape`` order (CANN's user-designated order), else the model's input order."""
+    assert m.gears is not None
+    names = [i.name for i in m.inputs]
+    have = {n for s in m.gears.shapes for n in s}
+    order: list[str] = []
+    for key in m.manifest.get("options", {}).get("input_shape", {}) or {}:
+        name = names[int(key)] if key not in names and str(key).isdigit() and int(key) < len(names) else key
+        if name in have and name not in order:
+            order.append(name)
+    return order or [n for n in names if n in have]
+
+
+def gear_dims(m: LoadedModel, i: int) -> list[int]:
+    """Gear ``i``'s dims as CANN's ``get_input_dynamic_dims`` gives them."""
+    assert m.gears is not None
+    return [int(d) for n in gear_order(m) for d in m.gears.shapes[i][n]]
+
+
+def _select(ds: Dataset, g: GearTable, kind: str, values: list[int]) -> int:
+    """Store the gear ``values`` of ``kind`` in the dataset. Raises 145013 listing the gears."""
+    if g.kind != kind:
+        raise fault(C.ACL_ERROR_GE_DYNAMIC_BATCH_SIZE_INVALID,
+                    f"{_CALL[kind]} does not apply: the model was compiled with {g.option}; use {_CALL[g.kind]} "
+                    f"(gears: {g.listing()})")
+    if values not in g.profiles:
+        raise fault(C.ACL_ERROR_GE_DYNAMIC_BATCH_SIZE_INVALID,
+                    f"{','.join(map(str, values))} matches no gear of the model ({g.option}); the gears are: "
+                    f"{g.listing()}")
+    i = g.profiles.index(values)
+    ds.gear = {k: list(v) for k, v in g.shapes[i].items()}
+    return C.ACL_SUCCESS
+
+
+def _select_dims(rec: ModelRecord, ds: Dataset, g: GearTable, vals: list[int]) -> int:
+    """``set_input_dynamic_dims`` on a gear model: ``vals`` are all dims of the gear inputs in
+    order (CANN), or for ``--dynamic_dims`` also just the profile (one value per ``-1``)."""
+    m = rec.model
+    order = gear_order(m)
+    template = [d for n in order for d in next(i.shape for i in m.inputs if i.name == n)]
+    if len(vals) == len(template):
+        bad = [k for k, (t, v) in enumerate(zip(template, vals)) if t != -1 and t != v]
+        if bad:
+            raise fault(C.ACL_ERROR_GE_DYNAMIC_INPUT_LENGTH_INVALID,
+                        f"dims {vals}: position {bad[0]} is {vals[bad[0]]}, the model's static dim is "
+                        f"{template[bad[0]]} (the dims are the shapes of {', '.join(order)} in order: {template})")
+        for i in range(len(g.profiles)):
+            if gear_dims(m, i) == vals:
+                ds.gear = {k: list(v) for k, v in g.shapes[i].items()}
+                return C.ACL_SUCCESS
+        raise fault(C.ACL_ERROR_GE_DYNAMIC_BATCH_SIZE_INVALID,
+                    f"dims {vals} match no gear of the model ({g.option}); the gears are: {g.listing()}")
+    if g.kind == "dims" and len(vals) == len(g.profiles[0]):
+        return _select(ds, g, "dims", vals)
+    raise fault(C.ACL_ERROR_GE_DYNAMIC_INPUT_LENGTH_INVALID,
+                f"{len(vals)} dims given; the model's gears have {len(template)} (the shapes of "
+                f"{', '.join(order)} in order: {template})")
+
+
+# ---------------------------------------------------------------- set_* (per dataset)
 @api()
 def set_dynamic_batch_size(model_id: int, dataset: int, index: int, batch_size: int) -> int:
-    """Sets dim 0 of the inputs whose batch is dynamic (checked against ``--input_shape`` ranges)."""
+    """Selects the batch gear (gear models) or sets dim 0 of the inputs whose batch is dynamic
+    (checked against ``--input_shape`` ranges)."""
     rec, ds = _dyn_target(model_id, dataset, index)
     b = as_int(batch_size, "batch_size")
-    batch_dyn = [info for i, info in enumerate(rec.model.inputs) if info.shape and info.shape[0] == -1]
+    if rec.model.gears is not None:
+        return _select(ds, rec.model.gears, "batch", [b])
+    batch_dyn = [info for info in rec.model.inputs if info.shape and info.shape[0] == -1]
     if not batch_dyn:
         raise fault(C.ACL_ERROR_MODEL_NOT_DYNAMIC, "no input of the model has a dynamic batch dim")
     for info in batch_dyn:
-        r = rec.model.manifest.get("input_ranges", {}).get(info.name, [])
+        r = rec.model.input_ranges.get(info.name, [])
         lo, hi = (r[0][0], r[0][1]) if r and isinstance(r[0], list) else (1, None)
-        if b < lo or (hi is not None and b > hi):
+        if b < lo or (hi is not None and hi >= 0 and b > hi):
             raise fault(C.ACL_ERROR_GE_DYNAMIC_BATCH_SIZE_INVALID, f"batch {b} is outside {info.name}'s range {lo}~{hi}")
     ds.batch = b
     return C.ACL_SUCCESS
@@ -83,9 +172,11 @@ def set_dynamic_batch_size(model_id: int, dataset: int, index: int, batch_size: 
 
 @api()
 def set_dynamic_hw_size(model_id: int, dataset: int, index: int, height: int, width: int) -> int:
-    """Sets the dynamic H and W of 4-D inputs."""
+    """Selects the image-size gear (gear models) or sets the dynamic H and W of 4-D inputs."""
     rec, ds = _dyn_target(model_id, dataset, index)
     h, w = as_int(height, "height"), as_int(width, "width")
+    if rec.model.gears is not None:
+        return _select(ds, rec.model.gears, "image_size", [h, w])
     if h <= 0 or w <= 0:
         raise fault(C.ACL_ERROR_INVALID_PARAM, f"invalid image size {h}x{w}")
     if not any(len(i.shape) == 4 and -1 in i.shape[1:] for i in rec.model.inputs):
@@ -94,15 +185,28 @@ def set_dynamic_hw_size(model_id: int, dataset: int, index: int, height: int, wi
     return C.ACL_SUCCESS
 
 
-@api()
-def set_input_dynamic_dims(model_id: int, dataset: int, index: int, dims: Any) -> int:
-    """``dims``: ``{"dimCount": n, "dims": [...]}`` (or a list): the values of every dynamic dim,
-    input after input, in order."""
-    rec, ds = _dyn_target(model_id, dataset, index)
+def _dim_values(dims: Any) -> list[int]:
+    """pyACL's ``{"dimCount": n, "dims": [...]}`` (``dimCount`` values are read) or a list."""
     values = dims.get("dims") if isinstance(dims, dict) else dims
     if not isinstance(values, (list, tuple)):
         raise ArgTypeError("dims must be a dict with a 'dims' list, or a list")
-    vals = [as_int(v, "dim") for v in values]
+    if isinstance(dims, dict) and "dimCount" in dims:
+        n = as_int(dims["dimCount"], "dimCount")
+        if n > len(values):
+            raise ArgTypeError(f"dimCount {n} exceeds the {len(values)} values of 'dims'")
+        values = values[:n]
+    return [as_int(v, "dim") for v in values]
+
+
+@api()
+def set_input_dynamic_dims(model_id: int, dataset: int, index: int, dims: Any) -> int:
+    """``dims``: ``{"dimCount": n, "dims": [...]}`` (or a list). Gear models: a gear as
+    ``get_input_dynamic_dims`` lists it (all dims of the inputs, concatenated). Range models: the
+    values of every dynamic dim, input after input, in order."""
+    rec, ds = _dyn_target(model_id, dataset, index)
+    vals = _dim_values(dims)
+    if rec.model.gears is not None:
+        return _select_dims(rec, ds, rec.model.gears, vals)
     want = sum(1 for info in rec.model.inputs for d in info.shape if d == -1)
     if len(vals) != want or any(v < 0 for v in vals):
         raise fault(C.ACL_ERROR_INVALID_PARAM, f"{len(vals)} dims given; the model has {want} dynamic dims")
@@ -110,13 +214,25 @@ def set_input_dynamic_dims(model_id: int, dataset: int, index: int, dims: Any) -
     return C.ACL_SUCCESS
 
 
+# ---------------------------------------------------------------- get_* (model desc)
+def _desc_gears(d: ModelDesc) -> tuple[LoadedModel | None, GearTable | None]:
+    m = d.record.model if d.record is not None else None
+    return m, (m.gears if m is not None else None)
+
+
 @api(out=({"batchCount": 0, "batch": []},))
 def get_dynamic_batch(model_desc: int) -> tuple[dict[str, Any], int]:
-    """``{"batchCount", "batch"}, ret``: the batch sizes a range allows (up to 128), else none."""
+    """``{"batchCount", "batch"}, ret``: the batch gears, or the batch sizes a range allows (up to
+    128); none for other models."""
     d = desc_obj(model_desc)
+    _, g = _desc_gears(d)
+    if g is not None:
+        batches = [p[0] for p in g.profiles] if g.kind == "batch" else []
+        return {"batchCount": len(batches), "batch": batches}, C.ACL_SUCCESS
     for info in d.inputs:
         r = d.ranges.get(info.name, [])
-        if info.shape and info.shape[0] == -1 and r and isinstance(r[0], list) and r[0][1] - r[0][0] < C.ACL_MAX_BATCH_NUM:
+        if info.shape and info.shape[0] == -1 and r and isinstance(r[0], list) and \
+                0 <= r[0][1] - r[0][0] < C.ACL_MAX_BATCH_NUM:
             batches = list(range(max(1, r[0][0]), r[0][1] + 1))
             return {"batchCount": len(batches), "batch": batches}, C.ACL_SUCCESS
     return {"batchCount": 0, "batch": []}, C.ACL_SUCCESS
@@ -124,19 +240,33 @@ def get_dynamic_batch(model_desc: int) -> tuple[dict[str, Any], int]:
 
 @api(out=({"hwCount": 0, "hw": []},))
 def get_dynamic_hw(model_desc: int, index: int) -> tuple[dict[str, Any], int]:
-    """``{"hwCount", "hw"}, ret``: always empty (no gears; any H, W within the ranges runs)."""
-    desc_obj(model_desc)
-    return {"hwCount": 0, "hw": []}, C.ACL_SUCCESS
+    """``{"hwCount", "hw": [[h, w], ...]}, ret``: the image-size gears (``index`` is reserved, -1);
+    empty for other models (a range model runs any H, W within its ranges)."""
+    _, g = _desc_gears(desc_obj(model_desc))
+    hw = [list(p) for p in g.profiles] if g is not None and g.kind == "image_size" else []
+    return {"hwCount": len(hw), "hw": hw}, C.ACL_SUCCESS
 
 
 @api(out=(0,))
 def get_input_dynamic_gear_count(model_desc: int, index: int) -> tuple[int, int]:
-    desc_obj(model_desc)
-    return 0, C.ACL_SUCCESS
+    """``count, ret``: the number of ``--dynamic_dims`` gears (``index`` is reserved, -1); 0 otherwise."""
+    _, g = _desc_gears(desc_obj(model_desc))
+    return (len(g.profiles) if g is not None and g.kind == "dims" else 0), C.ACL_SUCCESS
 
 
 @api(out=([],))
 def get_input_dynamic_dims(model_desc: int, index: int, gear_count: int) -> tuple[list[Any], int]:
-    desc_obj(model_desc)
-    return [], C.ACL_SUCCESS
-
+    """``[{"name": "", "dimCount", "dims"}, ...], ret``: each ``--dynamic_dims`` gear as the
+    concatenated shapes of the inputs (``--input_shape`` order), as CANN reports them."""
+    m, g = _desc_gears(desc_obj(model_desc))
+    n = as_int(gear_count, "gear_count")
+    if m is None or g is None or g.kind != "dims":
+        return [], C.ACL_SUCCESS
+    if n < len(g.profiles):
+        raise fault(C.ACL_ERROR_INVALID_PARAM, f"gear_count {n} is less than the model's {len(g.profiles)} gears "
+                    "(get it with get_input_dynamic_gear_count)")
+    out = []
+    for i in range(len(g.profiles)):
+        dims = gear_dims(m, i)
+        out.append({"name": "", "dimCount": len(dims), "dims": dims})
+    return out, C.ACL_SUCCESS

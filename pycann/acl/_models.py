@@ -4,16 +4,29 @@ from __future__ import annotations
 
 import itertools
 import threading
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, TypeVar
 
 import numpy as np
 
 from pycann.acl import constants as C
-from pycann.acl._state import as_int, handles
+from pycann.acl._state import api, as_int, handles
 from pycann.acl.errors import fault
 from pycann.dtypes import to_numpy
 from pycann.ge.model import LoadedModel, TensorInfo
+
+F = TypeVar("F", bound=Callable[..., Any])
+
+
+def mdl_api(out: tuple[Any, ...] = (), **kw: Any) -> Callable[[F], F]:
+    """``_state.api`` for ``acl.mdl`` functions defined in helper modules (``_dataset``,
+    ``_dynamic``, ``_aipp``): errors and profiles name them ``acl.mdl.<function>``."""
+
+    def deco(fn: F) -> F:
+        return api(out, name=f"acl.mdl.{fn.__name__}", **kw)(fn)
+
+    return deco
 
 
 @dataclass

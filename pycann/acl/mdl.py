@@ -5,11 +5,13 @@ data buffers (device pointers) which ``execute`` reads into the model's inputs a
 outputs into, checking every pointer and size. ``execute_async`` queues the same work on a
 stream. Several threads may execute one model at once (``LoadedModel.run`` is thread-safe).
 
-Dynamic models (dims -1 or ranges at compile time) have no gears yet: the input shape comes
-from ``set_dataset_tensor_desc``, ``set_dynamic_batch_size`` / ``set_dynamic_hw_size`` (fill
-the batch / H,W dims) or ``set_input_dynamic_dims`` (fill every dynamic dim in order). The
-"dynamic tensor" ``ACL_DYNAMIC_TENSOR_NAME`` is a virtual input at index ``num_inputs``: apps
-may look it up and allocate a buffer for it; ``execute`` ignores that buffer.
+Dynamic models (``pycann.acl._dynamic``): gear models (``--dynamic_batch_size`` & co.) select a
+gear per dataset with ``set_dynamic_batch_size`` / ``set_dynamic_hw_size`` /
+``set_input_dynamic_dims``; range models (``-1`` / ``lo~hi``) take their shapes from those calls
+or ``set_dataset_tensor_desc``. The "dynamic tensor" ``ACL_DYNAMIC_TENSOR_NAME`` is a virtual
+input at index ``num_inputs``: apps may look it up and allocate a buffer for it; ``execute``
+ignores that buffer. Dynamic AIPP (``create_aipp``, ``set_aipp_*``, ``set_input_aipp``, ...):
+``pycann.acl._aipp``.
 """
 
 from __future__ import annotations
@@ -21,6 +23,26 @@ from typing import Any
 import numpy as np
 
 from pycann.acl import constants as C
+from pycann.acl._aipp import (  # noqa: F401 - re-exported acl.mdl functions
+    create_aipp,
+    destroy_aipp,
+    get_aipp_data_size,
+    get_aipp_type,
+    get_first_aipp_info,
+    set_aipp_ax_swap_switch,
+    set_aipp_by_input_index,
+    set_aipp_crop_params,
+    set_aipp_csc_params,
+    set_aipp_dtc_pixel_mean,
+    set_aipp_dtc_pixel_min,
+    set_aipp_input_format,
+    set_aipp_padding_params,
+    set_aipp_pixel_var_reci,
+    set_aipp_rbuv_swap_switch,
+    set_aipp_scf_params,
+    set_aipp_src_image_size,
+    set_input_aipp,
+)
 from pycann.acl._dataset import (  # noqa: F401 - re-exported acl.mdl functions
     Dataset,
     add_dataset_buffer,
@@ -175,8 +197,8 @@ def get_desc(model_desc: int, model_id: int) -> int:
     d, rec = desc_obj(model_desc), model_record(model_id)
     m = rec.model
     d.model_id, d.inputs, d.outputs, d.record = int(model_id), list(m.inputs), list(m.outputs), rec
-    d.ranges = dict(m.manifest.get("input_ranges", {}))
-    d.input_format = str(m.manifest.get("options", {}).get("input_format", "NCHW"))
+    d.ranges = m.input_ranges
+    d.input_format = m.input_format
     return C.ACL_SUCCESS
 
 
@@ -189,24 +211,17 @@ def _io(desc: Any, index: Any, outputs: bool) -> tuple[ModelDesc, TensorInfo]:
     return d, infos[i]
 
 
-def _max_dims(d: ModelDesc, info: TensorInfo, outputs: bool) -> list[int]:
-    rng = [] if outputs else d.ranges.get(info.name, [])
-    dims = list(info.shape)
-    for k, r in enumerate(rng):
-        if k < len(dims) and dims[k] == -1 and isinstance(r, list):
-            dims[k] = int(r[1])
-    return dims
-
-
 def _size(desc: Any, index: Any, outputs: bool) -> int:
     d = desc_obj(desc)
     if not outputs and as_int(index, "index") == len(d.inputs) and d.record is not None and d.record.dynamic:
         return 64  # the virtual dynamic tensor (see module doc)
     d, info = _io(desc, index, outputs)
-    dims = _max_dims(d, info, outputs)
-    if any(x < 0 for x in dims) or np_dtype(info) is None:
+    if np_dtype(info) is None:
         return 0
-    return math.prod(dims) * np_dtype(info).itemsize  # type: ignore[union-attr]
+    if d.record is None:
+        return info.size
+    m, i = d.record.model, int(index)
+    return m.max_output_bytes(i) if outputs else m.max_input_bytes(i)
 
 
 def _dims_dict(info: TensorInfo, dims: list[int] | tuple[int, ...]) -> dict[str, Any]:
@@ -225,13 +240,14 @@ def get_num_outputs(model_desc: int) -> int:
 
 @api(bare=0)
 def get_input_size_by_index(model_desc: int, index: int) -> int:
-    """Bytes of input ``index`` (the largest allowed for a range; 0 if unbounded)."""
+    """Bytes of input ``index``: the largest gear, or the largest shape a range allows (0 if unbounded)."""
     return _size(model_desc, index, False)
 
 
 @api(bare=0)
 def get_output_size_by_index(model_desc: int, index: int) -> int:
-    """Bytes of output ``index`` (0 for dynamic outputs: size their buffers yourself)."""
+    """Bytes of output ``index``: the largest gear's for gear models; 0 for other dynamic outputs
+    (size their buffers yourself)."""
     return _size(model_desc, index, True)
 
 
@@ -291,9 +307,9 @@ def get_output_data_type(model_desc: int, index: int) -> int:
 
 @api(bare=C.ACL_FORMAT_UNDEFINED)
 def get_input_format(model_desc: int, index: int) -> int:
-    """4-D inputs report the compile-time ``--input_format`` (NCHW by default), others ND."""
-    d, info = _io(model_desc, index, False)
-    return _FORMATS.get(d.input_format, C.ACL_FORMAT_NCHW) if len(info.shape) == 4 else C.ACL_FORMAT_ND
+    """The input's compile-time format (``TensorInfo.format``): 4-D inputs have ``--input_format``
+    (NCHW by default; NHWC for the uint8 source of static AIPP), others ND."""
+    return _FORMATS.get(_io(model_desc, index, False)[1].format, C.ACL_FORMAT_ND)
 
 
 @api(bare=C.ACL_FORMAT_UNDEFINED)

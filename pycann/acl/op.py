@@ -1,8 +1,9 @@
 """``acl.op``: single-operator execution (cann-interfaces.md §1.6).
 
 ``execute_v2(op_type, in_descs, in_buffers, out_descs, out_buffers, attr, stream)`` runs any op
-of pycann's operator table (``pycann.ops.registry.lookup``) — the table graph mode uses, as
-CANN shares its op library between the two. Op types and attribute names are ONNX's (latest
+of pycann's operator table through GE's single-op entry point (``pycann.ge.singleop.run_op``:
+defaults, shape inference, kernel, output check) — the table graph mode uses, as CANN shares its
+op library between the two. Op types and attribute names are ONNX's (latest
 opset semantics, e.g. ``ReduceSum`` takes ``axes`` as an input); no ``atc --singleop``
 precompilation is needed, so ``set_model_dir`` only checks the directory. The op runs when the
 stream reaches it; inputs are read from device memory (host memory if the tensor desc has
@@ -24,9 +25,8 @@ from pycann.acl.base import DataBuffer, TensorDescObj, tensor_desc
 from pycann.acl.errors import AclFault, ArgTypeError, fault
 from pycann.acl.rt import stream_of
 from pycann.dtypes import ACL_TO_DTYPE, DType
-from pycann.errors import PycannError, UnsupportedOpError
-from pycann.ops.registry import lookup
-from pycann.runtime.errors import RtError
+from pycann.errors import KernelError, ShapeError, UnsupportedOpError
+from pycann.ge.singleop import AttrError, OutputCountError, find_op, run_op
 from pycann.runtime.memory import ANY_KIND, DEVICE_KINDS
 
 
@@ -172,17 +172,13 @@ def _bufs(bufs: Any, n: int, what: str) -> list[DataBuffer]:
 
 def _lookup(op_type: str) -> Any:
     try:
-        opdef = lookup(op_type)
+        return find_op(op_type)
     except UnsupportedOpError as e:
         raise fault(C.ACL_ERROR_OP_NOT_FOUND, str(e)) from None
-    if opdef.scoped:
-        raise fault(C.ACL_ERROR_OP_NOT_FOUND, f"{op_type} has subgraphs and cannot run as a single op")
-    return opdef
 
 
 def _run(op_type: str, ins: list[TensorDescObj], in_bufs: list[DataBuffer], outs: list[TensorDescObj],
          out_bufs: list[DataBuffer], attrs: dict[str, Any]) -> None:
-    opdef = _lookup(op_type)
     space = require_init().space
     arrays: list[np.ndarray | None] = []
     for i, (d, b) in enumerate(zip(ins, in_bufs)):
@@ -199,17 +195,15 @@ def _run(op_type: str, ins: list[TensorDescObj], in_bufs: list[DataBuffer], outs
         raw = space.read(b.ptr, need, kinds, f"input {i} of {op_type}") if need else np.zeros(0, np.uint8)
         arrays.append(raw.view(dt).reshape(d.dims))
     try:
-        full = opdef.with_defaults(attrs, op_type)
-    except PycannError as e:
+        results = run_op(op_type, arrays, attrs, n_outputs=len(outs))
+    except UnsupportedOpError as e:
+        raise fault(C.ACL_ERROR_OP_NOT_FOUND, str(e)) from None
+    except AttrError as e:
         raise fault(C.ACL_ERROR_OP_ATTR_NOT_MATCH, str(e)) from None
-    try:
-        results = list(opdef.kernel(arrays, full))
-    except (RtError, AclFault):
-        raise
-    except Exception as e:  # noqa: BLE001 - a kernel rejecting its inputs
-        raise fault(C.ACL_ERROR_OP_INPUT_NOT_MATCH, f"{op_type} failed on these inputs: {type(e).__name__}: {e}") from None
-    if len(results) < len(outs):
-        raise fault(C.ACL_ERROR_OP_OUTPUT_NOT_MATCH, f"{op_type} gives {len(results)} outputs, {len(outs)} were described")
+    except OutputCountError as e:
+        raise fault(C.ACL_ERROR_OP_OUTPUT_NOT_MATCH, str(e)) from None
+    except (ShapeError, KernelError) as e:  # inference or the kernel rejects these inputs
+        raise fault(C.ACL_ERROR_OP_INPUT_NOT_MATCH, str(e)) from None
     for j, (d, b) in enumerate(zip(outs, out_bufs)):
         o = np.ascontiguousarray(results[j])
         dt = d.numpy_dtype()

@@ -2,10 +2,14 @@
 ONNX Runtime-style ``run(output_names, feeds)``. A facade: the work is in ``pycann.ge.model``.
 
 Modes of ``infer`` (§6.1): ``static`` runs the feeds as given; ``dymbatch`` / ``dymhw`` /
-``dymdims`` need a model with dynamic dims (compiled with ``-1`` or ``lo~hi`` in
-``--input_shape``) and record the batch / H,W / dims the feeds carry; ``dymshape`` also checks
-each output against ``custom_sizes`` (bytes), as ais_bench's output buffers would. pycann has
-no gears yet, so any shape the model accepts runs in every dynamic mode.
+``dymdims`` need a model with dynamic dims and record the batch / H,W / dims the feeds carry;
+``dymshape`` also checks each output against ``custom_sizes`` (bytes), as ais_bench's output
+buffers would. On a gear model (``--dynamic_batch_size`` / ``--dynamic_image_size`` /
+``--dynamic_dims``) the setting must be one of its gears (``dymbatch`` needs batch gears,
+``dymhw`` image-size gears, ``dymdims`` the shapes of any gear): otherwise ``RuntimeError``
+listing the gears. The session never selects a gear on the model (``LoadedModel`` matches the
+feeds against its gears), so sessions sharing nothing stay independent. A model compiled with
+``-1`` / ``lo~hi`` ranges runs any shape it accepts in every dynamic mode.
 """
 
 from __future__ import annotations
@@ -19,6 +23,7 @@ from typing import Any
 import numpy as np
 
 from pycann.errors import InputError
+from pycann.ge.gears import OPTION
 from pycann.ge.model import LoadedModel, TensorInfo
 
 MODES = ("static", "dymbatch", "dymhw", "dymdims", "dymshape")
@@ -125,8 +130,9 @@ class InferSession:
         elif mode == "dymhw":
             four = [s for s in shapes if len(s) == 4]
             if not four:
-                raise RuntimeError("dymhw: the feeds have no 4-D (NCHW) input")
-            self.set_dynamic_hw(four[0][3], four[0][2])
+                raise RuntimeError("dymhw: the feeds have no 4-D (NCHW / NHWC) input")
+            hi, wi = (1, 2) if self.model.input_format == "NHWC" else (2, 3)
+            self.set_dynamic_hw(four[0][wi], four[0][hi])
         else:
             text = ";".join(f"{info.name}:{','.join(map(str, s))}" for info, s in zip(self.model.inputs, shapes))
             if mode == "dymdims":
@@ -185,18 +191,40 @@ class InferSession:
             raise InputError(f"unknown output names {missing}; the model's outputs are {names}")
         return [outs[names.index(n)] for n in output_names]
 
+    def _gear(self, what: str, kind: str | None, values: list[int] | None = None,
+              shapes: Mapping[str, Sequence[int]] | None = None) -> dict[str, Any]:
+        """``{"gear": index}`` of the gear with profile ``values`` (of ``kind``) or these input
+        ``shapes``; ``{}`` without gears. Raises ``RuntimeError`` listing the gears."""
+        g = self.model.gears
+        if g is None:
+            return {}
+        if kind is not None and g.kind != kind:
+            raise RuntimeError(f"{what}: the model was compiled with {g.option}, not {OPTION[kind]}; "
+                               f"its gears are: {g.listing()}")
+        for i, (profile, gear) in enumerate(zip(g.profiles, g.shapes)):
+            if values is not None and profile == values:
+                return {"gear": i}
+            if shapes is not None and all(gear.get(n, tuple(s)) == tuple(s) for n, s in shapes.items()) \
+                    and any(n in gear for n in shapes):
+                return {"gear": i}
+        raise RuntimeError(f"{what} matches no gear of this model ({g.option}); the gears are: {g.listing()}")
+
     # ais_bench's setters: they record the dynamic setting (the feeds carry the actual shapes)
     def set_staticbatch(self) -> None:
         self.dym = {}
 
     def set_dynamic_batchsize(self, batch: int) -> None:
-        self.dym = {"batch": int(batch)}
+        """Record batch ``batch`` (a gear model must have it as a ``--dynamic_batch_size`` gear)."""
+        self.dym = {"batch": int(batch), **self._gear(f"batch {int(batch)}", "batch", values=[int(batch)])}
 
     def set_dynamic_hw(self, w: int, h: int) -> None:
-        self.dym = {"hw": (int(h), int(w))}
+        """Record H, W (a gear model must have them as a ``--dynamic_image_size`` gear)."""
+        self.dym = {"hw": (int(h), int(w)), **self._gear(f"hw {int(h)}x{int(w)}", "image_size", values=[int(h), int(w)])}
 
     def set_dynamic_dims(self, dims: str) -> None:
-        self.dym = {"dims": parse_dims(dims)}
+        """Record ``"name:d1,d2;..."`` shapes (a gear model must have them as one of its gears)."""
+        parsed = parse_dims(dims)
+        self.dym = {"dims": parsed, **self._gear(f"dims {dims}", None, shapes=parsed)}
 
     def set_dynamic_shape(self, shape: str) -> None:
         self.dym = {"shape": parse_dims(shape)}
@@ -208,9 +236,13 @@ class InferSession:
         self.loop = max(1, int(loop))
 
     def get_max_dym_batchsize(self) -> int:
-        """The upper bound of the batch range given at compile time (-1 if unbounded or static)."""
+        """The largest batch gear, or the upper bound of the batch range given at compile time
+        (-1 if unbounded or static)."""
+        g = self.model.gears
+        if g is not None:
+            return max(p[0] for p in g.profiles) if g.kind == "batch" else -1
         for info in self.model.inputs:
-            r = self.model.manifest.get("input_ranges", {}).get(info.name, [])
+            r = self.model.input_ranges.get(info.name, [])
             if info.shape and info.shape[0] == -1 and r and isinstance(r[0], list):
                 return int(r[0][1])
         return -1
@@ -219,13 +251,18 @@ class InferSession:
         """Concrete input shapes under the current dynamic setting (what bench feeds); -1 stays
         where nothing set it."""
         shapes = []
+        gear = self.model.gears.shapes[self.dym["gear"]] if "gear" in self.dym and self.model.gears else {}
         for info in self.model.inputs:
             s = list(info.shape)
+            if info.name in gear:
+                shapes.append(list(gear[info.name]))
+                continue
             if "batch" in self.dym and s and s[0] == -1:
                 s[0] = self.dym["batch"]
             if "hw" in self.dym and len(s) == 4:
-                s[2] = self.dym["hw"][0] if s[2] == -1 else s[2]
-                s[3] = self.dym["hw"][1] if s[3] == -1 else s[3]
+                hi, wi = (1, 2) if self.model.input_format == "NHWC" else (2, 3)
+                s[hi] = self.dym["hw"][0] if s[hi] == -1 else s[hi]
+                s[wi] = self.dym["hw"][1] if s[wi] == -1 else s[wi]
             for key in ("dims", "shape"):
                 if info.name in self.dym.get(key, {}):
                     s = list(self.dym[key][info.name])

@@ -6,10 +6,11 @@ Both ``.om`` files and in-memory ``CompiledModel``s load into ``LoadedModel``; t
 
 from __future__ import annotations
 
+import math
 import os
 import time
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 import numpy as np
@@ -87,6 +88,7 @@ class LoadedModel:
         self.manifest = dict(manifest or {})
         self.path = path
         self.inputs = [_info(n, graph.descs.get(n)) for n in graph.inputs]
+        self.inputs = [replace(i, format=self._layout(i)) for i in self.inputs]  # compile-time format
         self.outputs = [_info(n, graph.descs.get(n)) for n in graph.outputs]
         self._in_descs = [graph.descs.get(n) for n in graph.inputs]
         self._ranges = self.manifest.get("input_ranges", {})
@@ -198,6 +200,68 @@ class LoadedModel:
         t0 = time.perf_counter()
         out = self.run(feeds)
         return out, (time.perf_counter() - t0) * 1e3
+
+    # ------------------------------------------------------------------ I/O metadata
+    @property
+    def input_ranges(self) -> dict[str, list[Any]]:
+        """``--input_shape`` as recorded in the manifest: per input name, one entry per dim (an int,
+        -1 for any, or ``[lo, hi]`` for a ``lo~hi`` range, ``hi`` -1 = unbounded)."""
+        return {k: list(v) for k, v in self._ranges.items()}
+
+    @property
+    def input_format(self) -> str:
+        """The compile-time ``--input_format`` (``NCHW`` when not given, as atc's default)."""
+        return str(self.manifest.get("options", {}).get("input_format", "NCHW"))
+
+    def _layout(self, info: TensorInfo) -> str:
+        """``TensorInfo.format`` of an input: a 4-D input has ``--input_format`` (NCHW / NHWC; the
+        uint8 source of a static AIPP input is NHWC), anything else ND."""
+        if len(info.shape) != 4:
+            return "ND"
+        if any(e.get("input") == info.name for e in self.manifest.get("aipp", [])):
+            return "NHWC"
+        return self.input_format if self.input_format in ("NCHW", "NHWC") else "ND"
+
+    def max_input_bytes(self, index: int) -> int:
+        """Bytes of input ``index`` at its largest allowed shape: the largest gear, else each dynamic
+        dim at its ``lo~hi`` upper bound. 0 when a dim is unbounded or the dtype has no fixed size."""
+        return self._max_bytes(self.inputs[index], self._in_descs[index], self._ranges.get(self.inputs[index].name))
+
+    def max_output_bytes(self, index: int) -> int:
+        """Bytes of output ``index``: its static size, or with gears the largest over the gears'
+        plans (all built at load). 0 when unknown (dynamic without gears)."""
+        info = self.outputs[index]
+        if info.size or self.gears is None:
+            return info.size
+        sizes = [0]
+        names = [i.name for i in self.inputs]
+        for g in range(len(self.gears.profiles)):
+            feeds = self.gears.fake_feeds(g, names, self._in_descs)
+            if feeds is not None:
+                desc = self.executor.plan_for(feeds)[0].graph.descs.get(info.name)
+                sizes.append((desc.nbytes() or 0) if desc is not None else 0)
+        return max(sizes)
+
+    def _max_bytes(self, info: TensorInfo, desc: TensorDesc | None, rng: list[Any] | None) -> int:
+        if desc is None or desc.shape is None or desc.kind != "tensor":
+            return 0
+        try:
+            dt = to_numpy(desc.dtype)
+        except TypeError:
+            return 0
+        if dt.hasobject:
+            return 0
+        item = dt.itemsize
+        if self.gears is not None and any(info.name in s for s in self.gears.shapes):
+            return max(math.prod(s[info.name]) for s in self.gears.shapes if info.name in s) * item
+        n = 1
+        for k, d in enumerate(desc.shape):
+            r = rng[k] if rng is not None and k < len(rng) else None
+            hi = d if isinstance(d, int) else r[1] if isinstance(r, list) else -1
+            if hi < 0:
+                return 0
+            n *= int(hi)
+        return n * item
 
     # ------------------------------------------------------------------ dynamic gears
     def dynamic_gears(self) -> dict[str, Any] | None:
