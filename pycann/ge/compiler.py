@@ -23,7 +23,7 @@ from pycann.ge.aipp.config import load_aipp_config
 from pycann.ge.importers.onnx import load_onnx
 from pycann.ge.ir import Graph, Node
 from pycann.ge.options import CompileOptions, dims_to_desc_shape
-from pycann.ge.passes import insert_aipp
+from pycann.ge.passes import insert_aipp, precision
 from pycann.ge.passes.base import PassContext
 from pycann.ge.passes.constant_folding import fold_graph
 from pycann.ge.passes.dead_code import eliminate
@@ -31,6 +31,7 @@ from pycann.ge.passes.infer_shapes import infer_graph
 from pycann.ge.passes.inline_if import inline_constant_ifs
 from pycann.ge.pipelines import SPECIALIZE_PIPELINE, run_pipeline
 from pycann.ge.planning.memory import plan_memory
+from pycann.ge.precision_config import settings_from_options
 
 
 @dataclass
@@ -130,6 +131,7 @@ def compile_model(
     """
     options = options or CompileOptions()
     say = log or (lambda line: None)
+    precision_settings = settings_from_options(options, say)  # option errors before any work
     t0 = time.perf_counter()
     graph = load_onnx(model)
     say(f"[Import] {len(graph.nodes)} nodes, {len(graph.initializers)} constants, opsets {graph.opsets} "
@@ -140,13 +142,14 @@ def compile_model(
         graph = _insert_aipp(graph, options, ranges, say)
     if options.out_nodes:
         _apply_out_nodes(graph, options.out_nodes)
-    ctx = PassContext(options={"disabled_passes": options.disabled_passes}, log=say)
+    ctx = PassContext(options={"disabled_passes": options.disabled_passes, "precision": precision_settings}, log=say)
     graph = run_pipeline(graph, ctx)
     if options.disabled_passes:
         # run-time specialisation re-runs fusion passes: it must honour the same switches
         graph.metadata["disabled_passes"] = ",".join(options.disabled_passes)
     if options.output_type:
         _apply_output_type(graph, options.output_type)
+        precision.simplify_casts(graph)  # PrecisionMode's Cast back to float32, then --output_type's
     gear_info = gears.record_gears(gear_plan, graph, specialize, say)
     mem = plan_memory(graph)
     say(f"[MemoryPlan] {mem.summary()}")
@@ -158,6 +161,7 @@ def compile_model(
                         "dynamic_values": len(mem.dynamic), "offsets": mem.offsets},
         "execution_plan": [n.name for n in graph.nodes],
         "op_counts": graph.op_counts(),
+        "precision": precision.manifest_entry(graph, precision_settings),
         "pycann_version": pycann.__version__,
         "compile_seconds": round(time.perf_counter() - t0, 3),
     }

@@ -32,6 +32,15 @@ class CompileOptions:
     dynamic_batch_size: list[int] = field(default_factory=list)
     dynamic_image_size: list[list[int]] = field(default_factory=list)
     dynamic_dims: list[list[int]] = field(default_factory=list)
+    # Precision (docs/precision.md; readers in pycann.ge.precision_config). "" = not given:
+    # pycann then keeps the model's dtypes (must_keep_origin_dtype; CANN's default is force_fp16).
+    precision_mode: str = ""
+    precision_mode_v2: str = ""
+    keep_dtype: list[str] = field(default_factory=list)  # node names or "OpType::Type"
+    modify_mixlist: dict[str, dict[str, list[str]]] = field(default_factory=dict)  # the JSON document
+    customize_dtypes: dict[str, dict[str, list[int]]] = field(default_factory=dict)
+    input_fp16_nodes: list[str] = field(default_factory=list)
+    is_weight_clip: bool = True  # clip weights to +-65504 when they become float16
 
     def to_json(self) -> dict[str, Any]:
         return asdict(self)

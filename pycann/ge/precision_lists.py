@@ -29,12 +29,14 @@ MATRIX_OPERANDS: dict[str, tuple[int, ...]] = {
     "FusedConv": (0, 1),
     "FusedMatMul": (0, 1),
     "FusedAttention": (0, 1, 2),
-    # CANN runs LSTM/GRU/RNN as DynamicRNN / DynamicGRUV2 on the cube
-    "LSTM": (0, 1, 2),
-    "GRU": (0, 1, 2),
-    "RNN": (0, 1, 2),
 }
+# (GE's fe.ini ``fp16.op_type``: MatMul[V2], BatchMatMul[V2], Conv2D/3D, DepthwiseConv2D,
+# Conv2DTranspose, Deconvolution, FullyConnection, GEMM — the ops above in ONNX terms.)
 MATRIX_OPS: frozenset[str] = frozenset(MATRIX_OPERANDS)
+# The op types a fused node stands for (``OpType::Conv`` in --keep_dtype also names FusedConv).
+FUSED_FROM: dict[str, tuple[str, ...]] = {
+    "FusedConv": ("Conv",), "FusedMatMul": ("MatMul", "Gemm"), "FusedAttention": ("MatMul", "Softmax"),
+}
 
 # ------------------------------------------------------------------------------------------
 # Default mixed-precision lists (allow_mix_precision[_fp16|_bf16], mixed_float16/bfloat16).
@@ -46,7 +48,7 @@ MATRIX_OPS: frozenset[str] = frozenset(MATRIX_OPERANDS)
 # |       |                                            | softmax, normalisations             |
 # | gray  | low precision iff an input comes from an   | elementwise, activations, pooling,  |
 # |       | op that runs in low precision              | data movement                       |
-WHITE_LIST: frozenset[str] = MATRIX_OPS
+WHITE_LIST: frozenset[str] = MATRIX_OPS | {"LSTM", "GRU", "RNN"}  # RNNs: DynamicRNN on the cube
 
 BLACK_LIST: frozenset[str] = frozenset({
     # transcendental ops whose results leave the float16 range or lose relative precision

@@ -7,6 +7,12 @@ memory and fewer per-node dispatches.
 * ``FusedAttention`` = MatMul(Q, K^T) -> scale -> [Add(mask)] -> Softmax(-1) -> MatMul(., V)
 * ``ElementwiseChain`` = a chain of elementwise ops evaluated in place in one buffer
 
+float16/bfloat16 inputs are widened to float32: the matrix product, bias, residual and activation
+run in float32 and the result is rounded once to the input dtype (the NPU cube accumulates in
+float32 and its fixpipe applies these post-ops before the conversion); FusedAttention rounds the
+softmax probabilities to the input dtype before the second product, as a float16 flash-attention
+kernel feeds them to the cube.
+
 Activations (attribute ``activation``): Relu, Clip(act_alpha=min, act_beta=max), Sigmoid,
 HardSigmoid(alpha, beta), HardSwish, LeakyRelu(alpha), Swish (x*sigmoid(x)), Gelu (erf),
 Tanh. Semantics per the ONNX spec section of each op.
@@ -80,6 +86,15 @@ def _act(attrs: Mapping[str, Any]) -> tuple[str, float, float]:
     return attrs.get("activation", ""), float(attrs.get("act_alpha", 0.0)), float(attrs.get("act_beta", 0.0))
 
 
+def _narrow(dtype: np.dtype) -> bool:
+    """float16 / bfloat16: computed in float32 and rounded back."""
+    return dtype.kind == "f" and dtype.itemsize < 4 or str(dtype) == "bfloat16"
+
+
+def _widen(inputs: Sequence[Any]) -> list[Any]:
+    return [None if a is None else a.astype(np.float32) for a in inputs]
+
+
 # ------------------------------------------------------------------------ FusedConv
 
 
@@ -89,6 +104,8 @@ def _conv_inputs(inputs: Sequence[Any]) -> list[Any]:
 
 def _k_fused_conv(inputs: Sequence[Any], attrs: Mapping[str, Any]) -> list[np.ndarray]:
     """Conv (ONNX Conv) -> += Z (residual, optional input 3) -> activation, in place on Conv's output."""
+    if _narrow(inputs[0].dtype):
+        return [_k_fused_conv(_widen(inputs), attrs)[0].astype(inputs[0].dtype)]
     y = conv_mod._k_conv(_conv_inputs(inputs), attrs)[0]
     if not y.flags.writeable:
         y = y.copy()
@@ -105,6 +122,9 @@ def _post(y: np.ndarray, inputs: Sequence[Any], attrs: Mapping[str, Any]) -> Non
 
 
 def _out_fused_conv(inputs: Sequence[Any], attrs: Mapping[str, Any], outs: Sequence[np.ndarray]) -> None:
+    if _narrow(outs[0].dtype):
+        outs[0][...] = _k_fused_conv(inputs, attrs)[0]
+        return
     conv_mod._out_conv(_conv_inputs(inputs), attrs, outs)
     _post(outs[0], inputs, attrs)
 
@@ -119,6 +139,8 @@ def _infer_fused_conv(ctx: InferContext) -> list[TensorDesc]:
 
 def _k_fused_matmul(inputs: Sequence[Any], attrs: Mapping[str, Any]) -> list[np.ndarray]:
     """MatMul (numpy matmul semantics) -> += bias (optional input 2) -> activation, in place."""
+    if _narrow(inputs[0].dtype):
+        return [_k_fused_matmul(_widen(inputs), attrs)[0].astype(inputs[0].dtype)]
     a, b = inputs[0], inputs[1]
     y = np.matmul(a, b)
     _mm_post(y, inputs, attrs)
@@ -134,6 +156,9 @@ def _mm_post(y: np.ndarray, inputs: Sequence[Any], attrs: Mapping[str, Any]) -> 
 
 
 def _out_fused_matmul(inputs: Sequence[Any], attrs: Mapping[str, Any], outs: Sequence[np.ndarray]) -> None:
+    if _narrow(outs[0].dtype):
+        outs[0][...] = _k_fused_matmul(inputs, attrs)[0]
+        return
     np.matmul(inputs[0], inputs[1], out=outs[0])
     _mm_post(outs[0], inputs, attrs)
 
@@ -156,7 +181,14 @@ def _infer_fused_matmul(ctx: InferContext) -> list[TensorDesc]:
 def _k_attention(inputs: Sequence[Any], attrs: Mapping[str, Any]) -> list[np.ndarray]:
     """softmax((Q @ Kt) * scale + mask, axis=-1) @ V, with the score buffer reused in place."""
     q, kt, v = inputs[0], inputs[1], inputs[2]
+    if _narrow(q.dtype):
+        p_dtype = q.dtype
+        q, kt, v = _widen([q, kt, v])
+    else:
+        p_dtype = None
     mask = inputs[3] if len(inputs) > 3 else None
+    if mask is not None and _narrow(mask.dtype):
+        mask = mask.astype(np.float32)
     s = np.matmul(q, kt)
     scale = float(attrs.get("scale", 1.0))
     if scale != 1.0:
@@ -170,6 +202,8 @@ def _k_attention(inputs: Sequence[Any], attrs: Mapping[str, Any]) -> list[np.nda
     s -= m
     np.exp(s, out=s)
     s /= s.sum(axis=-1, keepdims=True)
+    if p_dtype is not None:
+        return [np.matmul(s.astype(p_dtype).astype(np.float32), v).astype(p_dtype)]
     return [np.matmul(s, v)]
 
 
@@ -220,7 +254,12 @@ def _k_chain(inputs: Sequence[Any], attrs: Mapping[str, Any]) -> list[np.ndarray
 
     ``inputs[0]`` is the chain's input (never modified); the first step writes a fresh buffer,
     later steps update it in place whenever shape and dtype allow (else a new buffer).
+    float16/bfloat16 chains run in float32 and round after every step: each step's result is what
+    the unfused op would have stored (and a step such as Sigmoid cannot overflow midway).
     """
+    narrow = inputs[0].dtype if _narrow(inputs[0].dtype) else None
+    if narrow is not None:
+        inputs = [a.astype(np.float32) if a is not None and _narrow(a.dtype) else a for a in inputs]
     buf: np.ndarray | None = None
     x = inputs[0]
     with np.errstate(all="ignore"):
@@ -239,8 +278,10 @@ def _k_chain(inputs: Sequence[Any], attrs: Mapping[str, Any]) -> list[np.ndarray
                 if buf is None:
                     buf = x.copy()
                 _UNARY[op](buf, (p0, p1))
+            if narrow is not None:
+                buf[...] = buf.astype(narrow)
     assert buf is not None
-    return [buf]
+    return [buf.astype(narrow) if narrow is not None else buf]
 
 
 def _infer_chain(ctx: InferContext) -> list[TensorDesc]:

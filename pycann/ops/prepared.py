@@ -124,7 +124,12 @@ def _cast(attrs, ins, consts, outs) -> Kernel | None:  # type: ignore[no-untyped
         return None
     if src not in _PLAIN or dst not in _PLAIN or (src.kind == "f" and dst.kind in "iub"):
         return None  # float -> int and exotic types keep the generic kernel's exact rules
-    return lambda x, a: [x[0].astype(dst)]
+
+    def cast(x: Sequence[Any], a: Mapping[str, Any]) -> list[np.ndarray]:
+        with np.errstate(over="ignore"):  # float32 -> float16 overflow is inf, silently (as the generic kernel)
+            return [x[0].astype(dst)]
+
+    return cast
 
 
 PREPARE: dict[tuple[str, str], Prepare] = {

@@ -36,11 +36,8 @@ NO_EFFECT = (
     "shape_generalized_build_mode", "oo_level", "host_env_os", "host_env_cpu", "cluster_config",
     "dump_mode", "op_precision_mode", "allow_hf32", "singleop",
 )
-# Accepted and recorded; implemented in later work (issue 6): gears, AIPP, precision.
-NOT_YET = (
-    "precision_mode",
-    "precision_mode_v2", "keep_dtype", "modify_mixlist", "customize_dtypes", "input_fp16_nodes",
-)
+# Accepted but not implemented yet (fail clearly).
+NOT_YET: tuple[str, ...] = ()
 
 
 class AtcError(Exception):
@@ -75,6 +72,14 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--om", help="mode 1/6: the .om (or .onnx) to read")
     p.add_argument("--json", help="mode 1: JSON file to write")
     p.add_argument("--check_report", default="check_result.json", help="mode 3: report path")
+    p.add_argument("--precision_mode", help="force_fp16, force_fp32 (= cube_fp16in_fp32out), allow_fp32_to_fp16, "
+                   "allow_mix_precision[_fp16|_bf16], allow_fp32_to_bf16, must_keep_origin_dtype (pycann's default)")
+    p.add_argument("--precision_mode_v2", help="fp16, origin, cube_fp16in_fp32out, mixed_float16, mixed_bfloat16")
+    p.add_argument("--keep_dtype", help="file of node names or OpType::Type lines that keep their dtype")
+    p.add_argument("--modify_mixlist", help='JSON {"black-list": {"to-add": [..], "to-remove": [..]}, "white-list": ..}')
+    p.add_argument("--customize_dtypes", help="file of Opname::InputDtype:..,OutputDtype:.. lines")
+    p.add_argument("--input_fp16_nodes", help='"in1;in2": these inputs are float16')
+    p.add_argument("--is_weight_clip", help="1 (default): clip weights to +-65504 when they become float16; 0: do not")
     p.add_argument("--export_onnx", help="mode 0/1: also write the optimised graph as ONNX (fused ops in domain "
                    "pycann with their original nodes in attribute 'origin'; open in Netron)")
     for name in NO_EFFECT + NOT_YET:
@@ -113,6 +118,62 @@ def _aipp_and_gear_options(args: argparse.Namespace) -> dict[str, Any]:
     return out
 
 
+def _precision_options(args: argparse.Namespace) -> dict[str, Any]:
+    """The precision options as ``CompileOptions`` fields (files read here; docs/precision.md)."""
+    from pycann.ge import precision_config as pc
+
+    out: dict[str, Any] = {}
+    if args.precision_mode:
+        out["precision_mode"] = args.precision_mode
+    if args.precision_mode_v2:
+        out["precision_mode_v2"] = args.precision_mode_v2
+    if args.keep_dtype is not None:
+        out["keep_dtype"] = pc.parse_keep_dtype(args.keep_dtype)
+    if args.modify_mixlist is not None:
+        out["modify_mixlist"] = pc.parse_modify_mixlist(args.modify_mixlist)
+    if args.customize_dtypes is not None:
+        out["customize_dtypes"] = pc.parse_customize_dtypes(args.customize_dtypes)
+    if args.input_fp16_nodes is not None:
+        out["input_fp16_nodes"] = pc.parse_input_fp16_nodes(args.input_fp16_nodes)
+    if args.is_weight_clip is not None:
+        if args.is_weight_clip not in ("0", "1"):
+            raise AtcError("E10001", f"Value [{args.is_weight_clip}] for parameter [--is_weight_clip] is invalid. "
+                           "Reason: use 0 or 1.")
+        out["is_weight_clip"] = args.is_weight_clip == "1"
+    return out
+
+
+def _check_model_args(args: argparse.Namespace) -> None:
+    """--framework and --model, as modes 0 and 3 need them."""
+    if args.framework is None:
+        raise AtcError("E10007", "[--framework] is required. The value must be [0(Caffe) or 1(MindSpore) or 3(TensorFlow) or 5(Onnx)].")
+    if args.framework != 5:
+        raise AtcError("E10001", f"Value [{args.framework}] for parameter [--framework] is invalid. pycann parses ONNX models only: use --framework=5.")
+    if not args.model:
+        raise AtcError("E10054", "The requied parameter [--model] for ATC is empty.")
+    if not os.path.isfile(args.model):
+        raise AtcError("E10001", f"Value [{args.model}] for parameter [--model] is invalid. Reason: the file does not exist.")
+
+
+def _precheck(args: argparse.Namespace) -> None:
+    """--mode=3: write check_result.json (--check_report); fails when a node fails the check."""
+    from pycann.ge.options import parse_input_shape
+    from pycann.ge.precheck import failure_lines, precheck
+
+    _check_model_args(args)
+    report = precheck(args.model, parse_input_shape(args.input_shape) if args.input_shape else None)
+    d = os.path.dirname(args.check_report)
+    if d:
+        os.makedirs(d, exist_ok=True)
+    with open(args.check_report, "w", encoding="utf-8") as f:
+        json.dump(report, f, indent=2)
+    print(f"The pre-checking report has been saved to {args.check_report}.", flush=True)
+    if report["result"] == "failed":
+        lines = failure_lines(report)
+        code = lines[0].split(":", 1)[0]
+        raise AtcError(code, f"pre-check: {report['fail']} of {report['total']} nodes failed.\n" + "\n".join(lines))
+
+
 def _compile(args: argparse.Namespace, argv: Sequence[str]) -> None:
     from pycann.ge.compiler import compile_model
     from pycann.ge.options import (
@@ -123,14 +184,7 @@ def _compile(args: argparse.Namespace, argv: Sequence[str]) -> None:
         parse_output_type,
     )
 
-    if args.framework is None:
-        raise AtcError("E10007", "[--framework] is required. The value must be [0(Caffe) or 1(MindSpore) or 3(TensorFlow) or 5(Onnx)].")
-    if args.framework != 5:
-        raise AtcError("E10001", f"Value [{args.framework}] for parameter [--framework] is invalid. pycann parses ONNX models only: use --framework=5.")
-    if not args.model:
-        raise AtcError("E10054", "The requied parameter [--model] for ATC is empty.")
-    if not os.path.isfile(args.model):
-        raise AtcError("E10001", f"Value [{args.model}] for parameter [--model] is invalid. Reason: the file does not exist.")
+    _check_model_args(args)
     if not args.output:
         raise AtcError("E10054", "The requied parameter [--output] for ATC is empty.")
     if not args.soc_version:
@@ -154,6 +208,7 @@ def _compile(args: argparse.Namespace, argv: Sequence[str]) -> None:
         disabled_passes=_fusion_switches(args.fusion_switch_file) if args.fusion_switch_file else [],
         log=args.log,
         **_aipp_and_gear_options(args),
+        **_precision_options(args),
     )
     log = _log_fn(args.log)
     t0 = time.perf_counter()
@@ -262,6 +317,24 @@ def _aipp_summary(p: dict[str, Any]) -> dict[str, Any]:
     return out
 
 
+def _display_precision(p: dict[str, Any] | None) -> None:
+    """--mode=6 line for the precision settings and what the PrecisionMode pass did."""
+    if not p:
+        return
+    parts = [f"precision_mode[{p.get('precision_mode', 'must_keep_origin_dtype')}]"]
+    if p.get("nodes"):
+        parts.append("nodes[" + ", ".join(f"{k} {v}" for k, v in sorted(p["nodes"].items())) + "]")
+    if "casts" in p:
+        parts.append(f"casts[{p['casts']}]")
+    for key in ("keep_dtype", "customize_dtypes", "input_fp16_nodes"):
+        if p.get(key):
+            parts.append(f"{key}[{';'.join(p[key])}]")
+    for lst, ops in (p.get("mixlist_changes") or {}).items():
+        if ops:
+            parts.append(f"added_to_{lst}[{','.join(ops)}]")
+    print("precision: " + ", ".join(parts))
+
+
 def _display(args: argparse.Namespace) -> None:
     from pycann.ge.om import load_om, peek_header
 
@@ -286,6 +359,7 @@ def _display(args: argparse.Namespace) -> None:
         print(f"output: {name} {g.descs.get(name)}")
     print(f"ops: {len(g.nodes)} nodes; " + ", ".join(f"{k} {v}" for k, v in sorted(m.get('op_counts', {}).items())))
     _display_gears_aipp(m)
+    _display_precision(m.get("precision"))
     print("============ Display Model Info end ============")
 
 
@@ -309,10 +383,12 @@ def main(argv: Sequence[str] | None = None) -> int:
             _compile(args, argv)
         elif args.mode == 1:
             _to_json(args)
+        elif args.mode == 3:
+            _precheck(args)
         elif args.mode == 6:
             _display(args)
         else:
-            raise AtcError("E10001", f"Value [{args.mode}] for parameter [--mode] is invalid. pycann supports 0, 1 and 6.")
+            raise AtcError("E10001", f"Value [{args.mode}] for parameter [--mode] is invalid. pycann supports 0, 1, 3 and 6.")
     except AtcError as e:
         print(FAILED)
         print(f"{e.code}: {e}")
