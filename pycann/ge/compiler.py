@@ -16,7 +16,7 @@ import numpy as np
 import onnx
 
 import pycann
-from pycann.dtypes import TensorDesc
+from pycann.dtypes import Dim, TensorDesc
 from pycann.errors import OptionError
 from pycann.ge import gears
 from pycann.ge.aipp.config import load_aipp_config
@@ -66,10 +66,8 @@ def _apply_input_shape(g: Graph, shapes: dict[str, list[Any]]) -> dict[str, list
                 f"E10001: --input_shape gives input [{name}] rank {len(dims)} but the model declares "
                 f"{len(old.shape)} dims {list(old.shape)}",
             )
-        sym = tuple(
-            (old.shape[i] if old is not None and old.shape is not None and isinstance(old.shape[i], str) else f"{name}_d{i}")
-            for i in range(len(dims))
-        )
+        old_dims: Sequence[Dim] = old.shape if old is not None and old.shape is not None else (None,) * len(dims)
+        sym = tuple(d if isinstance(d, str) else f"{name}_d{i}" for i, d in enumerate(old_dims))
         g.descs[name] = TensorDesc(old.dtype if old else 1, dims_to_desc_shape(dims, sym))
         ranges[name] = [list(d) if isinstance(d, tuple) else d for d in dims]
     return ranges

@@ -344,7 +344,10 @@ class Executor:
         self._cache_size = cache_size
         self._lock = threading.Lock()
         self._generic: Plan | None = None
-        self._control = {i: set() for i, name in enumerate(graph.inputs) if _is_control(graph.descs.get(name))}
+        # control input index -> scalar values seen so far (None once it varies too much to specialise)
+        self._control: dict[int, set[Any] | None] = {
+            i: set() for i, name in enumerate(graph.inputs) if _is_control(graph.descs.get(name))
+        }
 
     def _signature(self, feeds: Sequence[Any]) -> tuple[Signature, dict[str, np.ndarray]]:
         # sequence (list) and empty optional (None) feeds do not specialise: their descs stay as compiled
@@ -359,7 +362,7 @@ class Executor:
             v = x.reshape(-1)[0].item()
             if v not in seen:
                 if len(seen) >= self.MAX_CONTROL_VALUES:
-                    self._control[i] = None  # type: ignore[assignment]  # varies per call: stop
+                    self._control[i] = None  # varies per call: stop
                     continue
                 seen.add(v)
             sig.append(("value", i, v))

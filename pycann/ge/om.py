@@ -172,7 +172,7 @@ def _write(f: IO[bytes], graph: Graph, manifest: dict[str, Any]) -> int:
     return file_length
 
 
-def save_om(path: str | Path, graph: Graph, manifest: dict[str, Any]) -> int:
+def save_om(path: str | os.PathLike[str], graph: Graph, manifest: dict[str, Any]) -> int:
     """Write ``graph`` and ``manifest`` to ``path`` as a pycann .om; returns the bytes written.
 
     Raises ``TypeError`` for attribute/initializer values or manifest entries that cannot be

@@ -399,9 +399,9 @@ def _infer_prelu(ctx: InferContext) -> list[TensorDesc]:
     shape = broadcast_descs(ctx)
     x = ctx.inputs[0]
     # Unidirectional: slope must broadcast to X without growing it.
-    if shape is not None and x.shape is not None:
-        grows = len(shape) != len(x.shape) or any(
-            isinstance(s, int) and isinstance(d, int) and s != d for s, d in zip(shape, x.shape)
+    if shape is not None and (x_shape := ctx.required(0).shape) is not None:
+        grows = len(shape) != len(x_shape) or any(
+            isinstance(s, int) and isinstance(d, int) and s != d for s, d in zip(shape, x_shape)
         )
         if grows:
             raise ctx.fail(f"slope {ctx.inputs[1]} is not unidirectionally broadcastable to X {x}")

@@ -67,7 +67,8 @@ def _infer_loop(ctx: InferContext) -> list[TensorDesc]:
     return res
 
 
-def _k_loop(x: Sequence[Any], a: Mapping[str, Any], run_body: RunBody) -> list[np.ndarray]:
+def _k_loop(x: Sequence[Any], a: Mapping[str, Any], run_body: RunBody) -> list[Any]:
+    """Loop; outputs are arrays, or sequences (lists) / empty optionals (None) for carried values."""
     max_trip = None if x[0] is None else int(np.asarray(x[0]).reshape(-1)[0])
     cond = True if len(x) < 2 or x[1] is None else bool(np.asarray(x[1]).reshape(-1)[0])
     carried = [v for v in x[2:]]
@@ -114,7 +115,8 @@ def _infer_scan(ctx: InferContext) -> list[TensorDesc]:
     res: list[TensorDesc] = []
     for i in range(ctx.n_outputs):
         d = outs[i] if i < len(outs) else None
-        res.append(d if (i < n_state and d is not None) else (ctx.inputs[i] if i < n_state and ctx.inputs[i] else _stack_desc(d)))
+        init = ctx.inputs[i] if i < n_state else None
+        res.append(d if (i < n_state and d is not None) else (init if init else _stack_desc(d)))
     return res
 
 

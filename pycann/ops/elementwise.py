@@ -14,7 +14,7 @@ from typing import Any
 
 import numpy as np
 
-from pycann.dtypes import DType, TensorDesc, dtype_name
+from pycann.dtypes import Dim, DType, TensorDesc, dtype_name
 from pycann.ops.opdef import InferContext, OpDef
 from pycann.ops.shape_utils import broadcast_shapes, same_as
 
@@ -42,16 +42,17 @@ def check_types(ctx: InferContext, allowed: frozenset[int], idx: Sequence[int] |
 
 def check_same_type(ctx: InferContext, idx: Sequence[int]) -> None:
     """Fail when inputs bound to the same type variable ``T`` have different known dtypes."""
-    known = [(i, ctx.inputs[i].dtype) for i in idx if ctx.input(i) is not None and ctx.inputs[i].dtype]
+    present = [(i, d) for i in idx if (d := ctx.input(i)) is not None]
+    known = [(i, d.dtype) for i, d in present if d.dtype]
     if len({t for _, t in known}) > 1:
         desc = ", ".join(f"input {i} is {dtype_name(t)}" for i, t in known)
         raise ctx.fail(f"inputs must share one dtype ({desc})")
 
 
-def broadcast_descs(ctx: InferContext, idx: Sequence[int] | None = None) -> tuple:
-    """Multidirectional broadcast (ONNX Broadcasting.md) of the present inputs' shapes."""
-    descs = [ctx.inputs[i] for i in (idx if idx is not None else range(len(ctx.inputs)))]
-    descs = [d for d in descs if d is not None]
+def broadcast_descs(ctx: InferContext, idx: Sequence[int] | None = None) -> tuple[Dim, ...] | None:
+    """Multidirectional broadcast (ONNX Broadcasting.md) of the present inputs' shapes
+    (``None`` when a rank is unknown)."""
+    descs = [d for i in (idx if idx is not None else range(len(ctx.inputs))) if (d := ctx.inputs[i]) is not None]
     if not descs:
         raise ctx.fail("expected at least one input")
     try:
@@ -83,13 +84,13 @@ def _typed_unary(allowed: frozenset[int]) -> Callable:
 
 def _infer_pow(ctx: InferContext) -> list[TensorDesc]:
     check_types(ctx, NUMERIC)
-    return [TensorDesc(ctx.inputs[0].dtype, broadcast_descs(ctx))]
+    return [TensorDesc(ctx.required(0).dtype, broadcast_descs(ctx))]
 
 
 def _infer_where(ctx: InferContext) -> list[TensorDesc]:
     check_types(ctx, BOOL, [0])
     check_same_type(ctx, [1, 2])
-    return [TensorDesc(ctx.inputs[1].dtype, broadcast_descs(ctx))]
+    return [TensorDesc(ctx.required(1).dtype, broadcast_descs(ctx))]
 
 
 def _infer_mod(ctx: InferContext) -> list[TensorDesc]:

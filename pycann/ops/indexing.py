@@ -8,7 +8,7 @@ numpy's fancy indexing wraps them and raises ``IndexError`` for out-of-range one
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from typing import Any
+from typing import Any, Literal
 
 import numpy as np
 
@@ -132,7 +132,8 @@ def _k_gather_elements(inputs: Inputs, attrs: Attrs) -> list[np.ndarray]:
 
 
 def _infer_indices_shape(ctx: InferContext) -> list[TensorDesc]:
-    return [TensorDesc(dtype_of(ctx.input(0)), None if ctx.input(1) is None else ctx.input(1).shape)]
+    idx = ctx.input(1)
+    return [TensorDesc(dtype_of(ctx.input(0)), None if idx is None else idx.shape)]
 
 
 def _k_gather_nd(inputs: Inputs, attrs: Attrs) -> list[np.ndarray]:
@@ -146,7 +147,7 @@ def _k_gather_nd(inputs: Inputs, attrs: Attrs) -> list[np.ndarray]:
     if k == 0:  # empty index tuples select whole slices
         return [np.broadcast_to(xr[:, None], (bsz, m, *x.shape[b:])).reshape((*idx.shape[:-1], *x.shape[b:]))]
     ix = _wrap(idx.reshape(bsz, m, k), np.array(x.shape[b:b + k], dtype=np.int64))
-    sel = xr[(np.arange(bsz)[:, None], *(ix[..., j] for j in range(k)))]
+    sel = xr[(np.arange(bsz)[:, None],) + tuple(ix[..., j] for j in range(k))]
     return [sel.reshape((*idx.shape[:-1], *x.shape[b + k:]))]
 
 
@@ -200,7 +201,8 @@ def _infer_data_shape(ctx: InferContext) -> list[TensorDesc]:
 
 
 # --------------------------------------------------------------------------- Pad
-_PAD_MODES = {"constant", "reflect", "edge", "wrap"}
+_PadMode = Literal["constant", "reflect", "edge", "wrap"]
+_PAD_MODES: dict[str, _PadMode] = {"constant": "constant", "reflect": "reflect", "edge": "edge", "wrap": "wrap"}
 
 
 def _pad_lists(rank: int, pads: list[int], axes: list[int] | None) -> tuple[list[int], list[int]]:
@@ -217,9 +219,10 @@ def _pad_lists(rank: int, pads: list[int], axes: list[int] | None) -> tuple[list
 def _k_pad(inputs: Inputs, attrs: Attrs) -> list[np.ndarray]:
     """Pad (Operators.md, opset 19): constant/reflect/edge/wrap; negative pads crop first (like ORT)."""
     x = inputs[0]
-    mode = astr(attrs["mode"])
-    if mode not in _PAD_MODES:
-        raise ValueError(f"Pad: unknown mode '{mode}'")
+    mode_name = astr(attrs["mode"])
+    mode = _PAD_MODES.get(mode_name)
+    if mode is None:
+        raise ValueError(f"Pad: unknown mode '{mode_name}'")
     axes = _opt(inputs, 3)
     begin, end = _pad_lists(x.ndim, ints(inputs[1]), None if axes is None else ints(axes))
     if any(p < 0 for p in begin + end):

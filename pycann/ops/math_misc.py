@@ -16,7 +16,7 @@ import numpy as np
 from pycann.dtypes import Dim, DType, TensorDesc, dtype_name, to_numpy
 from pycann.ops.nn.spatial import check_window_attrs, compute_dtype, infer_window_dims, plan_window
 from pycann.ops.opdef import REQUIRED, InferContext, OpDef
-from pycann.ops.shape_utils import normalize_axis
+from pycann.ops.shape_utils import int_dims, normalize_axis
 
 FLOATS = frozenset({DType.FLOAT, DType.FLOAT16, DType.DOUBLE, DType.BFLOAT16})
 
@@ -324,8 +324,8 @@ def _infer_deform_conv(ctx: InferContext) -> list[TensorDesc]:
         raise ctx.fail(f"inputs have rank {rank}; expected (N, C, D1, ...)")
     ws = w.shape if w is not None else None
     ks = list(ctx.attrs.get("kernel_shape") or [])
-    if not ks and ws is not None and all(isinstance(d, int) for d in ws[2:]):
-        ks = [int(d) for d in ws[2:]]
+    if not ks and ws is not None and (w_ks := int_dims(ws[2:])) is not None:
+        ks = w_ks
     err = check_window_attrs(ctx.attrs, rank - 2, ks or None)
     if err:
         raise ctx.fail(err)

@@ -171,7 +171,8 @@ def _infer_affine_grid(ctx: InferContext) -> list[TensorDesc]:
     if t is not None and t.shape is not None and len(t.shape) != 3:
         raise ctx.fail(f"theta has shape {t}; expected (N, 2, 3) or (N, 3, 4)")
     if size is None:
-        n = ctx.input(1).shape[0] if ctx.input(1) is not None and ctx.input(1).shape else None
+        size_desc = ctx.input(1)
+        n = size_desc.shape[0] if size_desc is not None and size_desc.shape else None
         if isinstance(n, int):
             return [TensorDesc(t.dtype if t else 1, (None,) * (n - 1) + (n - 2,))]
         return [TensorDesc(t.dtype if t else 1, None)]

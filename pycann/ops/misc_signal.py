@@ -85,8 +85,9 @@ def _infer_dft_shape(
         a = _norm_axis(axis, r)
     except ValueError as e:
         raise ctx.fail(f"'axis': {e}") from None
-    if n is None and isinstance(dims[a], int):
-        n = 2 * (dims[a] - 1) if inverse and onesided else dims[a]
+    sig_dim = dims[a]
+    if n is None and isinstance(sig_dim, int):
+        n = 2 * (sig_dim - 1) if inverse and onesided else sig_dim
     if n is not None and n < 1:
         raise ctx.fail(f"dft_length is {n}; expected a positive length")
     if n is None:
@@ -119,8 +120,8 @@ def _k_dft17(x: Sequence[Any], a: Mapping[str, Any]) -> list[np.ndarray]:
 def _k_dft20(x: Sequence[Any], a: Mapping[str, Any]) -> list[np.ndarray]:
     """DFT-20: ``axis`` is an optional scalar input (default -2)."""
     n = _scalar(x[1]) if len(x) > 1 else None
-    axis = _scalar(x[2]) if len(x) > 2 and x[2] is not None else -2
-    return [dft(x[0], n, int(axis), bool(a["inverse"]), bool(a["onesided"]))]
+    axis = _scalar(x[2]) if len(x) > 2 else None  # absent or empty input: default -2
+    return [dft(x[0], n, -2 if axis is None else axis, bool(a["inverse"]), bool(a["onesided"]))]
 
 
 # ------------------------------------------------------------------------------------ STFT

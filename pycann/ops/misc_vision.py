@@ -183,11 +183,12 @@ def _k_col2im(x: Sequence[Any], a: Mapping[str, Any]) -> list[np.ndarray]:
         raise ValueError(f"input shape {cols.shape} does not match block_shape {blk} / image_shape {img}")
     padded = np.zeros((N, C, *[img[i] + pads[i] + pads[i + d] for i in range(d)]), cols.dtype)
     c = cols.reshape(N, C, *blk, *n_blocks)
+    nc = (slice(None), slice(None))  # leading N, C axes, taken whole
     for k in np.ndindex(*blk):
         sl = tuple(slice(k[i] * dil[i], k[i] * dil[i] + strides[i] * (n_blocks[i] - 1) + 1, strides[i]) for i in range(d))
-        padded[(slice(None), slice(None), *sl)] += c[(slice(None), slice(None), *k)]
+        padded[nc + sl] += c[nc + k]
     crop = tuple(slice(pads[i], pads[i] + img[i]) for i in range(d))
-    return [np.ascontiguousarray(padded[(slice(None), slice(None), *crop)])]
+    return [np.ascontiguousarray(padded[nc + crop])]
 
 
 def _infer_col2im(ctx: InferContext) -> list[TensorDesc]:
@@ -204,7 +205,8 @@ def _infer_col2im(ctx: InferContext) -> list[TensorDesc]:
                 raise ctx.fail(f"input dim 1 ({x.shape[1]}) is not a multiple of prod(block_shape)={k}")
             c = x.shape[1] // k
     if img is None:
-        d = ctx.input(1).shape[0] if ctx.input(1) is not None and ctx.input(1).shape else None
+        img_desc = ctx.input(1)
+        d = img_desc.shape[0] if img_desc is not None and img_desc.shape else None
         spatial: tuple[Dim, ...] = (None,) * d if isinstance(d, int) else ()
         if not spatial:
             return [TensorDesc(x.dtype if x else 1, None)]

@@ -50,9 +50,7 @@ def _infer_array_feature_extractor(ctx: InferContext) -> list[TensorDesc]:
         raise ctx.fail(f"input 'Y' (indices) must be INT64, got {y}")
     if x is None or x.shape is None:
         return [TensorDesc(x.dtype if x else 0, None)]
-    k: Dim = None
-    if y is not None and y.is_static:
-        k = int(np.prod(y.shape)) if y.shape else 1
+    k: Dim = y.numel() if y is not None else None  # None unless Y's shape is static
     shape = (1, k) if len(x.shape) == 1 else tuple(x.shape[:-1]) + (k,)
     return [TensorDesc(x.dtype, shape)]
 

@@ -201,8 +201,8 @@ def _infer_tree_ensemble(ctx: InferContext) -> list[TensorDesc]:
     if int(a["aggregate_function"]) not in _AGG_V5 or int(a["post_transform"]) not in _POST_V5:
         raise ctx.fail("attribute 'aggregate_function' must be 0..3 and 'post_transform' 0..4")
     d = ctx.input(0)
-    k = int(a["n_targets"]) if a["n_targets"] is not None else max(a["leaf_targetids"], default=-1) + 1
-    return [TensorDesc(d.dtype if d else 0, (_n_rows(ctx), k))]
+    n_targets = int(a["n_targets"]) if a["n_targets"] is not None else max(a["leaf_targetids"], default=-1) + 1
+    return [TensorDesc(d.dtype if d else 0, (_n_rows(ctx), n_targets))]
 
 
 # ------------------------------------------------------------ TreeEnsembleRegressor (1, 3)

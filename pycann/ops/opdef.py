@@ -50,6 +50,13 @@ class InferContext:
     def input(self, i: int) -> TensorDesc | None:
         return self.inputs[i] if i < len(self.inputs) else None
 
+    def required(self, i: int) -> TensorDesc:
+        """The desc of input ``i``, which the op requires; ``fail`` when it is absent."""
+        d = self.input(i)
+        if d is None:
+            raise self.fail(f"required input {i} is missing")
+        return d
+
     def value(self, i: int) -> np.ndarray | None:
         return self.values[i] if i < len(self.values) else None
 

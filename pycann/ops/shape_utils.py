@@ -35,6 +35,12 @@ def broadcast_shapes(*shapes: tuple[Dim, ...] | None) -> tuple[Dim, ...] | None:
     return tuple(out)
 
 
+def int_dims(dims: Sequence[Dim]) -> list[int] | None:
+    """``dims`` as a list of ints, or ``None`` if any dim is not a known ``int``."""
+    out = [d for d in dims if isinstance(d, int)]
+    return out if len(out) == len(dims) else None
+
+
 def normalize_axis(axis: int, rank: int, where: str = "") -> int:
     """Map a possibly negative axis into [0, rank). Raises ``ValueError`` if out of range."""
     if not -rank <= axis < max(rank, 1):

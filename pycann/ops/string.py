@@ -214,7 +214,7 @@ def _k_tfidf(inputs: Inputs, attrs: Attrs) -> list[np.ndarray]:
         pos = np.clip(np.searchsorted(vocab, vals), 0, len(vocab) - 1)
         ids = np.where(vocab[pos] == vals, pos + 1, 0).astype(np.int64)  # 0: not a pool token
         base = len(vocab) + 1
-        lookup = {n: {} for n in {g[0] for g in grams}}
+        lookup: dict[int, dict[int, int]] = {n: {} for n in {g[0] for g in grams}}
         for n, g, out_idx in grams:
             code = 0
             for t in g:

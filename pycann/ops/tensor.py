@@ -22,7 +22,7 @@ import numpy as np
 
 from pycann.dtypes import Dim, DType, TensorDesc, from_numpy
 from pycann.ops.opdef import REQUIRED, InferContext, OpDef
-from pycann.ops.shape_utils import normalize_axes, normalize_axis, same_as
+from pycann.ops.shape_utils import int_dims, normalize_axes, normalize_axis, same_as
 
 Inputs = Sequence[Any]
 Attrs = Mapping[str, Any]
@@ -233,8 +233,9 @@ def _infer_reshape(ctx: InferContext) -> list[TensorDesc]:
             out.append(d)
     if -1 in shape:
         k = shape.index(-1)
-        out[k] = _solve_minus_one(in_shape, [d for i, d in enumerate(out) if i != k])
-        if isinstance(out[k], int) and out[k] < 0:
+        solved = _solve_minus_one(in_shape, [d for i, d in enumerate(out) if i != k])
+        out[k] = solved
+        if isinstance(solved, int) and solved < 0:
             raise ctx.fail(f"cannot reshape {x} to {shape}: sizes do not divide")
     elif in_shape is not None and all(isinstance(d, int) for d in (*in_shape, *out)):
         if int(np.prod(out)) != int(np.prod(in_shape)):  # type: ignore[arg-type]
@@ -252,11 +253,13 @@ def _solve_minus_one(in_shape: Sequence[Dim] | None, others: list[Dim]) -> Dim:
         if not isinstance(d, int) and d is not None and d in num:
             num.remove(d)
             den.remove(d)
-    if any(not isinstance(d, int) for d in den):
+    den_ints = int_dims(den)
+    if den_ints is None:
         return None
-    dn = int(np.prod(den)) if den else 1
-    if all(isinstance(d, int) for d in num):
-        nn = int(np.prod(num)) if num else 1
+    dn = int(np.prod(den_ints)) if den_ints else 1
+    num_ints = int_dims(num)
+    if num_ints is not None:
+        nn = int(np.prod(num_ints)) if num_ints else 1
         if dn == 0:
             return None
         return nn // dn if nn % dn == 0 else -1
@@ -392,8 +395,8 @@ def _infer_concat(ctx: InferContext) -> list[TensorDesc]:
     out: list[Dim] = []
     for i in range(r):
         if i == a:
-            known = len(shapes) == len(ds) and all(isinstance(s[i], int) for s in shapes)
-            out.append(sum(int(s[i]) for s in shapes) if known else None)  # type: ignore[arg-type]
+            axis_dims = int_dims([s[i] for s in shapes])
+            out.append(sum(axis_dims) if len(shapes) == len(ds) and axis_dims is not None else None)
             continue
         d: Dim = None
         for s in shapes:
@@ -443,9 +446,9 @@ def _infer_split(ctx: InferContext) -> list[TensorDesc]:
     split = split or None
     if ctx.input(1) is not None and split is None and ctx.value(1) is None:
         sizes: list[Dim] = [None] * n_out
-    elif isinstance(x.shape[axis], int):
+    elif isinstance(dim := x.shape[axis], int):
         try:
-            sizes = list(_split_sizes(x.shape[axis], split, {**ctx.attrs, "_n_outputs": n_out}))
+            sizes = list(_split_sizes(dim, split, {**ctx.attrs, "_n_outputs": n_out}))
         except ValueError as e:
             raise ctx.fail(str(e)) from None
     else:

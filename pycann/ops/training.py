@@ -90,8 +90,8 @@ def _infer(k: int):  # noqa: ANN202 - returns an InferFn
             raise ctx.fail(f"expected R, T and {k} groups of equally many tensors, got {len(ctx.inputs)} inputs")
         n = len(rest) // k
         for i in range(n):
-            shapes = {rest[j * n + i].shape for j in range(k) if rest[j * n + i] is not None
-                      and rest[j * n + i].is_static}
+            group = [rest[j * n + i] for j in range(k)]
+            shapes = {d.shape for d in group if d is not None and d.is_static}
             if len(shapes) > 1:
                 raise ctx.fail(f"tensor {i} and its gradient/state differ in shape: {sorted(map(str, shapes))}")
         # outputs: X'... then each state group, shaped like the matching inputs

@@ -16,11 +16,26 @@ still gets opset-13 semantics (onnx.inliner would have to version-convert instea
 from __future__ import annotations
 
 from collections.abc import Callable
+from typing import Protocol, cast
 
 import onnx
 from onnx import defs
 
 Supported = Callable[[str, str, int], bool]
+
+
+class _FunctionSchema(Protocol):
+    """``defs.OpSchema`` members that onnx's bundled stubs (``defs.pyi``) omit."""
+
+    @property
+    def has_function(self) -> bool: ...
+
+    @property
+    def has_context_dependent_function(self) -> bool: ...
+
+    def get_context_dependent_function_with_opset_version(
+        self, opset: int, node: bytes, input_types: list[bytes]
+    ) -> bytes: ...
 
 
 def _canon(domain: str) -> str:
@@ -85,11 +100,12 @@ class FunctionExpander:
                 d.CopyFrom(attr.default_value)
                 d.name = name
                 node.attribute.append(d)
-        if schema.has_function:
+        fschema = cast(_FunctionSchema, schema)
+        if fschema.has_function:
             fp = onnx.FunctionProto()
             fp.CopyFrom(schema.function_body)
             return fp
-        if schema.has_context_dependent_function:
+        if fschema.has_context_dependent_function:
             tmap = self.types()
             in_types = []
             for i in node.input:
@@ -97,7 +113,7 @@ class FunctionExpander:
                     return None  # input types unknown: leave the node; import reports it
                 in_types.append(tmap[i].SerializeToString() if i else onnx.TypeProto().SerializeToString())
             try:
-                raw = schema.get_context_dependent_function_with_opset_version(opset, node.SerializeToString(), in_types)
+                raw = fschema.get_context_dependent_function_with_opset_version(opset, node.SerializeToString(), in_types)
             except Exception:
                 return None
             fp = onnx.FunctionProto()

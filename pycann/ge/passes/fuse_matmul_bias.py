@@ -40,8 +40,8 @@ def fuse(g: Graph) -> tuple[int, list[str]]:
         if is_op(add, "Add") and add is not None:
             other = ix.other_input(add, y)
             do = ix.desc(other) if other else None
-            ok = do is not None and do.shape is not None and do.dtype == dy.dtype
-            if ok:
+            ok = False
+            if do is not None and do.shape is not None and do.dtype == dy.dtype:
                 try:
                     ok = broadcast_shapes(dy.shape, do.shape) == dy.shape and len(do.shape) <= len(dy.shape)
                 except ValueError:

@@ -72,7 +72,7 @@ def _flat_indices(
     nc = np.arange(n * c, dtype=np.int64).reshape((n, c) + (1,) * nsp)
     flat = nc * int(np.prod(sizes))
     for i in range(nsp):
-        grid = np.arange(win.out[i], dtype=np.int64) * win.strides[i] - win.pads_begin[i]
+        grid: np.ndarray = np.arange(win.out[i], dtype=np.int64) * win.strides[i] - win.pads_begin[i]
         grid = grid.reshape((1, 1) + tuple(-1 if j == i else 1 for j in range(nsp)))
         coord = grid + pos[:, i][arg] * win.dilations[i]
         flat = flat + coord * strides[i]

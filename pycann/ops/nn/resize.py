@@ -249,10 +249,12 @@ def _apply_taps(y: np.ndarray, p: _AxisPlan, a: int, cdt: type) -> np.ndarray:
     """Weighted sum of ``taps`` gathers along axis ``a``."""
     shp = [1] * y.ndim
     shp[a] = p.idx.shape[0]
+    w = p.w
+    assert w is not None  # only nearest plans lack weights, and they never get here
     acc = None
     for k in range(p.idx.shape[1]):
         t = np.take(y, p.idx[:, k], axis=a)
-        t *= p.w[:, k].astype(cdt).reshape(shp)
+        t *= w[:, k].astype(cdt).reshape(shp)
         acc = t if acc is None else np.add(acc, t, out=acc)
     assert acc is not None
     return acc
@@ -306,12 +308,13 @@ def resize_nd(
     ]
     # Shrinking axes first keeps the intermediates small; on ties the last axis goes first, so
     # its (slower) element gather runs on the smaller tensor.
-    order = sorted((a for a in range(r) if plans[a] is not None), key=lambda a: (out_shape[a] / x.shape[a], -a))
+    active = {a: p for a, p in enumerate(plans) if p is not None}  # the axes that change
+    order = sorted(active, key=lambda a: (out_shape[a] / x.shape[a], -a))
     bilinear_axes = _bilinear_axes(x, mode, antialias, scales)
     if mode == "nearest":
         y = x
         for a in order:
-            y = _nearest_axis(y, plans[a].idx[:, 0], a)
+            y = _nearest_axis(y, active[a].idx[:, 0], a)
     elif bilinear_axes is not None and x.dtype.kind in "iu":
         ident = [_identity_linear(x.shape[a]) for a in range(r)]
         pa, pb = (plans[a] or ident[a] for a in bilinear_axes)
@@ -323,7 +326,7 @@ def resize_nd(
         y = x.astype(np.int64)
         for a in sorted(order, reverse=True):  # ORT: width pass, then height
             # each pass is stored as T (int8 wraps, as ORT's static_cast does)
-            y = taps_fixed22(y, plans[a], a).astype(x.dtype).astype(np.int64)
+            y = taps_fixed22(y, active[a], a).astype(x.dtype).astype(np.int64)
     else:
         int_aa = antialias and x.dtype.kind in "iu"
         if int_aa:
@@ -331,11 +334,11 @@ def resize_nd(
         cdt = np.float64 if x.dtype == np.float64 else F32
         y = x.astype(cdt, copy=False)
         for a in order:
-            y = _apply_taps(y, plans[a], a, cdt)
+            y = _apply_taps(y, active[a], a, cdt)
             if int_aa:
                 info = np.iinfo(x.dtype)
                 y = np.clip(np.sign(y) * np.floor(np.abs(y) + 0.5), info.min, info.max)
-    exts = [(a, plans[a].ext) for a in range(r) if plans[a] is not None and plans[a].ext is not None]
+    exts = [(a, p.ext) for a, p in active.items() if p.ext is not None]
     if exts:
         mask = np.zeros((1,) * r, bool)
         for a, e in exts:

@@ -21,7 +21,7 @@ def bilinear_exact(x: np.ndarray, axes: tuple[int, int], py: Plan, px: Plan) -> 
     ay, ax = axes
     ny, nx = py.idx.shape[0], px.idx.shape[0]
     xf = x.astype(F32)
-    out = None
+    out: np.ndarray | None = None
     for i in range(2):
         rows = np.take(xf, py.idx[:, i], axis=ay)
         for j in range(2):
@@ -30,6 +30,7 @@ def bilinear_exact(x: np.ndarray, axes: tuple[int, int], py: Plan, px: Plan) -> 
             shp[ay], shp[ax] = ny, nx
             term = c.reshape(shp) * np.take(rows, px.idx[:, j], axis=ax)
             out = term if out is None else out + term
+    assert out is not None  # the 2x2 tap loop always runs
     info = np.iinfo(x.dtype)
     return np.clip(out, info.min, info.max)
 
