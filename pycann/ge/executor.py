@@ -22,6 +22,7 @@ from pycann.errors import KernelError, PycannError
 from pycann.ge.ir import Graph, free_names, node_reads
 from pycann.ge.planning.memory import MemoryPlan, plan_memory
 from pycann.ops.prepared import PREPARE
+from pycann.ops.providers import arena_ok
 from pycann.ops.registry import lookup
 from pycann.profiler import hooks
 
@@ -84,7 +85,7 @@ class Plan:
             bind = -1
             if memory is not None and op.out_kernel is not None and not op.scoped and n.outputs and all(
                 o in memory.offsets for o in n.outputs
-            ):
+            ) and arena_ok(attrs.get("_algo")):
                 bind = len(self.arena_layout)
                 self.arena_layout.append([self._view_spec(graph, o, memory) for o in n.outputs])
                 steps.append((op.out_kernel, ins, outs, attrs, (), ARENA, bind))
@@ -309,7 +310,7 @@ def arena_candidates(g: Graph) -> set[str]:
     out: set[str] = set()
     for n in g.nodes:
         op = lookup(n.op_type, n.domain, n.opset)
-        if op.out_kernel is None or op.scoped:
+        if op.out_kernel is None or op.scoped or not arena_ok(n.attrs.get("_algo")):
             continue
         descs = [g.descs.get(o) for o in n.outputs if o]
         if descs and all(d is not None and d.is_static for d in descs):

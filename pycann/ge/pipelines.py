@@ -21,6 +21,7 @@ from pycann.ge.passes import (
     fuse_matmul_bias,
     infer_shapes,
     precision,
+    select_kernels,
 )
 from pycann.ge.passes.base import PassContext, PassResult
 
@@ -46,6 +47,8 @@ COMPILE_PIPELINE: list[tuple[str, PassFn]] = [
     (precision.name, precision.run),
     (dead_code.name, dead_code.run),
     (infer_shapes.name, infer_shapes.run),
+    # provider per node (numpy BLAS, oneDNN through torch), recorded in the .om as attrs["_algo"]
+    (select_kernels.name, select_kernels.run),
 ]
 
 # After run-time specialisation has inlined every If, the flat graph is optimised again.
@@ -58,6 +61,7 @@ SPECIALIZE_PIPELINE: list[tuple[str, PassFn]] = [
     (fuse_elementwise.name, fuse_elementwise.run),
     (dead_code.name, dead_code.run),
     (infer_shapes.name, infer_shapes.run),
+    (select_kernels.name, select_kernels.run),
 ]
 
 # Passes that may not be switched off: the rest of the stack relies on their results.

@@ -27,7 +27,7 @@ import numpy as np
 
 from pycann.dtypes import TensorDesc
 from pycann.ops import activation as act_mod
-from pycann.ops.matmul import _infer_matmul
+from pycann.ops.matmul import _float_matmul, _infer_matmul
 from pycann.ops.nn import conv as conv_mod
 from pycann.ops.opdef import InferContext, OpDef
 from pycann.ops.shape_utils import broadcast_shapes
@@ -106,27 +106,28 @@ def _k_fused_conv(inputs: Sequence[Any], attrs: Mapping[str, Any]) -> list[np.nd
     """Conv (ONNX Conv) -> += Z (residual, optional input 3) -> activation, in place on Conv's output."""
     if _narrow(inputs[0].dtype):
         return [_k_fused_conv(_widen(inputs), attrs)[0].astype(inputs[0].dtype)]
-    y = conv_mod._k_conv(_conv_inputs(inputs), attrs)[0]
-    if not y.flags.writeable:
-        y = y.copy()
-    _post(y, inputs, attrs)
-    return [y]
+    y = _conv_epilogue(inputs, attrs, None)
+    return [y if y.flags.writeable else y.copy()]
 
 
-def _post(y: np.ndarray, inputs: Sequence[Any], attrs: Mapping[str, Any]) -> None:
+def _conv_epilogue(inputs: Sequence[Any], attrs: Mapping[str, Any], out: np.ndarray | None) -> np.ndarray:
+    """Conv with the residual add (and Relu) done by the provider when it can fuse them (oneDNN
+    post-ops), then any other activation in place."""
     z = inputs[3] if len(inputs) > 3 else None
-    if z is not None:
-        y += z
     name, a, b = _act(attrs)
-    apply_activation(y, name, a, b)
+    y = conv_mod._conv(_conv_inputs(inputs), attrs, out, residual=z, relu=name == "Relu")
+    if name != "Relu":
+        apply_activation(y, name, a, b)
+    return y
 
 
 def _out_fused_conv(inputs: Sequence[Any], attrs: Mapping[str, Any], outs: Sequence[np.ndarray]) -> None:
     if _narrow(outs[0].dtype):
         outs[0][...] = _k_fused_conv(inputs, attrs)[0]
         return
-    conv_mod._out_conv(_conv_inputs(inputs), attrs, outs)
-    _post(outs[0], inputs, attrs)
+    y = _conv_epilogue(inputs, attrs, outs[0])
+    if not np.may_share_memory(y, outs[0]):
+        outs[0][...] = y
 
 
 def _infer_fused_conv(ctx: InferContext) -> list[TensorDesc]:
@@ -142,7 +143,7 @@ def _k_fused_matmul(inputs: Sequence[Any], attrs: Mapping[str, Any]) -> list[np.
     if _narrow(inputs[0].dtype):
         return [_k_fused_matmul(_widen(inputs), attrs)[0].astype(inputs[0].dtype)]
     a, b = inputs[0], inputs[1]
-    y = np.matmul(a, b)
+    y = _float_matmul(a, b, np.result_type(a, b), attrs, None)
     _mm_post(y, inputs, attrs)
     return [y]
 
@@ -159,7 +160,9 @@ def _out_fused_matmul(inputs: Sequence[Any], attrs: Mapping[str, Any], outs: Seq
     if _narrow(outs[0].dtype):
         outs[0][...] = _k_fused_matmul(inputs, attrs)[0]
         return
-    np.matmul(inputs[0], inputs[1], out=outs[0])
+    y = _float_matmul(inputs[0], inputs[1], outs[0].dtype, attrs, outs[0])
+    if not np.may_share_memory(y, outs[0]):
+        outs[0][...] = y
     _mm_post(outs[0], inputs, attrs)
 
 

@@ -1,6 +1,10 @@
 """Matrix-product ops (ONNX spec, Operators.md: MatMul, Gemm, MatMulInteger, QLinearMatMul,
 Einsum). The heavy lifting is ``np.matmul``/``np.einsum`` (BLAS for float32/float64).
 
+Float MatMul/Gemm go through a kernel provider (``pycann.ops.providers``) when GE's
+KernelSelection pass recorded one in the node attribute ``_algo`` (e.g. ``"torch:matmul"``);
+without it they take numpy's BLAS directly, which is the static table's choice for every shape.
+
 float16/bfloat16 products are accumulated in float32 and cast back (as ONNX Runtime does);
 integer products are computed exactly in a float type wide enough for the reduction length.
 """
@@ -14,6 +18,8 @@ import numpy as np
 
 from pycann.dtypes import Dim, DType, TensorDesc
 from pycann.ops.opdef import InferContext, OpDef
+from pycann.ops.providers import GemmSpec, resolve
+from pycann.ops.providers import numpy_blas as _nb
 from pycann.ops.shape_utils import broadcast_shapes
 
 
@@ -51,10 +57,22 @@ def _matmul_shape(a: tuple[Dim, ...], b: tuple[Dim, ...]) -> tuple[tuple[Dim, ..
     return out, None
 
 
+def _float_matmul(a: np.ndarray, b: np.ndarray, acc: np.dtype, attrs: Mapping[str, Any],
+                  out: np.ndarray | None) -> np.ndarray:
+    """a @ b in the float dtype ``acc`` by the recorded provider algorithm (default numpy)."""
+    a, b = a.astype(acc, copy=False), b.astype(acc, copy=False)
+    name = attrs.get("_algo")
+    if not name:
+        return _nb.matmul(a, b, out)
+    return resolve(name, lambda: GemmSpec("MatMul", a.shape, b.shape, acc.name)).fn(a, b, out)
+
+
 def _k_matmul(inputs: Sequence[Any], attrs: Mapping[str, Any]) -> list[np.ndarray]:
     """MatMul (spec: MatMul-13): numpy.matmul semantics, incl. 1-D operands and batch broadcast."""
     a, b = inputs[0], inputs[1]
     acc = _acc_dtype(a.dtype)
+    if acc.kind == "f" and a.dtype == b.dtype:
+        return [np.asarray(_float_matmul(a, b, acc, attrs, None).astype(a.dtype, copy=False))]
     if acc != a.dtype:
         y = np.matmul(a.astype(acc), b.astype(acc)).astype(a.dtype)
     else:
@@ -66,7 +84,9 @@ def _out_matmul(inputs: Sequence[Any], attrs: Mapping[str, Any], outs: Sequence[
     """MatMul into a preallocated output (BLAS writes straight into the arena)."""
     a, b = inputs[0], inputs[1]
     if a.dtype == b.dtype == outs[0].dtype and a.dtype.kind == "f" and a.dtype.itemsize >= 4:
-        np.matmul(a, b, out=outs[0])
+        y = _float_matmul(a, b, a.dtype, attrs, outs[0])
+        if y is not outs[0]:
+            outs[0][...] = y
     else:
         outs[0][...] = _k_matmul(inputs, attrs)[0]
 
@@ -107,15 +127,12 @@ def _gemm(inputs: Sequence[Any], attrs: Mapping[str, Any], out: np.ndarray | Non
         if c is not None and beta != 0.0:
             y = y + (c if beta == 1.0 else (c * beta).astype(acc))
         return y
-    y = out if out is not None and out.dtype == acc else None
-    y = np.matmul(a, b, out=y)
-    if alpha != 1.0:
-        y *= acc.type(alpha)
-    # beta == 0 drops C altogether (ONNX Runtime does not evaluate 0 * C).
-    if c is not None and beta != 0.0:
-        cc = c.astype(acc, copy=False)
-        y += cc if beta == 1.0 else cc * acc.type(beta)
-    return y
+    cc = c if c is not None and beta != 0.0 else None
+    name = attrs.get("_algo")
+    if not name:
+        return _nb.gemm(a, b, cc, alpha, beta, out)
+    algo = resolve(name, lambda: GemmSpec("Gemm", a.shape, b.shape, acc.name))
+    return algo.fn(a, b, cc.astype(acc, copy=False) if cc is not None else None, alpha, beta, out)
 
 
 def _k_gemm(inputs: Sequence[Any], attrs: Mapping[str, Any]) -> list[np.ndarray]:

@@ -127,6 +127,7 @@ class Algorithm:
     supports: Callable[[Any], bool]
     fn: Callable[..., np.ndarray]
     doc: str = ""
+    writes_out: bool = True  # False: computes into its own buffer, so ``out`` costs one more copy
 
     @property
     def provider(self) -> str:
@@ -153,8 +154,8 @@ PROVIDERS: dict[str, Provider] = {
 # spec wins; then any other available one; the numpy general algorithm always remains.
 # Measured on Zen 5 (2 cores, AVX-512) with the ResNet-50 and PP-OCRv4 det shapes: see docs/kernels.md.
 STATIC_TABLE: dict[tuple[str, str], tuple[str, ...]] = {
+    ("Conv", "weight_bound"): ("torch:conv2d_packed", "torch:conv2d", "numpy:im2col_gemm"),
     ("Conv", "pointwise"): ("torch:conv2d", "torch:conv1d", "torch:conv3d", "numpy:gemm_1x1"),
-    ("Conv", "pointwise_narrow"): ("numpy:gemm_1x1", "torch:conv2d"),
     ("Conv", "depthwise"): ("torch:conv2d", "torch:conv1d", "torch:conv3d", "numpy:depthwise"),
     ("Conv", "grouped"): ("torch:conv2d", "torch:conv1d", "torch:conv3d", "numpy:im2col_gemm"),
     ("Conv", "regular"): ("torch:conv2d", "torch:conv1d", "torch:conv3d", "numpy:im2col_gemm"),
@@ -165,9 +166,18 @@ STATIC_TABLE: dict[tuple[str, str], tuple[str, ...]] = {
 # The general algorithm of each op (every spec): the last resort.
 FALLBACK = {"Conv": "numpy:im2col_gemm", "ConvTranspose": "numpy:col2im", "MatMul": "numpy:matmul", "Gemm": "numpy:gemm"}
 
-# A 1x1 conv with fewer input or output channels than this is memory-bound: numpy's GEMM on
-# the NCHW view beats oneDNN, which pays a layout reorder on the (large) activation.
-NARROW_CHANNELS = 32
+
+def weight_bound(spec: ConvSpec) -> bool:
+    """A 2-D float32 conv with >= 256 KiB of weights that outweigh its input (x2), or a spatial
+    kernel with >= 512 KiB of weights: prepacking the weight once wins there (ResNet-50's late
+    layers); below 256 KiB the packed call's fixed cost (~15 us) loses."""
+    if spec.op_type != "Conv" or spec.group != 1 or spec.n_spatial != 2 or spec.dtype != "float32":
+        return False
+    w_bytes = int(np.prod(spec.w_shape)) * 4
+    x_bytes = int(np.prod(spec.x_shape)) * 4
+    if w_bytes < 256 << 10:
+        return False
+    return w_bytes >= 2 * x_bytes or (int(np.prod(spec.win.kernel)) > 1 and w_bytes >= 512 << 10)
 
 
 def shape_class(spec: OpSpec) -> str:
@@ -178,10 +188,9 @@ def shape_class(spec: OpSpec) -> str:
         return "depthwise"
     if spec.group > 1:
         return "grouped"
+    if weight_bound(spec):
+        return "weight_bound"
     if spec.pointwise:
-        spatial = int(np.prod(spec.out_sizes))
-        if min(spec.x_shape[1], spec.w_shape[0]) < NARROW_CHANNELS and spatial > 1:
-            return "pointwise_narrow"
         return "pointwise"
     return "regular"
 
@@ -232,6 +241,17 @@ def algorithm(name: str) -> Algorithm | None:
     for a in provider_algorithms(provider):
         _algorithms[a.name] = a
     return _algorithms.get(name)
+
+
+def arena_ok(name: str | None) -> bool:
+    """Whether a node whose recorded algorithm is ``name`` should get an arena output.
+
+    False for algorithms that compute into their own buffer (torch's convolutions): binding
+    them to the arena adds a full copy of the output per call (measured: PP-OCRv4 det 640x640
+    about 10% slower). Unknown or absent names: True.
+    """
+    algo = algorithm(name) if name else None
+    return algo is None or algo.writes_out
 
 
 def reset() -> None:
@@ -393,6 +413,7 @@ def measure(spec: OpSpec, cands: Sequence[Algorithm], weight: np.ndarray | None 
 
 
 __all__ = [
-    "Algorithm", "ConvSpec", "GemmSpec", "OpSpec", "PROVIDERS", "Provider", "STATIC_TABLE", "algorithm", "available",
+    "Algorithm", "ConvSpec", "GemmSpec", "OpSpec", "PROVIDERS", "Provider", "STATIC_TABLE", "algorithm", "arena_ok",
+    "available",
     "candidates", "choose", "compute_name", "conv_spec", "make_spec", "measure", "reset", "resolve", "select", "shape_class",
 ]

@@ -108,7 +108,7 @@ ALGORITHMS: list[Algorithm] = [
               "any conv: strided patch view copied once + np.matmul"),
     Algorithm("numpy:col2im", "ConvTranspose",
               lambda s: isinstance(s, ConvSpec) and s.op_type == "ConvTranspose" and s.dtype in _FLOATS,
-              conv_transpose, "ConvTranspose: np.matmul then scatter-add per kernel tap"),
+              conv_transpose, "ConvTranspose: np.matmul then scatter-add per kernel tap", False),
     Algorithm("numpy:matmul", "MatMul", _gemm_float("MatMul"), matmul, "np.matmul"),
     Algorithm("numpy:gemm", "Gemm", _gemm_float("Gemm"), gemm, "np.matmul + alpha/beta/C in place"),
 ]

@@ -1,0 +1,155 @@
+"""KernelSelection: pick the kernel provider algorithm of every Conv, ConvTranspose, MatMul and
+Gemm node (and FusedConv) whose input shapes are static, and record it in the node attribute
+``_algo`` (``"torch:conv2d"``, ``"numpy:depthwise"``, ...), which the .om keeps.
+
+Mode: ``ctx.options["kernel_selection"]``, else the environment variable
+``PYCANN_KERNEL_SELECTION``: ``static`` (default: ``pycann.ops.providers.STATIC_TABLE``),
+``measure`` (time every candidate once per distinct shape at compile time) or ``off``.
+
+One thread pool per graph: numpy's BLAS (OpenBLAS threads) and torch (OpenMP threads) spin
+on the same cores after each call, so a model that alternates between them runs several
+times slower than either alone (docs/kernels.md). When both would be used, the nodes of the
+provider with fewer FLOPs move to the other provider where it supports them.
+
+Nodes are never mutated in place: a chosen node gets a new ``attrs`` dict (run-time
+specialisation shares attrs dicts with the compiled graph).
+"""
+
+from __future__ import annotations
+
+import os
+from collections import Counter
+
+import numpy as np
+
+from pycann.dtypes import to_numpy
+from pycann.ge.ir import Graph, Node
+from pycann.ge.passes.base import PassContext, PassResult
+from pycann.ops.providers import Algorithm, OpSpec, candidates, make_spec, select
+
+name = "KernelSelection"
+
+# (domain, op type) -> the op family whose providers compute it
+TARGETS: dict[tuple[str, str], str] = {
+    ("", "Conv"): "Conv",
+    ("", "ConvTranspose"): "ConvTranspose",
+    ("", "MatMul"): "MatMul",
+    ("", "Gemm"): "Gemm",
+    ("pycann", "FusedConv"): "Conv",
+}
+MODES = ("static", "measure", "off")
+
+Choice = tuple[Node, str, OpSpec, Algorithm]
+
+
+def _static_shape(g: Graph, value: str) -> tuple[tuple[int, ...], str] | None:
+    """(shape, dtype name) of a value when fully known."""
+    if value in g.initializers:
+        arr = g.initializers[value]
+        return tuple(arr.shape), arr.dtype.name
+    d = g.descs.get(value)
+    if d is None or d.shape is None or not all(isinstance(s, int) for s in d.shape):
+        return None
+    try:
+        dtype = to_numpy(d.dtype).name
+    except (KeyError, ValueError, TypeError):
+        return None
+    return tuple(int(s) for s in d.shape), dtype  # type: ignore[arg-type]
+
+
+def _spec(g: Graph, n: Node, family: str) -> OpSpec | None:
+    if len(n.inputs) < 2 or not n.inputs[0] or not n.inputs[1]:
+        return None
+    a, b = _static_shape(g, n.inputs[0]), _static_shape(g, n.inputs[1])
+    if a is None or b is None or a[1] not in ("float32", "float64", "float16", "bfloat16"):
+        return None
+    try:
+        return make_spec(family, [a[0], b[0]], n.attrs, a[1])
+    except (ValueError, AssertionError, IndexError, TypeError):
+        return None  # malformed attributes: the kernel reports them at run time
+
+
+def _collect(g: Graph, mode: str, out: list[Choice], skipped: Counter[str]) -> None:
+    for n in g.nodes:
+        for sub in n.subgraphs.values():
+            _collect(sub, mode, out, skipped)
+        family = TARGETS.get((n.domain, n.op_type))
+        if family is None:
+            continue
+        spec = _spec(g, n, family)
+        if spec is None:
+            skipped[n.op_type] += 1
+            continue
+        weight = g.initializers.get(n.inputs[1])
+        w = weight if isinstance(weight, np.ndarray) else None
+        algo = select(spec, mode, w)
+        if algo.name.endswith("_packed") and (w is None or w.dtype.name != spec.dtype):
+            # a prepacked weight is cached per weight array: only for constant, compute-dtype weights
+            algo = next(a for a in candidates(spec) if not a.name.endswith("_packed"))
+        out.append((n, n.op_type, spec, algo))
+
+
+def one_pool(choices: list[Choice]) -> int:
+    """Move nodes off the minority provider (by FLOPs) where the majority one supports them.
+
+    Returns how many nodes moved.
+    """
+    flops: Counter[str] = Counter()
+    for _, _, spec, algo in choices:
+        flops[algo.provider] += spec.flops
+    if len(flops) < 2:
+        return 0
+    major = max(flops, key=lambda p: flops[p])
+    moved = 0
+    for i, (n, op, spec, algo) in enumerate(choices):
+        if algo.provider == major:
+            continue
+        alt = next((a for a in candidates(spec) if a.provider == major), None)
+        if alt is not None:
+            choices[i] = (n, op, spec, alt)
+            moved += 1
+    return moved
+
+
+def select_graph(g: Graph, mode: str = "static", single_pool: bool = True) -> tuple[list[Choice], Counter[str], int, int]:
+    """Choose for every target node with static shapes and record ``_algo``.
+
+    Returns (choices, skipped counts per op type, nodes moved by the one-pool rule, nodes
+    whose ``_algo`` changed).
+    """
+    choices: list[Choice] = []
+    skipped: Counter[str] = Counter()
+    _collect(g, mode, choices, skipped)
+    moved = one_pool(choices) if single_pool else 0
+    changed = 0
+    for n, _, _, algo in choices:
+        if n.attrs.get("_algo") != algo.name:
+            n.attrs = {**n.attrs, "_algo": algo.name}
+            changed += 1
+    return choices, skipped, moved, changed
+
+
+def summarize(choices: list[Choice], skipped: Counter[str], moved: int = 0) -> str:
+    """``Conv x53: torch:conv2d 50, numpy:depthwise 3; Gemm x1: numpy:gemm 1``."""
+    by_op: dict[str, Counter[str]] = {}
+    for _, op, _, algo in choices:
+        by_op.setdefault(op, Counter())[algo.name] += 1
+    parts = [
+        f"{op} x{sum(c.values())}: " + ", ".join(f"{k} {v}" for k, v in c.most_common())
+        for op, c in sorted(by_op.items())
+    ]
+    if skipped:
+        parts.append("shapes unknown (chosen at run time): " + ", ".join(f"{k} {v}" for k, v in sorted(skipped.items())))
+    if moved:
+        parts.append(f"{moved} moved to keep one thread pool")
+    return "; ".join(parts) or "no Conv/ConvTranspose/MatMul/Gemm nodes"
+
+
+def run(graph: Graph, ctx: PassContext) -> PassResult:
+    mode = str(ctx.options.get("kernel_selection") or os.environ.get("PYCANN_KERNEL_SELECTION") or "static")
+    if mode not in MODES:
+        mode = "static"
+    if mode == "off":
+        return PassResult(graph, False, "off")
+    choices, skipped, moved, changed = select_graph(graph, mode)
+    return PassResult(graph, changed > 0, f"{summarize(choices, skipped, moved)} ({mode})")

@@ -1,0 +1,382 @@
+"""Kernel providers (pycann.ops.providers): every algorithm against ONNX Runtime on the real
+models' conv shapes (scaled down), the fallback when torch is missing, the selection table,
+the KernelSelection pass and its record in the .om."""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+import numpy as np
+import onnx
+import pytest
+from onnx import TensorProto, helper
+
+from pycann.ge.ir import Graph, Node
+from pycann.ge.om import dumps_om, loads_om
+from pycann.ge.passes import select_kernels
+from pycann.ge.passes.base import PassContext
+from pycann.ops import providers
+from pycann.ops.providers import ConvSpec, GemmSpec, numpy_blas
+from pycann.ops.registry import lookup
+from tests.ops.oracle import run_ort, single_node_model
+
+RTOL, ATOL = 1e-4, 1e-4
+
+
+def _has_torch() -> bool:
+    providers.reset()
+    return providers.available("torch")
+
+
+needs_torch = pytest.mark.skipif(not _has_torch(), reason="torch (optional provider) not installed")
+
+
+@pytest.fixture(autouse=True)
+def _fresh(monkeypatch: pytest.MonkeyPatch) -> Any:
+    monkeypatch.delenv("PYCANN_PROVIDERS", raising=False)
+    providers.reset()
+    yield
+    providers.reset()
+
+
+def _r(*shape: int, seed: int = 0) -> np.ndarray:
+    return np.random.default_rng(seed + sum(shape)).standard_normal(shape).astype(np.float32)
+
+
+# (x shape, w shape, attrs, bias): ResNet-50 (7x7 s2, 1x1, strided 1x1, 3x3, 3x3 s2) and
+# PP-OCRv4 det (depthwise 3x3/5x5, strided depthwise, pointwise narrow/wide) at reduced sizes,
+# plus groups, dilations, asymmetric pads, auto_pad, batch 2, 1-D and 3-D.
+CONV_CASES = [
+    ((1, 3, 32, 32), (16, 3, 7, 7), {"strides": [2, 2], "pads": [3, 3, 3, 3]}, True),
+    ((2, 16, 14, 14), (32, 16, 1, 1), {}, True),
+    ((1, 32, 14, 14), (64, 32, 1, 1), {"strides": [2, 2]}, True),
+    ((2, 16, 14, 14), (16, 16, 3, 3), {"pads": [1, 1, 1, 1]}, True),
+    ((1, 16, 15, 15), (24, 16, 3, 3), {"pads": [1, 1, 1, 1], "strides": [2, 2]}, False),
+    ((1, 16, 20, 20), (16, 1, 3, 3), {"group": 16, "pads": [1, 1, 1, 1]}, True),
+    ((2, 16, 20, 20), (16, 1, 3, 3), {"group": 16, "pads": [1, 1, 1, 1], "strides": [2, 2]}, True),
+    ((1, 24, 10, 10), (24, 1, 5, 5), {"group": 24, "pads": [2, 2, 2, 2]}, True),
+    ((1, 12, 40, 40), (96, 12, 1, 1), {}, False),
+    ((1, 384, 4, 4), (384, 384, 1, 1), {}, True),  # weight-bound: prepacked path
+    ((1, 64, 7, 7), (128, 64, 3, 3), {"pads": [1, 1, 1, 1]}, True),  # weight-bound 3x3
+    ((2, 8, 9, 9), (12, 4, 3, 3), {"group": 2, "pads": [1, 1, 1, 1]}, True),
+    ((1, 6, 5, 5), (12, 1, 3, 3), {"group": 6}, True),  # channel multiplier 2
+    ((1, 4, 11, 10), (6, 4, 3, 3), {"dilations": [2, 3], "pads": [2, 1, 2, 1]}, True),
+    ((1, 3, 9, 8), (4, 3, 3, 3), {"pads": [1, 0, 2, 1], "strides": [2, 1]}, True),  # end pads > begin
+    ((1, 3, 9, 8), (4, 3, 3, 3), {"pads": [2, 1, 0, 0]}, False),  # begin pads > end
+    ((1, 3, 9, 8), (4, 3, 4, 4), {"auto_pad": "SAME_UPPER", "strides": [2, 2]}, True),
+    ((2, 3, 12), (4, 3, 3), {"strides": [2], "pads": [1, 1]}, True),
+    ((1, 2, 5, 6, 4), (3, 2, 3, 2, 2), {"pads": [1, 0, 1, 1, 1, 0], "strides": [1, 2, 1]}, True),
+]
+
+TRANSPOSE_CASES = [
+    ((1, 8, 5, 5), (8, 4, 2, 2), {"strides": [2, 2]}, True),  # PP-OCR det upsampling
+    ((1, 4, 6, 6), (4, 1, 2, 2), {"strides": [2, 2]}, False),
+    ((1, 4, 5, 5), (4, 3, 3, 3), {"strides": [2, 2], "pads": [1, 1, 1, 1], "output_padding": [1, 1]}, True),
+    ((2, 4, 5, 5), (4, 3, 3, 3), {"group": 2, "strides": [2, 2]}, True),
+    ((1, 3, 5, 5), (3, 2, 3, 3), {"pads": [0, 1, 2, 0], "strides": [2, 2]}, True),  # numpy delegate
+    ((1, 3, 5, 5), (3, 2, 3, 3), {"strides": [2, 2], "output_shape": [10, 11]}, True),
+    ((1, 3, 7), (3, 2, 3), {"strides": [3], "dilations": [2]}, True),
+]
+
+
+def _conv_inputs(xs: tuple, ws: tuple, bias: bool) -> list[np.ndarray]:
+    ins = [_r(*xs), _r(*ws, seed=1)]
+    if bias:
+        ins.append(_r(ws[0], seed=2))
+    return ins
+
+
+def _ort(op: str, ins: list[np.ndarray], attrs: dict, opset: int = 17) -> np.ndarray:
+    model, feeds = single_node_model(op, ins, attrs, 1, opset)
+    return run_ort(model, feeds)[0]
+
+
+def _algos(op: str, spec: Any) -> list[str]:
+    return [a.name for a in providers.candidates(spec) if a.op_type == op]
+
+
+def _run_kernel(op: str, ins: list[np.ndarray], attrs: dict, algo: str, arena: bool) -> np.ndarray:
+    opdef = lookup(op, "", 17)
+    a = opdef.with_defaults({**attrs, "_algo": algo})
+    if not arena:
+        return opdef.kernel(ins, a)[0]
+    want = opdef.kernel(ins, opdef.with_defaults(attrs))[0]
+    out = np.full(want.shape, np.nan, want.dtype)
+    assert opdef.out_kernel is not None
+    opdef.out_kernel(ins, a, [out])
+    return out
+
+
+@pytest.mark.parametrize("xs,ws,attrs,bias", CONV_CASES)
+@pytest.mark.parametrize("arena", [False, True])
+def test_conv_algorithms_match_ort(xs: tuple, ws: tuple, attrs: dict, bias: bool, arena: bool) -> None:
+    ins = _conv_inputs(xs, ws, bias)
+    ref = _ort("Conv", ins, attrs)
+    spec = providers.conv_spec("Conv", xs, ws, attrs)
+    names = _algos("Conv", spec)
+    assert "numpy:im2col_gemm" in names
+    for name in names:
+        got = _run_kernel("Conv", ins, attrs, name, arena)
+        np.testing.assert_allclose(got, ref, rtol=RTOL, atol=ATOL, err_msg=name)
+
+
+@needs_torch
+@pytest.mark.parametrize("xs,ws,attrs,bias", CONV_CASES[:8])
+def test_torch_conv_epilogue(xs: tuple, ws: tuple, attrs: dict, bias: bool) -> None:
+    """Residual add and relu applied by torch while copying out equal the numpy epilogue."""
+    from pycann.ops.nn.conv import _conv
+
+    ins = _conv_inputs(xs, ws, bias)
+    base = lookup("Conv", "", 17)
+    a = base.with_defaults(attrs)
+    plain = base.kernel(ins, a)[0]
+    z = _r(*plain.shape, seed=5)
+    want = np.maximum(plain + z, 0)
+    for name in ("torch:conv2d", "numpy:im2col_gemm"):
+        if len(xs) != 4:
+            continue
+        out = np.empty_like(plain)
+        got = _conv(ins, {**a, "_algo": name}, out, residual=z, relu=True)
+        np.testing.assert_allclose(got, want, rtol=RTOL, atol=ATOL, err_msg=name)
+
+
+@pytest.mark.parametrize("xs,ws,attrs,bias", TRANSPOSE_CASES)
+@pytest.mark.parametrize("arena", [False, True])
+def test_conv_transpose_algorithms_match_ort(xs: tuple, ws: tuple, attrs: dict, bias: bool, arena: bool) -> None:
+    ins = [_r(*xs), _r(*ws, seed=1)]
+    if bias:
+        ins.append(_r(ws[1] * int(attrs.get("group", 1)), seed=2))
+    ref = _ort("ConvTranspose", ins, attrs)
+    spec = providers.conv_spec("ConvTranspose", xs, ws, attrs)
+    names = set(_algos("ConvTranspose", spec)) | {"torch:conv_transpose"}  # total even when unsupported
+    for name in sorted(names):
+        got = _run_kernel("ConvTranspose", ins, attrs, name, arena)
+        np.testing.assert_allclose(got, ref, rtol=RTOL, atol=ATOL, err_msg=name)
+
+
+GEMM_CASES = [
+    ("MatMul", (64, 96), (96, 48), {}),
+    ("MatMul", (3, 1, 8, 16), (2, 16, 5), {}),  # batch broadcast
+    ("MatMul", (16,), (16, 4), {}),  # 1-D operand
+    ("Gemm", (1, 64), (32, 64), {"transB": 1}),  # ResNet-50 fc shape (scaled)
+    ("Gemm", (16, 8), (16, 12), {"transA": 1, "alpha": 0.5, "beta": 2.0}),
+    ("Gemm", (8, 16), (16, 12), {"beta": 0.0}),
+]
+
+
+@pytest.mark.parametrize("op,a_s,b_s,attrs", GEMM_CASES)
+@pytest.mark.parametrize("arena", [False, True])
+def test_gemm_algorithms_match_ort(op: str, a_s: tuple, b_s: tuple, attrs: dict, arena: bool) -> None:
+    ins = [_r(*a_s), _r(*b_s, seed=1)]
+    if op == "Gemm":
+        n = b_s[0] if attrs.get("transB") else b_s[1]
+        ins.append(_r(n, seed=2))
+    ref = _ort(op, ins, attrs)
+    spec = providers.make_spec(op, [a_s, b_s], attrs)
+    for name in _algos(op, spec) + [f"{op.lower()}:unknown"]:
+        got = _run_kernel(op, ins, attrs, name, arena)
+        np.testing.assert_allclose(got, ref, rtol=RTOL, atol=ATOL, err_msg=name)
+
+
+# ---------------------------------------------------------------- fallback
+
+
+def test_fallback_when_torch_is_unavailable(monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture) -> None:
+    """A model recorded with torch kernels runs with numpy when torch cannot be imported."""
+    from pycann.ops.providers import torch_onednn
+
+    def broken() -> bool:
+        raise ImportError("No module named 'torch'")
+
+    monkeypatch.setattr(torch_onednn, "available", broken)
+    providers.reset()
+    assert not providers.available("torch")
+    assert providers.algorithm("torch:conv2d") is None
+    xs, ws, attrs, bias = CONV_CASES[3]
+    ins = _conv_inputs(xs, ws, bias)
+    ref = _ort("Conv", ins, attrs)
+    with caplog.at_level(logging.INFO, logger="pycann.ops.providers"):
+        for _ in range(3):
+            got = _run_kernel("Conv", ins, attrs, "torch:conv2d", arena=False)
+            np.testing.assert_allclose(got, ref, rtol=RTOL, atol=ATOL)
+    assert sum("torch:conv2d" in r.getMessage() for r in caplog.records) == 1  # logged once
+    assert providers.choose("Conv", [xs, ws], attrs) == ("numpy", "im2col_gemm")
+
+
+def test_providers_env_restricts(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("PYCANN_PROVIDERS", "numpy")
+    providers.reset()
+    assert providers.available("numpy") and not providers.available("torch")
+    assert not providers.available("no-such-provider")
+    spec = providers.conv_spec("Conv", (1, 16, 20, 20), (16, 1, 3, 3), {"group": 16, "pads": [1, 1, 1, 1]})
+    assert providers.select(spec).name == "numpy:depthwise"
+
+
+# ---------------------------------------------------------------- selection table
+
+
+def _spec(xs: tuple, ws: tuple, attrs: dict | None = None) -> ConvSpec:
+    return providers.conv_spec("Conv", xs, ws, attrs or {})
+
+
+def test_shape_classes() -> None:
+    assert providers.shape_class(_spec((1, 16, 20, 20), (16, 1, 3, 3), {"group": 16})) == "depthwise"
+    assert providers.shape_class(_spec((1, 8, 9, 9), (12, 4, 3, 3), {"group": 2})) == "grouped"
+    assert providers.shape_class(_spec((1, 64, 56, 56), (256, 64, 1, 1))) == "pointwise"
+    assert providers.shape_class(_spec((1, 64, 56, 56), (64, 64, 3, 3), {"pads": [1] * 4})) == "regular"
+    assert providers.shape_class(_spec((1, 512, 7, 7), (512, 512, 3, 3), {"pads": [1] * 4})) == "weight_bound"
+    assert providers.shape_class(_spec((1, 1024, 14, 14), (256, 1024, 1, 1))) == "pointwise"  # input outweighs
+    assert providers.shape_class(_spec((1, 96, 1, 1), (24, 96, 1, 1))) == "pointwise"  # tiny: no packing
+    assert providers.shape_class(GemmSpec("MatMul", (4, 8), (8, 2))) == "any"
+
+
+def test_static_choice_without_torch(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("PYCANN_PROVIDERS", "numpy")
+    providers.reset()
+    assert providers.choose("Conv", [(1, 16, 20, 20), (16, 1, 3, 3)], {"group": 16}) == ("numpy", "depthwise")
+    assert providers.choose("Conv", [(1, 64, 56, 56), (256, 64, 1, 1)], {}) == ("numpy", "gemm_1x1")
+    assert providers.choose("Conv", [(1, 3, 224, 224), (64, 3, 7, 7)], {"pads": [3] * 4}) == ("numpy", "im2col_gemm")
+    assert providers.choose("ConvTranspose", [(1, 8, 5, 5), (8, 4, 2, 2)], {"strides": [2, 2]}) == ("numpy", "col2im")
+
+
+@needs_torch
+def test_static_choice_with_torch() -> None:
+    assert providers.choose("Conv", [(1, 16, 20, 20), (16, 1, 3, 3)], {"group": 16}) == ("torch", "conv2d")
+    assert providers.choose("Conv", [(1, 64, 56, 56), (256, 64, 1, 1)], {}) == ("torch", "conv2d")
+    assert providers.choose("Conv", [(1, 3, 224, 224), (64, 3, 7, 7)], {"pads": [3] * 4}) == ("torch", "conv2d")
+    assert providers.choose("Conv", [(1, 512, 7, 7), (512, 512, 3, 3)], {"pads": [1] * 4})[0] == "torch"
+    assert providers.choose("Conv", [(1, 3, 9, 8), (4, 3, 3, 3)], {}, dtype="float64") == ("numpy", "im2col_gemm")
+    assert providers.choose("Conv", [(1, 3, 9, 8), (4, 3, 3, 3)], {}, dtype="float16") == ("torch", "conv2d")
+    assert providers.choose("ConvTranspose", [(1, 8, 5, 5), (8, 4, 2, 2)], {"strides": [2, 2]}) == (
+        "torch", "conv_transpose")
+
+
+@pytest.mark.parametrize("op,shapes,attrs", [
+    ("MatMul", [(128, 768), (768, 3072)], {}), ("MatMul", [(12, 128, 64), (12, 64, 128)], {}),
+    ("Gemm", [(1, 2048), (1000, 2048)], {"transB": 1}), ("MatMul", [(4, 8), (8, 2)], {}),
+])
+def test_gemm_static_choice_is_numpy(op: str, shapes: list, attrs: dict) -> None:
+    """MatMul/Gemm kernels without ``_algo`` call numpy directly: that must be the table's pick."""
+    assert providers.choose(op, shapes, attrs)[0] == "numpy"
+
+
+def test_measured_mode_picks_a_candidate_and_caches() -> None:
+    spec = _spec((1, 8, 12, 12), (8, 1, 3, 3), {"group": 8, "pads": [1] * 4})
+    cands = providers.candidates(spec)
+    best, times = providers.measure(spec, cands, budget_s=0.001)
+    assert best in cands and sorted(times) == times and {n for _, n in times} == {a.name for a in cands}
+    assert providers.measure(spec, cands)[1] is times  # cached per spec
+    assert providers.choose("Conv", [spec.x_shape, spec.w_shape], {"group": 8, "pads": [1] * 4}, mode="measure")
+
+
+def test_numpy_algorithms_are_total() -> None:
+    """A specialised numpy algorithm handed a shape it was not made for still computes it."""
+    xs, ws, attrs, _ = CONV_CASES[3]
+    ins = _conv_inputs(xs, ws, False)
+    ref = _ort("Conv", ins, attrs)
+    spec = _spec(xs, ws, attrs)
+    for fn in (numpy_blas.conv_gemm_1x1, numpy_blas.conv_dw):
+        np.testing.assert_allclose(fn(ins[0], ins[1], None, 1, spec.win), ref, rtol=RTOL, atol=ATOL)
+
+
+def test_thread_budget(monkeypatch: pytest.MonkeyPatch) -> None:
+    from pycann.ops.providers import torch_onednn
+
+    monkeypatch.setenv("PYCANN_NUM_THREADS", "3")
+    assert torch_onednn.thread_budget() == 3
+    monkeypatch.delenv("PYCANN_NUM_THREADS")
+    assert 1 <= torch_onednn.thread_budget()
+
+
+# ---------------------------------------------------------------- the GE pass and the .om
+
+
+def _tiny_conv_model(dynamic: bool = False) -> onnx.ModelProto:
+    rng = np.random.default_rng(0)
+    w1 = rng.standard_normal((8, 3, 3, 3)).astype(np.float32)
+    w2 = rng.standard_normal((8, 1, 3, 3)).astype(np.float32)
+    fc = rng.standard_normal((8 * 6 * 6, 10)).astype(np.float32)
+    nodes = [
+        helper.make_node("Conv", ["x", "w1"], ["c1"], pads=[1, 1, 1, 1], name="conv1"),
+        helper.make_node("Relu", ["c1"], ["r1"], name="relu1"),
+        helper.make_node("Conv", ["r1", "w2"], ["c2"], group=8, pads=[1, 1, 1, 1], strides=[2, 2], name="dw"),
+        helper.make_node("Flatten", ["c2"], ["f"], name="flat"),
+        helper.make_node("MatMul", ["f", "fc"], ["y"], name="fc"),
+    ]
+    dims: list[Any] = ["n", 3, 12, 12] if dynamic else [1, 3, 12, 12]
+    g = helper.make_graph(
+        nodes, "tiny", [helper.make_tensor_value_info("x", TensorProto.FLOAT, dims)],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)],
+        [onnx.numpy_helper.from_array(a, n) for a, n in ((w1, "w1"), (w2, "w2"), (fc, "fc"))],
+    )
+    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
+    m.ir_version = 8
+    return m
+
+
+def test_pass_records_algo_in_om(tmp_path: Any) -> None:
+    import pycann
+
+    model = _tiny_conv_model()
+    cm = pycann.compile_model(model)
+    if not any(n.attrs.get("_algo") for n in cm.graph.nodes):  # until the pipeline runs KernelSelection
+        res = select_kernels.run(cm.graph, PassContext())
+        assert res.changed and "Conv" in res.report
+    algos = {n.name: n.attrs["_algo"] for n in cm.graph.nodes if "_algo" in n.attrs}
+    assert len(algos) >= 3  # two convs (possibly fused) and the MatMul
+    assert len({a.split(":")[0] for a in algos.values()}) == 1  # one thread pool
+    back = loads_om(dumps_om(cm.graph, cm.manifest)).graph
+    assert {n.name: n.attrs["_algo"] for n in back.nodes if "_algo" in n.attrs} == algos
+    path = tmp_path / "tiny.om"
+    cm.save(path)
+    x = np.random.default_rng(1).standard_normal((1, 3, 12, 12)).astype(np.float32)
+    ref = run_ort(model, {"x": x})[0]
+    got = pycann.InferSession(0, str(path)).infer([x])[0]
+    np.testing.assert_allclose(got, ref, rtol=1e-4, atol=1e-4)
+
+
+def test_pass_skips_unknown_shapes_and_off_mode() -> None:
+    import pycann
+
+    cm = pycann.compile_model(_tiny_conv_model(dynamic=True))
+    res = select_kernels.run(cm.graph, PassContext())
+    assert "shapes unknown" in res.report
+    res = select_kernels.run(cm.graph, PassContext(options={"kernel_selection": "off"}))
+    assert not res.changed and res.report == "off"
+
+
+def test_pass_does_not_mutate_shared_attrs() -> None:
+    attrs = {"pads": [1, 1, 1, 1]}
+    g = Graph(nodes=[Node("Conv", ["x", "w"], ["y"], attrs, name="c")], inputs=["x"], outputs=["y"],
+              initializers={"w": np.zeros((4, 3, 3, 3), np.float32)})
+    from pycann.dtypes import TensorDesc
+
+    g.descs["x"] = TensorDesc(1, (1, 3, 8, 8))
+    choices, _, _, changed = select_kernels.select_graph(g)
+    assert changed == 1 and "_algo" not in attrs and g.nodes[0].attrs["_algo"] == choices[0][3].name
+
+
+@needs_torch
+def test_one_pool_rule_moves_the_minority() -> None:
+    from pycann.dtypes import TensorDesc
+
+    g = Graph(
+        nodes=[Node("Conv", ["x", "w"], ["c"], {"pads": [1, 1, 1, 1]}, name="conv"),
+               Node("Flatten", ["c"], ["f"], name="flat"),
+               Node("Gemm", ["f", "b"], ["y"], {"transB": 1}, name="fc")],
+        inputs=["x"], outputs=["y"],
+        initializers={"w": np.zeros((64, 64, 3, 3), np.float32), "b": np.zeros((10, 64 * 28 * 28), np.float32)},
+    )
+    g.descs.update({"x": TensorDesc(1, (1, 64, 28, 28)), "f": TensorDesc(1, (1, 64 * 28 * 28))})
+    choices, _, moved, _ = select_kernels.select_graph(g)
+    assert moved == 1 and {c[3].provider for c in choices} == {"torch"}
+    choices, _, moved, _ = select_kernels.select_graph(g, single_pool=False)
+    assert moved == 0 and {c[3].name for c in choices} == {"torch:conv2d", "numpy:gemm"}
+    assert "Gemm x1: numpy:gemm 1" in select_kernels.summarize(choices, select_kernels.Counter())
+
+
+@needs_torch
+def test_arena_ok() -> None:
+    assert not providers.arena_ok("torch:conv2d")
+    assert providers.arena_ok("numpy:im2col_gemm") and providers.arena_ok(None) and providers.arena_ok("x:y")
