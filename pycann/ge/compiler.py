@@ -87,21 +87,37 @@ def _apply_out_nodes(g: Graph, out_nodes: list[tuple[str, int]]) -> None:
 
 
 def _apply_output_type(g: Graph, types: dict[str, int]) -> None:
+    """``--output_type``: a Cast before each chosen output. The output keeps its name (apps look
+    outputs up by name); the value before the cast is renamed ``<name>_before_output_type``.
+    Raises ``OptionError`` (E10016) for a ``node:index`` that names no model output."""
     producers = g.producers()
-    new_outputs = []
-    for out in g.outputs:
+    keys = {f"{p.name}:{p.outputs.index(o)}" for o in g.outputs if (p := producers.get(o)) is not None}
+    for key in types:
+        if key and key not in keys:
+            raise OptionError(
+                f"E10016: [{key}] in --output_type is not an output of the model; the outputs are: "
+                f"{', '.join(sorted(keys))} (use --out_nodes to expose other nodes)", code="E10016")
+    for out in list(g.outputs):
         p = producers.get(out)
         key = f"{p.name}:{p.outputs.index(out)}" if p is not None else ""
         dt = types.get(key, types.get(""))
         d = g.descs.get(out)
         if dt is None or d is None or d.dtype == dt or (key not in types and not _is_float(d.dtype)):
-            new_outputs.append(out)
             continue
-        cast_out = g.fresh_name(f"{out}_cast")
-        g.nodes.append(Node("Cast", [out], [cast_out], {"to": dt}, name=g.fresh_name(f"{out}_output_type"), opset=19))
-        g.descs[cast_out] = TensorDesc(dt, d.shape)
-        new_outputs.append(cast_out)
-    g.outputs = new_outputs
+        if p is None:  # a graph input or constant returned as is: the cast result needs a new name
+            cast_out = g.fresh_name(f"{out}_cast")
+            g.nodes.append(Node("Cast", [out], [cast_out], {"to": dt}, name=g.fresh_name(f"{out}_output_type"), opset=19))
+            g.descs[cast_out] = TensorDesc(dt, d.shape)
+            g.outputs = [cast_out if o == out else o for o in g.outputs]
+            continue
+        before = g.fresh_name(f"{out}_before_output_type")
+        p.outputs = [before if o == out else o for o in p.outputs]
+        for n in g.nodes:  # other readers of the value keep reading the uncast tensor
+            if n is not p and out in n.inputs:
+                n.inputs = [before if i == out else i for i in n.inputs]
+        g.descs[before] = d
+        g.nodes.append(Node("Cast", [before], [out], {"to": dt}, name=g.fresh_name(f"{out}_output_type"), opset=19))
+        g.descs[out] = TensorDesc(dt, d.shape)
 
 
 def _is_float(dtype: int) -> bool:

@@ -18,8 +18,18 @@ def _all_passes() -> list[str]:
     return sorted({n for n, _ in COMPILE_PIPELINE} - REQUIRED_PASSES)
 
 
+def unknown_passes(names: list[str]) -> list[str]:
+    """Names that are no switchable pycann pass: a typo, or a CANN pass pycann does not have.
+    atc warns about them (a CANN switch file naming NPU-only passes must still be accepted)."""
+    known = set(_all_passes())
+    return [n for n in names if n not in known]
+
+
+def switchable_passes() -> list[str]:
+    return _all_passes()
+
+
 def read_fusion_switch_file(path: str) -> list[str]:
-    """Pass names to disable. Raises ``OptionError`` for an unreadable or malformed file."""
     try:
         text = open(path, encoding="utf-8").read()
     except OSError as e:

@@ -69,7 +69,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--out_nodes", help='"node:0;node2:1": choose outputs and their order')
     p.add_argument("--log", default="null", choices=LOG_LEVELS, help="log level printed to the console")
     p.add_argument("--fusion_switch_file", help="file of 'PassName:off' lines (or CANN's JSON switch form)")
-    p.add_argument("--om", help="mode 1/6: the .om (or .onnx) to read")
+    p.add_argument("--om", help="mode 1: the .om or .onnx to convert to JSON; mode 6: the .om to display")
     p.add_argument("--json", help="mode 1: JSON file to write")
     p.add_argument("--check_report", default="check_result.json", help="mode 3: report path")
     p.add_argument("--precision_mode", help="force_fp16, force_fp32 (= cube_fp16in_fp32out), allow_fp32_to_fp16, "
@@ -94,9 +94,13 @@ def _log_fn(level: str) -> Any:
 
 
 def _fusion_switches(path: str) -> list[str]:
-    from pycann.ge.switches import read_fusion_switch_file
+    from pycann.ge.switches import read_fusion_switch_file, switchable_passes, unknown_passes
 
-    return read_fusion_switch_file(path)
+    names = read_fusion_switch_file(path)
+    for name in unknown_passes(names):
+        print(f"[WARNING] --fusion_switch_file: no pass named [{name}] in pycann (ignored); "
+              f"passes that can be switched off: {', '.join(switchable_passes())}", flush=True)
+    return names
 
 
 def _aipp_and_gear_options(args: argparse.Namespace) -> dict[str, Any]:
@@ -191,7 +195,7 @@ def _compile(args: argparse.Namespace, argv: Sequence[str]) -> None:
         raise AtcError("E10054", "The requied parameter [--soc_version] for ATC is empty. Use e.g. --soc_version=Ascend310P3.")
     if args.soc_version not in SOC_VERSIONS:
         raise AtcError("E10001", f"Value [{args.soc_version}] for parameter [--soc_version] is invalid. Supported: {', '.join(SOC_VERSIONS)}.")
-    if args.input_format not in ("NCHW", "NCDHW", "ND", "NHWC"):
+    if args.input_format not in ("NCHW", "NCDHW", "ND"):
         raise AtcError("E10001", f"Value [{args.input_format}] for parameter [--input_format] is invalid. ONNX models take NCHW, NCDHW or ND.")
     for name in NO_EFFECT:
         if getattr(args, name) is not None:
@@ -247,11 +251,18 @@ def _export_onnx(graph: Any, path: str) -> None:
     print(f"[INFO] optimised graph exported to {path}", flush=True)
 
 
+def _require_file(path: str, option: str) -> None:
+    if not os.path.isfile(path):
+        raise AtcError("E10001", f"Value [{path}] for parameter [{option}] is invalid. Reason: the file does not exist.")
+
+
 def _to_json(args: argparse.Namespace) -> None:
     from pycann.ge.serialize import encode_graph
 
     if not args.om or not (args.json or args.export_onnx):
-        raise AtcError("E10054", "The requied parameter [--om] and [--json] for ATC --mode=1 are empty.")
+        missing = " and ".join(f"[--{k}]" for k in ("om", "json") if not getattr(args, k))
+        raise AtcError("E10054", f"The requied parameter {missing} for ATC --mode=1 is empty.")
+    _require_file(args.om, "--om")
     if args.om.lower().endswith(".onnx"):
         from pycann.ge.importers.onnx import load_onnx
 
@@ -340,6 +351,7 @@ def _display(args: argparse.Namespace) -> None:
 
     if not args.om:
         raise AtcError("E10054", "The requied parameter [--om] for ATC --mode=6 is empty.")
+    _require_file(args.om, "--om")
     hdr = peek_header(args.om)
     om = load_om(args.om)
     m = om.manifest

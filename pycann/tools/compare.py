@@ -229,6 +229,9 @@ def _feeds(loaded: Any, files: Sequence[str], seed: int) -> dict[str, np.ndarray
     for k, info in enumerate(loaded.inputs):
         dt = np.dtype(info.datatype)
         shape = [d if isinstance(d, int) and d >= 0 else 1 for d in info.shape]
+        if k >= len(files) and any(not isinstance(d, int) or d < 0 for d in info.shape):
+            raise ValueError(f"input '{info.name}' has dynamic dims {info.shape}: give real data with "
+                             "--input a.npy,... (random data of a guessed size rarely fits the model)")
         if k < len(files):
             f = files[k]
             arr = np.load(f) if f.endswith(".npy") else np.fromfile(f, dtype=dt).reshape(shape)
@@ -265,10 +268,21 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         model = onnx.load(args.model)
         loaded = LoadedModel.from_file(args.om or args.model)
+        inits = {t.name for t in model.graph.initializer}
+        onnx_inputs = [i.name for i in model.graph.input if i.name not in inits]
+        om_inputs = [i.name for i in loaded.inputs]
+        if args.om and sorted(onnx_inputs) != sorted(om_inputs):
+            raise ValueError(f"{args.om} was not compiled from {args.model}: its inputs are {om_inputs}, "
+                             f"the ONNX model's are {onnx_inputs}")
         files = [f for f in args.input.split(",") if f]
         res = compare(model, loaded, _feeds(loaded, files, args.seed), args.atol, args.rtol, args.cosine)
     except (OSError, PycannError, RuntimeError, ValueError) as e:
         print(f"[ERROR] pycann compare: {type(e).__name__}: {e}", file=sys.stderr)
+        return 2
+    except Exception as e:  # noqa: BLE001 - ONNX Runtime's own errors (e.g. .om and model disagree)
+        print(f"[ERROR] pycann compare: ONNX Runtime could not run {args.model} on these inputs "
+              f"({type(e).__name__}: {str(e).splitlines()[0][:300]}); is the .om compiled from this model?",
+              file=sys.stderr)
         return 2
     os.makedirs(args.output, exist_ok=True)
     path = os.path.join(args.output, f"compare_result_{time.strftime('%Y%m%d%H%M%S')}.csv")

@@ -72,9 +72,12 @@ def _child_env(output: str, opts: dict[str, str]) -> dict[str, str]:
     env["PYCANN_PROFILE_DIR"] = output
     env["PYCANN_PROFILE_QUIET"] = "1"
     env["PYCANN_PROFILE_ASCENDCL"] = opts.get("ascendcl", "on")
-    # the app sees the same pycann as msprof
+    # the app sees the same pycann as msprof, and `import acl` resolves to pycann.acl, as it
+    # does under pycann-run: msprof profiles CANN applications, which import acl
+    from pycann.tools.run import make_shim_dir
+
     root = os.path.dirname(os.path.dirname(os.path.abspath(pycann.__file__)))
-    env["PYTHONPATH"] = os.pathsep.join(p for p in (root, env.get("PYTHONPATH", "")) if p)
+    env["PYTHONPATH"] = os.pathsep.join(p for p in (make_shim_dir(), root, env.get("PYTHONPATH", "")) if p)
     return env
 
 

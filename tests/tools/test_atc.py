@@ -117,3 +117,48 @@ def test_console_script_entry_point(small_onnx: Path, tmp_path: Path) -> None:
                         f"--output={tmp_path / 'cli'}", "--soc_version=Ascend310P3"], capture_output=True, text=True)
     assert r.returncode == 0, r.stdout + r.stderr
     assert SUCCESS in r.stdout
+
+
+def test_display_of_missing_file_is_E10001(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    for mode in ("--mode=6", "--mode=1"):
+        extra = [f"--json={tmp_path / 'x.json'}"] if mode == "--mode=1" else []
+        rc, text = run_atc(capsys, mode, f"--om={tmp_path / 'nope.om'}", *extra)
+        assert rc == 1 and "E10001" in text and "does not exist" in text
+
+
+def test_nhwc_input_format_is_rejected_for_onnx(small_onnx: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    rc, text = run_atc(capsys, f"--model={small_onnx}", "--framework=5", f"--output={tmp_path / 'm'}",
+                       "--soc_version=Ascend310P3", "--input_format=NHWC")
+    assert rc == 1 and "E10001" in text and "--input_format" in text
+
+
+def test_output_type_keeps_output_names_and_checks_nodes(small_onnx: Path, tmp_path: Path,
+                                                         capsys: pytest.CaptureFixture[str]) -> None:
+    rc, text = run_atc(capsys, f"--model={small_onnx}", "--framework=5", f"--output={tmp_path / 'm'}",
+                       "--soc_version=Ascend310P3", "--output_type=nonexist:0:FP16")
+    assert rc == 1 and "E10016" in text and "nonexist:0" in text
+    rc, text = run_atc(capsys, f"--model={small_onnx}", "--framework=5", f"--output={tmp_path / 'h'}",
+                       "--soc_version=Ascend310P3", "--output_type=FP16")
+    assert rc == 0, text
+    sess = InferSession(0, str(tmp_path / "h.om"))
+    assert [o.name for o in sess.get_outputs()] == ["y"]
+    (y,) = sess.run(["y"], {"x": np.ones((2, 4), np.float32)})
+    assert y.dtype == np.float16
+
+
+def test_unknown_fusion_switch_name_is_warned(small_onnx: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    sw = tmp_path / "switch.cfg"
+    sw.write_text("LayerNormFuson:off\nMatMulBiasActivationFusion:off\n")
+    rc, text = run_atc(capsys, f"--model={small_onnx}", "--framework=5", f"--output={tmp_path / 'm'}",
+                       "--soc_version=Ascend310P3", f"--fusion_switch_file={sw}")
+    assert rc == 0, text
+    assert "[WARNING] --fusion_switch_file: no pass named [LayerNormFuson]" in text
+    doc_ops = [n.op_type for n in InferSession(0, str(tmp_path / "m.om")).model.graph.nodes]
+    assert doc_ops == ["MatMul", "Relu"]  # the correctly named pass was switched off
+
+
+def test_empty_model_file_is_reported(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    p = tmp_path / "empty.onnx"
+    p.write_bytes(b"")
+    rc, text = run_atc(capsys, f"--model={p}", "--framework=5", f"--output={tmp_path / 'm'}", "--soc_version=Ascend310P3")
+    assert rc == 1 and "is empty" in text

@@ -38,6 +38,9 @@ def load_onnx(source: str | os.PathLike[str] | bytes | onnx.ModelProto, check: b
             else:
                 if not Path(source).is_file():
                     raise ModelError(f"model file '{source}' does not exist", code="E10001")
+                if Path(source).stat().st_size == 0:
+                    raise ModelError(f"model file '{source}' is empty (0 bytes): re-export or re-download it",
+                                     code="E10001")
                 model = onnx.load(os.fspath(source))
         except ModelError:
             raise
