@@ -13,7 +13,6 @@ import numpy as np
 
 import pycann
 
-
 LINES = ["pycann runs PP-OCR", "on the host CPU", "compiled with atc", "like an Ascend NPU", "2 cores, no NPU"]
 
 
