@@ -221,13 +221,15 @@ def _spec(xs: tuple, ws: tuple, attrs: dict | None = None) -> ConvSpec:
 
 
 def test_shape_classes() -> None:
-    assert providers.shape_class(_spec((1, 16, 20, 20), (16, 1, 3, 3), {"group": 16})) == "depthwise"
-    assert providers.shape_class(_spec((1, 8, 9, 9), (12, 4, 3, 3), {"group": 2})) == "grouped"
+    assert providers.shape_class(_spec((1, 16, 20, 20), (16, 1, 3, 3), {"group": 16})) == "tiny"
+    assert providers.shape_class(_spec((1, 96, 80, 80), (96, 1, 3, 3), {"group": 96})) == "depthwise"
+    assert providers.shape_class(_spec((1, 8, 9, 9), (12, 4, 3, 3), {"group": 2})) == "tiny"
+    assert providers.shape_class(_spec((1, 64, 40, 40), (64, 32, 3, 3), {"group": 2})) == "grouped"
     assert providers.shape_class(_spec((1, 64, 56, 56), (256, 64, 1, 1))) == "pointwise"
     assert providers.shape_class(_spec((1, 64, 56, 56), (64, 64, 3, 3), {"pads": [1] * 4})) == "regular"
     assert providers.shape_class(_spec((1, 512, 7, 7), (512, 512, 3, 3), {"pads": [1] * 4})) == "weight_bound"
     assert providers.shape_class(_spec((1, 1024, 14, 14), (256, 1024, 1, 1))) == "pointwise"  # input outweighs
-    assert providers.shape_class(_spec((1, 96, 1, 1), (24, 96, 1, 1))) == "pointwise"  # tiny: no packing
+    assert providers.shape_class(_spec((1, 96, 1, 1), (24, 96, 1, 1))) == "tiny"  # dispatch-bound: numpy
     assert providers.shape_class(GemmSpec("MatMul", (4, 8), (8, 2))) == "any"
 
 
@@ -242,12 +244,13 @@ def test_static_choice_without_torch(monkeypatch: pytest.MonkeyPatch) -> None:
 
 @needs_torch
 def test_static_choice_with_torch() -> None:
-    assert providers.choose("Conv", [(1, 16, 20, 20), (16, 1, 3, 3)], {"group": 16}) == ("torch", "conv2d")
+    assert providers.choose("Conv", [(1, 16, 20, 20), (16, 1, 3, 3)], {"group": 16}) == ("numpy", "depthwise")  # tiny
+    assert providers.choose("Conv", [(1, 96, 80, 80), (96, 1, 3, 3)], {"group": 96}) == ("torch", "conv2d")
     assert providers.choose("Conv", [(1, 64, 56, 56), (256, 64, 1, 1)], {}) == ("torch", "conv2d")
     assert providers.choose("Conv", [(1, 3, 224, 224), (64, 3, 7, 7)], {"pads": [3] * 4}) == ("torch", "conv2d")
     assert providers.choose("Conv", [(1, 512, 7, 7), (512, 512, 3, 3)], {"pads": [1] * 4})[0] == "torch"
     assert providers.choose("Conv", [(1, 3, 9, 8), (4, 3, 3, 3)], {}, dtype="float64") == ("numpy", "im2col_gemm")
-    assert providers.choose("Conv", [(1, 3, 9, 8), (4, 3, 3, 3)], {}, dtype="float16") == ("torch", "conv2d")
+    assert providers.choose("Conv", [(1, 3, 90, 80), (8, 3, 3, 3)], {}, dtype="float16") == ("torch", "conv2d")
     assert providers.choose("ConvTranspose", [(1, 8, 5, 5), (8, 4, 2, 2)], {"strides": [2, 2]}) == (
         "torch", "conv_transpose")
 

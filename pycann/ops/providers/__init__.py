@@ -154,6 +154,9 @@ PROVIDERS: dict[str, Provider] = {
 # spec wins; then any other available one; the numpy general algorithm always remains.
 # Measured on Zen 5 (2 cores, AVX-512) with the ResNet-50 and PP-OCRv4 det shapes: see docs/kernels.md.
 STATIC_TABLE: dict[tuple[str, str], tuple[str, ...]] = {
+    # Tiny convs (Silero VAD, PP-OCR cls): a torch call costs ~20-200 us of dispatch and
+    # thread-pool wake-up, more than the arithmetic; numpy's single call wins.
+    ("Conv", "tiny"): ("numpy:gemm_1x1", "numpy:depthwise", "numpy:im2col_gemm"),
     ("Conv", "weight_bound"): ("torch:conv2d_packed", "torch:conv2d", "numpy:im2col_gemm"),
     ("Conv", "pointwise"): ("torch:conv2d", "torch:conv1d", "torch:conv3d", "numpy:gemm_1x1"),
     ("Conv", "depthwise"): ("torch:conv2d", "torch:conv1d", "torch:conv3d", "numpy:depthwise"),
@@ -180,10 +183,15 @@ def weight_bound(spec: ConvSpec) -> bool:
     return w_bytes >= 2 * x_bytes or (int(np.prod(spec.win.kernel)) > 1 and w_bytes >= 512 << 10)
 
 
+TINY_FLOPS = 2_000_000  # below this a conv is dispatch-bound (measured on Silero VAD's 1-D convs)
+
+
 def shape_class(spec: OpSpec) -> str:
     """The ``STATIC_TABLE`` row of a spec."""
     if isinstance(spec, GemmSpec) or spec.op_type == "ConvTranspose":
         return "any"
+    if spec.flops < TINY_FLOPS:
+        return "tiny"
     if spec.depthwise:
         return "depthwise"
     if spec.group > 1:
