@@ -82,21 +82,20 @@ class Plan:
                     for _, name in sp.outer:
                         slot(name)
             outs = tuple(slot(o) if o else 0 for o in n.outputs)
-            bind = -1
-            if memory is not None and op.out_kernel is not None and not op.scoped and n.outputs and all(
-                o in memory.offsets for o in n.outputs
-            ) and arena_ok(attrs.get("_algo")):
-                bind = len(self.arena_layout)
-                self.arena_layout.append([self._view_spec(graph, o, memory) for o in n.outputs])
-                steps.append((op.out_kernel, ins, outs, attrs, (), ARENA, bind))
-                continue
-            kernel = op.kernel
+            # a prepared (static-shape) kernel wins over the arena: it returns its own output
             prep = PREPARE.get((n.domain, n.op_type)) if memory is not None else None
+            bound = None
             if prep is not None:
                 bound = prep(attrs, [graph.descs.get(i) if i else None for i in n.inputs],
                              [graph.initializers.get(i) if i else None for i in n.inputs],
                              [graph.descs.get(o) if o else None for o in n.outputs])
-                kernel = bound or kernel
+            if bound is None and memory is not None and op.out_kernel is not None and not op.scoped and n.outputs \
+                    and all(o in memory.offsets for o in n.outputs) and arena_ok(attrs.get("_algo")):
+                bind = len(self.arena_layout)
+                self.arena_layout.append([self._view_spec(graph, o, memory) for o in n.outputs])
+                steps.append((op.out_kernel, ins, outs, attrs, (), ARENA, bind))
+                continue
+            kernel = bound or op.kernel
             steps.append((kernel, ins, outs, attrs, (), SCOPED if op.scoped else NORMAL, -1))
         self.output_slots = [slot(o) for o in graph.outputs]
         self.n_slots = len(slots)

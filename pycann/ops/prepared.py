@@ -132,7 +132,74 @@ def _cast(attrs, ins, consts, outs) -> Kernel | None:  # type: ignore[no-untyped
     return cast
 
 
+def _conv(attrs, ins, consts, outs) -> Kernel | None:  # type: ignore[no-untyped-def]
+    """Small float32 convs with constant weights (Silero VAD, PP-OCR cls): the window geometry,
+    the padded buffer layout and the GEMM-shaped weights are computed once; a call is then a
+    pad copy, one strided view, one reshape copy and one matmul (im2col, as the generic kernel).
+    Larger convs keep the provider-selected kernel."""
+    from pycann.ops import fused
+    from pycann.ops.nn.conv import conv_window
+    from pycann.ops.providers import TINY_FLOPS
+
+    xs, ws = _static(ins[0]), _static(ins[1])
+    w = consts[1] if len(consts) > 1 else None
+    b = consts[2] if len(consts) > 2 else None
+    if xs is None or ws is None or w is None or w.dtype != np.float32 or ins[0].dtype != 1:  # type: ignore[union-attr]
+        return None
+    if len(ins) > 2 and ins[2] is not None and b is None:
+        return None
+    algo = attrs.get("_algo") or ""
+    if algo and not algo.startswith("numpy:"):
+        return None
+    group = int(attrs.get("group", 1))
+    win = conv_window(xs, ws, attrs)
+    n, c = xs[:2]
+    m = ws[0]
+    kdim = (c // group) * int(np.prod(win.kernel))
+    l_out = int(np.prod(win.out))
+    if 2 * n * m * kdim * l_out >= TINY_FLOPS or l_out == 0 or any(o <= 0 for o in win.out):
+        return None
+    wg = np.ascontiguousarray(w.reshape(group, m // group, kdim))
+    bias = None if b is None else b.astype(np.float32).reshape(1, group, m // group, 1)
+    padded = xs[:2] + tuple(s + pb + pe for s, pb, pe in zip(xs[2:], win.pads_begin, win.pads_end))
+    inner = (slice(None), slice(None)) + tuple(slice(pb, pb + s) for pb, s in zip(win.pads_begin, xs[2:]))
+    pad = win.padded
+    item = 4
+    cstrides = [item]
+    for d in reversed(padded[1:]):
+        cstrides.insert(0, cstrides[0] * d)
+    k_str = tuple(cstrides[2 + i] * win.dilations[i] for i in range(len(win.kernel)))
+    o_str = tuple(cstrides[2 + i] * win.strides[i] for i in range(len(win.kernel)))
+    vshape = padded[:2] + win.kernel + win.out
+    vstrides = tuple(cstrides[:2]) + k_str + o_str
+    out_shape = (n, m) + win.out
+    act, al, be = fused._act(attrs)
+    residual = len(ins) > 3 and ins[3] is not None
+
+    def kernel(x: Sequence[Any], a: Mapping[str, Any]) -> list[np.ndarray]:
+        xin = x[0]
+        if pad:
+            buf = np.zeros(padded, np.float32)
+            buf[inner] = xin
+        else:
+            buf = np.ascontiguousarray(xin)
+        view = np.ndarray(vshape, np.float32, buffer=buf, strides=vstrides)
+        y = np.matmul(wg, view.reshape(n, group, kdim, l_out))
+        if bias is not None:
+            y += bias
+        y = y.reshape(out_shape)
+        if residual:
+            y += x[3]
+        if act:
+            fused.apply_activation(y, act, al, be)
+        return [y]
+
+    return kernel
+
+
 PREPARE: dict[tuple[str, str], Prepare] = {
+    ("", "Conv"): _conv,
+    ("pycann", "FusedConv"): _conv,
     ("", "Reshape"): _reshape_to,
     ("", "Squeeze"): _reshape_to,
     ("", "Unsqueeze"): _reshape_to,
