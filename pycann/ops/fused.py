@@ -23,6 +23,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+import ml_dtypes
 import numpy as np
 
 from pycann.dtypes import TensorDesc
@@ -30,6 +31,7 @@ from pycann.ops import activation as act_mod
 from pycann.ops.matmul import _float_matmul, _infer_matmul
 from pycann.ops.nn import conv as conv_mod
 from pycann.ops.opdef import InferContext, OpDef
+from pycann.ops.providers.torch_onednn import bf16_matmul
 from pycann.ops.shape_utils import broadcast_shapes
 
 DOMAIN = "pycann"
@@ -86,6 +88,9 @@ def _act(attrs: Mapping[str, Any]) -> tuple[str, float, float]:
     return attrs.get("activation", ""), float(attrs.get("act_alpha", 0.0)), float(attrs.get("act_beta", 0.0))
 
 
+_BF16 = np.dtype(ml_dtypes.bfloat16)
+
+
 def _narrow(dtype: np.dtype) -> bool:
     """float16 / bfloat16: computed in float32 and rounded back."""
     return dtype.kind == "f" and dtype.itemsize < 4 or str(dtype) == "bfloat16"
@@ -104,6 +109,11 @@ def _conv_inputs(inputs: Sequence[Any]) -> list[Any]:
 
 def _k_fused_conv(inputs: Sequence[Any], attrs: Mapping[str, Any]) -> list[np.ndarray]:
     """Conv (ONNX Conv) -> += Z (residual, optional input 3) -> activation, in place on Conv's output."""
+    if inputs[0].dtype == _BF16 and inputs[1].dtype == _BF16:
+        # the conv kernel runs bf16 in oneDNN when it can (fp32 result); epilogue in fp32
+        z = inputs[3] if len(inputs) > 3 else None
+        ins = [*inputs[:3], None if z is None else z.astype(np.float32)]
+        return [_conv_epilogue(ins, attrs, None).astype(_BF16)]
     if _narrow(inputs[0].dtype):
         return [_k_fused_conv(_widen(inputs), attrs)[0].astype(inputs[0].dtype)]
     y = _conv_epilogue(inputs, attrs, None)
@@ -140,9 +150,14 @@ def _infer_fused_conv(ctx: InferContext) -> list[TensorDesc]:
 
 def _k_fused_matmul(inputs: Sequence[Any], attrs: Mapping[str, Any]) -> list[np.ndarray]:
     """MatMul (numpy matmul semantics) -> += bias (optional input 2) -> activation, in place."""
+    a, b = inputs[0], inputs[1]
+    if a.dtype == b.dtype == _BF16 and not str(attrs.get("_algo") or "").startswith("numpy:"):
+        y16 = bf16_matmul(a, b)  # oneDNN bf16 GEMM, fp32 accumulation; epilogue in fp32
+        if y16 is not None:
+            _mm_post(y16, [None, None, *(x if x is None else x.astype(np.float32) for x in inputs[2:])], attrs)
+            return [y16.astype(_BF16)]
     if _narrow(inputs[0].dtype):
         return [_k_fused_matmul(_widen(inputs), attrs)[0].astype(inputs[0].dtype)]
-    a, b = inputs[0], inputs[1]
     y = _float_matmul(a, b, np.result_type(a, b), attrs, None)
     _mm_post(y, inputs, attrs)
     return [y]

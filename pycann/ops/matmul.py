@@ -14,12 +14,14 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+import ml_dtypes
 import numpy as np
 
 from pycann.dtypes import Dim, DType, TensorDesc
 from pycann.ops.opdef import InferContext, OpDef
 from pycann.ops.providers import GemmSpec, resolve
 from pycann.ops.providers import numpy_blas as _nb
+from pycann.ops.providers.torch_onednn import bf16_matmul
 from pycann.ops.shape_utils import broadcast_shapes
 
 
@@ -67,9 +69,17 @@ def _float_matmul(a: np.ndarray, b: np.ndarray, acc: np.dtype, attrs: Mapping[st
     return resolve(name, lambda: GemmSpec("MatMul", a.shape, b.shape, acc.name)).fn(a, b, out)
 
 
+_BF16 = np.dtype(ml_dtypes.bfloat16)
+
+
 def _k_matmul(inputs: Sequence[Any], attrs: Mapping[str, Any]) -> list[np.ndarray]:
     """MatMul (spec: MatMul-13): numpy.matmul semantics, incl. 1-D operands and batch broadcast."""
     a, b = inputs[0], inputs[1]
+    if a.dtype == b.dtype == _BF16 and not str(attrs.get("_algo") or "").startswith("numpy:"):
+        # bf16 precision modes: oneDNN/MKL bf16 GEMM (fp32 accumulation), as the NPU's cube unit
+        y16 = bf16_matmul(a, b)
+        if y16 is not None:
+            return [y16.astype(_BF16)]
     acc = _acc_dtype(a.dtype)
     if acc.kind == "f" and a.dtype == b.dtype:
         return [np.asarray(_float_matmul(a, b, acc, attrs, None).astype(a.dtype, copy=False))]

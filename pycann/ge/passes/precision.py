@@ -202,8 +202,10 @@ class _Rewriter:
             elif cls == "gray":
                 fathers = [n.inputs[i] for i in fins if n.inputs[i] not in self.g.initializers]
                 target = low if fathers and self.home.get(fathers[0]) == low and od in reducible else None
-        # allow_fp32_to_bf16: CANN keeps float32 for every op that has a float32 kernel (all of
-        # pycann's), so the mode changes nothing (docs/precision.md).
+        elif mode == "allow_fp32_to_bf16":
+            # CANN keeps float32 wherever the device has a float32 kernel and lowers the rest to
+            # bfloat16; the cube unit's matrix ops are what lack one (as for allow_fp32_to_fp16)
+            target = BF16 if op in MATRIX_OPS and od == F32 else None
         if target is None or target == od and all(self.home.get(n.inputs[i]) == od for i in fins):
             return None
         return _Plan({i: (target, 0) for i in fins}, label=SHORT[target])

@@ -14,6 +14,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+import ml_dtypes
 import numpy as np
 
 from pycann.dtypes import Dim, TensorDesc
@@ -26,6 +27,7 @@ from pycann.ops.nn.spatial import (
 )
 from pycann.ops.opdef import InferContext, OpDef
 from pycann.ops.providers import ConvSpec, resolve
+from pycann.ops.providers.torch_onednn import bf16_conv
 
 _WINDOW_ATTRS: dict[str, Any] = {
     "auto_pad": "NOTSET",
@@ -104,6 +106,11 @@ def _conv(inputs: Sequence[Any], attrs: Mapping[str, Any], out: np.ndarray | Non
     win = conv_window(x.shape, w.shape, attrs)
     if any(o <= 0 for o in win.out) and all(s > 0 for s in x.shape[2:]):
         raise ValueError(f"Conv window {win.kernel} does not fit input {x.shape} with pads/strides given")
+    if x.dtype == _BF16 and w.dtype == _BF16 and _torch_ok(attrs):
+        # bf16 precision modes: oneDNN's bf16 kernels (fp32 accumulation), as the NPU computes
+        y16 = bf16_conv(x, w, b, group, win)
+        if y16 is not None:
+            return _epilogue(y16, residual, relu)
     cd = compute_dtype(x.dtype)
     bc = b.astype(cd, copy=False) if b is not None else None
     if _select(x.shape, w.shape, group, win) == "empty":
@@ -118,6 +125,22 @@ def _conv(inputs: Sequence[Any], attrs: Mapping[str, Any], out: np.ndarray | Non
         if algo.provider == "torch" and (residual is not None or relu):
             return algo.fn(xc, wc, bc, group, win, out, residual=residual, relu=relu)
         y = algo.fn(xc, wc, bc, group, win, out)
+    if residual is not None:
+        y += residual
+    if relu:
+        np.maximum(y, 0, out=y)
+    return y
+
+
+_BF16 = np.dtype(ml_dtypes.bfloat16)
+
+
+def _torch_ok(attrs: Mapping[str, Any]) -> bool:
+    """bf16 convs go to torch unless the node's recorded algorithm is a numpy one."""
+    return not str(attrs.get("_algo") or "").startswith("numpy:")
+
+
+def _epilogue(y: np.ndarray, residual: np.ndarray | None, relu: bool) -> np.ndarray:
     if residual is not None:
         y += residual
     if relu:

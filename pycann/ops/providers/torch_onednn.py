@@ -274,3 +274,38 @@ ALGORITHMS: list[Algorithm] = [
     Algorithm("torch:matmul", "MatMul", _gemm_ok("MatMul"), matmul, "torch.matmul (MKL)"),
     Algorithm("torch:addmm", "Gemm", _gemm_ok("Gemm"), addmm, "torch.addmm (MKL), alpha/beta/C fused"),
 ]
+
+
+# ------------------------------------------------------------------ bfloat16 (AVX512_BF16)
+
+def _bf16_tensor(a: np.ndarray) -> Any:
+    """A torch bfloat16 view of an ml_dtypes bfloat16 array (same bits, no copy)."""
+    return tensor(np.ascontiguousarray(a).view(np.int16)).view(load().bfloat16)
+
+
+def bf16_conv(x: np.ndarray, w: np.ndarray, b: np.ndarray | None, group: int, win: Window) -> np.ndarray | None:
+    """Conv of bfloat16 X and W in oneDNN's bf16 kernels (fp32 accumulation, bf16 result, as the
+    NPU's cube unit under the bf16 precision modes); returns float32 numpy, or None when torch
+    or the shape is not supported (the caller then computes in float32)."""
+    n = len(win.kernel)
+    if n not in (1, 2, 3) or not available():
+        return None
+    torch = load()
+    padding, explicit, crop = _torch_pads(tuple(x.shape[2:]), win)
+    tx = _bf16_tensor(x)
+    if explicit is not None:
+        tx = torch.nn.functional.pad(tx, explicit)
+    fn = (torch.nn.functional.conv1d, torch.nn.functional.conv2d, torch.nn.functional.conv3d)[n - 1]
+    tb = _bf16_tensor(b.astype(x.dtype)) if b is not None else None
+    y = fn(tx, _bf16_tensor(w), tb, list(win.strides), padding, list(win.dilations), group)
+    if crop:
+        y = y[(slice(None), slice(None)) + tuple(slice(0, o) for o in win.out)]
+    return y.float().numpy()
+
+
+def bf16_matmul(a: np.ndarray, b: np.ndarray) -> np.ndarray | None:
+    """numpy-matmul semantics on bfloat16 operands in oneDNN/MKL bf16 kernels; float32 result
+    (None when torch is unavailable)."""
+    if not available() or a.ndim == 0 or b.ndim == 0:
+        return None
+    return load().matmul(_bf16_tensor(a), _bf16_tensor(b)).float().numpy()
