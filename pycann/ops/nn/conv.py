@@ -106,14 +106,13 @@ def _conv(inputs: Sequence[Any], attrs: Mapping[str, Any], out: np.ndarray | Non
     win = conv_window(x.shape, w.shape, attrs)
     if any(o <= 0 for o in win.out) and all(s > 0 for s in x.shape[2:]):
         raise ValueError(f"Conv window {win.kernel} does not fit input {x.shape} with pads/strides given")
-    if x.dtype == _BF16 and w.dtype == _BF16 and _torch_ok(attrs):
-        # bf16 precision modes: oneDNN's bf16 kernels (fp32 accumulation), as the NPU computes
-        y16 = bf16_conv(x, w, b, group, win)
-        if y16 is not None:
-            return _epilogue(y16, residual, relu)
+    # bf16 precision modes: oneDNN's bf16 kernels (fp32 accumulation), as the NPU computes
+    y16 = bf16_conv(x, w, b, group, win) if x.dtype == _BF16 and w.dtype == _BF16 and _torch_ok(attrs) else None
     cd = compute_dtype(x.dtype)
     bc = b.astype(cd, copy=False) if b is not None else None
-    if _select(x.shape, w.shape, group, win) == "empty":
+    if y16 is not None:
+        y = y16
+    elif _select(x.shape, w.shape, group, win) == "empty":
         y = np.zeros((x.shape[0], w.shape[0]) + win.out, dtype=cd)
         if bc is not None and y.size:
             y += bc.reshape(_bias_shape(w.shape[0], len(win.out)))
@@ -138,14 +137,6 @@ _BF16 = np.dtype(ml_dtypes.bfloat16)
 def _torch_ok(attrs: Mapping[str, Any]) -> bool:
     """bf16 convs go to torch unless the node's recorded algorithm is a numpy one."""
     return not str(attrs.get("_algo") or "").startswith("numpy:")
-
-
-def _epilogue(y: np.ndarray, residual: np.ndarray | None, relu: bool) -> np.ndarray:
-    if residual is not None:
-        y += residual
-    if relu:
-        np.maximum(y, 0, out=y)
-    return y
 
 
 def _k_conv(inputs: Sequence[Any], attrs: Mapping[str, Any]) -> list[np.ndarray]:
