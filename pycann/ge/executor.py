@@ -204,12 +204,7 @@ class Plan:
                 return self._fast(feeds, views)
             except Exception:  # noqa: BLE001 - rerun on the loop below, whose error names the node
                 pass
-        env = self.template.copy()
-        for s, v in zip(self.input_slots, feeds):
-            env[s] = v
-        if outer_env is not None:
-            for s, name in self.outer:
-                env[s] = outer_env[name]
+        env = self._env(feeds, outer_env)
         step_index = 0
         try:
             for step_index, (fn, ins, outs, attrs, frees, kind, bind) in enumerate(self.steps):
@@ -231,6 +226,16 @@ class Plan:
             raise self._kernel_error(step_index, env, e) from e
         return [env[s] for s in self.output_slots]
 
+    def _env(self, feeds: Sequence[Any], outer_env: dict[str, Any] | None) -> list[Any]:
+        """The slot list for one run: constants, then the feeds, then outer-scope values."""
+        env = self.template.copy()
+        for s, v in zip(self.input_slots, feeds):
+            env[s] = v
+        if outer_env is not None:
+            for s, name in self.outer:
+                env[s] = outer_env[name]
+        return env
+
     def _run_observed(self, feeds: Sequence[np.ndarray], outer_env: dict[str, Any] | None, arena: Arena | None,
                       observers: tuple[hooks.NodeObserver, ...]) -> list[np.ndarray]:
         """The same loop as ``_run``, timing each node and reporting it to the observers.
@@ -238,12 +243,7 @@ class Plan:
         Intermediates are released only after the observers have seen them (a dumper may copy).
         """
         views = arena.views if arena is not None else []
-        env = self.template.copy()
-        for s, v in zip(self.input_slots, feeds):
-            env[s] = v
-        if outer_env is not None:
-            for s, name in self.outer:
-                env[s] = outer_env[name]
+        env = self._env(feeds, outer_env)
         clock = time.perf_counter_ns
         run_start = clock()
         step_index = 0

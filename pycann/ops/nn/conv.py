@@ -151,22 +151,31 @@ def _out_conv(inputs: Sequence[Any], attrs: Mapping[str, Any], outs: Sequence[np
         outs[0][...] = y
 
 
-def _infer_conv(ctx: InferContext) -> list[TensorDesc]:
-    """Conv output: (N, M, *spatial) with spatial sizes from the window rules (spec: Conv)."""
+def _operands(ctx: InferContext) -> tuple[int, tuple[Dim, ...] | None, tuple[Dim, ...] | None, int | None, int]:
+    """(dtype, X shape, W shape, rank or None if unknown, group) after the checks Conv and
+    ConvTranspose share (spec: rank >= 3, equal ranks, group >= 1)."""
     x, w = ctx.input(0), ctx.input(1)
     dtype = x.dtype if x is not None else (w.dtype if w is not None else 0)
     xs = x.shape if x is not None else None
     ws = w.shape if w is not None else None
     rank = len(xs) if xs is not None else (len(ws) if ws is not None else None)
+    group = int(ctx.attrs.get("group", 1))
     if rank is None:
-        return [TensorDesc(dtype, None)]
+        return dtype, xs, ws, None, group
     if rank < 3:
         raise ctx.fail(f"input X has rank {rank}; expected (N, C, D1, ...) with at least one spatial dim")
     if xs is not None and ws is not None and len(ws) != len(xs):
         raise ctx.fail(f"input W has rank {len(ws)} but X has rank {len(xs)}; they must match")
-    group = int(ctx.attrs.get("group", 1))
     if group < 1:
         raise ctx.fail(f"attribute group = {group} must be >= 1")
+    return dtype, xs, ws, rank, group
+
+
+def _infer_conv(ctx: InferContext) -> list[TensorDesc]:
+    """Conv output: (N, M, *spatial) with spatial sizes from the window rules (spec: Conv)."""
+    dtype, xs, ws, rank, group = _operands(ctx)
+    if rank is None:
+        return [TensorDesc(dtype, None)]
     kernel = _kernel_shape(ctx.attrs, ws)
     err = check_window_attrs(ctx.attrs, rank - 2, kernel)
     if err:
@@ -284,20 +293,9 @@ def _transpose_keeps_dim(i: int, ns: int, kernel: Sequence[int], attrs: Mapping[
 
 def _infer_conv_transpose(ctx: InferContext) -> list[TensorDesc]:
     """ConvTranspose output: (N, W.shape[1] * group, *spatial) (spec: ConvTranspose)."""
-    x, w = ctx.input(0), ctx.input(1)
-    dtype = x.dtype if x is not None else (w.dtype if w is not None else 0)
-    xs = x.shape if x is not None else None
-    ws = w.shape if w is not None else None
-    rank = len(xs) if xs is not None else (len(ws) if ws is not None else None)
+    dtype, xs, ws, rank, group = _operands(ctx)
     if rank is None:
         return [TensorDesc(dtype, None)]
-    if rank < 3:
-        raise ctx.fail(f"input X has rank {rank}; expected (N, C, D1, ...) with at least one spatial dim")
-    if xs is not None and ws is not None and len(ws) != len(xs):
-        raise ctx.fail(f"input W has rank {len(ws)} but X has rank {len(xs)}; they must match")
-    group = int(ctx.attrs.get("group", 1))
-    if group < 1:
-        raise ctx.fail(f"attribute group = {group} must be >= 1")
     ns = rank - 2
     kernel = _kernel_shape(ctx.attrs, ws)
     err = check_window_attrs(ctx.attrs, ns, kernel)
