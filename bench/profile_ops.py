@@ -7,8 +7,9 @@ Run from the repository root::
 It loads the same cached ``.om`` as ``bench_one.py`` (compiling it first if needed), takes the specialised
 ``Plan`` the executor runs for the benchmark inputs, and wraps the kernel of every step in ``Plan.steps``
 (recursively into If/Loop/Scan sub-plans) with a timer. Control-flow ops are charged only their own (exclusive)
-time; their bodies' ops are counted under their own types. For Conv, ConvTranspose, MatMul, Gemm and GE's fused
-FusedConv / FusedMatMul / FusedAttention it also counts FLOPs (2 x MACs, from the run-time shapes) and prints the GFLOP/s each op type achieves.
+time; their bodies' ops are counted under their own types. For Conv, ConvTranspose, MatMul, Gemm and GE's
+FusedConv / FusedMatMul / FusedAttention it also counts FLOPs (2 x MACs, from the run-time shapes) and prints the
+GFLOP/s each op type achieves.
 
 Times are per-node medians over the instrumented runs (robust against runs disturbed by other processes).
 It relies on the executor's internals: ``Plan.steps[i][0]`` is the kernel of ``Plan.nodes[i]``, sub-plans are in
