@@ -52,11 +52,16 @@ def infer_graph(
     outer_descs: Mapping[str, TensorDesc] | None = None,
     outer_consts: Mapping[str, np.ndarray] | None = None,
     recurse: bool = True,
+    strict: bool = True,
 ) -> None:
     """Fill ``g.descs`` for every value. Raises ``ShapeError``/``UnsupportedOpError``.
 
     ``recurse=False`` leaves subgraphs untouched (their descs from an earlier run are used),
     which run-time specialisation needs because subgraph objects are shared between plans.
+    Subgraphs are inferred with ``strict=False``: a branch that cannot work for the compiled
+    input shapes (Silero's 8 kHz branch with a 16 kHz window) may simply never be taken, so a
+    shape error there leaves the values unknown instead of failing the compile; if the branch
+    runs, its kernel reports the error naming the node.
     """
     descs: dict[str, TensorDesc] = dict(outer_descs or {})
     consts: dict[str, np.ndarray] = dict(outer_consts or {})
@@ -71,7 +76,7 @@ def infer_graph(
         if recurse:
             for attr_name, sub in node.subgraphs.items():
                 _seed_body_inputs(node, attr_name, sub, [descs.get(i) if i else None for i in node.inputs])
-                infer_graph(sub, descs, consts)
+                infer_graph(sub, descs, consts, strict=False)
         attrs = op.with_defaults(node.attrs, f"node {node.label()}")
         attrs["_n_outputs"] = len(node.outputs)
         ctx = InferContext(
@@ -86,7 +91,9 @@ def infer_graph(
         try:
             outs = op.infer(ctx)
         except ShapeError:
-            raise
+            if strict:
+                raise
+            outs = [TensorDesc(0, None) for _ in node.outputs]
         except Exception as e:  # an infer bug must still name the node
             raise ShapeError(
                 f"node {node.name} ({node.op_type}, opset {node.opset}): shape inference failed "
