@@ -289,6 +289,12 @@ def candidates(spec: OpSpec) -> list[Algorithm]:
 
 @lru_cache(maxsize=4096)
 def _static_choice(spec: OpSpec) -> Algorithm:
+    # Walk the table's row first: a row that starts with numpy (tiny convs, MatMul) must not
+    # import an optional provider (torch costs ~190 MB and ~1 s at first use).
+    for n in STATIC_TABLE.get((spec.op_type, shape_class(spec)), ()):
+        a = algorithm(n)
+        if a is not None and a.op_type == spec.op_type and a.supports(spec):
+            return a
     return candidates(spec)[0]
 
 
