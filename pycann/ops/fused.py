@@ -31,7 +31,7 @@ from pycann.ops import activation as act_mod
 from pycann.ops.matmul import _float_matmul, _infer_matmul
 from pycann.ops.nn import conv as conv_mod
 from pycann.ops.opdef import InferContext, OpDef
-from pycann.ops.providers.torch_onednn import bf16_matmul
+from pycann.ops.providers.torch_onednn import bf16_conv_fused, bf16_matmul
 from pycann.ops.shape_utils import broadcast_shapes
 
 DOMAIN = "pycann"
@@ -109,6 +109,13 @@ def _conv_inputs(inputs: Sequence[Any]) -> list[Any]:
 
 def _k_fused_conv(inputs: Sequence[Any], attrs: Mapping[str, Any]) -> list[np.ndarray]:
     """Conv (ONNX Conv) -> += Z (residual, optional input 3) -> activation, in place on Conv's output."""
+    name = attrs.get("activation", "")
+    if inputs[0].dtype == _BF16 and inputs[1].dtype == _BF16 and name in ("", "Relu") \
+            and not str(attrs.get("_algo") or "").startswith("numpy:"):
+        # bf16 conv + residual + relu in oneDNN, staying bf16 between layers
+        y = _bf16_fused(inputs, attrs, name == "Relu")
+        if y is not None:
+            return [y]
     if inputs[0].dtype == _BF16 and inputs[1].dtype == _BF16:
         # the conv kernel runs bf16 in oneDNN when it can (fp32 result); epilogue in fp32
         z = inputs[3] if len(inputs) > 3 else None
@@ -118,6 +125,14 @@ def _k_fused_conv(inputs: Sequence[Any], attrs: Mapping[str, Any]) -> list[np.nd
         return [_k_fused_conv(_widen(inputs), attrs)[0].astype(inputs[0].dtype)]
     y = _conv_epilogue(inputs, attrs, None)
     return [y if y.flags.writeable else y.copy()]
+
+
+def _bf16_fused(inputs: Sequence[Any], attrs: Mapping[str, Any], relu: bool) -> np.ndarray | None:
+    x, w = inputs[0], inputs[1]
+    b = inputs[2] if len(inputs) > 2 else None
+    z = inputs[3] if len(inputs) > 3 else None
+    win = conv_mod.conv_window(x.shape, w.shape, attrs)
+    return bf16_conv_fused(x, w, b, int(attrs.get("group", 1)), win, z, relu)
 
 
 def _conv_epilogue(inputs: Sequence[Any], attrs: Mapping[str, Any], out: np.ndarray | None) -> np.ndarray:

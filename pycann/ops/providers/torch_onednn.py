@@ -309,3 +309,27 @@ def bf16_matmul(a: np.ndarray, b: np.ndarray) -> np.ndarray | None:
     if not available() or a.ndim == 0 or b.ndim == 0:
         return None
     return load().matmul(_bf16_tensor(a), _bf16_tensor(b)).float().numpy()
+
+
+def bf16_conv_fused(x: np.ndarray, w: np.ndarray, b: np.ndarray | None, group: int, win: Window,
+                    residual: np.ndarray | None, relu: bool) -> np.ndarray | None:
+    """bf16 conv + residual + relu entirely in torch; returns an ml_dtypes bfloat16 array (no
+    float32 round trip between layers), or None when not supported."""
+    n = len(win.kernel)
+    if n not in (1, 2, 3) or not available():
+        return None
+    torch = load()
+    padding, explicit, crop = _torch_pads(tuple(x.shape[2:]), win)
+    tx = _bf16_tensor(x)
+    if explicit is not None:
+        tx = torch.nn.functional.pad(tx, explicit)
+    fn = (torch.nn.functional.conv1d, torch.nn.functional.conv2d, torch.nn.functional.conv3d)[n - 1]
+    tb = _bf16_tensor(b.astype(x.dtype)) if b is not None else None
+    y = fn(tx, _bf16_tensor(w), tb, list(win.strides), padding, list(win.dilations), group)
+    if crop:
+        y = y[(slice(None), slice(None)) + tuple(slice(0, o) for o in win.out)].contiguous()
+    if residual is not None:
+        y = y.add_(_bf16_tensor(residual.astype(x.dtype, copy=False)))
+    if relu:
+        y = y.relu_()
+    return y.contiguous().view(torch.int16).numpy().view(x.dtype)
