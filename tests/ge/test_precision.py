@@ -271,3 +271,26 @@ def test_simplify_casts_folds_exact_widening() -> None:
     assert [n.op_type for n in g.nodes].count("Cast") == 2
     x = np.array([1.0001, 7e4, -3.3], F32)
     np.testing.assert_array_equal(LoadedModel.from_compiled(cm).run([x])[0], np.array([1.0, np.inf, -3.30078125], F16))
+
+
+def test_allow_fp32_to_bf16_conv_relu_residual_in_bfloat16() -> None:
+    """Conv + residual Add + Relu (fused) under allow_fp32_to_bf16: bfloat16 operands, float32
+    accumulation, bfloat16 storage — compared with a numpy golden on bf16-rounded values."""
+    rng = np.random.default_rng(3)
+    w = rng.standard_normal((8, 4, 3, 3)).astype(F32)
+    nodes = [helper.make_node("Conv", ["x", "W"], ["c"], pads=[1, 1, 1, 1]),
+             helper.make_node("Conv", ["c", "W2"], ["d"]),
+             helper.make_node("Add", ["d", "c"], ["s"]), helper.make_node("Relu", ["s"], ["y"])]
+    w2 = rng.standard_normal((8, 8, 1, 1)).astype(F32)
+    m = _model(nodes, {"x": [1, 4, 9, 9]}, ["y"], {"W": w, "W2": w2})
+    x = rng.standard_normal((1, 4, 9, 9)).astype(F32)
+    (y,) = _run(m, {"x": x}, precision_mode="allow_fp32_to_bf16", soc_version="Ascend910B2")
+    import torch
+
+    c = rbf(torch.nn.functional.conv2d(torch.from_numpy(rbf(x)), torch.from_numpy(rbf(w)), padding=1).numpy())
+    d = rbf(np.einsum("oi,nihw->nohw", rbf(w2)[:, :, 0, 0], c))
+    want = np.maximum(rbf(d + c), 0)
+    # bfloat16 has 8 significant bits; accumulation order differs from the golden's, so allow a
+    # couple of ulps of the values' scale (max |y| ~ 16 here)
+    np.testing.assert_allclose(y, want, rtol=2**-5, atol=0.05)
+    assert np.all(rbf(y) == y), "outputs carry bfloat16 precision"
