@@ -22,7 +22,7 @@ from pycann.errors import KernelError, PycannError
 from pycann.ge.ir import Graph, free_names, node_reads
 from pycann.ge.planning.memory import MemoryPlan, plan_memory
 from pycann.ops.prepared import PREPARE
-from pycann.ops.providers import arena_ok
+from pycann.ops.providers import arena_ok, blas_single_thread, uses_torch
 from pycann.ops.registry import lookup
 from pycann.profiler import hooks
 
@@ -120,6 +120,7 @@ class Plan:
             template[s] = v
         self.template = template
         self._fast = self._generate(set(s for s, _ in consts))
+        self.torch_pool = uses_torch(step[3].get("_algo") for step in self.steps)
 
     def _generate(self, const_slots: set[int]) -> Callable[..., list[Any]] | None:
         """Straight-line Python for the whole plan: one local variable per slot, kernels, attrs
@@ -186,7 +187,11 @@ class Plan:
         """Execute with ``feeds`` bound to the graph inputs (in order); returns the outputs."""
         arena = self._take_arena()
         try:
-            outs = self._run(feeds, outer_env, arena)
+            if self.torch_pool and outer_env is None:
+                with blas_single_thread():  # one spinning thread pool at a time (providers doc)
+                    outs = self._run(feeds, outer_env, arena)
+            else:
+                outs = self._run(feeds, outer_env, arena)
         finally:
             self._give_back(arena)
         if arena is not None:

@@ -383,3 +383,15 @@ def test_one_pool_rule_moves_the_minority() -> None:
 def test_arena_ok() -> None:
     assert not providers.arena_ok("torch:conv2d")
     assert providers.arena_ok("numpy:im2col_gemm") and providers.arena_ok(None) and providers.arena_ok("x:y")
+
+
+def test_blas_single_thread_limits_openblas_inside_the_context() -> None:
+    threadpoolctl = pytest.importorskip("threadpoolctl")
+    info = [i for i in threadpoolctl.threadpool_info() if i["user_api"] == "blas"]
+    if not info:
+        pytest.skip("no BLAS library visible to threadpoolctl")
+    with providers.blas_single_thread():
+        inside = [i["num_threads"] for i in threadpoolctl.threadpool_info() if i["user_api"] == "blas"]
+    assert inside and all(n == 1 for n in inside)
+    assert providers.uses_torch(["numpy:matmul", None, "torch:conv2d"])
+    assert not providers.uses_torch(["numpy:matmul", None])

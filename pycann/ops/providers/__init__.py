@@ -20,6 +20,7 @@ Heavy providers stay optional: ``torch`` is imported only when first asked about
 
 from __future__ import annotations
 
+import contextlib
 import importlib
 import logging
 import os
@@ -431,3 +432,30 @@ __all__ = [
     "available",
     "candidates", "choose", "compute_name", "conv_spec", "make_spec", "measure", "reset", "resolve", "select", "shape_class",
 ]
+
+
+# ------------------------------------------------------------------ one thread pool at a time
+
+_blas_limit: Any = None
+
+
+def blas_single_thread() -> Any:
+    """A context manager that keeps numpy's BLAS (OpenBLAS) at one thread while a plan that runs
+    torch (oneDNN/OpenMP) kernels executes: on 2 cores the two pools' spinning workers otherwise
+    fight (bench/RESULTS.md: PP-OCRv4 rec 40 -> 18 ms). Needs ``threadpoolctl`` (installed with
+    the ``models`` extra, beside torch); without it, a no-op. ~6 us per use."""
+    global _blas_limit
+    if _blas_limit is None:
+        try:
+            from threadpoolctl import ThreadpoolController
+
+            blas = ThreadpoolController().select(user_api="blas")
+            _blas_limit = (lambda: blas.limit(limits=1)) if blas.lib_controllers else contextlib.nullcontext
+        except Exception:  # threadpoolctl missing or unable to inspect: leave BLAS alone
+            _blas_limit = contextlib.nullcontext
+    return _blas_limit()
+
+
+def uses_torch(algos: Any) -> bool:
+    """True when any recorded algorithm name is a torch one."""
+    return any(str(a or "").startswith("torch:") for a in algos)
