@@ -117,6 +117,20 @@ def _torch_pads(x_sizes: tuple[int, ...], win: Window) -> tuple[list[int], list[
     return [0] * len(pb), flat, True
 
 
+def _torch_conv(tx: Any, tw: Any, tb: Any, x_spatial: tuple[int, ...], group: int, win: Window) -> Any:
+    """``torch.nn.functional.conv{1,2,3}d`` on torch tensors with ONNX's (possibly asymmetric)
+    padding: symmetric pads go to torch, the rest through F.pad or a crop of the result."""
+    torch = load()
+    padding, explicit, crop = _torch_pads(x_spatial, win)
+    if explicit is not None:
+        tx = torch.nn.functional.pad(tx, explicit)
+    fn = (torch.nn.functional.conv1d, torch.nn.functional.conv2d, torch.nn.functional.conv3d)[len(win.kernel) - 1]
+    y = fn(tx, tw, tb, list(win.strides), padding, list(win.dilations), group)
+    if crop:
+        y = y[(slice(None), slice(None)) + tuple(slice(0, o) for o in win.out)]
+    return y
+
+
 def conv(x: np.ndarray, w: np.ndarray, b: np.ndarray | None, group: int, win: Window,
          out: np.ndarray | None = None, *, residual: np.ndarray | None = None, relu: bool = False) -> np.ndarray:
     """Conv through ``torch.nn.functional.conv{1,2,3}d`` (oneDNN), bias fused into the call.
@@ -126,16 +140,8 @@ def conv(x: np.ndarray, w: np.ndarray, b: np.ndarray | None, group: int, win: Wi
     n = len(win.kernel)
     if n not in (1, 2, 3) or x.dtype != np.float32 or w.dtype != np.float32:
         return _post_numpy(nb.conv_im2col_gemm(x, w, b, group, win, out), residual, relu)
-    torch = load()
-    padding, explicit, crop = _torch_pads(tuple(x.shape[2:]), win)
-    tx = tensor(x)
-    if explicit is not None:
-        tx = torch.nn.functional.pad(tx, explicit)
-    fn = (torch.nn.functional.conv1d, torch.nn.functional.conv2d, torch.nn.functional.conv3d)[n - 1]
     tb = tensor(b.astype(np.float32, copy=False)) if b is not None else None
-    y = fn(tx, tensor(w), tb, list(win.strides), padding, list(win.dilations), group)
-    if crop:
-        y = y[(slice(None), slice(None)) + tuple(slice(0, o) for o in win.out)]
+    y = _torch_conv(tensor(x), tensor(w), tb, tuple(x.shape[2:]), group, win)
     return _deliver(y, out, residual, relu)
 
 
@@ -283,24 +289,20 @@ def _bf16_tensor(a: np.ndarray) -> Any:
     return tensor(np.ascontiguousarray(a).view(np.int16)).view(load().bfloat16)
 
 
+def _bf16_conv_tensor(x: np.ndarray, w: np.ndarray, b: np.ndarray | None, group: int, win: Window) -> Any:
+    """The bf16 conv as a torch bfloat16 tensor, or None (unsupported rank / no torch)."""
+    if len(win.kernel) not in (1, 2, 3) or not available():
+        return None
+    tb = _bf16_tensor(b.astype(x.dtype)) if b is not None else None
+    return _torch_conv(_bf16_tensor(x), _bf16_tensor(w), tb, tuple(x.shape[2:]), group, win)
+
+
 def bf16_conv(x: np.ndarray, w: np.ndarray, b: np.ndarray | None, group: int, win: Window) -> np.ndarray | None:
     """Conv of bfloat16 X and W in oneDNN's bf16 kernels (fp32 accumulation, bf16 result, as the
     NPU's cube unit under the bf16 precision modes); returns float32 numpy, or None when torch
     or the shape is not supported (the caller then computes in float32)."""
-    n = len(win.kernel)
-    if n not in (1, 2, 3) or not available():
-        return None
-    torch = load()
-    padding, explicit, crop = _torch_pads(tuple(x.shape[2:]), win)
-    tx = _bf16_tensor(x)
-    if explicit is not None:
-        tx = torch.nn.functional.pad(tx, explicit)
-    fn = (torch.nn.functional.conv1d, torch.nn.functional.conv2d, torch.nn.functional.conv3d)[n - 1]
-    tb = _bf16_tensor(b.astype(x.dtype)) if b is not None else None
-    y = fn(tx, _bf16_tensor(w), tb, list(win.strides), padding, list(win.dilations), group)
-    if crop:
-        y = y[(slice(None), slice(None)) + tuple(slice(0, o) for o in win.out)]
-    return y.float().numpy()
+    y = _bf16_conv_tensor(x, w, b, group, win)
+    return None if y is None else y.float().numpy()
 
 
 def bf16_matmul(a: np.ndarray, b: np.ndarray) -> np.ndarray | None:
@@ -315,21 +317,11 @@ def bf16_conv_fused(x: np.ndarray, w: np.ndarray, b: np.ndarray | None, group: i
                     residual: np.ndarray | None, relu: bool) -> np.ndarray | None:
     """bf16 conv + residual + relu entirely in torch; returns an ml_dtypes bfloat16 array (no
     float32 round trip between layers), or None when not supported."""
-    n = len(win.kernel)
-    if n not in (1, 2, 3) or not available():
+    y = _bf16_conv_tensor(x, w, b, group, win)
+    if y is None:
         return None
-    torch = load()
-    padding, explicit, crop = _torch_pads(tuple(x.shape[2:]), win)
-    tx = _bf16_tensor(x)
-    if explicit is not None:
-        tx = torch.nn.functional.pad(tx, explicit)
-    fn = (torch.nn.functional.conv1d, torch.nn.functional.conv2d, torch.nn.functional.conv3d)[n - 1]
-    tb = _bf16_tensor(b.astype(x.dtype)) if b is not None else None
-    y = fn(tx, _bf16_tensor(w), tb, list(win.strides), padding, list(win.dilations), group)
-    if crop:
-        y = y[(slice(None), slice(None)) + tuple(slice(0, o) for o in win.out)].contiguous()
     if residual is not None:
         y = y.add_(_bf16_tensor(residual.astype(x.dtype, copy=False)))
     if relu:
         y = y.relu_()
-    return y.contiguous().view(torch.int16).numpy().view(x.dtype)
+    return y.contiguous().view(load().int16).numpy().view(x.dtype)
