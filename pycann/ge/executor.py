@@ -29,18 +29,23 @@ from pycann.profiler import hooks
 # (kernel, input slots, output slots, attrs, slots to release, kind, arena binding index)
 Step = tuple[Callable[..., Any], tuple[int, ...], tuple[int, ...], dict[str, Any], tuple[int, ...], int, int]
 NORMAL, SCOPED, ARENA = 0, 1, 2
+# (arena offset, dtype, logical shape, stored channels-last)
+ViewSpec = tuple[int, np.dtype, tuple[int, ...], bool]
 
 
 class Arena:
     """One arena buffer plus, per bound step, the output views into it."""
 
-    def __init__(self, nbytes: int, layout: list[list[tuple[int, np.dtype, tuple[int, ...]]]]) -> None:
+    def __init__(self, nbytes: int, layout: list[list[ViewSpec]]) -> None:
         self.buffer = np.empty(max(nbytes, 1), dtype=np.uint8)
-        self.views = [
-            [self.buffer[off : off + int(np.prod(shape, dtype=np.int64)) * dt.itemsize].view(dt).reshape(shape)
-             for off, dt, shape in outs]
-            for outs in layout
-        ]
+        self.views = [[self._view(*spec) for spec in outs] for outs in layout]
+
+    def _view(self, off: int, dt: np.dtype, shape: tuple[int, ...], nhwc: bool) -> np.ndarray:
+        raw = self.buffer[off : off + int(np.prod(shape, dtype=np.int64)) * dt.itemsize].view(dt)
+        if nhwc:  # channels-last storage, logical NCHW view (GE LayoutSelection)
+            n, c, h, w = shape
+            return raw.reshape(n, h, w, c).transpose(0, 3, 1, 2)
+        return raw.reshape(shape)
 
 
 class Plan:
@@ -63,7 +68,7 @@ class Plan:
         self.input_slots = [slot(n) for n in graph.inputs]
         consts = [(slot(k), v) for k, v in graph.initializers.items()]
         steps: list[Step] = []
-        self.arena_layout: list[list[tuple[int, np.dtype, tuple[int, ...]]]] = []
+        self.arena_layout: list[list[ViewSpec]] = []
         self.arena_bytes = memory.peak_bytes if memory is not None else 0
         self._arenas: list[Arena] = []
         self._arena_lock = threading.Lock()
@@ -92,7 +97,8 @@ class Plan:
             if bound is None and memory is not None and op.out_kernel is not None and not op.scoped and n.outputs \
                     and all(o in memory.offsets for o in n.outputs) and arena_ok(attrs.get("_algo")):
                 bind = len(self.arena_layout)
-                self.arena_layout.append([self._view_spec(graph, o, memory) for o in n.outputs])
+                nhwc = attrs.get("_layout") == "NHWC"
+                self.arena_layout.append([self._view_spec(graph, o, memory, nhwc) for o in n.outputs])
                 steps.append((op.out_kernel, ins, outs, attrs, (), ARENA, bind))
                 continue
             kernel = bound or op.kernel
@@ -166,9 +172,10 @@ class Plan:
         return glb["_fast"]  # type: ignore[no-any-return]
 
     @staticmethod
-    def _view_spec(graph: Graph, name: str, memory: MemoryPlan) -> tuple[int, np.dtype, tuple[int, ...]]:
+    def _view_spec(graph: Graph, name: str, memory: MemoryPlan, nhwc: bool = False) -> ViewSpec:
         d = graph.descs[name]
-        return memory.offsets[name][0], to_numpy(d.dtype), tuple(int(x) for x in d.shape or ())  # type: ignore[arg-type]
+        shape = tuple(int(x) for x in d.shape or ())  # type: ignore[union-attr, arg-type]
+        return memory.offsets[name][0], to_numpy(d.dtype), shape, nhwc and len(shape) == 4
 
     def _take_arena(self) -> Arena | None:
         if not self.arena_layout:
@@ -197,6 +204,10 @@ class Plan:
         if arena is not None:
             # an output may be a view of arena memory that the next run reuses: hand out a copy
             outs = [_off_arena(o, arena.buffer) for o in outs]
+        if outer_env is None:
+            # callers get C-order arrays, as from ONNX Runtime (a channels-last chain may end here)
+            outs = [np.ascontiguousarray(o) if isinstance(o, np.ndarray) and not o.flags.c_contiguous else o
+                    for o in outs]
         return outs
 
     def _run(self, feeds: Sequence[np.ndarray], outer_env: dict[str, Any] | None, arena: Arena | None) -> list[np.ndarray]:

@@ -22,6 +22,7 @@ from pycann.ge.passes import (
     infer_shapes,
     precision,
     select_kernels,
+    select_layout,
 )
 from pycann.ge.passes.base import PassContext, PassResult
 
@@ -49,6 +50,8 @@ COMPILE_PIPELINE: list[tuple[str, PassFn]] = [
     (infer_shapes.name, infer_shapes.run),
     # provider per node (numpy BLAS, oneDNN through torch), recorded in the .om as attrs["_algo"]
     (select_kernels.name, select_kernels.run),
+    # NHWC or NCHW per oneDNN conv chain, recorded as attrs["_layout"]
+    (select_layout.name, select_layout.run),
 ]
 
 # After run-time specialisation has inlined every If, the flat graph is optimised again.
@@ -62,6 +65,8 @@ SPECIALIZE_PIPELINE: list[tuple[str, PassFn]] = [
     (dead_code.name, dead_code.run),
     (infer_shapes.name, infer_shapes.run),
     (select_kernels.name, select_kernels.run),
+    # NHWC or NCHW per oneDNN conv chain, recorded as attrs["_layout"]
+    (select_layout.name, select_layout.run),
 ]
 
 # Passes that may not be switched off: the rest of the stack relies on their results.

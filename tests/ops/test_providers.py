@@ -133,12 +133,38 @@ def test_torch_conv_epilogue(xs: tuple, ws: tuple, attrs: dict, bias: bool) -> N
     plain = base.kernel(ins, a)[0]
     z = _r(*plain.shape, seed=5)
     want = np.maximum(plain + z, 0)
-    for name in ("torch:conv2d", "numpy:im2col_gemm"):
+    for name in ("torch:conv2d", "torch:conv2d_nhwc", "numpy:im2col_gemm"):
         if len(xs) != 4:
             continue
-        out = np.empty_like(plain)
-        got = _conv(ins, {**a, "_algo": name}, out, residual=z, relu=True)
-        np.testing.assert_allclose(got, want, rtol=RTOL, atol=ATOL, err_msg=name)
+        for out in (np.empty_like(plain), None):
+            got = _conv(ins, {**a, "_algo": name}, out, residual=z, relu=True)
+            np.testing.assert_allclose(got, want, rtol=RTOL, atol=ATOL, err_msg=name)
+
+
+def _channels_last(a: np.ndarray) -> np.ndarray:
+    """The same NCHW values stored NHWC (strides of a channels-last tensor)."""
+    return np.ascontiguousarray(a.transpose(0, 2, 3, 1)).transpose(0, 3, 1, 2)
+
+
+@needs_torch
+@pytest.mark.parametrize("xs,ws,attrs,bias", [c for c in CONV_CASES if len(c[0]) == 4])
+def test_conv_nhwc_reads_and_writes_channels_last(xs: tuple, ws: tuple, attrs: dict, bias: bool) -> None:
+    """torch:conv2d_nhwc on a channels-last input: ORT's values, result stored channels-last
+    (or, for shapes it delegates, C-order), a residual in either layout, broadcasting residual."""
+    from pycann.ops.nn.conv import _conv
+
+    ins = _conv_inputs(xs, ws, bias)
+    ref = _ort("Conv", ins, attrs)
+    a = lookup("Conv", "", 17).with_defaults({**attrs, "_algo": "torch:conv2d_nhwc"})
+    got = _conv([_channels_last(ins[0]), *ins[1:]], a)
+    np.testing.assert_allclose(got, ref, rtol=RTOL, atol=ATOL)
+    spec = providers.conv_spec("Conv", xs, ws, attrs)
+    if spec.win.pads_begin == spec.win.pads_end and ref.shape[1] > 1:
+        assert not got.flags.c_contiguous and got.strides[1] == 4  # channels innermost
+    z = _r(*ref.shape, seed=3)
+    for zz in (z, _channels_last(z), z[:, :, :1, :1].copy()):
+        got = _conv([_channels_last(ins[0]), *ins[1:]], a, residual=zz, relu=True)
+        np.testing.assert_allclose(got, np.maximum(ref + zz, 0), rtol=RTOL, atol=ATOL)
 
 
 @pytest.mark.parametrize("xs,ws,attrs,bias", TRANSPOSE_CASES)
@@ -245,12 +271,14 @@ def test_static_choice_without_torch(monkeypatch: pytest.MonkeyPatch) -> None:
 @needs_torch
 def test_static_choice_with_torch() -> None:
     assert providers.choose("Conv", [(1, 16, 20, 20), (16, 1, 3, 3)], {"group": 16}) == ("numpy", "depthwise")  # tiny
-    assert providers.choose("Conv", [(1, 96, 80, 80), (96, 1, 3, 3)], {"group": 96}) == ("torch", "conv2d")
-    assert providers.choose("Conv", [(1, 64, 56, 56), (256, 64, 1, 1)], {}) == ("torch", "conv2d")
-    assert providers.choose("Conv", [(1, 3, 224, 224), (64, 3, 7, 7)], {"pads": [3] * 4}) == ("torch", "conv2d")
+    assert providers.choose("Conv", [(1, 96, 80, 80), (96, 1, 3, 3)], {"group": 96}) == ("torch", "conv2d_nhwc")
+    assert providers.choose("Conv", [(1, 64, 56, 56), (256, 64, 1, 1)], {}) == ("torch", "conv2d_nhwc")
+    assert providers.choose("Conv", [(1, 3, 224, 224), (64, 3, 7, 7)], {"pads": [3] * 4}) == ("torch", "conv2d_nhwc")
+    # asymmetric pads: the channels-last prepacked call cannot express them
+    assert providers.choose("Conv", [(1, 3, 64, 64), (16, 3, 3, 3)], {"pads": [0, 0, 1, 1]}) == ("torch", "conv2d")
     assert providers.choose("Conv", [(1, 512, 7, 7), (512, 512, 3, 3)], {"pads": [1] * 4})[0] == "torch"
     assert providers.choose("Conv", [(1, 3, 9, 8), (4, 3, 3, 3)], {}, dtype="float64") == ("numpy", "im2col_gemm")
-    assert providers.choose("Conv", [(1, 3, 90, 80), (8, 3, 3, 3)], {}, dtype="float16") == ("torch", "conv2d")
+    assert providers.choose("Conv", [(1, 3, 90, 80), (8, 3, 3, 3)], {}, dtype="float16") == ("torch", "conv2d_nhwc")
     assert providers.choose("ConvTranspose", [(1, 8, 5, 5), (8, 4, 2, 2)], {"strides": [2, 2]}) == (
         "torch", "conv_transpose")
 
@@ -375,7 +403,7 @@ def test_one_pool_rule_moves_the_minority() -> None:
     choices, _, moved, _ = select_kernels.select_graph(g)
     assert moved == 1 and {c[3].provider for c in choices} == {"torch"}
     choices, _, moved, _ = select_kernels.select_graph(g, single_pool=False)
-    assert moved == 0 and {c[3].name for c in choices} == {"torch:conv2d", "numpy:gemm"}
+    assert moved == 0 and {c[3].name for c in choices} == {"torch:conv2d_nhwc", "numpy:gemm"}
     assert "Gemm x1: numpy:gemm 1" in select_kernels.summarize(choices, select_kernels.Counter())
 
 

@@ -39,6 +39,8 @@ TARGETS: dict[tuple[str, str], str] = {
     ("pycann", "FusedMatMul"): "MatMul",
 }
 MODES = ("static", "measure", "off")
+# algorithms that prepack the weight once (cached per weight array)
+PACKED = ("_packed", "_nhwc")
 
 Choice = tuple[Node, str, OpSpec, Algorithm]
 
@@ -84,9 +86,9 @@ def _collect(g: Graph, mode: str, out: list[Choice], skipped: Counter[str]) -> N
         weight = g.initializers.get(n.inputs[1])
         w = weight if isinstance(weight, np.ndarray) else None
         algo = select(spec, mode, w)
-        if algo.name.endswith("_packed") and (w is None or w.dtype.name != spec.dtype):
+        if algo.name.endswith(PACKED) and (w is None or w.dtype.name != spec.dtype):
             # a prepacked weight is cached per weight array: only for constant, compute-dtype weights
-            algo = next(a for a in candidates(spec) if not a.name.endswith("_packed"))
+            algo = next(a for a in candidates(spec) if not a.name.endswith(PACKED))
         out.append((n, n.op_type, spec, algo))
 
 

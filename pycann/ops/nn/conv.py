@@ -119,7 +119,7 @@ def _conv(inputs: Sequence[Any], attrs: Mapping[str, Any], out: np.ndarray | Non
     else:
         algo = resolve(attrs.get("_algo"), lambda: ConvSpec("Conv", x.shape, w.shape, group, win, win.out, cd.name))
         xc, wc = x.astype(cd, copy=False), w.astype(cd, copy=False)
-        if wc is not w and algo.name == "torch:conv2d_packed":
+        if wc is not w and algo.name in ("torch:conv2d_packed", "torch:conv2d_nhwc"):  # cache keyed by weight
             algo = resolve("torch:conv2d", lambda: ConvSpec("Conv", x.shape, w.shape, group, win, win.out, cd.name))
         if algo.provider == "torch" and (residual is not None or relu):
             return algo.fn(xc, wc, bc, group, win, out, residual=residual, relu=relu)

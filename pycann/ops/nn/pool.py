@@ -19,6 +19,7 @@ from pycann.ops.nn.spatial import (
     Window,
     check_window_attrs,
     compute_dtype,
+    empty_like_layout,
     infer_window_dims,
     pad_spatial,
     plan_window,
@@ -90,7 +91,7 @@ def _max_pool(
         return [np.zeros(out_shape, x.dtype), np.zeros(out_shape, np.int64)][: 1 + indices]
     xp = pad_spatial(x, win.pads_begin, ends, _lowest(x.dtype))
     taps = tap_slices(win)
-    y = out if out is not None and out.dtype == x.dtype else np.empty(out_shape, x.dtype)
+    y = out if out is not None and out.dtype == x.dtype else empty_like_layout(x, out_shape)
     np.copyto(y, _tap_view(xp, taps[0][1]))
     # fmax: a NaN is skipped unless the whole window is NaN (ONNX Runtime compares with '>').
     for _, sl in taps[1:]:
@@ -137,7 +138,8 @@ def _counts(win: Window, in_sizes: Sequence[int], include_pad: bool) -> np.ndarr
 def _window_sum(x: np.ndarray, win: Window, ends: Sequence[int]) -> np.ndarray:
     xp = pad_spatial(x, win.pads_begin, ends, 0)
     taps = tap_slices(win)
-    acc = _tap_view(xp, taps[0][1]).copy()
+    acc = empty_like_layout(xp, _tap_view(xp, taps[0][1]).shape)
+    np.copyto(acc, _tap_view(xp, taps[0][1]))
     for _, sl in taps[1:]:
         acc += _tap_view(xp, sl)
     return acc

@@ -157,6 +157,19 @@ def infer_window_dims(
     return out
 
 
+def empty_like_layout(x: np.ndarray, shape: Sequence[int], dtype: Any = None) -> np.ndarray:
+    """An uninitialised array of ``shape`` (same rank as ``x``) laid out in memory in ``x``'s
+    axis order: a channels-last (NHWC-strided) ``x`` gives a channels-last result, so window
+    ops over the output of a channels-last conv chain (GE's LayoutSelection) read and write
+    with unit inner strides. C-contiguous ``x``: a plain C-order array."""
+    dt = x.dtype if dtype is None else np.dtype(dtype)
+    if x.flags.c_contiguous or x.ndim != len(shape) or x.ndim < 2:
+        return np.empty(tuple(shape), dt)
+    order = sorted(range(x.ndim), key=lambda i: -abs(x.strides[i]))  # outermost axis first (stable)
+    buf = np.empty(tuple(shape[i] for i in order), dt)
+    return buf.transpose(tuple(int(i) for i in np.argsort(order)))
+
+
 def pad_spatial(x: np.ndarray, begin: Sequence[int], end: Sequence[int], value: Any = 0) -> np.ndarray:
     """``x`` (N, C, *spatial) padded with ``value``; returns ``x`` itself when nothing to pad.
 
@@ -165,7 +178,8 @@ def pad_spatial(x: np.ndarray, begin: Sequence[int], end: Sequence[int], value: 
     if not any(begin) and not any(end):
         return x
     shape = x.shape[:2] + tuple(s + b + e for s, b, e in zip(x.shape[2:], begin, end))
-    out = np.full(shape, value, dtype=x.dtype)
+    out = empty_like_layout(x, shape)
+    out.fill(value)
     inner = (slice(None), slice(None)) + tuple(slice(b, b + s) for b, s in zip(begin, x.shape[2:]))
     out[inner] = x
     return out

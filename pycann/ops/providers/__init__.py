@@ -158,11 +158,11 @@ STATIC_TABLE: dict[tuple[str, str], tuple[str, ...]] = {
     # Tiny convs (Silero VAD, PP-OCR cls): a torch call costs ~20-200 us of dispatch and
     # thread-pool wake-up, more than the arithmetic; numpy's single call wins.
     ("Conv", "tiny"): ("numpy:gemm_1x1", "numpy:depthwise", "numpy:im2col_gemm"),
-    ("Conv", "weight_bound"): ("torch:conv2d_packed", "torch:conv2d", "numpy:im2col_gemm"),
-    ("Conv", "pointwise"): ("torch:conv2d", "torch:conv1d", "torch:conv3d", "numpy:gemm_1x1"),
-    ("Conv", "depthwise"): ("torch:conv2d", "torch:conv1d", "torch:conv3d", "numpy:depthwise"),
-    ("Conv", "grouped"): ("torch:conv2d", "torch:conv1d", "torch:conv3d", "numpy:im2col_gemm"),
-    ("Conv", "regular"): ("torch:conv2d", "torch:conv1d", "torch:conv3d", "numpy:im2col_gemm"),
+    ("Conv", "weight_bound"): ("torch:conv2d_nhwc", "torch:conv2d_packed", "torch:conv2d", "numpy:im2col_gemm"),
+    ("Conv", "pointwise"): ("torch:conv2d_nhwc", "torch:conv2d", "torch:conv1d", "torch:conv3d", "numpy:gemm_1x1"),
+    ("Conv", "depthwise"): ("torch:conv2d_nhwc", "torch:conv2d", "torch:conv1d", "torch:conv3d", "numpy:depthwise"),
+    ("Conv", "grouped"): ("torch:conv2d_nhwc", "torch:conv2d", "torch:conv1d", "torch:conv3d", "numpy:im2col_gemm"),
+    ("Conv", "regular"): ("torch:conv2d_nhwc", "torch:conv2d", "torch:conv1d", "torch:conv3d", "numpy:im2col_gemm"),
     ("ConvTranspose", "any"): ("torch:conv_transpose", "numpy:col2im"),
     ("MatMul", "any"): ("numpy:matmul", "torch:matmul"),
     ("Gemm", "any"): ("numpy:gemm", "torch:addmm"),

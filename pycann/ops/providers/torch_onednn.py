@@ -192,6 +192,40 @@ def conv_packed(x: np.ndarray, w: np.ndarray, b: np.ndarray | None, group: int, 
     return _deliver(y, out, residual, relu)
 
 
+def conv_nhwc(x: np.ndarray, w: np.ndarray, b: np.ndarray | None, group: int, win: Window,
+              out: np.ndarray | None = None, *, residual: np.ndarray | None = None, relu: bool = False) -> np.ndarray:
+    """2-D conv in the channels-last (NHWC) layout, weight prepacked once, bias/residual/relu as
+    oneDNN post-ops.
+
+    The result stays channels-last: a numpy array of the logical NCHW shape whose strides are
+    NHWC's. The next conv of the chain then reads it without a reorder; numpy ops downstream see
+    an ordinary strided array (same values), so the layout choice can never change a result.
+    Depthwise convs gain most (oneDNN's NCHW depthwise path is ~10x slower on this CPU class).
+    Shapes it cannot express (asymmetric pads, other ranks/dtypes) go through ``conv``.
+    """
+    if len(win.kernel) != 2 or x.dtype != np.float32 or w.dtype != np.float32 or win.pads_begin != win.pads_end \
+            or not packing_supported():
+        return conv(x, w, b, group, win, out, residual=residual, relu=relu)
+    torch = load()
+    padding = list(win.pads_begin)
+    wp = _packed_weight(w, padding, win, group, tuple(x.shape))
+    tb = tensor(b.astype(np.float32, copy=False)) if b is not None else None
+    args = (padding, list(win.strides), list(win.dilations), group)
+    if residual is not None and residual.dtype == np.float32 and residual.shape == (x.shape[0], w.shape[0]) + win.out:
+        y = torch.ops.mkldnn._convolution_pointwise.binary(
+            tensor(x), tensor(residual), wp, tb, *args, "add", None, "relu" if relu else None, [], "")
+    else:
+        y = torch.ops.mkldnn._convolution_pointwise(tensor(x), wp, tb, *args, "relu" if relu and residual is None
+                                                    else "none", [], "")
+        if residual is not None:  # broadcasting or another dtype: numpy semantics via torch
+            y.add_(tensor(residual.astype(np.float32, copy=False)))
+            if relu:
+                y.relu_()
+    if out is not None:
+        return _deliver(y, out, None, False)
+    return y.numpy()
+
+
 def _transpose_native(x_sizes: tuple[int, ...], win: Window, out_sizes: tuple[int, ...]) -> list[int] | None:
     """torch's output_padding for this ConvTranspose geometry, or None when torch cannot express it."""
     ops = []
@@ -273,6 +307,9 @@ ALGORITHMS: list[Algorithm] = [
     Algorithm("torch:conv2d_packed", "Conv",
               lambda s: _conv_n(2)(s) and s.group == 1 and s.win.pads_begin == s.win.pads_end and packing_supported(),
               conv_packed, "oneDNN conv with the weight prepacked once (private torch.ops.mkldnn API)", False),
+    Algorithm("torch:conv2d_nhwc", "Conv",
+              lambda s: _conv_n(2)(s) and s.win.pads_begin == s.win.pads_end and packing_supported(),
+              conv_nhwc, "oneDNN conv in channels-last layout, weight prepacked, result left NHWC", False),
     Algorithm("torch:conv1d", "Conv", _conv_n(1), conv, "torch.nn.functional.conv1d (oneDNN), bias fused", False),
     Algorithm("torch:conv3d", "Conv", _conv_n(3), conv, "torch.nn.functional.conv3d (oneDNN), bias fused", False),
     Algorithm("torch:conv_transpose", "ConvTranspose", _transpose_ok, conv_transpose,

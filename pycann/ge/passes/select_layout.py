@@ -1,0 +1,150 @@
+"""LayoutSelection: choose NHWC (channels-last) or NCHW per conv chain, after KernelSelection.
+
+A *chain* is a connected set of rank-4 tensors produced by oneDNN convolutions
+(``_algo == "torch:conv2d_nhwc"``) and by the layout-agnostic ops that consume them
+(elementwise, activations, pooling: ``AGNOSTIC``). Inside an NHWC chain no tensor is ever
+converted: each conv reads the previous one's channels-last output directly and the
+elementwise/pooling ops run on channels-last arrays (their arena buffers are laid out NHWC).
+Where an NHWC tensor leaves the chain (a Reshape, Concat, Resize, a graph output, ...) the
+consumer reads a strided array, which costs one transposing copy: a *boundary*.
+
+Cost model: computing a chain in NCHW costs the oneDNN call two layout reorders per conv
+(NCHW in and out of its blocked/channels-last kernels); NHWC costs one conversion per chain
+entry (an NCHW tensor read by one of its convs) plus one per boundary. A chain is NHWC when
+``entries + boundaries <= 2 * convs``; otherwise its convs go back to the NCHW algorithm
+(``torch:conv2d_packed`` / ``torch:conv2d``). Depthwise convs gain most: oneDNN's NCHW
+depthwise kernels run ~10x slower than its channels-last ones on AVX-512 (bench/RESULTS.md).
+
+The choice is recorded in the .om as the node attribute ``_layout = "NHWC"`` on every node
+whose rank-4 outputs are channels-last; the executor lays out their arena buffers so, and the
+values (logical NCHW shapes) are the same whichever layout runs. Nodes get new attrs dicts
+(never mutated in place). The pass name is usable in ``--fusion_switch_file``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from pycann.ge.ir import Graph, Node
+from pycann.ge.passes.base import PassContext, PassResult
+
+name = "LayoutSelection"
+
+NHWC_ALGO = "torch:conv2d_nhwc"
+CONV_OPS = {("", "Conv"), ("pycann", "FusedConv")}
+# Ops whose kernels compute the same values on a channels-last array and whose results keep the
+# input's layout (numpy ufuncs keep it; pooling allocates like its input: ops/nn/spatial.py).
+AGNOSTIC = {
+    ("", op) for op in (
+        "Relu", "Add", "Sub", "Mul", "Div", "Sigmoid", "HardSigmoid", "HardSwish", "Clip", "LeakyRelu",
+        "Tanh", "Elu", "Selu", "Softplus", "Abs", "Neg", "Exp", "Sqrt", "Identity", "MaxPool", "AveragePool",
+    )
+} | {("pycann", "ElementwiseChain")}
+
+
+@dataclass
+class Chain:
+    """One connected group of channels-last candidates."""
+
+    nodes: list[Node] = field(default_factory=list)
+    convs: int = 0
+    entries: int = 0
+    boundaries: list[str] = field(default_factory=list)
+
+
+def _rank4(g: Graph, value: str) -> bool:
+    d = g.descs.get(value)
+    return d is not None and d.shape is not None and len(d.shape) == 4
+
+
+def _candidates(g: Graph) -> dict[int, Node]:
+    """Nodes that would produce channels-last outputs if their chain is NHWC (by id)."""
+    cand: dict[int, Node] = {}
+    nhwc_values: set[str] = set()
+    for n in g.nodes:  # topological order
+        key = (n.domain, n.op_type)
+        if key in CONV_OPS and n.attrs.get("_algo") == NHWC_ALGO and n.outputs and _rank4(g, n.outputs[0]):
+            cand[id(n)] = n
+        elif key in AGNOSTIC and n.inputs and n.outputs and all(_rank4(g, o) for o in n.outputs if o) \
+                and any(i in nhwc_values for i in n.inputs if i):
+            cand[id(n)] = n
+        else:
+            continue
+        nhwc_values.update(o for o in n.outputs if o)
+    return cand
+
+
+def chains(g: Graph) -> list[Chain]:
+    """The chains of ``g``'s candidates: union of producer/consumer links between candidates."""
+    cand = _candidates(g)
+    parent = {k: k for k in cand}
+
+    def find(k: int) -> int:
+        while parent[k] != k:
+            parent[k] = parent[parent[k]]
+            k = parent[k]
+        return k
+
+    producers = g.producers()
+    for n in cand.values():
+        for i in n.inputs:
+            p = producers.get(i) if i else None
+            if p is not None and id(p) in cand:
+                parent[find(id(n))] = find(id(p))
+    groups: dict[int, Chain] = {}
+    for k, n in cand.items():
+        groups.setdefault(find(k), Chain()).nodes.append(n)
+    consumers = g.consumers()
+    outputs = set(g.outputs)
+    for c in groups.values():
+        members = {id(n) for n in c.nodes}
+        for n in c.nodes:
+            is_conv = (n.domain, n.op_type) in CONV_OPS
+            c.convs += is_conv
+            if is_conv and n.inputs and n.inputs[0]:
+                p = producers.get(n.inputs[0])
+                c.entries += p is None or id(p) not in members
+            for o in n.outputs:
+                if not o:
+                    continue
+                if o in outputs:
+                    c.boundaries.append(f"graph output {o}")
+                for u in consumers.get(o, []):
+                    if id(u) not in members:
+                        c.boundaries.append(f"{u.op_type} {u.name or u.outputs[0]}")
+    return list(groups.values())
+
+
+def _nchw_algo(n: Node) -> str:
+    w = n.attrs.get("group", 1)
+    return "torch:conv2d_packed" if int(w or 1) == 1 else "torch:conv2d"
+
+
+def run(graph: Graph, ctx: PassContext) -> PassResult:
+    found = chains(graph)
+    changed = False
+    nhwc: list[Chain] = []
+    for c in found:
+        if c.entries + len(c.boundaries) <= 2 * c.convs:
+            nhwc.append(c)
+            for n in c.nodes:
+                if n.attrs.get("_layout") != "NHWC":
+                    n.attrs = {**n.attrs, "_layout": "NHWC"}
+                    changed = True
+        else:
+            for n in c.nodes:
+                if (n.domain, n.op_type) in CONV_OPS:
+                    n.attrs = {k: v for k, v in n.attrs.items() if k != "_layout"} | {"_algo": _nchw_algo(n)}
+                    changed = True
+    if not found:
+        return PassResult(graph, False, "no oneDNN conv chains (all NCHW)")
+    cross = sum(len(c.boundaries) for c in nhwc)
+    report = (f"{len(nhwc)}/{len(found)} conv chains NHWC ({sum(c.convs for c in nhwc)} convs, "
+              f"{sum(len(c.nodes) for c in nhwc)} nodes); {sum(c.entries for c in nhwc)} entries and {cross} "
+              f"boundary reorders")
+    missed = [f"chain of {c.convs} convs stays NCHW: {c.entries} entries + {len(c.boundaries)} boundaries > "
+              f"2 x {c.convs} convs" for c in found if all(c is not k for k in nhwc)]
+    if ctx.debug:
+        for c in nhwc:
+            ctx.log(f"[{name}] chain of {c.convs} convs: boundaries " + ", ".join(c.boundaries[:8]))
+    return PassResult(graph, changed, report, missed)

@@ -1,0 +1,198 @@
+"""LayoutSelection (NHWC per oneDNN conv chain): which chains turn channels-last and why not,
+the record in the .om, equal values with the pass on and off (ONNX Runtime as golden), and the
+executor's channels-last arena buffers and C-order outputs; layout-preserving pooling."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+import onnx
+import pytest
+from onnx import TensorProto, helper, numpy_helper
+
+from pycann.ge.compiler import compile_model
+from pycann.ge.model import LoadedModel
+from pycann.ge.om import dumps_om, loads_om
+from pycann.ge.options import CompileOptions
+from pycann.ge.passes import select_layout
+from pycann.ge.passes.base import PassContext
+from pycann.ops import providers
+from pycann.ops.nn.spatial import empty_like_layout
+from pycann.ops.registry import lookup
+from tests.ops.oracle import run_ort
+
+RNG = np.random.default_rng(7)
+
+
+def _has_onednn() -> bool:
+    providers.reset()
+    if not providers.available("torch"):
+        return False
+    from pycann.ops.providers import torch_onednn
+
+    return torch_onednn.packing_supported()
+
+
+needs_onednn = pytest.mark.skipif(not _has_onednn(), reason="torch with oneDNN prepacking not installed")
+
+
+@pytest.fixture(autouse=True)
+def _fresh(monkeypatch: pytest.MonkeyPatch) -> Any:
+    monkeypatch.delenv("PYCANN_PROVIDERS", raising=False)
+    providers.reset()
+    yield
+    providers.reset()
+
+
+def _f32(*shape: int) -> np.ndarray:
+    return RNG.standard_normal(shape).astype(np.float32)
+
+
+def _model(nodes: list[onnx.NodeProto], x_shape: list[int], outputs: list[str], inits: dict[str, np.ndarray]) -> onnx.ModelProto:
+    g = helper.make_graph(nodes, "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, x_shape)],
+                          [helper.make_tensor_value_info(o, TensorProto.FLOAT, None) for o in outputs],
+                          [numpy_helper.from_array(v, k) for k, v in inits.items()])
+    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
+    m.ir_version = 8
+    return m
+
+
+def _resnet_block() -> onnx.ModelProto:
+    """conv3x3 -> relu -> maxpool -> [conv1x1 -> relu -> depthwise3x3] + residual -> relu -> GAP."""
+    c = 96  # every conv above TINY_FLOPS, so oneDNN (not numpy) computes it
+    nodes = [
+        helper.make_node("Conv", ["x", "W0", "B0"], ["c0"], pads=[1, 1, 1, 1]),
+        helper.make_node("Relu", ["c0"], ["r0"]),
+        helper.make_node("MaxPool", ["r0"], ["p0"], kernel_shape=[3, 3], strides=[2, 2], pads=[1, 1, 1, 1]),
+        helper.make_node("Conv", ["p0", "W1", "B1"], ["c1"]),
+        helper.make_node("Relu", ["c1"], ["r1"]),
+        helper.make_node("Conv", ["r1", "W2"], ["c2"], group=c, pads=[1, 1, 1, 1]),
+        helper.make_node("Add", ["c2", "p0"], ["a2"]),
+        helper.make_node("Relu", ["a2"], ["y"]),
+        helper.make_node("GlobalAveragePool", ["y"], ["g"]),
+    ]
+    inits = {"W0": _f32(c, 8, 3, 3) * 0.2, "B0": _f32(c), "W1": _f32(c, c, 1, 1) * 0.2, "B1": _f32(c),
+             "W2": _f32(c, 1, 3, 3) * 0.3}
+    return _model(nodes, [1, 8, 80, 80], ["y", "g"], inits)
+
+
+def _layouts(cm: Any) -> dict[str, str | None]:
+    return {n.name or n.outputs[0]: n.attrs.get("_layout") for n in cm.graph.nodes}
+
+
+@needs_onednn
+def test_conv_chain_runs_nhwc_and_matches_ort() -> None:
+    m = _resnet_block()
+    x = _f32(1, 8, 80, 80)
+    lines: list[str] = []
+    cm = compile_model(m, log=lines.append)
+    convs = [n for n in cm.graph.nodes if "Conv" in n.op_type]
+    assert convs and all(n.attrs.get("_layout") == "NHWC" and n.attrs["_algo"] == "torch:conv2d_nhwc" for n in convs)
+    pool = next(n for n in cm.graph.nodes if n.op_type == "MaxPool")
+    assert pool.attrs.get("_layout") == "NHWC"  # the chain runs through the pooling
+    gap = next(n for n in cm.graph.nodes if n.op_type == "GlobalAveragePool")
+    assert "_layout" not in gap.attrs  # layout-sensitive consumer: a chain boundary
+    assert any("[LayoutSelection]" in ln and "1/1 conv chains NHWC" in ln for ln in lines), lines
+    got = LoadedModel.from_compiled(cm).run_dict({"x": x})
+    want = run_ort(m, {"x": x})
+    for g_, w_ in zip(got, want):
+        assert g_.flags.c_contiguous  # callers get C-order arrays, as from ORT
+        np.testing.assert_allclose(g_, w_, rtol=1e-4, atol=1e-4)
+
+
+@needs_onednn
+def test_layout_is_recorded_in_the_om_and_off_switch_gives_same_values() -> None:
+    m = _resnet_block()
+    x = _f32(1, 8, 80, 80)
+    cm = compile_model(m)
+    back = loads_om(dumps_om(cm.graph, cm.manifest))
+    assert _layouts(back) == _layouts(cm)
+    off = compile_model(m, CompileOptions(disabled_passes=["LayoutSelection"]))
+    assert not any(_layouts(off).values())
+    a = LoadedModel.from_compiled(cm).run_dict({"x": x})
+    b = LoadedModel.from_compiled(off).run_dict({"x": x})
+    for u, v in zip(a, b):
+        np.testing.assert_allclose(u, v, rtol=1e-5, atol=1e-5)
+
+
+@needs_onednn
+def test_executor_lays_out_nhwc_arena_buffers_channels_last() -> None:
+    from pycann.ge.executor import Plan
+    from pycann.ge.planning.memory import plan_memory
+
+    cm = compile_model(_resnet_block())
+    plan = Plan(cm.graph, memory=plan_memory(cm.graph))
+    flagged = [spec for outs in plan.arena_layout for spec in outs if spec[3]]
+    assert flagged, "the chain's pooling/elementwise outputs should get channels-last arena views"
+    arena = plan._take_arena()
+    assert arena is not None
+    for outs, views in zip(plan.arena_layout, arena.views):
+        for spec, v in zip(outs, views):
+            assert v.shape == spec[2]
+            if spec[3]:
+                assert v.strides[1] == v.itemsize  # channels innermost
+
+
+@needs_onednn
+def test_chain_with_too_many_boundaries_stays_nchw() -> None:
+    """One conv whose output is read by three layout-sensitive ops: 1 entry + 3 boundaries > 2 x 1."""
+    nodes = [helper.make_node("Conv", ["x", "W"], ["c"], pads=[1, 1, 1, 1])]  # 9.4 MFLOP: oneDNN
+    outs = []
+    for i in range(3):
+        nodes.append(helper.make_node("Flatten", ["c"], [f"f{i}"], axis=1 + i))
+        outs.append(f"f{i}")
+    m = _model(nodes, [1, 16, 32, 32], outs, {"W": _f32(32, 16, 3, 3)})
+    lines: list[str] = []
+    cm = compile_model(m, log=lines.append)
+    conv = next(n for n in cm.graph.nodes if n.op_type == "Conv")
+    assert "_layout" not in conv.attrs and conv.attrs["_algo"] == "torch:conv2d_packed"
+    text = "\n".join(ln for ln in lines if "[LayoutSelection]" in ln)
+    assert "0/1 conv chains NHWC" in text
+    assert "not applied: chain of 1 convs stays NCHW: 1 entries + 3 boundaries > 2 x 1 convs" in text
+    x = _f32(1, 16, 32, 32)
+    for g_, w_ in zip(LoadedModel.from_compiled(cm).run_dict({"x": x}), run_ort(m, {"x": x})):
+        np.testing.assert_allclose(g_, w_, rtol=1e-4, atol=1e-4)
+
+
+def test_without_onednn_there_are_no_chains(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("PYCANN_PROVIDERS", "numpy")
+    providers.reset()
+    m = _resnet_block()
+    cm = compile_model(m)
+    assert not any(_layouts(cm).values())
+    assert "no oneDNN conv chains" in select_layout.run(cm.graph, PassContext()).report
+    x = _f32(1, 8, 80, 80)
+    for g_, w_ in zip(LoadedModel.from_compiled(cm).run_dict({"x": x}), run_ort(m, {"x": x})):
+        np.testing.assert_allclose(g_, w_, rtol=1e-4, atol=1e-4)
+
+
+def _channels_last(a: np.ndarray) -> np.ndarray:
+    return np.ascontiguousarray(a.transpose(0, 2, 3, 1)).transpose(0, 3, 1, 2)
+
+
+def test_empty_like_layout_follows_the_input_axis_order() -> None:
+    x = _channels_last(_f32(2, 5, 6, 7))
+    y = empty_like_layout(x, (2, 5, 8, 9))
+    assert y.shape == (2, 5, 8, 9) and y.strides == (8 * 9 * 5 * 4, 4, 9 * 5 * 4, 5 * 4)
+    c = empty_like_layout(np.zeros((2, 3, 4, 4), np.float32), (2, 3, 5, 5), np.float64)
+    assert c.flags.c_contiguous and c.dtype == np.float64
+
+
+@pytest.mark.parametrize("op,attrs", [
+    ("MaxPool", {"kernel_shape": [3, 3], "strides": [2, 2], "pads": [1, 1, 1, 1]}),
+    ("MaxPool", {"kernel_shape": [2, 2], "ceil_mode": 1, "strides": [2, 2]}),
+    ("AveragePool", {"kernel_shape": [3, 3], "pads": [1, 1, 1, 1], "count_include_pad": 0}),
+])
+def test_pooling_on_channels_last_input_keeps_layout_and_values(op: str, attrs: dict) -> None:
+    x = _f32(1, 6, 11, 11)
+    opdef = lookup(op, "", 17)
+    a = opdef.with_defaults({**attrs, "_n_outputs": 1})
+    want = opdef.kernel([x], a)[0]
+    got = opdef.kernel([_channels_last(x)], a)[0]
+    np.testing.assert_array_equal(got, want)
+    assert got.strides[1] == got.itemsize  # still channels-last
+    if opdef.out_kernel is not None:
+        out = _channels_last(np.full(want.shape, np.nan, np.float32))
+        opdef.out_kernel([_channels_last(x)], a, [out])
+        np.testing.assert_array_equal(out, want)
