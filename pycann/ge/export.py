@@ -13,8 +13,8 @@ Graph dumps follow CANN's environment switches (cann-interfaces.md §2.1):
 ``DUMP_GE_GRAPH=1`` full ONNX with weights, ``2`` ONNX without weights (weights become typed
 graph inputs), ``3`` topology only (text); ``DUMP_GRAPH_PATH`` the folder (default: cwd);
 ``DUMP_GRAPH_LEVEL`` 1/2 every pass (default), 3 only the final graph, 4 only the first.
-``run_pipeline`` writes ``ge_onnx_<NN>_Before_<Pass>.onnx`` and ``ge_onnx_<NN>_After_<Pass>.onnx``
-around each pass (``.txt`` for mode 3); ``NN`` counts up over the process.
+``run_pipeline`` writes ``ge_onnx_<NNNNNNNN>_Before_<Pass>.onnx`` and ``ge_onnx_<NNNNNNNN>_After_<Pass>.onnx`` (8 digits, as CANN, so names sort in order)
+around each pass (``.txt`` for mode 3); the number counts up over the process.
 """
 
 from __future__ import annotations
@@ -154,7 +154,7 @@ class PipelineDump:
         os.makedirs(path, exist_ok=True)
 
     def _write(self, graph: Graph, stage: str) -> None:
-        base = os.path.join(self.path, f"ge_onnx_{next(_seq):02d}_{stage}")
+        base = os.path.join(self.path, f"ge_onnx_{next(_seq):08d}_{stage}")
         if self.mode == 3:
             with open(base + ".txt", "w", encoding="utf-8") as f:
                 f.write(topology_text(graph))

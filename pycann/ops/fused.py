@@ -140,8 +140,9 @@ def _conv_epilogue(inputs: Sequence[Any], attrs: Mapping[str, Any], out: np.ndar
     post-ops), then any other activation in place."""
     z = inputs[3] if len(inputs) > 3 else None
     name, a, b = _act(attrs)
-    y = conv_mod._conv(_conv_inputs(inputs), attrs, out, residual=z, relu=name == "Relu")
-    if name != "Relu":
+    y, done = conv_mod.conv_act(_conv_inputs(inputs), attrs, out, residual=z, relu=name == "Relu",
+                                act=(name, a, b) if name else None)
+    if name != "Relu" and not done:
         apply_activation(y, name, a, b)
     return y
 

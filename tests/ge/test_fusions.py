@@ -95,6 +95,83 @@ def test_conv_residual_that_enlarges_is_not_fused() -> None:
     _check(m, {"x": _f32(1, 3, 5, 5), "z": _f32(2, 4, 5, 5)})
 
 
+def _conv_then(nodes, c_consts, x_shape=(1, 3, 6, 6), m=4, bias=True):
+    """Conv(x, W[, B]) -> c followed by ``nodes``; ``c_consts``: extra named constants."""
+    conv = helper.make_node("Conv", ["x", "W", "B"] if bias else ["x", "W"], ["c"], pads=[1, 1, 1, 1])
+    inits = [_c("W", _f32(m, x_shape[1], 3, 3)), *([_c("B", _f32(m))] if bias else []), *c_consts]
+    return _model([conv, *nodes], [("x", list(x_shape))], "y", inits)
+
+
+@pytest.mark.parametrize("shape", [(), (1,), (4, 1, 1), (1, 4, 1, 1)])
+@pytest.mark.parametrize("bias", [True, False])
+def test_conv_scale_bias_folds(shape: tuple, bias: bool) -> None:
+    """PP-LCNetV3's learnable affine block (scalar) and per-channel scale/shift fold into W, B."""
+    nodes = [helper.make_node("Mul", ["c", "s"], ["t"]), helper.make_node("Add", ["d", "t"], ["y"])]
+    m = _conv_then(nodes, [_c("s", _f32(*shape)), _c("d", _f32(*shape))], bias=bias)
+    ops = _check(m, {"x": _f32(1, 3, 6, 6)}, absent=("Mul", "Add"))
+    assert ops.count("Conv") + ops.count("FusedConv") == 1
+
+
+@pytest.mark.parametrize("shape,why", [
+    ((1, 1, 6, 1), "varies along batch or spatial dims"),
+    ((3, 1, 1), "does not match 4 output channels"),
+    ((2, 4, 1, 1), "varies along batch or spatial dims"),
+    ((1, 1, 1, 4, 1, 1), "enlarges"),
+])
+def test_conv_scale_that_is_not_per_channel_is_not_folded(shape: tuple, why: str) -> None:
+    from pycann.ge.passes import fold_conv_affine
+
+    m = _conv_then([helper.make_node("Mul", ["c", "s"], ["y"])], [_c("s", _f32(*shape))])
+    lines: list[str] = []
+    if shape == (3, 1, 1):  # does not broadcast at all: ORT refuses the model too
+        from pycann.ge.importers.onnx import load_onnx
+
+        g = load_onnx(m)
+        n, missed = fold_conv_affine.fold(g)
+        assert n == 0 and any(why in r for r in missed), missed
+        return
+    cm = compile_model(m, log=lines.append)
+    assert "Mul" in [n.op_type for n in cm.graph.nodes] or "ElementwiseChain" in [n.op_type for n in cm.graph.nodes]
+    assert any("[ConvScaleBiasFold]   not applied" in ln and why in ln for ln in lines), lines
+    _check(m, {"x": _f32(1, 3, 6, 6)})
+
+
+def test_conv_scale_not_folded_when_conv_output_is_shared() -> None:
+    nodes = [helper.make_node("Mul", ["c", "s"], ["t"]), helper.make_node("Add", ["t", "c"], ["y"])]
+    ops = _check(_conv_then(nodes, [_c("s", _f32())]), {"x": _f32(1, 3, 6, 6)})
+    assert "Conv" in ops
+
+
+def _hardswish_nodes(last: str = "Div"):
+    tail = (helper.make_node("Div", ["p", "six"], ["y"]) if last == "Div"
+            else helper.make_node("Mul", ["p", "sixth"], ["y"]))
+    return [helper.make_node("Add", ["c", "three"], ["a"]), helper.make_node("Clip", ["a", "zero", "six"], ["k"]),
+            helper.make_node("Mul", ["c", "k"], ["p"]), tail]
+
+
+_HS_CONSTS = [_c("three", np.float32(3)), _c("zero", np.float32(0)), _c("six", np.float32(6)),
+              _c("sixth", np.float32(1 / 6))]
+
+
+@pytest.mark.parametrize("last", ["Div", "Mul"])
+def test_decomposed_hardswish_fuses_into_conv(last: str) -> None:
+    m = _conv_then(_hardswish_nodes(last), _HS_CONSTS, x_shape=(1, 8, 24, 24), m=16)
+    lines: list[str] = []
+    cm = compile_model(m, log=lines.append)
+    fused = [n for n in cm.graph.nodes if n.op_type == "FusedConv"]
+    assert len(fused) == 1 and fused[0].attrs["activation"] == "HardSwish", [n.op_type for n in cm.graph.nodes]
+    _check(m, {"x": _f32(1, 8, 24, 24) * 3}, {"FusedConv": 1}, absent=("Clip", "Div"), rtol=1e-4, atol=1e-4)
+
+
+def test_hardswish_with_other_bounds_is_not_fused_as_hardswish() -> None:
+    consts = [_c("three", np.float32(3)), _c("zero", np.float32(0)), _c("six", np.float32(5)),
+              _c("sixth", np.float32(1 / 6))]
+    m = _conv_then(_hardswish_nodes(), consts)
+    cm = compile_model(m)
+    assert not any(n.attrs.get("activation") == "HardSwish" for n in cm.graph.nodes)
+    _check(m, {"x": _f32(1, 3, 6, 6) * 3})
+
+
 # -------------------------------------------------------------- MatMul + bias + activation
 
 

@@ -423,3 +423,27 @@ def test_blas_single_thread_limits_openblas_inside_the_context() -> None:
     assert inside and all(n == 1 for n in inside)
     assert providers.uses_torch(["numpy:matmul", None, "torch:conv2d"])
     assert not providers.uses_torch(["numpy:matmul", None])
+
+
+@needs_torch
+@pytest.mark.parametrize("act,alpha,beta", [
+    ("Relu", 0.0, 0.0), ("Sigmoid", 0.0, 0.0), ("Tanh", 0.0, 0.0), ("HardSwish", 0.0, 0.0),
+    ("HardSigmoid", 1 / 6, 0.5), ("HardSigmoid", 0.2, 0.5), ("LeakyRelu", 0.1, 0.0), ("Clip", 0.0, 6.0),
+    ("Clip", float("-inf"), 1.0), ("Swish", 1.0, 0.0), ("Gelu", 0.0, 0.0),
+])
+@pytest.mark.parametrize("residual", [False, True])
+def test_fused_conv_activation_post_ops_match_numpy(act: str, alpha: float, beta: float, residual: bool) -> None:
+    """FusedConv on torch:conv2d_nhwc runs the activation as a oneDNN post-op where one computes it
+    (ONNX's formula; HardSigmoid only with torch's fixed 1/6 slope) and in numpy otherwise."""
+    from pycann.ops.providers import torch_onednn
+
+    fused = lookup("FusedConv", "pycann", 1)
+    x, w, b = _r(1, 16, 12, 12), _r(24, 16, 3, 3) * 0.3, _r(24)
+    z = _r(1, 24, 12, 12, seed=9) if residual else None
+    attrs = {"pads": [1, 1, 1, 1], "activation": act, "act_alpha": alpha, "act_beta": beta}
+    ins = [x, w, b] + ([z] if residual else [])
+    want = fused.kernel(ins, fused.with_defaults({**attrs, "_algo": "numpy:im2col_gemm"}))[0]
+    got = fused.kernel(ins, fused.with_defaults({**attrs, "_algo": "torch:conv2d_nhwc"}))[0]
+    np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4)
+    mapped = torch_onednn.onednn_unary(act, alpha, beta)
+    assert (mapped is None) == ((act, alpha) == ("HardSigmoid", 0.2) or (act, alpha) == ("Clip", float("-inf")))

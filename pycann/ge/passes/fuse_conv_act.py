@@ -21,13 +21,48 @@ name = "ConvActivationFusion"
 SIMPLE_ACTS = ("Relu", "Sigmoid", "HardSigmoid", "HardSwish", "LeakyRelu", "Tanh", "Clip")
 
 
+def _clip_bounds(ix: GraphIndex, clip: Node) -> tuple[float | None, float | None]:
+    if clip.opset < 11:  # bounds were attributes before opset 11
+        return float(clip.attrs.get("min", -3.4e38)), float(clip.attrs.get("max", 3.4e38))
+    lo = ix.scalar(clip.inputs[1]) if len(clip.inputs) > 1 and clip.inputs[1] else None
+    hi = ix.scalar(clip.inputs[2]) if len(clip.inputs) > 2 and clip.inputs[2] else None
+    return lo, hi
+
+
+def _decomposed_hardswish(ix: GraphIndex, value: str, users: list[Node]) -> tuple[list[Node], str] | None:
+    """HardSwish as PaddlePaddle's exporter writes it: Add(y, 3) -> Clip(0, 6) -> Mul(y, .) ->
+    Div(., 6) or Mul(., 1/6). Returns (nodes, output) or None."""
+    add = next((u for u in users if is_op(u, "Add")), None)
+    mul = next((u for u in users if is_op(u, "Mul")), None)
+    if add is None or mul is None:
+        return None
+    three = ix.other_input(add, value)
+    if three is None or ix.scalar(three) != 3.0:
+        return None
+    clip = ix.sole_consumer(add.outputs[0])
+    if not is_op(clip, "Clip") or clip is None or _clip_bounds(ix, clip) != (0.0, 6.0):
+        return None
+    if ix.sole_consumer(clip.outputs[0]) is not mul or ix.other_input(mul, value) != clip.outputs[0]:
+        return None
+    last = ix.sole_consumer(mul.outputs[0])
+    if last is None or len(last.inputs) != 2 or last.inputs[0] != mul.outputs[0]:
+        return None
+    k = ix.scalar(last.inputs[1])
+    if not ((is_op(last, "Div") and k == 6.0) or (is_op(last, "Mul") and k is not None and abs(k - 1 / 6) < 1e-7)):
+        return None
+    return [add, clip, mul, last], last.outputs[0]
+
+
 def match_activation(ix: GraphIndex, value: str) -> tuple[list[Node], str, float, float, str] | str:
     """Activation reading ``value``: (nodes, name, alpha, beta, output) or a reason string."""
     users = ix.consumers.get(value, [])
     if value in ix.outputs:
         return "value is a graph output"
-    # Swish: y * sigmoid(y) -> two readers of y
+    # Swish: y * sigmoid(y) -> two readers of y; HardSwish written out: y * Clip(y + 3, 0, 6) / 6
     if len(users) == 2:
+        hs = _decomposed_hardswish(ix, value, users)
+        if hs is not None:
+            return hs[0], "HardSwish", 0.0, 0.0, hs[1]
         sig = next((u for u in users if is_op(u, "Sigmoid")), None)
         mul = next((u for u in users if is_op(u, "Mul")), None)
         if sig is not None and mul is not None and sig.outputs[0] in mul.inputs and value in mul.inputs:

@@ -26,7 +26,7 @@ from pycann.ops.nn.spatial import (
     plan_window,
 )
 from pycann.ops.opdef import InferContext, OpDef
-from pycann.ops.providers import ConvSpec, resolve
+from pycann.ops.providers import ConvSpec, resolve, torch_onednn
 from pycann.ops.providers.torch_onednn import bf16_conv
 
 _WINDOW_ATTRS: dict[str, Any] = {
@@ -92,12 +92,21 @@ def _check_conv_shapes(x: np.ndarray, w: np.ndarray, group: int, transpose: bool
 
 def _conv(inputs: Sequence[Any], attrs: Mapping[str, Any], out: np.ndarray | None = None, *,
           residual: np.ndarray | None = None, relu: bool = False) -> np.ndarray:
+    """Conv (spec: Conv-11/22); see ``conv_act``."""
+    return conv_act(inputs, attrs, out, residual=residual, relu=relu)[0]
+
+
+def conv_act(inputs: Sequence[Any], attrs: Mapping[str, Any], out: np.ndarray | None = None, *,
+             residual: np.ndarray | None = None, relu: bool = False,
+             act: tuple[str, float, float] | None = None) -> tuple[np.ndarray, bool]:
     """Conv (spec: Conv-11/22): Y = X (*) W + B with strides, dilations, pads and groups.
 
     The kernel is the provider algorithm named by ``attrs["_algo"]`` (else the static choice).
     The result lands in ``out`` when it has the compute dtype (float32/float64) and is
     C-contiguous; the returned array is then a view of it. ``residual`` (added after the bias)
     and ``relu`` are optional epilogues, applied by the provider when it can fuse them.
+    ``act`` (name, alpha, beta of a FusedConv activation) is applied too when the provider can
+    run it as a post-op; the flag returned says whether it was (else the caller applies it).
     """
     x, w = inputs[0], inputs[1]
     b = inputs[2] if len(inputs) > 2 else None
@@ -121,14 +130,18 @@ def _conv(inputs: Sequence[Any], attrs: Mapping[str, Any], out: np.ndarray | Non
         xc, wc = x.astype(cd, copy=False), w.astype(cd, copy=False)
         if wc is not w and algo.name in ("torch:conv2d_packed", "torch:conv2d_nhwc"):  # cache keyed by weight
             algo = resolve("torch:conv2d", lambda: ConvSpec("Conv", x.shape, w.shape, group, win, win.out, cd.name))
+        if act is not None and algo.name == "torch:conv2d_nhwc" and torch_onednn.native(xc, wc, win):
+            unary = torch_onednn.onednn_unary(*act)
+            if unary is not None:
+                return algo.fn(xc, wc, bc, group, win, out, residual=residual, unary=unary), True
         if algo.provider == "torch" and (residual is not None or relu):
-            return algo.fn(xc, wc, bc, group, win, out, residual=residual, relu=relu)
+            return algo.fn(xc, wc, bc, group, win, out, residual=residual, relu=relu), False
         y = algo.fn(xc, wc, bc, group, win, out)
     if residual is not None:
         y += residual
     if relu:
         np.maximum(y, 0, out=y)
-    return y
+    return y, False
 
 
 _BF16 = np.dtype(ml_dtypes.bfloat16)

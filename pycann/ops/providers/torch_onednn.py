@@ -192,8 +192,28 @@ def conv_packed(x: np.ndarray, w: np.ndarray, b: np.ndarray | None, group: int, 
     return _deliver(y, out, residual, relu)
 
 
+# ONNX activation (as GE's FusedConv records it) -> oneDNN eltwise post-op of torch's
+# ``mkldnn._convolution_pointwise``: (attr, scalars, algorithm). Exact same formulas.
+def onednn_unary(act: str, alpha: float, beta: float) -> tuple[str, list[float], str] | None:
+    """The oneDNN post-op computing activation ``act`` (with ONNX's alpha/beta), or None."""
+    if act in ("Relu", "Sigmoid", "Tanh", "HardSwish"):
+        return {"Relu": "relu", "Sigmoid": "sigmoid", "Tanh": "tanh", "HardSwish": "hardswish"}[act], [], ""
+    if act == "HardSigmoid" and abs(alpha - 1 / 6) < 1e-7 and beta == 0.5:  # torch's fixed slope
+        return "hardsigmoid", [], ""
+    if act == "LeakyRelu":
+        return "leaky_relu", [float(alpha)], ""
+    if act == "Clip" and np.isfinite(alpha) and np.isfinite(beta) and alpha <= beta:
+        return "hardtanh", [float(alpha), float(beta)], ""
+    if act == "Swish" and alpha == 1.0:
+        return "swish", [], ""
+    if act == "Gelu":
+        return "gelu", [], "none"
+    return None
+
+
 def conv_nhwc(x: np.ndarray, w: np.ndarray, b: np.ndarray | None, group: int, win: Window,
-              out: np.ndarray | None = None, *, residual: np.ndarray | None = None, relu: bool = False) -> np.ndarray:
+              out: np.ndarray | None = None, *, residual: np.ndarray | None = None, relu: bool = False,
+              unary: tuple[str, list[float], str] | None = None) -> np.ndarray:
     """2-D conv in the channels-last (NHWC) layout, weight prepacked once, bias/residual/relu as
     oneDNN post-ops.
 
@@ -202,28 +222,51 @@ def conv_nhwc(x: np.ndarray, w: np.ndarray, b: np.ndarray | None, group: int, wi
     an ordinary strided array (same values), so the layout choice can never change a result.
     Depthwise convs gain most (oneDNN's NCHW depthwise path is ~10x slower on this CPU class).
     Shapes it cannot express (asymmetric pads, other ranks/dtypes) go through ``conv``.
+    ``unary`` (from ``onednn_unary``) replaces ``relu`` as the activation post-op; callers
+    passing it must not call it with shapes this function delegates (see ``native``).
     """
-    if len(win.kernel) != 2 or x.dtype != np.float32 or w.dtype != np.float32 or win.pads_begin != win.pads_end \
-            or not packing_supported():
-        return conv(x, w, b, group, win, out, residual=residual, relu=relu)
+    if not native(x, w, win):
+        y = conv(x, w, b, group, win, out, residual=residual, relu=relu)
+        return y
     torch = load()
     padding = list(win.pads_begin)
     wp = _packed_weight(w, padding, win, group, tuple(x.shape))
     tb = tensor(b.astype(np.float32, copy=False)) if b is not None else None
     args = (padding, list(win.strides), list(win.dilations), group)
+    attr, scalars, algo = unary if unary is not None else ("relu", [], "") if relu else ("none", [], "")
     if residual is not None and residual.dtype == np.float32 and residual.shape == (x.shape[0], w.shape[0]) + win.out:
+        # the binary (sum) form takes only relu as a further post-op; others run after, in torch
         y = torch.ops.mkldnn._convolution_pointwise.binary(
-            tensor(x), tensor(residual), wp, tb, *args, "add", None, "relu" if relu else None, [], "")
+            tensor(x), tensor(residual), wp, tb, *args, "add", None, "relu" if attr == "relu" else None, [], "")
+        if attr not in ("none", "relu"):
+            y = _torch_unary(y, attr, scalars, algo)
+    elif residual is not None:  # broadcasting or another dtype: numpy semantics via torch, then the activation
+        y = torch.ops.mkldnn._convolution_pointwise(tensor(x), wp, tb, *args, "none", [], "")
+        y.add_(tensor(residual.astype(np.float32, copy=False)))
+        if attr != "none":
+            y = _torch_unary(y, attr, scalars, algo)
     else:
-        y = torch.ops.mkldnn._convolution_pointwise(tensor(x), wp, tb, *args, "relu" if relu and residual is None
-                                                    else "none", [], "")
-        if residual is not None:  # broadcasting or another dtype: numpy semantics via torch
-            y.add_(tensor(residual.astype(np.float32, copy=False)))
-            if relu:
-                y.relu_()
+        y = torch.ops.mkldnn._convolution_pointwise(tensor(x), wp, tb, *args, attr, scalars, algo)
     if out is not None:
         return _deliver(y, out, None, False)
     return y.numpy()
+
+
+def native(x: np.ndarray, w: np.ndarray, win: Window) -> bool:
+    """True when ``conv_nhwc`` computes this call itself (2-D, float32, symmetric pads, oneDNN)."""
+    return len(win.kernel) == 2 and x.dtype == np.float32 and w.dtype == np.float32 \
+        and win.pads_begin == win.pads_end and packing_supported()
+
+
+def _torch_unary(y: Any, attr: str, scalars: list[float], algo: str) -> Any:
+    F = load().nn.functional
+    fns = {"relu": F.relu, "sigmoid": load().sigmoid, "tanh": load().tanh, "hardswish": F.hardswish,
+           "hardsigmoid": F.hardsigmoid, "swish": F.silu, "gelu": F.gelu}
+    if attr == "leaky_relu":
+        return F.leaky_relu(y, scalars[0])
+    if attr == "hardtanh":
+        return F.hardtanh(y, scalars[0], scalars[1])
+    return fns[attr](y)
 
 
 def _transpose_native(x_sizes: tuple[int, ...], win: Window, out_sizes: tuple[int, ...]) -> list[int] | None:
