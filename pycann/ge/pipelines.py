@@ -36,6 +36,8 @@ COMPILE_PIPELINE: list[tuple[str, PassFn]] = [
     (dead_code.name, dead_code.run),
     (fold_conv_bn.name, fold_conv_bn.run),
     (fold_conv_affine.name, fold_conv_affine.run),
+    # a bias Add folded into a ConvTranspose can expose a BatchNormalization behind it (PP-OCR det)
+    (fold_conv_bn.name, fold_conv_bn.run),
     (constant_folding.name, constant_folding.run),
     (dead_code.name, dead_code.run),
     (infer_shapes.name, infer_shapes.run),

@@ -142,6 +142,20 @@ def test_conv_scale_not_folded_when_conv_output_is_shared() -> None:
     assert "Conv" in ops
 
 
+@pytest.mark.parametrize("group", [1, 2])
+def test_conv_transpose_bias_add_and_batchnorm_fold(group: int) -> None:
+    """PP-OCR det's upsampling head: ConvTranspose -> Add(bias) -> BatchNormalization."""
+    cin, m = 4, 6
+    nodes = [helper.make_node("ConvTranspose", ["x", "W"], ["c"], strides=[2, 2], group=group),
+             helper.make_node("Add", ["c", "bias"], ["a"]),
+             helper.make_node("BatchNormalization", ["a", "g", "b", "mu", "var"], ["y"])]
+    inits = [_c("W", _f32(cin, m // group, 2, 2)), _c("bias", _f32(1, m, 1, 1)), _c("g", _f32(m)), _c("b", _f32(m)),
+             _c("mu", _f32(m)), _c("var", np.abs(_f32(m)) + 0.5)]
+    m_ = _model(nodes, [("x", [1, cin, 5, 5])], "y", inits)
+    _check(m_, {"x": _f32(1, cin, 5, 5)}, {"ConvTranspose": 1}, absent=("Add", "BatchNormalization"),
+           rtol=1e-4, atol=1e-4)
+
+
 def _hardswish_nodes(last: str = "Div"):
     tail = (helper.make_node("Div", ["p", "six"], ["y"]) if last == "Div"
             else helper.make_node("Mul", ["p", "sixth"], ["y"]))

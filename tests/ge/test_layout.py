@@ -196,3 +196,55 @@ def test_pooling_on_channels_last_input_keeps_layout_and_values(op: str, attrs: 
         out = _channels_last(np.full(want.shape, np.nan, np.float32))
         opdef.out_kernel([_channels_last(x)], a, [out])
         np.testing.assert_array_equal(out, want)
+
+
+def test_concat_and_nearest_resize_keep_channels_last() -> None:
+    from pycann.dtypes import TensorDesc
+    from pycann.ops.prepared import PREPARE
+
+    xs = [_f32(1, c, 6, 5) for c in (3, 4)]
+    desc = [TensorDesc(1, x.shape) for x in xs]
+    kernel = PREPARE[("", "Concat")]({"axis": 1}, desc, [None, None], [TensorDesc(1, (1, 7, 6, 5))])
+    assert kernel is not None
+    got = kernel([_channels_last(x) for x in xs], {})[0]
+    np.testing.assert_array_equal(got, np.concatenate(xs, axis=1))
+    assert got.strides[1] == got.itemsize
+    mixed = kernel([xs[0], _channels_last(xs[1])], {})[0]
+    np.testing.assert_array_equal(mixed, np.concatenate(xs, axis=1))
+
+    resize = lookup("Resize", "", 13)
+    for mode, coord, nearest in [("nearest", "asymmetric", "floor"), ("nearest", "half_pixel", "round_prefer_ceil"),
+                                 ("linear", "half_pixel", "round_prefer_floor")]:
+        a = resize.with_defaults({"mode": mode, "coordinate_transformation_mode": coord, "nearest_mode": nearest})
+        for scales in ([1, 1, 2, 2], [1, 1, 0.5, 1.5]):
+            sc = np.array(scales, np.float32)
+            want = resize.kernel([xs[1], None, sc], a)[0]
+            got = resize.kernel([_channels_last(xs[1]), None, sc], a)[0]
+            np.testing.assert_array_equal(got, want)
+            if mode == "nearest":
+                assert got.strides[1] == got.itemsize
+
+
+@needs_onednn
+def test_fpn_head_runs_nhwc_through_resize_concat_and_conv_transpose() -> None:
+    """PP-OCR det's neck/head shape: conv -> nearest x2 -> concat -> conv -> ConvTranspose."""
+    c = 32
+    nodes = [
+        helper.make_node("Conv", ["x", "W0"], ["c0"], pads=[1, 1, 1, 1]),
+        helper.make_node("Conv", ["c0", "W1"], ["c1"], pads=[1, 1, 1, 1], strides=[2, 2]),
+        helper.make_node("Resize", ["c1", "", "sc"], ["u1"], mode="nearest"),
+        helper.make_node("Concat", ["c0", "u1"], ["cat"], axis=1),
+        helper.make_node("Conv", ["cat", "W2"], ["c2"], pads=[1, 1, 1, 1]),
+        helper.make_node("Relu", ["c2"], ["r2"]),
+        helper.make_node("ConvTranspose", ["r2", "WT"], ["y"], strides=[2, 2]),
+    ]
+    inits = {"W0": _f32(c, 8, 3, 3) * 0.2, "W1": _f32(c, c, 3, 3) * 0.1, "sc": np.array([1, 1, 2, 2], np.float32),
+             "W2": _f32(c, 2 * c, 3, 3) * 0.1, "WT": _f32(c, 4, 2, 2)}
+    m = _model(nodes, [1, 8, 48, 48], ["y"], inits)
+    cm = compile_model(m)
+    lay = {n.op_type: n.attrs.get("_layout") for n in cm.graph.nodes}
+    assert lay["Resize"] == lay["Concat"] == lay["ConvTranspose"] == "NHWC", lay
+    x = _f32(1, 8, 48, 48)
+    got = LoadedModel.from_compiled(cm).run_dict({"x": x})[0]
+    assert got.flags.c_contiguous
+    np.testing.assert_allclose(got, run_ort(m, {"x": x})[0], rtol=1e-4, atol=1e-4)

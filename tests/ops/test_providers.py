@@ -280,7 +280,8 @@ def test_static_choice_with_torch() -> None:
     assert providers.choose("Conv", [(1, 3, 9, 8), (4, 3, 3, 3)], {}, dtype="float64") == ("numpy", "im2col_gemm")
     assert providers.choose("Conv", [(1, 3, 90, 80), (8, 3, 3, 3)], {}, dtype="float16") == ("torch", "conv2d_nhwc")
     assert providers.choose("ConvTranspose", [(1, 8, 5, 5), (8, 4, 2, 2)], {"strides": [2, 2]}) == (
-        "torch", "conv_transpose")
+        "torch", "conv_transpose_nhwc")
+    assert providers.choose("ConvTranspose", [(1, 8, 5), (8, 4, 2)], {"strides": [2]}) == ("torch", "conv_transpose")
 
 
 @pytest.mark.parametrize("op,shapes,attrs", [

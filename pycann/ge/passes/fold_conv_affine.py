@@ -1,5 +1,5 @@
-"""ConvScaleBiasFold: Conv followed by Mul and/or Add of constants that act per output channel
-folds into the conv's weights and bias (inference):
+"""ConvScaleBiasFold: Conv (or ConvTranspose) followed by Mul and/or Add of constants that act
+per output channel folds into the conv's weights and bias (inference):
 
     conv(x, W, b) * s + d  =  conv(x, W * s[:, None, ...], b * s + d)
 
@@ -24,6 +24,25 @@ from pycann.ge.ir import Graph, Node
 from pycann.ge.passes.base import PassContext, PassResult
 
 name = "ConvScaleBiasFold"
+
+
+CONV_TYPES = ("Conv", "ConvTranspose")
+
+
+def out_channels(conv: Node, w: np.ndarray) -> int:
+    """Output channels of a Conv (W: M x C/g x k...) or ConvTranspose (W: C x M/g x k...)."""
+    return int(w.shape[0]) if conv.op_type == "Conv" else int(w.shape[1]) * int(conv.attrs.get("group", 1) or 1)
+
+
+def scale_out_channels(conv: Node, w: np.ndarray, s: np.ndarray) -> np.ndarray:
+    """``w`` (float64 result) with output channel ``o`` multiplied by ``s[o]``."""
+    w64 = w.astype(np.float64)
+    if conv.op_type == "Conv":
+        return w64 * s.reshape((-1,) + (1,) * (w.ndim - 1))
+    g = int(conv.attrs.get("group", 1) or 1)
+    cin, mg = w.shape[0], w.shape[1]
+    blocks = w64.reshape((g, cin // g, mg) + w.shape[2:])
+    return (blocks * s.reshape((g, 1, mg) + (1,) * (w.ndim - 2))).reshape(w.shape)
 
 
 def per_channel(c: np.ndarray, m: int, out_rank: int) -> np.ndarray | str:
@@ -57,7 +76,7 @@ def _check(g: Graph, conv: Node, op: Node, consumers: dict[str, list[Node]], out
         return "conv bias is not a constant"
     if c.dtype != w.dtype:
         return f"{op.op_type} constant has dtype {c.dtype}, weight {w.dtype}"
-    return per_channel(c, w.shape[0], w.ndim)
+    return per_channel(c, out_channels(conv, w), w.ndim)
 
 
 def fold(g: Graph) -> tuple[int, list[str]]:
@@ -72,7 +91,7 @@ def fold(g: Graph) -> tuple[int, list[str]]:
         for op in g.nodes:
             if op.domain or op.op_type not in ("Mul", "Add") or len(op.inputs) != 2:
                 continue
-            conv = next((producers[i] for i in op.inputs if i in producers and producers[i].op_type == "Conv"
+            conv = next((producers[i] for i in op.inputs if i in producers and producers[i].op_type in CONV_TYPES
                          and not producers[i].domain), None)
             if conv is None:
                 continue
@@ -85,9 +104,9 @@ def fold(g: Graph) -> tuple[int, list[str]]:
             vec = r
             w = g.initializers[conv.inputs[1]]
             b_name = conv.inputs[2] if len(conv.inputs) > 2 and conv.inputs[2] else ""
-            b = g.initializers[b_name].astype(np.float64) if b_name else np.zeros(w.shape[0])
+            b = g.initializers[b_name].astype(np.float64) if b_name else np.zeros(out_channels(conv, w))
             if op.op_type == "Mul":
-                w = (w.astype(np.float64) * vec.reshape((-1,) + (1,) * (w.ndim - 1))).astype(w.dtype)
+                w = scale_out_channels(conv, w, vec).astype(w.dtype)
                 b = b * vec
             else:
                 b = b + vec

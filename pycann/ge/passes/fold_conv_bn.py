@@ -1,5 +1,5 @@
-"""Conv + BatchNormalization folding (inference): BN(conv(x, W) + b) = conv(x, W') + b' with
-W' = W * s[:, None...], b' = (b - mean) * s + beta, s = gamma / sqrt(var + eps).
+"""Conv/ConvTranspose + BatchNormalization folding (inference): BN(conv(x, W) + b) = conv(x, W') + b'
+with W' = W scaled by s per output channel, b' = (b - mean) * s + beta, s = gamma / sqrt(var + eps).
 
 Pattern: Conv whose output feeds only a BatchNormalization; check: W, B and the four BN
 parameters are constants and Conv's output is not a graph output; rewrite: new constants,
@@ -12,6 +12,7 @@ import numpy as np
 
 from pycann.ge.ir import Graph
 from pycann.ge.passes.base import PassContext, PassResult
+from pycann.ge.passes.fold_conv_affine import CONV_TYPES, out_channels, scale_out_channels
 
 name = "ConvBatchNormFusionPass"
 
@@ -28,7 +29,7 @@ def fold(g: Graph) -> tuple[int, list[str]]:
         if bn.op_type != "BatchNormalization" or bn.domain:
             continue
         conv = producers.get(bn.inputs[0])
-        if conv is None or conv.op_type != "Conv":
+        if conv is None or conv.op_type not in CONV_TYPES or conv.domain:
             continue
         why = None
         if len(consumers.get(conv.outputs[0], [])) != 1 or conv.outputs[0] in outputs:
@@ -50,7 +51,10 @@ def fold(g: Graph) -> tuple[int, list[str]]:
         eps = float(bn.attrs.get("epsilon", 1e-5))
         s = gamma / np.sqrt(var + eps)
         b = g.initializers[b_name].astype(np.float64) if b_name else np.zeros_like(mean)
-        w_new = (w.astype(np.float64) * s.reshape((-1,) + (1,) * (w.ndim - 1))).astype(w.dtype)
+        if len(s) != out_channels(conv, w):
+            missed.append(f"{conv.name}+{bn.name}: {len(s)} BN channels, {out_channels(conv, w)} conv outputs")
+            continue
+        w_new = scale_out_channels(conv, w, s).astype(w.dtype)
         b_new = ((b - mean) * s + beta).astype(w.dtype)
         wn = g.fresh_name(f"{conv.name}_W_bnfold")
         g.initializers[wn] = w_new

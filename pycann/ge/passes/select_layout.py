@@ -1,8 +1,9 @@
 """LayoutSelection: choose NHWC (channels-last) or NCHW per conv chain, after KernelSelection.
 
 A *chain* is a connected set of rank-4 tensors produced by oneDNN convolutions
-(``_algo == "torch:conv2d_nhwc"``) and by the layout-agnostic ops that consume them
-(elementwise, activations, pooling: ``AGNOSTIC``). Inside an NHWC chain no tensor is ever
+(``_algo`` ``torch:conv2d_nhwc`` / ``torch:conv_transpose_nhwc``) and by the layout-agnostic
+ops whose first input they feed (elementwise, activations, pooling, Concat, nearest Resize:
+``AGNOSTIC``, ``MODAL``). Inside an NHWC chain no tensor is ever
 converted: each conv reads the previous one's channels-last output directly and the
 elementwise/pooling ops run on channels-last arrays (their arena buffers are laid out NHWC).
 Where an NHWC tensor leaves the chain (a Reshape, Concat, Resize, a graph output, ...) the
@@ -30,16 +31,21 @@ from pycann.ge.passes.base import PassContext, PassResult
 
 name = "LayoutSelection"
 
-NHWC_ALGO = "torch:conv2d_nhwc"
-CONV_OPS = {("", "Conv"), ("pycann", "FusedConv")}
+# producers: (domain, op type) -> the algorithm that computes it channels-last / the NCHW one
+NHWC_ALGOS = {("", "Conv"): "torch:conv2d_nhwc", ("pycann", "FusedConv"): "torch:conv2d_nhwc",
+              ("", "ConvTranspose"): "torch:conv_transpose_nhwc"}
+CONV_OPS = set(NHWC_ALGOS)
 # Ops whose kernels compute the same values on a channels-last array and whose results keep the
 # input's layout (numpy ufuncs keep it; pooling allocates like its input: ops/nn/spatial.py).
 AGNOSTIC = {
     ("", op) for op in (
         "Relu", "Add", "Sub", "Mul", "Div", "Sigmoid", "HardSigmoid", "HardSwish", "Clip", "LeakyRelu",
         "Tanh", "Elu", "Selu", "Softplus", "Abs", "Neg", "Exp", "Sqrt", "Identity", "MaxPool", "AveragePool",
+        "Concat",  # keeps channels-last when all its inputs are (ops/prepared.py)
     )
 } | {("pycann", "ElementwiseChain")}
+# Agnostic only in some modes: Resize keeps the layout for nearest (pure gathers; ops/nn/resize.py)
+MODAL = {("", "Resize"): ("mode", "nearest")}
 
 
 @dataclass
@@ -57,16 +63,27 @@ def _rank4(g: Graph, value: str) -> bool:
     return d is not None and d.shape is not None and len(d.shape) == 4
 
 
+def _reads_nhwc(n: Node, nhwc_values: set[str]) -> bool:
+    """Concat keeps channels-last only when every input is; the others follow their first input
+    (numpy ufuncs lay the result out like their operands; Resize/pooling like their input)."""
+    ins = [i for i in n.inputs if i]
+    if n.op_type == "Concat":
+        return bool(ins) and all(i in nhwc_values for i in ins)
+    return n.inputs[0] in nhwc_values
+
+
 def _candidates(g: Graph) -> dict[int, Node]:
     """Nodes that would produce channels-last outputs if their chain is NHWC (by id)."""
     cand: dict[int, Node] = {}
     nhwc_values: set[str] = set()
     for n in g.nodes:  # topological order
         key = (n.domain, n.op_type)
-        if key in CONV_OPS and n.attrs.get("_algo") == NHWC_ALGO and n.outputs and _rank4(g, n.outputs[0]):
+        modal = MODAL.get(key)
+        agnostic = key in AGNOSTIC or (modal is not None and _text(n.attrs.get(modal[0], modal[1])) == modal[1])
+        if key in CONV_OPS and n.attrs.get("_algo") == NHWC_ALGOS[key] and n.outputs and _rank4(g, n.outputs[0]):
             cand[id(n)] = n
-        elif key in AGNOSTIC and n.inputs and n.outputs and all(_rank4(g, o) for o in n.outputs if o) \
-                and any(i in nhwc_values for i in n.inputs if i):
+        elif agnostic and n.inputs and n.outputs and all(_rank4(g, o) for o in n.outputs if o) \
+                and _reads_nhwc(n, nhwc_values):
             cand[id(n)] = n
         else:
             continue
@@ -115,9 +132,14 @@ def chains(g: Graph) -> list[Chain]:
     return list(groups.values())
 
 
+def _text(v: object) -> str:
+    return v.decode() if isinstance(v, bytes) else str(v)
+
+
 def _nchw_algo(n: Node) -> str:
-    w = n.attrs.get("group", 1)
-    return "torch:conv2d_packed" if int(w or 1) == 1 else "torch:conv2d"
+    if n.op_type == "ConvTranspose":
+        return "torch:conv_transpose"
+    return "torch:conv2d_packed" if int(n.attrs.get("group", 1) or 1) == 1 else "torch:conv2d"
 
 
 def run(graph: Graph, ctx: PassContext) -> PassResult:

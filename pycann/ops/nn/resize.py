@@ -405,8 +405,20 @@ def _k_resize(x: Sequence[Any], attrs: Mapping[str, Any]) -> list[np.ndarray]:
     sc = [float(v) for v in np.asarray(scales).reshape(-1)] if _present(scales) else None
     sz = [int(v) for v in np.asarray(sizes).reshape(-1)] if _present(sizes) and sc is None else None
     out, scl = output_shape(X.shape, sc, sz, axes, _text(attrs.get("keep_aspect_ratio_policy", "stretch")))
+    full_roi = _full_roi(roi, axes, X.ndim)
+    if _text(attrs["mode"]) == "nearest" and X.ndim == 4 and not X.flags.c_contiguous \
+            and X.transpose(0, 2, 3, 1).flags.c_contiguous:
+        # channels-last input (GE LayoutSelection): nearest is a per-axis gather, so resizing the
+        # NHWC-ordered view gives the same values and keeps the layout
+        p = (0, 2, 3, 1)
+        r = None if full_roi is None else [full_roi[i] for i in p] + [full_roi[4 + i] for i in p]
+        y = resize_nd(X.transpose(p), [out[i] for i in p], [scl[i] for i in p], r, mode="nearest",
+                      coord=_text(attrs["coordinate_transformation_mode"]), nearest_mode=_text(attrs["nearest_mode"]),
+                      extrapolation_value=float(attrs.get("extrapolation_value", 0.0)),
+                      antialias=bool(attrs.get("antialias", 0)))
+        return [y.transpose(0, 3, 1, 2)]
     return [resize_nd(
-        X, out, scl, _full_roi(roi, axes, X.ndim),
+        X, out, scl, full_roi,
         mode=_text(attrs["mode"]), coord=_text(attrs["coordinate_transformation_mode"]),
         nearest_mode=_text(attrs["nearest_mode"]), cubic_a=float(attrs.get("cubic_coeff_a", -0.75)),
         exclude_outside=bool(attrs.get("exclude_outside", 0)),

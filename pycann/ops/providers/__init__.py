@@ -163,7 +163,7 @@ STATIC_TABLE: dict[tuple[str, str], tuple[str, ...]] = {
     ("Conv", "depthwise"): ("torch:conv2d_nhwc", "torch:conv2d", "torch:conv1d", "torch:conv3d", "numpy:depthwise"),
     ("Conv", "grouped"): ("torch:conv2d_nhwc", "torch:conv2d", "torch:conv1d", "torch:conv3d", "numpy:im2col_gemm"),
     ("Conv", "regular"): ("torch:conv2d_nhwc", "torch:conv2d", "torch:conv1d", "torch:conv3d", "numpy:im2col_gemm"),
-    ("ConvTranspose", "any"): ("torch:conv_transpose", "numpy:col2im"),
+    ("ConvTranspose", "any"): ("torch:conv_transpose_nhwc", "torch:conv_transpose", "numpy:col2im"),
     ("MatMul", "any"): ("numpy:matmul", "torch:matmul"),
     ("Gemm", "any"): ("numpy:gemm", "torch:addmm"),
 }

@@ -296,6 +296,24 @@ def conv_transpose(x: np.ndarray, w: np.ndarray, b: np.ndarray | None, group: in
     return _deliver(y, out, None, False)
 
 
+def conv_transpose_nhwc(x: np.ndarray, w: np.ndarray, b: np.ndarray | None, group: int, win: Window,
+                        out_sizes: tuple[int, ...], out: np.ndarray | None = None) -> np.ndarray:
+    """2-D ConvTranspose on a channels-last input (converted if it is not), result left
+    channels-last (NCHW shape, NHWC strides). oneDNN's NCHW path is ~20x slower on the PP-OCR
+    detector's 2x2 stride-2 upsampling (bench/RESULTS.md). Other shapes go through ``conv_transpose``."""
+    opad = _transpose_native(tuple(x.shape[2:]), win, out_sizes) if len(win.kernel) == 2 else None
+    if opad is None or x.dtype != np.float32 or w.dtype != np.float32 or x.size == 0:
+        return conv_transpose(x, w, b, group, win, out_sizes, out)
+    torch = load()
+    tx = tensor(x).contiguous(memory_format=torch.channels_last)
+    tb = tensor(b.astype(np.float32, copy=False)) if b is not None else None
+    y = torch.nn.functional.conv_transpose2d(tx, tensor(w), tb, list(win.strides), list(win.pads_begin), opad, group,
+                                             list(win.dilations))
+    if out is not None:
+        return _deliver(y, out, None, False)
+    return y.numpy()
+
+
 def _mm_shape(a: np.ndarray, b: np.ndarray) -> tuple[int, ...] | None:
     if a.ndim < 2 or b.ndim < 2:
         return None
@@ -357,6 +375,9 @@ ALGORITHMS: list[Algorithm] = [
     Algorithm("torch:conv3d", "Conv", _conv_n(3), conv, "torch.nn.functional.conv3d (oneDNN), bias fused", False),
     Algorithm("torch:conv_transpose", "ConvTranspose", _transpose_ok, conv_transpose,
               "torch.nn.functional.conv_transpose{1,2,3}d, bias fused", False),
+    Algorithm("torch:conv_transpose_nhwc", "ConvTranspose", lambda s: _transpose_ok(s) and s.n_spatial == 2,
+              conv_transpose_nhwc, "torch.nn.functional.conv_transpose2d on channels-last data, result left NHWC",
+              False),
     Algorithm("torch:matmul", "MatMul", _gemm_ok("MatMul"), matmul, "torch.matmul (MKL)"),
     Algorithm("torch:addmm", "Gemm", _gemm_ok("Gemm"), addmm, "torch.addmm (MKL), alpha/beta/C fused"),
 ]
