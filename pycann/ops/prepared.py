@@ -166,6 +166,8 @@ def _conv(attrs, ins, consts, outs) -> Kernel | None:  # type: ignore[no-untyped
     if len(ins) > 2 and ins[2] is not None and b is None:
         return None
     algo = attrs.get("_algo") or ""
+    if algo == "torch:conv2d_nhwc":
+        return _conv_onednn(attrs, ins, w, b, xs, conv_window(xs, ws, attrs))
     if algo and not algo.startswith("numpy:"):
         return None
     group = int(attrs.get("group", 1))
@@ -212,6 +214,27 @@ def _conv(attrs, ins, consts, outs) -> Kernel | None:  # type: ignore[no-untyped
         return [y]
 
     return kernel
+
+
+def _conv_onednn(attrs: Mapping[str, Any], ins: Sequence[TensorDesc | None], w: np.ndarray, b: np.ndarray | None,
+                 xs: tuple[int, ...], win: Any) -> Kernel | None:
+    """A oneDNN channels-last conv (``torch:conv2d_nhwc``) bound once: packed weight, bias, geometry
+    and post-ops fixed, so a call is one torch op (saves ~25 us of per-call Python a conv)."""
+    from pycann.ops import fused
+    from pycann.ops.providers import torch_onednn
+
+    x = np.empty((0,), np.float32)
+    if len(xs) != 4 or not torch_onednn.native(x, w, win) or (b is not None and b.dtype != np.float32):
+        return None
+    act, al, be = fused._act(attrs)
+    unary = torch_onednn.onednn_unary(act, al, be) if act else ("none", [], "")
+    if unary is None:
+        return None  # an activation oneDNN does not run: the generic kernel applies it in numpy
+    residual = len(ins) > 3 and ins[3] is not None
+    out_shape = (xs[0], w.shape[0]) + tuple(win.out)
+    if residual and (_static(ins[3]) != out_shape or ins[3].dtype != 1):  # type: ignore[union-attr]
+        return None
+    return torch_onednn.bound_conv_nhwc(w, b, int(attrs.get("group", 1)), win, xs, unary, residual)
 
 
 PREPARE: dict[tuple[str, str], Prepare] = {

@@ -248,3 +248,31 @@ def test_fpn_head_runs_nhwc_through_resize_concat_and_conv_transpose() -> None:
     got = LoadedModel.from_compiled(cm).run_dict({"x": x})[0]
     assert got.flags.c_contiguous
     np.testing.assert_allclose(got, run_ort(m, {"x": x})[0], rtol=1e-4, atol=1e-4)
+
+
+@needs_onednn
+@pytest.mark.parametrize("act,residual", [("", False), ("Relu", False), ("Relu", True), ("HardSwish", False),
+                                          ("HardSwish", True), ("HardSigmoid", False)])
+def test_prepared_onednn_conv_equals_the_generic_kernel(act: str, residual: bool) -> None:
+    """The plan-time bound oneDNN conv (ops/prepared.py) computes what FusedConv's kernel does;
+    activations oneDNN cannot run (HardSigmoid with ONNX's 0.2 slope) keep the generic kernel."""
+    from pycann.dtypes import TensorDesc
+    from pycann.ops.prepared import PREPARE
+
+    x, w, b = _f32(1, 16, 20, 20), _f32(32, 16, 3, 3) * 0.2, _f32(32)
+    z = _f32(1, 32, 20, 20)
+    attrs = lookup("FusedConv", "pycann", 1).with_defaults(
+        {"pads": [1, 1, 1, 1], "activation": act, "act_alpha": 0.2 if act == "HardSigmoid" else 0.0,
+         "act_beta": 0.5 if act == "HardSigmoid" else 0.0, "_algo": "torch:conv2d_nhwc"})
+    descs = [TensorDesc(1, x.shape), TensorDesc(1, w.shape), TensorDesc(1, b.shape)] + \
+        ([TensorDesc(1, z.shape)] if residual else [])
+    consts = [None, w, b] + ([None] if residual else [])
+    kernel = PREPARE[("pycann", "FusedConv")](attrs, descs, consts, [TensorDesc(1, (1, 32, 20, 20))])
+    if act == "HardSigmoid":
+        assert kernel is None
+        return
+    assert kernel is not None
+    ins = [_channels_last(x), w, b] + ([z] if residual else [])
+    want = lookup("FusedConv", "pycann", 1).kernel([x, w, b] + ([z] if residual else []), attrs)[0]
+    got = kernel(ins, attrs)[0]
+    np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5)

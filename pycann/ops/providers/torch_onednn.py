@@ -252,6 +252,31 @@ def conv_nhwc(x: np.ndarray, w: np.ndarray, b: np.ndarray | None, group: int, wi
     return y.numpy()
 
 
+def bound_conv_nhwc(w: np.ndarray, b: np.ndarray | None, group: int, win: Window, x_shape: tuple[int, ...],
+                    unary: tuple[str, list[float], str], residual: bool) -> Any:
+    """``conv_nhwc`` for one static signature as a plan kernel ``k(inputs, attrs) -> [y]``:
+    weight packed and arguments built once (``inputs``: x, w, b[, residual]; float32)."""
+    torch = load()
+    padding = list(win.pads_begin)
+    wp = _packed_weight(w, padding, win, group, x_shape)
+    tb = tensor(b) if b is not None else None
+    args = (padding, list(win.strides), list(win.dilations), group)
+    attr, scalars, algo = unary
+    op = torch.ops.mkldnn._convolution_pointwise
+    if not residual:
+        def kernel(x: Any, a: Any) -> list[np.ndarray]:
+            return [op(tensor(x[0]), wp, tb, *args, attr, scalars, algo).numpy()]
+        return kernel
+    post = "relu" if attr == "relu" else None
+
+    def kernel_sum(x: Any, a: Any) -> list[np.ndarray]:
+        y = op.binary(tensor(x[0]), tensor(x[3]), wp, tb, *args, "add", None, post, [], "")
+        if attr not in ("none", "relu"):
+            y = _torch_unary(y, attr, scalars, algo)
+        return [y.numpy()]
+    return kernel_sum
+
+
 def native(x: np.ndarray, w: np.ndarray, win: Window) -> bool:
     """True when ``conv_nhwc`` computes this call itself (2-D, float32, symmetric pads, oneDNN)."""
     return len(win.kernel) == 2 and x.dtype == np.float32 and w.dtype == np.float32 \
