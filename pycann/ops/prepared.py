@@ -216,6 +216,35 @@ def _conv(attrs, ins, consts, outs) -> Kernel | None:  # type: ignore[no-untyped
     return kernel
 
 
+def _max_pool(attrs, ins, consts, outs) -> Kernel | None:  # type: ignore[no-untyped-def]
+    """MaxPool inside a channels-last conv chain (``_layout == "NHWC"``, so torch is loaded):
+    ATen's pooling when it can express the window (symmetric pads up to half the kernel)."""
+    xs = _static(ins[0])
+    if attrs.get("_layout") != "NHWC" or xs is None or len(xs) != 4 or ins[0].dtype != 1 or len(outs) != 1:
+        return None
+    if str(attrs.get("auto_pad", "NOTSET")) not in ("NOTSET", "b'NOTSET'") or int(attrs.get("storage_order", 0)):
+        return None
+    k = [int(v) for v in attrs["kernel_shape"]]
+    pads = [int(v) for v in attrs.get("pads") or [0] * 4]
+    strides = [int(v) for v in attrs.get("strides") or [1, 1]]
+    dil = [int(v) for v in attrs.get("dilations") or [1, 1]]
+    if len(k) != 2 or pads[:2] != pads[2:] or any(2 * p > kk for p, kk in zip(pads[:2], k)):
+        return None
+    from pycann.ops.nn.pool import _k_max_pool
+    from pycann.ops.providers import torch_onednn
+
+    out = _static(outs[0])
+    bound = torch_onednn.bound_max_pool2d(k, strides, pads[:2], dil, bool(attrs.get("ceil_mode", 0)), _k_max_pool)
+
+    def kernel(x: Sequence[Any], a: Mapping[str, Any]) -> list[np.ndarray]:
+        y = bound(x, a)
+        if y[0].shape != out:  # ATen's ceil_mode rule can differ from ONNX's at the edge
+            return _k_max_pool(x, a)
+        return y  # type: ignore[no-any-return]
+
+    return kernel
+
+
 def _conv_onednn(attrs: Mapping[str, Any], ins: Sequence[TensorDesc | None], w: np.ndarray, b: np.ndarray | None,
                  xs: tuple[int, ...], win: Any) -> Kernel | None:
     """A oneDNN channels-last conv (``torch:conv2d_nhwc``) bound once: packed weight, bias, geometry
@@ -240,6 +269,7 @@ def _conv_onednn(attrs: Mapping[str, Any], ins: Sequence[TensorDesc | None], w: 
 PREPARE: dict[tuple[str, str], Prepare] = {
     ("", "Conv"): _conv,
     ("pycann", "FusedConv"): _conv,
+    ("", "MaxPool"): _max_pool,
     ("", "Reshape"): _reshape_to,
     ("", "Squeeze"): _reshape_to,
     ("", "Unsqueeze"): _reshape_to,

@@ -121,7 +121,13 @@ def test_executor_lays_out_nhwc_arena_buffers_channels_last() -> None:
     from pycann.ge.executor import Plan
     from pycann.ge.planning.memory import plan_memory
 
-    cm = compile_model(_resnet_block())
+    c = 32
+    nodes = [helper.make_node("Conv", ["x", "W0"], ["c0"], pads=[1, 1, 1, 1]),
+             helper.make_node("Conv", ["c0", "W1"], ["c1"], pads=[1, 1, 1, 1]),
+             helper.make_node("Sub", ["c1", "c0"], ["s"]),  # not fusable into a conv: an arena op in the chain
+             helper.make_node("GlobalAveragePool", ["s"], ["y"])]
+    m = _model(nodes, [1, 16, 32, 32], ["y"], {"W0": _f32(c, 16, 3, 3), "W1": _f32(c, c, 3, 3)})
+    cm = compile_model(m)
     plan = Plan(cm.graph, memory=plan_memory(cm.graph))
     flagged = [spec for outs in plan.arena_layout for spec in outs if spec[3]]
     assert flagged, "the chain's pooling/elementwise outputs should get channels-last arena views"
@@ -132,6 +138,9 @@ def test_executor_lays_out_nhwc_arena_buffers_channels_last() -> None:
             assert v.shape == spec[2]
             if spec[3]:
                 assert v.strides[1] == v.itemsize  # channels innermost
+    x = _f32(1, 16, 32, 32)
+    np.testing.assert_allclose(LoadedModel.from_compiled(cm).run_dict({"x": x})[0], run_ort(m, {"x": x})[0],
+                               rtol=1e-4, atol=1e-4)
 
 
 @needs_onednn
@@ -276,3 +285,31 @@ def test_prepared_onednn_conv_equals_the_generic_kernel(act: str, residual: bool
     want = lookup("FusedConv", "pycann", 1).kernel([x, w, b] + ([z] if residual else []), attrs)[0]
     got = kernel(ins, attrs)[0]
     np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5)
+
+
+@needs_onednn
+@pytest.mark.parametrize("attrs", [
+    {"kernel_shape": [3, 3], "strides": [2, 2], "pads": [1, 1, 1, 1]},
+    {"kernel_shape": [2, 2], "strides": [2, 2]},
+    {"kernel_shape": [3, 3], "strides": [2, 2], "ceil_mode": 1},
+    {"kernel_shape": [3, 3], "dilations": [2, 2], "pads": [1, 1, 1, 1]},
+])
+@pytest.mark.parametrize("nan", [False, True])
+def test_prepared_max_pool_in_nhwc_chain_matches_numpy(attrs: dict, nan: bool) -> None:
+    """ATen pooling inside an NHWC chain equals the numpy kernel, NaN rules included (ORT skips
+    a NaN unless the whole window is NaN; ATen propagates it, so such results are recomputed)."""
+    from pycann.dtypes import TensorDesc
+    from pycann.ops.prepared import PREPARE
+
+    x = _f32(2, 8, 11, 11)
+    if nan:
+        x[0, 1, 3, 4] = np.nan
+    op = lookup("MaxPool", "", 12)
+    a = op.with_defaults({**attrs, "_layout": "NHWC", "_n_outputs": 1})
+    want = op.kernel([x], a)[0]
+    kernel = PREPARE[("", "MaxPool")](a, [TensorDesc(1, x.shape)], [None], [TensorDesc(1, want.shape)])
+    assert kernel is not None
+    got = kernel([_channels_last(x)], a)[0]
+    np.testing.assert_array_equal(got, want)
+    assert PREPARE[("", "MaxPool")]({**a, "_layout": None}, [TensorDesc(1, x.shape)], [None],
+                                    [TensorDesc(1, want.shape)]) is None  # outside a chain: numpy
