@@ -278,8 +278,9 @@ def _conv_transpose(inputs: Sequence[Any], attrs: Mapping[str, Any], out: np.nda
 
 
 def _k_conv_transpose(inputs: Sequence[Any], attrs: Mapping[str, Any]) -> list[np.ndarray]:
-    """ConvTranspose kernel: see ``_conv_transpose``; narrow floats are cast back."""
-    return [np.ascontiguousarray(_conv_transpose(inputs, attrs), dtype=inputs[0].dtype)]
+    """ConvTranspose kernel: see ``_conv_transpose``; narrow floats are cast back. The result
+    keeps the provider's layout (channels-last from ``torch:conv_transpose_nhwc``)."""
+    return [np.asarray(_conv_transpose(inputs, attrs).astype(inputs[0].dtype, copy=False))]
 
 
 def _out_conv_transpose(inputs: Sequence[Any], attrs: Mapping[str, Any], outs: Sequence[np.ndarray]) -> None:
