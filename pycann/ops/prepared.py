@@ -216,6 +216,55 @@ def _conv(attrs, ins, consts, outs) -> Kernel | None:  # type: ignore[no-untyped
     return kernel
 
 
+def _pad(attrs, ins, consts, outs) -> Kernel | None:  # type: ignore[no-untyped-def]
+    """Pad with constant pads (and axes, value): constant mode fills once and copies the body;
+    reflect/edge/wrap become one precomputed gather per padded axis (``np.pad`` of the index
+    range gives exactly its own index mapping). Silero VAD's STFT reflect pad: ~20 -> ~3 us."""
+    from pycann.ops.indexing import _PAD_MODES, _pad_lists
+    from pycann.ops.tensor import astr
+
+    xs = _static(ins[0])
+    out = _static(outs[0]) if outs else None
+    pads = consts[1] if len(consts) > 1 else None
+    if xs is None or out is None or pads is None:
+        return None
+    has = [i < len(ins) and ins[i] is not None for i in range(4)]
+    if (has[2] and consts[2] is None) or (has[3] and consts[3] is None):
+        return None
+    mode = _PAD_MODES.get(astr(attrs["mode"]))
+    try:
+        axes = [int(v) for v in consts[3].reshape(-1)] if has[3] else None
+        begin, end = _pad_lists(len(xs), [int(v) for v in pads.reshape(-1)], axes)
+    except ValueError:
+        return None  # the generic kernel reports it
+    if mode is None or any(p < 0 for p in begin + end):
+        return None
+    if mode == "constant":
+        cv = consts[2] if has[2] else None
+        inner = tuple(slice(b, b + d) for d, b in zip(xs, begin))
+
+        def constant(x: Sequence[Any], a: Mapping[str, Any]) -> list[np.ndarray]:
+            v = x[0]
+            fill = v.dtype.type(0) if cv is None or cv.size == 0 else cv.reshape(-1)[0]
+            y = np.full(out, fill, dtype=v.dtype)
+            y[inner] = v
+            return [y]
+
+        return constant
+    gathers = [(ax, np.pad(np.arange(d), (b, e), mode=mode)) for ax, (d, b, e) in enumerate(zip(xs, begin, end))
+               if b or e]
+    if any(d == 0 for d in xs):
+        return None
+
+    def gather(x: Sequence[Any], a: Mapping[str, Any]) -> list[np.ndarray]:
+        y = x[0]
+        for ax, idx in gathers:
+            y = np.take(y, idx, axis=ax)
+        return [y if gathers else y.copy()]
+
+    return gather
+
+
 def _max_pool(attrs, ins, consts, outs) -> Kernel | None:  # type: ignore[no-untyped-def]
     """MaxPool inside a channels-last conv chain (``_layout == "NHWC"``, so torch is loaded):
     ATen's pooling when it can express the window (symmetric pads up to half the kernel)."""
@@ -270,6 +319,7 @@ PREPARE: dict[tuple[str, str], Prepare] = {
     ("", "Conv"): _conv,
     ("pycann", "FusedConv"): _conv,
     ("", "MaxPool"): _max_pool,
+    ("", "Pad"): _pad,
     ("", "Reshape"): _reshape_to,
     ("", "Squeeze"): _reshape_to,
     ("", "Unsqueeze"): _reshape_to,
