@@ -237,19 +237,29 @@ def conv_nhwc(x: np.ndarray, w: np.ndarray, b: np.ndarray | None, group: int, wi
     if residual is not None and residual.dtype == np.float32 and residual.shape == (x.shape[0], w.shape[0]) + win.out:
         # the binary (sum) form takes only relu as a further post-op; others run after, in torch
         y = torch.ops.mkldnn._convolution_pointwise.binary(
-            tensor(x), tensor(residual), wp, tb, *args, "add", None, "relu" if attr == "relu" else None, [], "")
+            _nhwc(x), tensor(residual), wp, tb, *args, "add", None, "relu" if attr == "relu" else None, [], "")
         if attr not in ("none", "relu"):
             y = _torch_unary(y, attr, scalars, algo)
     elif residual is not None:  # broadcasting or another dtype: numpy semantics via torch, then the activation
-        y = torch.ops.mkldnn._convolution_pointwise(tensor(x), wp, tb, *args, "none", [], "")
+        y = torch.ops.mkldnn._convolution_pointwise(_nhwc(x), wp, tb, *args, "none", [], "")
         y.add_(tensor(residual.astype(np.float32, copy=False)))
         if attr != "none":
             y = _torch_unary(y, attr, scalars, algo)
     else:
-        y = torch.ops.mkldnn._convolution_pointwise(tensor(x), wp, tb, *args, attr, scalars, algo)
+        y = torch.ops.mkldnn._convolution_pointwise(_nhwc(x), wp, tb, *args, attr, scalars, algo)
     if out is not None:
         return _deliver(y, out, None, False)
     return y.numpy()
+
+
+def _nhwc(x: np.ndarray) -> Any:
+    """``x`` as a channels-last torch tensor: a view when it already is one, else one explicit
+    conversion, which is ~2x cheaper than letting the prepacked conv reorder an NCHW input
+    itself (PP-OCR det's first conv: 0.49 against 0.92 ms)."""
+    t = tensor(x)
+    if x.ndim == 4 and x.shape[1] > 1 and not t.is_contiguous(memory_format=_torch.channels_last):
+        t = t.contiguous(memory_format=_torch.channels_last)
+    return t
 
 
 def bound_conv_nhwc(w: np.ndarray, b: np.ndarray | None, group: int, win: Window, x_shape: tuple[int, ...],
@@ -265,12 +275,12 @@ def bound_conv_nhwc(w: np.ndarray, b: np.ndarray | None, group: int, win: Window
     op = torch.ops.mkldnn._convolution_pointwise
     if not residual:
         def kernel(x: Any, a: Any) -> list[np.ndarray]:
-            return [op(tensor(x[0]), wp, tb, *args, attr, scalars, algo).numpy()]
+            return [op(_nhwc(x[0]), wp, tb, *args, attr, scalars, algo).numpy()]
         return kernel
     post = "relu" if attr == "relu" else None
 
     def kernel_sum(x: Any, a: Any) -> list[np.ndarray]:
-        y = op.binary(tensor(x[0]), tensor(x[3]), wp, tb, *args, "add", None, post, [], "")
+        y = op.binary(_nhwc(x[0]), tensor(x[3]), wp, tb, *args, "add", None, post, [], "")
         if attr not in ("none", "relu"):
             y = _torch_unary(y, attr, scalars, algo)
         return [y.numpy()]
