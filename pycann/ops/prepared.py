@@ -265,6 +265,58 @@ def _pad(attrs, ins, consts, outs) -> Kernel | None:  # type: ignore[no-untyped-
     return gather
 
 
+def _lstm(attrs, ins, consts, outs) -> Kernel | None:  # type: ignore[no-untyped-def]
+    """A forward, layout-0 LSTM with constant W/R/B, default activations, no peepholes, clip,
+    input_forget or sequence lengths (Silero VAD's decoder): transposed weights and the summed
+    bias are fixed at plan time, so a call is one input GEMM and per step one GEMM plus the gate
+    math of the generic kernel (same operations, same order: ops/nn/rnn.py)."""
+    from pycann.ops.nn.rnn import _sigmoid, _text
+
+    xs = _static(ins[0])
+    w = consts[1] if len(consts) > 1 else None
+    r = consts[2] if len(consts) > 2 else None
+    has = [i < len(ins) and ins[i] is not None for i in range(8)]
+    if xs is None or len(xs) != 3 or w is None or r is None or ins[0].dtype != 1 or w.dtype != np.float32:
+        return None
+    if _text(attrs.get("direction", "forward")) != "forward" or int(attrs.get("layout", 0)) or attrs.get("clip") \
+            or int(attrs.get("input_forget", 0)) or attrs.get("activations") or has[4]:
+        return None
+    b = consts[3] if has[3] else None
+    p = consts[7] if has[7] else None
+    if (has[3] and b is None) or (has[7] and (p is None or np.any(p))):
+        return None
+    if any(has[i] and (ins[i].dtype != 1) for i in (5, 6)):
+        return None
+    seq, batch, _ = xs
+    hidden = r.shape[2]
+    wt = np.ascontiguousarray(w[0].T.astype(np.float32))
+    rt = np.ascontiguousarray(r[0].T.astype(np.float32))
+    bias = None if b is None else (b[0, :4 * hidden] + b[0, 4 * hidden:]).astype(np.float32)
+    h3 = 3 * hidden
+
+    def lstm(x: Sequence[Any], a: Mapping[str, Any]) -> list[np.ndarray]:
+        xw = (x[0].reshape(-1, x[0].shape[2]) @ wt).reshape(seq, batch, 4 * hidden)
+        if bias is not None:
+            xw += bias
+        h = x[5][0] if has[5] else np.zeros((batch, hidden), np.float32)
+        c = x[6][0] if has[6] else np.zeros((batch, hidden), np.float32)
+        y = np.empty((seq, 1, batch, hidden), np.float32)
+        for t in range(seq):
+            gates = h @ rt
+            gates += xw[t]
+            iof = _sigmoid(gates[:, :h3])
+            ct = np.tanh(gates[:, h3:])
+            c = iof[:, 2 * hidden:] * c
+            c += iof[:, :hidden] * ct
+            h = iof[:, hidden:2 * hidden] * np.tanh(c)
+            y[t, 0] = h
+        if seq == 0:
+            h, c = h.copy(), c.copy()
+        return [y, h[None], c[None]]
+
+    return lstm
+
+
 def _max_pool(attrs, ins, consts, outs) -> Kernel | None:  # type: ignore[no-untyped-def]
     """MaxPool inside a channels-last conv chain (``_layout == "NHWC"``, so torch is loaded):
     ATen's pooling when it can express the window (symmetric pads up to half the kernel)."""
@@ -319,6 +371,7 @@ PREPARE: dict[tuple[str, str], Prepare] = {
     ("", "Conv"): _conv,
     ("pycann", "FusedConv"): _conv,
     ("", "MaxPool"): _max_pool,
+    ("", "LSTM"): _lstm,
     ("", "Pad"): _pad,
     ("", "Reshape"): _reshape_to,
     ("", "Squeeze"): _reshape_to,

@@ -50,3 +50,39 @@ def test_prepared_pad_declines_what_it_cannot_bind() -> None:
     cv = np.array(2.0, np.float32)  # a value computed at run time
     assert PREPARE[("", "Pad")](a, [_desc(x), _desc(pads), _desc(cv)], [None, pads, None],
                                 [TensorDesc(1, (2, 5))]) is None
+
+
+@pytest.mark.parametrize("seq,batch,bias,init", [(1, 1, True, True), (5, 3, True, False), (4, 2, False, True),
+                                                 (0, 2, True, True)])
+def test_prepared_lstm_equals_generic(seq: int, batch: int, bias: bool, init: bool) -> None:
+    hidden, inp = 6, 5
+    x = RNG.standard_normal((seq, batch, inp)).astype(np.float32)
+    w = RNG.standard_normal((1, 4 * hidden, inp)).astype(np.float32)
+    r = RNG.standard_normal((1, 4 * hidden, hidden)).astype(np.float32)
+    b = RNG.standard_normal((1, 8 * hidden)).astype(np.float32) if bias else None
+    h0 = RNG.standard_normal((1, batch, hidden)).astype(np.float32) if init else None
+    c0 = RNG.standard_normal((1, batch, hidden)).astype(np.float32) if init else None
+    ins = [x, w, r, b, None, h0, c0]
+    op = lookup("LSTM", "", 14)
+    a = op.with_defaults({"hidden_size": hidden})
+    want = op.kernel(ins, a)
+    descs = [None if v is None else _desc(v) for v in ins]
+    kernel = PREPARE[("", "LSTM")](a, descs, [None, w, r, b, None, None, None], [None, None, None])
+    assert kernel is not None
+    got = kernel(ins, a)
+    for g, wv in zip(got, want):
+        assert g.shape == wv.shape and g.dtype == wv.dtype
+        np.testing.assert_allclose(g, wv, rtol=1e-5, atol=1e-6)
+
+
+def test_prepared_lstm_declines_other_variants() -> None:
+    op = lookup("LSTM", "", 14)
+    x = np.zeros((2, 1, 3), np.float32)
+    w, r = np.zeros((1, 8, 3), np.float32), np.zeros((1, 8, 2), np.float32)
+    descs = [_desc(x), _desc(w), _desc(r)]
+    for attrs in ({"direction": "reverse"}, {"layout": 1}, {"clip": 1.0}, {"input_forget": 1},
+                  {"activations": ["Tanh", "Tanh", "Tanh"]}):
+        a = op.with_defaults({"hidden_size": 2, **attrs})
+        assert PREPARE[("", "LSTM")](a, descs, [None, w, r], [None]) is None, attrs
+    a = op.with_defaults({"hidden_size": 2})
+    assert PREPARE[("", "LSTM")](a, descs, [None, None, r], [None]) is None  # weights computed at run time
