@@ -73,10 +73,7 @@ def apply_activation(y: np.ndarray, name: str, alpha: float, beta: float) -> np.
         t = _sigmoid_inplace(y * alpha if alpha != 1.0 else y.copy())
         y *= t
     elif name == "Gelu":
-        t = act_mod.erf(y * np.float32(1 / np.sqrt(2)).astype(y.dtype))
-        t += 1
-        t *= 0.5
-        y *= t
+        act_mod.gelu_erf_(y)
     elif name == "Tanh":
         np.tanh(y, out=y)
     else:
@@ -212,15 +209,22 @@ def _infer_fused_matmul(ctx: InferContext) -> list[TensorDesc]:
 # ------------------------------------------------------------------------ FusedAttention
 
 
+_F32 = np.dtype(np.float32)
+
+
 def _k_attention(inputs: Sequence[Any], attrs: Mapping[str, Any]) -> list[np.ndarray]:
     """softmax((Q @ Kt) * scale + mask, axis=-1) @ V, with the score buffer reused in place."""
     q, kt, v = inputs[0], inputs[1], inputs[2]
+    mask = inputs[3] if len(inputs) > 3 else None
+    if q.dtype == kt.dtype == v.dtype == _F32 and (mask is None or mask.dtype == _F32):
+        out = _attention_f32(q, kt, v, mask, float(attrs.get("scale", 1.0)))
+        if out is not None:
+            return [out]
     if _narrow(q.dtype):
         p_dtype = q.dtype
         q, kt, v = _widen([q, kt, v])
     else:
         p_dtype = None
-    mask = inputs[3] if len(inputs) > 3 else None
     if mask is not None and _narrow(mask.dtype):
         mask = mask.astype(np.float32)
     s = np.matmul(q, kt)
@@ -239,6 +243,39 @@ def _k_attention(inputs: Sequence[Any], attrs: Mapping[str, Any]) -> list[np.nda
     if p_dtype is not None:
         return [np.matmul(s.astype(p_dtype).astype(np.float32), v).astype(p_dtype)]
     return [np.matmul(s, v)]
+
+
+def _attention_f32(q: np.ndarray, kt: np.ndarray, v: np.ndarray, mask: np.ndarray | None,
+                   scale: float) -> np.ndarray | None:
+    """float32 FusedAttention with fewer and cheaper passes over the scores (None: not handled).
+
+    ``scale`` is folded into Q (smaller than the scores when D < S), the row max uses
+    ``fmax.reduce`` (1.5x faster than ``max``; a NaN row comes out NaN either way, as
+    ``x - max`` is NaN), the row sums ``einsum`` (3x faster than ``sum`` on short rows), and the
+    normalisation divides the output of the second product, which is smaller than the scores
+    when D < S. (``exp2`` with log2(e) folded in is not used: it takes a slow path, up to 100x,
+    on the underflowing arguments that masked positions give.)
+    """
+    if q.ndim < 2 or kt.ndim < 2 or v.ndim < 2 or 0 in q.shape or 0 in kt.shape or 0 in v.shape:
+        return None
+    q = np.multiply(q, np.float32(scale)) if scale != 1.0 else q
+    s = np.matmul(q, kt)
+    if mask is not None:
+        if np.broadcast_shapes(s.shape, mask.shape) == s.shape:
+            s += mask
+        else:
+            s = s + mask
+    with np.errstate(invalid="ignore"):
+        s -= np.fmax.reduce(s, axis=-1, keepdims=True)
+    np.exp(s, out=s)
+    den = np.einsum("ij->i", s.reshape(-1, s.shape[-1])).reshape(s.shape[:-1] + (1,))
+    out_batch = np.broadcast_shapes(s.shape[:-2], v.shape[:-2])
+    if int(np.prod(out_batch, dtype=np.int64)) * s.shape[-2] * v.shape[-1] > s.size:
+        s /= den  # the output is the larger array (D > S, or V adds batch dims)
+        return np.matmul(s, v)
+    out = np.matmul(s, v)
+    out /= den
+    return out
 
 
 def _infer_attention(ctx: InferContext) -> list[TensorDesc]:
