@@ -2,7 +2,7 @@
 # The main job: fetch a real model (PP-OCRv4 text detector from the rapidocr-onnxruntime wheel),
 # compile it with atc into an .om, run it on the CPU device and print a result and the latency.
 set -euo pipefail
-. "$(dirname "$0")/_venv.sh" test
+. "$(dirname "$0")/_venv.sh" test,kernels
 MODEL_DIR="${PYCANN_MODEL_DIR:-$HOME/.cache/pycann/models}"
 python scripts/fetch_models.py rapidocr_ppocrv4_det
 mkdir -p out

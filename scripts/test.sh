@@ -3,7 +3,7 @@
 # check style and types (ruff, mypy) and run the test suite. Extra arguments go to pytest,
 # e.g. `bash scripts/test.sh -m "not models"`.
 set -euo pipefail
-. "$(dirname "$0")/_venv.sh" test,models,dev
+. "$(dirname "$0")/_venv.sh" test,models,dev,kernels
 ruff check pycann tests
 mypy pycann
 python -m pytest "$@"

@@ -22,7 +22,7 @@ from pycann.errors import KernelError, PycannError
 from pycann.ge.ir import Graph, free_names, node_reads
 from pycann.ge.planning.memory import MemoryPlan, plan_memory
 from pycann.ops.prepared import PREPARE
-from pycann.ops.providers import arena_ok, blas_single_thread, uses_torch
+from pycann.ops.providers import arena_ok, blas_single_thread, uses_openmp
 from pycann.ops.registry import lookup
 from pycann.profiler import hooks
 
@@ -94,12 +94,14 @@ class Plan:
                 bound = prep(attrs, [graph.descs.get(i) if i else None for i in n.inputs],
                              [graph.initializers.get(i) if i else None for i in n.inputs],
                              [graph.descs.get(o) if o else None for o in n.outputs])
-            if bound is None and memory is not None and op.out_kernel is not None and not op.scoped and n.outputs \
+            # a prepared kernel that can write into given outputs (``writes_out``) gets the arena too
+            into = op.out_kernel if bound is None else bound if getattr(bound, "writes_out", False) else None
+            if into is not None and memory is not None and not op.scoped and n.outputs \
                     and all(o in memory.offsets for o in n.outputs) and arena_ok(attrs.get("_algo")):
                 bind = len(self.arena_layout)
                 nhwc = attrs.get("_layout") == "NHWC"
                 self.arena_layout.append([self._view_spec(graph, o, memory, nhwc) for o in n.outputs])
-                steps.append((op.out_kernel, ins, outs, attrs, (), ARENA, bind))
+                steps.append((into, ins, outs, attrs, (), ARENA, bind))
                 continue
             kernel = bound or op.kernel
             steps.append((kernel, ins, outs, attrs, (), SCOPED if op.scoped else NORMAL, -1))
@@ -126,7 +128,7 @@ class Plan:
             template[s] = v
         self.template = template
         self._fast = self._generate(set(s for s, _ in consts))
-        self.torch_pool = uses_torch(step[3].get("_algo") for step in self.steps)
+        self.torch_pool = uses_openmp(step[3].get("_algo") for step in self.steps)
 
     def _generate(self, const_slots: set[int]) -> Callable[..., list[Any]] | None:
         """Straight-line Python for the whole plan: one local variable per slot, kernels, attrs

@@ -23,6 +23,7 @@ from pycann.ge.executor import Executor
 from pycann.ge.gears import GearTable
 from pycann.ge.ir import Graph
 from pycann.profiler import hooks
+from pycann.runtime.host_allocator import keep_freed_memory
 
 
 @dataclass(frozen=True)
@@ -97,6 +98,7 @@ class LoadedModel:
         self.aipp: list[dict[str, Any]] = list(self.manifest.get("aipp", []))
         self._dyn_aipp = DynamicAipp(self.aipp) if any(e.get("mode") == "dynamic" for e in self.aipp) else None
         n_gears = len(self.gears.profiles) if self.gears else 0
+        keep_freed_memory()  # the CPU device keeps freed host memory for the next run (no page faults)
         self.executor = Executor(graph, specialize, cache_size=max(16, n_gears + 4))
         if precompile and self.gears is not None:
             self.precompile_gears()

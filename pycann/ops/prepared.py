@@ -168,6 +168,8 @@ def _conv(attrs, ins, consts, outs) -> Kernel | None:  # type: ignore[no-untyped
     algo = attrs.get("_algo") or ""
     if algo == "torch:conv2d_nhwc":
         return _conv_onednn(attrs, ins, w, b, xs, conv_window(xs, ws, attrs))
+    if algo == "onednn:conv_nhwc":
+        return _conv_dnnl(attrs, ins, w, b, xs, conv_window(xs, ws, attrs))
     if algo and not algo.startswith("numpy:"):
         return None
     group = int(attrs.get("group", 1))
@@ -318,11 +320,16 @@ def _lstm(attrs, ins, consts, outs) -> Kernel | None:  # type: ignore[no-untyped
 
 
 def _max_pool(attrs, ins, consts, outs) -> Kernel | None:  # type: ignore[no-untyped-def]
-    """MaxPool inside a channels-last conv chain (``_layout == "NHWC"``, so torch is loaded):
-    ATen's pooling when it can express the window (symmetric pads up to half the kernel)."""
+    """MaxPool inside a channels-last conv chain (``_layout == "NHWC"``) when torch is already
+    loaded (its convs run there): ATen's pooling when it can express the window (symmetric pads
+    up to half the kernel)."""
+    from pycann.ops.providers import torch_onednn
+
     xs = _static(ins[0])
     if attrs.get("_layout") != "NHWC" or xs is None or len(xs) != 4 or ins[0].dtype != 1 or len(outs) != 1:
         return None
+    if torch_onednn._torch is None:
+        return None  # never import torch (~180 MB) for a pooling: the numpy kernel keeps the layout
     if str(attrs.get("auto_pad", "NOTSET")) not in ("NOTSET", "b'NOTSET'") or int(attrs.get("storage_order", 0)):
         return None
     k = [int(v) for v in attrs["kernel_shape"]]
@@ -332,7 +339,6 @@ def _max_pool(attrs, ins, consts, outs) -> Kernel | None:  # type: ignore[no-unt
     if len(k) != 2 or pads[:2] != pads[2:] or any(2 * p > kk for p, kk in zip(pads[:2], k)):
         return None
     from pycann.ops.nn.pool import _k_max_pool
-    from pycann.ops.providers import torch_onednn
 
     out = _static(outs[0])
     bound = torch_onednn.bound_max_pool2d(k, strides, pads[:2], dil, bool(attrs.get("ceil_mode", 0)), _k_max_pool)
@@ -344,6 +350,27 @@ def _max_pool(attrs, ins, consts, outs) -> Kernel | None:  # type: ignore[no-unt
         return y  # type: ignore[no-any-return]
 
     return kernel
+
+
+def _conv_dnnl(attrs: Mapping[str, Any], ins: Sequence[TensorDesc | None], w: np.ndarray, b: np.ndarray | None,
+               xs: tuple[int, ...], win: Any) -> Kernel | None:
+    """A oneDNN C-API conv (``onednn:conv_nhwc``) bound once: primitive, packed weight, bias and
+    post-ops fixed; a call re-points two data handles and executes (~6 us of Python)."""
+    from pycann.ops import fused
+    from pycann.ops.providers import onednn
+
+    if not onednn.available() or not onednn.native(np.empty((0,), np.float32), w, win) \
+            or (b is not None and b.dtype != np.float32):
+        return None
+    act, al, be = fused._act(attrs)
+    unary = onednn.onednn_unary(act, al, be) if act else None
+    if act and unary is None:
+        return None  # an activation oneDNN does not run: the generic kernel applies it in numpy
+    residual = len(ins) > 3 and ins[3] is not None
+    out_shape = (xs[0], w.shape[0]) + tuple(win.out)
+    if residual and (_static(ins[3]) != out_shape or ins[3].dtype != 1):  # type: ignore[union-attr]
+        return None
+    return onednn.bound_conv_nhwc(w, b, int(attrs.get("group", 1)), win, xs, unary, residual)  # type: ignore[no-any-return]
 
 
 def _conv_onednn(attrs: Mapping[str, Any], ins: Sequence[TensorDesc | None], w: np.ndarray, b: np.ndarray | None,

@@ -23,6 +23,7 @@ from pycann.ops.registry import lookup
 from tests.ops.oracle import run_ort
 
 RNG = np.random.default_rng(7)
+NHWC_CONV = {"torch:conv2d_nhwc", "onednn:conv_nhwc"}
 
 
 def _has_onednn() -> bool:
@@ -34,7 +35,22 @@ def _has_onednn() -> bool:
     return torch_onednn.packing_supported()
 
 
+def _has_dnnl() -> bool:
+    providers.reset()
+    return providers.available("onednn")
+
+
 needs_onednn = pytest.mark.skipif(not _has_onednn(), reason="torch with oneDNN prepacking not installed")
+# the two providers of channels-last convs: oneDNN through torch, and oneDNN's own C API
+PROVIDER_SETS = [pytest.param("numpy,torch", marks=needs_onednn),
+                 pytest.param("numpy,onednn", marks=pytest.mark.skipif(not _has_dnnl(), reason="libdnnl missing"))]
+
+
+@pytest.fixture
+def conv_provider(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> str:
+    monkeypatch.setenv("PYCANN_PROVIDERS", request.param)
+    providers.reset()
+    return str(request.param)
 
 
 @pytest.fixture(autouse=True)
@@ -81,14 +97,14 @@ def _layouts(cm: Any) -> dict[str, str | None]:
     return {n.name or n.outputs[0]: n.attrs.get("_layout") for n in cm.graph.nodes}
 
 
-@needs_onednn
-def test_conv_chain_runs_nhwc_and_matches_ort() -> None:
+@pytest.mark.parametrize("conv_provider", PROVIDER_SETS, indirect=True)
+def test_conv_chain_runs_nhwc_and_matches_ort(conv_provider: str) -> None:
     m = _resnet_block()
     x = _f32(1, 8, 80, 80)
     lines: list[str] = []
     cm = compile_model(m, log=lines.append)
     convs = [n for n in cm.graph.nodes if "Conv" in n.op_type]
-    assert convs and all(n.attrs.get("_layout") == "NHWC" and n.attrs["_algo"] == "torch:conv2d_nhwc" for n in convs)
+    assert convs and all(n.attrs.get("_layout") == "NHWC" and n.attrs["_algo"] in NHWC_CONV for n in convs)
     pool = next(n for n in cm.graph.nodes if n.op_type == "MaxPool")
     assert pool.attrs.get("_layout") == "NHWC"  # the chain runs through the pooling
     gap = next(n for n in cm.graph.nodes if n.op_type == "GlobalAveragePool")
@@ -116,8 +132,8 @@ def test_layout_is_recorded_in_the_om_and_off_switch_gives_same_values() -> None
         np.testing.assert_allclose(u, v, rtol=1e-5, atol=1e-5)
 
 
-@needs_onednn
-def test_executor_lays_out_nhwc_arena_buffers_channels_last() -> None:
+@pytest.mark.parametrize("conv_provider", PROVIDER_SETS, indirect=True)
+def test_executor_lays_out_nhwc_arena_buffers_channels_last(conv_provider: str) -> None:
     from pycann.ge.executor import Plan
     from pycann.ge.planning.memory import plan_memory
 
@@ -131,6 +147,9 @@ def test_executor_lays_out_nhwc_arena_buffers_channels_last() -> None:
     plan = Plan(cm.graph, memory=plan_memory(cm.graph))
     flagged = [spec for outs in plan.arena_layout for spec in outs if spec[3]]
     assert flagged, "the chain's pooling/elementwise outputs should get channels-last arena views"
+    conv_kinds = {st[5] for n, st in zip(plan.nodes, plan.steps) if "Conv" in n.op_type}
+    # oneDNN's C API writes straight into the (channels-last) arena; torch returns its own tensor
+    assert conv_kinds == ({2} if conv_provider == "numpy,onednn" else {0}), conv_kinds
     arena = plan._take_arena()
     assert arena is not None
     for outs, views in zip(plan.arena_layout, arena.views):
@@ -144,8 +163,11 @@ def test_executor_lays_out_nhwc_arena_buffers_channels_last() -> None:
 
 
 @needs_onednn
-def test_chain_with_too_many_boundaries_stays_nchw() -> None:
-    """One conv whose output is read by three layout-sensitive ops: 1 entry + 3 boundaries > 2 x 1."""
+def test_chain_with_too_many_boundaries_stays_nchw(monkeypatch: pytest.MonkeyPatch) -> None:
+    """One conv whose output is read by three layout-sensitive ops: 1 entry + 3 boundaries > 2 x 1
+    (the torch provider, which has an NCHW algorithm to fall back to)."""
+    monkeypatch.setenv("PYCANN_PROVIDERS", "numpy,torch")
+    providers.reset()
     nodes = [helper.make_node("Conv", ["x", "W"], ["c"], pads=[1, 1, 1, 1])]  # 9.4 MFLOP: oneDNN
     outs = []
     for i in range(3):
@@ -234,8 +256,8 @@ def test_concat_and_nearest_resize_keep_channels_last() -> None:
                 assert got.strides[1] == got.itemsize
 
 
-@needs_onednn
-def test_fpn_head_runs_nhwc_through_resize_concat_and_conv_transpose() -> None:
+@pytest.mark.parametrize("conv_provider", PROVIDER_SETS, indirect=True)
+def test_fpn_head_runs_nhwc_through_resize_concat_and_conv_transpose(conv_provider: str) -> None:
     """PP-OCR det's neck/head shape: conv -> nearest x2 -> concat -> conv -> ConvTranspose."""
     c = 32
     nodes = [

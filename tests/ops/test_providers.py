@@ -269,7 +269,9 @@ def test_static_choice_without_torch(monkeypatch: pytest.MonkeyPatch) -> None:
 
 
 @needs_torch
-def test_static_choice_with_torch() -> None:
+def test_static_choice_with_torch(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("PYCANN_PROVIDERS", "numpy,torch")
+    providers.reset()
     assert providers.choose("Conv", [(1, 16, 20, 20), (16, 1, 3, 3)], {"group": 16}) == ("numpy", "depthwise")  # tiny
     assert providers.choose("Conv", [(1, 96, 80, 80), (96, 1, 3, 3)], {"group": 96}) == ("torch", "conv2d_nhwc")
     assert providers.choose("Conv", [(1, 64, 56, 56), (256, 64, 1, 1)], {}) == ("torch", "conv2d_nhwc")
@@ -390,9 +392,11 @@ def test_pass_does_not_mutate_shared_attrs() -> None:
 
 
 @needs_torch
-def test_one_pool_rule_moves_the_minority() -> None:
+def test_one_pool_rule_moves_the_minority(monkeypatch: pytest.MonkeyPatch) -> None:
     from pycann.dtypes import TensorDesc
 
+    monkeypatch.setenv("PYCANN_PROVIDERS", "numpy,torch")
+    providers.reset()
     g = Graph(
         nodes=[Node("Conv", ["x", "w"], ["c"], {"pads": [1, 1, 1, 1]}, name="conv"),
                Node("Flatten", ["c"], ["f"], name="flat"),
@@ -448,3 +452,21 @@ def test_fused_conv_activation_post_ops_match_numpy(act: str, alpha: float, beta
     np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4)
     mapped = torch_onednn.onednn_unary(act, alpha, beta)
     assert (mapped is None) == ((act, alpha) == ("HardSigmoid", 0.2) or (act, alpha) == ("Clip", float("-inf")))
+
+
+
+def _has_onednn() -> bool:
+    providers.reset()
+    return providers.available("onednn")
+
+
+@pytest.mark.skipif(not _has_onednn(), reason="onednn-cpu-gomp (optional provider) not installed")
+def test_static_choice_prefers_onednn_and_keeps_torch_unloaded() -> None:
+    """With libdnnl present, convs go to the oneDNN C API (no torch import: ~14 MB, not ~180)."""
+    assert providers.choose("Conv", [(1, 96, 80, 80), (96, 1, 3, 3)], {"group": 96}) == ("onednn", "conv_nhwc")
+    assert providers.choose("Conv", [(1, 3, 64, 64), (16, 3, 3, 3)], {"pads": [0, 0, 1, 1]}) == ("onednn", "conv_nhwc")
+    assert providers.choose("Conv", [(1, 16, 20, 20), (16, 1, 3, 3)], {"group": 16}) == ("numpy", "depthwise")  # tiny
+    assert providers.choose("ConvTranspose", [(1, 8, 5, 5), (8, 4, 2, 2)], {"strides": [2, 2]}) == (
+        "onednn", "conv_transpose_nhwc")
+    assert providers.choose("MatMul", [(128, 768), (768, 768)], {}) == ("numpy", "matmul")
+    assert providers.uses_openmp(["onednn:conv_nhwc"]) and not providers.uses_openmp(["numpy:gemm", None])

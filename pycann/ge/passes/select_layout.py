@@ -13,7 +13,8 @@ Cost model: computing a chain in NCHW costs the oneDNN call two layout reorders 
 (NCHW in and out of its blocked/channels-last kernels); NHWC costs one conversion per chain
 entry (an NCHW tensor read by one of its convs) plus one per boundary. A chain is NHWC when
 ``entries + boundaries <= 2 * convs``; otherwise its convs go back to the NCHW algorithm
-(``torch:conv2d_packed`` / ``torch:conv2d``). Depthwise convs gain most: oneDNN's NCHW
+(``torch:conv2d_packed`` / ``torch:conv2d``). The ``onednn`` provider has no NCHW algorithm
+(its results are always channels-last), so its chains stay NHWC. Depthwise convs gain most: oneDNN's NCHW
 depthwise kernels run ~10x slower than its channels-last ones on AVX-512 (bench/RESULTS.md).
 
 The choice is recorded in the .om as the node attribute ``_layout = "NHWC"`` on every node
@@ -31,9 +32,10 @@ from pycann.ge.passes.base import PassContext, PassResult
 
 name = "LayoutSelection"
 
-# producers: (domain, op type) -> the algorithm that computes it channels-last / the NCHW one
-NHWC_ALGOS = {("", "Conv"): "torch:conv2d_nhwc", ("pycann", "FusedConv"): "torch:conv2d_nhwc",
-              ("", "ConvTranspose"): "torch:conv_transpose_nhwc"}
+# producers: (domain, op type) -> the algorithms that compute it channels-last
+_CONV_NHWC = frozenset({"torch:conv2d_nhwc", "onednn:conv_nhwc"})
+NHWC_ALGOS = {("", "Conv"): _CONV_NHWC, ("pycann", "FusedConv"): _CONV_NHWC,
+              ("", "ConvTranspose"): frozenset({"torch:conv_transpose_nhwc", "onednn:conv_transpose_nhwc"})}
 CONV_OPS = set(NHWC_ALGOS)
 # Ops whose kernels compute the same values on a channels-last array and whose results keep the
 # input's layout (numpy ufuncs keep it; pooling allocates like its input: ops/nn/spatial.py).
@@ -80,7 +82,7 @@ def _candidates(g: Graph) -> dict[int, Node]:
         key = (n.domain, n.op_type)
         modal = MODAL.get(key)
         agnostic = key in AGNOSTIC or (modal is not None and _text(n.attrs.get(modal[0], modal[1])) == modal[1])
-        if key in CONV_OPS and n.attrs.get("_algo") == NHWC_ALGOS[key] and n.outputs and _rank4(g, n.outputs[0]):
+        if key in CONV_OPS and n.attrs.get("_algo") in NHWC_ALGOS[key] and n.outputs and _rank4(g, n.outputs[0]):
             cand[id(n)] = n
         elif agnostic and n.inputs and n.outputs and all(_rank4(g, o) for o in n.outputs if o) \
                 and _reads_nhwc(n, nhwc_values):
@@ -136,7 +138,10 @@ def _text(v: object) -> str:
     return v.decode() if isinstance(v, bytes) else str(v)
 
 
-def _nchw_algo(n: Node) -> str:
+def _nchw_algo(n: Node) -> str | None:
+    """The same provider's NCHW algorithm, or None (the onednn provider writes channels-last only)."""
+    if not str(n.attrs.get("_algo", "")).startswith("torch:"):
+        return None
     if n.op_type == "ConvTranspose":
         return "torch:conv_transpose"
     return "torch:conv2d_packed" if int(n.attrs.get("group", 1) or 1) == 1 else "torch:conv2d"
@@ -147,17 +152,17 @@ def run(graph: Graph, ctx: PassContext) -> PassResult:
     changed = False
     nhwc: list[Chain] = []
     for c in found:
-        if c.entries + len(c.boundaries) <= 2 * c.convs:
+        convs = [n for n in c.nodes if (n.domain, n.op_type) in CONV_OPS]
+        if c.entries + len(c.boundaries) <= 2 * c.convs or any(_nchw_algo(n) is None for n in convs):
             nhwc.append(c)
             for n in c.nodes:
                 if n.attrs.get("_layout") != "NHWC":
                     n.attrs = {**n.attrs, "_layout": "NHWC"}
                     changed = True
         else:
-            for n in c.nodes:
-                if (n.domain, n.op_type) in CONV_OPS:
-                    n.attrs = {k: v for k, v in n.attrs.items() if k != "_layout"} | {"_algo": _nchw_algo(n)}
-                    changed = True
+            for n in convs:
+                n.attrs = {k: v for k, v in n.attrs.items() if k != "_layout"} | {"_algo": _nchw_algo(n)}
+                changed = True
     if not found:
         return PassResult(graph, False, "no oneDNN conv chains (all NCHW)")
     cross = sum(len(c.boundaries) for c in nhwc)

@@ -128,13 +128,17 @@ def conv_act(inputs: Sequence[Any], attrs: Mapping[str, Any], out: np.ndarray | 
     else:
         algo = resolve(attrs.get("_algo"), lambda: ConvSpec("Conv", x.shape, w.shape, group, win, win.out, cd.name))
         xc, wc = x.astype(cd, copy=False), w.astype(cd, copy=False)
-        if wc is not w and algo.name in ("torch:conv2d_packed", "torch:conv2d_nhwc"):  # cache keyed by weight
-            algo = resolve("torch:conv2d", lambda: ConvSpec("Conv", x.shape, w.shape, group, win, win.out, cd.name))
-        if act is not None and algo.name == "torch:conv2d_nhwc" and torch_onednn.native(xc, wc, win):
-            unary = torch_onednn.onednn_unary(*act)
-            if unary is not None:
-                return algo.fn(xc, wc, bc, group, win, out, residual=residual, unary=unary), True
-        if algo.provider == "torch" and (residual is not None or relu):
+        if wc is not w and algo.name in _PACKS_WEIGHT:  # their caches are keyed by the weight array
+            algo = resolve("numpy:im2col_gemm", lambda: ConvSpec("Conv", x.shape, w.shape, group, win, win.out,
+                                                                 cd.name))
+        post = _POST_OPS.get(algo.name)
+        if act is not None and post is not None:
+            mod = post()
+            if mod.native(xc, wc, win):
+                unary = mod.onednn_unary(*act)
+                if unary is not None:
+                    return algo.fn(xc, wc, bc, group, win, out, residual=residual, unary=unary), True
+        if algo.provider in ("torch", "onednn") and (residual is not None or relu):
             return algo.fn(xc, wc, bc, group, win, out, residual=residual, relu=relu), False
         y = algo.fn(xc, wc, bc, group, win, out)
     if residual is not None:
@@ -145,6 +149,18 @@ def conv_act(inputs: Sequence[Any], attrs: Mapping[str, Any], out: np.ndarray | 
 
 
 _BF16 = np.dtype(ml_dtypes.bfloat16)
+_PACKS_WEIGHT = ("torch:conv2d_packed", "torch:conv2d_nhwc", "onednn:conv_nhwc")
+
+
+def _onednn_module() -> Any:
+    from pycann.ops.providers import onednn  # imported on first use: it loads libdnnl lazily too
+
+    return onednn
+
+
+# Algorithms that run an activation as a oneDNN post-op: name -> provider module (with
+# ``native(x, w, win)`` and ``onednn_unary(act, alpha, beta)``).
+_POST_OPS: dict[str, Any] = {"torch:conv2d_nhwc": lambda: torch_onednn, "onednn:conv_nhwc": _onednn_module}
 
 
 def _torch_ok(attrs: Mapping[str, Any]) -> bool:

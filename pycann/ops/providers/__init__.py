@@ -148,6 +148,8 @@ class Provider:
 # plus a module with ``available()`` and ``ALGORITHMS``.
 PROVIDERS: dict[str, Provider] = {
     "numpy": Provider("numpy", "pycann.ops.providers.numpy_blas", "numpy's BLAS (OpenBLAS in the wheels); always there"),
+    "onednn": Provider("onednn", "pycann.ops.providers.onednn",
+                       "oneDNN's C API (onednn-cpu-gomp wheel) via ctypes: conv, deconv; optional, ~14 MB"),
     "torch": Provider("torch", "pycann.ops.providers.torch_onednn", "PyTorch CPU: oneDNN conv, MKL GEMM; optional"),
 }
 
@@ -158,12 +160,12 @@ STATIC_TABLE: dict[tuple[str, str], tuple[str, ...]] = {
     # Tiny convs (Silero VAD, PP-OCR cls): a torch call costs ~20-200 us of dispatch and
     # thread-pool wake-up, more than the arithmetic; numpy's single call wins.
     ("Conv", "tiny"): ("numpy:gemm_1x1", "numpy:depthwise", "numpy:im2col_gemm"),
-    ("Conv", "weight_bound"): ("torch:conv2d_nhwc", "torch:conv2d_packed", "torch:conv2d", "numpy:im2col_gemm"),
-    ("Conv", "pointwise"): ("torch:conv2d_nhwc", "torch:conv2d", "torch:conv1d", "torch:conv3d", "numpy:gemm_1x1"),
-    ("Conv", "depthwise"): ("torch:conv2d_nhwc", "torch:conv2d", "torch:conv1d", "torch:conv3d", "numpy:depthwise"),
-    ("Conv", "grouped"): ("torch:conv2d_nhwc", "torch:conv2d", "torch:conv1d", "torch:conv3d", "numpy:im2col_gemm"),
-    ("Conv", "regular"): ("torch:conv2d_nhwc", "torch:conv2d", "torch:conv1d", "torch:conv3d", "numpy:im2col_gemm"),
-    ("ConvTranspose", "any"): ("torch:conv_transpose_nhwc", "torch:conv_transpose", "numpy:col2im"),
+    ("Conv", "weight_bound"): ("onednn:conv_nhwc", "torch:conv2d_nhwc", "torch:conv2d_packed", "torch:conv2d", "numpy:im2col_gemm"),
+    ("Conv", "pointwise"): ("onednn:conv_nhwc", "torch:conv2d_nhwc", "torch:conv2d", "torch:conv1d", "torch:conv3d", "numpy:gemm_1x1"),
+    ("Conv", "depthwise"): ("onednn:conv_nhwc", "torch:conv2d_nhwc", "torch:conv2d", "torch:conv1d", "torch:conv3d", "numpy:depthwise"),
+    ("Conv", "grouped"): ("onednn:conv_nhwc", "torch:conv2d_nhwc", "torch:conv2d", "torch:conv1d", "torch:conv3d", "numpy:im2col_gemm"),
+    ("Conv", "regular"): ("onednn:conv_nhwc", "torch:conv2d_nhwc", "torch:conv2d", "torch:conv1d", "torch:conv3d", "numpy:im2col_gemm"),
+    ("ConvTranspose", "any"): ("onednn:conv_transpose_nhwc", "torch:conv_transpose_nhwc", "torch:conv_transpose", "numpy:col2im"),
     ("MatMul", "any"): ("numpy:matmul", "torch:matmul"),
     ("Gemm", "any"): ("numpy:gemm", "torch:addmm"),
 }
@@ -431,6 +433,7 @@ __all__ = [
     "Algorithm", "ConvSpec", "GemmSpec", "OpSpec", "PROVIDERS", "Provider", "STATIC_TABLE", "algorithm", "arena_ok",
     "available",
     "candidates", "choose", "compute_name", "conv_spec", "make_spec", "measure", "reset", "resolve", "select", "shape_class",
+    "uses_openmp",
 ]
 
 
@@ -459,3 +462,9 @@ def blas_single_thread() -> Any:
 def uses_torch(algos: Any) -> bool:
     """True when any recorded algorithm name is a torch one."""
     return any(str(a or "").startswith("torch:") for a in algos)
+
+
+def uses_openmp(algos: Any) -> bool:
+    """True when any recorded algorithm runs on an OpenMP pool (torch's or libdnnl's: both spin
+    after a call, so numpy's OpenBLAS pool must stay at one thread meanwhile)."""
+    return any(str(a or "").startswith(("torch:", "onednn:")) for a in algos)

@@ -1,0 +1,444 @@
+"""Minimal ctypes bindings to oneDNN's C API (v3.x), as shipped by the ``onednn-cpu-gomp`` wheel.
+
+Only what pycann's ``onednn`` provider needs: the CPU engine and an in-order stream, memory
+descriptors (with explicit strides for user arrays, format ``any`` where a primitive chooses),
+memory objects over numpy buffers, convolution / deconvolution forward primitives with post-ops,
+reorders, and primitive execution. Every ``dnnl_status_t`` other than success raises
+``DnnlError`` naming the call. Nothing here imports torch.
+
+The library is looked up in ``$PYCANN_DNNL_LIB``, then ``<sys.prefix>/lib`` and the user base's
+``lib`` (where pip puts the wheel's data files), and must report major version 3.
+
+Enum values used (oneDNN v3.2, ``include/oneapi/dnnl/``; checked against the loaded library
+at run time by ``self_check`` and by the provider's numeric tests):
+
+=============================================  =========  ===================================
+name                                           value      header
+=============================================  =========  ===================================
+dnnl_success / dnnl_last_impl_reached          0 / 4      dnnl_common_types.h dnnl_status_t
+dnnl_f32                                       3          dnnl_common_types.h dnnl_data_type_t
+dnnl_cpu                                       1          dnnl_common_types.h dnnl_engine_kind_t
+dnnl_stream_default_flags (in order)           1          dnnl_common_types.h
+dnnl_format_tag_any                            1          dnnl_types.h dnnl_format_tag_t
+dnnl_forward_inference                         96         dnnl_types.h dnnl_prop_kind_t
+dnnl_convolution_direct / deconvolution_direct 0x1 / 0xa  dnnl_types.h dnnl_alg_kind_t
+dnnl_eltwise_relu .. hardswish                 0x20..     dnnl_types.h dnnl_alg_kind_t (ELTWISE)
+dnnl_binary_add                                0x1fff0    dnnl_types.h dnnl_alg_kind_t
+dnnl_query_impl_info_str                       8          dnnl_types.h dnnl_query_t
+dnnl_query_weights_md / dst_md                 131 / 133  dnnl_types.h (some_md = 128, ...)
+dnnl_query_ndims_s32 / dims / data_type        256..258   dnnl_types.h (exec_arg_md = 255, ...)
+DNNL_ARG_SRC / DST / WEIGHTS / BIAS            1/17/33/41 dnnl_types.h
+DNNL_ARG_ATTR_MULTIPLE_POST_OP(i) | SRC_1      32768*(i+1) | 2
+DNNL_MEMORY_ALLOCATE                           (void*)-1  dnnl_types.h
+=============================================  =========  ===================================
+"""
+
+from __future__ import annotations
+
+import ctypes
+import os
+import site
+import sys
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+
+SUCCESS = 0
+LAST_IMPL_REACHED = 4
+F32 = 3
+ENGINE_CPU = 1
+STREAM_DEFAULT = 1
+FORMAT_ANY = 1
+FORWARD_INFERENCE = 96
+CONVOLUTION_DIRECT = 0x1
+DECONVOLUTION_DIRECT = 0xA
+BINARY_ADD = 0x1FFF0
+ELTWISE = {
+    "relu": 0x20, "tanh": 0x21, "elu": 0x22, "square": 0x23, "abs": 0x24, "sqrt": 0x25, "linear": 0x26,
+    "soft_relu": 0x27, "hardsigmoid": 0x28, "logistic": 0x29, "exp": 0x2A, "gelu_tanh": 0x2B, "swish": 0x2C,
+    "log": 0x2D, "clip": 0x2E, "clip_v2": 0x2F, "pow": 0x30, "gelu_erf": 0x31, "round": 0x32, "mish": 0x33,
+    "hardswish": 0x34,
+}
+QUERY_IMPL_INFO_STR = 8
+QUERY_WEIGHTS_MD = 131
+QUERY_DST_MD = 133
+QUERY_NDIMS_S32 = 256
+QUERY_DIMS = 257
+QUERY_DATA_TYPE = 258
+ARG_SRC, ARG_DST, ARG_WEIGHTS, ARG_BIAS = 1, 17, 33, 41
+ARG_FROM, ARG_TO = ARG_SRC, ARG_DST
+MEMORY_ALLOCATE = ctypes.c_void_p(2**64 - 1)
+MAX_NDIMS = 12
+
+Dims = ctypes.c_int64 * MAX_NDIMS
+
+
+def arg_post_op_src1(index: int) -> int:
+    """``DNNL_ARG_ATTR_MULTIPLE_POST_OP(index) | DNNL_ARG_SRC_1``: a binary post-op's operand."""
+    return 32768 * (index + 1) | 2
+
+
+class ExecArg(ctypes.Structure):
+    """``dnnl_exec_arg_t``."""
+
+    _fields_ = [("arg", ctypes.c_int), ("memory", ctypes.c_void_p)]
+
+
+class Version(ctypes.Structure):
+    """``dnnl_version_t``."""
+
+    _fields_ = [("major", ctypes.c_int), ("minor", ctypes.c_int), ("patch", ctypes.c_int),
+                ("hash", ctypes.c_char_p), ("cpu_runtime", ctypes.c_uint), ("gpu_runtime", ctypes.c_uint)]
+
+
+class DnnlError(RuntimeError):
+    """A oneDNN C API call returned a status other than ``dnnl_success``."""
+
+    STATUS = {1: "out_of_memory", 2: "invalid_arguments", 3: "unimplemented", 4: "last_impl_reached",
+              5: "runtime_error", 6: "not_required"}
+
+    def __init__(self, call: str, status: int) -> None:
+        super().__init__(f"{call} failed: dnnl_status_t {status} ({self.STATUS.get(status, '?')})")
+        self.call, self.status = call, status
+
+
+_P = ctypes.c_void_p
+_PP = ctypes.POINTER(ctypes.c_void_p)
+_I = ctypes.c_int
+# name -> argtypes (all return dnnl_status_t unless listed in _RESTYPES)
+_SIGNATURES: dict[str, tuple[Any, ...]] = {
+    "dnnl_engine_create": (_PP, _I, ctypes.c_size_t),
+    "dnnl_stream_create": (_PP, _P, ctypes.c_uint),
+    "dnnl_stream_wait": (_P,),
+    "dnnl_memory_desc_create_with_strides": (_PP, _I, Dims, _I, Dims),
+    "dnnl_memory_desc_create_with_tag": (_PP, _I, Dims, _I, _I),
+    "dnnl_memory_desc_clone": (_PP, _P),
+    "dnnl_memory_desc_query": (_P, _I, _P),
+    "dnnl_memory_desc_destroy": (_P,),
+    "dnnl_memory_desc_equal": (_P, _P),
+    "dnnl_memory_desc_get_size": (_P,),
+    "dnnl_memory_create": (_PP, _P, _P, _P),
+    "dnnl_memory_set_data_handle": (_P, _P),
+    "dnnl_memory_destroy": (_P,),
+    "dnnl_primitive_attr_create": (_PP,),
+    "dnnl_primitive_attr_destroy": (_P,),
+    "dnnl_primitive_attr_set_post_ops": (_P, _P),
+    "dnnl_post_ops_create": (_PP,),
+    "dnnl_post_ops_destroy": (_P,),
+    "dnnl_post_ops_append_eltwise": (_P, _I, ctypes.c_float, ctypes.c_float),
+    "dnnl_post_ops_append_sum": (_P, ctypes.c_float, ctypes.c_int32, _I),
+    "dnnl_post_ops_append_binary": (_P, _I, _P),
+    "dnnl_convolution_forward_primitive_desc_create": (_PP, _P, _I, _I, _P, _P, _P, _P, Dims, Dims, Dims, Dims, _P),
+    "dnnl_deconvolution_forward_primitive_desc_create": (_PP, _P, _I, _I, _P, _P, _P, _P, Dims, Dims, Dims, Dims,
+                                                         _P),
+    "dnnl_reorder_primitive_desc_create": (_PP, _P, _P, _P, _P, _P),
+    "dnnl_primitive_desc_query": (_P, _I, _I, _P),
+    "dnnl_primitive_desc_query_md": (_P, _I, _I),
+    "dnnl_primitive_desc_next_impl": (_P,),
+    "dnnl_primitive_desc_destroy": (_P,),
+    "dnnl_primitive_create": (_PP, _P),
+    "dnnl_primitive_execute": (_P, _P, _I, ctypes.POINTER(ExecArg)),
+    "dnnl_primitive_destroy": (_P,),
+    "dnnl_version": (),
+}
+_RESTYPES: dict[str, Any] = {"dnnl_memory_desc_equal": _I, "dnnl_memory_desc_get_size": ctypes.c_size_t,
+                             "dnnl_primitive_desc_query_md": _P, "dnnl_version": ctypes.POINTER(Version)}
+
+_lib: Any = None
+_engine: Any = None
+_stream: Any = None
+
+
+def library_candidates() -> list[str]:
+    """Paths tried for ``libdnnl.so.3``, in order."""
+    env = os.environ.get("PYCANN_DNNL_LIB", "").strip()
+    dirs = [os.path.join(sys.prefix, "lib")]
+    user = getattr(site, "USER_BASE", None)
+    if user:
+        dirs.append(os.path.join(user, "lib"))
+    return ([env] if env else []) + [os.path.join(d, "libdnnl.so.3") for d in dirs]
+
+
+def load() -> Any:
+    """Load libdnnl once (raises OSError when missing or not v3); create the engine and stream."""
+    global _lib, _engine, _stream
+    if _lib is not None:
+        return _lib
+    errors = []
+    for path in library_candidates():
+        if not os.path.exists(path):
+            errors.append(f"{path}: not found")
+            continue
+        try:
+            lib = ctypes.CDLL(path)
+        except OSError as e:
+            errors.append(f"{path}: {e}")
+            continue
+        for name, argtypes in _SIGNATURES.items():
+            fn = getattr(lib, name)
+            fn.argtypes = list(argtypes)
+            fn.restype = _RESTYPES.get(name, _I)
+        v = lib.dnnl_version().contents
+        if v.major != 3:
+            errors.append(f"{path}: oneDNN {v.major}.{v.minor}, need 3.x")
+            continue
+        eng, strm = _P(), _P()
+        check(lib.dnnl_engine_create(ctypes.byref(eng), ENGINE_CPU, 0), "dnnl_engine_create")
+        check(lib.dnnl_stream_create(ctypes.byref(strm), eng, STREAM_DEFAULT), "dnnl_stream_create")
+        _lib, _engine, _stream = lib, eng, strm
+        return lib
+    raise OSError("libdnnl.so.3 not loadable: " + "; ".join(errors))
+
+
+def version() -> tuple[int, int, int]:
+    """(major, minor, patch) of the loaded library."""
+    v = load().dnnl_version().contents
+    return v.major, v.minor, v.patch
+
+
+def engine() -> Any:
+    """The CPU engine (index 0)."""
+    load()
+    return _engine
+
+
+def stream() -> Any:
+    """The in-order CPU stream all primitives run on."""
+    load()
+    return _stream
+
+
+def check(status: int, call: str) -> None:
+    """Raise ``DnnlError`` unless ``status`` is ``dnnl_success``."""
+    if status != SUCCESS:
+        raise DnnlError(call, status)
+
+
+def dims(values: Sequence[int]) -> Any:
+    """A ``dnnl_dims_t`` (zero-filled past ``len(values)``)."""
+    return Dims(*[int(v) for v in values])
+
+
+class _Owned:
+    """A handle destroyed by ``dnnl_<kind>_destroy`` when this object goes away."""
+
+    _destroy = ""
+
+    def __init__(self, handle: Any) -> None:
+        self.handle = handle
+
+    def __del__(self) -> None:
+        if self.handle and _lib is not None and self._destroy:
+            try:
+                getattr(_lib, self._destroy)(self.handle)
+            except Exception:  # pragma: no cover - interpreter shutdown
+                pass
+            self.handle = None
+
+
+class MemoryDesc(_Owned):
+    """A ``dnnl_memory_desc_t`` (owned)."""
+
+    _destroy = "dnnl_memory_desc_destroy"
+
+    @classmethod
+    def strided(cls, shape: Sequence[int], strides: Sequence[int]) -> MemoryDesc:
+        """f32 descriptor of logical ``shape`` with ``strides`` in elements."""
+        h = _P()
+        check(load().dnnl_memory_desc_create_with_strides(ctypes.byref(h), len(shape), dims(shape), F32,
+                                                          dims(strides)), "dnnl_memory_desc_create_with_strides")
+        return cls(h)
+
+    @classmethod
+    def of(cls, a: np.ndarray, shape: Sequence[int] | None = None) -> MemoryDesc:
+        """Descriptor of a float32 numpy array exactly as laid out (its strides)."""
+        return cls.strided(a.shape if shape is None else shape, [s // a.itemsize for s in a.strides])
+
+    @classmethod
+    def any(cls, shape: Sequence[int]) -> MemoryDesc:
+        """f32 descriptor with format tag ``any``: the primitive picks the layout."""
+        h = _P()
+        check(load().dnnl_memory_desc_create_with_tag(ctypes.byref(h), len(shape), dims(shape), F32, FORMAT_ANY),
+              "dnnl_memory_desc_create_with_tag")
+        return cls(h)
+
+    @classmethod
+    def clone(cls, handle: Any) -> MemoryDesc:
+        """An owned copy of a borrowed descriptor (e.g. from ``PrimitiveDesc.query_md``)."""
+        h = _P()
+        check(load().dnnl_memory_desc_clone(ctypes.byref(h), handle), "dnnl_memory_desc_clone")
+        return cls(h)
+
+    def _query(self, what: int, ctype: Any) -> Any:
+        r = ctype()
+        check(_lib.dnnl_memory_desc_query(self.handle, what, ctypes.byref(r)), "dnnl_memory_desc_query")
+        return r
+
+    def ndims(self) -> int:
+        """Number of dimensions."""
+        return int(self._query(QUERY_NDIMS_S32, ctypes.c_int).value)
+
+    def data_type(self) -> int:
+        """``dnnl_data_type_t`` value."""
+        return int(self._query(QUERY_DATA_TYPE, ctypes.c_int).value)
+
+    def dims(self) -> tuple[int, ...]:
+        """Logical dimensions."""
+        p = self._query(QUERY_DIMS, ctypes.POINTER(Dims))
+        return tuple(int(v) for v in p.contents[: self.ndims()])
+
+    def size(self) -> int:
+        """Bytes a memory object of this descriptor needs."""
+        return int(_lib.dnnl_memory_desc_get_size(self.handle))
+
+    def equals(self, other: MemoryDesc) -> bool:
+        """Same layout and type (``dnnl_memory_desc_equal``)."""
+        return bool(_lib.dnnl_memory_desc_equal(self.handle, other.handle))
+
+
+class Memory(_Owned):
+    """A ``dnnl_memory_t`` on the CPU engine: over a caller's buffer (pointer), or, with no
+    pointer, a buffer the library allocates (``DNNL_MEMORY_ALLOCATE``) and owns."""
+
+    _destroy = "dnnl_memory_destroy"
+
+    def __init__(self, md: MemoryDesc, ptr: int | None = None) -> None:
+        h = _P()
+        check(load().dnnl_memory_create(ctypes.byref(h), md.handle, _engine, MEMORY_ALLOCATE if ptr is None else ptr),
+              "dnnl_memory_create")
+        super().__init__(h)
+        self.md = md
+
+    def set(self, ptr: int) -> None:
+        """Point this memory at another buffer (``dnnl_memory_set_data_handle``)."""
+        check(_lib.dnnl_memory_set_data_handle(self.handle, ptr), "dnnl_memory_set_data_handle")
+
+
+class Attr(_Owned):
+    """Primitive attributes carrying a post-op chain.
+
+    ``ops``: ``("eltwise", alg, alpha, beta)``, ``("sum", scale)`` or ``("binary_add", md)``.
+    """
+
+    _destroy = "dnnl_primitive_attr_destroy"
+
+    def __init__(self, ops: Sequence[tuple[Any, ...]] = ()) -> None:
+        lib = load()
+        h = _P()
+        check(lib.dnnl_primitive_attr_create(ctypes.byref(h)), "dnnl_primitive_attr_create")
+        super().__init__(h)
+        if not ops:
+            return
+        po = _P()
+        check(lib.dnnl_post_ops_create(ctypes.byref(po)), "dnnl_post_ops_create")
+        try:
+            for op in ops:
+                if op[0] == "eltwise":
+                    check(lib.dnnl_post_ops_append_eltwise(po, op[1], op[2], op[3]), "dnnl_post_ops_append_eltwise")
+                elif op[0] == "sum":
+                    check(lib.dnnl_post_ops_append_sum(po, op[1], 0, 0), "dnnl_post_ops_append_sum")
+                elif op[0] == "binary_add":
+                    check(lib.dnnl_post_ops_append_binary(po, BINARY_ADD, op[1].handle), "dnnl_post_ops_append_binary")
+                else:
+                    raise ValueError(f"unknown post-op {op[0]!r}")
+            check(lib.dnnl_primitive_attr_set_post_ops(h, po), "dnnl_primitive_attr_set_post_ops")
+        finally:
+            lib.dnnl_post_ops_destroy(po)
+
+
+class PrimitiveDesc(_Owned):
+    """A ``dnnl_primitive_desc_t`` (owned)."""
+
+    _destroy = "dnnl_primitive_desc_destroy"
+
+    def query_md(self, what: int) -> MemoryDesc:
+        """An owned copy of the descriptor the primitive chose for ``what`` (``QUERY_*_MD``)."""
+        h = _lib.dnnl_primitive_desc_query_md(self.handle, what, 0)
+        if not h:
+            raise DnnlError(f"dnnl_primitive_desc_query_md({what})", 2)
+        return MemoryDesc.clone(h)
+
+    def next_impl(self) -> bool:
+        """Switch to the next implementation oneDNN offers for this operation; False at the end
+        (``dnnl_last_impl_reached``; the descriptor is then unusable: recreate it)."""
+        st = _lib.dnnl_primitive_desc_next_impl(self.handle)
+        if st == LAST_IMPL_REACHED:
+            return False
+        check(st, "dnnl_primitive_desc_next_impl")
+        return True
+
+    def impl_info(self) -> str:
+        """The implementation name oneDNN picked (e.g. ``brg_conv_fwd:avx2``)."""
+        s = ctypes.c_char_p()
+        check(_lib.dnnl_primitive_desc_query(self.handle, QUERY_IMPL_INFO_STR, 0, ctypes.byref(s)),
+              "dnnl_primitive_desc_query")
+        return (s.value or b"").decode()
+
+
+def convolution_pd(src: MemoryDesc, weights: MemoryDesc, bias: MemoryDesc | None, dst: MemoryDesc,
+                   strides: Sequence[int], dilates: Sequence[int], pad_l: Sequence[int], pad_r: Sequence[int],
+                   attr: Attr, *, deconvolution: bool = False) -> PrimitiveDesc:
+    """Forward-inference (de)convolution primitive descriptor (direct algorithm).
+
+    ``dilates`` use oneDNN's convention (0 = dense), i.e. ONNX dilation - 1."""
+    lib = load()
+    name = f"dnnl_{'de' if deconvolution else ''}convolution_forward_primitive_desc_create"
+    h = _P()
+    check(getattr(lib, name)(ctypes.byref(h), _engine, FORWARD_INFERENCE,
+                             DECONVOLUTION_DIRECT if deconvolution else CONVOLUTION_DIRECT, src.handle,
+                             weights.handle, None if bias is None else bias.handle, dst.handle, dims(strides),
+                             dims(dilates), dims(pad_l), dims(pad_r), attr.handle), name)
+    return PrimitiveDesc(h)
+
+
+def reorder_pd(src: MemoryDesc, dst: MemoryDesc) -> PrimitiveDesc:
+    """Reorder (layout conversion) primitive descriptor, CPU to CPU."""
+    h = _P()
+    check(load().dnnl_reorder_primitive_desc_create(ctypes.byref(h), src.handle, _engine, dst.handle, _engine, None),
+          "dnnl_reorder_primitive_desc_create")
+    return PrimitiveDesc(h)
+
+
+class Primitive(_Owned):
+    """A ``dnnl_primitive_t`` with a fixed argument list, executed on the stream.
+
+    ``args`` pairs ``DNNL_ARG_*`` indices with ``Memory`` objects, bound once: a call only
+    re-points the memories (``Memory.set``) and runs ``execute``."""
+
+    _destroy = "dnnl_primitive_destroy"
+
+    def __init__(self, pd: PrimitiveDesc, args: Sequence[tuple[int, Memory]]) -> None:
+        h = _P()
+        check(load().dnnl_primitive_create(ctypes.byref(h), pd.handle), "dnnl_primitive_create")
+        super().__init__(h)
+        self.pd = pd
+        self.memories = [m for _, m in args]  # keep alive
+        self.n = len(args)
+        self.args = (ExecArg * self.n)(*[ExecArg(a, m.handle) for a, m in args])
+        self._execute = _lib.dnnl_primitive_execute
+        self._stream = _stream
+
+    def execute(self) -> None:
+        """Run the primitive on its bound memories (CPU stream: returns when done)."""
+        st = self._execute(self.handle, self._stream, self.n, self.args)
+        if st:
+            raise DnnlError("dnnl_primitive_execute", st)
+        check(_lib.dnnl_stream_wait(self._stream), "dnnl_stream_wait")
+
+
+def reorder(src: MemoryDesc, src_ptr: int, dst: MemoryDesc) -> Memory:
+    """A library-owned memory of layout ``dst`` holding the data at ``src_ptr`` (layout ``src``)."""
+    out = Memory(dst)
+    Primitive(reorder_pd(src, dst), [(ARG_FROM, Memory(src, src_ptr)), (ARG_TO, out)]).execute()
+    return out
+
+
+def self_check() -> None:
+    """Verify the enum values this module relies on against the loaded library (raises)."""
+    md = MemoryDesc.strided((2, 3, 4, 5), (60, 1, 15, 3))
+    if md.data_type() != F32 or md.ndims() != 4 or md.dims() != (2, 3, 4, 5) or md.size() != 480:
+        raise DnnlError("self_check: memory descriptor round trip", 2)
+    a = MemoryDesc.any((2, 3))
+    if a.ndims() != 2 or a.data_type() != F32:
+        raise DnnlError("self_check: format_tag any descriptor", 2)
