@@ -208,10 +208,10 @@ def specialize(graph: Graph, shapes: Sequence[tuple[int, ...] | None],
         g.descs[name] = TensorDesc(old.dtype if old else 1, tuple(int(d) for d in shape))
     for name, v in (values or {}).items():
         g.initializers[name] = v
-    for _ in range(8):
+    for _ in range(64):
         infer_graph(g, recurse=False)
-        fold_graph(g, recurse=False)
-        if not inline_constant_ifs(g):
+        folded = fold_graph(g, recurse=False)
+        if not inline_constant_ifs(g) and not folded:
             break
     if any(n.subgraphs for n in g.nodes):
         eliminate(g, top=False, recurse=False)  # subgraphs are shared: do not rename inside them

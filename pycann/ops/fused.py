@@ -31,6 +31,7 @@ from pycann.ops import activation as act_mod
 from pycann.ops.matmul import _float_matmul, _infer_matmul
 from pycann.ops.nn import conv as conv_mod
 from pycann.ops.opdef import InferContext, OpDef
+from pycann.ops.providers import GemmSpec, resolve
 from pycann.ops.providers.torch_onednn import bf16_conv_fused, bf16_matmul
 from pycann.ops.shape_utils import broadcast_shapes
 
@@ -259,7 +260,8 @@ def _attention_f32(q: np.ndarray, kt: np.ndarray, v: np.ndarray, mask: np.ndarra
     if q.ndim < 2 or kt.ndim < 2 or v.ndim < 2 or 0 in q.shape or 0 in kt.shape or 0 in v.shape:
         return None
     q = np.multiply(q, np.float32(scale)) if scale != 1.0 else q
-    s = np.matmul(q, kt)
+    mm = _provider_matmul(q, kt)
+    s = mm(q, kt)
     if mask is not None:
         if np.broadcast_shapes(s.shape, mask.shape) == s.shape:
             s += mask
@@ -272,10 +274,18 @@ def _attention_f32(q: np.ndarray, kt: np.ndarray, v: np.ndarray, mask: np.ndarra
     out_batch = np.broadcast_shapes(s.shape[:-2], v.shape[:-2])
     if int(np.prod(out_batch, dtype=np.int64)) * s.shape[-2] * v.shape[-1] > s.size:
         s /= den  # the output is the larger array (D > S, or V adds batch dims)
-        return np.matmul(s, v)
-    out = np.matmul(s, v)
+        return mm(s, v)
+    out = mm(s, v)
     out /= den
     return out
+
+
+def _provider_matmul(a: np.ndarray, b: np.ndarray) -> Any:
+    """The static table's float32 MatMul for these operands (``onednn:matmul`` when libdnnl is
+    there: in a plan running oneDNN kernels, numpy's OpenBLAS is held to one thread), as a
+    two-argument function."""
+    algo = resolve(None, lambda: GemmSpec("MatMul", tuple(a.shape), tuple(b.shape), "float32"))
+    return lambda x, y: algo.fn(x, y, None)
 
 
 def _infer_attention(ctx: InferContext) -> list[TensorDesc]:

@@ -1,9 +1,10 @@
 """Matrix-product ops (ONNX spec, Operators.md: MatMul, Gemm, MatMulInteger, QLinearMatMul,
 Einsum). The heavy lifting is ``np.matmul``/``np.einsum`` (BLAS for float32/float64).
 
-Float MatMul/Gemm go through a kernel provider (``pycann.ops.providers``) when GE's
-KernelSelection pass recorded one in the node attribute ``_algo`` (e.g. ``"torch:matmul"``);
-without it they take numpy's BLAS directly, which is the static table's choice for every shape.
+Float MatMul/Gemm go through a kernel provider (``pycann.ops.providers``): the one GE's
+KernelSelection pass recorded in the node attribute ``_algo`` (e.g. ``"onednn:matmul"``), or
+without it (shapes unknown at compile time) the static table's choice for the concrete shapes
+(float32; float64 takes numpy's BLAS directly).
 
 float16/bfloat16 products are accumulated in float32 and cast back (as ONNX Runtime does);
 integer products are computed exactly in a float type wide enough for the reduction length.
@@ -64,8 +65,9 @@ def _float_matmul(a: np.ndarray, b: np.ndarray, acc: np.dtype, attrs: Mapping[st
     """a @ b in the float dtype ``acc`` by the recorded provider algorithm (default numpy)."""
     a, b = a.astype(acc, copy=False), b.astype(acc, copy=False)
     name = attrs.get("_algo")
-    if not name:
+    if not name and acc != np.float32:
         return _nb.matmul(a, b, out)
+    # no ``_algo`` (shapes unknown at compile time): the static choice for these shapes
     return resolve(name, lambda: GemmSpec("MatMul", a.shape, b.shape, acc.name)).fn(a, b, out)
 
 
@@ -139,7 +141,7 @@ def _gemm(inputs: Sequence[Any], attrs: Mapping[str, Any], out: np.ndarray | Non
         return y
     cc = c if c is not None and beta != 0.0 else None
     name = attrs.get("_algo")
-    if not name:
+    if not name and acc != np.float32:
         return _nb.gemm(a, b, cc, alpha, beta, out)
     algo = resolve(name, lambda: GemmSpec("Gemm", a.shape, b.shape, acc.name))
     return algo.fn(a, b, cc.astype(acc, copy=False) if cc is not None else None, alpha, beta, out)

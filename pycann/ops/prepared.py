@@ -373,6 +373,32 @@ def _conv_dnnl(attrs: Mapping[str, Any], ins: Sequence[TensorDesc | None], w: np
     return onednn.bound_conv_nhwc(w, b, int(attrs.get("group", 1)), win, xs, unary, residual)  # type: ignore[no-any-return]
 
 
+def _matmul(attrs, ins, consts, outs) -> Kernel | None:  # type: ignore[no-untyped-def]
+    """MatMul / FusedMatMul with a constant float32 B chosen for ``onednn:matmul``: bound once
+    (``onednn_matmul.bound_matmul``): B packed into oneDNN's layout, a constant bias and the
+    activation as post-ops, so a call re-points two data handles and executes (~5 us of Python)."""
+    from pycann.ops import fused
+    from pycann.ops.providers import onednn, onednn_matmul
+
+    xs = _static(ins[0])
+    b = consts[1] if len(consts) > 1 else None
+    bias = consts[2] if len(consts) > 2 else None
+    if attrs.get("_algo") != "onednn:matmul" or xs is None or b is None or ins[0].dtype != 1 \
+            or b.dtype != np.float32 or not onednn.available():  # type: ignore[union-attr]
+        return None
+    if len(ins) > 2 and ins[2] is not None and (bias is None or bias.dtype != np.float32):
+        return None  # a run-time or non-float32 bias: the generic kernel adds it
+    act, al, be = fused._act(attrs)
+    unary = onednn.onednn_unary(act, al, be) if act else None
+    if act and unary is None:
+        return None  # an activation oneDNN does not run: the generic kernel applies it in numpy
+    k = onednn_matmul.bound_matmul(b, bias, xs, unary)
+    want = _static(outs[0]) if outs else None
+    if k is None or want != tuple(xs[:-1]) + (b.shape[-1],):
+        return None  # (a bias that widens the result, a 1-D B: the generic kernel)
+    return k  # type: ignore[no-any-return]
+
+
 def _conv_onednn(attrs: Mapping[str, Any], ins: Sequence[TensorDesc | None], w: np.ndarray, b: np.ndarray | None,
                  xs: tuple[int, ...], win: Any) -> Kernel | None:
     """A oneDNN channels-last conv (``torch:conv2d_nhwc``) bound once: packed weight, bias, geometry
@@ -397,6 +423,8 @@ def _conv_onednn(attrs: Mapping[str, Any], ins: Sequence[TensorDesc | None], w: 
 PREPARE: dict[tuple[str, str], Prepare] = {
     ("", "Conv"): _conv,
     ("pycann", "FusedConv"): _conv,
+    ("", "MatMul"): _matmul,
+    ("pycann", "FusedMatMul"): _matmul,
     ("", "MaxPool"): _max_pool,
     ("", "LSTM"): _lstm,
     ("", "Pad"): _pad,

@@ -290,9 +290,10 @@ def test_static_choice_with_torch(monkeypatch: pytest.MonkeyPatch) -> None:
     ("MatMul", [(128, 768), (768, 3072)], {}), ("MatMul", [(12, 128, 64), (12, 64, 128)], {}),
     ("Gemm", [(1, 2048), (1000, 2048)], {"transB": 1}), ("MatMul", [(4, 8), (8, 2)], {}),
 ])
-def test_gemm_static_choice_is_numpy(op: str, shapes: list, attrs: dict) -> None:
-    """MatMul/Gemm kernels without ``_algo`` call numpy directly: that must be the table's pick."""
-    assert providers.choose(op, shapes, attrs)[0] == "numpy"
+def test_gemm_static_choice(op: str, shapes: list, attrs: dict) -> None:
+    """float32 MatMul/Gemm go to oneDNN's matmul when libdnnl is there, else to numpy."""
+    assert providers.choose(op, shapes, attrs)[0] == ("onednn" if providers.available("onednn") else "numpy")
+    assert providers.choose(op, shapes, attrs, dtype="float64")[0] == "numpy"
 
 
 def test_measured_mode_picks_a_candidate_and_caches() -> None:
@@ -468,5 +469,6 @@ def test_static_choice_prefers_onednn_and_keeps_torch_unloaded() -> None:
     assert providers.choose("Conv", [(1, 16, 20, 20), (16, 1, 3, 3)], {"group": 16}) == ("numpy", "depthwise")  # tiny
     assert providers.choose("ConvTranspose", [(1, 8, 5, 5), (8, 4, 2, 2)], {"strides": [2, 2]}) == (
         "onednn", "conv_transpose_nhwc")
-    assert providers.choose("MatMul", [(128, 768), (768, 768)], {}) == ("numpy", "matmul")
+    assert providers.choose("MatMul", [(128, 768), (768, 768)], {}) == ("onednn", "matmul")
+    assert providers.choose("Gemm", [(1, 2048), (1000, 2048)], {"transB": 1}) == ("onednn", "gemm")
     assert providers.uses_openmp(["onednn:conv_nhwc"]) and not providers.uses_openmp(["numpy:gemm", None])

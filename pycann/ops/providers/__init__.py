@@ -166,8 +166,10 @@ STATIC_TABLE: dict[tuple[str, str], tuple[str, ...]] = {
     ("Conv", "grouped"): ("onednn:conv_nhwc", "torch:conv2d_nhwc", "torch:conv2d", "torch:conv1d", "torch:conv3d", "numpy:im2col_gemm"),
     ("Conv", "regular"): ("onednn:conv_nhwc", "torch:conv2d_nhwc", "torch:conv2d", "torch:conv1d", "torch:conv3d", "numpy:im2col_gemm"),
     ("ConvTranspose", "any"): ("onednn:conv_transpose_nhwc", "torch:conv_transpose_nhwc", "torch:conv_transpose", "numpy:col2im"),
-    ("MatMul", "any"): ("numpy:matmul", "torch:matmul"),
-    ("Gemm", "any"): ("numpy:gemm", "torch:addmm"),
+    # oneDNN's AVX-512 brgemm matmul: ~2x OpenBLAS held to AVX2 (docs/kernels.md); it hands
+    # products under 1 MFLOP to numpy itself.
+    ("MatMul", "any"): ("onednn:matmul", "numpy:matmul", "torch:matmul"),
+    ("Gemm", "any"): ("onednn:gemm", "numpy:gemm", "torch:addmm"),
 }
 # The general algorithm of each op (every spec): the last resort.
 FALLBACK = {"Conv": "numpy:im2col_gemm", "ConvTranspose": "numpy:col2im", "MatMul": "numpy:matmul", "Gemm": "numpy:gemm"}

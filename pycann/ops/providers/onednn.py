@@ -1,4 +1,5 @@
-"""The onednn provider: oneDNN's convolutions through its C API (ctypes), without torch.
+"""The onednn provider: oneDNN's convolutions (and, in ``onednn_matmul``, matmul / Gemm) through
+its C API (ctypes), without torch.
 
 Optional: needs ``libdnnl.so.3`` (the ``onednn-cpu-gomp`` wheel, or ``$PYCANN_DNNL_LIB``); see
 ``onednn_capi``. Loading it costs ~14 MB of RSS against ~180 MB for ``import torch``.
@@ -28,7 +29,7 @@ from typing import Any
 import numpy as np
 
 from pycann.ops.nn.spatial import Window
-from pycann.ops.providers import Algorithm, ConvSpec
+from pycann.ops.providers import Algorithm, ConvSpec, onednn_matmul
 from pycann.ops.providers import numpy_blas as nb
 from pycann.ops.providers import onednn_capi as capi
 
@@ -404,4 +405,5 @@ ALGORITHMS: list[Algorithm] = [
               "oneDNN C API conv, channels-last, weight packed once, bias/residual/activation post-ops"),
     Algorithm("onednn:conv_transpose_nhwc", "ConvTranspose", _transpose_spec_ok, conv_transpose_nhwc,
               "oneDNN C API deconvolution, channels-last result"),
+    *onednn_matmul.ALGORITHMS,  # MatMul / Gemm (onednn_matmul.py)
 ]

@@ -2,8 +2,8 @@
 
 Only what pycann's ``onednn`` provider needs: the CPU engine and an in-order stream, memory
 descriptors (with explicit strides for user arrays, format ``any`` where a primitive chooses),
-memory objects over numpy buffers, convolution / deconvolution forward primitives with post-ops,
-reorders, and primitive execution. Every ``dnnl_status_t`` other than success raises
+memory objects over numpy buffers, convolution / deconvolution forward and matmul primitives
+with post-ops, reorders, and primitive execution. Every ``dnnl_status_t`` other than success raises
 ``DnnlError`` naming the call. Nothing here imports torch.
 
 The library is looked up in ``$PYCANN_DNNL_LIB``, then ``<sys.prefix>/lib`` and the user base's
@@ -132,6 +132,7 @@ _SIGNATURES: dict[str, tuple[Any, ...]] = {
     "dnnl_convolution_forward_primitive_desc_create": (_PP, _P, _I, _I, _P, _P, _P, _P, Dims, Dims, Dims, Dims, _P),
     "dnnl_deconvolution_forward_primitive_desc_create": (_PP, _P, _I, _I, _P, _P, _P, _P, Dims, Dims, Dims, Dims,
                                                          _P),
+    "dnnl_matmul_primitive_desc_create": (_PP, _P, _P, _P, _P, _P, _P),
     "dnnl_reorder_primitive_desc_create": (_PP, _P, _P, _P, _P, _P),
     "dnnl_primitive_desc_query": (_P, _I, _I, _P),
     "dnnl_primitive_desc_query_md": (_P, _I, _I),
@@ -389,6 +390,19 @@ def convolution_pd(src: MemoryDesc, weights: MemoryDesc, bias: MemoryDesc | None
                              DECONVOLUTION_DIRECT if deconvolution else CONVOLUTION_DIRECT, src.handle,
                              weights.handle, None if bias is None else bias.handle, dst.handle, dims(strides),
                              dims(dilates), dims(pad_l), dims(pad_r), attr.handle), name)
+    return PrimitiveDesc(h)
+
+
+def matmul_pd(src: MemoryDesc, weights: MemoryDesc, bias: MemoryDesc | None, dst: MemoryDesc,
+              attr: Attr) -> PrimitiveDesc:
+    """Matmul primitive descriptor: ``dst = src @ weights (+ bias)`` then ``attr``'s post-ops.
+
+    All descriptors have the same rank; batch dims of size 1 broadcast (src/weights), bias dims
+    of size 1 broadcast against ``dst``."""
+    h = _P()
+    check(load().dnnl_matmul_primitive_desc_create(ctypes.byref(h), _engine, src.handle, weights.handle,
+                                                   None if bias is None else bias.handle, dst.handle, attr.handle),
+          "dnnl_matmul_primitive_desc_create")
     return PrimitiveDesc(h)
 
 
