@@ -86,6 +86,19 @@ def _act(attrs: Mapping[str, Any]) -> tuple[str, float, float]:
     return attrs.get("activation", ""), float(attrs.get("act_alpha", 0.0)), float(attrs.get("act_beta", 0.0))
 
 
+def post_affine(attrs: Mapping[str, Any]) -> tuple[float, float] | None:
+    """FusedConv's scale/shift applied after the activation (``y * post_scale + post_shift``), or None."""
+    s, t = float(attrs.get("post_scale", 1.0)), float(attrs.get("post_shift", 0.0))
+    return None if (s, t) == (1.0, 0.0) else (s, t)
+
+
+def _apply_affine(y: np.ndarray, aff: tuple[float, float] | None) -> np.ndarray:
+    if aff is not None:
+        y *= y.dtype.type(aff[0])
+        y += y.dtype.type(aff[1])
+    return y
+
+
 _BF16 = np.dtype(ml_dtypes.bfloat16)
 
 
@@ -108,7 +121,7 @@ def _conv_inputs(inputs: Sequence[Any]) -> list[Any]:
 def _k_fused_conv(inputs: Sequence[Any], attrs: Mapping[str, Any]) -> list[np.ndarray]:
     """Conv (ONNX Conv) -> += Z (residual, optional input 3) -> activation, in place on Conv's output."""
     name = attrs.get("activation", "")
-    if inputs[0].dtype == _BF16 and inputs[1].dtype == _BF16 and name in ("", "Relu") \
+    if inputs[0].dtype == _BF16 and inputs[1].dtype == _BF16 and name in ("", "Relu") and post_affine(attrs) is None \
             and not str(attrs.get("_algo") or "").startswith("numpy:"):
         # bf16 conv + residual + relu in oneDNN, staying bf16 between layers
         y = _bf16_fused(inputs, attrs, name == "Relu")
@@ -138,10 +151,13 @@ def _conv_epilogue(inputs: Sequence[Any], attrs: Mapping[str, Any], out: np.ndar
     post-ops), then any other activation in place."""
     z = inputs[3] if len(inputs) > 3 else None
     name, a, b = _act(attrs)
-    y, done = conv_mod.conv_act(_conv_inputs(inputs), attrs, out, residual=z, relu=name == "Relu",
-                                act=(name, a, b) if name else None)
-    if name != "Relu" and not done:
-        apply_activation(y, name, a, b)
+    aff = post_affine(attrs)
+    y, done = conv_mod.conv_act(_conv_inputs(inputs), attrs, out, residual=z, relu=name == "Relu" and aff is None,
+                                act=(name, a, b) if name else None, affine=aff)
+    if not done:
+        if name != "Relu" or aff is not None:
+            apply_activation(y, name, a, b)
+        _apply_affine(y, aff)
     return y
 
 
@@ -381,7 +397,7 @@ def _infer_chain(ctx: InferContext) -> list[TensorDesc]:
 
 
 _CONV_ATTRS = {"auto_pad": "NOTSET", "dilations": [], "group": 1, "kernel_shape": [], "pads": [], "strides": [],
-               "activation": "", "act_alpha": 0.0, "act_beta": 0.0}
+               "activation": "", "act_alpha": 0.0, "act_beta": 0.0, "post_scale": 1.0, "post_shift": 0.0}
 _ACT_ATTRS = {"activation": "", "act_alpha": 0.0, "act_beta": 0.0}
 
 OPS: list[OpDef] = [

@@ -166,6 +166,8 @@ def _conv(attrs, ins, consts, outs) -> Kernel | None:  # type: ignore[no-untyped
     if len(ins) > 2 and ins[2] is not None and b is None:
         return None
     algo = attrs.get("_algo") or ""
+    if fused.post_affine(attrs) is not None and algo != "onednn:conv_nhwc":
+        return None  # the generic kernel applies the scale/shift after the activation
     if algo == "torch:conv2d_nhwc":
         return _conv_onednn(attrs, ins, w, b, xs, conv_window(xs, ws, attrs))
     if algo == "onednn:conv_nhwc":
@@ -363,9 +365,13 @@ def _conv_dnnl(attrs: Mapping[str, Any], ins: Sequence[TensorDesc | None], w: np
             or (b is not None and b.dtype != np.float32):
         return None
     act, al, be = fused._act(attrs)
-    unary = onednn.onednn_unary(act, al, be) if act else None
+    unary: Any = onednn.onednn_unary(act, al, be) if act else None
     if act and unary is None:
         return None  # an activation oneDNN does not run: the generic kernel applies it in numpy
+    aff = fused.post_affine(attrs)
+    if aff is not None:
+        lin = (onednn.E["linear"], aff[0], aff[1])
+        unary = lin if unary is None else (unary, lin)
     residual = len(ins) > 3 and ins[3] is not None
     out_shape = (xs[0], w.shape[0]) + tuple(win.out)
     if residual and (_static(ins[3]) != out_shape or ins[3].dtype != 1):  # type: ignore[union-attr]
@@ -389,9 +395,13 @@ def _matmul(attrs, ins, consts, outs) -> Kernel | None:  # type: ignore[no-untyp
     if len(ins) > 2 and ins[2] is not None and (bias is None or bias.dtype != np.float32):
         return None  # a run-time or non-float32 bias: the generic kernel adds it
     act, al, be = fused._act(attrs)
-    unary = onednn.onednn_unary(act, al, be) if act else None
+    unary: Any = onednn.onednn_unary(act, al, be) if act else None
     if act and unary is None:
         return None  # an activation oneDNN does not run: the generic kernel applies it in numpy
+    aff = fused.post_affine(attrs)
+    if aff is not None:
+        lin = (onednn.E["linear"], aff[0], aff[1])
+        unary = lin if unary is None else (unary, lin)
     k = onednn_matmul.bound_matmul(b, bias, xs, unary)
     want = _static(outs[0]) if outs else None
     if k is None or want != tuple(xs[:-1]) + (b.shape[-1],):

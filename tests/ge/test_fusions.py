@@ -177,6 +177,45 @@ def test_decomposed_hardswish_fuses_into_conv(last: str) -> None:
     _check(m, {"x": _f32(1, 8, 24, 24) * 3}, {"FusedConv": 1}, absent=("Clip", "Div"), rtol=1e-4, atol=1e-4)
 
 
+@pytest.mark.parametrize("providers_env", ["numpy", ""])
+@pytest.mark.parametrize("steps", [("Mul", "Add"), ("Mul",), ("Add",)])
+def test_scalar_affine_after_activation_fuses_into_conv(steps: tuple, providers_env: str,
+                                                        monkeypatch: pytest.MonkeyPatch) -> None:
+    """PP-LCNetV3: conv -> HardSwish -> Mul(scalar) -> Add(scalar) becomes one FusedConv with
+    post_scale/post_shift (a oneDNN ``linear`` post-op, or numpy after the activation)."""
+    from pycann.ops import providers
+
+    if providers_env:
+        monkeypatch.setenv("PYCANN_PROVIDERS", providers_env)
+    else:
+        monkeypatch.delenv("PYCANN_PROVIDERS", raising=False)
+    providers.reset()
+    nodes = [helper.make_node("HardSwish", ["c"], ["h"])]
+    cur = "h"
+    for i, op in enumerate(steps):
+        nxt = "y" if i == len(steps) - 1 else f"t{i}"
+        nodes.append(helper.make_node(op, [cur, "s" if op == "Mul" else "d"], [nxt]))
+        cur = nxt
+    # 9.4 MFLOP: above TINY_FLOPS, so the oneDNN provider (when present) computes it
+    m = _conv_then(nodes, [_c("s", np.float32(0.7)), _c("d", np.float32(-0.3))], x_shape=(1, 16, 32, 32), m=32)
+    cm = compile_model(m)
+    fused = [n for n in cm.graph.nodes if n.op_type == "FusedConv"]
+    assert [n.op_type for n in cm.graph.nodes] == ["FusedConv"]
+    assert fused[0].attrs["_algo"].startswith("numpy:" if providers_env else ("onednn:", "torch:", "numpy:"))
+    assert fused[0].attrs.get("post_scale", 1.0) == pytest.approx(0.7 if "Mul" in steps else 1.0)
+    assert fused[0].attrs.get("post_shift", 0.0) == pytest.approx(-0.3 if "Add" in steps else 0.0)
+    _check(m, {"x": _f32(1, 16, 32, 32) * 3}, rtol=1e-4, atol=1e-4)
+    providers.reset()
+
+
+def test_per_channel_mul_after_activation_is_not_a_post_affine() -> None:
+    nodes = [helper.make_node("Relu", ["c"], ["h"]), helper.make_node("Mul", ["h", "s"], ["y"])]
+    m = _conv_then(nodes, [_c("s", _f32(1, 4, 1, 1))])
+    cm = compile_model(m)
+    assert not any("post_scale" in n.attrs for n in cm.graph.nodes)
+    _check(m, {"x": _f32(1, 3, 6, 6)})
+
+
 def test_hardswish_with_other_bounds_is_not_fused_as_hardswish() -> None:
     consts = [_c("three", np.float32(3)), _c("zero", np.float32(0)), _c("six", np.float32(5)),
               _c("sixth", np.float32(1 / 6))]

@@ -3,7 +3,9 @@
 Pattern: a Conv whose output has one reader; optionally an Add with another operand that
 broadcasts into the conv output without enlarging it (a residual branch or a per-channel
 bias); optionally an activation (Relu, Clip with constant bounds, Sigmoid, HardSigmoid,
-HardSwish, LeakyRelu, Tanh, or Swish written as Mul(y, Sigmoid(y))).
+HardSwish, LeakyRelu, Tanh, or Swish written as Mul(y, Sigmoid(y))); after an activation,
+optionally a Mul and/or Add of scalar constants (``post_scale``, ``post_shift``: one more
+oneDNN post-op, ``linear``).
 Check: single readers along the chain, known shapes for the residual, constant Clip bounds.
 Rewrite: one FusedConv whose kernel adds the residual and applies the activation in place.
 """
@@ -87,6 +89,41 @@ def match_activation(ix: GraphIndex, value: str) -> tuple[list[Node], str, float
     return [a], a.op_type, 0.0, 0.0, a.outputs[0]
 
 
+def _post_affine(ix: GraphIndex, value: str) -> tuple[list[Node], float, float, str] | None:
+    """Mul by a scalar constant and/or Add of one after the activation (PP-LCNetV3's learnable
+    affine block behind its HardSwish): (nodes, scale, shift, output) or None."""
+    nodes: list[Node] = []
+    scale, shift, out = 1.0, 0.0, value
+    for op in ("Mul", "Add"):
+        nxt = ix.sole_consumer(out)
+        if not is_op(nxt, op) or nxt is None:
+            continue
+        other = ix.other_input(nxt, out)
+        c = ix.const(other) if other else None
+        d = ix.desc(out)
+        if c is None or c.size != 1 or c.dtype.kind != "f" or d is None or c.dtype != _np_dtype(d):
+            break
+        if c.ndim > len(d.shape or ()):
+            break  # would enlarge the rank
+        v = float(c.reshape(-1)[0])
+        if op == "Mul":
+            scale = v
+        else:
+            shift = v
+        nodes.append(nxt)
+        out = nxt.outputs[0]
+    return (nodes, scale, shift, out) if nodes else None
+
+
+def _np_dtype(d: object) -> object:
+    from pycann.dtypes import to_numpy
+
+    try:
+        return to_numpy(d.dtype)  # type: ignore[attr-defined]
+    except (KeyError, ValueError, TypeError):
+        return None
+
+
 def _residual(ix: GraphIndex, conv: Node, add: Node) -> str | tuple[str, str]:
     """(other operand, reason '') if Add(conv_out, z) can be done in place on conv_out."""
     y = conv.outputs[0]
@@ -135,11 +172,19 @@ def fuse(g: Graph) -> tuple[int, list[str]]:
         else:
             nodes, act_name, alpha, beta, out = act
             matched.extend(nodes)
+        scale, shift = 1.0, 0.0
+        if act_name:
+            aff = _post_affine(ix, out)
+            if aff is not None:
+                matched.extend(aff[0])
+                scale, shift, out = aff[1], aff[2], aff[3]
         if rw.taken(*matched):
             continue
         bias = conv.inputs[2] if len(conv.inputs) > 2 else ""
         attrs = dict(conv.attrs)
         attrs.update(activation=act_name, act_alpha=alpha, act_beta=beta)
+        if (scale, shift) != (1.0, 0.0):
+            attrs.update(post_scale=scale, post_shift=shift)
         fused = Node("FusedConv", [conv.inputs[0], conv.inputs[1], bias, z], [out], attrs,
                      name=f"{conv.name}_fused", domain=DOMAIN, opset=1)
         rw.replace(matched, [fused])

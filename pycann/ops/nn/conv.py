@@ -98,15 +98,17 @@ def _conv(inputs: Sequence[Any], attrs: Mapping[str, Any], out: np.ndarray | Non
 
 def conv_act(inputs: Sequence[Any], attrs: Mapping[str, Any], out: np.ndarray | None = None, *,
              residual: np.ndarray | None = None, relu: bool = False,
-             act: tuple[str, float, float] | None = None) -> tuple[np.ndarray, bool]:
+             act: tuple[str, float, float] | None = None,
+             affine: tuple[float, float] | None = None) -> tuple[np.ndarray, bool]:
     """Conv (spec: Conv-11/22): Y = X (*) W + B with strides, dilations, pads and groups.
 
     The kernel is the provider algorithm named by ``attrs["_algo"]`` (else the static choice).
     The result lands in ``out`` when it has the compute dtype (float32/float64) and is
     C-contiguous; the returned array is then a view of it. ``residual`` (added after the bias)
     and ``relu`` are optional epilogues, applied by the provider when it can fuse them.
-    ``act`` (name, alpha, beta of a FusedConv activation) is applied too when the provider can
-    run it as a post-op; the flag returned says whether it was (else the caller applies it).
+    ``act`` (name, alpha, beta of a FusedConv activation) and then ``affine`` (scale, shift)
+    are applied too when the provider can run them as post-ops; the flag returned says whether
+    they were (else the caller applies both).
     """
     x, w = inputs[0], inputs[1]
     b = inputs[2] if len(inputs) > 2 else None
@@ -132,10 +134,12 @@ def conv_act(inputs: Sequence[Any], attrs: Mapping[str, Any], out: np.ndarray | 
             algo = resolve("numpy:im2col_gemm", lambda: ConvSpec("Conv", x.shape, w.shape, group, win, win.out,
                                                                  cd.name))
         post = _POST_OPS.get(algo.name)
-        if act is not None and post is not None:
+        if act is not None and post is not None and (affine is None or algo.provider == "onednn"):
             mod = post()
             if mod.native(xc, wc, win):
                 unary = mod.onednn_unary(*act)
+                if unary is not None and affine is not None:
+                    unary = (unary, (mod.E["linear"], affine[0], affine[1]))  # a chain of eltwise post-ops
                 if unary is not None:
                     return algo.fn(xc, wc, bc, group, win, out, residual=residual, unary=unary), True
         if algo.provider in ("torch", "onednn") and (residual is not None or relu):

@@ -35,6 +35,8 @@ from pycann.ops.providers import onednn_capi as capi
 
 # A oneDNN eltwise post-op: (dnnl_alg_kind_t value, alpha, beta).
 Unary = tuple[int, float, float]
+# A chain of them (activation, then e.g. ``linear`` for a scale/shift after it), applied in order.
+Unaries = tuple[Unary, ...]
 E = capi.ELTWISE
 RELU: Unary = (E["relu"], 0.0, 0.0)
 
@@ -68,11 +70,22 @@ def onednn_unary(act: str, alpha: float, beta: float) -> Unary | None:
     return None
 
 
-def _numpy_unary(y: np.ndarray, u: Unary) -> np.ndarray:
+def _chain(unary: Unary | Unaries | None) -> Unaries:
+    """``unary`` as a tuple of eltwise post-ops (a single one, a chain, or none)."""
+    if unary is None:
+        return ()
+    return unary if isinstance(unary[0], tuple) else (unary,)  # type: ignore[return-value]
+
+
+def _numpy_unary(y: np.ndarray, u: Unary | Unaries) -> np.ndarray:
     """``u`` applied in numpy, in place (the fallback path for shapes oneDNN is not given)."""
     from pycann.ops.activation import gelu_erf_
 
-    alg, a, b = u
+    if isinstance(u[0], tuple):
+        for one in u:
+            _numpy_unary(y, one)  # type: ignore[arg-type]
+        return y
+    alg, a, b = u  # type: ignore[misc]
     with np.errstate(over="ignore"):
         if alg == E["relu"]:
             np.copyto(y, np.where(y > 0, y, y * np.float32(a)))
@@ -90,6 +103,9 @@ def _numpy_unary(y: np.ndarray, u: Unary) -> np.ndarray:
             np.clip(y, a, b, out=y)
         elif alg == E["gelu_erf"]:
             gelu_erf_(y)
+        elif alg == E["linear"]:
+            y *= np.float32(a)
+            y += np.float32(b)
         else:
             raise ValueError(f"no numpy form for oneDNN eltwise {alg:#x}")
     return y
@@ -147,7 +163,7 @@ class _Plan:
     """One oneDNN (de)convolution for fixed shapes, weight, geometry and post-ops, ready to run."""
 
     def __init__(self, x_shape: tuple[int, ...], w: np.ndarray, with_bias: bool, group: int, win: Window,
-                 out_sp: tuple[int, ...], transpose: bool, unary: Unary | None, residual: bool) -> None:
+                 out_sp: tuple[int, ...], transpose: bool, unary: Unary | Unaries | None, residual: bool) -> None:
         n, c = x_shape[0], x_shape[1]
         m = w.shape[1] * group if transpose else w.shape[0]
         self.y_shape = (n, m) + tuple(out_sp)
@@ -173,7 +189,7 @@ class _Plan:
         else:
             pad_r = list(win.pads_end)
         geo = (win.strides, [d - 1 for d in win.dilations], win.pads_begin, pad_r)
-        eltwise = [("eltwise", *unary)] if unary is not None else []
+        eltwise = [("eltwise", *u) for u in _chain(unary)]
         self.mode = "binary" if residual else ""
 
         def make() -> capi.PrimitiveDesc:
@@ -249,7 +265,7 @@ _plans: dict[tuple[Any, ...], _Plan | None] = {}
 
 
 def _plan(x_shape: tuple[int, ...], w: np.ndarray, with_bias: bool, group: int, win: Window,
-          out_sp: tuple[int, ...], transpose: bool, unary: Unary | None, residual: bool) -> _Plan | None:
+          out_sp: tuple[int, ...], transpose: bool, unary: Unary | Unaries | None, residual: bool) -> _Plan | None:
     key = (id(w), _ptr(w), w.shape, w.strides, x_shape, with_bias, group, win, out_sp, transpose, unary, residual)
     if key in _plans:
         return _plans[key]
@@ -278,14 +294,14 @@ def _deliver(y: np.ndarray, out: np.ndarray | None) -> np.ndarray:
 
 def conv_nhwc(x: np.ndarray, w: np.ndarray, b: np.ndarray | None, group: int, win: Window,
               out: np.ndarray | None = None, *, residual: np.ndarray | None = None, relu: bool = False,
-              unary: Unary | None = None) -> np.ndarray:
+              unary: Unary | Unaries | None = None) -> np.ndarray:
     """Conv (ONNX semantics, any pads) in oneDNN; result channels-last (or copied into ``out``).
 
     ``residual`` is added after the bias, then ``unary`` (from ``onednn_unary``; else ReLU when
     ``relu``) is applied, all as post-ops. Non-float32 or empty inputs, or other ranks, go to
     the numpy provider with the same epilogue in numpy.
     """
-    post = unary if unary is not None else RELU if relu else None
+    post: Unary | Unaries | None = unary if unary is not None else RELU if relu else None
     p = _plan(tuple(x.shape), w, b is not None, group, win, tuple(win.out), False, post, residual is not None) \
         if native(x, w, win) else None
     if p is None:
@@ -320,7 +336,7 @@ def conv_transpose_nhwc(x: np.ndarray, w: np.ndarray, b: np.ndarray | None, grou
 
 
 def bound_conv_nhwc(w: np.ndarray, b: np.ndarray | None, group: int, win: Window, x_shape: tuple[int, ...],
-                    unary: Unary | None, residual: bool) -> Any:
+                    unary: Unary | Unaries | None, residual: bool) -> Any:
     """``conv_nhwc`` for one static signature as a plan kernel ``k(inputs, attrs, out=None) -> [y]``
     (``inputs``: x, w, b[, residual]; float32): primitive, packed weight and bias memory built
     once, so a call re-points the data handles and executes. With ``out`` (the executor's arena
