@@ -29,6 +29,7 @@ from pycann.profiler import hooks
 # (kernel, input slots, output slots, attrs, slots to release, kind, arena binding index)
 Step = tuple[Callable[..., Any], tuple[int, ...], tuple[int, ...], dict[str, Any], tuple[int, ...], int, int]
 NORMAL, SCOPED, ARENA = 0, 1, 2
+_RELEASE_EVERY = 16 << 20  # bytes of packed weights between two releases of the mapped .om pages
 # (arena offset, dtype, logical shape, stored channels-last)
 ViewSpec = tuple[int, np.dtype, tuple[int, ...], bool]
 
@@ -55,7 +56,8 @@ class Plan:
     outputs into one arena allocated once; concurrent runs each take an arena from a pool.
     """
 
-    def __init__(self, graph: Graph, outer_names: Sequence[str] = (), memory: MemoryPlan | None = None) -> None:
+    def __init__(self, graph: Graph, outer_names: Sequence[str] = (), memory: MemoryPlan | None = None,
+                 release: Callable[[], None] | None = None) -> None:
         self.graph = graph
         slots: dict[str, int] = {"": 0}  # slot 0 swallows omitted outputs
 
@@ -74,6 +76,7 @@ class Plan:
         self._arena_lock = threading.Lock()
         self.nodes = list(graph.nodes)
         self.subplans: dict[int, dict[str, Plan]] = {}
+        packed = 0  # constant bytes bound into prepared kernels since the last page release
         for idx, n in enumerate(graph.nodes):
             op = lookup(n.op_type, n.domain, n.opset, n.label())
             attrs = op.with_defaults(n.attrs, f"node {n.label()}")
@@ -91,9 +94,13 @@ class Plan:
             prep = PREPARE.get((n.domain, n.op_type)) if memory is not None else None
             bound = None
             if prep is not None:
-                bound = prep(attrs, [graph.descs.get(i) if i else None for i in n.inputs],
-                             [graph.initializers.get(i) if i else None for i in n.inputs],
+                node_consts = [graph.initializers.get(i) if i else None for i in n.inputs]
+                bound = prep(attrs, [graph.descs.get(i) if i else None for i in n.inputs], node_consts,
                              [graph.descs.get(o) if o else None for o in n.outputs])
+                packed += sum(c.nbytes for c in node_consts if bound is not None and isinstance(c, np.ndarray))
+                if release is not None and packed >= _RELEASE_EVERY:
+                    release()
+                    packed = 0
             # a prepared kernel that can write into given outputs (``writes_out``) gets the arena too
             into = op.out_kernel if bound is None else bound if getattr(bound, "writes_out", False) else None
             if into is not None and memory is not None and not op.scoped and n.outputs \
@@ -366,6 +373,9 @@ class Executor:
         self._control: dict[int, set[Any] | None] = {
             i: set() for i, name in enumerate(graph.inputs) if _is_control(graph.descs.get(name))
         }
+        # called while planning, after kernels packed big constant weights (LoadedModel: drop
+        # the mapped .om pages of the originals, so peak RSS does not hold both copies)
+        self.release_pages: Callable[[], None] | None = None
 
     def _signature(self, feeds: Sequence[Any]) -> tuple[Signature, dict[str, np.ndarray]]:
         # sequence (list) and empty optional (None) feeds do not specialise: their descs stay as compiled
@@ -404,7 +414,8 @@ class Executor:
             if hit is None:
                 shapes = [tuple(x.shape) if isinstance(x, np.ndarray) else None for x in feeds]
                 g = self._specialize(self.graph, shapes, values)
-                hit = (Plan(g, memory=plan_memory(g, only=arena_candidates(g))), plan_memory(g))
+                hit = (Plan(g, memory=plan_memory(g, only=arena_candidates(g)), release=self.release_pages),
+                       plan_memory(g))
                 self._cache[sig] = hit
                 while len(self._cache) > self._cache_size:
                     self._cache.popitem(last=False)
@@ -414,6 +425,10 @@ class Executor:
         """Run with inputs in graph-input order; returns outputs in graph-output order."""
         plan, _ = self.plan_for(feeds)
         return plan.run(feeds)
+
+    def cache_len(self) -> int:
+        """How many specialised plans are cached (grows when a new input signature is planned)."""
+        return len(self._cache)
 
 
 def _is_control(d: Any) -> bool:

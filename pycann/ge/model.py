@@ -9,7 +9,7 @@ from __future__ import annotations
 import math
 import os
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
@@ -98,6 +98,7 @@ class LoadedModel:
         self.aipp: list[dict[str, Any]] = list(self.manifest.get("aipp", []))
         self._dyn_aipp = DynamicAipp(self.aipp) if any(e.get("mode") == "dynamic" for e in self.aipp) else None
         n_gears = len(self.gears.profiles) if self.gears else 0
+        self._release_pages: Callable[[], None] | None = None  # set by from_file (mapped .om weights)
         keep_freed_memory()  # the CPU device keeps freed host memory for the next run (no page faults)
         self.executor = Executor(graph, specialize, cache_size=max(16, n_gears + 4))
         if precompile and self.gears is not None:
@@ -114,7 +115,9 @@ class LoadedModel:
         from pycann.ge.om import load_om
 
         om = load_om(p)
-        return cls(om.graph, om.manifest, p)
+        model = cls(om.graph, om.manifest, p)
+        model._release_pages = model.executor.release_pages = om.release_pages
+        return model
 
     @classmethod
     def from_compiled(cls, cm: CompiledModel) -> LoadedModel:
@@ -182,7 +185,12 @@ class LoadedModel:
 
     def run(self, feeds: Sequence[Any]) -> list[np.ndarray]:
         """Run with inputs in model order; returns outputs in model order."""
+        plans = self.executor.cache_len()
         outs = self.executor.run(self.check_feeds(feeds))
+        if self._release_pages is not None and self.executor.cache_len() != plans:
+            # a new plan packed its weights (oneDNN layouts): the mapped originals can leave
+            # the resident set; pages numpy kernels still read come back on the next run
+            self._release_pages()
         # Never hand out the model's own constant memory (read-only, shared between runs).
         return [_owned(o) for o in outs]
 

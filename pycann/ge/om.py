@@ -50,6 +50,7 @@ import os
 import struct
 import uuid
 import zlib
+from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
@@ -86,6 +87,10 @@ class OmModel:
     manifest: dict[str, Any]
     weights_bytes: int
     path: Path | None = None
+    # Drops the mapped weight pages from this process's resident memory (they are re-read from
+    # the page cache on next use): after the CRC pass and once kernels have packed their
+    # weights. None for ``loads_om``.
+    release_pages: Callable[[], None] | None = None
 
 
 @dataclass(frozen=True)
@@ -295,13 +300,32 @@ def load_om(path: str | Path, *, verify: bool = True) -> OmModel:
         h = _parse_header(f.read(HEADER_SIZE), os.fstat(f.fileno()).st_size, what)
         mm = mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ)  # stays valid after f closes
     try:
-        return _load(mm, h, what, verify, path)
+        om = _load(mm, h, what, verify, path)
     except BaseException:
         try:
             mm.close()
         except BufferError:  # some arrays already view it; the GC will unmap
             pass
         raise
+    om.release_pages = _releaser(mm)
+    om.release_pages()  # the CRC pass touched every page: a 440 MB model would stay resident
+    return om
+
+
+def _releaser(mm: mmap.mmap) -> Callable[[], None]:
+    """``madvise(MADV_DONTNEED)`` over a read-only file mapping: the pages leave the resident set
+    and are faulted back from the page cache when read again (Linux; elsewhere a no-op)."""
+    advice = getattr(mmap, "MADV_DONTNEED", None)
+
+    def release() -> None:
+        if advice is None or mm.closed:
+            return
+        try:
+            mm.madvise(advice)
+        except (OSError, ValueError):  # pragma: no cover - platform without madvise support
+            pass
+
+    return release
 
 
 def loads_om(data: bytes, *, verify: bool = True) -> OmModel:

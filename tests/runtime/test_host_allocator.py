@@ -41,10 +41,14 @@ def test_loading_a_conv_model_with_onednn_does_not_import_torch(tmp_path: object
         from onnx import helper, TensorProto, numpy_helper
         import pycann
         w = np.random.default_rng(0).standard_normal((32, 16, 3, 3)).astype(np.float32)
-        g = helper.make_graph([helper.make_node("Conv", ["x", "w"], ["y"], pads=[1, 1, 1, 1])], "g",
+        w2 = np.random.default_rng(1).standard_normal((2, 32, 1, 1)).astype(np.float32)
+        # a big conv (oneDNN) and a tiny one (numpy): the one-pool rule looks for alternatives,
+        # which must not probe (import) torch
+        g = helper.make_graph([helper.make_node("Conv", ["x", "w"], ["c"], pads=[1, 1, 1, 1]),
+                               helper.make_node("Conv", ["c", "w2"], ["y"], strides=[8, 8])], "g",
                               [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 16, 32, 32])],
                               [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)],
-                              [numpy_helper.from_array(w, "w")])
+                              [numpy_helper.from_array(w, "w"), numpy_helper.from_array(w2, "w2")])
         m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
         from pycann.ge.compiler import compile_model
         from pycann.ge.model import LoadedModel
@@ -55,4 +59,4 @@ def test_loading_a_conv_model_with_onednn_does_not_import_torch(tmp_path: object
     """)
     env = {k: v for k, v in os.environ.items() if k != "PYCANN_PROVIDERS"}
     out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, env=env, check=True)
-    assert out.stdout.strip() == "['onednn:conv_nhwc'] False", out.stdout + out.stderr
+    assert out.stdout.strip() == "['onednn:conv_nhwc', 'onednn:conv_nhwc'] False", out.stdout + out.stderr

@@ -88,7 +88,7 @@ def _collect(g: Graph, mode: str, out: list[Choice], skipped: Counter[str]) -> N
         algo = select(spec, mode, w)
         if algo.name.endswith(PACKED) and (w is None or w.dtype.name != spec.dtype):
             # a prepacked weight is cached per weight array: only for constant, compute-dtype weights
-            algo = next(a for a in candidates(spec) if not a.name.endswith(PACKED))
+            algo = next(a for a in candidates(spec, {algo.provider, "numpy"}) if not a.name.endswith(PACKED))
         out.append((n, n.op_type, spec, algo))
 
 
@@ -107,7 +107,7 @@ def one_pool(choices: list[Choice]) -> int:
     for i, (n, op, spec, algo) in enumerate(choices):
         if algo.provider == major:
             continue
-        alt = next((a for a in candidates(spec) if a.provider == major), None)
+        alt = next((a for a in candidates(spec, {major}) if a.provider == major), None)
         if alt is not None:
             choices[i] = (n, op, spec, alt)
             moved += 1

@@ -275,11 +275,15 @@ def reset() -> None:
     _static_choice.cache_clear()
 
 
-def candidates(spec: OpSpec) -> list[Algorithm]:
-    """Available algorithms supporting ``spec``: the static preference first, then the rest."""
-    names = list(STATIC_TABLE.get((spec.op_type, shape_class(spec)), ()))
+def candidates(spec: OpSpec, only: set[str] | None = None) -> list[Algorithm]:
+    """Available algorithms supporting ``spec``: the static preference first, then the rest.
+
+    ``only``: look at these providers alone (others are not even probed, so asking for an
+    alternative on the numpy or onednn provider never imports torch)."""
+    names = [n for n in STATIC_TABLE.get((spec.op_type, shape_class(spec)), ())
+             if only is None or n.split(":", 1)[0] in only]
     for p in PROVIDERS:
-        if available(p):
+        if (only is None or p in only) and available(p):
             names += [a.name for a in provider_algorithms(p) if a.op_type == spec.op_type]
     out: list[Algorithm] = []
     for n in dict.fromkeys(names):
