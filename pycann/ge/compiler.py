@@ -10,17 +10,15 @@ import os
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
-import onnx
 
 import pycann
 from pycann.dtypes import Dim, TensorDesc
 from pycann.errors import OptionError
 from pycann.ge import gears
 from pycann.ge.aipp.config import load_aipp_config
-from pycann.ge.importers.onnx import load_onnx
 from pycann.ge.ir import Graph, Node
 from pycann.ge.options import CompileOptions, dims_to_desc_shape
 from pycann.ge.passes import insert_aipp, precision
@@ -32,6 +30,9 @@ from pycann.ge.passes.inline_if import inline_constant_ifs
 from pycann.ge.pipelines import SPECIALIZE_PIPELINE, run_pipeline
 from pycann.ge.planning.memory import plan_memory
 from pycann.ge.precision_config import settings_from_options
+
+if TYPE_CHECKING:  # onnx (and protobuf, ~20 MB) load only when a model is compiled, not to run an .om
+    import onnx
 
 
 @dataclass
@@ -143,6 +144,8 @@ def compile_model(
     Raises ``ModelError`` (bad model), ``UnsupportedOpError`` (E19010), ``ShapeError``,
     ``OptionError`` (bad option values).
     """
+    from pycann.ge.importers.onnx import load_onnx
+
     options = options or CompileOptions()
     say = log or (lambda line: None)
     precision_settings = settings_from_options(options, say)  # option errors before any work

@@ -3,10 +3,11 @@
 
 from __future__ import annotations
 
+import os
 import time
 from collections.abc import Callable
+from typing import Any
 
-from pycann.ge import export
 from pycann.ge.ir import Graph, verify
 from pycann.ge.passes import (
     cancel_transpose,
@@ -77,11 +78,21 @@ SPECIALIZE_PIPELINE: list[tuple[str, PassFn]] = [
 REQUIRED_PASSES = {infer_shapes.name, precision.name}
 
 
+def _dumper() -> Any:
+    """``export.pipeline_dumper()`` when ``DUMP_GE_GRAPH`` asks for dumps; the export module (and
+    onnx, ~20 MB) is imported only then, so running an .om never loads onnx."""
+    if os.environ.get("DUMP_GE_GRAPH", "").strip() not in ("1", "2", "3"):
+        return None
+    from pycann.ge import export
+
+    return export.pipeline_dumper()
+
+
 def run_pipeline(graph: Graph, ctx: PassContext, pipeline: list[tuple[str, PassFn]] | None = None) -> Graph:
     """Run ``pipeline`` (default ``COMPILE_PIPELINE``); logs one line per pass to ``ctx.log``.
     With ``DUMP_GE_GRAPH`` set, writes the graph around each pass (``ge/export.py``)."""
     disabled = set(ctx.options.get("disabled_passes", ()))
-    dump = export.pipeline_dumper()
+    dump = _dumper()
     for name, fn in pipeline or COMPILE_PIPELINE:
         if name in disabled and name not in REQUIRED_PASSES:
             ctx.log(f"[{name}] off (fusion switch)")

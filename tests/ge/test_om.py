@@ -371,3 +371,21 @@ def test_release_pages_drops_weights_from_rss_and_keeps_values(tmp_path: Path) -
     assert touched - before > 48 << 10 and touched - after > 48 << 10, (before, touched, after)
     assert float(w.sum(dtype=np.float64)) == total == float(big.sum(dtype=np.float64))
     assert loads_om(path.read_bytes()).release_pages is None
+
+
+def test_running_an_om_does_not_import_onnx(tmp_path: Path) -> None:
+    """onnx and protobuf (~20 MB of RSS) load only to compile; an .om runs without them."""
+    import subprocess
+    import sys
+
+    g = Graph(nodes=[Node("Relu", ["x"], ["y"], opset=14)], inputs=["x"], outputs=["y"], opsets={"": 14})
+    g.descs["x"] = TensorDesc(DType.FLOAT, (2, 3))
+    g.descs["y"] = TensorDesc(DType.FLOAT, (2, 3))
+    path = tmp_path / "relu.om"
+    save_om(path, g, {})
+    code = ("import sys, numpy as np\nfrom pycann.acl.session import InferSession\n"
+            f"s = InferSession(0, {str(path)!r})\n"
+            "y = s.infer([np.array([[-1, 2, -3], [4, -5, 6]], np.float32)])[0]\n"
+            "print(y.tolist(), 'onnx' in sys.modules)")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert out.stdout.strip() == "[[0.0, 2.0, 0.0], [4.0, 0.0, 6.0]] False", out.stdout + out.stderr
