@@ -354,24 +354,35 @@ def _max_pool(attrs, ins, consts, outs) -> Kernel | None:  # type: ignore[no-unt
     return kernel
 
 
+def _dnnl_post_ops(attrs: Mapping[str, Any]) -> tuple[bool, Any]:
+    """(False, None) when oneDNN cannot run the node's activation, else (True, the eltwise
+    post-op chain for ``onednn``: activation then the FusedConv ``post_scale``/``post_shift``)."""
+    from pycann.ops import fused
+    from pycann.ops.providers import onednn
+
+    act, al, be = fused._act(attrs)
+    unary: Any = onednn.onednn_unary(act, al, be) if act else None
+    if act and unary is None:
+        return False, None
+    aff = fused.post_affine(attrs)
+    if aff is not None:
+        lin = (onednn.E["linear"], aff[0], aff[1])
+        unary = lin if unary is None else (unary, lin)
+    return True, unary
+
+
 def _conv_dnnl(attrs: Mapping[str, Any], ins: Sequence[TensorDesc | None], w: np.ndarray, b: np.ndarray | None,
                xs: tuple[int, ...], win: Any) -> Kernel | None:
     """A oneDNN C-API conv (``onednn:conv_nhwc``) bound once: primitive, packed weight, bias and
     post-ops fixed; a call re-points two data handles and executes (~6 us of Python)."""
-    from pycann.ops import fused
     from pycann.ops.providers import onednn
 
     if not onednn.available() or not onednn.native(np.empty((0,), np.float32), w, win) \
             or (b is not None and b.dtype != np.float32):
         return None
-    act, al, be = fused._act(attrs)
-    unary: Any = onednn.onednn_unary(act, al, be) if act else None
-    if act and unary is None:
+    ok, unary = _dnnl_post_ops(attrs)
+    if not ok:
         return None  # an activation oneDNN does not run: the generic kernel applies it in numpy
-    aff = fused.post_affine(attrs)
-    if aff is not None:
-        lin = (onednn.E["linear"], aff[0], aff[1])
-        unary = lin if unary is None else (unary, lin)
     residual = len(ins) > 3 and ins[3] is not None
     out_shape = (xs[0], w.shape[0]) + tuple(win.out)
     if residual and (_static(ins[3]) != out_shape or ins[3].dtype != 1):  # type: ignore[union-attr]
@@ -383,7 +394,6 @@ def _matmul(attrs, ins, consts, outs) -> Kernel | None:  # type: ignore[no-untyp
     """MatMul / FusedMatMul with a constant float32 B chosen for ``onednn:matmul``: bound once
     (``onednn_matmul.bound_matmul``): B packed into oneDNN's layout, a constant bias and the
     activation as post-ops, so a call re-points two data handles and executes (~5 us of Python)."""
-    from pycann.ops import fused
     from pycann.ops.providers import onednn, onednn_matmul
 
     xs = _static(ins[0])
@@ -394,14 +404,9 @@ def _matmul(attrs, ins, consts, outs) -> Kernel | None:  # type: ignore[no-untyp
         return None
     if len(ins) > 2 and ins[2] is not None and (bias is None or bias.dtype != np.float32):
         return None  # a run-time or non-float32 bias: the generic kernel adds it
-    act, al, be = fused._act(attrs)
-    unary: Any = onednn.onednn_unary(act, al, be) if act else None
-    if act and unary is None:
+    ok, unary = _dnnl_post_ops(attrs)
+    if not ok:
         return None  # an activation oneDNN does not run: the generic kernel applies it in numpy
-    aff = fused.post_affine(attrs)
-    if aff is not None:
-        lin = (onednn.E["linear"], aff[0], aff[1])
-        unary = lin if unary is None else (unary, lin)
     k = onednn_matmul.bound_matmul(b, bias, xs, unary)
     want = _static(outs[0]) if outs else None
     if k is None or want != tuple(xs[:-1]) + (b.shape[-1],):
