@@ -270,3 +270,21 @@ def test_reference_only_shapes_fall_back(monkeypatch: pytest.MonkeyPatch) -> Non
     y = onednn.conv_nhwc(x, w, b, group, win, unary=onednn.onednn_unary("Sigmoid", 0, 0))
     np.testing.assert_allclose(y, _sig(_ort_conv(x, w, b, attrs, group).astype(np.float64)), rtol=RTOL, atol=ATOL)
     assert onednn.bound_conv_nhwc(w, b, group, win, x.shape, None, False) is None
+
+
+@pytest.mark.parametrize("view", ["nchw", "strided", "sliced_channels"])
+def test_inputs_of_any_layout_are_reordered_by_onednn(view: str) -> None:
+    """Inputs that are not channels-last (an NCHW image, a strided view, a channel slice) are
+    converted by a cached oneDNN reorder; values equal numpy's conv on the same data."""
+    from pycann.ops.providers import numpy_blas as nb
+
+    rng = np.random.default_rng(5)
+    base = rng.standard_normal((1, 6, 20, 18)).astype(np.float32)
+    x = {"nchw": base, "strided": base[:, :, ::2, :], "sliced_channels": base[:, 1:4]}[view]
+    w = rng.standard_normal((8, x.shape[1], 3, 3)).astype(np.float32)
+    win = conv_window(x.shape, w.shape, {"pads": [1, 1, 1, 1]})
+    want = nb.conv_im2col_gemm(np.ascontiguousarray(x), w, None, 1, win, None)
+    for _ in range(2):  # the second call reuses the cached reorder
+        got = onednn.conv_nhwc(x, w, None, 1, win)
+        np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4)
+        assert got.strides[1] == 4
