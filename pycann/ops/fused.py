@@ -32,6 +32,7 @@ from pycann.ops.matmul import _float_matmul, _infer_matmul
 from pycann.ops.nn import conv as conv_mod
 from pycann.ops.opdef import InferContext, OpDef
 from pycann.ops.providers import GemmSpec, resolve
+from pycann.ops.providers import available as provider_available
 from pycann.ops.providers.torch_onednn import bf16_conv_fused, bf16_matmul
 from pycann.ops.shape_utils import broadcast_shapes
 
@@ -283,6 +284,8 @@ def _attention_f32(q: np.ndarray, kt: np.ndarray, v: np.ndarray, mask: np.ndarra
             s += mask
         else:
             s = s + mask
+    if _onednn_softmax_(s):  # one multi-threaded pass instead of five numpy ones
+        return mm(s, v)
     with np.errstate(invalid="ignore"):
         s -= np.fmax.reduce(s, axis=-1, keepdims=True)
     np.exp(s, out=s)
@@ -294,6 +297,16 @@ def _attention_f32(q: np.ndarray, kt: np.ndarray, v: np.ndarray, mask: np.ndarra
     out = mm(s, v)
     out /= den
     return out
+
+
+def _onednn_softmax_(s: np.ndarray) -> bool:
+    """Softmax over the last axis in place by oneDNN when the ``onednn`` provider is there
+    (and allowed by ``PYCANN_PROVIDERS``); False when the caller must compute it."""
+    if not provider_available("onednn"):
+        return False
+    from pycann.ops.providers import onednn_softmax
+
+    return onednn_softmax.softmax_last_axis_(s)
 
 
 def _provider_matmul(a: np.ndarray, b: np.ndarray) -> Any:

@@ -406,6 +406,19 @@ def matmul_pd(src: MemoryDesc, weights: MemoryDesc, bias: MemoryDesc | None, dst
     return PrimitiveDesc(h)
 
 
+SOFTMAX_ACCURATE = 0x30000  # dnnl_alg_kind_t dnnl_softmax_accurate (dnnl_types.h, v3.2)
+
+
+def softmax_pd(src: MemoryDesc, dst: MemoryDesc, axis: int) -> PrimitiveDesc:
+    """Softmax (accurate: max-subtracted) forward-inference primitive descriptor over ``axis``."""
+    h = _P()
+    check(load().dnnl_softmax_forward_primitive_desc_create(ctypes.byref(h), _engine, FORWARD_INFERENCE,
+                                                            SOFTMAX_ACCURATE, src.handle, dst.handle,
+                                                            ctypes.c_int(axis), None),
+          "dnnl_softmax_forward_primitive_desc_create")
+    return PrimitiveDesc(h)
+
+
 def reorder_pd(src: MemoryDesc, dst: MemoryDesc) -> PrimitiveDesc:
     """Reorder (layout conversion) primitive descriptor, CPU to CPU."""
     h = _P()

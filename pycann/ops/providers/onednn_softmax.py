@@ -1,0 +1,52 @@
+"""oneDNN's softmax primitive (C API, see ``onednn_capi``): the attention softmax in place.
+
+FusedAttention's scores (batch x heads x queries x keys) are normalised over the last axis.
+numpy needs five single-threaded passes (max, subtract, exp, sum, divide); oneDNN's
+``softmax_accurate`` (max-subtracted, the same formula) does it in one multi-threaded AVX-512
+pass. Primitives are cached per (shape, strides); only C-contiguous float32 arrays with at
+least ``MIN_ELEMENTS`` elements are handed over, everything else stays in numpy.
+
+NaN behaviour follows the formula: a row masked entirely with -inf comes out NaN, as in numpy;
+scores containing a NaN are left to numpy (oneDNN would keep the other entries of the row
+finite, where the formula - and numpy - make the whole row NaN).
+"""
+
+from __future__ import annotations
+
+import threading
+
+import numpy as np
+
+from pycann.ops.providers import onednn_capi as capi
+
+MIN_ELEMENTS = 16384  # below this, a call's fixed cost (~5 us) exceeds numpy's passes
+_MAX_PLANS = 256
+
+_plans: dict[tuple[int, ...], tuple[capi.Primitive, capi.Memory, threading.Lock]] = {}
+
+
+def softmax_last_axis_(s: np.ndarray) -> bool:
+    """Normalise ``s`` over its last axis in place with oneDNN; False (``s`` untouched) when the
+    array is not eligible (dtype, layout, size, library missing) and the caller must do it."""
+    if s.dtype != np.float32 or not s.flags.c_contiguous or not s.flags.writeable or s.size < MIN_ELEMENTS \
+            or s.ndim < 1:
+        return False
+    if np.isnan(s).any():
+        return False  # oneDNN keeps a row's other entries finite around a NaN; numpy's formula makes them NaN
+    key = tuple(s.shape)
+    plan = _plans.get(key)
+    if plan is None:
+        try:
+            md = capi.MemoryDesc.strided(s.shape, [st // 4 for st in s.strides])
+            mem = capi.Memory(md, 0)
+            prim = capi.Primitive(capi.softmax_pd(md, md, s.ndim - 1), [(capi.ARG_SRC, mem), (capi.ARG_DST, mem)])
+        except (capi.DnnlError, OSError):
+            return False
+        if len(_plans) >= _MAX_PLANS:
+            _plans.clear()
+        plan = _plans[key] = (prim, mem, threading.Lock())
+    prim, mem, lock = plan
+    with lock:
+        mem.set(s.__array_interface__["data"][0])
+        prim.execute()
+    return True
