@@ -259,6 +259,11 @@ def test_sum_post_op_when_binary_is_refused(monkeypatch: pytest.MonkeyPatch) -> 
     y = onednn.conv_nhwc(_cl(x), w, b, group, win, residual=r, unary=onednn.onednn_unary("Tanh", 0, 0))
     np.testing.assert_allclose(y, np.tanh(_ort_conv(x, w, b, attrs, group, residual=r)), rtol=RTOL, atol=ATOL)
     assert any(p.mode == "sum" for p in onednn._plans.values())
+    # the plan-time bound kernel takes the residual through the same "sum" form
+    k = onednn.bound_conv_nhwc(w, b, group, win, x.shape, onednn.onednn_unary("Tanh", 0, 0), True)
+    assert k is not None
+    got = k([_cl(x), w, b, _cl(r)], {})[0]
+    np.testing.assert_allclose(got, np.tanh(_ort_conv(x, w, b, attrs, group, residual=r)), rtol=RTOL, atol=ATOL)
 
 
 def test_reference_only_shapes_fall_back(monkeypatch: pytest.MonkeyPatch) -> None:

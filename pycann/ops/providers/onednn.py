@@ -395,40 +395,30 @@ def bound_conv_nhwc(w: np.ndarray, b: np.ndarray | None, group: int, win: Window
             out[0][...] = y  # the executor reads the arena view
         return [y]
 
-    if not residual or res is None:
-        def kernel(inputs: Any, attrs: Any, out: Any = None) -> list[np.ndarray]:
-            x = inputs[0]
-            if x.strides != xs or x.dtype != np.float32:
-                return finish(run(x.astype(np.float32, copy=False), None, inputs[3] if residual else None), out)
-            y = dest(out, x)
-            if y is None:
-                y = np.empty(cl_shape, np.float32).transpose(perm)
-            with lock:
-                src_set(x.__array_interface__["data"][0])
-                dst_set(y.__array_interface__["data"][0])
-                execute()
-            return finish(y, out)
-        kernel.keep = keep  # type: ignore[attr-defined]
-        kernel.writes_out = True  # type: ignore[attr-defined]
-        return kernel
-    res_set = res.set
+    res_set = res.set if res is not None else None
 
-    def kernel_res(inputs: Any, attrs: Any, out: Any = None) -> list[np.ndarray]:
-        x, r = inputs[0], inputs[3]
-        if x.strides != xs or r.strides != ys or x.dtype != np.float32 or r.dtype != np.float32:
+    def kernel(inputs: Any, attrs: Any, out: Any = None) -> list[np.ndarray]:
+        x = inputs[0]
+        r = inputs[3] if residual else None
+        # anything but the planned layouts, and a residual the primitive cannot take as a binary
+        # post-op (the "sum" form copies it into the destination first), goes through ``run``
+        if x.strides != xs or x.dtype != np.float32 or (r is not None and (
+                res_set is None or r.strides != ys or r.dtype != np.float32)):
             return finish(run(x.astype(np.float32, copy=False), None, r), out)
-        y = dest(out, x, r)
+        y = dest(out, x) if r is None else dest(out, x, r)
         if y is None:
             y = np.empty(cl_shape, np.float32).transpose(perm)
         with lock:
             src_set(x.__array_interface__["data"][0])
             dst_set(y.__array_interface__["data"][0])
-            res_set(r.__array_interface__["data"][0])
+            if r is not None and res_set is not None:
+                res_set(r.__array_interface__["data"][0])
             execute()
         return finish(y, out)
-    kernel_res.keep = keep  # type: ignore[attr-defined]
-    kernel_res.writes_out = True  # type: ignore[attr-defined]
-    return kernel_res
+
+    kernel.keep = keep  # type: ignore[attr-defined]
+    kernel.writes_out = True  # type: ignore[attr-defined]
+    return kernel
 
 
 def _conv_ok(s: Any) -> bool:
