@@ -15,7 +15,7 @@ from typing import Any
 import numpy as np
 
 from pycann.dtypes import TensorDesc, to_numpy
-from pycann.ops.nn.spatial import empty_like_layout
+from pycann.ops.nn.spatial import empty_like_layout, is_channels_last
 
 Kernel = Callable[[Sequence[Any], Mapping[str, Any]], list[np.ndarray]]
 Prepare = Callable[[Mapping[str, Any], Sequence[TensorDesc | None], Sequence[np.ndarray | None],
@@ -115,17 +115,13 @@ def _concat(attrs, ins, consts, outs) -> Kernel | None:  # type: ignore[no-untyp
 
     def concat(x: Sequence[Any], a: Mapping[str, Any]) -> list[np.ndarray]:
         # channels-last inputs (a GE LayoutSelection chain) give a channels-last result
-        if all(_channels_last(v) for v in x) and len({v.dtype for v in x}) == 1:
+        if all(is_channels_last(v) for v in x) and len({v.dtype for v in x}) == 1:
             y = empty_like_layout(x[0], out_shape)
             return [np.concatenate(x, axis=axis, out=y)]
         return [np.concatenate(x, axis=axis)]
 
     return concat
 
-
-def _channels_last(v: np.ndarray) -> bool:
-    """A 4-D array stored NHWC (channels innermost) and not also C-contiguous."""
-    return v.ndim == 4 and not v.flags.c_contiguous and v.transpose(0, 2, 3, 1).flags.c_contiguous
 
 
 _PLAIN = {np.dtype(t) for t in (np.float32, np.float64, np.float16, np.int64, np.int32, np.int8, np.uint8, np.bool_)}

@@ -55,9 +55,16 @@ class Chain:
     """One connected group of channels-last candidates."""
 
     nodes: list[Node] = field(default_factory=list)
-    convs: int = 0
     entries: int = 0
     boundaries: list[str] = field(default_factory=list)
+
+    @property
+    def conv_nodes(self) -> list[Node]:
+        return [n for n in self.nodes if (n.domain, n.op_type) in CONV_OPS]
+
+    @property
+    def convs(self) -> int:
+        return len(self.conv_nodes)
 
 
 def _rank4(g: Graph, value: str) -> bool:
@@ -118,9 +125,7 @@ def chains(g: Graph) -> list[Chain]:
     for c in groups.values():
         members = {id(n) for n in c.nodes}
         for n in c.nodes:
-            is_conv = (n.domain, n.op_type) in CONV_OPS
-            c.convs += is_conv
-            if is_conv and n.inputs and n.inputs[0]:
+            if (n.domain, n.op_type) in CONV_OPS and n.inputs and n.inputs[0]:
                 p = producers.get(n.inputs[0])
                 c.entries += p is None or id(p) not in members
             for o in n.outputs:
@@ -152,7 +157,7 @@ def run(graph: Graph, ctx: PassContext) -> PassResult:
     changed = False
     nhwc: list[Chain] = []
     for c in found:
-        convs = [n for n in c.nodes if (n.domain, n.op_type) in CONV_OPS]
+        convs = c.conv_nodes
         if c.entries + len(c.boundaries) <= 2 * c.convs or any(_nchw_algo(n) is None for n in convs):
             nhwc.append(c)
             for n in c.nodes:

@@ -19,6 +19,7 @@ import numpy as np
 
 from pycann.dtypes import Dim, TensorDesc
 from pycann.ops.nn.resize_int import bilinear_exact, bilinear_fixed_point, taps_fixed22
+from pycann.ops.nn.spatial import is_channels_last
 from pycann.ops.opdef import InferContext, OpDef
 
 F32 = np.float32
@@ -406,8 +407,7 @@ def _k_resize(x: Sequence[Any], attrs: Mapping[str, Any]) -> list[np.ndarray]:
     sz = [int(v) for v in np.asarray(sizes).reshape(-1)] if _present(sizes) and sc is None else None
     out, scl = output_shape(X.shape, sc, sz, axes, _text(attrs.get("keep_aspect_ratio_policy", "stretch")))
     full_roi = _full_roi(roi, axes, X.ndim)
-    if _text(attrs["mode"]) == "nearest" and X.ndim == 4 and not X.flags.c_contiguous \
-            and X.transpose(0, 2, 3, 1).flags.c_contiguous:
+    if _text(attrs["mode"]) == "nearest" and is_channels_last(X):
         # channels-last input (GE LayoutSelection): nearest is a per-axis gather, so resizing the
         # NHWC-ordered view gives the same values and keeps the layout
         p = (0, 2, 3, 1)

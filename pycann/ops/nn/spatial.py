@@ -157,6 +157,11 @@ def infer_window_dims(
     return out
 
 
+def is_channels_last(a: np.ndarray) -> bool:
+    """A 4-D array stored NHWC (channels innermost) that is not also C-contiguous."""
+    return a.ndim == 4 and not a.flags.c_contiguous and a.transpose(0, 2, 3, 1).flags.c_contiguous
+
+
 def empty_like_layout(x: np.ndarray, shape: Sequence[int], dtype: Any = None) -> np.ndarray:
     """An uninitialised array of ``shape`` (same rank as ``x``) laid out in memory in ``x``'s
     axis order: a channels-last (NHWC-strided) ``x`` gives a channels-last result, so window
