@@ -16,6 +16,7 @@ import numpy as np
 
 from pycann.dtypes import TensorDesc, to_numpy
 from pycann.ops.nn.spatial import empty_like_layout, is_channels_last
+from pycann.ops.prepared_onednn import PREPARE_ONEDNN
 
 Kernel = Callable[[Sequence[Any], Mapping[str, Any]], list[np.ndarray]]
 Prepare = Callable[[Mapping[str, Any], Sequence[TensorDesc | None], Sequence[np.ndarray | None],
@@ -449,4 +450,5 @@ PREPARE: dict[tuple[str, str], Prepare] = {
     ("", "Gather"): _gather,
     ("", "Concat"): _concat,
     ("", "Cast"): _cast,
+    **PREPARE_ONEDNN,  # LayerNormalization, FusedAttention, pooling bound to oneDNN (prepared_onednn.py)
 }

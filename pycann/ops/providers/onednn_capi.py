@@ -29,6 +29,9 @@ dnnl_query_weights_md / dst_md                 131 / 133  dnnl_types.h (some_md 
 dnnl_query_ndims_s32 / dims / data_type        256..258   dnnl_types.h (exec_arg_md = 255, ...)
 DNNL_ARG_SRC / DST / WEIGHTS / BIAS            1/17/33/41 dnnl_types.h
 DNNL_ARG_ATTR_MULTIPLE_POST_OP(i) | SRC_1      32768*(i+1) | 2
+DNNL_ARG_SCALE / SHIFT                         51 / 52    dnnl_types.h
+dnnl_use_scale / dnnl_use_shift                0x2 / 0x4  dnnl_types.h dnnl_normalization_flags_t
+dnnl_pooling_max / avg_include / avg_exclude   0x1ff/0x2ff/0x3ff  dnnl_types.h dnnl_alg_kind_t
 DNNL_MEMORY_ALLOCATE                           (void*)-1  dnnl_types.h
 =============================================  =========  ===================================
 """
@@ -68,6 +71,9 @@ QUERY_DIMS = 257
 QUERY_DATA_TYPE = 258
 ARG_SRC, ARG_DST, ARG_WEIGHTS, ARG_BIAS = 1, 17, 33, 41
 ARG_FROM, ARG_TO = ARG_SRC, ARG_DST
+ARG_SCALE, ARG_SHIFT = 51, 52
+USE_SCALE, USE_SHIFT = 0x2, 0x4
+POOLING = {"max": 0x1FF, "avg_include_padding": 0x2FF, "avg_exclude_padding": 0x3FF}
 MEMORY_ALLOCATE = ctypes.c_void_p(2**64 - 1)
 MAX_NDIMS = 12
 
@@ -134,6 +140,10 @@ _SIGNATURES: dict[str, tuple[Any, ...]] = {
                                                          _P),
     "dnnl_matmul_primitive_desc_create": (_PP, _P, _P, _P, _P, _P, _P),
     "dnnl_reorder_primitive_desc_create": (_PP, _P, _P, _P, _P, _P),
+    "dnnl_softmax_forward_primitive_desc_create": (_PP, _P, _I, _I, _P, _P, _I, _P),
+    "dnnl_layer_normalization_forward_primitive_desc_create": (_PP, _P, _I, _P, _P, _P, ctypes.c_float,
+                                                               ctypes.c_uint, _P),
+    "dnnl_pooling_forward_primitive_desc_create": (_PP, _P, _I, _I, _P, _P, Dims, Dims, Dims, Dims, Dims, _P),
     "dnnl_primitive_desc_query": (_P, _I, _I, _P),
     "dnnl_primitive_desc_query_md": (_P, _I, _I),
     "dnnl_primitive_desc_next_impl": (_P,),
@@ -416,6 +426,27 @@ def softmax_pd(src: MemoryDesc, dst: MemoryDesc, axis: int) -> PrimitiveDesc:
                                                             SOFTMAX_ACCURATE, src.handle, dst.handle,
                                                             ctypes.c_int(axis), None),
           "dnnl_softmax_forward_primitive_desc_create")
+    return PrimitiveDesc(h)
+
+
+def layer_normalization_pd(src: MemoryDesc, dst: MemoryDesc, epsilon: float, flags: int) -> PrimitiveDesc:
+    """Layer normalisation (over the last logical dim) forward-inference primitive descriptor;
+    statistics computed per call (no ``stat_desc``); ``flags``: ``USE_SCALE | USE_SHIFT``."""
+    h = _P()
+    check(load().dnnl_layer_normalization_forward_primitive_desc_create(
+        ctypes.byref(h), _engine, FORWARD_INFERENCE, src.handle, dst.handle, None, ctypes.c_float(epsilon),
+        ctypes.c_uint(flags), None), "dnnl_layer_normalization_forward_primitive_desc_create")
+    return PrimitiveDesc(h)
+
+
+def pooling_pd(alg: int, src: MemoryDesc, dst: MemoryDesc, strides: Sequence[int], kernel: Sequence[int],
+               dilation: Sequence[int], pad_l: Sequence[int], pad_r: Sequence[int]) -> PrimitiveDesc:
+    """Pooling forward-inference primitive descriptor (``POOLING[...]`` algorithm); ``dilation``
+    in oneDNN's convention (0 = dense). Inference needs no workspace."""
+    h = _P()
+    check(load().dnnl_pooling_forward_primitive_desc_create(
+        ctypes.byref(h), _engine, FORWARD_INFERENCE, alg, src.handle, dst.handle, dims(strides), dims(kernel),
+        dims(dilation), dims(pad_l), dims(pad_r), None), "dnnl_pooling_forward_primitive_desc_create")
     return PrimitiveDesc(h)
 
 

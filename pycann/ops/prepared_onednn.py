@@ -1,0 +1,151 @@
+"""Prepared kernels that bind a oneDNN primitive at plan time (``onednn`` provider): the
+primitive, its constant operands (LayerNormalization's scale and bias) and its geometry are
+fixed when the executor builds its plan, so a call only re-points data handles and executes.
+
+``PREPARE_ONEDNN`` is merged into ``prepared.PREPARE`` (the executor's table); each prepare
+returns None (keep the generic kernel) when the library is missing, the signature is not
+static float32, or oneDNN does not implement it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any
+
+import numpy as np
+
+from pycann.dtypes import TensorDesc
+from pycann.ops.nn.pool import _k_average_pool, _k_max_pool
+
+Kernel = Callable[[Sequence[Any], Mapping[str, Any]], list[np.ndarray]]
+Prepare = Callable[[Mapping[str, Any], Sequence[TensorDesc | None], Sequence[np.ndarray | None],
+                    Sequence[TensorDesc | None]], Kernel | None]
+
+
+
+def _static(d: TensorDesc | None) -> tuple[int, ...] | None:
+    if d is None or getattr(d, "kind", "tensor") != "tensor" or not d.is_static:
+        return None
+    return tuple(int(x) for x in d.shape)  # type: ignore[arg-type, union-attr]
+
+
+def _f32(*ds: TensorDesc | None) -> bool:
+    return all(d is not None and d.dtype == 1 for d in ds)  # TensorProto.FLOAT
+
+
+def _usable() -> bool:
+    """The ``onednn`` provider is installed, passes its self-check and is allowed (``PYCANN_PROVIDERS``)."""
+    from pycann.ops.providers import available
+
+    return available("onednn")
+
+
+def _layer_norm(attrs, ins, consts, outs) -> Kernel | None:  # type: ignore[no-untyped-def]
+    """LayerNormalization with Y only, float32 X of static shape, stash_type float32 and
+    constant Scale / B: ``onednn_norm.bound_layer_norm`` (Mean / InvStdDev outputs, other types
+    and run-time Scale keep the generic kernel)."""
+    xs = _static(ins[0])
+    scale = consts[1] if len(consts) > 1 else None
+    bias = consts[2] if len(consts) > 2 else None
+    if xs is None or not xs or not _f32(ins[0]) or scale is None or len([o for o in outs if o is not None]) != 1:
+        return None
+    if len(ins) > 2 and ins[2] is not None and bias is None:
+        return None
+    if int(attrs.get("stash_type", 1)) != 1 or not _usable():
+        return None
+    axis = int(attrs.get("axis", -1))
+    if not -len(xs) <= axis < len(xs):
+        return None  # the generic kernel raises the error
+    n = int(np.prod(xs[axis % len(xs):], dtype=np.int64))
+    if scale.dtype != np.float32 or (bias is not None and bias.dtype != np.float32):
+        return None
+    from pycann.ops.providers import onednn_norm
+
+    return onednn_norm.bound_layer_norm(xs, n, scale, bias, float(attrs.get("epsilon", 1e-5)))  # type: ignore[no-any-return]
+
+
+def _attention(attrs, ins, consts, outs) -> Kernel | None:  # type: ignore[no-untyped-def]
+    """FusedAttention over float32 operands of static shapes: ``onednn_attention.bound_attention``
+    (two matmuls and a softmax in oneDNN, scale and mask as post-ops)."""
+    q, kt, v = (_static(d) for d in ins[:3])
+    has_mask = len(ins) > 3 and ins[3] is not None
+    mask = _static(ins[3]) if has_mask else None
+    if q is None or kt is None or v is None or not _f32(*ins[:3]) \
+            or (has_mask and (mask is None or not _f32(ins[3]))) or not _usable():
+        return None
+    from pycann.ops.providers import onednn_attention
+
+    k = onednn_attention.bound_attention(q, kt, v, mask, float(attrs.get("scale", 1.0)))
+    return k  # type: ignore[no-any-return]
+
+
+def _pool(alg_of: Callable[[Mapping[str, Any]], str | None], generic: Callable[..., list[np.ndarray]],
+          fallback: Prepare | None = None) -> Prepare:
+    """Prepare for MaxPool / AveragePool: float32 X of static 4-D/5-D/3-D shape, Y only, bound to
+    oneDNN's pooling in the layout GE chose (``_layout == "NHWC"``: channels-last, else NCHW); a
+    call with another layout, or an all-NaN max window, runs ``generic``. ``fallback`` is the
+    next prepare to try when oneDNN is not used."""
+
+    def prepare(attrs, ins, consts, outs) -> Kernel | None:  # type: ignore[no-untyped-def]
+        k = _bind_pool(alg_of(attrs), attrs, ins, outs, generic)
+        if k is None and fallback is not None:
+            return fallback(attrs, ins, consts, outs)
+        return k
+
+    return prepare
+
+
+def _bind_pool(alg: str | None, attrs: Mapping[str, Any], ins: Sequence[TensorDesc | None],
+               outs: Sequence[TensorDesc | None], generic: Callable[..., list[np.ndarray]]) -> Kernel | None:
+    from pycann.ops.nn.pool import _pool_window
+
+    xs = _static(ins[0])
+    if alg is None or xs is None or not 3 <= len(xs) <= 5 or not _f32(ins[0]) or len(outs) != 1 \
+            or int(attrs.get("_n_outputs", 1)) != 1 or not _usable():
+        return None
+    try:
+        win, ends = _pool_window(xs, attrs)
+    except (ValueError, KeyError, TypeError):
+        return None
+    ys = xs[:2] + tuple(win.out)
+    if _static(outs[0]) != ys or any(e >= win.span(i) for i, e in enumerate(ends)) \
+            or any(b >= win.span(i) for i, b in enumerate(win.pads_begin)):
+        return None  # a window that lies entirely in padding: the generic kernel's rules
+    if alg == "avg_include_padding" and tuple(ends) != tuple(win.pads_end):
+        return None  # ceil_mode reaches past the pads: ONNX does not count those cells
+    from pycann.ops.providers import onednn_pool
+
+    b = onednn_pool.bound_pool(alg, xs, ys, attrs.get("_layout") == "NHWC", win.kernel, win.strides,
+                               win.dilations, win.pads_begin, ends)
+    if b is None:
+        return None
+    pool = b.pool
+
+    def kernel(x: Sequence[Any], a: Mapping[str, Any]) -> list[np.ndarray]:
+        y = pool(x[0])
+        return generic(x, a) if y is None else [y]
+
+    kernel.impl = b.impl  # type: ignore[attr-defined]
+    return kernel
+
+
+def _max_alg(attrs: Mapping[str, Any]) -> str | None:
+    return "max" if not int(attrs.get("storage_order", 0)) else None
+
+
+def _avg_alg(attrs: Mapping[str, Any]) -> str | None:
+    return "avg_include_padding" if int(attrs.get("count_include_pad", 0)) else "avg_exclude_padding"
+
+
+def _torch_max_pool(attrs, ins, consts, outs) -> Kernel | None:  # type: ignore[no-untyped-def]
+    from pycann.ops.prepared import _max_pool  # ATen's pooling when torch is loaded anyway
+
+    return _max_pool(attrs, ins, consts, outs)
+
+
+PREPARE_ONEDNN: dict[tuple[str, str], Prepare] = {
+    ("", "LayerNormalization"): _layer_norm,
+    ("pycann", "FusedAttention"): _attention,
+    ("", "MaxPool"): _pool(_max_alg, _k_max_pool, _torch_max_pool),
+    ("", "AveragePool"): _pool(_avg_alg, _k_average_pool),
+}

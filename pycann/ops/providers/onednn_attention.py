@@ -1,0 +1,167 @@
+"""Scaled dot-product attention as three oneDNN primitives (C API, see ``onednn_capi``):
+``softmax((Q @ Kt) * scale + mask, axis=-1) @ V`` (pycann.FusedAttention, the pattern of
+ONNX Attention-23 without its options) for float32 operands of static shapes.
+
+* ``S = Q @ Kt`` is a batched matmul whose ``scale`` (eltwise ``linear``) and additive ``mask``
+  (binary ``add``, broadcast by oneDNN) are post-ops, so the scores are written once (a mask
+  broadcast the post-op does not take, e.g. a (1, 1, S, T) causal mask over batch x heads, is
+  added by numpy in one pass);
+* the softmax (``softmax_accurate``: max-subtracted) runs in place on S;
+* ``Y = S @ V`` writes the result (into the executor's arena when it gives one).
+
+Q and V are made C-contiguous and Kt the transposed view of a C-contiguous K (one small copy
+each when the graph hands over a head-split view): those are the layouts oneDNN's brgemm
+matmul takes; transposed views as exported (Q = Transpose(Reshape(X @ Wq))) fall back to its
+slower gemm path. The scores buffer belongs to the bound kernel.
+
+NaN: a NaN (or an inf giving one) among a row's scores makes numpy's softmax row all NaN;
+oneDNN's softmax keeps only some entries NaN, but at least one, and ``S @ V`` then makes the
+whole output row NaN, which is what numpy's path returns too (tests pin this).
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+
+from pycann.ops.providers import onednn_capi as capi
+
+_F32 = np.dtype(np.float32)
+
+
+def _ptr(a: np.ndarray) -> int:
+    return a.__array_interface__["data"][0]  # type: ignore[no-any-return]
+
+
+def _dense(shape: Sequence[int]) -> tuple[int, ...]:
+    """Element strides of a C-contiguous array of ``shape``."""
+    st: list[int] = []
+    inner = 1
+    for d in reversed(shape):
+        st.insert(0, inner)
+        inner *= max(int(d), 1)
+    return tuple(st)
+
+
+def _md(shape: Sequence[int], strides: Sequence[int]) -> capi.MemoryDesc:
+    return capi.MemoryDesc.strided(tuple(int(d) for d in shape), tuple(int(s) for s in strides))
+
+
+def _no_ref(pd: capi.PrimitiveDesc) -> str:
+    impl = pd.impl_info()
+    if "ref" in impl.replace("+", ":").split(":"):
+        raise capi.DnnlError(f"oneDNN offers only its reference implementation ({impl})", 3)
+    return impl
+
+
+def _scores_pd(q_shape: tuple[int, ...], kt_shape: tuple[int, ...], kt_strides: tuple[int, ...],
+               s_md: capi.MemoryDesc, scale: float, mask_md: capi.MemoryDesc | None) -> capi.PrimitiveDesc:
+    """``S = (Q @ Kt) * scale [+ mask]``: the scale and the mask as post-ops."""
+    ops: list[tuple[Any, ...]] = []
+    if scale != 1.0:
+        ops.append(("eltwise", capi.ELTWISE["linear"], float(scale), 0.0))
+    if mask_md is not None:
+        ops.append(("binary_add", mask_md))
+    return capi.matmul_pd(_md(q_shape, _dense(q_shape)), _md(kt_shape, kt_strides), None, s_md, capi.Attr(ops))
+
+
+def bound_attention(q_shape: Sequence[int], kt_shape: Sequence[int], v_shape: Sequence[int],
+                    mask_shape: Sequence[int] | None, scale: float) -> Any:
+    """A plan kernel ``k(inputs, attrs, out=None) -> [y]`` for FusedAttention (inputs Q, Kt, V
+    [, mask]) with these static float32 shapes, all of one rank >= 3 (batch dims equal or 1:
+    oneDNN broadcasts them; the mask broadcasts to the scores). With ``out`` (``k.writes_out``)
+    Y is written there. None when the shapes do not fit or oneDNN rejects a primitive."""
+    q_shape, kt_shape, v_shape = (tuple(int(d) for d in s) for s in (q_shape, kt_shape, v_shape))
+    nd = len(q_shape)
+    if nd < 3 or len(kt_shape) != nd or len(v_shape) != nd or 0 in q_shape + kt_shape + v_shape:
+        return None
+    m, d = q_shape[-2:]
+    if kt_shape[-2] != d or v_shape[-2] != kt_shape[-1]:
+        return None
+    try:
+        batch = tuple(int(b) for b in np.broadcast_shapes(q_shape[:-2], kt_shape[:-2], v_shape[:-2]))
+    except ValueError:
+        return None
+    if any(b != 1 and b != t for s in (q_shape, kt_shape, v_shape) for b, t in zip(s[:-2], batch)):
+        return None
+    s_shape = batch + (m, kt_shape[-1])
+    y_shape = batch + (m, v_shape[-1])
+    mk = None
+    if mask_shape is not None:
+        mk = tuple(int(x) for x in mask_shape)
+        if len(mk) > nd:
+            return None
+        mk = (1,) * (nd - len(mk)) + mk
+        if any(a != 1 and a != b for a, b in zip(mk, s_shape)):
+            return None
+    k_shape = kt_shape[:-2] + (kt_shape[-1], kt_shape[-2])
+    kst = _dense(k_shape)
+    kt_strides = kst[:-2] + (kst[-1], kst[-2])  # Kt as the transposed view of a dense K
+    mask_md = None if mk is None else _md(mk, _dense(mk))
+    try:
+        s_md = _md(s_shape, _dense(s_shape))
+        try:
+            pd1 = _scores_pd(q_shape, kt_shape, kt_strides, s_md, scale, mask_md)
+            _no_ref(pd1)
+            mask_post = mask_md is not None
+        except capi.DnnlError:  # a mask broadcast brgemm's binary post-op does not take: added by numpy
+            pd1 = _scores_pd(q_shape, kt_shape, kt_strides, s_md, scale, None)
+            mask_post = False
+        pd2 = capi.softmax_pd(s_md, s_md, nd - 1)
+        pd3 = capi.matmul_pd(s_md, _md(v_shape, _dense(v_shape)), None, _md(y_shape, _dense(y_shape)), capi.Attr())
+        impl = " / ".join(_no_ref(pd) for pd in (pd1, pd2, pd3))
+        scores = np.empty(s_shape, _F32)
+        q_mem, k_mem, s_mem = capi.Memory(_md(q_shape, _dense(q_shape)), 0), \
+            capi.Memory(_md(kt_shape, kt_strides), 0), capi.Memory(s_md, _ptr(scores))
+        v_mem, y_mem = capi.Memory(_md(v_shape, _dense(v_shape)), 0), capi.Memory(_md(y_shape, _dense(y_shape)), 0)
+        args1 = [(capi.ARG_SRC, q_mem), (capi.ARG_WEIGHTS, k_mem), (capi.ARG_DST, s_mem)]
+        m_mem = None
+        if mask_post and mask_md is not None:
+            m_mem = capi.Memory(mask_md, 0)
+            args1.append((capi.arg_post_op_src1(1 if scale != 1.0 else 0), m_mem))
+        mm1 = capi.Primitive(pd1, args1)
+        sm = capi.Primitive(pd2, [(capi.ARG_SRC, s_mem), (capi.ARG_DST, s_mem)])
+        mm2 = capi.Primitive(pd3, [(capi.ARG_SRC, s_mem), (capi.ARG_WEIGHTS, v_mem), (capi.ARG_DST, y_mem)])
+    except capi.DnnlError:
+        return None
+    numpy_mask = mk is not None and m_mem is None
+    lock = threading.Lock()
+    swap = (*range(nd - 2), nd - 1, nd - 2)
+
+    def kernel(inputs: Any, attrs: Any, out: Any = None) -> list[np.ndarray]:
+        q, kt, v = inputs[0], inputs[1], inputs[2]
+        mask = inputs[3] if len(inputs) > 3 else None
+        if q.shape != q_shape or kt.shape != kt_shape or v.shape != v_shape:
+            raise ValueError(f"FusedAttention bound for Q {q_shape}, Kt {kt_shape}, V {v_shape}; "
+                             f"got {q.shape}, {kt.shape}, {v.shape}")
+        q = q if q.dtype == _F32 and q.flags.c_contiguous else np.ascontiguousarray(q, dtype=_F32)
+        k = kt.transpose(swap)
+        k = k if k.dtype == _F32 and k.flags.c_contiguous else np.ascontiguousarray(k, dtype=_F32)
+        v = v if v.dtype == _F32 and v.flags.c_contiguous else np.ascontiguousarray(v, dtype=_F32)
+        mask_c = None if mk is None else np.ascontiguousarray(mask, dtype=_F32)
+        o = None if out is None else out[0]
+        y = o if o is not None and o.dtype == _F32 and o.flags.c_contiguous and o.shape == y_shape \
+            and not any(np.may_share_memory(o, a) for a in (q, k, v)) else np.empty(y_shape, _F32)
+        with lock:
+            q_mem.set(_ptr(q))
+            k_mem.set(_ptr(k))
+            if m_mem is not None and mask_c is not None:
+                m_mem.set(_ptr(mask_c))
+            mm1.execute()
+            if numpy_mask and mask_c is not None:
+                np.add(scores, mask_c.reshape(mk), out=scores)
+            sm.execute()
+            v_mem.set(_ptr(v))
+            y_mem.set(_ptr(y))
+            mm2.execute()
+        if o is not None and y is not o:
+            o[...] = y
+        return [y]
+
+    kernel.keep = (scores, mm1, sm, mm2)  # type: ignore[attr-defined]
+    kernel.writes_out = True  # type: ignore[attr-defined]
+    kernel.impl = impl  # type: ignore[attr-defined]
+    return kernel

@@ -1,0 +1,79 @@
+"""oneDNN's layer normalisation primitive (C API, see ``onednn_capi``) for the ``onednn`` provider.
+
+ONNX LayerNormalization (Operators.md, LayerNormalization-17) over the trailing axes
+``[axis, rank)`` of a float32 tensor is oneDNN's layer normalisation over the last dim of the
+``(rows, n)`` view: mean, then the variance of the deviations, ``(x - mean) / sqrt(var + eps)``
+times Scale plus B - the formula of ``ops/nn/norm.py``'s kernel, in one multi-threaded AVX-512
+pass per row block where numpy needs six single-threaded ones (MiniLM: 54 us -> ~10 us a call).
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+
+from pycann.ops.providers import onednn_capi as capi
+
+_F32 = np.dtype(np.float32)
+
+
+def _ptr(a: np.ndarray) -> int:
+    return a.__array_interface__["data"][0]  # type: ignore[no-any-return]
+
+
+def bound_layer_norm(shape: Sequence[int], n: int, scale: np.ndarray, bias: np.ndarray | None,
+                     epsilon: float) -> Any:
+    """A plan kernel ``k(inputs, attrs, out=None) -> [y]`` normalising float32 X of static
+    ``shape`` over its trailing ``n`` elements (Y only: no Mean / InvStdDev outputs).
+
+    ``scale``, ``bias``: constants with exactly ``n`` elements (any shape of that size), cast to
+    float32 once. With ``out`` (the executor's arena view; ``k.writes_out``) Y is written there.
+    None when the shape is empty, the constants do not have ``n`` elements, or oneDNN offers only
+    its reference implementation (slower than numpy)."""
+    shape = tuple(int(d) for d in shape)
+    size = int(np.prod(shape, dtype=np.int64))
+    if n <= 0 or size == 0 or size % n or scale.size != n or (bias is not None and bias.size != n):
+        return None
+    rows = size // n
+    sc = np.ascontiguousarray(scale, dtype=_F32).reshape(n)
+    sh = None if bias is None else np.ascontiguousarray(bias, dtype=_F32).reshape(n)
+    try:
+        md = capi.MemoryDesc.strided((rows, n), (n, 1))
+        vec = capi.MemoryDesc.strided((n,), (1,))
+        flags = capi.USE_SCALE | (capi.USE_SHIFT if sh is not None else 0)
+        pd = capi.layer_normalization_pd(md, md, float(epsilon), flags)
+        impl = pd.impl_info()
+        if "ref" in impl.replace("+", ":").split(":"):
+            return None
+        src, dst = capi.Memory(md, 0), capi.Memory(md, 0)
+        args = [(capi.ARG_SRC, src), (capi.ARG_DST, dst), (capi.ARG_SCALE, capi.Memory(vec, _ptr(sc)))]
+        if sh is not None:
+            args.append((capi.ARG_SHIFT, capi.Memory(vec, _ptr(sh))))
+        prim = capi.Primitive(pd, args)
+    except capi.DnnlError:
+        return None
+    src_set, dst_set, execute, lock = src.set, dst.set, prim.execute, threading.Lock()
+
+    def kernel(inputs: Any, attrs: Any, out: Any = None) -> list[np.ndarray]:
+        x = inputs[0]
+        if x.dtype != _F32 or not x.flags.c_contiguous or x.shape != shape:
+            x = np.ascontiguousarray(x, dtype=_F32).reshape(shape)
+        o = None if out is None else out[0]
+        # in place (same buffer) is allowed by oneDNN; a partial overlap is not
+        y = o if o is not None and o.dtype == _F32 and o.flags.c_contiguous and o.shape == shape \
+            and (_ptr(o) == _ptr(x) or not np.may_share_memory(o, x)) else np.empty(shape, _F32)
+        with lock:
+            src_set(_ptr(x))
+            dst_set(_ptr(y))
+            execute()
+        if o is not None and y is not o:
+            o[...] = y
+        return [y]
+
+    kernel.keep = (sc, sh, prim)  # type: ignore[attr-defined]
+    kernel.writes_out = True  # type: ignore[attr-defined]
+    kernel.impl = impl  # type: ignore[attr-defined]
+    return kernel

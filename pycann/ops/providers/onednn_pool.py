@@ -1,0 +1,116 @@
+"""oneDNN's pooling primitive (C API, see ``onednn_capi``) for the ``onednn`` provider:
+float32 MaxPool and AveragePool over 1-3 spatial dims, NCHW or channels-last.
+
+Semantics (ONNX Operators.md MaxPool-12, AveragePool-19): the caller resolves the window
+(``ops/nn/pool._pool_window``: pads after ``auto_pad``, output sizes after ``ceil_mode``, and
+the end padding actually reached), and oneDNN gets that end padding, so the output sizes are
+ONNX's. Max pooling never lets padding win (as -inf padding); average pooling divides by the
+in-input count (``count_include_pad=0``) or by the full window, which equals ONNX's rule only
+when ``ceil_mode`` reaches no further than the pads (the caller checks).
+
+NaN and -inf: numpy's kernel and ONNX Runtime skip a NaN unless the whole window is NaN. oneDNN's
+max starts from the lowest finite float and skips NaN, so a window of only NaN (or only -inf)
+comes out as -3.4e38 instead of NaN (-inf). Checking the input would cost a pass over it; the
+bound kernel checks its (smaller) output instead: a minimum that is not above the lowest
+finite float (or is NaN) sends the call to the generic kernel, which is exact.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Sequence
+
+import numpy as np
+
+from pycann.ops.providers import onednn_capi as capi
+
+_F32 = np.dtype(np.float32)
+_LOWEST = np.finfo(np.float32).min
+
+
+def _ptr(a: np.ndarray) -> int:
+    return a.__array_interface__["data"][0]  # type: ignore[no-any-return]
+
+
+def _strides(shape: Sequence[int], channels_last: bool) -> tuple[int, ...]:
+    """Element strides of a dense array of logical shape (N, C, *spatial), NCHW or channels-last."""
+    k = len(shape)
+    order = [0, *range(2, k), 1] if channels_last else list(range(k))
+    st = [0] * k
+    inner = 1
+    for ax in reversed(order):
+        st[ax] = inner
+        inner *= int(shape[ax])
+    return tuple(st)
+
+
+def empty(shape: Sequence[int], channels_last: bool) -> np.ndarray:
+    """A new float32 array of logical shape (N, C, *spatial), NCHW or channels-last."""
+    if not channels_last:
+        return np.empty(tuple(shape), _F32)
+    k = len(shape)
+    return np.empty((shape[0], *shape[2:], shape[1]), _F32).transpose(0, k - 1, *range(1, k - 1))
+
+
+def _fits(a: np.ndarray, strides: tuple[int, ...]) -> bool:
+    """``a``'s element strides are ``strides`` (dims of size 1 excepted)."""
+    return all(s == 4 * t or d == 1 for s, t, d in zip(a.strides, strides, a.shape))
+
+
+class _Bound:
+    """One pooling primitive for a fixed shape and layout, memories re-pointed per call."""
+
+    def __init__(self, alg: str, x_shape: tuple[int, ...], y_shape: tuple[int, ...], channels_last: bool,
+                 kernel: Sequence[int], strides: Sequence[int], dilations: Sequence[int],
+                 pads_begin: Sequence[int], pads_end: Sequence[int]) -> None:
+        self.x_shape, self.y_shape, self.channels_last = x_shape, y_shape, channels_last
+        self.is_max = alg == "max"
+        self.xs, self.ys = _strides(x_shape, channels_last), _strides(y_shape, channels_last)
+        src = capi.MemoryDesc.strided(x_shape, self.xs)
+        dst = capi.MemoryDesc.strided(y_shape, self.ys)
+        pd = capi.pooling_pd(capi.POOLING[alg], src, dst, strides, kernel, [d - 1 for d in dilations],
+                             pads_begin, pads_end)
+        self.impl = pd.impl_info()
+        if "ref" in self.impl.replace("+", ":").split(":"):
+            raise capi.DnnlError(f"oneDNN offers only its reference pooling ({self.impl})", 3)
+        self.src, self.dst = capi.Memory(src, 0), capi.Memory(dst, 0)
+        self.prim = capi.Primitive(pd, [(capi.ARG_SRC, self.src), (capi.ARG_DST, self.dst)])
+        self.lock = threading.Lock()
+
+    def pool(self, x: np.ndarray) -> np.ndarray | None:
+        """Y for this X (a new array in the bound layout); None when X is not float32 in the
+        bound shape and layout, or a max window held only NaN / -inf (the caller then runs its
+        generic kernel)."""
+        if x.dtype != _F32 or x.shape != self.x_shape or not _fits(x, self.xs):
+            return None
+        y = empty(self.y_shape, self.channels_last)
+        self.run(x, y)
+        if self.is_max and not y.min() > _LOWEST:
+            return None  # an all-NaN / all -inf window (or a NaN): see the module docstring
+        return y
+
+    def run(self, x: np.ndarray, y: np.ndarray) -> None:
+        """Execute on these arrays (bound shapes and layouts, unchecked)."""
+        with self.lock:
+            self.src.set(_ptr(x))
+            self.dst.set(_ptr(y))
+            self.prim.execute()
+
+
+def bound_pool(alg: str, x_shape: Sequence[int], y_shape: Sequence[int], channels_last: bool,
+               kernel: Sequence[int], strides: Sequence[int], dilations: Sequence[int],
+               pads_begin: Sequence[int], pads_end: Sequence[int]) -> _Bound | None:
+    """A pooling primitive bound to float32 X of static ``x_shape`` and Y of ``y_shape``, both
+    NCHW or both channels-last (``channels_last``); ``.pool(x)`` runs it.
+
+    ``alg``: ``"max"``, ``"avg_exclude_padding"`` or ``"avg_include_padding"`` (``POOLING``);
+    ``dilations`` ONNX-style (1 = dense); ``pads_end`` the end padding the window reaches.
+    None when oneDNN does not implement the signature (or offers only its reference loops)."""
+    x_shape, y_shape = tuple(int(d) for d in x_shape), tuple(int(d) for d in y_shape)
+    if not 3 <= len(x_shape) <= 5 or 0 in x_shape or 0 in y_shape:
+        return None
+    try:
+        b = _Bound(alg, x_shape, y_shape, channels_last, kernel, strides, dilations, pads_begin, pads_end)
+    except capi.DnnlError:
+        return None
+    return b
