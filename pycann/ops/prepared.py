@@ -17,6 +17,7 @@ import numpy as np
 from pycann.dtypes import TensorDesc, to_numpy
 from pycann.ops.nn.spatial import empty_like_layout, is_channels_last
 from pycann.ops.prepared_onednn import PREPARE_ONEDNN
+from pycann.ops.prepared_small import PREPARE_SMALL, conv_im2col
 
 Kernel = Callable[[Sequence[Any], Mapping[str, Any]], list[np.ndarray]]
 Prepare = Callable[[Mapping[str, Any], Sequence[TensorDesc | None], Sequence[np.ndarray | None],
@@ -138,6 +139,10 @@ def _cast(attrs, ins, consts, outs) -> Kernel | None:  # type: ignore[no-untyped
         return None
     if src not in _PLAIN or dst not in _PLAIN or (src.kind == "f" and dst.kind in "iub"):
         return None  # float -> int and exotic types keep the generic kernel's exact rules
+    if src == dst:
+        # a cast to the input's own type changes no value: pass the array on, as Identity does
+        # (the memory plan treats every non-arena output as a possible alias of its inputs)
+        return lambda x, a: [x[0]]
 
     def cast(x: Sequence[Any], a: Mapping[str, Any]) -> list[np.ndarray]:
         with np.errstate(over="ignore"):  # float32 -> float16 overflow is inf, silently (as the generic kernel)
@@ -147,10 +152,9 @@ def _cast(attrs, ins, consts, outs) -> Kernel | None:  # type: ignore[no-untyped
 
 
 def _conv(attrs, ins, consts, outs) -> Kernel | None:  # type: ignore[no-untyped-def]
-    """Small float32 convs with constant weights (Silero VAD, PP-OCR cls): the window geometry,
-    the padded buffer layout and the GEMM-shaped weights are computed once; a call is then a
-    pad copy, one strided view, one reshape copy and one matmul (im2col, as the generic kernel).
-    Larger convs keep the provider-selected kernel."""
+    """Small float32 convs with constant weights (Silero VAD, PP-OCR cls): im2col + one matmul
+    with the geometry, gather indices and GEMM-shaped weights fixed once (prepared_small.py
+    ``conv_im2col``). Larger convs keep the provider-selected kernel."""
     from pycann.ops import fused
     from pycann.ops.nn.conv import conv_window
     from pycann.ops.providers import TINY_FLOPS
@@ -174,47 +178,11 @@ def _conv(attrs, ins, consts, outs) -> Kernel | None:  # type: ignore[no-untyped
     group = int(attrs.get("group", 1))
     win = conv_window(xs, ws, attrs)
     n, c = xs[:2]
-    m = ws[0]
     kdim = (c // group) * int(np.prod(win.kernel))
     l_out = int(np.prod(win.out))
-    if 2 * n * m * kdim * l_out >= TINY_FLOPS or l_out == 0 or any(o <= 0 for o in win.out):
+    if 2 * n * ws[0] * kdim * l_out >= TINY_FLOPS or l_out == 0 or any(o <= 0 for o in win.out):
         return None
-    wg = np.ascontiguousarray(w.reshape(group, m // group, kdim))
-    bias = None if b is None else b.astype(np.float32).reshape(1, group, m // group, 1)
-    padded = xs[:2] + tuple(s + pb + pe for s, pb, pe in zip(xs[2:], win.pads_begin, win.pads_end))
-    inner = (slice(None), slice(None)) + tuple(slice(pb, pb + s) for pb, s in zip(win.pads_begin, xs[2:]))
-    pad = win.padded
-    item = 4
-    cstrides = [item]
-    for d in reversed(padded[1:]):
-        cstrides.insert(0, cstrides[0] * d)
-    k_str = tuple(cstrides[2 + i] * win.dilations[i] for i in range(len(win.kernel)))
-    o_str = tuple(cstrides[2 + i] * win.strides[i] for i in range(len(win.kernel)))
-    vshape = padded[:2] + win.kernel + win.out
-    vstrides = tuple(cstrides[:2]) + k_str + o_str
-    out_shape = (n, m) + win.out
-    act, al, be = fused._act(attrs)
-    residual = len(ins) > 3 and ins[3] is not None
-
-    def kernel(x: Sequence[Any], a: Mapping[str, Any]) -> list[np.ndarray]:
-        xin = x[0]
-        if pad:
-            buf = np.zeros(padded, np.float32)
-            buf[inner] = xin
-        else:
-            buf = np.ascontiguousarray(xin)
-        view = np.ndarray(vshape, np.float32, buffer=buf, strides=vstrides)
-        y = np.matmul(wg, view.reshape(n, group, kdim, l_out))
-        if bias is not None:
-            y += bias
-        y = y.reshape(out_shape)
-        if residual:
-            y += x[3]
-        if act:
-            fused.apply_activation(y, act, al, be)
-        return [y]
-
-    return kernel
+    return conv_im2col(attrs, ins, w, b, xs, win)
 
 
 def _pad(attrs, ins, consts, outs) -> Kernel | None:  # type: ignore[no-untyped-def]
@@ -264,58 +232,6 @@ def _pad(attrs, ins, consts, outs) -> Kernel | None:  # type: ignore[no-untyped-
         return [y if gathers else y.copy()]
 
     return gather
-
-
-def _lstm(attrs, ins, consts, outs) -> Kernel | None:  # type: ignore[no-untyped-def]
-    """A forward, layout-0 LSTM with constant W/R/B, default activations, no peepholes, clip,
-    input_forget or sequence lengths (Silero VAD's decoder): transposed weights and the summed
-    bias are fixed at plan time, so a call is one input GEMM and per step one GEMM plus the gate
-    math of the generic kernel (same operations, same order: ops/nn/rnn.py)."""
-    from pycann.ops.nn.rnn import _sigmoid, _text
-
-    xs = _static(ins[0])
-    w = consts[1] if len(consts) > 1 else None
-    r = consts[2] if len(consts) > 2 else None
-    has = [i < len(ins) and ins[i] is not None for i in range(8)]
-    if xs is None or len(xs) != 3 or w is None or r is None or ins[0].dtype != 1 or w.dtype != np.float32:
-        return None
-    if _text(attrs.get("direction", "forward")) != "forward" or int(attrs.get("layout", 0)) or attrs.get("clip") \
-            or int(attrs.get("input_forget", 0)) or attrs.get("activations") or has[4]:
-        return None
-    b = consts[3] if has[3] else None
-    p = consts[7] if has[7] else None
-    if (has[3] and b is None) or (has[7] and (p is None or np.any(p))):
-        return None
-    if any(has[i] and (ins[i].dtype != 1) for i in (5, 6)):
-        return None
-    seq, batch, _ = xs
-    hidden = r.shape[2]
-    wt = np.ascontiguousarray(w[0].T.astype(np.float32))
-    rt = np.ascontiguousarray(r[0].T.astype(np.float32))
-    bias = None if b is None else (b[0, :4 * hidden] + b[0, 4 * hidden:]).astype(np.float32)
-    h3 = 3 * hidden
-
-    def lstm(x: Sequence[Any], a: Mapping[str, Any]) -> list[np.ndarray]:
-        xw = (x[0].reshape(-1, x[0].shape[2]) @ wt).reshape(seq, batch, 4 * hidden)
-        if bias is not None:
-            xw += bias
-        h = x[5][0] if has[5] else np.zeros((batch, hidden), np.float32)
-        c = x[6][0] if has[6] else np.zeros((batch, hidden), np.float32)
-        y = np.empty((seq, 1, batch, hidden), np.float32)
-        for t in range(seq):
-            gates = h @ rt
-            gates += xw[t]
-            iof = _sigmoid(gates[:, :h3])
-            ct = np.tanh(gates[:, h3:])
-            c = iof[:, 2 * hidden:] * c
-            c += iof[:, :hidden] * ct
-            h = iof[:, hidden:2 * hidden] * np.tanh(c)
-            y[t, 0] = h
-        if seq == 0:
-            h, c = h.copy(), c.copy()
-        return [y, h[None], c[None]]
-
-    return lstm
 
 
 def _max_pool(attrs, ins, consts, outs) -> Kernel | None:  # type: ignore[no-untyped-def]
@@ -438,7 +354,6 @@ PREPARE: dict[tuple[str, str], Prepare] = {
     ("", "MatMul"): _matmul,
     ("pycann", "FusedMatMul"): _matmul,
     ("", "MaxPool"): _max_pool,
-    ("", "LSTM"): _lstm,
     ("", "Pad"): _pad,
     ("", "Reshape"): _reshape_to,
     ("", "Squeeze"): _reshape_to,
@@ -450,5 +365,6 @@ PREPARE: dict[tuple[str, str], Prepare] = {
     ("", "Gather"): _gather,
     ("", "Concat"): _concat,
     ("", "Cast"): _cast,
+    **PREPARE_SMALL,  # ReduceMean/Sum, Pow, ElementwiseChain, LSTM for tiny static shapes (prepared_small.py)
     **PREPARE_ONEDNN,  # LayerNormalization, FusedAttention, pooling bound to oneDNN (prepared_onednn.py)
 }
