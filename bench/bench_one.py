@@ -175,7 +175,19 @@ def compile_om(model: str, batch: int, cache_dir: pathlib.Path) -> dict[str, Any
     })
     meta.write_text(json.dumps(rec))
     rec["cached"] = False
+    prune_cache(cache_dir, f"{model}_b{batch}_")
     return rec
+
+
+KEEP_OMS = 4  # per (model, batch): every source edit makes a new .om (GPT-2's is ~0.5 GB)
+
+
+def prune_cache(cache_dir: pathlib.Path, prefix: str, keep: int = KEEP_OMS) -> None:
+    """Delete all but the ``keep`` newest ``<prefix>*.om`` files (and their .json) in the cache."""
+    oms = sorted(cache_dir.glob(f"{prefix}*.om"), key=lambda p: p.stat().st_mtime, reverse=True)
+    for old in oms[keep:]:
+        for p in (old, old.with_suffix(".json")):
+            p.unlink(missing_ok=True)
 
 
 def ensure_om(model: str, batch: int, cache_dir: pathlib.Path) -> dict[str, Any]:
