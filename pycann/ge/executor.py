@@ -135,7 +135,9 @@ class Plan:
             template[s] = v
         self.template = template
         self._fast = self._generate(set(s for s, _ in consts))
-        self.torch_pool = uses_openmp(step[3].get("_algo") for step in self.steps)
+        # prepared kernels bound to oneDNN (LayerNorm, attention, pooling) carry ``openmp`` themselves
+        self.torch_pool = uses_openmp(step[3].get("_algo") for step in self.steps) \
+            or any(getattr(step[0], "openmp", False) for step in self.steps)
 
     def _generate(self, const_slots: set[int]) -> Callable[..., list[Any]] | None:
         """Straight-line Python for the whole plan: one local variable per slot, kernels, attrs

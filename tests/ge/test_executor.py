@@ -101,3 +101,24 @@ def test_kernel_failure_names_node_op_and_inputs():
     lm = LoadedModel.from_compiled(compile_model(m))
     with pytest.raises(KernelError, match=r"bad_reshape \(Reshape, opset 17\).*x: float32\[6\]"):
         lm.run([np.zeros(6, np.float32), np.array([4, 4], np.int64)])
+
+
+def test_plan_with_onednn_prepared_kernel_holds_blas_to_one_thread():
+    """A plan whose only oneDNN work is a prepared kernel (LayerNorm) still counts as an OpenMP
+    plan: OpenBLAS's pool and oneDNN's spinning one must not fight over the cores."""
+    from pycann.ops import providers
+
+    if not providers.available("onednn"):
+        pytest.skip("onednn-cpu-gomp not installed")
+    scale = numpy_helper.from_array(np.ones(384, np.float32), "scale")
+    node = helper.make_node("LayerNormalization", ["x", "scale"], ["y"], axis=-1)
+    g = helper.make_graph([node], "ln", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [4, 128, 384])],
+                          [helper.make_tensor_value_info("y", TensorProto.FLOAT, [4, 128, 384])], [scale])
+    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
+    m.ir_version = 8
+    sg = specialize(compile_model(m).graph, [(4, 128, 384)])
+    plan = Plan(sg, memory=plan_memory(sg, only=arena_candidates(sg)))
+    assert any(getattr(s[0], "openmp", False) for s in plan.steps)
+    assert plan.torch_pool
+    x = np.random.default_rng(1).standard_normal((4, 128, 384)).astype(np.float32)
+    np.testing.assert_allclose(plan.run([x])[0], run_ort(m, {"x": x})[0], rtol=1e-4, atol=1e-4)

@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 from pycann.dtypes import TensorDesc
-from pycann.ops import providers
+from pycann.ops import prepared_onednn, providers
 from pycann.ops.nn.norm import _k_layer_norm
 from pycann.ops.nn.pool import _k_average_pool, _k_max_pool
 from pycann.ops.prepared import PREPARE
@@ -158,6 +158,19 @@ def test_attention_declines_dynamic_or_mismatched_shapes() -> None:
 
 
 # ---------------------------------------------------------------- MaxPool / AveragePool
+
+@pytest.fixture(autouse=True)
+def _pool_any_size(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Bind oneDNN pooling for the small test shapes too (production: only >= POOL_MIN_ELEMENTS)."""
+    if "pool" in request.node.name and "threshold" not in request.node.name:
+        monkeypatch.setattr(prepared_onednn, "POOL_MIN_ELEMENTS", 0)
+
+
+def test_pool_threshold_leaves_small_inputs_to_numpy() -> None:
+    a = {"kernel_shape": [3, 3], "strides": [2, 2], "pads": [1, 1, 1, 1], "_n_outputs": 1, "_layout": "NCHW"}
+    assert _prep(("", "MaxPool"), a, [(1, 8, 16, 16)], [None], (1, 8, 8, 8)) is None
+    k = _prep(("", "MaxPool"), a, [(1, 64, 112, 112)], [None], (1, 64, 56, 56))  # ResNet-50's stem pooling
+    assert k is not None and k.openmp
 
 def _pool_input(shape: tuple[int, ...], nhwc: bool) -> np.ndarray:
     return _relayout(RNG.standard_normal(shape).astype(np.float32), nhwc)

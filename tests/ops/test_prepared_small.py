@@ -298,6 +298,9 @@ _OTHER = [
     ((1, 3, 6, 5), (5, 3, 2, 2), {"strides": [2, 1]}, True, "Tanh"),
     ((1, 2, 3), (3, 2, 3), {"pads": [2, 2]}, False, "LeakyRelu"),
     ((1, 8, 1), (4, 8, 3), {"pads": [1, 1]}, True, ""),                                # padded, in place
+    # PP-OCR cls depthwise: patch matrices over TAKE_MAX_ELEMENTS are copied, not gathered
+    ((1, 200, 2, 96), (200, 1, 3, 3), {"pads": [1, 1, 1, 1], "group": 200}, True, "HardSwish"),
+    ((1, 16, 6, 40), (16, 16, 3, 3), {}, False, "Relu"),                               # unpadded copy
 ]
 
 

@@ -163,5 +163,6 @@ def bound_attention(q_shape: Sequence[int], kt_shape: Sequence[int], v_shape: Se
 
     kernel.keep = (scores, mm1, sm, mm2)  # type: ignore[attr-defined]
     kernel.writes_out = True  # type: ignore[attr-defined]
+    kernel.openmp = True  # type: ignore[attr-defined]  # the executor holds OpenBLAS to one thread meanwhile
     kernel.impl = impl  # type: ignore[attr-defined]
     return kernel

@@ -75,5 +75,6 @@ def bound_layer_norm(shape: Sequence[int], n: int, scale: np.ndarray, bias: np.n
 
     kernel.keep = (sc, sh, prim)  # type: ignore[attr-defined]
     kernel.writes_out = True  # type: ignore[attr-defined]
+    kernel.openmp = True  # type: ignore[attr-defined]  # the executor holds OpenBLAS to one thread meanwhile
     kernel.impl = impl  # type: ignore[attr-defined]
     return kernel
