@@ -3,7 +3,7 @@ chain of standard ONNX ops it replaces; the gain is fewer temporaries, fewer pas
 memory and fewer per-node dispatches.
 
 * ``FusedConv``  = [Add(residual)] + activation after Conv (with its bias)
-* ``FusedMatMul`` = MatMul + [Add(bias)] + activation
+* ``FusedMatMul`` = MatMul + [Add(bias)] + [Add(residual)] + activation
 * ``FusedAttention`` = MatMul(Q, K^T) -> scale -> [Add(mask)] -> Softmax(-1) -> MatMul(., V)
 * ``ElementwiseChain`` = a chain of elementwise ops evaluated in place in one buffer
 
@@ -180,7 +180,8 @@ def _infer_fused_conv(ctx: InferContext) -> list[TensorDesc]:
 
 
 def _k_fused_matmul(inputs: Sequence[Any], attrs: Mapping[str, Any]) -> list[np.ndarray]:
-    """MatMul (numpy matmul semantics) -> += bias (optional input 2) -> activation, in place."""
+    """MatMul (numpy matmul semantics) -> += bias (optional input 2) -> += residual (optional
+    input 3, the output's shape) -> activation, in place: ``act(A @ B + bias + residual)``."""
     a, b = inputs[0], inputs[1]
     if a.dtype == b.dtype == _BF16 and not str(attrs.get("_algo") or "").startswith("numpy:"):
         y16 = bf16_matmul(a, b)  # oneDNN bf16 GEMM, fp32 accumulation; epilogue in fp32
@@ -195,9 +196,13 @@ def _k_fused_matmul(inputs: Sequence[Any], attrs: Mapping[str, Any]) -> list[np.
 
 
 def _mm_post(y: np.ndarray, inputs: Sequence[Any], attrs: Mapping[str, Any]) -> None:
+    """FusedMatMul's epilogue on the product ``y``, in place: bias, residual, activation."""
     bias = inputs[2] if len(inputs) > 2 else None
     if bias is not None:
         y += bias
+    residual = inputs[3] if len(inputs) > 3 else None
+    if residual is not None:
+        y += residual  # after the bias, as the unfused Add(Add(MatMul, bias), residual) rounds
     name, al, be = _act(attrs)
     apply_activation(y, name, al, be)
 
@@ -206,6 +211,10 @@ def _out_fused_matmul(inputs: Sequence[Any], attrs: Mapping[str, Any], outs: Seq
     if _narrow(outs[0].dtype):
         outs[0][...] = _k_fused_matmul(inputs, attrs)[0]
         return
+    r = inputs[3] if len(inputs) > 3 else None
+    if r is not None and np.may_share_memory(r, outs[0]):
+        # the product is written into outs[0] first: keep the residual it would overwrite
+        inputs = [*inputs[:3], r.copy()]
     y = _float_matmul(inputs[0], inputs[1], outs[0].dtype, attrs, outs[0])
     if not np.may_share_memory(y, outs[0]):
         outs[0][...] = y
@@ -221,6 +230,14 @@ def _infer_fused_matmul(ctx: InferContext) -> list[TensorDesc]:
             d = TensorDesc(d.dtype, broadcast_shapes(d.shape, bias.shape))
         except ValueError as e:
             raise ctx.fail(f"bias {bias} does not broadcast to {d}: {e}") from None
+    res = ctx.input(3)
+    if res is not None and d.shape is not None and res.shape is not None:
+        try:
+            shape = broadcast_shapes(d.shape, res.shape)
+        except ValueError as e:
+            raise ctx.fail(f"residual {res} does not broadcast to {d}: {e}") from None
+        if d.is_static and res.is_static and shape != d.shape:  # added in place: it may not enlarge it
+            raise ctx.fail(f"residual {res} would enlarge the result {d}")
     return [d]
 
 

@@ -305,8 +305,9 @@ def _conv_dnnl(attrs: Mapping[str, Any], ins: Sequence[TensorDesc | None], w: np
 
 def _matmul(attrs, ins, consts, outs) -> Kernel | None:  # type: ignore[no-untyped-def]
     """MatMul / FusedMatMul with a constant float32 B chosen for ``onednn:matmul``: bound once
-    (``onednn_matmul.bound_matmul``): B packed into oneDNN's layout, a constant bias and the
-    activation as post-ops, so a call re-points two data handles and executes (~5 us of Python)."""
+    (``onednn_matmul.bound_matmul``): B packed into oneDNN's layout, a constant bias, the
+    residual (FusedMatMul input 3, a binary-add post-op re-pointed per call) and the activation
+    as post-ops, so a call re-points the data handles and executes (~5 us of Python)."""
     from pycann.ops.providers import onednn, onednn_matmul
 
     xs = _static(ins[0])
@@ -320,8 +321,11 @@ def _matmul(attrs, ins, consts, outs) -> Kernel | None:  # type: ignore[no-untyp
     ok, unary = _dnnl_post_ops(attrs)
     if not ok:
         return None  # an activation oneDNN does not run: the generic kernel applies it in numpy
-    k = onednn_matmul.bound_matmul(b, bias, xs, unary)
     want = _static(outs[0]) if outs else None
+    residual = len(ins) > 3 and ins[3] is not None
+    if residual and (want is None or _static(ins[3]) != want or ins[3].dtype != 1):
+        return None  # a residual that broadcasts or has another dtype: the generic kernel adds it
+    k = onednn_matmul.bound_matmul(b, bias, xs, unary, residual)
     if k is None or want != tuple(xs[:-1]) + (b.shape[-1],):
         return None  # (a bias that widens the result, a 1-D B: the generic kernel)
     return k  # type: ignore[no-any-return]

@@ -7,7 +7,7 @@ the machine's peaks:
 
 * Conv / FusedConv: ``2 * out_elements * Cin/group * prod(kernel)`` (+ bias, residual, activation)
 * ConvTranspose: ``2 * in_elements * Cout/group * prod(kernel)``
-* MatMul / FusedMatMul / Gemm: ``2 * out_elements * K`` (+ bias and activation per element)
+* MatMul / FusedMatMul / Gemm: ``2 * out_elements * K`` (+ bias, residual and activation per element)
 * FusedAttention: ``2*B*S*T*(D + Dv) + 5*B*S*T`` (two GEMMs + scale/mask/softmax)
 * RNN / GRU / LSTM: ``2 * seq * batch * dirs * gates*H * (I + H)``
 * pools: ``out_elements * prod(kernel)``; global pools and reductions: input elements
@@ -74,7 +74,8 @@ def count_flops(op_type: str, attrs: Mapping[str, Any], inputs: Sequence[Meta], 
         w = _shape(inputs, 3 if op_type == "QLinearConv" else 1)
         if w is None or len(w) < 2:
             return 0
-        extra = n_out * (int(_shape(inputs, 2) is not None) + int(bool(attrs.get("activation"))))
+        extra = n_out * (int(_shape(inputs, 2) is not None) + int(bool(attrs.get("activation")))
+                         + int(op_type == "FusedConv" and _shape(inputs, 3) is not None))  # residual add
         return 2 * n_out * prod(w[1:]) + extra
     if op_type == "ConvTranspose":
         w = _shape(inputs, 1)
@@ -83,6 +84,7 @@ def count_flops(op_type: str, attrs: Mapping[str, Any], inputs: Sequence[Meta], 
         a = _shape(inputs, 3 if op_type == "QLinearMatMul" else 0)
         k = (a[-1] if a else 1) if a is not None else 0
         extra = n_out * (int(_shape(inputs, 2) is not None and op_type == "FusedMatMul")
+                         + int(_shape(inputs, 3) is not None and op_type == "FusedMatMul")  # residual add
                          + int(bool(attrs.get("activation"))))
         return 2 * n_out * k + extra
     if op_type == "Gemm":

@@ -246,6 +246,85 @@ def test_matmul_bias_that_enlarges_is_not_fused() -> None:
     assert "MatMul" in ops and "FusedMatMul" not in ops
 
 
+def _mm_residual(bias: bool, act: str | None, x_shape=(2, 5, 8), z_shape=(2, 5, 16)) -> onnx.ModelProto:
+    """[MatMul(x, W) (+ B)] + z [-> act]: a transformer block's residual before its LayerNorm."""
+    nodes = [helper.make_node("MatMul", ["x", "W"], ["h"])]
+    if bias:
+        nodes.append(helper.make_node("Add", ["B", "h"], ["hb"]))
+    nodes.append(helper.make_node("Add", ["hb" if bias else "h", "z"], ["r" if act else "y"]))
+    if act:
+        nodes.append(helper.make_node(act, ["r"], ["y"]))
+    return _model(nodes, [("x", list(x_shape)), ("z", list(z_shape))], "y", [_c("W", _f32(8, 16)), _c("B", _f32(16))])
+
+
+@pytest.mark.parametrize("bias", [True, False])
+@pytest.mark.parametrize("act", [None, "Relu"])
+def test_matmul_bias_residual_fuses(bias: bool, act: str | None) -> None:
+    from pycann.ge.passes.base import PassContext
+    from pycann.ge.passes.fuse_matmul_bias import run
+
+    m = _mm_residual(bias, act)
+    lines: list[str] = []
+    cm = compile_model(m, log=lines.append)
+    (n,) = [n for n in cm.graph.nodes if n.op_type == "FusedMatMul"]
+    assert n.inputs[3] == "z" and n.inputs[2] == ("B" if bias else "") and n.attrs["activation"] == (act or "")
+    assert any("1 MatMul chains fused (1 with a residual Add)" in ln for ln in lines), lines  # atc --log=info
+    _check(m, {"x": _f32(2, 5, 8), "z": _f32(2, 5, 16)}, {"FusedMatMul": 1}, absent=("Add", "MatMul", "Relu"))
+    assert run(cm.graph, PassContext()).changed is False  # an already fused residual is not fused twice
+
+
+@pytest.mark.parametrize("z_shape,why", [
+    ((16,), "would broadcast"),         # a run-time row vector: broadcasts along the rows
+    ((1, 5, 16), "would broadcast"),    # broadcasts along the batch
+    ((3, 2, 5, 16), "bias would enlarge"),  # enlarges the result (taken neither as bias nor residual)
+])
+def test_matmul_residual_that_broadcasts_is_not_fused(z_shape: tuple, why: str) -> None:
+    m = _mm_residual(True, None, z_shape=z_shape) if len(z_shape) < 4 else _mm_residual(False, None, z_shape=z_shape)
+    lines: list[str] = []
+    cm = compile_model(m, log=lines.append)
+    assert any("[MatMulBiasActivationFusion]   not applied" in ln and why in ln for ln in lines), lines
+    assert all(len(n.inputs) <= 3 for n in cm.graph.nodes if n.op_type == "FusedMatMul")
+    ops = _check(m, {"x": _f32(2, 5, 8), "z": _f32(*z_shape)})
+    assert "Add" in ops or "ElementwiseChain" in ops
+
+
+def test_matmul_residual_not_fused_when_intermediate_is_shared() -> None:
+    """MatMul+bias read by another node too (and, separately, the MatMul output itself)."""
+    for src in ("hb", "h"):
+        nodes = [helper.make_node("MatMul", ["x", "W"], ["h"]), helper.make_node("Add", ["h", "B"], ["hb"]),
+                 helper.make_node("Add", ["hb", "z"], ["r"]), helper.make_node("Mul", [src, "r"], ["y"])]
+        m = _model(nodes, [("x", [5, 8]), ("z", [5, 16])], "y", [_c("W", _f32(8, 16)), _c("B", _f32(16))])
+        cm = compile_model(m)
+        assert all(len(n.inputs) <= 3 for n in cm.graph.nodes if n.op_type == "FusedMatMul"), src
+        _check(m, {"x": _f32(5, 8), "z": _f32(5, 16)})
+
+
+def test_matmul_activation_before_residual_stays_separate() -> None:
+    """Relu(MatMul + B) + z: the residual would come after the activation, not before it."""
+    nodes = [helper.make_node("MatMul", ["x", "W"], ["h"]), helper.make_node("Add", ["h", "B"], ["hb"]),
+             helper.make_node("Relu", ["hb"], ["a"]), helper.make_node("Add", ["a", "z"], ["y"])]
+    m = _model(nodes, [("x", [5, 8]), ("z", [5, 16])], "y", [_c("W", _f32(8, 16)), _c("B", _f32(16))])
+    ops = _check(m, {"x": _f32(5, 8), "z": _f32(5, 16)}, {"FusedMatMul": 1}, absent=("Relu",))
+    assert "Add" in ops
+
+
+@pytest.mark.parametrize("bias", [True, False])
+def test_matmul_residual_fuses_once_shapes_are_concrete(bias: bool) -> None:
+    """Dims that compile time cannot prove equal (an exporter's Reshape targets): the residual is
+    fused when the plan is specialised to the run's shapes (a fused chain takes it then)."""
+    m = _mm_residual(bias, None, x_shape=("n", 8), z_shape=("m", 16))
+    lines: list[str] = []
+    cm = compile_model(m, log=lines.append)
+    assert any("not known to" in ln and "tried again" in ln for ln in lines), lines
+    lm = LoadedModel.from_compiled(cm)
+    feeds = {"x": _f32(7, 8), "z": _f32(7, 16)}
+    plan, _ = lm.executor.plan_for(lm.check_feeds([feeds["x"], feeds["z"]]))
+    assert [(n.op_type, len(n.inputs)) for n in plan.nodes] == [("FusedMatMul", 4)]
+    np.testing.assert_allclose(lm.run_dict(feeds)[0], run_ort(m, feeds)[0], rtol=1e-5, atol=1e-5)
+    other = {"x": _f32(7, 8), "z": _f32(1, 16)}  # the same model broadcasting z: not fused, still right
+    np.testing.assert_allclose(lm.run_dict(other)[0], run_ort(m, other)[0], rtol=1e-5, atol=1e-5)
+
+
 # -------------------------------------------------------------- GELU (tanh form)
 
 

@@ -1,7 +1,7 @@
 """The onednn provider's matmul (oneDNN's C API through ctypes) against numpy (float64) and ONNX
 Runtime: BERT / GPT-2 shapes (scaled down, and a few full size), batched and broadcast batch
 dims, transposed / sliced / broadcast views, 1-D operands, ``out=``, empty dims, Gemm's
-alpha/beta/C, and the bound constant-B kernel with bias and activation post-ops.
+alpha/beta/C, and the bound constant-B kernel with bias, residual and activation post-ops.
 Skipped when libdnnl v3 is not installed."""
 
 from __future__ import annotations
@@ -236,6 +236,29 @@ def test_bound_matmul_full_size_gelu() -> None:
     k = onednn_bound(w.T, bias, a.shape, "Gelu")
     ref = ACTS["Gelu"](_ref(a, w.T) + bias).astype(np.float64)
     np.testing.assert_allclose(k([a], {})[0], ref, rtol=RTOL, atol=ATOL)
+
+
+@pytest.mark.parametrize("act", [None, "Relu", "Gelu"])
+@pytest.mark.parametrize("with_bias", [True, False])
+def test_bound_matmul_residual(act: str | None, with_bias: bool) -> None:
+    """``act(a @ b + bias + residual)``: the residual (inputs[3]) is a binary-add post-op re-pointed
+    per call, ahead of the activation; other layouts / dtypes and an overlapping residual are copied."""
+    a, b, bias = _r((2, 16, 64), 1), _r((64, 96), 2), _r((96,), 3)
+    k = om.bound_matmul(b, bias if with_bias else None, a.shape, onednn.onednn_unary(act, 0.0, 0.0) if act else None,
+                        residual=True)
+    assert k is not None and k.writes_out
+    for seed in (4, 5):  # a new residual every call: the post-op memory follows it
+        r = _r((2, 16, 96), seed)
+        ref = ACTS[act](_ref(a, b) + (bias if with_bias else 0) + r).astype(np.float64)
+        np.testing.assert_allclose(k([a, b, bias, r], {})[0], ref, rtol=RTOL, atol=ATOL)
+        out = np.full(ref.shape, np.nan, np.float32)
+        k([a, b, bias, r], {}, [out])
+        np.testing.assert_allclose(out, ref, rtol=RTOL, atol=ATOL)
+    for other in (np.asfortranarray(r), r.astype(np.float64), np.repeat(r, 2, axis=-1)[..., ::2]):  # not as planned
+        np.testing.assert_allclose(k([a, b, bias, other], {})[0], ref, rtol=RTOL, atol=ATOL)
+    inplace = r.copy()  # the residual's own buffer as the destination: read before it is overwritten
+    k([a, b, bias, inplace], {}, [inplace])
+    np.testing.assert_allclose(inplace, ref, rtol=RTOL, atol=ATOL)
 
 
 def test_bound_matmul_shapes() -> None:

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import numpy as np
 import pytest
 
@@ -86,3 +88,54 @@ def test_prepared_lstm_declines_other_variants() -> None:
         assert PREPARE[("", "LSTM")](a, descs, [None, w, r], [None]) is None, attrs
     a = op.with_defaults({"hidden_size": 2})
     assert PREPARE[("", "LSTM")](a, descs, [None, None, r], [None]) is None  # weights computed at run time
+
+
+def _fused_matmul_case(act: str) -> tuple[Any, dict[str, Any], list[np.ndarray]]:
+    op = lookup("FusedMatMul", "pycann", 1)
+    a = op.with_defaults({"activation": act, "_algo": "onednn:matmul"})
+    x = RNG.standard_normal((1, 64, 128)).astype(np.float32)  # 2 MFLOP: above onednn_matmul.SMALL_FLOPS
+    w = (RNG.standard_normal((128, 128)) / 11).astype(np.float32)
+    b = RNG.standard_normal((128,)).astype(np.float32)
+    r = RNG.standard_normal((1, 64, 128)).astype(np.float32)
+    return op, a, [x, w, b, r]
+
+
+@pytest.mark.parametrize("act", ["", "Relu", "Gelu"])
+def test_prepared_fused_matmul_residual_equals_generic(act: str) -> None:
+    """FusedMatMul [A, B, bias, residual] bound to oneDNN (residual as a binary-add post-op, then the
+    activation) equals the generic kernel: act(A @ B + bias + residual)."""
+    from pycann.ops.providers import onednn
+
+    if not onednn.available():
+        pytest.skip("libdnnl.so.3 not available")
+    op, a, ins = _fused_matmul_case(act)
+    want = op.kernel(ins, a)[0]
+    descs = [_desc(v) for v in ins]
+    kernel = PREPARE[("pycann", "FusedMatMul")](a, descs, [None, ins[1], ins[2], None], [TensorDesc(1, want.shape)])
+    assert kernel is not None and getattr(kernel, "writes_out", False)
+    out = np.full(want.shape, np.nan, np.float32)
+    kernel(ins, a, [out])  # the executor's arena view; it ignores the return value
+    np.testing.assert_allclose(out, want, rtol=1e-5, atol=1e-5)
+    r2 = RNG.standard_normal(want.shape).astype(np.float32)  # another call, another residual buffer
+    np.testing.assert_allclose(kernel([*ins[:3], r2], a)[0], op.kernel([*ins[:3], r2], a)[0], rtol=1e-5, atol=1e-5)
+
+
+def test_prepared_fused_matmul_declines_a_broadcasting_residual() -> None:
+    op, a, ins = _fused_matmul_case("")
+    out = [TensorDesc(1, (1, 64, 128))]
+    consts = [None, ins[1], ins[2], None]
+    row = np.zeros((1, 1, 128), np.float32)
+    assert PREPARE[("pycann", "FusedMatMul")](a, [*map(_desc, ins[:3]), _desc(row)], consts, out) is None
+    wide = TensorDesc(11, (1, 64, 128))  # float64 residual on a float32 product
+    assert PREPARE[("pycann", "FusedMatMul")](a, [*map(_desc, ins[:3]), wide], consts, out) is None
+
+
+def test_fused_matmul_out_kernel_residual_in_the_output_buffer() -> None:
+    """The generic out-kernel writes the product into outs[0] first: a residual living there is
+    read before it is overwritten."""
+    op, a, ins = _fused_matmul_case("Relu")
+    a = op.with_defaults({"activation": "Relu"})  # numpy provider
+    want = op.kernel(ins, a)[0]
+    buf = ins[3].copy()
+    op.out_kernel([*ins[:3], buf], a, [buf])
+    np.testing.assert_allclose(buf, want, rtol=1e-5, atol=1e-5)

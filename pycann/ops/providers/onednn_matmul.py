@@ -11,10 +11,10 @@ when OpenBLAS is held to its AVX2 kernels (``OPENBLAS_CORETYPE=Haswell``).
 * ``gemm(a, b, c, alpha, beta, out)``: ``numpy_blas.gemm`` semantics; alpha as an eltwise
   ``linear`` post-op, ``beta * C`` as the bias when it is a row vector (and alpha == 1), else
   as a binary-add post-op (broadcast by oneDNN).
-* ``bound_matmul(b, bias, a_shape, unary)``: a plan kernel for a constant 2-D B: the weight is
-  reordered once into the layout the primitive prefers, bias and activation are post-ops, and a
-  call only re-points the src/dst data handles (``onednn.bound_conv_nhwc`` does the same for
-  convs).
+* ``bound_matmul(b, bias, a_shape, unary, residual)``: a plan kernel for a constant 2-D B: the
+  weight is reordered once into the layout the primitive prefers, bias, a run-time residual
+  (binary-add post-op) and activation are post-ops, and a call only re-points the data handles
+  (``onednn.bound_conv_nhwc`` does the same for convs).
 
 Primitives are cached per operand signature (shapes, strides, post-ops); a signature oneDNN
 rejects is recorded (None) and runs in numpy thereafter.
@@ -259,16 +259,20 @@ def gemm(a: np.ndarray, b: np.ndarray, c: np.ndarray | None, alpha: float, beta:
     return y
 
 
-def bound_matmul(b: np.ndarray, bias: np.ndarray | None, a_shape: Sequence[int], unary: Unary | None) -> Any:
-    """``act(a @ b + bias)`` for a constant B and a static A shape as a plan kernel
-    ``k(inputs, attrs, out=None) -> [y]`` (``inputs[0]``: A; float32).
+def bound_matmul(b: np.ndarray, bias: np.ndarray | None, a_shape: Sequence[int], unary: Unary | None,
+                 residual: bool = False) -> Any:
+    """``act(a @ b + bias + residual)`` for a constant B and a static A shape as a plan kernel
+    ``k(inputs, attrs, out=None) -> [y]`` (``inputs[0]``: A; ``inputs[3]``: the residual when
+    ``residual``; float32).
 
     ``b``: 2-D (leading unit dims allowed), packed once; ``bias``: broadcasts along the last
-    axis only (N values, e.g. shape (N,) or (1, N)), or None; ``unary`` a oneDNN eltwise post-op
-    (``onednn.onednn_unary``) or None. A's leading dims fold into the rows of one 2-D product.
-    With ``out`` (the executor's arena views; ``k.writes_out``) the result is written there.
-    None when the signature is not expressible, the product is under ``SMALL_FLOPS``, or
-    oneDNN does not implement it."""
+    axis only (N values, e.g. shape (N,) or (1, N)), or None; ``residual``: a run-time operand of
+    the result's shape, added as a binary-add post-op after the bias (a residual in another
+    dtype or layout, or one overlapping the destination, is copied into a dense float32 array
+    first); ``unary`` a oneDNN eltwise post-op (``onednn.onednn_unary``), applied last, or None.
+    A's leading dims fold into the rows of one 2-D product. With ``out`` (the executor's arena
+    views; ``k.writes_out``) the result is written there. None when the signature is not
+    expressible, the product is under ``SMALL_FLOPS``, or oneDNN does not implement it."""
     a_shape = tuple(int(d) for d in a_shape)
     if b.ndim > 2 and all(d == 1 for d in b.shape[:-2]):
         b = b.reshape(b.shape[-2:])
@@ -284,7 +288,9 @@ def bound_matmul(b: np.ndarray, bias: np.ndarray | None, a_shape: Sequence[int],
         if bias.size != n or bias.ndim > len(y_shape) or any(d != 1 for d in bias.shape[:-1]) or bias.shape[-1] != n:
             return None
         bc = np.ascontiguousarray(bias, dtype=_F32).reshape(1, n)
-    post = [("eltwise", *unary)] if unary is not None else []
+    post: list[tuple[Any, ...]] = [("binary_add", ((rows, n), (n, 1)))] if residual else []
+    if unary is not None:
+        post.append(("eltwise", *unary))
     try:
         p = _Plan(((rows, k), (k, 1)), ((k, n), None), ((rows, n), (n, 1)),
                   ((1, n), (n, 1)) if bc is not None else None, post)
@@ -295,6 +301,7 @@ def bound_matmul(b: np.ndarray, bias: np.ndarray | None, a_shape: Sequence[int],
         p.bias.set(_ptr(bc))
     assert p.prim is not None
     src_set, dst_set, execute, lock = p.src.set, p.dst.set, p.prim.execute, p.lock
+    res_set = p.binary.set if p.binary is not None else None
     keep = (b, bc, p)
 
     def kernel(inputs: Any, attrs: Any, out: Any = None) -> list[np.ndarray]:
@@ -304,9 +311,20 @@ def bound_matmul(b: np.ndarray, bias: np.ndarray | None, a_shape: Sequence[int],
         o = None if out is None else out[0]
         y = o if o is not None and o.dtype == _F32 and o.flags.c_contiguous and o.shape == y_shape \
             and not np.may_share_memory(o, x) else np.empty(y_shape, _F32)
+        r = None
+        if res_set is not None:
+            r = inputs[3]
+            # the post-op reads the planned dense float32 layout; the destination may hold
+            # partial sums before the post-ops run, so a residual overlapping it is copied too
+            if r.dtype != _F32 or not r.flags.c_contiguous or r.shape != y_shape:
+                r = np.ascontiguousarray(np.broadcast_to(r, y_shape), dtype=_F32)
+            if np.may_share_memory(r, y):
+                r = r.copy()
         with lock:
             src_set(x.__array_interface__["data"][0])
             dst_set(y.__array_interface__["data"][0])
+            if r is not None and res_set is not None:
+                res_set(r.__array_interface__["data"][0])
             execute()
         if o is not None and y is not o:
             o[...] = y
