@@ -15,7 +15,7 @@ from typing import Any
 import numpy as np
 
 from pycann.dtypes import TensorDesc
-from pycann.ops.nn.pool import _k_average_pool, _k_max_pool
+from pycann.ops.nn.pool import _k_average_pool, _k_global_average_pool, _k_max_pool
 
 Kernel = Callable[[Sequence[Any], Mapping[str, Any]], list[np.ndarray]]
 Prepare = Callable[[Mapping[str, Any], Sequence[TensorDesc | None], Sequence[np.ndarray | None],
@@ -106,15 +106,20 @@ def _bind_pool(alg: str | None, attrs: Mapping[str, Any], ins: Sequence[TensorDe
 
     xs = _static(ins[0])
     if alg is None or xs is None or not 3 <= len(xs) <= 5 or not _f32(ins[0]) or len(outs) != 1 \
-            or int(attrs.get("_n_outputs", 1)) != 1 or not _usable():
+            or int(attrs.get("_n_outputs", 1)) != 1:
         return None
+    if int(np.prod(xs, dtype=np.int64)) < POOL_MIN_ELEMENTS:
+        return None  # numpy's few strided passes beat a primitive call and an OpenMP fork/join
+    if not _usable():  # (after the size test: a small numpy-only model never loads libdnnl, ~40 MB)
+        return None
+    nhwc = attrs.get("_layout") == "NHWC"
+    if attrs.get("_global"):
+        attrs = {"kernel_shape": list(xs[2:]), "strides": [1] * (len(xs) - 2)}
     try:
         win, ends = _pool_window(xs, attrs)
     except (ValueError, KeyError, TypeError):
         return None
     ys = xs[:2] + tuple(win.out)
-    if int(np.prod(xs, dtype=np.int64)) < POOL_MIN_ELEMENTS:
-        return None  # numpy's few strided passes beat a primitive call and an OpenMP fork/join
     if _static(outs[0]) != ys or any(e >= win.span(i) for i, e in enumerate(ends)) \
             or any(b >= win.span(i) for i, b in enumerate(win.pads_begin)):
         return None  # a window that lies entirely in padding: the generic kernel's rules
@@ -122,7 +127,7 @@ def _bind_pool(alg: str | None, attrs: Mapping[str, Any], ins: Sequence[TensorDe
         return None  # ceil_mode reaches past the pads: ONNX does not count those cells
     from pycann.ops.providers import onednn_pool
 
-    b = onednn_pool.bound_pool(alg, xs, ys, attrs.get("_layout") == "NHWC", win.kernel, win.strides,
+    b = onednn_pool.bound_pool(alg, xs, ys, nhwc, win.kernel, win.strides,
                                win.dilations, win.pads_begin, ends)
     if b is None:
         return None
@@ -145,6 +150,11 @@ def _avg_alg(attrs: Mapping[str, Any]) -> str | None:
     return "avg_include_padding" if int(attrs.get("count_include_pad", 0)) else "avg_exclude_padding"
 
 
+def _global_average_pool(attrs, ins, consts, outs) -> Kernel | None:  # type: ignore[no-untyped-def]
+    """GlobalAveragePool as an average pooling whose window is the whole spatial extent."""
+    return _bind_pool("avg_exclude_padding", {**attrs, "_global": True}, ins, outs, _k_global_average_pool)
+
+
 def _torch_max_pool(attrs, ins, consts, outs) -> Kernel | None:  # type: ignore[no-untyped-def]
     from pycann.ops.prepared import _max_pool  # ATen's pooling when torch is loaded anyway
 
@@ -156,4 +166,5 @@ PREPARE_ONEDNN: dict[tuple[str, str], Prepare] = {
     ("pycann", "FusedAttention"): _attention,
     ("", "MaxPool"): _pool(_max_alg, _k_max_pool, _torch_max_pool),
     ("", "AveragePool"): _pool(_avg_alg, _k_average_pool),
+    ("", "GlobalAveragePool"): _global_average_pool,
 }

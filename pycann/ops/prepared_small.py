@@ -281,35 +281,41 @@ def conv_im2col(attrs: Mapping[str, Any], ins: Sequence[TensorDesc | None], w: n
     out_shape = (n, m) + tuple(win.out)
     colshape = (kdim, l_out) if flat2d else (n, group, kdim, l_out)
 
-    def windows(buf: np.ndarray) -> np.ndarray:
-        """The generic kernel's window view of a padded buffer and its (n, group, kdim, L) reshape."""
+    def windows(buf: np.ndarray, copy: bool | None = None) -> np.ndarray:
+        """The generic kernel's window view of a padded buffer and its (n, group, kdim, L) reshape
+        (``copy=False``: ValueError where that reshape needs a copy)."""
         st = [buf.itemsize]
         for d in reversed(padded[1:]):
             st.insert(0, st[0] * d)
         k_st = tuple(st[2 + i] * win.dilations[i] for i in range(len(win.kernel)))
         o_st = tuple(st[2 + i] * win.strides[i] for i in range(len(win.kernel)))
         view = np.ndarray(vshape, buf.dtype, buffer=buf, strides=tuple(st[:2]) + k_st + o_st)
-        return view.reshape(n, group, kdim, l_out).reshape(colshape)
+        return np.reshape(np.reshape(view, (n, group, kdim, l_out), copy=copy), colshape, copy=copy)
 
     size = int(np.prod(xs))
     if size == 0:
         return None
-    idx = np.full(padded, size, np.intp)  # ``size``: the zero slot past the input
-    idx[inner] = np.arange(size).reshape(xs)
-    gather = windows(idx)
-    probe = np.zeros(padded, np.float32)
-    col_strides = windows(probe).strides
     # The matmul must see the generic kernel's operand layout: a copied patch matrix is C-ordered,
     # and so is a view whose strides are those of a C-ordered array; any other view is kept.
-    contiguous = not np.shares_memory(windows(probe), probe) or np.empty(colshape, np.float32).strides == col_strides
-    if not contiguous:
+    # (Probed without materialising the patch matrix: it can be tens of MB for a plan-time test.)
+    try:
+        col_strides: tuple[int, ...] | None = windows(np.zeros(padded, np.float32), copy=False).strides
+    except ValueError:
+        col_strides = None  # the reshape copies: C-ordered
+    col_size = int(np.prod(colshape))
+    identity_possible = not win.padded and all(k == 1 for k in win.kernel) and all(t == 1 for t in win.strides)
+    take_idx = np.empty(0, np.intp)  # only the take mode keeps indices: 8 bytes per patch element
+    if col_strides is not None and np.empty(colshape, np.float32).strides != col_strides:
         mode = "view"
-    elif not win.padded and np.array_equal(gather.reshape(-1), np.arange(size)):
+    elif identity_possible and np.array_equal(windows(np.arange(size).reshape(padded)).reshape(-1), np.arange(size)):
         mode = "reshape"  # the patch matrix is the input itself (1x1 kernels)
-    elif gather.size > TAKE_MAX_ELEMENTS:
+    elif col_size > TAKE_MAX_ELEMENTS:
         mode = "copy"  # big patch matrices: the padded copy + strided reshape copy beats a gather
     else:
-        mode, gather = "take", np.ascontiguousarray(gather)
+        mode = "take"
+        idx = np.full(padded, size, np.intp)  # ``size``: the zero slot past the input
+        idx[inner] = np.arange(size).reshape(xs)
+        take_idx = np.ascontiguousarray(windows(idx))
     pool: list[tuple[np.ndarray, np.ndarray]] = []  # (input + zero slot, its input part): one per concurrent run
     act, al, be = fused._act(attrs)
     zeros = np.zeros(ymm, np.float32) if act == "Relu" else None
@@ -340,10 +346,10 @@ def conv_im2col(attrs: Mapping[str, Any], ins: Sequence[TensorDesc | None], w: n
                 ext = np.zeros(size + 1, np.float32)
                 body = ext[:size].reshape(xs)
             body[...] = xin
-            col = ext.take(gather)
+            col = ext.take(take_idx)
             pool.append((ext, body))
         else:
-            col = xin.reshape(-1).take(gather)
+            col = xin.reshape(-1).take(take_idx)
         y = np.matmul(wg, col)
         if bias is not None:
             np.add(y, bias, out=y)

@@ -250,3 +250,19 @@ def test_pool_1d_and_3d_and_declines() -> None:
     assert _prep(("", "MaxPool"), a, [(1, 2, 4, 4)], [None], (1, 2, 3, 3), n_out=2) is None
     a = {"kernel_shape": [2, 2], "storage_order": 1, "_n_outputs": 1}
     assert _prep(("", "MaxPool"), a, [(1, 2, 4, 4)], [None], (1, 2, 3, 3)) is None
+
+
+@pytest.mark.parametrize("nhwc", [False, True])
+@pytest.mark.parametrize("shape", [(1, 96, 40, 40), (2, 8, 5, 7, 3), (1, 16, 33)])
+def test_global_average_pool_matches_numpy(nhwc: bool, shape: tuple[int, ...]) -> None:
+    from pycann.ops.nn.pool import _k_global_average_pool
+
+    a = {"_layout": "NHWC" if nhwc and len(shape) == 4 else "NCHW", "_n_outputs": 1}
+    x = _pool_input(shape, nhwc and len(shape) == 4)
+    want = _k_global_average_pool([x], a)[0]
+    k = _prep(("", "GlobalAveragePool"), a, [shape], [None], want.shape)
+    assert k is not None
+    np.testing.assert_allclose(k([x], a)[0], want, rtol=1e-5, atol=1e-6)
+    x[0, 0] = np.nan  # NaN propagates to its channel's mean, as in numpy
+    y = k([x], a)[0]
+    assert np.isnan(y[0, 0]).all() and not np.isnan(y[0, 1:]).any()

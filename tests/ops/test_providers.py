@@ -256,7 +256,8 @@ def test_shape_classes() -> None:
     assert providers.shape_class(_spec((1, 512, 7, 7), (512, 512, 3, 3), {"pads": [1] * 4})) == "weight_bound"
     assert providers.shape_class(_spec((1, 1024, 14, 14), (256, 1024, 1, 1))) == "pointwise"  # input outweighs
     assert providers.shape_class(_spec((1, 96, 1, 1), (24, 96, 1, 1))) == "tiny"  # dispatch-bound: numpy
-    assert providers.shape_class(GemmSpec("MatMul", (4, 8), (8, 2))) == "any"
+    assert providers.shape_class(GemmSpec("MatMul", (4, 8), (8, 2))) == "tiny"  # numpy first: libdnnl stays unloaded
+    assert providers.shape_class(GemmSpec("MatMul", (128, 384), (384, 384))) == "any"
 
 
 def test_static_choice_without_torch(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -291,8 +292,11 @@ def test_static_choice_with_torch(monkeypatch: pytest.MonkeyPatch) -> None:
     ("Gemm", [(1, 2048), (1000, 2048)], {"transB": 1}), ("MatMul", [(4, 8), (8, 2)], {}),
 ])
 def test_gemm_static_choice(op: str, shapes: list, attrs: dict) -> None:
-    """float32 MatMul/Gemm go to oneDNN's matmul when libdnnl is there, else to numpy."""
-    assert providers.choose(op, shapes, attrs)[0] == ("onednn" if providers.available("onednn") else "numpy")
+    """float32 MatMul/Gemm go to oneDNN's matmul when libdnnl is there, else to numpy; products
+    under GEMM_TINY_FLOPS always to numpy (oneDNN would hand them over anyway)."""
+    tiny = providers.make_spec(op, [tuple(s) for s in shapes], attrs).flops < providers.GEMM_TINY_FLOPS
+    want = "onednn" if providers.available("onednn") and not tiny else "numpy"
+    assert providers.choose(op, shapes, attrs)[0] == want
     assert providers.choose(op, shapes, attrs, dtype="float64")[0] == "numpy"
 
 

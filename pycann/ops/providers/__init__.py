@@ -169,6 +169,10 @@ STATIC_TABLE: dict[tuple[str, str], tuple[str, ...]] = {
     # oneDNN's AVX-512 brgemm matmul: ~2x OpenBLAS held to AVX2 (docs/kernels.md); it hands
     # products under 1 MFLOP to numpy itself.
     ("MatMul", "any"): ("onednn:matmul", "numpy:matmul", "torch:matmul"),
+    # Under GEMM_TINY_FLOPS oneDNN would hand the product to numpy anyway: asking for it first
+    # would load libdnnl (~40 MB of RSS) into a model that never runs it (PP-OCR cls's classifier).
+    ("MatMul", "tiny"): ("numpy:matmul", "onednn:matmul", "torch:matmul"),
+    ("Gemm", "tiny"): ("numpy:gemm", "onednn:gemm", "torch:addmm"),
     ("Gemm", "any"): ("onednn:gemm", "numpy:gemm", "torch:addmm"),
 }
 # The general algorithm of each op (every spec): the last resort.
@@ -189,11 +193,14 @@ def weight_bound(spec: ConvSpec) -> bool:
 
 
 TINY_FLOPS = 2_000_000  # below this a conv is dispatch-bound (measured on Silero VAD's 1-D convs)
+GEMM_TINY_FLOPS = 1 << 20  # = onednn_matmul.SMALL_FLOPS: below this a product stays on numpy
 
 
 def shape_class(spec: OpSpec) -> str:
     """The ``STATIC_TABLE`` row of a spec."""
-    if isinstance(spec, GemmSpec) or spec.op_type == "ConvTranspose":
+    if isinstance(spec, GemmSpec):
+        return "tiny" if spec.flops < GEMM_TINY_FLOPS else "any"
+    if spec.op_type == "ConvTranspose":
         return "any"
     if spec.flops < TINY_FLOPS:
         return "tiny"
