@@ -102,6 +102,33 @@ def test_shape_subgraph_folds_after_specialisation():
     assert [n.op_type for n in cm.graph.nodes] == ["Shape", "Reshape"], "specialise must not mutate"
 
 
+def test_chained_shape_subgraphs_fold_at_compile_time_with_static_input_shape():
+    """Two levels of Shape -> Gather -> Concat -> Reshape (as exported transformers have per
+    layer): folding the first makes the second's input static, so it folds too."""
+    idx = numpy_helper.from_array(np.array([0], np.int64), "i0")
+    tail = numpy_helper.from_array(np.array([2, 3], np.int64), "tail")
+    flat = numpy_helper.from_array(np.array([-1], np.int64), "flat")
+    nodes = [
+        helper.make_node("Shape", ["x"], ["s1"]),
+        helper.make_node("Gather", ["s1", "i0"], ["n1"]),
+        helper.make_node("Concat", ["n1", "tail"], ["shp1"], axis=0),
+        helper.make_node("Reshape", ["x", "shp1"], ["y"]),  # (N, 2, 3)
+        helper.make_node("Shape", ["y"], ["s2"]),
+        helper.make_node("Gather", ["s2", "i0"], ["n2"]),
+        helper.make_node("Concat", ["n2", "flat"], ["shp2"], axis=0),
+        helper.make_node("Reshape", ["y", "shp2"], ["z"]),  # (N, 6)
+        helper.make_node("Relu", ["z"], ["out"]),
+    ]
+    m = _model(nodes, [_vi("x", ["N", 6])], [_vi("out", ["N", 6])], [idx, tail, flat])
+    cm = compile_model(m, CompileOptions(input_shape={"x": [4, 6]}))
+    assert "Shape" not in [n.op_type for n in cm.graph.nodes]
+    assert all(cm.graph.descs[o].is_static for n in cm.graph.nodes for o in n.outputs)
+    x = np.random.default_rng(0).standard_normal((4, 6)).astype(np.float32)
+    np.testing.assert_array_equal(LoadedModel.from_compiled(cm).run([x])[0], run_ort(m, {"x": x})[0])
+    dyn = compile_model(m)  # without --input_shape the queries stay for run-time specialisation
+    assert "Shape" in [n.op_type for n in dyn.graph.nodes]
+
+
 def test_memory_plan_reuses_dead_buffers():
     nodes = [helper.make_node("Neg", [f"t{i}"], [f"t{i + 1}"]) for i in range(4)]
     m = _model(nodes, [_vi("t0", [256])], [_vi("t4", [256])])

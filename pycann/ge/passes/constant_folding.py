@@ -12,7 +12,7 @@ import numpy as np
 from pycann.dtypes import TensorDesc
 from pycann.ge.ir import Graph, Node
 from pycann.ge.passes.base import PassContext, PassResult
-from pycann.ge.passes.infer_shapes import const_desc
+from pycann.ge.passes.infer_shapes import const_desc, infer_graph
 from pycann.ops.registry import lookup
 
 name = "ConstantFolding"
@@ -87,6 +87,19 @@ def fold_graph(g: Graph, outer_consts: dict[str, np.ndarray] | None = None, recu
     return folded
 
 
+MAX_ROUNDS = 64
+
+
 def run(graph: Graph, ctx: PassContext) -> PassResult:
-    n = fold_graph(graph)
-    return PassResult(graph, n > 0, f"{n} nodes folded")
+    """Fold, re-infer, fold again until nothing changes: a folded shape computation makes the
+    next tensors' shapes static, whose ``Shape`` queries then fold too (exported transformers:
+    Shape -> Gather -> Concat -> Reshape per layer). With ``--input_shape`` fixed this leaves a
+    fully static graph at compile time, as run-time specialisation does (``compiler.specialize``)."""
+    total = 0
+    for _ in range(MAX_ROUNDS):
+        n = fold_graph(graph)
+        total += n
+        if n == 0:
+            break
+        infer_graph(graph)
+    return PassResult(graph, total > 0, f"{total} nodes folded")
