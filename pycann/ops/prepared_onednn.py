@@ -1,6 +1,9 @@
-"""Prepared kernels that bind a oneDNN primitive at plan time (``onednn`` provider): the
-primitive, its constant operands (LayerNormalization's scale and bias) and its geometry are
-fixed when the executor builds its plan, so a call only re-points data handles and executes.
+"""Prepared kernels that bind a oneDNN primitive at plan time (``onednn`` provider):
+LayerNormalization, FusedAttention, Softmax over the last axis, MaxPool / AveragePool /
+GlobalAveragePool. The primitive, its constant operands (LayerNormalization's scale and bias)
+and its geometry are fixed when the executor builds its plan, so a call only re-points data
+handles and executes. Each kernel sets ``openmp`` (the executor then holds OpenBLAS to one
+thread: two spinning pools on two cores fight).
 
 ``PREPARE_ONEDNN`` is merged into ``prepared.PREPARE`` (the executor's table); each prepare
 returns None (keep the generic kernel) when the library is missing, the signature is not
@@ -150,6 +153,24 @@ def _avg_alg(attrs: Mapping[str, Any]) -> str | None:
     return "avg_include_padding" if int(attrs.get("count_include_pad", 0)) else "avg_exclude_padding"
 
 
+def _softmax(attrs, ins, consts, outs) -> Kernel | None:  # type: ignore[no-untyped-def]
+    """Softmax over the last axis (the same computation at every opset) of float32 X of static
+    shape, at least ``onednn_softmax.MIN_ELEMENTS`` elements: ``onednn_softmax.bound_softmax``
+    (PP-OCR rec's vocabulary softmax: 5 numpy passes -> 1)."""
+    from pycann.ops.providers import onednn_softmax
+    from pycann.ops.registry import lookup
+
+    xs = _static(ins[0])
+    if xs is None or not xs or not _f32(ins[0]) or len(outs) != 1:
+        return None
+    if int(attrs.get("axis", -1)) % len(xs) != len(xs) - 1:
+        return None
+    if int(np.prod(xs, dtype=np.int64)) < onednn_softmax.MIN_ELEMENTS or not _usable():
+        return None
+    generic = lookup("Softmax", "", 13).kernel  # axis = last: the opset-13 kernel computes every form
+    return onednn_softmax.bound_softmax(xs, generic)  # type: ignore[no-any-return]
+
+
 def _global_average_pool(attrs, ins, consts, outs) -> Kernel | None:  # type: ignore[no-untyped-def]
     """GlobalAveragePool as an average pooling whose window is the whole spatial extent."""
     return _bind_pool("avg_exclude_padding", {**attrs, "_global": True}, ins, outs, _k_global_average_pool)
@@ -167,4 +188,5 @@ PREPARE_ONEDNN: dict[tuple[str, str], Prepare] = {
     ("", "MaxPool"): _pool(_max_alg, _k_max_pool, _torch_max_pool),
     ("", "AveragePool"): _pool(_avg_alg, _k_average_pool),
     ("", "GlobalAveragePool"): _global_average_pool,
+    ("", "Softmax"): _softmax,
 }

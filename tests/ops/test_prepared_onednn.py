@@ -266,3 +266,30 @@ def test_global_average_pool_matches_numpy(nhwc: bool, shape: tuple[int, ...]) -
     x[0, 0] = np.nan  # NaN propagates to its channel's mean, as in numpy
     y = k([x], a)[0]
     assert np.isnan(y[0, 0]).all() and not np.isnan(y[0, 1:]).any()
+
+
+# ---------------------------------------------------------------- Softmax
+
+@pytest.mark.parametrize("shape,axis", [((1, 40, 18385), -1), ((64, 300), 1), ((2, 3, 50, 128), 3)])
+def test_softmax_matches_generic_kernel_including_nan_and_inf_rows(shape: tuple[int, ...], axis: int) -> None:
+    from pycann.ops.registry import lookup
+
+    generic = lookup("Softmax", "", 13).kernel
+    a = {"axis": axis}
+    k = _prep(("", "Softmax"), a, [shape], [None], shape)
+    assert k is not None and k.writes_out and k.openmp
+    x = (RNG.standard_normal(shape) * 10).astype(np.float32)
+    np.testing.assert_allclose(k([x], a)[0], generic([x], a)[0], rtol=1e-5, atol=1e-7)
+    flat = x.reshape(-1, shape[-1])
+    flat[0, 3] = np.nan     # numpy: the whole row NaN
+    flat[1, 5] = np.inf     # inf - inf: the whole row NaN
+    flat[2, :] = -np.inf    # fully masked: NaN
+    flat[3, :7] = -np.inf   # partly masked: zeros there
+    out = np.empty(shape, np.float32)
+    k([x], a, [out])
+    np.testing.assert_array_equal(out, generic([x], a)[0])
+
+
+def test_softmax_declines_small_or_inner_axis() -> None:
+    assert _prep(("", "Softmax"), {"axis": -1}, [(4, 10)], [None], (4, 10)) is None  # numpy is faster
+    assert _prep(("", "Softmax"), {"axis": 1}, [(40, 600, 3)], [None], (40, 600, 3)) is None

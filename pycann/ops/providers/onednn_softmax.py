@@ -1,4 +1,5 @@
-"""oneDNN's softmax primitive (C API, see ``onednn_capi``): the attention softmax in place.
+"""oneDNN's softmax primitive (C API, see ``onednn_capi``): the attention softmax in place
+(``softmax_last_axis_``) and the Softmax op bound at plan time (``bound_softmax``).
 
 FusedAttention's scores (batch x heads x queries x keys) are normalised over the last axis.
 numpy needs five single-threaded passes (max, subtract, exp, sum, divide); oneDNN's
@@ -14,6 +15,7 @@ finite, where the formula - and numpy - make the whole row NaN).
 from __future__ import annotations
 
 import threading
+from typing import Any
 
 import numpy as np
 
@@ -50,3 +52,48 @@ def softmax_last_axis_(s: np.ndarray) -> bool:
         mem.set(s.__array_interface__["data"][0])
         prim.execute()
     return True
+
+
+def bound_softmax(shape: tuple[int, ...], generic: Any) -> Any:
+    """A plan kernel ``k(inputs, attrs, out=None) -> [y]``: ONNX Softmax over the last axis of a
+    float32 X of static ``shape`` (Operators.md Softmax-13; also Softmax-1/11 with axis = rank-1,
+    which is the same computation), X -> Y in one oneDNN pass. An output holding a NaN (X had a
+    NaN or an inf: numpy's formula then gives whole NaN rows, oneDNN only some entries) is
+    recomputed by ``generic(inputs, attrs)``. None when oneDNN rejects the shape."""
+    if len(shape) < 1 or int(np.prod(shape, dtype=np.int64)) < MIN_ELEMENTS:
+        return None
+    try:
+        md = capi.MemoryDesc.strided(shape, [int(np.prod(shape[i + 1:], dtype=np.int64)) for i in range(len(shape))])
+        src, dst = capi.Memory(md, 0), capi.Memory(md, 0)
+        pd = capi.softmax_pd(md, md, len(shape) - 1)
+        impl = pd.impl_info()
+        if "ref" in impl.replace("+", ":").split(":"):
+            return None
+        prim = capi.Primitive(pd, [(capi.ARG_SRC, src), (capi.ARG_DST, dst)])
+    except (capi.DnnlError, OSError):
+        return None
+    lock = threading.Lock()
+    f32 = np.dtype(np.float32)
+
+    def kernel(inputs: Any, attrs: Any, out: Any = None) -> list[np.ndarray]:
+        x = inputs[0]
+        if x.dtype != f32 or not x.flags.c_contiguous or x.shape != shape:
+            x = np.ascontiguousarray(x, dtype=f32).reshape(shape)
+        o = None if out is None else out[0]
+        y = o if o is not None and o.dtype == f32 and o.flags.c_contiguous and o.shape == shape \
+            and not np.may_share_memory(o, x) else np.empty(shape, f32)
+        with lock:
+            src.set(x.__array_interface__["data"][0])
+            dst.set(y.__array_interface__["data"][0])
+            prim.execute()
+        if np.isnan(y).any():
+            y[...] = generic([x], attrs)[0]
+        if o is not None and y is not o:
+            o[...] = y
+        return [y]
+
+    kernel.keep = (prim,)  # type: ignore[attr-defined]
+    kernel.writes_out = True  # type: ignore[attr-defined]
+    kernel.openmp = True  # type: ignore[attr-defined]
+    kernel.impl = impl  # type: ignore[attr-defined]
+    return kernel
