@@ -135,6 +135,8 @@ class Plan:
             template[s] = v
         self.template = template
         self._fast = self._generate(set(s for s, _ in consts))
+        const_slots = {s for s, _ in consts}
+        self.const_outputs = {i for i, s in enumerate(self.output_slots) if s in const_slots}
         # prepared kernels bound to oneDNN (LayerNorm, attention, pooling) carry ``openmp`` themselves
         self.torch_pool = uses_openmp(step[3].get("_algo") for step in self.steps) \
             or any(getattr(step[0], "openmp", False) for step in self.steps)
@@ -219,6 +221,7 @@ class Plan:
             # callers get C-order arrays, as from ONNX Runtime (a channels-last chain may end here)
             outs = [np.ascontiguousarray(o) if isinstance(o, np.ndarray) and not o.flags.c_contiguous else o
                     for o in outs]
+            outs = _independent(outs, feeds, self.const_outputs)
         return outs
 
     def _run(self, feeds: Sequence[np.ndarray], outer_env: dict[str, Any] | None, arena: Arena | None) -> list[np.ndarray]:
@@ -322,6 +325,21 @@ class Plan:
             f"node {n.name} ({n.op_type}, opset {n.opset}) failed at run time with inputs "
             f"[{', '.join(descr)}]: {type(e).__name__}: {e}"
         )
+
+
+def _independent(outs: list[Any], feeds: Sequence[Any], const_outputs: set[int]) -> list[Any]:
+    """Outputs the caller may modify freely, as ONNX Runtime's are: a constant of the plan (the
+    same array every run), a view of a feed (Identity, Reshape of an input) or an array already
+    returned earlier in the list (an output listed twice) is copied."""
+    res: list[Any] = []
+    for i, o in enumerate(outs):
+        if isinstance(o, np.ndarray) and (
+                i in const_outputs
+                or any(isinstance(f, np.ndarray) and np.may_share_memory(o, f) for f in feeds)
+                or any(isinstance(p, np.ndarray) and np.may_share_memory(o, p) for p in res)):
+            o = o.copy()
+        res.append(o)
+    return res
 
 
 def _off_arena(o: Any, buffer: np.ndarray) -> Any:

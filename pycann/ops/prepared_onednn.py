@@ -130,15 +130,21 @@ def _bind_pool(alg: str | None, attrs: Mapping[str, Any], ins: Sequence[TensorDe
         return None  # ceil_mode reaches past the pads: ONNX does not count those cells
     from pycann.ops.providers import onednn_pool
 
-    b = onednn_pool.bound_pool(alg, xs, ys, nhwc, win.kernel, win.strides,
-                               win.dilations, win.pads_begin, ends)
+    # the layout GE chose first; the other one too, since an op GE left outside a chain (e.g.
+    # GlobalAveragePool after it) still receives that chain's channels-last arrays
+    bound = [onednn_pool.bound_pool(alg, xs, ys, cl, win.kernel, win.strides, win.dilations, win.pads_begin, ends)
+             for cl in (nhwc, not nhwc)]
+    b = bound[0]
     if b is None:
         return None
-    pool = b.pool
+    pools = [p.pool for p in bound if p is not None]
 
     def kernel(x: Sequence[Any], a: Mapping[str, Any]) -> list[np.ndarray]:
-        y = pool(x[0])
-        return generic(x, a) if y is None else [y]
+        for pool in pools:
+            y = pool(x[0])
+            if y is not None:
+                return [y]
+        return generic(x, a)
 
     kernel.impl = b.impl  # type: ignore[attr-defined]
     kernel.openmp = True  # type: ignore[attr-defined]  # the executor holds OpenBLAS to one thread meanwhile

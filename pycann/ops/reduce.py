@@ -264,14 +264,16 @@ def _softmax_core(x: np.ndarray, axis: int, log: bool) -> np.ndarray:
         return x.copy()
     # The shift only needs to be the row max where the row is NaN-free: NaN rows come out NaN
     # either way, so the faster NaN-ignoring fmax is safe here.
-    out = w - np.fmax.reduce(w, axis=axis, keepdims=True)
-    if log:
-        s = _rsum(np.exp(out), (axis,), True)
-        np.log(s, out=s)
-        out -= s
-    else:
-        np.exp(out, out=out)
-        out /= _rsum(out, (axis,), True)
+    # A fully masked row (-inf - -inf) is NaN by the formula, as in ONNX Runtime: not a warning.
+    with np.errstate(invalid="ignore", divide="ignore"):
+        out = w - np.fmax.reduce(w, axis=axis, keepdims=True)
+        if log:
+            s = _rsum(np.exp(out), (axis,), True)
+            np.log(s, out=s)
+            out -= s
+        else:
+            np.exp(out, out=out)
+            out /= _rsum(out, (axis,), True)
     return _back(out, x.dtype)
 
 

@@ -122,3 +122,27 @@ def test_plan_with_onednn_prepared_kernel_holds_blas_to_one_thread():
     assert plan.torch_pool
     x = np.random.default_rng(1).standard_normal((4, 128, 384)).astype(np.float32)
     np.testing.assert_allclose(plan.run([x])[0], run_ort(m, {"x": x})[0], rtol=1e-4, atol=1e-4)
+
+
+def test_outputs_never_alias_feeds_constants_or_each_other():
+    """As ONNX Runtime: a caller may modify any output without changing its inputs, a later
+    run's results, or another output (Identity of an input, a folded Shape, an output twice)."""
+    nodes = [helper.make_node("Identity", ["x"], ["same"]), helper.make_node("Shape", ["x"], ["s"]),
+             helper.make_node("Relu", ["x"], ["r"])]
+    g = helper.make_graph(nodes, "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["N", 3])],
+                          [helper.make_tensor_value_info("same", TensorProto.FLOAT, ["N", 3]),
+                           helper.make_tensor_value_info("s", TensorProto.INT64, [2]),
+                           helper.make_tensor_value_info("r", TensorProto.FLOAT, ["N", 3]),
+                           helper.make_tensor_value_info("r", TensorProto.FLOAT, ["N", 3])])
+    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
+    m.ir_version = 8
+    lm = LoadedModel.from_compiled(compile_model(m))
+    x = np.arange(6, dtype=np.float32).reshape(2, 3)
+    same, s, r1, r2 = lm.run([x])
+    assert not np.may_share_memory(same, x) and not np.may_share_memory(r1, r2)
+    s[0] = 999
+    same[...] = -1
+    r1[...] = -7
+    assert lm.run([x])[1].tolist() == [2, 3]
+    np.testing.assert_array_equal(x, np.arange(6, dtype=np.float32).reshape(2, 3))
+    np.testing.assert_array_equal(r2, np.maximum(x, 0))

@@ -406,6 +406,34 @@ def test_attention_softmax_over_other_axis_is_not_fused() -> None:
     assert "FusedAttention" not in ops
 
 
+def _where_attn(fill: float):
+    cond = np.ones((1, 1, 6, 6), bool)
+    cond[..., 0, :] = False  # query 0 sees no key: uniform weights under Where
+    cond[..., 2, 3:] = False
+    nodes = [helper.make_node("MatMul", ["q", "kt"], ["s"]), helper.make_node("Where", ["m", "s", "fill"], ["sm"]),
+             helper.make_node("Softmax", ["sm"], ["p"], axis=-1), helper.make_node("MatMul", ["p", "v"], ["y"])]
+    ins = [("q", [1, 2, 6, 4]), ("kt", [1, 2, 4, 6]), ("v", [1, 2, 6, 4])]
+    return _model(nodes, ins, "y", [_c("m", cond), _c("fill", np.float32(fill))], opset=13)
+
+
+@pytest.mark.parametrize("fill,fused", [(float(np.finfo(np.float32).min), True), (-np.inf, True),
+                                        (-1e4, False), (0.0, False)])
+def test_attention_where_mask_fuses_only_for_a_swamping_fill(fill: float, fused: bool) -> None:
+    """Where(cond, s, fill) is s + Where(cond, 0, fill) under the softmax only when the fill
+    swamps every score; with -1e4 a fully masked row must stay uniform (ORT's answer)."""
+    feeds = {"q": _f32(1, 2, 6, 4), "kt": _f32(1, 2, 4, 6), "v": _f32(1, 2, 6, 4)}
+    if not np.isfinite(fill):  # a -inf fill makes the fully masked row NaN, in both engines
+        m = _where_attn(fill)
+        cm = compile_model(m)
+        assert [n.op_type for n in cm.graph.nodes].count("FusedAttention") == 1
+        got = LoadedModel.from_compiled(cm).run_dict(feeds)[0]
+        want = run_ort(m, feeds)[0]
+        np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5, equal_nan=True)
+        return
+    ops = _check(_where_attn(fill), feeds)
+    assert ("FusedAttention" in ops) == fused, ops
+
+
 # -------------------------------------------------------------- Transpose / Reshape
 
 

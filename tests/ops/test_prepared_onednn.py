@@ -293,3 +293,20 @@ def test_softmax_matches_generic_kernel_including_nan_and_inf_rows(shape: tuple[
 def test_softmax_declines_small_or_inner_axis() -> None:
     assert _prep(("", "Softmax"), {"axis": -1}, [(4, 10)], [None], (4, 10)) is None  # numpy is faster
     assert _prep(("", "Softmax"), {"axis": 1}, [(40, 600, 3)], [None], (40, 600, 3)) is None
+
+
+def test_pool_runs_in_onednn_for_either_layout(monkeypatch: pytest.MonkeyPatch) -> None:
+    """GlobalAveragePool after a channels-last chain is not in the chain (``_layout`` unset) but
+    receives channels-last arrays: both layouts are bound, the numpy kernel is not needed."""
+    from pycann.ops.nn.pool import _k_global_average_pool
+
+    def no_numpy(*args: Any) -> Any:
+        raise AssertionError("fell back to the numpy kernel")
+
+    monkeypatch.setattr(prepared_onednn, "_k_global_average_pool", no_numpy)
+    shape = (1, 64, 28, 28)
+    k = _prep(("", "GlobalAveragePool"), {"_n_outputs": 1}, [shape], [None], (1, 64, 1, 1))
+    assert k is not None
+    for nhwc in (False, True):
+        x = _pool_input(shape, nhwc)
+        np.testing.assert_allclose(k([x], {})[0], _k_global_average_pool([x], {})[0], rtol=1e-5, atol=1e-6)

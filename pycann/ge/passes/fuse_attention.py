@@ -4,7 +4,9 @@ Pattern: s = MatMul(Q, Kt); [s = Div(s, c) | Mul(s, c)]; [s = Add(s, mask) |
 Where(cond, s, fill)]; p = Softmax(s, axis=-1); y = MatMul(p, V).
 Check: every intermediate has one reader; Softmax over the last axis (opset >= 13, or
 axis = rank-1 at older opsets); the scale is a scalar constant. A Where mask becomes an
-additive mask Where(cond, 0, fill) (constant-folded when cond is constant).
+additive mask Where(cond, 0, fill) (constant-folded when cond is constant) only when its fill
+is a constant <= -1e30 (float32's lowest, -inf): with a finite fill such as -1e4, a fully
+masked row is uniform under Where but softmax(s) under an additive mask.
 """
 
 from __future__ import annotations
@@ -17,6 +19,9 @@ from pycann.ge.passes.pattern import GraphIndex, Rewrites, is_op
 from pycann.ops.fused import DOMAIN
 
 name = "AttentionFusion"
+# A Where mask's fill becomes an additive mask only when adding any float32 score leaves it as
+# small: float32's lowest (-3.4e38, what PyTorch exports as finfo.min) or -inf qualify.
+MASK_FILL_MAX = -1e30
 
 
 def fuse(g: Graph) -> tuple[int, list[str]]:
@@ -47,6 +52,12 @@ def fuse(g: Graph) -> tuple[int, list[str]]:
             cur = nxt.outputs[0]
             nxt = ix.sole_consumer(cur)
         elif is_op(nxt, "Where") and nxt is not None and nxt.inputs[1] == cur and nxt.inputs[2] != cur:
+            fill = ix.const(nxt.inputs[2])
+            if fill is None or fill.dtype.kind != "f" or not bool(np.all(fill <= MASK_FILL_MAX)):
+                # s + fill equals fill under the softmax only where fill swamps every score: a
+                # finite fill (-1e4, 0) would leave a fully masked row softmax(s) instead of uniform
+                rw.missed.append(f"{qk.name}: Where mask fill is not a constant <= {MASK_FILL_MAX:g} (or -inf)")
+                continue
             d = ix.desc(cur)
             zero = g.fresh_name(f"{nxt.name}_zero")
             g.initializers[zero] = np.zeros((), dtype=np.float32 if d is None or d.dtype != 11 else np.float64)

@@ -8,7 +8,8 @@ ONNX's. Max pooling never lets padding win (as -inf padding); average pooling di
 in-input count (``count_include_pad=0``) or by the full window, which equals ONNX's rule only
 when ``ceil_mode`` reaches no further than the pads (the caller checks).
 
-NaN and -inf: numpy's kernel and ONNX Runtime skip a NaN unless the whole window is NaN. oneDNN's
+NaN and -inf: pycann's numpy kernel skips a NaN unless the whole window is NaN (ONNX Runtime's own
+result depends on where the NaN sits in the window; the spec does not say). oneDNN's
 max starts from the lowest finite float and skips NaN, so a window of only NaN (or only -inf)
 comes out as -3.4e38 instead of NaN (-inf). Checking the input would cost a pass over it; the
 bound kernel checks its (smaller) output instead: a minimum that is not above the lowest
