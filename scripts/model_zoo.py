@@ -1,7 +1,7 @@
 """The real model set as a table that tests and benchmarks share: files, inputs, outputs, tolerances.
 
-``MODELS[name]`` is a :class:`ModelSpec`. ``spec.inputs(seed, batch)`` gives the benchmark inputs of
-peer-baselines section 5, ``spec.test_inputs(seed)`` a smaller variant for tests on 2 cores, and
+``MODELS[name]`` is a :class:`ModelSpec`. ``spec.inputs(seed, batch)`` gives the benchmark inputs,
+``spec.test_inputs(seed)`` a smaller variant for tests on 2 cores, and
 ``spec.assert_close(got, want)`` compares an engine's outputs with ONNX Runtime's using the model's tolerance::
 
     from scripts.model_zoo import MODELS
@@ -81,7 +81,7 @@ class ModelSpec:
         group: ``ocr``, ``vad``, ``text`` or ``vision``.
         file: file name inside ``fetch_models.model_dir()``.
         source: where it comes from (wheel and member, or the torch export).
-        inputs: ``inputs(seed, batch)`` -> benchmark feeds (peer-baselines section 5).
+        inputs: ``inputs(seed, batch)`` -> benchmark feeds.
         test_inputs: ``test_inputs(seed)`` -> smaller feeds for tests.
         outputs: the graph's output names, in order.
         rtol, atol: tolerance against ONNX Runtime (``|got - want| <= atol + rtol * |want|``).
@@ -307,7 +307,7 @@ _SPECS: list[ModelSpec] = [
     ),
 ]  # fmt: skip
 
-#: name -> spec, in the order of peer-baselines section 4.
+#: name -> spec (the real model set).
 MODELS: dict[str, ModelSpec] = {s.name: s for s in _SPECS}
 
 assert set(MODELS) == set(fetch_models.all_names()), "model_zoo and fetch_models disagree on the model set"

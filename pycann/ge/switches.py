@@ -1,8 +1,10 @@
-"""``--fusion_switch_file`` reader (CANN's format, cann-interfaces.md §2.1).
+"""``--fusion_switch_file`` reader (CANN's format, ATC's ``--fusion_switch_file`` option).
 
 Two forms: lines ``PassName:off`` (``#`` comments allowed), or JSON
 ``{"Switch": {"GraphFusion": {"ALL": "off" | "PassName": "off"}, "UBFusion": {...}}}``.
-Returns the pass names switched off; ``ALL`` expands to every switchable pass.
+Returns the pass names switched off. ``ALL`` expands to every *fusion* pass, as in CANN,
+where it covers the graph/UB fusion rules: constant folding, dead-code elimination and kernel
+and layout selection stay on (name them to turn them off).
 """
 
 from __future__ import annotations
@@ -16,6 +18,14 @@ def _all_passes() -> list[str]:
     from pycann.ge.pipelines import COMPILE_PIPELINE, REQUIRED_PASSES
 
     return sorted({n for n, _ in COMPILE_PIPELINE} - REQUIRED_PASSES)
+
+
+# Switchable, but not fusions: ``ALL`` leaves them on.
+NOT_FUSIONS = {"ConstantFolding", "DeadCodeElimination", "KernelSelection", "LayoutSelection"}
+
+
+def _fusion_passes() -> list[str]:
+    return [n for n in _all_passes() if n not in NOT_FUSIONS]
 
 
 def unknown_passes(names: list[str]) -> list[str]:
@@ -43,7 +53,7 @@ def read_fusion_switch_file(path: str) -> list[str]:
         for group in doc.get("Switch", {}).values():
             for name, state in group.items():
                 if str(state).lower() == "off":
-                    off.extend(_all_passes() if name == "ALL" else [name])
+                    off.extend(_fusion_passes() if name == "ALL" else [name])
         return off
     for lineno, raw in enumerate(text.splitlines(), 1):
         line = raw.split("#", 1)[0].strip()
@@ -53,5 +63,5 @@ def read_fusion_switch_file(path: str) -> list[str]:
         if not sep or state.strip().lower() not in ("on", "off"):
             raise OptionError(f"E10001: --fusion_switch_file line {lineno} '{raw}': expected 'PassName:off'")
         if state.strip().lower() == "off":
-            off.extend(_all_passes() if name.strip() == "ALL" else [name.strip()])
+            off.extend(_fusion_passes() if name.strip() == "ALL" else [name.strip()])
     return off

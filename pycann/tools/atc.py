@@ -149,6 +149,10 @@ def _precision_options(args: argparse.Namespace) -> dict[str, Any]:
 
 def _check_model_args(args: argparse.Namespace) -> None:
     """--framework and --model, as modes 0 and 3 need them."""
+    if getattr(args, "singleop", None) and not args.model:
+        raise AtcError("E10001", f"Value [{args.singleop}] for parameter [--singleop] is invalid. Reason: "
+                       "single-op precompilation is not needed on pycann: operators run from the op table "
+                       "without offline compilation (docs/acl.md, single-op execution). Compile models with --model.")
     if args.framework is None:
         raise AtcError("E10007", "[--framework] is required. The value must be [0(Caffe) or 1(MindSpore) or 3(TensorFlow) or 5(Onnx)].")
     if args.framework != 5:

@@ -479,3 +479,18 @@ def test_fusion_switch_turns_a_pass_off() -> None:
                [("x", [1, 3, 5, 5])], "y", [_c("W", _f32(4, 3, 1, 1))])
     cm = compile_model(m, CompileOptions(disabled_passes=["ConvActivationFusion"]))
     assert [n.op_type for n in cm.graph.nodes] == ["Conv", "Relu"]
+
+
+def test_fusion_switch_all_off_covers_fusions_only(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    """CANN's ``"ALL": "off"`` turns the fusion rules off; folding, dead-code elimination and
+    kernel/layout selection are not fusions and stay on (name them to turn them off)."""
+    from pycann.ge.switches import NOT_FUSIONS, read_fusion_switch_file, switchable_passes
+
+    p = tmp_path / "switch.json"
+    p.write_text('{"Switch": {"GraphFusion": {"ALL": "off"}, "UBFusion": {"ALL": "off"}}}')
+    off = set(read_fusion_switch_file(str(p)))
+    assert {"ConvActivationFusion", "AttentionFusion", "MatMulBiasActivationFusion"} <= off
+    assert not off & NOT_FUSIONS and off | NOT_FUSIONS == set(switchable_passes())
+    t = tmp_path / "switch.txt"
+    t.write_text("ALL:off\nConstantFolding:off  # named: off too\n")
+    assert set(read_fusion_switch_file(str(t))) == off | {"ConstantFolding"}

@@ -106,3 +106,15 @@ def test_fp16_precision_loss_is_found(scale: float, monkeypatch: pytest.MonkeyPa
         assert np.isnan(bad.cosine) and bad.max_abs == np.inf
     else:
         assert bad.rel_l2 > 1e-4 and bad.cosine > 0.999
+
+
+def test_near_zero_values_within_atol_agree() -> None:
+    """A saturated Sigmoid (outputs ~1e-5) differing by 1e-7: relative error is meaningless there."""
+    from pycann.tools.compare import metrics
+
+    ref = np.full(100, 1e-5, np.float32)
+    got = ref + np.float32(1.35e-7)
+    *_, rel_l2, agrees = metrics(got, ref, 1e-6, 1e-4, 0.999)
+    assert rel_l2 > 1e-4 and agrees
+    *_, agrees_big = metrics(ref + np.float32(2e-6), ref, 1e-6, 1e-4, 0.999)
+    assert not agrees_big  # beyond atol and 20% off: a real disagreement

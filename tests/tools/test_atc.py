@@ -162,3 +162,12 @@ def test_empty_model_file_is_reported(tmp_path: Path, capsys: pytest.CaptureFixt
     p.write_bytes(b"")
     rc, text = run_atc(capsys, f"--model={p}", "--framework=5", f"--output={tmp_path / 'm'}", "--soc_version=Ascend310P3")
     assert rc == 1 and "is empty" in text
+
+
+def test_singleop_precompilation_says_it_is_not_needed(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """CANN's ``atc --singleop=ops.json`` (no --model): pycann runs single ops without offline
+    compilation, and says so instead of asking for --framework."""
+    rc, text = run_atc(capsys, f"--singleop={tmp_path / 'ops.json'}", f"--output={tmp_path / 'sop'}",
+                       "--soc_version=Ascend310P3")
+    assert rc != 0
+    assert "E10001" in text and "single-op precompilation is not needed" in text and "E10007" not in text
