@@ -330,14 +330,26 @@ class Plan:
 def _independent(outs: list[Any], feeds: Sequence[Any], const_outputs: set[int]) -> list[Any]:
     """Outputs the caller may modify freely, as ONNX Runtime's are: a constant of the plan (the
     same array every run), a view of a feed (Identity, Reshape of an input) or an array already
-    returned earlier in the list (an output listed twice) is copied."""
+    returned earlier in the list (an output listed twice) is copied. (Runs on every call: arrays
+    owning their memory, the usual case, are settled by identity checks alone.)"""
+    feed_ids = {id(f) for f in feeds}
+    seen: set[int] = set()
+    views: list[np.ndarray] = []  # earlier outputs that do not own their memory
     res: list[Any] = []
     for i, o in enumerate(outs):
-        if isinstance(o, np.ndarray) and (
-                i in const_outputs
-                or any(isinstance(f, np.ndarray) and np.may_share_memory(o, f) for f in feeds)
-                or any(isinstance(p, np.ndarray) and np.may_share_memory(o, p) for p in res)):
-            o = o.copy()
+        if isinstance(o, np.ndarray):
+            if i in const_outputs or id(o) in seen:
+                o = o.copy()
+            elif o.base is None:
+                # owns its memory: only a feed itself, or the base of an earlier view, can alias it
+                if id(o) in feed_ids or any(np.may_share_memory(o, v) for v in views):
+                    o = o.copy()
+            elif any(isinstance(f, np.ndarray) and np.may_share_memory(o, f) for f in feeds) \
+                    or any(isinstance(p, np.ndarray) and np.may_share_memory(o, p) for p in res):
+                o = o.copy()
+            seen.add(id(o))
+            if o.base is not None:
+                views.append(o)
         res.append(o)
     return res
 

@@ -162,10 +162,6 @@ class LoadedModel:
         offending dim (CANN E10050 wording for ranges)."""
         assert desc.shape is not None
         rng = self._ranges.get(name) or []
-        want: list[str] = []
-        for i, d in enumerate(desc.shape):
-            r = rng[i] if i < len(rng) else None
-            want.append(str(d) if isinstance(d, int) else f"{r[0]}~{r[1]}" if isinstance(r, list) else "-1")
         why = ""
         if len(shape) != len(desc.shape):
             why = f"rank {len(shape)}, expected {len(desc.shape)}"
@@ -178,7 +174,11 @@ class LoadedModel:
                     why = f"dim {i} is {s}, not in the range {r[0]}~{r[1]} set by --input_shape"
                 if why:
                     break
-        if why:
+        if why:  # (the expected-shape text is built only for the error: this runs on every call)
+            want: list[str] = []
+            for i, d in enumerate(desc.shape):
+                r = rng[i] if i < len(rng) else None
+                want.append(str(d) if isinstance(d, int) else f"{r[0]}~{r[1]}" if isinstance(r, list) else "-1")
             raise InputError(
                 f"input '{name}': expected shape [{','.join(want)}], received {list(shape)} ({why})"
             )
