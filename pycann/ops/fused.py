@@ -67,7 +67,8 @@ def apply_activation(y: np.ndarray, name: str, alpha: float, beta: float) -> np.
         t = y * (1.0 / 6.0)
         t += 0.5
         np.clip(t, 0, 1, out=t)
-        y *= t
+        with np.errstate(invalid="ignore"):  # -inf * 0 is NaN, as in ONNX Runtime: not a warning
+            y *= t
     elif name == "LeakyRelu":
         t = y * alpha
         np.maximum(y, t, out=y) if alpha <= 1 else np.minimum(y, t, out=y)
