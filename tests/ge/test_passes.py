@@ -182,3 +182,30 @@ def test_legacy_opset_forms_are_upgraded():
     got = LoadedModel.from_compiled(compile_model(m)).run([x])[0]
     np.testing.assert_array_equal(got, np.clip(x[0], -1, 1))
     assert isinstance(onnx.TensorProto, type)
+
+
+def test_identities_and_same_type_casts_are_removed_even_before_graph_outputs():
+    """Identity and Cast-to-its-own-type are copies: readers read the input; an output made by
+    one is written by the input's producer directly (unless the input is itself a graph
+    input or output, or already took another output's name)."""
+    nodes = [
+        helper.make_node("Relu", ["x"], ["r"]),
+        helper.make_node("Cast", ["r"], ["rc"], to=TensorProto.FLOAT),       # same type: a copy
+        helper.make_node("Neg", ["rc"], ["n"]),
+        helper.make_node("Identity", ["n"], ["out1"]),                      # producer renamed
+        helper.make_node("Identity", ["n"], ["out2"]),                      # n already taken: kept
+        helper.make_node("Identity", ["x"], ["out3"]),                      # a graph input: kept
+        helper.make_node("Cast", ["r"], ["out4"], to=TensorProto.DOUBLE),   # a real cast: kept
+    ]
+    m = _model(nodes, [_vi("x", [2, 3])], [_vi("out1", [2, 3]), _vi("out2", [2, 3]), _vi("out3", [2, 3]),
+                                         _vi("out4", [2, 3], TensorProto.DOUBLE)])
+    cm = compile_model(m)
+    ops = [n.op_type for n in cm.graph.nodes]
+    assert ops.count("Identity") == 2 and ops.count("Cast") == 1 and "Neg" in ops
+    assert any(n.op_type == "Neg" and n.outputs == ["out1"] for n in cm.graph.nodes)
+    x = np.random.default_rng(0).standard_normal((2, 3)).astype(np.float32)
+    lm = LoadedModel.from_compiled(cm)
+    for got, want in zip(lm.run([x]), run_ort(m, {"x": x})):
+        np.testing.assert_array_equal(got, want)
+    sg = specialize(cm.graph, [(2, 3)])
+    assert [n.op_type for n in sg.nodes].count("Identity") == 2
