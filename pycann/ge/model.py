@@ -97,6 +97,7 @@ class LoadedModel:
         self.gears = GearTable(self.manifest["gears"]) if self.manifest.get("gears") else None
         self.aipp: list[dict[str, Any]] = list(self.manifest.get("aipp", []))
         self._dyn_aipp = DynamicAipp(self.aipp) if any(e.get("mode") == "dynamic" for e in self.aipp) else None
+        self._static_feeds = self._static_signature()
         n_gears = len(self.gears.profiles) if self.gears else 0
         self._release_pages: Callable[[], None] | None = None  # set by from_file (mapped .om weights)
         keep_freed_memory()  # the CPU device keeps freed host memory for the next run (no page faults)
@@ -123,11 +124,35 @@ class LoadedModel:
     def from_compiled(cls, cm: CompiledModel) -> LoadedModel:
         return cls(cm.graph, cm.manifest)
 
+    def _static_signature(self) -> list[tuple[np.dtype, tuple[int, ...]]] | None:
+        """(dtype, shape) of every input when all are static tensors (no gears, dynamic AIPP or
+        ranges): ``check_feeds`` then accepts matching arrays with one comparison each."""
+        if self.gears is not None or self._dyn_aipp is not None or any(
+                isinstance(r, list) for dims in self._ranges.values() for r in (dims or [])):
+            return None  # gears, dynamic AIPP and lo~hi ranges have their own checks
+        sig = []
+        for d in self._in_descs:
+            if d is None or getattr(d, "kind", "tensor") != "tensor" or not d.dtype or not d.is_static:
+                return None
+            try:
+                sig.append((np.dtype(to_numpy(d.dtype)), tuple(int(x) for x in d.shape)))  # type: ignore[union-attr, arg-type]
+            except (TypeError, KeyError, ValueError):
+                return None
+        return sig
+
     def check_feeds(self, feeds: Sequence[Any]) -> list[np.ndarray]:
         """Validate count, dtype and shape of inputs (in model order). Raises ``InputError``.
 
         Dynamic-AIPP parameter inputs may be left out (the ones set with ``set_dynamic_aipp``
         are filled in); with gears, the shapes must match a gear (the selected one if any)."""
+        fast = self._static_feeds
+        if fast is not None and len(feeds) == len(fast):
+            # a static model fed arrays of exactly its signature (every call of a serving loop)
+            for (dt, shape), x in zip(fast, feeds):
+                if type(x) is not np.ndarray or x.dtype != dt or x.shape != shape:
+                    break
+            else:
+                return list(feeds)
         if self._dyn_aipp is not None:
             feeds = self._dyn_aipp.complete(feeds, len(self.inputs))
         if len(feeds) != len(self.inputs):

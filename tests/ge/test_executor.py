@@ -146,3 +146,27 @@ def test_outputs_never_alias_feeds_constants_or_each_other():
     assert lm.run([x])[1].tolist() == [2, 3]
     np.testing.assert_array_equal(x, np.arange(6, dtype=np.float32).reshape(2, 3))
     np.testing.assert_array_equal(r2, np.maximum(x, 0))
+
+
+def test_static_model_checks_feeds_fast_and_still_rejects_bad_ones():
+    """A static model takes matching arrays through a one-comparison fast path; anything else goes
+    through the full checks and their messages."""
+    from pycann.errors import InputError
+    from pycann.ge.options import CompileOptions
+
+    g = helper.make_graph([helper.make_node("Relu", ["x"], ["y"])], "g",
+                          [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["N", 3])],
+                          [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["N", 3])])
+    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
+    m.ir_version = 8
+    lm = LoadedModel.from_compiled(compile_model(m, CompileOptions(input_shape={"x": [2, 3]})))
+    assert lm._static_feeds == [(np.dtype(np.float32), (2, 3))]
+    x = np.array([[-1, 2, -3], [4, -5, 6]], np.float32)
+    np.testing.assert_array_equal(lm.run([x])[0], np.maximum(x, 0))
+    with pytest.raises(InputError, match=r"expected shape \[2,3\], received \[3, 3\]"):
+        lm.run([np.zeros((3, 3), np.float32)])
+    with pytest.raises(InputError, match="expected dtype float32, received float64"):
+        lm.run([x.astype(np.float64)])
+    with pytest.raises(InputError, match="1 inputs"):
+        lm.run([x, x])
+    np.testing.assert_array_equal(lm.run([x[:, [0, 1, 2]]])[0], np.maximum(x, 0))  # a copy: a new array, same signature
