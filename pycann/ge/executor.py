@@ -212,11 +212,13 @@ class Plan:
                     outs = self._run(feeds, outer_env, arena)
             else:
                 outs = self._run(feeds, outer_env, arena)
+            if arena is not None:
+                # an output may be a view of arena memory that the next run reuses: hand out a
+                # copy, made before the arena goes back to the pool (another thread may take it)
+                buffer = arena.buffer
+                outs = [_off_arena(o, buffer) for o in outs]
         finally:
             self._give_back(arena)
-        if arena is not None:
-            # an output may be a view of arena memory that the next run reuses: hand out a copy
-            outs = [_off_arena(o, arena.buffer) for o in outs]
         if outer_env is None:
             # callers get C-order arrays, as from ONNX Runtime (a channels-last chain may end here)
             outs = [np.ascontiguousarray(o) if isinstance(o, np.ndarray) and not o.flags.c_contiguous else o
@@ -412,25 +414,27 @@ class Executor:
         # the mapped .om pages of the originals, so peak RSS does not hold both copies)
         self.release_pages: Callable[[], None] | None = None
 
-    def _signature(self, feeds: Sequence[Any]) -> tuple[Signature, dict[str, np.ndarray]]:
+    def _signature(self, feeds: Sequence[Any]) -> tuple[Signature, list[int]]:
+        """The plan cache key of these feeds (shapes, dtypes, control values) and the indices of
+        the control inputs it includes (their values are copied only when a plan is built)."""
         # sequence (list) and empty optional (None) feeds do not specialise: their descs stay as compiled
         sig: list[Any] = [
-            (tuple(x.shape), x.dtype.str) if isinstance(x, np.ndarray) else ((), type(x).__name__) for x in feeds
+            (x.shape, x.dtype.str) if isinstance(x, np.ndarray) else ((), type(x).__name__) for x in feeds
         ]
-        values: dict[str, np.ndarray] = {}
+        used: list[int] = []
         for i, seen in self._control.items():
             x = feeds[i] if i < len(feeds) else None
             if not isinstance(x, np.ndarray) or x.size != 1 or seen is None:
                 continue
-            v = x.reshape(-1)[0].item()
+            v = x.item()
             if v not in seen:
                 if len(seen) >= self.MAX_CONTROL_VALUES:
                     self._control[i] = None  # varies per call: stop
                     continue
                 seen.add(v)
             sig.append(("value", i, v))
-            values[self.graph.inputs[i]] = x.copy()
-        return tuple(sig), values
+            used.append(i)
+        return tuple(sig), used
 
     def plan_for(self, feeds: Sequence[np.ndarray]) -> tuple[Plan, MemoryPlan | None]:
         """The plan for these inputs' shapes and dtypes (built on first use)."""
@@ -438,9 +442,9 @@ class Executor:
             if self._generic is None:
                 self._generic = Plan(self.graph)
             return self._generic, None
-        sig, values = self._signature(feeds) if self._control else (
-            tuple((tuple(x.shape), x.dtype.str) if isinstance(x, np.ndarray) else ((), type(x).__name__)
-                  for x in feeds), {})
+        sig, used = self._signature(feeds) if self._control else (
+            tuple((x.shape, x.dtype.str) if isinstance(x, np.ndarray) else ((), type(x).__name__)
+                  for x in feeds), [])
         hit = self._cache.get(sig)
         if hit is not None:
             return hit
@@ -448,6 +452,7 @@ class Executor:
             hit = self._cache.get(sig)
             if hit is None:
                 shapes = [tuple(x.shape) if isinstance(x, np.ndarray) else None for x in feeds]
+                values = {self.graph.inputs[i]: feeds[i].copy() for i in used}
                 g = self._specialize(self.graph, shapes, values)
                 hit = (Plan(g, memory=plan_memory(g, only=arena_candidates(g)), release=self.release_pages),
                        plan_memory(g))
