@@ -154,9 +154,12 @@ class InferSession:
     ) -> list[np.ndarray]:
         """Run once (``loop`` times, keeping the last result). ``feeds`` in model input order or by name.
         ``mode``: see the module doc; a wrong mode raises ``RuntimeError`` as in ais_bench."""
-        names = [i.name for i in self.model.inputs]
-        listed = [feeds[n] for n in names if n in feeds] if isinstance(feeds, Mapping) else list(feeds)
-        self._check_mode(mode, [tuple(np.shape(x)) for x in listed], custom_sizes)
+        if mode == "static":  # the common case: no feed shapes needed (this runs on every call)
+            self._check_mode(mode, [], custom_sizes)
+        else:
+            names = [i.name for i in self.model.inputs]
+            listed = [feeds[n] for n in names if n in feeds] if isinstance(feeds, Mapping) else list(feeds)
+            self._check_mode(mode, [tuple(np.shape(x)) for x in listed], custom_sizes)
         outs: list[np.ndarray] = []
         for _ in range(self.loop):
             start = (time.perf_counter() - self._t0) * 1e3
