@@ -1,6 +1,6 @@
 """Prepared kernels that bind a oneDNN primitive at plan time (``onednn`` provider):
 LayerNormalization, FusedAttention, Softmax over the last axis, MaxPool / AveragePool /
-GlobalAveragePool. The primitive, its constant operands (LayerNormalization's scale and bias)
+GlobalAveragePool, Gemm with a constant B. The primitive, its constant operands (LayerNormalization's scale and bias)
 and its geometry are fixed when the executor builds its plan, so a call only re-points data
 handles and executes. Each kernel sets ``openmp`` (the executor then holds OpenBLAS to one
 thread: two spinning pools on two cores fight).
@@ -177,6 +177,38 @@ def _softmax(attrs, ins, consts, outs) -> Kernel | None:  # type: ignore[no-unty
     return onednn_softmax.bound_softmax(xs, generic)  # type: ignore[no-any-return]
 
 
+def _gemm(attrs, ins, consts, outs) -> Kernel | None:  # type: ignore[no-untyped-def]
+    """Gemm with a constant float32 B, alpha = 1, no transA and a constant C that is a row of N
+    values (or absent) selected for ``onednn:gemm``: B (transposed once when transB) and beta*C
+    become ``onednn_matmul.bound_matmul``'s packed weight and bias (ResNet-50's classifier: B is
+    re-described every call otherwise)."""
+    from pycann.ops.providers import onednn_matmul
+
+    xs = _static(ins[0])
+    b = consts[1] if len(consts) > 1 else None
+    c = consts[2] if len(consts) > 2 else None
+    if attrs.get("_algo") != "onednn:gemm" or xs is None or len(xs) != 2 or b is None or b.ndim != 2 \
+            or not _f32(ins[0]) or b.dtype != np.float32 or not _usable():
+        return None
+    if int(attrs.get("transA", 0)) or float(attrs.get("alpha", 1.0)) != 1.0:
+        return None
+    beta = float(attrs.get("beta", 1.0))
+    if len(ins) > 2 and ins[2] is not None and (c is None or c.dtype != np.float32):
+        return None  # a run-time or non-float32 C: the generic kernel
+    bb = np.ascontiguousarray(b.T) if int(attrs.get("transB", 0)) else b
+    n = bb.shape[1]
+    bias = None
+    if c is not None and beta != 0.0:
+        if c.size != n or (c.ndim == 2 and c.shape[0] != 1) or c.ndim > 2:
+            return None  # C broadcasting over rows (or a full M x N C): the generic kernel
+        bias = (c.reshape(n) * np.float32(beta)).astype(np.float32) if beta != 1.0 else c.reshape(n)
+    k = onednn_matmul.bound_matmul(bb, bias, xs, None)
+    if k is None or _static(outs[0]) != (xs[0], n):
+        return None
+    k.openmp = True
+    return k  # type: ignore[no-any-return]
+
+
 def _global_average_pool(attrs, ins, consts, outs) -> Kernel | None:  # type: ignore[no-untyped-def]
     """GlobalAveragePool as an average pooling whose window is the whole spatial extent."""
     return _bind_pool("avg_exclude_padding", {**attrs, "_global": True}, ins, outs, _k_global_average_pool)
@@ -195,4 +227,5 @@ PREPARE_ONEDNN: dict[tuple[str, str], Prepare] = {
     ("", "AveragePool"): _pool(_avg_alg, _k_average_pool),
     ("", "GlobalAveragePool"): _global_average_pool,
     ("", "Softmax"): _softmax,
+    ("", "Gemm"): _gemm,
 }

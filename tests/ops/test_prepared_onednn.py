@@ -310,3 +310,30 @@ def test_pool_runs_in_onednn_for_either_layout(monkeypatch: pytest.MonkeyPatch) 
     for nhwc in (False, True):
         x = _pool_input(shape, nhwc)
         np.testing.assert_allclose(k([x], {})[0], _k_global_average_pool([x], {})[0], rtol=1e-5, atol=1e-6)
+
+
+# ---------------------------------------------------------------- Gemm
+
+@pytest.mark.parametrize("trans_b", [0, 1])
+@pytest.mark.parametrize("beta,c_shape", [(1.0, (1000,)), (0.5, (1, 1000)), (1.0, None), (0.0, (1000,))])
+def test_gemm_with_constant_b_matches_generic(trans_b: int, beta: float, c_shape: tuple[int, ...] | None) -> None:
+    from pycann.ops.matmul import _k_gemm
+
+    a = RNG.standard_normal((4, 512)).astype(np.float32)
+    b = RNG.standard_normal((1000, 512) if trans_b else (512, 1000)).astype(np.float32)
+    c = None if c_shape is None else RNG.standard_normal(c_shape).astype(np.float32)
+    attrs = {"transA": 0, "transB": trans_b, "alpha": 1.0, "beta": beta, "_algo": "onednn:gemm"}
+    k = _prep(("", "Gemm"), attrs, [a.shape, b.shape, None if c is None else c.shape], [None, b, c], (4, 1000))
+    assert k is not None and k.openmp
+    ins = [a, b] + ([c] if c is not None else [])
+    np.testing.assert_allclose(k(ins, attrs)[0], _k_gemm(ins, attrs)[0], rtol=1e-4, atol=1e-4)
+
+
+def test_gemm_declines_what_it_does_not_bind() -> None:
+    b = RNG.standard_normal((64, 32)).astype(np.float32)
+    base = {"transA": 0, "transB": 0, "alpha": 1.0, "beta": 1.0, "_algo": "onednn:gemm"}
+    full_c = RNG.standard_normal((128, 32)).astype(np.float32)
+    for attrs, c, c_shape in (({**base, "transA": 1}, None, None), ({**base, "alpha": 2.0}, None, None),
+                              (base, full_c, (128, 32)), (base, None, (32,)), ({**base, "_algo": "numpy:gemm"}, None, None)):
+        assert _prep(("", "Gemm"), attrs, [(128, 64) if not attrs["transA"] else (64, 128), b.shape, c_shape],
+                     [None, b, c], (128, 32)) is None
