@@ -28,8 +28,8 @@ def fuse(g: Graph) -> tuple[int, list[str]]:
     ix = GraphIndex(g)
     rw = Rewrites(g)
     for qk in list(g.nodes):
-        if not is_op(qk, "MatMul") or rw.taken(qk):
-            continue
+        if not is_op(qk, "MatMul") or rw.taken(qk) or ix.const(qk.inputs[1]) is not None:
+            continue  # (a constant B is a dense layer, not Q @ K^T: not even a candidate to report)
         nodes = [qk]
         cur = qk.outputs[0]
         scale = 1.0
