@@ -97,6 +97,9 @@ def fold(g: Graph) -> tuple[int, list[str]]:
                 continue
             if len(consumers.get(conv.outputs[0], [])) != 1:
                 continue  # not the pattern (the conv's value is used elsewhere too), not a near miss
+            other = op.inputs[1] if op.inputs[0] == conv.outputs[0] else op.inputs[0]
+            if other not in g.initializers and other != conv.outputs[0]:
+                continue  # Add of two activations (a residual): ConvActivationFusion's case, not a miss
             r = _check(g, conv, op, consumers, outputs)
             if isinstance(r, str):
                 missed.append(f"{conv.name}+{op.name or op.op_type}: {r}")
