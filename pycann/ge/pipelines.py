@@ -21,6 +21,8 @@ from pycann.ge.passes import (
     fuse_gelu,
     fuse_layernorm,
     fuse_matmul_bias,
+    fuse_rmsnorm,
+    fuse_softmax,
     infer_shapes,
     precision,
     select_kernels,
@@ -45,6 +47,9 @@ COMPILE_PIPELINE: list[tuple[str, PassFn]] = [
     (cancel_transpose.name, cancel_transpose.run),
     (fuse_gelu.name, fuse_gelu.run),
     (fuse_layernorm.name, fuse_layernorm.run),
+    (fuse_rmsnorm.name, fuse_rmsnorm.run),
+    # a decomposed softmax must be one op before AttentionFusion looks for MatMul-Softmax-MatMul
+    (fuse_softmax.name, fuse_softmax.run),
     (fuse_attention.name, fuse_attention.run),
     (fuse_conv_act.name, fuse_conv_act.run),
     (fuse_matmul_bias.name, fuse_matmul_bias.run),

@@ -13,6 +13,7 @@ from onnx import TensorProto, helper, numpy_helper
 from pycann.ge.compiler import compile_model
 from pycann.ge.model import LoadedModel
 from pycann.ge.options import CompileOptions
+from pycann.ge.passes import fuse_softmax
 from tests.ops.oracle import run_ort
 
 RNG = np.random.default_rng(0)
@@ -494,3 +495,95 @@ def test_fusion_switch_all_off_covers_fusions_only(tmp_path) -> None:  # type: i
     t = tmp_path / "switch.txt"
     t.write_text("ALL:off\nConstantFolding:off  # named: off too\n")
     assert set(read_fusion_switch_file(str(t))) == off | {"ConstantFolding"}
+
+
+# -------------------------------------------------------------- RMSNorm
+
+
+def _rms_nodes(axis: int = -1, squared: str = "pow", inv: str = "div", weight: bool = True, opset: int = 18):
+    nodes = [helper.make_node("Pow", ["x", "two"], ["p"]) if squared == "pow" else helper.make_node("Mul", ["x", "x"], ["p"])]
+    if opset >= 18:
+        nodes.append(helper.make_node("ReduceMean", ["p", "ax"], ["m"], keepdims=1))
+    else:
+        nodes.append(helper.make_node("ReduceMean", ["p"], ["m"], axes=[axis], keepdims=1))
+    nodes += [helper.make_node("Add", ["m", "eps"], ["v"]), helper.make_node("Sqrt", ["v"], ["s"])]
+    if inv == "div":
+        nodes.append(helper.make_node("Div", ["x", "s"], ["n"]))
+    else:
+        nodes += [helper.make_node("Reciprocal", ["s"], ["r"]), helper.make_node("Mul", ["x", "r"], ["n"])]
+    if weight:
+        nodes.append(helper.make_node("Mul", ["w", "n"], ["y"]))
+    else:
+        nodes.append(helper.make_node("Identity", ["n"], ["y"]))
+    return nodes
+
+
+def _rms_inits(axis: int, wshape: tuple[int, ...], opset: int = 18):
+    inits = [_c("two", np.float32(2)), _c("eps", np.float32(1e-6)), _c("w", _f32(*wshape))]
+    return inits + ([_c("ax", np.array([axis], np.int64))] if opset >= 18 else [])
+
+
+@pytest.mark.parametrize("squared,inv,weight,opset", [("pow", "div", True, 18), ("mul", "reciprocal", False, 17),
+                                                      ("pow", "reciprocal", True, 17)])
+def test_rmsnorm_fuses(squared: str, inv: str, weight: bool, opset: int) -> None:
+    m = _model(_rms_nodes(-1, squared, inv, weight, opset), [("x", [2, 5, 8])], "y", _rms_inits(-1, (8,), opset),
+               opset=opset)
+    _check(m, {"x": _f32(2, 5, 8)}, {"RMSNormalization": 1}, absent=("ReduceMean", "Sqrt", "Pow"))
+
+
+def test_rmsnorm_over_non_last_axis_or_with_broadcasting_weight_is_not_fused() -> None:
+    m = _model(_rms_nodes(1), [("x", [2, 5, 8])], "y", _rms_inits(1, (8,)), opset=18)
+    assert "RMSNormalization" not in _check(m, {"x": _f32(2, 5, 8)})
+    m = _model(_rms_nodes(-1), [("x", [2, 5, 8])], "y", _rms_inits(-1, (5, 8)), opset=18)
+    assert "RMSNormalization" not in _check(m, {"x": _f32(2, 5, 8)})
+
+
+def test_rmsnorm_with_a_shared_intermediate_is_not_fused() -> None:
+    nodes = _rms_nodes(-1) + [helper.make_node("Add", ["y", "s"], ["z"])]  # sqrt(mean + eps) read twice
+    m = _model(nodes, [("x", [2, 5, 8])], "z", _rms_inits(-1, (8,)), opset=18)
+    assert "RMSNormalization" not in _check(m, {"x": _f32(2, 5, 8)})
+
+
+# -------------------------------------------------------------- decomposed Softmax
+
+
+def _softmax_nodes(ax_max: int, ax_sum: int, subtract_max: bool = True, opset: int = 18):
+    nodes = []
+    if subtract_max:
+        if opset >= 18:
+            nodes.append(helper.make_node("ReduceMax", ["x", "amax"], ["mx"], keepdims=1))
+        else:
+            nodes.append(helper.make_node("ReduceMax", ["x"], ["mx"], axes=[ax_max], keepdims=1))
+        nodes += [helper.make_node("Sub", ["x", "mx"], ["d"]), helper.make_node("Exp", ["d"], ["e"])]
+    else:
+        nodes.append(helper.make_node("Exp", ["x"], ["e"]))
+    nodes += [helper.make_node("ReduceSum", ["e", "asum"], ["s"], keepdims=1), helper.make_node("Div", ["e", "s"], ["y"])]
+    inits = [_c("asum", np.array([ax_sum], np.int64))] + ([_c("amax", np.array([ax_max], np.int64))] if opset >= 18 else [])
+    return nodes, inits
+
+
+@pytest.mark.parametrize("axis,opset", [(-1, 18), (1, 18), (2, 13)])
+def test_decomposed_softmax_fuses(axis: int, opset: int) -> None:
+    nodes, inits = _softmax_nodes(axis, axis, opset=opset)
+    m = _model(nodes, [("x", [2, 6, 7])], "y", inits, opset=opset)
+    _check(m, {"x": _f32(2, 6, 7) * 5}, {"Softmax": 1}, absent=("Exp", "ReduceSum", "ReduceMax"))
+
+
+def test_softmax_without_max_or_over_two_axes_is_not_fused() -> None:
+    nodes, inits = _softmax_nodes(-1, -1, subtract_max=False)
+    m = _model(nodes, [("x", [2, 6, 7])], "y", inits, opset=18)
+    assert "Softmax" not in _check(m, {"x": _f32(2, 6, 7)})
+    res = fuse_softmax.fuse(compile_model(m, CompileOptions(disabled_passes=["SoftmaxFusion"])).graph)
+    assert res[0] == 0 and any("without the max subtracted" in r for r in res[1])
+    nodes, inits = _softmax_nodes(1, 2)
+    m = _model(nodes, [("x", [2, 6, 7])], "y", inits, opset=18)
+    assert "Softmax" not in _check(m, {"x": _f32(2, 6, 7)})
+
+
+def test_attention_with_decomposed_softmax_fuses() -> None:
+    """SoftmaxFusion runs before AttentionFusion, so dynamo's decomposed softmax still gives one attention op."""
+    nodes, inits = _softmax_nodes(-1, -1)
+    nodes = [helper.make_node("MatMul", ["q", "kt"], ["x"])] + nodes + [helper.make_node("MatMul", ["y", "v"], ["o"])]
+    m = _model(nodes, [("q", [1, 2, 6, 4]), ("kt", [1, 2, 4, 6]), ("v", [1, 2, 6, 4])], "o", inits, opset=18)
+    feeds = {"q": _f32(1, 2, 6, 4), "kt": _f32(1, 2, 4, 6), "v": _f32(1, 2, 6, 4)}
+    _check(m, feeds, {"FusedAttention": 1}, absent=("Softmax", "Exp"))

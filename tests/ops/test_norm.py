@@ -98,6 +98,19 @@ def test_layer_norm(xs: tuple, ss: tuple, axis: int, bias: bool) -> None:
     check_op("LayerNormalization", ins, {"axis": axis}, n_outputs=3, rtol=RTOL, atol=ATOL)
 
 
+@pytest.mark.parametrize("xs,ss,axis", [((2, 5, 8), (8,), -1), ((2, 5, 8), (5, 8), 1), ((2, 5, 8), (1, 8), 1),
+                                         ((3, 4), (3, 4), 0), ((2, 0, 8), (8,), -1)])
+def test_rms_norm(xs: tuple, ss: tuple, axis: int) -> None:
+    """RMSNormalization-23 against ONNX Runtime (the op RMSNormFusion produces)."""
+    check_op("RMSNormalization", [_r(*xs), _r(*ss, seed=1)], {"axis": axis, "epsilon": 1e-3}, opset=23,
+             rtol=RTOL, atol=ATOL)
+
+
+def test_rms_norm_rejects_a_scale_that_does_not_broadcast() -> None:
+    with pytest.raises(ShapeError, match="does not broadcast"):
+        _infer("RMSNormalization", [TensorDesc(F, (2, 5, 8)), TensorDesc(F, (3,))], {"axis": -1}, opset=23)
+
+
 def test_layer_norm_dtypes() -> None:
     for dt, tol in ((np.float16, 1e-2), (np.float64, 1e-5)):
         ins = [_r(2, 3, 8, dtype=dt), _r(8, dtype=dt, seed=1), _r(8, dtype=dt, seed=2)]

@@ -105,3 +105,14 @@ def rename_uses(g: Graph, old: str, new: str) -> None:
             if old not in local:
                 rename_uses(sub, old, new)
                 sub.outputs = [new if o == old else o for o in sub.outputs]
+
+
+def reduce_axes(ix: GraphIndex, n: Node) -> tuple[int, ...] | None:
+    """The constant axes of a Reduce* node, from its ``axes`` input (ReduceSum from opset 13, the
+    others from 18) or attribute (before); None when they are computed at run time or absent
+    (absent means every axis, or none with ``noop_with_empty_axes``: never a fusion pattern)."""
+    if len(n.inputs) > 1 and n.inputs[1]:
+        c = ix.const(n.inputs[1])
+        return None if c is None else tuple(int(v) for v in c.reshape(-1))
+    a = n.attrs.get("axes")
+    return tuple(int(v) for v in a) if a else None

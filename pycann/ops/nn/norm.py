@@ -340,6 +340,50 @@ def _k_lrn(inputs: Sequence[Any], attrs: Mapping[str, Any]) -> list[np.ndarray]:
     return [y.astype(x.dtype, copy=False)]
 
 
+def _k_rms_norm(inputs: Sequence[Any], attrs: Mapping[str, Any]) -> list[np.ndarray]:
+    """RMSNormalization (spec: RMSNormalization-23): over axes [axis, rank) in ``stash_type``,
+    Y = X / sqrt(mean(X^2) + epsilon) * Scale (Scale broadcasts to the normalised dims).
+
+    X is viewed as (rows, n): the row sums of squares go through ``einsum`` (as LayerNormalization's)."""
+    x, scale = inputs[0], inputs[1]
+    sd = _stash_dtype(attrs, x.dtype)
+    axis = normalize_axis(int(attrs.get("axis", -1)), x.ndim)
+    eps = sd.type(float(attrs.get("epsilon", 1e-5)))
+    n = int(np.prod(x.shape[axis:], dtype=np.int64))
+    xc = x.astype(sd, copy=False)
+    if x.size == 0 or n == 0:
+        ms = np.mean(xc * xc, axis=tuple(range(axis, x.ndim)), keepdims=True)
+        return [(xc / np.sqrt(ms + eps) * scale.astype(sd, copy=False)).astype(x.dtype, copy=False)]
+    x2 = np.ascontiguousarray(xc).reshape(-1, n)
+    ms = np.einsum("ij,ij->i", x2, x2)
+    ms *= sd.type(1.0 / n)
+    ms += eps
+    np.sqrt(ms, out=ms)
+    np.divide(sd.type(1), ms, out=ms)
+    y = x2 * ms[:, None]
+    y = y.reshape(x.shape)
+    y *= scale.astype(sd, copy=False)
+    return [y.astype(x.dtype, copy=False)]
+
+
+def _infer_rms_norm(ctx: InferContext) -> list[TensorDesc]:
+    """Y like X; ``axis`` within X's rank; Scale must broadcast to X's dims from ``axis``."""
+    x, scale = ctx.input(0), ctx.input(1)
+    if x is not None and x.shape is not None:
+        try:
+            axis = normalize_axis(int(ctx.attrs.get("axis", -1)), len(x.shape), "attribute axis: ")
+        except ValueError as e:
+            raise ctx.fail(str(e)) from None
+        if scale is not None and scale.shape is not None:
+            inner = x.shape[axis:]
+            ok = len(scale.shape) <= len(inner) and all(
+                s == 1 or not isinstance(s, int) or not isinstance(d, int) or s == d
+                for s, d in zip(scale.shape[::-1], inner[::-1]))
+            if not ok:
+                raise ctx.fail(f"input scale {scale} does not broadcast to the normalised dims {list(inner)} of X {x}")
+    return [same_as(x)]
+
+
 def _infer_lrn(ctx: InferContext) -> list[TensorDesc]:
     """Y like X; ``size`` must be positive and X at least (N, C, D1)."""
     x = ctx.input(0)
@@ -355,6 +399,8 @@ OPS: list[OpDef] = [
           attrs={"epsilon": 1e-5, "momentum": 0.9, "training_mode": 0}, out_kernel=_out_batch_norm),
     OpDef("InstanceNormalization", _infer_channelwise, _k_instance_norm, since=1, attrs={"epsilon": 1e-5}),
     OpDef("LayerNormalization", _infer_layer_norm, _k_layer_norm, since=17,
+          attrs={"axis": -1, "epsilon": 1e-5, "stash_type": 1}),
+    OpDef("RMSNormalization", _infer_rms_norm, _k_rms_norm, since=23,
           attrs={"axis": -1, "epsilon": 1e-5, "stash_type": 1}),
     OpDef("GroupNormalization", _infer_group_norm, _k_group_norm_18, since=18,
           attrs={"epsilon": 1e-5, "num_groups": REQUIRED, "stash_type": 1}),
