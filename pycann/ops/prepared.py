@@ -9,25 +9,17 @@ in_consts, out_descs) -> kernel | None`` (None = keep the generic kernel).
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import numpy as np
 
 from pycann.dtypes import TensorDesc, to_numpy
 from pycann.ops.nn.spatial import empty_like_layout, is_channels_last
+from pycann.ops.prepared_base import Kernel, Prepare
+from pycann.ops.prepared_base import static_shape as _static
 from pycann.ops.prepared_onednn import PREPARE_ONEDNN
 from pycann.ops.prepared_small import PREPARE_SMALL, conv_im2col
-
-Kernel = Callable[[Sequence[Any], Mapping[str, Any]], list[np.ndarray]]
-Prepare = Callable[[Mapping[str, Any], Sequence[TensorDesc | None], Sequence[np.ndarray | None],
-                    Sequence[TensorDesc | None]], Kernel | None]
-
-
-def _static(d: TensorDesc | None) -> tuple[int, ...] | None:
-    if d is None or getattr(d, "kind", "tensor") != "tensor" or not d.is_static:
-        return None
-    return tuple(int(x) for x in d.shape)  # type: ignore[arg-type, union-attr]
 
 
 def _reshape_to(attrs: Mapping[str, Any], ins: Sequence[TensorDesc | None], consts: Sequence[np.ndarray | None],

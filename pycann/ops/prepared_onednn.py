@@ -19,17 +19,8 @@ import numpy as np
 
 from pycann.dtypes import TensorDesc
 from pycann.ops.nn.pool import _k_average_pool, _k_global_average_pool, _k_max_pool
-
-Kernel = Callable[[Sequence[Any], Mapping[str, Any]], list[np.ndarray]]
-Prepare = Callable[[Mapping[str, Any], Sequence[TensorDesc | None], Sequence[np.ndarray | None],
-                    Sequence[TensorDesc | None]], Kernel | None]
-
-
-
-def _static(d: TensorDesc | None) -> tuple[int, ...] | None:
-    if d is None or getattr(d, "kind", "tensor") != "tensor" or not d.is_static:
-        return None
-    return tuple(int(x) for x in d.shape)  # type: ignore[arg-type, union-attr]
+from pycann.ops.prepared_base import Kernel, Prepare
+from pycann.ops.prepared_base import static_shape as _static
 
 
 def _f32(*ds: TensorDesc | None) -> bool:

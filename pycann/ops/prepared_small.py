@@ -9,24 +9,17 @@ layouts) move to plan time. ``PREPARE_SMALL`` is merged into ``prepared.PREPARE`
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import numpy as np
 
 from pycann.dtypes import TensorDesc, to_numpy
-
-Kernel = Callable[[Sequence[Any], Mapping[str, Any]], list[np.ndarray]]
-Prepare = Callable[[Mapping[str, Any], Sequence[TensorDesc | None], Sequence[np.ndarray | None],
-                    Sequence[TensorDesc | None]], Kernel | None]
+from pycann.ops.prepared_base import Kernel, Prepare
+from pycann.ops.prepared_base import static_shape as _static
 
 _FLOATS = (np.dtype(np.float32), np.dtype(np.float64))
 
-
-def _static(d: TensorDesc | None) -> tuple[int, ...] | None:
-    if d is None or getattr(d, "kind", "tensor") != "tensor" or not d.is_static:
-        return None
-    return tuple(int(x) for x in d.shape)  # type: ignore[arg-type, union-attr]
 
 
 def _float_dtype(d: TensorDesc | None) -> np.dtype | None:

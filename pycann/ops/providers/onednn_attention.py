@@ -28,6 +28,7 @@ from typing import Any
 import numpy as np
 
 from pycann.ops.providers import onednn_capi as capi
+from pycann.ops.providers.bound_out import dest, finish
 
 _F32 = np.dtype(np.float32)
 
@@ -142,9 +143,7 @@ def bound_attention(q_shape: Sequence[int], kt_shape: Sequence[int], v_shape: Se
         k = k if k.dtype == _F32 and k.flags.c_contiguous else np.ascontiguousarray(k, dtype=_F32)
         v = v if v.dtype == _F32 and v.flags.c_contiguous else np.ascontiguousarray(v, dtype=_F32)
         mask_c = None if mk is None else np.ascontiguousarray(mask, dtype=_F32)
-        o = None if out is None else out[0]
-        y = o if o is not None and o.dtype == _F32 and o.flags.c_contiguous and o.shape == y_shape \
-            and not any(np.may_share_memory(o, a) for a in (q, k, v)) else np.empty(y_shape, _F32)
+        y, o = dest(out, y_shape, (q, k, v))
         with lock:
             q_mem.set(_ptr(q))
             k_mem.set(_ptr(k))
@@ -157,9 +156,7 @@ def bound_attention(q_shape: Sequence[int], kt_shape: Sequence[int], v_shape: Se
             v_mem.set(_ptr(v))
             y_mem.set(_ptr(y))
             mm2.execute()
-        if o is not None and y is not o:
-            o[...] = y
-        return [y]
+        return finish(y, o)
 
     kernel.keep = (scores, mm1, sm, mm2)  # type: ignore[attr-defined]
     kernel.writes_out = True  # type: ignore[attr-defined]

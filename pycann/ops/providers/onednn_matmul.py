@@ -31,6 +31,7 @@ import numpy as np
 from pycann.ops.providers import Algorithm, GemmSpec
 from pycann.ops.providers import numpy_blas as nb
 from pycann.ops.providers import onednn_capi as capi
+from pycann.ops.providers.bound_out import dest, finish
 
 Desc = tuple[tuple[int, ...], tuple[int, ...]]  # (dims, strides in elements)
 Unary = tuple[int, float, float]
@@ -308,9 +309,7 @@ def bound_matmul(b: np.ndarray, bias: np.ndarray | None, a_shape: Sequence[int],
         x = inputs[0]
         if x.dtype != _F32 or not x.flags.c_contiguous or x.shape != a_shape:
             x = np.ascontiguousarray(x, dtype=_F32).reshape(a_shape)
-        o = None if out is None else out[0]
-        y = o if o is not None and o.dtype == _F32 and o.flags.c_contiguous and o.shape == y_shape \
-            and not np.may_share_memory(o, x) else np.empty(y_shape, _F32)
+        y, o = dest(out, y_shape, (x,))
         r = None
         if res_set is not None:
             r = inputs[3]
@@ -326,9 +325,7 @@ def bound_matmul(b: np.ndarray, bias: np.ndarray | None, a_shape: Sequence[int],
             if r is not None and res_set is not None:
                 res_set(r.__array_interface__["data"][0])
             execute()
-        if o is not None and y is not o:
-            o[...] = y
-        return [y]
+        return finish(y, o)
 
     kernel.keep = keep  # type: ignore[attr-defined]
     kernel.writes_out = True  # type: ignore[attr-defined]

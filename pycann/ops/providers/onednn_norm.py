@@ -16,6 +16,7 @@ from typing import Any
 import numpy as np
 
 from pycann.ops.providers import onednn_capi as capi
+from pycann.ops.providers.bound_out import dest, finish
 
 _F32 = np.dtype(np.float32)
 
@@ -61,17 +62,12 @@ def bound_layer_norm(shape: Sequence[int], n: int, scale: np.ndarray, bias: np.n
         x = inputs[0]
         if x.dtype != _F32 or not x.flags.c_contiguous or x.shape != shape:
             x = np.ascontiguousarray(x, dtype=_F32).reshape(shape)
-        o = None if out is None else out[0]
-        # in place (same buffer) is allowed by oneDNN; a partial overlap is not
-        y = o if o is not None and o.dtype == _F32 and o.flags.c_contiguous and o.shape == shape \
-            and (_ptr(o) == _ptr(x) or not np.may_share_memory(o, x)) else np.empty(shape, _F32)
+        y, o = dest(out, shape, same_ok=x)  # in place (same buffer) is allowed by oneDNN; a partial overlap is not
         with lock:
             src_set(_ptr(x))
             dst_set(_ptr(y))
             execute()
-        if o is not None and y is not o:
-            o[...] = y
-        return [y]
+        return finish(y, o)
 
     kernel.keep = (sc, sh, prim)  # type: ignore[attr-defined]
     kernel.writes_out = True  # type: ignore[attr-defined]

@@ -20,6 +20,7 @@ from typing import Any
 import numpy as np
 
 from pycann.ops.providers import onednn_capi as capi
+from pycann.ops.providers.bound_out import dest, finish
 
 MIN_ELEMENTS = 16384  # below this, a call's fixed cost (~5 us) exceeds numpy's passes
 _MAX_PLANS = 256
@@ -79,18 +80,14 @@ def bound_softmax(shape: tuple[int, ...], generic: Any) -> Any:
         x = inputs[0]
         if x.dtype != f32 or not x.flags.c_contiguous or x.shape != shape:
             x = np.ascontiguousarray(x, dtype=f32).reshape(shape)
-        o = None if out is None else out[0]
-        y = o if o is not None and o.dtype == f32 and o.flags.c_contiguous and o.shape == shape \
-            and not np.may_share_memory(o, x) else np.empty(shape, f32)
+        y, o = dest(out, shape, (x,))
         with lock:
             src.set(x.__array_interface__["data"][0])
             dst.set(y.__array_interface__["data"][0])
             prim.execute()
         if np.isnan(y).any():
             y[...] = generic([x], attrs)[0]
-        if o is not None and y is not o:
-            o[...] = y
-        return [y]
+        return finish(y, o)
 
     kernel.keep = (prim,)  # type: ignore[attr-defined]
     kernel.writes_out = True  # type: ignore[attr-defined]
