@@ -3,8 +3,12 @@ set -euo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cd "$ROOT"
 PY="${PYTHON:-python3}"
+if ! command -v "$PY" >/dev/null 2>&1 || ! "$PY" -c 'import sys' >/dev/null 2>&1; then
+  echo "PYTHON=$PY: no such Python interpreter. Set PYTHON to a Python >= 3.10 (e.g. PYTHON=python3.10)." >&2
+  exit 2
+fi
 if ! "$PY" -c 'import sys; sys.exit(sys.version_info < (3, 10))' 2>/dev/null; then
-  echo "pycann needs Python >= 3.10; '$PY' is $("$PY" --version 2>&1). Set PYTHON=python3.11 (or newer)." >&2
+  echo "pycann needs Python >= 3.10; '$PY' is $("$PY" --version 2>&1). Set PYTHON=python3.10 (or newer)." >&2
   exit 2
 fi
 # a .venv left by an older Python (or by another interpreter than $PYTHON asks for) is rebuilt

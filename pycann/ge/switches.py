@@ -3,8 +3,10 @@
 Two forms: lines ``PassName:off`` (``#`` comments allowed), or JSON
 ``{"Switch": {"GraphFusion": {"ALL": "off" | "PassName": "off"}, "UBFusion": {...}}}``.
 Returns the pass names switched off. ``ALL`` expands to every *fusion* pass, as in CANN,
-where it covers the graph/UB fusion rules: constant folding, dead-code elimination and kernel
-and layout selection stay on (name them to turn them off).
+where it covers the graph/UB fusion rules (ConvBatchNormFusionPass and ConvScaleBiasFold
+included): constant folding, dead-code elimination and kernel and layout selection stay on
+(name them to turn them off). A pass named ``on`` stays on even under ``ALL`` off, so
+"everything off but these" reads as in CANN.
 """
 
 from __future__ import annotations
@@ -50,11 +52,16 @@ def read_fusion_switch_file(path: str) -> list[str]:
             doc = json.loads(text)
         except json.JSONDecodeError as e:
             raise OptionError(f"E10001: --fusion_switch_file [{path}] is not valid JSON: {e}") from None
+        on: set[str] = set()
         for group in doc.get("Switch", {}).values():
             for name, state in group.items():
+                names = _fusion_passes() if name == "ALL" else [name]
                 if str(state).lower() == "off":
-                    off.extend(_fusion_passes() if name == "ALL" else [name])
-        return off
+                    off.extend(names)
+                elif str(state).lower() == "on" and name != "ALL":
+                    on.add(name)  # "ALL": "off" with some "on": only those stay (CANN's use)
+        return [n for n in off if n not in on]
+    on_txt: set[str] = set()
     for lineno, raw in enumerate(text.splitlines(), 1):
         line = raw.split("#", 1)[0].strip()
         if not line:
@@ -64,4 +71,6 @@ def read_fusion_switch_file(path: str) -> list[str]:
             raise OptionError(f"E10001: --fusion_switch_file line {lineno} '{raw}': expected 'PassName:off'")
         if state.strip().lower() == "off":
             off.extend(_fusion_passes() if name.strip() == "ALL" else [name.strip()])
-    return off
+        elif name.strip() != "ALL":
+            on_txt.add(name.strip())
+    return [n for n in off if n not in on_txt]

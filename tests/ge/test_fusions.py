@@ -495,6 +495,11 @@ def test_fusion_switch_all_off_covers_fusions_only(tmp_path) -> None:  # type: i
     t = tmp_path / "switch.txt"
     t.write_text("ALL:off\nConstantFolding:off  # named: off too\n")
     assert set(read_fusion_switch_file(str(t))) == off | {"ConstantFolding"}
+    # "everything off but these", in both forms
+    t.write_text("ALL:off\nConvActivationFusion:on\n")
+    assert set(read_fusion_switch_file(str(t))) == off - {"ConvActivationFusion"}
+    p.write_text('{"Switch": {"GraphFusion": {"ALL": "off", "AttentionFusion": "on"}}}')
+    assert set(read_fusion_switch_file(str(p))) == off - {"AttentionFusion"}
 
 
 # -------------------------------------------------------------- RMSNorm
