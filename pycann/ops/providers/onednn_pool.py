@@ -23,6 +23,7 @@ from collections.abc import Sequence
 
 import numpy as np
 
+from pycann.ops.providers import onednn
 from pycann.ops.providers import onednn_capi as capi
 
 _F32 = np.dtype(np.float32)
@@ -47,10 +48,7 @@ def _strides(shape: Sequence[int], channels_last: bool) -> tuple[int, ...]:
 
 def empty(shape: Sequence[int], channels_last: bool) -> np.ndarray:
     """A new float32 array of logical shape (N, C, *spatial), NCHW or channels-last."""
-    if not channels_last:
-        return np.empty(tuple(shape), _F32)
-    k = len(shape)
-    return np.empty((shape[0], *shape[2:], shape[1]), _F32).transpose(0, k - 1, *range(1, k - 1))
+    return onednn.empty_channels_last(shape) if channels_last else np.empty(tuple(shape), _F32)
 
 
 def _fits(a: np.ndarray, strides: tuple[int, ...]) -> bool:
