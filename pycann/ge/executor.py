@@ -442,9 +442,7 @@ class Executor:
             if self._generic is None:
                 self._generic = Plan(self.graph)
             return self._generic, None
-        sig, used = self._signature(feeds) if self._control else (
-            tuple((x.shape, x.dtype.str) if isinstance(x, np.ndarray) else ((), type(x).__name__)
-                  for x in feeds), [])
+        sig, used = self._signature(feeds)
         hit = self._cache.get(sig)
         if hit is not None:
             return hit

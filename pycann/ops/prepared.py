@@ -349,7 +349,6 @@ PREPARE: dict[tuple[str, str], Prepare] = {
     ("pycann", "FusedConv"): _conv,
     ("", "MatMul"): _matmul,
     ("pycann", "FusedMatMul"): _matmul,
-    ("", "MaxPool"): _max_pool,
     ("", "Pad"): _pad,
     ("", "Reshape"): _reshape_to,
     ("", "Squeeze"): _reshape_to,
@@ -362,5 +361,6 @@ PREPARE: dict[tuple[str, str], Prepare] = {
     ("", "Concat"): _concat,
     ("", "Cast"): _cast,
     **PREPARE_SMALL,  # ReduceMean/Sum, Pow, ElementwiseChain, LSTM for tiny static shapes (prepared_small.py)
-    **PREPARE_ONEDNN,  # LayerNormalization, FusedAttention, pooling bound to oneDNN (prepared_onednn.py)
+    # MaxPool comes from PREPARE_ONEDNN: oneDNN's pooling first, then ``_max_pool`` (ATen) above
+    **PREPARE_ONEDNN,  # LayerNormalization, FusedAttention, Softmax, pooling, Gemm bound to oneDNN (prepared_onednn.py)
 }
