@@ -155,9 +155,6 @@ def _fits(a: np.ndarray, strides: tuple[int, ...]) -> bool:
     return a.strides == strides or all(s == t or d == 1 for s, t, d in zip(a.strides, strides, a.shape))
 
 
-def _ptr(a: np.ndarray) -> int:
-    return a.__array_interface__["data"][0]  # type: ignore[no-any-return]
-
 
 class _Plan:
     """One oneDNN (de)convolution for fixed shapes, weight, geometry and post-ops, ready to run."""
@@ -208,7 +205,7 @@ class _Plan:
         self.impl = pd.impl_info()
         if "ref" in self.impl.replace("+", ":").split(":"):  # the reference loops: ~1000x slower
             raise capi.DnnlError(f"oneDNN offers only its reference implementation ({self.impl})", 3)
-        self.weights = capi.reorder(w_user, _ptr(w), pd.query_md(capi.QUERY_WEIGHTS_MD))
+        self.weights = capi.reorder(w_user, capi.ptr(w), pd.query_md(capi.QUERY_WEIGHTS_MD))
         self.src, self.dst = capi.Memory(src, 0), capi.Memory(dst, 0)
         args = [(capi.ARG_SRC, self.src), (capi.ARG_WEIGHTS, self.weights), (capi.ARG_DST, self.dst)]
         self.bias = capi.Memory(bias, 0) if bias is not None else None
@@ -241,8 +238,8 @@ class _Plan:
             return xc
         prim, src_m, dst_m = r
         with self.lock:
-            src_m.set(_ptr(x))
-            dst_m.set(_ptr(xc))
+            src_m.set(capi.ptr(x))
+            dst_m.set(capi.ptr(xc))
             prim.execute()
         return xc
 
@@ -264,12 +261,12 @@ class _Plan:
                 np.copyto(r, residual)  # broadcasts / casts / re-lays out
                 residual = r
         with self.lock:
-            self.src.set(_ptr(x))
-            self.dst.set(_ptr(y))
+            self.src.set(capi.ptr(x))
+            self.dst.set(capi.ptr(y))
             if self.bias is not None and b is not None:
-                self.bias.set(_ptr(b))
+                self.bias.set(capi.ptr(b))
             if self.res is not None and residual is not None:
-                self.res.set(_ptr(residual))
+                self.res.set(capi.ptr(residual))
             self.prim.execute()
         return y
 
@@ -290,7 +287,7 @@ _plans: dict[tuple[Any, ...], _Plan | None] = {}
 
 def _plan(x_shape: tuple[int, ...], w: np.ndarray, with_bias: bool, group: int, win: Window,
           out_sp: tuple[int, ...], transpose: bool, unary: Unary | Unaries | None, residual: bool) -> _Plan | None:
-    key = (id(w), _ptr(w), w.shape, w.strides, x_shape, with_bias, group, win, out_sp, transpose, unary, residual)
+    key = (id(w), capi.ptr(w), w.shape, w.strides, x_shape, with_bias, group, win, out_sp, transpose, unary, residual)
     if key in _plans:
         return _plans[key]
     try:
@@ -372,7 +369,7 @@ def bound_conv_nhwc(w: np.ndarray, b: np.ndarray | None, group: int, win: Window
     except capi.DnnlError:
         return None
     if bc is not None and p.bias is not None:
-        p.bias.set(_ptr(bc))
+        p.bias.set(capi.ptr(bc))
     keep = (w, bc)
     y_shape = p.y_shape
     perm = (0, len(y_shape) - 1, *range(1, len(y_shape) - 1))

@@ -33,9 +33,6 @@ from pycann.ops.providers.bound_out import dest, finish
 _F32 = np.dtype(np.float32)
 
 
-def _ptr(a: np.ndarray) -> int:
-    return a.__array_interface__["data"][0]  # type: ignore[no-any-return]
-
 
 def _dense(shape: Sequence[int]) -> tuple[int, ...]:
     """Element strides of a C-contiguous array of ``shape``."""
@@ -116,7 +113,7 @@ def bound_attention(q_shape: Sequence[int], kt_shape: Sequence[int], v_shape: Se
         impl = " / ".join(_no_ref(pd) for pd in (pd1, pd2, pd3))
         scores = np.empty(s_shape, _F32)
         q_mem, k_mem, s_mem = capi.Memory(_md(q_shape, _dense(q_shape)), 0), \
-            capi.Memory(_md(kt_shape, kt_strides), 0), capi.Memory(s_md, _ptr(scores))
+            capi.Memory(_md(kt_shape, kt_strides), 0), capi.Memory(s_md, capi.ptr(scores))
         v_mem, y_mem = capi.Memory(_md(v_shape, _dense(v_shape)), 0), capi.Memory(_md(y_shape, _dense(y_shape)), 0)
         args1 = [(capi.ARG_SRC, q_mem), (capi.ARG_WEIGHTS, k_mem), (capi.ARG_DST, s_mem)]
         m_mem = None
@@ -145,16 +142,16 @@ def bound_attention(q_shape: Sequence[int], kt_shape: Sequence[int], v_shape: Se
         mask_c = None if mk is None else np.ascontiguousarray(mask, dtype=_F32)
         y, o = dest(out, y_shape, (q, k, v))
         with lock:
-            q_mem.set(_ptr(q))
-            k_mem.set(_ptr(k))
+            q_mem.set(capi.ptr(q))
+            k_mem.set(capi.ptr(k))
             if m_mem is not None and mask_c is not None:
-                m_mem.set(_ptr(mask_c))
+                m_mem.set(capi.ptr(mask_c))
             mm1.execute()
             if numpy_mask and mask_c is not None:
                 np.add(scores, mask_c.reshape(mk), out=scores)
             sm.execute()
-            v_mem.set(_ptr(v))
-            y_mem.set(_ptr(y))
+            v_mem.set(capi.ptr(v))
+            y_mem.set(capi.ptr(y))
             mm2.execute()
         return finish(y, o)
 

@@ -226,6 +226,11 @@ def check(status: int, call: str) -> None:
         raise DnnlError(call, status)
 
 
+def ptr(a: np.ndarray) -> int:
+    """The data address of a numpy array (what ``Memory`` and ``Memory.set`` take)."""
+    return a.__array_interface__["data"][0]  # type: ignore[no-any-return]
+
+
 def dims(values: Sequence[int]) -> Any:
     """A ``dnnl_dims_t`` (zero-filled past ``len(values)``)."""
     return Dims(*[int(v) for v in values])

@@ -43,9 +43,6 @@ _MAX_PLANS = 1024
 _F32 = np.dtype(np.float32)
 
 
-def _ptr(a: np.ndarray) -> int:
-    return a.__array_interface__["data"][0]  # type: ignore[no-any-return]
-
 
 def _desc(shape: Sequence[int], byte_strides: Sequence[int], nd: int, batch_ok: bool = True) -> Desc | None:
     """(dims, element strides) of an f32 operand padded with leading unit dims to rank ``nd``.
@@ -124,7 +121,7 @@ class _Plan:
             b = np.ascontiguousarray(b)
             d = _desc(b.shape, b.strides, b.ndim)
         assert d is not None
-        self.wei = capi.reorder(_md(d), _ptr(b), self.pd.query_md(capi.QUERY_WEIGHTS_MD))
+        self.wei = capi.reorder(_md(d), capi.ptr(b), self.pd.query_md(capi.QUERY_WEIGHTS_MD))
         self._make(self.wei)
 
     def run(self, a: int, b: int | None, y: int, bias: int | None = None, binary: int | None = None) -> None:
@@ -198,7 +195,7 @@ def matmul(a: np.ndarray, b: np.ndarray, out: np.ndarray | None = None) -> np.nd
     p = _plan(("mm", da, db, dd), lambda: _Plan(da, db, dd, None, ()))
     if p is None:
         return nb.matmul(a, b, out)
-    p.run(_ptr(a2), _ptr(b2), _ptr(y))
+    p.run(capi.ptr(a2), capi.ptr(b2), capi.ptr(y))
     return out if out is not None and np.may_share_memory(y, out) else y.reshape(shape)
 
 
@@ -255,8 +252,8 @@ def gemm(a: np.ndarray, b: np.ndarray, c: np.ndarray | None, alpha: float, beta:
     p = _plan(("gemm", da, db, dd, bias, tuple(post)), lambda: _Plan(da, db, dd, bias, post))
     if p is None:
         return nb.gemm(a, b, c, alpha, beta, out)
-    cp = None if cc is None else _ptr(cc)
-    p.run(_ptr(a), _ptr(b), _ptr(y), cp if bias is not None else None, cp if bias is None else None)
+    cp = None if cc is None else capi.ptr(cc)
+    p.run(capi.ptr(a), capi.ptr(b), capi.ptr(y), cp if bias is not None else None, cp if bias is None else None)
     return y
 
 
@@ -299,7 +296,7 @@ def bound_matmul(b: np.ndarray, bias: np.ndarray | None, a_shape: Sequence[int],
     except capi.DnnlError:
         return None
     if bc is not None and p.bias is not None:
-        p.bias.set(_ptr(bc))
+        p.bias.set(capi.ptr(bc))
     assert p.prim is not None
     src_set, dst_set, execute, lock = p.src.set, p.dst.set, p.prim.execute, p.lock
     res_set = p.binary.set if p.binary is not None else None

@@ -21,9 +21,6 @@ from pycann.ops.providers.bound_out import dest, finish
 _F32 = np.dtype(np.float32)
 
 
-def _ptr(a: np.ndarray) -> int:
-    return a.__array_interface__["data"][0]  # type: ignore[no-any-return]
-
 
 def bound_layer_norm(shape: Sequence[int], n: int, scale: np.ndarray, bias: np.ndarray | None,
                      epsilon: float) -> Any:
@@ -50,9 +47,9 @@ def bound_layer_norm(shape: Sequence[int], n: int, scale: np.ndarray, bias: np.n
         if "ref" in impl.replace("+", ":").split(":"):
             return None
         src, dst = capi.Memory(md, 0), capi.Memory(md, 0)
-        args = [(capi.ARG_SRC, src), (capi.ARG_DST, dst), (capi.ARG_SCALE, capi.Memory(vec, _ptr(sc)))]
+        args = [(capi.ARG_SRC, src), (capi.ARG_DST, dst), (capi.ARG_SCALE, capi.Memory(vec, capi.ptr(sc)))]
         if sh is not None:
-            args.append((capi.ARG_SHIFT, capi.Memory(vec, _ptr(sh))))
+            args.append((capi.ARG_SHIFT, capi.Memory(vec, capi.ptr(sh))))
         prim = capi.Primitive(pd, args)
     except capi.DnnlError:
         return None
@@ -64,8 +61,8 @@ def bound_layer_norm(shape: Sequence[int], n: int, scale: np.ndarray, bias: np.n
             x = np.ascontiguousarray(x, dtype=_F32).reshape(shape)
         y, o = dest(out, shape, same_ok=x)  # in place (same buffer) is allowed by oneDNN; a partial overlap is not
         with lock:
-            src_set(_ptr(x))
-            dst_set(_ptr(y))
+            src_set(capi.ptr(x))
+            dst_set(capi.ptr(y))
             execute()
         return finish(y, o)
 

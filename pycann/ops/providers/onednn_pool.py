@@ -30,9 +30,6 @@ _F32 = np.dtype(np.float32)
 _LOWEST = np.finfo(np.float32).min
 
 
-def _ptr(a: np.ndarray) -> int:
-    return a.__array_interface__["data"][0]  # type: ignore[no-any-return]
-
 
 def _strides(shape: Sequence[int], channels_last: bool) -> tuple[int, ...]:
     """Element strides of a dense array of logical shape (N, C, *spatial), NCHW or channels-last."""
@@ -91,8 +88,8 @@ class _Bound:
     def run(self, x: np.ndarray, y: np.ndarray) -> None:
         """Execute on these arrays (bound shapes and layouts, unchecked)."""
         with self.lock:
-            self.src.set(_ptr(x))
-            self.dst.set(_ptr(y))
+            self.src.set(capi.ptr(x))
+            self.dst.set(capi.ptr(y))
             self.prim.execute()
 
 
