@@ -391,6 +391,15 @@ class PrimitiveDesc(_Owned):
               "dnnl_primitive_desc_query")
         return (s.value or b"").decode()
 
+    def fast_impl(self) -> str:
+        """``impl_info()``, raising ``DnnlError`` (unimplemented) when oneDNN offers only its
+        reference loops for this operation: they run 100-1000x slower than numpy, so every caller
+        keeps its own kernel instead."""
+        impl = self.impl_info()
+        if "ref" in impl.replace("+", ":").split(":"):
+            raise DnnlError(f"oneDNN offers only its reference implementation ({impl})", 3)
+        return impl
+
 
 def convolution_pd(src: MemoryDesc, weights: MemoryDesc, bias: MemoryDesc | None, dst: MemoryDesc,
                    strides: Sequence[int], dilates: Sequence[int], pad_l: Sequence[int], pad_r: Sequence[int],
