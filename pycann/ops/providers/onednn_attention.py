@@ -33,21 +33,6 @@ from pycann.ops.providers.bound_out import dest, finish
 _F32 = np.dtype(np.float32)
 
 
-
-def _dense(shape: Sequence[int]) -> tuple[int, ...]:
-    """Element strides of a C-contiguous array of ``shape``."""
-    st: list[int] = []
-    inner = 1
-    for d in reversed(shape):
-        st.insert(0, inner)
-        inner *= max(int(d), 1)
-    return tuple(st)
-
-
-def _md(shape: Sequence[int], strides: Sequence[int]) -> capi.MemoryDesc:
-    return capi.MemoryDesc.strided(tuple(int(d) for d in shape), tuple(int(s) for s in strides))
-
-
 def _scores_pd(q_shape: tuple[int, ...], kt_shape: tuple[int, ...], kt_strides: tuple[int, ...],
                s_md: capi.MemoryDesc, scale: float, mask_md: capi.MemoryDesc | None) -> capi.PrimitiveDesc:
     """``S = (Q @ Kt) * scale [+ mask]``: the scale and the mask as post-ops."""
@@ -56,7 +41,7 @@ def _scores_pd(q_shape: tuple[int, ...], kt_shape: tuple[int, ...], kt_strides: 
         ops.append(("eltwise", capi.ELTWISE["linear"], float(scale), 0.0))
     if mask_md is not None:
         ops.append(("binary_add", mask_md))
-    return capi.matmul_pd(_md(q_shape, _dense(q_shape)), _md(kt_shape, kt_strides), None, s_md, capi.Attr(ops))
+    return capi.matmul_pd(capi.MemoryDesc.dense(q_shape), capi.MemoryDesc.strided(kt_shape, kt_strides), None, s_md, capi.Attr(ops))
 
 
 def bound_attention(q_shape: Sequence[int], kt_shape: Sequence[int], v_shape: Sequence[int],
@@ -89,11 +74,11 @@ def bound_attention(q_shape: Sequence[int], kt_shape: Sequence[int], v_shape: Se
         if any(a != 1 and a != b for a, b in zip(mk, s_shape)):
             return None
     k_shape = kt_shape[:-2] + (kt_shape[-1], kt_shape[-2])
-    kst = _dense(k_shape)
+    kst = capi.dense_strides(k_shape)
     kt_strides = kst[:-2] + (kst[-1], kst[-2])  # Kt as the transposed view of a dense K
-    mask_md = None if mk is None else _md(mk, _dense(mk))
+    mask_md = None if mk is None else capi.MemoryDesc.dense(mk)
     try:
-        s_md = _md(s_shape, _dense(s_shape))
+        s_md = capi.MemoryDesc.dense(s_shape)
         try:
             pd1 = _scores_pd(q_shape, kt_shape, kt_strides, s_md, scale, mask_md)
             pd1.fast_impl()
@@ -102,12 +87,12 @@ def bound_attention(q_shape: Sequence[int], kt_shape: Sequence[int], v_shape: Se
             pd1 = _scores_pd(q_shape, kt_shape, kt_strides, s_md, scale, None)
             mask_post = False
         pd2 = capi.softmax_pd(s_md, s_md, nd - 1)
-        pd3 = capi.matmul_pd(s_md, _md(v_shape, _dense(v_shape)), None, _md(y_shape, _dense(y_shape)), capi.Attr())
+        pd3 = capi.matmul_pd(s_md, capi.MemoryDesc.dense(v_shape), None, capi.MemoryDesc.dense(y_shape), capi.Attr())
         impl = " / ".join(pd.fast_impl() for pd in (pd1, pd2, pd3))
         scores = np.empty(s_shape, _F32)
-        q_mem, k_mem, s_mem = capi.Memory(_md(q_shape, _dense(q_shape)), 0), \
-            capi.Memory(_md(kt_shape, kt_strides), 0), capi.Memory(s_md, capi.ptr(scores))
-        v_mem, y_mem = capi.Memory(_md(v_shape, _dense(v_shape)), 0), capi.Memory(_md(y_shape, _dense(y_shape)), 0)
+        q_mem, k_mem, s_mem = capi.Memory(capi.MemoryDesc.dense(q_shape), 0), \
+            capi.Memory(capi.MemoryDesc.strided(kt_shape, kt_strides), 0), capi.Memory(s_md, capi.ptr(scores))
+        v_mem, y_mem = capi.Memory(capi.MemoryDesc.dense(v_shape), 0), capi.Memory(capi.MemoryDesc.dense(y_shape), 0)
         args1 = [(capi.ARG_SRC, q_mem), (capi.ARG_WEIGHTS, k_mem), (capi.ARG_DST, s_mem)]
         m_mem = None
         if mask_post and mask_md is not None:

@@ -231,6 +231,16 @@ def ptr(a: np.ndarray) -> int:
     return a.__array_interface__["data"][0]  # type: ignore[no-any-return]
 
 
+def dense_strides(shape: Sequence[int]) -> tuple[int, ...]:
+    """Element strides of a C-contiguous array of ``shape`` (a size-0 dim counts as 1, so strides stay valid)."""
+    strides: list[int] = []
+    inner = 1
+    for d in reversed(shape):
+        strides.insert(0, inner)
+        inner *= max(int(d), 1)
+    return tuple(strides)
+
+
 def dims(values: Sequence[int]) -> Any:
     """A ``dnnl_dims_t`` (zero-filled past ``len(values)``)."""
     return Dims(*[int(v) for v in values])
@@ -265,6 +275,11 @@ class MemoryDesc(_Owned):
         check(load().dnnl_memory_desc_create_with_strides(ctypes.byref(h), len(shape), dims(shape), F32,
                                                           dims(strides)), "dnnl_memory_desc_create_with_strides")
         return cls(h)
+
+    @classmethod
+    def dense(cls, shape: Sequence[int]) -> MemoryDesc:
+        """f32 descriptor of a C-contiguous array of ``shape``."""
+        return cls.strided(shape, dense_strides(shape))
 
     @classmethod
     def of(cls, a: np.ndarray, shape: Sequence[int] | None = None) -> MemoryDesc:

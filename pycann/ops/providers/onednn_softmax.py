@@ -64,7 +64,7 @@ def bound_softmax(shape: tuple[int, ...], generic: Any) -> Any:
     if len(shape) < 1 or int(np.prod(shape, dtype=np.int64)) < MIN_ELEMENTS:
         return None
     try:
-        md = capi.MemoryDesc.strided(shape, [int(np.prod(shape[i + 1:], dtype=np.int64)) for i in range(len(shape))])
+        md = capi.MemoryDesc.dense(shape)
         src, dst = capi.Memory(md, 0), capi.Memory(md, 0)
         pd = capi.softmax_pd(md, md, len(shape) - 1)
         impl = pd.fast_impl()
