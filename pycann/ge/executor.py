@@ -103,7 +103,10 @@ class Plan:
                     packed = 0
             # a prepared kernel that can write into given outputs (``writes_out``) gets the arena too
             into = op.out_kernel if bound is None else bound if getattr(bound, "writes_out", False) else None
-            if into is not None and memory is not None and not op.scoped and n.outputs \
+            # an output planned over an input's buffer needs a kernel that computes in place
+            shared_ok = memory is None or getattr(into, "inplace", False) \
+                or not any(o in memory.shared for o in n.outputs)
+            if into is not None and memory is not None and not op.scoped and n.outputs and shared_ok \
                     and all(o in memory.offsets for o in n.outputs) and arena_ok(attrs.get("_algo")):
                 bind = len(self.arena_layout)
                 nhwc = attrs.get("_layout") == "NHWC"
@@ -379,6 +382,28 @@ def arena_candidates(g: Graph) -> set[str]:
     return out - set(g.outputs)
 
 
+# Ops whose prepared kernel can write output ``o`` over input ``i`` (``kernel.inplace``):
+# (domain, op_type) -> (o, i). FusedConv's residual: oneDNN's "sum" post-op accumulates into the
+# destination, so the residual is read where the result is written (one tensor less of traffic).
+INPLACE: dict[tuple[str, str], tuple[int, int]] = {("pycann", "FusedConv"): (0, 3)}
+
+
+def inplace_candidates(g: Graph) -> dict[str, str]:
+    """Output -> input pairs that ``plan_memory`` may give one buffer (``INPLACE``); the planner
+    keeps only those whose input dies at that node, and the plan only binds them to a kernel
+    that says ``inplace``. An input that the node also reads through another slot never shares."""
+    out: dict[str, str] = {}
+    for n in g.nodes:
+        pair = INPLACE.get((n.domain, n.op_type))
+        if pair is None:
+            continue
+        o, i = pair
+        if len(n.outputs) > o and len(n.inputs) > i and n.outputs[o] and n.inputs[i] \
+                and n.inputs.count(n.inputs[i]) == 1:
+            out[n.outputs[o]] = n.inputs[i]
+    return out
+
+
 Signature = tuple[tuple[tuple[int, ...], str], ...]
 
 
@@ -452,7 +477,8 @@ class Executor:
                 shapes = [tuple(x.shape) if isinstance(x, np.ndarray) else None for x in feeds]
                 values = {self.graph.inputs[i]: feeds[i].copy() for i in used}
                 g = self._specialize(self.graph, shapes, values)
-                hit = (Plan(g, memory=plan_memory(g, only=arena_candidates(g)), release=self.release_pages),
+                arena = plan_memory(g, only=arena_candidates(g), share=inplace_candidates(g))
+                hit = (Plan(g, memory=arena, release=self.release_pages),
                        plan_memory(g))
                 self._cache[sig] = hit
                 while len(self._cache) > self._cache_size:

@@ -7,6 +7,7 @@ outputs belong to the caller, constants to the weights section.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 from pycann.ge.ir import Graph, node_reads
@@ -22,6 +23,7 @@ class MemoryPlan:
     peak_bytes: int = 0
     total_bytes: int = 0  # what the same tensors would need without reuse
     dynamic: list[str] = field(default_factory=list)  # values whose size is not static
+    shared: dict[str, str] = field(default_factory=dict)  # output -> the input whose buffer it reuses
 
     def summary(self) -> str:
         saved = 1 - self.peak_bytes / self.total_bytes if self.total_bytes else 0.0
@@ -74,17 +76,43 @@ def alias_extended(g: Graph, fresh: set[str] | None = None) -> dict[str, tuple[i
     return {v: (s, end[v]) for v, (s, _) in life.items()}
 
 
-def plan_memory(g: Graph, only: set[str] | None = None) -> MemoryPlan:
+def _share_groups(spans: dict[str, tuple[int, int]], sizes: dict[str, int],
+                  share: Mapping[str, str]) -> dict[str, str]:
+    """Which requested ``output -> input`` pairs may share one buffer: the input is placed, has
+    the output's size and its last use (through aliases) is the step that defines the output
+    (the in-place kernel's own read). Returns output -> group root (the first buffer of a chain)."""
+    parent: dict[str, str] = {}
+    taken: set[str] = set()
+    for out, inp in share.items():
+        if out not in sizes or inp not in sizes or sizes[out] != sizes[inp] or out == inp or inp in taken:
+            continue
+        if spans[inp][1] != spans[out][0]:
+            continue  # the input is read again later (or a view of it lives on)
+        parent[out] = inp
+        taken.add(inp)
+    root: dict[str, str] = {}
+    for out in parent:
+        r = parent[out]
+        while r in parent:  # a chain: conv3 over a residual that is itself an in-place output
+            r = parent[r]
+        root[out] = r
+    return root
+
+
+def plan_memory(g: Graph, only: set[str] | None = None, share: Mapping[str, str] | None = None) -> MemoryPlan:
     """Assign arena offsets so that values with overlapping lifetimes never overlap in memory.
 
     ``only``: place just these values (those whose producers write into the arena); lifetimes
-    are then extended through possible aliases (``alias_extended``).
+    are then extended through possible aliases (``alias_extended``). ``share``: output -> input
+    pairs whose kernel can compute in place (a FusedConv writing over its residual); each pair
+    whose input dies at that step gets one buffer (``MemoryPlan.shared`` lists them), so the
+    kernel neither reads nor write-allocates a second tensor.
     """
     plan = MemoryPlan()
     outputs = set(g.outputs)
-    items = []
     spans = alias_extended(g, only) if only is not None else lifetimes(g)
-    for v, (s, e) in spans.items():
+    sizes: dict[str, int] = {}
+    for v in spans:
         if v in outputs or v in g.initializers or (only is not None and v not in only):
             continue
         d = g.descs.get(v)
@@ -92,11 +120,19 @@ def plan_memory(g: Graph, only: set[str] | None = None) -> MemoryPlan:
         if nb is None:
             plan.dynamic.append(v)
             continue
-        size = (nb + ALIGN - 1) // ALIGN * ALIGN
-        items.append((size, s, e, v))
+        sizes[v] = (nb + ALIGN - 1) // ALIGN * ALIGN
+    root = _share_groups(spans, sizes, share or {})
+    groups: dict[str, list[str]] = {}
+    for v in sizes:
+        groups.setdefault(root.get(v, v), []).append(v)
+    items = []
+    for r, members in groups.items():
+        s = min(spans[v][0] for v in members)
+        e = max(spans[v][1] for v in members)
+        items.append((sizes[r], s, e, r))
     items.sort(key=lambda t: (-t[0], t[1]))
     placed: list[tuple[int, int, int, int]] = []  # (offset, size, start, end)
-    for size, s, e, v in items:
+    for size, s, e, r in items:
         busy = sorted((o, o + sz) for o, sz, ps, pe in placed if not (pe < s or e < ps))
         offset = 0
         for lo, hi in busy:
@@ -104,7 +140,9 @@ def plan_memory(g: Graph, only: set[str] | None = None) -> MemoryPlan:
                 break
             offset = max(offset, hi)
         placed.append((offset, size, s, e))
-        plan.offsets[v] = (offset, size)
+        for v in groups[r]:
+            plan.offsets[v] = (offset, size)
+            plan.total_bytes += size
         plan.peak_bytes = max(plan.peak_bytes, offset + size)
-        plan.total_bytes += size
+    plan.shared = {out: share[out] for out in root} if share else {}
     return plan
