@@ -436,7 +436,9 @@ def bound_conv_nhwc(w: np.ndarray, b: np.ndarray | None, group: int, win: Window
         # post-op (the "sum" form copies it into the destination first), goes through ``run``
         if x.strides != xs or x.dtype != np.float32 or (r is not None and (
                 res_set is None or r.strides != ys or r.dtype != np.float32)):
-            return finish(run(x.astype(np.float32, copy=False), None, r), out)
+            # (into the arena view when it fits: a separate result would cost a copy, 3 MB on
+            # ResNet-50's stem conv whose NCHW graph input takes this path)
+            return finish(run(x.astype(np.float32, copy=False), None, r, out[0] if out is not None else None), out)
         y = dest(out, x) if r is None else dest(out, x, r)
         if y is None:
             y = np.empty(cl_shape, np.float32).transpose(perm)
