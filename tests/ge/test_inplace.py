@@ -213,3 +213,63 @@ def test_planner_never_shares_different_sizes() -> None:
     plan = plan_memory(g, share={"b": "a"})
     assert not plan.shared
     assert plan.offsets["a"][0] != plan.offsets["b"][0] or plan.offsets["a"][1] == 0
+
+
+@needs_dnnl
+def test_bound_conv_remembers_buffers_but_follows_them_when_they_change() -> None:
+    """The bound conv skips its checks and handle updates for (x, out, residual) addresses it ran
+    before: alternating two sets of buffers, and a call without ``out``, must each get their own
+    result."""
+    from pycann.ops.nn.conv import conv_window
+
+    w, b = _f32(C, C, 1, 1) * 0.1, _f32(C)
+    win = conv_window((1, C, 14, 14), w.shape, {})
+    k = onednn.bound_conv_nhwc(w, b, 1, win, (1, C, 14, 14), onednn.onednn_unary("Relu", 0, 0), True)
+    assert k is not None
+    sets = []
+    for _ in range(2):
+        x, z = onednn.empty_channels_last((1, C, 14, 14)), onednn.empty_channels_last((1, C, 14, 14))
+        x[...] = _f32(1, C, 14, 14)
+        z[...] = _f32(1, C, 14, 14)
+        want = np.maximum(np.einsum("oc,nchw->nohw", w[:, :, 0, 0], x) + b[None, :, None, None] + z, 0)
+        sets.append((x, z, onednn.empty_channels_last((1, C, 14, 14)), want))
+    for _ in range(3):
+        for x, z, o, want in sets:
+            o[...] = np.nan  # a stale result must not pass
+            got = k([x, w, b, z], {}, [o])[0]
+            assert got is o
+            np.testing.assert_allclose(o, want, rtol=1e-4, atol=1e-4)
+    for x, z, _, want in sets:
+        np.testing.assert_allclose(k([x, w, b, z], {})[0], want, rtol=1e-4, atol=1e-4)
+    # in place: the output is the residual's buffer (the memory plan's sharing)
+    for x, z, _, want in sets:
+        zz = onednn.empty_channels_last(z.shape)
+        zz[...] = z
+        for _ in range(2):
+            zz[...] = z
+            assert k([x, w, b, zz], {}, [zz])[0] is zz
+            np.testing.assert_allclose(zz, want, rtol=1e-4, atol=1e-4)
+
+
+@needs_dnnl
+def test_concurrent_runs_of_one_model_keep_their_buffers_apart() -> None:
+    import threading
+
+    m = _two_blocks()
+    lm = LoadedModel.from_compiled(compile_model(m))
+    xs = [_f32(1, C, 28, 28) for _ in range(4)]
+    want = [run_ort(m, {"x": x})[0] for x in xs]
+    errors: list[str] = []
+
+    def worker(i: int) -> None:
+        for _ in range(6):
+            got = lm.run_dict({"x": xs[i]})[0]
+            if not np.allclose(got, want[i], rtol=1e-4, atol=1e-4):
+                errors.append(f"thread {i}: max diff {np.abs(got - want[i]).max()}")
+
+    threads = [threading.Thread(target=worker, args=(i,)) for i in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert not errors, errors

@@ -218,6 +218,7 @@ class _Plan:
             args.append((capi.arg_post_op_src1(0), self.res))
         self.prim = capi.Primitive(pd, args)
         self.lock = threading.Lock()
+        self.bound_key: tuple[int, int, int] | None = None  # (src, dst, residual) the handles hold
         # input strides -> (reorder primitive, its source and destination memories)
         self.reorders: dict[tuple[int, ...], tuple[capi.Primitive, capi.Memory, capi.Memory]] = {}
 
@@ -287,6 +288,7 @@ class _Plan:
                 np.copyto(r, residual)  # broadcasts / casts / re-lays out
                 residual = r
         with self.lock:
+            self.bound_key = None  # (bound_conv_nhwc's kernel skips re-pointing while this matches)
             self.src.set(capi.ptr(x))
             self.dst.set(capi.ptr(y))
             if self.bias is not None and b is not None:
@@ -420,17 +422,42 @@ def bound_conv_nhwc(w: np.ndarray, b: np.ndarray | None, group: int, win: Window
 
     res_set = res.set if res is not None else None
 
+    # The executor calls a plan's kernel with the same arena buffers run after run: a call whose
+    # (x, out, residual) addresses passed the checks below before, and whose layouts still match,
+    # goes straight to the primitive, and re-points only the handles that changed (each check and
+    # handle is ~1 us of Python and ctypes; 53 convs in ResNet-50).
+    verified: dict[tuple[int, int, int], Any] = {}
+
     def kernel(inputs: Any, attrs: Any, out: Any = None) -> list[np.ndarray]:
         x = inputs[0]
         r = inputs[3] if residual else None
+        if out is not None and x.strides == xs and x.dtype == _F32:
+            o = out[0]
+            key = (x.__array_interface__["data"][0], o.__array_interface__["data"][0],
+                   r.__array_interface__["data"][0] if r is not None else 0)
+            prim = verified.get(key)
+            if prim is not None and o.strides == ys and o.dtype == _F32 \
+                    and (r is None or (r.strides == ys and r.dtype == _F32)):
+                with lock:
+                    if p.bound_key != key:
+                        src_set(key[0])
+                        dst_set(key[1])
+                        if res_set is not None and r is not None:
+                            res_set(key[2])
+                        p.bound_key = key
+                    prim.execute()
+                return out  # type: ignore[no-any-return]
         if r is not None and out is not None and _same_buffer(out[0], r, ys) and x.strides == xs \
                 and x.dtype == np.float32 and not np.may_share_memory(x, r):
             prim = p.in_place()  # the executor planned the output over the residual: accumulate there
             if prim is not None:
                 with lock:
+                    p.bound_key = None
                     src_set(x.__array_interface__["data"][0])
                     dst_set(r.__array_interface__["data"][0])
                     prim.execute()
+                    verified[(x.__array_interface__["data"][0], r.__array_interface__["data"][0],
+                              r.__array_interface__["data"][0])] = prim
                 return [out[0]]
         # anything but the planned layouts, and a residual the primitive cannot take as a binary
         # post-op (the "sum" form copies it into the destination first), goes through ``run``
@@ -443,17 +470,25 @@ def bound_conv_nhwc(w: np.ndarray, b: np.ndarray | None, group: int, win: Window
         if y is None:
             y = np.empty(cl_shape, np.float32).transpose(perm)
         with lock:
+            p.bound_key = None
             src_set(x.__array_interface__["data"][0])
             dst_set(y.__array_interface__["data"][0])
             if r is not None and res_set is not None:
                 res_set(r.__array_interface__["data"][0])
             execute()
+            if out is not None and y is out[0] and len(verified) < _VERIFIED_MAX:
+                verified[(x.__array_interface__["data"][0], y.__array_interface__["data"][0],
+                          r.__array_interface__["data"][0] if r is not None else 0)] = p.prim
         return finish(y, out)
 
     kernel.keep = keep  # type: ignore[attr-defined]
     kernel.writes_out = True  # type: ignore[attr-defined]
     kernel.inplace = residual  # type: ignore[attr-defined]  # output 0 may be planned over input 3
     return kernel
+
+
+_F32 = np.dtype(np.float32)
+_VERIFIED_MAX = 64  # buffer triples remembered per bound conv (one per arena of concurrent runs)
 
 
 def _same_buffer(a: np.ndarray, b: np.ndarray, strides: tuple[int, ...]) -> bool:

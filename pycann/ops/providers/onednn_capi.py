@@ -159,6 +159,10 @@ _RESTYPES: dict[str, Any] = {"dnnl_memory_desc_equal": _I, "dnnl_memory_desc_get
 _lib: Any = None
 _engine: Any = None
 _stream: Any = None
+# CPU runtimes whose execute returns when the primitive is done (sequential, OpenMP, TBB:
+# DNNL_RUNTIME_SEQ/OMP/TBB); others (threadpool, SYCL) are waited on after each execute
+_SYNC_RUNTIMES = (1, 2, 4)
+_synchronous = False
 
 
 def library_candidates() -> list[str]:
@@ -173,7 +177,7 @@ def library_candidates() -> list[str]:
 
 def load() -> Any:
     """Load libdnnl once (raises OSError when missing or not v3); create the engine and stream."""
-    global _lib, _engine, _stream
+    global _lib, _engine, _stream, _synchronous
     if _lib is not None:
         return _lib
     errors = []
@@ -198,6 +202,7 @@ def load() -> Any:
         check(lib.dnnl_engine_create(ctypes.byref(eng), ENGINE_CPU, 0), "dnnl_engine_create")
         check(lib.dnnl_stream_create(ctypes.byref(strm), eng, STREAM_DEFAULT), "dnnl_stream_create")
         _lib, _engine, _stream = lib, eng, strm
+        _synchronous = v.cpu_runtime in _SYNC_RUNTIMES
         return lib
     raise OSError("libdnnl.so.3 not loadable: " + "; ".join(errors))
 
@@ -511,7 +516,8 @@ class Primitive(_Owned):
         st = self._execute(self.handle, self._stream, self.n, self.args)
         if st:
             raise DnnlError("dnnl_primitive_execute", st)
-        check(_lib.dnnl_stream_wait(self._stream), "dnnl_stream_wait")
+        if not _synchronous:
+            check(_lib.dnnl_stream_wait(self._stream), "dnnl_stream_wait")
 
 
 def reorder(src: MemoryDesc, src_ptr: int, dst: MemoryDesc) -> Memory:
