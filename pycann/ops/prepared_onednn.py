@@ -130,15 +130,21 @@ def _bind_pool(alg: str | None, attrs: Mapping[str, Any], ins: Sequence[TensorDe
         return None
     pools = [p.pool for p in bound if p is not None]
 
-    def kernel(x: Sequence[Any], a: Mapping[str, Any]) -> list[np.ndarray]:
+    def kernel(x: Sequence[Any], a: Mapping[str, Any], out: Sequence[np.ndarray] | None = None) -> list[np.ndarray]:
+        o = out[0] if out is not None else None
         for pool in pools:
-            y = pool(x[0])
+            y = pool(x[0], o)
             if y is not None:
-                return [y]
-        return generic(x, a)
+                break
+        else:
+            y = generic(x, a)[0]
+        if o is not None and y is not o:
+            o[...] = y  # the executor reads its arena view (another layout, or the generic result)
+        return [y]
 
     kernel.impl = b.impl  # type: ignore[attr-defined]
     kernel.openmp = True  # type: ignore[attr-defined]  # the executor holds OpenBLAS to one thread meanwhile
+    kernel.writes_out = True  # type: ignore[attr-defined]  # writes into the executor's arena view
     return kernel
 
 

@@ -273,3 +273,35 @@ def test_concurrent_runs_of_one_model_keep_their_buffers_apart() -> None:
     for t in threads:
         t.join()
     assert not errors, errors
+
+
+@needs_dnnl
+@pytest.mark.parametrize("nan", ["none", "one", "window"])
+def test_prepared_max_pool_writes_into_the_arena_view(nan: str) -> None:
+    """The oneDNN MaxPool kernel writes into the executor's (channels-last) view; NaN cases that
+    it hands to the numpy kernel land in that view too."""
+    from pycann.dtypes import TensorDesc
+    from pycann.ops.prepared_onednn import PREPARE_ONEDNN
+    from pycann.ops.registry import lookup
+
+    x = _f32(1, 32, 64, 64)  # 128K elements: above POOL_MIN_ELEMENTS
+    if nan == "one":
+        x[0, 1, 3, 4] = np.nan
+    elif nan == "window":
+        x[0, 2, 0:3, 0:3] = np.nan
+    op = lookup("MaxPool", "", 12)
+    a = op.with_defaults({"kernel_shape": [3, 3], "strides": [2, 2], "pads": [1, 1, 1, 1], "_layout": "NHWC",
+                          "_n_outputs": 1})
+    want = op.kernel([x], a)[0]
+    kernel = PREPARE_ONEDNN[("", "MaxPool")](a, [TensorDesc(1, x.shape)], [None], [TensorDesc(1, want.shape)])
+    assert kernel is not None and getattr(kernel, "writes_out", False)
+    xc = onednn.empty_channels_last(x.shape)
+    xc[...] = x
+    for layout in ("nhwc", "nchw"):
+        o = onednn.empty_channels_last(want.shape) if layout == "nhwc" else np.empty(want.shape, np.float32)
+        o[...] = -7.0
+        got = kernel([xc], a, [o])[0]
+        np.testing.assert_array_equal(o, want)
+        np.testing.assert_array_equal(got, want)
+        if layout == "nhwc" and nan != "window":
+            assert got is o  # computed in place, no allocation

@@ -71,13 +71,16 @@ class _Bound:
         self.prim = capi.Primitive(pd, [(capi.ARG_SRC, self.src), (capi.ARG_DST, self.dst)])
         self.lock = threading.Lock()
 
-    def pool(self, x: np.ndarray) -> np.ndarray | None:
-        """Y for this X (a new array in the bound layout); None when X is not float32 in the
-        bound shape and layout, or a max window held only NaN / -inf (the caller then runs its
-        generic kernel)."""
+    def pool(self, x: np.ndarray, out: np.ndarray | None = None) -> np.ndarray | None:
+        """Y for this X: ``out`` when it is a float32 array in the bound shape and layout (the
+        executor's arena view: no allocation, ~50 us of page faults on ResNet-50's 0.8 MB), else
+        a new array; None when X is not float32 in the bound shape and layout, or a max window
+        held only NaN / -inf (the caller then runs its generic kernel)."""
         if x.dtype != _F32 or x.shape != self.x_shape or not _fits(x, self.xs):
             return None
-        y = empty(self.y_shape, self.channels_last)
+        usable = out is not None and out.dtype == _F32 and out.shape == self.y_shape and _fits(out, self.ys) \
+            and not np.may_share_memory(out, x)
+        y = out if usable and out is not None else empty(self.y_shape, self.channels_last)
         self.run(x, y)
         if self.is_max and not y.min() > _LOWEST:
             return None  # an all-NaN / all -inf window (or a NaN): see the module docstring
