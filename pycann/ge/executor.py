@@ -34,6 +34,29 @@ _RELEASE_EVERY = 16 << 20  # bytes of packed weights between two releases of the
 ViewSpec = tuple[int, np.dtype, tuple[int, ...], bool]
 
 
+# Ops whose prepared kernel can write output ``o`` over input ``i`` (``kernel.inplace``):
+# (domain, op_type) -> (o, i). FusedConv's residual: oneDNN's "sum" post-op accumulates into the
+# destination, so the residual is read where the result is written (one tensor less of traffic).
+INPLACE: dict[tuple[str, str], tuple[int, int]] = {("pycann", "FusedConv"): (0, 3)}
+
+
+def inplace_candidates(g: Graph) -> dict[str, str]:
+    """Output -> input pairs that ``plan_memory`` may give one buffer (``INPLACE``); the planner
+    keeps only those whose input dies at that node, and the plan only binds them to a kernel
+    that says ``inplace``. An input that the node also reads through another slot never shares."""
+    out: dict[str, str] = {}
+    for n in g.nodes:
+        pair = INPLACE.get((n.domain, n.op_type))
+        if pair is None:
+            continue
+        o, i = pair
+        if len(n.outputs) > o and len(n.inputs) > i and n.outputs[o] and n.inputs[i] \
+                and n.inputs.count(n.inputs[i]) == 1:
+            out[n.outputs[o]] = n.inputs[i]
+    return out
+
+
+
 class Arena:
     """One arena buffer plus, per bound step, the output views into it."""
 
@@ -76,6 +99,7 @@ class Plan:
         self._arena_lock = threading.Lock()
         self.nodes = list(graph.nodes)
         self.subplans: dict[int, dict[str, Plan]] = {}
+        self.overwritten: dict[int, int] = {}  # step -> input slot position its kernel writes over
         packed = 0  # constant bytes bound into prepared kernels since the last page release
         for idx, n in enumerate(graph.nodes):
             op = lookup(n.op_type, n.domain, n.opset, n.label())
@@ -104,11 +128,13 @@ class Plan:
             # a prepared kernel that can write into given outputs (``writes_out``) gets the arena too
             into = op.out_kernel if bound is None else bound if getattr(bound, "writes_out", False) else None
             # an output planned over an input's buffer needs a kernel that computes in place
-            shared_ok = memory is None or getattr(into, "inplace", False) \
-                or not any(o in memory.shared for o in n.outputs)
+            shared = memory is not None and any(o in memory.shared for o in n.outputs)
+            shared_ok = not shared or getattr(into, "inplace", False)
             if into is not None and memory is not None and not op.scoped and n.outputs and shared_ok \
                     and all(o in memory.offsets for o in n.outputs) and arena_ok(attrs.get("_algo")):
                 bind = len(self.arena_layout)
+                if shared:  # observers must see the input as it was before the kernel overwrote it
+                    self.overwritten[len(steps)] = INPLACE[(n.domain, n.op_type)][1]
                 nhwc = attrs.get("_layout") == "NHWC"
                 self.arena_layout.append([self._view_spec(graph, o, memory, nhwc) for o in n.outputs])
                 steps.append((into, ins, outs, attrs, (), ARENA, bind))
@@ -285,6 +311,12 @@ class Plan:
         try:
             for step_index, (fn, ins, outs, attrs, frees, kind, bind) in enumerate(self.steps):
                 args = [env[i] for i in ins]
+                seen = args
+                if step_index in self.overwritten:  # an in-place step: keep what it read
+                    pos = self.overwritten[step_index]
+                    seen = list(args)
+                    if pos < len(seen) and isinstance(seen[pos], np.ndarray):
+                        seen[pos] = seen[pos].copy()
                 t0 = clock()
                 if kind == NORMAL:
                     res = fn(args, attrs)
@@ -298,7 +330,7 @@ class Plan:
                     env[o] = r
                 node = self.nodes[step_index]
                 for obs in observers:
-                    obs.on_node(node, args, list(res)[: len(outs)], t0, t1, self.graph.name)
+                    obs.on_node(node, seen, list(res)[: len(outs)], t0, t1, self.graph.name)
                 for f in frees:
                     env[f] = None
         except PycannError:
@@ -380,28 +412,6 @@ def arena_candidates(g: Graph) -> set[str]:
     # a graph output written into the arena would have to be copied out after every run (the
     # next run reuses that memory): its producer allocates it instead (GPT-2's 25 MB logits: 3 ms)
     return out - set(g.outputs)
-
-
-# Ops whose prepared kernel can write output ``o`` over input ``i`` (``kernel.inplace``):
-# (domain, op_type) -> (o, i). FusedConv's residual: oneDNN's "sum" post-op accumulates into the
-# destination, so the residual is read where the result is written (one tensor less of traffic).
-INPLACE: dict[tuple[str, str], tuple[int, int]] = {("pycann", "FusedConv"): (0, 3)}
-
-
-def inplace_candidates(g: Graph) -> dict[str, str]:
-    """Output -> input pairs that ``plan_memory`` may give one buffer (``INPLACE``); the planner
-    keeps only those whose input dies at that node, and the plan only binds them to a kernel
-    that says ``inplace``. An input that the node also reads through another slot never shares."""
-    out: dict[str, str] = {}
-    for n in g.nodes:
-        pair = INPLACE.get((n.domain, n.op_type))
-        if pair is None:
-            continue
-        o, i = pair
-        if len(n.outputs) > o and len(n.inputs) > i and n.outputs[o] and n.inputs[i] \
-                and n.inputs.count(n.inputs[i]) == 1:
-            out[n.outputs[o]] = n.inputs[i]
-    return out
 
 
 Signature = tuple[tuple[tuple[int, ...], str], ...]

@@ -51,7 +51,8 @@ def alias_extended(g: Graph, fresh: set[str] | None = None) -> dict[str, tuple[i
     A kernel may return a view of its input (Reshape, Transpose, Slice, ...), so a buffer
     must stay reserved while any value that may alias it is alive. Values in ``fresh`` are
     known to own new memory (outputs written into the arena); every other node's outputs are
-    assumed to alias all of its inputs.
+    assumed to alias all of its inputs, and all outer names its If/Loop/Scan bodies read (a body
+    may return one of them unchanged).
     """
     life = lifetimes(g)
     roots: dict[str, set[str]] = {}
@@ -61,7 +62,9 @@ def alias_extended(g: Graph, fresh: set[str] | None = None) -> dict[str, tuple[i
                 if o:
                     roots[o] = {o}
             continue
-        inherited = set().union(*(roots.get(i, set()) for i in n.inputs if i)) if n.inputs else set()
+        # node_reads: an If/Loop body may hand an outer value it reads by name straight out
+        reads = node_reads(n)
+        inherited = set().union(*(roots.get(i, set()) for i in reads)) if reads else set()
         for o in n.outputs:
             if o:
                 roots[o] = inherited | {o}
