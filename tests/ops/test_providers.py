@@ -227,7 +227,9 @@ def test_fallback_when_torch_is_unavailable(monkeypatch: pytest.MonkeyPatch, cap
             got = _run_kernel("Conv", ins, attrs, "torch:conv2d", arena=False)
             np.testing.assert_allclose(got, ref, rtol=RTOL, atol=ATOL)
     assert sum("torch:conv2d" in r.getMessage() for r in caplog.records) == 1  # logged once
-    assert providers.choose("Conv", [xs, ws], attrs) == ("numpy", "im2col_gemm")
+    # the static default without torch: oneDNN's C API where its wheel is installed, else numpy
+    want = ("onednn", "conv_nhwc") if providers.available("onednn") else ("numpy", "im2col_gemm")
+    assert providers.choose("Conv", [xs, ws], attrs) == want
 
 
 def test_providers_env_restricts(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -256,6 +258,12 @@ def test_shape_classes() -> None:
     assert providers.shape_class(_spec((1, 512, 7, 7), (512, 512, 3, 3), {"pads": [1] * 4})) == "weight_bound"
     assert providers.shape_class(_spec((1, 1024, 14, 14), (256, 1024, 1, 1))) == "pointwise"  # input outweighs
     assert providers.shape_class(_spec((1, 96, 1, 1), (24, 96, 1, 1))) == "tiny"  # dispatch-bound: numpy
+    # 2-D convs leave numpy from TINY_FLOPS_2D (PP-OCR cls's depthwise 5x5 on 3x96: 1.3 MFLOP)...
+    assert providers.shape_class(_spec((1, 88, 3, 96), (88, 1, 5, 5), {"group": 88, "pads": [2] * 4})) == "depthwise"
+    assert providers.shape_class(_spec((1, 32, 2, 96), (200, 32, 1, 1))) == "pointwise"
+    # ... 1-D ones only from TINY_FLOPS (Silero VAD's encoder convs stay on numpy's prepared im2col)
+    assert providers.shape_class(_spec((1, 64, 64), (64, 64, 3), {"pads": [1, 1]})) == "tiny"
+    assert providers.TINY_FLOPS_2D < _spec((1, 64, 64), (64, 64, 3), {"pads": [1, 1]}).flops < providers.TINY_FLOPS
     assert providers.shape_class(GemmSpec("MatMul", (4, 8), (8, 2))) == "tiny"  # numpy first: libdnnl stays unloaded
     assert providers.shape_class(GemmSpec("MatMul", (128, 384), (384, 384))) == "any"
 

@@ -193,6 +193,9 @@ def weight_bound(spec: ConvSpec) -> bool:
 
 
 TINY_FLOPS = 2_000_000  # below this a conv is dispatch-bound (measured on Silero VAD's 1-D convs)
+# 2-D convs: a bound oneDNN conv costs ~6-10 us a call (Python, OpenMP fork/join), and beats numpy
+# from ~0.2 MFLOP on (PP-OCR cls: depthwise 5x5 100-145 us in numpy vs 19-26 us; docs/kernels.md)
+TINY_FLOPS_2D = 200_000
 GEMM_TINY_FLOPS = 1 << 20  # = onednn_matmul.SMALL_FLOPS: below this a product stays on numpy
 
 
@@ -202,7 +205,7 @@ def shape_class(spec: OpSpec) -> str:
         return "tiny" if spec.flops < GEMM_TINY_FLOPS else "any"
     if spec.op_type == "ConvTranspose":
         return "any"
-    if spec.flops < TINY_FLOPS:
+    if spec.flops < (TINY_FLOPS_2D if spec.n_spatial == 2 else TINY_FLOPS):
         return "tiny"
     if spec.depthwise:
         return "depthwise"
@@ -444,7 +447,7 @@ def measure(spec: OpSpec, cands: Sequence[Algorithm], weight: np.ndarray | None 
 
 __all__ = [
     "Algorithm", "ConvSpec", "GemmSpec", "OpSpec", "PROVIDERS", "Provider", "STATIC_TABLE", "algorithm", "arena_ok",
-    "available",
+    "available", "TINY_FLOPS", "TINY_FLOPS_2D",
     "candidates", "choose", "compute_name", "conv_spec", "make_spec", "measure", "reset", "resolve", "select", "shape_class",
     "uses_openmp",
 ]
