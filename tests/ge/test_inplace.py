@@ -305,3 +305,27 @@ def test_prepared_max_pool_writes_into_the_arena_view(nan: str) -> None:
         np.testing.assert_array_equal(got, want)
         if layout == "nhwc" and nan != "window":
             assert got is o  # computed in place, no allocation
+
+
+@needs_dnnl
+def test_bound_conv_is_not_fooled_by_reused_object_ids() -> None:
+    """The bound conv recognises arrays it has seen by identity (weakly referenced): arrays that
+    die and are replaced by new ones, which CPython often gives the same id, must be re-checked
+    and re-pointed, never written through a stale address."""
+    from pycann.ops.nn.conv import conv_window
+
+    w, b = _f32(C, C, 1, 1) * 0.1, _f32(C)
+    shape = (1, C, 6, 6)
+    win = conv_window(shape, w.shape, {})
+    k = onednn.bound_conv_nhwc(w, b, 1, win, shape, None, False)
+    assert k is not None
+    for i in range(40):
+        x = onednn.empty_channels_last(shape)
+        x[...] = _f32(*shape)
+        o = onednn.empty_channels_last(shape)
+        o[...] = np.nan
+        want = np.einsum("oc,nchw->nohw", w[:, :, 0, 0], x) + b[None, :, None, None]
+        for _ in range(2):  # the second call takes the remembered-identity path
+            assert k([x, w, b], {}, [o])[0] is o
+            np.testing.assert_allclose(o, want, rtol=1e-4, atol=1e-4, err_msg=f"iteration {i}")
+        del x, o

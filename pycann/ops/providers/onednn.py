@@ -426,11 +426,29 @@ def bound_conv_nhwc(w: np.ndarray, b: np.ndarray | None, group: int, win: Window
     # (x, out, residual) addresses passed the checks below before, and whose layouts still match,
     # goes straight to the primitive, and re-points only the handles that changed (each check and
     # handle is ~1 us of Python and ctypes; 53 convs in ResNet-50).
+    # The same arrays come back too (the arena's views live as long as the arena): by identity,
+    # through weak references (nothing kept alive; a dead or reused id simply misses), the
+    # addresses need not even be read (``__array_interface__`` is ~0.8 us each).
     verified: dict[tuple[int, int, int], Any] = {}
+    seen: dict[tuple[int, int, int], tuple[Any, tuple[int, int, int], Any, Any, Any]] = {}
 
     def kernel(inputs: Any, attrs: Any, out: Any = None) -> list[np.ndarray]:
         x = inputs[0]
         r = inputs[3] if residual else None
+        if out is not None:
+            o = out[0]
+            hit = seen.get((id(x), id(o), id(r)))
+            if hit is not None and hit[2]() is x and hit[3]() is o and (r is None or hit[4]() is r):
+                key = hit[1]
+                with lock:
+                    if p.bound_key != key:
+                        src_set(key[0])
+                        dst_set(key[1])
+                        if res_set is not None and r is not None:
+                            res_set(key[2])
+                        p.bound_key = key
+                    hit[0].execute()
+                return out  # type: ignore[no-any-return]
         if out is not None and x.strides == xs and x.dtype == _F32:
             o = out[0]
             key = (x.__array_interface__["data"][0], o.__array_interface__["data"][0],
@@ -438,6 +456,10 @@ def bound_conv_nhwc(w: np.ndarray, b: np.ndarray | None, group: int, win: Window
             prim = verified.get(key)
             if prim is not None and o.strides == ys and o.dtype == _F32 \
                     and (r is None or (r.strides == ys and r.dtype == _F32)):
+                if len(seen) >= _VERIFIED_MAX:
+                    seen.clear()  # (graph inputs are new arrays every run)
+                seen[(id(x), id(o), id(r))] = (prim, key, weakref.ref(x), weakref.ref(o),
+                                               weakref.ref(r) if r is not None else None)
                 with lock:
                     if p.bound_key != key:
                         src_set(key[0])
