@@ -319,10 +319,16 @@ def test_bound_conv_is_not_fooled_by_reused_object_ids() -> None:
     win = conv_window(shape, w.shape, {})
     k = onednn.bound_conv_nhwc(w, b, 1, win, shape, None, False)
     assert k is not None
+    n = int(np.prod(shape))
+
+    def at(offset: int) -> np.ndarray:  # a channels-last array at a varying address
+        raw = np.empty(n + 16 * offset, np.float32)[16 * offset:]
+        return raw.reshape(1, 6, 6, C).transpose(0, 3, 1, 2)
+
     for i in range(40):
-        x = onednn.empty_channels_last(shape)
+        x = at(i % 3)
         x[...] = _f32(*shape)
-        o = onednn.empty_channels_last(shape)
+        o = at(2 - i % 3)
         o[...] = np.nan
         want = np.einsum("oc,nchw->nohw", w[:, :, 0, 0], x) + b[None, :, None, None]
         for _ in range(2):  # the second call takes the remembered-identity path
