@@ -20,6 +20,7 @@ import numpy as np
 from pycann.dtypes import to_numpy
 from pycann.errors import KernelError, PycannError
 from pycann.ge.ir import Graph, free_names, node_reads
+from pycann.ge.planning.candidates import INPLACE, arena_candidates, inplace_candidates
 from pycann.ge.planning.memory import MemoryPlan, plan_memory
 from pycann.ops.prepared import PREPARE
 from pycann.ops.providers import arena_ok, blas_single_thread, uses_openmp
@@ -32,29 +33,7 @@ NORMAL, SCOPED, ARENA = 0, 1, 2
 _RELEASE_EVERY = 16 << 20  # bytes of packed weights between two releases of the mapped .om pages
 # (arena offset, dtype, logical shape, stored channels-last)
 ViewSpec = tuple[int, np.dtype, tuple[int, ...], bool]
-
-
-# Ops whose prepared kernel can write output ``o`` over input ``i`` (``kernel.inplace``):
-# (domain, op_type) -> (o, i). FusedConv's residual: oneDNN's "sum" post-op accumulates into the
-# destination, so the residual is read where the result is written (one tensor less of traffic).
-INPLACE: dict[tuple[str, str], tuple[int, int]] = {("pycann", "FusedConv"): (0, 3)}
-
-
-def inplace_candidates(g: Graph) -> dict[str, str]:
-    """Output -> input pairs that ``plan_memory`` may give one buffer (``INPLACE``); the planner
-    keeps only those whose input dies at that node, and the plan only binds them to a kernel
-    that says ``inplace``. An input that the node also reads through another slot never shares."""
-    out: dict[str, str] = {}
-    for n in g.nodes:
-        pair = INPLACE.get((n.domain, n.op_type))
-        if pair is None:
-            continue
-        o, i = pair
-        if len(n.outputs) > o and len(n.inputs) > i and n.outputs[o] and n.inputs[i] \
-                and n.inputs.count(n.inputs[i]) == 1:
-            out[n.outputs[o]] = n.inputs[i]
-    return out
-
+__all__ = ["ARENA", "INPLACE", "NORMAL", "SCOPED", "Executor", "Plan", "arena_candidates", "inplace_candidates"]
 
 
 class Arena:
@@ -396,22 +375,6 @@ def _off_arena(o: Any, buffer: np.ndarray) -> Any:
     if isinstance(o, list):
         return [_off_arena(e, buffer) for e in o]
     return o.copy() if isinstance(o, np.ndarray) and np.may_share_memory(o, buffer) else o
-
-
-def arena_candidates(g: Graph) -> set[str]:
-    """Values whose producer can write into the arena: an ``out_kernel`` and static descs; never
-    a graph output."""
-    out: set[str] = set()
-    for n in g.nodes:
-        op = lookup(n.op_type, n.domain, n.opset)
-        if op.out_kernel is None or op.scoped or not arena_ok(n.attrs.get("_algo")):
-            continue
-        descs = [g.descs.get(o) for o in n.outputs if o]
-        if descs and all(d is not None and d.is_static for d in descs):
-            out.update(o for o in n.outputs if o)
-    # a graph output written into the arena would have to be copied out after every run (the
-    # next run reuses that memory): its producer allocates it instead (GPT-2's 25 MB logits: 3 ms)
-    return out - set(g.outputs)
 
 
 Signature = tuple[tuple[tuple[int, ...], str], ...]

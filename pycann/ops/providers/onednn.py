@@ -20,7 +20,6 @@ binary form is unavailable) then activation, i.e. ``act(conv(x) + b + residual)`
 
 from __future__ import annotations
 
-import math
 import threading
 import weakref
 from collections.abc import Sequence
@@ -32,83 +31,12 @@ from pycann.ops.nn.spatial import Window
 from pycann.ops.providers import Algorithm, ConvSpec, onednn_matmul
 from pycann.ops.providers import numpy_blas as nb
 from pycann.ops.providers import onednn_capi as capi
+from pycann.ops.providers.onednn_eltwise import RELU, E, Unaries, Unary, _chain, _numpy_unary, onednn_unary
 
-# A oneDNN eltwise post-op: (dnnl_alg_kind_t value, alpha, beta).
-Unary = tuple[int, float, float]
-# A chain of them (activation, then e.g. ``linear`` for a scale/shift after it), applied in order.
-Unaries = tuple[Unary, ...]
-E = capi.ELTWISE
-RELU: Unary = (E["relu"], 0.0, 0.0)
+__all__ = ["E", "RELU", "Unaries", "Unary", "available", "bound_conv_nhwc", "conv_nhwc", "conv_transpose_nhwc",
+           "empty_channels_last", "native", "onednn_unary"]
 
 _available: bool | None = None
-
-
-def onednn_unary(act: str, alpha: float, beta: float) -> Unary | None:
-    """The eltwise post-op computing ONNX activation ``act`` (with FusedConv's alpha/beta), or None.
-
-    Same formulas as ``pycann.ops.fused.apply_activation``: HardSigmoid max(0, min(1, a*x + b)),
-    HardSwish x * hardsigmoid(x; 1/6, 1/2), Swish x * sigmoid(a*x), Gelu the erf form,
-    Clip(min=alpha, max=beta), LeakyRelu slope alpha."""
-    simple = {"Relu": "relu", "Sigmoid": "logistic", "Tanh": "tanh", "Gelu": "gelu_erf"}
-    if act in simple:
-        return E[simple[act]], 0.0, 0.0
-    if act == "HardSwish":
-        return E["hardswish"], 1.0 / 6.0, 0.5
-    if act == "HardSigmoid":
-        return E["hardsigmoid"], float(alpha), float(beta)
-    if act == "LeakyRelu":
-        return E["relu"], float(alpha), 0.0
-    if act == "Elu":
-        return E["elu"], float(alpha), 0.0
-    if act == "Swish":
-        return E["swish"], float(alpha), 0.0
-    if act == "Clip" and alpha <= beta:
-        if alpha == 0.0 and beta == math.inf:
-            return RELU
-        if math.isfinite(alpha) and math.isfinite(beta):
-            return E["clip"], float(alpha), float(beta)
-    return None
-
-
-def _chain(unary: Unary | Unaries | None) -> Unaries:
-    """``unary`` as a tuple of eltwise post-ops (a single one, a chain, or none)."""
-    if unary is None:
-        return ()
-    return unary if isinstance(unary[0], tuple) else (unary,)  # type: ignore[return-value]
-
-
-def _numpy_unary(y: np.ndarray, u: Unary | Unaries) -> np.ndarray:
-    """``u`` applied in numpy, in place (the fallback path for shapes oneDNN is not given)."""
-    from pycann.ops.activation import gelu_erf_
-
-    if isinstance(u[0], tuple):
-        for one in u:
-            _numpy_unary(y, one)  # type: ignore[arg-type]
-        return y
-    alg, a, b = u  # type: ignore[misc]
-    with np.errstate(over="ignore"):
-        if alg == E["relu"]:
-            np.copyto(y, np.where(y > 0, y, y * np.float32(a)))
-        elif alg == E["tanh"]:
-            np.tanh(y, out=y)
-        elif alg == E["elu"]:
-            np.copyto(y, np.where(y > 0, y, np.float32(a) * np.expm1(np.minimum(y, 0))))
-        elif alg in (E["logistic"], E["swish"]):
-            s = 1.0 / (1.0 + np.exp(-y * (a if alg == E["swish"] else 1.0)))
-            np.copyto(y, y * s if alg == E["swish"] else s)
-        elif alg in (E["hardsigmoid"], E["hardswish"]):
-            h = np.clip(y * np.float32(a) + np.float32(b), 0, 1)
-            np.copyto(y, y * h if alg == E["hardswish"] else h)
-        elif alg == E["clip"]:
-            np.clip(y, a, b, out=y)
-        elif alg == E["gelu_erf"]:
-            gelu_erf_(y)
-        elif alg == E["linear"]:
-            y *= np.float32(a)
-            y += np.float32(b)
-        else:
-            raise ValueError(f"no numpy form for oneDNN eltwise {alg:#x}")
-    return y
 
 
 def available() -> bool:
