@@ -135,7 +135,7 @@ def _describe(stat: NodeStat, args: Sequence[Any], outs: Sequence[Any], attrs: A
         if op in ("Conv", "FusedConv"):
             w = args[1]
             stat.flops = 2.0 * y.size * float(np.prod(w.shape[1:]))
-        elif op == "ConvTranspose":
+        elif op in ("ConvTranspose", "FusedConvTranspose"):
             x, w = args[0], args[1]
             stat.flops = 2.0 * x.size * float(np.prod(w.shape[1:]))
         elif op in ("MatMul", "FusedMatMul"):

@@ -27,6 +27,7 @@ MATRIX_OPERANDS: dict[str, tuple[int, ...]] = {
     "MatMul": (0, 1),
     "Gemm": (0, 1),
     "FusedConv": (0, 1),
+    "FusedConvTranspose": (0, 1),
     "FusedMatMul": (0, 1),
     "FusedAttention": (0, 1, 2),
 }
@@ -35,7 +36,7 @@ MATRIX_OPERANDS: dict[str, tuple[int, ...]] = {
 MATRIX_OPS: frozenset[str] = frozenset(MATRIX_OPERANDS)
 # The op types a fused node stands for (``OpType::Conv`` in --keep_dtype also names FusedConv).
 FUSED_FROM: dict[str, tuple[str, ...]] = {
-    "FusedConv": ("Conv",), "FusedMatMul": ("MatMul", "Gemm"), "FusedAttention": ("MatMul", "Softmax"),
+    "FusedConv": ("Conv",), "FusedConvTranspose": ("ConvTranspose",), "FusedMatMul": ("MatMul", "Gemm"), "FusedAttention": ("MatMul", "Softmax"),
 }
 
 # ------------------------------------------------------------------------------------------

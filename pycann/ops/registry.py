@@ -16,6 +16,7 @@ from pycann.ops import (
     control,
     elementwise,
     fused,
+    fused_deconv,
     image,
     indexing,
     loss,
@@ -36,6 +37,7 @@ from pycann.ops.opdef import OpDef
 
 FAMILIES: tuple[ModuleType, ...] = (
     fused,
+    fused_deconv,
     quant,
     math_misc,
     elementwise,

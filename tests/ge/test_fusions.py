@@ -157,6 +157,71 @@ def test_conv_transpose_bias_add_and_batchnorm_fold(group: int) -> None:
            rtol=1e-4, atol=1e-4)
 
 
+@pytest.mark.parametrize("providers_env", ["", "numpy"])
+@pytest.mark.parametrize("act", ["Relu", "Sigmoid", "HardSwish", "LeakyRelu", "Clip", "Tanh"])
+def test_conv_transpose_activation_fuses(act: str, providers_env: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """ConvTranspose + activation -> FusedConvTranspose (oneDNN: an eltwise post-op of the
+    deconvolution; numpy: the activation in place on its result), values as ONNX Runtime's."""
+    if providers_env:
+        monkeypatch.setenv("PYCANN_PROVIDERS", providers_env)
+    from pycann.ops import providers
+
+    providers.reset()
+    try:
+        extra = [_c("lo", np.float32(-0.5)), _c("hi", np.float32(0.5))] if act == "Clip" else []
+        act_node = helper.make_node(act, ["c", "lo", "hi"] if act == "Clip" else ["c"], ["y"])
+        m = _model([helper.make_node("ConvTranspose", ["x", "W", "B"], ["c"], strides=[2, 2]), act_node],
+                   [("x", [1, 16, 20, 20])], "y", [_c("W", _f32(16, 24, 2, 2) * 0.3), _c("B", _f32(24)), *extra])
+        _check(m, {"x": _f32(1, 16, 20, 20)}, {"FusedConvTranspose": 1}, absent=("ConvTranspose", act),
+               rtol=1e-4, atol=1e-4)
+    finally:
+        providers.reset()
+
+
+def test_conv_transpose_head_with_bias_bn_relu_fuses_and_matches_the_unfused_graph() -> None:
+    """PP-OCR det's upsampling head: ConvTranspose -> Add(bias) -> BatchNormalization -> Relu is
+    folded and fused into one FusedConvTranspose; switching ConvActivationFusion off gives the same
+    values (two nodes)."""
+    cin, m = 16, 24
+    nodes = [helper.make_node("ConvTranspose", ["x", "W"], ["c"], strides=[2, 2]),
+             helper.make_node("Add", ["c", "bias"], ["a"]),
+             helper.make_node("BatchNormalization", ["a", "g", "b", "mu", "var"], ["n"]),
+             helper.make_node("Relu", ["n"], ["y"])]
+    inits = [_c("W", _f32(cin, m, 2, 2) * 0.3), _c("bias", _f32(1, m, 1, 1)), _c("g", _f32(m)), _c("b", _f32(m)),
+             _c("mu", _f32(m)), _c("var", np.abs(_f32(m)) + 0.5)]
+    model = _model(nodes, [("x", [1, cin, 16, 16])], "y", inits)
+    x = _f32(1, cin, 16, 16)
+    _check(model, {"x": x}, {"FusedConvTranspose": 1}, absent=("ConvTranspose", "Relu", "Add"), rtol=1e-4, atol=1e-4)
+    off = compile_model(model, CompileOptions(disabled_passes=["ConvActivationFusion"]))
+    assert [n.op_type for n in off.graph.nodes] == ["ConvTranspose", "Relu"]
+    a = LoadedModel.from_compiled(compile_model(model)).run_dict({"x": x})[0]
+    b = LoadedModel.from_compiled(off).run_dict({"x": x})[0]
+    np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize("why", ["shared", "graph output"])
+def test_conv_transpose_activation_not_fused(why: str) -> None:
+    """The deconvolution's output is read twice (Relu and an Add), or is itself a graph output."""
+    w = _c("W", _f32(8, 8, 2, 2))
+    if why == "shared":
+        nodes = [helper.make_node("ConvTranspose", ["x", "W"], ["c"], strides=[2, 2]),
+                 helper.make_node("Relu", ["c"], ["r"]), helper.make_node("Add", ["r", "c"], ["y"])]
+        m = _model(nodes, [("x", [1, 8, 6, 6])], "y", [w])
+    else:
+        nodes = [helper.make_node("ConvTranspose", ["x", "W"], ["c"], strides=[2, 2]),
+                 helper.make_node("Relu", ["c"], ["y"])]
+        g = helper.make_graph(nodes, "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 8, 6, 6])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, None),
+                               helper.make_tensor_value_info("c", TensorProto.FLOAT, None)], [w])
+        m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
+        m.ir_version = 8
+    ops = [n.op_type for n in compile_model(m).graph.nodes]
+    assert "FusedConvTranspose" not in ops and "ConvTranspose" in ops
+    x = _f32(1, 8, 6, 6)
+    for got, want in zip(LoadedModel.from_compiled(compile_model(m)).run_dict({"x": x}), run_ort(m, {"x": x})):
+        np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5)
+
+
 def _hardswish_nodes(last: str = "Div"):
     tail = (helper.make_node("Div", ["p", "six"], ["y"]) if last == "Div"
             else helper.make_node("Mul", ["p", "sixth"], ["y"]))

@@ -1,4 +1,5 @@
-"""ConvActivationFusion: Conv [+ Add(residual or bias)] [+ activation] -> pycann.FusedConv.
+"""ConvActivationFusion: Conv [+ Add(residual or bias)] [+ activation] -> pycann.FusedConv, and
+ConvTranspose + activation -> pycann.FusedConvTranspose.
 
 Pattern: a Conv whose output has one reader; optionally an Add with another operand that
 broadcasts into the conv output without enlarging it (a residual branch or a per-channel
@@ -143,10 +144,33 @@ def _residual(ix: GraphIndex, conv: Node, add: Node) -> str | tuple[str, str]:
     return z, ""
 
 
+def _fuse_transpose(ix: GraphIndex, rw: Rewrites, deconv: Node) -> None:
+    """ConvTranspose -> activation -> one FusedConvTranspose (its bias stays its input 2; an
+    Add of a per-channel constant after it was already folded into that bias by
+    ConvScaleBiasFold, and a residual Add is left alone)."""
+    act = match_activation(ix, deconv.outputs[0])
+    if isinstance(act, str):
+        if "not a fusable" not in act and "graph output" not in act:
+            rw.missed.append(f"{deconv.name}: {act}")
+        return
+    nodes, act_name, alpha, beta, out = act
+    if rw.taken(deconv, *nodes):
+        return
+    bias = deconv.inputs[2] if len(deconv.inputs) > 2 else ""
+    attrs = dict(deconv.attrs)
+    attrs.update(activation=act_name, act_alpha=alpha, act_beta=beta)
+    fused = Node("FusedConvTranspose", [deconv.inputs[0], deconv.inputs[1], bias], [out], attrs,
+                 name=f"{deconv.name}_fused", domain=DOMAIN, opset=1)
+    rw.replace([deconv, *nodes], [fused])
+
+
 def fuse(g: Graph) -> tuple[int, list[str]]:
     ix = GraphIndex(g)
     rw = Rewrites(g)
     for conv in list(g.nodes):
+        if is_op(conv, "ConvTranspose") and not rw.taken(conv):
+            _fuse_transpose(ix, rw, conv)
+            continue
         if not is_op(conv, "Conv") or rw.taken(conv):
             continue
         y = conv.outputs[0]
@@ -194,4 +218,4 @@ def fuse(g: Graph) -> tuple[int, list[str]]:
 
 def run(graph: Graph, ctx: PassContext) -> PassResult:
     n, missed = fuse(graph)
-    return PassResult(graph, n > 0, f"{n} Conv chains fused", missed)
+    return PassResult(graph, n > 0, f"{n} Conv / ConvTranspose chains fused", missed)

@@ -36,6 +36,7 @@ TARGETS: dict[tuple[str, str], str] = {
     ("", "MatMul"): "MatMul",
     ("", "Gemm"): "Gemm",
     ("pycann", "FusedConv"): "Conv",
+    ("pycann", "FusedConvTranspose"): "ConvTranspose",
     ("pycann", "FusedMatMul"): "MatMul",
 }
 MODES = ("static", "measure", "off")

@@ -35,7 +35,8 @@ name = "LayoutSelection"
 # producers: (domain, op type) -> the algorithms that compute it channels-last
 _CONV_NHWC = frozenset({"torch:conv2d_nhwc", "onednn:conv_nhwc"})
 NHWC_ALGOS = {("", "Conv"): _CONV_NHWC, ("pycann", "FusedConv"): _CONV_NHWC,
-              ("", "ConvTranspose"): frozenset({"torch:conv_transpose_nhwc", "onednn:conv_transpose_nhwc"})}
+              ("", "ConvTranspose"): frozenset({"torch:conv_transpose_nhwc", "onednn:conv_transpose_nhwc"}),
+              ("pycann", "FusedConvTranspose"): frozenset({"torch:conv_transpose_nhwc", "onednn:conv_transpose_nhwc"})}
 CONV_OPS = set(NHWC_ALGOS)
 # Ops whose kernels compute the same values on a channels-last array and whose results keep the
 # input's layout (numpy ufuncs keep it; pooling allocates like its input: ops/nn/spatial.py).
@@ -147,7 +148,7 @@ def _nchw_algo(n: Node) -> str | None:
     """The same provider's NCHW algorithm, or None (the onednn provider writes channels-last only)."""
     if not str(n.attrs.get("_algo", "")).startswith("torch:"):
         return None
-    if n.op_type == "ConvTranspose":
+    if n.op_type in ("ConvTranspose", "FusedConvTranspose"):
         return "torch:conv_transpose"
     return "torch:conv2d_packed" if int(n.attrs.get("group", 1) or 1) == 1 else "torch:conv2d"
 

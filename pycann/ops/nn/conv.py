@@ -281,6 +281,15 @@ def _conv_transpose(inputs: Sequence[Any], attrs: Mapping[str, Any], out: np.nda
 
     Computed by the provider algorithm named by ``attrs["_algo"]`` (else the static choice).
     """
+    return conv_transpose_act(inputs, attrs, None, out)[0]
+
+
+def conv_transpose_act(inputs: Sequence[Any], attrs: Mapping[str, Any], act: tuple[str, float, float] | None,
+                       out: np.ndarray | None = None) -> tuple[np.ndarray, bool]:
+    """ConvTranspose (spec: ConvTranspose-11/22) whose provider also applies ``act`` (name, alpha,
+    beta of a FusedConvTranspose activation) when it can: oneDNN's deconvolution takes it as an
+    eltwise post-op. Returns (Y, whether ``act`` was applied); the caller applies it otherwise.
+    Raises ValueError for shapes the spec rejects (channel mismatch, negative output size)."""
     x, w = inputs[0], inputs[1]
     b = inputs[2] if len(inputs) > 2 else None
     group = int(attrs.get("group", 1))
@@ -294,7 +303,13 @@ def _conv_transpose(inputs: Sequence[Any], attrs: Mapping[str, Any], out: np.nda
     algo = resolve(attrs.get("_algo"),
                    lambda: ConvSpec("ConvTranspose", x.shape, w.shape, group, win, outs, cd.name))
     bc = b.astype(cd, copy=False) if b is not None else None
-    return algo.fn(x.astype(cd, copy=False), w.astype(cd, copy=False), bc, group, win, outs, out)
+    xc, wc = x.astype(cd, copy=False), w.astype(cd, copy=False)
+    if act is not None and algo.name == "onednn:conv_transpose_nhwc":
+        mod = _onednn_module()
+        unary = mod.onednn_unary(*act)
+        if unary is not None and mod.native(xc, wc, win):
+            return mod.conv_transpose_nhwc(xc, wc, bc, group, win, outs, out, unary=unary), True
+    return algo.fn(xc, wc, bc, group, win, outs, out), False
 
 
 def _k_conv_transpose(inputs: Sequence[Any], attrs: Mapping[str, Any]) -> list[np.ndarray]:

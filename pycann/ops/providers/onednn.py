@@ -301,14 +301,18 @@ def _transpose_ok(x: np.ndarray, w: np.ndarray, win: Window, out_sizes: Sequence
 
 
 def conv_transpose_nhwc(x: np.ndarray, w: np.ndarray, b: np.ndarray | None, group: int, win: Window,
-                        out_sizes: tuple[int, ...], out: np.ndarray | None = None) -> np.ndarray:
+                        out_sizes: tuple[int, ...], out: np.ndarray | None = None,
+                        unary: Unary | Unaries | None = None) -> np.ndarray:
     """ConvTranspose (``win`` from ``conv_transpose_geometry``: pads_begin are the output
-    offsets) as a oneDNN deconvolution; result channels-last (or copied into ``out``). Shapes
-    oneDNN cannot express (output offsets beyond its padding rules) go to the numpy provider."""
-    p = _plan(tuple(x.shape), w, b is not None, group, win, tuple(out_sizes), True, None, False) \
+    offsets) as a oneDNN deconvolution; result channels-last (or copied into ``out``). ``unary``:
+    eltwise post-ops applied to the result (FusedConvTranspose's activation). Shapes oneDNN cannot
+    express (output offsets beyond its padding rules) go to the numpy provider (then ``unary`` in
+    numpy)."""
+    p = _plan(tuple(x.shape), w, b is not None, group, win, tuple(out_sizes), True, unary, False) \
         if _transpose_ok(x, w, win, out_sizes) else None
     if p is None:
-        return nb.conv_transpose(x, w, b, group, win, out_sizes, out)
+        y = nb.conv_transpose(x, w, b, group, win, out_sizes, out)
+        return _numpy_unary(y, unary) if unary is not None else y
     return _deliver(p.run(x, _bias(b), None, out), out)
 
 
