@@ -217,7 +217,40 @@ def _torch_max_pool(attrs, ins, consts, outs) -> Kernel | None:  # type: ignore[
     return _max_pool(attrs, ins, consts, outs)
 
 
+def _chain(attrs, ins, consts, outs) -> Kernel | None:  # type: ignore[no-untyped-def]
+    """ElementwiseChain over float32 inputs of static shape with a result of at least
+    ``onednn_binary.MIN_ELEMENTS``: one oneDNN binary primitive with the later steps as post-ops
+    (multi-threaded, one pass; PP-OCR det's RSE-FPN ``conv * se + conv + up`` on 96x160x160).
+    Chains it cannot express (module docstring of ``onednn_binary``), and smaller ones, keep
+    ``prepared_small``'s numpy kernel; a call with other strides runs the generic kernel."""
+    from pycann.ops.prepared_small import PREPARE_SMALL
+    from pycann.ops.providers import onednn_binary
+    from pycann.ops.registry import lookup
+
+    small = PREPARE_SMALL[("pycann", "ElementwiseChain")]
+    shapes = [_static(d) if d is not None else None for d in ins]
+    out = _static(outs[0]) if outs else None
+    if out is None or not ins or any(d is None or not _f32(d) for d in ins) \
+            or int(np.prod(out, dtype=np.int64)) < onednn_binary.MIN_ELEMENTS or not _usable():
+        return small(attrs, ins, consts, outs)
+    k = onednn_binary.bound_chain(attrs["steps"], shapes, attrs.get("_layout") == "NHWC")
+    if k is None or getattr(k, "keep", None) is None:
+        return small(attrs, ins, consts, outs)
+    run = k.run  # type: ignore[attr-defined]
+    generic = lookup("ElementwiseChain", "pycann", 1).kernel
+
+    def kernel(x: Sequence[Any], a: Mapping[str, Any]) -> list[np.ndarray]:
+        y = run(x)
+        return [y] if y is not None else list(generic(x, a))
+
+    kernel.impl = k.impl  # type: ignore[attr-defined]
+    kernel.keep = k.keep  # type: ignore[attr-defined]
+    kernel.openmp = True  # type: ignore[attr-defined]  # the executor holds OpenBLAS to one thread meanwhile
+    return kernel
+
+
 PREPARE_ONEDNN: dict[tuple[str, str], Prepare] = {
+    ("pycann", "ElementwiseChain"): _chain,
     ("", "LayerNormalization"): _layer_norm,
     ("pycann", "FusedAttention"): _attention,
     ("", "MaxPool"): _pool(_max_alg, _k_max_pool, _torch_max_pool),

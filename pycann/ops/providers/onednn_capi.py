@@ -354,7 +354,8 @@ class Memory(_Owned):
 class Attr(_Owned):
     """Primitive attributes carrying a post-op chain.
 
-    ``ops``: ``("eltwise", alg, alpha, beta)``, ``("sum", scale)`` or ``("binary_add", md)``.
+    ``ops``: ``("eltwise", alg, alpha, beta)``, ``("sum", scale)``, ``("binary_add", md)`` or
+    ``("binary", dnnl_binary alg, md)``.
     """
 
     _destroy = "dnnl_primitive_attr_destroy"
@@ -374,8 +375,9 @@ class Attr(_Owned):
                     check(lib.dnnl_post_ops_append_eltwise(po, op[1], op[2], op[3]), "dnnl_post_ops_append_eltwise")
                 elif op[0] == "sum":
                     check(lib.dnnl_post_ops_append_sum(po, op[1], 0, 0), "dnnl_post_ops_append_sum")
-                elif op[0] == "binary_add":
-                    check(lib.dnnl_post_ops_append_binary(po, BINARY_ADD, op[1].handle), "dnnl_post_ops_append_binary")
+                elif op[0] in ("binary_add", "binary"):  # ("binary", alg, md): any dnnl_binary_* kind
+                    alg, md = (BINARY_ADD, op[1]) if op[0] == "binary_add" else (op[1], op[2])
+                    check(lib.dnnl_post_ops_append_binary(po, alg, md.handle), "dnnl_post_ops_append_binary")
                 else:
                     raise ValueError(f"unknown post-op {op[0]!r}")
             check(lib.dnnl_primitive_attr_set_post_ops(h, po), "dnnl_primitive_attr_set_post_ops")

@@ -1,0 +1,172 @@
+"""GE's ElementwiseChain as one oneDNN binary primitive with post-ops (multi-threaded, one pass).
+
+A chain ``x op1 a -> op2 b -> unary ...`` (``fused.py`` ``_k_chain``: each step applies to the
+running value) maps to oneDNN as: the first step is the binary primitive ``dst = x op1 a`` and
+every later step is a post-op on ``dst`` (binary with its operand, or eltwise). oneDNN's binary
+needs ``src0`` at the full result shape (``src1`` and post-op operands may broadcast, dims of 1)
+and its binary post-ops compute ``dst op operand``, so a step whose running value is the *right*
+operand is accepted only for commutative ops (Add, Mul).
+
+Only ops whose oneDNN form is IEEE-identical to numpy's, NaN included, are taken: Add, Sub, Mul,
+Div (binary), Sigmoid, Tanh, Exp (eltwise: oneDNN's vector approximations, within a few ulp).
+Relu, Clip, Max, Min would turn NaN into the bound (``vmaxps``); those chains stay on numpy.
+
+Semantics: ONNX Add/Sub/Mul/Div/Sigmoid/Tanh/Exp with multidirectional broadcasting (Operators.md);
+primitive: ``dnnl_binary_primitive_desc_create`` (oneDNN v3.2 dnnl.h), alg kinds from dnnl_types.h.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import threading
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import numpy as np
+
+from pycann.ops.providers import onednn_capi as capi
+
+# dnnl_alg_kind_t (dnnl_types.h, v3.2)
+BINARY = {"Add": 0x1FFF0, "Mul": 0x1FFF1, "Div": 0x1FFF4, "Sub": 0x1FFF5}
+COMMUTATIVE = frozenset({"Add", "Mul"})
+UNARY = {"Sigmoid": "logistic", "Tanh": "tanh", "Exp": "exp"}
+ARG_SRC_0, ARG_SRC_1 = 1, 2
+# Below this many result elements numpy's few passes beat a primitive call and an OpenMP fork/join.
+MIN_ELEMENTS = 1 << 16
+
+_F32 = np.dtype(np.float32)
+_signed = False
+
+
+def _binary_pd(alg: int, src0: capi.MemoryDesc, src1: capi.MemoryDesc, dst: capi.MemoryDesc,
+               attr: capi.Attr) -> capi.PrimitiveDesc:
+    global _signed
+    lib = capi.load()
+    fn = lib.dnnl_binary_primitive_desc_create
+    if not _signed:
+        fn.argtypes = [ctypes.POINTER(ctypes.c_void_p), ctypes.c_void_p, ctypes.c_int, ctypes.c_void_p,
+                       ctypes.c_void_p, ctypes.c_void_p, ctypes.c_void_p]
+        fn.restype = ctypes.c_int
+        _signed = True
+    h = ctypes.c_void_p()
+    capi.check(fn(ctypes.byref(h), capi.engine(), alg, src0.handle, src1.handle, dst.handle, attr.handle),
+               "dnnl_binary_primitive_desc_create")
+    return capi.PrimitiveDesc(h)
+
+
+def _strides(shape: Sequence[int], channels_last: bool) -> tuple[int, ...]:
+    """Element strides of a dense array of logical ``shape``, channels-last for 4-D/5-D when asked."""
+    if channels_last and len(shape) >= 3 and any(d != 1 for d in shape[2:]):
+        order = [0, *range(2, len(shape)), 1]
+        st = [0] * len(shape)
+        acc = 1
+        for ax in reversed(order):
+            st[ax] = acc
+            acc *= int(shape[ax])
+        return tuple(st)
+    return capi.dense_strides(shape)
+
+
+def bound_chain(steps: Sequence[Sequence[Any]], shapes: Sequence[tuple[int, ...] | None],
+                channels_last: bool) -> Callable[..., list[np.ndarray] | None] | None:
+    """A kernel ``k(inputs, attrs) -> [y]`` for ElementwiseChain ``steps`` over float32 inputs of
+    static ``shapes`` (input 0 is the chain's input), or None when the chain is not expressible
+    (see the module docstring), too small, or oneDNN declines. Full-shape operands are bound with
+    the chain's layout (``channels_last``: NHWC strides, the layout GE chose); a call whose
+    arrays have other strides or dtypes returns None from ``k.run`` and the caller's generic
+    kernel computes it. Raises nothing."""
+    x_shape = shapes[0]
+    if x_shape is None or not steps or steps[0][0] not in BINARY:
+        return None
+    out_shape = tuple(x_shape)
+    first_op, first_idx, first_right = steps[0][0], int(steps[0][1]), bool(steps[0][2])
+    first_shape = shapes[first_idx] if 0 <= first_idx < len(shapes) else None
+    if first_shape is None:
+        return None
+    try:
+        out_shape = tuple(np.broadcast_shapes(out_shape, first_shape))
+    except ValueError:
+        return None
+    # src0 / src1 of the binary primitive: the chain input and the first operand, swapped when the
+    # operand is the full-shape one and the op commutes (oneDNN broadcasts src1 only)
+    src0, src1 = 0, first_idx
+    if first_right:
+        if first_op not in COMMUTATIVE:
+            return None
+    if tuple(x_shape) != out_shape:
+        if first_op not in COMMUTATIVE or tuple(first_shape) != out_shape:
+            return None
+        src0, src1 = first_idx, 0
+    post: list[tuple[Any, ...]] = []
+    operands: list[int] = []
+    for op, idx, right, _p0, _p1 in steps[1:]:
+        if op in BINARY:
+            s = shapes[int(idx)] if 0 <= int(idx) < len(shapes) else None
+            if s is None or (bool(right) and op not in COMMUTATIVE) or len(s) > len(out_shape):
+                return None
+            try:
+                if tuple(np.broadcast_shapes(out_shape, s)) != out_shape:
+                    return None
+            except ValueError:
+                return None
+            post.append(("binary", BINARY[op], int(idx)))
+            operands.append(int(idx))
+        elif op in UNARY:
+            post.append(("eltwise", capi.ELTWISE[UNARY[op]], 0.0, 0.0))
+        else:
+            return None
+    if int(np.prod(out_shape, dtype=np.int64)) < MIN_ELEMENTS:
+        return None
+
+    def md(i: int) -> capi.MemoryDesc:
+        s = tuple(int(d) for d in shapes[i])  # type: ignore[union-attr]
+        s = (1,) * (len(out_shape) - len(s)) + s  # numpy broadcasting: leading 1s
+        return capi.MemoryDesc.strided(s, _strides(s, channels_last))
+
+    try:
+        mds = {i: md(i) for i in {src0, src1, *operands}}
+        dst = capi.MemoryDesc.strided(out_shape, _strides(out_shape, channels_last))
+        attr_ops = [("binary", p[1], mds[p[2]]) if p[0] == "binary" else p for p in post]
+        pd = _binary_pd(BINARY[first_op], mds[src0], mds[src1], dst, capi.Attr(attr_ops))
+        impl = pd.fast_impl()
+        mems = {i: capi.Memory(m, 0) for i, m in mds.items()}
+        dst_mem = capi.Memory(dst, 0)
+        args = [(ARG_SRC_0, mems[src0]), (ARG_SRC_1, mems[src1]), (capi.ARG_DST, dst_mem)]
+        args += [(capi.arg_post_op_src1(k), mems[p[2]]) for k, p in enumerate(post) if p[0] == "binary"]
+        prim = capi.Primitive(pd, args)
+    except capi.DnnlError:
+        return None
+    # per input index: (its logical shape with leading 1s, the element strides bound, in bytes)
+    want = {i: (tuple(m.dims()), tuple(4 * st for st in _strides(m.dims(), channels_last))) for i, m in mds.items()}
+    y_strides = tuple(4 * st for st in _strides(out_shape, channels_last))
+    perm = tuple(np.argsort([-st for st in y_strides], kind="stable"))
+    lock = threading.Lock()
+
+    def run(inputs: Sequence[Any]) -> np.ndarray | None:
+        for i, (shape, strides) in want.items():
+            a = inputs[i]
+            if not isinstance(a, np.ndarray) or a.dtype != _F32:
+                return None
+            if a.shape != shape:
+                if a.ndim >= len(shape) or a.shape != shape[len(shape) - a.ndim:]:
+                    return None
+                a = a.reshape(shape)
+            if any(s != t and d != 1 for s, t, d in zip(a.strides, strides, shape)):
+                return None
+        # the result in the bound layout: allocated in memory order, viewed back as NCHW-logical
+        y = np.empty([out_shape[p] for p in perm], np.float32).transpose(np.argsort(perm))
+        with lock:
+            for i, m in mems.items():
+                m.set(inputs[i].__array_interface__["data"][0])
+            dst_mem.set(y.__array_interface__["data"][0])
+            prim.execute()
+        return y
+
+    def kernel(inputs: Sequence[Any], attrs: Any) -> list[np.ndarray] | None:
+        y = run(inputs)
+        return None if y is None else [y]
+
+    kernel.run = run  # type: ignore[attr-defined]
+    kernel.impl = impl  # type: ignore[attr-defined]
+    kernel.keep = (mds, dst, prim)  # type: ignore[attr-defined]
+    return kernel

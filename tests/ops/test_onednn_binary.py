@@ -1,0 +1,102 @@
+"""ElementwiseChain as one oneDNN binary primitive with post-ops (providers/onednn_binary.py,
+prepared_onednn._chain): values equal the numpy chain kernel (NaN included), chains it must not
+take stay on numpy, and calls with other strides fall back to the generic kernel."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+import pytest
+
+from pycann.dtypes import TensorDesc
+from pycann.ops import providers
+from pycann.ops.registry import lookup
+
+pytestmark = pytest.mark.skipif(not providers.available("onednn"), reason="libdnnl missing")
+
+RNG = np.random.default_rng(3)
+GENERIC = lookup("ElementwiseChain", "pycann", 1)
+SHAPE = (1, 96, 40, 40)  # 153,600 elements: above onednn_binary.MIN_ELEMENTS
+
+
+def _cl(a: np.ndarray) -> np.ndarray:
+    return np.ascontiguousarray(a.transpose(0, 2, 3, 1)).transpose(0, 3, 1, 2)
+
+
+def _prepare(steps: list[list[Any]], arrays: list[np.ndarray], layout: str | None) -> Any:
+    from pycann.ops.prepared_onednn import PREPARE_ONEDNN
+
+    attrs = {"steps": steps, "_layout": layout}
+    descs = [TensorDesc(1, a.shape) for a in arrays]
+    want = GENERIC.kernel(arrays, attrs)[0]
+    k = PREPARE_ONEDNN[("pycann", "ElementwiseChain")](attrs, descs, [None] * len(arrays), [TensorDesc(1, want.shape)])
+    return k, attrs, want
+
+
+def _inputs(nhwc: bool) -> list[np.ndarray]:
+    x, up = RNG.standard_normal(SHAPE).astype(np.float32), RNG.standard_normal(SHAPE).astype(np.float32)
+    se = RNG.standard_normal((1, SHAPE[1], 1, 1)).astype(np.float32)
+    return [_cl(x) if nhwc else x, se, _cl(up) if nhwc else up]
+
+
+@pytest.mark.parametrize("nhwc", [True, False])
+@pytest.mark.parametrize("steps", [
+    [["Mul", 1, 0, 0.0, 0.0], ["Add", 0, 0, 0.0, 0.0], ["Add", 2, 0, 0.0, 0.0]],  # RSE-FPN: x*se + x + up
+    [["Mul", 1, 1, 0.0, 0.0], ["Add", 2, 1, 0.0, 0.0]],  # the running value as the right operand (commutes)
+    [["Sub", 2, 0, 0.0, 0.0], ["Div", 1, 0, 0.0, 0.0], ["Sigmoid", -1, 0, 0.0, 0.0]],
+    [["Add", 2, 0, 0.0, 0.0], ["Tanh", -1, 0, 0.0, 0.0], ["Mul", 1, 0, 0.0, 0.0], ["Exp", -1, 0, 0.0, 0.0]],
+])
+def test_chain_runs_in_onednn_and_equals_numpy(steps: list[list[Any]], nhwc: bool) -> None:
+    arrays = _inputs(nhwc)
+    k, attrs, want = _prepare(steps, arrays, "NHWC" if nhwc else None)
+    assert k is not None and getattr(k, "openmp", False), "expected the oneDNN kernel"
+    got = k(arrays, attrs)[0]
+    assert got.shape == want.shape and got.dtype == np.float32
+    if nhwc:
+        assert got.strides[1] == 4  # keeps the chain's channels-last layout
+    np.testing.assert_allclose(got, want, rtol=2e-6, atol=1e-6)
+
+
+def test_nan_and_inf_propagate_as_in_numpy() -> None:
+    arrays = _inputs(True)
+    arrays[0][0, 3, 5, 7] = np.nan
+    arrays[2][0, 4, 1, 2] = np.inf
+    arrays[1][0, 5, 0, 0] = -np.inf
+    steps = [["Mul", 1, 0, 0.0, 0.0], ["Add", 0, 0, 0.0, 0.0], ["Add", 2, 0, 0.0, 0.0]]
+    k, attrs, want = _prepare(steps, arrays, "NHWC")
+    got = k(arrays, attrs)[0]
+    np.testing.assert_array_equal(np.isnan(got), np.isnan(want))
+    np.testing.assert_allclose(got, want, rtol=2e-6, atol=1e-6)
+
+
+@pytest.mark.parametrize("steps,why", [
+    ([["Mul", 1, 0, 0.0, 0.0], ["Relu", -1, 0, 0.0, 0.0]], "Relu would turn NaN into 0"),
+    ([["Max", 2, 0, 0.0, 0.0]], "Max: NaN rule"),
+    ([["Mul", 1, 0, 0.0, 0.0], ["Sub", 2, 1, 0.0, 0.0]], "running value as Sub's right operand"),
+])
+def test_chains_oneDNN_must_not_take_stay_on_numpy(steps: list[list[Any]], why: str) -> None:
+    arrays = _inputs(True)
+    k, attrs, want = _prepare(steps, arrays, "NHWC")
+    assert k is None or not getattr(k, "openmp", False), why
+    got = (k or GENERIC.kernel)(arrays, attrs)[0]
+    np.testing.assert_array_equal(got, want)
+
+
+def test_small_chains_keep_the_numpy_kernel() -> None:
+    x = RNG.standard_normal((1, 8, 4, 4)).astype(np.float32)
+    k, attrs, want = _prepare([["Add", 0, 0, 0.0, 0.0]], [x], None)
+    assert k is None or not getattr(k, "openmp", False)
+
+
+def test_other_strides_at_run_time_fall_back_to_the_generic_kernel() -> None:
+    arrays = _inputs(True)
+    steps = [["Mul", 1, 0, 0.0, 0.0], ["Add", 2, 0, 0.0, 0.0]]
+    k, attrs, _ = _prepare(steps, arrays, "NHWC")
+    assert k is not None and getattr(k, "openmp", False)
+    nchw = [np.ascontiguousarray(a) for a in arrays]  # bound channels-last, given NCHW
+    want = GENERIC.kernel(nchw, attrs)[0]
+    np.testing.assert_allclose(k(nchw, attrs)[0], want, rtol=2e-6, atol=1e-6)
+    # a float64 operand: the generic kernel's dtype rules
+    mixed = [arrays[0], arrays[1].astype(np.float64), arrays[2]]
+    np.testing.assert_array_equal(k(mixed, attrs)[0], GENERIC.kernel(mixed, attrs)[0])
