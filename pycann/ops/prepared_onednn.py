@@ -249,7 +249,39 @@ def _chain(attrs, ins, consts, outs) -> Kernel | None:  # type: ignore[no-untype
     return kernel
 
 
+def _concat(attrs, ins, consts, outs) -> Kernel | None:  # type: ignore[no-untyped-def]
+    """Concat of float32 4-D inputs of static shape inside a channels-last chain
+    (``_layout == "NHWC"``), at least ``onednn_concat.MIN_ELEMENTS`` in all: one oneDNN concat
+    primitive (multi-threaded) into a channels-last result; otherwise, and for a call whose
+    arrays have other strides, ``prepared._concat``'s numpy kernel."""
+    from pycann.ops.prepared import _concat as numpy_concat
+    from pycann.ops.providers import onednn_binary, onednn_concat
+
+    fallback = numpy_concat(attrs, ins, consts, outs)
+    shapes = [_static(d) for d in ins]
+    out = _static(outs[0]) if outs else None
+    if fallback is None or out is None or len(out) != 4 or attrs.get("_layout") != "NHWC" or not ins \
+            or any(s is None or len(s) != 4 for s in shapes) or not _f32(*ins) or not _usable():
+        return fallback
+    axis = int(attrs["axis"]) % 4
+    cl = [onednn_binary.channels_last_strides(s) for s in shapes]  # type: ignore[arg-type]
+    run = onednn_concat.bound_concat(shapes, cl, axis, out, onednn_binary.channels_last_strides(out))  # type: ignore[arg-type]
+    if run is None:
+        return fallback
+    perm = (0, 2, 3, 1)
+
+    def kernel(x: Sequence[Any], a: Mapping[str, Any]) -> list[np.ndarray]:
+        y = np.empty([out[p] for p in perm], np.float32).transpose(0, 3, 1, 2)
+        r = run(x, y)
+        return [r] if r is not None else list(fallback(x, a))
+
+    kernel.openmp = True  # type: ignore[attr-defined]  # the executor holds OpenBLAS to one thread meanwhile
+    kernel.keep = run.keep  # type: ignore[attr-defined]
+    return kernel
+
+
 PREPARE_ONEDNN: dict[tuple[str, str], Prepare] = {
+    ("", "Concat"): _concat,
     ("pycann", "ElementwiseChain"): _chain,
     ("", "LayerNormalization"): _layer_norm,
     ("pycann", "FusedAttention"): _attention,

@@ -100,3 +100,41 @@ def test_other_strides_at_run_time_fall_back_to_the_generic_kernel() -> None:
     # a float64 operand: the generic kernel's dtype rules
     mixed = [arrays[0], arrays[1].astype(np.float64), arrays[2]]
     np.testing.assert_array_equal(k(mixed, attrs)[0], GENERIC.kernel(mixed, attrs)[0])
+
+
+# ------------------------------------------------------------ Concat (providers/onednn_concat.py)
+
+
+def _concat_kernel(shapes: list[tuple[int, ...]], axis: int, layout: str | None = "NHWC") -> tuple[Any, Any]:
+    from pycann.ops.prepared_onednn import PREPARE_ONEDNN
+
+    attrs = {"axis": axis, "_layout": layout}
+    out = list(shapes[0])
+    out[axis] = sum(s[axis] for s in shapes)
+    k = PREPARE_ONEDNN[("", "Concat")](attrs, [TensorDesc(1, s) for s in shapes], [None] * len(shapes),
+                                       [TensorDesc(1, tuple(out))])
+    return k, attrs
+
+
+@pytest.mark.parametrize("axis", [1, 2, 3])
+def test_channels_last_concat_runs_in_onednn_and_equals_numpy(axis: int) -> None:
+    shapes = [(1, 24, 40, 40), (1, 24, 40, 40), (1, 24, 40, 40)]
+    if axis == 1:
+        shapes[1] = (1, 40, 40, 40)
+    k, attrs = _concat_kernel(shapes, axis)
+    assert k is not None and getattr(k, "openmp", False)
+    xs = [_cl(RNG.standard_normal(s).astype(np.float32)) for s in shapes]
+    got = k(xs, attrs)[0]
+    assert got.strides[1] == 4  # channels-last result
+    np.testing.assert_array_equal(got, np.concatenate(xs, axis=axis))
+
+
+def test_concat_with_other_strides_or_outside_a_chain_uses_numpy() -> None:
+    shapes = [(1, 24, 40, 40)] * 4
+    k, attrs = _concat_kernel(shapes, 1)
+    xs = [RNG.standard_normal(s).astype(np.float32) for s in shapes]  # NCHW arrays, NHWC bound
+    np.testing.assert_array_equal(k(xs, attrs)[0], np.concatenate(xs, axis=1))
+    k2, _ = _concat_kernel(shapes, 1, layout=None)
+    assert k2 is not None and not getattr(k2, "openmp", False)
+    small, _ = _concat_kernel([(1, 4, 4, 4)] * 2, 1)
+    assert small is not None and not getattr(small, "openmp", False)

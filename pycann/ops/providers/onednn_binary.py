@@ -54,6 +54,11 @@ def _binary_pd(alg: int, src0: capi.MemoryDesc, src1: capi.MemoryDesc, dst: capi
     return capi.PrimitiveDesc(h)
 
 
+def channels_last_strides(shape: Sequence[int]) -> tuple[int, ...]:
+    """Element strides of a dense channels-last (NHWC / NDHWC) array of logical ``shape``."""
+    return _strides(shape, True)
+
+
 def _strides(shape: Sequence[int], channels_last: bool) -> tuple[int, ...]:
     """Element strides of a dense array of logical ``shape``, channels-last for 4-D/5-D when asked."""
     if channels_last and len(shape) >= 3 and any(d != 1 for d in shape[2:]):
