@@ -1,0 +1,134 @@
+"""Replay a compiled model's convolutions (and MaxPool) back to back in oneDNN, with no Python between
+them: the floor pycann's executor can reach with oneDNN's kernels, against the full model's time.
+
+    python bench/replay_convs.py --model resnet50 [--batch 8] [--layout nhwc|blocked] [--jit-1x1]
+
+``nhwc`` is pycann's layout (channels-last, descriptors by strides); ``blocked`` lets oneDNN pick
+(``format_tag any``: nChw16c on AVX-512); ``--jit-1x1`` forces oneDNN's ``jit_1x1`` implementation for
+the 1x1 convs. Residual convs accumulate in place (the ``sum`` post-op), as pycann's plan does. Weights
+are the model's, scaled by 0.5 so activations stay finite; the values computed are not checked (this
+measures time only). Needs the ``onednn`` provider. Prints one line: layout, batch, median ms, count.
+"""
+
+from __future__ import annotations
+
+import argparse
+import pathlib
+import sys
+import time
+
+import numpy as np
+
+ROOT = pathlib.Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "scripts"))
+
+from model_zoo import MODELS  # noqa: E402
+
+from pycann.ge.compiler import compile_model  # noqa: E402
+from pycann.ge.model import LoadedModel  # noqa: E402
+from pycann.ops.nn.conv import conv_window  # noqa: E402
+from pycann.ops.providers import onednn_capi as capi  # noqa: E402
+from pycann.ops.providers.onednn import onednn_unary  # noqa: E402
+
+
+def _cl(s: tuple[int, ...]) -> tuple[int, ...]:
+    n, c, h, w = s
+    return (h * w * c, 1, w * c, c)
+
+
+def build(model: str, batch: int, layout: str, jit_1x1: bool) -> list[capi.Primitive]:
+    """The primitives of ``model``'s conv / MaxPool nodes in plan order, memories bound (kept alive)."""
+    import onnx
+
+    spec = MODELS[model]
+    lm = LoadedModel.from_compiled(compile_model(onnx.load(str(spec.ensure()))))
+    feeds = spec.inputs(0, batch)
+    plan, _ = lm.executor.plan_for(lm.check_feeds([feeds[i.name] for i in lm.inputs]))
+    g = plan.graph
+    relu = onednn_unary("Relu", 0.0, 0.0)
+    mds: dict[str, capi.MemoryDesc] = {}
+    bufs: dict[str, np.ndarray] = {}
+    prims: list[capi.Primitive] = []
+
+    def fresh(shape: tuple[int, ...]) -> capi.MemoryDesc:
+        return capi.MemoryDesc.strided(shape, _cl(shape)) if layout == "nhwc" else capi.MemoryDesc.any(shape)
+
+    def src_of(name: str, shape: tuple[int, ...]) -> capi.MemoryDesc:
+        if name not in mds:  # a graph input: channels-last (nhwc) or plain NCHW (blocked)
+            md = capi.MemoryDesc.strided(shape, _cl(shape)) if layout == "nhwc" else capi.MemoryDesc.dense(shape)
+            mds[name] = md
+            bufs[name] = np.random.default_rng(0).random(md.size() // 4, dtype=np.float32)
+        return mds[name]
+
+    for n in g.nodes:
+        if n.op_type not in ("Conv", "FusedConv", "MaxPool"):
+            continue
+        xs = tuple(int(d) for d in g.descs[n.inputs[0]].shape)  # type: ignore[union-attr]
+        ys = tuple(int(d) for d in g.descs[n.outputs[0]].shape)  # type: ignore[union-attr]
+        smd = src_of(n.inputs[0], xs)
+        if n.op_type == "MaxPool":
+            k = [int(v) for v in n.attrs["kernel_shape"]]
+            st = [int(v) for v in n.attrs.get("strides") or [1, 1]]
+            pads = [int(v) for v in n.attrs.get("pads") or [0] * 4]
+            pd = capi.pooling_pd(capi.POOLING["max"], smd, fresh(ys), st, k, [0, 0], pads[:2], pads[2:])
+            args: list[tuple[int, capi.Memory]] = []
+        else:
+            w = g.initializers[n.inputs[1]]
+            win = conv_window(xs, w.shape, n.attrs)
+            res = len(n.inputs) > 3 and bool(n.inputs[3])
+            dmd = mds[n.inputs[3]] if res else fresh(ys)
+            ops = ([("sum", 1.0)] if res else []) + ([("eltwise", *relu)] if n.attrs.get("activation") == "Relu" else [])
+            bias = capi.MemoryDesc.strided((w.shape[0],), (1,))
+
+            geo = (win.strides, [0] * len(win.kernel), list(win.pads_begin), list(win.pads_end))
+            conv_args = (smd, capi.MemoryDesc.any(w.shape), bias, dmd, *geo, capi.Attr(ops))
+            pd = capi.convolution_pd(*conv_args)
+            if jit_1x1 and all(k == 1 for k in w.shape[2:]):
+                while not pd.impl_info().startswith("jit_1x1"):
+                    if not pd.next_impl():
+                        pd = capi.convolution_pd(*conv_args)
+                        break
+            wu = capi.MemoryDesc.strided(w.shape, [s // 4 for s in w.strides])
+            wm = capi.reorder(wu, capi.ptr(np.ascontiguousarray(w * 0.5)), pd.query_md(capi.QUERY_WEIGHTS_MD))
+            b = g.initializers.get(n.inputs[2]) if len(n.inputs) > 2 and n.inputs[2] else None
+            bufs[n.name + ":bias"] = np.zeros(w.shape[0], np.float32) if b is None else b
+            args = [(capi.ARG_WEIGHTS, wm), (capi.ARG_BIAS, capi.Memory(bias, capi.ptr(bufs[n.name + ":bias"])))]
+            if res:
+                mds[n.outputs[0]] = dmd
+                bufs[n.outputs[0]] = bufs[n.inputs[3]]
+        dmd = pd.query_md(capi.QUERY_DST_MD)
+        if n.outputs[0] not in bufs:
+            mds[n.outputs[0]] = dmd
+            bufs[n.outputs[0]] = np.zeros(dmd.size() // 4, np.float32)
+        args += [(capi.ARG_SRC, capi.Memory(pd.query_md(129), capi.ptr(bufs[n.inputs[0]]))),
+                 (capi.ARG_DST, capi.Memory(dmd, capi.ptr(bufs[n.outputs[0]])))]
+        prims.append(capi.Primitive(pd, args))
+    build.keep = bufs  # type: ignore[attr-defined]  # the buffers outlive this call
+    return prims
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--model", default="resnet50", choices=sorted(MODELS))
+    ap.add_argument("--batch", type=int, default=1)
+    ap.add_argument("--layout", default="nhwc", choices=("nhwc", "blocked"))
+    ap.add_argument("--jit-1x1", action="store_true")
+    ap.add_argument("--runs", type=int, default=30)
+    a = ap.parse_args()
+    prims = build(a.model, a.batch, a.layout, a.jit_1x1)
+    for _ in range(3):
+        for p in prims:
+            p.execute()
+    ts = []
+    for _ in range(a.runs):
+        t = time.perf_counter()
+        for p in prims:
+            p.execute()
+        ts.append(time.perf_counter() - t)
+    print(f"{a.model} batch {a.batch} {a.layout}{' jit_1x1' if a.jit_1x1 else ''}: "
+          f"{np.median(ts) * 1e3:.2f} ms median over {a.runs} runs, {len(prims)} primitives")
+
+
+if __name__ == "__main__":
+    main()
