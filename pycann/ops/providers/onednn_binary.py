@@ -7,11 +7,12 @@ needs ``src0`` at the full result shape (``src1`` and post-op operands may broad
 and its binary post-ops compute ``dst op operand``, so a step whose running value is the *right*
 operand is accepted only for commutative ops (Add, Mul).
 
-Only ops whose oneDNN form is IEEE-identical to numpy's, NaN included, are taken: Add, Sub, Mul,
-Div (binary), Sigmoid, Tanh, Exp (eltwise: oneDNN's vector approximations, within a few ulp).
-Relu, Clip, Max, Min would turn NaN into the bound (``vmaxps``); those chains stay on numpy.
+Only ops whose oneDNN form keeps numpy's results, NaN and infinities included, are taken: Add, Sub,
+Mul, Div (binary, IEEE), Sigmoid, Tanh (eltwise: oneDNN's vector approximations, within a few ulp).
+Relu, Clip, Max, Min would turn NaN into the bound (``vmaxps``) and Exp turns NaN into +inf; those
+chains stay on numpy.
 
-Semantics: ONNX Add/Sub/Mul/Div/Sigmoid/Tanh/Exp with multidirectional broadcasting (Operators.md);
+Semantics: ONNX Add/Sub/Mul/Div/Sigmoid/Tanh with multidirectional broadcasting (Operators.md);
 primitive: ``dnnl_binary_primitive_desc_create`` (oneDNN v3.2 dnnl.h), alg kinds from dnnl_types.h.
 """
 
@@ -29,7 +30,8 @@ from pycann.ops.providers import onednn_capi as capi
 # dnnl_alg_kind_t (dnnl_types.h, v3.2)
 BINARY = {"Add": 0x1FFF0, "Mul": 0x1FFF1, "Div": 0x1FFF4, "Sub": 0x1FFF5}
 COMMUTATIVE = frozenset({"Add", "Mul"})
-UNARY = {"Sigmoid": "logistic", "Tanh": "tanh", "Exp": "exp"}
+# (no Exp: oneDNN's exp post-op turns NaN into +inf; tests/adversarial/test_onednn_chain_adversarial.py)
+UNARY = {"Sigmoid": "logistic", "Tanh": "tanh"}
 ARG_SRC_0, ARG_SRC_1 = 1, 2
 # Below this many result elements numpy's few passes beat a primitive call and an OpenMP fork/join.
 MIN_ELEMENTS = 1 << 16
