@@ -97,9 +97,8 @@ def bound_chain(steps: Sequence[Sequence[Any]], shapes: Sequence[tuple[int, ...]
     # src0 / src1 of the binary primitive: the chain input and the first operand, swapped when the
     # operand is the full-shape one and the op commutes (oneDNN broadcasts src1 only)
     src0, src1 = 0, first_idx
-    if first_right:
-        if first_op not in COMMUTATIVE:
-            return None
+    if first_right and first_op not in COMMUTATIVE:
+        return None  # ``operand op x``: oneDNN computes ``src0 op src1`` with src0 full-size
     if tuple(x_shape) != out_shape:
         if first_op not in COMMUTATIVE or tuple(first_shape) != out_shape:
             return None
