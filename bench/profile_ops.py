@@ -214,6 +214,12 @@ def render(res: dict[str, Any], top: int) -> str:
         f"of which kernels {res['kernel_median_ms']:.2f} ms (sum of per-node medians); executor overhead "
         f"{res['overhead_ms']:.2f} ms ({100 * res['overhead_ms'] / res['plain_median_ms']:.0f}%).",
         "",
+    ]
+    if res["plain_median_ms"] > 1.15 * res["instrumented_median_ms"]:
+        # the instrumented runs cannot be faster than the plain ones: the machine was busy for part of the run
+        lines += ["**Noisy measurement:** the plain runs were slower than the instrumented ones, so the overhead "
+                  "figure is not meaningful; rerun with more `--runs` on a quiet machine.", ""]
+    lines += [
         "| op type | nodes | ms / run | % of kernels | GFLOP | GFLOP/s |",
         "|---|---:|---:|---:|---:|---:|",
     ]
