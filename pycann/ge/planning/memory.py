@@ -27,9 +27,11 @@ class MemoryPlan:
 
     def summary(self) -> str:
         saved = 1 - self.peak_bytes / self.total_bytes if self.total_bytes else 0.0
-        extra = f", {len(self.dynamic)} dynamic-size values" if self.dynamic else ""
-        return (f"arena {self.peak_bytes / 2**20:.2f} MiB for {len(self.offsets)} tensors "
-                f"(no reuse: {self.total_bytes / 2**20:.2f} MiB, {saved:.0%} saved{extra})")
+        text = (f"arena {self.peak_bytes / 2**20:.2f} MiB for {len(self.offsets)} tensors "
+                f"(no reuse: {self.total_bytes / 2**20:.2f} MiB, {saved:.0%} saved)")
+        if self.dynamic:  # their sizes (and so the real arena) are known only when a run fixes the shapes
+            text += f"; {len(self.dynamic)} more values are sized at run time, per input shape"
+        return text
 
 
 def lifetimes(g: Graph) -> dict[str, tuple[int, int]]:
