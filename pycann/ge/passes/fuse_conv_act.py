@@ -71,9 +71,9 @@ def match_activation(ix: GraphIndex, value: str) -> tuple[list[Node], str, float
         if sig is not None and mul is not None and sig.outputs[0] in mul.inputs and value in mul.inputs:
             if ix.sole_consumer(sig.outputs[0]) is mul:
                 return [sig, mul], "Swish", 1.0, 0.0, mul.outputs[0]
-        return f"{len(users)} readers"
+        return f"output read by {len(users)} nodes (an activation fuses only into a sole reader)"
     if len(users) != 1:
-        return f"{len(users)} readers"
+        return f"output read by {len(users)} nodes (an activation fuses only into a sole reader)"
     a = users[0]
     if not is_op(a, *SIMPLE_ACTS):
         return f"next op {a.op_type} is not a fusable activation"

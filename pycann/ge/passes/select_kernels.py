@@ -145,7 +145,7 @@ def summarize(choices: list[Choice], skipped: Counter[str], moved: int = 0) -> s
     if skipped:
         parts.append("shapes unknown (chosen at run time): " + ", ".join(f"{k} {v}" for k, v in sorted(skipped.items())))
     if moved:
-        parts.append(f"{moved} moved to keep one thread pool")
+        parts.append(f"{moved} moved to the majority provider (one spinning thread pool per model)")
     return "; ".join(parts) or "no Conv/ConvTranspose/MatMul/Gemm nodes"
 
 
