@@ -280,7 +280,41 @@ def _concat(attrs, ins, consts, outs) -> Kernel | None:  # type: ignore[no-untyp
     return kernel
 
 
+def _binary(op: str) -> Prepare:
+    """Add / Sub / Mul / Div of two float32 tensors of static shape with a result of at least
+    ``onednn_binary.MIN_ELEMENTS`` elements: one oneDNN binary primitive (multi-threaded; PP-OCR
+    rec's squeeze-excite ``x * se`` on channels-last maps), as a one-step ElementwiseChain;
+    otherwise, and for calls with other strides, the generic kernel."""
+
+    def prepare(attrs, ins, consts, outs) -> Kernel | None:  # type: ignore[no-untyped-def]
+        from pycann.ops.providers import onednn_binary
+        from pycann.ops.registry import lookup
+
+        out = _static(outs[0]) if outs else None
+        if len(ins) != 2 or not _f32(*ins) or out is None \
+                or int(np.prod(out, dtype=np.int64)) < onednn_binary.MIN_ELEMENTS or not _usable():
+            return None
+        k = onednn_binary.bound_chain([[op, 1, 0, 0.0, 0.0]], [_static(d) for d in ins],
+                                      attrs.get("_layout") == "NHWC")
+        if k is None:
+            return None
+        run = k.run  # type: ignore[attr-defined]
+        generic = lookup(op, "", 14).kernel
+
+        def kernel(x: Sequence[Any], a: Mapping[str, Any]) -> list[np.ndarray]:
+            y = run(x)
+            return [y] if y is not None else list(generic(x, a))
+
+        kernel.impl = k.impl  # type: ignore[attr-defined]
+        kernel.keep = k.keep  # type: ignore[attr-defined]
+        kernel.openmp = True  # type: ignore[attr-defined]  # the executor holds OpenBLAS to one thread meanwhile
+        return kernel
+
+    return prepare
+
+
 PREPARE_ONEDNN: dict[tuple[str, str], Prepare] = {
+    **{("", op): _binary(op) for op in ("Add", "Sub", "Mul", "Div")},
     ("", "Concat"): _concat,
     ("pycann", "ElementwiseChain"): _chain,
     ("", "LayerNormalization"): _layer_norm,
