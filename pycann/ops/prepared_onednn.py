@@ -301,13 +301,19 @@ def _binary(op: str) -> Prepare:
         run = k.run  # type: ignore[attr-defined]
         generic = lookup(op, "", 14).kernel
 
-        def kernel(x: Sequence[Any], a: Mapping[str, Any]) -> list[np.ndarray]:
-            y = run(x)
-            return [y] if y is not None else list(generic(x, a))
+        def kernel(x: Sequence[Any], a: Mapping[str, Any], out: Sequence[np.ndarray] | None = None) -> list[np.ndarray]:
+            o = out[0] if out is not None else None
+            y = run(x, o)
+            if y is None:
+                y = generic(x, a)[0]
+            if o is not None and y is not o:
+                o[...] = y  # the executor reads its arena view
+            return [y]
 
         kernel.impl = k.impl  # type: ignore[attr-defined]
         kernel.keep = k.keep  # type: ignore[attr-defined]
         kernel.openmp = True  # type: ignore[attr-defined]  # the executor holds OpenBLAS to one thread meanwhile
+        kernel.writes_out = True  # type: ignore[attr-defined]  # into the executor's arena view
         return kernel
 
     return prepare

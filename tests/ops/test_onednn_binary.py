@@ -166,6 +166,13 @@ def test_binary_op_runs_in_onednn_and_equals_numpy(op: str, order: str) -> None:
     assert got.strides[1] == 4
     np.testing.assert_array_equal(np.isnan(got), np.isnan(want))
     np.testing.assert_allclose(got, want, rtol=1e-6, atol=0)
-    # another layout at run time: the generic kernel
+    # into the executor's arena view (channels-last), and through the generic kernel when the
+    # inputs come in another layout
+    o = _cl(np.zeros(want.shape, np.float32))
+    assert k(ins, attrs, [o])[0] is o
+    np.testing.assert_allclose(o, want, rtol=1e-6, atol=0)
     nchw = [np.ascontiguousarray(a) for a in ins]
+    o[...] = 0
+    np.testing.assert_array_equal(k(nchw, attrs, [o])[0], generic.kernel(nchw, attrs)[0])
+    np.testing.assert_array_equal(o, generic.kernel(nchw, attrs)[0])
     np.testing.assert_array_equal(k(nchw, attrs)[0], generic.kernel(nchw, attrs)[0])

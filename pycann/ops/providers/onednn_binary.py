@@ -148,7 +148,15 @@ def bound_chain(steps: Sequence[Sequence[Any]], shapes: Sequence[tuple[int, ...]
     perm = tuple(np.argsort([-st for st in y_strides], kind="stable"))
     lock = threading.Lock()
 
-    def run(inputs: Sequence[Any]) -> np.ndarray | None:
+    def usable_out(o: Any, inputs: Sequence[Any]) -> bool:
+        return isinstance(o, np.ndarray) and o.dtype == _F32 and o.shape == out_shape \
+            and all(s == t or d == 1 for s, t, d in zip(o.strides, y_strides, out_shape)) \
+            and not any(np.may_share_memory(o, inputs[i]) for i in want)
+
+    def run(inputs: Sequence[Any], out: np.ndarray | None = None) -> np.ndarray | None:
+        """The chain's result, written into ``out`` when it is a float32 array of the result's
+        shape in the bound layout that overlaps no input (the executor's arena view), else into a
+        new array; None (nothing computed) when an input has another dtype, shape or layout."""
         for i, (shape, strides) in want.items():
             a = inputs[i]
             if not isinstance(a, np.ndarray) or a.dtype != _F32:
@@ -159,8 +167,10 @@ def bound_chain(steps: Sequence[Sequence[Any]], shapes: Sequence[tuple[int, ...]
                 a = a.reshape(shape)
             if any(s != t and d != 1 for s, t, d in zip(a.strides, strides, shape)):
                 return None
-        # the result in the bound layout: allocated in memory order, viewed back as NCHW-logical
-        y = np.empty([out_shape[p] for p in perm], np.float32).transpose(np.argsort(perm))
+        if out is not None and usable_out(out, inputs):
+            y = out
+        else:  # the result in the bound layout: allocated in memory order, viewed back as NCHW-logical
+            y = np.empty([out_shape[p] for p in perm], np.float32).transpose(np.argsort(perm))
         with lock:
             for i, m in mems.items():
                 m.set(inputs[i].__array_interface__["data"][0])
