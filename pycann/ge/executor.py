@@ -120,6 +120,8 @@ class Plan:
                 continue
             kernel = bound or op.kernel
             steps.append((kernel, ins, outs, attrs, (), SCOPED if op.scoped else NORMAL, -1))
+        if release is not None and packed:
+            release()  # the last packed weights' mapped pages, before the first run adds its arena
         self.output_slots = [slot(o) for o in graph.outputs]
         self.n_slots = len(slots)
         self.slots = slots
