@@ -446,10 +446,9 @@ def measure(spec: OpSpec, cands: Sequence[Algorithm], weight: np.ndarray | None 
 
 
 __all__ = [
-    "Algorithm", "ConvSpec", "GemmSpec", "OpSpec", "PROVIDERS", "Provider", "STATIC_TABLE", "algorithm", "arena_ok",
-    "available", "TINY_FLOPS", "TINY_FLOPS_2D",
-    "candidates", "choose", "compute_name", "conv_spec", "make_spec", "measure", "reset", "resolve", "select", "shape_class",
-    "uses_openmp",
+    "Algorithm", "ConvSpec", "GemmSpec", "OpSpec", "PROVIDERS", "Provider", "STATIC_TABLE", "TINY_FLOPS", "TINY_FLOPS_2D",
+    "algorithm", "arena_ok", "available", "candidates", "choose", "compute_name", "conv_spec", "make_spec", "measure",
+    "reset", "resolve", "select", "shape_class", "uses_openmp",
 ]
 
 
