@@ -51,6 +51,14 @@ def _fresh(monkeypatch: pytest.MonkeyPatch) -> Any:
 
 
 # ------------------------------------------------------------------ model building helpers
+def _in_threads(worker: Any, n: int) -> None:
+    """Run ``worker(i)`` for i in range(n) on n threads at once and wait for all."""
+    threads = [threading.Thread(target=worker, args=(i,)) for i in range(n)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+
 
 
 def _f32(*shape: int, scale: float = 1.0) -> np.ndarray:
@@ -1040,11 +1048,7 @@ def test_threads_with_different_inputs_equal_the_sequential_results() -> None:
                 if a.shape != b.shape or not np.allclose(a, b, rtol=1e-5, atol=1e-5):
                     errors.append(f"thread {i} run {k} input {j}: max diff {np.abs(a - b).max()}")
 
-    threads = [threading.Thread(target=worker, args=(i,)) for i in range(8)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join()
+    _in_threads(worker, 8)
     assert not errors, errors[:5]
 
 
@@ -1067,11 +1071,7 @@ def test_more_concurrent_runs_than_remembered_buffer_triples() -> None:
                 if not np.allclose(g, w, **TOL):
                     errors.append(f"worker {i} run {k}")
 
-    threads = [threading.Thread(target=worker, args=(i,)) for i in range(80)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join()
+    _in_threads(worker, 80)
     assert not errors, errors[:5]
     for j in range(4):  # and sequentially afterwards, over the pooled arenas
         _compare(lm.run_dict({"x": xs[j]}), wants[j])
@@ -1111,11 +1111,7 @@ def test_two_loaded_models_of_one_compiled_model_in_threads() -> None:
                 if not np.allclose(g, w, **TOL):
                     errors.append(f"worker {i} run {k}")
 
-    threads = [threading.Thread(target=worker, args=(i,)) for i in range(4)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join()
+    _in_threads(worker, 4)
     assert not errors, errors[:5]
 
 
@@ -1147,11 +1143,7 @@ def test_two_models_in_two_threads() -> None:
                 if not np.allclose(g, w, **TOL):
                     errors.append(f"worker {i} run {k}")
 
-    threads = [threading.Thread(target=worker, args=(i,)) for i in range(4)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join()
+    _in_threads(worker, 4)
     assert not errors, errors[:5]
 
 
@@ -1183,11 +1175,7 @@ def test_changing_batch_sizes_in_concurrent_threads() -> None:
                 if g.shape != w.shape or not np.allclose(g, w, **TOL):
                     errors.append(f"worker {i} batch {n}")
 
-    threads = [threading.Thread(target=worker, args=(i,)) for i in range(6)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join()
+    _in_threads(worker, 6)
     assert not errors, errors[:5]
 
 
