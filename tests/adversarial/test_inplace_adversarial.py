@@ -51,6 +51,8 @@ def _fresh(monkeypatch: pytest.MonkeyPatch) -> Any:
 
 
 # ------------------------------------------------------------------ model building helpers
+
+
 def _in_threads(worker: Any, n: int) -> None:
     """Run ``worker(i)`` for i in range(n) on n threads at once and wait for all."""
     threads = [threading.Thread(target=worker, args=(i,)) for i in range(n)]
