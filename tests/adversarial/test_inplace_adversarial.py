@@ -62,7 +62,6 @@ def _in_threads(worker: Any, n: int) -> None:
         t.join()
 
 
-
 def _f32(*shape: int, scale: float = 1.0) -> np.ndarray:
     return (RNG.standard_normal(shape) * scale).astype(np.float32)
 
