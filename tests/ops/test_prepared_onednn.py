@@ -120,6 +120,21 @@ def test_attention_matches_float64(mask_kind: str) -> None:
     np.testing.assert_allclose(out, want, rtol=1e-4, atol=1e-5)
 
 
+def test_attention_output_is_stored_heads_interleaved() -> None:
+    """4-D Y is stored (batch, seq, heads, dim): the exporter's Transpose(0, 2, 1, 3) of it is
+    C-contiguous, so the Reshape that merges the heads is a view; the values are Y's."""
+    b, h, s, d = 1, 6, 48, 16
+    q, kt, v = _heads(b, h, s, d)
+    k = _prep(("pycann", "FusedAttention"), {"scale": 0.25}, [q.shape, kt.shape, v.shape, None], [None] * 4,
+              (b, h, s, d))
+    assert k is not None
+    y = k([q, kt, v], {})[0]
+    assert y.shape == (b, h, s, d) and y.transpose(0, 2, 1, 3).flags.c_contiguous
+    np.testing.assert_allclose(y, _attention64(q, kt, v, None, 0.25), rtol=1e-4, atol=1e-5)
+    merged = y.transpose(0, 2, 1, 3).reshape(b, s, h * d)
+    assert np.shares_memory(merged, y)
+
+
 def test_attention_broadcasts_batch_dims_and_cross_attention() -> None:
     q = RNG.standard_normal((2, 4, 10, 16)).astype(np.float32)
     kt = RNG.standard_normal((1, 4, 16, 24)).astype(np.float32)  # keys shared by the batch

@@ -7,7 +7,9 @@ ONNX Attention-23 without its options) for float32 operands of static shapes.
   broadcast the post-op does not take, e.g. a (1, 1, S, T) causal mask over batch x heads, is
   added by numpy in one pass);
 * the softmax (``softmax_accurate``: max-subtracted) runs in place on S;
-* ``Y = S @ V`` writes the result (into the executor's arena when it gives one).
+* ``Y = S @ V`` writes the result: for 4-D (batch, heads, seq, dim) operands into a buffer stored
+  (batch, seq, heads, dim), the layout the exporter's Transpose + Reshape merge the heads into (that
+  Reshape becomes a view, not a copy); otherwise into the executor's arena when it gives one.
 
 Q and V are made C-contiguous and Kt the transposed view of a C-contiguous K (one small copy
 each when the graph hands over a head-split view): those are the layouts oneDNN's brgemm
@@ -65,6 +67,12 @@ def bound_attention(q_shape: Sequence[int], kt_shape: Sequence[int], v_shape: Se
         return None
     s_shape = batch + (m, kt_shape[-1])
     y_shape = batch + (m, v_shape[-1])
+    # 4-D (batch, heads, seq, head dim): Y is stored (batch, seq, heads, head dim), the order the
+    # exported graph's Transpose(0, 2, 1, 3) + Reshape merge the heads back in, so that Reshape is a
+    # view instead of a copy (same brgemm speed for this strided destination)
+    y_store = (y_shape[0], y_shape[2], y_shape[1], y_shape[3]) if nd == 4 else y_shape
+    y_md_strides = (y_store[1] * y_store[2] * y_store[3], y_store[3], y_store[2] * y_store[3], 1) if nd == 4 \
+        else capi.dense_strides(y_shape)
     mk = None
     if mask_shape is not None:
         mk = tuple(int(x) for x in mask_shape)
@@ -87,12 +95,13 @@ def bound_attention(q_shape: Sequence[int], kt_shape: Sequence[int], v_shape: Se
             pd1 = _scores_pd(q_shape, kt_shape, kt_strides, s_md, scale, None)
             mask_post = False
         pd2 = capi.softmax_pd(s_md, s_md, nd - 1)
-        pd3 = capi.matmul_pd(s_md, capi.MemoryDesc.dense(v_shape), None, capi.MemoryDesc.dense(y_shape), capi.Attr())
+        y_md = capi.MemoryDesc.strided(y_shape, y_md_strides)
+        pd3 = capi.matmul_pd(s_md, capi.MemoryDesc.dense(v_shape), None, y_md, capi.Attr())
         impl = " / ".join(pd.fast_impl() for pd in (pd1, pd2, pd3))
         scores = np.empty(s_shape, _F32)
         q_mem, k_mem, s_mem = capi.Memory(capi.MemoryDesc.dense(q_shape), 0), \
             capi.Memory(capi.MemoryDesc.strided(kt_shape, kt_strides), 0), capi.Memory(s_md, capi.ptr(scores))
-        v_mem, y_mem = capi.Memory(capi.MemoryDesc.dense(v_shape), 0), capi.Memory(capi.MemoryDesc.dense(y_shape), 0)
+        v_mem, y_mem = capi.Memory(capi.MemoryDesc.dense(v_shape), 0), capi.Memory(y_md, 0)
         args1 = [(capi.ARG_SRC, q_mem), (capi.ARG_WEIGHTS, k_mem), (capi.ARG_DST, s_mem)]
         m_mem = None
         if mask_post and mask_md is not None:
@@ -118,7 +127,8 @@ def bound_attention(q_shape: Sequence[int], kt_shape: Sequence[int], v_shape: Se
         k = k if k.dtype == _F32 and k.flags.c_contiguous else np.ascontiguousarray(k, dtype=_F32)
         v = v if v.dtype == _F32 and v.flags.c_contiguous else np.ascontiguousarray(v, dtype=_F32)
         mask_c = None if mk is None else np.ascontiguousarray(mask, dtype=_F32)
-        y, o = dest(out, y_shape, (q, k, v))
+        y = np.empty(y_store, _F32).transpose(0, 2, 1, 3) if nd == 4 else None
+        y, o = (y, None if out is None else out[0]) if y is not None else dest(out, y_shape, (q, k, v))
         with lock:
             q_mem.set(capi.ptr(q))
             k_mem.set(capi.ptr(k))
@@ -134,7 +144,7 @@ def bound_attention(q_shape: Sequence[int], kt_shape: Sequence[int], v_shape: Se
         return finish(y, o)
 
     kernel.keep = (scores, mm1, sm, mm2)  # type: ignore[attr-defined]
-    kernel.writes_out = True  # type: ignore[attr-defined]
+    kernel.writes_out = True  # type: ignore[attr-defined]  # (4-D: computed in its own buffer, then copied)
     kernel.openmp = True  # type: ignore[attr-defined]  # the executor holds OpenBLAS to one thread meanwhile
     kernel.impl = impl  # type: ignore[attr-defined]
     return kernel
