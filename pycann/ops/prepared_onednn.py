@@ -255,7 +255,8 @@ def _concat(attrs, ins, consts, outs) -> Kernel | None:  # type: ignore[no-untyp
     primitive (multi-threaded) into a channels-last result; otherwise, and for a call whose
     arrays have other strides, ``prepared._concat``'s numpy kernel."""
     from pycann.ops.prepared import _concat as numpy_concat
-    from pycann.ops.providers import onednn_binary, onednn_concat
+    from pycann.ops.providers import onednn_capi as capi
+    from pycann.ops.providers import onednn_concat
 
     fallback = numpy_concat(attrs, ins, consts, outs)
     shapes = [_static(d) for d in ins]
@@ -264,8 +265,8 @@ def _concat(attrs, ins, consts, outs) -> Kernel | None:  # type: ignore[no-untyp
             or any(s is None or len(s) != 4 for s in shapes) or not _f32(*ins) or not _usable():
         return fallback
     axis = int(attrs["axis"]) % 4
-    cl = [onednn_binary.channels_last_strides(s) for s in shapes]  # type: ignore[arg-type]
-    run = onednn_concat.bound_concat(shapes, cl, axis, out, onednn_binary.channels_last_strides(out))  # type: ignore[arg-type]
+    cl = [capi.layout_strides(s, True) for s in shapes]  # type: ignore[arg-type]
+    run = onednn_concat.bound_concat(shapes, cl, axis, out, capi.layout_strides(out, True))  # type: ignore[arg-type]
     if run is None:
         return fallback
     perm = (0, 2, 3, 1)

@@ -37,41 +37,15 @@ ARG_SRC_0, ARG_SRC_1 = 1, 2
 MIN_ELEMENTS = 1 << 16
 
 _F32 = np.dtype(np.float32)
-_signed = False
 
 
 def _binary_pd(alg: int, src0: capi.MemoryDesc, src1: capi.MemoryDesc, dst: capi.MemoryDesc,
                attr: capi.Attr) -> capi.PrimitiveDesc:
-    global _signed
-    lib = capi.load()
-    fn = lib.dnnl_binary_primitive_desc_create
-    if not _signed:
-        fn.argtypes = [ctypes.POINTER(ctypes.c_void_p), ctypes.c_void_p, ctypes.c_int, ctypes.c_void_p,
-                       ctypes.c_void_p, ctypes.c_void_p, ctypes.c_void_p]
-        fn.restype = ctypes.c_int
-        _signed = True
     h = ctypes.c_void_p()
-    capi.check(fn(ctypes.byref(h), capi.engine(), alg, src0.handle, src1.handle, dst.handle, attr.handle),
+    capi.check(capi.load().dnnl_binary_primitive_desc_create(ctypes.byref(h), capi.engine(), alg, src0.handle,
+                                                             src1.handle, dst.handle, attr.handle),
                "dnnl_binary_primitive_desc_create")
     return capi.PrimitiveDesc(h)
-
-
-def channels_last_strides(shape: Sequence[int]) -> tuple[int, ...]:
-    """Element strides of a dense channels-last (NHWC / NDHWC) array of logical ``shape``."""
-    return _strides(shape, True)
-
-
-def _strides(shape: Sequence[int], channels_last: bool) -> tuple[int, ...]:
-    """Element strides of a dense array of logical ``shape``, channels-last for 4-D/5-D when asked."""
-    if channels_last and len(shape) >= 3 and any(d != 1 for d in shape[2:]):
-        order = [0, *range(2, len(shape)), 1]
-        st = [0] * len(shape)
-        acc = 1
-        for ax in reversed(order):
-            st[ax] = acc
-            acc *= int(shape[ax])
-        return tuple(st)
-    return capi.dense_strides(shape)
 
 
 def bound_chain(steps: Sequence[Sequence[Any]], shapes: Sequence[tuple[int, ...] | None],
@@ -127,11 +101,11 @@ def bound_chain(steps: Sequence[Sequence[Any]], shapes: Sequence[tuple[int, ...]
     def md(i: int) -> capi.MemoryDesc:
         s = tuple(int(d) for d in shapes[i])  # type: ignore[union-attr]
         s = (1,) * (len(out_shape) - len(s)) + s  # numpy broadcasting: leading 1s
-        return capi.MemoryDesc.strided(s, _strides(s, channels_last))
+        return capi.MemoryDesc.strided(s, capi.layout_strides(s, channels_last))
 
     try:
         mds = {i: md(i) for i in {src0, src1, *operands}}
-        dst = capi.MemoryDesc.strided(out_shape, _strides(out_shape, channels_last))
+        dst = capi.MemoryDesc.strided(out_shape, capi.layout_strides(out_shape, channels_last))
         attr_ops = [("binary", p[1], mds[p[2]]) if p[0] == "binary" else p for p in post]
         pd = _binary_pd(BINARY[first_op], mds[src0], mds[src1], dst, capi.Attr(attr_ops))
         impl = pd.fast_impl()
@@ -143,8 +117,9 @@ def bound_chain(steps: Sequence[Sequence[Any]], shapes: Sequence[tuple[int, ...]
     except capi.DnnlError:
         return None
     # per input index: (its logical shape with leading 1s, the element strides bound, in bytes)
-    want = {i: (tuple(m.dims()), tuple(4 * st for st in _strides(m.dims(), channels_last))) for i, m in mds.items()}
-    y_strides = tuple(4 * st for st in _strides(out_shape, channels_last))
+    want = {i: (tuple(m.dims()), tuple(4 * st for st in capi.layout_strides(m.dims(), channels_last)))
+            for i, m in mds.items()}
+    y_strides = tuple(4 * st for st in capi.layout_strides(out_shape, channels_last))
     perm = tuple(np.argsort([-st for st in y_strides], kind="stable"))
     lock = threading.Lock()
 

@@ -144,6 +144,8 @@ _SIGNATURES: dict[str, tuple[Any, ...]] = {
     "dnnl_layer_normalization_forward_primitive_desc_create": (_PP, _P, _I, _P, _P, _P, ctypes.c_float,
                                                                ctypes.c_uint, _P),
     "dnnl_pooling_forward_primitive_desc_create": (_PP, _P, _I, _I, _P, _P, Dims, Dims, Dims, Dims, Dims, _P),
+    "dnnl_binary_primitive_desc_create": (_PP, _P, _I, _P, _P, _P, _P),
+    "dnnl_concat_primitive_desc_create": (_PP, _P, _P, _I, _I, _PP, _P),
     "dnnl_primitive_desc_query": (_P, _I, _I, _P),
     "dnnl_primitive_desc_query_md": (_P, _I, _I),
     "dnnl_primitive_desc_next_impl": (_P,),
@@ -244,6 +246,20 @@ def dense_strides(shape: Sequence[int]) -> tuple[int, ...]:
         strides.insert(0, inner)
         inner *= max(int(d), 1)
     return tuple(strides)
+
+
+def layout_strides(shape: Sequence[int], channels_last: bool) -> tuple[int, ...]:
+    """Element strides of a dense array of logical ``shape`` (N, C, *spatial): channels-last
+    (NHWC / NDHWC) when asked and the rank has spatial dims, else C-contiguous."""
+    if not channels_last or len(shape) < 3:
+        return dense_strides(shape)
+    order = [0, *range(2, len(shape)), 1]
+    st = [0] * len(shape)
+    inner = 1
+    for ax in reversed(order):
+        st[ax] = inner
+        inner *= max(int(shape[ax]), 1)
+    return tuple(st)
 
 
 def dims(values: Sequence[int]) -> Any:

@@ -23,22 +23,13 @@ ARG_MULTIPLE_SRC = 1024  # DNNL_ARG_MULTIPLE_SRC (dnnl_types.h)
 MIN_ELEMENTS = 1 << 16  # below this numpy's one copy beats a primitive call and an OpenMP fork/join
 
 _F32 = np.dtype(np.float32)
-_signed = False
 
 
 def _concat_pd(dst: capi.MemoryDesc, axis: int, srcs: Sequence[capi.MemoryDesc]) -> capi.PrimitiveDesc:
-    global _signed
-    lib = capi.load()
-    fn = lib.dnnl_concat_primitive_desc_create
-    if not _signed:
-        fn.argtypes = [ctypes.POINTER(ctypes.c_void_p), ctypes.c_void_p, ctypes.c_void_p, ctypes.c_int, ctypes.c_int,
-                       ctypes.POINTER(ctypes.c_void_p), ctypes.c_void_p]
-        fn.restype = ctypes.c_int
-        _signed = True
     h = ctypes.c_void_p()
     arr = (ctypes.c_void_p * len(srcs))(*[m.handle for m in srcs])
-    capi.check(fn(ctypes.byref(h), capi.engine(), dst.handle, len(srcs), axis, arr, None),
-               "dnnl_concat_primitive_desc_create")
+    capi.check(capi.load().dnnl_concat_primitive_desc_create(ctypes.byref(h), capi.engine(), dst.handle, len(srcs),
+                                                             axis, arr, None), "dnnl_concat_primitive_desc_create")
     return capi.PrimitiveDesc(h)
 
 

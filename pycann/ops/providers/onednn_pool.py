@@ -31,18 +31,6 @@ _LOWEST = np.finfo(np.float32).min
 
 
 
-def _strides(shape: Sequence[int], channels_last: bool) -> tuple[int, ...]:
-    """Element strides of a dense array of logical shape (N, C, *spatial), NCHW or channels-last."""
-    k = len(shape)
-    order = [0, *range(2, k), 1] if channels_last else list(range(k))
-    st = [0] * k
-    inner = 1
-    for ax in reversed(order):
-        st[ax] = inner
-        inner *= int(shape[ax])
-    return tuple(st)
-
-
 def empty(shape: Sequence[int], channels_last: bool) -> np.ndarray:
     """A new float32 array of logical shape (N, C, *spatial), NCHW or channels-last."""
     return onednn.empty_channels_last(shape) if channels_last else np.empty(tuple(shape), _F32)
@@ -61,7 +49,7 @@ class _Bound:
                  pads_begin: Sequence[int], pads_end: Sequence[int]) -> None:
         self.x_shape, self.y_shape, self.channels_last = x_shape, y_shape, channels_last
         self.is_max = alg == "max"
-        self.xs, self.ys = _strides(x_shape, channels_last), _strides(y_shape, channels_last)
+        self.xs, self.ys = capi.layout_strides(x_shape, channels_last), capi.layout_strides(y_shape, channels_last)
         src = capi.MemoryDesc.strided(x_shape, self.xs)
         dst = capi.MemoryDesc.strided(y_shape, self.ys)
         pd = capi.pooling_pd(capi.POOLING[alg], src, dst, strides, kernel, [d - 1 for d in dilations],
