@@ -217,6 +217,26 @@ def _torch_max_pool(attrs, ins, consts, outs) -> Kernel | None:  # type: ignore[
     return _max_pool(attrs, ins, consts, outs)
 
 
+def _or_generic(run: Any, generic: Callable[..., Sequence[np.ndarray]]) -> Kernel:
+    """A plan kernel for ``onednn_binary``'s ``run``: into the executor's arena view when it gives
+    one (``writes_out``), and through ``generic`` for a call ``run`` declines (other strides)."""
+
+    def kernel(x: Sequence[Any], a: Mapping[str, Any], out: Sequence[np.ndarray] | None = None) -> list[np.ndarray]:
+        o = out[0] if out is not None else None
+        y = run(x, o)
+        if y is None:
+            y = generic(x, a)[0]
+        if o is not None and y is not o:
+            o[...] = y  # the executor reads its arena view
+        return [y]
+
+    kernel.impl = run.impl  # type: ignore[attr-defined]
+    kernel.keep = run.keep  # type: ignore[attr-defined]
+    kernel.openmp = True  # type: ignore[attr-defined]  # the executor holds OpenBLAS to one thread meanwhile
+    kernel.writes_out = True  # type: ignore[attr-defined]
+    return kernel
+
+
 def _chain(attrs, ins, consts, outs) -> Kernel | None:  # type: ignore[no-untyped-def]
     """ElementwiseChain over float32 inputs of static shape with a result of at least
     ``onednn_binary.MIN_ELEMENTS``: one oneDNN binary primitive with the later steps as post-ops
@@ -233,20 +253,10 @@ def _chain(attrs, ins, consts, outs) -> Kernel | None:  # type: ignore[no-untype
     if out is None or not ins or any(d is None or not _f32(d) for d in ins) \
             or int(np.prod(out, dtype=np.int64)) < onednn_binary.MIN_ELEMENTS or not _usable():
         return small(attrs, ins, consts, outs)
-    k = onednn_binary.bound_chain(attrs["steps"], shapes, attrs.get("_layout") == "NHWC")
-    if k is None or getattr(k, "keep", None) is None:
+    run = onednn_binary.bound_chain(attrs["steps"], shapes, attrs.get("_layout") == "NHWC")
+    if run is None:
         return small(attrs, ins, consts, outs)
-    run = k.run  # type: ignore[attr-defined]
-    generic = lookup("ElementwiseChain", "pycann", 1).kernel
-
-    def kernel(x: Sequence[Any], a: Mapping[str, Any]) -> list[np.ndarray]:
-        y = run(x)
-        return [y] if y is not None else list(generic(x, a))
-
-    kernel.impl = k.impl  # type: ignore[attr-defined]
-    kernel.keep = k.keep  # type: ignore[attr-defined]
-    kernel.openmp = True  # type: ignore[attr-defined]  # the executor holds OpenBLAS to one thread meanwhile
-    return kernel
+    return _or_generic(run, lookup("ElementwiseChain", "pycann", 1).kernel)
 
 
 def _concat(attrs, ins, consts, outs) -> Kernel | None:  # type: ignore[no-untyped-def]
@@ -295,27 +305,9 @@ def _binary(op: str) -> Prepare:
         if len(ins) != 2 or not _f32(*ins) or out is None \
                 or int(np.prod(out, dtype=np.int64)) < onednn_binary.MIN_ELEMENTS or not _usable():
             return None
-        k = onednn_binary.bound_chain([[op, 1, 0, 0.0, 0.0]], [_static(d) for d in ins],
-                                      attrs.get("_layout") == "NHWC")
-        if k is None:
-            return None
-        run = k.run  # type: ignore[attr-defined]
-        generic = lookup(op, "", 14).kernel
-
-        def kernel(x: Sequence[Any], a: Mapping[str, Any], out: Sequence[np.ndarray] | None = None) -> list[np.ndarray]:
-            o = out[0] if out is not None else None
-            y = run(x, o)
-            if y is None:
-                y = generic(x, a)[0]
-            if o is not None and y is not o:
-                o[...] = y  # the executor reads its arena view
-            return [y]
-
-        kernel.impl = k.impl  # type: ignore[attr-defined]
-        kernel.keep = k.keep  # type: ignore[attr-defined]
-        kernel.openmp = True  # type: ignore[attr-defined]  # the executor holds OpenBLAS to one thread meanwhile
-        kernel.writes_out = True  # type: ignore[attr-defined]  # into the executor's arena view
-        return kernel
+        run = onednn_binary.bound_chain([[op, 1, 0, 0.0, 0.0]], [_static(d) for d in ins],
+                                        attrs.get("_layout") == "NHWC")
+        return None if run is None else _or_generic(run, lookup(op, "", 14).kernel)
 
     return prepare
 

@@ -49,13 +49,13 @@ def _binary_pd(alg: int, src0: capi.MemoryDesc, src1: capi.MemoryDesc, dst: capi
 
 
 def bound_chain(steps: Sequence[Sequence[Any]], shapes: Sequence[tuple[int, ...] | None],
-                channels_last: bool) -> Callable[..., list[np.ndarray] | None] | None:
-    """A kernel ``k(inputs, attrs) -> [y]`` for ElementwiseChain ``steps`` over float32 inputs of
+                channels_last: bool) -> Callable[..., np.ndarray | None] | None:
+    """``run(inputs, out=None) -> y`` computing ElementwiseChain ``steps`` over float32 inputs of
     static ``shapes`` (input 0 is the chain's input), or None when the chain is not expressible
     (see the module docstring), too small, or oneDNN declines. Full-shape operands are bound with
-    the chain's layout (``channels_last``: NHWC strides, the layout GE chose); a call whose
-    arrays have other strides or dtypes returns None from ``k.run`` and the caller's generic
-    kernel computes it. Raises nothing."""
+    the chain's layout (``channels_last``: NHWC strides, the layout GE chose); ``run`` returns None
+    for arrays of other strides or dtypes (the caller's generic kernel computes those). Raises
+    nothing."""
     x_shape = shapes[0]
     if x_shape is None or not steps or steps[0][0] not in BINARY:
         return None
@@ -153,11 +153,6 @@ def bound_chain(steps: Sequence[Sequence[Any]], shapes: Sequence[tuple[int, ...]
             prim.execute()
         return y
 
-    def kernel(inputs: Sequence[Any], attrs: Any) -> list[np.ndarray] | None:
-        y = run(inputs)
-        return None if y is None else [y]
-
-    kernel.run = run  # type: ignore[attr-defined]
-    kernel.impl = impl  # type: ignore[attr-defined]
-    kernel.keep = (mds, dst, prim)  # type: ignore[attr-defined]
-    return kernel
+    run.impl = impl  # type: ignore[attr-defined]
+    run.keep = (mds, dst, prim)  # type: ignore[attr-defined]
+    return run
