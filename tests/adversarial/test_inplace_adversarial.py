@@ -42,12 +42,7 @@ RELU_NAN = ("known difference (docs/kernels.md): oneDNN's relu / clip eltwise po
             "0 (vmaxps semantics); ONNX Runtime (and the numpy kernels) keep NaN")
 
 
-@pytest.fixture(autouse=True)
-def _fresh(monkeypatch: pytest.MonkeyPatch) -> Any:
-    monkeypatch.delenv("PYCANN_PROVIDERS", raising=False)
-    providers.reset()
-    yield
-    providers.reset()
+pytestmark = pytest.mark.usefixtures("default_providers")  # tests/conftest.py
 
 
 # ------------------------------------------------------------------ model building helpers

@@ -28,12 +28,7 @@ C = 64  # every conv above TINY_FLOPS, so oneDNN (not the small-shape numpy path
 needs_dnnl = pytest.mark.skipif(not providers.available("onednn"), reason="libdnnl missing")
 
 
-@pytest.fixture(autouse=True)
-def _fresh(monkeypatch: pytest.MonkeyPatch) -> Any:
-    monkeypatch.delenv("PYCANN_PROVIDERS", raising=False)
-    providers.reset()
-    yield
-    providers.reset()
+pytestmark = pytest.mark.usefixtures("default_providers")  # tests/conftest.py
 
 
 def _f32(*shape: int) -> np.ndarray:

@@ -53,12 +53,7 @@ def conv_provider(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatc
     return str(request.param)
 
 
-@pytest.fixture(autouse=True)
-def _fresh(monkeypatch: pytest.MonkeyPatch) -> Any:
-    monkeypatch.delenv("PYCANN_PROVIDERS", raising=False)
-    providers.reset()
-    yield
-    providers.reset()
+pytestmark = pytest.mark.usefixtures("default_providers")  # tests/conftest.py
 
 
 def _f32(*shape: int) -> np.ndarray:

@@ -32,12 +32,7 @@ def _has_torch() -> bool:
 needs_torch = pytest.mark.skipif(not _has_torch(), reason="torch (optional provider) not installed")
 
 
-@pytest.fixture(autouse=True)
-def _fresh(monkeypatch: pytest.MonkeyPatch) -> Any:
-    monkeypatch.delenv("PYCANN_PROVIDERS", raising=False)
-    providers.reset()
-    yield
-    providers.reset()
+pytestmark = pytest.mark.usefixtures("default_providers")  # tests/conftest.py
 
 
 def _r(*shape: int, seed: int = 0) -> np.ndarray:
