@@ -276,17 +276,13 @@ def _dnnl_post_ops(attrs: Mapping[str, Any]) -> tuple[bool, Any]:
     return True, unary
 
 
-_ONE_F32 = np.zeros((1,), np.float32)
-
-
 def _conv_dnnl(attrs: Mapping[str, Any], ins: Sequence[TensorDesc | None], w: np.ndarray, b: np.ndarray | None,
                xs: tuple[int, ...], win: Any) -> Kernel | None:
     """A oneDNN C-API conv (``onednn:conv_nhwc``) bound once: primitive, packed weight, bias and
     post-ops fixed; a call re-points two data handles and executes (~6 us of Python)."""
     from pycann.ops.providers import onednn
 
-    # (``native`` looks at the input's dtype and size only: a one-element float32 stand-in for x)
-    if not onednn.available() or not all(d > 0 for d in xs) or not onednn.native(_ONE_F32, w, win) \
+    if not onednn.available() or not onednn.accepts(np.dtype(np.float32), int(np.prod(xs)), w, win) \
             or (b is not None and b.dtype != np.float32):
         return None
     ok, unary = _dnnl_post_ops(attrs)

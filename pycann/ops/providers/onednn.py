@@ -33,8 +33,8 @@ from pycann.ops.providers import numpy_blas as nb
 from pycann.ops.providers import onednn_capi as capi
 from pycann.ops.providers.onednn_eltwise import RELU, E, Unaries, Unary, _chain, _numpy_unary, onednn_unary
 
-__all__ = ["E", "RELU", "Unaries", "Unary", "available", "bound_conv_nhwc", "conv_nhwc", "conv_transpose_nhwc",
-           "empty_channels_last", "native", "onednn_unary"]
+__all__ = ["E", "RELU", "Unaries", "Unary", "accepts", "available", "bound_conv_nhwc", "conv_nhwc",
+           "conv_transpose_nhwc", "empty_channels_last", "native", "onednn_unary"]
 
 _available: bool | None = None
 
@@ -59,7 +59,12 @@ def available() -> bool:
 
 def native(x: np.ndarray, w: np.ndarray, win: Window) -> bool:
     """True when ``conv_nhwc`` hands this call to oneDNN (1-3 spatial dims, float32, non-empty)."""
-    return 1 <= len(win.kernel) <= 3 and x.dtype == np.float32 and w.dtype == np.float32 and x.size > 0 \
+    return accepts(x.dtype, x.size, w, win)
+
+
+def accepts(x_dtype: np.dtype, x_size: int, w: np.ndarray, win: Window) -> bool:
+    """``native`` for an input known only by its dtype and element count (a plan's static signature)."""
+    return 1 <= len(win.kernel) <= 3 and x_dtype == np.float32 and w.dtype == np.float32 and x_size > 0 \
         and w.size > 0
 
 
