@@ -25,3 +25,8 @@ fi
 . .venv/bin/activate
 python -m pip install -q --upgrade pip >/dev/null 2>&1 || true
 python -m pip install -q -e ".[$1]"
+# The kernels extra's Winograd convs need oneDNN v2's library beside v3 (same pip name, so it is
+# unpacked into ~/.cache/pycann/onednn2 instead); optional: without it pycann uses direct convs.
+case ",$1," in
+  *,kernels,*) python scripts/fetch_onednn2.py >/dev/null || true ;;
+esac

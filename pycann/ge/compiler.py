@@ -20,7 +20,7 @@ from pycann.errors import OptionError
 from pycann.ge import gears
 from pycann.ge.aipp.config import load_aipp_config
 from pycann.ge.ir import Graph, Node
-from pycann.ge.options import CompileOptions, dims_to_desc_shape
+from pycann.ge.options import CompileOptions, check_implmode, dims_to_desc_shape
 from pycann.ge.passes import insert_aipp, precision
 from pycann.ge.passes.base import PassContext
 from pycann.ge.passes.constant_folding import fold_graph
@@ -149,6 +149,7 @@ def compile_model(
     options = options or CompileOptions()
     say = log or (lambda line: None)
     precision_settings = settings_from_options(options, say)  # option errors before any work
+    check_implmode(options.op_select_implmode)
     t0 = time.perf_counter()
     graph = load_onnx(model)
     say(f"[Import] {len(graph.nodes)} nodes, {len(graph.initializers)} constants, opsets {graph.opsets} "
@@ -160,6 +161,9 @@ def compile_model(
     if options.out_nodes:
         _apply_out_nodes(graph, options.out_nodes)
     ctx = PassContext(options={"disabled_passes": options.disabled_passes, "precision": precision_settings}, log=say)
+    # read by KernelSelection, here and when a run specialises the graph to its shapes
+    graph.metadata["op_select_implmode"] = options.op_select_implmode
+    graph.metadata["optypelist_for_implmode"] = ",".join(options.optypelist_for_implmode)
     graph = run_pipeline(graph, ctx)
     if options.disabled_passes:
         # run-time specialisation re-runs fusion passes: it must honour the same switches

@@ -15,6 +15,17 @@ SOC_VERSIONS = (
 )
 
 
+IMPLMODES = ("high_performance", "high_precision", "high_performance_for_all", "high_precision_for_all")
+
+
+def check_implmode(mode: str) -> str:
+    """``--op_select_implmode``'s value, or ``OptionError`` (E10001) naming the accepted ones."""
+    if mode not in IMPLMODES:
+        raise OptionError(f"E10001: value [{mode}] for parameter [--op_select_implmode] is invalid: "
+                          f"use one of {', '.join(IMPLMODES)}")
+    return mode
+
+
 @dataclass
 class CompileOptions:
     """What ``atc`` and ``compile_model`` accept. Shapes: dim int, -1 (dynamic) or (lo, hi)."""
@@ -41,6 +52,10 @@ class CompileOptions:
     customize_dtypes: dict[str, dict[str, list[int]]] = field(default_factory=dict)
     input_fp16_nodes: list[str] = field(default_factory=list)
     is_weight_clip: bool = True  # clip weights to +-65504 when they become float16
+    # CANN's --op_select_implmode / --optypelist_for_implmode (docs/kernels.md "Winograd"):
+    # high_performance lets 3x3 convs use Winograd; high_precision keeps the direct algorithm.
+    op_select_implmode: str = "high_performance"
+    optypelist_for_implmode: list[str] = field(default_factory=list)
 
     def to_json(self) -> dict[str, Any]:
         return asdict(self)

@@ -159,10 +159,13 @@ def _conv(attrs, ins, consts, outs) -> Kernel | None:  # type: ignore[no-untyped
     if len(ins) > 2 and ins[2] is not None and b is None:
         return None
     algo = attrs.get("_algo") or ""
-    if fused.post_affine(attrs) is not None and algo != "onednn:conv_nhwc":
+    if fused.post_affine(attrs) is not None and algo not in ("onednn:conv_nhwc", "onednn:conv_winograd"):
         return None  # the generic kernel applies the scale/shift after the activation
     if algo == "torch:conv2d_nhwc":
         return _conv_onednn(attrs, ins, w, b, xs, conv_window(xs, ws, attrs))
+    if algo == "onednn:conv_winograd":
+        win = conv_window(xs, ws, attrs)
+        return _conv_wino(attrs, ins, w, b, xs, win) or _conv_dnnl(attrs, ins, w, b, xs, win)
     if algo == "onednn:conv_nhwc":
         return _conv_dnnl(attrs, ins, w, b, xs, conv_window(xs, ws, attrs))
     if algo and not algo.startswith("numpy:"):
@@ -293,6 +296,19 @@ def _conv_dnnl(attrs: Mapping[str, Any], ins: Sequence[TensorDesc | None], w: np
     if residual and (_static(ins[3]) != out_shape or ins[3].dtype != 1):  # type: ignore[union-attr]
         return None
     return onednn.bound_conv_nhwc(w, b, int(attrs.get("group", 1)), win, xs, unary, residual)  # type: ignore[no-any-return]
+
+
+def _conv_wino(attrs: Mapping[str, Any], ins: Sequence[TensorDesc | None], w: np.ndarray, b: np.ndarray | None,
+               xs: tuple[int, ...], win: Any) -> Kernel | None:
+    """A Winograd conv (``onednn:conv_winograd``) bound once; None when it has no residual-free
+    Winograd form here (the caller binds the direct oneDNN conv)."""
+    from pycann.ops.providers import onednn_wino
+
+    if (len(ins) > 3 and ins[3] is not None) or int(attrs.get("group", 1)) != 1 \
+            or (b is not None and b.dtype != np.float32):
+        return None
+    ok, unary = _dnnl_post_ops(attrs)
+    return onednn_wino.bound_conv_winograd(w, b, win, xs, unary) if ok else None
 
 
 def _matmul(attrs, ins, consts, outs) -> Kernel | None:  # type: ignore[no-untyped-def]

@@ -26,7 +26,7 @@ LOG_LEVELS = ("debug", "info", "warning", "error", "null")
 # CANN options pycann accepts but that have no effect on the CPU device (warned about).
 NO_EFFECT = (
     "weight", "input_shape_range", "input_hint_shape", "is_input_adjust_hw_layout",
-    "is_output_adjust_hw_layout", "op_select_implmode", "optypelist_for_implmode",
+    "is_output_adjust_hw_layout",
     "enable_scope_fusion_passes", "enable_small_channel", "compression_optimize_conf",
     "enable_compress_weight", "compress_weight_conf", "sparsity", "buffer_optimize",
     "disable_reuse_memory", "enable_single_stream", "external_weight", "status_check",
@@ -80,6 +80,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--customize_dtypes", help="file of Opname::InputDtype:..,OutputDtype:.. lines")
     p.add_argument("--input_fp16_nodes", help='"in1;in2": these inputs are float16')
     p.add_argument("--is_weight_clip", help="1 (default): clip weights to +-65504 when they become float16; 0: do not")
+    p.add_argument("--op_select_implmode", help="high_performance (default: 3x3 convs may use Winograd, ~2e-6 "
+                   "relative difference) or high_precision (direct convs only); *_for_all alike")
+    p.add_argument("--optypelist_for_implmode", help='"Conv": apply --op_select_implmode to these op types only')
     p.add_argument("--export_onnx", help="mode 0/1: also write the optimised graph as ONNX (fused ops in domain "
                    "pycann with their original nodes in attribute 'origin'; open in Netron)")
     for name in NO_EFFECT + NOT_YET:
@@ -119,6 +122,18 @@ def _aipp_and_gear_options(args: argparse.Namespace) -> dict[str, Any]:
         out["dynamic_image_size"] = gears.parse_dynamic_image_size(args.dynamic_image_size)
     if args.dynamic_dims is not None:
         out["dynamic_dims"] = gears.parse_dynamic_dims(args.dynamic_dims)
+    return out
+
+
+def _implmode_options(args: argparse.Namespace) -> dict[str, Any]:
+    """--op_select_implmode / --optypelist_for_implmode as ``CompileOptions`` fields."""
+    from pycann.ge.options import check_implmode
+
+    out: dict[str, Any] = {}
+    if args.op_select_implmode is not None:
+        out["op_select_implmode"] = check_implmode(args.op_select_implmode)
+    if args.optypelist_for_implmode is not None:
+        out["optypelist_for_implmode"] = [t.strip() for t in args.optypelist_for_implmode.split(",") if t.strip()]
     return out
 
 
@@ -217,6 +232,7 @@ def _compile(args: argparse.Namespace, argv: Sequence[str]) -> None:
         log=args.log,
         **_aipp_and_gear_options(args),
         **_precision_options(args),
+        **_implmode_options(args),
     )
     log = _log_fn(args.log)
     t0 = time.perf_counter()

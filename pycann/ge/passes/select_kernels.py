@@ -6,6 +6,12 @@ Mode: ``ctx.options["kernel_selection"]``, else the environment variable
 ``PYCANN_KERNEL_SELECTION``: ``static`` (default: ``pycann.ops.providers.STATIC_TABLE``),
 ``measure`` (time every candidate once per distinct shape at compile time) or ``off``.
 
+Implementation mode (CANN's ``--op_select_implmode``, kept in ``graph.metadata``):
+``high_performance`` (the default, as in CANN) lets Conv take algorithms that round differently
+from the direct sum (``Algorithm.exact`` False: Winograd); ``high_precision`` /
+``high_precision_for_all`` keep the exact ones, for the op types in ``--optypelist_for_implmode``
+when given (else all).
+
 One thread pool per graph: numpy's BLAS (OpenBLAS threads) and torch (OpenMP threads) spin
 on the same cores after each call, so a model that alternates between them runs several
 times slower than either alone (docs/kernels.md). When both would be used, the nodes of the
@@ -25,6 +31,7 @@ import numpy as np
 from pycann.dtypes import to_numpy
 from pycann.ge.ir import Graph, Node
 from pycann.ge.passes.base import PassContext, PassResult
+from pycann.ops.fused import post_affine
 from pycann.ops.providers import Algorithm, OpSpec, candidates, make_spec, select
 
 name = "KernelSelection"
@@ -73,10 +80,29 @@ def _spec(g: Graph, n: Node, family: str) -> OpSpec | None:
         return None  # malformed attributes: the kernel reports them at run time
 
 
-def _collect(g: Graph, mode: str, out: list[Choice], skipped: Counter[str]) -> None:
+def approx_allowed(metadata: dict[str, str], op_type: str) -> bool:
+    """Whether ``op_type`` may take a non-exact algorithm under the graph's implmode options."""
+    mode = metadata.get("op_select_implmode", "") or "high_performance"
+    types = [t for t in metadata.get("optypelist_for_implmode", "").split(",") if t]
+    return not (mode.startswith("high_precision") and (not types or op_type in types))
+
+
+def _plain_epilogue(n: Node) -> bool:
+    """No residual (FusedConv input 3) and at most a plain ReLU after the conv: all the
+    epilogue oneDNN's Winograd kernels take (``onednn_wino.takes_post_ops``), so a recorded
+    ``onednn:conv_winograd`` is what runs. (They also need a constant weight to pack.)"""
+    if len(n.inputs) > 3 and n.inputs[3]:
+        return False
+    act = n.attrs.get("activation")
+    act = act.decode() if isinstance(act, bytes) else act
+    return act in (None, "", "Relu") and post_affine(n.attrs) is None
+
+
+def _collect(g: Graph, mode: str, out: list[Choice], skipped: Counter[str], meta: dict[str, str] | None = None) -> None:
+    meta = g.metadata if meta is None else meta
     for n in g.nodes:
         for sub in n.subgraphs.values():
-            _collect(sub, mode, out, skipped)
+            _collect(sub, mode, out, skipped, meta)
         family = TARGETS.get((n.domain, n.op_type))
         if family is None:
             continue
@@ -86,7 +112,8 @@ def _collect(g: Graph, mode: str, out: list[Choice], skipped: Counter[str]) -> N
             continue
         weight = g.initializers.get(n.inputs[1])
         w = weight if isinstance(weight, np.ndarray) else None
-        algo = select(spec, mode, w)
+        approx = approx_allowed(meta, family) and w is not None and w.dtype == np.float32 and _plain_epilogue(n)
+        algo = select(spec, mode, w, approx)
         if algo.name.endswith(PACKED) and (w is None or w.dtype.name != spec.dtype):
             # a prepacked weight is cached per weight array: only for constant, compute-dtype weights
             algo = next(a for a in candidates(spec, {algo.provider, "numpy"}) if not a.name.endswith(PACKED))
@@ -108,7 +135,7 @@ def one_pool(choices: list[Choice]) -> int:
     for i, (n, op, spec, algo) in enumerate(choices):
         if algo.provider == major:
             continue
-        alt = next((a for a in candidates(spec, {major}) if a.provider == major), None)
+        alt = next((a for a in candidates(spec, {major}) if a.provider == major), None)  # (exact ones)
         if alt is not None:
             choices[i] = (n, op, spec, alt)
             moved += 1

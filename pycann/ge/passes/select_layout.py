@@ -33,7 +33,7 @@ from pycann.ge.passes.base import PassContext, PassResult
 name = "LayoutSelection"
 
 # producers: (domain, op type) -> the algorithms that compute it channels-last
-_CONV_NHWC = frozenset({"torch:conv2d_nhwc", "onednn:conv_nhwc"})
+_CONV_NHWC = frozenset({"torch:conv2d_nhwc", "onednn:conv_nhwc", "onednn:conv_winograd"})
 NHWC_ALGOS = {("", "Conv"): _CONV_NHWC, ("pycann", "FusedConv"): _CONV_NHWC,
               ("", "ConvTranspose"): frozenset({"torch:conv_transpose_nhwc", "onednn:conv_transpose_nhwc"}),
               ("pycann", "FusedConvTranspose"): frozenset({"torch:conv_transpose_nhwc", "onednn:conv_transpose_nhwc"})}

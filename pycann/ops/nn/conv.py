@@ -153,7 +153,7 @@ def conv_act(inputs: Sequence[Any], attrs: Mapping[str, Any], out: np.ndarray | 
 
 
 _BF16 = np.dtype(ml_dtypes.bfloat16)
-_PACKS_WEIGHT = ("torch:conv2d_packed", "torch:conv2d_nhwc", "onednn:conv_nhwc")
+_PACKS_WEIGHT = ("torch:conv2d_packed", "torch:conv2d_nhwc", "onednn:conv_nhwc", "onednn:conv_winograd")
 
 
 def _onednn_module() -> Any:
@@ -164,7 +164,8 @@ def _onednn_module() -> Any:
 
 # Algorithms that run an activation as a oneDNN post-op: name -> provider module (with
 # ``native(x, w, win)`` and ``onednn_unary(act, alpha, beta)``).
-_POST_OPS: dict[str, Any] = {"torch:conv2d_nhwc": lambda: torch_onednn, "onednn:conv_nhwc": _onednn_module}
+_POST_OPS: dict[str, Any] = {"torch:conv2d_nhwc": lambda: torch_onednn, "onednn:conv_nhwc": _onednn_module,
+                             "onednn:conv_winograd": _onednn_module}
 
 
 def _torch_ok(attrs: Mapping[str, Any]) -> bool:

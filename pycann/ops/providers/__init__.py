@@ -129,6 +129,9 @@ class Algorithm:
     fn: Callable[..., np.ndarray]
     doc: str = ""
     writes_out: bool = True  # False: computes into its own buffer, so ``out`` costs one more copy
+    # False: rounds differently from the direct sum beyond reordering (Winograd). Only compile-time
+    # selection under ``--op_select_implmode high_performance`` (CANN's default) records one.
+    exact: bool = True
 
     @property
     def provider(self) -> str:
@@ -149,7 +152,8 @@ class Provider:
 PROVIDERS: dict[str, Provider] = {
     "numpy": Provider("numpy", "pycann.ops.providers.numpy_blas", "numpy's BLAS (OpenBLAS in the wheels); always there"),
     "onednn": Provider("onednn", "pycann.ops.providers.onednn",
-                       "oneDNN's C API (onednn-cpu-gomp wheel) via ctypes: conv, deconv; optional, ~14 MB"),
+                       "oneDNN's C API (onednn-cpu-gomp wheel) via ctypes: conv, deconv, matmul, ...; optional, "
+                       "~14 MB; its Winograd conv also needs oneDNN v2's library (scripts/fetch_onednn2.py)"),
     "torch": Provider("torch", "pycann.ops.providers.torch_onednn", "PyTorch CPU: oneDNN conv, MKL GEMM; optional"),
 }
 
@@ -160,11 +164,13 @@ STATIC_TABLE: dict[tuple[str, str], tuple[str, ...]] = {
     # Tiny convs (Silero VAD, PP-OCR cls): a torch call costs ~20-200 us of dispatch and
     # thread-pool wake-up, more than the arithmetic; numpy's single call wins.
     ("Conv", "tiny"): ("numpy:gemm_1x1", "numpy:depthwise", "numpy:im2col_gemm"),
-    ("Conv", "weight_bound"): ("onednn:conv_nhwc", "torch:conv2d_nhwc", "torch:conv2d_packed", "torch:conv2d", "numpy:im2col_gemm"),
+    # Winograd first where it applies (3x3 stride 1, channels in 16s; onednn_wino.eligible): ~1.5-2x
+    # faster than the direct conv on ResNet-50's 3x3 layers; only when approximate kernels are allowed.
+    ("Conv", "weight_bound"): ("onednn:conv_winograd", "onednn:conv_nhwc", "torch:conv2d_nhwc", "torch:conv2d_packed", "torch:conv2d", "numpy:im2col_gemm"),
     ("Conv", "pointwise"): ("onednn:conv_nhwc", "torch:conv2d_nhwc", "torch:conv2d", "torch:conv1d", "torch:conv3d", "numpy:gemm_1x1"),
     ("Conv", "depthwise"): ("onednn:conv_nhwc", "torch:conv2d_nhwc", "torch:conv2d", "torch:conv1d", "torch:conv3d", "numpy:depthwise"),
     ("Conv", "grouped"): ("onednn:conv_nhwc", "torch:conv2d_nhwc", "torch:conv2d", "torch:conv1d", "torch:conv3d", "numpy:im2col_gemm"),
-    ("Conv", "regular"): ("onednn:conv_nhwc", "torch:conv2d_nhwc", "torch:conv2d", "torch:conv1d", "torch:conv3d", "numpy:im2col_gemm"),
+    ("Conv", "regular"): ("onednn:conv_winograd", "onednn:conv_nhwc", "torch:conv2d_nhwc", "torch:conv2d", "torch:conv1d", "torch:conv3d", "numpy:im2col_gemm"),
     ("ConvTranspose", "any"): ("onednn:conv_transpose_nhwc", "torch:conv_transpose_nhwc", "torch:conv_transpose", "numpy:col2im"),
     # oneDNN's AVX-512 brgemm matmul: ~2x OpenBLAS held to AVX2 (docs/kernels.md); it hands
     # products under 1 MFLOP to numpy itself.
@@ -285,11 +291,12 @@ def reset() -> None:
     _static_choice.cache_clear()
 
 
-def candidates(spec: OpSpec, only: set[str] | None = None) -> list[Algorithm]:
+def candidates(spec: OpSpec, only: set[str] | None = None, approx: bool = False) -> list[Algorithm]:
     """Available algorithms supporting ``spec``: the static preference first, then the rest.
 
     ``only``: look at these providers alone (others are not even probed, so asking for an
-    alternative on the numpy or onednn provider never imports torch)."""
+    alternative on the numpy or onednn provider never imports torch). ``approx``: include
+    algorithms that are not ``exact`` (op_select_implmode high_performance)."""
     names = [n for n in STATIC_TABLE.get((spec.op_type, shape_class(spec)), ())
              if only is None or n.split(":", 1)[0] in only]
     for p in PROVIDERS:
@@ -298,7 +305,7 @@ def candidates(spec: OpSpec, only: set[str] | None = None) -> list[Algorithm]:
     out: list[Algorithm] = []
     for n in dict.fromkeys(names):
         a = algorithm(n)
-        if a is not None and a.op_type == spec.op_type and a.supports(spec):
+        if a is not None and a.op_type == spec.op_type and (approx or a.exact) and a.supports(spec):
             out.append(a)
     fallback = algorithm(FALLBACK[spec.op_type])
     if fallback is not None and fallback not in out:
@@ -307,23 +314,25 @@ def candidates(spec: OpSpec, only: set[str] | None = None) -> list[Algorithm]:
 
 
 @lru_cache(maxsize=4096)
-def _static_choice(spec: OpSpec) -> Algorithm:
+def _static_choice(spec: OpSpec, approx: bool = False) -> Algorithm:
     # Walk the table's row first: a row that starts with numpy (tiny convs, MatMul) must not
     # import an optional provider (torch costs ~190 MB and ~1 s at first use).
     for n in STATIC_TABLE.get((spec.op_type, shape_class(spec)), ()):
         a = algorithm(n)
-        if a is not None and a.op_type == spec.op_type and a.supports(spec):
+        if a is not None and a.op_type == spec.op_type and (approx or a.exact) and a.supports(spec):
             return a
-    return candidates(spec)[0]
+    return candidates(spec, approx=approx)[0]
 
 
-def select(spec: OpSpec, mode: str = "static", weight: np.ndarray | None = None) -> Algorithm:
+def select(spec: OpSpec, mode: str = "static", weight: np.ndarray | None = None, approx: bool = False) -> Algorithm:
     """The algorithm for ``spec``: the static table's pick, or in ``"measure"`` mode the
-    fastest candidate timed on this shape (``weight``: the real weight/B operand if constant)."""
+    fastest candidate timed on this shape (``weight``: the real weight/B operand if constant).
+    ``approx``: algorithms that are not ``exact`` may win (Winograd; op_select_implmode
+    high_performance); run-time choices without a recorded one never pass it."""
     if mode == "measure":
-        cands = candidates(spec)
+        cands = candidates(spec, approx=approx)
         return cands[0] if len(cands) == 1 else measure(spec, cands, weight)[0]
-    return _static_choice(spec)
+    return _static_choice(spec, approx)
 
 
 def resolve(name: str | None, spec: Callable[[], OpSpec]) -> Algorithm:

@@ -469,9 +469,29 @@ def _transpose_spec_ok(s: Any) -> bool:
         and s.n_spatial in (1, 2, 3)
 
 
+def _wino_ok(s: Any) -> bool:
+    """3x3 stride-1 convs Winograd takes (onednn_wino.eligible), when oneDNN v2's library is there."""
+    if not (_conv_ok(s) and s.n_spatial == 2):
+        return False
+    from pycann.ops.providers import onednn_wino  # (it imports this module)
+
+    return onednn_wino.eligible(s.x_shape, s.w_shape, s.group, s.win) and onednn_wino.available()
+
+
+def conv_winograd(x: np.ndarray, w: np.ndarray, b: np.ndarray | None, group: int, win: Window,
+                  out: np.ndarray | None = None, **post: Any) -> np.ndarray:
+    """``onednn_wino.conv_winograd`` (Winograd where it applies, else ``conv_nhwc``)."""
+    from pycann.ops.providers import onednn_wino
+
+    return onednn_wino.conv_winograd(x, w, b, group, win, out, **post)
+
+
 ALGORITHMS: list[Algorithm] = [
     Algorithm("onednn:conv_nhwc", "Conv", _conv_ok, conv_nhwc,
               "oneDNN C API conv, channels-last, weight packed once, bias/residual/activation post-ops"),
+    Algorithm("onednn:conv_winograd", "Conv", _wino_ok, conv_winograd,
+              "oneDNN v2 Winograd F(2x2|4x4, 3x3) for 3x3 stride-1 convs (libdnnl.so.2), channels-last I/O; "
+              "not exact: op_select_implmode high_performance only", exact=False),
     Algorithm("onednn:conv_transpose_nhwc", "ConvTranspose", _transpose_spec_ok, conv_transpose_nhwc,
               "oneDNN C API deconvolution, channels-last result"),
     *onednn_matmul.ALGORITHMS,  # MatMul / Gemm (onednn_matmul.py)

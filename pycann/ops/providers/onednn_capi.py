@@ -177,36 +177,42 @@ def library_candidates() -> list[str]:
     return ([env] if env else []) + [os.path.join(d, "libdnnl.so.3") for d in dirs]
 
 
-def load() -> Any:
-    """Load libdnnl once (raises OSError when missing or not v3); create the engine and stream."""
-    global _lib, _engine, _stream, _synchronous
-    if _lib is not None:
-        return _lib
+def open_library(paths: Sequence[str], major: int, signatures: dict[str, tuple[Any, ...]],
+                 restypes: dict[str, Any]) -> tuple[Any, Any, Any, bool]:
+    """(library, CPU engine, in-order stream, synchronous) from the first of ``paths`` that loads
+    as oneDNN ``major``.x with every function of ``signatures`` (typed here; return type
+    ``restypes`` or ``dnnl_status_t``). Raises OSError listing why each path failed."""
     errors = []
-    for path in library_candidates():
+    for path in paths:
         if not os.path.exists(path):
             errors.append(f"{path}: not found")
             continue
         try:
-            lib = ctypes.CDLL(path)
-        except OSError as e:
+            lib = ctypes.CDLL(path)  # RTLD_LOCAL: a v2 and a v3 library never see each other's symbols
+            for name, argtypes in signatures.items():
+                fn = getattr(lib, name)
+                fn.argtypes = list(argtypes)
+                fn.restype = restypes.get(name, _I)
+        except (OSError, AttributeError) as e:
             errors.append(f"{path}: {e}")
             continue
-        for name, argtypes in _SIGNATURES.items():
-            fn = getattr(lib, name)
-            fn.argtypes = list(argtypes)
-            fn.restype = _RESTYPES.get(name, _I)
         v = lib.dnnl_version().contents
-        if v.major != 3:
-            errors.append(f"{path}: oneDNN {v.major}.{v.minor}, need 3.x")
+        if v.major != major:
+            errors.append(f"{path}: oneDNN {v.major}.{v.minor}, need {major}.x")
             continue
         eng, strm = _P(), _P()
         check(lib.dnnl_engine_create(ctypes.byref(eng), ENGINE_CPU, 0), "dnnl_engine_create")
         check(lib.dnnl_stream_create(ctypes.byref(strm), eng, STREAM_DEFAULT), "dnnl_stream_create")
-        _lib, _engine, _stream = lib, eng, strm
-        _synchronous = v.cpu_runtime in _SYNC_RUNTIMES
-        return lib
-    raise OSError("libdnnl.so.3 not loadable: " + "; ".join(errors))
+        return lib, eng, strm, v.cpu_runtime in _SYNC_RUNTIMES
+    raise OSError(f"libdnnl.so.{major} not loadable: " + "; ".join(errors))
+
+
+def load() -> Any:
+    """Load libdnnl once (raises OSError when missing or not v3); create the engine and stream."""
+    global _lib, _engine, _stream, _synchronous
+    if _lib is None:
+        _lib, _engine, _stream, _synchronous = open_library(library_candidates(), 3, _SIGNATURES, _RESTYPES)
+    return _lib
 
 
 def version() -> tuple[int, int, int]:
@@ -268,17 +274,23 @@ def dims(values: Sequence[int]) -> Any:
 
 
 class _Owned:
-    """A handle destroyed by ``dnnl_<kind>_destroy`` when this object goes away."""
+    """A handle destroyed by ``dnnl_<kind>_destroy`` when this object goes away.
+
+    ``_api`` is the binding module whose library, engine and stream the object uses (its
+    ``load()``, ``_lib``, ``_engine``, ``_stream``, ``_synchronous``): this one, or ``onednn2_capi``
+    (oneDNN v2, whose memory / primitive calls have the same signatures) in its subclasses."""
 
     _destroy = ""
+    _api: Any = sys.modules[__name__]
 
     def __init__(self, handle: Any) -> None:
         self.handle = handle
 
     def __del__(self) -> None:
-        if self.handle and _lib is not None and self._destroy:
+        lib = self._api._lib
+        if self.handle and lib is not None and self._destroy:
             try:
-                getattr(_lib, self._destroy)(self.handle)
+                getattr(lib, self._destroy)(self.handle)
             except Exception:  # pragma: no cover - interpreter shutdown
                 pass
             self.handle = None
@@ -355,16 +367,18 @@ class Memory(_Owned):
 
     _destroy = "dnnl_memory_destroy"
 
-    def __init__(self, md: MemoryDesc, ptr: int | None = None) -> None:
+    def __init__(self, md: Any, ptr: int | None = None) -> None:
         h = _P()
-        check(load().dnnl_memory_create(ctypes.byref(h), md.handle, _engine, MEMORY_ALLOCATE if ptr is None else ptr),
-              "dnnl_memory_create")
+        api = self._api
+        check(api.load().dnnl_memory_create(ctypes.byref(h), md.handle, api._engine,
+                                            MEMORY_ALLOCATE if ptr is None else ptr), "dnnl_memory_create")
         super().__init__(h)
         self.md = md
+        self._set = api._lib.dnnl_memory_set_data_handle
 
     def set(self, ptr: int) -> None:
         """Point this memory at another buffer (``dnnl_memory_set_data_handle``)."""
-        check(_lib.dnnl_memory_set_data_handle(self.handle, ptr), "dnnl_memory_set_data_handle")
+        check(self._set(self.handle, ptr), "dnnl_memory_set_data_handle")
 
 
 class Attr(_Owned):
@@ -425,7 +439,7 @@ class PrimitiveDesc(_Owned):
     def impl_info(self) -> str:
         """The implementation name oneDNN picked (e.g. ``brg_conv_fwd:avx2``)."""
         s = ctypes.c_char_p()
-        check(_lib.dnnl_primitive_desc_query(self.handle, QUERY_IMPL_INFO_STR, 0, ctypes.byref(s)),
+        check(self._api._lib.dnnl_primitive_desc_query(self.handle, QUERY_IMPL_INFO_STR, 0, ctypes.byref(s)),
               "dnnl_primitive_desc_query")
         return (s.value or b"").decode()
 
@@ -502,12 +516,14 @@ def pooling_pd(alg: int, src: MemoryDesc, dst: MemoryDesc, strides: Sequence[int
     return PrimitiveDesc(h)
 
 
-def reorder_pd(src: MemoryDesc, dst: MemoryDesc) -> PrimitiveDesc:
-    """Reorder (layout conversion) primitive descriptor, CPU to CPU."""
+def reorder_pd(src: Any, dst: Any, api: Any = None) -> PrimitiveDesc:
+    """Reorder (layout conversion) primitive descriptor, CPU to CPU (``api``: the binding module,
+    this one by default; ``onednn2_capi`` for v2 descriptors: the call is the same in both)."""
+    api = api or sys.modules[__name__]
     h = _P()
-    check(load().dnnl_reorder_primitive_desc_create(ctypes.byref(h), src.handle, _engine, dst.handle, _engine, None),
-          "dnnl_reorder_primitive_desc_create")
-    return PrimitiveDesc(h)
+    check(api.load().dnnl_reorder_primitive_desc_create(ctypes.byref(h), src.handle, api._engine, dst.handle,
+                                                        api._engine, None), "dnnl_reorder_primitive_desc_create")
+    return api.PrimitiveDesc(h)  # type: ignore[no-any-return]
 
 
 class Primitive(_Owned):
@@ -520,29 +536,32 @@ class Primitive(_Owned):
 
     def __init__(self, pd: PrimitiveDesc, args: Sequence[tuple[int, Memory]]) -> None:
         h = _P()
-        check(load().dnnl_primitive_create(ctypes.byref(h), pd.handle), "dnnl_primitive_create")
+        api = self._api
+        check(api.load().dnnl_primitive_create(ctypes.byref(h), pd.handle), "dnnl_primitive_create")
         super().__init__(h)
         self.pd = pd
         self.memories = [m for _, m in args]  # keep alive
         self.n = len(args)
         self.args = (ExecArg * self.n)(*[ExecArg(a, m.handle) for a, m in args])
-        self._execute = _lib.dnnl_primitive_execute
-        self._stream = _stream
+        self._execute = api._lib.dnnl_primitive_execute
+        self._stream = api._stream
+        self._wait = None if api._synchronous else api._lib.dnnl_stream_wait
 
     def execute(self) -> None:
         """Run the primitive on its bound memories (CPU stream: returns when done)."""
         st = self._execute(self.handle, self._stream, self.n, self.args)
         if st:
             raise DnnlError("dnnl_primitive_execute", st)
-        if not _synchronous:
-            check(_lib.dnnl_stream_wait(self._stream), "dnnl_stream_wait")
+        if self._wait is not None:
+            check(self._wait(self._stream), "dnnl_stream_wait")
 
 
-def reorder(src: MemoryDesc, src_ptr: int, dst: MemoryDesc) -> Memory:
+def reorder(src: Any, src_ptr: int, dst: Any, api: Any = None) -> Memory:
     """A library-owned memory of layout ``dst`` holding the data at ``src_ptr`` (layout ``src``)."""
-    out = Memory(dst)
-    Primitive(reorder_pd(src, dst), [(ARG_FROM, Memory(src, src_ptr)), (ARG_TO, out)]).execute()
-    return out
+    api = api or sys.modules[__name__]
+    out = api.Memory(dst)
+    api.Primitive(reorder_pd(src, dst, api), [(ARG_FROM, api.Memory(src, src_ptr)), (ARG_TO, out)]).execute()
+    return out  # type: ignore[no-any-return]
 
 
 def self_check() -> None:
