@@ -105,7 +105,12 @@ def plan_info(sess: Any, feeds: Feeds) -> dict[str, Any]:
             algo = n.attrs.get("_algo")
             if algo:
                 algos[str(algo)] = algos.get(str(algo), 0) + 1
-        return {"steps": len(plan.steps), "op_types": ops, "algos": algos, "torch_loaded": "torch" in sys.modules}
+        from pycann.ops.providers import onednn2_capi, onednn_capi
+
+        # the oneDNN libraries this process loaded (v3: the provider; v2: its Winograd convs)
+        dnnl = [".".join(map(str, m.version())) for m in (onednn_capi, onednn2_capi) if m._lib is not None]
+        return {"steps": len(plan.steps), "op_types": ops, "algos": algos, "torch_loaded": "torch" in sys.modules,
+                "onednn": dnnl}
     except Exception as e:  # the executor's internals change; never fail the cell over this
         return {"error": _short(e)}
 
