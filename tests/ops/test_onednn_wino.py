@@ -52,8 +52,8 @@ def _close(got: np.ndarray, want: np.ndarray) -> None:
 
 
 # (n, c, m, h, w, pad): ResNet-50-like (2x3 kernel at batch 1), batched (4x3 kernel), rectangular,
-# unpadded, channels changing
-SHAPES = [(1, 64, 64, 16, 16, 1), (4, 32, 32, 14, 14, 1), (1, 16, 48, 20, 28, 1), (2, 32, 16, 18, 18, 0),
+# unpadded with 24 output channels (padded to 32 inside: PP-OCR det), channels changing
+SHAPES = [(1, 64, 64, 16, 16, 1), (4, 48, 48, 14, 14, 1), (1, 64, 48, 20, 28, 1), (2, 96, 24, 18, 18, 0),
           (1, 128, 64, 14, 14, 1)]
 
 
@@ -79,9 +79,9 @@ def test_matches_numpy_with_each_post_op(n: int, c: int, m: int, h: int, w: int,
 
 
 def test_without_bias_and_into_out() -> None:
-    x, wt, _ = _data(1, 32, 32, 16, 16)
+    x, wt, _ = _data(1, 64, 64, 16, 16)
     win = _win(16, 16)
-    out = onednn.empty_channels_last((1, 32, 16, 16))
+    out = onednn.empty_channels_last((1, 64, 16, 16))
     xc = onednn.empty_channels_last(x.shape)
     xc[...] = x
     y = onednn_wino.conv_winograd(xc, wt, None, 1, win, out)
@@ -89,26 +89,32 @@ def test_without_bias_and_into_out() -> None:
     _close(out, nb.conv_im2col_gemm(x, wt, None, 1, win))
 
 
-@pytest.mark.parametrize("case", ["stride2", "5x5", "c24", "dilated", "grouped", "7x7_image", "pad2", "1d"])
+@pytest.mark.parametrize("case", ["stride2", "5x5", "c24", "c32", "m8", "dilated", "grouped", "7x7_image", "pad2",
+                                  "1d"])
 def test_not_eligible(case: str) -> None:
-    x_shape, w_shape, group = (1, 32, 16, 16), (32, 32, 3, 3), 1
+    x_shape, w_shape, group = (1, 64, 16, 16), (64, 64, 3, 3), 1
+    assert onednn_wino.eligible(x_shape, w_shape, group, _win(16, 16))
     win = _win(16, 16)
     if case == "stride2":
         win = Window((3, 3), (2, 2), (1, 1), (1, 1), (1, 1), (8, 8))
     elif case == "5x5":
-        w_shape, win = (32, 32, 5, 5), Window((5, 5), (1, 1), (1, 1), (2, 2), (2, 2), (16, 16))
+        w_shape, win = (64, 64, 5, 5), Window((5, 5), (1, 1), (1, 1), (2, 2), (2, 2), (16, 16))
     elif case == "c24":
-        x_shape, w_shape = (1, 24, 16, 16), (32, 24, 3, 3)
+        x_shape, w_shape = (1, 24, 16, 16), (64, 24, 3, 3)
+    elif case == "c32":  # too few input channels to pay for the transforms
+        x_shape, w_shape = (1, 32, 16, 16), (64, 32, 3, 3)
+    elif case == "m8":
+        w_shape = (8, 64, 3, 3)
     elif case == "dilated":
         win = Window((3, 3), (1, 1), (2, 2), (2, 2), (2, 2), (16, 16))
     elif case == "grouped":
-        w_shape, group = (32, 16, 3, 3), 2
+        w_shape, group = (64, 32, 3, 3), 2
     elif case == "7x7_image":
-        x_shape, win = (1, 32, 7, 7), _win(7, 7)
+        x_shape, win = (1, 64, 7, 7), _win(7, 7)
     elif case == "pad2":
         win = Window((3, 3), (1, 1), (1, 1), (2, 2), (2, 2), (18, 18))
     elif case == "1d":
-        x_shape = (1, 32, 16)
+        x_shape = (1, 64, 16)
     assert not onednn_wino.eligible(x_shape, w_shape, group, win)
 
 
@@ -117,8 +123,8 @@ def test_ineligible_and_residual_calls_take_the_direct_conv() -> None:
     win = _win(16, 16)
     assert onednn_wino.plan(x.shape, wt, b, win, None) is None
     _close(onednn_wino.conv_winograd(x, wt, b, 1, win), nb.conv_im2col_gemm(x, wt, b, 1, win))
-    x, wt, b = _data(1, 32, 32, 16, 16)
-    r = RNG.standard_normal((1, 32, 16, 16)).astype(np.float32)
+    x, wt, b = _data(1, 64, 64, 16, 16)
+    r = RNG.standard_normal((1, 64, 16, 16)).astype(np.float32)
     y = onednn_wino.conv_winograd(x, wt, b, 1, win, residual=r, relu=True)
     np.testing.assert_allclose(y, np.maximum(nb.conv_im2col_gemm(x, wt, b, 1, win) + r, 0), rtol=1e-4, atol=1e-4)
 
@@ -126,8 +132,8 @@ def test_ineligible_and_residual_calls_take_the_direct_conv() -> None:
 def test_concurrent_threads_with_both_kernels() -> None:
     """Regression: v2.6's jit_wino_4x3 crashed when run from a second thread with its library-managed
     scratchpad; now every call passes pycann's own (shared under one lock)."""
-    x1, wt, b = _data(1, 32, 32, 16, 16)
-    x4 = RNG.standard_normal((4, 32, 16, 16)).astype(np.float32)
+    x1, wt, b = _data(1, 64, 64, 16, 16)
+    x4 = RNG.standard_normal((4, 64, 16, 16)).astype(np.float32)
     win = _win(16, 16)
     wants = {1: nb.conv_im2col_gemm(x1, wt, b, 1, win), 4: nb.conv_im2col_gemm(x4, wt, b, 1, win)}
     impls = {n: onednn_wino.plan(x.shape, wt, b, win, None).impl for n, x in ((1, x1), (4, x4))}  # type: ignore[union-attr]
@@ -150,11 +156,11 @@ def test_concurrent_threads_with_both_kernels() -> None:
 
 
 def _model(residual: bool = False) -> onnx.ModelProto:
-    """x (N, 32, 16, 16) -> Conv 3x3 -> Relu -> Conv 3x3 (+ x) -> Relu: two Winograd candidates, the
+    """x (N, 64, 16, 16) -> Conv 3x3 -> Relu -> Conv 3x3 (+ x) -> Relu: two Winograd candidates, the
     second with a residual Add that fuses into it."""
-    w1 = (RNG.standard_normal((32, 32, 3, 3)) * 0.08).astype(np.float32)
-    w2 = (RNG.standard_normal((32, 32, 3, 3)) * 0.08).astype(np.float32)
-    b1 = (RNG.standard_normal(32) * 0.1).astype(np.float32)
+    w1 = (RNG.standard_normal((64, 64, 3, 3)) * 0.08).astype(np.float32)
+    w2 = (RNG.standard_normal((64, 64, 3, 3)) * 0.08).astype(np.float32)
+    b1 = (RNG.standard_normal(64) * 0.1).astype(np.float32)
     nodes = [helper.make_node("Conv", ["x", "w1", "b1"], ["c1"], pads=[1, 1, 1, 1]),
              helper.make_node("Relu", ["c1"], ["r1"]),
              helper.make_node("Conv", ["r1", "w2"], ["c2"], pads=[1, 1, 1, 1])]
@@ -163,7 +169,7 @@ def _model(residual: bool = False) -> onnx.ModelProto:
         nodes.append(helper.make_node("Add", ["c2", "x"], ["s"]))
         last = "s"
     nodes.append(helper.make_node("Relu", [last], ["y"]))
-    g = helper.make_graph(nodes, "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["N", 32, 16, 16])],
+    g = helper.make_graph(nodes, "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["N", 64, 16, 16])],
                           [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)],
                           [numpy_helper.from_array(w1, "w1"), numpy_helper.from_array(w2, "w2"),
                            numpy_helper.from_array(b1, "b1")])
@@ -178,7 +184,7 @@ def _algos(lm: LoadedModel, x: np.ndarray) -> list[str]:
 @pytest.mark.parametrize("batch", [1, 4])
 def test_model_default_is_winograd_and_matches_ort(batch: int) -> None:
     m = _model()
-    x = RNG.standard_normal((batch, 32, 16, 16)).astype(np.float32)
+    x = RNG.standard_normal((batch, 64, 16, 16)).astype(np.float32)
     lm = LoadedModel.from_compiled(compile_model(m))
     assert _algos(lm, x) == ["onednn:conv_winograd"] * 2
     want = run_ort(m, {"x": x})[0]
@@ -188,7 +194,7 @@ def test_model_default_is_winograd_and_matches_ort(batch: int) -> None:
 
 def test_residual_conv_keeps_the_direct_algorithm() -> None:
     m = _model(residual=True)
-    x = RNG.standard_normal((1, 32, 16, 16)).astype(np.float32)
+    x = RNG.standard_normal((1, 64, 16, 16)).astype(np.float32)
     lm = LoadedModel.from_compiled(compile_model(m))
     assert _algos(lm, x) == ["onednn:conv_winograd", "onednn:conv_nhwc"]
     _close(lm.run([x])[0], run_ort(m, {"x": x})[0])
@@ -203,7 +209,7 @@ def test_conv_with_another_activation_keeps_the_direct_algorithm() -> None:
     relu.op_type = "Clip"
     relu.input.extend(["lo", "hi"])
     g.initializer.extend([numpy_helper.from_array(np.float32(0), "lo"), numpy_helper.from_array(np.float32(6), "hi")])
-    x = RNG.standard_normal((1, 32, 16, 16)).astype(np.float32)
+    x = RNG.standard_normal((1, 64, 16, 16)).astype(np.float32)
     lm = LoadedModel.from_compiled(compile_model(m))
     assert _algos(lm, x) == ["onednn:conv_nhwc", "onednn:conv_winograd"]
     _close(lm.run([x])[0], run_ort(m, {"x": x})[0])
@@ -218,7 +224,7 @@ def test_conv_with_another_activation_keeps_the_direct_algorithm() -> None:
 ])
 def test_implmode_options(mode: str, types: list[str], want: str) -> None:
     m = _model()
-    x = RNG.standard_normal((1, 32, 16, 16)).astype(np.float32)
+    x = RNG.standard_normal((1, 64, 16, 16)).astype(np.float32)
     cm = compile_model(m, CompileOptions(op_select_implmode=mode, optypelist_for_implmode=types))
     lm = LoadedModel.from_compiled(cm)
     assert _algos(lm, x) == [want] * 2
@@ -231,7 +237,7 @@ def test_implmode_options(mode: str, types: list[str], want: str) -> None:
 
 def test_run_time_choice_without_a_recorded_algorithm_is_exact() -> None:
     """Dynamic shapes chosen at run time (no ``_algo``), single ops: never the approximate algorithm."""
-    spec = providers.conv_spec("Conv", (1, 32, 16, 16), (32, 32, 3, 3), {"pads": [1, 1, 1, 1]})
+    spec = providers.conv_spec("Conv", (1, 64, 16, 16), (64, 64, 3, 3), {"pads": [1, 1, 1, 1]})
     assert providers.select(spec).name == "onednn:conv_nhwc"
     assert providers.select(spec, approx=True).name == "onednn:conv_winograd"
     assert providers.resolve(None, lambda: spec).name == "onednn:conv_nhwc"
@@ -240,7 +246,7 @@ def test_run_time_choice_without_a_recorded_algorithm_is_exact() -> None:
 def test_atc_option_and_its_validation(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     model = tmp_path / "m.onnx"
     onnx.save(_model(), model)
-    base = [f"--model={model}", "--framework=5", "--soc_version=Ascend310P3", "--input_shape=x:1,32,16,16",
+    base = [f"--model={model}", "--framework=5", "--soc_version=Ascend310P3", "--input_shape=x:1,64,16,16",
             "--log=info"]
     assert atc_main([*base, f"--output={tmp_path / 'p'}", "--op_select_implmode=high_precision"]) == 0
     out = capsys.readouterr().out
@@ -262,7 +268,7 @@ def test_without_the_v2_library_the_direct_conv_runs(tmp_path: Path) -> None:
         from pycann.ge.model import LoadedModel
         from pycann.ops.providers import onednn_wino
         m = _model()
-        x = np.random.default_rng(0).standard_normal((1, 32, 16, 16)).astype(np.float32)
+        x = np.random.default_rng(0).standard_normal((1, 64, 16, 16)).astype(np.float32)
         cm = compile_model(m)
         lm = LoadedModel.from_compiled(cm)
         plan, _ = lm.executor.plan_for([x])
