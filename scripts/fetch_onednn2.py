@@ -71,8 +71,9 @@ def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--check", action="store_true", help="only report whether the library is there")
     args = p.parse_args(argv)
-    if args.check:
-        lib = target_dir() / "libdnnl.so.2"
+    if args.check:  # where onednn2_capi looks: $PYCANN_DNNL2_LIB first, then the cache
+        env = os.environ.get("PYCANN_DNNL2_LIB", "").strip()
+        lib = pathlib.Path(env) if env else target_dir() / "libdnnl.so.2"
         print(lib if lib.is_file() else f"missing: {lib}")
         return 0 if lib.is_file() else 1
     try:

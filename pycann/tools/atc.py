@@ -81,7 +81,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--input_fp16_nodes", help='"in1;in2": these inputs are float16')
     p.add_argument("--is_weight_clip", help="1 (default): clip weights to +-65504 when they become float16; 0: do not")
     p.add_argument("--op_select_implmode", help="high_performance (default: 3x3 convs may use Winograd, ~2e-6 "
-                   "relative difference) or high_precision (direct convs only); *_for_all alike")
+                   "of the output's range per conv) or high_precision (direct convs only); *_for_all alike")
     p.add_argument("--optypelist_for_implmode", help='"Conv": apply --op_select_implmode to these op types only')
     p.add_argument("--export_onnx", help="mode 0/1: also write the optimised graph as ONNX (fused ops in domain "
                    "pycann with their original nodes in attribute 'origin'; open in Netron)")
@@ -133,6 +133,10 @@ def _implmode_options(args: argparse.Namespace) -> dict[str, Any]:
     if args.op_select_implmode is not None:
         out["op_select_implmode"] = check_implmode(args.op_select_implmode)
     if args.optypelist_for_implmode is not None:
+        if args.op_select_implmode is None:
+            print("[WARNING] --optypelist_for_implmode applies --op_select_implmode to the listed op types; without "
+                  "--op_select_implmode it changes nothing (the default, high_performance, applies to every op)",
+                  flush=True)
         out["optypelist_for_implmode"] = [t.strip() for t in args.optypelist_for_implmode.split(",") if t.strip()]
     return out
 

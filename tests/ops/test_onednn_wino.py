@@ -251,8 +251,12 @@ def test_atc_option_and_its_validation(tmp_path: Path, capsys: pytest.CaptureFix
     assert atc_main([*base, f"--output={tmp_path / 'p'}", "--op_select_implmode=high_precision"]) == 0
     out = capsys.readouterr().out
     assert "onednn:conv_nhwc 2" in out and "winograd" not in out and "no effect" not in out, out
+    assert "Winograd off for 2 3x3 convs (op_select_implmode high_precision)" in out, out
     assert atc_main([*base, f"--output={tmp_path / 'f'}"]) == 0
     assert "onednn:conv_winograd 2" in capsys.readouterr().out
+    assert atc_main([*base, f"--output={tmp_path / 'l'}", "--optypelist_for_implmode=Conv"]) == 0
+    out = capsys.readouterr().out
+    assert "without --op_select_implmode it changes nothing" in out and "onednn:conv_winograd 2" in out, out
     assert atc_main([*base, f"--output={tmp_path / 'bad'}", "--op_select_implmode=fastest"]) != 0
     out = capsys.readouterr().out
     assert "E10001" in out and "op_select_implmode" in out and "high_precision" in out, out
@@ -266,18 +270,35 @@ def test_without_the_v2_library_the_direct_conv_runs(tmp_path: Path) -> None:
         from tests.ops.oracle import run_ort
         from pycann.ge.compiler import compile_model
         from pycann.ge.model import LoadedModel
+        from pycann.ge.options import CompileOptions
         from pycann.ops.providers import onednn_wino
         m = _model()
         x = np.random.default_rng(0).standard_normal((1, 64, 16, 16)).astype(np.float32)
-        cm = compile_model(m)
+        lines = []
+        cm = compile_model(m, log=lines.append)
         lm = LoadedModel.from_compiled(cm)
         plan, _ = lm.executor.plan_for([x])
         algos = sorted({str(n.attrs.get("_algo")) for n in plan.graph.nodes if "Conv" in n.op_type})
         ok = np.allclose(lm.run([x])[0], run_ort(m, {"x": x})[0], rtol=1e-4, atol=1e-5)
-        print(onednn_wino.available(), algos, ok)
+        static = compile_model(m, CompileOptions(input_shape={"x": [1, 64, 16, 16]}), log=lines.append)
+        note = any("libdnnl.so.2 not found (python scripts/fetch_onednn2.py)" in ln for ln in lines)
+        print(onednn_wino.available(), algos, ok, note)
     """)
     env = {k: v for k, v in os.environ.items() if k != "PYCANN_PROVIDERS"}
     env.update(PYCANN_DNNL2_LIB=str(tmp_path / "missing.so"), PYCANN_CACHE=str(tmp_path / "cache"))
     root = Path(__file__).resolve().parents[2]
     out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, env=env, cwd=root)
-    assert out.stdout.strip() == "False ['onednn:conv_nhwc'] True", out.stdout + out.stderr
+    assert out.stdout.strip() == "False ['onednn:conv_nhwc'] True True", out.stdout + out.stderr
+
+
+def test_fetch_script_check_follows_the_library_lookup(tmp_path: Path) -> None:
+    """``scripts/fetch_onednn2.py --check`` reports the path ``onednn2_capi`` would load."""
+    root = Path(__file__).resolve().parents[2]
+    script = [sys.executable, str(root / "scripts" / "fetch_onednn2.py"), "--check"]
+    env = dict(os.environ, PYCANN_DNNL2_LIB=str(tmp_path / "none.so"))
+    out = subprocess.run(script, capture_output=True, text=True, env=env)
+    assert out.returncode == 1 and out.stdout.strip() == f"missing: {tmp_path / 'none.so'}"
+    env = {k: v for k, v in os.environ.items() if k != "PYCANN_DNNL2_LIB"}
+    cached = Path(os.environ.get("PYCANN_CACHE") or Path.home() / ".cache" / "pycann") / "onednn2" / "libdnnl.so.2"
+    out = subprocess.run(script, capture_output=True, text=True, env=env)
+    assert (out.returncode, out.stdout.strip()) == ((0, str(cached)) if cached.is_file() else (1, f"missing: {cached}"))

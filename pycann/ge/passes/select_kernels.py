@@ -32,7 +32,7 @@ from pycann.dtypes import to_numpy
 from pycann.ge.ir import Graph, Node
 from pycann.ge.passes.base import PassContext, PassResult
 from pycann.ops.fused import post_affine
-from pycann.ops.providers import Algorithm, OpSpec, candidates, make_spec, select
+from pycann.ops.providers import Algorithm, ConvSpec, OpSpec, candidates, make_spec, select
 
 name = "KernelSelection"
 
@@ -183,4 +183,22 @@ def run(graph: Graph, ctx: PassContext) -> PassResult:
     if mode == "off":
         return PassResult(graph, False, "off")
     choices, skipped, moved, changed = select_graph(graph, mode)
-    return PassResult(graph, changed > 0, f"{summarize(choices, skipped, moved)} ({mode})")
+    return PassResult(graph, changed > 0, f"{summarize(choices, skipped, moved)} ({mode}){_winograd_note(graph, choices)}")
+
+
+def _winograd_note(graph: Graph, choices: list[Choice]) -> str:
+    """Why no conv took Winograd when some 3x3 conv could have: the implmode, or the missing library."""
+    if any(algo.name == "onednn:conv_winograd" for *_, algo in choices):
+        return ""
+    from pycann.ops.providers import onednn_wino
+
+    convs = [spec for _, op, spec, _ in choices if op in ("Conv", "FusedConv") and isinstance(spec, ConvSpec)
+             and spec.n_spatial == 2 and onednn_wino.eligible(spec.x_shape, spec.w_shape, spec.group, spec.win)]
+    if not convs:
+        return ""
+    if not approx_allowed(graph.metadata, "Conv"):
+        return f"; Winograd off for {len(convs)} 3x3 convs (op_select_implmode {graph.metadata['op_select_implmode']})"
+    if not onednn_wino.available():
+        return (f"; Winograd unavailable for {len(convs)} 3x3 convs: oneDNN v2's libdnnl.so.2 not found "
+                "(python scripts/fetch_onednn2.py)")
+    return ""
