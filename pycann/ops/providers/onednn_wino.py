@@ -199,7 +199,10 @@ def plan(x_shape: Sequence[int], w: np.ndarray, b: np.ndarray | None, win: Windo
     if not available() or w.dtype != np.float32 or not eligible(x_shape, w.shape, 1, win) \
             or not takes_post_ops(unary):
         return None
-    key = (id(w), ptr(w), w.shape, tuple(x_shape), None if b is None else (id(b), ptr(b)), win, unary)
+    # the bias by value: the plan binds a float32 copy of it, so a new bias array that happens to
+    # reuse a dropped one's id and address must not find the old plan (found by an adversarial test)
+    key = (id(w), ptr(w), w.shape, tuple(x_shape), None if b is None else (b.dtype.str, b.shape, b.tobytes()), win,
+           unary)
     with _lock:  # (creating a primitive while another thread runs one crashed oneDNN v2.6)
         if key not in _plans:
             try:
