@@ -461,18 +461,40 @@ def test_scratch_grows_and_shrinks_between_models() -> None:
         assert _algos(lms[k], [x]) == [WINO]
 
 
+def _live_plans() -> int:
+    return sum(isinstance(o, onednn_wino._Plan) for o in gc.get_objects())
+
+
 def test_plans_are_dropped_with_their_model_and_a_new_model_is_right() -> None:
+    """Bound kernels own their plans (transformed weights): they go with the model."""
     gc.collect()
-    base = len(onednn_wino._plans)
+    base = _live_plans()
     model = _block_model()
     lm = _load(model)
     for n in (1, 3):
         _check(model, {"x": _f32(n, 64, 16, 16)}, lm, repeat=1)
-    assert len(onednn_wino._plans) >= base + 4
+    assert _live_plans() >= base + 4
     del lm
     gc.collect()
-    assert len(onednn_wino._plans) == base
+    assert _live_plans() == base
     _check(_block_model(), {"x": _f32(3, 64, 16, 16)})  # new weights, likely at the freed addresses
+
+
+def test_replanning_for_many_shapes_keeps_only_the_cached_plans_winograd_state() -> None:
+    """A model re-planned for 24 input heights: the executor keeps 16 plans (two bound Winograd
+    convs each); the evicted plans' transformed weights go with them."""
+    gc.collect()
+    base = _live_plans()
+    model = _block_model(batch=1, h="H")
+    lm = _load(model)
+    for h in range(14, 38):
+        x = _f32(1, 64, h, 16)
+        _close(lm.run([x])[0], run_ort(model, {"x": x})[0], what=f"H={h}")
+    gc.collect()
+    assert _live_plans() - base <= 2 * 16
+    del lm
+    gc.collect()
+    assert _live_plans() == base
 
 
 def test_direct_call_with_a_new_float32_bias_each_call() -> None:

@@ -193,11 +193,28 @@ class _Plan:
 _plans: dict[tuple[Any, ...], _Plan | None] = {}
 
 
+def _applies(x_shape: Sequence[int], w: np.ndarray, win: Window, unary: Unary | Unaries | None) -> bool:
+    return available() and w.dtype == np.float32 and eligible(x_shape, w.shape, 1, win) and takes_post_ops(unary)
+
+
+def new_plan(x_shape: Sequence[int], w: np.ndarray, b: np.ndarray | None, win: Window,
+             unary: Unary | Unaries | None) -> _Plan | None:
+    """A plan of its own (not cached) for one bound kernel, or None (the direct algorithm then)."""
+    if not _applies(x_shape, w, win, unary):
+        return None
+    with _lock:
+        try:
+            return _Plan(x_shape, w, b, win, unary)
+        except DnnlError:
+            return None
+
+
 def plan(x_shape: Sequence[int], w: np.ndarray, b: np.ndarray | None, win: Window,
          unary: Unary | Unaries | None) -> _Plan | None:
-    """The cached plan for this call, or None when it must take the direct algorithm."""
-    if not available() or w.dtype != np.float32 or not eligible(x_shape, w.shape, 1, win) \
-            or not takes_post_ops(unary):
+    """The cached plan for this call (the generic, per-call path), or None when it must take the
+    direct algorithm. Cached per weight array and input shape until the weight is collected, as
+    ``onednn._plan`` does."""
+    if not _applies(x_shape, w, win, unary):
         return None
     # the bias by value: the plan binds a float32 copy of it, so a new bias array that happens to
     # reuse a dropped one's id and address must not find the old plan (found by an adversarial test)
@@ -232,8 +249,10 @@ def bound_conv_winograd(w: np.ndarray, b: np.ndarray | None, win: Window, x_shap
                         unary: Unary | Unaries | None) -> Any:
     """``conv_winograd`` for one static signature as a plan kernel ``k(inputs, attrs, out=None) -> [y]``
     writing into the executor's arena view when it fits; None when there is no Winograd kernel for
-    it (the caller binds the direct conv instead)."""
-    p = plan(x_shape, w, b, win, unary)
+    it (the caller binds the direct conv instead). The plan (with its transformed weight) belongs to
+    the kernel: it goes when the executor drops the plan that bound it (a model re-planned for many
+    input shapes keeps only the plans its executor caches)."""
+    p = new_plan(x_shape, w, b, win, unary)
     if p is None:
         return None
     run = p.run
