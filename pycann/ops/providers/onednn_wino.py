@@ -151,7 +151,7 @@ class _Plan:
         if self.b is not None and bias_md is not None:
             args.append((ARG_BIAS, c2.Memory(bias_md, ptr(self.b))))
         self.conv = c2.Primitive(pd, args)
-        self.src_md, self.dst_md = src_md, dst_md
+        self.src_md = src_md
         self.y_user = c2.Memory(c2.MemoryDesc.strided(self.y_shape, [s // 4 for s in self.y_strides]), 0)
         self.y_reorder = c2.Primitive(c2.reorder_pd(dst_md, self.y_user.md), [(ARG_FROM, self.dst),
                                                                               (ARG_TO, self.y_user)])
@@ -197,16 +197,19 @@ def _applies(x_shape: Sequence[int], w: np.ndarray, win: Window, unary: Unary | 
     return available() and w.dtype == np.float32 and eligible(x_shape, w.shape, 1, win) and takes_post_ops(unary)
 
 
-def new_plan(x_shape: Sequence[int], w: np.ndarray, b: np.ndarray | None, win: Window,
-             unary: Unary | Unaries | None) -> _Plan | None:
-    """A plan of its own (not cached) for one bound kernel, or None (the direct algorithm then)."""
-    if not _applies(x_shape, w, win, unary):
-        return None
-    with _lock:
+def _create(x_shape: Sequence[int], w: np.ndarray, b: np.ndarray | None, win: Window,
+            unary: Unary | Unaries | None) -> _Plan | None:
+    with _lock:  # (creating a primitive while another thread runs one crashed oneDNN v2.6)
         try:
             return _Plan(x_shape, w, b, win, unary)
         except DnnlError:
             return None
+
+
+def new_plan(x_shape: Sequence[int], w: np.ndarray, b: np.ndarray | None, win: Window,
+             unary: Unary | Unaries | None) -> _Plan | None:
+    """A plan of its own (not cached) for one bound kernel, or None (the direct algorithm then)."""
+    return _create(x_shape, w, b, win, unary) if _applies(x_shape, w, win, unary) else None
 
 
 def plan(x_shape: Sequence[int], w: np.ndarray, b: np.ndarray | None, win: Window,
@@ -220,12 +223,9 @@ def plan(x_shape: Sequence[int], w: np.ndarray, b: np.ndarray | None, win: Windo
     # reuse a dropped one's id and address must not find the old plan (found by an adversarial test)
     key = (id(w), ptr(w), w.shape, tuple(x_shape), None if b is None else (b.dtype.str, b.shape, b.tobytes()), win,
            unary)
-    with _lock:  # (creating a primitive while another thread runs one crashed oneDNN v2.6)
+    with _lock:
         if key not in _plans:
-            try:
-                _plans[key] = _Plan(x_shape, w, b, win, unary)
-            except DnnlError:
-                _plans[key] = None
+            _plans[key] = _create(x_shape, w, b, win, unary)
             weakref.finalize(w, _plans.pop, key, None)
         return _plans[key]
 
