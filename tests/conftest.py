@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Iterator
+from typing import Any
 
 import pytest
 
@@ -17,3 +18,19 @@ def default_providers(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
     providers.reset()
     yield
     providers.reset()
+
+
+@pytest.fixture
+def in_place_calls(monkeypatch: pytest.MonkeyPatch) -> dict[str, int]:
+    """Counts calls of the oneDNN bound conv's ``_Plan.in_place`` (asked for its accumulate-into-dst form)."""
+    from pycann.ops.providers import onednn
+
+    calls = {"n": 0}
+    original = onednn._Plan.in_place
+
+    def counted(self: Any) -> Any:
+        calls["n"] += 1
+        return original(self)
+
+    monkeypatch.setattr(onednn._Plan, "in_place", counted)
+    return calls

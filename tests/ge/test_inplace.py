@@ -90,18 +90,6 @@ def _fused_steps(plan: Any) -> list[tuple[Node, Any]]:
     return [(n, st) for n, st in zip(plan.nodes, plan.steps) if n.op_type == "FusedConv"]
 
 
-def _count_in_place(monkeypatch: pytest.MonkeyPatch) -> dict[str, int]:
-    calls = {"n": 0}
-    original = onednn._Plan.in_place
-
-    def counted(self: Any) -> Any:
-        calls["n"] += 1
-        return original(self)
-
-    monkeypatch.setattr(onednn._Plan, "in_place", counted)
-    return calls
-
-
 def test_inplace_table_names_the_residual_of_fused_conv() -> None:
     assert INPLACE[("pycann", "FusedConv")] == (0, 3)
 
@@ -118,8 +106,8 @@ def test_every_onednn_conv_runs_its_prepared_kernel() -> None:
 
 
 @needs_dnnl
-def test_residual_convs_write_over_their_residual_and_match_ort(monkeypatch: pytest.MonkeyPatch) -> None:
-    calls = _count_in_place(monkeypatch)
+def test_residual_convs_write_over_their_residual_and_match_ort(in_place_calls: dict[str, int]) -> None:
+    calls = in_place_calls
     m = _two_blocks()
     lm, plan, memory = _planned(m)
     fused = [(n, st) for n, st in _fused_steps(plan) if len(n.inputs) > 3 and n.inputs[3]]
