@@ -1,9 +1,12 @@
 """``pycann-run app.py [args...]``: run an unmodified pyACL application on pycann.
 
-For that run only, ``import acl`` (and ``acl.rt``, ``acl.mdl``, ...) resolves to ``pycann.acl``:
-a temporary directory holding an ``acl`` shim package goes first on ``sys.path`` and on
-``PYTHONPATH`` (so child processes of the app see it too) and is deleted afterwards. Nothing is
-shadowed outside ``pycann-run``. ``pycann-run -m package.module`` runs a module instead.
+For that run only, ``import acl`` (and ``acl.rt``, ``acl.mdl``, ...) resolves to ``pycann.acl``,
+``import torch_npu`` to ``pycann.torch`` (the npu device; ``torch_npu.npu`` is ``torch.npu``,
+``from torch_npu.contrib import transfer_to_npu`` applies pycann's CUDA migration) and
+``import torchair`` to ``pycann.torch.torchair``: a temporary directory holding these shim
+packages goes first on ``sys.path`` and on ``PYTHONPATH`` (so child processes of the app see
+them too) and is deleted afterwards. Nothing is shadowed outside ``pycann-run``.
+``pycann-run -m package.module`` runs a module instead.
 """
 
 from __future__ import annotations
@@ -25,16 +28,49 @@ for _name in _acl.SUBMODULES:
 sys.modules[__name__] = _acl
 '''
 
+# torch_npu and torchair shims: files of small packages whose modules *are* pycann's (aliased in
+# sys.modules), so each pycann module is imported once whichever name the app uses.
+TORCH_SHIMS = {
+    "torch_npu/__init__.py": '''"""pycann-run shim: this run's ``import torch_npu`` is pycann's PyTorch adaptor."""
+import sys
+
+import pycann.torch as _t
+import pycann.torch.npu as _npu
+
+sys.modules[__name__ + ".npu"] = _npu
+npu = _npu
+from pycann.torch import *  # noqa: E402,F401,F403
+from pycann.torch import report, reset  # noqa: E402,F401
+__version__ = "2.13.0+pycann"
+''',
+    "torch_npu/contrib/__init__.py": '"""pycann-run shim: torch_npu.contrib."""\n',
+    "torch_npu/contrib/transfer_to_npu.py": ('"""pycann-run shim: apply pycann\'s CUDA -> npu migration."""\n'
+                                             "import sys\n\nimport pycann.torch.contrib.transfer_to_npu as _m\n\n"
+                                             "sys.modules[__name__] = _m\n"),
+    "torchair/__init__.py": ('"""pycann-run shim: torchair is pycann.torch.torchair."""\n'
+                             "import sys\n\nimport pycann.torch.torchair as _m\n\nsys.modules[__name__] = _m\n"),
+}
+SHIM_ROOTS = ("acl", "torch_npu", "torchair")
+
 USAGE = "usage: pycann-run app.py [args...] | pycann-run -m module [args...]"
 
 
 def make_shim_dir() -> str:
-    """A new temporary directory containing the ``acl`` shim package."""
+    """A new temporary directory containing the ``acl``, ``torch_npu`` and ``torchair`` shims."""
     d = tempfile.mkdtemp(prefix="pycann-run-")
     os.makedirs(os.path.join(d, "acl"))
     with open(os.path.join(d, "acl", "__init__.py"), "w", encoding="utf-8") as f:
         f.write(SHIM)
+    for rel, text in TORCH_SHIMS.items():
+        path = os.path.join(d, *rel.split("/"))
+        os.makedirs(os.path.dirname(path), exist_ok=True)
+        with open(path, "w", encoding="utf-8") as f:
+            f.write(text)
     return d
+
+
+def _shadowed(name: str) -> bool:
+    return any(name == r or name.startswith(r + ".") for r in SHIM_ROOTS)
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -54,7 +90,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     shim = make_shim_dir()
     pkg_root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
     saved_argv, saved_path, saved_env = list(sys.argv), list(sys.path), os.environ.get("PYTHONPATH")
-    stale = {k: sys.modules.pop(k) for k in list(sys.modules) if k == "acl" or k.startswith("acl.")}
+    stale = {k: sys.modules.pop(k) for k in list(sys.modules) if _shadowed(k)}
     os.environ["PYTHONPATH"] = os.pathsep.join(p for p in (shim, pkg_root, saved_env) if p)
     try:
         if as_module:
@@ -74,7 +110,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 1
     finally:
         sys.argv, sys.path[:] = saved_argv, saved_path
-        for k in [k for k in sys.modules if k == "acl" or k.startswith("acl.")]:
+        for k in [k for k in sys.modules if _shadowed(k)]:
             del sys.modules[k]
         sys.modules.update(stale)
         if saved_env is None:

@@ -1,0 +1,298 @@
+"""The npu device's kernels: one boxed Python kernel for every ATen op on PrivateUse1.
+
+``install()`` registers ``_kernel`` as PrivateUse1's fallback (``torch.library.Library.fallback``,
+the boxed mechanism torch_npu's C++ ``npu_cpu_fallback`` uses). For each call it looks the op up
+in ``optable`` (cached per ``OpOverload``) and
+
+* META ops: redispatches to PyTorch's CPU kernel with the npu tensors themselves (views share
+  the storage, as a real device's view kernels do);
+* allocation (``empty``, ``empty_strided``), copies (``_copy_from``) and ``resize_``: done here;
+* the rest: npu tensor arguments become CPU tensors over the same memory (``_alias.to_cpu``), the
+  op runs (pycann's op library for ``PYCANN_OPS``, else torch's CPU kernel), new results become
+  npu tensors over their memory (``_alias.to_npu``), in-place / ``out=`` results are the npu
+  arguments themselves (resized first when the kernel resized them).
+
+Random ops without an explicit generator use the npu generator (``pycann.torch.npu.random``), so
+``torch.npu.manual_seed`` and ``get_rng_state`` act on npu ops only, as in torch_npu.
+"""
+
+from __future__ import annotations
+
+import time
+import warnings
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import torch
+
+from pycann.torch import fallback
+from pycann.torch._alias import to_cpu, to_npu
+from pycann.torch.optable import Provider, PycannOp, provider_of, pycann_op
+
+_CPU_KEYS = torch._C.DispatchKeySet(torch._C.DispatchKey.CPU)
+_NPU = "npu"
+_perf = time.perf_counter
+
+
+@dataclass(frozen=True)
+class _OpInfo:
+    """What the kernel needs to know about one op overload, computed once."""
+
+    name: str
+    provider: Provider
+    pycann: PycannOp | None
+    arg_names: tuple[str, ...]
+    kwarg_only: frozenset[str]
+    device_arg: int  # index of a ``Device? device`` argument, or -1
+    generator_arg: int  # index of a ``Generator? generator`` argument, or -1
+    # for each return: the index of the argument it aliases with write (in-place / out=), or -1
+    write_returns: tuple[int, ...]
+    mutable_args: tuple[int, ...]
+
+
+_infos: dict[Any, _OpInfo] = {}
+
+
+def _info(op: Any) -> _OpInfo:
+    info = _infos.get(op)
+    if info is not None:
+        return info
+    schema = op._schema
+    name = schema.name + (f".{schema.overload_name}" if schema.overload_name else "")
+    args = schema.arguments
+    sets: dict[str, int] = {}
+    mutable = []
+    for i, a in enumerate(args):
+        if a.alias_info is not None and a.alias_info.is_write:
+            mutable.append(i)
+            for s in a.alias_info.before_set:
+                sets[s] = i
+    writes = []
+    for r in schema.returns:
+        idx = -1
+        if r.alias_info is not None and r.alias_info.is_write:
+            idx = next((sets[s] for s in r.alias_info.before_set if s in sets), -1)
+        writes.append(idx)
+    device_arg = next((i for i, a in enumerate(args) if a.name == "device"), -1)
+    generator_arg = next((i for i, a in enumerate(args) if a.name == "generator"), -1)
+    provider = provider_of(name, schema.name)
+    info = _OpInfo(name, provider, pycann_op(name, schema.name),
+                   tuple(a.name for a in args), frozenset(a.name for a in args if a.kwarg_only),
+                   device_arg, generator_arg, tuple(writes), tuple(mutable))
+    _infos[op] = info
+    return info
+
+
+def _is_npu(x: Any) -> bool:
+    return isinstance(x, torch.Tensor) and x.device.type == _NPU
+
+
+def _down(x: Any, index: list[int]) -> Any:
+    """npu tensors (also inside lists) -> CPU tensors over the same memory."""
+    if isinstance(x, torch.Tensor):
+        if x.device.type == _NPU:
+            if not index:
+                index.append(x.device.index or 0)
+            return to_cpu(x)
+        return x
+    if isinstance(x, (list, tuple)) and x and any(isinstance(e, torch.Tensor) for e in x):
+        return type(x)(_down(e, index) for e in x)
+    if isinstance(x, torch.device) and x.type == _NPU:
+        if not index:
+            index.append(x.index or 0)
+        return torch.device("cpu")
+    return x
+
+
+def _up(x: Any, index: int) -> Any:
+    if isinstance(x, torch.Tensor):
+        return to_npu(x, index) if x.device.type == "cpu" else x
+    if isinstance(x, (list, tuple)):
+        return type(x)(_up(e, index) for e in x)
+    return x
+
+
+def _npu_generator(index: int) -> torch.Generator:
+    from pycann.torch.npu import random as npu_random
+
+    return npu_random.generator(index)
+
+
+def _run_pycann(spec: PycannOp, args: Sequence[Any]) -> torch.Tensor:
+    from pycann.ge.singleop import run_op
+
+    ins = [t.numpy() if isinstance(t, torch.Tensor) else np.asarray(t) for t in spec.inputs(args)]
+    out = run_op(spec.op_type, ins, spec.attrs(args))[0]
+    return torch.from_numpy(np.ascontiguousarray(out))
+
+
+def _set_like(dst: torch.Tensor, src_cpu: torch.Tensor) -> None:
+    """Make npu tensor ``dst`` take the memory, sizes and strides of CPU tensor ``src_cpu``."""
+    index = dst.device.index or 0
+    storage = to_npu(src_cpu, index).untyped_storage()
+    torch.ops.aten.set_.source_Storage_storage_offset.redispatch(
+        _CPU_KEYS, dst, storage, src_cpu.storage_offset(), list(src_cpu.shape), list(src_cpu.stride()))
+
+
+def _empty(op: Any, info: _OpInfo, args: list[Any], kwargs: dict[str, Any]) -> torch.Tensor:
+    dev = kwargs.get("device")
+    index = (dev.index or 0) if isinstance(dev, torch.device) else 0
+    kwargs = dict(kwargs, device="cpu", pin_memory=None) if "device" in kwargs else kwargs
+    return to_npu(op(*args, **kwargs), index)
+
+
+def _copy_from(src: torch.Tensor, dst: torch.Tensor, non_blocking: bool = False) -> torch.Tensor:
+    s = to_cpu(src) if _is_npu(src) else src
+    d = to_cpu(dst) if _is_npu(dst) else dst
+    d.copy_(s)
+    return dst
+
+
+def _copy_from_and_resize(src: torch.Tensor, dst: torch.Tensor) -> torch.Tensor:
+    if dst.shape != src.shape:
+        _resize(dst, list(src.shape))
+    return _copy_from(src, dst)
+
+
+def _resize(self: torch.Tensor, size: Sequence[int], memory_format: Any = None) -> torch.Tensor:
+    cur = to_cpu(self)
+    need = int(np.prod(size)) if len(size) else 1
+    have = self.untyped_storage().nbytes() // max(1, self.element_size()) - self.storage_offset()
+    if need <= have:
+        torch.ops.aten.set_.source_Storage_storage_offset.redispatch(
+            _CPU_KEYS, self, self.untyped_storage(), self.storage_offset(), list(size),
+            list(torch.empty(size, device="meta").stride()))
+        return self
+    # grow: new host memory, the old contents kept (resize_'s contract)
+    new = torch.empty(need, dtype=self.dtype)
+    flat = cur.reshape(-1) if cur.is_contiguous() else cur.contiguous().reshape(-1)
+    new[: flat.numel()].copy_(flat)
+    _set_like(self, new.view(size) if len(size) else new.view(()))
+    return self
+
+
+def _kernel(op: Any, *args: Any, **kwargs: Any) -> Any:
+    info = _info(op)
+    packet = info.name.split(".")[0]
+    t0 = _perf()
+    provider = info.provider
+    if provider is Provider.META:
+        out = op.redispatch(_CPU_KEYS, *args, **kwargs)
+        fallback.record(info.name, provider, _perf() - t0)
+        return out
+    if packet in ("aten::empty", "aten::empty_strided"):
+        out = _empty(op, info, list(args), kwargs)
+    elif packet == "aten::_copy_from":
+        out = _copy_from(*args, **kwargs)
+    elif packet == "aten::_copy_from_and_resize":
+        out = _copy_from_and_resize(*args, **kwargs)
+    elif packet == "aten::resize_":
+        out = _resize(*args, **kwargs)
+    else:
+        if provider is Provider.FALLBACK:
+            fallback.on_fallback(info.name)
+        out, provider = _compute(op, info, args, kwargs)
+    fallback.record(info.name, provider, _perf() - t0)
+    return out
+
+
+def _compute(op: Any, info: _OpInfo, args: tuple[Any, ...], kwargs: dict[str, Any]) -> tuple[Any, Provider]:
+    index: list[int] = []
+    cargs = [_down(a, index) for a in args]
+    ckw = {k: _down(v, index) for k, v in kwargs.items()}
+    dev = index[0] if index else 0
+    gen = info.generator_arg
+    if gen >= 0:
+        name = info.arg_names[gen]
+        if gen < len(cargs) and cargs[gen] is None:
+            cargs[gen] = _npu_generator(dev)
+        elif gen >= len(cargs) and ckw.get(name) is None:
+            ckw[name] = _npu_generator(dev)
+    provider = info.provider
+    spec = info.pycann
+    if spec is not None and spec.accepts(cargs, ckw):
+        res = _run_pycann(spec, cargs)
+        dst = ckw.get("out")
+        if isinstance(dst, torch.Tensor):
+            if dst.shape == res.shape and dst.dtype == res.dtype:
+                dst.copy_(res)
+            else:
+                ckw["out"] = res  # the npu out tensor takes the result's memory below
+            out: Any = ckw["out"]
+        else:
+            out = res
+    else:
+        if provider is Provider.PYCANN:
+            provider = Provider.HOST
+        for i in info.mutable_args:
+            # an empty out= tensor is resized by the kernel: give it resizable host memory
+            name = info.arg_names[i]
+            if name in info.kwarg_only and isinstance(ckw.get(name), torch.Tensor) and ckw[name].numel() == 0:
+                ckw[name] = torch.empty(0, dtype=ckw[name].dtype)
+        try:
+            if info.mutable_args and "out" in ckw:
+                # ATen's functional forms of some ops (mse_loss) pass out= tensors they sized to
+                # [] themselves; the CPU kernel resizes them with a deprecation warning that is
+                # torch's, not the user's: keep it quiet
+                with warnings.catch_warnings():
+                    warnings.filterwarnings("ignore", message="An output with one or more elements was resized")
+                    out = op(*cargs, **ckw)
+            else:
+                out = op(*cargs, **ckw)
+        except RuntimeError as e:
+            if "not resizable" not in str(e) or not info.mutable_args:
+                raise
+            for i in info.mutable_args:  # an out= tensor of the wrong size: the same, then retry
+                name = info.arg_names[i]
+                if name in info.kwarg_only and isinstance(ckw.get(name), torch.Tensor):
+                    ckw[name] = torch.empty(0, dtype=ckw[name].dtype)
+            out = op(*cargs, **ckw)
+    if not info.mutable_args:
+        return _up(out, dev), provider
+    # in-place / out=: the npu arguments are the results; follow a resize the kernel made
+    for i in info.mutable_args:
+        orig = args[i] if i < len(args) else kwargs.get(info.arg_names[i])
+        new = cargs[i] if i < len(cargs) else ckw.get(info.arg_names[i])
+        if _is_npu(orig) and isinstance(new, torch.Tensor) and (
+                new.shape != orig.shape or new.data_ptr() != orig.data_ptr() or new.stride() != orig.stride()):
+            _set_like(orig, new)
+    outs = out if isinstance(out, tuple) else (out,)
+    fixed = []
+    for j, o in enumerate(outs):
+        w = info.write_returns[j] if j < len(info.write_returns) else -1
+        if w >= 0:
+            fixed.append(args[w] if w < len(args) else kwargs.get(info.arg_names[w]))
+        else:
+            fixed.append(_up(o, dev))
+    return (tuple(fixed) if isinstance(out, tuple) else fixed[0]), provider
+
+
+# Ops whose CompositeExplicitAutograd kernel would win over a fallback and end in a
+# "not implemented for this backend" stub (convolution -> convolution_overrideable): they get
+# the kernel registered for PrivateUse1 by name.
+EXPLICIT_OPS = ("convolution.default", "convolution_backward.default")
+
+_libraries: list[torch.library.Library] = []
+
+
+def _named_kernel(op: Any) -> Any:
+    def kernel(*args: Any, **kwargs: Any) -> Any:
+        return _kernel(op, *args, **kwargs)
+
+    return kernel
+
+
+def install() -> None:
+    """Register the kernel for PrivateUse1 (once per process)."""
+    if _libraries:
+        return
+    lib = torch.library.Library("_", "IMPL")  # noqa: TOR901 - a backend fallback, not an op library
+    lib.fallback(_kernel, dispatch_key="PrivateUse1")
+    aten = torch.library.Library("aten", "IMPL")  # noqa: TOR901 - backend kernels for ATen ops
+    for qual in EXPLICIT_OPS:
+        packet, overload = qual.split(".")
+        op = getattr(getattr(torch.ops.aten, packet), overload)
+        aten.impl(packet if overload == "default" else qual, _named_kernel(op), "PrivateUse1")
+    _libraries.extend([lib, aten])

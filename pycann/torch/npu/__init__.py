@@ -1,0 +1,187 @@
+"""``torch.npu``: the device module of pycann's npu device (torch_npu's ``torch_npu.npu`` names).
+
+Registered with ``torch._register_device_module("npu", ...)`` by ``pycann.torch``. The npu device
+is pycann's CPU device: it is always available, needs no CANN and no NPU, and its memory is host
+memory. ``PYCANN_DEVICE_COUNT`` (default 1, as for pycann's runtime) sets ``device_count()``.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import threading
+from collections.abc import Iterator
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+
+from pycann.torch.npu import amp
+from pycann.torch.npu.memory import (
+    empty_cache, max_memory_allocated, max_memory_cached, max_memory_reserved, mem_get_info,
+    memory_allocated, memory_cached, memory_reserved, memory_stats, memory_summary,
+    reset_accumulated_memory_stats, reset_max_memory_allocated, reset_peak_memory_stats,
+    set_per_process_memory_fraction,
+)
+from pycann.torch.npu.random import (
+    get_rng_state, get_rng_state_all, initial_seed, manual_seed, manual_seed_all, seed, seed_all,
+    set_rng_state, set_rng_state_all,
+)
+from pycann.torch.npu.streams import (
+    Event, Stream, StreamContext, current_stream, default_stream, set_stream, stream,
+)
+
+__all__ = [
+    "Event", "Stream", "StreamContext", "amp", "can_device_access_peer", "current_device",
+    "current_stream", "default_stream", "device", "device_count", "device_of", "empty_cache",
+    "get_amp_supported_dtype", "get_device_capability", "get_device_name", "get_device_properties",
+    "get_rng_state", "get_rng_state_all", "get_soc_version", "init", "initial_seed", "is_available",
+    "is_bf16_supported", "is_initialized", "manual_seed", "manual_seed_all", "max_memory_allocated",
+    "max_memory_cached", "max_memory_reserved", "mem_get_info", "memory_allocated", "memory_cached",
+    "memory_reserved", "memory_stats", "memory_summary", "reset_accumulated_memory_stats",
+    "reset_max_memory_allocated", "reset_peak_memory_stats", "seed", "seed_all", "set_device",
+    "set_per_process_memory_fraction", "set_rng_state", "set_rng_state_all", "set_stream", "stream",
+    "synchronize", "utilization",
+]
+
+_tls = threading.local()
+
+
+def device_count() -> int:
+    """Number of npu devices: ``PYCANN_DEVICE_COUNT`` (default 1)."""
+    try:
+        return max(1, int(os.environ.get("PYCANN_DEVICE_COUNT", "1")))
+    except ValueError:
+        return 1
+
+
+def is_available() -> bool:
+    """Always True: the npu device is pycann's CPU device."""
+    return True
+
+
+def is_initialized() -> bool:
+    """True (nothing to initialise lazily)."""
+    return True
+
+
+def init() -> None:
+    """Nothing to do (kept for torch_npu code that calls it)."""
+
+
+def _is_in_bad_fork() -> bool:
+    return False
+
+
+def current_device() -> int:
+    """The index set by ``set_device`` for this thread (0 by default)."""
+    return int(getattr(_tls, "index", 0))
+
+
+def _device_index(device: int | str | torch.device | None, optional: bool = True) -> int:
+    """The index ``device`` names (None / "npu" / npu device without index: the current one).
+    Raises ``ValueError`` for a non-npu device or an index outside 0..device_count()-1."""
+    if device is None:
+        return current_device()
+    if isinstance(device, str):
+        device = torch.device(device)
+    if isinstance(device, torch.device):
+        if device.type != "npu":
+            raise ValueError(f"expected an npu device, got {device}")
+        idx = current_device() if device.index is None else device.index
+    else:
+        idx = int(device)
+    if not 0 <= idx < device_count():
+        raise ValueError(f"npu device {idx} does not exist: there are {device_count()} npu device(s) "
+                         "(set PYCANN_DEVICE_COUNT for more)")
+    return idx
+
+
+def set_device(device: int | str | torch.device) -> None:
+    """Make ``device`` this thread's current npu device."""
+    _tls.index = _device_index(device)
+
+
+@contextlib.contextmanager
+def device(dev: int | str | torch.device | None) -> Iterator[None]:
+    """``with torch.npu.device(i):`` makes npu ``i`` current inside the block."""
+    prev = current_device()
+    if dev is not None:
+        set_device(dev)
+    try:
+        yield
+    finally:
+        _tls.index = prev
+
+
+@contextlib.contextmanager
+def device_of(obj: torch.Tensor) -> Iterator[None]:
+    """``device(obj.device)`` for an npu tensor, no change otherwise."""
+    with device(obj.device.index if obj.device.type == "npu" else None):
+        yield
+
+
+def synchronize(device: int | str | torch.device | None = None) -> None:
+    """Wait for all npu work: returns at once (eager npu ops are synchronous)."""
+    _device_index(device)
+
+
+def get_soc_version() -> str:
+    """The SoC pycann models (``PYCANN_SOC_VERSION``, default pycann's)."""
+    from pycann.runtime.device import DEFAULT_SOC
+
+    return os.environ.get("PYCANN_SOC_VERSION", DEFAULT_SOC)
+
+
+def get_device_name(device: int | str | torch.device | None = None) -> str:
+    """The SoC name, as torch_npu reports it (e.g. "Ascend310P3")."""
+    _device_index(device)
+    return get_soc_version()
+
+
+@dataclass(frozen=True)
+class _DeviceProperties:
+    name: str
+    total_memory: int
+    cube_core_num: int = 0
+    vector_core_num: int = 0
+    L2_cache_size: int = 0
+
+
+def get_device_properties(device: int | str | torch.device | None = None) -> _DeviceProperties:
+    """name and total_memory (host RAM) of the npu device."""
+    from pycann.runtime.memory import physical_memory
+
+    return _DeviceProperties(get_device_name(device), physical_memory())
+
+
+def get_device_capability(device: int | str | torch.device | None = None) -> Any:
+    """None, as torch_npu returns (no CUDA compute capability)."""
+    _device_index(device)
+    return None
+
+
+def can_device_access_peer(device: int, peer_device: int) -> bool:
+    """True: all npu devices share host memory."""
+    _device_index(device)
+    _device_index(peer_device)
+    return True
+
+
+def utilization(device: int | str | torch.device | None = None) -> int:
+    """0 (no busy-ness to sample on a synchronous device)."""
+    return 0
+
+
+def is_bf16_supported() -> bool:
+    """True: torch's CPU kernels compute bfloat16."""
+    return True
+
+
+def get_amp_supported_dtype() -> list[torch.dtype]:
+    """dtypes ``torch.autocast("npu")`` may cast to (PyTorch asks the device module)."""
+    return [torch.float16, torch.bfloat16]
+
+
+def _get_device_index(device: Any, optional: bool = False) -> int:
+    return _device_index(device)
