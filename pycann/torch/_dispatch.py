@@ -27,7 +27,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from pycann.torch import fallback
+from pycann.torch import _pycann_ops, fallback
 from pycann.torch._alias import to_cpu, to_npu
 from pycann.torch.optable import Provider, PycannOp, provider_of, pycann_op
 
@@ -120,14 +120,6 @@ def _npu_generator(index: int) -> torch.Generator:
     return npu_random.generator(index)
 
 
-def _run_pycann(spec: PycannOp, args: Sequence[Any]) -> torch.Tensor:
-    from pycann.ge.singleop import run_op
-
-    ins = [t.numpy() if isinstance(t, torch.Tensor) else np.asarray(t) for t in spec.inputs(args)]
-    out = run_op(spec.op_type, ins, spec.attrs(args))[0]
-    return torch.from_numpy(np.ascontiguousarray(out))
-
-
 def _set_like(dst: torch.Tensor, src_cpu: torch.Tensor) -> None:
     """Make npu tensor ``dst`` take the memory, sizes and strides of CPU tensor ``src_cpu``."""
     index = dst.device.index or 0
@@ -213,16 +205,12 @@ def _compute(op: Any, info: _OpInfo, args: tuple[Any, ...], kwargs: dict[str, An
     provider = info.provider
     spec = info.pycann
     if spec is not None and spec.accepts(cargs, ckw):
-        res = _run_pycann(spec, cargs)
         dst = ckw.get("out")
-        if isinstance(dst, torch.Tensor):
-            if dst.shape == res.shape and dst.dtype == res.dtype:
-                dst.copy_(res)
-            else:
-                ckw["out"] = res  # the npu out tensor takes the result's memory below
-            out: Any = ckw["out"]
-        else:
-            out = res
+        dst = dst if isinstance(dst, torch.Tensor) else None
+        res = _pycann_ops.run(spec.op_type, spec.inputs(cargs), spec.attrs(cargs), dst)
+        if dst is not None and res is not dst:
+            ckw["out"] = res  # the npu out tensor takes the result's memory below
+        out: Any = res
     else:
         if provider is Provider.PYCANN:
             provider = Provider.HOST

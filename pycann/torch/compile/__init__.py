@@ -1,7 +1,214 @@
-"""torch.compile(model, backend="npu"): placeholder registration, filled in by backend.py."""
+"""``torch.compile(model, backend="npu")``: FX graphs lowered to GE and run as compiled plans.
+
+TorchDynamo hands each captured FX graph to ``npu_backend``. The graph is lowered to GE's IR
+through ONNX (``torch.onnx.export`` of the GraphModule, TorchScript exporter, opset 17; the
+parameters and buffers Dynamo lifts to graph inputs are embedded as constants, so the fusions
+see them), compiled with the same passes as ``atc`` (``pycann.ge.compiler.compile_model``) and
+run as a ``LoadedModel`` plan. A graph that cannot be lowered -- an op GE lacks, a training
+graph (inputs requiring grad), symbolic shapes, an export error -- runs eagerly (its FX code on
+the npu device) and is recorded: ``graph_report()`` lists every graph with its op count, the
+unsupported ops by name and why it stayed eager; Dynamo's own graph breaks are counted by
+``torch._dynamo.explain``. Compile time per graph is recorded too.
+
+Training: GE has no backward ops for this path yet, so graphs that need gradients run eagerly
+(AOTAutograd is not used); inference graphs are compiled.
+
+``register()`` makes ``torch.compile(..., backend="npu")`` find the backend without importing
+torch._dynamo at ``import pycann.torch`` time; torchair's names are in ``pycann.torch.torchair``.
+"""
 
 from __future__ import annotations
 
+import functools
+import io
+import threading
+import time
+import warnings
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+
+from pycann.torch._alias import to_cpu, to_npu
+
+
+@dataclass
+class GraphRecord:
+    """One FX graph the backend saw."""
+
+    index: int
+    ops: int
+    compiled: bool
+    reason: str = ""
+    unsupported: tuple[str, ...] = ()
+    compile_seconds: float = 0.0
+    calls: int = 0
+
+
+_records: list[GraphRecord] = []
+_lock = threading.Lock()
+
+
+def graph_report() -> list[GraphRecord]:
+    """Every graph given to the npu backend so far, in order."""
+    return list(_records)
+
+
+def format_graph_report() -> str:
+    """``graph_report()`` as text: one line per graph."""
+    lines = [f"pycann torch.compile(backend='npu'): {len(_records)} graph(s)"]
+    for r in _records:
+        state = "GE plan" if r.compiled else f"eager ({r.reason})"
+        extra = f"; unsupported: {', '.join(r.unsupported)}" if r.unsupported else ""
+        lines.append(f"  graph {r.index}: {r.ops} FX ops, {state}, compile {r.compile_seconds * 1e3:.0f} ms, "
+                     f"{r.calls} calls{extra}")
+    return "\n".join(lines)
+
+
+def _static_inputs(gm: torch.fx.GraphModule) -> list[bool]:
+    """Which placeholders are parameters/buffers Dynamo lifted (names it gives them)."""
+    out = []
+    for node in gm.graph.nodes:
+        if node.op == "placeholder":
+            name = str(node.target)
+            out.append("_parameters_" in name or "_buffers_" in name)
+    return out
+
+
+class _Embedded(torch.nn.Module):
+    """The GraphModule with its lifted parameters/buffers as buffers of this module, so the
+    ONNX export makes them initializers."""
+
+    def __init__(self, gm: torch.fx.GraphModule, static: list[bool], consts: list[torch.Tensor | None]) -> None:
+        super().__init__()
+        self.gm = gm
+        self.static = static
+        for i, c in enumerate(consts):
+            if c is not None:
+                self.register_buffer(f"c{i}", c)
+
+    def forward(self, *dynamic: torch.Tensor) -> Any:
+        it = iter(dynamic)
+        args = [getattr(self, f"c{i}") if s else next(it) for i, s in enumerate(self.static)]
+        return self.gm(*args)
+
+
+def _host(t: torch.Tensor) -> torch.Tensor:
+    t = t.detach()
+    return to_cpu(t).clone() if t.device.type == "npu" else t.clone()
+
+
+def _lower(gm: torch.fx.GraphModule, example_inputs: Sequence[Any], static: list[bool]) -> bytes:
+    consts = [_host(t) if s else None for t, s in zip(example_inputs, static)]
+    dynamic = tuple(_host(t) for t, s in zip(example_inputs, static) if not s)
+    module = _Embedded(gm, static, consts).eval()
+    buf = io.BytesIO()
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        torch.onnx.export(module, dynamic, buf, dynamo=False, opset_version=17, do_constant_folding=True,
+                          input_names=[f"x{i}" for i in range(len(dynamic))])
+    return buf.getvalue()
+
+
+def _unsupported(onnx_bytes: bytes) -> list[str]:
+    import onnx
+
+    from pycann.errors import UnsupportedOpError
+    from pycann.ops.registry import lookup
+
+    bad = []
+    for node in onnx.load_from_string(onnx_bytes).graph.node:
+        try:
+            lookup(node.op_type, node.domain, None)
+        except UnsupportedOpError:
+            bad.append(node.op_type)
+    return sorted(set(bad))
+
+
+def _eager(gm: torch.fx.GraphModule, rec: GraphRecord) -> Callable[..., Any]:
+    def run(*args: Any) -> Any:
+        rec.calls += 1
+        return gm.forward(*args)
+
+    return run
+
+
+def npu_backend(gm: torch.fx.GraphModule, example_inputs: Sequence[Any], **options: Any) -> Callable[..., Any]:
+    """The TorchDynamo backend: a callable running ``gm`` as a GE plan (or eagerly, recorded)."""
+    ops = sum(1 for n in gm.graph.nodes if n.op in ("call_function", "call_method", "call_module"))
+    with _lock:
+        rec = GraphRecord(len(_records), ops, False)
+        _records.append(rec)
+    t0 = time.perf_counter()
+    if not all(isinstance(t, torch.Tensor) for t in example_inputs):
+        rec.reason = "symbolic / non-tensor inputs"
+        return _eager(gm, rec)
+    static = _static_inputs(gm)
+    if len(static) != len(example_inputs):
+        static = [False] * len(example_inputs)
+    if torch.is_grad_enabled() and any(t.requires_grad for t in example_inputs):
+        rec.reason = "training graph (needs gradients; GE backward ops not lowered)"
+        return _eager(gm, rec)
+    try:
+        onnx_bytes = _lower(gm, example_inputs, static)
+    except Exception as e:  # noqa: BLE001 - any export failure means: run this graph eagerly, say why
+        rec.reason = f"ONNX lowering failed: {type(e).__name__}: {str(e).splitlines()[0][:200]}"
+        return _eager(gm, rec)
+    bad = _unsupported(onnx_bytes)
+    if bad:
+        rec.unsupported = tuple(bad)
+        rec.reason = "ops GE lacks"
+        return _eager(gm, rec)
+    from pycann.ge.compiler import compile_model
+    from pycann.ge.model import LoadedModel
+
+    try:
+        model = LoadedModel.from_compiled(compile_model(onnx_bytes))
+    except Exception as e:  # noqa: BLE001 - a GE compile failure also falls back, recorded
+        rec.reason = f"GE compile failed: {type(e).__name__}: {str(e).splitlines()[0][:200]}"
+        return _eager(gm, rec)
+    rec.compiled = True
+    rec.compile_seconds = time.perf_counter() - t0
+    dyn_idx = [i for i, s in enumerate(static) if not s]
+
+    def run(*args: Any) -> tuple[torch.Tensor, ...]:
+        rec.calls += 1
+        feeds = []
+        index = -1
+        for i in dyn_idx:
+            t = args[i].detach()
+            if t.device.type == "npu":
+                index = t.device.index or 0
+                t = to_cpu(t)
+            feeds.append(t.contiguous().numpy())
+        outs = model.run(feeds)
+        res = [torch.from_numpy(o) for o in outs]
+        return tuple(to_npu(r, index) if index >= 0 else r for r in res)
+
+    return run
+
+
+_orig_compile: Any = None
+
 
 def register() -> None:
-    """Register the "npu" backend name with torch._dynamo (lazily imported)."""
+    """Let ``torch.compile(..., backend="npu")`` resolve to ``npu_backend`` (a thin wrapper of
+    ``torch.compile``; torch._dynamo is imported only when compiling)."""
+    global _orig_compile
+    if _orig_compile is not None:
+        return
+    _orig_compile = torch.compile
+
+    @functools.wraps(_orig_compile)
+    def compile(model: Any = None, *args: Any, backend: Any = "inductor", **kwargs: Any) -> Any:  # noqa: A001
+        if backend == "npu":
+            backend = npu_backend
+        return _orig_compile(model, *args, backend=backend, **kwargs)
+
+    torch.compile = compile  # type: ignore[assignment]
+
+
+def reset_graph_report() -> None:
+    """Forget the recorded graphs."""
+    _records.clear()
