@@ -18,9 +18,11 @@ backend="npu")`` lowers FX graphs to GE (``pycann.torch.compile``; registered la
 
 from __future__ import annotations
 
+from typing import Any
+
 import torch
 
-from pycann.torch import _dispatch, fallback
+from pycann.torch import _autocast, _dispatch, fallback
 from pycann.torch import npu as npu
 from pycann.torch.fallback import FallbackDisabledError, Report, report, reset, warning_text
 from pycann.torch.optable import Provider
@@ -42,8 +44,43 @@ class _Hooks(torch._C._acc.PrivateUse1Hooks):  # type: ignore[misc]
 
 
 class _Guard(torch._C._acc.DeviceGuard):  # type: ignore[misc]
-    def type_(self) -> object:
+    def type_(self) -> Any:
         return torch._C._autograd.DeviceType.PrivateUse1
+
+
+def _storage_to(orig: Any) -> Any:
+    """``torch.storage``'s ``_to`` with npu targets allocated by the npu kernels: PyTorch's
+    version calls ``torch.UntypedStorage(n, device=...)``, which needs a C++ allocator for the
+    device (pycann registers none: memory comes from npu ops, see ``_alias``)."""
+
+    def _to(self: Any, device: Any, non_blocking: bool = False) -> Any:
+        device = torch.device(device)
+        if device.type == BACKEND and self.device != device:
+            dst = torch.empty(self.nbytes(), dtype=torch.uint8, device=device).untyped_storage()
+            dst.copy_(self, non_blocking)
+            return dst
+        return orig(self, device, non_blocking)
+
+    return _to
+
+
+def _storage_npu(self: Any, device: Any = None, non_blocking: bool = False) -> Any:
+    """``UntypedStorage.npu(device=None)``: a copy on the npu (``self`` if already there)."""
+    index = npu._device_index(device)
+    return self.to(device=torch.device(BACKEND, index), non_blocking=non_blocking)
+
+
+def _pin_memory(orig: Any) -> Any:
+    """``Tensor.pin_memory`` for the npu: pinned (page-locked) memory exists so that a device
+    can DMA from host memory; pycann's npu computes *in* host memory, so "pinning" for it is a
+    copy into a fresh host buffer (what pin_memory returns for any accelerator: a new tensor)."""
+
+    def pin_memory(self: torch.Tensor, device: Any = None) -> torch.Tensor:
+        if device is None or torch.device(device).type == BACKEND:
+            return self.clone(memory_format=torch.preserve_format)
+        return orig(self, device)
+
+    return pin_memory
 
 
 def _register() -> None:
@@ -57,10 +94,17 @@ def _register() -> None:
         torch.utils.rename_privateuse1_backend(BACKEND)
     torch._register_device_module(BACKEND, npu)
     torch.utils.generate_methods_for_privateuse1_backend(
-        for_tensor=True, for_module=True, for_packed_sequence=True, for_storage=True)
+        for_tensor=True, for_module=True, for_packed_sequence=True, for_storage=False)
+    # PyTorch's generated storage methods allocate through a C++ allocator pycann does not
+    # register; these go through the npu kernels instead
+    torch.UntypedStorage.npu = _storage_npu  # type: ignore[attr-defined]
+    torch.UntypedStorage.is_npu = property(lambda self: self.device.type == BACKEND)  # type: ignore[attr-defined]
     torch._C._acc.register_python_privateuseone_hook(_Hooks())
     torch._C._acc.register_python_privateuseone_device_guard(_Guard())
     _dispatch.install()
+    _autocast.install()
+    torch.storage._to = _storage_to(torch.storage._to)  # type: ignore[attr-defined]
+    torch.Tensor.pin_memory = _pin_memory(torch.Tensor.pin_memory)  # type: ignore[method-assign]
     from pycann.torch import compile as _compile
     from pycann.torch_vision_hook import ensure_torchvision_importable
 

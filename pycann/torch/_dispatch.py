@@ -243,7 +243,7 @@ def _compute(op: Any, info: _OpInfo, args: tuple[Any, ...], kwargs: dict[str, An
     for i in info.mutable_args:
         orig = args[i] if i < len(args) else kwargs.get(info.arg_names[i])
         new = cargs[i] if i < len(cargs) else ckw.get(info.arg_names[i])
-        if _is_npu(orig) and isinstance(new, torch.Tensor) and (
+        if isinstance(orig, torch.Tensor) and _is_npu(orig) and isinstance(new, torch.Tensor) and (
                 new.shape != orig.shape or new.data_ptr() != orig.data_ptr() or new.stride() != orig.stride()):
             _set_like(orig, new)
     outs = out if isinstance(out, tuple) else (out,)

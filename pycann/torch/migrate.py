@@ -49,7 +49,13 @@ def map_backend(backend: Any) -> Any:
         return backend
     if backend.lower() == "nccl":
         return "hccl"
-    return re.sub(r"cuda:nccl", "npu:hccl", re.sub(r"(?<=:)nccl\b", "hccl", backend))
+    pairs = [p.split(":", 1) if ":" in p else ["", p] for p in backend.split(",")]
+    out = []
+    for dev, name in pairs:
+        dev = "npu" if dev == "cuda" else dev
+        name = "hccl" if name.lower() == "nccl" else name
+        out.append(f"{dev}:{name}" if dev else name)
+    return ",".join(out)
 
 
 def _device_kw(fn: Callable[..., Any]) -> Callable[..., Any]:
@@ -64,7 +70,7 @@ def _device_kw(fn: Callable[..., Any]) -> Callable[..., Any]:
 
 def _to_args(args: tuple[Any, ...], kwargs: dict[str, Any]) -> tuple[tuple[Any, ...], dict[str, Any]]:
     """``.to(...)``'s arguments with cuda devices and bare integer devices mapped to npu."""
-    out = []
+    out: list[Any] = []
     for a in args:
         if isinstance(a, bool):
             out.append(a)
@@ -87,10 +93,16 @@ def _wrap_to(fn: Callable[..., Any]) -> Callable[..., Any]:
     return to
 
 
+def _npu() -> Any:
+    from pycann.torch import npu
+
+    return npu
+
+
 def _cuda_as_npu(self: Any, device: Any = None, non_blocking: bool = False, **kwargs: Any) -> Any:
     if isinstance(device, int) and not isinstance(device, bool):
         device = torch.device("npu", device)
-    dev = map_device(device) if device is not None else torch.device("npu", torch.npu.current_device())
+    dev = map_device(device) if device is not None else torch.device("npu", _npu().current_device())
     if isinstance(self, torch.nn.Module):
         return self.to(dev)
     return self.to(dev, non_blocking=non_blocking, **kwargs)
@@ -111,7 +123,7 @@ def _patch_cuda_module() -> None:
     for name in npu.__all__:
         if name != "amp":
             setattr(torch.cuda, name, getattr(npu, name))
-    torch.cuda.current_device = npu.current_device
+    torch.cuda.current_device = npu.current_device  # type: ignore[assignment]
     torch.cuda._lazy_init = lambda: None  # type: ignore[attr-defined]
     import torch.cuda.amp as cuda_amp
 
@@ -146,8 +158,8 @@ def _patch_distributed() -> None:
     for name in ("init_process_group", "new_group"):
         orig = getattr(dist, name)
 
-        def wrapper(*args: Any, __orig: Callable[..., Any] = orig, **kwargs: Any) -> Any:
-            if args and name == "init_process_group":
+        def wrapper(*args: Any, __orig: Callable[..., Any] = orig, __name: str = name, **kwargs: Any) -> Any:
+            if args and __name == "init_process_group":
                 args = (map_backend(args[0]),) + args[1:]
             if "backend" in kwargs:
                 kwargs["backend"] = map_backend(kwargs["backend"])
@@ -182,7 +194,7 @@ def apply() -> None:
         setattr(torch.Tensor, name, _device_kw(getattr(torch.Tensor, name)))
     torch.Tensor.to = _wrap_to(torch.Tensor.to)  # type: ignore[method-assign]
     torch.nn.Module.to = _wrap_to(torch.nn.Module.to)  # type: ignore[method-assign]
-    torch.Tensor.cuda = _cuda_as_npu  # type: ignore[method-assign]
+    torch.Tensor.cuda = _cuda_as_npu  # type: ignore[method-assign, assignment]
     torch.nn.Module.cuda = _cuda_as_npu  # type: ignore[method-assign, assignment]
     torch.Tensor.is_cuda = property(lambda self: self.device.type in ("npu", "cuda"))  # type: ignore[assignment, method-assign]
     _patch_autocast()

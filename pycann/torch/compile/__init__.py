@@ -106,7 +106,8 @@ def _lower(gm: torch.fx.GraphModule, example_inputs: Sequence[Any], static: list
     buf = io.BytesIO()
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        torch.onnx.export(module, dynamic, buf, dynamo=False, opset_version=17, do_constant_folding=True,
+        torch.onnx.export(module, dynamic, buf,  # type: ignore[arg-type]  # the exporter writes file objects too
+                          dynamo=False, opset_version=17, do_constant_folding=True,
                           input_names=[f"x{i}" for i in range(len(dynamic))])
     return buf.getvalue()
 
@@ -141,15 +142,16 @@ def npu_backend(gm: torch.fx.GraphModule, example_inputs: Sequence[Any], **optio
         rec = GraphRecord(len(_records), ops, False)
         _records.append(rec)
     t0 = time.perf_counter()
+    if torch.is_grad_enabled() and (any(isinstance(t, torch.Tensor) and t.requires_grad for t in example_inputs)
+                                    or any(p.requires_grad for p in gm.parameters())):
+        rec.reason = "training graph (needs gradients; GE backward ops not lowered)"
+        return _eager(gm, rec)
     if not all(isinstance(t, torch.Tensor) for t in example_inputs):
         rec.reason = "symbolic / non-tensor inputs"
         return _eager(gm, rec)
     static = _static_inputs(gm)
     if len(static) != len(example_inputs):
         static = [False] * len(example_inputs)
-    if torch.is_grad_enabled() and any(t.requires_grad for t in example_inputs):
-        rec.reason = "training graph (needs gradients; GE backward ops not lowered)"
-        return _eager(gm, rec)
     try:
         onnx_bytes = _lower(gm, example_inputs, static)
     except Exception as e:  # noqa: BLE001 - any export failure means: run this graph eagerly, say why

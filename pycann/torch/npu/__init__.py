@@ -18,17 +18,40 @@ import torch
 
 from pycann.torch.npu import amp
 from pycann.torch.npu.memory import (
-    empty_cache, max_memory_allocated, max_memory_cached, max_memory_reserved, mem_get_info,
-    memory_allocated, memory_cached, memory_reserved, memory_stats, memory_summary,
-    reset_accumulated_memory_stats, reset_max_memory_allocated, reset_peak_memory_stats,
+    empty_cache,
+    max_memory_allocated,
+    max_memory_cached,
+    max_memory_reserved,
+    mem_get_info,
+    memory_allocated,
+    memory_cached,
+    memory_reserved,
+    memory_stats,
+    memory_summary,
+    reset_accumulated_memory_stats,
+    reset_max_memory_allocated,
+    reset_peak_memory_stats,
     set_per_process_memory_fraction,
 )
 from pycann.torch.npu.random import (
-    get_rng_state, get_rng_state_all, initial_seed, manual_seed, manual_seed_all, seed, seed_all,
-    set_rng_state, set_rng_state_all,
+    get_rng_state,
+    get_rng_state_all,
+    initial_seed,
+    manual_seed,
+    manual_seed_all,
+    seed,
+    seed_all,
+    set_rng_state,
+    set_rng_state_all,
 )
 from pycann.torch.npu.streams import (
-    Event, Stream, StreamContext, current_stream, default_stream, set_stream, stream,
+    Event,
+    Stream,
+    StreamContext,
+    current_stream,
+    default_stream,
+    set_stream,
+    stream,
 )
 
 __all__ = [

@@ -1,0 +1,174 @@
+"""The npu device against PyTorch's out-of-tree device contract (cf. PyTorch's
+test/cpp_extensions open_registration tests and test_privateuseone_python_backend.py): tensor
+creation and moves, ops, storage, views, autograd, optimizers, serialization, streams, events,
+rng, memory, autocast, DataLoader pinning. Goldens are torch's CPU results."""
+
+from __future__ import annotations
+
+import io
+
+import pytest
+
+torch = pytest.importorskip("torch")
+import pycann.torch  # noqa: E402
+from pycann.torch import Provider  # noqa: E402
+
+
+def test_device_registered() -> None:
+    assert torch._C._get_privateuse1_backend_name() == "npu"
+    assert torch.npu is pycann.torch.npu
+    assert torch.npu.is_available() and torch.npu.device_count() >= 1
+    x = torch.arange(6.0).reshape(2, 3).npu()
+    assert x.device == torch.device("npu", 0) and x.is_npu and not torch.ones(1).is_npu
+    assert torch.equal(x.cpu(), torch.arange(6.0).reshape(2, 3))
+
+
+def test_ops_match_cpu() -> None:
+    torch.manual_seed(0)
+    a, b = torch.randn(4, 5), torch.randn(4, 5)
+    an, bn = a.npu(), b.npu()
+    for f in (lambda x, y: x + y, lambda x, y: x * y - y, lambda x, y: torch.relu(x) / (y.abs() + 1),
+              lambda x, y: x @ y.T, lambda x, y: torch.softmax(x, 1), lambda x, y: x.sum(0) + y.mean(),
+              lambda x, y: torch.where(x > y, x, y), lambda x, y: torch.cat([x, y]).sigmoid()):
+        got = f(an, bn)
+        assert got.device.type == "npu"
+        torch.testing.assert_close(got.cpu(), f(a, b))
+
+
+def test_views_share_storage_and_in_place_writes() -> None:
+    x = torch.zeros(4, 4, device="npu")
+    v = x[1:3, ::2]
+    t = x.t()
+    assert v.untyped_storage().data_ptr() == x.untyped_storage().data_ptr()
+    v.fill_(7.0)
+    t[0, 0] = 5.0
+    ref = torch.zeros(4, 4)
+    ref[1:3, ::2] = 7.0
+    ref[0, 0] = 5.0
+    torch.testing.assert_close(x.cpu(), ref)
+    y = torch.ones(3, device="npu")
+    torch.add(y, y, out=(o := torch.empty(0, device="npu")))
+    assert o.shape == (3,) and o.device.type == "npu" and torch.equal(o.cpu(), torch.full((3,), 2.0))
+    y.resize_(10)
+    assert y.shape == (10,) and torch.equal(y[:3].cpu(), torch.ones(3))
+
+
+def test_storage_and_dtypes() -> None:
+    for dt in (torch.float32, torch.float16, torch.bfloat16, torch.int64, torch.bool, torch.uint8):
+        c = torch.arange(5).to(dt)
+        n = c.npu()
+        assert n.dtype == dt and n.untyped_storage().device.type == "npu"
+        assert torch.equal(n.cpu(), c)
+    s = torch.ones(3, device="npu").untyped_storage()
+    assert s.nbytes() == 12 and s.device.type == "npu"
+
+
+def test_autograd_and_optimizer_match_cpu() -> None:
+    torch.manual_seed(1)
+    ref = torch.nn.Sequential(torch.nn.Linear(8, 16), torch.nn.ReLU(), torch.nn.Linear(16, 1))
+    net = torch.nn.Sequential(torch.nn.Linear(8, 16), torch.nn.ReLU(), torch.nn.Linear(16, 1))
+    net.load_state_dict(ref.state_dict())
+    net = net.npu()
+    assert all(p.device.type == "npu" for p in net.parameters())
+    x, y = torch.randn(32, 8), torch.randn(32, 1)
+    xn, yn = x.npu(), y.npu()
+    for model, opt, xx, yy in ((ref, torch.optim.Adam(ref.parameters(), 0.01), x, y),
+                               (net, torch.optim.Adam(net.parameters(), 0.01), xn, yn)):
+        for _ in range(3):
+            opt.zero_grad()
+            torch.nn.functional.mse_loss(model(xx), yy).backward()
+            opt.step()
+    assert net[0].weight.grad.device.type == "npu"
+    for p, q in zip(net.parameters(), ref.parameters()):
+        torch.testing.assert_close(p.detach().cpu(), q.detach(), rtol=1e-5, atol=1e-6)
+
+
+def test_state_dict_save_load_roundtrip() -> None:
+    net = torch.nn.Linear(3, 2).npu()
+    buf = io.BytesIO()
+    torch.save(net.state_dict(), buf)
+    buf.seek(0)
+    sd = torch.load(buf)  # weights_only default: plain tensors on npu
+    assert sd["weight"].device.type == "npu"
+    torch.testing.assert_close(sd["weight"].cpu(), net.weight.detach().cpu())
+    buf.seek(0)
+    cpu_sd = torch.load(buf, map_location="cpu")
+    assert cpu_sd["bias"].device.type == "cpu"
+
+
+def test_streams_and_events() -> None:
+    s = torch.npu.Stream()
+    assert torch.npu.current_stream() == torch.npu.default_stream()
+    with torch.npu.stream(s):
+        assert torch.npu.current_stream() is s
+        start, end = torch.npu.Event(enable_timing=True), torch.npu.Event(enable_timing=True)
+        start.record()
+        torch.ones(100, 100, device="npu").sum()
+        end.record()
+    end.synchronize()
+    assert s.query() and end.query() and start.elapsed_time(end) >= 0.0
+    with pytest.raises(RuntimeError, match="enable_timing"):
+        torch.npu.Event().elapsed_time(torch.npu.Event())
+    torch.npu.synchronize()
+
+
+def test_rng_is_per_device_and_reproducible() -> None:
+    torch.npu.manual_seed(123)
+    a = torch.randn(5, device="npu")
+    state = torch.npu.get_rng_state()
+    b = torch.randn(5, device="npu")
+    torch.npu.set_rng_state(state)
+    torch.testing.assert_close(torch.randn(5, device="npu").cpu(), b.cpu())
+    torch.npu.manual_seed(123)
+    torch.testing.assert_close(torch.randn(5, device="npu").cpu(), a.cpu())
+    assert torch.npu.initial_seed() == 123
+
+
+def test_memory_counters_follow_tensor_lifetimes() -> None:
+    torch.npu.reset_peak_memory_stats()
+    base = torch.npu.memory_allocated()
+    x = torch.empty(1024, 1024, device="npu")  # 4 MiB
+    assert torch.npu.memory_allocated() - base == 4 << 20
+    assert torch.npu.max_memory_allocated() >= base + (4 << 20)
+    del x
+    assert torch.npu.memory_allocated() == base
+    assert torch.npu.memory_stats()["allocated_bytes.all.current"] == base
+
+
+def test_autocast_runs_matmul_in_float16() -> None:
+    a = torch.randn(4, 4, device="npu")
+    with torch.autocast("npu", dtype=torch.float16):
+        y = a @ a
+    assert y.dtype == torch.float16
+    with torch.npu.amp.autocast():
+        assert (a @ a).dtype == torch.float16
+
+
+def test_dataloader_pin_memory() -> None:
+    data = torch.utils.data.TensorDataset(torch.arange(8.0).reshape(4, 2))
+    batches = list(torch.utils.data.DataLoader(data, batch_size=2, pin_memory=True))
+    assert len(batches) == 2 and torch.equal(batches[0][0], torch.tensor([[0.0, 1.0], [2.0, 3.0]]))
+
+
+def test_report_counts_providers() -> None:
+    pycann.torch.reset()
+    x = torch.randn(3, 3, device="npu")
+    torch.relu(x)
+    r = pycann.torch.report()
+    names = {(s.name, s.provider) for s in r.ops}
+    assert ("aten::relu", Provider.PYCANN) in names
+    assert all(0.0 <= r.share(s) <= 1.0 for s in r.ops)
+    assert "aten::relu" in r.format(only_fallbacks=False)
+
+
+def test_api_names_of_torch_npu() -> None:
+    for name in ("is_available", "device_count", "set_device", "current_device", "synchronize", "Stream",
+                 "Event", "memory_allocated", "max_memory_allocated", "manual_seed", "manual_seed_all",
+                 "get_rng_state", "set_rng_state", "current_stream", "default_stream", "stream", "device",
+                 "get_device_name", "get_device_properties", "mem_get_info", "empty_cache", "memory_reserved",
+                 "reset_peak_memory_stats", "is_bf16_supported", "get_soc_version"):
+        assert callable(getattr(torch.npu, name)), name
+    with pytest.raises(ValueError, match="does not exist"):
+        torch.npu.set_device(torch.npu.device_count())
+    torch.npu.set_device(0)
+    assert torch.npu.current_device() == 0

@@ -1,0 +1,133 @@
+"""CPU fallback (torch_npu's warning text, TORCH_NPU_FALLBACK_CPU_DISABLE, the report), the CUDA
+migration and pycann-run's torch_npu shim (subprocesses: the migration patches torch), and
+torch.compile(backend="npu") against eager CPU results."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import warnings
+from pathlib import Path
+
+import pytest
+
+torch = pytest.importorskip("torch")
+import pycann.torch  # noqa: E402
+from pycann.torch import FallbackDisabledError, Provider  # noqa: E402
+from pycann.torch.compile import graph_report, reset_graph_report  # noqa: E402
+
+ROOT = Path(__file__).resolve().parents[2]
+SAMPLES = Path("/work/shared/samples/torch_npu")
+
+
+def _fallback_op() -> tuple[torch.Tensor, torch.Tensor]:
+    x = torch.arange(1.0, 7.0).reshape(2, 3)
+    return x, torch.special.i0e(x)  # aten::special_i0e: no pycann op, falls back
+
+
+def test_fallback_warns_once_with_torch_npu_text_and_is_reported() -> None:
+    pycann.torch.reset()
+    x, ref = _fallback_op()
+    with warnings.catch_warnings(record=True) as w:
+        warnings.simplefilter("always")
+        got = torch.special.i0e(x.npu())
+        torch.special.i0e(x.npu())
+    msgs = [str(m.message) for m in w if "CAUTION" in str(m.message)]
+    assert len(msgs) == 1 and "is not currently supported on the NPU backend and will fall back to run on the CPU" in msgs[0]
+    assert "(function npu_cpu_fallback)" in msgs[0]
+    torch.testing.assert_close(got.cpu(), ref)
+    fb = [s for s in pycann.torch.report().fallbacks if "i0e" in s.name]
+    assert fb and fb[0].calls == 2 and fb[0].provider is Provider.FALLBACK
+    assert "i0e" in pycann.torch.report().format()
+
+
+def test_fallback_disabled_raises(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("TORCH_NPU_FALLBACK_CPU_DISABLE", "1")
+    x, _ = _fallback_op()
+    with pytest.raises(FallbackDisabledError, match="ERR01007.*i0e"):
+        torch.special.i0e(x.npu())
+    torch.relu(x.npu())  # ops with a kernel still run
+
+
+def _run(code_or_args: list[str], env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
+    e = dict(os.environ, PYTHONPATH=str(ROOT), PYCANN_TORCH_REPORT="0", **(env or {}))
+    return subprocess.run([sys.executable, *code_or_args], capture_output=True, text=True, env=e, timeout=300)
+
+
+MIGRATION = r"""
+import torch, pycann.torch
+from pycann.torch.contrib import transfer_to_npu  # noqa: F401
+assert torch.cuda.is_available() and torch.cuda.device_count() == torch.npu.device_count()
+t = torch.ones(2).to(0)                       # .to(int) means a device index
+assert t.device == torch.device("npu", 0), t.device
+d = torch.device("cuda:0")
+assert torch.zeros(2, device=d).device.type == "npu"
+assert torch.ones(2).to("cuda").is_cuda and torch.ones(2).cuda().device.type == "npu"
+m = torch.nn.Linear(2, 2).cuda()
+assert m.weight.device.type == "npu"
+with torch.cuda.amp.autocast():
+    assert (t[None] @ t[:, None]).dtype == torch.float16
+from pycann.torch.migrate import map_backend
+assert map_backend("nccl") == "hccl" and map_backend("cpu:gloo,cuda:nccl") == "cpu:gloo,npu:hccl"
+@torch.jit.script
+def f(x: torch.Tensor) -> torch.Tensor:
+    return x * 2 + 1
+assert torch.equal(f(torch.ones(2)), torch.full((2,), 3.0))
+import torch.distributed as dist
+assert getattr(dist.init_process_group, "__wrapped__", None) is not None
+print("OK")
+"""
+
+
+def test_migration_traps(tmp_path: Path) -> None:
+    app = tmp_path / "migrated.py"  # a file: torch.jit.script reads the function's source
+    app.write_text(MIGRATION, encoding="utf-8")
+    r = _run([str(app)])
+    assert r.returncode == 0 and "OK" in r.stdout, r.stderr[-3000:]
+
+
+def test_pycann_run_migrate_sample() -> None:
+    sample = SAMPLES / "migrate_cuda.py"
+    if not sample.exists():
+        pytest.skip("shared samples not present")
+    r = _run(["-m", "pycann.tools.run", str(sample)])
+    assert r.returncode == 0, r.stderr[-3000:]
+    assert "device of parameters: npu:0" in r.stdout
+
+
+def test_pycann_run_shim_names() -> None:
+    code = ("import torch_npu, torch, torchair\nfrom torch_npu.contrib import transfer_to_npu\n"
+            "import pycann.torch\nassert torch_npu.npu is torch.npu and torch_npu.report is pycann.torch.report\n"
+            "assert callable(torchair.get_npu_backend(compiler_config=torchair.CompilerConfig()))\nprint('OK')\n")
+    app = ROOT / "tests" / "torch" / "_shim_app.py"
+    app.write_text(code, encoding="utf-8")
+    try:
+        r = _run(["-m", "pycann.tools.run", str(app)])
+    finally:
+        app.unlink()
+    assert r.returncode == 0 and "OK" in r.stdout, r.stderr[-3000:]
+
+
+def test_compile_backend_matches_eager() -> None:
+    reset_graph_report()
+    torch.manual_seed(0)
+    m = torch.nn.Sequential(torch.nn.Conv2d(3, 8, 3), torch.nn.BatchNorm2d(8), torch.nn.ReLU(),
+                            torch.nn.Flatten(), torch.nn.Linear(8 * 6 * 6, 4)).eval()
+    x = torch.randn(2, 3, 8, 8)
+    with torch.no_grad():
+        ref = m(x)
+        got = torch.compile(m.npu(), backend="npu")(x.npu())
+    assert got.device.type == "npu"
+    torch.testing.assert_close(got.cpu(), ref, rtol=1e-4, atol=1e-5)
+    recs = graph_report()
+    assert recs and recs[0].compiled and recs[0].calls == 1 and recs[0].compile_seconds > 0
+
+
+def test_compile_training_graph_runs_eager_and_says_why() -> None:
+    reset_graph_report()
+    m = torch.nn.Linear(4, 2).npu()
+    out = torch.compile(m, backend="npu")(torch.randn(3, 4).npu())
+    out.sum().backward()
+    assert m.weight.grad is not None and m.weight.grad.device.type == "npu"
+    assert any(not r.compiled and "training" in r.reason for r in graph_report())
