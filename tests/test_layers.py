@@ -14,6 +14,8 @@ FORBIDDEN = {
     "ge": ("pycann.acl", "pycann.tools"),
     "runtime": ("pycann.ge", "pycann.acl", "pycann.tools", "pycann.ops"),
     "acl": ("pycann.tools",),
+    # the PyTorch adaptor sits beside acl: it uses ge/ops/runtime, never acl or the tools
+    "torch": ("pycann.acl", "pycann.tools"),
 }
 
 

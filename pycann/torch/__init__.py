@@ -108,9 +108,29 @@ def _register() -> None:
     from pycann.torch import compile as _compile
     from pycann.torch_vision_hook import ensure_torchvision_importable
 
-    ensure_torchvision_importable()
-
     _compile.register()
+    ensure_torchvision_importable()
+    _register_hccl()
+
+
+def _register_hccl() -> None:
+    """As ``import torch_npu`` does, make the ``hccl`` backend of torch.distributed known when
+    pycann's HCCL (``pycann.hccl``) is installed, and give it zero-copy host views of npu
+    tensors (npu memory is host memory)."""
+    try:
+        import pycann.hccl as hccl  # type: ignore[import-not-found, unused-ignore]
+    except ImportError:
+        return
+    register_view = getattr(hccl, "register_host_view", None)
+    if register_view is not None:
+        register_view(BACKEND, _host_view)
+
+
+def _host_view(t: torch.Tensor) -> torch.Tensor | None:
+    """A CPU tensor over a contiguous npu tensor's memory (None otherwise: hccl copies)."""
+    from pycann.torch._alias import to_cpu
+
+    return to_cpu(t) if t.is_contiguous() else None
 
 
 _register()

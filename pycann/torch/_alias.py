@@ -12,6 +12,7 @@ Both keep sizes, strides, storage offset and dtype; neither copies.
 from __future__ import annotations
 
 import ctypes
+import sys
 from dataclasses import dataclass
 from typing import Any
 
@@ -43,6 +44,9 @@ _get_pointer = ctypes.pythonapi.PyCapsule_GetPointer
 _get_pointer.restype = ctypes.c_void_p
 _get_pointer.argtypes = [ctypes.py_object, ctypes.c_char_p]
 _device_offset = _DLTensor.device.offset
+_DELETER_OFFSET = _DLManagedTensor.deleter.offset
+_I64 = ctypes.c_int64
+assert sys.byteorder == "little", "pycann.torch._alias relabels DLPack devices as little-endian int64"
 _to_dlpack = torch._C._to_dlpack
 _from_dlpack = torch._C._from_dlpack
 
@@ -84,24 +88,24 @@ _orig_deleters: dict[int, Any] = {}
 def _relabel(t: torch.Tensor, device_type: int, index: int, track: bool = False) -> torch.Tensor:
     capsule = _to_dlpack(t)
     addr = _get_pointer(capsule, b"dltensor")
-    # DLManagedTensor starts with its DLTensor; the device is two ints inside it.
-    dev = _DLDevice.from_address(addr + _device_offset)
-    dev.device_type = device_type
-    dev.device_id = index
+    # DLManagedTensor starts with its DLTensor; its DLDevice is two int32s (type, id): one
+    # little-endian int64 store relabels both
+    _I64.from_address(addr + _device_offset).value = device_type | (index << 32)
     if track:
         nbytes = t.untyped_storage().nbytes()
-        m = _DLManagedTensor.from_address(addr)
-        orig_ptr = int(m.deleter or 0)
+        slot = ctypes.c_void_p.from_address(addr + _DELETER_OFFSET)
+        orig_ptr = slot.value
         if orig_ptr:
             orig = _orig_deleters.get(orig_ptr)
             if orig is None:
                 orig = _orig_deleters.setdefault(orig_ptr, _DELETER(orig_ptr))
             _pending[addr] = (orig, nbytes)
-            m.deleter = _deleter_ptr
-            COUNTERS.allocated += nbytes
-            COUNTERS.allocations += 1
-            if COUNTERS.allocated > COUNTERS.peak:
-                COUNTERS.peak = COUNTERS.allocated
+            slot.value = _deleter_ptr
+            c = COUNTERS
+            c.allocated += nbytes
+            c.allocations += 1
+            if c.allocated > c.peak:
+                c.peak = c.allocated
     return _from_dlpack(capsule)
 
 

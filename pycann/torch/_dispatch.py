@@ -32,6 +32,7 @@ from pycann.torch._alias import to_cpu, to_npu
 from pycann.torch.optable import Provider, PycannOp, provider_of, pycann_op
 
 _CPU_KEYS = torch._C.DispatchKeySet(torch._C.DispatchKey.CPU)
+_CPU = torch.device("cpu")
 _NPU = "npu"
 _perf = time.perf_counter
 
@@ -50,13 +51,16 @@ class _OpInfo:
     # for each return: the index of the argument it aliases with write (in-place / out=), or -1
     write_returns: tuple[int, ...]
     mutable_args: tuple[int, ...]
+    special: Any  # the kernel of an allocation / copy / resize op, else None
+    stats: dict[Provider, fallback.OpStat]  # this op's counters, per provider that served it
 
 
-_infos: dict[Any, _OpInfo] = {}
+_infos: dict[int, _OpInfo] = {}  # by id(): OpOverload.__hash__ is Python code, too slow per call
+_keep: list[Any] = []
 
 
 def _info(op: Any) -> _OpInfo:
-    info = _infos.get(op)
+    info = _infos.get(id(op))
     if info is not None:
         return info
     schema = op._schema
@@ -78,10 +82,12 @@ def _info(op: Any) -> _OpInfo:
     device_arg = next((i for i, a in enumerate(args) if a.name == "device"), -1)
     generator_arg = next((i for i, a in enumerate(args) if a.name == "generator"), -1)
     provider = provider_of(name, schema.name)
+    special = _SPECIAL.get(schema.name)
     info = _OpInfo(name, provider, pycann_op(name, schema.name),
                    tuple(a.name for a in args), frozenset(a.name for a in args if a.kwarg_only),
-                   device_arg, generator_arg, tuple(writes), tuple(mutable))
-    _infos[op] = info
+                   device_arg, generator_arg, tuple(writes), tuple(mutable), special, {})
+    _infos[id(op)] = info
+    _keep.append(op)  # ids stay valid: the overloads live as long as the process anyway
     return info
 
 
@@ -92,9 +98,11 @@ def _is_npu(x: Any) -> bool:
 def _down(x: Any, index: list[int]) -> Any:
     """npu tensors (also inside lists) -> CPU tensors over the same memory."""
     if isinstance(x, torch.Tensor):
+        if x.is_cpu:  # a C getter; x.device would build a device object per call
+            return x
         if x.device.type == _NPU:
             if not index:
-                index.append(x.device.index or 0)
+                index.append(x.get_device())
             return to_cpu(x)
         return x
     if isinstance(x, (list, tuple)) and x and any(isinstance(e, torch.Tensor) for e in x):
@@ -108,7 +116,7 @@ def _down(x: Any, index: list[int]) -> Any:
 
 def _up(x: Any, index: int) -> Any:
     if isinstance(x, torch.Tensor):
-        return to_npu(x, index) if x.device.type == "cpu" else x
+        return to_npu(x, index) if x.is_cpu else x
     if isinstance(x, (list, tuple)):
         return type(x)(_up(e, index) for e in x)
     return x
@@ -128,11 +136,13 @@ def _set_like(dst: torch.Tensor, src_cpu: torch.Tensor) -> None:
         _CPU_KEYS, dst, storage, src_cpu.storage_offset(), list(src_cpu.shape), list(src_cpu.stride()))
 
 
-def _empty(op: Any, info: _OpInfo, args: list[Any], kwargs: dict[str, Any]) -> torch.Tensor:
+def _empty(op: Any, *args: Any, **kwargs: Any) -> torch.Tensor:
     dev = kwargs.get("device")
     index = (dev.index or 0) if isinstance(dev, torch.device) else 0
-    kwargs = dict(kwargs, device="cpu", pin_memory=None) if "device" in kwargs else kwargs
-    return to_npu(op(*args, **kwargs), index)
+    if "device" in kwargs:
+        kwargs["device"] = _CPU
+        kwargs["pin_memory"] = None
+    return to_npu(op._op(*args, **kwargs), index)
 
 
 def _copy_from(src: torch.Tensor, dst: torch.Tensor, non_blocking: bool = False) -> torch.Tensor:
@@ -165,28 +175,28 @@ def _resize(self: torch.Tensor, size: Sequence[int], memory_format: Any = None) 
     return self
 
 
+def _stat(info: _OpInfo, provider: Provider) -> fallback.OpStat:
+    st = info.stats.get(provider)
+    if st is None:
+        st = info.stats.setdefault(provider, fallback.stat(info.name, provider))
+    return st
+
+
 def _kernel(op: Any, *args: Any, **kwargs: Any) -> Any:
-    info = _info(op)
-    packet = info.name.split(".")[0]
+    info = _infos.get(id(op)) or _info(op)
     t0 = _perf()
     provider = info.provider
     if provider is Provider.META:
         out = op.redispatch(_CPU_KEYS, *args, **kwargs)
-        fallback.record(info.name, provider, _perf() - t0)
-        return out
-    if packet in ("aten::empty", "aten::empty_strided"):
-        out = _empty(op, info, list(args), kwargs)
-    elif packet == "aten::_copy_from":
-        out = _copy_from(*args, **kwargs)
-    elif packet == "aten::_copy_from_and_resize":
-        out = _copy_from_and_resize(*args, **kwargs)
-    elif packet == "aten::resize_":
-        out = _resize(*args, **kwargs)
+    elif info.special is not None:
+        out = info.special(op, *args, **kwargs)
     else:
         if provider is Provider.FALLBACK:
             fallback.on_fallback(info.name)
         out, provider = _compute(op, info, args, kwargs)
-    fallback.record(info.name, provider, _perf() - t0)
+    st = info.stats.get(provider) or _stat(info, provider)
+    st.calls += 1
+    st.seconds += _perf() - t0
     return out
 
 
@@ -226,9 +236,9 @@ def _compute(op: Any, info: _OpInfo, args: tuple[Any, ...], kwargs: dict[str, An
                 # torch's, not the user's: keep it quiet
                 with warnings.catch_warnings():
                     warnings.filterwarnings("ignore", message="An output with one or more elements was resized")
-                    out = op(*cargs, **ckw)
+                    out = op._op(*cargs, **ckw)
             else:
-                out = op(*cargs, **ckw)
+                out = op._op(*cargs, **ckw)
         except RuntimeError as e:
             if "not resizable" not in str(e) or not info.mutable_args:
                 raise
@@ -236,7 +246,7 @@ def _compute(op: Any, info: _OpInfo, args: tuple[Any, ...], kwargs: dict[str, An
                 name = info.arg_names[i]
                 if name in info.kwarg_only and isinstance(ckw.get(name), torch.Tensor):
                     ckw[name] = torch.empty(0, dtype=ckw[name].dtype)
-            out = op(*cargs, **ckw)
+            out = op._op(*cargs, **ckw)
     if not info.mutable_args:
         return _up(out, dev), provider
     # in-place / out=: the npu arguments are the results; follow a resize the kernel made
@@ -257,10 +267,28 @@ def _compute(op: Any, info: _OpInfo, args: tuple[Any, ...], kwargs: dict[str, An
     return (tuple(fixed) if isinstance(out, tuple) else fixed[0]), provider
 
 
-# Ops whose CompositeExplicitAutograd kernel would win over a fallback and end in a
-# "not implemented for this backend" stub (convolution -> convolution_overrideable): they get
-# the kernel registered for PrivateUse1 by name.
-EXPLICIT_OPS = ("convolution.default", "convolution_backward.default")
+_SPECIAL: dict[str, Any] = {
+    "aten::empty": _empty,
+    "aten::empty_strided": _empty,
+    "aten::_copy_from": lambda op, *a, **k: _copy_from(*a, **k),
+    "aten::_copy_from_and_resize": lambda op, *a, **k: _copy_from_and_resize(*a, **k),
+    "aten::resize_": lambda op, *a, **k: _resize(*a, **k),
+}
+
+# Ops that get the kernel registered for PrivateUse1 by name rather than through the fallback:
+# those whose CompositeExplicitAutograd kernel would win over a fallback and end in a "not
+# implemented for this backend" stub (convolution -> convolution_overrideable), and the
+# functional forms of hot structured ops, which would otherwise reach the device as two calls
+# (an ``empty`` for the result, then the ``.out`` overload).
+EXPLICIT_OPS = (
+    "convolution.default", "convolution_backward.default",
+    "add.Tensor", "sub.Tensor", "mul.Tensor", "div.Tensor", "maximum.default", "minimum.default",
+    "mm.default", "bmm.default", "addmm.default", "mean.dim", "sum.dim_IntList", "max_pool2d_with_indices.default",
+    "sigmoid.default", "tanh.default", "exp.default", "log.default", "sqrt.default", "rsqrt.default",
+    "neg.default", "abs.default", "_softmax.default", "_log_softmax.default", "gelu.default", "silu.default",
+    "threshold_backward.default", "native_layer_norm.default", "clamp_min.default", "pow.Tensor_Scalar",
+    "where.self", "erf.default", "reciprocal.default",
+)
 
 _libraries: list[torch.library.Library] = []
 

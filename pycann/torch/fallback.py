@@ -72,7 +72,7 @@ class Report:
 
 
 _lock = threading.Lock()
-_stats: dict[str, OpStat] = {}
+_stats: dict[tuple[str, Provider], OpStat] = {}
 _warned: set[str] = set()
 
 
@@ -94,27 +94,36 @@ def on_fallback(op_name: str) -> None:
         warnings.warn(warning_text(op_name), UserWarning, stacklevel=3)
 
 
-def record(op_name: str, provider: Provider, seconds: float) -> None:
-    """Count one call of ``op_name`` served by ``provider``."""
-    key = f"{op_name}|{provider.value}"
+def stat(op_name: str, provider: Provider) -> OpStat:
+    """The counters of ``op_name`` served by ``provider`` (created on first use; the caller
+    increments ``calls`` and ``seconds``: the dispatcher keeps them per op)."""
+    key = (op_name, provider)
     s = _stats.get(key)
     if s is None:
         with _lock:
             s = _stats.setdefault(key, OpStat(op_name, provider))
+    return s
+
+
+def record(op_name: str, provider: Provider, seconds: float) -> None:
+    """Count one call of ``op_name`` served by ``provider``."""
+    s = stat(op_name, provider)
     s.calls += 1
     s.seconds += seconds
 
 
 def report() -> Report:
-    """The counts so far."""
-    ops = tuple(OpStat(s.name, s.provider, s.calls, s.seconds) for s in list(_stats.values()))
+    """The counts so far (ops with at least one call)."""
+    ops = tuple(OpStat(s.name, s.provider, s.calls, s.seconds) for s in list(_stats.values()) if s.calls)
     return Report(ops, sum(s.seconds for s in ops))
 
 
 def reset() -> None:
-    """Forget the counts and which ops were warned about."""
+    """Zero the counts and forget which ops were warned about."""
     with _lock:
-        _stats.clear()
+        for s in _stats.values():
+            s.calls = 0
+            s.seconds = 0.0
         _warned.clear()
 
 
