@@ -95,7 +95,9 @@ def install_pth(site_dir: str | None = None) -> str:
     d = site_dir or sysconfig.get_paths()["purelib"]
     path = os.path.join(d, PTH_NAME)
     with open(path, "w", encoding="utf-8") as f:
-        f.write("import pycann.torch_vision_hook as _h; _h.install_finder()\n")
+        # one line, never raising: a .pth line that fails prints an error at every start-up
+        f.write("import sys; exec('try:\\n import pycann.torch_vision_hook as h\\n h.install_finder()\\n"
+                "except Exception:\\n pass')\n")
     return path
 
 

@@ -30,3 +30,9 @@ python -m pip install -q -e ".[$1]"
 case ",$1," in
   *,kernels,*) python scripts/fetch_onednn2.py >/dev/null || true ;;
 esac
+# torchvision's wheel links CUDA torch's libraries; beside the +cpu torch its C++ ops cannot load
+# and `import torchvision` would fail: a .pth hook defines the two op schemas its import needs
+# (pycann/torch_vision_hook.py; no-op when torchvision's own ops load).
+case ",$1," in
+  *,models,*) python -m pycann.torch_vision_hook --install >/dev/null || true ;;
+esac
