@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import time
 import warnings
+import weakref
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -95,16 +96,32 @@ def _is_npu(x: Any) -> bool:
     return isinstance(x, torch.Tensor) and x.device.type == _NPU
 
 
+# CPU views of npu tensors, by id(): weights and running statistics are read by every forward
+# pass, activations by the next op or two. An entry is used only while the same tensor object has the same data pointer, sizes and
+# strides (set_ / resize_ change those), so a stale view is never handed out.
+_views: dict[int, tuple[Any, int, Any, Any, torch.Tensor]] = {}
+_MAX_VIEWS = 8192
+
+
+def _cached_view(x: torch.Tensor) -> torch.Tensor:
+    e = _views.get(id(x))
+    if e is not None and e[0]() is x and e[1] == x.data_ptr() and e[2] == x.shape and e[3] == x.stride():
+        return e[4]
+    v = to_cpu(x)
+    if len(_views) >= _MAX_VIEWS:
+        _views.clear()
+    _views[id(x)] = (weakref.ref(x), x.data_ptr(), x.shape, x.stride(), v)
+    return v
+
+
 def _down(x: Any, index: list[int]) -> Any:
     """npu tensors (also inside lists) -> CPU tensors over the same memory."""
     if isinstance(x, torch.Tensor):
-        if x.is_cpu:  # a C getter; x.device would build a device object per call
+        if x.is_cpu or x.is_meta:  # C getters; x.device would build a device object per call
             return x
-        if x.device.type == _NPU:
-            if not index:
-                index.append(x.get_device())
-            return to_cpu(x)
-        return x
+        if not index:
+            index.append(x.get_device())
+        return _cached_view(x)
     if isinstance(x, (list, tuple)) and x and any(isinstance(e, torch.Tensor) for e in x):
         return type(x)(_down(e, index) for e in x)
     if isinstance(x, torch.device) and x.type == _NPU:
@@ -139,10 +156,12 @@ def _set_like(dst: torch.Tensor, src_cpu: torch.Tensor) -> None:
 def _empty(op: Any, *args: Any, **kwargs: Any) -> torch.Tensor:
     dev = kwargs.get("device")
     index = (dev.index or 0) if isinstance(dev, torch.device) else 0
-    if "device" in kwargs:
-        kwargs["device"] = _CPU
-        kwargs["pin_memory"] = None
-    return to_npu(op._op(*args, **kwargs), index)
+    kwargs["device"] = _CPU
+    kwargs.pop("pin_memory", None)
+    # torch.empty / empty_strided take the schema's arguments and parse them in C: faster than
+    # calling the OpOverload
+    fn = torch.empty_strided if len(args) == 2 else torch.empty
+    return to_npu(fn(*args, **{k: v for k, v in kwargs.items() if v is not None}), index)
 
 
 def _copy_from(src: torch.Tensor, dst: torch.Tensor, non_blocking: bool = False) -> torch.Tensor:

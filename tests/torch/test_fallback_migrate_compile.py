@@ -99,7 +99,10 @@ def test_pycann_run_migrate_sample() -> None:
 def test_pycann_run_shim_names() -> None:
     code = ("import torch_npu, torch, torchair\nfrom torch_npu.contrib import transfer_to_npu\n"
             "import pycann.torch\nassert torch_npu.npu is torch.npu and torch_npu.report is pycann.torch.report\n"
-            "assert callable(torchair.get_npu_backend(compiler_config=torchair.CompilerConfig()))\nprint('OK')\n")
+            "assert callable(torchair.get_npu_backend(compiler_config=torchair.CompilerConfig()))\n"
+            "import importlib.util\nassert importlib.util.find_spec('torch_npu') is not None  # HF-style detection\n"
+            "assert torch.npu.is_available() and torch.accelerator.current_accelerator().type == 'npu'\n"
+            "print('OK')\n")
     app = ROOT / "tests" / "torch" / "_shim_app.py"
     app.write_text(code, encoding="utf-8")
     try:
