@@ -18,6 +18,7 @@ Random ops without an explicit generator use the npu generator (``pycann.torch.n
 
 from __future__ import annotations
 
+import os
 import time
 import warnings
 import weakref
@@ -84,7 +85,11 @@ def _info(op: Any) -> _OpInfo:
     generator_arg = next((i for i, a in enumerate(args) if a.name == "generator"), -1)
     provider = provider_of(name, schema.name)
     special = _SPECIAL.get(schema.name)
-    info = _OpInfo(name, provider, pycann_op(name, schema.name),
+    spec = pycann_op(name, schema.name)
+    if spec is not None and os.environ.get("PYCANN_TORCH_KERNELS", "pycann").strip().lower() == "host":
+        # PYCANN_TORCH_KERNELS=host: torch's kernels for the PYCANN_OPS too (read per op, once)
+        spec, provider = None, Provider.HOST
+    info = _OpInfo(name, provider, spec,
                    tuple(a.name for a in args), frozenset(a.name for a in args if a.kwarg_only),
                    device_arg, generator_arg, tuple(writes), tuple(mutable), special, {})
     _infos[id(op)] = info
