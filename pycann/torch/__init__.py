@@ -18,6 +18,7 @@ backend="npu")`` lowers FX graphs to GE (``pycann.torch.compile``; registered la
 
 from __future__ import annotations
 
+import warnings
 from typing import Any
 
 import torch
@@ -109,6 +110,11 @@ def _register() -> None:
     from pycann.torch_vision_hook import ensure_torchvision_importable
 
     _compile.register()
+    # mse_loss & co. reach the npu as their .out overload with a result ATen itself made of shape
+    # []; the CPU kernel then warns about resizing it (torch's deprecation, raised after the
+    # kernel returns, so it is filtered where torch.nn.functional calls the op)
+    warnings.filterwarnings("ignore", message="An output with one or more elements was resized",
+                            module="torch.nn.functional")
     ensure_torchvision_importable()
     _register_hccl()
 
