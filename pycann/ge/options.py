@@ -56,6 +56,8 @@ class CompileOptions:
     # high_performance lets 3x3 convs use Winograd; high_precision keeps the direct algorithm.
     op_select_implmode: str = "high_performance"
     optypelist_for_implmode: list[str] = field(default_factory=list)
+    # ConstantFolding keeps results larger than this (bytes) as nodes (passes/constant_folding.py)
+    fold_max_bytes: int = 128 << 20
 
     def to_json(self) -> dict[str, Any]:
         return asdict(self)
