@@ -388,3 +388,13 @@ def test_fold_limit_keeps_large_results_as_nodes() -> None:
     x = _f32(256, 256)
     for cm in (small, folded):
         np.testing.assert_array_equal(LoadedModel.from_compiled(cm).run([x])[0], x + 1)
+
+
+def test_scalar_constants_keep_rank_zero() -> None:
+    """Div by a 0-d constant gives a 0-d Mul constant (a (1,) one broadcast a scalar result to (1,))."""
+    m = _model([helper.make_node("Div", ["x", "k"], ["y"])], [("x", [])], "y", [_c("k", np.float32(255.0))])
+    g, counts, _ = _canon(m)
+    mul = next(n for n in g.nodes if n.op_type == "Mul")
+    assert counts.get("DivByConstant") == 1 and g.initializers[mul.inputs[1]].shape == ()
+    got = LoadedModel.from_compiled(compile_model(m)).run([np.array(510.0, np.float32)])[0]
+    assert got.shape == () and got == 2.0

@@ -46,7 +46,7 @@ def np_dtype(d: TensorDesc | None) -> np.dtype | None:
 
 def _const_name(g: Graph, base: str, value: np.ndarray) -> str:
     n = g.fresh_name(base)
-    arr = np.ascontiguousarray(value)
+    arr = np.array(value, order="C", copy=True)  # not ascontiguousarray: it makes a 0-d array 1-d
     arr.flags.writeable = False
     g.initializers[n] = arr
     return n
@@ -119,7 +119,7 @@ def _gemm(ix: GraphIndex, g: Graph, n: Node, rw: Rewrites) -> tuple[list[Node], 
     bt = b.T if int(n.attrs.get("transB", 0)) else b
     if alpha != 1.0:
         bt = (bt.astype(np.float64) * alpha).astype(b.dtype)
-    w = _const_name(g, f"{n.inputs[1]}_matmul", np.ascontiguousarray(bt))
+    w = _const_name(g, f"{n.inputs[1]}_matmul", bt)
     if c is None or (beta == 0.0):
         return [n], [Node("MatMul", [n.inputs[0], w], list(n.outputs), name=f"{n.name}_matmul", opset=13)]
     cc = c if beta == 1.0 else (c.astype(np.float64) * beta).astype(c.dtype)
