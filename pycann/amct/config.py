@@ -33,6 +33,9 @@ class ActivationQuantParams:
     max_percentile: float = 0.99999
     min_percentile: float = 0.99999
     asymmetric: bool = True
+    # pycann: 7-bit activations (0..127, a Clip before the QuantizeLinear), which make x86 int8
+    # kernels exact on CPUs without VNNI (PyTorch's fbgemm "reduce_range"); costs one bit
+    reduce_range: bool = False
 
 
 @dataclass

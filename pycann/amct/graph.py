@@ -135,6 +135,7 @@ class LayerQuant:
     w_scales: np.ndarray
     w_int8: np.ndarray
     bias: np.ndarray | None
+    reduce_range: bool = False
 
 
 def insert_qdq(model: onnx.ModelProto, quants: list[LayerQuant], fake: bool) -> None:
@@ -154,10 +155,18 @@ def insert_qdq(model: onnx.ModelProto, quants: list[LayerQuant], fake: bool) -> 
         zp_t = np.uint8 if q.act_unsigned else np.int8
         g.initializer.extend([numpy_helper.from_array(np.array(q.act_scale, np.float32), f"{p}_x_scale"),
                               numpy_helper.from_array(np.array(q.act_zero_point, zp_t), f"{p}_x_zp")])
-        new = [helper.make_node("QuantizeLinear", [lay.activation, f"{p}_x_scale", f"{p}_x_zp"], [f"{p}_x_q"],
-                                name=f"{p}_quant"),
-               helper.make_node("DequantizeLinear", [f"{p}_x_q", f"{p}_x_scale", f"{p}_x_zp"], [f"{p}_x_dq"],
-                                name=f"{p}_dequant")]
+        x_in = lay.activation
+        new: list[onnx.NodeProto] = []
+        if q.reduce_range:  # 7-bit: the Clip makes "quantised value <= 127" visible to atc
+            lo, hi = (0 - q.act_zero_point) * q.act_scale, (127 - q.act_zero_point) * q.act_scale
+            g.initializer.extend([numpy_helper.from_array(np.array(lo, np.float32), f"{p}_x_lo"),
+                                  numpy_helper.from_array(np.array(hi, np.float32), f"{p}_x_hi")])
+            new.append(helper.make_node("Clip", [x_in, f"{p}_x_lo", f"{p}_x_hi"], [f"{p}_x_clip"], name=f"{p}_clip7"))
+            x_in = f"{p}_x_clip"
+        new += [helper.make_node("QuantizeLinear", [x_in, f"{p}_x_scale", f"{p}_x_zp"], [f"{p}_x_q"],
+                                 name=f"{p}_quant"),
+                helper.make_node("DequantizeLinear", [f"{p}_x_q", f"{p}_x_scale", f"{p}_x_zp"], [f"{p}_x_dq"],
+                                 name=f"{p}_dequant")]
         shape = [1] * q.w_int8.ndim
         shape[lay.weight_axis] = -1
         if fake:

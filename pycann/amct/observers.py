@@ -139,11 +139,13 @@ def _kl_quantised(p: np.ndarray, raw: np.ndarray, n_levels: int) -> float:
     return float(np.sum(ps[mask] * np.log(ps[mask] / qs[mask])))
 
 
-def quant_params(lo: float, hi: float, asymmetric: bool) -> tuple[float, int]:
-    """(scale, zero_point) for uint8 (asymmetric, zero point in 0..255) or int8 (symmetric, 0)."""
+def quant_params(lo: float, hi: float, asymmetric: bool, reduce_range: bool = False) -> tuple[float, int]:
+    """(scale, zero_point) for uint8 (asymmetric, zero point in 0..255; 0..127 with
+    ``reduce_range``) or int8 (symmetric, 0)."""
     if asymmetric:
-        scale = (hi - lo) / 255.0 if hi > lo else 1.0
-        zp = int(np.clip(np.round(-lo / scale), 0, 255))
+        top = 127.0 if reduce_range else 255.0
+        scale = (hi - lo) / top if hi > lo else 1.0
+        zp = int(np.clip(np.round(-lo / scale), 0, top))
         return float(np.float32(scale)), zp
     amax = max(abs(lo), abs(hi))
     return float(np.float32(amax / 127.0 if amax > 0 else 1.0)), 0

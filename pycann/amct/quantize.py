@@ -169,9 +169,10 @@ def calibrate(modified_onnx_file: str, batches: Iterable[Batch], record_file: st
         a = lc.activation_quant_params
         obs = observers[lay.activation]
         lo, hi = obs.range(a.algo, a.max_percentile, a.min_percentile, 255 if a.asymmetric else 254)
-        scale, zp = quant_params(lo, hi, a.asymmetric)
+        scale, zp = quant_params(lo, hi, a.asymmetric, a.reduce_range and a.asymmetric)
         mean = obs.channel_mean
         record["layers"][lay.name] = {"scale_d": scale, "offset_d": zp, "unsigned": a.asymmetric,
+                                      "reduce_range": bool(a.reduce_range and a.asymmetric),
                                       "range": [lo, hi], "algo": a.algo,
                                       "channel_mean": None if mean is None else [float(v) for v in mean]}
     with open(record_file or meta["record_file"], "w", encoding="utf-8") as f:
@@ -238,7 +239,7 @@ def layer_quants(model: onnx.ModelProto, layers: list[Layer], cfg: QuantConfig,
             if corr is not None:
                 bias = ((bias if bias is not None else 0.0) + corr).astype(np.float32)
         quants.append(LayerQuant(lay, float(rec["scale_d"]), int(rec["offset_d"]), bool(rec.get("unsigned", True)),
-                                 s, w_int8, bias))
+                                 s, w_int8, bias, bool(rec.get("reduce_range", False))))
     return quants, kept
 
 

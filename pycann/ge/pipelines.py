@@ -22,6 +22,7 @@ from pycann.ge.passes import (
     fuse_gelu,
     fuse_layernorm,
     fuse_matmul_bias,
+    fuse_qdq,
     fuse_rmsnorm,
     fuse_softmax,
     infer_shapes,
@@ -36,6 +37,8 @@ PassFn = Callable[[Graph, PassContext], PassResult]
 # (name, run) in order. Inference runs again after rewrites so descs stay exact.
 COMPILE_PIPELINE: list[tuple[str, PassFn]] = [
     (infer_shapes.name, infer_shapes.run),
+    # before ConstantFolding, which would dequantise the int8 weights into float ones
+    (fuse_qdq.name, fuse_qdq.run),
     (constant_folding.name, constant_folding.run),
     (dead_code.name, dead_code.run),
     # one spelling per computation (Sum -> Add, Div by constant -> Mul, Gemm -> MatMul + Add, Pad into
