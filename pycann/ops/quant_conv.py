@@ -9,7 +9,8 @@ Semantics (exactly the ONNX ops it replaces, Operators.md):
 Inputs: ``X`` float32 (N, C, H, W) before quantisation, ``W`` int8 (M, C/group, kh, kw), ``B`` float32 (M)
 optional. Attributes: ``x_scale`` (float), ``x_zero_point`` (int), ``x_unsigned`` (1: uint8),
 ``w_scale`` (M floats), the Conv attributes, ``activation`` ("" or "Relu"), ``seven_bit`` (1 when
-the graph proves the quantised activation stays <= 127, see ``providers/torch_int8.py``).
+the graph proves the quantised activation stays <= 127, see ``providers/torch_int8.py``), ``q_min``
+/ ``q_max`` (a Clip before the QuantizeLinear, absorbed: the quantised values are clamped to them).
 
 Kernels: the reference dequantises and runs pycann's float Conv (bit-for-bit what the unfused
 graph computes); the int8 kernel (oneDNN through PyTorch) is taken where it is exact: uint8
@@ -34,18 +35,25 @@ DOMAIN = "pycann"
 
 _ATTRS: dict[str, Any] = {
     "x_scale": 1.0, "x_zero_point": 0, "x_unsigned": 1, "w_scale": [], "activation": "", "seven_bit": 0,
+    "q_min": -1000, "q_max": 1000,
     "strides": [], "pads": [], "dilations": [], "group": 1, "auto_pad": "NOTSET", "kernel_shape": [],
 }
 
 
-def quantize_activation(x: np.ndarray, scale: float, zp: int, unsigned: bool) -> np.ndarray:
-    """QuantizeLinear with a scalar scale: saturate(round_half_even(x / scale) + zp) (float32 division)."""
+def quantize_activation(x: np.ndarray, scale: float, zp: int, unsigned: bool,
+                        q_min: int | None = None, q_max: int | None = None) -> np.ndarray:
+    """QuantizeLinear with a scalar scale: saturate(round_half_even(x / scale) + zp) (float32
+    division), then clamped to [q_min, q_max] when given (an absorbed Clip: quantisation is
+    monotonic, so quantize(clip(x, lo, hi)) = clamp(quantize(x), quantize(lo), quantize(hi))).
+    The result keeps ``x``'s memory layout (an NHWC-strided input gives an NHWC-strided output)."""
     lo, hi, dt = (0, 255, np.uint8) if unsigned else (-128, 127, np.int8)
+    lo = lo if q_min is None else max(lo, q_min)
+    hi = hi if q_max is None else min(hi, q_max)
     q = np.asarray(x, np.float32) / np.float32(scale)
     np.rint(q, out=q)
     q += np.float32(zp)
     np.clip(q, lo, hi, out=q)
-    return q.astype(dt)
+    return q.astype(dt, order="K")
 
 
 def _check(inputs: Sequence[Any], attrs: Mapping[str, Any]) -> None:
@@ -105,7 +113,8 @@ def int8_eligible(x_shape: Sequence[int], attrs: Mapping[str, Any]) -> bool:
 def _k_quant_conv(inputs: Sequence[Any], attrs: Mapping[str, Any]) -> list[np.ndarray]:
     _check(inputs, attrs)
     x, w = inputs[0], inputs[1]
-    xq = quantize_activation(x, float(attrs["x_scale"]), int(attrs["x_zero_point"]), bool(attrs.get("x_unsigned", 1)))
+    xq = quantize_activation(x, float(attrs["x_scale"]), int(attrs["x_zero_point"]), bool(attrs.get("x_unsigned", 1)),
+                             int(attrs.get("q_min", -1000)), int(attrs.get("q_max", 1000)))
     if int8_eligible(x.shape, attrs) and not str(attrs.get("_algo") or "").startswith("numpy:"):
         pads = list(attrs.get("pads") or [0, 0, 0, 0])[:2]
         stride = list(attrs.get("strides") or [1, 1])

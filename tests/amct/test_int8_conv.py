@@ -107,7 +107,7 @@ def test_int8_kernel_equals_the_reference(c: int, h: int, m: int, g: int, zp: in
     assert int8_eligible(xc.shape, attrs)
     ref = _reference(quantize_activation(xc, s, zp, True), [xc, w, b], attrs)
     got = _k_quant_conv([xc, w, b], attrs)[0]
-    assert got.flags.c_contiguous and got.shape == ref.shape
+    assert got.shape == ref.shape and np.moveaxis(got, 1, -1).flags.c_contiguous  # NHWC memory, NCHW view
     np.testing.assert_allclose(got, ref, rtol=1e-5, atol=2e-6 * float(np.abs(ref).max()))
 
 

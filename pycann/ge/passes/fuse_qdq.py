@@ -8,9 +8,9 @@ with ``B`` a float constant or ``DequantizeLinear(B_int32, bs)``. Check (a faile
 reported by ``atc --log=info``): constant per-tensor activation scale and zero point, equal in
 the Q and DQ; an int8 constant weight with zero zero points and scales per output channel
 (``axis=0``) or one scale; a 2-D conv; the Relu read only by... the conv's output read only by the
-Relu. ``seven_bit`` is set when a ``Clip`` with a constant upper bound right before the
-QuantizeLinear keeps the quantised values <= 127 (AMCT's ``reduce_range``), which makes the int8
-kernel exact on CPUs without VNNI. The Q/DQ nodes stay for any other reader (dead-code elimination
+Relu. A ``Clip`` with constant bounds read only by the QuantizeLinear is absorbed as a clamp of the
+quantised values (``q_min``/``q_max``); ``seven_bit`` is set when that keeps them <= 127 (AMCT's
+``reduce_range``), which makes the int8 kernel exact on CPUs without VNNI. The Q/DQ nodes stay for any other reader (dead-code elimination
 removes them otherwise). Runs before ConstantFolding, which would turn the weight's DQ into float.
 """
 
@@ -88,21 +88,33 @@ def _bias(ix: GraphIndex, conv: Node) -> np.ndarray | None | str:
     return (d.astype(np.float32) * bs.astype(np.float32)).astype(np.float32)
 
 
-def _seven_bit(ix: GraphIndex, x: str, scale: float, zp: int) -> bool:
+def _absorbed_clip(ix: GraphIndex, x: str, q: Node, scale: float, zp: int,
+                   unsigned: bool) -> tuple[str, int, int] | None:
+    """For ``Clip(v, lo, hi) -> QuantizeLinear`` with constant bounds and the Clip read only by the
+    QuantizeLinear: (v, quantize(lo), quantize(hi)), the clamp that replaces the Clip."""
     clip = ix.producers.get(x)
-    if not is_op(clip, "Clip") or clip is None or len(clip.inputs) < 3 or not clip.inputs[2]:
-        return False
-    hi = ix.scalar(clip.inputs[2])
-    if hi is None:
-        return False
-    return int(quantize_activation(np.array([hi], np.float32), scale, zp, True)[0]) <= 127
+    if not is_op(clip, "Clip") or clip is None or len(clip.inputs) < 3 or not clip.inputs[1] or not clip.inputs[2]:
+        return None
+    if ix.sole_consumer(x) is not q:
+        return None
+    lo, hi = ix.scalar(clip.inputs[1]), ix.scalar(clip.inputs[2])
+    if lo is None or hi is None or not lo <= hi:
+        return None
+    qb = quantize_activation(np.array([lo, hi], np.float32), scale, zp, unsigned)
+    return clip.inputs[0], int(qb[0]), int(qb[1])
 
 
 def _match(ix: GraphIndex, g: Graph, conv: Node) -> tuple[list[Node], Node] | str:
     act = _activation_qdq(ix, conv.inputs[0])
     if isinstance(act, str):
         return act
-    x, s, zp, unsigned, _q = act
+    x, s, zp, unsigned, q = act
+    q_min, q_max = -1000, 1000
+    absorbed: list[Node] = []
+    clip = _absorbed_clip(ix, x, q, s, zp, unsigned)
+    if clip is not None:
+        absorbed = [ix.producers[x]]
+        x, q_min, q_max = clip
     if len(conv.inputs) < 2:
         return "conv without a weight"
     w = _weight(ix, conv.inputs[1], None)
@@ -117,7 +129,7 @@ def _match(ix: GraphIndex, g: Graph, conv: Node) -> tuple[list[Node], Node] | st
         return b
     if b is not None and b.shape != (wt.shape[0],):
         return f"bias of shape {list(b.shape)} for {wt.shape[0]} output channels"
-    nodes = [conv]
+    nodes = [*absorbed, conv]
     out = conv.outputs[0]
     activation = ""
     relu = ix.sole_consumer(out)
@@ -133,7 +145,7 @@ def _match(ix: GraphIndex, g: Graph, conv: Node) -> tuple[list[Node], Node] | st
         ins.append(b_name)
     attrs = {k: v for k, v in conv.attrs.items() if not k.startswith("_")}
     attrs.update(x_scale=s, x_zero_point=zp, x_unsigned=int(unsigned), w_scale=[float(v) for v in ws],
-                 activation=activation, seven_bit=int(unsigned and _seven_bit(ix, x, s, zp)))
+                 activation=activation, seven_bit=int(unsigned and q_max <= 127), q_min=q_min, q_max=q_max)
     return nodes, Node("QuantConv", ins, [out], attrs, name=f"{conv.name}_int8", domain=DOMAIN, opset=1)
 
 

@@ -82,7 +82,8 @@ def qconv2d(xq: np.ndarray, x_scale: float, x_zp: int, w: np.ndarray, w_scale: n
             relu: bool) -> np.ndarray:
     """float32 ``act(conv((xq - x_zp) * x_scale, w * w_scale) + bias)`` for uint8 ``xq`` (N, C, H, W),
     int8 ``w`` (M, C/group, kh, kw) and per-channel ``w_scale`` (M,). ``pads`` are symmetric
-    [pad_h, pad_w]. Returns an NCHW C-contiguous array."""
+    [pad_h, pad_w]. Returns an (N, M, H', W') array laid out NHWC in memory (oneDNN's int8 layout):
+    numpy's elementwise ops keep that layout, so the next QuantConv reads it without a transpose."""
     torch = _torch()
     if xq.dtype != np.uint8 or w.dtype != np.int8 or xq.ndim != 4 or w.ndim != 4:
         raise ValueError(f"qconv2d: uint8 NCHW x and int8 OIHW w expected, got {xq.dtype}{xq.shape}, {w.dtype}{w.shape}")
@@ -93,11 +94,13 @@ def qconv2d(xq: np.ndarray, x_scale: float, x_zp: int, w: np.ndarray, w_scale: n
     if xq.shape[1] != w.shape[1] * group:
         raise ValueError(f"qconv2d: x has {xq.shape[1]} channels, w {w.shape} with group {group}")
     packed = _packed(w, w_scale, x_scale, x_zp, stride, pads, dilation, group, tuple(xq.shape))
-    tx = torch.from_numpy(np.ascontiguousarray(xq)).contiguous(memory_format=torch.channels_last)
+    tx = torch.from_numpy(xq)
+    if not tx.is_contiguous(memory_format=torch.channels_last):
+        tx = tx.contiguous(memory_format=torch.channels_last)
     tb = None if bias is None else torch.from_numpy(np.ascontiguousarray(bias, np.float32))
     zeros = torch.zeros(w.shape[0], dtype=torch.int64)
     y = torch.ops.onednn.qconv2d_pointwise(tx, float(x_scale), int(x_zp), packed,
                                            torch.from_numpy(np.ascontiguousarray(w_scale, np.float32)), zeros, tb,
                                            stride, pads, dilation, group, 1.0, 0, torch.float32,
                                            "relu" if relu else "none", [], "")
-    return np.ascontiguousarray(y.numpy())
+    return y.numpy()
