@@ -147,3 +147,57 @@ def test_quantconv_shape_inference_refuses_bad_operands() -> None:
     ctx = InferContext("n", "QuantConv", attrs, [TensorDesc(1, (1, 4, 9, 9)), TensorDesc(3, (8, 4, 3, 3)), None], [None] * 3)
     with pytest.raises(ShapeError, match="w_scale has 2 values for 8"):
         op.infer(ctx)
+
+
+def _qdq_mm(kind: str, seven_bit: bool, relu: bool = True) -> onnx.ModelProto:
+    k, n, s, zp = 16, 12, 0.03, 5
+    w = RNG.integers(-127, 128, (n, k) if kind == "gemm_t" else (k, n)).astype(np.int8)
+    ws = RNG.uniform(0.002, 0.01, n).astype(np.float32)
+    inits = [numpy_helper.from_array(np.float32(s), "s"), numpy_helper.from_array(np.uint8(zp), "zp"),
+             numpy_helper.from_array(w, "W"), numpy_helper.from_array(ws, "ws"),
+             numpy_helper.from_array(RNG.standard_normal(n).astype(np.float32), "B")]
+    nodes, x = [], "x"
+    if seven_bit:
+        inits += [numpy_helper.from_array(np.float32(-zp * s), "lo"), numpy_helper.from_array(np.float32((127 - zp) * s), "hi")]
+        nodes.append(helper.make_node("Clip", ["x", "lo", "hi"], ["xc"]))
+        x = "xc"
+    nodes += [helper.make_node("QuantizeLinear", [x, "s", "zp"], ["xq"]),
+              helper.make_node("DequantizeLinear", ["xq", "s", "zp"], ["xd"]),
+              helper.make_node("DequantizeLinear", ["W", "ws"], ["wd"], axis=0 if kind == "gemm_t" else 1)]
+    if kind == "matmul":
+        nodes += [helper.make_node("MatMul", ["xd", "wd"], ["mm"]), helper.make_node("Add", ["mm", "B"], ["c"])]
+    else:
+        nodes.append(helper.make_node("Gemm", ["xd", "wd", "B"], ["c"], transB=int(kind == "gemm_t")))
+    out = "c"
+    if relu:
+        nodes.append(helper.make_node("Relu", ["c"], ["y"]))
+        out = "y"
+    shape = [2, 3, k] if kind == "matmul" else [6, k]
+    g = helper.make_graph(nodes, "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, shape)],
+                          [helper.make_tensor_value_info(out, TensorProto.FLOAT, None)], inits)
+    return helper.make_model(g, opset_imports=[helper.make_opsetid("", 13)])
+
+
+@pytest.mark.parametrize("kind", ["matmul", "gemm", "gemm_t"])
+@pytest.mark.parametrize("seven_bit", [False, True])
+def test_qdq_matmul_and_gemm_become_quantmatmul(kind: str, seven_bit: bool) -> None:
+    m = _qdq_mm(kind, seven_bit)
+    cm = compile_model(m)
+    ops = [n.op_type for n in cm.graph.nodes]
+    assert ops == ["QuantMatMul"], ops
+    q = cm.graph.nodes[0]
+    assert q.attrs["seven_bit"] == int(seven_bit) and q.attrs["activation"] == "Relu"
+    x = RNG.standard_normal((2, 3, 16) if kind == "matmul" else (6, 16)).astype(np.float32)
+    got = LoadedModel.from_compiled(cm).run([x])[0]
+    np.testing.assert_allclose(got, _ort(m, x), rtol=1e-5, atol=1e-5 * float(np.abs(got).max()))
+
+
+def test_activation_times_activation_matmul_stays_float() -> None:
+    inits = [numpy_helper.from_array(np.float32(0.1), "s"), numpy_helper.from_array(np.uint8(3), "zp")]
+    nodes = [helper.make_node("QuantizeLinear", ["x", "s", "zp"], ["xq"]),
+             helper.make_node("DequantizeLinear", ["xq", "s", "zp"], ["xd"]), helper.make_node("MatMul", ["xd", "z"], ["y"])]
+    g = helper.make_graph(nodes, "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 4]),
+                                       helper.make_tensor_value_info("z", TensorProto.FLOAT, [4, 3])],
+                          [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)], inits)
+    cm = compile_model(helper.make_model(g, opset_imports=[helper.make_opsetid("", 13)]))
+    assert "QuantMatMul" not in [n.op_type for n in cm.graph.nodes]

@@ -1,4 +1,5 @@
-"""QuantizedConvFusion: a QDQ convolution -> one ``pycann.QuantConv`` (INT8 kernel where exact).
+"""QuantizedConvFusion: a QDQ convolution -> one ``pycann.QuantConv``, a QDQ MatMul / Gemm with a
+constant weight -> one ``pycann.QuantMatMul`` (INT8 kernels where exact).
 
 Pattern (what AMCT's deploy model, ONNX Runtime's quantiser and NNCF write):
 
@@ -51,8 +52,9 @@ def _activation_qdq(ix: GraphIndex, value: str) -> tuple[str, float, int, bool, 
     return q.inputs[0], float(s.reshape(-1)[0]), int(zp.reshape(-1)[0]), zp.dtype == np.uint8, q
 
 
-def _weight(ix: GraphIndex, value: str, m_hint: int | None) -> tuple[str, np.ndarray] | str:
-    """(int8 weight initializer name, per-channel scales) of ``DQ(W_int8, ws, 0)``, or why not."""
+def _weight(ix: GraphIndex, value: str, out_axis: int = 0) -> tuple[str, np.ndarray] | str:
+    """(int8 weight initializer name, per-output-channel scales) of ``DQ(W_int8, ws, 0)`` whose
+    output channels lie along ``out_axis``, or why not."""
     dq = ix.producers.get(value)
     if not is_op(dq, "DequantizeLinear") or dq is None:
         return "weight is not a DequantizeLinear of an int8 constant"
@@ -63,9 +65,13 @@ def _weight(ix: GraphIndex, value: str, m_hint: int | None) -> tuple[str, np.nda
         wzp = ix.const(dq.inputs[2])
         if wzp is None or np.any(wzp != 0):
             return "weight zero point is not a constant 0"
-    m = w.shape[0]
-    if ws.size != 1 and not (ws.ndim == 1 and ws.size == m and int(dq.attrs.get("axis", 1)) == 0):
-        return f"weight scales of shape {list(ws.shape)} are not per-tensor or per output channel (axis 0)"
+    if w.ndim <= out_axis:
+        return f"weight of rank {w.ndim}"
+    m = w.shape[out_axis]
+    axis = int(dq.attrs.get("axis", 1))
+    if ws.size != 1 and not (ws.ndim == 1 and ws.size == m and axis % w.ndim == out_axis):
+        return (f"weight scales of shape {list(ws.shape)} are not per-tensor or per output channel "
+                f"(axis {out_axis})")
     if np.any(ws <= 0) or not np.all(np.isfinite(ws)):
         return "weight scales must be positive and finite"
     return dq.inputs[0], np.broadcast_to(ws.reshape(-1), (m,)).astype(np.float32)
@@ -104,20 +110,95 @@ def _absorbed_clip(ix: GraphIndex, x: str, q: Node, scale: float, zp: int,
     return clip.inputs[0], int(qb[0]), int(qb[1])
 
 
-def _match(ix: GraphIndex, g: Graph, conv: Node) -> tuple[list[Node], Node] | str:
-    act = _activation_qdq(ix, conv.inputs[0])
+def _input(ix: GraphIndex, value: str) -> tuple[str, float, int, bool, int, int, list[Node]] | str:
+    """The quantised activation of a layer: (x, scale, zero point, unsigned, q_min, q_max, absorbed Clip)."""
+    act = _activation_qdq(ix, value)
     if isinstance(act, str):
         return act
     x, s, zp, unsigned, q = act
-    q_min, q_max = -1000, 1000
-    absorbed: list[Node] = []
     clip = _absorbed_clip(ix, x, q, s, zp, unsigned)
-    if clip is not None:
-        absorbed = [ix.producers[x]]
-        x, q_min, q_max = clip
+    if clip is None:
+        return x, s, zp, unsigned, -1000, 1000, []
+    return clip[0], s, zp, unsigned, clip[1], clip[2], [ix.producers[x]]
+
+
+def _relu_after(ix: GraphIndex, value: str) -> Node | None:
+    relu = ix.sole_consumer(value)
+    return relu if is_op(relu, "Relu") else None
+
+
+def _match_matmul(ix: GraphIndex, g: Graph, mm: Node) -> tuple[list[Node], Node] | str:
+    """MatMul(DQ(Q(x)), DQ(W (K, N))) [+ Add(bias (N))] or Gemm(DQ(Q(x)), DQ(W), C) [-> Relu]."""
+    act = _input(ix, mm.inputs[0])
+    if isinstance(act, str):
+        return act
+    x, s, zp, unsigned, q_min, q_max, absorbed = act
+    nodes = [*absorbed, mm]
+    b: np.ndarray | None = None
+    if mm.op_type == "Gemm":
+        if int(mm.attrs.get("transA", 0)) or float(mm.attrs.get("alpha", 1.0)) != 1.0 or float(mm.attrs.get("beta", 1.0)) != 1.0:
+            return "Gemm with transA, alpha or beta other than 0, 1, 1"
+        trans_b = int(mm.attrs.get("transB", 0))
+        w = _weight(ix, mm.inputs[1], 0 if trans_b else 1)
+        if isinstance(w, str):
+            return w
+        bias = _bias(ix, mm)
+        if isinstance(bias, str):
+            return bias
+        b = bias
+    else:
+        trans_b = 0
+        w = _weight(ix, mm.inputs[1], 1)
+        if isinstance(w, str):
+            return w
+    w_name, ws = w
+    wt = ix.const(w_name)
+    if wt is None or wt.ndim != 2:
+        return "only rank-2 weights"
+    n = wt.shape[0] if trans_b else wt.shape[1]
+    if b is not None:
+        b = b.reshape(-1) if b.size == n else None
+        if b is None:
+            return "Gemm C does not have one value per output column"
+    out = mm.outputs[0]
+    if mm.op_type == "MatMul":
+        add = ix.sole_consumer(out)
+        other = ix.other_input(add, out) if is_op(add, "Add") and add is not None else None
+        c = ix.const(other) if other else None
+        if add is not None and c is not None and c.dtype == np.float32 and c.size == n and c.shape[-1] == n:
+            b = c.reshape(-1).astype(np.float32)
+            nodes.append(add)
+            out = add.outputs[0]
+    activation = ""
+    relu = _relu_after(ix, out)
+    if relu is not None:
+        nodes.append(relu)
+        out = relu.outputs[0]
+        activation = "Relu"
+    w_nk = np.ascontiguousarray(wt if trans_b else wt.T)
+    w_nk.flags.writeable = False
+    wn = g.fresh_name(f"{mm.name}_w_nk")
+    g.initializers[wn] = w_nk
+    ins = [x, wn]
+    if b is not None:
+        bn = g.fresh_name(f"{mm.name}_qbias")
+        b = np.array(b, np.float32)
+        b.flags.writeable = False
+        g.initializers[bn] = b
+        ins.append(bn)
+    attrs = dict(x_scale=s, x_zero_point=zp, x_unsigned=int(unsigned), w_scale=[float(v) for v in ws],
+                 activation=activation, seven_bit=int(unsigned and q_max <= 127), q_min=q_min, q_max=q_max)
+    return nodes, Node("QuantMatMul", ins, [out], attrs, name=f"{mm.name}_int8", domain=DOMAIN, opset=1)
+
+
+def _match(ix: GraphIndex, g: Graph, conv: Node) -> tuple[list[Node], Node] | str:
+    act = _input(ix, conv.inputs[0])
+    if isinstance(act, str):
+        return act
+    x, s, zp, unsigned, q_min, q_max, absorbed = act
     if len(conv.inputs) < 2:
         return "conv without a weight"
-    w = _weight(ix, conv.inputs[1], None)
+    w = _weight(ix, conv.inputs[1], 0)
     if isinstance(w, str):
         return w
     w_name, ws = w
@@ -153,11 +234,13 @@ def fuse(g: Graph) -> tuple[int, list[str]]:
     ix = GraphIndex(g)
     rw = Rewrites(g)
     for conv in list(g.nodes):
-        if not is_op(conv, "Conv") or rw.taken(conv):
+        if not is_op(conv, "Conv", "MatMul", "Gemm") or rw.taken(conv) or len(conv.inputs) < 2:
             continue
         if not is_op(ix.producers.get(conv.inputs[0]), "DequantizeLinear"):
-            continue  # not a QDQ conv: nothing to report
-        res = _match(ix, g, conv)
+            continue  # not a QDQ layer: nothing to report
+        if not is_op(ix.producers.get(conv.inputs[1]), "DequantizeLinear"):
+            continue  # activation x activation products (attention) stay float
+        res = _match(ix, g, conv) if conv.op_type == "Conv" else _match_matmul(ix, g, conv)
         if isinstance(res, str):
             rw.missed.append(f"{conv.name}: {res}")
             continue
@@ -169,4 +252,4 @@ def fuse(g: Graph) -> tuple[int, list[str]]:
 
 def run(graph: Graph, ctx: PassContext) -> PassResult:
     n, missed = fuse(graph)
-    return PassResult(graph, n > 0, f"{n} QDQ convs -> QuantConv", missed)
+    return PassResult(graph, n > 0, f"{n} QDQ convs / matmuls -> QuantConv / QuantMatMul", missed)

@@ -104,3 +104,40 @@ def qconv2d(xq: np.ndarray, x_scale: float, x_zp: int, w: np.ndarray, w_scale: n
                                            stride, pads, dilation, group, 1.0, 0, torch.float32,
                                            "relu" if relu else "none", [], "")
     return y.numpy()
+
+
+def _packed_linear(w_nk: np.ndarray, k_rows: int) -> Any:
+    """oneDNN-prepacked (N, K) int8 weight, kept with the weight array."""
+    torch = _torch()
+    entry = _PACKED.get(id(w_nk))
+    if entry is None or entry[0]() is not w_nk:
+        entry = (weakref.ref(w_nk), {})
+        _PACKED[id(w_nk)] = entry
+        weakref.finalize(w_nk, _PACKED.pop, id(w_nk), None)
+    per = entry[1]
+    if ("linear",) not in per:
+        per[("linear",)] = torch.ops.onednn.qlinear_prepack(torch.from_numpy(np.ascontiguousarray(w_nk)),
+                                                         [k_rows, w_nk.shape[1]])
+    return per[("linear",)]
+
+
+def qlinear(xq: np.ndarray, x_scale: float, x_zp: int, w_nk: np.ndarray, w_scale: np.ndarray,
+            bias: np.ndarray | None, relu: bool) -> np.ndarray:
+    """float32 ``act(((xq - x_zp) * x_scale) @ (w_nk * w_scale[:, None]).T + bias)`` for uint8 ``xq``
+    (..., K), int8 ``w_nk`` (N, K) and per-output ``w_scale`` (N,). Returns (..., N)."""
+    torch = _torch()
+    if xq.dtype != np.uint8 or w_nk.dtype != np.int8 or w_nk.ndim != 2 or xq.shape[-1] != w_nk.shape[1]:
+        raise ValueError(f"qlinear: uint8 x (..., K) and int8 w (N, K) expected, got {xq.dtype}{xq.shape}, "
+                         f"{w_nk.dtype}{w_nk.shape}")
+    n = w_nk.shape[0]
+    if w_scale.shape != (n,) or (bias is not None and bias.shape != (n,)):
+        raise ValueError(f"qlinear: w_scale {w_scale.shape} / bias {None if bias is None else bias.shape} "
+                         f"must have {n} values")
+    x2 = np.ascontiguousarray(xq).reshape(-1, xq.shape[-1])
+    packed = _packed_linear(w_nk, x2.shape[0])
+    tb = None if bias is None else torch.from_numpy(np.ascontiguousarray(bias, np.float32))
+    y = torch.ops.onednn.qlinear_pointwise(torch.from_numpy(x2), float(x_scale), int(x_zp), packed,
+                                           torch.from_numpy(np.ascontiguousarray(w_scale, np.float32)),
+                                           torch.zeros(n, dtype=torch.int64), tb, 1.0, 0, torch.float32,
+                                           "relu" if relu else "none", [], "")
+    return y.numpy().reshape(*xq.shape[:-1], n)
