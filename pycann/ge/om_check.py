@@ -46,9 +46,23 @@ def check_graph(graph: Graph) -> None:
     for name in list(graph.inputs) + list(graph.outputs):
         if name not in graph.descs:
             raise OmInvalid(f"graph '{graph.name}': input/output '{name}' has no tensor description")
+    _check_names(graph)
     if len(set(graph.inputs)) != len(graph.inputs):
         raise OmInvalid(f"graph '{graph.name}': an input name is listed twice ({graph.inputs})")
     _check_ops(graph)
+
+
+def _check_names(graph: Graph) -> None:
+    """No NUL in any name (generated plan code and file names cannot hold one)."""
+    names = [graph.name, *graph.inputs, *graph.outputs, *graph.initializers]
+    for n in graph.nodes:
+        names += [n.name, n.op_type, n.domain, *n.inputs, *n.outputs]
+    bad = next((x for x in names if "\0" in x), None)
+    if bad is not None:
+        raise OmInvalid(f"graph '{graph.name[:40]!r}': the name {bad[:40]!r} contains a NUL character")
+    for n in graph.nodes:
+        for g in n.subgraphs.values():
+            _check_names(g)
 
 
 def _check_ops(graph: Graph) -> None:
@@ -135,14 +149,15 @@ def check_manifest(m: Mapping[str, Any], graph: Graph) -> None:
         raise OmInvalid(f"manifest 'memory_plan.peak_bytes' is {_short(peak)}, expected a byte count")
     if m.get("execution_plan") is not None and not _is_list_of(m["execution_plan"], str):
         raise OmInvalid("manifest 'execution_plan' is not a list of node names")
-    if m.get("aipp") is not None:
+    if "aipp" in m:
         _check_aipp(m["aipp"], graph)
     if m.get("gears"):
         _check_gears(m["gears"], graph)
 
 
 def _opt_obj(m: Mapping[str, Any], key: str) -> None:
-    if m.get(key) is not None and not isinstance(m[key], dict):
+    # readers do ``manifest.get(key, {})``: a key that is present must hold an object (not null)
+    if key in m and not isinstance(m[key], dict):
         raise OmInvalid(f"manifest '{key}' is {type(m[key]).__name__} {_short(m[key])}, expected an object")
 
 

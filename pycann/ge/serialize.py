@@ -310,5 +310,13 @@ def decode_graph(obj: dict[str, Any], get: GetTensor) -> Graph:
         descs={k: _decode_desc(d) for k, d in descs.items()},
         name=_field(obj, "name", str, where, "main"),
         opsets={d: _int(v, "opset") for d, v in _field(obj, "opsets", dict, where, {}).items()},
-        metadata=dict(_field(obj, "metadata", dict, where, {})),
+        metadata=_metadata(_field(obj, "metadata", dict, where, {}), where),
     )
+
+
+def _metadata(md: dict[str, Any], where: str) -> dict[str, str]:
+    """Graph metadata holds strings only (ONNX metadata_props; pycann's own keys are strings too)."""
+    bad = [k for k, v in md.items() if not isinstance(v, str)]
+    if bad:
+        raise MalformedManifest(f"{where} metadata '{bad[0]}' is {type(md[bad[0]]).__name__}, expected a string")
+    return dict(md)
