@@ -22,6 +22,7 @@ from pycann.errors import ModelError, UnsupportedOpError
 from pycann.ge.importers.expand import FunctionExpander
 from pycann.ge.importers.opset_upgrade import upgrade_node
 from pycann.ge.ir import Graph, Node
+from pycann.ge.overrides import METADATA_KEY
 from pycann.ops.registry import lookup
 
 
@@ -96,6 +97,11 @@ def import_model(model: onnx.ModelProto) -> Graph:
     g.metadata = {p.key: p.value for p in model.metadata_props}
     g.metadata["producer"] = f"{model.producer_name} {model.producer_version}".strip()
     g.metadata["ir_version"] = str(model.ir_version)
+    # IR >= 4: an input with an initializer is an input with a default value (pycann.ge.overrides)
+    inits = {t.name for t in model.graph.initializer}
+    feedable = sorted(vi.name for vi in model.graph.input if vi.name in inits) if model.ir_version >= 4 else []
+    if feedable:
+        g.metadata[METADATA_KEY] = ",".join(feedable)
     return g
 
 
