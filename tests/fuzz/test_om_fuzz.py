@@ -5,6 +5,7 @@ refused with a pycann error (``PycannError``; pyACL then returns a documented co
 from __future__ import annotations
 
 import json
+from collections.abc import Iterator
 from pathlib import Path
 
 import numpy as np
@@ -57,3 +58,30 @@ def test_om_corpus(path: Path) -> None:
     """Regression cases (found by the fuzzer or by review); ``expect`` pins the verdict."""
     doc = json.loads(path.read_text())
     assert load_and_run(omm.Mutation.from_json(doc)) == doc.get("expect", "refused")
+
+
+@pytest.fixture()
+def acl_context() -> Iterator[None]:
+    import pycann.acl as acl
+    from pycann.acl import _state
+
+    if _state.initialized:
+        acl.finalize()
+    assert acl.init() == 0 and acl.rt.set_device(0) == 0
+    yield
+    acl.finalize()
+
+
+def test_om_mutation_fuzz_through_pyacl(acl_context: None) -> None:
+    """pyACL's load_from_mem on mutated files: success, or a documented code (never 500000)."""
+    import pycann.acl as acl
+    from pycann.acl import constants as C
+
+    def prop(m: omm.Mutation) -> None:
+        data = omm.apply(m)
+        model_id, ret = acl.mdl.load_from_mem(acl.util.bytes_to_ptr(data), len(data))
+        assert ret != C.ACL_ERROR_INTERNAL_ERROR, (acl.get_recent_err_msg(), m.to_json())
+        if ret == 0:
+            assert acl.mdl.unload(model_id) == 0
+
+    fuzz(omm.mutations(), prop, examples=30)
