@@ -22,7 +22,6 @@ from pycann.ge.compiler import CompiledModel, compile_model, specialize
 from pycann.ge.executor import Executor
 from pycann.ge.gears import GearTable
 from pycann.ge.ir import Graph
-from pycann.ge.overrides import overridable, with_inputs
 from pycann.profiler import hooks
 from pycann.runtime.host_allocator import keep_freed_memory
 
@@ -225,8 +224,11 @@ class LoadedModel:
         names = [i.name for i in self.inputs]
         unknown = [k for k in feeds if k not in names]
         missing = [n for n in names if n not in feeds]
-        if unknown and not missing and set(unknown) <= overridable(self.graph):
-            return self._overriding(unknown).run_dict(feeds)  # ONNX: a feed overrides an initializer
+        if unknown and not missing:
+            from pycann.ge.overrides import overridable  # only a feed naming a non-input gets here
+
+            if set(unknown) <= overridable(self.graph):
+                return self._overriding(unknown).run_dict(feeds)  # ONNX: a feed overrides an initializer
         if unknown or missing:
             raise InputError(
                 f"input names do not match the model: unknown {unknown}, missing {missing}; "
@@ -236,6 +238,8 @@ class LoadedModel:
 
     def _overriding(self, names: Sequence[str]) -> LoadedModel:
         """The model with the initializers ``names`` as inputs (pycann.ge.overrides; cached)."""
+        from pycann.ge.overrides import with_inputs
+
         key = tuple(sorted(names))
         variants = self.__dict__.setdefault("_variants", {})
         if key not in variants:
