@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from pycann.dtypes import OUTPUT_TYPE, Dim
 from pycann.errors import OptionError
+
+if TYPE_CHECKING:  # pycann.dtypes loads ml_dtypes (~1 s): atc checks options without it
+    from pycann.dtypes import Dim
 
 SOC_VERSIONS = (
     "Ascend310", "Ascend310P1", "Ascend310P3", "Ascend310B1", "Ascend310B4", "Ascend910A", "Ascend910B",
@@ -109,6 +111,8 @@ def parse_out_nodes(text: str) -> list[tuple[str, int]]:
 def parse_output_type(text: str) -> dict[str, int]:
     """``"FP16"`` -> {"": FLOAT16}; ``"node:0:FP16;n2:1:FP32"`` -> per output."""
     def dt(name: str) -> int:
+        from pycann.dtypes import OUTPUT_TYPE
+
         if name.upper() not in OUTPUT_TYPE:
             raise OptionError(
                 f"E10001: value [{name}] of --output_type is invalid: use one of {', '.join(OUTPUT_TYPE)}"
