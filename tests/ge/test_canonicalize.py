@@ -398,3 +398,17 @@ def test_scalar_constants_keep_rank_zero() -> None:
     assert counts.get("DivByConstant") == 1 and g.initializers[mul.inputs[1]].shape == ()
     got = LoadedModel.from_compiled(compile_model(m)).run([np.array(510.0, np.float32)])[0]
     assert got.shape == () and got == 2.0
+
+
+def test_unnamed_variadic_nodes_get_distinct_intermediate_names() -> None:
+    """Two unnamed 3-input Means (onnx's test_mean_example has one): every new value is defined once."""
+    from pycann.ge.ir import verify
+
+    m = _model([helper.make_node("Mean", ["a", "b", "c"], ["s"]), helper.make_node("Mean", ["s", "b", "c"], ["y"])],
+               [("a", [3]), ("b", [3]), ("c", [3])], "y")
+    g, counts, _ = _canon(m)
+    assert counts.get("VariadicToBinary") == 2
+    outs = [o for n in g.nodes for o in n.outputs]
+    assert len(outs) == len(set(outs)), outs
+    verify(g)
+    _compile_check(m, {k: _f32(3) for k in "abc"})

@@ -44,6 +44,14 @@ def np_dtype(d: TensorDesc | None) -> np.dtype | None:
         return None
 
 
+def _fresh(g: Graph, base: str) -> str:
+    """A new value name, reserved at once (rewrites are committed at the end of a sweep, so two
+    anchors must not be handed the same name); InferShapes replaces the placeholder desc."""
+    name = g.fresh_name(base)
+    g.descs[name] = TensorDesc(0, None)
+    return name
+
+
 def _const_name(g: Graph, base: str, value: np.ndarray) -> str:
     n = g.fresh_name(base)
     arr = np.array(value, order="C", copy=True)  # not ascontiguousarray: it makes a 0-d array 1-d
@@ -69,7 +77,7 @@ def _variadic(ix: GraphIndex, g: Graph, n: Node, rw: Rewrites) -> tuple[list[Nod
     acc = ins[0]
     for k, x in enumerate(ins[1:]):
         last = k == len(ins) - 2 and n.op_type != "Mean"
-        y = out if last else g.fresh_name(f"{n.name or base}_acc")
+        y = out if last else _fresh(g, f"{n.name or base}_acc{k}")
         new.append(Node(base, [acc, x], [y], name=f"{n.name}_{base.lower()}{k}", opset=n.opset))
         acc = y
     if n.op_type == "Mean":
@@ -124,7 +132,7 @@ def _gemm(ix: GraphIndex, g: Graph, n: Node, rw: Rewrites) -> tuple[list[Node], 
         return [n], [Node("MatMul", [n.inputs[0], w], list(n.outputs), name=f"{n.name}_matmul", opset=13)]
     cc = c if beta == 1.0 else (c.astype(np.float64) * beta).astype(c.dtype)
     bias = _const_name(g, f"{c_name}_bias", cc)
-    mid = g.fresh_name(f"{n.name}_mm")
+    mid = _fresh(g, f"{n.name}_mm")
     return [n], [Node("MatMul", [n.inputs[0], w], [mid], name=f"{n.name}_matmul", opset=13),
                  Node("Add", [mid, bias], list(n.outputs), name=f"{n.name}_bias", opset=14)]
 
