@@ -27,7 +27,7 @@ from pycann.ops.nn.spatial import (
 )
 from pycann.ops.opdef import InferContext, OpDef
 from pycann.ops.operand_checks import check_vector, require_vector
-from pycann.ops.providers import ConvSpec, resolve, torch_onednn
+from pycann.ops.providers import ConvSpec, nan_guard, resolve, torch_onednn
 from pycann.ops.providers.torch_onednn import bf16_conv
 
 _WINDOW_ATTRS: dict[str, Any] = {
@@ -141,6 +141,14 @@ def conv_act(inputs: Sequence[Any], attrs: Mapping[str, Any], out: np.ndarray | 
             algo = resolve("numpy:im2col_gemm", lambda: ConvSpec("Conv", x.shape, w.shape, group, win, win.out,
                                                                  cd.name))
         post = _POST_OPS.get(algo.name)
+        if algo.provider in ("torch", "onednn") and (relu or (act is not None and nan_guard.drops_nan(act[0]))) \
+                and not nan_guard.safe(xc, nan_guard.weight_bound(wc, bc), residual):
+            # a NaN/inf (or overflow) would turn to 0 in the fused max(x, 0): activation in numpy
+            y = algo.fn(xc, wc, bc, group, win, out, residual=residual) if residual is not None \
+                else algo.fn(xc, wc, bc, group, win, out)
+            if relu:
+                np.maximum(y, 0, out=y)
+            return y, False
         if act is not None and post is not None and (affine is None or algo.provider == "onednn"):
             mod = post()
             if mod.native(xc, wc, win):
@@ -317,6 +325,9 @@ def conv_transpose_act(inputs: Sequence[Any], attrs: Mapping[str, Any], act: tup
     if act is not None and algo.name == "onednn:conv_transpose_nhwc":
         mod = _onednn_module()
         unary = mod.onednn_unary(*act)
+        if unary is not None and nan_guard.drops_nan(unary) \
+                and not nan_guard.safe(xc, nan_guard.weight_bound(wc, bc, transpose=True)):
+            unary = None  # NaN/inf in: the caller applies the activation in numpy, keeping NaN
         if unary is not None and mod.native(xc, wc, win):
             return mod.conv_transpose_nhwc(xc, wc, bc, group, win, outs, out, unary=unary), True
     return algo.fn(xc, wc, bc, group, win, outs, out), False
