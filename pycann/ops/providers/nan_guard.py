@@ -27,9 +27,10 @@ import numpy as np
 __all__ = ["drops_nan", "enabled", "safe", "weight_bound"]
 
 _F32_SAFE = 1e38  # below float32's maximum (3.4e38), with room for the rounding of the bound itself
-# oneDNN dnnl_alg_kind_t values (onednn_capi.ELTWISE): relu, hardsigmoid, clip, clip_v2
-_DROPS = {0x20, 0x28, 0x2E, 0x2F}
-_TORCH_DROPS = {"relu", "clamp", "hardtanh", "hardsigmoid"}
+# oneDNN dnnl_alg_kind_t values (onednn_capi.ELTWISE): relu, hardsigmoid, clip, clip_v2, and
+# logistic (its input clamp maps NaN to a number on some kernels: docs/kernels.md)
+_DROPS = {0x20, 0x28, 0x2E, 0x2F, 0x29}
+_TORCH_DROPS = {"relu", "clamp", "hardtanh", "hardsigmoid", "sigmoid"}
 
 
 def enabled() -> bool:
@@ -45,7 +46,7 @@ def drops_nan(unary: Any) -> bool:
     if unary is None:
         return False
     if isinstance(unary, str):
-        return unary in ("Relu", "Clip", "HardSigmoid")
+        return unary in ("Relu", "Clip", "HardSigmoid", "Sigmoid")
     if isinstance(unary, tuple) and unary and isinstance(unary[0], tuple):
         return any(drops_nan(u) for u in unary)
     if isinstance(unary, tuple) and len(unary) == 3 and isinstance(unary[0], int):
