@@ -31,6 +31,7 @@ import numpy as np
 
 from pycann.ops.providers import onednn_capi as capi
 from pycann.ops.providers.bound_out import dest, finish
+from pycann.ops.providers.native_args import address
 
 _F32 = np.dtype(np.float32)
 
@@ -126,20 +127,24 @@ def bound_attention(q_shape: Sequence[int], kt_shape: Sequence[int], v_shape: Se
         k = kt.transpose(swap)
         k = k if k.dtype == _F32 and k.flags.c_contiguous else np.ascontiguousarray(k, dtype=_F32)
         v = v if v.dtype == _F32 and v.flags.c_contiguous else np.ascontiguousarray(v, dtype=_F32)
-        mask_c = None if mk is None else np.ascontiguousarray(mask, dtype=_F32)
+        mask_c = None if mk is None else np.ascontiguousarray(mask, dtype=_F32).reshape(mk)  # (mk: mask + leading 1s)
         y = np.empty(y_store, _F32).transpose(0, 2, 1, 3) if nd == 4 else None
         y, o = (y, None if out is None else out[0]) if y is not None else dest(out, y_shape, (q, k, v))
+        qp, kp = address("FusedAttention Q", q, q_shape), address("FusedAttention K", k, k_shape)
+        vp = address("FusedAttention V", v, v_shape)
+        mp = address("FusedAttention mask", mask_c, mk) if mask_c is not None and mk is not None else 0
+        yp = address("FusedAttention Y", y, y_shape, strides=y.strides if nd == 4 else None)
         with lock:
-            q_mem.set(capi.ptr(q))
-            k_mem.set(capi.ptr(k))
-            if m_mem is not None and mask_c is not None:
-                m_mem.set(capi.ptr(mask_c))
+            q_mem.set(qp)
+            k_mem.set(kp)
+            if m_mem is not None and mp:
+                m_mem.set(mp)
             mm1.execute()
             if numpy_mask and mask_c is not None:
                 np.add(scores, mask_c.reshape(mk), out=scores)
             sm.execute()
-            v_mem.set(capi.ptr(v))
-            y_mem.set(capi.ptr(y))
+            v_mem.set(vp)
+            y_mem.set(yp)
             mm2.execute()
         return finish(y, o)
 
