@@ -18,7 +18,7 @@ import numpy as np
 
 from pycann.errors import OperandError
 
-__all__ = ["address", "check"]
+__all__ = ["address", "check", "conform"]
 
 _F32 = np.dtype(np.float32)
 
@@ -49,3 +49,21 @@ def address(what: str, a: np.ndarray, shape: Sequence[int], dtype: np.dtype = _F
     """``check`` then the data address of ``a`` (what a oneDNN memory's data handle is set to)."""
     check(what, a, shape, dtype, strides)
     return a.__array_interface__["data"][0]  # type: ignore[no-any-return]
+
+
+def conform(what: str, a: np.ndarray, shape: Sequence[int]) -> np.ndarray:
+    """``a`` as a C-contiguous float32 array of ``shape`` (a copy when its dtype or layout differ,
+    a reshape when only unit dims differ); ``OperandError`` when it has another element count or
+    is not an array (a bound kernel handed the wrong tensor)."""
+    shape = tuple(int(d) for d in shape)
+    if a.__class__ is np.ndarray and a.dtype == _F32 and a.shape == shape and a.flags.c_contiguous:
+        return a
+    if not isinstance(a, np.ndarray):
+        raise OperandError(f"{what}: expected a numpy array, got {type(a).__name__}")
+    n = 1
+    for d in shape:
+        n *= d
+    if a.size != n:
+        raise OperandError(f"{what}: the native primitive was built for shape {list(shape)} ({n} elements) "
+                           f"but got {a.dtype}{list(a.shape)}")
+    return np.ascontiguousarray(a, dtype=_F32).reshape(shape)

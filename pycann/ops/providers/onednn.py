@@ -27,6 +27,7 @@ from typing import Any
 
 import numpy as np
 
+from pycann.errors import OperandError
 from pycann.ops.nn.spatial import Window
 from pycann.ops.providers import Algorithm, ConvSpec, onednn_matmul
 from pycann.ops.providers import numpy_blas as nb
@@ -216,11 +217,19 @@ class _Plan:
         y = out if fits and out is not None else empty_channels_last(self.y_shape)
         if residual is not None:
             if self.mode == "sum":
-                np.copyto(y, residual)
+                try:
+                    np.copyto(y, residual)
+                except ValueError as e:
+                    raise OperandError(f"conv residual {list(residual.shape)} does not broadcast to the output "
+                                       f"{list(self.y_shape)}: {e}") from None
             elif residual.dtype != np.float32 or residual.shape != self.y_shape or not _fits(residual, self.y_strides) \
                     or (y is out and np.may_share_memory(residual, y)):  # dst may hold partial sums
                 r = empty_channels_last(self.y_shape)
-                np.copyto(r, residual)  # broadcasts / casts / re-lays out
+                try:
+                    np.copyto(r, residual)  # broadcasts / casts / re-lays out
+                except ValueError as e:
+                    raise OperandError(f"conv residual {list(residual.shape)} does not broadcast to the output "
+                                       f"{list(self.y_shape)}: {e}") from None
                 residual = r
         # every operand is exactly what the primitive reads or writes (native_args): no pointer
         # to a short bias, a differently shaped input or a residual of another layout gets through
@@ -365,6 +374,9 @@ def bound_conv_nhwc(w: np.ndarray, b: np.ndarray | None, group: int, win: Window
 
     def finish(y: np.ndarray, out: Any) -> list[np.ndarray]:
         if out is not None and y is not out[0]:
+            if out[0].shape != y.shape:
+                raise OperandError(f"conv output Y: the kernel was bound for {list(y.shape)} but the output "
+                                   f"given is {list(out[0].shape)}")
             out[0][...] = y  # the executor reads the arena view
         return [y]
 
