@@ -87,7 +87,25 @@ def _qconv(bad: str, shape: tuple[int, ...]) -> Case:
                 y_type=TensorProto.UINT8)
 
 
+def _rnn(op: str, gates: int, bad: str, shape: tuple[int, ...]) -> Case:
+    hidden, inp = 4, 3
+    inits = {"W": _f(1, gates * hidden, inp), "R": _f(1, gates * hidden, hidden), "B": _f(1, 2 * gates * hidden),
+             "h0": _f(1, 2, hidden)}
+    inits[bad] = _f(*shape)
+    c = Case(op, ["x", "W", "R", "B", "", "h0"], inits, _f(5, 2, inp), {"h0": "initial_h"}.get(bad, bad),
+             {"hidden_size": hidden}, opset=14)
+    c.y_type = F
+    return c
+
+
 CASES: dict[str, Callable[[], Case]] = {
+    "lstm_bias_short": lambda: _rnn("LSTM", 4, "B", (1, 30)),
+    "lstm_bias_long": lambda: _rnn("LSTM", 4, "B", (1, 40)),
+    "lstm_w_input_size": lambda: _rnn("LSTM", 4, "W", (1, 16, 4)),
+    "lstm_r_hidden": lambda: _rnn("LSTM", 4, "R", (1, 16, 5)),
+    "lstm_initial_h_batch": lambda: _rnn("LSTM", 4, "h0", (1, 3, 4)),
+    "gru_bias_short": lambda: _rnn("GRU", 3, "B", (1, 20)),
+    "rnn_bias_short": lambda: _rnn("RNN", 1, "B", (1, 6)),
     "conv_bias_short": lambda: _conv(1),
     "conv_bias_one_less": lambda: _conv(7),
     "conv_bias_long": lambda: _conv(9),
@@ -203,3 +221,18 @@ def test_tiny_conv_with_wrong_bias_is_a_clear_error() -> None:
     """The issue's 'tiny conv' (numpy im2col path): no raw reshape traceback, a ShapeError."""
     with pytest.raises(ShapeError, match="input B has 1 elements but must have 4"):
         compile_model(Case("Conv", ["x", "w", "b"], {"w": _f(4, 8, 3, 3), "b": _f(1)}, _f(1, 8, 4, 4), "B").model())
+
+
+@pytest.mark.parametrize("nb", [1, 100_000])
+def test_tampered_om_bias_is_refused_at_load_or_run(nb: int, tmp_path: Any) -> None:
+    """An .om whose bias initializer was replaced after compiling (a large one ran off the mapped
+    file before): the plan's inference refuses it with the one-line ShapeError, no segfault."""
+    from pycann.acl.session import InferSession
+
+    case = _conv(8)
+    cm = compile_model(case.model())
+    cm.graph.initializers["b"] = np.ones(nb, np.float32)
+    path = tmp_path / "bad.om"
+    cm.save(path)
+    with pytest.raises(ShapeError, match="input B has"):
+        InferSession(0, str(path)).infer([case.x])

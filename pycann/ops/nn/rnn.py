@@ -171,6 +171,18 @@ def _infer_rnn(ctx: InferContext, gates: int, n_out: int) -> list[TensorDesc]:
         raise ctx.fail(f"input X has shape {x}; expected rank 3")
     else:
         seq, batch = (x.shape[0], x.shape[1]) if layout == 0 else (x.shape[1], x.shape[0])
+    # the operand shapes ONNX Runtime requires (it refuses any other: "Input B must have shape ...")
+    in_size = x.shape[2] if x is not None and x.shape is not None else None
+    h = hidden if isinstance(hidden, int) else None
+    g = gates * h if h is not None else None
+    state = (num_dir, batch, h) if layout == 0 else (batch, num_dir, h)
+    _check_shape(ctx, 1, "W", (num_dir, g, in_size))
+    _check_shape(ctx, 2, "R", (num_dir, g, h))
+    _check_shape(ctx, 3, "B", (num_dir, 2 * g if g is not None else None))
+    _check_shape(ctx, 5, "initial_h", state)
+    if gates == 4:
+        _check_shape(ctx, 6, "initial_c", state)
+        _check_shape(ctx, 7, "P", (num_dir, 3 * h if h is not None else None))
     if layout == 0:
         y = TensorDesc(dtype, (seq, num_dir, batch, hidden))
         yh = TensorDesc(dtype, (num_dir, batch, hidden))
@@ -178,6 +190,19 @@ def _infer_rnn(ctx: InferContext, gates: int, n_out: int) -> list[TensorDesc]:
         y = TensorDesc(dtype, (batch, seq, num_dir, hidden))
         yh = TensorDesc(dtype, (batch, num_dir, hidden))
     return [y, yh, yh][:n_out]
+
+
+def _check_shape(ctx: InferContext, i: int, name: str, want: tuple[Any, ...]) -> None:
+    """Input ``i`` (if present with a known shape) has rank len(want) and each known dim of ``want``."""
+    d = ctx.input(i)
+    if d is None or d.shape is None:
+        return
+    bad = len(d.shape) != len(want) or any(isinstance(a, int) and isinstance(b, int) and a != b
+                                           for a, b in zip(d.shape, want))
+    if bad:
+        shown = "[" + ", ".join("?" if v is None else str(v) for v in want) + "]"
+        raise ctx.fail(f"input {name} has shape {list(d.shape)} but must be {shown} (num_directions, "
+                       f"gates * hidden_size, ...); fix: give {name} that shape")
 
 
 def _infer_lstm(ctx: InferContext) -> list[TensorDesc]:
