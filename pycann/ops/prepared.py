@@ -293,8 +293,8 @@ def nan_guarded(k: Any, unary: Any, w_bound: float, fallback: Kernel, residual: 
 
     def kernel(inputs: Sequence[Any], attrs: Mapping[str, Any], out: Any = None) -> list[np.ndarray]:
         r = inputs[residual] if residual is not None and len(inputs) > residual else None
-        if safe(inputs[0], w_bound, r):
-            return k(inputs, attrs, out)  # type: ignore[no-any-return]
+        if safe(inputs[0], w_bound, r):  # (kernels without ``writes_out`` take no ``out``)
+            return k(inputs, attrs) if out is None else k(inputs, attrs, out)  # type: ignore[no-any-return]
         y = fallback(inputs, attrs)[0]  # a new array: the residual may share the output's buffer
         if out is not None:
             out[0][...] = y
