@@ -185,3 +185,20 @@ def test_guard_is_what_keeps_the_nan(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("PYCANN_NAN_GUARD", "1")
     got = LoadedModel.from_compiled(compile_model(m)).run([x])[0]
     np.testing.assert_array_equal(np.isnan(got), np.isnan(want))
+
+
+def _torch_ok() -> bool:
+    providers.reset()
+    return providers.available("torch")
+
+
+@pytest.mark.skipif(not _torch_ok(), reason="torch is not installed")
+@pytest.mark.parametrize("act", ["Relu", "Clip"])
+@pytest.mark.parametrize("kind", ["nan", "inf", "big"])
+def test_torch_provider_conv_activation_keeps_nan(act: str, kind: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The same through torch's oneDNN convs (``torch:conv2d_nhwc`` with its fused post-ops)."""
+    monkeypatch.setenv("PYCANN_PROVIDERS", "numpy,torch")
+    providers.reset()
+    x = _f(1, 16, 24, 24)
+    _check(_conv_act(act), [{"x": _poison(x, kind)}, {"x": x}])
+    _check(_conv_act(act, residual=True), [{"x": _poison(x, kind), "r": _f(1, 32, 24, 24)}])
