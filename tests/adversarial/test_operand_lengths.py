@@ -140,6 +140,11 @@ CASES: dict[str, Callable[[], Case]] = {
     "qlinearconv_w_zero_point_long": lambda: _qconv("wz", (5,)),
     "qlinearconv_bias_short": lambda: _qconv("b", (2,)),
     "qlinearconv_x_scale_vector": lambda: _qconv("xs", (3,)),
+    "matmulinteger_b_zero_point_short": lambda: Case(
+        "MatMulInteger", ["x", "w", "", "bz"], {"w": RNG.integers(0, 255, (5, 6), dtype=np.uint8),
+                                                "bz": np.full(5, 2, np.uint8)},
+        RNG.integers(0, 255, (4, 5), dtype=np.uint8), "b_zero_point", opset=13, x_type=TensorProto.UINT8,
+        y_type=TensorProto.INT32),
     "convinteger_w_zero_point_short": lambda: Case(
         "ConvInteger", ["x", "w", "", "wz"], {"w": RNG.integers(0, 255, (4, 3, 3, 3), dtype=np.uint8),
                                                "wz": np.full(3, 7, np.uint8)},
