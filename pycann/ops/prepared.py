@@ -279,24 +279,32 @@ def _dnnl_post_ops(attrs: Mapping[str, Any]) -> tuple[bool, Any]:
     return True, unary
 
 
-def nan_guarded(k: Any, unary: Any, w_bound: float, fallback: Kernel, residual: int | None) -> Any:
+def nan_guarded(k: Any, unary: Any, w_bound: float, fallback: Kernel, residual: int | None,
+                out_bound: Any = None) -> Any:
     """``k`` (a bound conv/matmul whose fused activation ``unary`` maps NaN to a number:
-    ``nan_guard.drops_nan``) preceded by the operand check ``nan_guard.safe``; a call it cannot
+    ``nan_guard.drops_nan``) preceded by the operand check ``nan_guard.pre_bound``; a call it cannot
     prove safe (a NaN or inf input, values that could overflow) runs ``fallback`` (the generic
     kernel on the numpy provider: activation in numpy, NaN kept, as ONNX Runtime does). Returns
-    ``k`` itself when its activation keeps NaN. ``residual``: the input index of the residual."""
+    ``k`` itself when its activation keeps NaN. ``residual``: the input index of the residual.
+    ``out_bound(pre_activation_bound) -> bound of the output`` (or None): recorded for the arena
+    view the kernel wrote, so a guarded consumer of it needs no read of its own."""
     from pycann.ops.providers import nan_guard
 
     if k is None or not nan_guard.drops_nan(unary):
         return k
-    safe = nan_guard.safe
+    pre_bound, record, limit = nan_guard.pre_bound, nan_guard.record, nan_guard._F32_SAFE
 
     def kernel(inputs: Sequence[Any], attrs: Mapping[str, Any], out: Any = None) -> list[np.ndarray]:
         r = inputs[residual] if residual is not None and len(inputs) > residual else None
-        if safe(inputs[0], w_bound, r):  # (kernels without ``writes_out`` take no ``out``)
-            return k(inputs, attrs) if out is None else k(inputs, attrs, out)  # type: ignore[no-any-return]
+        bound = pre_bound(inputs[0], w_bound, r)
+        if bound < limit:  # (kernels without ``writes_out`` take no ``out``)
+            ys = k(inputs, attrs) if out is None else k(inputs, attrs, out)
+            if out is not None and ys[0] is out[0]:
+                record(out[0], out_bound(bound) if out_bound is not None and bound > 0.0 else None)
+            return ys  # type: ignore[no-any-return]
         y = fallback(inputs, attrs)[0]  # a new array: the residual may share the output's buffer
         if out is not None:
+            record(out[0], None)
             out[0][...] = y
             return [out[0]]
         return [y]
@@ -306,6 +314,24 @@ def nan_guarded(k: Any, unary: Any, w_bound: float, fallback: Kernel, residual: 
             setattr(kernel, name, getattr(k, name))
     kernel.guarded = k  # type: ignore[attr-defined]
     return kernel
+
+
+def _act_out_bound(attrs: Mapping[str, Any]) -> Any:
+    """``pre-activation bound -> output bound`` for FusedConv/FusedMatMul's activation (None
+    with a post scale/shift: not propagated)."""
+    from pycann.ops import fused
+
+    if fused.post_affine(attrs) is not None:
+        return None
+    act, al, be = fused._act(attrs)
+    if act in ("HardSigmoid", "Sigmoid"):
+        return lambda b: 1.0
+    if act == "Clip":
+        cap = max(abs(al), abs(be))
+        return lambda b: min(b, cap) if al <= 0.0 <= be else cap
+    if act == "Relu":
+        return lambda b: b
+    return None
 
 
 def _conv_fallback(attrs: Mapping[str, Any]) -> Kernel:
@@ -322,7 +348,8 @@ def _guard_conv(k: Any, unary: Any, attrs: Mapping[str, Any], w: np.ndarray, b: 
 
     if k is None or not nan_guard.drops_nan(unary):
         return k
-    return nan_guarded(k, unary, nan_guard.weight_bound(w, b), _conv_fallback(attrs), 3 if residual else None)
+    return nan_guarded(k, unary, nan_guard.weight_bound(w, b), _conv_fallback(attrs), 3 if residual else None,
+                       _act_out_bound(attrs))
 
 
 def _conv_dnnl(attrs: Mapping[str, Any], ins: Sequence[TensorDesc | None], w: np.ndarray, b: np.ndarray | None,
@@ -393,7 +420,8 @@ def _matmul(attrs, ins, consts, outs) -> Kernel | None:  # type: ignore[no-untyp
     wb = float(np.abs(bb.astype(np.float64)).sum(axis=0).max()) if bb.size else 0.0
     wb += float(np.abs(bias.astype(np.float64)).max()) if bias is not None and bias.size else 0.0
     plain = {**attrs, "_algo": "numpy:matmul"}
-    return nan_guarded(k, unary, wb, lambda x, a: fused._k_fused_matmul(x, plain), 3 if residual else None)
+    return nan_guarded(k, unary, wb, lambda x, a: fused._k_fused_matmul(x, plain), 3 if residual else None,
+                       _act_out_bound(attrs))
 
 
 def _conv_onednn(attrs: Mapping[str, Any], ins: Sequence[TensorDesc | None], w: np.ndarray, b: np.ndarray | None,

@@ -202,3 +202,52 @@ def test_torch_provider_conv_activation_keeps_nan(act: str, kind: str, monkeypat
     x = _f(1, 16, 24, 24)
     _check(_conv_act(act), [{"x": _poison(x, kind)}, {"x": x}])
     _check(_conv_act(act, residual=True), [{"x": _poison(x, kind), "r": _f(1, 32, 24, 24)}])
+
+
+def _two_convs(between: str | None) -> onnx.ModelProto:
+    """conv+relu -> [an op that can create inf/NaN from finite values] -> conv+relu."""
+    inits = {"w1": _f(32, 16, 3, 3, scale=0.2), "b1": _f(32), "w2": _f(32, 32, 3, 3, scale=0.2), "b2": _f(32),
+             "big": np.array(1e37, np.float32), "zero": np.array(0.0, np.float32)}
+    nodes = [helper.make_node("Conv", ["x", "w1", "b1"], ["c1"], pads=[1, 1, 1, 1]),
+             helper.make_node("Relu", ["c1"], ["r1"])]
+    cur = "r1"
+    if between == "mul_big":  # finite * 1e37 overflows to inf
+        nodes.append(helper.make_node("Mul", [cur, "big"], ["m"]))
+        cur = "m"
+    elif between == "div_zero":  # 0 / 0 is NaN
+        nodes.append(helper.make_node("Div", [cur, "zero"], ["m"]))
+        cur = "m"
+    nodes += [helper.make_node("Conv", [cur, "w2", "b2"], ["c2"], pads=[1, 1, 1, 1]),
+              helper.make_node("Relu", ["c2"], ["y"])]
+    return _model(nodes, (1, 16, 24, 24), inits)
+
+
+@pytest.mark.parametrize("between", ["mul_big", "div_zero"])
+def test_nan_created_between_two_guarded_convs(between: str) -> None:
+    """The second conv's input is not the first conv's proven output: it is checked itself."""
+    x = _f(1, 16, 24, 24)
+    _check(_two_convs(between), [{"x": x}, {"x": _poison(x, "nan")}, {"x": x}])
+
+
+def test_proven_bound_of_a_guarded_conv_saves_the_next_read(monkeypatch: pytest.MonkeyPatch) -> None:
+    """conv+relu -> conv+relu: the second conv needs no read of its input (the first proved it),
+    and a NaN run in between (first conv unfused) still gives ORT's NaNs in the second."""
+    if not providers.available("onednn"):
+        pytest.skip("the onednn provider is not available")
+    from pycann.ops.providers import nan_guard
+
+    m = _two_convs(None)
+    lm = LoadedModel.from_compiled(compile_model(m))
+    x = _f(1, 16, 24, 24)
+    lm.run([x])
+    reads: list[int] = []
+    orig = nan_guard._norm2
+    monkeypatch.setattr(nan_guard, "_norm2", lambda a: reads.append(a.size) or orig(a))
+    for feeds in ({"x": x}, {"x": _poison(x, "nan")}, {"x": x}):
+        reads.clear()
+        got = lm.run([feeds["x"]])[0]
+        want = run_ort(m, feeds)[0]
+        np.testing.assert_array_equal(np.isnan(got), np.isnan(want))
+        np.testing.assert_allclose(got[np.isfinite(want)], want[np.isfinite(want)], rtol=1e-4, atol=1e-4)
+        if not np.isnan(feeds["x"]).any():
+            assert reads == [x.size], reads  # only the first conv's input was read

@@ -20,11 +20,12 @@ from __future__ import annotations
 
 import math
 import os
+import weakref
 from typing import Any
 
 import numpy as np
 
-__all__ = ["drops_nan", "enabled", "safe", "weight_bound"]
+__all__ = ["drops_nan", "enabled", "pre_bound", "record", "safe", "weight_bound"]
 
 _F32_SAFE = 1e38  # below float32's maximum (3.4e38), with room for the rounding of the bound itself
 # oneDNN dnnl_alg_kind_t values (onednn_capi.ELTWISE): relu, hardsigmoid, clip, clip_v2, and
@@ -76,8 +77,9 @@ def _norm2(a: np.ndarray) -> float:
     flat = a.ravel(order="K")  # a view for any dense layout (channels-last included)
     if flat.dtype != np.float32 and flat.dtype != np.float64:
         flat = flat.astype(np.float32)
-    with np.errstate(over="ignore", invalid="ignore"):
-        v = float(np.dot(flat, flat))
+    # (no np.errstate here: it costs more than the dot on small tensors; a non-finite input may
+    # print numpy's RuntimeWarning, as the numpy kernels that then run do anyway)
+    v = float(np.dot(flat, flat))
     return math.sqrt(v) if v >= 0.0 else math.nan
 
 
@@ -85,9 +87,46 @@ def safe(x: np.ndarray, w_bound: float, residual: np.ndarray | None = None) -> b
     """True when a conv/matmul of ``x`` with weights of ``weight_bound`` ``w_bound`` (plus
     ``residual``) cannot produce NaN or inf before its activation, so a NaN-dropping fused
     activation gives ONNX Runtime's answer. Always True with the guard disabled."""
+    return pre_bound(x, w_bound, residual) < _F32_SAFE  # False for NaN and inf too
+
+
+# Proven bounds of arena buffers (the executor's output views): id -> (weak reference, max |value|).
+# A guarded kernel that ran fused on operands it proved finite records the bound of its output,
+# so the next guarded kernel reading that very array (conv -> conv chains) needs no read of it.
+# Sound because an arena view is written only by its producer, once per run and before any reader
+# (the producer re-records or forgets it every run; a buffer reused for another value is another
+# view object), and is never handed to the caller (graph outputs stay out of the arena).
+_proven: dict[int, tuple[Any, float]] = {}
+_PROVEN_MAX = 4096
+
+
+def _bound_of(a: np.ndarray) -> float:
+    hit = _proven.get(id(a))
+    if hit is not None and hit[0]() is a:
+        return hit[1]  # type: ignore[no-any-return]
+    return _norm2(a)
+
+
+def pre_bound(x: np.ndarray, w_bound: float, residual: np.ndarray | None = None) -> float:
+    """An upper bound of |conv(x) + b + residual| (``w_bound`` from ``weight_bound``): from the
+    proven bound of ``x`` when a guarded producer recorded one (``record``), else (or when that is
+    too loose to prove safety) from one read of ``x``. inf/NaN when a value is not finite; 0 with the
+    guard disabled."""
     if not enabled():
-        return True
-    bound = _norm2(x) * w_bound
-    if residual is not None:
-        bound += _norm2(residual)
-    return bound < _F32_SAFE  # False for NaN and inf too
+        return 0.0
+    r = 0.0 if residual is None else _bound_of(residual)
+    bound = _bound_of(x) * w_bound + r
+    if not bound < _F32_SAFE and id(x) in _proven:  # a propagated bound too loose: measure x itself
+        bound = _norm2(x) * w_bound + (0.0 if residual is None else _norm2(residual))
+    return bound
+
+
+def record(y: np.ndarray, bound: float | None) -> None:
+    """Remember ``bound`` (>= max |y|) for the arena view ``y``; None forgets it (``y`` was
+    computed by the unfused path, or its bound is unknown)."""
+    if bound is None or not bound < _F32_SAFE:
+        _proven.pop(id(y), None)
+        return
+    if len(_proven) >= _PROVEN_MAX:
+        _proven.clear()
+    _proven[id(y)] = (weakref.ref(y), bound)
