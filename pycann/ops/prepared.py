@@ -309,7 +309,7 @@ def nan_guarded(k: Any, unary: Any, w_bound: float, fallback: Kernel, residual: 
             return [out[0]]
         return [y]
 
-    for name in ("keep", "writes_out", "inplace"):
+    for name in ("keep", "writes_out", "inplace", "openmp", "impl"):  # what the executor and tests read
         if hasattr(k, name):
             setattr(kernel, name, getattr(k, name))
     kernel.guarded = k  # type: ignore[attr-defined]
