@@ -58,7 +58,26 @@ def drops_nan(unary: Any) -> bool:
     return True  # unknown form: assume the worst (the guard only costs time)
 
 
+_w_bounds: dict[tuple[Any, ...], float] = {}
+
+
 def weight_bound(w: np.ndarray, b: np.ndarray | None, transpose: bool = False) -> float:
+    """``_weight_bound`` with the weight's part cached per weight array (the generic conv path asks
+    on every call; dropped when the array is collected)."""
+    key = (id(w), w.__array_interface__["data"][0], w.shape, w.strides, transpose)
+    wb = _w_bounds.get(key)
+    if wb is None:
+        wb = _weight_bound(w, None, transpose)
+        try:
+            weakref.finalize(w, _w_bounds.pop, key, None)
+            _w_bounds[key] = wb
+        except TypeError:  # (not weak-referenceable: not cached)
+            pass
+    bb = float(np.abs(b.astype(np.float64, copy=False)).max()) if b is not None and b.size else 0.0
+    return wb + bb
+
+
+def _weight_bound(w: np.ndarray, b: np.ndarray | None, transpose: bool = False) -> float:
     """max over output channels of sum |w| (+ max |b|): with |x| <= X, |conv(x)| <= X * this + |b|.
     ``transpose``: ConvTranspose's (C, M/G, k...) weight (sums over input channels). inf or NaN
     when the weight or bias is not finite (the guard then always takes the unfused path). For a
