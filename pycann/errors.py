@@ -64,3 +64,9 @@ class OptionError(PycannError):
     """A command-line / API option is missing or invalid."""
 
     code = "E10001"
+
+
+class OperandError(KernelError, ValueError):
+    """An operand does not fit what a kernel or native primitive will read or write (a bias
+    shorter than the output channels, a buffer of the wrong size, dtype or layout). Raised before
+    any pointer reaches native code; also a ``ValueError`` (what kernels raised before)."""
