@@ -17,6 +17,7 @@ FORBIDDEN = {
     # AMCT sits beside acl, above ge: it compiles and runs models, never the tools or the facade
     "amct": ("pycann.acl", "pycann.tools"),
     "dvpp": ("pycann.ge", "pycann.acl", "pycann.tools", "pycann.runtime", "pycann.ops"),
+    "ocr": ("pycann.tools",),
 }
 
 

@@ -1,0 +1,188 @@
+"""PP-OCR (v4 det, mobile v2 cls, v4 rec) end to end on pycann: image bytes -> DVPP decode ->
+det -> DB boxes -> perspective crops -> direction cls -> rec (batches of variable width) -> CTC.
+
+The steps and constants follow PaddleOCR as RapidOCR (``rapidocr-onnxruntime``, whose models these
+are) runs them, so results can be compared line by line: BGR input; det input resized so the short
+side is >= 736 and both sides are multiples of 32, ``(x / 255 - 0.5) / 0.5``; boxes sorted top to
+bottom then left to right (rows within 10 px); cls and rec in batches of 6 by aspect ratio, height
+48, cls width 192, rec width ``48 * max(320 / 48, widest ratio of the batch)``; a crop rotated 180
+degrees when cls says "180" with score > 0.9; lines with a rec score < 0.5 dropped.
+Models run through any ``Runner`` (``x -> first output``): ``InferSession`` here, ``acl.mdl`` in
+samples/ocr/ocr_acl.py.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+from pycann.dvpp import jpeg, png
+from pycann.dvpp.formats import PixelFormat
+from pycann.dvpp.resize import resize
+from pycann.ocr import ctc
+from pycann.ocr.db import DBParams, boxes_from_map
+
+Runner = Callable[[np.ndarray], np.ndarray]
+"""A model: float32 NCHW input -> its first output."""
+
+DET_LIMIT_SIDE = 736
+REC_H, REC_W, CLS_W, BATCH = 48, 320, 192, 6
+CLS_THRESH, TEXT_SCORE = 0.9, 0.5
+
+
+@dataclass(frozen=True)
+class TextLine:
+    """One recognised line: ``box`` (4, 2) float32 corners tl, tr, br, bl in image pixels."""
+
+    box: np.ndarray
+    text: str
+    score: float
+
+
+def decode_image(data: bytes) -> np.ndarray:
+    """JPEG or PNG bytes -> ``(h, w, 3)`` uint8 BGR (DVPP's JPEGD / PNGD). Raises ``DvppError``."""
+    if data[:2] == b"\xff\xd8":
+        return jpeg.decode_array(data, PixelFormat.BGR_888)
+    return np.ascontiguousarray(png.decode_array(data, PixelFormat.RGB_888)[..., ::-1])
+
+
+def det_size(h: int, w: int) -> tuple[int, int]:
+    """Det input (height, width): short side scaled up to >= 736, both rounded to multiples of 32."""
+    ratio = DET_LIMIT_SIDE / min(h, w) if min(h, w) < DET_LIMIT_SIDE else 1.0
+    rh, rw = int(h * ratio), int(w * ratio)
+    return max(32, int(round(rh / 32) * 32)), max(32, int(round(rw / 32) * 32))
+
+
+def normalize(img: np.ndarray) -> np.ndarray:
+    """``(h, w, 3)`` uint8 -> ``(3, h, w)`` float32 ``(x / 255 - 0.5) / 0.5``."""
+    return ((img.astype(np.float32) / 255.0 - 0.5) / 0.5).transpose(2, 0, 1)
+
+
+def order_clockwise(pts: np.ndarray) -> np.ndarray:
+    """tl, tr, br, bl: the two left-most points by y, then the two right-most by y."""
+    xs = pts[np.argsort(pts[:, 0], kind="stable")]
+    left, right = xs[:2][np.argsort(xs[:2, 1], kind="stable")], xs[2:][np.argsort(xs[2:, 1], kind="stable")]
+    return np.array([left[0], right[0], right[1], left[1]], np.float32)
+
+
+def sort_boxes(boxes: Sequence[np.ndarray]) -> list[np.ndarray]:
+    """Top to bottom, then left to right for boxes whose top-left y differ by < 10 px."""
+    out = sorted(boxes, key=lambda b: (b[0][1], b[0][0]))
+    for i in range(len(out) - 1):
+        for j in range(i, -1, -1):
+            if abs(out[j + 1][0][1] - out[j][0][1]) < 10 and out[j + 1][0][0] < out[j][0][0]:
+                out[j], out[j + 1] = out[j + 1], out[j]
+            else:
+                break
+    return out
+
+
+def crop_quad(img: np.ndarray, box: np.ndarray) -> np.ndarray:
+    """The quadrilateral ``box`` of ``img`` warped upright (bilinear, edge pixels replicated);
+    turned 90 degrees when it is at least 1.5x taller than wide."""
+    w = int(max(np.linalg.norm(box[0] - box[1]), np.linalg.norm(box[2] - box[3])))
+    h = int(max(np.linalg.norm(box[0] - box[3]), np.linalg.norm(box[1] - box[2])))
+    w, h = max(w, 1), max(h, 1)
+    dst = np.array([[0, 0], [w, 0], [w, h], [0, h]], np.float64)
+    a = []
+    for (x, y), (u, v) in zip(dst, box.astype(np.float64)):
+        a.append([x, y, 1, 0, 0, 0, -u * x, -u * y, u])
+        a.append([0, 0, 0, x, y, 1, -v * x, -v * y, v])
+    m = np.asarray(a)
+    hom = np.append(np.linalg.solve(m[:, :8], m[:, 8]), 1.0).reshape(3, 3)  # dst -> src
+    yy, xx = np.mgrid[0:h, 0:w].astype(np.float64)
+    q = hom @ np.stack([xx.ravel(), yy.ravel(), np.ones(xx.size)])
+    sx = np.clip(q[0] / q[2], 0, img.shape[1] - 1)
+    sy = np.clip(q[1] / q[2], 0, img.shape[0] - 1)
+    x0, y0 = np.floor(sx).astype(int), np.floor(sy).astype(int)
+    x1, y1 = np.minimum(x0 + 1, img.shape[1] - 1), np.minimum(y0 + 1, img.shape[0] - 1)
+    fx, fy = (sx - x0)[:, None], (sy - y0)[:, None]
+    f = img.astype(np.float32)
+    out = (f[y0, x0] * (1 - fx) * (1 - fy) + f[y0, x1] * fx * (1 - fy) + f[y1, x0] * (1 - fx) * fy
+           + f[y1, x1] * fx * fy)
+    crop = np.clip(np.rint(out), 0, 255).astype(np.uint8).reshape(h, w, -1)
+    return np.rot90(crop) if h / w >= 1.5 else crop
+
+
+def _resize_pad(img: np.ndarray, width: int) -> np.ndarray:
+    h, w = img.shape[:2]
+    rw = min(width, int(math.ceil(REC_H * w / h)))
+    out = np.zeros((3, REC_H, width), np.float32)
+    out[:, :, :rw] = normalize(resize(np.ascontiguousarray(img), REC_H, rw, 1))
+    return out
+
+
+class OcrPipeline:
+    """det / cls / rec runners plus the rec class table; ``__call__(bgr) -> [TextLine]``."""
+
+    def __init__(self, det: Runner, cls: Runner, rec: Runner, characters: list[str],
+                 db: DBParams = DBParams()) -> None:
+        self.det, self.cls, self.rec, self.characters, self.db = det, cls, rec, characters, db
+
+    @classmethod
+    def with_infersession(cls, det_path: str | Path, cls_path: str | Path, rec_path: str | Path) -> OcrPipeline:
+        """The three ONNX models through ``pycann.InferSession`` (compiled in memory)."""
+        from pycann.acl.session import InferSession
+
+        def runner(path: str | Path) -> Runner:
+            sess = InferSession(0, str(path))
+            name = sess.get_inputs()[0].name
+            return lambda x: sess.run(None, {name: x})[0]
+
+        return cls(runner(det_path), runner(cls_path), runner(rec_path), ctc.characters_from_model(str(rec_path)))
+
+    def detect(self, img: np.ndarray) -> list[np.ndarray]:
+        """Sorted text boxes (4, 2) float32 of a BGR image."""
+        h, w = img.shape[:2]
+        rh, rw = det_size(h, w)
+        prob = self.det(normalize(resize(img, rh, rw, 1))[None])[0, 0]
+        boxes, _ = boxes_from_map(prob, w, h, self.db)
+        kept = []
+        for b in boxes:
+            q = order_clockwise(b.astype(np.float32))
+            q[:, 0] = np.clip(q[:, 0], 0, w - 1).astype(np.int32)
+            q[:, 1] = np.clip(q[:, 1], 0, h - 1).astype(np.int32)
+            if int(np.linalg.norm(q[0] - q[1])) > 3 and int(np.linalg.norm(q[0] - q[3])) > 3:
+                kept.append(q)
+        return sort_boxes(kept)
+
+    def classify(self, crops: list[np.ndarray]) -> list[np.ndarray]:
+        """Crops with those cls reads as upside down turned 180 degrees."""
+        order = np.argsort([c.shape[1] / c.shape[0] for c in crops], kind="stable")
+        out = list(crops)
+        for s in range(0, len(crops), BATCH):
+            idx = order[s : s + BATCH]
+            x = np.stack([_resize_pad(crops[i], CLS_W) for i in idx])
+            probs = self.cls(x)
+            for i, p in zip(idx, probs):
+                if int(p.argmax()) == 1 and float(p.max()) > CLS_THRESH:
+                    out[i] = np.ascontiguousarray(crops[i][::-1, ::-1])
+        return out
+
+    def recognize(self, crops: list[np.ndarray]) -> list[tuple[str, float]]:
+        """(text, score) per crop, batched by aspect ratio with each batch's width."""
+        ratios = [c.shape[1] / c.shape[0] for c in crops]
+        order = np.argsort(ratios, kind="stable")
+        res: list[tuple[str, float]] = [("", 0.0)] * len(crops)
+        for s in range(0, len(crops), BATCH):
+            idx = order[s : s + BATCH]
+            width = int(REC_H * max(REC_W / REC_H, *(ratios[i] for i in idx)))
+            x = np.stack([_resize_pad(crops[i], width) for i in idx])
+            for i, r in zip(idx, ctc.ctc_decode(self.rec(x), self.characters)):
+                res[i] = r
+        return res
+
+    def __call__(self, img: np.ndarray) -> list[TextLine]:
+        boxes = self.detect(img)
+        if not boxes:
+            return []
+        crops = self.classify([crop_quad(img, b) for b in boxes])
+        return [TextLine(b, t, s) for b, (t, s) in zip(boxes, self.recognize(crops)) if s >= TEXT_SCORE]
+
+    def read(self, data: bytes) -> list[TextLine]:
+        """OCR of JPEG / PNG bytes."""
+        return self(decode_image(data))
