@@ -109,11 +109,13 @@ def unclip(box: np.ndarray, ratio: float) -> np.ndarray:
     return np.array(grown[0] if len(grown) == 1 else sum(grown, []), dtype=np.float64).reshape(-1, 2)
 
 
-def boxes_from_map(prob: np.ndarray, dest_w: int, dest_h: int, params: DBParams = DBParams()) -> tuple[np.ndarray, list[float]]:
+def boxes_from_map(prob: np.ndarray, dest_w: int, dest_h: int,
+                   params: DBParams | None = None) -> tuple[np.ndarray, list[float]]:
     """Text boxes ``(n, 4, 2)`` int32 in a ``dest_w x dest_h`` image (tl, tr, br, bl) and their
     scores, from det's ``(H, W)`` probability map."""
     from scipy import ndimage
 
+    params = params or DBParams()
     mask = prob > params.thresh
     if params.use_dilation:
         grown = mask.copy()

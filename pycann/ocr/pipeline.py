@@ -120,8 +120,9 @@ class OcrPipeline:
     """det / cls / rec runners plus the rec class table; ``__call__(bgr) -> [TextLine]``."""
 
     def __init__(self, det: Runner, cls: Runner, rec: Runner, characters: list[str],
-                 db: DBParams = DBParams()) -> None:
-        self.det, self.cls, self.rec, self.characters, self.db = det, cls, rec, characters, db
+                 db: DBParams | None = None) -> None:
+        self.det, self.cls, self.rec, self.characters = det, cls, rec, characters
+        self.db = db or DBParams()
 
     @classmethod
     def with_infersession(cls, det_path: str | Path, cls_path: str | Path, rec_path: str | Path) -> OcrPipeline:
