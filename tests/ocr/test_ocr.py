@@ -1,0 +1,95 @@
+"""The OCR application against RapidOCR's own pipeline (tests/data/ocr/rapidocr_golden.json, made by
+scripts/ocr_golden.py with rapidocr-onnxruntime 1.4.4), and its numpy parts against OpenCV."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from pycann.ocr import ctc
+from pycann.ocr.db import min_area_rect, order_box
+
+ROOT = Path(__file__).resolve().parents[2]
+DATA = ROOT / "tests" / "data" / "ocr"
+MODELS = Path(os.environ.get("PYCANN_MODEL_DIR", Path.home() / ".cache" / "pycann" / "models"))
+NAMES = ("rapidocr_ppocrv4_det", "rapidocr_ppocr_mobile_v2_cls", "rapidocr_ppocrv4_rec")
+
+
+def test_min_area_rect_matches_opencv() -> None:
+    cv2 = pytest.importorskip("cv2")
+    rng = np.random.default_rng(0)
+    for _ in range(30):
+        c, ang = rng.uniform(20, 80, 2), rng.uniform(0, np.pi)
+        pts = rng.normal(0, 1, (60, 2)) * [rng.uniform(3, 30), rng.uniform(1, 8)]
+        pts = np.rint(pts @ [[np.cos(ang), np.sin(ang)], [-np.sin(ang), np.cos(ang)]] + c).astype(np.int32)
+        ours, side = min_area_rect(pts)
+        rect = cv2.minAreaRect(pts)
+        assert side == pytest.approx(min(rect[1]), abs=1e-3)
+        ref = order_box(cv2.boxPoints(rect))
+        assert np.abs(order_box(ours) - ref).max() < 1e-2 or abs(rect[1][0] - rect[1][1]) < 1e-3
+
+
+def test_ctc_decode() -> None:
+    chars = ["blank", "a", "b", " "]
+    p = np.full((1, 7, 4), 0.1, np.float32)
+    for t, c in enumerate([1, 1, 0, 1, 2, 2, 3]):
+        p[0, t, c] = 0.7
+    assert ctc.ctc_decode(p, chars) == [("aab ", pytest.approx(0.7))]
+    with pytest.raises(ValueError, match="4-class"):
+        ctc.ctc_decode(np.zeros((1, 2, 5), np.float32), chars)
+
+
+def _models() -> list[Path]:
+    paths = [MODELS / f"{n}.onnx" for n in NAMES]
+    if not all(p.is_file() for p in paths):
+        pytest.skip("OCR models not cached: python scripts/fetch_models.py --group ocr")
+    return paths
+
+
+@pytest.mark.models
+@pytest.mark.parametrize("image", ["page.jpg", "rotated.png"])
+def test_ocr_matches_rapidocr(image: str) -> None:
+    """Same text lines in the same order as RapidOCR, every box corner within 3 px."""
+    pytest.importorskip("simplejpeg")
+    pytest.importorskip("pyclipper")
+    pytest.importorskip("scipy")
+    from pycann.ocr.pipeline import OcrPipeline
+
+    golden = json.loads((DATA / "rapidocr_golden.json").read_text(encoding="utf-8"))[image]
+    pipe = OcrPipeline.with_infersession(*_models())
+    lines = pipe.read((DATA / image).read_bytes())
+    assert [x.text for x in lines] == [g["text"] for g in golden]
+    for x, g in zip(lines, golden):
+        assert np.abs(x.box - np.array(g["box"])).max() <= 3, (x.text, x.box.tolist(), g["box"])
+        assert x.score == pytest.approx(g["score"], abs=0.06)  # crops: bilinear here, bicubic in RapidOCR
+
+
+@pytest.mark.models
+def test_cli_and_acl_sample() -> None:
+    """``pycann ocr IMAGE`` and the pyACL sample print the same lines."""
+    _models()
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    img = str(DATA / "page.jpg")
+    cli = subprocess.run([sys.executable, "-m", "pycann.tools.cli", "ocr", img], capture_output=True, text=True,
+                         env=env, timeout=600)
+    assert cli.returncode == 0, cli.stderr
+    app = subprocess.run([sys.executable, str(ROOT / "samples" / "ocr" / "ocr_acl.py"), img], capture_output=True,
+                         text=True, env=env, timeout=600)
+    assert app.returncode == 0, app.stderr
+    texts = [line.split("\t")[0] for line in cli.stdout.splitlines()]
+    assert texts[0] == "Invoice2024-0173" and len(texts) == 6
+    assert [line.split("\t")[0] for line in app.stdout.splitlines()] == texts
+
+
+def test_cli_reports_missing_image(tmp_path: Path) -> None:
+    from pycann.tools import ocr
+
+    os.environ.setdefault("PYCANN_MODEL_DIR", str(MODELS))
+    code = ocr.main([str(tmp_path / "nope.jpg"), "--det", __file__, "--cls", __file__, "--rec", __file__])
+    assert code == 2
