@@ -28,6 +28,10 @@ class DBParams:
     min_size: int = 3
 
 
+def _cross(a: np.ndarray, b: np.ndarray) -> float:
+    return float(a[0] * b[1] - a[1] * b[0])
+
+
 def convex_hull(points: np.ndarray) -> np.ndarray:
     """Counter-clockwise convex hull (Andrew's monotone chain) of ``(n, 2)`` points."""
     pts = np.unique(points.astype(np.float64), axis=0)
@@ -37,7 +41,7 @@ def convex_hull(points: np.ndarray) -> np.ndarray:
     def half(seq: np.ndarray) -> list[np.ndarray]:
         out: list[np.ndarray] = []
         for p in seq:
-            while len(out) >= 2 and np.cross(out[-1] - out[-2], p - out[-2]) <= 0:
+            while len(out) >= 2 and _cross(out[-1] - out[-2], p - out[-2]) <= 0:
                 out.pop()
             out.append(p)
         return out
@@ -87,7 +91,7 @@ def box_score(prob: np.ndarray, box: np.ndarray) -> float:
     y1 = int(np.clip(np.ceil(box[:, 1].max()), 0, h - 1))
     yy, xx = np.mgrid[y0 : y1 + 1, x0 : x1 + 1]
     inside = np.ones(yy.shape, bool)
-    sign = np.sign(np.cross(b[1] - b[0], b[2] - b[0])) or 1.0
+    sign = np.sign(_cross(b[1] - b[0], b[2] - b[0])) or 1.0
     for i in range(4):
         a, c = b[i], b[(i + 1) % 4]
         cross = (c[0] - a[0]) * (yy - a[1]) - (c[1] - a[1]) * (xx - a[0])
