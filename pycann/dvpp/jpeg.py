@@ -152,6 +152,24 @@ def decode_array(data: bytes, fmt: int) -> np.ndarray:
         raise DvppError(Fault.DATA, f"JPEG decode failed: {e}") from None
 
 
+def decode_planes(data: bytes, sub: tuple[int, int]) -> picture.Planes:
+    """Y and chroma planes (chroma subsampled by ``sub``: block means of libjpeg's upsampled
+    chroma, computed by Pillow's ``reduce``, round half up as ``color.subsample``)."""
+    from PIL import Image
+
+    try:
+        with Image.open(io.BytesIO(data)) as im:
+            im.draft("YCbCr", im.size)
+            if im.mode == "L":
+                y = np.asarray(im)
+                return picture.Planes(y, np.full((y.shape[0] // sub[1], y.shape[1] // sub[0], 2), 128, np.uint8), sub)
+            im = im if im.mode == "YCbCr" else im.convert("YCbCr")
+            small = im.reduce(sub) if sub != (1, 1) else im
+            return picture.Planes(np.asarray(im.getchannel(0)), np.asarray(small)[..., 1:], sub)
+    except (ValueError, OSError, SyntaxError) as e:
+        raise DvppError(Fault.DATA, f"JPEG decode failed: {e}") from None
+
+
 def decode_into(data: bytes, out_buf: np.ndarray, out: PicDesc, soc: str) -> None:
     """Decode ``data`` into the picture ``out`` (its format, strides and buffer checked against
     JPEGD's rules); sets ``out.width`` / ``out.height`` to the decoded size. Raises ``DvppError``."""
@@ -167,6 +185,12 @@ def decode_into(data: bytes, out_buf: np.ndarray, out: PicDesc, soc: str) -> Non
     if out.size < need or out_buf.size < need:
         raise DvppError(Fault.PARAM, f"JPEGD output buffer {out.size} bytes is smaller than {need} "
                                      f"(dvpp_jpeg_predict_dec_size gives {size})")
+    lay = layout(out.format)
+    if lay.family is Family.YUV_SP and (w, h) == (info.width, info.height):
+        picture.write_planes(out_buf, out.format, w, h, out.width_stride, out.height_stride,
+                             decode_planes(data, lay.sub))
+        out.width, out.height = w, h
+        return
     img = decode_array(data, out.format)
     if img.shape[:2] != (h, w):
         img = np.pad(img, ((0, h - img.shape[0]), (0, w - img.shape[1]), (0, 0)), mode="edge")

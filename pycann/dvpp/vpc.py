@@ -6,7 +6,9 @@ pictures as ``formats.check_vpc_picture``; crop and paste areas (``Roi``, inclus
 inside their pictures, at least 10x6; where chroma is subsampled, left/top even and right/bottom
 odd; the paste area's left offset a multiple of 16; each axis scaled within [1/32, 16].
 Same-subsampling YUV work (NV12 -> NV21/NV12, ...) resizes the Y and chroma planes separately,
-as the device does; other pairs go through full-resolution YUV or RGB (``picture.Frame``).
+as the device does; a resize from semi-planar YUV to another family resizes Y and chroma (from its
+own grid) to the output size, then converts; other pairs go through full-resolution YUV or RGB
+(``picture.Frame``, chroma replicated).
 """
 
 from __future__ import annotations
@@ -99,6 +101,20 @@ def _render(in_buf: np.ndarray, inp: PicDesc, crop: Roi, out_fmt: int, w: int, h
             c = p.uv[crop.top // sy : (crop.bottom + 1) // sy, crop.left // sx : (crop.right + 1) // sx]
             uv = resize(c, h // sy, w // sx, mode)
         picture.write_planes(tmp, out_fmt, w, h, ws, hs, picture.Planes(y, uv, p.sub))
+        return tmp, ws, hs
+    if planar_in and (crop.width, crop.height) != (w, h):
+        # resize the planes (chroma from its own grid straight to the output's), then convert:
+        # never builds the full-resolution input frame
+        p = picture.read_planes(in_buf, inp.format, inp.width, inp.height, inp.width_stride, inp.height_stride)
+        frame = np.empty((h, w, 3), np.uint8)
+        frame[..., 0] = resize(p.y[crop.top : crop.bottom + 1, crop.left : crop.right + 1], h, w, mode)
+        if p.uv is None:
+            frame[..., 1:] = 128
+        else:
+            sx, sy = p.sub
+            c = p.uv[crop.top // sy : (crop.bottom + 1) // sy, crop.left // sx : (crop.right + 1) // sx]
+            frame[..., 1:] = resize(c, h, w, mode)
+        picture.write_frame(tmp, out_fmt, w, h, ws, hs, picture.Frame(frame, True))
         return tmp, ws, hs
     f = picture.read_frame(in_buf, inp.format, inp.width, inp.height, inp.width_stride, inp.height_stride)
     part = f.data[crop.top : crop.bottom + 1, crop.left : crop.right + 1]
