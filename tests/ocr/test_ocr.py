@@ -80,20 +80,24 @@ def _models() -> list[Path]:
     return paths
 
 
-@pytest.mark.models
-@pytest.mark.parametrize("image", ["page.jpg", "rotated.png", "skimage_page.png", "skimage_text.png"])
-def test_ocr_matches_rapidocr(image: str) -> None:
-    """Same text lines in the same order as RapidOCR, every box corner within 3 px: two rendered
-    pages (tests/data/ocr) and two real images shipped in scikit-image's wheel."""
+@pytest.fixture(scope="module")
+def pipeline():  # type: ignore[no-untyped-def]
     pytest.importorskip("simplejpeg")
     pytest.importorskip("pyclipper")
     pytest.importorskip("scipy")
     from pycann.ocr.pipeline import OcrPipeline
 
+    return OcrPipeline.with_infersession(*_models())
+
+
+@pytest.mark.models
+@pytest.mark.parametrize("image", ["page.jpg", "rotated.png", "skimage_page.png", "skimage_text.png"])
+def test_ocr_matches_rapidocr(pipeline, image: str) -> None:  # type: ignore[no-untyped-def]
+    """Same text lines in the same order as RapidOCR, every box corner within 3 px: two rendered
+    pages (tests/data/ocr) and two real images shipped in scikit-image's wheel."""
     golden = json.loads((DATA / "rapidocr_golden.json").read_text(encoding="utf-8"))[image]
-    pipe = OcrPipeline.with_infersession(*_models())
     path = _skimage_image(image.removeprefix("skimage_")) if image.startswith("skimage_") else DATA / image
-    lines = pipe.read(path.read_bytes())
+    lines = pipeline.read(path.read_bytes())
     assert [x.text for x in lines] == [g["text"] for g in golden]
     for x, g in zip(lines, golden):
         assert np.abs(x.box - np.array(g["box"])).max() <= 3, (x.text, x.box.tolist(), g["box"])
@@ -101,20 +105,22 @@ def test_ocr_matches_rapidocr(image: str) -> None:
 
 
 @pytest.mark.models
-def test_cli_and_acl_sample() -> None:
-    """``pycann ocr IMAGE`` and the pyACL sample print the same lines."""
+def test_acl_sample_and_cli(capsys: pytest.CaptureFixture[str]) -> None:
+    """samples/ocr/ocr_acl.py (a subprocess, as a user runs it) and ``pycann ocr IMAGE`` print
+    RapidOCR's lines for the rendered page."""
     _models()
-    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    pytest.importorskip("simplejpeg")
+    from pycann.tools import cli
+
     img = str(DATA / "page.jpg")
-    cli = subprocess.run([sys.executable, "-m", "pycann.tools.cli", "ocr", img], capture_output=True, text=True,
-                         env=env, timeout=600)
-    assert cli.returncode == 0, cli.stderr
+    golden = [g["text"] for g in json.loads((DATA / "rapidocr_golden.json").read_text(encoding="utf-8"))["page.jpg"]]
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
     app = subprocess.run([sys.executable, str(ROOT / "samples" / "ocr" / "ocr_acl.py"), img], capture_output=True,
                          text=True, env=env, timeout=600)
     assert app.returncode == 0, app.stderr
-    texts = [line.split("\t")[0] for line in cli.stdout.splitlines()]
-    assert texts[0] == "Invoice2024-0173" and len(texts) == 6
-    assert [line.split("\t")[0] for line in app.stdout.splitlines()] == texts
+    assert [line.split("\t")[0] for line in app.stdout.splitlines()] == golden
+    assert cli.main(["ocr", img]) == 0
+    assert [line.split("\t")[0] for line in capsys.readouterr().out.splitlines()] == golden
 
 
 def test_cli_reports_missing_image(tmp_path: Path) -> None:
