@@ -133,8 +133,13 @@ def boxes_from_map(prob: np.ndarray, dest_w: int, dest_h: int,
     for i, sl in enumerate(ndimage.find_objects(labels)[: params.max_candidates], start=1):
         if sl is None:
             continue
-        ys, xs = np.nonzero(labels[sl] == i)
-        pts = np.stack([xs + sl[1].start, ys + sl[0].start], -1)
+        region = labels[sl] == i
+        # hull vertices are among each row's end pixels: 2 points a row instead of every pixel
+        rows = np.nonzero(region.any(axis=1))[0]
+        first = region[rows].argmax(axis=1)
+        last = region.shape[1] - 1 - region[rows][:, ::-1].argmax(axis=1)
+        pts = np.concatenate([np.stack([first, rows], -1), np.stack([last, rows], -1)])
+        pts += (sl[1].start, sl[0].start)
         corners, side = min_area_rect(pts)
         if side < params.min_size:
             continue
