@@ -6,7 +6,8 @@ are) runs them, so results can be compared line by line: BGR input; det input re
 side is >= 736 and both sides are multiples of 32, ``(x / 255 - 0.5) / 0.5``; boxes sorted top to
 bottom then left to right (rows within 10 px); cls and rec in batches of 6 by aspect ratio, height
 48, cls width 192, rec width ``48 * max(320 / 48, widest ratio of the batch)``; a crop rotated 180
-degrees when cls says "180" with score > 0.9; lines with a rec score < 0.5 dropped.
+degrees when cls says "180" with score > 0.9; lines with a rec score < 0.5 dropped; before all
+that, RapidOCR's global scaling (sides > 2000 px down, < 30 px up) and letterbox (``prepare``).
 Models run through any ``Runner`` (``x -> first output``): ``InferSession`` here, ``acl.mdl`` in
 samples/ocr/ocr_acl.py.
 """
@@ -32,6 +33,7 @@ Runner = Callable[[np.ndarray], np.ndarray]
 DET_LIMIT_SIDE = 736
 REC_H, REC_W, CLS_W, BATCH = 48, 320, 192, 6
 CLS_THRESH, TEXT_SCORE = 0.9, 0.5
+MAX_SIDE, MIN_SIDE, MIN_HEIGHT, WIDTH_HEIGHT_RATIO = 2000, 30, 30, 8
 
 
 @dataclass(frozen=True)
@@ -108,6 +110,31 @@ def crop_quad(img: np.ndarray, box: np.ndarray) -> np.ndarray:
     return np.rot90(crop) if h / w >= 1.5 else crop
 
 
+def _scale_to(img: np.ndarray, ratio: float) -> tuple[np.ndarray, tuple[float, float]]:
+    h, w = img.shape[:2]
+    rh, rw = max(32, int(round(int(h * ratio) / 32) * 32)), max(32, int(round(int(w * ratio) / 32) * 32))
+    return resize(img, rh, rw, 1), (h / rh, w / rw)
+
+
+def prepare(img: np.ndarray) -> tuple[np.ndarray, tuple[float, float], int]:
+    """RapidOCR's global pre-processing: (image, (y, x) ratios back to the input, top padding).
+    Sides over 2000 px are scaled down and under 30 px up (to multiples of 32); a line <= 30 px
+    high or more than 8x wider than high gets black bands above and below."""
+    ratios = (1.0, 1.0)
+    h, w = img.shape[:2]
+    if max(h, w) > MAX_SIDE:
+        img, ratios = _scale_to(img, MAX_SIDE / max(h, w))
+    h, w = img.shape[:2]
+    if min(h, w) < MIN_SIDE:
+        img, ratios = _scale_to(img, MIN_SIDE / min(h, w))
+    h, w = img.shape[:2]
+    top = 0
+    if h <= MIN_HEIGHT or w / h > WIDTH_HEIGHT_RATIO:
+        top = int(abs(max(int(w / WIDTH_HEIGHT_RATIO), MIN_HEIGHT) * 2 - h) / 2)
+        img = np.pad(img, ((top, top), (0, 0), (0, 0)))
+    return img, ratios, top
+
+
 def _resize_pad(img: np.ndarray, width: int) -> np.ndarray:
     h, w = img.shape[:2]
     rw = min(width, int(math.ceil(REC_H * w / h)))
@@ -178,11 +205,20 @@ class OcrPipeline:
         return res
 
     def __call__(self, img: np.ndarray) -> list[TextLine]:
-        boxes = self.detect(img)
+        raw_h, raw_w = img.shape[:2]
+        work, (ry, rx), top = prepare(img)
+        boxes = self.detect(work)
         if not boxes:
             return []
-        crops = self.classify([crop_quad(img, b) for b in boxes])
-        return [TextLine(b, t, s) for b, (t, s) in zip(boxes, self.recognize(crops)) if s >= TEXT_SCORE]
+        crops = self.classify([crop_quad(work, b) for b in boxes])
+        lines = []
+        for b, (t, s) in zip(boxes, self.recognize(crops)):
+            if s < TEXT_SCORE:
+                continue
+            q = (b - np.array([0, top], np.float32)) * np.array([rx, ry], np.float32)  # back to the input
+            q[:, 0], q[:, 1] = np.clip(q[:, 0], 0, raw_w), np.clip(q[:, 1], 0, raw_h)
+            lines.append(TextLine(q, t, s))
+        return lines
 
     def read(self, data: bytes) -> list[TextLine]:
         """OCR of JPEG / PNG bytes."""

@@ -91,10 +91,10 @@ def pipeline():  # type: ignore[no-untyped-def]
 
 
 @pytest.mark.models
-@pytest.mark.parametrize("image", ["page.jpg", "rotated.png", "skimage_page.png", "skimage_text.png"])
+@pytest.mark.parametrize("image", ["page.jpg", "rotated.png", "line.png", "skimage_page.png", "skimage_text.png"])
 def test_ocr_matches_rapidocr(pipeline, image: str) -> None:  # type: ignore[no-untyped-def]
-    """Same text lines in the same order as RapidOCR, every box corner within 3 px: two rendered
-    pages (tests/data/ocr) and two real images shipped in scikit-image's wheel."""
+    """Same text lines in the same order as RapidOCR, every box corner within 3 px: three rendered
+    images (tests/data/ocr; line.png is letterboxed) and two real ones from scikit-image's wheel."""
     golden = json.loads((DATA / "rapidocr_golden.json").read_text(encoding="utf-8"))[image]
     path = _skimage_image(image.removeprefix("skimage_")) if image.startswith("skimage_") else DATA / image
     lines = pipeline.read(path.read_bytes())
