@@ -74,13 +74,24 @@ def resize(src: np.ndarray, out_h: int, out_w: int, mode: int = 0) -> np.ndarray
     y0, y1, wy0, wy1 = _linear_axis(h, out_h, half)
     x0, x1, wx0, wx1 = _linear_axis(w, out_w, half)
     ex = (1,) * (src.ndim - 2)
+    wx0, wx1 = wx0.reshape(1, -1, *ex), wx1.reshape(1, -1, *ex)
 
     def horizontal(rows: np.ndarray) -> np.ndarray:
-        r = rows.astype(np.int32)
-        return r[:, x0] * wx0.reshape(1, -1, *ex) + r[:, x1] * wx1.reshape(1, -1, *ex)
+        # uint8 gathers (rows, then columns), promoted to int32 by the multiply itself
+        acc = np.take(rows, x0, axis=1) * wx0
+        acc += np.take(rows, x1, axis=1) * wx1
+        return acc
 
-    # OpenCV's order and rounding: an exact horizontal pass on the rows needed, then the vertical
-    # pass as its SIMD kernel computes it ((row >> 4) * w >> 16, summed, + 2 >> 2)
+    # OpenCV's arithmetic: an exact horizontal pass, then the vertical pass as its SIMD kernel
+    # computes it ((row >> 4) * w >> 16, summed, + 2 >> 2)
     top, bottom = horizontal(src[y0]), horizontal(src[y1])
-    v = (((top >> 4) * wy0.reshape(-1, 1, *ex)) >> 16) + (((bottom >> 4) * wy1.reshape(-1, 1, *ex)) >> 16)
-    return np.clip((v + 2) >> 2, 0, 255).astype(np.uint8)
+    top >>= 4
+    top *= wy0.reshape(-1, 1, *ex)
+    top >>= 16
+    bottom >>= 4
+    bottom *= wy1.reshape(-1, 1, *ex)
+    bottom >>= 16
+    top += bottom
+    top += 2
+    top >>= 2
+    return np.clip(top, 0, 255).astype(np.uint8)
