@@ -83,8 +83,16 @@ def sort_boxes(boxes: Sequence[np.ndarray]) -> list[np.ndarray]:
     return out
 
 
+def _cubic_weights(t: np.ndarray, a: float = -0.75) -> np.ndarray:
+    """``(n, 4)`` weights of the taps at -1, 0, 1, 2 for fractions ``t`` (Keys' cubic, OpenCV's a)."""
+    d = np.stack([1 + t, t, 1 - t, 2 - t], -1)
+    near = ((a + 2) * d - (a + 3)) * d * d + 1
+    far = ((a * d - 5 * a) * d + 8 * a) * d - 4 * a
+    return np.where(d <= 1, near, far).astype(np.float32)
+
+
 def crop_quad(img: np.ndarray, box: np.ndarray) -> np.ndarray:
-    """The quadrilateral ``box`` of ``img`` warped upright (bilinear, edge pixels replicated);
+    """The quadrilateral ``box`` of ``img`` warped upright (bicubic, edge pixels replicated);
     turned 90 degrees when it is at least 1.5x taller than wide."""
     w = int(max(np.linalg.norm(box[0] - box[1]), np.linalg.norm(box[2] - box[3])))
     h = int(max(np.linalg.norm(box[0] - box[3]), np.linalg.norm(box[1] - box[2])))
@@ -98,14 +106,20 @@ def crop_quad(img: np.ndarray, box: np.ndarray) -> np.ndarray:
     hom = np.append(np.linalg.solve(m[:, :8], m[:, 8]), 1.0).reshape(3, 3)  # dst -> src
     yy, xx = np.mgrid[0:h, 0:w].astype(np.float64)
     q = hom @ np.stack([xx.ravel(), yy.ravel(), np.ones(xx.size)])
-    sx = np.clip(q[0] / q[2], 0, img.shape[1] - 1)
-    sy = np.clip(q[1] / q[2], 0, img.shape[0] - 1)
-    x0, y0 = np.floor(sx).astype(int), np.floor(sy).astype(int)
-    x1, y1 = np.minimum(x0 + 1, img.shape[1] - 1), np.minimum(y0 + 1, img.shape[0] - 1)
-    fx, fy = (sx - x0)[:, None], (sy - y0)[:, None]
+    sx, sy = q[0] / q[2], q[1] / q[2]
+    # bicubic (a = -0.75) on the 4x4 neighbourhood, edge pixels replicated: cv2.warpPerspective's
+    # INTER_CUBIC + BORDER_REPLICATE as RapidOCR calls it (OpenCV also quantises the fraction to 1/32)
+    x0, y0 = np.floor(sx).astype(np.int64), np.floor(sy).astype(np.int64)
+    wx, wy = _cubic_weights(sx - x0), _cubic_weights(sy - y0)
     f = img.astype(np.float32)
-    out = (f[y0, x0] * (1 - fx) * (1 - fy) + f[y0, x1] * fx * (1 - fy) + f[y1, x0] * (1 - fx) * fy
-           + f[y1, x1] * fx * fy)
+    out = np.zeros((sx.size, f.shape[2]), np.float32)
+    for j in range(4):
+        yi = np.clip(y0 + j - 1, 0, img.shape[0] - 1)
+        row = np.zeros_like(out)
+        for i in range(4):
+            xi = np.clip(x0 + i - 1, 0, img.shape[1] - 1)
+            row += f[yi, xi] * wx[:, i : i + 1]
+        out += row * wy[:, j : j + 1]
     crop = np.clip(np.rint(out), 0, 255).astype(np.uint8).reshape(h, w, -1)
     return np.rot90(crop) if h / w >= 1.5 else crop
 
