@@ -16,6 +16,8 @@ FORBIDDEN = {
     "acl": ("pycann.tools",),
     # AMCT sits beside acl, above ge: it compiles and runs models, never the tools or the facade
     "amct": ("pycann.acl", "pycann.tools"),
+    "dvpp": ("pycann.ge", "pycann.acl", "pycann.tools", "pycann.runtime", "pycann.ops"),
+    "ocr": ("pycann.tools",),
 }
 
 
