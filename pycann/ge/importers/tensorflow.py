@@ -176,7 +176,23 @@ _FOLD: dict[str, Callable[..., np.ndarray]] = {
 }
 
 
+_SHAPE_FOLD = frozenset({"Reshape", "Cast", "Squeeze", "ExpandDims"})
+
+
 def _fold(e: Emitter, node: Any) -> np.ndarray | None:
+    if node.op in _SHAPE_FOLD and e.const(0) is not None and e.root.initializers[e.input(0)].size <= 1 << 16:
+        x = e.root.initializers[e.input(0)]
+        if node.op == "Cast":
+            from pycann.dtypes import to_numpy
+
+            return x.astype(to_numpy(e.dtype("DstT")))
+        if node.op == "Squeeze":
+            dims = e.attr("squeeze_dims", []) or None
+            return np.squeeze(x, axis=tuple(dims) if dims else None)
+        shape = e.const(1)
+        if node.op == "ExpandDims":
+            return None if shape is None else np.expand_dims(x, int(np.ravel(shape)[0]))
+        return None if shape is None else x.reshape([int(v) for v in np.ravel(shape)])
     fn = _FOLD.get(node.op)
     if fn is None:
         return None
