@@ -69,12 +69,14 @@ def load_tensorflow(path: str | os.PathLike[str], out_nodes: Sequence[tuple[str,
     return import_graph_def(gd, out_nodes)
 
 
-def _default_outputs(nodes: dict[str, Any]) -> list[tuple[str, int]]:
+def _default_outputs(nodes: dict[str, Any], builder: control.Builder) -> list[tuple[str, int]]:
     read: set[str] = set()
     for n in nodes.values():
         for i in n.input:
             read.add(i.lstrip("^").rpartition(":")[0] if ":" in i else i.lstrip("^"))
-    sinks = [n for n in nodes.values() if n.name not in read and n.op not in NOT_OUTPUTS]
+    # (a sink inside a cond/loop frame, such as an unused branch pivot, is no graph output)
+    sinks = [n for n in nodes.values() if n.name not in read and n.op not in NOT_OUTPUTS
+             and builder.home.get(n.name, ()) == ()]
     non_exit = [n for n in sinks if n.op != "Exit"]
     return [(n.name, 0) for n in (non_exit or sinks)]
 
@@ -95,7 +97,8 @@ def _needed(nodes: dict[str, Any], outputs: list[str]) -> set[str]:
 def import_graph_def(gd: Any, out_nodes: Sequence[tuple[str, int]] = ()) -> Graph:
     """A ``GraphDef`` message -> ``Graph`` (see ``load_tensorflow``)."""
     nodes = {n.name: n for n in gd.node}
-    outs = list(out_nodes) or _default_outputs(nodes)
+    builder = control.Builder(nodes, convert_node)
+    outs = list(out_nodes) or _default_outputs(nodes, builder)
     for name, _ in outs:
         if name not in nodes:
             raise OptionError(f"E10016: node [{name}] in --out_nodes is not in the TensorFlow graph", code="E10016")
@@ -126,7 +129,6 @@ def import_graph_def(gd: Any, out_nodes: Sequence[tuple[str, int]] = ()) -> Grap
         elif n.op == "Const":
             g.initializers[f"{n.name}:0"] = make_ndarray(attr(n, "value"))
             e.values[f"{n.name}:0"] = f"{n.name}:0"
-    builder = control.Builder(nodes, needed, convert_node)
     builder.emit_scope(e, (), needed)
     g.outputs = []
     for name, idx in outs:

@@ -76,17 +76,17 @@ def loop_closure(nodes: dict[str, Any], needed: set[str]) -> set[str]:
 class Builder:
     """Contexts, topological order and the If/Loop construction for one GraphDef."""
 
-    def __init__(self, nodes: dict[str, Any], needed: set[str], convert: Callable[[Emitter, Any], None]) -> None:
+    def __init__(self, nodes: dict[str, Any], convert: Callable[[Emitter, Any], None]) -> None:
         self.nodes = nodes
         self.convert = convert
-        self.order = self._topo_order(needed)
+        self.order = self._topo_order()
         self.ctx: dict[str, Context] = {}  # tensor ref -> context
         self.home: dict[str, Context] = {}  # node -> the context it is emitted in
         self._contexts()
         self.loop_done: set[tuple[Context, str]] = set()
 
     # ------------------------------------------------------------------ analysis
-    def _topo_order(self, needed: set[str]) -> list[str]:
+    def _topo_order(self) -> list[str]:
         nodes = self.nodes
         deps: dict[str, set[str]] = {}
         frame_enters: dict[str, list[str]] = {}
