@@ -143,7 +143,10 @@ def load_caffe(model: str | os.PathLike[str], weight: str | os.PathLike[str] | N
         e.layer = layer
         ins = [e.value(b) for b in layer.bottom]
         read.update(ins)
-        outs = LAYERS[layer.type](e, ins)
+        try:
+            outs = LAYERS[layer.type](e, ins)
+        except (ValueError, IndexError, KeyError) as exc:  # a parameter the converter did not check
+            raise ModelError(f"{e.where()}: {exc}") from None
         if len(outs) != len(layer.top):
             raise ModelError(f"layer {layer.name} ({layer.type}): {len(layer.top)} tops, the converter made {len(outs)}")
         by_layer[layer.name] = outs

@@ -68,6 +68,14 @@ class CaffeEmitter:
                              "for this layer name (is --weight the caffemodel of this prototxt?)")
         return got[i]
 
+    def shaped(self, w: np.ndarray, shape: tuple[int, ...], what: str) -> np.ndarray:
+        """``w`` reshaped to ``shape`` (one -1 allowed), or ``ModelError`` naming the layer."""
+        known = int(np.prod([d for d in shape if d != -1]))
+        if (-1 in shape and (known == 0 or w.size % known)) or (-1 not in shape and w.size != known):
+            raise ModelError(f"{self.where()}: blob {what} has {w.size} values {list(w.shape)}, which do not fit "
+                             f"{list(shape)} (-1: any); is --weight the caffemodel of this prototxt?")
+        return w.reshape(shape)
+
     def has_weight(self, i: int) -> bool:
         return i < len(self.blobs.get(self.layer.name, []))
 
@@ -113,15 +121,14 @@ def convolution(e: CaffeEmitter, ins: list[str]) -> list[str]:
     attrs = _conv_attrs(p)
     w = e.weight(0, "weights")
     k = attrs["kernel_shape"]
-    w = w.reshape(int(p.num_output), -1, *k)
+    if e.layer.type == "Convolution":
+        w = e.shaped(w, (int(p.num_output), -1, *k), "weights")
+    else:  # Deconvolution: [C_in, C_out / group, kh, kw], ONNX ConvTranspose's layout
+        w = e.shaped(w, (-1, int(p.num_output) // attrs["group"], *k), "weights")
     args = [ins[0], e.constant(w, "weight")]
     if p.bias_term:
-        args.append(e.constant(e.weight(1, "bias").reshape(-1), "bias"))
+        args.append(e.constant(e.shaped(e.weight(1, "bias"), (int(p.num_output),), "bias"), "bias"))
     op = "Conv" if e.layer.type == "Convolution" else "ConvTranspose"
-    if op == "ConvTranspose":
-        w = e.weight(0, "weights")
-        args[1] = e.constant(w.reshape(w.shape[0] if w.ndim == 4 else -1, int(p.num_output) // attrs["group"], *k),
-                             "weight")
     return [e.add(op, args, e.top(), **attrs)]
 
 
@@ -145,7 +152,7 @@ def inner_product(e: CaffeEmitter, ins: list[str]) -> list[str]:
     p = e.layer.inner_product_param
     axis = int(p.axis)
     w = e.weight(0, "weights")
-    w = w.reshape(-1, int(p.num_output)) if p.transpose else w.reshape(int(p.num_output), -1)
+    w = e.shaped(w, (-1, int(p.num_output)) if p.transpose else (int(p.num_output), -1), "weights")
     x = ins[0]
     flat = e.add("Flatten", [x], axis=axis)
     args = [flat, e.constant(w, "weight")]

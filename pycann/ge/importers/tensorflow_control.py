@@ -22,6 +22,8 @@ from collections import ChainMap
 from collections.abc import Callable
 from typing import Any
 
+import numpy as np
+
 from pycann.dtypes import DType, TensorDesc
 from pycann.errors import ModelError
 from pycann.ge.importers.tensorflow_emit import Emitter, tensor_ref
@@ -261,7 +263,9 @@ class Builder:
             subgraphs[key] = g
         out = e.add("If", [e.resolve(pred)], e.out(), **subgraphs)
         e.values[f"{merge.name}:0"] = out
-        e.values[f"{merge.name}:1"] = e.constant(int(1), "value_index")  # which input: unknown; TF rarely reads it
+        # value_index: which Merge input arrived (int32), i.e. the taken branch's input position
+        idx = [e.constant(np.int32(ins.index(branch_of[b])), "index") for b in (1, 0)]
+        e.values[f"{merge.name}:1"] = e.add("Where", [e.resolve(pred), *idx])
 
     def _emit_loop(self, e: Emitter, base: Context, exit_node: Any) -> None:
         frame = self._frame_of_exit(exit_node)

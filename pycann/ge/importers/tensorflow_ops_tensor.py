@@ -125,14 +125,19 @@ def strided_slice(e: Emitter) -> list[str]:
         if any(masks.values()):
             raise ModelError(f"{e.where()}: begin/end/strides computed at run time together with masks {masks}: "
                              "pycann needs them constant")
-        n = e.add("Size", [e.input(1)])
-        axes = e.add("Range", [e.constant(np.int64(0), "zero"), n, e.constant(np.int64(1), "one")])
-        return [e.add("Slice", [x, e.int64(e.input(1)), e.int64(e.input(2)), axes, e.int64(e.input(3))], e.out())]
+        count = e.add("Size", [e.input(1)])
+        all_axes = e.add("Range", [e.constant(np.int64(0), "zero"), count, e.constant(np.int64(1), "one")])
+        return [e.add("Slice", [x, e.int64(e.input(1)), e.int64(e.input(2)), all_axes, e.int64(e.input(3))], e.out())]
     b, en, st = (np.ravel(v).astype(np.int64) for v in (b, en, st))
     n = len(b)
     bm, em, elm, nam, sam = (_bits(masks[k], n) for k in masks)
     ell = elm.index(True) if any(elm) else None
-    starts, ends, axes, steps, shrink, new_out = [], [], [], [], [], []
+    starts: list[int] = []
+    ends: list[int] = []
+    axes: list[int] = []
+    steps: list[int] = []
+    shrink: list[int] = []
+    new_out: list[int] = []
     in_axis: int | None = 0
     out_pos = 0
     for j in range(n):
@@ -153,7 +158,9 @@ def strided_slice(e: Emitter) -> list[str]:
             raise ModelError(f"{e.where()}: stride 0 at position {j}")
         if sam[j]:
             start = int(b[j])
-            starts.append(start), ends.append(start + 1 if start != -1 else INT64_MAX), steps.append(1)
+            starts.append(start)
+            ends.append(start + 1 if start != -1 else INT64_MAX)
+            steps.append(1)
             axes.append(ax)
             shrink.append(ax)
             continue

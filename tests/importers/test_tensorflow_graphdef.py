@@ -1,0 +1,199 @@
+"""The TensorFlow importer on GraphDefs written here with TensorFlow's protobuf messages (no
+TensorFlow needed: these always run). Goldens: numpy, with TensorFlow's documented semantics."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+
+pytest.importorskip("tensorboard")
+
+from tensorboard.compat.proto import graph_pb2, types_pb2  # noqa: E402
+from tensorboard.util import tensor_util  # noqa: E402
+
+from pycann.errors import ModelError, UnsupportedOpError  # noqa: E402
+from pycann.ge.compiler import compile_model  # noqa: E402
+from pycann.ge.importers.tensorflow import import_graph_def  # noqa: E402
+from pycann.ge.model import LoadedModel  # noqa: E402
+from pycann.tools.atc import main as atc  # noqa: E402
+
+F32 = types_pb2.DT_FLOAT
+
+
+class G:
+    """A tiny GraphDef builder."""
+
+    def __init__(self) -> None:
+        self.gd = graph_pb2.GraphDef()
+
+    def node(self, op: str, name: str, inputs: list[str] = (), **attrs: Any) -> str:  # type: ignore[assignment]
+        n = self.gd.node.add(op=op, name=name)
+        n.input.extend(inputs)
+        for k, v in attrs.items():
+            a = n.attr[k]
+            if isinstance(v, bool):
+                a.b = v
+            elif isinstance(v, int):
+                a.i = v
+            elif isinstance(v, float):
+                a.f = v
+            elif isinstance(v, str):
+                a.s = v.encode()
+            elif isinstance(v, tuple) and v[0] == "type":
+                a.type = v[1]
+            elif isinstance(v, tuple) and v[0] == "shape":
+                for d in v[1]:
+                    a.shape.dim.add(size=d)
+            elif isinstance(v, list):
+                a.list.i.extend(v)
+        return name
+
+    def placeholder(self, name: str, shape: tuple[int, ...], dtype: int = F32) -> str:
+        return self.node("Placeholder", name, dtype=("type", dtype), shape=("shape", shape))
+
+    def const(self, name: str, value: Any) -> str:
+        n = self.gd.node.add(op="Const", name=name)
+        t = tensor_util.make_tensor_proto(np.asarray(value))
+        n.attr["value"].tensor.CopyFrom(t)
+        n.attr["dtype"].type = t.dtype
+        return name
+
+
+def _run(gd: Any, feeds: list[np.ndarray], out_nodes: list[tuple[str, int]] = ()) -> list[np.ndarray]:  # type: ignore[assignment]
+    return LoadedModel.from_compiled(compile_model(import_graph_def(gd, out_nodes))).run(feeds)
+
+
+def _slice_spec(idx: tuple[Any, ...]) -> dict[str, Any]:
+    """TensorFlow's StridedSlice encoding of a Python index (tf's _slice_helper, restated)."""
+    b, e, s = [], [], []
+    masks = dict(begin_mask=0, end_mask=0, ellipsis_mask=0, new_axis_mask=0, shrink_axis_mask=0)
+    for i, item in enumerate(idx):
+        if item is Ellipsis:
+            b.append(0), e.append(0), s.append(1)
+            masks["ellipsis_mask"] |= 1 << i
+        elif item is None:
+            b.append(0), e.append(0), s.append(1)
+            masks["new_axis_mask"] |= 1 << i
+        elif isinstance(item, slice):
+            b.append(item.start or 0), e.append(item.stop or 0), s.append(item.step or 1)
+            if item.start is None:
+                masks["begin_mask"] |= 1 << i
+            if item.stop is None:
+                masks["end_mask"] |= 1 << i
+        else:
+            b.append(item), e.append(item + 1), s.append(1)
+            masks["shrink_axis_mask"] |= 1 << i
+    return {"begin": b, "end": e, "strides": s, **masks}
+
+
+CASES = [
+    (slice(1, None), Ellipsis, slice(None, None, -1)),
+    (Ellipsis, 0),
+    (slice(None), None, 2),
+    (-1,),
+    (slice(None, None, 2), slice(1, 3)),
+    (Ellipsis, None, slice(-3, None), 1),
+    (1, slice(None, None, -2), Ellipsis, None),
+    (slice(-2, -5, -1), slice(None), slice(None), slice(4, 0, -3)),
+]
+
+
+@pytest.mark.parametrize("idx", CASES, ids=[str(i) for i in range(len(CASES))])
+def test_strided_slice_masks_match_numpy(idx: tuple[Any, ...]) -> None:
+    x = np.arange(2 * 3 * 4 * 5, dtype=np.float32).reshape(2, 3, 4, 5)
+    spec = _slice_spec(idx)
+    g = G()
+    g.placeholder("x", x.shape)
+    ins = ["x"] + [g.const(k, np.array(spec[k], np.int32)) for k in ("begin", "end", "strides")]
+    g.node("StridedSlice", "ss", ins, T=("type", F32), Index=("type", types_pb2.DT_INT32),
+           **{k: v for k, v in spec.items() if k.endswith("mask")})
+    (got,) = _run(g.gd, [x])
+    np.testing.assert_array_equal(got, x[idx])
+
+
+def test_math_ops_follow_tensorflow_semantics() -> None:
+    """FloorDiv/FloorMod floor (not truncate) for negative ints; empty reduction axes reduce nothing."""
+    a = np.array([7, -7, 7, -7, 0], np.int32)
+    b = np.array([2, 2, -2, -2, 3], np.int32)
+    g = G()
+    g.placeholder("a", a.shape, types_pb2.DT_INT32)
+    g.placeholder("b", b.shape, types_pb2.DT_INT32)
+    g.node("FloorDiv", "fd", ["a", "b"], T=("type", types_pb2.DT_INT32))
+    g.node("FloorMod", "fm", ["a", "b"], T=("type", types_pb2.DT_INT32))
+    g.const("noaxes", np.zeros(0, np.int32))
+    g.node("Sum", "s", ["a", "noaxes"], T=("type", types_pb2.DT_INT32), keep_dims=False)
+    fd, fm, s = _run(g.gd, [a, b], [("fd", 0), ("fm", 0), ("s", 0)])
+    np.testing.assert_array_equal(fd, a // b)  # Python's // is TF's floor division
+    np.testing.assert_array_equal(fm, a % b)
+    np.testing.assert_array_equal(s, a)
+
+
+def test_conv_nhwc_chain_matches_numpy() -> None:
+    rng = np.random.default_rng(0)
+    x = rng.normal(0, 1, (1, 7, 7, 3)).astype(np.float32)
+    w = rng.normal(0, 1, (3, 3, 3, 4)).astype(np.float32)
+    bias = rng.normal(0, 1, 4).astype(np.float32)
+    g = G()
+    g.placeholder("x", x.shape)
+    g.const("w", w)
+    g.const("bias", bias)
+    g.node("Conv2D", "conv", ["x", "w"], T=("type", F32), strides=[1, 2, 2, 1], padding="SAME")
+    g.node("BiasAdd", "ba", ["conv", "bias"], T=("type", F32))
+    g.node("Relu", "relu", ["ba"], T=("type", F32))
+    (got,) = _run(g.gd, [x])
+    # SAME, stride 2 on 7: 4 outputs, total padding (4-1)*2+3-7 = 2 -> 1 before, 1 after
+    xp = np.pad(x, ((0, 0), (1, 1), (1, 1), (0, 0)))
+    ref = np.zeros((1, 4, 4, 4), np.float64)
+    for i in range(4):
+        for j in range(4):
+            ref[0, i, j] = np.einsum("hwc,hwco->o", xp[0, 2 * i:2 * i + 3, 2 * j:2 * j + 3], w)
+    np.testing.assert_allclose(got, np.maximum(ref + bias, 0), rtol=1e-5, atol=1e-5)
+    assert got.shape == (1, 4, 4, 4)  # NHWC kept at the boundary
+
+
+def test_every_unsupported_op_listed_at_once(tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
+    g = G()
+    g.placeholder("x", (2, 3))
+    g.node("FancyOp", "first/fancy", ["x"])
+    g.node("Relu", "relu", ["first/fancy"], T=("type", F32))
+    g.node("OtherOp", "second/other", ["relu"])
+    g.node("Unused", "not/needed", ["x"])  # not an ancestor of the output: pruned, not reported
+    with pytest.raises(UnsupportedOpError) as ei:
+        import_graph_def(g.gd, [("second/other", 0)])
+    msg = str(ei.value)
+    assert ei.value.code == "E19010" and "first/fancy (FancyOp)" in msg and "second/other (OtherOp)" in msg
+    assert "not/needed" not in msg
+    pb = tmp_path / "bad.pb"
+    pb.write_bytes(g.gd.SerializeToString())
+    rc = atc([f"--model={pb}", "--framework=3", f"--output={tmp_path / 'o'}", "--soc_version=Ascend310P3",
+              "--out_nodes=second/other:0"])
+    out = capsys.readouterr().out
+    assert rc == 1 and "E19010" in out and "FancyOp" in out and "OtherOp" in out
+
+
+def test_unfrozen_graph_asks_for_freezing() -> None:
+    g = G()
+    g.node("VarHandleOp", "w", dtype=("type", F32))
+    g.node("ReadVariableOp", "read", ["w"], dtype=("type", F32))
+    g.node("Identity", "out", ["read"], T=("type", F32))
+    with pytest.raises(ModelError, match="not frozen.*convert_variables_to_constants"):
+        import_graph_def(g.gd)
+
+
+def test_runtime_computed_filter_is_a_clear_error() -> None:
+    g = G()
+    g.placeholder("x", (1, 4, 4, 2))
+    g.placeholder("w", (3, 3, 2, 1))
+    g.node("DepthwiseConv2dNative", "dw", ["x", "w"], T=("type", F32), strides=[1, 1, 1, 1], padding="VALID")
+    with pytest.raises(ModelError, match=r"node dw \(DepthwiseConv2dNative\): input 1 \(filter\) must be a constant"):
+        import_graph_def(g.gd)
+
+
+def test_atc_rejects_caffe_without_weight(tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
+    proto = tmp_path / "n.prototxt"
+    proto.write_text('input: "data"\n')
+    rc = atc([f"--model={proto}", "--framework=0", f"--output={tmp_path / 'o'}", "--soc_version=Ascend310P3"])
+    assert rc == 1 and "E10054" in capsys.readouterr().out
