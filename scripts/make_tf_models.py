@@ -111,6 +111,29 @@ def convnet_ops() -> Any:
     return _freeze_fn(f, [tf.TensorSpec((1, 32, 32, 3), tf.float32, name="input")])
 
 
+def misc_ops() -> Any:
+    """Less common converters: transposed conv, LRN, depth/space, splits, stacks, top-k, one-hot..."""
+    wt = _w(3, 3, 4, 6)  # conv2d_transpose filter: [H, W, out, in]
+
+    def f(x: Any) -> Any:
+        y = tf.nn.conv2d_transpose(x, wt, (1, 16, 16, 4), 2, "SAME")
+        y = tf.nn.local_response_normalization(y, depth_radius=2, bias=1.0, alpha=0.1, beta=0.75)
+        y = tf.nn.space_to_depth(y, 2)  # [1, 8, 8, 16]
+        y = tf.nn.depth_to_space(tf.math.square(y) * tf.math.rsqrt(tf.abs(y) + 1.0), 2)  # [1, 16, 16, 4]
+        a, b, c = tf.split(y, [1, -1, 2], axis=3)
+        p1, p2 = tf.unstack(tf.reduce_mean(y, axis=[1, 2]) + tf.zeros((2, 4)), axis=0)
+        s = tf.stack([p1, p2 * 2.0], axis=1)  # [4, 2]
+        t = tf.tile(tf.expand_dims(tf.squeeze(a, 3), 0), [2, 1, 1, 1])  # [2, 1, 16, 16]
+        vals, idx = tf.math.top_k(tf.reshape(b, (1, -1)), k=5)
+        hot = tf.one_hot(tf.argmax(tf.reshape(c, (16, 32)), axis=1), 32, on_value=2.0, off_value=-1.0)
+        sel = tf.where(hot > 0, hot, tf.fill((16, 32), 0.5))
+        cum = tf.math.cumsum(tf.slice(sel, [1, 2], [4, -1]), axis=1, exclusive=True)
+        return (tf.reduce_sum(t, axis=[2, 3]), s, vals, tf.cast(idx, tf.float32), cum,
+                tf.math.floordiv(y, 0.3), tf.math.floormod(y, 0.3), tf.nn.log_softmax(s))
+
+    return _freeze_fn(f, [tf.TensorSpec((1, 8, 8, 6), tf.float32, name="input")])
+
+
 def transformer_block() -> Any:
     """NLP ops: embedding Gather, attention BatchMatMul, LayerNorm reductions, GELU (Erf)."""
     L = tf.keras.layers
@@ -167,7 +190,8 @@ def tf1_cond() -> Any:
 MODELS: dict[str, Callable[[], Any]] = {
     "tf_mobilenet_v2": mobilenet_v2, "tf_resnet50": resnet50, "tf_densenet121": densenet121,
     "tf_efficientnet_b0": efficientnet_b0, "tf_convnet_ops": convnet_ops,
-    "tf_transformer_block": transformer_block, "tf1_while": tf1_while, "tf1_cond": tf1_cond,
+    "tf_transformer_block": transformer_block, "tf_misc_ops": misc_ops, "tf1_while": tf1_while,
+    "tf1_cond": tf1_cond,
 }
 
 FEEDS: dict[str, Callable[[str, tuple[int, ...], Any], np.ndarray]] = {}

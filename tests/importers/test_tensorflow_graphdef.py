@@ -197,3 +197,118 @@ def test_atc_rejects_caffe_without_weight(tmp_path: Path, capsys: pytest.Capture
     proto.write_text('input: "data"\n')
     rc = atc([f"--model={proto}", "--framework=0", f"--output={tmp_path / 'o'}", "--soc_version=Ascend310P3"])
     assert rc == 1 and "E10054" in capsys.readouterr().out
+
+
+UNARY = {
+    "Abs": np.abs, "Neg": np.negative, "Exp": np.exp, "Log": np.log, "Sqrt": np.sqrt, "Rsqrt": lambda v: 1 / np.sqrt(v),
+    "Square": np.square, "Reciprocal": np.reciprocal, "Inv": np.reciprocal, "Floor": np.floor, "Ceil": np.ceil,
+    "Round": np.round, "Sign": np.sign, "Sin": np.sin, "Cos": np.cos, "Tan": np.tan, "Sinh": np.sinh,
+    "Cosh": np.cosh, "Atan": np.arctan, "Tanh": np.tanh, "Sigmoid": lambda v: 1 / (1 + np.exp(-v)),
+    "Relu": lambda v: np.maximum(v, 0), "Relu6": lambda v: np.clip(v, 0, 6), "Elu": lambda v: np.where(v > 0, v, np.expm1(v)),
+    "Softplus": lambda v: np.log1p(np.exp(v)), "Softsign": lambda v: v / (1 + np.abs(v)), "Log1p": np.log1p,
+    "Selu": lambda v: 1.0507009873554805 * np.where(v > 0, v, 1.6732632423543772 * np.expm1(v)),
+}
+BINARY = {
+    "Add": np.add, "AddV2": np.add, "Sub": np.subtract, "Mul": np.multiply, "RealDiv": np.divide, "Div": np.divide,
+    "Maximum": np.maximum, "Minimum": np.minimum, "Pow": np.power, "SquaredDifference": lambda a, b: (a - b) ** 2,
+    "Less": np.less, "Greater": np.greater, "LessEqual": np.less_equal, "GreaterEqual": np.greater_equal,
+    "Equal": np.equal, "NotEqual": np.not_equal,
+}
+
+
+def test_elementwise_ops_match_numpy() -> None:
+    rng = np.random.default_rng(5)
+    x = rng.uniform(0.1, 3.0, (3, 4)).astype(np.float32)
+    y = np.round(rng.uniform(0.1, 3.0, (3, 4)), 1).astype(np.float32)
+    y[0, 0] = x[0, 0]  # one equal pair for Equal/NotEqual/LessEqual
+    g = G()
+    g.placeholder("x", x.shape)
+    g.placeholder("y", y.shape)
+    outs, refs = [], []
+    for op, fn in UNARY.items():
+        outs.append((g.node(op, f"u_{op}", ["x"], T=("type", F32)), 0))
+        refs.append(fn(x.astype(np.float64)))
+    for op, fn in BINARY.items():
+        outs.append((g.node(op, f"b_{op}", ["x", "y"], T=("type", F32)), 0))
+        refs.append(fn(x.astype(np.float64), y.astype(np.float64)))
+    g.node("AddN", "addn", ["x", "y", "x"], T=("type", F32))
+    outs.append(("addn", 0))
+    refs.append(2 * x + y)
+    g.const("lo", np.float32(0.5))
+    g.const("hi", np.float32(2.0))
+    g.node("ClipByValue", "clip", ["x", "lo", "hi"], T=("type", F32))
+    outs.append(("clip", 0))
+    refs.append(np.clip(x, 0.5, 2.0))
+    g.node("Less", "mask", ["x", "y"], T=("type", F32))
+    g.node("Select", "sel", ["mask", "x", "y"], T=("type", F32))
+    outs.append(("sel", 0))
+    refs.append(np.where(x < y, x, y))
+    got = _run(g.gd, [x, y], outs)
+    for (name, _), gv, rv in zip(outs, got, refs):
+        np.testing.assert_allclose(np.asarray(gv, np.float64), rv, rtol=2e-6, atol=1e-6, err_msg=name)
+
+
+def test_shape_ops_and_reductions_match_numpy() -> None:
+    """Shape/Size/Rank (int32 like TF), a dynamic Reshape built from Shape, Range, Fill, *Like,
+    reductions with keep_dims, All/Any, ArgMin, Concat (axis first), Split, Gather, PadV2, MirrorPad."""
+    rng = np.random.default_rng(6)
+    x = rng.normal(0, 1, (2, 3, 4)).astype(np.float32)
+    i32 = types_pb2.DT_INT32
+    g = G()
+    g.placeholder("x", x.shape)
+    g.node("Shape", "shape", ["x"], T=("type", F32), out_type=("type", i32))
+    g.node("Size", "size", ["x"], T=("type", F32), out_type=("type", i32))
+    g.node("Rank", "rank", ["x"], T=("type", F32))
+    g.const("b0", np.array([0], np.int32))
+    g.const("b1", np.array([1], np.int32))
+    g.const("s1", np.array([1], np.int32))
+    g.node("StridedSlice", "batch", ["shape", "b0", "b1", "s1"], T=("type", i32), Index=("type", i32),
+           shrink_axis_mask=1)
+    g.const("m1", np.int32(-1))
+    g.node("Pack", "newshape", ["batch", "m1"], T=("type", i32), N=2, axis=0)
+    g.node("Reshape", "flat", ["x", "newshape"], T=("type", F32))
+    g.const("r0", np.int32(0))
+    g.const("r1", np.int32(3))
+    g.node("Range", "range", ["r0", "size", "r1"], Tidx=("type", i32))
+    g.const("half", np.float32(0.5))
+    g.node("Fill", "fill", ["shape", "half"], T=("type", F32))
+    g.node("ZerosLike", "zeros", ["x"], T=("type", F32))
+    g.node("OnesLike", "ones", ["x"], T=("type", F32))
+    g.const("ax", np.array([0, 2], np.int32))
+    for op, name in (("Max", "rmax"), ("Min", "rmin"), ("Prod", "rprod"), ("Mean", "rmean")):
+        g.node(op, name, ["x", "ax"], T=("type", F32), keep_dims=True)
+    g.node("Greater", "pos", ["x", "r0f"], T=("type", F32))
+    g.const("r0f", np.float32(0))
+    g.const("ax1", np.int32(1))
+    g.node("All", "all", ["pos", "ax1"], keep_dims=False)
+    g.node("Any", "any", ["pos", "ax1"], keep_dims=False)
+    g.node("ArgMin", "argmin", ["x", "ax1"], T=("type", F32), output_type=("type", i32))
+    g.node("Concat", "cat", ["ax1", "x", "x"], T=("type", F32), N=2)
+    g.node("Split", "split", ["ax1", "cat"], T=("type", F32), num_split=2)
+    g.const("idx", np.array([1, 0, 1], np.int32))
+    g.node("Gather", "gather", ["x", "idx"], Tparams=("type", F32), Tindices=("type", i32))
+    g.const("pads", np.array([[0, 0], [1, 2], [2, 1]], np.int32))
+    g.const("pv", np.float32(9))
+    g.node("PadV2", "padv2", ["x", "pads", "pv"], T=("type", F32))
+    g.node("MirrorPad", "mirror", ["x", "pads"], T=("type", F32), mode="REFLECT")
+    names = ["shape", "size", "rank", "flat", "range", "fill", "zeros", "ones", "rmax", "rmin", "rprod", "rmean",
+             "all", "any", "argmin", "split", "gather", "padv2", "mirror"]
+    got = dict(zip(names, _run(g.gd, [x], [(n, 0) for n in names])))
+    assert got["shape"].dtype == np.int32 and got["shape"].tolist() == [2, 3, 4]
+    assert int(got["size"]) == 24 and int(got["rank"]) == 3
+    np.testing.assert_array_equal(got["flat"], x.reshape(2, -1))
+    np.testing.assert_array_equal(got["range"], np.arange(0, 24, 3))
+    np.testing.assert_array_equal(got["fill"], np.full(x.shape, 0.5, np.float32))
+    np.testing.assert_array_equal(got["zeros"], np.zeros_like(x))
+    np.testing.assert_array_equal(got["ones"], np.ones_like(x))
+    for name, fn in (("rmax", np.max), ("rmin", np.min), ("rprod", np.prod), ("rmean", np.mean)):
+        np.testing.assert_allclose(got[name], fn(x, axis=(0, 2), keepdims=True), rtol=1e-5)
+    np.testing.assert_array_equal(got["all"], (x > 0).all(axis=1))
+    np.testing.assert_array_equal(got["any"], (x > 0).any(axis=1))
+    assert got["argmin"].dtype == np.int32
+    np.testing.assert_array_equal(got["argmin"], x.argmin(axis=1))
+    np.testing.assert_array_equal(got["split"], x)
+    np.testing.assert_array_equal(got["gather"], x[[1, 0, 1]])
+    pads = ((0, 0), (1, 2), (2, 1))
+    np.testing.assert_array_equal(got["padv2"], np.pad(x, pads, constant_values=9))
+    np.testing.assert_array_equal(got["mirror"], np.pad(x, pads, mode="reflect"))
