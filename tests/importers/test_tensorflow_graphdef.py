@@ -243,6 +243,10 @@ def test_elementwise_ops_match_numpy() -> None:
     g.node("Select", "sel", ["mask", "x", "y"], T=("type", F32))
     outs.append(("sel", 0))
     refs.append(np.where(x < y, x, y))
+    g.const("rows", np.array([True, False, True]))
+    g.node("Select", "rowsel", ["rows", "x", "y"], T=("type", F32))  # v1: a vector picks rows
+    outs.append(("rowsel", 0))
+    refs.append(np.where(np.array([True, False, True])[:, None], x, y))
     got = _run(g.gd, [x, y], outs)
     for (name, _), gv, rv in zip(outs, got, refs):
         np.testing.assert_allclose(np.asarray(gv, np.float64), rv, rtol=2e-6, atol=1e-6, err_msg=name)

@@ -93,3 +93,13 @@ def test_out_nodes_and_input_shape_by_tf_names(tf_models: Path, tmp_path: Path, 
     rc = atc([f"--model={pb}", "--framework=3", f"--output={tmp_path / 'x'}", "--soc_version=Ascend310P3",
               "--out_nodes=no/such/node:0"])
     assert rc == 1 and "E10016" in capsys.readouterr().out
+
+
+def test_nhwc_input_format_drives_image_size_gears(tf_models: Path, tmp_path: Path) -> None:
+    """--input_format=NHWC (TF's default) puts H and W at dims 1 and 2 for --dynamic_image_size."""
+    meta, io = load_case(tf_models / "tf_mobilenet_v2")
+    m = _compile(tmp_path, tf_models / "tf_mobilenet_v2" / "model.pb", "--input_shape=input:1,-1,-1,3",
+                 "--dynamic_image_size=96,96;128,128", "--input_format=NHWC")
+    assert rel_err(m.run([io["in:input"]])[0], io[f"out:{meta['outputs'][0]}"]) < TOL
+    big = np.random.default_rng(0).normal(0, 1, (1, 128, 128, 3)).astype(np.float32)
+    assert m.run([big])[0].shape == (1, 100)

@@ -136,7 +136,15 @@ def clip_by_value(e: Emitter) -> list[str]:
 
 
 def select(e: Emitter) -> list[str]:
-    return [e.add("Where", [e.input(0), e.input(1), e.input(2)], e.out())]
+    cond = e.input(0)
+    if e.op == "Select":
+        # Select (v1) takes a vector condition choosing rows of x: cond's shape gains trailing 1s up to
+        # x's rank ([N] -> [N, 1, ...]; an equal-rank condition keeps its shape), then Where broadcasts
+        rank_x, rank_c = (e.add("Size", [e.add("Shape", [v])]) for v in (e.input(1), cond))
+        diff = e.add("Reshape", [e.add("Sub", [rank_x, rank_c]), e.constant(np.array([1], np.int64), "shape")])
+        ones = e.add("ConstantOfShape", [diff], value=np.array([1], np.int64))
+        cond = e.add("Reshape", [cond, e.add("Concat", [e.add("Shape", [cond]), ones], axis=0)])
+    return [e.add("Where", [cond, e.input(1), e.input(2)], e.out())]
 
 
 def cast(e: Emitter) -> list[str]:
