@@ -177,6 +177,21 @@ def tf1_while() -> Any:
     return _tf1_graph(build)
 
 
+def tf1_nested_while() -> Any:
+    """A while loop inside a while loop (inner frame's Enters live in the outer body)."""
+    def build() -> tuple[list[Any], list[Any]]:
+        x = tf.compat.v1.placeholder(tf.float32, (3,), name="x")
+
+        def outer(i: Any, v: Any) -> Any:
+            _, v2 = tf.compat.v1.while_loop(lambda j, u: j < i + 1, lambda j, u: (j + 1, u * 0.5 + 1.0), [0, v])
+            return i + 1, v2 + tf.cast(i, tf.float32)
+
+        _, y = tf.compat.v1.while_loop(lambda i, v: i < 4, outer, [tf.constant(0), x])
+        return [x], [tf.identity(y, name="y")]
+
+    return _tf1_graph(build)
+
+
 def tf1_cond() -> Any:
     def build() -> tuple[list[Any], list[Any]]:
         x = tf.compat.v1.placeholder(tf.float32, (3, 4), name="x")
@@ -191,7 +206,7 @@ MODELS: dict[str, Callable[[], Any]] = {
     "tf_mobilenet_v2": mobilenet_v2, "tf_resnet50": resnet50, "tf_densenet121": densenet121,
     "tf_efficientnet_b0": efficientnet_b0, "tf_convnet_ops": convnet_ops,
     "tf_transformer_block": transformer_block, "tf_misc_ops": misc_ops, "tf1_while": tf1_while,
-    "tf1_cond": tf1_cond,
+    "tf1_nested_while": tf1_nested_while, "tf1_cond": tf1_cond,
 }
 
 FEEDS: dict[str, Callable[[str, tuple[int, ...], Any], np.ndarray]] = {}

@@ -223,8 +223,7 @@ class Builder:
                 continue
             out.add(src)
             n = self.nodes[src]
-            if _op(n) == "Merge" and self._is_loop_merge(n):
-                continue
+            # (through a nested loop's Exit/Switch/Merge to its Enter inputs; never along a back edge)
             stack.extend(tensor_ref(i) for i in n.input if not i.startswith("^") and not self._is_back_edge(i))
         return out
 
