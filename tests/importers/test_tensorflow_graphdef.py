@@ -154,6 +154,26 @@ def test_conv_nhwc_chain_matches_numpy() -> None:
     assert got.shape == (1, 4, 4, 4)  # NHWC kept at the boundary
 
 
+def test_text_graph_def_reads_like_the_binary(tmp_path: Path) -> None:
+    from google.protobuf import text_format
+
+    from pycann.ge.importers.tensorflow import load_tensorflow
+
+    g = G()
+    g.placeholder("x", (2, 3))
+    g.node("Tanh", "t", ["x"], T=("type", F32))
+    (tmp_path / "g.pbtxt").write_text(text_format.MessageToString(g.gd))
+    (tmp_path / "g.pb").write_bytes(g.gd.SerializeToString())
+    a, b = load_tensorflow(tmp_path / "g.pbtxt"), load_tensorflow(tmp_path / "g.pb")
+    assert a.inputs == b.inputs == ["x"] and a.outputs == b.outputs == ["t:0"]
+    (tmp_path / "empty.pb").write_bytes(b"")
+    with pytest.raises(ModelError, match="empty"):
+        load_tensorflow(tmp_path / "empty.pb")
+    (tmp_path / "junk.pb").write_bytes(b"\xff\xff\xff not a graph")
+    with pytest.raises(ModelError, match="cannot parse"):
+        load_tensorflow(tmp_path / "junk.pb")
+
+
 def test_every_unsupported_op_listed_at_once(tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
     g = G()
     g.placeholder("x", (2, 3))

@@ -109,7 +109,7 @@ def read_graph_def(path: str | os.PathLike[str]) -> Any:
     data = p.read_bytes()
     if not data:
         raise ModelError(f"model file '{path}' is empty (0 bytes): re-export it", code="E10001")
-    if p.name == "saved_model.pb" or p.suffix == ".pbtxt" and "meta_graphs" in data[:4096].decode("latin1"):
+    if p.name == "saved_model.pb":
         sm = _saved_model_class(meta_graph_pb2)()
         try:
             sm.ParseFromString(data)
