@@ -150,6 +150,22 @@ def transformer_block() -> Any:
     return _freeze_fn(f, [tf.TensorSpec((2, 16), tf.int32, name="ids")])
 
 
+def tf2_while_lowered() -> Any:
+    """A TF2 tf.function with tf.while_loop and tf.cond: freezing lowers them to TF1 control flow
+    (convert_variables_to_constants_v2's default lower_control_flow=True)."""
+    w = _w(6, 6)
+
+    def f(x: Any) -> Any:
+        def body(i: Any, v: Any) -> Any:
+            v = tf.cond(tf.reduce_sum(v) > 0, lambda: tf.nn.relu(tf.matmul(v, w)), lambda: v * 0.5 + 1.0)
+            return i + 1, v
+
+        _, y = tf.while_loop(lambda i, v: i < 4, body, [tf.constant(0), x])
+        return y
+
+    return _freeze_fn(f, [tf.TensorSpec((2, 6), tf.float32, name="x")])
+
+
 def _tf1_graph(build: Callable[[], tuple[list[Any], list[Any]]]) -> Any:
     tf.compat.v1.disable_control_flow_v2()
     g = tf.Graph()
@@ -205,7 +221,8 @@ def tf1_cond() -> Any:
 MODELS: dict[str, Callable[[], Any]] = {
     "tf_mobilenet_v2": mobilenet_v2, "tf_resnet50": resnet50, "tf_densenet121": densenet121,
     "tf_efficientnet_b0": efficientnet_b0, "tf_convnet_ops": convnet_ops,
-    "tf_transformer_block": transformer_block, "tf_misc_ops": misc_ops, "tf1_while": tf1_while,
+    "tf_transformer_block": transformer_block, "tf_misc_ops": misc_ops, "tf2_while_lowered": tf2_while_lowered,
+    "tf1_while": tf1_while,
     "tf1_nested_while": tf1_nested_while, "tf1_cond": tf1_cond,
 }
 
