@@ -336,3 +336,48 @@ def test_shape_ops_and_reductions_match_numpy() -> None:
     pads = ((0, 0), (1, 2), (2, 1))
     np.testing.assert_array_equal(got["padv2"], np.pad(x, pads, constant_values=9))
     np.testing.assert_array_equal(got["mirror"], np.pad(x, pads, mode="reflect"))
+
+
+def _nms_reference(boxes: np.ndarray, scores: np.ndarray, k: int, iou_thr: float, score_thr: float) -> list[int]:
+    """TensorFlow's greedy NMS (non_max_suppression_op.cc), restated."""
+    def iou(a: np.ndarray, b: np.ndarray) -> float:
+        ya, xa, yb, xb = min(a[0], a[2]), min(a[1], a[3]), max(a[0], a[2]), max(a[1], a[3])
+        yc, xc, yd, xd = min(b[0], b[2]), min(b[1], b[3]), max(b[0], b[2]), max(b[1], b[3])
+        inter = max(0.0, min(yb, yd) - max(ya, yc)) * max(0.0, min(xb, xd) - max(xa, xc))
+        union = (yb - ya) * (xb - xa) + (yd - yc) * (xd - xc) - inter
+        return inter / union if union > 0 else 0.0
+
+    keep: list[int] = []
+    for i in sorted(range(len(scores)), key=lambda j: -scores[j]):
+        if scores[i] <= score_thr or len(keep) == k:
+            continue
+        if all(iou(boxes[i], boxes[j]) <= iou_thr for j in keep):
+            keep.append(i)
+    return keep
+
+
+def test_non_max_suppression_matches_tensorflow_semantics() -> None:
+    rng = np.random.default_rng(7)
+    centers = rng.uniform(0, 1, (40, 2))
+    sizes = rng.uniform(0.05, 0.3, (40, 2))
+    boxes = np.concatenate([centers - sizes / 2, centers + sizes / 2], axis=1).astype(np.float32)
+    boxes[::3] = boxes[::3][:, [2, 3, 0, 1]]  # corners in the other order, which TF accepts
+    scores = rng.uniform(0, 1, 40).astype(np.float32)
+    g = G()
+    g.placeholder("boxes", boxes.shape)
+    g.placeholder("scores", scores.shape)
+    g.const("k", np.int32(35))  # more than the 29 boxes NMS keeps: V4 pads
+    g.const("iou", np.float32(0.3))
+    g.const("thr", np.float32(0.2))
+    g.const("sigma", np.float32(0.0))
+    g.node("NonMaxSuppressionV3", "nms3", ["boxes", "scores", "k", "iou", "thr"], T=("type", F32))
+    g.node("NonMaxSuppressionV4", "nms4", ["boxes", "scores", "k", "iou", "thr"], T=("type", F32),
+           pad_to_max_output_size=True)
+    g.node("NonMaxSuppressionV5", "nms5", ["boxes", "scores", "k", "iou", "thr", "sigma"], T=("type", F32))
+    sel3, sel4, valid4, sel5, scores5 = _run(g.gd, [boxes, scores],
+                                             [("nms3", 0), ("nms4", 0), ("nms4", 1), ("nms5", 0), ("nms5", 1)])
+    ref = _nms_reference(boxes, scores, 35, 0.3, 0.2)
+    assert sel3.dtype == np.int32 and sel3.tolist() == ref and len(ref) == 29
+    assert int(valid4) == len(ref) and sel4.tolist() == ref + [0] * (35 - len(ref))
+    assert sel5.tolist() == ref
+    np.testing.assert_array_equal(scores5, scores[ref])

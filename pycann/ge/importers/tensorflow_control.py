@@ -185,7 +185,8 @@ class Builder:
     @staticmethod
     def _n_outputs(n: Any) -> int:
         return {"Switch": 2, "Unpack": int(attr(n, "num", 1)), "Split": int(attr(n, "num_split", 1)),
-                "SplitV": int(attr(n, "num_split", 1)), "TopKV2": 2, "IdentityN": len(n.input)}.get(
+                "SplitV": int(attr(n, "num_split", 1)), "TopKV2": 2, "IdentityN": len(n.input),
+                "NonMaxSuppressionV4": 2, "NonMaxSuppressionV5": 3}.get(
             _op(n), 6 if _op(n).startswith("FusedBatchNorm") else 1)
 
     # ------------------------------------------------------------------ emission

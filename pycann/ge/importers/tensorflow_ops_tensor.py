@@ -264,6 +264,39 @@ def top_k(e: Emitter) -> list[str]:
     return [vals, e.add("Cast", [idx], e.out(1), to=int(DType.INT32))]
 
 
+def non_max_suppression(e: Emitter) -> list[str]:
+    """NonMaxSuppression V2-V5 (boxes [N, 4] as y1, x1, y2, x2 in either corner order; keep a box
+    whose score > score_threshold and whose IoU with every kept box is <= iou_threshold) as ONNX
+    NonMaxSuppression on one batch and class; selected indices int32 like TF."""
+    v = int(e.op[-1]) if e.op[-1].isdigit() else 1
+    boxes, scores, max_out = (e.input(i) for i in range(3))
+    iou = e.input(3) if v >= 2 else e.constant(np.float32(e.attr("iou_threshold", 0.5)), "iou")
+    if v == 5:
+        sigma = e.need_const(5, "soft_nms_sigma")
+        if float(np.ravel(sigma)[0]) != 0.0:
+            raise ModelError(f"{e.where()}: soft NMS (soft_nms_sigma != 0) has no ONNX equivalent")
+    one = e.constant(np.array([1], np.int64), "one")
+    zero = e.constant(np.array([0], np.int64), "zero")
+    thr = e.input(4) if v >= 3 else e.constant(np.float32(-np.inf), "no_threshold")
+    b3 = e.add("Unsqueeze", [boxes, zero])
+    s3 = e.add("Unsqueeze", [scores, e.constant(np.array([0, 1], np.int64), "axes")])
+    args = [b3, s3, e.add("Reshape", [e.int64(max_out), one]), e.add("Reshape", [iou, one]), e.add("Reshape", [thr, one])]
+    sel = e.add("NonMaxSuppression", args, center_point_box=0)
+    idx = e.add("Gather", [sel, e.constant(np.int64(2), "col")], axis=1)
+    count = e.add("Cast", [e.add("Size", [idx])], to=int(DType.INT32))
+    if v == 4 and e.attr("pad_to_max_output_size", False):
+        pad = e.add("Sub", [e.add("Reshape", [e.int64(max_out), one]), e.add("Size", [idx])])
+        idx = e.add("Pad", [idx, e.add("Concat", [zero, pad], axis=0)], mode="constant")
+    out = e.add("Cast", [idx], e.out(0), to=int(DType.INT32))
+    if v == 4:
+        return [out, e.add("Identity", [count], e.out(1))]
+    if v == 5:
+        if e.attr("pad_to_max_output_size", False):
+            raise ModelError(f"{e.where()}: pad_to_max_output_size=True is not supported for V5")
+        return [out, e.add("Gather", [scores, idx], e.out(1)), e.add("Identity", [count], e.out(2))]
+    return [out]
+
+
 def einsum(e: Emitter) -> list[str]:
     return [e.add("Einsum", e.inputs(), e.out(), equation=str(e.attr("equation")))]
 
@@ -279,5 +312,7 @@ TENSOR_OPS: dict[str, Converter] = {
     "MirrorPad": pad, "StridedSlice": strided_slice, "Slice": slice_, "Transpose": transpose,
     "Gather": gather, "GatherV2": gather, "Shape": shape, "Size": size, "Rank": rank, "Fill": fill,
     "ZerosLike": _like(0), "OnesLike": _like(1), "Tile": tile, "Range": range_, "OneHot": one_hot,
-    "TopKV2": top_k, "Einsum": einsum, "Cumsum": cumsum,
+    "TopKV2": top_k, "Einsum": einsum, "Cumsum": cumsum, "NonMaxSuppression": non_max_suppression,
+    "NonMaxSuppressionV2": non_max_suppression, "NonMaxSuppressionV3": non_max_suppression,
+    "NonMaxSuppressionV4": non_max_suppression, "NonMaxSuppressionV5": non_max_suppression,
 }
