@@ -381,3 +381,22 @@ def test_non_max_suppression_matches_tensorflow_semantics() -> None:
     assert int(valid4) == len(ref) and sel4.tolist() == ref + [0] * (35 - len(ref))
     assert sel5.tolist() == ref
     np.testing.assert_array_equal(scores5, scores[ref])
+
+
+def test_malformed_attributes_name_the_node() -> None:
+    g = G()
+    g.placeholder("x", (1, 4, 4, 2))
+    g.const("w", np.ones((3, 3, 2, 2), np.float32))
+    g.node("Conv2D", "conv", ["x", "w"], T=("type", F32), strides=[1, 1], padding="SAME")  # 2 strides, not 4
+    with pytest.raises(ModelError, match=r"node conv \(Conv2D\): strides must have 4 entries"):
+        import_graph_def(g.gd)
+    g2 = G()
+    g2.placeholder("x", (2, 3))
+    g2.node("Unpack", "u", ["x"], T=("type", F32))  # no "num" attribute
+    with pytest.raises(ModelError, match=r"node u \(Unpack\): cannot convert"):
+        import_graph_def(g2.gd, [("u", 0)])
+    g3 = G()
+    g3.placeholder("x", (2, 3))
+    g3.node("Relu", "r", ["missing_node"], T=("type", F32))
+    with pytest.raises(ModelError, match=r"node r \(Relu\): input 'missing_node' is produced by no node"):
+        import_graph_def(g3.gd, [("r", 0)])

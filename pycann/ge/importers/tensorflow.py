@@ -19,7 +19,6 @@ NHWC ops run as NCHW ONNX ops between Transposes that cancel along conv chains.
 from __future__ import annotations
 
 import os
-from collections import ChainMap
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -164,7 +163,10 @@ def convert_node(e: Emitter, node: Any) -> None:
         e.root.initializers[e.out()] = folded
         e.values[f"{node.name}:0"] = e.out()
         return
-    outs = CONVERTERS[op](e)
+    try:
+        outs = CONVERTERS[op](e)
+    except (ValueError, IndexError, KeyError, TypeError) as exc:  # an attribute the converter did not check
+        raise ModelError(f"{e.where()}: cannot convert: {exc}") from None
     for i, v in enumerate(outs):
         e.values[f"{node.name}:{i}"] = v
 
@@ -203,10 +205,3 @@ def _fold(e: Emitter, node: Any) -> np.ndarray | None:
         return None
     with np.errstate(all="ignore"):
         return np.asarray(fn(*args)).astype(args[0].dtype)  # type: ignore[union-attr]
-
-
-def child_values(values: dict[str, str] | ChainMap[str, str], own: dict[str, str]) -> ChainMap[str, str]:
-    """An overlay: ``own`` first, then the enclosing scope's names."""
-    if isinstance(values, ChainMap):
-        return ChainMap(own, *values.maps)
-    return ChainMap(own, values)
