@@ -133,7 +133,26 @@ ALEXNET_MINI = CaffeNet(
      "fc": [(10, 512), (10,)]},
     (1, 3, 35, 35), ["tanh"])
 
-NETS = [LENET, RESBLOCK, SQUEEZE, SSD_HEAD, ALEXNET_MINI]
+# The less common layers and parameters: Scale with a bias and with a second bottom, ELU/AbsVal/BNLL, Slice
+# without points, Reshape/Flatten on inner axes, InnerProduct with axis 3, Eltwise MAX
+MISC = CaffeNet(
+    "caffe_misc_layers",
+    'name: "Misc"\n' + _input((1, 4, 6, 6))
+    + _layer("affine", "Scale", "data", "biased", "scale_param { bias_term: true }")
+    + _layer("elu", "ELU", "biased", "elu", "elu_param { alpha: 0.7 }")
+    + _layer("abs", "AbsVal", "data", "abs")
+    + _layer("bnll", "BNLL", "abs", "bnll")
+    + _layer("mx", "Eltwise", ["elu", "bnll"], "mx", "eltwise_param { operation: MAX }")
+    + _layer("halves", "Slice", "mx", ["h1", "h2"], "slice_param { axis: 1 }")
+    + _layer("gate", "Sigmoid", "h2", "gate")
+    + _layer("gated", "Scale", ["h1", "gate"], "gated", "scale_param { axis: 0 }")
+    + _layer("rs", "Reshape", "gated", "rs", "reshape_param { shape { dim: 3 dim: -1 } axis: 2 }")
+    + _layer("ip", "InnerProduct", "rs", "ip", "inner_product_param { num_output: 5 axis: 3 }")
+    + _layer("fl", "Flatten", "ip", "fl", "flatten_param { axis: 1 end_axis: 2 }"),
+    {"affine": [(4,), (4,)], "ip": [(5, 12), (5,)]},
+    (1, 4, 6, 6), ["fl"])
+
+NETS = [LENET, RESBLOCK, SQUEEZE, SSD_HEAD, ALEXNET_MINI, MISC]
 
 
 def write_net(net: CaffeNet, folder: Path, seed: int = 0) -> tuple[Path, Path]:

@@ -40,7 +40,8 @@ def test_net_matches_opencv(net: CaffeNet, tmp_path: Path) -> None:
     got = _compile(tmp_path, proto, weights).run([x])
     assert len(got) == len(refs)
     for g, r in zip(got, refs):
-        assert rel_err(g, r.reshape(g.shape)) < TOL
+        assert g.shape == r.shape
+        assert rel_err(g, r) < TOL
 
 
 def _caffe_avg_pool(x: np.ndarray, k: int, s: int, p: int) -> np.ndarray:
@@ -121,3 +122,20 @@ def test_input_shape_and_out_nodes_by_caffe_names(tmp_path: Path) -> None:
     concat, prob = m.run([x])
     assert concat.shape == (2, 16, 10, 10) and prob.shape == (2, 10)
     np.testing.assert_allclose(prob.sum(axis=1), 1.0, rtol=1e-5)
+
+
+def test_bias_and_power_layers_match_numpy(tmp_path: Path) -> None:
+    """Bias (OpenCV has no reader for it) and Power against Caffe's formulas restated in numpy."""
+    net = CaffeNet("bias_power", 'input: "data"\ninput_shape { dim: 2 dim: 3 dim: 4 }\n'
+                   'layer { name: "b" type: "Bias" bottom: "data" top: "b" bias_param { axis: 1 } }\n'
+                   'layer { name: "p" type: "Power" bottom: "b" top: "p" power_param { power: 3 scale: 0.5 shift: -1 } }\n',
+                   {"b": [(3, 4)]}, (2, 3, 4))
+    proto, weights = write_net(net, tmp_path)
+    x = np.random.default_rng(5).normal(0, 1, net.input_shape).astype(np.float32)
+    from pycann.ge.importers.caffe_proto import read_caffemodel
+
+    from pycann.ge.importers.caffe import blob_array
+
+    bias = blob_array(read_caffemodel(weights).layer[0].blobs[0])
+    (got,) = _compile(tmp_path, proto, weights).run([x])
+    np.testing.assert_allclose(got, (-1 + 0.5 * (x + bias)) ** 3, rtol=1e-5, atol=1e-6)
