@@ -132,9 +132,8 @@ def test_bias_and_power_layers_match_numpy(tmp_path: Path) -> None:
                    {"b": [(3, 4)]}, (2, 3, 4))
     proto, weights = write_net(net, tmp_path)
     x = np.random.default_rng(5).normal(0, 1, net.input_shape).astype(np.float32)
-    from pycann.ge.importers.caffe_proto import read_caffemodel
-
     from pycann.ge.importers.caffe import blob_array
+    from pycann.ge.importers.caffe_proto import read_caffemodel
 
     bias = blob_array(read_caffemodel(weights).layer[0].blobs[0])
     (got,) = _compile(tmp_path, proto, weights).run([x])
