@@ -17,7 +17,7 @@ import numpy as np
 
 from pycann.dtypes import DType, TensorDesc
 from pycann.errors import ModelError, OptionError, UnsupportedOpError
-from pycann.ge.importers.caffe_layers import LAYERS, CaffeEmitter
+from pycann.ge.importers.caffe_layers import LAYERS, CaffeEmitter, out_rank
 from pycann.ge.importers.caffe_proto import read_caffemodel, read_prototxt
 from pycann.ge.importers.tensorflow_emit import OPSET
 from pycann.ge.ir import Graph
@@ -132,6 +132,8 @@ def load_caffe(model: str | os.PathLike[str], weight: str | os.PathLike[str] | N
         g.descs[name] = TensorDesc(DType.FLOAT, tuple(None if d < 0 else d for d in dims) if dims else None)
         e.current[name] = name
         e.defined.add(name)
+        if dims:
+            e.ranks[name] = len(dims)
     if not g.inputs:
         raise ModelError("the prototxt declares no input (input:/input_shape or an Input layer): use a deploy prototxt")
     by_layer: dict[str, list[str]] = {}
@@ -149,6 +151,10 @@ def load_caffe(model: str | os.PathLike[str], weight: str | os.PathLike[str] | N
             raise ModelError(f"{e.where()}: {exc}") from None
         if len(outs) != len(layer.top):
             raise ModelError(f"layer {layer.name} ({layer.type}): {len(layer.top)} tops, the converter made {len(outs)}")
+        if ins and ins[0] in e.ranks:
+            r = out_rank(e, e.ranks[ins[0]])
+            if r is not None:
+                e.ranks.update((v, r) for v in outs)
         by_layer[layer.name] = outs
         for top, v in zip(layer.top, outs):
             e.current[top] = v

@@ -28,6 +28,7 @@ class CaffeEmitter:
         self.defined: set[str] = set()
         self.layer: Any = None
         self._k = 0
+        self.ranks: dict[str, int] = {}  # IR value -> rank, propagated layer by layer (out_rank)
 
     def where(self) -> str:
         return f"layer {self.layer.name} ({self.layer.type})"
@@ -80,6 +81,8 @@ class CaffeEmitter:
         return i < len(self.blobs.get(self.layer.name, []))
 
     def rank(self, v: str) -> int:
+        if v in self.ranks:
+            return self.ranks[v]
         d = self.graph.descs.get(v)
         if d is None or d.shape is None:
             from pycann.ge.passes.infer_shapes import infer_graph
@@ -92,6 +95,27 @@ class CaffeEmitter:
 
 
 Layer = Callable[[CaffeEmitter, list[str]], list[str]]
+
+
+def out_rank(e: CaffeEmitter, in_rank: int) -> int | None:
+    """The rank of the current layer's tops from its first bottom's (None: not known here), so
+    layers needing a rank do not run shape inference over the whole graph again."""
+    t, la = e.layer.type, e.layer
+    if t == "InnerProduct":
+        return int(la.inner_product_param.axis) % in_rank + 1
+    if t == "Flatten":
+        p = la.flatten_param
+        return int(p.axis) % in_rank + 1 + (in_rank - 1 - int(p.end_axis) % in_rank)
+    if t == "Reshape":
+        p = la.reshape_param
+        axis = int(p.axis) % (in_rank + 1) if p.axis < 0 else int(p.axis)
+        end = in_rank if p.num_axes == -1 else axis + int(p.num_axes)
+        return axis + len(p.shape.dim) + in_rank - end
+    if t in ("Convolution", "Deconvolution", "Pooling", "BatchNorm", "Scale", "Bias", "ReLU", "PReLU", "ELU",
+             "Sigmoid", "TanH", "AbsVal", "BNLL", "Power", "Eltwise", "Concat", "Softmax", "LRN", "Dropout",
+             "Split", "Slice", "Permute"):
+        return in_rank
+    return None
 
 
 def _hw(p: Any, name: str, default: int) -> list[int]:
