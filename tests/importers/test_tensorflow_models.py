@@ -103,3 +103,19 @@ def test_nhwc_input_format_drives_image_size_gears(tf_models: Path, tmp_path: Pa
     assert rel_err(m.run([io["in:input"]])[0], io[f"out:{meta['outputs'][0]}"]) < TOL
     big = np.random.default_rng(0).normal(0, 1, (1, 128, 128, 3)).astype(np.float32)
     assert m.run([big])[0].shape == (1, 100)
+
+
+def test_aipp_on_an_nhwc_tensorflow_input(tf_models: Path, tmp_path: Path) -> None:
+    """--insert_op_conf on a TF model: the uint8 NHWC image is normalised by AIPP before the graph."""
+    meta, io = load_case(tf_models / "tf_mobilenet_v2")
+    cfg = tmp_path / "aipp.cfg"
+    cfg.write_text("aipp_op {\n aipp_mode : static\n input_format : RGB888_U8\n min_chn_0 : 127.5\n min_chn_1 : 127.5\n"
+                   " min_chn_2 : 127.5\n var_reci_chn_0 : 0.0078125\n var_reci_chn_1 : 0.0078125\n"
+                   " var_reci_chn_2 : 0.0078125\n}\n")
+    pb = tf_models / "tf_mobilenet_v2" / "model.pb"
+    with_aipp = _compile(tmp_path, pb, f"--insert_op_conf={cfg}")
+    plain = _compile(tmp_path / "plain", pb)
+    img = np.random.default_rng(3).integers(0, 256, (1, 96, 96, 3), dtype=np.uint8)
+    got = with_aipp.run([img])[0]
+    ref = plain.run([((img.astype(np.float32) - 127.5) * 0.0078125)])[0]
+    assert rel_err(got, ref) < TOL
