@@ -400,3 +400,38 @@ def test_malformed_attributes_name_the_node() -> None:
     g3.node("Relu", "r", ["missing_node"], T=("type", F32))
     with pytest.raises(ModelError, match=r"node r \(Relu\): input 'missing_node' is produced by no node"):
         import_graph_def(g3.gd, [("r", 0)])
+
+
+def test_ops_on_nchw_twins_match_numpy() -> None:
+    """Transposes, reductions, concat and pads of a conv's output read its NCHW twin: the results
+    must still be TensorFlow's (NHWC) ones."""
+    rng = np.random.default_rng(8)
+    x = rng.normal(0, 1, (2, 5, 6, 3)).astype(np.float32)
+    g = G()
+    g.placeholder("x", x.shape)
+    g.const("w", np.eye(3, dtype=np.float32).reshape(1, 1, 3, 3))  # 1x1 identity conv: y == x
+    g.node("Conv2D", "conv", ["x", "w"], T=("type", F32), strides=[1, 1, 1, 1], padding="VALID")
+    g.node("Relu", "act", ["conv"], T=("type", F32))
+    cases: dict[str, Any] = {}
+    for i, perm in enumerate(([0, 3, 1, 2], [0, 2, 1, 3], [3, 2, 1, 0], [0, 1, 2, 3])):
+        g.const(f"p{i}", np.array(perm, np.int32))
+        g.node("Transpose", f"t{i}", ["act", f"p{i}"], T=("type", F32))
+        cases[f"t{i}"] = lambda v, perm=perm: v.transpose(perm)
+    for i, (axes, keep) in enumerate((([1, 2], False), ([1, 2], True), ([3], False), ([1], False), ([-1, 0], True))):
+        g.const(f"a{i}", np.array(axes, np.int32))
+        g.node("Mean", f"m{i}", ["act", f"a{i}"], T=("type", F32), keep_dims=keep)
+        cases[f"m{i}"] = lambda v, axes=axes, keep=keep: v.mean(axis=tuple(axes), keepdims=keep)
+    g.const("ax", np.int32(-1))
+    g.node("ConcatV2", "cat", ["act", "act", "ax"], T=("type", F32), N=2)
+    cases["cat"] = lambda v: np.concatenate([v, v], axis=-1)
+    g.const("pads", np.array([[0, 1], [2, 0], [1, 1], [0, 2]], np.int32))
+    g.node("Pad", "pad", ["act", "pads"], T=("type", F32))
+    cases["pad"] = lambda v: np.pad(v, ((0, 1), (2, 0), (1, 1), (0, 2)))
+    g.const("bias", np.array([1.0, -2.0, 0.5], np.float32))
+    g.node("BiasAdd", "ba", ["act", "bias"], T=("type", F32))
+    g.node("AddV2", "res", ["ba", "act"], T=("type", F32))  # twin + twin
+    cases["res"] = lambda v: 2 * v + np.array([1.0, -2.0, 0.5])
+    got = _run(g.gd, [x], [(n, 0) for n in cases])
+    act = np.maximum(x, 0).astype(np.float64)
+    for (name, fn), gv in zip(cases.items(), got):
+        np.testing.assert_allclose(gv, fn(act), rtol=1e-5, atol=1e-6, err_msg=name)
