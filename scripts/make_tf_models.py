@@ -74,9 +74,9 @@ def efficientnet_b0() -> Any:
     return _freeze_keras(m, (1, 64, 64, 3))
 
 
-def _freeze_fn(fn: Callable[..., Any], specs: list[Any]) -> tuple[Any, list[str], list[str]]:
+def _freeze_fn(fn: Callable[..., Any], specs: list[Any], lower: bool = True) -> tuple[Any, list[str], list[str]]:
     concrete = tf.function(fn).get_concrete_function(*specs)
-    frozen = convert_variables_to_constants_v2(concrete)
+    frozen = convert_variables_to_constants_v2(concrete, lower_control_flow=lower)
     ins = [t.name.split(":")[0] for t in frozen.inputs if t.dtype != tf.resource]
     return frozen.graph.as_graph_def(), ins, [t.name for t in frozen.outputs]
 
@@ -150,9 +150,7 @@ def transformer_block() -> Any:
     return _freeze_fn(f, [tf.TensorSpec((2, 16), tf.int32, name="ids")])
 
 
-def tf2_while_lowered() -> Any:
-    """A TF2 tf.function with tf.while_loop and tf.cond: freezing lowers them to TF1 control flow
-    (convert_variables_to_constants_v2's default lower_control_flow=True)."""
+def _tf2_loop_fn() -> Callable[[Any], Any]:
     w = _w(6, 6)
 
     def f(x: Any) -> Any:
@@ -163,7 +161,19 @@ def tf2_while_lowered() -> Any:
         _, y = tf.while_loop(lambda i, v: i < 4, body, [tf.constant(0), x])
         return y
 
-    return _freeze_fn(f, [tf.TensorSpec((2, 6), tf.float32, name="x")])
+    return f
+
+
+def tf2_while_lowered() -> Any:
+    """A TF2 tf.function with tf.while_loop and tf.cond: freezing lowers them to TF1 control flow
+    (convert_variables_to_constants_v2's default lower_control_flow=True)."""
+    return _freeze_fn(_tf2_loop_fn(), [tf.TensorSpec((2, 6), tf.float32, name="x")])
+
+
+def tf2_functional() -> Any:
+    """The same loop frozen with lower_control_flow=False: StatelessWhile / StatelessIf nodes whose
+    bodies are FunctionDefs of the graph's library."""
+    return _freeze_fn(_tf2_loop_fn(), [tf.TensorSpec((2, 6), tf.float32, name="x")], lower=False)
 
 
 def _tf1_graph(build: Callable[[], tuple[list[Any], list[Any]]]) -> Any:
@@ -222,6 +232,7 @@ MODELS: dict[str, Callable[[], Any]] = {
     "tf_mobilenet_v2": mobilenet_v2, "tf_resnet50": resnet50, "tf_densenet121": densenet121,
     "tf_efficientnet_b0": efficientnet_b0, "tf_convnet_ops": convnet_ops,
     "tf_transformer_block": transformer_block, "tf_misc_ops": misc_ops, "tf2_while_lowered": tf2_while_lowered,
+    "tf2_functional": tf2_functional,
     "tf1_while": tf1_while,
     "tf1_nested_while": tf1_nested_while, "tf1_cond": tf1_cond,
 }

@@ -21,7 +21,8 @@ import pytest
 ROOT = Path(__file__).resolve().parents[2]
 # the models scripts/make_tf_models.py makes (names of its MODELS table)
 TF_MODELS = ["tf_mobilenet_v2", "tf_resnet50", "tf_densenet121", "tf_efficientnet_b0", "tf_convnet_ops",
-             "tf_transformer_block", "tf_misc_ops", "tf2_while_lowered", "tf1_while", "tf1_nested_while", "tf1_cond"]
+             "tf_transformer_block", "tf_misc_ops", "tf2_while_lowered",
+             "tf2_functional", "tf1_while", "tf1_nested_while", "tf1_cond"]
 
 
 def _tf_python() -> str | None:

@@ -435,3 +435,37 @@ def test_ops_on_nchw_twins_match_numpy() -> None:
     act = np.maximum(x, 0).astype(np.float64)
     for (name, fn), gv in zip(cases.items(), got):
         np.testing.assert_allclose(gv, fn(act), rtol=1e-5, atol=1e-6, err_msg=name)
+
+
+def _function(g: G, name: str, args: list[str], outputs: dict[str, str], body: list[tuple[str, str, list[str]]]) -> None:
+    f = g.gd.library.function.add()
+    f.signature.name = name
+    for a in args:
+        f.signature.input_arg.add(name=a, type=F32)
+    for o, ref in outputs.items():
+        f.signature.output_arg.add(name=o, type=F32)
+        f.ret[o] = ref
+    for op, node_name, ins in body:
+        n = f.node_def.add(op=op, name=node_name)
+        n.input.extend(ins)
+        n.attr["T"].type = F32
+
+
+def test_functional_if_and_unsupported_ops_inside_functions() -> None:
+    g = G()
+    g.placeholder("x", (3,))
+    g.placeholder("flag", (), types_pb2.DT_BOOL)
+    _function(g, "then_fn", ["a"], {"out": "t:y:0"}, [("Tanh", "t", ["a"])])
+    _function(g, "else_fn", ["a"], {"out": "n:y:0"}, [("Neg", "n", ["a"])])
+    n = g.gd.node.add(op="StatelessIf", name="cond")
+    n.input.extend(["flag", "x"])
+    n.attr["then_branch"].func.name = "then_fn"
+    n.attr["else_branch"].func.name = "else_fn"
+    n.attr["Tout"].list.type.append(F32)
+    x = np.array([0.5, -1.0, 2.0], np.float32)
+    m = LoadedModel.from_compiled(compile_model(import_graph_def(g.gd, [("cond", 0)])))
+    np.testing.assert_allclose(m.run([x, np.array(True)])[0], np.tanh(x), rtol=1e-6)
+    np.testing.assert_allclose(m.run([x, np.array(False)])[0], -x, rtol=1e-6)
+    g.gd.library.function[1].node_def[0].op = "NotAnOp"
+    with pytest.raises(UnsupportedOpError, match=r"else_fn/n \(NotAnOp\)"):
+        import_graph_def(g.gd, [("cond", 0)])

@@ -119,3 +119,14 @@ def test_aipp_on_an_nhwc_tensorflow_input(tf_models: Path, tmp_path: Path) -> No
     got = with_aipp.run([img])[0]
     ref = plain.run([((img.astype(np.float32) - 127.5) * 0.0078125)])[0]
     assert rel_err(got, ref) < TOL
+
+
+def test_tf2_functional_control_flow_becomes_loop_and_if(tf_models: Path) -> None:
+    from pycann.ge.importers.tensorflow import load_tensorflow
+    from pycann.ge.importers.tensorflow_proto import read_graph_def
+
+    pb = tf_models / "tf2_functional" / "model.pb"
+    assert "StatelessWhile" in {n.op for n in read_graph_def(pb).node}  # not lowered by freezing
+    g = load_tensorflow(pb)
+    loop = next(n for n in g.nodes if n.op_type == "Loop")
+    assert "If" in loop.attrs["body"].op_counts()

@@ -28,6 +28,12 @@ from pycann.dtypes import TensorDesc
 from pycann.errors import ModelError, OptionError, UnsupportedOpError
 from pycann.ge.importers import tensorflow_control as control
 from pycann.ge.importers.tensorflow_emit import OPSET, Emitter, Names, tensor_ref
+from pycann.ge.importers.tensorflow_functions import (
+    FUNCTIONAL_OPS,
+    Instance,
+    called_functions,
+    emit_functional,
+)
 from pycann.ge.importers.tensorflow_ops_math import MATH_OPS
 from pycann.ge.importers.tensorflow_ops_nn import NN_OPS
 from pycann.ge.importers.tensorflow_ops_tensor import TENSOR_OPS
@@ -45,7 +51,7 @@ CONVERTERS = {**NN_OPS, **MATH_OPS, **TENSOR_OPS}
 # Ops handled by the driver itself: aliases (no node), constants, inputs, control flow.
 IDENTITY_OPS = frozenset({"Identity", "StopGradient", "Snapshot", "PreventGradient", "IdentityN",
                           "EnsureShape", "CheckNumerics", "PlaceholderWithDefault"})
-DRIVER_OPS = IDENTITY_OPS | {"Const", "Placeholder", "NoOp"} | control.CONTROL_OPS
+DRIVER_OPS = IDENTITY_OPS | {"Const", "Placeholder", "NoOp"} | control.CONTROL_OPS | FUNCTIONAL_OPS
 # Never chosen as default outputs (side effects or graph plumbing).
 NOT_OUTPUTS = frozenset({"NoOp", "Const", "Assert", "Print", "PrintV2", "SaveV2", "RestoreV2", "Placeholder"})
 
@@ -104,8 +110,10 @@ def import_graph_def(gd: Any, out_nodes: Sequence[tuple[str, int]] = ()) -> Grap
     needed = _needed(nodes, [n for n, _ in outs])
     needed |= control.loop_closure(nodes, needed)
     check_frozen(gd, needed)
+    library = {f.signature.name: f for f in gd.library.function}
     bad = [f"{n} ({nodes[n].op})" for n in sorted(needed) if nodes[n].op not in CONVERTERS
            and nodes[n].op not in DRIVER_OPS]
+    bad += _unsupported_in_functions([nodes[n] for n in sorted(needed)], library)
     if bad:
         raise UnsupportedOpError(
             f"E19010: No parser is registered for {len(bad)} TensorFlow node(s) [framework type TensorFlow]: "
@@ -113,7 +121,7 @@ def import_graph_def(gd: Any, out_nodes: Sequence[tuple[str, int]] = ()) -> Grap
             "model or export it to ONNX (tf2onnx) instead", code="E19010")
     g = Graph(name="main", opsets={"": OPSET})
     g.metadata["producer"] = f"tensorflow GraphDef (producer {gd.versions.producer})"
-    e = Emitter(g, g, Names(), {}, {})
+    e = Emitter(g, g, Names(library), {}, {})
     for n in gd.node:
         if n.name not in needed:
             continue
@@ -158,6 +166,10 @@ def convert_node(e: Emitter, node: Any) -> None:
         for i, v in enumerate(e.inputs() if op == "IdentityN" else e.inputs()[:1]):
             e.values[f"{node.name}:{i}"] = v
         return
+    if op in FUNCTIONAL_OPS:
+        for i, v in enumerate(emit_functional(e, node, e.names.library, _emit_instance)):
+            e.values[f"{node.name}:{i}"] = v
+        return
     folded = _fold(e, node)
     if folded is not None:
         e.root.initializers[e.out()] = folded
@@ -169,6 +181,32 @@ def convert_node(e: Emitter, node: Any) -> None:
         raise ModelError(f"{e.where()}: cannot convert: {exc}") from None
     for i, v in enumerate(outs):
         e.values[f"{node.name}:{i}"] = v
+
+
+def _emit_instance(e: Emitter, inst: Instance, args: list[str]) -> list[str]:
+    """Import one function instance into ``e``'s graph, its args bound to ``args``."""
+    if len(args) != len(inst.args):
+        raise ModelError(f"{e.where()}: {len(args)} inputs for a function of {len(inst.args)} arguments")
+    sub = e.child(e.graph, dict(zip(inst.arg_refs, args)), e.suffix)
+    control.Builder(inst.nodes, convert_node).emit_scope(sub, (), set(inst.nodes))
+    return [sub.resolve(o) for o in inst.outputs]
+
+
+def _unsupported_in_functions(nodes: list[Any], library: dict[str, Any], seen: set[str] | None = None) -> list[str]:
+    """``name (Op)`` of unsupported ops inside the functions functional control flow calls."""
+    seen = set() if seen is None else seen
+    bad: list[str] = []
+    for n in nodes:
+        if n.op not in FUNCTIONAL_OPS:
+            continue
+        for f in called_functions(n):
+            if f in seen or f not in library:
+                continue
+            seen.add(f)
+            body = list(library[f].node_def)
+            bad += [f"{f}/{b.name} ({b.op})" for b in body if b.op not in CONVERTERS and b.op not in DRIVER_OPS]
+            bad += _unsupported_in_functions(body, library, seen)
+    return bad
 
 
 # Elementwise ops on constants are evaluated at import (keras' inference batch norm computes

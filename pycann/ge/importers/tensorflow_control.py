@@ -18,7 +18,6 @@ a branch hangs on the branch's pivot by a control edge) but not for data.
 
 from __future__ import annotations
 
-from collections import ChainMap
 from collections.abc import Callable
 from typing import Any
 
@@ -186,7 +185,9 @@ class Builder:
     def _n_outputs(n: Any) -> int:
         return {"Switch": 2, "Unpack": int(attr(n, "num", 1)), "Split": int(attr(n, "num_split", 1)),
                 "SplitV": int(attr(n, "num_split", 1)), "TopKV2": 2, "IdentityN": len(n.input),
-                "NonMaxSuppressionV4": 2, "NonMaxSuppressionV5": 3}.get(
+                "NonMaxSuppressionV4": 2, "NonMaxSuppressionV5": 3,
+                "While": len(n.input), "StatelessWhile": len(n.input),
+                "If": len(attr(n, "Tout", []) or []), "StatelessIf": len(attr(n, "Tout", []) or [])}.get(
             _op(n), 6 if _op(n).startswith("FusedBatchNorm") else 1)
 
     # ------------------------------------------------------------------ emission
@@ -229,8 +230,7 @@ class Builder:
         return out
 
     def _sub(self, e: Emitter, graph: Graph, own: dict[str, str], tag: str) -> Emitter:
-        values = ChainMap(own, *e.values.maps) if isinstance(e.values, ChainMap) else ChainMap(own, e.values)
-        return Emitter(graph, e.root, e.names, values, e.twin, suffix=e.names.fresh(tag).replace("/", "_"))  # type: ignore[arg-type]
+        return e.child(graph, own, suffix=e.names.fresh(tag).replace("/", "_"))
 
     def _emit_if(self, e: Emitter, base: Context, merge: Any, allowed: set[str]) -> None:
         e.node = merge

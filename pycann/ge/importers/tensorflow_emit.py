@@ -29,10 +29,12 @@ INT64_MAX = np.iinfo(np.int64).max
 
 
 class Names:
-    """Unique helper names across all graphs of one import (subgraphs see the outer names)."""
+    """State shared by all graphs of one import: unique helper names (subgraphs see the outer
+    names) and the GraphDef's function library (TF2 functional control flow)."""
 
-    def __init__(self) -> None:
+    def __init__(self, library: dict[str, Any] | None = None) -> None:
         self.k = 0
+        self.library: dict[str, Any] = library or {}
 
     def fresh(self, base: str) -> str:
         self.k += 1
@@ -57,6 +59,17 @@ class Emitter:
         self.twin = twin
         self.suffix = suffix
         self.node: Any = None
+
+    def child(self, graph: Graph, own: dict[str, str] | None = None, suffix: str = "") -> Emitter:
+        """An emitter for ``graph`` (a subgraph, or this graph with extra names) that resolves
+        ``own`` first, then everything this emitter resolves."""
+        from collections import ChainMap
+
+        maps = self.values.maps if isinstance(self.values, ChainMap) else [self.values]
+        values: Any = ChainMap(own if own is not None else {}, *maps)
+        c = Emitter(graph, self.root, self.names, values, self.twin, suffix)
+        c.node = self.node
+        return c
 
     # ----------------------------------------------------------------- the current TF node
     @property
