@@ -49,6 +49,11 @@ class OmFormatError(PycannError):
     code = "E10003"
 
 
+class OmInvalidModelError(OmFormatError):
+    """An .om whose container is intact but whose graph or manifest does not describe a runnable
+    model (nodes out of order, an output never produced, an unknown op, a mistyped field)."""
+
+
 class InputError(PycannError):
     """A user-supplied input (name, dtype, shape) does not match the model."""
 

@@ -14,6 +14,8 @@ FORBIDDEN = {
     "ge": ("pycann.acl", "pycann.tools"),
     "runtime": ("pycann.ge", "pycann.acl", "pycann.tools", "pycann.ops"),
     "acl": ("pycann.tools",),
+    # AMCT sits beside acl, above ge: it compiles and runs models, never the tools or the facade
+    "amct": ("pycann.acl", "pycann.tools"),
 }
 
 

@@ -160,7 +160,8 @@ def compile_model(
         graph = _insert_aipp(graph, options, ranges, say)
     if options.out_nodes:
         _apply_out_nodes(graph, options.out_nodes)
-    ctx = PassContext(options={"disabled_passes": options.disabled_passes, "precision": precision_settings}, log=say)
+    ctx = PassContext(options={"disabled_passes": options.disabled_passes, "precision": precision_settings,
+                               "fold_max_bytes": options.fold_max_bytes}, log=say)
     # read by KernelSelection, here and when a run specialises the graph to its shapes
     graph.metadata["op_select_implmode"] = options.op_select_implmode
     graph.metadata["optypelist_for_implmode"] = ",".join(options.optypelist_for_implmode)

@@ -9,9 +9,10 @@ from __future__ import annotations
 import enum
 import os
 from collections.abc import Mapping, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from pycann.ge.ir import Graph
+if TYPE_CHECKING:  # atc checks --input_format with this module before numpy and the IR load
+    from pycann.ge.ir import Graph
 
 
 class Framework(enum.IntEnum):
