@@ -47,3 +47,15 @@ def test_no_pickle_in_package() -> None:
         for name in _imports(path):
             assert name.split(".")[0] not in ("pickle", "dill", "cloudpickle"), f"{path} imports {name}"
         assert "allow_pickle=True" not in path.read_text(encoding="utf-8"), path
+
+
+def test_framework_importers_need_no_framework() -> None:
+    """The TensorFlow and Caffe importers read files with protobuf + the frameworks' .proto files
+    only (docs/importers.md): they never import TensorFlow, Caffe or the ONNX package, and, as
+    the first stage of the compiler, never the stages after them."""
+    banned = ("tensorflow", "caffe", "onnx", "pycann.ge.compiler", "pycann.ge.executor", "pycann.ge.model",
+              "pycann.ge.om", "pycann.tools")
+    folder = ROOT / "ge" / "importers"
+    for path in [*folder.glob("tensorflow*.py"), *folder.glob("caffe*.py")]:
+        for name in _imports(path):
+            assert not name.startswith(banned), f"{path.name} imports {name}"

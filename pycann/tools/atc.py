@@ -25,7 +25,7 @@ LOG_LEVELS = ("debug", "info", "warning", "error", "null")
 
 # CANN options pycann accepts but that have no effect on the CPU device (warned about).
 NO_EFFECT = (
-    "weight", "input_shape_range", "input_hint_shape", "is_input_adjust_hw_layout",
+    "input_shape_range", "input_hint_shape", "is_input_adjust_hw_layout",
     "is_output_adjust_hw_layout",
     "enable_scope_fusion_passes", "enable_small_channel", "compression_optimize_conf",
     "enable_compress_weight", "compress_weight_conf", "sparsity", "buffer_optimize",
@@ -56,7 +56,8 @@ def build_parser() -> argparse.ArgumentParser:
     )
     p.add_argument("--mode", type=int, default=0, help="0 compile (default), 1 om/onnx to JSON, 3 pre-check, 6 display om info")
     p.add_argument("--model", help="original model file (.onnx)")
-    p.add_argument("--framework", type=int, help="5 = ONNX (the only framework pycann parses)")
+    p.add_argument("--framework", type=int, help="0 Caffe (with --weight), 3 TensorFlow frozen .pb, 5 ONNX")
+    p.add_argument("--weight", help="--framework=0: the .caffemodel of the --model prototxt")
     p.add_argument("--output", help="output path without suffix; .om is appended")
     p.add_argument("--soc_version", help="target chip, e.g. Ascend310P3, Ascend910B2 (recorded in the .om)")
     p.add_argument("--input_shape", help='"name:n,c,h,w;name2:..." ; -1 = dynamic dim, lo~hi = range')
@@ -64,7 +65,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--dynamic_batch_size", help='"1,2,4,8": batch gears; -1 in the N position of --input_shape')
     p.add_argument("--dynamic_image_size", help='"h1,w1;h2,w2": image-size gears; -1 for H and W in --input_shape')
     p.add_argument("--dynamic_dims", help='"d1,d2;d3,d4": one value per -1 of --input_shape (needs --input_format=ND)')
-    p.add_argument("--input_format", default="NCHW", help="NCHW, NCDHW or ND for ONNX")
+    p.add_argument("--input_format", help="ONNX/Caffe: NCHW (default), ND (NCDHW ONNX); TF: NHWC (default), NCHW, ND")
     p.add_argument("--output_type", help="FP32, FP16, UINT8, INT8, ... or per output node:idx:TYPE;...")
     p.add_argument("--out_nodes", help='"node:0;node2:1": choose outputs and their order')
     p.add_argument("--log", default="null", choices=LOG_LEVELS, help="log level printed to the console")
@@ -192,8 +193,10 @@ def _check_model_args(args: argparse.Namespace) -> None:
                        "without offline compilation (docs/acl.md, single-op execution). Compile models with --model.")
     if args.framework is None:
         raise AtcError("E10007", "[--framework] is required. The value must be [0(Caffe) or 1(MindSpore) or 3(TensorFlow) or 5(Onnx)].")
-    if args.framework != 5:
-        raise AtcError("E10001", f"Value [{args.framework}] for parameter [--framework] is invalid. pycann parses ONNX models only: use --framework=5.")
+    if args.framework not in (0, 3, 5):
+        raise AtcError("E10001", f"Value [{args.framework}] for parameter [--framework] is invalid. pycann parses Caffe (0), TensorFlow (3) and ONNX (5) models.")
+    if args.framework == 0 and not args.weight:
+        raise AtcError("E10054", "The required parameter [--weight] for ATC is empty: --framework=0 needs the .caffemodel.")
     if not args.model:
         raise AtcError("E10054", "The required parameter [--model] for ATC is empty.")
     if os.path.isdir(args.model):
@@ -209,6 +212,9 @@ def _precheck(args: argparse.Namespace) -> None:
     from pycann.ge.precheck import failure_lines, precheck
 
     _check_model_args(args)
+    if args.framework != 5:
+        raise AtcError("E10001", "--mode=3 pre-checks ONNX models; a Caffe/TensorFlow model lists all its "
+                       "unsupported ops at once in --mode=0 (E19010).")
     _check_file_output(args.check_report, "--check_report")
     report = precheck(args.model, parse_input_shape(args.input_shape) if args.input_shape else None)
     d = os.path.dirname(args.check_report)
@@ -236,8 +242,13 @@ def _compile(args: argparse.Namespace, argv: Sequence[str]) -> None:
         raise AtcError("E10054", "The required parameter [--soc_version] for ATC is empty. Use e.g. --soc_version=Ascend310P3.")
     if args.soc_version not in SOC_VERSIONS:
         raise AtcError("E10001", f"Value [{args.soc_version}] for parameter [--soc_version] is invalid. Supported: {', '.join(SOC_VERSIONS)}.")
-    if args.input_format not in ("NCHW", "NCDHW", "ND"):
-        raise AtcError("E10001", f"Value [{args.input_format}] for parameter [--input_format] is invalid. ONNX models take NCHW, NCDHW or ND.")
+    from pycann.ge.importers.frameworks import DEFAULT_INPUT_FORMAT, INPUT_FORMATS
+
+    fw = args.framework
+    args.input_format = args.input_format or DEFAULT_INPUT_FORMAT[fw]
+    if args.input_format not in INPUT_FORMATS[fw]:
+        raise AtcError("E10001", f"Value [{args.input_format}] for parameter [--input_format] is invalid. "
+                       f"This framework's models take {', '.join(INPUT_FORMATS[fw])}.")
     for name in NOT_YET:
         if getattr(args, name) is not None:
             raise AtcError("E10001", f"Option --{name} is not supported by this pycann version yet (see docs/differences.md).")
@@ -272,9 +283,15 @@ def _compile(args: argparse.Namespace, argv: Sequence[str]) -> None:
         **_implmode_options(args),
     )
     log = _log_fn(args.log, t0)
-    cm = compile_model(args.model, opts, log=log)
+    model: Any = args.model
+    if fw != 5:  # Caffe / TensorFlow importers (docs/importers.md); they apply --out_nodes by their names
+        from pycann.ge.importers.frameworks import load_framework_model
+
+        model = load_framework_model(fw, args.model, args.weight, opts.out_nodes, opts.input_shape)
+        opts.out_nodes = []
+    cm = compile_model(model, opts, log=log)
     cm.manifest["atc_command_line"] = "atc " + " ".join(shlex.quote(a) for a in argv)
-    cm.manifest["framework_type"] = 5
+    cm.manifest["framework_type"] = fw
     try:
         n = cm.save(out)
     except OSError as e:
