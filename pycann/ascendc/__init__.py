@@ -7,6 +7,7 @@ SetKernelMode, ICPU_RUN_KF. See docs/ascendc.md. This package never imports pyca
 
 from __future__ import annotations
 
+from pycann.ascendc import matmul_tiling
 from pycann.ascendc.core import GetBlockIdx, GetBlockNum
 from pycann.ascendc.cube import (
     Fixpipe,
@@ -63,6 +64,8 @@ from pycann.ascendc.enums import (
 )
 from pycann.ascendc.gm import GM_ADDR, GlobalTensor, GmAddr, GmAlloc, GmFree
 from pycann.ascendc.local import LocalTensor
+from pycann.ascendc.matmul import REGIST_MATMUL_OBJ, GetSysWorkSpacePtr, Matmul, MatmulType
+from pycann.ascendc.matmul_tiling import TCubeTiling
 from pycann.ascendc.pipe import GetTPipePtr, TBuf, TPipe, TQue, TQueBind
 from pycann.ascendc.repeat import (
     DEFAULT_BLK_NUM,
@@ -75,6 +78,15 @@ from pycann.ascendc.repeat import (
 )
 from pycann.ascendc.soc import SOCS, SocSpec, get_soc
 from pycann.ascendc.sync import PipeBarrier, SetAtomicAdd, SetAtomicNone, SetFlag, WaitFlag
+from pycann.ascendc.tiling import (
+    BEGIN_TILING_DATA_DEF,
+    GET_TILING_DATA,
+    REGISTER_TILING_DATA_CLASS,
+    TILING_DATA_FIELD_DEF,
+    TILING_DATA_FIELD_DEF_ARR,
+    TILING_DATA_FIELD_DEF_STRUCT,
+    TilingData,
+)
 from pycann.ascendc.trace import InstrRecord, Operand
 from pycann.ascendc.twin import (
     ICPU_RUN_KF,
@@ -127,6 +139,7 @@ __all__ = [
     "Abs",
     "Add",
     "Adds",
+    "BEGIN_TILING_DATA_DEF",
     "BinaryRepeatParams",
     "CMPMODE",
     "Cast",
@@ -149,9 +162,11 @@ __all__ = [
     "Fixpipe",
     "FixpipeParams",
     "FixpipeParamsV220",
+    "GET_TILING_DATA",
     "GM_ADDR",
     "GetBlockIdx",
     "GetBlockNum",
+    "GetSysWorkSpacePtr",
     "GetTPipePtr",
     "GlobalTensor",
     "GmAddr",
@@ -170,6 +185,8 @@ __all__ = [
     "LoadData2DParams",
     "LocalTensor",
     "MAX_REPEAT_TIMES",
+    "Matmul",
+    "MatmulType",
     "Max",
     "Maxs",
     "Min",
@@ -195,6 +212,8 @@ __all__ = [
     "PipeBarrier",
     "QuantMode_t",
     "QuePosition",
+    "REGISTER_TILING_DATA_CLASS",
+    "REGIST_MATMUL_OBJ",
     "Reciprocal",
     "ReduceMax",
     "ReduceMin",
@@ -215,11 +234,16 @@ __all__ = [
     "Sqrt",
     "Sub",
     "TBuf",
+    "TCubeTiling",
+    "TILING_DATA_FIELD_DEF",
+    "TILING_DATA_FIELD_DEF_ARR",
+    "TILING_DATA_FIELD_DEF_STRUCT",
     "TILING_KEY_IS",
     "TPipe",
     "TPosition",
     "TQue",
     "TQueBind",
+    "TilingData",
     "TwinResult",
     "UnaryRepeatParams",
     "WaitFlag",
@@ -236,6 +260,7 @@ __all__ = [
     "int64_t",
     "int8_t",
     "kernel",
+    "matmul_tiling",
     "printf",
     "run_kernel",
     "sizeof",

@@ -192,7 +192,8 @@ def Mmad(dst: LocalTensor, fm: LocalTensor, filter: LocalTensor, params: MmadPar
     a = fm.view(0, m1 * k1 * 16 * k0).reshape(m1, k1, 16, k0).transpose(0, 2, 1, 3).reshape(m1 * 16, k1 * k0)
     b = filter.view(0, k1 * n1 * 16 * k0).reshape(k1, n1, 16, k0).transpose(0, 3, 1, 2).reshape(k1 * k0, n1 * 16)
     acc = np.float32 if dst.dtype.is_float else np.int64
-    prod = a[:m, :k].astype(acc) @ b[:k, :n].astype(acc)
+    # contiguous float32 copies: numpy's matmul on strided views skips BLAS (1000x slower)
+    prod = np.ascontiguousarray(a[:m, :k], dtype=acc) @ np.ascontiguousarray(b[:k, :n], dtype=acc)
     cv = dst.view(0, n1 * m1 * 256).reshape(n1, m1 * 16, 16)
     full = np.zeros((m1 * 16, n1 * 16), acc)
     full[:m, :n] = prod

@@ -8,6 +8,7 @@ the others still run. ``ICPU_RUN_KF`` raises ``KernelCheckError`` when any error
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import sys
 from collections.abc import Callable
@@ -83,6 +84,15 @@ class TwinResult:
         return {f.rule for f in self.findings}
 
 
+def _one_blas_thread() -> contextlib.AbstractContextManager[object]:
+    """The twin is single-threaded: its many small Mmad products thrash a multi-threaded BLAS pool."""
+    try:
+        from threadpoolctl import threadpool_limits
+    except ImportError:  # optional (the 'kernels' extra); results are identical without it
+        return contextlib.nullcontext()
+    return threadpool_limits(1, user_api="blas")
+
+
 def run_kernel(fn: Kernel | Callable[..., None], block_dim: int, args: tuple[Any, ...] = (),
                soc_version: str = DEFAULT_SOC, mode: KernelMode | None = None,
                trace: TraceHook | None = None) -> TwinResult:
@@ -98,6 +108,13 @@ def run_kernel(fn: Kernel | Callable[..., None], block_dim: int, args: tuple[Any
             a.buf.writer[:] = -1
     body = fn.fn if isinstance(fn, Kernel) else fn
     result = TwinResult(soc.name, run.block_dim)
+    with _one_blas_thread():
+        _run_cores(run, body, args, result)
+    result.findings = run.findings
+    return result
+
+
+def _run_cores(run: _core.RunState, body: Callable[..., None], args: tuple[Any, ...], result: TwinResult) -> None:
     for i in range(run.block_dim):
         c = _core.CoreState(run, i)
         tok = _core.enter(c)
@@ -111,8 +128,6 @@ def run_kernel(fn: Kernel | Callable[..., None], block_dim: int, args: tuple[Any
             _core.leave(tok)
         if c.log:
             result.logs[i] = c.log
-    result.findings = run.findings
-    return result
 
 
 def ICPU_RUN_KF(fn: Kernel | Callable[..., None], blockDim: int, *args: Any,
