@@ -14,6 +14,8 @@ FORBIDDEN = {
     "ge": ("pycann.acl", "pycann.tools"),
     "runtime": ("pycann.ge", "pycann.acl", "pycann.tools", "pycann.ops"),
     "acl": ("pycann.tools",),
+    # the kernel kit sits below ops: it never sees graphs, the op table or the runtime
+    "ascendc": ("pycann.ge", "pycann.acl", "pycann.tools", "pycann.runtime", "pycann.ops"),
 }
 
 

@@ -14,16 +14,18 @@ from typing import Any
 import numpy as np
 
 from pycann.ascendc import core as _core
-from pycann.ascendc.diagnostics import Rule, Severity
+from pycann.ascendc.diagnostics import Rule
 from pycann.ascendc.enums import Memory, Pipe, TPosition
 from pycann.ascendc.gm import GlobalTensor, record_gm_write
 from pycann.ascendc.local import LocalTensor
 from pycann.ascendc.trace import Operand
 
 BLK = 32
-_GM_TO_LOCAL_OK = {TPosition.VECIN, TPosition.VECCALC, TPosition.A1, TPosition.B1, TPosition.C1,
-                   TPosition.A2, TPosition.B2}
-_LOCAL_TO_GM_OK = {TPosition.VECOUT, TPosition.VECCALC, TPosition.CO2, TPosition.A1, TPosition.B1}
+# UB positions all allow GM copies (TQueBind<VECIN, VECOUT> copies straight through); L0A/L0B/L0C
+# have no DataCopy from or to GM on the twin's SoCs (LoadData / Fixpipe move them).
+_GM_TO_LOCAL_OK = {TPosition.VECIN, TPosition.VECOUT, TPosition.VECCALC, TPosition.CO2, TPosition.A1,
+                   TPosition.B1, TPosition.C1}
+_LOCAL_TO_GM_OK = _GM_TO_LOCAL_OK
 
 
 @dataclass
@@ -109,9 +111,8 @@ def _strided(c: _core.CoreState, dst: Any, src: Any, blocks: tuple[int, int, int
     if isinstance(src, GlobalTensor) and isinstance(dst, LocalTensor):
         c.check_pipe(Pipe.PIPE_MTE2, api)
         if dst.position not in _GM_TO_LOCAL_OK:
-            c.report(Rule.WRONG_POSITION, api, f"GM -> {dst.position.name}: copies into UB go to VECIN/VECCALC "
-                     "tensors (a VECOUT tensor here is the queue-type mismatch npu check reports)",
-                     Severity.WARNING)
+            c.report(Rule.WRONG_POSITION, api, f"GM -> {dst.position.name}: DataCopy from GM goes to UB or L1 "
+                     "(L0A/L0B are filled by LoadData)", abort=True)
         src._bounds(c, 0, -(-span_src // size), api, write=False)
         dsl = dst.region(c, api, 0, -(-span_dst // size), write=True)
         lo, g0 = dsl.start, src.byte_offset()
@@ -128,8 +129,8 @@ def _strided(c: _core.CoreState, dst: Any, src: Any, blocks: tuple[int, int, int
     elif isinstance(src, LocalTensor) and isinstance(dst, GlobalTensor):
         c.check_pipe(Pipe.PIPE_MTE3, api)
         if src.position not in _LOCAL_TO_GM_OK:
-            c.report(Rule.WRONG_POSITION, api, f"{src.position.name} -> GM: copies out of UB come from VECOUT "
-                     "tensors", Severity.WARNING)
+            c.report(Rule.WRONG_POSITION, api, f"{src.position.name} -> GM: DataCopy to GM comes from UB or L1 "
+                     "(L0C leaves through Fixpipe)", abort=True)
         dst._bounds(c, 0, -(-span_dst // size), api, write=True)
         ssl = src.region(c, api, 0, -(-span_src // size))
         lo, g0 = ssl.start, dst.byte_offset()

@@ -42,6 +42,11 @@ def _directed(x: np.ndarray, dt: np.dtype, up: bool | np.ndarray) -> np.ndarray:
 def cast_round(x: np.ndarray, dt: np.dtype, mode: RoundMode) -> np.ndarray:
     """``x`` (float64 or integer values) converted to ``dt`` with Ascend C's ``mode``."""
     dt = np.dtype(dt)
+    with np.errstate(over="ignore", invalid="ignore"):  # out-of-range values become inf / saturate, as on the device
+        return _cast_round(x, dt, mode)
+
+
+def _cast_round(x: np.ndarray, dt: np.dtype, mode: RoundMode) -> np.ndarray:
     if dt.kind in "iu":
         if x.dtype.kind in "iu":
             info = np.iinfo(dt)

@@ -7,6 +7,7 @@ singleCoreM x singleCoreN block chosen by the host tiling. ``run()`` returns (C,
 from __future__ import annotations
 
 import sys
+from typing import Any
 
 import numpy as np
 
@@ -19,7 +20,7 @@ TilingData = AscendC.BEGIN_TILING_DATA_DEF(
     "MatmulCustomTilingData", AscendC.TILING_DATA_FIELD_DEF_STRUCT(AscendC.TCubeTiling, "cubeTilingData"))
 
 
-def host_tiling(soc: str = "Ascend910B1") -> object:
+def host_tiling(soc: str = "Ascend910B1") -> Any:
     """TilingFunc: MultiCoreMatmulTiling over BLOCK_DIM cores, serialised into TilingData."""
     t = matmul_tiling.MultiCoreMatmulTiling(soc)
     t.SetDim(BLOCK_DIM)
