@@ -16,6 +16,7 @@ FORBIDDEN = {
     "acl": ("pycann.tools",),
     # the kernel kit sits below ops: it never sees graphs, the op table or the runtime
     "ascendc": ("pycann.ge", "pycann.acl", "pycann.tools", "pycann.runtime", "pycann.ops"),
+    "tbe": ("pycann.ge", "pycann.acl", "pycann.tools", "pycann.runtime", "pycann.ops"),
 }
 
 

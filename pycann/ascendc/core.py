@@ -64,6 +64,7 @@ class CoreState:
         self.pipes: list[Any] = []
         self.atomic: Any = None  # ElemType of SetAtomicAdd, or None
         self.log: list[str] = []
+        self.where_override: str | None = None  # set by code generators (tbe) to blame the DSL line
 
     def mem(self, kind: Memory) -> MemSpace:
         m = self.mems.get(kind)
@@ -75,7 +76,7 @@ class CoreState:
     def report(self, rule: Rule, api: str, message: str, severity: Severity = Severity.ERROR,
                abort: bool = False, where: str | None = None) -> None:
         """Record a finding at the kernel's current line; ``abort`` stops this core (device hang/fault)."""
-        where = where or user_location()
+        where = where or self.where_override or user_location()
         f = Finding(rule, api, where, self.idx, message, severity)
         key = (rule, where, api)
         if key not in self.run.seen:
@@ -92,7 +93,7 @@ class CoreState:
         hook = self.run.trace
         if hook is not None:
             hook(InstrRecord(self.idx, self.seq, pipe, api, getattr(dtype, "name", dtype), operands,
-                             user_location(), params))
+                             self.where_override or user_location(), params))
         return self.seq
 
     def check_pipe(self, pipe: Pipe, api: str) -> None:

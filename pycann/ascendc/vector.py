@@ -107,9 +107,9 @@ def _run(api: str, dst: LocalTensor, srcs: list[LocalTensor], args: tuple[Any, .
     for a in acc[1:]:
         c.read(a.t.buf.mem, a.byte_index(), Pipe.PIPE_V, api, api)
     vals = [a.values().astype(_wide(a.t.dtype)) for a in acc[1:]]
-    with np.errstate(all="ignore"):
+    with np.errstate(all="ignore"):  # inf/NaN results are the device's too
         res = fn(*vals)
-    res = out_cast(res) if out_cast is not None else res.astype(dst.dtype.np_dtype)
+        res = out_cast(res) if out_cast is not None else res.astype(dst.dtype.np_dtype)
     d = acc[0]
     if d.idx is None:
         dst.view(0, d.count)[:] = res
