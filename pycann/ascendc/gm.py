@@ -7,6 +7,8 @@ can report cores writing over each other.
 
 from __future__ import annotations
 
+from typing import Any
+
 import numpy as np
 
 from pycann.ascendc import core as _core
@@ -103,7 +105,7 @@ class GlobalTensor:
             raise RuntimeError("GlobalTensor used before SetGlobalBuffer")
         return self.addr.offset + self.elem_off * self.dtype.size
 
-    def GetValue(self, i: int) -> object:
+    def GetValue(self, i: int) -> Any:
         """Scalar read (PIPE_S)."""
         c = _core.current()
         self._bounds(c, i, 1, "GetValue", write=False)
