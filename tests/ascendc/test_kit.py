@@ -263,3 +263,31 @@ def test_mmad_accumulates_in_fp32() -> None:
     want = np.float32(1) + np.float32(np.float16(1e-3)) * 15
     np.testing.assert_allclose(bufs[0].numpy(np.float32)[:256], want, rtol=1e-6)
     assert f32(1).dtype == np.float32
+
+
+PDB_KERNEL = '''
+import numpy as np
+from pycann import ascendc as A
+
+@A.kernel
+def k(x):
+    pipe = A.TPipe()
+    b = A.TBuf(A.TPosition.VECCALC)
+    pipe.InitBuffer(b, 64)
+    t = b.Get(A.float)
+    A.Duplicate(t, float(A.GetBlockIdx()), 8)
+    breakpoint()
+
+A.ICPU_RUN_KF(k, 2, A.GmAlloc(32))
+'''
+
+
+def test_pdb_stops_inside_the_kernel_per_core(tmp_path: Path) -> None:
+    script = tmp_path / "k.py"
+    script.write_text(PDB_KERNEL)
+    env = dict(os.environ, PYTHONPATH=str(ROOT), PYTHONBREAKPOINT="pdb.set_trace")
+    cmds = "p ('core', A.GetBlockIdx(), t.numpy()[0])\nc\np ('core', A.GetBlockIdx(), t.numpy()[0])\nc\n"
+    out = subprocess.run([sys.executable, str(script)], input=cmds, env=env, capture_output=True, text=True,
+                         timeout=120)
+    assert out.returncode == 0, out.stderr
+    assert "('core', 0, np.float32(0.0))" in out.stdout and "('core', 1, np.float32(1.0))" in out.stdout
