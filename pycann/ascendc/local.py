@@ -75,7 +75,7 @@ class LocalTensor:
     def GetValue(self, i: int) -> Any:
         """Scalar read on PIPE_S (needs a sync after a vector/MTE write, e.g. V_S)."""
         c = _core.current()
-        sl = self.region(c, "GetValue", int(i), 1)
+        sl = self.region(c, "GetValue", int(i), 1, align=False)  # scalar accesses need no alignment
         c.read(self.buf.mem, sl, Pipe.PIPE_S, "GetValue", "GetValue")
         c.issue(Pipe.PIPE_S, "GetValue", self.dtype)
         return self.view(int(i), 1)[0]
@@ -83,7 +83,7 @@ class LocalTensor:
     def SetValue(self, i: int, value: Any) -> None:
         """Scalar write on PIPE_S."""
         c = _core.current()
-        sl = self.region(c, "SetValue", int(i), 1)
+        sl = self.region(c, "SetValue", int(i), 1, write=True, align=False)
         self.view(int(i), 1)[0] = value
         c.write(self.buf.mem, sl, Pipe.PIPE_S, c.issue(Pipe.PIPE_S, "SetValue", self.dtype))
 

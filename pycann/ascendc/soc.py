@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from pycann.ascendc.dtypes import ElemType, bfloat16_t, float32, half, int8_t, int16_t, int32_t, uint8_t
+from pycann.ascendc.dtypes import ElemType, float32, half, int8_t, int16_t, int32_t, uint8_t
 from pycann.ascendc.enums import Memory, Pipe
 
 KIB = 1024
@@ -116,5 +116,3 @@ def get_soc(name: str) -> SocSpec:
     except KeyError:
         raise ValueError(f"unknown soc_version {name!r}; the twin knows {', '.join(sorted(SOCS))}") from None
 
-
-__all__ = ["SOCS", "SocSpec", "get_soc", "int8_t", "bfloat16_t"]

@@ -156,7 +156,5 @@ PRINTF = printf
 
 def DumpTensor(tensor: Any, desc: int, dumpSize: int) -> None:
     """``DumpTensor``: print the first ``dumpSize`` elements of a LocalTensor with the core index."""
-    c = _core.current()
     vals = tensor.view(0, min(int(dumpSize), tensor.size))
     printf("DumpTensor desc=%d %s %s", desc, tensor, vals)
-    _ = c

@@ -31,6 +31,28 @@ def test_add_custom_sample_runs_unmodified(tmp_path: Path) -> None:
     assert out.stdout.strip() == "add_custom: ok"
 
 
+@pytest.mark.skipif(not SAMPLE.exists(), reason="shared CANN sample not on this machine")
+def test_add_custom_sample_under_pycann_run(tmp_path: Path) -> None:
+    env = dict(os.environ, PYTHONPATH=str(ROOT))
+    out = subprocess.run([sys.executable, "-m", "pycann.tools.run", str(SAMPLE)], cwd=tmp_path, env=env,
+                         capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.strip() == "add_custom: ok"
+
+
+def test_scalar_access_at_an_odd_offset_is_fine() -> None:
+    def kern(x):
+        pipe = A.TPipe()
+        b = A.TBuf(P.VECCALC)
+        pipe.InitBuffer(b, 64)
+        t = b.Get(A.half)
+        t[3].SetValue(0, 2.5)
+        assert float(t[3].GetValue(0)) == 2.5
+
+    res, _ = launch(kern, 1, half(16))
+    assert not res.findings
+
+
 def test_tiled_matmul_sample_matches_numpy() -> None:
     from pycann.ascendc.samples import matmul_tiled
 
