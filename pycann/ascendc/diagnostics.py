@@ -86,10 +86,14 @@ class KernelAbort(Exception):
         self.finding = finding
 
 
-def user_location(skip_pkg: str = _PKG_DIR) -> str:
-    """file:line of the innermost frame outside pycann.ascendc (the kernel statement)."""
+# the kit's own modules (not its samples/, whose lines are kernel code)
+_SKIP = frozenset({_PKG_DIR, os.path.join(_PKG_DIR, "opdev")})
+
+
+def user_location() -> str:
+    """file:line of the innermost frame outside the kit's modules (the kernel statement)."""
     f = sys._getframe(1)
-    while f is not None and os.path.dirname(os.path.abspath(f.f_code.co_filename)).startswith(skip_pkg):
+    while f is not None and os.path.dirname(os.path.abspath(f.f_code.co_filename)) in _SKIP:
         f = f.f_back  # type: ignore[assignment]
     if f is None:
         return "<unknown>:0"

@@ -25,7 +25,7 @@ def dsl_location() -> str:
     f = sys._getframe(1)
     while f is not None:
         d = os.path.dirname(os.path.abspath(f.f_code.co_filename))
-        if not (d.startswith(_PKG) or d.startswith(_KIT)):
+        if d not in (_PKG, _KIT):
             return f"{f.f_code.co_filename}:{f.f_lineno}"
         f = f.f_back  # type: ignore[assignment]
     return "<unknown>:0"
