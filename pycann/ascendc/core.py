@@ -33,6 +33,8 @@ class MemSpace:
         self.written = np.zeros(capacity, bool)
         self.wpipe = np.full(capacity, -1, np.int8)
         self.wseq = np.zeros(capacity, np.int64)
+        self.rpipe = np.full(capacity, -1, np.int8)   # last reader, for write-after-read hazards
+        self.rseq = np.zeros(capacity, np.int64)
         self.top = 0  # TPipe's bump allocator
 
 
@@ -126,8 +128,23 @@ class CoreState:
                 ev = f"{p.name[5:]}_{pipe.name[5:]}"
                 self.report(Rule.MISSING_SYNC, api, f"{what} on {pipe.name} reads data {p.name} wrote without "
                             f"synchronisation: add SetFlag/WaitFlag<HardEvent::{ev}> (or pass it through a TQue)")
+        mem.rpipe[idx] = int(pipe)
+        mem.rseq[idx] = self.seq + 1  # the instruction about to issue
 
-    def write(self, mem: MemSpace, idx: slice | np.ndarray, pipe: Pipe, seq: int) -> None:
+    def write(self, mem: MemSpace, idx: slice | np.ndarray, pipe: Pipe, seq: int, api: str = "") -> None:
+        """Record a write by ``pipe``; a write over bytes another pipe still reads needs a flag (WAR)."""
+        rp = mem.rpipe[idx]
+        other = (rp >= 0) & (rp != int(pipe))
+        if other.any():
+            rs = mem.rseq[idx][other]
+            src = rp[other].astype(np.int64)
+            late = rs > self.horizon[src, int(pipe)]
+            if late.any():
+                p = Pipe(int(src[late][0]))
+                ev = f"{p.name[5:]}_{pipe.name[5:]}"
+                self.report(Rule.MISSING_SYNC, api or "write", f"{pipe.name} overwrites data {p.name} reads without "
+                            f"synchronisation (write after read): add SetFlag/WaitFlag<HardEvent::{ev}> before it")
+            mem.rpipe[idx] = np.where(other, -1, rp)
         mem.written[idx] = True
         mem.wpipe[idx] = int(pipe)
         mem.wseq[idx] = seq
@@ -141,6 +158,7 @@ class CoreState:
         mem.data[idx] = NAN_FILL
         mem.written[idx] = False
         mem.wpipe[idx] = -1
+        mem.rpipe[idx] = -1  # AllocTensor waited for the buffer's readers
 
 
 _CURRENT: contextvars.ContextVar[CoreState | None] = contextvars.ContextVar("ascendc_core", default=None)

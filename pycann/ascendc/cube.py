@@ -124,7 +124,7 @@ def data_copy_nd2nz(c: _core.CoreState, dst: LocalTensor, src: GlobalTensor, p: 
     seq = c.issue(Pipe.PIPE_MTE2, api, dst.dtype, (Operand("GM", src.dtype.name, n * d, n * d * src.dtype.size),
                                                    dst.operand(n * d1 * c0, True)), (("n", n), ("d", d)))
     bidx = (dst.byte_offset + flat[:, None] * dst.dtype.size + np.arange(dst.dtype.size)).reshape(-1)
-    c.write(dst.buf.mem, bidx, Pipe.PIPE_MTE2, seq)
+    c.write(dst.buf.mem, bidx, Pipe.PIPE_MTE2, seq, api)
     _ = dsl
 
 
@@ -165,7 +165,7 @@ def LoadData(dst: LocalTensor, src: LocalTensor, params: LoadData2DParams) -> No
     seq = c.issue(Pipe.PIPE_MTE1, api, dst.dtype, (src.operand(rep * fe), dst.operand(rep * fe, True)),
                   (("repeat", rep),))
     db = (dst.byte_offset + didx[:, None] * dst.dtype.size + np.arange(dst.dtype.size)).reshape(-1)
-    c.write(dst.buf.mem, db, Pipe.PIPE_MTE1, seq)
+    c.write(dst.buf.mem, db, Pipe.PIPE_MTE1, seq, api)
 
 
 def Mmad(dst: LocalTensor, fm: LocalTensor, filter: LocalTensor, params: MmadParams) -> None:  # noqa: A002
@@ -204,7 +204,7 @@ def Mmad(dst: LocalTensor, fm: LocalTensor, filter: LocalTensor, params: MmadPar
     cv[:] = full.reshape(m1 * 16, n1, 16).transpose(1, 0, 2).astype(dst.dtype.np_dtype)
     seq = c.issue(Pipe.PIPE_M, api, fm.dtype, (fm.operand(m * k), filter.operand(k * n), dst.operand(m * n, True)),
                   (("m", m), ("n", n), ("k", k)))
-    c.write(dst.buf.mem, csl, Pipe.PIPE_M, seq)
+    c.write(dst.buf.mem, csl, Pipe.PIPE_M, seq, api)
 
 
 def Fixpipe(dst: GlobalTensor, src: LocalTensor, params: FixpipeParamsV220) -> None:

@@ -125,7 +125,7 @@ def _strided(c: _core.CoreState, dst: Any, src: Any, blocks: tuple[int, int, int
             dst.buf.mem.data[widx] = src.addr.buf.data[si]  # type: ignore[union-attr]
         seq = c.issue(Pipe.PIPE_MTE2, api, dst.dtype, (_gm_operand(src, count * length),
                                                        dst.operand(count * length // size, True)))
-        c.write(dst.buf.mem, widx, Pipe.PIPE_MTE2, seq)
+        c.write(dst.buf.mem, widx, Pipe.PIPE_MTE2, seq, api)
     elif isinstance(src, LocalTensor) and isinstance(dst, GlobalTensor):
         c.check_pipe(Pipe.PIPE_MTE3, api)
         if src.position not in _LOCAL_TO_GM_OK:
@@ -176,7 +176,7 @@ def _local_to_local(c: _core.CoreState, dst: LocalTensor, src: LocalTensor, bloc
     c.read(src.buf.mem, ridx, pipe, api, f"{api} {src.position.name}->{dst.position.name}")
     dst.buf.mem.data[widx] = src.buf.mem.data[ridx]
     seq = c.issue(pipe, api, dst.dtype, (src.operand(count * length // size), dst.operand(count * length // size, True)))
-    c.write(dst.buf.mem, widx, pipe, seq)
+    c.write(dst.buf.mem, widx, pipe, seq, api)
 
 
 def DataCopyPad(dst: Any, src: Any, params: DataCopyExtParams,
@@ -209,7 +209,7 @@ def DataCopyPad(dst: Any, src: Any, params: DataCopyExtParams,
             mem.data[ub0 + left * size: ub0 + left * size + blen] = g[gs: gs + blen]
         total = slice(dsl.start, dsl.start + n * (ub_block + ub_gap) - ub_gap)
         seq = c.issue(Pipe.PIPE_MTE2, api, dst.dtype, (_gm_operand(src, n * blen), dst.operand(n * ub_block // size, True)))
-        c.write(mem, total, Pipe.PIPE_MTE2, seq)  # padding bytes count as written (their value is undefined)
+        c.write(mem, total, Pipe.PIPE_MTE2, seq, api)  # padding bytes count as written (their value is undefined)
     elif isinstance(src, LocalTensor) and isinstance(dst, GlobalTensor):
         ub_block = -(-blen // BLK) * BLK
         ub_gap = int(params.srcStride) * BLK

@@ -85,7 +85,7 @@ class LocalTensor:
         c = _core.current()
         sl = self.region(c, "SetValue", int(i), 1, write=True, align=False)
         self.view(int(i), 1)[0] = value
-        c.write(self.buf.mem, sl, Pipe.PIPE_S, c.issue(Pipe.PIPE_S, "SetValue", self.dtype))
+        c.write(self.buf.mem, sl, Pipe.PIPE_S, c.issue(Pipe.PIPE_S, "SetValue", self.dtype), "SetValue")
 
     # ---------------------------------------------------------------- twin helpers
     @property

@@ -118,7 +118,7 @@ def _run(api: str, dst: LocalTensor, srcs: list[LocalTensor], args: tuple[Any, .
     ops = tuple(a.t.operand(a.count, k == 0) for k, a in enumerate(acc))
     seq = c.issue(Pipe.PIPE_V, api, dst.dtype, ops, (("elements", n),) if len(args) == 1 else
                   (("repeat", int(args[1])),))
-    c.write(dst.buf.mem, d.byte_index(), Pipe.PIPE_V, seq)
+    c.write(dst.buf.mem, d.byte_index(), Pipe.PIPE_V, seq, api)
 
 
 def _bin_strides(args: tuple[Any, ...]) -> list[tuple[int, int]]:
@@ -194,7 +194,7 @@ def Duplicate(dst: LocalTensor, scalar: Any, *args: Any) -> None:
     else:
         dst.view()[d.idx] = v
     seq = c.issue(Pipe.PIPE_V, "Duplicate", dst.dtype, (dst.operand(d.count, True),))
-    c.write(dst.buf.mem, d.byte_index(), Pipe.PIPE_V, seq)
+    c.write(dst.buf.mem, d.byte_index(), Pipe.PIPE_V, seq, "Duplicate")
 
 
 def Cast(dst: LocalTensor, src: LocalTensor, round_mode: RoundMode, *args: Any) -> None:
@@ -236,9 +236,9 @@ def _reduce(api: str, fn: Callable[[np.ndarray], Any], arg: Callable[[np.ndarray
             v.view(np.dtype(f"u{dst.dtype.size}"))[1] = arg(x) if (n and arg is not None) else 0  # index, in T bits
         seq = c.issue(Pipe.PIPE_V, api, src.dtype, (src.operand(n), dst.operand(k, True)),
                       (("elements", n),))
-        c.write(dst.buf.mem, dsl, Pipe.PIPE_V, seq)
+        c.write(dst.buf.mem, dsl, Pipe.PIPE_V, seq, api)
         wsl = slice(workLocal.byte_offset, workLocal.byte_offset + workLocal.size * workLocal.dtype.size)
-        c.write(workLocal.buf.mem, wsl, Pipe.PIPE_V, seq)  # scratch: clobbered
+        c.write(workLocal.buf.mem, wsl, Pipe.PIPE_V, seq, api)  # scratch: clobbered
     op.__name__ = op.__qualname__ = api
     op.__doc__ = f"``{api}(dst, src, workLocal, count[, calIndex])``: dst[0] = result (fp32 accumulation)."
     return op
@@ -279,7 +279,7 @@ def _whole(api: str, fn: Callable[[np.ndarray], np.ndarray]) -> Callable[..., No
         dst.view()[didx] = res
         seq = c.issue(Pipe.PIPE_V, api, src.dtype, (src.operand(int(idx.size)), dst.operand(rep, True)),
                       (("repeat", rep),))
-        c.write(dst.buf.mem, _Access(dst, didx, rep).byte_index(), Pipe.PIPE_V, seq)
+        c.write(dst.buf.mem, _Access(dst, didx, rep).byte_index(), Pipe.PIPE_V, seq, api)
     op.__name__ = op.__qualname__ = api
     op.__doc__ = f"``{api}(dst, src, mask, repeatTime, dstRepStride, srcBlkStride, srcRepStride)``: one result per repeat."
     return op
@@ -300,7 +300,7 @@ def _bits(c: _core.CoreState, api: str, dst: LocalTensor, res: np.ndarray, seq_o
     sl = dm.region(c, api, 0, -(-nb // dm.dtype.size), write=True)
     dst.buf.mem.data[sl.start: sl.start + nb] = packed
     seq = c.issue(Pipe.PIPE_V, api, None, seq_ops)
-    c.write(dst.buf.mem, slice(sl.start, sl.start + nb), Pipe.PIPE_V, seq)
+    c.write(dst.buf.mem, slice(sl.start, sl.start + nb), Pipe.PIPE_V, seq, api)
 
 
 def Compare(dst: LocalTensor, src0: LocalTensor, src1: LocalTensor, cmpMode: CMPMODE, count: int) -> None:
@@ -358,4 +358,4 @@ def Select(dst: LocalTensor, selMask: LocalTensor, src0: LocalTensor, src1: Any,
     dsl = dst.region(c, api, 0, res.size, write=True)
     dst.view(0, res.size)[:] = res
     seq = c.issue(Pipe.PIPE_V, api, dst.dtype, (src0.operand(n), dst.operand(n, True)))
-    c.write(dst.buf.mem, dsl, Pipe.PIPE_V, seq)
+    c.write(dst.buf.mem, dsl, Pipe.PIPE_V, seq, api)

@@ -466,6 +466,27 @@ def _bf16():
     return res, bufs[1].numpy(np.float32)[:64].copy(), xs.astype(ml_dtypes.bfloat16).astype(np.float32), True
 
 
+@good("tbuf_reload_with_v_mte2_flag")
+def _reload():
+    xs = f32(256, seed=18)
+
+    def body(b, gms):
+        t = b.Get(A.float)
+        g = A.GlobalTensor(A.float)
+        g.SetGlobalBuffer(gms[0].As(A.float), 256)
+        for i in range(4):          # one TBuf slot reused per chunk: MTE2 -> V, then V -> MTE2 before reloading
+            A.DataCopy(t, g[i * 64], 64)
+            A.SetFlag(E.MTE2_V, 0)
+            A.WaitFlag(E.MTE2_V, 0)
+            A.Muls(t[64 + 64 * i], t, 2.0, 64)
+            A.SetFlag(E.V_MTE2, 0)
+            A.WaitFlag(E.V_MTE2, 0)
+        _copy_out(gms[1], t[64], A.float, 256)
+
+    res, bufs = launch(_tbuf_kernel(body, 1), 1, xs, np.zeros(256, np.float32))
+    return res, bufs[1].numpy(np.float32)[:256].copy(), xs * np.float32(2), True
+
+
 def _sample(name, modname):
     @good(name)
     def run():

@@ -82,6 +82,31 @@ def k_nosync5(x):
     A.Relu(t[64], t, 64)  # BUG: flag_set_before_copy
 
 
+@case("tbuf_reload_while_vector_reads", Rule.MISSING_SYNC, f32(128))
+def k_war(x):
+    _, b = _tbuf()
+    g = A.GlobalTensor(A.float)
+    g.SetGlobalBuffer(x.As(A.float), 128)
+    t = b.Get(A.float)
+    A.DataCopy(t, g, 64)
+    A.SetFlag(E.MTE2_V, 0)
+    A.WaitFlag(E.MTE2_V, 0)
+    A.Exp(t[64], t, 64)
+    A.DataCopy(t, g[64], 64)  # BUG: tbuf_reload_while_vector_reads
+
+
+@case("vector_overwrites_scalar_read", Rule.MISSING_SYNC, f32(64))
+def k_war2(x):
+    _, b = _tbuf()
+    t = b.Get(A.float)
+    A.Duplicate(t, 1.0, 64)
+    A.ReduceSum(t[64], t, t[128], 64)
+    A.SetFlag(E.V_S, 0)
+    A.WaitFlag(E.V_S, 0)
+    t[64].GetValue(0)
+    A.ReduceMax(t[64], t, t[128], 64)  # BUG: vector_overwrites_scalar_read
+
+
 @case("setflag_never_waited", Rule.UNPAIRED_FLAG, f32(64))
 def k_unpaired(x):
     _, b = _tbuf()
