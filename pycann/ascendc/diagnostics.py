@@ -90,10 +90,20 @@ class KernelAbort(Exception):
 _SKIP = frozenset({_PKG_DIR, os.path.join(_PKG_DIR, "opdev")})
 
 
+_IS_KIT: dict[str, bool] = {}  # co_filename -> whether it is one of the kit's modules
+
+
+def _is_kit(filename: str) -> bool:
+    v = _IS_KIT.get(filename)
+    if v is None:
+        v = _IS_KIT[filename] = os.path.dirname(os.path.abspath(filename)) in _SKIP
+    return v
+
+
 def user_location() -> str:
     """file:line of the innermost frame outside the kit's modules (the kernel statement)."""
     f = sys._getframe(1)
-    while f is not None and os.path.dirname(os.path.abspath(f.f_code.co_filename)) in _SKIP:
+    while f is not None and _is_kit(f.f_code.co_filename):
         f = f.f_back  # type: ignore[assignment]
     if f is None:
         return "<unknown>:0"
