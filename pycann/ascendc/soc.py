@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from pycann.ascendc.dtypes import ElemType, float32, half, int8_t, int16_t, int32_t, uint8_t
+from pycann.ascendc.dtypes import ElemType, float32, half, int8_t, int16_t, int32_t, uint8_t, uint16_t
 from pycann.ascendc.enums import Memory, Pipe
 
 KIB = 1024
@@ -51,7 +51,8 @@ _VEC_COMMON = {
     "Adds": _ARITH, "Muls": _ARITH, "Maxs": _ARITH, "Mins": _ARITH,
     "Exp": _FLOATS, "Ln": _FLOATS, "Sqrt": _FLOATS, "Rsqrt": _FLOATS, "Reciprocal": _FLOATS,
     "Abs": frozenset({half, float32, int16_t, int32_t}), "Relu": frozenset({half, float32, int32_t}),
-    "LeakyRelu": _FLOATS, "Duplicate": _ALL_DUP,
+    "LeakyRelu": _FLOATS, "Duplicate": _ALL_DUP, "Axpy": _FLOATS,
+    "And": frozenset({int16_t, uint16_t}), "Or": frozenset({int16_t, uint16_t}), "Not": frozenset({int16_t, uint16_t}),
     "ReduceSum": _FLOATS, "ReduceMax": _FLOATS, "ReduceMin": _FLOATS,
     "WholeReduceSum": _FLOATS, "WholeReduceMax": _FLOATS, "WholeReduceMin": _FLOATS,
     "Compare": _FLOATS | {int32_t}, "Compares": _FLOATS | {int32_t}, "Select": _FLOATS,

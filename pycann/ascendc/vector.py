@@ -163,6 +163,9 @@ Div = _binary("Div", np.divide)
 Max = _binary("Max", np.maximum)
 Min = _binary("Min", np.minimum)
 
+And = _binary("And", np.bitwise_and)
+Or = _binary("Or", np.bitwise_or)
+
 Exp = _unary("Exp", np.exp)
 Ln = _unary("Ln", np.log)
 Abs = _unary("Abs", np.abs)
@@ -170,12 +173,19 @@ Relu = _unary("Relu", lambda x: np.maximum(x, 0))
 Sqrt = _unary("Sqrt", np.sqrt)
 Rsqrt = _unary("Rsqrt", lambda x: 1 / np.sqrt(x))
 Reciprocal = _unary("Reciprocal", lambda x: 1 / x)
+Not = _unary("Not", np.bitwise_not)
 
 Adds = _scalar("Adds", lambda x, s: x + s)
 Muls = _scalar("Muls", lambda x, s: x * s)
 Maxs = _scalar("Maxs", np.maximum)
 Mins = _scalar("Mins", np.minimum)
 LeakyRelu = _scalar("LeakyRelu", lambda x, s: np.where(x >= 0, x, x * s))
+
+
+def Axpy(dst: LocalTensor, src: LocalTensor, scalar: Any, *args: Any) -> None:
+    """``Axpy(dst, src, scalar, count)``: dst = src * scalar + dst (dst is read too), rounded once."""
+    s = np.asarray(scalar, src.dtype.np_dtype).astype(_wide(src.dtype))
+    _run("Axpy", dst, [src, dst], args, _un_strides(args) + [_un_strides(args)[0]], lambda x, d: x * s + d)
 
 
 def Duplicate(dst: LocalTensor, scalar: Any, *args: Any) -> None:

@@ -487,6 +487,34 @@ def _reload():
     return res, bufs[1].numpy(np.float32)[:256].copy(), xs * np.float32(2), True
 
 
+@good("axpy_and_bitwise")
+def _axpy():
+    xs, ys = f32(64, seed=19), f32(64, seed=20)
+    bits = np.random.default_rng(21).integers(0, 1 << 15, 128).astype(np.int16)
+
+    def body(b, gms):
+        t = b.Get(A.float)
+        _copy_in(t, gms[0], A.float, 64)
+        _copy_in(t[64], gms[1], A.float, 64)
+        i = b.Get(A.int16_t)
+        _copy_in(i[512], gms[2], A.int16_t, 128)
+        A.SetFlag(E.MTE2_V, 0)
+        A.WaitFlag(E.MTE2_V, 0)
+        A.Axpy(t[64], t, 0.5, 64)                      # y = 0.5 x + y
+        A.Not(i[640], i[512], 128)
+        A.And(i[768], i[640], i[512], 128)             # ~a & a = 0
+        A.Or(i[768], i[768], i[640], 128)              # 0 | ~a = ~a
+        _copy_out(gms[3], t[64], A.float, 64)
+        g = A.GlobalTensor(A.int16_t)
+        g.SetGlobalBuffer(gms[4].As(A.int16_t), 128)
+        A.DataCopy(g, i[768], 128)
+
+    res, bufs = launch(_tbuf_kernel(body, 3), 1, xs, ys, bits, np.zeros(64, np.float32), np.zeros(128, np.int16))
+    got = np.concatenate([bufs[3].numpy(np.float32)[:64], bufs[4].numpy(np.int16)[:128].astype(np.float32)])
+    want = np.concatenate([xs * np.float32(0.5) + ys, (~bits).astype(np.float32)])
+    return res, got, want, True
+
+
 def _sample(name, modname):
     @good(name)
     def run():
