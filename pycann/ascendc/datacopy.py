@@ -89,6 +89,10 @@ def DataCopy(dst: Any, src: Any, arg: Any) -> None:
 
 
 def _elem_size(dst: Any, src: Any) -> int:
+    for name, t in (("dst", dst), ("src", src)):
+        if not isinstance(t, (LocalTensor, GlobalTensor)):
+            raise TypeError(f"DataCopy: {name} must be a LocalTensor or GlobalTensor, got {type(t).__name__} "
+                            "(bind GM_ADDR arguments with GlobalTensor.SetGlobalBuffer)")
     if dst.dtype != src.dtype:
         raise TypeError(f"DataCopy: dst is {dst.dtype.name}, src is {src.dtype.name}")
     return int(dst.dtype.size)

@@ -52,9 +52,21 @@ class _Access:
         return (t.byte_offset + self.idx[:, None] * t.dtype.size + np.arange(t.dtype.size)).reshape(-1)
 
 
+def _need_local(api: str, tensors: list[Any]) -> None:
+    for k, t in enumerate(tensors):
+        if not isinstance(t, LocalTensor):
+            what = "dst" if k == 0 else f"src{k - 1}"
+            raise TypeError(f"{api}: {what} must be a LocalTensor (a UB tensor from AllocTensor/DeQue/TBuf.Get), "
+                            f"got {type(t).__name__}; GM data goes through DataCopy first")
+
+
 def _accesses(c: _core.CoreState, api: str, tensors: list[LocalTensor], args: tuple[Any, ...],
               strides: list[tuple[int, int]]) -> tuple[list[_Access], int]:
     """Resolve count form (args=(count,)) or mask form (args=(mask, repeatTime, params))."""
+    _need_local(api, tensors)
+    if len(args) not in (1, 3):
+        raise TypeError(f"{api}: expected (..., count) or (..., mask, repeatTime, repeatParams), got {len(args)} "
+                        "trailing arguments")
     if len(args) == 1:
         n = int(args[0])
         if n < 0:
@@ -96,6 +108,7 @@ def _run(api: str, dst: LocalTensor, srcs: list[LocalTensor], args: tuple[Any, .
          strides: list[tuple[int, int]], fn: Callable[..., np.ndarray], check_dtype: ElemType | None = None,
          out_cast: Callable[[np.ndarray], np.ndarray] | None = None) -> None:
     c = _core.current()
+    _need_local(api, [dst, *srcs])
     c.check_pipe(Pipe.PIPE_V, api)
     dt = check_dtype or dst.dtype
     if not c.soc.supports(api, dt):

@@ -313,3 +313,31 @@ def test_pdb_stops_inside_the_kernel_per_core(tmp_path: Path) -> None:
                          timeout=120)
     assert out.returncode == 0, out.stderr
     assert "('core', 0, np.float32(0.0))" in out.stdout and "('core', 1, np.float32(1.0))" in out.stdout
+
+
+def test_wrong_operand_types_are_clear_errors() -> None:
+    def vec_on_gm(x):
+        g = A.GlobalTensor(A.half)
+        g.SetGlobalBuffer(x.As(A.half), 16)
+        A.Add(g, g, g, 16)
+
+    def copy_raw_addr(x):
+        pipe = A.TPipe()
+        q = A.TQue(P.VECIN, 1)
+        pipe.InitBuffer(q, 1, 64)
+        t = q.AllocTensor(A.half)
+        A.DataCopy(t, x, 16)
+
+    def bad_arity(x):
+        pipe = A.TPipe()
+        b = A.TBuf(P.VECCALC)
+        pipe.InitBuffer(b, 64)
+        t = b.Get(A.half)
+        A.Adds(t, t, 1.0, 16, 1)
+
+    with pytest.raises(TypeError, match="Add: dst must be a LocalTensor"):
+        launch(vec_on_gm, 1, half(16))
+    with pytest.raises(TypeError, match="SetGlobalBuffer"):
+        launch(copy_raw_addr, 1, half(16))
+    with pytest.raises(TypeError, match="trailing arguments"):
+        launch(bad_arity, 1, half(16))
