@@ -18,6 +18,9 @@ FORBIDDEN = {
     "amct": ("pycann.acl", "pycann.tools"),
     "dvpp": ("pycann.ge", "pycann.acl", "pycann.tools", "pycann.runtime", "pycann.ops"),
     "ocr": ("pycann.tools",),
+    # the kernel kit sits below ops: it never sees graphs, the op table or the runtime
+    "ascendc": ("pycann.ge", "pycann.acl", "pycann.tools", "pycann.runtime", "pycann.ops"),
+    "tbe": ("pycann.ge", "pycann.acl", "pycann.tools", "pycann.runtime", "pycann.ops"),
 }
 
 
