@@ -10,7 +10,8 @@ no reorder and numpy ops downstream see ordinary strided arrays. Descriptors car
 exact strides, so no format tags are needed; a non channels-last input is converted once.
 
 Each (weight array, shapes, geometry, post-ops) gets a ``_Plan``: the primitive, the weight
-reordered once into the layout the primitive chose (a library-owned buffer), and memory
+reordered once into the layout the primitive chose (a library-owned buffer shared by every
+plan of the same weight and layout: ``onednn_packed``), and memory
 objects whose data handles are re-pointed per call. Plans are dropped when the weight array is
 garbage-collected (``weakref.finalize``), as ``torch_onednn._packed_weight`` does.
 
@@ -28,7 +29,7 @@ from typing import Any
 import numpy as np
 
 from pycann.ops.nn.spatial import Window
-from pycann.ops.providers import Algorithm, ConvSpec, onednn_matmul
+from pycann.ops.providers import Algorithm, ConvSpec, onednn_matmul, onednn_packed
 from pycann.ops.providers import numpy_blas as nb
 from pycann.ops.providers import onednn_capi as capi
 from pycann.ops.providers.onednn_eltwise import RELU, E, Unaries, Unary, _chain, _numpy_unary, onednn_unary
@@ -140,7 +141,7 @@ class _Plan:
             pd = _prefer(make, "jit_dw:") or pd  # 1.2-2x faster on AVX-512 (PP-OCR / MobileNet shapes)
         self.impl = pd.fast_impl()
         self.weights_md = pd.query_md(capi.QUERY_WEIGHTS_MD)
-        self.weights = capi.reorder(w_user, capi.ptr(w), self.weights_md)
+        self.weights = onednn_packed.packed(w, w_user, self.weights_md)  # once per model and layout
         self.src, self.dst = capi.Memory(src, 0), capi.Memory(dst, 0)
         args = [(capi.ARG_SRC, self.src), (capi.ARG_WEIGHTS, self.weights), (capi.ARG_DST, self.dst)]
         self.bias = capi.Memory(bias, 0) if bias is not None else None
