@@ -437,7 +437,8 @@ class Executor:
 
     ``config`` bounds the plan cache (bytes, plans) and sets the policy (``PlanPolicy``): which
     new signatures ``run`` specialises and which run on the shape-generic plan. ``plan_for``
-    always specialises (gears, tools and tests ask for the plan of given shapes).
+    always specialises (gears, tools and tests ask for the plan of given shapes). ``memo``, when
+    given, is passed to ``specialize`` as its fourth argument (``compiler.SpecializeMemo``).
     """
 
     MAX_CONTROL_VALUES = 4
@@ -448,6 +449,7 @@ class Executor:
         specialize: Callable[..., Graph] | None = None,
         cache_size: int | None = None,
         config: PlanCacheConfig | None = None,
+        memo: Any = None,
     ) -> None:
         self.graph = graph
         self._specialize = specialize
@@ -458,6 +460,7 @@ class Executor:
         self._lock = threading.Lock()
         self._generic: Plan | None = None
         self._generic_failed = False
+        self._memo: Any = memo  # (compiler.SpecializeMemo: the executor does not import the compiler)
         # graphs whose inputs are all static have one signature: specialise it whatever the policy
         self._static = all(getattr(graph.descs.get(n), "is_static", False) for n in graph.inputs)
         self._vision = any(n.op_type in _VISION_OPS for n in graph.nodes)
@@ -496,7 +499,8 @@ class Executor:
         assert self._specialize is not None
         shapes = [tuple(x.shape) if isinstance(x, np.ndarray) else None for x in feeds]
         values = {self.graph.inputs[i]: feeds[i].copy() for i in used}
-        g = self._specialize(self.graph, shapes, values)
+        g = self._specialize(self.graph, shapes, values, self._memo) if self._memo is not None \
+            else self._specialize(self.graph, shapes, values)
         arena = plan_memory(g, only=arena_candidates(g), share=inplace_candidates(g))
         plan = Plan(g, memory=arena, release=self.release_pages)
         base = self.graph.initializers

@@ -19,7 +19,7 @@ from pycann.config import PlanCacheConfig, plan_cache_config
 from pycann.dtypes import TensorDesc, dtype_name, from_numpy, to_numpy
 from pycann.errors import InputError
 from pycann.ge.aipp.dynamic import DynamicAipp, Params
-from pycann.ge.compiler import CompiledModel, compile_model, specialize
+from pycann.ge.compiler import CompiledModel, SpecializeMemo, compile_model, specialize
 from pycann.ge.executor import Executor
 from pycann.ge.gears import GearTable
 from pycann.ge.ir import Graph
@@ -109,7 +109,7 @@ class LoadedModel:
         cfg = plan_cache or plan_cache_config()
         if cfg.max_plans < n_gears + 1:
             cfg = PlanCacheConfig(cfg.max_bytes, n_gears + 1, cfg.policy)
-        self.executor = Executor(graph, specialize, config=cfg)
+        self.executor = Executor(graph, specialize, config=cfg, memo=SpecializeMemo())
         if precompile and self.gears is not None:
             self.precompile_gears()
         hooks.on_model_load(self)  # model name for profiles/dumps; PYCANN_PROFILE_DIR (msprof) starts a profiler

@@ -199,3 +199,18 @@ def test_bad_knob_is_a_clear_error(monkeypatch: pytest.MonkeyPatch, var: str, va
     monkeypatch.setenv(var, value)
     with pytest.raises(ConfigError, match=var):
         plan_cache_config()
+
+
+def test_later_signatures_skip_passes_idle_the_first_time() -> None:
+    from pycann.ge.pipelines import SKIPPABLE_WHEN_IDLE
+
+    m = _conv_model()
+    lm = _load(m)
+    _check(lm, m, _img(8, 8))
+    memo = lm.executor._memo
+    assert memo.specialized == 1 and memo.idle is not None and memo.idle <= SKIPPABLE_WHEN_IDLE
+    # the convs' ReLU was fused at compile time: nothing left for ConvActivationFusion to do
+    assert "ConvActivationFusion" in memo.idle
+    for h, w in [(9, 11), (13, 7)]:
+        _check(lm, m, _img(h, w))  # skipped passes: the same values
+    assert memo.specialized == 3
