@@ -463,7 +463,7 @@ class Executor:
         self._memo: Any = memo  # (compiler.SpecializeMemo: the executor does not import the compiler)
         # graphs whose inputs are all static have one signature: specialise it whatever the policy
         self._static = all(getattr(graph.descs.get(n), "is_static", False) for n in graph.inputs)
-        self._vision = any(n.op_type in _VISION_OPS for n in graph.nodes)
+        self._vision = is_vision(graph)
         # control input index -> scalar values seen so far (None once it varies too much to specialise)
         self._control: dict[int, set[Any] | None] = {
             i: set() for i, name in enumerate(graph.inputs) if _is_control(graph.descs.get(name))
@@ -576,6 +576,11 @@ class Executor:
     def stats(self) -> CacheStats:
         """The plan cache's counters (hits, misses, plans built, evictions, bytes held)."""
         return self._cache.stats()
+
+
+def is_vision(graph: Graph) -> bool:
+    """The graph has convolutions: ``PlanPolicy.AUTO`` specialises each of its input signatures."""
+    return any(n.op_type in _VISION_OPS for n in graph.nodes)
 
 
 def _is_control(d: Any) -> bool:

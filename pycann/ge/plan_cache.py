@@ -16,15 +16,20 @@ from __future__ import annotations
 
 import ctypes
 import ctypes.util
+import logging
 import threading
 from collections import OrderedDict
 from collections.abc import Callable, Hashable
 from dataclasses import dataclass
 from typing import Generic, Protocol, TypeVar
 
-from pycann.config import PlanCacheConfig
+from pycann.config import PlanCacheConfig, plan_cache_config
 
-__all__ = ["CacheStats", "PlanCache", "Sized", "trim_heap"]
+__all__ = ["CacheStats", "PlanCache", "Sized", "describe", "trim_heap"]
+
+# INFO: a plan built or evicted (``atc --log=info``-style lines for run time: enable with
+# ``logging.basicConfig(level=logging.INFO)``)
+log = logging.getLogger("pycann.ge.plan_cache")
 
 _TRIM_AFTER = 8 << 20  # bytes evicted between two malloc_trim calls (a trim costs ~1 ms)
 
@@ -126,6 +131,8 @@ class PlanCache(Generic[V]):
             self._bytes[key] = n
             self.bytes_held += n
             self.built += 1
+            log.info("[PlanCache] built plan %d for %s: %.2f MiB (%d plans, %.1f MiB held)", self.built,
+                     _short(key), n / 2**20, len(self._entries), self.bytes_held / 2**20)
             evicted += self._shrink()
             if self.bytes_held > self.config.max_bytes:
                 self.over_budget += 1
@@ -161,6 +168,7 @@ class PlanCache(Generic[V]):
             k, v = self._entries.popitem(last=False)
             self.bytes_held -= self._bytes.pop(k, 0)
             self.evictions += 1
+            log.info("[PlanCache] evicted the least recently used plan (%s); %d evictions", _short(k), self.evictions)
             out.append(v)
         return out
 
@@ -205,3 +213,32 @@ def trim_heap() -> bool:
         return False
     _libc.malloc_trim(0)
     return True
+
+
+def _short(key: Hashable) -> str:
+    """A signature as ``[1x3x48x320 float32, ...]`` for log lines."""
+    if not isinstance(key, tuple):
+        return str(key)
+    parts = []
+    for e in key:
+        if isinstance(e, tuple) and len(e) == 2 and isinstance(e[0], tuple):
+            parts.append("x".join(map(str, e[0])) + " " + str(e[1]).lstrip("<|="))
+        else:
+            parts.append(str(e))
+    return "[" + ", ".join(parts) + "]"
+
+
+def describe(dynamic_inputs: list[str], vision: bool) -> str:
+    """The ``atc --mode=6`` line about run-time plans for a model whose ``dynamic_inputs`` (names
+    with symbolic dims) are listed (``vision``: the graph has convolutions), with the bounds the
+    environment sets now."""
+    cfg = plan_cache_config()
+    if not dynamic_inputs:
+        return "plan cache: static shapes, one plan"
+    which = {"specialize": "every input signature gets its own plan",
+             "generic": "every input signature runs the shape-generic plan",
+             "auto": "every input signature gets its own plan (convolutions)" if vision else
+             "the first input signature gets its own plan, later ones run the shape-generic plan"}[cfg.policy.value]
+    return (f"plan cache: dynamic inputs {', '.join(dynamic_inputs)}; policy {cfg.policy.value}: {which}; least "
+            f"recently used plans evicted beyond {cfg.max_bytes / 2**20:.0f} MiB or {cfg.max_plans} plans "
+            "(PYCANN_PLAN_CACHE_BYTES, PYCANN_PLAN_CACHE_PLANS, PYCANN_PLAN_POLICY)")

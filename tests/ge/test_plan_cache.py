@@ -214,3 +214,24 @@ def test_later_signatures_skip_passes_idle_the_first_time() -> None:
     for h, w in [(9, 11), (13, 7)]:
         _check(lm, m, _img(h, w))  # skipped passes: the same values
     assert memo.specialized == 3
+
+
+def test_counters_in_log_profiler_and_atc_line(caplog: pytest.LogCaptureFixture) -> None:
+    import logging
+
+    from pycann.ge.executor import is_vision
+    from pycann.ge.plan_cache import describe
+    from pycann.profiler.session import Profiler
+
+    m = _conv_model()
+    lm = _load(m, max_plans=1)
+    prof = Profiler(chart=False).start()
+    with caplog.at_level(logging.INFO, logger="pycann.ge.plan_cache"):
+        _check(lm, m, _img(8, 8))
+        _check(lm, m, _img(9, 8))
+    prof.stop()
+    assert "[PlanCache] built plan 2 for [1x16x9x8 f4]" in caplog.text and "evicted" in caplog.text
+    assert "plan cache: 1 plans" in prof.summary_text and "evictions 1" in prof.summary_text
+    line = describe(["x"], is_vision(lm.graph))
+    assert "dynamic inputs x" in line and "every input signature gets its own plan" in line
+    assert describe([], False) == "plan cache: static shapes, one plan"

@@ -245,6 +245,7 @@ def _prefer(make: Any, prefix: str) -> capi.PrimitiveDesc | None:
 # Plans by (weight identity, shapes, geometry, post-ops); None records a call oneDNN does not
 # implement (or only in its reference loops), which then runs in the numpy provider.
 _plans: dict[tuple[Any, ...], _Plan | None] = {}
+_MAX_PLANS = 512
 
 
 def _plan(x_shape: tuple[int, ...], w: np.ndarray, with_bias: bool, group: int, win: Window,
@@ -252,6 +253,8 @@ def _plan(x_shape: tuple[int, ...], w: np.ndarray, with_bias: bool, group: int, 
     key = (id(w), capi.ptr(w), w.shape, w.strides, x_shape, with_bias, group, win, out_sp, transpose, unary, residual)
     if key in _plans:
         return _plans[key]
+    if len(_plans) >= _MAX_PLANS:
+        _plans.clear()  # bounded: a generic plan fed ever new shapes re-creates primitives instead of growing
     try:
         p: _Plan | None = _Plan(x_shape, w, with_bias, group, win, out_sp, transpose, unary, residual)
     except capi.DnnlError:
