@@ -92,6 +92,11 @@ SPECIALIZE_PIPELINE: list[tuple[str, PassFn]] = [
 
 # Passes that may not be switched off: the rest of the stack relies on their results.
 REQUIRED_PASSES = {infer_shapes.name, precision.name}
+# Passes of SPECIALIZE_PIPELINE that a model's later signatures skip when they changed nothing
+# for its first one (compiler.SpecializeMemo): rewrites whose matches rarely depend on the sizes.
+# KernelSelection and LayoutSelection always run (their choices depend on the shapes).
+SKIPPABLE_WHEN_IDLE = frozenset({dead_code.name, cancel_transpose.name, fuse_conv_act.name,
+                                 fuse_matmul_bias.name, fuse_elementwise.name})
 
 
 def _dumper() -> Any:
@@ -104,9 +109,11 @@ def _dumper() -> Any:
     return export.pipeline_dumper()
 
 
-def run_pipeline(graph: Graph, ctx: PassContext, pipeline: list[tuple[str, PassFn]] | None = None) -> Graph:
+def run_pipeline(graph: Graph, ctx: PassContext, pipeline: list[tuple[str, PassFn]] | None = None,
+                 changed: dict[str, bool] | None = None) -> Graph:
     """Run ``pipeline`` (default ``COMPILE_PIPELINE``); logs one line per pass to ``ctx.log``.
-    With ``DUMP_GE_GRAPH`` set, writes the graph around each pass (``ge/export.py``)."""
+    With ``DUMP_GE_GRAPH`` set, writes the graph around each pass (``ge/export.py``).
+    ``changed``, when given, receives per pass name whether any of its runs changed the graph."""
     disabled = set(ctx.options.get("disabled_passes", ()))
     dump = _dumper()
     for name, fn in pipeline or COMPILE_PIPELINE:
@@ -119,6 +126,8 @@ def run_pipeline(graph: Graph, ctx: PassContext, pipeline: list[tuple[str, PassF
         t0 = time.perf_counter()
         res = fn(graph, ctx)
         graph = res.graph
+        if changed is not None:
+            changed[name] = changed.get(name, False) or bool(res.changed)
         if dump is not None:
             dump.after(graph, name)
         ms = (time.perf_counter() - t0) * 1e3

@@ -445,6 +445,10 @@ def _display(args: argparse.Namespace) -> None:
     print(f"ops: {len(g.nodes)} nodes; " + ", ".join(f"{k} {v}" for k, v in sorted(m.get('op_counts', {}).items())))
     _display_gears_aipp(m)
     _display_precision(m.get("precision"))
+    from pycann.ge.executor import is_vision
+    from pycann.ge.plan_cache import describe
+
+    print(describe([n for n in g.inputs if not getattr(g.descs.get(n), "is_static", True)], is_vision(g)))
     print("============ Display Model Info end ============")
 
 

@@ -10,7 +10,8 @@ no reorder and numpy ops downstream see ordinary strided arrays. Descriptors car
 exact strides, so no format tags are needed; a non channels-last input is converted once.
 
 Each (weight array, shapes, geometry, post-ops) gets a ``_Plan``: the primitive, the weight
-reordered once into the layout the primitive chose (a library-owned buffer), and memory
+reordered once into the layout the primitive chose (a library-owned buffer shared by every
+plan of the same weight and layout: ``onednn_packed``), and memory
 objects whose data handles are re-pointed per call. Plans are dropped when the weight array is
 garbage-collected (``weakref.finalize``), as ``torch_onednn._packed_weight`` does.
 
@@ -29,7 +30,7 @@ import numpy as np
 
 from pycann.errors import OperandError
 from pycann.ops.nn.spatial import Window
-from pycann.ops.providers import Algorithm, ConvSpec, onednn_matmul
+from pycann.ops.providers import Algorithm, ConvSpec, onednn_matmul, onednn_packed
 from pycann.ops.providers import numpy_blas as nb
 from pycann.ops.providers import onednn_capi as capi
 from pycann.ops.providers.native_args import address
@@ -143,7 +144,7 @@ class _Plan:
             pd = _prefer(make, "jit_dw:") or pd  # 1.2-2x faster on AVX-512 (PP-OCR / MobileNet shapes)
         self.impl = pd.fast_impl()
         self.weights_md = pd.query_md(capi.QUERY_WEIGHTS_MD)
-        self.weights = capi.reorder(w_user, capi.ptr(w), self.weights_md)
+        self.weights = onednn_packed.packed(w, w_user, self.weights_md)  # once per model and layout
         self.src, self.dst = capi.Memory(src, 0), capi.Memory(dst, 0)
         args = [(capi.ARG_SRC, self.src), (capi.ARG_WEIGHTS, self.weights), (capi.ARG_DST, self.dst)]
         self.bias = capi.Memory(bias, 0) if bias is not None else None
@@ -263,6 +264,7 @@ def _prefer(make: Any, prefix: str) -> capi.PrimitiveDesc | None:
 # Plans by (weight identity, shapes, geometry, post-ops); None records a call oneDNN does not
 # implement (or only in its reference loops), which then runs in the numpy provider.
 _plans: dict[tuple[Any, ...], _Plan | None] = {}
+_MAX_PLANS = 512
 
 
 def _plan(x_shape: tuple[int, ...], w: np.ndarray, with_bias: bool, group: int, win: Window,
@@ -270,6 +272,8 @@ def _plan(x_shape: tuple[int, ...], w: np.ndarray, with_bias: bool, group: int, 
     key = (id(w), capi.ptr(w), w.shape, w.strides, x_shape, with_bias, group, win, out_sp, transpose, unary, residual)
     if key in _plans:
         return _plans[key]
+    if len(_plans) >= _MAX_PLANS:
+        _plans.clear()  # bounded: a generic plan fed ever new shapes re-creates primitives instead of growing
     try:
         p: _Plan | None = _Plan(x_shape, w, with_bias, group, win, out_sp, transpose, unary, residual)
     except capi.DnnlError:

@@ -28,7 +28,7 @@ from typing import Any
 
 import numpy as np
 
-from pycann.ops.providers import Algorithm, GemmSpec
+from pycann.ops.providers import Algorithm, GemmSpec, onednn_packed
 from pycann.ops.providers import numpy_blas as nb
 from pycann.ops.providers import onednn_capi as capi
 from pycann.ops.providers.bound_out import dest, finish
@@ -120,7 +120,7 @@ class _Plan:
             b = np.ascontiguousarray(b)
             d = _desc(b.shape, b.strides, b.ndim)
         assert d is not None
-        self.wei = capi.reorder(_md(d), capi.ptr(b), self.pd.query_md(capi.QUERY_WEIGHTS_MD))
+        self.wei = onednn_packed.packed(b, _md(d), self.pd.query_md(capi.QUERY_WEIGHTS_MD))  # shared per layout
         self._make(self.wei)
 
     def run(self, a: int, b: int | None, y: int, bias: int | None = None, binary: int | None = None) -> None:
