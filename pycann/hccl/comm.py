@@ -37,6 +37,7 @@ from pycann.hccl.errors import HcclError, HcclMismatch, HcclRemoteError, HcclTim
 from pycann.hccl.signature import HEADER_LEN, CallSignature, find_mismatch
 
 HEARTBEAT_S = 0.25
+DIAGNOSE_S = 4 * HEARTBEAT_S
 _POLL_S = 0.01
 _LIVE: weakref.WeakSet[Communicator] = weakref.WeakSet()
 
@@ -109,43 +110,53 @@ class Communicator:
                 return
 
     def _peer_states(self) -> dict[int, tuple[int, int, str, str] | None]:
+        """Each peer's last heartbeat (``None``: it never published one). Raises if the store is gone."""
         out: dict[int, tuple[int, int, str, str] | None] = {}
         for r in range(self.size):
             if r == self.rank:
                 continue
-            try:
-                if not self.store.check([f"hb/{r}"]):
-                    out[r] = None
-                    continue
-                beat, seq, state, call = self.store.get(f"hb/{r}").decode().split(" ", 3)
-                out[r] = (int(beat), int(seq), state, call)
-            except Exception:  # noqa: BLE001
+            if not self.store.check([f"hb/{r}"]):
                 out[r] = None
+                continue
+            beat, seq, state, call = self.store.get(f"hb/{r}").decode().split(" ", 3)
+            out[r] = (int(beat), int(seq), state, call)
         return out
 
     def diagnose(self, sig: CallSignature, error: BaseException) -> HcclError:
-        """The error to raise for ``sig`` failing with gloo's ``error``: names the missing ranks."""
+        """The error to raise for ``sig`` failing with gloo's ``error``: names the missing ranks.
+
+        Two looks at the peers' heartbeats, ``DIAGNOSE_S`` apart: a peer whose beat did not move
+        is dead or hung; one whose sequence number is behind never called this collective. If
+        the store disappears in between (its host, rank 0, exited), the first look still counts.
+        """
         what = f"{sig.describe()} on communicator {self.name} (rank {self.rank} of {self.size})"
-        timed_out = "Timed out" in str(error) or "timeout" in str(error).lower()
+        timed_out = "timed out" in str(error).lower() or "timeout" in str(error).lower()
         try:
             first = self._peer_states()
-            time.sleep(HEARTBEAT_S * 4)
-            second = self._peer_states()
         except Exception as e:  # noqa: BLE001
             return HcclRemoteError(f"{what} failed ({error}); the rendezvous store is unreachable too ({e}): "
                                    "the rank hosting it (rank 0) has probably exited")
+        time.sleep(DIAGNOSE_S)
+        try:
+            second: dict[int, tuple[int, int, str, str] | None] | None = self._peer_states()
+        except Exception:  # noqa: BLE001
+            second = None
         notes = []
-        for r in sorted(second):
-            a, b = first.get(r), second.get(r)
+        for r in sorted(first):
+            a = first[r]
+            b = second.get(r) if second is not None else a
             if b is None:
                 notes.append(f"rank {r} has no heartbeat: it never started or died at once")
-            elif a is not None and a[0] == b[0]:
-                notes.append(f"rank {r} stopped responding (no heartbeat for {HEARTBEAT_S * 4:g} s): it died or "
+            elif second is not None and a is not None and a[0] == b[0]:
+                notes.append(f"rank {r} stopped responding (no heartbeat for {DIAGNOSE_S:g} s): it died or "
                              f"hangs; its last call was {b[3]} ({b[2]})")
             elif b[1] < sig.seq:
-                notes.append(f"rank {r} is alive but has not called #{sig.seq}: its last call was {b[3]} ({b[2]})")
+                alive = "is alive but " if second is not None else ""
+                notes.append(f"rank {r} {alive}has not called #{sig.seq}: its last call was {b[3]} ({b[2]})")
             elif b[1] > sig.seq:
                 notes.append(f"rank {r} has gone on to {b[3]}")
+        if second is None:
+            notes.append("the rendezvous store went away during the diagnosis (rank 0 exited)")
         culprit = "; ".join(notes) if notes else "every peer is alive and in this call"
         if timed_out:
             msg = f"{what} timed out after HCCL_EXEC_TIMEOUT={self.exec_timeout:g} s: {culprit} (gloo: {error})"
