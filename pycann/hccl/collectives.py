@@ -50,15 +50,25 @@ class Pending:
     def __init__(self, comm: Communicator, sig: CallSignature, work: Any = None,
                  finish: Callable[[], None] | None = None) -> None:
         self.comm, self.sig, self.work, self.finish = comm, sig, work, finish
-        self.completed = work is None
+        self.completed = False
 
     def wait(self) -> None:
-        if not self.completed:
+        if self.work is not None and not self.completed:
             self.comm.wait(self.work, self.sig)
+        self.complete()
+
+    def complete(self) -> None:
+        """The steps after gloo's work is done (copies back); runs once. Never waits on gloo, so it
+        is safe inside gloo's future callbacks, which run before gloo marks the work complete."""
+        if not self.completed:
+            self.completed = True
             if self.finish is not None:
                 self.finish()
             self.comm.done(self.sig)
-            self.completed = True
+
+    def failed(self, error: BaseException) -> BaseException:
+        """The diagnosed error for gloo's ``error`` (breaks the communicator)."""
+        return self.comm._break(self.comm.diagnose(self.sig, error))
 
 
 def _require(t: torch.Tensor, what: str) -> None:

@@ -99,12 +99,20 @@ class HcclWork(dist._Work):
         self._done = False
         self._fut: torch.futures.Future | None = None
 
-    def _finish(self) -> None:
+    def _complete(self) -> None:
+        # the lock is never held while waiting on gloo: gloo runs future callbacks (which take it)
+        # before it marks the work complete
         with self._lock:
             if not self._done:
-                self.pending.wait()
+                self.pending.complete()
                 self.host.write_back()
                 self._done = True
+
+    def _finish(self) -> None:
+        if not self._done:
+            if self.pending.work is not None:
+                self.pending.comm.wait(self.pending.work, self.pending.sig)
+            self._complete()
 
     def wait(self, timeout: timedelta | None = None) -> bool:
         self._finish()
@@ -126,8 +134,12 @@ class HcclWork(dist._Work):
                 fut.set_result(self.outputs)
                 self._fut = fut
             else:
-                def then(_: torch.futures.Future) -> list[torch.Tensor]:
-                    self._finish()  # re-raises gloo's failure as the diagnosed HcclError
+                def then(f: torch.futures.Future) -> list[torch.Tensor]:
+                    try:
+                        f.value()
+                    except Exception as e:  # noqa: BLE001 - gloo's failure, diagnosed
+                        raise self.pending.failed(e) from None
+                    self._complete()
                     return self.outputs
                 self._fut = work.get_future().then(then)
         return self._fut
