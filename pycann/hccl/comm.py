@@ -77,6 +77,9 @@ class Communicator:
         self._beat = 0
         self._stop = threading.Event()
         self._join()
+        # HCCL_SOCKET_IFNAME picks the host NIC in CANN; gloo reads GLOO_SOCKET_IFNAME for the same
+        if os.environ.get("HCCL_SOCKET_IFNAME") and not os.environ.get("GLOO_SOCKET_IFNAME"):
+            os.environ["GLOO_SOCKET_IFNAME"] = os.environ["HCCL_SOCKET_IFNAME"]
         # Any: torch's stubs omit most of ProcessGroupGloo's bound collectives
         self.pg: Any = dist.ProcessGroupGloo(dist.PrefixStore("gloo/", store), rank, size,
                                         timedelta(seconds=connect_timeout))

@@ -58,6 +58,16 @@ def _local_addresses() -> set[str]:
     return addrs
 
 
+def _bindable(addr: str) -> bool:
+    """True if ``addr`` is an address of this host (a socket can bind to it)."""
+    try:
+        with socket.socket(socket.AF_INET6 if ":" in addr else socket.AF_INET) as s:
+            s.bind((addr, 0))
+        return True
+    except (OSError, UnicodeError):
+        return False
+
+
 def pick_server(table: RankTable, server_id: str | None) -> str:
     """This host's ``server_id`` in ``table``. Raises ``HcclError``."""
     if server_id:
@@ -66,7 +76,10 @@ def pick_server(table: RankTable, server_id: str | None) -> str:
                                    f"(servers: {', '.join(table.servers)})"))
         return server_id
     local = _local_addresses()
-    mine = [s for s in table.servers if s in local or any(r.host_ip in local for r in table.ranks_on(s))]
+
+    def here(addr: str | None) -> bool:
+        return bool(addr) and (addr in local or _bindable(str(addr)))
+    mine = [s for s in table.servers if here(s) or any(here(r.host_ip) for r in table.ranks_on(s))]
     if len(mine) == 1:
         return mine[0]
     if len(table.servers) == 1:

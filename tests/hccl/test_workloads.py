@@ -21,3 +21,9 @@ def test_ddp_matches_one_process(n: int, device: str) -> None:
     res = run_ranks("ddp.py", n, device, timeout=240)  # DDP imports torch._dynamo: slow on a busy host
     check_ok(res)
     assert "DDP ok" in res[0].out, res[0].out
+
+
+def test_tensor_parallel_gpt2_matches_one_rank() -> None:
+    res = run_ranks("tp_gpt2.py", 2, timeout=240)
+    check_ok(res)
+    assert "TP ok" in res[0].out, res[0].out
