@@ -14,9 +14,9 @@ for p in ${SWEEP_RANKS-2 4}; do
 done
 for round in $(seq 1 ${ROUNDS:-3}); do
   for p in 2 4; do
-    for t in all_reduce_test all_gather_test reduce_scatter_test broadcast_test alltoall_test; do
+    for t in ${TESTS:-all_reduce_test all_gather_test reduce_scatter_test broadcast_test alltoall_test}; do
       for b in gloo hccl hccl-c; do
-        python -m pycann.tools.hccl_test $t -b 64M -e 64M -p $p -n 5 -w 2 --backend $b 2>/dev/null \
+        python -m pycann.tools.hccl_test $t -b 64M -e 64M -p $p -n 5 -w 1 --backend $b 2>/dev/null \
           | awk -v t=$t -v b=$b -v p=$p -v r=$round '$1 ~ /^[0-9]+$/ {print r, p, t, b, $2, $4, $NF}' \
           | tee -a "$out/point64.txt"
       done
