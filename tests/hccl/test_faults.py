@@ -16,24 +16,29 @@ def _err(out: str) -> tuple[float, str]:
     return float(m.group(1)), m.group(2)
 
 
-@pytest.mark.parametrize("mode,needles", [
-    ("op", ["HcclAllReduce(float32[4]", "HcclBroadcast(float32[4]", "rank 1"]),
-    ("dtype", ["float32[4]", "float16[4]"]),
-    ("shape", ["count=4", "count=8"]),
-    ("redop", ["op=sum", "op=max"]),
-    ("root", ["root=0", "root=1"]),
-    ("a2av", ["rank 1 sends 1 elements to rank 0", "expects 2"]),
-])
-def test_mismatch_reported_with_both_calls(mode: str, needles: list[str]) -> None:
-    res = run_ranks("faults.py", 2, mode)
+MISMATCHES = {
+    "op": ["HcclAllReduce(float32[4]", "HcclBroadcast(float32[4]", "rank 1"],
+    "dtype": ["float32[4]", "float16[4]"],
+    "shape": ["count=4", "count=8"],
+    "redop": ["op=sum", "op=max"],
+    "root": ["root=0", "root=1"],
+    "a2av": ["rank 1 sends 1 elements to rank 0", "expects 2"],
+}
+
+
+def test_mismatch_reported_with_both_calls() -> None:
+    res = run_ranks("faults.py", 2, ",".join(MISMATCHES))
     check_ok(res)
     for r in res:
-        secs, msg = _err(r.out)
-        assert "HCCL_E_PARA" in msg, msg
-        for n in needles:
-            assert n in msg, (n, msg)
-        assert secs < 1.0, f"rank {r.rank} took {secs} s to report the mismatch"
-        assert "STILL-OK" in r.out
+        for mode, needles in MISMATCHES.items():
+            m = re.search(rf"^{mode} ERROR ([\d.]+): (.*)$", r.out, re.M)
+            assert m, f"{mode}: no error reported by rank {r.rank}:\n{r.out}"
+            secs, msg = float(m.group(1)), m.group(2)
+            assert "HCCL_E_PARA" in msg, msg
+            for n in needles:
+                assert n in msg, (mode, n, msg)
+            assert secs < 1.0, f"rank {r.rank} took {secs} s to report the {mode} mismatch"
+            assert f"{mode} STILL-OK" in r.out
 
 
 def test_rank_that_never_calls_is_named() -> None:

@@ -34,17 +34,18 @@ calls = {
     "a2av": lambda: dist.all_to_all_single(torch.empty(2 * w), torch.ones(2 * w),
                                            input_split_sizes=[2] * w if r != 1 else [1, 3] + [2] * (w - 2)),
 }
-if mode in calls:
-    t1 = time.monotonic()
-    try:
-        calls[mode]()
-        print("NO-ERROR", flush=True)
-    except RuntimeError as e:
-        print(f"ERROR {time.monotonic() - t1:.3f}: {e}", flush=True)
-    t = torch.ones(2)
-    dist.all_reduce(t)  # a mismatch is caught before data moves: the group still works
-    assert t.tolist() == [float(w)] * 2
-    print("STILL-OK", flush=True)
+if all(m in calls for m in mode.split(",")):  # one or more mismatch cases, in turn, on one group
+    for m in mode.split(","):
+        t1 = time.monotonic()
+        try:
+            calls[m]()
+            print(f"{m} NO-ERROR", flush=True)
+        except RuntimeError as e:
+            print(f"{m} ERROR {time.monotonic() - t1:.3f}: " + str(e).replace("\n", " | "), flush=True)
+        t = torch.ones(2)
+        dist.all_reduce(t)  # a mismatch is caught before data moves: the group still works
+        assert t.tolist() == [float(w)] * 2
+        print(f"{m} STILL-OK", flush=True)
     dist.destroy_process_group()
     os._exit(0)
 if r == 1:
