@@ -135,11 +135,11 @@ def _insert_aipp(graph: Graph, options: CompileOptions, ranges: dict[str, list[A
 
 
 def compile_model(
-    model: str | os.PathLike[str] | bytes | onnx.ModelProto,
+    model: str | os.PathLike[str] | bytes | onnx.ModelProto | Graph,
     options: CompileOptions | None = None,
     log: Callable[[str], None] | None = None,
 ) -> CompiledModel:
-    """Import, optimise and plan an ONNX model.
+    """Import, optimise and plan an ONNX model (or a ``Graph`` another importer made: TF, Caffe).
 
     Raises ``ModelError`` (bad model), ``UnsupportedOpError`` (E19010), ``ShapeError``,
     ``OptionError`` (bad option values).
@@ -151,7 +151,7 @@ def compile_model(
     precision_settings = settings_from_options(options, say)  # option errors before any work
     check_implmode(options.op_select_implmode)
     t0 = time.perf_counter()
-    graph = load_onnx(model)
+    graph = model if isinstance(model, Graph) else load_onnx(model)
     say(f"[Import] {len(graph.nodes)} nodes, {len(graph.initializers)} constants, opsets {graph.opsets} "
         f"({(time.perf_counter() - t0) * 1e3:.0f} ms)")
     ranges = _apply_input_shape(graph, options.input_shape)
@@ -160,7 +160,8 @@ def compile_model(
         graph = _insert_aipp(graph, options, ranges, say)
     if options.out_nodes:
         _apply_out_nodes(graph, options.out_nodes)
-    ctx = PassContext(options={"disabled_passes": options.disabled_passes, "precision": precision_settings}, log=say)
+    ctx = PassContext(options={"disabled_passes": options.disabled_passes, "precision": precision_settings,
+                               "fold_max_bytes": options.fold_max_bytes}, log=say)
     # read by KernelSelection, here and when a run specialises the graph to its shapes
     graph.metadata["op_select_implmode"] = options.op_select_implmode
     graph.metadata["optypelist_for_implmode"] = ",".join(options.optypelist_for_implmode)

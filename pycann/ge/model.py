@@ -224,12 +224,27 @@ class LoadedModel:
         names = [i.name for i in self.inputs]
         unknown = [k for k in feeds if k not in names]
         missing = [n for n in names if n not in feeds]
+        if unknown and not missing:
+            from pycann.ge.overrides import overridable  # only a feed naming a non-input gets here
+
+            if set(unknown) <= overridable(self.graph):
+                return self._overriding(unknown).run_dict(feeds)  # ONNX: a feed overrides an initializer
         if unknown or missing:
             raise InputError(
                 f"input names do not match the model: unknown {unknown}, missing {missing}; "
                 f"the model's inputs are {names}"
             )
         return self.run([feeds[n] for n in names])
+
+    def _overriding(self, names: Sequence[str]) -> LoadedModel:
+        """The model with the initializers ``names`` as inputs (pycann.ge.overrides; cached)."""
+        from pycann.ge.overrides import with_inputs
+
+        key = tuple(sorted(names))
+        variants = self.__dict__.setdefault("_variants", {})
+        if key not in variants:
+            variants[key] = LoadedModel(with_inputs(self.graph, key), self.manifest, self.path)
+        return variants[key]  # type: ignore[no-any-return]
 
     def timed_run(self, feeds: Sequence[Any]) -> tuple[list[np.ndarray], float]:
         t0 = time.perf_counter()

@@ -11,6 +11,7 @@ from typing import Any
 from pycann.ge.ir import Graph, verify
 from pycann.ge.passes import (
     cancel_transpose,
+    canonicalize,
     constant_folding,
     dead_code,
     fold_conv_affine,
@@ -21,6 +22,7 @@ from pycann.ge.passes import (
     fuse_gelu,
     fuse_layernorm,
     fuse_matmul_bias,
+    fuse_qdq,
     fuse_rmsnorm,
     fuse_softmax,
     infer_shapes,
@@ -35,8 +37,14 @@ PassFn = Callable[[Graph, PassContext], PassResult]
 # (name, run) in order. Inference runs again after rewrites so descs stay exact.
 COMPILE_PIPELINE: list[tuple[str, PassFn]] = [
     (infer_shapes.name, infer_shapes.run),
+    # before ConstantFolding, which would dequantise the int8 weights into float ones
+    (fuse_qdq.name, fuse_qdq.run),
     (constant_folding.name, constant_folding.run),
     (dead_code.name, dead_code.run),
+    # one spelling per computation (Sum -> Add, Div by constant -> Mul, Gemm -> MatMul + Add, Pad into
+    # Conv, hard activations), so the folds and fusions below match graphs from every exporter
+    (canonicalize.name, canonicalize.run),
+    (infer_shapes.name, infer_shapes.run),
     (fold_conv_bn.name, fold_conv_bn.run),
     (fold_conv_affine.name, fold_conv_affine.run),
     # a bias Add folded into a ConvTranspose can expose a BatchNormalization behind it (PP-OCR det)
@@ -67,6 +75,9 @@ COMPILE_PIPELINE: list[tuple[str, PassFn]] = [
 # After run-time specialisation has inlined every If, the flat graph is optimised again.
 SPECIALIZE_PIPELINE: list[tuple[str, PassFn]] = [
     (dead_code.name, dead_code.run),
+    (infer_shapes.name, infer_shapes.run),
+    # concrete shapes let rank-dependent rewrites (Gemm, Flatten) apply
+    (canonicalize.name, canonicalize.run),
     (infer_shapes.name, infer_shapes.run),
     (cancel_transpose.name, cancel_transpose.run),
     (fuse_conv_act.name, fuse_conv_act.run),
