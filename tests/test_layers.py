@@ -14,6 +14,8 @@ FORBIDDEN = {
     "ge": ("pycann.acl", "pycann.tools"),
     "runtime": ("pycann.ge", "pycann.acl", "pycann.tools", "pycann.ops"),
     "acl": ("pycann.tools",),
+    # hccl sits beside runtime (collectives over torch.distributed); it uses acl's buffers and streams
+    "hccl": ("pycann.ge", "pycann.ops", "pycann.tools"),
     # AMCT sits beside acl, above ge: it compiles and runs models, never the tools or the facade
     "amct": ("pycann.acl", "pycann.tools"),
     "dvpp": ("pycann.ge", "pycann.acl", "pycann.tools", "pycann.runtime", "pycann.ops"),
