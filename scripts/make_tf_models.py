@@ -1,10 +1,10 @@
 """Make the TensorFlow test models (frozen GraphDefs) and TensorFlow's own outputs for them.
 
-Runs under a Python that has TensorFlow (``/work/venvs/tf`` or ``$PYCANN_TF_PYTHON``; the shared
+Runs under a Python that has TensorFlow (``~/.cache/pycann/tf-venv`` or ``$PYCANN_TF_PYTHON``; the shared
 venv does not, see docs/importers.md). pycann's tests start it as a subprocess and read the results,
 so TensorFlow is never imported next to pycann. Weights are random (seeded): no download.
 
-    /work/venvs/tf/bin/python scripts/make_tf_models.py OUT_DIR [name ...]
+    ~/.cache/pycann/tf-venv/bin/python scripts/make_tf_models.py OUT_DIR [name ...]
 
 For each model ``OUT_DIR/<name>/`` gets ``model.pb`` (frozen GraphDef; ``saved_model/`` for the
 SavedModel case), ``io.npz`` (inputs ``in:<tf name>`` and TensorFlow outputs ``out:<tf name>``) and

@@ -2,7 +2,7 @@
 
 TensorFlow is not importable next to pycann (the shared venv's protobuf/numpy pins): the frozen
 graphs and TensorFlow's outputs are made by scripts/make_tf_models.py under a separate Python
-(``$PYCANN_TF_PYTHON``, default ``/work/venvs/tf/bin/python``; scripts/make_tf_venv.sh makes it)
+(``$PYCANN_TF_PYTHON``, default ``~/.cache/pycann/tf-venv/bin/python``; scripts/make_tf_venv.sh makes it)
 and cached in ``$PYCANN_CACHE_DIR/tf_models`` (default ``~/.cache/pycann``). Without that Python
 the TensorFlow-model tests skip; the TF-free ones (GraphDefs written by hand) always run.
 """
@@ -26,7 +26,7 @@ TF_MODELS = ["tf_mobilenet_v2", "tf_resnet50", "tf_densenet121", "tf_efficientne
 
 
 def _tf_python() -> str | None:
-    exe = os.environ.get("PYCANN_TF_PYTHON", "/work/venvs/tf/bin/python")
+    exe = os.environ.get("PYCANN_TF_PYTHON", os.path.expanduser("~/.cache/pycann/tf-venv/bin/python"))
     return exe if Path(exe).is_file() else None
 
 
