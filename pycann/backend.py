@@ -63,18 +63,43 @@ class PycannBackend(Backend):
         outputs_info: Sequence[tuple[Any, Any]] | None = None,
         **kwargs: Any,
     ) -> tuple[Any, ...]:
-        """Run one node on ``inputs`` (numpy arrays, in the node's input order)."""
-        from onnx import helper
+        """Run one node on ``inputs`` (numpy arrays, in the node's input order); returns its outputs.
+
+        The node becomes a one-node model whose output types come from ``outputs_info``
+        (``(numpy dtype, shape)`` per output, as onnx's backend tests pass them), else from
+        onnx's shape inference, else are left for pycann's own inference (an untyped output).
+        ``opset_version`` (keyword) picks the default domain's opset, default onnx's newest.
+        Raises pycann's errors like ``prepare``.
+        """
+        from onnx import helper, shape_inference
 
         opset = int(kwargs.get("opset_version", onnx.defs.onnx_opset_version()))
+        arrays = [np.asarray(x) for x in inputs]
         names = [n for n in node.input if n]
-        vis = [helper.make_tensor_value_info(n, helper.np_dtype_to_tensor_dtype(np.asarray(x).dtype), np.asarray(x).shape)
-               for n, x in zip(names, inputs)]
-        outs = [helper.make_empty_tensor_value_info(o) for o in node.output if o]
-        g = helper.make_graph([node], "run_node", vis, outs)
-        m = helper.make_model(g, opset_imports=[helper.make_opsetid(node.domain or "", opset)])
-        rep = cls.prepare(m, device)
-        return rep.run([np.asarray(x) for x in inputs])
+        if len(arrays) != len(names):
+            raise ValueError(f"node {node.op_type} has {len(names)} inputs ({', '.join(names)}), {len(arrays)} arrays given")
+        vis = [helper.make_tensor_value_info(n, helper.np_dtype_to_tensor_dtype(x.dtype), x.shape)
+               for n, x in zip(names, arrays)]
+        out_names = [o for o in node.output if o]
+        typed: dict[str, onnx.ValueInfoProto] = {}
+        if outputs_info:
+            for o, (dt, shape) in zip(out_names, outputs_info):
+                typed[o] = helper.make_tensor_value_info(o, helper.np_dtype_to_tensor_dtype(np.dtype(dt)), shape)
+        imports = [helper.make_opsetid("", opset)]
+        if node.domain not in ("", "ai.onnx"):
+            imports.append(helper.make_opsetid(node.domain, int(kwargs.get("domain_version", 1))))
+        probe = helper.make_model(helper.make_graph([node], "run_node", vis, [
+            helper.make_empty_tensor_value_info(o) for o in out_names]), opset_imports=imports)
+        try:
+            inferred = shape_inference.infer_shapes(probe)
+            for vi in list(inferred.graph.value_info) + list(inferred.graph.output):
+                if vi.name in out_names and vi.name not in typed and vi.type.tensor_type.elem_type:
+                    typed[vi.name] = vi
+        except Exception:  # noqa: BLE001 - onnx's inference is a hint; pycann infers on its own
+            pass
+        outs = [typed.get(o) or helper.make_tensor_value_info(o, onnx.TensorProto.UNDEFINED, None) for o in out_names]
+        model = helper.make_model(helper.make_graph([node], "run_node", vis, outs), opset_imports=imports)
+        return cls.prepare(model, device).run(arrays)
 
     @classmethod
     def supports_device(cls, device: str) -> bool:

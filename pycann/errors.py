@@ -49,6 +49,11 @@ class OmFormatError(PycannError):
     code = "E10003"
 
 
+class OmInvalidModelError(OmFormatError):
+    """An .om whose container is intact but whose graph or manifest does not describe a runnable
+    model (nodes out of order, an output never produced, an unknown op, a mistyped field)."""
+
+
 class InputError(PycannError):
     """A user-supplied input (name, dtype, shape) does not match the model."""
 
@@ -59,3 +64,9 @@ class OptionError(PycannError):
     """A command-line / API option is missing or invalid."""
 
     code = "E10001"
+
+
+class OperandError(KernelError, ValueError):
+    """An operand does not fit what a kernel or native primitive will read or write (a bias
+    shorter than the output channels, a buffer of the wrong size, dtype or layout). Raised before
+    any pointer reaches native code; also a ``ValueError`` (what kernels raised before)."""

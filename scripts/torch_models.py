@@ -8,6 +8,8 @@ Only ``torch`` is needed (torchvision and transformers are not importable beside
 * :class:`SentenceEmbedder`  :class:`BertLike` + attention-mask mean pooling + L2 normalisation
   (sentence-transformers' all-MiniLM-L6-v2 pipeline).
 * :class:`GPT2Like`     a GPT-2 decoder (pre-LayerNorm, causal mask, tanh GELU, LM head tied to ``wte``).
+* :class:`GPT2WithPast` the same decoder with a KV cache (``past_key_values`` in, ``present`` out), as
+                        Hugging Face's exporters write it: K/V concatenated on the sequence axis.
 
 The ``build_*`` functions return models in eval mode with reproducible weights for a given seed.
 """
@@ -25,10 +27,12 @@ __all__ = [
     "BertLike",
     "GPT2Config",
     "GPT2Like",
+    "GPT2WithPast",
     "ResNet50",
     "SentenceEmbedder",
     "build_bert_base",
     "build_gpt2_6l",
+    "build_gpt2_6l_kv",
     "build_minilm_l6",
     "build_resnet50",
 ]
@@ -447,3 +451,49 @@ def build_gpt2_6l(seed: int = 0) -> GPT2Like:
     model = GPT2Like(GPT2Config())
     model.init_weights()
     return model.eval()
+
+
+class GPT2WithPast(nn.Module):
+    """:class:`GPT2Like` with a KV cache, in the form Hugging Face's ONNX exports have.
+
+    ``forward(input_ids [B, S], past_key_0, past_value_0, ..., past_value_{L-1})`` with each past
+    ``[B, H, P, D]`` (``P`` may be 0 for the prompt) returns ``(logits [B, S, V], present_key_0,
+    present_value_0, ...)`` with each present ``[B, H, P + S, D]``: ``Concat(past, new)`` on axis 2.
+    The causal mask is the slice ``bias[:, :, P:P+S, :P+S]`` of a fixed lower-triangular buffer and
+    positions are ``arange(P, P + S)``. Weights are those of the wrapped :class:`GPT2Like`.
+    """
+
+    def __init__(self, base: GPT2Like) -> None:
+        super().__init__()
+        self.base = base
+
+    def _attn(self, a: GPT2Attention, x: Tensor, pk: Tensor, pv: Tensor) -> tuple[Tensor, Tensor, Tensor]:
+        b, s, c = x.shape
+        q, k, v = a.c_attn(x).split(c, dim=2)
+        q, k, v = (t.view(b, s, a.n_head, a.head_dim).transpose(1, 2) for t in (q, k, v))
+        k = torch.cat([pk, k], dim=2)
+        v = torch.cat([pv, v], dim=2)
+        p = pk.shape[2]
+        scores = torch.matmul(q, k.transpose(-1, -2)) / math.sqrt(a.head_dim)
+        mask = a.bias[:, :, p : p + s, : p + s]
+        scores = torch.where(mask, scores, torch.tensor(torch.finfo(scores.dtype).min, dtype=scores.dtype))
+        ctx = torch.matmul(torch.softmax(scores, dim=-1), v)
+        return a.c_proj(ctx.transpose(1, 2).reshape(b, s, c)), k, v
+
+    def forward(self, input_ids: Tensor, *past: Tensor) -> tuple[Tensor, ...]:
+        m = self.base
+        p = past[0].shape[2]
+        pos = torch.arange(p, p + input_ids.shape[1], device=input_ids.device).unsqueeze(0)
+        x = m.wte(input_ids) + m.wpe(pos)
+        presents: list[Tensor] = []
+        for i, block in enumerate(m.h):
+            h, k, v = self._attn(block.attn, block.ln_1(x), past[2 * i], past[2 * i + 1])
+            x = x + h
+            x = x + block.mlp(block.ln_2(x))
+            presents += [k, v]
+        return (torch.matmul(m.ln_f(x), m.wte.weight.t()), *presents)
+
+
+def build_gpt2_6l_kv(seed: int = 0) -> GPT2WithPast:
+    """:func:`build_gpt2_6l`'s weights (same ``seed``) wrapped with a KV cache, eval mode."""
+    return GPT2WithPast(build_gpt2_6l(seed)).eval()

@@ -16,6 +16,15 @@ FORBIDDEN = {
     "acl": ("pycann.tools",),
     # the PyTorch adaptor sits beside acl: it uses ge/ops/runtime, never acl or the tools
     "torch": ("pycann.acl", "pycann.tools"),
+    # hccl sits beside runtime (collectives over torch.distributed); it uses acl's buffers and streams
+    "hccl": ("pycann.ge", "pycann.ops", "pycann.tools"),
+    # AMCT sits beside acl, above ge: it compiles and runs models, never the tools or the facade
+    "amct": ("pycann.acl", "pycann.tools"),
+    "dvpp": ("pycann.ge", "pycann.acl", "pycann.tools", "pycann.runtime", "pycann.ops"),
+    "ocr": ("pycann.tools",),
+    # the kernel kit sits below ops: it never sees graphs, the op table or the runtime
+    "ascendc": ("pycann.ge", "pycann.acl", "pycann.tools", "pycann.runtime", "pycann.ops"),
+    "tbe": ("pycann.ge", "pycann.acl", "pycann.tools", "pycann.runtime", "pycann.ops"),
 }
 
 
@@ -45,3 +54,15 @@ def test_no_pickle_in_package() -> None:
         for name in _imports(path):
             assert name.split(".")[0] not in ("pickle", "dill", "cloudpickle"), f"{path} imports {name}"
         assert "allow_pickle=True" not in path.read_text(encoding="utf-8"), path
+
+
+def test_framework_importers_need_no_framework() -> None:
+    """The TensorFlow and Caffe importers read files with protobuf + the frameworks' .proto files
+    only (docs/importers.md): they never import TensorFlow, Caffe or the ONNX package, and, as
+    the first stage of the compiler, never the stages after them."""
+    banned = ("tensorflow", "caffe", "onnx", "pycann.ge.compiler", "pycann.ge.executor", "pycann.ge.model",
+              "pycann.ge.om", "pycann.tools")
+    folder = ROOT / "ge" / "importers"
+    for path in [*folder.glob("tensorflow*.py"), *folder.glob("caffe*.py")]:
+        for name in _imports(path):
+            assert not name.startswith(banned), f"{path.name} imports {name}"

@@ -1,5 +1,5 @@
 """pyACL-compatible facade (cann-interfaces.md §1): ``acl.init``, ``acl.rt``, ``acl.mdl``,
-``acl.op``, ``acl.util``, with pyACL's call shapes and ``aclError`` codes, plus the high-level
+``acl.op``, ``acl.util``, ``acl.media`` (DVPP), with pyACL's call shapes and ``aclError`` codes, plus the high-level
 ``InferSession`` (``pycann.acl.session``).
 
 ``import pycann.acl as acl`` works in new code; ``pycann-run app.py`` makes an unmodified
@@ -8,7 +8,7 @@ The facade holds no logic of its own: memory, streams and events are ``pycann.ru
 models are ``pycann.ge``.
 """
 
-from pycann.acl import constants, mdl, op, rt, util
+from pycann.acl import constants, mdl, media, op, rt, util
 from pycann.acl.base import (
     AclLeakWarning,
     app_log,
@@ -42,7 +42,7 @@ from pycann.acl.base import (
     update_data_buffer,
 )
 
-SUBMODULES = ("constants", "mdl", "op", "rt", "util")
+SUBMODULES = ("constants", "mdl", "media", "op", "rt", "util")
 
 __all__ = [
     "AclLeakWarning", "app_log", "constants", "create_data_buffer", "create_tensor_desc", "data_type_size",
@@ -50,6 +50,6 @@ __all__ = [
     "get_data_buffer_addr", "get_data_buffer_size", "get_data_buffer_size_v2", "get_recent_err_msg",
     "get_soc_name", "get_tensor_desc_dim", "get_tensor_desc_dim_v2", "get_tensor_desc_element_count",
     "get_tensor_desc_format", "get_tensor_desc_name", "get_tensor_desc_num_dims", "get_tensor_desc_size",
-    "get_tensor_desc_type", "get_version", "init", "mdl", "op", "rt", "set_tensor_desc_name",
+    "get_tensor_desc_type", "get_version", "init", "mdl", "media", "op", "rt", "set_tensor_desc_name",
     "set_tensor_format", "set_tensor_place_ment", "set_tensor_shape", "update_data_buffer", "util",
 ]

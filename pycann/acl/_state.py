@@ -118,9 +118,12 @@ def user_site() -> str:
 def record_error(name: str, code: int, message: str) -> None:
     text = f"{name}: {C.error_name(code)} ({code}): {message}"
     _tls.msg = text
-    log.debug(text)
     if os.environ.get("ASCEND_SLOG_PRINT_TO_STDOUT") == "1":
         print(f"[ERROR] PYCANN({os.getpid()}) {text}", flush=True)
+    else:
+        # CANN logs every failed call at error level; with no logging set up Python prints
+        # this to stderr, so the reason for a non-zero code is never hidden
+        log.error(text)
 
 
 def recent_error() -> str:

@@ -19,7 +19,10 @@ exception through; the ``api`` decorator of ``_state`` catches it, records the m
 | event not recorded / not complete                  | ``ACL_ERROR_INVALID_PARAM`` (100000)      |
 | synchronize timeout                                | ``ACL_ERROR_RT_WAIT_TIMEOUT`` (107019)    |
 | a queued task (async execute / copy) failed        | the task's own code, else ``ACL_ERROR_RT_MODEL_EXECUTE`` (507011) |
-| bad .om file                                       | ``ACL_ERROR_INVALID_FILE`` / ``ACL_ERROR_DESERIALIZE_MODEL`` |
+| .om path missing / a directory                     | ``ACL_ERROR_GE_EXEC_MODEL_PATH_INVALID`` (145002) |
+| .om file that cannot be read (permissions, I/O)    | ``ACL_ERROR_READ_MODEL_FAILURE`` (100014) |
+| .om container truncated / corrupted / foreign      | ``ACL_ERROR_DESERIALIZE_MODEL`` (100012)  |
+| .om graph or manifest not a runnable model         | ``ACL_ERROR_PARSE_MODEL`` (100013)        |
 | model input does not match (dtype, shape)          | ``ACL_ERROR_GE_SHAPE_INVALID`` / ``ACL_ERROR_GE_DATATYPE_INVALID`` |
 | kernel failure while executing                     | ``ACL_ERROR_RT_MODEL_EXECUTE`` (507011)   |
 | anything unexpected                                | ``ACL_ERROR_INTERNAL_ERROR`` (500000)     |
@@ -28,7 +31,15 @@ exception through; the ``api`` decorator of ``_state`` catches it, records the m
 from __future__ import annotations
 
 from pycann.acl import constants as C
-from pycann.errors import InputError, KernelError, OmFormatError, PycannError, ShapeError, UnsupportedOpError
+from pycann.errors import (
+    InputError,
+    KernelError,
+    OmFormatError,
+    OmInvalidModelError,
+    PycannError,
+    ShapeError,
+    UnsupportedOpError,
+)
 from pycann.runtime import errors as rt
 
 
@@ -57,6 +68,7 @@ _RT_CODES: tuple[tuple[type[BaseException], int], ...] = (
     (rt.InvalidHandle, C.ACL_ERROR_INVALID_RESOURCE_HANDLE),
     (rt.NotReady, C.ACL_ERROR_INVALID_PARAM),
     (rt.WaitTimeout, C.ACL_ERROR_RT_WAIT_TIMEOUT),
+    (OmInvalidModelError, C.ACL_ERROR_PARSE_MODEL),  # before its base class
     (OmFormatError, C.ACL_ERROR_DESERIALIZE_MODEL),
     (UnsupportedOpError, C.ACL_ERROR_OP_NOT_FOUND),
     (InputError, C.ACL_ERROR_GE_SHAPE_INVALID),

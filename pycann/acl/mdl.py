@@ -91,9 +91,19 @@ def _check_path(path: Any) -> str:
     if not isinstance(path, (str, os.PathLike)):
         raise ArgTypeError(f"model_path must be a str, not {type(path).__name__}")
     p = os.fspath(path)
+    if os.path.isdir(p):
+        raise fault(C.ACL_ERROR_GE_EXEC_MODEL_PATH_INVALID, f"model path '{p}' is a directory, not an .om file")
     if not os.path.isfile(p):
         raise fault(C.ACL_ERROR_GE_EXEC_MODEL_PATH_INVALID, f"model file '{p}' does not exist")
     return p
+
+
+def _load_file(p: str) -> LoadedModel:
+    """``LoadedModel.from_file`` with read failures (permissions, I/O) as ``ACL_ERROR_READ_MODEL_FAILURE``."""
+    try:
+        return LoadedModel.from_file(p)
+    except OSError as e:
+        raise fault(C.ACL_ERROR_READ_MODEL_FAILURE, f"cannot read model file '{p}': {e.strerror or e}") from None
 
 
 def _from_memory(ptr: Any, size: Any) -> LoadedModel:
@@ -118,7 +128,7 @@ def _check_mem(ptr: Any, size: Any, what: str) -> None:
 def load_from_file(model_path: str) -> tuple[int, int]:
     """``model_id, ret``. pycann ``.om`` files (an ``.onnx`` is compiled in memory, an extension)."""
     require_init().require_context()
-    return add_model(LoadedModel.from_file(_check_path(model_path)), os.fspath(model_path))
+    return add_model(_load_file(_check_path(model_path)), os.fspath(model_path))
 
 
 @api(out=(0,))
@@ -137,7 +147,7 @@ def load_from_file_with_mem(model_path: str, work_ptr: int, work_size: int, weig
     p = _check_path(model_path)
     _check_mem(work_ptr, work_size, "work_ptr")
     _check_mem(weight_ptr, weight_size, "weight_ptr")
-    return add_model(LoadedModel.from_file(p), p)
+    return add_model(_load_file(p), p)
 
 
 @api(out=(0,))

@@ -30,8 +30,13 @@ def set_device(device_id: int) -> int:
 
 @api()
 def reset_device(device_id: int) -> int:
-    """Balances one ``set_device``; the last one destroys the default context and its streams."""
-    require_init().reset_device(as_int(device_id, "device_id"))
+    """Balances one ``set_device``; the last one destroys the default context and its streams.
+    A device that is not set (never, or reset as often as set) is ``ACL_ERROR_RT_INVALID_DEVICEID``."""
+    rt, d = require_init(), as_int(device_id, "device_id")
+    if rt.device(d).refcount == 0:  # rt.device raises InvalidDevice (107001) for an unknown id
+        raise fault(C.ACL_ERROR_RT_INVALID_DEVICEID,
+                    f"device {d} is not set: reset_device balances one set_device (reset twice?)")
+    rt.reset_device(d)
     return C.ACL_SUCCESS
 
 
@@ -223,8 +228,10 @@ def malloc_host(size: int) -> tuple[int, int]:
 @api()
 def free(dev_ptr: int) -> int:
     """Free device memory. Double free: ``ACL_ERROR_RT_MEMORY_FREE``; a host or interior
-    pointer: ``ACL_ERROR_INVALID_PARAM``."""
-    require_init().space.free(as_int(dev_ptr, "dev_ptr"), DEVICE_KINDS)
+    pointer: ``ACL_ERROR_INVALID_PARAM``; no current context: ``ACL_ERROR_RT_CONTEXT_NULL``."""
+    rt = require_init()
+    rt.require_context()
+    rt.space.free(as_int(dev_ptr, "dev_ptr"), DEVICE_KINDS)
     return C.ACL_SUCCESS
 
 
@@ -248,7 +255,9 @@ def memcpy(dst: int, dest_max: int, src: int, count: int, kind: int) -> int:
     """``ret = acl.rt.memcpy(dst, dest_max, src, count, kind)``: copies now. Both sides are
     checked: live, in bounds, ``count <= dest_max``, memory kinds as ``kind`` says."""
     args = (as_int(dst, "dst"), as_int(dest_max, "dest_max"), as_int(src, "src"), as_int(count, "count"))
-    require_init().space.copy(args[0], args[1], args[2], args[3], _kind(kind))
+    rt = require_init()
+    rt.require_context()  # memory calls need the thread's context, as in CANN (docs/acl.md)
+    rt.space.copy(args[0], args[1], args[2], args[3], _kind(kind))
     return C.ACL_SUCCESS
 
 

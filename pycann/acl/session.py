@@ -154,6 +154,7 @@ class InferSession:
     ) -> list[np.ndarray]:
         """Run once (``loop`` times, keeping the last result). ``feeds`` in model input order or by name.
         ``mode``: see the module doc; a wrong mode raises ``RuntimeError`` as in ais_bench."""
+        feeds = self._bare(feeds)
         if mode == "static":  # the common case: no feed shapes needed (this runs on every call)
             self._check_mode(mode, [], custom_sizes)
         else:
@@ -175,6 +176,17 @@ class InferSession:
                                        f"bytes, more than custom_sizes {cap}; pass a larger custom_sizes")
         return outs
 
+    def _bare(self, feeds: Any) -> Any:
+        """A bare array feeds a single-input model (as ais_bench accepts); for a model with more
+        inputs it is an error naming them (iterating it would feed its rows as inputs)."""
+        if not isinstance(feeds, np.ndarray):
+            return feeds
+        if len(self.model.inputs) == 1:
+            return [feeds]
+        raise InputError(f"a single array was given, but the model has {len(self.model.inputs)} inputs "
+                         f"({', '.join(i.name for i in self.model.inputs)}): pass a list of arrays in that order "
+                         "or a dict by name")
+
     def infer_pipeline(self, feeds_list: Sequence[Sequence[Any]], mode: str = "static",
                        custom_sizes: int | list[int] = 100000) -> list[list[np.ndarray]]:
         """``infer`` for each feed set in turn."""
@@ -183,8 +195,10 @@ class InferSession:
     def run(self, output_names: Any, input_feed: Any = None) -> list[np.ndarray]:
         """ONNX Runtime style ``run(output_names, {name: array})`` (all outputs if ``output_names``
         is None), or ais_bench's low-level ``run(feeds, out_array=False)``."""
+        if isinstance(output_names, Mapping) and (input_feed is None or isinstance(input_feed, bool)):
+            return self.model.run_dict(output_names)  # run({name: array}): the feeds, all outputs
         if input_feed is None or isinstance(input_feed, bool):
-            return self.model.run(list(output_names))
+            return self.model.run(list(self._bare(output_names)))
         outs = self.model.run_dict(input_feed)
         if not output_names:
             return outs

@@ -27,7 +27,7 @@ from pycann.ge.passes.constant_folding import fold_graph
 from pycann.ge.passes.dead_code import eliminate
 from pycann.ge.passes.infer_shapes import infer_graph
 from pycann.ge.passes.inline_if import inline_constant_ifs
-from pycann.ge.pipelines import SPECIALIZE_PIPELINE, run_pipeline
+from pycann.ge.pipelines import SKIPPABLE_WHEN_IDLE, SPECIALIZE_PIPELINE, run_pipeline
 from pycann.ge.planning.memory import plan_memory
 from pycann.ge.precision_config import settings_from_options
 
@@ -135,11 +135,11 @@ def _insert_aipp(graph: Graph, options: CompileOptions, ranges: dict[str, list[A
 
 
 def compile_model(
-    model: str | os.PathLike[str] | bytes | onnx.ModelProto,
+    model: str | os.PathLike[str] | bytes | onnx.ModelProto | Graph,
     options: CompileOptions | None = None,
     log: Callable[[str], None] | None = None,
 ) -> CompiledModel:
-    """Import, optimise and plan an ONNX model.
+    """Import, optimise and plan an ONNX model (or a ``Graph`` another importer made: TF, Caffe).
 
     Raises ``ModelError`` (bad model), ``UnsupportedOpError`` (E19010), ``ShapeError``,
     ``OptionError`` (bad option values).
@@ -151,7 +151,7 @@ def compile_model(
     precision_settings = settings_from_options(options, say)  # option errors before any work
     check_implmode(options.op_select_implmode)
     t0 = time.perf_counter()
-    graph = load_onnx(model)
+    graph = model if isinstance(model, Graph) else load_onnx(model)
     say(f"[Import] {len(graph.nodes)} nodes, {len(graph.initializers)} constants, opsets {graph.opsets} "
         f"({(time.perf_counter() - t0) * 1e3:.0f} ms)")
     ranges = _apply_input_shape(graph, options.input_shape)
@@ -160,7 +160,8 @@ def compile_model(
         graph = _insert_aipp(graph, options, ranges, say)
     if options.out_nodes:
         _apply_out_nodes(graph, options.out_nodes)
-    ctx = PassContext(options={"disabled_passes": options.disabled_passes, "precision": precision_settings}, log=say)
+    ctx = PassContext(options={"disabled_passes": options.disabled_passes, "precision": precision_settings,
+                               "fold_max_bytes": options.fold_max_bytes}, log=say)
     # read by KernelSelection, here and when a run specialises the graph to its shapes
     graph.metadata["op_select_implmode"] = options.op_select_implmode
     graph.metadata["optypelist_for_implmode"] = ",".join(options.optypelist_for_implmode)
@@ -193,13 +194,27 @@ def compile_model(
     return CompiledModel(graph, manifest)
 
 
+@dataclass
+class SpecializeMemo:
+    """What one model's first specialisation learned for the later ones (one per ``Executor``).
+
+    ``idle``: the passes of ``SPECIALIZE_PIPELINE`` in ``pipelines.SKIPPABLE_WHEN_IDLE`` that
+    changed nothing the first time; later signatures skip them (about a third of the pipeline's
+    time on PP-OCRv4 rec). A rewrite that would have matched only at some other size is then
+    missed: the plan stays correct, that node unfused."""
+
+    idle: frozenset[str] | None = None
+    specialized: int = 0
+
+
 def specialize(graph: Graph, shapes: Sequence[tuple[int, ...] | None],
-               values: dict[str, np.ndarray] | None = None) -> Graph:
+               values: dict[str, np.ndarray] | None = None, memo: SpecializeMemo | None = None) -> Graph:
     """A copy of ``graph`` re-planned for concrete input ``shapes`` (in ``graph.inputs`` order).
 
     ``values`` binds small control inputs (e.g. a scalar sample rate) to constants as well, so
     shape arithmetic folds and If nodes on them are inlined (IfInlining). Node and subgraph
-    objects are shared with ``graph`` and never mutated here.
+    objects are shared with ``graph`` and never mutated here. ``memo`` (one per model): passes
+    idle for the first signature are skipped for the later ones (``SpecializeMemo``).
     """
     # Top-level nodes are copied (cheap: attrs and subgraphs stay shared) so that the passes
     # below may rewrite them; the compiled graph itself never changes.
@@ -225,7 +240,14 @@ def specialize(graph: Graph, shapes: Sequence[tuple[int, ...] | None],
     else:
         # control flow is gone (If inlined): the flat graph gets the fusion passes again
         off = [p for p in g.metadata.get("disabled_passes", "").split(",") if p]
-        g = run_pipeline(g, PassContext(options={"disabled_passes": off}), SPECIALIZE_PIPELINE)
+        if memo is not None and memo.idle is not None:
+            off += sorted(memo.idle)
+        changed: dict[str, bool] = {}
+        g = run_pipeline(g, PassContext(options={"disabled_passes": off}), SPECIALIZE_PIPELINE, changed)
+        if memo is not None and memo.idle is None:
+            memo.idle = frozenset(n for n in SKIPPABLE_WHEN_IDLE if not changed.get(n, True))
+    if memo is not None:
+        memo.specialized += 1
     for name in values or {}:
         # the feed still arrives through the input slot; keeping it constant would hide a wrong feed
         g.initializers.pop(name, None)

@@ -4,22 +4,25 @@ A ``Plan`` turns the graph into a flat list of steps over integer slots (no dict
 name handling per node at run time): ``(kernel, input slots, output slots, attrs, slots to
 release, scoped)``. Intermediate tensors are released right after their last reader, so
 memory follows the memory plan's lifetimes. ``Executor`` specialises the model per concrete
-input signature (shapes fold into constants, shape subgraphs disappear) and caches the plans.
+input signature (shapes fold into constants, shape subgraphs disappear) and caches the plans
+in a least-recently-used cache bounded by bytes (``ge/plan_cache.py``); signatures its policy
+does not specialise run on one shape-generic plan of the compiled graph (docs/dynamic-shapes.md).
 """
 
 from __future__ import annotations
 
 import threading
 import time
-from collections import OrderedDict
 from collections.abc import Callable, Sequence
-from typing import Any
+from typing import Any, NamedTuple
 
 import numpy as np
 
+from pycann.config import PlanCacheConfig, PlanPolicy
 from pycann.dtypes import to_numpy
 from pycann.errors import KernelError, PycannError
 from pycann.ge.ir import Graph, free_names, node_reads
+from pycann.ge.plan_cache import CacheStats, PlanCache
 from pycann.ge.planning.candidates import INPLACE, arena_candidates, inplace_candidates
 from pycann.ge.planning.memory import MemoryPlan, plan_memory
 from pycann.ops.prepared import PREPARE
@@ -33,7 +36,11 @@ NORMAL, SCOPED, ARENA = 0, 1, 2
 _RELEASE_EVERY = 16 << 20  # bytes of packed weights between two releases of the mapped .om pages
 # (arena offset, dtype, logical shape, stored channels-last)
 ViewSpec = tuple[int, np.dtype, tuple[int, ...], bool]
-__all__ = ["ARENA", "INPLACE", "NORMAL", "SCOPED", "Executor", "Plan", "arena_candidates", "inplace_candidates"]
+__all__ = ["ARENA", "INPLACE", "NORMAL", "SCOPED", "CachedPlan", "Executor", "Plan", "arena_candidates",
+           "inplace_candidates"]
+# ops whose graphs gain most from plans specialised per shape (channels-last chains, arenas,
+# bound convolutions): with PlanPolicy.AUTO every new signature of such a graph is specialised
+_VISION_OPS = frozenset({"Conv", "ConvTranspose", "FusedConv", "FusedConvTranspose"})
 
 
 class Arena:
@@ -75,6 +82,8 @@ class Plan:
         self.arena_layout: list[list[ViewSpec]] = []
         self.arena_bytes = memory.peak_bytes if memory is not None else 0
         self._arenas: list[Arena] = []
+        self.arenas_made = 0  # arenas allocated (one per concurrent run): counted in ``nbytes``
+        self.const_bytes = 0  # constants this plan owns (folded for its shapes; set by Executor)
         self._arena_lock = threading.Lock()
         self.nodes = list(graph.nodes)
         self.subplans: dict[int, dict[str, Plan]] = {}
@@ -200,12 +209,33 @@ class Plan:
         shape = tuple(int(x) for x in d.shape or ())  # type: ignore[union-attr, arg-type]
         return memory.offsets[name][0], to_numpy(d.dtype), shape, nhwc and len(shape) == 4
 
+    @property
+    def nbytes(self) -> int:
+        """Bytes this plan holds beyond the model: arenas, folded constants and what its bound
+        kernels own (``plan_bytes``: e.g. Winograd-transformed weights). Shared packed weights
+        (``onednn_packed``) belong to the model and are not counted."""
+        own = sum(int(getattr(step[0], "plan_bytes", 0)) for step in self.steps)
+        arenas = max(self.arenas_made, 1) if self.arena_layout else 0  # (the first run's, before it runs)
+        return self.arena_bytes * arenas + self.const_bytes + own
+
+    def close(self) -> None:
+        """Drop the arenas, bound kernels and generated code (the plan was evicted): their native
+        memory (oneDNN primitives, arena buffers) goes with the last reference. A run still in
+        flight on another thread finishes on the objects it already holds."""
+        with self._arena_lock:
+            self._arenas = []
+        self.steps = []
+        self._fast = None
+        self.template = []
+        self.subplans = {}
+
     def _take_arena(self) -> Arena | None:
         if not self.arena_layout:
             return None
         with self._arena_lock:
             if self._arenas:
                 return self._arenas.pop()
+            self.arenas_made += 1
         return Arena(self.arena_bytes, self.arena_layout)
 
     def _give_back(self, arena: Arena | None) -> None:
@@ -382,6 +412,20 @@ def _off_arena(o: Any, buffer: np.ndarray) -> Any:
 Signature = tuple[tuple[tuple[int, ...], str], ...]
 
 
+class CachedPlan(NamedTuple):
+    """A specialised plan with its full memory plan (what ``Executor.plan_for`` returns)."""
+
+    plan: Plan
+    memory: MemoryPlan | None
+
+    @property
+    def nbytes(self) -> int:
+        return self.plan.nbytes
+
+    def close(self) -> None:
+        self.plan.close()
+
+
 class Executor:
     """Runs a compiled graph; specialises and caches a ``Plan`` per input signature.
 
@@ -390,6 +434,11 @@ class Executor:
     Scalar integer/bool inputs are *control inputs*: their values join the signature, so a
     model that branches on them (Silero's sample rate) gets one flat plan per value. An input
     that shows more than ``MAX_CONTROL_VALUES`` distinct values stops being one.
+
+    ``config`` bounds the plan cache (bytes, plans) and sets the policy (``PlanPolicy``): which
+    new signatures ``run`` specialises and which run on the shape-generic plan. ``plan_for``
+    always specialises (gears, tools and tests ask for the plan of given shapes). ``memo``, when
+    given, is passed to ``specialize`` as its fourth argument (``compiler.SpecializeMemo``).
     """
 
     MAX_CONTROL_VALUES = 4
@@ -398,14 +447,23 @@ class Executor:
         self,
         graph: Graph,
         specialize: Callable[..., Graph] | None = None,
-        cache_size: int = 16,
+        cache_size: int | None = None,
+        config: PlanCacheConfig | None = None,
+        memo: Any = None,
     ) -> None:
         self.graph = graph
         self._specialize = specialize
-        self._cache: OrderedDict[Signature, tuple[Plan, MemoryPlan]] = OrderedDict()
-        self._cache_size = cache_size
+        cfg = config or PlanCacheConfig()
+        if cache_size is not None:
+            cfg = PlanCacheConfig(cfg.max_bytes, cache_size, cfg.policy)
+        self._cache: PlanCache[CachedPlan] = PlanCache(cfg)
         self._lock = threading.Lock()
         self._generic: Plan | None = None
+        self._generic_failed = False
+        self._memo: Any = memo  # (compiler.SpecializeMemo: the executor does not import the compiler)
+        # graphs whose inputs are all static have one signature: specialise it whatever the policy
+        self._static = all(getattr(graph.descs.get(n), "is_static", False) for n in graph.inputs)
+        self._vision = is_vision(graph)
         # control input index -> scalar values seen so far (None once it varies too much to specialise)
         self._control: dict[int, set[Any] | None] = {
             i: set() for i, name in enumerate(graph.inputs) if _is_control(graph.descs.get(name))
@@ -436,38 +494,93 @@ class Executor:
             used.append(i)
         return tuple(sig), used
 
+    def _build(self, sig: Signature, used: list[int], feeds: Sequence[Any]) -> CachedPlan:
+        """Specialise, plan and cache the plan of ``sig`` (lock held by the caller)."""
+        assert self._specialize is not None
+        shapes = [tuple(x.shape) if isinstance(x, np.ndarray) else None for x in feeds]
+        values = {self.graph.inputs[i]: feeds[i].copy() for i in used}
+        g = self._specialize(self.graph, shapes, values, self._memo) if self._memo is not None \
+            else self._specialize(self.graph, shapes, values)
+        arena = plan_memory(g, only=arena_candidates(g), share=inplace_candidates(g))
+        plan = Plan(g, memory=arena, release=self.release_pages)
+        base = self.graph.initializers
+        plan.const_bytes = sum(v.nbytes for k, v in g.initializers.items()
+                               if base.get(k) is not v and isinstance(v, np.ndarray))
+        hit = CachedPlan(plan, plan_memory(g))
+        self._cache.put(sig, hit)
+        return hit
+
     def plan_for(self, feeds: Sequence[np.ndarray]) -> tuple[Plan, MemoryPlan | None]:
-        """The plan for these inputs' shapes and dtypes (built on first use)."""
+        """The plan specialised for these inputs' shapes and dtypes (built on first use)."""
         if self._specialize is None:
-            if self._generic is None:
-                self._generic = Plan(self.graph)
-            return self._generic, None
+            return self.generic_plan(), None
         sig, used = self._signature(feeds)
         hit = self._cache.get(sig)
         if hit is not None:
             return hit
         with self._lock:
-            hit = self._cache.get(sig)
-            if hit is None:
-                shapes = [tuple(x.shape) if isinstance(x, np.ndarray) else None for x in feeds]
-                values = {self.graph.inputs[i]: feeds[i].copy() for i in used}
-                g = self._specialize(self.graph, shapes, values)
-                arena = plan_memory(g, only=arena_candidates(g), share=inplace_candidates(g))
-                hit = (Plan(g, memory=arena, release=self.release_pages),
-                       plan_memory(g))
-                self._cache[sig] = hit
-                while len(self._cache) > self._cache_size:
-                    self._cache.popitem(last=False)
-            return hit
+            hit = self._cache.peek(sig)
+            return hit if hit is not None else self._build(sig, used, feeds)
+
+    def generic_plan(self) -> Plan:
+        """The plan of the compiled graph as it is: shapes resolved by each kernel at run time
+        (no arena, no prepared kernels), built once and shared by every signature."""
+        if self._generic is None:
+            with self._lock:
+                if self._generic is None:
+                    self._generic = Plan(self.graph)
+        return self._generic
+
+    def _specialises(self) -> bool:
+        """Whether a new signature gets its own plan (``PlanPolicy``; docs/dynamic-shapes.md)."""
+        policy = self._cache.config.policy
+        if self._static or self._generic_failed or policy is PlanPolicy.SPECIALIZE:
+            return True
+        if policy is PlanPolicy.GENERIC:
+            return False
+        return self._vision or self._cache.built == 0
 
     def run(self, feeds: Sequence[np.ndarray]) -> list[np.ndarray]:
         """Run with inputs in graph-input order; returns outputs in graph-output order."""
-        plan, _ = self.plan_for(feeds)
-        return plan.run(feeds)
+        if self._specialize is None:
+            return self.generic_plan().run(feeds)
+        sig, used = self._signature(feeds)
+        hit = self._cache.get(sig)
+        if hit is None:
+            if not self._specialises():
+                return self._run_generic(feeds)
+            with self._lock:
+                hit = self._cache.peek(sig) or self._build(sig, used, feeds)
+        plan = hit.plan
+        made = plan.arenas_made
+        outs = plan.run(feeds)
+        if plan.arenas_made != made:
+            self._cache.refresh_bytes()  # a concurrent run added an arena: re-check the bound
+        return outs
+
+    def _run_generic(self, feeds: Sequence[np.ndarray]) -> list[np.ndarray]:
+        """A run on the shape-generic plan; a graph it cannot run (a kernel that needs constant
+        shapes) is specialised from then on."""
+        self._cache.generic_runs += 1
+        try:
+            return self.generic_plan().run(feeds)
+        except PycannError:
+            self._generic_failed = True
+            self._cache.generic_runs -= 1
+            return self.run(feeds)
 
     def cache_len(self) -> int:
-        """How many specialised plans are cached (grows when a new input signature is planned)."""
+        """How many specialised plans are cached now."""
         return len(self._cache)
+
+    def stats(self) -> CacheStats:
+        """The plan cache's counters (hits, misses, plans built, evictions, bytes held)."""
+        return self._cache.stats()
+
+
+def is_vision(graph: Graph) -> bool:
+    """The graph has convolutions: ``PlanPolicy.AUTO`` specialises each of its input signatures."""
+    return any(n.op_type in _VISION_OPS for n in graph.nodes)
 
 
 def _is_control(d: Any) -> bool:

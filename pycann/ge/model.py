@@ -15,13 +15,15 @@ from typing import Any
 
 import numpy as np
 
+from pycann.config import PlanCacheConfig, plan_cache_config
 from pycann.dtypes import TensorDesc, dtype_name, from_numpy, to_numpy
 from pycann.errors import InputError
 from pycann.ge.aipp.dynamic import DynamicAipp, Params
-from pycann.ge.compiler import CompiledModel, compile_model, specialize
+from pycann.ge.compiler import CompiledModel, SpecializeMemo, compile_model, specialize
 from pycann.ge.executor import Executor
 from pycann.ge.gears import GearTable
 from pycann.ge.ir import Graph
+from pycann.ge.plan_cache import CacheStats
 from pycann.profiler import hooks
 from pycann.runtime.host_allocator import keep_freed_memory
 
@@ -83,7 +85,8 @@ class LoadedModel:
     """Runs a compiled graph. Thread-safe: several threads may call ``run`` at once."""
 
     def __init__(
-        self, graph: Graph, manifest: Mapping[str, Any] | None = None, path: str = "", *, precompile: bool = True
+        self, graph: Graph, manifest: Mapping[str, Any] | None = None, path: str = "", *, precompile: bool = True,
+        plan_cache: PlanCacheConfig | None = None,
     ) -> None:
         self.graph = graph
         self.manifest = dict(manifest or {})
@@ -101,28 +104,34 @@ class LoadedModel:
         n_gears = len(self.gears.profiles) if self.gears else 0
         self._release_pages: Callable[[], None] | None = None  # set by from_file (mapped .om weights)
         keep_freed_memory()  # the CPU device keeps freed host memory for the next run (no page faults)
-        self.executor = Executor(graph, specialize, cache_size=max(16, n_gears + 4))
+        # plan cache bounds and policy: ``plan_cache``, else PYCANN_PLAN_CACHE_* (pycann/config.py);
+        # every gear's plan fits whatever the bound
+        cfg = plan_cache or plan_cache_config()
+        if cfg.max_plans < n_gears + 1:
+            cfg = PlanCacheConfig(cfg.max_bytes, n_gears + 1, cfg.policy)
+        self.executor = Executor(graph, specialize, config=cfg, memo=SpecializeMemo())
         if precompile and self.gears is not None:
             self.precompile_gears()
         hooks.on_model_load(self)  # model name for profiles/dumps; PYCANN_PROFILE_DIR (msprof) starts a profiler
 
     @classmethod
-    def from_file(cls, path: str | os.PathLike[str]) -> LoadedModel:
-        """Load an .om (or compile an .onnx in memory). Raises ``OmFormatError`` for bad files."""
+    def from_file(cls, path: str | os.PathLike[str], plan_cache: PlanCacheConfig | None = None) -> LoadedModel:
+        """Load an .om (or compile an .onnx in memory). Raises ``OmFormatError`` for bad files.
+        ``plan_cache``: bounds and policy of the plan cache (default: ``config.plan_cache_config()``)."""
         p = os.fspath(path)
         if p.lower().endswith(".onnx"):
             cm = compile_model(p)
-            return cls(cm.graph, cm.manifest, p)
+            return cls(cm.graph, cm.manifest, p, plan_cache=plan_cache)
         from pycann.ge.om import load_om
 
         om = load_om(p)
-        model = cls(om.graph, om.manifest, p)
+        model = cls(om.graph, om.manifest, p, plan_cache=plan_cache)
         model._release_pages = model.executor.release_pages = om.release_pages
         return model
 
     @classmethod
-    def from_compiled(cls, cm: CompiledModel) -> LoadedModel:
-        return cls(cm.graph, cm.manifest)
+    def from_compiled(cls, cm: CompiledModel, plan_cache: PlanCacheConfig | None = None) -> LoadedModel:
+        return cls(cm.graph, cm.manifest, plan_cache=plan_cache)
 
     def _static_signature(self) -> list[tuple[np.dtype, tuple[int, ...]]] | None:
         """(dtype, shape) of every input when all are static tensors (no gears, dynamic AIPP or
@@ -210,26 +219,45 @@ class LoadedModel:
 
     def run(self, feeds: Sequence[Any]) -> list[np.ndarray]:
         """Run with inputs in model order; returns outputs in model order."""
-        plans = self.executor.cache_len()
+        built = self.executor._cache.built
         outs = self.executor.run(self.check_feeds(feeds))
-        if self._release_pages is not None and self.executor.cache_len() != plans:
+        if self._release_pages is not None and self.executor._cache.built != built:
             # a new plan packed its weights (oneDNN layouts): the mapped originals can leave
             # the resident set; pages numpy kernels still read come back on the next run
             self._release_pages()
         # Never hand out the model's own constant memory (read-only, shared between runs).
         return [_owned(o) for o in outs]
 
+    def plan_cache_stats(self) -> CacheStats:
+        """Counters of the plan cache: hits, misses, plans built, generic runs, evictions, bytes."""
+        return self.executor.stats()
+
     def run_dict(self, feeds: Mapping[str, Any]) -> list[np.ndarray]:
         """Run with inputs by name. Raises ``InputError`` naming missing or unknown inputs."""
         names = [i.name for i in self.inputs]
         unknown = [k for k in feeds if k not in names]
         missing = [n for n in names if n not in feeds]
+        if unknown and not missing:
+            from pycann.ge.overrides import overridable  # only a feed naming a non-input gets here
+
+            if set(unknown) <= overridable(self.graph):
+                return self._overriding(unknown).run_dict(feeds)  # ONNX: a feed overrides an initializer
         if unknown or missing:
             raise InputError(
                 f"input names do not match the model: unknown {unknown}, missing {missing}; "
                 f"the model's inputs are {names}"
             )
         return self.run([feeds[n] for n in names])
+
+    def _overriding(self, names: Sequence[str]) -> LoadedModel:
+        """The model with the initializers ``names`` as inputs (pycann.ge.overrides; cached)."""
+        from pycann.ge.overrides import with_inputs
+
+        key = tuple(sorted(names))
+        variants = self.__dict__.setdefault("_variants", {})
+        if key not in variants:
+            variants[key] = LoadedModel(with_inputs(self.graph, key), self.manifest, self.path)
+        return variants[key]  # type: ignore[no-any-return]
 
     def timed_run(self, feeds: Sequence[Any]) -> tuple[list[np.ndarray], float]:
         t0 = time.perf_counter()

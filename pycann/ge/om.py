@@ -59,8 +59,9 @@ from typing import IO, Any
 import numpy as np
 
 from pycann import __version__
-from pycann.errors import OmFormatError
+from pycann.errors import OmFormatError, OmInvalidModelError
 from pycann.ge.ir.graph import Graph
+from pycann.ge.om_check import OmInvalid, check_graph, check_manifest
 from pycann.ge.serialize import MalformedManifest, decode_graph, encode_graph
 
 MAGIC = b"PYCANNOM"
@@ -262,9 +263,10 @@ def _parse_manifest(raw: bytes | memoryview, h: _Header, what: str) -> dict[str,
     return body
 
 
-def _load(buf: Any, h: _Header, what: str, verify: bool, path: Path | None) -> OmModel:
+def _load(buf: Any, h: _Header, what: str, verify: bool, path: Path | None, validate: bool = True) -> OmModel:
     """Decode an .om held in ``buf`` (an mmap or read-only memoryview) whose header ``h`` has
-    been validated; the arrays are views of ``buf``."""
+    been validated; the arrays are views of ``buf``. ``validate`` runs ``om_check`` on the
+    graph and manifest."""
     with memoryview(buf) as mv:  # slicing a memoryview does not copy, slicing an mmap would
         body = _parse_manifest(mv[h.manifest_offset : h.manifest_offset + h.manifest_length], h, what)
         if verify and zlib.crc32(mv[h.weights_offset : h.file_length]) != h.weights_crc:
@@ -284,14 +286,22 @@ def _load(buf: Any, h: _Header, what: str, verify: bool, path: Path | None) -> O
         graph = decode_graph(body.pop("graph"), get)
     except (MalformedManifest, KeyError, TypeError, ValueError, AttributeError, RecursionError) as e:
         raise OmFormatError(f"{what} is corrupted (malformed manifest: {type(e).__name__}: {e}); {_REBUILD}") from None
+    if validate:
+        try:
+            check_graph(graph)
+            check_manifest(body, graph)
+        except OmInvalid as e:
+            raise OmInvalidModelError(f"{what} is not a valid model: {e}; {_REBUILD}") from None
     return OmModel(graph=graph, manifest=body, weights_bytes=h.weights_length, path=path)
 
 
-def load_om(path: str | Path, *, verify: bool = True) -> OmModel:
+def load_om(path: str | Path, *, verify: bool = True, validate: bool = True) -> OmModel:
     """Load a pycann .om, memory-mapping its weights (read-only, no copy).
 
     ``verify=False`` skips the CRC over the weights section (the header and manifest are always
-    checked). Raises ``OmFormatError`` for truncated, corrupted, foreign, Huawei-built or
+    checked). ``validate=False`` skips ``pycann.ge.om_check`` (graph structure, known ops,
+    attribute kinds, manifest field types): only for tools that read a container whose graph
+    is not meant to run. Raises ``OmFormatError`` for truncated, corrupted, foreign, Huawei-built or
     incompatible-version files; ``OSError`` if the file cannot be opened.
     """
     path = Path(path)
@@ -300,7 +310,7 @@ def load_om(path: str | Path, *, verify: bool = True) -> OmModel:
         h = _parse_header(f.read(HEADER_SIZE), os.fstat(f.fileno()).st_size, what)
         mm = mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ)  # stays valid after f closes
     try:
-        om = _load(mm, h, what, verify, path)
+        om = _load(mm, h, what, verify, path, validate)
     except BaseException:
         try:
             mm.close()
@@ -328,11 +338,11 @@ def _releaser(mm: mmap.mmap) -> Callable[[], None]:
     return release
 
 
-def loads_om(data: bytes, *, verify: bool = True) -> OmModel:
-    """Load a pycann .om from memory; weights are read-only views of ``data``."""
+def loads_om(data: bytes, *, verify: bool = True, validate: bool = True) -> OmModel:
+    """Load a pycann .om from memory (as ``load_om``); weights are read-only views of ``data``."""
     buf = memoryview(data).toreadonly().cast("B")
     what = "the given .om bytes"
-    return _load(buf, _parse_header(bytes(buf[:HEADER_SIZE]), len(buf), what), what, verify, None)
+    return _load(buf, _parse_header(bytes(buf[:HEADER_SIZE]), len(buf), what), what, verify, None, validate)
 
 
 def peek_header(path: str | Path, *, manifest: bool = True) -> dict[str, Any]:

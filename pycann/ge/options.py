@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from pycann.dtypes import OUTPUT_TYPE, Dim
 from pycann.errors import OptionError
+
+if TYPE_CHECKING:  # pycann.dtypes loads ml_dtypes (~1 s): atc checks options without it
+    from pycann.dtypes import Dim
 
 SOC_VERSIONS = (
     "Ascend310", "Ascend310P1", "Ascend310P3", "Ascend310B1", "Ascend310B4", "Ascend910A", "Ascend910B",
@@ -56,6 +58,8 @@ class CompileOptions:
     # high_performance lets 3x3 convs use Winograd; high_precision keeps the direct algorithm.
     op_select_implmode: str = "high_performance"
     optypelist_for_implmode: list[str] = field(default_factory=list)
+    # ConstantFolding keeps results larger than this (bytes) as nodes (passes/constant_folding.py)
+    fold_max_bytes: int = 128 << 20
 
     def to_json(self) -> dict[str, Any]:
         return asdict(self)
@@ -107,6 +111,8 @@ def parse_out_nodes(text: str) -> list[tuple[str, int]]:
 def parse_output_type(text: str) -> dict[str, int]:
     """``"FP16"`` -> {"": FLOAT16}; ``"node:0:FP16;n2:1:FP32"`` -> per output."""
     def dt(name: str) -> int:
+        from pycann.dtypes import OUTPUT_TYPE
+
         if name.upper() not in OUTPUT_TYPE:
             raise OptionError(
                 f"E10001: value [{name}] of --output_type is invalid: use one of {', '.join(OUTPUT_TYPE)}"

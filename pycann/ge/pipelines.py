@@ -11,6 +11,7 @@ from typing import Any
 from pycann.ge.ir import Graph, verify
 from pycann.ge.passes import (
     cancel_transpose,
+    canonicalize,
     constant_folding,
     dead_code,
     fold_conv_affine,
@@ -21,6 +22,7 @@ from pycann.ge.passes import (
     fuse_gelu,
     fuse_layernorm,
     fuse_matmul_bias,
+    fuse_qdq,
     fuse_rmsnorm,
     fuse_softmax,
     infer_shapes,
@@ -35,8 +37,14 @@ PassFn = Callable[[Graph, PassContext], PassResult]
 # (name, run) in order. Inference runs again after rewrites so descs stay exact.
 COMPILE_PIPELINE: list[tuple[str, PassFn]] = [
     (infer_shapes.name, infer_shapes.run),
+    # before ConstantFolding, which would dequantise the int8 weights into float ones
+    (fuse_qdq.name, fuse_qdq.run),
     (constant_folding.name, constant_folding.run),
     (dead_code.name, dead_code.run),
+    # one spelling per computation (Sum -> Add, Div by constant -> Mul, Gemm -> MatMul + Add, Pad into
+    # Conv, hard activations), so the folds and fusions below match graphs from every exporter
+    (canonicalize.name, canonicalize.run),
+    (infer_shapes.name, infer_shapes.run),
     (fold_conv_bn.name, fold_conv_bn.run),
     (fold_conv_affine.name, fold_conv_affine.run),
     # a bias Add folded into a ConvTranspose can expose a BatchNormalization behind it (PP-OCR det)
@@ -68,6 +76,9 @@ COMPILE_PIPELINE: list[tuple[str, PassFn]] = [
 SPECIALIZE_PIPELINE: list[tuple[str, PassFn]] = [
     (dead_code.name, dead_code.run),
     (infer_shapes.name, infer_shapes.run),
+    # concrete shapes let rank-dependent rewrites (Gemm, Flatten) apply
+    (canonicalize.name, canonicalize.run),
+    (infer_shapes.name, infer_shapes.run),
     (cancel_transpose.name, cancel_transpose.run),
     (fuse_conv_act.name, fuse_conv_act.run),
     (fuse_matmul_bias.name, fuse_matmul_bias.run),
@@ -81,6 +92,11 @@ SPECIALIZE_PIPELINE: list[tuple[str, PassFn]] = [
 
 # Passes that may not be switched off: the rest of the stack relies on their results.
 REQUIRED_PASSES = {infer_shapes.name, precision.name}
+# Passes of SPECIALIZE_PIPELINE that a model's later signatures skip when they changed nothing
+# for its first one (compiler.SpecializeMemo): rewrites whose matches rarely depend on the sizes.
+# KernelSelection and LayoutSelection always run (their choices depend on the shapes).
+SKIPPABLE_WHEN_IDLE = frozenset({dead_code.name, cancel_transpose.name, fuse_conv_act.name,
+                                 fuse_matmul_bias.name, fuse_elementwise.name})
 
 
 def _dumper() -> Any:
@@ -93,9 +109,11 @@ def _dumper() -> Any:
     return export.pipeline_dumper()
 
 
-def run_pipeline(graph: Graph, ctx: PassContext, pipeline: list[tuple[str, PassFn]] | None = None) -> Graph:
+def run_pipeline(graph: Graph, ctx: PassContext, pipeline: list[tuple[str, PassFn]] | None = None,
+                 changed: dict[str, bool] | None = None) -> Graph:
     """Run ``pipeline`` (default ``COMPILE_PIPELINE``); logs one line per pass to ``ctx.log``.
-    With ``DUMP_GE_GRAPH`` set, writes the graph around each pass (``ge/export.py``)."""
+    With ``DUMP_GE_GRAPH`` set, writes the graph around each pass (``ge/export.py``).
+    ``changed``, when given, receives per pass name whether any of its runs changed the graph."""
     disabled = set(ctx.options.get("disabled_passes", ()))
     dump = _dumper()
     for name, fn in pipeline or COMPILE_PIPELINE:
@@ -108,6 +126,8 @@ def run_pipeline(graph: Graph, ctx: PassContext, pipeline: list[tuple[str, PassF
         t0 = time.perf_counter()
         res = fn(graph, ctx)
         graph = res.graph
+        if changed is not None:
+            changed[name] = changed.get(name, False) or bool(res.changed)
         if dump is not None:
             dump.after(graph, name)
         ms = (time.perf_counter() - t0) * 1e3

@@ -255,27 +255,68 @@ def encode_graph(graph: Graph, put: PutTensor) -> dict[str, Any]:
     }
 
 
+def _field(obj: dict[str, Any], key: str, kind: type, where: str, default: Any = None) -> Any:
+    """``obj[key]`` checked to be a ``kind`` (a missing key gives ``default`` when there is one)."""
+    if key not in obj and default is not None:
+        return default
+    if key not in obj:
+        raise MalformedManifest(f"{where} has no '{key}'")
+    v = obj[key]
+    if not isinstance(v, kind) or isinstance(v, bool) and kind is not bool:
+        raise MalformedManifest(f"{where} '{key}' is {type(v).__name__}, expected {kind.__name__}")
+    return v
+
+
+def _names(obj: dict[str, Any], key: str, where: str, default: Any = None) -> list[str]:
+    v = _field(obj, key, list, where, default)
+    if not all(isinstance(x, str) for x in v):
+        raise MalformedManifest(f"{where} '{key}' holds a non-string name")
+    return list(v)
+
+
+def _decode_node(n: Any, get: GetTensor, i: int) -> Node:
+    if not isinstance(n, dict):
+        raise MalformedManifest(f"node {i} is {type(n).__name__}, expected an object")
+    where = f"node {i} ({n.get('name', '')!s:.40})"
+    attrs = _field(n, "attrs", dict, where)
+    return Node(
+        op_type=_field(n, "op_type", str, where), inputs=_names(n, "inputs", where),
+        outputs=_names(n, "outputs", where),
+        attrs={k: decode_attr(v, get) for k, v in attrs.items()},
+        name=_field(n, "name", str, where, ""), domain=_field(n, "domain", str, where, ""),
+        opset=_int(n.get("opset", 0), "opset"), origin=_names(n, "origin", where, []),
+    )
+
+
 def decode_graph(obj: dict[str, Any], get: GetTensor) -> Graph:
-    """``Graph`` for a dict written by ``encode_graph``. Raises ``MalformedManifest`` (or
-    ``KeyError``/``TypeError`` on a missing or mistyped field)."""
+    """``Graph`` for a dict written by ``encode_graph``. Raises ``MalformedManifest`` naming the
+    first missing or mistyped field (structure is checked by ``pycann.ge.om_check``)."""
     if not isinstance(obj, dict):
         raise MalformedManifest("graph entry is not an object")
-    nodes = [
-        Node(
-            op_type=n["op_type"], inputs=list(n["inputs"]), outputs=list(n["outputs"]),
-            attrs={k: decode_attr(v, get) for k, v in n["attrs"].items()},
-            name=n.get("name", ""), domain=n.get("domain", ""), opset=_int(n.get("opset", 0), "opset"),
-            origin=list(n.get("origin", [])),
-        )
-        for n in obj["nodes"]
-    ]
+    where = f"graph '{obj.get('name', 'main')!s:.40}'"
+    inits: dict[str, np.ndarray] = {}
+    for i in _field(obj, "initializers", list, where, []):
+        if not isinstance(i, dict) or not isinstance(i.get("name"), str):
+            raise MalformedManifest(f"{where}: an initializer entry has no name")
+        inits[i["name"]] = decode_tensor(i, get)
+    descs = _field(obj, "descs", dict, where, {})
+    if not all(isinstance(d, dict) for d in descs.values()):
+        raise MalformedManifest(f"{where}: a tensor description is not an object")
     return Graph(
-        nodes=nodes,
-        inputs=list(obj["inputs"]),
-        outputs=list(obj["outputs"]),
-        initializers={i["name"]: decode_tensor(i, get) for i in obj.get("initializers", [])},
-        descs={k: _decode_desc(d) for k, d in obj.get("descs", {}).items()},
-        name=obj.get("name", "main"),
-        opsets={d: _int(v, "opset") for d, v in obj.get("opsets", {}).items()},
-        metadata=dict(obj.get("metadata", {})),
+        nodes=[_decode_node(n, get, i) for i, n in enumerate(_field(obj, "nodes", list, where))],
+        inputs=_names(obj, "inputs", where),
+        outputs=_names(obj, "outputs", where),
+        initializers=inits,
+        descs={k: _decode_desc(d) for k, d in descs.items()},
+        name=_field(obj, "name", str, where, "main"),
+        opsets={d: _int(v, "opset") for d, v in _field(obj, "opsets", dict, where, {}).items()},
+        metadata=_metadata(_field(obj, "metadata", dict, where, {}), where),
     )
+
+
+def _metadata(md: dict[str, Any], where: str) -> dict[str, str]:
+    """Graph metadata holds strings only (ONNX metadata_props; pycann's own keys are strings too)."""
+    bad = [k for k, v in md.items() if not isinstance(v, str)]
+    if bad:
+        raise MalformedManifest(f"{where} metadata '{bad[0]}' is {type(md[bad[0]]).__name__}, expected a string")
+    return dict(md)

@@ -53,12 +53,20 @@ def read_fusion_switch_file(path: str) -> list[str]:
         except json.JSONDecodeError as e:
             raise OptionError(f"E10001: --fusion_switch_file [{path}] is not valid JSON: {e}") from None
         on: set[str] = set()
-        for group in doc.get("Switch", {}).values():
+        groups = doc.get("Switch") if isinstance(doc, dict) else None
+        if not isinstance(groups, dict) or not all(isinstance(g, dict) for g in groups.values()):
+            raise OptionError(f"E10001: --fusion_switch_file [{path}]: expected "
+                              '{"Switch": {"GraphFusion": {"PassName": "off"}, "UBFusion": {...}}}')
+        for gname, group in groups.items():
             for name, state in group.items():
+                value = str(state).lower() if isinstance(state, str) else None
+                if value not in ("on", "off"):
+                    raise OptionError(f"E10001: --fusion_switch_file [{path}]: value {json.dumps(state)} of "
+                                      f'"{gname}"."{name}" is invalid: use "on" or "off"')
                 names = _fusion_passes() if name == "ALL" else [name]
-                if str(state).lower() == "off":
+                if value == "off":
                     off.extend(names)
-                elif str(state).lower() == "on" and name != "ALL":
+                elif name != "ALL":
                     on.add(name)  # "ALL": "off" with some "on": only those stay (CANN's use)
         return [n for n in off if n not in on]
     on_txt: set[str] = set()

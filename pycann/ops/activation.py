@@ -23,6 +23,7 @@ from pycann.ops.elementwise import (
     check_types,
 )
 from pycann.ops.opdef import InferContext, OpDef
+from pycann.ops.operand_checks import check_broadcast_to
 from pycann.ops.shape_utils import same_as
 
 Kern = Callable[[Sequence[Any], Mapping[str, Any]], list[np.ndarray]]
@@ -467,6 +468,8 @@ def _infer_clip(ctx: InferContext) -> list[TensorDesc]:
 def _infer_prelu(ctx: InferContext) -> list[TensorDesc]:
     check_types(ctx, NUMERIC)
     check_same_type(ctx, [0, 1])
+    x_desc = ctx.input(0)
+    check_broadcast_to(ctx, 1, "slope", x_desc.shape if x_desc is not None else None)
     shape = broadcast_descs(ctx)
     x = ctx.inputs[0]
     # Unidirectional: slope must broadcast to X without growing it.

@@ -96,7 +96,15 @@ def _infer_where(ctx: InferContext) -> list[TensorDesc]:
 def _infer_mod(ctx: InferContext) -> list[TensorDesc]:
     if ctx.attrs.get("fmod", 0) not in (0, 1):
         raise ctx.fail(f"attribute fmod must be 0 or 1, got {ctx.attrs.get('fmod')}")
+    a = ctx.input(0)
+    if ctx.attrs.get("fmod", 0) == 0 and a is not None and a.dtype in _FLOATS and 0 < ctx.opset < 28:
+        # the ONNX spec (Mod-10/13): "If the input type is floating point, then fmod attribute must be set to 1"
+        raise ctx.fail("a floating-point Mod needs fmod=1 (the ONNX spec; ONNX Runtime refuses fmod=0): set fmod=1 "
+                       "for C fmod semantics, or compute x - floor(x / y) * y for Python's")
     return _typed_broadcast(NUMERIC)(ctx)
+
+
+_FLOATS = frozenset((DType.FLOAT, DType.DOUBLE, DType.FLOAT16, DType.BFLOAT16))
 
 
 def _infer_bitshift(ctx: InferContext) -> list[TensorDesc]:

@@ -31,6 +31,7 @@ from pycann.ops import activation as act_mod
 from pycann.ops.matmul import _float_matmul, _infer_matmul
 from pycann.ops.nn import conv as conv_mod
 from pycann.ops.opdef import InferContext, OpDef
+from pycann.ops.operand_checks import check_broadcast_to
 from pycann.ops.providers import GemmSpec, resolve
 from pycann.ops.providers import available as provider_available
 from pycann.ops.providers.torch_onednn import bf16_conv_fused, bf16_matmul
@@ -173,8 +174,12 @@ def _out_fused_conv(inputs: Sequence[Any], attrs: Mapping[str, Any], outs: Seque
 
 
 def _infer_fused_conv(ctx: InferContext) -> list[TensorDesc]:
+    """Conv's rules (B one per output channel), and the residual Z (input 3) must broadcast to the
+    output, into which it is added in place (a oneDNN binary post-op reads it by pointer)."""
     sub = InferContext(ctx.node, "Conv", ctx.attrs, list(ctx.inputs[:3]), list(ctx.values[:3]), 11, 1)
-    return list(conv_mod._infer_conv(sub))
+    outs = list(conv_mod._infer_conv(sub))
+    check_broadcast_to(ctx, 3, "Z (residual)", outs[0].shape)
+    return outs
 
 
 # ------------------------------------------------------------------------ FusedMatMul

@@ -293,7 +293,8 @@ def _k_onehot(inputs: Inputs, attrs: Attrs) -> list[np.ndarray]:
 def _infer_onehot(ctx: InferContext) -> list[TensorDesc]:
     idx, values = ctx.input(0), ctx.input(2)
     dt = dtype_of(values)
-    depth = const_ints(ctx, 1)
+    d = ctx.value(1)  # any numeric type (the spec): a float depth counts as its integer part
+    depth = None if d is None else [int(v) for v in np.asarray(d).reshape(-1)]
     if depth is not None and len(depth) != 1:
         raise ctx.fail(f"input 'depth' must hold one value, got {depth}")
     if idx is None or idx.shape is None:

@@ -20,6 +20,7 @@ import numpy as np
 
 from pycann.dtypes import Dim, DType, TensorDesc
 from pycann.ops.opdef import InferContext, OpDef
+from pycann.ops.operand_checks import check_vector
 from pycann.ops.providers import GemmSpec, resolve
 from pycann.ops.providers import numpy_blas as _nb
 from pycann.ops.providers.torch_onednn import bf16_matmul
@@ -219,8 +220,16 @@ def _k_matmul_integer(inputs: Sequence[Any], attrs: Mapping[str, Any]) -> list[n
 
 
 def _infer_matmul_integer(ctx: InferContext) -> list[TensorDesc]:
-    """MatMul shape rules, int32 output."""
+    """MatMul shape rules, int32 output; for 2-D A (M, K) and B (K, N), a_zero_point is a scalar or
+    M long (per row, spec), b_zero_point a scalar or N long (per column)."""
     d = _infer_matmul(ctx)[0]
+    a, b = ctx.input(0), ctx.input(1)
+    for i, name, src, axis in ((2, "a_zero_point", a, 0), (3, "b_zero_point", b, 1)):
+        z = ctx.input(i)
+        if src is not None and src.shape is not None and len(src.shape) == 2 and z is not None \
+                and z.shape is not None and len(z.shape) == 1:
+            check_vector(ctx, i, name, src.shape[axis], "one per row of A" if axis == 0 else "one per column of B",
+                         allow_scalar=True)
     return [TensorDesc(int(DType.INT32), d.shape)]
 
 

@@ -279,6 +279,79 @@ def _dnnl_post_ops(attrs: Mapping[str, Any]) -> tuple[bool, Any]:
     return True, unary
 
 
+def nan_guarded(k: Any, unary: Any, w_bound: float, fallback: Kernel, residual: int | None,
+                out_bound: Any = None) -> Any:
+    """``k`` (a bound conv/matmul whose fused activation ``unary`` maps NaN to a number:
+    ``nan_guard.drops_nan``) preceded by the operand check ``nan_guard.pre_bound``; a call it cannot
+    prove safe (a NaN or inf input, values that could overflow) runs ``fallback`` (the generic
+    kernel on the numpy provider: activation in numpy, NaN kept, as ONNX Runtime does). Returns
+    ``k`` itself when its activation keeps NaN. ``residual``: the input index of the residual.
+    ``out_bound(pre_activation_bound) -> bound of the output`` (or None): recorded for the arena
+    view the kernel wrote, so a guarded consumer of it needs no read of its own."""
+    from pycann.ops.providers import nan_guard
+
+    if k is None or not nan_guard.drops_nan(unary):
+        return k
+    pre_bound, record, limit = nan_guard.pre_bound, nan_guard.record, nan_guard._F32_SAFE
+
+    def kernel(inputs: Sequence[Any], attrs: Mapping[str, Any], out: Any = None) -> list[np.ndarray]:
+        r = inputs[residual] if residual is not None and len(inputs) > residual else None
+        bound = pre_bound(inputs[0], w_bound, r)
+        if bound < limit:  # (kernels without ``writes_out`` take no ``out``)
+            ys = k(inputs, attrs) if out is None else k(inputs, attrs, out)
+            if out is not None and ys[0] is out[0]:
+                record(out[0], out_bound(bound) if out_bound is not None and bound > 0.0 else None)
+            return ys  # type: ignore[no-any-return]
+        y = fallback(inputs, attrs)[0]  # a new array: the residual may share the output's buffer
+        if out is not None:
+            record(out[0], None)
+            out[0][...] = y
+            return [out[0]]
+        return [y]
+
+    for name in ("keep", "writes_out", "inplace", "openmp", "impl"):  # what the executor and tests read
+        if hasattr(k, name):
+            setattr(kernel, name, getattr(k, name))
+    kernel.guarded = k  # type: ignore[attr-defined]
+    return kernel
+
+
+def _act_out_bound(attrs: Mapping[str, Any]) -> Any:
+    """``pre-activation bound -> output bound`` for FusedConv/FusedMatMul's activation (None
+    with a post scale/shift: not propagated)."""
+    from pycann.ops import fused
+
+    if fused.post_affine(attrs) is not None:
+        return None
+    act, al, be = fused._act(attrs)
+    if act in ("HardSigmoid", "Sigmoid"):
+        return lambda b: 1.0
+    if act == "Clip":
+        cap = max(abs(al), abs(be))
+        return lambda b: min(b, cap) if al <= 0.0 <= be else cap
+    if act == "Relu":
+        return lambda b: b
+    return None
+
+
+def _conv_fallback(attrs: Mapping[str, Any]) -> Kernel:
+    """The generic (Fused)Conv kernel on the numpy provider (the guard's unfused path)."""
+    from pycann.ops import fused
+
+    plain = {**attrs, "_algo": "numpy:im2col_gemm"}
+    return lambda x, a: fused._k_fused_conv(x, plain)
+
+
+def _guard_conv(k: Any, unary: Any, attrs: Mapping[str, Any], w: np.ndarray, b: np.ndarray | None,
+                residual: bool) -> Any:
+    from pycann.ops.providers import nan_guard
+
+    if k is None or not nan_guard.drops_nan(unary):
+        return k
+    return nan_guarded(k, unary, nan_guard.weight_bound(w, b), _conv_fallback(attrs), 3 if residual else None,
+                       _act_out_bound(attrs))
+
+
 def _conv_dnnl(attrs: Mapping[str, Any], ins: Sequence[TensorDesc | None], w: np.ndarray, b: np.ndarray | None,
                xs: tuple[int, ...], win: Any) -> Kernel | None:
     """A oneDNN C-API conv (``onednn:conv_nhwc``) bound once: primitive, packed weight, bias and
@@ -295,7 +368,8 @@ def _conv_dnnl(attrs: Mapping[str, Any], ins: Sequence[TensorDesc | None], w: np
     out_shape = (xs[0], w.shape[0]) + tuple(win.out)
     if residual and (_static(ins[3]) != out_shape or ins[3].dtype != 1):  # type: ignore[union-attr]
         return None
-    return onednn.bound_conv_nhwc(w, b, int(attrs.get("group", 1)), win, xs, unary, residual)  # type: ignore[no-any-return]
+    return _guard_conv(onednn.bound_conv_nhwc(w, b, int(attrs.get("group", 1)), win, xs, unary, residual), unary, attrs,
+                       w, b, residual)
 
 
 def _conv_wino(attrs: Mapping[str, Any], ins: Sequence[TensorDesc | None], w: np.ndarray, b: np.ndarray | None,
@@ -308,7 +382,7 @@ def _conv_wino(attrs: Mapping[str, Any], ins: Sequence[TensorDesc | None], w: np
             or (b is not None and b.dtype != np.float32):
         return None
     ok, unary = _dnnl_post_ops(attrs)
-    return onednn_wino.bound_conv_winograd(w, b, win, xs, unary) if ok else None
+    return _guard_conv(onednn_wino.bound_conv_winograd(w, b, win, xs, unary), unary, attrs, w, b, False) if ok else None
 
 
 def _matmul(attrs, ins, consts, outs) -> Kernel | None:  # type: ignore[no-untyped-def]
@@ -336,7 +410,18 @@ def _matmul(attrs, ins, consts, outs) -> Kernel | None:  # type: ignore[no-untyp
     k = onednn_matmul.bound_matmul(b, bias, xs, unary, residual)
     if k is None or want != tuple(xs[:-1]) + (b.shape[-1],):
         return None  # (a bias that widens the result, a 1-D B: the generic kernel)
-    return k  # type: ignore[no-any-return]
+    from pycann.ops import fused
+    from pycann.ops.providers import nan_guard
+
+    if not nan_guard.drops_nan(unary):
+        return k  # type: ignore[no-any-return]
+    # |A @ B + bias| <= max|A| * max_n sum_k |B[k, n]| + max|bias|
+    bb = b.reshape(-1, b.shape[-1]) if b.ndim > 1 else b.reshape(-1, 1)
+    wb = float(np.abs(bb.astype(np.float64)).sum(axis=0).max()) if bb.size else 0.0
+    wb += float(np.abs(bias.astype(np.float64)).max()) if bias is not None and bias.size else 0.0
+    plain = {**attrs, "_algo": "numpy:matmul"}
+    return nan_guarded(k, unary, wb, lambda x, a: fused._k_fused_matmul(x, plain), 3 if residual else None,
+                       _act_out_bound(attrs))
 
 
 def _conv_onednn(attrs: Mapping[str, Any], ins: Sequence[TensorDesc | None], w: np.ndarray, b: np.ndarray | None,
@@ -357,7 +442,8 @@ def _conv_onednn(attrs: Mapping[str, Any], ins: Sequence[TensorDesc | None], w: 
     out_shape = (xs[0], w.shape[0]) + tuple(win.out)
     if residual and (_static(ins[3]) != out_shape or ins[3].dtype != 1):  # type: ignore[union-attr]
         return None
-    return torch_onednn.bound_conv_nhwc(w, b, int(attrs.get("group", 1)), win, xs, unary, residual)
+    return _guard_conv(torch_onednn.bound_conv_nhwc(w, b, int(attrs.get("group", 1)), win, xs, unary, residual), unary,
+                       attrs, w, b, residual)
 
 
 PREPARE: dict[tuple[str, str], Prepare] = {

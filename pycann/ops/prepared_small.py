@@ -204,6 +204,7 @@ def _lstm(attrs, ins, consts, outs) -> Kernel | None:  # type: ignore[no-untyped
     rt = np.ascontiguousarray(r[0].T.astype(np.float32))
     bias = None if b is None else (b[0, :g4] + b[0, g4:]).astype(np.float32)
     f32 = np.float32
+    f32_max = f32(np.finfo(f32).max)
     scale = np.concatenate([np.full(3 * hidden, 0.5, f32), np.ones(hidden, f32)])
     shift = np.concatenate([np.full(3 * hidden, 0.5, f32), np.full(hidden, -0.0, f32)])
     row = (hidden,) if batch == 1 else (batch, hidden)  # one batch row: 1-D operands
@@ -220,6 +221,9 @@ def _lstm(attrs, ins, consts, outs) -> Kernel | None:  # type: ignore[no-untyped
         for t in range(seq):
             gates = np.matmul(h, rt)
             gates += xw[t]
+            if bias is not None:  # ORT's gate clipping with a bias: NaN -> +max (rnn.gate_clip)
+                np.fmin(gates, f32_max, out=gates)
+                np.fmax(gates, -f32_max, out=gates)
             gates *= scale
             np.tanh(gates, out=gates)
             gates *= scale

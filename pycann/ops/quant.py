@@ -23,6 +23,7 @@ import numpy as np
 from pycann.dtypes import DType, TensorDesc, dtype_name, from_numpy, to_numpy
 from pycann.ops.nn.conv import _conv, _infer_conv
 from pycann.ops.opdef import InferContext, OpDef
+from pycann.ops.operand_checks import check_vector
 
 # Integer quantized types and their saturation ranges (spec: QuantizeLinear).
 INT_RANGES: dict[int, tuple[int, int]] = {
@@ -306,7 +307,22 @@ def _infer_conv_integer(ctx: InferContext) -> list[TensorDesc]:
     _check_dtype(ctx, 0, "x", _INT8S)
     _check_dtype(ctx, 1, "w", _INT8S)
     shape = _infer_conv(_conv_ctx(ctx, 0, 1))[0].shape
+    _check_conv_params(ctx, 1, (2, "x_zero_point", False), (3, "w_zero_point", True))
     return [TensorDesc(int(DType.INT32), shape)]
+
+
+def _check_conv_params(ctx: InferContext, wi: int, *params: tuple[int, str, bool]) -> None:
+    """Per-tensor parameters are scalars; per-channel ones (``True``) are scalars or 1-D with
+    M = W.shape[0] elements (spec: ConvInteger / QLinearConv; ONNX Runtime refuses others)."""
+    w = ctx.input(wi)
+    m = w.shape[0] if w is not None and w.shape else None
+    for i, name, per_channel in params:
+        if per_channel:
+            check_vector(ctx, i, name, m, "one per output channel of w, or a scalar", allow_scalar=True)
+        else:
+            d = ctx.input(i)
+            if d is not None and d.shape is not None and any(isinstance(v, int) and v != 1 for v in d.shape):
+                raise ctx.fail(f"input {name} has shape {list(d.shape)}; expected a scalar (per-tensor)")
 
 
 def _infer_qlinear_conv(ctx: InferContext) -> list[TensorDesc]:
@@ -314,10 +330,10 @@ def _infer_qlinear_conv(ctx: InferContext) -> list[TensorDesc]:
     _check_dtype(ctx, 0, "x", _INT8S)
     _check_dtype(ctx, 3, "w", _INT8S)
     _check_dtype(ctx, 7, "y_zero_point", _INT8S)
-    for i, name in ((1, "x_scale"), (6, "y_scale"), (2, "x_zero_point"), (7, "y_zero_point")):
-        d = ctx.input(i)
-        if d is not None and d.shape is not None and any(isinstance(v, int) and v != 1 for v in d.shape):
-            raise ctx.fail(f"input {name} has shape {list(d.shape)}; expected a scalar (per-tensor)")
+    _check_conv_params(ctx, 3, (1, "x_scale", False), (6, "y_scale", False), (2, "x_zero_point", False),
+                       (7, "y_zero_point", False), (4, "w_scale", True), (5, "w_zero_point", True))
+    w = ctx.input(3)
+    check_vector(ctx, 8, "B", w.shape[0] if w is not None and w.shape else None, "one int32 per output channel")
     yz, x = ctx.input(7), ctx.input(0)
     dtype = yz.dtype if yz is not None and yz.dtype else (x.dtype if x is not None else 0)
     shape = _infer_conv(_conv_ctx(ctx, 0, 3))[0].shape

@@ -14,6 +14,7 @@ from pycann.ops import (
     aipp,
     cast,
     control,
+    custom,
     elementwise,
     fused,
     fused_deconv,
@@ -25,6 +26,8 @@ from pycann.ops import (
     misc,
     ml,
     quant,
+    quant_conv,
+    quant_matmul,
     reduce,
     sequence,
     string,
@@ -39,6 +42,8 @@ FAMILIES: tuple[ModuleType, ...] = (
     fused,
     fused_deconv,
     quant,
+    quant_conv,
+    quant_matmul,
     math_misc,
     elementwise,
     activation,
@@ -74,12 +79,21 @@ def _build() -> dict[tuple[str, str], list[OpDef]]:
     for fam in FAMILIES:
         for op in fam.OPS:
             table.setdefault((_canon_domain(op.domain), op.op_type), []).append(op)
+    for op in custom.load_ops():  # installed custom ops (ASCEND_CUSTOM_OPP_PATH); built-ins win
+        table.setdefault((_canon_domain(op.domain), op.op_type), [op])
     for defs in table.values():
         defs.sort(key=lambda d: d.since)
     return table
 
 
 REGISTRY: dict[tuple[str, str], list[OpDef]] = _build()
+
+
+def reload_custom_ops() -> None:
+    """Rebuild the table after installing custom ops or changing ASCEND_CUSTOM_OPP_PATH."""
+    table = _build()
+    REGISTRY.clear()
+    REGISTRY.update(table)
 
 
 def lookup(op_type: str, domain: str = "", opset: int | None = None, where: str = "") -> OpDef:

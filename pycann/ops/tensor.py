@@ -35,9 +35,14 @@ def ints(a: Any) -> list[int]:
 
 
 def const_ints(ctx: InferContext, i: int) -> list[int] | None:
-    """Input ``i``'s compile-time value as ints, or None when not a known constant."""
+    """Input ``i``'s compile-time value as ints, or None when not a known constant. Raises
+    ``ShapeError`` for a non-integer tensor (shape, axes, pads, repeats, k are int64 in ONNX)."""
     v = ctx.value(i)
-    return None if v is None else ints(v)
+    if v is None:
+        return None
+    if np.asarray(v).dtype.kind not in "iu":
+        raise ctx.fail(f"input {i} must be an integer tensor (int64), got {np.asarray(v).dtype}")
+    return ints(v)
 
 
 def vec_len(desc: TensorDesc | None) -> int | None:

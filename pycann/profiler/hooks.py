@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import os
 import threading
+import weakref
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from typing import Any, Protocol
@@ -84,6 +85,21 @@ def model_name_of(graph_name: str) -> str:
     return MODEL_NAMES.get(graph_name, graph_name)
 
 
+LOADED: weakref.WeakSet[Any] = weakref.WeakSet()
+"""Models loaded in this process and still alive (the profiler's summary shows their plan caches)."""
+
+
+def plan_cache_lines() -> str:
+    """One line per live model with a plan cache: its counters (``CacheStats.summary``)."""
+    out = []
+    for m in list(LOADED):
+        fn = getattr(m, "plan_cache_stats", None)
+        if fn is not None:
+            name = MODEL_NAMES.get(getattr(getattr(m, "graph", None), "name", "") or "", "?")
+            out.append(f"{name}: {fn().summary()}\n")
+    return "".join(out)
+
+
 def on_model_load(model: Any) -> None:
     """Called by ``LoadedModel.__init__``: register the model's name; the first time, start the
     profiler that ``PYCANN_PROFILE_DIR`` asks for (``pycann.profiler.session.start_from_env``)."""
@@ -92,6 +108,10 @@ def on_model_load(model: Any) -> None:
     gname = getattr(graph, "name", "") or ""
     path = getattr(model, "path", "") or ""
     MODEL_NAMES[gname] = os.path.splitext(os.path.basename(path))[0] if path else gname
+    try:
+        LOADED.add(model)
+    except TypeError:  # (an object without weak references: not listed)
+        pass
     if not _env_checked:
         _env_checked = True
         if os.environ.get(PROFILE_ENV):

@@ -69,7 +69,7 @@ class Profiler:
             self.running = False
             report = analyze(self.collector, self.peaks or machine_peaks())
             self.report = report
-        self.summary_text = render(report, self.top)
+        self.summary_text = render(report, self.top) + hooks.plan_cache_lines()
         if self.output_dir is not None:
             from pycann.profiler.writers import write_all
 

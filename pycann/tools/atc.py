@@ -25,7 +25,7 @@ LOG_LEVELS = ("debug", "info", "warning", "error", "null")
 
 # CANN options pycann accepts but that have no effect on the CPU device (warned about).
 NO_EFFECT = (
-    "weight", "input_shape_range", "input_hint_shape", "is_input_adjust_hw_layout",
+    "input_shape_range", "input_hint_shape", "is_input_adjust_hw_layout",
     "is_output_adjust_hw_layout",
     "enable_scope_fusion_passes", "enable_small_channel", "compression_optimize_conf",
     "enable_compress_weight", "compress_weight_conf", "sparsity", "buffer_optimize",
@@ -56,7 +56,8 @@ def build_parser() -> argparse.ArgumentParser:
     )
     p.add_argument("--mode", type=int, default=0, help="0 compile (default), 1 om/onnx to JSON, 3 pre-check, 6 display om info")
     p.add_argument("--model", help="original model file (.onnx)")
-    p.add_argument("--framework", type=int, help="5 = ONNX (the only framework pycann parses)")
+    p.add_argument("--framework", type=int, help="0 Caffe (with --weight), 3 TensorFlow frozen .pb, 5 ONNX")
+    p.add_argument("--weight", help="--framework=0: the .caffemodel of the --model prototxt")
     p.add_argument("--output", help="output path without suffix; .om is appended")
     p.add_argument("--soc_version", help="target chip, e.g. Ascend310P3, Ascend910B2 (recorded in the .om)")
     p.add_argument("--input_shape", help='"name:n,c,h,w;name2:..." ; -1 = dynamic dim, lo~hi = range')
@@ -64,7 +65,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--dynamic_batch_size", help='"1,2,4,8": batch gears; -1 in the N position of --input_shape')
     p.add_argument("--dynamic_image_size", help='"h1,w1;h2,w2": image-size gears; -1 for H and W in --input_shape')
     p.add_argument("--dynamic_dims", help='"d1,d2;d3,d4": one value per -1 of --input_shape (needs --input_format=ND)')
-    p.add_argument("--input_format", default="NCHW", help="NCHW, NCDHW or ND for ONNX")
+    p.add_argument("--input_format", help="ONNX/Caffe: NCHW (default), ND (NCDHW ONNX); TF: NHWC (default), NCHW, ND")
     p.add_argument("--output_type", help="FP32, FP16, UINT8, INT8, ... or per output node:idx:TYPE;...")
     p.add_argument("--out_nodes", help='"node:0;node2:1": choose outputs and their order')
     p.add_argument("--log", default="null", choices=LOG_LEVELS, help="log level printed to the console")
@@ -90,20 +91,38 @@ def build_parser() -> argparse.ArgumentParser:
     return p
 
 
-def _log_fn(level: str) -> Any:
+def _log_fn(level: str, t0: float) -> Any:
+    """The pass-detail printer for ``--log``: ``info``/``debug`` print each line as it comes with
+    the seconds since atc started; other levels print nothing (CANN's default console shows only
+    the start and success lines)."""
     if level in ("debug", "info"):
-        return lambda line: print(f"[INFO] {line}", flush=True)
+        return lambda line: print(f"[INFO] [{time.perf_counter() - t0:7.3f}s] {line}", flush=True)
     return None
 
 
-def _fusion_switches(path: str) -> list[str]:
-    from pycann.ge.switches import read_fusion_switch_file, switchable_passes, unknown_passes
+def _output_path(args: argparse.Namespace) -> str:
+    """``--output`` with ``.om`` appended, checked writable before any work (E10001 otherwise)."""
+    from pycann.tools.paths import file_problem
 
-    names = read_fusion_switch_file(path)
+    out: str = args.output if args.output.endswith(".om") else args.output + ".om"
+    why = file_problem(out)
+    if why:
+        raise AtcError("E10001", f"Value [{args.output}] for parameter [--output] is invalid. Reason: {why}.")
+    return out
+
+
+def _fusion_switches(path: str) -> list[str]:
+    from pycann.ge.switches import read_fusion_switch_file
+
+    return read_fusion_switch_file(path)
+
+
+def _warn_unknown_passes(names: list[str]) -> None:
+    from pycann.ge.switches import switchable_passes, unknown_passes
+
     for name in unknown_passes(names):
         print(f"[WARNING] --fusion_switch_file: no pass named [{name}] in pycann (ignored); "
               f"passes that can be switched off: {', '.join(switchable_passes())}", flush=True)
-    return names
 
 
 def _aipp_and_gear_options(args: argparse.Namespace) -> dict[str, Any]:
@@ -174,10 +193,15 @@ def _check_model_args(args: argparse.Namespace) -> None:
                        "without offline compilation (docs/acl.md, single-op execution). Compile models with --model.")
     if args.framework is None:
         raise AtcError("E10007", "[--framework] is required. The value must be [0(Caffe) or 1(MindSpore) or 3(TensorFlow) or 5(Onnx)].")
-    if args.framework != 5:
-        raise AtcError("E10001", f"Value [{args.framework}] for parameter [--framework] is invalid. pycann parses ONNX models only: use --framework=5.")
+    if args.framework not in (0, 3, 5):
+        raise AtcError("E10001", f"Value [{args.framework}] for parameter [--framework] is invalid. pycann parses Caffe (0), TensorFlow (3) and ONNX (5) models.")
+    if args.framework == 0 and not args.weight:
+        raise AtcError("E10054", "The required parameter [--weight] for ATC is empty: --framework=0 needs the .caffemodel.")
     if not args.model:
-        raise AtcError("E10054", "The requied parameter [--model] for ATC is empty.")
+        raise AtcError("E10054", "The required parameter [--model] for ATC is empty.")
+    if os.path.isdir(args.model):
+        raise AtcError("E10001", f"Value [{args.model}] for parameter [--model] is invalid. Reason: it is a "
+                       "directory; give the .onnx file.")
     if not os.path.isfile(args.model):
         raise AtcError("E10001", f"Value [{args.model}] for parameter [--model] is invalid. Reason: the file does not exist.")
 
@@ -188,6 +212,10 @@ def _precheck(args: argparse.Namespace) -> None:
     from pycann.ge.precheck import failure_lines, precheck
 
     _check_model_args(args)
+    if args.framework != 5:
+        raise AtcError("E10001", "--mode=3 pre-checks ONNX models; a Caffe/TensorFlow model lists all its "
+                       "unsupported ops at once in --mode=0 (E19010).")
+    _check_file_output(args.check_report, "--check_report")
     report = precheck(args.model, parse_input_shape(args.input_shape) if args.input_shape else None)
     d = os.path.dirname(args.check_report)
     if d:
@@ -202,67 +230,85 @@ def _precheck(args: argparse.Namespace) -> None:
 
 
 def _compile(args: argparse.Namespace, argv: Sequence[str]) -> None:
-    from pycann.ge.compiler import compile_model
-    from pycann.ge.options import (
-        SOC_VERSIONS,
-        CompileOptions,
-        parse_input_shape,
-        parse_out_nodes,
-        parse_output_type,
-    )
+    # Options are checked with light modules first (pycann.ge.options, pycann.ge.switches,
+    # os.path): a typo fails in well under a second, before numpy, onnx and the op table load.
+    from pycann.ge.options import SOC_VERSIONS, check_implmode, parse_input_shape, parse_out_nodes
 
+    t0 = time.perf_counter()
     _check_model_args(args)
     if not args.output:
-        raise AtcError("E10054", "The requied parameter [--output] for ATC is empty.")
+        raise AtcError("E10054", "The required parameter [--output] for ATC is empty.")
     if not args.soc_version:
-        raise AtcError("E10054", "The requied parameter [--soc_version] for ATC is empty. Use e.g. --soc_version=Ascend310P3.")
+        raise AtcError("E10054", "The required parameter [--soc_version] for ATC is empty. Use e.g. --soc_version=Ascend310P3.")
     if args.soc_version not in SOC_VERSIONS:
         raise AtcError("E10001", f"Value [{args.soc_version}] for parameter [--soc_version] is invalid. Supported: {', '.join(SOC_VERSIONS)}.")
-    if args.input_format not in ("NCHW", "NCDHW", "ND"):
-        raise AtcError("E10001", f"Value [{args.input_format}] for parameter [--input_format] is invalid. ONNX models take NCHW, NCDHW or ND.")
-    for name in NO_EFFECT:
-        if getattr(args, name) is not None:
-            print(f"[WARNING] option --{name} is accepted for compatibility and has no effect on pycann's CPU device", flush=True)
+    from pycann.ge.importers.frameworks import DEFAULT_INPUT_FORMAT, INPUT_FORMATS
+
+    fw = args.framework
+    args.input_format = args.input_format or DEFAULT_INPUT_FORMAT[fw]
+    if args.input_format not in INPUT_FORMATS[fw]:
+        raise AtcError("E10001", f"Value [{args.input_format}] for parameter [--input_format] is invalid. "
+                       f"This framework's models take {', '.join(INPUT_FORMATS[fw])}.")
     for name in NOT_YET:
         if getattr(args, name) is not None:
             raise AtcError("E10001", f"Option --{name} is not supported by this pycann version yet (see docs/differences.md).")
+    if args.op_select_implmode is not None:
+        check_implmode(args.op_select_implmode)
+    light: dict[str, Any] = {
+        "input_shape": parse_input_shape(args.input_shape) if args.input_shape else {},
+        "out_nodes": parse_out_nodes(args.out_nodes) if args.out_nodes else [],
+    }
+    disabled = _fusion_switches(args.fusion_switch_file) if args.fusion_switch_file else []
+    if args.export_onnx:
+        _check_file_output(args.export_onnx, "--export_onnx")
+    out = _output_path(args)
+    for name in NO_EFFECT:
+        if getattr(args, name) is not None:
+            print(f"[WARNING] option --{name} is accepted for compatibility and has no effect on pycann's CPU device", flush=True)
+
+    from pycann.ge.compiler import compile_model
+    from pycann.ge.options import CompileOptions, parse_output_type
+
+    if disabled:
+        _warn_unknown_passes(disabled)
     opts = CompileOptions(
-        input_shape=parse_input_shape(args.input_shape) if args.input_shape else {},
         input_format=args.input_format,
         soc_version=args.soc_version,
         output_type=parse_output_type(args.output_type) if args.output_type else {},
-        out_nodes=parse_out_nodes(args.out_nodes) if args.out_nodes else [],
-        disabled_passes=_fusion_switches(args.fusion_switch_file) if args.fusion_switch_file else [],
+        disabled_passes=disabled,
         log=args.log,
+        **light,
         **_aipp_and_gear_options(args),
         **_precision_options(args),
         **_implmode_options(args),
     )
-    log = _log_fn(args.log)
-    t0 = time.perf_counter()
-    stage_lines: list[str] = []
+    log = _log_fn(args.log, t0)
+    model: Any = args.model
+    if fw != 5:  # Caffe / TensorFlow importers (docs/importers.md); they apply --out_nodes by their names
+        from pycann.ge.importers.frameworks import load_framework_model
 
-    def stage(line: str) -> None:
-        # Stage lines appear once a compile has run for more than a second (or always with --log=info).
-        stage_lines.append(line)
-        if log is not None:
-            log(line)
-        elif time.perf_counter() - t0 > 1.0:
-            for held in stage_lines:
-                print(f"[stage {time.perf_counter() - t0:5.1f}s] {held}", flush=True)
-            stage_lines.clear()
-
-    cm = compile_model(args.model, opts, log=stage)
+        model = load_framework_model(fw, args.model, args.weight, opts.out_nodes, opts.input_shape)
+        opts.out_nodes = []
+    cm = compile_model(model, opts, log=log)
     cm.manifest["atc_command_line"] = "atc " + " ".join(shlex.quote(a) for a in argv)
-    cm.manifest["framework_type"] = 5
-    out = args.output if args.output.endswith(".om") else args.output + ".om"
-    d = os.path.dirname(out)
-    if d:
-        os.makedirs(d, exist_ok=True)
-    n = cm.save(out)
-    stage(f"[SaveOm] wrote {out} ({n / 2**20:.2f} MiB) in {time.perf_counter() - t0:.2f} s")
+    cm.manifest["framework_type"] = fw
+    try:
+        n = cm.save(out)
+    except OSError as e:
+        raise AtcError("E10001", f"Value [{args.output}] for parameter [--output] is invalid. Reason: cannot "
+                       f"write '{out}': {e.strerror or e}.") from None
+    if log is not None:
+        log(f"[SaveOm] wrote {out} ({n / 2**20:.2f} MiB)")
     if args.export_onnx:
         _export_onnx(cm.graph, args.export_onnx)
+
+
+def _check_file_output(path: str, option: str) -> None:
+    from pycann.tools.paths import file_problem
+
+    why = file_problem(path)
+    if why:
+        raise AtcError("E10001", f"Value [{path}] for parameter [{option}] is invalid. Reason: {why}.")
 
 
 def _export_onnx(graph: Any, path: str) -> None:
@@ -285,8 +331,11 @@ def _to_json(args: argparse.Namespace) -> None:
 
     if not args.om or not (args.json or args.export_onnx):
         missing = " and ".join(f"[--{k}]" for k in ("om", "json") if not getattr(args, k))
-        raise AtcError("E10054", f"The requied parameter {missing} for ATC --mode=1 is empty.")
+        raise AtcError("E10054", f"The required parameter {missing} for ATC --mode=1 is empty.")
     _require_file(args.om, "--om")
+    for path, option in ((args.json, "--json"), (args.export_onnx, "--export_onnx")):
+        if path:
+            _check_file_output(path, option)
     if args.om.lower().endswith(".onnx"):
         from pycann.ge.importers.onnx import load_onnx
 
@@ -374,7 +423,7 @@ def _display(args: argparse.Namespace) -> None:
     from pycann.ge.om import load_om, peek_header
 
     if not args.om:
-        raise AtcError("E10054", "The requied parameter [--om] for ATC --mode=6 is empty.")
+        raise AtcError("E10054", "The required parameter [--om] for ATC --mode=6 is empty.")
     _require_file(args.om, "--om")
     hdr = peek_header(args.om)
     om = load_om(args.om)
@@ -396,6 +445,10 @@ def _display(args: argparse.Namespace) -> None:
     print(f"ops: {len(g.nodes)} nodes; " + ", ".join(f"{k} {v}" for k, v in sorted(m.get('op_counts', {}).items())))
     _display_gears_aipp(m)
     _display_precision(m.get("precision"))
+    from pycann.ge.executor import is_vision
+    from pycann.ge.plan_cache import describe
+
+    print(describe([n for n in g.inputs if not getattr(g.descs.get(n), "is_static", True)], is_vision(g)))
     print("============ Display Model Info end ============")
 
 

@@ -43,6 +43,19 @@ def str2bool(v: str | bool) -> bool:
     raise argparse.ArgumentTypeError(f"boolean value expected, got '{v}'")
 
 
+def _int_at_least(low: int) -> Any:
+    """argparse type: an int >= ``low`` (ais_bench's check_positive_integer / _nonnegative_)."""
+    def parse(v: str) -> int:
+        try:
+            n = int(v)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"'{v}' is not an integer") from None
+        if n < low:
+            raise argparse.ArgumentTypeError(f"{n} is invalid: it must be {'positive' if low else 'non-negative'}")
+        return n
+    return parse
+
+
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="pycann-bench", description="ais_bench-compatible benchmark on pycann")
     p.add_argument("--model", "-m", required=True, help="the .om (or .onnx) model")
@@ -50,12 +63,12 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--output", "-o", default=None, help="directory for outputs and the summary json")
     p.add_argument("--output_dirname", default=None, help="subdirectory name (default: a timestamp)")
     p.add_argument("--outfmt", default="BIN", choices=["NPY", "BIN", "TXT"])
-    p.add_argument("--loop", "-l", type=int, default=1)
-    p.add_argument("--warmup_count", type=int, default=1)
+    p.add_argument("--loop", "-l", type=_int_at_least(1), default=1, help="inferences per input set (>= 1)")
+    p.add_argument("--warmup_count", type=_int_at_least(0), default=1)
     p.add_argument("--device", "-d", default="0")
     p.add_argument("--debug", type=str2bool, nargs="?", const=True, default=False)
     p.add_argument("--display_all_summary", type=str2bool, nargs="?", const=True, default=False)
-    p.add_argument("--batchsize", type=int, default=None)
+    p.add_argument("--batchsize", type=_int_at_least(1), default=None)
     p.add_argument("--pure_data_type", default="zero", choices=["zero", "random"])
     p.add_argument("--dymBatch", type=int, default=0)
     p.add_argument("--dymHW", default=None)
@@ -194,6 +207,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     for opt in IGNORED:
         if getattr(args, opt.lstrip("-"), None) is not None:
             print(f"[WARNING] {opt} has no effect on pycann's CPU device; ignored", flush=True)
+    if args.output:
+        from pycann.tools.paths import folder_problem
+
+        why = folder_problem(args.output)
+        if why:
+            print(f"[ERROR] --output {args.output} is invalid: {why}", file=sys.stderr, flush=True)
+            return 1
     devices = [int(d) for d in str(args.device).split(",") if d.strip()]
     if len(devices) > 1:
         print(f"[WARNING] multi-device runs are not supported; using device {devices[0]}", flush=True)
@@ -202,7 +222,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         info(f"load model {args.model} success")
         mode, sizes = _configure(sess, args)
         sets = feed_sets(sess, args)
-        for _ in range(max(0, args.warmup_count)):
+        for _ in range(args.warmup_count):
             sess.infer(sets[0][1], mode, sizes if sizes is not None else 100000)
         sess.reset_summaryinfo()
         rt = Runtime(device_count=1)
@@ -214,7 +234,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             out_dir = os.path.join(args.output, args.output_dirname or time.strftime("%Y_%m_%d-%H_%M_%S"))
             os.makedirs(out_dir, exist_ok=True)
         for stem, feeds in sets:
-            for _ in range(max(1, args.loop)):
+            for _ in range(args.loop):
                 if args.display_all_summary:
                     h2d.append(_copy_times(rt, feeds, True))
                 outs = sess.infer(feeds, mode, sizes if sizes is not None else 100000)

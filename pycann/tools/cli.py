@@ -2,7 +2,8 @@
 
 ``pycann compare ...`` (accuracy comparison with ONNX Runtime, tools/compare.py),
 ``pycann msprof ...`` (profiling, tools/msprof.py, cann-interfaces.md §4.1),
-``pycann atc ...`` (the compiler, tools/atc.py, §2).
+``pycann atc ...`` (the compiler, tools/atc.py, §2),
+``pycann ocr IMAGE`` (PP-OCR text, tools/ocr.py).
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ commands:
   compare   compare a pycann model with ONNX Runtime node by node (pycann compare --help)
   msprof    profile an application (msprof --output=DIR --application="python app.py")
   atc       compile an ONNX model into a .om (atc --help)
+  ocr       print the text in an image with PP-OCR (pycann ocr IMAGE)
 """
 
 
@@ -32,6 +34,10 @@ def _command(name: str) -> Callable[[Sequence[str]], int] | None:
         from pycann.tools.atc import main as atc_main
 
         return atc_main
+    if name == "ocr":
+        from pycann.tools.ocr import main as ocr_main
+
+        return ocr_main
     return None
 
 

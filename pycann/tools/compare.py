@@ -268,7 +268,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     from pycann.errors import PycannError
     from pycann.ge.model import LoadedModel
+    from pycann.tools.paths import folder_problem
 
+    why = folder_problem(args.output)
+    if why:
+        print(f"[ERROR] pycann compare: --output {args.output} is invalid: {why}", file=sys.stderr)
+        return 2
     try:
         model = onnx.load(args.model)
         loaded = LoadedModel.from_file(args.om or args.model)
@@ -279,13 +284,21 @@ def main(argv: Sequence[str] | None = None) -> int:
             raise ValueError(f"{args.om} was not compiled from {args.model}: its inputs are {om_inputs}, "
                              f"the ONNX model's are {onnx_inputs}")
         files = [f for f in args.input.split(",") if f]
-        res = compare(model, loaded, _feeds(loaded, files, args.seed), args.atol, args.rtol, args.cosine)
+        if len(files) > len(loaded.inputs):
+            raise ValueError(f"{len(files)} --input files for a model with {len(loaded.inputs)} input(s) "
+                             f"({', '.join(i.name for i in loaded.inputs)}): give one file per input, in that order")
+        feeds = _feeds(loaded, files, args.seed)
+        # pycann's own input check first: it names the input, the expected and the received shape
+        # (ONNX Runtime's internal message would come first otherwise)
+        loaded.check_feeds([feeds[i.name] for i in loaded.inputs])
+        res = compare(model, loaded, feeds, args.atol, args.rtol, args.cosine)
     except (OSError, PycannError, RuntimeError, ValueError) as e:
         print(f"[ERROR] pycann compare: {type(e).__name__}: {e}", file=sys.stderr)
         return 2
     except Exception as e:  # noqa: BLE001 - ONNX Runtime's own errors (e.g. .om and model disagree)
+        hint = "; is the .om compiled from this model?" if args.om else ""
         print(f"[ERROR] pycann compare: ONNX Runtime could not run {args.model} on these inputs "
-              f"({type(e).__name__}: {str(e).splitlines()[0][:300]}); is the .om compiled from this model?",
+              f"({type(e).__name__}: {str(e).splitlines()[0][:300]}){hint}",
               file=sys.stderr)
         return 2
     os.makedirs(args.output, exist_ok=True)

@@ -105,7 +105,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     for k in sorted(set(opts) & NO_EFFECT):
         print(f"[WARNING] msprof: --{k} is accepted for compatibility and has no effect on pycann's CPU device")
     output = os.path.abspath(opts.get("output") or os.getcwd())
-    os.makedirs(output, exist_ok=True)
+    from pycann.tools.paths import folder_problem
+
+    why = folder_problem(output)
+    if why:
+        print(f"[ERROR] msprof: --output={opts.get('output') or output} is invalid: {why}", file=sys.stderr)
+        return 2
     before = set(glob.glob(os.path.join(output, "PROF_*")))
     cmd = _command(app)
     print(f"[INFO] msprof: profiling {' '.join(shlex.quote(a) for a in cmd)}; results under {output}", flush=True)

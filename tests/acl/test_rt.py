@@ -25,7 +25,9 @@ def test_devices(acl_ready: int) -> None:
     assert acl.rt.reset_device(7) == C.ACL_ERROR_RT_INVALID_DEVICEID
     assert acl.rt.synchronize_device() == 0
     assert acl.rt.reset_device(0) == 0
-    assert acl.rt.reset_device(0) == 0  # resetting an unopened device is harmless
+    # a second reset (the device is no longer set) is an error, with the reason recorded
+    assert acl.rt.reset_device(0) == C.ACL_ERROR_RT_INVALID_DEVICEID
+    assert "device 0 is not set" in acl.get_recent_err_msg()
     with pytest.raises(TypeError):
         acl.rt.set_device("0")  # type: ignore[arg-type]
 

@@ -39,9 +39,9 @@ ONEDNN_CONVS = ("onednn:conv_nhwc", "onednn:conv_winograd")
 needs_dnnl = pytest.mark.skipif(not providers.available("onednn"), reason="libdnnl missing")
 
 # Found by this file and fixed since (alias_extended now follows If/Loop bodies' outer reads; an
-# observed run shows the residual as the in-place conv read it). Still different from ORT:
-RELU_NAN = ("known difference (docs/kernels.md): oneDNN's relu / clip eltwise post-op of a conv maps NaN to "
-            "0 (vmaxps semantics); ONNX Runtime (and the numpy kernels) keep NaN")
+# observed run shows the residual as the in-place conv read it). Fixed since by ops/providers/nan_guard.py:
+RELU_NAN = ("oneDNN's relu / clip eltwise post-op of a conv maps NaN to 0 (vmaxps semantics); ONNX Runtime "
+            "(and the numpy kernels) keep NaN")
 
 
 pytestmark = pytest.mark.usefixtures("default_providers")  # tests/conftest.py
@@ -1325,8 +1325,7 @@ def test_bound_conv_with_nchw_out_that_is_the_residual() -> None:
 
 
 @needs_dnnl
-@pytest.mark.xfail(strict=True, reason=RELU_NAN)
-@pytest.mark.parametrize("act", ["Relu", "Clip"])
+@pytest.mark.parametrize("act", ["Relu", "Clip"])  # (was a strict xfail: RELU_NAN, fixed by the NaN guard)
 def test_relu_post_op_keeps_nan_like_ort(act: str) -> None:
     net = Net()
     c = net.conv("x", "c")

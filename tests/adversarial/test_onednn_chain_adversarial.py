@@ -640,21 +640,19 @@ def _nan_deconv(act: str, kernel: int, special: float, stride: int = 2) -> None:
     _check(m, [{"x": x}], LOOSE)
 
 
-@pytest.mark.xfail(strict=ONEDNN, reason="known, documented (docs/kernels.md): oneDNN's Sigmoid (logistic) post-op "
-                                         "maps NaN to 0 on this stride-2 3x3 deconv; ORT keeps NaN")
 def test_fused_deconv_sigmoid_nan_input() -> None:
+    """oneDNN's logistic post-op maps NaN to 0 on this stride-2 3x3 deconv; the NaN guard
+    (ops/providers/nan_guard.py) runs the activation in numpy then, keeping ORT's NaN."""
     _nan_deconv("Sigmoid", 3, np.nan)
 
 
-@pytest.mark.xfail(strict=ONEDNN, reason="known, documented (docs/kernels.md): oneDNN's Relu post-op turns a -inf "
-                                         "pre-activation into NaN (0 * -inf) on this deconv; ORT gives Relu(-inf) = 0")
 def test_fused_deconv_relu_minus_inf() -> None:
+    """oneDNN's Relu post-op turns a -inf pre-activation into NaN (0 * -inf) on this deconv; with
+    a non-finite input the guard takes the unfused path, giving ORT's Relu(-inf) = 0."""
     _nan_deconv("Relu", 3, np.inf)
 
 
 @pytest.mark.parametrize("act,kernel,stride", [("Relu", 1, 1), ("Clip", 3, 2)])
-@pytest.mark.xfail(strict=ONEDNN, reason="known, documented (docs/kernels.md): oneDNN's fused Relu/Clip post-ops "
-                                         "map NaN to 0 (or the bound) where ORT keeps NaN")
 def test_fused_deconv_nan_input_relu_clip(act: str, kernel: int, stride: int) -> None:
     _nan_deconv(act, kernel, np.nan, stride)
 

@@ -522,11 +522,12 @@ def test_transpose_pair_feeding_two_readers_is_kept() -> None:
 # -------------------------------------------------------------- elementwise chains
 
 
-def test_hardswish_like_chain_fuses() -> None:
+def test_hardswish_spelling_becomes_one_op() -> None:
+    # Canonicalize turns x * (Clip(x + 3, 0, 6) / 6) into HardSwish (was an ElementwiseChain)
     nodes = [helper.make_node("Add", ["x", "three"], ["a"]), helper.make_node("Clip", ["a", "zero", "six"], ["c"]),
              helper.make_node("Div", ["c", "six"], ["d"]), helper.make_node("Mul", ["x", "d"], ["y"])]
     m = _model(nodes, [("x", [2, 3, 4])], "y", [_c("three", np.float32(3)), _c("zero", np.float32(0)), _c("six", np.float32(6))], opset=13)
-    _check(m, {"x": _f32(2, 3, 4) * 4}, {"ElementwiseChain": 1}, absent=("Clip", "Div"))
+    _check(m, {"x": _f32(2, 3, 4) * 4}, {"HardSwish": 1}, absent=("Clip", "Div", "ElementwiseChain"))
 
 
 def test_chain_stops_at_integer_values() -> None:

@@ -161,7 +161,9 @@ def test_conv_integer_large_accumulator_is_exact() -> None:
 
 
 def test_qlinear_conv() -> None:
-    x = RNG.integers(0, 255, (2, 3, 7, 6)).astype(np.uint8)
+    # uint8 x int8 runs ORT's u8s8 kernel, whose AVX2 form (no VNNI) adds product pairs in saturating
+    # int16 (vpmaddubsw): x < 128 keeps ORT exact on every CPU
+    x = RNG.integers(0, 128, (2, 3, 7, 6)).astype(np.uint8)
     w = RNG.integers(-128, 127, (4, 3, 3, 2)).astype(np.int8)
     bias = RNG.integers(-500, 500, 4).astype(np.int32)
     args = [x, np.array(0.02, np.float32), np.array(120, np.uint8), w,

@@ -7,6 +7,7 @@ Uses the ``onnx`` package for parsing and checking. Opset differences are resolv
 
 from __future__ import annotations
 
+import math
 import os
 from collections.abc import Callable
 from pathlib import Path
@@ -21,6 +22,7 @@ from pycann.errors import ModelError, UnsupportedOpError
 from pycann.ge.importers.expand import FunctionExpander
 from pycann.ge.importers.opset_upgrade import upgrade_node
 from pycann.ge.ir import Graph, Node
+from pycann.ge.overrides import METADATA_KEY
 from pycann.ops.registry import lookup
 
 
@@ -89,11 +91,45 @@ def import_model(model: onnx.ModelProto) -> Graph:
     opsets = {(o.domain or ""): o.version for o in model.opset_import}
     if "" not in opsets and "ai.onnx" in opsets:
         opsets[""] = opsets["ai.onnx"]
+    _check_opset(opsets.get(""))
+    _check_input_types(model.graph)
     g = _Importer(model).graph(model.graph, opsets, outer=frozenset())
     g.metadata = {p.key: p.value for p in model.metadata_props}
     g.metadata["producer"] = f"{model.producer_name} {model.producer_version}".strip()
     g.metadata["ir_version"] = str(model.ir_version)
+    # IR >= 4: an input with an initializer is an input with a default value (pycann.ge.overrides)
+    inits = {t.name for t in model.graph.initializer}
+    feedable = sorted(vi.name for vi in model.graph.input if vi.name in inits) if model.ir_version >= 4 else []
+    if feedable:
+        g.metadata[METADATA_KEY] = ",".join(feedable)
     return g
+
+
+# Opsets 1..newest are ONNX's: a low opset is legitimate (onnx's own node tests stamp a model
+# with its op's version, e.g. Not at opset 1; each op's checker/schema at that opset applies).
+# An opset beyond the onnx package's newest is no ONNX opset yet, and is refused.
+MIN_OPSET = 1
+
+
+def _check_opset(version: int | None) -> None:
+    """The default domain's opset must be one ONNX defines and ONNX Runtime runs."""
+    if version is None:
+        return
+    newest = onnx.defs.onnx_opset_version()
+    if not MIN_OPSET <= version <= newest:
+        raise UnsupportedOpError(
+            f"the model imports ONNX opset {version}; pycann supports opsets {MIN_OPSET}..{newest} "
+            f"(ONNX's opsets, up to this onnx package's newest); re-export it with a released opset, or convert it "
+            "with onnx.version_converter.convert_version(model, 17)"
+        )
+
+
+def _check_input_types(gp: onnx.GraphProto) -> None:
+    """Every tensor input of the main graph has an element type (elem_type 0 is UNDEFINED)."""
+    for vi in gp.input:
+        if vi.type.HasField("tensor_type") and vi.type.tensor_type.elem_type == 0:
+            raise ModelError(f"graph input '{vi.name}' has no element type (elem_type 0 = UNDEFINED); "
+                             "set it, e.g. onnx.TensorProto.FLOAT")
 
 
 def _dims(tp: onnx.TypeProto) -> tuple[int, tuple[Dim, ...] | None]:
@@ -129,8 +165,21 @@ def _desc(vi: onnx.ValueInfoProto) -> TensorDesc | None:
 
 
 def tensor_to_array(t: onnx.TensorProto) -> np.ndarray:
-    """TensorProto -> numpy (strings as object arrays of ``str``)."""
-    arr = numpy_helper.to_array(t)
+    """TensorProto -> numpy (strings as object arrays of ``str``). Raises ``ModelError`` naming the
+    tensor when its data does not fill its dims (e.g. ``raw_data`` of the wrong length)."""
+    try:
+        arr = numpy_helper.to_array(t)
+    except (ValueError, TypeError, KeyError) as e:
+        dims = list(t.dims)
+        why = str(e).strip().splitlines()[0][:200] if str(e).strip() else type(e).__name__
+        if t.HasField("raw_data"):
+            try:
+                item = np.dtype(onnx.helper.tensor_dtype_to_np_dtype(t.data_type)).itemsize
+                why = (f"raw_data holds {len(t.raw_data)} bytes, dims {dims} of "
+                       f"{onnx.TensorProto.DataType.Name(t.data_type)} need {math.prod(dims) * item}")
+            except (KeyError, ValueError, TypeError):
+                pass
+        raise ModelError(f"tensor '{t.name}': {why}; re-export the model") from None
     if t.data_type == onnx.TensorProto.STRING:
         arr = np.vectorize(lambda b: b.decode("utf-8") if isinstance(b, bytes) else b, otypes=[object])(arr) if arr.size else arr.astype(object)
     return np.asarray(arr)

@@ -1,15 +1,18 @@
 """Constant folding: evaluate nodes whose inputs are all constants, and shape queries
 (``Shape``, ``Size``) whose input shape is statically known. Results become initializers.
 
-Folding is skipped when the result would be much larger than its inputs (Expand,
-ConstantOfShape, Tile of a small constant), because that would only bloat the .om.
+Any node whose inputs are all constant folds (ConstantOfShape, Range, Expand, Tile, shape
+arithmetic), so weights an exporter computes become initializers and the weight folds
+(ConvBatchNormFusionPass, ConvScaleBiasFold) apply. A result larger than ``fold_max_bytes``
+(compile option, default ``DEFAULT_FOLD_MAX_BYTES``: above any single weight of the model set)
+stays a node, so a huge broadcast constant does not bloat the .om.
 """
 
 from __future__ import annotations
 
 import numpy as np
 
-from pycann.dtypes import TensorDesc
+from pycann.dtypes import TensorDesc, to_numpy
 from pycann.ge.ir import Graph, Node
 from pycann.ge.passes.base import PassContext, PassResult
 from pycann.ge.passes.infer_shapes import const_desc, infer_graph
@@ -17,7 +20,7 @@ from pycann.ops.registry import lookup
 
 name = "ConstantFolding"
 
-MAX_GROWTH_BYTES = 1 << 20
+DEFAULT_FOLD_MAX_BYTES = 128 << 20
 
 
 def _shape_query(node: Node, g: Graph) -> np.ndarray | None:
@@ -39,8 +42,24 @@ def _shape_query(node: Node, g: Graph) -> np.ndarray | None:
     return np.array(dims, dtype=np.int64)
 
 
-def fold_graph(g: Graph, outer_consts: dict[str, np.ndarray] | None = None, recurse: bool = True) -> int:
-    """Fold in place; returns the number of nodes removed (subgraphs too unless ``recurse=False``)."""
+def _known_bytes(g: Graph, node: Node) -> int:
+    """Bytes of ``node``'s outputs where shape inference already knows them (0 when unknown)."""
+    total = 0
+    for o in node.outputs:
+        d = g.descs.get(o)
+        n = d.numel() if d is not None and d.kind == "tensor" else None
+        if n is not None and d is not None:
+            try:
+                total += n * to_numpy(d.dtype).itemsize
+            except Exception:  # a type without a numpy dtype (string): size unknown
+                pass
+    return total
+
+
+def fold_graph(g: Graph, outer_consts: dict[str, np.ndarray] | None = None, recurse: bool = True,
+               max_bytes: int = DEFAULT_FOLD_MAX_BYTES) -> int:
+    """Fold in place; returns the number of nodes removed (subgraphs too unless ``recurse=False``).
+    Results of more than ``max_bytes`` bytes are left to run time."""
     consts = dict(outer_consts or {})
     consts.update(g.initializers)
     kept: list[Node] = []
@@ -48,7 +67,7 @@ def fold_graph(g: Graph, outer_consts: dict[str, np.ndarray] | None = None, recu
     for node in g.nodes:
         if recurse:
             for sub in node.subgraphs.values():
-                folded += fold_graph(sub, consts)
+                folded += fold_graph(sub, consts, max_bytes=max_bytes)
         value = _shape_query(node, g)
         if value is not None:
             g.initializers[node.outputs[0]] = value
@@ -63,6 +82,9 @@ def fold_graph(g: Graph, outer_consts: dict[str, np.ndarray] | None = None, recu
         if not op.foldable or op.scoped:
             kept.append(node)
             continue
+        if _known_bytes(g, node) > max_bytes:  # do not even compute a result that will not be kept
+            kept.append(node)
+            continue
         ins = [consts[i] if i else None for i in node.inputs]
         attrs = op.with_defaults(node.attrs)
         attrs["_n_outputs"] = len(node.outputs)
@@ -71,8 +93,7 @@ def fold_graph(g: Graph, outer_consts: dict[str, np.ndarray] | None = None, recu
         except Exception:  # leave it for run time, where the error names the node
             kept.append(node)
             continue
-        in_bytes = sum(x.nbytes for x in ins if x is not None)
-        if sum(np.asarray(o).nbytes for o in outs) > max(MAX_GROWTH_BYTES, 2 * in_bytes):
+        if sum(np.asarray(o).nbytes for o in outs) > max_bytes:
             kept.append(node)
             continue
         for o, v in zip(node.outputs, outs):
@@ -96,8 +117,9 @@ def run(graph: Graph, ctx: PassContext) -> PassResult:
     Shape -> Gather -> Concat -> Reshape per layer). With ``--input_shape`` fixed this leaves a
     fully static graph at compile time, as run-time specialisation does (``compiler.specialize``)."""
     total = 0
+    max_bytes = int(ctx.options.get("fold_max_bytes", DEFAULT_FOLD_MAX_BYTES))
     for _ in range(MAX_ROUNDS):
-        n = fold_graph(graph)
+        n = fold_graph(graph, max_bytes=max_bytes)
         total += n
         if n == 0:
             break

@@ -183,7 +183,21 @@ def run(graph: Graph, ctx: PassContext) -> PassResult:
     if mode == "off":
         return PassResult(graph, False, "off")
     choices, skipped, moved, changed = select_graph(graph, mode)
-    return PassResult(graph, changed > 0, f"{summarize(choices, skipped, moved)} ({mode}){_winograd_note(graph, choices)}")
+    return PassResult(graph, changed > 0, f"{summarize(choices, skipped, moved)} ({mode}){_provider_note(choices)}{_winograd_note(graph, choices)}")
+
+
+def _provider_note(choices: list[Choice]) -> str:
+    """Which fast kernels were missing, and what to install (issue 23: the numpy path runs silently
+    2-3x slower on convs when the oneDNN wheel is absent)."""
+    from pycann.ops.providers import available
+
+    if not choices or available("onednn"):
+        return ""
+    import platform
+
+    where = f"{platform.system()} {platform.machine()}"
+    return (f"; oneDNN kernels missing for {len(choices)} nodes (numpy runs them): "
+            f"pip install onednn-cpu-gomp==2023.2.0 (a wheel exists for Linux x86-64; this is {where})")
 
 
 def _winograd_note(graph: Graph, choices: list[Choice]) -> str:

@@ -26,7 +26,8 @@ from pycann.ops.nn.spatial import (
     plan_window,
 )
 from pycann.ops.opdef import InferContext, OpDef
-from pycann.ops.providers import ConvSpec, resolve, torch_onednn
+from pycann.ops.operand_checks import check_vector, require_vector
+from pycann.ops.providers import ConvSpec, nan_guard, resolve, torch_onednn
 from pycann.ops.providers.torch_onednn import bf16_conv
 
 _WINDOW_ATTRS: dict[str, Any] = {
@@ -82,12 +83,18 @@ def _bias_shape(m: int, n_spatial: int) -> tuple[int, ...]:
     return (1, m) + (1,) * n_spatial
 
 
-def _check_conv_shapes(x: np.ndarray, w: np.ndarray, group: int, transpose: bool) -> None:
+def _check_conv_shapes(x: np.ndarray, w: np.ndarray, group: int, transpose: bool, b: np.ndarray | None = None) -> None:
+    """The run-time twin of the infer checks (dims symbolic at compile time, single-op calls):
+    ranks, channels, group, and B's length, which the oneDNN primitives read without looking."""
+    op = "ConvTranspose" if transpose else "Conv"
     if x.ndim < 3 or w.ndim != x.ndim:
         raise ValueError(f"X {x.shape} and W {w.shape} must both be (N, C, D1, ...) of the same rank >= 3")
     cin = w.shape[0] if transpose else w.shape[1] * group
-    if group < 1 or x.shape[1] != cin or (not transpose and w.shape[0] % group):
+    if group < 1 or x.shape[1] != cin or (not transpose and w.shape[0] % group) or (transpose and cin % group):
         raise ValueError(f"channels of X {x.shape} do not match W {w.shape} with group={group}")
+    m = w.shape[1] * group if transpose else w.shape[0]
+    require_vector(op, "B", b, m, f"one per output channel M of W {list(w.shape)}" + (
+        f" with group={group}" if transpose else ""))
 
 
 def _conv(inputs: Sequence[Any], attrs: Mapping[str, Any], out: np.ndarray | None = None, *,
@@ -113,7 +120,7 @@ def conv_act(inputs: Sequence[Any], attrs: Mapping[str, Any], out: np.ndarray | 
     x, w = inputs[0], inputs[1]
     b = inputs[2] if len(inputs) > 2 else None
     group = int(attrs.get("group", 1))
-    _check_conv_shapes(x, w, group, transpose=False)
+    _check_conv_shapes(x, w, group, transpose=False, b=b)
     win = conv_window(x.shape, w.shape, attrs)
     if any(o <= 0 for o in win.out) and all(s > 0 for s in x.shape[2:]):
         raise ValueError(f"Conv window {win.kernel} does not fit input {x.shape} with pads/strides given")
@@ -134,6 +141,14 @@ def conv_act(inputs: Sequence[Any], attrs: Mapping[str, Any], out: np.ndarray | 
             algo = resolve("numpy:im2col_gemm", lambda: ConvSpec("Conv", x.shape, w.shape, group, win, win.out,
                                                                  cd.name))
         post = _POST_OPS.get(algo.name)
+        if algo.provider in ("torch", "onednn") and (relu or (act is not None and nan_guard.drops_nan(act[0]))) \
+                and not nan_guard.safe(xc, nan_guard.weight_bound(wc, bc), residual):
+            # a NaN/inf (or overflow) would turn to 0 in the fused max(x, 0): activation in numpy
+            y = algo.fn(xc, wc, bc, group, win, out, residual=residual) if residual is not None \
+                else algo.fn(xc, wc, bc, group, win, out)
+            if relu:
+                np.maximum(y, 0, out=y)
+            return y, False
         if act is not None and post is not None and (affine is None or algo.provider == "onednn"):
             mod = post()
             if mod.native(xc, wc, win):
@@ -223,6 +238,8 @@ def _infer_conv(ctx: InferContext) -> list[TensorDesc]:
     m: Dim = ws[0] if ws is not None else None
     if isinstance(m, int) and m % group:
         raise ctx.fail(f"W has {m} output channels, not divisible by group={group}")
+    if ws is not None:
+        check_vector(ctx, 2, "B", m, f"one per output channel M = W.shape[0] of W {list(ws)}")
     spatial: list[Dim] = [None] * (rank - 2)
     if xs is not None:
         spatial = infer_window_dims(xs[2:], kernel, ctx.attrs)
@@ -294,7 +311,7 @@ def conv_transpose_act(inputs: Sequence[Any], attrs: Mapping[str, Any], act: tup
     x, w = inputs[0], inputs[1]
     b = inputs[2] if len(inputs) > 2 else None
     group = int(attrs.get("group", 1))
-    _check_conv_shapes(x, w, group, transpose=True)
+    _check_conv_shapes(x, w, group, transpose=True, b=b)
     kernel = _kernel_shape(attrs, w.shape)
     assert kernel is not None
     win, outs = conv_transpose_geometry(x.shape[2:], kernel, attrs)
@@ -308,6 +325,9 @@ def conv_transpose_act(inputs: Sequence[Any], attrs: Mapping[str, Any], act: tup
     if act is not None and algo.name == "onednn:conv_transpose_nhwc":
         mod = _onednn_module()
         unary = mod.onednn_unary(*act)
+        # (any activation: a leaky ReLU post-op of some deconvolution kernels turns -inf into NaN)
+        if unary is not None and not nan_guard.safe(xc, nan_guard.weight_bound(wc, bc, transpose=True)):
+            unary = None  # NaN/inf in: the caller applies the activation in numpy, keeping NaN
         if unary is not None and mod.native(xc, wc, win):
             return mod.conv_transpose_nhwc(xc, wc, bc, group, win, outs, out, unary=unary), True
     return algo.fn(xc, wc, bc, group, win, outs, out), False
@@ -361,7 +381,11 @@ def _infer_conv_transpose(ctx: InferContext) -> list[TensorDesc]:
     if xs is not None and ws is not None and isinstance(xs[1], int) and isinstance(ws[0], int):
         if xs[1] != ws[0]:
             raise ctx.fail(f"X has {xs[1]} channels but W {list(ws)} expects {ws[0]}")
+    if ws is not None and isinstance(ws[0], int) and ws[0] % group:
+        raise ctx.fail(f"W has {ws[0]} input channels, not divisible by group={group}")
     m: Dim = ws[1] * group if ws is not None and isinstance(ws[1], int) else None
+    if ws is not None:
+        check_vector(ctx, 2, "B", m, f"one per output channel M = W.shape[1] * group of W {list(ws)}, group={group}")
     spatial: list[Dim] = [None] * ns
     if oshape:
         spatial = [int(v) for v in oshape[-ns:]]

@@ -15,6 +15,7 @@ import numpy as np
 from pycann.dtypes import DType, TensorDesc, to_numpy
 from pycann.ops.nn.spatial import compute_dtype
 from pycann.ops.opdef import REQUIRED, InferContext, OpDef
+from pycann.ops.operand_checks import check_broadcast_to, check_vector
 from pycann.ops.shape_utils import normalize_axes, normalize_axis, same_as
 
 
@@ -94,12 +95,16 @@ def _infer_batch_norm(ctx: InferContext) -> list[TensorDesc]:
         if len(x.shape) < 2 and ctx.opset >= 9:
             raise ctx.fail(f"input X {x} must have rank >= 2 (N, C, ...)")
         c = x.shape[1] if len(x.shape) > 1 else None
+        spatial0 = ctx.opset < 9 and int(ctx.attrs.get("spatial", 1)) == 0
         for i, name in enumerate(("scale", "B", "input_mean", "input_var"), start=1):
             d = ctx.input(i)
             if d is None or d.shape is None or not d.shape:
                 continue
-            if isinstance(c, int) and isinstance(d.shape[0], int) and d.shape[0] != c:
-                raise ctx.fail(f"input {name} {d} must have C = {c} elements (one per channel of X {x})")
+            if spatial0:  # (C, D1, ...): only C is checked
+                if isinstance(c, int) and isinstance(d.shape[0], int) and d.shape[0] != c:
+                    raise ctx.fail(f"input {name} {d} must have C = {c} elements (one per channel of X {x})")
+            else:
+                check_vector(ctx, i, name, c, f"one per channel C of X {list(x.shape)}")
     outs = [same_as(x)]
     for i in (3, 4, 3, 4)[: max(0, ctx.n_outputs - 1)]:
         outs.append(same_as(ctx.input(i)))
@@ -131,11 +136,7 @@ def _infer_channelwise(ctx: InferContext) -> list[TensorDesc]:
         if len(x.shape) < 3:
             raise ctx.fail(f"input X {x} must have rank >= 3 (N, C, D1, ...)")
         for i, name in ((1, "scale"), (2, "B")):
-            d = ctx.input(i)
-            if d is not None and d.shape is not None:
-                if len(d.shape) != 1 or (isinstance(d.shape[0], int) and isinstance(x.shape[1], int)
-                                         and d.shape[0] != x.shape[1]):
-                    raise ctx.fail(f"input {name} {d} must be 1-D with C = {x.shape[1]} elements")
+            check_vector(ctx, i, name, x.shape[1], f"one per channel C of X {list(x.shape)}")
     return [same_as(x)]
 
 
@@ -206,6 +207,8 @@ def _infer_layer_norm(ctx: InferContext) -> list[TensorDesc]:
         axis = normalize_axis(int(ctx.attrs.get("axis", -1)), len(x.shape), "attribute axis: ")
     except ValueError as e:
         raise ctx.fail(str(e)) from None
+    for i, name in ((1, "Scale"), (2, "B")):  # ONNX Runtime: broadcastable to X (not only X.shape[axis:])
+        check_broadcast_to(ctx, i, name, x.shape)
     stat = TensorDesc(stat_dt, tuple(x.shape[:axis]) + (1,) * (len(x.shape) - axis))
     return out + [stat] * (ctx.n_outputs - 1)
 
@@ -253,11 +256,10 @@ def _infer_group_norm(ctx: InferContext) -> list[TensorDesc]:
         if isinstance(c, int) and c % g:
             raise ctx.fail(f"num_groups = {g} does not divide the {c} channels of X {x}")
         want = g if ctx.opset < 21 else c
+        role = f"one per group, num_groups = {g}, at opset {ctx.opset}" if ctx.opset < 21 else \
+            f"one per channel C of X {list(x.shape)} at opset {ctx.opset}"
         for i, name in ((1, "scale"), (2, "bias")):
-            d = ctx.input(i)
-            if d is not None and d.shape is not None and len(d.shape) == 1:
-                if isinstance(d.shape[0], int) and isinstance(want, int) and d.shape[0] != want:
-                    raise ctx.fail(f"input {name} {d} must have {want} elements at opset {ctx.opset}")
+            check_vector(ctx, i, name, want, role)
     return [same_as(x)]
 
 

@@ -45,6 +45,23 @@ def _sigmoid(x: np.ndarray) -> np.ndarray:
     return y
 
 
+_F32_MAX = float(np.finfo(np.float32).max)
+
+
+def gate_clip(v: np.ndarray, bound: float | None, with_bias: bool) -> np.ndarray:
+    """ONNX Runtime's clipping of gate pre-activations (deep_cpu LSTM/GRU), in place when it
+    clips: with a bias input B, values are clipped to [-bound, bound] (``clip``, else the largest
+    float32) and a NaN becomes +bound, so a NaN or inf input or state gives finite gates (sigmoid
+    1, tanh 1) rather than NaN; without B, ``clip`` clips as np.clip does and NaN stays NaN.
+    (Measured on ORT 1.2x; Silero VAD's LSTM depends on it for NaN/inf/1e30 inputs.)"""
+    if with_bias:
+        b = _F32_MAX if bound is None else bound
+        np.fmin(v, b, out=v)  # fmin/fmax return the number when one operand is NaN
+        np.fmax(v, -b, out=v)
+        return v
+    return v if bound is None else np.clip(v, -bound, bound)
+
+
 def _make_act(name: str, alpha: float, beta: float) -> Act:
     """One activation of the ONNX RNN activation list (Operators.md#RNN, 'activations')."""
     a, b = alpha, beta
@@ -154,6 +171,18 @@ def _infer_rnn(ctx: InferContext, gates: int, n_out: int) -> list[TensorDesc]:
         raise ctx.fail(f"input X has shape {x}; expected rank 3")
     else:
         seq, batch = (x.shape[0], x.shape[1]) if layout == 0 else (x.shape[1], x.shape[0])
+    # the operand shapes ONNX Runtime requires (it refuses any other: "Input B must have shape ...")
+    in_size = x.shape[2] if x is not None and x.shape is not None else None
+    h = hidden if isinstance(hidden, int) else None
+    g = gates * h if h is not None else None
+    state = (num_dir, batch, h) if layout == 0 else (batch, num_dir, h)
+    _check_shape(ctx, 1, "W", (num_dir, g, in_size))
+    _check_shape(ctx, 2, "R", (num_dir, g, h))
+    _check_shape(ctx, 3, "B", (num_dir, 2 * g if g is not None else None))
+    _check_shape(ctx, 5, "initial_h", state)
+    if gates == 4:
+        _check_shape(ctx, 6, "initial_c", state)
+        _check_shape(ctx, 7, "P", (num_dir, 3 * h if h is not None else None))
     if layout == 0:
         y = TensorDesc(dtype, (seq, num_dir, batch, hidden))
         yh = TensorDesc(dtype, (num_dir, batch, hidden))
@@ -161,6 +190,19 @@ def _infer_rnn(ctx: InferContext, gates: int, n_out: int) -> list[TensorDesc]:
         y = TensorDesc(dtype, (batch, seq, num_dir, hidden))
         yh = TensorDesc(dtype, (batch, num_dir, hidden))
     return [y, yh, yh][:n_out]
+
+
+def _check_shape(ctx: InferContext, i: int, name: str, want: tuple[Any, ...]) -> None:
+    """Input ``i`` (if present with a known shape) has rank len(want) and each known dim of ``want``."""
+    d = ctx.input(i)
+    if d is None or d.shape is None:
+        return
+    bad = len(d.shape) != len(want) or any(isinstance(a, int) and isinstance(b, int) and a != b
+                                           for a, b in zip(d.shape, want))
+    if bad:
+        shown = "[" + ", ".join("?" if v is None else str(v) for v in want) + "]"
+        raise ctx.fail(f"input {name} has shape {list(d.shape)} but must be {shown} (num_directions, "
+                       f"gates * hidden_size, ...); fix: give {name} that shape")
 
 
 def _infer_lstm(ctx: InferContext) -> list[TensorDesc]:
@@ -299,6 +341,8 @@ def _k_lstm(x: Sequence[Any], attrs: Mapping[str, Any]) -> list[np.ndarray]:
             gates = h @ r_t
             gates += xw[t]
             if fused:
+                if s.B is not None:
+                    gate_clip(gates, None, True)
                 iof = f(gates[:, :3 * H])
                 it, ot, ft = iof[:, :H], iof[:, H:2 * H], iof[:, 2 * H:]
                 ct = g(gates[:, 3 * H:])
@@ -309,15 +353,15 @@ def _k_lstm(x: Sequence[Any], attrs: Mapping[str, Any]) -> list[np.ndarray]:
                 if pi is not None:
                     gi = gi + pi * c
                     gf = gf + pf * c
-                if clip is not None:
-                    gi, gf, gc = (np.clip(v, -clip, clip) for v in (gi, gf, gc))
+                if clip is not None or s.B is not None:
+                    gi, gf, gc = (gate_clip(v.copy(), clip, s.B is not None) for v in (gi, gf, gc))
                 it = f(gi)
                 ft = 1 - it if input_forget else f(gf)
                 c_new = ft * c + it * g(gc)
                 if po is not None:
                     go = go + po * c_new
-                if clip is not None:
-                    go = np.clip(go, -clip, clip)
+                if clip is not None or s.B is not None:
+                    go = gate_clip(go.copy(), clip, s.B is not None)
                 ot = f(go)
             h_new = ot * h_act(c_new)
             if s.lens is not None:
@@ -374,8 +418,8 @@ def _k_gru(x: Sequence[Any], attrs: Mapping[str, Any]) -> list[np.ndarray]:
             else:
                 zr = h @ r_zr_t
                 zr += xt[:, :2 * H]
-            if clip is not None:
-                zr = np.clip(zr, -clip, clip)
+            if clip is not None or s.B is not None:
+                zr = gate_clip(zr, clip, s.B is not None)
             zr = f(zr)
             z, r = zr[:, :H], zr[:, H:]
             if lbr:
@@ -383,8 +427,8 @@ def _k_gru(x: Sequence[Any], attrs: Mapping[str, Any]) -> list[np.ndarray]:
             else:
                 pre = (r * h) @ r_h_t
                 pre += xt[:, 2 * H:]
-            if clip is not None:
-                pre = np.clip(pre, -clip, clip)
+            if clip is not None or s.B is not None:
+                pre = gate_clip(pre, clip, s.B is not None)
             ht = g(pre)
             h_new = ht + z * (h - ht)  # (1 - z) * ht + z * h
             if s.lens is not None:

@@ -10,7 +10,8 @@ no reorder and numpy ops downstream see ordinary strided arrays. Descriptors car
 exact strides, so no format tags are needed; a non channels-last input is converted once.
 
 Each (weight array, shapes, geometry, post-ops) gets a ``_Plan``: the primitive, the weight
-reordered once into the layout the primitive chose (a library-owned buffer), and memory
+reordered once into the layout the primitive chose (a library-owned buffer shared by every
+plan of the same weight and layout: ``onednn_packed``), and memory
 objects whose data handles are re-pointed per call. Plans are dropped when the weight array is
 garbage-collected (``weakref.finalize``), as ``torch_onednn._packed_weight`` does.
 
@@ -27,10 +28,12 @@ from typing import Any
 
 import numpy as np
 
+from pycann.errors import OperandError
 from pycann.ops.nn.spatial import Window
-from pycann.ops.providers import Algorithm, ConvSpec, onednn_matmul
+from pycann.ops.providers import Algorithm, ConvSpec, onednn_matmul, onednn_packed
 from pycann.ops.providers import numpy_blas as nb
 from pycann.ops.providers import onednn_capi as capi
+from pycann.ops.providers.native_args import address
 from pycann.ops.providers.onednn_eltwise import RELU, E, Unaries, Unary, _chain, _numpy_unary, onednn_unary
 
 __all__ = ["E", "RELU", "Unaries", "Unary", "accepts", "available", "bound_conv_nhwc", "conv_nhwc",
@@ -96,6 +99,7 @@ class _Plan:
                  out_sp: tuple[int, ...], transpose: bool, unary: Unary | Unaries | None, residual: bool) -> None:
         n, c = x_shape[0], x_shape[1]
         m = w.shape[1] * group if transpose else w.shape[0]
+        self.x_shape, self.m = tuple(x_shape), m
         self.y_shape = (n, m) + tuple(out_sp)
         self.x_strides, self.y_strides = _cl_strides(x_shape), _cl_strides(self.y_shape)
         src = capi.MemoryDesc.strided(x_shape, [s // 4 for s in self.x_strides])
@@ -140,7 +144,7 @@ class _Plan:
             pd = _prefer(make, "jit_dw:") or pd  # 1.2-2x faster on AVX-512 (PP-OCR / MobileNet shapes)
         self.impl = pd.fast_impl()
         self.weights_md = pd.query_md(capi.QUERY_WEIGHTS_MD)
-        self.weights = capi.reorder(w_user, capi.ptr(w), self.weights_md)
+        self.weights = onednn_packed.packed(w, w_user, self.weights_md)  # once per model and layout
         self.src, self.dst = capi.Memory(src, 0), capi.Memory(dst, 0)
         args = [(capi.ARG_SRC, self.src), (capi.ARG_WEIGHTS, self.weights), (capi.ARG_DST, self.dst)]
         self.bias = capi.Memory(bias, 0) if bias is not None else None
@@ -214,20 +218,36 @@ class _Plan:
         y = out if fits and out is not None else empty_channels_last(self.y_shape)
         if residual is not None:
             if self.mode == "sum":
-                np.copyto(y, residual)
+                try:
+                    np.copyto(y, residual)
+                except ValueError as e:
+                    raise OperandError(f"conv residual {list(residual.shape)} does not broadcast to the output "
+                                       f"{list(self.y_shape)}: {e}") from None
             elif residual.dtype != np.float32 or residual.shape != self.y_shape or not _fits(residual, self.y_strides) \
                     or (y is out and np.may_share_memory(residual, y)):  # dst may hold partial sums
                 r = empty_channels_last(self.y_shape)
-                np.copyto(r, residual)  # broadcasts / casts / re-lays out
+                try:
+                    np.copyto(r, residual)  # broadcasts / casts / re-lays out
+                except ValueError as e:
+                    raise OperandError(f"conv residual {list(residual.shape)} does not broadcast to the output "
+                                       f"{list(self.y_shape)}: {e}") from None
                 residual = r
+        # every operand is exactly what the primitive reads or writes (native_args): no pointer
+        # to a short bias, a differently shaped input or a residual of another layout gets through
+        xp = address("conv input X", x, self.x_shape, strides=self.x_strides)
+        yp = address("conv output Y", y, self.y_shape, strides=self.y_strides)
+        # (b None with a bias memory: the bias bound_conv_nhwc set once stays)
+        bp = address("conv bias B", b, (self.m,)) if self.bias is not None and b is not None else 0
+        rp = address("conv residual", residual, self.y_shape, strides=self.y_strides) \
+            if self.res is not None and residual is not None else 0
         with self.lock:
             self.bound_key = None  # (bound_conv_nhwc's kernel skips re-pointing while this matches)
-            self.src.set(capi.ptr(x))
-            self.dst.set(capi.ptr(y))
-            if self.bias is not None and b is not None:
-                self.bias.set(capi.ptr(b))
-            if self.res is not None and residual is not None:
-                self.res.set(capi.ptr(residual))
+            self.src.set(xp)
+            self.dst.set(yp)
+            if bp:
+                self.bias.set(bp)  # type: ignore[union-attr]
+            if rp:
+                self.res.set(rp)  # type: ignore[union-attr]
             self.prim.execute()
         return y
 
@@ -244,6 +264,7 @@ def _prefer(make: Any, prefix: str) -> capi.PrimitiveDesc | None:
 # Plans by (weight identity, shapes, geometry, post-ops); None records a call oneDNN does not
 # implement (or only in its reference loops), which then runs in the numpy provider.
 _plans: dict[tuple[Any, ...], _Plan | None] = {}
+_MAX_PLANS = 512
 
 
 def _plan(x_shape: tuple[int, ...], w: np.ndarray, with_bias: bool, group: int, win: Window,
@@ -251,6 +272,8 @@ def _plan(x_shape: tuple[int, ...], w: np.ndarray, with_bias: bool, group: int, 
     key = (id(w), capi.ptr(w), w.shape, w.strides, x_shape, with_bias, group, win, out_sp, transpose, unary, residual)
     if key in _plans:
         return _plans[key]
+    if len(_plans) >= _MAX_PLANS:
+        _plans.clear()  # bounded: a generic plan fed ever new shapes re-creates primitives instead of growing
     try:
         p: _Plan | None = _Plan(x_shape, w, with_bias, group, win, out_sp, transpose, unary, residual)
     except capi.DnnlError:
@@ -328,13 +351,14 @@ def bound_conv_nhwc(w: np.ndarray, b: np.ndarray | None, group: int, win: Window
     once, so a call re-points the data handles and executes. With ``out`` (the executor's arena
     views, ``k.writes_out``) the result is written there: no allocation, no page faults. None when oneDNN does not
     implement this conv (the caller keeps its generic kernel)."""
+    x_shape = tuple(int(d) for d in x_shape)
     bc = _bias(b)
     try:
         p = _Plan(tuple(x_shape), w, bc is not None, group, win, tuple(win.out), False, unary, residual)
     except capi.DnnlError:
         return None
     if bc is not None and p.bias is not None:
-        p.bias.set(capi.ptr(bc))
+        p.bias.set(address("conv bias B", bc, (p.m,)))
     keep = (w, bc)
     y_shape = p.y_shape
     perm = (0, len(y_shape) - 1, *range(1, len(y_shape) - 1))
@@ -348,12 +372,15 @@ def bound_conv_nhwc(w: np.ndarray, b: np.ndarray | None, group: int, win: Window
         if out is None:
             return None
         o = out[0]
-        if o.strides != ys or o.dtype != np.float32 or any(np.may_share_memory(o, r) for r in reads):
+        if o.strides != ys or o.dtype != np.float32 or o.shape != y_shape or any(np.may_share_memory(o, r) for r in reads):
             return None
         return o  # type: ignore[no-any-return]
 
     def finish(y: np.ndarray, out: Any) -> list[np.ndarray]:
         if out is not None and y is not out[0]:
+            if out[0].shape != y.shape:
+                raise OperandError(f"conv output Y: the kernel was bound for {list(y.shape)} but the output "
+                                   f"given is {list(out[0].shape)}")
             out[0][...] = y  # the executor reads the arena view
         return [y]
 
@@ -377,8 +404,8 @@ def bound_conv_nhwc(w: np.ndarray, b: np.ndarray | None, group: int, win: Window
     def checked(x: np.ndarray, o: np.ndarray, r: np.ndarray | None) -> tuple[Any, tuple[int, int, int]] | None:
         """(primitive, addresses) when these arrays' addresses were verified before and their
         layouts still match; they are then remembered by identity too."""
-        if x.strides != xs or x.dtype != _F32 or o.strides != ys or o.dtype != _F32 \
-                or (r is not None and (r.strides != ys or r.dtype != _F32)):
+        if x.strides != xs or x.dtype != _F32 or o.strides != ys or o.dtype != _F32 or x.shape != x_shape \
+                or o.shape != y_shape or (r is not None and (r.strides != ys or r.dtype != _F32 or r.shape != y_shape)):
             return None
         key = (x.__array_interface__["data"][0], o.__array_interface__["data"][0],
                r.__array_interface__["data"][0] if r is not None else 0)
@@ -411,7 +438,7 @@ def bound_conv_nhwc(w: np.ndarray, b: np.ndarray | None, group: int, win: Window
                     prim.execute()
                 return out  # type: ignore[no-any-return]
         if r is not None and out is not None and _same_buffer(out[0], r, ys) and x.strides == xs \
-                and x.dtype == np.float32 and not np.may_share_memory(x, r):
+                and x.dtype == np.float32 and x.shape == x_shape and r.shape == y_shape and not np.may_share_memory(x, r):
             prim = p.in_place()  # the executor planned the output over the residual: accumulate there
             if prim is not None:
                 with lock:
@@ -424,20 +451,22 @@ def bound_conv_nhwc(w: np.ndarray, b: np.ndarray | None, group: int, win: Window
                 return [out[0]]
         # anything but the planned layouts, and a residual the primitive cannot take as a binary
         # post-op (the "sum" form copies it into the destination first), goes through ``run``
-        if x.strides != xs or x.dtype != np.float32 or (r is not None and (
-                res_set is None or r.strides != ys or r.dtype != np.float32)):
+        if x.strides != xs or x.dtype != np.float32 or x.shape != x_shape or (r is not None and (
+                res_set is None or r.strides != ys or r.dtype != np.float32 or r.shape != y_shape)):
             # (into the arena view when it fits: a separate result would cost a copy, 3 MB on
             # ResNet-50's stem conv whose NCHW graph input takes this path)
             return finish(run(x.astype(np.float32, copy=False), None, r, out[0] if out is not None else None), out)
         y = dest(out, x) if r is None else dest(out, x, r)
         if y is None:
             y = np.empty(cl_shape, np.float32).transpose(perm)
+        xp, yp = address("conv input X", x, x_shape, strides=xs), address("conv output Y", y, y_shape, strides=ys)
+        rp = address("conv residual", r, y_shape, strides=ys) if r is not None and res_set is not None else 0
         with lock:
             p.bound_key = None
-            src_set(x.__array_interface__["data"][0])
-            dst_set(y.__array_interface__["data"][0])
-            if r is not None and res_set is not None:
-                res_set(r.__array_interface__["data"][0])
+            src_set(xp)
+            dst_set(yp)
+            if rp and res_set is not None:
+                res_set(rp)
             execute()
             if out is not None and y is out[0]:
                 remember((x.__array_interface__["data"][0], y.__array_interface__["data"][0],

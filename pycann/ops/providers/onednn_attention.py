@@ -29,8 +29,10 @@ from typing import Any
 
 import numpy as np
 
+from pycann.errors import OperandError
 from pycann.ops.providers import onednn_capi as capi
 from pycann.ops.providers.bound_out import dest, finish
+from pycann.ops.providers.native_args import address, conform
 
 _F32 = np.dtype(np.float32)
 
@@ -120,26 +122,32 @@ def bound_attention(q_shape: Sequence[int], kt_shape: Sequence[int], v_shape: Se
         q, kt, v = inputs[0], inputs[1], inputs[2]
         mask = inputs[3] if len(inputs) > 3 else None
         if q.shape != q_shape or kt.shape != kt_shape or v.shape != v_shape:
-            raise ValueError(f"FusedAttention bound for Q {q_shape}, Kt {kt_shape}, V {v_shape}; "
+            raise OperandError(f"FusedAttention bound for Q {q_shape}, Kt {kt_shape}, V {v_shape}; "
                              f"got {q.shape}, {kt.shape}, {v.shape}")
         q = q if q.dtype == _F32 and q.flags.c_contiguous else np.ascontiguousarray(q, dtype=_F32)
         k = kt.transpose(swap)
         k = k if k.dtype == _F32 and k.flags.c_contiguous else np.ascontiguousarray(k, dtype=_F32)
         v = v if v.dtype == _F32 and v.flags.c_contiguous else np.ascontiguousarray(v, dtype=_F32)
-        mask_c = None if mk is None else np.ascontiguousarray(mask, dtype=_F32)
+        if mk is not None and mask is None:
+            raise OperandError(f"FusedAttention was bound with a mask of shape {list(mk)} but none was given")
+        mask_c = None if mk is None or mask is None else conform("FusedAttention mask", mask, mk)  # mk: + leading 1s
         y = np.empty(y_store, _F32).transpose(0, 2, 1, 3) if nd == 4 else None
         y, o = (y, None if out is None else out[0]) if y is not None else dest(out, y_shape, (q, k, v))
+        qp, kp = address("FusedAttention Q", q, q_shape), address("FusedAttention K", k, k_shape)
+        vp = address("FusedAttention V", v, v_shape)
+        mp = address("FusedAttention mask", mask_c, mk) if mask_c is not None and mk is not None else 0
+        yp = address("FusedAttention Y", y, y_shape, strides=y.strides if nd == 4 else None)
         with lock:
-            q_mem.set(capi.ptr(q))
-            k_mem.set(capi.ptr(k))
-            if m_mem is not None and mask_c is not None:
-                m_mem.set(capi.ptr(mask_c))
+            q_mem.set(qp)
+            k_mem.set(kp)
+            if m_mem is not None and mp:
+                m_mem.set(mp)
             mm1.execute()
             if numpy_mask and mask_c is not None:
                 np.add(scores, mask_c.reshape(mk), out=scores)
             sm.execute()
-            v_mem.set(capi.ptr(v))
-            y_mem.set(capi.ptr(y))
+            v_mem.set(vp)
+            y_mem.set(yp)
             mm2.execute()
         return finish(y, o)
 

@@ -28,10 +28,11 @@ from typing import Any
 
 import numpy as np
 
-from pycann.ops.providers import Algorithm, GemmSpec
+from pycann.ops.providers import Algorithm, GemmSpec, onednn_packed
 from pycann.ops.providers import numpy_blas as nb
 from pycann.ops.providers import onednn_capi as capi
 from pycann.ops.providers.bound_out import dest, finish
+from pycann.ops.providers.native_args import conform
 
 Desc = tuple[tuple[int, ...], tuple[int, ...]]  # (dims, strides in elements)
 Unary = tuple[int, float, float]
@@ -119,7 +120,7 @@ class _Plan:
             b = np.ascontiguousarray(b)
             d = _desc(b.shape, b.strides, b.ndim)
         assert d is not None
-        self.wei = capi.reorder(_md(d), capi.ptr(b), self.pd.query_md(capi.QUERY_WEIGHTS_MD))
+        self.wei = onednn_packed.packed(b, _md(d), self.pd.query_md(capi.QUERY_WEIGHTS_MD))  # shared per layout
         self._make(self.wei)
 
     def run(self, a: int, b: int | None, y: int, bias: int | None = None, binary: int | None = None) -> None:
@@ -301,9 +302,7 @@ def bound_matmul(b: np.ndarray, bias: np.ndarray | None, a_shape: Sequence[int],
     keep = (b, bc, p)
 
     def kernel(inputs: Any, attrs: Any, out: Any = None) -> list[np.ndarray]:
-        x = inputs[0]
-        if x.dtype != _F32 or not x.flags.c_contiguous or x.shape != a_shape:
-            x = np.ascontiguousarray(x, dtype=_F32).reshape(a_shape)
+        x = conform("MatMul input A", inputs[0], a_shape)
         y, o = dest(out, y_shape, (x,))
         r = None
         if res_set is not None:

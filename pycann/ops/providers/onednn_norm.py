@@ -17,6 +17,7 @@ import numpy as np
 
 from pycann.ops.providers import onednn_capi as capi
 from pycann.ops.providers.bound_out import dest, finish
+from pycann.ops.providers.native_args import address, conform
 
 _F32 = np.dtype(np.float32)
 
@@ -45,22 +46,21 @@ def bound_layer_norm(shape: Sequence[int], n: int, scale: np.ndarray, bias: np.n
         pd = capi.layer_normalization_pd(md, md, float(epsilon), flags)
         impl = pd.fast_impl()
         src, dst = capi.Memory(md, 0), capi.Memory(md, 0)
-        args = [(capi.ARG_SRC, src), (capi.ARG_DST, dst), (capi.ARG_SCALE, capi.Memory(vec, capi.ptr(sc)))]
+        args = [(capi.ARG_SRC, src), (capi.ARG_DST, dst), (capi.ARG_SCALE, capi.Memory(vec, address("LayerNormalization Scale", sc, (n,))))]
         if sh is not None:
-            args.append((capi.ARG_SHIFT, capi.Memory(vec, capi.ptr(sh))))
+            args.append((capi.ARG_SHIFT, capi.Memory(vec, address("LayerNormalization B", sh, (n,)))))
         prim = capi.Primitive(pd, args)
     except capi.DnnlError:
         return None
     src_set, dst_set, execute, lock = src.set, dst.set, prim.execute, threading.Lock()
 
     def kernel(inputs: Any, attrs: Any, out: Any = None) -> list[np.ndarray]:
-        x = inputs[0]
-        if x.dtype != _F32 or not x.flags.c_contiguous or x.shape != shape:
-            x = np.ascontiguousarray(x, dtype=_F32).reshape(shape)
+        x = conform("LayerNormalization input X", inputs[0], shape)
         y, o = dest(out, shape, same_ok=x)  # in place (same buffer) is allowed by oneDNN; a partial overlap is not
+        xp, yp = address("LayerNormalization input X", x, shape), address("LayerNormalization output Y", y, shape)
         with lock:
-            src_set(capi.ptr(x))
-            dst_set(capi.ptr(y))
+            src_set(xp)
+            dst_set(yp)
             execute()
         return finish(y, o)
 

@@ -25,6 +25,7 @@ import numpy as np
 
 from pycann.ops.providers import onednn
 from pycann.ops.providers import onednn_capi as capi
+from pycann.ops.providers.native_args import address
 
 _F32 = np.dtype(np.float32)
 _LOWEST = np.finfo(np.float32).min
@@ -50,6 +51,7 @@ class _Bound:
         self.x_shape, self.y_shape, self.channels_last = x_shape, y_shape, channels_last
         self.is_max = alg == "max"
         self.xs, self.ys = capi.layout_strides(x_shape, channels_last), capi.layout_strides(y_shape, channels_last)
+        self.x_bytes, self.y_bytes = tuple(4 * t for t in self.xs), tuple(4 * t for t in self.ys)  # byte strides
         src = capi.MemoryDesc.strided(x_shape, self.xs)
         dst = capi.MemoryDesc.strided(y_shape, self.ys)
         pd = capi.pooling_pd(capi.POOLING[alg], src, dst, strides, kernel, [d - 1 for d in dilations],
@@ -75,10 +77,12 @@ class _Bound:
         return y
 
     def run(self, x: np.ndarray, y: np.ndarray) -> None:
-        """Execute on these arrays (bound shapes and layouts, unchecked)."""
+        """Execute on these arrays (the bound shapes and layouts: ``native_args`` checks them)."""
+        xp = address("pooling input X", x, self.x_shape, strides=self.x_bytes)
+        yp = address("pooling output Y", y, self.y_shape, strides=self.y_bytes)
         with self.lock:
-            self.src.set(capi.ptr(x))
-            self.dst.set(capi.ptr(y))
+            self.src.set(xp)
+            self.dst.set(yp)
             self.prim.execute()
 
 

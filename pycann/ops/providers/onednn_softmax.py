@@ -21,6 +21,7 @@ import numpy as np
 
 from pycann.ops.providers import onednn_capi as capi
 from pycann.ops.providers.bound_out import dest, finish
+from pycann.ops.providers.native_args import address, conform
 
 MIN_ELEMENTS = 16384  # below this, a call's fixed cost (~5 us) exceeds numpy's passes
 _MAX_PLANS = 256
@@ -72,16 +73,14 @@ def bound_softmax(shape: tuple[int, ...], generic: Any) -> Any:
     except (capi.DnnlError, OSError):
         return None
     lock = threading.Lock()
-    f32 = np.dtype(np.float32)
 
     def kernel(inputs: Any, attrs: Any, out: Any = None) -> list[np.ndarray]:
-        x = inputs[0]
-        if x.dtype != f32 or not x.flags.c_contiguous or x.shape != shape:
-            x = np.ascontiguousarray(x, dtype=f32).reshape(shape)
+        x = conform("Softmax input X", inputs[0], shape)
         y, o = dest(out, shape, (x,))
+        xp, yp = address("Softmax input X", x, shape), address("Softmax output Y", y, shape)
         with lock:
-            src.set(x.__array_interface__["data"][0])
-            dst.set(y.__array_interface__["data"][0])
+            src.set(xp)
+            dst.set(yp)
             prim.execute()
         if np.isnan(y).any():
             y[...] = generic([x], attrs)[0]

@@ -32,6 +32,7 @@ import numpy as np
 from pycann.ops.nn.spatial import Window
 from pycann.ops.providers import onednn
 from pycann.ops.providers import onednn2_capi as c2
+from pycann.ops.providers.native_args import address, check
 from pycann.ops.providers.onednn_capi import (
     ARG_BIAS,
     ARG_DST,
@@ -149,7 +150,7 @@ class _Plan:
         args = [(ARG_SRC, self.src), (ARG_WEIGHTS, self.weights), (ARG_DST, self.dst),
                 (c2.ARG_SCRATCHPAD, self.scratch)]
         if self.b is not None and bias_md is not None:
-            args.append((ARG_BIAS, c2.Memory(bias_md, ptr(self.b))))
+            args.append((ARG_BIAS, c2.Memory(bias_md, address("Winograd conv bias B", self.b, (m,)))))
         self.conv = c2.Primitive(pd, args)
         self.src_md = src_md
         self.y_user = c2.Memory(c2.MemoryDesc.strided(self.y_shape, [s // 4 for s in self.y_strides]), 0)
@@ -172,6 +173,7 @@ class _Plan:
         shape that does not overlap ``x``, else new."""
         if x.dtype != np.float32 or any(s <= 0 or s % 4 for s in x.strides):
             x = np.ascontiguousarray(x, dtype=np.float32)
+        check("Winograd conv input X", x, self.x_shape, strides=x.strides)  # (the reorder takes its strides)
         y = out if out is not None and out.dtype == np.float32 and out.shape == self.y_shape \
             and onednn._fits(out, self.y_strides) and not np.may_share_memory(out, x) \
             else onednn.empty_channels_last(self.y_shape)
@@ -182,7 +184,7 @@ class _Plan:
             self.src.set(s)
             self.dst.set(d)
             self.scratch.set(sp)
-            self.y_user.set(ptr(y))
+            self.y_user.set(address("Winograd conv output Y", y, self.y_shape, strides=self.y_strides))
             x_reorder.execute()
             self.conv.execute()
             self.y_reorder.execute()

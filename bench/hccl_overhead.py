@@ -1,0 +1,81 @@
+"""The hccl backend's overhead over raw gloo, measured interleaved in one set of processes.
+
+    python bench/hccl_overhead.py -p 2 [--sizes 8K,64M] [--reps 15]
+
+Each rank joins a gloo group and two hccl groups over the same processes (one with the per-call
+signature check, one without: ``comm.check = False``), then times all_reduce of the same float32
+tensor on the three groups in turn, ``--reps`` times per size, so that load on the host drifts
+the same way for all three. Prints medians (ms) and the ratios to gloo.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import statistics
+import subprocess
+import sys
+import time
+from datetime import timedelta
+
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+
+def size(s: str) -> int:
+    mult = {"K": 1 << 10, "M": 1 << 20}.get(s[-1].upper(), 1)
+    return int(s.rstrip("KMkm")) * mult
+
+
+def rank_main(a: argparse.Namespace) -> None:
+    import torch
+    import torch.distributed as dist
+
+    import pycann.hccl  # noqa: F401
+
+    dist.init_process_group("gloo", timeout=timedelta(seconds=300))
+    checked = dist.new_group(backend="hccl")
+    unchecked = dist.new_group(backend="hccl")
+    unchecked.comm.check = False  # type: ignore[attr-defined]
+    groups = {"gloo": dist.group.WORLD, "hccl": checked, "hccl, no check": unchecked}
+    rank = dist.get_rank()
+    for s in a.sizes.split(","):
+        t = torch.ones(size(s) // 4)
+        times: dict[str, list[float]] = {k: [] for k in groups}
+        for g in groups.values():
+            dist.all_reduce(t, group=g)
+        for _ in range(a.reps):
+            for name, g in groups.items():
+                dist.barrier(group=dist.group.WORLD)
+                t0 = time.perf_counter()
+                dist.all_reduce(t, group=g)
+                times[name].append(time.perf_counter() - t0)
+        if rank == 0:
+            med = {k: statistics.median(v) * 1e3 for k, v in times.items()}
+            base = med["gloo"]
+            cells = ", ".join(f"{k} {v:.3f} ms ({v / base:.2f}x)" for k, v in med.items())
+            print(f"{a.p} ranks, {s}: {cells}", flush=True)
+    dist.destroy_process_group()
+
+
+def main() -> None:
+    p = argparse.ArgumentParser()
+    p.add_argument("-p", type=int, default=2)
+    p.add_argument("--sizes", default="8K,64M")
+    p.add_argument("--reps", type=int, default=15)
+    a = p.parse_args()
+    if "RANK" in os.environ:
+        rank_main(a)
+        return
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    procs = [subprocess.Popen([sys.executable, __file__, *sys.argv[1:]],
+                              env={**os.environ, "RANK": str(r), "WORLD_SIZE": str(a.p), "MASTER_ADDR": "127.0.0.1",
+                                   "MASTER_PORT": str(port), "OMP_NUM_THREADS": "1"}) for r in range(a.p)]
+    sys.exit(max(q.wait() for q in procs))
+
+
+if __name__ == "__main__":
+    main()

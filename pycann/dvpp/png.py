@@ -1,0 +1,95 @@
+"""PNGD: PNG decode with Pillow (libpng-compatible zlib decoding; nothing is decoded here).
+
+PNGD outputs RGB_888 or RGBA_8888 (8-bit; 16-bit samples are reduced to 8 as Pillow does, grey
+and palette images are expanded to RGB), width stride ``ALIGN(w * bpp, 128)``, height stride
+``ALIGN(h, 16)``, at most 4096x4096 (the device's range) and at least 32x32.
+"""
+
+from __future__ import annotations
+
+import io
+from dataclasses import dataclass
+
+import numpy as np
+
+from pycann.dvpp.formats import DvppError, Fault, PicDesc, PixelFormat, align_up, buffer_size, row_bytes
+from pycann.dvpp.picture import plane_views
+
+MIN_SIDE, MAX_SIDE = 32, 4096
+DECODE_FORMATS = (PixelFormat.RGB_888, PixelFormat.RGBA_8888)
+_SIG = b"\x89PNG\r\n\x1a\n"
+
+
+@dataclass(frozen=True)
+class PngInfo:
+    """``width``, ``height``; ``components``: 1 grey, 2 grey+alpha, 3 RGB, 4 RGBA (palette: 3, or 4
+    with a transparency chunk)."""
+
+    width: int
+    height: int
+    components: int
+
+
+def _open(data: bytes):  # type: ignore[no-untyped-def]
+    from PIL import Image
+
+    if not data.startswith(_SIG):
+        raise DvppError(Fault.DATA, "not a PNG stream: it does not start with the PNG signature")
+    try:
+        im = Image.open(io.BytesIO(data))
+        if im.format != "PNG":
+            raise DvppError(Fault.DATA, f"not a PNG stream ({im.format})")
+        return im
+    except (OSError, SyntaxError, ValueError) as e:
+        raise DvppError(Fault.DATA, f"corrupt PNG: {e}") from None
+
+
+def get_image_info(data: bytes) -> PngInfo:
+    """Width, height and components of a PNG (header only). Raises ``DvppError(DATA)``."""
+    im = _open(data)
+    comps = {"1": 1, "L": 1, "I;16": 1, "I": 1, "LA": 2, "RGB": 3, "RGBA": 4}.get(im.mode)
+    if im.mode == "P":
+        comps = 4 if "transparency" in im.info else 3
+    return PngInfo(im.width, im.height, comps or len(im.getbands()))
+
+
+def output_layout(width: int, height: int, fmt: int) -> tuple[int, int, int]:
+    """(width stride, height stride, bytes) of PNGD's output."""
+    pf = decode_format(fmt)
+    ws, hs = align_up(row_bytes(pf, width), 128), align_up(height, 16)
+    return ws, hs, buffer_size(pf, ws, hs)
+
+
+def decode_format(fmt: int) -> PixelFormat:
+    if fmt not in (int(f) for f in DECODE_FORMATS):
+        raise DvppError(Fault.FORMAT, f"PNGD outputs RGB_888 (12) or RGBA_8888 (16), not {fmt}")
+    return PixelFormat(fmt)
+
+
+def decode_array(data: bytes, fmt: int) -> np.ndarray:
+    """``(h, w, 3|4)`` uint8 of a PNG. Raises ``DvppError``."""
+    pf = decode_format(fmt)
+    im = _open(data)
+    if not (MIN_SIDE <= im.width <= MAX_SIDE and MIN_SIDE <= im.height <= MAX_SIDE):
+        raise DvppError(Fault.UNSUPPORTED, f"{im.width}x{im.height} is outside PNGD's range "
+                                           f"{MIN_SIDE}x{MIN_SIDE}..{MAX_SIDE}x{MAX_SIDE}")
+    try:
+        return np.asarray(im.convert("RGBA" if pf is PixelFormat.RGBA_8888 else "RGB"))
+    except (OSError, SyntaxError, ValueError) as e:
+        raise DvppError(Fault.DATA, f"PNG decode failed: {e}") from None
+
+
+def decode_into(data: bytes, out_buf: np.ndarray, out: PicDesc) -> None:
+    """Decode ``data`` into ``out`` (strides and size checked); sets ``out.width`` / ``out.height``."""
+    img = decode_array(data, out.format)
+    h, w = img.shape[:2]
+    ws, hs, size = output_layout(w, h, out.format)
+    if out.width_stride % 128 or out.width_stride < ws or out.height_stride % 16 or out.height_stride < hs:
+        raise DvppError(Fault.PARAM, f"PNGD output strides {out.width_stride}x{out.height_stride} must be "
+                                     f"multiples of 128x16 and at least {ws}x{hs} for a {w}x{h} image")
+    need = buffer_size(out.format, out.width_stride, out.height_stride)
+    if out.size < need or out_buf.size < need:
+        raise DvppError(Fault.PARAM, f"PNGD output buffer {out.size} bytes is smaller than {need} "
+                                     f"(dvpp_png_predict_dec_size gives {size})")
+    plane_views(out_buf, out.format, w, h, out.width_stride, out.height_stride)[0][...] = img.reshape(h, -1)
+    out.width, out.height = w, h

@@ -1,0 +1,255 @@
+"""QuantizedConvFusion: a QDQ convolution -> one ``pycann.QuantConv``, a QDQ MatMul / Gemm with a
+constant weight -> one ``pycann.QuantMatMul`` (INT8 kernels where exact).
+
+Pattern (what AMCT's deploy model, ONNX Runtime's quantiser and NNCF write):
+
+    x -> QuantizeLinear(s, zp) -> DequantizeLinear(s, zp) -> Conv(., DequantizeLinear(W_int8, ws), B) [-> Relu]
+
+with ``B`` a float constant or ``DequantizeLinear(B_int32, bs)``. Check (a failed check is
+reported by ``atc --log=info``): constant per-tensor activation scale and zero point, equal in
+the Q and DQ; an int8 constant weight with zero zero points and scales per output channel
+(``axis=0``) or one scale; a 2-D conv; the Relu read only by... the conv's output read only by the
+Relu. A ``Clip`` with constant bounds read only by the QuantizeLinear is absorbed as a clamp of the
+quantised values (``q_min``/``q_max``); ``seven_bit`` is set when that keeps them <= 127 (AMCT's
+``reduce_range``), which makes the int8 kernel exact on CPUs without VNNI. The Q/DQ nodes stay for any other reader (dead-code elimination
+removes them otherwise). Runs before ConstantFolding, which would turn the weight's DQ into float.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from pycann.ge.ir import Graph, Node
+from pycann.ge.passes.base import PassContext, PassResult
+from pycann.ge.passes.pattern import GraphIndex, Rewrites, is_op
+from pycann.ops.quant_conv import DOMAIN, quantize_activation
+
+name = "QuantizedConvFusion"
+
+
+def _same(ix: GraphIndex, a: str, b: str) -> bool:
+    ca, cb = ix.const(a), ix.const(b)
+    return a == b or (ca is not None and cb is not None and ca.dtype == cb.dtype and np.array_equal(ca, cb))
+
+
+def _activation_qdq(ix: GraphIndex, value: str) -> tuple[str, float, int, bool, Node] | str:
+    """(x, scale, zero point, unsigned, Q node) of a ``DQ(Q(x))`` feeding a conv, or why not."""
+    dq = ix.producers.get(value)
+    if not is_op(dq, "DequantizeLinear") or dq is None:
+        return "input is not a DequantizeLinear"
+    q = ix.producers.get(dq.inputs[0])
+    if not is_op(q, "QuantizeLinear") or q is None:
+        return "the activation's DequantizeLinear does not read a QuantizeLinear"
+    if len(q.inputs) < 3 or len(dq.inputs) < 3 or not q.inputs[2]:
+        return "activation QuantizeLinear without a zero point (float8 or default int8 handled as float)"
+    s, zp = ix.const(q.inputs[1]), ix.const(q.inputs[2])
+    if s is None or zp is None or s.size != 1 or zp.size != 1:
+        return "activation scale / zero point are not constant per-tensor values"
+    if not (_same(ix, q.inputs[1], dq.inputs[1]) and _same(ix, q.inputs[2], dq.inputs[2])):
+        return "QuantizeLinear and DequantizeLinear use different scales or zero points"
+    if zp.dtype not in (np.uint8, np.int8) or float(s.reshape(-1)[0]) <= 0:
+        return f"activation zero point dtype {zp.dtype} / scale {float(s.reshape(-1)[0])} not int8 / positive"
+    return q.inputs[0], float(s.reshape(-1)[0]), int(zp.reshape(-1)[0]), zp.dtype == np.uint8, q
+
+
+def _weight(ix: GraphIndex, value: str, out_axis: int = 0) -> tuple[str, np.ndarray] | str:
+    """(int8 weight initializer name, per-output-channel scales) of ``DQ(W_int8, ws, 0)`` whose
+    output channels lie along ``out_axis``, or why not."""
+    dq = ix.producers.get(value)
+    if not is_op(dq, "DequantizeLinear") or dq is None:
+        return "weight is not a DequantizeLinear of an int8 constant"
+    w, ws = ix.const(dq.inputs[0]), ix.const(dq.inputs[1])
+    if w is None or w.dtype != np.int8 or ws is None or ws.dtype != np.float32:
+        return "weight DequantizeLinear does not read an int8 constant with float32 scales"
+    if len(dq.inputs) > 2 and dq.inputs[2]:
+        wzp = ix.const(dq.inputs[2])
+        if wzp is None or np.any(wzp != 0):
+            return "weight zero point is not a constant 0"
+    if w.ndim <= out_axis:
+        return f"weight of rank {w.ndim}"
+    m = w.shape[out_axis]
+    axis = int(dq.attrs.get("axis", 1))
+    if ws.size != 1 and not (ws.ndim == 1 and ws.size == m and axis % w.ndim == out_axis):
+        return (f"weight scales of shape {list(ws.shape)} are not per-tensor or per output channel "
+                f"(axis {out_axis})")
+    if np.any(ws <= 0) or not np.all(np.isfinite(ws)):
+        return "weight scales must be positive and finite"
+    return dq.inputs[0], np.broadcast_to(ws.reshape(-1), (m,)).astype(np.float32)
+
+
+def _bias(ix: GraphIndex, conv: Node) -> np.ndarray | None | str:
+    if len(conv.inputs) < 3 or not conv.inputs[2]:
+        return None
+    b = ix.const(conv.inputs[2])
+    if b is not None:
+        return b.astype(np.float32) if b.dtype == np.float32 else "bias constant is not float32"
+    dq = ix.producers.get(conv.inputs[2])
+    if not is_op(dq, "DequantizeLinear") or dq is None:
+        return "bias is neither a constant nor a DequantizeLinear of one"
+    bi, bs = ix.const(dq.inputs[0]), ix.const(dq.inputs[1])
+    bz = ix.const(dq.inputs[2]) if len(dq.inputs) > 2 and dq.inputs[2] else None
+    if bi is None or bs is None or bi.dtype != np.int32 or (len(dq.inputs) > 2 and dq.inputs[2] and bz is None):
+        return "bias DequantizeLinear does not read int32 constants"
+    d = bi.astype(np.int64) - (0 if bz is None else bz.astype(np.int64))
+    return (d.astype(np.float32) * bs.astype(np.float32)).astype(np.float32)
+
+
+def _absorbed_clip(ix: GraphIndex, x: str, q: Node, scale: float, zp: int,
+                   unsigned: bool) -> tuple[str, int, int] | None:
+    """For ``Clip(v, lo, hi) -> QuantizeLinear`` with constant bounds and the Clip read only by the
+    QuantizeLinear: (v, quantize(lo), quantize(hi)), the clamp that replaces the Clip."""
+    clip = ix.producers.get(x)
+    if not is_op(clip, "Clip") or clip is None or len(clip.inputs) < 3 or not clip.inputs[1] or not clip.inputs[2]:
+        return None
+    if ix.sole_consumer(x) is not q:
+        return None
+    lo, hi = ix.scalar(clip.inputs[1]), ix.scalar(clip.inputs[2])
+    if lo is None or hi is None or not lo <= hi:
+        return None
+    qb = quantize_activation(np.array([lo, hi], np.float32), scale, zp, unsigned)
+    return clip.inputs[0], int(qb[0]), int(qb[1])
+
+
+def _input(ix: GraphIndex, value: str) -> tuple[str, float, int, bool, int, int, list[Node]] | str:
+    """The quantised activation of a layer: (x, scale, zero point, unsigned, q_min, q_max, absorbed Clip)."""
+    act = _activation_qdq(ix, value)
+    if isinstance(act, str):
+        return act
+    x, s, zp, unsigned, q = act
+    clip = _absorbed_clip(ix, x, q, s, zp, unsigned)
+    if clip is None:
+        return x, s, zp, unsigned, -1000, 1000, []
+    return clip[0], s, zp, unsigned, clip[1], clip[2], [ix.producers[x]]
+
+
+def _relu_after(ix: GraphIndex, value: str) -> Node | None:
+    relu = ix.sole_consumer(value)
+    return relu if is_op(relu, "Relu") else None
+
+
+def _match_matmul(ix: GraphIndex, g: Graph, mm: Node) -> tuple[list[Node], Node] | str:
+    """MatMul(DQ(Q(x)), DQ(W (K, N))) [+ Add(bias (N))] or Gemm(DQ(Q(x)), DQ(W), C) [-> Relu]."""
+    act = _input(ix, mm.inputs[0])
+    if isinstance(act, str):
+        return act
+    x, s, zp, unsigned, q_min, q_max, absorbed = act
+    nodes = [*absorbed, mm]
+    b: np.ndarray | None = None
+    if mm.op_type == "Gemm":
+        if int(mm.attrs.get("transA", 0)) or float(mm.attrs.get("alpha", 1.0)) != 1.0 or float(mm.attrs.get("beta", 1.0)) != 1.0:
+            return "Gemm with transA, alpha or beta other than 0, 1, 1"
+        trans_b = int(mm.attrs.get("transB", 0))
+        w = _weight(ix, mm.inputs[1], 0 if trans_b else 1)
+        if isinstance(w, str):
+            return w
+        bias = _bias(ix, mm)
+        if isinstance(bias, str):
+            return bias
+        b = bias
+    else:
+        trans_b = 0
+        w = _weight(ix, mm.inputs[1], 1)
+        if isinstance(w, str):
+            return w
+    w_name, ws = w
+    wt = ix.const(w_name)
+    if wt is None or wt.ndim != 2:
+        return "only rank-2 weights"
+    n = wt.shape[0] if trans_b else wt.shape[1]
+    if b is not None:
+        b = b.reshape(-1) if b.size == n else None
+        if b is None:
+            return "Gemm C does not have one value per output column"
+    out = mm.outputs[0]
+    if mm.op_type == "MatMul":
+        add = ix.sole_consumer(out)
+        other = ix.other_input(add, out) if is_op(add, "Add") and add is not None else None
+        c = ix.const(other) if other else None
+        if add is not None and c is not None and c.dtype == np.float32 and c.size == n and c.shape[-1] == n:
+            b = c.reshape(-1).astype(np.float32)
+            nodes.append(add)
+            out = add.outputs[0]
+    activation = ""
+    relu = _relu_after(ix, out)
+    if relu is not None:
+        nodes.append(relu)
+        out = relu.outputs[0]
+        activation = "Relu"
+    w_nk = np.ascontiguousarray(wt if trans_b else wt.T)
+    w_nk.flags.writeable = False
+    wn = g.fresh_name(f"{mm.name}_w_nk")
+    g.initializers[wn] = w_nk
+    ins = [x, wn]
+    if b is not None:
+        bn = g.fresh_name(f"{mm.name}_qbias")
+        b = np.array(b, np.float32)
+        b.flags.writeable = False
+        g.initializers[bn] = b
+        ins.append(bn)
+    attrs = dict(x_scale=s, x_zero_point=zp, x_unsigned=int(unsigned), w_scale=[float(v) for v in ws],
+                 activation=activation, seven_bit=int(unsigned and q_max <= 127), q_min=q_min, q_max=q_max)
+    return nodes, Node("QuantMatMul", ins, [out], attrs, name=f"{mm.name}_int8", domain=DOMAIN, opset=1)
+
+
+def _match(ix: GraphIndex, g: Graph, conv: Node) -> tuple[list[Node], Node] | str:
+    act = _input(ix, conv.inputs[0])
+    if isinstance(act, str):
+        return act
+    x, s, zp, unsigned, q_min, q_max, absorbed = act
+    if len(conv.inputs) < 2:
+        return "conv without a weight"
+    w = _weight(ix, conv.inputs[1], 0)
+    if isinstance(w, str):
+        return w
+    w_name, ws = w
+    wt = ix.const(w_name)
+    if wt is None or wt.ndim != 4:
+        return "only 2-D convolutions"
+    b = _bias(ix, conv)
+    if isinstance(b, str):
+        return b
+    if b is not None and b.shape != (wt.shape[0],):
+        return f"bias of shape {list(b.shape)} for {wt.shape[0]} output channels"
+    nodes = [*absorbed, conv]
+    out = conv.outputs[0]
+    activation = ""
+    relu = ix.sole_consumer(out)
+    if is_op(relu, "Relu") and relu is not None:
+        nodes.append(relu)
+        out = relu.outputs[0]
+        activation = "Relu"
+    ins = [x, w_name]
+    if b is not None:
+        b_name = g.fresh_name(f"{conv.name}_qbias")
+        b.flags.writeable = False
+        g.initializers[b_name] = b
+        ins.append(b_name)
+    attrs = {k: v for k, v in conv.attrs.items() if not k.startswith("_")}
+    attrs.update(x_scale=s, x_zero_point=zp, x_unsigned=int(unsigned), w_scale=[float(v) for v in ws],
+                 activation=activation, seven_bit=int(unsigned and q_max <= 127), q_min=q_min, q_max=q_max)
+    return nodes, Node("QuantConv", ins, [out], attrs, name=f"{conv.name}_int8", domain=DOMAIN, opset=1)
+
+
+def fuse(g: Graph) -> tuple[int, list[str]]:
+    ix = GraphIndex(g)
+    rw = Rewrites(g)
+    for conv in list(g.nodes):
+        if not is_op(conv, "Conv", "MatMul", "Gemm") or rw.taken(conv) or len(conv.inputs) < 2:
+            continue
+        if not is_op(ix.producers.get(conv.inputs[0]), "DequantizeLinear"):
+            continue  # not a QDQ layer: nothing to report
+        if not is_op(ix.producers.get(conv.inputs[1]), "DequantizeLinear"):
+            continue  # activation x activation products (attention) stay float
+        res = _match(ix, g, conv) if conv.op_type == "Conv" else _match_matmul(ix, g, conv)
+        if isinstance(res, str):
+            rw.missed.append(f"{conv.name}: {res}")
+            continue
+        old, new = res
+        rw.replace(old, [new])
+    rw.commit()
+    return rw.applied, rw.missed
+
+
+def run(graph: Graph, ctx: PassContext) -> PassResult:
+    n, missed = fuse(graph)
+    return PassResult(graph, n > 0, f"{n} QDQ convs / matmuls -> QuantConv / QuantMatMul", missed)

@@ -1,0 +1,235 @@
+"""The communicator: a gloo process group, its store, per-call signatures and fault diagnosis.
+
+One ``Communicator`` backs both faces of pycann's HCCL — the ``hccl`` torch.distributed backend
+and the C-style ``Hccl*`` functions. Data moves with gloo (``torch.distributed.ProcessGroupGloo``,
+TCP); this module adds what HCCL users miss most:
+
+* **Join with a deadline.** Every rank announces itself in the store, then waits at most
+  ``connect_timeout`` seconds (``HCCL_CONNECT_TIMEOUT``) for the others; the error names the ranks
+  that never joined.
+* **Signatures.** Before each collective the ranks all-gather a 16-int64 header
+  (``pycann.hccl.signature``); a mismatch raises ``HcclMismatch`` with both ranks' calls.
+* **Heartbeats and diagnosis.** A daemon thread publishes ``<beat> <seq> <state> <call>`` to the
+  store every ``HEARTBEAT_S``. When a collective fails or times out (``exec_timeout``,
+  ``HCCL_EXEC_TIMEOUT``), the failing rank reads its peers' heartbeats and says which rank is
+  missing and why: it never called this collective (and what it last ran), or its heartbeat
+  stopped (the process died or hangs holding the GIL). The communicator is then broken: later
+  calls fail at once with the first error.
+"""
+
+from __future__ import annotations
+
+import atexit
+import os
+import socket
+import threading
+import time
+import weakref
+from collections.abc import Callable, Sequence
+from datetime import timedelta
+from typing import Any
+
+import torch
+import torch.distributed as dist
+
+from pycann.hccl.constants import Collective, HcclResult
+from pycann.hccl.errors import HcclError, HcclMismatch, HcclRemoteError, HcclTimeout
+from pycann.hccl.signature import HEADER_LEN, CallSignature, find_mismatch
+
+HEARTBEAT_S = 0.25
+DIAGNOSE_S = 4 * HEARTBEAT_S
+_POLL_S = 0.01
+_LIVE: weakref.WeakSet[Communicator] = weakref.WeakSet()
+
+
+@atexit.register
+def _stop_heartbeats() -> None:
+    # A daemon thread caught inside a store call (GIL released) when the interpreter finalizes is
+    # killed by pthread_exit in C++ frames, which aborts the process ("terminate called without
+    # an active exception"); stop and join them first.
+    for c in list(_LIVE):
+        c._stop_heartbeat()
+
+
+def check_enabled() -> bool:
+    """Per-call signature checks are on unless ``PYCANN_HCCL_CHECK=0``."""
+    return os.environ.get("PYCANN_HCCL_CHECK", "1").strip() != "0"
+
+
+class Communicator:
+    """``size`` ranks over ``store`` (a ``torch.distributed.Store`` private to this communicator).
+
+    Raises ``HcclTimeout`` when a rank does not join within ``connect_timeout`` seconds.
+    """
+
+    def __init__(self, store: dist.Store, rank: int, size: int, *, name: str = "hccl_world_group",
+                 connect_timeout: float = 120.0, exec_timeout: float = 1800.0,
+                 check: bool | None = None) -> None:
+        if not 0 <= rank < size:
+            raise HcclError(HcclResult.HCCL_E_PARA, f"rank {rank} is outside [0, {size}) on {name}")
+        self.store, self.rank, self.size, self.name = store, rank, size, name
+        self.connect_timeout, self.exec_timeout = connect_timeout, exec_timeout
+        self.check = check_enabled() if check is None else check
+        self.seq = 0
+        self.broken: HcclError | None = None
+        self._state = "idle"
+        self._call = "(no collective yet)"
+        self._beat = 0
+        self._stop = threading.Event()
+        self._join()
+        # HCCL_SOCKET_IFNAME picks the host NIC in CANN; gloo reads GLOO_SOCKET_IFNAME for the same
+        if os.environ.get("HCCL_SOCKET_IFNAME") and not os.environ.get("GLOO_SOCKET_IFNAME"):
+            os.environ["GLOO_SOCKET_IFNAME"] = os.environ["HCCL_SOCKET_IFNAME"]
+        # Any: torch's stubs omit most of ProcessGroupGloo's bound collectives
+        self.pg: Any = dist.ProcessGroupGloo(dist.PrefixStore("gloo/", store), rank, size,
+                                        timedelta(seconds=connect_timeout))
+        self.pg.set_timeout(timedelta(seconds=exec_timeout))
+        self._hb = threading.Thread(target=self._heartbeat, name=f"hccl-heartbeat-{name}", daemon=True)
+        self._hb.start()
+        _LIVE.add(self)
+
+    # ------------------------------------------------------------------ joining
+    def _join(self) -> None:
+        host = socket.gethostname()
+        self.store.set(f"joined/{self.rank}", f"{host} pid {os.getpid()}")
+        keys = [f"joined/{r}" for r in range(self.size)]
+        deadline = time.monotonic() + self.connect_timeout
+        while not self.store.check(keys):
+            if time.monotonic() > deadline:
+                missing = [r for r in range(self.size) if not self.store.check([f"joined/{r}"])]
+                raise HcclTimeout(
+                    f"communicator {self.name}: rank(s) {', '.join(map(str, missing))} of {self.size} did not "
+                    f"join within HCCL_CONNECT_TIMEOUT={self.connect_timeout:g} s (this is rank {self.rank}); "
+                    "check that every rank was started with the same rendezvous address and world size")
+            time.sleep(_POLL_S)
+
+    # ------------------------------------------------------------------ heartbeats
+    def _heartbeat(self) -> None:
+        while not self._stop.wait(HEARTBEAT_S):
+            self._beat += 1
+            try:
+                self.store.set(f"hb/{self.rank}", f"{self._beat} {self.seq} {self._state} {self._call}")
+            except Exception:  # noqa: BLE001 - the store's host is gone; diagnosis will say so
+                return
+
+    def _peer_states(self) -> dict[int, tuple[int, int, str, str] | None]:
+        """Each peer's last heartbeat (``None``: it never published one). Raises if the store is gone."""
+        out: dict[int, tuple[int, int, str, str] | None] = {}
+        for r in range(self.size):
+            if r == self.rank:
+                continue
+            if not self.store.check([f"hb/{r}"]):
+                out[r] = None
+                continue
+            beat, seq, state, call = self.store.get(f"hb/{r}").decode().split(" ", 3)
+            out[r] = (int(beat), int(seq), state, call)
+        return out
+
+    def diagnose(self, sig: CallSignature, error: BaseException) -> HcclError:
+        """The error to raise for ``sig`` failing with gloo's ``error``: names the missing ranks.
+
+        Two looks at the peers' heartbeats, ``DIAGNOSE_S`` apart: a peer whose beat did not move
+        is dead or hung; one whose sequence number is behind never called this collective. If
+        the store disappears in between (its host, rank 0, exited), the first look still counts.
+        """
+        what = f"{sig.describe()} on communicator {self.name} (rank {self.rank} of {self.size})"
+        timed_out = "timed out" in str(error).lower() or "timeout" in str(error).lower()
+        try:
+            first = self._peer_states()
+        except Exception as e:  # noqa: BLE001
+            return HcclRemoteError(f"{what} failed ({error}); the rendezvous store is unreachable too ({e}): "
+                                   "the rank hosting it (rank 0) has probably exited")
+        time.sleep(DIAGNOSE_S)
+        try:
+            second: dict[int, tuple[int, int, str, str] | None] | None = self._peer_states()
+        except Exception:  # noqa: BLE001
+            second = None
+        notes = []
+        for r in sorted(first):
+            a = first[r]
+            b = second.get(r) if second is not None else a
+            if b is None:
+                notes.append(f"rank {r} has no heartbeat: it never started or died at once")
+            elif second is not None and a is not None and a[0] == b[0]:
+                notes.append(f"rank {r} stopped responding (no heartbeat for {DIAGNOSE_S:g} s): it died or "
+                             f"hangs; its last call was {b[3]} ({b[2]})")
+            elif b[1] < sig.seq:
+                alive = "is alive but " if second is not None else ""
+                notes.append(f"rank {r} {alive}has not called #{sig.seq}: its last call was {b[3]} ({b[2]})")
+            elif b[1] > sig.seq:
+                notes.append(f"rank {r} has gone on to {b[3]}")
+        if second is None:
+            notes.append("the rendezvous store went away during the diagnosis (rank 0 exited)")
+        culprit = "; ".join(notes) if notes else "every peer is alive and in this call"
+        if timed_out:
+            msg = f"{what} timed out after HCCL_EXEC_TIMEOUT={self.exec_timeout:g} s: {culprit} (gloo: {error})"
+            return HcclTimeout(msg)
+        return HcclRemoteError(f"{what} failed: {culprit} (gloo: {error})")
+
+    # ------------------------------------------------------------------ calls
+    def begin(self, coll: Collective, dtype: str = "", count: int = 0, shape: Sequence[int] = (),
+              op: int = -1, root: int = -1) -> CallSignature:
+        """Start call number ``seq + 1``: fails fast on a broken communicator, then (checks on)
+        all-gathers the signatures and raises ``HcclMismatch`` if the ranks disagree."""
+        if self.broken is not None:
+            raise HcclError(self.broken.code, f"communicator {self.name} is unusable since an earlier "
+                            f"failure (destroy it and create a new one): {self.broken.detail}")
+        self.seq += 1
+        sig = CallSignature(self.seq, coll, dtype, int(count), tuple(int(s) for s in shape), int(op), int(root))
+        self._call, self._state = sig.describe(), "running"
+        if self.check and self.size > 1:
+            mine = torch.tensor(sig.encode(), dtype=torch.int64)
+            table = torch.empty(self.size * HEADER_LEN, dtype=torch.int64)
+            self.wait(self.pg._allgather_base(table, mine), sig)
+            rows = table.view(self.size, HEADER_LEN).tolist()
+            try:
+                sigs = [CallSignature.decode(r) for r in rows]
+            except ValueError as e:
+                raise self._break(HcclMismatch(f"{sig.describe()}: a peer sent a corrupt header ({e})")) from None
+            problem = find_mismatch(sigs, self.name)
+            if problem is not None:
+                self._state = "done"
+                raise HcclMismatch(f"rank {self.rank}: {problem}")
+        return sig
+
+    def _break(self, err: HcclError) -> HcclError:
+        self.broken = self.broken or err
+        self._state = "failed"
+        return err
+
+    def wait(self, work: Any, sig: CallSignature) -> None:
+        """Wait for gloo's ``work``; a failure becomes the diagnosed ``HcclError``."""
+        try:
+            work.wait()
+        except Exception as e:  # noqa: BLE001 - gloo raises plain RuntimeErrors
+            raise self._break(self.diagnose(sig, e)) from None
+
+    def done(self, sig: CallSignature) -> None:
+        """Mark ``sig`` finished (for the heartbeat's "last call")."""
+        if sig.seq == self.seq:
+            self._state = "done"
+
+    def run(self, sig: CallSignature, launch: Callable[[], Any]) -> None:
+        """Launch gloo work for ``sig`` and wait for it (the blocking path of the C-style API)."""
+        try:
+            work = launch()
+        except HcclError:
+            raise
+        except Exception as e:  # noqa: BLE001
+            raise self._break(self.diagnose(sig, e)) from None
+        self.wait(work, sig)
+        self.done(sig)
+
+    def _stop_heartbeat(self) -> None:
+        self._stop.set()
+        if self._hb.is_alive() and self._hb is not threading.current_thread():
+            self._hb.join(timeout=5)
+
+    def destroy(self) -> None:
+        """Stop the heartbeat and release gloo's connections."""
+        self._stop_heartbeat()
+        _LIVE.discard(self)
+        try:
+            self.pg.shutdown()
+        except Exception:  # noqa: BLE001 - a broken group may not shut down cleanly
+            pass

@@ -1,0 +1,299 @@
+"""The ``hccl`` backend of torch.distributed: ``init_process_group(backend="hccl")``.
+
+``ProcessGroupHCCL`` is a Python ``torch.distributed.ProcessGroup`` (torch 2.x lets a Python
+subclass stand in for the whole group; its ``Backend`` class has no Python constructor) that
+carries every collective over a gloo group through ``pycann.hccl.collectives`` — with HCCL's
+dtype and reduce-op rules, per-call signature checks and the fault diagnosis of
+``pycann.hccl.comm``. It registers for the ``npu`` and ``cpu`` devices.
+
+Tensors on another device (``npu``) reach gloo by the device-agnostic route: a host copy
+(``tensor.cpu()``) in, a ``copy_`` back out — or, if the device's owner registered one with
+``register_host_view``, a zero-copy host view of the same memory. CPU tensors go to gloo as
+they are.
+
+Timeouts: the ``timeout`` of ``init_process_group`` bounds joining and each collective, unless
+``HCCL_CONNECT_TIMEOUT`` / ``HCCL_EXEC_TIMEOUT`` say otherwise.
+"""
+
+# mypy: disable-error-code="override,assignment,call-arg"
+# (torch's stubs describe ProcessGroup's Python-facing overloads; the trampoline calls these shapes)
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable, Sequence
+from datetime import timedelta
+from typing import Any
+
+import torch
+import torch.distributed as dist
+from torch._C._distributed_c10d import ProcessGroup
+
+from pycann.hccl import collectives as C
+from pycann.hccl.comm import Communicator
+from pycann.hccl.constants import HcclReduceOp, HcclResult
+from pycann.hccl.env import read_env
+from pycann.hccl.errors import HcclError
+
+BACKEND = "hccl"
+DEVICES = ["npu", "cpu"]
+
+_REDUCE_OPS = {
+    dist.ReduceOp.SUM: HcclReduceOp.HCCL_REDUCE_SUM, dist.ReduceOp.PRODUCT: HcclReduceOp.HCCL_REDUCE_PROD,
+    dist.ReduceOp.MAX: HcclReduceOp.HCCL_REDUCE_MAX, dist.ReduceOp.MIN: HcclReduceOp.HCCL_REDUCE_MIN,
+}
+# device type -> fn(tensor) -> a contiguous CPU tensor sharing the tensor's memory, or None
+_HOST_VIEWS: dict[str, Callable[[torch.Tensor], torch.Tensor | None]] = {}
+
+
+def register_host_view(device_type: str, fn: Callable[[torch.Tensor], torch.Tensor | None]) -> None:
+    """Let tensors of ``device_type`` reach gloo without copies: ``fn(t)`` returns a CPU tensor
+    over the same bytes (or ``None`` to fall back to copying). For the owner of the device."""
+    _HOST_VIEWS[device_type] = fn
+
+
+def reduce_op(op: Any) -> HcclReduceOp:
+    """HCCL's op for a torch ``ReduceOp``. ``AVG``, ``PREMUL_SUM`` and the bitwise ops raise
+    ``HcclError(HCCL_E_NOT_SUPPORT)``: HCCL reduces with sum, prod, max and min only."""
+    for k, v in _REDUCE_OPS.items():
+        if op == k:
+            return v
+    name = getattr(getattr(op, "op", op), "name", str(op))
+    raise HcclError(HcclResult.HCCL_E_NOT_SUPPORT,
+                    f"reduce op {name} is not supported by HCCL (it has SUM, PRODUCT, MAX, MIN); for AVG "
+                    "all_reduce with SUM and divide by the world size")
+
+
+class _Host:
+    """Host stand-ins for the caller's tensors, and the copies back (``out=True`` ones)."""
+
+    def __init__(self) -> None:
+        self.back: list[tuple[torch.Tensor, torch.Tensor]] = []
+
+    def __call__(self, t: torch.Tensor, out: bool = False, inp: bool = True) -> torch.Tensor:
+        if t.device.type == "cpu" and t.is_contiguous():
+            return t
+        view = _HOST_VIEWS.get(t.device.type)
+        h = view(t) if view is not None else None
+        if h is None:
+            h = t.detach().to("cpu").contiguous() if inp else torch.empty(t.shape, dtype=t.dtype)
+            if out:
+                self.back.append((t, h))
+        return h
+
+    def many(self, ts: Sequence[torch.Tensor], out: bool = False, inp: bool = True) -> list[torch.Tensor]:
+        return [self(t, out, inp) for t in ts]
+
+    def write_back(self) -> None:
+        with torch.no_grad():
+            for t, h in self.back:
+                t.copy_(h)
+
+
+class HcclWork(dist._Work):
+    """torch's ``Work`` for one collective; ``wait`` and ``get_future`` finish it exactly once."""
+
+    def __init__(self, pending: C.Pending, outputs: list[torch.Tensor], host: _Host) -> None:
+        super().__init__()
+        self.pending, self.outputs, self.host = pending, outputs, host
+        self._lock = threading.Lock()
+        self._done = False
+        self._fut: torch.futures.Future | None = None
+
+    def _complete(self) -> None:
+        # the lock is never held while waiting on gloo: gloo runs future callbacks (which take it)
+        # before it marks the work complete
+        with self._lock:
+            if not self._done:
+                self.pending.complete()
+                self.host.write_back()
+                self._done = True
+
+    def _finish(self) -> None:
+        if not self._done:
+            if self.pending.work is not None:
+                self.pending.comm.wait(self.pending.work, self.pending.sig)
+            self._complete()
+
+    def wait(self, timeout: timedelta | None = None) -> bool:
+        self._finish()
+        return True
+
+    def is_completed(self) -> bool:
+        return self._done
+
+    def result(self) -> list[torch.Tensor]:
+        self._finish()
+        return self.outputs
+
+    def get_future(self) -> torch.futures.Future:
+        if self._fut is None:
+            work = self.pending.work
+            if work is None:
+                self._finish()
+                fut: torch.futures.Future = torch.futures.Future()
+                fut.set_result(self.outputs)
+                self._fut = fut
+            else:
+                def then(f: torch.futures.Future) -> list[torch.Tensor]:
+                    try:
+                        f.value()
+                    except Exception as e:  # noqa: BLE001 - gloo's failure, diagnosed
+                        raise self.pending.failed(e) from None
+                    self._complete()
+                    return self.outputs
+                self._fut = work.get_future().then(then)
+        return self._fut
+
+
+def _flat(ts: Sequence[Any]) -> list[Any]:
+    if len(ts) != 1:
+        raise HcclError(HcclResult.HCCL_E_PARA, f"the hccl backend takes one tensor per call, got {len(ts)}")
+    return list(ts)
+
+
+class ProcessGroupHCCL(ProcessGroup):
+    """torch.distributed's group for ``backend="hccl"``, over gloo (see the module docstring)."""
+
+    def __init__(self, store: dist.Store, rank: int, size: int, timeout: timedelta) -> None:
+        super().__init__(rank, size)
+        env = read_env()
+        secs = timeout.total_seconds()
+        self.comm = Communicator(dist.PrefixStore("hccl/", store), rank, size, name=BACKEND,
+                                 connect_timeout=env.connect_timeout if _has("HCCL_CONNECT_TIMEOUT") else secs,
+                                 exec_timeout=env.exec_timeout or secs)
+
+    def getBackendName(self) -> str:  # noqa: N802 - torch's name
+        return BACKEND
+
+    def name(self) -> str:
+        return BACKEND
+
+    def _work(self, pending: C.Pending, outputs: list[torch.Tensor], host: _Host) -> HcclWork:
+        return HcclWork(pending, outputs, host)
+
+    # ----------------------------------------------------------- reductions
+    def allreduce(self, tensors: list[torch.Tensor], opts: Any = None) -> HcclWork:
+        (t,) = _flat(tensors)
+        op = reduce_op(opts.reduceOp if opts is not None else dist.ReduceOp.SUM)
+        h = _Host()
+        return self._work(C.all_reduce(self.comm, h(t, out=True), op), [t], h)
+
+    def allreduce_coalesced(self, tensors: list[torch.Tensor], opts: Any = None) -> HcclWork:
+        op = reduce_op(opts.reduceOp if opts is not None else dist.ReduceOp.SUM)
+        if not tensors:
+            raise HcclError(HcclResult.HCCL_E_PARA, "allreduce_coalesced needs at least one tensor")
+        flat = torch.cat([t.detach().reshape(-1).cpu() for t in tensors])
+        p = C.all_reduce(self.comm, flat, op)
+        h = _Host()
+        for t, piece in zip(tensors, flat.split([t.numel() for t in tensors])):
+            h.back.append((t, piece.view(t.shape)))
+        return self._work(p, list(tensors), h)
+
+    def reduce(self, tensors: list[torch.Tensor], opts: Any) -> HcclWork:
+        (t,) = _flat(tensors)
+        h = _Host()
+        return self._work(C.reduce(self.comm, h(t, out=True), reduce_op(opts.reduceOp), opts.rootRank), [t], h)
+
+    def reduce_scatter(self, outputs: list[torch.Tensor], inputs: list[list[torch.Tensor]], opts: Any) -> HcclWork:
+        (o,) = _flat(outputs)
+        ins = _flat(inputs)[0]
+        h = _Host()
+        p = C.reduce_scatter(self.comm, h(o, out=True, inp=False), h.many(ins), reduce_op(opts.reduceOp))
+        return self._work(p, [o], h)
+
+    def reduce_scatter_single(self, output: torch.Tensor, input: torch.Tensor, opts: Any) -> HcclWork:
+        h = _Host()
+        p = C.reduce_scatter(self.comm, h(output, out=True, inp=False), h(input), reduce_op(opts.reduceOp))
+        return self._work(p, [output], h)
+
+    _reduce_scatter_base = reduce_scatter_single
+
+    # ----------------------------------------------------------- data movement
+    def broadcast(self, tensors: list[torch.Tensor], opts: Any) -> HcclWork:
+        (t,) = _flat(tensors)
+        h = _Host()
+        return self._work(C.broadcast(self.comm, h(t, out=True), opts.rootRank), [t], h)
+
+    def allgather(self, outputs: list[list[torch.Tensor]], inputs: list[torch.Tensor], opts: Any = None) -> HcclWork:
+        outs = _flat(outputs)[0]
+        (t,) = _flat(inputs)
+        h = _Host()
+        p = C.all_gather(self.comm, h.many(outs, out=True, inp=False), h(t))
+        return self._work(p, list(outs), h)
+
+    def all_gather_single(self, output: torch.Tensor, input: torch.Tensor, opts: Any = None) -> HcclWork:
+        h = _Host()
+        return self._work(C.all_gather(self.comm, h(output, out=True, inp=False), h(input)), [output], h)
+
+    _allgather_base = all_gather_single
+
+    def alltoall(self, outputs: list[torch.Tensor], inputs: list[torch.Tensor], opts: Any = None) -> HcclWork:
+        h = _Host()
+        p = C.all_to_all_list(self.comm, h.many(outputs, out=True, inp=False), h.many(inputs))
+        return self._work(p, list(outputs), h)
+
+    def alltoall_base(self, output: torch.Tensor, input: torch.Tensor, output_split_sizes: list[int],
+                      input_split_sizes: list[int], opts: Any = None) -> HcclWork:
+        h = _Host()
+        ho, hi = h(output, out=True, inp=False), h(input)
+        if not output_split_sizes and not input_split_sizes:
+            p = C.all_to_all(self.comm, ho, hi)
+        else:
+            p = C.all_to_all(self.comm, ho, hi, input_split_sizes or None, output_split_sizes or None)
+        return self._work(p, [output], h)
+
+    all_to_all_single = alltoall_base
+
+    def gather(self, outputs: list[list[torch.Tensor]], inputs: list[torch.Tensor], opts: Any) -> HcclWork:
+        (t,) = _flat(inputs)
+        h = _Host()
+        outs = h.many(outputs[0], out=True, inp=False) if outputs else None
+        return self._work(C.gather(self.comm, outs, h(t), opts.rootRank), list(outputs[0]) if outputs else [], h)
+
+    def scatter(self, outputs: list[torch.Tensor], inputs: list[list[torch.Tensor]], opts: Any) -> HcclWork:
+        (t,) = _flat(outputs)
+        h = _Host()
+        ins = h.many(inputs[0]) if inputs else None
+        return self._work(C.scatter(self.comm, h(t, out=True, inp=False), ins, opts.rootRank), [t], h)
+
+    def send(self, tensors: list[torch.Tensor], dst: int, tag: int = 0) -> HcclWork:
+        (t,) = _flat(tensors)
+        h = _Host()
+        return self._work(C.send(self.comm, h(t), dst, tag), [t], h)
+
+    def recv(self, tensors: list[torch.Tensor], src: int, tag: int = 0) -> HcclWork:
+        (t,) = _flat(tensors)
+        h = _Host()
+        return self._work(C.recv(self.comm, h(t, out=True, inp=False), src, tag), [t], h)
+
+    def barrier(self, opts: Any = None) -> HcclWork:
+        return self._work(C.barrier(self.comm), [], _Host())
+
+    def shutdown(self) -> None:
+        self.comm.destroy()
+
+    def abort(self) -> None:
+        self.comm.destroy()
+
+
+def _has(name: str) -> bool:
+    import os
+
+    return bool(os.environ.get(name, "").strip())
+
+
+def _create(store: dist.Store, rank: int, size: int, timeout: timedelta) -> ProcessGroupHCCL:
+    return ProcessGroupHCCL(store, rank, size, timeout)
+
+
+_registered = False
+
+
+def register() -> None:
+    """Register ``hccl`` with torch.distributed (for the ``npu`` and ``cpu`` devices). Idempotent."""
+    global _registered
+    if _registered:
+        return
+    if BACKEND.upper() not in dist.Backend._plugins:
+        dist.Backend.register_backend(BACKEND, _create, devices=DEVICES)
+    _registered = True

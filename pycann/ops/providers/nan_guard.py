@@ -1,0 +1,151 @@
+"""NaN and inf through fused activations (issue 14): oneDNN's ReLU, Clip and HardSigmoid post-ops
+(and a ``binary_max`` post-op, and torch's fused ReLU, which is oneDNN's) compute ``max(x, 0)``
+with the instruction that returns the non-NaN operand, so a NaN pre-activation comes out 0.
+ONNX Runtime keeps the NaN (measured: Conv+Relu, Conv+Clip, Conv+HardSigmoid, with and without
+its own fusions), and so does numpy's ``maximum``/``clip``. No eltwise formulation in oneDNN keeps
+it exactly (a leaky ReLU with a denormal slope does, at the price of denormal outputs).
+
+The fix-up: before running a conv (or matmul) whose fused activation drops NaN, ``safe`` proves
+from the operands that the pre-activation cannot be NaN: every input value is finite and the
+largest possible |x . w + b + residual| stays below float32's maximum (no inf - inf in the sum).
+That costs one read of the input (a BLAS ``dot(x, x)``, ~0.1 us per 1000 values, about a tenth
+of an unfused ReLU's read-modify-write; bench/RESULTS.md has the model-level cost). When it
+cannot prove it (a NaN, an inf, values near 1e19 and above), the caller runs the unfused
+formulation: the conv, then the activation in numpy, which propagates NaN as ONNX Runtime does.
+
+``PYCANN_NAN_GUARD=0`` turns the check off (fused results as oneDNN gives them).
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import weakref
+from typing import Any
+
+import numpy as np
+
+__all__ = ["drops_nan", "enabled", "pre_bound", "record", "safe", "weight_bound"]
+
+_F32_SAFE = 1e38  # below float32's maximum (3.4e38), with room for the rounding of the bound itself
+# oneDNN dnnl_alg_kind_t values (onednn_capi.ELTWISE): relu, hardsigmoid, clip, clip_v2, and
+# logistic (its input clamp maps NaN to a number on some kernels: docs/kernels.md)
+_DROPS = {0x20, 0x28, 0x2E, 0x2F, 0x29}
+_TORCH_DROPS = {"relu", "clamp", "hardtanh", "hardsigmoid", "sigmoid"}
+
+
+def enabled() -> bool:
+    """True unless ``PYCANN_NAN_GUARD=0`` (read per call: tests flip it)."""
+    return os.environ.get("PYCANN_NAN_GUARD", "1") != "0"
+
+
+def drops_nan(unary: Any) -> bool:
+    """Whether an activation post-op maps NaN to a number: a oneDNN eltwise triple or chain
+    (``onednn_eltwise.Unary(s)``; ReLU only with slope 0: a leaky ReLU keeps NaN), a torch
+    post-op ``(attr, scalars, algorithm)`` (``torch_onednn.onednn_unary``), or an ONNX
+    activation name (FusedConv's ``activation``)."""
+    if unary is None:
+        return False
+    if isinstance(unary, str):
+        return unary in ("Relu", "Clip", "HardSigmoid", "Sigmoid")
+    if isinstance(unary, tuple) and unary and isinstance(unary[0], tuple):
+        return any(drops_nan(u) for u in unary)
+    if isinstance(unary, tuple) and len(unary) == 3 and isinstance(unary[0], int):
+        alg, alpha, _ = unary
+        return alg in _DROPS and not (alg == 0x20 and alpha != 0.0)
+    if isinstance(unary, tuple) and unary and isinstance(unary[0], str):
+        return str(unary[0]) in _TORCH_DROPS
+    return True  # unknown form: assume the worst (the guard only costs time)
+
+
+_w_bounds: dict[tuple[Any, ...], float] = {}
+
+
+def weight_bound(w: np.ndarray, b: np.ndarray | None, transpose: bool = False) -> float:
+    """``_weight_bound`` with the weight's part cached per weight array (the generic conv path asks
+    on every call; dropped when the array is collected)."""
+    key = (id(w), w.__array_interface__["data"][0], w.shape, w.strides, transpose)
+    wb = _w_bounds.get(key)
+    if wb is None:
+        wb = _weight_bound(w, None, transpose)
+        try:
+            weakref.finalize(w, _w_bounds.pop, key, None)
+            _w_bounds[key] = wb
+        except TypeError:  # (not weak-referenceable: not cached)
+            pass
+    bb = float(np.abs(b.astype(np.float64, copy=False)).max()) if b is not None and b.size else 0.0
+    return wb + bb
+
+
+def _weight_bound(w: np.ndarray, b: np.ndarray | None, transpose: bool = False) -> float:
+    """max over output channels of sum |w| (+ max |b|): with |x| <= X, |conv(x)| <= X * this + |b|.
+    ``transpose``: ConvTranspose's (C, M/G, k...) weight (sums over input channels). inf or NaN
+    when the weight or bias is not finite (the guard then always takes the unfused path). For a
+    grouped ConvTranspose the sum runs over every group's input channels: an over-estimate."""
+    wa = np.abs(w.astype(np.float64, copy=False))
+    per_out = wa.sum(axis=tuple(i for i in range(wa.ndim) if i != (1 if transpose else 0))) if wa.size else np.zeros(1)
+    wb = float(per_out.max()) if per_out.size else 0.0
+    bb = float(np.abs(b.astype(np.float64, copy=False)).max()) if b is not None and b.size else 0.0
+    return wb + bb
+
+
+def _norm2(a: np.ndarray) -> float:
+    """sqrt(sum a^2) >= max |a| (inf or NaN when a value is not finite, or the sum overflows)."""
+    if a.size == 0:
+        return 0.0
+    flat = a.ravel(order="K")  # a view for any dense layout (channels-last included)
+    if flat.dtype != np.float32 and flat.dtype != np.float64:
+        flat = flat.astype(np.float32)
+    # (no np.errstate here: it costs more than the dot on small tensors; a non-finite input may
+    # print numpy's RuntimeWarning, as the numpy kernels that then run do anyway)
+    v = float(np.dot(flat, flat))
+    return math.sqrt(v) if v >= 0.0 else math.nan
+
+
+def safe(x: np.ndarray, w_bound: float, residual: np.ndarray | None = None) -> bool:
+    """True when a conv/matmul of ``x`` with weights of ``weight_bound`` ``w_bound`` (plus
+    ``residual``) cannot produce NaN or inf before its activation, so a NaN-dropping fused
+    activation gives ONNX Runtime's answer. Always True with the guard disabled."""
+    return pre_bound(x, w_bound, residual) < _F32_SAFE  # False for NaN and inf too
+
+
+# Proven bounds of arena buffers (the executor's output views): id -> (weak reference, max |value|).
+# A guarded kernel that ran fused on operands it proved finite records the bound of its output,
+# so the next guarded kernel reading that very array (conv -> conv chains) needs no read of it.
+# Sound because an arena view is written only by its producer, once per run and before any reader
+# (the producer re-records or forgets it every run; a buffer reused for another value is another
+# view object), and is never handed to the caller (graph outputs stay out of the arena).
+_proven: dict[int, tuple[Any, float]] = {}
+_PROVEN_MAX = 4096
+
+
+def _bound_of(a: np.ndarray) -> float:
+    hit = _proven.get(id(a))
+    if hit is not None and hit[0]() is a:
+        return hit[1]  # type: ignore[no-any-return]
+    return _norm2(a)
+
+
+def pre_bound(x: np.ndarray, w_bound: float, residual: np.ndarray | None = None) -> float:
+    """An upper bound of |conv(x) + b + residual| (``w_bound`` from ``weight_bound``): from the
+    proven bound of ``x`` when a guarded producer recorded one (``record``), else (or when that is
+    too loose to prove safety) from one read of ``x``. inf/NaN when a value is not finite; 0 with the
+    guard disabled."""
+    if not enabled():
+        return 0.0
+    r = 0.0 if residual is None else _bound_of(residual)
+    bound = _bound_of(x) * w_bound + r
+    if not bound < _F32_SAFE and id(x) in _proven:  # a propagated bound too loose: measure x itself
+        bound = _norm2(x) * w_bound + (0.0 if residual is None else _norm2(residual))
+    return bound
+
+
+def record(y: np.ndarray, bound: float | None) -> None:
+    """Remember ``bound`` (>= max |y|) for the arena view ``y``; None forgets it (``y`` was
+    computed by the unfused path, or its bound is unknown)."""
+    if bound is None or not bound < _F32_SAFE:
+        _proven.pop(id(y), None)
+        return
+    if len(_proven) >= _PROVEN_MAX:
+        _proven.clear()
+    _proven[id(y)] = (weakref.ref(y), bound)

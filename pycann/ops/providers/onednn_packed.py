@@ -1,0 +1,83 @@
+"""Constant weights reordered once per model into the layouts oneDNN primitives ask for.
+
+A model re-planned for many input shapes binds a new conv or matmul primitive per shape; each
+asks for its weight in a blocked layout (``dnnl_format_tag_any`` resolved by the primitive).
+That layout rarely depends on the activation shape, so the packed copy is shared: keyed by the
+weight's memory (address, shape, strides) and by the source and destination descriptors
+(``dnnl_memory_desc_equal``), not by the plan that first asked for it.
+
+An entry lives as long as the array that owns the weight's memory (``weakref.finalize`` on
+the last ndarray of its ``.base`` chain), so a freed weight's address can never hand out a
+stale packing, and evicting one shape's plan never drops weights other plans still read.
+``stats()`` reports packings made, reuses and bytes held (docs/dynamic-shapes.md).
+"""
+
+from __future__ import annotations
+
+import threading
+import weakref
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from pycann.ops.providers import onednn_capi as capi
+
+__all__ = ["PackedStats", "packed", "stats"]
+
+_Key = tuple[int, tuple[int, ...], tuple[int, ...], str]
+_lock = threading.Lock()
+# weight memory -> [(source descriptor, packed descriptor, packed memory)]
+_entries: dict[_Key, list[tuple[Any, Any, Any]]] = {}
+_counts = {"packed": 0, "reused": 0, "bytes": 0}
+
+
+@dataclass(frozen=True)
+class PackedStats:
+    """Packings made (``packed``), packings served again (``reused``), bytes held now."""
+
+    packed: int
+    reused: int
+    bytes_held: int
+    weights: int
+
+
+def _owner(a: np.ndarray) -> np.ndarray:
+    """The last ndarray of ``a``'s ``.base`` chain: it keeps the memory alive."""
+    while isinstance(a.base, np.ndarray):
+        a = a.base
+    return a
+
+
+def _drop(key: _Key) -> None:
+    with _lock:
+        for _, want, _m in _entries.pop(key, ()):
+            _counts["bytes"] -= want.size()
+
+
+def packed(w: np.ndarray, user_md: Any, want_md: Any) -> Any:
+    """A library-owned ``capi.Memory`` of layout ``want_md`` holding ``w`` (described by
+    ``user_md``): made by one reorder the first time, the same memory for every later primitive
+    asking for that layout of the same weight memory. The caller must not write to it."""
+    key: _Key = (capi.ptr(w), tuple(w.shape), tuple(w.strides), w.dtype.str)
+    with _lock:
+        for src, want, mem in _entries.get(key, ()):
+            if want.equals(want_md) and src.equals(user_md):
+                _counts["reused"] += 1
+                return mem
+    mem = capi.reorder(user_md, capi.ptr(w), want_md)
+    with _lock:
+        lst = _entries.get(key)
+        if lst is None:
+            lst = _entries[key] = []
+            weakref.finalize(_owner(w), _drop, key)
+        lst.append((user_md, want_md, mem))
+        _counts["packed"] += 1
+        _counts["bytes"] += want_md.size()
+    return mem
+
+
+def stats() -> PackedStats:
+    """Counters over the process (every model)."""
+    with _lock:
+        return PackedStats(_counts["packed"], _counts["reused"], _counts["bytes"], len(_entries))

@@ -1,0 +1,151 @@
+"""``pycann.QuantConv``: the INT8 convolution GE's QuantizedConvFusion makes of a QDQ pattern
+(``DequantizeLinear(QuantizeLinear(x)) -> Conv(., DequantizeLinear(W_int8), bias) [-> Relu]``).
+
+Semantics (exactly the ONNX ops it replaces, Operators.md):
+
+    xq = QuantizeLinear(x, x_scale, x_zero_point)                # uint8 or int8, round half to even
+    y  = act(Conv((xq - x_zero_point) * x_scale, W * w_scale[:, None, None, None], B))
+
+Inputs: ``X`` float32 (N, C, H, W) before quantisation, ``W`` int8 (M, C/group, kh, kw), ``B`` float32 (M)
+optional. Attributes: ``x_scale`` (float), ``x_zero_point`` (int), ``x_unsigned`` (1: uint8),
+``w_scale`` (M floats), the Conv attributes, ``activation`` ("" or "Relu"), ``seven_bit`` (1 when
+the graph proves the quantised activation stays <= 127, see ``providers/torch_int8.py``), ``q_min``
+/ ``q_max`` (a Clip before the QuantizeLinear, absorbed: the quantised values are clamped to them).
+
+Kernels: the reference dequantises and runs pycann's float Conv (bit-for-bit what the unfused
+graph computes); the int8 kernel (oneDNN through PyTorch) is taken where it is exact: uint8
+activations, 2-D, and a VNNI CPU or ``seven_bit``. Its int32 accumulation is exact; its float
+epilogue rounds differently from the reference by a few float32 ulps of the result.
+"""
+
+from __future__ import annotations
+
+import weakref
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import numpy as np
+
+from pycann.dtypes import TensorDesc
+from pycann.ops.nn import conv as conv_mod
+from pycann.ops.opdef import InferContext, OpDef
+from pycann.ops.providers import torch_int8
+
+DOMAIN = "pycann"
+
+_ATTRS: dict[str, Any] = {
+    "x_scale": 1.0, "x_zero_point": 0, "x_unsigned": 1, "w_scale": [], "activation": "", "seven_bit": 0,
+    "q_min": -1000, "q_max": 1000,
+    "strides": [], "pads": [], "dilations": [], "group": 1, "auto_pad": "NOTSET", "kernel_shape": [],
+}
+
+
+def quantize_activation(x: np.ndarray, scale: float, zp: int, unsigned: bool,
+                        q_min: int | None = None, q_max: int | None = None) -> np.ndarray:
+    """QuantizeLinear with a scalar scale: saturate(round_half_even(x / scale) + zp) (float32
+    division), then clamped to [q_min, q_max] when given (an absorbed Clip: quantisation is
+    monotonic, so quantize(clip(x, lo, hi)) = clamp(quantize(x), quantize(lo), quantize(hi))).
+    The result keeps ``x``'s memory layout (an NHWC-strided input gives an NHWC-strided output)."""
+    lo, hi, dt = (0, 255, np.uint8) if unsigned else (-128, 127, np.int8)
+    lo = lo if q_min is None else max(lo, q_min)
+    hi = hi if q_max is None else min(hi, q_max)
+    q = np.asarray(x, np.float32) / np.float32(scale)
+    np.rint(q, out=q)
+    q += np.float32(zp)
+    np.clip(q, lo, hi, out=q)
+    return q.astype(dt, order="K")
+
+
+def _check(inputs: Sequence[Any], attrs: Mapping[str, Any]) -> None:
+    w = inputs[1]
+    m = w.shape[0]
+    ws = attrs.get("w_scale") or []
+    if len(ws) not in (1, m):
+        raise ValueError(f"QuantConv: w_scale has {len(ws)} values for {m} output channels")
+    b = inputs[2] if len(inputs) > 2 else None
+    if b is not None and b.shape != (m,):
+        raise ValueError(f"QuantConv: B has shape {list(b.shape)}, expected [{m}] (one per output channel)")
+    if w.dtype != np.int8:
+        raise ValueError(f"QuantConv: W must be int8, got {w.dtype}")
+
+
+def _w_scale(attrs: Mapping[str, Any], m: int) -> np.ndarray:
+    ws = np.asarray(attrs["w_scale"], np.float32).reshape(-1)
+    return np.full(m, ws[0], np.float32) if ws.size == 1 else ws
+
+
+# id(int8 weight) -> (weak reference, w_scale bytes, float weight): the float kernels pack weights
+# keyed by the weight array, so the dequantised weight must be the same array on every call
+_FLOAT_W: dict[int, tuple[weakref.ref[np.ndarray], bytes, np.ndarray]] = {}
+
+
+def _float_weight(w: np.ndarray, ws: np.ndarray) -> np.ndarray:
+    hit = _FLOAT_W.get(id(w))
+    if hit is not None and hit[0]() is w and hit[1] == ws.tobytes():
+        return hit[2]
+    wf = w.astype(np.float32) * ws.reshape((-1,) + (1,) * (w.ndim - 1))
+    wf.flags.writeable = False
+    if hit is None or hit[0]() is not w:
+        weakref.finalize(w, _FLOAT_W.pop, id(w), None)
+    _FLOAT_W[id(w)] = (weakref.ref(w), ws.tobytes(), wf)
+    return wf
+
+
+def _reference(xq: np.ndarray, inputs: Sequence[Any], attrs: Mapping[str, Any]) -> np.ndarray:
+    """DequantizeLinear of xq and W, then pycann's float Conv (+ ReLU): the unfused graph's values."""
+    w = inputs[1]
+    xf = (xq.astype(np.float32) - np.float32(attrs["x_zero_point"])) * np.float32(attrs["x_scale"])
+    wf = _float_weight(w, _w_scale(attrs, w.shape[0]))
+    b = inputs[2] if len(inputs) > 2 else None
+    return conv_mod.conv_act([xf, wf, b], attrs, None, relu=attrs.get("activation") == "Relu")[0]
+
+
+def int8_eligible(x_shape: Sequence[int], attrs: Mapping[str, Any]) -> bool:
+    """The int8 kernel applies: uint8 activations, 2-D conv, explicit symmetric pads, and exact here."""
+    pads = list(attrs.get("pads") or [])
+    if len(x_shape) != 4 or not int(attrs.get("x_unsigned", 1)) or str(attrs.get("auto_pad", "NOTSET")) != "NOTSET":
+        return False
+    if pads and pads[:2] != pads[2:]:
+        return False
+    return torch_int8.usable(bool(attrs.get("seven_bit", 0)))
+
+
+def _k_quant_conv(inputs: Sequence[Any], attrs: Mapping[str, Any]) -> list[np.ndarray]:
+    _check(inputs, attrs)
+    x, w = inputs[0], inputs[1]
+    xq = quantize_activation(x, float(attrs["x_scale"]), int(attrs["x_zero_point"]), bool(attrs.get("x_unsigned", 1)),
+                             int(attrs.get("q_min", -1000)), int(attrs.get("q_max", 1000)))
+    if int8_eligible(x.shape, attrs) and not str(attrs.get("_algo") or "").startswith("numpy:"):
+        pads = list(attrs.get("pads") or [0, 0, 0, 0])[:2]
+        stride = list(attrs.get("strides") or [1, 1])
+        dil = list(attrs.get("dilations") or [1, 1])
+        b = inputs[2] if len(inputs) > 2 else None
+        return [torch_int8.qconv2d(xq, float(attrs["x_scale"]), int(attrs["x_zero_point"]), w,
+                                   _w_scale(attrs, w.shape[0]), b, stride, pads, dil, int(attrs.get("group", 1)),
+                                   attrs.get("activation") == "Relu")]
+    return [_reference(xq, inputs, attrs)]
+
+
+def _infer_quant_conv(ctx: InferContext) -> list[TensorDesc]:
+    x, w = ctx.input(0), ctx.input(1)
+    if w is not None and w.dtype != 3:  # TensorProto.INT8
+        raise ctx.fail(f"input W must be int8, got dtype {w.dtype}")
+    m = w.shape[0] if w is not None and w.shape else None
+    ws = ctx.attrs.get("w_scale") or []
+    if isinstance(m, int) and len(ws) not in (1, m):
+        raise ctx.fail(f"w_scale has {len(ws)} values for {m} output channels; give 1 or {m}")
+    b = ctx.input(2)
+    if b is not None and b.shape is not None and isinstance(m, int) and tuple(b.shape) != (m,):
+        raise ctx.fail(f"input B has shape {list(b.shape)}, expected [{m}] (one value per output channel)")
+    if x is None or w is None:
+        return [TensorDesc(1, None)]
+    float_ctx = InferContext(ctx.node, "Conv", ctx.attrs, [TensorDesc(1, x.shape), TensorDesc(1, w.shape),
+                                                                 None if b is None else TensorDesc(1, b.shape)],
+                             [None, None, None], ctx.opset, 1)
+    return [TensorDesc(1, d.shape) for d in conv_mod._infer_conv(float_ctx)]
+
+
+OPS = [
+    OpDef("QuantConv", _infer_quant_conv, _k_quant_conv, domain=DOMAIN, attrs=_ATTRS,
+          doc="INT8 Conv of a QDQ pattern (GE QuantizedConvFusion); see pycann/ops/quant_conv.py"),
+]

@@ -1,0 +1,40 @@
+"""Output-path checks shared by the command-line tools (atc, pycann compare, msprof).
+
+A tool checks where it will write *before* doing any work, so that ``--output=/proc/x`` or a
+file used as a folder fails in one line instead of a traceback after a long compile.
+"""
+
+from __future__ import annotations
+
+import os
+import tempfile
+
+
+def folder_problem(folder: str) -> str | None:
+    """Why files cannot be written into ``folder`` (created if missing), or ``None`` if they can.
+
+    The check is a real one: the folder is created and a temporary file is made in it and
+    removed (permission bits alone do not tell, e.g. for root or in /proc)."""
+    folder = folder or "."
+    probe = folder
+    while probe and not os.path.exists(probe):  # the first existing ancestor must be a folder
+        parent = os.path.dirname(probe.rstrip(os.sep))
+        if parent == probe:
+            break
+        probe = parent
+    if probe and os.path.exists(probe) and not os.path.isdir(probe):
+        return f"'{probe}' is a file, not a folder"
+    try:
+        os.makedirs(folder, exist_ok=True)
+        with tempfile.NamedTemporaryFile(dir=folder, prefix=".pycann-probe-"):
+            pass
+    except OSError as e:
+        return f"cannot write into '{folder}': {e.strerror or e}"
+    return None
+
+
+def file_problem(path: str) -> str | None:
+    """Why the file ``path`` cannot be written (its folder is created), or ``None``."""
+    if os.path.isdir(path):
+        return f"'{path}' is a folder, not a file"
+    return folder_problem(os.path.dirname(path))

@@ -1,0 +1,77 @@
+"""Misleading or silent results of the pyACL facade and InferSession, each now a documented code
+or a message that names the real problem (issue 14)."""
+
+from __future__ import annotations
+
+import logging
+import threading
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+from onnx import TensorProto, helper
+
+import pycann
+import pycann.acl as acl
+from pycann.acl import constants as C
+from pycann.errors import InputError
+from tests.acl.conftest import small_ref
+
+
+def test_malloc_size_zero_logs_the_reason(acl_ready: int, caplog: pytest.LogCaptureFixture) -> None:
+    with caplog.at_level(logging.ERROR, logger="pycann.acl"):
+        assert acl.rt.malloc(0, C.ACL_MEM_MALLOC_HUGE_FIRST) == (0, C.ACL_ERROR_INVALID_PARAM)
+    rec = [r for r in caplog.records if r.levelno == logging.ERROR]
+    assert rec and "acl.rt.malloc" in rec[-1].getMessage() and "size must be > 0, not 0" in rec[-1].getMessage()
+
+
+def test_memory_calls_in_a_thread_without_context(acl_ready: int) -> None:
+    ptr, ret = acl.rt.malloc(64, C.ACL_MEM_MALLOC_HUGE_FIRST)
+    host, ret2 = acl.rt.malloc_host(64)
+    assert ret == ret2 == 0
+    got: dict[str, Any] = {}
+
+    def worker() -> None:
+        got["memcpy"] = acl.rt.memcpy(ptr, 64, host, 64, C.ACL_MEMCPY_HOST_TO_DEVICE)
+        got["free"] = acl.rt.free(ptr)
+        got["set"] = acl.rt.set_context(acl_ready)
+        got["memcpy_after"] = acl.rt.memcpy(ptr, 64, host, 64, C.ACL_MEMCPY_HOST_TO_DEVICE)
+
+    t = threading.Thread(target=worker)
+    t.start()
+    t.join()
+    assert got == {"memcpy": C.ACL_ERROR_RT_CONTEXT_NULL, "free": C.ACL_ERROR_RT_CONTEXT_NULL, "set": 0,
+                   "memcpy_after": 0}
+    assert acl.rt.free(ptr) == 0  # the failed free in the thread freed nothing
+    assert acl.rt.free_host(host) == 0
+
+
+@pytest.fixture(scope="module")
+def two_inputs(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    g = helper.make_graph([helper.make_node("Add", ["a", "b"], ["y"])], "g",
+                          [helper.make_tensor_value_info(n, TensorProto.FLOAT, [2, 3]) for n in "ab"],
+                          [helper.make_tensor_value_info("y", TensorProto.FLOAT, [2, 3])])
+    p = tmp_path_factory.mktemp("om") / "two.om"
+    pycann.compile_model(helper.make_model(g, opset_imports=[helper.make_opsetid("", 13)])).save(p)
+    return p
+
+
+def test_session_feeds(small_om: Path, two_inputs: Path) -> None:
+    x = np.random.default_rng(0).standard_normal((2, 4)).astype(np.float32)
+    sess = pycann.InferSession(0, str(small_om))
+    want = small_ref(x)
+    for got in (sess.infer(x), sess.run({"x": x}), sess.run(None, {"x": x}), sess.infer([x])):
+        for g, w in zip(got, want):
+            np.testing.assert_allclose(g, w, rtol=1e-6)
+    two = pycann.InferSession(0, str(two_inputs))
+    a = np.ones((2, 3), np.float32)
+    with pytest.raises(InputError, match=r"a single array was given, but the model has 2 inputs \(a, b\)"):
+        two.infer(a)
+    np.testing.assert_array_equal(two.run({"a": a, "b": a})[0], 2 * a)
+
+
+def test_infer_bare_array_rank_message_unchanged_for_lists(small_om: Path) -> None:
+    sess = pycann.InferSession(0, str(small_om))
+    with pytest.raises(InputError, match=r"rank 1, expected 2"):
+        sess.infer([np.ones(4, np.float32)])

@@ -1,0 +1,253 @@
+"""NaN, inf and huge values through every fused kernel, against ONNX Runtime (issue 14 item 2).
+
+ONNX Runtime keeps a NaN through Conv+Relu/Clip/HardSigmoid (fused or not); oneDNN's fused
+max(x, 0) post-ops turn it into 0, so pycann checks the operands first (``nan_guard``) and runs
+the unfused formulation when a NaN/inf could reach the activation. ORT's LSTM and GRU with a bias
+input clip their gate pre-activations, which maps NaN to +FLT_MAX (finite outputs): pycann's
+recurrent kernels do the same (``rnn.gate_clip``). Each graph is compiled (static shapes, so
+the prepared oneDNN kernels are bound) and run twice: a non-finite input, then a finite one
+through the same bound kernels.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import onnx
+import pytest
+from onnx import TensorProto, helper, numpy_helper
+
+from pycann.ge.compiler import compile_model
+from pycann.ge.model import LoadedModel
+from pycann.ops import providers
+from tests.ops.oracle import run_ort
+
+F = TensorProto.FLOAT
+RNG = np.random.default_rng(2014)
+
+
+def _f(*shape: int, scale: float = 1.0) -> np.ndarray:
+    return (RNG.standard_normal(shape) * scale).astype(np.float32)
+
+
+def _model(nodes: list[onnx.NodeProto], xs: tuple[int, ...], inits: dict[str, np.ndarray], opset: int = 17,
+           extra: list[tuple[str, tuple[int, ...]]] | None = None) -> onnx.ModelProto:
+    ins = [helper.make_tensor_value_info("x", F, list(xs))]
+    ins += [helper.make_tensor_value_info(n, F, list(s)) for n, s in (extra or [])]
+    g = helper.make_graph(nodes, "g", ins, [helper.make_tensor_value_info("y", F, None)],
+                          [numpy_helper.from_array(v, k) for k, v in inits.items()])
+    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", opset)])
+    m.ir_version = 8
+    return m
+
+
+def _poison(x: np.ndarray, kind: str) -> np.ndarray:
+    x = x.copy()
+    flat = x.reshape(-1)
+    if kind == "nan":
+        flat[flat.size // 3] = np.nan
+    elif kind == "inf":
+        flat[flat.size // 3] = np.inf
+    elif kind == "ninf":
+        flat[flat.size // 2] = -np.inf
+    elif kind == "big":
+        x *= np.float32(1e30)
+    elif kind == "all_nan":
+        x[...] = np.nan
+    return x
+
+
+KINDS = ["nan", "inf", "ninf", "big", "all_nan"]
+
+
+def _check(m: onnx.ModelProto, feeds_list: list[dict[str, np.ndarray]], rtol: float = 1e-4, atol: float = 1e-5) -> None:
+    lm = LoadedModel.from_compiled(compile_model(m))
+    names = [i.name for i in m.graph.input]
+    for feeds in feeds_list:
+        got = lm.run([feeds[n] for n in names])
+        want = run_ort(m, feeds)
+        for g, w in zip(got, want):
+            assert g.shape == w.shape
+            np.testing.assert_array_equal(np.isnan(g), np.isnan(w), err_msg="NaN positions differ from ORT")
+            np.testing.assert_array_equal(np.isposinf(g), np.isposinf(w), err_msg="+inf positions differ from ORT")
+            np.testing.assert_array_equal(np.isneginf(g), np.isneginf(w), err_msg="-inf positions differ from ORT")
+            fin = np.isfinite(w)
+            np.testing.assert_allclose(g[fin], w[fin], rtol=rtol, atol=atol * max(1.0, float(np.abs(w[fin]).max(
+                initial=0.0))))
+
+
+def _conv_act(act: str, residual: bool = False, depthwise: bool = False) -> onnx.ModelProto:
+    c, m = (32, 32) if depthwise else (16, 32)
+    w = _f(m, 1 if depthwise else c, 3, 3, scale=0.2)
+    inits = {"w": w, "b": _f(m)}
+    nodes = [helper.make_node("Conv", ["x", "w", "b"], ["c"], pads=[1, 1, 1, 1], group=c if depthwise else 1)]
+    cur = "c"
+    extra = None
+    if residual:
+        nodes.append(helper.make_node("Add", [cur, "r"], ["s"]))
+        cur, extra = "s", [("r", (1, m, 24, 24))]
+    if act == "Relu":
+        nodes.append(helper.make_node("Relu", [cur], ["y"]))
+    elif act == "Clip":
+        inits.update(lo=np.array(0.0, np.float32), hi=np.array(6.0, np.float32))
+        nodes.append(helper.make_node("Clip", [cur, "lo", "hi"], ["y"]))
+    elif act == "HardSigmoid":
+        nodes.append(helper.make_node("HardSigmoid", [cur], ["y"], alpha=0.2, beta=0.5))
+    elif act == "LeakyRelu":
+        nodes.append(helper.make_node("LeakyRelu", [cur], ["y"], alpha=0.1))
+    elif act == "HardSwish":
+        nodes.append(helper.make_node("HardSwish", [cur], ["y"]))
+    return _model(nodes, (1, c, 24, 24), inits, extra=extra)
+
+
+@pytest.mark.parametrize("act", ["Relu", "Clip", "HardSigmoid", "LeakyRelu", "HardSwish"])
+@pytest.mark.parametrize("kind", KINDS)
+def test_conv_activation_keeps_nan(act: str, kind: str) -> None:
+    x = _f(1, 16, 24, 24)
+    _check(_conv_act(act), [{"x": _poison(x, kind)}, {"x": x}])
+
+
+@pytest.mark.parametrize("kind", ["nan", "inf", "big"])
+def test_depthwise_conv_relu_keeps_nan(kind: str) -> None:
+    x = _f(1, 32, 24, 24)
+    _check(_conv_act("Relu", depthwise=True), [{"x": _poison(x, kind)}, {"x": x}])
+
+
+@pytest.mark.parametrize("where", ["x", "residual"])
+def test_conv_residual_relu_keeps_nan(where: str) -> None:
+    """Conv + Add + Relu (one FusedConv with the residual as a oneDNN post-op)."""
+    x, r = _f(1, 16, 24, 24), _f(1, 32, 24, 24)
+    bad = {"x": _poison(x, "nan"), "r": r} if where == "x" else {"x": x, "r": _poison(r, "nan")}
+    _check(_conv_act("Relu", residual=True), [bad, {"x": x, "r": r}])
+
+
+@pytest.mark.parametrize("kind", ["nan", "inf", "big"])
+def test_conv_transpose_relu_keeps_nan(kind: str) -> None:
+    inits = {"w": _f(16, 8, 2, 2, scale=0.3), "b": _f(8)}
+    nodes = [helper.make_node("ConvTranspose", ["x", "w", "b"], ["c"], strides=[2, 2]),
+             helper.make_node("Relu", ["c"], ["y"])]
+    x = _f(1, 16, 20, 20)
+    _check(_model(nodes, (1, 16, 20, 20), inits), [{"x": _poison(x, kind)}, {"x": x}])
+
+
+@pytest.mark.parametrize("kind", ["nan", "inf", "big"])
+def test_matmul_bias_relu_keeps_nan(kind: str) -> None:
+    inits = {"w": _f(256, 512, scale=0.1), "b": _f(512)}
+    nodes = [helper.make_node("MatMul", ["x", "w"], ["m"]), helper.make_node("Add", ["m", "b"], ["a"]),
+             helper.make_node("Relu", ["a"], ["y"])]
+    x = _f(64, 256)
+    _check(_model(nodes, (64, 256), inits), [{"x": _poison(x, kind)}, {"x": x}])
+
+
+@pytest.mark.parametrize("kind", ["nan", "inf"])
+def test_gemm_relu_keeps_nan(kind: str) -> None:
+    inits = {"w": _f(512, 256, scale=0.1), "b": _f(512)}
+    nodes = [helper.make_node("Gemm", ["x", "w", "b"], ["m"], transB=1), helper.make_node("Relu", ["m"], ["y"])]
+    x = _f(64, 256)
+    _check(_model(nodes, (64, 256), inits), [{"x": _poison(x, kind)}, {"x": x}])
+
+
+@pytest.mark.parametrize("op,gates", [("LSTM", 4), ("GRU", 3), ("RNN", 1)])
+@pytest.mark.parametrize("bias", [True, False])
+@pytest.mark.parametrize("kind", ["nan", "inf", "ninf", "big", "all_nan"])
+def test_recurrent_ops_match_ort_on_nonfinite(op: str, gates: int, bias: bool, kind: str) -> None:
+    """ORT's LSTM/GRU with B clip gate pre-activations (NaN -> +max: finite outputs); without B,
+    and for RNN, NaN propagates. Silero VAD's LSTM (with B) hit the first case."""
+    hidden, inp = 8, 5
+    inits = {"W": _f(1, gates * hidden, inp), "R": _f(1, gates * hidden, hidden)}
+    if bias:
+        inits["B"] = _f(1, 2 * gates * hidden)
+    node = helper.make_node(op, ["x", "W", "R"] + (["B"] if bias else []), ["y"], hidden_size=hidden)
+    x = _f(3, 2, inp)
+    _check(_model([node], (3, 2, inp), inits, opset=14), [{"x": _poison(x, kind)}, {"x": x}])
+
+
+def test_lstm_nan_initial_state_matches_ort() -> None:
+    hidden, inp = 8, 5
+    inits = {"W": _f(1, 4 * hidden, inp), "R": _f(1, 4 * hidden, hidden), "B": _f(1, 8 * hidden)}
+    node = helper.make_node("LSTM", ["x", "W", "R", "B", "", "h0"], ["y"], hidden_size=hidden)
+    h0 = _f(1, 2, hidden)
+    h0[0, 1, 3] = np.nan
+    x = _f(3, 2, inp)
+    _check(_model([node], (3, 2, inp), inits, opset=14, extra=[("h0", (1, 2, hidden))]),
+           [{"x": x, "h0": h0}, {"x": x, "h0": _f(1, 2, hidden)}])
+
+
+def test_guard_is_what_keeps_the_nan(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Without the guard the fused oneDNN ReLU gives 0 where ORT gives NaN: the tests above can fail."""
+    if not providers.available("onednn"):
+        pytest.skip("the onednn provider is not available")
+    x = _poison(_f(1, 16, 24, 24), "nan")
+    m = _conv_act("Relu")
+    want = run_ort(m, {"x": x})[0]
+    monkeypatch.setenv("PYCANN_NAN_GUARD", "0")
+    got = LoadedModel.from_compiled(compile_model(m)).run([x])[0]
+    assert np.isnan(want).sum() > 0 and np.isnan(got).sum() < np.isnan(want).sum()
+    monkeypatch.setenv("PYCANN_NAN_GUARD", "1")
+    got = LoadedModel.from_compiled(compile_model(m)).run([x])[0]
+    np.testing.assert_array_equal(np.isnan(got), np.isnan(want))
+
+
+def _torch_ok() -> bool:
+    providers.reset()
+    return providers.available("torch")
+
+
+@pytest.mark.skipif(not _torch_ok(), reason="torch is not installed")
+@pytest.mark.parametrize("act", ["Relu", "Clip"])
+@pytest.mark.parametrize("kind", ["nan", "inf", "big"])
+def test_torch_provider_conv_activation_keeps_nan(act: str, kind: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The same through torch's oneDNN convs (``torch:conv2d_nhwc`` with its fused post-ops)."""
+    monkeypatch.setenv("PYCANN_PROVIDERS", "numpy,torch")
+    providers.reset()
+    x = _f(1, 16, 24, 24)
+    _check(_conv_act(act), [{"x": _poison(x, kind)}, {"x": x}])
+    _check(_conv_act(act, residual=True), [{"x": _poison(x, kind), "r": _f(1, 32, 24, 24)}])
+
+
+def _two_convs(between: str | None) -> onnx.ModelProto:
+    """conv+relu -> [an op that can create inf/NaN from finite values] -> conv+relu."""
+    inits = {"w1": _f(32, 16, 3, 3, scale=0.2), "b1": _f(32), "w2": _f(32, 32, 3, 3, scale=0.2), "b2": _f(32),
+             "big": np.array(1e37, np.float32), "zero": np.array(0.0, np.float32)}
+    nodes = [helper.make_node("Conv", ["x", "w1", "b1"], ["c1"], pads=[1, 1, 1, 1]),
+             helper.make_node("Relu", ["c1"], ["r1"])]
+    cur = "r1"
+    if between == "mul_big":  # finite * 1e37 overflows to inf
+        nodes.append(helper.make_node("Mul", [cur, "big"], ["m"]))
+        cur = "m"
+    elif between == "div_zero":  # 0 / 0 is NaN
+        nodes.append(helper.make_node("Div", [cur, "zero"], ["m"]))
+        cur = "m"
+    nodes += [helper.make_node("Conv", [cur, "w2", "b2"], ["c2"], pads=[1, 1, 1, 1]),
+              helper.make_node("Relu", ["c2"], ["y"])]
+    return _model(nodes, (1, 16, 24, 24), inits)
+
+
+@pytest.mark.parametrize("between", ["mul_big", "div_zero"])
+def test_nan_created_between_two_guarded_convs(between: str) -> None:
+    """The second conv's input is not the first conv's proven output: it is checked itself."""
+    x = _f(1, 16, 24, 24)
+    _check(_two_convs(between), [{"x": x}, {"x": _poison(x, "nan")}, {"x": x}])
+
+
+def test_proven_bound_of_a_guarded_conv_saves_the_next_read(monkeypatch: pytest.MonkeyPatch) -> None:
+    """conv+relu -> conv+relu: the second conv needs no read of its input (the first proved it),
+    and a NaN run in between (first conv unfused) still gives ORT's NaNs in the second."""
+    if not providers.available("onednn"):
+        pytest.skip("the onednn provider is not available")
+    from pycann.ops.providers import nan_guard
+
+    m = _two_convs(None)
+    lm = LoadedModel.from_compiled(compile_model(m))
+    x = _f(1, 16, 24, 24)
+    lm.run([x])
+    reads: list[int] = []
+    orig = nan_guard._norm2
+    monkeypatch.setattr(nan_guard, "_norm2", lambda a: reads.append(a.size) or orig(a))
+    for feeds in ({"x": x}, {"x": _poison(x, "nan")}, {"x": x}):
+        reads.clear()
+        got = lm.run([feeds["x"]])[0]
+        want = run_ort(m, feeds)[0]
+        np.testing.assert_array_equal(np.isnan(got), np.isnan(want))
+        np.testing.assert_allclose(got[np.isfinite(want)], want[np.isfinite(want)], rtol=1e-4, atol=1e-4)
+        if not np.isnan(feeds["x"]).any():
+            assert reads == [x.size], reads  # only the first conv's input was read

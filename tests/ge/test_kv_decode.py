@@ -1,0 +1,93 @@
+"""KV-cache decoding: a small GPT-2 with ``past_key_values`` inputs (scripts/torch_models.py's
+``GPT2WithPast``, 2 layers / 64 wide, exported by torch like Hugging Face's exporters: Concat of
+past K/V on the sequence axis, a sliced causal mask, ``present`` outputs) decoded greedily.
+Tokens and logits against ONNX Runtime; plan-cache behaviour (one plan for the prompt, every
+step on the shape-generic plan, nothing built per step). No timings."""
+
+from __future__ import annotations
+
+import io
+import pathlib
+import sys
+import warnings
+
+import numpy as np
+import pytest
+
+from pycann.config import PlanCacheConfig, PlanPolicy
+from pycann.ge.compiler import compile_model
+from pycann.ge.model import LoadedModel
+
+torch = pytest.importorskip("torch")
+ort = pytest.importorskip("onnxruntime")
+sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[2] / "scripts"))
+torch_models = pytest.importorskip("torch_models")
+
+LAYERS, HEADS, WIDTH, VOCAB = 2, 4, 64, 97
+
+
+@pytest.fixture(scope="module")
+def kv_model() -> bytes:
+    torch.manual_seed(0)
+    cfg = torch_models.GPT2Config(vocab_size=VOCAB, n_positions=128, n_embd=WIDTH, n_layer=LAYERS, n_head=HEADS)
+    base = torch_models.GPT2Like(cfg)
+    base.init_weights(0.2)  # larger than GPT-2's 0.02: greedy tokens then vary from step to step
+    model = torch_models.GPT2WithPast(base.eval()).eval()
+    ids = torch.randint(0, VOCAB, (2, 3))
+    past = [torch.randn(2, HEADS, 5, WIDTH // HEADS) for _ in range(2 * LAYERS)]
+    names = [f"past_{k}_{i}" for i in range(LAYERS) for k in ("key", "value")]
+    outs = [f"present_{k}_{i}" for i in range(LAYERS) for k in ("key", "value")]
+    axes = {"input_ids": {0: "batch", 1: "seq"}, "logits": {0: "batch", 1: "seq"}}
+    axes.update({n: {0: "batch", 2: "past_seq"} for n in names})
+    axes.update({n: {0: "batch", 2: "total_seq"} for n in outs})
+    buf = io.BytesIO()
+    with warnings.catch_warnings(), torch.no_grad():
+        warnings.simplefilter("ignore")
+        torch.onnx.export(model, (ids, *past), buf, dynamo=False, opset_version=17, input_names=["input_ids", *names],
+                          output_names=["logits", *outs], dynamic_axes=axes)
+    return buf.getvalue()
+
+
+def _decode(run, batch: int, prompt: int, steps: int) -> tuple[list[np.ndarray], list[np.ndarray]]:  # type: ignore[no-untyped-def]
+    """Greedy decoding: (tokens per step, last logits per step)."""
+    ids = np.random.default_rng(batch).integers(0, VOCAB, (batch, prompt)).astype(np.int64)
+    past = [np.zeros((batch, HEADS, 0, WIDTH // HEADS), np.float32) for _ in range(2 * LAYERS)]
+    out = run([ids, *past])
+    tokens, logits = [], []
+    for _ in range(steps):
+        logits.append(out[0][:, -1])
+        nxt = out[0][:, -1].argmax(-1).astype(np.int64)[:, None]
+        tokens.append(nxt[:, 0])
+        out = run([nxt, *out[1:]])
+        assert out[1].shape == (batch, HEADS, prompt + len(tokens), WIDTH // HEADS)  # present grows by one
+    return tokens, logits
+
+
+@pytest.mark.parametrize("batch", [1, 4])
+def test_greedy_tokens_match_ort(kv_model: bytes, batch: int) -> None:
+    sess = ort.InferenceSession(kv_model, providers=["CPUExecutionProvider"])
+    names = [i.name for i in sess.get_inputs()]
+    want_tok, want_log = _decode(lambda f: sess.run(None, dict(zip(names, f))), batch, 8, 24)
+    lm = LoadedModel.from_compiled(compile_model(kv_model))
+    got_tok, got_log = _decode(lm.run, batch, 8, 24)
+    for i, (g, w) in enumerate(zip(got_log, want_log)):
+        np.testing.assert_allclose(g, w, rtol=1e-4, atol=1e-4, err_msg=f"logits at step {i}")
+    assert [t.tolist() for t in got_tok] == [t.tolist() for t in want_tok]
+    assert len({int(t[0]) for t in got_tok}) > 1, "the tokens must vary (a test that cannot fail otherwise)"
+    st = lm.plan_cache_stats()
+    # the prompt's signature gets the one specialised plan; each step has a new past length and
+    # runs on the shape-generic plan: nothing is planned or packed per step
+    assert (st.built, st.generic_runs, st.evictions) == (1, 24, 0)
+
+
+def test_specialize_policy_builds_a_plan_per_step_bounded(kv_model: bytes) -> None:
+    """The old behaviour (a plan per past length), now bounded: 4 plans at most, LRU-evicted."""
+    lm = LoadedModel.from_compiled(compile_model(kv_model),
+                                   plan_cache=PlanCacheConfig(max_plans=4, policy=PlanPolicy.SPECIALIZE))
+    sess = ort.InferenceSession(kv_model, providers=["CPUExecutionProvider"])
+    names = [i.name for i in sess.get_inputs()]
+    got, _ = _decode(lm.run, 1, 4, 8)
+    want, _ = _decode(lambda f: sess.run(None, dict(zip(names, f))), 1, 4, 8)
+    assert [t.tolist() for t in got] == [t.tolist() for t in want]
+    st = lm.plan_cache_stats()
+    assert (st.built, st.plans, st.evictions, st.generic_runs) == (9, 4, 5, 0)

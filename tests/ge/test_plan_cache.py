@@ -1,0 +1,237 @@
+"""The plan cache: least recently used, bounded by bytes and plans, counters, evicted plans
+closed, weights packed once per model across shapes, the specialise/generic policy, and the
+environment knobs of pycann/config.py. Values are checked against ONNX Runtime; no timings."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from onnx import TensorProto, helper, numpy_helper
+
+from pycann.config import ConfigError, PlanCacheConfig, PlanPolicy, parse_bytes, plan_cache_config
+from pycann.ge.compiler import compile_model
+from pycann.ge.model import LoadedModel
+from pycann.ge.plan_cache import PlanCache, trim_heap
+from pycann.ops.providers import onednn, onednn_packed
+from tests.ops.oracle import run_ort
+
+pytestmark = pytest.mark.usefixtures("default_providers")
+RNG = np.random.default_rng(7)
+
+
+def _conv_model() -> object:
+    """Conv(3x3, 16 -> 32) + Relu + Conv(1x1, 32 -> 16), dynamic H and W."""
+    w1 = numpy_helper.from_array(RNG.standard_normal((32, 16, 3, 3)).astype(np.float32) * 0.1, "w1")
+    b1 = numpy_helper.from_array(RNG.standard_normal(32).astype(np.float32), "b1")
+    w2 = numpy_helper.from_array(RNG.standard_normal((16, 32, 1, 1)).astype(np.float32) * 0.1, "w2")
+    nodes = [helper.make_node("Conv", ["x", "w1", "b1"], ["c"], pads=[1, 1, 1, 1]),
+             helper.make_node("Relu", ["c"], ["r"]),
+             helper.make_node("Conv", ["r", "w2"], ["y"])]
+    g = helper.make_graph(nodes, "convs", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 16, "H", "W"])],
+                          [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 16, "H", "W"])], [w1, b1, w2])
+    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
+    m.ir_version = 8
+    return m
+
+
+def _mlp_model() -> object:
+    """x [B, S, 64] -> MatMul(64x256) + bias -> Relu -> MatMul(256x64) -> Reshape(B*S, 64)."""
+    w1 = numpy_helper.from_array(RNG.standard_normal((64, 256)).astype(np.float32) * 0.1, "w1")
+    b1 = numpy_helper.from_array(RNG.standard_normal(256).astype(np.float32), "b1")
+    w2 = numpy_helper.from_array(RNG.standard_normal((256, 64)).astype(np.float32) * 0.1, "w2")
+    shape = numpy_helper.from_array(np.array([-1, 64], np.int64), "shape")
+    nodes = [helper.make_node("MatMul", ["x", "w1"], ["h"]), helper.make_node("Add", ["h", "b1"], ["hb"]),
+             helper.make_node("Relu", ["hb"], ["r"]), helper.make_node("MatMul", ["r", "w2"], ["m"]),
+             helper.make_node("Reshape", ["m", "shape"], ["y"])]
+    g = helper.make_graph(nodes, "mlp", [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["B", "S", 64])],
+                          [helper.make_tensor_value_info("y", TensorProto.FLOAT, [None, 64])], [w1, b1, w2, shape])
+    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
+    m.ir_version = 8
+    return m
+
+
+def _load(model: object, **cfg: object) -> LoadedModel:
+    return LoadedModel.from_compiled(compile_model(model), plan_cache=PlanCacheConfig(**cfg))  # type: ignore[arg-type]
+
+
+def _check(lm: LoadedModel, model: object, x: np.ndarray) -> None:
+    got = lm.run([x])[0]
+    np.testing.assert_allclose(got, run_ort(model, {"x": x})[0], rtol=1e-4, atol=1e-4)
+
+
+def _img(h: int, w: int) -> np.ndarray:
+    return RNG.standard_normal((1, 16, h, w)).astype(np.float32)
+
+
+def _keys(lm: LoadedModel) -> list[tuple[int, ...]]:
+    """The cached signatures' input shapes, least recently used first."""
+    return [k[0][0] for k in lm.executor._cache._entries]
+
+
+def test_least_recently_used_plan_is_evicted() -> None:
+    m = _conv_model()
+    lm = _load(m, max_plans=3)
+    a, b, c, d = _img(8, 8), _img(8, 12), _img(12, 8), _img(10, 10)
+    for x in (a, b, c, a, d):  # a is used again before d arrives: b is the least recently used
+        _check(lm, m, x)
+    assert _keys(lm) == [c.shape, a.shape, d.shape]
+    st = lm.plan_cache_stats()
+    assert (st.hits, st.misses, st.built, st.evictions, st.plans) == (1, 4, 4, 1, 3)
+    assert st.generic_runs == 0  # a graph with convolutions specialises every signature (auto)
+
+
+def test_byte_bound_evicts_and_counts_bytes() -> None:
+    m = _conv_model()
+    lm = _load(m)
+    _check(lm, m, _img(16, 16))
+    one = lm.plan_cache_stats().bytes_held
+    assert one > 0 and one == sum(p.nbytes for p, _ in lm.executor._cache.values())
+    small = _load(m, max_bytes=int(one * 2.5))  # room for two plans of this size
+    shapes = [(16, 16), (16, 17), (17, 16), (18, 18), (16, 16)]
+    for h, w in shapes:
+        _check(small, m, _img(h, w))
+    st = small.plan_cache_stats()
+    assert st.bytes_held <= st.max_bytes
+    assert st.plans <= 2 and st.evictions == st.built - st.plans
+    assert st.built == 5 and st.hits == 0  # (16, 16) had been evicted before it came back
+    assert st.peak_bytes <= st.max_bytes
+
+
+def test_newest_plan_kept_over_budget() -> None:
+    m = _conv_model()
+    lm = _load(m, max_bytes=1)
+    for h in (8, 9, 10):
+        _check(lm, m, _img(h, 8))
+    st = lm.plan_cache_stats()
+    assert st.plans == 1 and st.evictions == 2 and st.over_budget >= 1
+
+
+def test_evicted_plan_is_closed() -> None:
+    m = _conv_model()
+    lm = _load(m, max_plans=1)
+    _check(lm, m, _img(8, 8))
+    (first, _), = lm.executor._cache.values()
+    assert first.steps and first.nbytes > 0
+    _check(lm, m, _img(9, 9))
+    assert first.steps == [] and first._fast is None and first._arenas == []
+
+
+@pytest.mark.skipif(not onednn.available(), reason="oneDNN (libdnnl.so.3) not available")
+def test_weights_packed_once_across_shapes() -> None:
+    m = _conv_model()
+    lm = _load(m)
+    before = onednn_packed.stats()
+    for h, w in [(14, 14), (14, 20), (20, 14), (22, 22)]:
+        _check(lm, m, _img(h, w))
+    after = onednn_packed.stats()
+    assert lm.plan_cache_stats().built == 4
+    # two convolution weights: one packing each (a layout oneDNN picks per shape could add one)
+    assert after.packed - before.packed <= 3
+    assert after.reused - before.reused >= 5
+
+
+def test_non_vision_graph_runs_new_signatures_generic() -> None:
+    m = _mlp_model()
+    lm = _load(m)
+    for s in (3, 4, 5, 6, 3):
+        x = RNG.standard_normal((2, s, 64)).astype(np.float32)
+        _check(lm, m, x)
+    st = lm.plan_cache_stats()
+    # the first signature is specialised (a model used at one shape gets the fastest plan)
+    assert (st.built, st.generic_runs, st.hits) == (1, 3, 1)  # the last call (s=3) hit that plan
+
+
+@pytest.mark.parametrize("policy, built, generic", [(PlanPolicy.SPECIALIZE, 3, 0), (PlanPolicy.GENERIC, 0, 3)])
+def test_policy_option(policy: PlanPolicy, built: int, generic: int) -> None:
+    m = _mlp_model()
+    lm = _load(m, policy=policy)
+    for s in (3, 4, 5):
+        _check(lm, m, RNG.standard_normal((1, s, 64)).astype(np.float32))
+    st = lm.plan_cache_stats()
+    assert (st.built, st.generic_runs) == (built, generic)
+
+
+def test_plan_for_always_specialises() -> None:
+    lm = _load(_mlp_model(), policy=PlanPolicy.GENERIC)
+    plan, _ = lm.executor.plan_for([np.zeros((1, 4, 64), np.float32)])
+    assert plan is not lm.executor.generic_plan() and lm.plan_cache_stats().built == 1
+
+
+def test_cache_unit_lru_and_bytes() -> None:
+    class P:
+        def __init__(self, n: int) -> None:
+            self.nbytes, self.closed = n, False
+
+        def close(self) -> None:
+            self.closed = True
+
+    c: PlanCache[P] = PlanCache(PlanCacheConfig(max_bytes=100, max_plans=10))
+    ps = {k: P(40) for k in "abc"}
+    c.put("a", ps["a"])
+    c.put("b", ps["b"])
+    assert c.get("a") is ps["a"]  # refresh a: b is now the oldest
+    c.put("c", ps["c"])  # 120 > 100: evict b
+    assert "b" not in c and ps["b"].closed and not ps["a"].closed
+    assert c.stats().bytes_held == 80 and c.stats().evictions == 1
+    assert c.get("zz") is None and c.stats().misses == 1
+    c.clear()
+    assert len(c) == 0 and ps["a"].closed and c.stats().bytes_held == 0
+
+
+def test_trim_heap_runs() -> None:
+    assert trim_heap() in (True, False)  # glibc: True; other C libraries have no malloc_trim
+
+
+def test_config_from_environment(monkeypatch: pytest.MonkeyPatch) -> None:
+    assert parse_bytes("512M") == 512 << 20 and parse_bytes("2g") == 2 << 30 and parse_bytes("1000") == 1000
+    assert parse_bytes("1.5KiB") == 1536
+    monkeypatch.setenv("PYCANN_PLAN_CACHE_BYTES", "64M")
+    monkeypatch.setenv("PYCANN_PLAN_CACHE_PLANS", "8")
+    monkeypatch.setenv("PYCANN_PLAN_POLICY", "Generic")
+    assert plan_cache_config() == PlanCacheConfig(64 << 20, 8, PlanPolicy.GENERIC)
+    lm = LoadedModel.from_compiled(compile_model(_mlp_model()))
+    assert lm.plan_cache_stats().max_bytes == 64 << 20 and lm.plan_cache_stats().policy == "generic"
+
+
+@pytest.mark.parametrize("var, value", [("PYCANN_PLAN_CACHE_BYTES", "lots"), ("PYCANN_PLAN_CACHE_BYTES", "-5M"),
+                                        ("PYCANN_PLAN_CACHE_PLANS", "0"), ("PYCANN_PLAN_POLICY", "fast")])
+def test_bad_knob_is_a_clear_error(monkeypatch: pytest.MonkeyPatch, var: str, value: str) -> None:
+    monkeypatch.setenv(var, value)
+    with pytest.raises(ConfigError, match=var):
+        plan_cache_config()
+
+
+def test_later_signatures_skip_passes_idle_the_first_time() -> None:
+    from pycann.ge.pipelines import SKIPPABLE_WHEN_IDLE
+
+    m = _conv_model()
+    lm = _load(m)
+    _check(lm, m, _img(8, 8))
+    memo = lm.executor._memo
+    assert memo.specialized == 1 and memo.idle is not None and memo.idle <= SKIPPABLE_WHEN_IDLE
+    # the convs' ReLU was fused at compile time: nothing left for ConvActivationFusion to do
+    assert "ConvActivationFusion" in memo.idle
+    for h, w in [(9, 11), (13, 7)]:
+        _check(lm, m, _img(h, w))  # skipped passes: the same values
+    assert memo.specialized == 3
+
+
+def test_counters_in_log_profiler_and_atc_line(caplog: pytest.LogCaptureFixture) -> None:
+    import logging
+
+    from pycann.ge.executor import is_vision
+    from pycann.ge.plan_cache import describe
+    from pycann.profiler.session import Profiler
+
+    m = _conv_model()
+    lm = _load(m, max_plans=1)
+    prof = Profiler(chart=False).start()
+    with caplog.at_level(logging.INFO, logger="pycann.ge.plan_cache"):
+        _check(lm, m, _img(8, 8))
+        _check(lm, m, _img(9, 8))
+    prof.stop()
+    assert "[PlanCache] built plan 2 for [1x16x9x8 f4]" in caplog.text and "evicted" in caplog.text
+    assert "plan cache: 1 plans" in prof.summary_text and "evictions 1" in prof.summary_text
+    line = describe(["x"], is_vision(lm.graph))
+    assert "dynamic inputs x" in line and "every input signature gets its own plan" in line
+    assert describe([], False) == "plan cache: static shapes, one plan"

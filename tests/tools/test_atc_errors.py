@@ -1,0 +1,154 @@
+"""atc's refusals of bad models, options and output paths: one E-code line after CANN's failure
+line, never a traceback; the console shows CANN's start/success lines by default and the pass
+details, each with its own elapsed time, under --log=info; option errors before heavy imports."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import onnx
+import pytest
+from onnx import TensorProto, helper, numpy_helper
+
+from pycann.tools.atc import FAILED, START, SUCCESS, main
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def relu_model(opset: int = 13, elem: int = TensorProto.FLOAT) -> onnx.ModelProto:
+    g = helper.make_graph([helper.make_node("Relu", ["x"], ["y"])], "g",
+                          [helper.make_tensor_value_info("x", elem, [1, 3])],
+                          [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 3])])
+    return helper.make_model(g, opset_imports=[helper.make_opsetid("", opset)])
+
+
+def save(m: onnx.ModelProto, p: Path) -> Path:
+    p.write_bytes(m.SerializeToString())  # onnx.save would run nothing, but keep bad tensors as they are
+    return p
+
+
+def atc(capsys: pytest.CaptureFixture[str], *args: str) -> tuple[int, str]:
+    rc = main(list(args))
+    return rc, capsys.readouterr().out
+
+
+def compile_args(model: Path, output: str) -> list[str]:
+    return [f"--model={model}", "--framework=5", f"--output={output}", "--soc_version=Ascend310P3"]
+
+
+def assert_failed(rc: int, text: str, code: str, pattern: str) -> None:
+    lines = text.strip().splitlines()
+    assert rc == 1, text
+    assert lines[0] == START and lines[-2] == FAILED, text
+    assert lines[-1].startswith(f"{code}: ") and re.search(pattern, lines[-1]), lines[-1]
+    assert "Traceback" not in text
+
+
+@pytest.fixture()
+def relu(tmp_path: Path) -> Path:
+    return save(relu_model(), tmp_path / "relu.onnx")
+
+
+@pytest.mark.parametrize("output, pattern", [
+    ("/proc/x", r"\[--output\] is invalid. Reason: cannot write into '/proc'"),
+    ("{tmp}/afile/m", r"Reason: '.*afile' is a file, not a folder"),
+    ("{tmp}/afile/deeper/m", r"Reason: '.*afile' is a file, not a folder"),
+])
+def test_unwritable_output(relu: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str], output: str,
+                           pattern: str) -> None:
+    (tmp_path / "afile").write_text("x")
+    rc, text = atc(capsys, *compile_args(relu, output.format(tmp=tmp_path)))
+    assert_failed(rc, text, "E10001", pattern)
+
+
+def test_model_is_a_directory_and_required_spelling(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    rc, text = atc(capsys, *compile_args(tmp_path, str(tmp_path / "m")))
+    assert_failed(rc, text, "E10001", r"\[--model\] is invalid. Reason: it is a directory")
+    rc, text = atc(capsys, "--framework=5", "--output=x", "--soc_version=Ascend310P3")
+    assert_failed(rc, text, "E10054", r"The required parameter \[--model\] for ATC is empty")
+
+
+def test_bad_models(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    long_w = numpy_helper.from_array(np.ones((1, 3), np.float32), "w")
+    long_w.raw_data += b"\0" * 4
+    g = helper.make_graph([helper.make_node("Add", ["x", "w"], ["y"])], "g",
+                          [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 3])],
+                          [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 3])], [long_w])
+    cases = [
+        (helper.make_model(g, opset_imports=[helper.make_opsetid("", 13)]), "E19999",
+         r"tensor 'w': raw_data holds 16 bytes, dims \[1, 3\] of FLOAT need 12"),
+        (relu_model(opset=999), "E19010", r"imports ONNX opset 999; pycann supports opsets 1\.\.\d+"),
+        (relu_model(opset=0), "E19010", r"op Relu \(domain ai.onnx, opset 0\); it is not an operator of that ONNX opset"),
+        (relu_model(elem=TensorProto.UNDEFINED), "E19999", r"graph input 'x' has no element type"),
+    ]
+    for i, (m, code, pattern) in enumerate(cases):
+        rc, text = atc(capsys, *compile_args(save(m, tmp_path / f"m{i}.onnx"), str(tmp_path / f"o{i}")))
+        assert_failed(rc, text, code, pattern)
+
+
+def test_float_mod_fmod0_before_opset_28(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    def mod(opset: int) -> onnx.ModelProto:
+        g = helper.make_graph([helper.make_node("Mod", ["a", "b"], ["y"], fmod=0)], "g",
+                              [helper.make_tensor_value_info(n, TensorProto.FLOAT, [3]) for n in "ab"],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, [3])])
+        return helper.make_model(g, opset_imports=[helper.make_opsetid("", opset)])
+
+    rc, text = atc(capsys, *compile_args(save(mod(13), tmp_path / "m13.onnx"), str(tmp_path / "o13")))
+    assert_failed(rc, text, "E19999", r"floating-point Mod needs fmod=1")
+    rc, text = atc(capsys, *compile_args(save(mod(28), tmp_path / "m28.onnx"), str(tmp_path / "o28")))
+    assert rc == 0, text  # Mod-28 defines fmod=0 on floats (floor modulo)
+
+
+@pytest.mark.parametrize("doc, pattern", [
+    ({"Switch": {"GraphFusion": {"ConvActivationFusion": "of"}}}, r'value "of" of "GraphFusion"."ConvActivationFusion" is invalid: use "on" or "off"'),
+    ({"Switch": {"GraphFusion": {"ALL": 0}}}, r'value 0 of "GraphFusion"."ALL"'),
+    ({"Switch": ["GraphFusion"]}, r"expected \{\"Switch\""),
+    (["off"], r"line 1 .*expected 'PassName:off'"),  # not an object: read as the line form
+])
+def test_fusion_switch_json_typos(relu: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str], doc: object,
+                                  pattern: str) -> None:
+    sw = tmp_path / "switch.json"
+    sw.write_text(json.dumps(doc))
+    rc, text = atc(capsys, *compile_args(relu, str(tmp_path / "o")), f"--fusion_switch_file={sw}")
+    assert_failed(rc, text, "E10001", pattern)
+
+
+def test_console_lines_by_log_level(relu: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    rc, text = atc(capsys, *compile_args(relu, str(tmp_path / "a")))
+    assert rc == 0 and text.strip().splitlines() == [START, SUCCESS], text
+    rc, text = atc(capsys, *compile_args(relu, str(tmp_path / "b")), "--log=info")
+    lines = text.strip().splitlines()
+    assert rc == 0 and lines[0] == START and lines[-1] == SUCCESS
+    details = lines[1:-1]
+    assert any("[InferShapes]" in ln for ln in details) and any("[SaveOm]" in ln for ln in details)
+    stamps = []
+    for ln in details:
+        m = re.match(r"\[INFO\] \[ *(\d+\.\d{3})s\] \[\w+\] ", ln)
+        assert m, ln
+        stamps.append(float(m.group(1)))
+    assert stamps == sorted(stamps)  # each line carries the time it was printed at
+
+
+def test_option_errors_come_before_heavy_imports(relu: Path, tmp_path: Path) -> None:
+    """A mistyped option fails without loading numpy, onnx or ml_dtypes (checked, not timed)."""
+    bad = [
+        ["--bad-option"],
+        compile_args(relu, str(tmp_path / "o"))[:-1] + ["--soc_version=Ascend999"],
+        compile_args(relu, str(tmp_path / "o")) + ["--input_format=NHWCX"],
+        compile_args(relu, str(tmp_path / "o")) + ["--input_shape=x:1,q"],
+        compile_args(relu, "/proc/x"),
+    ]
+    code = ("import sys\nfrom pycann.tools.atc import main\nrc = main(sys.argv[1:])\n"
+            "heavy = [m for m in ('numpy', 'onnx', 'ml_dtypes') if m in sys.modules]\n"
+            "print('HEAVY', rc, heavy)\n")
+    env = dict(os.environ, PYTHONPATH=str(ROOT))
+    for args in bad:
+        out = subprocess.run([sys.executable, "-c", code, *args], capture_output=True, text=True, env=env,
+                             timeout=60, check=False).stdout
+        assert "HEAVY 1 []" in out, (args, out)

@@ -1,0 +1,80 @@
+"""pycann compare, msprof and the ais_bench-style bench refuse bad output paths, surplus inputs,
+wrong shapes and a zero loop count with one clear line (exit status 2 / 1), before any work."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import onnx
+import pytest
+from onnx import TensorProto, helper
+
+import pycann
+from pycann.tools import bench, compare, msprof
+
+
+@pytest.fixture()
+def model(tmp_path: Path) -> tuple[Path, Path]:
+    g = helper.make_graph([helper.make_node("Relu", ["x"], ["y"], name="relu")], "g",
+                          [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 3])],
+                          [helper.make_tensor_value_info("y", TensorProto.FLOAT, [2, 3])])
+    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 13)])
+    onnx_path, om_path = tmp_path / "m.onnx", tmp_path / "m.om"
+    onnx.save(m, onnx_path)
+    pycann.compile_model(m).save(om_path)
+    return onnx_path, om_path
+
+
+def err_line(capsys: pytest.CaptureFixture[str]) -> str:
+    cap = capsys.readouterr()
+    lines = [ln for ln in (cap.err + cap.out).splitlines() if "[ERROR]" in ln]
+    assert len(lines) == 1 and "Traceback" not in cap.err, cap
+    return lines[0]
+
+
+@pytest.mark.parametrize("output, pattern", [("/proc/x", "cannot write into '/proc/x'"),
+                                             ("{tmp}/afile", "'.*afile' is a file, not a folder"),
+                                             ("{tmp}/afile/sub", "'.*afile' is a file, not a folder")])
+def test_unwritable_output_folders(model: tuple[Path, Path], tmp_path: Path, capsys: pytest.CaptureFixture[str],
+                                   output: str, pattern: str) -> None:
+    import re
+
+    (tmp_path / "afile").write_text("x")
+    out = output.format(tmp=tmp_path)
+    assert compare.main(["--model", str(model[0]), "--om", str(model[1]), "--output", out]) == 2
+    assert re.search(pattern, err_line(capsys))
+    app = tmp_path / "app.py"
+    app.write_text("print('ran')\n")
+    assert msprof.main([f"--output={out}", str(app)]) == 2
+    line = err_line(capsys)
+    assert re.search(pattern, line) and "ran" not in line
+    assert bench.main(["--model", str(model[1]), "--output", out]) == 1
+    assert re.search(pattern, err_line(capsys))
+
+
+def test_compare_input_files(model: tuple[Path, Path], tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    a, b, wrong = tmp_path / "a.npy", tmp_path / "b.npy", tmp_path / "w.npy"
+    np.save(a, np.ones((2, 3), np.float32))
+    np.save(b, np.ones((2, 3), np.float32))
+    np.save(wrong, np.ones((3, 3), np.float32))
+    base = ["--model", str(model[0]), "--om", str(model[1]), "--output", str(tmp_path)]
+    assert compare.main([*base, "--input", f"{a},{b}"]) == 2
+    assert "2 --input files for a model with 1 input(s) (x)" in err_line(capsys)
+    for extra in ([], ["--om", str(model[1])]):
+        args = ["--model", str(model[0]), "--output", str(tmp_path), "--input", str(wrong), *extra]
+        assert compare.main(args) == 2
+        line = err_line(capsys)
+        assert "input 'x'" in line and "[2,3]" in line and "ONNX Runtime" not in line, line
+    assert compare.main([*base, "--input", str(a)]) == 0
+
+
+def test_bench_counts(model: tuple[Path, Path], capsys: pytest.CaptureFixture[str]) -> None:
+    for opt, value, why in (("--loop", "0", "must be positive"), ("--loop", "-3", "must be positive"),
+                            ("--warmup_count", "-1", "must be non-negative"), ("--batchsize", "0", "must be positive")):
+        with pytest.raises(SystemExit) as e:
+            bench.main(["--model", str(model[1]), opt, value])
+        assert e.value.code == 2
+        err = capsys.readouterr().err
+        assert f"argument {opt}" in err and why in err, err
+    assert bench.main(["--model", str(model[1]), "--loop", "2"]) == 0
