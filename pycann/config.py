@@ -14,6 +14,9 @@ PYCANN_PLAN_CACHE_BYTES     512M         bytes the specialised plans of one mode
                                          per-plan packed weights, folded constants); least recently
                                          used plans are evicted beyond it. Suffixes K, M, G (1024s).
 PYCANN_PLAN_CACHE_PLANS     256          at most this many plans per model, whatever their size
+PYCANN_DEVICE_COUNT         see meaning  devices of the CPU runtime (acl.rt, torch.npu); unset: 1, or
+                                         LOCAL_WORLD_SIZE when a launcher (torchrun, hccl-run) set
+                                         it, so each local rank can set_device(LOCAL_RANK)
 PYCANN_PLAN_POLICY          auto         ``auto``: the first input signature gets a specialised
                                          plan, later new signatures too when the graph has
                                          convolutions (vision), else they run the shape-generic
@@ -97,3 +100,19 @@ def plan_cache_config() -> PlanCacheConfig:
         raise ConfigError(f"PYCANN_PLAN_POLICY={pol!r}: expected one of "
                           f"{', '.join(p.value for p in PlanPolicy)}") from None
     return PlanCacheConfig(max_bytes, _int("PYCANN_PLAN_CACHE_PLANS", d.max_plans, 1), policy)
+
+
+def device_count() -> int:
+    """``PYCANN_DEVICE_COUNT``, else ``LOCAL_WORLD_SIZE`` (a launcher's local process count), else 1.
+    Raises ``ConfigError`` on a value that is not a positive integer."""
+    for name in ("PYCANN_DEVICE_COUNT", "LOCAL_WORLD_SIZE"):
+        raw = os.environ.get(name, "").strip()
+        if raw:
+            try:
+                n = int(raw)
+            except ValueError:
+                raise ConfigError(f"{name}={raw!r}: expected a positive integer") from None
+            if n < 1:
+                raise ConfigError(f"{name}={raw!r}: expected a positive integer")
+            return n
+    return 1

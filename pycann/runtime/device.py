@@ -11,6 +11,7 @@ from __future__ import annotations
 import os
 import threading
 
+from pycann import config
 from pycann.runtime.errors import InvalidDevice, InvalidHandle, NoContext, TaskFailed
 from pycann.runtime.event import Event
 from pycann.runtime.memory import AddressSpace, Allocation, MemKind, MemoryPool, physical_memory
@@ -113,7 +114,7 @@ class Runtime:
 
     def __init__(self, device_count: int | None = None, memory_bytes: int | None = None,
                  soc_name: str | None = None, space: AddressSpace | None = None) -> None:
-        count = device_count if device_count is not None else int(os.environ.get("PYCANN_DEVICE_COUNT", "1"))
+        count = device_count if device_count is not None else config.device_count()
         mem = memory_bytes if memory_bytes is not None else physical_memory()
         soc = soc_name or os.environ.get("PYCANN_SOC_VERSION", DEFAULT_SOC)
         self.devices = [Device(i, mem, soc) for i in range(max(1, count))]

@@ -2,7 +2,7 @@
 
 Registered with ``torch._register_device_module("npu", ...)`` by ``pycann.torch``. The npu device
 is pycann's CPU device: it is always available, needs no CANN and no NPU, and its memory is host
-memory. ``PYCANN_DEVICE_COUNT`` (default 1, as for pycann's runtime) sets ``device_count()``.
+memory. ``PYCANN_DEVICE_COUNT`` (default 1, or torchrun's ``LOCAL_WORLD_SIZE``, as for pycann's runtime) sets ``device_count()``.
 """
 
 from __future__ import annotations
@@ -71,11 +71,11 @@ _tls = threading.local()
 
 
 def device_count() -> int:
-    """Number of npu devices: ``PYCANN_DEVICE_COUNT`` (default 1)."""
-    try:
-        return max(1, int(os.environ.get("PYCANN_DEVICE_COUNT", "1")))
-    except ValueError:
-        return 1
+    """Number of npu devices: ``PYCANN_DEVICE_COUNT``, else the launcher's ``LOCAL_WORLD_SIZE``,
+    else 1 (``pycann.config.device_count``)."""
+    from pycann import config
+
+    return config.device_count()
 
 
 def is_available() -> bool:
