@@ -117,3 +117,34 @@ def test_cores_share_hbm_bandwidth():
     c = _events(prof, Pipe.PIPE_MTE2, "DataCopy")[0]
     assert c.end - c.start == s.gm_latency + math.ceil(2048 / s.hbm_share(48))
     assert prof.core_kind == "AIV" and len(prof.cores) == 48
+
+
+def test_msprof_outputs(tmp_path):
+    import csv
+    import json
+
+    from pycann.costmodel.export import write_outputs
+    total, tile = 4096, 1024
+    xs = [gm(np.ones(total, np.float16)) for _ in range(3)]
+    prof = profile_kernel(add_kernel(total, tile, 2, n_cores=2, rounds=3), 2, tuple(xs), SOC)
+    paths = write_outputs(prof, tmp_path, "add_custom")
+    tr = json.loads(paths["trace"].read_text())
+    xev = [e for e in tr["traceEvents"] if e["ph"] == "X"]
+    assert {e["pid"] for e in xev} == {0, 1}
+    assert len(xev) == sum(len(c.events) for c in prof.cores)
+    assert {e["cat"] for e in xev} >= {"MTE2", "VECTOR", "MTE3"}
+    names = {e["args"]["name"] for e in tr["traceEvents"] if e["name"] == "process_name"}
+    assert names == {"core0.veccore0", "core1.veccore0"}
+    s = get_cost_soc(SOC)
+    last = max(xev, key=lambda e: e["ts"] + e["dur"])
+    assert last["ts"] + last["dur"] == pytest.approx(prof.total_cycles / s.clock_hz * 1e6, rel=1e-3)
+    (row,) = list(csv.DictReader(paths["op_summary"].open()))
+    assert row["Task Type"] == "AI_VECTOR_CORE" and row["Block Dim"] == "2"
+    assert float(row["aiv_vec_ratio"]) == pytest.approx(prof.ratio(Pipe.PIPE_V), abs=1e-4)
+    assert float(row["aiv_mte2_ratio"]) == pytest.approx(prof.ratio(Pipe.PIPE_MTE2), abs=1e-4)
+    assert "aiv_mac_ratio" in row
+    try:
+        import matplotlib  # noqa: F401
+        assert paths["png"].stat().st_size > 0
+    except ImportError:
+        assert "png" not in paths
