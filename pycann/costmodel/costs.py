@@ -53,6 +53,14 @@ def vector_cycles(rec: InstrRecord, soc: CostSoc) -> int:
     return rep + soc.vec_latency
 
 
+def pipelined_latency(rec: InstrRecord, soc: CostSoc) -> int:
+    """The part of ``instr_cycles`` that does not occupy the pipe: the GM round trip of a transfer
+    engine, which keeps several requests in flight [A]."""
+    if rec.api in SYNC_APIS or rec.pipe not in (Pipe.PIPE_MTE2, Pipe.PIPE_MTE3, Pipe.PIPE_FIX):
+        return 0
+    return soc.gm_latency if gm_bytes(rec) else 0
+
+
 def instr_cycles(rec: InstrRecord, soc: CostSoc, gm_rate: float) -> int:
     """Busy cycles of ``rec`` on ``rec.pipe``; ``gm_rate`` = GM bytes/cycle available to this core now."""
     if rec.api in SYNC_APIS:

@@ -14,7 +14,8 @@ from pycann.costmodel.socs import CostSoc, get_cost_soc
 
 
 class Bound(enum.Enum):
-    """What limits the kernel (the pipe with the largest busy share, or none near full: sync)."""
+    """What limits the kernel: the pipe with the largest busy share (MTE2+MTE3 together, as they share
+    GM), or SYNC when no pipe is busy half the time (waits on flags, queues or GM latency)."""
 
     COMPUTE = "compute"
     MEMORY = "memory"
@@ -72,7 +73,8 @@ class Profile:
 
     @property
     def bound(self) -> Bound:
-        r = self.ratios
+        r = dict(self.ratios)
+        r["gm"] = r.pop("mte2") + r.pop("mte3")  # MTE2 and MTE3 share the GM bandwidth (reference 7.4)
         name, top = max(r.items(), key=lambda kv: kv[1])
         if top < SYNC_THRESHOLD:
             return Bound.SYNC

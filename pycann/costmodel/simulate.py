@@ -27,7 +27,7 @@ import numpy as np
 
 from pycann.ascendc.enums import N_PIPES, Pipe, TPosition
 from pycann.ascendc.trace import InstrRecord
-from pycann.costmodel.costs import gm_bytes, instr_cycles, param
+from pycann.costmodel.costs import gm_bytes, instr_cycles, param, pipelined_latency
 from pycann.costmodel.socs import CostSoc
 
 GRANULE = 32  # bytes: UB/L1 DataBlock (reference 3.7)
@@ -109,27 +109,35 @@ def core_kind(records: Iterable[InstrRecord], soc: CostSoc) -> tuple[str, int]:
 
 
 class L2State:
-    """Which GM reads of this launch hit L2 (first read of a range misses; later ones hit while the
-    unique read footprint fits in L2)."""
+    """GM read rates with L2 reuse. A GM range (buffer, offset, size) read ``r`` times in this launch
+    (by any core) comes from HBM once and from L2 ``r - 1`` times; every read pays the average,
+    so the result does not depend on the order the twin ran the cores in. Reads are all misses when
+    the launch's unique read footprint exceeds L2."""
 
-    def __init__(self, soc: CostSoc) -> None:
-        self.cap = soc.l2_mib << 20
-        self.seen: set[tuple[int, int, int]] = set()
-        self.footprint = 0
+    def __init__(self, soc: CostSoc, records: Iterable[InstrRecord]) -> None:
+        self.soc = soc
+        self.count: dict[tuple[int, int, int], int] = defaultdict(int)
+        for r in records:
+            if r.pipe == Pipe.PIPE_MTE2:
+                for o in r.operands:
+                    if o.position == "GM" and not o.is_output:
+                        self.count[(o.space, o.addr, o.nbytes)] += 1
+        self.fits = sum(k[2] for k in self.count) <= soc.l2_mib << 20
 
-    def read(self, space: int, addr: int, nbytes: int) -> bool:
-        key = (space, addr, nbytes)
-        if key in self.seen:
-            return self.footprint <= self.cap
-        self.seen.add(key)
-        self.footprint += nbytes
-        return False
+    def rate(self, space: int, addr: int, nbytes: int, hbm: float) -> tuple[float, bool]:
+        """(bytes/cycle for this read, whether it is mostly an L2 hit)."""
+        r = self.count.get((space, addr, nbytes), 1)
+        if not self.fits or r <= 1:
+            return hbm, False
+        miss = 1.0 / r
+        return 1.0 / (miss / hbm + (1.0 - miss) / self.soc.l2_read_rate), True
 
 
 def simulate_core(core: int, records: list[InstrRecord], soc: CostSoc, active: int, l2: L2State) -> CoreTimeline:
     """Schedule one core's instructions (program order) on its pipes; see the module docstring."""
     tl = CoreTimeline(core)
-    free = [0] * N_PIPES
+    free = [0] * N_PIPES   # when each pipe can start its next instruction
+    done = [0] * N_PIPES   # when each pipe's last instruction completes (GM latency included)
     scalar_t = 0
     haz = _Hazards()
     flags: dict[tuple[int, int, int], deque[int]] = defaultdict(deque)
@@ -138,8 +146,9 @@ def simulate_core(core: int, records: list[InstrRecord], soc: CostSoc, active: i
         dispatch = scalar_t
         scalar_t += soc.issue_cycles
         if rec.pipe == Pipe.PIPE_ALL:  # PipeBarrier<PIPE_ALL>: everything before it completes
-            t = max(max(free), scalar_t)
+            t = max(max(done), scalar_t)
             free = [t] * N_PIPES
+            done = [t] * N_PIPES
             scalar_t = t
             tl.events.append(SimEvent(rec.pipe, rec.api, t, t, rec.where))
             continue
@@ -155,22 +164,26 @@ def simulate_core(core: int, records: list[InstrRecord], soc: CostSoc, active: i
         rate, hit = hbm, False
         if rec.pipe == Pipe.PIPE_MTE2:
             src = next((o for o in rec.operands if o.position == "GM" and not o.is_output), None)
-            if src is not None and l2.read(src.space, src.addr, src.nbytes):
-                rate, hit = float(soc.l2_read_rate), True
+            if src is not None:
+                rate, hit = l2.rate(src.space, src.addr, src.nbytes, hbm)
         dur = instr_cycles(rec, soc, rate)
         end = start + dur
-        free[p] = end
+        busy = dur - pipelined_latency(rec, soc)
+        free[p] = start + busy
+        if rec.api == "SetFlag":  # fires when all earlier work of the source pipe has completed
+            end = max(end, done[p])
+        done[p] = max(done[p], end)
         if rec.pipe == Pipe.PIPE_S:
             scalar_t = max(scalar_t, end)
         if rec.api == "SetFlag":
             flags[(param(rec, "src", -1), param(rec, "dst", -1), param(rec, "event_id"))].append(end)
         else:
-            tl.busy[rec.pipe] += dur
+            tl.busy[rec.pipe] += busy
         for o in rec.operands:
             if o.position != "GM" and o.addr >= 0:
                 haz.record(_memory(o.position), o.addr, o.nbytes, o.is_output, end)
         tl.events.append(SimEvent(rec.pipe, rec.api, start, end, rec.where, gm_bytes(rec), hit))
-    tl.cycles = max([scalar_t, *free])
+    tl.cycles = max([scalar_t, *done])
     return tl
 
 
@@ -181,7 +194,7 @@ def simulate(records: list[InstrRecord], soc: CostSoc, block_dim: int) -> tuple[
     for r in records:
         per_core[r.core].append(r)
     active = max(1, min(block_dim, ncores))
-    l2 = L2State(soc)
+    l2 = L2State(soc, records)
     out = []
     for i in range(block_dim):
         tl = simulate_core(i, per_core.get(i, []), soc, active, l2)

@@ -47,7 +47,10 @@ def test_one_datacopy_is_bytes_over_bandwidth_plus_latency():
     assert mte3.start >= mte2.end                    # the queue hand-over orders MTE3 after MTE2
     assert prof.total_cycles == mte3.end
     assert prof.time_us == pytest.approx(mte3.end / s.clock_hz * 1e6 + s.launch_us)
-    assert prof.bound == Bound.MEMORY
+    assert prof.bound == Bound.SYNC                  # 8 KiB: the GM latency dominates
+    big = 1 << 16
+    x, z = gm(np.ones(big, np.float16)), gm(np.zeros(big, np.float16))
+    assert profile_kernel(copy_in_kernel(big), 1, (x, z), SOC).bound == Bound.MEMORY
 
 
 def test_vector_add_cycles():
@@ -86,7 +89,8 @@ def test_setflag_waitflag_orders_pipes():
     ev = {e.api: e for e in prof.cores[0].events}
     copy_end = s.gm_latency + math.ceil(1024 / s.ddr_rate)
     assert ev["DataCopy"].end == copy_end
-    assert ev["WaitFlag"].start == copy_end + 1       # waits for SetFlag (after the copy)
+    assert ev["SetFlag"].end == copy_end              # fires when the copy has completed
+    assert ev["WaitFlag"].start == copy_end           # waits for SetFlag
     assert ev["Duplicate"].start == ev["WaitFlag"].end  # no data hazard, only the flag
     nosync = profile_records([mte2, dup], SOC, 1)
     assert {e.api: e for e in nosync.cores[0].events}["Duplicate"].start < copy_end
