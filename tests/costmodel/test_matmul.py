@@ -42,3 +42,10 @@ def test_seed_contrast_well_vs_badly_tiled():
     assert 0.2 <= bad.ratio(Pipe.PIPE_M) <= 0.4
     assert bad.time_us > 1.5 * good.time_us
     assert good.flops == bad.flops == 2 * 1024 * 512 * 2048
+
+
+def test_calibration_1024_cubed_within_25_percent():
+    from pycann.costmodel.calibrate import PUBLISHED, predict_gemm
+    a = PUBLISHED[0]
+    p = predict_gemm(a.m, a.k, a.n, a.soc_version)
+    assert abs(p.cube_efficiency / a.efficiency - 1) <= 0.25
