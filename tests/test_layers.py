@@ -25,6 +25,8 @@ FORBIDDEN = {
     # the kernel kit sits below ops: it never sees graphs, the op table or the runtime
     "ascendc": ("pycann.ge", "pycann.acl", "pycann.tools", "pycann.runtime", "pycann.ops"),
     "tbe": ("pycann.ge", "pycann.acl", "pycann.tools", "pycann.runtime", "pycann.ops"),
+    # the cost model reads the kit's traces; it never sees graphs, ACL or the command-line tools
+    "costmodel": ("pycann.ge", "pycann.acl", "pycann.tools", "pycann.runtime"),
 }
 
 

@@ -121,7 +121,8 @@ def data_copy_nd2nz(c: _core.CoreState, dst: LocalTensor, src: GlobalTensor, p: 
     dst_idx = (np.arange(d1)[None, :] * stride + rows[:, None] * int(p.dstNzNStride)) * c0  # (n, d1) element starts
     flat = (dst_idx[:, :, None] + np.arange(c0)[None, None, :]).reshape(-1)
     dst.view()[flat] = blocks.reshape(-1)
-    seq = c.issue(Pipe.PIPE_MTE2, api, dst.dtype, (Operand("GM", src.dtype.name, n * d, n * d * src.dtype.size),
+    seq = c.issue(Pipe.PIPE_MTE2, api, dst.dtype, (Operand("GM", src.dtype.name, n * d, n * d * src.dtype.size, False,
+                                                           src.byte_offset(), id(src.addr.buf)),  # type: ignore[union-attr]
                                                    dst.operand(n * d1 * c0, True)), (("n", n), ("d", d)))
     bidx = (dst.byte_offset + flat[:, None] * dst.dtype.size + np.arange(dst.dtype.size)).reshape(-1)
     c.write(dst.buf.mem, bidx, Pipe.PIPE_MTE2, seq, api)

@@ -60,7 +60,7 @@ class DataCopyPadExtParams:
 
 
 def _gm_operand(g: GlobalTensor, n: int, out: bool = False) -> Operand:
-    return Operand("GM", g.dtype.name, n // g.dtype.size, n, out)
+    return Operand("GM", g.dtype.name, n // g.dtype.size, n, out, g.byte_offset(), id(g.addr.buf))  # type: ignore[union-attr]
 
 
 def DataCopy(dst: Any, src: Any, arg: Any) -> None:

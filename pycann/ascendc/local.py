@@ -131,7 +131,8 @@ class LocalTensor:
         return slice(lo, hi)
 
     def operand(self, count: int, out: bool = False) -> Operand:
-        return Operand(self.buf.position.name, self.dtype.name, count, count * self.dtype.size, out)
+        return Operand(self.buf.position.name, self.dtype.name, count, count * self.dtype.size, out,
+                       self.byte_offset)
 
     def __repr__(self) -> str:
         return f"LocalTensor<{self.dtype.name}>({self.buf.position.name}, +{self.byte_offset} B, {self.size})"

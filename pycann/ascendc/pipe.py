@@ -32,6 +32,7 @@ class TQue:
         self.buffers: list[Buffer] = []
         self.fifo: deque[Buffer] = deque()
         self.core: _core.CoreState | None = None
+        self._next = 0
 
     def _ready(self, api: str) -> _core.CoreState:
         c = _core.current()
@@ -42,8 +43,10 @@ class TQue:
     def AllocTensor(self, dtype: ElemType | type = uint8_t) -> LocalTensor:
         """A free buffer of this queue as ``LocalTensor<dtype>`` (NaN-filled until written)."""
         c = self._ready("AllocTensor")
-        for b in self.buffers:
+        n = len(self.buffers)  # round-robin from the last allocation: the device's ping-pong
+        for b in (self.buffers[(self._next + j) % n] for j in range(n)):
             if b.state == BufState.FREE:
+                self._next = (self.buffers.index(b) + 1) % n
                 b.state, b.gen = BufState.ALLOCATED, b.gen + 1
                 b.alloc_where = user_location()
                 c.fresh(b.mem, slice(b.offset, b.offset + b.nbytes))

@@ -33,7 +33,7 @@ def SetFlag(event: HardEvent, eventId: int = 0) -> None:
         c.report(Rule.DUPLICATE_EVENT, "SetFlag", f"{event.name} event {eventId} set again before its "
                  f"WaitFlag (first set at {c.flags[key][1]})")
     src, _dst = event.pipes
-    seq = c.issue(src, "SetFlag", None, params=(("event_id", int(eventId)),))
+    seq = c.issue(src, "SetFlag", None, params=(("event_id", int(eventId)), ("src", int(src)), ("dst", int(_dst))))
     c.flags[key] = (seq, user_location())
 
 
@@ -48,7 +48,7 @@ def WaitFlag(event: HardEvent, eventId: int = 0) -> None:
                  f"that no earlier SetFlag<{event.name}>({eventId}) sets: the pipe hangs", abort=True)
         return
     src, dst = event.pipes
-    c.issue(dst, "WaitFlag", None, params=(("event_id", int(eventId)),))
+    c.issue(dst, "WaitFlag", None, params=(("event_id", int(eventId)), ("src", int(src)), ("dst", int(dst))))
     if c.horizon[int(src), int(dst)] < got[0]:
         c.horizon[int(src), int(dst)] = got[0]
 

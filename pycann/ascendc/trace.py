@@ -21,6 +21,8 @@ class Operand:
     elements: int
     nbytes: int
     is_output: bool = False
+    addr: int = -1       # byte offset in its memory (GM: in its GM buffer); -1 unknown (issue 19 cost model)
+    space: int = 0       # which GM buffer (an id within one run); 0 for on-chip memories
 
 
 @dataclass(frozen=True)

@@ -1,0 +1,109 @@
+"""msprof op-simulator-style output of a ``Profile``: Chrome/Perfetto trace, op_summary row, pipeline PNG.
+
+Layouts follow shared/reference/cann-interfaces.md 4.3-4.4 and ascendc-davinci.md 4.1: the trace
+has one process per core (``core<i>.cubecore0`` / ``core<i>.veccore0``) and one thread per pipe lane
+(VECTOR, SCALAR, CUBE, MTE1, MTE2, MTE3, FIXP), ``ph: X`` events with ``ts``/``dur`` in µs; the
+op_summary row carries the PipeUtilization columns (``aic_mac_ratio``/``aic_cube_ratio``,
+``aiv_vec_ratio``, ``ai*_mte2_ratio``...).
+"""
+
+from __future__ import annotations
+
+import csv
+import json
+from pathlib import Path
+from typing import Any
+
+from pycann.ascendc.enums import Pipe
+from pycann.costmodel.profile import Profile
+
+LANES = {Pipe.PIPE_V: "VECTOR", Pipe.PIPE_S: "SCALAR", Pipe.PIPE_M: "CUBE", Pipe.PIPE_MTE1: "MTE1",
+         Pipe.PIPE_MTE2: "MTE2", Pipe.PIPE_MTE3: "MTE3", Pipe.PIPE_FIX: "FIXP", Pipe.PIPE_ALL: "FLOWCTRL"}
+# op_summary PipeUtilization columns by pipe (older mac_* name first, as the issue asks)
+_COLS = {Pipe.PIPE_M: ["mac", "cube"], Pipe.PIPE_V: ["vec"], Pipe.PIPE_S: ["scalar"], Pipe.PIPE_MTE1: ["mte1"],
+         Pipe.PIPE_MTE2: ["mte2"], Pipe.PIPE_MTE3: ["mte3"], Pipe.PIPE_FIX: ["fixpipe"]}
+
+
+def chrome_trace(prof: Profile) -> dict[str, Any]:
+    """Chrome Trace Event JSON (dict) of the per-core, per-pipe instruction timeline."""
+    us = 1e6 / prof.soc.clock_hz
+    sub = "cubecore0" if prof.core_kind == "AIC" else "veccore0"
+    ev: list[dict[str, Any]] = []
+    wave_start: dict[int, int] = {}
+    acc = 0
+    for w in sorted({c.wave for c in prof.cores}):
+        wave_start[w] = acc
+        acc += max(c.cycles for c in prof.cores if c.wave == w)
+    for c in prof.cores:
+        ev.append({"ph": "M", "name": "process_name", "pid": c.core, "args": {"name": f"core{c.core}.{sub}"}})
+        for p, lane in LANES.items():
+            ev.append({"ph": "M", "name": "thread_name", "pid": c.core, "tid": int(p), "args": {"name": lane}})
+        base = wave_start[c.wave]
+        for e in c.events:
+            ev.append({"ph": "X", "name": e.api, "cat": LANES[e.pipe], "pid": c.core, "tid": int(e.pipe),
+                       "ts": round((base + e.start) * us, 4), "dur": round((e.end - e.start) * us, 4),
+                       "args": {"where": e.where, "cycles": e.end - e.start, "bytes": e.nbytes, "l2_hit": e.l2_hit}})
+    return {"traceEvents": ev, "displayTimeUnit": "ns",
+            "otherData": {"soc_version": prof.soc.name, "block_dim": prof.block_dim, "source": "pycann.costmodel"}}
+
+
+def op_summary_row(prof: Profile, op_name: str = "kernel", op_type: str = "Custom") -> dict[str, Any]:
+    """One op_summary row: base columns plus PipeUtilization columns for the core kind used."""
+    ai = "aic" if prof.core_kind in ("AIC", "AICore") else "aiv"
+    us = 1e6 / prof.soc.clock_hz
+    row: dict[str, Any] = {
+        "Op Name": op_name, "OP Type": op_type,
+        "Task Type": "AI_CORE" if ai == "aic" else "AI_VECTOR_CORE",
+        "Task Duration(us)": round(prof.time_us, 3), "Block Dim": prof.block_dim,
+        f"{ai}_time(us)": round(prof.kernel_us, 3), f"{ai}_total_cycles": prof.total_cycles,
+    }
+    for p, names in _COLS.items():
+        busy = sum(c.busy[p] for c in prof.cores) / max(1, len(prof.cores))
+        for n in names:
+            row[f"{ai}_{n}_time(us)"] = round(busy * us, 3)
+            row[f"{ai}_{n}_ratio"] = round(prof.ratio(p), 4)
+    row["memory_bound"] = round(prof.memory_bound, 4) if prof.memory_bound != float("inf") else "inf"
+    row["bound"] = prof.bound.value
+    row["cube_utilization(%)"] = round(100 * prof.cube_efficiency, 2)
+    return row
+
+
+def write_outputs(prof: Profile, out_dir: str | Path, op_name: str = "kernel") -> dict[str, Path]:
+    """Write trace.json, op_summary.csv and (when matplotlib is installed) pipeline.png into ``out_dir``."""
+    d = Path(out_dir)
+    d.mkdir(parents=True, exist_ok=True)
+    paths = {"trace": d / "trace.json", "op_summary": d / "op_summary.csv"}
+    paths["trace"].write_text(json.dumps(chrome_trace(prof)), encoding="utf-8")
+    row = op_summary_row(prof, op_name)
+    with paths["op_summary"].open("w", newline="", encoding="utf-8") as f:
+        w = csv.DictWriter(f, fieldnames=list(row))
+        w.writeheader()
+        w.writerow(row)
+    png = pipeline_png(prof, d / "pipeline.png")
+    if png is not None:
+        paths["png"] = png
+    return paths
+
+
+def pipeline_png(prof: Profile, path: str | Path, max_cores: int = 4) -> Path | None:
+    """A Gantt chart of each core's pipes (first ``max_cores`` cores); None without matplotlib."""
+    try:
+        import matplotlib
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        return None
+    cores = prof.cores[:max_cores]
+    fig, axes = plt.subplots(len(cores), 1, figsize=(12, 2.2 * len(cores)), squeeze=False)
+    lanes = [p for p in LANES if p != Pipe.PIPE_ALL]
+    for ax, c in zip(axes[:, 0], cores, strict=True):
+        for i, p in enumerate(lanes):
+            bars = [(e.start, e.end - e.start) for e in c.events if e.pipe == p and e.end > e.start]
+            ax.broken_barh(bars, (i - 0.4, 0.8), color=f"C{i}")
+        ax.set_yticks(range(len(lanes)), [LANES[p] for p in lanes])
+        ax.set_title(f"core{c.core}: {c.cycles} cycles", fontsize=9)
+    axes[-1, 0].set_xlabel(f"cycles @ {prof.soc.clock_mhz:.0f} MHz")
+    fig.tight_layout()
+    fig.savefig(path, dpi=80)
+    plt.close(fig)
+    return Path(path)

@@ -1,0 +1,154 @@
+"""The cost model's arithmetic on small hand-computed kernels (reference ascendc-davinci.md 3-7)."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+
+from pycann import ascendc as A
+from pycann.ascendc.enums import Pipe
+from pycann.ascendc.trace import InstrRecord, Operand
+from pycann.costmodel import Bound, get_cost_soc, profile_kernel, profile_records
+from tests.costmodel.kernels import add_kernel, copy_in_kernel, gm
+
+SOC = "Ascend910B2"
+
+
+def _events(prof, pipe, api):
+    return [e for c in prof.cores for e in c.events if e.pipe == pipe and e.api == api]
+
+
+@pytest.fixture(autouse=True)
+def _aiv():
+    A.SetKernelMode(A.KernelMode.AIV_MODE)
+    yield
+
+
+def test_soc_table_peaks_match_reference():
+    s = get_cost_soc("Ascend910B2")
+    assert s.cube_peak_flops() == pytest.approx(353.9e12, rel=1e-3)  # reference 3.2
+    assert get_cost_soc("Ascend910B1").cube_peak_flops() == pytest.approx(363.7e12, rel=1e-3)
+    assert get_cost_soc("Ascend910B2").cube_peak_flops("int8_t") == pytest.approx(707.8e12, rel=1e-3)
+    with pytest.raises(ValueError, match="Ascend910B2"):
+        get_cost_soc("Ascend999")
+
+
+def test_one_datacopy_is_bytes_over_bandwidth_plus_latency():
+    n = 4096
+    x, z = gm(np.ones(n, np.float16)), gm(np.zeros(n, np.float16))
+    prof = profile_kernel(copy_in_kernel(n), 1, (x, z), SOC)
+    s = get_cost_soc(SOC)
+    (mte2,) = _events(prof, Pipe.PIPE_MTE2, "DataCopy")
+    (mte3,) = _events(prof, Pipe.PIPE_MTE3, "DataCopy")
+    assert mte2.end - mte2.start == s.gm_latency + math.ceil(2 * n / s.ddr_rate)  # one core: ddr_rate caps it
+    assert mte3.end - mte3.start == s.gm_latency + math.ceil(2 * n / s.ddr_rate)
+    assert mte3.start >= mte2.end                    # the queue hand-over orders MTE3 after MTE2
+    assert prof.total_cycles == mte3.end
+    assert prof.time_us == pytest.approx(mte3.end / s.clock_hz * 1e6 + s.launch_us)
+    assert prof.bound == Bound.SYNC                  # 8 KiB: the GM latency dominates
+    big = 1 << 16
+    x, z = gm(np.ones(big, np.float16)), gm(np.zeros(big, np.float16))
+    assert profile_kernel(copy_in_kernel(big), 1, (x, z), SOC).bound == Bound.MEMORY
+
+
+def test_vector_add_cycles():
+    k = 2048
+    xs = [gm(np.ones(k, np.float16)) for _ in range(3)]
+    prof = profile_kernel(add_kernel(k, k, 1), 1, tuple(xs), SOC)
+    s = get_cost_soc(SOC)
+    (add,) = _events(prof, Pipe.PIPE_V, "Add")
+    assert add.end - add.start == math.ceil(k * 2 / 256) + s.vec_latency  # 128 fp16 lanes per cycle
+    last_in = max(e.end for e in _events(prof, Pipe.PIPE_MTE2, "DataCopy"))
+    assert add.start == last_in                    # RAW on both inputs
+
+
+def test_mmad_fractal_count():
+    s = get_cost_soc(SOC)
+    recs = [InstrRecord(0, 1, Pipe.PIPE_M, "Mmad", "half",
+                        (Operand("A2", "half", 32 * 64, 32 * 64 * 2, False, 0),
+                         Operand("B2", "half", 64 * 48, 64 * 48 * 2, False, 0),
+                         Operand("CO1", "float", 32 * 48, 32 * 48 * 4, True, 0)),
+                        "t", (("m", 32), ("n", 48), ("k", 64)))]
+    prof = profile_records(recs, SOC, 1)
+    assert prof.total_cycles == 2 * 3 * 4 + s.cube_latency + s.issue_cycles - s.issue_cycles
+    assert prof.flops == 2 * 32 * 48 * 64
+    int8 = [InstrRecord(0, 1, Pipe.PIPE_M, "Mmad", "int8_t", (), "t", (("m", 32), ("n", 48), ("k", 64)))]
+    assert profile_records(int8, SOC, 1).total_cycles == 2 * 3 * 2 + s.cube_latency  # K0 = 32 for int8
+
+
+def test_setflag_waitflag_orders_pipes():
+    s = get_cost_soc(SOC)
+    mte2 = InstrRecord(0, 1, Pipe.PIPE_MTE2, "DataCopy", "half",
+                       (Operand("GM", "half", 512, 1024, False, 0, 1), Operand("VECIN", "half", 512, 1024, True, 0)), "t")
+    setf = InstrRecord(0, 2, Pipe.PIPE_MTE2, "SetFlag", None, (), "t", (("event_id", 0), ("src", 4), ("dst", 1)))
+    waitf = InstrRecord(0, 3, Pipe.PIPE_V, "WaitFlag", None, (), "t", (("event_id", 0), ("src", 4), ("dst", 1)))
+    dup = InstrRecord(0, 4, Pipe.PIPE_V, "Duplicate", "half", (Operand("VECCALC", "half", 128, 256, True, 4096),), "t")
+    prof = profile_records([mte2, setf, waitf, dup], SOC, 1)
+    ev = {e.api: e for e in prof.cores[0].events}
+    copy_end = s.gm_latency + math.ceil(1024 / s.ddr_rate)
+    assert ev["DataCopy"].end == copy_end
+    assert ev["SetFlag"].end == copy_end              # fires when the copy has completed
+    assert ev["WaitFlag"].start == copy_end           # waits for SetFlag
+    assert ev["Duplicate"].start == ev["WaitFlag"].end  # no data hazard, only the flag
+    nosync = profile_records([mte2, dup], SOC, 1)
+    assert {e.api: e for e in nosync.cores[0].events}["Duplicate"].start < copy_end
+
+
+def test_double_buffering_overlaps_mte2_with_vector():
+    total, tile = 16384, 1024
+
+    def run(bufnum):
+        xs = [gm(np.ones(total, np.float16)) for _ in range(3)]
+        return profile_kernel(add_kernel(total, tile, bufnum, rounds=40), 1, tuple(xs), SOC)
+    single, double = run(1), run(2)
+    assert double.total_cycles < 0.8 * single.total_cycles
+    # in the double-buffered run some Add executes while an MTE2 copy is in flight
+    adds = _events(double, Pipe.PIPE_V, "Add")
+    copies = _events(double, Pipe.PIPE_MTE2, "DataCopy")
+    assert any(c.start < a.end and a.start < c.end for a in adds for c in copies)
+    assert double.ratio(Pipe.PIPE_V) > single.ratio(Pipe.PIPE_V)
+
+
+def test_cores_share_hbm_bandwidth():
+    s = get_cost_soc(SOC)
+    assert s.hbm_share(1) == s.ddr_rate
+    assert s.hbm_share(48) == pytest.approx(1600e9 / 48 / s.clock_hz)
+    total = 48 * 1024
+    xs = [gm(np.ones(total, np.float16)) for _ in range(3)]
+    prof = profile_kernel(add_kernel(total, 1024, 2, n_cores=48), 48, tuple(xs), SOC)
+    c = _events(prof, Pipe.PIPE_MTE2, "DataCopy")[0]
+    assert c.end - c.start == s.gm_latency + math.ceil(2048 / s.hbm_share(48))
+    assert prof.core_kind == "AIV" and len(prof.cores) == 48
+
+
+def test_msprof_outputs(tmp_path):
+    import csv
+    import json
+
+    from pycann.costmodel.export import write_outputs
+    total, tile = 4096, 1024
+    xs = [gm(np.ones(total, np.float16)) for _ in range(3)]
+    prof = profile_kernel(add_kernel(total, tile, 2, n_cores=2, rounds=3), 2, tuple(xs), SOC)
+    paths = write_outputs(prof, tmp_path, "add_custom")
+    tr = json.loads(paths["trace"].read_text())
+    xev = [e for e in tr["traceEvents"] if e["ph"] == "X"]
+    assert {e["pid"] for e in xev} == {0, 1}
+    assert len(xev) == sum(len(c.events) for c in prof.cores)
+    assert {e["cat"] for e in xev} >= {"MTE2", "VECTOR", "MTE3"}
+    names = {e["args"]["name"] for e in tr["traceEvents"] if e["name"] == "process_name"}
+    assert names == {"core0.veccore0", "core1.veccore0"}
+    s = get_cost_soc(SOC)
+    last = max(xev, key=lambda e: e["ts"] + e["dur"])
+    assert last["ts"] + last["dur"] == pytest.approx(prof.total_cycles / s.clock_hz * 1e6, rel=1e-3)
+    (row,) = list(csv.DictReader(paths["op_summary"].open()))
+    assert row["Task Type"] == "AI_VECTOR_CORE" and row["Block Dim"] == "2"
+    assert float(row["aiv_vec_ratio"]) == pytest.approx(prof.ratio(Pipe.PIPE_V), abs=1e-4)
+    assert float(row["aiv_mte2_ratio"]) == pytest.approx(prof.ratio(Pipe.PIPE_MTE2), abs=1e-4)
+    assert "aiv_mac_ratio" in row
+    try:
+        import matplotlib  # noqa: F401
+        assert paths["png"].stat().st_size > 0
+    except ImportError:
+        assert "png" not in paths
