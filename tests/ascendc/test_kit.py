@@ -16,9 +16,10 @@ from pycann.ascendc.diagnostics import KernelCheckError, Rule
 from pycann.ascendc.enums import Memory
 from pycann.ascendc.rounding import cast_round
 from tests.ascendc.kit import f32, half, launch
+from tests.shared_paths import shared
 
 ROOT = Path(__file__).resolve().parents[2]
-SAMPLE = Path("/work/shared/samples/ascendc/add_custom.py")
+SAMPLE = shared("samples/ascendc/add_custom.py")
 P = A.TPosition
 
 

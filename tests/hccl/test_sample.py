@@ -5,13 +5,13 @@ import importlib.util
 import os
 import subprocess
 import sys
-from pathlib import Path
 
 import pytest
 
 from tests.hccl.spawn import ROOT, free_port
+from tests.shared_paths import shared
 
-SAMPLE = Path("/work/shared/samples/hccl/allreduce.py")
+SAMPLE = shared("samples/hccl/allreduce.py")
 
 
 @pytest.mark.parametrize("n", [2, 4])

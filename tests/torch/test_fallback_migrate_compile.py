@@ -16,9 +16,10 @@ torch = pytest.importorskip("torch")
 import pycann.torch  # noqa: E402
 from pycann.torch import FallbackDisabledError, Provider  # noqa: E402
 from pycann.torch.compile import graph_report, reset_graph_report  # noqa: E402
+from tests.shared_paths import shared  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[2]
-SAMPLES = Path("/work/shared/samples/torch_npu")
+SAMPLES = shared("samples/torch_npu")
 
 
 def _fallback_op() -> tuple[torch.Tensor, torch.Tensor]:
