@@ -20,7 +20,6 @@ epilogue rounds differently from the reference by a few float32 ulps of the resu
 
 from __future__ import annotations
 
-import weakref
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -30,6 +29,7 @@ from pycann.dtypes import TensorDesc
 from pycann.ops.nn import conv as conv_mod
 from pycann.ops.opdef import InferContext, OpDef
 from pycann.ops.providers import torch_int8
+from pycann.ops.providers.array_cache import ArrayCache
 
 DOMAIN = "pycann"
 
@@ -74,21 +74,18 @@ def _w_scale(attrs: Mapping[str, Any], m: int) -> np.ndarray:
     return np.full(m, ws[0], np.float32) if ws.size == 1 else ws
 
 
-# id(int8 weight) -> (weak reference, w_scale bytes, float weight): the float kernels pack weights
-# keyed by the weight array, so the dequantised weight must be the same array on every call
-_FLOAT_W: dict[int, tuple[weakref.ref[np.ndarray], bytes, np.ndarray]] = {}
+# the float kernels pack weights keyed by the weight array, so the dequantised weight must be the
+# same array on every call: one per int8 weight (and scales)
+_FLOAT_W = ArrayCache()
 
 
 def _float_weight(w: np.ndarray, ws: np.ndarray) -> np.ndarray:
-    hit = _FLOAT_W.get(id(w))
-    if hit is not None and hit[0]() is w and hit[1] == ws.tobytes():
-        return hit[2]
-    wf = w.astype(np.float32) * ws.reshape((-1,) + (1,) * (w.ndim - 1))
-    wf.flags.writeable = False
-    if hit is None or hit[0]() is not w:
-        weakref.finalize(w, _FLOAT_W.pop, id(w), None)
-    _FLOAT_W[id(w)] = (weakref.ref(w), ws.tobytes(), wf)
-    return wf
+    def make() -> np.ndarray:
+        wf = w.astype(np.float32) * ws.reshape((-1,) + (1,) * (w.ndim - 1))
+        wf.flags.writeable = False
+        return wf
+
+    return _FLOAT_W.get(w, ws.tobytes(), make)
 
 
 def _reference(xq: np.ndarray, inputs: Sequence[Any], attrs: Mapping[str, Any]) -> np.ndarray:

@@ -14,10 +14,11 @@ from __future__ import annotations
 
 import functools
 import os
-import weakref
 from typing import Any
 
 import numpy as np
+
+from pycann.ops.providers.array_cache import ArrayCache
 
 
 @functools.lru_cache(maxsize=1)
@@ -53,8 +54,8 @@ def usable(seven_bit: bool) -> bool:
     return _torch() is not None and (seven_bit or cpu_has_vnni())
 
 
-# id(weight) -> (weak reference to it, {geometry: packed}); an entry goes with its weight array
-_PACKED: dict[int, tuple[weakref.ref[np.ndarray], dict[tuple[Any, ...], Any]]] = {}
+# prepacked weights, kept with their int8 weight arrays
+_PACKED = ArrayCache()
 
 
 def _packed(w: np.ndarray, w_scale: np.ndarray, x_scale: float, x_zp: int, stride: list[int], pads: list[int],
@@ -62,19 +63,9 @@ def _packed(w: np.ndarray, w_scale: np.ndarray, x_scale: float, x_zp: int, strid
     """The oneDNN-prepacked weight, kept with the weight array (dropped when it goes)."""
     torch = _torch()
     key = (tuple(stride), tuple(pads), tuple(dilation), group, x_scale, x_zp, x_shape[1:])
-    entry = _PACKED.get(id(w))
-    if entry is None or entry[0]() is not w:
-        entry = (weakref.ref(w), {})
-        _PACKED[id(w)] = entry
-        weakref.finalize(w, _PACKED.pop, id(w), None)
-    per = entry[1]
-    if key not in per:
-        per.clear()  # one geometry per weight in practice; do not grow with shapes
-        per[key] = torch.ops.onednn.qconv_prepack(torch.from_numpy(np.ascontiguousarray(w)),
-                                                  torch.from_numpy(np.ascontiguousarray(w_scale, np.float32)),
-                                                  float(x_scale), int(x_zp), stride, pads, dilation, group,
-                                                  list(x_shape))
-    return per[key]
+    return _PACKED.get(w, key, lambda: torch.ops.onednn.qconv_prepack(
+        torch.from_numpy(np.ascontiguousarray(w)), torch.from_numpy(np.ascontiguousarray(w_scale, np.float32)),
+        float(x_scale), int(x_zp), stride, pads, dilation, group, list(x_shape)))
 
 
 def qconv2d(xq: np.ndarray, x_scale: float, x_zp: int, w: np.ndarray, w_scale: np.ndarray,
@@ -109,16 +100,8 @@ def qconv2d(xq: np.ndarray, x_scale: float, x_zp: int, w: np.ndarray, w_scale: n
 def _packed_linear(w_nk: np.ndarray, k_rows: int) -> Any:
     """oneDNN-prepacked (N, K) int8 weight, kept with the weight array."""
     torch = _torch()
-    entry = _PACKED.get(id(w_nk))
-    if entry is None or entry[0]() is not w_nk:
-        entry = (weakref.ref(w_nk), {})
-        _PACKED[id(w_nk)] = entry
-        weakref.finalize(w_nk, _PACKED.pop, id(w_nk), None)
-    per = entry[1]
-    if ("linear",) not in per:
-        per[("linear",)] = torch.ops.onednn.qlinear_prepack(torch.from_numpy(np.ascontiguousarray(w_nk)),
-                                                         [k_rows, w_nk.shape[1]])
-    return per[("linear",)]
+    return _PACKED.get(w_nk, ("linear",), lambda: torch.ops.onednn.qlinear_prepack(
+        torch.from_numpy(np.ascontiguousarray(w_nk)), [k_rows, w_nk.shape[1]]))
 
 
 def qlinear(xq: np.ndarray, x_scale: float, x_zp: int, w_nk: np.ndarray, w_scale: np.ndarray,
