@@ -10,7 +10,7 @@ import io
 import numpy as np
 import onnx
 import pytest
-from onnx import TensorProto, helper, numpy_helper
+from onnx import TensorProto, helper
 
 from pycann.ge.compiler import compile_model
 from pycann.ge.ir import Graph
@@ -18,6 +18,7 @@ from pycann.ge.model import LoadedModel
 from pycann.ge.passes import canonicalize
 from pycann.ge.passes.constant_folding import fold_graph
 from pycann.ge.passes.infer_shapes import infer_graph
+from tests.ge.onnx_graphs import check_compiled, const, float_model
 from tests.ops.oracle import run_ort
 
 RNG = np.random.default_rng(7)
@@ -27,31 +28,7 @@ def _f32(*shape: int) -> np.ndarray:
     return RNG.standard_normal(shape).astype(np.float32)
 
 
-def _c(name: str, value) -> onnx.TensorProto:
-    return numpy_helper.from_array(np.asarray(value), name)
-
-
-def _model(nodes, inputs, output, inits=(), opset=17):
-    g = helper.make_graph(nodes, "g", [helper.make_tensor_value_info(n, TensorProto.FLOAT, s) for n, s in inputs],
-                          [helper.make_tensor_value_info(output, TensorProto.FLOAT, None)], list(inits))
-    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", opset)])
-    m.ir_version = 8
-    return m
-
-
-def _compile_check(m: onnx.ModelProto, feeds: dict[str, np.ndarray], present: dict[str, int] | None = None,
-                   absent: tuple[str, ...] = (), rtol: float = 1e-5, atol: float = 1e-5) -> list[str]:
-    cm = compile_model(m)
-    ops = [n.op_type for n in cm.graph.nodes]
-    for op, count in (present or {}).items():
-        assert ops.count(op) == count, f"{op}: {ops}"
-    for op in absent:
-        assert op not in ops, ops
-    got = LoadedModel.from_compiled(cm).run_dict(feeds)
-    want = run_ort(m, feeds)
-    for g_, w_ in zip(got, want):
-        np.testing.assert_allclose(g_, w_, rtol=rtol, atol=atol)
-    return ops
+_c, _model, _compile_check = const, float_model, check_compiled
 
 
 def _canon(m: onnx.ModelProto) -> tuple[Graph, dict[str, int], list[str]]:

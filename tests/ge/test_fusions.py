@@ -8,12 +8,13 @@ import math
 import numpy as np
 import onnx
 import pytest
-from onnx import TensorProto, helper, numpy_helper
+from onnx import TensorProto, helper
 
 from pycann.ge.compiler import compile_model
 from pycann.ge.model import LoadedModel
 from pycann.ge.options import CompileOptions
 from pycann.ge.passes import fuse_softmax
+from tests.ge.onnx_graphs import check_compiled, const, float_model
 from tests.ops.oracle import run_ort
 
 RNG = np.random.default_rng(0)
@@ -23,31 +24,7 @@ def _f32(*shape: int) -> np.ndarray:
     return RNG.standard_normal(shape).astype(np.float32)
 
 
-def _c(name: str, value) -> onnx.TensorProto:
-    return numpy_helper.from_array(np.asarray(value), name)
-
-
-def _model(nodes, inputs, output, inits=(), opset=17):
-    g = helper.make_graph(nodes, "g", [helper.make_tensor_value_info(n, TensorProto.FLOAT, s) for n, s in inputs],
-                          [helper.make_tensor_value_info(output, TensorProto.FLOAT, None)], list(inits))
-    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", opset)])
-    m.ir_version = 8
-    return m
-
-
-def _check(m: onnx.ModelProto, feeds: dict[str, np.ndarray], expect_ops: dict[str, int] | None = None,
-           absent: tuple[str, ...] = (), rtol: float = 1e-5, atol: float = 1e-5) -> list[str]:
-    cm = compile_model(m)
-    ops = [n.op_type for n in cm.graph.nodes]
-    for op, count in (expect_ops or {}).items():
-        assert ops.count(op) == count, f"{op}: {ops}"
-    for op in absent:
-        assert op not in ops, ops
-    got = LoadedModel.from_compiled(cm).run_dict(feeds)
-    want = run_ort(m, feeds)
-    for g_, w_ in zip(got, want):
-        np.testing.assert_allclose(g_, w_, rtol=rtol, atol=atol)
-    return ops
+_c, _model, _check = const, float_model, check_compiled
 
 
 def _vi(name, shape):

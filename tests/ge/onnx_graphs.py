@@ -1,0 +1,42 @@
+"""Small ONNX graphs for the pass tests, and the compile-then-compare-with-ORT check they share."""
+
+from __future__ import annotations
+
+import numpy as np
+import onnx
+from onnx import TensorProto, helper, numpy_helper
+
+from pycann.ge.compiler import compile_model
+from pycann.ge.model import LoadedModel
+from tests.ops.oracle import run_ort
+
+
+def const(name: str, value) -> onnx.TensorProto:  # noqa: ANN001
+    """An initializer ``name`` holding ``value``."""
+    return numpy_helper.from_array(np.asarray(value), name)
+
+
+def float_model(nodes, inputs, output, inits=(), opset=17) -> onnx.ModelProto:  # noqa: ANN001
+    """A one-graph model: float inputs ``[(name, shape)]``, one float output of unknown shape."""
+    g = helper.make_graph(nodes, "g", [helper.make_tensor_value_info(n, TensorProto.FLOAT, s) for n, s in inputs],
+                          [helper.make_tensor_value_info(output, TensorProto.FLOAT, None)], list(inits))
+    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", opset)])
+    m.ir_version = 8
+    return m
+
+
+def check_compiled(m: onnx.ModelProto, feeds: dict[str, np.ndarray], present: dict[str, int] | None = None,
+                   absent: tuple[str, ...] = (), rtol: float = 1e-5, atol: float = 1e-5) -> list[str]:
+    """Compile ``m``; assert op counts (``present``) and absences; compare every output with ONNX
+    Runtime on the original model; return the compiled op types."""
+    cm = compile_model(m)
+    ops = [n.op_type for n in cm.graph.nodes]
+    for op, count in (present or {}).items():
+        assert ops.count(op) == count, f"{op}: {ops}"
+    for op in absent:
+        assert op not in ops, ops
+    got = LoadedModel.from_compiled(cm).run_dict(feeds)
+    want = run_ort(m, feeds)
+    for g_, w_ in zip(got, want):
+        np.testing.assert_allclose(g_, w_, rtol=rtol, atol=atol)
+    return ops
