@@ -22,6 +22,11 @@ PYCANN_PLAN_POLICY          auto         ``auto``: the first input signature get
                                          convolutions (vision), else they run the shape-generic
                                          plan (decoders: a new past length every step);
                                          ``specialize``: every signature; ``generic``: none
+TUNE_BANK_PATH              see meaning  CANN's variable: the folder of AOE's knowledge bank
+                                         (``bank.sqlite``, docs/aoe.md) that ``aoe`` writes and
+                                         ``atc`` and the executor read; unset:
+                                         ``~/.cache/pycann/aoe``. ``--op_bank_path`` (atc, aoe)
+                                         wins over it
 ==========================  ===========  =========================================================
 """
 
@@ -30,10 +35,11 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass
 from enum import Enum
+from pathlib import Path
 
 from pycann.errors import PycannError
 
-__all__ = ["ConfigError", "PlanCacheConfig", "PlanPolicy", "parse_bytes", "plan_cache_config"]
+__all__ = ["ConfigError", "PlanCacheConfig", "PlanPolicy", "parse_bytes", "plan_cache_config", "tune_bank_dir"]
 
 
 class ConfigError(PycannError, ValueError):
@@ -116,3 +122,15 @@ def device_count() -> int:
                 raise ConfigError(f"{name}={raw!r}: expected a positive integer")
             return n
     return 1
+
+
+def tune_bank_dir(explicit: str = "") -> Path:
+    """The folder of the AOE knowledge bank: ``explicit`` (``--op_bank_path``), else
+    ``TUNE_BANK_PATH`` (CANN's priority: option > variable > default), else ``~/.cache/pycann/aoe``.
+    Raises ``ConfigError`` when the chosen path exists and is not a folder."""
+    raw = explicit.strip() or os.environ.get("TUNE_BANK_PATH", "").strip()
+    path = Path(raw).expanduser() if raw else Path.home() / ".cache" / "pycann" / "aoe"
+    if path.exists() and not path.is_dir():
+        what = "--op_bank_path" if explicit.strip() else "TUNE_BANK_PATH"
+        raise ConfigError(f"{what}={raw!r} is a file; the knowledge bank needs a folder (it holds bank.sqlite)")
+    return path

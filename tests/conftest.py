@@ -1,4 +1,5 @@
-"""Shared fixtures (opt-in: a module asks for them with ``pytest.mark.usefixtures``)."""
+"""Shared fixtures (opt-in: a module asks for them with ``pytest.mark.usefixtures``), and one
+autouse fixture: the tests never read or write the user's AOE knowledge bank."""
 
 from __future__ import annotations
 
@@ -8,6 +9,16 @@ from typing import Any
 import pytest
 
 from pycann.ops import providers
+
+
+@pytest.fixture(autouse=True, scope="session")
+def _own_tune_bank(tmp_path_factory: pytest.TempPathFactory) -> Iterator[None]:
+    """``TUNE_BANK_PATH`` at an empty folder of the session: a bank the user's ``aoe`` runs filled
+    (~/.cache/pycann/aoe) must not change the kernels the tests compile (docs/aoe.md)."""
+    mp = pytest.MonkeyPatch()
+    mp.setenv("TUNE_BANK_PATH", str(tmp_path_factory.mktemp("tune_bank")))
+    yield
+    mp.undo()
 
 
 @pytest.fixture

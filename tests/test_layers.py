@@ -27,6 +27,8 @@ FORBIDDEN = {
     "tbe": ("pycann.ge", "pycann.acl", "pycann.tools", "pycann.runtime", "pycann.ops"),
     # the cost model reads the kit's traces; it never sees graphs, ACL or the command-line tools
     "costmodel": ("pycann.ge", "pycann.acl", "pycann.tools", "pycann.runtime"),
+    # AOE sits beside amct, above ge and the cost model: it compiles, runs and prices, never the facade
+    "aoe": ("pycann.acl", "pycann.tools", "pycann.torch", "pycann.hccl"),
 }
 
 
@@ -68,3 +70,20 @@ def test_framework_importers_need_no_framework() -> None:
     for path in [*folder.glob("tensorflow*.py"), *folder.glob("caffe*.py")]:
         for name in _imports(path):
             assert not name.startswith(banned), f"{path.name} imports {name}"
+
+
+def test_knowledge_bank_is_a_leaf() -> None:
+    """GE reads the AOE knowledge bank on every compile: ``pycann.aoe.bank`` imports no other pycann
+    module than the package's version, config and errors, and the layers below AOE import nothing
+    else of ``pycann.aoe`` (docs/aoe.md)."""
+    allowed = {"pycann", "pycann.config", "pycann.errors"}
+    for name in _imports(ROOT / "aoe" / "bank.py"):
+        assert not name.startswith("pycann") or name in allowed, f"aoe/bank.py imports {name}"
+    for name in _imports(ROOT / "aoe" / "__init__.py"):
+        assert not name.startswith("pycann"), f"aoe/__init__.py imports {name} (keep pycann.aoe.bank light)"
+    bad = []
+    for pkg in sorted(set(FORBIDDEN) - {"aoe", "acl", "torch", "amct", "hccl", "ocr"}):
+        for path in (ROOT / pkg).rglob("*.py"):
+            bad += [f"{path.relative_to(ROOT)} imports {n}" for n in _imports(path)
+                    if n.startswith("pycann.aoe") and n != "pycann.aoe.bank"]
+    assert not bad, "\n".join(bad)

@@ -41,6 +41,7 @@ class CompiledModel:
 
     graph: Graph
     manifest: dict[str, Any] = field(default_factory=dict)
+    tune_key: Any = None  # the knowledge-bank key of this model's subgraph tuning (pycann.ge.tuned)
 
     def save(self, path: str | os.PathLike[str]) -> int:
         """Write the .om file; returns bytes written."""
@@ -160,15 +161,17 @@ def compile_model(
         graph = _insert_aipp(graph, options, ranges, say)
     if options.out_nodes:
         _apply_out_nodes(graph, options.out_nodes)
-    ctx = PassContext(options={"disabled_passes": options.disabled_passes, "precision": precision_settings,
+    tune_key, tuned_off = _tuned_graph(graph, options, say)
+    disabled = list(dict.fromkeys([*options.disabled_passes, *tuned_off]))
+    ctx = PassContext(options={"disabled_passes": disabled, "precision": precision_settings,
                                "fold_max_bytes": options.fold_max_bytes}, log=say)
     # read by KernelSelection, here and when a run specialises the graph to its shapes
     graph.metadata["op_select_implmode"] = options.op_select_implmode
     graph.metadata["optypelist_for_implmode"] = ",".join(options.optypelist_for_implmode)
     graph = run_pipeline(graph, ctx)
-    if options.disabled_passes:
+    if disabled:
         # run-time specialisation re-runs fusion passes: it must honour the same switches
-        graph.metadata["disabled_passes"] = ",".join(options.disabled_passes)
+        graph.metadata["disabled_passes"] = ",".join(disabled)
     if options.output_type:
         _apply_output_type(graph, options.output_type)
         precision.simplify_casts(graph)  # PrecisionMode's Cast back to float32, then --output_type's
@@ -191,7 +194,30 @@ def compile_model(
         manifest["aipp"] = insert_aipp.aipp_manifest(graph)
     if gear_info:
         manifest["gears"] = gear_info
-    return CompiledModel(graph, manifest)
+    return CompiledModel(graph, manifest, tune_key)
+
+
+def _tuned_graph(graph: Graph, options: CompileOptions, say: Callable[[str], None]) -> tuple[Any, list[str]]:
+    """(bank key, passes to switch off) from the knowledge bank's subgraph-tuning record of this model
+    (``aoe --job_type=1``; pycann/ge/tuned.py); records where KernelSelection finds the bank."""
+    from pycann.ge import tuned
+
+    if options.op_bank_path:
+        graph.metadata["op_bank_path"] = options.op_bank_path
+    if options.tune_bank not in ("on", "kernels", "off"):
+        raise OptionError(f"E10001: tune_bank={options.tune_bank!r} is invalid: use on, kernels or off")
+    if options.tune_bank == "off":
+        graph.metadata["kernel_bank"] = "off"
+    if options.tune_bank != "on":
+        return tuned.graph_key(graph, options.soc_version, options.op_select_implmode), []
+    key, choice = tuned.graph_choice(graph, options.soc_version, options.op_select_implmode, options.op_bank_path)
+    if choice is None:
+        return key, []
+    if not choice.kernel_bank:
+        graph.metadata["kernel_bank"] = "off"
+    say(f"[KnowledgeBank] subgraph tuning record applied: passes off {choice.passes_off() or 'none'}, "
+        f"tuned kernels {'on' if choice.kernel_bank else 'off'}")
+    return key, choice.passes_off()
 
 
 @dataclass

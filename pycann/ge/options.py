@@ -60,6 +60,11 @@ class CompileOptions:
     optypelist_for_implmode: list[str] = field(default_factory=list)
     # ConstantFolding keeps results larger than this (bytes) as nodes (passes/constant_folding.py)
     fold_max_bytes: int = 128 << 20
+    # AOE's knowledge bank folder (--op_bank_path; "" = TUNE_BANK_PATH, else ~/.cache/pycann/aoe) and
+    # which of its tuned choices apply (docs/aoe.md; pycann.ge.tuned): "on" (a model's subgraph-tuning
+    # record and the kernel records), "kernels" (kernel records only), "off" (neither)
+    op_bank_path: str = ""
+    tune_bank: str = "on"
 
     def to_json(self) -> dict[str, Any]:
         return asdict(self)

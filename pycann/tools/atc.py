@@ -32,7 +32,7 @@ NO_EFFECT = (
     "disable_reuse_memory", "enable_single_stream", "external_weight", "status_check",
     "op_debug_level", "debug_dir", "op_compiler_cache_mode", "op_compiler_cache_dir",
     "save_original_model", "display_model_info", "virtual_type", "core_type", "aicore_num",
-    "mdl_bank_path", "op_bank_path", "deterministic", "deterministic_level",
+    "deterministic", "deterministic_level",
     "shape_generalized_build_mode", "oo_level", "host_env_os", "host_env_cpu", "cluster_config",
     "dump_mode", "op_precision_mode", "allow_hf32", "singleop",
 )
@@ -86,6 +86,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--optypelist_for_implmode", help='"Conv": apply --op_select_implmode to these op types only')
     p.add_argument("--export_onnx", help="mode 0/1: also write the optimised graph as ONNX (fused ops in domain "
                    "pycann with their original nodes in attribute 'origin'; open in Netron)")
+    p.add_argument("--op_bank_path", "--mdl_bank_path", help="AOE knowledge bank folder (default TUNE_BANK_PATH, "
+                   "else ~/.cache/pycann/aoe): tuned choices there apply (docs/aoe.md)")
     for name in NO_EFFECT + NOT_YET:
         p.add_argument(f"--{name}", help=argparse.SUPPRESS)
     return p
@@ -276,7 +278,7 @@ def _compile(args: argparse.Namespace, argv: Sequence[str]) -> None:
         soc_version=args.soc_version,
         output_type=parse_output_type(args.output_type) if args.output_type else {},
         disabled_passes=disabled,
-        log=args.log,
+        log=args.log, op_bank_path=args.op_bank_path or "",
         **light,
         **_aipp_and_gear_options(args),
         **_precision_options(args),

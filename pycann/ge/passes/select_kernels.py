@@ -4,7 +4,9 @@ Gemm node (and FusedConv) whose input shapes are static, and record it in the no
 
 Mode: ``ctx.options["kernel_selection"]``, else the environment variable
 ``PYCANN_KERNEL_SELECTION``: ``static`` (default: ``pycann.ops.providers.STATIC_TABLE``),
-``measure`` (time every candidate once per distinct shape at compile time) or ``off``.
+``measure`` (time every candidate once per distinct shape at compile time) or ``off``. In the
+first two, a choice ``aoe --job_type=2`` stored in the knowledge bank for the node's spec on this
+machine wins (``pycann.ge.tuned``; docs/aoe.md).
 
 Implementation mode (CANN's ``--op_select_implmode``, kept in ``graph.metadata``):
 ``high_performance`` (the default, as in CANN) lets Conv take algorithms that round differently
@@ -25,12 +27,14 @@ from __future__ import annotations
 
 import os
 from collections import Counter
+from dataclasses import dataclass
 
 import numpy as np
 
 from pycann.dtypes import to_numpy
 from pycann.ge.ir import Graph, Node
 from pycann.ge.passes.base import PassContext, PassResult
+from pycann.ge.tuned import tuned_algorithm
 from pycann.ops.fused import post_affine
 from pycann.ops.providers import Algorithm, ConvSpec, OpSpec, candidates, make_spec, select
 
@@ -98,26 +102,49 @@ def _plain_epilogue(n: Node) -> bool:
     return act in (None, "", "Relu") and post_affine(n.attrs) is None
 
 
-def _collect(g: Graph, mode: str, out: list[Choice], skipped: Counter[str], meta: dict[str, str] | None = None) -> None:
+@dataclass(frozen=True)
+class NodeSpec:
+    """One target node with static shapes: its kernel spec, constant weight and approx permission."""
+
+    node: Node
+    spec: OpSpec
+    weight: np.ndarray | None
+    approx: bool
+
+
+def node_specs(g: Graph, skipped: Counter[str] | None = None, meta: dict[str, str] | None = None) -> list[NodeSpec]:
+    """Every Conv/ConvTranspose/MatMul/Gemm (and fused) node with static shapes, subgraphs
+    included (aoe tunes these); nodes with unknown shapes are counted in ``skipped`` by op type."""
     meta = g.metadata if meta is None else meta
+    out: list[NodeSpec] = []
     for n in g.nodes:
         for sub in n.subgraphs.values():
-            _collect(sub, mode, out, skipped, meta)
+            out += node_specs(sub, skipped, meta)
         family = TARGETS.get((n.domain, n.op_type))
         if family is None:
             continue
         spec = _spec(g, n, family)
         if spec is None:
-            skipped[n.op_type] += 1
+            if skipped is not None:
+                skipped[n.op_type] += 1
             continue
         weight = g.initializers.get(n.inputs[1])
         w = weight if isinstance(weight, np.ndarray) else None
         approx = approx_allowed(meta, family) and w is not None and w.dtype == np.float32 and _plain_epilogue(n)
-        algo = select(spec, mode, w, approx)
+        out.append(NodeSpec(n, spec, w, approx))
+    return out
+
+
+def _collect(g: Graph, mode: str, out: list[Choice], skipped: Counter[str]) -> None:
+    meta = g.metadata
+    for ns in node_specs(g, skipped):
+        spec, w = ns.spec, ns.weight
+        # a choice tuned by aoe (knowledge bank, pycann/ge/tuned.py) wins: it is not measured again
+        algo = tuned_algorithm(spec, ns.approx, meta) or select(spec, mode, w, ns.approx)
         if algo.name.endswith(PACKED) and (w is None or w.dtype.name != spec.dtype):
             # a prepacked weight is cached per weight array: only for constant, compute-dtype weights
             algo = next(a for a in candidates(spec, {algo.provider, "numpy"}) if not a.name.endswith(PACKED))
-        out.append((n, n.op_type, spec, algo))
+        out.append((ns.node, ns.node.op_type, spec, algo))
 
 
 def one_pool(choices: list[Choice]) -> int:
