@@ -1,0 +1,117 @@
+"""The two AOE jobs end to end, as ``pycann/tools/aoe.py`` runs them: compile, tune, report.
+
+``op_job`` (job_type=2): every distinct kernel spec of the model (``--tune_ops_file`` may narrow
+them) is measured on this machine, every MatMul whose dims the fp16 kernel can tile (and every
+``MatMul MxKxN`` line of the ops file) is tiled on the cost model of the soc; ``subgraph_job``
+(job_type=1): ``subgraph_tuning.tune_subgraph``. Both return the report and the model compiled
+with the bank's choices (None without a model).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
+
+from pycann.aoe.bank import KnowledgeBank
+from pycann.aoe.op_tuning import model_ops, tune_kernel, tune_tiling
+from pycann.aoe.ops_file import OpsFilter
+from pycann.aoe.report import ProgressLine, TuneReport, peak_rss_mib
+from pycann.aoe.search import Progress
+from pycann.aoe.tiling import MatmulProblem
+from pycann.costmodel.socs import COST_SOCS
+
+if TYPE_CHECKING:  # GE loads only when a model is tuned
+    from pycann.ge.compiler import CompiledModel
+    from pycann.ge.options import CompileOptions
+
+
+def op_job(load: Callable[[], Any] | None, opts: CompileOptions | None, bank: KnowledgeBank, model: str | None,
+           wanted: OpsFilter, soc_version: str, progress: Progress | None = None) -> tuple[TuneReport, CompiledModel | None]:
+    """Operator tuning; see the module docstring. Raises what compiling the model raises."""
+    report = TuneReport("opat", model or "", soc_version, str(bank.path))
+    specs: list[Any] = []
+    problems: list[tuple[MatmulProblem, list[str]]] = []
+    if load is not None and opts is not None:
+        from pycann.ge.compiler import compile_model
+
+        cm = compile_model(load(), dataclasses.replace(opts, tune_bank="off"))
+        specs, problems, notes = model_ops(cm.graph, wanted, soc_version)
+        report.notes += notes
+        if not specs:
+            report.notes.append("no Conv/ConvTranspose/MatMul/Gemm node with static shapes to tune")
+    for mkn in wanted.matmuls:
+        if soc_version not in COST_SOCS:
+            report.notes.append(f"MatMul {'x'.join(map(str, mkn))}: no cost table for {soc_version}; "
+                                f"use one of {', '.join(sorted(COST_SOCS))}")
+            break
+        problems.append((MatmulProblem(*mkn, soc_version=soc_version), []))
+    total = len(specs) + len(problems)
+    for i, (spec, approx, weight, nodes) in enumerate(specs, 1):
+        out = tune_kernel(spec, approx, weight, bank)
+        out.nodes = nodes
+        report.entries.append(out.to_json())
+        if progress:
+            progress(i, total, out.op_type)
+    for j, (prob, nodes) in enumerate(problems, len(specs) + 1):
+        out = tune_tiling(prob, bank, progress=_inner(progress, j, total))
+        out.nodes = nodes
+        report.entries.append(out.to_json())
+    report.peak_rss_mib = peak_rss_mib()
+    final = None
+    if load is not None and opts is not None:
+        from pycann.ge.compiler import compile_model
+
+        final = compile_model(load(), opts)
+    return report, final
+
+
+def _inner(progress: Progress | None, j: int, total: int) -> Progress | None:
+    """The tiling search's trials shown inside the op count."""
+    if progress is None:
+        return None
+    return lambda done, budget, note: progress(j, total, f"MatMul tiling {done}/{budget} {note}")
+
+
+def subgraph_job(load: Callable[[], Any], opts: CompileOptions, bank: KnowledgeBank, model: str,
+                 progress: Progress | None = None, say: Callable[[str], None] = lambda s: None,
+                 budget_s: float = 2.0) -> tuple[TuneReport, CompiledModel | None]:
+    """Subgraph tuning of one model; the report's one entry is the whole model, before and after.
+    ``budget_s``: measuring time per configuration (seconds; at least 5 runs each)."""
+    from pycann.aoe.subgraph_tuning import tune_subgraph
+
+    report = TuneReport("sgat", model, opts.soc_version, str(bank.path))
+    load_before = _load()
+    out = tune_subgraph(load, opts, bank, progress=progress, say=say, budget_s=budget_s)
+    report.entries.append({
+        "kind": "graph", "op_type": "model", "workload": f"{model} end to end", "choice": out.choice.to_json(),
+        "cost_us": round(out.tuned_ms * 1e3, 1), "baseline_us": round(out.baseline_ms * 1e3, 1),
+        "speedup": round(out.speedup, 4), "trials": out.trials, "space_points": len(out.configs),
+        "from_bank": out.from_bank, "seconds": round(out.seconds, 3), "configs": out.configs,
+        "note": "; ".join(out.notes)})
+    for k in out.kernel_outcomes:
+        if k.choice.get("algorithm") != k.note.removeprefix("static choice "):
+            report.notes.append(f"kernel {k.workload}: {k.note} -> {k.choice['algorithm']} (x{k.speedup:.2f} alone)")
+    report.notes.append(_load_note(load_before, _load()))
+    report.peak_rss_mib = peak_rss_mib()
+    return report, out.compiled
+
+
+def _load() -> float:
+    try:
+        return os.getloadavg()[0]
+    except OSError:
+        return 0.0
+
+
+def _load_note(before: float, after: float) -> str:
+    """The 1-minute load average around the measurements, with a warning when it exceeds the cores."""
+    cores = os.cpu_count() or 1
+    note = f"load average {before:.1f} before, {after:.1f} after ({cores} cores)"
+    if max(before, after) > cores:
+        note += ": other processes shared the CPU, the latencies are noisy; tune again on a quiet machine"
+    return note
+
+
+__all__ = ["ProgressLine", "op_job", "subgraph_job"]

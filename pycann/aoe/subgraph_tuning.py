@@ -1,0 +1,192 @@
+"""Subgraph tuning (``aoe --job_type=1``, CANN's SGAT): GE's choices for one model, by measurement.
+
+The choices (``ge.tuned.GraphChoice``): which fusion passes run (each one that changed this
+model's graph may be switched off), whether LayoutSelection runs (NHWC chains vs NCHW
+everywhere), and whether each Conv/MatMul node takes its measured kernel (op tuning of the
+model's specs, stored in the bank) or GE's static table. Search: greedy coordinate descent from
+GE's defaults with static kernels, one choice at a time; a change is kept when the model's
+latency (best of several runs on random inputs) drops by more than ``min_gain`` in a
+side-by-side measurement (the CPU is shared: the current best and the candidate run in alternation,
+so a burst of load hits both). The kept configuration's
+outputs must match the default's (max error / max |output| <= 1e-3), else the default stays.
+
+The record goes to the knowledge bank under the model's structure key; ``compile_model`` (atc,
+the executor) applies it on later compiles. A second run finds it and measures nothing.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import gc
+import math
+import re
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from pycann.aoe.bank import BankRecord, KnowledgeBank
+from pycann.aoe.op_tuning import OpOutcome, tune_kernel
+from pycann.aoe.search import Progress
+from pycann.dtypes import to_numpy
+from pycann.ge.compiler import CompiledModel, compile_model
+from pycann.ge.model import LoadedModel
+from pycann.ge.options import CompileOptions
+from pycann.ge.passes.select_kernels import node_specs
+from pycann.ge.switches import NOT_FUSIONS
+from pycann.ge.tuned import GraphChoice, lookup
+
+_PASS_LINE = re.compile(r"^\[(\w+)\] nodes (\d+) -> (\d+);")
+OUTPUT_TOL = 1e-3
+
+
+@dataclass
+class SubgraphOutcome:
+    """The chosen configuration, before/after latency (ms), trials, and the per-config measurements."""
+
+    choice: GraphChoice
+    baseline_ms: float
+    tuned_ms: float
+    trials: int
+    from_bank: bool
+    seconds: float
+    configs: list[dict[str, Any]] = field(default_factory=list)
+    kernel_outcomes: list[OpOutcome] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)
+    compiled: CompiledModel | None = None
+
+    @property
+    def speedup(self) -> float:
+        return self.baseline_ms / self.tuned_ms if self.tuned_ms > 0 else 1.0
+
+
+def random_feeds(cm: CompiledModel, seed: int = 0) -> list[np.ndarray]:
+    """One random array per model input. ``ValueError`` naming an input whose shape is not static."""
+    rng = np.random.default_rng(seed)
+    feeds = []
+    for name in cm.graph.inputs:
+        d = cm.graph.descs[name]
+        if d.shape is None or not all(isinstance(s, int) and s >= 0 for s in d.shape):
+            raise ValueError(f"input [{name}] has shape {d.shape}: subgraph tuning measures static shapes; give "
+                             f"--input_shape, e.g. \"{name}:1,3,640,640\"")
+        dt = to_numpy(d.dtype)
+        shape = tuple(int(s) for s in d.shape)  # type: ignore[arg-type]
+        if dt.kind == "f":
+            feeds.append(rng.uniform(0, 1, shape).astype(dt))
+        elif dt.kind == "b":
+            feeds.append(rng.integers(0, 2, shape).astype(dt))
+        else:
+            feeds.append(rng.integers(0, 8, shape).astype(dt))
+    return feeds
+
+
+def measure_ms(cms: list[CompiledModel], feeds: list[np.ndarray], budget_s: float = 2.0,
+               min_rounds: int = 5) -> tuple[list[float], list[list[np.ndarray]]]:
+    """Best latency (ms) of each model and its outputs. The models run in interleaved rounds
+    (A B A B ...) after two warm-up runs each (plans, weight packing), so load from other processes
+    hits them alike; at least ``min_rounds`` rounds, more while ``budget_s`` per model lasts."""
+    models = [LoadedModel.from_compiled(cm) for cm in cms]
+    outs = [m.run(feeds) for m in models]
+    for m in models:
+        m.run(feeds)
+    best = [math.inf] * len(models)
+    end = time.perf_counter() + budget_s * len(models)
+    rounds = 0
+    while rounds < min_rounds or (time.perf_counter() < end and rounds < 30):
+        for i, m in enumerate(models):
+            t = time.perf_counter()
+            m.run(feeds)
+            best[i] = min(best[i], time.perf_counter() - t)
+        rounds += 1
+    del models
+    gc.collect()
+    return [b * 1e3 for b in best], outs
+
+
+def _rel_err(a: list[np.ndarray], b: list[np.ndarray]) -> float:
+    err = 0.0
+    for x, y in zip(a, b):
+        x64, y64 = np.asarray(x, np.float64), np.asarray(y, np.float64)
+        if x64.shape != y64.shape:
+            return math.inf
+        scale = float(np.max(np.abs(y64))) if y64.size else 1.0
+        err = max(err, float(np.max(np.abs(x64 - y64))) / (scale or 1.0) if y64.size else 0.0)
+    return err
+
+
+def tune_subgraph(model: Callable[[], Any], options: CompileOptions, bank: KnowledgeBank, *,
+                  min_gain: float = 0.03, budget_s: float = 2.0, deadline_s: float = 540.0,
+                  progress: Progress | None = None, say: Callable[[str], None] = lambda s: None) -> SubgraphOutcome:
+    """Tune ``model()`` (a fresh path, bytes or ``Graph`` per call) compiled with ``options``; see the
+    module docstring. Raises ``ValueError`` for dynamic input shapes, compile errors as atc does."""
+    t0 = time.perf_counter()
+    changed: list[str] = []
+
+    def log(line: str) -> None:
+        m = _PASS_LINE.match(line)
+        if m and m[2] != m[3] and m[1] not in NOT_FUSIONS and m[1] not in changed:
+            changed.append(m[1])
+
+    def compile_with(choice: GraphChoice, tune_bank: str, log_fn: Callable[[str], None] = lambda s: None) -> CompiledModel:
+        off = list(dict.fromkeys([*options.disabled_passes, *choice.passes_off()]))
+        return compile_model(model(), dataclasses.replace(options, disabled_passes=off, tune_bank=tune_bank), log=log_fn)
+
+    default = GraphChoice(kernel_bank=False)
+    cm0 = compile_with(default, "off", log)
+    key = cm0.tune_key
+    rec = lookup(bank, key) if key is not None else None
+    if rec is not None:
+        choice = GraphChoice.from_json(rec.choice)
+        return SubgraphOutcome(choice, rec.baseline_us / 1e3, rec.cost_us / 1e3, 0, True, time.perf_counter() - t0,
+                               notes=[f"from the knowledge bank ({rec.trials} trials when tuned)"],
+                               compiled=compile_with(GraphChoice(), "on"))
+    feeds = random_feeds(cm0)
+    candidates = [("kernels", dataclasses.replace(default, kernel_bank=True)),
+                  ("LayoutSelection off", dataclasses.replace(default, layout=False))]
+    candidates += [(f"{p} off", dataclasses.replace(default, disabled_passes=(p,))) for p in changed]
+    total = len(candidates) + 1
+    (base_ms,), (base_out,) = measure_ms([cm0], feeds, budget_s)
+    configs: list[dict[str, Any]] = [{"config": "default (static kernels)", "ms": round(base_ms, 3)}]
+    if progress:
+        progress(1, total, f"default {base_ms:.1f} ms")
+    best, best_ms, best_cm = default, base_ms, cm0
+    notes: list[str] = []
+    kernel_outcomes: list[OpOutcome] = []
+    for i, (label, delta) in enumerate(candidates, 2):
+        if time.perf_counter() - t0 > deadline_s:
+            notes.append(f"stopped at the {deadline_s:.0f} s deadline; {total - i + 1} choices not tried")
+            break
+        if label == "kernels":
+            for ns in {(s.spec, s.approx): s for s in node_specs(cm0.graph)}.values():
+                kernel_outcomes.append(tune_kernel(ns.spec, ns.approx, ns.weight, bank))
+        trial = GraphChoice(tuple(dict.fromkeys([*best.disabled_passes, *delta.disabled_passes])),
+                            best.kernel_bank or delta.kernel_bank, best.layout and delta.layout)
+        cm = compile_with(trial, "kernels" if trial.kernel_bank else "off")
+        (cur_ms, ms), (_, out) = measure_ms([best_cm, cm], feeds, budget_s)  # A/B against the current best
+        entry: dict[str, Any] = {"config": label, "ms": round(ms, 3), "current_ms": round(cur_ms, 3)}
+        err = _rel_err(out, base_out)
+        if ms < cur_ms * (1 - min_gain):
+            if err <= OUTPUT_TOL:
+                best, best_cm, best_ms, entry["kept"] = trial, cm, ms, True
+            else:
+                entry["rejected"] = f"outputs differ from the default's by {err:.2e} of their range"
+        configs.append(entry)
+        say(f"[SGAT] {label}: {ms:.2f} ms vs current {cur_ms:.2f} ms{' (kept)' if entry.get('kept') else ''}")
+        if progress:
+            progress(i, total, f"{label} {ms:.1f} ms")
+        del cm
+        gc.collect()
+    if best != default:  # the final before/after, measured side by side
+        (base_ms, best_ms), _ = measure_ms([cm0, best_cm], feeds, budget_s)
+        configs.append({"config": "final: default vs tuned", "ms": round(best_ms, 3), "current_ms": round(base_ms, 3)})
+    if best == default:
+        notes.append("no choice beat GE's defaults by more than "
+                     f"{min_gain:.0%}: the default configuration is kept (nothing left to gain among these choices)")
+    trials = len(configs) + sum(o.trials for o in kernel_outcomes)
+    detail = {"configs": configs, "fusions_tried": changed, "notes": notes}
+    if key is not None:
+        bank.put(BankRecord(key, best.to_json(), best_ms * 1e3, base_ms * 1e3, trials, detail))
+    return SubgraphOutcome(best, base_ms, best_ms, trials, False, time.perf_counter() - t0, configs, kernel_outcomes,
+                           notes, compile_with(GraphChoice(), "on"))

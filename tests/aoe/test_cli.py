@@ -1,0 +1,99 @@
+"""The ``aoe`` command line: errors in one line, and the bank reused across processes."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from pycann.tools import aoe
+from tests.aoe.models import save_conv_model
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def _fail(capsys: pytest.CaptureFixture[str], argv: list[str]) -> str:
+    assert aoe.main(argv) == 1
+    out = capsys.readouterr().out.strip().splitlines()
+    assert out[0] == aoe.START and out[-2] == aoe.FAILED, out
+    return out[-1]
+
+
+@pytest.mark.parametrize("argv,expect", [
+    (["--job_type=3", "--framework=5", "--model=m.onnx"], r"^E10001: Value \[3\] for parameter \[--job_type\] is invalid: "
+     r"use 1 \(subgraph tuning\) or 2 \(operator tuning\)\.$"),
+    (["--framework=5", "--model=m.onnx"], r"^E10007: \[--job_type\] is required"),
+    (["--job_type=1", "--framework=5"], r"^E10054: The required parameter \[--model\] for AOE is empty\.$"),
+    (["--job_type=2"], r"^E10054: .*\[--model\].*or give 'MatMul MxKxN' lines in --tune_ops_file"),
+    (["--job_type=1", "--framework=5", "--model=/nonexistent/m.onnx"],
+     r"^E10001: Value \[/nonexistent/m.onnx\] for parameter \[--model\] is invalid\. Reason: the file does not exist\.$"),
+    (["--job_type=1", "--model=x.onnx"], r"^E10007: \[--framework\] is required"),
+    (["--job_type=1", "--framework=1", "--model=x.onnx"], r"^E10001: Value \[1\] for parameter \[--framework\]"),
+    (["--job_type=2", "--soc_version=Ascend999", "--tune_ops_file=x"], r"^E10001: Value \[Ascend999\] for parameter \[--soc_version\]"),
+    (["--job_type=2", "--bogus=1"], r"^E10001: Unknown option\(s\) --bogus=1"),
+])
+def test_errors_are_one_clear_line(capsys: pytest.CaptureFixture[str], argv: list[str], expect: str) -> None:
+    import re
+
+    assert re.search(expect, _fail(capsys, argv))
+
+
+def test_bad_ops_file_names_the_line(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
+    ops = tmp_path / "ops.txt"
+    ops.write_text("Conv\nMatMul 12 by 34\n")
+    line = _fail(capsys, ["--job_type=2", f"--tune_ops_file={ops}", f"--op_bank_path={tmp_path}"])
+    assert "line 2 'MatMul 12 by 34'" in line and "MatMul 1024x512x2048" in line
+    assert "--tune_ops_file" in _fail(capsys, ["--job_type=2", f"--tune_ops_file={tmp_path}/none.txt"])
+
+
+def test_shape_the_kernel_cannot_tile(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
+    ops = tmp_path / "ops.txt"
+    ops.write_text("MatMul 100x64x64\n")
+    assert "multiple of 16" in _fail(capsys, ["--job_type=2", f"--tune_ops_file={ops}", f"--op_bank_path={tmp_path}"])
+
+
+def _run_aoe(args: list[str], out: Path) -> dict:
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    r = subprocess.run([sys.executable, "-m", "pycann.tools.aoe", *args, f"--output={out}"], env=env,
+                       capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert r.stdout.strip().splitlines()[-1] == aoe.FINISHED
+    (report,) = out.glob("aoe_result_opat_*.json")
+    return json.loads(report.read_text())
+
+
+def test_second_process_reuses_the_bank(tmp_path: Path) -> None:
+    """Operator tuning of a model's convs (measured) and a MatMul tiling (cost model) in one process;
+    a second process finds all of it in the bank: the same choices, zero trials. atc then compiles
+    the model with the banked kernels."""
+    model = save_conv_model(tmp_path)
+    ops = tmp_path / "ops.txt"
+    ops.write_text("Conv, FusedConv  # both convs\nMatMul 64x64x64\n")
+    bank = tmp_path / "bank"
+    args = ["--framework=5", f"--model={model}", "--job_type=2", f"--tune_ops_file={ops}", f"--op_bank_path={bank}"]
+    first = _run_aoe(args, tmp_path / "one")
+    second = _run_aoe(args, tmp_path / "two")
+    kinds = sorted(e["kind"] for e in first["entries"])
+    assert kinds == ["kernel", "kernel", "tiling"], first
+    assert first["trials"] > 0 and not any(e["from_bank"] for e in first["entries"])
+    assert second["trials"] == 0 and all(e["from_bank"] for e in second["entries"])
+    assert [e["choice"] for e in second["entries"]] == [e["choice"] for e in first["entries"]]
+    tiling = next(e for e in first["entries"] if e["kind"] == "tiling")
+    assert tiling["trials"] <= max(1, tiling["space_points"] // 10) + 1  # the search plus the default's price
+    assert (tmp_path / "one" / "conv_tuned.om").is_file() and (tmp_path / "one" / "aoe_report.txt").is_file()
+
+    from pycann.ge.om import load_om
+    from pycann.tools import atc
+
+    assert atc.main(["--framework=5", f"--model={model}", f"--output={tmp_path / 'atc'}", "--soc_version=Ascend910B2",
+                     f"--op_bank_path={bank}"]) == 0
+    algos = {n.name: n.attrs["_algo"] for n in load_om(tmp_path / "atc.om").graph.nodes if "_algo" in n.attrs}
+    banked = {name: e["choice"]["algorithm"] for e in first["entries"] if e["kind"] == "kernel" for name in e["nodes"]}
+    # the one-pool rule may move a node to the model's majority provider; that provider's nodes keep theirs
+    assert any(algo == banked[name] for name, algo in algos.items()), (algos, banked)
+    for name, algo in algos.items():
+        assert algo == banked[name] or algo.split(":")[0] != banked[name].split(":")[0], (algos, banked)
