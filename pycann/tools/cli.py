@@ -3,6 +3,7 @@
 ``pycann compare ...`` (accuracy comparison with ONNX Runtime, tools/compare.py),
 ``pycann msprof ...`` (profiling, tools/msprof.py, cann-interfaces.md §4.1),
 ``pycann atc ...`` (the compiler, tools/atc.py, §2),
+``pycann aoe ...`` (tuning and the knowledge bank, tools/aoe.py, §5),
 ``pycann ocr IMAGE`` (PP-OCR text, tools/ocr.py).
 """
 
@@ -17,6 +18,7 @@ commands:
   compare   compare a pycann model with ONNX Runtime node by node (pycann compare --help)
   msprof    profile an application (msprof --output=DIR --application="python app.py")
   atc       compile an ONNX model into a .om (atc --help)
+  aoe       tune a model's operators or GE choices into the knowledge bank (aoe --help)
   ocr       print the text in an image with PP-OCR (pycann ocr IMAGE)
 """
 
@@ -34,6 +36,10 @@ def _command(name: str) -> Callable[[Sequence[str]], int] | None:
         from pycann.tools.atc import main as atc_main
 
         return atc_main
+    if name == "aoe":
+        from pycann.tools.aoe import main as aoe_main
+
+        return aoe_main
     if name == "ocr":
         from pycann.tools.ocr import main as ocr_main
 

@@ -84,3 +84,22 @@ def test_tune_kernel_measures_then_reuses(tmp_path: Path) -> None:
 def test_bad_tune_bank_option() -> None:
     with pytest.raises(Exception, match="tune_bank='maybe' is invalid"):
         compile_model(conv_model(), CompileOptions(tune_bank="maybe"))
+
+
+def test_executor_reads_the_bank_when_it_specialises(tmp_path: Path) -> None:
+    """A model whose shapes are only known at run time: the executor's KernelSelection (run-time
+    specialisation) takes the banked choice for the shape it meets, from the bank named at compile."""
+    m = conv_model()
+    m.graph.input[0].type.tensor_type.shape.dim[2].dim_param = "h"
+    m.graph.input[0].type.tensor_type.shape.dim[3].dim_param = "w"
+    m.graph.output[0].type.tensor_type.shape.dim[2].dim_param = "h"
+    m.graph.output[0].type.tensor_type.shape.dim[3].dim_param = "w"
+    x = np.random.default_rng(2).standard_normal((1, 8, 16, 16)).astype(np.float32)
+    static = compile_model(conv_model(), CompileOptions(tune_bank="off"))
+    ns = next(s for s in node_specs(static.graph) if s.node.name in _algos(static))
+    other = next(a for a in providers.candidates(ns.spec, approx=ns.approx) if a.name != _algos(static)[ns.node.name])
+    KnowledgeBank(tmp_path).put(BankRecord(kernel_key(ns.spec, ns.approx), {"algorithm": other.name}, 1.0, 2.0, 3))
+    lm = LoadedModel.from_compiled(compile_model(m, CompileOptions(op_bank_path=str(tmp_path))))
+    plan, _ = lm.executor.plan_for([x])
+    assert {n.name: n.attrs.get("_algo") for n in plan.nodes}[ns.node.name] == other.name
+    np.testing.assert_allclose(lm.run([x])[0], LoadedModel.from_compiled(static).run([x])[0], rtol=1e-4, atol=1e-4)
