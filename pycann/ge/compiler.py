@@ -161,7 +161,7 @@ def compile_model(
         graph = _insert_aipp(graph, options, ranges, say)
     if options.out_nodes:
         _apply_out_nodes(graph, options.out_nodes)
-    tune_key, tuned_off = _tuned_graph(graph, options, say)
+    tune_key, tuned_off, tuned_record = _tuned_graph(graph, options, say)
     disabled = list(dict.fromkeys([*options.disabled_passes, *tuned_off]))
     ctx = PassContext(options={"disabled_passes": disabled, "precision": precision_settings,
                                "fold_max_bytes": options.fold_max_bytes}, log=say)
@@ -190,6 +190,8 @@ def compile_model(
         "pycann_version": pycann.__version__,
         "compile_seconds": round(time.perf_counter() - t0, 3),
     }
+    if tuned_record is not None:
+        manifest["tuned_graph"] = tuned_record  # the subgraph-tuning record compile_model applied
     if options.insert_op_conf:
         manifest["aipp"] = insert_aipp.aipp_manifest(graph)
     if gear_info:
@@ -197,9 +199,11 @@ def compile_model(
     return CompiledModel(graph, manifest, tune_key)
 
 
-def _tuned_graph(graph: Graph, options: CompileOptions, say: Callable[[str], None]) -> tuple[Any, list[str]]:
-    """(bank key, passes to switch off) from the knowledge bank's subgraph-tuning record of this model
-    (``aoe --job_type=1``; pycann/ge/tuned.py); records where KernelSelection finds the bank."""
+def _tuned_graph(graph: Graph, options: CompileOptions,
+                 say: Callable[[str], None]) -> tuple[Any, list[str], dict[str, Any] | None]:
+    """(bank key, passes to switch off, the applied record's choice or None) from the knowledge bank's
+    subgraph-tuning record of this model (``aoe --job_type=1``; pycann/ge/tuned.py); records in the
+    graph's metadata where KernelSelection finds the bank."""
     from pycann.ge import tuned
 
     if options.op_bank_path:
@@ -209,15 +213,15 @@ def _tuned_graph(graph: Graph, options: CompileOptions, say: Callable[[str], Non
     if options.tune_bank == "off":
         graph.metadata["kernel_bank"] = "off"
     if options.tune_bank != "on":
-        return tuned.graph_key(graph, options.soc_version, options.op_select_implmode), []
+        return tuned.graph_key(graph, options.soc_version, options.op_select_implmode), [], None
     key, choice = tuned.graph_choice(graph, options.soc_version, options.op_select_implmode, options.op_bank_path)
     if choice is None:
-        return key, []
+        return key, [], None
     if not choice.kernel_bank:
         graph.metadata["kernel_bank"] = "off"
     say(f"[KnowledgeBank] subgraph tuning record applied: passes off {choice.passes_off() or 'none'}, "
         f"tuned kernels {'on' if choice.kernel_bank else 'off'}")
-    return key, choice.passes_off()
+    return key, choice.passes_off(), choice.to_json()
 
 
 @dataclass
