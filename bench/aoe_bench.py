@@ -23,7 +23,8 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 MODELS = Path.home() / ".cache" / "pycann" / "models"
-SHAPES = [(256, 256, 256), (128, 256, 512), (512, 256, 256), (256, 512, 256), (256, 256, 1024), (512, 512, 512)]
+SHAPES = [(256, 256, 256), (128, 256, 512), (512, 256, 256), (256, 512, 256), (256, 256, 1024), (512, 512, 512),
+          (1024, 256, 256), (256, 1024, 256), (384, 256, 512), (128, 512, 1024)]
 
 
 def tiling(shapes: list[tuple[int, int, int]], soc: str, tile_min: int) -> None:

@@ -3,8 +3,8 @@
 ``guided`` is the MetaSchedule recipe cut down to what a few hundred points need: a cheap
 ``prior`` (an analytic estimate, microseconds to compute) ranks every legal point and the best
 ranked are measured first; the rest of the budget goes to an evolutionary local search, which
-measures unmeasured neighbours (one axis, one step) of the best points measured so far, so the
-prior's errors are corrected by measurement. Without a prior the first phase samples at random
+measures unmeasured neighbours (one axis, one step) of the four best points measured so far, the
+one the prior ranks best first, so the prior's errors are corrected by measurement. Without a prior the first phase samples at random
 (seeded: the same space, objective and seed give the same trials). A point whose objective
 raises counts as a trial with an infinite cost.
 """
@@ -103,9 +103,13 @@ def guided(space: Space, objective: Objective, budget: int, prior: Callable[[Con
     for cfg in order[: max(1, int(budget * first_share))]:
         run(cfg, "ranked")
     rest = iter(order)
+    rank = {c: i for i, c in enumerate(order)}
     while len(trials) < budget:
         ranked = sorted((t for t in seen.values() if math.isfinite(t.cost)), key=lambda t: t.cost)
-        child = next((n for t in ranked[:4] for n in space.neighbours(t.config) if n not in seen), None)
+        # the children of the four best: the prior's favourite first, then the better parent's
+        pool = {n: j for j, t in reversed(list(enumerate(ranked[:4]))) for n in space.neighbours(t.config)
+                if n not in seen}
+        child = min(pool, key=lambda n: (rank[n] if prior is not None else 0, pool[n], rank[n])) if pool else None
         if child is None:  # the best points' neighbourhoods are measured: next in the prior's order
             child = next((c for c in rest if c not in seen), None)
             if child is None:
