@@ -1,0 +1,52 @@
+"""The ops file, the progress line and the report files."""
+
+from __future__ import annotations
+
+import io
+import json
+from pathlib import Path
+
+import pytest
+
+from pycann.aoe.ops_file import OpsFilter, read_ops_file
+from pycann.aoe.report import ProgressLine, TuneReport
+from pycann.errors import OptionError
+
+
+def test_ops_file_entries_comments_and_shapes(tmp_path: Path) -> None:
+    f = tmp_path / "ops.txt"
+    f.write_text("# ops to tune\nConv, Gemm  # two types\nconv_12\n\nmatmul 1024 x 512 x 2048\n")
+    ops = read_ops_file(str(f))
+    assert ops.entries == frozenset({"Conv", "Gemm", "conv_12"}) and ops.matmuls == ((1024, 512, 2048),)
+    assert ops.selects("Conv", "x") and ops.selects("Relu", "conv_12") and not ops.selects("MatMul", "mm")
+    assert OpsFilter().selects("anything", "at all")
+    with pytest.raises(OptionError, match=r"cannot|No such file"):
+        read_ops_file(str(tmp_path / "missing.txt"))
+
+
+def test_progress_line_in_a_log_is_throttled_and_ends_at_the_total() -> None:
+    buf = io.StringIO()
+    p = ProgressLine("aoe opat", stream=buf)
+    p._bar = None  # the plain line, whether or not tqdm is installed
+    for i in range(1, 51):
+        p(i, 50, "ranked")
+    p.close()
+    lines = buf.getvalue().splitlines()
+    assert lines[-1].startswith("aoe opat [########################] 50/50 ranked")
+    assert 1 <= len(lines) < 50  # not one line per trial
+    quiet = io.StringIO()
+    ProgressLine("x", stream=quiet, enabled=False)(1, 2)
+    assert quiet.getvalue() == ""
+
+
+def test_report_files(tmp_path: Path) -> None:
+    r = TuneReport("opat", "m.onnx", "Ascend910B2", "/tmp/bank.sqlite")
+    r.entries.append({"kind": "tiling", "op_type": "MatMul", "workload": "MatMul 64x64 x 64x64", "choice": {"bm": 64},
+                      "cost_us": 1.5, "baseline_us": 3.0, "speedup": 2.0, "trials": 4, "space_points": 40,
+                      "from_bank": False})
+    path = r.write(tmp_path)
+    assert path.name.startswith("aoe_result_opat_") and path.suffix == ".json"
+    doc = json.loads(path.read_text())
+    assert doc["job_type"] == 2 and doc["trials"] == 4 and doc["entries"][0]["choice"] == {"bm": 64}
+    text = (tmp_path / "aoe_report.txt").read_text()
+    assert "MatMul 64x64 x 64x64: 3.00 us -> 1.50 us (x2.000; 4 trials of 40 points) bm=64" in text
