@@ -101,6 +101,8 @@ def graph_fingerprint(g: Graph) -> str:
     def attr(v: Any) -> Any:
         if isinstance(v, np.ndarray):
             return ["array", list(v.shape), v.dtype.name]
+        if isinstance(v, np.generic):
+            return v.item()
         if isinstance(v, (bytes, str, int, float, bool)) or v is None:
             return v.decode("utf-8", "replace") if isinstance(v, bytes) else v
         if isinstance(v, (list, tuple)):
