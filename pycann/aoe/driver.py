@@ -9,7 +9,6 @@ with the bank's choices (None without a model).
 
 from __future__ import annotations
 
-import dataclasses
 import os
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
@@ -32,11 +31,14 @@ def op_job(load: Callable[[], Any] | None, opts: CompileOptions | None, bank: Kn
     """Operator tuning; see the module docstring. Raises what compiling the model raises."""
     report = TuneReport("opat", model or "", soc_version, str(bank.path))
     specs: list[Any] = []
+    cm: CompiledModel | None = None
     problems: list[tuple[MatmulProblem, list[str]]] = []
-    if load is not None and opts is not None:
-        from pycann.ge.compiler import compile_model
+    from pycann.ge.compiler import compile_model
 
-        cm = compile_model(load(), dataclasses.replace(opts, tune_bank="off"))
+    if load is not None and opts is not None:
+        # the graph atc would compile now (a subgraph-tuning record applied): its specs are the ones to tune,
+        # and when the bank already holds all of them it is the tuned model as it is
+        cm = compile_model(load(), opts)
         specs, problems, notes = model_ops(cm.graph, wanted, soc_version)
         report.notes += notes
         if not specs:
@@ -59,12 +61,10 @@ def op_job(load: Callable[[], Any] | None, opts: CompileOptions | None, bank: Kn
         out.nodes = nodes
         report.entries.append(out.to_json())
     report.peak_rss_mib = peak_rss_mib()
-    final = None
-    if load is not None and opts is not None:
-        from pycann.ge.compiler import compile_model
-
-        final = compile_model(load(), opts)
-    return report, final
+    report.tuning_seconds = sum(float(e.get("seconds", 0.0)) for e in report.entries)
+    if cm is not None and opts is not None and load is not None and not all(e["from_bank"] for e in report.entries):
+        cm = compile_model(load(), opts)  # again, now with the new records
+    return report, cm
 
 
 def _inner(progress: Progress | None, j: int, total: int) -> Progress | None:
@@ -93,6 +93,7 @@ def subgraph_job(load: Callable[[], Any], opts: CompileOptions, bank: KnowledgeB
     for k in out.kernel_outcomes:
         if k.choice.get("algorithm") != k.note.removeprefix("static choice "):
             report.notes.append(f"kernel {k.workload}: {k.note} -> {k.choice['algorithm']} (x{k.speedup:.2f} alone)")
+    report.tuning_seconds = 0.0 if out.from_bank else out.seconds
     report.notes.append(_load_note(load_before, _load()))
     report.peak_rss_mib = peak_rss_mib()
     return report, out.compiled

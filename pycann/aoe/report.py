@@ -73,6 +73,7 @@ class TuneReport:
     entries: list[dict[str, Any]] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
     seconds: float = 0.0
+    tuning_seconds: float = 0.0  # searching and measuring, without compiling and loading
     peak_rss_mib: float = 0.0
     started: float = field(default_factory=time.time)
 
@@ -83,7 +84,8 @@ class TuneReport:
     def to_json(self) -> dict[str, Any]:
         return {"job_type": 1 if self.job == "sgat" else 2, "job": self.job, "model": self.model,
                 "soc_version": self.soc_version, "knowledge_bank": self.bank, "seconds": round(self.seconds, 3),
-                "peak_rss_mib": round(self.peak_rss_mib, 1), "trials": self.trials, "entries": self.entries,
+                "tuning_seconds": round(self.tuning_seconds, 3), "peak_rss_mib": round(self.peak_rss_mib, 1),
+                "trials": self.trials, "entries": self.entries,
                 "notes": self.notes}
 
     def text(self) -> str:
@@ -97,7 +99,8 @@ class TuneReport:
             if e.get("note"):
                 lines.append(f"      {e['note']}")
         lines += [f"  note: {n}" for n in self.notes]
-        lines.append(f"  {len(self.entries)} entries, {self.trials} trials, {self.seconds:.1f} s, "
+        lines.append(f"  {len(self.entries)} entries, {self.trials} trials, {self.seconds:.1f} s "
+                     f"({self.tuning_seconds:.2f} s searching and measuring), "
                      f"peak RSS {self.peak_rss_mib:.0f} MiB")
         return "\n".join(lines)
 
