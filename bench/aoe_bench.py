@@ -67,7 +67,8 @@ def reuse(args: argparse.Namespace) -> None:
     ops = Path(bank) / "ops.txt"
     ops.write_text("MatMul 1024x512x2048\n")
     common = [f"--op_bank_path={bank}", f"--soc_version={args.soc}"]
-    runs = [("MatMul 1024x512x2048 tiling (cost model)", ["--job_type=2", f"--tune_ops_file={ops}"])]
+    runs = [] if args.skip_tiling else [("MatMul 1024x512x2048 tiling (cost model)",
+                                         ["--job_type=2", f"--tune_ops_file={ops}"])]
     if args.model:
         runs.append((f"{args.model} kernels (measured)", ["--job_type=2", "--framework=5",
                                                           f"--model={MODELS / (args.model + '.onnx')}",
@@ -113,6 +114,7 @@ def main() -> None:
     ap.add_argument("--tile-min", type=int, default=64)
     ap.add_argument("--model", default="")
     ap.add_argument("--input_shape", default="x:1,3,640,640")
+    ap.add_argument("--skip-tiling", action="store_true", help="reuse: the model's kernels only")
     args = ap.parse_args()
     if args.what == "tiling":
         tiling(SHAPES, args.soc, args.tile_min)
