@@ -97,3 +97,20 @@ def test_second_process_reuses_the_bank(tmp_path: Path) -> None:
     assert any(algo == banked[name] for name, algo in algos.items()), (algos, banked)
     for name, algo in algos.items():
         assert algo == banked[name] or algo.split(":")[0] != banked[name].split(":")[0], (algos, banked)
+
+
+def test_caffe_model_through_atcs_importer(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
+    """--framework=0 (and 3) go through atc's importers: a Caffe net's convs are tuned and banked."""
+    pytest.importorskip("google.protobuf")
+    from tests.importers.caffe_nets import RESBLOCK, write_net
+
+    proto, weights = write_net(RESBLOCK, tmp_path)
+    bank = tmp_path / "bank"
+    argv = ["--framework=0", f"--model={proto}", f"--weight={weights}", "--job_type=2", f"--op_bank_path={bank}",
+            f"--output={tmp_path / 'out'}"]
+    assert aoe.main(argv) == 0, capsys.readouterr().out
+    (report,) = (tmp_path / "out").glob("aoe_result_opat_*.json")
+    doc = json.loads(report.read_text())
+    assert doc["entries"] and all(e["kind"] == "kernel" and e["trials"] >= 1 for e in doc["entries"])
+    assert (tmp_path / "out" / f"{proto.stem}_tuned.om").is_file()
+    assert "--weight" in _fail(capsys, ["--framework=0", f"--model={proto}", "--job_type=2"])
