@@ -14,6 +14,12 @@ been dispatched, and its dependencies are met:
 GM: an MTE2 read of a (buffer, offset, size) already read in this launch hits L2 (``l2_read_rate``)
 while the launch's unique reads fit in L2; otherwise it gets the core's HBM share,
 min(ddr_rate, HBM bandwidth / active cores). ``blockDim`` above the core count runs in waves.
+
+Mix kernels (Atlas A2 cube + vector, e.g. FlashAttention, ``fa_trace.py``): a record's ``side``
+param (0 = the AIC, 1/2 = its two AIVs) gives it its own set of pipes, so one simulated "core" is an
+AIC with its AIV pair; a cross-core ``WaitFlag`` carries a ``latency`` param (cycles after the
+matching ``SetFlag`` fires). A GM access with the ``l2ws`` param touches an L2-resident workspace
+(written and read back in the launch): reads at ``l2_read_rate``, writes at ``l2_write_rate``.
 """
 
 from __future__ import annotations
@@ -32,6 +38,7 @@ from pycann.costmodel.socs import CostSoc
 
 GRANULE = 32  # bytes: UB/L1 DataBlock (reference 3.7)
 CUBE_PIPES = frozenset({Pipe.PIPE_M, Pipe.PIPE_MTE1, Pipe.PIPE_FIX})
+MAX_SIDES = 3  # AIC + 2 AIV of one Atlas A2 mix pair
 
 
 @dataclass(frozen=True)
@@ -136,8 +143,9 @@ class L2State:
 def simulate_core(core: int, records: list[InstrRecord], soc: CostSoc, active: int, l2: L2State) -> CoreTimeline:
     """Schedule one core's instructions (program order) on its pipes; see the module docstring."""
     tl = CoreTimeline(core)
-    free = [0] * N_PIPES   # when each pipe can start its next instruction
-    done = [0] * N_PIPES   # when each pipe's last instruction completes (GM latency included)
+    lanes = N_PIPES * MAX_SIDES
+    free = [0] * lanes   # when each pipe (per side of a mix kernel) can start its next instruction
+    done = [0] * lanes   # when each pipe's last instruction completes (GM latency included)
     scalar_t = 0
     haz = _Hazards()
     flags: dict[tuple[int, int, int], deque[int]] = defaultdict(deque)
@@ -147,22 +155,24 @@ def simulate_core(core: int, records: list[InstrRecord], soc: CostSoc, active: i
         scalar_t += soc.issue_cycles
         if rec.pipe == Pipe.PIPE_ALL:  # PipeBarrier<PIPE_ALL>: everything before it completes
             t = max(max(done), scalar_t)
-            free = [t] * N_PIPES
-            done = [t] * N_PIPES
+            free = [t] * lanes
+            done = [t] * lanes
             scalar_t = t
             tl.events.append(SimEvent(rec.pipe, rec.api, t, t, rec.where))
             continue
-        p = int(rec.pipe)
+        p = int(rec.pipe) + N_PIPES * param(rec, "side")
         start = max(dispatch, free[p])
         if rec.api == "WaitFlag":
             q = flags[(param(rec, "src", -1), param(rec, "dst", -1), param(rec, "event_id"))]
             if q:
-                start = max(start, q.popleft())
+                start = max(start, q.popleft() + param(rec, "latency"))
         for o in rec.operands:
             if o.position != "GM" and o.addr >= 0:
                 start = max(start, haz.ready(_memory(o.position), o.addr, o.nbytes, o.is_output))
         rate, hit = hbm, False
-        if rec.pipe == Pipe.PIPE_MTE2:
+        if param(rec, "l2ws"):
+            rate, hit = float(soc.l2_read_rate if rec.pipe == Pipe.PIPE_MTE2 else soc.l2_write_rate), True
+        elif rec.pipe == Pipe.PIPE_MTE2:
             src = next((o for o in rec.operands if o.position == "GM" and not o.is_output), None)
             if src is not None:
                 rate, hit = l2.rate(src.space, src.addr, src.nbytes, hbm)
