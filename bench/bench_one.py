@@ -52,7 +52,7 @@ SRC = pathlib.Path(os.environ["PYCANN_BENCH_SRC"]) if os.environ.get("PYCANN_BEN
 if SRC != REPO:
     sys.path.insert(0, str(SRC))
 
-from scripts.model_zoo import MODELS  # noqa: E402
+from scripts.model_zoo import ALL_MODELS as MODELS  # noqa: E402
 
 ENGINES = ("pycann", "ort", "openvino", "openvino_f32")
 DEFAULT_CACHE = pathlib.Path(os.environ.get("PYCANN_BENCH_CACHE", "~/.cache/pycann/bench")).expanduser()

@@ -5,9 +5,16 @@ Run from the repository root::
     python bench/run_bench.py                                   # everything, --repeat 3, both OpenBLAS kernels
     python bench/run_bench.py --repeat 1 --models resnet50 resnet50@8 bert_base --engines ort pycann
     python bench/run_bench.py --from-jsonl ~/.cache/pycann/bench/results-....jsonl   # re-print a saved run
+    python bench/run_bench.py --zoo --batches 1 8 --engines ort pycann       # the torchvision zoo (tv_*)
+    python bench/run_bench.py --zoo --first-run --models tv_squeezenet1_1     # import + load + first run
+    python bench/run_bench.py --contention 1 --models tv_resnet50             # with one busy neighbour
 
 * Models: ``NAME`` or ``NAME@BATCH``; the default is the whole ``scripts.model_zoo.MODELS`` table at batch 1
-  (benchmark inputs) plus ``resnet50@8``.
+  (benchmark inputs) plus ``resnet50@8``. ``--zoo`` is the torchvision bench zoo (``scripts.model_zoo.ZOO``:
+  ``tv_<arch>`` from the TorchScript exporter, ``tv_<arch>_dynamo`` from the dynamo one) at ``--batches``;
+  with ``--models`` it restricts the zoo to those names (bare names, the batches come from ``--batches``).
+* ``--first-run`` and ``--contention N``: see ``bench/bench_modes.py``. Engines that are not installed
+  (OpenVINO) are left out with a note instead of failing every cell.
 * Each cell runs ``--repeat`` times; repeats go round-robin over all cells (so a burst of load elsewhere on the
   machine hits one repeat of many cells, not every repeat of one cell) and the best (lowest) median is kept.
 * ``--openblas both`` runs pycann twice: with the environment as is (this machine sets
@@ -50,8 +57,12 @@ REPO = pathlib.Path(__file__).resolve().parent.parent
 BENCH_ONE = pathlib.Path(__file__).resolve().parent / "bench_one.py"
 if str(REPO) not in sys.path:
     sys.path.insert(0, str(REPO))
+if str(BENCH_ONE.parent) not in sys.path:
+    sys.path.insert(0, str(BENCH_ONE.parent))
 
-from scripts.model_zoo import MODELS  # noqa: E402
+import bench_modes  # noqa: E402
+
+from scripts.model_zoo import ALL_MODELS as MODELS  # noqa: E402
 
 ENGINES = ("ort", "openvino_f32", "openvino", "pycann")
 OPENBLAS_VARS = ("OPENBLAS_CORETYPE", "OPENBLAS_L2_SIZE")
@@ -66,11 +77,13 @@ class Cell:
     batch: int
     engine: str  # bench_one's --engine
     variant: str = ""  # "" or "native" (pycann with the OpenBLAS variables removed)
+    busy: int = 0  # busy-loop neighbour processes while it runs (--contention)
 
     @property
     def label(self) -> str:
-        """Column key: the engine, plus ``_native`` for the native-kernel pycann run."""
-        return f"{self.engine}_{self.variant}" if self.variant else self.engine
+        """Column key: the engine, plus ``_native`` for the native-kernel pycann run, ``+busyN`` when contended."""
+        base = f"{self.engine}_{self.variant}" if self.variant else self.engine
+        return f"{base}+busy{self.busy}" if self.busy else base
 
 
 # ----------------------------------------------------------------------------------------- machine state
@@ -137,13 +150,14 @@ def run_cell(cell: Cell, extra: Sequence[str], timeout: float, cache_dir: pathli
     cmd = [sys.executable, str(BENCH_ONE), "--engine", cell.engine, "--model", cell.model,
            "--batch", str(cell.batch), "--cache-dir", str(cache_dir), *extra]  # fmt: skip
     base = {"engine": cell.engine, "model": cell.model, "batch": cell.batch}
-    meter = OtherLoad()
-    try:
-        proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, cwd=REPO,
-                              env=child_env(cell.variant))  # fmt: skip
-    except subprocess.TimeoutExpired:
-        return {**base, "status": "FAIL", "error": f"timeout after {timeout:.0f} s"}
-    busy_during = meter.stop()
+    with bench_modes.busy_neighbours(cell.busy):
+        meter = OtherLoad()
+        try:
+            proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, cwd=REPO,
+                                  env=child_env(cell.variant))  # fmt: skip
+        except subprocess.TimeoutExpired:
+            return {**base, "status": "FAIL", "error": f"timeout after {timeout:.0f} s"}
+        busy_during = meter.stop()
     rec = _last_json(proc.stdout)
     if rec is None:
         tail = proc.stderr.strip().splitlines()[-1:]
@@ -392,11 +406,30 @@ def _model_order(name: str) -> int:
     return names.index(name) if name in names else len(names)
 
 
+def render_all(records: list[dict[str, Any]], first_run: bool, contention: int) -> str:
+    """The standard tables, plus the first-run or contention table when that mode ran."""
+    text = render([r for r in records if "+busy" not in str(r.get("label", ""))])
+    best = best_records(records)
+    rows = sorted({(m, b) for (m, b, _) in best}, key=lambda mb: (_model_order(mb[0]), mb[1]))
+    if first_run:
+        text += "\n\nFirst run, one process per cell: import + load + first inference (ms):\n\n"
+        text += "\n".join(bench_modes.first_run_table(best, rows))
+    if contention:
+        text += f"\n\nMedian latency (ms) quiet and with {contention} busy-loop process(es) beside it:\n\n"
+        text += "\n".join(bench_modes.contention_table(best, rows, contention))
+    return text
+
+
 # ----------------------------------------------------------------------------------------- main
 def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     """Command-line options (see the module docstring)."""
     p = argparse.ArgumentParser(description="Benchmark pycann against ONNX Runtime and OpenVINO.")
     p.add_argument("--models", nargs="*", help="NAME or NAME@BATCH (default: every model, plus resnet50@8)")
+    p.add_argument("--zoo", action="store_true", help="the torchvision bench zoo (tv_*) at --batches")
+    p.add_argument("--batches", type=int, nargs="*", default=[1], help="--zoo: batch sizes (default 1)")
+    p.add_argument("--first-run", action="store_true", help="one run per process: import + load + first run")
+    p.add_argument("--contention", type=int, default=0, metavar="N",
+                   help="run every cell also with N busy-loop processes beside it and compare")
     p.add_argument("--engines", nargs="*", choices=ENGINES, default=list(ENGINES))
     p.add_argument("--repeat", type=int, default=3, help="processes per cell; the best median is kept (default 3)")
     p.add_argument("--openblas", choices=("both", "default", "native"), default="both",
@@ -427,7 +460,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = parse_args(argv)
     if args.from_jsonl:
         saved = [json.loads(line) for path in args.from_jsonl for line in path.read_text().splitlines() if line]
-        print(render(saved))
+        busy = max((int(str(r.get("label", "")).partition("+busy")[2] or 0) for r in saved), default=0)
+        print(render_all(saved, any(r.get("runs") == 1 for r in saved), busy))
         return 0
     cache_dir = args.cache_dir.expanduser()
     cache_dir.mkdir(parents=True, exist_ok=True)
@@ -436,15 +470,19 @@ def main(argv: Sequence[str] | None = None) -> int:
         SNAPSHOT = snapshot_pycann(cache_dir)
         log(f"pycann sources frozen for this run in {SNAPSHOT}")
     jsonl = args.jsonl or cache_dir / f"results-{dt.datetime.now():%Y%m%d-%H%M%S}.jsonl"
-    models = parse_models(args.models)
+    models = bench_modes.zoo_models(args.models, args.batches) if args.zoo else parse_models(args.models)
+    args.engines = bench_modes.installed_engines(args.engines)
     variants = {"both": ["", "native"], "default": [""], "native": ["native"]}[args.openblas]
     cells: list[Cell] = []
     for m, b in models:
         for e in args.engines:
             for v in variants if e == "pycann" else [""]:
-                cells.append(Cell(m, b, e, v))
+                for busy in [0, args.contention] if args.contention else [0]:
+                    cells.append(Cell(m, b, e, v, busy))
     extra = ["--min-runs", str(args.min_runs), "--min-time", str(args.min_time), "--max-runs", str(args.max_runs),
              "--max-time", str(args.max_time), "--floor-runs", str(args.floor_runs)]  # fmt: skip
+    if args.first_run:
+        extra = list(bench_modes.FIRST_RUN_ARGS)
     log(f"{len(cells)} cells x {args.repeat} repeats -> {jsonl}")
     t_start = time.perf_counter()
     compiled = compile_all([mb for mb in models if "pycann" in args.engines], cache_dir, args.timeout)
@@ -481,7 +519,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                     if not noisy:
                         break
     log(f"done in {time.perf_counter() - t_start:.0f} s; records in {jsonl}")
-    print(render(records))
+    print(render_all(records, args.first_run, args.contention))
     return 0
 
 
