@@ -22,6 +22,12 @@ PYCANN_PLAN_POLICY          auto         ``auto``: the first input signature get
                                          convolutions (vision), else they run the shape-generic
                                          plan (decoders: a new past length every step);
                                          ``specialize``: every signature; ``generic``: none
+PYCANN_OMP_WAIT_POLICY      passive      how the OpenMP workers of the oneDNN and torch kernels wait
+                                         between parallel regions: ``passive`` (sleep; wins when other
+                                         processes are busy: bench/RESULTS.md), ``active`` (spin),
+                                         ``inherit`` (leave ``OMP_WAIT_POLICY`` unset). Applied as
+                                         ``OMP_WAIT_POLICY`` just before pycann loads an OpenMP
+                                         library, unless the user set ``OMP_WAIT_POLICY`` already
 ==========================  ===========  =========================================================
 """
 
@@ -33,7 +39,8 @@ from enum import Enum
 
 from pycann.errors import PycannError
 
-__all__ = ["ConfigError", "PlanCacheConfig", "PlanPolicy", "parse_bytes", "plan_cache_config"]
+__all__ = ["ConfigError", "OMP_WAIT_POLICIES", "PlanCacheConfig", "PlanPolicy", "apply_omp_wait_policy",
+           "omp_wait_policy", "parse_bytes", "plan_cache_config"]
 
 
 class ConfigError(PycannError, ValueError):
@@ -116,3 +123,34 @@ def device_count() -> int:
                 raise ConfigError(f"{name}={raw!r}: expected a positive integer")
             return n
     return 1
+
+
+#: Accepted values of ``PYCANN_OMP_WAIT_POLICY`` (the first is the default).
+OMP_WAIT_POLICIES = ("passive", "active", "inherit")
+
+
+def omp_wait_policy() -> str:
+    """``PYCANN_OMP_WAIT_POLICY`` (default ``passive``), lower case. Raises ``ConfigError`` on other values."""
+    raw = os.environ.get("PYCANN_OMP_WAIT_POLICY", "").strip().lower() or OMP_WAIT_POLICIES[0]
+    if raw not in OMP_WAIT_POLICIES:
+        raise ConfigError(f"PYCANN_OMP_WAIT_POLICY={raw!r}: expected one of {', '.join(OMP_WAIT_POLICIES)}")
+    return raw
+
+
+def apply_omp_wait_policy() -> str | None:
+    """Set ``OMP_WAIT_POLICY`` from ``PYCANN_OMP_WAIT_POLICY`` unless the user set it; return the value in effect.
+
+    Call it just before loading an OpenMP library (libdnnl's libgomp, torch's bundled one): libgomp reads the
+    variable once, when it loads, so a runtime that is loaded already keeps its policy. Spinning workers lose
+    badly when other processes keep the cores busy (a spinning thread uses up its CPU share, so the scheduler
+    runs the busy neighbour instead while the parallel region waits for that thread at its barrier); ONNX
+    Runtime's pool spins briefly, then blocks. Returns None when neither variable is set (``inherit``).
+    """
+    user = os.environ.get("OMP_WAIT_POLICY", "").strip()
+    if user:
+        return user
+    policy = omp_wait_policy()
+    if policy == "inherit":
+        return None
+    os.environ["OMP_WAIT_POLICY"] = policy.upper()
+    return policy.upper()

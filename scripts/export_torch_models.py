@@ -287,6 +287,9 @@ def _torchvision(arch: str, side: int) -> Callable[[Any, pathlib.Path, bool], tu
                 mod.running_mean.copy_(0.1 * torch.randn(mod.num_features, generator=gen))
                 mod.running_var.copy_(0.5 + torch.rand(mod.num_features, generator=gen))
         model.eval()
+        # nn.MultiheadAttention's inference fast path (vit_b_16) is aten::_native_multi_head_attention, which
+        # the TorchScript exporter cannot export: trace the plain path, as in training mode.
+        torch.backends.mha.set_fastpath_enabled(False)
         args = (torch.randn(2, 3, side, side, generator=torch.Generator().manual_seed(0)),)
         if dynamo:
             _export_dynamo(torch, model, args, path, ["x"], "logits", {"x": {0: torch.export.Dim("batch")}})
