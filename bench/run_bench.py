@@ -64,7 +64,7 @@ import bench_modes  # noqa: E402
 
 from scripts.model_zoo import ALL_MODELS as MODELS  # noqa: E402
 
-ENGINES = ("ort", "openvino_f32", "openvino", "pycann")
+ENGINES = ("ort", "ort_nospin", "openvino_f32", "openvino", "pycann")
 OPENBLAS_VARS = ("OPENBLAS_CORETYPE", "OPENBLAS_L2_SIZE")
 DEFAULT_CACHE = pathlib.Path(os.environ.get("PYCANN_BENCH_CACHE", "~/.cache/pycann/bench")).expanduser()
 
@@ -297,7 +297,7 @@ def _num(rec: dict[str, Any] | None, key: str, fmt: str) -> str:
 
 
 Best = dict[tuple[str, int, str], dict[str, Any]]
-NAMES = {"ort": "ORT", "openvino_f32": "OV f32", "openvino": "OV", "pycann": "pycann", "pycann_native": "pycann native"}
+NAMES = {"ort": "ORT", "ort_nospin": "ORT no-spin", "openvino_f32": "OV f32", "openvino": "OV", "pycann": "pycann", "pycann_native": "pycann native"}
 
 
 def _table_head(cols: Sequence[str]) -> list[str]:
@@ -326,29 +326,37 @@ def _pycann_head(best: Best, label: str) -> str:
 
 def _latency_table(best: Best, rows: list[tuple[str, int]], labels: set[str]) -> list[str]:
     pyc_cols = [lab for lab in ("pycann", "pycann_native") if lab in labels]
-    cols = ["model", "batch", "ORT ms", "OV f32 ms", "OV ms (bf16)"]
+    nospin = "ort_nospin" in labels
+    cols = ["model", "batch", "ORT ms"] + (["ORT no-spin ms"] if nospin else []) + ["OV f32 ms", "OV ms (bf16)"]
     for label in pyc_cols:
         cols += [_pycann_head(best, label), f"{'pycann' if label == 'pycann' else 'native'}/ORT"]
+        cols += [f"{'pycann' if label == 'pycann' else 'native'}/ORT no-spin"] if nospin else []
     lines = _table_head(cols)
     ratios: dict[str, list[tuple[float, str]]] = {lab: [] for lab in pyc_cols}
     for m, b in rows:
         row = {lab: best.get((m, b, lab)) for lab in labels}
-        cells = [m, str(b), _cell_ms(row.get("ort")), _cell_ms(row.get("openvino_f32")),
-                 _cell_ms(row.get("openvino"))]  # fmt: skip
+        cells = [m, str(b), _cell_ms(row.get("ort"))] + ([_cell_ms(row.get("ort_nospin"))] if nospin else [])
+        cells += [_cell_ms(row.get("openvino_f32")), _cell_ms(row.get("openvino"))]
         for label in pyc_cols:
             ratio = _ratio(row.get(label), row.get("ort"))
             if ratio is not None:
                 ratios[label].append((ratio, f"{m}@{b}" if b != 1 else m))
             cells += [_cell_ms(row.get(label)), "–" if ratio is None else f"{ratio:.2f}×"]
+            if nospin:
+                r2 = _ratio(row.get(label), row.get("ort_nospin"))
+                if r2 is not None:
+                    ratios.setdefault(label + "/nospin", []).append((r2, f"{m}@{b}" if b != 1 else m))
+                cells.append("–" if r2 is None else f"{r2:.2f}×")
         lines.append("| " + " | ".join(cells) + " |")
     lines.append("")
-    for label in pyc_cols:
-        rs = sorted(ratios[label])
+    for key in [lab + suf for lab in pyc_cols for suf in ("", "/nospin")]:
+        label, _, vs = key.partition("/")
+        rs = sorted(ratios.get(key, []))
         if not rs:
             continue
         geo = math.exp(sum(math.log(x) for x, _ in rs) / len(rs))
         lines.append(
-            f"* {_pycann_head(best, label).replace(' ms', '')} / ORT over {len(rs)} cells: geometric mean "
+            f"* {_pycann_head(best, label).replace(' ms', '')} / ORT{' no-spin' if vs else ''} over {len(rs)} cells: geometric mean "
             f"**{geo:.2f}×**, median {rs[len(rs) // 2][0]:.2f}×, best {rs[0][0]:.2f}× ({rs[0][1]}), "
             f"worst {rs[-1][0]:.2f}× ({rs[-1][1]})."
         )
@@ -371,7 +379,7 @@ def _notes(best: Best) -> list[str]:
 
 
 def _resource_table(best: Best, rows: list[tuple[str, int]], labels: set[str]) -> list[str]:
-    eng = [lab for lab in ("ort", "openvino_f32", "openvino", "pycann") if lab in labels]
+    eng = [lab for lab in ("ort", "ort_nospin", "openvino_f32", "openvino", "pycann") if lab in labels]
     lines = _table_head(["model", "batch"] + [NAMES[e] for e in eng] + (["pycann compile s"] if "pycann" in labels else []))
     for m, b in rows:
         cells = [m, str(b)]
@@ -386,7 +394,7 @@ def _resource_table(best: Best, rows: list[tuple[str, int]], labels: set[str]) -
 
 
 def _first_run_table(best: Best, rows: list[tuple[str, int]], labels: set[str]) -> list[str]:
-    eng = [lab for lab in ("ort", "openvino_f32", "openvino", "pycann") if lab in labels]
+    eng = [lab for lab in ("ort", "ort_nospin", "openvino_f32", "openvino", "pycann") if lab in labels]
     lines = _table_head(["model", "batch"] + [NAMES[e] for e in eng] + ["pycann p90", "pycann runs", "pycann medians"])
     for m, b in rows:
         cells = [m, str(b)]
