@@ -39,6 +39,7 @@ Every record goes to ``--jsonl`` (default: a timestamped file in the cache folde
 from __future__ import annotations
 
 import argparse
+import compileall
 import datetime as dt
 import json
 import math
@@ -127,6 +128,9 @@ def snapshot_pycann(cache_dir: pathlib.Path) -> pathlib.Path:
         tmp = cache_dir / "src" / f"{digest}.tmp{os.getpid()}"
         shutil.copytree(REPO / "pycann", tmp / "pycann", ignore=shutil.ignore_patterns("__pycache__"))
         os.replace(tmp, dest)
+    # byte-compile as `pip install` does: with PYTHONDONTWRITEBYTECODE=1 (set on some machines) every child would
+    # otherwise compile pycann's sources at import (~1-3 s of "import" that ORT, a C extension, never pays)
+    compileall.compile_dir(str(dest / "pycann"), quiet=1)
     return dest
 
 
