@@ -102,15 +102,23 @@ def first_run_table(best: Best, rows: Sequence[tuple[str, int]]) -> list[str]:
 
 
 def contention_table(best: Best, rows: Sequence[tuple[str, int]], n_busy: int) -> list[str]:
-    """Markdown: median latency quiet vs with ``n_busy`` busy neighbours, and the slowdown, per engine."""
+    """Markdown: median latency quiet vs with ``n_busy`` busy neighbours and the slowdown, per engine, then
+    pycann over each ORT variant quiet and busy."""
     busy = f"+busy{n_busy}"
-    lines = [f"| model | batch | ORT quiet | ORT {busy} | ORT slowdown | pycann quiet | pycann {busy} "
-             "| pycann slowdown | pycann/ORT quiet | pycann/ORT busy |", "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]  # fmt: skip
-    slow: dict[str, list[float]] = {"ort": [], "pycann": []}
+    names = {"ort": "ORT", "ort_nospin": "ORT no-spin", "pycann": "pycann"}
+    engines = [e for e in names if any(lab == e for (_, _, lab) in best)]
+    refs = [e for e in engines if e != "pycann"] if "pycann" in engines else []
+    head = ["model", "batch"]
+    for e in engines:
+        head += [f"{names[e]} quiet", f"{names[e]} {busy}", f"{names[e]} slowdown"]
+    for r in refs:
+        head += [f"pycann/{names[r]} quiet", f"pycann/{names[r]} busy"]
+    lines = ["| " + " | ".join(head) + " |", "|---|" + "---:|" * (len(head) - 1)]
+    slow: dict[str, list[float]] = {e: [] for e in engines}
     for m, b in rows:
         cells = [m, str(b)]
         med: dict[str, float | None] = {}
-        for eng in ("ort", "pycann"):
+        for eng in engines:
             q, c = best.get((m, b, eng)), best.get((m, b, eng + busy))
             mq = q["median_ms"] if q and q.get("status") == "ok" else None
             mc = c["median_ms"] if c and c.get("status") == "ok" else None
@@ -118,13 +126,14 @@ def contention_table(best: Best, rows: Sequence[tuple[str, int]], n_busy: int) -
             cells += [_ms(mq) if mq else "–", _ms(mc) if mc else "–", f"{mc / mq:.2f}×" if mq and mc else "–"]
             if mq and mc:
                 slow[eng].append(mc / mq)
-        for key in ("", busy):
-            o, p = med.get("ort" + key), med.get("pycann" + key)
-            cells.append(f"{p / o:.2f}×" if o and p else "–")
+        for r in refs:
+            for key in ("", busy):
+                o, p = med.get(r + key), med.get("pycann" + key)
+                cells.append(f"{p / o:.2f}×" if o and p else "–")
         lines.append("| " + " | ".join(cells) + " |")
     lines.append("")
     for eng, xs in slow.items():
         if xs:
-            lines.append(f"* {eng} slowdown with {n_busy} busy process(es): geometric mean **{_geo(xs):.2f}×**, "
-                         f"worst {max(xs):.2f}×.")  # fmt: skip
+            lines.append(f"* {names[eng]} slowdown with {n_busy} busy process(es): geometric mean "
+                         f"**{_geo(xs):.2f}×**, worst {max(xs):.2f}×.")  # fmt: skip
     return lines
