@@ -282,6 +282,9 @@ def _torchvision(arch: str, side: int) -> Callable[[Any, pathlib.Path, bool], tu
             warnings.simplefilter("ignore")  # googlenet / inception_v3: "weights init will change" warnings
             model = getattr(torchvision.models, arch)(weights=None)
         gen = torch.Generator().manual_seed(1)
+        for param in model.parameters():  # vit_b_16 zero-initialises its head: all-zero logits compare nothing
+            if param.dim() >= 2 and not param.detach().any():
+                param.data.copy_(0.02 * torch.randn(param.shape, generator=gen))
         for mod in model.modules():
             if isinstance(mod, torch.nn.BatchNorm2d):
                 mod.running_mean.copy_(0.1 * torch.randn(mod.num_features, generator=gen))
