@@ -53,6 +53,10 @@ if str(REPO) not in sys.path:
 SRC = pathlib.Path(os.environ["PYCANN_BENCH_SRC"]) if os.environ.get("PYCANN_BENCH_SRC") else REPO
 if SRC != REPO:
     sys.path.insert(0, str(SRC))
+    # site-packages' pycann_torchvision.pth imports pycann.torch_vision_hook at interpreter start-up, i.e. the
+    # pycann of the working tree (editable install / PYTHONPATH): forget it so that the snapshot is imported
+    for _name in [m for m in sys.modules if m == "pycann" or m.startswith("pycann.")]:
+        del sys.modules[_name]
 
 from scripts.model_zoo import ALL_MODELS as MODELS  # noqa: E402
 
