@@ -142,10 +142,14 @@ def pycann_source_hash(src: pathlib.Path = SRC) -> str:
 
 
 def om_path(cache_dir: pathlib.Path, model: str, batch: int, shapes: Mapping[str, list[int]]) -> pathlib.Path:
-    """Where the .om for (model, static shapes, pycann sources, ``PYCANN_*`` settings) is cached."""
+    """Where the .om for (model file, static shapes, pycann sources, ``PYCANN_*`` settings) is cached.
+
+    The model file's size and modification time are part of the key, so a re-exported model is recompiled."""
     settings = sorted((k, v) for k, v in os.environ.items()
                       if k.startswith("PYCANN_") and k not in ("PYCANN_BENCH_SRC", "PYCANN_BENCH_CACHE", "PYCANN_MODEL_DIR"))  # fmt: skip
-    key = json.dumps([sorted(shapes.items()), settings]) + pycann_source_hash()
+    src = MODELS[model].path
+    stamp = [src.stat().st_size, src.stat().st_mtime_ns] if src.is_file() else None
+    key = json.dumps([sorted(shapes.items()), settings, stamp]) + pycann_source_hash()
     digest = hashlib.sha256(key.encode()).hexdigest()[:12]
     return cache_dir / f"{model}_b{batch}_{digest}.om"
 
