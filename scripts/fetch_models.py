@@ -345,7 +345,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                 else "scripts/export_torch_models.py"
             )
             state = _fmt_size(path.stat().st_size) if path.is_file() else "   missing"
-            group = WHEEL_MODELS[name].group if name in WHEEL_MODELS else "torch"
+            group = WHEEL_MODELS[name].group if name in WHEEL_MODELS else "zoo" if name in ZOO_MODELS else "torch"
             print(f"{name:30s} {group:5s} {state}  {src}")
         return 0
 
