@@ -14,6 +14,8 @@ Engines:
   to pycann recompiles. Compilation runs in a separate child process (its time is reported as ``compile_s``,
   its memory is not in ``peak_rss_mb``); ``load_s`` is only the ``InferSession`` creation.
 * ``ort``: ONNX Runtime CPU, ``ORT_ENABLE_ALL``, 2 intra-op threads, 1 inter-op thread, sequential.
+  ``ort_nospin`` adds ``session.intra_op.allow_spinning=0`` (its workers block instead of spinning, the
+  counterpart of pycann's default ``OMP_WAIT_POLICY=PASSIVE``; fairer on a machine other processes keep busy).
 * ``openvino`` / ``openvino_f32``: ``read_model`` -> ``reshape`` to the static benchmark shapes ->
   ``compile_model("CPU", INFERENCE_NUM_THREADS=2, PERFORMANCE_HINT=LATENCY, NUM_STREAMS=1)``; the ``_f32`` variant
   adds ``INFERENCE_PRECISION_HINT=f32`` (the default is bf16 on CPUs with avx512_bf16). When ``read_model`` or
@@ -51,10 +53,14 @@ if str(REPO) not in sys.path:
 SRC = pathlib.Path(os.environ["PYCANN_BENCH_SRC"]) if os.environ.get("PYCANN_BENCH_SRC") else REPO
 if SRC != REPO:
     sys.path.insert(0, str(SRC))
+    # site-packages' pycann_torchvision.pth imports pycann.torch_vision_hook at interpreter start-up, i.e. the
+    # pycann of the working tree (editable install / PYTHONPATH): forget it so that the snapshot is imported
+    for _name in [m for m in sys.modules if m == "pycann" or m.startswith("pycann.")]:
+        del sys.modules[_name]
 
-from scripts.model_zoo import MODELS  # noqa: E402
+from scripts.model_zoo import ALL_MODELS as MODELS  # noqa: E402
 
-ENGINES = ("pycann", "ort", "openvino", "openvino_f32")
+ENGINES = ("pycann", "ort", "ort_nospin", "openvino", "openvino_f32")
 DEFAULT_CACHE = pathlib.Path(os.environ.get("PYCANN_BENCH_CACHE", "~/.cache/pycann/bench")).expanduser()
 
 Feeds = dict[str, np.ndarray]
@@ -136,10 +142,14 @@ def pycann_source_hash(src: pathlib.Path = SRC) -> str:
 
 
 def om_path(cache_dir: pathlib.Path, model: str, batch: int, shapes: Mapping[str, list[int]]) -> pathlib.Path:
-    """Where the .om for (model, static shapes, pycann sources, ``PYCANN_*`` settings) is cached."""
+    """Where the .om for (model file, static shapes, pycann sources, ``PYCANN_*`` settings) is cached.
+
+    The model file's size and modification time are part of the key, so a re-exported model is recompiled."""
     settings = sorted((k, v) for k, v in os.environ.items()
                       if k.startswith("PYCANN_") and k not in ("PYCANN_BENCH_SRC", "PYCANN_BENCH_CACHE", "PYCANN_MODEL_DIR"))  # fmt: skip
-    key = json.dumps([sorted(shapes.items()), settings]) + pycann_source_hash()
+    src = MODELS[model].path
+    stamp = [src.stat().st_size, src.stat().st_mtime_ns] if src.is_file() else None
+    key = json.dumps([sorted(shapes.items()), settings, stamp]) + pycann_source_hash()
     digest = hashlib.sha256(key.encode()).hexdigest()[:12]
     return cache_dir / f"{model}_b{batch}_{digest}.om"
 
@@ -255,7 +265,7 @@ def setup_pycann(model: str, batch: int, feeds: Feeds, cache_dir: pathlib.Path, 
     return run
 
 
-def setup_ort(model: str, feeds: Feeds, rec: dict[str, Any]) -> RunFn:
+def setup_ort(model: str, feeds: Feeds, rec: dict[str, Any], spin: bool = True) -> RunFn:
     """ONNX Runtime session with the peer-baselines settings; fills ``load_s``."""
     t0 = time.perf_counter()
     import onnxruntime as ort
@@ -268,6 +278,8 @@ def setup_ort(model: str, feeds: Feeds, rec: dict[str, Any]) -> RunFn:
     opts.intra_op_num_threads = 2
     opts.inter_op_num_threads = 1
     opts.log_severity_level = 3
+    if not spin:
+        opts.add_session_config_entry("session.intra_op.allow_spinning", "0")
     sess = ort.InferenceSession(str(MODELS[model].ensure()), opts, providers=["CPUExecutionProvider"])
     rec["load_s"] = round(time.perf_counter() - t0, 4)
     rec["version"] = ort.__version__
@@ -364,8 +376,8 @@ def bench(args: argparse.Namespace) -> dict[str, Any]:
             return rec
         if args.engine == "pycann":
             run = setup_pycann(args.model, args.batch, feeds, args.cache_dir, rec)
-        elif args.engine == "ort":
-            run = setup_ort(args.model, feeds, rec)
+        elif args.engine in ("ort", "ort_nospin"):
+            run = setup_ort(args.model, feeds, rec, spin=args.engine == "ort")
         else:
             run = setup_openvino(args.model, feeds, args.engine == "openvino_f32", rec)
         t0 = time.perf_counter()

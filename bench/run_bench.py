@@ -5,9 +5,16 @@ Run from the repository root::
     python bench/run_bench.py                                   # everything, --repeat 3, both OpenBLAS kernels
     python bench/run_bench.py --repeat 1 --models resnet50 resnet50@8 bert_base --engines ort pycann
     python bench/run_bench.py --from-jsonl ~/.cache/pycann/bench/results-....jsonl   # re-print a saved run
+    python bench/run_bench.py --zoo --batches 1 8 --engines ort pycann       # the torchvision zoo (tv_*)
+    python bench/run_bench.py --zoo --first-run --models tv_squeezenet1_1     # import + load + first run
+    python bench/run_bench.py --contention 1 --models tv_resnet50             # with one busy neighbour
 
 * Models: ``NAME`` or ``NAME@BATCH``; the default is the whole ``scripts.model_zoo.MODELS`` table at batch 1
-  (benchmark inputs) plus ``resnet50@8``.
+  (benchmark inputs) plus ``resnet50@8``. ``--zoo`` is the torchvision bench zoo (``scripts.model_zoo.ZOO``:
+  ``tv_<arch>`` from the TorchScript exporter, ``tv_<arch>_dynamo`` from the dynamo one) at ``--batches``;
+  with ``--models`` it restricts the zoo to those names (bare names, the batches come from ``--batches``).
+* ``--first-run`` and ``--contention N``: see ``bench/bench_modes.py``. Engines that are not installed
+  (OpenVINO) are left out with a note instead of failing every cell.
 * Each cell runs ``--repeat`` times; repeats go round-robin over all cells (so a burst of load elsewhere on the
   machine hits one repeat of many cells, not every repeat of one cell) and the best (lowest) median is kept.
 * ``--openblas both`` runs pycann twice: with the environment as is (this machine sets
@@ -32,12 +39,12 @@ Every record goes to ``--jsonl`` (default: a timestamped file in the cache folde
 from __future__ import annotations
 
 import argparse
+import compileall
 import datetime as dt
 import json
 import math
 import os
 import pathlib
-import resource
 import shutil
 import subprocess
 import sys
@@ -50,10 +57,15 @@ REPO = pathlib.Path(__file__).resolve().parent.parent
 BENCH_ONE = pathlib.Path(__file__).resolve().parent / "bench_one.py"
 if str(REPO) not in sys.path:
     sys.path.insert(0, str(REPO))
+if str(BENCH_ONE.parent) not in sys.path:
+    sys.path.insert(0, str(BENCH_ONE.parent))
 
-from scripts.model_zoo import MODELS  # noqa: E402
+import bench_modes  # noqa: E402
+from machine_load import OtherLoad, busy_fraction, wait_idle  # noqa: E402
 
-ENGINES = ("ort", "openvino_f32", "openvino", "pycann")
+from scripts.model_zoo import ALL_MODELS as MODELS  # noqa: E402
+
+ENGINES = ("ort", "ort_nospin", "openvino_f32", "openvino", "pycann")
 OPENBLAS_VARS = ("OPENBLAS_CORETYPE", "OPENBLAS_L2_SIZE")
 DEFAULT_CACHE = pathlib.Path(os.environ.get("PYCANN_BENCH_CACHE", "~/.cache/pycann/bench")).expanduser()
 
@@ -66,41 +78,13 @@ class Cell:
     batch: int
     engine: str  # bench_one's --engine
     variant: str = ""  # "" or "native" (pycann with the OpenBLAS variables removed)
+    busy: int = 0  # busy-loop neighbour processes while it runs (--contention)
 
     @property
     def label(self) -> str:
-        """Column key: the engine, plus ``_native`` for the native-kernel pycann run."""
-        return f"{self.engine}_{self.variant}" if self.variant else self.engine
-
-
-# ----------------------------------------------------------------------------------------- machine state
-def _cpu_times() -> tuple[int, int]:
-    """(busy, total) jiffies over all CPUs from /proc/stat."""
-    with open("/proc/stat") as f:
-        fields = [int(x) for x in f.readline().split()[1:]]
-    idle = fields[3] + (fields[4] if len(fields) > 4 else 0)
-    return sum(fields) - idle, sum(fields)
-
-
-def busy_fraction(seconds: float = 0.3) -> float:
-    """How many CPUs' worth of time other processes used over ``seconds`` (0 = idle, 2 = both cores)."""
-    try:
-        b0, t0 = _cpu_times()
-        time.sleep(seconds)
-        b1, t1 = _cpu_times()
-    except OSError:
-        return float("nan")
-    ncpu = os.cpu_count() or 1
-    return round(ncpu * (b1 - b0) / max(1, t1 - t0), 2)
-
-
-def wait_idle(max_wait: float, threshold: float) -> float:
-    """Wait up to ``max_wait`` s for the machine's busy fraction to drop below ``threshold``; return the last."""
-    deadline = time.monotonic() + max_wait
-    busy = busy_fraction()
-    while busy > threshold and time.monotonic() < deadline:
-        busy = busy_fraction(1.0)
-    return busy
+        """Column key: the engine, plus ``_native`` for the native-kernel pycann run, ``+busyN`` when contended."""
+        base = f"{self.engine}_{self.variant}" if self.variant else self.engine
+        return f"{base}+busy{self.busy}" if self.busy else base
 
 
 def snapshot_pycann(cache_dir: pathlib.Path) -> pathlib.Path:
@@ -114,6 +98,9 @@ def snapshot_pycann(cache_dir: pathlib.Path) -> pathlib.Path:
         tmp = cache_dir / "src" / f"{digest}.tmp{os.getpid()}"
         shutil.copytree(REPO / "pycann", tmp / "pycann", ignore=shutil.ignore_patterns("__pycache__"))
         os.replace(tmp, dest)
+    # byte-compile as `pip install` does: with PYTHONDONTWRITEBYTECODE=1 (set on some machines) every child would
+    # otherwise compile pycann's sources at import (~1-3 s of "import" that ORT, a C extension, never pays)
+    compileall.compile_dir(str(dest / "pycann"), quiet=1)
     return dest
 
 
@@ -137,42 +124,20 @@ def run_cell(cell: Cell, extra: Sequence[str], timeout: float, cache_dir: pathli
     cmd = [sys.executable, str(BENCH_ONE), "--engine", cell.engine, "--model", cell.model,
            "--batch", str(cell.batch), "--cache-dir", str(cache_dir), *extra]  # fmt: skip
     base = {"engine": cell.engine, "model": cell.model, "batch": cell.batch}
-    meter = OtherLoad()
-    try:
-        proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, cwd=REPO,
-                              env=child_env(cell.variant))  # fmt: skip
-    except subprocess.TimeoutExpired:
-        return {**base, "status": "FAIL", "error": f"timeout after {timeout:.0f} s"}
-    busy_during = meter.stop()
+    with bench_modes.busy_neighbours(cell.busy):
+        meter = OtherLoad()
+        try:
+            proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, cwd=REPO,
+                                  env=child_env(cell.variant))  # fmt: skip
+        except subprocess.TimeoutExpired:
+            return {**base, "status": "FAIL", "error": f"timeout after {timeout:.0f} s"}
+        busy_during = meter.stop()
     rec = _last_json(proc.stdout)
     if rec is None:
         tail = proc.stderr.strip().splitlines()[-1:]
         rec = {**base, "status": "FAIL", "error": f"exit {proc.returncode}: {tail[0] if tail else 'no output'}"}
     rec["busy_during"] = busy_during
     return rec
-
-
-class OtherLoad:
-    """CPUs' worth of time used by *other* processes while a child runs: machine busy time minus the child's."""
-
-    def __init__(self) -> None:
-        self.hz = os.sysconf("SC_CLK_TCK")
-        self.t0 = time.perf_counter()
-        self.ru0 = resource.getrusage(resource.RUSAGE_CHILDREN)
-        try:
-            self.busy0: int | None = _cpu_times()[0]
-        except OSError:
-            self.busy0 = None
-
-    def stop(self) -> float:
-        """The average number of CPUs other processes kept busy since construction."""
-        wall = time.perf_counter() - self.t0
-        ru1 = resource.getrusage(resource.RUSAGE_CHILDREN)
-        if self.busy0 is None or wall <= 0:
-            return float("nan")
-        machine = (_cpu_times()[0] - self.busy0) / self.hz
-        child = (ru1.ru_utime - self.ru0.ru_utime) + (ru1.ru_stime - self.ru0.ru_stime)
-        return round(max(0.0, machine - child) / wall, 2)
 
 
 def _last_json(text: str) -> dict[str, Any] | None:
@@ -283,7 +248,7 @@ def _num(rec: dict[str, Any] | None, key: str, fmt: str) -> str:
 
 
 Best = dict[tuple[str, int, str], dict[str, Any]]
-NAMES = {"ort": "ORT", "openvino_f32": "OV f32", "openvino": "OV", "pycann": "pycann", "pycann_native": "pycann native"}
+NAMES = {"ort": "ORT", "ort_nospin": "ORT no-spin", "openvino_f32": "OV f32", "openvino": "OV", "pycann": "pycann", "pycann_native": "pycann native"}
 
 
 def _table_head(cols: Sequence[str]) -> list[str]:
@@ -312,29 +277,37 @@ def _pycann_head(best: Best, label: str) -> str:
 
 def _latency_table(best: Best, rows: list[tuple[str, int]], labels: set[str]) -> list[str]:
     pyc_cols = [lab for lab in ("pycann", "pycann_native") if lab in labels]
-    cols = ["model", "batch", "ORT ms", "OV f32 ms", "OV ms (bf16)"]
+    nospin = "ort_nospin" in labels
+    cols = ["model", "batch", "ORT ms"] + (["ORT no-spin ms"] if nospin else []) + ["OV f32 ms", "OV ms (bf16)"]
     for label in pyc_cols:
         cols += [_pycann_head(best, label), f"{'pycann' if label == 'pycann' else 'native'}/ORT"]
+        cols += [f"{'pycann' if label == 'pycann' else 'native'}/ORT no-spin"] if nospin else []
     lines = _table_head(cols)
     ratios: dict[str, list[tuple[float, str]]] = {lab: [] for lab in pyc_cols}
     for m, b in rows:
         row = {lab: best.get((m, b, lab)) for lab in labels}
-        cells = [m, str(b), _cell_ms(row.get("ort")), _cell_ms(row.get("openvino_f32")),
-                 _cell_ms(row.get("openvino"))]  # fmt: skip
+        cells = [m, str(b), _cell_ms(row.get("ort"))] + ([_cell_ms(row.get("ort_nospin"))] if nospin else [])
+        cells += [_cell_ms(row.get("openvino_f32")), _cell_ms(row.get("openvino"))]
         for label in pyc_cols:
             ratio = _ratio(row.get(label), row.get("ort"))
             if ratio is not None:
                 ratios[label].append((ratio, f"{m}@{b}" if b != 1 else m))
             cells += [_cell_ms(row.get(label)), "–" if ratio is None else f"{ratio:.2f}×"]
+            if nospin:
+                r2 = _ratio(row.get(label), row.get("ort_nospin"))
+                if r2 is not None:
+                    ratios.setdefault(label + "/nospin", []).append((r2, f"{m}@{b}" if b != 1 else m))
+                cells.append("–" if r2 is None else f"{r2:.2f}×")
         lines.append("| " + " | ".join(cells) + " |")
     lines.append("")
-    for label in pyc_cols:
-        rs = sorted(ratios[label])
+    for key in [lab + suf for lab in pyc_cols for suf in ("", "/nospin")]:
+        label, _, vs = key.partition("/")
+        rs = sorted(ratios.get(key, []))
         if not rs:
             continue
         geo = math.exp(sum(math.log(x) for x, _ in rs) / len(rs))
         lines.append(
-            f"* {_pycann_head(best, label).replace(' ms', '')} / ORT over {len(rs)} cells: geometric mean "
+            f"* {_pycann_head(best, label).replace(' ms', '')} / ORT{' no-spin' if vs else ''} over {len(rs)} cells: geometric mean "
             f"**{geo:.2f}×**, median {rs[len(rs) // 2][0]:.2f}×, best {rs[0][0]:.2f}× ({rs[0][1]}), "
             f"worst {rs[-1][0]:.2f}× ({rs[-1][1]})."
         )
@@ -357,7 +330,7 @@ def _notes(best: Best) -> list[str]:
 
 
 def _resource_table(best: Best, rows: list[tuple[str, int]], labels: set[str]) -> list[str]:
-    eng = [lab for lab in ("ort", "openvino_f32", "openvino", "pycann") if lab in labels]
+    eng = [lab for lab in ("ort", "ort_nospin", "openvino_f32", "openvino", "pycann") if lab in labels]
     lines = _table_head(["model", "batch"] + [NAMES[e] for e in eng] + (["pycann compile s"] if "pycann" in labels else []))
     for m, b in rows:
         cells = [m, str(b)]
@@ -372,7 +345,7 @@ def _resource_table(best: Best, rows: list[tuple[str, int]], labels: set[str]) -
 
 
 def _first_run_table(best: Best, rows: list[tuple[str, int]], labels: set[str]) -> list[str]:
-    eng = [lab for lab in ("ort", "openvino_f32", "openvino", "pycann") if lab in labels]
+    eng = [lab for lab in ("ort", "ort_nospin", "openvino_f32", "openvino", "pycann") if lab in labels]
     lines = _table_head(["model", "batch"] + [NAMES[e] for e in eng] + ["pycann p90", "pycann runs", "pycann medians"])
     for m, b in rows:
         cells = [m, str(b)]
@@ -392,11 +365,30 @@ def _model_order(name: str) -> int:
     return names.index(name) if name in names else len(names)
 
 
+def render_all(records: list[dict[str, Any]], first_run: bool, contention: int) -> str:
+    """The standard tables, plus the first-run or contention table when that mode ran."""
+    text = render([r for r in records if "+busy" not in str(r.get("label", ""))])
+    best = best_records(records)
+    rows = sorted({(m, b) for (m, b, _) in best}, key=lambda mb: (_model_order(mb[0]), mb[1]))
+    if first_run:
+        text += "\n\nFirst run, one process per cell: import + load + first inference (ms):\n\n"
+        text += "\n".join(bench_modes.first_run_table(best, rows))
+    if contention:
+        text += f"\n\nMedian latency (ms) quiet and with {contention} busy-loop process(es) beside it:\n\n"
+        text += "\n".join(bench_modes.contention_table(best, rows, contention))
+    return text
+
+
 # ----------------------------------------------------------------------------------------- main
 def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     """Command-line options (see the module docstring)."""
     p = argparse.ArgumentParser(description="Benchmark pycann against ONNX Runtime and OpenVINO.")
     p.add_argument("--models", nargs="*", help="NAME or NAME@BATCH (default: every model, plus resnet50@8)")
+    p.add_argument("--zoo", action="store_true", help="the torchvision bench zoo (tv_*) at --batches")
+    p.add_argument("--batches", type=int, nargs="*", default=[1], help="--zoo: batch sizes (default 1)")
+    p.add_argument("--first-run", action="store_true", help="one run per process: import + load + first run")
+    p.add_argument("--contention", type=int, default=0, metavar="N",
+                   help="run every cell also with N busy-loop processes beside it and compare")
     p.add_argument("--engines", nargs="*", choices=ENGINES, default=list(ENGINES))
     p.add_argument("--repeat", type=int, default=3, help="processes per cell; the best median is kept (default 3)")
     p.add_argument("--openblas", choices=("both", "default", "native"), default="both",
@@ -427,7 +419,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = parse_args(argv)
     if args.from_jsonl:
         saved = [json.loads(line) for path in args.from_jsonl for line in path.read_text().splitlines() if line]
-        print(render(saved))
+        busy = max((int(str(r.get("label", "")).partition("+busy")[2] or 0) for r in saved), default=0)
+        print(render_all(saved, any(r.get("runs") == 1 for r in saved), busy))
         return 0
     cache_dir = args.cache_dir.expanduser()
     cache_dir.mkdir(parents=True, exist_ok=True)
@@ -436,15 +429,19 @@ def main(argv: Sequence[str] | None = None) -> int:
         SNAPSHOT = snapshot_pycann(cache_dir)
         log(f"pycann sources frozen for this run in {SNAPSHOT}")
     jsonl = args.jsonl or cache_dir / f"results-{dt.datetime.now():%Y%m%d-%H%M%S}.jsonl"
-    models = parse_models(args.models)
+    models = bench_modes.zoo_models(args.models, args.batches) if args.zoo else parse_models(args.models)
+    args.engines = bench_modes.installed_engines(args.engines)
     variants = {"both": ["", "native"], "default": [""], "native": ["native"]}[args.openblas]
     cells: list[Cell] = []
     for m, b in models:
         for e in args.engines:
             for v in variants if e == "pycann" else [""]:
-                cells.append(Cell(m, b, e, v))
+                for busy in [0, args.contention] if args.contention else [0]:
+                    cells.append(Cell(m, b, e, v, busy))
     extra = ["--min-runs", str(args.min_runs), "--min-time", str(args.min_time), "--max-runs", str(args.max_runs),
              "--max-time", str(args.max_time), "--floor-runs", str(args.floor_runs)]  # fmt: skip
+    if args.first_run:
+        extra = list(bench_modes.FIRST_RUN_ARGS)
     log(f"{len(cells)} cells x {args.repeat} repeats -> {jsonl}")
     t_start = time.perf_counter()
     compiled = compile_all([mb for mb in models if "pycann" in args.engines], cache_dir, args.timeout)
@@ -481,7 +478,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                     if not noisy:
                         break
     log(f"done in {time.perf_counter() - t_start:.0f} s; records in {jsonl}")
-    print(render(records))
+    print(render_all(records, args.first_run, args.contention))
     return 0
 
 

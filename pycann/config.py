@@ -27,6 +27,12 @@ TUNE_BANK_PATH              see meaning  CANN's variable: the folder of AOE's kn
                                          ``atc`` and the executor read; unset:
                                          ``~/.cache/pycann/aoe``. ``--op_bank_path`` (atc, aoe)
                                          wins over it
+PYCANN_OMP_WAIT_POLICY      passive      how the OpenMP workers of the oneDNN and torch kernels wait
+                                         between parallel regions: ``passive`` (sleep; wins when other
+                                         processes are busy: bench/RESULTS.md), ``active`` (spin),
+                                         ``inherit`` (leave ``OMP_WAIT_POLICY`` unset). Applied as
+                                         ``OMP_WAIT_POLICY`` just before pycann loads an OpenMP
+                                         library, unless the user set ``OMP_WAIT_POLICY`` already
 ==========================  ===========  =========================================================
 """
 
@@ -39,7 +45,8 @@ from pathlib import Path
 
 from pycann.errors import PycannError
 
-__all__ = ["ConfigError", "PlanCacheConfig", "PlanPolicy", "parse_bytes", "plan_cache_config", "tune_bank_dir"]
+__all__ = ["ConfigError", "OMP_WAIT_POLICIES", "PlanCacheConfig", "PlanPolicy", "apply_omp_wait_policy",
+           "omp_wait_policy", "parse_bytes", "plan_cache_config", "tune_bank_dir"]
 
 
 class ConfigError(PycannError, ValueError):
@@ -134,3 +141,32 @@ def tune_bank_dir(explicit: str = "") -> Path:
         what = "--op_bank_path" if explicit.strip() else "TUNE_BANK_PATH"
         raise ConfigError(f"{what}={raw!r} is a file; the knowledge bank needs a folder (it holds bank.sqlite)")
     return path
+#: Accepted values of ``PYCANN_OMP_WAIT_POLICY`` (the first is the default).
+OMP_WAIT_POLICIES = ("passive", "active", "inherit")
+
+
+def omp_wait_policy() -> str:
+    """``PYCANN_OMP_WAIT_POLICY`` (default ``passive``), lower case. Raises ``ConfigError`` on other values."""
+    raw = os.environ.get("PYCANN_OMP_WAIT_POLICY", "").strip().lower() or OMP_WAIT_POLICIES[0]
+    if raw not in OMP_WAIT_POLICIES:
+        raise ConfigError(f"PYCANN_OMP_WAIT_POLICY={raw!r}: expected one of {', '.join(OMP_WAIT_POLICIES)}")
+    return raw
+
+
+def apply_omp_wait_policy() -> str | None:
+    """Set ``OMP_WAIT_POLICY`` from ``PYCANN_OMP_WAIT_POLICY`` unless the user set it; return the value in effect.
+
+    Call it just before loading an OpenMP library (libdnnl's libgomp, torch's bundled one): libgomp reads the
+    variable once, when it loads, so a runtime that is loaded already keeps its policy. Spinning workers lose
+    badly when other processes keep the cores busy (a spinning thread uses up its CPU share, so the scheduler
+    runs the busy neighbour instead while the parallel region waits for that thread at its barrier); ONNX
+    Runtime's pool spins briefly, then blocks. Returns None when neither variable is set (``inherit``).
+    """
+    user = os.environ.get("OMP_WAIT_POLICY", "").strip()
+    if user:
+        return user
+    policy = omp_wait_policy()
+    if policy == "inherit":
+        return None
+    os.environ["OMP_WAIT_POLICY"] = policy.upper()
+    return policy.upper()

@@ -30,6 +30,7 @@ input and compared with the PyTorch output.
 Usage::
 
     python scripts/export_torch_models.py --all
+    python scripts/export_torch_models.py --zoo      # the torchvision bench zoo, tv_<arch>[_dynamo]
     python scripts/export_torch_models.py resnet50 minilm_l6 [--force] [--no-verify]
 """
 
@@ -262,6 +263,46 @@ def _minilm_l6(torch: Any, path: pathlib.Path, dynamo: bool) -> tuple[Any, tuple
     return model, args
 
 
+def _torchvision(arch: str, side: int) -> Callable[[Any, pathlib.Path, bool], tuple[Any, tuple]]:
+    """Export function for torchvision's ``arch`` (random weights, seed 0) on ``x [batch, 3, side, side]``.
+
+    torchvision's default initialisation leaves BatchNorm at mean 0 / var 1 / gamma 1 / beta 0; the
+    running statistics are randomised (as :meth:`torch_models.ResNet50.randomize_batchnorm_affine` does)
+    so that folding them is not the identity.
+    """
+
+    def export_fn(torch: Any, path: pathlib.Path, dynamo: bool) -> tuple[Any, tuple]:
+        from pycann.torch_vision_hook import ensure_torchvision_importable
+
+        ensure_torchvision_importable()
+        import torchvision
+
+        torch.manual_seed(0)
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")  # googlenet / inception_v3: "weights init will change" warnings
+            model = getattr(torchvision.models, arch)(weights=None)
+        gen = torch.Generator().manual_seed(1)
+        for param in model.parameters():  # vit_b_16 zero-initialises its head: all-zero logits compare nothing
+            if param.dim() >= 2 and not param.detach().any():
+                param.data.copy_(0.02 * torch.randn(param.shape, generator=gen))
+        for mod in model.modules():
+            if isinstance(mod, torch.nn.BatchNorm2d):
+                mod.running_mean.copy_(0.1 * torch.randn(mod.num_features, generator=gen))
+                mod.running_var.copy_(0.5 + torch.rand(mod.num_features, generator=gen))
+        model.eval()
+        # nn.MultiheadAttention's inference fast path (vit_b_16) is aten::_native_multi_head_attention, which
+        # the TorchScript exporter cannot export: trace the plain path, as in training mode.
+        torch.backends.mha.set_fastpath_enabled(False)
+        args = (torch.randn(2, 3, side, side, generator=torch.Generator().manual_seed(0)),)
+        if dynamo:
+            _export_dynamo(torch, model, args, path, ["x"], "logits", {"x": {0: torch.export.Dim("batch")}})
+        else:
+            _export_legacy(torch, model, args, path, ["x"], "logits", {"x": {0: "batch"}, "logits": {0: "batch"}})
+        return model, args
+
+    return export_fn
+
+
 #: name -> (export function, use the dynamo exporter)
 EXPORTS: dict[str, tuple[Callable[[Any, pathlib.Path, bool], tuple[Any, tuple]], bool]] = {
     "minilm_l6": (_minilm_l6, False),
@@ -272,6 +313,9 @@ EXPORTS: dict[str, tuple[Callable[[Any, pathlib.Path, bool], tuple[Any, tuple]],
     "gpt2_6l": (_gpt2_6l, False),
     "gpt2_6l_kv": (_gpt2_6l_kv, False),
 }
+for _arch, _side in fetch_models.TORCHVISION_ZOO.items():  # the bench zoo: tv_<arch> and tv_<arch>_dynamo
+    EXPORTS[f"tv_{_arch}"] = (_torchvision(_arch, _side), False)
+    EXPORTS[f"tv_{_arch}_dynamo"] = (_torchvision(_arch, _side), True)
 
 
 def _verify(torch: Any, model: Any, args: tuple, path: pathlib.Path) -> float:
@@ -328,13 +372,16 @@ def main(argv: Sequence[str] | None = None) -> int:
     """Command-line entry point."""
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("names", nargs="*", help=f"models: {', '.join(EXPORTS)}")
-    parser.add_argument("--all", action="store_true", help="export every torch model")
+    parser.add_argument("--all", action="store_true", help="export every torch model of the test set")
+    parser.add_argument("--zoo", action="store_true", help="export the torchvision bench zoo (both exporters)")
     parser.add_argument("--force", action="store_true", help="re-export files that exist")
     parser.add_argument("--no-verify", action="store_true", help="skip the ORT-vs-torch comparison")
     args = parser.parse_args(argv)
-    names = list(EXPORTS) if args.all else args.names
+    names = [n for n in EXPORTS if n not in fetch_models.ZOO_MODELS] if args.all else list(args.names)
+    if args.zoo:
+        names += [n for n in fetch_models.ZOO_MODELS if n not in names]
     if not names:
-        parser.error("give model names or --all")
+        parser.error("give model names, --all or --zoo")
     unknown = [n for n in names if n not in EXPORTS]
     if unknown:
         parser.error(f"unknown torch model(s) {unknown}; known: {', '.join(EXPORTS)}")
@@ -342,9 +389,14 @@ def main(argv: Sequence[str] | None = None) -> int:
     if any(EXPORTS[n][1] for n in names):
         _require_onnxscript()
     torch.manual_seed(0)
+    failed = []
     for name in names:
-        export(name, force=args.force, verify=not args.no_verify)
-    return 0
+        try:
+            export(name, force=args.force, verify=not args.no_verify)
+        except Exception as exc:  # one exporter failing on one model (dynamo) must not stop the rest
+            failed.append(name)
+            print(f"{name:30s} FAILED: {type(exc).__name__}: {str(exc).splitlines()[0][:300]}", flush=True)
+    return 1 if failed else 0
 
 
 if __name__ == "__main__":

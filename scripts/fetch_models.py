@@ -9,7 +9,7 @@ The cache folder is ``$PYCANN_MODEL_DIR`` (default ``~/.cache/pycann/models``):
 Command line (from the repository root)::
 
     python scripts/fetch_models.py --all            # every model (wheels + torch exports)
-    python scripts/fetch_models.py --group ocr      # ocr | vad | torch
+    python scripts/fetch_models.py --group ocr      # ocr | vad | torch | zoo (the torchvision bench zoo)
     python scripts/fetch_models.py silero_vad resnet50
     python scripts/fetch_models.py --list           # names, groups, sources, cached or not
 
@@ -40,6 +40,8 @@ from dataclasses import dataclass
 __all__ = [
     "GROUPS",
     "TORCH_MODELS",
+    "TORCHVISION_ZOO",
+    "ZOO_MODELS",
     "WHEELS",
     "WHEEL_MODELS",
     "all_names",
@@ -107,11 +109,32 @@ TORCH_MODELS: tuple[str, ...] = (
     "gpt2_6l",
 )
 
+#: The bench zoo (``bench/run_bench.py --zoo``; nobody tuned pycann to it): torchvision architecture -> image
+#: side. Random weights; ``tv_<arch>`` is the TorchScript export, ``tv_<arch>_dynamo`` the dynamo one. Not part of
+#: the test set (``all_names``).
+TORCHVISION_ZOO: dict[str, int] = {
+    "mobilenet_v2": 224,
+    "mobilenet_v3_large": 224,
+    "efficientnet_b0": 224,
+    "regnet_y_800mf": 224,
+    "shufflenet_v2_x1_0": 224,
+    "squeezenet1_1": 224,
+    "densenet121": 224,
+    "googlenet": 224,
+    "inception_v3": 299,
+    "convnext_tiny": 224,
+    "vit_b_16": 224,
+    "swin_t": 224,
+    "resnet50": 224,
+}
+ZOO_MODELS: tuple[str, ...] = tuple(f"tv_{a}{s}" for a in TORCHVISION_ZOO for s in ("", "_dynamo"))
+
 #: Group name -> model names.
 GROUPS: dict[str, tuple[str, ...]] = {
     "ocr": tuple(n for n, m in WHEEL_MODELS.items() if m.group == "ocr"),
     "vad": tuple(n for n, m in WHEEL_MODELS.items() if m.group == "vad"),
     "torch": TORCH_MODELS,
+    "zoo": ZOO_MODELS,
 }
 
 #: The MiniLM weights (read by the torch export, not extracted as a model).
@@ -139,7 +162,7 @@ def model_path(name: str) -> pathlib.Path:
 
 
 def _check_name(name: str) -> None:
-    if name not in WHEEL_MODELS and name not in TORCH_MODELS:
+    if name not in WHEEL_MODELS and name not in TORCH_MODELS and name not in ZOO_MODELS:
         raise KeyError(f"unknown model {name!r}; known: {', '.join(all_names())}")
 
 
@@ -314,7 +337,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = parser.parse_args(argv)
 
     if args.list:
-        for name in all_names():
+        for name in [*all_names(), *ZOO_MODELS]:
             path = model_path(name)
             src = (
                 f"{WHEEL_MODELS[name].package}=={WHEELS[WHEEL_MODELS[name].package]}:{WHEEL_MODELS[name].member}"
@@ -322,7 +345,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                 else "scripts/export_torch_models.py"
             )
             state = _fmt_size(path.stat().st_size) if path.is_file() else "   missing"
-            group = WHEEL_MODELS[name].group if name in WHEEL_MODELS else "torch"
+            group = WHEEL_MODELS[name].group if name in WHEEL_MODELS else "zoo" if name in ZOO_MODELS else "torch"
             print(f"{name:30s} {group:5s} {state}  {src}")
         return 0
 
@@ -333,14 +356,14 @@ def main(argv: Sequence[str] | None = None) -> int:
         names += [n for n in GROUPS[group] if n not in names]
     if not names:
         parser.error("give model names, --group or --all")
-    unknown = [n for n in names if n not in WHEEL_MODELS and n not in TORCH_MODELS]
+    unknown = [n for n in names if n not in WHEEL_MODELS and n not in TORCH_MODELS and n not in ZOO_MODELS]
     if unknown:
         parser.error(f"unknown model(s) {', '.join(unknown)}; see --list")
 
     print(f"model dir: {model_dir()}")
     t_start = time.perf_counter()
     wheel_names = [n for n in names if n in WHEEL_MODELS]
-    torch_names = [n for n in names if n in TORCH_MODELS]
+    torch_names = [n for n in names if n in TORCH_MODELS or n in ZOO_MODELS]
     for name in wheel_names:
         t0 = time.perf_counter()
         cached = _extracted_ok(name)

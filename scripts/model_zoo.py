@@ -65,7 +65,7 @@ try:
 except ImportError:  # run as `python scripts/model_zoo.py`
     import fetch_models  # type: ignore[no-redef]
 
-__all__ = ["MODELS", "ModelSpec", "ort_run", "ort_session"]
+__all__ = ["ALL_MODELS", "MODELS", "ZOO", "ModelSpec", "ort_run", "ort_session"]
 
 Feeds = dict[str, np.ndarray]
 InputsFn = Callable[[int, int], Feeds]
@@ -311,6 +311,25 @@ _SPECS: list[ModelSpec] = [
 MODELS: dict[str, ModelSpec] = {s.name: s for s in _SPECS}
 
 assert set(MODELS) == set(fetch_models.all_names()), "model_zoo and fetch_models disagree on the model set"
+
+
+def _zoo_spec(name: str) -> ModelSpec:
+    arch = name.removeprefix("tv_").removesuffix("_dynamo")
+    side = fetch_models.TORCHVISION_ZOO[arch]
+    dynamo = name.endswith("_dynamo")
+    return ModelSpec(
+        name=name, group="zoo", file=f"{name}.onnx",
+        source=f"{_EXPORT_SRC} (torchvision.models.{arch}, {'dynamo, opset 18' if dynamo else 'TorchScript, opset 17'})",
+        inputs=_image_batched((3, side, side)), test_inputs=_image((1, 3, side, side)), outputs=("logits",),
+        rtol=1e-3, atol=1e-4, notes="random weights (seed 0), randomised BatchNorm statistics",
+    )  # fmt: skip
+
+
+#: The bench zoo (torchvision, both exporters; ``bench/run_bench.py --zoo``), not in the test set.
+ZOO: dict[str, ModelSpec] = {n: _zoo_spec(n) for n in fetch_models.ZOO_MODELS}
+
+#: Every model a benchmark may name: the real set, then the zoo.
+ALL_MODELS: dict[str, ModelSpec] = {**MODELS, **ZOO}
 
 
 # ----------------------------------------------------------------------------------------- ORT helper

@@ -112,6 +112,8 @@ class LoadedModel:
         self.executor = Executor(graph, specialize, config=cfg, memo=SpecializeMemo())
         if precompile and self.gears is not None:
             self.precompile_gears()
+        elif precompile:
+            self.precompile_static()
         hooks.on_model_load(self)  # model name for profiles/dumps; PYCANN_PROFILE_DIR (msprof) starts a profiler
 
     @classmethod
@@ -367,6 +369,16 @@ class LoadedModel:
                 self.executor.plan_for(feeds)
                 built += 1
         return built
+
+    def precompile_static(self) -> bool:
+        """Build the plan of a fully static model now (done at load, as for gears), so that its first run does
+        not pay for specialisation, kernel selection and weight packing. Skipped (returns False) when an input
+        is dynamic or steers control flow by its value (a scalar whose plan depends on what is fed)."""
+        if self._static_feeds is None or self.executor._control or self._dyn_aipp is not None:
+            return False
+        feeds = [np.zeros(shape, dtype=dt) for dt, shape in self._static_feeds]
+        self.executor.plan_for(feeds)
+        return True
 
     # ------------------------------------------------------------------ dynamic AIPP
     def set_dynamic_aipp(self, index: int, params: Params) -> None:

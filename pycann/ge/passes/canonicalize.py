@@ -19,6 +19,10 @@ Rewrites (ONNX semantics, Operators.md):
   ``Reshape(x, [0,] * axis-part, prod(rest))``: one spelling for TransposeReshapeCancellation.
 - ``PadIntoConv``: a zero constant ``Pad`` of only the spatial dims read by one ``Conv``
   (explicit pads) -> the Conv's ``pads`` grow by the Pad's.
+- ``ReduceMeanToGlobalAveragePool``: ``ReduceMean`` of a float ``[N, C, H, W, ...]`` over exactly the
+  spatial axes ``2..rank-1`` (attribute, or constant input from opset 18) with ``keepdims=1``, unless
+  ``x - mean(x)`` follows (a normalisation, left to LayerNormFusion) -> ``GlobalAveragePool`` (the dynamo exporter's spelling of ``adaptive_avg_pool2d(1)``; same mean,
+  summation order aside).
 - activation spellings live in ``canonicalize_act`` (HardSigmoid, HardSwish, Mish).
 """
 
@@ -215,8 +219,33 @@ def _pad_conv(ix: GraphIndex, g: Graph, n: Node, rw: Rewrites) -> tuple[list[Nod
     return [n, conv], [fused]
 
 
+# ------------------------------------------------------------------------------ ReduceMean over H, W
+
+
+def _reduce_mean_gap(ix: GraphIndex, g: Graph, n: Node, rw: Rewrites) -> tuple[list[Node], list[Node]] | str | None:
+    d = ix.desc(n.inputs[0])
+    if d is None or d.shape is None or len(d.shape) < 4 or d.dtype not in (1, 10, 11):
+        return None  # not an image (rank-3 means are LayerNorm / GroupNorm statistics), or dtype unknown
+    rank = len(d.shape)
+    if len(n.inputs) > 1 and n.inputs[1]:  # opset 18: axes as an input
+        c = ix.const(n.inputs[1])
+        if c is None:
+            return f"ReduceMean {n.name}: axes are not constant"
+        axes = [int(v) for v in np.asarray(c).reshape(-1)]
+    else:
+        axes = [int(v) for v in n.attrs.get("axes", [])]
+    if not axes or not int(n.attrs.get("keepdims", 1)):
+        return f"ReduceMean {n.name}: keepdims=0 or no axes kept"
+    if sorted(a + rank if a < 0 else a for a in axes) != list(range(2, rank)):
+        return None  # another reduction (LayerNorm's last axis, ...): not a candidate
+    if any(c.op_type == "Sub" and n.inputs[0] in c.inputs for c in ix.consumers.get(n.outputs[0], [])):
+        return f"ReduceMean {n.name}: x - mean(x) follows (a normalisation: LayerNormFusion's pattern)"
+    return [n], [Node("GlobalAveragePool", [n.inputs[0]], list(n.outputs), name=f"{n.name}_as_gap", opset=n.opset)]
+
+
 REWRITES: tuple[Rewrite, ...] = (
     Rewrite("VariadicToBinary", ("Sum", "Mean", "Max", "Min"), _variadic),
+    Rewrite("ReduceMeanToGlobalAveragePool", ("ReduceMean",), _reduce_mean_gap),
     Rewrite("DivByConstant", ("Div",), _div_const),
     Rewrite("GemmToMatMul", ("Gemm",), _gemm),
     Rewrite("FlattenToReshape", ("Flatten",), _flatten),

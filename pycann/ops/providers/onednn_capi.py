@@ -23,6 +23,7 @@ from typing import Any
 
 import numpy as np
 
+from pycann.config import apply_omp_wait_policy
 from pycann.ops.providers.onednn_capi_table import (
     _I,
     _P,
@@ -111,6 +112,7 @@ def open_library(paths: Sequence[str], major: int, signatures: dict[str, tuple[A
         if not os.path.exists(path):
             errors.append(f"{path}: not found")
             continue
+        apply_omp_wait_policy()  # libgomp reads OMP_WAIT_POLICY when libdnnl loads it
         try:
             lib = ctypes.CDLL(path)  # RTLD_LOCAL: a v2 and a v3 library never see each other's symbols
             for name, argtypes in signatures.items():

@@ -40,6 +40,9 @@ def _torch() -> Any:
     if os.environ.get("PYCANN_INT8_KERNELS", "").strip().lower() in ("0", "off", "false", "no"):
         return None
     try:
+        from pycann.config import apply_omp_wait_policy
+
+        apply_omp_wait_policy()  # torch's bundled libgomp reads OMP_WAIT_POLICY when it loads
         import torch
 
         if not torch.backends.mkldnn.is_available() or not hasattr(torch.ops.onednn, "qconv2d_pointwise"):

@@ -45,6 +45,9 @@ def load() -> Any:
     """``import torch`` once and apply the thread policy; raises ImportError without torch."""
     global _torch
     if _torch is None:
+        from pycann.config import apply_omp_wait_policy
+
+        apply_omp_wait_policy()  # torch's bundled libgomp reads OMP_WAIT_POLICY when it loads
         import torch
 
         n = thread_budget()

@@ -1,0 +1,66 @@
+"""A fully static model builds its plan at load (LoadedModel.precompile_static); dynamic or value-steered
+models keep building on their first run. Results stay those of ONNX Runtime."""
+
+from __future__ import annotations
+
+import numpy as np
+from onnx import helper
+
+from pycann.ge.compiler import CompileOptions, compile_model
+from pycann.ge.model import LoadedModel
+from tests.ge.onnx_graphs import const, float_model
+from tests.ops.oracle import run_ort
+
+
+def _conv_relu(batch: int | str) -> object:
+    w = np.random.default_rng(0).standard_normal((8, 3, 3, 3)).astype(np.float32)
+    nodes = [helper.make_node("Conv", ["x", "w"], ["c"], pads=[1, 1, 1, 1]), helper.make_node("Relu", ["c"], ["y"])]
+    return float_model(nodes, [("x", [batch, 3, 16, 16])], "y", [const("w", w)])
+
+
+def test_static_model_plan_is_built_at_load() -> None:
+    m = _conv_relu(2)
+    lm = LoadedModel.from_compiled(compile_model(m))
+    assert lm.executor.stats().built == 1  # before any run
+    x = np.random.default_rng(1).standard_normal((2, 3, 16, 16)).astype(np.float32)
+    got = lm.run_dict({"x": x})
+    assert lm.executor.stats().built == 1  # the first run found it
+    np.testing.assert_allclose(got[0], run_ort(m, {"x": x})[0], rtol=1e-4, atol=1e-5)
+
+
+def test_static_input_shape_option_counts_as_static() -> None:
+    m = _conv_relu("N")
+    lm = LoadedModel.from_compiled(compile_model(m, CompileOptions(input_shape={"x": [1, 3, 16, 16]})))
+    assert lm.executor.stats().built == 1
+
+
+def test_dynamic_model_builds_on_first_run() -> None:
+    m = _conv_relu("N")
+    lm = LoadedModel.from_compiled(compile_model(m))
+    assert lm.executor.stats().built == 0
+    x = np.random.default_rng(2).standard_normal((3, 3, 16, 16)).astype(np.float32)
+    got = lm.run_dict({"x": x})
+    assert lm.executor.stats().built == 1
+    np.testing.assert_allclose(got[0], run_ort(m, {"x": x})[0], rtol=1e-4, atol=1e-5)
+
+
+def test_precompile_off_keeps_lazy_build() -> None:
+    cm = compile_model(_conv_relu(2))
+    lm = LoadedModel(cm.graph, cm.manifest, precompile=False)
+    assert lm.executor.stats().built == 0
+
+
+def test_scalar_control_input_is_not_precompiled() -> None:
+    """An integer scalar input may steer shapes or control flow by its value: its plan waits for a real feed."""
+    from onnx import TensorProto
+
+    nodes = [helper.make_node("Cast", ["k"], ["kf"], to=TensorProto.FLOAT), helper.make_node("Mul", ["x", "kf"], ["y"])]
+    g = helper.make_graph(nodes, "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 4]),
+                                       helper.make_tensor_value_info("k", TensorProto.INT64, [])],
+                          [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)])
+    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
+    m.ir_version = 8
+    lm = LoadedModel.from_compiled(compile_model(m))
+    assert lm.executor.stats().built == 0
+    feeds = {"x": np.arange(8, dtype=np.float32).reshape(2, 4), "k": np.array(3, dtype=np.int64)}
+    np.testing.assert_allclose(lm.run_dict(feeds)[0], run_ort(m, feeds)[0])

@@ -1,0 +1,61 @@
+"""PYCANN_OMP_WAIT_POLICY -> OMP_WAIT_POLICY before pycann loads an OpenMP library (pycann/config.py)."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+
+import pytest
+
+from pycann.config import ConfigError, apply_omp_wait_policy, omp_wait_policy
+
+
+def test_default_is_passive(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("PYCANN_OMP_WAIT_POLICY", raising=False)
+    monkeypatch.delenv("OMP_WAIT_POLICY", raising=False)
+    assert omp_wait_policy() == "passive"
+    assert apply_omp_wait_policy() == "PASSIVE"
+    assert os.environ["OMP_WAIT_POLICY"] == "PASSIVE"
+
+
+def test_user_setting_wins(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("OMP_WAIT_POLICY", "active")
+    monkeypatch.setenv("PYCANN_OMP_WAIT_POLICY", "passive")
+    assert apply_omp_wait_policy() == "active"
+    assert os.environ["OMP_WAIT_POLICY"] == "active"
+
+
+def test_active_and_inherit(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("OMP_WAIT_POLICY", raising=False)
+    monkeypatch.setenv("PYCANN_OMP_WAIT_POLICY", "Active")
+    assert apply_omp_wait_policy() == "ACTIVE"
+    monkeypatch.delenv("OMP_WAIT_POLICY")
+    monkeypatch.setenv("PYCANN_OMP_WAIT_POLICY", "inherit")
+    assert apply_omp_wait_policy() is None
+    assert "OMP_WAIT_POLICY" not in os.environ
+
+
+def test_bad_value_names_the_variable(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("OMP_WAIT_POLICY", raising=False)
+    monkeypatch.setenv("PYCANN_OMP_WAIT_POLICY", "spin")
+    with pytest.raises(ConfigError, match="PYCANN_OMP_WAIT_POLICY='spin'.*passive, active, inherit"):
+        apply_omp_wait_policy()
+
+
+def test_set_before_libdnnl_loads() -> None:
+    """In a fresh process, loading the oneDNN provider leaves OMP_WAIT_POLICY=PASSIVE behind."""
+    from pycann.ops.providers import onednn_capi
+
+    try:
+        onednn_capi.library_candidates()
+    except Exception as e:  # pragma: no cover
+        pytest.skip(str(e))
+    code = ("import os; from pycann.ops.providers import onednn_capi as c\n"
+            "try:\n    c.load()\nexcept OSError:\n    print('NOLIB'); raise SystemExit\n"
+            "print(os.environ.get('OMP_WAIT_POLICY'))")  # fmt: skip
+    env = {k: v for k, v in os.environ.items() if k not in ("OMP_WAIT_POLICY", "PYCANN_OMP_WAIT_POLICY")}
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, check=True).stdout
+    if out.strip() == "NOLIB":
+        pytest.skip("libdnnl.so.3 is not installed")
+    assert out.strip() == "PASSIVE"
