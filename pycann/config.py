@@ -22,6 +22,11 @@ PYCANN_PLAN_POLICY          auto         ``auto``: the first input signature get
                                          convolutions (vision), else they run the shape-generic
                                          plan (decoders: a new past length every step);
                                          ``specialize``: every signature; ``generic``: none
+PYCANN_OMP_WAIT             passive      how the OpenMP workers of oneDNN and torch wait between
+                                         two kernels: ``passive`` (sleep at once), ``spin``
+                                         (libgomp's default, ~300k spins), or a spin count. Applied
+                                         before libgomp loads, unless OMP_WAIT_POLICY or
+                                         GOMP_SPINCOUNT is set (those win)
 ==========================  ===========  =========================================================
 """
 
@@ -33,7 +38,7 @@ from enum import Enum
 
 from pycann.errors import PycannError
 
-__all__ = ["ConfigError", "PlanCacheConfig", "PlanPolicy", "parse_bytes", "plan_cache_config"]
+__all__ = ["ConfigError", "PlanCacheConfig", "PlanPolicy", "apply_openmp_wait", "openmp_wait_env", "parse_bytes", "plan_cache_config"]
 
 
 class ConfigError(PycannError, ValueError):
@@ -116,3 +121,32 @@ def device_count() -> int:
                 raise ConfigError(f"{name}={raw!r}: expected a positive integer")
             return n
     return 1
+
+
+def openmp_wait_env() -> dict[str, str]:
+    """The OpenMP variables to set before libgomp loads, from ``PYCANN_OMP_WAIT`` (``passive``,
+    the default; ``spin``; or a spin count): ``{}`` when the user set ``OMP_WAIT_POLICY`` or
+    ``GOMP_SPINCOUNT`` themselves. Raises ``ConfigError`` on another value.
+
+    Why passive: between two oneDNN kernels pycann runs Python (tens of microseconds); libgomp's
+    default spin keeps the worker busy through every such gap, which on a shared or oversubscribed
+    machine takes the core from the thread doing the work (GPT-2 decode at load 8 on 2 cores:
+    ~250 ms of CPU per token spinning vs ~55 ms passive; bench/RESULTS.md)."""
+    if os.environ.get("OMP_WAIT_POLICY", "").strip() or os.environ.get("GOMP_SPINCOUNT", "").strip():
+        return {}
+    raw = os.environ.get("PYCANN_OMP_WAIT", "").strip().lower() or "passive"
+    if raw == "passive":
+        return {"OMP_WAIT_POLICY": "PASSIVE"}
+    if raw == "spin":
+        return {}
+    if raw.isdigit():
+        return {"GOMP_SPINCOUNT": raw}
+    raise ConfigError(f"PYCANN_OMP_WAIT={raw!r}: expected passive, spin or a spin count (e.g. 10000)")
+
+
+def apply_openmp_wait() -> None:
+    """Put ``openmp_wait_env()`` into the process environment (``os.environ``: libgomp reads it
+    when it loads). Called right before pycann loads libdnnl or imports torch; once libgomp is
+    loaded (by pycann or the application) it has no effect on that copy."""
+    for k, v in openmp_wait_env().items():
+        os.environ.setdefault(k, v)

@@ -26,7 +26,7 @@ from pycann.ge.plan_cache import CacheStats, PlanCache
 from pycann.ge.planning.candidates import INPLACE, arena_candidates, inplace_candidates
 from pycann.ge.planning.memory import MemoryPlan, plan_memory
 from pycann.ops.prepared import PREPARE
-from pycann.ops.providers import arena_ok, blas_single_thread, uses_openmp
+from pycann.ops.providers import arena_ok, blas_single_thread, runtime_openmp, uses_openmp
 from pycann.ops.registry import lookup
 from pycann.profiler import hooks
 
@@ -158,7 +158,9 @@ class Plan:
         self.const_outputs = {i for i, s in enumerate(self.output_slots) if s in const_slots}
         # prepared kernels bound to oneDNN (LayerNorm, attention, pooling) carry ``openmp`` themselves
         self.torch_pool = uses_openmp(step[3].get("_algo") for step in self.steps) \
-            or any(getattr(step[0], "openmp", False) for step in self.steps)
+            or any(getattr(step[0], "openmp", False) for step in self.steps) \
+            or (memory is None and runtime_openmp(n.op_type for n, step in zip(self.nodes, self.steps)
+                                                  if not step[3].get("_algo")))
 
     def _generate(self, const_slots: set[int]) -> Callable[..., list[Any]] | None:
         """Straight-line Python for the whole plan: one local variable per slot, kernels, attrs
@@ -442,6 +444,7 @@ class Executor:
     """
 
     MAX_CONTROL_VALUES = 4
+    AUTO_SIGNATURES = 8
 
     def __init__(
         self,
@@ -464,6 +467,9 @@ class Executor:
         # graphs whose inputs are all static have one signature: specialise it whatever the policy
         self._static = all(getattr(graph.descs.get(n), "is_static", False) for n in graph.inputs)
         self._vision = is_vision(graph)
+        # AUTO on a graph without convolutions: signatures seen once so far (None once more than
+        # AUTO_SIGNATURES distinct ones came: a shape per call, e.g. a decoder's past length)
+        self._seen: set[Signature] | None = set()
         # control input index -> scalar values seen so far (None once it varies too much to specialise)
         self._control: dict[int, set[Any] | None] = {
             i: set() for i, name in enumerate(graph.inputs) if _is_control(graph.descs.get(name))
@@ -531,14 +537,26 @@ class Executor:
                     self._generic = Plan(self.graph)
         return self._generic
 
-    def _specialises(self) -> bool:
-        """Whether a new signature gets its own plan (``PlanPolicy``; docs/dynamic-shapes.md)."""
+    def _specialises(self, sig: Signature) -> bool:
+        """Whether signature ``sig`` (no plan cached) gets its own plan now (``PlanPolicy``;
+        docs/dynamic-shapes.md). AUTO without convolutions: when it comes a second time, while the
+        model has shown at most ``AUTO_SIGNATURES`` distinct signatures."""
         policy = self._cache.config.policy
         if self._static or self._generic_failed or policy is PlanPolicy.SPECIALIZE:
             return True
         if policy is PlanPolicy.GENERIC:
             return False
-        return self._vision or self._cache.built == 0
+        if self._vision:
+            return True
+        seen = self._seen
+        if seen is None:
+            return False
+        if sig in seen:
+            return True
+        seen.add(sig)
+        if len(seen) > self.AUTO_SIGNATURES:
+            self._seen = None  # a new shape on (nearly) every call: stay generic
+        return False
 
     def run(self, feeds: Sequence[np.ndarray]) -> list[np.ndarray]:
         """Run with inputs in graph-input order; returns outputs in graph-output order."""
@@ -547,7 +565,7 @@ class Executor:
         sig, used = self._signature(feeds)
         hit = self._cache.get(sig)
         if hit is None:
-            if not self._specialises():
+            if not self._specialises(sig):
                 return self._run_generic(feeds)
             with self._lock:
                 hit = self._cache.peek(sig) or self._build(sig, used, feeds)

@@ -137,8 +137,23 @@ def test_non_vision_graph_runs_new_signatures_generic() -> None:
         x = RNG.standard_normal((2, s, 64)).astype(np.float32)
         _check(lm, m, x)
     st = lm.plan_cache_stats()
-    # the first signature is specialised (a model used at one shape gets the fastest plan)
-    assert (st.built, st.generic_runs, st.hits) == (1, 3, 1)  # the last call (s=3) hit that plan
+    # new signatures run generic; one that comes back (s=3) is specialised then (a model used at
+    # a few shapes gets the fastest plan from each one's second call)
+    assert (st.built, st.generic_runs, st.hits) == (1, 4, 0)
+    _check(lm, m, RNG.standard_normal((2, 3, 64)).astype(np.float32))
+    assert lm.plan_cache_stats().hits == 1
+
+
+def test_non_vision_graph_with_a_shape_per_call_stays_generic() -> None:
+    """More than ``AUTO_SIGNATURES`` distinct signatures (a decoder's past length): a signature
+    coming back later is not specialised any more."""
+    m = _mlp_model()
+    lm = _load(m)
+    n = lm.executor.AUTO_SIGNATURES + 1
+    for s in [*range(1, n + 1), 1, 2]:
+        _check(lm, m, RNG.standard_normal((1, s, 64)).astype(np.float32))
+    st = lm.plan_cache_stats()
+    assert (st.built, st.generic_runs) == (0, n + 2)
 
 
 @pytest.mark.parametrize("policy, built, generic", [(PlanPolicy.SPECIALIZE, 3, 0), (PlanPolicy.GENERIC, 0, 3)])

@@ -482,3 +482,24 @@ def test_static_choice_prefers_onednn_and_keeps_torch_unloaded() -> None:
     assert providers.choose("MatMul", [(128, 768), (768, 768)], {}) == ("onednn", "matmul")
     assert providers.choose("Gemm", [(1, 2048), (1000, 2048)], {"transB": 1}) == ("onednn", "gemm")
     assert providers.uses_openmp(["onednn:conv_nhwc"]) and not providers.uses_openmp(["numpy:gemm", None])
+
+
+@pytest.mark.parametrize("avx512, want", [(False, "skinny"), (True, "any")])
+def test_skinny_gemm_class_depends_on_avx512(monkeypatch: pytest.MonkeyPatch, avx512: bool, want: str) -> None:
+    """2-64 rows against a 2-D weight take numpy's BLAS first on a CPU without AVX-512 (oneDNN's jit
+    gemm there is slower than OpenBLAS at a few rows); one row (a GEMV) and batched B stay 'any'."""
+    monkeypatch.setattr(providers, "has_avx512", lambda: avx512)
+    assert providers.shape_class(GemmSpec("MatMul", (4, 1, 768), (768, 3072))) == want
+    assert providers.shape_class(GemmSpec("MatMul", (64, 768), (768, 768))) == want
+    assert providers.shape_class(GemmSpec("MatMul", (1, 1, 768), (768, 3072))) == "any"  # a GEMV
+    assert providers.shape_class(GemmSpec("MatMul", (65, 768), (768, 768))) == "any"
+    assert providers.shape_class(GemmSpec("MatMul", (12, 4, 64), (12, 64, 512))) == "any"  # B is batched
+    spec = GemmSpec("MatMul", (4, 1, 768), (768, 3072))
+    assert providers.select(spec).name == ("numpy:matmul" if not avx512 else
+                                           "onednn:matmul" if providers.available("onednn") else "numpy:matmul")
+
+
+def test_runtime_openmp() -> None:
+    """A shape-generic plan's matmuls pick a provider per call: OpenMP when oneDNN is there."""
+    assert providers.runtime_openmp(["Add", "MatMul"]) == (providers.available("onednn") or providers.available("torch"))
+    assert not providers.runtime_openmp(["Add", "Relu"])

@@ -23,6 +23,7 @@ from typing import Any
 
 import numpy as np
 
+from pycann.config import apply_openmp_wait
 from pycann.ops.providers.onednn_capi_table import (
     _I,
     _P,
@@ -107,6 +108,7 @@ def open_library(paths: Sequence[str], major: int, signatures: dict[str, tuple[A
     as oneDNN ``major``.x with every function of ``signatures`` (typed here; return type
     ``restypes`` or ``dnnl_status_t``). Raises OSError listing why each path failed."""
     errors = []
+    apply_openmp_wait()  # libgomp (linked by libdnnl) reads its wait policy when it loads
     for path in paths:
         if not os.path.exists(path):
             errors.append(f"{path}: not found")

@@ -23,6 +23,7 @@ from typing import Any
 
 import numpy as np
 
+from pycann.config import apply_openmp_wait
 from pycann.ops.nn.spatial import Window
 from pycann.ops.providers import Algorithm, ConvSpec, GemmSpec
 from pycann.ops.providers import numpy_blas as nb
@@ -45,6 +46,7 @@ def load() -> Any:
     """``import torch`` once and apply the thread policy; raises ImportError without torch."""
     global _torch
     if _torch is None:
+        apply_openmp_wait()  # before torch's libgomp loads
         import torch
 
         n = thread_budget()
