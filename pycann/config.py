@@ -17,11 +17,17 @@ PYCANN_PLAN_CACHE_PLANS     256          at most this many plans per model, what
 PYCANN_DEVICE_COUNT         see meaning  devices of the CPU runtime (acl.rt, torch.npu); unset: 1, or
                                          LOCAL_WORLD_SIZE when a launcher (torchrun, hccl-run) set
                                          it, so each local rank can set_device(LOCAL_RANK)
-PYCANN_PLAN_POLICY          auto         ``auto``: the first input signature gets a specialised
-                                         plan, later new signatures too when the graph has
-                                         convolutions (vision), else they run the shape-generic
-                                         plan (decoders: a new past length every step);
+PYCANN_PLAN_POLICY          auto         ``auto``: graphs with convolutions (vision) get a
+                                         specialised plan per signature (PYCANN_PLAN_BUILD); other
+                                         graphs run the shape-generic plan, and specialise a
+                                         signature that comes back while they have shown at most
+                                         8 (decoders: a new past length every step stay generic);
                                          ``specialize``: every signature; ``generic``: none
+PYCANN_PLAN_BUILD           background   graphs with convolutions under ``auto``: ``background``: a
+                                         new signature's call runs the shape-generic plan and its
+                                         specialised plan is built after the call on a worker
+                                         thread (the next calls of that shape hit it); ``inline``:
+                                         the call builds it first
 PYCANN_OMP_WAIT             passive      how the OpenMP workers of oneDNN and torch wait between
                                          two kernels: ``passive`` (sleep at once), ``spin``
                                          (libgomp's default, ~300k spins), or a spin count. Applied
@@ -38,7 +44,7 @@ from enum import Enum
 
 from pycann.errors import PycannError
 
-__all__ = ["ConfigError", "PlanCacheConfig", "PlanPolicy", "apply_openmp_wait", "openmp_wait_env", "parse_bytes", "plan_cache_config"]
+__all__ = ["ConfigError", "PlanBuild", "PlanCacheConfig", "PlanPolicy", "apply_openmp_wait", "openmp_wait_env", "parse_bytes", "plan_cache_config"]
 
 
 class ConfigError(PycannError, ValueError):
@@ -53,6 +59,13 @@ class PlanPolicy(str, Enum):
     GENERIC = "generic"
 
 
+class PlanBuild(str, Enum):
+    """When a graph with convolutions (``auto``) gets the specialised plan of a new signature."""
+
+    BACKGROUND = "background"  # the call runs the shape-generic plan; the plan is built after it, off the caller
+    INLINE = "inline"  # the call builds the plan, then runs it
+
+
 @dataclass(frozen=True)
 class PlanCacheConfig:
     """Bounds and policy of one model's plan cache (``ge.executor.PlanCache``)."""
@@ -60,6 +73,7 @@ class PlanCacheConfig:
     max_bytes: int = 512 << 20
     max_plans: int = 256
     policy: PlanPolicy = PlanPolicy.AUTO
+    build: PlanBuild = PlanBuild.BACKGROUND
 
 
 _UNITS = {"": 1, "B": 1, "K": 1 << 10, "KB": 1 << 10, "KIB": 1 << 10, "M": 1 << 20, "MB": 1 << 20,
@@ -104,7 +118,13 @@ def plan_cache_config() -> PlanCacheConfig:
     except ValueError:
         raise ConfigError(f"PYCANN_PLAN_POLICY={pol!r}: expected one of "
                           f"{', '.join(p.value for p in PlanPolicy)}") from None
-    return PlanCacheConfig(max_bytes, _int("PYCANN_PLAN_CACHE_PLANS", d.max_plans, 1), policy)
+    raw_build = os.environ.get("PYCANN_PLAN_BUILD", "").strip().lower() or d.build.value
+    try:
+        build = PlanBuild(raw_build)
+    except ValueError:
+        raise ConfigError(f"PYCANN_PLAN_BUILD={raw_build!r}: expected one of "
+                          f"{', '.join(b.value for b in PlanBuild)}") from None
+    return PlanCacheConfig(max_bytes, _int("PYCANN_PLAN_CACHE_PLANS", d.max_plans, 1), policy, build)
 
 
 def device_count() -> int:

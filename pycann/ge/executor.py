@@ -13,12 +13,14 @@ from __future__ import annotations
 
 import threading
 import time
+from collections import deque
 from collections.abc import Callable, Sequence
+from dataclasses import replace
 from typing import Any, NamedTuple
 
 import numpy as np
 
-from pycann.config import PlanCacheConfig, PlanPolicy
+from pycann.config import PlanBuild, PlanCacheConfig, PlanPolicy
 from pycann.dtypes import to_numpy
 from pycann.errors import KernelError, PycannError
 from pycann.ge.ir import Graph, free_names, node_reads
@@ -445,6 +447,7 @@ class Executor:
 
     MAX_CONTROL_VALUES = 4
     AUTO_SIGNATURES = 8
+    MAX_QUEUED = 64  # background builds waiting at most; a new signature beyond it just runs generic
 
     def __init__(
         self,
@@ -458,10 +461,11 @@ class Executor:
         self._specialize = specialize
         cfg = config or PlanCacheConfig()
         if cache_size is not None:
-            cfg = PlanCacheConfig(cfg.max_bytes, cache_size, cfg.policy)
+            cfg = replace(cfg, max_plans=cache_size)
         self._cache: PlanCache[CachedPlan] = PlanCache(cfg)
         self._lock = threading.Lock()
         self._generic: Plan | None = None
+        self._generic_lock = threading.Lock()
         self._generic_failed = False
         self._memo: Any = memo  # (compiler.SpecializeMemo: the executor does not import the compiler)
         # graphs whose inputs are all static have one signature: specialise it whatever the policy
@@ -470,6 +474,12 @@ class Executor:
         # AUTO on a graph without convolutions: signatures seen once so far (None once more than
         # AUTO_SIGNATURES distinct ones came: a shape per call, e.g. a decoder's past length)
         self._seen: set[Signature] | None = set()
+        # PlanBuild.BACKGROUND: signatures waiting for (or in) the builder thread, in order
+        self._queue: deque[tuple[Signature, list[tuple[int, ...] | None], dict[str, np.ndarray]]] = deque()
+        self._queued: set[Signature] = set()
+        self._idle = threading.Condition(threading.Lock())
+        self._worker: threading.Thread | None = None
+        self._build_failed: set[Signature] = set()  # background builds that raised: built inline next time
         # control input index -> scalar values seen so far (None once it varies too much to specialise)
         self._control: dict[int, set[Any] | None] = {
             i: set() for i, name in enumerate(graph.inputs) if _is_control(graph.descs.get(name))
@@ -500,11 +510,20 @@ class Executor:
             used.append(i)
         return tuple(sig), used
 
+    def _request(self, sig: Signature, used: list[int], feeds: Sequence[Any]) -> tuple[
+            list[tuple[int, ...] | None], dict[str, np.ndarray]]:
+        """(input shapes, control values) of a build: all a plan needs from the feeds."""
+        shapes = [tuple(x.shape) if isinstance(x, np.ndarray) else None for x in feeds]
+        return shapes, {self.graph.inputs[i]: feeds[i].copy() for i in used}
+
     def _build(self, sig: Signature, used: list[int], feeds: Sequence[Any]) -> CachedPlan:
         """Specialise, plan and cache the plan of ``sig`` (lock held by the caller)."""
+        return self._build_from(sig, *self._request(sig, used, feeds))
+
+    def _build_from(self, sig: Signature, shapes: list[tuple[int, ...] | None],
+                    values: dict[str, np.ndarray]) -> CachedPlan:
+        """``_build`` from the shapes and control values alone (lock held by the caller)."""
         assert self._specialize is not None
-        shapes = [tuple(x.shape) if isinstance(x, np.ndarray) else None for x in feeds]
-        values = {self.graph.inputs[i]: feeds[i].copy() for i in used}
         g = self._specialize(self.graph, shapes, values, self._memo) if self._memo is not None \
             else self._specialize(self.graph, shapes, values)
         arena = plan_memory(g, only=arena_candidates(g), share=inplace_candidates(g))
@@ -532,7 +551,7 @@ class Executor:
         """The plan of the compiled graph as it is: shapes resolved by each kernel at run time
         (no arena, no prepared kernels), built once and shared by every signature."""
         if self._generic is None:
-            with self._lock:
+            with self._generic_lock:  # not ``_lock``: a background build may hold that one for long
                 if self._generic is None:
                     self._generic = Plan(self.graph)
         return self._generic
@@ -567,6 +586,11 @@ class Executor:
         if hit is None:
             if not self._specialises(sig):
                 return self._run_generic(feeds)
+            if self._in_background() and sig not in self._build_failed:
+                outs = self._run_generic(feeds)
+                if not self._generic_failed:
+                    self._enqueue(sig, used, feeds)
+                return outs
             with self._lock:
                 hit = self._cache.peek(sig) or self._build(sig, used, feeds)
         plan = hit.plan
@@ -586,6 +610,55 @@ class Executor:
             self._generic_failed = True
             self._cache.generic_runs -= 1
             return self.run(feeds)
+
+    def _in_background(self) -> bool:
+        """A new signature of this graph runs generic while its plan is built off the caller
+        (``PlanBuild.BACKGROUND``: graphs with convolutions under ``auto``, not all-static)."""
+        cfg = self._cache.config
+        return (cfg.build is PlanBuild.BACKGROUND and cfg.policy is PlanPolicy.AUTO and self._vision
+                and not self._static and not self._generic_failed)
+
+    def _enqueue(self, sig: Signature, used: list[int], feeds: Sequence[Any]) -> None:
+        """Queue the build of ``sig`` for the builder thread (started on first use; a daemon, so a
+        queue left at exit never holds the interpreter)."""
+        with self._idle:
+            if sig in self._queued or len(self._queued) >= self.MAX_QUEUED:
+                return
+            self._queued.add(sig)
+            self._queue.append((sig, *self._request(sig, used, feeds)))
+            if self._worker is None or not self._worker.is_alive():
+                self._worker = threading.Thread(target=self._build_queued, name="pycann-plan-builder", daemon=True)
+                self._worker.start()
+
+    def _build_queued(self) -> None:
+        """The builder thread: build queued signatures one at a time until the queue is empty."""
+        while True:
+            with self._idle:
+                if not self._queue:
+                    self._worker = None
+                    self._idle.notify_all()
+                    return
+                sig, shapes, values = self._queue[0]
+            try:
+                with self._lock:
+                    if self._cache.peek(sig) is None:
+                        self._build_from(sig, shapes, values)
+            except Exception:  # noqa: BLE001 - the next call of it builds inline and reports it with the node
+                self._build_failed.add(sig)
+            with self._idle:
+                self._queue.popleft()
+                self._queued.discard(sig)
+
+    def wait_builds(self, timeout: float | None = None) -> bool:
+        """Block until the background builds queued so far are done (tests, tools, a service
+        warming up). Returns False when ``timeout`` (seconds) passed first."""
+        with self._idle:
+            return self._idle.wait_for(lambda: not self._queue, timeout)
+
+    def pending_builds(self) -> int:
+        """Signatures queued for (or in) a background build now."""
+        with self._idle:
+            return len(self._queue)
 
     def cache_len(self) -> int:
         """How many specialised plans are cached now."""

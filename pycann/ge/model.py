@@ -108,7 +108,7 @@ class LoadedModel:
         # every gear's plan fits whatever the bound
         cfg = plan_cache or plan_cache_config()
         if cfg.max_plans < n_gears + 1:
-            cfg = PlanCacheConfig(cfg.max_bytes, n_gears + 1, cfg.policy)
+            cfg = replace(cfg, max_plans=n_gears + 1)
         self.executor = Executor(graph, specialize, config=cfg, memo=SpecializeMemo())
         if precompile and self.gears is not None:
             self.precompile_gears()

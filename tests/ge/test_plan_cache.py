@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 from onnx import TensorProto, helper, numpy_helper
 
-from pycann.config import ConfigError, PlanCacheConfig, PlanPolicy, parse_bytes, plan_cache_config
+from pycann.config import ConfigError, PlanBuild, PlanCacheConfig, PlanPolicy, parse_bytes, plan_cache_config
 from pycann.ge.compiler import compile_model
 from pycann.ge.model import LoadedModel
 from pycann.ge.plan_cache import PlanCache, trim_heap
@@ -51,6 +51,9 @@ def _mlp_model() -> object:
 
 
 def _load(model: object, **cfg: object) -> LoadedModel:
+    """The model with these plan-cache settings; plans built inline unless ``build`` says otherwise
+    (the cache mechanics below count plans per call; background builds: their own tests)."""
+    cfg.setdefault("build", PlanBuild.INLINE)
     return LoadedModel.from_compiled(compile_model(model), plan_cache=PlanCacheConfig(**cfg))  # type: ignore[arg-type]
 
 
@@ -77,7 +80,7 @@ def test_least_recently_used_plan_is_evicted() -> None:
     assert _keys(lm) == [c.shape, a.shape, d.shape]
     st = lm.plan_cache_stats()
     assert (st.hits, st.misses, st.built, st.evictions, st.plans) == (1, 4, 4, 1, 3)
-    assert st.generic_runs == 0  # a graph with convolutions specialises every signature (auto)
+    assert st.generic_runs == 0  # a graph with convolutions specialises every signature (auto, inline)
 
 
 def test_byte_bound_evicts_and_counts_bytes() -> None:
