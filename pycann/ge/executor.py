@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import threading
 import time
-from collections import deque
 from collections.abc import Callable, Sequence
 from dataclasses import replace
 from typing import Any, NamedTuple
@@ -24,6 +23,7 @@ from pycann.config import PlanBuild, PlanCacheConfig, PlanPolicy
 from pycann.dtypes import to_numpy
 from pycann.errors import KernelError, PycannError
 from pycann.ge.ir import Graph, free_names, node_reads
+from pycann.ge.plan_builder import BackgroundBuilder
 from pycann.ge.plan_cache import CacheStats, PlanCache
 from pycann.ge.planning.candidates import INPLACE, arena_candidates, inplace_candidates
 from pycann.ge.planning.memory import MemoryPlan, plan_memory
@@ -440,7 +440,9 @@ class Executor:
     that shows more than ``MAX_CONTROL_VALUES`` distinct values stops being one.
 
     ``config`` bounds the plan cache (bytes, plans) and sets the policy (``PlanPolicy``): which
-    new signatures ``run`` specialises and which run on the shape-generic plan. ``plan_for``
+    new signatures ``run`` specialises and which run on the shape-generic plan, and (``PlanBuild``)
+    whether a graph with convolutions builds a new signature's plan in its call or after it, on a
+    builder thread (``ge/plan_builder.py``) while that call runs generic. ``plan_for``
     always specialises (gears, tools and tests ask for the plan of given shapes). ``memo``, when
     given, is passed to ``specialize`` as its fourth argument (``compiler.SpecializeMemo``).
     """
@@ -474,12 +476,8 @@ class Executor:
         # AUTO on a graph without convolutions: signatures seen once so far (None once more than
         # AUTO_SIGNATURES distinct ones came: a shape per call, e.g. a decoder's past length)
         self._seen: set[Signature] | None = set()
-        # PlanBuild.BACKGROUND: signatures waiting for (or in) the builder thread, in order
-        self._queue: deque[tuple[Signature, list[tuple[int, ...] | None], dict[str, np.ndarray]]] = deque()
-        self._queued: set[Signature] = set()
-        self._idle = threading.Condition(threading.Lock())
-        self._worker: threading.Thread | None = None
-        self._build_failed: set[Signature] = set()  # background builds that raised: built inline next time
+        # PlanBuild.BACKGROUND: new signatures' plans built off the caller (ge/plan_builder.py)
+        self._builder = BackgroundBuilder(self._build_in_background, self.MAX_QUEUED)
         # control input index -> scalar values seen so far (None once it varies too much to specialise)
         self._control: dict[int, set[Any] | None] = {
             i: set() for i, name in enumerate(graph.inputs) if _is_control(graph.descs.get(name))
@@ -586,10 +584,10 @@ class Executor:
         if hit is None:
             if not self._specialises(sig):
                 return self._run_generic(feeds)
-            if self._in_background() and sig not in self._build_failed:
+            if self._in_background() and sig not in self._builder.failed:
                 outs = self._run_generic(feeds)
                 if not self._generic_failed:
-                    self._enqueue(sig, used, feeds)
+                    self._builder.submit(sig, *self._request(sig, used, feeds))
                 return outs
             with self._lock:
                 hit = self._cache.peek(sig) or self._build(sig, used, feeds)
@@ -618,47 +616,21 @@ class Executor:
         return (cfg.build is PlanBuild.BACKGROUND and cfg.policy is PlanPolicy.AUTO and self._vision
                 and not self._static and not self._generic_failed)
 
-    def _enqueue(self, sig: Signature, used: list[int], feeds: Sequence[Any]) -> None:
-        """Queue the build of ``sig`` for the builder thread (started on first use; a daemon, so a
-        queue left at exit never holds the interpreter)."""
-        with self._idle:
-            if sig in self._queued or len(self._queued) >= self.MAX_QUEUED:
-                return
-            self._queued.add(sig)
-            self._queue.append((sig, *self._request(sig, used, feeds)))
-            if self._worker is None or not self._worker.is_alive():
-                self._worker = threading.Thread(target=self._build_queued, name="pycann-plan-builder", daemon=True)
-                self._worker.start()
-
-    def _build_queued(self) -> None:
-        """The builder thread: build queued signatures one at a time until the queue is empty."""
-        while True:
-            with self._idle:
-                if not self._queue:
-                    self._worker = None
-                    self._idle.notify_all()
-                    return
-                sig, shapes, values = self._queue[0]
-            try:
-                with self._lock:
-                    if self._cache.peek(sig) is None:
-                        self._build_from(sig, shapes, values)
-            except Exception:  # noqa: BLE001 - the next call of it builds inline and reports it with the node
-                self._build_failed.add(sig)
-            with self._idle:
-                self._queue.popleft()
-                self._queued.discard(sig)
+    def _build_in_background(self, sig: Any, shapes: list[tuple[int, ...] | None],
+                             values: dict[str, np.ndarray]) -> None:
+        """The builder thread's build: ``sig``'s plan unless a call built it meanwhile."""
+        with self._lock:
+            if self._cache.peek(sig) is None:
+                self._build_from(sig, shapes, values)
 
     def wait_builds(self, timeout: float | None = None) -> bool:
         """Block until the background builds queued so far are done (tests, tools, a service
-        warming up). Returns False when ``timeout`` (seconds) passed first."""
-        with self._idle:
-            return self._idle.wait_for(lambda: not self._queue, timeout)
+        warming up on known shapes). Returns False when ``timeout`` (seconds) passed first."""
+        return self._builder.wait(timeout)
 
     def pending_builds(self) -> int:
         """Signatures queued for (or in) a background build now."""
-        with self._idle:
-            return len(self._queue)
+        return self._builder.pending()
 
     def cache_len(self) -> int:
         """How many specialised plans are cached now."""
