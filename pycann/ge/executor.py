@@ -554,6 +554,22 @@ class Executor:
                     self._generic = Plan(self.graph)
         return self._generic
 
+    def prepare_generic(self) -> bool:
+        """Build the shape-generic plan now (at model load) when new signatures will run on it:
+        policy ``generic``, ``auto`` on a graph without convolutions, or with convolutions and
+        background builds; not for all-static graphs. A graph it cannot be built for is left to
+        the first call (which then reports or specialises). True when the plan exists now."""
+        cfg = self._cache.config
+        if self._static or self._specialize is None or cfg.policy is PlanPolicy.SPECIALIZE:
+            return False
+        if cfg.policy is PlanPolicy.AUTO and self._vision and cfg.build is not PlanBuild.BACKGROUND:
+            return False
+        try:
+            self.generic_plan()
+        except Exception:  # noqa: BLE001 - the first call builds it again and reports the error there
+            return False
+        return True
+
     def _specialises(self, sig: Signature) -> bool:
         """Whether signature ``sig`` (no plan cached) gets its own plan now (``PlanPolicy``;
         docs/dynamic-shapes.md). AUTO without convolutions: when it comes a second time, while the

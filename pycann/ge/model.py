@@ -112,6 +112,8 @@ class LoadedModel:
         self.executor = Executor(graph, specialize, config=cfg, memo=SpecializeMemo())
         if precompile and self.gears is not None:
             self.precompile_gears()
+        elif self.gears is None:
+            self.executor.prepare_generic()  # its setup at load, as ORT's session does, not in the first call
         hooks.on_model_load(self)  # model name for profiles/dumps; PYCANN_PROFILE_DIR (msprof) starts a profiler
 
     @classmethod

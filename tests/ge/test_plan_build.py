@@ -95,3 +95,11 @@ def test_plan_build_knob(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("PYCANN_PLAN_BUILD", "later")
     with pytest.raises(ConfigError, match="PYCANN_PLAN_BUILD='later'"):
         plan_cache_config()
+
+
+def test_generic_plan_is_built_at_load_when_it_will_be_used() -> None:
+    m, mlp = _conv_model(), _mlp_model()
+    assert _load(m).executor._generic is not None  # background builds: first calls run it
+    assert _load(mlp).executor._generic is not None  # no convolutions: new signatures run it
+    assert _load(m, build=PlanBuild.INLINE).executor._generic is None
+    assert _load(mlp, policy=PlanPolicy.SPECIALIZE).executor._generic is None
