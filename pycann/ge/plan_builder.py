@@ -9,11 +9,13 @@ A signature is queued once, at most ``max_queued`` wait (beyond that a new one i
 call ran and the next call of that shape queues it again), and a build that raises is recorded in
 ``failed`` so the executor builds that signature inline on its next call, where the error is
 reported with its node. The thread is a daemon started on demand and ends when the queue is empty,
-so a model never holds the interpreter at exit.
+so a model never holds the interpreter at exit; it runs niced (``NICE``), so on busy cores the
+calls are scheduled before the build (the GIL is still shared with them for its Python part).
 """
 
 from __future__ import annotations
 
+import os
 import threading
 from collections import deque
 from collections.abc import Callable, Hashable
@@ -22,6 +24,18 @@ from typing import Any
 __all__ = ["BackgroundBuilder"]
 
 Shapes = list[tuple[int, ...] | None]
+
+
+NICE = 10  # the builder thread's niceness increment: the calls it works for keep the CPU first
+
+
+def _lower_priority() -> None:
+    """Nice this thread alone (Linux: ``setpriority`` on a thread id affects that thread), so on
+    busy cores the calls that run meanwhile are scheduled before the build. Best effort."""
+    try:
+        os.setpriority(os.PRIO_PROCESS, threading.get_native_id(), NICE)
+    except (AttributeError, OSError):  # not Linux, or not permitted
+        pass
 
 
 class BackgroundBuilder:
@@ -55,6 +69,7 @@ class BackgroundBuilder:
         return True
 
     def _loop(self) -> None:
+        _lower_priority()
         while True:
             with self._cond:
                 if not self._queue:

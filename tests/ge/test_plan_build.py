@@ -103,3 +103,26 @@ def test_generic_plan_is_built_at_load_when_it_will_be_used() -> None:
     assert _load(mlp).executor._generic is not None  # no convolutions: new signatures run it
     assert _load(m, build=PlanBuild.INLINE).executor._generic is None
     assert _load(mlp, policy=PlanPolicy.SPECIALIZE).executor._generic is None
+
+
+def test_builder_thread_is_niced_and_process_priority_unchanged() -> None:
+    import os
+    import threading
+
+    from pycann.ge.plan_builder import NICE, BackgroundBuilder
+
+    seen: list[int] = []
+    go = threading.Event()
+    before = os.getpriority(os.PRIO_PROCESS, 0)
+
+    def build(sig: object, shapes: object, values: object) -> None:
+        go.wait(60)
+        seen.append(os.getpriority(os.PRIO_PROCESS, threading.get_native_id()))
+
+    b = BackgroundBuilder(build)
+    assert b.submit("s", [(1,)], {}) and not b.submit("s", [(1,)], {})  # queued once
+    assert b.pending() == 1
+    go.set()
+    assert b.wait(timeout=60) and b.built == 1 and b.pending() == 0
+    assert seen == [min(before + NICE, 19)]
+    assert os.getpriority(os.PRIO_PROCESS, 0) == before  # only the builder thread was niced
