@@ -503,3 +503,23 @@ def test_runtime_openmp() -> None:
     """A shape-generic plan's matmuls pick a provider per call: OpenMP when oneDNN is there."""
     assert providers.runtime_openmp(["Add", "MatMul"]) == (providers.available("onednn") or providers.available("torch"))
     assert not providers.runtime_openmp(["Add", "Relu"])
+
+
+@pytest.mark.parametrize("with_out", [False, True])
+def test_numpy_matmul_folds_batched_a_against_a_big_weight(monkeypatch: pytest.MonkeyPatch, with_out: bool) -> None:
+    """A batched A against a 2-D B of FOLD_BYTES or more is one (rows, K) product: same values
+    as np.matmul, the result's shape, and ``out`` filled when given (decode steps at batch > 1)."""
+    from pycann.ops.providers import numpy_blas as nb
+
+    monkeypatch.setattr(nb, "FOLD_BYTES", 1024)  # the real bound is 16 MiB: keep the test small
+    rng = np.random.default_rng(3)
+    a = rng.standard_normal((4, 3, 32)).astype(np.float32)
+    b = rng.standard_normal((32, 40)).astype(np.float32)  # 5 KiB >= the patched bound
+    out = np.full((4, 3, 40), np.nan, np.float32) if with_out else None
+    y = nb.matmul(a, b, out)
+    np.testing.assert_allclose(y, np.matmul(a, b), rtol=1e-5, atol=1e-5)
+    assert y.shape == (4, 3, 40) and (y is out if with_out else True)
+    t = a.transpose(1, 0, 2)  # not C-contiguous: numpy's own loop, same values
+    np.testing.assert_allclose(nb.matmul(t, b), np.matmul(t, b), rtol=1e-5, atol=1e-5)
+    small = rng.standard_normal((4, 4)).astype(np.float32)  # under the bound: unchanged path
+    np.testing.assert_allclose(nb.matmul(a[..., :4], small), np.matmul(a[..., :4], small), rtol=1e-5, atol=1e-5)
