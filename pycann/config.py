@@ -17,10 +17,11 @@ PYCANN_PLAN_CACHE_PLANS     256          at most this many plans per model, what
 PYCANN_DEVICE_COUNT         see meaning  devices of the CPU runtime (acl.rt, torch.npu); unset: 1, or
                                          LOCAL_WORLD_SIZE when a launcher (torchrun, hccl-run) set
                                          it, so each local rank can set_device(LOCAL_RANK)
-PYCANN_PLAN_POLICY          auto         ``auto``: the first input signature gets a specialised
-                                         plan, later new signatures too when the graph has
-                                         convolutions (vision), else they run the shape-generic
-                                         plan (decoders: a new past length every step);
+PYCANN_PLAN_POLICY          auto         ``auto``: graphs with convolutions (vision) get a
+                                         specialised plan per signature (PYCANN_PLAN_BUILD); other
+                                         graphs run the shape-generic plan, and specialise a
+                                         signature that comes back while they have shown at most
+                                         8 (decoders: a new past length every step stay generic);
                                          ``specialize``: every signature; ``generic``: none
 TUNE_BANK_PATH              see meaning  CANN's variable: the folder of AOE's knowledge bank
                                          (``bank.sqlite``, docs/aoe.md) that ``aoe`` writes and
@@ -33,6 +34,11 @@ PYCANN_OMP_WAIT_POLICY      passive      how the OpenMP workers of the oneDNN an
                                          ``inherit`` (leave ``OMP_WAIT_POLICY`` unset). Applied as
                                          ``OMP_WAIT_POLICY`` just before pycann loads an OpenMP
                                          library, unless the user set ``OMP_WAIT_POLICY`` already
+PYCANN_PLAN_BUILD           background   graphs with convolutions under ``auto``: ``background``: a
+                                         new signature's call runs the shape-generic plan and its
+                                         specialised plan is built after the call on a worker
+                                         thread (the next calls of that shape hit it); ``inline``:
+                                         the call builds it first
 ==========================  ===========  =========================================================
 """
 
@@ -45,7 +51,7 @@ from pathlib import Path
 
 from pycann.errors import PycannError
 
-__all__ = ["ConfigError", "OMP_WAIT_POLICIES", "PlanCacheConfig", "PlanPolicy", "apply_omp_wait_policy",
+__all__ = ["ConfigError", "OMP_WAIT_POLICIES", "PlanBuild", "PlanCacheConfig", "PlanPolicy", "apply_omp_wait_policy",
            "omp_wait_policy", "parse_bytes", "plan_cache_config", "tune_bank_dir"]
 
 
@@ -61,6 +67,13 @@ class PlanPolicy(str, Enum):
     GENERIC = "generic"
 
 
+class PlanBuild(str, Enum):
+    """When a graph with convolutions (``auto``) gets the specialised plan of a new signature."""
+
+    BACKGROUND = "background"  # the call runs the shape-generic plan; the plan is built after it, off the caller
+    INLINE = "inline"  # the call builds the plan, then runs it
+
+
 @dataclass(frozen=True)
 class PlanCacheConfig:
     """Bounds and policy of one model's plan cache (``ge.executor.PlanCache``)."""
@@ -68,6 +81,7 @@ class PlanCacheConfig:
     max_bytes: int = 512 << 20
     max_plans: int = 256
     policy: PlanPolicy = PlanPolicy.AUTO
+    build: PlanBuild = PlanBuild.BACKGROUND
 
 
 _UNITS = {"": 1, "B": 1, "K": 1 << 10, "KB": 1 << 10, "KIB": 1 << 10, "M": 1 << 20, "MB": 1 << 20,
@@ -112,7 +126,13 @@ def plan_cache_config() -> PlanCacheConfig:
     except ValueError:
         raise ConfigError(f"PYCANN_PLAN_POLICY={pol!r}: expected one of "
                           f"{', '.join(p.value for p in PlanPolicy)}") from None
-    return PlanCacheConfig(max_bytes, _int("PYCANN_PLAN_CACHE_PLANS", d.max_plans, 1), policy)
+    raw_build = os.environ.get("PYCANN_PLAN_BUILD", "").strip().lower() or d.build.value
+    try:
+        build = PlanBuild(raw_build)
+    except ValueError:
+        raise ConfigError(f"PYCANN_PLAN_BUILD={raw_build!r}: expected one of "
+                          f"{', '.join(b.value for b in PlanBuild)}") from None
+    return PlanCacheConfig(max_bytes, _int("PYCANN_PLAN_CACHE_PLANS", d.max_plans, 1), policy, build)
 
 
 def device_count() -> int:
@@ -163,8 +183,8 @@ def apply_omp_wait_policy() -> str | None:
     Runtime's pool spins briefly, then blocks. Returns None when neither variable is set (``inherit``).
     """
     user = os.environ.get("OMP_WAIT_POLICY", "").strip()
-    if user:
-        return user
+    if user or os.environ.get("GOMP_SPINCOUNT", "").strip():  # the user's own OpenMP settings win
+        return user or None
     policy = omp_wait_policy()
     if policy == "inherit":
         return None

@@ -14,19 +14,21 @@ from __future__ import annotations
 import threading
 import time
 from collections.abc import Callable, Sequence
+from dataclasses import replace
 from typing import Any, NamedTuple
 
 import numpy as np
 
-from pycann.config import PlanCacheConfig, PlanPolicy
+from pycann.config import PlanBuild, PlanCacheConfig, PlanPolicy
 from pycann.dtypes import to_numpy
 from pycann.errors import KernelError, PycannError
 from pycann.ge.ir import Graph, free_names, node_reads
+from pycann.ge.plan_builder import BackgroundBuilder
 from pycann.ge.plan_cache import CacheStats, PlanCache
 from pycann.ge.planning.candidates import INPLACE, arena_candidates, inplace_candidates
 from pycann.ge.planning.memory import MemoryPlan, plan_memory
 from pycann.ops.prepared import PREPARE
-from pycann.ops.providers import arena_ok, blas_single_thread, uses_openmp
+from pycann.ops.providers import arena_ok, blas_single_thread, runtime_openmp, uses_openmp
 from pycann.ops.registry import lookup
 from pycann.profiler import hooks
 
@@ -158,7 +160,9 @@ class Plan:
         self.const_outputs = {i for i, s in enumerate(self.output_slots) if s in const_slots}
         # prepared kernels bound to oneDNN (LayerNorm, attention, pooling) carry ``openmp`` themselves
         self.torch_pool = uses_openmp(step[3].get("_algo") for step in self.steps) \
-            or any(getattr(step[0], "openmp", False) for step in self.steps)
+            or any(getattr(step[0], "openmp", False) for step in self.steps) \
+            or (memory is None and runtime_openmp(n.op_type for n, step in zip(self.nodes, self.steps)
+                                                  if not step[3].get("_algo")))
 
     def _generate(self, const_slots: set[int]) -> Callable[..., list[Any]] | None:
         """Straight-line Python for the whole plan: one local variable per slot, kernels, attrs
@@ -436,12 +440,16 @@ class Executor:
     that shows more than ``MAX_CONTROL_VALUES`` distinct values stops being one.
 
     ``config`` bounds the plan cache (bytes, plans) and sets the policy (``PlanPolicy``): which
-    new signatures ``run`` specialises and which run on the shape-generic plan. ``plan_for``
+    new signatures ``run`` specialises and which run on the shape-generic plan, and (``PlanBuild``)
+    whether a graph with convolutions builds a new signature's plan in its call or after it, on a
+    builder thread (``ge/plan_builder.py``) while that call runs generic. ``plan_for``
     always specialises (gears, tools and tests ask for the plan of given shapes). ``memo``, when
     given, is passed to ``specialize`` as its fourth argument (``compiler.SpecializeMemo``).
     """
 
     MAX_CONTROL_VALUES = 4
+    AUTO_SIGNATURES = 8
+    MAX_QUEUED = 64  # background builds waiting at most; a new signature beyond it just runs generic
 
     def __init__(
         self,
@@ -455,15 +463,21 @@ class Executor:
         self._specialize = specialize
         cfg = config or PlanCacheConfig()
         if cache_size is not None:
-            cfg = PlanCacheConfig(cfg.max_bytes, cache_size, cfg.policy)
+            cfg = replace(cfg, max_plans=cache_size)
         self._cache: PlanCache[CachedPlan] = PlanCache(cfg)
         self._lock = threading.Lock()
         self._generic: Plan | None = None
+        self._generic_lock = threading.Lock()
         self._generic_failed = False
         self._memo: Any = memo  # (compiler.SpecializeMemo: the executor does not import the compiler)
         # graphs whose inputs are all static have one signature: specialise it whatever the policy
         self._static = all(getattr(graph.descs.get(n), "is_static", False) for n in graph.inputs)
         self._vision = is_vision(graph)
+        # AUTO on a graph without convolutions: signatures seen once so far (None once more than
+        # AUTO_SIGNATURES distinct ones came: a shape per call, e.g. a decoder's past length)
+        self._seen: set[Signature] | None = set()
+        # PlanBuild.BACKGROUND: new signatures' plans built off the caller (ge/plan_builder.py)
+        self._builder = BackgroundBuilder(self._build_in_background, self.MAX_QUEUED)
         # control input index -> scalar values seen so far (None once it varies too much to specialise)
         self._control: dict[int, set[Any] | None] = {
             i: set() for i, name in enumerate(graph.inputs) if _is_control(graph.descs.get(name))
@@ -494,11 +508,20 @@ class Executor:
             used.append(i)
         return tuple(sig), used
 
+    def _request(self, sig: Signature, used: list[int], feeds: Sequence[Any]) -> tuple[
+            list[tuple[int, ...] | None], dict[str, np.ndarray]]:
+        """(input shapes, control values) of a build: all a plan needs from the feeds."""
+        shapes = [tuple(x.shape) if isinstance(x, np.ndarray) else None for x in feeds]
+        return shapes, {self.graph.inputs[i]: feeds[i].copy() for i in used}
+
     def _build(self, sig: Signature, used: list[int], feeds: Sequence[Any]) -> CachedPlan:
         """Specialise, plan and cache the plan of ``sig`` (lock held by the caller)."""
+        return self._build_from(sig, *self._request(sig, used, feeds))
+
+    def _build_from(self, sig: Signature, shapes: list[tuple[int, ...] | None],
+                    values: dict[str, np.ndarray]) -> CachedPlan:
+        """``_build`` from the shapes and control values alone (lock held by the caller)."""
         assert self._specialize is not None
-        shapes = [tuple(x.shape) if isinstance(x, np.ndarray) else None for x in feeds]
-        values = {self.graph.inputs[i]: feeds[i].copy() for i in used}
         g = self._specialize(self.graph, shapes, values, self._memo) if self._memo is not None \
             else self._specialize(self.graph, shapes, values)
         arena = plan_memory(g, only=arena_candidates(g), share=inplace_candidates(g))
@@ -526,19 +549,47 @@ class Executor:
         """The plan of the compiled graph as it is: shapes resolved by each kernel at run time
         (no arena, no prepared kernels), built once and shared by every signature."""
         if self._generic is None:
-            with self._lock:
+            with self._generic_lock:  # not ``_lock``: a background build may hold that one for long
                 if self._generic is None:
                     self._generic = Plan(self.graph)
         return self._generic
 
-    def _specialises(self) -> bool:
-        """Whether a new signature gets its own plan (``PlanPolicy``; docs/dynamic-shapes.md)."""
+    def prepare_generic(self) -> bool:
+        """Build the shape-generic plan now (at model load) when new signatures will run on it:
+        policy ``generic``, ``auto`` on a graph without convolutions, or with convolutions and
+        background builds; not for all-static graphs. A graph it cannot be built for is left to
+        the first call (which then reports or specialises). True when the plan exists now."""
+        cfg = self._cache.config
+        if self._static or self._specialize is None or cfg.policy is PlanPolicy.SPECIALIZE:
+            return False
+        if cfg.policy is PlanPolicy.AUTO and self._vision and cfg.build is not PlanBuild.BACKGROUND:
+            return False
+        try:
+            self.generic_plan()
+        except Exception:  # noqa: BLE001 - the first call builds it again and reports the error there
+            return False
+        return True
+
+    def _specialises(self, sig: Signature) -> bool:
+        """Whether signature ``sig`` (no plan cached) gets its own plan now (``PlanPolicy``;
+        docs/dynamic-shapes.md). AUTO without convolutions: when it comes a second time, while the
+        model has shown at most ``AUTO_SIGNATURES`` distinct signatures."""
         policy = self._cache.config.policy
         if self._static or self._generic_failed or policy is PlanPolicy.SPECIALIZE:
             return True
         if policy is PlanPolicy.GENERIC:
             return False
-        return self._vision or self._cache.built == 0
+        if self._vision:
+            return True
+        seen = self._seen
+        if seen is None:
+            return False
+        if sig in seen:
+            return True
+        seen.add(sig)
+        if len(seen) > self.AUTO_SIGNATURES:
+            self._seen = None  # a new shape on (nearly) every call: stay generic
+        return False
 
     def run(self, feeds: Sequence[np.ndarray]) -> list[np.ndarray]:
         """Run with inputs in graph-input order; returns outputs in graph-output order."""
@@ -547,8 +598,13 @@ class Executor:
         sig, used = self._signature(feeds)
         hit = self._cache.get(sig)
         if hit is None:
-            if not self._specialises():
+            if not self._specialises(sig):
                 return self._run_generic(feeds)
+            if self._in_background() and sig not in self._builder.failed:
+                outs = self._run_generic(feeds)
+                if not self._generic_failed:
+                    self._builder.submit(sig, *self._request(sig, used, feeds))
+                return outs
             with self._lock:
                 hit = self._cache.peek(sig) or self._build(sig, used, feeds)
         plan = hit.plan
@@ -568,6 +624,29 @@ class Executor:
             self._generic_failed = True
             self._cache.generic_runs -= 1
             return self.run(feeds)
+
+    def _in_background(self) -> bool:
+        """A new signature of this graph runs generic while its plan is built off the caller
+        (``PlanBuild.BACKGROUND``: graphs with convolutions under ``auto``, not all-static)."""
+        cfg = self._cache.config
+        return (cfg.build is PlanBuild.BACKGROUND and cfg.policy is PlanPolicy.AUTO and self._vision
+                and not self._static and not self._generic_failed)
+
+    def _build_in_background(self, sig: Any, shapes: list[tuple[int, ...] | None],
+                             values: dict[str, np.ndarray]) -> None:
+        """The builder thread's build: ``sig``'s plan unless a call built it meanwhile."""
+        with self._lock:
+            if self._cache.peek(sig) is None:
+                self._build_from(sig, shapes, values)
+
+    def wait_builds(self, timeout: float | None = None) -> bool:
+        """Block until the background builds queued so far are done (tests, tools, a service
+        warming up on known shapes). Returns False when ``timeout`` (seconds) passed first."""
+        return self._builder.wait(timeout)
+
+    def pending_builds(self) -> int:
+        """Signatures queued for (or in) a background build now."""
+        return self._builder.pending()
 
     def cache_len(self) -> int:
         """How many specialised plans are cached now."""

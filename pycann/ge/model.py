@@ -108,12 +108,12 @@ class LoadedModel:
         # every gear's plan fits whatever the bound
         cfg = plan_cache or plan_cache_config()
         if cfg.max_plans < n_gears + 1:
-            cfg = PlanCacheConfig(cfg.max_bytes, n_gears + 1, cfg.policy)
+            cfg = replace(cfg, max_plans=n_gears + 1)
         self.executor = Executor(graph, specialize, config=cfg, memo=SpecializeMemo())
         if precompile and self.gears is not None:
             self.precompile_gears()
-        elif precompile:
-            self.precompile_static()
+        elif precompile and not self.precompile_static():
+            self.executor.prepare_generic()  # its setup at load, as ORT's session does, not in the first call
         hooks.on_model_load(self)  # model name for profiles/dumps; PYCANN_PROFILE_DIR (msprof) starts a profiler
 
     @classmethod

@@ -237,8 +237,10 @@ def describe(dynamic_inputs: list[str], vision: bool) -> str:
         return "plan cache: static shapes, one plan"
     which = {"specialize": "every input signature gets its own plan",
              "generic": "every input signature runs the shape-generic plan",
-             "auto": "every input signature gets its own plan (convolutions)" if vision else
-             "the first input signature gets its own plan, later ones run the shape-generic plan"}[cfg.policy.value]
+             "auto": f"every input signature gets its own plan (convolutions; built {cfg.build.value}, "
+                     "a new shape's first call runs the shape-generic plan when built in background)" if vision else
+             "new input signatures run the shape-generic plan; one that comes back gets its own plan "
+             "while the model has shown at most 8"}[cfg.policy.value]
     return (f"plan cache: dynamic inputs {', '.join(dynamic_inputs)}; policy {cfg.policy.value}: {which}; least "
             f"recently used plans evicted beyond {cfg.max_bytes / 2**20:.0f} MiB or {cfg.max_plans} plans "
-            "(PYCANN_PLAN_CACHE_BYTES, PYCANN_PLAN_CACHE_PLANS, PYCANN_PLAN_POLICY)")
+            "(PYCANN_PLAN_CACHE_BYTES, PYCANN_PLAN_CACHE_PLANS, PYCANN_PLAN_POLICY, PYCANN_PLAN_BUILD)")

@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 from onnx import TensorProto, helper, numpy_helper
 
-from pycann.config import ConfigError, PlanCacheConfig, PlanPolicy, parse_bytes, plan_cache_config
+from pycann.config import ConfigError, PlanBuild, PlanCacheConfig, PlanPolicy, parse_bytes, plan_cache_config
 from pycann.ge.compiler import compile_model
 from pycann.ge.model import LoadedModel
 from pycann.ge.plan_cache import PlanCache, trim_heap
@@ -51,6 +51,9 @@ def _mlp_model() -> object:
 
 
 def _load(model: object, **cfg: object) -> LoadedModel:
+    """The model with these plan-cache settings; plans built inline unless ``build`` says otherwise
+    (the cache mechanics below count plans per call; background builds: their own tests)."""
+    cfg.setdefault("build", PlanBuild.INLINE)
     return LoadedModel.from_compiled(compile_model(model), plan_cache=PlanCacheConfig(**cfg))  # type: ignore[arg-type]
 
 
@@ -77,7 +80,7 @@ def test_least_recently_used_plan_is_evicted() -> None:
     assert _keys(lm) == [c.shape, a.shape, d.shape]
     st = lm.plan_cache_stats()
     assert (st.hits, st.misses, st.built, st.evictions, st.plans) == (1, 4, 4, 1, 3)
-    assert st.generic_runs == 0  # a graph with convolutions specialises every signature (auto)
+    assert st.generic_runs == 0  # a graph with convolutions specialises every signature (auto, inline)
 
 
 def test_byte_bound_evicts_and_counts_bytes() -> None:
@@ -137,8 +140,23 @@ def test_non_vision_graph_runs_new_signatures_generic() -> None:
         x = RNG.standard_normal((2, s, 64)).astype(np.float32)
         _check(lm, m, x)
     st = lm.plan_cache_stats()
-    # the first signature is specialised (a model used at one shape gets the fastest plan)
-    assert (st.built, st.generic_runs, st.hits) == (1, 3, 1)  # the last call (s=3) hit that plan
+    # new signatures run generic; one that comes back (s=3) is specialised then (a model used at
+    # a few shapes gets the fastest plan from each one's second call)
+    assert (st.built, st.generic_runs, st.hits) == (1, 4, 0)
+    _check(lm, m, RNG.standard_normal((2, 3, 64)).astype(np.float32))
+    assert lm.plan_cache_stats().hits == 1
+
+
+def test_non_vision_graph_with_a_shape_per_call_stays_generic() -> None:
+    """More than ``AUTO_SIGNATURES`` distinct signatures (a decoder's past length): a signature
+    coming back later is not specialised any more."""
+    m = _mlp_model()
+    lm = _load(m)
+    n = lm.executor.AUTO_SIGNATURES + 1
+    for s in [*range(1, n + 1), 1, 2]:
+        _check(lm, m, RNG.standard_normal((1, s, 64)).astype(np.float32))
+    st = lm.plan_cache_stats()
+    assert (st.built, st.generic_runs) == (0, n + 2)
 
 
 @pytest.mark.parametrize("policy, built, generic", [(PlanPolicy.SPECIALIZE, 3, 0), (PlanPolicy.GENERIC, 0, 3)])

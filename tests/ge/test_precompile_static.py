@@ -40,6 +40,7 @@ def test_dynamic_model_builds_on_first_run() -> None:
     assert lm.executor.stats().built == 0
     x = np.random.default_rng(2).standard_normal((3, 3, 16, 16)).astype(np.float32)
     got = lm.run_dict({"x": x})
+    lm.executor.wait_builds()  # a new shape of a conv graph runs the generic plan; its own plan is built after
     assert lm.executor.stats().built == 1
     np.testing.assert_allclose(got[0], run_ort(m, {"x": x})[0], rtol=1e-4, atol=1e-5)
 

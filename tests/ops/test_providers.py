@@ -482,3 +482,44 @@ def test_static_choice_prefers_onednn_and_keeps_torch_unloaded() -> None:
     assert providers.choose("MatMul", [(128, 768), (768, 768)], {}) == ("onednn", "matmul")
     assert providers.choose("Gemm", [(1, 2048), (1000, 2048)], {"transB": 1}) == ("onednn", "gemm")
     assert providers.uses_openmp(["onednn:conv_nhwc"]) and not providers.uses_openmp(["numpy:gemm", None])
+
+
+@pytest.mark.parametrize("avx512, want", [(False, "skinny"), (True, "any")])
+def test_skinny_gemm_class_depends_on_avx512(monkeypatch: pytest.MonkeyPatch, avx512: bool, want: str) -> None:
+    """2-64 rows against a 2-D weight take numpy's BLAS first on a CPU without AVX-512 (oneDNN's jit
+    gemm there is slower than OpenBLAS at a few rows); one row (a GEMV) and batched B stay 'any'."""
+    monkeypatch.setattr(providers, "has_avx512", lambda: avx512)
+    assert providers.shape_class(GemmSpec("MatMul", (4, 1, 768), (768, 3072))) == want
+    assert providers.shape_class(GemmSpec("MatMul", (64, 768), (768, 768))) == want
+    assert providers.shape_class(GemmSpec("MatMul", (1, 1, 768), (768, 3072))) == "any"  # a GEMV
+    assert providers.shape_class(GemmSpec("MatMul", (65, 768), (768, 768))) == "any"
+    assert providers.shape_class(GemmSpec("MatMul", (12, 4, 64), (12, 64, 512))) == "any"  # B is batched
+    spec = GemmSpec("MatMul", (4, 1, 768), (768, 3072))
+    assert providers.select(spec).name == ("numpy:matmul" if not avx512 else
+                                           "onednn:matmul" if providers.available("onednn") else "numpy:matmul")
+
+
+def test_runtime_openmp() -> None:
+    """A shape-generic plan's matmuls pick a provider per call: OpenMP when oneDNN is there."""
+    assert providers.runtime_openmp(["Add", "MatMul"]) == (providers.available("onednn") or providers.available("torch"))
+    assert not providers.runtime_openmp(["Add", "Relu"])
+
+
+@pytest.mark.parametrize("with_out", [False, True])
+def test_numpy_matmul_folds_batched_a_against_a_big_weight(monkeypatch: pytest.MonkeyPatch, with_out: bool) -> None:
+    """A batched A against a 2-D B of FOLD_BYTES or more is one (rows, K) product: same values
+    as np.matmul, the result's shape, and ``out`` filled when given (decode steps at batch > 1)."""
+    from pycann.ops.providers import numpy_blas as nb
+
+    monkeypatch.setattr(nb, "FOLD_BYTES", 1024)  # the real bound is 16 MiB: keep the test small
+    rng = np.random.default_rng(3)
+    a = rng.standard_normal((4, 3, 32)).astype(np.float32)
+    b = rng.standard_normal((32, 40)).astype(np.float32)  # 5 KiB >= the patched bound
+    out = np.full((4, 3, 40), np.nan, np.float32) if with_out else None
+    y = nb.matmul(a, b, out)
+    np.testing.assert_allclose(y, np.matmul(a, b), rtol=1e-5, atol=1e-5)
+    assert y.shape == (4, 3, 40) and (y is out if with_out else True)
+    t = a.transpose(1, 0, 2)  # not C-contiguous: numpy's own loop, same values
+    np.testing.assert_allclose(nb.matmul(t, b), np.matmul(t, b), rtol=1e-5, atol=1e-5)
+    small = rng.standard_normal((4, 4)).astype(np.float32)  # under the bound: unchanged path
+    np.testing.assert_allclose(nb.matmul(a[..., :4], small), np.matmul(a[..., :4], small), rtol=1e-5, atol=1e-5)

@@ -179,6 +179,12 @@ STATIC_TABLE: dict[tuple[str, str], tuple[str, ...]] = {
     # would load libdnnl (~40 MB of RSS) into a model that never runs it (PP-OCR cls's classifier).
     ("MatMul", "tiny"): ("numpy:matmul", "onednn:matmul", "torch:matmul"),
     ("Gemm", "tiny"): ("numpy:gemm", "onednn:gemm", "torch:addmm"),
+    # 2-64 rows against a 2-D weight (decode steps of a small batch) on a CPU without AVX-512:
+    # oneDNN has no brgemm there and its jit gemm runs 1.2-2.5x slower than OpenBLAS (GPT-2
+    # shapes, one thread; docs/dynamic-shapes.md). One row (a GEMV) stays on oneDNN: as fast per
+    # thread, and its OpenMP pool waits passively. With AVX-512 these take the "any" row.
+    ("MatMul", "skinny"): ("numpy:matmul", "onednn:matmul", "torch:matmul"),
+    ("Gemm", "skinny"): ("numpy:gemm", "onednn:gemm", "torch:addmm"),
     ("Gemm", "any"): ("onednn:gemm", "numpy:gemm", "torch:addmm"),
 }
 # The general algorithm of each op (every spec): the last resort.
@@ -205,10 +211,31 @@ TINY_FLOPS_2D = 200_000
 GEMM_TINY_FLOPS = 1 << 20  # = onednn_matmul.SMALL_FLOPS: below this a product stays on numpy
 
 
+SKINNY_ROWS = 64  # 2..this many rows (batch x M against a 2-D B): the "skinny" GEMM row
+
+
+@lru_cache(maxsize=1)
+def has_avx512() -> bool:
+    """True when the CPU advertises AVX-512F (Linux /proc/cpuinfo; elsewhere assumed True, the
+    tuning of STATIC_TABLE)."""
+    try:
+        with open("/proc/cpuinfo", encoding="utf-8") as f:
+            for line in f:
+                if line.startswith("flags"):
+                    return "avx512f" in line.split()
+    except OSError:
+        pass
+    return True
+
+
 def shape_class(spec: OpSpec) -> str:
     """The ``STATIC_TABLE`` row of a spec."""
     if isinstance(spec, GemmSpec):
-        return "tiny" if spec.flops < GEMM_TINY_FLOPS else "any"
+        if spec.flops < GEMM_TINY_FLOPS:
+            return "tiny"
+        batch, m, _, _ = spec.mkn
+        b_2d = len(spec.b_shape) == 2
+        return "skinny" if b_2d and 2 <= batch * m <= SKINNY_ROWS and not has_avx512() else "any"
     if spec.op_type == "ConvTranspose":
         return "any"
     if spec.flops < (TINY_FLOPS_2D if spec.n_spatial == 2 else TINY_FLOPS):
@@ -486,6 +513,16 @@ def blas_single_thread() -> Any:
 def uses_torch(algos: Any) -> bool:
     """True when any recorded algorithm name is a torch one."""
     return any(str(a or "").startswith("torch:") for a in algos)
+
+
+def runtime_openmp(op_types: Any) -> bool:
+    """True when nodes of these op types, with no algorithm recorded (a shape-generic plan picks
+    per call), may run on an OpenMP pool: float MatMul/Gemm/Conv take oneDNN or torch from
+    ``STATIC_TABLE`` whenever one is available."""
+    return any(t in _RUNTIME_DISPATCH for t in op_types) and (available("onednn") or available("torch"))
+
+
+_RUNTIME_DISPATCH = frozenset({"MatMul", "Gemm", "FusedMatMul", "FusedGemm", "Conv", "FusedConv", "ConvTranspose"})
 
 
 def uses_openmp(algos: Any) -> bool:

@@ -108,11 +108,11 @@ def open_library(paths: Sequence[str], major: int, signatures: dict[str, tuple[A
     as oneDNN ``major``.x with every function of ``signatures`` (typed here; return type
     ``restypes`` or ``dnnl_status_t``). Raises OSError listing why each path failed."""
     errors = []
+    apply_omp_wait_policy()  # libgomp (linked by libdnnl) reads its wait policy when it loads
     for path in paths:
         if not os.path.exists(path):
             errors.append(f"{path}: not found")
             continue
-        apply_omp_wait_policy()  # libgomp reads OMP_WAIT_POLICY when libdnnl loads it
         try:
             lib = ctypes.CDLL(path)  # RTLD_LOCAL: a v2 and a v3 library never see each other's symbols
             for name, argtypes in signatures.items():

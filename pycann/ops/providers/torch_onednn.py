@@ -23,6 +23,7 @@ from typing import Any
 
 import numpy as np
 
+from pycann.config import apply_omp_wait_policy
 from pycann.ops.nn.spatial import Window
 from pycann.ops.providers import Algorithm, ConvSpec, GemmSpec
 from pycann.ops.providers import numpy_blas as nb
@@ -45,8 +46,6 @@ def load() -> Any:
     """``import torch`` once and apply the thread policy; raises ImportError without torch."""
     global _torch
     if _torch is None:
-        from pycann.config import apply_omp_wait_policy
-
         apply_omp_wait_policy()  # torch's bundled libgomp reads OMP_WAIT_POLICY when it loads
         import torch
 

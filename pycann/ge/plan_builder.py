@@ -1,0 +1,97 @@
+"""Background plan builds: one daemon thread per model specialising queued input signatures.
+
+``Executor`` (``PlanBuild.BACKGROUND``, graphs with convolutions under ``auto``) runs a new
+signature's call on the shape-generic plan and hands the signature here; the builder thread calls
+``build(signature, shapes, values)`` for each queued one in order, so the next calls of that shape
+find its specialised plan in the cache (docs/dynamic-shapes.md, "Background builds").
+
+A signature is queued once, at most ``max_queued`` wait (beyond that a new one is dropped: its
+call ran and the next call of that shape queues it again), and a build that raises is recorded in
+``failed`` so the executor builds that signature inline on its next call, where the error is
+reported with its node. The thread is a daemon started on demand and ends when the queue is empty,
+so a model never holds the interpreter at exit; it runs niced (``NICE``), so on busy cores the
+calls are scheduled before the build (the GIL is still shared with them for its Python part).
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+from collections import deque
+from collections.abc import Callable, Hashable
+from typing import Any
+
+__all__ = ["BackgroundBuilder"]
+
+Shapes = list[tuple[int, ...] | None]
+
+
+NICE = 10  # the builder thread's niceness increment: the calls it works for keep the CPU first
+
+
+def _lower_priority() -> None:
+    """Nice this thread alone (Linux: ``setpriority`` on a thread id affects that thread), so on
+    busy cores the calls that run meanwhile are scheduled before the build. Best effort."""
+    try:
+        os.setpriority(os.PRIO_PROCESS, threading.get_native_id(), NICE)
+    except (AttributeError, OSError):  # not Linux, or not permitted
+        pass
+
+
+class BackgroundBuilder:
+    """A FIFO of (signature, input shapes, control values) built by one worker thread.
+
+    ``build`` must be thread-safe with respect to the caller's runs (the executor takes its plan
+    lock in it)."""
+
+    def __init__(self, build: Callable[[Hashable, Shapes, dict[str, Any]], Any], max_queued: int = 64,
+                 name: str = "pycann-plan-builder") -> None:
+        self._build = build
+        self.max_queued = max_queued
+        self.name = name
+        self._queue: deque[tuple[Hashable, Shapes, dict[str, Any]]] = deque()
+        self._queued: set[Hashable] = set()
+        self._cond = threading.Condition(threading.Lock())
+        self._worker: threading.Thread | None = None
+        self.failed: set[Hashable] = set()  # signatures whose build raised
+        self.built = 0
+
+    def submit(self, sig: Hashable, shapes: Shapes, values: dict[str, Any]) -> bool:
+        """Queue ``sig`` unless it is queued already or the queue is full; True when queued."""
+        with self._cond:
+            if sig in self._queued or len(self._queued) >= self.max_queued:
+                return False
+            self._queued.add(sig)
+            self._queue.append((sig, shapes, values))
+            if self._worker is None:
+                self._worker = threading.Thread(target=self._loop, name=self.name, daemon=True)
+                self._worker.start()
+        return True
+
+    def _loop(self) -> None:
+        _lower_priority()
+        while True:
+            with self._cond:
+                if not self._queue:
+                    self._worker = None
+                    self._cond.notify_all()
+                    return
+                sig, shapes, values = self._queue[0]
+            try:
+                self._build(sig, shapes, values)
+                self.built += 1
+            except Exception:  # noqa: BLE001 - the executor rebuilds it inline, where the error names the node
+                self.failed.add(sig)
+            with self._cond:
+                self._queue.popleft()
+                self._queued.discard(sig)
+
+    def wait(self, timeout: float | None = None) -> bool:
+        """Block until every build queued so far is done; False when ``timeout`` seconds passed first."""
+        with self._cond:
+            return self._cond.wait_for(lambda: not self._queue, timeout)
+
+    def pending(self) -> int:
+        """Signatures queued or being built now."""
+        with self._cond:
+            return len(self._queue)

@@ -1,0 +1,128 @@
+"""Background plan builds (PlanBuild.BACKGROUND, the default for graphs with convolutions): the
+first call of a new input shape runs the shape-generic plan (the graph compiled once, kernels
+resolving sizes per call) and the shape's specialised plan is built after it on a worker thread;
+later calls of that shape hit it. Values against ONNX Runtime; counts of plans built,
+specialisations (pass-pipeline runs) and generic runs; no timings."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from pycann.config import ConfigError, PlanBuild, PlanCacheConfig, PlanPolicy, plan_cache_config
+from pycann.ge.compiler import compile_model
+from pycann.ge.model import LoadedModel
+from tests.ge.test_plan_cache import _check, _conv_model, _img, _mlp_model
+
+pytestmark = pytest.mark.usefixtures("default_providers")
+
+
+def _load(model: object, **cfg: object) -> LoadedModel:
+    return LoadedModel.from_compiled(compile_model(model), plan_cache=PlanCacheConfig(**cfg))  # type: ignore[arg-type]
+
+
+def test_new_shape_runs_generic_then_hits_the_background_plan() -> None:
+    m = _conv_model()
+    lm = _load(m)
+    ex = lm.executor
+    shapes = [(8, 8), (8, 12), (12, 8)]
+    for h, w in shapes:  # first calls: the generic plan, each queues its shape's build
+        _check(lm, m, _img(h, w))
+    assert ex.wait_builds(timeout=120)
+    st = lm.plan_cache_stats()
+    assert (st.generic_runs, st.built, st.plans, st.hits) == (3, 3, 3, 0)
+    assert ex._memo.specialized == 3  # one specialisation per shape, none on the calls
+    for h, w in shapes * 2:  # later calls: their plans, nothing built
+        _check(lm, m, _img(h, w))
+    st = lm.plan_cache_stats()
+    assert (st.generic_runs, st.built, st.hits) == (3, 3, 6) and ex._memo.specialized == 3
+    assert ex.pending_builds() == 0
+
+
+def test_a_shape_is_queued_once() -> None:
+    m = _conv_model()
+    lm = _load(m)
+    x = _img(9, 9)
+    with lm.executor._lock:  # hold the builder: the same shape comes three times before it builds
+        for _ in range(3):
+            _check(lm, m, x)
+        assert lm.executor.pending_builds() == 1
+    assert lm.executor.wait_builds(timeout=120)
+    st = lm.plan_cache_stats()
+    assert (st.generic_runs, st.built) == (3, 1)
+
+
+def test_failed_background_build_is_rebuilt_inline_with_its_error(monkeypatch: pytest.MonkeyPatch) -> None:
+    m = _conv_model()
+    lm = _load(m)
+    ex = lm.executor
+    real = ex._specialize
+    calls = []
+
+    def once_broken(*a: object) -> object:
+        calls.append(1)
+        if len(calls) == 1:
+            raise RuntimeError("broken specialisation")
+        return real(*a)  # type: ignore[misc]
+
+    monkeypatch.setattr(ex, "_specialize", once_broken)
+    x = _img(10, 10)
+    _check(lm, m, x)  # generic; the queued build fails
+    assert ex.wait_builds(timeout=120) and lm.plan_cache_stats().built == 0
+    _check(lm, m, x)  # built inline now (and would raise there, naming the problem)
+    st = lm.plan_cache_stats()
+    assert (st.generic_runs, st.built) == (1, 1) and len(calls) == 2
+
+
+def test_inline_build_and_other_graphs_do_not_queue() -> None:
+    m = _conv_model()
+    lm = _load(m, build=PlanBuild.INLINE)
+    _check(lm, m, _img(8, 8))
+    st = lm.plan_cache_stats()
+    assert (st.generic_runs, st.built) == (0, 1) and lm.executor.pending_builds() == 0
+    mlp = _mlp_model()
+    lm2 = _load(mlp)  # no convolutions: generic, nothing queued
+    _check(lm2, mlp, np.random.default_rng(0).standard_normal((1, 5, 64)).astype(np.float32))
+    assert lm2.plan_cache_stats().generic_runs == 1 and lm2.executor.pending_builds() == 0
+    lm3 = _load(m, policy=PlanPolicy.SPECIALIZE)  # an explicit policy builds inline
+    _check(lm3, m, _img(8, 8))
+    assert lm3.plan_cache_stats().built == 1 and lm3.executor.pending_builds() == 0
+
+
+def test_plan_build_knob(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("PYCANN_PLAN_BUILD", "Inline")
+    assert plan_cache_config().build is PlanBuild.INLINE
+    monkeypatch.setenv("PYCANN_PLAN_BUILD", "later")
+    with pytest.raises(ConfigError, match="PYCANN_PLAN_BUILD='later'"):
+        plan_cache_config()
+
+
+def test_generic_plan_is_built_at_load_when_it_will_be_used() -> None:
+    m, mlp = _conv_model(), _mlp_model()
+    assert _load(m).executor._generic is not None  # background builds: first calls run it
+    assert _load(mlp).executor._generic is not None  # no convolutions: new signatures run it
+    assert _load(m, build=PlanBuild.INLINE).executor._generic is None
+    assert _load(mlp, policy=PlanPolicy.SPECIALIZE).executor._generic is None
+
+
+def test_builder_thread_is_niced_and_process_priority_unchanged() -> None:
+    import os
+    import threading
+
+    from pycann.ge.plan_builder import NICE, BackgroundBuilder
+
+    seen: list[int] = []
+    go = threading.Event()
+    before = os.getpriority(os.PRIO_PROCESS, 0)
+
+    def build(sig: object, shapes: object, values: object) -> None:
+        go.wait(60)
+        seen.append(os.getpriority(os.PRIO_PROCESS, threading.get_native_id()))
+
+    b = BackgroundBuilder(build)
+    assert b.submit("s", [(1,)], {}) and not b.submit("s", [(1,)], {})  # queued once
+    assert b.pending() == 1
+    go.set()
+    assert b.wait(timeout=60) and b.built == 1 and b.pending() == 0
+    assert seen == [min(before + NICE, 19)]
+    assert os.getpriority(os.PRIO_PROCESS, 0) == before  # only the builder thread was niced
