@@ -22,6 +22,9 @@ PYCANN_PLAN_POLICY          auto         ``auto``: the first input signature get
                                          convolutions (vision), else they run the shape-generic
                                          plan (decoders: a new past length every step);
                                          ``specialize``: every signature; ``generic``: none
+PYCANN_HCCL_CHECK           1            ``0``: no per-call signature exchange before HCCL
+                                         collectives (saves one small all-gather a call; mismatched
+                                         calls are then no longer detected), docs/hccl.md
 ==========================  ===========  =========================================================
 """
 
@@ -33,7 +36,7 @@ from enum import Enum
 
 from pycann.errors import PycannError
 
-__all__ = ["ConfigError", "PlanCacheConfig", "PlanPolicy", "parse_bytes", "plan_cache_config"]
+__all__ = ["ConfigError", "PlanCacheConfig", "PlanPolicy", "hccl_check", "parse_bytes", "plan_cache_config"]
 
 
 class ConfigError(PycannError, ValueError):
@@ -100,6 +103,14 @@ def plan_cache_config() -> PlanCacheConfig:
         raise ConfigError(f"PYCANN_PLAN_POLICY={pol!r}: expected one of "
                           f"{', '.join(p.value for p in PlanPolicy)}") from None
     return PlanCacheConfig(max_bytes, _int("PYCANN_PLAN_CACHE_PLANS", d.max_plans, 1), policy)
+
+
+def hccl_check() -> bool:
+    """``PYCANN_HCCL_CHECK``: ``1`` (default, also when unset) or ``0``. Raises ``ConfigError``."""
+    raw = os.environ.get("PYCANN_HCCL_CHECK", "").strip()
+    if raw not in ("", "0", "1"):
+        raise ConfigError(f"PYCANN_HCCL_CHECK={raw!r}: expected 0 (no per-call signature check) or 1")
+    return raw != "0"
 
 
 def device_count() -> int:

@@ -212,3 +212,16 @@ def test_support_tables() -> None:
     assert "float64" in check_dtype(Collective.ALL_REDUCE, "float64")
     assert check_dtype(Collective.ALL_GATHER, "float64") is None
     assert check_dtype(Collective.BROADCAST, "complex64") is not None
+
+
+def test_check_knob(monkeypatch: pytest.MonkeyPatch) -> None:
+    from pycann.config import ConfigError
+    from pycann.hccl.comm import check_enabled
+
+    monkeypatch.delenv("PYCANN_HCCL_CHECK", raising=False)
+    assert check_enabled()
+    monkeypatch.setenv("PYCANN_HCCL_CHECK", "0")
+    assert not check_enabled()
+    monkeypatch.setenv("PYCANN_HCCL_CHECK", "off")
+    with pytest.raises(ConfigError, match="PYCANN_HCCL_CHECK='off': expected 0"):
+        check_enabled()
