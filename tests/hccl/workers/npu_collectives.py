@@ -75,6 +75,13 @@ elif r == 1:
     q = npu(torch.zeros(3))
     dist.recv(q, 0)
     assert host(q) == [0.0, 1.0, 2.0]
+a, b = npu(torch.full((3,), float(r + 1))), npu(torch.full((2, 2), float(r)))
+dist.all_reduce_coalesced([a, b])  # one flat all-reduce, pieces written back to each npu tensor
+assert host(a) == [float(tri)] * 3 and host(b) == [[float(tri - w)] * 2] * 2, (a, b)
+s_, q = npu(torch.full((2,), float(r))), npu(torch.empty(2))
+for req in dist.batch_isend_irecv([dist.P2POp(dist.isend, s_, (r + 1) % w), dist.P2POp(dist.irecv, q, (r - 1) % w)]):
+    req.wait()
+assert host(q) == [float((r - 1) % w)] * 2, q
 view = npu(torch.zeros(4, 3))[:, 1]  # a strided npu tensor: copied to host and back
 view.fill_(float(r + 1))
 dist.all_reduce(view)
