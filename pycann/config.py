@@ -39,6 +39,9 @@ PYCANN_PLAN_BUILD           background   graphs with convolutions under ``auto``
                                          specialised plan is built after the call on a worker
                                          thread (the next calls of that shape hit it); ``inline``:
                                          the call builds it first
+PYCANN_HCCL_CHECK           1            ``0``: no per-call signature exchange before HCCL
+                                         collectives (saves one small all-gather a call; mismatched
+                                         calls are then no longer detected), docs/hccl.md
 ==========================  ===========  =========================================================
 """
 
@@ -52,7 +55,7 @@ from pathlib import Path
 from pycann.errors import PycannError
 
 __all__ = ["ConfigError", "OMP_WAIT_POLICIES", "PlanBuild", "PlanCacheConfig", "PlanPolicy", "apply_omp_wait_policy",
-           "omp_wait_policy", "parse_bytes", "plan_cache_config", "tune_bank_dir"]
+           "hccl_check", "omp_wait_policy", "parse_bytes", "plan_cache_config", "tune_bank_dir"]
 
 
 class ConfigError(PycannError, ValueError):
@@ -133,6 +136,14 @@ def plan_cache_config() -> PlanCacheConfig:
         raise ConfigError(f"PYCANN_PLAN_BUILD={raw_build!r}: expected one of "
                           f"{', '.join(b.value for b in PlanBuild)}") from None
     return PlanCacheConfig(max_bytes, _int("PYCANN_PLAN_CACHE_PLANS", d.max_plans, 1), policy, build)
+
+
+def hccl_check() -> bool:
+    """``PYCANN_HCCL_CHECK``: ``1`` (default, also when unset) or ``0``. Raises ``ConfigError``."""
+    raw = os.environ.get("PYCANN_HCCL_CHECK", "").strip()
+    if raw not in ("", "0", "1"):
+        raise ConfigError(f"PYCANN_HCCL_CHECK={raw!r}: expected 0 (no per-call signature check) or 1")
+    return raw != "0"
 
 
 def device_count() -> int:

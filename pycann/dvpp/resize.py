@@ -7,11 +7,18 @@ OpenCV's ``INTER_NEAREST`` (``floor(dst * src/dst)``), 3 = bilinear as TensorFlo
 ``resize_bilinear`` (``src = dst * scale``, no half-pixel offset), 4 = nearest as TensorFlow's
 legacy ``resize_nearest_neighbor`` (the same sampling as 2). Mode 5 (Huawei's own high-order
 filter) has no public definition and is refused.
+
+Modes 0 and 1 run in OpenCV's ``cv2.resize(INTER_LINEAR)`` itself when OpenCV is installed
+(``pip install pycann[media]`` brings it): the documented behaviour exactly, ~20x faster than
+numpy and without the GIL. Without OpenCV, ``bilinear_numpy`` computes the same fixed-point
+arithmetic (within one LSB of OpenCV, equal on most pixels).
 """
 
 from __future__ import annotations
 
 import enum
+import functools
+from types import ModuleType
 
 import numpy as np
 
@@ -62,15 +69,36 @@ def _nearest_axis(n_in: int, n_out: int) -> np.ndarray:
     return np.minimum(np.floor(np.arange(n_out) * (n_in / n_out)).astype(np.int64), n_in - 1)
 
 
+@functools.cache
+def _cv2() -> ModuleType | None:
+    try:
+        import cv2
+    except ImportError:
+        return None
+    return cv2
+
+
 def resize(src: np.ndarray, out_h: int, out_w: int, mode: int = 0) -> np.ndarray:
-    """``src`` ``(h, w[, c])`` uint8 resized to ``(out_h, out_w[, c])`` with VPC's ``mode``."""
+    """``src`` ``(h, w[, c])`` uint8 resized to ``(out_h, out_w[, c])`` with VPC's ``mode`` (a new
+    array). Raises ``DvppError`` for an unknown mode or mode 5."""
     m = interpolation(mode)
     h, w = src.shape[:2]
     if (h, w) == (out_h, out_w):
         return src.copy()
     if m in (Interpolation.NEAREST_CV, Interpolation.NEAREST_TF):
         return src[_nearest_axis(h, out_h)][:, _nearest_axis(w, out_w)]
-    half = m is not Interpolation.BILINEAR_TF
+    cv2 = _cv2()
+    if m is not Interpolation.BILINEAR_TF and cv2 is not None and src.ndim in (2, 3) and src.dtype == np.uint8:
+        out = cv2.resize(np.ascontiguousarray(src), (out_w, out_h), interpolation=cv2.INTER_LINEAR)
+        return out.reshape(out_h, out_w, *src.shape[2:])
+    return bilinear_numpy(src, out_h, out_w, half_pixel=m is not Interpolation.BILINEAR_TF)
+
+
+def bilinear_numpy(src: np.ndarray, out_h: int, out_w: int, half_pixel: bool = True) -> np.ndarray:
+    """Bilinear resize in numpy with OpenCV's fixed-point arithmetic: ``half_pixel`` centres (modes
+    0 and 1, as ``INTER_LINEAR``) or TensorFlow's legacy ``src = dst * scale`` (mode 3)."""
+    half = half_pixel
+    h, w = src.shape[:2]
     y0, y1, wy0, wy1 = _linear_axis(h, out_h, half)
     x0, x1, wx0, wx1 = _linear_axis(w, out_w, half)
     ex = (1,) * (src.ndim - 2)

@@ -52,8 +52,10 @@ def _stop_heartbeats() -> None:
 
 
 def check_enabled() -> bool:
-    """Per-call signature checks are on unless ``PYCANN_HCCL_CHECK=0``."""
-    return os.environ.get("PYCANN_HCCL_CHECK", "1").strip() != "0"
+    """Per-call signature checks are on unless ``PYCANN_HCCL_CHECK=0`` (``pycann.config``)."""
+    from pycann.config import hccl_check
+
+    return hccl_check()
 
 
 class Communicator:

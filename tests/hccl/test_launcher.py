@@ -51,16 +51,36 @@ def test_worker_envs_follow_the_table() -> None:
         pick_server(t, "10.9.9.9")
 
 
-def test_rank_table_launch(tmp_path: Path) -> None:
+def _table_v2(devices: list[int], addr: str) -> dict:
+    return {"version": "2.0", "rank_count": str(len(devices)), "rank_list": [
+        {"rank_id": r, "device_id": d, "local_id": d, "level_list": [
+            {"net_layer": 0, "net_instance_id": "server0", "net_type": "TOPO_FILE_DESC", "net_attr": "",
+             "rank_addr_list": []}],
+         "control_plane": {"addr_type": "IPV4", "addr": addr, "listen_port": "60000"}}
+        for r, d in enumerate(devices)]}
+
+
+@pytest.mark.parametrize("version", ["1.0", "2.0"])
+def test_rank_table_launch(tmp_path: Path, version: str) -> None:
     p = tmp_path / "hccl.json"
-    p.write_text(json.dumps(_table([("127.0.0.1", [3, 7])])))
+    table = _table([("127.0.0.1", [3, 7])]) if version == "1.0" else _table_v2([3, 7], "127.0.0.1")
+    p.write_text(json.dumps(table))
     r = _run(["--rank_table", str(p), "--master_port", str(free_port()), str(WORKERS / "launched.py"), "tail"])
     assert r.returncode == 0, r.stderr[-3000:]
     lines = sorted(x for x in r.stdout.splitlines() if x.startswith("WORKER"))
     assert len(lines) == 2
     assert "RANK=0 LOCAL_RANK=0 WORLD_SIZE=2 RANK_ID=0 RANK_SIZE=2 DEVICE_ID=3" in lines[0]
     assert "RANK=1 LOCAL_RANK=1 WORLD_SIZE=2 RANK_ID=1 RANK_SIZE=2 DEVICE_ID=7" in lines[1]
-    assert all("SUM=1 tail" in x for x in lines)
+    assert all("SUM=1 tail" in x and "MASTER_ADDR=127.0.0.1" in x for x in lines)
+
+
+def test_malformed_rank_table_is_one_clear_line(tmp_path: Path) -> None:
+    p = tmp_path / "hccl.json"
+    p.write_text(json.dumps({"version": "2.0", "rank_count": "2", "rank_list": [{"rank_id": 0, "local_id": 0},
+                                                                                 {"rank_id": "x", "local_id": 1}]}))
+    r = _run(["--rank_table", str(p), "x.py"])
+    assert r.returncode != 0 and "Traceback" not in r.stderr, r.stderr[-2000:]
+    assert f"{p}: rank_list[1].rank_id 'x' is not an integer" in r.stderr
 
 
 def test_rank_table_errors(tmp_path: Path) -> None:

@@ -50,7 +50,8 @@ def test_rank_table_global_and_legacy() -> None:
     ({"status": "initializing"}, "status is 'initializing'"),
     ({"version": "9.9"}, "version '9.9'"),
     ({"server_count": "3"}, "server_count is 3 but server_list has 2"),
-    ({"server_list": []}, "server_list is missing or empty"),
+    ({"server_list": []}, "server_list must be a non-empty JSON list, but is an empty list"),
+    ({"server_list": None}, "server_list must be a non-empty JSON list, but is missing"),
 ])
 def test_rank_table_errors(patch: dict, needle: str) -> None:
     with pytest.raises(HcclError, match=needle) as e:
@@ -71,6 +72,97 @@ def test_rank_table_bad_rank_ids(tmp_path: Path) -> None:
     p.write_text("{not json")
     with pytest.raises(HcclError, match="not valid JSON"):
         load_rank_table(p)
+
+
+# Version 2.0 as CANN's HCCL tests write it (hicann/hcomm test/.../ranktable_2p.json and
+# 1d_2p_mesh_topo/ranktable.json): a flat rank_list, no server_list
+V20 = {"version": "2.0", "rank_count": "2", "rank_list": [
+    {"rank_id": 0, "local_id": 0, "level_list": [
+        {"level": 0, "id": "az0-rack0", "fabric_type": "INNER", "rank_addr_type": "", "rank_addrs": []},
+        {"level": 1, "id": "az0", "fabric_type": "CLOS", "rank_addr_type": "EID", "rank_addrs": ["124.112.1.0"]}],
+     "control_plane": {"addr_type": "IPV4", "addr": "192.168.100.100", "listen_port": "60001"}},
+    {"rank_id": 1, "local_id": 1, "level_list": [
+        {"level": 0, "id": "az0-rack0", "fabric_type": "INNER", "rank_addr_type": "", "rank_addrs": []}],
+     "control_plane": {"addr_type": "IPV4", "addr": "192.168.100.100", "listen_port": "60002"}}],
+    "replace_count": 1, "replace_list": [{"level": 0, "group_id": "az0-rack0", "backup_local_id": 64,
+                                          "target_local_id": 1}]}
+V20_NET_LAYER = {"version": "2.0", "rank_count": 3, "rank_list": [
+    {"rank_id": r, "device_id": d, "local_id": d, "level_list": [
+        {"net_layer": 0, "net_instance_id": inst, "net_type": "TOPO_FILE_DESC", "net_attr": "",
+         "rank_addr_list": [{"addr_type": "IPV4", "addr": f"223.0.0.{r}", "ports": ["0/2"]}]}]}
+    for r, d, inst in [(1, 5, "rack0"), (0, 4, "rack0"), (2, 0, "rack1")]]}
+
+
+def test_rank_table_v2_0(tmp_path: Path) -> None:
+    p = tmp_path / "hccl.json"
+    p.write_text(json.dumps(V20))
+    t = load_rank_table(p)
+    assert t.version == "2.0" and t.rank_size == 2 and t.servers == ("192.168.100.100",)
+    assert [(e.rank_id, e.device_id, e.host_ip) for e in t.ranks] == [(0, 0, "192.168.100.100"),
+                                                                     (1, 1, "192.168.100.100")]
+    assert t.master_address() == "192.168.100.100"
+
+
+def test_rank_table_v2_0_servers_from_level_0(monkeypatch: pytest.MonkeyPatch) -> None:
+    t = parse_rank_table(V20_NET_LAYER)
+    assert [(e.rank_id, e.server_id, e.device_id) for e in t.ranks] == [(0, "rack0", 4), (1, "rack0", 5),
+                                                                        (2, "rack1", 0)]
+    assert t.servers == ("rack0", "rack1")
+    monkeypatch.delenv("MASTER_ADDR", raising=False)
+    with pytest.raises(HcclError, match="not an IP address"):
+        t.master_address()
+    # no addresses and no levels at all: one implicit server on this host
+    bare = parse_rank_table({"version": "2.0", "rank_list": [{"rank_id": 0, "local_id": 0},
+                                                             {"rank_id": 1, "device_id": 3}]})
+    assert bare.servers == ("localhost",) and bare.ranks[1].device_id == 3
+    assert bare.master_address() == "127.0.0.1"
+
+
+def _v20(**patch: object) -> dict:
+    d = json.loads(json.dumps(V20))
+    d.update(patch)
+    return d
+
+
+def _v20_rank(i: int, **patch: object) -> dict:
+    d = json.loads(json.dumps(V20))
+    d["rank_list"][i].update(patch)
+    return d
+
+
+def _v10_server(i: int, **patch: object) -> dict:
+    d = json.loads(json.dumps(V10))
+    d["server_list"][i].update(patch)
+    return d
+
+
+@pytest.mark.parametrize("data,needle", [
+    ([1, 2], "a rank table must be a JSON object, got list"),
+    (_v20(rank_count="3"), "rank_count is 3 but rank_list has 2 ranks"),
+    (_v20(rank_list=[]), "rank_list must be a non-empty JSON list, but is an empty list"),
+    (_v20(rank_list={"rank_id": 0}), "rank_list must be a non-empty JSON list, but is a dict"),
+    (_v20(version="1.0"), "rank_list is the layout of version 2.0, but the table says version '1.0'"),
+    ({"version": "2.0", "rank_count": "2"}, "a version 2.0 table needs a rank_list"),
+    (_v20(rank_list=["r0"], rank_count=1), r"rank_list\[0\] must be a JSON object, got str 'r0'"),
+    (_v20_rank(1, rank_id="one"), r"rank_list\[1\].rank_id 'one' is not an integer"),
+    (_v20_rank(1, rank_id=0), "rank_id 0 appears twice"),
+    (_v20_rank(1, rank_id=5), r"rank_ids \[0, 5\] are not 0..1"),
+    (_v20_rank(0, local_id=None), "rank 0 has neither device_id nor local_id"),
+    (_v20_rank(0, level_list={"level": 0}), "level_list of rank 0 must be a JSON list"),
+    (_v20_rank(1, control_plane="192.168.100.100"), "control_plane of rank 1 must be a JSON object"),
+    (_v10_server(1, device={"rank_id": "2"}), "the device list of server 10.0.0.2 must be a JSON list"),
+    (_v10_server(0, server_id=""), r"server_list\[0\] has no server_id"),
+    (_v10_server(1, device=[{"device_id": "x", "rank_id": "2"}]),
+     "device_id of device 0 of server 10.0.0.2 'x' is not an integer"),
+    (_v10_server(1, device=[{"device_id": "0"}]), "device 0 of server 10.0.0.2 has no rank_id"),
+    ({**V10, "server_count": 1, "server_list": ["10.0.0.1"]}, r"server_list\[0\] must be a JSON object"),
+])
+def test_rank_table_malformed(data: object, needle: str) -> None:
+    with pytest.raises(HcclError, match=needle) as e:
+        parse_rank_table(data, "hccl.json")
+    assert e.value.code is HcclResult.HCCL_E_PARA
+    msg = str(e.value)
+    assert "hccl.json" in msg and "\n" not in msg
 
 
 def test_master_address_needs_an_ip(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -120,3 +212,16 @@ def test_support_tables() -> None:
     assert "float64" in check_dtype(Collective.ALL_REDUCE, "float64")
     assert check_dtype(Collective.ALL_GATHER, "float64") is None
     assert check_dtype(Collective.BROADCAST, "complex64") is not None
+
+
+def test_check_knob(monkeypatch: pytest.MonkeyPatch) -> None:
+    from pycann.config import ConfigError
+    from pycann.hccl.comm import check_enabled
+
+    monkeypatch.delenv("PYCANN_HCCL_CHECK", raising=False)
+    assert check_enabled()
+    monkeypatch.setenv("PYCANN_HCCL_CHECK", "0")
+    assert not check_enabled()
+    monkeypatch.setenv("PYCANN_HCCL_CHECK", "off")
+    with pytest.raises(ConfigError, match="PYCANN_HCCL_CHECK='off': expected 0"):
+        check_enabled()
