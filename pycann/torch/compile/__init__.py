@@ -21,33 +21,18 @@ from __future__ import annotations
 
 import functools
 import io
-import threading
 import time
 import warnings
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
 from typing import Any
 
 import torch
 
 from pycann.torch._alias import to_cpu, to_npu
+from pycann.torch.compile.records import GraphRecord, new_record
+from pycann.torch.compile.records import records as _records
 
-
-@dataclass
-class GraphRecord:
-    """One FX graph the backend saw."""
-
-    index: int
-    ops: int
-    compiled: bool
-    reason: str = ""
-    unsupported: tuple[str, ...] = ()
-    compile_seconds: float = 0.0
-    calls: int = 0
-
-
-_records: list[GraphRecord] = []
-_lock = threading.Lock()
+__all__ = ["GraphRecord", "format_graph_report", "graph_report", "npu_backend", "register", "reset_graph_report"]
 
 
 def graph_report() -> list[GraphRecord]:
@@ -59,9 +44,14 @@ def format_graph_report() -> str:
     """``graph_report()`` as text: one line per graph."""
     lines = [f"pycann torch.compile(backend='npu'): {len(_records)} graph(s)"]
     for r in _records:
-        state = "GE plan" if r.compiled else f"eager ({r.reason})"
+        if r.kind == "inference":
+            state = "GE plan" if r.compiled else f"eager ({r.reason})"
+        else:
+            state = f"{r.ge_partitions} GE plan(s) with {r.ge_ops} ops"
         extra = f"; unsupported: {', '.join(r.unsupported)}" if r.unsupported else ""
-        lines.append(f"  graph {r.index}: {r.ops} FX ops, {state}, compile {r.compile_seconds * 1e3:.0f} ms, "
+        if r.eager_ops:
+            extra += "; eager: " + ", ".join(f"{op} x{n}" for op, n in r.eager_ops)
+        lines.append(f"  graph {r.index} ({r.kind}): {r.ops} FX ops, {state}, compile {r.compile_seconds * 1e3:.0f} ms, "
                      f"{r.calls} calls{extra}")
     return "\n".join(lines)
 
@@ -137,15 +127,14 @@ def _eager(gm: torch.fx.GraphModule, rec: GraphRecord) -> Callable[..., Any]:
 
 def npu_backend(gm: torch.fx.GraphModule, example_inputs: Sequence[Any], **options: Any) -> Callable[..., Any]:
     """The TorchDynamo backend: a callable running ``gm`` as a GE plan (or eagerly, recorded)."""
-    ops = sum(1 for n in gm.graph.nodes if n.op in ("call_function", "call_method", "call_module"))
-    with _lock:
-        rec = GraphRecord(len(_records), ops, False)
-        _records.append(rec)
-    t0 = time.perf_counter()
     if torch.is_grad_enabled() and (any(isinstance(t, torch.Tensor) and t.requires_grad for t in example_inputs)
                                     or any(p.requires_grad for p in gm.parameters())):
-        rec.reason = "training graph (needs gradients; GE backward ops not lowered)"
-        return _eager(gm, rec)
+        from pycann.torch.compile.training import aot_backend
+
+        return aot_backend(gm, example_inputs)
+    ops = sum(1 for n in gm.graph.nodes if n.op in ("call_function", "call_method", "call_module"))
+    rec = new_record(ops)
+    t0 = time.perf_counter()
     if not all(isinstance(t, torch.Tensor) for t in example_inputs):
         rec.reason = "symbolic / non-tensor inputs"
         return _eager(gm, rec)
