@@ -22,6 +22,11 @@ PYCANN_PLAN_POLICY          auto         ``auto``: the first input signature get
                                          convolutions (vision), else they run the shape-generic
                                          plan (decoders: a new past length every step);
                                          ``specialize``: every signature; ``generic``: none
+PYCANN_TORCH_KERNELS        host         who computes the elementwise / matmul / softmax ATen ops
+                                         on torch's npu device that pycann's op library has:
+                                         ``host``: torch's CPU kernels on the host memory (faster:
+                                         vectorised, threaded); ``pycann``: pycann's op library
+                                         through GE's single-op path (docs/torch.md)
 ==========================  ===========  =========================================================
 """
 
@@ -33,7 +38,7 @@ from enum import Enum
 
 from pycann.errors import PycannError
 
-__all__ = ["ConfigError", "PlanCacheConfig", "PlanPolicy", "parse_bytes", "plan_cache_config"]
+__all__ = ["ConfigError", "PlanCacheConfig", "PlanPolicy", "parse_bytes", "plan_cache_config", "torch_kernels"]
 
 
 class ConfigError(PycannError, ValueError):
@@ -116,3 +121,13 @@ def device_count() -> int:
                 raise ConfigError(f"{name}={raw!r}: expected a positive integer")
             return n
     return 1
+
+
+def torch_kernels() -> str:
+    """``PYCANN_TORCH_KERNELS``: ``"host"`` (default) or ``"pycann"``. Raises ``ConfigError`` on
+    another value."""
+    raw = os.environ.get("PYCANN_TORCH_KERNELS", "host").strip().lower() or "host"
+    if raw not in ("host", "pycann"):
+        raise ConfigError(f"PYCANN_TORCH_KERNELS={raw!r}: expected 'host' (torch's CPU kernels on the npu's "
+                          "host memory) or 'pycann' (pycann's op library)")
+    return raw

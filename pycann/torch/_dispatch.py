@@ -18,7 +18,6 @@ Random ops without an explicit generator use the npu generator (``pycann.torch.n
 
 from __future__ import annotations
 
-import os
 import time
 import warnings
 import weakref
@@ -29,6 +28,7 @@ from typing import Any
 import numpy as np
 import torch
 
+from pycann import config
 from pycann.torch import _pycann_ops, fallback
 from pycann.torch._alias import to_cpu, to_npu
 from pycann.torch.optable import Provider, PycannOp, provider_of, pycann_op
@@ -86,8 +86,9 @@ def _info(op: Any) -> _OpInfo:
     provider = provider_of(name, schema.name)
     special = _SPECIAL.get(schema.name)
     spec = pycann_op(name, schema.name)
-    if spec is not None and os.environ.get("PYCANN_TORCH_KERNELS", "pycann").strip().lower() == "host":
-        # PYCANN_TORCH_KERNELS=host: torch's kernels for the PYCANN_OPS too (read per op, once)
+    if spec is not None and (_kernels[0] or config.torch_kernels()) == "host":
+        # PYCANN_TORCH_KERNELS=host (the default): torch's kernels for the PYCANN_OPS too (read
+        # when an op is first seen; use_kernels() changes it at run time)
         spec, provider = None, Provider.HOST
     info = _OpInfo(name, provider, spec,
                    tuple(a.name for a in args), frozenset(a.name for a in args if a.kwarg_only),
@@ -97,25 +98,54 @@ def _info(op: Any) -> _OpInfo:
     return info
 
 
+_kernels: list[str | None] = [None]  # use_kernels()' choice, over PYCANN_TORCH_KERNELS
+
+
+def use_kernels(mode: str | None) -> None:
+    """Choose who computes the ``optable.PYCANN_OPS`` ops from now on: ``"pycann"`` (pycann's op
+    library through GE's single-op path) or ``"host"`` (torch's CPU kernels), over
+    ``PYCANN_TORCH_KERNELS``; None: back to that variable. Forgets the per-op decisions made so far."""
+    if mode not in ("host", "pycann", None):
+        raise ValueError(f"use_kernels({mode!r}): expected 'host', 'pycann' or None")
+    _kernels[0] = mode
+    for key, info in list(_infos.items()):
+        if info.pycann is not None or info.provider is Provider.HOST:
+            del _infos[key]
+
+
 def _is_npu(x: Any) -> bool:
     return isinstance(x, torch.Tensor) and x.device.type == _NPU
 
 
-# CPU views of npu tensors, by id(): weights and running statistics are read by every forward
-# pass, activations by the next op or two. An entry is used only while the same tensor object has the same data pointer, sizes and
-# strides (set_ / resize_ change those), so a stale view is never handed out.
+# CPU views of npu parameters (leaf tensors that require grad), by id(): weights are read by
+# every forward pass. An entry is used only while the same tensor object has the same data
+# pointer, sizes and strides (set_ / resize_ change those), so a stale view is never handed out,
+# and it goes when the tensor object dies (a weakref callback). The view is made of a detached
+# alias: a DLPack view of the parameter itself would hold its TensorImpl, which keeps the Python
+# object alive (PyTorch preserves it), so neither would ever be freed. Other tensors
+# (activations, read by the next op or two) get a fresh view per op: caching them kept each
+# activation's memory alive, so every forward pass faulted in fresh pages.
 _views: dict[int, tuple[Any, int, Any, Any, torch.Tensor]] = {}
 _MAX_VIEWS = 8192
 
 
+def _drop_view(key: int, ref: Any) -> None:
+    e = _views.get(key)
+    if e is not None and e[0] is ref:
+        del _views[key]
+
+
 def _cached_view(x: torch.Tensor) -> torch.Tensor:
-    e = _views.get(id(x))
+    if not (x.requires_grad and x.is_leaf):
+        return to_cpu(x)
+    key = id(x)
+    e = _views.get(key)
     if e is not None and e[0]() is x and e[1] == x.data_ptr() and e[2] == x.shape and e[3] == x.stride():
         return e[4]
-    v = to_cpu(x)
+    v = to_cpu(x.detach())
     if len(_views) >= _MAX_VIEWS:
         _views.clear()
-    _views[id(x)] = (weakref.ref(x), x.data_ptr(), x.shape, x.stride(), v)
+    _views[key] = (weakref.ref(x, lambda ref, key=key: _drop_view(key, ref)), x.data_ptr(), x.shape, x.stride(), v)
     return v
 
 

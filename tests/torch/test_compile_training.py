@@ -96,11 +96,21 @@ def test_convolution_backward_identity_matches_aten(stride: int, padding: int, d
         torch.testing.assert_close(a, b, rtol=1e-4, atol=1e-4)
 
 
-def test_zero_dim_binary_ops_keep_their_shape() -> None:
-    a, b = torch.tensor(3.0), torch.tensor(2.0)
-    got = a.npu() / b.npu()
-    assert got.shape == torch.Size([]) and float(got) == 1.5
-    assert (a.npu() + b.npu()).shape == torch.Size([]) and (a.npu() * b.npu()).exp().shape == torch.Size([])
+@pytest.mark.parametrize("kernels", ["pycann", "host"])
+def test_zero_dim_binary_ops_keep_their_shape(kernels: str) -> None:
+    from pycann.torch import _dispatch
+
+    _dispatch.use_kernels(kernels)
+    try:
+        a, b = torch.tensor(3.0), torch.tensor(2.0)
+        for _ in range(2):  # the first call plans the op, the second runs its cached handle
+            got = a.npu() / b.npu()
+            assert got.shape == torch.Size([]) and float(got) == 1.5
+            assert (a.npu() + b.npu()).shape == torch.Size([])
+            e = (a.npu() * b.npu()).exp()
+            assert e.shape == torch.Size([]) and float(e) == pytest.approx(float(torch.tensor(6.0).exp()))
+    finally:
+        _dispatch.use_kernels(None)
 
 
 _NPU1_BACKWARD = r"""

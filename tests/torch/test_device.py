@@ -151,12 +151,21 @@ def test_dataloader_pin_memory() -> None:
 
 
 def test_report_counts_providers() -> None:
+    from pycann.torch import _dispatch
+
     pycann.torch.reset()
     x = torch.randn(3, 3, device="npu")
-    torch.relu(x)
+    host = torch.relu(x)  # default: torch's kernel on the host memory
+    _dispatch.use_kernels("pycann")
+    try:
+        mine = torch.relu(x)  # pycann's Relu through GE's single-op path
+    finally:
+        _dispatch.use_kernels(None)
+    torch.testing.assert_close(mine.cpu(), host.cpu())
+    torch.testing.assert_close(host.cpu(), torch.relu(x.cpu()))
     r = pycann.torch.report()
     names = {(s.name, s.provider) for s in r.ops}
-    assert ("aten::relu", Provider.PYCANN) in names
+    assert ("aten::relu", Provider.PYCANN) in names and ("aten::relu", Provider.HOST) in names
     assert all(0.0 <= r.share(s) <= 1.0 for s in r.ops)
     assert "aten::relu" in r.format(only_fallbacks=False)
 
@@ -172,3 +181,19 @@ def test_api_names_of_torch_npu() -> None:
         torch.npu.set_device(torch.npu.device_count())
     torch.npu.set_device(0)
     assert torch.npu.current_device() == 0
+
+
+def test_dead_activations_free_their_memory() -> None:
+    # weights' host views are cached; activations' are not, so their memory goes with them
+    torch.manual_seed(0)
+    m = torch.nn.Sequential(torch.nn.Conv2d(3, 8, 3), torch.nn.BatchNorm2d(8), torch.nn.ReLU(),
+                            torch.nn.Conv2d(8, 8, 3)).eval().npu()
+    x = torch.randn(1, 3, 32, 32).npu()
+    with torch.no_grad():
+        m(x)
+        base = torch.npu.memory_allocated()
+        for _ in range(3):
+            y = m(x)
+            assert torch.npu.memory_allocated() - base == y.untyped_storage().nbytes()
+            del y
+        assert torch.npu.memory_allocated() == base
