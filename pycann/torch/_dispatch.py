@@ -18,6 +18,7 @@ Random ops without an explicit generator use the npu generator (``pycann.torch.n
 
 from __future__ import annotations
 
+import functools
 import time
 import warnings
 import weakref
@@ -145,7 +146,8 @@ def _cached_view(x: torch.Tensor) -> torch.Tensor:
     v = to_cpu(x.detach())
     if len(_views) >= _MAX_VIEWS:
         _views.clear()
-    _views[key] = (weakref.ref(x, lambda ref, key=key: _drop_view(key, ref)), x.data_ptr(), x.shape, x.stride(), v)
+    ref = weakref.ref(x, functools.partial(_drop_view, key))
+    _views[key] = (ref, x.data_ptr(), x.shape, x.stride(), v)
     return v
 
 
