@@ -182,6 +182,41 @@ def _npu_generator(index: int) -> torch.Generator:
     return npu_random.generator(index)
 
 
+# Random ops whose schema has no generator argument: their CPU kernels draw from the CPU default
+# generator, so they run with its state swapped for the npu generator's (seeded by
+# torch.npu.manual_seed, and leaving the CPU generator's stream untouched).
+_IMPLICIT_RNG = frozenset({"aten::native_dropout"})
+
+
+def _with_npu_rng(op: Any, index: int, args: Sequence[Any], kwargs: dict[str, Any]) -> Any:
+    gen = _npu_generator(index)
+    cpu = torch.default_generator
+    saved = cpu.get_state()
+    cpu.set_state(gen.get_state())
+    try:
+        return op._op(*args, **kwargs)
+    finally:
+        gen.set_state(cpu.get_state())
+        cpu.set_state(saved)
+
+
+def _to_copy(op: Any, x: torch.Tensor, **kwargs: Any) -> torch.Tensor:
+    """``aten::_to_copy`` of an npu tensor: PyTorch's composite kernel would allocate pinned
+    memory for a ``non_blocking`` copy to the cpu, which needs a C++ hook; the copy is
+    synchronous here anyway (the npu computes on the host)."""
+    dev = kwargs.get("device")
+    target = torch.device(dev) if dev is not None else x.device
+    kwargs["device"] = _CPU
+    kwargs["non_blocking"] = False
+    kwargs["pin_memory"] = None
+    res = op._op(to_cpu(x), **kwargs)
+    if target.type == _NPU:
+        if res.data_ptr() == x.data_ptr():  # no copy was needed: still an npu tensor's memory
+            res = res.clone()
+        return to_npu(res, target.index if target.index is not None else x.get_device())
+    return res
+
+
 def _set_like(dst: torch.Tensor, src_cpu: torch.Tensor) -> None:
     """Make npu tensor ``dst`` take the memory, sizes and strides of CPU tensor ``src_cpu``."""
     index = dst.device.index or 0
@@ -293,6 +328,8 @@ def _compute(op: Any, info: _OpInfo, args: tuple[Any, ...], kwargs: dict[str, An
                 with warnings.catch_warnings():
                     warnings.filterwarnings("ignore", message="An output with one or more elements was resized")
                     out = op._op(*cargs, **ckw)
+            elif info.name in _IMPLICIT_RNG:
+                out = _with_npu_rng(op, dev, cargs, ckw)
             else:
                 out = op._op(*cargs, **ckw)
         except RuntimeError as e:
@@ -329,6 +366,7 @@ _SPECIAL: dict[str, Any] = {
     "aten::_copy_from": lambda op, *a, **k: _copy_from(*a, **k),
     "aten::_copy_from_and_resize": lambda op, *a, **k: _copy_from_and_resize(*a, **k),
     "aten::resize_": lambda op, *a, **k: _resize(*a, **k),
+    "aten::_to_copy": _to_copy,
 }
 
 # Ops that get the kernel registered for PrivateUse1 by name rather than through the fallback:
@@ -343,7 +381,7 @@ EXPLICIT_OPS = (
     "sigmoid.default", "tanh.default", "exp.default", "log.default", "sqrt.default", "rsqrt.default",
     "neg.default", "abs.default", "_softmax.default", "_log_softmax.default", "gelu.default", "silu.default",
     "threshold_backward.default", "native_layer_norm.default", "clamp_min.default", "pow.Tensor_Scalar",
-    "where.self", "erf.default", "reciprocal.default",
+    "where.self", "erf.default", "reciprocal.default", "_to_copy.default",
 )
 
 _libraries: list[torch.library.Library] = []
