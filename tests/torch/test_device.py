@@ -197,3 +197,17 @@ def test_dead_activations_free_their_memory() -> None:
             assert torch.npu.memory_allocated() - base == y.untyped_storage().nbytes()
             del y
         assert torch.npu.memory_allocated() == base
+
+
+def test_op_table_names_ops_pycann_has() -> None:
+    from pycann.errors import UnsupportedOpError
+    from pycann.ops.registry import lookup
+    from pycann.torch.optable import CANN_ONLY, HOST_OPS, PYCANN_OPS
+
+    missing = []
+    for op_type in sorted({*HOST_OPS.values(), *(p.op_type for p in PYCANN_OPS.values())}):
+        try:
+            lookup(op_type, "", None)
+        except UnsupportedOpError:
+            missing.append(op_type)
+    assert sorted(missing) == sorted(CANN_ONLY)
