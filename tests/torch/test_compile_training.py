@@ -138,3 +138,16 @@ def test_backward_on_npu1() -> None:
     r = subprocess.run([sys.executable, "-c", _NPU1_BACKWARD], capture_output=True, text=True, env=env,
                        timeout=300, cwd=ROOT)
     assert r.returncode == 0 and "OK" in r.stdout, r.stderr[-3000:]
+
+
+def test_partition_that_ge_cannot_compile_runs_eagerly_and_is_reported(monkeypatch: pytest.MonkeyPatch) -> None:
+    from pycann.torch.compile import aten_onnx
+
+    def refuse(gm: object, args: object = None) -> bytes:
+        raise aten_onnx.LoweringError("refused for the test")
+
+    monkeypatch.setattr(aten_onnx, "to_onnx", refuse)
+    _train_side_by_side(_mlp, (4, 8), steps=2)
+    recs = graph_report()
+    assert recs and all("refused for the test" in r.reason for r in recs)
+    assert all(dict(r.eager_ops).get("aten::addmm" if r.kind == "forward" else "aten::mm", 0) > 0 for r in recs)

@@ -82,6 +82,9 @@ def _op_name(node: torch.fx.Node) -> str:
     return t.name() if isinstance(t, torch._ops.OpOverload) else getattr(t, "__name__", str(t))
 
 
+_EAGER: Any = object()  # a partition whose GE compile failed
+
+
 class _GEPart(torch.nn.Module):
     """One partition: compiled to a GE plan on its first call (input shapes then known)."""
 
@@ -104,7 +107,14 @@ class _GEPart(torch.nn.Module):
         key = tuple(tuple(a.shape) for a in args)
         model = self.plans.get(key)
         if model is None:
-            model = self.plans[key] = self._compile(args)
+            try:
+                model = self._compile(args)
+            except Exception as e:  # noqa: BLE001 - a partition GE cannot compile runs eagerly, recorded
+                model = _EAGER
+                self._record_eager(e)
+            self.plans[key] = model
+        if model is _EAGER:
+            return self.gm(*args)
         index = -1
         feeds = []
         for t in args:
@@ -116,6 +126,14 @@ class _GEPart(torch.nn.Module):
         outs = [torch.from_numpy(o) for o in model.run(feeds)]
         res = tuple(to_npu(o, index) if index >= 0 else o for o in outs)
         return res if len(res) != 1 or self._tuple_out else res[0]
+
+    def _record_eager(self, e: Exception) -> None:
+        ops = collections.Counter(dict(self.rec.eager_ops))
+        for n in self.gm.graph.nodes:
+            if n.op == "call_function" and isinstance(n.target, torch._ops.OpOverload):
+                ops[_op_name(n)] += 1
+        self.rec.eager_ops = tuple(sorted(ops.items()))
+        self.rec.reason = f"a GE plan failed, its ops run eagerly: {type(e).__name__}: {str(e).splitlines()[0][:200]}"
 
     @property
     def _tuple_out(self) -> bool:
