@@ -19,6 +19,7 @@ Random ops without an explicit generator use the npu generator (``pycann.torch.n
 from __future__ import annotations
 
 import functools
+import re
 import time
 import warnings
 import weakref
@@ -56,10 +57,29 @@ class _OpInfo:
     mutable_args: tuple[int, ...]
     special: Any  # the kernel of an allocation / copy / resize op, else None
     stats: dict[Provider, fallback.OpStat]  # this op's counters, per provider that served it
+    # arguments whose schema type can hold an npu tensor or device (Tensor, Tensor?, Tensor[],
+    # Device?, ...): only these are converted to host views; ints, floats, int[] pass as they are
+    tensor_args: tuple[int, ...] = ()
+    tensor_kwargs: frozenset[str] = frozenset()
 
 
 _infos: dict[int, _OpInfo] = {}  # by id(): OpOverload.__hash__ is Python code, too slow per call
 _keep: list[Any] = []
+
+
+_PLAIN_TYPES = frozenset({"int", "SymInt", "float", "bool", "str", "number", "Scalar", "ScalarType", "Layout",
+                          "MemoryFormat", "Generator"})
+_WRAPPER = re.compile(r"^(?:Optional|List)\[(.*)\]$")
+
+
+def _may_hold_tensor(type_str: str) -> bool:
+    """Whether an argument of JIT schema type ``type_str`` ("Tensor", "Optional[Device]",
+    "List[Optional[Tensor]]", "List[int]", ...) can be an npu tensor, a list of them or an npu
+    device; plain types ("int", "Optional[List[int]]", "number", "Optional[Generator]") cannot."""
+    base = type_str
+    while (m := _WRAPPER.match(base)) is not None:
+        base = m.group(1)
+    return base not in _PLAIN_TYPES
 
 
 def _info(op: Any) -> _OpInfo:
@@ -91,9 +111,11 @@ def _info(op: Any) -> _OpInfo:
         # PYCANN_TORCH_KERNELS=host (the default): torch's kernels for the PYCANN_OPS too (read
         # when an op is first seen; use_kernels() changes it at run time)
         spec, provider = None, Provider.HOST
+    tensorish = [i for i, a in enumerate(args) if _may_hold_tensor(str(a.type))]
     info = _OpInfo(name, provider, spec,
                    tuple(a.name for a in args), frozenset(a.name for a in args if a.kwarg_only),
-                   device_arg, generator_arg, tuple(writes), tuple(mutable), special, {})
+                   device_arg, generator_arg, tuple(writes), tuple(mutable), special, {},
+                   tuple(tensorish), frozenset(args[i].name for i in tensorish))
     _infos[id(op)] = info
     _keep.append(op)  # ids stay valid: the overloads live as long as the process anyway
     return info
@@ -293,8 +315,13 @@ def _kernel(op: Any, *args: Any, **kwargs: Any) -> Any:
 
 def _compute(op: Any, info: _OpInfo, args: tuple[Any, ...], kwargs: dict[str, Any]) -> tuple[Any, Provider]:
     index: list[int] = []
-    cargs = [_down(a, index) for a in args]
-    ckw = {k: _down(v, index) for k, v in kwargs.items()}
+    cargs = list(args)
+    n = len(cargs)
+    for i in info.tensor_args:
+        if i < n:
+            cargs[i] = _down(cargs[i], index)
+    tk = info.tensor_kwargs
+    ckw = {k: (_down(v, index) if k in tk else v) for k, v in kwargs.items()} if kwargs else {}
     dev = index[0] if index else 0
     gen = info.generator_arg
     if gen >= 0:

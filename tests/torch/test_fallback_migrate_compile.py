@@ -114,6 +114,7 @@ def test_pycann_run_shim_names() -> None:
 
 
 def test_compile_backend_matches_eager() -> None:
+    torch._dynamo.reset()  # a fresh Dynamo cache: else earlier compiles of Sequential make shapes symbolic
     reset_graph_report()
     torch.manual_seed(0)
     m = torch.nn.Sequential(torch.nn.Conv2d(3, 8, 3), torch.nn.BatchNorm2d(8), torch.nn.ReLU(),
