@@ -211,3 +211,15 @@ def test_op_table_names_ops_pycann_has() -> None:
         except UnsupportedOpError:
             missing.append(op_type)
     assert sorted(missing) == sorted(CANN_ONLY)
+
+
+def test_torch_kernels_knob_rejects_unknown_values(monkeypatch: pytest.MonkeyPatch) -> None:
+    from pycann import config
+
+    monkeypatch.setenv("PYCANN_TORCH_KERNELS", "pycann")
+    assert config.torch_kernels() == "pycann"
+    monkeypatch.delenv("PYCANN_TORCH_KERNELS")
+    assert config.torch_kernels() == "host"
+    monkeypatch.setenv("PYCANN_TORCH_KERNELS", "gpu")
+    with pytest.raises(config.ConfigError, match="PYCANN_TORCH_KERNELS='gpu'"):
+        config.torch_kernels()
