@@ -151,3 +151,19 @@ def test_partition_that_ge_cannot_compile_runs_eagerly_and_is_reported(monkeypat
     recs = graph_report()
     assert recs and all("refused for the test" in r.reason for r in recs)
     assert all(dict(r.eager_ops).get("aten::addmm" if r.kind == "forward" else "aten::mm", 0) > 0 for r in recs)
+
+
+def test_inference_with_dynamic_batch_runs_partitioned_on_ge() -> None:
+    torch._dynamo.reset()
+    reset_graph_report()
+    torch.manual_seed(0)
+    ref = _convnet().eval()
+    compiled = torch.compile(copy.deepcopy(ref).npu(), backend="npu")
+    with torch.no_grad():
+        for batch in (2, 3, 5):  # the second batch size makes Dynamo recompile with a symbolic batch
+            x = torch.randn(batch, 3, 8, 8)
+            torch.testing.assert_close(compiled(x.npu()).cpu(), ref(x), rtol=1e-4, atol=1e-5)
+    kinds = [r.kind for r in graph_report()]
+    assert kinds[0] == "inference" and "aten inference" in kinds
+    dyn = next(r for r in graph_report() if r.kind == "aten inference")
+    assert dyn.ge_partitions >= 1 and dyn.calls == 2

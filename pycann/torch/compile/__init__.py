@@ -132,12 +132,15 @@ def npu_backend(gm: torch.fx.GraphModule, example_inputs: Sequence[Any], **optio
         from pycann.torch.compile.training import aot_backend
 
         return aot_backend(gm, example_inputs)
+    if not all(isinstance(t, torch.Tensor) for t in example_inputs):
+        # symbolic sizes (Dynamo's automatic dynamic shapes) or other non-tensor inputs: the
+        # ATen-level path (AOTAutograd's inference graph, partitioned, a GE plan per concrete shape)
+        from pycann.torch.compile.training import aot_backend
+
+        return aot_backend(gm, example_inputs)
     ops = sum(1 for n in gm.graph.nodes if n.op in ("call_function", "call_method", "call_module"))
     rec = new_record(ops)
     t0 = time.perf_counter()
-    if not all(isinstance(t, torch.Tensor) for t in example_inputs):
-        rec.reason = "symbolic / non-tensor inputs"
-        return _eager(gm, rec)
     static = _static_inputs(gm)
     if len(static) != len(example_inputs):
         static = [False] * len(example_inputs)

@@ -189,12 +189,15 @@ _TABLE: dict[Any, Callable[..., Any]] = {}
 
 
 def aot_backend(gm: torch.fx.GraphModule, example_inputs: Sequence[Any]) -> Callable[..., Any]:
-    """The npu backend for graphs that need gradients: AOTAutograd with GE-lowered forward and
-    backward graphs (see the module docstring)."""
+    """The npu backend for graphs that need gradients, and for inference graphs with symbolic
+    sizes: AOTAutograd with GE-lowered forward and backward (or inference) graphs, recorded
+    with ``kind`` "forward", "backward" or "aten inference" (see the module docstring)."""
     from torch._functorch.aot_autograd import aot_module_simplified
 
     if not _TABLE:
         _TABLE.update(_decompositions())
     fw: Any = _compiler("forward")
     bw: Any = _compiler("backward")
-    return aot_module_simplified(gm, list(example_inputs), fw_compiler=fw, bw_compiler=bw, decompositions=_TABLE)
+    inference: Any = _compiler("aten inference")
+    return aot_module_simplified(gm, list(example_inputs), fw_compiler=fw, bw_compiler=bw,
+                                 inference_compiler=inference, decompositions=_TABLE)
