@@ -4,14 +4,14 @@ TorchDynamo hands each captured FX graph to ``npu_backend``. The graph is lowere
 through ONNX (``torch.onnx.export`` of the GraphModule, TorchScript exporter, opset 17; the
 parameters and buffers Dynamo lifts to graph inputs are embedded as constants, so the fusions
 see them), compiled with the same passes as ``atc`` (``pycann.ge.compiler.compile_model``) and
-run as a ``LoadedModel`` plan. A graph that cannot be lowered -- an op GE lacks, a training
-graph (inputs requiring grad), symbolic shapes, an export error -- runs eagerly (its FX code on
-the npu device) and is recorded: ``graph_report()`` lists every graph with its op count, the
+run as a ``LoadedModel`` plan. A graph that cannot be lowered -- an op GE lacks, an export
+error -- runs eagerly (its FX code on the npu device) and is recorded: ``graph_report()`` lists every graph with its op count, the
 unsupported ops by name and why it stayed eager; Dynamo's own graph breaks are counted by
 ``torch._dynamo.explain``. Compile time per graph is recorded too.
 
-Training: GE has no backward ops for this path yet, so graphs that need gradients run eagerly
-(AOTAutograd is not used); inference graphs are compiled.
+Training graphs (inputs or parameters requiring grad) and graphs with symbolic sizes go through
+AOTAutograd instead (``training``): their ATen-level forward and backward graphs are partitioned
+into GE plans where GE has the ops and run eagerly between them, recorded per op.
 
 ``register()`` makes ``torch.compile(..., backend="npu")`` find the backend without importing
 torch._dynamo at ``import pycann.torch`` time; torchair's names are in ``pycann.torch.torchair``.
