@@ -115,8 +115,12 @@ def compile_vs_ort(models: Sequence[str], iters: int) -> None:
             sess.run(None, feeds)
             o_meds, p_meds = [], []
             for _ in range(3):
+                # a pause after each block: ORT's pool threads spin for a while after a run and
+                # would take the cores from the next block (this host has two)
                 o_meds.append(_median_ms(lambda s=sess, f=feeds: s.run(None, f), iters))
+                time.sleep(0.3)
                 p_meds.append(_median_ms(lambda c=compiled, a=nargs: c(*a), iters))
+                time.sleep(0.3)
         recs = graph_report()
         ge = sum(1 for g in recs if g.compiled)
         comp = sum(g.compile_seconds for g in recs)

@@ -42,6 +42,11 @@ PYCANN_PLAN_BUILD           background   graphs with convolutions under ``auto``
 PYCANN_HCCL_CHECK           1            ``0``: no per-call signature exchange before HCCL
                                          collectives (saves one small all-gather a call; mismatched
                                          calls are then no longer detected), docs/hccl.md
+PYCANN_TORCH_KERNELS        host         who computes the elementwise / matmul / softmax ATen ops
+                                         on torch's npu device that pycann's op library has:
+                                         ``host``: torch's CPU kernels on the host memory (faster:
+                                         vectorised, threaded); ``pycann``: pycann's op library
+                                         through GE's single-op path (docs/torch.md)
 ==========================  ===========  =========================================================
 """
 
@@ -55,7 +60,7 @@ from pathlib import Path
 from pycann.errors import PycannError
 
 __all__ = ["ConfigError", "OMP_WAIT_POLICIES", "PlanBuild", "PlanCacheConfig", "PlanPolicy", "apply_omp_wait_policy",
-           "hccl_check", "omp_wait_policy", "parse_bytes", "plan_cache_config", "tune_bank_dir"]
+           "hccl_check", "omp_wait_policy", "parse_bytes", "plan_cache_config", "torch_kernels", "tune_bank_dir"]
 
 
 class ConfigError(PycannError, ValueError):
@@ -201,3 +206,11 @@ def apply_omp_wait_policy() -> str | None:
         return None
     os.environ["OMP_WAIT_POLICY"] = policy.upper()
     return policy.upper()
+def torch_kernels() -> str:
+    """``PYCANN_TORCH_KERNELS``: ``"host"`` (default) or ``"pycann"``. Raises ``ConfigError`` on
+    another value."""
+    raw = os.environ.get("PYCANN_TORCH_KERNELS", "host").strip().lower() or "host"
+    if raw not in ("host", "pycann"):
+        raise ConfigError(f"PYCANN_TORCH_KERNELS={raw!r}: expected 'host' (torch's CPU kernels on the npu's "
+                          "host memory) or 'pycann' (pycann's op library)")
+    return raw

@@ -23,7 +23,7 @@ from typing import Any
 
 import torch
 
-from pycann.torch import _autocast, _dispatch, fallback
+from pycann.torch import _autocast, _autograd, _dispatch, fallback
 from pycann.torch import npu as npu
 from pycann.torch.fallback import FallbackDisabledError, Report, report, reset, warning_text
 from pycann.torch.optable import Provider
@@ -104,6 +104,7 @@ def _register() -> None:
     torch._C._acc.register_python_privateuseone_device_guard(_Guard())
     _dispatch.install()
     _autocast.install()
+    _autograd.install()
     torch.storage._to = _storage_to(torch.storage._to)  # type: ignore[attr-defined]
     torch.Tensor.pin_memory = _pin_memory(torch.Tensor.pin_memory)  # type: ignore[method-assign]
     from pycann.torch import compile as _compile

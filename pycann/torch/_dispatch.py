@@ -18,7 +18,8 @@ Random ops without an explicit generator use the npu generator (``pycann.torch.n
 
 from __future__ import annotations
 
-import os
+import functools
+import re
 import time
 import warnings
 import weakref
@@ -29,6 +30,7 @@ from typing import Any
 import numpy as np
 import torch
 
+from pycann import config
 from pycann.torch import _pycann_ops, fallback
 from pycann.torch._alias import to_cpu, to_npu
 from pycann.torch.optable import Provider, PycannOp, provider_of, pycann_op
@@ -55,10 +57,29 @@ class _OpInfo:
     mutable_args: tuple[int, ...]
     special: Any  # the kernel of an allocation / copy / resize op, else None
     stats: dict[Provider, fallback.OpStat]  # this op's counters, per provider that served it
+    # arguments whose schema type can hold an npu tensor or device (Tensor, Tensor?, Tensor[],
+    # Device?, ...): only these are converted to host views; ints, floats, int[] pass as they are
+    tensor_args: tuple[int, ...] = ()
+    tensor_kwargs: frozenset[str] = frozenset()
 
 
 _infos: dict[int, _OpInfo] = {}  # by id(): OpOverload.__hash__ is Python code, too slow per call
 _keep: list[Any] = []
+
+
+_PLAIN_TYPES = frozenset({"int", "SymInt", "float", "bool", "str", "number", "Scalar", "ScalarType", "Layout",
+                          "MemoryFormat", "Generator"})
+_WRAPPER = re.compile(r"^(?:Optional|List)\[(.*)\]$")
+
+
+def _may_hold_tensor(type_str: str) -> bool:
+    """Whether an argument of JIT schema type ``type_str`` ("Tensor", "Optional[Device]",
+    "List[Optional[Tensor]]", "List[int]", ...) can be an npu tensor, a list of them or an npu
+    device; plain types ("int", "Optional[List[int]]", "number", "Optional[Generator]") cannot."""
+    base = type_str
+    while (m := _WRAPPER.match(base)) is not None:
+        base = m.group(1)
+    return base not in _PLAIN_TYPES
 
 
 def _info(op: Any) -> _OpInfo:
@@ -86,36 +107,69 @@ def _info(op: Any) -> _OpInfo:
     provider = provider_of(name, schema.name)
     special = _SPECIAL.get(schema.name)
     spec = pycann_op(name, schema.name)
-    if spec is not None and os.environ.get("PYCANN_TORCH_KERNELS", "pycann").strip().lower() == "host":
-        # PYCANN_TORCH_KERNELS=host: torch's kernels for the PYCANN_OPS too (read per op, once)
+    if spec is not None and (_kernels[0] or config.torch_kernels()) == "host":
+        # PYCANN_TORCH_KERNELS=host (the default): torch's kernels for the PYCANN_OPS too (read
+        # when an op is first seen; use_kernels() changes it at run time)
         spec, provider = None, Provider.HOST
+    tensorish = [i for i, a in enumerate(args) if _may_hold_tensor(str(a.type))]
     info = _OpInfo(name, provider, spec,
                    tuple(a.name for a in args), frozenset(a.name for a in args if a.kwarg_only),
-                   device_arg, generator_arg, tuple(writes), tuple(mutable), special, {})
+                   device_arg, generator_arg, tuple(writes), tuple(mutable), special, {},
+                   tuple(tensorish), frozenset(args[i].name for i in tensorish))
     _infos[id(op)] = info
     _keep.append(op)  # ids stay valid: the overloads live as long as the process anyway
     return info
+
+
+_kernels: list[str | None] = [None]  # use_kernels()' choice, over PYCANN_TORCH_KERNELS
+
+
+def use_kernels(mode: str | None) -> None:
+    """Choose who computes the ``optable.PYCANN_OPS`` ops from now on: ``"pycann"`` (pycann's op
+    library through GE's single-op path) or ``"host"`` (torch's CPU kernels), over
+    ``PYCANN_TORCH_KERNELS``; None: back to that variable. Forgets the per-op decisions made so far."""
+    if mode not in ("host", "pycann", None):
+        raise ValueError(f"use_kernels({mode!r}): expected 'host', 'pycann' or None")
+    _kernels[0] = mode
+    for key, info in list(_infos.items()):
+        if info.pycann is not None or info.provider is Provider.HOST:
+            del _infos[key]
 
 
 def _is_npu(x: Any) -> bool:
     return isinstance(x, torch.Tensor) and x.device.type == _NPU
 
 
-# CPU views of npu tensors, by id(): weights and running statistics are read by every forward
-# pass, activations by the next op or two. An entry is used only while the same tensor object has the same data pointer, sizes and
-# strides (set_ / resize_ change those), so a stale view is never handed out.
+# CPU views of npu parameters (leaf tensors that require grad), by id(): weights are read by
+# every forward pass. An entry is used only while the same tensor object has the same data
+# pointer, sizes and strides (set_ / resize_ change those), so a stale view is never handed out,
+# and it goes when the tensor object dies (a weakref callback). The view is made of a detached
+# alias: a DLPack view of the parameter itself would hold its TensorImpl, which keeps the Python
+# object alive (PyTorch preserves it), so neither would ever be freed. Other tensors
+# (activations, read by the next op or two) get a fresh view per op: caching them kept each
+# activation's memory alive, so every forward pass faulted in fresh pages.
 _views: dict[int, tuple[Any, int, Any, Any, torch.Tensor]] = {}
 _MAX_VIEWS = 8192
 
 
+def _drop_view(key: int, ref: Any) -> None:
+    e = _views.get(key)
+    if e is not None and e[0] is ref:
+        del _views[key]
+
+
 def _cached_view(x: torch.Tensor) -> torch.Tensor:
-    e = _views.get(id(x))
+    if not (x.requires_grad and x.is_leaf):
+        return to_cpu(x)
+    key = id(x)
+    e = _views.get(key)
     if e is not None and e[0]() is x and e[1] == x.data_ptr() and e[2] == x.shape and e[3] == x.stride():
         return e[4]
-    v = to_cpu(x)
+    v = to_cpu(x.detach())
     if len(_views) >= _MAX_VIEWS:
         _views.clear()
-    _views[id(x)] = (weakref.ref(x), x.data_ptr(), x.shape, x.stride(), v)
+    ref = weakref.ref(x, functools.partial(_drop_view, key))
+    _views[key] = (ref, x.data_ptr(), x.shape, x.stride(), v)
     return v
 
 
@@ -148,6 +202,41 @@ def _npu_generator(index: int) -> torch.Generator:
     from pycann.torch.npu import random as npu_random
 
     return npu_random.generator(index)
+
+
+# Random ops whose schema has no generator argument: their CPU kernels draw from the CPU default
+# generator, so they run with its state swapped for the npu generator's (seeded by
+# torch.npu.manual_seed, and leaving the CPU generator's stream untouched).
+_IMPLICIT_RNG = frozenset({"aten::native_dropout"})
+
+
+def _with_npu_rng(op: Any, index: int, args: Sequence[Any], kwargs: dict[str, Any]) -> Any:
+    gen = _npu_generator(index)
+    cpu = torch.default_generator
+    saved = cpu.get_state()
+    cpu.set_state(gen.get_state())
+    try:
+        return op._op(*args, **kwargs)
+    finally:
+        gen.set_state(cpu.get_state())
+        cpu.set_state(saved)
+
+
+def _to_copy(op: Any, x: torch.Tensor, **kwargs: Any) -> torch.Tensor:
+    """``aten::_to_copy`` of an npu tensor: PyTorch's composite kernel would allocate pinned
+    memory for a ``non_blocking`` copy to the cpu, which needs a C++ hook; the copy is
+    synchronous here anyway (the npu computes on the host)."""
+    dev = kwargs.get("device")
+    target = torch.device(dev) if dev is not None else x.device
+    kwargs["device"] = _CPU
+    kwargs["non_blocking"] = False
+    kwargs["pin_memory"] = None
+    res = op._op(to_cpu(x), **kwargs)
+    if target.type == _NPU:
+        if res.data_ptr() == x.data_ptr():  # no copy was needed: still an npu tensor's memory
+            res = res.clone()
+        return to_npu(res, target.index if target.index is not None else x.get_device())
+    return res
 
 
 def _set_like(dst: torch.Tensor, src_cpu: torch.Tensor) -> None:
@@ -226,8 +315,13 @@ def _kernel(op: Any, *args: Any, **kwargs: Any) -> Any:
 
 def _compute(op: Any, info: _OpInfo, args: tuple[Any, ...], kwargs: dict[str, Any]) -> tuple[Any, Provider]:
     index: list[int] = []
-    cargs = [_down(a, index) for a in args]
-    ckw = {k: _down(v, index) for k, v in kwargs.items()}
+    cargs = list(args)
+    n = len(cargs)
+    for i in info.tensor_args:
+        if i < n:
+            cargs[i] = _down(cargs[i], index)
+    tk = info.tensor_kwargs
+    ckw = {k: (_down(v, index) if k in tk else v) for k, v in kwargs.items()} if kwargs else {}
     dev = index[0] if index else 0
     gen = info.generator_arg
     if gen >= 0:
@@ -261,6 +355,8 @@ def _compute(op: Any, info: _OpInfo, args: tuple[Any, ...], kwargs: dict[str, An
                 with warnings.catch_warnings():
                     warnings.filterwarnings("ignore", message="An output with one or more elements was resized")
                     out = op._op(*cargs, **ckw)
+            elif info.name in _IMPLICIT_RNG:
+                out = _with_npu_rng(op, dev, cargs, ckw)
             else:
                 out = op._op(*cargs, **ckw)
         except RuntimeError as e:
@@ -297,6 +393,7 @@ _SPECIAL: dict[str, Any] = {
     "aten::_copy_from": lambda op, *a, **k: _copy_from(*a, **k),
     "aten::_copy_from_and_resize": lambda op, *a, **k: _copy_from_and_resize(*a, **k),
     "aten::resize_": lambda op, *a, **k: _resize(*a, **k),
+    "aten::_to_copy": _to_copy,
 }
 
 # Ops that get the kernel registered for PrivateUse1 by name rather than through the fallback:
@@ -311,7 +408,7 @@ EXPLICIT_OPS = (
     "sigmoid.default", "tanh.default", "exp.default", "log.default", "sqrt.default", "rsqrt.default",
     "neg.default", "abs.default", "_softmax.default", "_log_softmax.default", "gelu.default", "silu.default",
     "threshold_backward.default", "native_layer_norm.default", "clamp_min.default", "pow.Tensor_Scalar",
-    "where.self", "erf.default", "reciprocal.default",
+    "where.self", "erf.default", "reciprocal.default", "_to_copy.default",
 )
 
 _libraries: list[torch.library.Library] = []

@@ -52,7 +52,7 @@ def run(op_type: str, inputs: Sequence[torch.Tensor], attrs: Mapping[str, Any],
         full["_n_outputs"] = 1
         if len(_handles) >= _MAX_HANDLES:
             _handles.clear()
-        result = torch.from_numpy(np.ascontiguousarray(res))
+        result = torch.from_numpy(_contiguous(res))
         _handles[key] = _Handle(opdef, full, tuple(result.shape), result.dtype)
         return _into(result, out)
     usable = out is not None and out.shape == h.out_shape and out.dtype == h.out_dtype and out.is_contiguous()
@@ -61,8 +61,15 @@ def run(op_type: str, inputs: Sequence[torch.Tensor], attrs: Mapping[str, Any],
     if h.opdef.out_kernel is not None:
         h.opdef.out_kernel(ins, h.attrs, [dst.numpy()])
     else:
-        dst.copy_(torch.from_numpy(np.ascontiguousarray(h.opdef.kernel(ins, h.attrs)[0])))
+        dst.copy_(torch.from_numpy(_contiguous(h.opdef.kernel(ins, h.attrs)[0])))
     return dst if usable or out is None else _into(dst, out)
+
+
+def _contiguous(a: Any) -> np.ndarray:
+    """``a`` as a C-contiguous array of the same shape (``np.ascontiguousarray`` would make a
+    0-d array 1-d, and a 0-d ``div`` would then come back as shape [1])."""
+    a = np.asarray(a)
+    return a if a.flags.c_contiguous else np.ascontiguousarray(a).reshape(a.shape)
 
 
 def _into(result: torch.Tensor, out: torch.Tensor | None) -> torch.Tensor:

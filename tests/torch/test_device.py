@@ -151,12 +151,21 @@ def test_dataloader_pin_memory() -> None:
 
 
 def test_report_counts_providers() -> None:
+    from pycann.torch import _dispatch
+
     pycann.torch.reset()
     x = torch.randn(3, 3, device="npu")
-    torch.relu(x)
+    host = torch.relu(x)  # default: torch's kernel on the host memory
+    _dispatch.use_kernels("pycann")
+    try:
+        mine = torch.relu(x)  # pycann's Relu through GE's single-op path
+    finally:
+        _dispatch.use_kernels(None)
+    torch.testing.assert_close(mine.cpu(), host.cpu())
+    torch.testing.assert_close(host.cpu(), torch.relu(x.cpu()))
     r = pycann.torch.report()
     names = {(s.name, s.provider) for s in r.ops}
-    assert ("aten::relu", Provider.PYCANN) in names
+    assert ("aten::relu", Provider.PYCANN) in names and ("aten::relu", Provider.HOST) in names
     assert all(0.0 <= r.share(s) <= 1.0 for s in r.ops)
     assert "aten::relu" in r.format(only_fallbacks=False)
 
@@ -172,3 +181,45 @@ def test_api_names_of_torch_npu() -> None:
         torch.npu.set_device(torch.npu.device_count())
     torch.npu.set_device(0)
     assert torch.npu.current_device() == 0
+
+
+def test_dead_activations_free_their_memory() -> None:
+    # weights' host views are cached; activations' are not, so their memory goes with them
+    torch.manual_seed(0)
+    m = torch.nn.Sequential(torch.nn.Conv2d(3, 8, 3), torch.nn.BatchNorm2d(8), torch.nn.ReLU(),
+                            torch.nn.Conv2d(8, 8, 3)).eval().npu()
+    x = torch.randn(1, 3, 32, 32).npu()
+    with torch.no_grad():
+        m(x)
+        base = torch.npu.memory_allocated()
+        for _ in range(3):
+            y = m(x)
+            assert torch.npu.memory_allocated() - base == y.untyped_storage().nbytes()
+            del y
+        assert torch.npu.memory_allocated() == base
+
+
+def test_op_table_names_ops_pycann_has() -> None:
+    from pycann.errors import UnsupportedOpError
+    from pycann.ops.registry import lookup
+    from pycann.torch.optable import CANN_ONLY, HOST_OPS, PYCANN_OPS
+
+    missing = []
+    for op_type in sorted({*HOST_OPS.values(), *(p.op_type for p in PYCANN_OPS.values())}):
+        try:
+            lookup(op_type, "", None)
+        except UnsupportedOpError:
+            missing.append(op_type)
+    assert sorted(missing) == sorted(CANN_ONLY)
+
+
+def test_torch_kernels_knob_rejects_unknown_values(monkeypatch: pytest.MonkeyPatch) -> None:
+    from pycann import config
+
+    monkeypatch.setenv("PYCANN_TORCH_KERNELS", "pycann")
+    assert config.torch_kernels() == "pycann"
+    monkeypatch.delenv("PYCANN_TORCH_KERNELS")
+    assert config.torch_kernels() == "host"
+    monkeypatch.setenv("PYCANN_TORCH_KERNELS", "gpu")
+    with pytest.raises(config.ConfigError, match="PYCANN_TORCH_KERNELS='gpu'"):
+        config.torch_kernels()

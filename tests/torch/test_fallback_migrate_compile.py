@@ -114,6 +114,7 @@ def test_pycann_run_shim_names() -> None:
 
 
 def test_compile_backend_matches_eager() -> None:
+    torch._dynamo.reset()  # a fresh Dynamo cache: else earlier compiles of Sequential make shapes symbolic
     reset_graph_report()
     torch.manual_seed(0)
     m = torch.nn.Sequential(torch.nn.Conv2d(3, 8, 3), torch.nn.BatchNorm2d(8), torch.nn.ReLU(),
@@ -126,12 +127,3 @@ def test_compile_backend_matches_eager() -> None:
     torch.testing.assert_close(got.cpu(), ref, rtol=1e-4, atol=1e-5)
     recs = graph_report()
     assert recs and recs[0].compiled and recs[0].calls == 1 and isinstance(recs[0].compile_seconds, float)
-
-
-def test_compile_training_graph_runs_eager_and_says_why() -> None:
-    reset_graph_report()
-    m = torch.nn.Linear(4, 2).npu()
-    out = torch.compile(m, backend="npu")(torch.randn(3, 4).npu())
-    out.sum().backward()
-    assert m.weight.grad is not None and m.weight.grad.device.type == "npu"
-    assert any(not r.compiled and "training" in r.reason for r in graph_report())

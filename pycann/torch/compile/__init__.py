@@ -4,14 +4,14 @@ TorchDynamo hands each captured FX graph to ``npu_backend``. The graph is lowere
 through ONNX (``torch.onnx.export`` of the GraphModule, TorchScript exporter, opset 17; the
 parameters and buffers Dynamo lifts to graph inputs are embedded as constants, so the fusions
 see them), compiled with the same passes as ``atc`` (``pycann.ge.compiler.compile_model``) and
-run as a ``LoadedModel`` plan. A graph that cannot be lowered -- an op GE lacks, a training
-graph (inputs requiring grad), symbolic shapes, an export error -- runs eagerly (its FX code on
-the npu device) and is recorded: ``graph_report()`` lists every graph with its op count, the
+run as a ``LoadedModel`` plan. A graph that cannot be lowered -- an op GE lacks, an export
+error -- runs eagerly (its FX code on the npu device) and is recorded: ``graph_report()`` lists every graph with its op count, the
 unsupported ops by name and why it stayed eager; Dynamo's own graph breaks are counted by
 ``torch._dynamo.explain``. Compile time per graph is recorded too.
 
-Training: GE has no backward ops for this path yet, so graphs that need gradients run eagerly
-(AOTAutograd is not used); inference graphs are compiled.
+Training graphs (inputs or parameters requiring grad) and graphs with symbolic sizes go through
+AOTAutograd instead (``training``): their ATen-level forward and backward graphs are partitioned
+into GE plans where GE has the ops and run eagerly between them, recorded per op.
 
 ``register()`` makes ``torch.compile(..., backend="npu")`` find the backend without importing
 torch._dynamo at ``import pycann.torch`` time; torchair's names are in ``pycann.torch.torchair``.
@@ -21,33 +21,18 @@ from __future__ import annotations
 
 import functools
 import io
-import threading
 import time
 import warnings
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
 from typing import Any
 
 import torch
 
 from pycann.torch._alias import to_cpu, to_npu
+from pycann.torch.compile.records import GraphRecord, new_record
+from pycann.torch.compile.records import records as _records
 
-
-@dataclass
-class GraphRecord:
-    """One FX graph the backend saw."""
-
-    index: int
-    ops: int
-    compiled: bool
-    reason: str = ""
-    unsupported: tuple[str, ...] = ()
-    compile_seconds: float = 0.0
-    calls: int = 0
-
-
-_records: list[GraphRecord] = []
-_lock = threading.Lock()
+__all__ = ["GraphRecord", "format_graph_report", "graph_report", "npu_backend", "register", "reset_graph_report"]
 
 
 def graph_report() -> list[GraphRecord]:
@@ -59,9 +44,14 @@ def format_graph_report() -> str:
     """``graph_report()`` as text: one line per graph."""
     lines = [f"pycann torch.compile(backend='npu'): {len(_records)} graph(s)"]
     for r in _records:
-        state = "GE plan" if r.compiled else f"eager ({r.reason})"
+        if r.kind == "inference":
+            state = "GE plan" if r.compiled else f"eager ({r.reason})"
+        else:
+            state = f"{r.ge_partitions} GE plan(s) with {r.ge_ops} ops"
         extra = f"; unsupported: {', '.join(r.unsupported)}" if r.unsupported else ""
-        lines.append(f"  graph {r.index}: {r.ops} FX ops, {state}, compile {r.compile_seconds * 1e3:.0f} ms, "
+        if r.eager_ops:
+            extra += "; eager: " + ", ".join(f"{op} x{n}" for op, n in r.eager_ops)
+        lines.append(f"  graph {r.index} ({r.kind}): {r.ops} FX ops, {state}, compile {r.compile_seconds * 1e3:.0f} ms, "
                      f"{r.calls} calls{extra}")
     return "\n".join(lines)
 
@@ -137,18 +127,20 @@ def _eager(gm: torch.fx.GraphModule, rec: GraphRecord) -> Callable[..., Any]:
 
 def npu_backend(gm: torch.fx.GraphModule, example_inputs: Sequence[Any], **options: Any) -> Callable[..., Any]:
     """The TorchDynamo backend: a callable running ``gm`` as a GE plan (or eagerly, recorded)."""
-    ops = sum(1 for n in gm.graph.nodes if n.op in ("call_function", "call_method", "call_module"))
-    with _lock:
-        rec = GraphRecord(len(_records), ops, False)
-        _records.append(rec)
-    t0 = time.perf_counter()
     if torch.is_grad_enabled() and (any(isinstance(t, torch.Tensor) and t.requires_grad for t in example_inputs)
                                     or any(p.requires_grad for p in gm.parameters())):
-        rec.reason = "training graph (needs gradients; GE backward ops not lowered)"
-        return _eager(gm, rec)
+        from pycann.torch.compile.training import aot_backend
+
+        return aot_backend(gm, example_inputs)
     if not all(isinstance(t, torch.Tensor) for t in example_inputs):
-        rec.reason = "symbolic / non-tensor inputs"
-        return _eager(gm, rec)
+        # symbolic sizes (Dynamo's automatic dynamic shapes) or other non-tensor inputs: the
+        # ATen-level path (AOTAutograd's inference graph, partitioned, a GE plan per concrete shape)
+        from pycann.torch.compile.training import aot_backend
+
+        return aot_backend(gm, example_inputs)
+    ops = sum(1 for n in gm.graph.nodes if n.op in ("call_function", "call_method", "call_module"))
+    rec = new_record(ops)
+    t0 = time.perf_counter()
     static = _static_inputs(gm)
     if len(static) != len(example_inputs):
         static = [False] * len(example_inputs)
