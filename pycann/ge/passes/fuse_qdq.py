@@ -13,6 +13,11 @@ Relu. A ``Clip`` with constant bounds read only by the QuantizeLinear is absorbe
 quantised values (``q_min``/``q_max``); ``seven_bit`` is set when that keeps them <= 127 (AMCT's
 ``reduce_range``), which makes the int8 kernel exact on CPUs without VNNI. The Q/DQ nodes stay for any other reader (dead-code elimination
 removes them otherwise). Runs before ConstantFolding, which would turn the weight's DQ into float.
+
+A ``DequantizeLinear`` of an already quantised tensor (no QuantizeLinear before it: a QOperator
+model's MaxPool / Flatten on uint8, after QOperatorToQDQ) is read as it is: the fused layer takes
+the uint8 tensor. ``narrow_w`` is set when every weight lies in [-64, 64] (ONNX Runtime's
+``reduce_range``), which also makes the int8 kernel exact without VNNI.
 """
 
 from __future__ import annotations
@@ -22,7 +27,7 @@ import numpy as np
 from pycann.ge.ir import Graph, Node
 from pycann.ge.passes.base import PassContext, PassResult
 from pycann.ge.passes.pattern import GraphIndex, Rewrites, is_op
-from pycann.ops.quant_conv import DOMAIN, quantize_activation
+from pycann.ops.quant_conv import DOMAIN, narrow_weights, quantize_activation
 
 name = "QuantizedConvFusion"
 
@@ -32,14 +37,15 @@ def _same(ix: GraphIndex, a: str, b: str) -> bool:
     return a == b or (ca is not None and cb is not None and ca.dtype == cb.dtype and np.array_equal(ca, cb))
 
 
-def _activation_qdq(ix: GraphIndex, value: str) -> tuple[str, float, int, bool, Node] | str:
-    """(x, scale, zero point, unsigned, Q node) of a ``DQ(Q(x))`` feeding a conv, or why not."""
+def _activation_qdq(ix: GraphIndex, value: str) -> tuple[str, float, int, bool, Node | None] | str:
+    """(x, scale, zero point, unsigned, Q node) of a ``DQ(Q(x))`` feeding a conv, or (q, ..., None)
+    of a ``DQ(q)`` of an already quantised value, or why not."""
     dq = ix.producers.get(value)
     if not is_op(dq, "DequantizeLinear") or dq is None:
         return "input is not a DequantizeLinear"
     q = ix.producers.get(dq.inputs[0])
     if not is_op(q, "QuantizeLinear") or q is None:
-        return "the activation's DequantizeLinear does not read a QuantizeLinear"
+        return _quantised_input(ix, dq)
     if len(q.inputs) < 3 or len(dq.inputs) < 3 or not q.inputs[2]:
         return "activation QuantizeLinear without a zero point (float8 or default int8 handled as float)"
     s, zp = ix.const(q.inputs[1]), ix.const(q.inputs[2])
@@ -50,6 +56,19 @@ def _activation_qdq(ix: GraphIndex, value: str) -> tuple[str, float, int, bool, 
     if zp.dtype not in (np.uint8, np.int8) or float(s.reshape(-1)[0]) <= 0:
         return f"activation zero point dtype {zp.dtype} / scale {float(s.reshape(-1)[0])} not int8 / positive"
     return q.inputs[0], float(s.reshape(-1)[0]), int(zp.reshape(-1)[0]), zp.dtype == np.uint8, q
+
+
+def _quantised_input(ix: GraphIndex, dq: Node) -> tuple[str, float, int, bool, None] | str:
+    """(q, scale, zero point, unsigned, None) for ``DequantizeLinear(q)`` of an already quantised
+    activation (a QOperator model's MaxPool / Flatten on uint8): the layer reads ``q`` itself."""
+    if len(dq.inputs) < 3 or not dq.inputs[2]:
+        return "activation DequantizeLinear without a zero point"
+    s, zp = ix.const(dq.inputs[1]), ix.const(dq.inputs[2])
+    if s is None or zp is None or s.size != 1 or zp.size != 1:
+        return "activation scale / zero point are not constant per-tensor values"
+    if zp.dtype not in (np.uint8, np.int8) or float(s.reshape(-1)[0]) <= 0:
+        return f"activation zero point dtype {zp.dtype} / scale {float(s.reshape(-1)[0])} not int8 / positive"
+    return dq.inputs[0], float(s.reshape(-1)[0]), int(zp.reshape(-1)[0]), zp.dtype == np.uint8, None
 
 
 def _weight(ix: GraphIndex, value: str, out_axis: int = 0) -> tuple[str, np.ndarray] | str:
@@ -116,7 +135,7 @@ def _input(ix: GraphIndex, value: str) -> tuple[str, float, int, bool, int, int,
     if isinstance(act, str):
         return act
     x, s, zp, unsigned, q = act
-    clip = _absorbed_clip(ix, x, q, s, zp, unsigned)
+    clip = None if q is None else _absorbed_clip(ix, x, q, s, zp, unsigned)
     if clip is None:
         return x, s, zp, unsigned, -1000, 1000, []
     return clip[0], s, zp, unsigned, clip[1], clip[2], [ix.producers[x]]
@@ -187,7 +206,8 @@ def _match_matmul(ix: GraphIndex, g: Graph, mm: Node) -> tuple[list[Node], Node]
         g.initializers[bn] = b
         ins.append(bn)
     attrs = dict(x_scale=s, x_zero_point=zp, x_unsigned=int(unsigned), w_scale=[float(v) for v in ws],
-                 activation=activation, seven_bit=int(unsigned and q_max <= 127), q_min=q_min, q_max=q_max)
+                 activation=activation, seven_bit=int(unsigned and q_max <= 127), q_min=q_min, q_max=q_max,
+                 narrow_w=narrow_weights(w_nk))
     return nodes, Node("QuantMatMul", ins, [out], attrs, name=f"{mm.name}_int8", domain=DOMAIN, opset=1)
 
 
@@ -226,7 +246,8 @@ def _match(ix: GraphIndex, g: Graph, conv: Node) -> tuple[list[Node], Node] | st
         ins.append(b_name)
     attrs = {k: v for k, v in conv.attrs.items() if not k.startswith("_")}
     attrs.update(x_scale=s, x_zero_point=zp, x_unsigned=int(unsigned), w_scale=[float(v) for v in ws],
-                 activation=activation, seven_bit=int(unsigned and q_max <= 127), q_min=q_min, q_max=q_max)
+                 activation=activation, seven_bit=int(unsigned and q_max <= 127), q_min=q_min, q_max=q_max,
+                 narrow_w=narrow_weights(wt))
     return nodes, Node("QuantConv", ins, [out], attrs, name=f"{conv.name}_int8", domain=DOMAIN, opset=1)
 
 
