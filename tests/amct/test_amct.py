@@ -161,11 +161,16 @@ def test_flow_writes_qdq_models_that_match_float_and_onnxruntime(tmp_path: Path)
     assert (prefix.parent / "net_quant.json").exists()
     rep = amct.compare_models(str(model), fq, batches)
     assert rep.cosine > 0.999 and rep.top1_agreement[0] is not None and rep.top1_agreement[0] >= 0.9
-    import pycann
+    from pycann.ge.compiler import compile_model
+    from pycann.ge.model import LoadedModel
+    from pycann.ge.options import CompileOptions
 
     x = batches[0]
+    # high_precision: every fused layer keeps the QDQ arithmetic (the default may keep layers fp32
+    # where int8 would be slower: tests/amct/test_int8_choice.py)
+    exact = CompileOptions(op_select_implmode="high_precision")
     for path in (fq, dep):
-        got = pycann.InferSession(0, path).infer([x])[0]
+        got = LoadedModel.from_compiled(compile_model(path, exact)).run([x])[0]
         np.testing.assert_allclose(got, _ort(path, {"x": x})[0], rtol=1e-5, atol=1e-5)
 
 

@@ -92,8 +92,11 @@ def _lsb(a: np.ndarray, b: np.ndarray, s: float) -> int:
 
 
 def _compile(m: onnx.ModelProto, **kw: object) -> tuple[LoadedModel, list[str], list[str]]:
+    """Compiled with ``high_precision``: every fused layer keeps the QDQ arithmetic (the default may
+    keep layers fp32 where int8 would be slower: test_int8_choice.py)."""
     lines: list[str] = []
-    cm = compile_model(m, CompileOptions(**kw) if kw else None, log=lines.append)  # type: ignore[arg-type]
+    opts = CompileOptions(op_select_implmode="high_precision", **kw)  # type: ignore[arg-type]
+    cm = compile_model(m, opts, log=lines.append)
     return LoadedModel.from_compiled(cm), [n.op_type for n in cm.graph.nodes], lines
 
 
@@ -138,10 +141,11 @@ def test_ort_qdq_model_within_1_lsb_of_ort(float_model: Path) -> None:
 def test_narrow_weights_take_the_int8_kernel_without_vnni(float_model: Path) -> None:
     from pycann.ge.compiler import compile_model as cmod
 
-    cm = cmod(_quantise(float_model, "QOperator", reduce_range=True))
+    hp = CompileOptions(op_select_implmode="high_precision")
+    cm = cmod(_quantise(float_model, "QOperator", reduce_range=True), hp)
     qs = [n for n in cm.graph.nodes if n.op_type in ("QuantConv", "QuantMatMul")]
     assert qs and all(n.attrs["narrow_w"] == 1 for n in qs)
-    cm = cmod(_quantise(float_model, "QOperator", reduce_range=False))
+    cm = cmod(_quantise(float_model, "QOperator", reduce_range=False), hp)
     assert any(n.attrs["narrow_w"] == 0 for n in cm.graph.nodes if n.op_type == "QuantConv")
 
 
@@ -175,7 +179,7 @@ def test_qlinear_matmul_becomes_quantmatmul() -> None:
 def test_unsupported_qoperator_pattern_stays_on_reference_and_says_why() -> None:
     m = _qlinear_matmul_model(scale_input=True)
     lines: list[str] = []
-    cm = compile_model(m, log=lines.append)
+    cm = compile_model(m, CompileOptions(op_select_implmode="high_precision"), log=lines.append)
     assert "QLinearMatMul" in [n.op_type for n in cm.graph.nodes]
     assert any("QOperatorToQDQ" in ln and "qmm (QLinearMatMul): input 6 (ys) is not a constant" in ln
                and "reference kernel" in ln for ln in lines), lines

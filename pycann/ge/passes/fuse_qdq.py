@@ -22,11 +22,15 @@ the uint8 tensor. ``narrow_w`` is set when every weight lies in [-64, 64] (ONNX 
 
 from __future__ import annotations
 
+from typing import Any
+
 import numpy as np
 
 from pycann.ge.ir import Graph, Node
+from pycann.ge.passes import int8_choice
 from pycann.ge.passes.base import PassContext, PassResult
 from pycann.ge.passes.pattern import GraphIndex, Rewrites, is_op
+from pycann.ge.passes.select_kernels import approx_allowed
 from pycann.ops.quant_conv import DOMAIN, narrow_weights, quantize_activation
 
 name = "QuantizedConvFusion"
@@ -251,7 +255,53 @@ def _match(ix: GraphIndex, g: Graph, conv: Node) -> tuple[list[Node], Node] | st
     return nodes, Node("QuantConv", ins, [out], attrs, name=f"{conv.name}_int8", domain=DOMAIN, opset=1)
 
 
-def fuse(g: Graph) -> tuple[int, list[str]]:
+def _as_fp32(g: Graph, ix: GraphIndex, old: list[Node], q: Node) -> tuple[list[Node], list[Node]]:
+    """The float layer for a fused ``q`` that stays fp32 (int8_choice): the float op on the
+    dequantised weight, reading the activation before its QuantizeLinear (an absorbed Clip stays),
+    or a DequantizeLinear of an already quantised one. Returns (nodes to remove, new nodes)."""
+    clips = [n for n in old if n.op_type == "Clip"]
+    old = [n for n in old if n.op_type != "Clip"]
+    # an absorbed Clip stays in the graph: the float layer reads its output
+    x = clips[0].outputs[0] if clips else q.inputs[0]
+    new: list[Node] = []
+    desc = ix.desc(x)
+    if desc is not None and desc.dtype in (2, 3):  # uint8 / int8: an already quantised activation
+        s = g.fresh_name(f"{q.name}_x_scale")
+        z = g.fresh_name(f"{q.name}_x_zero_point")
+        g.initializers[s] = np.array(q.attrs["x_scale"], np.float32)
+        g.initializers[z] = np.array(q.attrs["x_zero_point"], np.uint8 if desc.dtype == 2 else np.int8)
+        xf = g.fresh_name(f"{q.name}_x_dq")
+        new.append(Node("DequantizeLinear", [x, s, z], [xf], {}, name=f"{q.name}_dq", opset=13))
+        x = xf
+    w = ix.const(q.inputs[1])
+    assert w is not None
+    ws = np.asarray(q.attrs["w_scale"], np.float32).reshape((-1,) + (1,) * (w.ndim - 1))
+    wf = (w.astype(np.float32) * ws).astype(np.float32)
+    if q.op_type == "QuantMatMul":
+        wf = np.ascontiguousarray(wf.T)
+    wn = g.fresh_name(f"{q.name}_w_fp32")
+    wf.flags.writeable = False
+    g.initializers[wn] = wf
+    act = q.attrs.get("activation") == "Relu"
+    out = q.outputs[0]
+    y = g.fresh_name(f"{q.name}_fp32") if act else out
+    if q.op_type == "QuantConv":
+        attrs: dict[str, Any] = {k: q.attrs[k] for k in ("strides", "pads", "dilations", "group", "auto_pad", "kernel_shape")
+                 if k in q.attrs and q.attrs[k] not in ([], None)}
+        new.append(Node("Conv", [x, wn, *q.inputs[2:3]], [y], attrs, name=f"{q.name}_fp32", opset=13))
+    else:
+        mm = g.fresh_name(f"{q.name}_mm") if len(q.inputs) > 2 else y
+        new.append(Node("MatMul", [x, wn], [mm], {}, name=f"{q.name}_fp32", opset=13))
+        if len(q.inputs) > 2:
+            new.append(Node("Add", [mm, q.inputs[2]], [y], {}, name=f"{q.name}_bias", opset=13))
+    if act:
+        new.append(Node("Relu", [y], [out], {}, name=f"{q.name}_relu", opset=13))
+    return old, new
+
+
+def fuse(g: Graph, fp32_fallback: frozenset[str] = frozenset({"QuantConv", "QuantMatMul"})) -> tuple[int, list[str]]:
+    """Fuse every matching QDQ layer; the layers of the op types in ``fp32_fallback`` that
+    ``int8_choice`` keeps fp32 become float layers. Returns (fused count, one line per layer left or kept fp32, with why)."""
     ix = GraphIndex(g)
     rw = Rewrites(g)
     for conv in list(g.nodes):
@@ -266,11 +316,20 @@ def fuse(g: Graph) -> tuple[int, list[str]]:
             rw.missed.append(f"{conv.name}: {res}")
             continue
         old, new = res
+        w = ix.const(new.inputs[1])
+        choice = int8_choice.choose(new, ix.desc(new.inputs[0]), tuple(w.shape) if w is not None else ())
+        if not choice.int8 and new.op_type in fp32_fallback:
+            old, nodes = _as_fp32(g, ix, old, new)
+            rw.missed.append(f"{conv.name}: kept fp32 ({choice.reason})")
+            rw.replace(old, nodes)
+            rw.applied -= 1
+            continue
         rw.replace(old, [new])
     rw.commit()
     return rw.applied, rw.missed
 
 
 def run(graph: Graph, ctx: PassContext) -> PassResult:
-    n, missed = fuse(graph)
+    fallback = frozenset(t for t in ("QuantConv", "QuantMatMul") if approx_allowed(graph.metadata, t))
+    n, missed = fuse(graph, fallback)
     return PassResult(graph, n > 0, f"{n} QDQ convs / matmuls -> QuantConv / QuantMatMul", missed)

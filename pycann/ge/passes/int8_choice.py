@@ -1,0 +1,77 @@
+"""Which fused QDQ layers run on the int8 kernels and which stay fp32 (issue 22: INT8 is never
+slower than fp32). Used by ``QuantizedConvFusion``; a rule, not a timing, so compiles are
+reproducible. A layer stays fp32 when
+
+* the int8 kernel is not exact on this CPU (no VNNI, activations not proven <= 127, weights beyond
+  +-64): the reference path (dequantise, float conv, plus the quantisation) is slower than fp32;
+* it is a depthwise conv: memory-bound, the int8 kernel plus the activation's quantisation took
+  1.08-1.11x the fp32 conv's CPU time (MobileNet-V2 shapes, AVX2, bench/RESULTS.md);
+* it does fewer than ``MIN_MACS_PER_ELEMENT`` multiply-adds per activation element it reads and
+  writes: the quantisation pass costs more than int8 saves (1x1 conv 32->16 at 112x112, 10.7 MACs
+  per element: 1.26x; dense 3x3 and 1x1 convs at >= 51: 0.58-0.87x).
+
+"fp32" means the float op on the dequantised weights, reading the activation *before* its
+QuantizeLinear: the values are those of the float layer with quantised weights, not the QDQ
+graph's (activation rounding dropped). It applies under ``--op_select_implmode=high_performance``
+(the default) for the op types it allows (``--optypelist_for_implmode`` with ``QuantConv`` /
+``QuantMatMul``); ``high_precision`` keeps every fused layer on the QDQ arithmetic (the int8 kernel
+where exact, else the reference kernel).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from pycann.dtypes import TensorDesc
+from pycann.ge.ir import Node
+from pycann.ops.quant_conv import exact_int8
+
+MIN_MACS_PER_ELEMENT = 32.0
+
+
+@dataclass(frozen=True)
+class Int8Choice:
+    """The decision for one fused layer: ``int8`` True to keep the QuantConv / QuantMatMul."""
+
+    int8: bool
+    reason: str
+
+
+def _static(desc: TensorDesc | None) -> tuple[int, ...] | None:
+    if desc is None or desc.shape is None or not all(isinstance(d, int) for d in desc.shape):
+        return None
+    return tuple(d for d in desc.shape if isinstance(d, int))
+
+
+def macs_per_element(node: Node, x_shape: tuple[int, ...], w_shape: tuple[int, ...]) -> float:
+    """Multiply-adds per activation element read or written: Conv (N, C, H, W) x (M, C/g, kh, kw)
+    with the output's spatial size from strides (pads assumed 'same'-like), MatMul (..., K) x (N, K)."""
+    if node.op_type == "QuantMatMul":
+        k, n = w_shape[1], w_shape[0]
+        return k * n / (k + n)
+    c, m = x_shape[1], w_shape[0]
+    strides = list(node.attrs.get("strides") or [1] * (len(x_shape) - 2))
+    spatial_in = float(np.prod(x_shape[2:]))
+    spatial_out = float(np.prod([-(-d // s) for d, s in zip(x_shape[2:], strides)]))
+    macs = m * float(np.prod(w_shape[1:])) * spatial_out
+    return macs / (c * spatial_in + m * spatial_out)
+
+
+def choose(node: Node, x_desc: TensorDesc | None, w_shape: tuple[int, ...]) -> Int8Choice:
+    """Int8 or fp32 for a fused ``QuantConv`` / ``QuantMatMul`` (attrs as the fusion wrote them)."""
+    if not exact_int8(node.attrs):
+        return Int8Choice(False, "the int8 kernel is not exact on this CPU (no VNNI; activations not proven "
+                                 "<= 127, weights beyond +-64), and its reference path is slower than fp32")
+    group = int(node.attrs.get("group", 1))
+    x_shape = _static(x_desc)
+    if node.op_type == "QuantConv" and group > 1 and x_shape is not None and group == x_shape[1]:
+        return Int8Choice(False, "depthwise conv: memory-bound, int8 + quantisation measured 1.08-1.11x fp32's time")
+    if node.op_type == "QuantConv" and x_shape is None:
+        return Int8Choice(True, "int8 (input shape not static: no memory-bound check)")
+    intensity = macs_per_element(node, x_shape or (), w_shape)
+    if intensity < MIN_MACS_PER_ELEMENT:
+        return Int8Choice(False, f"{intensity:.1f} multiply-adds per activation element < {MIN_MACS_PER_ELEMENT:g}: "
+                                 "memory-bound, quantising costs more than int8 saves")
+    return Int8Choice(True, f"int8 ({intensity:.0f} multiply-adds per activation element)")
