@@ -13,7 +13,7 @@ from pycann.ge.compiler import compile_model
 from pycann.ge.ir import Node
 from pycann.ge.model import LoadedModel
 from pycann.ge.options import CompileOptions
-from pycann.ge.passes.int8_choice import MIN_MACS_PER_ELEMENT, macs_per_element
+from pycann.ge.passes.int8_choice import MIN_MACS_PER_ELEMENT, layer_macs, macs_per_element
 from pycann.ops.providers import torch_int8
 
 RNG = np.random.default_rng(5)
@@ -22,7 +22,7 @@ S, ZP = 0.03, 4
 
 def _conv_model(c: int, m: int, hw: int, group: int = 1, seven_bit: bool = True, k: int = 3,
                 wmax: int = 127) -> tuple[onnx.ModelProto, onnx.ModelProto]:
-    """(QDQ model, its float twin: the same Clip and the dequantised weights, no activation QDQ)."""
+    """(QDQ model, its float twin: the dequantised weights, no activation Clip / QDQ)."""
     w = RNG.integers(-wmax, wmax + 1, (m, c // group, k, k)).astype(np.int8)
     ws = RNG.uniform(0.002, 0.01, m).astype(np.float32)
     b = RNG.standard_normal(m).astype(np.float32)
@@ -39,7 +39,7 @@ def _conv_model(c: int, m: int, hw: int, group: int = 1, seven_bit: bool = True,
                helper.make_node("Relu", ["c"], ["y"])]
     q_inits = common + [numpy_helper.from_array(np.float32(S), "s"), numpy_helper.from_array(np.uint8(ZP), "zp"),
                         numpy_helper.from_array(w, "W"), numpy_helper.from_array(ws, "ws")]
-    f_nodes = [q_nodes[0], helper.make_node("Conv", ["xc", "Wf", "B"], ["c"], **conv), q_nodes[-1]]
+    f_nodes = [helper.make_node("Conv", ["x", "Wf", "B"], ["c"], **conv), q_nodes[-1]]
     f_inits = common + [numpy_helper.from_array(w.astype(np.float32) * ws[:, None, None, None], "Wf")]
     mk = lambda nodes, inits: helper.make_model(helper.make_graph(nodes, "g", x_in, y_out, inits),  # noqa: E731
                                                 opset_imports=[helper.make_opsetid("", 13)])
@@ -71,26 +71,29 @@ def test_macs_per_element_by_hand() -> None:
     assert macs_per_element(conv, (1, 3, 224, 224), (64, 3, 7, 7)) == pytest.approx(want)
     mm = Node("QuantMatMul", ["x", "w"], ["y"], {})
     assert macs_per_element(mm, (1, 768), (3072, 768)) == pytest.approx(768 * 3072 / (768 + 3072))
+    assert layer_macs(mm, (1, 128, 768), (3072, 768)) == 128 * 768 * 3072
+    assert layer_macs(conv, (1, 3, 224, 224), (64, 3, 7, 7)) == 64 * 3 * 49 * 112**2
 
 
 def test_dense_conv_runs_int8_with_the_qdq_values() -> None:
     if not torch_int8.usable(seven_bit=True):
         pytest.skip("PyTorch's oneDNN int8 kernels are not available")
-    q, _ = _conv_model(32, 64, 10)
+    q, _ = _conv_model(64, 64, 24)  # 64 * 576 * 24^2 = 21 M multiply-adds, 288 per element
     lm, ops, lines = _compile(q)
     assert ops == ["QuantConv"], (ops, lines)
-    x = RNG.standard_normal((1, 32, 10, 10)).astype(np.float32)
+    x = RNG.standard_normal((1, 64, 24, 24)).astype(np.float32)
     _close(lm.run([x])[0], _ort(q, x))
 
 
-@pytest.mark.parametrize("c,m,group,why", [(16, 16, 16, "depthwise conv"),
-                                           (8, 8, 1, "multiply-adds per activation element < 32")])
-def test_memory_bound_conv_is_kept_fp32_and_says_why(c: int, m: int, group: int, why: str) -> None:
-    q, f = _conv_model(c, m, 12, group=group, k=1 if group == 1 else 3)
+@pytest.mark.parametrize("c,m,group,hw,why", [(16, 16, 16, 12, "depthwise conv"),
+                                              (8, 8, 1, 12, "multiply-adds < 16 M"),
+                                              (24, 24, 1, 180, "multiply-adds per activation element < 32")])
+def test_memory_bound_conv_is_kept_fp32_and_says_why(c: int, m: int, group: int, hw: int, why: str) -> None:
+    q, f = _conv_model(c, m, hw, group=group, k=1 if group == 1 else 3)
     lm, ops, lines = _compile(q)
     assert "QuantConv" not in ops and "QuantizeLinear" not in ops, ops
     assert any("QuantizedConvFusion" in ln and "conv: kept fp32" in ln and why in ln for ln in lines), lines
-    x = RNG.standard_normal((1, c, 12, 12)).astype(np.float32)
+    x = RNG.standard_normal((1, c, hw, hw)).astype(np.float32)
     _close(lm.run([x])[0], _ort(f, x))  # the float layer on the dequantised weights
     exact, ops_hp, _ = _compile(q, "high_precision")
     assert ops_hp.count("QuantConv") == 1
@@ -98,9 +101,9 @@ def test_memory_bound_conv_is_kept_fp32_and_says_why(c: int, m: int, group: int,
 
 
 def test_full_range_conv_is_int8_only_where_exact() -> None:
-    q, f = _conv_model(32, 64, 10, seven_bit=False)
+    q, f = _conv_model(64, 64, 24, seven_bit=False)
     lm, ops, lines = _compile(q)
-    x = RNG.standard_normal((1, 32, 10, 10)).astype(np.float32) * 2
+    x = RNG.standard_normal((1, 64, 24, 24)).astype(np.float32) * 2
     if torch_int8.usable(seven_bit=False):  # VNNI
         assert ops == ["QuantConv"]
         _close(lm.run([x])[0], _ort(q, x))
@@ -113,17 +116,17 @@ def test_full_range_conv_is_int8_only_where_exact() -> None:
 def test_narrow_weights_are_exact_without_vnni() -> None:
     if not torch_int8.usable(seven_bit=True):
         pytest.skip("PyTorch's oneDNN int8 kernels are not available")
-    q, _ = _conv_model(32, 64, 10, seven_bit=False, wmax=64)
+    q, _ = _conv_model(64, 64, 24, seven_bit=False, wmax=64)
     lm, ops, _ = _compile(q)
     assert ops == ["QuantConv"], ops
-    x = RNG.standard_normal((1, 32, 10, 10)).astype(np.float32) * 2  # full-range uint8 activations
+    x = RNG.standard_normal((1, 64, 24, 24)).astype(np.float32) * 2  # full-range uint8 activations
     _close(lm.run([x])[0], _ort(q, x))
 
 
 def test_small_matmul_is_kept_fp32() -> None:
     k, n = 16, 12  # 16 * 12 / 28 = 6.9 multiply-adds per element
     assert k * n / (k + n) < MIN_MACS_PER_ELEMENT
-    w = RNG.integers(-127, 128, (k, n)).astype(np.int8)
+    w = RNG.integers(-64, 65, (k, n)).astype(np.int8)  # narrow: exact everywhere, so the size decides
     ws = RNG.uniform(0.002, 0.01, n).astype(np.float32)
     b = RNG.standard_normal(n).astype(np.float32)
     inits = [numpy_helper.from_array(np.float32(S), "s"), numpy_helper.from_array(np.uint8(ZP), "zp"),
@@ -135,6 +138,6 @@ def test_small_matmul_is_kept_fp32() -> None:
     g = helper.make_graph(nodes, "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [3, k])],
                           [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)], inits)
     lm, ops, lines = _compile(helper.make_model(g, opset_imports=[helper.make_opsetid("", 13)]))
-    assert "QuantMatMul" not in ops and any("mm: kept fp32" in ln for ln in lines), (ops, lines)
+    assert "QuantMatMul" not in ops and any("mm: kept fp32" in ln and "< 16 M" in ln for ln in lines), (ops, lines)
     x = RNG.standard_normal((3, k)).astype(np.float32)
     _close(lm.run([x])[0], x @ (w.astype(np.float32) * ws) + b)

@@ -257,12 +257,11 @@ def _match(ix: GraphIndex, g: Graph, conv: Node) -> tuple[list[Node], Node] | st
 
 def _as_fp32(g: Graph, ix: GraphIndex, old: list[Node], q: Node) -> tuple[list[Node], list[Node]]:
     """The float layer for a fused ``q`` that stays fp32 (int8_choice): the float op on the
-    dequantised weight, reading the activation before its QuantizeLinear (an absorbed Clip stays),
+    dequantised weight, reading the activation before its QuantizeLinear (and before an absorbed Clip),
     or a DequantizeLinear of an already quantised one. Returns (nodes to remove, new nodes)."""
-    clips = [n for n in old if n.op_type == "Clip"]
-    old = [n for n in old if n.op_type != "Clip"]
-    # an absorbed Clip stays in the graph: the float layer reads its output
-    x = clips[0].outputs[0] if clips else q.inputs[0]
+    # q reads the input of an absorbed Clip (the quantisation's range clamp, AMCT's reduce_range):
+    # the float layer reads it too, and the Clip goes with the QuantizeLinear
+    x = q.inputs[0]
     new: list[Node] = []
     desc = ix.desc(x)
     if desc is not None and desc.dtype in (2, 3):  # uint8 / int8: an already quantised activation

@@ -8,11 +8,15 @@ reproducible. A layer stays fp32 when
   1.08-1.11x the fp32 conv's CPU time (MobileNet-V2 shapes, AVX2, bench/RESULTS.md);
 * it does fewer than ``MIN_MACS_PER_ELEMENT`` multiply-adds per activation element it reads and
   writes: the quantisation pass costs more than int8 saves (1x1 conv 32->16 at 112x112, 10.7 MACs
-  per element: 1.26x; dense 3x3 and 1x1 convs at >= 51: 0.58-0.87x).
+  per element: 1.26x; dense 3x3 and 1x1 convs at >= 51: 0.58-0.87x);
+* it does fewer than ``MIN_MACS`` (16 M) multiply-adds per batch item: its fixed costs (the
+  quantisation call, oneDNN's dispatch, the output) are not paid back (MobileNet-V2's 1x1 convs of
+  4.8-10.8 M MACs: 0.95-1.31x; 20 M: 0.74x; ResNet-50's 3x3 64->64 at 56x56, 116 M: 0.61x).
 
 "fp32" means the float op on the dequantised weights, reading the activation *before* its
-QuantizeLinear: the values are those of the float layer with quantised weights, not the QDQ
-graph's (activation rounding dropped). It applies under ``--op_select_implmode=high_performance``
+QuantizeLinear (and before a Clip that only bounds the quantisation, AMCT's ``reduce_range``): the
+values are those of the float layer with quantised weights, not the QDQ graph's (activation
+rounding and range clamp dropped). It applies under ``--op_select_implmode=high_performance``
 (the default) for the op types it allows (``--optypelist_for_implmode`` with ``QuantConv`` /
 ``QuantMatMul``); ``high_precision`` keeps every fused layer on the QDQ arithmetic (the int8 kernel
 where exact, else the reference kernel).
@@ -29,6 +33,7 @@ from pycann.ge.ir import Node
 from pycann.ops.quant_conv import exact_int8
 
 MIN_MACS_PER_ELEMENT = 32.0
+MIN_MACS = 16e6
 
 
 @dataclass(frozen=True)
@@ -40,9 +45,12 @@ class Int8Choice:
 
 
 def _static(desc: TensorDesc | None) -> tuple[int, ...] | None:
-    if desc is None or desc.shape is None or not all(isinstance(d, int) for d in desc.shape):
+    """The shape with a symbolic batch (dim 0) read as 1 (the ratios do not depend on it); None
+    when another dim is not static."""
+    if desc is None or desc.shape is None or not desc.shape:
         return None
-    return tuple(d for d in desc.shape if isinstance(d, int))
+    dims = [1 if i == 0 and not isinstance(d, int) else d for i, d in enumerate(desc.shape)]
+    return tuple(d for d in dims if isinstance(d, int)) if all(isinstance(d, int) for d in dims) else None
 
 
 def macs_per_element(node: Node, x_shape: tuple[int, ...], w_shape: tuple[int, ...]) -> float:
@@ -59,6 +67,20 @@ def macs_per_element(node: Node, x_shape: tuple[int, ...], w_shape: tuple[int, .
     return macs / (c * spatial_in + m * spatial_out)
 
 
+def layer_macs(node: Node, x_shape: tuple[int, ...] | None, w_shape: tuple[int, ...]) -> float | None:
+    """Multiply-adds per batch item (Conv: output positions x weight size; MatMul: rows x K x N, the
+    rows of a 2-D input all counted),
+    None when the input shape is not static."""
+    if x_shape is None:
+        return None
+    if node.op_type == "QuantMatMul":
+        rows = float(np.prod(x_shape[1:-1])) if len(x_shape) > 2 else float(x_shape[0])
+        return rows * w_shape[0] * w_shape[1]
+    strides = list(node.attrs.get("strides") or [1] * (len(x_shape) - 2))
+    spatial_out = float(np.prod([-(-d // s) for d, s in zip(x_shape[2:], strides)]))
+    return w_shape[0] * float(np.prod(w_shape[1:])) * spatial_out
+
+
 def choose(node: Node, x_desc: TensorDesc | None, w_shape: tuple[int, ...]) -> Int8Choice:
     """Int8 or fp32 for a fused ``QuantConv`` / ``QuantMatMul`` (attrs as the fusion wrote them)."""
     if not exact_int8(node.attrs):
@@ -71,6 +93,10 @@ def choose(node: Node, x_desc: TensorDesc | None, w_shape: tuple[int, ...]) -> I
     if node.op_type == "QuantConv" and x_shape is None:
         return Int8Choice(True, "int8 (input shape not static: no memory-bound check)")
     intensity = macs_per_element(node, x_shape or (), w_shape)
+    macs = layer_macs(node, x_shape, w_shape)
+    if macs is not None and macs < MIN_MACS:
+        return Int8Choice(False, f"{macs / 1e6:.1f} M multiply-adds < {MIN_MACS / 1e6:g} M: too small to pay back "
+                                 "the quantisation and dispatch")
     if intensity < MIN_MACS_PER_ELEMENT:
         return Int8Choice(False, f"{intensity:.1f} multiply-adds per activation element < {MIN_MACS_PER_ELEMENT:g}: "
                                  "memory-bound, quantising costs more than int8 saves")
