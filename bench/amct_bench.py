@@ -3,7 +3,8 @@ pycann INT8 (AMCT's deploy model through atc), ONNX Runtime fp32 / INT8 (its own
 QDQ, per-channel), OpenVINO fp32 / INT8 (OpenVINO reading the AMCT deploy QDQ model: its
 FakeQuantize + low-precision transformations, no NNCF) and OpenVINO with the bf16 hint.
 
-    flock /tmp/bench.lock python bench/amct_bench.py --model resnet50 --calib 8 --eval 32 --loop 10
+    python bench/amct_bench.py --model resnet50 --calib 8 --eval 64 --loop 0                 # accuracy
+    flock /tmp/bench.lock python bench/amct_bench.py --model resnet50 --calib 8 --eval 2 --loop 8   # timing
 
 Models (``~/.cache/pycann/models``): ``resnet50`` (scripts/export_torch_models.py), ``mobilenet_v2``
 (tv_mobilenet_v2.onnx, torchvision, random weights), ``bert_base`` (seq 128, random token ids:
@@ -199,7 +200,7 @@ def main() -> int:
     ap.add_argument("--model", choices=sorted(SPECS), default="resnet50")
     ap.add_argument("--calib", type=int, default=8)
     ap.add_argument("--eval", type=int, default=16)
-    ap.add_argument("--loop", type=int, default=10)
+    ap.add_argument("--loop", type=int, default=10, help="timed rounds (0: accuracy only, no lock needed)")
     ap.add_argument("--algo", default="percentile")
     ap.add_argument("--engines", default="all", help="comma list of: pycann,ort,ov (default all)")
     args = ap.parse_args()
@@ -256,7 +257,8 @@ def main() -> int:
     ref = [fp_run(f) for f in evals]
     load0 = os.getloadavg()
     accs = {label: accuracy(spec.metric, [np.asarray(fn(f)) for f in evals], ref, chars) for label, fn in runs.items()}
-    times = timed({label: (lambda fn=fn: fn(evals[0])) for label, fn in runs.items()}, args.loop)
+    times = (timed({label: (lambda fn=fn: fn(evals[0])) for label, fn in runs.items()}, args.loop) if args.loop
+             else {label: (float("nan"), float("nan")) for label in runs})
     rows = [(label, *times[label], accs[label]) for label in runs]
     load1 = os.getloadavg()
     fused = [ln for ln in q_lines if "QuantizedConvFusion" in ln]

@@ -297,3 +297,18 @@ def test_cli_reads_image_folders(tmp_path: Path) -> None:
     with Image.open(imgs / "0.png") as im:
         want = np.asarray(im.convert("RGB").resize((16, 16), Image.Resampling.BILINEAR), np.float32) / 255
     np.testing.assert_allclose(batches[0][0], want.transpose(2, 0, 1))
+
+
+def test_weights_written_as_constant_nodes_are_quantised(tmp_path: Path) -> None:
+    """paddle2onnx (PP-OCR) writes weights as Constant nodes: they are layers too."""
+    w = helper.make_node("Constant", [], ["w"], value=numpy_helper.from_array(RNG.standard_normal((4, 3, 3, 3)).astype(np.float32)))
+    conv = helper.make_node("Conv", ["x", "w"], ["y"], pads=[1, 1, 1, 1], name="conv")
+    g = helper.make_graph([w, conv], "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 3, 8, 8])],
+                          [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)])
+    path = tmp_path / "c.onnx"
+    onnx.save(helper.make_model(g, opset_imports=[helper.make_opsetid("", 12)]), str(path))
+    batches = [RNG.standard_normal((1, 3, 8, 8)).astype(np.float32) for _ in range(2)]
+    prefix, kept = _flow(tmp_path, path, batches)
+    dep = onnx.load(str(prefix) + "_deploy_model.onnx")
+    assert kept == {} and [n.op_type for n in dep.graph.node].count("QuantizeLinear") == 1
+    assert any(t.data_type == TensorProto.INT8 and list(t.dims) == [4, 3, 3, 3] for t in dep.graph.initializer)
