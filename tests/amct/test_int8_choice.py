@@ -68,9 +68,9 @@ def test_macs_per_element_by_hand() -> None:
     conv = Node("QuantConv", ["x", "w"], ["y"], {"strides": [2, 2], "group": 1})
     # 3 -> 64, 7x7, stride 2 on 224: 64*3*49*112^2 MACs over 3*224^2 + 64*112^2 elements
     want = 64 * 3 * 49 * 112**2 / (3 * 224**2 + 64 * 112**2)
-    assert macs_per_element(conv, (1, 3, 224, 224), (64, 3, 7, 7)) == pytest.approx(want)
+    assert macs_per_element(conv, (64, 3, 7, 7)) == pytest.approx(want)
     mm = Node("QuantMatMul", ["x", "w"], ["y"], {})
-    assert macs_per_element(mm, (1, 768), (3072, 768)) == pytest.approx(768 * 3072 / (768 + 3072))
+    assert macs_per_element(mm, (3072, 768)) == pytest.approx(768 * 3072 / (768 + 3072))
     assert layer_macs(mm, (1, 128, 768), (3072, 768)) == 128 * 768 * 3072
     assert layer_macs(conv, (1, 3, 224, 224), (64, 3, 7, 7)) == 64 * 3 * 49 * 112**2
 

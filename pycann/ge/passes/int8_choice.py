@@ -53,18 +53,16 @@ def _static(desc: TensorDesc | None) -> tuple[int, ...] | None:
     return tuple(d for d in dims if isinstance(d, int)) if all(isinstance(d, int) for d in dims) else None
 
 
-def macs_per_element(node: Node, x_shape: tuple[int, ...], w_shape: tuple[int, ...]) -> float:
-    """Multiply-adds per activation element read or written: Conv (N, C, H, W) x (M, C/g, kh, kw)
-    with the output's spatial size from strides (pads assumed 'same'-like), MatMul (..., K) x (N, K)."""
+def macs_per_element(node: Node, w_shape: tuple[int, ...]) -> float:
+    """Multiply-adds per activation element read or written (spatial sizes cancel, 'same'-like pads):
+    Conv (M, C/g, kh, kw) with strides s: ``M * C/g * kh * kw / (C * prod(s) + M)``; MatMul (N, K):
+    ``K * N / (K + N)``."""
     if node.op_type == "QuantMatMul":
         k, n = w_shape[1], w_shape[0]
         return k * n / (k + n)
-    c, m = x_shape[1], w_shape[0]
-    strides = list(node.attrs.get("strides") or [1] * (len(x_shape) - 2))
-    spatial_in = float(np.prod(x_shape[2:]))
-    spatial_out = float(np.prod([-(-d // s) for d, s in zip(x_shape[2:], strides)]))
-    macs = m * float(np.prod(w_shape[1:])) * spatial_out
-    return macs / (c * spatial_in + m * spatial_out)
+    m, c = w_shape[0], w_shape[1] * int(node.attrs.get("group", 1))
+    stride = float(np.prod(list(node.attrs.get("strides") or [1])))
+    return m * float(np.prod(w_shape[1:])) / (c * stride + m)
 
 
 def layer_macs(node: Node, x_shape: tuple[int, ...] | None, w_shape: tuple[int, ...]) -> float | None:
@@ -88,11 +86,9 @@ def choose(node: Node, x_desc: TensorDesc | None, w_shape: tuple[int, ...]) -> I
                                  "<= 127, weights beyond +-64), and its reference path is slower than fp32")
     group = int(node.attrs.get("group", 1))
     x_shape = _static(x_desc)
-    if node.op_type == "QuantConv" and group > 1 and x_shape is not None and group == x_shape[1]:
+    if node.op_type == "QuantConv" and group > 1 and len(w_shape) > 1 and w_shape[1] == 1:
         return Int8Choice(False, "depthwise conv: memory-bound, int8 + quantisation measured 1.08-1.11x fp32's time")
-    if node.op_type == "QuantConv" and x_shape is None:
-        return Int8Choice(True, "int8 (input shape not static: no memory-bound check)")
-    intensity = macs_per_element(node, x_shape or (), w_shape)
+    intensity = macs_per_element(node, w_shape)
     macs = layer_macs(node, x_shape, w_shape)
     if macs is not None and macs < MIN_MACS:
         return Int8Choice(False, f"{macs / 1e6:.1f} M multiply-adds < {MIN_MACS / 1e6:g} M: too small to pay back "
