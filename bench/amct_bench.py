@@ -1,6 +1,6 @@
 """AMCT INT8 vs float on one model: accuracy against pycann fp32 and latency, for pycann fp32,
-pycann INT8 (AMCT's deploy model through atc), ONNX Runtime fp32 / INT8 (its own ``quantize_static``,
-QDQ, per-channel), OpenVINO fp32 / INT8 (OpenVINO reading the AMCT deploy QDQ model: its
+pycann INT8 (AMCT's deploy model through atc), pycann INT8 on ONNX Runtime's QOperator model (``reduce_range``
+where the CPU lacks VNNI), ONNX Runtime fp32 / INT8 (its own ``quantize_static``, QDQ, per-channel), OpenVINO fp32 / INT8 (OpenVINO reading the AMCT deploy QDQ model: its
 FakeQuantize + low-precision transformations, no NNCF) and OpenVINO with the bf16 hint.
 
     python bench/amct_bench.py --model resnet50 --calib 8 --eval 64 --loop 0                 # accuracy
@@ -154,7 +154,7 @@ def ort_session(path: str):  # noqa: ANN201
     return ort.InferenceSession(path, so, providers=["CPUExecutionProvider"])
 
 
-def ort_int8(model: str, calib: list[Feeds], out: str, metric: str) -> str:
+def ort_int8(model: str, calib: list[Feeds], out: str, metric: str, fmt: str = "QDQ", reduce_range: bool = False) -> str:
     from onnxruntime.quantization import CalibrationDataReader, QuantFormat, QuantType, quantize_static
 
     it = iter(calib)
@@ -163,7 +163,7 @@ def ort_int8(model: str, calib: list[Feeds], out: str, metric: str) -> str:
         def get_next(self):  # noqa: ANN202
             return next(it, None)
 
-    quantize_static(model, out, Reader(), quant_format=QuantFormat.QDQ, per_channel=True,
+    quantize_static(model, out, Reader(), quant_format=getattr(QuantFormat, fmt), per_channel=True, reduce_range=reduce_range,
                     activation_type=QuantType.QUInt8, weight_type=QuantType.QInt8,
                     op_types_to_quantize=["MatMul"] if metric == "cosine" else None)
     return out
@@ -237,6 +237,10 @@ def main() -> int:
         o8 = ort_session(ort_int8(model, calib, str(work / "ort_int8.onnx"), spec.metric))
         runs["ORT fp32"] = lambda f: o32.run(None, f)[0]
         runs["ORT INT8 (quantize_static QDQ)"] = lambda f: o8.run(None, f)[0]
+        # ORT's QOperator model (7-bit weights where the CPU lacks VNNI: exact int8 kernels) through atc
+        qop = ort_int8(model, calib, str(work / "ort_qop.onnx"), spec.metric, "QOperator", not torch_int8.cpu_has_vnni())
+        qop_run, _ = pycann_runner(qop)
+        runs["pycann INT8 (ORT QOperator model)"] = qop_run
     ov = openvino() if "ov" in engines else None
     ov_note = "OpenVINO not installed" if "ov" in engines and ov is None else ""
     if ov is not None:
