@@ -141,3 +141,21 @@ def test_small_matmul_is_kept_fp32() -> None:
     assert "QuantMatMul" not in ops and any("mm: kept fp32" in ln and "< 16 M" in ln for ln in lines), (ops, lines)
     x = RNG.standard_normal((3, k)).astype(np.float32)
     _close(lm.run([x])[0], x @ (w.astype(np.float32) * ws) + b)
+
+
+def test_qdq_pairs_around_float_ops_are_bypassed_under_high_performance() -> None:
+    c = RNG.standard_normal((1, 4, 5, 5)).astype(np.float32)
+    inits = [numpy_helper.from_array(np.float32(S), "s"), numpy_helper.from_array(np.uint8(ZP), "zp"),
+             numpy_helper.from_array(c, "c")]
+    nodes = [helper.make_node("QuantizeLinear", ["x", "s", "zp"], ["xq"]),
+             helper.make_node("DequantizeLinear", ["xq", "s", "zp"], ["xd"]), helper.make_node("Add", ["xd", "c"], ["y"])]
+    g = helper.make_graph(nodes, "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 4, 5, 5])],
+                          [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)], inits)
+    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 13)])
+    x = RNG.standard_normal((1, 4, 5, 5)).astype(np.float32)
+    fast, ops, lines = _compile(m)
+    assert "QuantizeLinear" not in ops and any("1 QuantizeLinear -> DequantizeLinear pairs" in ln for ln in lines)
+    _close(fast.run([x])[0], x + c)
+    exact, ops_hp, _ = _compile(m, "high_precision")
+    assert "QuantizeLinear" in ops_hp
+    _close(exact.run([x])[0], _ort(m, x))

@@ -29,7 +29,7 @@ import numpy as np
 from pycann.ge.ir import Graph, Node
 from pycann.ge.passes import int8_choice
 from pycann.ge.passes.base import PassContext, PassResult
-from pycann.ge.passes.pattern import GraphIndex, Rewrites, is_op
+from pycann.ge.passes.pattern import GraphIndex, Rewrites, is_op, rename_uses
 from pycann.ge.passes.select_kernels import approx_allowed
 from pycann.ops.quant_conv import DOMAIN, narrow_weights, quantize_activation
 
@@ -328,7 +328,33 @@ def fuse(g: Graph, fp32_fallback: frozenset[str] = frozenset({"QuantConv", "Quan
     return rw.applied, rw.missed
 
 
+def drop_qdq_pairs(g: Graph) -> int:
+    """``DequantizeLinear(QuantizeLinear(x))`` with the same constant per-tensor scale and zero point,
+    left after the fusion around float ops (a QDQ or QOperator model's Add, pooling, Concat): their
+    readers read ``x`` instead (the activation rounding is dropped, as for a layer kept fp32; the
+    QuantizeLinear stays while a fused layer reads its integers). Returns how many DQs were bypassed."""
+    ix = GraphIndex(g)
+    n = 0
+    for dq in list(g.nodes):
+        if not is_op(dq, "DequantizeLinear") or len(dq.inputs) < 3 or dq.outputs[0] in ix.outputs:
+            continue
+        q = ix.producers.get(dq.inputs[0])
+        if not is_op(q, "QuantizeLinear") or q is None or len(q.inputs) < 3:
+            continue
+        s, zp = ix.const(q.inputs[1]), ix.const(q.inputs[2])
+        if s is None or zp is None or s.size != 1 or zp.size != 1 or zp.dtype not in (np.uint8, np.int8):
+            continue
+        if not (_same(ix, q.inputs[1], dq.inputs[1]) and _same(ix, q.inputs[2], dq.inputs[2])):
+            continue
+        rename_uses(g, dq.outputs[0], q.inputs[0])
+        n += 1
+    return n
+
+
 def run(graph: Graph, ctx: PassContext) -> PassResult:
     fallback = frozenset(t for t in ("QuantConv", "QuantMatMul") if approx_allowed(graph.metadata, t))
     n, missed = fuse(graph, fallback)
-    return PassResult(graph, n > 0, f"{n} QDQ convs / matmuls -> QuantConv / QuantMatMul", missed)
+    # under high_performance the rounding of activations that no int8 layer reads is dropped too
+    pairs = drop_qdq_pairs(graph) if fallback else 0
+    return PassResult(graph, n > 0 or pairs > 0, f"{n} QDQ convs / matmuls -> QuantConv / QuantMatMul; "
+                      f"{pairs} QuantizeLinear -> DequantizeLinear pairs around float ops bypassed", missed)
