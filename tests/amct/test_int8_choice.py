@@ -159,3 +159,14 @@ def test_qdq_pairs_around_float_ops_are_bypassed_under_high_performance() -> Non
     exact, ops_hp, _ = _compile(m, "high_precision")
     assert "QuantizeLinear" in ops_hp
     _close(exact.run([x])[0], _ort(m, x))
+
+
+def test_dynamic_image_size_keeps_the_conv_fp32() -> None:
+    q, f = _conv_model(64, 64, 24)
+    for m in (q, f):
+        dims = m.graph.input[0].type.tensor_type.shape.dim
+        dims[2].dim_param, dims[3].dim_param = "h", "w"
+    lm, ops, lines = _compile(q)
+    assert "QuantConv" not in ops and any("conv: kept fp32 (input size not static" in ln for ln in lines), lines
+    x = RNG.standard_normal((1, 64, 20, 16)).astype(np.float32)
+    _close(lm.run([x])[0], _ort(f, x))

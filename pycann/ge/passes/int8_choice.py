@@ -9,6 +9,9 @@ reproducible. A layer stays fp32 when
 * it does fewer than ``MIN_MACS_PER_ELEMENT`` multiply-adds per activation element it reads and
   writes: the quantisation pass costs more than int8 saves (1x1 conv 32->16 at 112x112, 10.7 MACs
   per element: 1.26x; dense 3x3 and 1x1 convs at >= 51: 0.58-0.87x);
+* its input size is not static (a conv on a dynamic image size; a MatMul with a dynamic row count
+  and fewer than ``MIN_ROW_MACS`` (256 K) multiply-adds per row): the gain is unproven, and PP-OCR
+  rec's small layers took 1.38x fp32's time on int8 (bench/RESULTS.md);
 * it does fewer than ``MIN_MACS`` (16 M) multiply-adds per batch item: its fixed costs (the
   quantisation call, oneDNN's dispatch, the output) are not paid back (MobileNet-V2's 1x1 convs of
   4.8-10.8 M MACs: 0.95-1.31x; 20 M: 0.74x; ResNet-50's 3x3 64->64 at 56x56, 116 M: 0.61x).
@@ -34,6 +37,7 @@ from pycann.ops.quant_conv import exact_int8
 
 MIN_MACS_PER_ELEMENT = 32.0
 MIN_MACS = 16e6
+MIN_ROW_MACS = float(1 << 18)
 
 
 @dataclass(frozen=True)
@@ -90,6 +94,12 @@ def choose(node: Node, x_desc: TensorDesc | None, w_shape: tuple[int, ...]) -> I
         return Int8Choice(False, "depthwise conv: memory-bound, int8 + quantisation measured 1.08-1.11x fp32's time")
     intensity = macs_per_element(node, w_shape)
     macs = layer_macs(node, x_shape, w_shape)
+    if macs is None and node.op_type == "QuantConv":
+        return Int8Choice(False, "input size not static: the int8 gain is unproven (small layers are slower)")
+    row = float(np.prod(w_shape))
+    if macs is None and row < MIN_ROW_MACS:
+        return Int8Choice(False, f"{row / 1e3:.0f} K multiply-adds per row < {MIN_ROW_MACS / 1e3:.0f} K and the row "
+                                 "count not static: the int8 gain is unproven")
     if macs is not None and macs < MIN_MACS:
         return Int8Choice(False, f"{macs / 1e6:.1f} M multiply-adds < {MIN_MACS / 1e6:g} M: too small to pay back "
                                  "the quantisation and dispatch")
