@@ -312,3 +312,19 @@ def test_weights_written_as_constant_nodes_are_quantised(tmp_path: Path) -> None
     dep = onnx.load(str(prefix) + "_deploy_model.onnx")
     assert kept == {} and [n.op_type for n in dep.graph.node].count("QuantizeLinear") == 1
     assert any(t.data_type == TensorProto.INT8 and list(t.dims) == [4, 3, 3, 3] for t in dep.graph.initializer)
+
+
+def test_compare_models_measures_the_qdq_arithmetic(tmp_path: Path) -> None:
+    """The report's cosine is the fake-quant model's as ONNX Runtime computes it (atc's speed rules,
+    which drop activation rounding, must not hide the quantisation error)."""
+    model = _cnn(tmp_path / "net.onnx")
+    batches = _batches(2)
+    prefix, _ = _flow(tmp_path, model, batches)
+    fq = str(prefix) + "_fake_quant_model.onnx"
+    rep = amct.compare_models(str(model), fq, batches)
+    want = []
+    for x in batches:
+        r, c = _ort(str(model), {"x": x})[0], _ort(fq, {"x": x})[0]
+        want += [float(a @ b / (np.linalg.norm(a) * np.linalg.norm(b))) for a, b in zip(r.astype(np.float64), c.astype(np.float64))]
+    assert rep.cosine_mean[0] == pytest.approx(float(np.mean(want)), abs=1e-6)
+    assert rep.cosine_mean[0] < 1 - 1e-6  # the quantisation error is visible
