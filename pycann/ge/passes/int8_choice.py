@@ -12,6 +12,8 @@ reproducible. A layer stays fp32 when
 * its input size is not static (a conv on a dynamic image size; a MatMul with a dynamic row count
   and fewer than ``MIN_ROW_MACS`` (256 K) multiply-adds per row): the gain is unproven, and PP-OCR
   rec's small layers took 1.38x fp32's time on int8 (bench/RESULTS.md);
+* it is a MatMul with K < ``MIN_MATMUL_K`` (256): PP-OCRv4 rec with only its 120 x 6625 head
+  int8 took 1.16x fp32's time;
 * it does fewer than ``MIN_MACS`` (16 M) multiply-adds per batch item: its fixed costs (the
   quantisation call, oneDNN's dispatch, the output) are not paid back (MobileNet-V2's 1x1 convs of
   4.8-10.8 M MACs: 0.95-1.31x; 20 M: 0.74x; ResNet-50's 3x3 64->64 at 56x56, 116 M: 0.61x).
@@ -38,6 +40,7 @@ from pycann.ops.quant_conv import exact_int8
 MIN_MACS_PER_ELEMENT = 32.0
 MIN_MACS = 16e6
 MIN_ROW_MACS = float(1 << 18)
+MIN_MATMUL_K = 256
 
 
 @dataclass(frozen=True)
@@ -96,6 +99,9 @@ def choose(node: Node, x_desc: TensorDesc | None, w_shape: tuple[int, ...]) -> I
     macs = layer_macs(node, x_shape, w_shape)
     if macs is None and node.op_type == "QuantConv":
         return Int8Choice(False, "input size not static: the int8 gain is unproven (small layers are slower)")
+    if node.op_type == "QuantMatMul" and w_shape[1] < MIN_MATMUL_K:
+        return Int8Choice(False, f"K = {w_shape[1]} < {MIN_MATMUL_K}: too short a reduction for int8 to pay back "
+                                 "the quantisation")
     row = float(np.prod(w_shape))
     if macs is None and row < MIN_ROW_MACS:
         return Int8Choice(False, f"{row / 1e3:.0f} K multiply-adds per row < {MIN_ROW_MACS / 1e3:.0f} K and the row "
