@@ -338,6 +338,8 @@ def drop_qdq_pairs(g: Graph) -> int:
     for dq in list(g.nodes):
         if not is_op(dq, "DequantizeLinear") or len(dq.inputs) < 3 or dq.outputs[0] in ix.outputs:
             continue
+        if not ix.consumers.get(dq.outputs[0]):
+            continue  # left dead by the fusion: dead-code elimination removes it
         q = ix.producers.get(dq.inputs[0])
         if not is_op(q, "QuantizeLinear") or q is None or len(q.inputs) < 3:
             continue
