@@ -65,8 +65,11 @@ def _cos(a: np.ndarray, b: np.ndarray) -> float:
 def _runner(model: onnx.ModelProto):  # noqa: ANN202
     from pycann.ge.compiler import compile_model
     from pycann.ge.model import LoadedModel
+    from pycann.ge.options import CompileOptions
 
-    lm = LoadedModel.from_compiled(compile_model(model))
+    # high_precision: the QDQ arithmetic as written (atc's default may keep slow int8 layers fp32 and
+    # bypass activation QDQ pairs, which would hide the quantisation error being measured)
+    lm = LoadedModel.from_compiled(compile_model(model, CompileOptions(op_select_implmode="high_precision")))
     inits = {t.name for t in model.graph.initializer}
     names = [i.name for i in model.graph.input if i.name not in inits]
     return lambda batch: lm.run_dict(_feeds(batch, names))

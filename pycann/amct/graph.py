@@ -45,6 +45,27 @@ def _inits(model: onnx.ModelProto) -> dict[str, onnx.TensorProto]:
     return {t.name: t for t in model.graph.initializer}
 
 
+def constants_to_initializers(model: onnx.ModelProto) -> int:
+    """Top-level ``Constant`` nodes holding a tensor (``value``) become initializers, so weights that
+    an exporter wrote as Constants (paddle2onnx: PP-OCR) are found as layers. Returns how many."""
+    g = model.graph
+    keep, moved = [], 0
+    for n in g.node:
+        attrs = {a.name: a for a in n.attribute}
+        if n.op_type == "Constant" and n.domain in ("", "ai.onnx") and set(attrs) == {"value"} and len(n.output) == 1:
+            t = onnx.TensorProto()
+            t.CopyFrom(attrs["value"].t)
+            t.name = n.output[0]
+            g.initializer.append(t)
+            moved += 1
+        else:
+            keep.append(n)
+    if moved:
+        del g.node[:]
+        g.node.extend(keep)
+    return moved
+
+
 def find_layers(model: onnx.ModelProto) -> list[Layer]:
     """The quantisable layers of ``model`` in graph order."""
     inits = _inits(model)

@@ -33,6 +33,7 @@ from pycann.amct.graph import (
     Layer,
     LayerQuant,
     add_outputs,
+    constants_to_initializers,
     ensure_opset,
     find_layers,
     fold_batchnorm,
@@ -51,9 +52,11 @@ def _load(path: str | os.PathLike[str]) -> onnx.ModelProto:
         raise ModelError(f"AMCT: model file {path} does not exist" if not os.path.isdir(path)
                          else f"AMCT: model path {path} is a directory, not an .onnx file")
     try:
-        return onnx.load(os.fspath(path))
+        model = onnx.load(os.fspath(path))
     except Exception as e:  # protobuf's DecodeError and friends
         raise ModelError(f"AMCT: {path} is not an ONNX model ({type(e).__name__}: {e})") from None
+    constants_to_initializers(model)
+    return model
 
 
 def create_quant_config(config_file: str, model_file: str, skip_layers: Sequence[str] | None = None,

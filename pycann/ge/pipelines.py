@@ -12,6 +12,7 @@ from pycann.ge.ir import Graph, verify
 from pycann.ge.passes import (
     cancel_transpose,
     canonicalize,
+    canonicalize_qop,
     constant_folding,
     dead_code,
     fold_conv_affine,
@@ -36,6 +37,9 @@ PassFn = Callable[[Graph, PassContext], PassResult]
 
 # (name, run) in order. Inference runs again after rewrites so descs stay exact.
 COMPILE_PIPELINE: list[tuple[str, PassFn]] = [
+    (infer_shapes.name, infer_shapes.run),
+    # QLinearConv & co. (QOperator models) -> the QDQ form that QuantizedConvFusion reads
+    (canonicalize_qop.name, canonicalize_qop.run),
     (infer_shapes.name, infer_shapes.run),
     # before ConstantFolding, which would dequantise the int8 weights into float ones
     (fuse_qdq.name, fuse_qdq.run),

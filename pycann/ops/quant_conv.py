@@ -6,15 +6,17 @@ Semantics (exactly the ONNX ops it replaces, Operators.md):
     xq = QuantizeLinear(x, x_scale, x_zero_point)                # uint8 or int8, round half to even
     y  = act(Conv((xq - x_zero_point) * x_scale, W * w_scale[:, None, None, None], B))
 
-Inputs: ``X`` float32 (N, C, H, W) before quantisation, ``W`` int8 (M, C/group, kh, kw), ``B`` float32 (M)
+Inputs: ``X`` float32 (N, C, H, W) before quantisation (or already quantised: uint8 / int8 on
+``x_scale`` / ``x_zero_point``, as a QOperator model's pooled tensors are), ``W`` int8 (M, C/group, kh, kw), ``B`` float32 (M)
 optional. Attributes: ``x_scale`` (float), ``x_zero_point`` (int), ``x_unsigned`` (1: uint8),
 ``w_scale`` (M floats), the Conv attributes, ``activation`` ("" or "Relu"), ``seven_bit`` (1 when
 the graph proves the quantised activation stays <= 127, see ``providers/torch_int8.py``), ``q_min``
-/ ``q_max`` (a Clip before the QuantizeLinear, absorbed: the quantised values are clamped to them).
+/ ``q_max`` (a Clip before the QuantizeLinear, absorbed: the quantised values are clamped to them),
+``narrow_w`` (1 when every weight lies in [-64, 64], which also makes the int8 kernel exact).
 
 Kernels: the reference dequantises and runs pycann's float Conv (bit-for-bit what the unfused
 graph computes); the int8 kernel (oneDNN through PyTorch) is taken where it is exact: uint8
-activations, 2-D, and a VNNI CPU or ``seven_bit``. Its int32 accumulation is exact; its float
+activations, 2-D, and a VNNI CPU, ``seven_bit`` or ``narrow_w``. Its int32 accumulation is exact; its float
 epilogue rounds differently from the reference by a few float32 ulps of the result.
 """
 
@@ -35,7 +37,7 @@ DOMAIN = "pycann"
 
 _ATTRS: dict[str, Any] = {
     "x_scale": 1.0, "x_zero_point": 0, "x_unsigned": 1, "w_scale": [], "activation": "", "seven_bit": 0,
-    "q_min": -1000, "q_max": 1000,
+    "q_min": -1000, "q_max": 1000, "narrow_w": 0,
     "strides": [], "pads": [], "dilations": [], "group": 1, "auto_pad": "NOTSET", "kernel_shape": [],
 }
 
@@ -54,6 +56,31 @@ def quantize_activation(x: np.ndarray, scale: float, zp: int, unsigned: bool,
     q += np.float32(zp)
     np.clip(q, lo, hi, out=q)
     return q.astype(dt, order="K")
+
+
+def narrow_weights(w: np.ndarray) -> int:
+    """1 when every int8 weight lies in [-64, 64]: then two uint8 x int8 products sum to at most
+    2 * 255 * 64 = 32640, which the saturating int16 adds of non-VNNI CPUs hold exactly (ONNX
+    Runtime's ``reduce_range`` writes such 7-bit weights)."""
+    return int(w.size == 0 or int(np.abs(w.astype(np.int16)).max()) <= 64)
+
+
+def quantized_input(x: np.ndarray, attrs: Mapping[str, Any]) -> np.ndarray:
+    """The layer's quantised activation: ``x`` itself when it is already uint8 / int8 (a QOperator
+    model's pooled or reshaped quantised tensor, on ``x_scale`` / ``x_zero_point``), else
+    QuantizeLinear of the float ``x`` (with the absorbed Clip's bounds)."""
+    unsigned = bool(attrs.get("x_unsigned", 1))
+    if x.dtype == (np.uint8 if unsigned else np.int8):
+        return x
+    if x.dtype in (np.uint8, np.int8):
+        raise ValueError(f"quantised input is {x.dtype}, x_unsigned={int(unsigned)} expects the other")
+    return quantize_activation(x, float(attrs["x_scale"]), int(attrs["x_zero_point"]), unsigned,
+                               int(attrs.get("q_min", -1000)), int(attrs.get("q_max", 1000)))
+
+
+def exact_int8(attrs: Mapping[str, Any]) -> bool:
+    """The int8 kernel is available and exact for this layer: VNNI, 7-bit activations or narrow weights."""
+    return torch_int8.usable(bool(attrs.get("seven_bit", 0)) or bool(attrs.get("narrow_w", 0)))
 
 
 def _check(inputs: Sequence[Any], attrs: Mapping[str, Any]) -> None:
@@ -104,14 +131,13 @@ def int8_eligible(x_shape: Sequence[int], attrs: Mapping[str, Any]) -> bool:
         return False
     if pads and pads[:2] != pads[2:]:
         return False
-    return torch_int8.usable(bool(attrs.get("seven_bit", 0)))
+    return exact_int8(attrs)
 
 
 def _k_quant_conv(inputs: Sequence[Any], attrs: Mapping[str, Any]) -> list[np.ndarray]:
     _check(inputs, attrs)
     x, w = inputs[0], inputs[1]
-    xq = quantize_activation(x, float(attrs["x_scale"]), int(attrs["x_zero_point"]), bool(attrs.get("x_unsigned", 1)),
-                             int(attrs.get("q_min", -1000)), int(attrs.get("q_max", 1000)))
+    xq = quantized_input(x, attrs)
     if int8_eligible(x.shape, attrs) and not str(attrs.get("_algo") or "").startswith("numpy:"):
         pads = list(attrs.get("pads") or [0, 0, 0, 0])[:2]
         stride = list(attrs.get("strides") or [1, 1])

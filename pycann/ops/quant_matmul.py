@@ -5,7 +5,8 @@ Semantics (the ONNX ops it replaces): ``y = act(((Q(x) - zp) * x_scale) @ (W * w
 ``W`` stored (N, K) int8 (the fusion transposes a MatMul's (K, N) weight once at compile time),
 ``w_scale`` one value per output column N, ``B`` float32 (N) optional, ``x`` float32 (..., K).
 Attributes as ``pycann.QuantConv`` (``x_scale``, ``x_zero_point``, ``x_unsigned``, ``w_scale``,
-``activation``, ``seven_bit``, ``q_min``, ``q_max``). The int8 kernel (oneDNN through PyTorch's
+``activation``, ``seven_bit``, ``q_min``, ``q_max``, ``narrow_w``); ``x`` may be already quantised
+(uint8 / int8). The int8 kernel (oneDNN through PyTorch's
 ``qlinear_pointwise``) is taken where it is exact (see ``providers/torch_int8.py``).
 """
 
@@ -19,10 +20,10 @@ import numpy as np
 from pycann.dtypes import TensorDesc
 from pycann.ops.opdef import InferContext, OpDef
 from pycann.ops.providers import torch_int8
-from pycann.ops.quant_conv import DOMAIN, quantize_activation
+from pycann.ops.quant_conv import DOMAIN, exact_int8, quantized_input
 
 _ATTRS: dict[str, Any] = {"x_scale": 1.0, "x_zero_point": 0, "x_unsigned": 1, "w_scale": [], "activation": "",
-                          "seven_bit": 0, "q_min": -1000, "q_max": 1000}
+                          "seven_bit": 0, "q_min": -1000, "q_max": 1000, "narrow_w": 0}
 
 
 def _scales(attrs: Mapping[str, Any], n: int) -> np.ndarray:
@@ -42,9 +43,9 @@ def _k_quant_matmul(inputs: Sequence[Any], attrs: Mapping[str, Any]) -> list[np.
         raise ValueError(f"QuantMatMul: B has shape {list(b.shape)}, expected [{n}]")
     ws = _scales(attrs, n)
     s, zp, unsigned = float(attrs["x_scale"]), int(attrs["x_zero_point"]), bool(attrs.get("x_unsigned", 1))
-    xq = quantize_activation(x, s, zp, unsigned, int(attrs.get("q_min", -1000)), int(attrs.get("q_max", 1000)))
+    xq = quantized_input(x, attrs)
     relu = attrs.get("activation") == "Relu"
-    if unsigned and torch_int8.usable(bool(attrs.get("seven_bit", 0))):
+    if unsigned and exact_int8(attrs):
         return [torch_int8.qlinear(xq, s, zp, w, ws, b, relu)]
     xf = (xq.astype(np.float32) - np.float32(zp)) * np.float32(s)
     y = np.matmul(xf, (w.astype(np.float32) * ws[:, None]).T)

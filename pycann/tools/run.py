@@ -3,7 +3,8 @@
 For that run only, ``import acl`` (and ``acl.rt``, ``acl.mdl``, ...) resolves to ``pycann.acl``,
 ``import torch_npu`` to ``pycann.torch`` (the npu device; ``torch_npu.npu`` is ``torch.npu``,
 ``from torch_npu.contrib import transfer_to_npu`` applies pycann's CUDA migration) and
-``import torchair`` to ``pycann.torch.torchair``: a temporary directory holding these shim
+``import torchair`` to ``pycann.torch.torchair`` and ``import amct_onnx`` to ``pycann.amct`` (AMCT's
+ONNX API: ``create_quant_config``, ``quantize_model``, ``save_model``, ...): a temporary directory holding these shim
 packages goes first on ``sys.path`` and on ``PYTHONPATH`` (so child processes of the app see
 them too) and is deleted afterwards. Nothing is shadowed outside ``pycann-run``.
 ``pycann-run -m package.module`` runs a module instead.
@@ -28,7 +29,7 @@ for _name in _acl.SUBMODULES:
 sys.modules[__name__] = _acl
 '''
 
-# torch_npu and torchair shims: files of small packages whose modules *are* pycann's (aliased in
+# torch_npu, torchair and amct_onnx shims: files of small packages whose modules *are* pycann's (aliased in
 # sys.modules), so each pycann module is imported once whichever name the app uses.
 TORCH_SHIMS = {
     "torch_npu/__init__.py": '''"""pycann-run shim: this run's ``import torch_npu`` is pycann's PyTorch adaptor."""
@@ -49,14 +50,17 @@ __version__ = "2.13.0+pycann"
                                              "sys.modules[__name__] = _m\n"),
     "torchair/__init__.py": ('"""pycann-run shim: torchair is pycann.torch.torchair."""\n'
                              "import sys\n\nimport pycann.torch.torchair as _m\n\nsys.modules[__name__] = _m\n"),
+    # AMCT's Python package for ONNX models is pycann.amct (the same module object)
+    "amct_onnx/__init__.py": ('"""pycann-run shim: this run\'s ``import amct_onnx`` is pycann.amct."""\n'
+                              "import sys\n\nimport pycann.amct as _m\n\nsys.modules[__name__] = _m\n"),
 }
-SHIM_ROOTS = ("acl", "torch_npu", "torchair")
+SHIM_ROOTS = ("acl", "torch_npu", "torchair", "amct_onnx")
 
 USAGE = "usage: pycann-run app.py [args...] | pycann-run -m module [args...]"
 
 
 def make_shim_dir() -> str:
-    """A new temporary directory containing the ``acl``, ``torch_npu`` and ``torchair`` shims."""
+    """A new temporary directory containing the ``acl``, ``torch_npu``, ``torchair`` and ``amct_onnx`` shims."""
     d = tempfile.mkdtemp(prefix="pycann-run-")
     os.makedirs(os.path.join(d, "acl"))
     with open(os.path.join(d, "acl", "__init__.py"), "w", encoding="utf-8") as f:

@@ -161,11 +161,16 @@ def test_flow_writes_qdq_models_that_match_float_and_onnxruntime(tmp_path: Path)
     assert (prefix.parent / "net_quant.json").exists()
     rep = amct.compare_models(str(model), fq, batches)
     assert rep.cosine > 0.999 and rep.top1_agreement[0] is not None and rep.top1_agreement[0] >= 0.9
-    import pycann
+    from pycann.ge.compiler import compile_model
+    from pycann.ge.model import LoadedModel
+    from pycann.ge.options import CompileOptions
 
     x = batches[0]
+    # high_precision: every fused layer keeps the QDQ arithmetic (the default may keep layers fp32
+    # where int8 would be slower: tests/amct/test_int8_choice.py)
+    exact = CompileOptions(op_select_implmode="high_precision")
     for path in (fq, dep):
-        got = pycann.InferSession(0, path).infer([x])[0]
+        got = LoadedModel.from_compiled(compile_model(path, exact)).run([x])[0]
         np.testing.assert_allclose(got, _ort(path, {"x": x})[0], rtol=1e-5, atol=1e-5)
 
 
@@ -292,3 +297,34 @@ def test_cli_reads_image_folders(tmp_path: Path) -> None:
     with Image.open(imgs / "0.png") as im:
         want = np.asarray(im.convert("RGB").resize((16, 16), Image.Resampling.BILINEAR), np.float32) / 255
     np.testing.assert_allclose(batches[0][0], want.transpose(2, 0, 1))
+
+
+def test_weights_written_as_constant_nodes_are_quantised(tmp_path: Path) -> None:
+    """paddle2onnx (PP-OCR) writes weights as Constant nodes: they are layers too."""
+    w = helper.make_node("Constant", [], ["w"], value=numpy_helper.from_array(RNG.standard_normal((4, 3, 3, 3)).astype(np.float32)))
+    conv = helper.make_node("Conv", ["x", "w"], ["y"], pads=[1, 1, 1, 1], name="conv")
+    g = helper.make_graph([w, conv], "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 3, 8, 8])],
+                          [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)])
+    path = tmp_path / "c.onnx"
+    onnx.save(helper.make_model(g, opset_imports=[helper.make_opsetid("", 12)]), str(path))
+    batches = [RNG.standard_normal((1, 3, 8, 8)).astype(np.float32) for _ in range(2)]
+    prefix, kept = _flow(tmp_path, path, batches)
+    dep = onnx.load(str(prefix) + "_deploy_model.onnx")
+    assert kept == {} and [n.op_type for n in dep.graph.node].count("QuantizeLinear") == 1
+    assert any(t.data_type == TensorProto.INT8 and list(t.dims) == [4, 3, 3, 3] for t in dep.graph.initializer)
+
+
+def test_compare_models_measures_the_qdq_arithmetic(tmp_path: Path) -> None:
+    """The report's cosine is the fake-quant model's as ONNX Runtime computes it (atc's speed rules,
+    which drop activation rounding, must not hide the quantisation error)."""
+    model = _cnn(tmp_path / "net.onnx")
+    batches = _batches(2)
+    prefix, _ = _flow(tmp_path, model, batches)
+    fq = str(prefix) + "_fake_quant_model.onnx"
+    rep = amct.compare_models(str(model), fq, batches)
+    want = []
+    for x in batches:
+        r, c = _ort(str(model), {"x": x})[0], _ort(fq, {"x": x})[0]
+        want += [float(a @ b / (np.linalg.norm(a) * np.linalg.norm(b))) for a, b in zip(r.astype(np.float64), c.astype(np.float64))]
+    assert rep.cosine_mean[0] == pytest.approx(float(np.mean(want)), abs=1e-6)
+    assert rep.cosine_mean[0] < 1 - 1e-6  # the quantisation error is visible

@@ -1,4 +1,4 @@
-"""INT8 convolutions (issue 22 item 2): QuantizedConvFusion turns QDQ convs into pycann.QuantConv;
+"""INT8 convolutions (issue 22 item 2), compiled with ``high_precision``: QuantizedConvFusion turns QDQ convs into pycann.QuantConv;
 its reference kernel equals the unfused QDQ graph (ONNX Runtime, unoptimised), and its int8
 kernel equals the reference where it is taken (VNNI, or 7-bit activations)."""
 
@@ -11,10 +11,13 @@ from onnx import TensorProto, helper, numpy_helper
 
 from pycann.ge.compiler import compile_model
 from pycann.ge.model import LoadedModel
+from pycann.ge.options import CompileOptions
 from pycann.ops.providers import torch_int8
 from pycann.ops.quant_conv import _k_quant_conv, _reference, int8_eligible, quantize_activation
 
 RNG = np.random.default_rng(11)
+# every fused layer on the QDQ arithmetic (the default keeps small layers fp32: test_int8_choice.py)
+EXACT = CompileOptions(op_select_implmode="high_precision")
 
 
 def _qdq_conv(m=8, c=4, zp=10, relu=True, seven_bit=False, bias="int32", w_axis=0, per_tensor_w=False,
@@ -67,7 +70,7 @@ def _ort(m: onnx.ModelProto, x: np.ndarray) -> np.ndarray:
                                 {"seven_bit": True}, {"zp": 0}])
 def test_qdq_conv_becomes_quantconv_with_the_qdq_graphs_values(kw: dict) -> None:
     m, _ = _qdq_conv(**kw)
-    cm = compile_model(m)
+    cm = compile_model(m, EXACT)
     ops = [n.op_type for n in cm.graph.nodes]
     assert ops.count("QuantConv") == 1 and "Conv" not in ops and ("Relu" not in ops), ops
     q = next(n for n in cm.graph.nodes if n.op_type == "QuantConv")
@@ -82,7 +85,7 @@ def test_qdq_conv_becomes_quantconv_with_the_qdq_graphs_values(kw: dict) -> None
 def test_non_matching_qdq_stays_float_and_says_why(kw: dict, why: str) -> None:
     m, _ = _qdq_conv(**kw)
     lines: list[str] = []
-    cm = compile_model(m, log=lines.append)
+    cm = compile_model(m, EXACT, log=lines.append)
     assert "QuantConv" not in [n.op_type for n in cm.graph.nodes]
     assert any("QuantizedConvFusion" in ln and why in ln for ln in lines), lines
     x = RNG.standard_normal((2, 4, 9, 9)).astype(np.float32)
@@ -136,7 +139,7 @@ def test_quantconv_shape_inference_refuses_bad_operands() -> None:
     from pycann.errors import ShapeError
 
     m, _ = _qdq_conv()
-    cm = compile_model(m)
+    cm = compile_model(m, EXACT)
     q = next(n for n in cm.graph.nodes if n.op_type == "QuantConv")
     from pycann.dtypes import TensorDesc
     from pycann.ops.opdef import InferContext
@@ -182,7 +185,7 @@ def _qdq_mm(kind: str, seven_bit: bool, relu: bool = True) -> onnx.ModelProto:
 @pytest.mark.parametrize("seven_bit", [False, True])
 def test_qdq_matmul_and_gemm_become_quantmatmul(kind: str, seven_bit: bool) -> None:
     m = _qdq_mm(kind, seven_bit)
-    cm = compile_model(m)
+    cm = compile_model(m, EXACT)
     ops = [n.op_type for n in cm.graph.nodes]
     assert ops == ["QuantMatMul"], ops
     q = cm.graph.nodes[0]

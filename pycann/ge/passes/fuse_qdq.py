@@ -13,16 +13,25 @@ Relu. A ``Clip`` with constant bounds read only by the QuantizeLinear is absorbe
 quantised values (``q_min``/``q_max``); ``seven_bit`` is set when that keeps them <= 127 (AMCT's
 ``reduce_range``), which makes the int8 kernel exact on CPUs without VNNI. The Q/DQ nodes stay for any other reader (dead-code elimination
 removes them otherwise). Runs before ConstantFolding, which would turn the weight's DQ into float.
+
+A ``DequantizeLinear`` of an already quantised tensor (no QuantizeLinear before it: a QOperator
+model's MaxPool / Flatten on uint8, after QOperatorToQDQ) is read as it is: the fused layer takes
+the uint8 tensor. ``narrow_w`` is set when every weight lies in [-64, 64] (ONNX Runtime's
+``reduce_range``), which also makes the int8 kernel exact without VNNI.
 """
 
 from __future__ import annotations
 
+from typing import Any
+
 import numpy as np
 
 from pycann.ge.ir import Graph, Node
+from pycann.ge.passes import int8_choice
 from pycann.ge.passes.base import PassContext, PassResult
-from pycann.ge.passes.pattern import GraphIndex, Rewrites, is_op
-from pycann.ops.quant_conv import DOMAIN, quantize_activation
+from pycann.ge.passes.pattern import GraphIndex, Rewrites, is_op, rename_uses
+from pycann.ge.passes.select_kernels import approx_allowed
+from pycann.ops.quant_conv import DOMAIN, narrow_weights, quantize_activation
 
 name = "QuantizedConvFusion"
 
@@ -32,14 +41,15 @@ def _same(ix: GraphIndex, a: str, b: str) -> bool:
     return a == b or (ca is not None and cb is not None and ca.dtype == cb.dtype and np.array_equal(ca, cb))
 
 
-def _activation_qdq(ix: GraphIndex, value: str) -> tuple[str, float, int, bool, Node] | str:
-    """(x, scale, zero point, unsigned, Q node) of a ``DQ(Q(x))`` feeding a conv, or why not."""
+def _activation_qdq(ix: GraphIndex, value: str) -> tuple[str, float, int, bool, Node | None] | str:
+    """(x, scale, zero point, unsigned, Q node) of a ``DQ(Q(x))`` feeding a conv, or (q, ..., None)
+    of a ``DQ(q)`` of an already quantised value, or why not."""
     dq = ix.producers.get(value)
     if not is_op(dq, "DequantizeLinear") or dq is None:
         return "input is not a DequantizeLinear"
     q = ix.producers.get(dq.inputs[0])
     if not is_op(q, "QuantizeLinear") or q is None:
-        return "the activation's DequantizeLinear does not read a QuantizeLinear"
+        return _quantised_input(ix, dq)
     if len(q.inputs) < 3 or len(dq.inputs) < 3 or not q.inputs[2]:
         return "activation QuantizeLinear without a zero point (float8 or default int8 handled as float)"
     s, zp = ix.const(q.inputs[1]), ix.const(q.inputs[2])
@@ -50,6 +60,19 @@ def _activation_qdq(ix: GraphIndex, value: str) -> tuple[str, float, int, bool, 
     if zp.dtype not in (np.uint8, np.int8) or float(s.reshape(-1)[0]) <= 0:
         return f"activation zero point dtype {zp.dtype} / scale {float(s.reshape(-1)[0])} not int8 / positive"
     return q.inputs[0], float(s.reshape(-1)[0]), int(zp.reshape(-1)[0]), zp.dtype == np.uint8, q
+
+
+def _quantised_input(ix: GraphIndex, dq: Node) -> tuple[str, float, int, bool, None] | str:
+    """(q, scale, zero point, unsigned, None) for ``DequantizeLinear(q)`` of an already quantised
+    activation (a QOperator model's MaxPool / Flatten on uint8): the layer reads ``q`` itself."""
+    if len(dq.inputs) < 3 or not dq.inputs[2]:
+        return "activation DequantizeLinear without a zero point"
+    s, zp = ix.const(dq.inputs[1]), ix.const(dq.inputs[2])
+    if s is None or zp is None or s.size != 1 or zp.size != 1:
+        return "activation scale / zero point are not constant per-tensor values"
+    if zp.dtype not in (np.uint8, np.int8) or float(s.reshape(-1)[0]) <= 0:
+        return f"activation zero point dtype {zp.dtype} / scale {float(s.reshape(-1)[0])} not int8 / positive"
+    return dq.inputs[0], float(s.reshape(-1)[0]), int(zp.reshape(-1)[0]), zp.dtype == np.uint8, None
 
 
 def _weight(ix: GraphIndex, value: str, out_axis: int = 0) -> tuple[str, np.ndarray] | str:
@@ -116,7 +139,7 @@ def _input(ix: GraphIndex, value: str) -> tuple[str, float, int, bool, int, int,
     if isinstance(act, str):
         return act
     x, s, zp, unsigned, q = act
-    clip = _absorbed_clip(ix, x, q, s, zp, unsigned)
+    clip = None if q is None else _absorbed_clip(ix, x, q, s, zp, unsigned)
     if clip is None:
         return x, s, zp, unsigned, -1000, 1000, []
     return clip[0], s, zp, unsigned, clip[1], clip[2], [ix.producers[x]]
@@ -187,7 +210,8 @@ def _match_matmul(ix: GraphIndex, g: Graph, mm: Node) -> tuple[list[Node], Node]
         g.initializers[bn] = b
         ins.append(bn)
     attrs = dict(x_scale=s, x_zero_point=zp, x_unsigned=int(unsigned), w_scale=[float(v) for v in ws],
-                 activation=activation, seven_bit=int(unsigned and q_max <= 127), q_min=q_min, q_max=q_max)
+                 activation=activation, seven_bit=int(unsigned and q_max <= 127), q_min=q_min, q_max=q_max,
+                 narrow_w=narrow_weights(w_nk))
     return nodes, Node("QuantMatMul", ins, [out], attrs, name=f"{mm.name}_int8", domain=DOMAIN, opset=1)
 
 
@@ -226,11 +250,57 @@ def _match(ix: GraphIndex, g: Graph, conv: Node) -> tuple[list[Node], Node] | st
         ins.append(b_name)
     attrs = {k: v for k, v in conv.attrs.items() if not k.startswith("_")}
     attrs.update(x_scale=s, x_zero_point=zp, x_unsigned=int(unsigned), w_scale=[float(v) for v in ws],
-                 activation=activation, seven_bit=int(unsigned and q_max <= 127), q_min=q_min, q_max=q_max)
+                 activation=activation, seven_bit=int(unsigned and q_max <= 127), q_min=q_min, q_max=q_max,
+                 narrow_w=narrow_weights(wt))
     return nodes, Node("QuantConv", ins, [out], attrs, name=f"{conv.name}_int8", domain=DOMAIN, opset=1)
 
 
-def fuse(g: Graph) -> tuple[int, list[str]]:
+def _as_fp32(g: Graph, ix: GraphIndex, old: list[Node], q: Node) -> tuple[list[Node], list[Node]]:
+    """The float layer for a fused ``q`` that stays fp32 (int8_choice): the float op on the
+    dequantised weight, reading the activation before its QuantizeLinear (and before an absorbed Clip),
+    or a DequantizeLinear of an already quantised one. Returns (nodes to remove, new nodes)."""
+    # q reads the input of an absorbed Clip (the quantisation's range clamp, AMCT's reduce_range):
+    # the float layer reads it too, and the Clip goes with the QuantizeLinear
+    x = q.inputs[0]
+    new: list[Node] = []
+    desc = ix.desc(x)
+    if desc is not None and desc.dtype in (2, 3):  # uint8 / int8: an already quantised activation
+        s = g.fresh_name(f"{q.name}_x_scale")
+        z = g.fresh_name(f"{q.name}_x_zero_point")
+        g.initializers[s] = np.array(q.attrs["x_scale"], np.float32)
+        g.initializers[z] = np.array(q.attrs["x_zero_point"], np.uint8 if desc.dtype == 2 else np.int8)
+        xf = g.fresh_name(f"{q.name}_x_dq")
+        new.append(Node("DequantizeLinear", [x, s, z], [xf], {}, name=f"{q.name}_dq", opset=13))
+        x = xf
+    w = ix.const(q.inputs[1])
+    assert w is not None
+    ws = np.asarray(q.attrs["w_scale"], np.float32).reshape((-1,) + (1,) * (w.ndim - 1))
+    wf = (w.astype(np.float32) * ws).astype(np.float32)
+    if q.op_type == "QuantMatMul":
+        wf = np.ascontiguousarray(wf.T)
+    wn = g.fresh_name(f"{q.name}_w_fp32")
+    wf.flags.writeable = False
+    g.initializers[wn] = wf
+    act = q.attrs.get("activation") == "Relu"
+    out = q.outputs[0]
+    y = g.fresh_name(f"{q.name}_fp32") if act else out
+    if q.op_type == "QuantConv":
+        attrs: dict[str, Any] = {k: q.attrs[k] for k in ("strides", "pads", "dilations", "group", "auto_pad", "kernel_shape")
+                 if k in q.attrs and q.attrs[k] not in ([], None)}
+        new.append(Node("Conv", [x, wn, *q.inputs[2:3]], [y], attrs, name=f"{q.name}_fp32", opset=13))
+    else:
+        mm = g.fresh_name(f"{q.name}_mm") if len(q.inputs) > 2 else y
+        new.append(Node("MatMul", [x, wn], [mm], {}, name=f"{q.name}_fp32", opset=13))
+        if len(q.inputs) > 2:
+            new.append(Node("Add", [mm, q.inputs[2]], [y], {}, name=f"{q.name}_bias", opset=13))
+    if act:
+        new.append(Node("Relu", [y], [out], {}, name=f"{q.name}_relu", opset=13))
+    return old, new
+
+
+def fuse(g: Graph, fp32_fallback: frozenset[str] = frozenset({"QuantConv", "QuantMatMul"})) -> tuple[int, list[str]]:
+    """Fuse every matching QDQ layer; the layers of the op types in ``fp32_fallback`` that
+    ``int8_choice`` keeps fp32 become float layers. Returns (fused count, one line per layer left or kept fp32, with why)."""
     ix = GraphIndex(g)
     rw = Rewrites(g)
     for conv in list(g.nodes):
@@ -245,11 +315,48 @@ def fuse(g: Graph) -> tuple[int, list[str]]:
             rw.missed.append(f"{conv.name}: {res}")
             continue
         old, new = res
+        w = ix.const(new.inputs[1])
+        choice = int8_choice.choose(new, ix.desc(new.inputs[0]), tuple(w.shape) if w is not None else ())
+        if not choice.int8 and new.op_type in fp32_fallback:
+            old, nodes = _as_fp32(g, ix, old, new)
+            rw.missed.append(f"{conv.name}: kept fp32 ({choice.reason})")
+            rw.replace(old, nodes)
+            rw.applied -= 1
+            continue
         rw.replace(old, [new])
     rw.commit()
     return rw.applied, rw.missed
 
 
+def drop_qdq_pairs(g: Graph) -> int:
+    """``DequantizeLinear(QuantizeLinear(x))`` with the same constant per-tensor scale and zero point,
+    left after the fusion around float ops (a QDQ or QOperator model's Add, pooling, Concat): their
+    readers read ``x`` instead (the activation rounding is dropped, as for a layer kept fp32; the
+    QuantizeLinear stays while a fused layer reads its integers). Returns how many DQs were bypassed."""
+    ix = GraphIndex(g)
+    n = 0
+    for dq in list(g.nodes):
+        if not is_op(dq, "DequantizeLinear") or len(dq.inputs) < 3 or dq.outputs[0] in ix.outputs:
+            continue
+        if not ix.consumers.get(dq.outputs[0]):
+            continue  # left dead by the fusion: dead-code elimination removes it
+        q = ix.producers.get(dq.inputs[0])
+        if not is_op(q, "QuantizeLinear") or q is None or len(q.inputs) < 3:
+            continue
+        s, zp = ix.const(q.inputs[1]), ix.const(q.inputs[2])
+        if s is None or zp is None or s.size != 1 or zp.size != 1 or zp.dtype not in (np.uint8, np.int8):
+            continue
+        if not (_same(ix, q.inputs[1], dq.inputs[1]) and _same(ix, q.inputs[2], dq.inputs[2])):
+            continue
+        rename_uses(g, dq.outputs[0], q.inputs[0])
+        n += 1
+    return n
+
+
 def run(graph: Graph, ctx: PassContext) -> PassResult:
-    n, missed = fuse(graph)
-    return PassResult(graph, n > 0, f"{n} QDQ convs / matmuls -> QuantConv / QuantMatMul", missed)
+    fallback = frozenset(t for t in ("QuantConv", "QuantMatMul") if approx_allowed(graph.metadata, t))
+    n, missed = fuse(graph, fallback)
+    # under high_performance the rounding of activations that no int8 layer reads is dropped too
+    pairs = drop_qdq_pairs(graph) if fallback else 0
+    return PassResult(graph, n > 0 or pairs > 0, f"{n} QDQ convs / matmuls -> QuantConv / QuantMatMul; "
+                      f"{pairs} QuantizeLinear -> DequantizeLinear pairs around float ops bypassed", missed)
