@@ -75,6 +75,7 @@ def soak(calls: int, n_rec: int, n_det: int, every: int) -> dict[str, object]:
         if (i + 1) % every == 0 or i + 1 in (len(pairs), calls):
             gc.collect()
             samples.append((i + 1, round(rss_mb(), 1)))
+            print(f"call {i + 1}: RSS {samples[-1][1]:.1f} MB, {time.perf_counter() - t0:.0f} s", file=sys.stderr, flush=True)
     out: dict[str, object] = {"calls": calls, "shapes": len(pairs), "seconds": round(time.perf_counter() - t0, 1),
                               "rss": samples}
     for m, model in models.items():
@@ -104,9 +105,9 @@ def main(argv: Sequence[str] | None = None) -> int:
             env["PYCANN_PLAN_CACHE_BYTES"] = budget
         proc = subprocess.run([sys.executable, __file__, "--worker", "--calls", str(a.calls), "--rec-shapes",
                                str(a.rec_shapes), "--det-shapes", str(a.det_shapes), "--every", str(a.every)],
-                              capture_output=True, text=True, env=env, cwd=REPO)
+                              stdout=subprocess.PIPE, text=True, env=env, cwd=REPO)  # progress on stderr
         if proc.returncode != 0:
-            print(f"budget {budget}: failed: {proc.stderr.strip().splitlines()[-1:]}")
+            print(f"budget {budget}: failed (exit {proc.returncode}; its error is above)")
             ok = False
             continue
         r = json.loads(proc.stdout.strip().splitlines()[-1])
