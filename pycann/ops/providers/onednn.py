@@ -140,8 +140,7 @@ class _Plan:
                 raise
             self.mode = "sum"  # residual copied into the destination first
             pd = make()
-        if not transpose and group == c == m and pd.impl_info().startswith("brdgmm_dw"):
-            pd = _prefer(make, "jit_dw:") or pd  # 1.2-2x faster on AVX-512 (PP-OCR / MobileNet shapes)
+        pd = _own_kernels(pd, make)
         self.impl = pd.fast_impl()
         self.weights_md = pd.query_md(capi.QUERY_WEIGHTS_MD)
         self.weights = onednn_packed.packed(w, w_user, self.weights_md)  # once per model and layout
@@ -171,7 +170,7 @@ class _Plan:
                 prim = self.prim
             elif self.mode == "binary":
                 try:
-                    pd = self._make("sum")
+                    pd = _own_kernels(self._make("sum"), lambda: self._make("sum"))
                     if pd.query_md(capi.QUERY_WEIGHTS_MD).equals(self.weights_md):
                         pd.fast_impl()
                         args = [(capi.ARG_SRC, self.src), (capi.ARG_WEIGHTS, self.weights), (capi.ARG_DST, self.dst)]
@@ -250,6 +249,26 @@ class _Plan:
                 self.res.set(rp)  # type: ignore[union-attr]
             self.prim.execute()
         return y
+
+
+# Implementations whose JIT kernels oneDNN 3.x keeps in a process-wide store that never shrinks
+# (``brgemm_kernel_container_t`` with ``BRGEMM_KERNEL_GLOBAL_STORAGE``, deduplicated by code bytes;
+# the code embeds per-primitive addresses, so every primitive created adds its kernels for good):
+# brgemm convolutions (``brgconv``, ``brgconv_1x1``, ``brgdeconv``) and depthwise ``brdgmm``. A model
+# re-planned for ever new shapes, or whose plans are evicted and rebuilt, would grow ~0.4 MB a
+# rebuild (PP-OCRv4 rec). The plain jit implementations own their kernels (freed with the
+# primitive) and are as fast or faster on AVX2 (docs/reliability.md, "Memory").
+_GLOBAL_KERNELS = ("brg", "brdgmm")
+
+
+def _own_kernels(pd: capi.PrimitiveDesc, make: Any) -> capi.PrimitiveDesc:
+    """``pd``, or when its implementation keeps its kernels in oneDNN's global store
+    (``_GLOBAL_KERNELS``), a fresh descriptor from ``make()`` moved to the first ``jit*``
+    implementation oneDNN offers instead (``jit_dw``, ``jit_1x1``, ``jit``: same results, kernels
+    owned by the primitive); ``pd`` itself when there is none."""
+    if not pd.impl_info().startswith(_GLOBAL_KERNELS):
+        return pd
+    return _prefer(make, "jit") or pd
 
 
 def _prefer(make: Any, prefix: str) -> capi.PrimitiveDesc | None:
