@@ -115,11 +115,12 @@ def model() -> Iterator[tuple[object, LoadedModel]]:
         lib.dnnl_set_primitive_cache_capacity(cap)
 
 
-def test_convs_use_implementations_that_own_their_kernels(model: tuple[object, LoadedModel]) -> None:
+def test_later_plans_use_implementations_that_own_their_kernels(model: tuple[object, LoadedModel]) -> None:
     m, lm = model
-    x = RNG.standard_normal((1, 32, 8, 40)).astype(np.float32)
-    np.testing.assert_allclose(lm.run([x])[0], run_ort(m, {"x": x})[0], rtol=1e-4, atol=1e-4)
-    plans = _conv_plans(lm, x)
+    first, later = (RNG.standard_normal((1, 32, 8, w)).astype(np.float32) for w in (40, 56))
+    for x in (first, later, first):  # (the first shape's plan is rebuilt: max_plans=1)
+        np.testing.assert_allclose(lm.run([x])[0], run_ort(m, {"x": x})[0], rtol=1e-4, atol=1e-4)
+    plans = _conv_plans(lm, first)  # (built again by plan_for: yet another rebuild)
     assert len(plans) >= 3, [p.impl for p in plans]
     kept = [p.impl for p in plans if p.impl.startswith(onednn._GLOBAL_KERNELS)]
     assert not kept, f"brgemm implementations keep their kernels for good: {kept}"
