@@ -128,9 +128,10 @@ def test_weights_packed_once_across_shapes() -> None:
         _check(lm, m, _img(h, w))
     after = onednn_packed.stats()
     assert lm.plan_cache_stats().built == 4
-    # two convolution weights: one packing each (a layout oneDNN picks per shape could add one)
-    assert after.packed - before.packed <= 3
-    assert after.reused - before.reused >= 5
+    # two convolution weights: at most two layouts each (the first plan's, which may be a brgemm
+    # layout, and the jit layout of every later shape: onednn._own_kernels), never one per shape
+    assert after.packed - before.packed <= 4
+    assert after.reused - before.reused >= 4  # 8 primitives: at most 4 packings, the rest reused
 
 
 def test_non_vision_graph_runs_new_signatures_generic() -> None:

@@ -104,6 +104,7 @@ class _Plan:
         self.x_strides, self.y_strides = _cl_strides(x_shape), _cl_strides(self.y_shape)
         src = capi.MemoryDesc.strided(x_shape, [s // 4 for s in self.x_strides])
         dst = capi.MemoryDesc.strided(self.y_shape, [s // 4 for s in self.y_strides])
+        w_in = w  # (the model's array: a contiguous copy would be new for every plan)
         w = w if w.flags.c_contiguous else np.ascontiguousarray(w)
         ws = [s // 4 for s in w.strides]
         k = list(w.shape[2:])
@@ -140,8 +141,7 @@ class _Plan:
                 raise
             self.mode = "sum"  # residual copied into the destination first
             pd = make()
-        if not transpose and group == c == m and pd.impl_info().startswith("brdgmm_dw"):
-            pd = _prefer(make, "jit_dw:") or pd  # 1.2-2x faster on AVX-512 (PP-OCR / MobileNet shapes)
+        pd = _own_kernels(pd, make, w_in)
         self.impl = pd.fast_impl()
         self.weights_md = pd.query_md(capi.QUERY_WEIGHTS_MD)
         self.weights = onednn_packed.packed(w, w_user, self.weights_md)  # once per model and layout
@@ -172,6 +172,8 @@ class _Plan:
             elif self.mode == "binary":
                 try:
                     pd = self._make("sum")
+                    if not self.impl.startswith(_GLOBAL_KERNELS):  # (else: this weight's first plan)
+                        pd = _own_kernels(pd, lambda: self._make("sum"))
                     if pd.query_md(capi.QUERY_WEIGHTS_MD).equals(self.weights_md):
                         pd.fast_impl()
                         args = [(capi.ARG_SRC, self.src), (capi.ARG_WEIGHTS, self.weights), (capi.ARG_DST, self.dst)]
@@ -250,6 +252,47 @@ class _Plan:
                 self.res.set(rp)  # type: ignore[union-attr]
             self.prim.execute()
         return y
+
+
+# Implementations whose JIT kernels oneDNN 3.x keeps in a process-wide store that never shrinks
+# (``brgemm_kernel_container_t`` with ``BRGEMM_KERNEL_GLOBAL_STORAGE``, deduplicated by code bytes;
+# the code embeds per-primitive addresses, so every primitive created adds its kernels for good):
+# brgemm convolutions (``brgconv``, ``brgconv_1x1``, ``brgdeconv``) and depthwise ``brdgmm``. A model
+# re-planned for many shapes, or whose plans are evicted and rebuilt, grew ~0.4 MB a rebuild
+# (PP-OCRv4 rec). So only the first primitive of each weight may use one (a static-shape model
+# keeps the implementation oneDNN ranks first: kept kernels bounded by the model); every later
+# one (another shape, a rebuilt plan) takes the first ``jit*`` implementation, whose kernels the
+# primitive owns (as fast on AVX2: docs/reliability.md, "Memory"). Depthwise convs always take
+# ``jit_dw`` (1.2-2x faster than ``brdgmm_dw`` on AVX-512 for PP-OCR / MobileNet shapes).
+_GLOBAL_KERNELS = ("brg", "brdgmm")
+_first_users: dict[tuple[int, tuple[int, ...], tuple[int, ...]], None] = {}  # weights that had their first
+_first_lock = threading.Lock()
+
+
+def _first_primitive(w: np.ndarray) -> bool:
+    """True the first time a primitive is made for the weight memory of ``w`` (then remembered
+    until the array owning that memory is collected)."""
+    key = (capi.ptr(w), tuple(w.shape), tuple(w.strides))
+    with _first_lock:
+        if key in _first_users:
+            return False
+        _first_users[key] = None
+    weakref.finalize(onednn_packed.owner(w), _first_users.pop, key, None)
+    return True
+
+
+def _own_kernels(pd: capi.PrimitiveDesc, make: Any, w: np.ndarray | None = None) -> capi.PrimitiveDesc:
+    """``pd``, or when its implementation keeps its kernels in oneDNN's global store
+    (``_GLOBAL_KERNELS``) and this is not the first primitive of weight ``w`` (None: never
+    first), a fresh descriptor from ``make()`` moved to the first ``jit*`` implementation oneDNN
+    offers (``jit_dw``, ``jit_1x1``, ``jit``: same results, kernels owned by the primitive); ``pd``
+    itself when there is none."""
+    impl = pd.impl_info()
+    if not impl.startswith(_GLOBAL_KERNELS):
+        return pd
+    if w is not None and not impl.startswith("brdgmm") and _first_primitive(w):
+        return pd
+    return _prefer(make, "jit") or pd
 
 
 def _prefer(make: Any, prefix: str) -> capi.PrimitiveDesc | None:

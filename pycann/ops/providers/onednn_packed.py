@@ -23,7 +23,7 @@ import numpy as np
 
 from pycann.ops.providers import onednn_capi as capi
 
-__all__ = ["PackedStats", "packed", "stats"]
+__all__ = ["PackedStats", "owner", "packed", "stats"]
 
 _Key = tuple[int, tuple[int, ...], tuple[int, ...], str]
 _lock = threading.Lock()
@@ -42,7 +42,7 @@ class PackedStats:
     weights: int
 
 
-def _owner(a: np.ndarray) -> np.ndarray:
+def owner(a: np.ndarray) -> np.ndarray:
     """The last ndarray of ``a``'s ``.base`` chain: it keeps the memory alive."""
     while isinstance(a.base, np.ndarray):
         a = a.base
@@ -70,7 +70,7 @@ def packed(w: np.ndarray, user_md: Any, want_md: Any) -> Any:
         lst = _entries.get(key)
         if lst is None:
             lst = _entries[key] = []
-            weakref.finalize(_owner(w), _drop, key)
+            weakref.finalize(owner(w), _drop, key)
         lst.append((user_md, want_md, mem))
         _counts["packed"] += 1
         _counts["bytes"] += want_md.size()
