@@ -19,7 +19,7 @@ import numpy as np
 import pytest
 from onnx import TensorProto, helper, numpy_helper
 
-from pycann.config import PlanCacheConfig
+from pycann.config import PlanBuild, PlanCacheConfig
 from pycann.ge.compiler import compile_model
 from pycann.ge.model import LoadedModel
 from pycann.ge.plan_cache import trim_heap
@@ -110,7 +110,8 @@ def model() -> Iterator[tuple[object, LoadedModel]]:
     assert lib.dnnl_set_primitive_cache_capacity(ctypes.c_int(0)) == 0
     try:
         m = _pointwise_model()
-        yield m, LoadedModel.from_compiled(compile_model(m), plan_cache=PlanCacheConfig(max_bytes=64 << 20, max_plans=1))
+        yield m, LoadedModel.from_compiled(compile_model(m), plan_cache=PlanCacheConfig(max_bytes=64 << 20, max_plans=1,
+                                                                                    build=PlanBuild.INLINE))
     finally:
         lib.dnnl_set_primitive_cache_capacity(cap)
 
