@@ -52,6 +52,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 def _check(args: argparse.Namespace) -> None:
     from pycann.ge.options import SOC_VERSIONS
+    from pycann.tools.paths import folder_problem
 
     if args.job_type is None:
         raise AoeError("E10007: [--job_type] is required: 1 (subgraph tuning) or 2 (operator tuning).")
@@ -61,6 +62,9 @@ def _check(args: argparse.Namespace) -> None:
     if args.soc_version not in SOC_VERSIONS:
         raise AoeError(f"E10001: Value [{args.soc_version}] for parameter [--soc_version] is invalid. "
                        f"Supported: {', '.join(SOC_VERSIONS)}.")
+    problem = folder_problem(args.output or "aoe_workspace")  # before any tuning, not after it
+    if problem:
+        raise AoeError(f"E10001: Value [{args.output}] for parameter [--output] is invalid. Reason: {problem}.")
     if args.model is None:
         return
     if args.framework is None:

@@ -56,7 +56,8 @@ __version__ = "2.13.0+pycann"
 }
 SHIM_ROOTS = ("acl", "torch_npu", "torchair", "amct_onnx")
 
-USAGE = "usage: pycann-run app.py [args...] | pycann-run -m module [args...]"
+USAGE = ("usage: pycann-run [python] app.py [args...] | pycann-run [python] -m module [args...] | "
+         "pycann-run [python] -c code [args...]")
 
 
 def make_shim_dir() -> str:
@@ -83,12 +84,14 @@ def main(argv: Sequence[str] | None = None) -> int:
     if not args or args[0] in ("-h", "--help"):
         print(USAGE)
         return 0 if args else 2
-    as_module = args[0] == "-m"
-    if as_module and len(args) < 2:
+    if os.path.basename(args[0]).startswith("python") and len(args) > 1:
+        args = args[1:]  # `pycann-run python app.py` as `msprof --application="python app.py"` takes it
+    as_module, as_code = args[0] == "-m", args[0] == "-c"
+    if (as_module or as_code) and len(args) < 2:
         print(USAGE, file=sys.stderr)
         return 2
-    target = args[1] if as_module else args[0]
-    if not as_module and not os.path.isfile(target):
+    target = args[1] if (as_module or as_code) else args[0]
+    if not (as_module or as_code) and not os.path.isfile(target):
         print(f"pycann-run: {target}: no such file", file=sys.stderr)
         return 2
     shim = make_shim_dir()
@@ -97,7 +100,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     stale = {k: sys.modules.pop(k) for k in list(sys.modules) if _shadowed(k)}
     os.environ["PYTHONPATH"] = os.pathsep.join(p for p in (shim, pkg_root, saved_env) if p)
     try:
-        if as_module:
+        if as_code:  # `pycann-run -c CODE`, as `python -c`: argv[0] is "-c", the current folder on sys.path
+            sys.argv = ["-c"] + args[2:]
+            sys.path[:0] = [shim, os.getcwd()]
+            exec(compile(target, "<string>", "exec"), {"__name__": "__main__", "__builtins__": __builtins__})
+        elif as_module:
             sys.argv = [target] + args[2:]
             sys.path[:0] = [shim, os.getcwd()]
             runpy.run_module(target, run_name="__main__", alter_sys=True)

@@ -142,3 +142,17 @@ def test_run_module(tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypa
     assert pycann_run.main(["-m", "myapp"]) == 0
     assert "rt is pycann.acl.rt" in capsys.readouterr().out
     sys.modules.pop("myapp", None)
+
+
+def test_python_prefix_and_dash_c(tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch) -> None:
+    """`pycann-run python app.py` and `pycann-run -c CODE` work as with the interpreter (argv, cwd on sys.path)."""
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "helper_mod.py").write_text("VALUE = 42\n")
+    app = tmp_path / "app.py"
+    app.write_text("import sys, acl\nprint('app', acl.__name__, sys.argv[1:])\n")
+    assert pycann_run.main(["python3", str(app), "x"]) == 0
+    assert pycann_run.main(["-c", "import sys, acl, helper_mod; print('code', acl.__name__, helper_mod.VALUE, sys.argv)",
+                            "y"]) == 0
+    out = capsys.readouterr().out.splitlines()
+    assert out == ["app pycann.acl ['x']", "code pycann.acl 42 ['-c', 'y']"]
+    assert pycann_run.main(["-c"]) == 2

@@ -35,6 +35,10 @@ def _fail(capsys: pytest.CaptureFixture[str], argv: list[str]) -> str:
     (["--job_type=1", "--framework=1", "--model=x.onnx"], r"^E10001: Value \[1\] for parameter \[--framework\]"),
     (["--job_type=2", "--soc_version=Ascend999", "--tune_ops_file=x"], r"^E10001: Value \[Ascend999\] for parameter \[--soc_version\]"),
     (["--job_type=2", "--bogus=1"], r"^E10001: Unknown option\(s\) --bogus=1"),
+    (["--job_type=2", "--tune_ops_file=x", "--output=/proc/pycann-no/"],
+     r"^E10001: Value \[/proc/pycann-no/\] for parameter \[--output\] is invalid\. Reason: cannot write into"),
+    (["--job_type=2", "--tune_ops_file=x", f"--output={__file__}/sub"],
+     r"^E10001: .*\[--output\] is invalid\. Reason: '.*test_cli\.py' is a file, not a folder\.$"),
 ])
 def test_errors_are_one_clear_line(capsys: pytest.CaptureFixture[str], argv: list[str], expect: str) -> None:
     import re
