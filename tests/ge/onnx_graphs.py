@@ -7,7 +7,11 @@ import onnx
 from onnx import TensorProto, helper, numpy_helper
 
 from pycann.ge.compiler import compile_model
+from pycann.ge.ir import Graph
 from pycann.ge.model import LoadedModel
+from pycann.ge.passes import canonicalize
+from pycann.ge.passes.constant_folding import fold_graph
+from pycann.ge.passes.infer_shapes import infer_graph
 from tests.ops.oracle import run_ort
 
 
@@ -40,3 +44,16 @@ def check_compiled(m: onnx.ModelProto, feeds: dict[str, np.ndarray], present: di
     for g_, w_ in zip(got, want):
         np.testing.assert_allclose(g_, w_, rtol=rtol, atol=atol)
     return ops
+
+
+def canonicalized(m: onnx.ModelProto) -> tuple[Graph, dict[str, int], list[str]]:
+    """``m`` imported, shape-inferred and constant-folded, then through the Canonicalize pass alone:
+    (graph, rewrites that fired by name, candidates kept with the reason)."""
+    from pycann.ge.importers.onnx import import_model
+
+    g = import_model(m)
+    infer_graph(g)
+    fold_graph(g)
+    infer_graph(g)
+    counts, missed = canonicalize.canonicalize(g)
+    return g, counts, missed

@@ -13,11 +13,10 @@ import pytest
 from onnx import TensorProto, helper
 
 from pycann.ge.compiler import compile_model
-from pycann.ge.ir import Graph
 from pycann.ge.model import LoadedModel
 from pycann.ge.passes import canonicalize
-from pycann.ge.passes.constant_folding import fold_graph
 from pycann.ge.passes.infer_shapes import infer_graph
+from tests.ge.onnx_graphs import canonicalized as _canon
 from tests.ge.onnx_graphs import check_compiled, const, float_model
 from tests.ops.oracle import run_ort
 
@@ -30,16 +29,6 @@ def _f32(*shape: int) -> np.ndarray:
 
 _c, _model, _compile_check = const, float_model, check_compiled
 
-
-def _canon(m: onnx.ModelProto) -> tuple[Graph, dict[str, int], list[str]]:
-    from pycann.ge.importers.onnx import import_model
-
-    g = import_model(m)
-    infer_graph(g)
-    fold_graph(g)
-    infer_graph(g)
-    counts, missed = canonicalize.canonicalize(g)
-    return g, counts, missed
 
 
 # ------------------------------------------------------------------------------ Sum / Mean residuals

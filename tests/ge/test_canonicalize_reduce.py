@@ -9,10 +9,7 @@ import onnx
 import pytest
 from onnx import helper
 
-from pycann.ge.ir import Graph
-from pycann.ge.passes import canonicalize
-from pycann.ge.passes.constant_folding import fold_graph
-from pycann.ge.passes.infer_shapes import infer_graph
+from tests.ge.onnx_graphs import canonicalized as _canon
 from tests.ge.onnx_graphs import check_compiled, const, float_model
 
 RNG = np.random.default_rng(11)
@@ -21,16 +18,6 @@ RNG = np.random.default_rng(11)
 def _f32(*shape: int) -> np.ndarray:
     return RNG.standard_normal(shape).astype(np.float32)
 
-
-def _canon(m: onnx.ModelProto) -> tuple[Graph, dict[str, int], list[str]]:
-    from pycann.ge.importers.onnx import import_model
-
-    g = import_model(m)
-    infer_graph(g)
-    fold_graph(g)
-    infer_graph(g)
-    counts, missed = canonicalize.canonicalize(g)
-    return g, counts, missed
 
 
 def _reduce_mean(shape: list[int], axes: list[int], keepdims: int, opset: int) -> onnx.ModelProto:
