@@ -508,7 +508,7 @@ class Executor:
             used.append(i)
         return tuple(sig), used
 
-    def _request(self, sig: Signature, used: list[int], feeds: Sequence[Any]) -> tuple[
+    def _request(self, used: list[int], feeds: Sequence[Any]) -> tuple[
             list[tuple[int, ...] | None], dict[str, np.ndarray]]:
         """(input shapes, control values) of a build: all a plan needs from the feeds."""
         shapes = [tuple(x.shape) if isinstance(x, np.ndarray) else None for x in feeds]
@@ -516,7 +516,7 @@ class Executor:
 
     def _build(self, sig: Signature, used: list[int], feeds: Sequence[Any]) -> CachedPlan:
         """Specialise, plan and cache the plan of ``sig`` (lock held by the caller)."""
-        return self._build_from(sig, *self._request(sig, used, feeds))
+        return self._build_from(sig, *self._request(used, feeds))
 
     def _build_from(self, sig: Signature, shapes: list[tuple[int, ...] | None],
                     values: dict[str, np.ndarray]) -> CachedPlan:
@@ -603,7 +603,7 @@ class Executor:
             if self._in_background() and sig not in self._builder.failed:
                 outs = self._run_generic(feeds)
                 if not self._generic_failed:
-                    self._builder.submit(sig, *self._request(sig, used, feeds))
+                    self._builder.submit(sig, *self._request(used, feeds))
                 return outs
             with self._lock:
                 hit = self._cache.peek(sig) or self._build(sig, used, feeds)
