@@ -191,7 +191,7 @@ def openvino():  # noqa: ANN201
 
 def amct_deploy(model: str, calib: list[Feeds], work: Path, algo: str) -> tuple[str, float, dict[str, str]]:
     from pycann import amct
-    from pycann.ops.providers import torch_int8
+    from pycann.kernels.providers import torch_int8
 
     rr = not torch_int8.cpu_has_vnni()
     (work / "d.json").write_text(json.dumps({"activation_quant_params": {"algo": algo, "reduce_range": rr}}))
@@ -215,7 +215,7 @@ def main() -> int:
 
     from pycann.ge.compiler import compile_model
     from pycann.ge.model import LoadedModel
-    from pycann.ops.providers import torch_int8
+    from pycann.kernels.providers import torch_int8
 
     spec = SPECS[args.model]
     model = str(MODELS / spec.file)

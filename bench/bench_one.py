@@ -111,7 +111,7 @@ def plan_info(sess: Any, feeds: Feeds) -> dict[str, Any]:
             algo = n.attrs.get("_algo")
             if algo:
                 algos[str(algo)] = algos.get(str(algo), 0) + 1
-        from pycann.ops.providers import onednn2_capi, onednn_capi
+        from pycann.kernels.providers import onednn2_capi, onednn_capi
 
         # the oneDNN libraries this process loaded (v3: the provider; v2: its Winograd convs)
         dnnl = [".".join(map(str, m.version())) for m in (onednn_capi, onednn2_capi) if m._lib is not None]

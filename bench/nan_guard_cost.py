@@ -1,4 +1,4 @@
-"""What the NaN guard (pycann/ops/providers/nan_guard.py) costs per inference on a real model.
+"""What the NaN guard (pycann/kernels/providers/nan_guard.py) costs per inference on a real model.
 
 Runs the model's benchmark input through InferSession (ONNX compiled in memory) with every read
 the guard makes (``nan_guard._norm2``: convs whose input a guarded producer already proved bounded
@@ -20,7 +20,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from pycann.acl.session import InferSession  # noqa: E402
-from pycann.ops.providers import nan_guard  # noqa: E402
+from pycann.kernels.providers import nan_guard  # noqa: E402
 from scripts.model_zoo import MODELS  # noqa: E402
 
 

@@ -4,7 +4,7 @@ oneDNN v3 (the ``kernels`` extra's ``onednn-cpu-gomp==2023.2.0``) removed its CP
 v2.6 ships them in ``onednn-cpu-gomp==2022.2.1``, which pip cannot install beside v3 (same
 distribution name). This script downloads that wheel with ``python -m pip download --no-deps``,
 checks its SHA-256, and unpacks only ``libdnnl.so.2`` into ``$PYCANN_CACHE/onednn2/`` (default
-``~/.cache/pycann/onednn2/``), where ``pycann.ops.providers.onednn2_capi`` looks for it. Nothing is
+``~/.cache/pycann/onednn2/``), where ``pycann.kernels.providers.onednn2_capi`` looks for it. Nothing is
 installed into the environment; deleting the folder turns the Winograd algorithm off.
 
 Usage (``scripts/_venv.sh`` runs it with the ``kernels`` extra; idempotent)::

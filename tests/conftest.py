@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 
-from pycann.ops import providers
+from pycann.kernels import providers
 
 
 @pytest.fixture(autouse=True, scope="session")
@@ -34,7 +34,7 @@ def default_providers(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
 @pytest.fixture
 def in_place_calls(monkeypatch: pytest.MonkeyPatch) -> dict[str, int]:
     """Counts calls of the oneDNN bound conv's ``_Plan.in_place`` (asked for its accumulate-into-dst form)."""
-    from pycann.ops.providers import onednn
+    from pycann.kernels.providers import onednn
 
     calls = {"n": 0}
     original = onednn._Plan.in_place

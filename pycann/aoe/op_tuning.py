@@ -31,7 +31,7 @@ from pycann.aoe.tiling import MatmulProblem, default_tiling, estimated_us, matmu
 
 if TYPE_CHECKING:  # the kernel side loads GE and the op table (~1 s): tiling alone does not need them
     from pycann.ge.ir import Graph
-    from pycann.ops.providers import OpSpec
+    from pycann.kernels.providers import OpSpec
 
 TILING_KERNEL = "pycann.costmodel.matmul_sample"
 
@@ -132,7 +132,7 @@ def _max_rel_err(got: np.ndarray, ref: np.ndarray) -> float:
 
 def spec_text(spec: OpSpec) -> str:
     """``Conv x(1,64,56,56) w(64,64,3,3) float32`` / ``MatMul a(...) b(...)``."""
-    from pycann.ops.providers import ConvSpec
+    from pycann.kernels.providers import ConvSpec
 
     if isinstance(spec, ConvSpec):
         return f"{spec.op_type} x{spec.x_shape} w{spec.w_shape} group {spec.group} {spec.dtype}"
@@ -145,8 +145,8 @@ def tune_kernel(spec: OpSpec, approx: bool, weight: np.ndarray | None, bank: Kno
     output agrees with the general numpy algorithm (max error / max |reference| <= ``tol``)."""
     t0 = time.perf_counter()
     from pycann.ge.tuned import kernel_key
-    from pycann.ops import providers
-    from pycann.ops.providers import FALLBACK
+    from pycann.kernels import providers
+    from pycann.kernels.providers import FALLBACK
 
     key = kernel_key(spec, approx)
     workload = f"{spec_text(spec)} on {key.soc_version.split(':', 2)[-1]}"
@@ -188,7 +188,7 @@ def model_ops(graph: Graph, wanted: OpsFilter, soc_version: str) -> tuple[list[t
     with a cost table), and notes on the nodes left out."""
     from pycann.costmodel.socs import COST_SOCS
     from pycann.ge.passes.select_kernels import node_specs
-    from pycann.ops.providers import GemmSpec
+    from pycann.kernels.providers import GemmSpec
 
     skipped: Counter[str] = Counter()
     specs: dict[tuple[OpSpec, bool], tuple[OpSpec, bool, Any, list[str]]] = {}

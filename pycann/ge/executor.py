@@ -27,8 +27,8 @@ from pycann.ge.plan_builder import BackgroundBuilder
 from pycann.ge.plan_cache import CacheStats, PlanCache
 from pycann.ge.planning.candidates import INPLACE, arena_candidates, inplace_candidates
 from pycann.ge.planning.memory import MemoryPlan, plan_memory
-from pycann.ops.prepared import PREPARE
-from pycann.ops.providers import arena_ok, blas_single_thread, runtime_openmp, uses_openmp
+from pycann.kernels.bind import PREPARE
+from pycann.kernels.providers import arena_ok, blas_single_thread, runtime_openmp, uses_openmp
 from pycann.ops.registry import lookup
 from pycann.profiler import hooks
 

@@ -35,7 +35,7 @@ from pycann.aoe.bank import (
 )
 from pycann.config import ConfigError
 from pycann.ge.ir import Graph
-from pycann.ops.providers import Algorithm, ConvSpec, OpSpec, algorithm
+from pycann.kernels.providers import Algorithm, ConvSpec, OpSpec, algorithm
 
 log = logging.getLogger("pycann.ge.tuned")
 _warned: set[str] = set()

@@ -15,11 +15,11 @@ from typing import Any
 import numpy as np
 
 from pycann.dtypes import TensorDesc, to_numpy
+from pycann.kernels.bind_base import Kernel, Prepare
+from pycann.kernels.bind_base import static_shape as _static
+from pycann.kernels.bind_onednn import PREPARE_ONEDNN
+from pycann.kernels.bind_small import PREPARE_SMALL, conv_im2col
 from pycann.ops.nn.spatial import empty_like_layout, is_channels_last
-from pycann.ops.prepared_base import Kernel, Prepare
-from pycann.ops.prepared_base import static_shape as _static
-from pycann.ops.prepared_onednn import PREPARE_ONEDNN
-from pycann.ops.prepared_small import PREPARE_SMALL, conv_im2col
 
 
 def _reshape_to(attrs: Mapping[str, Any], ins: Sequence[TensorDesc | None], consts: Sequence[np.ndarray | None],
@@ -145,11 +145,11 @@ def _cast(attrs, ins, consts, outs) -> Kernel | None:  # type: ignore[no-untyped
 
 def _conv(attrs, ins, consts, outs) -> Kernel | None:  # type: ignore[no-untyped-def]
     """Small float32 convs with constant weights (Silero VAD, PP-OCR cls): im2col + one matmul
-    with the geometry, gather indices and GEMM-shaped weights fixed once (prepared_small.py
+    with the geometry, gather indices and GEMM-shaped weights fixed once (bind_small.py
     ``conv_im2col``). Larger convs keep the provider-selected kernel."""
+    from pycann.kernels.providers import TINY_FLOPS
     from pycann.ops import fused
     from pycann.ops.nn.conv import conv_window
-    from pycann.ops.providers import TINY_FLOPS
 
     xs, ws = _static(ins[0]), _static(ins[1])
     w = consts[1] if len(consts) > 1 else None
@@ -233,7 +233,7 @@ def _max_pool(attrs, ins, consts, outs) -> Kernel | None:  # type: ignore[no-unt
     """MaxPool inside a channels-last conv chain (``_layout == "NHWC"``) when torch is already
     loaded (its convs run there): ATen's pooling when it can express the window (symmetric pads
     up to half the kernel)."""
-    from pycann.ops.providers import torch_onednn
+    from pycann.kernels.providers import torch_onednn
 
     xs = _static(ins[0])
     if attrs.get("_layout") != "NHWC" or xs is None or len(xs) != 4 or ins[0].dtype != 1 or len(outs) != 1:
@@ -265,8 +265,8 @@ def _max_pool(attrs, ins, consts, outs) -> Kernel | None:  # type: ignore[no-unt
 def _dnnl_post_ops(attrs: Mapping[str, Any]) -> tuple[bool, Any]:
     """(False, None) when oneDNN cannot run the node's activation, else (True, the eltwise
     post-op chain for ``onednn``: activation then the FusedConv ``post_scale``/``post_shift``)."""
+    from pycann.kernels.providers import onednn
     from pycann.ops import fused
-    from pycann.ops.providers import onednn
 
     act, al, be = fused._act(attrs)
     unary: Any = onednn.onednn_unary(act, al, be) if act else None
@@ -288,7 +288,7 @@ def nan_guarded(k: Any, unary: Any, w_bound: float, fallback: Kernel, residual: 
     ``k`` itself when its activation keeps NaN. ``residual``: the input index of the residual.
     ``out_bound(pre_activation_bound) -> bound of the output`` (or None): recorded for the arena
     view the kernel wrote, so a guarded consumer of it needs no read of its own."""
-    from pycann.ops.providers import nan_guard
+    from pycann.kernels.providers import nan_guard
 
     if k is None or not nan_guard.drops_nan(unary):
         return k
@@ -344,7 +344,7 @@ def _conv_fallback(attrs: Mapping[str, Any]) -> Kernel:
 
 def _guard_conv(k: Any, unary: Any, attrs: Mapping[str, Any], w: np.ndarray, b: np.ndarray | None,
                 residual: bool) -> Any:
-    from pycann.ops.providers import nan_guard
+    from pycann.kernels.providers import nan_guard
 
     if k is None or not nan_guard.drops_nan(unary):
         return k
@@ -356,7 +356,7 @@ def _conv_dnnl(attrs: Mapping[str, Any], ins: Sequence[TensorDesc | None], w: np
                xs: tuple[int, ...], win: Any) -> Kernel | None:
     """A oneDNN C-API conv (``onednn:conv_nhwc``) bound once: primitive, packed weight, bias and
     post-ops fixed; a call re-points two data handles and executes (~6 us of Python)."""
-    from pycann.ops.providers import onednn
+    from pycann.kernels.providers import onednn
 
     if not onednn.available() or not onednn.accepts(np.dtype(np.float32), int(np.prod(xs)), w, win) \
             or (b is not None and b.dtype != np.float32):
@@ -376,7 +376,7 @@ def _conv_wino(attrs: Mapping[str, Any], ins: Sequence[TensorDesc | None], w: np
                xs: tuple[int, ...], win: Any) -> Kernel | None:
     """A Winograd conv (``onednn:conv_winograd``) bound once; None when it has no residual-free
     Winograd form here (the caller binds the direct oneDNN conv)."""
-    from pycann.ops.providers import onednn_wino
+    from pycann.kernels.providers import onednn_wino
 
     if (len(ins) > 3 and ins[3] is not None) or int(attrs.get("group", 1)) != 1 \
             or (b is not None and b.dtype != np.float32):
@@ -390,7 +390,7 @@ def _matmul(attrs, ins, consts, outs) -> Kernel | None:  # type: ignore[no-untyp
     (``onednn_matmul.bound_matmul``): B packed into oneDNN's layout, a constant bias, the
     residual (FusedMatMul input 3, a binary-add post-op re-pointed per call) and the activation
     as post-ops, so a call re-points the data handles and executes (~5 us of Python)."""
-    from pycann.ops.providers import onednn, onednn_matmul
+    from pycann.kernels.providers import onednn, onednn_matmul
 
     xs = _static(ins[0])
     b = consts[1] if len(consts) > 1 else None
@@ -410,8 +410,8 @@ def _matmul(attrs, ins, consts, outs) -> Kernel | None:  # type: ignore[no-untyp
     k = onednn_matmul.bound_matmul(b, bias, xs, unary, residual)
     if k is None or want != tuple(xs[:-1]) + (b.shape[-1],):
         return None  # (a bias that widens the result, a 1-D B: the generic kernel)
+    from pycann.kernels.providers import nan_guard
     from pycann.ops import fused
-    from pycann.ops.providers import nan_guard
 
     if not nan_guard.drops_nan(unary):
         return k  # type: ignore[no-any-return]
@@ -428,8 +428,8 @@ def _conv_onednn(attrs: Mapping[str, Any], ins: Sequence[TensorDesc | None], w: 
                  xs: tuple[int, ...], win: Any) -> Kernel | None:
     """A oneDNN channels-last conv (``torch:conv2d_nhwc``) bound once: packed weight, bias, geometry
     and post-ops fixed, so a call is one torch op (saves ~25 us of per-call Python a conv)."""
+    from pycann.kernels.providers import torch_onednn
     from pycann.ops import fused
-    from pycann.ops.providers import torch_onednn
 
     x = np.empty((0,), np.float32)
     if len(xs) != 4 or not torch_onednn.native(x, w, win) or (b is not None and b.dtype != np.float32):
@@ -462,7 +462,7 @@ PREPARE: dict[tuple[str, str], Prepare] = {
     ("", "Gather"): _gather,
     ("", "Concat"): _concat,
     ("", "Cast"): _cast,
-    **PREPARE_SMALL,  # ReduceMean/Sum, Pow, ElementwiseChain, LSTM for tiny static shapes (prepared_small.py)
+    **PREPARE_SMALL,  # ReduceMean/Sum, Pow, ElementwiseChain, LSTM for tiny static shapes (bind_small.py)
     # MaxPool comes from PREPARE_ONEDNN: oneDNN's pooling first, then ``_max_pool`` (ATen) above
-    **PREPARE_ONEDNN,  # LayerNormalization, FusedAttention, Softmax, pooling, Gemm bound to oneDNN (prepared_onednn.py)
+    **PREPARE_ONEDNN,  # LayerNormalization, FusedAttention, Softmax, pooling, Gemm bound to oneDNN (bind_onednn.py)
 }

@@ -1,5 +1,5 @@
-"""What every prepared-kernel table shares (``prepared.py``, ``prepared_onednn.py``,
-``prepared_small.py``): the kernel and prepare signatures, and the static shape of a desc."""
+"""What every prepared-kernel table shares (``bind.py``, ``bind_onednn.py``,
+``bind_small.py``): the kernel and prepare signatures, and the static shape of a desc."""
 
 from __future__ import annotations
 

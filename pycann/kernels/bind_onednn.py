@@ -18,9 +18,9 @@ from typing import Any
 import numpy as np
 
 from pycann.dtypes import TensorDesc
+from pycann.kernels.bind_base import Kernel, Prepare
+from pycann.kernels.bind_base import static_shape as _static
 from pycann.ops.nn.pool import _k_average_pool, _k_global_average_pool, _k_max_pool
-from pycann.ops.prepared_base import Kernel, Prepare
-from pycann.ops.prepared_base import static_shape as _static
 
 
 def _f32(*ds: TensorDesc | None) -> bool:
@@ -29,7 +29,7 @@ def _f32(*ds: TensorDesc | None) -> bool:
 
 def _usable() -> bool:
     """The ``onednn`` provider is installed, passes its self-check and is allowed (``PYCANN_PROVIDERS``)."""
-    from pycann.ops.providers import available
+    from pycann.kernels.providers import available
 
     return available("onednn")
 
@@ -53,7 +53,7 @@ def _layer_norm(attrs, ins, consts, outs) -> Kernel | None:  # type: ignore[no-u
     n = int(np.prod(xs[axis % len(xs):], dtype=np.int64))
     if scale.dtype != np.float32 or (bias is not None and bias.dtype != np.float32):
         return None
-    from pycann.ops.providers import onednn_norm
+    from pycann.kernels.providers import onednn_norm
 
     return onednn_norm.bound_layer_norm(xs, n, scale, bias, float(attrs.get("epsilon", 1e-5)))  # type: ignore[no-any-return]
 
@@ -67,7 +67,7 @@ def _attention(attrs, ins, consts, outs) -> Kernel | None:  # type: ignore[no-un
     if q is None or kt is None or v is None or not _f32(*ins[:3]) \
             or (has_mask and (mask is None or not _f32(ins[3]))) or not _usable():
         return None
-    from pycann.ops.providers import onednn_attention
+    from pycann.kernels.providers import onednn_attention
 
     k = onednn_attention.bound_attention(q, kt, v, mask, float(attrs.get("scale", 1.0)))
     return k  # type: ignore[no-any-return]
@@ -119,7 +119,7 @@ def _bind_pool(alg: str | None, attrs: Mapping[str, Any], ins: Sequence[TensorDe
         return None  # a window that lies entirely in padding: the generic kernel's rules
     if alg == "avg_include_padding" and tuple(ends) != tuple(win.pads_end):
         return None  # ceil_mode reaches past the pads: ONNX does not count those cells
-    from pycann.ops.providers import onednn_pool
+    from pycann.kernels.providers import onednn_pool
 
     # the layout GE chose first; the other one too, since an op GE left outside a chain (e.g.
     # GlobalAveragePool after it) still receives that chain's channels-last arrays
@@ -160,7 +160,7 @@ def _softmax(attrs, ins, consts, outs) -> Kernel | None:  # type: ignore[no-unty
     """Softmax over the last axis (the same computation at every opset) of float32 X of static
     shape, at least ``onednn_softmax.MIN_ELEMENTS`` elements: ``onednn_softmax.bound_softmax``
     (PP-OCR rec's vocabulary softmax: 5 numpy passes -> 1)."""
-    from pycann.ops.providers import onednn_softmax
+    from pycann.kernels.providers import onednn_softmax
     from pycann.ops.registry import lookup
 
     xs = _static(ins[0])
@@ -179,7 +179,7 @@ def _gemm(attrs, ins, consts, outs) -> Kernel | None:  # type: ignore[no-untyped
     values (or absent) selected for ``onednn:gemm``: B (transposed once when transB) and beta*C
     become ``onednn_matmul.bound_matmul``'s packed weight and bias (ResNet-50's classifier: B is
     re-described every call otherwise)."""
-    from pycann.ops.providers import onednn_matmul
+    from pycann.kernels.providers import onednn_matmul
 
     xs = _static(ins[0])
     b = consts[1] if len(consts) > 1 else None
@@ -212,7 +212,7 @@ def _global_average_pool(attrs, ins, consts, outs) -> Kernel | None:  # type: ig
 
 
 def _torch_max_pool(attrs, ins, consts, outs) -> Kernel | None:  # type: ignore[no-untyped-def]
-    from pycann.ops.prepared import _max_pool  # ATen's pooling when torch is loaded anyway
+    from pycann.kernels.bind import _max_pool  # ATen's pooling when torch is loaded anyway
 
     return _max_pool(attrs, ins, consts, outs)
 
@@ -243,8 +243,8 @@ def _chain(attrs, ins, consts, outs) -> Kernel | None:  # type: ignore[no-untype
     (multi-threaded, one pass; PP-OCR det's RSE-FPN ``conv * se + conv + up`` on 96x160x160).
     Chains it cannot express (module docstring of ``onednn_binary``), and smaller ones, keep
     ``prepared_small``'s numpy kernel; a call with other strides runs the generic kernel."""
-    from pycann.ops.prepared_small import PREPARE_SMALL
-    from pycann.ops.providers import onednn_binary
+    from pycann.kernels.bind_small import PREPARE_SMALL
+    from pycann.kernels.providers import onednn_binary
     from pycann.ops.registry import lookup
 
     small = PREPARE_SMALL[("pycann", "ElementwiseChain")]
@@ -264,9 +264,9 @@ def _concat(attrs, ins, consts, outs) -> Kernel | None:  # type: ignore[no-untyp
     (``_layout == "NHWC"``), at least ``onednn_concat.MIN_ELEMENTS`` in all: one oneDNN concat
     primitive (multi-threaded) into a channels-last result; otherwise, and for a call whose
     arrays have other strides, ``prepared._concat``'s numpy kernel."""
-    from pycann.ops.prepared import _concat as numpy_concat
-    from pycann.ops.providers import onednn_capi as capi
-    from pycann.ops.providers import onednn_concat
+    from pycann.kernels.bind import _concat as numpy_concat
+    from pycann.kernels.providers import onednn_capi as capi
+    from pycann.kernels.providers import onednn_concat
 
     fallback = numpy_concat(attrs, ins, consts, outs)
     shapes = [_static(d) for d in ins]
@@ -298,7 +298,7 @@ def _binary(op: str) -> Prepare:
     otherwise, and for calls with other strides, the generic kernel."""
 
     def prepare(attrs, ins, consts, outs) -> Kernel | None:  # type: ignore[no-untyped-def]
-        from pycann.ops.providers import onednn_binary
+        from pycann.kernels.providers import onednn_binary
         from pycann.ops.registry import lookup
 
         out = _static(outs[0]) if outs else None

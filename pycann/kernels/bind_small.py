@@ -15,8 +15,8 @@ from typing import Any
 import numpy as np
 
 from pycann.dtypes import TensorDesc, to_numpy
-from pycann.ops.prepared_base import Kernel, Prepare
-from pycann.ops.prepared_base import static_shape as _static
+from pycann.kernels.bind_base import Kernel, Prepare
+from pycann.kernels.bind_base import static_shape as _static
 
 _FLOATS = (np.dtype(np.float32), np.dtype(np.float64))
 

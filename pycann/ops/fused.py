@@ -27,14 +27,14 @@ import ml_dtypes
 import numpy as np
 
 from pycann.dtypes import TensorDesc
+from pycann.kernels.providers import GemmSpec, resolve
+from pycann.kernels.providers import available as provider_available
+from pycann.kernels.providers.torch_onednn import bf16_conv_fused, bf16_matmul
 from pycann.ops import activation as act_mod
 from pycann.ops.matmul import _float_matmul, _infer_matmul
 from pycann.ops.nn import conv as conv_mod
 from pycann.ops.opdef import InferContext, OpDef
 from pycann.ops.operand_checks import check_broadcast_to
-from pycann.ops.providers import GemmSpec, resolve
-from pycann.ops.providers import available as provider_available
-from pycann.ops.providers.torch_onednn import bf16_conv_fused, bf16_matmul
 from pycann.ops.shape_utils import broadcast_shapes
 
 DOMAIN = "pycann"
@@ -327,7 +327,7 @@ def _onednn_softmax_(s: np.ndarray) -> bool:
     (and allowed by ``PYCANN_PROVIDERS``); False when the caller must compute it."""
     if not provider_available("onednn"):
         return False
-    from pycann.ops.providers import onednn_softmax
+    from pycann.kernels.providers import onednn_softmax
 
     return onednn_softmax.softmax_last_axis_(s)
 

@@ -1,7 +1,7 @@
 """Matrix-product ops (ONNX spec, Operators.md: MatMul, Gemm, MatMulInteger, QLinearMatMul,
 Einsum). The heavy lifting is ``np.matmul``/``np.einsum`` (BLAS for float32/float64).
 
-Float MatMul/Gemm go through a kernel provider (``pycann.ops.providers``): the one GE's
+Float MatMul/Gemm go through a kernel provider (``pycann.kernels.providers``): the one GE's
 KernelSelection pass recorded in the node attribute ``_algo`` (e.g. ``"onednn:matmul"``), or
 without it (shapes unknown at compile time) the static table's choice for the concrete shapes
 (float32; float64 takes numpy's BLAS directly).
@@ -19,11 +19,11 @@ import ml_dtypes
 import numpy as np
 
 from pycann.dtypes import Dim, DType, TensorDesc
+from pycann.kernels.providers import GemmSpec, resolve
+from pycann.kernels.providers import numpy_blas as _nb
+from pycann.kernels.providers.torch_onednn import bf16_matmul
 from pycann.ops.opdef import InferContext, OpDef
 from pycann.ops.operand_checks import check_vector
-from pycann.ops.providers import GemmSpec, resolve
-from pycann.ops.providers import numpy_blas as _nb
-from pycann.ops.providers.torch_onednn import bf16_matmul
 from pycann.ops.shape_utils import broadcast_shapes
 
 

@@ -28,10 +28,10 @@ from typing import Any
 import numpy as np
 
 from pycann.dtypes import TensorDesc
+from pycann.kernels.providers import torch_int8
+from pycann.kernels.providers.array_cache import ArrayCache
 from pycann.ops.nn import conv as conv_mod
 from pycann.ops.opdef import InferContext, OpDef
-from pycann.ops.providers import torch_int8
-from pycann.ops.providers.array_cache import ArrayCache
 
 DOMAIN = "pycann"
 

@@ -18,8 +18,8 @@ from typing import Any
 import numpy as np
 
 from pycann.dtypes import TensorDesc
+from pycann.kernels.providers import torch_int8
 from pycann.ops.opdef import InferContext, OpDef
-from pycann.ops.providers import torch_int8
 from pycann.ops.quant_conv import DOMAIN, exact_int8, quantized_input
 
 _ATTRS: dict[str, Any] = {"x_scale": 1.0, "x_zero_point": 0, "x_unsigned": 1, "w_scale": [], "activation": "",

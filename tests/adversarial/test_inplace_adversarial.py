@@ -25,8 +25,8 @@ from pycann.ge.executor import ARENA, arena_candidates, inplace_candidates
 from pycann.ge.model import LoadedModel
 from pycann.ge.options import CompileOptions
 from pycann.ge.planning.memory import plan_memory
-from pycann.ops import providers
-from pycann.ops.providers import onednn
+from pycann.kernels import providers
+from pycann.kernels.providers import onednn
 from tests.ops.oracle import run_ort
 
 F = TensorProto.FLOAT
@@ -39,7 +39,7 @@ ONEDNN_CONVS = ("onednn:conv_nhwc", "onednn:conv_winograd")
 needs_dnnl = pytest.mark.skipif(not providers.available("onednn"), reason="libdnnl missing")
 
 # Found by this file and fixed since (alias_extended now follows If/Loop bodies' outer reads; an
-# observed run shows the residual as the in-place conv read it). Fixed since by ops/providers/nan_guard.py:
+# observed run shows the residual as the in-place conv read it). Fixed since by kernels/providers/nan_guard.py:
 RELU_NAN = ("oneDNN's relu / clip eltwise post-op of a conv maps NaN to 0 (vmaxps semantics); ONNX Runtime "
             "(and the numpy kernels) keep NaN")
 

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from pycann.ops import providers
+from pycann.kernels import providers
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -24,8 +24,8 @@ import sys, traceback
 import numpy as np
 from pycann.errors import PycannError
 from pycann.ops.nn.spatial import Window
-from pycann.ops.providers import onednn, onednn_matmul, onednn_norm, onednn_softmax, onednn_attention, onednn_pool
-from pycann.ops.providers import onednn_concat, onednn_binary
+from pycann.kernels.providers import onednn, onednn_matmul, onednn_norm, onednn_softmax, onednn_attention, onednn_pool
+from pycann.kernels.providers import onednn_concat, onednn_binary
 
 rng = np.random.default_rng(0)
 f = lambda *s: rng.standard_normal(s).astype(np.float32)

@@ -18,7 +18,7 @@ from onnx import TensorProto, helper, numpy_helper
 
 from pycann.ge.compiler import compile_model
 from pycann.ge.model import LoadedModel
-from pycann.ops import providers
+from pycann.kernels import providers
 from tests.ops.oracle import run_ort
 
 F = TensorProto.FLOAT
@@ -234,7 +234,7 @@ def test_proven_bound_of_a_guarded_conv_saves_the_next_read(monkeypatch: pytest.
     and a NaN run in between (first conv unfused) still gives ORT's NaNs in the second."""
     if not providers.available("onednn"):
         pytest.skip("the onednn provider is not available")
-    from pycann.ops.providers import nan_guard
+    from pycann.kernels.providers import nan_guard
 
     m = _two_convs(None)
     lm = LoadedModel.from_compiled(compile_model(m))

@@ -20,7 +20,7 @@ from onnx import TensorProto, helper, numpy_helper
 
 from pycann.ge.compiler import compile_model
 from pycann.ge.model import LoadedModel
-from pycann.ops import providers
+from pycann.kernels import providers
 from tests.ops.oracle import run_ort
 
 F = TensorProto.FLOAT
@@ -642,7 +642,7 @@ def _nan_deconv(act: str, kernel: int, special: float, stride: int = 2) -> None:
 
 def test_fused_deconv_sigmoid_nan_input() -> None:
     """oneDNN's logistic post-op maps NaN to 0 on this stride-2 3x3 deconv; the NaN guard
-    (ops/providers/nan_guard.py) runs the activation in numpy then, keeping ORT's NaN."""
+    (kernels/providers/nan_guard.py) runs the activation in numpy then, keeping ORT's NaN."""
     _nan_deconv("Sigmoid", 3, np.nan)
 
 

@@ -17,7 +17,7 @@ from onnx import TensorProto, helper, numpy_helper
 
 from pycann.ge.compiler import compile_model
 from pycann.ge.model import LoadedModel
-from pycann.ops import providers
+from pycann.kernels import providers
 from tests.ops.oracle import run_ort
 
 F = TensorProto.FLOAT

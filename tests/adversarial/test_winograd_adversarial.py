@@ -21,10 +21,10 @@ from onnx import TensorProto, helper, numpy_helper
 from pycann.ge.compiler import compile_model
 from pycann.ge.model import LoadedModel
 from pycann.ge.options import CompileOptions
+from pycann.kernels.providers import numpy_blas as nb
+from pycann.kernels.providers import onednn_wino
+from pycann.kernels.providers.onednn_capi import ptr
 from pycann.ops.nn.spatial import Window
-from pycann.ops.providers import numpy_blas as nb
-from pycann.ops.providers import onednn_wino
-from pycann.ops.providers.onednn_capi import ptr
 from tests.ops.oracle import run_ort
 
 pytestmark = [pytest.mark.skipif(not onednn_wino.available(), reason="libdnnl.so.2 missing: scripts/fetch_onednn2.py"),
@@ -544,7 +544,7 @@ SPECIAL = [
     pytest.param(4, None, np.nan, None, 1.0, False, id="nan_4x3", marks=_xfail(
         "known difference (docs/kernels.md): with the 4x3 kernel a NaN input spreads to a 5x5 output tile "
         "(rows -3..+1, cols -1..+3 of it here) instead of the 3x3 neighbourhood ORT gives")),
-    # (was a strict xfail: the 5x5 NaN tile became relu(NaN) = 0; the NaN guard, ops/providers/nan_guard.py,
+    # (was a strict xfail: the 5x5 NaN tile became relu(NaN) = 0; the NaN guard, kernels/providers/nan_guard.py,
     # now runs a call with a non-finite input through the direct numpy conv and a numpy ReLU)
     pytest.param(4, "Relu", np.nan, None, 1.0, True, id="nan_relu_4x3_finite_part"),
     pytest.param(1, None, np.inf, None, 1.0, False, id="inf_2x3", marks=_xfail(

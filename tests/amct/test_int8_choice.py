@@ -14,7 +14,7 @@ from pycann.ge.ir import Node
 from pycann.ge.model import LoadedModel
 from pycann.ge.options import CompileOptions
 from pycann.ge.passes.int8_choice import MIN_MACS_PER_ELEMENT, layer_macs, macs_per_element
-from pycann.ops.providers import torch_int8
+from pycann.kernels.providers import torch_int8
 
 RNG = np.random.default_rng(5)
 S, ZP = 0.03, 4

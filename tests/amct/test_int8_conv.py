@@ -12,7 +12,7 @@ from onnx import TensorProto, helper, numpy_helper
 from pycann.ge.compiler import compile_model
 from pycann.ge.model import LoadedModel
 from pycann.ge.options import CompileOptions
-from pycann.ops.providers import torch_int8
+from pycann.kernels.providers import torch_int8
 from pycann.ops.quant_conv import _k_quant_conv, _reference, int8_eligible, quantize_activation
 
 RNG = np.random.default_rng(11)

@@ -22,7 +22,7 @@ from onnx import TensorProto, helper, numpy_helper
 from pycann.ge.compiler import compile_model
 from pycann.ge.model import LoadedModel
 from pycann.ge.options import CompileOptions
-from pycann.ops.providers import torch_int8
+from pycann.kernels.providers import torch_int8
 
 torch = pytest.importorskip("torch")
 ortq = pytest.importorskip("onnxruntime.quantization")

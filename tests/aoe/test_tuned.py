@@ -14,7 +14,7 @@ from pycann.ge.model import LoadedModel
 from pycann.ge.options import CompileOptions
 from pycann.ge.passes.select_kernels import node_specs
 from pycann.ge.tuned import GraphChoice, kernel_key
-from pycann.ops import providers
+from pycann.kernels import providers
 from tests.aoe.models import conv_model
 
 

@@ -29,7 +29,7 @@ def _conv_model():
 
 
 def test_missing_onednn_is_named_with_the_fix(monkeypatch: pytest.MonkeyPatch) -> None:
-    from pycann.ops import providers
+    from pycann.kernels import providers
 
     real = providers.available
     monkeypatch.setattr(providers, "available", lambda name: False if name == "onednn" else real(name))
@@ -40,7 +40,7 @@ def test_missing_onednn_is_named_with_the_fix(monkeypatch: pytest.MonkeyPatch) -
 
 
 def test_no_note_when_onednn_is_there() -> None:
-    from pycann.ops import providers
+    from pycann.kernels import providers
 
     if not providers.available("onednn"):
         pytest.skip("oneDNN wheel not installed here")

@@ -106,7 +106,7 @@ def test_kernel_failure_names_node_op_and_inputs():
 def test_plan_with_onednn_prepared_kernel_holds_blas_to_one_thread():
     """A plan whose only oneDNN work is a prepared kernel (LayerNorm) still counts as an OpenMP
     plan: OpenBLAS's pool and oneDNN's spinning one must not fight over the cores."""
-    from pycann.ops import providers
+    from pycann.kernels import providers
 
     if not providers.available("onednn"):
         pytest.skip("onednn-cpu-gomp not installed")

@@ -141,7 +141,7 @@ def test_conv_transpose_activation_fuses(act: str, providers_env: str, monkeypat
     deconvolution; numpy: the activation in place on its result), values as ONNX Runtime's."""
     if providers_env:
         monkeypatch.setenv("PYCANN_PROVIDERS", providers_env)
-    from pycann.ops import providers
+    from pycann.kernels import providers
 
     providers.reset()
     try:
@@ -226,7 +226,7 @@ def test_scalar_affine_after_activation_fuses_into_conv(steps: tuple, providers_
                                                         monkeypatch: pytest.MonkeyPatch) -> None:
     """PP-LCNetV3: conv -> HardSwish -> Mul(scalar) -> Add(scalar) becomes one FusedConv with
     post_scale/post_shift (a oneDNN ``linear`` post-op, or numpy after the activation)."""
-    from pycann.ops import providers
+    from pycann.kernels import providers
 
     if providers_env:
         monkeypatch.setenv("PYCANN_PROVIDERS", providers_env)

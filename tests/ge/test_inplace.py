@@ -18,8 +18,8 @@ from pycann.ge.executor import ARENA, INPLACE, inplace_candidates
 from pycann.ge.ir import Graph, Node
 from pycann.ge.model import LoadedModel
 from pycann.ge.planning.memory import plan_memory
-from pycann.ops import providers
-from pycann.ops.providers import onednn
+from pycann.kernels import providers
+from pycann.kernels.providers import onednn
 from tests.ops.oracle import run_ort
 
 RNG = np.random.default_rng(11)
@@ -264,7 +264,7 @@ def test_prepared_max_pool_writes_into_the_arena_view(nan: str) -> None:
     """The oneDNN MaxPool kernel writes into the executor's (channels-last) view; NaN cases that
     it hands to the numpy kernel land in that view too."""
     from pycann.dtypes import TensorDesc
-    from pycann.ops.prepared_onednn import PREPARE_ONEDNN
+    from pycann.kernels.bind_onednn import PREPARE_ONEDNN
     from pycann.ops.registry import lookup
 
     x = _f32(1, 32, 64, 64)  # 128K elements: above POOL_MIN_ELEMENTS

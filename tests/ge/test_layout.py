@@ -17,7 +17,7 @@ from pycann.ge.om import dumps_om, loads_om
 from pycann.ge.options import CompileOptions
 from pycann.ge.passes import select_layout
 from pycann.ge.passes.base import PassContext
-from pycann.ops import providers
+from pycann.kernels import providers
 from pycann.ops.nn.spatial import empty_like_layout
 from pycann.ops.registry import lookup
 from tests.ops.oracle import run_ort
@@ -30,7 +30,7 @@ def _has_onednn() -> bool:
     providers.reset()
     if not providers.available("torch"):
         return False
-    from pycann.ops.providers import torch_onednn
+    from pycann.kernels.providers import torch_onednn
 
     return torch_onednn.packing_supported()
 
@@ -226,7 +226,7 @@ def test_pooling_on_channels_last_input_keeps_layout_and_values(op: str, attrs: 
 
 def test_concat_and_nearest_resize_keep_channels_last() -> None:
     from pycann.dtypes import TensorDesc
-    from pycann.ops.prepared import PREPARE
+    from pycann.kernels.bind import PREPARE
 
     xs = [_f32(1, c, 6, 5) for c in (3, 4)]
     desc = [TensorDesc(1, x.shape) for x in xs]
@@ -280,10 +280,10 @@ def test_fpn_head_runs_nhwc_through_resize_concat_and_conv_transpose(conv_provid
 @pytest.mark.parametrize("act,residual", [("", False), ("Relu", False), ("Relu", True), ("HardSwish", False),
                                           ("HardSwish", True), ("HardSigmoid", False)])
 def test_prepared_onednn_conv_equals_the_generic_kernel(act: str, residual: bool) -> None:
-    """The plan-time bound oneDNN conv (ops/prepared.py) computes what FusedConv's kernel does;
+    """The plan-time bound oneDNN conv (kernels/bind.py) computes what FusedConv's kernel does;
     activations oneDNN cannot run (HardSigmoid with ONNX's 0.2 slope) keep the generic kernel."""
     from pycann.dtypes import TensorDesc
-    from pycann.ops.prepared import PREPARE
+    from pycann.kernels.bind import PREPARE
 
     x, w, b = _f32(1, 16, 20, 20), _f32(32, 16, 3, 3) * 0.2, _f32(32)
     z = _f32(1, 32, 20, 20)
@@ -317,7 +317,7 @@ def test_prepared_max_pool_in_nhwc_chain_matches_numpy(attrs: dict, nan: bool) -
     included (ORT skips a NaN unless the whole window is NaN; ATen propagates it and oneDNN
     turns an all-NaN window into -3.4e38, so such results are recomputed)."""
     from pycann.dtypes import TensorDesc
-    from pycann.ops.prepared import PREPARE
+    from pycann.kernels.bind import PREPARE
 
     x = _f32(2, 8, 11, 11)
     if nan:

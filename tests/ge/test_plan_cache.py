@@ -12,7 +12,7 @@ from pycann.config import ConfigError, PlanBuild, PlanCacheConfig, PlanPolicy, p
 from pycann.ge.compiler import compile_model
 from pycann.ge.model import LoadedModel
 from pycann.ge.plan_cache import PlanCache, trim_heap
-from pycann.ops.providers import onednn, onednn_packed
+from pycann.kernels.providers import onednn, onednn_packed
 from tests.ops.oracle import run_ort
 
 pytestmark = pytest.mark.usefixtures("default_providers")

@@ -23,8 +23,8 @@ from pycann.config import PlanBuild, PlanCacheConfig
 from pycann.ge.compiler import compile_model
 from pycann.ge.model import LoadedModel
 from pycann.ge.plan_cache import trim_heap
-from pycann.ops.providers import nan_guard, onednn, onednn_packed
-from pycann.ops.providers import onednn_capi as capi
+from pycann.kernels.providers import nan_guard, onednn, onednn_packed
+from pycann.kernels.providers import onednn_capi as capi
 from tests.ops.oracle import run_ort
 
 pytestmark = pytest.mark.usefixtures("default_providers")

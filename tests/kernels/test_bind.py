@@ -1,4 +1,4 @@
-"""Prepared (plan-time bound) kernels equal the generic kernels they specialise (ops/prepared.py)."""
+"""Prepared (plan-time bound) kernels equal the generic kernels they specialise (kernels/bind.py)."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 from pycann.dtypes import TensorDesc
-from pycann.ops.prepared import PREPARE
+from pycann.kernels.bind import PREPARE
 from pycann.ops.registry import lookup
 
 RNG = np.random.default_rng(3)
@@ -104,7 +104,7 @@ def _fused_matmul_case(act: str) -> tuple[Any, dict[str, Any], list[np.ndarray]]
 def test_prepared_fused_matmul_residual_equals_generic(act: str) -> None:
     """FusedMatMul [A, B, bias, residual] bound to oneDNN (residual as a binary-add post-op, then the
     activation) equals the generic kernel: act(A @ B + bias + residual)."""
-    from pycann.ops.providers import onednn
+    from pycann.kernels.providers import onednn
 
     if not onednn.available():
         pytest.skip("libdnnl.so.3 not available")

@@ -1,4 +1,4 @@
-"""Prepared oneDNN kernels (pycann/ops/prepared_onednn.py): LayerNormalization, FusedAttention,
+"""Prepared oneDNN kernels (pycann/kernels/bind_onednn.py): LayerNormalization, FusedAttention,
 MaxPool / AveragePool bound at plan time, against the generic numpy kernels and float64 formulas,
 including the NaN / -inf edge cases where oneDNN's own answer differs."""
 
@@ -10,10 +10,11 @@ import numpy as np
 import pytest
 
 from pycann.dtypes import TensorDesc
-from pycann.ops import prepared_onednn, providers
+from pycann.kernels import bind_onednn as prepared_onednn
+from pycann.kernels import providers
+from pycann.kernels.bind import PREPARE
 from pycann.ops.nn.norm import _k_layer_norm
 from pycann.ops.nn.pool import _k_average_pool, _k_max_pool
-from pycann.ops.prepared import PREPARE
 
 providers.reset()
 if not providers.available("onednn"):  # pragma: no cover - optional provider

@@ -1,4 +1,4 @@
-"""Prepared kernels for tiny static signatures (ops/prepared_small.py, Cast in ops/prepared.py)
+"""Prepared kernels for tiny static signatures (ops/bind_small.py, Cast in kernels/bind.py)
 give bit-identical results to the generic kernels, or to the prepared kernels they replaced."""
 
 from __future__ import annotations
@@ -11,10 +11,10 @@ import numpy as np
 import pytest
 
 from pycann.dtypes import TensorDesc
+from pycann.kernels.bind import PREPARE
 from pycann.ops import fused
 from pycann.ops.nn.conv import conv_window
 from pycann.ops.nn.rnn import _sigmoid
-from pycann.ops.prepared import PREPARE
 from pycann.ops.registry import lookup
 
 RNG = np.random.default_rng(11)

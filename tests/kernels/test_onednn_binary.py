@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 from pycann.dtypes import TensorDesc
-from pycann.ops import providers
+from pycann.kernels import providers
 from pycann.ops.registry import lookup
 
 pytestmark = pytest.mark.skipif(not providers.available("onednn"), reason="libdnnl missing")
@@ -25,7 +25,7 @@ def _cl(a: np.ndarray) -> np.ndarray:
 
 
 def _prepare(steps: list[list[Any]], arrays: list[np.ndarray], layout: str | None) -> Any:
-    from pycann.ops.prepared_onednn import PREPARE_ONEDNN
+    from pycann.kernels.bind_onednn import PREPARE_ONEDNN
 
     attrs = {"steps": steps, "_layout": layout}
     descs = [TensorDesc(1, a.shape) for a in arrays]
@@ -107,7 +107,7 @@ def test_other_strides_at_run_time_fall_back_to_the_generic_kernel() -> None:
 
 
 def _concat_kernel(shapes: list[tuple[int, ...]], axis: int, layout: str | None = "NHWC") -> tuple[Any, Any]:
-    from pycann.ops.prepared_onednn import PREPARE_ONEDNN
+    from pycann.kernels.bind_onednn import PREPARE_ONEDNN
 
     attrs = {"axis": axis, "_layout": layout}
     out = list(shapes[0])
@@ -147,7 +147,7 @@ def test_concat_with_other_strides_or_outside_a_chain_uses_numpy() -> None:
 @pytest.mark.parametrize("op", ["Add", "Sub", "Mul", "Div"])
 @pytest.mark.parametrize("order", ["full_first", "small_first"])
 def test_binary_op_runs_in_onednn_and_equals_numpy(op: str, order: str) -> None:
-    from pycann.ops.prepared_onednn import PREPARE_ONEDNN
+    from pycann.kernels.bind_onednn import PREPARE_ONEDNN
 
     x = _cl(RNG.standard_normal(SHAPE).astype(np.float32))
     se = RNG.standard_normal((1, SHAPE[1], 1, 1)).astype(np.float32) + 3.0

@@ -13,13 +13,13 @@ import numpy as np
 import pytest
 from onnx import TensorProto, helper
 
-from pycann.ops.providers import numpy_blas as nb
-from pycann.ops.providers import onednn
+from pycann.kernels.providers import numpy_blas as nb
+from pycann.kernels.providers import onednn
 from tests.ops.oracle import run_ort
 
 pytestmark = pytest.mark.skipif(not onednn.available(), reason="libdnnl.so.3 (onednn-cpu-gomp) not available")
 
-from pycann.ops.providers import onednn_matmul as om  # noqa: E402
+from pycann.kernels.providers import onednn_matmul as om  # noqa: E402
 
 RTOL, ATOL = 1e-4, 1e-4
 
@@ -276,7 +276,7 @@ def test_bound_matmul_shapes() -> None:
 
 
 def test_algorithms_registered() -> None:
-    from pycann.ops.providers import GemmSpec, algorithm, available, candidates
+    from pycann.kernels.providers import GemmSpec, algorithm, available, candidates
 
     if not available("onednn"):
         pytest.skip("the onednn provider is not allowed here (PYCANN_PROVIDERS)")

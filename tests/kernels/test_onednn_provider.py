@@ -14,13 +14,13 @@ import onnx
 import pytest
 from onnx import TensorProto, helper
 
+from pycann.kernels.providers import onednn
 from pycann.ops.nn.conv import conv_transpose_geometry, conv_window
-from pycann.ops.providers import onednn
 from tests.ops.oracle import run_ort
 
 pytestmark = pytest.mark.skipif(not onednn.available(), reason="libdnnl.so.3 (onednn-cpu-gomp) not available")
 
-from pycann.ops.providers import onednn_capi as capi  # noqa: E402
+from pycann.kernels.providers import onednn_capi as capi  # noqa: E402
 
 RTOL, ATOL = 1e-4, 1e-4
 
@@ -281,7 +281,7 @@ def test_reference_only_shapes_fall_back(monkeypatch: pytest.MonkeyPatch) -> Non
 def test_inputs_of_any_layout_are_reordered_by_onednn(view: str) -> None:
     """Inputs that are not channels-last (an NCHW image, a strided view, a channel slice) are
     converted by a cached oneDNN reorder; values equal numpy's conv on the same data."""
-    from pycann.ops.providers import numpy_blas as nb
+    from pycann.kernels.providers import numpy_blas as nb
 
     rng = np.random.default_rng(5)
     base = rng.standard_normal((1, 6, 20, 18)).astype(np.float32)

@@ -1,4 +1,4 @@
-"""oneDNN softmax (pycann/ops/providers/onednn_softmax.py) against numpy, incl. -inf/NaN rows,
+"""oneDNN softmax (pycann/kernels/providers/onednn_softmax.py) against numpy, incl. -inf/NaN rows,
 and FusedAttention through it against a float64 reference."""
 
 from __future__ import annotations
@@ -6,14 +6,14 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from pycann.ops import providers
+from pycann.kernels import providers
 from pycann.ops.registry import lookup
 
 providers.reset()
 if not providers.available("onednn"):  # pragma: no cover - optional provider
     pytest.skip("onednn-cpu-gomp not installed", allow_module_level=True)
 
-from pycann.ops.providers import onednn_softmax  # noqa: E402
+from pycann.kernels.providers import onednn_softmax  # noqa: E402
 
 RNG = np.random.default_rng(11)
 

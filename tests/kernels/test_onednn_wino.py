@@ -20,10 +20,10 @@ from onnx import TensorProto, helper, numpy_helper
 from pycann.ge.compiler import compile_model
 from pycann.ge.model import LoadedModel
 from pycann.ge.options import CompileOptions
-from pycann.ops import providers
+from pycann.kernels import providers
+from pycann.kernels.providers import numpy_blas as nb
+from pycann.kernels.providers import onednn, onednn_wino
 from pycann.ops.nn.spatial import Window
-from pycann.ops.providers import numpy_blas as nb
-from pycann.ops.providers import onednn, onednn_wino
 from pycann.tools.atc import main as atc_main
 from tests.ops.oracle import run_ort
 
@@ -266,12 +266,12 @@ def test_without_the_v2_library_the_direct_conv_runs(tmp_path: Path) -> None:
     script = textwrap.dedent("""
         import numpy as np, sys
         sys.path.insert(0, ".")
-        from tests.ops.test_onednn_wino import _model
+        from tests.kernels.test_onednn_wino import _model
         from tests.ops.oracle import run_ort
         from pycann.ge.compiler import compile_model
         from pycann.ge.model import LoadedModel
         from pycann.ge.options import CompileOptions
-        from pycann.ops.providers import onednn_wino
+        from pycann.kernels.providers import onednn_wino
         m = _model()
         x = np.random.default_rng(0).standard_normal((1, 64, 16, 16)).astype(np.float32)
         lines = []

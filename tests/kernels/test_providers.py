@@ -1,4 +1,4 @@
-"""Kernel providers (pycann.ops.providers): every algorithm against ONNX Runtime on the real
+"""Kernel providers (pycann.kernels.providers): every algorithm against ONNX Runtime on the real
 models' conv shapes (scaled down), the fallback when torch is missing, the selection table,
 the KernelSelection pass and its record in the .om."""
 
@@ -16,8 +16,8 @@ from pycann.ge.ir import Graph, Node
 from pycann.ge.om import dumps_om, loads_om
 from pycann.ge.passes import select_kernels
 from pycann.ge.passes.base import PassContext
-from pycann.ops import providers
-from pycann.ops.providers import ConvSpec, GemmSpec, numpy_blas
+from pycann.kernels import providers
+from pycann.kernels.providers import ConvSpec, GemmSpec, numpy_blas
 from pycann.ops.registry import lookup
 from tests.ops.oracle import run_ort, single_node_model
 
@@ -205,7 +205,7 @@ def test_gemm_algorithms_match_ort(op: str, a_s: tuple, b_s: tuple, attrs: dict,
 
 def test_fallback_when_torch_is_unavailable(monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture) -> None:
     """A model recorded with torch kernels runs with numpy when torch cannot be imported."""
-    from pycann.ops.providers import torch_onednn
+    from pycann.kernels.providers import torch_onednn
 
     def broken() -> bool:
         raise ImportError("No module named 'torch'")
@@ -217,7 +217,7 @@ def test_fallback_when_torch_is_unavailable(monkeypatch: pytest.MonkeyPatch, cap
     xs, ws, attrs, bias = CONV_CASES[3]
     ins = _conv_inputs(xs, ws, bias)
     ref = _ort("Conv", ins, attrs)
-    with caplog.at_level(logging.INFO, logger="pycann.ops.providers"):
+    with caplog.at_level(logging.INFO, logger="pycann.kernels.providers"):
         for _ in range(3):
             got = _run_kernel("Conv", ins, attrs, "torch:conv2d", arena=False)
             np.testing.assert_allclose(got, ref, rtol=RTOL, atol=ATOL)
@@ -323,7 +323,7 @@ def test_numpy_algorithms_are_total() -> None:
 
 
 def test_thread_budget(monkeypatch: pytest.MonkeyPatch) -> None:
-    from pycann.ops.providers import torch_onednn
+    from pycann.kernels.providers import torch_onednn
 
     monkeypatch.setenv("PYCANN_NUM_THREADS", "3")
     assert torch_onednn.thread_budget() == 3
@@ -451,7 +451,7 @@ def test_blas_single_thread_limits_openblas_inside_the_context() -> None:
 def test_fused_conv_activation_post_ops_match_numpy(act: str, alpha: float, beta: float, residual: bool) -> None:
     """FusedConv on torch:conv2d_nhwc runs the activation as a oneDNN post-op where one computes it
     (ONNX's formula; HardSigmoid only with torch's fixed 1/6 slope) and in numpy otherwise."""
-    from pycann.ops.providers import torch_onednn
+    from pycann.kernels.providers import torch_onednn
 
     fused = lookup("FusedConv", "pycann", 1)
     x, w, b = _r(1, 16, 12, 12), _r(24, 16, 3, 3) * 0.3, _r(24)
@@ -509,7 +509,7 @@ def test_runtime_openmp() -> None:
 def test_numpy_matmul_folds_batched_a_against_a_big_weight(monkeypatch: pytest.MonkeyPatch, with_out: bool) -> None:
     """A batched A against a 2-D B of FOLD_BYTES or more is one (rows, K) product: same values
     as np.matmul, the result's shape, and ``out`` filled when given (decode steps at batch > 1)."""
-    from pycann.ops.providers import numpy_blas as nb
+    from pycann.kernels.providers import numpy_blas as nb
 
     monkeypatch.setattr(nb, "FOLD_BYTES", 1024)  # the real bound is 16 MiB: keep the test small
     rng = np.random.default_rng(3)

@@ -31,7 +31,7 @@ def test_policy_applies_once_and_can_be_turned_off() -> None:
 
 def test_loading_a_conv_model_with_onednn_does_not_import_torch(tmp_path: object) -> None:
     """With the oneDNN C-API provider present, convs never pull in torch (~180 MB of RSS)."""
-    from pycann.ops import providers
+    from pycann.kernels import providers
 
     providers.reset()
     if not providers.available("onednn"):

@@ -45,13 +45,13 @@ def test_bad_value_names_the_variable(monkeypatch: pytest.MonkeyPatch) -> None:
 
 def test_set_before_libdnnl_loads() -> None:
     """In a fresh process, loading the oneDNN provider leaves OMP_WAIT_POLICY=PASSIVE behind."""
-    from pycann.ops.providers import onednn_capi
+    from pycann.kernels.providers import onednn_capi
 
     try:
         onednn_capi.library_candidates()
     except Exception as e:  # pragma: no cover
         pytest.skip(str(e))
-    code = ("import os; from pycann.ops.providers import onednn_capi as c\n"
+    code = ("import os; from pycann.kernels.providers import onednn_capi as c\n"
             "try:\n    c.load()\nexcept OSError:\n    print('NOLIB'); raise SystemExit\n"
             "print(os.environ.get('OMP_WAIT_POLICY'))")  # fmt: skip
     env = {k: v for k, v in os.environ.items() if k not in ("OMP_WAIT_POLICY", "PYCANN_OMP_WAIT_POLICY")}

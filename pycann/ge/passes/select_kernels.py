@@ -3,7 +3,7 @@ Gemm node (and FusedConv) whose input shapes are static, and record it in the no
 ``_algo`` (``"torch:conv2d"``, ``"numpy:depthwise"``, ...), which the .om keeps.
 
 Mode: ``ctx.options["kernel_selection"]``, else the environment variable
-``PYCANN_KERNEL_SELECTION``: ``static`` (default: ``pycann.ops.providers.STATIC_TABLE``),
+``PYCANN_KERNEL_SELECTION``: ``static`` (default: ``pycann.kernels.providers.STATIC_TABLE``),
 ``measure`` (time every candidate once per distinct shape at compile time) or ``off``. In the
 first two, a choice ``aoe --job_type=2`` stored in the knowledge bank for the node's spec on this
 machine wins (``pycann.ge.tuned``; docs/aoe.md).
@@ -35,8 +35,8 @@ from pycann.dtypes import to_numpy
 from pycann.ge.ir import Graph, Node
 from pycann.ge.passes.base import PassContext, PassResult
 from pycann.ge.tuned import tuned_algorithm
+from pycann.kernels.providers import Algorithm, ConvSpec, OpSpec, candidates, make_spec, select
 from pycann.ops.fused import post_affine
-from pycann.ops.providers import Algorithm, ConvSpec, OpSpec, candidates, make_spec, select
 
 name = "KernelSelection"
 
@@ -216,7 +216,7 @@ def run(graph: Graph, ctx: PassContext) -> PassResult:
 def _provider_note(choices: list[Choice]) -> str:
     """Which fast kernels were missing, and what to install (issue 23: the numpy path runs silently
     2-3x slower on convs when the oneDNN wheel is absent)."""
-    from pycann.ops.providers import available
+    from pycann.kernels.providers import available
 
     if not choices or available("onednn"):
         return ""
@@ -231,7 +231,7 @@ def _winograd_note(graph: Graph, choices: list[Choice]) -> str:
     """Why no conv took Winograd when some 3x3 conv could have: the implmode, or the missing library."""
     if any(algo.name == "onednn:conv_winograd" for *_, algo in choices):
         return ""
-    from pycann.ops.providers import onednn_wino
+    from pycann.kernels.providers import onednn_wino
 
     convs = [spec for _, op, spec, _ in choices if op in ("Conv", "FusedConv") and isinstance(spec, ConvSpec)
              and spec.n_spatial == 2 and onednn_wino.eligible(spec.x_shape, spec.w_shape, spec.group, spec.win)]

@@ -44,7 +44,7 @@ AGNOSTIC = {
     ("", op) for op in (
         "Relu", "Add", "Sub", "Mul", "Div", "Sigmoid", "HardSigmoid", "HardSwish", "Clip", "LeakyRelu",
         "Tanh", "Elu", "Selu", "Softplus", "Abs", "Neg", "Exp", "Sqrt", "Identity", "MaxPool", "AveragePool",
-        "Concat",  # keeps channels-last when all its inputs are (ops/prepared.py)
+        "Concat",  # keeps channels-last when all its inputs are (kernels/bind.py)
     )
 } | {("pycann", "ElementwiseChain")}
 # Agnostic only in some modes: Resize keeps the layout for nearest (pure gathers; ops/nn/resize.py)

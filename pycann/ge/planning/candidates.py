@@ -9,7 +9,7 @@ registry and the providers' ``arena_ok``; the plan itself is ``memory.plan_memor
 from __future__ import annotations
 
 from pycann.ge.ir import Graph
-from pycann.ops.providers import arena_ok
+from pycann.kernels.providers import arena_ok
 from pycann.ops.registry import lookup
 
 # Ops whose prepared kernel can write output ``o`` over input ``i`` (``kernel.inplace``):

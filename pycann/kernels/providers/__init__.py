@@ -34,7 +34,7 @@ import numpy as np
 
 from pycann.ops.nn.spatial import Window, compute_dtype, plan_window
 
-log = logging.getLogger("pycann.ops.providers")
+log = logging.getLogger("pycann.kernels.providers")
 
 CONV_OPS = ("Conv", "ConvTranspose")
 GEMM_OPS = ("MatMul", "Gemm")
@@ -150,11 +150,11 @@ class Provider:
 # The registry: explicit, in preference order for ties. Adding a provider = one line here
 # plus a module with ``available()`` and ``ALGORITHMS``.
 PROVIDERS: dict[str, Provider] = {
-    "numpy": Provider("numpy", "pycann.ops.providers.numpy_blas", "numpy's BLAS (OpenBLAS in the wheels); always there"),
-    "onednn": Provider("onednn", "pycann.ops.providers.onednn",
+    "numpy": Provider("numpy", "pycann.kernels.providers.numpy_blas", "numpy's BLAS (OpenBLAS in the wheels); always there"),
+    "onednn": Provider("onednn", "pycann.kernels.providers.onednn",
                        "oneDNN's C API (onednn-cpu-gomp wheel) via ctypes: conv, deconv, matmul, ...; optional, "
                        "~14 MB; its Winograd conv also needs oneDNN v2's library (scripts/fetch_onednn2.py)"),
-    "torch": Provider("torch", "pycann.ops.providers.torch_onednn", "PyTorch CPU: oneDNN conv, MKL GEMM; optional"),
+    "torch": Provider("torch", "pycann.kernels.providers.torch_onednn", "PyTorch CPU: oneDNN conv, MKL GEMM; optional"),
 }
 
 # Default choice per (op type, shape class): first available algorithm that supports the

@@ -10,9 +10,9 @@ from typing import Any
 
 import numpy as np
 
+from pycann.kernels.providers import Algorithm, ConvSpec, GemmSpec
 from pycann.ops.nn.im2col import conv_1x1, conv_depthwise, conv_im2col, conv_transpose_col2im
 from pycann.ops.nn.spatial import Window
-from pycann.ops.providers import Algorithm, ConvSpec, GemmSpec
 
 _FLOATS = ("float32", "float64")
 

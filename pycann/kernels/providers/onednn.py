@@ -29,12 +29,20 @@ from typing import Any
 import numpy as np
 
 from pycann.errors import OperandError
+from pycann.kernels.providers import Algorithm, ConvSpec, onednn_matmul, onednn_packed
+from pycann.kernels.providers import numpy_blas as nb
+from pycann.kernels.providers import onednn_capi as capi
+from pycann.kernels.providers.native_args import address
+from pycann.kernels.providers.onednn_eltwise import (
+    RELU,
+    E,
+    Unaries,
+    Unary,
+    _chain,
+    _numpy_unary,
+    onednn_unary,
+)
 from pycann.ops.nn.spatial import Window
-from pycann.ops.providers import Algorithm, ConvSpec, onednn_matmul, onednn_packed
-from pycann.ops.providers import numpy_blas as nb
-from pycann.ops.providers import onednn_capi as capi
-from pycann.ops.providers.native_args import address
-from pycann.ops.providers.onednn_eltwise import RELU, E, Unaries, Unary, _chain, _numpy_unary, onednn_unary
 
 __all__ = ["E", "RELU", "Unaries", "Unary", "accepts", "available", "bound_conv_nhwc", "conv_nhwc",
            "conv_transpose_nhwc", "empty_channels_last", "native", "onednn_unary"]
@@ -545,7 +553,7 @@ def _wino_ok(s: Any) -> bool:
     """3x3 stride-1 convs Winograd takes (onednn_wino.eligible), when oneDNN v2's library is there."""
     if not (_conv_ok(s) and s.n_spatial == 2):
         return False
-    from pycann.ops.providers import onednn_wino  # (it imports this module)
+    from pycann.kernels.providers import onednn_wino  # (it imports this module)
 
     return onednn_wino.eligible(s.x_shape, s.w_shape, s.group, s.win) and onednn_wino.available()
 
@@ -553,7 +561,7 @@ def _wino_ok(s: Any) -> bool:
 def conv_winograd(x: np.ndarray, w: np.ndarray, b: np.ndarray | None, group: int, win: Window,
                   out: np.ndarray | None = None, **post: Any) -> np.ndarray:
     """``onednn_wino.conv_winograd`` (Winograd where it applies, else ``conv_nhwc``)."""
-    from pycann.ops.providers import onednn_wino
+    from pycann.kernels.providers import onednn_wino
 
     return onednn_wino.conv_winograd(x, w, b, group, win, out, **post)
 

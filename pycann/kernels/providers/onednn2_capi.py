@@ -41,8 +41,8 @@ import sys
 from collections.abc import Sequence
 from typing import Any
 
-from pycann.ops.providers import onednn_capi as capi
-from pycann.ops.providers.onednn_capi import DnnlError, ExecArg, Version, check, dims
+from pycann.kernels.providers import onednn_capi as capi
+from pycann.kernels.providers.onednn_capi import DnnlError, ExecArg, Version, check, dims
 
 F32 = 3
 FORMAT_ANY = 1

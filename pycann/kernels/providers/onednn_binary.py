@@ -25,7 +25,7 @@ from typing import Any
 
 import numpy as np
 
-from pycann.ops.providers import onednn_capi as capi
+from pycann.kernels.providers import onednn_capi as capi
 
 # dnnl_alg_kind_t (dnnl_types.h, v3.2)
 BINARY = {"Add": 0x1FFF0, "Mul": 0x1FFF1, "Div": 0x1FFF4, "Sub": 0x1FFF5}

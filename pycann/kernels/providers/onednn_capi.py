@@ -24,7 +24,7 @@ from typing import Any
 import numpy as np
 
 from pycann.config import apply_omp_wait_policy
-from pycann.ops.providers.onednn_capi_table import (
+from pycann.kernels.providers.onednn_capi_table import (
     _I,
     _P,
     ARG_BIAS,
@@ -63,10 +63,10 @@ from pycann.ops.providers.onednn_capi_table import (
     Version,
     arg_post_op_src1,
 )
-from pycann.ops.providers.onednn_capi_table import (
+from pycann.kernels.providers.onednn_capi_table import (
     RESTYPES as _RESTYPES,
 )
-from pycann.ops.providers.onednn_capi_table import (
+from pycann.kernels.providers.onednn_capi_table import (
     SIGNATURES as _SIGNATURES,
 )
 

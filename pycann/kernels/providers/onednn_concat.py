@@ -17,7 +17,7 @@ from typing import Any
 
 import numpy as np
 
-from pycann.ops.providers import onednn_capi as capi
+from pycann.kernels.providers import onednn_capi as capi
 
 ARG_MULTIPLE_SRC = 1024  # DNNL_ARG_MULTIPLE_SRC (dnnl_types.h)
 MIN_ELEMENTS = 1 << 16  # below this numpy's one copy beats a primitive call and an OpenMP fork/join

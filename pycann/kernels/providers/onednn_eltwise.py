@@ -12,7 +12,7 @@ import math
 
 import numpy as np
 
-from pycann.ops.providers import onednn_capi as capi
+from pycann.kernels.providers import onednn_capi as capi
 
 # A oneDNN eltwise post-op: (dnnl_alg_kind_t value, alpha, beta).
 Unary = tuple[int, float, float]

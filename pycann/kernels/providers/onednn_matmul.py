@@ -28,11 +28,11 @@ from typing import Any
 
 import numpy as np
 
-from pycann.ops.providers import Algorithm, GemmSpec, onednn_packed
-from pycann.ops.providers import numpy_blas as nb
-from pycann.ops.providers import onednn_capi as capi
-from pycann.ops.providers.bound_out import dest, finish
-from pycann.ops.providers.native_args import conform
+from pycann.kernels.providers import Algorithm, GemmSpec, onednn_packed
+from pycann.kernels.providers import numpy_blas as nb
+from pycann.kernels.providers import onednn_capi as capi
+from pycann.kernels.providers.bound_out import dest, finish
+from pycann.kernels.providers.native_args import conform
 
 Desc = tuple[tuple[int, ...], tuple[int, ...]]  # (dims, strides in elements)
 Unary = tuple[int, float, float]

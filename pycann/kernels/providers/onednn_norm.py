@@ -15,9 +15,9 @@ from typing import Any
 
 import numpy as np
 
-from pycann.ops.providers import onednn_capi as capi
-from pycann.ops.providers.bound_out import dest, finish
-from pycann.ops.providers.native_args import address, conform
+from pycann.kernels.providers import onednn_capi as capi
+from pycann.kernels.providers.bound_out import dest, finish
+from pycann.kernels.providers.native_args import address, conform
 
 _F32 = np.dtype(np.float32)
 

@@ -21,7 +21,7 @@ from typing import Any
 
 import numpy as np
 
-from pycann.ops.providers import onednn_capi as capi
+from pycann.kernels.providers import onednn_capi as capi
 
 __all__ = ["PackedStats", "owner", "packed", "stats"]
 

@@ -23,9 +23,9 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from pycann.ops.providers import onednn
-from pycann.ops.providers import onednn_capi as capi
-from pycann.ops.providers.native_args import address
+from pycann.kernels.providers import onednn
+from pycann.kernels.providers import onednn_capi as capi
+from pycann.kernels.providers.native_args import address
 
 _F32 = np.dtype(np.float32)
 _LOWEST = np.finfo(np.float32).min

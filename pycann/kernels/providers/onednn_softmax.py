@@ -19,9 +19,9 @@ from typing import Any
 
 import numpy as np
 
-from pycann.ops.providers import onednn_capi as capi
-from pycann.ops.providers.bound_out import dest, finish
-from pycann.ops.providers.native_args import address, conform
+from pycann.kernels.providers import onednn_capi as capi
+from pycann.kernels.providers.bound_out import dest, finish
+from pycann.kernels.providers.native_args import address, conform
 
 MIN_ELEMENTS = 16384  # below this, a call's fixed cost (~5 us) exceeds numpy's passes
 _MAX_PLANS = 256

@@ -29,11 +29,10 @@ from typing import Any
 
 import numpy as np
 
-from pycann.ops.nn.spatial import Window
-from pycann.ops.providers import onednn
-from pycann.ops.providers import onednn2_capi as c2
-from pycann.ops.providers.native_args import address, check
-from pycann.ops.providers.onednn_capi import (
+from pycann.kernels.providers import onednn
+from pycann.kernels.providers import onednn2_capi as c2
+from pycann.kernels.providers.native_args import address, check
+from pycann.kernels.providers.onednn_capi import (
     ARG_BIAS,
     ARG_DST,
     ARG_FROM,
@@ -44,7 +43,8 @@ from pycann.ops.providers.onednn_capi import (
     DnnlError,
     ptr,
 )
-from pycann.ops.providers.onednn_eltwise import Unaries, Unary, _chain
+from pycann.kernels.providers.onednn_eltwise import Unaries, Unary, _chain
+from pycann.ops.nn.spatial import Window
 
 _NAMES = {v: k for k, v in ELTWISE.items()}  # v3 dnnl_alg_kind_t -> name
 _available: bool | None = None

@@ -24,9 +24,9 @@ from typing import Any
 import numpy as np
 
 from pycann.config import apply_omp_wait_policy
+from pycann.kernels.providers import Algorithm, ConvSpec, GemmSpec
+from pycann.kernels.providers import numpy_blas as nb
 from pycann.ops.nn.spatial import Window
-from pycann.ops.providers import Algorithm, ConvSpec, GemmSpec
-from pycann.ops.providers import numpy_blas as nb
 
 _torch: Any = None
 

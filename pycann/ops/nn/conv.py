@@ -1,6 +1,6 @@
 """Convolution ops: Conv, ConvTranspose (ONNX spec, Operators.md sections Conv, ConvTranspose).
 
-The innermost computation comes from a kernel provider (``pycann.ops.providers``): the node
+The innermost computation comes from a kernel provider (``pycann.kernels.providers``): the node
 attribute ``_algo`` that GE's KernelSelection pass records (e.g. ``"torch:conv2d"``,
 ``"numpy:im2col_gemm"``) names it; without one, or when its provider is missing here, the
 static selection table decides. numpy's own algorithms (``conv_algorithm``): a 1x1 unpadded
@@ -18,6 +18,8 @@ import ml_dtypes
 import numpy as np
 
 from pycann.dtypes import Dim, TensorDesc
+from pycann.kernels.providers import ConvSpec, nan_guard, resolve, torch_onednn
+from pycann.kernels.providers.torch_onednn import bf16_conv
 from pycann.ops.nn.spatial import (
     Window,
     check_window_attrs,
@@ -27,8 +29,6 @@ from pycann.ops.nn.spatial import (
 )
 from pycann.ops.opdef import InferContext, OpDef
 from pycann.ops.operand_checks import check_vector, require_vector
-from pycann.ops.providers import ConvSpec, nan_guard, resolve, torch_onednn
-from pycann.ops.providers.torch_onednn import bf16_conv
 
 _WINDOW_ATTRS: dict[str, Any] = {
     "auto_pad": "NOTSET",
@@ -172,7 +172,7 @@ _PACKS_WEIGHT = ("torch:conv2d_packed", "torch:conv2d_nhwc", "onednn:conv_nhwc",
 
 
 def _onednn_module() -> Any:
-    from pycann.ops.providers import onednn  # imported on first use: it loads libdnnl lazily too
+    from pycann.kernels.providers import onednn  # imported on first use: it loads libdnnl lazily too
 
     return onednn
 
