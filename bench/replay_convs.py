@@ -29,10 +29,10 @@ from model_zoo import MODELS  # noqa: E402
 
 from pycann.ge.compiler import compile_model  # noqa: E402
 from pycann.ge.model import LoadedModel  # noqa: E402
-from pycann.ops import fused  # noqa: E402
-from pycann.ops.nn.conv import conv_window  # noqa: E402
 from pycann.kernels.providers import onednn_capi as capi  # noqa: E402
 from pycann.kernels.providers.onednn import onednn_unary  # noqa: E402
+from pycann.ops import fused  # noqa: E402
+from pycann.ops.nn.conv import conv_window  # noqa: E402
 
 
 def _cl(s: tuple[int, ...]) -> tuple[int, ...]:

@@ -10,7 +10,10 @@ import pytest
 ROOT = Path(__file__).resolve().parents[1] / "pycann"
 # package -> packages it must never import
 FORBIDDEN = {
-    "ops": ("pycann.ge", "pycann.acl", "pycann.tools", "pycann.runtime"),
+    "ops": ("pycann.kernels", "pycann.ge", "pycann.acl", "pycann.tools", "pycann.runtime"),
+    # the kernel layer sits between ops (below) and ge (above): providers, binders, the kernel table
+    "kernels": ("pycann.ge", "pycann.acl", "pycann.tools", "pycann.runtime", "pycann.torch", "pycann.amct",
+                "pycann.aoe"),
     "ge": ("pycann.acl", "pycann.tools"),
     "runtime": ("pycann.ge", "pycann.acl", "pycann.tools", "pycann.ops"),
     "acl": ("pycann.tools",),

@@ -163,22 +163,22 @@ def tune_kernel(spec: OpSpec, approx: bool, weight: np.ndarray | None, bank: Kno
     ok: dict[str, Callable[[], Any]] = {}
     for a in cands:
         try:
-            errors[a.name] = _max_rel_err(a.fn(*args), ref)
+            errors[a.key] = _max_rel_err(a.fn(*args), ref)
         except Exception:  # a provider bug must not stop tuning: the candidate is out
-            errors[a.name] = math.inf
-        if errors[a.name] <= tol:
-            ok[a.name] = lambda a=a: a.fn(*args)  # type: ignore[misc]
+            errors[a.key] = math.inf
+        if errors[a.key] <= tol:
+            ok[a.key] = lambda a=a: a.fn(*args)  # type: ignore[misc]
     times = time_round_robin(ok, budget_s) if ok else {}
     if not times:
         raise RuntimeError(f"{workload}: no candidate reproduced the numpy reference")
     best = min(times, key=lambda n: times[n])
-    base = times.get(static.name, times[best])
+    base = times.get(static.key, times[best])
     detail = {"space_points": len(cands), "times_us": {k: round(v, 2) for k, v in times.items()},
               "max_rel_err": {k: (None if math.isinf(v) else float(f"{v:.3g}")) for k, v in errors.items()},
-              "static": static.name}
+              "static": static.key}
     bank.put(BankRecord(key, {"algorithm": best}, times[best], base, len(cands), detail))
     return OpOutcome("kernel", spec.op_type, workload, {"algorithm": best}, times[best], base, len(cands),
-                     len(cands), False, time.perf_counter() - t0, note=f"static choice {static.name}")
+                     len(cands), False, time.perf_counter() - t0, note=f"static choice {static.key}")
 
 
 def model_ops(graph: Graph, wanted: OpsFilter, soc_version: str) -> tuple[list[tuple[OpSpec, bool, Any, list[str]]],

@@ -27,8 +27,10 @@ from pycann.ge.plan_builder import BackgroundBuilder
 from pycann.ge.plan_cache import CacheStats, PlanCache
 from pycann.ge.planning.candidates import INPLACE, arena_candidates, inplace_candidates
 from pycann.ge.planning.memory import MemoryPlan, plan_memory
+from pycann.kernels import algorithm
 from pycann.kernels.bind import PREPARE
 from pycann.kernels.providers import arena_ok, blas_single_thread, runtime_openmp, uses_openmp
+from pycann.kernels.table import into_kernel, run_kernel
 from pycann.ops.registry import lookup
 from pycann.profiler import hooks
 
@@ -116,12 +118,12 @@ class Plan:
                     release()
                     packed = 0
             # a prepared kernel that can write into given outputs (``writes_out``) gets the arena too
-            into = op.out_kernel if bound is None else bound if getattr(bound, "writes_out", False) else None
+            into = into_kernel(op) if bound is None else bound if getattr(bound, "writes_out", False) else None
             # an output planned over an input's buffer needs a kernel that computes in place
             shared = memory is not None and any(o in memory.shared for o in n.outputs)
             shared_ok = not shared or getattr(into, "inplace", False)
             if into is not None and memory is not None and not op.scoped and n.outputs and shared_ok \
-                    and all(o in memory.offsets for o in n.outputs) and arena_ok(attrs.get("_algo")):
+                    and all(o in memory.offsets for o in n.outputs) and arena_ok(algorithm.of(attrs)):
                 bind = len(self.arena_layout)
                 if shared:  # observers must see the input as it was before the kernel overwrote it
                     self.overwritten[len(steps)] = INPLACE[(n.domain, n.op_type)][1]
@@ -129,7 +131,7 @@ class Plan:
                 self.arena_layout.append([self._view_spec(graph, o, memory, nhwc) for o in n.outputs])
                 steps.append((into, ins, outs, attrs, (), ARENA, bind))
                 continue
-            kernel = bound or op.kernel
+            kernel = bound or run_kernel(op)
             steps.append((kernel, ins, outs, attrs, (), SCOPED if op.scoped else NORMAL, -1))
         if release is not None and packed:
             release()  # the last packed weights' mapped pages, before the first run adds its arena
@@ -159,10 +161,10 @@ class Plan:
         const_slots = {s for s, _ in consts}
         self.const_outputs = {i for i, s in enumerate(self.output_slots) if s in const_slots}
         # prepared kernels bound to oneDNN (LayerNorm, attention, pooling) carry ``openmp`` themselves
-        self.torch_pool = uses_openmp(step[3].get("_algo") for step in self.steps) \
+        self.torch_pool = uses_openmp(algorithm.of(step[3]) for step in self.steps) \
             or any(getattr(step[0], "openmp", False) for step in self.steps) \
             or (memory is None and runtime_openmp(n.op_type for n, step in zip(self.nodes, self.steps)
-                                                  if not step[3].get("_algo")))
+                                                  if algorithm.of(step[3]) is None))
 
     def _generate(self, const_slots: set[int]) -> Callable[..., list[Any]] | None:
         """Straight-line Python for the whole plan: one local variable per slot, kernels, attrs

@@ -24,6 +24,8 @@ import numpy as np
 
 from pycann.dtypes import DType, Format, TensorDesc, from_numpy, to_numpy
 from pycann.ge.ir.graph import Graph, Node
+from pycann.kernels.algorithm import Algorithm
+from pycann.kernels.algorithm import parse as parse_algorithm
 
 # put(array) -> (offset, nbytes): store a C-contiguous, little-endian numeric array's bytes.
 PutTensor = Callable[[np.ndarray], tuple[int, int]]
@@ -133,6 +135,9 @@ def encode_attr(value: Any, put: PutTensor) -> dict[str, Any]:
         return {"t": "float", "v": _encode_float(float(value))}
     if isinstance(value, str):
         return {"t": "str", "v": value}
+    if isinstance(value, Algorithm):
+        # a kernel choice (``_algo``) is written as its key, as files before typed algorithms were
+        return {"t": "str", "v": value.key}
     if isinstance(value, (bytes, bytearray)):
         return {"t": "bytes", "v": base64.b64encode(bytes(value)).decode("ascii")}
     if isinstance(value, np.ndarray):
@@ -274,15 +279,31 @@ def _names(obj: dict[str, Any], key: str, where: str, default: Any = None) -> li
     return list(v)
 
 
+def _decode_algo(attrs: dict[str, Any], where: str) -> None:
+    """The kernel choice ``_algo`` of a node read back as an ``Algorithm`` (files store its key,
+    ``"onednn:conv_nhwc"``). A key this pycann does not know (a newer file) is dropped: the node
+    takes the static choice, as a choice whose provider is missing here does."""
+    key = attrs["_algo"]
+    if not isinstance(key, str):
+        raise MalformedManifest(f"{where} attribute _algo is {type(key).__name__}, expected a 'provider:name' string")
+    algo = parse_algorithm(key)
+    if algo is None:
+        del attrs["_algo"]
+    else:
+        attrs["_algo"] = algo
+
+
 def _decode_node(n: Any, get: GetTensor, i: int) -> Node:
     if not isinstance(n, dict):
         raise MalformedManifest(f"node {i} is {type(n).__name__}, expected an object")
     where = f"node {i} ({n.get('name', '')!s:.40})"
-    attrs = _field(n, "attrs", dict, where)
+    attrs = {k: decode_attr(v, get) for k, v in _field(n, "attrs", dict, where).items()}
+    if "_algo" in attrs:
+        _decode_algo(attrs, where)
     return Node(
         op_type=_field(n, "op_type", str, where), inputs=_names(n, "inputs", where),
         outputs=_names(n, "outputs", where),
-        attrs={k: decode_attr(v, get) for k, v in attrs.items()},
+        attrs=attrs,
         name=_field(n, "name", str, where, ""), domain=_field(n, "domain", str, where, ""),
         opset=_int(n.get("opset", 0), "opset"), origin=_names(n, "origin", where, []),
     )

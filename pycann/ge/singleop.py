@@ -18,6 +18,7 @@ import numpy as np
 
 from pycann.dtypes import TensorDesc, from_numpy
 from pycann.errors import KernelError, ShapeError, UnsupportedOpError
+from pycann.kernels.table import run_kernel
 from pycann.ops.opdef import InferContext, OpDef
 from pycann.ops.registry import lookup
 
@@ -124,7 +125,7 @@ def run_op(
         raise OutputCountError(f"{where}: {count} outputs requested, the op has {len(inferred)}")
     feeds: list[Any] = list(inputs)  # sequence inputs are lists of arrays at run time
     try:
-        outs = list(opdef.kernel(feeds, full))
+        outs = list(run_kernel(opdef)(feeds, full))
     except Exception as e:  # noqa: BLE001 - every kernel failure becomes a KernelError naming the op
         raise KernelError(f"{where}: kernel failed on inputs ({_describe(inputs)}): {type(e).__name__}: {e}") from e
     if len(outs) < count:

@@ -35,7 +35,7 @@ from pycann.aoe.bank import (
 )
 from pycann.config import ConfigError
 from pycann.ge.ir import Graph
-from pycann.kernels.providers import Algorithm, ConvSpec, OpSpec, algorithm
+from pycann.kernels.providers import ConvSpec, Implementation, OpSpec, algorithm
 
 log = logging.getLogger("pycann.ge.tuned")
 _warned: set[str] = set()
@@ -79,7 +79,7 @@ def lookup(bank: KnowledgeBank, key: BankKey) -> BankRecord | None:
         return None
 
 
-def tuned_algorithm(spec: OpSpec, approx: bool, meta: dict[str, str]) -> Algorithm | None:
+def tuned_algorithm(spec: OpSpec, approx: bool, meta: dict[str, str]) -> Implementation | None:
     """The banked algorithm for ``spec`` if there is one, it is available here and supports the spec."""
     if meta.get("kernel_bank") == "off":
         return None

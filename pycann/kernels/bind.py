@@ -15,6 +15,8 @@ from typing import Any
 import numpy as np
 
 from pycann.dtypes import TensorDesc, to_numpy
+from pycann.kernels import algorithm
+from pycann.kernels.algorithm import ONEDNN_CONV_NHWC, ONEDNN_CONV_WINOGRAD, ONEDNN_MATMUL, TORCH_CONV2D_NHWC
 from pycann.kernels.bind_base import Kernel, Prepare
 from pycann.kernels.bind_base import static_shape as _static
 from pycann.kernels.bind_onednn import PREPARE_ONEDNN
@@ -158,17 +160,17 @@ def _conv(attrs, ins, consts, outs) -> Kernel | None:  # type: ignore[no-untyped
         return None
     if len(ins) > 2 and ins[2] is not None and b is None:
         return None
-    algo = attrs.get("_algo") or ""
-    if fused.post_affine(attrs) is not None and algo not in ("onednn:conv_nhwc", "onednn:conv_winograd"):
+    algo = algorithm.of(attrs)
+    if fused.post_affine(attrs) is not None and algo not in (ONEDNN_CONV_NHWC, ONEDNN_CONV_WINOGRAD):
         return None  # the generic kernel applies the scale/shift after the activation
-    if algo == "torch:conv2d_nhwc":
+    if algo == TORCH_CONV2D_NHWC:
         return _conv_onednn(attrs, ins, w, b, xs, conv_window(xs, ws, attrs))
-    if algo == "onednn:conv_winograd":
+    if algo == ONEDNN_CONV_WINOGRAD:
         win = conv_window(xs, ws, attrs)
         return _conv_wino(attrs, ins, w, b, xs, win) or _conv_dnnl(attrs, ins, w, b, xs, win)
-    if algo == "onednn:conv_nhwc":
+    if algo == ONEDNN_CONV_NHWC:
         return _conv_dnnl(attrs, ins, w, b, xs, conv_window(xs, ws, attrs))
-    if algo and not algo.startswith("numpy:"):
+    if algo is not None and algo.provider != "numpy":
         return None
     group = int(attrs.get("group", 1))
     win = conv_window(xs, ws, attrs)
@@ -335,11 +337,10 @@ def _act_out_bound(attrs: Mapping[str, Any]) -> Any:
 
 
 def _conv_fallback(attrs: Mapping[str, Any]) -> Kernel:
-    """The generic (Fused)Conv kernel on the numpy provider (the guard's unfused path)."""
+    """The (Fused)Conv reference kernel: numpy (the guard's unfused path)."""
     from pycann.ops import fused
 
-    plain = {**attrs, "_algo": "numpy:im2col_gemm"}
-    return lambda x, a: fused._k_fused_conv(x, plain)
+    return lambda x, a: fused._k_fused_conv(x, attrs)
 
 
 def _guard_conv(k: Any, unary: Any, attrs: Mapping[str, Any], w: np.ndarray, b: np.ndarray | None,
@@ -395,7 +396,7 @@ def _matmul(attrs, ins, consts, outs) -> Kernel | None:  # type: ignore[no-untyp
     xs = _static(ins[0])
     b = consts[1] if len(consts) > 1 else None
     bias = consts[2] if len(consts) > 2 else None
-    if attrs.get("_algo") != "onednn:matmul" or xs is None or b is None or ins[0].dtype != 1 \
+    if algorithm.of(attrs) != ONEDNN_MATMUL or xs is None or b is None or ins[0].dtype != 1 \
             or b.dtype != np.float32 or not onednn.available():  # type: ignore[union-attr]
         return None
     if len(ins) > 2 and ins[2] is not None and (bias is None or bias.dtype != np.float32):
@@ -419,8 +420,7 @@ def _matmul(attrs, ins, consts, outs) -> Kernel | None:  # type: ignore[no-untyp
     bb = b.reshape(-1, b.shape[-1]) if b.ndim > 1 else b.reshape(-1, 1)
     wb = float(np.abs(bb.astype(np.float64)).sum(axis=0).max()) if bb.size else 0.0
     wb += float(np.abs(bias.astype(np.float64)).max()) if bias is not None and bias.size else 0.0
-    plain = {**attrs, "_algo": "numpy:matmul"}
-    return nan_guarded(k, unary, wb, lambda x, a: fused._k_fused_matmul(x, plain), 3 if residual else None,
+    return nan_guarded(k, unary, wb, lambda x, a: fused._k_fused_matmul(x, attrs), 3 if residual else None,
                        _act_out_bound(attrs))
 
 

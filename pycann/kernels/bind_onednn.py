@@ -18,6 +18,8 @@ from typing import Any
 import numpy as np
 
 from pycann.dtypes import TensorDesc
+from pycann.kernels import algorithm
+from pycann.kernels.algorithm import ONEDNN_GEMM
 from pycann.kernels.bind_base import Kernel, Prepare
 from pycann.kernels.bind_base import static_shape as _static
 from pycann.ops.nn.pool import _k_average_pool, _k_global_average_pool, _k_max_pool
@@ -184,7 +186,7 @@ def _gemm(attrs, ins, consts, outs) -> Kernel | None:  # type: ignore[no-untyped
     xs = _static(ins[0])
     b = consts[1] if len(consts) > 1 else None
     c = consts[2] if len(consts) > 2 else None
-    if attrs.get("_algo") != "onednn:gemm" or xs is None or len(xs) != 2 or b is None or b.ndim != 2 \
+    if algorithm.of(attrs) != ONEDNN_GEMM or xs is None or len(xs) != 2 or b is None or b.ndim != 2 \
             or not _f32(ins[0]) or b.dtype != np.float32 or not _usable():
         return None
     if int(attrs.get("transA", 0)) or float(attrs.get("alpha", 1.0)) != 1.0:

@@ -20,18 +20,16 @@ Tanh. Semantics per the ONNX spec section of each op.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 import ml_dtypes
 import numpy as np
 
 from pycann.dtypes import TensorDesc
-from pycann.kernels.providers import GemmSpec, resolve
-from pycann.kernels.providers import available as provider_available
-from pycann.kernels.providers.torch_onednn import bf16_conv_fused, bf16_matmul
 from pycann.ops import activation as act_mod
-from pycann.ops.matmul import _float_matmul, _infer_matmul
+from pycann.ops.matmul import Bf16MatMul, FloatMatMul, _float_matmul, _infer_matmul, _no_bf16, matmul
 from pycann.ops.nn import conv as conv_mod
 from pycann.ops.opdef import InferContext, OpDef
 from pycann.ops.operand_checks import check_broadcast_to
@@ -114,6 +112,51 @@ def _widen(inputs: Sequence[Any]) -> list[Any]:
     return [None if a is None else a.astype(np.float32) for a in inputs]
 
 
+# ------------------------------------------------------------------------ how the products are computed
+
+
+def _reference_conv_act(inputs: Sequence[Any], attrs: Mapping[str, Any], out: np.ndarray | None = None, *,
+                        residual: np.ndarray | None = None, relu: bool = False,
+                        act: tuple[str, float, float] | None = None,
+                        affine: tuple[float, float] | None = None) -> tuple[np.ndarray, bool]:
+    """Conv (numpy reference) + residual + ReLU; ``act``/``affine`` are left to the caller (False)."""
+    y = conv_mod._conv(inputs, attrs, out)
+    if residual is not None:
+        y += residual
+    if relu:
+        np.maximum(y, 0, out=y)
+    return y, False
+
+
+def _reference_attention_matmul(a: np.ndarray, b: np.ndarray) -> Callable[[np.ndarray, np.ndarray], np.ndarray]:
+    return lambda x, y: matmul(x, y)
+
+
+@dataclass(frozen=True)
+class FusedCompute:
+    """The products the fused kernels use; ``REFERENCE`` is numpy's, ``pycann.kernels.fused``
+    passes the kernel providers' (one copy of the fused semantics serves both).
+
+    * ``conv_act(inputs, attrs, out, residual=, relu=, act=, affine=) -> (y, act and affine applied)``
+      (``pycann.kernels.conv.conv_act``'s contract);
+    * ``float_matmul`` / ``bf16_matmul``: ``ops.matmul.FloatMatMul`` / ``Bf16MatMul``;
+    * ``bf16_conv_fused(inputs, attrs, relu) -> y or None``: bf16 Conv + residual (input 3) + ReLU;
+    * ``attention_matmul(a, b) -> (x, y) -> x @ y`` for FusedAttention's float32 products;
+    * ``softmax_last_axis_(s) -> bool``: softmax over the last axis in place, False when not done.
+    """
+
+    conv_act: Callable[..., tuple[np.ndarray, bool]] = _reference_conv_act
+    float_matmul: FloatMatMul = _float_matmul
+    bf16_matmul: Bf16MatMul = _no_bf16
+    bf16_conv_fused: Callable[..., np.ndarray | None] = lambda *a: None  # noqa: E731
+    attention_matmul: Callable[[np.ndarray, np.ndarray], Callable[[np.ndarray, np.ndarray], np.ndarray]] = \
+        _reference_attention_matmul
+    softmax_last_axis_: Callable[[np.ndarray], bool] = lambda s: False  # noqa: E731
+
+
+REFERENCE = FusedCompute()
+
+
 # ------------------------------------------------------------------------ FusedConv
 
 
@@ -121,42 +164,34 @@ def _conv_inputs(inputs: Sequence[Any]) -> list[Any]:
     return list(inputs[:3])
 
 
-def _k_fused_conv(inputs: Sequence[Any], attrs: Mapping[str, Any]) -> list[np.ndarray]:
+def _k_fused_conv(inputs: Sequence[Any], attrs: Mapping[str, Any], fc: FusedCompute = REFERENCE) -> list[np.ndarray]:
     """Conv (ONNX Conv) -> += Z (residual, optional input 3) -> activation, in place on Conv's output."""
     name = attrs.get("activation", "")
-    if inputs[0].dtype == _BF16 and inputs[1].dtype == _BF16 and name in ("", "Relu") and post_affine(attrs) is None \
-            and not str(attrs.get("_algo") or "").startswith("numpy:"):
+    if inputs[0].dtype == _BF16 and inputs[1].dtype == _BF16 and name in ("", "Relu") and post_affine(attrs) is None:
         # bf16 conv + residual + relu in oneDNN, staying bf16 between layers
-        y = _bf16_fused(inputs, attrs, name == "Relu")
+        y = fc.bf16_conv_fused(inputs, attrs, name == "Relu")
         if y is not None:
             return [y]
     if inputs[0].dtype == _BF16 and inputs[1].dtype == _BF16:
         # the conv kernel runs bf16 in oneDNN when it can (fp32 result); epilogue in fp32
         z = inputs[3] if len(inputs) > 3 else None
         ins = [*inputs[:3], None if z is None else z.astype(np.float32)]
-        return [_conv_epilogue(ins, attrs, None).astype(_BF16)]
+        return [_conv_epilogue(ins, attrs, None, fc).astype(_BF16)]
     if _narrow(inputs[0].dtype):
-        return [_k_fused_conv(_widen(inputs), attrs)[0].astype(inputs[0].dtype)]
-    y = _conv_epilogue(inputs, attrs, None)
+        return [_k_fused_conv(_widen(inputs), attrs, fc)[0].astype(inputs[0].dtype)]
+    y = _conv_epilogue(inputs, attrs, None, fc)
     return [y if y.flags.writeable else y.copy()]
 
 
-def _bf16_fused(inputs: Sequence[Any], attrs: Mapping[str, Any], relu: bool) -> np.ndarray | None:
-    x, w = inputs[0], inputs[1]
-    b = inputs[2] if len(inputs) > 2 else None
-    z = inputs[3] if len(inputs) > 3 else None
-    win = conv_mod.conv_window(x.shape, w.shape, attrs)
-    return bf16_conv_fused(x, w, b, int(attrs.get("group", 1)), win, z, relu)
-
-
-def _conv_epilogue(inputs: Sequence[Any], attrs: Mapping[str, Any], out: np.ndarray | None) -> np.ndarray:
+def _conv_epilogue(inputs: Sequence[Any], attrs: Mapping[str, Any], out: np.ndarray | None,
+                   fc: FusedCompute = REFERENCE) -> np.ndarray:
     """Conv with the residual add (and Relu) done by the provider when it can fuse them (oneDNN
     post-ops), then any other activation in place."""
     z = inputs[3] if len(inputs) > 3 else None
     name, a, b = _act(attrs)
     aff = post_affine(attrs)
-    y, done = conv_mod.conv_act(_conv_inputs(inputs), attrs, out, residual=z, relu=name == "Relu" and aff is None,
-                                act=(name, a, b) if name else None, affine=aff)
+    y, done = fc.conv_act(_conv_inputs(inputs), attrs, out, residual=z, relu=name == "Relu" and aff is None,
+                          act=(name, a, b) if name else None, affine=aff)
     if not done:
         if name != "Relu" or aff is not None:
             apply_activation(y, name, a, b)
@@ -164,11 +199,12 @@ def _conv_epilogue(inputs: Sequence[Any], attrs: Mapping[str, Any], out: np.ndar
     return y
 
 
-def _out_fused_conv(inputs: Sequence[Any], attrs: Mapping[str, Any], outs: Sequence[np.ndarray]) -> None:
+def _out_fused_conv(inputs: Sequence[Any], attrs: Mapping[str, Any], outs: Sequence[np.ndarray],
+                    fc: FusedCompute = REFERENCE) -> None:
     if _narrow(outs[0].dtype):
-        outs[0][...] = _k_fused_conv(inputs, attrs)[0]
+        outs[0][...] = _k_fused_conv(inputs, attrs, fc)[0]
         return
-    y = _conv_epilogue(inputs, attrs, outs[0])
+    y = _conv_epilogue(inputs, attrs, outs[0], fc)
     if not np.may_share_memory(y, outs[0]):
         outs[0][...] = y
 
@@ -185,18 +221,18 @@ def _infer_fused_conv(ctx: InferContext) -> list[TensorDesc]:
 # ------------------------------------------------------------------------ FusedMatMul
 
 
-def _k_fused_matmul(inputs: Sequence[Any], attrs: Mapping[str, Any]) -> list[np.ndarray]:
+def _k_fused_matmul(inputs: Sequence[Any], attrs: Mapping[str, Any], fc: FusedCompute = REFERENCE) -> list[np.ndarray]:
     """MatMul (numpy matmul semantics) -> += bias (optional input 2) -> += residual (optional
     input 3, the output's shape) -> activation, in place: ``act(A @ B + bias + residual)``."""
     a, b = inputs[0], inputs[1]
-    if a.dtype == b.dtype == _BF16 and not str(attrs.get("_algo") or "").startswith("numpy:"):
-        y16 = bf16_matmul(a, b)  # oneDNN bf16 GEMM, fp32 accumulation; epilogue in fp32
+    if a.dtype == b.dtype == _BF16:
+        y16 = fc.bf16_matmul(a, b, attrs)  # oneDNN bf16 GEMM, fp32 accumulation; epilogue in fp32
         if y16 is not None:
             _mm_post(y16, [None, None, *(x if x is None else x.astype(np.float32) for x in inputs[2:])], attrs)
             return [y16.astype(_BF16)]
     if _narrow(inputs[0].dtype):
-        return [_k_fused_matmul(_widen(inputs), attrs)[0].astype(inputs[0].dtype)]
-    y = _float_matmul(a, b, np.result_type(a, b), attrs, None)
+        return [_k_fused_matmul(_widen(inputs), attrs, fc)[0].astype(inputs[0].dtype)]
+    y = fc.float_matmul(a, b, np.result_type(a, b), attrs, None)
     _mm_post(y, inputs, attrs)
     return [y]
 
@@ -213,15 +249,16 @@ def _mm_post(y: np.ndarray, inputs: Sequence[Any], attrs: Mapping[str, Any]) -> 
     apply_activation(y, name, al, be)
 
 
-def _out_fused_matmul(inputs: Sequence[Any], attrs: Mapping[str, Any], outs: Sequence[np.ndarray]) -> None:
+def _out_fused_matmul(inputs: Sequence[Any], attrs: Mapping[str, Any], outs: Sequence[np.ndarray],
+                      fc: FusedCompute = REFERENCE) -> None:
     if _narrow(outs[0].dtype):
-        outs[0][...] = _k_fused_matmul(inputs, attrs)[0]
+        outs[0][...] = _k_fused_matmul(inputs, attrs, fc)[0]
         return
     r = inputs[3] if len(inputs) > 3 else None
     if r is not None and np.may_share_memory(r, outs[0]):
         # the product is written into outs[0] first: keep the residual it would overwrite
         inputs = [*inputs[:3], r.copy()]
-    y = _float_matmul(inputs[0], inputs[1], outs[0].dtype, attrs, outs[0])
+    y = fc.float_matmul(inputs[0], inputs[1], outs[0].dtype, attrs, outs[0])
     if not np.may_share_memory(y, outs[0]):
         outs[0][...] = y
     _mm_post(outs[0], inputs, attrs)
@@ -253,12 +290,12 @@ def _infer_fused_matmul(ctx: InferContext) -> list[TensorDesc]:
 _F32 = np.dtype(np.float32)
 
 
-def _k_attention(inputs: Sequence[Any], attrs: Mapping[str, Any]) -> list[np.ndarray]:
+def _k_attention(inputs: Sequence[Any], attrs: Mapping[str, Any], fc: FusedCompute = REFERENCE) -> list[np.ndarray]:
     """softmax((Q @ Kt) * scale + mask, axis=-1) @ V, with the score buffer reused in place."""
     q, kt, v = inputs[0], inputs[1], inputs[2]
     mask = inputs[3] if len(inputs) > 3 else None
     if q.dtype == kt.dtype == v.dtype == _F32 and (mask is None or mask.dtype == _F32):
-        out = _attention_f32(q, kt, v, mask, float(attrs.get("scale", 1.0)))
+        out = _attention_f32(q, kt, v, mask, float(attrs.get("scale", 1.0)), fc)
         if out is not None:
             return [out]
     if _narrow(q.dtype):
@@ -287,7 +324,7 @@ def _k_attention(inputs: Sequence[Any], attrs: Mapping[str, Any]) -> list[np.nda
 
 
 def _attention_f32(q: np.ndarray, kt: np.ndarray, v: np.ndarray, mask: np.ndarray | None,
-                   scale: float) -> np.ndarray | None:
+                   scale: float, fc: FusedCompute = REFERENCE) -> np.ndarray | None:
     """float32 FusedAttention with fewer and cheaper passes over the scores (None: not handled).
 
     ``scale`` is folded into Q (smaller than the scores when D < S), the row max uses
@@ -300,14 +337,14 @@ def _attention_f32(q: np.ndarray, kt: np.ndarray, v: np.ndarray, mask: np.ndarra
     if q.ndim < 2 or kt.ndim < 2 or v.ndim < 2 or 0 in q.shape or 0 in kt.shape or 0 in v.shape:
         return None
     q = np.multiply(q, np.float32(scale)) if scale != 1.0 else q
-    mm = _provider_matmul(q, kt)
+    mm = fc.attention_matmul(q, kt)
     s = mm(q, kt)
     if mask is not None:
         if np.broadcast_shapes(s.shape, mask.shape) == s.shape:
             s += mask
         else:
             s = s + mask
-    if _onednn_softmax_(s):  # one multi-threaded pass instead of five numpy ones
+    if fc.softmax_last_axis_(s):  # oneDNN: one multi-threaded pass instead of five numpy ones
         return mm(s, v)
     with np.errstate(invalid="ignore"):
         s -= np.fmax.reduce(s, axis=-1, keepdims=True)
@@ -320,24 +357,6 @@ def _attention_f32(q: np.ndarray, kt: np.ndarray, v: np.ndarray, mask: np.ndarra
     out = mm(s, v)
     out /= den
     return out
-
-
-def _onednn_softmax_(s: np.ndarray) -> bool:
-    """Softmax over the last axis in place by oneDNN when the ``onednn`` provider is there
-    (and allowed by ``PYCANN_PROVIDERS``); False when the caller must compute it."""
-    if not provider_available("onednn"):
-        return False
-    from pycann.kernels.providers import onednn_softmax
-
-    return onednn_softmax.softmax_last_axis_(s)
-
-
-def _provider_matmul(a: np.ndarray, b: np.ndarray) -> Any:
-    """The static table's float32 MatMul for these operands (``onednn:matmul`` when libdnnl is
-    there: in a plan running oneDNN kernels, numpy's OpenBLAS is held to one thread), as a
-    two-argument function."""
-    algo = resolve(None, lambda: GemmSpec("MatMul", tuple(a.shape), tuple(b.shape), "float32"))
-    return lambda x, y: algo.fn(x, y, None)
 
 
 def _infer_attention(ctx: InferContext) -> list[TensorDesc]:

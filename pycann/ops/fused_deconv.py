@@ -14,7 +14,7 @@ ConvTranspose, then the activation in place on its result.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 import numpy as np
@@ -27,16 +27,28 @@ from pycann.ops.opdef import InferContext, OpDef
 DOMAIN = fused.DOMAIN
 
 
-def _k_fused_conv_transpose(inputs: Sequence[Any], attrs: Mapping[str, Any]) -> list[np.ndarray]:
-    """act(ConvTranspose(X, W[, B])); X, W float (narrow floats computed in float32 and cast back).
+def _reference_act(inputs: Sequence[Any], attrs: Mapping[str, Any],
+                   act: tuple[str, float, float] | None) -> tuple[np.ndarray, bool]:
+    """ConvTranspose by numpy; the activation is left to the caller (False)."""
+    return conv_mod._conv_transpose(inputs, attrs), False
 
-    Raises ValueError (via the ConvTranspose kernel) on shapes the spec rejects."""
+
+# ``(inputs, attrs, act) -> (Y, act applied)``: ``pycann.kernels.conv.conv_transpose_act``'s contract
+ConvTransposeAct = Callable[[Sequence[Any], Mapping[str, Any], "tuple[str, float, float] | None"],
+                            tuple[np.ndarray, bool]]
+
+
+def _k_fused_conv_transpose(inputs: Sequence[Any], attrs: Mapping[str, Any],
+                            conv_transpose_act: ConvTransposeAct = _reference_act) -> list[np.ndarray]:
+    """act(ConvTranspose(X, W[, B])); X, W float (narrow floats computed in float32 and cast back).
+    ``conv_transpose_act`` computes the ConvTranspose (numpy here, the providers' in
+    ``pycann.kernels.fused``). Raises ValueError (via the ConvTranspose kernel) on shapes the spec rejects."""
     name, alpha, beta = fused._act(attrs)
     x = inputs[0]
     if x.dtype.kind == "f" and x.dtype.itemsize < 4:  # float16 / bfloat16 storage: float32 compute
         wide = [None if a is None else a.astype(np.float32) for a in inputs[:3]]
-        return [_k_fused_conv_transpose(wide, attrs)[0].astype(x.dtype)]
-    y, done = conv_mod.conv_transpose_act(inputs[:3], attrs, (name, alpha, beta) if name else None)
+        return [_k_fused_conv_transpose(wide, attrs, conv_transpose_act)[0].astype(x.dtype)]
+    y, done = conv_transpose_act(inputs[:3], attrs, (name, alpha, beta) if name else None)
     if not done and name:
         if not y.flags.writeable:
             y = y.copy()

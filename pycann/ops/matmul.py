@@ -1,10 +1,10 @@
 """Matrix-product ops (ONNX spec, Operators.md: MatMul, Gemm, MatMulInteger, QLinearMatMul,
 Einsum). The heavy lifting is ``np.matmul``/``np.einsum`` (BLAS for float32/float64).
 
-Float MatMul/Gemm go through a kernel provider (``pycann.kernels.providers``): the one GE's
-KernelSelection pass recorded in the node attribute ``_algo`` (e.g. ``"onednn:matmul"``), or
-without it (shapes unknown at compile time) the static table's choice for the concrete shapes
-(float32; float64 takes numpy's BLAS directly).
+The kernels here compute float products with numpy (the reference); ``pycann.kernels.gemm`` runs
+the same kernels with the provider-dispatching product (``FloatMatMul`` / ``FloatGemm``): the
+algorithm GE's KernelSelection pass recorded in the node attribute ``_algo``, or without one the
+static table's choice for the concrete shapes.
 
 float16/bfloat16 products are accumulated in float32 and cast back (as ONNX Runtime does);
 integer products are computed exactly in a float type wide enough for the reduction length.
@@ -12,19 +12,55 @@ integer products are computed exactly in a float type wide enough for the reduct
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 import ml_dtypes
 import numpy as np
 
 from pycann.dtypes import Dim, DType, TensorDesc
-from pycann.kernels.providers import GemmSpec, resolve
-from pycann.kernels.providers import numpy_blas as _nb
-from pycann.kernels.providers.torch_onednn import bf16_matmul
 from pycann.ops.opdef import InferContext, OpDef
 from pycann.ops.operand_checks import check_vector
 from pycann.ops.shape_utils import broadcast_shapes
+
+# A 2-D B at least this big is read once for all rows of a batched A: numpy's matmul loops over
+# A's leading dims (one GEMV per row at decode), reading B again each time once it is out of
+# cache (GPT-2's LM head 768 x 50257 at batch 4: 41 ms looped vs 23 ms folded, one thread).
+# Smaller weights stay cached between those GEMVs, where the loop is as fast or faster.
+FOLD_BYTES = 16 << 20
+
+
+def matmul(a: np.ndarray, b: np.ndarray, out: np.ndarray | None = None) -> np.ndarray:
+    """``np.matmul`` (BLAS for float32/float64), into ``out`` when it fits. A C-contiguous A of
+    rank > 2 against a 2-D B of ``FOLD_BYTES`` or more is folded into one (rows, K) product."""
+    fits = out is not None and out.dtype == np.result_type(a, b)
+    if a.ndim > 2 and b.ndim == 2 and b.nbytes >= FOLD_BYTES and a.flags.c_contiguous and a.shape[-1] == b.shape[0]:
+        shape = a.shape[:-1] + (b.shape[1],)
+        a2 = a.reshape(-1, a.shape[-1])
+        if fits and out is not None and out.shape == shape and out.flags.c_contiguous:
+            np.matmul(a2, b, out=out.reshape(-1, b.shape[1]))
+            return out
+        return np.matmul(a2, b).reshape(shape)
+    if fits:
+        return np.matmul(a, b, out=out)
+    return np.matmul(a, b)
+
+
+def gemm(a: np.ndarray, b: np.ndarray, c: np.ndarray | None, alpha: float, beta: float,
+         out: np.ndarray | None = None) -> np.ndarray:
+    """alpha * a @ b + beta * c for floats; BLAS writes into ``out`` when it has the dtype.
+
+    beta == 0 drops C altogether (ONNX Runtime does not evaluate 0 * C).
+    """
+    acc = a.dtype
+    y = np.matmul(a, b, out=out if out is not None and out.dtype == acc else None)
+    if alpha != 1.0:
+        y *= acc.type(alpha)
+    if c is not None and beta != 0.0:
+        cc = c.astype(acc, copy=False)
+        y += cc if beta == 1.0 else cc * acc.type(beta)
+    return y
+
 
 
 def _acc_dtype(dtype: np.dtype) -> np.dtype:
@@ -63,29 +99,38 @@ def _matmul_shape(a: tuple[Dim, ...], b: tuple[Dim, ...]) -> tuple[tuple[Dim, ..
 
 def _float_matmul(a: np.ndarray, b: np.ndarray, acc: np.dtype, attrs: Mapping[str, Any],
                   out: np.ndarray | None) -> np.ndarray:
-    """a @ b in the float dtype ``acc`` by the recorded provider algorithm (default numpy)."""
-    a, b = a.astype(acc, copy=False), b.astype(acc, copy=False)
-    name = attrs.get("_algo")
-    if not name and acc != np.float32:
-        return _nb.matmul(a, b, out)
-    # no ``_algo`` (shapes unknown at compile time): the static choice for these shapes
-    return resolve(name, lambda: GemmSpec("MatMul", a.shape, b.shape, acc.name)).fn(a, b, out)
+    """a @ b in the float dtype ``acc`` by numpy (the reference; ``FloatMatMul``)."""
+    return matmul(a.astype(acc, copy=False), b.astype(acc, copy=False), out)
+
+
+# How a MatMul kernel computes a float product: ``(a, b, acc dtype, attrs, out) -> a @ b``. The op
+# kernels here take it as a parameter (numpy by default); ``pycann.kernels.gemm`` passes the
+# provider-dispatching one, so one copy of MatMul's semantics serves both.
+FloatMatMul = Callable[[np.ndarray, np.ndarray, np.dtype, Mapping[str, Any], "np.ndarray | None"], np.ndarray]
+# bf16 x bf16 -> float32 product by a bf16 GEMM, or None (then computed in float32)
+Bf16MatMul = Callable[[np.ndarray, np.ndarray, Mapping[str, Any]], "np.ndarray | None"]
+
+
+def _no_bf16(a: np.ndarray, b: np.ndarray, attrs: Mapping[str, Any]) -> np.ndarray | None:
+    return None
 
 
 _BF16 = np.dtype(ml_dtypes.bfloat16)
 
 
-def _k_matmul(inputs: Sequence[Any], attrs: Mapping[str, Any]) -> list[np.ndarray]:
-    """MatMul (spec: MatMul-13): numpy.matmul semantics, incl. 1-D operands and batch broadcast."""
+def _k_matmul(inputs: Sequence[Any], attrs: Mapping[str, Any], mm: FloatMatMul = _float_matmul,
+              bf16: Bf16MatMul = _no_bf16) -> list[np.ndarray]:
+    """MatMul (spec: MatMul-13): numpy.matmul semantics, incl. 1-D operands and batch broadcast.
+    ``mm`` computes float products, ``bf16`` bf16 ones (see ``FloatMatMul``)."""
     a, b = inputs[0], inputs[1]
-    if a.dtype == b.dtype == _BF16 and not str(attrs.get("_algo") or "").startswith("numpy:"):
+    if a.dtype == b.dtype == _BF16:
         # bf16 precision modes: oneDNN/MKL bf16 GEMM (fp32 accumulation), as the NPU's cube unit
-        y16 = bf16_matmul(a, b)
+        y16 = bf16(a, b, attrs)
         if y16 is not None:
             return [y16.astype(_BF16)]
     acc = _acc_dtype(a.dtype)
     if acc.kind == "f" and a.dtype == b.dtype:
-        return [np.asarray(_float_matmul(a, b, acc, attrs, None).astype(a.dtype, copy=False))]
+        return [np.asarray(mm(a, b, acc, attrs, None).astype(a.dtype, copy=False))]
     if acc != a.dtype:
         y = np.matmul(a.astype(acc), b.astype(acc)).astype(a.dtype)
     else:
@@ -93,15 +138,16 @@ def _k_matmul(inputs: Sequence[Any], attrs: Mapping[str, Any]) -> list[np.ndarra
     return [np.asarray(y)]
 
 
-def _out_matmul(inputs: Sequence[Any], attrs: Mapping[str, Any], outs: Sequence[np.ndarray]) -> None:
+def _out_matmul(inputs: Sequence[Any], attrs: Mapping[str, Any], outs: Sequence[np.ndarray],
+                mm: FloatMatMul = _float_matmul, bf16: Bf16MatMul = _no_bf16) -> None:
     """MatMul into a preallocated output (BLAS writes straight into the arena)."""
     a, b = inputs[0], inputs[1]
     if a.dtype == b.dtype == outs[0].dtype and a.dtype.kind == "f" and a.dtype.itemsize >= 4:
-        y = _float_matmul(a, b, a.dtype, attrs, outs[0])
+        y = mm(a, b, a.dtype, attrs, outs[0])
         if y is not outs[0]:
             outs[0][...] = y
     else:
-        outs[0][...] = _k_matmul(inputs, attrs)[0]
+        outs[0][...] = _k_matmul(inputs, attrs, mm, bf16)[0]
 
 
 def _infer_matmul(ctx: InferContext) -> list[TensorDesc]:
@@ -119,7 +165,20 @@ def _infer_matmul(ctx: InferContext) -> list[TensorDesc]:
 # ---------------------------------------------------------------- Gemm
 
 
-def _gemm(inputs: Sequence[Any], attrs: Mapping[str, Any], out: np.ndarray | None = None) -> np.ndarray:
+def _float_gemm(a: np.ndarray, b: np.ndarray, c: np.ndarray | None, alpha: float, beta: float,
+                attrs: Mapping[str, Any], out: np.ndarray | None) -> np.ndarray:
+    """Gemm's float product by numpy (the reference; ``FloatGemm``)."""
+    return gemm(a, b, c, alpha, beta, out)
+
+
+# How a Gemm kernel computes a float product: ``(a', b', c or None, alpha, beta, attrs, out)``
+# (operands transposed and in the accumulation dtype); see ``FloatMatMul``.
+FloatGemm = Callable[[np.ndarray, np.ndarray, "np.ndarray | None", float, float, Mapping[str, Any],
+                      "np.ndarray | None"], np.ndarray]
+
+
+def _gemm(inputs: Sequence[Any], attrs: Mapping[str, Any], out: np.ndarray | None = None,
+          fg: FloatGemm = _float_gemm) -> np.ndarray:
     """Gemm (spec: Gemm-13): Y = alpha * A' B' + beta * C, C broadcast unidirectionally.
 
     Floats accumulate in ``out`` when it has the accumulation dtype (BLAS writes into it).
@@ -141,21 +200,18 @@ def _gemm(inputs: Sequence[Any], attrs: Mapping[str, Any], out: np.ndarray | Non
             y = y + (c if beta == 1.0 else (c * beta).astype(acc))
         return y
     cc = c if c is not None and beta != 0.0 else None
-    name = attrs.get("_algo")
-    if not name and acc != np.float32:
-        return _nb.gemm(a, b, cc, alpha, beta, out)
-    algo = resolve(name, lambda: GemmSpec("Gemm", a.shape, b.shape, acc.name))
-    return algo.fn(a, b, cc.astype(acc, copy=False) if cc is not None else None, alpha, beta, out)
+    return fg(a, b, cc.astype(acc, copy=False) if cc is not None else None, alpha, beta, attrs, out)
 
 
-def _k_gemm(inputs: Sequence[Any], attrs: Mapping[str, Any]) -> list[np.ndarray]:
+def _k_gemm(inputs: Sequence[Any], attrs: Mapping[str, Any], fg: FloatGemm = _float_gemm) -> list[np.ndarray]:
     """Gemm kernel (see ``_gemm``); narrow floats and ints are cast back to A's dtype."""
-    return [np.asarray(_gemm(inputs, attrs), dtype=inputs[0].dtype)]
+    return [np.asarray(_gemm(inputs, attrs, None, fg), dtype=inputs[0].dtype)]
 
 
-def _out_gemm(inputs: Sequence[Any], attrs: Mapping[str, Any], outs: Sequence[np.ndarray]) -> None:
+def _out_gemm(inputs: Sequence[Any], attrs: Mapping[str, Any], outs: Sequence[np.ndarray],
+              fg: FloatGemm = _float_gemm) -> None:
     """Gemm into a preallocated output."""
-    y = _gemm(inputs, attrs, outs[0])
+    y = _gemm(inputs, attrs, outs[0], fg)
     if y is not outs[0]:
         outs[0][...] = y
 

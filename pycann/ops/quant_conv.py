@@ -15,21 +15,21 @@ the graph proves the quantised activation stays <= 127, see ``providers/torch_in
 ``narrow_w`` (1 when every weight lies in [-64, 64], which also makes the int8 kernel exact).
 
 Kernels: the reference dequantises and runs pycann's float Conv (bit-for-bit what the unfused
-graph computes); the int8 kernel (oneDNN through PyTorch) is taken where it is exact: uint8
+graph computes); the int8 kernel (oneDNN through PyTorch, ``pycann.kernels.quant``) is taken where it is exact: uint8
 activations, 2-D, and a VNNI CPU, ``seven_bit`` or ``narrow_w``. Its int32 accumulation is exact; its float
 epilogue rounds differently from the reference by a few float32 ulps of the result.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 import numpy as np
 
 from pycann.dtypes import TensorDesc
-from pycann.kernels.providers import torch_int8
-from pycann.kernels.providers.array_cache import ArrayCache
+from pycann.ops.array_cache import ArrayCache
+from pycann.ops.fused import _reference_conv_act
 from pycann.ops.nn import conv as conv_mod
 from pycann.ops.opdef import InferContext, OpDef
 
@@ -78,11 +78,6 @@ def quantized_input(x: np.ndarray, attrs: Mapping[str, Any]) -> np.ndarray:
                                int(attrs.get("q_min", -1000)), int(attrs.get("q_max", 1000)))
 
 
-def exact_int8(attrs: Mapping[str, Any]) -> bool:
-    """The int8 kernel is available and exact for this layer: VNNI, 7-bit activations or narrow weights."""
-    return torch_int8.usable(bool(attrs.get("seven_bit", 0)) or bool(attrs.get("narrow_w", 0)))
-
-
 def _check(inputs: Sequence[Any], attrs: Mapping[str, Any]) -> None:
     w = inputs[1]
     m = w.shape[0]
@@ -115,38 +110,30 @@ def _float_weight(w: np.ndarray, ws: np.ndarray) -> np.ndarray:
     return _FLOAT_W.get(w, ws.tobytes(), make)
 
 
-def _reference(xq: np.ndarray, inputs: Sequence[Any], attrs: Mapping[str, Any]) -> np.ndarray:
+# the float Conv a QuantConv falls back to: ``pycann.kernels.conv.conv_act``'s contract
+ConvAct = Callable[..., tuple[np.ndarray, bool]]
+# ``(xq, inputs, attrs) -> y``, or None where the int8 kernel does not apply (``pycann.kernels.quant``)
+Int8Conv = Callable[[np.ndarray, Sequence[Any], Mapping[str, Any]], "np.ndarray | None"]
+
+
+def _reference(xq: np.ndarray, inputs: Sequence[Any], attrs: Mapping[str, Any],
+               conv_act: ConvAct = _reference_conv_act) -> np.ndarray:
     """DequantizeLinear of xq and W, then pycann's float Conv (+ ReLU): the unfused graph's values."""
     w = inputs[1]
     xf = (xq.astype(np.float32) - np.float32(attrs["x_zero_point"])) * np.float32(attrs["x_scale"])
     wf = _float_weight(w, _w_scale(attrs, w.shape[0]))
     b = inputs[2] if len(inputs) > 2 else None
-    return conv_mod.conv_act([xf, wf, b], attrs, None, relu=attrs.get("activation") == "Relu")[0]
+    return conv_act([xf, wf, b], attrs, None, relu=attrs.get("activation") == "Relu")[0]
 
 
-def int8_eligible(x_shape: Sequence[int], attrs: Mapping[str, Any]) -> bool:
-    """The int8 kernel applies: uint8 activations, 2-D conv, explicit symmetric pads, and exact here."""
-    pads = list(attrs.get("pads") or [])
-    if len(x_shape) != 4 or not int(attrs.get("x_unsigned", 1)) or str(attrs.get("auto_pad", "NOTSET")) != "NOTSET":
-        return False
-    if pads and pads[:2] != pads[2:]:
-        return False
-    return exact_int8(attrs)
-
-
-def _k_quant_conv(inputs: Sequence[Any], attrs: Mapping[str, Any]) -> list[np.ndarray]:
+def _k_quant_conv(inputs: Sequence[Any], attrs: Mapping[str, Any], conv_act: ConvAct = _reference_conv_act,
+                  int8: Int8Conv | None = None) -> list[np.ndarray]:
+    """QuantConv: ``int8`` where it applies (the kernels layer's int8 kernel), else the reference
+    computed by ``conv_act``. Raises ValueError on operands that do not match (W, B, w_scale)."""
     _check(inputs, attrs)
-    x, w = inputs[0], inputs[1]
-    xq = quantized_input(x, attrs)
-    if int8_eligible(x.shape, attrs) and not str(attrs.get("_algo") or "").startswith("numpy:"):
-        pads = list(attrs.get("pads") or [0, 0, 0, 0])[:2]
-        stride = list(attrs.get("strides") or [1, 1])
-        dil = list(attrs.get("dilations") or [1, 1])
-        b = inputs[2] if len(inputs) > 2 else None
-        return [torch_int8.qconv2d(xq, float(attrs["x_scale"]), int(attrs["x_zero_point"]), w,
-                                   _w_scale(attrs, w.shape[0]), b, stride, pads, dil, int(attrs.get("group", 1)),
-                                   attrs.get("activation") == "Relu")]
-    return [_reference(xq, inputs, attrs)]
+    xq = quantized_input(inputs[0], attrs)
+    y = int8(xq, inputs, attrs) if int8 is not None else None
+    return [y if y is not None else _reference(xq, inputs, attrs, conv_act)]
 
 
 def _infer_quant_conv(ctx: InferContext) -> list[TensorDesc]:

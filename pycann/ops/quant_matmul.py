@@ -12,15 +12,14 @@ Attributes as ``pycann.QuantConv`` (``x_scale``, ``x_zero_point``, ``x_unsigned`
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 import numpy as np
 
 from pycann.dtypes import TensorDesc
-from pycann.kernels.providers import torch_int8
 from pycann.ops.opdef import InferContext, OpDef
-from pycann.ops.quant_conv import DOMAIN, exact_int8, quantized_input
+from pycann.ops.quant_conv import DOMAIN, quantized_input
 
 _ATTRS: dict[str, Any] = {"x_scale": 1.0, "x_zero_point": 0, "x_unsigned": 1, "w_scale": [], "activation": "",
                           "seven_bit": 0, "q_min": -1000, "q_max": 1000, "narrow_w": 0}
@@ -33,7 +32,14 @@ def _scales(attrs: Mapping[str, Any], n: int) -> np.ndarray:
     return np.full(n, ws[0], np.float32) if ws.size == 1 else ws
 
 
-def _k_quant_matmul(inputs: Sequence[Any], attrs: Mapping[str, Any]) -> list[np.ndarray]:
+# ``(xq, x_scale, x_zero_point, W, w_scales, B, relu, attrs) -> y``, or None where the int8 kernel
+# does not apply (``pycann.kernels.quant``)
+Int8MatMul = Callable[..., "np.ndarray | None"]
+
+
+def _k_quant_matmul(inputs: Sequence[Any], attrs: Mapping[str, Any], int8: Int8MatMul | None = None) -> list[np.ndarray]:
+    """QuantMatMul: ``int8`` where it applies, else dequantise and multiply in float32 (the
+    reference). Raises ValueError on operands that do not match."""
     x, w = inputs[0], inputs[1]
     b = inputs[2] if len(inputs) > 2 else None
     if w.dtype != np.int8 or w.ndim != 2 or x.shape[-1] != w.shape[1]:
@@ -45,8 +51,9 @@ def _k_quant_matmul(inputs: Sequence[Any], attrs: Mapping[str, Any]) -> list[np.
     s, zp, unsigned = float(attrs["x_scale"]), int(attrs["x_zero_point"]), bool(attrs.get("x_unsigned", 1))
     xq = quantized_input(x, attrs)
     relu = attrs.get("activation") == "Relu"
-    if unsigned and exact_int8(attrs):
-        return [torch_int8.qlinear(xq, s, zp, w, ws, b, relu)]
+    y = int8(xq, s, zp, w, ws, b, relu, attrs) if int8 is not None and unsigned else None
+    if y is not None:
+        return [y]
     xf = (xq.astype(np.float32) - np.float32(zp)) * np.float32(s)
     y = np.matmul(xf, (w.astype(np.float32) * ws[:, None]).T)
     if b is not None:

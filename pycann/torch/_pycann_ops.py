@@ -58,10 +58,13 @@ def run(op_type: str, inputs: Sequence[torch.Tensor], attrs: Mapping[str, Any],
     usable = out is not None and out.shape == h.out_shape and out.dtype == h.out_dtype and out.is_contiguous()
     dst = out if usable else torch.empty(h.out_shape, dtype=h.out_dtype)
     assert dst is not None
-    if h.opdef.out_kernel is not None:
-        h.opdef.out_kernel(ins, h.attrs, [dst.numpy()])
+    from pycann.kernels.table import into_kernel, run_kernel
+
+    into = into_kernel(h.opdef)
+    if into is not None:
+        into(ins, h.attrs, [dst.numpy()])
     else:
-        dst.copy_(torch.from_numpy(_contiguous(h.opdef.kernel(ins, h.attrs)[0])))
+        dst.copy_(torch.from_numpy(_contiguous(run_kernel(h.opdef)(ins, h.attrs)[0])))
     return dst if usable or out is None else _into(dst, out)
 
 

@@ -192,7 +192,7 @@ def _dnnl_convs(lm: LoadedModel, feeds: Sequence[np.ndarray]) -> bool:
     or ``onednn:conv_winograd`` for a conv without residual (residual convs stay direct)."""
     plan, _ = lm.executor.plan_for(list(feeds))
     convs = [n for n in plan.nodes if "Conv" in n.op_type]
-    return bool(convs) and all(n.attrs.get("_algo") in ONEDNN_CONVS for n in convs)
+    return bool(convs) and all(str(n.attrs.get("_algo")) in ONEDNN_CONVS for n in convs)
 
 
 def _x(n: int = 1, c: int = C, h: int = H, w: int | None = None) -> np.ndarray:

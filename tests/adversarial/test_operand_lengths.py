@@ -215,11 +215,12 @@ def test_single_op_refuses_bias(op: str, w_shape: tuple[int, ...], m: int, nb: i
 @pytest.mark.parametrize("algo", ["onednn:conv_nhwc", "numpy:im2col_gemm", "numpy:gemm_1x1", "torch:conv2d_nhwc"])
 def test_conv_kernel_refuses_bias_whatever_the_algorithm(algo: str) -> None:
     """The recorded algorithm cannot bypass the check (the oneDNN ones read B by pointer)."""
-    from pycann.ops.nn.conv import conv_act
+    from pycann.kernels.algorithm import BY_KEY
+    from pycann.kernels.conv import conv_act
 
     x, w = _f(1, 4, 6, 6), _f(64, 4, 1, 1)
     with pytest.raises(OperandError, match="input B has 1 elements but must have 64"):
-        conv_act([x, w, _f(1)], {"_algo": algo, "group": 1})
+        conv_act([x, w, _f(1)], {"_algo": BY_KEY[algo], "group": 1})
 
 
 def test_tiny_conv_with_wrong_bias_is_a_clear_error() -> None:

@@ -473,6 +473,7 @@ def test_plans_are_dropped_with_their_model_and_a_new_model_is_right() -> None:
     lm = _load(model)
     for n in (1, 3):
         _check(model, {"x": _f32(n, 64, 16, 16)}, lm, repeat=1)
+    lm.executor.wait_builds()  # a new shape's plan may be built on the builder thread after its call
     assert _live_plans() >= base + 4
     del lm
     gc.collect()

@@ -13,7 +13,9 @@ from pycann.ge.compiler import compile_model
 from pycann.ge.model import LoadedModel
 from pycann.ge.options import CompileOptions
 from pycann.kernels.providers import torch_int8
-from pycann.ops.quant_conv import _k_quant_conv, _reference, int8_eligible, quantize_activation
+from pycann.kernels.quant import int8_eligible
+from pycann.kernels.quant import k_quant_conv as _k_quant_conv
+from pycann.ops.quant_conv import _reference, quantize_activation
 
 RNG = np.random.default_rng(11)
 # every fused layer on the QDQ arithmetic (the default keeps small layers fp32: test_int8_choice.py)

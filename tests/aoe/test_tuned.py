@@ -19,7 +19,7 @@ from tests.aoe.models import conv_model
 
 
 def _algos(cm) -> dict[str, str]:  # noqa: ANN001
-    return {n.name: n.attrs.get("_algo", "") for n in cm.graph.nodes if "_algo" in n.attrs}
+    return {n.name: str(n.attrs.get("_algo", "")) for n in cm.graph.nodes if "_algo" in n.attrs}
 
 
 def test_banked_kernel_choice_wins_over_the_static_table(tmp_path: Path) -> None:
@@ -28,10 +28,10 @@ def test_banked_kernel_choice_wins_over_the_static_table(tmp_path: Path) -> None
     static = _algos(cm)
     ns = next(s for s in node_specs(cm.graph) if s.node.name == next(iter(static)))
     # store a choice the static table does not make (any other exact candidate)
-    other = next(a for a in providers.candidates(ns.spec, approx=ns.approx) if a.name != static[ns.node.name])
-    KnowledgeBank(tmp_path).put(BankRecord(kernel_key(ns.spec, ns.approx), {"algorithm": other.name}, 1.0, 2.0, 3))
+    other = next(a for a in providers.candidates(ns.spec, approx=ns.approx) if a.key != static[ns.node.name])
+    KnowledgeBank(tmp_path).put(BankRecord(kernel_key(ns.spec, ns.approx), {"algorithm": other.key}, 1.0, 2.0, 3))
     tuned = compile_model(conv_model(), CompileOptions(op_bank_path=str(tmp_path)))
-    assert _algos(tuned)[ns.node.name] == other.name
+    assert _algos(tuned)[ns.node.name] == other.key
     assert tuned.graph.metadata["op_bank_path"] == str(tmp_path)  # run-time specialisation reads the same bank
     assert _algos(compile_model(conv_model(), opts)) == static  # tune_bank="off": the static table again
     x = np.random.default_rng(1).standard_normal((1, 8, 16, 16)).astype(np.float32)
@@ -76,7 +76,7 @@ def test_tune_kernel_measures_then_reuses(tmp_path: Path) -> None:
     first = tune_kernel(ns.spec, ns.approx, ns.weight, bank, budget_s=0.01)
     assert not first.from_bank and first.trials == len(providers.candidates(ns.spec, approx=ns.approx)) >= 1
     assert first.cost_us <= first.baseline_us and first.choice["algorithm"] in [
-        a.name for a in providers.candidates(ns.spec, approx=ns.approx)]
+        a.key for a in providers.candidates(ns.spec, approx=ns.approx)]
     second = tune_kernel(ns.spec, ns.approx, ns.weight, bank)
     assert second.from_bank and second.trials == 0 and second.choice == first.choice
 
@@ -97,9 +97,9 @@ def test_executor_reads_the_bank_when_it_specialises(tmp_path: Path) -> None:
     x = np.random.default_rng(2).standard_normal((1, 8, 16, 16)).astype(np.float32)
     static = compile_model(conv_model(), CompileOptions(tune_bank="off"))
     ns = next(s for s in node_specs(static.graph) if s.node.name in _algos(static))
-    other = next(a for a in providers.candidates(ns.spec, approx=ns.approx) if a.name != _algos(static)[ns.node.name])
-    KnowledgeBank(tmp_path).put(BankRecord(kernel_key(ns.spec, ns.approx), {"algorithm": other.name}, 1.0, 2.0, 3))
+    other = next(a for a in providers.candidates(ns.spec, approx=ns.approx) if a.key != _algos(static)[ns.node.name])
+    KnowledgeBank(tmp_path).put(BankRecord(kernel_key(ns.spec, ns.approx), {"algorithm": other.key}, 1.0, 2.0, 3))
     lm = LoadedModel.from_compiled(compile_model(m, CompileOptions(op_bank_path=str(tmp_path))))
     plan, _ = lm.executor.plan_for([x])
-    assert {n.name: n.attrs.get("_algo") for n in plan.nodes}[ns.node.name] == other.name
+    assert {n.name: str(n.attrs.get("_algo")) for n in plan.nodes}[ns.node.name] == other.key
     np.testing.assert_allclose(lm.run([x])[0], LoadedModel.from_compiled(static).run([x])[0], rtol=1e-4, atol=1e-4)

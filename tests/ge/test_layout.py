@@ -18,6 +18,7 @@ from pycann.ge.options import CompileOptions
 from pycann.ge.passes import select_layout
 from pycann.ge.passes.base import PassContext
 from pycann.kernels import providers
+from pycann.kernels.algorithm import BY_KEY
 from pycann.ops.nn.spatial import empty_like_layout
 from pycann.ops.registry import lookup
 from tests.ops.oracle import run_ort
@@ -99,7 +100,7 @@ def test_conv_chain_runs_nhwc_and_matches_ort(conv_provider: str) -> None:
     lines: list[str] = []
     cm = compile_model(m, log=lines.append)
     convs = [n for n in cm.graph.nodes if "Conv" in n.op_type]
-    assert convs and all(n.attrs.get("_layout") == "NHWC" and n.attrs["_algo"] in NHWC_CONV for n in convs)
+    assert convs and all(n.attrs.get("_layout") == "NHWC" and str(n.attrs["_algo"]) in NHWC_CONV for n in convs)
     pool = next(n for n in cm.graph.nodes if n.op_type == "MaxPool")
     assert pool.attrs.get("_layout") == "NHWC"  # the chain runs through the pooling
     gap = next(n for n in cm.graph.nodes if n.op_type == "GlobalAveragePool")
@@ -172,7 +173,7 @@ def test_chain_with_too_many_boundaries_stays_nchw(monkeypatch: pytest.MonkeyPat
     lines: list[str] = []
     cm = compile_model(m, log=lines.append)
     conv = next(n for n in cm.graph.nodes if n.op_type == "Conv")
-    assert "_layout" not in conv.attrs and conv.attrs["_algo"] == "torch:conv2d_packed"
+    assert "_layout" not in conv.attrs and str(conv.attrs["_algo"]) == "torch:conv2d_packed"
     text = "\n".join(ln for ln in lines if "[LayoutSelection]" in ln)
     assert "0/1 conv chains NHWC" in text
     assert "not applied: chain of 1 convs stays NCHW: 1 entries + 3 boundaries > 2 x 1 convs" in text
@@ -289,7 +290,7 @@ def test_prepared_onednn_conv_equals_the_generic_kernel(act: str, residual: bool
     z = _f32(1, 32, 20, 20)
     attrs = lookup("FusedConv", "pycann", 1).with_defaults(
         {"pads": [1, 1, 1, 1], "activation": act, "act_alpha": 0.2 if act == "HardSigmoid" else 0.0,
-         "act_beta": 0.5 if act == "HardSigmoid" else 0.0, "_algo": "torch:conv2d_nhwc"})
+         "act_beta": 0.5 if act == "HardSigmoid" else 0.0, "_algo": BY_KEY["torch:conv2d_nhwc"]})
     descs = [TensorDesc(1, x.shape), TensorDesc(1, w.shape), TensorDesc(1, b.shape)] + \
         ([TensorDesc(1, z.shape)] if residual else [])
     consts = [None, w, b] + ([None] if residual else [])

@@ -8,6 +8,7 @@ import numpy as np
 import pytest
 
 from pycann.dtypes import TensorDesc
+from pycann.kernels.algorithm import BY_KEY
 from pycann.kernels.bind import PREPARE
 from pycann.ops.registry import lookup
 
@@ -92,7 +93,7 @@ def test_prepared_lstm_declines_other_variants() -> None:
 
 def _fused_matmul_case(act: str) -> tuple[Any, dict[str, Any], list[np.ndarray]]:
     op = lookup("FusedMatMul", "pycann", 1)
-    a = op.with_defaults({"activation": act, "_algo": "onednn:matmul"})
+    a = op.with_defaults({"activation": act, "_algo": BY_KEY["onednn:matmul"]})
     x = RNG.standard_normal((1, 64, 128)).astype(np.float32)  # 2 MFLOP: above onednn_matmul.SMALL_FLOPS
     w = (RNG.standard_normal((128, 128)) / 11).astype(np.float32)
     b = RNG.standard_normal((128,)).astype(np.float32)

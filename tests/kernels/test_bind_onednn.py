@@ -12,6 +12,7 @@ import pytest
 from pycann.dtypes import TensorDesc
 from pycann.kernels import bind_onednn as prepared_onednn
 from pycann.kernels import providers
+from pycann.kernels.algorithm import BY_KEY
 from pycann.kernels.bind import PREPARE
 from pycann.ops.nn.norm import _k_layer_norm
 from pycann.ops.nn.pool import _k_average_pool, _k_max_pool
@@ -338,7 +339,7 @@ def test_gemm_with_constant_b_matches_generic(trans_b: int, beta: float, c_shape
     a = RNG.standard_normal((4, 512)).astype(np.float32)
     b = RNG.standard_normal((1000, 512) if trans_b else (512, 1000)).astype(np.float32)
     c = None if c_shape is None else RNG.standard_normal(c_shape).astype(np.float32)
-    attrs = {"transA": 0, "transB": trans_b, "alpha": 1.0, "beta": beta, "_algo": "onednn:gemm"}
+    attrs = {"transA": 0, "transB": trans_b, "alpha": 1.0, "beta": beta, "_algo": BY_KEY["onednn:gemm"]}
     k = _prep(("", "Gemm"), attrs, [a.shape, b.shape, None if c is None else c.shape], [None, b, c], (4, 1000))
     assert k is not None and k.openmp
     ins = [a, b] + ([c] if c is not None else [])
@@ -347,9 +348,9 @@ def test_gemm_with_constant_b_matches_generic(trans_b: int, beta: float, c_shape
 
 def test_gemm_declines_what_it_does_not_bind() -> None:
     b = RNG.standard_normal((64, 32)).astype(np.float32)
-    base = {"transA": 0, "transB": 0, "alpha": 1.0, "beta": 1.0, "_algo": "onednn:gemm"}
+    base = {"transA": 0, "transB": 0, "alpha": 1.0, "beta": 1.0, "_algo": BY_KEY["onednn:gemm"]}
     full_c = RNG.standard_normal((128, 32)).astype(np.float32)
     for attrs, c, c_shape in (({**base, "transA": 1}, None, None), ({**base, "alpha": 2.0}, None, None),
-                              (base, full_c, (128, 32)), (base, None, (32,)), ({**base, "_algo": "numpy:gemm"}, None, None)):
+                              (base, full_c, (128, 32)), (base, None, (32,)), ({**base, "_algo": BY_KEY["numpy:gemm"]}, None, None)):
         assert _prep(("", "Gemm"), attrs, [(128, 64) if not attrs["transA"] else (64, 128), b.shape, c_shape],
                      [None, b, c], (128, 32)) is None

@@ -11,6 +11,7 @@ import numpy as np
 import pytest
 
 from pycann.dtypes import TensorDesc
+from pycann.kernels.algorithm import BY_KEY
 from pycann.kernels.bind import PREPARE
 from pycann.ops import fused
 from pycann.ops.nn.conv import conv_window
@@ -312,7 +313,7 @@ def test_prepared_small_conv_bit_identical(xs: tuple[int, ...], ws: tuple[int, .
     spatial = len(xs) - 2
     attrs = op.with_defaults({"kernel_shape": list(ws[2:]), "pads": [0] * 2 * spatial, "strides": [1] * spatial,
                               "dilations": [1] * spatial, "group": 1, "activation": act,
-                              "act_alpha": 0.1 if act == "LeakyRelu" else 0.0, "_algo": "numpy:im2col_gemm", **extra})
+                              "act_alpha": 0.1 if act == "LeakyRelu" else 0.0, "_algo": BY_KEY["numpy:im2col_gemm"], **extra})
     x = _specials(xs)
     w = RNG.standard_normal(ws).astype(np.float32)
     b = RNG.standard_normal(ws[0]).astype(np.float32) if bias else None
@@ -337,7 +338,7 @@ def test_prepared_small_conv_concurrent_runs() -> None:
     xs, ws = (1, 129, 4), (128, 129, 3)
     op = lookup("FusedConv", "pycann", 1)
     attrs = op.with_defaults({"kernel_shape": [3], "pads": [1, 1], "strides": [1], "dilations": [1],
-                              "activation": "Relu", "_algo": "numpy:im2col_gemm"})
+                              "activation": "Relu", "_algo": BY_KEY["numpy:im2col_gemm"]})
     w = RNG.standard_normal(ws).astype(np.float32)
     kernel = PREPARE[("pycann", "FusedConv")](attrs, [_desc(np.zeros(xs, np.float32)), _desc(w)], [None, w],
                                               [None])

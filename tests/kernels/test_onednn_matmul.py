@@ -287,4 +287,4 @@ def test_algorithms_registered() -> None:
     assert mm.supports(GemmSpec("MatMul", (128, 768), (768, 768)))
     assert not mm.supports(GemmSpec("MatMul", (128, 768), (768, 768), "float64"))
     assert gm.supports(GemmSpec("Gemm", (1, 2048), (1000, 2048), trans_b=True))
-    assert "onednn:matmul" in [c.name for c in candidates(GemmSpec("MatMul", (128, 768), (768, 768)))]
+    assert "onednn:matmul" in [c.key for c in candidates(GemmSpec("MatMul", (128, 768), (768, 768)))]

@@ -238,9 +238,9 @@ def test_implmode_options(mode: str, types: list[str], want: str) -> None:
 def test_run_time_choice_without_a_recorded_algorithm_is_exact() -> None:
     """Dynamic shapes chosen at run time (no ``_algo``), single ops: never the approximate algorithm."""
     spec = providers.conv_spec("Conv", (1, 64, 16, 16), (64, 64, 3, 3), {"pads": [1, 1, 1, 1]})
-    assert providers.select(spec).name == "onednn:conv_nhwc"
-    assert providers.select(spec, approx=True).name == "onednn:conv_winograd"
-    assert providers.resolve(None, lambda: spec).name == "onednn:conv_nhwc"
+    assert providers.select(spec).key == "onednn:conv_nhwc"
+    assert providers.select(spec, approx=True).key == "onednn:conv_winograd"
+    assert providers.resolve(None, lambda: spec).key == "onednn:conv_nhwc"
 
 
 def test_atc_option_and_its_validation(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:

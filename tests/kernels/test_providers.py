@@ -17,7 +17,9 @@ from pycann.ge.om import dumps_om, loads_om
 from pycann.ge.passes import select_kernels
 from pycann.ge.passes.base import PassContext
 from pycann.kernels import providers
+from pycann.kernels.algorithm import BY_KEY, parse
 from pycann.kernels.providers import ConvSpec, GemmSpec, numpy_blas
+from pycann.kernels.table import into_kernel, run_kernel
 from pycann.ops.registry import lookup
 from tests.ops.oracle import run_ort, single_node_model
 
@@ -88,18 +90,19 @@ def _ort(op: str, ins: list[np.ndarray], attrs: dict, opset: int = 17) -> np.nda
 
 
 def _algos(op: str, spec: Any) -> list[str]:
-    return [a.name for a in providers.candidates(spec) if a.op_type == op]
+    return [a.key for a in providers.candidates(spec) if a.op_type == op]
 
 
 def _run_kernel(op: str, ins: list[np.ndarray], attrs: dict, algo: str, arena: bool) -> np.ndarray:
     opdef = lookup(op, "", 17)
-    a = opdef.with_defaults({**attrs, "_algo": algo})
+    a = opdef.with_defaults({**attrs, "_algo": parse(algo)})  # (an unknown name: None, the static choice)
     if not arena:
-        return opdef.kernel(ins, a)[0]
-    want = opdef.kernel(ins, opdef.with_defaults(attrs))[0]
+        return run_kernel(opdef)(ins, a)[0]  # type: ignore[no-any-return]
+    want = run_kernel(opdef)(ins, opdef.with_defaults(attrs))[0]
     out = np.full(want.shape, np.nan, want.dtype)
-    assert opdef.out_kernel is not None
-    opdef.out_kernel(ins, a, [out])
+    into = into_kernel(opdef)
+    assert into is not None
+    into(ins, a, [out])
     return out
 
 
@@ -120,7 +123,7 @@ def test_conv_algorithms_match_ort(xs: tuple, ws: tuple, attrs: dict, bias: bool
 @pytest.mark.parametrize("xs,ws,attrs,bias", CONV_CASES[:8])
 def test_torch_conv_epilogue(xs: tuple, ws: tuple, attrs: dict, bias: bool) -> None:
     """Residual add and relu applied by torch while copying out equal the numpy epilogue."""
-    from pycann.ops.nn.conv import _conv
+    from pycann.kernels.conv import conv as _conv
 
     ins = _conv_inputs(xs, ws, bias)
     base = lookup("Conv", "", 17)
@@ -132,7 +135,7 @@ def test_torch_conv_epilogue(xs: tuple, ws: tuple, attrs: dict, bias: bool) -> N
         if len(xs) != 4:
             continue
         for out in (np.empty_like(plain), None):
-            got = _conv(ins, {**a, "_algo": name}, out, residual=z, relu=True)
+            got = _conv(ins, {**a, "_algo": BY_KEY[name]}, out, residual=z, relu=True)
             np.testing.assert_allclose(got, want, rtol=RTOL, atol=ATOL, err_msg=name)
 
 
@@ -146,11 +149,11 @@ def _channels_last(a: np.ndarray) -> np.ndarray:
 def test_conv_nhwc_reads_and_writes_channels_last(xs: tuple, ws: tuple, attrs: dict, bias: bool) -> None:
     """torch:conv2d_nhwc on a channels-last input: ORT's values, result stored channels-last
     (or, for shapes it delegates, C-order), a residual in either layout, broadcasting residual."""
-    from pycann.ops.nn.conv import _conv
+    from pycann.kernels.conv import conv as _conv
 
     ins = _conv_inputs(xs, ws, bias)
     ref = _ort("Conv", ins, attrs)
-    a = lookup("Conv", "", 17).with_defaults({**attrs, "_algo": "torch:conv2d_nhwc"})
+    a = lookup("Conv", "", 17).with_defaults({**attrs, "_algo": BY_KEY["torch:conv2d_nhwc"]})
     got = _conv([_channels_last(ins[0]), *ins[1:]], a)
     np.testing.assert_allclose(got, ref, rtol=RTOL, atol=ATOL)
     spec = providers.conv_spec("Conv", xs, ws, attrs)
@@ -223,8 +226,8 @@ def test_fallback_when_torch_is_unavailable(monkeypatch: pytest.MonkeyPatch, cap
             np.testing.assert_allclose(got, ref, rtol=RTOL, atol=ATOL)
     assert sum("torch:conv2d" in r.getMessage() for r in caplog.records) == 1  # logged once
     # the static default without torch: oneDNN's C API where its wheel is installed, else numpy
-    want = ("onednn", "conv_nhwc") if providers.available("onednn") else ("numpy", "im2col_gemm")
-    assert providers.choose("Conv", [xs, ws], attrs) == want
+    want = "onednn:conv_nhwc" if providers.available("onednn") else "numpy:im2col_gemm"
+    assert providers.choose("Conv", [xs, ws], attrs).key == want
 
 
 def test_providers_env_restricts(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -233,7 +236,7 @@ def test_providers_env_restricts(monkeypatch: pytest.MonkeyPatch) -> None:
     assert providers.available("numpy") and not providers.available("torch")
     assert not providers.available("no-such-provider")
     spec = providers.conv_spec("Conv", (1, 16, 20, 20), (16, 1, 3, 3), {"group": 16, "pads": [1, 1, 1, 1]})
-    assert providers.select(spec).name == "numpy:depthwise"
+    assert providers.select(spec).key == "numpy:depthwise"
 
 
 # ---------------------------------------------------------------- selection table
@@ -266,28 +269,28 @@ def test_shape_classes() -> None:
 def test_static_choice_without_torch(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("PYCANN_PROVIDERS", "numpy")
     providers.reset()
-    assert providers.choose("Conv", [(1, 16, 20, 20), (16, 1, 3, 3)], {"group": 16}) == ("numpy", "depthwise")
-    assert providers.choose("Conv", [(1, 64, 56, 56), (256, 64, 1, 1)], {}) == ("numpy", "gemm_1x1")
-    assert providers.choose("Conv", [(1, 3, 224, 224), (64, 3, 7, 7)], {"pads": [3] * 4}) == ("numpy", "im2col_gemm")
-    assert providers.choose("ConvTranspose", [(1, 8, 5, 5), (8, 4, 2, 2)], {"strides": [2, 2]}) == ("numpy", "col2im")
+    assert providers.choose("Conv", [(1, 16, 20, 20), (16, 1, 3, 3)], {"group": 16}).key == "numpy:depthwise"
+    assert providers.choose("Conv", [(1, 64, 56, 56), (256, 64, 1, 1)], {}).key == "numpy:gemm_1x1"
+    assert providers.choose("Conv", [(1, 3, 224, 224), (64, 3, 7, 7)], {"pads": [3] * 4}).key == "numpy:im2col_gemm"
+    assert providers.choose("ConvTranspose", [(1, 8, 5, 5), (8, 4, 2, 2)], {"strides": [2, 2]}).key == "numpy:col2im"
 
 
 @needs_torch
 def test_static_choice_with_torch(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("PYCANN_PROVIDERS", "numpy,torch")
     providers.reset()
-    assert providers.choose("Conv", [(1, 16, 20, 20), (16, 1, 3, 3)], {"group": 16}) == ("numpy", "depthwise")  # tiny
-    assert providers.choose("Conv", [(1, 96, 80, 80), (96, 1, 3, 3)], {"group": 96}) == ("torch", "conv2d_nhwc")
-    assert providers.choose("Conv", [(1, 64, 56, 56), (256, 64, 1, 1)], {}) == ("torch", "conv2d_nhwc")
-    assert providers.choose("Conv", [(1, 3, 224, 224), (64, 3, 7, 7)], {"pads": [3] * 4}) == ("torch", "conv2d_nhwc")
+    assert providers.choose("Conv", [(1, 16, 20, 20), (16, 1, 3, 3)], {"group": 16}).key == "numpy:depthwise"  # tiny
+    assert providers.choose("Conv", [(1, 96, 80, 80), (96, 1, 3, 3)], {"group": 96}).key == "torch:conv2d_nhwc"
+    assert providers.choose("Conv", [(1, 64, 56, 56), (256, 64, 1, 1)], {}).key == "torch:conv2d_nhwc"
+    assert providers.choose("Conv", [(1, 3, 224, 224), (64, 3, 7, 7)], {"pads": [3] * 4}).key == "torch:conv2d_nhwc"
     # asymmetric pads: the channels-last prepacked call cannot express them
-    assert providers.choose("Conv", [(1, 3, 64, 64), (16, 3, 3, 3)], {"pads": [0, 0, 1, 1]}) == ("torch", "conv2d")
-    assert providers.choose("Conv", [(1, 512, 7, 7), (512, 512, 3, 3)], {"pads": [1] * 4})[0] == "torch"
-    assert providers.choose("Conv", [(1, 3, 9, 8), (4, 3, 3, 3)], {}, dtype="float64") == ("numpy", "im2col_gemm")
-    assert providers.choose("Conv", [(1, 3, 90, 80), (8, 3, 3, 3)], {}, dtype="float16") == ("torch", "conv2d_nhwc")
-    assert providers.choose("ConvTranspose", [(1, 8, 5, 5), (8, 4, 2, 2)], {"strides": [2, 2]}) == (
-        "torch", "conv_transpose_nhwc")
-    assert providers.choose("ConvTranspose", [(1, 8, 5), (8, 4, 2)], {"strides": [2]}) == ("torch", "conv_transpose")
+    assert providers.choose("Conv", [(1, 3, 64, 64), (16, 3, 3, 3)], {"pads": [0, 0, 1, 1]}).key == "torch:conv2d"
+    assert providers.choose("Conv", [(1, 512, 7, 7), (512, 512, 3, 3)], {"pads": [1] * 4}).provider == "torch"
+    assert providers.choose("Conv", [(1, 3, 9, 8), (4, 3, 3, 3)], {}, dtype="float64").key == "numpy:im2col_gemm"
+    assert providers.choose("Conv", [(1, 3, 90, 80), (8, 3, 3, 3)], {}, dtype="float16").key == "torch:conv2d_nhwc"
+    assert providers.choose("ConvTranspose", [(1, 8, 5, 5), (8, 4, 2, 2)], {"strides": [2, 2]}).key == \
+        "torch:conv_transpose_nhwc"
+    assert providers.choose("ConvTranspose", [(1, 8, 5), (8, 4, 2)], {"strides": [2]}).key == "torch:conv_transpose"
 
 
 @pytest.mark.parametrize("op,shapes,attrs", [
@@ -299,15 +302,15 @@ def test_gemm_static_choice(op: str, shapes: list, attrs: dict) -> None:
     under GEMM_TINY_FLOPS always to numpy (oneDNN would hand them over anyway)."""
     tiny = providers.make_spec(op, [tuple(s) for s in shapes], attrs).flops < providers.GEMM_TINY_FLOPS
     want = "onednn" if providers.available("onednn") and not tiny else "numpy"
-    assert providers.choose(op, shapes, attrs)[0] == want
-    assert providers.choose(op, shapes, attrs, dtype="float64")[0] == "numpy"
+    assert providers.choose(op, shapes, attrs).provider == want
+    assert providers.choose(op, shapes, attrs, dtype="float64").provider == "numpy"
 
 
 def test_measured_mode_picks_a_candidate_and_caches() -> None:
     spec = _spec((1, 8, 12, 12), (8, 1, 3, 3), {"group": 8, "pads": [1] * 4})
     cands = providers.candidates(spec)
     best, times = providers.measure(spec, cands, budget_s=0.001)
-    assert best in cands and sorted(times) == times and {n for _, n in times} == {a.name for a in cands}
+    assert best in cands and sorted(times) == times and {n for _, n in times} == {a.algo for a in cands}
     assert providers.measure(spec, cands)[1] is times  # cached per spec
     assert providers.choose("Conv", [spec.x_shape, spec.w_shape], {"group": 8, "pads": [1] * 4}, mode="measure")
 
@@ -367,7 +370,7 @@ def test_pass_records_algo_in_om(tmp_path: Any) -> None:
         assert res.changed and "Conv" in res.report
     algos = {n.name: n.attrs["_algo"] for n in cm.graph.nodes if "_algo" in n.attrs}
     assert len(algos) >= 3  # two convs (possibly fused) and the MatMul
-    assert len({a.split(":")[0] for a in algos.values()}) == 1  # one thread pool
+    assert len({a.provider for a in algos.values()}) == 1  # one thread pool
     back = loads_om(dumps_om(cm.graph, cm.manifest)).graph
     assert {n.name: n.attrs["_algo"] for n in back.nodes if "_algo" in n.attrs} == algos
     path = tmp_path / "tiny.om"
@@ -396,7 +399,7 @@ def test_pass_does_not_mutate_shared_attrs() -> None:
 
     g.descs["x"] = TensorDesc(1, (1, 3, 8, 8))
     choices, _, _, changed = select_kernels.select_graph(g)
-    assert changed == 1 and "_algo" not in attrs and g.nodes[0].attrs["_algo"] == choices[0][3].name
+    assert changed == 1 and "_algo" not in attrs and g.nodes[0].attrs["_algo"] == choices[0][3].algo
 
 
 @needs_torch
@@ -416,14 +419,14 @@ def test_one_pool_rule_moves_the_minority(monkeypatch: pytest.MonkeyPatch) -> No
     choices, _, moved, _ = select_kernels.select_graph(g)
     assert moved == 1 and {c[3].provider for c in choices} == {"torch"}
     choices, _, moved, _ = select_kernels.select_graph(g, single_pool=False)
-    assert moved == 0 and {c[3].name for c in choices} == {"torch:conv2d_nhwc", "numpy:gemm"}
+    assert moved == 0 and {c[3].key for c in choices} == {"torch:conv2d_nhwc", "numpy:gemm"}
     assert "Gemm x1: numpy:gemm 1" in select_kernels.summarize(choices, select_kernels.Counter())
 
 
 @needs_torch
 def test_arena_ok() -> None:
-    assert not providers.arena_ok("torch:conv2d")
-    assert providers.arena_ok("numpy:im2col_gemm") and providers.arena_ok(None) and providers.arena_ok("x:y")
+    assert not providers.arena_ok(BY_KEY["torch:conv2d"])
+    assert providers.arena_ok(BY_KEY["numpy:im2col_gemm"]) and providers.arena_ok(None) and providers.arena_ok(parse("x:y"))
 
 
 def test_blas_single_thread_limits_openblas_inside_the_context() -> None:
@@ -437,8 +440,8 @@ def test_blas_single_thread_limits_openblas_inside_the_context() -> None:
         inside = [i["num_threads"] for i in threadpoolctl.threadpool_info()
                   if i["user_api"] == "blas" and "numpy" in str(i.get("filepath", ""))]
     assert inside and all(n == 1 for n in inside)
-    assert providers.uses_torch(["numpy:matmul", None, "torch:conv2d"])
-    assert not providers.uses_torch(["numpy:matmul", None])
+    assert providers.uses_torch([BY_KEY["numpy:matmul"], None, BY_KEY["torch:conv2d"]])
+    assert not providers.uses_torch([BY_KEY["numpy:matmul"], None])
 
 
 @needs_torch
@@ -458,8 +461,8 @@ def test_fused_conv_activation_post_ops_match_numpy(act: str, alpha: float, beta
     z = _r(1, 24, 12, 12, seed=9) if residual else None
     attrs = {"pads": [1, 1, 1, 1], "activation": act, "act_alpha": alpha, "act_beta": beta}
     ins = [x, w, b] + ([z] if residual else [])
-    want = fused.kernel(ins, fused.with_defaults({**attrs, "_algo": "numpy:im2col_gemm"}))[0]
-    got = fused.kernel(ins, fused.with_defaults({**attrs, "_algo": "torch:conv2d_nhwc"}))[0]
+    want = run_kernel(fused)(ins, fused.with_defaults({**attrs, "_algo": BY_KEY["numpy:im2col_gemm"]}))[0]
+    got = run_kernel(fused)(ins, fused.with_defaults({**attrs, "_algo": BY_KEY["torch:conv2d_nhwc"]}))[0]
     np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4)
     mapped = torch_onednn.onednn_unary(act, alpha, beta)
     assert (mapped is None) == ((act, alpha) == ("HardSigmoid", 0.2) or (act, alpha) == ("Clip", float("-inf")))
@@ -474,14 +477,14 @@ def _has_onednn() -> bool:
 @pytest.mark.skipif(not _has_onednn(), reason="onednn-cpu-gomp (optional provider) not installed")
 def test_static_choice_prefers_onednn_and_keeps_torch_unloaded() -> None:
     """With libdnnl present, convs go to the oneDNN C API (no torch import: ~14 MB, not ~180)."""
-    assert providers.choose("Conv", [(1, 96, 80, 80), (96, 1, 3, 3)], {"group": 96}) == ("onednn", "conv_nhwc")
-    assert providers.choose("Conv", [(1, 3, 64, 64), (16, 3, 3, 3)], {"pads": [0, 0, 1, 1]}) == ("onednn", "conv_nhwc")
-    assert providers.choose("Conv", [(1, 16, 20, 20), (16, 1, 3, 3)], {"group": 16}) == ("numpy", "depthwise")  # tiny
-    assert providers.choose("ConvTranspose", [(1, 8, 5, 5), (8, 4, 2, 2)], {"strides": [2, 2]}) == (
-        "onednn", "conv_transpose_nhwc")
-    assert providers.choose("MatMul", [(128, 768), (768, 768)], {}) == ("onednn", "matmul")
-    assert providers.choose("Gemm", [(1, 2048), (1000, 2048)], {"transB": 1}) == ("onednn", "gemm")
-    assert providers.uses_openmp(["onednn:conv_nhwc"]) and not providers.uses_openmp(["numpy:gemm", None])
+    assert providers.choose("Conv", [(1, 96, 80, 80), (96, 1, 3, 3)], {"group": 96}).key == "onednn:conv_nhwc"
+    assert providers.choose("Conv", [(1, 3, 64, 64), (16, 3, 3, 3)], {"pads": [0, 0, 1, 1]}).key == "onednn:conv_nhwc"
+    assert providers.choose("Conv", [(1, 16, 20, 20), (16, 1, 3, 3)], {"group": 16}).key == "numpy:depthwise"  # tiny
+    assert providers.choose("ConvTranspose", [(1, 8, 5, 5), (8, 4, 2, 2)], {"strides": [2, 2]}).key == \
+        "onednn:conv_transpose_nhwc"
+    assert providers.choose("MatMul", [(128, 768), (768, 768)], {}).key == "onednn:matmul"
+    assert providers.choose("Gemm", [(1, 2048), (1000, 2048)], {"transB": 1}).key == "onednn:gemm"
+    assert providers.uses_openmp([BY_KEY["onednn:conv_nhwc"]]) and not providers.uses_openmp([BY_KEY["numpy:gemm"], None])
 
 
 @pytest.mark.parametrize("avx512, want", [(False, "skinny"), (True, "any")])
@@ -495,7 +498,7 @@ def test_skinny_gemm_class_depends_on_avx512(monkeypatch: pytest.MonkeyPatch, av
     assert providers.shape_class(GemmSpec("MatMul", (65, 768), (768, 768))) == "any"
     assert providers.shape_class(GemmSpec("MatMul", (12, 4, 64), (12, 64, 512))) == "any"  # B is batched
     spec = GemmSpec("MatMul", (4, 1, 768), (768, 3072))
-    assert providers.select(spec).name == ("numpy:matmul" if not avx512 else
+    assert providers.select(spec).key == ("numpy:matmul" if not avx512 else
                                            "onednn:matmul" if providers.available("onednn") else "numpy:matmul")
 
 

@@ -53,7 +53,7 @@ def test_loading_a_conv_model_with_onednn_does_not_import_torch(tmp_path: object
         from pycann.ge.compiler import compile_model
         from pycann.ge.model import LoadedModel
         cm = compile_model(m)
-        algos = [n.attrs.get("_algo") for n in cm.graph.nodes]
+        algos = [str(n.attrs.get("_algo")) for n in cm.graph.nodes]
         LoadedModel.from_compiled(cm).run([np.ones((1, 16, 32, 32), np.float32)])
         print(algos, "torch" in sys.modules)
     """)

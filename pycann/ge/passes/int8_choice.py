@@ -35,7 +35,7 @@ import numpy as np
 
 from pycann.dtypes import TensorDesc
 from pycann.ge.ir import Node
-from pycann.ops.quant_conv import exact_int8
+from pycann.kernels.quant import exact_int8
 
 MIN_MACS_PER_ELEMENT = 32.0
 MIN_MACS = 16e6

@@ -1,6 +1,7 @@
 """KernelSelection: pick the kernel provider algorithm of every Conv, ConvTranspose, MatMul and
 Gemm node (and FusedConv) whose input shapes are static, and record it in the node attribute
-``_algo`` (``"torch:conv2d"``, ``"numpy:depthwise"``, ...), which the .om keeps.
+``_algo`` (a ``pycann.kernels.algorithm.Algorithm``), which the .om keeps as its key
+(``"torch:conv2d"``, ``"numpy:depthwise"``, ...).
 
 Mode: ``ctx.options["kernel_selection"]``, else the environment variable
 ``PYCANN_KERNEL_SELECTION``: ``static`` (default: ``pycann.kernels.providers.STATIC_TABLE``),
@@ -35,7 +36,8 @@ from pycann.dtypes import to_numpy
 from pycann.ge.ir import Graph, Node
 from pycann.ge.passes.base import PassContext, PassResult
 from pycann.ge.tuned import tuned_algorithm
-from pycann.kernels.providers import Algorithm, ConvSpec, OpSpec, candidates, make_spec, select
+from pycann.kernels.algorithm import ONEDNN_CONV_WINOGRAD, Packing
+from pycann.kernels.providers import ConvSpec, Implementation, OpSpec, candidates, make_spec, select
 from pycann.ops.fused import post_affine
 
 name = "KernelSelection"
@@ -51,10 +53,7 @@ TARGETS: dict[tuple[str, str], str] = {
     ("pycann", "FusedMatMul"): "MatMul",
 }
 MODES = ("static", "measure", "off")
-# algorithms that prepack the weight once (cached per weight array)
-PACKED = ("_packed", "_nhwc")
-
-Choice = tuple[Node, str, OpSpec, Algorithm]
+Choice = tuple[Node, str, OpSpec, Implementation]
 
 
 def _static_shape(g: Graph, value: str) -> tuple[tuple[int, ...], str] | None:
@@ -141,9 +140,9 @@ def _collect(g: Graph, mode: str, out: list[Choice], skipped: Counter[str]) -> N
         spec, w = ns.spec, ns.weight
         # a choice tuned by aoe (knowledge bank, pycann/ge/tuned.py) wins: it is not measured again
         algo = tuned_algorithm(spec, ns.approx, meta) or select(spec, mode, w, ns.approx)
-        if algo.name.endswith(PACKED) and (w is None or w.dtype.name != spec.dtype):
+        if algo.algo.packing is Packing.PACKED and (w is None or w.dtype.name != spec.dtype):
             # a prepacked weight is cached per weight array: only for constant, compute-dtype weights
-            algo = next(a for a in candidates(spec, {algo.provider, "numpy"}) if not a.name.endswith(PACKED))
+            algo = next(a for a in candidates(spec, {algo.provider, "numpy"}) if a.algo.packing is not Packing.PACKED)
         out.append((ns.node, ns.node.op_type, spec, algo))
 
 
@@ -181,8 +180,8 @@ def select_graph(g: Graph, mode: str = "static", single_pool: bool = True) -> tu
     moved = one_pool(choices) if single_pool else 0
     changed = 0
     for n, _, _, algo in choices:
-        if n.attrs.get("_algo") != algo.name:
-            n.attrs = {**n.attrs, "_algo": algo.name}
+        if n.attrs.get("_algo") != algo.algo:
+            n.attrs = {**n.attrs, "_algo": algo.algo}
             changed += 1
     return choices, skipped, moved, changed
 
@@ -191,7 +190,7 @@ def summarize(choices: list[Choice], skipped: Counter[str], moved: int = 0) -> s
     """``Conv x53: torch:conv2d 50, numpy:depthwise 3; Gemm x1: numpy:gemm 1``."""
     by_op: dict[str, Counter[str]] = {}
     for _, op, _, algo in choices:
-        by_op.setdefault(op, Counter())[algo.name] += 1
+        by_op.setdefault(op, Counter())[algo.key] += 1
     parts = [
         f"{op} x{sum(c.values())}: " + ", ".join(f"{k} {v}" for k, v in c.most_common())
         for op, c in sorted(by_op.items())
@@ -229,7 +228,7 @@ def _provider_note(choices: list[Choice]) -> str:
 
 def _winograd_note(graph: Graph, choices: list[Choice]) -> str:
     """Why no conv took Winograd when some 3x3 conv could have: the implmode, or the missing library."""
-    if any(algo.name == "onednn:conv_winograd" for *_, algo in choices):
+    if any(algo.algo == ONEDNN_CONV_WINOGRAD for *_, algo in choices):
         return ""
     from pycann.kernels.providers import onednn_wino
 

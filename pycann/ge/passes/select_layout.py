@@ -1,7 +1,7 @@
 """LayoutSelection: choose NHWC (channels-last) or NCHW per conv chain, after KernelSelection.
 
 A *chain* is a connected set of rank-4 tensors produced by oneDNN convolutions
-(``_algo`` ``torch:conv2d_nhwc`` / ``torch:conv_transpose_nhwc``) and by the layout-agnostic
+(``Algorithm.layout`` NHWC: ``onednn:conv_nhwc``, ``torch:conv2d_nhwc``, ...) and by the layout-agnostic
 ops whose first input they feed (elementwise, activations, pooling, Concat, nearest Resize:
 ``AGNOSTIC``, ``MODAL``). Inside an NHWC chain no tensor is ever
 converted: each conv reads the previous one's channels-last output directly and the
@@ -29,15 +29,16 @@ from dataclasses import dataclass, field
 
 from pycann.ge.ir import Graph, Node
 from pycann.ge.passes.base import PassContext, PassResult
+from pycann.kernels import algorithm
+from pycann.kernels.algorithm import NCHW_TWIN, TORCH_CONV2D, TORCH_CONV2D_PACKED, Algorithm, Layout
 
 name = "LayoutSelection"
 
-# producers: (domain, op type) -> the algorithms that compute it channels-last
-_CONV_NHWC = frozenset({"torch:conv2d_nhwc", "onednn:conv_nhwc", "onednn:conv_winograd"})
-NHWC_ALGOS = {("", "Conv"): _CONV_NHWC, ("pycann", "FusedConv"): _CONV_NHWC,
-              ("", "ConvTranspose"): frozenset({"torch:conv_transpose_nhwc", "onednn:conv_transpose_nhwc"}),
-              ("pycann", "FusedConvTranspose"): frozenset({"torch:conv_transpose_nhwc", "onednn:conv_transpose_nhwc"})}
-CONV_OPS = set(NHWC_ALGOS)
+# producers: (domain, op type) -> the op family whose channels-last algorithms (``Algorithm.layout``)
+# can start a chain
+CONV_FAMILY = {("", "Conv"): "Conv", ("pycann", "FusedConv"): "Conv", ("", "ConvTranspose"): "ConvTranspose",
+               ("pycann", "FusedConvTranspose"): "ConvTranspose"}
+CONV_OPS = set(CONV_FAMILY)
 # Ops whose kernels compute the same values on a channels-last array and whose results keep the
 # input's layout (numpy ufuncs keep it; pooling allocates like its input: ops/nn/spatial.py).
 AGNOSTIC = {
@@ -90,7 +91,9 @@ def _candidates(g: Graph) -> dict[int, Node]:
         key = (n.domain, n.op_type)
         modal = MODAL.get(key)
         agnostic = key in AGNOSTIC or (modal is not None and _text(n.attrs.get(modal[0], modal[1])) == modal[1])
-        if key in CONV_OPS and n.attrs.get("_algo") in NHWC_ALGOS[key] and n.outputs and _rank4(g, n.outputs[0]):
+        algo = algorithm.of(n.attrs)
+        if key in CONV_OPS and algo is not None and algo.layout is Layout.NHWC and algo.op_type == CONV_FAMILY[key] \
+                and n.outputs and _rank4(g, n.outputs[0]):
             cand[id(n)] = n
         elif agnostic and n.inputs and n.outputs and all(_rank4(g, o) for o in n.outputs if o) \
                 and _reads_nhwc(n, nhwc_values):
@@ -144,13 +147,12 @@ def _text(v: object) -> str:
     return v.decode() if isinstance(v, bytes) else str(v)
 
 
-def _nchw_algo(n: Node) -> str | None:
+def _nchw_algo(n: Node) -> Algorithm | None:
     """The same provider's NCHW algorithm, or None (the onednn provider writes channels-last only)."""
-    if not str(n.attrs.get("_algo", "")).startswith("torch:"):
-        return None
-    if n.op_type in ("ConvTranspose", "FusedConvTranspose"):
-        return "torch:conv_transpose"
-    return "torch:conv2d_packed" if int(n.attrs.get("group", 1) or 1) == 1 else "torch:conv2d"
+    twin = NCHW_TWIN.get(algorithm.of(n.attrs))  # type: ignore[arg-type]
+    if twin == TORCH_CONV2D_PACKED and int(n.attrs.get("group", 1) or 1) != 1:
+        return TORCH_CONV2D  # the packed one takes group 1 only
+    return twin
 
 
 def run(graph: Graph, ctx: PassContext) -> PassResult:

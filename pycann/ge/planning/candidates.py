@@ -9,7 +9,9 @@ registry and the providers' ``arena_ok``; the plan itself is ``memory.plan_memor
 from __future__ import annotations
 
 from pycann.ge.ir import Graph
+from pycann.kernels import algorithm
 from pycann.kernels.providers import arena_ok
+from pycann.kernels.table import into_kernel
 from pycann.ops.registry import lookup
 
 # Ops whose prepared kernel can write output ``o`` over input ``i`` (``kernel.inplace``):
@@ -40,7 +42,7 @@ def arena_candidates(g: Graph) -> set[str]:
     out: set[str] = set()
     for n in g.nodes:
         op = lookup(n.op_type, n.domain, n.opset)
-        if op.out_kernel is None or op.scoped or not arena_ok(n.attrs.get("_algo")):
+        if into_kernel(op) is None or op.scoped or not arena_ok(algorithm.of(n.attrs)):
             continue
         descs = [g.descs.get(o) for o in n.outputs if o]
         if descs and all(d is not None and d.is_static for d in descs):

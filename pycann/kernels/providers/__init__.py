@@ -1,8 +1,9 @@
 """Kernel providers: interchangeable implementations of the innermost heavy kernels.
 
 A *provider* is a library that can compute some ops (numpy + its BLAS, PyTorch's oneDNN, ...);
-an *algorithm* is one way a provider computes one op family, named ``"<provider>:<algorithm>"``
-(``"numpy:im2col_gemm"``, ``"torch:conv2d"``). Every algorithm is *total*: given any valid
+an *algorithm* (``pycann.kernels.algorithm.Algorithm``: provider, name, layout, packing, threads,
+...) is one way a provider computes one op family, and an ``Implementation`` is its code here
+(``supports(spec)``, ``fn``). Every algorithm is *total*: given any valid
 input of its op it returns the right answer (a specialised algorithm handed a shape it was not
 made for delegates to the general one), so a recorded choice can never produce a wrong result.
 
@@ -11,8 +12,8 @@ Selection (see docs/kernels.md):
 * ``choose(op_type, shapes, attrs)`` picks once per node, from ``STATIC_TABLE`` (measured on
   the real models' shapes) or, in ``"measure"`` mode, by timing every candidate on the shape.
   GE's ``KernelSelection`` pass records the pick in the node attribute ``_algo`` (saved in the .om).
-* At run time the op kernel calls ``resolve(attrs.get("_algo"))``; a name whose provider is
-  missing here falls back to the static choice among available providers (logged once).
+* At run time the kernel calls ``resolve(algorithm.of(attrs), spec)``; an algorithm whose provider
+  is missing here falls back to the static choice among available providers (logged once).
 
 Heavy providers stay optional: ``torch`` is imported only when first asked about, and
 ``PYCANN_PROVIDERS=numpy`` (comma-separated names) restricts the set in a process.
@@ -25,13 +26,39 @@ import importlib
 import logging
 import os
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from functools import lru_cache
 from typing import Any
 
 import numpy as np
 
+from pycann.kernels.algorithm import (
+    FALLBACK,
+    NUMPY_COL2IM,
+    NUMPY_DEPTHWISE,
+    NUMPY_GEMM,
+    NUMPY_GEMM_1X1,
+    NUMPY_IM2COL_GEMM,
+    NUMPY_MATMUL,
+    ONEDNN_CONV_NHWC,
+    ONEDNN_CONV_TRANSPOSE_NHWC,
+    ONEDNN_CONV_WINOGRAD,
+    ONEDNN_GEMM,
+    ONEDNN_MATMUL,
+    TORCH_ADDMM,
+    TORCH_CONV1D,
+    TORCH_CONV2D,
+    TORCH_CONV2D_NHWC,
+    TORCH_CONV2D_PACKED,
+    TORCH_CONV3D,
+    TORCH_CONV_TRANSPOSE,
+    TORCH_CONV_TRANSPOSE_NHWC,
+    TORCH_MATMUL,
+    Algorithm,
+    Threads,
+    parse,
+)
 from pycann.ops.nn.spatial import Window, compute_dtype, plan_window
 
 log = logging.getLogger("pycann.kernels.providers")
@@ -110,8 +137,8 @@ OpSpec = ConvSpec | GemmSpec
 
 
 @dataclass(frozen=True)
-class Algorithm:
-    """One implementation of one op family by one provider.
+class Implementation:
+    """The code of one ``Algorithm`` in its provider module.
 
     ``fn`` signatures (arrays already in the compute dtype; ``out`` optional, used when its
     dtype and layout fit; the result may be a view of ``out``):
@@ -123,24 +150,37 @@ class Algorithm:
       broadcast to (M, N) or None).
     """
 
-    name: str
-    op_type: str
+    algo: Algorithm
     supports: Callable[[Any], bool]
     fn: Callable[..., np.ndarray]
     doc: str = ""
-    writes_out: bool = True  # False: computes into its own buffer, so ``out`` costs one more copy
-    # False: rounds differently from the direct sum beyond reordering (Winograd). Only compile-time
-    # selection under ``--op_select_implmode high_performance`` (CANN's default) records one.
-    exact: bool = True
 
     @property
     def provider(self) -> str:
-        return self.name.split(":", 1)[0]
+        return self.algo.provider
+
+    @property
+    def op_type(self) -> str:
+        return self.algo.op_type
+
+    @property
+    def key(self) -> str:
+        """``"<provider>:<name>"`` (reports, logs, the bank)."""
+        return self.algo.key
+
+    @property
+    def exact(self) -> bool:
+        return self.algo.exact
+
+    @property
+    def writes_out(self) -> bool:
+        return self.algo.writes_out
 
 
 @dataclass(frozen=True)
 class Provider:
-    """A kernel library: ``module`` defines ``available() -> bool`` and ``ALGORITHMS``."""
+    """A kernel library: ``module`` defines ``available() -> bool`` and ``ALGORITHMS`` (its
+    ``Implementation`` list)."""
 
     name: str
     module: str
@@ -160,35 +200,33 @@ PROVIDERS: dict[str, Provider] = {
 # Default choice per (op type, shape class): first available algorithm that supports the
 # spec wins; then any other available one; the numpy general algorithm always remains.
 # Measured on Zen 5 (2 cores, AVX-512) with the ResNet-50 and PP-OCRv4 det shapes: see docs/kernels.md.
-STATIC_TABLE: dict[tuple[str, str], tuple[str, ...]] = {
+STATIC_TABLE: dict[tuple[str, str], tuple[Algorithm, ...]] = {
     # Tiny convs (Silero VAD, PP-OCR cls): a torch call costs ~20-200 us of dispatch and
     # thread-pool wake-up, more than the arithmetic; numpy's single call wins.
-    ("Conv", "tiny"): ("numpy:gemm_1x1", "numpy:depthwise", "numpy:im2col_gemm"),
+    ("Conv", "tiny"): (NUMPY_GEMM_1X1, NUMPY_DEPTHWISE, NUMPY_IM2COL_GEMM),
     # Winograd first where it applies (3x3 stride 1, channels in 16s; onednn_wino.eligible): ~1.5-2x
     # faster than the direct conv on ResNet-50's 3x3 layers; only when approximate kernels are allowed.
-    ("Conv", "weight_bound"): ("onednn:conv_winograd", "onednn:conv_nhwc", "torch:conv2d_nhwc", "torch:conv2d_packed", "torch:conv2d", "numpy:im2col_gemm"),
-    ("Conv", "pointwise"): ("onednn:conv_nhwc", "torch:conv2d_nhwc", "torch:conv2d", "torch:conv1d", "torch:conv3d", "numpy:gemm_1x1"),
-    ("Conv", "depthwise"): ("onednn:conv_nhwc", "torch:conv2d_nhwc", "torch:conv2d", "torch:conv1d", "torch:conv3d", "numpy:depthwise"),
-    ("Conv", "grouped"): ("onednn:conv_nhwc", "torch:conv2d_nhwc", "torch:conv2d", "torch:conv1d", "torch:conv3d", "numpy:im2col_gemm"),
-    ("Conv", "regular"): ("onednn:conv_winograd", "onednn:conv_nhwc", "torch:conv2d_nhwc", "torch:conv2d", "torch:conv1d", "torch:conv3d", "numpy:im2col_gemm"),
-    ("ConvTranspose", "any"): ("onednn:conv_transpose_nhwc", "torch:conv_transpose_nhwc", "torch:conv_transpose", "numpy:col2im"),
+    ("Conv", "weight_bound"): (ONEDNN_CONV_WINOGRAD, ONEDNN_CONV_NHWC, TORCH_CONV2D_NHWC, TORCH_CONV2D_PACKED, TORCH_CONV2D, NUMPY_IM2COL_GEMM),
+    ("Conv", "pointwise"): (ONEDNN_CONV_NHWC, TORCH_CONV2D_NHWC, TORCH_CONV2D, TORCH_CONV1D, TORCH_CONV3D, NUMPY_GEMM_1X1),
+    ("Conv", "depthwise"): (ONEDNN_CONV_NHWC, TORCH_CONV2D_NHWC, TORCH_CONV2D, TORCH_CONV1D, TORCH_CONV3D, NUMPY_DEPTHWISE),
+    ("Conv", "grouped"): (ONEDNN_CONV_NHWC, TORCH_CONV2D_NHWC, TORCH_CONV2D, TORCH_CONV1D, TORCH_CONV3D, NUMPY_IM2COL_GEMM),
+    ("Conv", "regular"): (ONEDNN_CONV_WINOGRAD, ONEDNN_CONV_NHWC, TORCH_CONV2D_NHWC, TORCH_CONV2D, TORCH_CONV1D, TORCH_CONV3D, NUMPY_IM2COL_GEMM),
+    ("ConvTranspose", "any"): (ONEDNN_CONV_TRANSPOSE_NHWC, TORCH_CONV_TRANSPOSE_NHWC, TORCH_CONV_TRANSPOSE, NUMPY_COL2IM),
     # oneDNN's AVX-512 brgemm matmul: ~2x OpenBLAS held to AVX2 (docs/kernels.md); it hands
     # products under 1 MFLOP to numpy itself.
-    ("MatMul", "any"): ("onednn:matmul", "numpy:matmul", "torch:matmul"),
+    ("MatMul", "any"): (ONEDNN_MATMUL, NUMPY_MATMUL, TORCH_MATMUL),
     # Under GEMM_TINY_FLOPS oneDNN would hand the product to numpy anyway: asking for it first
     # would load libdnnl (~40 MB of RSS) into a model that never runs it (PP-OCR cls's classifier).
-    ("MatMul", "tiny"): ("numpy:matmul", "onednn:matmul", "torch:matmul"),
-    ("Gemm", "tiny"): ("numpy:gemm", "onednn:gemm", "torch:addmm"),
+    ("MatMul", "tiny"): (NUMPY_MATMUL, ONEDNN_MATMUL, TORCH_MATMUL),
+    ("Gemm", "tiny"): (NUMPY_GEMM, ONEDNN_GEMM, TORCH_ADDMM),
     # 2-64 rows against a 2-D weight (decode steps of a small batch) on a CPU without AVX-512:
     # oneDNN has no brgemm there and its jit gemm runs 1.2-2.5x slower than OpenBLAS (GPT-2
     # shapes, one thread; docs/dynamic-shapes.md). One row (a GEMV) stays on oneDNN: as fast per
     # thread, and its OpenMP pool waits passively. With AVX-512 these take the "any" row.
-    ("MatMul", "skinny"): ("numpy:matmul", "onednn:matmul", "torch:matmul"),
-    ("Gemm", "skinny"): ("numpy:gemm", "onednn:gemm", "torch:addmm"),
-    ("Gemm", "any"): ("onednn:gemm", "numpy:gemm", "torch:addmm"),
+    ("MatMul", "skinny"): (NUMPY_MATMUL, ONEDNN_MATMUL, TORCH_MATMUL),
+    ("Gemm", "skinny"): (NUMPY_GEMM, ONEDNN_GEMM, TORCH_ADDMM),
+    ("Gemm", "any"): (ONEDNN_GEMM, NUMPY_GEMM, TORCH_ADDMM),
 }
-# The general algorithm of each op (every spec): the last resort.
-FALLBACK = {"Conv": "numpy:im2col_gemm", "ConvTranspose": "numpy:col2im", "MatMul": "numpy:matmul", "Gemm": "numpy:gemm"}
 
 
 def weight_bound(spec: ConvSpec) -> bool:
@@ -254,8 +292,8 @@ def shape_class(spec: OpSpec) -> str:
 # ------------------------------------------------------------------ availability and lookup
 
 _available: dict[str, bool] = {}
-_algorithms: dict[str, Algorithm] = {}
-_warned: set[str] = set()
+_implementations: dict[Algorithm, Implementation] = {}
+_warned: set[Algorithm] = set()
 
 
 def _allowed() -> set[str] | None:
@@ -281,59 +319,61 @@ def available(provider: str) -> bool:
     return _available[provider]
 
 
-def provider_algorithms(provider: str) -> list[Algorithm]:
-    """All algorithms a provider declares (whether or not it is available)."""
+def provider_algorithms(provider: str) -> list[Implementation]:
+    """All implementations a provider declares (whether or not it is available)."""
     return list(importlib.import_module(PROVIDERS[provider].module).ALGORITHMS)
 
 
-def algorithm(name: str) -> Algorithm | None:
-    """The algorithm called ``name`` if its provider is available, else None."""
-    algo = _algorithms.get(name)
-    if algo is not None:
-        return algo
-    provider = name.split(":", 1)[0]
-    if not available(provider):
+def algorithm(algo: Algorithm | str) -> Implementation | None:
+    """The implementation of ``algo`` if its provider is available here, else None. A
+    ``"provider:name"`` key (the AOE bank's text form) is parsed first."""
+    if isinstance(algo, str):
+        parsed = parse(algo)
+        if parsed is None:
+            return None
+        algo = parsed
+    impl = _implementations.get(algo)
+    if impl is not None:
+        return impl
+    if not available(algo.provider):
         return None
-    for a in provider_algorithms(provider):
-        _algorithms[a.name] = a
-    return _algorithms.get(name)
+    for i in provider_algorithms(algo.provider):
+        _implementations[i.algo] = i
+    return _implementations.get(algo)
 
 
-def arena_ok(name: str | None) -> bool:
-    """Whether a node whose recorded algorithm is ``name`` should get an arena output.
+def arena_ok(algo: Algorithm | None) -> bool:
+    """Whether a node whose recorded algorithm is ``algo`` should get an arena output.
 
-    False for algorithms that compute into their own buffer (torch's convolutions): binding
-    them to the arena adds a full copy of the output per call (measured: PP-OCRv4 det 640x640
-    about 10% slower). Unknown or absent names: True.
-    """
-    algo = algorithm(name) if name else None
+    False for algorithms that compute into their own buffer (torch's convolutions,
+    ``Algorithm.writes_out``): binding them to the arena adds a full copy of the output per call
+    (measured: PP-OCRv4 det 640x640 about 10% slower). None: True."""
     return algo is None or algo.writes_out
 
 
 def reset() -> None:
     """Forget cached availability and choices (after changing ``PYCANN_PROVIDERS``; tests)."""
     _available.clear()
-    _algorithms.clear()
+    _implementations.clear()
     _warned.clear()
     _static_choice.cache_clear()
 
 
-def candidates(spec: OpSpec, only: set[str] | None = None, approx: bool = False) -> list[Algorithm]:
-    """Available algorithms supporting ``spec``: the static preference first, then the rest.
+def candidates(spec: OpSpec, only: set[str] | None = None, approx: bool = False) -> list[Implementation]:
+    """Available implementations supporting ``spec``: the static preference first, then the rest.
 
     ``only``: look at these providers alone (others are not even probed, so asking for an
     alternative on the numpy or onednn provider never imports torch). ``approx``: include
     algorithms that are not ``exact`` (op_select_implmode high_performance)."""
-    names = [n for n in STATIC_TABLE.get((spec.op_type, shape_class(spec)), ())
-             if only is None or n.split(":", 1)[0] in only]
+    algos = [a for a in STATIC_TABLE.get((spec.op_type, shape_class(spec)), ()) if only is None or a.provider in only]
     for p in PROVIDERS:
         if (only is None or p in only) and available(p):
-            names += [a.name for a in provider_algorithms(p) if a.op_type == spec.op_type]
-    out: list[Algorithm] = []
-    for n in dict.fromkeys(names):
-        a = algorithm(n)
-        if a is not None and a.op_type == spec.op_type and (approx or a.exact) and a.supports(spec):
-            out.append(a)
+            algos += [i.algo for i in provider_algorithms(p) if i.op_type == spec.op_type]
+    out: list[Implementation] = []
+    for a in dict.fromkeys(algos):
+        i = algorithm(a)
+        if i is not None and i.op_type == spec.op_type and (approx or i.exact) and i.supports(spec):
+            out.append(i)
     fallback = algorithm(FALLBACK[spec.op_type])
     if fallback is not None and fallback not in out:
         out.append(fallback)  # total: computes any valid input, supported or not
@@ -341,18 +381,19 @@ def candidates(spec: OpSpec, only: set[str] | None = None, approx: bool = False)
 
 
 @lru_cache(maxsize=4096)
-def _static_choice(spec: OpSpec, approx: bool = False) -> Algorithm:
+def _static_choice(spec: OpSpec, approx: bool = False) -> Implementation:
     # Walk the table's row first: a row that starts with numpy (tiny convs, MatMul) must not
     # import an optional provider (torch costs ~190 MB and ~1 s at first use).
-    for n in STATIC_TABLE.get((spec.op_type, shape_class(spec)), ()):
-        a = algorithm(n)
-        if a is not None and a.op_type == spec.op_type and (approx or a.exact) and a.supports(spec):
-            return a
+    for a in STATIC_TABLE.get((spec.op_type, shape_class(spec)), ()):
+        i = algorithm(a)
+        if i is not None and i.op_type == spec.op_type and (approx or i.exact) and i.supports(spec):
+            return i
     return candidates(spec, approx=approx)[0]
 
 
-def select(spec: OpSpec, mode: str = "static", weight: np.ndarray | None = None, approx: bool = False) -> Algorithm:
-    """The algorithm for ``spec``: the static table's pick, or in ``"measure"`` mode the
+def select(spec: OpSpec, mode: str = "static", weight: np.ndarray | None = None,
+           approx: bool = False) -> Implementation:
+    """The implementation for ``spec``: the static table's pick, or in ``"measure"`` mode the
     fastest candidate timed on this shape (``weight``: the real weight/B operand if constant).
     ``approx``: algorithms that are not ``exact`` may win (Winograd; op_select_implmode
     high_performance); run-time choices without a recorded one never pass it."""
@@ -362,18 +403,18 @@ def select(spec: OpSpec, mode: str = "static", weight: np.ndarray | None = None,
     return _static_choice(spec, approx)
 
 
-def resolve(name: str | None, spec: Callable[[], OpSpec]) -> Algorithm:
+def resolve(algo: Algorithm | None, spec: Callable[[], OpSpec]) -> Implementation:
     """Run-time lookup of a recorded choice; ``spec()`` builds the spec for the fallback.
 
-    A missing or unavailable ``name`` falls back to the static choice (logged once per name).
+    A missing or unavailable ``algo`` falls back to the static choice (logged once per algorithm).
     """
-    if name:
-        algo = _algorithms.get(name) or algorithm(name)
-        if algo is not None:
-            return algo
-        if name not in _warned:
-            _warned.add(name)
-            log.info("kernel %s recorded in the model is not available here; using the default", name)
+    if algo is not None:
+        impl = _implementations.get(algo) or algorithm(algo)
+        if impl is not None:
+            return impl
+        if algo not in _warned:
+            _warned.add(algo)
+            log.info("kernel %s recorded in the model is not available here; using the default", algo.key)
     return _static_choice(spec())
 
 
@@ -419,16 +460,14 @@ def make_spec(op_type: str, shapes: Sequence[Sequence[int]], attrs: Mapping[str,
 
 
 def choose(op_type: str, shapes: Sequence[Sequence[int]], attrs: Mapping[str, Any], dtype: str = "float32",
-           mode: str = "static", weight: np.ndarray | None = None) -> tuple[str, str]:
-    """(provider, algorithm) for one node: e.g. ``("torch", "conv2d")``."""
-    name = select(make_spec(op_type, shapes, attrs, dtype), mode, weight).name
-    provider, algo = name.split(":", 1)
-    return provider, algo
+           mode: str = "static", weight: np.ndarray | None = None) -> Algorithm:
+    """The algorithm for one node from its input shapes and attributes."""
+    return select(make_spec(op_type, shapes, attrs, dtype), mode, weight).algo
 
 
 # ------------------------------------------------------------------ measured selection
 
-_measured: dict[OpSpec, list[tuple[float, str]]] = {}
+_measured: dict[OpSpec, list[tuple[float, Algorithm]]] = {}
 
 
 def _random_inputs(spec: OpSpec, weight: np.ndarray | None) -> list[Any]:
@@ -452,15 +491,15 @@ def _random_inputs(spec: OpSpec, weight: np.ndarray | None) -> list[Any]:
     return [a, b, None, 1.0, 1.0, None]
 
 
-def measure(spec: OpSpec, cands: Sequence[Algorithm], weight: np.ndarray | None = None,
-            budget_s: float = 0.05) -> tuple[Algorithm, list[tuple[float, str]]]:
+def measure(spec: OpSpec, cands: Sequence[Implementation], weight: np.ndarray | None = None,
+            budget_s: float = 0.05) -> tuple[Implementation, list[tuple[float, Algorithm]]]:
     """Time each candidate on ``spec`` (best of a few runs after a warm-up); the fastest wins.
 
     Results are cached per spec for the process. A candidate that raises is skipped.
     """
     if spec not in _measured:
         args = _random_inputs(spec, weight)
-        times: list[tuple[float, str]] = []
+        times: list[tuple[float, Algorithm]] = []
         for a in cands:
             try:
                 a.fn(*args)
@@ -470,19 +509,19 @@ def measure(spec: OpSpec, cands: Sequence[Algorithm], weight: np.ndarray | None 
                     a.fn(*args)
                     best = min(best, time.perf_counter() - t0)
                     runs += 1
-                times.append((best, a.name))
+                times.append((best, a.algo))
             except Exception as e:  # pragma: no cover - a provider bug must not break compilation
-                log.info("kernel %s failed on %s: %s", a.name, spec, e)
-        _measured[spec] = sorted(times)
-    by_name = {a.name: a for a in cands}
+                log.info("kernel %s failed on %s: %s", a.key, spec, e)
+        _measured[spec] = sorted(times, key=lambda t: t[0])
+    by_algo = {a.algo: a for a in cands}
     for _, n in _measured[spec]:
-        if n in by_name:
-            return by_name[n], _measured[spec]
+        if n in by_algo:
+            return by_algo[n], _measured[spec]
     return cands[0], _measured[spec]
 
 
 __all__ = [
-    "Algorithm", "ConvSpec", "GemmSpec", "OpSpec", "PROVIDERS", "Provider", "STATIC_TABLE", "TINY_FLOPS", "TINY_FLOPS_2D",
+    "FALLBACK", "Algorithm", "ConvSpec", "GemmSpec", "Implementation", "OpSpec", "PROVIDERS", "Provider", "STATIC_TABLE", "TINY_FLOPS", "TINY_FLOPS_2D",
     "algorithm", "arena_ok", "available", "candidates", "choose", "compute_name", "conv_spec", "make_spec", "measure",
     "reset", "resolve", "select", "shape_class", "uses_openmp",
 ]
@@ -510,9 +549,9 @@ def blas_single_thread() -> Any:
     return _blas_limit()
 
 
-def uses_torch(algos: Any) -> bool:
-    """True when any recorded algorithm name is a torch one."""
-    return any(str(a or "").startswith("torch:") for a in algos)
+def uses_torch(algos: Iterable[Algorithm | None]) -> bool:
+    """True when any recorded algorithm is a torch one."""
+    return any(a is not None and a.provider == "torch" for a in algos)
 
 
 def runtime_openmp(op_types: Any) -> bool:
@@ -525,7 +564,7 @@ def runtime_openmp(op_types: Any) -> bool:
 _RUNTIME_DISPATCH = frozenset({"MatMul", "Gemm", "FusedMatMul", "FusedGemm", "Conv", "FusedConv", "ConvTranspose"})
 
 
-def uses_openmp(algos: Any) -> bool:
+def uses_openmp(algos: Iterable[Algorithm | None]) -> bool:
     """True when any recorded algorithm runs on an OpenMP pool (torch's or libdnnl's: both spin
     after a call, so numpy's OpenBLAS pool must stay at one thread meanwhile)."""
-    return any(str(a or "").startswith(("torch:", "onednn:")) for a in algos)
+    return any(a is not None and a.threads is Threads.OPENMP for a in algos)

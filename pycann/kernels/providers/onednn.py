@@ -29,7 +29,8 @@ from typing import Any
 import numpy as np
 
 from pycann.errors import OperandError
-from pycann.kernels.providers import Algorithm, ConvSpec, onednn_matmul, onednn_packed
+from pycann.kernels.algorithm import ONEDNN_CONV_NHWC, ONEDNN_CONV_TRANSPOSE_NHWC, ONEDNN_CONV_WINOGRAD
+from pycann.kernels.providers import ConvSpec, Implementation, onednn_matmul, onednn_packed
 from pycann.kernels.providers import numpy_blas as nb
 from pycann.kernels.providers import onednn_capi as capi
 from pycann.kernels.providers.native_args import address
@@ -566,13 +567,13 @@ def conv_winograd(x: np.ndarray, w: np.ndarray, b: np.ndarray | None, group: int
     return onednn_wino.conv_winograd(x, w, b, group, win, out, **post)
 
 
-ALGORITHMS: list[Algorithm] = [
-    Algorithm("onednn:conv_nhwc", "Conv", _conv_ok, conv_nhwc,
+ALGORITHMS: list[Implementation] = [
+    Implementation(ONEDNN_CONV_NHWC, _conv_ok, conv_nhwc,
               "oneDNN C API conv, channels-last, weight packed once, bias/residual/activation post-ops"),
-    Algorithm("onednn:conv_winograd", "Conv", _wino_ok, conv_winograd,
+    Implementation(ONEDNN_CONV_WINOGRAD, _wino_ok, conv_winograd,
               "oneDNN v2 Winograd F(2x2|4x4, 3x3) for 3x3 stride-1 convs (libdnnl.so.2), channels-last I/O; "
-              "not exact: op_select_implmode high_performance only", exact=False),
-    Algorithm("onednn:conv_transpose_nhwc", "ConvTranspose", _transpose_spec_ok, conv_transpose_nhwc,
+              "not exact: op_select_implmode high_performance only"),
+    Implementation(ONEDNN_CONV_TRANSPOSE_NHWC, _transpose_spec_ok, conv_transpose_nhwc,
               "oneDNN C API deconvolution, channels-last result"),
     *onednn_matmul.ALGORITHMS,  # MatMul / Gemm (onednn_matmul.py)
 ]

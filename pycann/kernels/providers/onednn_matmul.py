@@ -28,7 +28,8 @@ from typing import Any
 
 import numpy as np
 
-from pycann.kernels.providers import Algorithm, GemmSpec, onednn_packed
+from pycann.kernels.algorithm import ONEDNN_GEMM, ONEDNN_MATMUL
+from pycann.kernels.providers import GemmSpec, Implementation, onednn_packed
 from pycann.kernels.providers import numpy_blas as nb
 from pycann.kernels.providers import onednn_capi as capi
 from pycann.kernels.providers.bound_out import dest, finish
@@ -331,9 +332,9 @@ def _gemm_ok(op: str) -> Any:
     return lambda s: isinstance(s, GemmSpec) and s.op_type == op and s.dtype == "float32"
 
 
-ALGORITHMS: list[Algorithm] = [
-    Algorithm("onednn:matmul", "MatMul", _gemm_ok("MatMul"), matmul,
+ALGORITHMS: list[Implementation] = [
+    Implementation(ONEDNN_MATMUL, _gemm_ok("MatMul"), matmul,
               "oneDNN C API matmul (brgemm, AVX-512), operands by strides, batch broadcast; numpy below 1 MFLOP"),
-    Algorithm("onednn:gemm", "Gemm", _gemm_ok("Gemm"), gemm,
+    Implementation(ONEDNN_GEMM, _gemm_ok("Gemm"), gemm,
               "oneDNN C API matmul with alpha (eltwise linear) and beta*C (bias or binary add) as post-ops"),
 ]

@@ -18,7 +18,7 @@ from typing import Any
 
 import numpy as np
 
-from pycann.kernels.providers.array_cache import ArrayCache
+from pycann.ops.array_cache import ArrayCache
 
 
 @functools.lru_cache(maxsize=1)

@@ -24,7 +24,18 @@ from typing import Any
 import numpy as np
 
 from pycann.config import apply_omp_wait_policy
-from pycann.kernels.providers import Algorithm, ConvSpec, GemmSpec
+from pycann.kernels.algorithm import (
+    TORCH_ADDMM,
+    TORCH_CONV1D,
+    TORCH_CONV2D,
+    TORCH_CONV2D_NHWC,
+    TORCH_CONV2D_PACKED,
+    TORCH_CONV3D,
+    TORCH_CONV_TRANSPOSE,
+    TORCH_CONV_TRANSPOSE_NHWC,
+    TORCH_MATMUL,
+)
+from pycann.kernels.providers import ConvSpec, GemmSpec, Implementation
 from pycann.kernels.providers import numpy_blas as nb
 from pycann.ops.nn.spatial import Window
 
@@ -417,23 +428,20 @@ def _gemm_ok(op: str) -> Any:
     return lambda s: isinstance(s, GemmSpec) and s.op_type == op and s.dtype == "float32"
 
 
-ALGORITHMS: list[Algorithm] = [
-    Algorithm("torch:conv2d", "Conv", _conv_n(2), conv, "torch.nn.functional.conv2d (oneDNN), bias fused", False),
-    Algorithm("torch:conv2d_packed", "Conv",
-              lambda s: _conv_n(2)(s) and s.group == 1 and s.win.pads_begin == s.win.pads_end and packing_supported(),
-              conv_packed, "oneDNN conv with the weight prepacked once (private torch.ops.mkldnn API)", False),
-    Algorithm("torch:conv2d_nhwc", "Conv",
-              lambda s: _conv_n(2)(s) and s.win.pads_begin == s.win.pads_end and packing_supported(),
-              conv_nhwc, "oneDNN conv in channels-last layout, weight prepacked, result left NHWC", False),
-    Algorithm("torch:conv1d", "Conv", _conv_n(1), conv, "torch.nn.functional.conv1d (oneDNN), bias fused", False),
-    Algorithm("torch:conv3d", "Conv", _conv_n(3), conv, "torch.nn.functional.conv3d (oneDNN), bias fused", False),
-    Algorithm("torch:conv_transpose", "ConvTranspose", _transpose_ok, conv_transpose,
-              "torch.nn.functional.conv_transpose{1,2,3}d, bias fused", False),
-    Algorithm("torch:conv_transpose_nhwc", "ConvTranspose", lambda s: _transpose_ok(s) and s.n_spatial == 2,
-              conv_transpose_nhwc, "torch.nn.functional.conv_transpose2d on channels-last data, result left NHWC",
-              False),
-    Algorithm("torch:matmul", "MatMul", _gemm_ok("MatMul"), matmul, "torch.matmul (MKL)"),
-    Algorithm("torch:addmm", "Gemm", _gemm_ok("Gemm"), addmm, "torch.addmm (MKL), alpha/beta/C fused"),
+ALGORITHMS: list[Implementation] = [
+    Implementation(TORCH_CONV2D, _conv_n(2), conv, "torch.nn.functional.conv2d (oneDNN), bias fused"),
+    Implementation(TORCH_CONV2D_PACKED, lambda s: _conv_n(2)(s) and s.group == 1 and s.win.pads_begin == s.win.pads_end and packing_supported(),
+              conv_packed, "oneDNN conv with the weight prepacked once (private torch.ops.mkldnn API)"),
+    Implementation(TORCH_CONV2D_NHWC, lambda s: _conv_n(2)(s) and s.win.pads_begin == s.win.pads_end and packing_supported(),
+              conv_nhwc, "oneDNN conv in channels-last layout, weight prepacked, result left NHWC"),
+    Implementation(TORCH_CONV1D, _conv_n(1), conv, "torch.nn.functional.conv1d (oneDNN), bias fused"),
+    Implementation(TORCH_CONV3D, _conv_n(3), conv, "torch.nn.functional.conv3d (oneDNN), bias fused"),
+    Implementation(TORCH_CONV_TRANSPOSE, _transpose_ok, conv_transpose,
+              "torch.nn.functional.conv_transpose{1,2,3}d, bias fused"),
+    Implementation(TORCH_CONV_TRANSPOSE_NHWC, lambda s: _transpose_ok(s) and s.n_spatial == 2,
+              conv_transpose_nhwc, "torch.nn.functional.conv_transpose2d on channels-last data, result left NHWC"),
+    Implementation(TORCH_MATMUL, _gemm_ok("MatMul"), matmul, "torch.matmul (MKL)"),
+    Implementation(TORCH_ADDMM, _gemm_ok("Gemm"), addmm, "torch.addmm (MKL), alpha/beta/C fused"),
 ]
 
 

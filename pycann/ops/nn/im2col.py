@@ -149,3 +149,38 @@ def conv_transpose_col2im(
         buf[(slice(None), slice(None)) + dst] += cols[(slice(None), slice(None)) + pos]
     crop = tuple(slice(shift[i] + win.pads_begin[i], shift[i] + win.pads_begin[i] + out_sizes[i]) for i in range(nk))
     return buf[(slice(None), slice(None)) + crop]
+
+
+# ---------------------------------------------------------------- the numpy reference convolutions
+
+
+def add_bias(y: np.ndarray, b: np.ndarray | None) -> np.ndarray:
+    """``y += b`` over the channel axis (1), in place; returns ``y``."""
+    if b is not None and y.size:
+        y += b.astype(y.dtype, copy=False).reshape((1, -1) + (1,) * (y.ndim - 2))
+    return y
+
+
+def _pointwise(win: Window) -> bool:
+    return all(k == 1 for k in win.kernel) and not win.padded
+
+
+def conv_im2col_gemm(x: np.ndarray, w: np.ndarray, b: np.ndarray | None, group: int, win: Window,
+                     out: np.ndarray | None = None) -> np.ndarray:
+    """Any conv: patch matrix + one GEMM (1x1 and depthwise shapes take their fast paths)."""
+    if _pointwise(win):
+        return add_bias(conv_1x1(x, w, group, win, out), b)
+    if group > 1 and group == x.shape[1] == w.shape[0]:
+        return add_bias(conv_depthwise(x, w, win, out), b)
+    return add_bias(conv_im2col(x, w, group, win, out), b)
+
+
+def conv_transpose(x: np.ndarray, w: np.ndarray, b: np.ndarray | None, group: int, win: Window,
+                   out_sizes: tuple[int, ...], out: np.ndarray | None = None) -> np.ndarray:
+    """ConvTranspose as GEMM + col2im (``out`` unused: the result is a crop of a scatter buffer)."""
+    y = conv_transpose_col2im(x, w, group, win, out_sizes)
+    if b is not None and y.size:
+        y = y + b.astype(y.dtype, copy=False).reshape((1, -1) + (1,) * (y.ndim - 2))
+    return y
+
+

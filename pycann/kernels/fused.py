@@ -1,0 +1,89 @@
+"""The fused ops of ``pycann.ops.fused`` / ``fused_deconv`` computed by the kernel providers: the
+same kernels (one copy of the fused semantics) given the providers' products (``PROVIDED``)."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any
+
+import numpy as np
+
+from pycann.kernels import algorithm
+from pycann.kernels import conv as kconv
+from pycann.kernels import gemm as kgemm
+from pycann.kernels.providers import GemmSpec, resolve
+from pycann.kernels.providers import available as provider_available
+from pycann.kernels.providers.torch_onednn import bf16_conv_fused as _torch_bf16_conv_fused
+from pycann.ops import fused as ref
+from pycann.ops import fused_deconv as ref_deconv
+from pycann.ops.nn.conv import conv_window
+
+
+def _onednn_softmax_(s: np.ndarray) -> bool:
+    """Softmax over the last axis in place by oneDNN when the ``onednn`` provider is there
+    (and allowed by ``PYCANN_PROVIDERS``); False when the caller must compute it."""
+    if not provider_available("onednn"):
+        return False
+    from pycann.kernels.providers import onednn_softmax
+
+    return onednn_softmax.softmax_last_axis_(s)
+
+
+def _provider_matmul(a: np.ndarray, b: np.ndarray) -> Callable[[np.ndarray, np.ndarray], np.ndarray]:
+    """The static table's float32 MatMul for these operands (``onednn:matmul`` when libdnnl is
+    there: in a plan running oneDNN kernels, numpy's OpenBLAS is held to one thread), as a
+    two-argument function."""
+    algo = resolve(None, lambda: GemmSpec("MatMul", tuple(a.shape), tuple(b.shape), "float32"))
+    return lambda x, y: algo.fn(x, y, None)
+
+
+def _bf16_conv_fused(inputs: Sequence[Any], attrs: Mapping[str, Any], relu: bool) -> np.ndarray | None:
+    """bf16 Conv + residual + ReLU in oneDNN (staying bf16 between layers), unless the node's
+    recorded algorithm is numpy's."""
+    if algorithm.is_numpy(attrs):
+        return None
+    x, w = inputs[0], inputs[1]
+    b = inputs[2] if len(inputs) > 2 else None
+    z = inputs[3] if len(inputs) > 3 else None
+    win = conv_window(x.shape, w.shape, attrs)
+    return _torch_bf16_conv_fused(x, w, b, int(attrs.get("group", 1)), win, z, relu)  # type: ignore[no-any-return]
+
+
+PROVIDED = ref.FusedCompute(
+    conv_act=kconv.conv_act,
+    float_matmul=kgemm.float_matmul,
+    bf16_matmul=kgemm.bf16_matmul,
+    bf16_conv_fused=_bf16_conv_fused,
+    attention_matmul=_provider_matmul,
+    softmax_last_axis_=_onednn_softmax_,
+)
+
+
+def k_fused_conv(inputs: Sequence[Any], attrs: Mapping[str, Any]) -> list[np.ndarray]:
+    """FusedConv on the providers."""
+    return ref._k_fused_conv(inputs, attrs, PROVIDED)
+
+
+def out_fused_conv(inputs: Sequence[Any], attrs: Mapping[str, Any], outs: Sequence[np.ndarray]) -> None:
+    """FusedConv into the arena on the providers."""
+    ref._out_fused_conv(inputs, attrs, outs, PROVIDED)
+
+
+def k_fused_matmul(inputs: Sequence[Any], attrs: Mapping[str, Any]) -> list[np.ndarray]:
+    """FusedMatMul on the providers."""
+    return ref._k_fused_matmul(inputs, attrs, PROVIDED)
+
+
+def out_fused_matmul(inputs: Sequence[Any], attrs: Mapping[str, Any], outs: Sequence[np.ndarray]) -> None:
+    """FusedMatMul into the arena on the providers."""
+    ref._out_fused_matmul(inputs, attrs, outs, PROVIDED)
+
+
+def k_attention(inputs: Sequence[Any], attrs: Mapping[str, Any]) -> list[np.ndarray]:
+    """FusedAttention on the providers."""
+    return ref._k_attention(inputs, attrs, PROVIDED)
+
+
+def k_fused_conv_transpose(inputs: Sequence[Any], attrs: Mapping[str, Any]) -> list[np.ndarray]:
+    """FusedConvTranspose on the providers (oneDNN takes the activation as a post-op)."""
+    return ref_deconv._k_fused_conv_transpose(inputs, attrs, kconv.conv_transpose_act)
