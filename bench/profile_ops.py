@@ -12,7 +12,7 @@ FusedConv / FusedMatMul / FusedAttention it also counts FLOPs (2 x MACs, from th
 GFLOP/s each op type achieves.
 
 Times are per-node medians over the instrumented runs (robust against runs disturbed by other processes).
-It relies on the executor's internals: ``Plan.steps[i][0]`` is the kernel of ``Plan.nodes[i]``, sub-plans are in
+It relies on the executor's internals: ``Plan.steps[i].run`` is the kernel of ``Plan.nodes[i]``, sub-plans are in
 ``Plan.subplans``, and a plan that compiled its steps into straight-line code (``Plan._fast``) is regenerated.
 Set ``PYCANN_BENCH_SRC`` to a snapshot made by ``run_bench.py`` to profile the version a run measured.
 
@@ -23,6 +23,7 @@ input checks and output copies (negative values mean noise).
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import pathlib
 import sys
@@ -76,7 +77,7 @@ class Profiler:
             node = plan.nodes[i]
             stat = NodeStat(node.op_type, node.name)
             self.stats.append(stat)
-            steps[i] = (self._wrap(step[0], stat), *step[1:])
+            steps[i] = dataclasses.replace(step, run=self._wrap(step.run, stat))
         plan.steps = steps
         self._regenerate(plan)
         for subs in getattr(plan, "subplans", {}).values():

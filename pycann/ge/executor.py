@@ -1,9 +1,10 @@
 """Executor: runs a graph on the CPU device from a precompiled execution plan.
 
-A ``Plan`` turns the graph into a flat list of steps over integer slots (no dict lookups or
-name handling per node at run time): ``(kernel, input slots, output slots, attrs, slots to
-release, scoped)``. Intermediate tensors are released right after their last reader, so
-memory follows the memory plan's lifetimes. ``Executor`` specialises the model per concrete
+A ``Plan`` turns the graph into a flat list of typed steps over integer slots
+(``ge/plan_steps.Step``: kernel, input and output slots, attrs, slots to release, how the kernel
+takes its outputs, its plan-time bound kernel). A run is one loop over them, or the same steps
+as generated straight-line code. Intermediate tensors are released right after their last
+reader, so memory follows the memory plan's lifetimes. ``Executor`` specialises the model per concrete
 input signature (shapes fold into constants, shape subgraphs disappear) and caches the plans
 in a least-recently-used cache bounded by bytes (``ge/plan_cache.py``); signatures its policy
 does not specialise run on one shape-generic plan of the compiled graph (docs/dynamic-shapes.md).
@@ -25,23 +26,22 @@ from pycann.errors import KernelError, PycannError
 from pycann.ge.ir import Graph, free_names, node_reads
 from pycann.ge.plan_builder import BackgroundBuilder
 from pycann.ge.plan_cache import CacheStats, PlanCache
+from pycann.ge.plan_steps import ARENA, NORMAL, SCOPED, Step, StepKind
 from pycann.ge.planning.candidates import INPLACE, arena_candidates, inplace_candidates
 from pycann.ge.planning.memory import MemoryPlan, plan_memory
 from pycann.kernels import algorithm
 from pycann.kernels.bind import PREPARE
+from pycann.kernels.bound import BoundKernel, bound
 from pycann.kernels.providers import arena_ok, blas_single_thread, runtime_openmp, uses_openmp
 from pycann.kernels.table import into_kernel, run_kernel
 from pycann.ops.registry import lookup
 from pycann.profiler import hooks
 
-# (kernel, input slots, output slots, attrs, slots to release, kind, arena binding index)
-Step = tuple[Callable[..., Any], tuple[int, ...], tuple[int, ...], dict[str, Any], tuple[int, ...], int, int]
-NORMAL, SCOPED, ARENA = 0, 1, 2
 _RELEASE_EVERY = 16 << 20  # bytes of packed weights between two releases of the mapped .om pages
 # (arena offset, dtype, logical shape, stored channels-last)
 ViewSpec = tuple[int, np.dtype, tuple[int, ...], bool]
-__all__ = ["ARENA", "INPLACE", "NORMAL", "SCOPED", "CachedPlan", "Executor", "Plan", "arena_candidates",
-           "inplace_candidates"]
+__all__ = ["ARENA", "INPLACE", "NORMAL", "SCOPED", "CachedPlan", "Executor", "Plan", "Step", "StepKind",
+           "arena_candidates", "inplace_candidates"]
 # ops whose graphs gain most from plans specialised per shape (channels-last chains, arenas,
 # bound convolutions): with PlanPolicy.AUTO every new signature of such a graph is specialised
 _VISION_OPS = frozenset({"Conv", "ConvTranspose", "FusedConv", "FusedConvTranspose"})
@@ -106,33 +106,32 @@ class Plan:
                     for _, name in sp.outer:
                         slot(name)
             outs = tuple(slot(o) if o else 0 for o in n.outputs)
-            # a prepared (static-shape) kernel wins over the arena: it returns its own output
+            # a kernel bound at plan time (static signature) wins over the arena: it returns its own output
+            bk: BoundKernel | None = None
             prep = PREPARE.get((n.domain, n.op_type)) if memory is not None else None
-            bound = None
             if prep is not None:
                 node_consts = [graph.initializers.get(i) if i else None for i in n.inputs]
-                bound = prep(attrs, [graph.descs.get(i) if i else None for i in n.inputs], node_consts,
-                             [graph.descs.get(o) if o else None for o in n.outputs])
-                packed += sum(c.nbytes for c in node_consts if bound is not None and isinstance(c, np.ndarray))
+                bk = bound(prep(attrs, [graph.descs.get(i) if i else None for i in n.inputs], node_consts,
+                                [graph.descs.get(o) if o else None for o in n.outputs]))
+                packed += sum(c.nbytes for c in node_consts if bk is not None and isinstance(c, np.ndarray))
                 if release is not None and packed >= _RELEASE_EVERY:
                     release()
                     packed = 0
-            # a prepared kernel that can write into given outputs (``writes_out``) gets the arena too
-            into = into_kernel(op) if bound is None else bound if getattr(bound, "writes_out", False) else None
+            # a bound kernel that can write into given outputs (``writes_out``) gets the arena too
+            into = into_kernel(op) if bk is None else bk.run if bk.writes_out else None
             # an output planned over an input's buffer needs a kernel that computes in place
             shared = memory is not None and any(o in memory.shared for o in n.outputs)
-            shared_ok = not shared or getattr(into, "inplace", False)
+            shared_ok = not shared or (bk is not None and bk.inplace)
             if into is not None and memory is not None and not op.scoped and n.outputs and shared_ok \
                     and all(o in memory.offsets for o in n.outputs) and arena_ok(algorithm.of(attrs)):
-                bind = len(self.arena_layout)
                 if shared:  # observers must see the input as it was before the kernel overwrote it
                     self.overwritten[len(steps)] = INPLACE[(n.domain, n.op_type)][1]
                 nhwc = attrs.get("_layout") == "NHWC"
+                steps.append(Step(into, ins, outs, attrs, n, ARENA, len(self.arena_layout), bound=bk))
                 self.arena_layout.append([self._view_spec(graph, o, memory, nhwc) for o in n.outputs])
-                steps.append((into, ins, outs, attrs, (), ARENA, bind))
                 continue
-            kernel = bound or run_kernel(op)
-            steps.append((kernel, ins, outs, attrs, (), SCOPED if op.scoped else NORMAL, -1))
+            kernel = bk.run if bk is not None else run_kernel(op)
+            steps.append(Step(kernel, ins, outs, attrs, n, SCOPED if op.scoped else NORMAL, bound=bk))
         if release is not None and packed:
             release()  # the last packed weights' mapped pages, before the first run adds its arena
         self.output_slots = [slot(o) for o in graph.outputs]
@@ -149,10 +148,9 @@ class Plan:
         for s, idx in last.items():
             if s not in keep:
                 frees.setdefault(idx, []).append(s)
-        self.steps = [
-            (fn, ins, outs, attrs, tuple(frees.get(i, ())), kind, bind)
-            for i, (fn, ins, outs, attrs, _, kind, bind) in enumerate(steps)
-        ]
+        for i, st in enumerate(steps):
+            st.release = tuple(frees.get(i, ()))
+        self.steps = steps
         template: list[Any] = [None] * self.n_slots
         for s, v in consts:
             template[s] = v
@@ -160,11 +158,11 @@ class Plan:
         self._fast = self._generate(set(s for s, _ in consts))
         const_slots = {s for s, _ in consts}
         self.const_outputs = {i for i, s in enumerate(self.output_slots) if s in const_slots}
-        # prepared kernels bound to oneDNN (LayerNorm, attention, pooling) carry ``openmp`` themselves
-        self.torch_pool = uses_openmp(algorithm.of(step[3]) for step in self.steps) \
-            or any(getattr(step[0], "openmp", False) for step in self.steps) \
-            or (memory is None and runtime_openmp(n.op_type for n, step in zip(self.nodes, self.steps)
-                                                  if algorithm.of(step[3]) is None))
+        # kernels bound to oneDNN (LayerNorm, attention, pooling) say so themselves (``threads``)
+        self.torch_pool = uses_openmp(algorithm.of(st.attrs) for st in self.steps) \
+            or any(st.openmp for st in self.steps) \
+            or (memory is None and runtime_openmp(st.node.op_type for st in self.steps
+                                                  if algorithm.of(st.attrs) is None))
 
     def _generate(self, const_slots: set[int]) -> Callable[..., list[Any]] | None:
         """Straight-line Python for the whole plan: one local variable per slot, kernels, attrs
@@ -172,7 +170,7 @@ class Plan:
         loop's per-step list and tuple handling (~1 us a node). Plans with control flow or
         outer-scope reads keep the loop. On any exception the caller reruns the loop, whose
         error names the node."""
-        if self.outer or any(kind == SCOPED for *_, kind, _b in self.steps):
+        if self.outer or any(st.kind is SCOPED for st in self.steps):
             return None
         glb: dict[str, Any] = {}
 
@@ -187,18 +185,18 @@ class Plan:
         lines = ["def _fast(feeds, views):"]
         for i, slot in enumerate(self.input_slots):
             lines.append(f"    s{slot} = feeds[{i}]")
-        for i, (fn, ins, outs, attrs, frees, kind, bind) in enumerate(self.steps):
-            glb[f"k{i}"], glb[f"a{i}"] = fn, attrs
-            args = "[" + ", ".join(ref(x) for x in ins) + "]"
-            if kind == ARENA:
-                lines.append(f"    r = views[{bind}]")
+        for i, st in enumerate(self.steps):
+            glb[f"k{i}"], glb[f"a{i}"] = st.run, st.attrs
+            args = "[" + ", ".join(ref(x) for x in st.inputs) + "]"
+            if st.kind is ARENA:
+                lines.append(f"    r = views[{st.view}]")
                 lines.append(f"    k{i}({args}, a{i}, r)")
             else:
                 lines.append(f"    r = k{i}({args}, a{i})")
-            for j, o in enumerate(outs):
+            for j, o in enumerate(st.outputs):  # the output hand-off, as in ``_loop``
                 if o and o not in const_slots:
                     lines.append(f"    s{o} = r[{j}]")
-            released = [f"s{f}" for f in frees if f not in const_slots]
+            released = [f"s{f}" for f in st.release if f not in const_slots]
             if released:
                 lines.append("    " + " = ".join(released) + " = None")
         lines.append("    return [" + ", ".join(ref(x) for x in self.output_slots) + "]")
@@ -220,7 +218,7 @@ class Plan:
         """Bytes this plan holds beyond the model: arenas, folded constants and what its bound
         kernels own (``plan_bytes``: e.g. Winograd-transformed weights). Shared packed weights
         (``onednn_packed``) belong to the model and are not counted."""
-        own = sum(int(getattr(step[0], "plan_bytes", 0)) for step in self.steps)
+        own = sum(st.plan_bytes for st in self.steps)
         arenas = max(self.arenas_made, 1) if self.arena_layout else 0  # (the first run's, before it runs)
         return self.arena_bytes * arenas + self.const_bytes + own
 
@@ -274,35 +272,13 @@ class Plan:
 
     def _run(self, feeds: Sequence[np.ndarray], outer_env: dict[str, Any] | None, arena: Arena | None) -> list[np.ndarray]:
         observers = hooks.OBSERVERS
-        if observers:
-            return self._run_observed(feeds, outer_env, arena, observers)
         views = arena.views if arena is not None else []
-        if self._fast is not None and len(feeds) == len(self.input_slots):
+        if self._fast is not None and not observers and len(feeds) == len(self.input_slots):
             try:
                 return self._fast(feeds, views)
             except Exception:  # noqa: BLE001 - rerun on the loop below, whose error names the node
                 pass
-        env = self._env(feeds, outer_env)
-        step_index = 0
-        try:
-            for step_index, (fn, ins, outs, attrs, frees, kind, bind) in enumerate(self.steps):
-                args = [env[i] for i in ins]
-                if kind == NORMAL:
-                    res = fn(args, attrs)
-                elif kind == ARENA:
-                    res = views[bind]
-                    fn(args, attrs, res)
-                else:
-                    res = fn(args, attrs, self._body_runner(step_index, env))
-                for o, r in zip(outs, res):
-                    env[o] = r
-                for f in frees:
-                    env[f] = None
-        except PycannError:
-            raise
-        except Exception as e:
-            raise self._kernel_error(step_index, env, e) from e
-        return [env[s] for s in self.output_slots]
+        return self._loop(feeds, outer_env, views, observers)
 
     def _env(self, feeds: Sequence[Any], outer_env: dict[str, Any] | None) -> list[Any]:
         """The slot list for one run: constants, then the feeds, then outer-scope values."""
@@ -314,49 +290,45 @@ class Plan:
                 env[s] = outer_env[name]
         return env
 
-    def _run_observed(self, feeds: Sequence[np.ndarray], outer_env: dict[str, Any] | None, arena: Arena | None,
-                      observers: tuple[hooks.NodeObserver, ...]) -> list[np.ndarray]:
-        """The same loop as ``_run``, timing each node and reporting it to the observers.
-
-        Intermediates are released only after the observers have seen them (a dumper may copy).
-        """
-        views = arena.views if arena is not None else []
+    def _loop(self, feeds: Sequence[np.ndarray], outer_env: dict[str, Any] | None, views: list[list[np.ndarray]],
+              observers: tuple[hooks.NodeObserver, ...]) -> list[np.ndarray]:
+        """Run the steps in order: the plan's one interpreter loop (the generated ``_fast`` is
+        the same steps as straight-line code). With ``observers`` (profiler, dumper) each node is
+        timed and reported; intermediates are then released only after they have seen them."""
         env = self._env(feeds, outer_env)
         clock = time.perf_counter_ns
-        run_start = clock()
+        run_start = clock() if observers else 0
         step_index = 0
         try:
-            for step_index, (fn, ins, outs, attrs, frees, kind, bind) in enumerate(self.steps):
-                args = [env[i] for i in ins]
-                seen = args
-                if step_index in self.overwritten:  # an in-place step: keep what it read
-                    pos = self.overwritten[step_index]
-                    seen = list(args)
-                    if pos < len(seen) and isinstance(seen[pos], np.ndarray):
-                        seen[pos] = seen[pos].copy()
-                t0 = clock()
-                if kind == NORMAL:
-                    res = fn(args, attrs)
-                elif kind == ARENA:
-                    res = views[bind]
-                    fn(args, attrs, res)
+            for step_index, st in enumerate(self.steps):
+                args = [env[i] for i in st.inputs]
+                body = self._body_runner(step_index, env) if st.kind is SCOPED else None
+                if not observers:
+                    res = st.call(args, views, body)
                 else:
-                    res = fn(args, attrs, self._body_runner(step_index, env))
-                t1 = clock()
-                for o, r in zip(outs, res):
+                    seen = args
+                    if step_index in self.overwritten:  # an in-place step: keep what it read
+                        pos = self.overwritten[step_index]
+                        seen = list(args)
+                        if pos < len(seen) and isinstance(seen[pos], np.ndarray):
+                            seen[pos] = seen[pos].copy()
+                    t0 = clock()
+                    res = st.call(args, views, body)
+                    t1 = clock()
+                    for obs in observers:
+                        obs.on_node(st.node, seen, list(res)[: len(st.outputs)], t0, t1, self.graph.name)
+                for o, r in zip(st.outputs, res):  # the output hand-off
                     env[o] = r
-                node = self.nodes[step_index]
-                for obs in observers:
-                    obs.on_node(node, seen, list(res)[: len(outs)], t0, t1, self.graph.name)
-                for f in frees:
+                for f in st.release:
                     env[f] = None
         except PycannError:
             raise
         except Exception as e:
             raise self._kernel_error(step_index, env, e) from e
-        run_end = clock()
-        for obs in observers:
-            obs.on_run(self.graph.name, run_start, run_end)
+        if observers:
+            run_end = clock()
+            for obs in observers:
+                obs.on_run(self.graph.name, run_start, run_end)
         return [env[s] for s in self.output_slots]
 
     def _body_runner(self, step_index: int, env: list[Any]) -> Callable[[str, Sequence[np.ndarray]], list[np.ndarray]]:

@@ -10,6 +10,7 @@ in_consts, out_descs) -> kernel | None`` (None = keep the generic kernel).
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
+from dataclasses import replace
 from typing import Any
 
 import numpy as np
@@ -21,6 +22,7 @@ from pycann.kernels.bind_base import Kernel, Prepare
 from pycann.kernels.bind_base import static_shape as _static
 from pycann.kernels.bind_onednn import PREPARE_ONEDNN
 from pycann.kernels.bind_small import PREPARE_SMALL, conv_im2col
+from pycann.kernels.bound import BoundKernel, bound
 from pycann.ops.nn.spatial import empty_like_layout, is_channels_last
 
 
@@ -281,8 +283,8 @@ def _dnnl_post_ops(attrs: Mapping[str, Any]) -> tuple[bool, Any]:
     return True, unary
 
 
-def nan_guarded(k: Any, unary: Any, w_bound: float, fallback: Kernel, residual: int | None,
-                out_bound: Any = None) -> Any:
+def nan_guarded(k: BoundKernel | None, unary: Any, w_bound: float, fallback: Kernel, residual: int | None,
+                out_bound: Any = None) -> BoundKernel | None:
     """``k`` (a bound conv/matmul whose fused activation ``unary`` maps NaN to a number:
     ``nan_guard.drops_nan``) preceded by the operand check ``nan_guard.pre_bound``; a call it cannot
     prove safe (a NaN or inf input, values that could overflow) runs ``fallback`` (the generic
@@ -295,12 +297,13 @@ def nan_guarded(k: Any, unary: Any, w_bound: float, fallback: Kernel, residual: 
     if k is None or not nan_guard.drops_nan(unary):
         return k
     pre_bound, record, limit = nan_guard.pre_bound, nan_guard.record, nan_guard._F32_SAFE
+    run = k.run
 
     def kernel(inputs: Sequence[Any], attrs: Mapping[str, Any], out: Any = None) -> list[np.ndarray]:
         r = inputs[residual] if residual is not None and len(inputs) > residual else None
         bound = pre_bound(inputs[0], w_bound, r)
         if bound < limit:  # (kernels without ``writes_out`` take no ``out``)
-            ys = k(inputs, attrs) if out is None else k(inputs, attrs, out)
+            ys = run(inputs, attrs) if out is None else run(inputs, attrs, out)
             if out is not None and ys[0] is out[0]:
                 record(out[0], out_bound(bound) if out_bound is not None and bound > 0.0 else None)
             return ys  # type: ignore[no-any-return]
@@ -311,11 +314,7 @@ def nan_guarded(k: Any, unary: Any, w_bound: float, fallback: Kernel, residual: 
             return [out[0]]
         return [y]
 
-    for name in ("keep", "writes_out", "inplace", "openmp", "impl"):  # what the executor and tests read
-        if hasattr(k, name):
-            setattr(kernel, name, getattr(k, name))
-    kernel.guarded = k  # type: ignore[attr-defined]
-    return kernel
+    return replace(k, run=kernel, guarded=k)
 
 
 def _act_out_bound(attrs: Mapping[str, Any]) -> Any:
@@ -344,9 +343,10 @@ def _conv_fallback(attrs: Mapping[str, Any]) -> Kernel:
 
 
 def _guard_conv(k: Any, unary: Any, attrs: Mapping[str, Any], w: np.ndarray, b: np.ndarray | None,
-                residual: bool) -> Any:
+                residual: bool) -> BoundKernel | None:
     from pycann.kernels.providers import nan_guard
 
+    k = bound(k)  # (torch's bound convs are plain functions)
     if k is None or not nan_guard.drops_nan(unary):
         return k
     return nan_guarded(k, unary, nan_guard.weight_bound(w, b), _conv_fallback(attrs), 3 if residual else None,

@@ -19,9 +19,10 @@ import numpy as np
 
 from pycann.dtypes import TensorDesc
 from pycann.kernels import algorithm
-from pycann.kernels.algorithm import ONEDNN_GEMM
+from pycann.kernels.algorithm import ONEDNN_GEMM, Layout, Threads
 from pycann.kernels.bind_base import Kernel, Prepare
 from pycann.kernels.bind_base import static_shape as _static
+from pycann.kernels.bound import BoundKernel
 from pycann.ops.nn.pool import _k_average_pool, _k_global_average_pool, _k_max_pool
 
 
@@ -144,10 +145,8 @@ def _bind_pool(alg: str | None, attrs: Mapping[str, Any], ins: Sequence[TensorDe
             o[...] = y  # the executor reads its arena view (another layout, or the generic result)
         return [y]
 
-    kernel.impl = b.impl  # type: ignore[attr-defined]
-    kernel.openmp = True  # type: ignore[attr-defined]  # the executor holds OpenBLAS to one thread meanwhile
-    kernel.writes_out = True  # type: ignore[attr-defined]  # writes into the executor's arena view
-    return kernel
+    # (writes into the executor's arena view; OpenMP: the executor holds OpenBLAS to one thread meanwhile)
+    return BoundKernel(kernel, writes_out=True, threads=Threads.OPENMP, impl=b.impl)
 
 
 def _max_alg(attrs: Mapping[str, Any]) -> str | None:
@@ -204,7 +203,6 @@ def _gemm(attrs, ins, consts, outs) -> Kernel | None:  # type: ignore[no-untyped
     k = onednn_matmul.bound_matmul(bb, bias, xs, None)
     if k is None or _static(outs[0]) != (xs[0], n):
         return None
-    k.openmp = True
     return k  # type: ignore[no-any-return]
 
 
@@ -219,9 +217,10 @@ def _torch_max_pool(attrs, ins, consts, outs) -> Kernel | None:  # type: ignore[
     return _max_pool(attrs, ins, consts, outs)
 
 
-def _or_generic(run: Any, generic: Callable[..., Sequence[np.ndarray]]) -> Kernel:
-    """A plan kernel for ``onednn_binary``'s ``run``: into the executor's arena view when it gives
-    one (``writes_out``), and through ``generic`` for a call ``run`` declines (other strides)."""
+def _or_generic(bound_run: BoundKernel, generic: Callable[..., Sequence[np.ndarray]]) -> BoundKernel:
+    """A plan kernel for ``onednn_binary``'s bound primitive: into the executor's arena view when it
+    gives one (``writes_out``), and through ``generic`` for a call it declines (other strides)."""
+    run = bound_run.run
 
     def kernel(x: Sequence[Any], a: Mapping[str, Any], out: Sequence[np.ndarray] | None = None) -> list[np.ndarray]:
         o = out[0] if out is not None else None
@@ -232,11 +231,7 @@ def _or_generic(run: Any, generic: Callable[..., Sequence[np.ndarray]]) -> Kerne
             o[...] = y  # the executor reads its arena view
         return [y]
 
-    kernel.impl = run.impl  # type: ignore[attr-defined]
-    kernel.keep = run.keep  # type: ignore[attr-defined]
-    kernel.openmp = True  # type: ignore[attr-defined]  # the executor holds OpenBLAS to one thread meanwhile
-    kernel.writes_out = True  # type: ignore[attr-defined]
-    return kernel
+    return BoundKernel(kernel, writes_out=True, threads=Threads.OPENMP, keep=bound_run.keep, impl=bound_run.impl)
 
 
 def _chain(attrs, ins, consts, outs) -> Kernel | None:  # type: ignore[no-untyped-def]
@@ -278,9 +273,10 @@ def _concat(attrs, ins, consts, outs) -> Kernel | None:  # type: ignore[no-untyp
         return fallback
     axis = int(attrs["axis"]) % 4
     cl = [capi.layout_strides(s, True) for s in shapes]  # type: ignore[arg-type]
-    run = onednn_concat.bound_concat(shapes, cl, axis, out, capi.layout_strides(out, True))  # type: ignore[arg-type]
-    if run is None:
+    primitive = onednn_concat.bound_concat(shapes, cl, axis, out, capi.layout_strides(out, True))  # type: ignore[arg-type]
+    if primitive is None:
         return fallback
+    run = primitive.run
     perm = (0, 2, 3, 1)
 
     def kernel(x: Sequence[Any], a: Mapping[str, Any]) -> list[np.ndarray]:
@@ -288,9 +284,7 @@ def _concat(attrs, ins, consts, outs) -> Kernel | None:  # type: ignore[no-untyp
         r = run(x, y)
         return [r] if r is not None else list(fallback(x, a))
 
-    kernel.openmp = True  # type: ignore[attr-defined]  # the executor holds OpenBLAS to one thread meanwhile
-    kernel.keep = run.keep  # type: ignore[attr-defined]
-    return kernel
+    return BoundKernel(kernel, threads=Threads.OPENMP, layout=Layout.NHWC, keep=primitive.keep)
 
 
 def _binary(op: str) -> Prepare:

@@ -183,8 +183,7 @@ def _in_place(lm: LoadedModel, feeds: Sequence[np.ndarray]) -> list[str]:
     """Outputs the plan computes over their residual's buffer (shared, arena-bound, inplace kernel)."""
     plan, memory = _memory(lm, feeds)
     return [n.outputs[0] for n, st in zip(plan.nodes, plan.steps)
-            if n.outputs and n.outputs[0] in memory.shared and st[5] == ARENA
-            and getattr(st[0], "inplace", False)]
+            if n.outputs and n.outputs[0] in memory.shared and st.kind is ARENA and st.inplace]
 
 
 def _dnnl_convs(lm: LoadedModel, feeds: Sequence[np.ndarray]) -> bool:

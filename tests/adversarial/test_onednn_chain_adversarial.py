@@ -49,7 +49,7 @@ def _n(op: str, ins: list[str], out: str, **attrs: Any) -> onnx.NodeProto:
 
 
 def _kernels(lm: LoadedModel, op_type: str) -> list[Any]:
-    return [step[0] for plan, _ in lm.executor._cache.values()
+    return [step.bound for plan, _ in lm.executor._cache.values()
             for node, step in zip(plan.nodes, plan.steps) if node.op_type == op_type]
 
 
@@ -57,7 +57,7 @@ def _onednn_bound(lm: LoadedModel, op_type: str) -> bool:
     """Whether some step of ``op_type`` runs the oneDNN-bound kernel (true without oneDNN)."""
     if not ONEDNN:
         return True
-    return any(getattr(k, "openmp", False) and getattr(k, "keep", None) is not None for k in _kernels(lm, op_type))
+    return any(k is not None and k.openmp and k.keep is not None for k in _kernels(lm, op_type))
 
 
 def _same(got: np.ndarray, want: np.ndarray, tol: dict[str, float], signs: bool = False) -> None:
@@ -393,7 +393,7 @@ def test_chain_float16_float64_models_do_not_take_float32_path(dtype: type) -> N
     feeds = {"x": _f32(*s).astype(dtype), "o": _f32(*s).astype(dtype)}
     tol = {"rtol": 2e-3, "atol": 2e-3} if dtype == np.float16 else {"rtol": 1e-12, "atol": 1e-12}
     lm = _check(m, [feeds], tol)
-    assert not any(getattr(k, "keep", None) is not None for k in _kernels(lm, "ElementwiseChain"))
+    assert not any(k is not None and k.keep is not None for k in _kernels(lm, "ElementwiseChain"))
 
 
 def test_chain_dynamic_shapes() -> None:

@@ -52,7 +52,7 @@ def _check(m: onnx.ModelProto, feeds_list, rtol=1e-4, atol=1e-5) -> LoadedModel:
 
 
 def _step_kernels(lm: LoadedModel, op_type: str) -> list[object]:
-    return [step[0] for plan, _ in lm.executor._cache.values()
+    return [step.bound for plan, _ in lm.executor._cache.values()
             for node, step in zip(plan.nodes, plan.steps) if node.op_type == op_type]
 
 
@@ -63,7 +63,7 @@ def _bound(lm: LoadedModel, op_type: str) -> bool:
     if not providers.available("onednn"):
         return True
     ks = _step_kernels(lm, op_type)
-    return bool(ks) and all(getattr(k, "impl", None) and getattr(k, "openmp", False) for k in ks)
+    return bool(ks) and all(k is not None and k.impl and k.openmp for k in ks)
 
 
 # ------------------------------------------------------------------ LayerNormalization

@@ -434,7 +434,7 @@ def test_float16_conv_is_not_winograd_but_a_cast_to_float32_is() -> None:
     model = net.model([("x", [1, 64, 16, 16])], ["c16", c32], dtype=F16)
     x = _f32(1, 64, 16, 16).astype(np.float16)
     plan, _ = _check(model, {"x": x}, rel=2e-3).executor.plan_for([x])
-    algos = {n.outputs[0]: n.attrs.get("_algo") for n in plan.graph.nodes if n.op_type == "Conv"}
+    algos = {n.outputs[0]: str(n.attrs.get("_algo")) for n in plan.graph.nodes if n.op_type == "Conv"}
     assert algos["c32"] == WINO and algos["c16"] != WINO, algos
 
 

@@ -48,7 +48,7 @@ def test_arena_used_and_aliases_respected():
     assert "y" not in cand  # a graph output is allocated by its producer: no copy out of the arena per run
     mem = plan_memory(sg, only=cand)
     plan = Plan(sg, memory=mem)
-    assert sum(1 for s in plan.steps if s[5] == ARENA) >= 3
+    assert sum(1 for s in plan.steps if s.kind is ARENA) >= 3
     # 'a' is read through its alias 'r' at the step that makes 'c': it must not share memory with 'b'
     oa, sa = mem.offsets["a"]
     ob, sb = mem.offsets["b"]
@@ -118,7 +118,7 @@ def test_plan_with_onednn_prepared_kernel_holds_blas_to_one_thread():
     m.ir_version = 8
     sg = specialize(compile_model(m).graph, [(4, 128, 384)])
     plan = Plan(sg, memory=plan_memory(sg, only=arena_candidates(sg)))
-    assert any(getattr(s[0], "openmp", False) for s in plan.steps)
+    assert any(s.openmp for s in plan.steps)
     assert plan.torch_pool
     x = np.random.default_rng(1).standard_normal((4, 128, 384)).astype(np.float32)
     np.testing.assert_allclose(plan.run([x])[0], run_ort(m, {"x": x})[0], rtol=1e-4, atol=1e-4)

@@ -19,6 +19,7 @@ from pycann.ge.ir import Graph, Node
 from pycann.ge.model import LoadedModel
 from pycann.ge.planning.memory import plan_memory
 from pycann.kernels import providers
+from pycann.kernels.bound import bound as _bound_kernel
 from pycann.kernels.providers import onednn
 from tests.ops.oracle import run_ort
 
@@ -101,8 +102,8 @@ def test_every_onednn_conv_runs_its_prepared_kernel() -> None:
     _, plan, _ = _planned(_two_blocks())
     convs = [(n, st) for n, st in zip(plan.nodes, plan.steps) if "Conv" in n.op_type]
     assert convs and all(str(n.attrs.get("_algo")) in ("onednn:conv_nhwc", "onednn:conv_winograd") for n, _ in convs)
-    assert all(getattr(st[0], "writes_out", False) and st[5] == ARENA for _, st in convs), \
-        [(n.op_type, st[0]) for n, st in convs]
+    assert all(st.bound is not None and st.bound.writes_out and st.kind is ARENA for _, st in convs), \
+        [(n.op_type, st.run) for n, st in convs]
 
 
 @needs_dnnl
@@ -115,7 +116,7 @@ def test_residual_convs_write_over_their_residual_and_match_ort(in_place_calls: 
     for n, st in fused:
         assert memory.shared.get(n.outputs[0]) == n.inputs[3]
         assert memory.offsets[n.outputs[0]][0] == memory.offsets[n.inputs[3]][0]
-        assert getattr(st[0], "inplace", False) and st[5] == ARENA
+        assert st.inplace and st.kind is ARENA
     x = _f32(1, C, 28, 28)
     for _ in range(2):  # the second run reuses the arena the first left behind
         np.testing.assert_allclose(lm.run_dict({"x": x})[0], run_ort(m, {"x": x})[0], rtol=1e-4, atol=1e-4)
@@ -158,7 +159,7 @@ def test_kernels_that_cannot_compute_in_place_get_their_own_output(monkeypatch: 
     lm, plan, memory = _planned(m)
     for n, st in _fused_steps(plan):
         if n.outputs[0] in memory.shared:
-            assert not getattr(st[0], "inplace", False) and st[5] != ARENA
+            assert not st.inplace and st.kind is not ARENA
     x = _f32(1, C, 28, 28)
     np.testing.assert_allclose(lm.run_dict({"x": x})[0], run_ort(m, {"x": x})[0], rtol=1e-4, atol=1e-4)
 
@@ -277,7 +278,7 @@ def test_prepared_max_pool_writes_into_the_arena_view(nan: str) -> None:
                           "_n_outputs": 1})
     want = op.kernel([x], a)[0]
     kernel = PREPARE_ONEDNN[("", "MaxPool")](a, [TensorDesc(1, x.shape)], [None], [TensorDesc(1, want.shape)])
-    assert kernel is not None and getattr(kernel, "writes_out", False)
+    assert kernel is not None and _typed(kernel).writes_out
     xc = onednn.empty_channels_last(x.shape)
     xc[...] = x
     for layout in ("nhwc", "nchw"):
@@ -318,3 +319,8 @@ def test_bound_conv_is_not_fooled_by_reused_object_ids() -> None:
             assert k([x, w, b], {}, [o])[0] is o
             np.testing.assert_allclose(o, want, rtol=1e-4, atol=1e-4, err_msg=f"iteration {i}")
         del x, o
+
+
+def _typed(k: object) -> Any:
+    """A binder's result as a ``BoundKernel`` (plain functions: one without arena or OpenMP)."""
+    return _bound_kernel(k)  # type: ignore[arg-type]

@@ -143,7 +143,7 @@ def test_executor_lays_out_nhwc_arena_buffers_channels_last(conv_provider: str) 
     plan = Plan(cm.graph, memory=plan_memory(cm.graph))
     flagged = [spec for outs in plan.arena_layout for spec in outs if spec[3]]
     assert flagged, "the chain's pooling/elementwise outputs should get channels-last arena views"
-    conv_kinds = {st[5] for n, st in zip(plan.nodes, plan.steps) if "Conv" in n.op_type}
+    conv_kinds = {st.kind.value for n, st in zip(plan.nodes, plan.steps) if "Conv" in n.op_type}
     # oneDNN's C API writes straight into the (channels-last) arena; torch returns its own tensor
     assert conv_kinds == ({2} if conv_provider == "numpy,onednn" else {0}), conv_kinds
     arena = plan._take_arena()

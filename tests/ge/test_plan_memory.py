@@ -72,7 +72,7 @@ def _conv_plans(lm: LoadedModel, x: np.ndarray) -> list[onednn._Plan]:
                 walk(v, depth + 1)
 
     for step in plan.steps:
-        walk(step[0])
+        walk(step.run)
     return found
 
 

@@ -11,6 +11,7 @@ import pytest
 
 from pycann.dtypes import TensorDesc
 from pycann.kernels import providers
+from pycann.kernels.bound import bound as _bound_kernel
 from pycann.ops.registry import lookup
 
 pytestmark = pytest.mark.skipif(not providers.available("onednn"), reason="libdnnl missing")
@@ -50,7 +51,7 @@ def _inputs(nhwc: bool) -> list[np.ndarray]:
 def test_chain_runs_in_onednn_and_equals_numpy(steps: list[list[Any]], nhwc: bool) -> None:
     arrays = _inputs(nhwc)
     k, attrs, want = _prepare(steps, arrays, "NHWC" if nhwc else None)
-    assert k is not None and getattr(k, "openmp", False), "expected the oneDNN kernel"
+    assert k is not None and _typed(k).openmp, "expected the oneDNN kernel"
     got = k(arrays, attrs)[0]
     assert got.shape == want.shape and got.dtype == np.float32
     if nhwc:
@@ -79,7 +80,7 @@ def test_nan_and_inf_propagate_as_in_numpy() -> None:
 def test_chains_oneDNN_must_not_take_stay_on_numpy(steps: list[list[Any]], why: str) -> None:
     arrays = _inputs(True)
     k, attrs, want = _prepare(steps, arrays, "NHWC")
-    assert k is None or not getattr(k, "openmp", False), why
+    assert k is None or not _typed(k).openmp, why
     got = (k or GENERIC.kernel)(arrays, attrs)[0]
     np.testing.assert_array_equal(got, want)
 
@@ -87,14 +88,14 @@ def test_chains_oneDNN_must_not_take_stay_on_numpy(steps: list[list[Any]], why: 
 def test_small_chains_keep_the_numpy_kernel() -> None:
     x = RNG.standard_normal((1, 8, 4, 4)).astype(np.float32)
     k, attrs, want = _prepare([["Add", 0, 0, 0.0, 0.0]], [x], None)
-    assert k is None or not getattr(k, "openmp", False)
+    assert k is None or not _typed(k).openmp
 
 
 def test_other_strides_at_run_time_fall_back_to_the_generic_kernel() -> None:
     arrays = _inputs(True)
     steps = [["Mul", 1, 0, 0.0, 0.0], ["Add", 2, 0, 0.0, 0.0]]
     k, attrs, _ = _prepare(steps, arrays, "NHWC")
-    assert k is not None and getattr(k, "openmp", False)
+    assert k is not None and _typed(k).openmp
     nchw = [np.ascontiguousarray(a) for a in arrays]  # bound channels-last, given NCHW
     want = GENERIC.kernel(nchw, attrs)[0]
     np.testing.assert_allclose(k(nchw, attrs)[0], want, rtol=2e-6, atol=1e-6)
@@ -123,7 +124,7 @@ def test_channels_last_concat_runs_in_onednn_and_equals_numpy(axis: int) -> None
     if axis == 1:
         shapes[1] = (1, 40, 40, 40)
     k, attrs = _concat_kernel(shapes, axis)
-    assert k is not None and getattr(k, "openmp", False)
+    assert k is not None and _typed(k).openmp
     xs = [_cl(RNG.standard_normal(s).astype(np.float32)) for s in shapes]
     got = k(xs, attrs)[0]
     assert got.strides[1] == 4  # channels-last result
@@ -136,9 +137,9 @@ def test_concat_with_other_strides_or_outside_a_chain_uses_numpy() -> None:
     xs = [RNG.standard_normal(s).astype(np.float32) for s in shapes]  # NCHW arrays, NHWC bound
     np.testing.assert_array_equal(k(xs, attrs)[0], np.concatenate(xs, axis=1))
     k2, _ = _concat_kernel(shapes, 1, layout=None)
-    assert k2 is not None and not getattr(k2, "openmp", False)
+    assert k2 is not None and not _typed(k2).openmp
     small, _ = _concat_kernel([(1, 4, 4, 4)] * 2, 1)
-    assert small is not None and not getattr(small, "openmp", False)
+    assert small is not None and not _typed(small).openmp
 
 
 # ------------------------------------------------ standalone Add / Sub / Mul / Div (prepared_onednn._binary)
@@ -161,7 +162,7 @@ def test_binary_op_runs_in_onednn_and_equals_numpy(op: str, order: str) -> None:
     if order == "small_first" and op in ("Sub", "Div"):
         assert k is None  # oneDNN broadcasts only its second source: the generic kernel keeps these
         return
-    assert k is not None and getattr(k, "openmp", False)
+    assert k is not None and _typed(k).openmp
     got = k(ins, attrs)[0]
     assert got.strides[1] == 4
     np.testing.assert_array_equal(np.isnan(got), np.isnan(want))
@@ -176,3 +177,8 @@ def test_binary_op_runs_in_onednn_and_equals_numpy(op: str, order: str) -> None:
     np.testing.assert_array_equal(k(nchw, attrs, [o])[0], generic.kernel(nchw, attrs)[0])
     np.testing.assert_array_equal(o, generic.kernel(nchw, attrs)[0])
     np.testing.assert_array_equal(k(nchw, attrs)[0], generic.kernel(nchw, attrs)[0])
+
+
+def _typed(k: object) -> Any:
+    """A binder's result as a ``BoundKernel`` (plain functions: one without arena or OpenMP)."""
+    return _bound_kernel(k)  # type: ignore[arg-type]

@@ -29,7 +29,15 @@ from typing import Any
 import numpy as np
 
 from pycann.errors import OperandError
-from pycann.kernels.algorithm import ONEDNN_CONV_NHWC, ONEDNN_CONV_TRANSPOSE_NHWC, ONEDNN_CONV_WINOGRAD
+from pycann.kernels.algorithm import (
+    ONEDNN_CONV_NHWC,
+    ONEDNN_CONV_TRANSPOSE_NHWC,
+    ONEDNN_CONV_WINOGRAD,
+    Layout,
+    Packing,
+    Threads,
+)
+from pycann.kernels.bound import BoundKernel
 from pycann.kernels.providers import ConvSpec, Implementation, onednn_matmul, onednn_packed
 from pycann.kernels.providers import numpy_blas as nb
 from pycann.kernels.providers import onednn_capi as capi
@@ -525,10 +533,9 @@ def bound_conv_nhwc(w: np.ndarray, b: np.ndarray | None, group: int, win: Window
                           r.__array_interface__["data"][0] if r is not None else 0), p.prim)
         return finish(y, out)
 
-    kernel.keep = keep  # type: ignore[attr-defined]
-    kernel.writes_out = True  # type: ignore[attr-defined]
-    kernel.inplace = residual  # type: ignore[attr-defined]  # output 0 may be planned over input 3
-    return kernel
+    # (inplace: output 0 may be planned over input 3, the residual, which the post-op reads first)
+    return BoundKernel(kernel, writes_out=True, inplace=residual, threads=Threads.OPENMP, layout=Layout.NHWC,
+                       packing=Packing.PACKED, keep=keep)
 
 
 _F32 = np.dtype(np.float32)

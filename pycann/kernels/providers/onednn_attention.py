@@ -30,6 +30,8 @@ from typing import Any
 import numpy as np
 
 from pycann.errors import OperandError
+from pycann.kernels.algorithm import Threads
+from pycann.kernels.bound import BoundKernel
 from pycann.kernels.providers import onednn_capi as capi
 from pycann.kernels.providers.bound_out import dest, finish
 from pycann.kernels.providers.native_args import address, conform
@@ -151,8 +153,5 @@ def bound_attention(q_shape: Sequence[int], kt_shape: Sequence[int], v_shape: Se
             mm2.execute()
         return finish(y, o)
 
-    kernel.keep = (scores, mm1, sm, mm2)  # type: ignore[attr-defined]
-    kernel.writes_out = True  # type: ignore[attr-defined]  # (4-D: computed in its own buffer, then copied)
-    kernel.openmp = True  # type: ignore[attr-defined]  # the executor holds OpenBLAS to one thread meanwhile
-    kernel.impl = impl  # type: ignore[attr-defined]
-    return kernel
+    # (4-D: computed in its own buffer, then copied into the arena view)
+    return BoundKernel(kernel, writes_out=True, threads=Threads.OPENMP, keep=(scores, mm1, sm, mm2), impl=impl)

@@ -20,11 +20,13 @@ from __future__ import annotations
 
 import ctypes
 import threading
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
 
+from pycann.kernels.algorithm import Threads
+from pycann.kernels.bound import BoundKernel
 from pycann.kernels.providers import onednn_capi as capi
 
 # dnnl_alg_kind_t (dnnl_types.h, v3.2)
@@ -49,8 +51,8 @@ def _binary_pd(alg: int, src0: capi.MemoryDesc, src1: capi.MemoryDesc, dst: capi
 
 
 def bound_chain(steps: Sequence[Sequence[Any]], shapes: Sequence[tuple[int, ...] | None],
-                channels_last: bool) -> Callable[..., np.ndarray | None] | None:
-    """``run(inputs, out=None) -> y`` computing ElementwiseChain ``steps`` over float32 inputs of
+                channels_last: bool) -> BoundKernel | None:
+    """A bound primitive whose ``run(inputs, out=None) -> y`` computes ElementwiseChain ``steps`` over float32 inputs of
     static ``shapes`` (input 0 is the chain's input), or None when the chain is not expressible
     (see the module docstring), too small, or oneDNN declines. Full-shape operands are bound with
     the chain's layout (``channels_last``: NHWC strides, the layout GE chose); ``run`` returns None
@@ -153,6 +155,4 @@ def bound_chain(steps: Sequence[Sequence[Any]], shapes: Sequence[tuple[int, ...]
             prim.execute()
         return y
 
-    run.impl = impl  # type: ignore[attr-defined]
-    run.keep = (mds, dst, prim)  # type: ignore[attr-defined]
-    return run
+    return BoundKernel(run, threads=Threads.OPENMP, keep=(mds, dst, prim), impl=impl)

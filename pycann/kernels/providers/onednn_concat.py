@@ -12,11 +12,13 @@ from __future__ import annotations
 
 import ctypes
 import threading
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
 
+from pycann.kernels.algorithm import Threads
+from pycann.kernels.bound import BoundKernel
 from pycann.kernels.providers import onednn_capi as capi
 
 ARG_MULTIPLE_SRC = 1024  # DNNL_ARG_MULTIPLE_SRC (dnnl_types.h)
@@ -34,8 +36,8 @@ def _concat_pd(dst: capi.MemoryDesc, axis: int, srcs: Sequence[capi.MemoryDesc])
 
 
 def bound_concat(shapes: Sequence[tuple[int, ...]], strides: Sequence[tuple[int, ...]], axis: int,
-                 out_shape: tuple[int, ...], out_strides: tuple[int, ...]) -> Callable[..., np.ndarray | None] | None:
-    """``run(inputs, out) -> out`` concatenating float32 arrays of the given shapes and element
+                 out_shape: tuple[int, ...], out_strides: tuple[int, ...]) -> BoundKernel | None:
+    """A bound primitive whose ``run(inputs, out) -> out`` concatenates float32 arrays of the given shapes and element
     strides along ``axis`` into ``out`` (element strides ``out_strides``), or None when the
     concat is smaller than ``MIN_ELEMENTS`` or oneDNN declines. ``run`` returns None, writing
     nothing, when an input or ``out`` is not float32 with the bound shape and strides. Raises
@@ -72,5 +74,4 @@ def bound_concat(shapes: Sequence[tuple[int, ...]], strides: Sequence[tuple[int,
             prim.execute()
         return out
 
-    run.keep = (mds, dst, prim)  # type: ignore[attr-defined]
-    return run
+    return BoundKernel(run, threads=Threads.OPENMP, keep=(mds, dst, prim))

@@ -28,7 +28,8 @@ from typing import Any
 
 import numpy as np
 
-from pycann.kernels.algorithm import ONEDNN_GEMM, ONEDNN_MATMUL
+from pycann.kernels.algorithm import ONEDNN_GEMM, ONEDNN_MATMUL, Packing, Threads
+from pycann.kernels.bound import BoundKernel
 from pycann.kernels.providers import GemmSpec, Implementation, onednn_packed
 from pycann.kernels.providers import numpy_blas as nb
 from pycann.kernels.providers import onednn_capi as capi
@@ -322,10 +323,7 @@ def bound_matmul(b: np.ndarray, bias: np.ndarray | None, a_shape: Sequence[int],
             execute()
         return finish(y, o)
 
-    kernel.keep = keep  # type: ignore[attr-defined]
-    kernel.writes_out = True  # type: ignore[attr-defined]
-    kernel.impl = p.impl  # type: ignore[attr-defined]
-    return kernel
+    return BoundKernel(kernel, writes_out=True, threads=Threads.OPENMP, packing=Packing.PACKED, keep=keep, impl=p.impl)
 
 
 def _gemm_ok(op: str) -> Any:

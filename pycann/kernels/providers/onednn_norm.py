@@ -15,6 +15,8 @@ from typing import Any
 
 import numpy as np
 
+from pycann.kernels.algorithm import Threads
+from pycann.kernels.bound import BoundKernel
 from pycann.kernels.providers import onednn_capi as capi
 from pycann.kernels.providers.bound_out import dest, finish
 from pycann.kernels.providers.native_args import address, conform
@@ -64,8 +66,4 @@ def bound_layer_norm(shape: Sequence[int], n: int, scale: np.ndarray, bias: np.n
             execute()
         return finish(y, o)
 
-    kernel.keep = (sc, sh, prim)  # type: ignore[attr-defined]
-    kernel.writes_out = True  # type: ignore[attr-defined]
-    kernel.openmp = True  # type: ignore[attr-defined]  # the executor holds OpenBLAS to one thread meanwhile
-    kernel.impl = impl  # type: ignore[attr-defined]
-    return kernel
+    return BoundKernel(kernel, writes_out=True, threads=Threads.OPENMP, keep=(sc, sh, prim), impl=impl)

@@ -19,6 +19,8 @@ from typing import Any
 
 import numpy as np
 
+from pycann.kernels.algorithm import Threads
+from pycann.kernels.bound import BoundKernel
 from pycann.kernels.providers import onednn_capi as capi
 from pycann.kernels.providers.bound_out import dest, finish
 from pycann.kernels.providers.native_args import address, conform
@@ -86,8 +88,4 @@ def bound_softmax(shape: tuple[int, ...], generic: Any) -> Any:
             y[...] = generic([x], attrs)[0]
         return finish(y, o)
 
-    kernel.keep = (prim,)  # type: ignore[attr-defined]
-    kernel.writes_out = True  # type: ignore[attr-defined]
-    kernel.openmp = True  # type: ignore[attr-defined]
-    kernel.impl = impl  # type: ignore[attr-defined]
-    return kernel
+    return BoundKernel(kernel, writes_out=True, threads=Threads.OPENMP, keep=(prim,), impl=impl)

@@ -29,6 +29,8 @@ from typing import Any
 
 import numpy as np
 
+from pycann.kernels.algorithm import Layout, Packing, Threads
+from pycann.kernels.bound import BoundKernel
 from pycann.kernels.providers import onednn
 from pycann.kernels.providers import onednn2_capi as c2
 from pycann.kernels.providers.native_args import address, check
@@ -267,6 +269,5 @@ def bound_conv_winograd(w: np.ndarray, b: np.ndarray | None, win: Window, x_shap
             return [o]
         return [y]
 
-    kernel.keep = (w, p.b)  # type: ignore[attr-defined]
-    kernel.writes_out = True  # type: ignore[attr-defined]
-    return kernel
+    return BoundKernel(kernel, writes_out=True, threads=Threads.OPENMP, layout=Layout.NHWC,
+                       packing=Packing.TRANSFORMED, keep=(w, p.b))
