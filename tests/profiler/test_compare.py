@@ -15,6 +15,7 @@ from onnx import TensorProto, helper, numpy_helper
 
 from pycann.ge.compiler import compile_model
 from pycann.ge.model import LoadedModel
+from pycann.kernels import table as kernel_table
 from pycann.ops import registry
 from pycann.tools.compare import CSV_COLUMNS, compare, main
 
@@ -22,10 +23,12 @@ pytest.importorskip("onnxruntime")
 
 
 def _patch(monkeypatch: pytest.MonkeyPatch, domain: str, op_type: str, kernel: Callable) -> None:
-    """Replace the kernel of ``op_type`` (and drop its arena kernel so the replacement runs)."""
+    """Replace the kernel of ``op_type`` (and drop its arena kernel and its provider kernels in the
+    kernel table, so the replacement runs)."""
     defs = registry.REGISTRY[(domain, op_type)]
     monkeypatch.setitem(registry.REGISTRY, (domain, op_type),
                         [dataclasses.replace(d, kernel=kernel, out_kernel=None) for d in defs])
+    monkeypatch.delitem(kernel_table.KERNELS, (domain, op_type), raising=False)  # type: ignore[arg-type]
 
 
 def _om(model: onnx.ModelProto, tmp_path: Path) -> tuple[Path, Path]:
