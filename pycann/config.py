@@ -214,3 +214,189 @@ def torch_kernels() -> str:
         raise ConfigError(f"PYCANN_TORCH_KERNELS={raw!r}: expected 'host' (torch's CPU kernels on the npu's "
                           "host memory) or 'pycann' (pycann's op library)")
     return raw
+
+
+# ------------------------------------------------------------------ the other knobs, one function each
+# (read on every call, so tests may flip them with monkeypatch.setenv; docs/env_vars.md lists them)
+
+
+def _env(name: str, default: str = "") -> str:
+    return os.environ.get(name, default)
+
+
+def soc_version(default: str) -> str:
+    """``PYCANN_SOC_VERSION``: the SoC pycann models (acl, torch.npu, the CPU runtime), else ``default``."""
+    return _env("PYCANN_SOC_VERSION", default)
+
+
+def device_memory() -> int | None:
+    """``PYCANN_DEVICE_MEMORY`` (bytes, suffix K/M/G as 1024s, e.g. ``8G``), or None when unset."""
+    raw = _env("PYCANN_DEVICE_MEMORY").strip().upper()
+    if not raw:
+        return None
+    mult = {"K": 1 << 10, "M": 1 << 20, "G": 1 << 30}.get(raw[-1], 1)
+    return int(float(raw.rstrip("KMG")) * mult)
+
+
+def keep_freed_memory() -> bool:
+    """``PYCANN_KEEP_FREED_MEMORY`` (default on): ``0``/``false``/``no`` leaves glibc's malloc
+    trimming as it is (runtime/host_allocator.py)."""
+    return _env("PYCANN_KEEP_FREED_MEMORY", "1").strip() not in ("0", "false", "no")
+
+
+def providers_allowed() -> set[str] | None:
+    """``PYCANN_PROVIDERS``: the kernel providers allowed (comma-separated; numpy always), or None (all)."""
+    raw = _env("PYCANN_PROVIDERS").strip()
+    return {p.strip() for p in raw.split(",") if p.strip()} | {"numpy"} if raw else None
+
+
+def kernel_selection() -> str:
+    """``PYCANN_KERNEL_SELECTION``: ``static``, ``measure`` or ``off`` ('' when unset; the compile
+    option ``kernel_selection`` wins, docs/kernels.md)."""
+    return _env("PYCANN_KERNEL_SELECTION")
+
+
+def nan_guard() -> bool:
+    """``PYCANN_NAN_GUARD`` (default 1): ``0`` drops the operand checks before fused activations."""
+    return _env("PYCANN_NAN_GUARD", "1") != "0"
+
+
+def int8_kernels() -> bool:
+    """``PYCANN_INT8_KERNELS`` (default on): ``0``/``off``/``false``/``no`` keeps QuantConv/QuantMatMul
+    on their float reference."""
+    return _env("PYCANN_INT8_KERNELS").strip().lower() not in ("0", "off", "false", "no")
+
+
+def num_threads() -> int | None:
+    """``PYCANN_NUM_THREADS``: the threads pycann gives torch, when a positive integer; else None."""
+    raw = _env("PYCANN_NUM_THREADS").strip()
+    return int(raw) if raw.isdigit() and int(raw) > 0 else None
+
+
+def num_threads_set() -> bool:
+    """Whether ``PYCANN_NUM_THREADS`` is set at all (then torch's pool is always resized)."""
+    return bool(_env("PYCANN_NUM_THREADS").strip())
+
+
+def dnnl_lib() -> str:
+    """``PYCANN_DNNL_LIB``: a libdnnl.so.3 to load instead of the onednn-cpu-gomp wheel's ('' unset)."""
+    return _env("PYCANN_DNNL_LIB").strip()
+
+
+def dnnl2_lib() -> str:
+    """``PYCANN_DNNL2_LIB``: oneDNN v2's libdnnl.so.2 for the Winograd convolutions ('' unset)."""
+    return _env("PYCANN_DNNL2_LIB").strip()
+
+
+def cache_dir() -> Path:
+    """``PYCANN_CACHE``: pycann's download cache (oneDNN v2), default ``~/.cache/pycann``."""
+    return Path(_env("PYCANN_CACHE").strip() or Path.home() / ".cache" / "pycann")
+
+
+def proto_cache_dir() -> Path:
+    """``PYCANN_CACHE_DIR``/proto: where the Caffe importer compiles its .proto (default under ~/.cache/pycann)."""
+    return Path(_env("PYCANN_CACHE_DIR") or Path.home() / ".cache" / "pycann") / "proto"
+
+
+def model_dir() -> Path:
+    """``PYCANN_MODEL_DIR``: the model cache of the tools (default ``~/.cache/pycann/models``)."""
+    return Path(_env("PYCANN_MODEL_DIR") or Path.home() / ".cache" / "pycann" / "models")
+
+
+def custom_opp_path() -> str:
+    """``ASCEND_CUSTOM_OPP_PATH`` (CANN's): vendor folders of custom Ascend C ops, ``os.pathsep``-separated."""
+    return _env("ASCEND_CUSTOM_OPP_PATH")
+
+
+def custom_op_soc() -> str:
+    """``PYCANN_CUSTOM_OP_SOC``: the SoC the twin runs custom kernels as (default Ascend910B1)."""
+    return _env("PYCANN_CUSTOM_OP_SOC", "Ascend910B1")
+
+
+@dataclass(frozen=True)
+class GraphDump:
+    """CANN's graph dump variables: ``DUMP_GE_GRAPH`` (1-3, '' off), ``DUMP_GRAPH_LEVEL`` (default 2),
+    ``DUMP_GRAPH_PATH`` (default: the working directory)."""
+
+    mode: str
+    level: str
+    path: str
+
+
+def graph_dump() -> GraphDump:
+    """The graph dump variables, stripped (no validation: ``ge/export.py`` reports bad values)."""
+    return GraphDump(_env("DUMP_GE_GRAPH").strip(), _env("DUMP_GRAPH_LEVEL", "2").strip(),
+                     _env("DUMP_GRAPH_PATH") or os.getcwd())
+
+
+def peak_overrides() -> tuple[str | None, str | None]:
+    """(``PYCANN_PEAK_GFLOPS``, ``PYCANN_PEAK_GBPS``) as given (None unset): the profiler's roofline peaks."""
+    return os.environ.get("PYCANN_PEAK_GFLOPS"), os.environ.get("PYCANN_PEAK_GBPS")
+
+
+@dataclass(frozen=True)
+class ProfileEnv:
+    """What ``msprof`` asks a profiled process for: output folder (``PYCANN_PROFILE_DIR``, '' none),
+    host API events (``PYCANN_PROFILE_ASCENDCL``), chart (``PYCANN_PROFILE_CHART``), no summary
+    on stderr (``PYCANN_PROFILE_QUIET``)."""
+
+    out: str
+    api: bool
+    chart: bool
+    quiet: bool
+
+
+def profile_env() -> ProfileEnv:
+    """The profiler variables (``pycann/profiler/session.py``)."""
+    return ProfileEnv(_env("PYCANN_PROFILE_DIR"), _env("PYCANN_PROFILE_ASCENDCL", "on") != "off",
+                      _env("PYCANN_PROFILE_CHART", "on") != "off", bool(_env("PYCANN_PROFILE_QUIET")))
+
+
+def slog_to_stdout() -> bool:
+    """``ASCEND_SLOG_PRINT_TO_STDOUT=1`` (CANN's): ACL errors printed on stdout."""
+    return _env("ASCEND_SLOG_PRINT_TO_STDOUT") == "1"
+
+
+def torch_fallback_disabled() -> bool:
+    """``TORCH_NPU_FALLBACK_CPU_DISABLE`` (torch_npu's): ``1``/``true``/``on`` forbids CPU fallback."""
+    return _env("TORCH_NPU_FALLBACK_CPU_DISABLE", "0").strip().lower() in ("1", "true", "on")
+
+
+def torch_report() -> str:
+    """``PYCANN_TORCH_REPORT``: the torch adaptor's exit report mode ('' default, ``0`` off)."""
+    return _env("PYCANN_TORCH_REPORT").strip()
+
+
+def transfer_to_npu() -> bool:
+    """``TORCH_TRANSFER_TO_NPU=1`` (torch_npu's): ``import pycann.torch`` maps ``cuda`` calls to ``npu``."""
+    return _env("TORCH_TRANSFER_TO_NPU", "0").strip() == "1"
+
+
+def flag(name: str) -> bool:
+    """A boolean switch variable (set and not blank): HCCL's and torch's on/off knobs."""
+    return bool(_env(name).strip())
+
+
+def launcher_env() -> dict[str, str]:
+    """The distributed launcher's variables a process may have been started with (``RANK``,
+    ``WORLD_SIZE``, ``LOCAL_RANK``, ``MASTER_ADDR``, ``RANK_TABLE_FILE``, ``SERVER_ID``,
+    ``HCCL_IF_IP``, ``HCCL_SOCKET_IFNAME``, ``GLOO_SOCKET_IFNAME``), those that are set."""
+    names = ("RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_ADDR", "RANK_TABLE_FILE", "SERVER_ID", "HCCL_IF_IP",
+             "HCCL_SOCKET_IFNAME", "GLOO_SOCKET_IFNAME")
+    return {n: os.environ[n] for n in names if n in os.environ}
+
+
+def environment() -> dict[str, str]:
+    """A copy of the whole environment, for building a child process's (tools that launch
+    processes: msprof, hccl-run, pycann-run) or for parsers of a whole family of variables
+    (``hccl/env.py``). Knobs themselves get a function above."""
+    return dict(os.environ)
+
+
+def set_environ(name: str, value: str | None) -> None:
+    """Set (or with None remove) a variable of this process's environment, for what it starts or
+    loads later (pycann-run's ``PYTHONPATH``, gloo's ``GLOO_SOCKET_IFNAME``)."""
+    if value is None:
+        os.environ.pop(name, None)
+    else:
+        os.environ[name] = value

@@ -90,3 +90,21 @@ def test_knowledge_bank_is_a_leaf() -> None:
             bad += [f"{path.relative_to(ROOT)} imports {n}" for n in _imports(path)
                     if n.startswith("pycann.aoe") and n != "pycann.aoe.bank"]
     assert not bad, "\n".join(bad)
+
+
+def test_environment_is_read_in_config_only() -> None:
+    """Environment variables are read (and written) only in ``pycann/config.py``: one declared,
+    documented function per knob (docs/architecture.md)."""
+    bad = []
+    for path in ROOT.rglob("*.py"):
+        if path == ROOT / "config.py":
+            continue
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            name = ""
+            if isinstance(node, ast.Attribute) and node.attr in ("environ", "getenv", "putenv", "environb"):
+                name = node.attr
+            elif isinstance(node, ast.ImportFrom) and node.module == "os":
+                name = ",".join(a.name for a in node.names if a.name in ("environ", "getenv", "putenv"))
+            if name:
+                bad.append(f"{path.relative_to(ROOT)}:{node.lineno} uses os.{name}")
+    assert not bad, "\n".join(bad)

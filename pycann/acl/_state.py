@@ -16,6 +16,7 @@ import time
 from collections.abc import Callable
 from typing import Any, TypeVar
 
+from pycann import config as knobs  # (``config`` here is the parsed acl.json)
 from pycann.acl import constants as C
 from pycann.acl._config import AclConfig
 from pycann.acl.errors import AclFault, ArgTypeError, code_for, fault
@@ -118,7 +119,7 @@ def user_site() -> str:
 def record_error(name: str, code: int, message: str) -> None:
     text = f"{name}: {C.error_name(code)} ({code}): {message}"
     _tls.msg = text
-    if os.environ.get("ASCEND_SLOG_PRINT_TO_STDOUT") == "1":
+    if knobs.slog_to_stdout():
         print(f"[ERROR] PYCANN({os.getpid()}) {text}", flush=True)
     else:
         # CANN logs every failed call at error level; with no logging set up Python prints

@@ -12,7 +12,7 @@ from typing import Any
 import numpy as np
 
 import pycann
-from pycann import profiler
+from pycann import config, profiler
 from pycann.acl import _state
 from pycann.acl import constants as C
 from pycann.acl._config import parse_config
@@ -96,11 +96,10 @@ def get_soc_name() -> str:
     rt = _state.runtime
     if rt is not None:
         return rt.devices[0].soc_name
-    import os
 
     from pycann.runtime.device import DEFAULT_SOC
 
-    return os.environ.get("PYCANN_SOC_VERSION", DEFAULT_SOC)
+    return config.soc_version(DEFAULT_SOC)
 
 
 def get_recent_err_msg() -> str:

@@ -28,6 +28,7 @@ import numpy as np
 import onnx
 from onnx import AttributeProto, helper, numpy_helper
 
+from pycann import config
 from pycann.dtypes import TensorDesc
 from pycann.ge.ir import Graph, Node
 
@@ -179,9 +180,7 @@ class PipelineDump:
 
 def pipeline_dumper() -> PipelineDump | None:
     """The dumper the environment asks for (``DUMP_GE_GRAPH`` = 1, 2 or 3), else None."""
-    mode = os.environ.get("DUMP_GE_GRAPH", "").strip()
-    if mode not in ("1", "2", "3"):
+    env = config.graph_dump()
+    if env.mode not in ("1", "2", "3"):
         return None
-    level = os.environ.get("DUMP_GRAPH_LEVEL", "2").strip()
-    return PipelineDump(int(mode), os.environ.get("DUMP_GRAPH_PATH") or os.getcwd(),
-                        int(level) if level in ("1", "2", "3", "4") else 2)
+    return PipelineDump(int(env.mode), env.path, int(env.level) if env.level in ("1", "2", "3", "4") else 2)

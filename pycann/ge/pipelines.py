@@ -3,11 +3,11 @@
 
 from __future__ import annotations
 
-import os
 import time
 from collections.abc import Callable
 from typing import Any
 
+from pycann import config
 from pycann.ge.ir import Graph, verify
 from pycann.ge.passes import (
     cancel_transpose,
@@ -106,7 +106,7 @@ SKIPPABLE_WHEN_IDLE = frozenset({dead_code.name, cancel_transpose.name, fuse_con
 def _dumper() -> Any:
     """``export.pipeline_dumper()`` when ``DUMP_GE_GRAPH`` asks for dumps; the export module (and
     onnx, ~20 MB) is imported only then, so running an .om never loads onnx."""
-    if os.environ.get("DUMP_GE_GRAPH", "").strip() not in ("1", "2", "3"):
+    if config.graph_dump().mode not in ("1", "2", "3"):
         return None
     from pycann.ge import export
 

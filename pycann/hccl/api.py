@@ -31,6 +31,7 @@ import numpy as np
 import torch
 import torch.distributed as dist
 
+from pycann import config
 from pycann.hccl import collectives as C
 from pycann.hccl.comm import Communicator
 from pycann.hccl.constants import (
@@ -148,9 +149,7 @@ def _parse_root(root_info: bytes) -> dict[str, Any]:
 
 
 def _env_set(name: str) -> bool:
-    import os
-
-    return bool(os.environ.get(name, "").strip())
+    return config.flag(name)
 
 
 def _new_comm(ip: str, port: int, ident: str, n_ranks: int, rank: int, server: dist.TCPStore | None) -> int:

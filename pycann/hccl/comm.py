@@ -32,6 +32,7 @@ from typing import Any
 import torch
 import torch.distributed as dist
 
+from pycann import config
 from pycann.hccl.constants import Collective, HcclResult
 from pycann.hccl.errors import HcclError, HcclMismatch, HcclRemoteError, HcclTimeout
 from pycann.hccl.signature import HEADER_LEN, CallSignature, find_mismatch
@@ -80,8 +81,9 @@ class Communicator:
         self._stop = threading.Event()
         self._join()
         # HCCL_SOCKET_IFNAME picks the host NIC in CANN; gloo reads GLOO_SOCKET_IFNAME for the same
-        if os.environ.get("HCCL_SOCKET_IFNAME") and not os.environ.get("GLOO_SOCKET_IFNAME"):
-            os.environ["GLOO_SOCKET_IFNAME"] = os.environ["HCCL_SOCKET_IFNAME"]
+        launcher = config.launcher_env()
+        if launcher.get("HCCL_SOCKET_IFNAME") and not launcher.get("GLOO_SOCKET_IFNAME"):
+            config.set_environ("GLOO_SOCKET_IFNAME", launcher["HCCL_SOCKET_IFNAME"])
         # Any: torch's stubs omit most of ProcessGroupGloo's bound collectives
         self.pg: Any = dist.ProcessGroupGloo(dist.PrefixStore("gloo/", store), rank, size,
                                         timedelta(seconds=connect_timeout))

@@ -11,10 +11,10 @@ and small jobs can fail fast, and says so in docs/hccl.md.
 
 from __future__ import annotations
 
-import os
 from collections.abc import Mapping
 from dataclasses import dataclass
 
+from pycann import config
 from pycann.hccl.constants import HcclResult
 from pycann.hccl.errors import HcclError
 
@@ -61,7 +61,7 @@ def _seconds(env: Mapping[str, str], name: str) -> float | None:
 def read_env(env: Mapping[str, str] | None = None) -> HcclEnv:
     """``HcclEnv`` from ``env`` (default ``os.environ``). Raises ``HcclError(HCCL_E_PARA)`` for a
     value that is not a number, naming the variable."""
-    e = os.environ if env is None else env
+    e = config.environment() if env is None else env
     wl = e.get("HCCL_WHITELIST_DISABLE", "1").strip()
     if wl not in ("0", "1"):
         raise HcclError(HcclResult.HCCL_E_PARA, f"HCCL_WHITELIST_DISABLE={wl!r} must be 0 or 1")

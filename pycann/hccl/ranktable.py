@@ -31,6 +31,7 @@ import os
 from dataclasses import dataclass
 from typing import Any
 
+from pycann import config
 from pycann.hccl.constants import HcclResult
 from pycann.hccl.errors import HcclError
 
@@ -81,7 +82,7 @@ class RankTable:
             return r0.host_ip
         if _is_ip(r0.server_id):
             return r0.server_id
-        fallback = os.environ.get("MASTER_ADDR") or if_ip
+        fallback = config.launcher_env().get("MASTER_ADDR") or if_ip
         if fallback:
             return fallback
         if self.servers == (LOCAL_SERVER,):
@@ -222,7 +223,7 @@ def parse_rank_table(data: Any, source: str = "<rank table>") -> RankTable:
 def load_rank_table(path: str | os.PathLike[str] | None = None) -> RankTable:
     """Read the rank table at ``path`` (default ``RANK_TABLE_FILE``). Raises ``HcclError``:
     ``HCCL_E_OPEN_FILE_FAILURE`` for a missing/unreadable file, ``HCCL_E_PARA`` for bad content."""
-    p = os.fspath(path) if path is not None else os.environ.get("RANK_TABLE_FILE", "")
+    p = os.fspath(path) if path is not None else config.launcher_env().get("RANK_TABLE_FILE", "")
     if not p:
         raise HcclError(HcclResult.HCCL_E_PARA, "no rank table: pass a path or set RANK_TABLE_FILE")
     try:

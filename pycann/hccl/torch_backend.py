@@ -28,6 +28,7 @@ import torch
 import torch.distributed as dist
 from torch._C._distributed_c10d import ProcessGroup
 
+from pycann import config
 from pycann.hccl import collectives as C
 from pycann.hccl.comm import Communicator
 from pycann.hccl.constants import HcclReduceOp, HcclResult
@@ -277,9 +278,7 @@ class ProcessGroupHCCL(ProcessGroup):
 
 
 def _has(name: str) -> bool:
-    import os
-
-    return bool(os.environ.get(name, "").strip())
+    return config.flag(name)
 
 
 def _create(store: dist.Store, rank: int, size: int, timeout: timedelta) -> ProcessGroupHCCL:

@@ -9,12 +9,12 @@ dtypes from its DataType lists; the kernel runs on the CPU twin with the op's ti
 
 from __future__ import annotations
 
-import os
 from collections.abc import Mapping, Sequence
 from typing import Any
 
 import numpy as np
 
+from pycann import config
 from pycann.dtypes import TensorDesc, from_numpy, to_numpy
 from pycann.errors import KernelError, ShapeError
 from pycann.ops.opdef import REQUIRED, InferContext, OpDef
@@ -48,7 +48,7 @@ def _make(op: Any, domain: str) -> OpDef:
     def kernel(inputs: Sequence[np.ndarray | None], attrs: Mapping[str, Any]) -> list[np.ndarray]:
         arrays = [np.asarray(a) for a in inputs if a is not None]
         try:
-            return runner.run(op, arrays, _attr_values(op, attrs), os.environ.get(SOC_ENV, "Ascend910B1"))
+            return runner.run(op, arrays, _attr_values(op, attrs), config.custom_op_soc())
         except runner.CustomOpError as e:
             raise ShapeError(str(e)) from None
         except KernelError:
@@ -61,7 +61,7 @@ def _make(op: Any, domain: str) -> OpDef:
 
 def load_ops() -> list[OpDef]:
     """OpDefs for every installed custom op (none when ASCEND_CUSTOM_OPP_PATH is unset)."""
-    if not os.environ.get("ASCEND_CUSTOM_OPP_PATH"):
+    if not config.custom_opp_path():
         return []
     from pycann.ascendc.opdev.vendor import load_all
 

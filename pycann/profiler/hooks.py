@@ -20,6 +20,8 @@ from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from typing import Any, Protocol
 
+from pycann import config
+
 
 class NodeObserver(Protocol):
     """Receives every executed node: its inputs/outputs and wall-clock span (ns, perf_counter_ns)."""
@@ -114,7 +116,7 @@ def on_model_load(model: Any) -> None:
         pass
     if not _env_checked:
         _env_checked = True
-        if os.environ.get(PROFILE_ENV):
+        if config.profile_env().out:
             from pycann.profiler.session import start_from_env
 
             start_from_env()

@@ -8,11 +8,12 @@ then says ``env``). The summary always prints where the numbers came from.
 
 from __future__ import annotations
 
-import os
 import time
 from dataclasses import dataclass
 
 import numpy as np
+
+from pycann import config
 
 
 @dataclass(frozen=True)
@@ -63,7 +64,7 @@ def machine_peaks() -> Peaks:
     global _CACHED
     if _CACHED is not None:
         return _CACHED
-    env_f, env_b = os.environ.get("PYCANN_PEAK_GFLOPS"), os.environ.get("PYCANN_PEAK_GBPS")
+    env_f, env_b = config.peak_overrides()
     if env_f and env_b:
         _CACHED = Peaks(float(env_f) * 1e9, float(env_b) * 1e9, "env: PYCANN_PEAK_GFLOPS / PYCANN_PEAK_GBPS")
         return _CACHED

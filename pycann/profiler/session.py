@@ -21,6 +21,7 @@ import warnings
 from collections.abc import Mapping
 from typing import Any
 
+from pycann import config
 from pycann.profiler import hooks
 from pycann.profiler.analysis import Report, analyze
 from pycann.profiler.collector import Collector
@@ -133,7 +134,7 @@ def finalize() -> list[str]:
             continue
         if p.output_path:
             out.append(p.output_path)
-            if not os.environ.get("PYCANN_PROFILE_QUIET"):
+            if not config.profile_env().quiet:
                 print(f"pycann profiler: results in {p.output_path}", file=sys.stderr, flush=True)
     return out
 
@@ -162,11 +163,10 @@ def start_from_env() -> Profiler | None:
     """Start the profiler ``PYCANN_PROFILE_DIR`` asks for (set by ``msprof``). Options:
     ``PYCANN_PROFILE_ASCENDCL=off`` (no API events), ``PYCANN_PROFILE_CHART=off``,
     ``PYCANN_PROFILE_QUIET=1`` (no summary / note on stderr at exit; msprof prints it itself)."""
-    out = os.environ.get(hooks.PROFILE_ENV)
-    if not out:
+    env = config.profile_env()
+    if not env.out:
         return None
-    p = Profiler(out, api=os.environ.get("PYCANN_PROFILE_ASCENDCL", "on") != "off",
-                 chart=os.environ.get("PYCANN_PROFILE_CHART", "on") != "off")
-    if not os.environ.get("PYCANN_PROFILE_QUIET"):
+    p = Profiler(env.out, api=env.api, chart=env.chart)
+    if not env.quiet:
         p.print_summary = True
     return _manage(p)

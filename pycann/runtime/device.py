@@ -8,7 +8,6 @@ context (made by ``set_device``, destroyed when ``reset_device`` has balanced ev
 
 from __future__ import annotations
 
-import os
 import threading
 
 from pycann import config
@@ -116,7 +115,7 @@ class Runtime:
                  soc_name: str | None = None, space: AddressSpace | None = None) -> None:
         count = device_count if device_count is not None else config.device_count()
         mem = memory_bytes if memory_bytes is not None else physical_memory()
-        soc = soc_name or os.environ.get("PYCANN_SOC_VERSION", DEFAULT_SOC)
+        soc = soc_name or config.soc_version(DEFAULT_SOC)
         self.devices = [Device(i, mem, soc) for i in range(max(1, count))]
         self.host_pool = MemoryPool("host", mem)
         self.space = space if space is not None else AddressSpace()

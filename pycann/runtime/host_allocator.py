@@ -18,8 +18,9 @@ from __future__ import annotations
 
 import ctypes
 import ctypes.util
-import os
 import threading
+
+from pycann import config
 
 # glibc <malloc.h>
 M_TRIM_THRESHOLD = -1
@@ -38,7 +39,7 @@ def keep_freed_memory() -> bool:
         if _done is not None:
             return _done
         _done = False
-        if os.environ.get("PYCANN_KEEP_FREED_MEMORY", "1").strip() in ("0", "false", "no"):
+        if not config.keep_freed_memory():
             return False
         try:
             libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6")

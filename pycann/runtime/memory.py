@@ -32,6 +32,7 @@ from typing import Any
 
 import numpy as np
 
+from pycann import config
 from pycann.runtime.errors import (
     DoubleFree,
     InvalidPointer,
@@ -64,10 +65,9 @@ def round_size(nbytes: int) -> int:
 
 def physical_memory() -> int:
     """Bytes of RAM (``PYCANN_DEVICE_MEMORY`` overrides, e.g. ``8G``); 16 GiB if unknown."""
-    env = os.environ.get("PYCANN_DEVICE_MEMORY", "").strip().upper()
-    if env:
-        mult = {"K": 1 << 10, "M": 1 << 20, "G": 1 << 30}.get(env[-1], 1)
-        return int(float(env.rstrip("KMG")) * mult)
+    given = config.device_memory()
+    if given is not None:
+        return given
     try:
         return int(os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES"))
     except (ValueError, OSError, AttributeError):

@@ -22,6 +22,7 @@ import sys
 import time
 from collections.abc import Sequence
 
+from pycann import config
 from pycann.hccl.errors import HcclError
 from pycann.hccl.ranktable import RankTable, load_rank_table
 
@@ -32,8 +33,8 @@ def _parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="hccl-run", usage=USAGE, add_help=True,
                                 description="torchrun with HCCL rank tables (docs/hccl.md)")
     a = p.add_argument
-    a("--rank_table", "--rank-table", dest="rank_table", default=os.environ.get("RANK_TABLE_FILE"))
-    a("--server_id", "--server-id", dest="server_id", default=os.environ.get("SERVER_ID"))
+    a("--rank_table", "--rank-table", dest="rank_table", default=config.launcher_env().get("RANK_TABLE_FILE"))
+    a("--server_id", "--server-id", dest="server_id", default=config.launcher_env().get("SERVER_ID"))
     a("--nproc_per_node", "--nproc-per-node", dest="nproc_per_node", default=None)
     a("--nnodes", dest="nnodes", default=None)
     a("--node_rank", "--node-rank", dest="node_rank", type=int, default=None)
@@ -53,8 +54,9 @@ def _local_addresses() -> set[str]:
             addrs |= set(socket.gethostbyname_ex(n)[2])
         except OSError:
             pass
-    if os.environ.get("HCCL_IF_IP"):
-        addrs.add(os.environ["HCCL_IF_IP"])
+    if_ip = config.launcher_env().get("HCCL_IF_IP")
+    if if_ip:
+        addrs.add(if_ip)
     return addrs
 
 
@@ -98,7 +100,7 @@ def worker_envs(table: RankTable, server: str, master_addr: str | None, master_p
     """The environment of each local worker of ``server`` (ranks in the table's order)."""
     ranks = table.ranks_on(server)
     servers = table.servers
-    addr = master_addr or table.master_address(os.environ.get("HCCL_IF_IP"))
+    addr = master_addr or table.master_address(config.launcher_env().get("HCCL_IF_IP"))
     envs = []
     for local, e in enumerate(ranks):
         envs.append({
@@ -121,7 +123,7 @@ def _run_table(ns: argparse.Namespace, rest: list[str]) -> int:
     if not rest:
         raise HcclError(*_para("no script to run"))
     cmd = rest if ns.no_python else [sys.executable, *(["-m"] if ns.module else []), *rest]
-    procs = [subprocess.Popen(cmd, env={**os.environ, **e}) for e in envs]
+    procs = [subprocess.Popen(cmd, env={**config.environment(), **e}) for e in envs]
     first_bad = 0
     try:
         while procs:

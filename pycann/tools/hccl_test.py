@@ -27,6 +27,8 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from datetime import timedelta
 
+from pycann import config
+
 TESTS = ("all_reduce_test", "all_gather_test", "reduce_scatter_test", "broadcast_test", "reduce_test",
          "alltoall_test")
 DTYPES = {"int8": "int8", "int16": "int16", "int32": "int32", "int64": "int64", "fp16": "float16",
@@ -236,7 +238,8 @@ def run_rank(a: argparse.Namespace) -> int:
     import torch
     import torch.distributed as dist
 
-    rank, n = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
+    launcher = config.launcher_env()
+    rank, n = int(launcher["RANK"]), int(launcher["WORLD_SIZE"])
     if a.backend == "hccl":
         import pycann.hccl  # noqa: F401  (registers the backend)
     dist.init_process_group("gloo" if a.backend == "gloo" else "hccl" if a.backend == "hccl" else "gloo",
@@ -308,12 +311,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     if a.npus < 1 or a.iters < 1 or parse_size(a.minbytes) <= 0:
         print("hccl_test: -p, -n and -b must be positive", file=sys.stderr)
         return 2
-    if "RANK" in os.environ and "WORLD_SIZE" in os.environ:
+    if "RANK" in config.launcher_env() and "WORLD_SIZE" in config.launcher_env():
         return run_rank(a)
     port = str(_free_port())
     procs = []
     for r in range(a.npus):
-        env = {**os.environ, "RANK": str(r), "LOCAL_RANK": str(r), "WORLD_SIZE": str(a.npus),
+        env = {**config.environment(), "RANK": str(r), "LOCAL_RANK": str(r), "WORLD_SIZE": str(a.npus),
                "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": port, "OMP_NUM_THREADS": "1"}
         procs.append(subprocess.Popen([sys.executable, "-m", "pycann.tools.hccl_test", *args], env=env))
     return max(p.wait() for p in procs)

@@ -21,6 +21,8 @@ import subprocess
 import sys
 from collections.abc import Sequence
 
+from pycann import config
+
 NO_EFFECT = frozenset({
     "task-time", "ai-core", "aic-mode", "aic-freq", "aic-metrics", "aicpu", "runtime-api", "hccl",
     "model-execution", "msproftx", "sys-hardware-mem", "sys-hardware-mem-freq", "l2", "llc-profiling",
@@ -68,7 +70,7 @@ def _command(app: list[str]) -> list[str]:
 def _child_env(output: str, opts: dict[str, str]) -> dict[str, str]:
     import pycann
 
-    env = dict(os.environ)
+    env = config.environment()
     env["PYCANN_PROFILE_DIR"] = output
     env["PYCANN_PROFILE_QUIET"] = "1"
     env["PYCANN_PROFILE_ASCENDCL"] = opts.get("ascendcl", "on")

@@ -9,16 +9,17 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import sys
 from collections.abc import Sequence
 from pathlib import Path
+
+from pycann import config
 
 MODELS = {"det": "rapidocr_ppocrv4_det", "cls": "rapidocr_ppocr_mobile_v2_cls", "rec": "rapidocr_ppocrv4_rec"}
 
 
 def model_dir() -> Path:
-    return Path(os.environ.get("PYCANN_MODEL_DIR", Path.home() / ".cache" / "pycann" / "models"))
+    return config.model_dir()
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -19,6 +19,8 @@ import sys
 import tempfile
 from collections.abc import Sequence
 
+from pycann import config
+
 SHIM = '''"""pycann-run shim: this run's ``import acl`` is pycann's pyACL facade."""
 import sys
 
@@ -96,9 +98,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 2
     shim = make_shim_dir()
     pkg_root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-    saved_argv, saved_path, saved_env = list(sys.argv), list(sys.path), os.environ.get("PYTHONPATH")
+    saved_argv, saved_path, saved_env = list(sys.argv), list(sys.path), config.environment().get("PYTHONPATH")
     stale = {k: sys.modules.pop(k) for k in list(sys.modules) if _shadowed(k)}
-    os.environ["PYTHONPATH"] = os.pathsep.join(p for p in (shim, pkg_root, saved_env) if p)
+    config.set_environ("PYTHONPATH", os.pathsep.join(p for p in (shim, pkg_root, saved_env) if p))
     try:
         if as_code:  # `pycann-run -c CODE`, as `python -c`: argv[0] is "-c", the current folder on sys.path
             sys.argv = ["-c"] + args[2:]
@@ -124,10 +126,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         for k in [k for k in sys.modules if _shadowed(k)]:
             del sys.modules[k]
         sys.modules.update(stale)
-        if saved_env is None:
-            os.environ.pop("PYTHONPATH", None)
-        else:
-            os.environ["PYTHONPATH"] = saved_env
+        config.set_environ("PYTHONPATH", saved_env)
         shutil.rmtree(shim, ignore_errors=True)
 
 

@@ -143,7 +143,9 @@ def _host_view(t: torch.Tensor) -> torch.Tensor | None:
 _register()
 del fallback
 
-if __import__("os").environ.get("TORCH_TRANSFER_TO_NPU", "0").strip() == "1":
+from pycann import config as _config  # noqa: E402 - after the registration above, as the rest of the tail
+
+if _config.transfer_to_npu():
     from pycann.torch import migrate as _migrate
 
     _migrate.apply()

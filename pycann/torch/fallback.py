@@ -11,12 +11,12 @@ time on the device they took. The report prints at exit (stderr) when an op fell
 from __future__ import annotations
 
 import atexit
-import os
 import sys
 import threading
 import warnings
 from dataclasses import dataclass
 
+from pycann import config
 from pycann.torch.optable import Provider
 
 ENV_DISABLE = "TORCH_NPU_FALLBACK_CPU_DISABLE"
@@ -79,7 +79,7 @@ _warned: set[str] = set()
 def fallback_disabled() -> bool:
     """Whether ``TORCH_NPU_FALLBACK_CPU_DISABLE`` forbids CPU fallback (read on every call, as
     torch_npu reads its option, so a test can flip it)."""
-    return os.environ.get(ENV_DISABLE, "0").strip().lower() in ("1", "true", "on")
+    return config.torch_fallback_disabled()
 
 
 def on_fallback(op_name: str) -> None:
@@ -128,7 +128,7 @@ def reset() -> None:
 
 
 def _at_exit() -> None:
-    mode = os.environ.get(ENV_REPORT, "").strip()
+    mode = config.torch_report()
     if mode == "0":
         return
     r = report()

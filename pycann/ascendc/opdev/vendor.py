@@ -21,6 +21,7 @@ import warnings
 from pathlib import Path
 from types import ModuleType
 
+from pycann import config
 from pycann.ascendc.enums import KernelMode
 from pycann.ascendc.opdev.opdef import OpDef, snake_case, take_added
 from pycann.ascendc.opdev.runner import CustomOp
@@ -34,7 +35,7 @@ class VendorError(ValueError):
 
 def vendor_dirs(env: str | None = None) -> list[Path]:
     """Vendor folders named by ASCEND_CUSTOM_OPP_PATH (first entry wins on duplicate op types, as in CANN)."""
-    raw = os.environ.get(ENV, "") if env is None else env
+    raw = config.custom_opp_path() if env is None else env
     out: list[Path] = []
     for part in filter(None, raw.split(os.pathsep)):
         p = Path(part)

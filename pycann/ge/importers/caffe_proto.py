@@ -22,6 +22,7 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
+from pycann import config
 from pycann.errors import ModelError
 
 PROTO = Path(__file__).with_name("proto") / "caffe.proto"
@@ -29,7 +30,7 @@ _HINT = "pip install grpcio-tools (protoc for the vendored caffe.proto; Caffe it
 
 
 def _cache_dir() -> Path:
-    return Path(os.environ.get("PYCANN_CACHE_DIR", Path.home() / ".cache" / "pycann")) / "proto"
+    return config.proto_cache_dir()
 
 
 def _descriptor_set() -> bytes:

@@ -26,12 +26,12 @@ specialisation shares attrs dicts with the compiled graph).
 
 from __future__ import annotations
 
-import os
 from collections import Counter
 from dataclasses import dataclass
 
 import numpy as np
 
+from pycann import config
 from pycann.dtypes import to_numpy
 from pycann.ge.ir import Graph, Node
 from pycann.ge.passes.base import PassContext, PassResult
@@ -203,7 +203,7 @@ def summarize(choices: list[Choice], skipped: Counter[str], moved: int = 0) -> s
 
 
 def run(graph: Graph, ctx: PassContext) -> PassResult:
-    mode = str(ctx.options.get("kernel_selection") or os.environ.get("PYCANN_KERNEL_SELECTION") or "static")
+    mode = str(ctx.options.get("kernel_selection") or config.kernel_selection() or "static")
     if mode not in MODES:
         mode = "static"
     if mode == "off":

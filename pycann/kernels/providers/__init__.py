@@ -24,7 +24,6 @@ from __future__ import annotations
 import contextlib
 import importlib
 import logging
-import os
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
@@ -33,6 +32,7 @@ from typing import Any
 
 import numpy as np
 
+from pycann import config
 from pycann.kernels.algorithm import (
     FALLBACK,
     NUMPY_COL2IM,
@@ -297,8 +297,7 @@ _warned: set[Algorithm] = set()
 
 
 def _allowed() -> set[str] | None:
-    env = os.environ.get("PYCANN_PROVIDERS", "").strip()
-    return {p.strip() for p in env.split(",") if p.strip()} | {"numpy"} if env else None
+    return config.providers_allowed()
 
 
 def available(provider: str) -> bool:

@@ -19,11 +19,12 @@ formulation: the conv, then the activation in numpy, which propagates NaN as ONN
 from __future__ import annotations
 
 import math
-import os
 import weakref
 from typing import Any
 
 import numpy as np
+
+from pycann import config
 
 __all__ = ["drops_nan", "enabled", "pre_bound", "record", "safe", "weight_bound"]
 
@@ -36,7 +37,7 @@ _TORCH_DROPS = {"relu", "clamp", "hardtanh", "hardsigmoid", "sigmoid"}
 
 def enabled() -> bool:
     """True unless ``PYCANN_NAN_GUARD=0`` (read per call: tests flip it)."""
-    return os.environ.get("PYCANN_NAN_GUARD", "1") != "0"
+    return config.nan_guard()
 
 
 def drops_nan(unary: Any) -> bool:

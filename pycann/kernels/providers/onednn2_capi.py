@@ -41,6 +41,7 @@ import sys
 from collections.abc import Sequence
 from typing import Any
 
+from pycann import config
 from pycann.kernels.providers import onednn_capi as capi
 from pycann.kernels.providers.onednn_capi import DnnlError, ExecArg, Version, check, dims
 
@@ -103,8 +104,8 @@ _synchronous = False
 def library_candidates() -> list[str]:
     """Paths tried for ``libdnnl.so.2``, in order: ``$PYCANN_DNNL2_LIB``, then the cache
     ``scripts/fetch_onednn2.py`` fills (``$PYCANN_CACHE`` or ``~/.cache/pycann``)."""
-    env = os.environ.get("PYCANN_DNNL2_LIB", "").strip()
-    cache = os.environ.get("PYCANN_CACHE", "").strip() or os.path.join(os.path.expanduser("~"), ".cache", "pycann")
+    env = config.dnnl2_lib()
+    cache = str(config.cache_dir())
     return ([env] if env else []) + [os.path.join(cache, "onednn2", "libdnnl.so.2")]
 
 

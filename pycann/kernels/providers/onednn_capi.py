@@ -23,6 +23,7 @@ from typing import Any
 
 import numpy as np
 
+from pycann import config
 from pycann.config import apply_omp_wait_policy
 from pycann.kernels.providers.onednn_capi_table import (
     _I,
@@ -94,7 +95,7 @@ _synchronous = False
 
 def library_candidates() -> list[str]:
     """Paths tried for ``libdnnl.so.3``, in order."""
-    env = os.environ.get("PYCANN_DNNL_LIB", "").strip()
+    env = config.dnnl_lib()
     dirs = [os.path.join(sys.prefix, "lib")]
     user = getattr(site, "USER_BASE", None)
     if user:

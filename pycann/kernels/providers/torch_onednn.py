@@ -23,6 +23,7 @@ from typing import Any
 
 import numpy as np
 
+from pycann import config
 from pycann.config import apply_omp_wait_policy
 from pycann.kernels.algorithm import (
     TORCH_ADDMM,
@@ -44,9 +45,9 @@ _torch: Any = None
 
 def thread_budget() -> int:
     """Threads pycann gives torch: ``PYCANN_NUM_THREADS``, else the CPUs this process may use."""
-    env = os.environ.get("PYCANN_NUM_THREADS", "").strip()
-    if env.isdigit() and int(env) > 0:
-        return int(env)
+    given = config.num_threads()
+    if given is not None:
+        return given
     try:
         return len(os.sched_getaffinity(0))
     except AttributeError:  # pragma: no cover - not Linux
@@ -61,7 +62,7 @@ def load() -> Any:
         import torch
 
         n = thread_budget()
-        if os.environ.get("PYCANN_NUM_THREADS", "").strip() or torch.get_num_threads() > n:
+        if config.num_threads_set() or torch.get_num_threads() > n:
             torch.set_num_threads(n)
         _torch = torch
     return _torch

@@ -8,7 +8,6 @@ memory. ``PYCANN_DEVICE_COUNT`` (default 1, or torchrun's ``LOCAL_WORLD_SIZE``, 
 from __future__ import annotations
 
 import contextlib
-import os
 import threading
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -16,6 +15,7 @@ from typing import Any
 
 import torch
 
+from pycann import config
 from pycann.torch.npu import amp
 from pycann.torch.npu.memory import (
     empty_cache,
@@ -153,7 +153,7 @@ def get_soc_version() -> str:
     """The SoC pycann models (``PYCANN_SOC_VERSION``, default pycann's)."""
     from pycann.runtime.device import DEFAULT_SOC
 
-    return os.environ.get("PYCANN_SOC_VERSION", DEFAULT_SOC)
+    return config.soc_version(DEFAULT_SOC)
 
 
 def get_device_name(device: int | str | torch.device | None = None) -> str:
