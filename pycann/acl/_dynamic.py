@@ -96,7 +96,7 @@ def gear_order(m: LoadedModel) -> list[str]:
     names = [i.name for i in m.inputs]
     have = {n for s in m.gears.shapes for n in s}
     order: list[str] = []
-    for key in m.manifest.get("options", {}).get("input_shape", {}) or {}:
+    for key in m.input_ranges:  # (--input_shape's order; older files also keep it under "options")
         name = names[int(key)] if key not in names and str(key).isdigit() and int(key) < len(names) else key
         if name in have and name not in order:
             order.append(name)

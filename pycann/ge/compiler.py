@@ -19,7 +19,7 @@ from pycann.dtypes import Dim, TensorDesc
 from pycann.errors import OptionError
 from pycann.ge import gears
 from pycann.ge.aipp.config import load_aipp_config
-from pycann.ge.ir import Graph, Node
+from pycann.ge.ir import CompileContext, Graph, Node
 from pycann.ge.options import CompileOptions, check_implmode, dims_to_desc_shape
 from pycann.ge.passes import insert_aipp, precision
 from pycann.ge.passes.base import PassContext
@@ -161,17 +161,15 @@ def compile_model(
         graph = _insert_aipp(graph, options, ranges, say)
     if options.out_nodes:
         _apply_out_nodes(graph, options.out_nodes)
-    tune_key, tuned_off, tuned_record = _tuned_graph(graph, options, say)
+    tune_key, tuned_off, tuned_record, kernel_bank = _tuned_graph(graph, options, say)
     disabled = list(dict.fromkeys([*options.disabled_passes, *tuned_off]))
     ctx = PassContext(options={"disabled_passes": disabled, "precision": precision_settings,
                                "fold_max_bytes": options.fold_max_bytes}, log=say)
-    # read by KernelSelection, here and when a run specialises the graph to its shapes
-    graph.metadata["op_select_implmode"] = options.op_select_implmode
-    graph.metadata["optypelist_for_implmode"] = ",".join(options.optypelist_for_implmode)
+    # read by KernelSelection here and when a run specialises the graph to its shapes, which
+    # re-runs the fusion passes with the same switches
+    graph.context = CompileContext(options.op_select_implmode, tuple(options.optypelist_for_implmode),
+                                   tuple(disabled), options.op_bank_path, kernel_bank)
     graph = run_pipeline(graph, ctx)
-    if disabled:
-        # run-time specialisation re-runs fusion passes: it must honour the same switches
-        graph.metadata["disabled_passes"] = ",".join(disabled)
     if options.output_type:
         _apply_output_type(graph, options.output_type)
         precision.simplify_casts(graph)  # PrecisionMode's Cast back to float32, then --output_type's
@@ -180,7 +178,8 @@ def compile_model(
     say(f"[MemoryPlan] {mem.summary()}")
     manifest: dict[str, Any] = {
         "soc_version": options.soc_version,
-        "options": options.to_json(),
+        # the input shape is stored once: "input_ranges" (--input_shape with names resolved, in its order)
+        "options": {k: v for k, v in options.to_json().items() if k != "input_shape"},
         "input_ranges": ranges,
         "memory_plan": {"peak_bytes": mem.peak_bytes, "total_bytes": mem.total_bytes,
                         "dynamic_values": len(mem.dynamic), "offsets": mem.offsets},
@@ -200,28 +199,23 @@ def compile_model(
 
 
 def _tuned_graph(graph: Graph, options: CompileOptions,
-                 say: Callable[[str], None]) -> tuple[Any, list[str], dict[str, Any] | None]:
-    """(bank key, passes to switch off, the applied record's choice or None) from the knowledge bank's
-    subgraph-tuning record of this model (``aoe --job_type=1``; pycann/ge/tuned.py); records in the
-    graph's metadata where KernelSelection finds the bank."""
+                 say: Callable[[str], None]) -> tuple[Any, list[str], dict[str, Any] | None, bool]:
+    """(bank key, passes to switch off, the applied record's choice or None, whether tuned kernel
+    choices are used) from the knowledge bank's subgraph-tuning record of this model
+    (``aoe --job_type=1``; pycann/ge/tuned.py)."""
     from pycann.ge import tuned
 
-    if options.op_bank_path:
-        graph.metadata["op_bank_path"] = options.op_bank_path
     if options.tune_bank not in ("on", "kernels", "off"):
         raise OptionError(f"E10001: tune_bank={options.tune_bank!r} is invalid: use on, kernels or off")
-    if options.tune_bank == "off":
-        graph.metadata["kernel_bank"] = "off"
+    kernel_bank = options.tune_bank != "off"
     if options.tune_bank != "on":
-        return tuned.graph_key(graph, options.soc_version, options.op_select_implmode), [], None
+        return tuned.graph_key(graph, options.soc_version, options.op_select_implmode), [], None, kernel_bank
     key, choice = tuned.graph_choice(graph, options.soc_version, options.op_select_implmode, options.op_bank_path)
     if choice is None:
-        return key, [], None
-    if not choice.kernel_bank:
-        graph.metadata["kernel_bank"] = "off"
+        return key, [], None, kernel_bank
     say(f"[KnowledgeBank] subgraph tuning record applied: passes off {choice.passes_off() or 'none'}, "
         f"tuned kernels {'on' if choice.kernel_bank else 'off'}")
-    return key, choice.passes_off(), choice.to_json()
+    return key, choice.passes_off(), choice.to_json(), choice.kernel_bank
 
 
 @dataclass
@@ -251,7 +245,7 @@ def specialize(graph: Graph, shapes: Sequence[tuple[int, ...] | None],
     g = Graph(
         nodes=[_copy_node(n) for n in graph.nodes], inputs=list(graph.inputs), outputs=list(graph.outputs),
         initializers=dict(graph.initializers), descs=dict(graph.descs), name=graph.name,
-        opsets=dict(graph.opsets), metadata=graph.metadata,
+        opsets=dict(graph.opsets), metadata=graph.metadata, context=graph.context,
     )
     for name, shape in zip(g.inputs, shapes):
         old = g.descs.get(name)
@@ -269,7 +263,7 @@ def specialize(graph: Graph, shapes: Sequence[tuple[int, ...] | None],
         eliminate(g, top=False, recurse=False)  # subgraphs are shared: do not rename inside them
     else:
         # control flow is gone (If inlined): the flat graph gets the fusion passes again
-        off = [p for p in g.metadata.get("disabled_passes", "").split(",") if p]
+        off = list(g.context.disabled_passes)
         if memo is not None and memo.idle is not None:
             off += sorted(memo.idle)
         changed: dict[str, bool] = {}

@@ -47,4 +47,4 @@ def with_inputs(graph: Graph, names: Iterable[str]) -> Graph:
         descs[n] = TensorDesc(int(from_numpy(arr.dtype)), tuple(int(d) for d in arr.shape))
     return Graph(nodes=list(graph.nodes), inputs=list(graph.inputs) + names, outputs=list(graph.outputs),
                  initializers={k: v for k, v in graph.initializers.items() if k not in names},
-                 descs=descs, name=graph.name, opsets=dict(graph.opsets), metadata=dict(graph.metadata))
+                 descs=descs, name=graph.name, opsets=dict(graph.opsets), metadata=dict(graph.metadata), context=graph.context)

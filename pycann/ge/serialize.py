@@ -23,6 +23,7 @@ from typing import Any
 import numpy as np
 
 from pycann.dtypes import DType, Format, TensorDesc, from_numpy, to_numpy
+from pycann.ge.ir.context import LEGACY_KEYS, CompileContext
 from pycann.ge.ir.graph import Graph, Node
 from pycann.kernels.algorithm import Algorithm
 from pycann.kernels.algorithm import parse as parse_algorithm
@@ -254,6 +255,7 @@ def encode_graph(graph: Graph, put: PutTensor) -> dict[str, Any]:
         "outputs": list(graph.outputs),
         "opsets": {d: int(v) for d, v in graph.opsets.items()},
         "metadata": dict(graph.metadata),
+        "compile": graph.context.to_json(),
         "descs": {k: _encode_desc(d) for k, d in graph.descs.items()},
         "initializers": inits,
         "nodes": nodes,
@@ -323,6 +325,7 @@ def decode_graph(obj: dict[str, Any], get: GetTensor) -> Graph:
     descs = _field(obj, "descs", dict, where, {})
     if not all(isinstance(d, dict) for d in descs.values()):
         raise MalformedManifest(f"{where}: a tensor description is not an object")
+    metadata = _metadata(_field(obj, "metadata", dict, where, {}), where)
     return Graph(
         nodes=[_decode_node(n, get, i) for i, n in enumerate(_field(obj, "nodes", list, where))],
         inputs=_names(obj, "inputs", where),
@@ -331,8 +334,23 @@ def decode_graph(obj: dict[str, Any], get: GetTensor) -> Graph:
         descs={k: _decode_desc(d) for k, d in descs.items()},
         name=_field(obj, "name", str, where, "main"),
         opsets={d: _int(v, "opset") for d, v in _field(obj, "opsets", dict, where, {}).items()},
-        metadata=_metadata(_field(obj, "metadata", dict, where, {}), where),
+        metadata=metadata,
+        context=_context(obj, metadata, where),
     )
+
+
+def _context(obj: dict[str, Any], metadata: dict[str, str], where: str) -> CompileContext:
+    """The graph's ``CompileContext``: its ``"compile"`` section, or for a file written before
+    that section the old ``graph.metadata`` strings (taken out of the metadata)."""
+    if "compile" in obj:
+        try:
+            return CompileContext.from_json(_field(obj, "compile", dict, where))
+        except ValueError as e:
+            raise MalformedManifest(f"{where}: {e}") from None
+    ctx = CompileContext.from_metadata(metadata)
+    for key in LEGACY_KEYS:
+        metadata.pop(key, None)
+    return ctx
 
 
 def _metadata(md: dict[str, Any], where: str) -> dict[str, str]:

@@ -8,8 +8,8 @@ their lookup on compiles (docs/aoe.md).
   ``aoe --job_type=1`` measured best for one model (keyed by its structure and input shapes, not
   its weight values). ``compile_model`` applies them.
 
-The bank folder: ``graph.metadata["op_bank_path"]`` (atc ``--op_bank_path``) else
-``config.tune_bank_dir()``. ``graph.metadata["kernel_bank"] == "off"`` skips kernel records (a
+The bank folder: ``graph.context.op_bank_path`` (atc ``--op_bank_path``) else
+``config.tune_bank_dir()``. ``graph.context.kernel_bank`` False skips kernel records (a
 model whose subgraph tuning found the static choices faster). A bank that cannot be read is
 logged once and ignored: a compile never fails because of it.
 """
@@ -34,7 +34,7 @@ from pycann.aoe.bank import (
     open_bank,
 )
 from pycann.config import ConfigError
-from pycann.ge.ir import Graph
+from pycann.ge.ir import CompileContext, Graph
 from pycann.kernels.providers import ConvSpec, Implementation, OpSpec, algorithm
 
 log = logging.getLogger("pycann.ge.tuned")
@@ -56,9 +56,9 @@ def kernel_key(spec: OpSpec, approx: bool) -> BankKey:
                    host_soc(), kit_version())
 
 
-def _bank(meta: dict[str, str]) -> KnowledgeBank | None:
+def _bank(path: str) -> KnowledgeBank | None:
     try:
-        return open_bank(meta.get("op_bank_path") or None)
+        return open_bank(path or None)
     except ConfigError as e:
         _warn(str(e))
         return None
@@ -79,11 +79,11 @@ def lookup(bank: KnowledgeBank, key: BankKey) -> BankRecord | None:
         return None
 
 
-def tuned_algorithm(spec: OpSpec, approx: bool, meta: dict[str, str]) -> Implementation | None:
+def tuned_algorithm(spec: OpSpec, approx: bool, context: CompileContext) -> Implementation | None:
     """The banked algorithm for ``spec`` if there is one, it is available here and supports the spec."""
-    if meta.get("kernel_bank") == "off":
+    if not context.kernel_bank:
         return None
-    bank = _bank(meta)
+    bank = _bank(context.op_bank_path)
     rec = lookup(bank, kernel_key(spec, approx)) if bank is not None else None
     if rec is None:
         return None
@@ -155,6 +155,6 @@ def graph_key(g: Graph, soc_version: str, implmode: str) -> BankKey:
 def graph_choice(g: Graph, soc_version: str, implmode: str, bank_path: str = "") -> tuple[BankKey, GraphChoice | None]:
     """(key, the banked subgraph-tuning choice or None) of a model about to be compiled."""
     key = graph_key(g, soc_version, implmode)
-    bank = _bank({"op_bank_path": bank_path})
+    bank = _bank(bank_path)
     rec = lookup(bank, key) if bank is not None else None
     return key, GraphChoice.from_json(rec.choice) if rec is not None else None

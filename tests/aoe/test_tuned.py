@@ -32,7 +32,7 @@ def test_banked_kernel_choice_wins_over_the_static_table(tmp_path: Path) -> None
     KnowledgeBank(tmp_path).put(BankRecord(kernel_key(ns.spec, ns.approx), {"algorithm": other.key}, 1.0, 2.0, 3))
     tuned = compile_model(conv_model(), CompileOptions(op_bank_path=str(tmp_path)))
     assert _algos(tuned)[ns.node.name] == other.key
-    assert tuned.graph.metadata["op_bank_path"] == str(tmp_path)  # run-time specialisation reads the same bank
+    assert tuned.graph.context.op_bank_path == str(tmp_path)  # run-time specialisation reads the same bank
     assert _algos(compile_model(conv_model(), opts)) == static  # tune_bank="off": the static table again
     x = np.random.default_rng(1).standard_normal((1, 8, 16, 16)).astype(np.float32)
     np.testing.assert_allclose(LoadedModel.from_compiled(tuned).run([x])[0],
@@ -61,8 +61,8 @@ def test_graph_record_switches_passes_off(tmp_path: Path) -> None:
     lines: list[str] = []
     cm = compile_model(conv_model(), CompileOptions(op_bank_path=str(tmp_path)), log=lines.append)
     assert "Relu" in [n.op_type for n in cm.graph.nodes], [n.op_type for n in cm.graph.nodes]
-    assert cm.graph.metadata["disabled_passes"] == "ConvActivationFusion"
-    assert cm.graph.metadata["kernel_bank"] == "off"
+    assert cm.graph.context.disabled_passes == ("ConvActivationFusion",)
+    assert not cm.graph.context.kernel_bank
     assert any(line.startswith("[KnowledgeBank] subgraph tuning record applied") for line in lines)
     # another model (other input shape) has another key: nothing applied
     other = compile_model(conv_model(hw=32), CompileOptions(op_bank_path=str(tmp_path)))

@@ -16,6 +16,7 @@ import numpy as np
 
 from pycann.dtypes import TensorDesc
 from pycann.errors import ModelError
+from pycann.ge.ir.context import CompileContext
 
 
 @dataclass(eq=False)
@@ -65,6 +66,8 @@ class Graph:
     name: str = "main"
     opsets: dict[str, int] = field(default_factory=dict)
     metadata: dict[str, str] = field(default_factory=dict)
+    # the compile options later specialisations repeat (ge/ir/context.py); the .om's "compile" section
+    context: CompileContext = field(default_factory=CompileContext)
 
     # ------------------------------------------------------------------ queries
     def producers(self) -> dict[str, Node]:

@@ -354,7 +354,7 @@ def drop_qdq_pairs(g: Graph) -> int:
 
 
 def run(graph: Graph, ctx: PassContext) -> PassResult:
-    fallback = frozenset(t for t in ("QuantConv", "QuantMatMul") if approx_allowed(graph.metadata, t))
+    fallback = frozenset(t for t in ("QuantConv", "QuantMatMul") if approx_allowed(graph.context, t))
     n, missed = fuse(graph, fallback)
     # under high_performance the rounding of activations that no int8 layer reads is dropped too
     pairs = drop_qdq_pairs(graph) if fallback else 0

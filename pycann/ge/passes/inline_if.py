@@ -29,7 +29,7 @@ def _copy_renamed(sub: Graph, rename: dict[str, str]) -> Graph:
                           n.domain, n.opset, list(n.origin)))
     return Graph(nodes=nodes, inputs=list(sub.inputs), outputs=[active.get(o, o) for o in sub.outputs],
                  initializers=dict(sub.initializers), descs=dict(sub.descs), name=sub.name,
-                 opsets=dict(sub.opsets), metadata=sub.metadata)
+                 opsets=dict(sub.opsets), metadata=sub.metadata, context=sub.context)
 
 
 def inline_branch(g: Graph, node: Node, branch: Graph, counter: int) -> list[Node]:

@@ -9,7 +9,7 @@ Mode: ``ctx.options["kernel_selection"]``, else the environment variable
 first two, a choice ``aoe --job_type=2`` stored in the knowledge bank for the node's spec on this
 machine wins (``pycann.ge.tuned``; docs/aoe.md).
 
-Implementation mode (CANN's ``--op_select_implmode``, kept in ``graph.metadata``):
+Implementation mode (CANN's ``--op_select_implmode``, kept in ``graph.context``):
 ``high_performance`` (the default, as in CANN) lets Conv take algorithms that round differently
 from the direct sum (``Algorithm.exact`` False: Winograd); ``high_precision`` /
 ``high_precision_for_all`` keep the exact ones, for the op types in ``--optypelist_for_implmode``
@@ -33,7 +33,7 @@ import numpy as np
 
 from pycann import config
 from pycann.dtypes import to_numpy
-from pycann.ge.ir import Graph, Node
+from pycann.ge.ir import CompileContext, Graph, Node
 from pycann.ge.passes.base import PassContext, PassResult
 from pycann.ge.tuned import tuned_algorithm
 from pycann.kernels.algorithm import ONEDNN_CONV_WINOGRAD, Packing
@@ -83,11 +83,9 @@ def _spec(g: Graph, n: Node, family: str) -> OpSpec | None:
         return None  # malformed attributes: the kernel reports them at run time
 
 
-def approx_allowed(metadata: dict[str, str], op_type: str) -> bool:
+def approx_allowed(context: CompileContext, op_type: str) -> bool:
     """Whether ``op_type`` may take a non-exact algorithm under the graph's implmode options."""
-    mode = metadata.get("op_select_implmode", "") or "high_performance"
-    types = [t for t in metadata.get("optypelist_for_implmode", "").split(",") if t]
-    return not (mode.startswith("high_precision") and (not types or op_type in types))
+    return context.approx_allowed(op_type)
 
 
 def _plain_epilogue(n: Node) -> bool:
@@ -111,14 +109,15 @@ class NodeSpec:
     approx: bool
 
 
-def node_specs(g: Graph, skipped: Counter[str] | None = None, meta: dict[str, str] | None = None) -> list[NodeSpec]:
+def node_specs(g: Graph, skipped: Counter[str] | None = None, context: CompileContext | None = None) -> list[NodeSpec]:
     """Every Conv/ConvTranspose/MatMul/Gemm (and fused) node with static shapes, subgraphs
-    included (aoe tunes these); nodes with unknown shapes are counted in ``skipped`` by op type."""
-    meta = g.metadata if meta is None else meta
+    included (aoe tunes these); nodes with unknown shapes are counted in ``skipped`` by op type.
+    ``context``: the compile context that decides approximate algorithms (default the graph's)."""
+    context = g.context if context is None else context
     out: list[NodeSpec] = []
     for n in g.nodes:
         for sub in n.subgraphs.values():
-            out += node_specs(sub, skipped, meta)
+            out += node_specs(sub, skipped, context)
         family = TARGETS.get((n.domain, n.op_type))
         if family is None:
             continue
@@ -129,17 +128,16 @@ def node_specs(g: Graph, skipped: Counter[str] | None = None, meta: dict[str, st
             continue
         weight = g.initializers.get(n.inputs[1])
         w = weight if isinstance(weight, np.ndarray) else None
-        approx = approx_allowed(meta, family) and w is not None and w.dtype == np.float32 and _plain_epilogue(n)
+        approx = context.approx_allowed(family) and w is not None and w.dtype == np.float32 and _plain_epilogue(n)
         out.append(NodeSpec(n, spec, w, approx))
     return out
 
 
 def _collect(g: Graph, mode: str, out: list[Choice], skipped: Counter[str]) -> None:
-    meta = g.metadata
     for ns in node_specs(g, skipped):
         spec, w = ns.spec, ns.weight
         # a choice tuned by aoe (knowledge bank, pycann/ge/tuned.py) wins: it is not measured again
-        algo = tuned_algorithm(spec, ns.approx, meta) or select(spec, mode, w, ns.approx)
+        algo = tuned_algorithm(spec, ns.approx, g.context) or select(spec, mode, w, ns.approx)
         if algo.algo.packing is Packing.PACKED and (w is None or w.dtype.name != spec.dtype):
             # a prepacked weight is cached per weight array: only for constant, compute-dtype weights
             algo = next(a for a in candidates(spec, {algo.provider, "numpy"}) if a.algo.packing is not Packing.PACKED)
@@ -236,8 +234,8 @@ def _winograd_note(graph: Graph, choices: list[Choice]) -> str:
              and spec.n_spatial == 2 and onednn_wino.eligible(spec.x_shape, spec.w_shape, spec.group, spec.win)]
     if not convs:
         return ""
-    if not approx_allowed(graph.metadata, "Conv"):
-        return f"; Winograd off for {len(convs)} 3x3 convs (op_select_implmode {graph.metadata['op_select_implmode']})"
+    if not graph.context.approx_allowed("Conv"):
+        return f"; Winograd off for {len(convs)} 3x3 convs (op_select_implmode {graph.context.op_select_implmode})"
     if not onednn_wino.available():
         return (f"; Winograd unavailable for {len(convs)} 3x3 convs: oneDNN v2's libdnnl.so.2 not found "
                 "(python scripts/fetch_onednn2.py)")
