@@ -217,7 +217,7 @@ def torch_kernels() -> str:
 
 
 # ------------------------------------------------------------------ the other knobs, one function each
-# (read on every call, so tests may flip them with monkeypatch.setenv; docs/env_vars.md lists them)
+# (read on every call, so tests may flip them with monkeypatch.setenv; each docstring documents its knob)
 
 
 def _env(name: str, default: str = "") -> str:
