@@ -35,7 +35,7 @@ from pycann.aoe.bank import (
 )
 from pycann.config import ConfigError
 from pycann.ge.ir import CompileContext, Graph
-from pycann.kernels.providers import ConvSpec, Implementation, OpSpec, algorithm
+from pycann.kernels.providers import ConvSpec, Implementation, OpSpec, accept
 
 log = logging.getLogger("pycann.ge.tuned")
 _warned: set[str] = set()
@@ -87,10 +87,7 @@ def tuned_algorithm(spec: OpSpec, approx: bool, context: CompileContext) -> Impl
     rec = lookup(bank, kernel_key(spec, approx)) if bank is not None else None
     if rec is None:
         return None
-    algo = algorithm(str(rec.choice.get("algorithm", "")))
-    if algo is None or algo.op_type != spec.op_type or not algo.supports(spec) or not (approx or algo.exact):
-        return None
-    return algo
+    return accept(spec, str(rec.choice.get("algorithm", "")), approx)
 
 
 def graph_fingerprint(g: Graph) -> str:

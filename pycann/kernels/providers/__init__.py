@@ -402,6 +402,16 @@ def select(spec: OpSpec, mode: str = "static", weight: np.ndarray | None = None,
     return _static_choice(spec, approx)
 
 
+def accept(spec: OpSpec, algo: Algorithm | str, approx: bool = False) -> Implementation | None:
+    """A choice made elsewhere (a knowledge-bank record, written ``"provider:name"``) if it can
+    serve ``spec`` here: its provider available, its op family, ``supports(spec)``, and exact
+    unless ``approx``; else None (the caller takes ``select``'s)."""
+    impl = algorithm(algo)
+    if impl is None or impl.op_type != spec.op_type or not impl.supports(spec) or not (approx or impl.exact):
+        return None
+    return impl
+
+
 def resolve(algo: Algorithm | None, spec: Callable[[], OpSpec]) -> Implementation:
     """Run-time lookup of a recorded choice; ``spec()`` builds the spec for the fallback.
 
@@ -521,7 +531,7 @@ def measure(spec: OpSpec, cands: Sequence[Implementation], weight: np.ndarray | 
 
 __all__ = [
     "FALLBACK", "Algorithm", "ConvSpec", "GemmSpec", "Implementation", "OpSpec", "PROVIDERS", "Provider", "STATIC_TABLE", "TINY_FLOPS", "TINY_FLOPS_2D",
-    "algorithm", "arena_ok", "available", "candidates", "choose", "compute_name", "conv_spec", "make_spec", "measure",
+    "accept", "algorithm", "arena_ok", "available", "candidates", "choose", "compute_name", "conv_spec", "make_spec", "measure",
     "reset", "resolve", "select", "shape_class", "uses_openmp",
 ]
 
