@@ -13,5 +13,6 @@ It sits between ``ops`` (op definitions, shape inference, numpy reference kernel
   ``fused.py``, ``quant.py``, the ops' semantics computed by the providers); ops not listed run
   their numpy reference from ``pycann.ops``.
 * ``bind*.py``: plan-time binders, one per op, that fix everything but the data for one static
-  signature (a Reshape's target shape, a packed oneDNN conv primitive).
+  signature (a Reshape's target shape, a packed oneDNN conv primitive) and return a
+  ``bound.BoundKernel`` (the kernel with typed fields: writes into the arena, in place, threads...).
 """

@@ -132,7 +132,7 @@ def out_conv(inputs: Sequence[Any], attrs: Mapping[str, Any], outs: Sequence[np.
 def conv_transpose(inputs: Sequence[Any], attrs: Mapping[str, Any], out: np.ndarray | None = None) -> np.ndarray:
     """ConvTranspose (spec: ConvTranspose-11/22): the gradient of Conv w.r.t. its input.
 
-    Computed by the provider algorithm named by ``attrs["_algo"]`` (else the static choice).
+    Computed by the provider algorithm recorded in ``attrs["_algo"]`` (else the static choice).
     """
     return conv_transpose_act(inputs, attrs, None, out)[0]
 

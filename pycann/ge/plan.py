@@ -1,0 +1,376 @@
+"""Execution plans: a graph flattened into typed steps (``ge/plan_steps.py``) over integer slots.
+
+A ``Plan`` gives each node its kernel from the kernel layer (``kernels.table.run_kernel``, or a
+``BoundKernel`` bound at plan time for a static signature, ``kernels/bind.py``), lays out one
+arena for the outputs the memory plan places, and runs the steps: as generated straight-line
+code (one local per slot), or with control flow, observers or to report an error, in one
+interpreter loop. Intermediate tensors are released right after their last reader, so memory
+follows the memory plan's lifetimes. ``ge/executor.py`` builds and caches plans per signature.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import numpy as np
+
+from pycann.dtypes import to_numpy
+from pycann.errors import KernelError, PycannError
+from pycann.ge.ir import Graph, free_names, node_reads
+from pycann.ge.plan_steps import ARENA, NORMAL, SCOPED, Step
+from pycann.ge.planning.candidates import INPLACE
+from pycann.ge.planning.memory import MemoryPlan
+from pycann.kernels import algorithm
+from pycann.kernels.bind import PREPARE
+from pycann.kernels.bound import BoundKernel, bound
+from pycann.kernels.providers import arena_ok, blas_single_thread, runtime_openmp, uses_openmp
+from pycann.kernels.table import into_kernel, run_kernel
+from pycann.ops.registry import lookup
+from pycann.profiler import hooks
+
+_RELEASE_EVERY = 16 << 20  # bytes of packed weights between two releases of the mapped .om pages
+# (arena offset, dtype, logical shape, stored channels-last)
+ViewSpec = tuple[int, np.dtype, tuple[int, ...], bool]
+
+
+class Arena:
+    """One arena buffer plus, per bound step, the output views into it."""
+
+    def __init__(self, nbytes: int, layout: list[list[ViewSpec]]) -> None:
+        self.buffer = np.empty(max(nbytes, 1), dtype=np.uint8)
+        self.views = [[self._view(*spec) for spec in outs] for outs in layout]
+
+    def _view(self, off: int, dt: np.dtype, shape: tuple[int, ...], nhwc: bool) -> np.ndarray:
+        raw = self.buffer[off : off + int(np.prod(shape, dtype=np.int64)) * dt.itemsize].view(dt)
+        if nhwc:  # channels-last storage, logical NCHW view (GE LayoutSelection)
+            n, c, h, w = shape
+            return raw.reshape(n, h, w, c).transpose(0, 3, 1, 2)
+        return raw.reshape(shape)
+
+
+class Plan:
+    """A compiled, reusable execution plan for one (sub)graph. Thread-safe to ``run``.
+
+    With a ``memory`` plan (static shapes), nodes whose op has an ``out_kernel`` write their
+    outputs into one arena allocated once; concurrent runs each take an arena from a pool.
+    """
+
+    def __init__(self, graph: Graph, outer_names: Sequence[str] = (), memory: MemoryPlan | None = None,
+                 release: Callable[[], None] | None = None) -> None:
+        self.graph = graph
+        slots: dict[str, int] = {"": 0}  # slot 0 swallows omitted outputs
+
+        def slot(name: str) -> int:
+            if name not in slots:
+                slots[name] = len(slots)
+            return slots[name]
+
+        self.outer = [(slot(n), n) for n in outer_names]
+        self.input_slots = [slot(n) for n in graph.inputs]
+        consts = [(slot(k), v) for k, v in graph.initializers.items()]
+        steps: list[Step] = []
+        self.arena_layout: list[list[ViewSpec]] = []
+        self.arena_bytes = memory.peak_bytes if memory is not None else 0
+        self._arenas: list[Arena] = []
+        self.arenas_made = 0  # arenas allocated (one per concurrent run): counted in ``nbytes``
+        self.const_bytes = 0  # constants this plan owns (folded for its shapes; set by Executor)
+        self._arena_lock = threading.Lock()
+        self.nodes = list(graph.nodes)
+        self.subplans: dict[int, dict[str, Plan]] = {}
+        self.overwritten: dict[int, int] = {}  # step -> input slot position its kernel writes over
+        packed = 0  # constant bytes bound into prepared kernels since the last page release
+        for idx, n in enumerate(graph.nodes):
+            op = lookup(n.op_type, n.domain, n.opset, n.label())
+            attrs = op.with_defaults(n.attrs, f"node {n.label()}")
+            attrs["_n_outputs"] = len(n.outputs)
+            ins = tuple(slot(i) if i else 0 for i in n.inputs)
+            for sub_attr, sub in n.subgraphs.items():
+                self.subplans.setdefault(idx, {})[sub_attr] = Plan(sub, sorted(free_names(sub)))
+            if op.scoped:
+                # free names of the bodies must have slots here so run_body can read them
+                for sp in self.subplans.get(idx, {}).values():
+                    for _, name in sp.outer:
+                        slot(name)
+            outs = tuple(slot(o) if o else 0 for o in n.outputs)
+            # a kernel bound at plan time (static signature) wins over the arena: it returns its own output
+            bk: BoundKernel | None = None
+            prep = PREPARE.get((n.domain, n.op_type)) if memory is not None else None
+            if prep is not None:
+                node_consts = [graph.initializers.get(i) if i else None for i in n.inputs]
+                bk = bound(prep(attrs, [graph.descs.get(i) if i else None for i in n.inputs], node_consts,
+                                [graph.descs.get(o) if o else None for o in n.outputs]))
+                packed += sum(c.nbytes for c in node_consts if bk is not None and isinstance(c, np.ndarray))
+                if release is not None and packed >= _RELEASE_EVERY:
+                    release()
+                    packed = 0
+            # a bound kernel that can write into given outputs (``writes_out``) gets the arena too
+            into = into_kernel(op) if bk is None else bk.run if bk.writes_out else None
+            # an output planned over an input's buffer needs a kernel that computes in place
+            shared = memory is not None and any(o in memory.shared for o in n.outputs)
+            shared_ok = not shared or (bk is not None and bk.inplace)
+            if into is not None and memory is not None and not op.scoped and n.outputs and shared_ok \
+                    and all(o in memory.offsets for o in n.outputs) and arena_ok(algorithm.of(attrs)):
+                if shared:  # observers must see the input as it was before the kernel overwrote it
+                    self.overwritten[len(steps)] = INPLACE[(n.domain, n.op_type)][1]
+                nhwc = attrs.get("_layout") == "NHWC"
+                steps.append(Step(into, ins, outs, attrs, n, ARENA, len(self.arena_layout), bound=bk))
+                self.arena_layout.append([self._view_spec(graph, o, memory, nhwc) for o in n.outputs])
+                continue
+            kernel = bk.run if bk is not None else run_kernel(op)
+            steps.append(Step(kernel, ins, outs, attrs, n, SCOPED if op.scoped else NORMAL, bound=bk))
+        if release is not None and packed:
+            release()  # the last packed weights' mapped pages, before the first run adds its arena
+        self.output_slots = [slot(o) for o in graph.outputs]
+        self.n_slots = len(slots)
+        self.slots = slots
+        # release each intermediate after its last reader
+        keep = set(self.output_slots) | {s for s, _ in consts} | {0}
+        last: dict[int, int] = {}
+        for idx, n in enumerate(graph.nodes):
+            for name in node_reads(n):
+                if name in slots:
+                    last[slots[name]] = idx
+        frees: dict[int, list[int]] = {}
+        for s, idx in last.items():
+            if s not in keep:
+                frees.setdefault(idx, []).append(s)
+        for i, st in enumerate(steps):
+            st.release = tuple(frees.get(i, ()))
+        self.steps = steps
+        template: list[Any] = [None] * self.n_slots
+        for s, v in consts:
+            template[s] = v
+        self.template = template
+        self._fast = self._generate(set(s for s, _ in consts))
+        const_slots = {s for s, _ in consts}
+        self.const_outputs = {i for i, s in enumerate(self.output_slots) if s in const_slots}
+        # kernels bound to oneDNN (LayerNorm, attention, pooling) say so themselves (``threads``)
+        self.torch_pool = uses_openmp(algorithm.of(st.attrs) for st in self.steps) \
+            or any(st.openmp for st in self.steps) \
+            or (memory is None and runtime_openmp(st.node.op_type for st in self.steps
+                                                  if algorithm.of(st.attrs) is None))
+
+    def _generate(self, const_slots: set[int]) -> Callable[..., list[Any]] | None:
+        """Straight-line Python for the whole plan: one local variable per slot, kernels, attrs
+        and constants bound as globals of the generated function. It removes the interpreter
+        loop's per-step list and tuple handling (~1 us a node). Plans with control flow or
+        outer-scope reads keep the loop. On any exception the caller reruns the loop, whose
+        error names the node."""
+        if self.outer or any(st.kind is SCOPED for st in self.steps):
+            return None
+        glb: dict[str, Any] = {}
+
+        def ref(slot: int) -> str:
+            if slot == 0:
+                return "None"
+            if slot in const_slots:
+                glb[f"c{slot}"] = self.template[slot]
+                return f"c{slot}"
+            return f"s{slot}"
+
+        lines = ["def _fast(feeds, views):"]
+        for i, slot in enumerate(self.input_slots):
+            lines.append(f"    s{slot} = feeds[{i}]")
+        for i, st in enumerate(self.steps):
+            glb[f"k{i}"], glb[f"a{i}"] = st.run, st.attrs
+            args = "[" + ", ".join(ref(x) for x in st.inputs) + "]"
+            if st.kind is ARENA:
+                lines.append(f"    r = views[{st.view}]")
+                lines.append(f"    k{i}({args}, a{i}, r)")
+            else:
+                lines.append(f"    r = k{i}({args}, a{i})")
+            for j, o in enumerate(st.outputs):  # the output hand-off, as in ``_loop``
+                if o and o not in const_slots:
+                    lines.append(f"    s{o} = r[{j}]")
+            released = [f"s{f}" for f in st.release if f not in const_slots]
+            if released:
+                lines.append("    " + " = ".join(released) + " = None")
+        lines.append("    return [" + ", ".join(ref(x) for x in self.output_slots) + "]")
+        code = "\n".join(lines)
+        try:
+            exec(compile(code, f"<pycann plan {self.graph.name}>", "exec"), glb)  # noqa: S102 - our own generated code
+        except (SyntaxError, RecursionError, MemoryError):
+            return None
+        return glb["_fast"]  # type: ignore[no-any-return]
+
+    @staticmethod
+    def _view_spec(graph: Graph, name: str, memory: MemoryPlan, nhwc: bool = False) -> ViewSpec:
+        d = graph.descs[name]
+        shape = tuple(int(x) for x in d.shape or ())  # type: ignore[union-attr, arg-type]
+        return memory.offsets[name][0], to_numpy(d.dtype), shape, nhwc and len(shape) == 4
+
+    @property
+    def nbytes(self) -> int:
+        """Bytes this plan holds beyond the model: arenas, folded constants and what its bound
+        kernels own (``plan_bytes``: e.g. Winograd-transformed weights). Shared packed weights
+        (``onednn_packed``) belong to the model and are not counted."""
+        own = sum(st.plan_bytes for st in self.steps)
+        arenas = max(self.arenas_made, 1) if self.arena_layout else 0  # (the first run's, before it runs)
+        return self.arena_bytes * arenas + self.const_bytes + own
+
+    def close(self) -> None:
+        """Drop the arenas, bound kernels and generated code (the plan was evicted): their native
+        memory (oneDNN primitives, arena buffers) goes with the last reference. A run still in
+        flight on another thread finishes on the objects it already holds."""
+        with self._arena_lock:
+            self._arenas = []
+        self.steps = []
+        self._fast = None
+        self.template = []
+        self.subplans = {}
+
+    def _take_arena(self) -> Arena | None:
+        if not self.arena_layout:
+            return None
+        with self._arena_lock:
+            if self._arenas:
+                return self._arenas.pop()
+            self.arenas_made += 1
+        return Arena(self.arena_bytes, self.arena_layout)
+
+    def _give_back(self, arena: Arena | None) -> None:
+        if arena is not None:
+            with self._arena_lock:
+                self._arenas.append(arena)
+
+    def run(self, feeds: Sequence[np.ndarray], outer_env: dict[str, Any] | None = None) -> list[np.ndarray]:
+        """Execute with ``feeds`` bound to the graph inputs (in order); returns the outputs."""
+        arena = self._take_arena()
+        try:
+            if self.torch_pool and outer_env is None:
+                with blas_single_thread():  # one spinning thread pool at a time (providers doc)
+                    outs = self._run(feeds, outer_env, arena)
+            else:
+                outs = self._run(feeds, outer_env, arena)
+            if arena is not None:
+                # an output may be a view of arena memory that the next run reuses: hand out a
+                # copy, made before the arena goes back to the pool (another thread may take it)
+                buffer = arena.buffer
+                outs = [_off_arena(o, buffer) for o in outs]
+        finally:
+            self._give_back(arena)
+        if outer_env is None:
+            # callers get C-order arrays, as from ONNX Runtime (a channels-last chain may end here)
+            outs = [np.ascontiguousarray(o) if isinstance(o, np.ndarray) and not o.flags.c_contiguous else o
+                    for o in outs]
+            outs = _independent(outs, feeds, self.const_outputs)
+        return outs
+
+    def _run(self, feeds: Sequence[np.ndarray], outer_env: dict[str, Any] | None, arena: Arena | None) -> list[np.ndarray]:
+        observers = hooks.OBSERVERS
+        views = arena.views if arena is not None else []
+        if self._fast is not None and not observers and len(feeds) == len(self.input_slots):
+            try:
+                return self._fast(feeds, views)
+            except Exception:  # noqa: BLE001 - rerun on the loop below, whose error names the node
+                pass
+        return self._loop(feeds, outer_env, views, observers)
+
+    def _env(self, feeds: Sequence[Any], outer_env: dict[str, Any] | None) -> list[Any]:
+        """The slot list for one run: constants, then the feeds, then outer-scope values."""
+        env = self.template.copy()
+        for s, v in zip(self.input_slots, feeds):
+            env[s] = v
+        if outer_env is not None:
+            for s, name in self.outer:
+                env[s] = outer_env[name]
+        return env
+
+    def _loop(self, feeds: Sequence[np.ndarray], outer_env: dict[str, Any] | None, views: list[list[np.ndarray]],
+              observers: tuple[hooks.NodeObserver, ...]) -> list[np.ndarray]:
+        """Run the steps in order: the plan's one interpreter loop (the generated ``_fast`` is
+        the same steps as straight-line code). With ``observers`` (profiler, dumper) each node is
+        timed and reported; intermediates are then released only after they have seen them."""
+        env = self._env(feeds, outer_env)
+        clock = time.perf_counter_ns
+        run_start = clock() if observers else 0
+        step_index = 0
+        try:
+            for step_index, st in enumerate(self.steps):
+                args = [env[i] for i in st.inputs]
+                body = self._body_runner(step_index, env) if st.kind is SCOPED else None
+                if not observers:
+                    res = st.call(args, views, body)
+                else:
+                    seen = args
+                    if step_index in self.overwritten:  # an in-place step: keep what it read
+                        pos = self.overwritten[step_index]
+                        seen = list(args)
+                        if pos < len(seen) and isinstance(seen[pos], np.ndarray):
+                            seen[pos] = seen[pos].copy()
+                    t0 = clock()
+                    res = st.call(args, views, body)
+                    t1 = clock()
+                    for obs in observers:
+                        obs.on_node(st.node, seen, list(res)[: len(st.outputs)], t0, t1, self.graph.name)
+                for o, r in zip(st.outputs, res):  # the output hand-off
+                    env[o] = r
+                for f in st.release:
+                    env[f] = None
+        except PycannError:
+            raise
+        except Exception as e:
+            raise self._kernel_error(step_index, env, e) from e
+        if observers:
+            run_end = clock()
+            for obs in observers:
+                obs.on_run(self.graph.name, run_start, run_end)
+        return [env[s] for s in self.output_slots]
+
+    def _body_runner(self, step_index: int, env: list[Any]) -> Callable[[str, Sequence[np.ndarray]], list[np.ndarray]]:
+        subplans = self.subplans[step_index]
+
+        def run_body(attr: str, feeds: Sequence[np.ndarray]) -> list[np.ndarray]:
+            sp = subplans[attr]
+            outer = {name: env[self.slots[name]] for _, name in sp.outer}
+            return sp.run(feeds, outer)
+
+        return run_body
+
+    def _kernel_error(self, step_index: int, env: list[Any], e: Exception) -> KernelError:
+        n = self.nodes[step_index]
+        descr = []
+        for name in n.inputs:
+            v = env[self.slots[name]] if name and name in self.slots else None
+            descr.append(f"{name}: {v.dtype}{list(v.shape)}" if isinstance(v, np.ndarray) else f"{name}: -")
+        return KernelError(
+            f"node {n.name} ({n.op_type}, opset {n.opset}) failed at run time with inputs "
+            f"[{', '.join(descr)}]: {type(e).__name__}: {e}"
+        )
+
+
+def _independent(outs: list[Any], feeds: Sequence[Any], const_outputs: set[int]) -> list[Any]:
+    """Outputs the caller may modify freely, as ONNX Runtime's are: a constant of the plan (the
+    same array every run), a view of a feed (Identity, Reshape of an input) or an array already
+    returned earlier in the list (an output listed twice) is copied. (Runs on every call: arrays
+    owning their memory, the usual case, are settled by identity checks alone.)"""
+    feed_ids = {id(f) for f in feeds}
+    seen: set[int] = set()
+    views: list[np.ndarray] = []  # earlier outputs that do not own their memory
+    res: list[Any] = []
+    for i, o in enumerate(outs):
+        if isinstance(o, np.ndarray):
+            if i in const_outputs or id(o) in seen:
+                o = o.copy()
+            elif o.base is None:
+                # owns its memory: only a feed itself, or the base of an earlier view, can alias it
+                if id(o) in feed_ids or any(np.may_share_memory(o, v) for v in views):
+                    o = o.copy()
+            elif any(isinstance(f, np.ndarray) and np.may_share_memory(o, f) for f in feeds) \
+                    or any(isinstance(p, np.ndarray) and np.may_share_memory(o, p) for p in res):
+                o = o.copy()
+            seen.add(id(o))
+            if o.base is not None:
+                views.append(o)
+        res.append(o)
+    return res
+
+
+def _off_arena(o: Any, buffer: np.ndarray) -> Any:
+    """``o`` copied where it shares the arena; sequences (lists) element by element."""
+    if isinstance(o, list):
+        return [_off_arena(e, buffer) for e in o]
+    return o.copy() if isinstance(o, np.ndarray) and np.may_share_memory(o, buffer) else o
