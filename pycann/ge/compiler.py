@@ -185,7 +185,7 @@ def compile_model(
                         "dynamic_values": len(mem.dynamic), "offsets": mem.offsets},
         "execution_plan": [n.name for n in graph.nodes],
         "op_counts": graph.op_counts(),
-        "precision": precision.manifest_entry(graph, precision_settings),
+        "precision": precision.manifest_entry(ctx, precision_settings),
         "pycann_version": pycann.__version__,
         "compile_seconds": round(time.perf_counter() - t0, 3),
     }

@@ -66,3 +66,13 @@ def test_input_shape_is_stored_once(tmp_path: Path) -> None:
     from pycann.ge.model import LoadedModel
 
     assert LoadedModel.from_file(tmp_path / "m.om").input_ranges == {"x": [1, 16, -1, -1]}
+
+
+def test_precision_summary_goes_to_the_manifest_not_the_metadata() -> None:
+    """PrecisionMode reports through ``PassContext.results``: the manifest's ``precision`` entry
+    holds what it did; ``graph.metadata`` holds no JSON string of it."""
+    model, _ = _old_model()
+    cm = compile_model(model, CompileOptions(precision_mode="force_fp16"))
+    entry = cm.manifest["precision"]
+    assert entry == {"precision_mode": "force_fp16", "nodes": {"fp16": 5}, "casts": 2}
+    assert "precision" not in cm.graph.metadata

@@ -11,11 +11,14 @@ from pycann.ge.ir import Graph
 
 @dataclass
 class PassContext:
-    """Options visible to passes. ``log`` receives human-readable lines (``atc --log=info``)."""
+    """Options visible to passes. ``log`` receives human-readable lines (``atc --log=info``);
+    ``results`` receives what a pass reports for the .om manifest, by pass (PrecisionMode's
+    summary), as data rather than strings in ``graph.metadata``."""
 
     options: dict[str, Any] = field(default_factory=dict)
     log: Callable[[str], None] = lambda line: None
     debug: bool = False
+    results: dict[str, Any] = field(default_factory=dict)
 
 
 @dataclass

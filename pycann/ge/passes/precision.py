@@ -16,7 +16,6 @@ dtypes unless ``--input_fp16_nodes`` / ``--output_type`` say otherwise.
 
 from __future__ import annotations
 
-import json
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
@@ -348,10 +347,11 @@ def simplify_casts(g: Graph) -> int:
     return before - len(g.nodes)
 
 
-def manifest_entry(graph: Graph, s: PrecisionSettings) -> dict[str, object]:
-    """The .om manifest's ``precision`` entry: the settings and what the pass did."""
-    done = graph.metadata.get("precision")
-    return dict(json.loads(done)) if done else s.describe()
+def manifest_entry(ctx: PassContext, s: PrecisionSettings) -> dict[str, object]:
+    """The .om manifest's ``precision`` entry: the settings and what the pass did (its
+    ``ctx.results["precision"]``)."""
+    done = ctx.results.get("precision")
+    return dict(done) if done else s.describe()
 
 
 def run(graph: Graph, ctx: PassContext) -> PassResult:
@@ -364,7 +364,7 @@ def run(graph: Graph, ctx: PassContext) -> PassResult:
     rw.warn_unused_keep()
     folded = simplify_casts(graph)
     counts = ", ".join(f"{k} {v}" for k, v in sorted(rw.by_dtype.items()))
-    graph.metadata["precision"] = json.dumps({**s.describe(), "nodes": rw.by_dtype, "casts": rw.casts - folded})
+    ctx.results["precision"] = {**s.describe(), "nodes": dict(rw.by_dtype), "casts": rw.casts - folded}
     return PassResult(graph, True, f"{s.mode}: nodes by compute dtype: {counts}; {rw.casts - folded} Casts",
                       rw.missed)
 
