@@ -35,7 +35,7 @@ from pycann.aoe.bank import (
 )
 from pycann.config import ConfigError
 from pycann.ge.ir import Graph
-from pycann.ops.providers import Algorithm, ConvSpec, OpSpec, algorithm
+from pycann.ops.providers import Algorithm, ConvSpec, OpSpec, declared
 
 log = logging.getLogger("pycann.ge.tuned")
 _warned: set[str] = set()
@@ -87,7 +87,7 @@ def tuned_algorithm(spec: OpSpec, approx: bool, meta: dict[str, str]) -> Algorit
     rec = lookup(bank, kernel_key(spec, approx)) if bank is not None else None
     if rec is None:
         return None
-    algo = algorithm(str(rec.choice.get("algorithm", "")))
+    algo = declared(str(rec.choice.get("algorithm", "")))  # (torch is imported when its kernel runs, not here)
     if algo is None or algo.op_type != spec.op_type or not algo.supports(spec) or not (approx or algo.exact):
         return None
     return algo
