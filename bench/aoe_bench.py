@@ -99,6 +99,7 @@ def sgat(args: argparse.Namespace) -> None:
     print(json.dumps({k: e[k] for k in ("choice", "baseline_us", "cost_us", "speedup", "trials")}))
     for c in e["configs"]:
         print(f"  {c}")
+    print(f"why: {e['note']}")
     print(f"wall {w:.1f} s ({r['tuning_seconds']:.1f} s tuning), peak RSS {r['peak_rss_mib']:.0f} MiB; notes: {r['notes']}")
     w2, r2 = _aoe(["--job_type=1", "--framework=5", f"--model={model}", f"--input_shape={args.input_shape}",
                    f"--op_bank_path={bank}"])

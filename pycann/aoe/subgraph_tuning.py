@@ -132,7 +132,7 @@ def why(entry: dict[str, Any], min_gain: float) -> str:
         return f"kept: x{cur / ms:.3f} faster than {other}"
     if ms >= cur:
         return f"not kept: x{ms / cur:.3f} slower than {other}"
-    return f"not kept: x{cur / ms:.3f} faster, under the {min_gain:.0%} bar (within the noise of the A/B)"
+    return f"not kept: {1 - ms / cur:.2%} faster, under the {min_gain:.0%} bar (within the noise of the A/B)"
 
 
 def no_gain_note(configs: list[dict[str, Any]], min_gain: float) -> str:
@@ -142,7 +142,7 @@ def no_gain_note(configs: list[dict[str, Any]], min_gain: float) -> str:
         return "no choice to try: the default configuration is kept"
     closest = min(tried, key=lambda c: float(c["ms"]) / float(c["current_ms"]))
     r = float(closest["ms"]) / float(closest["current_ms"])
-    rel = f"x{r:.3f} slower" if r >= 1 else f"x{1 / r:.3f} faster, under the {min_gain:.0%} bar"
+    rel = f"x{r:.3f} slower" if r >= 1 else f"{1 - r:.2%} faster, under the {min_gain:.0%} bar"
     return (f"nothing left to gain among these {len(tried)} choices: GE's default won or tied every A/B "
             f"(a win needs > {min_gain:.0%}); the closest, {closest['config']}, was {rel}")
 
