@@ -6,8 +6,8 @@ GE's fusions), and compiling costs seconds where reading the bank costs millisec
 run the bank also gets one ``kind="model"`` record (op_type ``opat``), keyed by what decides that
 set of specs:
 
-* ``shapes``/``formats``: the ``--input_shape`` and ``--input_format`` given;
-* ``attrs``: sha256 of the model file(s), every other compile option (implmode, soc, ...; not the
+* ``shapes``/``formats``: the ``--input_shape`` (by input name) and ``--input_format`` given;
+* ``attrs``: sha256 of the model file(s), the input names, every other compile option (implmode, soc, ...; not the
   bank path), the ``--tune_ops_file`` selection and the cost-model soc;
 * ``soc_version``/``kit_version``: this machine and the library versions, as for kernel records.
 
@@ -47,12 +47,12 @@ def index_key(files: Sequence[str | Path], options: Any, wanted: OpsFilter, soc_
     (``options``: a ``CompileOptions``; its bank path left out), the ops selection, the cost-model soc."""
     opts = {k: v for k, v in dataclasses.asdict(options).items() if k != "op_bank_path"}
     shapes = opts.pop("input_shape", None) or {}
-    attrs = canonical({"files": [file_sha256(f) for f in files], "options": opts,
+    attrs = canonical({"files": [file_sha256(f) for f in files], "inputs": sorted(shapes), "options": opts,
                        "ops": sorted(wanted.entries), "matmuls": [list(m) for m in wanted.matmuls],
                        "tiling_soc": soc_version})
     return BankKey("model", "opat", tuple(tuple(-1 if not isinstance(d, int) else d for d in v) for _, v in
                                           sorted(shapes.items())),
-                   tuple(sorted(shapes)), (str(opts.get("input_format", "")),), attrs, host_soc(), kit_version())
+                   (), (str(opts.get("input_format", "")),), attrs, host_soc(), kit_version())
 
 
 def _key_from_columns(cols: list[str]) -> BankKey:

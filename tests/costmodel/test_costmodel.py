@@ -178,5 +178,9 @@ def test_msprof_outputs(tmp_path):
     try:
         import matplotlib  # noqa: F401
         assert paths["png"].stat().st_size > 0
+        # one chart per core, named as msprof names the cores' folders (core<N>)
+        assert {k: v.name for k, v in paths.items() if k.startswith("png_core")} == \
+            {"png_core0": "pipeline_core0.png", "png_core1": "pipeline_core1.png"}
+        assert all(v.stat().st_size > 0 for k, v in paths.items() if k.startswith("png"))
     except ImportError:
         assert "png" not in paths
