@@ -88,14 +88,14 @@ def write_outputs(prof: Profile, out_dir: str | Path, op_name: str = "kernel") -
     if png is not None:
         paths["png"] = png
         for i in range(min(PER_CORE_PNGS, len(prof.cores))):
-            one = pipeline_png(prof, d / f"pipeline_core{prof.cores[i].core}.png", cores=[i])
+            one = pipeline_png(prof, d / f"pipeline_core{prof.cores[i].core}.png", only=[i])
             if one is not None:
                 paths[f"png_core{prof.cores[i].core}"] = one
     return paths
 
 
-def pipeline_png(prof: Profile, path: str | Path, max_cores: int = 4, cores: list[int] | None = None) -> Path | None:
-    """A Gantt chart of each core's pipes (the ``cores`` indices, else the first ``max_cores`` cores);
+def pipeline_png(prof: Profile, path: str | Path, max_cores: int = 4, only: list[int] | None = None) -> Path | None:
+    """A Gantt chart of each core's pipes (the ``only`` indices into ``prof.cores``, else the first ``max_cores``);
     None without matplotlib."""
     try:
         import matplotlib
@@ -103,7 +103,7 @@ def pipeline_png(prof: Profile, path: str | Path, max_cores: int = 4, cores: lis
         import matplotlib.pyplot as plt
     except ImportError:
         return None
-    cores = [prof.cores[i] for i in cores] if cores is not None else prof.cores[:max_cores]
+    cores = [prof.cores[i] for i in only] if only is not None else prof.cores[:max_cores]
     fig, axes = plt.subplots(len(cores), 1, figsize=(12, 2.2 * len(cores)), squeeze=False)
     lanes = [p for p in LANES if p != Pipe.PIPE_ALL]
     for ax, c in zip(axes[:, 0], cores, strict=True):
