@@ -299,6 +299,12 @@ def algorithm(name: str) -> Algorithm | None:
     return _algorithms.get(name)
 
 
+def loaded(provider: str) -> bool:
+    """Whether ``provider``'s availability has been decided in this process (its library loaded or
+    found missing): asking it anything more costs nothing."""
+    return provider in _available
+
+
 def declared(name: str) -> Algorithm | None:
     """The algorithm called ``name`` when its provider is registered, allowed and *can* load, without
     loading it: a provider module may define ``importable()`` (a cheap check, e.g. ``find_spec``), so
@@ -509,7 +515,7 @@ def measure(spec: OpSpec, cands: Sequence[Algorithm], weight: np.ndarray | None 
 
 __all__ = [
     "Algorithm", "ConvSpec", "GemmSpec", "OpSpec", "PROVIDERS", "Provider", "STATIC_TABLE", "TINY_FLOPS", "TINY_FLOPS_2D",
-    "algorithm", "arena_ok", "available", "declared", "candidates", "choose", "compute_name", "conv_spec", "make_spec", "measure",
+    "algorithm", "arena_ok", "available", "declared", "loaded", "candidates", "choose", "compute_name", "conv_spec", "make_spec", "measure",
     "reset", "resolve", "select", "shape_class", "uses_openmp",
 ]
 
