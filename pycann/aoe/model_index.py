@@ -78,7 +78,8 @@ def remember(bank: KnowledgeBank, key: BankKey, records: Sequence[BankKey], grap
     if graph_key is not None:
         grec = bank.get(graph_key)
         graph = [list(graph_key.columns()), grec.created if grec is not None else 0.0]
-    detail = {"entries": entries, "notes": list(notes), "om": str(om) if om else "", "om_sha256": file_sha256(om) if om else ""}
+    detail = {"entries": entries, "notes": list(notes), "om": str(om.resolve()) if om else "",
+              "om_sha256": file_sha256(om) if om else ""}
     bank.put(BankRecord(key, {"records": listed, "graph": graph}, 0.0, 0.0, 0, detail))
 
 

@@ -76,8 +76,9 @@ def _index_records(kb: KnowledgeBank) -> list[list]:
     return json.loads(choice)["records"]  # type: ignore[no-any-return]
 
 
-def test_index_is_refused_when_its_om_is_gone(tmp_path: Path) -> None:
-    """The .om the index names was deleted: the run compiles it again (and writes a new index)."""
+def test_index_is_refused_when_its_om_is_gone(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A later run from another folder finds the .om by its absolute path; once deleted, the run
+    compiles it again (and writes a new index)."""
     from pycann.aoe import driver
     from pycann.aoe.ops_file import OpsFilter
     from pycann.ge.options import CompileOptions
@@ -86,7 +87,10 @@ def test_index_is_refused_when_its_om_is_gone(tmp_path: Path) -> None:
     bank = KnowledgeBank(tmp_path / "bank")
     opts = CompileOptions(op_bank_path=str(bank.folder))
     kw = {"files": [str(model)]}
-    r1, _ = driver.op_job(lambda: str(model), opts, bank, str(model), OpsFilter(), "CPU", om_path=tmp_path / "a.om", **kw)
+    monkeypatch.chdir(tmp_path)
+    r1, _ = driver.op_job(lambda: str(model), opts, bank, str(model), OpsFilter(), "CPU", om_path=Path("a.om"), **kw)
+    (tmp_path / "elsewhere").mkdir()
+    monkeypatch.chdir(tmp_path / "elsewhere")
     r2, cm2 = driver.op_job(lambda: str(model), opts, bank, str(model), OpsFilter(), "CPU", om_path=tmp_path / "b.om", **kw)
     assert cm2 is None and r2.trials == 0 and (tmp_path / "b.om").is_file()
     (tmp_path / "a.om").unlink()
