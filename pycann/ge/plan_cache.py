@@ -4,7 +4,7 @@ out, bounded by the bytes the plans hold and by a plan count (``pycann.config.Pl
 A plan's bytes are what it owns beyond the model: its arenas (one per concurrent run), the
 constants specialisation folded for its shapes, and the native buffers its bound kernels own
 (``plan_bytes`` on a kernel). Packed weights are the model's, shared by every plan
-(``ops.providers.onednn_packed``), so they are not counted here. An evicted plan is closed (its
+(``kernels.providers.onednn_packed``), so they are not counted here. An evicted plan is closed (its
 arenas, bound kernels and oneDNN primitives dropped) and, once enough bytes went, the C heap is
 trimmed (``malloc_trim``) so the resident set shrinks rather than holding freed pages.
 

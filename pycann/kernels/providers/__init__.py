@@ -341,6 +341,43 @@ def algorithm(algo: Algorithm | str) -> Implementation | None:
     return _implementations.get(algo)
 
 
+def loaded(provider: str) -> bool:
+    """Whether ``provider``'s availability has been decided in this process (its library loaded or
+    found missing): asking it anything more costs nothing."""
+    return provider in _available
+
+
+def declared(algo: Algorithm | str) -> Implementation | None:
+    """The implementation of ``algo`` when its provider is registered, allowed and *can* load,
+    without loading it: a provider module may define ``importable()`` (a cheap check, e.g.
+    ``find_spec``), so reading a choice from the knowledge bank does not ``import torch`` (seconds)
+    before a torch kernel runs; the run-time lookup (``resolve``) loads it, or falls back to the
+    static choice if loading fails. Providers without ``importable`` are checked with ``available``."""
+    if isinstance(algo, str):
+        parsed = parse(algo)
+        if parsed is None:
+            return None
+        algo = parsed
+    if algo in _implementations:
+        return _implementations[algo]
+    provider = algo.provider
+    if provider not in PROVIDERS or provider in _available:
+        return algorithm(algo)
+    allowed = _allowed()
+    if allowed is not None and provider not in allowed:
+        return None
+    try:
+        mod = importlib.import_module(PROVIDERS[provider].module)
+        check = getattr(mod, "importable", None)
+        if check is None:
+            return algorithm(algo)
+        if not check():
+            return None
+    except Exception:  # a broken optional install must not break pycann
+        return None
+    return next((i for i in mod.ALGORITHMS if i.algo == algo), None)
+
+
 def arena_ok(algo: Algorithm | None) -> bool:
     """Whether a node whose recorded algorithm is ``algo`` should get an arena output.
 
@@ -404,10 +441,16 @@ def select(spec: OpSpec, mode: str = "static", weight: np.ndarray | None = None,
 
 def accept(spec: OpSpec, algo: Algorithm | str, approx: bool = False) -> Implementation | None:
     """A choice made elsewhere (a knowledge-bank record, written ``"provider:name"``) if it can
-    serve ``spec`` here: its provider available, its op family, ``supports(spec)``, and exact
-    unless ``approx``; else None (the caller takes ``select``'s)."""
-    impl = algorithm(algo)
-    if impl is None or impl.op_type != spec.op_type or not impl.supports(spec) or not (approx or impl.exact):
+    serve ``spec`` here: its provider able to load (``declared``: torch is not imported for it),
+    its op family, exact unless ``approx``, and ``supports(spec)`` once the provider is loaded;
+    else None (the caller takes ``select``'s)."""
+    impl = declared(algo)
+    if impl is None or impl.op_type != spec.op_type or not (approx or impl.exact):
+        return None
+    # ``supports`` may load the provider (torch's prepacked convs ask torch what it can do). A provider not
+    # loaded yet is trusted: the record was measured for exactly this spec with this kit on this machine (the
+    # key), and the run-time lookup falls back to the static choice if the provider does not load after all.
+    if loaded(impl.provider) and not impl.supports(spec):
         return None
     return impl
 
@@ -531,7 +574,8 @@ def measure(spec: OpSpec, cands: Sequence[Implementation], weight: np.ndarray | 
 
 __all__ = [
     "FALLBACK", "Algorithm", "ConvSpec", "GemmSpec", "Implementation", "OpSpec", "PROVIDERS", "Provider", "STATIC_TABLE", "TINY_FLOPS", "TINY_FLOPS_2D",
-    "accept", "algorithm", "arena_ok", "available", "candidates", "choose", "compute_name", "conv_spec", "make_spec", "measure",
+    "accept", "algorithm", "arena_ok", "available", "candidates", "choose", "compute_name", "conv_spec", "declared",
+    "loaded", "make_spec", "measure",
     "reset", "resolve", "select", "shape_class", "uses_openmp",
 ]
 
