@@ -206,15 +206,6 @@ def apply_omp_wait_policy() -> str | None:
         return None
     os.environ["OMP_WAIT_POLICY"] = policy.upper()
     return policy.upper()
-def torch_kernels() -> str:
-    """``PYCANN_TORCH_KERNELS``: ``"host"`` (default) or ``"pycann"``. Raises ``ConfigError`` on
-    another value."""
-    raw = os.environ.get("PYCANN_TORCH_KERNELS", "host").strip().lower() or "host"
-    if raw not in ("host", "pycann"):
-        raise ConfigError(f"PYCANN_TORCH_KERNELS={raw!r}: expected 'host' (torch's CPU kernels on the npu's "
-                          "host memory) or 'pycann' (pycann's op library)")
-    return raw
-
 
 # ------------------------------------------------------------------ the other knobs, one function each
 # (read on every call, so tests may flip them with monkeypatch.setenv; each docstring documents its knob)
@@ -259,12 +250,6 @@ def kernel_selection() -> str:
 def nan_guard() -> bool:
     """``PYCANN_NAN_GUARD`` (default 1): ``0`` drops the operand checks before fused activations."""
     return _env("PYCANN_NAN_GUARD", "1") != "0"
-
-
-def int8_kernels() -> bool:
-    """``PYCANN_INT8_KERNELS`` (default on): ``0``/``off``/``false``/``no`` keeps QuantConv/QuantMatMul
-    on their float reference."""
-    return _env("PYCANN_INT8_KERNELS").strip().lower() not in ("0", "off", "false", "no")
 
 
 def num_threads() -> int | None:
@@ -400,3 +385,19 @@ def set_environ(name: str, value: str | None) -> None:
         os.environ.pop(name, None)
     else:
         os.environ[name] = value
+
+
+def torch_kernels() -> str:
+    """``PYCANN_TORCH_KERNELS``: ``"host"`` (default) or ``"pycann"``. Raises ``ConfigError`` on
+    another value."""
+    raw = os.environ.get("PYCANN_TORCH_KERNELS", "host").strip().lower() or "host"
+    if raw not in ("host", "pycann"):
+        raise ConfigError(f"PYCANN_TORCH_KERNELS={raw!r}: expected 'host' (torch's CPU kernels on the npu's "
+                          "host memory) or 'pycann' (pycann's op library)")
+    return raw
+
+
+def int8_kernels() -> bool:
+    """``PYCANN_INT8_KERNELS``: False when set to 0 / off / false / no (INT8 layers then run their
+    reference kernels: dequantise, float op, quantise); True otherwise (docs/amct.md)."""
+    return os.environ.get("PYCANN_INT8_KERNELS", "").strip().lower() not in ("0", "off", "false", "no")

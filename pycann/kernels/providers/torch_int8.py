@@ -17,7 +17,6 @@ from typing import Any
 
 import numpy as np
 
-from pycann import config
 from pycann.ops.array_cache import ArrayCache
 
 
@@ -37,7 +36,9 @@ def cpu_has_vnni() -> bool:
 
 @functools.lru_cache(maxsize=1)
 def _torch() -> Any:
-    if not config.int8_kernels():
+    from pycann.config import int8_kernels
+
+    if not int8_kernels():
         return None
     try:
         from pycann.config import apply_omp_wait_policy
