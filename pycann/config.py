@@ -42,11 +42,11 @@ PYCANN_PLAN_BUILD           background   graphs with convolutions under ``auto``
 PYCANN_HCCL_CHECK           1            ``0``: no per-call signature exchange before HCCL
                                          collectives (saves one small all-gather a call; mismatched
                                          calls are then no longer detected), docs/hccl.md
-PYCANN_TORCH_KERNELS        host         who computes the elementwise / matmul / softmax ATen ops
-                                         on torch's npu device that pycann's op library has:
-                                         ``host``: torch's CPU kernels on the host memory (faster:
-                                         vectorised, threaded); ``pycann``: pycann's op library
-                                         through GE's single-op path (docs/torch.md)
+PYCANN_TORCH_KERNELS        pycann       who computes the ATen ops on torch's npu device that
+                                         pycann's op library has (conv, linear, batch norm,
+                                         elementwise, activations, pooling, softmax): ``pycann``:
+                                         its kernels, bound once per signature (docs/torch.md);
+                                         ``host``: torch's CPU kernels on the same host memory
 ==========================  ===========  =========================================================
 """
 
@@ -207,9 +207,9 @@ def apply_omp_wait_policy() -> str | None:
     os.environ["OMP_WAIT_POLICY"] = policy.upper()
     return policy.upper()
 def torch_kernels() -> str:
-    """``PYCANN_TORCH_KERNELS``: ``"host"`` (default) or ``"pycann"``. Raises ``ConfigError`` on
+    """``PYCANN_TORCH_KERNELS``: ``"pycann"`` (default) or ``"host"``. Raises ``ConfigError`` on
     another value."""
-    raw = os.environ.get("PYCANN_TORCH_KERNELS", "host").strip().lower() or "host"
+    raw = os.environ.get("PYCANN_TORCH_KERNELS", "").strip().lower() or "pycann"
     if raw not in ("host", "pycann"):
         raise ConfigError(f"PYCANN_TORCH_KERNELS={raw!r}: expected 'host' (torch's CPU kernels on the npu's "
                           "host memory) or 'pycann' (pycann's op library)")

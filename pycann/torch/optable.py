@@ -54,6 +54,11 @@ class PycannOp:
     inputs: Callable[[Sequence[Any]], list[Any]]
     attrs: Callable[[Sequence[Any]], dict[str, Any]]
     accepts: Callable[[Sequence[Any], dict[str, Any]], bool]
+    # indices (into ``inputs(args)``) of inputs bound as constants when the op's kernel is bound
+    # for a signature (a conv's weight and bias: packed once, ``_pycann_ops``)
+    consts: tuple[int, ...] = ()
+    # ATen's result from the op's output and the arguments (ops with more results than the ONNX op)
+    result: Callable[[Any, Sequence[Any]], Any] | None = None
 
 
 _FLOATS = (torch.float32, torch.float64, torch.float16, torch.bfloat16)
@@ -76,6 +81,76 @@ def _same_float(a: Sequence[Any], k: dict[str, Any]) -> bool:
 
 def _binary(op_type: str) -> PycannOp:
     return PycannOp(op_type, lambda a: [a[0], a[1]], lambda a: {}, _same_float)
+
+
+def _unary_inplace(op_type: str) -> PycannOp:
+    """``relu_`` & co.: the op's result written back into ``self`` (``_dispatch`` passes it as ``out``)."""
+    return PycannOp(op_type, lambda a: [a[0]], lambda a: {}, lambda a, k: _float_tensor(a[0]))
+
+
+def _binary_inplace_ok(a: Sequence[Any], k: dict[str, Any]) -> bool:
+    return _same_float(a, k)
+
+
+def _conv_ok(a: Sequence[Any], k: dict[str, Any]) -> bool:
+    """2-D, float32, not transposed, symmetric padding by construction (ATen's int[] padding)."""
+    x, w, b = a[0], a[1], a[2] if len(a) > 2 else None
+    return (isinstance(x, torch.Tensor) and isinstance(w, torch.Tensor) and x.dtype == torch.float32
+            and w.dtype == torch.float32 and x.dim() == 4 and w.dim() == 4 and not a[6]
+            and not any(int(p) for p in a[7]) and (b is None or (isinstance(b, torch.Tensor) and b.dtype == torch.float32
+                                                               and b.dim() == 1)))
+
+
+def _conv_inputs(a: Sequence[Any]) -> list[Any]:
+    return [a[0], a[1]] if a[2] is None else [a[0], a[1], a[2]]
+
+
+def _conv_attrs(a: Sequence[Any]) -> dict[str, Any]:
+    pads = [int(p) for p in a[4]]
+    return {"kernel_shape": [int(d) for d in a[1].shape[2:]], "strides": [int(s) for s in a[3]],
+            "pads": pads + pads, "dilations": [int(d) for d in a[5]], "group": int(a[8]),
+            # pycann's Conv on its torch provider, channels-last with the weight prepacked (the
+            # algorithm GE selects for ResNet-class convs; ``prepared._conv`` binds it)
+            "_algo": "torch:conv2d_nhwc"}
+
+
+def _addmm_ok(a: Sequence[Any], k: dict[str, Any]) -> bool:
+    """``addmm(bias, x, w)``: float32 2-D matrices, a bias of N values (nn.Linear's)."""
+    c, x, w = a[0], a[1], a[2]
+    return (_float_tensor(x) and x.dtype == torch.float32 and isinstance(w, torch.Tensor) and w.dtype == torch.float32
+            and isinstance(c, torch.Tensor) and c.dtype == torch.float32 and x.dim() == 2 and w.dim() == 2
+            and c.dim() == 1 and c.shape[0] == w.shape[1])
+
+
+def _addmm_attrs(a: Sequence[Any]) -> dict[str, Any]:
+    beta = float(a[3]) if len(a) > 3 else 1.0
+    alpha = float(a[4]) if len(a) > 4 else 1.0
+    return {"alpha": alpha, "beta": beta, "_algo": "onednn:gemm"}
+
+
+def _bn_ok(a: Sequence[Any], k: dict[str, Any]) -> bool:
+    """Inference batch norm (running statistics) with affine parameters, float32."""
+    return (_float_tensor(a[0]) and a[0].dtype == torch.float32 and a[0].dim() >= 2
+            and all(isinstance(t, torch.Tensor) and t.dtype == torch.float32 for t in a[1:5]))
+
+
+def _bn_eps(a: Sequence[Any]) -> dict[str, Any]:
+    # _native_batch_norm_legit_no_training(x, w, b, mean, var, momentum, eps);
+    # native_batch_norm(x, w, b, mean, var, training, momentum, eps)
+    return {"epsilon": float(a[-1])}
+
+
+def _bn_result(y: Any, a: Sequence[Any]) -> Any:
+    e = torch.empty(0, dtype=y.dtype)
+    return y, e, e.clone()
+
+
+def _native_bn_ok(a: Sequence[Any], k: dict[str, Any]) -> bool:
+    return not a[5] and _bn_ok(a, k)
+
+
+def _gap_ok(a: Sequence[Any], k: dict[str, Any]) -> bool:
+    return _float_tensor(a[0]) and a[0].dim() == 4 and [int(s) for s in a[1]] == [1, 1]
 
 
 def _softmax_ok(a: Sequence[Any], k: dict[str, Any]) -> bool:
@@ -110,6 +185,16 @@ PYCANN_OPS: dict[str, PycannOp] = {
     "aten::_softmax": PycannOp("Softmax", lambda a: [a[0]], lambda a: {"axis": int(a[1])}, _softmax_ok),
     "aten::_log_softmax": PycannOp("LogSoftmax", lambda a: [a[0]], lambda a: {"axis": int(a[1])},
                                    _softmax_ok),
+    "aten::relu_": _unary_inplace("Relu"),
+    "aten::add_": PycannOp("Add", lambda a: [a[0], a[1]], lambda a: {}, _binary_inplace_ok),
+    "aten::mul_": PycannOp("Mul", lambda a: [a[0], a[1]], lambda a: {}, _binary_inplace_ok),
+    "aten::convolution": PycannOp("Conv", _conv_inputs, _conv_attrs, _conv_ok, consts=(1, 2)),
+    "aten::addmm": PycannOp("Gemm", lambda a: [a[1], a[2], a[0]], _addmm_attrs, _addmm_ok, consts=(1, 2)),
+    "aten::_native_batch_norm_legit_no_training": PycannOp(
+        "BatchNormalization", lambda a: list(a[:5]), _bn_eps, _bn_ok, consts=(1, 2, 3, 4), result=_bn_result),
+    "aten::native_batch_norm": PycannOp(
+        "BatchNormalization", lambda a: list(a[:5]), _bn_eps, _native_bn_ok, consts=(1, 2, 3, 4), result=_bn_result),
+    "aten::_adaptive_avg_pool2d": PycannOp("GlobalAveragePool", lambda a: [a[0]], lambda a: {}, _gap_ok),
 }
 
 # ATen ops run by torch's CPU kernel as the npu device's own kernel (packet names, any overload),
