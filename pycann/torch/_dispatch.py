@@ -340,10 +340,11 @@ def _compute(op: Any, info: _OpInfo, args: tuple[Any, ...], kwargs: dict[str, An
         else:
             dst = ckw.get("out")
             dst = dst if isinstance(dst, torch.Tensor) else None
-        consts = ()
-        if spec.consts:
-            orig = spec.inputs(args)
-            consts = tuple((i, orig[i]) for i in spec.consts if i < len(orig) and isinstance(orig[i], torch.Tensor))
+        consts: tuple[tuple[int, torch.Tensor], ...] = ()
+        if spec.consts:  # the npu tensors themselves: their identity and version key the binding
+            npu_ins = spec.inputs(args)
+            consts = tuple((i, npu_ins[i]) for i in spec.consts
+                           if i < len(npu_ins) and isinstance(npu_ins[i], torch.Tensor))
         res = _pycann_ops.run(spec.op_type, spec.inputs(cargs), spec.attrs(cargs), dst, consts)
         if dst is not None and res is not dst and not info.inplace:
             ckw["out"] = res  # the npu out tensor takes the result's memory below

@@ -31,9 +31,12 @@ _MAX_HANDLES = 4096
 @dataclass(frozen=True)
 class _Handle:
     kernel: Any  # kernel(inputs, attrs) -> [y] (bound or generic)
+    out_kernel: Any  # out_kernel(inputs, attrs, [out]): the generic kernel writing into ``out``, or None
     attrs: dict[str, Any]
     owners: tuple[Any, ...]  # weak references to the tensors bound as constants
     bound: bool  # a prepared (bound) kernel, not the generic one
+    out_shape: tuple[int, ...]
+    out_dtype: torch.dtype
 
 
 _handles: dict[tuple[Any, ...], _Handle] = {}
@@ -60,7 +63,7 @@ def _key(op_type: str, ins: Sequence[np.ndarray | None], attrs: Mapping[str, Any
 
 
 def _bind(op_type: str, ins: list[np.ndarray | None], attrs: Mapping[str, Any], res: np.ndarray,
-          const_at: Sequence[int]) -> tuple[Any, dict[str, Any], bool]:
+          const_at: Sequence[int]) -> tuple[Any, Any, dict[str, Any], bool]:
     """The kernel of this signature: the op's prepared kernel bound to ``ins[i]`` for ``i`` in
     ``const_at`` (as GE binds a plan node with constant inputs), else its generic kernel."""
     from pycann.dtypes import TensorDesc, from_numpy
@@ -73,7 +76,7 @@ def _bind(op_type: str, ins: list[np.ndarray | None], attrs: Mapping[str, Any], 
     if op_type == "BatchNormalization" and set(const_at) >= {1, 2, 3, 4}:
         k = _bound_batch_norm(ins, full, res)
         if k is not None:
-            return k, full, True
+            return k, None, full, True
     prepare = PREPARE.get((opdef.domain, op_type))
     if prepare is not None:
         descs = [None if a is None else TensorDesc(int(from_numpy(a.dtype)), tuple(int(d) for d in a.shape))
@@ -82,8 +85,8 @@ def _bind(op_type: str, ins: list[np.ndarray | None], attrs: Mapping[str, Any], 
         out = TensorDesc(int(from_numpy(res.dtype)), tuple(int(d) for d in res.shape))
         k = prepare(full, descs, consts, [out])
         if k is not None:
-            return k, full, True
-    return opdef.kernel, full, False
+            return k, None, full, True
+    return opdef.kernel, opdef.out_kernel, full, False
 
 
 def _channels_last(a: np.ndarray) -> bool:
@@ -140,16 +143,29 @@ def run(op_type: str, inputs: Sequence[torch.Tensor | None], attrs: Mapping[str,
         from pycann.ge.singleop import run_op
 
         res = _array(run_op(op_type, ins, attrs)[0])
-        kernel, full, bound = _bind(op_type, ins, attrs, res, [i for i, _ in consts])
+        kernel, out_kernel, full, bound = _bind(op_type, ins, attrs, res, [i for i, _ in consts])
         if len(_handles) >= _MAX_HANDLES:
             _handles.clear()
-        _handles[key] = _Handle(kernel, full, tuple(weakref.ref(_owner(t)) for _, t in consts), bound)
+        result = torch.from_numpy(res)
+        _handles[key] = _Handle(kernel, out_kernel, full, tuple(weakref.ref(_owner(t)) for _, t in consts), bound,
+                                tuple(result.shape), result.dtype)
         counters["binds"] += bound
-        return _into(torch.from_numpy(res), out)
+        return _into(result, out)
     if h.bound:
         counters["bound_calls"] += 1
+    elif h.out_kernel is not None and out is not None and out.dtype == h.out_dtype \
+            and tuple(out.shape) == h.out_shape and (out.is_contiguous() or _same_view(out, inputs[0])):
+        # relu_, add_ and .out overloads: the kernel writes the destination itself (no temporary)
+        h.out_kernel(ins, h.attrs, [out.numpy()])
+        return out
     res = _array(h.kernel(ins, h.attrs)[0])
     return _into(torch.from_numpy(res), out)
+
+
+def _same_view(out: torch.Tensor, x: torch.Tensor | None) -> bool:
+    """``out`` is input ``x`` itself (an in-place op such as ``relu_`` on a channels-last tensor:
+    the elementwise kernel writes any layout)."""
+    return x is not None and out.data_ptr() == x.data_ptr() and out.stride() == x.stride()
 
 
 def _array(a: Any) -> np.ndarray:

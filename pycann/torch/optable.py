@@ -153,6 +153,20 @@ def _gap_ok(a: Sequence[Any], k: dict[str, Any]) -> bool:
     return _float_tensor(a[0]) and a[0].dim() == 4 and [int(s) for s in a[1]] == [1, 1]
 
 
+def _spatial_mean_ok(a: Sequence[Any], k: dict[str, Any]) -> bool:
+    """``mean.dim`` over the two spatial dims of a 4-D float tensor (what adaptive_avg_pool2d to
+    1x1 becomes): GlobalAveragePool."""
+    x = a[0]
+    dims = a[1] if len(a) > 1 else None
+    return (_float_tensor(x) and x.dim() == 4 and dims is not None and len(dims) == 2
+            and {int(d) % 4 for d in dims} == {2, 3} and k.get("dtype") is None)
+
+
+def _spatial_mean_result(y: Any, a: Sequence[Any]) -> Any:
+    keepdim = bool(a[2]) if len(a) > 2 else False
+    return y if keepdim else y.reshape(y.shape[:2])
+
+
 def _softmax_ok(a: Sequence[Any], k: dict[str, Any]) -> bool:
     return _float_tensor(a[0]) and not a[2]
 
@@ -195,6 +209,8 @@ PYCANN_OPS: dict[str, PycannOp] = {
     "aten::native_batch_norm": PycannOp(
         "BatchNormalization", lambda a: list(a[:5]), _bn_eps, _native_bn_ok, consts=(1, 2, 3, 4), result=_bn_result),
     "aten::_adaptive_avg_pool2d": PycannOp("GlobalAveragePool", lambda a: [a[0]], lambda a: {}, _gap_ok),
+    "aten::mean": PycannOp("GlobalAveragePool", lambda a: [a[0]], lambda a: {}, _spatial_mean_ok,
+                           result=_spatial_mean_result),
 }
 
 # ATen ops run by torch's CPU kernel as the npu device's own kernel (packet names, any overload),
@@ -282,7 +298,7 @@ def pycann_op(name: str, packet: str) -> PycannOp | None:
     """The ``PYCANN_OPS`` entry of an overload: its functional (``add.Tensor``), ``.out`` or
     default overload; None for other overloads (``add.Scalar``, in-place ``add_``)."""
     overload = name[len(packet) + 1:] if name != packet else ""
-    if overload in ("", "Tensor", "out", "default", "int", "Tensor_out"):
+    if overload in ("", "Tensor", "out", "default", "int", "Tensor_out", "dim"):
         return PYCANN_OPS.get(packet)
     return None
 
