@@ -58,23 +58,20 @@ def _median_ms(fn: Callable[[], Any], iters: int) -> float:
     return statistics.median(times) * 1e3
 
 
-def _kernels(mode: str, fn: Callable[[], Any]) -> Callable[[], Any]:
-    def run() -> Any:
-        _dispatch.use_kernels(mode)
-        return fn()
-    return run
-
-
-def _rounds(sides: dict[str, Callable[[], Any]], rounds: int, iters: int) -> dict[str, float]:
-    """Median over rounds of each side's median; the sides alternate within every round, with a
-    pause between blocks (a pool's spinning threads would otherwise take the next block's cores)."""
+def _rounds(sides: dict[str, tuple[Callable[[], Any] | None, Callable[[], Any]]], rounds: int,
+            iters: int) -> dict[str, tuple[float, float]]:
+    """(median, best) over rounds of each side's median; the sides alternate within every round, with a
+    pause between blocks (a pool's spinning threads would otherwise take the next block's cores).
+    Each side is (setup before its block, e.g. the kernel setting, or None; the timed call)."""
     meds: dict[str, list[float]] = {k: [] for k in sides}
     for _ in range(rounds):
-        for name, fn in sides.items():
-            fn()  # warm (and, for the eager sides, switch the kernel setting outside the timing)
+        for name, (setup, fn) in sides.items():
+            if setup is not None:
+                setup()
+            fn()  # warm
             meds[name].append(_median_ms(fn, iters))
             time.sleep(0.2)
-    return {k: statistics.median(v) for k, v in meds.items()}
+    return {k: (statistics.median(v), min(v)) for k, v in meds.items()}
 
 
 def eager(threads: Sequence[int], rounds: int, iters: int) -> None:
@@ -86,18 +83,20 @@ def eager(threads: Sequence[int], rounds: int, iters: int) -> None:
     npu = npu.npu()
     x = torch.randn(1, 3, 224, 224, generator=torch.Generator().manual_seed(0))
     xn = x.npu()
-    print("| threads | torch CPU ms | npu pycann ms | pycann/CPU | npu host ms | host/CPU | max abs diff (pycann) |\n"
-          "|---:|---:|---:|---:|---:|---:|---:|")
+    print("| threads | torch CPU ms | npu pycann ms | pycann/CPU | npu host ms | host/CPU | best of rounds: CPU / pycann / "
+          "host ms | max abs diff (pycann) |\n|---:|---:|---:|---:|---:|---:|---:|---:|")
     with torch.no_grad():
         ref = cpu(x)
         _dispatch.use_kernels("pycann")
         diff = float((npu(xn).cpu() - ref).abs().max())
         for n in threads:
             _set_threads(n)
-            m = _rounds({"cpu": lambda: cpu(x), "pycann": _kernels("pycann", lambda: npu(xn)),
-                         "host": _kernels("host", lambda: npu(xn))}, rounds, iters)
-            print(f"| {n} | {m['cpu']:.1f} | {m['pycann']:.1f} | {m['pycann'] / m['cpu']:.3f}x | {m['host']:.1f} | "
-                  f"{m['host'] / m['cpu']:.3f}x | {diff:.1e} |", flush=True)
+            m = _rounds({"cpu": (None, lambda: cpu(x)),
+                         "pycann": (lambda: _dispatch.use_kernels("pycann"), lambda: npu(xn)),
+                         "host": (lambda: _dispatch.use_kernels("host"), lambda: npu(xn))}, rounds, iters)
+            (c, cb), (p, pb), (h, hb) = m["cpu"], m["pycann"], m["host"]
+            print(f"| {n} | {c:.1f} | {p:.1f} | {p / c:.3f}x | {h:.1f} | {h / c:.3f}x | {cb:.1f} / {pb:.1f} / {hb:.1f} | "
+                  f"{diff:.1e} |", flush=True)
     _dispatch.use_kernels(None)
 
 
@@ -142,8 +141,8 @@ def compile_vs_ort(models: Sequence[str], threads: Sequence[int], rounds: int, i
         recs = graph_report()
         built.append((name, buf.getvalue(), feeds, compiled, nargs, float((out.cpu() - ref).abs().max()),
                       sum(1 for g in recs if g.compiled), len(recs), sum(g.compile_seconds for g in recs), first))
-    print("| model | threads | ORT ms | compile(backend='npu') ms | pycann/ORT | graphs on GE | compile s | "
-          "first call s | max abs diff |\n|---|---:|---:|---:|---:|---:|---:|---:|---:|")
+    print("| model | threads | ORT ms | compile(backend='npu') ms | pycann/ORT | best of rounds: ORT / npu ms | "
+          "graphs on GE | compile s | first call s | max abs diff |\n|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
     for n in threads:
         _set_threads(n)
         for name, onnx_bytes, feeds, compiled, nargs, diff, ge, graphs, comp, first in built:
@@ -151,9 +150,10 @@ def compile_vs_ort(models: Sequence[str], threads: Sequence[int], rounds: int, i
             so.intra_op_num_threads = n
             sess = ort.InferenceSession(onnx_bytes, so, providers=["CPUExecutionProvider"])
             with torch.no_grad():
-                m = _rounds({"ort": lambda s=sess, f=feeds: s.run(None, f),
-                             "npu": lambda c=compiled, a=nargs: c(*a)}, rounds, iters)
-            print(f"| {name} | {n} | {m['ort']:.1f} | {m['npu']:.1f} | {m['npu'] / m['ort']:.3f}x | {ge}/{graphs} | "
+                m = _rounds({"ort": (None, lambda s=sess, f=feeds: s.run(None, f)),
+                             "npu": (None, lambda c=compiled, a=nargs: c(*a))}, rounds, iters)
+            (o, ob), (p, pb) = m["ort"], m["npu"]
+            print(f"| {name} | {n} | {o:.1f} | {p:.1f} | {p / o:.3f}x | {ob:.1f} / {pb:.1f} | {ge}/{graphs} | "
                   f"{comp:.2f} | {first:.2f} | {diff:.1e} |", flush=True)
             del sess
 

@@ -40,6 +40,7 @@ class _Handle:
 
 
 _handles: dict[tuple[Any, ...], _Handle] = {}
+_threads = torch.get_num_threads
 counters = {"calls": 0, "bound_calls": 0, "binds": 0}
 """Calls served here, calls that ran a bound (prepared) kernel, and kernels bound so far."""
 
@@ -58,7 +59,9 @@ def _const_key(t: Any) -> Any:
 
 def _key(op_type: str, ins: Sequence[np.ndarray | None], attrs: Mapping[str, Any],
          consts: tuple[Any, ...]) -> tuple[Any, ...]:
-    return (op_type, tuple(None if a is None else (a.dtype.str, a.shape, a.strides) for a in ins),
+    # the thread count too: oneDNN fixes a primitive's work split when it is created, so a kernel
+    # bound at 1 thread would stay single-threaded after torch.set_num_threads(2)
+    return (op_type, _threads(), tuple(None if a is None else (a.dtype.str, a.shape, a.strides) for a in ins),
             tuple((k, tuple(v) if isinstance(v, list) else v) for k, v in sorted(attrs.items())), consts)
 
 

@@ -186,3 +186,25 @@ def test_spatial_mean_without_keepdim_and_other_means() -> None:
     torch.testing.assert_close(x.npu().mean((-1, -2), keepdim=True).cpu(), x.mean((-1, -2), keepdim=True))
     torch.testing.assert_close(x.npu().mean(1).cpu(), x.mean(1))  # not spatial: torch's kernel
     assert _providers()["aten::mean"] == {Provider.PYCANN, Provider.HOST}
+
+
+def test_a_new_thread_count_binds_anew() -> None:
+    """oneDNN fixes a primitive's work split at creation: a kernel bound at one thread count is
+    not reused at another (it would stay single-threaded after torch.set_num_threads(2))."""
+    conv = torch.nn.Conv2d(3, 4, 3).npu().eval()
+    x = torch.randn(1, 3, 8, 8).npu()
+    saved = torch.get_num_threads()
+    try:
+        with torch.no_grad():
+            torch.set_num_threads(1)
+            conv(x)
+            binds = _pycann_ops.counters["binds"]
+            torch.set_num_threads(2)
+            y = conv(x)
+            assert _pycann_ops.counters["binds"] == binds + 1
+            conv(x)
+            assert _pycann_ops.counters["binds"] == binds + 1
+    finally:
+        torch.set_num_threads(saved)
+    torch.testing.assert_close(y.cpu(), torch.nn.functional.conv2d(x.cpu(), conv.weight.cpu(), conv.bias.cpu()),
+                               rtol=1e-4, atol=1e-4)
