@@ -115,11 +115,13 @@ def _model(name: str) -> tuple[torch.nn.Module, tuple[torch.Tensor, ...]]:
 
 
 def compile_vs_ort(models: Sequence[str], threads: Sequence[int], rounds: int, iters: int) -> None:
+    """Each model is compiled anew at each thread count (oneDNN fixes a primitive's threads when a
+    plan binds it, so a plan built at 2 threads would still use 2 when the process is set to 1)."""
     import onnxruntime as ort
 
     from pycann.torch.compile import graph_report, reset_graph_report
 
-    built = []
+    exported = {}
     for name in models:
         model, args = _model(name)
         buf = io.BytesIO()
@@ -127,35 +129,37 @@ def compile_vs_ort(models: Sequence[str], threads: Sequence[int], rounds: int, i
             warnings.simplefilter("ignore")
             torch.onnx.export(model, args, buf, dynamo=False, opset_version=17, do_constant_folding=True,
                               input_names=[f"i{k}" for k in range(len(args))])
-        feeds = {f"i{k}": a.numpy() for k, a in enumerate(args)}
         with torch.no_grad():
             ref = model(*args)
-            ref = ref[0] if isinstance(ref, (tuple, list)) else ref
-            reset_graph_report()
-            compiled = torch.compile(model.npu(), backend="npu")
-            nargs = tuple(a.npu() for a in args)
-            t0 = time.perf_counter()
-            out = compiled(*nargs)
-            first = time.perf_counter() - t0
-        out = out[0] if isinstance(out, (tuple, list)) else out
-        recs = graph_report()
-        built.append((name, buf.getvalue(), feeds, compiled, nargs, float((out.cpu() - ref).abs().max()),
-                      sum(1 for g in recs if g.compiled), len(recs), sum(g.compile_seconds for g in recs), first))
+        exported[name] = (model, args, buf.getvalue(), ref[0] if isinstance(ref, (tuple, list)) else ref)
     print("| model | threads | ORT ms | compile(backend='npu') ms | pycann/ORT | best of rounds: ORT / npu ms | "
           "graphs on GE | compile s | first call s | max abs diff |\n|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
     for n in threads:
         _set_threads(n)
-        for name, onnx_bytes, feeds, compiled, nargs, diff, ge, graphs, comp, first in built:
+        for name, (model, args, onnx_bytes, ref) in exported.items():
+            torch._dynamo.reset()
+            reset_graph_report()
+            nargs = tuple(a.npu() for a in args)
+            with torch.no_grad():
+                compiled = torch.compile(model.npu(), backend="npu")
+                t0 = time.perf_counter()
+                out = compiled(*nargs)
+                first = time.perf_counter() - t0
+            out = out[0] if isinstance(out, (tuple, list)) else out
+            diff = float((out.cpu() - ref).abs().max())
+            recs = graph_report()
+            ge, comp = sum(1 for g in recs if g.compiled), sum(g.compile_seconds for g in recs)
             so = ort.SessionOptions()
             so.intra_op_num_threads = n
             sess = ort.InferenceSession(onnx_bytes, so, providers=["CPUExecutionProvider"])
+            feeds = {f"i{k}": a.numpy() for k, a in enumerate(args)}
             with torch.no_grad():
                 m = _rounds({"ort": (None, lambda s=sess, f=feeds: s.run(None, f)),
                              "npu": (None, lambda c=compiled, a=nargs: c(*a))}, rounds, iters)
             (o, ob), (p, pb) = m["ort"], m["npu"]
-            print(f"| {name} | {n} | {o:.1f} | {p:.1f} | {p / o:.3f}x | {ob:.1f} / {pb:.1f} | {ge}/{graphs} | "
+            print(f"| {name} | {n} | {o:.1f} | {p:.1f} | {p / o:.3f}x | {ob:.1f} / {pb:.1f} | {ge}/{len(recs)} | "
                   f"{comp:.2f} | {first:.2f} | {diff:.1e} |", flush=True)
-            del sess
+            del sess, compiled
 
 
 def _set_threads(n: int) -> None:

@@ -31,6 +31,9 @@ TUNE_BANK_PATH              see meaning  CANN's variable: the folder of AOE's kn
 PYCANN_OMP_WAIT_POLICY      passive      how the OpenMP workers of the oneDNN and torch kernels wait
                                          between parallel regions: ``passive`` (sleep; wins when other
                                          processes are busy: bench/RESULTS.md), ``active`` (spin),
+                                         ``brief`` (spin ~3000 rounds, then sleep, as ONNX Runtime's
+                                         pool does: ``GOMP_SPINCOUNT``; wins beside niced load, loses
+                                         beside a same-priority one: docs/torch.md),
                                          ``inherit`` (leave ``OMP_WAIT_POLICY`` unset). Applied as
                                          ``OMP_WAIT_POLICY`` just before pycann loads an OpenMP
                                          library, unless the user set ``OMP_WAIT_POLICY`` already
@@ -178,7 +181,9 @@ def tune_bank_dir(explicit: str = "") -> Path:
         raise ConfigError(f"{what}={raw!r} is a file; the knowledge bank needs a folder (it holds bank.sqlite)")
     return path
 #: Accepted values of ``PYCANN_OMP_WAIT_POLICY`` (the first is the default).
-OMP_WAIT_POLICIES = ("passive", "active", "inherit")
+OMP_WAIT_POLICIES = ("passive", "active", "brief", "inherit")
+#: libgomp's spin rounds before a worker sleeps under ``brief`` (its default is 300000).
+BRIEF_SPINCOUNT = 3000
 
 
 def omp_wait_policy() -> str:
@@ -196,7 +201,8 @@ def apply_omp_wait_policy() -> str | None:
     variable once, when it loads, so a runtime that is loaded already keeps its policy. Spinning workers lose
     badly when other processes keep the cores busy (a spinning thread uses up its CPU share, so the scheduler
     runs the busy neighbour instead while the parallel region waits for that thread at its barrier); ONNX
-    Runtime's pool spins briefly, then blocks. Returns None when neither variable is set (``inherit``).
+    Runtime's pool spins briefly, then blocks; ``brief`` does that in libgomp (``GOMP_SPINCOUNT``, returns
+    ``"BRIEF"``). Returns None when neither variable is set (``inherit``).
     """
     user = os.environ.get("OMP_WAIT_POLICY", "").strip()
     if user or os.environ.get("GOMP_SPINCOUNT", "").strip():  # the user's own OpenMP settings win
@@ -204,6 +210,9 @@ def apply_omp_wait_policy() -> str | None:
     policy = omp_wait_policy()
     if policy == "inherit":
         return None
+    if policy == "brief":  # libgomp's default policy with a short spin (OMP_WAIT_POLICY stays unset)
+        os.environ["GOMP_SPINCOUNT"] = str(BRIEF_SPINCOUNT)
+        return "BRIEF"
     os.environ["OMP_WAIT_POLICY"] = policy.upper()
     return policy.upper()
 def torch_kernels() -> str:
