@@ -186,3 +186,21 @@ print("OK")
 def test_migration_to_a_second_device() -> None:
     r = _run(["-c", MIGRATION_TWO_DEVICES], env={"PYCANN_DEVICE_COUNT": "2"})
     assert r.returncode == 0 and "OK" in r.stdout, r.stderr[-3000:]
+
+
+def test_openmp_wait_policy_is_set_before_torch_loads_libgomp() -> None:
+    """torch's libgomp reads OMP_WAIT_POLICY once, when ``import torch`` loads it: under pycann-run
+    (and when pycann.torch is imported first) pycann's policy is in place by then; an app that
+    imports torch itself first is told so by ``OMP_POLICY_LATE``."""
+    env = {k: v for k, v in os.environ.items() if k not in ("OMP_WAIT_POLICY", "GOMP_SPINCOUNT",
+                                                            "PYCANN_OMP_WAIT_POLICY")}
+    code = "import os, torch, torch_npu, pycann.torch as t; print(os.environ.get('OMP_WAIT_POLICY'), t.OMP_POLICY_LATE)"
+    r = subprocess.run([sys.executable, "-m", "pycann.tools.run", "-c", code], capture_output=True, text=True,
+                       env=dict(env, PYTHONPATH=str(ROOT)), timeout=300)
+    assert r.returncode == 0 and r.stdout.split()[-2:] == ["PASSIVE", "False"], r.stderr[-2000:]
+    r = subprocess.run([sys.executable, "-c", code.replace("torch, torch_npu,", "pycann.torch, torch,")],
+                       capture_output=True, text=True, env=dict(env, PYTHONPATH=str(ROOT)), timeout=300)
+    assert r.returncode == 0 and r.stdout.split()[-2:] == ["PASSIVE", "False"], r.stderr[-2000:]
+    r = subprocess.run([sys.executable, "-c", code.replace(", torch_npu", "")], capture_output=True, text=True,
+                       env=dict(env, PYTHONPATH=str(ROOT)), timeout=300)
+    assert r.returncode == 0 and r.stdout.split()[-2:] == ["PASSIVE", "True"], r.stderr[-2000:]
