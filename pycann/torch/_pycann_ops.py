@@ -17,6 +17,7 @@ in-place write, e.g. an optimizer step): any change rebinds, so a packed weight 
 
 from __future__ import annotations
 
+import functools
 import weakref
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -43,6 +44,12 @@ _handles: dict[tuple[Any, ...], _Handle] = {}
 _threads = torch.get_num_threads
 counters = {"calls": 0, "bound_calls": 0, "binds": 0}
 """Calls served here, calls that ran a bound (prepared) kernel, and kernels bound so far."""
+
+
+def _drop(key: tuple[Any, ...], ref: Any) -> None:
+    h = _handles.get(key)
+    if h is not None and any(r is ref for r in h.owners):
+        del _handles[key]
 
 
 def _owner(t: torch.Tensor) -> torch.Tensor:
@@ -150,8 +157,9 @@ def run(op_type: str, inputs: Sequence[torch.Tensor | None], attrs: Mapping[str,
         if len(_handles) >= _MAX_HANDLES:
             _handles.clear()
         result = torch.from_numpy(res)
-        _handles[key] = _Handle(kernel, out_kernel, full, tuple(weakref.ref(_owner(t)) for _, t in consts), bound,
-                                tuple(result.shape), result.dtype)
+        # the handle goes when a bound tensor dies: its packed copy (a conv's weight) must not outlive the model
+        owners = tuple(weakref.ref(_owner(t), functools.partial(_drop, key)) for _, t in consts)
+        _handles[key] = _Handle(kernel, out_kernel, full, owners, bound, tuple(result.shape), result.dtype)
         counters["binds"] += bound
         return _into(result, out)
     if h.bound:

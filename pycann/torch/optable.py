@@ -167,6 +167,26 @@ def _spatial_mean_result(y: Any, a: Sequence[Any]) -> Any:
     return y if keepdim else y.reshape(y.shape[:2])
 
 
+def _avg_pool_ok(a: Sequence[Any], k: dict[str, Any]) -> bool:
+    """``avg_pool2d`` without ceil_mode or divisor_override (where ONNX AveragePool means the same)."""
+    ceil = bool(a[4]) if len(a) > 4 else False
+    divisor = a[6] if len(a) > 6 else None
+    return _float_tensor(a[0]) and a[0].dim() == 4 and not ceil and divisor is None
+
+
+def _pair(v: Any, default: Any) -> list[int]:
+    v = default if v is None or (isinstance(v, (list, tuple)) and not v) else v
+    return [int(v[0]), int(v[-1])] if isinstance(v, (list, tuple)) else [int(v), int(v)]
+
+
+def _avg_pool_attrs(a: Sequence[Any]) -> dict[str, Any]:
+    kernel = _pair(a[1], None)
+    stride = _pair(a[2] if len(a) > 2 else None, kernel)  # ATen: an empty stride means the kernel size
+    pad = _pair(a[3] if len(a) > 3 else 0, 0)
+    include = bool(a[5]) if len(a) > 5 else True
+    return {"kernel_shape": kernel, "strides": stride, "pads": pad + pad, "count_include_pad": int(include)}
+
+
 def _softmax_ok(a: Sequence[Any], k: dict[str, Any]) -> bool:
     return _float_tensor(a[0]) and not a[2]
 
@@ -209,6 +229,7 @@ PYCANN_OPS: dict[str, PycannOp] = {
     "aten::native_batch_norm": PycannOp(
         "BatchNormalization", lambda a: list(a[:5]), _bn_eps, _native_bn_ok, consts=(1, 2, 3, 4), result=_bn_result),
     "aten::_adaptive_avg_pool2d": PycannOp("GlobalAveragePool", lambda a: [a[0]], lambda a: {}, _gap_ok),
+    "aten::avg_pool2d": PycannOp("AveragePool", lambda a: [a[0]], _avg_pool_attrs, _avg_pool_ok),
     "aten::mean": PycannOp("GlobalAveragePool", lambda a: [a[0]], lambda a: {}, _spatial_mean_ok,
                            result=_spatial_mean_result),
 }

@@ -56,6 +56,12 @@ CASES: list[tuple[str, str, Callable[..., torch.Tensor], list[torch.Tensor]]] = 
     ("aten::add", "add_ (residual; reaches the npu as add.out)", lambda a, b: a.clone().add_(b), [torch.randn(2, 3, 4), torch.randn(2, 3, 4)]),
     ("aten::mean", "global average pool (adaptive_avg_pool2d to 1 is mean.dim)",
      lambda x: torch.nn.functional.adaptive_avg_pool2d(x, 1), [torch.randn(2, 16, 7, 7)]),
+    ("aten::avg_pool2d", "avg_pool2d 3x3 stride 2 pad 1",
+     lambda x: torch.nn.functional.avg_pool2d(x, 3, 2, 1), [torch.randn(2, 4, 9, 9)]),
+    ("aten::avg_pool2d", "avg_pool2d without the pads in the count",
+     lambda x: torch.nn.functional.avg_pool2d(x, 2, padding=1, count_include_pad=False), [torch.randn(1, 3, 7, 7)]),
+    ("aten::avg_pool2d", "avg_pool2d large (oneDNN)",
+     lambda x: torch.nn.functional.avg_pool2d(x, 2), [torch.randn(1, 64, 64, 64)]),
     ("aten::_softmax", "softmax", lambda x: torch.softmax(x, -1), [torch.randn(4, 1000)]),
     ("aten::_log_softmax", "log_softmax", lambda x: torch.log_softmax(x, 1), [torch.randn(4, 12)]),
     ("aten::mm", "mm", torch.mm, [torch.randn(5, 8), torch.randn(8, 3)]),
@@ -208,3 +214,24 @@ def test_a_new_thread_count_binds_anew() -> None:
         torch.set_num_threads(saved)
     torch.testing.assert_close(y.cpu(), torch.nn.functional.conv2d(x.cpu(), conv.weight.cpu(), conv.bias.cpu()),
                                rtol=1e-4, atol=1e-4)
+
+
+def test_avg_pool2d_with_ceil_mode_stays_on_torch_kernels() -> None:
+    x = torch.randn(1, 2, 7, 7)
+    got = torch.nn.functional.avg_pool2d(x.npu(), 2, ceil_mode=True)
+    torch.testing.assert_close(got.cpu(), torch.nn.functional.avg_pool2d(x, 2, ceil_mode=True))
+    assert _providers()["aten::avg_pool2d"] == {Provider.HOST}
+
+
+def test_a_dead_models_bound_kernels_are_dropped() -> None:
+    """Bound kernels hold packed copies of weights: they go with the model."""
+    import gc
+
+    _pycann_ops.clear()
+    conv = torch.nn.Conv2d(3, 8, 3).npu().eval()
+    with torch.no_grad():
+        conv(torch.randn(1, 3, 8, 8).npu())
+    assert len(_pycann_ops._handles) == 1
+    del conv
+    gc.collect()
+    assert len(_pycann_ops._handles) == 0
