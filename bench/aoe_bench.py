@@ -2,8 +2,8 @@
 subgraph tuning of a bench model. Numbers go to bench/RESULTS.md ("AOE" section).
 
     python bench/aoe_bench.py tiling                 # guided vs exhaustive on fp16 GEMM shapes (cost model)
-    flock /tmp/bench.lock python bench/aoe_bench.py reuse    # two aoe processes, the second from the bank
-    flock /tmp/bench.lock python bench/aoe_bench.py sgat --model rapidocr_ppocrv4_det --input_shape x:1,3,640,640
+    flock /tmp/pycann-bench.lock python bench/aoe_bench.py reuse    # two aoe processes, the second from the bank
+    flock /tmp/pycann-bench.lock python bench/aoe_bench.py sgat --model rapidocr_ppocrv4_det --input_shape x:1,3,640,640
 
 ``tiling`` is deterministic (the cost model, no timing); ``reuse`` and ``sgat`` time the CPU and
 use a fresh bank folder under /tmp (never ~/.cache/pycann/aoe, which atc reads by default).
@@ -99,6 +99,7 @@ def sgat(args: argparse.Namespace) -> None:
     print(json.dumps({k: e[k] for k in ("choice", "baseline_us", "cost_us", "speedup", "trials")}))
     for c in e["configs"]:
         print(f"  {c}")
+    print(f"why: {e['note']}")
     print(f"wall {w:.1f} s ({r['tuning_seconds']:.1f} s tuning), peak RSS {r['peak_rss_mib']:.0f} MiB; notes: {r['notes']}")
     w2, r2 = _aoe(["--job_type=1", "--framework=5", f"--model={model}", f"--input_shape={args.input_shape}",
                    f"--op_bank_path={bank}"])

@@ -7,8 +7,10 @@ candidate list, so adding a candidate does not forget the others' timings):
 column          meaning
 ==============  ==========================================================================
 kind            ``kernel`` (CPU kernel provider choice, measured), ``tiling`` (Da Vinci
-                tiling priced on the cost model), ``graph`` (subgraph tuning of one model)
-op_type         ``Conv``, ``MatMul``, ...; ``graph``: ``model``
+                tiling priced on the cost model), ``graph`` (subgraph tuning of one model),
+                ``model`` (the index of one model's operator tuning: which records it
+                produced, so a second run need not compile; ``aoe/model_index.py``)
+op_type         ``Conv``, ``MatMul``, ...; ``graph``: ``model``; ``model``: ``opat``
 shapes          JSON list of the operand shapes (``graph``: the model's input shapes)
 dtypes          JSON list of the operand dtypes (numpy names)
 formats         JSON list of the operand formats (``NCHW``, ``ND``, ...)
@@ -50,7 +52,7 @@ from pycann.errors import PycannError
 
 FILENAME = "bank.sqlite"
 SCHEMA_VERSION = 1
-KINDS = ("kernel", "tiling", "graph")
+KINDS = ("kernel", "tiling", "graph", "model")
 _KEY_COLUMNS = ("kind", "op_type", "shapes", "dtypes", "formats", "attrs", "soc_version", "kit_version")
 _SCHEMA = f"""
 CREATE TABLE IF NOT EXISTS meta (name TEXT PRIMARY KEY, value TEXT NOT NULL);

@@ -10,11 +10,13 @@ with the bank's choices (None without a model).
 from __future__ import annotations
 
 import os
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from pycann.aoe.bank import KnowledgeBank
-from pycann.aoe.op_tuning import model_ops, tune_kernel, tune_tiling
+from pycann.aoe import model_index
+from pycann.aoe.bank import BankKey, KnowledgeBank
+from pycann.aoe.op_tuning import model_ops, tiling_key, tune_kernel, tune_tiling
 from pycann.aoe.ops_file import OpsFilter
 from pycann.aoe.report import ProgressLine, TuneReport, peak_rss_mib
 from pycann.aoe.search import Progress
@@ -27,13 +29,31 @@ if TYPE_CHECKING:  # GE loads only when a model is tuned
 
 
 def op_job(load: Callable[[], Any] | None, opts: CompileOptions | None, bank: KnowledgeBank, model: str | None,
-           wanted: OpsFilter, soc_version: str, progress: Progress | None = None) -> tuple[TuneReport, CompiledModel | None]:
-    """Operator tuning; see the module docstring. Raises what compiling the model raises."""
+           wanted: OpsFilter, soc_version: str, progress: Progress | None = None, *,
+           files: Sequence[str] = (), om_path: Path | None = None) -> tuple[TuneReport, CompiledModel | None]:
+    """Operator tuning; see the module docstring. ``files``: the model's files (for the model index,
+    ``aoe.model_index``); ``om_path``: where the tuned .om goes (written here). When the bank holds
+    every choice of this model (an index of an earlier run that still matches), nothing is compiled,
+    measured or imported beyond the bank: the entries come from the bank, the .om is copied.
+    Raises what compiling the model raises."""
     report = TuneReport("opat", model or "", soc_version, str(bank.path))
+    index = model_index.index_key(files, opts, wanted, soc_version) if files and opts is not None else None
+    if index is not None:
+        hit = model_index.reuse(bank, index, om_path)
+        if hit is not None:
+            report.entries, report.notes = hit
+            if om_path is not None:
+                report.notes.append(f"tuned model: {om_path}")
+            if progress:
+                progress(len(report.entries), len(report.entries), "from the knowledge bank")
+            report.peak_rss_mib = peak_rss_mib()
+            return report, None
     specs: list[Any] = []
     cm: CompiledModel | None = None
     problems: list[tuple[MatmulProblem, list[str]]] = []
+    keys: list[BankKey] = []
     from pycann.ge.compiler import compile_model
+    from pycann.ge.tuned import kernel_key
 
     if load is not None and opts is not None:
         # the graph atc would compile now (a subgraph-tuning record applied): its specs are the ones to tune,
@@ -54,16 +74,28 @@ def op_job(load: Callable[[], Any] | None, opts: CompileOptions | None, bank: Kn
         out = tune_kernel(spec, approx, weight, bank)
         out.nodes = nodes
         report.entries.append(out.to_json())
+        keys.append(kernel_key(spec, approx))
         if progress:
             progress(i, total, out.op_type)
     for j, (prob, nodes) in enumerate(problems, len(specs) + 1):
         out = tune_tiling(prob, bank, progress=_inner(progress, j, total))
         out.nodes = nodes
         report.entries.append(out.to_json())
+        keys.append(tiling_key(prob))
     report.peak_rss_mib = peak_rss_mib()
     report.tuning_seconds = sum(float(e.get("seconds", 0.0)) for e in report.entries)
     if cm is not None and opts is not None and load is not None and not all(e["from_bank"] for e in report.entries):
         cm = compile_model(load(), opts)  # again, now with the new records
+    notes = list(report.notes)  # (what the index replays: the model's notes, not this run's file name)
+    written = None
+    if cm is not None and om_path is not None:
+        om_path.parent.mkdir(parents=True, exist_ok=True)
+        cm.save(om_path)
+        report.notes.append(f"tuned model: {om_path}")
+        written = om_path
+    if index is not None and (written is not None or om_path is None):
+        model_index.remember(bank, index, keys, cm.tune_key if cm is not None else None, report.entries, written,
+                              notes)
     return report, cm
 
 

@@ -98,6 +98,9 @@ class TuneReport:
                          f"(x{e['speedup']:.3f}; {src}) {_choice(e['choice'])}")
             if e.get("note"):
                 lines.append(f"      {e['note']}")
+            for c in e.get("configs", []):  # subgraph tuning: every configuration measured, and why it was kept or not
+                vs = f" vs {c['current_ms']} ms" if "current_ms" in c else ""
+                lines.append(f"      {c['config']}: {c['ms']} ms{vs}" + (f"; {c['why']}" if c.get("why") else ""))
         lines += [f"  note: {n}" for n in self.notes]
         lines.append(f"  {len(self.entries)} entries, {self.trials} trials, {self.seconds:.1f} s "
                      f"({self.tuning_seconds:.2f} s searching and measuring), "

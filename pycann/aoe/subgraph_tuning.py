@@ -121,6 +121,32 @@ def _rel_err(a: list[np.ndarray], b: list[np.ndarray]) -> float:
     return err
 
 
+def why(entry: dict[str, Any], min_gain: float) -> str:
+    """One line: why a configuration was kept or not (its latency against the current best's,
+    measured side by side)."""
+    ms, cur = float(entry["ms"]), float(entry["current_ms"])
+    other = "the default" if str(entry["config"]).startswith("final") else "the current best"
+    if entry.get("rejected"):
+        return f"not kept: {entry['rejected']} (x{cur / ms:.3f})"
+    if entry.get("kept"):
+        return f"kept: x{cur / ms:.3f} faster than {other}"
+    if ms >= cur:
+        return f"not kept: x{ms / cur:.3f} slower than {other}"
+    return f"not kept: {1 - ms / cur:.2%} faster, under the {min_gain:.0%} bar (within the noise of the A/B)"
+
+
+def no_gain_note(configs: list[dict[str, Any]], min_gain: float) -> str:
+    """Why nothing is left to gain: how each choice searched compared, and the closest one."""
+    tried = [c for c in configs if "current_ms" in c and not str(c["config"]).startswith("final")]
+    if not tried:
+        return "no choice to try: the default configuration is kept"
+    closest = min(tried, key=lambda c: float(c["ms"]) / float(c["current_ms"]))
+    r = float(closest["ms"]) / float(closest["current_ms"])
+    rel = f"x{r:.3f} slower" if r >= 1 else f"{1 - r:.2%} faster, under the {min_gain:.0%} bar"
+    return (f"nothing left to gain among these {len(tried)} choices: GE's default won or tied every A/B "
+            f"(a win needs > {min_gain:.0%}); the closest, {closest['config']}, was {rel}")
+
+
 def tune_subgraph(model: Callable[[], Any], options: CompileOptions, bank: KnowledgeBank, *,
                   min_gain: float = 0.03, budget_s: float = 2.0, deadline_s: float = 480.0,
                   progress: Progress | None = None, say: Callable[[str], None] = lambda s: None) -> SubgraphOutcome:
@@ -182,6 +208,7 @@ def tune_subgraph(model: Callable[[], Any], options: CompileOptions, bank: Knowl
                 best, best_w, best_ms, entry["kept"] = trial, w, ms, True
             else:
                 entry["rejected"] = f"outputs differ from the default's by {err:.2e} of their range"
+        entry["why"] = why(entry, min_gain)
         configs.append(entry)
         say(f"[SGAT] {label}: {ms:.2f} ms vs current {cur_ms:.2f} ms{' (kept)' if entry.get('kept') else ''}")
         if progress:
@@ -195,12 +222,15 @@ def tune_subgraph(model: Callable[[], Any], options: CompileOptions, bank: Knowl
         configs.append(final)
         if best_ms >= base_ms * (1 - min_gain):
             final["rejected"] = "the gain did not hold against the default"
+        else:
+            final["kept"] = True
+        final["why"] = why(final, min_gain)
+        if final.get("rejected"):
             notes.append(f"the kept choices ({', '.join(best.passes_off()) or 'kernels'}) were not faster than the "
                          f"default in the final side-by-side run ({best_ms:.1f} vs {base_ms:.1f} ms): default kept")
             best, best_ms = default, base_ms
     if best == default and not notes:
-        notes.append("no choice beat GE's defaults by more than "
-                     f"{min_gain:.0%}: the default configuration is kept (nothing left to gain among these choices)")
+        notes.append(no_gain_note(configs, min_gain))
     trials = len(configs) + sum(o.trials for o in kernel_outcomes)
     detail = {"configs": configs, "fusions_tried": changed, "notes": notes}
     if key is not None:  # (a record of the default too: the next run measures nothing)

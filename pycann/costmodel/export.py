@@ -68,8 +68,13 @@ def op_summary_row(prof: Profile, op_name: str = "kernel", op_type: str = "Custo
     return row
 
 
+PER_CORE_PNGS = 8  # per-core charts written (a 48-core launch would otherwise write 48 files)
+
+
 def write_outputs(prof: Profile, out_dir: str | Path, op_name: str = "kernel") -> dict[str, Path]:
-    """Write trace.json, op_summary.csv and (when matplotlib is installed) pipeline.png into ``out_dir``."""
+    """Write trace.json, op_summary.csv and, when matplotlib is installed, pipeline.png (the first
+    cores together) and pipeline_core<N>.png (one chart per core, the first ``PER_CORE_PNGS`` cores)
+    into ``out_dir``. Returns the paths by kind ("trace", "op_summary", "png", "png_core<N>")."""
     d = Path(out_dir)
     d.mkdir(parents=True, exist_ok=True)
     paths = {"trace": d / "trace.json", "op_summary": d / "op_summary.csv"}
@@ -82,18 +87,23 @@ def write_outputs(prof: Profile, out_dir: str | Path, op_name: str = "kernel") -
     png = pipeline_png(prof, d / "pipeline.png")
     if png is not None:
         paths["png"] = png
+        for i in range(min(PER_CORE_PNGS, len(prof.cores))):
+            one = pipeline_png(prof, d / f"pipeline_core{prof.cores[i].core}.png", only=[i])
+            if one is not None:
+                paths[f"png_core{prof.cores[i].core}"] = one
     return paths
 
 
-def pipeline_png(prof: Profile, path: str | Path, max_cores: int = 4) -> Path | None:
-    """A Gantt chart of each core's pipes (first ``max_cores`` cores); None without matplotlib."""
+def pipeline_png(prof: Profile, path: str | Path, max_cores: int = 4, only: list[int] | None = None) -> Path | None:
+    """A Gantt chart of each core's pipes (the ``only`` indices into ``prof.cores``, else the first ``max_cores``);
+    None without matplotlib."""
     try:
         import matplotlib
         matplotlib.use("Agg")
         import matplotlib.pyplot as plt
     except ImportError:
         return None
-    cores = prof.cores[:max_cores]
+    cores = [prof.cores[i] for i in only] if only is not None else prof.cores[:max_cores]
     fig, axes = plt.subplots(len(cores), 1, figsize=(12, 2.2 * len(cores)), squeeze=False)
     lanes = [p for p in LANES if p != Pipe.PIPE_ALL]
     for ax, c in zip(axes[:, 0], cores, strict=True):

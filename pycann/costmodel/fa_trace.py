@@ -139,6 +139,8 @@ def _q_block(em: _Emitter, s: FaShape, t: FaTiling, bh: int, qi: int, ws: int) -
     ub_vec = ub_oj + r * d * 4  # row vectors: m, l, rowmax, rowsum, alpha x2 (r fp32 each)
     aic, pf = 0, Pipe.PIPE_FIX
     l2 = (("l2ws", 1),)
+    # the pairs that read this head's K and V (its Q blocks go round-robin): same-address reads (simulate.py)
+    kv = (("sharers", min(s.sq // br, t.block_dim)),)
 
     em.rec(aic, Pipe.PIPE_MTE2, "DataCopy(ND2NZ)", "half",
            (_gm(_Q, q_sz, (bh * s.sq + qi * br) * d * 2), _loc("A1", q_sz, 0, True, "half")))
@@ -147,7 +149,7 @@ def _q_block(em: _Emitter, s: FaShape, t: FaTiling, bh: int, qi: int, ws: int) -
     def qk(j: int) -> None:
         b = j % 2
         em.rec(aic, Pipe.PIPE_MTE2, "DataCopy(ND2NZ)", "half",
-               (_gm(_K, kv_sz, kv_base + j * kv_sz), _loc("B1", kv_sz, l1_k[b], True, "half")))
+               (_gm(_K, kv_sz, kv_base + j * kv_sz), _loc("B1", kv_sz, l1_k[b], True, "half")), kv)
         em.rec(aic, Pipe.PIPE_MTE1, "LoadData", "half",
                (_loc("B1", kv_sz, l1_k[b], dtype="half"), _loc("B2", kv_sz, 0, True, "half")))
         em.rec(aic, Pipe.PIPE_M, "Mmad", "half", (_loc("A2", q_sz, 0, dtype="half"), _loc("B2", kv_sz, 0, dtype="half"),
@@ -194,7 +196,7 @@ def _q_block(em: _Emitter, s: FaShape, t: FaTiling, bh: int, qi: int, ws: int) -
         em.rec(aic, Pipe.PIPE_MTE1, "LoadData", "half",
                (_loc("A1", p_sz, l1_p[b], dtype="half"), _loc("A2", p_sz, q_sz, True, "half")))
         em.rec(aic, Pipe.PIPE_MTE2, "DataCopy(ND2NZ)", "half",
-               (_gm(_V, kv_sz, kv_base + j * kv_sz), _loc("B1", kv_sz, l1_v[b], True, "half")))
+               (_gm(_V, kv_sz, kv_base + j * kv_sz), _loc("B1", kv_sz, l1_v[b], True, "half")), kv)
         em.rec(aic, Pipe.PIPE_MTE1, "LoadData", "half",
                (_loc("B1", kv_sz, l1_v[b], dtype="half"), _loc("B2", kv_sz, kv_sz, True, "half")))
         em.rec(aic, Pipe.PIPE_M, "Mmad", "half", (_loc("A2", p_sz, q_sz, dtype="half"),

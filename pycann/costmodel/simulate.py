@@ -13,7 +13,10 @@ been dispatched, and its dependencies are met:
 
 GM: an MTE2 read of a (buffer, offset, size) already read in this launch hits L2 (``l2_read_rate``)
 while the launch's unique reads fit in L2; otherwise it gets the core's HBM share,
-min(ddr_rate, HBM bandwidth / active cores). ``blockDim`` above the core count runs in waves.
+min(ddr_rate, HBM bandwidth / active cores). A range that several cores read (the launch's records
+show it, or the record's ``sharers`` param says how many cores read it when only one core's records
+are simulated) gets its HBM share / (1 + ``same_address_loss``) for the part that misses L2: same-address
+GM accesses from many cores are serialised at the memory; an L2 hit is served from the cache. ``blockDim`` above the core count runs in waves.
 
 Mix kernels (Atlas A2 cube + vector, e.g. FlashAttention, ``fa_trace.py``): a record's ``side``
 param (0 = the AIC, 1/2 = its two AIVs) gives it its own set of pipes, so one simulated "core" is an
@@ -124,16 +127,23 @@ class L2State:
     def __init__(self, soc: CostSoc, records: Iterable[InstrRecord]) -> None:
         self.soc = soc
         self.count: dict[tuple[int, int, int], int] = defaultdict(int)
+        readers: dict[tuple[int, int, int], set[int]] = defaultdict(set)
         for r in records:
             if r.pipe == Pipe.PIPE_MTE2:
                 for o in r.operands:
                     if o.position == "GM" and not o.is_output:
                         self.count[(o.space, o.addr, o.nbytes)] += 1
+                        readers[(o.space, o.addr, o.nbytes)].add(r.core)
+        self.readers = {k: len(v) for k, v in readers.items()}
         self.fits = sum(k[2] for k in self.count) <= soc.l2_mib << 20
 
-    def rate(self, space: int, addr: int, nbytes: int, hbm: float) -> tuple[float, bool]:
-        """(bytes/cycle for this read, whether it is mostly an L2 hit)."""
-        r = self.count.get((space, addr, nbytes), 1)
+    def rate(self, space: int, addr: int, nbytes: int, hbm: float, sharers: int = 0) -> tuple[float, bool]:
+        """(bytes/cycle for this read, whether it is mostly an L2 hit). ``sharers``: cores reading this
+        range in the launch when the records here are one core's only (0: count them in the records)."""
+        key = (space, addr, nbytes)
+        if max(sharers, self.readers.get(key, 1)) > 1:  # the HBM side of a shared range is serialised
+            hbm /= 1.0 + self.soc.same_address_loss
+        r = self.count.get(key, 1)
         if not self.fits or r <= 1:
             return hbm, False
         miss = 1.0 / r
@@ -175,7 +185,7 @@ def simulate_core(core: int, records: list[InstrRecord], soc: CostSoc, active: i
         elif rec.pipe == Pipe.PIPE_MTE2:
             src = next((o for o in rec.operands if o.position == "GM" and not o.is_output), None)
             if src is not None:
-                rate, hit = l2.rate(src.space, src.addr, src.nbytes, hbm)
+                rate, hit = l2.rate(src.space, src.addr, src.nbytes, hbm, param(rec, "sharers"))
         dur = instr_cycles(rec, soc, rate)
         end = start + dur
         busy = dur - pipelined_latency(rec, soc)

@@ -41,6 +41,9 @@ class CostSoc:
     issue_cycles: int = 1             # scalar cycles to dispatch any instruction [A]
     scalar_cycles: int = 4            # cycles of one scalar GetValue/SetValue [A]
     slow_vec_factor: int = 4          # Exp/Ln/Div/Sqrt/Reciprocal/Rsqrt cost vs Add [U 7.2, A]
+    # GM reads of one address range by several cores of a launch are serialised, "~10-20% loss" [V 2201 arch
+    # page, reference 3.x "Other per-core facts"]: such a read gets its rate / (1 + this), the range's midpoint
+    same_address_loss: float = 0.15
 
     @property
     def clock_hz(self) -> float:

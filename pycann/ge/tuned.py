@@ -35,7 +35,7 @@ from pycann.aoe.bank import (
 )
 from pycann.config import ConfigError
 from pycann.ge.ir import Graph
-from pycann.ops.providers import Algorithm, ConvSpec, OpSpec, algorithm
+from pycann.ops.providers import Algorithm, ConvSpec, OpSpec, declared, loaded
 
 log = logging.getLogger("pycann.ge.tuned")
 _warned: set[str] = set()
@@ -87,8 +87,13 @@ def tuned_algorithm(spec: OpSpec, approx: bool, meta: dict[str, str]) -> Algorit
     rec = lookup(bank, kernel_key(spec, approx)) if bank is not None else None
     if rec is None:
         return None
-    algo = algorithm(str(rec.choice.get("algorithm", "")))
-    if algo is None or algo.op_type != spec.op_type or not algo.supports(spec) or not (approx or algo.exact):
+    algo = declared(str(rec.choice.get("algorithm", "")))  # (torch is imported when its kernel runs, not here)
+    if algo is None or algo.op_type != spec.op_type or not (approx or algo.exact):
+        return None
+    # ``supports`` may load the provider (torch's prepacked convs ask torch what it can do). A provider not
+    # loaded yet is trusted: the record was measured for exactly this spec with this kit on this machine (the
+    # key), and the run-time lookup falls back to the static choice if the provider does not load after all.
+    if loaded(algo.provider) and not algo.supports(spec):
         return None
     return algo
 

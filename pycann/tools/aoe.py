@@ -124,8 +124,11 @@ def run(args: argparse.Namespace) -> int:
             assert opts is not None  # job_type 1 needs --model (checked above)
             report, cm = driver.subgraph_job(_loader(args, opts), opts, bank, args.model, progress, say)
         else:
+            files = [f for f in (args.model, args.weight) if f]
+            om = out / f"{Path(args.model).stem}_tuned.om" if args.model else None
             report, cm = driver.op_job(_loader(args, opts) if opts else None, opts, bank, args.model, wanted,
-                                       args.soc_version, progress)
+                                       args.soc_version, progress, files=files, om_path=om)
+            cm = None  # (op_job wrote the .om)
     finally:
         progress.close()
     report.seconds = time.perf_counter() - t0

@@ -27,6 +27,12 @@ def test_subgraph_tuning_records_and_reuses(tmp_path: Path) -> None:
     tried = [c for c in configs if not c.startswith("final")]
     assert seen[-1][0] == seen[-1][1] == len(tried)
     assert entry["trials"] >= len(tried) and not entry["from_bank"]
+    for c in entry["configs"][1:]:  # every choice searched says why it was kept or not, from its own numbers
+        ratio = c["ms"] / c["current_ms"]
+        assert c["why"].startswith("kept" if c.get("kept") else "not kept"), c
+        small = not c.get("kept") and not c.get("rejected") and ratio < 1
+        assert (f"{1 - ratio:.2%}" if small else f"x{max(ratio, 1 / ratio):.3f}") in c["why"], c
+        assert f"{c['config']}: {c['ms']} ms vs {c['current_ms']} ms; {c['why']}" in report.text()
     kept = [c for c in entry["configs"] if c.get("kept")]
     for c in kept:  # a kept choice was faster than the configuration it replaced, side by side
         assert c["ms"] < c["current_ms"]
@@ -47,3 +53,22 @@ def test_subgraph_tuning_records_and_reuses(tmp_path: Path) -> None:
     assert e2["from_bank"] and e2["trials"] == 0 and e2["choice"] == entry["choice"]
     text = report.text()
     assert "end to end" in text and " -> " in text and "load average" in text
+
+
+def test_reasons_per_choice() -> None:
+    """The report's reasons, on hand-made measurements: slower, a gain under the bar, kept, rejected."""
+    from pycann.aoe.subgraph_tuning import no_gain_note, why
+
+    slower = {"config": "kernels", "ms": 103.0, "current_ms": 100.0}
+    small = {"config": "LayoutSelection off", "ms": 99.0, "current_ms": 100.0}
+    assert why(slower, 0.03) == "not kept: x1.030 slower than the current best"
+    assert why(small, 0.03) == "not kept: 1.00% faster, under the 3% bar (within the noise of the A/B)"
+    assert why({**small, "ms": 80.0, "kept": True}, 0.03) == "kept: x1.250 faster than the current best"
+    bad = {**small, "ms": 80.0, "rejected": "outputs differ from the default's by 1.00e-02 of their range"}
+    assert why(bad, 0.03).startswith("not kept: outputs differ")
+    final = {"config": "final: default vs tuned", "ms": 104.0, "current_ms": 100.0, "rejected": "x"}
+    assert "(x0.962)" in why(final, 0.03)
+    note = no_gain_note([{"config": "default", "ms": 100.0}, slower, {**slower, "config": "A off", "ms": 110.0}], 0.03)
+    assert note.endswith("2 choices: GE's default won or tied every A/B (a win needs > 3%); the closest, kernels, "
+                         "was x1.030 slower"), note
+    assert "the closest, LayoutSelection off, was 1.00% faster, under the 3% bar" in no_gain_note([small, slower], 0.03)

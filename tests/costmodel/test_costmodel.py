@@ -123,6 +123,34 @@ def test_cores_share_hbm_bandwidth():
     assert prof.core_kind == "AIV" and len(prof.cores) == 48
 
 
+def _read(core: int, addr: int, nbytes: int = 8192, sharers: int = 0) -> InstrRecord:
+    params = (("sharers", sharers),) if sharers else ()
+    return InstrRecord(core, 1, Pipe.PIPE_MTE2, "DataCopy", "half",
+                       (Operand("GM", "half", nbytes // 2, nbytes, False, addr, 1),
+                        Operand("VECIN", "half", nbytes // 2, nbytes, True, 0)), "t.py:1", params)
+
+
+def test_same_address_reads_are_serialised_on_the_hbm_side():
+    """Reference 3.x: same-address GM reads from many cores lose ~10-20% (the model: 15%, HBM side only)."""
+    from pycann.costmodel.simulate import L2State, simulate_core
+
+    s = get_cost_soc(SOC)
+    hbm = s.hbm_share(2)
+    alone = [_read(0, 0), _read(1, 8192)]  # two cores, two ranges: nothing shared, no reuse
+    l2 = L2State(s, alone)
+    assert l2.rate(1, 0, 8192, hbm) == (hbm, False)
+    shared = [_read(0, 0), _read(1, 0)]  # both cores read one range: one miss (serialised), one L2 hit
+    l2 = L2State(s, shared)
+    rate, hit = l2.rate(1, 0, 8192, hbm)
+    assert hit and rate == pytest.approx(1 / (0.5 / (hbm / 1.15) + 0.5 / s.l2_read_rate))
+    one = [_read(0, 0, sharers=24)]  # one core's records, 24 cores read it (fa_trace's K/V): all misses, serialised
+    tl = simulate_core(0, one, s, 24, L2State(s, one))
+    (ev,) = tl.events
+    assert ev.end - ev.start == s.gm_latency + math.ceil(8192 / (s.hbm_share(24) / 1.15))
+    assert simulate_core(0, [_read(0, 0)], s, 24, L2State(s, [_read(0, 0)])).cycles == \
+        s.gm_latency + math.ceil(8192 / s.hbm_share(24))
+
+
 def test_msprof_outputs(tmp_path):
     import csv
     import json
@@ -150,5 +178,9 @@ def test_msprof_outputs(tmp_path):
     try:
         import matplotlib  # noqa: F401
         assert paths["png"].stat().st_size > 0
+        # one chart per core, named as msprof names the cores' folders (core<N>)
+        assert {k: v.name for k, v in paths.items() if k.startswith("png_core")} == \
+            {"png_core0": "pipeline_core0.png", "png_core1": "pipeline_core1.png"}
+        assert all(v.stat().st_size > 0 for k, v in paths.items() if k.startswith("png"))
     except ImportError:
         assert "png" not in paths

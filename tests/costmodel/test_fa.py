@@ -54,7 +54,16 @@ def test_illegal_tiling_is_refused():
         fa_records(FaShape(1, 1, 100, 256), FaTiling(128, 128, 1))
 
 
-@pytest.mark.parametrize("i", [0, 1, 2, 3, 7])  # 16384/32768 (8 s / 35 s) are in scripts/costmodel_calibrate.py
+def test_kv_reads_name_the_pairs_that_share_them():
+    """K and V of one head are read by every pair that has one of its Q blocks: min(Q blocks, pairs)."""
+    for shape, t, want in ((FaShape(1, 1, 3072, 256), FaTiling(128, 128, 24), 24),
+                           (FaShape(1, 1, 1024, 256), FaTiling(128, 128, 24), 8)):
+        recs = fa_records(shape, t, cores=[0])
+        kv = [r for r in recs if any(o.position == "GM" and o.space in (2, 3) for o in r.operands)]
+        assert kv and all(param(r, "sharers") == want for r in kv)
+
+
+@pytest.mark.parametrize("i", [0, 1, 2, 3, 6, 7])  # 16384/32768 (8 s / 35 s) are in scripts/costmodel_calibrate.py
 def test_fa_anchor_within_25_percent(i):
     a = FA_PUBLISHED[i]
     p = predict_fa(a.shape, a.soc_version)

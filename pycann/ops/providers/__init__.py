@@ -299,6 +299,38 @@ def algorithm(name: str) -> Algorithm | None:
     return _algorithms.get(name)
 
 
+def loaded(provider: str) -> bool:
+    """Whether ``provider``'s availability has been decided in this process (its library loaded or
+    found missing): asking it anything more costs nothing."""
+    return provider in _available
+
+
+def declared(name: str) -> Algorithm | None:
+    """The algorithm called ``name`` when its provider is registered, allowed and *can* load, without
+    loading it: a provider module may define ``importable()`` (a cheap check, e.g. ``find_spec``), so
+    reading a choice from the knowledge bank does not ``import torch`` (seconds) before a torch kernel
+    runs; the run-time lookup (``resolve``) loads it, or falls back to the static choice if loading
+    fails. Providers without ``importable`` are checked with ``available``."""
+    if name in _algorithms:
+        return _algorithms[name]
+    provider = name.split(":", 1)[0]
+    if provider not in PROVIDERS or provider in _available:
+        return algorithm(name)
+    allowed = _allowed()
+    if allowed is not None and provider not in allowed:
+        return None
+    try:
+        mod = importlib.import_module(PROVIDERS[provider].module)
+        check = getattr(mod, "importable", None)
+        if check is None:
+            return algorithm(name)
+        if not check():
+            return None
+    except Exception:  # a broken optional install must not break pycann
+        return None
+    return next((a for a in mod.ALGORITHMS if a.name == name), None)
+
+
 def arena_ok(name: str | None) -> bool:
     """Whether a node whose recorded algorithm is ``name`` should get an arena output.
 
@@ -483,7 +515,7 @@ def measure(spec: OpSpec, cands: Sequence[Algorithm], weight: np.ndarray | None 
 
 __all__ = [
     "Algorithm", "ConvSpec", "GemmSpec", "OpSpec", "PROVIDERS", "Provider", "STATIC_TABLE", "TINY_FLOPS", "TINY_FLOPS_2D",
-    "algorithm", "arena_ok", "available", "candidates", "choose", "compute_name", "conv_spec", "make_spec", "measure",
+    "algorithm", "arena_ok", "available", "declared", "loaded", "candidates", "choose", "compute_name", "conv_spec", "make_spec", "measure",
     "reset", "resolve", "select", "shape_class", "uses_openmp",
 ]
 

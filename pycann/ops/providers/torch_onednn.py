@@ -56,6 +56,13 @@ def load() -> Any:
     return _torch
 
 
+def importable() -> bool:
+    """True when torch is installed (``find_spec``: nothing imported; ``available`` imports it)."""
+    import importlib.util
+
+    return _torch is not None or importlib.util.find_spec("torch") is not None
+
+
 def available() -> bool:
     """True when ``import torch`` works."""
     try:
