@@ -115,17 +115,13 @@ def _conv_attrs(a: Sequence[Any]) -> dict[str, Any]:
 
 
 def _addmm_ok(a: Sequence[Any], k: dict[str, Any]) -> bool:
-    """``addmm(bias, x, w)``: float32 2-D matrices, a bias of N values (nn.Linear's)."""
+    """``addmm(bias, x, w)`` as nn.Linear calls it: float32 2-D matrices, a bias of N values,
+    ``beta`` and ``alpha`` 1 (keyword-only in ATen's schema; other values run on torch's kernel)."""
     c, x, w = a[0], a[1], a[2]
-    return (_float_tensor(x) and x.dtype == torch.float32 and isinstance(w, torch.Tensor) and w.dtype == torch.float32
-            and isinstance(c, torch.Tensor) and c.dtype == torch.float32 and x.dim() == 2 and w.dim() == 2
-            and c.dim() == 1 and c.shape[0] == w.shape[1])
-
-
-def _addmm_attrs(a: Sequence[Any]) -> dict[str, Any]:
-    beta = float(a[3]) if len(a) > 3 else 1.0
-    alpha = float(a[4]) if len(a) > 4 else 1.0
-    return {"alpha": alpha, "beta": beta, "_algo": "onednn:gemm"}
+    return (k.get("beta", 1) == 1 and k.get("alpha", 1) == 1 and _float_tensor(x) and x.dtype == torch.float32
+            and isinstance(w, torch.Tensor) and w.dtype == torch.float32 and isinstance(c, torch.Tensor)
+            and c.dtype == torch.float32 and x.dim() == 2 and w.dim() == 2 and c.dim() == 1
+            and c.shape[0] == w.shape[1])
 
 
 def _bn_ok(a: Sequence[Any], k: dict[str, Any]) -> bool:
@@ -223,7 +219,8 @@ PYCANN_OPS: dict[str, PycannOp] = {
     "aten::add_": PycannOp("Add", lambda a: [a[0], a[1]], lambda a: {}, _binary_inplace_ok),
     "aten::mul_": PycannOp("Mul", lambda a: [a[0], a[1]], lambda a: {}, _binary_inplace_ok),
     "aten::convolution": PycannOp("Conv", _conv_inputs, _conv_attrs, _conv_ok, consts=(1, 2)),
-    "aten::addmm": PycannOp("Gemm", lambda a: [a[1], a[2], a[0]], _addmm_attrs, _addmm_ok, consts=(1, 2)),
+    "aten::addmm": PycannOp("Gemm", lambda a: [a[1], a[2], a[0]], lambda a: {"_algo": "onednn:gemm"}, _addmm_ok,
+                            consts=(1, 2)),
     "aten::_native_batch_norm_legit_no_training": PycannOp(
         "BatchNormalization", lambda a: list(a[:5]), _bn_eps, _bn_ok, consts=(1, 2, 3, 4), result=_bn_result),
     "aten::native_batch_norm": PycannOp(

@@ -235,3 +235,19 @@ def test_a_dead_models_bound_kernels_are_dropped() -> None:
     del conv
     gc.collect()
     assert len(_pycann_ops._handles) == 0
+
+
+def test_addmm_with_beta_or_alpha_and_nan_propagation() -> None:
+    c, x, w = _w(3), torch.randn(4, 5), _w(5, 3)
+    for kw in ({"beta": 0.5}, {"alpha": 2.0}, {"beta": 0.0}):
+        got = torch.addmm(c.npu(), x.npu(), w.npu(), **kw)
+        torch.testing.assert_close(got.cpu(), torch.addmm(c, x, w, **kw), rtol=1e-4, atol=1e-4)
+    x[0, 0] = float("nan")
+    conv_x = torch.randn(1, 2, 5, 5)
+    conv_x[0, 0, 2, 2] = float("nan")
+    cw = _w(3, 2, 3, 3)
+    for got, want in ((torch.relu(x.npu()).cpu(), torch.relu(x)),
+                      (torch.nn.functional.linear(x.npu(), w.t().npu(), c.npu()).cpu(),
+                       torch.nn.functional.linear(x, w.t(), c)),
+                      (torch.nn.functional.conv2d(conv_x.npu(), cw.npu()).cpu(), torch.nn.functional.conv2d(conv_x, cw))):
+        torch.testing.assert_close(got, want, rtol=1e-4, atol=1e-4, equal_nan=True)
