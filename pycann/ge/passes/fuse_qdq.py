@@ -27,7 +27,7 @@ from typing import Any
 import numpy as np
 
 from pycann.ge.ir import Graph, Node
-from pycann.ge.passes import int8_choice
+from pycann.ge.passes import fuse_qdq_chain, int8_choice
 from pycann.ge.passes.base import PassContext, PassResult
 from pycann.ge.passes.pattern import GraphIndex, Rewrites, is_op, rename_uses
 from pycann.ge.passes.select_kernels import approx_allowed
@@ -145,6 +145,24 @@ def _input(ix: GraphIndex, value: str) -> tuple[str, float, int, bool, int, int,
     return clip[0], s, zp, unsigned, clip[1], clip[2], [ix.producers[x]]
 
 
+def _residual_add(ix: GraphIndex, value: str) -> tuple[Node, str] | None:
+    """(Add, the other input) when ``value`` is read only by an ``Add`` of a float tensor of the
+    same static shape (a residual connection, not a broadcast bias): the int8 conv adds it in its
+    epilogue (input ``Z``) before the activation."""
+    add = ix.sole_consumer(value)
+    if not is_op(add, "Add") or add is None or len(add.inputs) != 2 or add.inputs[0] == add.inputs[1]:
+        return None
+    other = ix.other_input(add, value)
+    if other is None or ix.const(other) is not None:
+        return None
+    a, b = ix.desc(value), ix.desc(other)
+    if a is None or b is None or a.shape is None or b.shape != a.shape or b.dtype != 1 or len(a.shape) != 4:
+        return None
+    if not all(isinstance(d, int) for d in a.shape[1:]):
+        return None
+    return add, other
+
+
 def _relu_after(ix: GraphIndex, value: str) -> Node | None:
     relu = ix.sole_consumer(value)
     return relu if is_op(relu, "Relu") else None
@@ -237,17 +255,25 @@ def _match(ix: GraphIndex, g: Graph, conv: Node) -> tuple[list[Node], Node] | st
     nodes = [*absorbed, conv]
     out = conv.outputs[0]
     activation = ""
+    residual = _residual_add(ix, out)
+    if residual is not None:
+        nodes.append(residual[0])
+        out = residual[0].outputs[0]
     relu = ix.sole_consumer(out)
     if is_op(relu, "Relu") and relu is not None:
         nodes.append(relu)
         out = relu.outputs[0]
         activation = "Relu"
     ins = [x, w_name]
+    if b is None and residual is not None:
+        b = np.zeros(wt.shape[0], np.float32)  # Z is input 3: B must be there
     if b is not None:
         b_name = g.fresh_name(f"{conv.name}_qbias")
         b.flags.writeable = False
         g.initializers[b_name] = b
         ins.append(b_name)
+    if residual is not None:
+        ins.append(residual[1])
     attrs = {k: v for k, v in conv.attrs.items() if not k.startswith("_")}
     attrs.update(x_scale=s, x_zero_point=zp, x_unsigned=int(unsigned), w_scale=[float(v) for v in ws],
                  activation=activation, seven_bit=int(unsigned and q_max <= 127), q_min=q_min, q_max=q_max,
@@ -318,14 +344,25 @@ def fuse(g: Graph, fp32_fallback: frozenset[str] = frozenset({"QuantConv", "Quan
         w = ix.const(new.inputs[1])
         choice = int8_choice.choose(new, ix.desc(new.inputs[0]), tuple(w.shape) if w is not None else ())
         if not choice.int8 and new.op_type in fp32_fallback:
+            if len(new.inputs) > 3:  # the residual Add stays a float Add after the float layer
+                old, new = old[:-2] if old[-1].op_type == "Relu" else old[:-1], _without_residual(new, old)
             old, nodes = _as_fp32(g, ix, old, new)
             rw.missed.append(f"{conv.name}: kept fp32 ({choice.reason})")
             rw.replace(old, nodes)
             rw.applied -= 1
             continue
+        if new.op_type in fp32_fallback:
+            new.attrs["fast_quant"] = 1  # high_performance: quantise in oneDNN, within 1 LSB
         rw.replace(old, [new])
     rw.commit()
     return rw.applied, rw.missed
+
+
+def _without_residual(q: Node, old: list[Node]) -> Node:
+    """``q`` without its residual input and the ops after the conv (they stay in the graph)."""
+    conv_out = next(n for n in old if n.op_type == "Conv").outputs[0]
+    attrs = dict(q.attrs, activation="")
+    return Node(q.op_type, q.inputs[:3], [conv_out], attrs, name=q.name, domain=q.domain, opset=q.opset)
 
 
 def drop_qdq_pairs(g: Graph) -> int:
@@ -358,5 +395,8 @@ def run(graph: Graph, ctx: PassContext) -> PassResult:
     n, missed = fuse(graph, fallback)
     # under high_performance the rounding of activations that no int8 layer reads is dropped too
     pairs = drop_qdq_pairs(graph) if fallback else 0
+    chained, left = fuse_qdq_chain.chain_requant(graph) if fallback else (0, [])
     return PassResult(graph, n > 0 or pairs > 0, f"{n} QDQ convs / matmuls -> QuantConv / QuantMatMul; "
-                      f"{pairs} QuantizeLinear -> DequantizeLinear pairs around float ops bypassed", missed)
+                      f"{pairs} QuantizeLinear -> DequantizeLinear pairs around float ops bypassed; "
+                      f"{chained} int8 layers requantise their output for the int8 layers reading it",
+                      missed + left)
