@@ -258,7 +258,8 @@ def qconv(xq: np.ndarray, x_scale: float, x_zp: int, w: np.ndarray, w_scale: np.
         if residual is None or residual.shape != prim.out_shape:
             raise ValueError(f"qconv: residual of shape {None if residual is None else residual.shape}, "
                              f"the output is {prim.out_shape}")
-        ptrs.append(capi.ptr(to_nhwc(np.asarray(residual, np.float32))))
+        residual = to_nhwc(np.asarray(residual, np.float32))  # held until the primitive ran
+        ptrs.append(capi.ptr(residual))
     prim.run(ptrs)
     return out
 
@@ -318,7 +319,8 @@ def qmatmul(xq: np.ndarray, x_scale: float, x_zp: int, w_nk: np.ndarray, w_scale
         if residual is None or residual.size != out.size:
             raise ValueError(f"qmatmul: residual of shape {None if residual is None else residual.shape}, "
                              f"the output is {(*xq.shape[:-1], w_nk.shape[0])}")
-        ptrs.append(capi.ptr(np.ascontiguousarray(residual, np.float32)))
+        residual = np.ascontiguousarray(residual, np.float32)  # held until the primitive ran
+        ptrs.append(capi.ptr(residual))
     prim.run(ptrs)
     return out.reshape(*xq.shape[:-1], w_nk.shape[0])
 
