@@ -132,9 +132,10 @@ def test_bad_inputs_are_refused() -> None:
 C = 64
 
 
-def _block() -> onnx.ModelProto:
+def _block(downsample: bool = False) -> onnx.ModelProto:
     """x -> conv1(3x3) -> Relu -> conv2(3x3) -> Add(x) -> Relu, each conv's input QDQ (AMCT's 7-bit
-    activations: a Clip before each QuantizeLinear)."""
+    activations: a Clip before each QuantizeLinear); with ``downsample`` the Add's other input is a
+    third QDQ conv of x (both Add inputs are int8 layers: only one may absorb it)."""
     c, s1, s2 = C, 0.02, 0.015  # 64 x 64 x 9 x 40^2 = 59 M multiply-adds a conv: int8 by int8_choice
     inits, nodes = [], []
 
@@ -159,30 +160,33 @@ def _block() -> onnx.ModelProto:
     h = conv(qdq("x", "1", s1, 8), "1")
     nodes.append(helper.make_node("Relu", [h], ["r1"]))
     h = conv(qdq("r1", "2", s2, 0), "2")
-    nodes += [helper.make_node("Add", [h, "x"], ["a"]), helper.make_node("Relu", ["a"], ["y"])]
+    ident = conv(qdq("x", "3", s1, 8), "3") if downsample else "x"
+    nodes += [helper.make_node("Add", [h, ident], ["a"]), helper.make_node("Relu", ["a"], ["y"])]
     g = helper.make_graph(nodes, "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, c, 40, 40])],
                           [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)], inits)
     return helper.make_model(g, opset_imports=[helper.make_opsetid("", 13)])
 
 
-def test_resnet_block_chains_in_uint8_with_the_qdq_values() -> None:
+@pytest.mark.parametrize("downsample", [False, True])
+def test_resnet_block_chains_in_uint8_with_the_qdq_values(downsample: bool) -> None:
     import onnxruntime as ort
 
-    m = _block()
+    m = _block(downsample)
     lines: list[str] = []
     cm = compile_model(m, CompileOptions(op_select_implmode="high_performance",
                                          optypelist_for_implmode="QuantConv"), log=lines.append)
     q = [n for n in cm.graph.nodes if n.op_type == "QuantConv"]
-    assert [n.op_type for n in cm.graph.nodes] == ["QuantConv", "QuantConv"], (lines, [n.op_type for n in cm.graph.nodes])
+    assert [n.op_type for n in cm.graph.nodes] == ["QuantConv"] * (3 if downsample else 2), lines
     assert q[0].attrs["y_scale"] == pytest.approx(0.015) and q[0].attrs["y_q_max"] == 127  # requantised for conv2
-    assert len(q[1].inputs) == 4 and q[1].attrs["activation"] == "Relu"  # the residual Add and its Relu
+    fused = [n for n in q if len(n.inputs) == 4]
+    assert len(fused) == 1 and fused[0].attrs["activation"] == "Relu"  # the residual Add and its Relu, once
     x = RNG.standard_normal((1, C, 40, 40)).astype(np.float32)
     so = ort.SessionOptions()
     so.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
     want = ort.InferenceSession(m.SerializeToString(), so, providers=["CPUExecutionProvider"]).run(None, {"x": x})[0]
     got = LoadedModel.from_compiled(cm).run([x])[0]
     # a 1-LSB step of an activation moves an output by at most s * sum of one weight column's |w|
-    step = (0.02 + 0.015) * 127 * 0.001 * 9 * C
+    step = (0.02 + 0.015 + 0.02 * downsample) * 127 * 0.001 * 9 * C
     d = np.abs(got - want)
     assert float(d.max()) <= step and (d > 1e-4 * np.abs(want).max()).mean() < 0.05
     exact = compile_model(m, CompileOptions(op_select_implmode="high_precision"))

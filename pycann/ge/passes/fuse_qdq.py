@@ -233,7 +233,7 @@ def _match_matmul(ix: GraphIndex, g: Graph, mm: Node) -> tuple[list[Node], Node]
     return nodes, Node("QuantMatMul", ins, [out], attrs, name=f"{mm.name}_int8", domain=DOMAIN, opset=1)
 
 
-def _match(ix: GraphIndex, g: Graph, conv: Node) -> tuple[list[Node], Node] | str:
+def _match(ix: GraphIndex, g: Graph, conv: Node, residual_ok: bool = True) -> tuple[list[Node], Node] | str:
     act = _input(ix, conv.inputs[0])
     if isinstance(act, str):
         return act
@@ -255,7 +255,7 @@ def _match(ix: GraphIndex, g: Graph, conv: Node) -> tuple[list[Node], Node] | st
     nodes = [*absorbed, conv]
     out = conv.outputs[0]
     activation = ""
-    residual = _residual_add(ix, out)
+    residual = _residual_add(ix, out) if residual_ok else None
     if residual is not None:
         nodes.append(residual[0])
         out = residual[0].outputs[0]
@@ -341,6 +341,14 @@ def fuse(g: Graph, fp32_fallback: frozenset[str] = frozenset({"QuantConv", "Quan
             rw.missed.append(f"{conv.name}: {res}")
             continue
         old, new = res
+        if rw.taken(*old) and conv.op_type == "Conv":
+            # the residual Add is the other branch's (both convs of a ResNet block's Add are QDQ
+            # layers; the first in node order took it): this one keeps a plain output
+            res = _match(ix, g, conv, residual_ok=False)
+            if isinstance(res, str):
+                rw.missed.append(f"{conv.name}: {res}")
+                continue
+            old, new = res
         w = ix.const(new.inputs[1])
         choice = int8_choice.choose(new, ix.desc(new.inputs[0]), tuple(w.shape) if w is not None else ())
         if not choice.int8 and new.op_type in fp32_fallback:
