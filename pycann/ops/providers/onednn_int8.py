@@ -336,6 +336,10 @@ def quantize(x: np.ndarray, scale: float, zp: int, channels_last: bool) -> np.nd
     multiply by ``1 / scale``: within 1 LSB of ``QuantizeLinear`` (only at half-way points)."""
     x = np.asarray(x, np.float32)
     channels_last = channels_last and x.ndim >= 3
+    if channels_last and x.strides != tuple(s * 4 for s in capi.layout_strides(x.shape, True)) and x.size:
+        # oneDNN's f32 -> u8 reorder that also transposes runs ~6x slower than one in place (0.82 vs
+        # 0.13 ms for 256x56x56 on one core): quantise in x's layout, then transpose the bytes
+        return to_nhwc(quantize(x, scale, zp, False))
     key = (x.shape, x.strides, scale, zp, channels_last)
     hit = _QUANT.get(key)
     if hit is None:
