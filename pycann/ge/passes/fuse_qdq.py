@@ -294,6 +294,12 @@ def _as_fp32(g: Graph, ix: GraphIndex, old: list[Node], q: Node) -> tuple[list[N
     x = clips[0].outputs[0] if clips else q.inputs[0]
     new: list[Node] = []
     desc = ix.desc(x)
+    if (desc is None or desc.dtype not in (2, 3)) and _zero_floor(int(q.attrs["x_zero_point"]),
+                                                                  bool(q.attrs.get("x_unsigned", 1))) \
+            and not _nonneg(ix, x):
+        xr = g.fresh_name(f"{q.name}_x_relu")  # the quantisation's saturation at 0 (a folded ReLU)
+        new.append(Node("Relu", [x], [xr], {}, name=f"{q.name}_x_floor", opset=14))
+        x = xr
     if desc is not None and desc.dtype in (2, 3):  # uint8 / int8: an already quantised activation
         s = g.fresh_name(f"{q.name}_x_scale")
         z = g.fresh_name(f"{q.name}_x_zero_point")
@@ -380,10 +386,13 @@ def _without_residual(q: Node, old: list[Node]) -> Node:
 def drop_qdq_pairs(g: Graph) -> int:
     """``DequantizeLinear(QuantizeLinear(x))`` with the same constant per-tensor scale and zero point,
     left after the fusion around float ops (a QDQ or QOperator model's Add, pooling, Concat): their
-    readers read ``x`` instead (the activation rounding is dropped, as for a layer kept fp32; the
-    QuantizeLinear stays while a fused layer reads its integers). Returns how many DQs were bypassed."""
+    readers read ``x`` instead (the activation rounding and the clamp at the range's top are dropped,
+    as for a layer kept fp32; the QuantizeLinear stays while a fused layer reads its integers), or
+    ``Relu(x)`` where the zero point saturates negatives (``_zero_floor``). Returns how many DQs were
+    bypassed."""
     ix = GraphIndex(g)
     n = 0
+    relus: list[tuple[Node, Node]] = []
     for dq in list(g.nodes):
         if not is_op(dq, "DequantizeLinear") or len(dq.inputs) < 3 or dq.outputs[0] in ix.outputs:
             continue
@@ -397,9 +406,42 @@ def drop_qdq_pairs(g: Graph) -> int:
             continue
         if not (_same(ix, q.inputs[1], dq.inputs[1]) and _same(ix, q.inputs[2], dq.inputs[2])):
             continue
-        rename_uses(g, dq.outputs[0], q.inputs[0])
+        if _zero_floor(zp) and not _nonneg(ix, q.inputs[0]):  # the quantisation's lower saturation is a ReLU (ONNX Runtime folds Relu into it)
+            y = g.fresh_name(f"{dq.name}_relu")
+            relus.append((dq, Node("Relu", [q.inputs[0]], [y], {}, name=f"{dq.name}_floor", opset=14)))
+            rename_uses(g, dq.outputs[0], y)
+        else:
+            rename_uses(g, dq.outputs[0], q.inputs[0])
         n += 1
+    if relus:
+        after = {id(d): r for d, r in relus}
+        g.nodes = [m for d in g.nodes for m in ((d, after[id(d)]) if id(d) in after else (d,))]
     return n
+
+
+def _nonneg(ix: GraphIndex, value: str, depth: int = 4) -> bool:
+    """``value`` is provably >= 0: a Relu's, a Clip's with a constant lower bound >= 0, or that
+    through pooling / reshaping ops (then a zero-floor Relu would be a wasted pass)."""
+    p = ix.producers.get(value)
+    if p is None or depth == 0:
+        return False
+    if p.op_type == "Relu" or (p.op_type == "QuantConv" and p.attrs.get("activation") == "Relu"):
+        return True
+    if p.op_type == "Clip" and len(p.inputs) > 1 and p.inputs[1]:
+        lo = ix.scalar(p.inputs[1])
+        return lo is not None and lo >= 0
+    if p.op_type in ("MaxPool", "AveragePool", "GlobalAveragePool", "Reshape", "Flatten", "Transpose"):
+        return _nonneg(ix, p.inputs[0], depth - 1)
+    return False
+
+
+def _zero_floor(zp: np.ndarray | int, unsigned: bool | None = None) -> bool:
+    """The quantisation's zero point is its type's minimum (uint8 0, int8 -128): it saturates every
+    negative value to 0, a ReLU the quantiser folded in (ONNX Runtime's QOperator / QDQ models drop
+    the Relu before such a QuantizeLinear), which a float reader must still apply."""
+    if isinstance(zp, np.ndarray):
+        unsigned, zp = zp.dtype == np.uint8, int(zp.reshape(-1)[0])
+    return int(zp) == (0 if unsigned else -128)
 
 
 def run(graph: Graph, ctx: PassContext) -> PassResult:
