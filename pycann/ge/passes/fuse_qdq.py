@@ -288,18 +288,17 @@ def _as_fp32(g: Graph, ix: GraphIndex, old: list[Node], q: Node) -> tuple[list[N
     (nodes to remove, new nodes)."""
     # an absorbed Clip may be the model's own activation (ReLU6 = Clip(0, 6) before the next
     # layer's QuantizeLinear: MobileNet, EfficientNet-Lite), not only AMCT's 7-bit range clamp: the
-    # float layer must read its output (dropping it changed EfficientNet-Lite0's every top-1)
+    # float layer must read its output (dropping it changed EfficientNet-Lite0's every top-1), and
+    # the QuantizeLinear's own saturation stays too (_range_clip)
     clips = [n for n in old if n.op_type == "Clip" and n.outputs[0] not in q.inputs]
     old = [n for n in old if n not in clips]
     x = clips[0].outputs[0] if clips else q.inputs[0]
     new: list[Node] = []
     desc = ix.desc(x)
-    if (desc is None or desc.dtype not in (2, 3)) and _zero_floor(int(q.attrs["x_zero_point"]),
-                                                                  bool(q.attrs.get("x_unsigned", 1))) \
-            and not _nonneg(ix, x):
-        xr = g.fresh_name(f"{q.name}_x_relu")  # the quantisation's saturation at 0 (a folded ReLU)
-        new.append(Node("Relu", [x], [xr], {}, name=f"{q.name}_x_floor", opset=14))
-        x = xr
+    if desc is None or desc.dtype not in (2, 3):  # the QuantizeLinear's saturation stays (see _range_clip)
+        nodes, x = _range_clip(g, ix, x, float(q.attrs["x_scale"]), int(q.attrs["x_zero_point"]),
+                               bool(q.attrs.get("x_unsigned", 1)), f"{q.name}_x")
+        new.extend(nodes)
     if desc is not None and desc.dtype in (2, 3):  # uint8 / int8: an already quantised activation
         s = g.fresh_name(f"{q.name}_x_scale")
         z = g.fresh_name(f"{q.name}_x_zero_point")
@@ -386,13 +385,12 @@ def _without_residual(q: Node, old: list[Node]) -> Node:
 def drop_qdq_pairs(g: Graph) -> int:
     """``DequantizeLinear(QuantizeLinear(x))`` with the same constant per-tensor scale and zero point,
     left after the fusion around float ops (a QDQ or QOperator model's Add, pooling, Concat): their
-    readers read ``x`` instead (the activation rounding and the clamp at the range's top are dropped,
-    as for a layer kept fp32; the QuantizeLinear stays while a fused layer reads its integers), or
-    ``Relu(x)`` where the zero point saturates negatives (``_zero_floor``). Returns how many DQs were
-    bypassed."""
+    readers read ``x`` clamped to the quantisation's range instead (``_range_clip``: the activation
+    rounding is dropped, as for a layer kept fp32; the QuantizeLinear stays while a fused layer
+    reads its integers). Returns how many DQs were bypassed."""
     ix = GraphIndex(g)
     n = 0
-    relus: list[tuple[Node, Node]] = []
+    clips: list[tuple[Node, list[Node]]] = []
     for dq in list(g.nodes):
         if not is_op(dq, "DequantizeLinear") or len(dq.inputs) < 3 or dq.outputs[0] in ix.outputs:
             continue
@@ -401,47 +399,46 @@ def drop_qdq_pairs(g: Graph) -> int:
         q = ix.producers.get(dq.inputs[0])
         if not is_op(q, "QuantizeLinear") or q is None or len(q.inputs) < 3:
             continue
-        s, zp = ix.const(q.inputs[1]), ix.const(q.inputs[2])
-        if s is None or zp is None or s.size != 1 or zp.size != 1 or zp.dtype not in (np.uint8, np.int8):
+        s_, zp = ix.const(q.inputs[1]), ix.const(q.inputs[2])
+        if s_ is None or zp is None or s_.size != 1 or zp.size != 1 or zp.dtype not in (np.uint8, np.int8):
             continue
         if not (_same(ix, q.inputs[1], dq.inputs[1]) and _same(ix, q.inputs[2], dq.inputs[2])):
             continue
-        if _zero_floor(zp) and not _nonneg(ix, q.inputs[0]):  # the quantisation's lower saturation is a ReLU (ONNX Runtime folds Relu into it)
-            y = g.fresh_name(f"{dq.name}_relu")
-            relus.append((dq, Node("Relu", [q.inputs[0]], [y], {}, name=f"{dq.name}_floor", opset=14)))
-            rename_uses(g, dq.outputs[0], y)
-        else:
-            rename_uses(g, dq.outputs[0], q.inputs[0])
+        nodes, y = _range_clip(g, ix, q.inputs[0], float(s_.reshape(-1)[0]), int(zp.reshape(-1)[0]),
+                               zp.dtype == np.uint8, dq.name)
+        if nodes:
+            clips.append((dq, nodes))
+        rename_uses(g, dq.outputs[0], y)
         n += 1
-    if relus:
-        after = {id(d): r for d, r in relus}
-        g.nodes = [m for d in g.nodes for m in ((d, after[id(d)]) if id(d) in after else (d,))]
+    if clips:
+        after = {id(d): c for d, c in clips}
+        g.nodes = [m for d in g.nodes for m in ((d, *after[id(d)]) if id(d) in after else (d,))]
     return n
 
 
-def _nonneg(ix: GraphIndex, value: str, depth: int = 4) -> bool:
-    """``value`` is provably >= 0: a Relu's, a Clip's with a constant lower bound >= 0, or that
-    through pooling / reshaping ops (then a zero-floor Relu would be a wasted pass)."""
-    p = ix.producers.get(value)
-    if p is None or depth == 0:
-        return False
-    if p.op_type == "Relu" or (p.op_type == "QuantConv" and p.attrs.get("activation") == "Relu"):
-        return True
-    if p.op_type == "Clip" and len(p.inputs) > 1 and p.inputs[1]:
-        lo = ix.scalar(p.inputs[1])
-        return lo is not None and lo >= 0
-    if p.op_type in ("MaxPool", "AveragePool", "GlobalAveragePool", "Reshape", "Flatten", "Transpose"):
-        return _nonneg(ix, p.inputs[0], depth - 1)
-    return False
-
-
-def _zero_floor(zp: np.ndarray | int, unsigned: bool | None = None) -> bool:
-    """The quantisation's zero point is its type's minimum (uint8 0, int8 -128): it saturates every
-    negative value to 0, a ReLU the quantiser folded in (ONNX Runtime's QOperator / QDQ models drop
-    the Relu before such a QuantizeLinear), which a float reader must still apply."""
-    if isinstance(zp, np.ndarray):
-        unsigned, zp = zp.dtype == np.uint8, int(zp.reshape(-1)[0])
-    return int(zp) == (0 if unsigned else -128)
+def _range_clip(g: Graph, ix: GraphIndex, x: str, scale: float, zp: int, unsigned: bool,
+                base: str) -> tuple[list[Node], str]:
+    """(nodes, value) clamping float ``x`` to the range a QuantizeLinear (scale, zp) can represent:
+    the saturation of a bypassed QuantizeLinear, which quantisers use for activations they remove
+    (ONNX Runtime folds a Relu / ReLU6 Clip into the output range of the layer before, so the
+    saturation *is* the activation). A Clip or Relu producing ``x`` is merged into the one Clip (it
+    stays for its other readers); no node when ``x``'s Clip already lies inside the range."""
+    qmin, qmax = (0, 255) if unsigned else (-128, 127)
+    lo, hi = float(np.float32((qmin - zp) * scale)), float(np.float32((qmax - zp) * scale))
+    p = ix.producers.get(x)
+    src = x
+    if p is not None and p.op_type == "Clip" and len(p.inputs) == 3 and p.inputs[1] and p.inputs[2]:
+        plo, phi = ix.scalar(p.inputs[1]), ix.scalar(p.inputs[2])
+        if plo is not None and phi is not None:
+            if plo >= lo and phi <= hi:
+                return [], x
+            src, lo, hi = p.inputs[0], max(lo, plo), min(hi, phi)
+    elif p is not None and p.op_type == "Relu":
+        src, lo = p.inputs[0], max(lo, 0.0)
+    names = [g.fresh_name(f"{base}_{k}") for k in ("lo", "hi", "clip")]
+    g.initializers[names[0]] = np.array(lo, np.float32)
+    g.initializers[names[1]] = np.array(hi, np.float32)
+    return [Node("Clip", [src, names[0], names[1]], [names[2]], {}, name=f"{base}_range", opset=13)], names[2]
 
 
 def run(graph: Graph, ctx: PassContext) -> PassResult:
