@@ -11,7 +11,8 @@ Inputs: ``X`` float32 (N, C, H, W) before quantisation (or already quantised: ui
 requantising int8 layer), ``W`` int8 (M, C/group, kh, kw), ``B`` float32 (M) optional, ``Z`` float32
 (N, M, H', W') optional: a residual added before the activation. ``y_scale`` > 0 makes the output
 uint8 (the requantisation of pycann/ops/quant_kernels.py). Attributes: ``x_scale`` (float), ``x_zero_point`` (int), ``x_unsigned`` (1: uint8),
-``w_scale`` (M floats), the Conv attributes, ``activation`` ("" or "Relu"), ``seven_bit`` (1 when
+``w_scale`` (M floats), the Conv attributes, ``activation`` ("", "Relu", or "Clip" with ``clip_min``
+/ ``clip_max``), ``seven_bit`` (1 when
 the graph proves the quantised activation stays <= 127, see ``providers/torch_int8.py``), ``q_min``
 / ``q_max`` (a Clip before the QuantizeLinear, absorbed: the quantised values are clamped to them),
 ``narrow_w`` (1 when every weight lies in [-64, 64], which also makes the int8 kernel exact).

@@ -6,6 +6,8 @@ A fused int8 layer may carry, besides the conv / matmul and its ReLU:
   residual ``Add`` absorbed by QuantizedConvFusion: ``act(conv(x) + Z)``);
 * ``fast_quant`` 1: a float input is quantised by oneDNN (within 1 LSB of QuantizeLinear, see
   ``quantize_fast``) rather than by the exact numpy pass;
+* ``activation`` "Clip" with ``clip_min`` / ``clip_max``: a ReLU6-like Clip after the conv (fused by
+  QuantizedConvFusion where no QuantizeLinear reads it);
 * ``y_scale`` > 0 (with ``y_zero_point``, ``y_q_min``, ``y_q_max``): the output is requantised to
   uint8, ``clamp(saturate_u8(round_half_even(y / y_scale) + y_zero_point), y_q_min, y_q_max)``:
   the QuantizeLinear of the int8 layers that read it, moved into this one (``chain_requant`` in
@@ -27,7 +29,8 @@ import numpy as np
 
 from pycann.ops.providers import onednn_int8, torch_int8
 
-EPILOGUE_ATTRS: dict[str, Any] = {"y_scale": 0.0, "y_zero_point": 0, "y_q_min": 0, "y_q_max": 255, "fast_quant": 0}
+EPILOGUE_ATTRS: dict[str, Any] = {"y_scale": 0.0, "y_zero_point": 0, "y_q_min": 0, "y_q_max": 255, "fast_quant": 0,
+                                  "clip_min": -3.4e38, "clip_max": 3.4e38}
 
 
 def usable(attrs: Mapping[str, Any]) -> bool:
@@ -48,6 +51,8 @@ def epilogue(attrs: Mapping[str, Any], residual: bool) -> onednn_int8.Epilogue:
     clamps the quantised values to them)."""
     lo = 0.0 if attrs.get("activation") == "Relu" else -np.inf
     hi = np.inf
+    if attrs.get("activation") == "Clip":
+        lo, hi = float(attrs.get("clip_min", -np.inf)), float(attrs.get("clip_max", np.inf))
     ys = float(attrs.get("y_scale", 0.0) or 0.0)
     zp = int(attrs.get("y_zero_point", 0))
     if ys > 0:
@@ -66,6 +71,8 @@ def finish(y: np.ndarray, attrs: Mapping[str, Any], residual: np.ndarray | None)
         y = y + residual
     if attrs.get("activation") == "Relu":
         y = np.maximum(y, np.float32(0))
+    elif attrs.get("activation") == "Clip":
+        y = np.clip(y, np.float32(attrs.get("clip_min", -np.inf)), np.float32(attrs.get("clip_max", np.inf)))
     if not requantised(attrs):
         return y
     from pycann.ops.quant_conv import quantize_activation

@@ -192,3 +192,38 @@ def test_resnet_block_chains_in_uint8_with_the_qdq_values(downsample: bool) -> N
     exact = compile_model(m, CompileOptions(op_select_implmode="high_precision"))
     np.testing.assert_allclose(LoadedModel.from_compiled(exact).run([x])[0], want, rtol=1e-5,
                                atol=1e-5 * np.abs(want).max())
+
+
+def test_relu6_clip_after_an_int8_conv_runs_in_its_epilogue() -> None:
+    """Conv -> Clip(0, 6) (MobileNet's last conv before pooling): the Clip is the int8 conv's
+    activation, not a standalone op; and a layer kept fp32 writes it back as a Clip."""
+    import onnxruntime as ort
+
+    c, s, zp = C, 0.02, 8
+    w = RNG.integers(-127, 128, (c, c, 3, 3)).astype(np.int8)
+    ws = RNG.uniform(0.002, 0.004, c).astype(np.float32)
+    inits = [numpy_helper.from_array(np.float32(s), "s"), numpy_helper.from_array(np.uint8(zp), "z"),
+             numpy_helper.from_array(w, "W"), numpy_helper.from_array(ws, "ws"),
+             numpy_helper.from_array(np.float32(0), "lo"), numpy_helper.from_array(np.float32(6), "hi")]
+    nodes = [helper.make_node("QuantizeLinear", ["x", "s", "z"], ["q"]),
+             helper.make_node("DequantizeLinear", ["q", "s", "z"], ["d"]),
+             helper.make_node("DequantizeLinear", ["W", "ws"], ["wd"], axis=0),
+             helper.make_node("Conv", ["d", "wd"], ["c"], pads=[1, 1, 1, 1]),
+             helper.make_node("Clip", ["c", "lo", "hi"], ["y"])]
+    for hw, want_ops in ((40, ["QuantConv"]), (6, ["FusedConv"])):  # 6x6: kept fp32 (too small), Clip fused
+        g = helper.make_graph(nodes, "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, c, hw, hw])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)], inits)
+        m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 13)])
+        cm = compile_model(m)
+        assert [n.op_type for n in cm.graph.nodes] == want_ops
+        # inside the quantisation's range [-0.16, 4.94]: a layer kept fp32 drops only the rounding
+        x = RNG.uniform(-0.15, 4.9, (1, c, hw, hw)).astype(np.float32)
+        so = ort.SessionOptions()
+        so.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
+        want = ort.InferenceSession(m.SerializeToString(), so, providers=["CPUExecutionProvider"]).run(None, {"x": x})[0]
+        got = LoadedModel.from_compiled(cm).run([x])[0]
+        assert float(got.max()) <= 6.0 and float(got.min()) >= 0.0 and float(want.max()) == 6.0
+        # a 1-LSB input step (or the dropped rounding, half a step per input) moves an output by at most
+        # s * sum |w| over its receptive field
+        d = np.abs(got - want)
+        assert float(d.max()) <= s * 127 * 0.004 * 9 * c and (d > 1e-4).mean() < (0.05 if hw == 40 else 1.0)

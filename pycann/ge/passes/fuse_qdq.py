@@ -163,6 +163,18 @@ def _residual_add(ix: GraphIndex, value: str) -> tuple[Node, str] | None:
     return add, other
 
 
+def _activation_clip(ix: GraphIndex, clip: Node) -> tuple[float, float] | None:
+    """(lo, hi) of a Clip with constant bounds after a conv (ReLU6), to run in the int8 epilogue;
+    None when it is not one, or when a QuantizeLinear reads it (then the next layer absorbs it as
+    its quantisation clamp, ``_absorbed_clip``)."""
+    if not is_op(clip, "Clip") or len(clip.inputs) != 3 or not clip.inputs[1] or not clip.inputs[2]:
+        return None
+    if any(is_op(r, "QuantizeLinear") for r in ix.consumers.get(clip.outputs[0], [])):
+        return None
+    lo, hi = ix.scalar(clip.inputs[1]), ix.scalar(clip.inputs[2])
+    return None if lo is None or hi is None or not lo <= hi else (float(lo), float(hi))
+
+
 def _relu_after(ix: GraphIndex, value: str) -> Node | None:
     relu = ix.sole_consumer(value)
     return relu if is_op(relu, "Relu") else None
@@ -260,10 +272,15 @@ def _match(ix: GraphIndex, g: Graph, conv: Node, residual_ok: bool = True) -> tu
         nodes.append(residual[0])
         out = residual[0].outputs[0]
     relu = ix.sole_consumer(out)
+    clip_bounds: list[float] = []
     if is_op(relu, "Relu") and relu is not None:
         nodes.append(relu)
         out = relu.outputs[0]
         activation = "Relu"
+    elif relu is not None and (bounds := _activation_clip(ix, relu)) is not None:
+        nodes.append(relu)
+        out = relu.outputs[0]
+        activation, clip_bounds = "Clip", list(bounds)
     ins = [x, w_name]
     if b is None and residual is not None:
         b = np.zeros(wt.shape[0], np.float32)  # Z is input 3: B must be there
@@ -275,6 +292,8 @@ def _match(ix: GraphIndex, g: Graph, conv: Node, residual_ok: bool = True) -> tu
     if residual is not None:
         ins.append(residual[1])
     attrs = {k: v for k, v in conv.attrs.items() if not k.startswith("_")}
+    if clip_bounds:
+        attrs.update(clip_min=clip_bounds[0], clip_max=clip_bounds[1])
     attrs.update(x_scale=s, x_zero_point=zp, x_unsigned=int(unsigned), w_scale=[float(v) for v in ws],
                  activation=activation, seven_bit=int(unsigned and q_max <= 127), q_min=q_min, q_max=q_max,
                  narrow_w=narrow_weights(wt))
@@ -292,7 +311,8 @@ def _as_fp32(g: Graph, ix: GraphIndex, old: list[Node], q: Node) -> tuple[list[N
     # the QuantizeLinear's own saturation stays too (_range_clip)
     # (the absorbed Clip may also be removed by an int8 reader of the same QuantizeLinear: a new
     # Clip of its input, intersected with the quantisation's range, is written instead)
-    clips = [n for n in old if n.op_type == "Clip" and n.outputs[0] not in q.inputs]
+    layer = next(i for i, n in enumerate(old) if n.op_type in ("Conv", "MatMul", "Gemm"))
+    clips = [n for n in old[:layer] if n.op_type == "Clip"]  # before the layer: its input's (after: its activation)
     x = q.inputs[0]
     new: list[Node] = []
     desc = ix.desc(x)
@@ -318,7 +338,7 @@ def _as_fp32(g: Graph, ix: GraphIndex, old: list[Node], q: Node) -> tuple[list[N
     wn = g.fresh_name(f"{q.name}_w_fp32")
     wf.flags.writeable = False
     g.initializers[wn] = wf
-    act = q.attrs.get("activation") == "Relu"
+    act = q.attrs.get("activation") in ("Relu", "Clip")
     out = q.outputs[0]
     y = g.fresh_name(f"{q.name}_fp32") if act else out
     if q.op_type == "QuantConv":
@@ -330,7 +350,12 @@ def _as_fp32(g: Graph, ix: GraphIndex, old: list[Node], q: Node) -> tuple[list[N
         new.append(Node("MatMul", [x, wn], [mm], {}, name=f"{q.name}_fp32", opset=13))
         if len(q.inputs) > 2:
             new.append(Node("Add", [mm, q.inputs[2]], [y], {}, name=f"{q.name}_bias", opset=13))
-    if act:
+    if q.attrs.get("activation") == "Clip":
+        lo, hi = g.fresh_name(f"{q.name}_clip_lo"), g.fresh_name(f"{q.name}_clip_hi")
+        g.initializers[lo] = np.array(q.attrs["clip_min"], np.float32)
+        g.initializers[hi] = np.array(q.attrs["clip_max"], np.float32)
+        new.append(Node("Clip", [y, lo, hi], [out], {}, name=f"{q.name}_clip", opset=13))
+    elif act:
         new.append(Node("Relu", [y], [out], {}, name=f"{q.name}_relu", opset=13))
     return old, new
 
@@ -364,7 +389,7 @@ def fuse(g: Graph, fp32_fallback: frozenset[str] = frozenset({"QuantConv", "Quan
         choice = int8_choice.choose(new, ix.desc(new.inputs[0]), tuple(w.shape) if w is not None else ())
         if not choice.int8 and new.op_type in fp32_fallback:
             if len(new.inputs) > 3:  # the residual Add stays a float Add after the float layer
-                old, new = old[:-2] if old[-1].op_type == "Relu" else old[:-1], _without_residual(new, old)
+                old, new = old[:-2] if old[-1].op_type in ("Relu", "Clip") else old[:-1], _without_residual(new, old)
             old, nodes = _as_fp32(g, ix, old, new)
             rw.missed.append(f"{conv.name}: kept fp32 ({choice.reason})")
             rw.replace(old, nodes)
@@ -450,6 +475,8 @@ def _nonneg(ix: GraphIndex, value: str, depth: int = 4) -> bool:
         return False
     if p.op_type == "Relu" or (p.op_type == "QuantConv" and p.attrs.get("activation") == "Relu"):
         return True
+    if p.op_type == "QuantConv" and p.attrs.get("activation") == "Clip":
+        return float(p.attrs.get("clip_min", -1.0)) >= 0
     if p.op_type == "Clip" and len(p.inputs) > 1 and p.inputs[1]:
         lo = ix.scalar(p.inputs[1])
         return lo is not None and lo >= 0
