@@ -29,6 +29,7 @@ import numpy as np
 from pycann.ge.ir import Graph, Node
 from pycann.ge.passes import fuse_qdq_chain, int8_choice
 from pycann.ge.passes.base import PassContext, PassResult
+from pycann.ge.passes.fuse_qdq_float import range_clip
 from pycann.ge.passes.pattern import GraphIndex, Rewrites, is_op, rename_uses
 from pycann.ge.passes.select_kernels import approx_allowed
 from pycann.ops.quant_conv import DOMAIN, narrow_weights, quantize_activation
@@ -308,7 +309,7 @@ def _as_fp32(g: Graph, ix: GraphIndex, old: list[Node], q: Node) -> tuple[list[N
     # an absorbed Clip may be the model's own activation (ReLU6 = Clip(0, 6) before the next
     # layer's QuantizeLinear: MobileNet, EfficientNet-Lite), not only AMCT's 7-bit range clamp: the
     # float layer must read its output (dropping it changed EfficientNet-Lite0's every top-1), and
-    # the QuantizeLinear's own saturation stays too (_range_clip)
+    # the QuantizeLinear's own saturation stays too (range_clip)
     # (the absorbed Clip may also be removed by an int8 reader of the same QuantizeLinear: a new
     # Clip of its input, intersected with the quantisation's range, is written instead)
     layer = next(i for i, n in enumerate(old) if n.op_type in ("Conv", "MatMul", "Gemm"))
@@ -316,9 +317,9 @@ def _as_fp32(g: Graph, ix: GraphIndex, old: list[Node], q: Node) -> tuple[list[N
     x = q.inputs[0]
     new: list[Node] = []
     desc = ix.desc(x)
-    if desc is None or desc.dtype not in (2, 3):  # the QuantizeLinear's saturation stays (see _range_clip)
+    if desc is None or desc.dtype not in (2, 3):  # the QuantizeLinear's saturation stays (see range_clip)
         bounds = (ix.scalar(clips[0].inputs[1]), ix.scalar(clips[0].inputs[2])) if clips else None
-        nodes, x = _range_clip(g, ix, x, float(q.attrs["x_scale"]), int(q.attrs["x_zero_point"]),
+        nodes, x = range_clip(g, ix, x, float(q.attrs["x_scale"]), int(q.attrs["x_zero_point"]),
                                bool(q.attrs.get("x_unsigned", 1)), f"{q.name}_x", bounds)
         new.extend(nodes)
     if desc is not None and desc.dtype in (2, 3):  # uint8 / int8: an already quantised activation
@@ -413,7 +414,7 @@ def drop_qdq_pairs(g: Graph) -> int:
     """``DequantizeLinear(QuantizeLinear(x))`` with the same constant per-tensor scale and zero point,
     left after the fusion around float ops (a QDQ or QOperator model's Add, pooling, Concat): their
     readers read ``x`` instead, clamped where the quantisation's saturation is a folded activation
-    (``_range_clip``; the activation rounding is dropped, as for a layer kept fp32; the
+    (``range_clip``; the activation rounding is dropped, as for a layer kept fp32; the
     QuantizeLinear stays while a fused layer reads its integers). Returns how many DQs were bypassed."""
     ix = GraphIndex(g)
     n = 0
@@ -431,7 +432,7 @@ def drop_qdq_pairs(g: Graph) -> int:
             continue
         if not (_same(ix, q.inputs[1], dq.inputs[1]) and _same(ix, q.inputs[2], dq.inputs[2])):
             continue
-        nodes, y = _range_clip(g, ix, q.inputs[0], float(s_.reshape(-1)[0]), int(zp.reshape(-1)[0]),
+        nodes, y = range_clip(g, ix, q.inputs[0], float(s_.reshape(-1)[0]), int(zp.reshape(-1)[0]),
                                zp.dtype == np.uint8, dq.name)
         if nodes:
             clips.append((dq, nodes))
@@ -441,48 +442,6 @@ def drop_qdq_pairs(g: Graph) -> int:
         after = {id(d): c for d, c in clips}
         g.nodes = [m for d in g.nodes for m in ((d, *after[id(d)]) if id(d) in after else (d,))]
     return n
-
-
-def _range_clip(g: Graph, ix: GraphIndex | None, x: str, scale: float, zp: int, unsigned: bool, base: str,
-                bounds: tuple[float | None, float | None] | None = None) -> tuple[list[Node], str]:
-    """(nodes, value) for a float reader of ``x`` whose QuantizeLinear (scale, zp) is bypassed.
-
-    With ``bounds`` (a Clip the fused layer had absorbed, ``x`` its input): that Clip again, as a
-    new node (the model's own activation, e.g. ReLU6; the absorbed node may be gone with an int8
-    reader). Otherwise the QuantizeLinear's saturation is kept only where it is an activation the
-    quantiser folded in: a zero point at the type's minimum (the range starts at 0: ONNX Runtime
-    removes a Relu / ReLU6 Clip before such a QuantizeLinear) on a value no Relu / Clip >= 0 already
-    bounds; then ``Clip(x, 0, top of the range)``. Elsewhere (AMCT's models keep their activations)
-    the value passes unclamped: only rounding and the outlier clamp of the calibrated range drop."""
-    qmin, qmax = (0, 255) if unsigned else (-128, 127)
-    if bounds is not None:
-        lo, hi = bounds
-    elif zp == qmin and (ix is None or not _nonneg(ix, x)):
-        lo, hi = 0.0, float(np.float32((qmax - zp) * scale))
-    else:
-        return [], x
-    names = [g.fresh_name(f"{base}_{k}") for k in ("lo", "hi", "clip")]
-    g.initializers[names[0]] = np.array(-np.inf if lo is None else lo, np.float32)
-    g.initializers[names[1]] = np.array(np.inf if hi is None else hi, np.float32)
-    return [Node("Clip", [x, names[0], names[1]], [names[2]], {}, name=f"{base}_range", opset=13)], names[2]
-
-
-def _nonneg(ix: GraphIndex, value: str, depth: int = 4) -> bool:
-    """``value`` is provably >= 0: a Relu's, a Clip's with a constant lower bound >= 0, or that
-    through pooling / reshaping ops (an explicit activation: nothing was folded)."""
-    p = ix.producers.get(value)
-    if p is None or depth == 0:
-        return False
-    if p.op_type == "Relu" or (p.op_type == "QuantConv" and p.attrs.get("activation") == "Relu"):
-        return True
-    if p.op_type == "QuantConv" and p.attrs.get("activation") == "Clip":
-        return float(p.attrs.get("clip_min", -1.0)) >= 0
-    if p.op_type == "Clip" and len(p.inputs) > 1 and p.inputs[1]:
-        lo = ix.scalar(p.inputs[1])
-        return lo is not None and lo >= 0
-    if p.op_type in ("MaxPool", "AveragePool", "GlobalAveragePool", "Reshape", "Flatten", "Transpose"):
-        return _nonneg(ix, p.inputs[0], depth - 1)
-    return False
 
 
 def run(graph: Graph, ctx: PassContext) -> PassResult:
