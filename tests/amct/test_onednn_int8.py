@@ -227,3 +227,19 @@ def test_relu6_clip_after_an_int8_conv_runs_in_its_epilogue() -> None:
         # s * sum |w| over its receptive field
         d = np.abs(got - want)
         assert float(d.max()) <= s * 127 * 0.004 * 9 * c and (d > 1e-4).mean() < (0.05 if hw == 40 else 1.0)
+
+
+def test_two_threads_share_a_cached_primitive() -> None:
+    """One primitive per weight and shape, re-pointed per call: concurrent callers (a background
+    plan build beside the caller's run) get their own results."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    w = RNG.integers(-127, 128, (32, 32, 3, 3)).astype(np.int8)
+    ws = RNG.uniform(0.002, 0.01, 32).astype(np.float32)
+    geom = oi.ConvGeom((1, 32, 20, 20), (1, 1), (1, 1, 1, 1), (1, 1), 1)
+    xs = [RNG.integers(0, 128, (1, 32, 20, 20)).astype(np.uint8) for _ in range(8)]
+    want = [oi.qconv(x, 0.02, 3, w, ws, None, geom, oi.Epilogue()) for x in xs]
+    with ThreadPoolExecutor(4) as pool:
+        got = list(pool.map(lambda x: oi.qconv(x, 0.02, 3, w, ws, None, geom, oi.Epilogue()), xs * 25))
+    for i, g in enumerate(got):
+        np.testing.assert_array_equal(g, want[i % len(xs)])

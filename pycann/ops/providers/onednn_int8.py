@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import ctypes
 import functools
+import threading
 from collections import OrderedDict
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -136,11 +137,15 @@ class _Prim:
         self.act = [self.mems[a] for a in act_args]
         self.keep = keep
         self.out_shape, self.out_dtype = out_shape, out_dtype
+        # the memories are re-pointed per call: two threads (a plan built in the background while
+        # the caller runs, or two sessions on one model) must not interleave set and execute
+        self.lock = threading.Lock()
 
     def run(self, ptrs: Sequence[int]) -> None:
-        for m, p in zip(self.act, ptrs):
-            m.set(p)
-        self.prim.execute()
+        with self.lock:
+            for m, p in zip(self.act, ptrs):
+                m.set(p)
+            self.prim.execute()
 
 
 def _attr(epi: Epilogue, res_md: capi.MemoryDesc | None, wei_mask: int, src_zp: bool) -> capi.Attr:
@@ -224,18 +229,20 @@ def _conv_prim(w: np.ndarray, geom: ConvGeom, zp: bool, epi: Epilogue, w_scale: 
 
 # per weight array: OrderedDict of geometry key -> _Prim (the last _PER_WEIGHT geometries)
 _PRIMS = ArrayCache()
+_PRIMS_LOCK = threading.Lock()
 
 
 def _cached(w: np.ndarray, key: tuple[Any, ...], make: Any) -> _Prim:
-    per: OrderedDict[tuple[Any, ...], _Prim] = _PRIMS.get(w, "int8", OrderedDict)
-    prim = per.get(key)
-    if prim is None:
-        prim = per[key] = make()
-        while len(per) > _PER_WEIGHT:
-            per.popitem(last=False)
-    else:
-        per.move_to_end(key)
-    return prim
+    with _PRIMS_LOCK:
+        per: OrderedDict[tuple[Any, ...], _Prim] = _PRIMS.get(w, "int8", OrderedDict)
+        prim = per.get(key)
+        if prim is None:
+            prim = per[key] = make()
+            while len(per) > _PER_WEIGHT:
+                per.popitem(last=False)
+        else:
+            per.move_to_end(key)
+        return prim
 
 
 def qconv(xq: np.ndarray, x_scale: float, x_zp: int, w: np.ndarray, w_scale: np.ndarray, bias: np.ndarray | None,
@@ -328,6 +335,7 @@ def qmatmul(xq: np.ndarray, x_scale: float, x_zp: int, w_nk: np.ndarray, w_scale
 # reorders f32 (any strides) -> u8 NHWC, scale and zero point as attributes; per (shape, strides, scale, zp)
 _QUANT: OrderedDict[tuple[Any, ...], tuple[capi.Primitive, capi.Memory, capi.Memory, list[Any]]] = OrderedDict()
 _QUANT_KEEP = 64
+_QUANT_LOCK = threading.Lock()  # guards the cache and the re-pointed memories (see _Prim.lock)
 
 
 def quantize(x: np.ndarray, scale: float, zp: int, channels_last: bool) -> np.ndarray:
@@ -341,6 +349,14 @@ def quantize(x: np.ndarray, scale: float, zp: int, channels_last: bool) -> np.nd
         # 0.13 ms for 256x56x56 on one core): quantise in x's layout, then transpose the bytes
         return to_nhwc(quantize(x, scale, zp, False))
     key = (x.shape, x.strides, scale, zp, channels_last)
+    out = nhwc(x.shape, np.uint8) if channels_last else np.empty(x.shape, np.uint8)
+    with _QUANT_LOCK:
+        _quantize_locked(key, x, out, scale, zp, channels_last)
+    return out
+
+
+def _quantize_locked(key: tuple[Any, ...], x: np.ndarray, out: np.ndarray, scale: float, zp: int,
+                     channels_last: bool) -> None:
     hit = _QUANT.get(key)
     if hit is None:
         lib = capi.load()
@@ -369,8 +385,6 @@ def quantize(x: np.ndarray, scale: float, zp: int, channels_last: bool) -> np.nd
     else:
         _QUANT.move_to_end(key)
     prim, sm, dm, _ = hit
-    out = nhwc(x.shape, np.uint8) if channels_last else np.empty(x.shape, np.uint8)
     sm.set(capi.ptr(x))
     dm.set(capi.ptr(out))
     prim.execute()
-    return out
