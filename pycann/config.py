@@ -223,3 +223,9 @@ def torch_kernels() -> str:
         raise ConfigError(f"PYCANN_TORCH_KERNELS={raw!r}: expected 'host' (torch's CPU kernels on the npu's "
                           "host memory) or 'pycann' (pycann's op library)")
     return raw
+
+
+def int8_kernels() -> bool:
+    """``PYCANN_INT8_KERNELS``: False when set to 0 / off / false / no (INT8 layers then run their
+    reference kernels: dequantise, float op, quantise); True otherwise (docs/amct.md)."""
+    return os.environ.get("PYCANN_INT8_KERNELS", "").strip().lower() not in ("0", "off", "false", "no")

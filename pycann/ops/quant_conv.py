@@ -7,17 +7,21 @@ Semantics (exactly the ONNX ops it replaces, Operators.md):
     y  = act(Conv((xq - x_zero_point) * x_scale, W * w_scale[:, None, None, None], B))
 
 Inputs: ``X`` float32 (N, C, H, W) before quantisation (or already quantised: uint8 / int8 on
-``x_scale`` / ``x_zero_point``, as a QOperator model's pooled tensors are), ``W`` int8 (M, C/group, kh, kw), ``B`` float32 (M)
-optional. Attributes: ``x_scale`` (float), ``x_zero_point`` (int), ``x_unsigned`` (1: uint8),
-``w_scale`` (M floats), the Conv attributes, ``activation`` ("" or "Relu"), ``seven_bit`` (1 when
+``x_scale`` / ``x_zero_point``, as a QOperator model's pooled tensors are, or the uint8 output of a
+requantising int8 layer), ``W`` int8 (M, C/group, kh, kw), ``B`` float32 (M) optional, ``Z`` float32
+(N, M, H', W') optional: a residual added before the activation. ``y_scale`` > 0 makes the output
+uint8 (the requantisation of pycann/ops/quant_kernels.py). Attributes: ``x_scale`` (float), ``x_zero_point`` (int), ``x_unsigned`` (1: uint8),
+``w_scale`` (M floats), the Conv attributes, ``activation`` ("", "Relu", or "Clip" with ``clip_min``
+/ ``clip_max``), ``seven_bit`` (1 when
 the graph proves the quantised activation stays <= 127, see ``providers/torch_int8.py``), ``q_min``
 / ``q_max`` (a Clip before the QuantizeLinear, absorbed: the quantised values are clamped to them),
 ``narrow_w`` (1 when every weight lies in [-64, 64], which also makes the int8 kernel exact).
 
 Kernels: the reference dequantises and runs pycann's float Conv (bit-for-bit what the unfused
-graph computes); the int8 kernel (oneDNN through PyTorch) is taken where it is exact: uint8
-activations, 2-D, and a VNNI CPU, ``seven_bit`` or ``narrow_w``. Its int32 accumulation is exact; its float
-epilogue rounds differently from the reference by a few float32 ulps of the result.
+graph computes); the int8 kernel (oneDNN's int8 primitives through its C API, else oneDNN through
+PyTorch) is taken where it is exact: uint8 activations, 2-D, and a VNNI CPU, ``seven_bit`` or
+``narrow_w``. Its int32 accumulation is exact; its float epilogue rounds differently from the
+reference by a few float32 ulps of the result, and a requantised output by at most 1 LSB.
 """
 
 from __future__ import annotations
@@ -30,8 +34,10 @@ import numpy as np
 from pycann.dtypes import TensorDesc
 from pycann.ops.nn import conv as conv_mod
 from pycann.ops.opdef import InferContext, OpDef
-from pycann.ops.providers import torch_int8
+from pycann.ops.providers import onednn_int8, torch_int8
 from pycann.ops.providers.array_cache import ArrayCache
+from pycann.ops.providers.onednn_capi_table import DnnlError
+from pycann.ops.quant_kernels import EPILOGUE_ATTRS, epilogue, finish, quantize_fast, requantised, usable
 
 DOMAIN = "pycann"
 
@@ -39,6 +45,7 @@ _ATTRS: dict[str, Any] = {
     "x_scale": 1.0, "x_zero_point": 0, "x_unsigned": 1, "w_scale": [], "activation": "", "seven_bit": 0,
     "q_min": -1000, "q_max": 1000, "narrow_w": 0,
     "strides": [], "pads": [], "dilations": [], "group": 1, "auto_pad": "NOTSET", "kernel_shape": [],
+    **EPILOGUE_ATTRS,
 }
 
 
@@ -80,7 +87,7 @@ def quantized_input(x: np.ndarray, attrs: Mapping[str, Any]) -> np.ndarray:
 
 def exact_int8(attrs: Mapping[str, Any]) -> bool:
     """The int8 kernel is available and exact for this layer: VNNI, 7-bit activations or narrow weights."""
-    return torch_int8.usable(bool(attrs.get("seven_bit", 0)) or bool(attrs.get("narrow_w", 0)))
+    return usable(attrs)
 
 
 def _check(inputs: Sequence[Any], attrs: Mapping[str, Any]) -> None:
@@ -94,6 +101,9 @@ def _check(inputs: Sequence[Any], attrs: Mapping[str, Any]) -> None:
         raise ValueError(f"QuantConv: B has shape {list(b.shape)}, expected [{m}] (one per output channel)")
     if w.dtype != np.int8:
         raise ValueError(f"QuantConv: W must be int8, got {w.dtype}")
+    z = inputs[3] if len(inputs) > 3 else None
+    if z is not None and (z.dtype != np.float32 or z.ndim != 4 or z.shape[:2] != (inputs[0].shape[0], m)):
+        raise ValueError(f"QuantConv: residual Z {z.dtype}{list(z.shape)} must be float32 (N, {m}, H', W')")
 
 
 def _w_scale(attrs: Mapping[str, Any], m: int) -> np.ndarray:
@@ -121,7 +131,8 @@ def _reference(xq: np.ndarray, inputs: Sequence[Any], attrs: Mapping[str, Any]) 
     xf = (xq.astype(np.float32) - np.float32(attrs["x_zero_point"])) * np.float32(attrs["x_scale"])
     wf = _float_weight(w, _w_scale(attrs, w.shape[0]))
     b = inputs[2] if len(inputs) > 2 else None
-    return conv_mod.conv_act([xf, wf, b], attrs, None, relu=attrs.get("activation") == "Relu")[0]
+    y = conv_mod.conv_act([xf, wf, b], attrs, None, relu=False)[0]
+    return finish(y, attrs, inputs[3] if len(inputs) > 3 else None)
 
 
 def int8_eligible(x_shape: Sequence[int], attrs: Mapping[str, Any]) -> bool:
@@ -129,7 +140,7 @@ def int8_eligible(x_shape: Sequence[int], attrs: Mapping[str, Any]) -> bool:
     pads = list(attrs.get("pads") or [])
     if len(x_shape) != 4 or not int(attrs.get("x_unsigned", 1)) or str(attrs.get("auto_pad", "NOTSET")) != "NOTSET":
         return False
-    if pads and pads[:2] != pads[2:]:
+    if pads and pads[:2] != pads[2:] and not onednn_int8.available():  # torch's int8 conv pads symmetrically
         return False
     return exact_int8(attrs)
 
@@ -137,16 +148,27 @@ def int8_eligible(x_shape: Sequence[int], attrs: Mapping[str, Any]) -> bool:
 def _k_quant_conv(inputs: Sequence[Any], attrs: Mapping[str, Any]) -> list[np.ndarray]:
     _check(inputs, attrs)
     x, w = inputs[0], inputs[1]
-    xq = quantized_input(x, attrs)
+    b = inputs[2] if len(inputs) > 2 else None
+    z = inputs[3] if len(inputs) > 3 else None
     if int8_eligible(x.shape, attrs) and not str(attrs.get("_algo") or "").startswith("numpy:"):
-        pads = list(attrs.get("pads") or [0, 0, 0, 0])[:2]
+        pads = list(attrs.get("pads") or [0, 0, 0, 0])
         stride = list(attrs.get("strides") or [1, 1])
         dil = list(attrs.get("dilations") or [1, 1])
-        b = inputs[2] if len(inputs) > 2 else None
-        return [torch_int8.qconv2d(xq, float(attrs["x_scale"]), int(attrs["x_zero_point"]), w,
-                                   _w_scale(attrs, w.shape[0]), b, stride, pads, dil, int(attrs.get("group", 1)),
-                                   attrs.get("activation") == "Relu")]
-    return [_reference(xq, inputs, attrs)]
+        group = int(attrs.get("group", 1))
+        xs, xzp = float(attrs["x_scale"]), int(attrs["x_zero_point"])
+        if onednn_int8.available():
+            xq = quantize_fast(x, attrs, channels_last=True)
+            xq = quantized_input(x, attrs) if xq is None else xq
+            geom = onednn_int8.ConvGeom(tuple(x.shape), tuple(stride), tuple(pads), tuple(dil), group)
+            try:
+                return [onednn_int8.qconv(xq, xs, xzp, w, _w_scale(attrs, w.shape[0]), b, geom,
+                                          epilogue(attrs, z is not None), z)]
+            except DnnlError:  # no fast oneDNN kernel for this geometry: the reference below
+                return [_reference(xq, inputs, attrs)]
+        xq = quantized_input(x, attrs)
+        y = torch_int8.qconv2d(xq, xs, xzp, w, _w_scale(attrs, w.shape[0]), b, stride, pads[:2], dil, group, False)
+        return [finish(y, attrs, z)]
+    return [_reference(quantized_input(x, attrs), inputs, attrs)]
 
 
 def _infer_quant_conv(ctx: InferContext) -> list[TensorDesc]:
@@ -161,11 +183,11 @@ def _infer_quant_conv(ctx: InferContext) -> list[TensorDesc]:
     if b is not None and b.shape is not None and isinstance(m, int) and tuple(b.shape) != (m,):
         raise ctx.fail(f"input B has shape {list(b.shape)}, expected [{m}] (one value per output channel)")
     if x is None or w is None:
-        return [TensorDesc(1, None)]
+        return [TensorDesc(2 if requantised(ctx.attrs) else 1, None)]
     float_ctx = InferContext(ctx.node, "Conv", ctx.attrs, [TensorDesc(1, x.shape), TensorDesc(1, w.shape),
                                                                  None if b is None else TensorDesc(1, b.shape)],
                              [None, None, None], ctx.opset, 1)
-    return [TensorDesc(1, d.shape) for d in conv_mod._infer_conv(float_ctx)]
+    return [TensorDesc(2 if requantised(ctx.attrs) else 1, d.shape) for d in conv_mod._infer_conv(float_ctx)]
 
 
 OPS = [

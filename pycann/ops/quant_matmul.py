@@ -5,8 +5,9 @@ Semantics (the ONNX ops it replaces): ``y = act(((Q(x) - zp) * x_scale) @ (W * w
 ``W`` stored (N, K) int8 (the fusion transposes a MatMul's (K, N) weight once at compile time),
 ``w_scale`` one value per output column N, ``B`` float32 (N) optional, ``x`` float32 (..., K).
 Attributes as ``pycann.QuantConv`` (``x_scale``, ``x_zero_point``, ``x_unsigned``, ``w_scale``,
-``activation``, ``seven_bit``, ``q_min``, ``q_max``, ``narrow_w``); ``x`` may be already quantised
-(uint8 / int8). The int8 kernel (oneDNN through PyTorch's
+``activation``, ``seven_bit``, ``q_min``, ``q_max``, ``narrow_w``, and the output side's ``Z`` input /
+``y_scale`` requantisation of pycann/ops/quant_kernels.py); ``x`` may be already quantised (uint8 /
+int8). The int8 kernel (oneDNN's int8 matmul through its C API, else PyTorch's
 ``qlinear_pointwise``) is taken where it is exact (see ``providers/torch_int8.py``).
 """
 
@@ -19,11 +20,13 @@ import numpy as np
 
 from pycann.dtypes import TensorDesc
 from pycann.ops.opdef import InferContext, OpDef
-from pycann.ops.providers import torch_int8
+from pycann.ops.providers import onednn_int8, torch_int8
+from pycann.ops.providers.onednn_capi_table import DnnlError
 from pycann.ops.quant_conv import DOMAIN, exact_int8, quantized_input
+from pycann.ops.quant_kernels import EPILOGUE_ATTRS, epilogue, finish, quantize_fast, requantised
 
 _ATTRS: dict[str, Any] = {"x_scale": 1.0, "x_zero_point": 0, "x_unsigned": 1, "w_scale": [], "activation": "",
-                          "seven_bit": 0, "q_min": -1000, "q_max": 1000, "narrow_w": 0}
+                          "seven_bit": 0, "q_min": -1000, "q_max": 1000, "narrow_w": 0, **EPILOGUE_ATTRS}
 
 
 def _scales(attrs: Mapping[str, Any], n: int) -> np.ndarray:
@@ -41,30 +44,39 @@ def _k_quant_matmul(inputs: Sequence[Any], attrs: Mapping[str, Any]) -> list[np.
     n = w.shape[0]
     if b is not None and b.shape != (n,):
         raise ValueError(f"QuantMatMul: B has shape {list(b.shape)}, expected [{n}]")
+    z = inputs[3] if len(inputs) > 3 else None
+    if z is not None and (z.dtype != np.float32 or z.shape != (*x.shape[:-1], n)):
+        raise ValueError(f"QuantMatMul: residual Z {z.dtype}{list(z.shape)} must be float32 {[*x.shape[:-1], n]}")
     ws = _scales(attrs, n)
     s, zp, unsigned = float(attrs["x_scale"]), int(attrs["x_zero_point"]), bool(attrs.get("x_unsigned", 1))
-    xq = quantized_input(x, attrs)
-    relu = attrs.get("activation") == "Relu"
-    if unsigned and exact_int8(attrs):
-        return [torch_int8.qlinear(xq, s, zp, w, ws, b, relu)]
+    if unsigned and exact_int8(attrs) and onednn_int8.available():
+        xq = quantize_fast(x, attrs, channels_last=False)
+        xq = quantized_input(x, attrs) if xq is None else xq
+        try:
+            return [onednn_int8.qmatmul(xq, s, zp, w, ws, b, epilogue(attrs, z is not None), z)]
+        except DnnlError:  # no fast oneDNN kernel: the reference below
+            pass
+    else:
+        xq = quantized_input(x, attrs)
+    if unsigned and exact_int8(attrs) and not onednn_int8.available():
+        return [finish(torch_int8.qlinear(xq, s, zp, w, ws, b, False), attrs, z)]
     xf = (xq.astype(np.float32) - np.float32(zp)) * np.float32(s)
     y = np.matmul(xf, (w.astype(np.float32) * ws[:, None]).T)
     if b is not None:
         y += b
-    if relu:
-        np.maximum(y, 0, out=y)
-    return [y]
+    return [finish(y, attrs, z)]
 
 
 def _infer(ctx: InferContext) -> list[TensorDesc]:
     x, w = ctx.input(0), ctx.input(1)
     if w is not None and w.dtype != 3:
         raise ctx.fail(f"input W must be int8, got dtype {w.dtype}")
+    dt = 2 if requantised(ctx.attrs) else 1
     if x is None or x.shape is None or w is None or w.shape is None:
-        return [TensorDesc(1, None)]
+        return [TensorDesc(dt, None)]
     if isinstance(x.shape[-1], int) and isinstance(w.shape[1], int) and x.shape[-1] != w.shape[1]:
         raise ctx.fail(f"x {list(x.shape)} has K={x.shape[-1]}, W (N, K) {list(w.shape)} has K={w.shape[1]}")
-    return [TensorDesc(1, tuple(x.shape[:-1]) + (w.shape[0],))]
+    return [TensorDesc(dt, tuple(x.shape[:-1]) + (w.shape[0],))]
 
 
 OPS = [

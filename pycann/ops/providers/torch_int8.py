@@ -13,7 +13,6 @@ int16). ``usable()`` says which; ``PYCANN_INT8_KERNELS=off`` turns the provider 
 from __future__ import annotations
 
 import functools
-import os
 from typing import Any
 
 import numpy as np
@@ -37,7 +36,9 @@ def cpu_has_vnni() -> bool:
 
 @functools.lru_cache(maxsize=1)
 def _torch() -> Any:
-    if os.environ.get("PYCANN_INT8_KERNELS", "").strip().lower() in ("0", "off", "false", "no"):
+    from pycann.config import int8_kernels
+
+    if not int8_kernels():
         return None
     try:
         from pycann.config import apply_omp_wait_policy
