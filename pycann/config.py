@@ -31,6 +31,9 @@ TUNE_BANK_PATH              see meaning  CANN's variable: the folder of AOE's kn
 PYCANN_OMP_WAIT_POLICY      passive      how the OpenMP workers of the oneDNN and torch kernels wait
                                          between parallel regions: ``passive`` (sleep; wins when other
                                          processes are busy: bench/RESULTS.md), ``active`` (spin),
+                                         ``brief`` (spin ~3000 rounds, then sleep, as ONNX Runtime's
+                                         pool does: ``GOMP_SPINCOUNT``; wins beside niced load, loses
+                                         beside a same-priority one: docs/torch.md),
                                          ``inherit`` (leave ``OMP_WAIT_POLICY`` unset). Applied as
                                          ``OMP_WAIT_POLICY`` just before pycann loads an OpenMP
                                          library, unless the user set ``OMP_WAIT_POLICY`` already
@@ -42,11 +45,11 @@ PYCANN_PLAN_BUILD           background   graphs with convolutions under ``auto``
 PYCANN_HCCL_CHECK           1            ``0``: no per-call signature exchange before HCCL
                                          collectives (saves one small all-gather a call; mismatched
                                          calls are then no longer detected), docs/hccl.md
-PYCANN_TORCH_KERNELS        host         who computes the elementwise / matmul / softmax ATen ops
-                                         on torch's npu device that pycann's op library has:
-                                         ``host``: torch's CPU kernels on the host memory (faster:
-                                         vectorised, threaded); ``pycann``: pycann's op library
-                                         through GE's single-op path (docs/torch.md)
+PYCANN_TORCH_KERNELS        pycann       who computes the ATen ops on torch's npu device that
+                                         pycann's op library has (conv, linear, batch norm,
+                                         elementwise, activations, pooling, softmax): ``pycann``:
+                                         its kernels, bound once per signature (docs/torch.md);
+                                         ``host``: torch's CPU kernels on the same host memory
 ==========================  ===========  =========================================================
 """
 
@@ -178,7 +181,9 @@ def tune_bank_dir(explicit: str = "") -> Path:
         raise ConfigError(f"{what}={raw!r} is a file; the knowledge bank needs a folder (it holds bank.sqlite)")
     return path
 #: Accepted values of ``PYCANN_OMP_WAIT_POLICY`` (the first is the default).
-OMP_WAIT_POLICIES = ("passive", "active", "inherit")
+OMP_WAIT_POLICIES = ("passive", "active", "brief", "inherit")
+#: libgomp's spin rounds before a worker sleeps under ``brief`` (its default is 300000).
+BRIEF_SPINCOUNT = 3000
 
 
 def omp_wait_policy() -> str:
@@ -189,6 +194,11 @@ def omp_wait_policy() -> str:
     return raw
 
 
+def user_omp_wait_policy() -> bool:
+    """The user set ``OMP_WAIT_POLICY`` themselves (then pycann never changes it)."""
+    return bool(os.environ.get("OMP_WAIT_POLICY", "").strip())
+
+
 def apply_omp_wait_policy() -> str | None:
     """Set ``OMP_WAIT_POLICY`` from ``PYCANN_OMP_WAIT_POLICY`` unless the user set it; return the value in effect.
 
@@ -196,7 +206,8 @@ def apply_omp_wait_policy() -> str | None:
     variable once, when it loads, so a runtime that is loaded already keeps its policy. Spinning workers lose
     badly when other processes keep the cores busy (a spinning thread uses up its CPU share, so the scheduler
     runs the busy neighbour instead while the parallel region waits for that thread at its barrier); ONNX
-    Runtime's pool spins briefly, then blocks. Returns None when neither variable is set (``inherit``).
+    Runtime's pool spins briefly, then blocks; ``brief`` does that in libgomp (``GOMP_SPINCOUNT``, returns
+    ``"BRIEF"``). Returns None when neither variable is set (``inherit``).
     """
     user = os.environ.get("OMP_WAIT_POLICY", "").strip()
     if user or os.environ.get("GOMP_SPINCOUNT", "").strip():  # the user's own OpenMP settings win
@@ -204,6 +215,9 @@ def apply_omp_wait_policy() -> str | None:
     policy = omp_wait_policy()
     if policy == "inherit":
         return None
+    if policy == "brief":  # libgomp's default policy with a short spin (OMP_WAIT_POLICY stays unset)
+        os.environ["GOMP_SPINCOUNT"] = str(BRIEF_SPINCOUNT)
+        return "BRIEF"
     os.environ["OMP_WAIT_POLICY"] = policy.upper()
     return policy.upper()
 
@@ -388,9 +402,9 @@ def set_environ(name: str, value: str | None) -> None:
 
 
 def torch_kernels() -> str:
-    """``PYCANN_TORCH_KERNELS``: ``"host"`` (default) or ``"pycann"``. Raises ``ConfigError`` on
+    """``PYCANN_TORCH_KERNELS``: ``"pycann"`` (default) or ``"host"``. Raises ``ConfigError`` on
     another value."""
-    raw = os.environ.get("PYCANN_TORCH_KERNELS", "host").strip().lower() or "host"
+    raw = os.environ.get("PYCANN_TORCH_KERNELS", "").strip().lower() or "pycann"
     if raw not in ("host", "pycann"):
         raise ConfigError(f"PYCANN_TORCH_KERNELS={raw!r}: expected 'host' (torch's CPU kernels on the npu's "
                           "host memory) or 'pycann' (pycann's op library)")

@@ -35,6 +35,7 @@ class Observer:
     channel_sum: np.ndarray | None = None
     count_per_channel: int = 0
     batches: int = 0
+    zeros: float = 0.0  # exact zeros seen (ReLU's): exactly representable, left out of the KL search
 
     def update(self, x: np.ndarray) -> None:
         """Add one batch (any float array; non-finite values are ignored for the ranges)."""
@@ -61,6 +62,7 @@ class Observer:
         self.lo, self.hi = min(self.lo, lo), max(self.hi, hi)
         h, _ = np.histogram(finite, bins=self.edges)
         self.hist = self.hist + h
+        self.zeros += float(np.count_nonzero(finite == 0))
 
     def _rebin(self, lo: float, hi: float) -> None:
         assert self.hist is not None and self.edges is not None
@@ -107,6 +109,11 @@ class Observer:
             return 0.0, 0.0
         abs_edges = np.linspace(0.0, amax, BINS + 1)
         hist, _ = np.histogram(np.abs(centers), bins=abs_edges, weights=self.hist)
+        # a ReLU's exact zeros (often half the values) quantise without error: kept in the first bin
+        # they make every merge of that bin look costly, and the search then picks the threshold
+        # with the fewest merges, i.e. the smallest (EfficientNet-Lite0's ReLU6 outputs clipped at 0.75
+        # of 6, every prediction lost)
+        hist[0] = max(0.0, hist[0] - self.zeros)
         n_levels = levels // 2 + 1 if self.lo < 0 < self.hi else levels
         best_t, best_kl = amax, np.inf
         for i in range(max(n_levels, KL_STEP), BINS + 1, KL_STEP):

@@ -7,17 +7,21 @@ Semantics (exactly the ONNX ops it replaces, Operators.md):
     y  = act(Conv((xq - x_zero_point) * x_scale, W * w_scale[:, None, None, None], B))
 
 Inputs: ``X`` float32 (N, C, H, W) before quantisation (or already quantised: uint8 / int8 on
-``x_scale`` / ``x_zero_point``, as a QOperator model's pooled tensors are), ``W`` int8 (M, C/group, kh, kw), ``B`` float32 (M)
-optional. Attributes: ``x_scale`` (float), ``x_zero_point`` (int), ``x_unsigned`` (1: uint8),
-``w_scale`` (M floats), the Conv attributes, ``activation`` ("" or "Relu"), ``seven_bit`` (1 when
+``x_scale`` / ``x_zero_point``, as a QOperator model's pooled tensors are, or the uint8 output of a
+requantising int8 layer), ``W`` int8 (M, C/group, kh, kw), ``B`` float32 (M) optional, ``Z`` float32
+(N, M, H', W') optional: a residual added before the activation. ``y_scale`` > 0 makes the output
+uint8 (the requantisation of pycann/ops/quant_epilogue.py). Attributes: ``x_scale`` (float), ``x_zero_point`` (int), ``x_unsigned`` (1: uint8),
+``w_scale`` (M floats), the Conv attributes, ``activation`` ("", "Relu", or "Clip" with ``clip_min``
+/ ``clip_max``), ``seven_bit`` (1 when
 the graph proves the quantised activation stays <= 127, see ``providers/torch_int8.py``), ``q_min``
 / ``q_max`` (a Clip before the QuantizeLinear, absorbed: the quantised values are clamped to them),
 ``narrow_w`` (1 when every weight lies in [-64, 64], which also makes the int8 kernel exact).
 
 Kernels: the reference dequantises and runs pycann's float Conv (bit-for-bit what the unfused
-graph computes); the int8 kernel (oneDNN through PyTorch, ``pycann.kernels.quant``) is taken where it is exact: uint8
-activations, 2-D, and a VNNI CPU, ``seven_bit`` or ``narrow_w``. Its int32 accumulation is exact; its float
-epilogue rounds differently from the reference by a few float32 ulps of the result.
+graph computes); the int8 kernel (oneDNN's int8 primitives through its C API, else oneDNN through
+PyTorch; ``pycann.kernels.quant``, which hands it to ``_k_quant_conv``) is taken where it is exact: uint8 activations, 2-D, and a VNNI CPU, ``seven_bit`` or
+``narrow_w``. Its int32 accumulation is exact; its float epilogue rounds differently from the
+reference by a few float32 ulps of the result, and a requantised output by at most 1 LSB.
 """
 
 from __future__ import annotations
@@ -32,6 +36,7 @@ from pycann.ops.array_cache import ArrayCache
 from pycann.ops.fused import _reference_conv_act
 from pycann.ops.nn import conv as conv_mod
 from pycann.ops.opdef import InferContext, OpDef
+from pycann.ops.quant_epilogue import EPILOGUE_ATTRS, finish, requantised
 
 DOMAIN = "pycann"
 
@@ -39,6 +44,7 @@ _ATTRS: dict[str, Any] = {
     "x_scale": 1.0, "x_zero_point": 0, "x_unsigned": 1, "w_scale": [], "activation": "", "seven_bit": 0,
     "q_min": -1000, "q_max": 1000, "narrow_w": 0,
     "strides": [], "pads": [], "dilations": [], "group": 1, "auto_pad": "NOTSET", "kernel_shape": [],
+    **EPILOGUE_ATTRS,
 }
 
 
@@ -89,6 +95,9 @@ def _check(inputs: Sequence[Any], attrs: Mapping[str, Any]) -> None:
         raise ValueError(f"QuantConv: B has shape {list(b.shape)}, expected [{m}] (one per output channel)")
     if w.dtype != np.int8:
         raise ValueError(f"QuantConv: W must be int8, got {w.dtype}")
+    z = inputs[3] if len(inputs) > 3 else None
+    if z is not None and (z.dtype != np.float32 or z.ndim != 4 or z.shape[:2] != (inputs[0].shape[0], m)):
+        raise ValueError(f"QuantConv: residual Z {z.dtype}{list(z.shape)} must be float32 (N, {m}, H', W')")
 
 
 def _w_scale(attrs: Mapping[str, Any], m: int) -> np.ndarray:
@@ -112,28 +121,29 @@ def _float_weight(w: np.ndarray, ws: np.ndarray) -> np.ndarray:
 
 # the float Conv a QuantConv falls back to: ``pycann.kernels.conv.conv_act``'s contract
 ConvAct = Callable[..., tuple[np.ndarray, bool]]
-# ``(xq, inputs, attrs) -> y``, or None where the int8 kernel does not apply (``pycann.kernels.quant``)
-Int8Conv = Callable[[np.ndarray, Sequence[Any], Mapping[str, Any]], "np.ndarray | None"]
+# ``(inputs, attrs) -> y``, or None where the int8 kernel does not apply (``pycann.kernels.quant``)
+Int8Conv = Callable[[Sequence[Any], Mapping[str, Any]], "np.ndarray | None"]
 
 
 def _reference(xq: np.ndarray, inputs: Sequence[Any], attrs: Mapping[str, Any],
                conv_act: ConvAct = _reference_conv_act) -> np.ndarray:
-    """DequantizeLinear of xq and W, then pycann's float Conv (+ ReLU): the unfused graph's values."""
+    """DequantizeLinear of xq and W, then pycann's float Conv computed by ``conv_act``, then the
+    epilogue (+ Z, ReLU / Clip, requantisation: ``quant_epilogue.finish``): the unfused graph's values."""
     w = inputs[1]
     xf = (xq.astype(np.float32) - np.float32(attrs["x_zero_point"])) * np.float32(attrs["x_scale"])
     wf = _float_weight(w, _w_scale(attrs, w.shape[0]))
     b = inputs[2] if len(inputs) > 2 else None
-    return conv_act([xf, wf, b], attrs, None, relu=attrs.get("activation") == "Relu")[0]
+    y = conv_act([xf, wf, b], attrs, None, relu=False)[0]
+    return finish(y, attrs, inputs[3] if len(inputs) > 3 else None)
 
 
 def _k_quant_conv(inputs: Sequence[Any], attrs: Mapping[str, Any], conv_act: ConvAct = _reference_conv_act,
                   int8: Int8Conv | None = None) -> list[np.ndarray]:
-    """QuantConv: ``int8`` where it applies (the kernels layer's int8 kernel), else the reference
-    computed by ``conv_act``. Raises ValueError on operands that do not match (W, B, w_scale)."""
+    """QuantConv: ``int8`` where it applies (the kernels layer's int8 kernels), else the reference
+    computed by ``conv_act``. Raises ValueError on operands that do not match (W, B, w_scale, Z)."""
     _check(inputs, attrs)
-    xq = quantized_input(inputs[0], attrs)
-    y = int8(xq, inputs, attrs) if int8 is not None else None
-    return [y if y is not None else _reference(xq, inputs, attrs, conv_act)]
+    y = int8(inputs, attrs) if int8 is not None else None
+    return [y if y is not None else _reference(quantized_input(inputs[0], attrs), inputs, attrs, conv_act)]
 
 
 def _infer_quant_conv(ctx: InferContext) -> list[TensorDesc]:
@@ -148,11 +158,11 @@ def _infer_quant_conv(ctx: InferContext) -> list[TensorDesc]:
     if b is not None and b.shape is not None and isinstance(m, int) and tuple(b.shape) != (m,):
         raise ctx.fail(f"input B has shape {list(b.shape)}, expected [{m}] (one value per output channel)")
     if x is None or w is None:
-        return [TensorDesc(1, None)]
+        return [TensorDesc(2 if requantised(ctx.attrs) else 1, None)]
     float_ctx = InferContext(ctx.node, "Conv", ctx.attrs, [TensorDesc(1, x.shape), TensorDesc(1, w.shape),
                                                                  None if b is None else TensorDesc(1, b.shape)],
                              [None, None, None], ctx.opset, 1)
-    return [TensorDesc(1, d.shape) for d in conv_mod._infer_conv(float_ctx)]
+    return [TensorDesc(2 if requantised(ctx.attrs) else 1, d.shape) for d in conv_mod._infer_conv(float_ctx)]
 
 
 OPS = [

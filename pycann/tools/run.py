@@ -97,6 +97,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"pycann-run: {target}: no such file", file=sys.stderr)
         return 2
     shim = make_shim_dir()
+    from pycann.config import apply_omp_wait_policy
+
+    # before the app's ``import torch`` loads torch's libgomp, which reads its wait policy once
+    # (spinning workers cost torch.compile's GE plans 4x on a busy host: docs/torch.md)
+    apply_omp_wait_policy()
     pkg_root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
     saved_argv, saved_path, saved_env = list(sys.argv), list(sys.path), config.environment().get("PYTHONPATH")
     stale = {k: sys.modules.pop(k) for k in list(sys.modules) if _shadowed(k)}

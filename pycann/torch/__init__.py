@@ -18,15 +18,31 @@ backend="npu")`` lowers FX graphs to GE (``pycann.torch.compile``; registered la
 
 from __future__ import annotations
 
+import sys
 import warnings
 from typing import Any
 
-import torch
+from pycann import config as _config
 
-from pycann.torch import _autocast, _autograd, _dispatch, fallback
-from pycann.torch import npu as npu
-from pycann.torch.fallback import FallbackDisabledError, Report, report, reset, warning_text
-from pycann.torch.optable import Provider
+# torch's bundled libgomp reads OMP_WAIT_POLICY once, when ``import torch`` loads it: set pycann's
+# policy (passive workers, PYCANN_OMP_WAIT_POLICY) first. With the default (spinning) policy the
+# pool's workers spin after each parallel region, and on a busy host they take the cores from the
+# thread with work: torch.compile's GE plans ran 4x slower than ONNX Runtime beside one busy
+# process, 0.4-1x with the passive policy (docs/torch.md). ``pycann-run`` sets it before the app
+# starts; an app that imports torch before pycann.torch keeps torch's policy (OMP_POLICY_LATE).
+_user_omp = _config.user_omp_wait_policy()
+_torch_first = "torch" in sys.modules
+OMP_POLICY_LATE: bool = _torch_first and not _user_omp and _config.apply_omp_wait_policy() is not None
+"""True when torch (and its OpenMP runtime) was imported before pycann.torch could set the policy."""
+if not _torch_first:
+    _config.apply_omp_wait_policy()
+
+import torch  # noqa: E402
+
+from pycann.torch import _autocast, _autograd, _dispatch, fallback  # noqa: E402
+from pycann.torch import npu as npu  # noqa: E402
+from pycann.torch.fallback import FallbackDisabledError, Report, report, reset, warning_text  # noqa: E402
+from pycann.torch.optable import Provider  # noqa: E402
 
 __all__ = ["FallbackDisabledError", "Provider", "Report", "npu", "report", "reset", "warning_text"]
 

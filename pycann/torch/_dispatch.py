@@ -61,6 +61,7 @@ class _OpInfo:
     # Device?, ...): only these are converted to host views; ints, floats, int[] pass as they are
     tensor_args: tuple[int, ...] = ()
     tensor_kwargs: frozenset[str] = frozenset()
+    inplace: bool = False  # argument 0 is written and returned (``relu_``, ``add_.Tensor``)
 
 
 _infos: dict[int, _OpInfo] = {}  # by id(): OpOverload.__hash__ is Python code, too slow per call
@@ -108,14 +109,15 @@ def _info(op: Any) -> _OpInfo:
     special = _SPECIAL.get(schema.name)
     spec = pycann_op(name, schema.name)
     if spec is not None and (_kernels[0] or config.torch_kernels()) == "host":
-        # PYCANN_TORCH_KERNELS=host (the default): torch's kernels for the PYCANN_OPS too (read
-        # when an op is first seen; use_kernels() changes it at run time)
+        # PYCANN_TORCH_KERNELS=host: torch's kernels for the PYCANN_OPS too (read when an op is
+        # first seen; use_kernels() changes it at run time)
         spec, provider = None, Provider.HOST
     tensorish = [i for i, a in enumerate(args) if _may_hold_tensor(str(a.type))]
     info = _OpInfo(name, provider, spec,
                    tuple(a.name for a in args), frozenset(a.name for a in args if a.kwarg_only),
                    device_arg, generator_arg, tuple(writes), tuple(mutable), special, {},
-                   tuple(tensorish), frozenset(args[i].name for i in tensorish))
+                   tuple(tensorish), frozenset(args[i].name for i in tensorish),
+                   bool(mutable) and mutable[0] == 0 and not args[0].kwarg_only and writes[:1] == [0])
     _infos[id(op)] = info
     _keep.append(op)  # ids stay valid: the overloads live as long as the process anyway
     return info
@@ -333,12 +335,20 @@ def _compute(op: Any, info: _OpInfo, args: tuple[Any, ...], kwargs: dict[str, An
     provider = info.provider
     spec = info.pycann
     if spec is not None and spec.accepts(cargs, ckw):
-        dst = ckw.get("out")
-        dst = dst if isinstance(dst, torch.Tensor) else None
-        res = _pycann_ops.run(spec.op_type, spec.inputs(cargs), spec.attrs(cargs), dst)
-        if dst is not None and res is not dst:
+        if info.inplace:
+            dst = cargs[0]  # relu_, add_: the result goes back into self
+        else:
+            dst = ckw.get("out")
+            dst = dst if isinstance(dst, torch.Tensor) else None
+        consts: tuple[tuple[int, torch.Tensor], ...] = ()
+        if spec.consts:  # the npu tensors themselves: their identity and version key the binding
+            npu_ins = spec.inputs(args)
+            consts = tuple((i, npu_ins[i]) for i in spec.consts
+                           if i < len(npu_ins) and isinstance(npu_ins[i], torch.Tensor))
+        res = _pycann_ops.run(spec.op_type, spec.inputs(cargs), spec.attrs(cargs), dst, consts)
+        if dst is not None and res is not dst and not info.inplace:
             ckw["out"] = res  # the npu out tensor takes the result's memory below
-        out: Any = res
+        out: Any = res if spec.result is None else spec.result(res, cargs)
     else:
         if provider is Provider.PYCANN:
             provider = Provider.HOST

@@ -1,15 +1,24 @@
-"""Eager single ops on pycann's op library, with compiled-op handles cached per signature.
+"""Eager single ops on pycann's op library, each signature's kernel bound once and cached.
 
-The first call of an (op, input dtypes and shapes, attributes) signature goes through GE's
-single-op path with all its checks (``pycann.ge.singleop.run_op``: schema defaults, shape/dtype
-inference, output check), as ``aclopCreateHandle`` compiles an op once; the signature's handle
-keeps the op definition, the full attributes and the inferred output, and later calls run the
-kernel directly (``execute_with_handle``), writing into the output's memory when the op has an
-``out_kernel``. Inputs and outputs are zero-copy numpy views of torch CPU tensors.
+The first call of a signature -- (op, input dtypes, shapes and strides, attributes, and the
+identity of the inputs bound as constants) -- goes through GE's single-op path with all its
+checks (``pycann.ge.singleop.run_op``: schema defaults, shape/dtype inference, output check), as
+``aclopCreateHandle`` compiles an op once. Then the op's kernel is *bound* for that signature
+the way GE binds a plan's node (``pycann.kernels.bind.PREPARE``): a convolution's weight is
+packed into oneDNN's blocked layout once, a Gemm's B is packed once, a pooling / softmax /
+binary op gets its oneDNN primitive. Ops without a prepared form keep their generic kernel.
+Later calls only run the bound kernel on zero-copy numpy views of the tensors.
+
+Constant inputs (``PycannOp.consts``: a conv's weight and bias, a linear layer's weight) are
+identified by their tensor (a weak reference to it, or to the base of a view such as
+``weight.t()``), data pointer, strides and version counter (``Tensor._version``, bumped by every
+in-place write, e.g. an optimizer step): any change rebinds, so a packed weight is never stale.
 """
 
 from __future__ import annotations
 
+import functools
+import weakref
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -22,66 +31,172 @@ _MAX_HANDLES = 4096
 
 @dataclass(frozen=True)
 class _Handle:
-    opdef: Any
+    kernel: Any  # kernel(inputs, attrs) -> [y] (bound or generic)
+    out_kernel: Any  # out_kernel(inputs, attrs, [out]): the generic kernel writing into ``out``, or None
     attrs: dict[str, Any]
+    owners: tuple[Any, ...]  # weak references to the tensors bound as constants
+    bound: bool  # a prepared (bound) kernel, not the generic one
     out_shape: tuple[int, ...]
     out_dtype: torch.dtype
 
 
 _handles: dict[tuple[Any, ...], _Handle] = {}
+_threads = torch.get_num_threads
+counters = {"calls": 0, "bound_calls": 0, "binds": 0}
+"""Calls served here, calls that ran a bound (prepared) kernel, and kernels bound so far."""
 
 
-def _key(op_type: str, ins: Sequence[np.ndarray], attrs: Mapping[str, Any]) -> tuple[Any, ...]:
-    return (op_type, tuple((a.dtype.str, a.shape) for a in ins), tuple(sorted(attrs.items())))
-
-
-def run(op_type: str, inputs: Sequence[torch.Tensor], attrs: Mapping[str, Any],
-        out: torch.Tensor | None = None) -> torch.Tensor:
-    """Compute ``op_type`` on CPU tensors ``inputs``; the result is ``out`` when given and of the
-    result's shape and dtype (written in place), else a new CPU tensor. Errors are GE's
-    single-op errors (``UnsupportedOpError``, ``ShapeError``, ``KernelError``) naming the op."""
-    ins = [t.numpy() for t in inputs]
-    key = _key(op_type, ins, attrs)
+def _drop(key: tuple[Any, ...], ref: Any) -> None:
     h = _handles.get(key)
-    if h is None:
-        from pycann.ge.singleop import find_op, run_op
+    if h is not None and any(r is ref for r in h.owners):
+        del _handles[key]
 
-        res = run_op(op_type, ins, attrs)[0]
-        opdef = find_op(op_type)
-        full = opdef.with_defaults(dict(attrs), op_type)
-        full["_n_outputs"] = 1
-        if len(_handles) >= _MAX_HANDLES:
-            _handles.clear()
-        result = torch.from_numpy(_contiguous(res))
-        _handles[key] = _Handle(opdef, full, tuple(result.shape), result.dtype)
-        return _into(result, out)
-    usable = out is not None and out.shape == h.out_shape and out.dtype == h.out_dtype and out.is_contiguous()
-    dst = out if usable else torch.empty(h.out_shape, dtype=h.out_dtype)
-    assert dst is not None
+
+def _owner(t: torch.Tensor) -> torch.Tensor:
+    base = t._base
+    return base if base is not None else t
+
+
+def _const_key(t: Any) -> Any:
+    """What identifies constant input ``t`` (a tensor, usually an npu parameter) for binding."""
+    if not isinstance(t, torch.Tensor):
+        return None
+    return (id(_owner(t)), t.data_ptr(), tuple(t.shape), t.stride(), t._version)
+
+
+def _key(op_type: str, ins: Sequence[np.ndarray | None], attrs: Mapping[str, Any],
+         consts: tuple[Any, ...]) -> tuple[Any, ...]:
+    # the thread count too: oneDNN fixes a primitive's work split when it is created, so a kernel
+    # bound at 1 thread would stay single-threaded after torch.set_num_threads(2)
+    return (op_type, _threads(), tuple(None if a is None else (a.dtype.str, a.shape, a.strides) for a in ins),
+            tuple((k, tuple(v) if isinstance(v, list) else v) for k, v in sorted(attrs.items())), consts)
+
+
+def _bind(op_type: str, ins: list[np.ndarray | None], attrs: Mapping[str, Any], res: np.ndarray,
+          const_at: Sequence[int]) -> tuple[Any, Any, dict[str, Any], bool]:
+    """The kernel of this signature: the op's prepared kernel bound to ``ins[i]`` for ``i`` in
+    ``const_at`` (as GE binds a plan node with constant inputs), else its generic kernel."""
+    from pycann.dtypes import TensorDesc, from_numpy
+    from pycann.ge.singleop import find_op
+    from pycann.kernels.bind import PREPARE
     from pycann.kernels.table import into_kernel, run_kernel
 
-    into = into_kernel(h.opdef)
-    if into is not None:
-        into(ins, h.attrs, [dst.numpy()])
-    else:
-        dst.copy_(torch.from_numpy(_contiguous(run_kernel(h.opdef)(ins, h.attrs)[0])))
-    return dst if usable or out is None else _into(dst, out)
+    opdef = find_op(op_type)
+    full = opdef.with_defaults(dict(attrs), op_type)
+    full["_n_outputs"] = 1
+    if op_type == "BatchNormalization" and set(const_at) >= {1, 2, 3, 4}:
+        k = _bound_batch_norm(ins, full, res)
+        if k is not None:
+            return k, None, full, True
+    prepare = PREPARE.get((opdef.domain, op_type))
+    if prepare is not None:
+        descs = [None if a is None else TensorDesc(int(from_numpy(a.dtype)), tuple(int(d) for d in a.shape))
+                 for a in ins]
+        consts = [a if i in const_at else None for i, a in enumerate(ins)]
+        out = TensorDesc(int(from_numpy(res.dtype)), tuple(int(d) for d in res.shape))
+        k = prepare(full, descs, consts, [out])
+        if k is not None:
+            return k, None, full, True
+    return run_kernel(opdef), into_kernel(opdef), full, False
 
 
-def _contiguous(a: Any) -> np.ndarray:
-    """``a`` as a C-contiguous array of the same shape (``np.ascontiguousarray`` would make a
-    0-d array 1-d, and a 0-d ``div`` would then come back as shape [1])."""
+def _channels_last(a: np.ndarray) -> bool:
+    return a.ndim == 4 and a.shape[1] > 1 and a.strides[1] == a.itemsize and a.strides[3] == a.itemsize * a.shape[1]
+
+
+def _bound_batch_norm(ins: Sequence[np.ndarray | None], attrs: Mapping[str, Any], res: np.ndarray) -> Any:
+    """Inference BatchNormalization with constant scale, bias, mean and var, as GE computes it
+    after folding: ``x * s + t`` with ``s = scale / sqrt(var + eps)``, ``t = bias - mean * s``
+    computed once, run as pycann's ElementwiseChain (one multi-threaded oneDNN binary primitive
+    with a post-op, in the input's layout; small or odd-strided inputs take the numpy chain)."""
+    from pycann.dtypes import TensorDesc, from_numpy
+    from pycann.kernels.bind import PREPARE
+    from pycann.ops.registry import lookup
+
+    x, scale, bias, mean, var = ins[:5]
+    if x is None or x.dtype != np.float32 or any(a is None or a.dtype != np.float32 or a.ndim != 1
+                                                  for a in (scale, bias, mean, var)):
+        return None
+    assert scale is not None and bias is not None and mean is not None and var is not None
+    eps = float(attrs.get("epsilon", 1e-5))
+    s64 = scale.astype(np.float64) / np.sqrt(var.astype(np.float64) + eps)
+    bshape = (-1,) + (1,) * (x.ndim - 2)
+    s = s64.astype(np.float32).reshape(bshape)
+    t = (bias.astype(np.float64) - mean.astype(np.float64) * s64).astype(np.float32).reshape(bshape)
+    steps = [["Mul", 1, 0, 0.0, 0.0], ["Add", 2, 0, 0.0, 0.0]]
+    chain_attrs = {"steps": steps, "_layout": "NHWC" if _channels_last(x) else "NCHW"}
+    descs = [TensorDesc(1, tuple(int(d) for d in a.shape)) for a in (x, s, t)]
+    out = TensorDesc(int(from_numpy(res.dtype)), tuple(int(d) for d in res.shape))
+    chain = PREPARE[("pycann", "ElementwiseChain")](chain_attrs, descs, [None, s, t], [out]) \
+        or lookup("ElementwiseChain", "pycann", 1).kernel
+
+    def kernel(inputs: Sequence[Any], a: Mapping[str, Any]) -> list[np.ndarray]:
+        return list(chain([inputs[0], s, t], chain_attrs))
+
+    return kernel
+
+
+def run(op_type: str, inputs: Sequence[torch.Tensor | None], attrs: Mapping[str, Any],
+        out: torch.Tensor | None = None, consts: Sequence[tuple[int, torch.Tensor]] = ()) -> torch.Tensor:
+    """Compute ``op_type`` on CPU tensors ``inputs`` (None: an omitted optional input); the
+    result is ``out`` when given and of the result's shape and dtype (written in place), else a
+    new CPU tensor (in the layout the kernel produced: a conv's result is channels-last).
+    ``consts``: (input index, the npu tensor it views) for inputs to bind as constants. Errors are
+    GE's single-op errors (``UnsupportedOpError``, ``ShapeError``, ``KernelError``) naming the op."""
+    ins = [None if t is None else t.numpy() for t in inputs]
+    ckeys = tuple((i, _const_key(t)) for i, t in consts)
+    key = _key(op_type, ins, attrs, ckeys)
+    counters["calls"] += 1
+    h = _handles.get(key)
+    if h is not None and any(r() is None for r in h.owners):
+        h = None  # a bound tensor died: its id may now name another one
+    if h is None:
+        from pycann.ge.singleop import run_op
+
+        res = _array(run_op(op_type, ins, attrs)[0])
+        kernel, out_kernel, full, bound = _bind(op_type, ins, attrs, res, [i for i, _ in consts])
+        if len(_handles) >= _MAX_HANDLES:
+            _handles.clear()
+        result = torch.from_numpy(res)
+        # the handle goes when a bound tensor dies: its packed copy (a conv's weight) must not outlive the model
+        owners = tuple(weakref.ref(_owner(t), functools.partial(_drop, key)) for _, t in consts)
+        _handles[key] = _Handle(kernel, out_kernel, full, owners, bound, tuple(result.shape), result.dtype)
+        counters["binds"] += bound
+        return _into(result, out)
+    if h.bound:
+        counters["bound_calls"] += 1
+    elif h.out_kernel is not None and out is not None and out.dtype == h.out_dtype \
+            and tuple(out.shape) == h.out_shape and (out.is_contiguous() or _same_view(out, inputs[0])):
+        # relu_, add_ and .out overloads: the kernel writes the destination itself (no temporary)
+        h.out_kernel(ins, h.attrs, [out.numpy()])
+        return out
+    res = _array(h.kernel(ins, h.attrs)[0])
+    return _into(torch.from_numpy(res), out)
+
+
+def _same_view(out: torch.Tensor, x: torch.Tensor | None) -> bool:
+    """``out`` is input ``x`` itself (an in-place op such as ``relu_`` on a channels-last tensor:
+    the elementwise kernel writes any layout)."""
+    return x is not None and out.data_ptr() == x.data_ptr() and out.stride() == x.stride()
+
+
+def _array(a: Any) -> np.ndarray:
+    """``a`` as a writable array torch can view: a 0-d result stays 0-d (``np.ascontiguousarray``
+    would make it 1-d); a read-only or negatively strided one is copied."""
     a = np.asarray(a)
-    return a if a.flags.c_contiguous else np.ascontiguousarray(a).reshape(a.shape)
+    if a.flags.writeable and all(s >= 0 for s in a.strides):
+        return a
+    return np.array(a, copy=True)
 
 
 def _into(result: torch.Tensor, out: torch.Tensor | None) -> torch.Tensor:
     if out is None or out.shape != result.shape or out.dtype != result.dtype:
         return result
-    out.copy_(result)
+    if out.data_ptr() != result.data_ptr():
+        out.copy_(result)
     return out
 
 
 def clear() -> None:
-    """Drop the cached handles."""
+    """Drop the cached handles (and with them the packed weights they hold)."""
     _handles.clear()

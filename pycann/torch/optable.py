@@ -30,6 +30,8 @@ from typing import Any
 
 import torch
 
+from pycann.kernels.algorithm import ONEDNN_GEMM, TORCH_CONV2D_NHWC
+
 
 class Provider(enum.Enum):
     """Who computes an ATen op on the npu device (see the module docstring)."""
@@ -54,6 +56,11 @@ class PycannOp:
     inputs: Callable[[Sequence[Any]], list[Any]]
     attrs: Callable[[Sequence[Any]], dict[str, Any]]
     accepts: Callable[[Sequence[Any], dict[str, Any]], bool]
+    # indices (into ``inputs(args)``) of inputs bound as constants when the op's kernel is bound
+    # for a signature (a conv's weight and bias: packed once, ``_pycann_ops``)
+    consts: tuple[int, ...] = ()
+    # ATen's result from the op's output and the arguments (ops with more results than the ONNX op)
+    result: Callable[[Any, Sequence[Any]], Any] | None = None
 
 
 _FLOATS = (torch.float32, torch.float64, torch.float16, torch.bfloat16)
@@ -76,6 +83,106 @@ def _same_float(a: Sequence[Any], k: dict[str, Any]) -> bool:
 
 def _binary(op_type: str) -> PycannOp:
     return PycannOp(op_type, lambda a: [a[0], a[1]], lambda a: {}, _same_float)
+
+
+def _unary_inplace(op_type: str) -> PycannOp:
+    """``relu_`` & co.: the op's result written back into ``self`` (``_dispatch`` passes it as ``out``)."""
+    return PycannOp(op_type, lambda a: [a[0]], lambda a: {}, lambda a, k: _float_tensor(a[0]))
+
+
+def _binary_inplace_ok(a: Sequence[Any], k: dict[str, Any]) -> bool:
+    return _same_float(a, k)
+
+
+def _conv_ok(a: Sequence[Any], k: dict[str, Any]) -> bool:
+    """2-D, float32, not transposed, symmetric padding by construction (ATen's int[] padding)."""
+    x, w, b = a[0], a[1], a[2] if len(a) > 2 else None
+    return (isinstance(x, torch.Tensor) and isinstance(w, torch.Tensor) and x.dtype == torch.float32
+            and w.dtype == torch.float32 and x.dim() == 4 and w.dim() == 4 and not a[6]
+            and not any(int(p) for p in a[7]) and (b is None or (isinstance(b, torch.Tensor) and b.dtype == torch.float32
+                                                               and b.dim() == 1)))
+
+
+def _conv_inputs(a: Sequence[Any]) -> list[Any]:
+    return [a[0], a[1]] if a[2] is None else [a[0], a[1], a[2]]
+
+
+def _conv_attrs(a: Sequence[Any]) -> dict[str, Any]:
+    pads = [int(p) for p in a[4]]
+    return {"kernel_shape": [int(d) for d in a[1].shape[2:]], "strides": [int(s) for s in a[3]],
+            "pads": pads + pads, "dilations": [int(d) for d in a[5]], "group": int(a[8]),
+            # pycann's Conv on its torch provider, channels-last with the weight prepacked (the
+            # algorithm GE selects for ResNet-class convs; ``kernels.bind._conv`` binds it)
+            "_algo": TORCH_CONV2D_NHWC}
+
+
+def _addmm_ok(a: Sequence[Any], k: dict[str, Any]) -> bool:
+    """``addmm(bias, x, w)`` as nn.Linear calls it: float32 2-D matrices, a bias of N values,
+    ``beta`` and ``alpha`` 1 (keyword-only in ATen's schema; other values run on torch's kernel)."""
+    c, x, w = a[0], a[1], a[2]
+    return (k.get("beta", 1) == 1 and k.get("alpha", 1) == 1 and _float_tensor(x) and x.dtype == torch.float32
+            and isinstance(w, torch.Tensor) and w.dtype == torch.float32 and isinstance(c, torch.Tensor)
+            and c.dtype == torch.float32 and x.dim() == 2 and w.dim() == 2 and c.dim() == 1
+            and c.shape[0] == w.shape[1])
+
+
+def _bn_ok(a: Sequence[Any], k: dict[str, Any]) -> bool:
+    """Inference batch norm (running statistics) with affine parameters, float32."""
+    return (_float_tensor(a[0]) and a[0].dtype == torch.float32 and a[0].dim() >= 2
+            and all(isinstance(t, torch.Tensor) and t.dtype == torch.float32 for t in a[1:5]))
+
+
+def _bn_eps(a: Sequence[Any]) -> dict[str, Any]:
+    # _native_batch_norm_legit_no_training(x, w, b, mean, var, momentum, eps);
+    # native_batch_norm(x, w, b, mean, var, training, momentum, eps)
+    return {"epsilon": float(a[-1])}
+
+
+def _bn_result(y: Any, a: Sequence[Any]) -> Any:
+    e = torch.empty(0, dtype=y.dtype)
+    return y, e, e.clone()
+
+
+def _native_bn_ok(a: Sequence[Any], k: dict[str, Any]) -> bool:
+    return not a[5] and _bn_ok(a, k)
+
+
+def _gap_ok(a: Sequence[Any], k: dict[str, Any]) -> bool:
+    return _float_tensor(a[0]) and a[0].dim() == 4 and [int(s) for s in a[1]] == [1, 1]
+
+
+def _spatial_mean_ok(a: Sequence[Any], k: dict[str, Any]) -> bool:
+    """``mean.dim`` over the two spatial dims of a 4-D float tensor (what adaptive_avg_pool2d to
+    1x1 becomes): GlobalAveragePool."""
+    x = a[0]
+    dims = a[1] if len(a) > 1 else None
+    return (_float_tensor(x) and x.dim() == 4 and dims is not None and len(dims) == 2
+            and {int(d) % 4 for d in dims} == {2, 3} and k.get("dtype") is None)
+
+
+def _spatial_mean_result(y: Any, a: Sequence[Any]) -> Any:
+    keepdim = bool(a[2]) if len(a) > 2 else False
+    return y if keepdim else y.reshape(y.shape[:2])
+
+
+def _avg_pool_ok(a: Sequence[Any], k: dict[str, Any]) -> bool:
+    """``avg_pool2d`` without ceil_mode or divisor_override (where ONNX AveragePool means the same)."""
+    ceil = bool(a[4]) if len(a) > 4 else False
+    divisor = a[6] if len(a) > 6 else None
+    return _float_tensor(a[0]) and a[0].dim() == 4 and not ceil and divisor is None
+
+
+def _pair(v: Any, default: Any) -> list[int]:
+    v = default if v is None or (isinstance(v, (list, tuple)) and not v) else v
+    return [int(v[0]), int(v[-1])] if isinstance(v, (list, tuple)) else [int(v), int(v)]
+
+
+def _avg_pool_attrs(a: Sequence[Any]) -> dict[str, Any]:
+    kernel = _pair(a[1], None)
+    stride = _pair(a[2] if len(a) > 2 else None, kernel)  # ATen: an empty stride means the kernel size
+    pad = _pair(a[3] if len(a) > 3 else 0, 0)
+    include = bool(a[5]) if len(a) > 5 else True
+    return {"kernel_shape": kernel, "strides": stride, "pads": pad + pad, "count_include_pad": int(include)}
 
 
 def _softmax_ok(a: Sequence[Any], k: dict[str, Any]) -> bool:
@@ -110,6 +217,20 @@ PYCANN_OPS: dict[str, PycannOp] = {
     "aten::_softmax": PycannOp("Softmax", lambda a: [a[0]], lambda a: {"axis": int(a[1])}, _softmax_ok),
     "aten::_log_softmax": PycannOp("LogSoftmax", lambda a: [a[0]], lambda a: {"axis": int(a[1])},
                                    _softmax_ok),
+    "aten::relu_": _unary_inplace("Relu"),
+    "aten::add_": PycannOp("Add", lambda a: [a[0], a[1]], lambda a: {}, _binary_inplace_ok),
+    "aten::mul_": PycannOp("Mul", lambda a: [a[0], a[1]], lambda a: {}, _binary_inplace_ok),
+    "aten::convolution": PycannOp("Conv", _conv_inputs, _conv_attrs, _conv_ok, consts=(1, 2)),
+    "aten::addmm": PycannOp("Gemm", lambda a: [a[1], a[2], a[0]], lambda a: {"_algo": ONEDNN_GEMM}, _addmm_ok,
+                            consts=(1, 2)),
+    "aten::_native_batch_norm_legit_no_training": PycannOp(
+        "BatchNormalization", lambda a: list(a[:5]), _bn_eps, _bn_ok, consts=(1, 2, 3, 4), result=_bn_result),
+    "aten::native_batch_norm": PycannOp(
+        "BatchNormalization", lambda a: list(a[:5]), _bn_eps, _native_bn_ok, consts=(1, 2, 3, 4), result=_bn_result),
+    "aten::_adaptive_avg_pool2d": PycannOp("GlobalAveragePool", lambda a: [a[0]], lambda a: {}, _gap_ok),
+    "aten::avg_pool2d": PycannOp("AveragePool", lambda a: [a[0]], _avg_pool_attrs, _avg_pool_ok),
+    "aten::mean": PycannOp("GlobalAveragePool", lambda a: [a[0]], lambda a: {}, _spatial_mean_ok,
+                           result=_spatial_mean_result),
 }
 
 # ATen ops run by torch's CPU kernel as the npu device's own kernel (packet names, any overload),
@@ -197,7 +318,7 @@ def pycann_op(name: str, packet: str) -> PycannOp | None:
     """The ``PYCANN_OPS`` entry of an overload: its functional (``add.Tensor``), ``.out`` or
     default overload; None for other overloads (``add.Scalar``, in-place ``add_``)."""
     overload = name[len(packet) + 1:] if name != packet else ""
-    if overload in ("", "Tensor", "out", "default", "int", "Tensor_out"):
+    if overload in ("", "Tensor", "out", "default", "int", "Tensor_out", "dim"):
         return PYCANN_OPS.get(packet)
     return None
 

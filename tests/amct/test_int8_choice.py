@@ -22,7 +22,7 @@ S, ZP = 0.03, 4
 
 def _conv_model(c: int, m: int, hw: int, group: int = 1, seven_bit: bool = True, k: int = 3,
                 wmax: int = 127) -> tuple[onnx.ModelProto, onnx.ModelProto]:
-    """(QDQ model, its float twin: the dequantised weights, no activation Clip / QDQ)."""
+    """(QDQ model, its float twin: the dequantised weights, the activation Clip, no QDQ)."""
     w = RNG.integers(-wmax, wmax + 1, (m, c // group, k, k)).astype(np.int8)
     ws = RNG.uniform(0.002, 0.01, m).astype(np.float32)
     b = RNG.standard_normal(m).astype(np.float32)
@@ -39,7 +39,9 @@ def _conv_model(c: int, m: int, hw: int, group: int = 1, seven_bit: bool = True,
                helper.make_node("Relu", ["c"], ["y"])]
     q_inits = common + [numpy_helper.from_array(np.float32(S), "s"), numpy_helper.from_array(np.uint8(ZP), "zp"),
                         numpy_helper.from_array(w, "W"), numpy_helper.from_array(ws, "ws")]
-    f_nodes = [helper.make_node("Conv", ["x", "Wf", "B"], ["c"], **conv), q_nodes[-1]]
+    # the float twin keeps the Clip: it may be the model's own activation (ReLU6), so a layer kept
+    # fp32 reads the clipped activation
+    f_nodes = [q_nodes[0], helper.make_node("Conv", ["xc", "Wf", "B"], ["c"], **conv), q_nodes[-1]]
     f_inits = common + [numpy_helper.from_array(w.astype(np.float32) * ws[:, None, None, None], "Wf")]
     mk = lambda nodes, inits: helper.make_model(helper.make_graph(nodes, "g", x_in, y_out, inits),  # noqa: E731
                                                 opset_imports=[helper.make_opsetid("", 13)])
@@ -64,6 +66,20 @@ def _close(got: np.ndarray, want: np.ndarray) -> None:
     np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5 * float(np.abs(want).max()))
 
 
+def _close_fast(got: np.ndarray, want: np.ndarray, q: onnx.ModelProto) -> None:
+    """The QDQ graph's values under high_performance, where oneDNN quantises the input (x times
+    1 / scale where QuantizeLinear divides): an input at a half-way point may land 1 LSB away, which
+    moves the outputs reading it (kh * kw * M of them) by at most S * max |dequantised weight| each.
+    Such outputs must be few (< 5%: a flipped input in 1,000 touches up to 576 x 64 / 36,864 of them
+    here) and within 2 of those steps; all others within float rounding."""
+    inits = {t.name: numpy_helper.to_array(t) for t in q.graph.initializer}
+    step = S * float(np.abs(inits["W"].astype(np.float32) * inits["ws"].reshape(-1, 1, 1, 1)).max())
+    d = np.abs(got - want)
+    off = d > 1e-5 * float(np.abs(want).max()) + 1e-5 * np.abs(want)
+    assert off.mean() < 0.05, f"{off.sum()} of {off.size} outputs off"
+    assert float(d.max()) <= 2 * step + 1e-5 * float(np.abs(want).max()), (float(d.max()), step)
+
+
 def test_macs_per_element_by_hand() -> None:
     conv = Node("QuantConv", ["x", "w"], ["y"], {"strides": [2, 2], "group": 1})
     # 3 -> 64, 7x7, stride 2 on 224: 64*3*49*112^2 MACs over 3*224^2 + 64*112^2 elements
@@ -82,7 +98,9 @@ def test_dense_conv_runs_int8_with_the_qdq_values() -> None:
     lm, ops, lines = _compile(q)
     assert ops == ["QuantConv"], (ops, lines)
     x = RNG.standard_normal((1, 64, 24, 24)).astype(np.float32)
-    _close(lm.run([x])[0], _ort(q, x))
+    _close_fast(lm.run([x])[0], _ort(q, x), q)
+    exact, _, _ = _compile(q, "high_precision")
+    _close(exact.run([x])[0], _ort(q, x))
 
 
 @pytest.mark.parametrize("c,m,group,hw,why", [(16, 16, 16, 12, "depthwise conv"),
@@ -106,7 +124,7 @@ def test_full_range_conv_is_int8_only_where_exact() -> None:
     x = RNG.standard_normal((1, 64, 24, 24)).astype(np.float32) * 2
     if torch_int8.usable(seven_bit=False):  # VNNI
         assert ops == ["QuantConv"]
-        _close(lm.run([x])[0], _ort(q, x))
+        _close_fast(lm.run([x])[0], _ort(q, x), q)
     else:
         assert "QuantConv" not in ops
         assert any("kept fp32 (the int8 kernel is not exact on this CPU" in ln for ln in lines), lines
@@ -120,7 +138,7 @@ def test_narrow_weights_are_exact_without_vnni() -> None:
     lm, ops, _ = _compile(q)
     assert ops == ["QuantConv"], ops
     x = RNG.standard_normal((1, 64, 24, 24)).astype(np.float32) * 2  # full-range uint8 activations
-    _close(lm.run([x])[0], _ort(q, x))
+    _close_fast(lm.run([x])[0], _ort(q, x), q)
 
 
 def test_small_matmul_is_kept_fp32() -> None:
@@ -155,7 +173,7 @@ def test_qdq_pairs_around_float_ops_are_bypassed_under_high_performance() -> Non
     x = RNG.standard_normal((1, 4, 5, 5)).astype(np.float32)
     fast, ops, lines = _compile(m)
     assert "QuantizeLinear" not in ops and any("1 QuantizeLinear -> DequantizeLinear pairs" in ln for ln in lines)
-    _close(fast.run([x])[0], x + c)
+    _close(fast.run([x])[0], x + c)  # rounding and saturation dropped (zero point 4: no folded ReLU)
     exact, ops_hp, _ = _compile(m, "high_precision")
     assert "QuantizeLinear" in ops_hp
     _close(exact.run([x])[0], _ort(m, x))

@@ -36,10 +36,23 @@ def test_active_and_inherit(monkeypatch: pytest.MonkeyPatch) -> None:
     assert "OMP_WAIT_POLICY" not in os.environ
 
 
+def test_brief_sets_a_short_libgomp_spin(monkeypatch: pytest.MonkeyPatch) -> None:
+    from pycann.config import BRIEF_SPINCOUNT
+
+    monkeypatch.delenv("OMP_WAIT_POLICY", raising=False)
+    monkeypatch.delenv("GOMP_SPINCOUNT", raising=False)
+    monkeypatch.setenv("PYCANN_OMP_WAIT_POLICY", "brief")
+    assert apply_omp_wait_policy() == "BRIEF"
+    try:
+        assert os.environ["GOMP_SPINCOUNT"] == str(BRIEF_SPINCOUNT) and "OMP_WAIT_POLICY" not in os.environ
+    finally:
+        os.environ.pop("GOMP_SPINCOUNT", None)  # set by pycann, not by monkeypatch: undo it here
+
+
 def test_bad_value_names_the_variable(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.delenv("OMP_WAIT_POLICY", raising=False)
     monkeypatch.setenv("PYCANN_OMP_WAIT_POLICY", "spin")
-    with pytest.raises(ConfigError, match="PYCANN_OMP_WAIT_POLICY='spin'.*passive, active, inherit"):
+    with pytest.raises(ConfigError, match="PYCANN_OMP_WAIT_POLICY='spin'.*passive, active, brief, inherit"):
         apply_omp_wait_policy()
 
 

@@ -155,10 +155,10 @@ def test_report_counts_providers() -> None:
 
     pycann.torch.reset()
     x = torch.randn(3, 3, device="npu")
-    host = torch.relu(x)  # default: torch's kernel on the host memory
-    _dispatch.use_kernels("pycann")
+    mine = torch.relu(x)  # default: pycann's Relu through GE's single-op path
+    _dispatch.use_kernels("host")
     try:
-        mine = torch.relu(x)  # pycann's Relu through GE's single-op path
+        host = torch.relu(x)  # torch's kernel on the host memory
     finally:
         _dispatch.use_kernels(None)
     torch.testing.assert_close(mine.cpu(), host.cpu())
@@ -216,10 +216,10 @@ def test_op_table_names_ops_pycann_has() -> None:
 def test_torch_kernels_knob_rejects_unknown_values(monkeypatch: pytest.MonkeyPatch) -> None:
     from pycann import config
 
-    monkeypatch.setenv("PYCANN_TORCH_KERNELS", "pycann")
-    assert config.torch_kernels() == "pycann"
-    monkeypatch.delenv("PYCANN_TORCH_KERNELS")
+    monkeypatch.setenv("PYCANN_TORCH_KERNELS", "host")
     assert config.torch_kernels() == "host"
+    monkeypatch.delenv("PYCANN_TORCH_KERNELS")
+    assert config.torch_kernels() == "pycann"
     monkeypatch.setenv("PYCANN_TORCH_KERNELS", "gpu")
     with pytest.raises(config.ConfigError, match="PYCANN_TORCH_KERNELS='gpu'"):
         config.torch_kernels()

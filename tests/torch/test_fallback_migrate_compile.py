@@ -127,3 +127,80 @@ def test_compile_backend_matches_eager() -> None:
     torch.testing.assert_close(got.cpu(), ref, rtol=1e-4, atol=1e-5)
     recs = graph_report()
     assert recs and recs[0].compiled and recs[0].calls == 1 and isinstance(recs[0].compile_seconds, float)
+
+
+def test_compile_reports_graph_breaks_and_unsupported_ops_per_op() -> None:
+    """A graph break splits the function into two graphs, both reported, with Dynamo's reason;
+    a graph holding an op GE lacks runs eagerly and names the op."""
+    torch._dynamo.reset()
+    reset_graph_report()
+
+    def f(x: torch.Tensor) -> torch.Tensor:
+        y = torch.relu(x) * 2
+        torch._dynamo.graph_break()
+        return torch.special.i0e(y) + 1  # no ONNX export / GE op for i0e: eager, reported
+
+    x = torch.randn(4, 5)
+    with torch.no_grad():
+        got = torch.compile(f, backend="npu")(x.npu())
+    torch.testing.assert_close(got.cpu(), torch.special.i0e(torch.relu(x) * 2) + 1)
+    from pycann.torch.compile import format_graph_report, graph_breaks
+
+    recs = graph_report()
+    assert len(recs) == 2, format_graph_report()
+    assert recs[0].compiled and not recs[1].compiled and recs[1].reason
+    assert sum(graph_breaks().values()) >= 1
+    text = format_graph_report()
+    assert "graph break x" in text and "eager (" in text
+
+
+MIGRATION_TWO_DEVICES = r"""
+import torch, pycann.torch
+from pycann.torch.contrib import transfer_to_npu  # noqa: F401
+assert torch.cuda.device_count() == 2
+assert torch.zeros(1, device="cuda:1").device == torch.device("npu", 1)
+assert torch.ones(1).to(torch.device("cuda", 1)).device == torch.device("npu", 1)
+assert torch.ones(1).cuda(1).device == torch.device("npu", 1) and torch.ones(1).to(1).device.index == 1
+torch.cuda.set_device(1)
+assert torch.cuda.current_device() == 1 and torch.ones(1).cuda().device == torch.device("npu", 1)
+from pycann.torch.migrate import map_device
+assert [map_device(d) for d in ("cuda:1", torch.device("cuda", 0), "cpu")] == [
+    torch.device("npu", 1), torch.device("npu", 0), "cpu"]
+import os, socket
+import torch.distributed as dist, torch.nn.parallel as par
+with socket.socket() as s:
+    s.bind(("127.0.0.1", 0))
+    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(s.getsockname()[1]))
+dist.init_process_group("nccl", rank=0, world_size=1)  # nccl -> hccl
+assert dist.get_backend() == "hccl"
+m = torch.nn.Linear(2, 2).cuda(1)
+d = par.DistributedDataParallel(m, device_ids=["cuda:1"], output_device="cuda:1")
+assert d.device_ids == [1] and d.device == torch.device("npu", 1)
+d(torch.ones(3, 2).cuda(1)).sum().backward()
+assert m.weight.grad is not None and m.weight.grad.device == torch.device("npu", 1)
+dist.destroy_process_group()
+print("OK")
+"""
+
+
+def test_migration_to_a_second_device() -> None:
+    r = _run(["-c", MIGRATION_TWO_DEVICES], env={"PYCANN_DEVICE_COUNT": "2"})
+    assert r.returncode == 0 and "OK" in r.stdout, r.stderr[-3000:]
+
+
+def test_openmp_wait_policy_is_set_before_torch_loads_libgomp() -> None:
+    """torch's libgomp reads OMP_WAIT_POLICY once, when ``import torch`` loads it: under pycann-run
+    (and when pycann.torch is imported first) pycann's policy is in place by then; an app that
+    imports torch itself first is told so by ``OMP_POLICY_LATE``."""
+    env = {k: v for k, v in os.environ.items() if k not in ("OMP_WAIT_POLICY", "GOMP_SPINCOUNT",
+                                                            "PYCANN_OMP_WAIT_POLICY")}
+    code = "import os, torch, torch_npu, pycann.torch as t; print(os.environ.get('OMP_WAIT_POLICY'), t.OMP_POLICY_LATE)"
+    r = subprocess.run([sys.executable, "-m", "pycann.tools.run", "-c", code], capture_output=True, text=True,
+                       env=dict(env, PYTHONPATH=str(ROOT)), timeout=300)
+    assert r.returncode == 0 and r.stdout.split()[-2:] == ["PASSIVE", "False"], r.stderr[-2000:]
+    r = subprocess.run([sys.executable, "-c", code.replace("torch, torch_npu,", "pycann.torch, torch,")],
+                       capture_output=True, text=True, env=dict(env, PYTHONPATH=str(ROOT)), timeout=300)
+    assert r.returncode == 0 and r.stdout.split()[-2:] == ["PASSIVE", "False"], r.stderr[-2000:]
+    r = subprocess.run([sys.executable, "-c", code.replace(", torch_npu", "")], capture_output=True, text=True,
+                       env=dict(env, PYTHONPATH=str(ROOT)), timeout=300)
+    assert r.returncode == 0 and r.stdout.split()[-2:] == ["PASSIVE", "True"], r.stderr[-2000:]

@@ -23,7 +23,8 @@ Rewrites (ONNX semantics, Operators.md):
   spatial axes ``2..rank-1`` (attribute, or constant input from opset 18) with ``keepdims=1``, unless
   ``x - mean(x)`` follows (a normalisation, left to LayerNormFusion) -> ``GlobalAveragePool`` (the dynamo exporter's spelling of ``adaptive_avg_pool2d(1)``; same mean,
   summation order aside).
-- activation spellings live in ``canonicalize_act`` (HardSigmoid, HardSwish, Mish).
+- activation spellings live in ``canonicalize_act`` (HardSigmoid, HardSwish, Mish; the version
+  converter's Softmax-13 form, ``Softmax13Spelling``).
 """
 
 from __future__ import annotations
@@ -33,7 +34,7 @@ import numpy as np
 from pycann.dtypes import TensorDesc, to_numpy
 from pycann.ge.ir import Graph, Node
 from pycann.ge.passes.base import PassContext, PassResult
-from pycann.ge.passes.canonicalize_act import ACT_REWRITES, Rewrite
+from pycann.ge.passes.canonicalize_act import ACT_REWRITES, SOFTMAX13_REWRITE, Rewrite
 from pycann.ge.passes.pattern import GraphIndex, Rewrites, is_op
 
 name = "Canonicalize"
@@ -248,6 +249,7 @@ REWRITES: tuple[Rewrite, ...] = (
     Rewrite("ReduceMeanToGlobalAveragePool", ("ReduceMean",), _reduce_mean_gap),
     Rewrite("DivByConstant", ("Div",), _div_const),
     Rewrite("GemmToMatMul", ("Gemm",), _gemm),
+    SOFTMAX13_REWRITE,
     Rewrite("FlattenToReshape", ("Flatten",), _flatten),
     Rewrite("PadIntoConv", ("Pad",), _pad_conv),
     *ACT_REWRITES,

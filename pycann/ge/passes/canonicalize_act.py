@@ -10,6 +10,13 @@ which ConvActivationFusion and MatMulBiasActivationFusion take as one post-op:
 - ``HardSwishSpelling``: ``Mul(x, HardSigmoid(x; 1/6, 0.5))`` and
   ``Mul(Mul(x, Clip(Add(x, 3), 0, 6)), 1/6)`` -> ``HardSwish(x)``.
 - ``MishSpelling``: ``Mul(x, Tanh(Softplus(x)))`` -> ``Mish(x)`` (opset 18).
+- ``Softmax13Spelling`` (a row of its own in ``canonicalize.REWRITES``, before FlattenToReshape):
+  ``Reshape(Softmax(Flatten(x, axis=r-1), axis=-1 or 1), Shape(x))`` for ``x`` of rank ``r`` (or
+  the Reshape to ``x``'s static shape that constant folding makes of it) ->
+  ``Softmax(x, axis=-1)``. ONNX's version converter writes that form for every Softmax it lifts
+  from opset < 13 (AMCT and ONNX Runtime's quantiser lift models to 13 for per-channel
+  DequantizeLinear); unrewritten, AttentionFusion misses it and a quantised transformer runs its
+  attention unfused (PP-OCRv4 rec's INT8 plan was slower than fp32 by that).
 
 All keep NaN as NaN (every spelling and the op propagate it) and agree to within float rounding.
 """
@@ -144,6 +151,34 @@ def _mish(ix: GraphIndex, g: Graph, n: Node, rw: Rewrites) -> Result:
         return [sp, tanh, n], [Node("Mish", [x], list(n.outputs), name=f"{n.name}_mish", opset=18)]
     return None
 
+
+def _softmax13(ix: GraphIndex, g: Graph, n: Node, rw: Rewrites) -> Result:
+    fl = ix.producers.get(n.inputs[0])
+    if not is_op(fl, "Flatten") or fl is None or ix.sole_consumer(fl.outputs[0]) is not n:
+        return None
+    rs = ix.sole_consumer(n.outputs[0])
+    if not is_op(rs, "Reshape") or rs is None or len(rs.inputs) < 2 or rs.inputs[0] != n.outputs[0]:
+        return None
+    shp = ix.producers.get(rs.inputs[1])
+    x = fl.inputs[0]
+    d = ix.desc(x)
+    # the target shape is Shape(x), or, where x's shape is static, that shape folded to a constant
+    of_x = is_op(shp, "Shape") and shp is not None and shp.inputs[0] == x and not shp.attrs.get("start") \
+        and not shp.attrs.get("end")
+    folded = ix.const(rs.inputs[1])
+    if not of_x and not (folded is not None and d is not None and d.shape is not None
+                         and all(isinstance(v, int) for v in d.shape) and folded.tolist() == list(d.shape)):
+        return None
+    if d is None or d.shape is None:
+        return f"Softmax {n.name}: the rank of the Flatten's input is not known"
+    rank = len(d.shape)
+    axis = int(fl.attrs.get("axis", 1))
+    if (axis + rank if axis < 0 else axis) != rank - 1 or int(n.attrs.get("axis", -1)) not in (-1, 1):
+        return f"Softmax {n.name}: the Flatten merges more than the last axis (not one Softmax over an axis)"
+    return [fl, n, rs], [Node("Softmax", [x], list(rs.outputs), {"axis": -1}, name=f"{n.name}_axis", opset=13)]
+
+
+SOFTMAX13_REWRITE = Rewrite("Softmax13Spelling", ("Softmax",), _softmax13)
 
 ACT_REWRITES: tuple[Rewrite, ...] = (
     Rewrite("HardSigmoidSpelling", ("Mul", "Clip"), _hard_sigmoid),

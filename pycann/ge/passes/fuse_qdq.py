@@ -27,8 +27,9 @@ from typing import Any
 import numpy as np
 
 from pycann.ge.ir import Graph, Node
-from pycann.ge.passes import int8_choice
+from pycann.ge.passes import fuse_qdq_chain, int8_choice
 from pycann.ge.passes.base import PassContext, PassResult
+from pycann.ge.passes.fuse_qdq_float import range_clip
 from pycann.ge.passes.pattern import GraphIndex, Rewrites, is_op, rename_uses
 from pycann.ge.passes.select_kernels import approx_allowed
 from pycann.ops.quant_conv import DOMAIN, narrow_weights, quantize_activation
@@ -145,6 +146,36 @@ def _input(ix: GraphIndex, value: str) -> tuple[str, float, int, bool, int, int,
     return clip[0], s, zp, unsigned, clip[1], clip[2], [ix.producers[x]]
 
 
+def _residual_add(ix: GraphIndex, value: str) -> tuple[Node, str] | None:
+    """(Add, the other input) when ``value`` is read only by an ``Add`` of a float tensor of the
+    same static shape (a residual connection, not a broadcast bias): the int8 conv adds it in its
+    epilogue (input ``Z``) before the activation."""
+    add = ix.sole_consumer(value)
+    if not is_op(add, "Add") or add is None or len(add.inputs) != 2 or add.inputs[0] == add.inputs[1]:
+        return None
+    other = ix.other_input(add, value)
+    if other is None or ix.const(other) is not None:
+        return None
+    a, b = ix.desc(value), ix.desc(other)
+    if a is None or b is None or a.shape is None or b.shape != a.shape or b.dtype != 1 or len(a.shape) != 4:
+        return None
+    if not all(isinstance(d, int) for d in a.shape[1:]):
+        return None
+    return add, other
+
+
+def _activation_clip(ix: GraphIndex, clip: Node) -> tuple[float, float] | None:
+    """(lo, hi) of a Clip with constant bounds after a conv (ReLU6), to run in the int8 epilogue;
+    None when it is not one, or when a QuantizeLinear reads it (then the next layer absorbs it as
+    its quantisation clamp, ``_absorbed_clip``)."""
+    if not is_op(clip, "Clip") or len(clip.inputs) != 3 or not clip.inputs[1] or not clip.inputs[2]:
+        return None
+    if any(is_op(r, "QuantizeLinear") for r in ix.consumers.get(clip.outputs[0], [])):
+        return None
+    lo, hi = ix.scalar(clip.inputs[1]), ix.scalar(clip.inputs[2])
+    return None if lo is None or hi is None or not lo <= hi else (float(lo), float(hi))
+
+
 def _relu_after(ix: GraphIndex, value: str) -> Node | None:
     relu = ix.sole_consumer(value)
     return relu if is_op(relu, "Relu") else None
@@ -215,7 +246,7 @@ def _match_matmul(ix: GraphIndex, g: Graph, mm: Node) -> tuple[list[Node], Node]
     return nodes, Node("QuantMatMul", ins, [out], attrs, name=f"{mm.name}_int8", domain=DOMAIN, opset=1)
 
 
-def _match(ix: GraphIndex, g: Graph, conv: Node) -> tuple[list[Node], Node] | str:
+def _match(ix: GraphIndex, g: Graph, conv: Node, residual_ok: bool = True) -> tuple[list[Node], Node] | str:
     act = _input(ix, conv.inputs[0])
     if isinstance(act, str):
         return act
@@ -237,18 +268,33 @@ def _match(ix: GraphIndex, g: Graph, conv: Node) -> tuple[list[Node], Node] | st
     nodes = [*absorbed, conv]
     out = conv.outputs[0]
     activation = ""
+    residual = _residual_add(ix, out) if residual_ok else None
+    if residual is not None:
+        nodes.append(residual[0])
+        out = residual[0].outputs[0]
     relu = ix.sole_consumer(out)
+    clip_bounds: list[float] = []
     if is_op(relu, "Relu") and relu is not None:
         nodes.append(relu)
         out = relu.outputs[0]
         activation = "Relu"
+    elif relu is not None and (bounds := _activation_clip(ix, relu)) is not None:
+        nodes.append(relu)
+        out = relu.outputs[0]
+        activation, clip_bounds = "Clip", list(bounds)
     ins = [x, w_name]
+    if b is None and residual is not None:
+        b = np.zeros(wt.shape[0], np.float32)  # Z is input 3: B must be there
     if b is not None:
         b_name = g.fresh_name(f"{conv.name}_qbias")
         b.flags.writeable = False
         g.initializers[b_name] = b
         ins.append(b_name)
+    if residual is not None:
+        ins.append(residual[1])
     attrs = {k: v for k, v in conv.attrs.items() if not k.startswith("_")}
+    if clip_bounds:
+        attrs.update(clip_min=clip_bounds[0], clip_max=clip_bounds[1])
     attrs.update(x_scale=s, x_zero_point=zp, x_unsigned=int(unsigned), w_scale=[float(v) for v in ws],
                  activation=activation, seven_bit=int(unsigned and q_max <= 127), q_min=q_min, q_max=q_max,
                  narrow_w=narrow_weights(wt))
@@ -257,13 +303,25 @@ def _match(ix: GraphIndex, g: Graph, conv: Node) -> tuple[list[Node], Node] | st
 
 def _as_fp32(g: Graph, ix: GraphIndex, old: list[Node], q: Node) -> tuple[list[Node], list[Node]]:
     """The float layer for a fused ``q`` that stays fp32 (int8_choice): the float op on the
-    dequantised weight, reading the activation before its QuantizeLinear (and before an absorbed Clip),
-    or a DequantizeLinear of an already quantised one. Returns (nodes to remove, new nodes)."""
-    # q reads the input of an absorbed Clip (the quantisation's range clamp, AMCT's reduce_range):
-    # the float layer reads it too, and the Clip goes with the QuantizeLinear
+    dequantised weight, reading the activation before its QuantizeLinear (after a Clip the fused
+    layer absorbed: the Clip stays), or a DequantizeLinear of an already quantised one. Returns
+    (nodes to remove, new nodes)."""
+    # an absorbed Clip may be the model's own activation (ReLU6 = Clip(0, 6) before the next
+    # layer's QuantizeLinear: MobileNet, EfficientNet-Lite), not only AMCT's 7-bit range clamp: the
+    # float layer must read its output (dropping it changed EfficientNet-Lite0's every top-1), and
+    # the QuantizeLinear's own saturation stays too (range_clip)
+    # (the absorbed Clip may also be removed by an int8 reader of the same QuantizeLinear: a new
+    # Clip of its input, intersected with the quantisation's range, is written instead)
+    layer = next(i for i, n in enumerate(old) if n.op_type in ("Conv", "MatMul", "Gemm"))
+    clips = [n for n in old[:layer] if n.op_type == "Clip"]  # before the layer: its input's (after: its activation)
     x = q.inputs[0]
     new: list[Node] = []
     desc = ix.desc(x)
+    if desc is None or desc.dtype not in (2, 3):  # the QuantizeLinear's saturation stays (see range_clip)
+        bounds = (ix.scalar(clips[0].inputs[1]), ix.scalar(clips[0].inputs[2])) if clips else None
+        nodes, x = range_clip(g, ix, x, float(q.attrs["x_scale"]), int(q.attrs["x_zero_point"]),
+                               bool(q.attrs.get("x_unsigned", 1)), f"{q.name}_x", bounds)
+        new.extend(nodes)
     if desc is not None and desc.dtype in (2, 3):  # uint8 / int8: an already quantised activation
         s = g.fresh_name(f"{q.name}_x_scale")
         z = g.fresh_name(f"{q.name}_x_zero_point")
@@ -281,7 +339,7 @@ def _as_fp32(g: Graph, ix: GraphIndex, old: list[Node], q: Node) -> tuple[list[N
     wn = g.fresh_name(f"{q.name}_w_fp32")
     wf.flags.writeable = False
     g.initializers[wn] = wf
-    act = q.attrs.get("activation") == "Relu"
+    act = q.attrs.get("activation") in ("Relu", "Clip")
     out = q.outputs[0]
     y = g.fresh_name(f"{q.name}_fp32") if act else out
     if q.op_type == "QuantConv":
@@ -293,7 +351,12 @@ def _as_fp32(g: Graph, ix: GraphIndex, old: list[Node], q: Node) -> tuple[list[N
         new.append(Node("MatMul", [x, wn], [mm], {}, name=f"{q.name}_fp32", opset=13))
         if len(q.inputs) > 2:
             new.append(Node("Add", [mm, q.inputs[2]], [y], {}, name=f"{q.name}_bias", opset=13))
-    if act:
+    if q.attrs.get("activation") == "Clip":
+        lo, hi = g.fresh_name(f"{q.name}_clip_lo"), g.fresh_name(f"{q.name}_clip_hi")
+        g.initializers[lo] = np.array(q.attrs["clip_min"], np.float32)
+        g.initializers[hi] = np.array(q.attrs["clip_max"], np.float32)
+        new.append(Node("Clip", [y, lo, hi], [out], {}, name=f"{q.name}_clip", opset=13))
+    elif act:
         new.append(Node("Relu", [y], [out], {}, name=f"{q.name}_relu", opset=13))
     return old, new
 
@@ -315,26 +378,47 @@ def fuse(g: Graph, fp32_fallback: frozenset[str] = frozenset({"QuantConv", "Quan
             rw.missed.append(f"{conv.name}: {res}")
             continue
         old, new = res
+        if rw.taken(*old) and conv.op_type == "Conv":
+            # the residual Add is the other branch's (both convs of a ResNet block's Add are QDQ
+            # layers; the first in node order took it): this one keeps a plain output
+            res = _match(ix, g, conv, residual_ok=False)
+            if isinstance(res, str):
+                rw.missed.append(f"{conv.name}: {res}")
+                continue
+            old, new = res
         w = ix.const(new.inputs[1])
         choice = int8_choice.choose(new, ix.desc(new.inputs[0]), tuple(w.shape) if w is not None else ())
         if not choice.int8 and new.op_type in fp32_fallback:
+            if len(new.inputs) > 3:  # the residual Add stays a float Add after the float layer
+                old, new = old[:-2] if old[-1].op_type in ("Relu", "Clip") else old[:-1], _without_residual(new, old)
             old, nodes = _as_fp32(g, ix, old, new)
             rw.missed.append(f"{conv.name}: kept fp32 ({choice.reason})")
             rw.replace(old, nodes)
             rw.applied -= 1
             continue
+        if new.op_type in fp32_fallback:
+            new.attrs["fast_quant"] = 1  # high_performance: quantise in oneDNN, within 1 LSB
         rw.replace(old, [new])
     rw.commit()
     return rw.applied, rw.missed
 
 
+def _without_residual(q: Node, old: list[Node]) -> Node:
+    """``q`` without its residual input and the ops after the conv (they stay in the graph)."""
+    conv_out = next(n for n in old if n.op_type == "Conv").outputs[0]
+    attrs = dict(q.attrs, activation="")
+    return Node(q.op_type, q.inputs[:3], [conv_out], attrs, name=q.name, domain=q.domain, opset=q.opset)
+
+
 def drop_qdq_pairs(g: Graph) -> int:
     """``DequantizeLinear(QuantizeLinear(x))`` with the same constant per-tensor scale and zero point,
     left after the fusion around float ops (a QDQ or QOperator model's Add, pooling, Concat): their
-    readers read ``x`` instead (the activation rounding is dropped, as for a layer kept fp32; the
+    readers read ``x`` instead, clamped where the quantisation's saturation is a folded activation
+    (``range_clip``; the activation rounding is dropped, as for a layer kept fp32; the
     QuantizeLinear stays while a fused layer reads its integers). Returns how many DQs were bypassed."""
     ix = GraphIndex(g)
     n = 0
+    clips: list[tuple[Node, list[Node]]] = []
     for dq in list(g.nodes):
         if not is_op(dq, "DequantizeLinear") or len(dq.inputs) < 3 or dq.outputs[0] in ix.outputs:
             continue
@@ -343,13 +427,20 @@ def drop_qdq_pairs(g: Graph) -> int:
         q = ix.producers.get(dq.inputs[0])
         if not is_op(q, "QuantizeLinear") or q is None or len(q.inputs) < 3:
             continue
-        s, zp = ix.const(q.inputs[1]), ix.const(q.inputs[2])
-        if s is None or zp is None or s.size != 1 or zp.size != 1 or zp.dtype not in (np.uint8, np.int8):
+        s_, zp = ix.const(q.inputs[1]), ix.const(q.inputs[2])
+        if s_ is None or zp is None or s_.size != 1 or zp.size != 1 or zp.dtype not in (np.uint8, np.int8):
             continue
         if not (_same(ix, q.inputs[1], dq.inputs[1]) and _same(ix, q.inputs[2], dq.inputs[2])):
             continue
-        rename_uses(g, dq.outputs[0], q.inputs[0])
+        nodes, y = range_clip(g, ix, q.inputs[0], float(s_.reshape(-1)[0]), int(zp.reshape(-1)[0]),
+                               zp.dtype == np.uint8, dq.name)
+        if nodes:
+            clips.append((dq, nodes))
+        rename_uses(g, dq.outputs[0], y)
         n += 1
+    if clips:
+        after = {id(d): c for d, c in clips}
+        g.nodes = [m for d in g.nodes for m in ((d, *after[id(d)]) if id(d) in after else (d,))]
     return n
 
 
@@ -358,5 +449,8 @@ def run(graph: Graph, ctx: PassContext) -> PassResult:
     n, missed = fuse(graph, fallback)
     # under high_performance the rounding of activations that no int8 layer reads is dropped too
     pairs = drop_qdq_pairs(graph) if fallback else 0
+    chained, left = fuse_qdq_chain.chain_requant(graph) if fallback else (0, [])
     return PassResult(graph, n > 0 or pairs > 0, f"{n} QDQ convs / matmuls -> QuantConv / QuantMatMul; "
-                      f"{pairs} QuantizeLinear -> DequantizeLinear pairs around float ops bypassed", missed)
+                      f"{pairs} QuantizeLinear -> DequantizeLinear pairs around float ops bypassed; "
+                      f"{chained} int8 layers requantise their output for the int8 layers reading it",
+                      missed + left)

@@ -32,7 +32,10 @@ from pycann.torch._alias import to_cpu, to_npu
 from pycann.torch.compile.records import GraphRecord, new_record
 from pycann.torch.compile.records import records as _records
 
-__all__ = ["GraphRecord", "format_graph_report", "graph_report", "npu_backend", "register", "reset_graph_report"]
+__all__ = ["GraphRecord", "format_graph_report", "graph_breaks", "graph_report", "npu_backend", "register",
+           "reset_graph_report"]
+
+_break_base: dict[str, int] = {}  # Dynamo's graph-break counts at the last reset_graph_report()
 
 
 def graph_report() -> list[GraphRecord]:
@@ -40,8 +43,21 @@ def graph_report() -> list[GraphRecord]:
     return list(_records)
 
 
+def graph_breaks() -> dict[str, int]:
+    """Dynamo's graph breaks since the last ``reset_graph_report()``: reason -> count (Dynamo's
+    own counters, ``torch._dynamo.utils.counters["graph_break"]``; each break splits a function
+    into graphs that reach the backend separately)."""
+    import sys
+
+    utils = sys.modules.get("torch._dynamo.utils")
+    if utils is None:
+        return {}
+    now = dict(utils.counters.get("graph_break", {}))
+    return {k: n - _break_base.get(k, 0) for k, n in now.items() if n > _break_base.get(k, 0)}
+
+
 def format_graph_report() -> str:
-    """``graph_report()`` as text: one line per graph."""
+    """``graph_report()`` as text: one line per graph, then one per graph-break reason."""
     lines = [f"pycann torch.compile(backend='npu'): {len(_records)} graph(s)"]
     for r in _records:
         if r.kind == "inference":
@@ -53,6 +69,9 @@ def format_graph_report() -> str:
             extra += "; eager: " + ", ".join(f"{op} x{n}" for op, n in r.eager_ops)
         lines.append(f"  graph {r.index} ({r.kind}): {r.ops} FX ops, {state}, compile {r.compile_seconds * 1e3:.0f} ms, "
                      f"{r.calls} calls{extra}")
+    for reason, n in graph_breaks().items():
+        first = reason.splitlines()[0] if reason else "?"
+        lines.append(f"  graph break x{n}: {first[:200]}")
     return "\n".join(lines)
 
 
@@ -204,5 +223,11 @@ def register() -> None:
 
 
 def reset_graph_report() -> None:
-    """Forget the recorded graphs."""
+    """Forget the recorded graphs and the graph breaks counted so far."""
     _records.clear()
+    import sys
+
+    utils = sys.modules.get("torch._dynamo.utils")
+    _break_base.clear()
+    if utils is not None:
+        _break_base.update(utils.counters.get("graph_break", {}))
