@@ -62,7 +62,7 @@ def op_job(load: Callable[[], Any] | None, opts: CompileOptions | None, bank: Kn
         specs, problems, notes = model_ops(cm.graph, wanted, soc_version)
         report.notes += notes
         if not specs:
-            report.notes.append("no Conv/ConvTranspose/MatMul/Gemm node with static shapes to tune")
+            report.notes.append(_nothing_note(cm.graph, wanted, soc_version))
     for mkn in wanted.matmuls:
         if soc_version not in COST_SOCS:
             report.notes.append(f"MatMul {'x'.join(map(str, mkn))}: no cost table for {soc_version}; "
@@ -97,6 +97,19 @@ def op_job(load: Callable[[], Any] | None, opts: CompileOptions | None, bank: Kn
         model_index.remember(bank, index, keys, cm.tune_key if cm is not None else None, report.entries, written,
                               notes)
     return report, cm
+
+
+def _nothing_note(graph: Any, wanted: OpsFilter, soc_version: str) -> str:
+    """Why operator tuning found nothing: the ops file's entries matched none of the model's tunable
+    ops (naming both), or the model has none with static shapes."""
+    every, _, _ = model_ops(graph, OpsFilter(), soc_version)
+    if wanted.entries and every:
+        names = sorted({n for _, _, _, nodes in every for n in nodes})
+        types = sorted({spec.op_type for spec, _, _, _ in every})
+        shown = ", ".join(names[:8]) + (f" and {len(names) - 8} more" if len(names) > 8 else "")
+        return (f"the --tune_ops_file entries ({', '.join(sorted(wanted.entries))}) match none of the model's "
+                f"tunable ops: op types {', '.join(types)}; nodes {shown}")
+    return "no Conv/ConvTranspose/MatMul/Gemm node with static shapes to tune"
 
 
 def _inner(progress: Progress | None, j: int, total: int) -> Progress | None:

@@ -207,7 +207,7 @@ def _tuned_graph(graph: Graph, options: CompileOptions,
     from pycann.ge import tuned
 
     if options.op_bank_path:
-        graph.metadata["op_bank_path"] = options.op_bank_path
+        graph.metadata["op_bank_path"] = os.path.abspath(options.op_bank_path)  # (the .om may load elsewhere)
     if options.tune_bank not in ("on", "kernels", "off"):
         raise OptionError(f"E10001: tune_bank={options.tune_bank!r} is invalid: use on, kernels or off")
     if options.tune_bank == "off":

@@ -118,3 +118,26 @@ def test_caffe_model_through_atcs_importer(capsys: pytest.CaptureFixture[str], t
     assert doc["entries"] and all(e["kind"] == "kernel" and e["trials"] >= 1 for e in doc["entries"])
     assert (tmp_path / "out" / f"{proto.stem}_tuned.om").is_file()
     assert "--weight" in _fail(capsys, ["--framework=0", f"--model={proto}", "--job_type=2"])
+
+
+def test_ops_file_matching_nothing_names_entries_and_tunable_ops(capsys: pytest.CaptureFixture[str],
+                                                                  tmp_path: Path) -> None:
+    model = save_conv_model(tmp_path)
+    ops = tmp_path / "t.txt"
+    ops.write_text("NoSuchOp\n")
+    assert aoe.main(["--framework=5", f"--model={model}", "--job_type=2", f"--tune_ops_file={ops}",
+                     f"--op_bank_path={tmp_path / 'bank'}", f"--output={tmp_path / 'o'}"]) == 0
+    out = capsys.readouterr().out
+    assert "no Conv/ConvTranspose/MatMul/Gemm node with static shapes" not in out
+    assert "entries (NoSuchOp) match none of the model's tunable ops: op types Conv" in out, out
+    assert "conv1" in out and "conv2" in out
+
+
+def test_relative_bank_path_is_stored_absolute(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from pycann.ge.compiler import compile_model
+    from pycann.ge.options import CompileOptions
+    from tests.aoe.models import conv_model
+
+    monkeypatch.chdir(tmp_path)
+    cm = compile_model(conv_model(), CompileOptions(op_bank_path="bankRO"))
+    assert cm.graph.metadata["op_bank_path"] == str(tmp_path / "bankRO")

@@ -66,9 +66,20 @@ def test_reasons_per_choice() -> None:
     assert why({**small, "ms": 80.0, "kept": True}, 0.03) == "kept: x1.250 faster than the current best"
     bad = {**small, "ms": 80.0, "rejected": "outputs differ from the default's by 1.00e-02 of their range"}
     assert why(bad, 0.03).startswith("not kept: outputs differ")
-    final = {"config": "final: default vs tuned", "ms": 104.0, "current_ms": 100.0, "rejected": "x"}
+    final = {"config": "final: tuned vs default", "ms": 104.0, "current_ms": 100.0, "rejected": "x"}
     assert "(x0.962)" in why(final, 0.03)
     note = no_gain_note([{"config": "default", "ms": 100.0}, slower, {**slower, "config": "A off", "ms": 110.0}], 0.03)
     assert note.endswith("2 choices: GE's default won or tied every A/B (a win needs > 3%); the closest, kernels, "
                          "was x1.030 slower"), note
     assert "the closest, LayoutSelection off, was 1.00% faster, under the 3% bar" in no_gain_note([small, slower], 0.03)
+
+
+def test_final_line_prints_tuned_then_default() -> None:
+    """The final line reads 'tuned vs default' in the order its numbers are printed (ms = tuned)."""
+    from pycann.aoe.report import TuneReport
+
+    final = {"config": "final: tuned vs default", "ms": 40.241, "current_ms": 38.845, "rejected": "x"}
+    entry = {"workload": "m end to end", "baseline_us": 38845.0, "cost_us": 38845.0, "speedup": 1.0,
+             "choice": {}, "configs": [final]}
+    text = TuneReport("sgat", "m", "Ascend910B2", "b", [entry]).text()
+    assert "final: tuned vs default: 40.241 ms vs 38.845 ms" in text
