@@ -18,6 +18,7 @@ from pycann.aoe import model_index
 from pycann.aoe.bank import BankKey, KnowledgeBank
 from pycann.aoe.op_tuning import model_ops, tiling_key, tune_kernel, tune_tiling
 from pycann.aoe.ops_file import OpsFilter
+from pycann.aoe.plan import mark_entries, overrides, overrides_note
 from pycann.aoe.report import ProgressLine, TuneReport, peak_rss_mib
 from pycann.aoe.search import Progress
 from pycann.aoe.tiling import MatmulProblem
@@ -86,6 +87,11 @@ def op_job(load: Callable[[], Any] | None, opts: CompileOptions | None, bank: Kn
     report.tuning_seconds = sum(float(e.get("seconds", 0.0)) for e in report.entries)
     if cm is not None and opts is not None and load is not None and not all(e["from_bank"] for e in report.entries):
         cm = compile_model(load(), opts)  # again, now with the new records
+    if cm is not None:  # the gains claimed must be true of the .om: say which banked choices the compile overrode
+        found = overrides(cm.graph)
+        if mark_entries(report.entries, found):
+            report.notes.append(f"{len(found)} node(s) do not run their banked kernel in the tuned .om: "
+                                f"{overrides_note(found)}; their entries' gains are measured alone, not in this model")
     notes = list(report.notes)  # (what the index replays: the model's notes, not this run's file name)
     written = None
     if cm is not None and om_path is not None:
