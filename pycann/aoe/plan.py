@@ -18,20 +18,13 @@ from typing import Any
 from pycann.ge.ir import Graph
 
 
-def plan_signature(g: Graph) -> tuple[tuple[str, str, str], ...]:
-    """The compiled plan as (op type, node name, kernel) per node, subgraphs included: two plans
-    with the same signature run the same kernels on the same graph."""
-    out: list[tuple[str, str, str]] = []
+def plan_signature(g: Graph) -> str:
+    """The compiled plan's structure: nodes, edges and attributes (the kernel choice ``_algo`` and the
+    layouts included), constants' shapes and dtypes, subgraphs (``ge.tuned.graph_fingerprint``). Two
+    compiles with the same signature run the same kernels on the same graph."""
+    from pycann.ge.tuned import graph_fingerprint
 
-    def walk(graph: Graph) -> None:
-        for n in graph.nodes:
-            algo = n.attrs.get("_algo", "")
-            out.append((n.op_type, n.name, algo.decode() if isinstance(algo, bytes) else str(algo)))
-            for sub in n.subgraphs.values():
-                walk(sub)
-
-    walk(g)
-    return tuple(out)
+    return graph_fingerprint(g)
 
 
 @dataclass(frozen=True)
