@@ -88,7 +88,7 @@ def op_job(load: Callable[[], Any] | None, opts: CompileOptions | None, bank: Kn
     if cm is not None and opts is not None and load is not None and not all(e["from_bank"] for e in report.entries):
         cm = compile_model(load(), opts)  # again, now with the new records
     if cm is not None:  # the gains claimed must be true of the .om: say which banked choices the compile overrode
-        found = overrides(cm.graph)
+        found = overrides(cm.graph, switched_off=True)
         if mark_entries(report.entries, found):
             report.notes.append(f"{len(found)} node(s) do not run their banked kernel in the tuned .om: "
                                 f"{overrides_note(found)}; their entries' gains are measured alone, not in this model")

@@ -37,22 +37,33 @@ class Override:
     reason: str
 
 
-def overrides(g: Graph) -> list[Override]:
+SWITCHED_OFF = ("the model's subgraph-tuning record in the bank (aoe --job_type=1) keeps GE's static kernels "
+                "for this model (the banked kernels did not measure faster in the whole model)")
+
+
+def overrides(g: Graph, switched_off: bool = False) -> list[Override]:
     """The nodes of compiled graph ``g`` whose banked kernel (the bank of ``g.metadata``) differs from
-    the kernel compiled into ``g``, with the rule that overrode it. Empty when kernel records are
-    off for this model (``kernel_bank == "off"``)."""
+    the kernel compiled into ``g``, with the rule that overrode it. When kernel records are off for
+    this model (``kernel_bank == "off"``): nothing, or with ``switched_off`` every differing banked
+    choice, for the reason ``SWITCHED_OFF`` (a subgraph-tuning record turned them off)."""
     from pycann.ge.passes.select_kernels import node_specs
     from pycann.ge.tuned import tuned_algorithm
 
+    off = g.metadata.get("kernel_bank") == "off"
+    if off and not switched_off:
+        return []
+    meta = {k: v for k, v in g.metadata.items() if k != "kernel_bank"}
     found: list[Override] = []
     for ns in node_specs(g):
-        banked = tuned_algorithm(ns.spec, ns.approx, g.metadata)
+        banked = tuned_algorithm(ns.spec, ns.approx, meta)
         compiled = ns.node.attrs.get("_algo")
         compiled = compiled.decode() if isinstance(compiled, bytes) else compiled
         if banked is None or compiled is None or banked.name == compiled:
             continue
         provider = str(compiled).split(":", 1)[0]
-        if provider != banked.provider:
+        if off:
+            why = SWITCHED_OFF
+        elif provider != banked.provider:
             why = (f"GE's one-thread-pool rule moved it to {provider} (the model's majority provider by FLOPs: "
                    f"alternating thread pools run several times slower)")
         else:
@@ -66,6 +77,9 @@ def overrides_note(found: list[Override]) -> str:
     by: Counter[tuple[str, str]] = Counter()
     for o in found:
         provider = o.compiled.split(":", 1)[0]
+        if o.reason == SWITCHED_OFF:
+            by[("the model's subgraph-tuning record (static kernels kept)", provider)] += 1
+            continue
         rule = "GE's one-thread-pool rule" if o.reason.startswith("GE's one-thread-pool") else "the prepacked-weight rule"
         by[(rule, provider)] += 1
     return "; ".join(f"{rule} reverted {n} banked kernel{'s' if n > 1 else ''} to {p}" for (rule, p), n in by.items())

@@ -65,3 +65,19 @@ def test_operator_tuning_says_which_banked_choices_the_om_lacks(tmp_path: Path) 
     text = report.text()
     assert "not in the .om (the x" in text and "measured alone" in text
     assert any("do not run their banked kernel in the tuned .om" in n for n in report.notes), report.notes
+
+
+def test_operator_tuning_names_a_subgraph_record_that_keeps_static_kernels(tmp_path: Path) -> None:
+    """A model whose subgraph-tuning record keeps GE's static kernels runs none of its banked kernels:
+    operator tuning says so for every entry whose banked kernel differs from the compiled one."""
+    from pycann.ge.tuned import GraphChoice
+
+    node, banked, static = _bank_minority_provider(tmp_path)
+    base = compile_model(conv_model(), CompileOptions(op_bank_path=str(tmp_path), tune_bank="kernels"))
+    KnowledgeBank(tmp_path).put(BankRecord(base.tune_key, GraphChoice(kernel_bank=False).to_json(), 1.0, 1.0, 2))
+    report, _ = op_job(conv_model, CompileOptions(op_bank_path=str(tmp_path)), KnowledgeBank(tmp_path), "conv.onnx",
+                       OpsFilter(), "Ascend910B2")
+    by_node = {n: e for e in report.entries for n in e["nodes"]}
+    assert by_node[node]["in_om"] is False and "subgraph-tuning record" in by_node[node]["override"]
+    assert any("the model's subgraph-tuning record (static kernels kept) reverted 1 banked kernel" in n
+               for n in report.notes), report.notes
