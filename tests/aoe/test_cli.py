@@ -141,3 +141,20 @@ def test_relative_bank_path_is_stored_absolute(tmp_path: Path, monkeypatch: pyte
     monkeypatch.chdir(tmp_path)
     cm = compile_model(conv_model(), CompileOptions(op_bank_path="bankRO"))
     assert cm.graph.metadata["op_bank_path"] == str(tmp_path / "bankRO")
+
+
+def test_corrupt_bank_is_one_clear_error(capsys: pytest.CaptureFixture[str], caplog: pytest.LogCaptureFixture,
+                                         tmp_path: Path) -> None:
+    """aoe checks the bank before compiling: one E10001 line naming the file and the fix, no compile
+    warning "(tuned choices ignored)" before it (which read as if tuning went on)."""
+    model = save_conv_model(tmp_path)
+    bank = tmp_path / "bad"
+    bank.mkdir()
+    (bank / "bank.sqlite").write_bytes(b"garbage" * 64)
+    assert aoe.main(["--framework=5", f"--model={model}", "--job_type=2", f"--op_bank_path={bank}",
+                     f"--output={tmp_path / 'o'}"]) == 1
+    captured = capsys.readouterr()
+    assert "tuned choices ignored" not in captured.out + captured.err + caplog.text
+    out = captured.out.strip().splitlines()
+    assert out[-2] == aoe.FAILED and out[-1].startswith(f"E10001: knowledge bank {bank / 'bank.sqlite'} cannot be used")
+    assert "delete it or point TUNE_BANK_PATH / --op_bank_path at another folder" in out[-1]

@@ -81,3 +81,14 @@ def test_operator_tuning_names_a_subgraph_record_that_keeps_static_kernels(tmp_p
     assert by_node[node]["in_om"] is False and "subgraph-tuning record" in by_node[node]["override"]
     assert any("the model's subgraph-tuning record (static kernels kept) reverted 1 banked kernel" in n
                for n in report.notes), report.notes
+
+
+def test_atc_log_says_how_many_banked_choices_were_compiled(tmp_path: Path) -> None:
+    _bank_minority_provider(tmp_path)
+    lines: list[str] = []
+    compile_model(conv_model(), CompileOptions(op_bank_path=str(tmp_path)), log=lines.append)
+    (ks,) = [ln for ln in lines if ln.startswith("[KernelSelection]")]
+    assert "(static; knowledge bank: 1 of 2 banked choices compiled)" in ks, ks
+    lines.clear()
+    compile_model(conv_model(), CompileOptions(op_bank_path=str(tmp_path / "empty")), log=lines.append)
+    assert "knowledge bank" not in next(ln for ln in lines if ln.startswith("[KernelSelection]"))

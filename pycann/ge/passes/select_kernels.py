@@ -135,12 +135,15 @@ def node_specs(g: Graph, skipped: Counter[str] | None = None, meta: dict[str, st
     return out
 
 
-def _collect(g: Graph, mode: str, out: list[Choice], skipped: Counter[str]) -> None:
+def _collect(g: Graph, mode: str, out: list[Choice], skipped: Counter[str], banked: dict[int, str]) -> None:
     meta = g.metadata
     for ns in node_specs(g, skipped):
         spec, w = ns.spec, ns.weight
         # a choice tuned by aoe (knowledge bank, pycann/ge/tuned.py) wins: it is not measured again
-        algo = tuned_algorithm(spec, ns.approx, meta) or select(spec, mode, w, ns.approx)
+        tuned = tuned_algorithm(spec, ns.approx, meta)
+        if tuned is not None:
+            banked[id(ns.node)] = tuned.name
+        algo = tuned or select(spec, mode, w, ns.approx)
         if algo.name.endswith(PACKED) and (w is None or w.dtype.name != spec.dtype):
             # a prepacked weight is cached per weight array: only for constant, compute-dtype weights
             algo = next(a for a in candidates(spec, {algo.provider, "numpy"}) if not a.name.endswith(PACKED))
@@ -169,7 +172,8 @@ def one_pool(choices: list[Choice]) -> int:
     return moved
 
 
-def select_graph(g: Graph, mode: str = "static", single_pool: bool = True) -> tuple[list[Choice], Counter[str], int, int]:
+def select_graph(g: Graph, mode: str = "static", single_pool: bool = True,
+                 bank: list[int] | None = None) -> tuple[list[Choice], Counter[str], int, int]:
     """Choose for every target node with static shapes and record ``_algo``.
 
     Returns (choices, skipped counts per op type, nodes moved by the one-pool rule, nodes
@@ -177,8 +181,11 @@ def select_graph(g: Graph, mode: str = "static", single_pool: bool = True) -> tu
     """
     choices: list[Choice] = []
     skipped: Counter[str] = Counter()
-    _collect(g, mode, choices, skipped)
+    banked: dict[int, str] = {}
+    _collect(g, mode, choices, skipped, banked)
     moved = one_pool(choices) if single_pool else 0
+    if bank is not None:  # [banked choices found, of them compiled as banked] (atc --log=info says so)
+        bank[:] = [len(banked), sum(banked.get(id(n)) == a.name for n, _, _, a in choices)]
     changed = 0
     for n, _, _, algo in choices:
         if n.attrs.get("_algo") != algo.name:
@@ -209,8 +216,10 @@ def run(graph: Graph, ctx: PassContext) -> PassResult:
         mode = "static"
     if mode == "off":
         return PassResult(graph, False, "off")
-    choices, skipped, moved, changed = select_graph(graph, mode)
-    return PassResult(graph, changed > 0, f"{summarize(choices, skipped, moved)} ({mode}){_provider_note(choices)}{_winograd_note(graph, choices)}")
+    bank: list[int] = []
+    choices, skipped, moved, changed = select_graph(graph, mode, bank=bank)
+    used = f"; knowledge bank: {bank[1]} of {bank[0]} banked choices compiled" if bank and bank[0] else ""
+    return PassResult(graph, changed > 0, f"{summarize(choices, skipped, moved)} ({mode}{used}){_provider_note(choices)}{_winograd_note(graph, choices)}")
 
 
 def _provider_note(choices: list[Choice]) -> str:
