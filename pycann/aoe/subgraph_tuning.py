@@ -229,6 +229,10 @@ def tune_subgraph(model: Callable[[], Any], options: CompileOptions, bank: Knowl
             else:
                 entry["rejected"] = f"outputs differ from the default's by {err:.2e} of their range"
         entry["why"] = why(entry, min_gain)
+        moved = overrides(cm.graph) if label == "kernels" else []
+        if moved:  # what of the banked set the compile kept: the A/B measured only the rest
+            entry["overridden"] = overrides_note(moved)
+            entry["why"] += f" ({entry['overridden']}; the A/B measured the other banked kernels)"
         configs.append(entry)
         say(f"[SGAT] {label}: {ms:.2f} ms vs current {cur_ms:.2f} ms{' (kept)' if entry.get('kept') else ''}")
         if progress:
