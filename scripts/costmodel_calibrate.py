@@ -1,8 +1,8 @@
 """Print the cost model's calibration table (docs/costmodel.md): model vs published 910B GEMMs.
 
-    python scripts/costmodel_calibrate.py           # GEMMs ~75 s (4096³ is a 600k-instruction trace), contrast, FA
-    python scripts/costmodel_calibrate.py contrast  # the seed's 1024x512 x 512x2048 contrast only (~1 min: a tiling search)
-    python scripts/costmodel_calibrate.py fa        # FlashAttention anchors only, ~50 s (32768² is 35 s)
+    python scripts/costmodel_calibrate.py           # GEMMs, contrast, FA: ~1 min in all (2026-12-03, load 1)
+    python scripts/costmodel_calibrate.py contrast  # the seed's 1024x512 x 512x2048 contrast only (~35 s: a tiling search)
+    python scripts/costmodel_calibrate.py fa        # FlashAttention anchors only, ~5 s (32768² is most of it)
 """
 
 from __future__ import annotations
