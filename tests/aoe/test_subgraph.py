@@ -86,3 +86,33 @@ def test_final_line_prints_tuned_then_default() -> None:
              "choice": {}, "configs": [final]}
     text = TuneReport("sgat", "m", "Ascend910B2", "b", [entry]).text()
     assert "final: tuned vs default: 40.241 ms vs 38.845 ms" in text
+
+
+def test_a_kept_choice_must_win_the_final_blocks(tmp_path: Path, monkeypatch) -> None:  # noqa: ANN001
+    """A choice that won its one A/B is stored only if the final tuned-vs-default check, in separate
+    blocks, clears the bar in its median block (scripted measurements: one lucky block of three)."""
+    from pycann.aoe import subgraph_tuning as sg
+
+    state: dict = {"w0": None, "kept": False}
+    finals = iter([[100.0, 80.0], [100.0, 99.0], [100.0, 99.5]])  # the lucky block first
+
+    def fake(models, feeds, budget_s=2.0):  # noqa: ANN001, ANN202
+        if len(models) == 1:
+            state["w0"] = models[0]
+            return [100.0]
+        if not state["kept"]:
+            state["kept"] = True
+            return [100.0, 80.0]  # the first candidate measured wins its A/B by x1.25
+        if models[0] is not state["w0"]:
+            return [80.0, 90.0]  # later candidates lose
+        return next(finals)
+
+    monkeypatch.setattr(sg, "measure_ms", fake)
+    opts = CompileOptions(op_bank_path=str(tmp_path))
+    report, _ = subgraph_job(conv_model, opts, KnowledgeBank(tmp_path), "conv.onnx", budget_s=0.01)
+    (entry,) = report.entries
+    final = entry["configs"][-1]
+    assert final["config"] == "final: tuned vs default" and final["round_ratios"] == [0.8, 0.99, 0.995]
+    assert final.get("rejected") and not final.get("kept")
+    assert entry["choice"] == {"disabled_passes": [], "kernel_bank": False, "layout": True}
+    assert "were not faster than the default in the final side-by-side run" in entry["note"]
