@@ -167,6 +167,12 @@ class KnowledgeBank:
         self._conn = conn
         return conn
 
+    def check(self) -> None:
+        """Open (creating) the bank now: ``BankError`` naming the file and the fix when it cannot be used.
+        aoe calls this before compiling, so a broken bank is one error, not a compile warning then a failure."""
+        with self._lock:
+            self._connect(create=True)
+
     def get(self, key: BankKey) -> BankRecord | None:
         """The record of ``key``, or None (also when the bank file does not exist yet)."""
         with self._lock:

@@ -18,6 +18,7 @@ from pycann.aoe import model_index
 from pycann.aoe.bank import BankKey, KnowledgeBank
 from pycann.aoe.op_tuning import model_ops, tiling_key, tune_kernel, tune_tiling
 from pycann.aoe.ops_file import OpsFilter
+from pycann.aoe.plan import mark_entries, overrides, overrides_note
 from pycann.aoe.report import ProgressLine, TuneReport, peak_rss_mib
 from pycann.aoe.search import Progress
 from pycann.aoe.tiling import MatmulProblem
@@ -62,7 +63,7 @@ def op_job(load: Callable[[], Any] | None, opts: CompileOptions | None, bank: Kn
         specs, problems, notes = model_ops(cm.graph, wanted, soc_version)
         report.notes += notes
         if not specs:
-            report.notes.append("no Conv/ConvTranspose/MatMul/Gemm node with static shapes to tune")
+            report.notes.append(_nothing_note(cm.graph, wanted, soc_version))
     for mkn in wanted.matmuls:
         if soc_version not in COST_SOCS:
             report.notes.append(f"MatMul {'x'.join(map(str, mkn))}: no cost table for {soc_version}; "
@@ -86,6 +87,11 @@ def op_job(load: Callable[[], Any] | None, opts: CompileOptions | None, bank: Kn
     report.tuning_seconds = sum(float(e.get("seconds", 0.0)) for e in report.entries)
     if cm is not None and opts is not None and load is not None and not all(e["from_bank"] for e in report.entries):
         cm = compile_model(load(), opts)  # again, now with the new records
+    if cm is not None:  # the gains claimed must be true of the .om: say which banked choices the compile overrode
+        found = overrides(cm.graph, switched_off=True)
+        if mark_entries(report.entries, found):
+            report.notes.append(f"{len(found)} node(s) do not run their banked kernel in the tuned .om: "
+                                f"{overrides_note(found)}; their entries' gains are measured alone, not in this model")
     notes = list(report.notes)  # (what the index replays: the model's notes, not this run's file name)
     written = None
     if cm is not None and om_path is not None:
@@ -97,6 +103,19 @@ def op_job(load: Callable[[], Any] | None, opts: CompileOptions | None, bank: Kn
         model_index.remember(bank, index, keys, cm.tune_key if cm is not None else None, report.entries, written,
                               notes)
     return report, cm
+
+
+def _nothing_note(graph: Any, wanted: OpsFilter, soc_version: str) -> str:
+    """Why operator tuning found nothing: the ops file's entries matched none of the model's tunable
+    ops (naming both), or the model has none with static shapes."""
+    every, _, _ = model_ops(graph, OpsFilter(), soc_version)
+    if wanted.entries and every:
+        names = sorted({n for _, _, _, nodes in every for n in nodes})
+        types = sorted({spec.op_type for spec, _, _, _ in every})
+        shown = ", ".join(names[:8]) + (f" and {len(names) - 8} more" if len(names) > 8 else "")
+        return (f"the --tune_ops_file entries ({', '.join(sorted(wanted.entries))}) match none of the model's "
+                f"tunable ops: op types {', '.join(types)}; nodes {shown}")
+    return "no Conv/ConvTranspose/MatMul/Gemm node with static shapes to tune"
 
 
 def _inner(progress: Progress | None, j: int, total: int) -> Progress | None:

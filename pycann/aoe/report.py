@@ -98,7 +98,12 @@ class TuneReport:
                          f"(x{e['speedup']:.3f}; {src}) {_choice(e['choice'])}")
             if e.get("note"):
                 lines.append(f"      {e['note']}")
+            if e.get("override"):
+                lines.append(f"      not in the .om (the x{e['speedup']:.3f} is measured alone): {e['override']}")
             for c in e.get("configs", []):  # subgraph tuning: every configuration measured, and why it was kept or not
+                if "ms" not in c:  # not measured: its compiled plan was the current best's
+                    lines.append(f"      {c['config']}: {c['why']}")
+                    continue
                 vs = f" vs {c['current_ms']} ms" if "current_ms" in c else ""
                 lines.append(f"      {c['config']}: {c['ms']} ms{vs}" + (f"; {c['why']}" if c.get("why") else ""))
         lines += [f"  note: {n}" for n in self.notes]

@@ -2,7 +2,8 @@
 
 Layouts follow shared/reference/cann-interfaces.md 4.3-4.4 and ascendc-davinci.md 4.1: the trace
 has one process per core (``core<i>.cubecore0`` / ``core<i>.veccore0``) and one thread per pipe lane
-(VECTOR, SCALAR, CUBE, MTE1, MTE2, MTE3, FIXP), ``ph: X`` events with ``ts``/``dur`` in µs; the
+(VECTOR, SCALAR, CUBE, MTE1, MTE2, MTE3, FIXP; "MTE2 #1"... for transfers in flight together, so that
+no two slices of one thread partly overlap), ``ph: X`` events with ``ts``/``dur`` in µs; the
 op_summary row carries the PipeUtilization columns (``aic_mac_ratio``/``aic_cube_ratio``,
 ``aiv_vec_ratio``, ``ai*_mte2_ratio``...).
 """
@@ -14,8 +15,11 @@ import json
 from pathlib import Path
 from typing import Any
 
+import numpy as np
+
 from pycann.ascendc.enums import Pipe
 from pycann.costmodel.profile import Profile
+from pycann.costmodel.simulate import CoreTimeline, SimEvent
 
 LANES = {Pipe.PIPE_V: "VECTOR", Pipe.PIPE_S: "SCALAR", Pipe.PIPE_M: "CUBE", Pipe.PIPE_MTE1: "MTE1",
          Pipe.PIPE_MTE2: "MTE2", Pipe.PIPE_MTE3: "MTE3", Pipe.PIPE_FIX: "FIXP", Pipe.PIPE_ALL: "FLOWCTRL"}
@@ -36,15 +40,52 @@ def chrome_trace(prof: Profile) -> dict[str, Any]:
         acc += max(c.cycles for c in prof.cores if c.wave == w)
     for c in prof.cores:
         ev.append({"ph": "M", "name": "process_name", "pid": c.core, "args": {"name": f"core{c.core}.{sub}"}})
-        for p, lane in LANES.items():
-            ev.append({"ph": "M", "name": "thread_name", "pid": c.core, "tid": int(p), "args": {"name": lane}})
+        subs = sub_lanes(c.events)
+        named = {(e.pipe, k) for e, k in zip(c.events, subs, strict=True)} | {(p, 0) for p in LANES}
+        for p, k in sorted(named, key=lambda pk: (int(pk[0]), pk[1])):
+            ev.append({"ph": "M", "name": "thread_name", "pid": c.core, "tid": _tid(p, k),
+                       "args": {"name": LANES[p] + (f" #{k}" if k else "")}})
         base = wave_start[c.wave]
-        for e in c.events:
-            ev.append({"ph": "X", "name": e.api, "cat": LANES[e.pipe], "pid": c.core, "tid": int(e.pipe),
-                       "ts": round((base + e.start) * us, 4), "dur": round((e.end - e.start) * us, 4),
-                       "args": {"where": e.where, "cycles": e.end - e.start, "bytes": e.nbytes, "l2_hit": e.l2_hit}})
+        for e, k in zip(c.events, subs, strict=True):
+            ts = round((base + e.start) * us, 4)  # (dur from the rounded end: back-to-back slices stay apart)
+            ev.append({"ph": "X", "name": e.api, "cat": LANES[e.pipe], "pid": c.core, "tid": _tid(e.pipe, k),
+                       "ts": ts, "dur": round(round((base + e.end) * us, 4) - ts, 4),
+                       "args": {"where": e.where, "cycles": e.end - e.start, "bytes": e.nbytes,
+                                "l2_share": round(e.l2_share, 4), "gm_reads": e.gm_reads}})
     return {"traceEvents": ev, "displayTimeUnit": "ns",
             "otherData": {"soc_version": prof.soc.name, "block_dim": prof.block_dim, "source": "pycann.costmodel"}}
+
+
+def sub_lanes(events: list[SimEvent]) -> list[int]:
+    """A sub-lane per event so that no two events of one pipe overlap on one lane: a pipe issues its
+    next transfer while the previous one's GM latency is still in flight (``costs.pipelined_latency``),
+    and Chrome/Perfetto draw one thread's slices nested or apart, never partly overlapping. Greedy:
+    the lowest sub-lane of the pipe that is free at the event's start (0 when nothing is in flight)."""
+    ends: dict[Pipe, list[int]] = {}
+    out = []
+    for e in events:
+        lanes = ends.setdefault(e.pipe, [])
+        k = next((i for i, t in enumerate(lanes) if t <= e.start), len(lanes))
+        if k == len(lanes):
+            lanes.append(e.end)
+        else:
+            lanes[k] = max(lanes[k], e.end)
+        out.append(k)
+    return out
+
+
+def _tid(p: Pipe, k: int) -> int:
+    return int(p) if k == 0 else 100 * (k + 1) + int(p)  # sub-lane 0 keeps the pipe's own id
+
+
+def lane_rows(core: CoreTimeline) -> dict[tuple[Pipe, int], list[tuple[int, int]]]:
+    """The pipeline chart's rows of one core: (pipe, sub-lane) -> its instructions as (start, length)
+    in cycles, each drawn as its own bar (``sub_lanes``: overlapping ones on separate rows)."""
+    rows: dict[tuple[Pipe, int], list[tuple[int, int]]] = {}
+    for e, k in zip(core.events, sub_lanes(core.events), strict=True):
+        if e.pipe != Pipe.PIPE_ALL and e.end > e.start:
+            rows.setdefault((e.pipe, k), []).append((e.start, e.end - e.start))
+    return rows
 
 
 def op_summary_row(prof: Profile, op_name: str = "kernel", op_type: str = "Custom") -> dict[str, Any]:
@@ -104,13 +145,24 @@ def pipeline_png(prof: Profile, path: str | Path, max_cores: int = 4, only: list
     except ImportError:
         return None
     cores = [prof.cores[i] for i in only] if only is not None else prof.cores[:max_cores]
-    fig, axes = plt.subplots(len(cores), 1, figsize=(12, 2.2 * len(cores)), squeeze=False)
-    lanes = [p for p in LANES if p != Pipe.PIPE_ALL]
-    for ax, c in zip(axes[:, 0], cores, strict=True):
-        for i, p in enumerate(lanes):
-            bars = [(e.start, e.end - e.start) for e in c.events if e.pipe == p and e.end > e.start]
-            ax.broken_barh(bars, (i - 0.4, 0.8), color=f"C{i}")
-        ax.set_yticks(range(len(lanes)), [LANES[p] for p in lanes])
+    from matplotlib.colors import to_rgb
+
+    rows_of = [lane_rows(c) for c in cores]
+    n_rows = max(len({*r, *((p, 0) for p in LANES if p != Pipe.PIPE_ALL)}) for r in rows_of)
+    fig, axes = plt.subplots(len(cores), 1, figsize=(12, 0.9 + 0.3 * n_rows * len(cores)), squeeze=False)
+    order: dict[Pipe, int] = {p: i for i, p in enumerate(p for p in LANES if p != Pipe.PIPE_ALL)}
+    for ax, c, rows in zip(axes[:, 0], cores, rows_of, strict=True):
+        keys = sorted({*rows, *((p, 0) for p in order)}, key=lambda pk: (order[pk[0]], pk[1]))
+        for y, (p, k) in enumerate(keys):
+            base = np.array(list(to_rgb(f"C{order[p]}")), dtype=np.float64)
+            # every instruction its own bar, shades alternating, a white edge between: transfers and their
+            # overlap with compute (double buffering) show as separate blocks, not one solid bar
+            shades = [tuple(base), tuple(base + (1 - base) * 0.45)]
+            bars = rows.get((p, k), [])
+            ax.broken_barh(bars, (y - 0.4, 0.8), facecolors=[shades[j % 2] for j in range(len(bars))],
+                           edgecolor="white", linewidth=0.3)
+        ax.set_yticks(range(len(keys)), [LANES[p] + (f" #{k}" if k else "") for p, k in keys], fontsize=7)
+        ax.invert_yaxis()
         ax.set_title(f"core{c.core}: {c.cycles} cycles", fontsize=9)
     axes[-1, 0].set_xlabel(f"cycles @ {prof.soc.clock_mhz:.0f} MHz")
     fig.tight_layout()

@@ -54,7 +54,11 @@ class SimEvent:
     end: int
     where: str
     nbytes: int = 0
-    l2_hit: bool = False
+    # share of this GM access priced at the L2 rate: a range read r times in the launch comes from HBM once
+    # and from L2 r - 1 times, and every read pays that average ((r - 1) / r; 0 for a range read once or an
+    # L2 that cannot hold the launch's reads; 1 for an L2 workspace). Not "this read hit": order is not modelled.
+    l2_share: float = 0.0
+    gm_reads: int = 0  # how many times this launch reads the range (MTE2 GM reads; 0 otherwise)
 
 
 @dataclass
@@ -137,17 +141,18 @@ class L2State:
         self.readers = {k: len(v) for k, v in readers.items()}
         self.fits = sum(k[2] for k in self.count) <= soc.l2_mib << 20
 
-    def rate(self, space: int, addr: int, nbytes: int, hbm: float, sharers: int = 0) -> tuple[float, bool]:
-        """(bytes/cycle for this read, whether it is mostly an L2 hit). ``sharers``: cores reading this
-        range in the launch when the records here are one core's only (0: count them in the records)."""
+    def rate(self, space: int, addr: int, nbytes: int, hbm: float, sharers: int = 0) -> tuple[float, float, int]:
+        """(bytes/cycle for this read, the share of it priced at the L2 rate, reads of the range in the
+        launch). ``sharers``: cores reading this range in the launch when the records here are one
+        core's only (0: count them in the records)."""
         key = (space, addr, nbytes)
         if max(sharers, self.readers.get(key, 1)) > 1:  # the HBM side of a shared range is serialised
             hbm /= 1.0 + self.soc.same_address_loss
         r = self.count.get(key, 1)
         if not self.fits or r <= 1:
-            return hbm, False
+            return hbm, 0.0, r
         miss = 1.0 / r
-        return 1.0 / (miss / hbm + (1.0 - miss) / self.soc.l2_read_rate), True
+        return 1.0 / (miss / hbm + (1.0 - miss) / self.soc.l2_read_rate), 1.0 - miss, r
 
 
 def simulate_core(core: int, records: list[InstrRecord], soc: CostSoc, active: int, l2: L2State) -> CoreTimeline:
@@ -179,13 +184,13 @@ def simulate_core(core: int, records: list[InstrRecord], soc: CostSoc, active: i
         for o in rec.operands:
             if o.position != "GM" and o.addr >= 0:
                 start = max(start, haz.ready(_memory(o.position), o.addr, o.nbytes, o.is_output))
-        rate, hit = hbm, False
+        rate, share, reads = hbm, 0.0, 0
         if param(rec, "l2ws"):
-            rate, hit = float(soc.l2_read_rate if rec.pipe == Pipe.PIPE_MTE2 else soc.l2_write_rate), True
+            rate, share = float(soc.l2_read_rate if rec.pipe == Pipe.PIPE_MTE2 else soc.l2_write_rate), 1.0
         elif rec.pipe == Pipe.PIPE_MTE2:
             src = next((o for o in rec.operands if o.position == "GM" and not o.is_output), None)
             if src is not None:
-                rate, hit = l2.rate(src.space, src.addr, src.nbytes, hbm, param(rec, "sharers"))
+                rate, share, reads = l2.rate(src.space, src.addr, src.nbytes, hbm, param(rec, "sharers"))
         dur = instr_cycles(rec, soc, rate)
         end = start + dur
         busy = dur - pipelined_latency(rec, soc)
@@ -202,7 +207,7 @@ def simulate_core(core: int, records: list[InstrRecord], soc: CostSoc, active: i
         for o in rec.operands:
             if o.position != "GM" and o.addr >= 0:
                 haz.record(_memory(o.position), o.addr, o.nbytes, o.is_output, end)
-        tl.events.append(SimEvent(rec.pipe, rec.api, start, end, rec.where, gm_bytes(rec), hit))
+        tl.events.append(SimEvent(rec.pipe, rec.api, start, end, rec.where, gm_bytes(rec), share, reads))
     tl.cycles = max([scalar_t, *done])
     return tl
 

@@ -168,7 +168,10 @@ def compile_model(
     # read by KernelSelection here and when a run specialises the graph to its shapes, which
     # re-runs the fusion passes with the same switches
     graph.context = CompileContext(options.op_select_implmode, tuple(options.optypelist_for_implmode),
-                                   tuple(disabled), options.op_bank_path, kernel_bank)
+                                   tuple(disabled),
+                                   # absolute: the .om may load from another folder
+                                   os.path.abspath(options.op_bank_path) if options.op_bank_path else "",
+                                   kernel_bank)
     graph = run_pipeline(graph, ctx)
     if options.output_type:
         _apply_output_type(graph, options.output_type)

@@ -83,7 +83,8 @@ def _options(args: argparse.Namespace) -> Any:
     from pycann.ge.importers.frameworks import DEFAULT_INPUT_FORMAT
     from pycann.ge.options import CompileOptions, check_implmode, parse_input_shape
 
-    kw: dict[str, Any] = {"soc_version": args.soc_version, "op_bank_path": args.op_bank_path or args.mdl_bank_path or "",
+    bank = args.op_bank_path or args.mdl_bank_path or ""
+    kw: dict[str, Any] = {"soc_version": args.soc_version, "op_bank_path": os.path.abspath(bank) if bank else "",
                           "input_format": args.input_format or DEFAULT_INPUT_FORMAT[args.framework]}
     if args.input_shape:
         kw["input_shape"] = parse_input_shape(args.input_shape)
@@ -114,6 +115,7 @@ def run(args: argparse.Namespace) -> int:
                        ("." if args.job_type == 1 else " (or give 'MatMul MxKxN' lines in --tune_ops_file)."))
     opts = _options(args) if args.model else None
     bank = open_bank(args.op_bank_path or args.mdl_bank_path or None)
+    bank.check()  # a bank that cannot be used fails here, before a compile would warn about it and go on
     out = Path(args.output or "aoe_workspace")
     verbose = args.log in ("debug", "info")
     say = (lambda s: print(f"[INFO] {s}", flush=True)) if verbose else (lambda s: None)

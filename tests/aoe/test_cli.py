@@ -118,3 +118,43 @@ def test_caffe_model_through_atcs_importer(capsys: pytest.CaptureFixture[str], t
     assert doc["entries"] and all(e["kind"] == "kernel" and e["trials"] >= 1 for e in doc["entries"])
     assert (tmp_path / "out" / f"{proto.stem}_tuned.om").is_file()
     assert "--weight" in _fail(capsys, ["--framework=0", f"--model={proto}", "--job_type=2"])
+
+
+def test_ops_file_matching_nothing_names_entries_and_tunable_ops(capsys: pytest.CaptureFixture[str],
+                                                                  tmp_path: Path) -> None:
+    model = save_conv_model(tmp_path)
+    ops = tmp_path / "t.txt"
+    ops.write_text("NoSuchOp\n")
+    assert aoe.main(["--framework=5", f"--model={model}", "--job_type=2", f"--tune_ops_file={ops}",
+                     f"--op_bank_path={tmp_path / 'bank'}", f"--output={tmp_path / 'o'}"]) == 0
+    out = capsys.readouterr().out
+    assert "no Conv/ConvTranspose/MatMul/Gemm node with static shapes" not in out
+    assert "entries (NoSuchOp) match none of the model's tunable ops: op types Conv" in out, out
+    assert "conv1" in out and "conv2" in out
+
+
+def test_relative_bank_path_is_stored_absolute(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from pycann.ge.compiler import compile_model
+    from pycann.ge.options import CompileOptions
+    from tests.aoe.models import conv_model
+
+    monkeypatch.chdir(tmp_path)
+    cm = compile_model(conv_model(), CompileOptions(op_bank_path="bankRO"))
+    assert cm.graph.context.op_bank_path == str(tmp_path / "bankRO")
+
+
+def test_corrupt_bank_is_one_clear_error(capsys: pytest.CaptureFixture[str], caplog: pytest.LogCaptureFixture,
+                                         tmp_path: Path) -> None:
+    """aoe checks the bank before compiling: one E10001 line naming the file and the fix, no compile
+    warning "(tuned choices ignored)" before it (which read as if tuning went on)."""
+    model = save_conv_model(tmp_path)
+    bank = tmp_path / "bad"
+    bank.mkdir()
+    (bank / "bank.sqlite").write_bytes(b"garbage" * 64)
+    assert aoe.main(["--framework=5", f"--model={model}", "--job_type=2", f"--op_bank_path={bank}",
+                     f"--output={tmp_path / 'o'}"]) == 1
+    captured = capsys.readouterr()
+    assert "tuned choices ignored" not in captured.out + captured.err + caplog.text
+    out = captured.out.strip().splitlines()
+    assert out[-2] == aoe.FAILED and out[-1].startswith(f"E10001: knowledge bank {bank / 'bank.sqlite'} cannot be used")
+    assert "delete it or point TUNE_BANK_PATH / --op_bank_path at another folder" in out[-1]

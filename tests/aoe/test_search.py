@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+from pathlib import Path
 
 import pytest
 
@@ -72,3 +73,25 @@ def test_problem_shape_errors_name_the_fix() -> None:
         MatmulProblem(100, 64, 64)
     with pytest.raises(ValueError, match="no cost table for soc_version 'Ascend999'"):
         MatmulProblem(64, 64, 64, "Ascend999")
+
+
+@pytest.mark.parametrize("mkn", [(1024, 512, 2048), (256, 256, 256), (256, 1024, 256)])
+def test_tune_tiling_simulates_at_most_a_tenth_default_included(tmp_path: Path, mkn: tuple[int, int, int]) -> None:
+    """Every simulation of ``tune_tiling`` (the default's too) counts: at most floor(10%) of the legal
+    tilings; the reported trials are exactly the distinct tilings simulated."""
+    from unittest import mock
+
+    from pycann.aoe import op_tuning
+    from pycann.aoe.bank import KnowledgeBank
+
+    p = MatmulProblem(*mkn, soc_version="Ascend910B2")
+    legal = len(matmul_space(p).legal())
+    asked: set = set()
+
+    def spy(prob: MatmulProblem, cfg: object) -> float:
+        asked.add(cfg)
+        return simulated_us(prob, cfg)  # type: ignore[arg-type]
+
+    with mock.patch.object(op_tuning, "simulated_us", spy):
+        out = op_tuning.tune_tiling(p, KnowledgeBank(tmp_path))
+    assert out.space_points == legal and out.trials == len(asked) <= legal // 10, (out.trials, legal)

@@ -28,6 +28,9 @@ def test_subgraph_tuning_records_and_reuses(tmp_path: Path) -> None:
     assert seen[-1][0] == seen[-1][1] == len(tried)
     assert entry["trials"] >= len(tried) and not entry["from_bank"]
     for c in entry["configs"][1:]:  # every choice searched says why it was kept or not, from its own numbers
+        if c.get("no_change"):  # (not measured: its compiled plan was the current best's)
+            assert c["why"] == f"no change: {c['no_change']}" and f"{c['config']}: {c['why']}" in report.text()
+            continue
         ratio = c["ms"] / c["current_ms"]
         assert c["why"].startswith("kept" if c.get("kept") else "not kept"), c
         small = not c.get("kept") and not c.get("rejected") and ratio < 1
@@ -66,9 +69,50 @@ def test_reasons_per_choice() -> None:
     assert why({**small, "ms": 80.0, "kept": True}, 0.03) == "kept: x1.250 faster than the current best"
     bad = {**small, "ms": 80.0, "rejected": "outputs differ from the default's by 1.00e-02 of their range"}
     assert why(bad, 0.03).startswith("not kept: outputs differ")
-    final = {"config": "final: default vs tuned", "ms": 104.0, "current_ms": 100.0, "rejected": "x"}
+    final = {"config": "final: tuned vs default", "ms": 104.0, "current_ms": 100.0, "rejected": "x"}
     assert "(x0.962)" in why(final, 0.03)
     note = no_gain_note([{"config": "default", "ms": 100.0}, slower, {**slower, "config": "A off", "ms": 110.0}], 0.03)
     assert note.endswith("2 choices: GE's default won or tied every A/B (a win needs > 3%); the closest, kernels, "
                          "was x1.030 slower"), note
     assert "the closest, LayoutSelection off, was 1.00% faster, under the 3% bar" in no_gain_note([small, slower], 0.03)
+
+
+def test_final_line_prints_tuned_then_default() -> None:
+    """The final line reads 'tuned vs default' in the order its numbers are printed (ms = tuned)."""
+    from pycann.aoe.report import TuneReport
+
+    final = {"config": "final: tuned vs default", "ms": 40.241, "current_ms": 38.845, "rejected": "x"}
+    entry = {"workload": "m end to end", "baseline_us": 38845.0, "cost_us": 38845.0, "speedup": 1.0,
+             "choice": {}, "configs": [final]}
+    text = TuneReport("sgat", "m", "Ascend910B2", "b", [entry]).text()
+    assert "final: tuned vs default: 40.241 ms vs 38.845 ms" in text
+
+
+def test_a_kept_choice_must_win_the_final_blocks(tmp_path: Path, monkeypatch) -> None:  # noqa: ANN001
+    """A choice that won its one A/B is stored only if the final tuned-vs-default check, in separate
+    blocks, clears the bar in its median block (scripted measurements: one lucky block of three)."""
+    from pycann.aoe import subgraph_tuning as sg
+
+    state: dict = {"w0": None, "kept": False}
+    finals = iter([[100.0, 80.0], [100.0, 99.0], [100.0, 99.5]])  # the lucky block first
+
+    def fake(models, feeds, budget_s=2.0):  # noqa: ANN001, ANN202
+        if len(models) == 1:
+            state["w0"] = models[0]
+            return [100.0]
+        if not state["kept"]:
+            state["kept"] = True
+            return [100.0, 80.0]  # the first candidate measured wins its A/B by x1.25
+        if models[0] is not state["w0"]:
+            return [80.0, 90.0]  # later candidates lose
+        return next(finals)
+
+    monkeypatch.setattr(sg, "measure_ms", fake)
+    opts = CompileOptions(op_bank_path=str(tmp_path))
+    report, _ = subgraph_job(conv_model, opts, KnowledgeBank(tmp_path), "conv.onnx", budget_s=0.01)
+    (entry,) = report.entries
+    final = entry["configs"][-1]
+    assert final["config"] == "final: tuned vs default" and final["round_ratios"] == [0.8, 0.99, 0.995]
+    assert final.get("rejected") and not final.get("kept")
+    assert entry["choice"] == {"disabled_passes": [], "kernel_bank": False, "layout": True}
+    assert "were not faster than the default in the final side-by-side run" in entry["note"]

@@ -138,11 +138,11 @@ def test_same_address_reads_are_serialised_on_the_hbm_side():
     hbm = s.hbm_share(2)
     alone = [_read(0, 0), _read(1, 8192)]  # two cores, two ranges: nothing shared, no reuse
     l2 = L2State(s, alone)
-    assert l2.rate(1, 0, 8192, hbm) == (hbm, False)
+    assert l2.rate(1, 0, 8192, hbm) == (hbm, 0.0, 1)
     shared = [_read(0, 0), _read(1, 0)]  # both cores read one range: one miss (serialised), one L2 hit
     l2 = L2State(s, shared)
-    rate, hit = l2.rate(1, 0, 8192, hbm)
-    assert hit and rate == pytest.approx(1 / (0.5 / (hbm / 1.15) + 0.5 / s.l2_read_rate))
+    rate, share, reads = l2.rate(1, 0, 8192, hbm)
+    assert (share, reads) == (0.5, 2) and rate == pytest.approx(1 / (0.5 / (hbm / 1.15) + 0.5 / s.l2_read_rate))
     one = [_read(0, 0, sharers=24)]  # one core's records, 24 cores read it (fa_trace's K/V): all misses, serialised
     tl = simulate_core(0, one, s, 24, L2State(s, one))
     (ev,) = tl.events
@@ -184,3 +184,69 @@ def test_msprof_outputs(tmp_path):
         assert all(v.stat().st_size > 0 for k, v in paths.items() if k.startswith("png"))
     except ImportError:
         assert "png" not in paths
+
+
+def test_trace_l2_field_is_the_priced_share_not_a_hit():
+    """A range read once is all HBM (l2_share 0) - also a cold first read at ts 0; a range two cores
+    read is priced half at the L2 rate, on both reads (the model averages; it does not order reads)."""
+    import json
+
+    from pycann.costmodel.export import chrome_trace
+
+    prof = profile_records([_read(0, 0), _read(1, 0), _read(1, 16384)], SOC, 2)
+    xev = [e for e in chrome_trace(prof)["traceEvents"] if e["ph"] == "X"]
+    assert all("l2_hit" not in e["args"] for e in xev)
+    got = sorted((e["pid"], e["args"]["l2_share"], e["args"]["gm_reads"]) for e in xev)
+    assert got == [(0, 0.5, 2), (1, 0.0, 1), (1, 0.5, 2)], json.dumps(xev)
+
+
+def _overlaps(xev):
+    by: dict = {}
+    for e in xev:
+        by.setdefault((e["pid"], e["tid"]), []).append((e["ts"], e["ts"] + e["dur"]))
+    return [(k, a, b) for k, v in by.items() for a, b in zip(sorted(v), sorted(v)[1:]) if b[0] < a[1] - 1e-9]
+
+
+@pytest.mark.parametrize("bufnum", [1, 2])
+def test_trace_slices_on_one_thread_never_overlap(bufnum):
+    """Chrome/Perfetto draw one thread's slices nested or apart: transfers in flight together (MTE2
+    latency is pipelined) go on sub-lanes of their pipe, named "<PIPE> #k"."""
+    from pycann.costmodel.export import chrome_trace
+
+    total, tile = 16384, 1024
+    xs = [gm(np.ones(total, np.float16)) for _ in range(3)]
+    prof = profile_kernel(add_kernel(total, tile, bufnum, rounds=8), 1, tuple(xs), SOC)
+    tr = chrome_trace(prof)
+    xev = [e for e in tr["traceEvents"] if e["ph"] == "X" and e["dur"] > 0]
+    assert not _overlaps(xev)
+    raw = [(e.start, e.end) for e in prof.cores[0].events if e.pipe == Pipe.PIPE_MTE2]
+    if any(b[0] < a[1] for a, b in zip(raw, raw[1:])):  # the pipe did have transfers in flight together
+        names = {e["args"]["name"] for e in tr["traceEvents"] if e["name"] == "thread_name"}
+        assert "MTE2 #1" in names
+    assert len([e for e in tr["traceEvents"] if e["ph"] == "X"]) == len(prof.cores[0].events)
+
+
+def test_pipeline_png_shows_single_and_double_buffering_apart(tmp_path):
+    """The per-core PNG draws every instruction (alternating shades, sub-lanes for overlapping ones):
+    the MTE2 rows of bufnum=1 and bufnum=2 differ in the drawn bars, not only in length."""
+    pytest.importorskip("matplotlib")
+    from pycann.costmodel.export import lane_rows
+
+    total, tile = 16384, 1024
+    rows = {}
+    for bufnum in (1, 2):
+        xs = [gm(np.ones(total, np.float16)) for _ in range(3)]
+        prof = profile_kernel(add_kernel(total, tile, bufnum, rounds=8), 1, tuple(xs), SOC)
+        rows[bufnum] = lane_rows(prof.cores[0])
+        for bars in rows[bufnum].values():  # each row: its bars never overlap
+            spans = sorted((b[0], b[0] + b[1]) for b in bars)
+            assert all(b[0] >= a[1] for a, b in zip(spans, spans[1:]))
+    mte2 = {k: sum(len(v) for r, v in rows[k].items() if r[0] == Pipe.PIPE_MTE2) for k in rows}
+    assert mte2[1] == mte2[2] > 1  # every transfer is its own bar
+
+
+    def overlap(r):  # cycles in which an MTE2 bar and a VECTOR bar are drawn at once
+        adds = [b for k, v in r.items() if k[0] == Pipe.PIPE_V for b in v]
+        copies = [b for k, v in r.items() if k[0] == Pipe.PIPE_MTE2 for b in v]
+        return sum(max(0, min(a[0] + a[1], c[0] + c[1]) - max(a[0], c[0])) for a in adds for c in copies)
+    assert overlap(rows[2]) > 2 * overlap(rows[1])  # double buffering: the transfers drawn under the compute

@@ -63,7 +63,7 @@ def test_kv_reads_name_the_pairs_that_share_them():
         assert kv and all(param(r, "sharers") == want for r in kv)
 
 
-@pytest.mark.parametrize("i", [0, 1, 2, 3, 6, 7])  # 16384/32768 (8 s / 35 s) are in scripts/costmodel_calibrate.py
+@pytest.mark.parametrize("i", [0, 1, 2, 3, 6, 7])  # 16384/32768 (~1 s / ~6 s) are in scripts/costmodel_calibrate.py
 def test_fa_anchor_within_25_percent(i):
     a = FA_PUBLISHED[i]
     p = predict_fa(a.shape, a.soc_version)

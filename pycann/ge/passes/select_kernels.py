@@ -36,7 +36,7 @@ from pycann.dtypes import to_numpy
 from pycann.ge.ir import CompileContext, Graph, Node
 from pycann.ge.passes.base import PassContext, PassResult
 from pycann.ge.tuned import tuned_algorithm
-from pycann.kernels.algorithm import ONEDNN_CONV_WINOGRAD, Packing
+from pycann.kernels.algorithm import ONEDNN_CONV_WINOGRAD, Algorithm, Packing
 from pycann.kernels.providers import ConvSpec, Implementation, OpSpec, candidates, make_spec, select
 from pycann.ops.fused import post_affine
 
@@ -133,11 +133,14 @@ def node_specs(g: Graph, skipped: Counter[str] | None = None, context: CompileCo
     return out
 
 
-def _collect(g: Graph, mode: str, out: list[Choice], skipped: Counter[str]) -> None:
+def _collect(g: Graph, mode: str, out: list[Choice], skipped: Counter[str], banked: dict[int, Algorithm]) -> None:
     for ns in node_specs(g, skipped):
         spec, w = ns.spec, ns.weight
         # a choice tuned by aoe (knowledge bank, pycann/ge/tuned.py) wins: it is not measured again
-        algo = tuned_algorithm(spec, ns.approx, g.context) or select(spec, mode, w, ns.approx)
+        tuned = tuned_algorithm(spec, ns.approx, g.context)
+        if tuned is not None:
+            banked[id(ns.node)] = tuned.algo
+        algo = tuned or select(spec, mode, w, ns.approx)
         if algo.algo.packing is Packing.PACKED and (w is None or w.dtype.name != spec.dtype):
             # a prepacked weight is cached per weight array: only for constant, compute-dtype weights
             algo = next(a for a in candidates(spec, {algo.provider, "numpy"}) if a.algo.packing is not Packing.PACKED)
@@ -166,7 +169,8 @@ def one_pool(choices: list[Choice]) -> int:
     return moved
 
 
-def select_graph(g: Graph, mode: str = "static", single_pool: bool = True) -> tuple[list[Choice], Counter[str], int, int]:
+def select_graph(g: Graph, mode: str = "static", single_pool: bool = True,
+                 bank: list[int] | None = None) -> tuple[list[Choice], Counter[str], int, int]:
     """Choose for every target node with static shapes and record ``_algo``.
 
     Returns (choices, skipped counts per op type, nodes moved by the one-pool rule, nodes
@@ -174,8 +178,11 @@ def select_graph(g: Graph, mode: str = "static", single_pool: bool = True) -> tu
     """
     choices: list[Choice] = []
     skipped: Counter[str] = Counter()
-    _collect(g, mode, choices, skipped)
+    banked: dict[int, Algorithm] = {}
+    _collect(g, mode, choices, skipped, banked)
     moved = one_pool(choices) if single_pool else 0
+    if bank is not None:  # [banked choices found, of them compiled as banked] (atc --log=info says so)
+        bank[:] = [len(banked), sum(banked.get(id(n)) == a.algo for n, _, _, a in choices)]
     changed = 0
     for n, _, _, algo in choices:
         if n.attrs.get("_algo") != algo.algo:
@@ -206,8 +213,10 @@ def run(graph: Graph, ctx: PassContext) -> PassResult:
         mode = "static"
     if mode == "off":
         return PassResult(graph, False, "off")
-    choices, skipped, moved, changed = select_graph(graph, mode)
-    return PassResult(graph, changed > 0, f"{summarize(choices, skipped, moved)} ({mode}){_provider_note(choices)}{_winograd_note(graph, choices)}")
+    bank: list[int] = []
+    choices, skipped, moved, changed = select_graph(graph, mode, bank=bank)
+    used = f"; knowledge bank: {bank[1]} of {bank[0]} banked choices compiled" if bank and bank[0] else ""
+    return PassResult(graph, changed > 0, f"{summarize(choices, skipped, moved)} ({mode}{used}){_provider_note(choices)}{_winograd_note(graph, choices)}")
 
 
 def _provider_note(choices: list[Choice]) -> str:
