@@ -236,8 +236,8 @@ def main() -> int:
     ap.add_argument("--engines", default="all", help="comma list of: pycann,ort,ov (default all)")
     args = ap.parse_args()
 
-    from pycann.ge.compiler import compile_model
-    from pycann.ge.model import LoadedModel
+    from pycann.ge.compile.compiler import compile_model
+    from pycann.ge.run.model import LoadedModel
     from pycann.kernels.providers import torch_int8
 
     spec = SPECS[args.model]

@@ -82,7 +82,7 @@ def engine(name: str, src: pathlib.Path) -> tuple[Run, Any]:
                                                         "INFERENCE_PRECISION_HINT": "f32"})
         req = c.create_infer_request()
         return (lambda f: [req.infer(f)[o] for o in c.outputs]), c
-    from pycann.ge.model import LoadedModel
+    from pycann.ge.run.model import LoadedModel
 
     m = LoadedModel.from_file(_om(src) if name == "pycann" else src)
     return m.run, m

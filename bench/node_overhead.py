@@ -54,8 +54,8 @@ def child(engine: str, nodes: int, width: int, calls: int) -> dict[str, float | 
         def call() -> object:
             return sess.run(None, {"x": x})
     else:
-        from pycann.ge.compiler import compile_model
-        from pycann.ge.model import LoadedModel
+        from pycann.ge.compile.compiler import compile_model
+        from pycann.ge.run.model import LoadedModel
 
         lm = LoadedModel.from_compiled(compile_model(model))
         fast = lm.executor.plan_for([x])[0]._fast is not None

@@ -27,8 +27,8 @@ sys.path.insert(0, str(ROOT / "scripts"))
 
 from model_zoo import MODELS  # noqa: E402
 
-from pycann.ge.compiler import compile_model  # noqa: E402
-from pycann.ge.model import LoadedModel  # noqa: E402
+from pycann.ge.compile.compiler import compile_model  # noqa: E402
+from pycann.ge.run.model import LoadedModel  # noqa: E402
 from pycann.kernels.providers import onednn_capi as capi  # noqa: E402
 from pycann.kernels.providers.onednn import onednn_unary  # noqa: E402
 from pycann.ops import fused  # noqa: E402

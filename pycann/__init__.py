@@ -19,11 +19,11 @@ def __getattr__(name: str) -> Any:
 
         return InferSession
     if name == "compile_model":
-        from pycann.ge.compiler import compile_model
+        from pycann.ge.compile.compiler import compile_model
 
         return compile_model
     if name == "CompileOptions":
-        from pycann.ge.options import CompileOptions
+        from pycann.ge.compile.options import CompileOptions
 
         return CompileOptions
     raise AttributeError(f"module 'pycann' has no attribute {name!r}")

@@ -16,8 +16,8 @@ import numpy as np
 import onnx
 from onnx.backend.base import Backend, BackendRep
 
-from pycann.ge.compiler import compile_model
-from pycann.ge.model import LoadedModel
+from pycann.ge.compile.compiler import compile_model
+from pycann.ge.run.model import LoadedModel
 
 
 class PycannRep(BackendRep):

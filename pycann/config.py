@@ -87,7 +87,7 @@ class PlanBuild(str, Enum):
 
 @dataclass(frozen=True)
 class PlanCacheConfig:
-    """Bounds and policy of one model's plan cache (``ge.executor.PlanCache``)."""
+    """Bounds and policy of one model's plan cache (``ge.run.plan_cache.PlanCache``)."""
 
     max_bytes: int = 512 << 20
     max_plans: int = 256
@@ -323,7 +323,7 @@ class GraphDump:
 
 
 def graph_dump() -> GraphDump:
-    """The graph dump variables, stripped (no validation: ``ge/export.py`` reports bad values)."""
+    """The graph dump variables, stripped (no validation: ``ge/compile/export.py`` reports bad values)."""
     return GraphDump(_env("DUMP_GE_GRAPH").strip(), _env("DUMP_GRAPH_LEVEL", "2").strip(),
                      _env("DUMP_GRAPH_PATH") or os.getcwd())
 

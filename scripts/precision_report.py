@@ -25,9 +25,9 @@ except ImportError:  # run as `python scripts/precision_report.py`
     sys.path.insert(0, __file__.rsplit("/scripts/", 1)[0])
     from scripts.model_zoo import MODELS, ort_run
 
-from pycann.ge.compiler import compile_model
-from pycann.ge.model import LoadedModel
-from pycann.ge.options import CompileOptions
+from pycann.ge.compile.compiler import compile_model
+from pycann.ge.compile.options import CompileOptions
+from pycann.ge.run.model import LoadedModel
 
 MODES = ("must_keep_origin_dtype", "force_fp32", "allow_fp32_to_fp16", "allow_mix_precision_fp16", "force_fp16",
          "allow_mix_precision_bf16")

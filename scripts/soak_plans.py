@@ -57,7 +57,7 @@ def shapes(n_rec: int, n_det: int) -> list[tuple[str, tuple[int, ...]]]:
 
 def soak(calls: int, n_rec: int, n_det: int, every: int) -> dict[str, object]:
     """Run in this process; returns the RSS samples and each model's plan-cache counters."""
-    from pycann.ge.model import LoadedModel
+    from pycann.ge.run.model import LoadedModel
 
     pairs = shapes(n_rec, n_det)
     names = sorted({m for m, _ in pairs})

@@ -67,7 +67,7 @@ def test_framework_importers_need_no_framework() -> None:
     """The TensorFlow and Caffe importers read files with protobuf + the frameworks' .proto files
     only (docs/importers.md): they never import TensorFlow, Caffe or the ONNX package, and, as
     the first stage of the compiler, never the stages after them."""
-    banned = ("tensorflow", "caffe", "onnx", "pycann.ge.compiler", "pycann.ge.executor", "pycann.ge.model",
+    banned = ("tensorflow", "caffe", "onnx", "pycann.ge.compile.compiler", "pycann.ge.run.executor", "pycann.ge.run.model",
               "pycann.ge.om", "pycann.tools")
     folder = ROOT / "ge" / "importers"
     for path in [*folder.glob("tensorflow*.py"), *folder.glob("caffe*.py")]:

@@ -32,7 +32,7 @@ from pycann.dtypes import ACL_DTYPE, DType, to_numpy
 from pycann.errors import InputError
 from pycann.ge.aipp.config import check_value
 from pycann.ge.aipp.dynamic import pack_params
-from pycann.ge.model import LoadedModel
+from pycann.ge.run.model import LoadedModel
 from pycann.ops.aipp import ACL_FORMAT_CODES, canonical_format, dynamic_buffer_bytes
 from pycann.runtime.memory import DEVICE_KINDS
 

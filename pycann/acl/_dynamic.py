@@ -30,8 +30,8 @@ from pycann.acl._models import mdl_api as api
 from pycann.acl._state import as_int
 from pycann.acl.base import tensor_desc
 from pycann.acl.errors import ArgTypeError, fault
-from pycann.ge.gears import GearTable
-from pycann.ge.model import LoadedModel
+from pycann.ge.compile.gears import GearTable
+from pycann.ge.run.model import LoadedModel
 
 _CALL = {"batch": "set_dynamic_batch_size", "image_size": "set_dynamic_hw_size", "dims": "set_input_dynamic_dims"}
 

@@ -14,7 +14,7 @@ from pycann.acl import constants as C
 from pycann.acl._state import api, as_int, handles
 from pycann.acl.errors import fault
 from pycann.dtypes import to_numpy
-from pycann.ge.model import LoadedModel, TensorInfo
+from pycann.ge.run.model import LoadedModel, TensorInfo
 
 F = TypeVar("F", bound=Callable[..., Any])
 

@@ -1,6 +1,6 @@
 """``acl.mdl``: load, describe and execute offline models (cann-interfaces.md §1.4, §1.10).
 
-A facade over ``pycann.ge.model.LoadedModel``: model ids and descs are handles; datasets hold
+A facade over ``pycann.ge.run.model.LoadedModel``: model ids and descs are handles; datasets hold
 data buffers (device pointers) which ``execute`` reads into the model's inputs and writes the
 outputs into, checking every pointer and size. ``execute_async`` queues the same work on a
 stream. Several threads may execute one model at once (``LoadedModel.run`` is thread-safe).
@@ -80,7 +80,7 @@ from pycann.acl.base import DataBuffer
 from pycann.acl.errors import ArgTypeError, fault
 from pycann.acl.rt import stream_of
 from pycann.dtypes import ACL_DTYPE, DType
-from pycann.ge.model import LoadedModel, TensorInfo
+from pycann.ge.run.model import LoadedModel, TensorInfo
 from pycann.runtime.errors import KindMismatch
 from pycann.runtime.memory import ANY_KIND, DEVICE_KINDS
 

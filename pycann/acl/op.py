@@ -1,7 +1,7 @@
 """``acl.op``: single-operator execution (cann-interfaces.md §1.6).
 
 ``execute_v2(op_type, in_descs, in_buffers, out_descs, out_buffers, attr, stream)`` runs any op
-of pycann's operator table through GE's single-op entry point (``pycann.ge.singleop.run_op``:
+of pycann's operator table through GE's single-op entry point (``pycann.ge.run.singleop.run_op``:
 defaults, shape inference, kernel, output check) — the table graph mode uses, as CANN shares its
 op library between the two. Op types and attribute names are ONNX's (latest
 opset semantics, e.g. ``ReduceSum`` takes ``axes`` as an input); no ``atc --singleop``
@@ -26,7 +26,7 @@ from pycann.acl.errors import AclFault, ArgTypeError, fault
 from pycann.acl.rt import stream_of
 from pycann.dtypes import ACL_TO_DTYPE, DType
 from pycann.errors import KernelError, ShapeError, UnsupportedOpError
-from pycann.ge.singleop import AttrError, OutputCountError, find_op, run_op
+from pycann.ge.run.singleop import AttrError, OutputCountError, find_op, run_op
 from pycann.runtime.memory import ANY_KIND, DEVICE_KINDS
 
 

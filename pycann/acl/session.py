@@ -1,5 +1,5 @@
 """``InferSession``: ais_bench's high-level Python API (cann-interfaces.md §6.1), plus an
-ONNX Runtime-style ``run(output_names, feeds)``. A facade: the work is in ``pycann.ge.model``.
+ONNX Runtime-style ``run(output_names, feeds)``. A facade: the work is in ``pycann.ge.run.model``.
 
 Modes of ``infer`` (§6.1): ``static`` runs the feeds as given; ``dymbatch`` / ``dymhw`` /
 ``dymdims`` need a model with dynamic dims and record the batch / H,W / dims the feeds carry;
@@ -23,8 +23,8 @@ from typing import Any
 import numpy as np
 
 from pycann.errors import InputError
-from pycann.ge.gears import OPTION
-from pycann.ge.model import LoadedModel, TensorInfo
+from pycann.ge.compile.gears import OPTION
+from pycann.ge.run.model import LoadedModel, TensorInfo
 
 MODES = ("static", "dymbatch", "dymhw", "dymdims", "dymshape")
 

@@ -63,9 +63,9 @@ def _cos(a: np.ndarray, b: np.ndarray) -> float:
 
 
 def _runner(model: onnx.ModelProto):  # noqa: ANN202
-    from pycann.ge.compiler import compile_model
-    from pycann.ge.model import LoadedModel
-    from pycann.ge.options import CompileOptions
+    from pycann.ge.compile.compiler import compile_model
+    from pycann.ge.compile.options import CompileOptions
+    from pycann.ge.run.model import LoadedModel
 
     # high_precision: the QDQ arithmetic as written (atc's default may keep slow int8 layers fp32 and
     # bypass activation QDQ pairs, which would hide the quantisation error being measured)

@@ -144,8 +144,8 @@ def calibrate(modified_onnx_file: str, batches: Iterable[Batch], record_file: st
     """Run ``batch_num`` batches (dicts by input name, lists of arrays, or one array for a
     single-input model) through the modified model with pycann, and write the record file.
     Returns the record. Raises ``InputError`` when fewer batches than ``batch_num`` come."""
-    from pycann.ge.compiler import compile_model
-    from pycann.ge.model import LoadedModel
+    from pycann.ge.compile.compiler import compile_model
+    from pycann.ge.run.model import LoadedModel
 
     model = _load(modified_onnx_file)
     meta = _meta(model, modified_onnx_file)

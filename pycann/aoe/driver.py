@@ -25,8 +25,8 @@ from pycann.aoe.tiling import MatmulProblem
 from pycann.costmodel.socs import COST_SOCS
 
 if TYPE_CHECKING:  # GE loads only when a model is tuned
-    from pycann.ge.compiler import CompiledModel
-    from pycann.ge.options import CompileOptions
+    from pycann.ge.compile.compiler import CompiledModel
+    from pycann.ge.compile.options import CompileOptions
 
 
 def op_job(load: Callable[[], Any] | None, opts: CompileOptions | None, bank: KnowledgeBank, model: str | None,
@@ -53,8 +53,8 @@ def op_job(load: Callable[[], Any] | None, opts: CompileOptions | None, bank: Kn
     cm: CompiledModel | None = None
     problems: list[tuple[MatmulProblem, list[str]]] = []
     keys: list[BankKey] = []
-    from pycann.ge.compiler import compile_model
-    from pycann.ge.tuned import kernel_key
+    from pycann.ge.compile.compiler import compile_model
+    from pycann.ge.compile.tuned import kernel_key
 
     if load is not None and opts is not None:
         # the graph atc would compile now (a subgraph-tuning record applied): its specs are the ones to tune,

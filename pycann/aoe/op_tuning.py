@@ -154,7 +154,7 @@ def tune_kernel(spec: OpSpec, approx: bool, weight: np.ndarray | None, bank: Kno
     """Measure every available algorithm for ``spec`` on this machine, store the fastest whose
     output agrees with the general numpy algorithm (max error / max |reference| <= ``tol``)."""
     t0 = time.perf_counter()
-    from pycann.ge.tuned import kernel_key
+    from pycann.ge.compile.tuned import kernel_key
     from pycann.kernels import providers
     from pycann.kernels.providers import FALLBACK
 
@@ -197,7 +197,7 @@ def model_ops(graph: Graph, wanted: OpsFilter, soc_version: str) -> tuple[list[t
     selects, the MatMul tiling problems among them (dims multiples of 16, an Ascend ``soc_version``
     with a cost table), and notes on the nodes left out."""
     from pycann.costmodel.socs import COST_SOCS
-    from pycann.ge.passes.select_kernels import node_specs
+    from pycann.ge.compile.passes.select_kernels import node_specs
     from pycann.kernels.providers import GemmSpec
 
     skipped: Counter[str] = Counter()

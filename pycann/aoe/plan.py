@@ -2,7 +2,7 @@
 banked kernel choices the compile overrode (and why).
 
 A banked kernel choice (``aoe --job_type=2``) is measured alone; ``KernelSelection`` then applies
-GE's one-thread-pool rule (``ge/passes/select_kernels.one_pool``: a model runs on one spinning
+GE's one-thread-pool rule (``ge/compile/passes/select_kernels.one_pool``: a model runs on one spinning
 thread pool, so the nodes of the minority provider by FLOPs move to the majority provider), and
 swaps a prepacked-weight algorithm for its plain form when the weight is not a constant of the
 compute dtype. So a choice in the bank is not necessarily a choice in the .om: the tuners compare
@@ -22,9 +22,9 @@ from pycann.kernels import algorithm
 
 def plan_signature(g: Graph) -> str:
     """The compiled plan's structure: nodes, edges and attributes (the kernel choice ``_algo`` and the
-    layouts included), constants' shapes and dtypes, subgraphs (``ge.tuned.graph_fingerprint``). Two
+    layouts included), constants' shapes and dtypes, subgraphs (``ge.compile.tuned.graph_fingerprint``). Two
     compiles with the same signature run the same kernels on the same graph."""
-    from pycann.ge.tuned import graph_fingerprint
+    from pycann.ge.compile.tuned import graph_fingerprint
 
     return graph_fingerprint(g)
 
@@ -48,8 +48,8 @@ def overrides(g: Graph, switched_off: bool = False) -> list[Override]:
     the kernel compiled into ``g``, with the rule that overrode it. When kernel records are off for
     this model (``g.context.kernel_bank`` False): nothing, or with ``switched_off`` every differing banked
     choice, for the reason ``SWITCHED_OFF`` (a subgraph-tuning record turned them off)."""
-    from pycann.ge.passes.select_kernels import node_specs
-    from pycann.ge.tuned import tuned_algorithm
+    from pycann.ge.compile.passes.select_kernels import node_specs
+    from pycann.ge.compile.tuned import tuned_algorithm
 
     off = not g.context.kernel_bank
     if off and not switched_off:

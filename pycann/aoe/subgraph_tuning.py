@@ -1,6 +1,6 @@
 """Subgraph tuning (``aoe --job_type=1``, CANN's SGAT): GE's choices for one model, by measurement.
 
-The choices (``ge.tuned.GraphChoice``): which fusion passes run (each one that changed this
+The choices (``ge.compile.tuned.GraphChoice``): which fusion passes run (each one that changed this
 model's graph may be switched off), whether LayoutSelection runs (NHWC chains vs NCHW
 everywhere), and whether each Conv/MatMul node takes its measured kernel (op tuning of the
 model's specs, stored in the bank) or GE's static table. Search: greedy coordinate descent from
@@ -36,12 +36,12 @@ from pycann.aoe.op_tuning import OpOutcome, tune_kernel
 from pycann.aoe.plan import overrides, overrides_note, plan_signature
 from pycann.aoe.search import Progress
 from pycann.dtypes import to_numpy
-from pycann.ge.compiler import CompiledModel, compile_model
-from pycann.ge.model import LoadedModel
-from pycann.ge.options import CompileOptions
-from pycann.ge.passes.select_kernels import node_specs
-from pycann.ge.switches import NOT_FUSIONS
-from pycann.ge.tuned import GraphChoice, lookup
+from pycann.ge.compile.compiler import CompiledModel, compile_model
+from pycann.ge.compile.options import CompileOptions
+from pycann.ge.compile.passes.select_kernels import node_specs
+from pycann.ge.compile.switches import NOT_FUSIONS
+from pycann.ge.compile.tuned import GraphChoice, lookup
+from pycann.ge.run.model import LoadedModel
 
 _PASS_LINE = re.compile(r"^\[(\w+)\] nodes (\d+) -> (\d+);")
 OUTPUT_TOL = 1e-3

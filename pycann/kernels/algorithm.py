@@ -16,7 +16,7 @@ the provider:
   ``--op_select_implmode high_performance`` records one).
 
 The node attribute ``_algo`` holds an ``Algorithm`` inside the process. Its text form
-``"<provider>:<name>"`` (``key``) exists only at the boundaries: the .om manifest (``ge/serialize.py``),
+``"<provider>:<name>"`` (``key``) exists only at the boundaries: the .om manifest (``ge/om/serialize.py``),
 the AOE knowledge bank, logs and reports; ``parse`` turns it back.
 
 The implementations (``supports(spec)``, ``fn``) are in the provider modules

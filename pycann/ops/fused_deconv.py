@@ -1,5 +1,5 @@
 """``pycann.FusedConvTranspose`` = ConvTranspose (with its bias) -> activation, made by GE's
-ConvActivationFusion (ge/passes/fuse_conv_act.py).
+ConvActivationFusion (ge/compile/passes/fuse_conv_act.py).
 
 Semantics: ONNX ConvTranspose-11/22 (``ops/nn/conv.py``), then the activation named by the
 ``activation`` attribute with ``act_alpha`` / ``act_beta`` exactly as ``FusedConv`` applies it

@@ -11,7 +11,7 @@ A fused int8 layer may carry, besides the conv / matmul and its ReLU:
 * ``y_scale`` > 0 (with ``y_zero_point``, ``y_q_min``, ``y_q_max``): the output is requantised to
   uint8, ``clamp(saturate_u8(round_half_even(y / y_scale) + y_zero_point), y_q_min, y_q_max)``:
   the QuantizeLinear of the int8 layers that read it, moved into this one (``chain_requant`` in
-  pycann/ge/passes/fuse_qdq_chain.py), so int8 layers hand uint8 tensors to each other.
+  pycann/ge/compile/passes/fuse_qdq_chain.py), so int8 layers hand uint8 tensors to each other.
 
 Semantics: those of the ONNX graph the fusion replaced (Add, Relu, QuantizeLinear and the Clip it
 absorbed); ``finish`` computes them in numpy on the float conv / matmul result. The int8 kernels

@@ -6,7 +6,7 @@ its plain loop when the tuple is empty. Profilers and dumpers register with ``ob
 Besides the ``NodeObserver`` protocol (``on_node`` / ``on_run``), an observer may define the
 optional methods ``on_api(name, track, start_ns, end_ns, args)`` (host API calls and memory
 copies, reported with ``record_api``) and ``on_model_load(model)`` (a ``LoadedModel`` was
-created). ``on_model_load`` here is what ``ge/model.py`` calls once per load: it remembers the
+created). ``on_model_load`` here is what ``ge/run/model.py`` calls once per load: it remembers the
 model's name and, the first time, starts a profiler if ``PYCANN_PROFILE_DIR`` is set (the
 ``msprof`` command line sets it; cann-interfaces.md §4.1).
 """

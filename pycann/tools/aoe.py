@@ -51,7 +51,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def _check(args: argparse.Namespace) -> None:
-    from pycann.ge.options import SOC_VERSIONS
+    from pycann.ge.compile.options import SOC_VERSIONS
     from pycann.tools.paths import folder_problem
 
     if args.job_type is None:
@@ -80,8 +80,8 @@ def _check(args: argparse.Namespace) -> None:
 
 
 def _options(args: argparse.Namespace) -> Any:
-    from pycann.ge.importers.frameworks import DEFAULT_INPUT_FORMAT
-    from pycann.ge.options import CompileOptions, check_implmode, parse_input_shape
+    from pycann.ge.compile.importers.frameworks import DEFAULT_INPUT_FORMAT
+    from pycann.ge.compile.options import CompileOptions, check_implmode, parse_input_shape
 
     bank = args.op_bank_path or args.mdl_bank_path or ""
     kw: dict[str, Any] = {"soc_version": args.soc_version, "op_bank_path": os.path.abspath(bank) if bank else "",
@@ -97,7 +97,7 @@ def _loader(args: argparse.Namespace, opts: Any) -> Any:
     """A fresh model per call: the path (ONNX) or a newly imported Graph (Caffe, TensorFlow)."""
     if args.framework == 5:
         return lambda: args.model
-    from pycann.ge.importers.frameworks import load_framework_model
+    from pycann.ge.compile.importers.frameworks import load_framework_model
 
     return lambda: load_framework_model(args.framework, args.model, args.weight, (), opts.input_shape)
 

@@ -114,13 +114,13 @@ def _output_path(args: argparse.Namespace) -> str:
 
 
 def _fusion_switches(path: str) -> list[str]:
-    from pycann.ge.switches import read_fusion_switch_file
+    from pycann.ge.compile.switches import read_fusion_switch_file
 
     return read_fusion_switch_file(path)
 
 
 def _warn_unknown_passes(names: list[str]) -> None:
-    from pycann.ge.switches import switchable_passes, unknown_passes
+    from pycann.ge.compile.switches import switchable_passes, unknown_passes
 
     for name in unknown_passes(names):
         print(f"[WARNING] --fusion_switch_file: no pass named [{name}] in pycann (ignored); "
@@ -129,7 +129,7 @@ def _warn_unknown_passes(names: list[str]) -> None:
 
 def _aipp_and_gear_options(args: argparse.Namespace) -> dict[str, Any]:
     """--insert_op_conf and the gear options as ``CompileOptions`` fields (parsed, CANN E-codes)."""
-    from pycann.ge import gears
+    from pycann.ge.compile import gears
 
     out: dict[str, Any] = {}
     if args.insert_op_conf is not None:
@@ -148,7 +148,7 @@ def _aipp_and_gear_options(args: argparse.Namespace) -> dict[str, Any]:
 
 def _implmode_options(args: argparse.Namespace) -> dict[str, Any]:
     """--op_select_implmode / --optypelist_for_implmode as ``CompileOptions`` fields."""
-    from pycann.ge.options import check_implmode
+    from pycann.ge.compile.options import check_implmode
 
     out: dict[str, Any] = {}
     if args.op_select_implmode is not None:
@@ -164,7 +164,7 @@ def _implmode_options(args: argparse.Namespace) -> dict[str, Any]:
 
 def _precision_options(args: argparse.Namespace) -> dict[str, Any]:
     """The precision options as ``CompileOptions`` fields (files read here; docs/precision.md)."""
-    from pycann.ge import precision_config as pc
+    from pycann.ge.compile import precision_config as pc
 
     out: dict[str, Any] = {}
     if args.precision_mode:
@@ -210,8 +210,8 @@ def _check_model_args(args: argparse.Namespace) -> None:
 
 def _precheck(args: argparse.Namespace) -> None:
     """--mode=3: write check_result.json (--check_report); fails when a node fails the check."""
-    from pycann.ge.options import parse_input_shape
-    from pycann.ge.precheck import failure_lines, precheck
+    from pycann.ge.compile.options import parse_input_shape
+    from pycann.ge.compile.precheck import failure_lines, precheck
 
     _check_model_args(args)
     if args.framework != 5:
@@ -232,9 +232,9 @@ def _precheck(args: argparse.Namespace) -> None:
 
 
 def _compile(args: argparse.Namespace, argv: Sequence[str]) -> None:
-    # Options are checked with light modules first (pycann.ge.options, pycann.ge.switches,
+    # Options are checked with light modules first (pycann.ge.compile.options, pycann.ge.compile.switches,
     # os.path): a typo fails in well under a second, before numpy, onnx and the op table load.
-    from pycann.ge.options import SOC_VERSIONS, check_implmode, parse_input_shape, parse_out_nodes
+    from pycann.ge.compile.options import SOC_VERSIONS, check_implmode, parse_input_shape, parse_out_nodes
 
     t0 = time.perf_counter()
     _check_model_args(args)
@@ -244,7 +244,7 @@ def _compile(args: argparse.Namespace, argv: Sequence[str]) -> None:
         raise AtcError("E10054", "The required parameter [--soc_version] for ATC is empty. Use e.g. --soc_version=Ascend310P3.")
     if args.soc_version not in SOC_VERSIONS:
         raise AtcError("E10001", f"Value [{args.soc_version}] for parameter [--soc_version] is invalid. Supported: {', '.join(SOC_VERSIONS)}.")
-    from pycann.ge.importers.frameworks import DEFAULT_INPUT_FORMAT, INPUT_FORMATS
+    from pycann.ge.compile.importers.frameworks import DEFAULT_INPUT_FORMAT, INPUT_FORMATS
 
     fw = args.framework
     args.input_format = args.input_format or DEFAULT_INPUT_FORMAT[fw]
@@ -268,8 +268,8 @@ def _compile(args: argparse.Namespace, argv: Sequence[str]) -> None:
         if getattr(args, name) is not None:
             print(f"[WARNING] option --{name} is accepted for compatibility and has no effect on pycann's CPU device", flush=True)
 
-    from pycann.ge.compiler import compile_model
-    from pycann.ge.options import CompileOptions, parse_output_type
+    from pycann.ge.compile.compiler import compile_model
+    from pycann.ge.compile.options import CompileOptions, parse_output_type
 
     if disabled:
         _warn_unknown_passes(disabled)
@@ -287,7 +287,7 @@ def _compile(args: argparse.Namespace, argv: Sequence[str]) -> None:
     log = _log_fn(args.log, t0)
     model: Any = args.model
     if fw != 5:  # Caffe / TensorFlow importers (docs/importers.md); they apply --out_nodes by their names
-        from pycann.ge.importers.frameworks import load_framework_model
+        from pycann.ge.compile.importers.frameworks import load_framework_model
 
         model = load_framework_model(fw, args.model, args.weight, opts.out_nodes, opts.input_shape)
         opts.out_nodes = []
@@ -314,10 +314,10 @@ def _check_file_output(path: str, option: str) -> None:
 
 
 def _export_onnx(graph: Any, path: str) -> None:
-    """--export_onnx: the optimised graph as ONNX (pycann/ge/export.py)."""
+    """--export_onnx: the optimised graph as ONNX (pycann/ge/compile/export.py)."""
     import onnx
 
-    from pycann.ge.export import to_onnx
+    from pycann.ge.compile.export import to_onnx
 
     onnx.save(to_onnx(graph), path)
     print(f"[INFO] optimised graph exported to {path}", flush=True)
@@ -329,7 +329,7 @@ def _require_file(path: str, option: str) -> None:
 
 
 def _to_json(args: argparse.Namespace) -> None:
-    from pycann.ge.serialize import encode_graph
+    from pycann.ge.om.serialize import encode_graph
 
     if not args.om or not (args.json or args.export_onnx):
         missing = " and ".join(f"[--{k}]" for k in ("om", "json") if not getattr(args, k))
@@ -339,7 +339,7 @@ def _to_json(args: argparse.Namespace) -> None:
         if path:
             _check_file_output(path, option)
     if args.om.lower().endswith(".onnx"):
-        from pycann.ge.importers.onnx import load_onnx
+        from pycann.ge.compile.importers.onnx import load_onnx
 
         graph, manifest = load_onnx(args.om), {}
     else:
@@ -447,8 +447,8 @@ def _display(args: argparse.Namespace) -> None:
     print(f"ops: {len(g.nodes)} nodes; " + ", ".join(f"{k} {v}" for k, v in sorted(m.get('op_counts', {}).items())))
     _display_gears_aipp(m)
     _display_precision(m.get("precision"))
-    from pycann.ge.executor import is_vision
-    from pycann.ge.plan_cache import describe
+    from pycann.ge.run.executor import is_vision
+    from pycann.ge.run.plan_cache import describe
 
     print(describe([n for n in g.inputs if not getattr(g.descs.get(n), "is_static", True)], is_vision(g)))
     print("============ Display Model Info end ============")

@@ -267,7 +267,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     """``pycann compare ...``; returns 0 (all agree), 1 (a node disagrees) or 2 (error)."""
     args = build_parser().parse_args(argv)
     from pycann.errors import PycannError
-    from pycann.ge.model import LoadedModel
+    from pycann.ge.run.model import LoadedModel
     from pycann.tools.paths import folder_problem
 
     why = folder_problem(args.output)

@@ -2,7 +2,7 @@
 
 The first call of a signature -- (op, input dtypes, shapes and strides, attributes, and the
 identity of the inputs bound as constants) -- goes through GE's single-op path with all its
-checks (``pycann.ge.singleop.run_op``: schema defaults, shape/dtype inference, output check), as
+checks (``pycann.ge.run.singleop.run_op``: schema defaults, shape/dtype inference, output check), as
 ``aclopCreateHandle`` compiles an op once. Then the op's kernel is *bound* for that signature
 the way GE binds a plan's node (``pycann.kernels.bind.PREPARE``): a convolution's weight is
 packed into oneDNN's blocked layout once, a Gemm's B is packed once, a pooling / softmax /
@@ -77,7 +77,7 @@ def _bind(op_type: str, ins: list[np.ndarray | None], attrs: Mapping[str, Any], 
     """The kernel of this signature: the op's prepared kernel bound to ``ins[i]`` for ``i`` in
     ``const_at`` (as GE binds a plan node with constant inputs), else its generic kernel."""
     from pycann.dtypes import TensorDesc, from_numpy
-    from pycann.ge.singleop import find_op
+    from pycann.ge.run.singleop import find_op
     from pycann.kernels.bind import PREPARE
     from pycann.kernels.table import into_kernel, run_kernel
 
@@ -151,7 +151,7 @@ def run(op_type: str, inputs: Sequence[torch.Tensor | None], attrs: Mapping[str,
     if h is not None and any(r() is None for r in h.owners):
         h = None  # a bound tensor died: its id may now name another one
     if h is None:
-        from pycann.ge.singleop import run_op
+        from pycann.ge.run.singleop import run_op
 
         res = _array(run_op(op_type, ins, attrs)[0])
         kernel, out_kernel, full, bound = _bind(op_type, ins, attrs, res, [i for i, _ in consts])

@@ -4,7 +4,7 @@ Every ATen op that reaches the ``npu`` device (PyTorch's PrivateUse1 dispatch ke
 one of four providers (``Provider``):
 
 * ``PYCANN``: pycann's operator library computes it, through GE's single-op path
-  (``pycann.ge.singleop.run_op``, the path ``acl.op.execute_v2`` takes) on zero-copy numpy views
+  (``pycann.ge.run.singleop.run_op``, the path ``acl.op.execute_v2`` takes) on zero-copy numpy views
   of the tensors. ``PYCANN_OPS`` maps the ATen op to the ONNX/CANN op and its attributes.
 * ``HOST``: torch's own CPU kernel runs on the tensors' memory, which *is* pycann's device memory
   (the CPU device computes on host memory). Used for ops pycann's library also has (Conv,

@@ -14,7 +14,7 @@ import pycann
 import pycann.acl as acl
 from pycann.acl import constants as C
 from pycann.acl.session import InferSession
-from pycann.ge.model import LoadedModel
+from pycann.ge.run.model import LoadedModel
 from pycann.tools import bench
 from tests.ge.test_aipp import JPEG, identity_model, ref_aipp, src_image
 from tests.ge.test_gears import conv_model, nd_model

@@ -20,11 +20,11 @@ import onnx
 import pytest
 from onnx import TensorProto, helper, numpy_helper
 
-from pycann.ge.compiler import compile_model
-from pycann.ge.executor import ARENA, arena_candidates, inplace_candidates
-from pycann.ge.model import LoadedModel
-from pycann.ge.options import CompileOptions
+from pycann.ge.compile.compiler import compile_model
+from pycann.ge.compile.options import CompileOptions
 from pycann.ge.planning.memory import plan_memory
+from pycann.ge.run.executor import ARENA, arena_candidates, inplace_candidates
+from pycann.ge.run.model import LoadedModel
 from pycann.kernels import providers
 from pycann.kernels.providers import onednn
 from tests.ops.oracle import run_ort
@@ -866,7 +866,7 @@ def test_if_output_that_passes_an_outer_residual_through() -> None:
 def test_if_output_passing_an_outer_value_through_without_in_place(monkeypatch: pytest.MonkeyPatch) -> None:
     """The same aliasing with in-place sharing turned off (the test below makes a later tensor
     want r's slot)."""
-    import pycann.ge.executor as ex
+    import pycann.ge.run.executor as ex
 
     monkeypatch.setattr(ex, "inplace_candidates", lambda g: {})
     net = Net()
@@ -886,7 +886,7 @@ def test_if_output_passing_an_outer_value_through_without_in_place(monkeypatch: 
 def test_if_output_alias_is_clobbered_by_plain_arena_reuse(monkeypatch: pytest.MonkeyPatch) -> None:
     """Regression: an If output that is an outer value (then: Identity(r)) keeps r's buffer
     reserved while it lives, so the later convs' arena tensors do not reuse it."""
-    import pycann.ge.executor as ex
+    import pycann.ge.run.executor as ex
 
     monkeypatch.setattr(ex, "inplace_candidates", lambda g: {})
     net = Net()

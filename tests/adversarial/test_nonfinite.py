@@ -16,8 +16,8 @@ import onnx
 import pytest
 from onnx import TensorProto, helper, numpy_helper
 
-from pycann.ge.compiler import compile_model
-from pycann.ge.model import LoadedModel
+from pycann.ge.compile.compiler import compile_model
+from pycann.ge.run.model import LoadedModel
 from pycann.kernels import providers
 from tests.ops.oracle import run_ort
 

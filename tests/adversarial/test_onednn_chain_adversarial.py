@@ -1,6 +1,6 @@
 """Adversarial end-to-end checks of the oneDNN ElementwiseChain (providers/onednn_binary.py,
 prepared_onednn._chain), the channels-last oneDNN Concat (providers/onednn_concat.py,
-prepared_onednn._concat) and FusedConvTranspose (ops/fused_deconv.py, ge/passes/fuse_conv_act.py)
+prepared_onednn._concat) and FusedConvTranspose (ops/fused_deconv.py, ge/compile/passes/fuse_conv_act.py)
 against ONNX Runtime.
 
 Every model is compiled with ``compile_model`` and run through ``LoadedModel``; results are compared
@@ -18,8 +18,8 @@ import onnx
 import pytest
 from onnx import TensorProto, helper, numpy_helper
 
-from pycann.ge.compiler import compile_model
-from pycann.ge.model import LoadedModel
+from pycann.ge.compile.compiler import compile_model
+from pycann.ge.run.model import LoadedModel
 from pycann.kernels import providers
 from tests.ops.oracle import run_ort
 

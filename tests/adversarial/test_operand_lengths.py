@@ -20,9 +20,9 @@ import pytest
 from onnx import TensorProto, helper, numpy_helper
 
 from pycann.errors import KernelError, OperandError, ShapeError
-from pycann.ge.compiler import compile_model
-from pycann.ge.model import LoadedModel
-from pycann.ge.singleop import run_op
+from pycann.ge.compile.compiler import compile_model
+from pycann.ge.run.model import LoadedModel
+from pycann.ge.run.singleop import run_op
 
 F = TensorProto.FLOAT
 RNG = np.random.default_rng(14)

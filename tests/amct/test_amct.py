@@ -173,9 +173,9 @@ def test_flow_writes_qdq_models_that_match_float_and_onnxruntime(tmp_path: Path)
     assert (prefix.parent / "net_quant.json").exists()
     rep = amct.compare_models(str(model), fq, batches)
     assert rep.cosine > 0.999 and rep.top1_agreement[0] is not None and rep.top1_agreement[0] >= 0.9
-    from pycann.ge.compiler import compile_model
-    from pycann.ge.model import LoadedModel
-    from pycann.ge.options import CompileOptions
+    from pycann.ge.compile.compiler import compile_model
+    from pycann.ge.compile.options import CompileOptions
+    from pycann.ge.run.model import LoadedModel
 
     x = batches[0]
     # high_precision: every fused layer keeps the QDQ arithmetic (the default may keep layers fp32

@@ -9,11 +9,11 @@ import onnx
 import pytest
 from onnx import TensorProto, helper, numpy_helper
 
-from pycann.ge.compiler import compile_model
+from pycann.ge.compile.compiler import compile_model
+from pycann.ge.compile.options import CompileOptions
+from pycann.ge.compile.passes.int8_choice import MIN_MACS_PER_ELEMENT, layer_macs, macs_per_element
 from pycann.ge.ir import Node
-from pycann.ge.model import LoadedModel
-from pycann.ge.options import CompileOptions
-from pycann.ge.passes.int8_choice import MIN_MACS_PER_ELEMENT, layer_macs, macs_per_element
+from pycann.ge.run.model import LoadedModel
 from pycann.kernels.providers import torch_int8
 
 RNG = np.random.default_rng(5)

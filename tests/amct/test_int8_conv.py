@@ -9,9 +9,9 @@ import onnx
 import pytest
 from onnx import TensorProto, helper, numpy_helper
 
-from pycann.ge.compiler import compile_model
-from pycann.ge.model import LoadedModel
-from pycann.ge.options import CompileOptions
+from pycann.ge.compile.compiler import compile_model
+from pycann.ge.compile.options import CompileOptions
+from pycann.ge.run.model import LoadedModel
 from pycann.kernels.providers import torch_int8
 from pycann.kernels.quant import int8_eligible
 from pycann.kernels.quant import k_quant_conv as _k_quant_conv

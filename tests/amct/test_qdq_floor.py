@@ -10,8 +10,8 @@ import numpy as np
 import onnx
 from onnx import TensorProto, helper, numpy_helper
 
-from pycann.ge.compiler import compile_model
-from pycann.ge.model import LoadedModel
+from pycann.ge.compile.compiler import compile_model
+from pycann.ge.run.model import LoadedModel
 
 S = 0.05
 

@@ -19,9 +19,9 @@ import onnx
 import pytest
 from onnx import TensorProto, helper, numpy_helper
 
-from pycann.ge.compiler import compile_model
-from pycann.ge.model import LoadedModel
-from pycann.ge.options import CompileOptions
+from pycann.ge.compile.compiler import compile_model
+from pycann.ge.compile.options import CompileOptions
+from pycann.ge.run.model import LoadedModel
 from pycann.kernels.providers import torch_int8
 
 torch = pytest.importorskip("torch")
@@ -139,7 +139,7 @@ def test_ort_qdq_model_within_1_lsb_of_ort(float_model: Path) -> None:
 
 
 def test_narrow_weights_take_the_int8_kernel_without_vnni(float_model: Path) -> None:
-    from pycann.ge.compiler import compile_model as cmod
+    from pycann.ge.compile.compiler import compile_model as cmod
 
     hp = CompileOptions(op_select_implmode="high_precision")
     cm = cmod(_quantise(float_model, "QOperator", reduce_range=True), hp)

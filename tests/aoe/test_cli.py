@@ -134,8 +134,8 @@ def test_ops_file_matching_nothing_names_entries_and_tunable_ops(capsys: pytest.
 
 
 def test_relative_bank_path_is_stored_absolute(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    from pycann.ge.compiler import compile_model
-    from pycann.ge.options import CompileOptions
+    from pycann.ge.compile.compiler import compile_model
+    from pycann.ge.compile.options import CompileOptions
     from tests.aoe.models import conv_model
 
     monkeypatch.chdir(tmp_path)

@@ -19,7 +19,7 @@ from tests.aoe.models import conv_model, save_conv_model
 ROOT = Path(__file__).resolve().parents[2]
 # runs aoe's main in a fresh interpreter, then prints which heavy modules that process imported
 _PROBE = ("import sys; from pycann.tools import aoe; rc = aoe.main(sys.argv[1:]); "
-          "print('MODULES', sorted(m for m in ('pycann.ge.compiler', 'torch') if m in sys.modules)); sys.exit(rc)")
+          "print('MODULES', sorted(m for m in ('pycann.ge.compile.compiler', 'torch') if m in sys.modules)); sys.exit(rc)")
 
 
 def _aoe(args: list[str], out: Path) -> tuple[dict, list[str]]:
@@ -38,7 +38,7 @@ def test_second_process_neither_compiles_nor_measures(tmp_path: Path) -> None:
     args = ["--framework=5", f"--model={model}", "--job_type=2", f"--op_bank_path={bank}", "--input_shape=x:1,8,16,16"]
     first, mods1 = _aoe(args, tmp_path / "one")
     second, mods2 = _aoe(args, tmp_path / "two")
-    assert "pycann.ge.compiler" in mods1 and first["trials"] > 0
+    assert "pycann.ge.compile.compiler" in mods1 and first["trials"] > 0
     assert mods2 == [], mods2  # neither GE's compiler nor torch loaded: the bank answered everything
     assert second["trials"] == 0 and all(e["from_bank"] for e in second["entries"])
     assert [e["choice"] for e in second["entries"]] == [e["choice"] for e in first["entries"]]
@@ -60,7 +60,7 @@ def test_second_process_neither_compiles_nor_measures(tmp_path: Path) -> None:
     kb.put(BankRecord(rec.key, rec.choice, rec.cost_us, rec.baseline_us, rec.trials, rec.detail))
     kb.close()
     third, mods3 = _aoe(args, tmp_path / "three")
-    assert "pycann.ge.compiler" in mods3 and third["trials"] == 0
+    assert "pycann.ge.compile.compiler" in mods3 and third["trials"] == 0
     assert not any("nothing compiled" in n for n in third["notes"])
     # a changed model file: another key, a full run
     save_conv_model(tmp_path, c=4)
@@ -81,7 +81,7 @@ def test_index_is_refused_when_its_om_is_gone(tmp_path: Path, monkeypatch: pytes
     compiles it again (and writes a new index)."""
     from pycann.aoe import driver
     from pycann.aoe.ops_file import OpsFilter
-    from pycann.ge.options import CompileOptions
+    from pycann.ge.compile.options import CompileOptions
 
     model = save_conv_model(tmp_path)
     bank = KnowledgeBank(tmp_path / "bank")
@@ -103,9 +103,9 @@ def test_index_is_refused_when_its_om_is_gone(tmp_path: Path, monkeypatch: pytes
 _LAZY = """
 import sys
 import numpy as np
-from pycann.ge.compiler import compile_model
-from pycann.ge.model import LoadedModel
-from pycann.ge.options import CompileOptions
+from pycann.ge.compile.compiler import compile_model
+from pycann.ge.run.model import LoadedModel
+from pycann.ge.compile.options import CompileOptions
 from tests.aoe.models import conv_model
 cm = compile_model(conv_model(), CompileOptions(op_bank_path=sys.argv[1]))
 algos = sorted({str(n.attrs.get("_algo", "")) for n in cm.graph.nodes if "_algo" in n.attrs})
@@ -120,11 +120,11 @@ def test_banked_torch_kernel_is_imported_when_it_runs(tmp_path: Path) -> None:
     """A bank choosing torch kernels: compiling does not import torch (seconds), running does, and the
     output matches the static kernels'."""
     pytest.importorskip("torch")
-    from pycann.ge.compiler import compile_model
-    from pycann.ge.model import LoadedModel
-    from pycann.ge.options import CompileOptions
-    from pycann.ge.passes.select_kernels import node_specs
-    from pycann.ge.tuned import kernel_key
+    from pycann.ge.compile.compiler import compile_model
+    from pycann.ge.compile.options import CompileOptions
+    from pycann.ge.compile.passes.select_kernels import node_specs
+    from pycann.ge.compile.tuned import kernel_key
+    from pycann.ge.run.model import LoadedModel
     from pycann.kernels.providers import declared, torch_onednn
 
     if not torch_onednn.packing_supported():

@@ -9,10 +9,10 @@ from pycann.aoe.bank import BankRecord, KnowledgeBank
 from pycann.aoe.driver import op_job, subgraph_job
 from pycann.aoe.ops_file import OpsFilter
 from pycann.aoe.plan import overrides, plan_signature
-from pycann.ge.compiler import compile_model
-from pycann.ge.options import CompileOptions
-from pycann.ge.passes.select_kernels import node_specs
-from pycann.ge.tuned import kernel_key
+from pycann.ge.compile.compiler import compile_model
+from pycann.ge.compile.options import CompileOptions
+from pycann.ge.compile.passes.select_kernels import node_specs
+from pycann.ge.compile.tuned import kernel_key
 from tests.aoe.models import conv_model
 
 
@@ -70,7 +70,7 @@ def test_operator_tuning_says_which_banked_choices_the_om_lacks(tmp_path: Path) 
 def test_operator_tuning_names_a_subgraph_record_that_keeps_static_kernels(tmp_path: Path) -> None:
     """A model whose subgraph-tuning record keeps GE's static kernels runs none of its banked kernels:
     operator tuning says so for every entry whose banked kernel differs from the compiled one."""
-    from pycann.ge.tuned import GraphChoice
+    from pycann.ge.compile.tuned import GraphChoice
 
     node, banked, static = _bank_minority_provider(tmp_path)
     base = compile_model(conv_model(), CompileOptions(op_bank_path=str(tmp_path), tune_bank="kernels"))

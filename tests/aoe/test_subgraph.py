@@ -8,8 +8,8 @@ import numpy as np
 
 from pycann.aoe.bank import KnowledgeBank
 from pycann.aoe.driver import subgraph_job
-from pycann.ge.model import LoadedModel
-from pycann.ge.options import CompileOptions
+from pycann.ge.compile.options import CompileOptions
+from pycann.ge.run.model import LoadedModel
 from tests.aoe.models import conv_model
 
 
@@ -46,7 +46,7 @@ def test_subgraph_tuning_records_and_reuses(tmp_path: Path) -> None:
     assert bank.count("graph") == 1 and bank.count("kernel") == 2  # the two convs' measured kernels
     # the tuned model computes what the untuned one does
     x = np.random.default_rng(0).standard_normal((1, 8, 16, 16)).astype(np.float32)
-    from pycann.ge.compiler import compile_model
+    from pycann.ge.compile.compiler import compile_model
 
     ref = LoadedModel.from_compiled(compile_model(conv_model(), CompileOptions(tune_bank="off"))).run([x])[0]
     assert cm is not None

@@ -1,4 +1,4 @@
-"""atc / compile_model and the executor read the knowledge bank (pycann/ge/tuned.py)."""
+"""atc / compile_model and the executor read the knowledge bank (pycann/ge/compile/tuned.py)."""
 
 from __future__ import annotations
 
@@ -9,11 +9,11 @@ import pytest
 
 from pycann.aoe.bank import BankRecord, KnowledgeBank
 from pycann.aoe.op_tuning import tune_kernel
-from pycann.ge.compiler import compile_model
-from pycann.ge.model import LoadedModel
-from pycann.ge.options import CompileOptions
-from pycann.ge.passes.select_kernels import node_specs
-from pycann.ge.tuned import GraphChoice, kernel_key
+from pycann.ge.compile.compiler import compile_model
+from pycann.ge.compile.options import CompileOptions
+from pycann.ge.compile.passes.select_kernels import node_specs
+from pycann.ge.compile.tuned import GraphChoice, kernel_key
+from pycann.ge.run.model import LoadedModel
 from pycann.kernels import providers
 from tests.aoe.models import conv_model
 

@@ -141,7 +141,7 @@ def test_a_buggy_custom_kernel_is_reported(tmp_path: Path, monkeypatch: pytest.M
     monkeypatch.setenv(ENV, str(tmp_path / "opp"))
     registry.reload_custom_ops()
     try:
-        from pycann.ge.singleop import run_op
+        from pycann.ge.run.singleop import run_op
 
         x, y = _inputs()
         with pytest.raises(KernelError) as ei:

@@ -12,8 +12,8 @@ import numpy as np
 import pytest
 
 from pycann.errors import PycannError
-from pycann.ge.model import LoadedModel
 from pycann.ge.om import loads_om
+from pycann.ge.run.model import LoadedModel
 from tests.fuzz import om_mutations as omm
 from tests.fuzz.budget import CORPUS, fuzz
 

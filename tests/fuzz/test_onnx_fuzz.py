@@ -12,9 +12,9 @@ import onnx
 import pytest
 
 from pycann.errors import PycannError
-from pycann.ge.compiler import compile_model
-from pycann.ge.model import LoadedModel
+from pycann.ge.compile.compiler import compile_model
 from pycann.ge.om import dumps_om, loads_om
+from pycann.ge.run.model import LoadedModel
 from tests.fuzz.budget import CORPUS, fuzz
 from tests.fuzz.onnx_models import feed_for, models
 

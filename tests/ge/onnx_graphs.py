@@ -6,12 +6,12 @@ import numpy as np
 import onnx
 from onnx import TensorProto, helper, numpy_helper
 
-from pycann.ge.compiler import compile_model
+from pycann.ge.compile.compiler import compile_model
+from pycann.ge.compile.passes import canonicalize
+from pycann.ge.compile.passes.constant_folding import fold_graph
+from pycann.ge.compile.passes.infer_shapes import infer_graph
 from pycann.ge.ir import Graph
-from pycann.ge.model import LoadedModel
-from pycann.ge.passes import canonicalize
-from pycann.ge.passes.constant_folding import fold_graph
-from pycann.ge.passes.infer_shapes import infer_graph
+from pycann.ge.run.model import LoadedModel
 from tests.ops.oracle import run_ort
 
 
@@ -49,7 +49,7 @@ def check_compiled(m: onnx.ModelProto, feeds: dict[str, np.ndarray], present: di
 def canonicalized(m: onnx.ModelProto) -> tuple[Graph, dict[str, int], list[str]]:
     """``m`` imported, shape-inferred and constant-folded, then through the Canonicalize pass alone:
     (graph, rewrites that fired by name, candidates kept with the reason)."""
-    from pycann.ge.importers.onnx import import_model
+    from pycann.ge.compile.importers.onnx import import_model
 
     g = import_model(m)
     infer_graph(g)

@@ -15,10 +15,10 @@ from onnx import TensorProto, helper
 
 from pycann.errors import InputError, OptionError
 from pycann.ge.aipp.config import parse_aipp_config
-from pycann.ge.compiler import compile_model
-from pycann.ge.model import LoadedModel
+from pycann.ge.compile.compiler import compile_model
+from pycann.ge.compile.options import CompileOptions
 from pycann.ge.om import load_om
-from pycann.ge.options import CompileOptions
+from pycann.ge.run.model import LoadedModel
 from pycann.ops.aipp import AippParams, pack_dynamic, unpack_dynamic
 
 ROOT = Path(__file__).resolve().parents[2]

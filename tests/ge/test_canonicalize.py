@@ -1,4 +1,4 @@
-"""Canonicalize (ge/passes/canonicalize*.py): each rewrite fires on its spelling (positive), keeps
+"""Canonicalize (ge/compile/passes/canonicalize*.py): each rewrite fires on its spelling (positive), keeps
 what does not qualify (negative) and computes what ONNX Runtime computes on the original model
 (equivalence). Spellings come from two exporters: hand-written ONNX in the forms other exporters
 write (Caffe2/MXNet-style Sum residuals, Keras/TF Relu6 hard activations) and PyTorch's exporter."""
@@ -12,10 +12,10 @@ import onnx
 import pytest
 from onnx import TensorProto, helper
 
-from pycann.ge.compiler import compile_model
-from pycann.ge.model import LoadedModel
-from pycann.ge.passes import canonicalize
-from pycann.ge.passes.infer_shapes import infer_graph
+from pycann.ge.compile.compiler import compile_model
+from pycann.ge.compile.passes import canonicalize
+from pycann.ge.compile.passes.infer_shapes import infer_graph
+from pycann.ge.run.model import LoadedModel
 from tests.ge.onnx_graphs import canonicalized as _canon
 from tests.ge.onnx_graphs import check_compiled, const, float_model
 from tests.ops.oracle import run_ort
@@ -296,11 +296,11 @@ def test_atc_log_names_the_rewrites() -> None:
 
 
 def test_report_names_the_rewrites() -> None:
-    from pycann.ge.passes.base import PassContext
+    from pycann.ge.compile.passes.base import PassContext
 
     m = _model([helper.make_node("Sum", ["a", "b"], ["s"]), helper.make_node("Div", ["s", "k"], ["y"])],
                [("a", [3]), ("b", [3])], "y", [_c("k", np.float32(2))])
-    from pycann.ge.importers.onnx import import_model
+    from pycann.ge.compile.importers.onnx import import_model
 
     g = import_model(m)
     infer_graph(g)
@@ -341,7 +341,7 @@ def test_computed_weights_fold_and_batchnorm_folds_into_conv() -> None:
 
 
 def test_fold_limit_keeps_large_results_as_nodes() -> None:
-    from pycann.ge.options import CompileOptions
+    from pycann.ge.compile.options import CompileOptions
 
     one = helper.make_tensor("one", TensorProto.FLOAT, [1], [1.0])
     m = _model([helper.make_node("ConstantOfShape", ["shape"], ["big"], value=one),

@@ -9,11 +9,11 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from pycann.ge.compiler import compile_model, specialize
+from pycann.ge.compile.compiler import compile_model, specialize
+from pycann.ge.compile.options import CompileOptions
 from pycann.ge.ir import CompileContext
 from pycann.ge.om import dumps_om, load_om, loads_om
-from pycann.ge.options import CompileOptions
-from pycann.ge.serialize import decode_graph, encode_graph
+from pycann.ge.om.serialize import decode_graph, encode_graph
 from tests.ge.test_om_algorithms import OLD_OM, _old_model
 
 
@@ -63,7 +63,7 @@ def test_input_shape_is_stored_once(tmp_path: Path) -> None:
     assert "input_shape" not in cm.manifest["options"]
     assert cm.manifest["input_ranges"] == {"x": [1, 16, -1, -1]}
     cm.save(tmp_path / "m.om")
-    from pycann.ge.model import LoadedModel
+    from pycann.ge.run.model import LoadedModel
 
     assert LoadedModel.from_file(tmp_path / "m.om").input_ranges == {"x": [1, 16, -1, -1]}
 

@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 from onnx import TensorProto, helper, numpy_helper
 
-from pycann.ge.compiler import compile_model
+from pycann.ge.compile.compiler import compile_model
 
 ROOT = Path(__file__).resolve().parents[2]
 

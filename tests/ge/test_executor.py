@@ -10,10 +10,10 @@ import pytest
 from onnx import TensorProto, helper, numpy_helper
 
 from pycann.errors import KernelError
-from pycann.ge.compiler import compile_model, specialize
-from pycann.ge.executor import ARENA, Plan, arena_candidates
-from pycann.ge.model import LoadedModel
+from pycann.ge.compile.compiler import compile_model, specialize
 from pycann.ge.planning.memory import plan_memory
+from pycann.ge.run.executor import ARENA, Plan, arena_candidates
+from pycann.ge.run.model import LoadedModel
 from tests.ops.oracle import run_ort
 
 
@@ -152,7 +152,7 @@ def test_static_model_checks_feeds_fast_and_still_rejects_bad_ones():
     """A static model takes matching arrays through a one-comparison fast path; anything else goes
     through the full checks and their messages."""
     from pycann.errors import InputError
-    from pycann.ge.options import CompileOptions
+    from pycann.ge.compile.options import CompileOptions
 
     g = helper.make_graph([helper.make_node("Relu", ["x"], ["y"])], "g",
                           [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["N", 3])],

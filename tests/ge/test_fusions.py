@@ -10,10 +10,10 @@ import onnx
 import pytest
 from onnx import TensorProto, helper
 
-from pycann.ge.compiler import compile_model
-from pycann.ge.model import LoadedModel
-from pycann.ge.options import CompileOptions
-from pycann.ge.passes import fuse_softmax
+from pycann.ge.compile.compiler import compile_model
+from pycann.ge.compile.options import CompileOptions
+from pycann.ge.compile.passes import fuse_softmax
+from pycann.ge.run.model import LoadedModel
 from tests.ge.onnx_graphs import check_compiled, const, float_model
 from tests.ops.oracle import run_ort
 
@@ -97,12 +97,12 @@ def test_conv_scale_bias_folds(shape: tuple, bias: bool) -> None:
     ((1, 1, 1, 4, 1, 1), "enlarges"),
 ])
 def test_conv_scale_that_is_not_per_channel_is_not_folded(shape: tuple, why: str) -> None:
-    from pycann.ge.passes import fold_conv_affine
+    from pycann.ge.compile.passes import fold_conv_affine
 
     m = _conv_then([helper.make_node("Mul", ["c", "s"], ["y"])], [_c("s", _f32(*shape))])
     lines: list[str] = []
     if shape == (3, 1, 1):  # does not broadcast at all: ORT refuses the model too
-        from pycann.ge.importers.onnx import load_onnx
+        from pycann.ge.compile.importers.onnx import load_onnx
 
         g = load_onnx(m)
         n, missed = fold_conv_affine.fold(g)
@@ -303,8 +303,8 @@ def _mm_residual(bias: bool, act: str | None, x_shape=(2, 5, 8), z_shape=(2, 5, 
 @pytest.mark.parametrize("bias", [True, False])
 @pytest.mark.parametrize("act", [None, "Relu"])
 def test_matmul_bias_residual_fuses(bias: bool, act: str | None) -> None:
-    from pycann.ge.passes.base import PassContext
-    from pycann.ge.passes.fuse_matmul_bias import run
+    from pycann.ge.compile.passes.base import PassContext
+    from pycann.ge.compile.passes.fuse_matmul_bias import run
 
     m = _mm_residual(bias, act)
     lines: list[str] = []
@@ -528,7 +528,7 @@ def test_fusion_switch_turns_a_pass_off() -> None:
 def test_fusion_switch_all_off_covers_fusions_only(tmp_path) -> None:  # type: ignore[no-untyped-def]
     """CANN's ``"ALL": "off"`` turns the fusion rules off; folding, dead-code elimination and
     kernel/layout selection are not fusions and stay on (name them to turn them off)."""
-    from pycann.ge.switches import NOT_FUSIONS, read_fusion_switch_file, switchable_passes
+    from pycann.ge.compile.switches import NOT_FUSIONS, read_fusion_switch_file, switchable_passes
 
     p = tmp_path / "switch.json"
     p.write_text('{"Switch": {"GraphFusion": {"ALL": "off"}, "UBFusion": {"ALL": "off"}}}')

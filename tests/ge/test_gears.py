@@ -13,10 +13,10 @@ import pytest
 from onnx import TensorProto, helper, numpy_helper
 
 from pycann.errors import InputError, OptionError
-from pycann.ge.compiler import compile_model
-from pycann.ge.gears import parse_dynamic_batch_size, parse_dynamic_dims, parse_dynamic_image_size
-from pycann.ge.model import LoadedModel
-from pycann.ge.options import CompileOptions
+from pycann.ge.compile.compiler import compile_model
+from pycann.ge.compile.gears import parse_dynamic_batch_size, parse_dynamic_dims, parse_dynamic_image_size
+from pycann.ge.compile.options import CompileOptions
+from pycann.ge.run.model import LoadedModel
 from tests.ops.oracle import run_ort
 
 

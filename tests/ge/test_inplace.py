@@ -13,11 +13,11 @@ import onnx
 import pytest
 from onnx import TensorProto, helper, numpy_helper
 
-from pycann.ge.compiler import compile_model
-from pycann.ge.executor import ARENA, INPLACE, inplace_candidates
+from pycann.ge.compile.compiler import compile_model
 from pycann.ge.ir import Graph, Node
-from pycann.ge.model import LoadedModel
 from pycann.ge.planning.memory import plan_memory
+from pycann.ge.run.executor import ARENA, INPLACE, inplace_candidates
+from pycann.ge.run.model import LoadedModel
 from pycann.kernels import providers
 from pycann.kernels.bound import bound as _bound_kernel
 from pycann.kernels.providers import onednn
@@ -81,7 +81,7 @@ def _two_blocks(extra_reader: bool = False) -> onnx.ModelProto:
 def _planned(m: onnx.ModelProto) -> tuple[LoadedModel, Any, Any]:
     lm = LoadedModel.from_compiled(compile_model(m))
     plan, _ = lm.executor.plan_for([np.zeros((1, C, 28, 28), np.float32)])
-    from pycann.ge.executor import arena_candidates
+    from pycann.ge.run.executor import arena_candidates
 
     memory = plan_memory(plan.graph, only=arena_candidates(plan.graph), share=inplace_candidates(plan.graph))
     return lm, plan, memory

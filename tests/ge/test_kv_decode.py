@@ -15,8 +15,8 @@ import numpy as np
 import pytest
 
 from pycann.config import PlanCacheConfig, PlanPolicy
-from pycann.ge.compiler import compile_model
-from pycann.ge.model import LoadedModel
+from pycann.ge.compile.compiler import compile_model
+from pycann.ge.run.model import LoadedModel
 
 torch = pytest.importorskip("torch")
 ort = pytest.importorskip("onnxruntime")

@@ -11,12 +11,12 @@ import onnx
 import pytest
 from onnx import TensorProto, helper, numpy_helper
 
-from pycann.ge.compiler import compile_model
-from pycann.ge.model import LoadedModel
+from pycann.ge.compile.compiler import compile_model
+from pycann.ge.compile.options import CompileOptions
+from pycann.ge.compile.passes import select_layout
+from pycann.ge.compile.passes.base import PassContext
 from pycann.ge.om import dumps_om, loads_om
-from pycann.ge.options import CompileOptions
-from pycann.ge.passes import select_layout
-from pycann.ge.passes.base import PassContext
+from pycann.ge.run.model import LoadedModel
 from pycann.kernels import providers
 from pycann.kernels.algorithm import BY_KEY
 from pycann.ops.nn.spatial import empty_like_layout
@@ -130,8 +130,8 @@ def test_layout_is_recorded_in_the_om_and_off_switch_gives_same_values() -> None
 
 @pytest.mark.parametrize("conv_provider", PROVIDER_SETS, indirect=True)
 def test_executor_lays_out_nhwc_arena_buffers_channels_last(conv_provider: str) -> None:
-    from pycann.ge.executor import Plan
     from pycann.ge.planning.memory import plan_memory
+    from pycann.ge.run.executor import Plan
 
     c = 32
     nodes = [helper.make_node("Conv", ["x", "W0"], ["c0"], pads=[1, 1, 1, 1]),

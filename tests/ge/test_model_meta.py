@@ -5,9 +5,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from pycann.ge.compiler import compile_model
-from pycann.ge.model import LoadedModel
-from pycann.ge.options import CompileOptions
+from pycann.ge.compile.compiler import compile_model
+from pycann.ge.compile.options import CompileOptions
+from pycann.ge.run.model import LoadedModel
 from tests.ge.test_gears import conv_model, nd_model
 
 

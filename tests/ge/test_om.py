@@ -22,7 +22,7 @@ from pycann.errors import OmFormatError
 from pycann.ge import om
 from pycann.ge.ir.graph import Graph, Node, verify
 from pycann.ge.om import dumps_om, load_om, loads_om, peek_header, save_om
-from pycann.ge.serialize import MalformedManifest, decode_attr
+from pycann.ge.om.serialize import MalformedManifest, decode_attr
 
 MANIFEST = {"soc_version": "Ascend310P3", "created": "2024-01-01T00:00:00+00:00"}
 

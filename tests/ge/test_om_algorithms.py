@@ -16,9 +16,9 @@ import onnx
 import pytest
 from onnx import TensorProto, helper, numpy_helper
 
-from pycann.ge.model import LoadedModel
 from pycann.ge.om import dumps_om, load_om, loads_om
-from pycann.ge.serialize import decode_graph, encode_graph
+from pycann.ge.om.serialize import decode_graph, encode_graph
+from pycann.ge.run.model import LoadedModel
 from pycann.kernels.algorithm import BY_KEY, Algorithm
 from tests.ops.oracle import run_ort
 

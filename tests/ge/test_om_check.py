@@ -1,4 +1,4 @@
-"""The .om loader's semantic checks (pycann.ge.om_check): a manifest with a valid checksum that
+"""The .om loader's semantic checks (pycann.ge.om.check): a manifest with a valid checksum that
 does not describe a runnable model is refused with one line naming what is wrong, and pyACL
 returns the documented file error codes (never 500000)."""
 
@@ -60,7 +60,7 @@ def node(man: dict[str, Any], op: str) -> dict[str, Any]:
 
 def test_good_file_loads_and_runs(good: bytes) -> None:
     m = loads_om(good)
-    sess = pycann.ge.model.LoadedModel(m.graph, m.manifest)
+    sess = pycann.ge.run.model.LoadedModel(m.graph, m.manifest)
     x = np.ones((2, 4), np.float32)
     y, z = sess.run([x])
     np.testing.assert_allclose(y, np.maximum(x @ W, 0), rtol=1e-6)

@@ -13,8 +13,8 @@ from onnx import helper, numpy_helper
 
 import pycann
 from pycann.errors import InputError
-from pycann.ge.model import LoadedModel
 from pycann.ge.om import dumps_om, loads_om
+from pycann.ge.run.model import LoadedModel
 
 ort = pytest.importorskip("onnxruntime")
 RNG = np.random.default_rng(0)

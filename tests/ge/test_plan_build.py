@@ -10,8 +10,8 @@ import numpy as np
 import pytest
 
 from pycann.config import ConfigError, PlanBuild, PlanCacheConfig, PlanPolicy, plan_cache_config
-from pycann.ge.compiler import compile_model
-from pycann.ge.model import LoadedModel
+from pycann.ge.compile.compiler import compile_model
+from pycann.ge.run.model import LoadedModel
 from tests.ge.test_plan_cache import _check, _conv_model, _img, _mlp_model
 
 pytestmark = pytest.mark.usefixtures("default_providers")
@@ -109,7 +109,7 @@ def test_builder_thread_is_niced_and_process_priority_unchanged() -> None:
     import os
     import threading
 
-    from pycann.ge.plan_builder import NICE, BackgroundBuilder
+    from pycann.ge.run.plan_builder import NICE, BackgroundBuilder
 
     seen: list[int] = []
     go = threading.Event()

@@ -9,9 +9,9 @@ import pytest
 from onnx import TensorProto, helper, numpy_helper
 
 from pycann.config import ConfigError, PlanBuild, PlanCacheConfig, PlanPolicy, parse_bytes, plan_cache_config
-from pycann.ge.compiler import compile_model
-from pycann.ge.model import LoadedModel
-from pycann.ge.plan_cache import PlanCache, trim_heap
+from pycann.ge.compile.compiler import compile_model
+from pycann.ge.run.model import LoadedModel
+from pycann.ge.run.plan_cache import PlanCache, trim_heap
 from pycann.kernels.providers import onednn, onednn_packed
 from tests.ops.oracle import run_ort
 
@@ -221,7 +221,7 @@ def test_bad_knob_is_a_clear_error(monkeypatch: pytest.MonkeyPatch, var: str, va
 
 
 def test_later_signatures_skip_passes_idle_the_first_time() -> None:
-    from pycann.ge.pipelines import SKIPPABLE_WHEN_IDLE
+    from pycann.ge.compile.pipelines import SKIPPABLE_WHEN_IDLE
 
     m = _conv_model()
     lm = _load(m)
@@ -238,14 +238,14 @@ def test_later_signatures_skip_passes_idle_the_first_time() -> None:
 def test_counters_in_log_profiler_and_atc_line(caplog: pytest.LogCaptureFixture) -> None:
     import logging
 
-    from pycann.ge.executor import is_vision
-    from pycann.ge.plan_cache import describe
+    from pycann.ge.run.executor import is_vision
+    from pycann.ge.run.plan_cache import describe
     from pycann.profiler.session import Profiler
 
     m = _conv_model()
     lm = _load(m, max_plans=1)
     prof = Profiler(chart=False).start()
-    with caplog.at_level(logging.INFO, logger="pycann.ge.plan_cache"):
+    with caplog.at_level(logging.INFO, logger="pycann.ge.run.plan_cache"):
         _check(lm, m, _img(8, 8))
         _check(lm, m, _img(9, 8))
     prof.stop()

@@ -20,9 +20,9 @@ import pytest
 from onnx import TensorProto, helper, numpy_helper
 
 from pycann.config import PlanBuild, PlanCacheConfig
-from pycann.ge.compiler import compile_model
-from pycann.ge.model import LoadedModel
-from pycann.ge.plan_cache import trim_heap
+from pycann.ge.compile.compiler import compile_model
+from pycann.ge.run.model import LoadedModel
+from pycann.ge.run.plan_cache import trim_heap
 from pycann.kernels.providers import nan_guard, onednn, onednn_packed
 from pycann.kernels.providers import onednn_capi as capi
 from tests.ops.oracle import run_ort

@@ -13,12 +13,12 @@ import pytest
 from onnx import TensorProto, helper, numpy_helper
 
 from pycann.errors import OptionError
-from pycann.ge.compiler import compile_model
-from pycann.ge.model import LoadedModel
-from pycann.ge.options import CompileOptions
-from pycann.ge.passes import fuse_elementwise, precision
-from pycann.ge.pipelines import COMPILE_PIPELINE, REQUIRED_PASSES
-from pycann.ge.precision_config import resolve_mode
+from pycann.ge.compile.compiler import compile_model
+from pycann.ge.compile.options import CompileOptions
+from pycann.ge.compile.passes import fuse_elementwise, precision
+from pycann.ge.compile.pipelines import COMPILE_PIPELINE, REQUIRED_PASSES
+from pycann.ge.compile.precision_config import resolve_mode
+from pycann.ge.run.model import LoadedModel
 from pycann.ops import fused
 
 RNG = np.random.default_rng(7)

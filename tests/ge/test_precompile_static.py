@@ -6,8 +6,8 @@ from __future__ import annotations
 import numpy as np
 from onnx import helper
 
-from pycann.ge.compiler import CompileOptions, compile_model
-from pycann.ge.model import LoadedModel
+from pycann.ge.compile.compiler import CompileOptions, compile_model
+from pycann.ge.run.model import LoadedModel
 from tests.ge.onnx_graphs import const, float_model
 from tests.ops.oracle import run_ort
 

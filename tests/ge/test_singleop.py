@@ -1,4 +1,4 @@
-"""GE single-op entry point (pycann.ge.singleop.run_op): one op per family against numpy or ONNX
+"""GE single-op entry point (pycann.ge.run.singleop.run_op): one op per family against numpy or ONNX
 Runtime, plus the error paths (unknown op, subgraph op, missing attribute, bad shapes, kernel
 failure, output check)."""
 
@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 from pycann.errors import KernelError, ShapeError, UnsupportedOpError
-from pycann.ge.singleop import AttrError, OutputCountError, run_op
+from pycann.ge.run.singleop import AttrError, OutputCountError, run_op
 from pycann.ops.opdef import OpDef
 from pycann.ops.registry import REGISTRY
 from tests.ops.oracle import run_ort, single_node_model

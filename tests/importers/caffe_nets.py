@@ -157,7 +157,7 @@ NETS = [LENET, RESBLOCK, SQUEEZE, SSD_HEAD, ALEXNET_MINI, MISC]
 
 def write_net(net: CaffeNet, folder: Path, seed: int = 0) -> tuple[Path, Path]:
     """Write the prototxt and a caffemodel of random blobs; returns their paths."""
-    from pycann.ge.importers.caffe_proto import net_parameter_class
+    from pycann.ge.compile.importers.caffe_proto import net_parameter_class
 
     rng = np.random.default_rng(seed)
     folder.mkdir(parents=True, exist_ok=True)

@@ -9,8 +9,8 @@ import numpy as np
 import pytest
 
 from pycann.errors import ModelError, UnsupportedOpError
-from pycann.ge.importers.caffe import load_caffe
-from pycann.ge.model import LoadedModel
+from pycann.ge.compile.importers.caffe import load_caffe
+from pycann.ge.run.model import LoadedModel
 from pycann.tools.atc import main as atc
 from tests.importers.caffe_nets import NETS, RESBLOCK, CaffeNet, write_net
 from tests.importers.conftest import rel_err
@@ -66,7 +66,7 @@ def test_ceil_mode_average_pooling_matches_caffe_arithmetic(tmp_path: Path) -> N
     proto, weights = write_net(RESBLOCK, tmp_path)
     g = load_caffe(proto, weights, [("relu2", 0), ("pool", 0)])
     x = np.random.default_rng(2).normal(0, 1, RESBLOCK.input_shape).astype(np.float32)
-    from pycann.ge.compiler import compile_model
+    from pycann.ge.compile.compiler import compile_model
 
     before, pooled = LoadedModel.from_compiled(compile_model(g)).run([x])
     assert pooled.shape == (1, 8, 9, 9)  # 16 -> ceil((16 + 2 - 3) / 2) + 1 = 9
@@ -132,8 +132,8 @@ def test_bias_and_power_layers_match_numpy(tmp_path: Path) -> None:
                    {"b": [(3, 4)]}, (2, 3, 4))
     proto, weights = write_net(net, tmp_path)
     x = np.random.default_rng(5).normal(0, 1, net.input_shape).astype(np.float32)
-    from pycann.ge.importers.caffe import blob_array
-    from pycann.ge.importers.caffe_proto import read_caffemodel
+    from pycann.ge.compile.importers.caffe import blob_array
+    from pycann.ge.compile.importers.caffe_proto import read_caffemodel
 
     bias = blob_array(read_caffemodel(weights).layer[0].blobs[0])
     (got,) = _compile(tmp_path, proto, weights).run([x])

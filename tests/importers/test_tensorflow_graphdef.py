@@ -15,9 +15,9 @@ from tensorboard.compat.proto import graph_pb2, types_pb2  # noqa: E402
 from tensorboard.util import tensor_util  # noqa: E402
 
 from pycann.errors import ModelError, UnsupportedOpError  # noqa: E402
-from pycann.ge.compiler import compile_model  # noqa: E402
-from pycann.ge.importers.tensorflow import import_graph_def  # noqa: E402
-from pycann.ge.model import LoadedModel  # noqa: E402
+from pycann.ge.compile.compiler import compile_model  # noqa: E402
+from pycann.ge.compile.importers.tensorflow import import_graph_def  # noqa: E402
+from pycann.ge.run.model import LoadedModel  # noqa: E402
 from pycann.tools.atc import main as atc  # noqa: E402
 
 F32 = types_pb2.DT_FLOAT
@@ -157,7 +157,7 @@ def test_conv_nhwc_chain_matches_numpy() -> None:
 def test_text_graph_def_reads_like_the_binary(tmp_path: Path) -> None:
     from google.protobuf import text_format
 
-    from pycann.ge.importers.tensorflow import load_tensorflow
+    from pycann.ge.compile.importers.tensorflow import load_tensorflow
 
     g = G()
     g.placeholder("x", (2, 3))

@@ -8,7 +8,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from pycann.ge.model import LoadedModel
+from pycann.ge.run.model import LoadedModel
 from pycann.tools.atc import main as atc
 from tests.importers.conftest import TF_MODELS, load_case, rel_err
 
@@ -41,7 +41,7 @@ def test_model_matches_tensorflow(name: str, tf_models: Path, tmp_path: Path) ->
 
 
 def test_control_flow_becomes_if_and_loop(tf_models: Path) -> None:
-    from pycann.ge.importers.tensorflow import load_tensorflow
+    from pycann.ge.compile.importers.tensorflow import load_tensorflow
 
     g = load_tensorflow(tf_models / "tf1_while" / "model.pb")
     ops = g.op_counts()
@@ -80,7 +80,7 @@ def test_mobilenet_matches_opencv(tf_models: Path, tmp_path: Path) -> None:
 
 
 def test_out_nodes_and_input_shape_by_tf_names(tf_models: Path, tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
-    from pycann.ge.importers.tensorflow_proto import read_graph_def
+    from pycann.ge.compile.importers.tensorflow_proto import read_graph_def
 
     pb = tf_models / "tf_mobilenet_v2" / "model.pb"
     inner = next(n.name for n in read_graph_def(pb).node if n.op == "Relu6" and "block_3" in n.name)
@@ -122,8 +122,8 @@ def test_aipp_on_an_nhwc_tensorflow_input(tf_models: Path, tmp_path: Path) -> No
 
 
 def test_tf2_functional_control_flow_becomes_loop_and_if(tf_models: Path) -> None:
-    from pycann.ge.importers.tensorflow import load_tensorflow
-    from pycann.ge.importers.tensorflow_proto import read_graph_def
+    from pycann.ge.compile.importers.tensorflow import load_tensorflow
+    from pycann.ge.compile.importers.tensorflow_proto import read_graph_def
 
     pb = tf_models / "tf2_functional" / "model.pb"
     assert "StatelessWhile" in {n.op for n in read_graph_def(pb).node}  # not lowered by freezing

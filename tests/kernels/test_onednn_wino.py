@@ -17,9 +17,9 @@ import onnx
 import pytest
 from onnx import TensorProto, helper, numpy_helper
 
-from pycann.ge.compiler import compile_model
-from pycann.ge.model import LoadedModel
-from pycann.ge.options import CompileOptions
+from pycann.ge.compile.compiler import compile_model
+from pycann.ge.compile.options import CompileOptions
+from pycann.ge.run.model import LoadedModel
 from pycann.kernels import providers
 from pycann.kernels.providers import numpy_blas as nb
 from pycann.kernels.providers import onednn, onednn_wino
@@ -268,9 +268,9 @@ def test_without_the_v2_library_the_direct_conv_runs(tmp_path: Path) -> None:
         sys.path.insert(0, ".")
         from tests.kernels.test_onednn_wino import _model
         from tests.ops.oracle import run_ort
-        from pycann.ge.compiler import compile_model
-        from pycann.ge.model import LoadedModel
-        from pycann.ge.options import CompileOptions
+        from pycann.ge.compile.compiler import compile_model
+        from pycann.ge.run.model import LoadedModel
+        from pycann.ge.compile.options import CompileOptions
         from pycann.kernels.providers import onednn_wino
         m = _model()
         x = np.random.default_rng(0).standard_normal((1, 64, 16, 16)).astype(np.float32)

@@ -12,10 +12,10 @@ import onnx
 import pytest
 from onnx import TensorProto, helper
 
+from pycann.ge.compile.passes import select_kernels
+from pycann.ge.compile.passes.base import PassContext
 from pycann.ge.ir import Graph, Node
 from pycann.ge.om import dumps_om, loads_om
-from pycann.ge.passes import select_kernels
-from pycann.ge.passes.base import PassContext
 from pycann.kernels import providers
 from pycann.kernels.algorithm import BY_KEY, parse
 from pycann.kernels.providers import ConvSpec, GemmSpec, numpy_blas

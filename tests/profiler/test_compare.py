@@ -13,8 +13,8 @@ import onnx
 import pytest
 from onnx import TensorProto, helper, numpy_helper
 
-from pycann.ge.compiler import compile_model
-from pycann.ge.model import LoadedModel
+from pycann.ge.compile.compiler import compile_model
+from pycann.ge.run.model import LoadedModel
 from pycann.kernels import table as kernel_table
 from pycann.ops import registry
 from pycann.tools.compare import CSV_COLUMNS, compare, main

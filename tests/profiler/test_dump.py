@@ -8,8 +8,8 @@ import numpy as np
 import onnx
 import pytest
 
-from pycann.ge.compiler import compile_model
-from pycann.ge.model import LoadedModel
+from pycann.ge.compile.compiler import compile_model
+from pycann.ge.run.model import LoadedModel
 from pycann.profiler import dump, hooks
 from pycann.profiler.dump import TensorCapture, TensorDump, load_index
 

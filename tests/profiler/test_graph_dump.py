@@ -12,8 +12,8 @@ import onnx
 import pytest
 from onnx import TensorProto, helper
 
-from pycann.ge.compiler import compile_model
-from pycann.ge.export import to_onnx
+from pycann.ge.compile.compiler import compile_model
+from pycann.ge.compile.export import to_onnx
 from pycann.tools.atc import main as atc_main
 
 

@@ -16,8 +16,8 @@ import pytest
 from onnx import TensorProto, helper
 
 import pycann.profiler as prof
-from pycann.ge.compiler import compile_model
-from pycann.ge.model import LoadedModel
+from pycann.ge.compile.compiler import compile_model
+from pycann.ge.run.model import LoadedModel
 from pycann.profiler import hooks, peak
 from pycann.profiler.analysis import verdict
 from pycann.profiler.peak import Peaks

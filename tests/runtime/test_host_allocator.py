@@ -50,8 +50,8 @@ def test_loading_a_conv_model_with_onednn_does_not_import_torch(tmp_path: object
                               [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)],
                               [numpy_helper.from_array(w, "w"), numpy_helper.from_array(w2, "w2")])
         m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
-        from pycann.ge.compiler import compile_model
-        from pycann.ge.model import LoadedModel
+        from pycann.ge.compile.compiler import compile_model
+        from pycann.ge.run.model import LoadedModel
         cm = compile_model(m)
         algos = [str(n.attrs.get("_algo")) for n in cm.graph.nodes]
         LoadedModel.from_compiled(cm).run([np.ones((1, 16, 32, 32), np.float32)])

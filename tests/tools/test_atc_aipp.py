@@ -9,7 +9,7 @@ import onnx
 import pytest
 from onnx import TensorProto, helper, numpy_helper
 
-from pycann.ge.model import LoadedModel
+from pycann.ge.run.model import LoadedModel
 from pycann.tools.atc import FAILED, SUCCESS, main
 
 

@@ -17,19 +17,19 @@ import numpy as np
 import pycann
 from pycann.dtypes import Dim, TensorDesc
 from pycann.errors import OptionError
-from pycann.ge import gears
 from pycann.ge.aipp.config import load_aipp_config
+from pycann.ge.compile import gears
+from pycann.ge.compile.options import CompileOptions, check_implmode, dims_to_desc_shape
+from pycann.ge.compile.passes import insert_aipp, precision
+from pycann.ge.compile.passes.base import PassContext
+from pycann.ge.compile.passes.constant_folding import fold_graph
+from pycann.ge.compile.passes.dead_code import eliminate
+from pycann.ge.compile.passes.infer_shapes import infer_graph
+from pycann.ge.compile.passes.inline_if import inline_constant_ifs
+from pycann.ge.compile.pipelines import SKIPPABLE_WHEN_IDLE, SPECIALIZE_PIPELINE, run_pipeline
+from pycann.ge.compile.precision_config import settings_from_options
 from pycann.ge.ir import CompileContext, Graph, Node
-from pycann.ge.options import CompileOptions, check_implmode, dims_to_desc_shape
-from pycann.ge.passes import insert_aipp, precision
-from pycann.ge.passes.base import PassContext
-from pycann.ge.passes.constant_folding import fold_graph
-from pycann.ge.passes.dead_code import eliminate
-from pycann.ge.passes.infer_shapes import infer_graph
-from pycann.ge.passes.inline_if import inline_constant_ifs
-from pycann.ge.pipelines import SKIPPABLE_WHEN_IDLE, SPECIALIZE_PIPELINE, run_pipeline
 from pycann.ge.planning.memory import plan_memory
-from pycann.ge.precision_config import settings_from_options
 
 if TYPE_CHECKING:  # onnx (and protobuf, ~20 MB) load only when a model is compiled, not to run an .om
     import onnx
@@ -41,7 +41,7 @@ class CompiledModel:
 
     graph: Graph
     manifest: dict[str, Any] = field(default_factory=dict)
-    tune_key: Any = None  # the knowledge-bank key of this model's subgraph tuning (pycann.ge.tuned)
+    tune_key: Any = None  # the knowledge-bank key of this model's subgraph tuning (pycann.ge.compile.tuned)
 
     def save(self, path: str | os.PathLike[str]) -> int:
         """Write the .om file; returns bytes written."""
@@ -145,7 +145,7 @@ def compile_model(
     Raises ``ModelError`` (bad model), ``UnsupportedOpError`` (E19010), ``ShapeError``,
     ``OptionError`` (bad option values).
     """
-    from pycann.ge.importers.onnx import load_onnx
+    from pycann.ge.compile.importers.onnx import load_onnx
 
     options = options or CompileOptions()
     say = log or (lambda line: None)
@@ -205,8 +205,8 @@ def _tuned_graph(graph: Graph, options: CompileOptions,
                  say: Callable[[str], None]) -> tuple[Any, list[str], dict[str, Any] | None, bool]:
     """(bank key, passes to switch off, the applied record's choice or None, whether tuned kernel
     choices are used) from the knowledge bank's subgraph-tuning record of this model
-    (``aoe --job_type=1``; pycann/ge/tuned.py)."""
-    from pycann.ge import tuned
+    (``aoe --job_type=1``; pycann/ge/compile/tuned.py)."""
+    from pycann.ge.compile import tuned
 
     if options.tune_bank not in ("on", "kernels", "off"):
         raise OptionError(f"E10001: tune_bank={options.tune_bank!r} is invalid: use on, kernels or off")

@@ -40,12 +40,12 @@ class CompileOptions:
     disabled_passes: list[str] = field(default_factory=list)
     log: str = "null"
     # AIPP config file (--insert_op_conf, cann-interfaces.md §3) and dynamic gears (§2.1);
-    # parsers: pycann.ge.aipp.config, pycann.ge.gears.
+    # parsers: pycann.ge.aipp.config, pycann.ge.compile.gears.
     insert_op_conf: str = ""
     dynamic_batch_size: list[int] = field(default_factory=list)
     dynamic_image_size: list[list[int]] = field(default_factory=list)
     dynamic_dims: list[list[int]] = field(default_factory=list)
-    # Precision (docs/precision.md; readers in pycann.ge.precision_config). "" = not given:
+    # Precision (docs/precision.md; readers in pycann.ge.compile.precision_config). "" = not given:
     # pycann then keeps the model's dtypes (must_keep_origin_dtype; CANN's default is force_fp16).
     precision_mode: str = ""
     precision_mode_v2: str = ""
@@ -61,7 +61,7 @@ class CompileOptions:
     # ConstantFolding keeps results larger than this (bytes) as nodes (passes/constant_folding.py)
     fold_max_bytes: int = 128 << 20
     # AOE's knowledge bank folder (--op_bank_path; "" = TUNE_BANK_PATH, else ~/.cache/pycann/aoe) and
-    # which of its tuned choices apply (docs/aoe.md; pycann.ge.tuned): "on" (a model's subgraph-tuning
+    # which of its tuned choices apply (docs/aoe.md; pycann.ge.compile.tuned): "on" (a model's subgraph-tuning
     # record and the kernel records), "kernels" (kernel records only), "off" (neither)
     op_bank_path: str = ""
     tune_bank: str = "on"

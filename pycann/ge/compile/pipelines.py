@@ -8,8 +8,7 @@ from collections.abc import Callable
 from typing import Any
 
 from pycann import config
-from pycann.ge.ir import Graph, verify
-from pycann.ge.passes import (
+from pycann.ge.compile.passes import (
     cancel_transpose,
     canonicalize,
     canonicalize_qop,
@@ -31,7 +30,8 @@ from pycann.ge.passes import (
     select_kernels,
     select_layout,
 )
-from pycann.ge.passes.base import PassContext, PassResult
+from pycann.ge.compile.passes.base import PassContext, PassResult
+from pycann.ge.ir import Graph, verify
 
 PassFn = Callable[[Graph, PassContext], PassResult]
 
@@ -108,7 +108,7 @@ def _dumper() -> Any:
     onnx, ~20 MB) is imported only then, so running an .om never loads onnx."""
     if config.graph_dump().mode not in ("1", "2", "3"):
         return None
-    from pycann.ge import export
+    from pycann.ge.compile import export
 
     return export.pipeline_dumper()
 
@@ -116,7 +116,7 @@ def _dumper() -> Any:
 def run_pipeline(graph: Graph, ctx: PassContext, pipeline: list[tuple[str, PassFn]] | None = None,
                  changed: dict[str, bool] | None = None) -> Graph:
     """Run ``pipeline`` (default ``COMPILE_PIPELINE``); logs one line per pass to ``ctx.log``.
-    With ``DUMP_GE_GRAPH`` set, writes the graph around each pass (``ge/export.py``).
+    With ``DUMP_GE_GRAPH`` set, writes the graph around each pass (``ge/compile/export.py``).
     ``changed``, when given, receives per pass name whether any of its runs changed the graph."""
     disabled = set(ctx.options.get("disabled_passes", ()))
     dump = _dumper()

@@ -24,8 +24,8 @@ import numpy as np
 
 from pycann.dtypes import TensorDesc
 from pycann.errors import ShapeError, UnsupportedOpError
+from pycann.ge.compile.passes.infer_shapes import _seed_body_inputs, const_desc
 from pycann.ge.ir import Graph, Node
-from pycann.ge.passes.infer_shapes import _seed_body_inputs, const_desc
 from pycann.ops.opdef import InferContext
 from pycann.ops.registry import REGISTRY, lookup
 
@@ -111,8 +111,8 @@ class _Checker:
 def precheck(model: str | os.PathLike[str] | bytes, input_shape: dict[str, list[Any]] | None = None) -> dict[str, Any]:
     """The ``check_result.json`` document for ``model`` (never raises for problems of single nodes;
     a file that is not an ONNX model still raises ``ModelError``)."""
-    from pycann.ge.compiler import _apply_input_shape
-    from pycann.ge.importers.onnx import load_onnx
+    from pycann.ge.compile.compiler import _apply_input_shape
+    from pycann.ge.compile.importers.onnx import load_onnx
 
     graph = load_onnx(model, check=False)
     if input_shape:

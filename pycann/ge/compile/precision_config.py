@@ -16,7 +16,7 @@ from typing import Any
 
 from pycann.dtypes import DType
 from pycann.errors import OptionError
-from pycann.ge.precision_lists import FUSED_FROM, MixLists, canonical_op_type
+from pycann.ge.compile.precision_lists import FUSED_FROM, MixLists, canonical_op_type
 
 MODES = (
     "force_fp16", "force_fp32", "cube_fp16in_fp32out", "allow_mix_precision", "allow_fp32_to_fp16",

@@ -17,7 +17,7 @@ from pycann.errors import OptionError
 
 
 def _all_passes() -> list[str]:
-    from pycann.ge.pipelines import COMPILE_PIPELINE, REQUIRED_PASSES
+    from pycann.ge.compile.pipelines import COMPILE_PIPELINE, REQUIRED_PASSES
 
     return sorted({n for n, _ in COMPILE_PIPELINE} - REQUIRED_PASSES)
 

@@ -37,7 +37,7 @@ from pycann.config import ConfigError
 from pycann.ge.ir import CompileContext, Graph
 from pycann.kernels.providers import ConvSpec, Implementation, OpSpec, accept
 
-log = logging.getLogger("pycann.ge.tuned")
+log = logging.getLogger("pycann.ge.compile.tuned")
 _warned: set[str] = set()
 
 

@@ -22,7 +22,7 @@ Everything is little-endian::
         96    28  reserved (0)
        124     4  header CRC-32 (over bytes 0-123)
        128     -  manifest: UTF-8 JSON ``{"format_version", "pycann_version", "created",
-                  <caller keys>..., "graph": <pycann.ge.serialize.encode_graph>}``
+                  <caller keys>..., "graph": <pycann.ge.om.serialize.encode_graph>}``
                   zero padding up to the weights offset
                   weights: raw tensor bytes, each tensor at a 64-byte aligned offset
                   (relative to the weights offset, which is itself 64-aligned)
@@ -61,8 +61,8 @@ import numpy as np
 from pycann import __version__
 from pycann.errors import OmFormatError, OmInvalidModelError
 from pycann.ge.ir.graph import Graph
-from pycann.ge.om_check import OmInvalid, check_graph, check_manifest
-from pycann.ge.serialize import MalformedManifest, decode_graph, encode_graph
+from pycann.ge.om.check import OmInvalid, check_graph, check_manifest
+from pycann.ge.om.serialize import MalformedManifest, decode_graph, encode_graph
 
 MAGIC = b"PYCANNOM"
 FORMAT_VERSION = (1, 0)
@@ -299,7 +299,7 @@ def load_om(path: str | Path, *, verify: bool = True, validate: bool = True) -> 
     """Load a pycann .om, memory-mapping its weights (read-only, no copy).
 
     ``verify=False`` skips the CRC over the weights section (the header and manifest are always
-    checked). ``validate=False`` skips ``pycann.ge.om_check`` (graph structure, known ops,
+    checked). ``validate=False`` skips ``pycann.ge.om.check`` (graph structure, known ops,
     attribute kinds, manifest field types): only for tools that read a container whose graph
     is not meant to run. Raises ``OmFormatError`` for truncated, corrupted, foreign, Huawei-built or
     incompatible-version files; ``OSError`` if the file cannot be opened.

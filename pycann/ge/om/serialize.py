@@ -313,7 +313,7 @@ def _decode_node(n: Any, get: GetTensor, i: int) -> Node:
 
 def decode_graph(obj: dict[str, Any], get: GetTensor) -> Graph:
     """``Graph`` for a dict written by ``encode_graph``. Raises ``MalformedManifest`` naming the
-    first missing or mistyped field (structure is checked by ``pycann.ge.om_check``)."""
+    first missing or mistyped field (structure is checked by ``pycann.ge.om.check``)."""
     if not isinstance(obj, dict):
         raise MalformedManifest("graph entry is not an object")
     where = f"graph '{obj.get('name', 'main')!s:.40}'"

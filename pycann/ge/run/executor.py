@@ -1,8 +1,8 @@
-"""Executor: runs a graph on the CPU device from precompiled execution plans (``ge/plan.py``).
+"""Executor: runs a graph on the CPU device from precompiled execution plans (``ge/run/plan.py``).
 
 ``Executor`` specialises the model per concrete input signature (shapes fold into constants,
 shape subgraphs disappear) and caches the plans in a least-recently-used cache bounded by bytes
-(``ge/plan_cache.py``); signatures its policy does not specialise run on one shape-generic plan of
+(``ge/run/plan_cache.py``); signatures its policy does not specialise run on one shape-generic plan of
 the compiled graph (docs/dynamic-shapes.md). A ``Plan`` is a list of typed steps
 (``ge/plan_steps.Step``) run by one loop or as generated straight-line code.
 """
@@ -19,12 +19,12 @@ import numpy as np
 from pycann.config import PlanBuild, PlanCacheConfig, PlanPolicy
 from pycann.errors import PycannError
 from pycann.ge.ir import Graph
-from pycann.ge.plan import Arena, Plan
-from pycann.ge.plan_builder import BackgroundBuilder
-from pycann.ge.plan_cache import CacheStats, PlanCache
-from pycann.ge.plan_steps import ARENA, NORMAL, SCOPED, Step, StepKind
 from pycann.ge.planning.candidates import INPLACE, arena_candidates, inplace_candidates
 from pycann.ge.planning.memory import MemoryPlan, plan_memory
+from pycann.ge.run.plan import Arena, Plan
+from pycann.ge.run.plan_builder import BackgroundBuilder
+from pycann.ge.run.plan_cache import CacheStats, PlanCache
+from pycann.ge.run.plan_steps import ARENA, NORMAL, SCOPED, Step, StepKind
 
 __all__ = ["ARENA", "INPLACE", "NORMAL", "SCOPED", "Arena", "CachedPlan", "Executor", "Plan", "Step", "StepKind",
            "arena_candidates", "inplace_candidates"]
@@ -62,7 +62,7 @@ class Executor:
     ``config`` bounds the plan cache (bytes, plans) and sets the policy (``PlanPolicy``): which
     new signatures ``run`` specialises and which run on the shape-generic plan, and (``PlanBuild``)
     whether a graph with convolutions builds a new signature's plan in its call or after it, on a
-    builder thread (``ge/plan_builder.py``) while that call runs generic. ``plan_for``
+    builder thread (``ge/run/plan_builder.py``) while that call runs generic. ``plan_for``
     always specialises (gears, tools and tests ask for the plan of given shapes). ``memo``, when
     given, is passed to ``specialize`` as its fourth argument (``compiler.SpecializeMemo``).
     """
@@ -96,7 +96,7 @@ class Executor:
         # AUTO on a graph without convolutions: signatures seen once so far (None once more than
         # AUTO_SIGNATURES distinct ones came: a shape per call, e.g. a decoder's past length)
         self._seen: set[Signature] | None = set()
-        # PlanBuild.BACKGROUND: new signatures' plans built off the caller (ge/plan_builder.py)
+        # PlanBuild.BACKGROUND: new signatures' plans built off the caller (ge/run/plan_builder.py)
         self._builder = BackgroundBuilder(self._build_in_background, self.MAX_QUEUED)
         # control input index -> scalar values seen so far (None once it varies too much to specialise)
         self._control: dict[int, set[Any] | None] = {

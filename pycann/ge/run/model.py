@@ -19,11 +19,11 @@ from pycann.config import PlanCacheConfig, plan_cache_config
 from pycann.dtypes import TensorDesc, dtype_name, from_numpy, to_numpy
 from pycann.errors import InputError
 from pycann.ge.aipp.dynamic import DynamicAipp, Params
-from pycann.ge.compiler import CompiledModel, SpecializeMemo, compile_model, specialize
-from pycann.ge.executor import Executor
-from pycann.ge.gears import GearTable
+from pycann.ge.compile.compiler import CompiledModel, SpecializeMemo, compile_model, specialize
+from pycann.ge.compile.gears import GearTable
 from pycann.ge.ir import Graph
-from pycann.ge.plan_cache import CacheStats
+from pycann.ge.run.executor import Executor
+from pycann.ge.run.plan_cache import CacheStats
 from pycann.profiler import hooks
 from pycann.runtime.host_allocator import keep_freed_memory
 
@@ -240,7 +240,7 @@ class LoadedModel:
         unknown = [k for k in feeds if k not in names]
         missing = [n for n in names if n not in feeds]
         if unknown and not missing:
-            from pycann.ge.overrides import overridable  # only a feed naming a non-input gets here
+            from pycann.ge.ir.overrides import overridable  # only a feed naming a non-input gets here
 
             if set(unknown) <= overridable(self.graph):
                 return self._overriding(unknown).run_dict(feeds)  # ONNX: a feed overrides an initializer
@@ -252,8 +252,8 @@ class LoadedModel:
         return self.run([feeds[n] for n in names])
 
     def _overriding(self, names: Sequence[str]) -> LoadedModel:
-        """The model with the initializers ``names`` as inputs (pycann.ge.overrides; cached)."""
-        from pycann.ge.overrides import with_inputs
+        """The model with the initializers ``names`` as inputs (pycann.ge.ir.overrides; cached)."""
+        from pycann.ge.ir.overrides import with_inputs
 
         key = tuple(sorted(names))
         variants = self.__dict__.setdefault("_variants", {})

@@ -1,11 +1,11 @@
-"""Execution plans: a graph flattened into typed steps (``ge/plan_steps.py``) over integer slots.
+"""Execution plans: a graph flattened into typed steps (``ge/run/plan_steps.py``) over integer slots.
 
 A ``Plan`` gives each node its kernel from the kernel layer (``kernels.table.run_kernel``, or a
 ``BoundKernel`` bound at plan time for a static signature, ``kernels/bind.py``), lays out one
 arena for the outputs the memory plan places, and runs the steps: as generated straight-line
 code (one local per slot), or with control flow, observers or to report an error, in one
 interpreter loop. Intermediate tensors are released right after their last reader, so memory
-follows the memory plan's lifetimes. ``ge/executor.py`` builds and caches plans per signature.
+follows the memory plan's lifetimes. ``ge/run/executor.py`` builds and caches plans per signature.
 """
 
 from __future__ import annotations
@@ -20,9 +20,9 @@ import numpy as np
 from pycann.dtypes import to_numpy
 from pycann.errors import KernelError, PycannError
 from pycann.ge.ir import Graph, free_names, node_reads
-from pycann.ge.plan_steps import ARENA, NORMAL, SCOPED, Step
 from pycann.ge.planning.candidates import INPLACE
 from pycann.ge.planning.memory import MemoryPlan
+from pycann.ge.run.plan_steps import ARENA, NORMAL, SCOPED, Step
 from pycann.kernels import algorithm
 from pycann.kernels.bind import PREPARE
 from pycann.kernels.bound import BoundKernel, bound

@@ -29,7 +29,7 @@ __all__ = ["CacheStats", "PlanCache", "Sized", "describe", "trim_heap"]
 
 # INFO: a plan built or evicted (``atc --log=info``-style lines for run time: enable with
 # ``logging.basicConfig(level=logging.INFO)``)
-log = logging.getLogger("pycann.ge.plan_cache")
+log = logging.getLogger("pycann.ge.run.plan_cache")
 
 _TRIM_AFTER = 8 << 20  # bytes evicted between two malloc_trim calls (a trim costs ~1 ms)
 

@@ -1,4 +1,4 @@
-"""The steps of an execution plan (``ge/executor.py``): one typed ``Step`` per node, over integer
+"""The steps of an execution plan (``ge/run/executor.py``): one typed ``Step`` per node, over integer
 slots, so a run does no name handling, dict lookups or tuple unpacking per node.
 
 A step's kernel is called in one of three ways (``StepKind``):

@@ -3,7 +3,7 @@
 TorchDynamo hands each captured FX graph to ``npu_backend``. The graph is lowered to GE's IR
 through ONNX (``torch.onnx.export`` of the GraphModule, TorchScript exporter, opset 17; the
 parameters and buffers Dynamo lifts to graph inputs are embedded as constants, so the fusions
-see them), compiled with the same passes as ``atc`` (``pycann.ge.compiler.compile_model``) and
+see them), compiled with the same passes as ``atc`` (``pycann.ge.compile.compiler.compile_model``) and
 run as a ``LoadedModel`` plan. A graph that cannot be lowered -- an op GE lacks, an export
 error -- runs eagerly (its FX code on the npu device) and is recorded: ``graph_report()`` lists every graph with its op count, the
 unsupported ops by name and why it stayed eager; Dynamo's own graph breaks are counted by
@@ -173,8 +173,8 @@ def npu_backend(gm: torch.fx.GraphModule, example_inputs: Sequence[Any], **optio
         rec.unsupported = tuple(bad)
         rec.reason = "ops GE lacks"
         return _eager(gm, rec)
-    from pycann.ge.compiler import compile_model
-    from pycann.ge.model import LoadedModel
+    from pycann.ge.compile.compiler import compile_model
+    from pycann.ge.run.model import LoadedModel
 
     try:
         model = LoadedModel.from_compiled(compile_model(onnx_bytes))

@@ -95,8 +95,8 @@ class _GEPart(torch.nn.Module):
         self.plans: dict[tuple[tuple[int, ...], ...], Any] = {}  # by input shapes (symbolic graphs)
 
     def _compile(self, args: Sequence[torch.Tensor]) -> Any:
-        from pycann.ge.compiler import compile_model
-        from pycann.ge.model import LoadedModel
+        from pycann.ge.compile.compiler import compile_model
+        from pycann.ge.run.model import LoadedModel
 
         t0 = time.perf_counter()
         model = LoadedModel.from_compiled(compile_model(aten_onnx.to_onnx(self.gm, args)))

@@ -17,9 +17,9 @@ import numpy as np
 
 from pycann.dtypes import DType, TensorDesc
 from pycann.errors import ModelError, OptionError, UnsupportedOpError
-from pycann.ge.importers.caffe_layers import LAYERS, CaffeEmitter, out_rank
-from pycann.ge.importers.caffe_proto import read_caffemodel, read_prototxt
-from pycann.ge.importers.tensorflow_emit import OPSET
+from pycann.ge.compile.importers.caffe_layers import LAYERS, CaffeEmitter, out_rank
+from pycann.ge.compile.importers.caffe_proto import read_caffemodel, read_prototxt
+from pycann.ge.compile.importers.tensorflow_emit import OPSET
 from pycann.ge.ir import Graph
 
 TEST_PHASE = 1

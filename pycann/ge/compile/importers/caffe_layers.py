@@ -14,7 +14,7 @@ from typing import Any
 import numpy as np
 
 from pycann.errors import ModelError
-from pycann.ge.importers.tensorflow_emit import INT64_MAX, OPSET
+from pycann.ge.compile.importers.tensorflow_emit import INT64_MAX, OPSET
 from pycann.ge.ir import Graph, Node
 
 
@@ -85,7 +85,7 @@ class CaffeEmitter:
             return self.ranks[v]
         d = self.graph.descs.get(v)
         if d is None or d.shape is None:
-            from pycann.ge.passes.infer_shapes import infer_graph
+            from pycann.ge.compile.passes.infer_shapes import infer_graph
 
             infer_graph(self.graph, strict=False)
             d = self.graph.descs.get(v)

@@ -39,11 +39,11 @@ def load_framework_model(framework: int, model: str | os.PathLike[str], weight: 
     """Import a Caffe (0) or TensorFlow (3) model into an IR ``Graph`` with its ``out_nodes``
     applied (by the framework's node/layer names). Raises what the importers raise."""
     if framework == Framework.TENSORFLOW:
-        from pycann.ge.importers.tensorflow import load_tensorflow
+        from pycann.ge.compile.importers.tensorflow import load_tensorflow
 
         return load_tensorflow(model, out_nodes)
     if framework == Framework.CAFFE:
-        from pycann.ge.importers.caffe import load_caffe
+        from pycann.ge.compile.importers.caffe import load_caffe
 
         return load_caffe(model, weight, out_nodes, input_shape)
     raise ValueError(f"framework {framework} has no importer here (ONNX: compile_model reads the file)")

@@ -1,7 +1,7 @@
 """ONNX ModelProto -> pycann IR ``Graph``.
 
 Uses the ``onnx`` package for parsing and checking. Opset differences are resolved here
-(``pycann.ge.importers.opset_upgrade``), so every later stage sees one meaning per op.
+(``pycann.ge.compile.importers.opset_upgrade``), so every later stage sees one meaning per op.
 ``Constant`` nodes become initializers; model-local functions are inlined.
 """
 
@@ -19,10 +19,10 @@ from onnx import AttributeProto, numpy_helper
 
 from pycann.dtypes import Dim, DType, TensorDesc
 from pycann.errors import ModelError, UnsupportedOpError
-from pycann.ge.importers.expand import FunctionExpander
-from pycann.ge.importers.opset_upgrade import upgrade_node
+from pycann.ge.compile.importers.expand import FunctionExpander
+from pycann.ge.compile.importers.opset_upgrade import upgrade_node
 from pycann.ge.ir import Graph, Node
-from pycann.ge.overrides import METADATA_KEY
+from pycann.ge.ir.overrides import METADATA_KEY
 from pycann.ops.registry import lookup
 
 
@@ -97,7 +97,7 @@ def import_model(model: onnx.ModelProto) -> Graph:
     g.metadata = {p.key: p.value for p in model.metadata_props}
     g.metadata["producer"] = f"{model.producer_name} {model.producer_version}".strip()
     g.metadata["ir_version"] = str(model.ir_version)
-    # IR >= 4: an input with an initializer is an input with a default value (pycann.ge.overrides)
+    # IR >= 4: an input with an initializer is an input with a default value (pycann.ge.ir.overrides)
     inits = {t.name for t in model.graph.initializer}
     feedable = sorted(vi.name for vi in model.graph.input if vi.name in inits) if model.ir_version >= 4 else []
     if feedable:

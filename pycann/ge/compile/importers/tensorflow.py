@@ -26,18 +26,18 @@ import numpy as np
 
 from pycann.dtypes import TensorDesc
 from pycann.errors import ModelError, OptionError, UnsupportedOpError
-from pycann.ge.importers import tensorflow_control as control
-from pycann.ge.importers.tensorflow_emit import OPSET, Emitter, Names, tensor_ref
-from pycann.ge.importers.tensorflow_functions import (
+from pycann.ge.compile.importers import tensorflow_control as control
+from pycann.ge.compile.importers.tensorflow_emit import OPSET, Emitter, Names, tensor_ref
+from pycann.ge.compile.importers.tensorflow_functions import (
     FUNCTIONAL_OPS,
     Instance,
     called_functions,
     emit_functional,
 )
-from pycann.ge.importers.tensorflow_ops_math import MATH_OPS
-from pycann.ge.importers.tensorflow_ops_nn import NN_OPS
-from pycann.ge.importers.tensorflow_ops_tensor import TENSOR_OPS
-from pycann.ge.importers.tensorflow_proto import (
+from pycann.ge.compile.importers.tensorflow_ops_math import MATH_OPS
+from pycann.ge.compile.importers.tensorflow_ops_nn import NN_OPS
+from pycann.ge.compile.importers.tensorflow_ops_tensor import TENSOR_OPS
+from pycann.ge.compile.importers.tensorflow_proto import (
     TF_TO_DTYPE,
     attr,
     check_frozen,

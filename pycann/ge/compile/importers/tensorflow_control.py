@@ -25,8 +25,8 @@ import numpy as np
 
 from pycann.dtypes import DType, TensorDesc
 from pycann.errors import ModelError
-from pycann.ge.importers.tensorflow_emit import Emitter, tensor_ref
-from pycann.ge.importers.tensorflow_proto import TF_TO_DTYPE, attr
+from pycann.ge.compile.importers.tensorflow_emit import Emitter, tensor_ref
+from pycann.ge.compile.importers.tensorflow_proto import TF_TO_DTYPE, attr
 from pycann.ge.ir import Graph
 
 CONTROL_OPS = frozenset({"Switch", "Merge", "Enter", "Exit", "NextIteration", "LoopCond", "RefSwitch",

@@ -19,7 +19,7 @@ import numpy as np
 
 from pycann.dtypes import DType
 from pycann.errors import ModelError
-from pycann.ge.importers.tensorflow_proto import TF_TO_DTYPE, attr
+from pycann.ge.compile.importers.tensorflow_proto import TF_TO_DTYPE, attr
 from pycann.ge.ir import Graph, Node
 
 OPSET = 18

@@ -16,7 +16,7 @@ from typing import Any
 
 from pycann.dtypes import DType, TensorDesc
 from pycann.errors import ModelError
-from pycann.ge.importers.tensorflow_emit import Emitter
+from pycann.ge.compile.importers.tensorflow_emit import Emitter
 from pycann.ge.ir import Graph
 
 FUNCTIONAL_OPS = frozenset({"If", "StatelessIf", "While", "StatelessWhile"})

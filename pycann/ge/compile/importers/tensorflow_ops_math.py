@@ -15,7 +15,7 @@ from typing import Any
 import numpy as np
 
 from pycann.dtypes import DType
-from pycann.ge.importers.tensorflow_emit import TO_NCHW, Emitter
+from pycann.ge.compile.importers.tensorflow_emit import TO_NCHW, Emitter
 
 Converter = Callable[[Emitter], list[str]]
 NHWC_TO_NCHW_AXIS = {0: 0, 1: 2, 2: 3, 3: 1}

@@ -13,7 +13,7 @@ from typing import Any
 import numpy as np
 
 from pycann.errors import ModelError
-from pycann.ge.importers.tensorflow_emit import Emitter
+from pycann.ge.compile.importers.tensorflow_emit import Emitter
 
 Converter = Callable[[Emitter], list[str]]
 

@@ -12,8 +12,8 @@ import numpy as np
 
 from pycann.dtypes import DType
 from pycann.errors import ModelError
-from pycann.ge.importers.tensorflow_emit import INT64_MAX, TO_NCHW, TO_NHWC, Emitter
-from pycann.ge.importers.tensorflow_ops_math import NHWC_TO_NCHW_AXIS
+from pycann.ge.compile.importers.tensorflow_emit import INT64_MAX, TO_NCHW, TO_NHWC, Emitter
+from pycann.ge.compile.importers.tensorflow_ops_math import NHWC_TO_NCHW_AXIS
 
 Converter = Callable[[Emitter], list[str]]
 INT64_MIN = np.iinfo(np.int64).min

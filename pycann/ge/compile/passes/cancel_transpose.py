@@ -6,9 +6,9 @@ Check: the first node's output has exactly one reader and is not a graph output.
 
 from __future__ import annotations
 
+from pycann.ge.compile.passes.base import PassContext, PassResult
+from pycann.ge.compile.passes.pattern import GraphIndex, Rewrites, is_op, rename_uses
 from pycann.ge.ir import Graph, Node
-from pycann.ge.passes.base import PassContext, PassResult
-from pycann.ge.passes.pattern import GraphIndex, Rewrites, is_op, rename_uses
 
 name = "TransposeReshapeCancellation"
 

@@ -32,10 +32,10 @@ from __future__ import annotations
 import numpy as np
 
 from pycann.dtypes import TensorDesc, to_numpy
+from pycann.ge.compile.passes.base import PassContext, PassResult
+from pycann.ge.compile.passes.canonicalize_act import ACT_REWRITES, SOFTMAX13_REWRITE, Rewrite
+from pycann.ge.compile.passes.pattern import GraphIndex, Rewrites, is_op
 from pycann.ge.ir import Graph, Node
-from pycann.ge.passes.base import PassContext, PassResult
-from pycann.ge.passes.canonicalize_act import ACT_REWRITES, SOFTMAX13_REWRITE, Rewrite
-from pycann.ge.passes.pattern import GraphIndex, Rewrites, is_op
 
 name = "Canonicalize"
 

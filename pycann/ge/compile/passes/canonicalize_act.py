@@ -26,8 +26,8 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 
+from pycann.ge.compile.passes.pattern import GraphIndex, Rewrites, is_op
 from pycann.ge.ir import Graph, Node
-from pycann.ge.passes.pattern import GraphIndex, Rewrites, is_op
 
 Result = tuple[list[Node], list[Node]] | str | None
 

@@ -25,9 +25,9 @@ from typing import Any
 
 import numpy as np
 
+from pycann.ge.compile.passes.base import PassContext, PassResult
+from pycann.ge.compile.passes.pattern import GraphIndex, Rewrites
 from pycann.ge.ir import Graph, Node
-from pycann.ge.passes.base import PassContext, PassResult
-from pycann.ge.passes.pattern import GraphIndex, Rewrites
 from pycann.ops.quant_ms import MS_DOMAIN
 
 name = "QOperatorToQDQ"

@@ -13,9 +13,9 @@ from __future__ import annotations
 import numpy as np
 
 from pycann.dtypes import TensorDesc, to_numpy
+from pycann.ge.compile.passes.base import PassContext, PassResult
+from pycann.ge.compile.passes.infer_shapes import const_desc, infer_graph
 from pycann.ge.ir import Graph, Node
-from pycann.ge.passes.base import PassContext, PassResult
-from pycann.ge.passes.infer_shapes import const_desc, infer_graph
 from pycann.kernels.table import run_kernel
 from pycann.ops.registry import lookup
 

@@ -4,8 +4,8 @@ a graph output, the input's producer is renamed to write it)."""
 
 from __future__ import annotations
 
+from pycann.ge.compile.passes.base import PassContext, PassResult
 from pycann.ge.ir import Graph, Node, node_reads
-from pycann.ge.passes.base import PassContext, PassResult
 
 name = "DeadCodeElimination"
 

@@ -10,9 +10,9 @@ from __future__ import annotations
 
 import numpy as np
 
+from pycann.ge.compile.passes.base import PassContext, PassResult
+from pycann.ge.compile.passes.fold_conv_affine import CONV_TYPES, out_channels, scale_out_channels
 from pycann.ge.ir import Graph
-from pycann.ge.passes.base import PassContext, PassResult
-from pycann.ge.passes.fold_conv_affine import CONV_TYPES, out_channels, scale_out_channels
 
 name = "ConvBatchNormFusionPass"
 

@@ -13,9 +13,9 @@ Rewrite: one FusedConv whose kernel adds the residual and applies the activation
 
 from __future__ import annotations
 
+from pycann.ge.compile.passes.base import PassContext, PassResult
+from pycann.ge.compile.passes.pattern import GraphIndex, Rewrites, is_op
 from pycann.ge.ir import Graph, Node
-from pycann.ge.passes.base import PassContext, PassResult
-from pycann.ge.passes.pattern import GraphIndex, Rewrites, is_op
 from pycann.ops.fused import DOMAIN
 from pycann.ops.shape_utils import broadcast_shapes
 

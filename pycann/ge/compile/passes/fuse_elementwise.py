@@ -11,9 +11,9 @@ Clip bounds, length >= 2.
 
 from __future__ import annotations
 
+from pycann.ge.compile.passes.base import PassContext, PassResult
+from pycann.ge.compile.passes.pattern import GraphIndex, Rewrites
 from pycann.ge.ir import Graph, Node
-from pycann.ge.passes.base import PassContext, PassResult
-from pycann.ge.passes.pattern import GraphIndex, Rewrites
 from pycann.ops.fused import CHAIN_BINARY, CHAIN_UNARY, DOMAIN
 
 name = "ElementwiseChainFusion"

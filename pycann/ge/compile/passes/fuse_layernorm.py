@@ -12,9 +12,9 @@ from __future__ import annotations
 
 import numpy as np
 
+from pycann.ge.compile.passes.base import PassContext, PassResult
+from pycann.ge.compile.passes.pattern import GraphIndex, Rewrites, is_op
 from pycann.ge.ir import Graph, Node
-from pycann.ge.passes.base import PassContext, PassResult
-from pycann.ge.passes.pattern import GraphIndex, Rewrites, is_op
 
 name = "LayerNormFusion"
 

@@ -19,10 +19,10 @@ then.
 from __future__ import annotations
 
 from pycann.dtypes import TensorDesc
+from pycann.ge.compile.passes.base import PassContext, PassResult
+from pycann.ge.compile.passes.fuse_conv_act import match_activation
+from pycann.ge.compile.passes.pattern import GraphIndex, Rewrites, is_op
 from pycann.ge.ir import Graph, Node
-from pycann.ge.passes.base import PassContext, PassResult
-from pycann.ge.passes.fuse_conv_act import match_activation
-from pycann.ge.passes.pattern import GraphIndex, Rewrites, is_op
 from pycann.ops.fused import DOMAIN
 from pycann.ops.shape_utils import broadcast_shapes
 

@@ -26,12 +26,12 @@ from typing import Any
 
 import numpy as np
 
+from pycann.ge.compile.passes import fuse_qdq_chain, int8_choice
+from pycann.ge.compile.passes.base import PassContext, PassResult
+from pycann.ge.compile.passes.fuse_qdq_float import range_clip
+from pycann.ge.compile.passes.pattern import GraphIndex, Rewrites, is_op, rename_uses
+from pycann.ge.compile.passes.select_kernels import approx_allowed
 from pycann.ge.ir import Graph, Node
-from pycann.ge.passes import fuse_qdq_chain, int8_choice
-from pycann.ge.passes.base import PassContext, PassResult
-from pycann.ge.passes.fuse_qdq_float import range_clip
-from pycann.ge.passes.pattern import GraphIndex, Rewrites, is_op, rename_uses
-from pycann.ge.passes.select_kernels import approx_allowed
 from pycann.ops.quant_conv import DOMAIN, narrow_weights, quantize_activation
 
 name = "QuantizedConvFusion"

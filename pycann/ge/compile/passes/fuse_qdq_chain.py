@@ -14,8 +14,8 @@ the default); ``high_precision`` keeps the exact QDQ arithmetic.
 
 from __future__ import annotations
 
+from pycann.ge.compile.passes.pattern import GraphIndex
 from pycann.ge.ir import Graph, Node
-from pycann.ge.passes.pattern import GraphIndex
 from pycann.ops.quant_conv import DOMAIN
 
 _INT8 = ("QuantConv", "QuantMatMul")

@@ -7,8 +7,8 @@ from __future__ import annotations
 
 import numpy as np
 
+from pycann.ge.compile.passes.pattern import GraphIndex
 from pycann.ge.ir import Graph, Node
-from pycann.ge.passes.pattern import GraphIndex
 
 
 def range_clip(g: Graph, ix: GraphIndex | None, x: str, scale: float, zp: int, unsigned: bool, base: str,

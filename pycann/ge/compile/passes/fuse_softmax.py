@@ -10,9 +10,9 @@ does not fuse); every intermediate read only inside the pattern.
 
 from __future__ import annotations
 
+from pycann.ge.compile.passes.base import PassContext, PassResult
+from pycann.ge.compile.passes.pattern import GraphIndex, Rewrites, is_op, reduce_axes
 from pycann.ge.ir import Graph, Node
-from pycann.ge.passes.base import PassContext, PassResult
-from pycann.ge.passes.pattern import GraphIndex, Rewrites, is_op, reduce_axes
 
 name = "SoftmaxFusion"
 

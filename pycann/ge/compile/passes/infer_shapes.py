@@ -11,8 +11,8 @@ import numpy as np
 
 from pycann.dtypes import DType, TensorDesc, from_numpy
 from pycann.errors import ShapeError
+from pycann.ge.compile.passes.base import PassContext, PassResult
 from pycann.ge.ir import Graph, Node
-from pycann.ge.passes.base import PassContext, PassResult
 from pycann.ops.opdef import InferContext
 from pycann.ops.registry import lookup
 

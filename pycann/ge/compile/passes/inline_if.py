@@ -12,8 +12,8 @@ from __future__ import annotations
 
 import numpy as np
 
+from pycann.ge.compile.passes.base import PassContext, PassResult
 from pycann.ge.ir import Graph, Node
-from pycann.ge.passes.base import PassContext, PassResult
 
 name = "IfInlining"
 

@@ -20,8 +20,8 @@ from typing import Any
 from pycann.dtypes import DType, TensorDesc
 from pycann.errors import OptionError
 from pycann.ge.aipp.config import AippConfig, ModelInput, bad, node_attrs
+from pycann.ge.compile.passes.base import PassContext, PassResult
 from pycann.ge.ir import Graph, Node
-from pycann.ge.passes.base import PassContext, PassResult
 from pycann.ops.aipp import DOMAIN, dynamic_buffer_bytes
 
 name = "InsertAippPass"

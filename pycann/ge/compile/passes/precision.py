@@ -23,11 +23,17 @@ import numpy as np
 
 from pycann.dtypes import DType, TensorDesc, to_numpy
 from pycann.errors import OptionError
+from pycann.ge.compile.passes.base import PassContext, PassResult
+from pycann.ge.compile.passes.infer_shapes import const_desc
+from pycann.ge.compile.precision_config import MIXED_MODES, PrecisionSettings, matches
+from pycann.ge.compile.precision_lists import (
+    FIXED_INPUTS,
+    MATRIX_OPERANDS,
+    MATRIX_OPS,
+    SHAPE_READERS,
+    chain_class,
+)
 from pycann.ge.ir import Graph, Node, free_names
-from pycann.ge.passes.base import PassContext, PassResult
-from pycann.ge.passes.infer_shapes import const_desc
-from pycann.ge.precision_config import MIXED_MODES, PrecisionSettings, matches
-from pycann.ge.precision_lists import FIXED_INPUTS, MATRIX_OPERANDS, MATRIX_OPS, SHAPE_READERS, chain_class
 from pycann.ops.opdef import InferContext
 from pycann.ops.registry import lookup
 

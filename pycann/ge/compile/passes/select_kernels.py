@@ -7,7 +7,7 @@ Mode: ``ctx.options["kernel_selection"]``, else the environment variable
 ``PYCANN_KERNEL_SELECTION``: ``static`` (default: ``pycann.kernels.providers.STATIC_TABLE``),
 ``measure`` (time every candidate once per distinct shape at compile time) or ``off``. In the
 first two, a choice ``aoe --job_type=2`` stored in the knowledge bank for the node's spec on this
-machine wins (``pycann.ge.tuned``; docs/aoe.md).
+machine wins (``pycann.ge.compile.tuned``; docs/aoe.md).
 
 Implementation mode (CANN's ``--op_select_implmode``, kept in ``graph.context``):
 ``high_performance`` (the default, as in CANN) lets Conv take algorithms that round differently
@@ -33,9 +33,9 @@ import numpy as np
 
 from pycann import config
 from pycann.dtypes import to_numpy
+from pycann.ge.compile.passes.base import PassContext, PassResult
+from pycann.ge.compile.tuned import tuned_algorithm
 from pycann.ge.ir import CompileContext, Graph, Node
-from pycann.ge.passes.base import PassContext, PassResult
-from pycann.ge.tuned import tuned_algorithm
 from pycann.kernels.algorithm import ONEDNN_CONV_WINOGRAD, Algorithm, Packing
 from pycann.kernels.providers import ConvSpec, Implementation, OpSpec, candidates, make_spec, select
 from pycann.ops.fused import post_affine
@@ -136,7 +136,7 @@ def node_specs(g: Graph, skipped: Counter[str] | None = None, context: CompileCo
 def _collect(g: Graph, mode: str, out: list[Choice], skipped: Counter[str], banked: dict[int, Algorithm]) -> None:
     for ns in node_specs(g, skipped):
         spec, w = ns.spec, ns.weight
-        # a choice tuned by aoe (knowledge bank, pycann/ge/tuned.py) wins: it is not measured again
+        # a choice tuned by aoe (knowledge bank, pycann/ge/compile/tuned.py) wins: it is not measured again
         tuned = tuned_algorithm(spec, ns.approx, g.context)
         if tuned is not None:
             banked[id(ns.node)] = tuned.algo

@@ -27,8 +27,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from pycann.ge.compile.passes.base import PassContext, PassResult
 from pycann.ge.ir import Graph, Node
-from pycann.ge.passes.base import PassContext, PassResult
 from pycann.kernels import algorithm
 from pycann.kernels.algorithm import NCHW_TWIN, TORCH_CONV2D, TORCH_CONV2D_PACKED, Algorithm, Layout
 

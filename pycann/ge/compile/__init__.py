@@ -1,0 +1,1 @@
+"""GE's compile side: importers -> pass pipelines -> ``CompiledModel`` (docs/architecture.md, "Inside ge")."""
