@@ -56,6 +56,65 @@ def test_layer_imports_go_downward(pkg: str) -> None:
     assert not bad, "\n".join(bad)
 
 
+# Inside ge (docs/architecture.md, "Inside ge"): folder -> the other ge folders (or modules) it may import.
+# ir/ is the shared graph; planning/ (arena lifetimes) and aipp/ (the AIPP key table) serve both sides;
+# om/ stores a compiled graph; compile/ may write an .om; run/ may read one. run/ imports two compile
+# modules, and only these, on purpose: ``compile.compiler.specialize`` re-runs SPECIALIZE_PIPELINE
+# (shape inference, folding, If inlining, kernel selection) for a new input signature, and
+# ``compile_model`` compiles an .onnx handed to ``LoadedModel.from_file``; ``compile.gears`` is the gear
+# table a model's manifest carries. run/ never imports compile/passes or compile/importers directly.
+GE_ALLOWED = {
+    "ir": (),
+    "planning": ("ir",),
+    "aipp": (),
+    "om": ("ir",),
+    "compile": ("ir", "om", "planning", "aipp"),
+    "run": ("ir", "om", "planning", "aipp", "compile.compiler", "compile.gears"),
+}
+
+
+def _ge_targets(path: Path) -> list[str]:
+    """The ge modules ``path`` imports, relative to ``pycann.ge`` (``from pycann.ge import x`` -> ``x``)."""
+    out = []
+    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+        if isinstance(node, ast.Import):
+            out += [a.name for a in node.names]
+        elif isinstance(node, ast.ImportFrom) and node.module == "pycann.ge":
+            out += [f"pycann.ge.{a.name}" for a in node.names]
+        elif isinstance(node, ast.ImportFrom) and node.module:
+            out.append(node.module)
+    return [n.removeprefix("pycann.ge.") for n in out if n.startswith("pycann.ge.")]
+
+
+def test_ge_folders_are_known() -> None:
+    """Every ge module sits in one of the folders above (only ``ge/__init__.py`` at the top): a new
+    module has to choose its side."""
+    ge = ROOT / "ge"
+    loose = [p.name for p in ge.glob("*.py") if p.name != "__init__.py"]
+    assert not loose, f"modules directly under pycann/ge: {loose}; put each in one of {sorted(GE_ALLOWED)}"
+    folders = {p.name for p in ge.iterdir() if p.is_dir() and p.name != "__pycache__"}
+    assert folders == set(GE_ALLOWED), folders ^ set(GE_ALLOWED)
+
+
+@pytest.mark.parametrize("folder", sorted(GE_ALLOWED))
+def test_ge_imports_follow_compile_om_run(folder: str) -> None:
+    allowed = (folder, *GE_ALLOWED[folder])
+    bad = []
+    for path in (ROOT / "ge" / folder).rglob("*.py"):
+        for name in _ge_targets(path):
+            if not any(name == a or name.startswith(a + ".") for a in allowed):
+                bad.append(f"{path.relative_to(ROOT)} imports pycann.ge.{name}")
+    assert not bad, "\n".join(bad)
+
+
+def test_nothing_below_ge_imports_ge() -> None:
+    """The layers GE builds on (ops, kernels, runtime, the kernel kit, the cost model) never see it."""
+    below = ("ops", "kernels", "runtime", "ascendc", "tbe", "costmodel")
+    for pkg in below:
+        assert "pycann.ge" in FORBIDDEN[pkg], pkg
+        assert (ROOT / pkg).is_dir(), pkg
+
+
 def test_no_pickle_in_package() -> None:
     for path in ROOT.rglob("*.py"):
         for name in _imports(path):
@@ -67,10 +126,12 @@ def test_framework_importers_need_no_framework() -> None:
     """The TensorFlow and Caffe importers read files with protobuf + the frameworks' .proto files
     only (docs/importers.md): they never import TensorFlow, Caffe or the ONNX package, and, as
     the first stage of the compiler, never the stages after them."""
-    banned = ("tensorflow", "caffe", "onnx", "pycann.ge.compile.compiler", "pycann.ge.run.executor", "pycann.ge.run.model",
-              "pycann.ge.om", "pycann.tools")
-    folder = ROOT / "ge" / "importers"
-    for path in [*folder.glob("tensorflow*.py"), *folder.glob("caffe*.py")]:
+    banned = ("tensorflow", "caffe", "onnx", "pycann.ge.compile.compiler", "pycann.ge.run", "pycann.ge.om",
+              "pycann.tools")
+    folder = ROOT / "ge" / "compile" / "importers"
+    paths = [*folder.glob("tensorflow*.py"), *folder.glob("caffe*.py")]
+    assert len(paths) >= 5, f"no importers found under {folder}"  # a moved folder must not pass vacuously
+    for path in paths:
         for name in _imports(path):
             assert not name.startswith(banned), f"{path.name} imports {name}"
 
