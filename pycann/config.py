@@ -28,15 +28,19 @@ TUNE_BANK_PATH              see meaning  CANN's variable: the folder of AOE's kn
                                          ``atc`` and the executor read; unset:
                                          ``~/.cache/pycann/aoe``. ``--op_bank_path`` (atc, aoe)
                                          wins over it
-PYCANN_OMP_WAIT_POLICY      passive      how the OpenMP workers of the oneDNN and torch kernels wait
-                                         between parallel regions: ``passive`` (sleep; wins when other
-                                         processes are busy: bench/RESULTS.md), ``active`` (spin),
-                                         ``brief`` (spin ~3000 rounds, then sleep, as ONNX Runtime's
-                                         pool does: ``GOMP_SPINCOUNT``; wins beside niced load, loses
-                                         beside a same-priority one: docs/torch.md),
-                                         ``inherit`` (leave ``OMP_WAIT_POLICY`` unset). Applied as
-                                         ``OMP_WAIT_POLICY`` just before pycann loads an OpenMP
-                                         library, unless the user set ``OMP_WAIT_POLICY`` already
+PYCANN_OMP_WAIT_POLICY      brief        how the OpenMP workers of the oneDNN and torch kernels wait
+                                         between parallel regions: ``brief`` (spin ~2000 rounds,
+                                         ~50 us, then sleep, as ONNX Runtime's pool does:
+                                         ``GOMP_SPINCOUNT``; a sleeping worker costs ~60-100 us of
+                                         wake-up per region on a VM, and a ResNet-50 run has 95),
+                                         ``passive`` (sleep at once; wins when other processes keep
+                                         the cores busy: bench/RESULTS.md, "Threads"), ``active``
+                                         (spin), ``inherit`` (leave ``OMP_WAIT_POLICY`` unset).
+                                         Applied just before pycann loads an OpenMP library, unless
+                                         the user set ``OMP_WAIT_POLICY`` or ``GOMP_SPINCOUNT``
+PYCANN_NUM_THREADS          (all CPUs)   threads of torch and of the OpenMP kernels: exported as
+                                         ``OMP_NUM_THREADS`` before libgomp loads, unless the user
+                                         set that
 PYCANN_PLAN_BUILD           background   graphs with convolutions under ``auto``: ``background``: a
                                          new signature's call runs the shape-generic plan and its
                                          specialised plan is built after the call on a worker
@@ -62,7 +66,8 @@ from pathlib import Path
 
 from pycann.errors import PycannError
 
-__all__ = ["ConfigError", "OMP_WAIT_POLICIES", "PlanBuild", "PlanCacheConfig", "PlanPolicy", "apply_omp_wait_policy",
+__all__ = ["ConfigError", "OMP_WAIT_POLICIES", "PlanBuild", "PlanCacheConfig", "PlanPolicy", "apply_omp_num_threads",
+           "apply_omp_wait_policy",
            "hccl_check", "omp_wait_policy", "parse_bytes", "plan_cache_config", "torch_kernels", "tune_bank_dir"]
 
 
@@ -181,13 +186,17 @@ def tune_bank_dir(explicit: str = "") -> Path:
         raise ConfigError(f"{what}={raw!r} is a file; the knowledge bank needs a folder (it holds bank.sqlite)")
     return path
 #: Accepted values of ``PYCANN_OMP_WAIT_POLICY`` (the first is the default).
-OMP_WAIT_POLICIES = ("passive", "active", "brief", "inherit")
-#: libgomp's spin rounds before a worker sleeps under ``brief`` (its default is 300000).
-BRIEF_SPINCOUNT = 3000
+OMP_WAIT_POLICIES = ("brief", "passive", "active", "inherit")
+#: libgomp's spin rounds before a worker sleeps under ``brief`` (its default is 300000). One round is a
+#: PAUSE, ~24 ns on Zen 5, so 2000 is ~50 us: longer than the gaps between a plan's parallel regions (the
+#: Python step between two kernels, a reorder before a Winograd conv), far shorter than a time slice.
+#: Measured on ResNet-50 at 2 threads (bench/RESULTS.md, "Threads"): quiet 22.6-25 ms (passive 29-34,
+#: ORT 20-21); beside one busy process 49-58 ms (passive 40, 3000 rounds 54-63, 10000 rounds 91, ORT 40-50).
+BRIEF_SPINCOUNT = 2000
 
 
 def omp_wait_policy() -> str:
-    """``PYCANN_OMP_WAIT_POLICY`` (default ``passive``), lower case. Raises ``ConfigError`` on other values."""
+    """``PYCANN_OMP_WAIT_POLICY`` (default ``brief``), lower case. Raises ``ConfigError`` on other values."""
     raw = os.environ.get("PYCANN_OMP_WAIT_POLICY", "").strip().lower() or OMP_WAIT_POLICIES[0]
     if raw not in OMP_WAIT_POLICIES:
         raise ConfigError(f"PYCANN_OMP_WAIT_POLICY={raw!r}: expected one of {', '.join(OMP_WAIT_POLICIES)}")
@@ -195,8 +204,8 @@ def omp_wait_policy() -> str:
 
 
 def user_omp_wait_policy() -> bool:
-    """The user set ``OMP_WAIT_POLICY`` themselves (then pycann never changes it)."""
-    return bool(os.environ.get("OMP_WAIT_POLICY", "").strip())
+    """The user set ``OMP_WAIT_POLICY`` or ``GOMP_SPINCOUNT`` themselves (then pycann never changes either)."""
+    return bool(os.environ.get("OMP_WAIT_POLICY", "").strip() or os.environ.get("GOMP_SPINCOUNT", "").strip())
 
 
 def apply_omp_wait_policy() -> str | None:
@@ -207,8 +216,10 @@ def apply_omp_wait_policy() -> str | None:
     badly when other processes keep the cores busy (a spinning thread uses up its CPU share, so the scheduler
     runs the busy neighbour instead while the parallel region waits for that thread at its barrier); ONNX
     Runtime's pool spins briefly, then blocks; ``brief`` does that in libgomp (``GOMP_SPINCOUNT``, returns
-    ``"BRIEF"``). Returns None when neither variable is set (``inherit``).
+    ``"BRIEF"``). Returns None when neither variable is set (``inherit``). Applies
+    ``apply_omp_num_threads`` first (libgomp reads ``OMP_NUM_THREADS`` at the same moment).
     """
+    apply_omp_num_threads()
     user = os.environ.get("OMP_WAIT_POLICY", "").strip()
     if user or os.environ.get("GOMP_SPINCOUNT", "").strip():  # the user's own OpenMP settings win
         return user or None
@@ -267,9 +278,28 @@ def nan_guard() -> bool:
 
 
 def num_threads() -> int | None:
-    """``PYCANN_NUM_THREADS``: the threads pycann gives torch, when a positive integer; else None."""
+    """``PYCANN_NUM_THREADS``: the threads pycann gives torch and its OpenMP kernels (``apply_omp_num_threads``),
+    when a positive integer; else None."""
     raw = _env("PYCANN_NUM_THREADS").strip()
     return int(raw) if raw.isdigit() and int(raw) > 0 else None
+
+
+def apply_omp_num_threads() -> int | None:
+    """Export ``PYCANN_NUM_THREADS`` as ``OMP_NUM_THREADS`` unless the user set ``OMP_NUM_THREADS``; return the
+    OpenMP thread count now in the environment (None: neither is set, libgomp uses every CPU it may run on).
+
+    libgomp reads ``OMP_NUM_THREADS`` once, when it loads, as the default team size of every thread; oneDNN
+    fixes a primitive's threads from it when the primitive is created (on the plan-builder thread too), so
+    ``PYCANN_NUM_THREADS`` must reach it before pycann loads libdnnl (``apply_omp_wait_policy`` calls this).
+    Without it, ``PYCANN_NUM_THREADS=1`` held torch to one thread but GE's oneDNN kernels still ran on all.
+    """
+    user = os.environ.get("OMP_NUM_THREADS", "").strip()
+    if user:
+        return int(user) if user.isdigit() else None
+    n = num_threads()
+    if n is not None:
+        os.environ["OMP_NUM_THREADS"] = str(n)
+    return n
 
 
 def num_threads_set() -> bool:

@@ -11,10 +11,24 @@ import pytest
 from pycann.config import ConfigError, apply_omp_wait_policy, omp_wait_policy
 
 
-def test_default_is_passive(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_default_is_brief(monkeypatch: pytest.MonkeyPatch) -> None:
+    from pycann.config import BRIEF_SPINCOUNT
+
     monkeypatch.delenv("PYCANN_OMP_WAIT_POLICY", raising=False)
     monkeypatch.delenv("OMP_WAIT_POLICY", raising=False)
-    assert omp_wait_policy() == "passive"
+    monkeypatch.delenv("GOMP_SPINCOUNT", raising=False)
+    assert omp_wait_policy() == "brief"
+    try:
+        assert apply_omp_wait_policy() == "BRIEF"
+        assert os.environ["GOMP_SPINCOUNT"] == str(BRIEF_SPINCOUNT) and "OMP_WAIT_POLICY" not in os.environ
+    finally:
+        os.environ.pop("GOMP_SPINCOUNT", None)  # set by pycann, not by monkeypatch: undo it here
+
+
+def test_passive(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("OMP_WAIT_POLICY", raising=False)
+    monkeypatch.delenv("GOMP_SPINCOUNT", raising=False)
+    monkeypatch.setenv("PYCANN_OMP_WAIT_POLICY", "passive")
     assert apply_omp_wait_policy() == "PASSIVE"
     assert os.environ["OMP_WAIT_POLICY"] == "PASSIVE"
 
@@ -28,6 +42,7 @@ def test_user_setting_wins(monkeypatch: pytest.MonkeyPatch) -> None:
 
 def test_active_and_inherit(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.delenv("OMP_WAIT_POLICY", raising=False)
+    monkeypatch.delenv("GOMP_SPINCOUNT", raising=False)  # pycann's default (brief) may have set it at import
     monkeypatch.setenv("PYCANN_OMP_WAIT_POLICY", "Active")
     assert apply_omp_wait_policy() == "ACTIVE"
     monkeypatch.delenv("OMP_WAIT_POLICY")
@@ -51,13 +66,14 @@ def test_brief_sets_a_short_libgomp_spin(monkeypatch: pytest.MonkeyPatch) -> Non
 
 def test_bad_value_names_the_variable(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.delenv("OMP_WAIT_POLICY", raising=False)
+    monkeypatch.delenv("GOMP_SPINCOUNT", raising=False)
     monkeypatch.setenv("PYCANN_OMP_WAIT_POLICY", "spin")
-    with pytest.raises(ConfigError, match="PYCANN_OMP_WAIT_POLICY='spin'.*passive, active, brief, inherit"):
+    with pytest.raises(ConfigError, match="PYCANN_OMP_WAIT_POLICY='spin'.*brief, passive, active, inherit"):
         apply_omp_wait_policy()
 
 
 def test_set_before_libdnnl_loads() -> None:
-    """In a fresh process, loading the oneDNN provider leaves OMP_WAIT_POLICY=PASSIVE behind."""
+    """In a fresh process, loading the oneDNN provider leaves the default (brief: GOMP_SPINCOUNT) behind."""
     from pycann.kernels.providers import onednn_capi
 
     try:
@@ -66,9 +82,12 @@ def test_set_before_libdnnl_loads() -> None:
         pytest.skip(str(e))
     code = ("import os; from pycann.kernels.providers import onednn_capi as c\n"
             "try:\n    c.load()\nexcept OSError:\n    print('NOLIB'); raise SystemExit\n"
-            "print(os.environ.get('OMP_WAIT_POLICY'))")  # fmt: skip
-    env = {k: v for k, v in os.environ.items() if k not in ("OMP_WAIT_POLICY", "PYCANN_OMP_WAIT_POLICY")}
+            "print(os.environ.get('OMP_WAIT_POLICY'), os.environ.get('GOMP_SPINCOUNT'))")  # fmt: skip
+    drop = ("OMP_WAIT_POLICY", "PYCANN_OMP_WAIT_POLICY", "GOMP_SPINCOUNT")
+    env = {k: v for k, v in os.environ.items() if k not in drop}
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, check=True).stdout
     if out.strip() == "NOLIB":
         pytest.skip("libdnnl.so.3 is not installed")
-    assert out.strip() == "PASSIVE"
+    from pycann.config import BRIEF_SPINCOUNT
+
+    assert out.strip() == f"None {BRIEF_SPINCOUNT}"

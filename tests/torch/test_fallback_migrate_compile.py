@@ -194,13 +194,16 @@ def test_openmp_wait_policy_is_set_before_torch_loads_libgomp() -> None:
     imports torch itself first is told so by ``OMP_POLICY_LATE``."""
     env = {k: v for k, v in os.environ.items() if k not in ("OMP_WAIT_POLICY", "GOMP_SPINCOUNT",
                                                             "PYCANN_OMP_WAIT_POLICY")}
-    code = "import os, torch, torch_npu, pycann.torch as t; print(os.environ.get('OMP_WAIT_POLICY'), t.OMP_POLICY_LATE)"
+    from pycann.config import BRIEF_SPINCOUNT
+
+    spin = str(BRIEF_SPINCOUNT)  # the default policy (brief) is libgomp's GOMP_SPINCOUNT
+    code = "import os, torch, torch_npu, pycann.torch as t; print(os.environ.get('GOMP_SPINCOUNT'), t.OMP_POLICY_LATE)"
     r = subprocess.run([sys.executable, "-m", "pycann.tools.run", "-c", code], capture_output=True, text=True,
                        env=dict(env, PYTHONPATH=str(ROOT)), timeout=300)
-    assert r.returncode == 0 and r.stdout.split()[-2:] == ["PASSIVE", "False"], r.stderr[-2000:]
+    assert r.returncode == 0 and r.stdout.split()[-2:] == [spin, "False"], r.stderr[-2000:]
     r = subprocess.run([sys.executable, "-c", code.replace("torch, torch_npu,", "pycann.torch, torch,")],
                        capture_output=True, text=True, env=dict(env, PYTHONPATH=str(ROOT)), timeout=300)
-    assert r.returncode == 0 and r.stdout.split()[-2:] == ["PASSIVE", "False"], r.stderr[-2000:]
+    assert r.returncode == 0 and r.stdout.split()[-2:] == [spin, "False"], r.stderr[-2000:]
     r = subprocess.run([sys.executable, "-c", code.replace(", torch_npu", "")], capture_output=True, text=True,
                        env=dict(env, PYTHONPATH=str(ROOT)), timeout=300)
-    assert r.returncode == 0 and r.stdout.split()[-2:] == ["PASSIVE", "True"], r.stderr[-2000:]
+    assert r.returncode == 0 and r.stdout.split()[-2:] == [spin, "True"], r.stderr[-2000:]

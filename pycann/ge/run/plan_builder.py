@@ -11,6 +11,9 @@ call ran and the next call of that shape queues it again), and a build that rais
 reported with its node. The thread is a daemon started on demand and ends when the queue is empty,
 so a model never holds the interpreter at exit; it runs niced (``NICE``), so on busy cores the
 calls are scheduled before the build (the GIL is still shared with them for its Python part).
+Each build runs with the OpenMP thread count of the thread that queued it (libgomp keeps it per
+thread and oneDNN fixes a primitive's threads when it is created: ``providers.openmp``), so
+``torch.set_num_threads(1)`` in the caller gives one-thread primitives here too.
 """
 
 from __future__ import annotations
@@ -20,6 +23,8 @@ import threading
 from collections import deque
 from collections.abc import Callable, Hashable
 from typing import Any
+
+from pycann.kernels.providers import openmp
 
 __all__ = ["BackgroundBuilder"]
 
@@ -49,7 +54,7 @@ class BackgroundBuilder:
         self._build = build
         self.max_queued = max_queued
         self.name = name
-        self._queue: deque[tuple[Hashable, Shapes, dict[str, Any]]] = deque()
+        self._queue: deque[tuple[Hashable, Shapes, dict[str, Any], int | None]] = deque()
         self._queued: set[Hashable] = set()
         self._cond = threading.Condition(threading.Lock())
         self._worker: threading.Thread | None = None
@@ -62,7 +67,7 @@ class BackgroundBuilder:
             if sig in self._queued or len(self._queued) >= self.max_queued:
                 return False
             self._queued.add(sig)
-            self._queue.append((sig, shapes, values))
+            self._queue.append((sig, shapes, values, openmp.max_threads()))
             if self._worker is None:
                 self._worker = threading.Thread(target=self._loop, name=self.name, daemon=True)
                 self._worker.start()
@@ -76,8 +81,9 @@ class BackgroundBuilder:
                     self._worker = None
                     self._cond.notify_all()
                     return
-                sig, shapes, values = self._queue[0]
+                sig, shapes, values, threads = self._queue[0]
             try:
+                openmp.set_max_threads(threads)
                 self._build(sig, shapes, values)
                 self.built += 1
             except Exception:  # noqa: BLE001 - the executor rebuilds it inline, where the error names the node

@@ -1,0 +1,78 @@
+"""PYCANN_NUM_THREADS reaches libgomp (OMP_NUM_THREADS) and the background plan builder adopts the
+caller's OpenMP thread count (pycann/config.py, pycann/kernels/providers/openmp.py, pycann/ge/plan_builder.py)."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+
+import pytest
+
+from pycann.config import apply_omp_num_threads
+
+
+def test_pycann_num_threads_becomes_omp_num_threads(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("OMP_NUM_THREADS", raising=False)
+    monkeypatch.setenv("PYCANN_NUM_THREADS", "1")
+    try:
+        assert apply_omp_num_threads() == 1
+        assert os.environ["OMP_NUM_THREADS"] == "1"
+    finally:
+        os.environ.pop("OMP_NUM_THREADS", None)  # set by pycann, not by monkeypatch: undo it here
+
+
+def test_user_omp_num_threads_wins(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("OMP_NUM_THREADS", "3")
+    monkeypatch.setenv("PYCANN_NUM_THREADS", "1")
+    assert apply_omp_num_threads() == 3
+    assert os.environ["OMP_NUM_THREADS"] == "3"
+
+
+def test_unset_leaves_libgomp_default(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("OMP_NUM_THREADS", raising=False)
+    monkeypatch.delenv("PYCANN_NUM_THREADS", raising=False)
+    assert apply_omp_num_threads() is None
+    assert "OMP_NUM_THREADS" not in os.environ
+
+
+def _run(code: str, **env: str) -> str:
+    base = {k: v for k, v in os.environ.items() if k not in ("OMP_NUM_THREADS", "PYCANN_NUM_THREADS")}
+    return subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env={**base, **env},
+                          check=True).stdout.strip()
+
+
+def test_libdnnl_threads_follow_pycann_num_threads() -> None:
+    """In a fresh process, PYCANN_NUM_THREADS=1 gives libgomp (loaded with libdnnl) one thread in every
+    thread, the main one and a new one (where background plans create their primitives)."""
+    code = ("import threading\nfrom pycann.kernels.providers import onednn_capi as c, openmp\n"
+            "try:\n    c.load()\nexcept OSError:\n    print('NOLIB'); raise SystemExit\n"
+            "seen = []\nt = threading.Thread(target=lambda: seen.append(openmp.max_threads())); t.start(); t.join()\n"
+            "print(openmp.max_threads(), seen[0])")  # fmt: skip
+    out = _run(code, PYCANN_NUM_THREADS="1")
+    if out == "NOLIB":
+        pytest.skip("libdnnl.so.3 is not installed")
+    assert out == "1 1"
+
+
+def test_background_builder_adopts_the_callers_thread_count() -> None:
+    """omp_set_num_threads(1) in the caller (what torch.set_num_threads does) holds the builder thread's
+    builds to one thread too; without a caller setting, the builder keeps libgomp's default."""
+    code = ("from pycann.kernels.providers import onednn_capi as c, openmp\n"
+            "try:\n    c.load()\nexcept OSError:\n    print('NOLIB'); raise SystemExit\n"
+            "from pycann.ge.plan_builder import BackgroundBuilder\n"
+            "seen = []\nb = BackgroundBuilder(lambda sig, shapes, values: seen.append(openmp.max_threads()))\n"
+            "default = openmp.max_threads()\nb.submit('a', [], {}); b.wait()\n"
+            "openmp.set_max_threads(1); b.submit('b', [], {}); b.wait()\n"
+            "print(seen == [default, 1], default)")  # fmt: skip
+    out = _run(code, OMP_NUM_THREADS="2")
+    if out == "NOLIB":
+        pytest.skip("libdnnl.so.3 is not installed")
+    assert out == "True 2"
+
+
+def test_set_max_threads_rejects_zero() -> None:
+    from pycann.kernels.providers import openmp
+
+    with pytest.raises(ValueError, match="must be >= 1"):
+        openmp.set_max_threads(0)
