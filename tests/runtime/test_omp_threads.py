@@ -60,7 +60,7 @@ def test_background_builder_adopts_the_callers_thread_count() -> None:
     builds to one thread too; without a caller setting, the builder keeps libgomp's default."""
     code = ("from pycann.kernels.providers import onednn_capi as c, openmp\n"
             "try:\n    c.load()\nexcept OSError:\n    print('NOLIB'); raise SystemExit\n"
-            "from pycann.ge.plan_builder import BackgroundBuilder\n"
+            "from pycann.ge.run.plan_builder import BackgroundBuilder\n"
             "seen = []\nb = BackgroundBuilder(lambda sig, shapes, values: seen.append(openmp.max_threads()))\n"
             "default = openmp.max_threads()\nb.submit('a', [], {}); b.wait()\n"
             "openmp.set_max_threads(1); b.submit('b', [], {}); b.wait()\n"

@@ -3,7 +3,7 @@
 oneDNN fixes a primitive's thread count from ``omp_get_max_threads()`` of the thread that creates
 it, and libgomp keeps that value per thread (``omp_set_num_threads``, as ``torch.set_num_threads``
 calls it, changes the calling thread's only). A plan built on another thread (the background plan
-builder, ``pycann.ge.plan_builder``) must therefore adopt the count of the thread that asked for
+builder, ``pycann.ge.run.plan_builder``) must therefore adopt the count of the thread that asked for
 it, or a process held to one thread would still get two-thread primitives.
 
 Only a libgomp that is loaded already is used (``RTLD_NOLOAD``): asking must not load one before
