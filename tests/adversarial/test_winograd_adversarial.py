@@ -461,8 +461,10 @@ def test_scratch_grows_and_shrinks_between_models() -> None:
         assert _algos(lms[k], [x]) == [WINO]
 
 
-def _live_plans() -> int:
-    return sum(isinstance(o, onednn_wino._Plan) for o in gc.get_objects())
+def _live_plans() -> set[int]:
+    """ids of the live Winograd plans (by identity: plans of earlier tests that die meanwhile do not
+    count against this test's)."""
+    return {id(o) for o in gc.get_objects() if isinstance(o, onednn_wino._Plan)}
 
 
 def test_plans_are_dropped_with_their_model_and_a_new_model_is_right() -> None:
@@ -474,10 +476,10 @@ def test_plans_are_dropped_with_their_model_and_a_new_model_is_right() -> None:
     for n in (1, 3):
         _check(model, {"x": _f32(n, 64, 16, 16)}, lm, repeat=1)
     lm.executor.wait_builds()  # a new shape's plan may be built on the builder thread after its call
-    assert _live_plans() >= base + 4
+    assert len(_live_plans() - base) >= 4
     del lm
     gc.collect()
-    assert _live_plans() == base
+    assert not _live_plans() - base
     _check(_block_model(), {"x": _f32(3, 64, 16, 16)})  # new weights, likely at the freed addresses
 
 
@@ -496,10 +498,10 @@ def test_replanning_for_many_shapes_keeps_only_the_cached_plans_winograd_state(m
         x = _f32(1, 64, h, 16)
         _close(lm.run([x])[0], run_ort(model, {"x": x})[0], what=f"H={h}")
     gc.collect()
-    assert _live_plans() - base <= 2 * (16 + 1)
+    assert len(_live_plans() - base) <= 2 * (16 + 1)
     del lm
     gc.collect()
-    assert _live_plans() == base
+    assert not _live_plans() - base
 
 
 def test_direct_call_with_a_new_float32_bias_each_call() -> None:
