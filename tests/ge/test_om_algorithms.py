@@ -14,35 +14,20 @@ from pathlib import Path
 import numpy as np
 import onnx
 import pytest
-from onnx import TensorProto, helper, numpy_helper
 
 from pycann.ge.om import dumps_om, load_om, loads_om
 from pycann.ge.om.serialize import decode_graph, encode_graph
 from pycann.ge.run.model import LoadedModel
 from pycann.kernels.algorithm import BY_KEY, Algorithm
+from tests.data.om.make_algo_strings_om import old_model
 from tests.ops.oracle import run_ort
 
 OLD_OM = Path(__file__).resolve().parents[1] / "data" / "om" / "algo_strings_v1.om"
 
 
 def _old_model() -> tuple[onnx.ModelProto, np.ndarray]:
-    """The ONNX model and input the fixture was made from (make_algo_strings_om.py, same seed)."""
-    rng = np.random.default_rng(0)
-    w1 = (rng.standard_normal((32, 16, 3, 3)) * 0.1).astype(np.float32)
-    w2 = (rng.standard_normal((32, 32, 1, 1)) * 0.1).astype(np.float32)
-    m = (rng.standard_normal((32, 10)) * 0.1).astype(np.float32)
-    nodes = [helper.make_node("Conv", ["x", "w1"], ["c1"], pads=[1, 1, 1, 1], name="conv1"),
-             helper.make_node("Relu", ["c1"], ["r1"], name="relu1"),
-             helper.make_node("Conv", ["r1", "w2"], ["c2"], strides=[2, 2], name="conv2"),
-             helper.make_node("GlobalAveragePool", ["c2"], ["p"], name="pool"),
-             helper.make_node("Flatten", ["p"], ["f"], name="flat"),
-             helper.make_node("MatMul", ["f", "m"], ["y"], name="fc")]
-    g = helper.make_graph(nodes, "old_om", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 16, 24, 24])],
-                          [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 10])],
-                          [numpy_helper.from_array(w1, "w1"), numpy_helper.from_array(w2, "w2"),
-                           numpy_helper.from_array(m, "m")])
-    x = rng.standard_normal((1, 16, 24, 24)).astype(np.float32)
-    return helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)]), x
+    """The ONNX model and input the fixture was made from (make_algo_strings_om.old_model)."""
+    return old_model()
 
 
 def test_om_with_algorithm_strings_loads_typed_and_runs() -> None:

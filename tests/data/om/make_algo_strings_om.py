@@ -5,7 +5,7 @@ before typed kernel algorithms, commit 5369ec7, on a machine with the onednn pro
 
 A Conv -> Relu -> 1x1 Conv -> GlobalAveragePool -> MatMul model; its .om nodes carry ``_algo``
 strings ("onednn:conv_nhwc", ...) and ``_layout = "NHWC"``. tests/ge/test_om_algorithms.py rebuilds
-the same model (same seed) to check the file's values.
+the same model with ``old_model`` to check the file's values.
 """
 
 from __future__ import annotations
@@ -19,7 +19,9 @@ from onnx import TensorProto, helper, numpy_helper
 import pycann
 
 
-def main() -> None:
+def old_model() -> tuple[onnx.ModelProto, np.ndarray]:
+    """The fixture's ONNX model and an input for it (seed 0; the input is drawn after the weights).
+    tests/ge/test_om_algorithms.py rebuilds the model with this function to check the file's values."""
     rng = np.random.default_rng(0)
     w1 = (rng.standard_normal((32, 16, 3, 3)) * 0.1).astype(np.float32)
     w2 = (rng.standard_normal((32, 32, 1, 1)) * 0.1).astype(np.float32)
@@ -34,7 +36,12 @@ def main() -> None:
                           [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 10])],
                           [numpy_helper.from_array(w1, "w1"), numpy_helper.from_array(w2, "w2"),
                            numpy_helper.from_array(m, "m")])
-    model = helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
+    x = rng.standard_normal((1, 16, 24, 24)).astype(np.float32)
+    return helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)]), x
+
+
+def main() -> None:
+    model, _ = old_model()
     onnx.checker.check_model(model)
     cm = pycann.compile_model(model)
     print({n.name: n.attrs.get("_algo") for n in cm.graph.nodes})
