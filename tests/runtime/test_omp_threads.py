@@ -36,38 +36,40 @@ def test_unset_leaves_libgomp_default(monkeypatch: pytest.MonkeyPatch) -> None:
     assert "OMP_NUM_THREADS" not in os.environ
 
 
-def _run(code: str, **env: str) -> str:
+_LOAD_LIBDNNL = ("from pycann.kernels.providers import onednn_capi as c, openmp\n"
+                 "try:\n    c.load()\nexcept OSError:\n    print('NOLIB'); raise SystemExit\n")
+
+
+def _run_with_libdnnl(code: str, **env: str) -> str:
+    """Run ``code`` in a fresh process after loading libdnnl (and with it libgomp); skips the test
+    when libdnnl is not installed."""
     base = {k: v for k, v in os.environ.items() if k not in ("OMP_NUM_THREADS", "PYCANN_NUM_THREADS")}
-    return subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env={**base, **env},
-                          check=True).stdout.strip()
+    out = subprocess.run([sys.executable, "-c", _LOAD_LIBDNNL + code], capture_output=True, text=True,
+                         env={**base, **env}, check=True).stdout.strip()
+    if out == "NOLIB":
+        pytest.skip("libdnnl.so.3 is not installed")
+    return out
 
 
 def test_libdnnl_threads_follow_pycann_num_threads() -> None:
     """In a fresh process, PYCANN_NUM_THREADS=1 gives libgomp (loaded with libdnnl) one thread in every
     thread, the main one and a new one (where background plans create their primitives)."""
-    code = ("import threading\nfrom pycann.kernels.providers import onednn_capi as c, openmp\n"
-            "try:\n    c.load()\nexcept OSError:\n    print('NOLIB'); raise SystemExit\n"
+    code = ("import threading\n"
             "seen = []\nt = threading.Thread(target=lambda: seen.append(openmp.max_threads())); t.start(); t.join()\n"
             "print(openmp.max_threads(), seen[0])")  # fmt: skip
-    out = _run(code, PYCANN_NUM_THREADS="1")
-    if out == "NOLIB":
-        pytest.skip("libdnnl.so.3 is not installed")
+    out = _run_with_libdnnl(code, PYCANN_NUM_THREADS="1")
     assert out == "1 1"
 
 
 def test_background_builder_adopts_the_callers_thread_count() -> None:
     """omp_set_num_threads(1) in the caller (what torch.set_num_threads does) holds the builder thread's
     builds to one thread too; without a caller setting, the builder keeps libgomp's default."""
-    code = ("from pycann.kernels.providers import onednn_capi as c, openmp\n"
-            "try:\n    c.load()\nexcept OSError:\n    print('NOLIB'); raise SystemExit\n"
-            "from pycann.ge.run.plan_builder import BackgroundBuilder\n"
+    code = ("from pycann.ge.run.plan_builder import BackgroundBuilder\n"
             "seen = []\nb = BackgroundBuilder(lambda sig, shapes, values: seen.append(openmp.max_threads()))\n"
             "default = openmp.max_threads()\nb.submit('a', [], {}); b.wait()\n"
             "openmp.set_max_threads(1); b.submit('b', [], {}); b.wait()\n"
             "print(seen == [default, 1], default)")  # fmt: skip
-    out = _run(code, OMP_NUM_THREADS="2")
-    if out == "NOLIB":
-        pytest.skip("libdnnl.so.3 is not installed")
+    out = _run_with_libdnnl(code, OMP_NUM_THREADS="2")
     assert out == "True 2"
 
 
