@@ -220,9 +220,8 @@ def apply_omp_wait_policy() -> str | None:
     ``apply_omp_num_threads`` first (libgomp reads ``OMP_NUM_THREADS`` at the same moment).
     """
     apply_omp_num_threads()
-    user = os.environ.get("OMP_WAIT_POLICY", "").strip()
-    if user or os.environ.get("GOMP_SPINCOUNT", "").strip():  # the user's own OpenMP settings win
-        return user or None
+    if user_omp_wait_policy():  # the user's own OpenMP settings win
+        return os.environ.get("OMP_WAIT_POLICY", "").strip() or None
     policy = omp_wait_policy()
     if policy == "inherit":
         return None

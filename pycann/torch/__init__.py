@@ -25,7 +25,7 @@ from typing import Any
 from pycann import config as _config
 
 # torch's bundled libgomp reads OMP_WAIT_POLICY once, when ``import torch`` loads it: set pycann's
-# policy (passive workers, PYCANN_OMP_WAIT_POLICY) first. With the default (spinning) policy the
+# policy (PYCANN_OMP_WAIT_POLICY: brief spin then sleep by default) first. With libgomp's default (long spin) the
 # pool's workers spin after each parallel region, and on a busy host they take the cores from the
 # thread with work: torch.compile's GE plans ran 4x slower than ONNX Runtime beside one busy
 # process, 0.4-1x with the passive policy (docs/torch.md). ``pycann-run`` sets it before the app
