@@ -253,13 +253,19 @@ class Communicator:
         return work
 
     def _drained(self, timeout: float) -> bool:
-        """True once every tracked gloo work is complete (gloo has run its future callbacks by
-        then); False if some is still running after ``timeout`` seconds."""
+        """True once every tracked gloo work has finished (gloo has run its future callbacks by
+        then); False if one may still be running after ``timeout`` seconds."""
         deadline = time.monotonic() + timeout
-        while not all(w.is_completed() for w in self._works):
-            if time.monotonic() > deadline:
-                return False
-            time.sleep(_POLL_S)
+        for w in self._works:
+            # is_completed() alone is not enough: the work gloo's reduce_scatter returns never sets
+            # it, even after wait(); wait() on a finished work returns (or raises) at once
+            if w.is_completed():
+                continue
+            try:  # at least 1 ms: a zero timeout means "forever" to c10d
+                w.wait(timedelta(seconds=max(deadline - time.monotonic(), 0.001)))
+            except Exception:  # noqa: BLE001 - a failed work is finished too; one timed out is not
+                if time.monotonic() >= deadline:
+                    return False
         return True
 
     def _stop_heartbeat(self) -> None:
