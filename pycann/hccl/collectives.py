@@ -52,7 +52,7 @@ class Pending:
         self.comm, self.sig, self.work, self.finish = comm, sig, work, finish
         self.completed = False
         if work is not None:
-            comm.track(work)
+            comm.track(self)
 
     def wait(self) -> None:
         if self.work is not None and not self.completed:

@@ -64,6 +64,12 @@ def _destroy_all() -> None:
         c.destroy()
 
 
+def _finished(pending: Any) -> bool:
+    # is_completed() alone is not enough: the work gloo's reduce_scatter returns never sets it,
+    # even after wait() (which, on a finished work, returns or raises at once)
+    return bool(pending.completed or pending.work.is_completed())
+
+
 def check_enabled() -> bool:
     """Per-call signature checks are on unless ``PYCANN_HCCL_CHECK=0`` (``pycann.config``)."""
     from pycann.config import hccl_check
@@ -88,7 +94,7 @@ class Communicator:
         self.seq = 0
         self.broken: HcclError | None = None
         self.destroyed = False
-        self._works: list[Any] = []  # gloo works launched and maybe not yet complete (see track)
+        self._works: list[Any] = []  # collectives launched, maybe not yet finished (see track)
         self._state = "idle"
         self._call = "(no collective yet)"
         self._beat = 0
@@ -245,24 +251,22 @@ class Communicator:
         if self.destroyed:
             raise HcclError(HcclResult.HCCL_E_PARA, f"communicator {self.name} was destroyed")
 
-    def track(self, work: Any) -> Any:
-        """Note gloo's ``work`` (returned as is) so that ``destroy()`` can wait for it."""
+    def track(self, pending: Any) -> None:
+        """Note a launched collective (``collectives.Pending``: ``.work``, ``.completed``) so that
+        ``destroy()`` can wait for its gloo work."""
         if len(self._works) >= 64:
-            self._works = [w for w in self._works if not w.is_completed()]
-        self._works.append(work)
-        return work
+            self._works = [p for p in self._works if not _finished(p)]
+        self._works.append(pending)
 
     def _drained(self, timeout: float) -> bool:
         """True once every tracked gloo work has finished (gloo has run its future callbacks by
         then); False if one may still be running after ``timeout`` seconds."""
         deadline = time.monotonic() + timeout
-        for w in self._works:
-            # is_completed() alone is not enough: the work gloo's reduce_scatter returns never sets
-            # it, even after wait(); wait() on a finished work returns (or raises) at once
-            if w.is_completed():
+        for p in self._works:
+            if _finished(p):
                 continue
             try:  # at least 1 ms: a zero timeout means "forever" to c10d
-                w.wait(timedelta(seconds=max(deadline - time.monotonic(), 0.001)))
+                p.work.wait(timedelta(seconds=max(deadline - time.monotonic(), 0.001)))
             except Exception:  # noqa: BLE001 - a failed work is finished too; one timed out is not
                 if time.monotonic() >= deadline:
                     return False
