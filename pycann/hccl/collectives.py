@@ -51,6 +51,8 @@ class Pending:
                  finish: Callable[[], None] | None = None) -> None:
         self.comm, self.sig, self.work, self.finish = comm, sig, work, finish
         self.completed = False
+        if work is not None:
+            comm.track(self)
 
     def wait(self) -> None:
         if self.work is not None and not self.completed:
@@ -311,6 +313,7 @@ def recv(comm: Communicator, t: torch.Tensor, src: int, tag: int = 0) -> Pending
 def _p2p(comm: Communicator, sig: CallSignature, launch: Callable[[], Any]) -> Pending:
     if comm.broken is not None:
         raise HcclError(comm.broken.code, f"communicator {comm.name} is unusable: {comm.broken.detail}")
+    comm.check_alive()
     try:
         return Pending(comm, sig, launch())
     except Exception as e:  # noqa: BLE001

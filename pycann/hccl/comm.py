@@ -15,6 +15,9 @@ TCP); this module adds what HCCL users miss most:
   missing and why: it never called this collective (and what it last ran), or its heartbeat
   stopped (the process died or hangs holding the GIL). The communicator is then broken: later
   calls fail at once with the first error.
+* **A clean exit.** ``destroy()`` — and, for scripts that never call it, an ``atexit`` hook — waits
+  for the gloo work still in flight and then releases the gloo group, whose destructor joins its
+  worker threads, while Python is still alive (see ``Communicator.destroy``).
 """
 
 from __future__ import annotations
@@ -24,7 +27,6 @@ import os
 import socket
 import threading
 import time
-import weakref
 from collections.abc import Callable, Sequence
 from datetime import timedelta
 from typing import Any
@@ -39,17 +41,33 @@ from pycann.hccl.signature import HEADER_LEN, CallSignature, find_mismatch
 
 HEARTBEAT_S = 0.25
 DIAGNOSE_S = 4 * HEARTBEAT_S
+#: How long ``destroy()`` waits for gloo work still in flight before it gives up on a clean release.
+DRAIN_S = 30.0
 _POLL_S = 0.01
-_LIVE: weakref.WeakSet[Communicator] = weakref.WeakSet()
+# Every communicator not yet destroyed, held strongly: a gloo worker thread must never drop the last
+# reference to one (a future callback's closure can hold it), or gloo's group would be destroyed on
+# its own worker thread, which then joins itself (std::system_error in a destructor: abort).
+_LIVE: set[Communicator] = set()
+_LIVE_LOCK = threading.Lock()
 
 
 @atexit.register
-def _stop_heartbeats() -> None:
-    # A daemon thread caught inside a store call (GIL released) when the interpreter finalizes is
-    # killed by pthread_exit in C++ frames, which aborts the process ("terminate called without
-    # an active exception"); stop and join them first.
-    for c in list(_LIVE):
-        c._stop_heartbeat()
+def _destroy_all() -> None:
+    # Python, once finalizing, pthread_exit's any other thread that takes the GIL. A gloo worker
+    # thread takes it to release a tensor whose Python object died while gloo still held it, or to
+    # run (and drop) a future callback; unwinding through its C++ destructors then aborts the
+    # process ("terminate called without an active exception") after the script has finished.
+    # atexit runs before finalization: release every gloo group here, so its workers are joined.
+    with _LIVE_LOCK:
+        live = list(_LIVE)
+    for c in live:
+        c.destroy()
+
+
+def _finished(pending: Any) -> bool:
+    # is_completed() alone is not enough: the work gloo's reduce_scatter returns never sets it,
+    # even after wait() (which, on a finished work, returns or raises at once)
+    return bool(pending.completed or pending.work.is_completed())
 
 
 def check_enabled() -> bool:
@@ -75,6 +93,8 @@ class Communicator:
         self.check = check_enabled() if check is None else check
         self.seq = 0
         self.broken: HcclError | None = None
+        self.destroyed = False
+        self._works: list[Any] = []  # collectives launched, maybe not yet finished (see track)
         self._state = "idle"
         self._call = "(no collective yet)"
         self._beat = 0
@@ -90,7 +110,8 @@ class Communicator:
         self.pg.set_timeout(timedelta(seconds=exec_timeout))
         self._hb = threading.Thread(target=self._heartbeat, name=f"hccl-heartbeat-{name}", daemon=True)
         self._hb.start()
-        _LIVE.add(self)
+        with _LIVE_LOCK:
+            _LIVE.add(self)
 
     # ------------------------------------------------------------------ joining
     def _join(self) -> None:
@@ -178,6 +199,7 @@ class Communicator:
         if self.broken is not None:
             raise HcclError(self.broken.code, f"communicator {self.name} is unusable since an earlier "
                             f"failure (destroy it and create a new one): {self.broken.detail}")
+        self.check_alive()
         self.seq += 1
         sig = CallSignature(self.seq, coll, dtype, int(count), tuple(int(s) for s in shape), int(op), int(root))
         self._call, self._state = sig.describe(), "running"
@@ -224,16 +246,62 @@ class Communicator:
         self.wait(work, sig)
         self.done(sig)
 
+    def check_alive(self) -> None:
+        """Raise ``HcclError(HCCL_E_PARA)`` if ``destroy()`` already ran."""
+        if self.destroyed:
+            raise HcclError(HcclResult.HCCL_E_PARA, f"communicator {self.name} was destroyed")
+
+    def track(self, pending: Any) -> None:
+        """Note a launched collective (``collectives.Pending``: ``.work``, ``.completed``) so that
+        ``destroy()`` can wait for its gloo work."""
+        if len(self._works) >= 64:
+            self._works = [p for p in self._works if not _finished(p)]
+        self._works.append(pending)
+
+    def _drained(self, timeout: float) -> bool:
+        """True once every tracked gloo work has finished (gloo has run its future callbacks by
+        then); False if one may still be running after ``timeout`` seconds."""
+        deadline = time.monotonic() + timeout
+        for p in self._works:
+            if _finished(p):
+                continue
+            try:  # at least 1 ms: a zero timeout means "forever" to c10d
+                p.work.wait(timedelta(seconds=max(deadline - time.monotonic(), 0.001)))
+            except Exception:  # noqa: BLE001 - a failed work is finished too; one timed out is not
+                if time.monotonic() >= deadline:
+                    return False
+        return True
+
     def _stop_heartbeat(self) -> None:
         self._stop.set()
         if self._hb.is_alive() and self._hb is not threading.current_thread():
             self._hb.join(timeout=5)
 
-    def destroy(self) -> None:
-        """Stop the heartbeat and release gloo's connections."""
-        self._stop_heartbeat()
-        _LIVE.discard(self)
-        try:
-            self.pg.shutdown()
-        except Exception:  # noqa: BLE001 - a broken group may not shut down cleanly
-            pass
+    def destroy(self, drain_timeout: float = DRAIN_S) -> None:
+        """Stop the heartbeat, wait for gloo work in flight, then release the gloo group. Idempotent.
+
+        Releasing the group runs its destructor now (torch releases the GIL for it), which joins
+        gloo's worker threads after they have let go of every work, tensor and Python callback.
+        Otherwise they would do that later — possibly while Python finalizes, which kills a thread
+        taking the GIL inside C++ frames and so aborts the process after a successful run. If work
+        is still running after ``drain_timeout`` seconds (no wait at all on a broken communicator,
+        whose peer is gone, or on a second call), the group is only shut down and kept, because
+        its destructor would wait for that work; the exit hook tries again without waiting. Called
+        on a thread Python did not start (gloo's, running a future callback), the release is left
+        to the exit hook: a thread cannot join itself.
+        """
+        first = not self.destroyed
+        if first:
+            self.destroyed = True
+            self._stop_heartbeat()
+            try:
+                self.pg.shutdown()
+            except Exception:  # noqa: BLE001 - a broken group may not shut down cleanly
+                pass
+        if self.pg is None or isinstance(threading.current_thread(), threading._DummyThread):
+            return
+        if self._drained(drain_timeout if first and self.broken is None else 0.0):
+            self.pg = None  # the last reference: gloo's destructor joins its workers here
+            self._works = []
+            with _LIVE_LOCK:
+                _LIVE.discard(self)

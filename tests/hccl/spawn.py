@@ -9,8 +9,6 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 
-import pytest
-
 ROOT = Path(__file__).resolve().parents[2]
 WORKERS = Path(__file__).resolve().parent / "workers"
 
@@ -29,9 +27,9 @@ class Rank:
     err: str
 
 
-def run_ranks(worker: str, n: int, *args: str, env: dict[str, str] | None = None, timeout: float = 90,
-              ranks: list[int] | None = None) -> list[Rank]:
-    """Run ``workers/<worker>`` as ranks ``ranks`` (default all ``n``) of a world of ``n``."""
+def start_ranks(worker: str, n: int, *args: str, env: dict[str, str] | None = None,
+                ranks: list[int] | None = None) -> list[tuple[int, subprocess.Popen[str]]]:
+    """Start ``workers/<worker>`` as ranks ``ranks`` (default all ``n``) of a world of ``n``."""
     port = free_port()
     procs = []
     for r in ranks if ranks is not None else range(n):
@@ -43,6 +41,11 @@ def run_ranks(worker: str, n: int, *args: str, env: dict[str, str] | None = None
         e.update(env or {})
         procs.append((r, subprocess.Popen([sys.executable, str(WORKERS / worker), *args], env=e,
                                           stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)))
+    return procs
+
+
+def collect(procs: list[tuple[int, subprocess.Popen[str]]], timeout: float = 90) -> list[Rank]:
+    """Wait for ranks started by ``start_ranks``; one killed after ``timeout`` s says so in its ``err``."""
     out = []
     for r, p in procs:
         try:
@@ -55,21 +58,13 @@ def run_ranks(worker: str, n: int, *args: str, env: dict[str, str] | None = None
     return out
 
 
-# A known, intermittent defect (session note of 2026-12-04): a rank that finished and printed its
-# success line sometimes aborts at interpreter exit ("terminate called without an active exception",
-# SIGABRT), most likely a gloo thread that needs the GIL while Python finalises. It is reported as an
-# expected failure naming the defect, never as a pass; any other failure, or an abort before the
-# success line, still fails the test.
-EXIT_ABORT = "terminate called without an active exception"
-
-
-def _exit_abort_after_success(r: Rank) -> bool:
-    return (r.rc == -6 and r.out.strip().endswith("ok") and r.err.strip().endswith(EXIT_ABORT))
+def run_ranks(worker: str, n: int, *args: str, env: dict[str, str] | None = None, timeout: float = 90,
+              ranks: list[int] | None = None) -> list[Rank]:
+    """Run ``workers/<worker>`` as ranks ``ranks`` (default all ``n``) of a world of ``n``."""
+    return collect(start_ranks(worker, n, *args, env=env, ranks=ranks), timeout)
 
 
 def check_ok(results: list[Rank]) -> None:
+    """Every rank exited 0 (an abort at interpreter exit after the success line fails too)."""
     bad = [f"rank {r.rank} rc={r.rc}\n{r.out}\n{r.err[-3000:]}" for r in results if r.rc != 0]
-    if bad and all(r.rc == 0 or _exit_abort_after_success(r) for r in results):
-        pytest.xfail("known defect: a rank aborted at interpreter exit after its collectives succeeded "
-                     f"({EXIT_ABORT}); " + "; ".join(b.splitlines()[0] for b in bad))
     assert not bad, "\n".join(bad)
