@@ -129,6 +129,41 @@ def test_compile_backend_matches_eager() -> None:
     assert recs and recs[0].compiled and recs[0].calls == 1 and isinstance(recs[0].compile_seconds, float)
 
 
+
+def test_compile_builds_dict_tag_guards_and_restores_dynamo_setting() -> None:
+    """The npu backend has Dynamo build its frame's guards with recursive dict tags (cheaper
+    per call, pycann/torch/compile ``_cheap_module_guards``), and only its frames: the setting is
+    back to the user's value after each compile. A new input shape still recompiles, right values."""
+    import torch._dynamo.config as dynamo_config
+    from torch._dynamo.eval_frame import _debug_get_cache_entry_list
+
+    class Net(torch.nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.conv, self.bn = torch.nn.Conv2d(3, 4, 3), torch.nn.BatchNorm2d(4)
+
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            return torch.relu(self.bn(self.conv(x)))
+
+    torch._dynamo.reset()
+    reset_graph_report()
+    torch.manual_seed(0)
+    m = Net().eval()
+    before = dynamo_config.use_recursive_dict_tags_for_guards
+    x1, x2 = torch.randn(1, 3, 8, 8), torch.randn(1, 3, 10, 10)
+    with torch.no_grad():
+        ref1, ref2 = m(x1), m(x2)
+        c = torch.compile(m.npu(), backend="npu")
+        got1 = c(x1.npu())
+        assert dynamo_config.use_recursive_dict_tags_for_guards == before
+        got2 = c(x2.npu())  # a second shape: Dynamo's input guards fail, a new graph
+        assert dynamo_config.use_recursive_dict_tags_for_guards == before
+    torch.testing.assert_close(got1.cpu(), ref1, rtol=1e-4, atol=1e-5)
+    torch.testing.assert_close(got2.cpu(), ref2, rtol=1e-4, atol=1e-5)
+    entries = _debug_get_cache_entry_list(Net.forward.__code__)
+    assert entries and all("tag_safe=(True, True)" in str(e.guard_manager) for e in entries)
+    assert len(graph_report()) == 2
+
 def test_compile_reports_graph_breaks_and_unsupported_ops_per_op() -> None:
     """A graph break splits the function into two graphs, both reported, with Dynamo's reason;
     a graph holding an op GE lacks runs eagerly and names the op."""
