@@ -23,7 +23,7 @@ from pycann.ge.compile import gears
 from pycann.ge.compile.options import CompileOptions, check_implmode, dims_to_desc_shape
 from pycann.ge.compile.passes import insert_aipp, precision
 from pycann.ge.compile.passes.base import PassContext
-from pycann.ge.compile.passes.constant_folding import fold_graph
+from pycann.ge.compile.passes.constant_folding import fold_graph, infer_and_fold
 from pycann.ge.compile.passes.dead_code import eliminate
 from pycann.ge.compile.passes.infer_shapes import infer_graph
 from pycann.ge.compile.passes.inline_if import inline_constant_ifs
@@ -253,7 +253,11 @@ def _copy_graph(graph: Graph) -> Graph:
 
 
 def _resolve(g: Graph) -> None:
-    """Shape inference and folding to a fixed point, inlining the Ifs whose condition folds."""
+    """Shape inference and folding to a fixed point, inlining the Ifs whose condition folds
+    (a graph without subgraphs: one sweep, ``infer_and_fold``)."""
+    if not any(n.subgraphs for n in g.nodes):
+        infer_and_fold(g)
+        return
     for _ in range(64):
         infer_graph(g, recurse=False)
         folded = fold_graph(g, recurse=False)
