@@ -46,7 +46,7 @@ def rss_mb() -> float:
 
 def shapes(n_rec: int, n_det: int) -> list[tuple[str, tuple[int, ...]]]:
     """(model, input shape) pairs: rec 48 x W for ``n_rec`` widths, det for ``n_det`` distinct sizes."""
-    rec = [("rec", (1, 3, 48, int(w))) for w in dict.fromkeys(np.linspace(64, 1024, n_rec).astype(int))]
+    rec: list[tuple[str, tuple[int, ...]]] = [("rec", (1, 3, 48, int(w))) for w in dict.fromkeys(np.linspace(64, 1024, n_rec).astype(int))]
     sizes: dict[tuple[int, int], None] = {}
     i = 0
     while len(sizes) < n_det:  # bench/dynamic.py's sizes, continued past its first 30 if asked for more
@@ -72,6 +72,11 @@ def soak(calls: int, n_rec: int, n_det: int, every: int) -> dict[str, object]:
             order = list(rng.permutation(len(pairs)))
         k = order.pop()
         models[pairs[k][0]].run([xs[k]])
+        if i + 1 == len(pairs):
+            # background builds (docs/dynamic-shapes.md): the first cycle queued every shape's
+            # plan; the post-warm-up sample is taken once they are all built
+            for model in models.values():
+                model.executor.wait_builds()
         if (i + 1) % every == 0 or i + 1 in (len(pairs), calls):
             gc.collect()
             samples.append((i + 1, round(rss_mb(), 1)))
