@@ -25,7 +25,6 @@ from pycann.ge.run.plan import Arena, Plan
 from pycann.ge.run.plan_builder import BackgroundBuilder
 from pycann.ge.run.plan_cache import CacheStats, PlanCache
 from pycann.ge.run.plan_steps import ARENA, NORMAL, SCOPED, Step, StepKind
-from pycann.profiler import hooks
 
 __all__ = ["ARENA", "INPLACE", "NORMAL", "SCOPED", "Arena", "CachedPlan", "Executor", "Plan", "Step", "StepKind",
            "arena_candidates", "inplace_candidates"]
@@ -255,13 +254,10 @@ class Executor:
 
     def _build_in_background(self, sig: Any, shapes: list[tuple[int, ...] | None],
                              values: dict[str, np.ndarray]) -> None:
-        """The builder thread's build: ``sig``'s plan unless a call built it meanwhile, then one
-        warm-up run of it on zeros (``_warm``)."""
+        """The builder thread's build: ``sig``'s plan unless a call built it meanwhile."""
         with self._lock:
-            if self._cache.peek(sig) is not None:
-                return
-            hit = self._build_from(sig, shapes, values)
-        _warm(hit.plan, sig, values, self.graph.inputs)
+            if self._cache.peek(sig) is None:
+                self._build_from(sig, shapes, values)
 
     def wait_builds(self, timeout: float | None = None) -> bool:
         """Block until the background builds queued so far are done (tests, tools, a service
@@ -282,29 +278,6 @@ class Executor:
         st = self._cache.stats()
         runs = getattr(self._memo, "pipeline_runs", None)
         return st if runs is None else replace(st, pipelines=int(runs))
-
-
-def _warm(plan: Plan, sig: Signature, values: dict[str, np.ndarray], names: Sequence[str]) -> None:
-    """Run a freshly built plan once on zeros of its signature (control inputs: their values),
-    off the caller: its arena is allocated and first touched, and oneDNN's first execution of
-    each primitive (scratchpads, lazily transformed weights) is paid here rather than by the
-    first call that hits the plan (that run cost ~2x a later one on PP-OCRv4 rec and det). The
-    arena goes back to the plan's pool, so the plan holds no more than after a real call. Skipped
-    while a profiler observes (the run would show up in it) and for non-tensor inputs; a run that
-    raises is ignored (the real call reports it, naming the node)."""
-    if hooks.OBSERVERS:
-        return
-    feeds: list[np.ndarray] = []
-    for name, entry in zip(names, sig):
-        shape, dt = entry
-        if not isinstance(dt, str) or dt[:1] not in "<>|=":
-            return  # a sequence or optional input
-        v = values.get(name)
-        feeds.append(v if v is not None else np.zeros(shape, dtype=np.dtype(dt)))
-    try:
-        plan.run(feeds)
-    except Exception:  # noqa: BLE001, S110 - the real call runs it again and reports the error
-        pass
 
 
 def is_vision(graph: Graph) -> bool:
