@@ -1,7 +1,7 @@
 """Where a new input shape's plan build goes: specialisation (shape inference + folding, passes),
 memory plans, binding (``Plan()``: kernels, oneDNN primitives), first and second run.
 
-Medians over ``--shapes`` new shapes of PP-OCRv4 rec (48 x W) or det (H x W), after a first one
+Wall and (for specialisation and binding) this thread's CPU milliseconds, medians over ``--shapes`` new shapes of PP-OCRv4 rec (48 x W) or det (H x W), after a first one
 that also builds the model's template (docs/dynamic-shapes.md). Wall milliseconds: run on a quiet
 machine under the bench lock and read them as proportions.
 
@@ -62,14 +62,15 @@ def main(argv: list[str] | None = None) -> int:
     rng = np.random.default_rng(0)
     for i, s in enumerate(shapes):
         acc.clear()
-        t0 = time.perf_counter()
+        c0, t0 = time.thread_time(), time.perf_counter()
         sg = specialize(g, [s], None, memo)
-        t1 = time.perf_counter()
+        c1, t1 = time.thread_time(), time.perf_counter()
         arena = plan_memory(sg, only=arena_candidates(sg), share=inplace_candidates(sg))
         plan_memory(sg)
         t2 = time.perf_counter()
+        c2 = time.thread_time()
         plan = Plan(sg, memory=arena)
-        t3 = time.perf_counter()
+        c3, t3 = time.thread_time(), time.perf_counter()
         x = rng.random(s, dtype=np.float32)
         plan.run([x])
         t4 = time.perf_counter()
@@ -78,7 +79,8 @@ def main(argv: list[str] | None = None) -> int:
         if i:
             for key, v in (("specialize", t1 - t0), ("of which infer+fold", acc["infer+fold"]),
                            ("of which passes", acc["passes"]), ("memory plans", t2 - t1),
-                           ("binding", t3 - t2), ("first run", t4 - t3), ("second run", t5 - t4)):
+                           ("binding", t3 - t2), ("first run", t4 - t3), ("second run", t5 - t4),
+                           ("specialize CPU", c1 - c0), ("binding CPU", c3 - c2)):
                 rows[key].append(v * 1e3)
     print(f"{a.model}: median ms over {n - 1} new shapes: "
           + "; ".join(f"{k} {np.median(v):.1f}" for k, v in rows.items())
