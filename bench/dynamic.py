@@ -126,7 +126,7 @@ def decode_cell(name: str, batch: int, steps: int) -> dict[str, Any]:
 # --------------------------------------------------------------------------------------------- ocr
 def ocr_shapes(n_rec: int, n_det: int) -> list[tuple[str, tuple[int, ...]]]:
     """(model, input shape) pairs: rec 48 x W for ``n_rec`` widths, det for ``n_det`` sizes (multiples of 32)."""
-    rec = [("rec", (1, 3, 48, int(w))) for w in np.linspace(64, 1024, n_rec).astype(int)]
+    rec: list[tuple[str, tuple[int, ...]]] = [("rec", (1, 3, 48, int(w))) for w in np.linspace(64, 1024, n_rec).astype(int)]
     sizes = [(32 * (4 + i % 12), 32 * (4 + (7 * i) % 17)) for i in range(n_det)]
     det = [("det", (1, 3, h, w)) for h, w in dict.fromkeys(sizes)]
     return rec + det
