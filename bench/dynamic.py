@@ -126,7 +126,7 @@ def decode_cell(name: str, batch: int, steps: int) -> dict[str, Any]:
 # --------------------------------------------------------------------------------------------- ocr
 def ocr_shapes(n_rec: int, n_det: int) -> list[tuple[str, tuple[int, ...]]]:
     """(model, input shape) pairs: rec 48 x W for ``n_rec`` widths, det for ``n_det`` sizes (multiples of 32)."""
-    rec = [("rec", (1, 3, 48, int(w))) for w in np.linspace(64, 1024, n_rec).astype(int)]
+    rec: list[tuple[str, tuple[int, ...]]] = [("rec", (1, 3, 48, int(w))) for w in np.linspace(64, 1024, n_rec).astype(int)]
     sizes = [(32 * (4 + i % 12), 32 * (4 + (7 * i) % 17)) for i in range(n_det)]
     det = [("det", (1, 3, h, w)) for h, w in dict.fromkeys(sizes)]
     return rec + det
@@ -234,6 +234,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     p.add_argument("--rec-widths", type=int, default=52)
     p.add_argument("--det-sizes", type=int, default=32)
     p.add_argument("--rounds", type=int, default=3)
+    p.add_argument("--json", help="also write every cell (per-shape first and later ms) to this file")
     p.add_argument("--worker", nargs="+", help=argparse.SUPPRESS)
     a = p.parse_args(argv)
     if a.worker:
@@ -243,17 +244,22 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(json.dumps(cell))
         return 0
     engines = _engines(a.engines)
+    dump: list[dict[str, Any]] = []
     print(f"# bench/dynamic.py {' '.join(sys.argv[1:])}  ({time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}, "
           f"load {os.getloadavg()[0]:.1f})")
     if a.part in ("decode", "both"):
         cells = [_child(["decode", e, str(b), str(a.steps)]) for b in a.batches for e in engines]
         print(f"\nKV-cache decode: gpt2_6l_kv, prompt 32 tokens, {a.steps} greedy steps\n")
         print(decode_table(cells))
+        dump += cells
     if a.part in ("ocr", "both"):
         cells = [_child(["ocr", e, str(a.rec_widths), str(a.det_sizes), str(a.rounds)]) for e in engines]
         print(f"\nInterleaved OCR shapes: PP-OCRv4 rec {a.rec_widths} widths + det {a.det_sizes} sizes, "
               f"{a.rounds} rounds\n")
         print(ocr_table(cells))
+        dump += cells
+    if a.json:
+        pathlib.Path(a.json).write_text(json.dumps(dump, indent=1))
     return 0
 
 

@@ -36,7 +36,7 @@ def test_new_shape_runs_generic_then_hits_the_background_plan() -> None:
         _check(lm, m, _img(h, w))
     st = lm.plan_cache_stats()
     assert (st.generic_runs, st.built, st.hits) == (3, 3, 6) and ex._memo.specialized == 3
-    assert ex.pending_builds() == 0
+    assert ex.pending_builds() == 0 and ex._memo.pipeline_runs == 1  # the pass pipeline: once
 
 
 def test_a_shape_is_queued_once() -> None:

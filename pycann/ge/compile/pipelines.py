@@ -76,11 +76,13 @@ COMPILE_PIPELINE: list[tuple[str, PassFn]] = [
     (select_layout.name, select_layout.run),
 ]
 
-# After run-time specialisation has inlined every If, the flat graph is optimised again.
-SPECIALIZE_PIPELINE: list[tuple[str, PassFn]] = [
+# Run once per *symbolic signature* of a model (its control-input values; the input shapes stay
+# symbolic): after those values have inlined every If, the flat graph is optimised again
+# (compiler.specialize keeps the result as the signature's template graph).
+SIGNATURE_PIPELINE: list[tuple[str, PassFn]] = [
     (dead_code.name, dead_code.run),
     (infer_shapes.name, infer_shapes.run),
-    # concrete shapes let rank-dependent rewrites (Gemm, Flatten) apply
+    # known ranks let rank-dependent rewrites (Gemm, Flatten) apply
     (canonicalize.name, canonicalize.run),
     (infer_shapes.name, infer_shapes.run),
     (cancel_transpose.name, cancel_transpose.run),
@@ -89,18 +91,27 @@ SPECIALIZE_PIPELINE: list[tuple[str, PassFn]] = [
     (fuse_elementwise.name, fuse_elementwise.run),
     (dead_code.name, dead_code.run),
     (infer_shapes.name, infer_shapes.run),
+]
+
+# Run per concrete input shape on a copy of the signature's template, after shape inference and
+# the folding of the shape arithmetic: the choices that depend on the sizes, no other rewrite.
+SHAPE_CHOICES: list[tuple[str, PassFn]] = [
+    # the Shape -> Gather -> Concat chains just folded into constants leave dead nodes
+    (dead_code.name, dead_code.run),
+    # a residual Add joins a FusedMatMul only where its operand has provably the product's shape,
+    # which exported transformers compute at run time (Shape -> Reshape): known only per size
+    (fuse_matmul_bias.name, fuse_matmul_bias.run),
+    # provider per node, and NHWC or NCHW per oneDNN conv chain: both depend on the sizes
     (select_kernels.name, select_kernels.run),
-    # NHWC or NCHW per oneDNN conv chain, recorded as attrs["_layout"]
     (select_layout.name, select_layout.run),
 ]
 
+# The whole re-optimisation a flat graph gets when a concrete shape inlines an If its template
+# kept (an If on a shape): both lists above, on that shape's graph.
+SPECIALIZE_PIPELINE: list[tuple[str, PassFn]] = SIGNATURE_PIPELINE + SHAPE_CHOICES[1:]
+
 # Passes that may not be switched off: the rest of the stack relies on their results.
 REQUIRED_PASSES = {infer_shapes.name, precision.name}
-# Passes of SPECIALIZE_PIPELINE that a model's later signatures skip when they changed nothing
-# for its first one (compiler.SpecializeMemo): rewrites whose matches rarely depend on the sizes.
-# KernelSelection and LayoutSelection always run (their choices depend on the shapes).
-SKIPPABLE_WHEN_IDLE = frozenset({dead_code.name, cancel_transpose.name, fuse_conv_act.name,
-                                 fuse_matmul_bias.name, fuse_elementwise.name})
 
 
 def _dumper() -> Any:

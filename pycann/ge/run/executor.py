@@ -1,7 +1,7 @@
 """Executor: runs a graph on the CPU device from precompiled execution plans (``ge/run/plan.py``).
 
 ``Executor`` specialises the model per concrete input signature (shapes fold into constants,
-shape subgraphs disappear) and caches the plans in a least-recently-used cache bounded by bytes
+shape subgraphs disappear; the pass pipeline itself runs once per symbolic signature) and caches the plans in a least-recently-used cache bounded by bytes
 (``ge/run/plan_cache.py``); signatures its policy does not specialise run on one shape-generic plan of
 the compiled graph (docs/dynamic-shapes.md). A ``Plan`` is a list of typed steps
 (``ge/plan_steps.Step``) run by one loop or as generated straight-line code.
@@ -273,8 +273,11 @@ class Executor:
         return len(self._cache)
 
     def stats(self) -> CacheStats:
-        """The plan cache's counters (hits, misses, plans built, evictions, bytes held)."""
-        return self._cache.stats()
+        """The plan cache's counters (hits, misses, plans built, evictions, bytes held) and the
+        runs of the pass pipeline (once per symbolic signature: ``compiler.SpecializeMemo``)."""
+        st = self._cache.stats()
+        runs = getattr(self._memo, "pipeline_runs", None)
+        return st if runs is None else replace(st, pipelines=int(runs))
 
 
 def is_vision(graph: Graph) -> bool:

@@ -53,7 +53,9 @@ class CacheStats:
     ``hits``/``misses``: calls that found / did not find a specialised plan for their signature;
     ``built``: plans specialised; ``generic_runs``: calls run on the shape-generic plan;
     ``evictions``: plans dropped for the byte or count bound; ``plans``/``bytes_held``: now;
-    ``peak_bytes``: most bytes held at once; ``over_budget``: plans kept alone over the budget."""
+    ``peak_bytes``: most bytes held at once; ``over_budget``: plans kept alone over the budget;
+    ``pipelines``: runs of the pass pipeline for this model's plans (once per symbolic signature,
+    ``compiler.SpecializeMemo``; -1 where the executor has no memo)."""
 
     hits: int
     misses: int
@@ -67,13 +69,14 @@ class CacheStats:
     max_plans: int
     over_budget: int
     policy: str
+    pipelines: int = -1
 
     def summary(self) -> str:
         """One line for logs, the profiler and ``atc --mode=6``."""
         return (f"plan cache: {self.plans} plans, {self.bytes_held / 2**20:.1f} of {self.max_bytes / 2**20:.0f} MiB "
                 f"(peak {self.peak_bytes / 2**20:.1f}), hits {self.hits}, misses {self.misses}, "
                 f"built {self.built}, generic runs {self.generic_runs}, evictions {self.evictions}, "
-                f"policy {self.policy}")
+                f"policy {self.policy}" + (f", pass pipeline runs {self.pipelines}" if self.pipelines >= 0 else ""))
 
 
 class PlanCache(Generic[V]):

@@ -14,7 +14,7 @@ import numpy as np
 
 from pycann.dtypes import TensorDesc, to_numpy
 from pycann.ge.compile.passes.base import PassContext, PassResult
-from pycann.ge.compile.passes.infer_shapes import const_desc, infer_graph
+from pycann.ge.compile.passes.infer_shapes import const_desc, infer_graph, infer_node
 from pycann.ge.ir import Graph, Node
 from pycann.kernels.table import run_kernel
 from pycann.ops.registry import lookup
@@ -69,42 +69,72 @@ def fold_graph(g: Graph, outer_consts: dict[str, np.ndarray] | None = None, recu
         if recurse:
             for sub in node.subgraphs.values():
                 folded += fold_graph(sub, consts, max_bytes=max_bytes)
-        value = _shape_query(node, g)
-        if value is not None:
-            g.initializers[node.outputs[0]] = value
-            consts[node.outputs[0]] = value
-            g.descs[node.outputs[0]] = const_desc(value)
+        if _fold_node(g, node, consts, max_bytes):
             folded += 1
-            continue
-        if node.subgraphs or not node.inputs or any(i and i not in consts for i in node.inputs):
+        else:
             kept.append(node)
-            continue
-        op = lookup(node.op_type, node.domain, node.opset)
-        if not op.foldable or op.scoped:
-            kept.append(node)
-            continue
-        if _known_bytes(g, node) > max_bytes:  # do not even compute a result that will not be kept
-            kept.append(node)
-            continue
-        ins = [consts[i] if i else None for i in node.inputs]
-        attrs = op.with_defaults(node.attrs)
-        attrs["_n_outputs"] = len(node.outputs)
-        try:
-            outs = run_kernel(op)(ins, attrs)
-        except Exception:  # leave it for run time, where the error names the node
-            kept.append(node)
-            continue
-        if sum(np.asarray(o).nbytes for o in outs) > max_bytes:
-            kept.append(node)
-            continue
-        for o, v in zip(node.outputs, outs):
+    g.nodes = kept
+    return folded
+
+
+def _fold_node(g: Graph, node: Node, consts: dict[str, np.ndarray], max_bytes: int) -> bool:
+    """Fold ``node`` into initializers of ``g`` (and ``consts``) when it can; True when folded."""
+    value = _shape_query(node, g)
+    if value is not None:
+        g.initializers[node.outputs[0]] = value
+        consts[node.outputs[0]] = value
+        g.descs[node.outputs[0]] = const_desc(value)
+        return True
+    if node.subgraphs or not node.inputs or any(i and i not in consts for i in node.inputs):
+        return False
+    op = lookup(node.op_type, node.domain, node.opset)
+    if not op.foldable or op.scoped:
+        return False
+    if _known_bytes(g, node) > max_bytes:  # do not even compute a result that will not be kept
+        return False
+    ins = [consts[i] if i else None for i in node.inputs]
+    attrs = op.with_defaults(node.attrs)
+    attrs["_n_outputs"] = len(node.outputs)
+    try:
+        outs = run_kernel(op)(ins, attrs)
+    except Exception:  # noqa: BLE001 - leave it for run time, where the error names the node
+        return False
+    if sum(np.asarray(o).nbytes for o in outs) > max_bytes:
+        return False
+    for o, v in zip(node.outputs, outs):
+        if o:
+            arr = np.array(v, copy=True)  # own the memory: kernels may return views of inputs
+            arr.flags.writeable = False
+            g.initializers[o] = arr
+            consts[o] = arr
+            g.descs[o] = const_desc(arr)
+    return True
+
+
+def infer_and_fold(g: Graph, max_bytes: int = DEFAULT_FOLD_MAX_BYTES) -> int:
+    """Shape inference and folding of a graph without subgraphs in one sweep: each node's
+    outputs are typed from what is known so far (constants folded above it included), then the
+    node folds when it can. The same fixed point as alternating ``infer_graph`` and
+    ``fold_graph`` until nothing folds (``compiler.specialize`` before), in one pass instead of
+    one per link of a Shape -> Gather -> Concat -> Reshape -> Shape chain. Returns the nodes
+    folded; raises ``ShapeError`` naming a node whose shapes do not fit."""
+    consts: dict[str, np.ndarray] = dict(g.initializers)
+    descs: dict[str, TensorDesc] = {k: const_desc(v) for k, v in g.initializers.items()}
+    for i in g.inputs:
+        if i in g.descs:
+            descs[i] = g.descs[i]
+    kept: list[Node] = []
+    folded = 0
+    for node in g.nodes:
+        op = lookup(node.op_type, node.domain, node.opset or g.opsets.get(node.domain, None), node.label())
+        for o, d in zip(node.outputs, infer_node(node, op, descs, consts, g.descs)):
             if o:
-                arr = np.array(v, copy=True)  # own the memory: kernels may return views of inputs
-                arr.flags.writeable = False
-                g.initializers[o] = arr
-                consts[o] = arr
-                g.descs[o] = const_desc(arr)
-        folded += 1
+                descs[o] = g.descs[o] = d
+        if _fold_node(g, node, consts, max_bytes):
+            folded += 1
+            descs.update((o, g.descs[o]) for o in node.outputs if o)
+        else:
+            kept.append(node)
     g.nodes = kept
     return folded
 

@@ -6,6 +6,7 @@ Also resolves every node's ``OpDef`` so an unsupported op fails here, naming nod
 from __future__ import annotations
 
 from collections.abc import Mapping
+from typing import Any
 
 import numpy as np
 
@@ -77,38 +78,48 @@ def infer_graph(
             for attr_name, sub in node.subgraphs.items():
                 _seed_body_inputs(node, attr_name, sub, [descs.get(i) if i else None for i in node.inputs])
                 infer_graph(sub, descs, consts, strict=False)
-        attrs = op.with_defaults(node.attrs, f"node {node.label()}")
-        attrs["_n_outputs"] = len(node.outputs)
-        ctx = InferContext(
-            node=node.name,
-            op_type=node.op_type,
-            attrs=attrs,
-            inputs=[descs.get(i) if i else None for i in node.inputs],
-            values=[consts.get(i) if i else None for i in node.inputs],
-            opset=node.opset,
-            n_outputs=len(node.outputs),
-        )
-        try:
-            outs = op.infer(ctx)
-        except ShapeError:
-            if strict:
-                raise
-            outs = [TensorDesc(0, None) for _ in node.outputs]
-        except Exception as e:  # an infer bug must still name the node
-            raise ShapeError(
-                f"node {node.name} ({node.op_type}, opset {node.opset}): shape inference failed "
-                f"for inputs {[str(d) for d in ctx.inputs]}: {type(e).__name__}: {e}"
-            ) from e
-        for o, d in zip(node.outputs, outs):
-            if not o:
-                continue
-            declared = g.descs.get(o)
-            if d.shape is None and declared is not None and declared.shape is not None:
-                d = TensorDesc(d.dtype or declared.dtype, declared.shape)
-            descs[o] = d
+        for o, d in zip(node.outputs, infer_node(node, op, descs, consts, g.descs, strict)):
+            if o:
+                descs[o] = d
     for k in list(descs):
         if outer_descs is None or k not in outer_descs or k in g.descs:
             g.descs[k] = descs[k]
+
+
+def infer_node(node: Node, op: Any, descs: Mapping[str, TensorDesc], consts: Mapping[str, np.ndarray],
+               declared: Mapping[str, TensorDesc], strict: bool = True) -> list[TensorDesc]:
+    """The descs of ``node``'s outputs (``op``: its ``OpDef``) from the descs and constant values
+    known so far; an output the op cannot shape keeps its ``declared`` shape. Raises
+    ``ShapeError`` naming the node (with ``strict=False``: unknown descs instead)."""
+    attrs = op.with_defaults(node.attrs, f"node {node.label()}")
+    attrs["_n_outputs"] = len(node.outputs)
+    ctx = InferContext(
+        node=node.name,
+        op_type=node.op_type,
+        attrs=attrs,
+        inputs=[descs.get(i) if i else None for i in node.inputs],
+        values=[consts.get(i) if i else None for i in node.inputs],
+        opset=node.opset,
+        n_outputs=len(node.outputs),
+    )
+    try:
+        outs = op.infer(ctx)
+    except ShapeError:
+        if strict:
+            raise
+        outs = [TensorDesc(0, None) for _ in node.outputs]
+    except Exception as e:  # an infer bug must still name the node
+        raise ShapeError(
+            f"node {node.name} ({node.op_type}, opset {node.opset}): shape inference failed "
+            f"for inputs {[str(d) for d in ctx.inputs]}: {type(e).__name__}: {e}"
+        ) from e
+    result = []
+    for o, d in zip(node.outputs, outs):
+        old = declared.get(o) if o else None
+        if d.shape is None and old is not None and old.shape is not None:
+            d = TensorDesc(d.dtype or old.dtype, old.shape)
+        result.append(d)
+    return result
 
 
 def run(graph: Graph, ctx: PassContext) -> PassResult:
