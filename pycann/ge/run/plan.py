@@ -57,6 +57,9 @@ class Plan:
 
     With a ``memory`` plan (static shapes), nodes whose op has an ``out_kernel`` write their
     outputs into one arena allocated once; concurrent runs each take an arena from a pool.
+    ``release`` drops the mapped .om pages of weights that prepared kernels packed (every 16 MiB
+    packed). ``generic_bind``: the shape-generic plan (no ``memory``) binds the constant-weight
+    GEMMs of ``kernels.bind_generic.PREPARE_GENERIC`` (packed once, a primitive per row count).
     """
 
     def __init__(self, graph: Graph, outer_names: Sequence[str] = (), memory: MemoryPlan | None = None,
