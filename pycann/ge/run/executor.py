@@ -171,7 +171,8 @@ class Executor:
         if self._generic is None:
             with self._generic_lock:  # not ``_lock``: a background build may hold that one for long
                 if self._generic is None:
-                    self._generic = Plan(self.graph)
+                    # constant-weight GEMMs bound once (packed weights, a primitive per row count)
+                    self._generic = Plan(self.graph, release=self.release_pages, generic_bind=True)
         return self._generic
 
     def prepare_generic(self) -> bool:

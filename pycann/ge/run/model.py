@@ -86,7 +86,7 @@ class LoadedModel:
 
     def __init__(
         self, graph: Graph, manifest: Mapping[str, Any] | None = None, path: str = "", *, precompile: bool = True,
-        plan_cache: PlanCacheConfig | None = None,
+        plan_cache: PlanCacheConfig | None = None, release_pages: Callable[[], None] | None = None,
     ) -> None:
         self.graph = graph
         self.manifest = dict(manifest or {})
@@ -102,7 +102,7 @@ class LoadedModel:
         self._dyn_aipp = DynamicAipp(self.aipp) if any(e.get("mode") == "dynamic" for e in self.aipp) else None
         self._static_feeds = self._static_signature()
         n_gears = len(self.gears.profiles) if self.gears else 0
-        self._release_pages: Callable[[], None] | None = None  # set by from_file (mapped .om weights)
+        self._release_pages = release_pages  # from_file: drops the mapped .om weights' resident pages
         keep_freed_memory()  # the CPU device keeps freed host memory for the next run (no page faults)
         # plan cache bounds and policy: ``plan_cache``, else PYCANN_PLAN_CACHE_* (pycann/config.py);
         # every gear's plan fits whatever the bound
@@ -110,6 +110,7 @@ class LoadedModel:
         if cfg.max_plans < n_gears + 1:
             cfg = replace(cfg, max_plans=n_gears + 1)
         self.executor = Executor(graph, specialize, config=cfg, memo=SpecializeMemo())
+        self.executor.release_pages = release_pages  # plans that pack weights release the originals as they go
         if precompile and self.gears is not None:
             self.precompile_gears()
         elif precompile and not self.precompile_static():
@@ -127,9 +128,7 @@ class LoadedModel:
         from pycann.ge.om import load_om
 
         om = load_om(p)
-        model = cls(om.graph, om.manifest, p, plan_cache=plan_cache)
-        model._release_pages = model.executor.release_pages = om.release_pages
-        return model
+        return cls(om.graph, om.manifest, p, plan_cache=plan_cache, release_pages=om.release_pages)
 
     @classmethod
     def from_compiled(cls, cm: CompiledModel, plan_cache: PlanCacheConfig | None = None) -> LoadedModel:

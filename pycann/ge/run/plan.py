@@ -25,6 +25,7 @@ from pycann.ge.planning.memory import MemoryPlan
 from pycann.ge.run.plan_steps import ARENA, NORMAL, SCOPED, Step
 from pycann.kernels import algorithm
 from pycann.kernels.bind import PREPARE
+from pycann.kernels.bind_generic import PREPARE_GENERIC
 from pycann.kernels.bound import BoundKernel, bound
 from pycann.kernels.providers import arena_ok, blas_single_thread, runtime_openmp, uses_openmp
 from pycann.kernels.table import into_kernel, run_kernel
@@ -56,10 +57,13 @@ class Plan:
 
     With a ``memory`` plan (static shapes), nodes whose op has an ``out_kernel`` write their
     outputs into one arena allocated once; concurrent runs each take an arena from a pool.
+    ``release`` drops the mapped .om pages of weights that prepared kernels packed (every 16 MiB
+    packed). ``generic_bind``: the shape-generic plan (no ``memory``) binds the constant-weight
+    GEMMs of ``kernels.bind_generic.PREPARE_GENERIC`` (packed once, a primitive per row count).
     """
 
     def __init__(self, graph: Graph, outer_names: Sequence[str] = (), memory: MemoryPlan | None = None,
-                 release: Callable[[], None] | None = None) -> None:
+                 release: Callable[[], None] | None = None, generic_bind: bool = False) -> None:
         self.graph = graph
         slots: dict[str, int] = {"": 0}  # slot 0 swallows omitted outputs
 
@@ -98,10 +102,14 @@ class Plan:
             # a kernel bound at plan time (static signature) wins over the arena: it returns its own output
             bk: BoundKernel | None = None
             prep = PREPARE.get((n.domain, n.op_type)) if memory is not None else None
-            if prep is not None:
+            # the shape-generic plan: constant-weight GEMMs packed once, a primitive per row count
+            prep_g = PREPARE_GENERIC.get((n.domain, n.op_type)) if memory is None and generic_bind else None
+            if prep is not None or prep_g is not None:
                 node_consts = [graph.initializers.get(i) if i else None for i in n.inputs]
-                bk = bound(prep(attrs, [graph.descs.get(i) if i else None for i in n.inputs], node_consts,
-                                [graph.descs.get(o) if o else None for o in n.outputs]))
+                in_descs = [graph.descs.get(i) if i else None for i in n.inputs]
+                out_descs = [graph.descs.get(o) if o else None for o in n.outputs]
+                bk = bound(prep(attrs, in_descs, node_consts, out_descs) if prep is not None
+                           else prep_g(attrs, in_descs, node_consts, out_descs, run_kernel(op)))  # type: ignore[misc,arg-type]
                 packed += sum(c.nbytes for c in node_consts if bk is not None and isinstance(c, np.ndarray))
                 if release is not None and packed >= _RELEASE_EVERY:
                     release()
