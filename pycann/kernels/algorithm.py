@@ -93,6 +93,10 @@ ONEDNN_CONV_WINOGRAD = Algorithm("onednn", "conv_winograd", "Conv", _NHWC, Packi
 ONEDNN_CONV_TRANSPOSE_NHWC = Algorithm("onednn", "conv_transpose_nhwc", "ConvTranspose", _NHWC, _PACKED, _OMP)
 ONEDNN_MATMUL = Algorithm("onednn", "matmul", "MatMul", threads=_OMP)
 ONEDNN_GEMM = Algorithm("onednn", "gemm", "Gemm", threads=_OMP)
+# native bfloat16 kernels (providers/onednn_bf16.py) for the bf16 precision modes' matrix ops
+ONEDNN_CONV_BF16 = Algorithm("onednn", "conv_bf16", "Conv", _NHWC, threads=_OMP)
+ONEDNN_MATMUL_BF16 = Algorithm("onednn", "matmul_bf16", "MatMul", threads=_OMP)
+ONEDNN_MATMUL_BF16_PACKED = Algorithm("onednn", "matmul_bf16_packed", "MatMul", threads=_OMP)  # constant B
 # ---- torch: PyTorch's oneDNN convolutions and MKL GEMMs (providers/torch_onednn.py); results in
 # torch's own buffers (writes_out False)
 TORCH_CONV2D = Algorithm("torch", "conv2d", "Conv", threads=_OMP, writes_out=False)
@@ -111,6 +115,7 @@ TORCH_ADDMM = Algorithm("torch", "addmm", "Gemm", threads=_OMP)
 ALGORITHMS: tuple[Algorithm, ...] = (
     NUMPY_GEMM_1X1, NUMPY_DEPTHWISE, NUMPY_IM2COL_GEMM, NUMPY_COL2IM, NUMPY_MATMUL, NUMPY_GEMM,
     ONEDNN_CONV_NHWC, ONEDNN_CONV_WINOGRAD, ONEDNN_CONV_TRANSPOSE_NHWC, ONEDNN_MATMUL, ONEDNN_GEMM,
+    ONEDNN_CONV_BF16, ONEDNN_MATMUL_BF16, ONEDNN_MATMUL_BF16_PACKED,
     TORCH_CONV2D, TORCH_CONV2D_PACKED, TORCH_CONV2D_NHWC, TORCH_CONV1D, TORCH_CONV3D, TORCH_CONV_TRANSPOSE,
     TORCH_CONV_TRANSPOSE_NHWC, TORCH_MATMUL, TORCH_ADDMM,
 )

@@ -23,7 +23,8 @@ from pycann.kernels.algorithm import (
     Algorithm,
     Packing,
 )
-from pycann.kernels.providers import ConvSpec, nan_guard, resolve, torch_onednn
+from pycann.kernels.providers import ConvSpec, nan_guard, onednn_bf16, resolve, torch_onednn
+from pycann.kernels.providers.onednn_eltwise import RELU
 from pycann.kernels.providers.torch_onednn import bf16_conv
 from pycann.ops.nn.conv import _bias_shape, _select, check_conv, check_conv_transpose
 from pycann.ops.nn.spatial import compute_dtype
@@ -54,6 +55,12 @@ def conv_act(inputs: Sequence[Any], attrs: Mapping[str, Any], out: np.ndarray | 
     group = int(attrs.get("group", 1))
     win = check_conv(x, w, b, group, attrs)
     # bf16 precision modes: oneDNN's bf16 kernels (fp32 accumulation), as the NPU computes
+    if x.dtype == _BF16 and w.dtype == _BF16 and onednn_bf16.native() and _torch_ok(attrs) \
+            and not (relu and not nan_guard.safe(x, nan_guard.weight_bound(w, b), residual)):
+        y16n = onednn_bf16.conv(x, w, b, group, win, residual, RELU if relu else None,
+                                out if out is not None and out.dtype == _BF16 else None)
+        if y16n is not None:  # bias, residual and relu applied in the primitive, result bf16
+            return y16n, False
     y16 = bf16_conv(x, w, b, group, win) if x.dtype == _BF16 and w.dtype == _BF16 and _torch_ok(attrs) else None
     cd = compute_dtype(x.dtype)
     bc = b.astype(cd, copy=False) if b is not None else None

@@ -11,8 +11,10 @@ import numpy as np
 from pycann.kernels import algorithm
 from pycann.kernels import conv as kconv
 from pycann.kernels import gemm as kgemm
-from pycann.kernels.providers import GemmSpec, resolve
+from pycann.kernels.algorithm import ONEDNN_MATMUL_BF16_PACKED
+from pycann.kernels.providers import GemmSpec, nan_guard, onednn_bf16, resolve
 from pycann.kernels.providers import available as provider_available
+from pycann.kernels.providers.onednn_eltwise import RELU, E, onednn_unary
 from pycann.kernels.providers.torch_onednn import bf16_conv_fused as _torch_bf16_conv_fused
 from pycann.ops import fused as ref
 from pycann.ops import fused_deconv as ref_deconv
@@ -37,19 +39,56 @@ def _provider_matmul(a: np.ndarray, b: np.ndarray) -> Callable[[np.ndarray, np.n
     return lambda x, y: algo.fn(x, y, None)
 
 
-def _bf16_conv_fused(inputs: Sequence[Any], attrs: Mapping[str, Any], relu: bool) -> np.ndarray | None:
-    """bf16 Conv + residual + ReLU in oneDNN (staying bf16 between layers), unless the node's
-    recorded algorithm is numpy's."""
+def _bf16_conv_fused(inputs: Sequence[Any], attrs: Mapping[str, Any], relu: bool,
+                     out: np.ndarray | None = None) -> np.ndarray | None:
+    """bf16 Conv + residual + activation in oneDNN (staying bf16 between layers; written into
+    ``out`` when it is a bf16 array of the output's shape), unless the node's recorded algorithm
+    is numpy's. The native bf16 kernels (``onednn_bf16``) take any activation oneDNN has as a
+    post-op; torch's path only ReLU. None: not handled (the caller computes in float32)."""
     if algorithm.is_numpy(attrs):
         return None
     x, w = inputs[0], inputs[1]
     b = inputs[2] if len(inputs) > 2 else None
     z = inputs[3] if len(inputs) > 3 else None
     win = conv_window(x.shape, w.shape, attrs)
+    name, alpha, beta = ref._act(attrs)
+    aff = ref.post_affine(attrs)
+    unary = RELU if relu else onednn_unary(name, alpha, beta) if name else None
+    post = (*(() if unary is None else (unary,)), *(() if aff is None else ((E["linear"], *aff),)))
+    if onednn_bf16.native() and (unary is not None or not name):
+        # a fused NaN-dropping activation must not hide a NaN/inf: then the unfused float32 path.
+        # The bound of the result is recorded, so the next conv's check needs no read of its input.
+        bound = nan_guard.pre_bound(x, nan_guard.weight_bound(w, b), z)
+        if bound < nan_guard._F32_SAFE or not nan_guard.drops_nan(unary):
+            y = onednn_bf16.conv(x, w, b, int(attrs.get("group", 1)), win, z, post or None, out)
+            if y is not None:
+                # ReLU and no activation keep |y| <= bound (x 1.01: the bf16 rounding may round up)
+                ok = name in ("", "Relu") and aff is None and bound > 0.0
+                nan_guard.record(y, bound * 1.01 if ok else None)
+                return y
+    if name not in ("", "Relu") or aff is not None:
+        return None
     return _torch_bf16_conv_fused(x, w, b, int(attrs.get("group", 1)), win, z, relu)  # type: ignore[no-any-return]
 
 
+def _bf16_matmul_fused(inputs: Sequence[Any], attrs: Mapping[str, Any], out: np.ndarray | None = None) -> np.ndarray | None:
+    """FusedMatMul ``act(A @ B + bias + residual)`` of bf16 A and B in one oneDNN bf16 matmul
+    (bias, residual and activation as post-ops on the float32 accumulator, bf16 result; B packed
+    once when KernelSelection recorded it constant), written into ``out`` when it fits. None: not
+    handled (the caller's path: product here or in torch, epilogue in float32)."""
+    if algorithm.is_numpy(attrs) or not onednn_bf16.native():
+        return None
+    name, alpha, beta = ref._act(attrs)
+    unary = onednn_unary(name, alpha, beta) if name else None
+    if (name and unary is None) or nan_guard.drops_nan(unary):  # a NaN-dropping activation: numpy's epilogue
+        return None
+    packed = algorithm.of(attrs) == ONEDNN_MATMUL_BF16_PACKED
+    return onednn_bf16.matmul(inputs[0], inputs[1], inputs[2] if len(inputs) > 2 else None,
+                              inputs[3] if len(inputs) > 3 else None, unary, onednn_bf16.BF16_NP, packed, out)
+
+
 PROVIDED = ref.FusedCompute(
+    bf16_matmul_fused=_bf16_matmul_fused,
     conv_act=kconv.conv_act,
     float_matmul=kgemm.float_matmul,
     bf16_matmul=kgemm.bf16_matmul,

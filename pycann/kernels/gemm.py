@@ -11,7 +11,8 @@ from typing import Any
 import numpy as np
 
 from pycann.kernels import algorithm
-from pycann.kernels.providers import GemmSpec, resolve
+from pycann.kernels.algorithm import ONEDNN_MATMUL_BF16_PACKED
+from pycann.kernels.providers import GemmSpec, onednn_bf16, resolve
 from pycann.kernels.providers import numpy_blas as nb
 from pycann.kernels.providers.torch_onednn import bf16_matmul as _torch_bf16_matmul
 from pycann.ops import matmul as ref
@@ -38,9 +39,13 @@ def float_gemm(a: np.ndarray, b: np.ndarray, c: np.ndarray | None, alpha: float,
 
 
 def bf16_matmul(a: np.ndarray, b: np.ndarray, attrs: Mapping[str, Any]) -> np.ndarray | None:
-    """oneDNN/MKL's bf16 GEMM (fp32 accumulation) unless the node's recorded algorithm is numpy's."""
+    """bf16 GEMM with fp32 accumulation and an fp32 result unless the node's recorded algorithm is
+    numpy's: oneDNN's native bf16 matmul (``onednn_bf16``) where the CPU has it, else torch's."""
     if algorithm.is_numpy(attrs):
         return None
+    y = onednn_bf16.matmul(a, b, packed=algorithm.of(attrs) == ONEDNN_MATMUL_BF16_PACKED)
+    if y is not None:
+        return y
     return _torch_bf16_matmul(a, b)  # type: ignore[no-any-return]
 
 

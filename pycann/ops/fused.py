@@ -140,7 +140,10 @@ class FusedCompute:
     * ``conv_act(inputs, attrs, out, residual=, relu=, act=, affine=) -> (y, act and affine applied)``
       (``pycann.kernels.conv.conv_act``'s contract);
     * ``float_matmul`` / ``bf16_matmul``: ``ops.matmul.FloatMatMul`` / ``Bf16MatMul``;
-    * ``bf16_conv_fused(inputs, attrs, relu) -> y or None``: bf16 Conv + residual (input 3) + ReLU;
+    * ``bf16_conv_fused(inputs, attrs, relu, out=None) -> y or None``: bf16 Conv + residual (input 3) +
+      activation, written into ``out`` when it can;
+    * ``bf16_matmul_fused(inputs, attrs, out=None) -> y or None``: the whole bf16 FusedMatMul
+      (bias, residual, activation), written into ``out`` when it can;
     * ``attention_matmul(a, b) -> (x, y) -> x @ y`` for FusedAttention's float32 products;
     * ``softmax_last_axis_(s) -> bool``: softmax over the last axis in place, False when not done.
     """
@@ -149,6 +152,7 @@ class FusedCompute:
     float_matmul: FloatMatMul = _float_matmul
     bf16_matmul: Bf16MatMul = _no_bf16
     bf16_conv_fused: Callable[..., np.ndarray | None] = lambda *a: None  # noqa: E731
+    bf16_matmul_fused: Callable[..., np.ndarray | None] = lambda *a: None  # noqa: E731
     attention_matmul: Callable[[np.ndarray, np.ndarray], Callable[[np.ndarray, np.ndarray], np.ndarray]] = \
         _reference_attention_matmul
     softmax_last_axis_: Callable[[np.ndarray], bool] = lambda s: False  # noqa: E731
@@ -167,8 +171,8 @@ def _conv_inputs(inputs: Sequence[Any]) -> list[Any]:
 def _k_fused_conv(inputs: Sequence[Any], attrs: Mapping[str, Any], fc: FusedCompute = REFERENCE) -> list[np.ndarray]:
     """Conv (ONNX Conv) -> += Z (residual, optional input 3) -> activation, in place on Conv's output."""
     name = attrs.get("activation", "")
-    if inputs[0].dtype == _BF16 and inputs[1].dtype == _BF16 and name in ("", "Relu") and post_affine(attrs) is None:
-        # bf16 conv + residual + relu in oneDNN, staying bf16 between layers
+    if inputs[0].dtype == _BF16 and inputs[1].dtype == _BF16:
+        # bf16 conv + residual + activation (+ scale/shift) in oneDNN, staying bf16 between layers
         y = fc.bf16_conv_fused(inputs, attrs, name == "Relu")
         if y is not None:
             return [y]
@@ -202,7 +206,13 @@ def _conv_epilogue(inputs: Sequence[Any], attrs: Mapping[str, Any], out: np.ndar
 def _out_fused_conv(inputs: Sequence[Any], attrs: Mapping[str, Any], outs: Sequence[np.ndarray],
                     fc: FusedCompute = REFERENCE) -> None:
     if _narrow(outs[0].dtype):
-        outs[0][...] = _k_fused_conv(inputs, attrs, fc)[0]
+        y = None
+        if outs[0].dtype == inputs[0].dtype == inputs[1].dtype == _BF16:
+            y = fc.bf16_conv_fused(inputs, attrs, attrs.get("activation", "") == "Relu", outs[0])  # into the arena
+        if y is None:
+            y = _k_fused_conv(inputs, attrs, fc)[0]
+        if not np.may_share_memory(y, outs[0]):
+            outs[0][...] = y
         return
     y = _conv_epilogue(inputs, attrs, outs[0], fc)
     if not np.may_share_memory(y, outs[0]):
@@ -226,6 +236,9 @@ def _k_fused_matmul(inputs: Sequence[Any], attrs: Mapping[str, Any], fc: FusedCo
     input 3, the output's shape) -> activation, in place: ``act(A @ B + bias + residual)``."""
     a, b = inputs[0], inputs[1]
     if a.dtype == b.dtype == _BF16:
+        y = fc.bf16_matmul_fused(inputs, attrs)
+        if y is not None:
+            return [y]
         y16 = fc.bf16_matmul(a, b, attrs)  # oneDNN bf16 GEMM, fp32 accumulation; epilogue in fp32
         if y16 is not None:
             _mm_post(y16, [None, None, *(x if x is None else x.astype(np.float32) for x in inputs[2:])], attrs)
@@ -252,7 +265,13 @@ def _mm_post(y: np.ndarray, inputs: Sequence[Any], attrs: Mapping[str, Any]) -> 
 def _out_fused_matmul(inputs: Sequence[Any], attrs: Mapping[str, Any], outs: Sequence[np.ndarray],
                       fc: FusedCompute = REFERENCE) -> None:
     if _narrow(outs[0].dtype):
-        outs[0][...] = _k_fused_matmul(inputs, attrs, fc)[0]
+        y = None
+        if outs[0].dtype == inputs[0].dtype == inputs[1].dtype == _BF16:
+            y = fc.bf16_matmul_fused(inputs, attrs, outs[0])  # into the arena
+        if y is None:
+            y = _k_fused_matmul(inputs, attrs, fc)[0]
+        if not np.may_share_memory(y, outs[0]):
+            outs[0][...] = y
         return
     r = inputs[3] if len(inputs) > 3 else None
     if r is not None and np.may_share_memory(r, outs[0]):
@@ -298,6 +317,10 @@ def _k_attention(inputs: Sequence[Any], attrs: Mapping[str, Any], fc: FusedCompu
         out = _attention_f32(q, kt, v, mask, float(attrs.get("scale", 1.0)), fc)
         if out is not None:
             return [out]
+    if q.dtype == kt.dtype == v.dtype == _BF16:
+        out = _attention_bf16(q, kt, v, mask, float(attrs.get("scale", 1.0)), attrs, fc)
+        if out is not None:
+            return [out]
     if _narrow(q.dtype):
         p_dtype = q.dtype
         q, kt, v = _widen([q, kt, v])
@@ -321,6 +344,29 @@ def _k_attention(inputs: Sequence[Any], attrs: Mapping[str, Any], fc: FusedCompu
     if p_dtype is not None:
         return [np.matmul(s.astype(p_dtype).astype(np.float32), v).astype(p_dtype)]
     return [np.matmul(s, v)]
+
+
+def _attention_bf16(q: np.ndarray, kt: np.ndarray, v: np.ndarray, mask: np.ndarray | None, scale: float,
+                    attrs: Mapping[str, Any], fc: FusedCompute) -> np.ndarray | None:
+    """The bf16 path's numbers (scores and softmax in float32, P rounded to bf16 before P @ V) with
+    both products in the provider's bf16 GEMM; None when it has none (the caller widens)."""
+    s = fc.bf16_matmul(q, kt, attrs)
+    if s is None:
+        return None
+    if scale != 1.0:
+        s *= np.float32(scale)
+    if mask is not None:
+        m32 = mask.astype(np.float32, copy=False)
+        if np.broadcast_shapes(s.shape, m32.shape) == s.shape:
+            s += m32
+        else:
+            s = s + m32
+    if not fc.softmax_last_axis_(s):
+        s -= s.max(axis=-1, keepdims=True)
+        np.exp(s, out=s)
+        s /= s.sum(axis=-1, keepdims=True)
+    y = fc.bf16_matmul(s.astype(_BF16), v, attrs)
+    return None if y is None else y.astype(_BF16)
 
 
 def _attention_f32(q: np.ndarray, kt: np.ndarray, v: np.ndarray, mask: np.ndarray | None,

@@ -38,7 +38,7 @@ from pycann.kernels.algorithm import (
     Threads,
 )
 from pycann.kernels.bound import BoundKernel
-from pycann.kernels.providers import ConvSpec, Implementation, onednn_matmul, onednn_packed
+from pycann.kernels.providers import ConvSpec, Implementation, onednn_bf16, onednn_matmul, onednn_packed
 from pycann.kernels.providers import numpy_blas as nb
 from pycann.kernels.providers import onednn_capi as capi
 from pycann.kernels.providers.native_args import address
@@ -583,4 +583,5 @@ ALGORITHMS: list[Implementation] = [
     Implementation(ONEDNN_CONV_TRANSPOSE_NHWC, _transpose_spec_ok, conv_transpose_nhwc,
               "oneDNN C API deconvolution, channels-last result"),
     *onednn_matmul.ALGORITHMS,  # MatMul / Gemm (onednn_matmul.py)
+    *onednn_bf16.ALGORITHMS,  # bfloat16 Conv / MatMul (onednn_bf16.py)
 ]

@@ -229,10 +229,10 @@ class MemoryDesc(_Owned):
     _destroy = "dnnl_memory_desc_destroy"
 
     @classmethod
-    def strided(cls, shape: Sequence[int], strides: Sequence[int]) -> MemoryDesc:
-        """f32 descriptor of logical ``shape`` with ``strides`` in elements."""
+    def strided(cls, shape: Sequence[int], strides: Sequence[int], dt: int = F32) -> MemoryDesc:
+        """Descriptor of logical ``shape`` with ``strides`` in elements (``dt``: dnnl_data_type_t, f32)."""
         h = _P()
-        check(load().dnnl_memory_desc_create_with_strides(ctypes.byref(h), len(shape), dims(shape), F32,
+        check(load().dnnl_memory_desc_create_with_strides(ctypes.byref(h), len(shape), dims(shape), dt,
                                                           dims(strides)), "dnnl_memory_desc_create_with_strides")
         return cls(h)
 
@@ -247,10 +247,10 @@ class MemoryDesc(_Owned):
         return cls.strided(a.shape if shape is None else shape, [s // a.itemsize for s in a.strides])
 
     @classmethod
-    def any(cls, shape: Sequence[int]) -> MemoryDesc:
-        """f32 descriptor with format tag ``any``: the primitive picks the layout."""
+    def any(cls, shape: Sequence[int], dt: int = F32) -> MemoryDesc:
+        """Descriptor with format tag ``any`` (the primitive picks the layout); ``dt`` defaults to f32."""
         h = _P()
-        check(load().dnnl_memory_desc_create_with_tag(ctypes.byref(h), len(shape), dims(shape), F32, FORMAT_ANY),
+        check(load().dnnl_memory_desc_create_with_tag(ctypes.byref(h), len(shape), dims(shape), dt, FORMAT_ANY),
               "dnnl_memory_desc_create_with_tag")
         return cls(h)
 

@@ -34,6 +34,7 @@ from pycann.ge.compile.precision_lists import (
     chain_class,
 )
 from pycann.ge.ir import Graph, Node, free_names
+from pycann.kernels.providers.onednn_bf16 import kernel_note
 from pycann.ops.opdef import InferContext
 from pycann.ops.registry import lookup
 
@@ -371,6 +372,7 @@ def run(graph: Graph, ctx: PassContext) -> PassResult:
     folded = simplify_casts(graph)
     counts = ", ".join(f"{k} {v}" for k, v in sorted(rw.by_dtype.items()))
     ctx.results["precision"] = {**s.describe(), "nodes": dict(rw.by_dtype), "casts": rw.casts - folded}
-    return PassResult(graph, True, f"{s.mode}: nodes by compute dtype: {counts}; {rw.casts - folded} Casts",
+    note = kernel_note(set(rw.by_dtype))
+    return PassResult(graph, True, f"{s.mode}: nodes by compute dtype: {counts}; {rw.casts - folded} Casts{note}",
                       rw.missed)
 

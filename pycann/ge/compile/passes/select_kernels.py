@@ -37,7 +37,15 @@ from pycann.ge.compile.passes.base import PassContext, PassResult
 from pycann.ge.compile.tuned import tuned_algorithm
 from pycann.ge.ir import CompileContext, Graph, Node
 from pycann.kernels.algorithm import ONEDNN_CONV_WINOGRAD, Algorithm, Packing
-from pycann.kernels.providers import ConvSpec, Implementation, OpSpec, candidates, make_spec, select
+from pycann.kernels.providers import (
+    ConvSpec,
+    Implementation,
+    OpSpec,
+    candidates,
+    make_spec,
+    onednn_bf16,
+    select,
+)
 from pycann.ops.fused import post_affine
 
 name = "KernelSelection"
@@ -141,6 +149,10 @@ def _collect(g: Graph, mode: str, out: list[Choice], skipped: Counter[str], bank
         if tuned is not None:
             banked[id(ns.node)] = tuned.algo
         algo = tuned or select(spec, mode, w, ns.approx)
+        if tuned is None and _static_shape(g, ns.node.inputs[0]) is not None \
+                and _static_shape(g, ns.node.inputs[0])[1] == _static_shape(g, ns.node.inputs[1])[1] == "bfloat16":  # type: ignore[index]
+            # the bf16 precision modes' matrix ops: oneDNN's native bf16 kernels where the CPU has them
+            algo = onednn_bf16.bf16_choice(spec, w is not None) or algo
         if algo.algo.packing is Packing.PACKED and (w is None or w.dtype.name != spec.dtype):
             # a prepacked weight is cached per weight array: only for constant, compute-dtype weights
             algo = next(a for a in candidates(spec, {algo.provider, "numpy"}) if a.algo.packing is not Packing.PACKED)

@@ -1,0 +1,391 @@
+"""bfloat16 convolutions and matmuls in oneDNN's native bf16 kernels (AVX512_BF16 / AMX), C API.
+
+Used by the bf16 precision modes (``allow_fp32_to_bf16``, ``allow_mix_precision_bf16``; docs/precision.md):
+their matrix ops read bfloat16 activations and weights (the PrecisionMode pass converted the
+weights once at compile time). Here oneDNN multiplies the bf16 operands with float32 accumulation,
+as the NPU's cube unit does, and the casts are part of the primitive, not separate passes:
+
+* Conv / FusedConv: bf16 source (any strides), bf16 weight reordered once into the primitive's
+  blocked layout (``onednn_packed``, per weight array), float32 bias, the residual add and the
+  activation as post-ops applied to the float32 accumulator, one rounding to the bf16 destination,
+  which is channels-last (the executor's arena buffer when LayoutSelection made the chain NHWC).
+* MatMul / FusedMatMul: bf16 operands, float32 destination (the caller's float32 epilogue reads it).
+
+Without a CPU with ``avx512_bf16`` or ``amx_bf16`` (Linux ``/proc/cpuinfo``) or without libdnnl,
+``native()`` is False and every entry point returns None: the callers keep the float32-emulated
+path (widen, compute in float32, round), which gives the same numbers more slowly.
+"""
+
+from __future__ import annotations
+
+import threading
+import weakref
+from collections.abc import Sequence
+from functools import lru_cache
+from typing import Any
+
+import ml_dtypes
+import numpy as np
+
+from pycann.kernels.algorithm import ONEDNN_CONV_BF16, ONEDNN_MATMUL_BF16, ONEDNN_MATMUL_BF16_PACKED
+from pycann.kernels.providers import ConvSpec, GemmSpec, Implementation, onednn_packed
+from pycann.kernels.providers import numpy_blas as nb
+from pycann.kernels.providers import onednn_capi as capi
+from pycann.kernels.providers.onednn_eltwise import Unaries, Unary, _chain
+from pycann.ops.nn.spatial import Window
+
+__all__ = ["ALGORITHMS", "BF16", "bf16_choice", "conv", "cpu_has_bf16", "kernel_note", "matmul", "native", "stats"]
+
+BF16 = 2  # dnnl_data_type_t dnnl_bf16 (dnnl_common_types.h)
+_NP_BF16 = BF16_NP = np.dtype(ml_dtypes.bfloat16)
+_MAX_PLANS = 512
+_lock = threading.Lock()
+_plans: dict[tuple[Any, ...], Any] = {}
+_counts = {"conv": 0, "matmul": 0}
+
+
+@lru_cache(maxsize=1)
+def cpu_has_bf16() -> bool:
+    """True when the CPU advertises bfloat16 dot products (``avx512_bf16`` or ``amx_bf16``)."""
+    try:
+        with open("/proc/cpuinfo", encoding="utf-8") as f:
+            for line in f:
+                if line.startswith("flags"):
+                    return bool({"avx512_bf16", "amx_bf16"} & set(line.split()))
+    except OSError:
+        pass
+    return False
+
+
+@lru_cache(maxsize=1)
+def native() -> bool:
+    """bf16 kernels run natively here: the CPU has them and libdnnl (oneDNN v3 C API) loads."""
+    if not cpu_has_bf16():
+        return False
+    from pycann.kernels.providers import onednn
+
+    return onednn.available()
+
+
+@lru_cache(maxsize=1)
+def _cpu_has_fp16() -> bool:
+    try:
+        with open("/proc/cpuinfo", encoding="utf-8") as f:
+            for line in f:
+                if line.startswith("flags"):
+                    return bool({"avx512_fp16", "amx_fp16"} & set(line.split()))
+    except OSError:
+        pass
+    return False
+
+
+def kernel_note(labels: set[str]) -> str:
+    """What computes the reduced-precision matrix ops of a compiled graph on this machine, for the
+    PrecisionMode pass's ``atc --log=info`` line (``labels``: its compute-dtype labels, "bf16" / "fp16")."""
+    note = ""
+    if "bf16" in labels:
+        note += ("; bf16 matrix ops: oneDNN native bf16 kernels (avx512_bf16/amx_bf16, fp32 accumulation)"
+                 if native() else
+                 "; bf16 matrix ops: emulated in float32 (widen, compute, round; " +
+                 ("libdnnl not loadable)" if cpu_has_bf16() else "this CPU has no avx512_bf16/amx_bf16)"))
+    if "fp16" in labels:
+        note += ("; fp16 matrix ops: emulated in float32 (pycann has no native float16 kernels" +
+                 (")" if _cpu_has_fp16() else "; this CPU has no avx512_fp16/amx_fp16 either)"))
+    return note
+
+
+def stats() -> dict[str, int]:
+    """Calls served by the native bf16 kernels in this process (tests check the path ran)."""
+    return dict(_counts)
+
+
+def _md(shape: Sequence[int], a_strides: Sequence[int], itemsize: int, dt: int) -> capi.MemoryDesc:
+    return capi.MemoryDesc.strided(shape, _canonical(tuple(shape), [s // itemsize for s in a_strides]), dt=dt)
+
+
+def _canonical(shape: tuple[int, ...], st: list[int]) -> list[int]:
+    """Element strides with those of size-1 dims replaced by the dense NCHW or channels-last value
+    the others imply: numpy leaves them arbitrary (an SE block's (1, C, 1, 1) channels-last view has
+    strides (C, 1, 1, 1)), and oneDNN then matches no JIT layout and takes its reference kernel."""
+    if len(shape) < 3 or 1 not in shape:
+        return st
+    for order in (range(len(shape)), (0, *range(2, len(shape)), 1)):
+        dense, acc = [0] * len(shape), 1
+        for i in reversed(list(order)):
+            dense[i], acc = acc, acc * shape[i]
+        if all(s == d or n == 1 for s, d, n in zip(st, dense, shape)):
+            return dense
+    return st
+
+
+def _channels_last(shape: tuple[int, ...]) -> np.ndarray:
+    """An uninitialised bf16 array of logical ``shape`` (N, C, *spatial) laid out channels-last."""
+    perm = (0, *range(2, len(shape)), 1)
+    inv = tuple(int(i) for i in np.argsort(perm))
+    return np.empty([shape[p] for p in perm], _NP_BF16).transpose(inv)
+
+
+def _to_channels_last(a: np.ndarray) -> np.ndarray:
+    if a.ndim < 3 or a.strides[1] == a.itemsize:
+        return a
+    out = _channels_last(a.shape) if a.dtype == _NP_BF16 else np.empty(a.shape, a.dtype)
+    out[...] = a
+    return out
+
+
+class _ConvPlan:
+    """One bf16 convolution primitive for fixed shapes, strides, weight and post-ops."""
+
+    def __init__(self, x: np.ndarray, w: np.ndarray, with_bias: bool, group: int, win: Window,
+                 y: np.ndarray, residual: np.ndarray | None, post: Unaries) -> None:
+        m = w.shape[0]
+        src = _md(x.shape, x.strides, 2, BF16)
+        dst = _md(y.shape, y.strides, 2, BF16)
+        ws = [s // 2 for s in w.strides]
+        wdims, wstr = [group, m // group, *w.shape[1:]], [m // group * ws[0], *ws]
+        if group == 1:
+            wdims, wstr = wdims[1:], wstr[1:]
+        w_user = capi.MemoryDesc.strided(wdims, wstr, dt=BF16)
+        bias = capi.MemoryDesc.strided((m,), (1,)) if with_bias else None
+        ops: list[tuple[Any, ...]] = []
+        res_md = None
+        if residual is not None:
+            res_md = _md(residual.shape, residual.strides, residual.itemsize,
+                         BF16 if residual.dtype == _NP_BF16 else capi.F32)
+            ops.append(("binary_add", res_md))
+        ops += [("eltwise", *u) for u in post]
+        geo = (win.strides, [d - 1 for d in win.dilations], win.pads_begin, win.pads_end)
+        pd = capi.convolution_pd(src, capi.MemoryDesc.any(wdims, dt=BF16), bias, dst, *geo, capi.Attr(ops))
+        self.impl = pd.impl_info()
+        self.weights = onednn_packed.packed(w, w_user, pd.query_md(capi.QUERY_WEIGHTS_MD))  # once per weight
+        self.src, self.dst = capi.Memory(src, 0), capi.Memory(dst, 0)
+        args = [(capi.ARG_SRC, self.src), (capi.ARG_WEIGHTS, self.weights), (capi.ARG_DST, self.dst)]
+        self.bias = capi.Memory(bias, 0) if bias is not None else None
+        if self.bias is not None:
+            args.append((capi.ARG_BIAS, self.bias))
+        self.res = capi.Memory(res_md, 0) if res_md is not None else None
+        if self.res is not None:
+            args.append((capi.arg_post_op_src1(0), self.res))
+        self.prim = capi.Primitive(pd, args)
+        self.lock = threading.Lock()
+
+    def run(self, x: np.ndarray, b: np.ndarray | None, y: np.ndarray, residual: np.ndarray | None) -> None:
+        with self.lock:
+            self.src.set(capi.ptr(x))
+            self.dst.set(capi.ptr(y))
+            if self.bias is not None and b is not None:
+                self.bias.set(capi.ptr(b))
+            if self.res is not None and residual is not None:
+                self.res.set(capi.ptr(residual))
+            self.prim.execute()
+
+
+def _cached(key: tuple[Any, ...], make: Any, weight: np.ndarray | None = None) -> Any:
+    """The plan for ``key``, made on first use. A plan holding a packed ``weight`` is dropped when
+    the array owning the weight's memory goes away: its address may be reused by another weight."""
+    with _lock:
+        plan = _plans.get(key)
+    if plan is None:
+        plan = make()
+        with _lock:
+            if len(_plans) >= _MAX_PLANS:
+                _plans.pop(next(iter(_plans)))
+            _plans[key] = plan
+        if weight is not None:
+            weakref.finalize(onednn_packed.owner(weight), _forget, key)
+    return plan
+
+
+def _forget(key: tuple[Any, ...]) -> None:
+    with _lock:
+        _plans.pop(key, None)
+
+
+def _layout_key(a: np.ndarray | None) -> tuple[Any, ...] | None:
+    return None if a is None else (a.shape, a.strides, a.dtype.str)
+
+
+def conv(x: np.ndarray, w: np.ndarray, b: np.ndarray | None, group: int, win: Window,
+         residual: np.ndarray | None = None, post: Unary | Unaries | None = None,
+         out: np.ndarray | None = None) -> np.ndarray | None:
+    """bf16 Conv (ONNX Conv semantics, 1-3 spatial dims) ``post(x (*) w + b + residual)``.
+
+    ``x``, ``w``: bfloat16 (ml_dtypes); ``b``: any float dtype (used as float32); ``residual``: the
+    output's shape, bfloat16 or float32, any strides; ``post``: oneDNN eltwise post-ops
+    (``onednn_eltwise.onednn_unary``). Accumulation, bias, residual and ``post`` are float32; the
+    result is rounded once to bfloat16 and written into ``out`` (bfloat16, the output's shape, any
+    strides) or a new channels-last array, which is returned. None when the native kernels are not
+    available here or oneDNN rejects the shape (the caller computes in float32)."""
+    if not native() or x.dtype != _NP_BF16 or w.dtype != _NP_BF16 or not 1 <= len(win.kernel) <= 3:
+        return None
+    y_shape = (x.shape[0], w.shape[0], *win.out)
+    # oneDNN's bf16 JIT convolutions want channels-last (or blocked) data: on a plain NCHW source
+    # only its reference kernel accepts the mix, ~1000x slower. One copy (a chain's entry) instead.
+    x = _to_channels_last(x)
+    if residual is not None:
+        residual = _to_channels_last(residual)
+    if out is None or out.dtype != _NP_BF16 or out.shape != y_shape:
+        out = _channels_last(y_shape)
+    if residual is not None:
+        if residual.dtype not in (_NP_BF16, np.dtype(np.float32)):
+            residual = residual.astype(np.float32)
+        if residual.shape != y_shape:
+            residual = np.ascontiguousarray(np.broadcast_to(residual, y_shape))
+    b32 = None if b is None else np.ascontiguousarray(b, dtype=np.float32)
+    post_ops = _chain(post)
+    key = ("conv", capi.ptr(w), w.shape, w.strides, _layout_key(x), b is not None, group, win,
+           _layout_key(out), _layout_key(residual), post_ops)
+    try:
+        plan = _cached(key, lambda: _ConvPlan(x, w, b is not None, group, win, out, residual, post_ops), w)
+        plan.run(x, b32, out, residual)
+    except capi.DnnlError:
+        return None
+    _counts["conv"] += 1
+    return out
+
+
+class _MatMulPlan:
+    """One bf16 x bf16 matmul primitive for fixed shapes, strides and post-ops; ``packed``: B is a
+    constant (a weight), reordered once into the primitive's blocked layout."""
+
+    def __init__(self, a: np.ndarray, b: np.ndarray, y: np.ndarray, bias: np.ndarray | None,
+                 residual: np.ndarray | None, post: Unaries, packed: bool) -> None:
+        amd, bmd = _md(a.shape, a.strides, 2, BF16), _md(b.shape, b.strides, 2, BF16)
+        ymd = _md(y.shape, y.strides, y.itemsize, BF16 if y.dtype == _NP_BF16 else capi.F32)
+        bias_md = _md(bias.shape, bias.strides, 4, capi.F32) if bias is not None else None
+        ops: list[tuple[Any, ...]] = []
+        res_md = None
+        if residual is not None:
+            res_md = _md(residual.shape, residual.strides, residual.itemsize,
+                         BF16 if residual.dtype == _NP_BF16 else capi.F32)
+            ops.append(("binary_add", res_md))
+        ops += [("eltwise", *u) for u in post]
+        want = capi.MemoryDesc.any(b.shape, dt=BF16) if packed else bmd
+        pd = capi.matmul_pd(amd, want, bias_md, ymd, capi.Attr(ops))
+        self.a, self.y = capi.Memory(amd, 0), capi.Memory(ymd, 0)
+        self.packed = packed
+        self.b = onednn_packed.packed(b, bmd, pd.query_md(capi.QUERY_WEIGHTS_MD)) if packed else capi.Memory(bmd, 0)
+        args = [(capi.ARG_SRC, self.a), (capi.ARG_WEIGHTS, self.b), (capi.ARG_DST, self.y)]
+        self.bias = capi.Memory(bias_md, 0) if bias_md is not None else None
+        if self.bias is not None:
+            args.append((capi.ARG_BIAS, self.bias))
+        self.res = capi.Memory(res_md, 0) if res_md is not None else None
+        if self.res is not None:
+            args.append((capi.arg_post_op_src1(0), self.res))
+        self.prim = capi.Primitive(pd, args)
+        self.lock = threading.Lock()
+
+    def run(self, a: np.ndarray, b: np.ndarray, y: np.ndarray, bias: np.ndarray | None,
+            residual: np.ndarray | None) -> None:
+        with self.lock:
+            self.a.set(capi.ptr(a))
+            if not self.packed:
+                self.b.set(capi.ptr(b))
+            self.y.set(capi.ptr(y))
+            if self.bias is not None and bias is not None:
+                self.bias.set(capi.ptr(bias))
+            if self.res is not None and residual is not None:
+                self.res.set(capi.ptr(residual))
+            self.prim.execute()
+
+
+def matmul(a: np.ndarray, b: np.ndarray, bias: np.ndarray | None = None, residual: np.ndarray | None = None,
+           post: Unary | Unaries | None = None, out_dtype: Any = np.float32, packed: bool = False,
+           out: np.ndarray | None = None) -> np.ndarray | None:
+    """``post(numpy.matmul(a, b) + bias + residual)`` of bfloat16 operands with float32 accumulation.
+
+    Handled: a 2-D ``b`` (``a`` of any rank >= 2, leading dims folded into rows) and equal-rank
+    operands with equal batch dims (attention's batched products). ``bias``: broadcasts along the
+    last dim (any float dtype, used as float32); ``residual``: the result's shape (bfloat16 or
+    float32); ``post``: oneDNN eltwise post-ops; all applied to the float32 accumulator. The result
+    is ``out_dtype`` (float32 or bfloat16), written into ``out`` when it has that dtype, the
+    result's shape and C order. ``packed``: ``b`` is a constant (a weight: its packed copy is cached
+    by its memory, so it must never change). None when not handled or the native kernels are not
+    available (the caller computes in float32)."""
+    if not native() or a.dtype != _NP_BF16 or b.dtype != _NP_BF16 or a.ndim < 2 or b.ndim < 2:
+        return None
+    shape = (*a.shape[:-1], b.shape[-1])
+    if b.ndim == 2:
+        a = a.reshape(-1, a.shape[-1])
+    elif not (a.ndim == b.ndim and a.shape[:-2] == b.shape[:-2]):
+        return None
+    if a.shape[-1] != b.shape[-2] or 0 in a.shape or 0 in b.shape:
+        return None
+    flat = (*a.shape[:-1], b.shape[-1])
+    odt = np.dtype(out_dtype)
+    y = out.reshape(flat) if out is not None and out.dtype == odt and out.shape == shape and out.flags.c_contiguous \
+        else np.empty(flat, odt)
+    b32 = None
+    if bias is not None:
+        if bias.size != b.shape[-1]:
+            return None
+        b32 = np.ascontiguousarray(bias, dtype=np.float32).reshape((1,) * (len(flat) - 1) + (b.shape[-1],))
+    r = None
+    if residual is not None:
+        if residual.shape != shape:
+            return None
+        r = residual if residual.dtype in (_NP_BF16, np.dtype(np.float32)) else residual.astype(np.float32)
+        r = r.reshape(flat)
+    post_ops = _chain(post)
+    key = ("matmul", _layout_key(a), _layout_key(b), capi.ptr(b) if packed else None, packed, _layout_key(y),
+           _layout_key(b32), _layout_key(r), post_ops)
+    try:
+        _cached(key, lambda: _MatMulPlan(a, b, y, b32, r, post_ops, packed), b if packed else None).run(a, b, y, b32, r)
+    except capi.DnnlError:
+        return None
+    _counts["matmul"] += 1
+    return y.reshape(shape)
+
+
+# ------------------------------------------------------------------ recorded algorithms
+# KernelSelection records these on bf16 matrix nodes (so LayoutSelection makes conv chains
+# channels-last); the kernels reach ``conv`` / ``matmul`` through the bf16 branches of
+# ``pycann.kernels.conv`` / ``fused`` / ``gemm``. ``fn`` is only the float32 fallback (a node whose
+# bf16 call was declined): numpy's kernels, so the recorded choice is total.
+
+
+def _f32_conv(x: np.ndarray, w: np.ndarray, b: np.ndarray | None, group: int, win: Window,
+              out: np.ndarray | None = None, residual: np.ndarray | None = None, relu: bool = False,
+              unary: Any = None) -> np.ndarray:
+    y = nb.conv_im2col_gemm(x, w, b, group, win, out)
+    if residual is not None:
+        y += residual
+    if relu:
+        np.maximum(y, 0, out=y)
+    return y
+
+
+def _conv_ok(s: Any) -> bool:
+    return isinstance(s, ConvSpec) and s.op_type == "Conv" and 1 <= s.n_spatial <= 3
+
+
+def _matmul_ok(s: Any) -> bool:
+    return isinstance(s, GemmSpec) and s.op_type == "MatMul"
+
+
+def _never(s: Any) -> bool:
+    """Specs carry the compute dtype (float32 for bf16 nodes too), so these algorithms are never a
+    candidate of the float32 selection; ``bf16_choice`` records them on bfloat16 nodes."""
+    return False
+
+
+ALGORITHMS: list[Implementation] = [
+    Implementation(ONEDNN_CONV_BF16, _never, _f32_conv,
+                   "oneDNN bf16 conv (AVX512_BF16/AMX), fp32 accumulation, bias/residual/activation post-ops, "
+                   "channels-last bf16 result"),
+    Implementation(ONEDNN_MATMUL_BF16, _never, lambda a, b, out=None: nb.matmul(a, b, out),
+                   "oneDNN bf16 matmul (AVX512_BF16/AMX), fp32 accumulation, B read as it is"),
+    Implementation(ONEDNN_MATMUL_BF16_PACKED, _never, lambda a, b, out=None: nb.matmul(a, b, out),
+                   "oneDNN bf16 matmul, constant B packed once; bias/residual/activation post-ops"),
+]
+
+
+def bf16_choice(spec: Any, constant_b: bool = False) -> Implementation | None:
+    """The native bf16 algorithm for the spec of a Conv/MatMul node with bfloat16 operands on this
+    machine (``constant_b``: its B is an initializer, packed once), or None (no bf16 CPU / no
+    libdnnl / another op family)."""
+    if not native():
+        return None
+    if _conv_ok(spec):
+        return ALGORITHMS[0]
+    return (ALGORITHMS[2] if constant_b else ALGORITHMS[1]) if _matmul_ok(spec) else None
