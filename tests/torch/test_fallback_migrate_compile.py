@@ -164,6 +164,46 @@ def test_compile_builds_dict_tag_guards_and_restores_dynamo_setting() -> None:
     assert entries and all("tag_safe=(True, True)" in str(e.guard_manager) for e in entries)
     assert len(graph_report()) == 2
 
+def test_compile_follows_weights_changed_after_compiling() -> None:
+    """The GE plan embeds the parameters as constants; Dynamo guards them by metadata only. After
+    an in-place write (optimizer step, ``load_state_dict``), a ``.data`` swap or a replaced
+    Parameter, the compiled model must give eager's new answer (it gave the old weights' answer,
+    off by 13 on ResNet-50), and an unchanged model must not rebuild its plan."""
+    torch._dynamo.reset()
+    reset_graph_report()
+    torch.manual_seed(0)
+    m = torch.nn.Sequential(torch.nn.Conv2d(3, 8, 3), torch.nn.BatchNorm2d(8), torch.nn.ReLU(),
+                            torch.nn.Flatten(), torch.nn.Linear(8 * 6 * 6, 4)).eval().npu()
+    other = torch.nn.Sequential(torch.nn.Conv2d(3, 8, 3), torch.nn.BatchNorm2d(8), torch.nn.ReLU(),
+                                torch.nn.Flatten(), torch.nn.Linear(8 * 6 * 6, 4)).eval()
+    x = torch.randn(2, 3, 8, 8).npu()
+    c = torch.compile(m, backend="npu")
+
+    def check() -> None:
+        with torch.no_grad():
+            torch.testing.assert_close(c(x).cpu(), m(x).cpu(), rtol=1e-4, atol=1e-4)
+
+    with torch.no_grad():
+        check()
+        check()
+        assert sum(r.relowers for r in graph_report()) == 0  # same weights: the plan is reused
+        m[0].weight.mul_(2.0)  # in place, as an optimizer step under no_grad
+        with pytest.warns(UserWarning, match="rebuilt with the new values"):
+            check()
+        m[1].running_mean.add_(0.5)  # a buffer
+        check()
+        m.load_state_dict(other.state_dict())  # copy_ into every parameter and buffer
+        check()
+        m[4].weight.data = torch.randn(4, 8 * 6 * 6).npu()  # storage swapped, version unchanged
+        check()
+        m[0].weight = torch.nn.Parameter(torch.randn(8, 3, 3, 3).npu())  # a new Parameter object
+        check()
+    recs = graph_report()
+    assert all(r.compiled for r in recs)
+    assert sum(r.relowers for r in recs) + len(recs) - 1 >= 4  # each change rebuilt a plan or recompiled
+    assert "weights changed after compiling" in pycann.torch.compile.format_graph_report()
+
+
 def test_compile_reports_graph_breaks_and_unsupported_ops_per_op() -> None:
     """A graph break splits the function into two graphs, both reported, with Dynamo's reason;
     a graph holding an op GE lacks runs eagerly and names the op."""

@@ -29,6 +29,7 @@ from typing import Any
 import torch
 
 from pycann.torch._alias import to_cpu, to_npu
+from pycann.torch.compile.frozen import FrozenWeights
 from pycann.torch.compile.records import GraphRecord, new_record
 from pycann.torch.compile.records import records as _records
 
@@ -65,6 +66,8 @@ def format_graph_report() -> str:
         else:
             state = f"{r.ge_partitions} GE plan(s) with {r.ge_ops} ops"
         extra = f"; unsupported: {', '.join(r.unsupported)}" if r.unsupported else ""
+        if r.relowers:
+            extra += f"; rebuilt {r.relowers}x (weights changed after compiling)"
         if r.eager_ops:
             extra += "; eager: " + ", ".join(f"{op} x{n}" for op, n in r.eager_ops)
         lines.append(f"  graph {r.index} ({r.kind}): {r.ops} FX ops, {state}, compile {r.compile_seconds * 1e3:.0f} ms, "
@@ -119,6 +122,14 @@ def _lower(gm: torch.fx.GraphModule, example_inputs: Sequence[Any], static: list
                           dynamo=False, opset_version=17, do_constant_folding=True,
                           input_names=[f"x{i}" for i in range(len(dynamic))])
     return buf.getvalue()
+
+
+def _plan(onnx_bytes: bytes) -> Any:
+    """The ONNX bytes compiled with atc's passes and loaded as a runnable ``LoadedModel``."""
+    from pycann.ge.compile.compiler import compile_model
+    from pycann.ge.run.model import LoadedModel
+
+    return LoadedModel.from_compiled(compile_model(onnx_bytes))
 
 
 def _unsupported(onnx_bytes: bytes) -> list[str]:
@@ -211,20 +222,32 @@ def npu_backend(gm: torch.fx.GraphModule, example_inputs: Sequence[Any], **optio
         rec.unsupported = tuple(bad)
         rec.reason = "ops GE lacks"
         return _eager(gm, rec)
-    from pycann.ge.compile.compiler import compile_model
-    from pycann.ge.run.model import LoadedModel
-
     try:
-        model = LoadedModel.from_compiled(compile_model(onnx_bytes))
+        model = _plan(onnx_bytes)
     except Exception as e:  # noqa: BLE001 - a GE compile failure also falls back, recorded
         rec.reason = f"GE compile failed: {type(e).__name__}: {str(e).splitlines()[0][:200]}"
         return _eager(gm, rec)
     rec.compiled = True
     rec.compile_seconds = time.perf_counter() - t0
     dyn_idx = [i for i, s in enumerate(static) if not s]
+    frozen = FrozenWeights(example_inputs, static)
 
     def run(*args: Any) -> tuple[torch.Tensor, ...]:
+        nonlocal model, frozen
         rec.calls += 1
+        if not frozen.still_hold(args):
+            # a parameter/buffer was replaced or written since the plan embedded it: build the
+            # plan again from this call's values (eager PyTorch would use them; see frozen.py)
+            t1 = time.perf_counter()
+            model = _plan(_lower(gm, args, static))
+            frozen = FrozenWeights(args, static)
+            rec.relowers += 1
+            rec.compile_seconds += time.perf_counter() - t1
+            if rec.relowers == 1:
+                warnings.warn(f"pycann torch.compile(backend='npu'): graph {rec.index}'s parameters or buffers "
+                              "changed after it was compiled; its GE plan was rebuilt with the new values "
+                              f"({(time.perf_counter() - t1) * 1e3:.0f} ms). Updating weights between calls "
+                              "rebuilds it each time; compile after loading the weights.", stacklevel=2)
         feeds = []
         index = -1
         for i in dyn_idx:

@@ -17,7 +17,8 @@ class GraphRecord:
     ``ge_partitions`` / ``ge_ops``: the GE plans made of it and the FX ops in them;
     ``eager_ops``: (ATen op, node count) of the ops that ran eagerly on the npu device instead.
     ``compile_seconds``: host seconds spent lowering and compiling (for AOTAutograd graphs, the
-    GE compiles on first call)."""
+    GE compiles on first call). ``relowers``: times an inference plan was built again because
+    a parameter or buffer it embedded was replaced or written after compiling (``frozen.py``)."""
 
     index: int
     ops: int
@@ -25,6 +26,7 @@ class GraphRecord:
     reason: str = ""
     unsupported: tuple[str, ...] = ()
     compile_seconds: float = 0.0
+    relowers: int = 0
     calls: int = 0
     kind: str = "inference"
     ge_partitions: int = 0
