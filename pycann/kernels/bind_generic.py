@@ -17,6 +17,8 @@ has everything but its row count fixed; this module binds such nodes once:
   24 ms for OpenBLAS held to AVX2; bench/RESULTS.md "KV-cache decode, packed skinny GEMMs").
   Elsewhere (an AVX2 CPU: jit gemm, slower than OpenBLAS at these shapes) the node keeps the
   generic kernel: the ``STATIC_TABLE`` ``skinny`` row.
+* ``LayerNormalization`` (Y only, constant Scale / B, static normalised dims): oneDNN's layer
+  normalization with a primitive per row count (numpy's passes cost ~30 us a decode row).
 * A call it was not bound for (another dtype, a 1-D or non-float A, a residual that broadcasts,
   a product oneDNN declines) runs ``fallback``, the node's generic kernel, unchanged.
 
@@ -177,9 +179,67 @@ def _gemm(attrs: Mapping[str, Any], ins: Sequence[TensorDesc | None], consts: Se
     return packed_matmul(bt, bias, None, False, fallback)  # A is 2-D (ONNX Gemm)
 
 
+def _layer_norm(attrs: Mapping[str, Any], ins: Sequence[TensorDesc | None], consts: Sequence[np.ndarray | None],
+                outs: Sequence[TensorDesc | None], fallback: Kernel) -> BoundKernel | None:
+    """LayerNormalization with Y only, float32 X whose normalised dims (``axis`` on) are static,
+    ``stash_type`` float32 and constant float32 Scale / B: oneDNN's layer normalization
+    (``onednn_norm.bound_layer_norm``), one primitive per row count, as the static binder uses
+    for a fixed shape. Why: numpy's passes cost ~30 us on a decode step's 768-value row, oneDNN's
+    ~4 us, and GPT-2 runs 13 a step. Other calls (another dtype or rank) run ``fallback``."""
+    x = ins[0] if ins else None
+    scale = consts[1] if len(consts) > 1 else None
+    bias = consts[2] if len(consts) > 2 else None
+    if x is None or x.dtype != 1 or x.shape is None or not x.shape or scale is None or scale.dtype != _F32:
+        return None
+    if len(ins) > 2 and ins[2] is not None and (bias is None or bias.dtype != _F32):
+        return None
+    if len([o for o in outs if o is not None]) != 1 or int(attrs.get("stash_type", 1)) != 1:
+        return None
+    rank, axis = len(x.shape), int(attrs.get("axis", -1))
+    if not -rank <= axis < rank:
+        return None  # the generic kernel raises the error
+    tail = x.shape[axis % rank:]
+    if not all(isinstance(d, int) for d in tail):
+        return None
+    n = 1
+    for d in tail:
+        n *= int(d)  # type: ignore[arg-type]
+    from pycann.kernels import providers
+
+    if n == 0 or scale.size != n or (bias is not None and bias.size != n) or not providers.available("onednn"):
+        return None
+    from pycann.kernels.providers import onednn_norm
+
+    eps = float(attrs.get("epsilon", 1e-5))
+    table: dict[int, BoundKernel | None] = {}
+    lock = threading.Lock()
+
+    def kernel(inputs: Sequence[Any], attrs: Mapping[str, Any], out: Any = None) -> list[np.ndarray]:
+        x = inputs[0]
+        if x.__class__ is not np.ndarray or x.dtype != _F32 or x.ndim != rank or x.size == 0 \
+                or x.shape[axis % rank:] != tail:
+            return fallback(inputs, attrs)  # type: ignore[no-any-return]
+        rows = x.size // n
+        if rows in table:
+            kb = table[rows]
+        else:
+            kb = onednn_norm.bound_layer_norm((rows, n), n, scale, bias, eps)
+            with lock:
+                if len(table) >= MAX_ROW_KERNELS:
+                    table.pop(next(iter(table)))
+                table[rows] = kb
+        if kb is None:
+            return fallback(inputs, attrs)  # type: ignore[no-any-return]
+        x2 = x.reshape(rows, n) if x.flags.c_contiguous else np.ascontiguousarray(x).reshape(rows, n)
+        return [kb.run([x2], attrs)[0].reshape(x.shape)]
+
+    return BoundKernel(kernel, threads=Threads.OPENMP, keep=(scale, bias, table), impl="onednn:layer_norm")
+
+
 # (domain, op_type) -> prepare(attrs, in_descs, in_consts, out_descs, generic kernel) -> kernel | None
 PREPARE_GENERIC: dict[tuple[str, str], GenericPrepare] = {
     ("", "MatMul"): _matmul,
     ("pycann", "FusedMatMul"): _matmul,
     ("", "Gemm"): _gemm,
+    ("", "LayerNormalization"): _layer_norm,
 }

@@ -24,6 +24,7 @@ from __future__ import annotations
 import contextlib
 import importlib
 import logging
+import math
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
@@ -124,7 +125,7 @@ class GemmSpec:
         m = a[-2] if len(a) > 1 else 1
         k = a[-1]
         n = b[-1] if len(b) > 1 else 1
-        batch = max(int(np.prod(a[:-2])), int(np.prod(b[:-2]))) if len(a) > 2 or len(b) > 2 else 1
+        batch = max(math.prod(a[:-2]), math.prod(b[:-2])) if len(a) > 2 or len(b) > 2 else 1  # not np.prod: ~5 us a call
         return batch, m, k, n
 
     @property
