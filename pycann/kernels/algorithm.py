@@ -110,6 +110,12 @@ TORCH_CONV_TRANSPOSE_NHWC = Algorithm("torch", "conv_transpose_nhwc", "ConvTrans
 TORCH_MATMUL = Algorithm("torch", "matmul", "MatMul", threads=_OMP)
 TORCH_ADDMM = Algorithm("torch", "addmm", "Gemm", threads=_OMP)
 
+# Run time only, never recorded in an .om: the choice of the interim plan, which serves a new
+# signature's calls while its own plan is built (``ge/run/plan.INTERIM_ALGOS``): numpy's kernel
+# where creating a oneDNN primitive for the shape would cost more than numpy's run
+# (``providers.INTERIM_NUMPY_FLOPS``), else the static choice.
+INTERIM_CONV_TRANSPOSE = Algorithm("numpy", "interim", "ConvTranspose", writes_out=False)
+
 # Every algorithm, per provider then op family (the preference order per shape is
 # ``providers.STATIC_TABLE``).
 ALGORITHMS: tuple[Algorithm, ...] = (

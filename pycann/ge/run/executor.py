@@ -172,7 +172,9 @@ class Executor:
             with self._generic_lock:  # not ``_lock``: a background build may hold that one for long
                 if self._generic is None:
                     # constant-weight GEMMs bound once (packed weights, a primitive per row count)
-                    self._generic = Plan(self.graph, release=self.release_pages, generic_bind=True)
+                    # (interim: it serves a new signature only until a builder thread made its plan)
+                    self._generic = Plan(self.graph, release=self.release_pages, generic_bind=True,
+                                         interim=self._in_background())
         return self._generic
 
     def prepare_generic(self) -> bool:

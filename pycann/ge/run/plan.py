@@ -24,6 +24,7 @@ from pycann.ge.planning.candidates import INPLACE
 from pycann.ge.planning.memory import MemoryPlan
 from pycann.ge.run.plan_steps import ARENA, NORMAL, SCOPED, Step
 from pycann.kernels import algorithm
+from pycann.kernels.algorithm import INTERIM_CONV_TRANSPOSE, Algorithm
 from pycann.kernels.bind import PREPARE
 from pycann.kernels.bind_generic import PREPARE_GENERIC
 from pycann.kernels.bound import BoundKernel, bound
@@ -32,6 +33,16 @@ from pycann.kernels.table import into_kernel, run_kernel
 from pycann.ops.registry import lookup
 from pycann.profiler import hooks
 
+# The algorithm the interim plan (``interim``: the shape-generic plan serving a new signature's
+# calls while that signature's own plan is built in the background) gives these ops: numpy's
+# where creating a oneDNN primitive for the shape costs more than numpy's run
+# (``providers.INTERIM_NUMPY_FLOPS``). On PP-OCRv4 det at 128 x 160 its two deconvolutions'
+# primitives took ~10 of a ~30 ms first call (ORT runs the model in ~2 ms); the signature's own
+# plan creates its primitives anyway, off the caller.
+INTERIM_ALGOS: dict[tuple[str, str], Algorithm] = {
+    ("", "ConvTranspose"): INTERIM_CONV_TRANSPOSE,
+    ("pycann", "FusedConvTranspose"): INTERIM_CONV_TRANSPOSE,
+}
 _RELEASE_EVERY = 16 << 20  # bytes of packed weights between two releases of the mapped .om pages
 # (arena offset, dtype, logical shape, stored channels-last)
 ViewSpec = tuple[int, np.dtype, tuple[int, ...], bool]
@@ -60,10 +71,13 @@ class Plan:
     ``release`` drops the mapped .om pages of weights that prepared kernels packed (every 16 MiB
     packed). ``generic_bind``: the shape-generic plan (no ``memory``) binds the constant-weight
     GEMMs of ``kernels.bind_generic.PREPARE_GENERIC`` (packed once, a primitive per row count).
+    ``interim``: that plan serves new signatures only until their own plans are built: the ops
+    of ``INTERIM_ALGOS`` skip per-shape primitive creation where it costs more than the call.
     """
 
     def __init__(self, graph: Graph, outer_names: Sequence[str] = (), memory: MemoryPlan | None = None,
-                 release: Callable[[], None] | None = None, generic_bind: bool = False) -> None:
+                 release: Callable[[], None] | None = None, generic_bind: bool = False,
+                 interim: bool = False) -> None:
         self.graph = graph
         slots: dict[str, int] = {"": 0}  # slot 0 swallows omitted outputs
 
@@ -90,6 +104,9 @@ class Plan:
             op = lookup(n.op_type, n.domain, n.opset, n.label())
             attrs = op.with_defaults(n.attrs, f"node {n.label()}")
             attrs["_n_outputs"] = len(n.outputs)
+            choice = INTERIM_ALGOS.get((n.domain, n.op_type)) if interim else None
+            if choice is not None and n.inputs and getattr(graph.descs.get(n.inputs[0]), "dtype", None) == 1:
+                attrs["_algo"] = choice  # float32 only: the bf16 modes keep oneDNN's bf16 numbers
             ins = tuple(slot(i) if i else 0 for i in n.inputs)
             for sub_attr, sub in n.subgraphs.items():
                 self.subplans.setdefault(idx, {})[sub_attr] = Plan(sub, sorted(free_names(sub)))

@@ -417,6 +417,24 @@ def candidates(spec: OpSpec, only: set[str] | None = None, approx: bool = False)
     return out
 
 
+INTERIM = "interim"  # the name of algorithm.INTERIM_CONV_TRANSPOSE
+# Below these FLOPs the interim plan (a new signature's calls while its plan builds) computes with
+# numpy: creating the oneDNN primitive for the shape costs more than numpy's slower product.
+# Measured on an AVX-512 host: a deconvolution primitive (brgemm, channels-last) takes 2-8 ms to
+# create and 0.04-0.6 ms to run at PP-OCRv4 det's 2x2-stride-2 shapes; numpy's col2im takes
+# 0.06 ms at 1 MFLOP, 0.55 ms at 6, 5 ms at 24. (Convolutions are not listed: their primitives
+# are created in 0.3-0.7 ms, about numpy's run, and numpy's made PP-OCRv4 rec's first calls slower.)
+INTERIM_NUMPY_FLOPS: dict[str, int] = {"ConvTranspose": 16_000_000}
+
+
+@lru_cache(maxsize=4096)
+def _interim_choice(spec: OpSpec) -> Implementation:
+    """numpy's implementation for ``spec`` below ``INTERIM_NUMPY_FLOPS``, else the static choice."""
+    if spec.flops < INTERIM_NUMPY_FLOPS.get(spec.op_type, 0):
+        return candidates(spec, only={"numpy"})[0]
+    return _static_choice(spec)
+
+
 @lru_cache(maxsize=4096)
 def _static_choice(spec: OpSpec, approx: bool = False) -> Implementation:
     # Walk the table's row first: a row that starts with numpy (tiny convs, MatMul) must not
@@ -462,6 +480,8 @@ def resolve(algo: Algorithm | None, spec: Callable[[], OpSpec]) -> Implementatio
     A missing or unavailable ``algo`` falls back to the static choice (logged once per algorithm).
     """
     if algo is not None:
+        if algo.name == INTERIM:
+            return _interim_choice(spec())
         impl = _implementations.get(algo) or algorithm(algo)
         if impl is not None:
             return impl
