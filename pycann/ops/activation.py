@@ -186,6 +186,24 @@ def gelu_erf_(y: np.ndarray) -> np.ndarray:
     return y
 
 
+def gelu_tanh_(y: np.ndarray) -> np.ndarray:
+    """Tanh-form GELU ``0.5 y (1 + tanh(sqrt(2/pi) (y + 0.044715 y^3)))`` (ONNX Gelu-20 with
+    ``approximate="tanh"``, GPT-2's ``gelu_new``) computed in place; returns ``y``. NaN propagates."""
+    if y.size == 0:
+        return y
+    k = y.dtype.type(math.sqrt(2.0 / math.pi))
+    with np.errstate(all="ignore"):
+        t = y * y
+        t *= y.dtype.type(0.044715) * k
+        t += k
+        t *= y
+        np.tanh(t, out=t)
+        t += 1
+        t *= y.dtype.type(0.5)
+        y *= t
+    return y
+
+
 # ----------------------------------------------------------------------------- helpers
 
 

@@ -36,7 +36,8 @@ from pycann.ops.operand_checks import check_broadcast_to
 from pycann.ops.shape_utils import broadcast_shapes
 
 DOMAIN = "pycann"
-ACTIVATIONS = ("", "Relu", "Clip", "Sigmoid", "HardSigmoid", "HardSwish", "LeakyRelu", "Swish", "Gelu", "Tanh")
+ACTIVATIONS = ("", "Relu", "Clip", "Sigmoid", "HardSigmoid", "HardSwish", "LeakyRelu", "Swish", "Gelu", "GeluTanh",
+               "Tanh")
 
 
 def _sigmoid_inplace(y: np.ndarray) -> np.ndarray:
@@ -76,6 +77,8 @@ def apply_activation(y: np.ndarray, name: str, alpha: float, beta: float) -> np.
         y *= t
     elif name == "Gelu":
         act_mod.gelu_erf_(y)
+    elif name == "GeluTanh":
+        act_mod.gelu_tanh_(y)
     elif name == "Tanh":
         np.tanh(y, out=y)
     else:

@@ -382,6 +382,46 @@ def test_gelu_tanh_form_fuses() -> None:
     _check(m, {"x": _f32(3, 7)}, {"Gelu": 1}, absent=("Tanh", "Pow"))
 
 
+def _matmul_gelu_tanh(spelled: bool, opset: int = 20) -> onnx.ModelProto:
+    """x [B, S, 8] -> MatMul + bias -> GELU in its tanh form: spelled out (GPT-2's gelu_new as the
+    TorchScript exporter writes it) or as ONNX Gelu-20 ``approximate="tanh"``."""
+    inits = [_c("W", _f32(8, 16) * 2), _c("B", _f32(16))]
+    nodes = [helper.make_node("MatMul", ["x", "W"], ["h"]), helper.make_node("Add", ["h", "B"], ["v"])]
+    if spelled:
+        nodes += [helper.make_node("Mul", ["v", "half"], ["hv"]), helper.make_node("Pow", ["v", "three"], ["p"]),
+                  helper.make_node("Mul", ["p", "k"], ["pk"]), helper.make_node("Add", ["v", "pk"], ["a"]),
+                  helper.make_node("Mul", ["a", "c"], ["ac"]), helper.make_node("Tanh", ["ac"], ["t"]),
+                  helper.make_node("Add", ["t", "one"], ["t1"]), helper.make_node("Mul", ["hv", "t1"], ["y"])]
+        inits += [_c("half", np.float32(0.5)), _c("three", np.float32(3)), _c("k", np.float32(0.044715)),
+                  _c("c", np.float32(math.sqrt(2 / math.pi))), _c("one", np.float32(1))]
+    else:
+        nodes.append(helper.make_node("Gelu", ["v"], ["y"], approximate="tanh"))
+    g = helper.make_graph(nodes, "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["B", "S", 8])],
+                          [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)], inits)
+    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", opset)])
+    m.ir_version = 9
+    return m
+
+
+@pytest.mark.parametrize("spelled", [True, False])
+def test_matmul_bias_gelu_tanh_fuses_into_one_fused_matmul(spelled: bool) -> None:
+    """The tanh form (GPT-2) fuses as activation GeluTanh, as the erf form does as Gelu; the
+    static plan (oneDNN post-op) and the shape-generic plan agree with ORT, NaN rows stay NaN."""
+    from pycann.config import PlanCacheConfig, PlanPolicy
+
+    m = _matmul_gelu_tanh(spelled)
+    cm = compile_model(m)
+    fused = [n for n in cm.graph.nodes if n.op_type == "FusedMatMul"]
+    assert [n.op_type for n in cm.graph.nodes] == ["FusedMatMul"] and fused[0].attrs["activation"] == "GeluTanh"
+    x = _f32(2, 3, 8)
+    x[1, 2, 4] = np.nan
+    want = run_ort(m, {"x": x})[0]
+    for policy in (PlanPolicy.SPECIALIZE, PlanPolicy.GENERIC):
+        got = LoadedModel.from_compiled(compile_model(m), plan_cache=PlanCacheConfig(policy=policy)).run([x])[0]
+        assert np.array_equal(np.isnan(got), np.isnan(want)) and np.isnan(got[1, 2]).all()
+        np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5)
+
+
 def test_gelu_with_wrong_constant_is_not_fused() -> None:
     nodes = [helper.make_node("Div", ["x", "s"], ["d"]), helper.make_node("Erf", ["d"], ["e"]),
              helper.make_node("Add", ["e", "one"], ["e1"]), helper.make_node("Mul", ["x", "e1"], ["p"]),

@@ -25,9 +25,9 @@ def onednn_unary(act: str, alpha: float, beta: float) -> Unary | None:
     """The eltwise post-op computing ONNX activation ``act`` (with FusedConv's alpha/beta), or None.
 
     Same formulas as ``pycann.ops.fused.apply_activation``: HardSigmoid max(0, min(1, a*x + b)),
-    HardSwish x * hardsigmoid(x; 1/6, 1/2), Swish x * sigmoid(a*x), Gelu the erf form,
+    HardSwish x * hardsigmoid(x; 1/6, 1/2), Swish x * sigmoid(a*x), Gelu the erf form, GeluTanh the tanh form,
     Clip(min=alpha, max=beta), LeakyRelu slope alpha."""
-    simple = {"Relu": "relu", "Sigmoid": "logistic", "Tanh": "tanh", "Gelu": "gelu_erf"}
+    simple = {"Relu": "relu", "Sigmoid": "logistic", "Tanh": "tanh", "Gelu": "gelu_erf", "GeluTanh": "gelu_tanh"}
     if act in simple:
         return E[simple[act]], 0.0, 0.0
     if act == "HardSwish":
@@ -57,7 +57,7 @@ def _chain(unary: Unary | Unaries | None) -> Unaries:
 
 def _numpy_unary(y: np.ndarray, u: Unary | Unaries) -> np.ndarray:
     """``u`` applied in numpy, in place (the fallback path for shapes oneDNN is not given)."""
-    from pycann.ops.activation import gelu_erf_
+    from pycann.ops.activation import gelu_erf_, gelu_tanh_
 
     if isinstance(u[0], tuple):
         for one in u:
@@ -81,6 +81,8 @@ def _numpy_unary(y: np.ndarray, u: Unary | Unaries) -> np.ndarray:
             np.clip(y, a, b, out=y)
         elif alg == E["gelu_erf"]:
             gelu_erf_(y)
+        elif alg == E["gelu_tanh"]:
+            gelu_tanh_(y)
         elif alg == E["linear"]:
             y *= np.float32(a)
             y += np.float32(b)

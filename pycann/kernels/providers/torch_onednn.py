@@ -229,6 +229,8 @@ def onednn_unary(act: str, alpha: float, beta: float) -> tuple[str, list[float],
         return "swish", [], ""
     if act == "Gelu":
         return "gelu", [], "none"
+    if act == "GeluTanh":
+        return "gelu", [], "tanh"
     return None
 
 

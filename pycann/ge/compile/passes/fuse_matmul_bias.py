@@ -5,7 +5,7 @@ Check: single readers along the chain; the bias broadcasts into the MatMul outpu
 enlarging it (typically a constant [N] vector); the residual (a transformer block's
 ``LayerNorm(x + Dense(h))``) has exactly the output's shape and dtype (float32 / float64), so
 the bound oneDNN kernel takes it as a binary-add post-op without broadcasting; activations as
-in ConvActivationFusion, plus Gelu. As for FusedConv, the activation comes last:
+in ConvActivationFusion, plus Gelu (erf or tanh form: GPT-2's gelu_new). As for FusedConv, the activation comes last:
 ``act(A @ B + bias + residual)``; an activation between the bias and the residual Add ends the
 chain before the residual (that Add stays a separate node).
 
@@ -29,11 +29,15 @@ from pycann.ops.shape_utils import broadcast_shapes
 name = "MatMulBiasActivationFusion"
 
 
-def _gelu(ix: GraphIndex, value: str) -> tuple[list[Node], str] | None:
+def _gelu(ix: GraphIndex, value: str) -> tuple[list[Node], str, str] | None:
+    """(the Gelu node, its output, the fused activation: "Gelu" for the erf form, "GeluTanh")."""
     n = ix.sole_consumer(value)
-    if is_op(n, "Gelu") and n is not None and n.attrs.get("approximate", "none") == "none":
-        return [n], n.outputs[0]
-    return None
+    if not is_op(n, "Gelu") or n is None:
+        return None
+    approx = n.attrs.get("approximate", "none")
+    approx = approx.decode() if isinstance(approx, bytes) else approx
+    act = {"none": "Gelu", "tanh": "GeluTanh"}.get(approx)
+    return None if act is None else ([n], n.outputs[0], act)
 
 
 def _same_shape(dy: TensorDesc, do: TensorDesc) -> bool:
@@ -125,7 +129,7 @@ def fuse(g: Graph) -> tuple[int, int, list[str]]:
         gelu = _gelu(ix, out)
         if gelu is not None:
             matched.extend(gelu[0])
-            out, act_name = gelu[1], "Gelu"
+            out, act_name = gelu[1], gelu[2]
         else:
             act = match_activation(ix, out)
             if not isinstance(act, str):
