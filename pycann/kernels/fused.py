@@ -31,10 +31,17 @@ def _onednn_softmax_(s: np.ndarray) -> bool:
     return onednn_softmax.softmax_last_axis_(s)
 
 
+DECODE_ROWS = 4  # FusedAttention products with at most this many query rows go straight to numpy
+
+
 def _provider_matmul(a: np.ndarray, b: np.ndarray) -> Callable[[np.ndarray, np.ndarray], np.ndarray]:
     """The static table's float32 MatMul for these operands (``onednn:matmul`` when libdnnl is
     there: in a plan running oneDNN kernels, numpy's OpenBLAS is held to one thread), as a
     two-argument function."""
+    if a.ndim >= 2 and a.shape[-2] <= DECODE_ROWS:
+        # a decode step's query rows: its key length is new on every step, so a per-shape oneDNN
+        # primitive (or even the per-shape lookup, ~5-12 us a miss) would be paid on every call
+        return np.matmul
     algo = resolve(None, lambda: GemmSpec("MatMul", tuple(a.shape), tuple(b.shape), "float32"))
     return lambda x, y: algo.fn(x, y, None)
 
