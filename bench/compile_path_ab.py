@@ -35,6 +35,7 @@ from pycann.config import apply_omp_wait_policy  # noqa: E402
 apply_omp_wait_policy()  # before torch loads its libgomp
 
 import torch  # noqa: E402
+import torch_bench  # noqa: E402  (bench/, this script's folder)
 
 import pycann.torch  # noqa: E402, F401  (the npu device and backend)
 import pycann.torch.compile as npu_compile  # noqa: E402
@@ -60,13 +61,9 @@ def _idle(threshold: float = 0.08, wait_s: float = 10.0) -> float:
 
 
 def _median_ms(fn: Callable[[], Any], iters: int = 7) -> float:
+    """torch_bench's median of ``iters`` calls, after one warm-up call."""
     fn()
-    times = []
-    for _ in range(iters):
-        t0 = time.perf_counter()
-        fn()
-        times.append(time.perf_counter() - t0)
-    return statistics.median(times) * 1e3
+    return torch_bench._median_ms(fn, iters)
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -45,16 +45,21 @@ _counts = {"conv": 0, "matmul": 0}
 
 
 @lru_cache(maxsize=1)
-def cpu_has_bf16() -> bool:
-    """True when the CPU advertises bfloat16 dot products (``avx512_bf16`` or ``amx_bf16``)."""
+def _cpu_flags() -> frozenset[str]:
+    """The CPU's feature flags (Linux ``/proc/cpuinfo``; empty elsewhere)."""
     try:
         with open("/proc/cpuinfo", encoding="utf-8") as f:
             for line in f:
                 if line.startswith("flags"):
-                    return bool({"avx512_bf16", "amx_bf16"} & set(line.split()))
+                    return frozenset(line.split())
     except OSError:
         pass
-    return False
+    return frozenset()
+
+
+def cpu_has_bf16() -> bool:
+    """True when the CPU advertises bfloat16 dot products (``avx512_bf16`` or ``amx_bf16``)."""
+    return bool({"avx512_bf16", "amx_bf16"} & _cpu_flags())
 
 
 @lru_cache(maxsize=1)
@@ -67,16 +72,8 @@ def native() -> bool:
     return onednn.available()
 
 
-@lru_cache(maxsize=1)
 def _cpu_has_fp16() -> bool:
-    try:
-        with open("/proc/cpuinfo", encoding="utf-8") as f:
-            for line in f:
-                if line.startswith("flags"):
-                    return bool({"avx512_fp16", "amx_fp16"} & set(line.split()))
-    except OSError:
-        pass
-    return False
+    return bool({"avx512_fp16", "amx_fp16"} & _cpu_flags())
 
 
 def kernel_note(labels: set[str]) -> str:
