@@ -35,7 +35,6 @@ This module is a leaf (stdlib, ``pycann``'s version, ``pycann.config``, ``pycann
 from __future__ import annotations
 
 import functools
-import importlib.metadata
 import json
 import os
 import platform
@@ -80,6 +79,8 @@ def host_soc() -> str:
 @functools.lru_cache(maxsize=1)
 def kit_version() -> str:
     """pycann's version plus the kernel libraries' (a new numpy/oneDNN/torch invalidates measurements)."""
+    import importlib.metadata  # here, not at module level: it costs ~11 ms of every pycann import
+
     parts = [f"pycann {pycann.__version__}"]
     for dist in ("numpy", "onednn-cpu-gomp", "torch"):
         try:

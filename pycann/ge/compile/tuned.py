@@ -16,7 +16,6 @@ logged once and ignored: a compile never fails because of it.
 
 from __future__ import annotations
 
-import hashlib
 import logging
 from dataclasses import dataclass, field
 from typing import Any
@@ -93,6 +92,8 @@ def tuned_algorithm(spec: OpSpec, approx: bool, context: CompileContext) -> Impl
 def graph_fingerprint(g: Graph) -> str:
     """sha256 of a graph's structure: inputs and their descs, nodes (op, edges, attrs), constants'
     names, shapes and dtypes. Weight values are left out: they do not change the best choices."""
+    import hashlib  # here: ~3 ms of every pycann import otherwise, for a function only aoe and atc call
+
     h = hashlib.sha256()
 
     def attr(v: Any) -> Any:
