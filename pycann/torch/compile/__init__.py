@@ -132,6 +132,14 @@ def _plan(onnx_bytes: bytes) -> Any:
     return LoadedModel.from_compiled(compile_model(onnx_bytes))
 
 
+def _fed(model: Any, dyn_idx: Sequence[int]) -> list[bool]:
+    """Which of the graph's dynamic inputs (``dyn_idx``, exported as ``x0``, ``x1``, ...) the plan
+    takes. Why: the ONNX exporter drops an input no output depends on (a graph between two graph
+    breaks that only passes a tensor through), and the plan rejects a feed count it lacks."""
+    names = {i.name for i in model.inputs}
+    return [f"x{k}" in names for k in range(len(dyn_idx))]
+
+
 def _unsupported(onnx_bytes: bytes) -> list[str]:
     import onnx
 
@@ -212,6 +220,9 @@ def npu_backend(gm: torch.fx.GraphModule, example_inputs: Sequence[Any], **optio
     static = _static_inputs(gm)
     if len(static) != len(example_inputs):
         static = [False] * len(example_inputs)
+    # an inference tensor (made under torch.inference_mode) has no version counter, so an in-place
+    # write to it could not be seen (frozen.py): it is fed each call instead of embedded
+    static = [s and not (isinstance(t, torch.Tensor) and t.is_inference()) for s, t in zip(static, example_inputs)]
     try:
         onnx_bytes = _lower(gm, example_inputs, static)
     except Exception as e:  # noqa: BLE001 - any export failure means: run this graph eagerly, say why
@@ -231,9 +242,10 @@ def npu_backend(gm: torch.fx.GraphModule, example_inputs: Sequence[Any], **optio
     rec.compile_seconds = time.perf_counter() - t0
     dyn_idx = [i for i, s in enumerate(static) if not s]
     frozen = FrozenWeights(example_inputs, static)
+    fed = _fed(model, dyn_idx)
 
     def run(*args: Any) -> tuple[torch.Tensor, ...]:
-        nonlocal model, frozen
+        nonlocal model, frozen, fed
         rec.calls += 1
         if not frozen.still_hold(args):
             # a parameter/buffer was replaced or written since the plan embedded it: build the
@@ -241,6 +253,7 @@ def npu_backend(gm: torch.fx.GraphModule, example_inputs: Sequence[Any], **optio
             t1 = time.perf_counter()
             model = _plan(_lower(gm, args, static))
             frozen = FrozenWeights(args, static)
+            fed = _fed(model, dyn_idx)
             rec.relowers += 1
             rec.compile_seconds += time.perf_counter() - t1
             if rec.relowers == 1:
@@ -250,12 +263,15 @@ def npu_backend(gm: torch.fx.GraphModule, example_inputs: Sequence[Any], **optio
                               "rebuilds it each time; compile after loading the weights.", stacklevel=2)
         feeds = []
         index = -1
-        for i in dyn_idx:
+        for i, f in zip(dyn_idx, fed):
             t = args[i].detach()
             if t.device.type == "npu":
                 index = t.device.index or 0
+                if not f:
+                    continue
                 t = to_cpu(t)
-            feeds.append(t.contiguous().numpy())
+            if f:
+                feeds.append(t.contiguous().numpy())
         outs = model.run(feeds)
         res = [torch.from_numpy(o) for o in outs]
         return tuple(to_npu(r, index) if index >= 0 else r for r in res)
