@@ -28,6 +28,7 @@ from typing import Any
 
 import torch
 
+from pycann.dtypes import DType, to_numpy
 from pycann.torch._alias import to_cpu, to_npu
 from pycann.torch.compile.frozen import FrozenWeights
 from pycann.torch.compile.records import GraphRecord, new_record
@@ -76,6 +77,14 @@ def format_graph_report() -> str:
         first = reason.splitlines()[0] if reason else "?"
         lines.append(f"  graph break x{n}: {first[:200]}")
     return "\n".join(lines)
+
+
+def _running_stats(gm: torch.fx.GraphModule, example_inputs: Sequence[Any]) -> list[bool]:
+    """Which placeholders are CPU BatchNorm running statistics (``frozen.py``: written without a
+    version bump by a train-mode forward)."""
+    names = [str(n.target) for n in gm.graph.nodes if n.op == "placeholder"]
+    return [("_buffers_running_mean" in n or "_buffers_running_var" in n) and isinstance(t, torch.Tensor)
+            and t.device.type == "cpu" and t.is_contiguous() for n, t in zip(names, example_inputs)]
 
 
 def _static_inputs(gm: torch.fx.GraphModule) -> list[bool]:
@@ -130,6 +139,25 @@ def _plan(onnx_bytes: bytes) -> Any:
     from pycann.ge.run.model import LoadedModel
 
     return LoadedModel.from_compiled(compile_model(onnx_bytes))
+
+
+_BF16 = to_numpy(DType.BFLOAT16)
+
+
+def _to_numpy(t: torch.Tensor) -> Any:
+    """A CPU tensor as a numpy array sharing its bytes; bfloat16 (which torch's ``.numpy()``
+    refuses) as ml_dtypes' bfloat16, the dtype GE's plans use."""
+    t = t.contiguous()
+    if t.dtype != torch.bfloat16:
+        return t.numpy()
+    return t.view(torch.int16).numpy().view(_BF16)
+
+
+def _from_numpy(a: Any) -> torch.Tensor:
+    """``torch.from_numpy``, with ml_dtypes' bfloat16 arrays as torch.bfloat16."""
+    if a.dtype == _BF16:
+        return torch.from_numpy(a.view("int16")).view(torch.bfloat16)
+    return torch.from_numpy(a)
 
 
 def _fed(model: Any, dyn_idx: Sequence[int]) -> list[bool]:
@@ -241,7 +269,8 @@ def npu_backend(gm: torch.fx.GraphModule, example_inputs: Sequence[Any], **optio
     rec.compiled = True
     rec.compile_seconds = time.perf_counter() - t0
     dyn_idx = [i for i, s in enumerate(static) if not s]
-    frozen = FrozenWeights(example_inputs, static)
+    stats = _running_stats(gm, example_inputs)
+    frozen = FrozenWeights(example_inputs, static, stats)
     fed = _fed(model, dyn_idx)
 
     def run(*args: Any) -> tuple[torch.Tensor, ...]:
@@ -252,7 +281,7 @@ def npu_backend(gm: torch.fx.GraphModule, example_inputs: Sequence[Any], **optio
             # plan again from this call's values (eager PyTorch would use them; see frozen.py)
             t1 = time.perf_counter()
             model = _plan(_lower(gm, args, static))
-            frozen = FrozenWeights(args, static)
+            frozen = FrozenWeights(args, static, stats)
             fed = _fed(model, dyn_idx)
             rec.relowers += 1
             rec.compile_seconds += time.perf_counter() - t1
@@ -271,9 +300,9 @@ def npu_backend(gm: torch.fx.GraphModule, example_inputs: Sequence[Any], **optio
                     continue
                 t = to_cpu(t)
             if f:
-                feeds.append(t.contiguous().numpy())
+                feeds.append(_to_numpy(t))
         outs = model.run(feeds)
-        res = [torch.from_numpy(o) for o in outs]
+        res = [_from_numpy(o) for o in outs]
         return tuple(to_npu(r, index) if index >= 0 else r for r in res)
 
     return run
