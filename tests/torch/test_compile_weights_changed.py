@@ -128,3 +128,27 @@ def test_batchnorm_statistics_updated_by_a_train_mode_forward_on_cpu(dtype: torc
         m(torch.randn(4, 3, 6, 6, dtype=dtype) * 3 + 1)
         m.eval()
         torch.testing.assert_close(c(x), m(x), rtol=tol, atol=tol)
+
+
+def test_written_under_inference_mode_and_npu_batchnorm_trained_between_calls() -> None:
+    """A normal parameter written in place inside ``torch.inference_mode`` (its version still moves)
+    and an npu BatchNorm whose statistics a train-mode forward updated: torch's kernel writes them
+    without a ``_version`` bump, so eager npu (its cached BN constants) and the plan both kept the
+    old statistics (off by 0.16) until the dispatcher bumped it. Checked against the module's
+    state on CPU."""
+    m = torch.nn.Sequential(torch.nn.Conv2d(3, 4, 3), torch.nn.BatchNorm2d(4), torch.nn.ReLU()).eval().npu()
+    x = torch.randn(2, 3, 6, 6).npu()
+    c = torch.compile(m, backend="npu")
+    with torch.inference_mode():
+        _close(c(x).cpu(), m(x).cpu())
+        m[0].weight.mul_(-1.5)
+        _close(c(x).cpu(), m(x).cpu())
+    with torch.no_grad():
+        m.train()
+        m(torch.randn(4, 3, 6, 6).npu() * 3 + 1)
+        m.eval()
+        cpu = torch.nn.Sequential(torch.nn.Conv2d(3, 4, 3), torch.nn.BatchNorm2d(4), torch.nn.ReLU()).eval()
+        cpu.load_state_dict({k: v.cpu().clone() for k, v in m.state_dict().items()})
+        want = cpu(x.cpu().clone())
+        _close(m(x).cpu(), want)
+        _close(c(x).cpu(), want)
