@@ -340,7 +340,8 @@ def _k_attention(inputs: Sequence[Any], attrs: Mapping[str, Any], fc: FusedCompu
             s += mask
         else:
             s = s + mask
-    m = s.max(axis=-1, keepdims=True)
+    # no keys: empty scores, so P @ V is zeros, as ONNX Runtime's MatMul/Softmax/MatMul give
+    m = s.max(axis=-1, keepdims=True) if s.shape[-1] else 0
     s -= m
     np.exp(s, out=s)
     s /= s.sum(axis=-1, keepdims=True)
@@ -352,7 +353,9 @@ def _k_attention(inputs: Sequence[Any], attrs: Mapping[str, Any], fc: FusedCompu
 def _attention_bf16(q: np.ndarray, kt: np.ndarray, v: np.ndarray, mask: np.ndarray | None, scale: float,
                     attrs: Mapping[str, Any], fc: FusedCompute) -> np.ndarray | None:
     """The bf16 path's numbers (scores and softmax in float32, P rounded to bf16 before P @ V) with
-    both products in the provider's bf16 GEMM; None when it has none (the caller widens)."""
+    both products in the provider's bf16 GEMM; None when it has none or a dim is 0 (the caller widens)."""
+    if 0 in q.shape or 0 in kt.shape or 0 in v.shape:
+        return None
     s = fc.bf16_matmul(q, kt, attrs)
     if s is None:
         return None

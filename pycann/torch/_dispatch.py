@@ -315,6 +315,12 @@ def _kernel(op: Any, *args: Any, **kwargs: Any) -> Any:
     return out
 
 
+# train-mode batch norms (input, weight, bias, running_mean, running_var, training, ...): torch's
+# kernel writes the running statistics without bumping their ``_version``; bumped here, since the bound kernels' constant caches
+# (``_pycann_ops._const_key``) and torch.compile's plans (``compile/frozen.py``) key on it
+_UNVERSIONED_WRITES = frozenset({"aten::native_batch_norm", "aten::_native_batch_norm_legit"})
+
+
 def _compute(op: Any, info: _OpInfo, args: tuple[Any, ...], kwargs: dict[str, Any]) -> tuple[Any, Provider]:
     index: list[int] = []
     cargs = list(args)
@@ -377,6 +383,10 @@ def _compute(op: Any, info: _OpInfo, args: tuple[Any, ...], kwargs: dict[str, An
                 if name in info.kwarg_only and isinstance(ckw.get(name), torch.Tensor):
                     ckw[name] = torch.empty(0, dtype=ckw[name].dtype)
             out = op._op(*cargs, **ckw)
+    if info.name in _UNVERSIONED_WRITES and len(args) > 5 and args[5]:  # training: the statistics were written
+        for t in args[3:5]:
+            if isinstance(t, torch.Tensor) and not t.is_inference():
+                torch.autograd.graph.increment_version(t)
     if not info.mutable_args:
         return _up(out, dev), provider
     # in-place / out=: the npu arguments are the results; follow a resize the kernel made

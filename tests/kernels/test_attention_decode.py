@@ -45,3 +45,39 @@ def test_prompt_rows_keep_the_kernel_table_choice() -> None:
     q = RNG.standard_normal((1, 12, 32, 64)).astype(np.float32)
     kt = RNG.standard_normal((1, 12, 64, 32)).astype(np.float32)
     assert kfused._provider_matmul(q, kt) is not np.matmul
+
+
+@pytest.mark.parametrize("dtype", ["float32", "float16", "bfloat16"])
+@pytest.mark.parametrize("rows", [1, 5])
+def test_no_keys_gives_zeros_as_onnxruntime(rows: int, dtype: str) -> None:
+    """A key length of 0 (an empty cache): the scores are empty and P @ V is zeros in ORT; the
+    numpy formula raised 'zero-size array to reduction operation maximum'."""
+    import ml_dtypes
+
+    dt = np.dtype(ml_dtypes.bfloat16) if dtype == "bfloat16" else np.dtype(dtype)
+    q = RNG.standard_normal((2, 3, rows, 8)).astype(np.float32)
+    kt, v = np.zeros((2, 3, 8, 0), np.float32), np.zeros((2, 3, 0, 8), np.float32)
+    mask = np.zeros((2, 1, rows, 0), np.float32)
+    want = _ort_attention(q, kt, v, mask, 0.125)
+    for m in (mask, None):
+        ins = [q.astype(dt), kt.astype(dt), v.astype(dt)] + ([] if m is None else [m.astype(dt)])
+        got = k_attention(ins, {"scale": 0.125})[0]
+        assert got.dtype == dt and got.shape == want.shape == (2, 3, rows, 8)
+        np.testing.assert_array_equal(got.astype(np.float32), want)
+
+
+@pytest.mark.parametrize("rows", [1, 4])
+def test_decode_rows_broadcast_batches_and_masks_as_onnxruntime(rows: int) -> None:
+    """Decode-step products by np.matmul: K/V with batch 1 against Q with batch 3, and a mask that
+    widens the scores' batch (the second product then has more batches than the first)."""
+    q = RNG.standard_normal((3, 2, rows, 16)).astype(np.float32)
+    kt = RNG.standard_normal((1, 2, 16, 9)).astype(np.float32)
+    v = RNG.standard_normal((1, 2, 9, 16)).astype(np.float32)
+    for mask in (np.where(RNG.random((3, 1, 1, 9)) < 0.3, -1e9, 0).astype(np.float32),
+                 np.where(RNG.random((rows, 9)) < 0.3, -1e9, 0).astype(np.float32)):
+        got = k_attention([q, kt, v, mask], {"scale": 0.25})[0]
+        np.testing.assert_allclose(got, _ort_attention(q, kt, v, mask, 0.25), rtol=1e-4, atol=1e-5)
+    q1 = RNG.standard_normal((1, 2, rows, 16)).astype(np.float32)
+    wide = np.where(RNG.random((3, 2, 1, 9)) < 0.3, -1e9, 0).astype(np.float32)
+    got = k_attention([q1, kt, v, wide], {"scale": 0.25})[0]
+    np.testing.assert_allclose(got, _ort_attention(q1, kt, v, wide, 0.25), rtol=1e-4, atol=1e-5)

@@ -28,6 +28,7 @@ from typing import Any
 
 import torch
 
+from pycann.dtypes import DType, to_numpy
 from pycann.torch._alias import to_cpu, to_npu
 from pycann.torch.compile.frozen import FrozenWeights
 from pycann.torch.compile.records import GraphRecord, new_record
@@ -76,6 +77,14 @@ def format_graph_report() -> str:
         first = reason.splitlines()[0] if reason else "?"
         lines.append(f"  graph break x{n}: {first[:200]}")
     return "\n".join(lines)
+
+
+def _running_stats(gm: torch.fx.GraphModule, example_inputs: Sequence[Any]) -> list[bool]:
+    """Which placeholders are CPU BatchNorm running statistics (``frozen.py``: written without a
+    version bump by a train-mode forward)."""
+    names = [str(n.target) for n in gm.graph.nodes if n.op == "placeholder"]
+    return [("_buffers_running_mean" in n or "_buffers_running_var" in n) and isinstance(t, torch.Tensor)
+            and t.device.type == "cpu" and t.is_contiguous() for n, t in zip(names, example_inputs)]
 
 
 def _static_inputs(gm: torch.fx.GraphModule) -> list[bool]:
@@ -130,6 +139,33 @@ def _plan(onnx_bytes: bytes) -> Any:
     from pycann.ge.run.model import LoadedModel
 
     return LoadedModel.from_compiled(compile_model(onnx_bytes))
+
+
+_BF16 = to_numpy(DType.BFLOAT16)
+
+
+def _to_numpy(t: torch.Tensor) -> Any:
+    """A CPU tensor as a numpy array sharing its bytes; bfloat16 (which torch's ``.numpy()``
+    refuses) as ml_dtypes' bfloat16, the dtype GE's plans use."""
+    t = t.contiguous()
+    if t.dtype != torch.bfloat16:
+        return t.numpy()
+    return t.view(torch.int16).numpy().view(_BF16)
+
+
+def _from_numpy(a: Any) -> torch.Tensor:
+    """``torch.from_numpy``, with ml_dtypes' bfloat16 arrays as torch.bfloat16."""
+    if a.dtype == _BF16:
+        return torch.from_numpy(a.view("int16")).view(torch.bfloat16)
+    return torch.from_numpy(a)
+
+
+def _fed(model: Any, dyn_idx: Sequence[int]) -> list[bool]:
+    """Which of the graph's dynamic inputs (``dyn_idx``, exported as ``x0``, ``x1``, ...) the plan
+    takes. Why: the ONNX exporter drops an input no output depends on (a graph between two graph
+    breaks that only passes a tensor through), and the plan rejects a feed count it lacks."""
+    names = {i.name for i in model.inputs}
+    return [f"x{k}" in names for k in range(len(dyn_idx))]
 
 
 def _unsupported(onnx_bytes: bytes) -> list[str]:
@@ -212,6 +248,9 @@ def npu_backend(gm: torch.fx.GraphModule, example_inputs: Sequence[Any], **optio
     static = _static_inputs(gm)
     if len(static) != len(example_inputs):
         static = [False] * len(example_inputs)
+    # an inference tensor (made under torch.inference_mode) has no version counter, so an in-place
+    # write to it could not be seen (frozen.py): it is fed each call instead of embedded
+    static = [s and not (isinstance(t, torch.Tensor) and t.is_inference()) for s, t in zip(static, example_inputs)]
     try:
         onnx_bytes = _lower(gm, example_inputs, static)
     except Exception as e:  # noqa: BLE001 - any export failure means: run this graph eagerly, say why
@@ -230,17 +269,20 @@ def npu_backend(gm: torch.fx.GraphModule, example_inputs: Sequence[Any], **optio
     rec.compiled = True
     rec.compile_seconds = time.perf_counter() - t0
     dyn_idx = [i for i, s in enumerate(static) if not s]
-    frozen = FrozenWeights(example_inputs, static)
+    stats = _running_stats(gm, example_inputs)
+    frozen = FrozenWeights(example_inputs, static, stats)
+    fed = _fed(model, dyn_idx)
 
     def run(*args: Any) -> tuple[torch.Tensor, ...]:
-        nonlocal model, frozen
+        nonlocal model, frozen, fed
         rec.calls += 1
         if not frozen.still_hold(args):
             # a parameter/buffer was replaced or written since the plan embedded it: build the
             # plan again from this call's values (eager PyTorch would use them; see frozen.py)
             t1 = time.perf_counter()
             model = _plan(_lower(gm, args, static))
-            frozen = FrozenWeights(args, static)
+            frozen = FrozenWeights(args, static, stats)
+            fed = _fed(model, dyn_idx)
             rec.relowers += 1
             rec.compile_seconds += time.perf_counter() - t1
             if rec.relowers == 1:
@@ -250,14 +292,17 @@ def npu_backend(gm: torch.fx.GraphModule, example_inputs: Sequence[Any], **optio
                               "rebuilds it each time; compile after loading the weights.", stacklevel=2)
         feeds = []
         index = -1
-        for i in dyn_idx:
+        for i, f in zip(dyn_idx, fed):
             t = args[i].detach()
             if t.device.type == "npu":
                 index = t.device.index or 0
+                if not f:
+                    continue
                 t = to_cpu(t)
-            feeds.append(t.contiguous().numpy())
+            if f:
+                feeds.append(_to_numpy(t))
         outs = model.run(feeds)
-        res = [torch.from_numpy(o) for o in outs]
+        res = [_from_numpy(o) for o in outs]
         return tuple(to_npu(r, index) if index >= 0 else r for r in res)
 
     return run
