@@ -44,6 +44,7 @@ from pycann.kernels.bound import BoundKernel
 __all__ = ["MAX_ROW_KERNELS", "PREPARE_GENERIC", "GenericPrepare", "packed_matmul"]
 
 _F32 = np.dtype(np.float32)
+_MISSING: Any = object()  # "no kernel made for this row count yet" (None records one that cannot be made)
 MAX_ROW_KERNELS = 32  # row counts one node keeps a primitive for (decode: batch; prompt: batch x length)
 
 Kernel = Callable[..., Any]
@@ -220,9 +221,8 @@ def _layer_norm(attrs: Mapping[str, Any], ins: Sequence[TensorDesc | None], cons
                 or x.shape[axis % rank:] != tail:
             return fallback(inputs, attrs)  # type: ignore[no-any-return]
         rows = x.size // n
-        if rows in table:
-            kb = table[rows]
-        else:
+        kb = table.get(rows, _MISSING)  # one lookup: another thread may evict between two
+        if kb is _MISSING:
             kb = onednn_norm.bound_layer_norm((rows, n), n, scale, bias, eps)
             with lock:
                 if len(table) >= MAX_ROW_KERNELS:

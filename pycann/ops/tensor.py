@@ -427,6 +427,9 @@ def _split_sizes(dim: int, split: list[int] | None, attrs: Attrs) -> list[int]:
     if attrs.get("num_outputs"):
         # opset 18: chunks of ceil(dim / n); the last one takes the remainder
         c = -(-dim // n)
+        if n > 1 and (n - 1) * c >= dim:  # e.g. 5 into 4: chunks of 2 give 2, 2, 1 and nothing (ORT rejects it too)
+            raise ValueError(f"Split: num_outputs {n} cannot split axis length {dim}: chunks of ceil({dim}/{n}) = {c} "
+                             f"leave the last output empty; use the 'split' input to give the sizes")
         return [max(min(c, dim - i * c), 0) for i in range(n)]
     if dim % n:
         raise ValueError(f"Split: axis length {dim} does not split evenly into {n} outputs")

@@ -50,3 +50,14 @@ def test_split_zero_size_chunks_remainders_and_strided_input() -> None:
              const_inputs=(1,))
     with pytest.raises(ValueError, match="does not sum"):
         run_pycann_op("Split", [y, _i64(3, 3)], {"axis": 1}, 2, 13)
+
+
+def test_split_num_outputs_that_would_leave_an_empty_last_chunk_is_rejected() -> None:
+    """5 into 4 (opset 18): chunks of ceil(5/4) = 2 give 2, 2, 1 and nothing; ORT rejects it
+    ("would produce a negative final split") and so does pycann, naming the fix."""
+    from pycann.ops.tensor import _k_split
+
+    x = np.arange(5, dtype=np.float32)
+    with pytest.raises(ValueError, match=r"num_outputs 4 cannot split axis length 5.*'split' input"):
+        _k_split([x], {"axis": 0, "num_outputs": 4})
+    assert [o.shape for o in _k_split([x], {"axis": 0, "num_outputs": 3})] == [(2,), (2,), (1,)]
