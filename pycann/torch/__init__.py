@@ -81,6 +81,40 @@ def _storage_to(orig: Any) -> Any:
     return _to
 
 
+def _storage_clone(orig: Any) -> Any:
+    """``UntypedStorage.clone`` (what ``copy.deepcopy`` of a tensor or module calls) with an npu
+    storage's copy allocated by the npu kernels: PyTorch's version calls
+    ``type(self)(n, device=...)``, which without a C++ allocator for the device crashed the
+    process (segmentation fault)."""
+
+    def clone(self: Any) -> Any:
+        if self.device.type == BACKEND:
+            dst = torch.empty(self.nbytes(), dtype=torch.uint8, device=self.device).untyped_storage()
+            dst.copy_(self)
+            return dst
+        return orig(self)
+
+    return clone
+
+
+def _storage_new(orig: Any) -> Any:
+    """``torch.UntypedStorage(n, device="npu")`` (and TypedStorage's, which builds one) made by
+    the npu kernels: the C constructor needs a C++ allocator for the device, and without one it
+    crashed the process (segmentation fault). Other devices and forms go to the constructor."""
+
+    def __new__(cls: Any, *args: Any, **kwargs: Any) -> Any:
+        device = kwargs.get("device")
+        if device is not None and torch.device(device).type == BACKEND:
+            if len(args) > 1 or set(kwargs) - {"device"} or (args and not isinstance(args[0], int)):
+                raise TypeError("pycann npu storages are made from a byte count: "
+                                "torch.UntypedStorage(nbytes, device='npu'); copy other data with .npu()")
+            nbytes = int(args[0]) if args else 0
+            return torch.empty(nbytes, dtype=torch.uint8, device=device).untyped_storage()
+        return orig(cls, *args, **kwargs)
+
+    return __new__
+
+
 def _storage_npu(self: Any, device: Any = None, non_blocking: bool = False) -> Any:
     """``UntypedStorage.npu(device=None)``: a copy on the npu (``self`` if already there)."""
     index = npu._device_index(device)
@@ -122,6 +156,8 @@ def _register() -> None:
     _autocast.install()
     _autograd.install()
     torch.storage._to = _storage_to(torch.storage._to)  # type: ignore[attr-defined]
+    torch.UntypedStorage.clone = _storage_clone(torch.UntypedStorage.clone)  # type: ignore[method-assign]
+    torch.UntypedStorage.__new__ = staticmethod(_storage_new(torch.UntypedStorage.__new__))  # type: ignore[assignment]
     torch.Tensor.pin_memory = _pin_memory(torch.Tensor.pin_memory)  # type: ignore[method-assign]
     from pycann.torch import compile as _compile
     from pycann.torch_vision_hook import ensure_torchvision_importable

@@ -63,6 +63,29 @@ def test_storage_and_dtypes() -> None:
     assert s.nbytes() == 12 and s.device.type == "npu"
 
 
+def test_deepcopy_and_storage_constructors_on_npu() -> None:
+    """copy.deepcopy of an npu module (UntypedStorage.clone) and torch.UntypedStorage /
+    TypedStorage made with device="npu" crashed the process (no C++ allocator for the device);
+    they now allocate through the npu kernels, with the same values and device."""
+    import copy
+
+    torch.manual_seed(0)
+    m = torch.nn.Sequential(torch.nn.Conv2d(3, 4, 3), torch.nn.BatchNorm2d(4)).npu()
+    m2 = copy.deepcopy(m)
+    for a, b in zip(m.parameters(), m2.parameters()):
+        assert b.device.type == "npu" and a.data_ptr() != b.data_ptr()
+        assert torch.equal(a.cpu(), b.cpu())
+    x = torch.randn(1, 3, 6, 6)
+    torch.testing.assert_close(m2.cpu().eval()(x), copy.deepcopy(m).cpu().eval()(x))
+    s = torch.UntypedStorage(16, device="npu")
+    assert s.device.type == "npu" and s.nbytes() == 16
+    assert torch.TypedStorage(4, device="npu", dtype=torch.float32).size() == 4
+    assert torch.TypedStorage(device="npu", dtype=torch.float32).size() == 0
+    assert torch.UntypedStorage(8).device.type == "cpu"
+    with pytest.raises(TypeError, match="byte count"):
+        torch.UntypedStorage([1, 2], device="npu")
+
+
 def test_autograd_and_optimizer_match_cpu() -> None:
     torch.manual_seed(1)
     ref = torch.nn.Sequential(torch.nn.Linear(8, 16), torch.nn.ReLU(), torch.nn.Linear(16, 1))
