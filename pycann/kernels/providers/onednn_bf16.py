@@ -130,6 +130,30 @@ def _to_channels_last(a: np.ndarray) -> np.ndarray:
     return out
 
 
+def _post_ops(residual: np.ndarray | None, post: Unaries) -> tuple[Any, list[tuple[Any, ...]]]:
+    """(the residual's memory desc or None, the attr's post-ops): a binary add of the residual
+    (bf16 or float32, as given), then the eltwise chain ``post``."""
+    ops: list[tuple[Any, ...]] = []
+    res_md = None
+    if residual is not None:
+        res_md = _md(residual.shape, residual.strides, residual.itemsize,
+                     BF16 if residual.dtype == _NP_BF16 else capi.F32)
+        ops.append(("binary_add", res_md))
+    ops += [("eltwise", *u) for u in post]
+    return res_md, ops
+
+
+def _optional_args(args: list[tuple[int, Any]], bias_md: Any, res_md: Any) -> tuple[Any, Any]:
+    """Memories for the optional bias and residual operands (None when absent), appended to ``args``."""
+    bias = capi.Memory(bias_md, 0) if bias_md is not None else None
+    if bias is not None:
+        args.append((capi.ARG_BIAS, bias))
+    res = capi.Memory(res_md, 0) if res_md is not None else None
+    if res is not None:
+        args.append((capi.arg_post_op_src1(0), res))
+    return bias, res
+
+
 class _ConvPlan:
     """One bf16 convolution primitive for fixed shapes, strides, weight and post-ops."""
 
@@ -144,25 +168,14 @@ class _ConvPlan:
             wdims, wstr = wdims[1:], wstr[1:]
         w_user = capi.MemoryDesc.strided(wdims, wstr, dt=BF16)
         bias = capi.MemoryDesc.strided((m,), (1,)) if with_bias else None
-        ops: list[tuple[Any, ...]] = []
-        res_md = None
-        if residual is not None:
-            res_md = _md(residual.shape, residual.strides, residual.itemsize,
-                         BF16 if residual.dtype == _NP_BF16 else capi.F32)
-            ops.append(("binary_add", res_md))
-        ops += [("eltwise", *u) for u in post]
+        res_md, ops = _post_ops(residual, post)
         geo = (win.strides, [d - 1 for d in win.dilations], win.pads_begin, win.pads_end)
         pd = capi.convolution_pd(src, capi.MemoryDesc.any(wdims, dt=BF16), bias, dst, *geo, capi.Attr(ops))
         self.impl = pd.impl_info()
         self.weights = onednn_packed.packed(w, w_user, pd.query_md(capi.QUERY_WEIGHTS_MD))  # once per weight
         self.src, self.dst = capi.Memory(src, 0), capi.Memory(dst, 0)
         args = [(capi.ARG_SRC, self.src), (capi.ARG_WEIGHTS, self.weights), (capi.ARG_DST, self.dst)]
-        self.bias = capi.Memory(bias, 0) if bias is not None else None
-        if self.bias is not None:
-            args.append((capi.ARG_BIAS, self.bias))
-        self.res = capi.Memory(res_md, 0) if res_md is not None else None
-        if self.res is not None:
-            args.append((capi.arg_post_op_src1(0), self.res))
+        self.bias, self.res = _optional_args(args, bias, res_md)
         self.prim = capi.Primitive(pd, args)
         self.lock = threading.Lock()
 
@@ -250,25 +263,14 @@ class _MatMulPlan:
         amd, bmd = _md(a.shape, a.strides, 2, BF16), _md(b.shape, b.strides, 2, BF16)
         ymd = _md(y.shape, y.strides, y.itemsize, BF16 if y.dtype == _NP_BF16 else capi.F32)
         bias_md = _md(bias.shape, bias.strides, 4, capi.F32) if bias is not None else None
-        ops: list[tuple[Any, ...]] = []
-        res_md = None
-        if residual is not None:
-            res_md = _md(residual.shape, residual.strides, residual.itemsize,
-                         BF16 if residual.dtype == _NP_BF16 else capi.F32)
-            ops.append(("binary_add", res_md))
-        ops += [("eltwise", *u) for u in post]
+        res_md, ops = _post_ops(residual, post)
         want = capi.MemoryDesc.any(b.shape, dt=BF16) if packed else bmd
         pd = capi.matmul_pd(amd, want, bias_md, ymd, capi.Attr(ops))
         self.a, self.y = capi.Memory(amd, 0), capi.Memory(ymd, 0)
         self.packed = packed
         self.b = onednn_packed.packed(b, bmd, pd.query_md(capi.QUERY_WEIGHTS_MD)) if packed else capi.Memory(bmd, 0)
         args = [(capi.ARG_SRC, self.a), (capi.ARG_WEIGHTS, self.b), (capi.ARG_DST, self.y)]
-        self.bias = capi.Memory(bias_md, 0) if bias_md is not None else None
-        if self.bias is not None:
-            args.append((capi.ARG_BIAS, self.bias))
-        self.res = capi.Memory(res_md, 0) if res_md is not None else None
-        if self.res is not None:
-            args.append((capi.arg_post_op_src1(0), self.res))
+        self.bias, self.res = _optional_args(args, bias_md, res_md)
         self.prim = capi.Primitive(pd, args)
         self.lock = threading.Lock()
 
