@@ -202,9 +202,7 @@ def _layer_norm(attrs: Mapping[str, Any], ins: Sequence[TensorDesc | None], cons
     tail = x.shape[axis % rank:]
     if not all(isinstance(d, int) for d in tail):
         return None
-    n = 1
-    for d in tail:
-        n *= int(d)  # type: ignore[arg-type]
+    n = int(np.prod([int(d) for d in tail], dtype=np.int64))  # type: ignore[arg-type]
     from pycann.kernels import providers
 
     if n == 0 or scale.size != n or (bias is not None and bias.size != n) or not providers.available("onednn"):

@@ -36,6 +36,7 @@ import numpy as np
 from pycann import config
 from pycann.kernels.algorithm import (
     FALLBACK,
+    INTERIM_CONV_TRANSPOSE,
     NUMPY_COL2IM,
     NUMPY_DEPTHWISE,
     NUMPY_GEMM,
@@ -417,7 +418,6 @@ def candidates(spec: OpSpec, only: set[str] | None = None, approx: bool = False)
     return out
 
 
-INTERIM = "interim"  # the name of algorithm.INTERIM_CONV_TRANSPOSE
 # Below these FLOPs the interim plan (a new signature's calls while its plan builds) computes with
 # numpy: creating the oneDNN primitive for the shape costs more than numpy's slower product.
 # Measured on an AVX-512 host: a deconvolution primitive (brgemm, channels-last) takes 2-8 ms to
@@ -480,7 +480,7 @@ def resolve(algo: Algorithm | None, spec: Callable[[], OpSpec]) -> Implementatio
     A missing or unavailable ``algo`` falls back to the static choice (logged once per algorithm).
     """
     if algo is not None:
-        if algo.name == INTERIM:
+        if algo is INTERIM_CONV_TRANSPOSE:  # set only at run time, by the interim plan (ge/run/plan.py)
             return _interim_choice(spec())
         impl = _implementations.get(algo) or algorithm(algo)
         if impl is not None:

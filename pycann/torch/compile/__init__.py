@@ -296,9 +296,7 @@ def npu_backend(gm: torch.fx.GraphModule, example_inputs: Sequence[Any], **optio
             t = args[i].detach()
             if t.device.type == "npu":
                 index = t.device.index or 0
-                if not f:
-                    continue
-                t = to_cpu(t)
+                t = to_cpu(t)  # a relabel, no copy
             if f:
                 feeds.append(_to_numpy(t))
         outs = model.run(feeds)
