@@ -41,6 +41,10 @@ PYCANN_OMP_WAIT_POLICY      brief        how the OpenMP workers of the oneDNN an
 PYCANN_NUM_THREADS          (all CPUs)   threads of torch and of the OpenMP kernels: exported as
                                          ``OMP_NUM_THREADS`` before libgomp loads, unless the user
                                          set that
+PYCANN_ADAPTIVE_THREADS     on           ``on``: while other processes keep this process's CPUs busy, a
+                                         plan runs on fewer OpenMP threads (a plan bound for that
+                                         team, built in the background: ``ge/run/contention.py``);
+                                         ``off``: always the full team
 PYCANN_PLAN_BUILD           background   graphs with convolutions under ``auto``: ``background``: a
                                          new signature's call runs the shape-generic plan and its
                                          specialised plan is built after the call on a worker
@@ -66,7 +70,8 @@ from pathlib import Path
 
 from pycann.errors import PycannError
 
-__all__ = ["ConfigError", "OMP_WAIT_POLICIES", "PlanBuild", "PlanCacheConfig", "PlanPolicy", "apply_omp_num_threads",
+__all__ = ["ConfigError", "OMP_WAIT_POLICIES", "PlanBuild", "PlanCacheConfig", "PlanPolicy", "adaptive_threads",
+           "apply_omp_num_threads",
            "apply_omp_wait_policy",
            "hccl_check", "omp_wait_policy", "parse_bytes", "plan_cache_config", "torch_kernels", "tune_bank_dir"]
 
@@ -98,6 +103,7 @@ class PlanCacheConfig:
     max_plans: int = 256
     policy: PlanPolicy = PlanPolicy.AUTO
     build: PlanBuild = PlanBuild.BACKGROUND
+    adaptive_threads: bool = True  # fewer OpenMP threads while other processes keep the CPUs busy
 
 
 _UNITS = {"": 1, "B": 1, "K": 1 << 10, "KB": 1 << 10, "KIB": 1 << 10, "M": 1 << 20, "MB": 1 << 20,
@@ -148,7 +154,8 @@ def plan_cache_config() -> PlanCacheConfig:
     except ValueError:
         raise ConfigError(f"PYCANN_PLAN_BUILD={raw_build!r}: expected one of "
                           f"{', '.join(b.value for b in PlanBuild)}") from None
-    return PlanCacheConfig(max_bytes, _int("PYCANN_PLAN_CACHE_PLANS", d.max_plans, 1), policy, build)
+    return PlanCacheConfig(max_bytes, _int("PYCANN_PLAN_CACHE_PLANS", d.max_plans, 1), policy, build,
+                           adaptive_threads())
 
 
 def hccl_check() -> bool:
@@ -299,6 +306,15 @@ def apply_omp_num_threads() -> int | None:
     if n is not None:
         os.environ["OMP_NUM_THREADS"] = str(n)
     return n
+
+
+def adaptive_threads() -> bool:
+    """``PYCANN_ADAPTIVE_THREADS``: ``on`` (default, also when unset) or ``off``. Raises ``ConfigError``."""
+    raw = _env("PYCANN_ADAPTIVE_THREADS").strip().lower()
+    if raw not in ("", "on", "off", "1", "0"):
+        raise ConfigError(f"PYCANN_ADAPTIVE_THREADS={raw!r}: expected on (fewer threads while other processes "
+                          "keep the CPUs busy) or off")
+    return raw not in ("off", "0")
 
 
 def num_threads_set() -> bool:

@@ -1,5 +1,6 @@
-"""Shared fixtures (opt-in: a module asks for them with ``pytest.mark.usefixtures``), and one
-autouse fixture: the tests never read or write the user's AOE knowledge bank."""
+"""Shared fixtures (opt-in: a module asks for them with ``pytest.mark.usefixtures``), and two
+autouse fixtures: the tests never read or write the user's AOE knowledge bank, and plans keep their
+full OpenMP team whatever else runs on the machine."""
 
 from __future__ import annotations
 
@@ -17,6 +18,17 @@ def _own_tune_bank(tmp_path_factory: pytest.TempPathFactory) -> Iterator[None]:
     (~/.cache/pycann/aoe) must not change the kernels the tests compile (docs/aoe.md)."""
     mp = pytest.MonkeyPatch()
     mp.setenv("TUNE_BANK_PATH", str(tmp_path_factory.mktemp("tune_bank")))
+    yield
+    mp.undo()
+
+
+@pytest.fixture(autouse=True, scope="session")
+def _full_teams() -> Iterator[None]:
+    """``PYCANN_ADAPTIVE_THREADS=off``: a busy CI machine (or the suite's own subprocesses) would
+    otherwise make models build extra plans for a smaller team, and the tests that count plans would
+    read another number. tests/ge/test_contention.py turns it on with a scripted governor."""
+    mp = pytest.MonkeyPatch()
+    mp.setenv("PYCANN_ADAPTIVE_THREADS", "off")
     yield
     mp.undo()
 

@@ -207,7 +207,8 @@ def test_config_from_environment(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("PYCANN_PLAN_CACHE_BYTES", "64M")
     monkeypatch.setenv("PYCANN_PLAN_CACHE_PLANS", "8")
     monkeypatch.setenv("PYCANN_PLAN_POLICY", "Generic")
-    assert plan_cache_config() == PlanCacheConfig(64 << 20, 8, PlanPolicy.GENERIC)
+    # (PYCANN_ADAPTIVE_THREADS=off: tests/conftest.py)
+    assert plan_cache_config() == PlanCacheConfig(64 << 20, 8, PlanPolicy.GENERIC, adaptive_threads=False)
     lm = LoadedModel.from_compiled(compile_model(_mlp_model()))
     assert lm.plan_cache_stats().max_bytes == 64 << 20 and lm.plan_cache_stats().policy == "generic"
 

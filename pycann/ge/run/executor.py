@@ -21,10 +21,12 @@ from pycann.errors import PycannError
 from pycann.ge.ir import Graph
 from pycann.ge.planning.candidates import INPLACE, arena_candidates, inplace_candidates
 from pycann.ge.planning.memory import MemoryPlan, plan_memory
+from pycann.ge.run import contention
 from pycann.ge.run.plan import Arena, Plan
 from pycann.ge.run.plan_builder import BackgroundBuilder
 from pycann.ge.run.plan_cache import CacheStats, PlanCache
 from pycann.ge.run.plan_steps import ARENA, NORMAL, SCOPED, Step, StepKind
+from pycann.kernels.providers import openmp
 
 __all__ = ["ARENA", "INPLACE", "NORMAL", "SCOPED", "Arena", "CachedPlan", "Executor", "Plan", "Step", "StepKind",
            "arena_candidates", "inplace_candidates"]
@@ -62,7 +64,10 @@ class Executor:
     ``config`` bounds the plan cache (bytes, plans) and sets the policy (``PlanPolicy``): which
     new signatures ``run`` specialises and which run on the shape-generic plan, and (``PlanBuild``)
     whether a graph with convolutions builds a new signature's plan in its call or after it, on a
-    builder thread (``ge/run/plan_builder.py``) while that call runs generic. ``plan_for``
+    builder thread (``ge/run/plan_builder.py``) while that call runs generic. With
+    ``config.adaptive_threads``, while other processes keep the CPUs busy a specialised signature runs
+    on a plan bound for a smaller OpenMP team (``ge/run/contention.py``), built in the background the
+    first time and cached beside the full team's under the same signature plus the team. ``plan_for``
     always specialises (gears, tools and tests ask for the plan of given shapes). ``memo``, when
     given, is passed to ``specialize`` as its fourth argument (``compiler.SpecializeMemo``).
     """
@@ -102,6 +107,10 @@ class Executor:
         self._control: dict[int, set[Any] | None] = {
             i: set() for i, name in enumerate(graph.inputs) if _is_control(graph.descs.get(name))
         }
+        # fewer threads while other processes keep the CPUs busy (specialised plans only: the generic
+        # plan's primitives are made per call on the caller's team)
+        self._governor = contention.governor() if cfg.adaptive_threads and specialize is not None else None
+        self.team_runs = 0
         # called while planning, after kernels packed big constant weights (LoadedModel: drop
         # the mapped .om pages of the originals, so peak RSS does not hold both copies)
         self.release_pages: Callable[[], None] | None = None
@@ -219,6 +228,12 @@ class Executor:
         if self._specialize is None:
             return self.generic_plan().run(feeds)
         sig, used = self._signature(feeds)
+        if self._governor is not None:
+            team = self._team()
+            if team is not None:
+                outs = self._run_team(sig, used, feeds, team)
+                if outs is not None:
+                    return outs
         hit = self._cache.get(sig)
         if hit is None:
             if not self._specialises(sig):
@@ -236,6 +251,35 @@ class Executor:
         if plan.arenas_made != made:
             self._cache.refresh_bytes()  # a concurrent run added an arena: re-check the bound
         return outs
+
+    def _team(self) -> int | None:
+        """A smaller OpenMP team for this run while other processes keep the CPUs busy, else None."""
+        assert self._governor is not None
+        if self._governor.contended() is None:
+            return None
+        full = openmp.max_threads()
+        if not full:
+            return None  # no OpenMP runtime loaded: nothing runs on a team
+        team = self._governor.team(full)
+        return team if team < full else None
+
+    def _run_team(self, sig: Signature, used: list[int], feeds: Sequence[np.ndarray], team: int) -> list[np.ndarray] | None:
+        """Run ``sig`` on its plan bound for ``team`` threads, with the caller's OpenMP team set to it
+        for the run (torch's kernels read it per call); None when that plan is not built yet: then it
+        is queued for the builder thread (once ``sig``'s own plan exists) and the caller runs as usual."""
+        key = (*sig, ("threads", team))
+        hit = self._cache.get(key) if key in self._cache else None
+        if hit is None:
+            if sig in self._cache and key not in self._builder.failed:
+                self._builder.submit(key, *self._request(used, feeds), threads=team)
+            return None
+        self.team_runs += 1
+        full = openmp.max_threads()
+        openmp.set_max_threads(team)
+        try:
+            return hit.plan.run(feeds)
+        finally:
+            openmp.set_max_threads(full)
 
     def _run_generic(self, feeds: Sequence[np.ndarray]) -> list[np.ndarray]:
         """A run on the shape-generic plan; a graph it cannot run (a kernel that needs constant
@@ -278,7 +322,7 @@ class Executor:
     def stats(self) -> CacheStats:
         """The plan cache's counters (hits, misses, plans built, evictions, bytes held) and the
         runs of the pass pipeline (once per symbolic signature: ``compiler.SpecializeMemo``)."""
-        st = self._cache.stats()
+        st = replace(self._cache.stats(), team_runs=self.team_runs)
         runs = getattr(self._memo, "pipeline_runs", None)
         return st if runs is None else replace(st, pipelines=int(runs))
 

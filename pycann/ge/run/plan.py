@@ -28,7 +28,7 @@ from pycann.kernels.algorithm import INTERIM_CONV_TRANSPOSE, Algorithm
 from pycann.kernels.bind import PREPARE
 from pycann.kernels.bind_generic import PREPARE_GENERIC
 from pycann.kernels.bound import BoundKernel, bound
-from pycann.kernels.providers import arena_ok, blas_single_thread, runtime_openmp, uses_openmp
+from pycann.kernels.providers import arena_ok, blas_single_thread, openmp, runtime_openmp, uses_openmp
 from pycann.kernels.table import into_kernel, run_kernel
 from pycann.ops.registry import lookup
 from pycann.profiler import hooks
@@ -79,6 +79,8 @@ class Plan:
                  release: Callable[[], None] | None = None, generic_bind: bool = False,
                  interim: bool = False) -> None:
         self.graph = graph
+        # the OpenMP team its oneDNN primitives get: oneDNN fixes it when they are created, here
+        self.team = openmp.team()
         slots: dict[str, int] = {"": 0}  # slot 0 swallows omitted outputs
 
         def slot(name: str) -> int:

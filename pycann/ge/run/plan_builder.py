@@ -61,13 +61,14 @@ class BackgroundBuilder:
         self.failed: set[Hashable] = set()  # signatures whose build raised
         self.built = 0
 
-    def submit(self, sig: Hashable, shapes: Shapes, values: dict[str, Any]) -> bool:
-        """Queue ``sig`` unless it is queued already or the queue is full; True when queued."""
+    def submit(self, sig: Hashable, shapes: Shapes, values: dict[str, Any], threads: int | None = None) -> bool:
+        """Queue ``sig`` unless it is queued already or the queue is full; True when queued. Its build
+        runs with ``threads`` OpenMP threads (default: the calling thread's count)."""
         with self._cond:
             if sig in self._queued or len(self._queued) >= self.max_queued:
                 return False
             self._queued.add(sig)
-            self._queue.append((sig, shapes, values, openmp.max_threads()))
+            self._queue.append((sig, shapes, values, threads if threads is not None else openmp.max_threads()))
             if self._worker is None:
                 self._worker = threading.Thread(target=self._loop, name=self.name, daemon=True)
                 self._worker.start()

@@ -55,7 +55,8 @@ class CacheStats:
     ``evictions``: plans dropped for the byte or count bound; ``plans``/``bytes_held``: now;
     ``peak_bytes``: most bytes held at once; ``over_budget``: plans kept alone over the budget;
     ``pipelines``: runs of the pass pipeline for this model's plans (once per symbolic signature,
-    ``compiler.SpecializeMemo``; -1 where the executor has no memo)."""
+    ``compiler.SpecializeMemo``; -1 where the executor has no memo); ``team_runs``: runs on a plan
+    bound for a smaller OpenMP team while other processes kept the CPUs busy (``ge/run/contention.py``)."""
 
     hits: int
     misses: int
@@ -70,13 +71,15 @@ class CacheStats:
     over_budget: int
     policy: str
     pipelines: int = -1
+    team_runs: int = 0  # runs on a plan bound for fewer threads while other processes were busy
 
     def summary(self) -> str:
         """One line for logs, the profiler and ``atc --mode=6``."""
         return (f"plan cache: {self.plans} plans, {self.bytes_held / 2**20:.1f} of {self.max_bytes / 2**20:.0f} MiB "
                 f"(peak {self.peak_bytes / 2**20:.1f}), hits {self.hits}, misses {self.misses}, "
                 f"built {self.built}, generic runs {self.generic_runs}, evictions {self.evictions}, "
-                f"policy {self.policy}" + (f", pass pipeline runs {self.pipelines}" if self.pipelines >= 0 else ""))
+                f"policy {self.policy}" + (f", pass pipeline runs {self.pipelines}" if self.pipelines >= 0 else "")
+                + (f", runs on a smaller team (busy CPUs) {self.team_runs}" if self.team_runs else ""))
 
 
 class PlanCache(Generic[V]):

@@ -38,7 +38,14 @@ from pycann.kernels.algorithm import (
     Threads,
 )
 from pycann.kernels.bound import BoundKernel
-from pycann.kernels.providers import ConvSpec, Implementation, onednn_bf16, onednn_matmul, onednn_packed
+from pycann.kernels.providers import (
+    ConvSpec,
+    Implementation,
+    onednn_bf16,
+    onednn_matmul,
+    onednn_packed,
+    openmp,
+)
 from pycann.kernels.providers import numpy_blas as nb
 from pycann.kernels.providers import onednn_capi as capi
 from pycann.kernels.providers.native_args import address
@@ -282,14 +289,15 @@ class _Plan:
 # primitive owns (as fast on AVX2: docs/reliability.md, "Memory"). Depthwise convs always take
 # ``jit_dw`` (1.2-2x faster than ``brdgmm_dw`` on AVX-512 for PP-OCR / MobileNet shapes).
 _GLOBAL_KERNELS = ("brg", "brdgmm")
-_first_users: dict[tuple[int, tuple[int, ...], tuple[int, ...]], None] = {}  # weights that had their first
+_first_users: dict[tuple[int, tuple[int, ...], tuple[int, ...], int], None] = {}  # weights that had their first
 _first_lock = threading.Lock()
 
 
 def _first_primitive(w: np.ndarray) -> bool:
     """True the first time a primitive is made for the weight memory of ``w`` (then remembered
     until the array owning that memory is collected)."""
-    key = (capi.ptr(w), tuple(w.shape), tuple(w.strides))
+    # per OpenMP team too: a plan bound for fewer threads (ge.run.contention) gets the brgemm kernels as well
+    key = (capi.ptr(w), tuple(w.shape), tuple(w.strides), openmp.team())
     with _first_lock:
         if key in _first_users:
             return False
@@ -329,7 +337,8 @@ _MAX_PLANS = 512
 
 def _plan(x_shape: tuple[int, ...], w: np.ndarray, with_bias: bool, group: int, win: Window,
           out_sp: tuple[int, ...], transpose: bool, unary: Unary | Unaries | None, residual: bool) -> _Plan | None:
-    key = (id(w), capi.ptr(w), w.shape, w.strides, x_shape, with_bias, group, win, out_sp, transpose, unary, residual)
+    key = (id(w), capi.ptr(w), w.shape, w.strides, x_shape, with_bias, group, win, out_sp, transpose, unary, residual,
+           openmp.team())
     if key in _plans:
         return _plans[key]
     if len(_plans) >= _MAX_PLANS:

@@ -28,7 +28,7 @@ import ml_dtypes
 import numpy as np
 
 from pycann.kernels.algorithm import ONEDNN_CONV_BF16, ONEDNN_MATMUL_BF16, ONEDNN_MATMUL_BF16_PACKED
-from pycann.kernels.providers import ConvSpec, GemmSpec, Implementation, onednn_packed
+from pycann.kernels.providers import ConvSpec, GemmSpec, Implementation, onednn_packed, openmp
 from pycann.kernels.providers import numpy_blas as nb
 from pycann.kernels.providers import onednn_capi as capi
 from pycann.kernels.providers.onednn_eltwise import Unaries, Unary, _chain
@@ -193,6 +193,7 @@ class _ConvPlan:
 def _cached(key: tuple[Any, ...], make: Any, weight: np.ndarray | None = None) -> Any:
     """The plan for ``key``, made on first use. A plan holding a packed ``weight`` is dropped when
     the array owning the weight's memory goes away: its address may be reused by another weight."""
+    key = (*key, openmp.team())  # a primitive's team is fixed at creation
     with _lock:
         plan = _plans.get(key)
     if plan is None:

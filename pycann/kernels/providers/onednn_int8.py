@@ -38,7 +38,7 @@ from typing import Any
 import numpy as np
 
 from pycann.kernels.providers import onednn_capi as capi
-from pycann.kernels.providers import onednn_packed
+from pycann.kernels.providers import onednn_packed, openmp
 from pycann.kernels.providers.onednn_capi_table import _P
 from pycann.ops.array_cache import ArrayCache
 
@@ -233,6 +233,7 @@ _PRIMS_LOCK = threading.Lock()
 
 
 def _cached(w: np.ndarray, key: tuple[Any, ...], make: Any) -> _Prim:
+    key = (*key, openmp.team())  # a primitive's team is fixed at creation
     with _PRIMS_LOCK:
         per: OrderedDict[tuple[Any, ...], _Prim] = _PRIMS.get(w, "int8", OrderedDict)
         prim = per.get(key)
@@ -348,7 +349,7 @@ def quantize(x: np.ndarray, scale: float, zp: int, channels_last: bool) -> np.nd
         # oneDNN's f32 -> u8 reorder that also transposes runs ~6x slower than one in place (0.82 vs
         # 0.13 ms for 256x56x56 on one core): quantise in x's layout, then transpose the bytes
         return to_nhwc(quantize(x, scale, zp, False))
-    key = (x.shape, x.strides, scale, zp, channels_last)
+    key = (x.shape, x.strides, scale, zp, channels_last, openmp.team())
     out = nhwc(x.shape, np.uint8) if channels_last else np.empty(x.shape, np.uint8)
     with _QUANT_LOCK:
         _quantize_locked(key, x, out, scale, zp, channels_last)

@@ -30,7 +30,7 @@ import numpy as np
 
 from pycann.kernels.algorithm import ONEDNN_GEMM, ONEDNN_MATMUL, Packing, Threads
 from pycann.kernels.bound import BoundKernel
-from pycann.kernels.providers import GemmSpec, Implementation, onednn_packed
+from pycann.kernels.providers import GemmSpec, Implementation, onednn_packed, openmp
 from pycann.kernels.providers import numpy_blas as nb
 from pycann.kernels.providers import onednn_capi as capi
 from pycann.kernels.providers.bound_out import dest, finish
@@ -145,6 +145,7 @@ _plans_lock = threading.Lock()
 
 
 def _plan(key: tuple[Any, ...], make: Any) -> _Plan | None:
+    key = (*key, openmp.team())  # a primitive's team is fixed at creation
     p = _plans.get(key, False)
     if p is not False:
         return p  # type: ignore[return-value]

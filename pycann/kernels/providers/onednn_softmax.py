@@ -22,6 +22,7 @@ import numpy as np
 from pycann.kernels.algorithm import Threads
 from pycann.kernels.bound import BoundKernel
 from pycann.kernels.providers import onednn_capi as capi
+from pycann.kernels.providers import openmp
 from pycann.kernels.providers.bound_out import dest, finish
 from pycann.kernels.providers.native_args import address, conform
 
@@ -39,7 +40,7 @@ def softmax_last_axis_(s: np.ndarray) -> bool:
         return False
     if np.isnan(s).any():
         return False  # oneDNN keeps a row's other entries finite around a NaN; numpy's formula makes them NaN
-    key = tuple(s.shape)
+    key = (*s.shape, -openmp.team())  # (negative: never a dimension)
     plan = _plans.get(key)
     if plan is None:
         try:

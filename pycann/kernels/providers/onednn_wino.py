@@ -31,7 +31,7 @@ import numpy as np
 
 from pycann.kernels.algorithm import Layout, Packing, Threads
 from pycann.kernels.bound import BoundKernel
-from pycann.kernels.providers import onednn
+from pycann.kernels.providers import onednn, openmp
 from pycann.kernels.providers import onednn2_capi as c2
 from pycann.kernels.providers.native_args import address, check
 from pycann.kernels.providers.onednn_capi import (
@@ -226,7 +226,7 @@ def plan(x_shape: Sequence[int], w: np.ndarray, b: np.ndarray | None, win: Windo
     # the bias by value: the plan binds a float32 copy of it, so a new bias array that happens to
     # reuse a dropped one's id and address must not find the old plan (found by an adversarial test)
     key = (id(w), ptr(w), w.shape, tuple(x_shape), None if b is None else (b.dtype.str, b.shape, b.tobytes()), win,
-           unary)
+           unary, openmp.team())
     with _lock:
         if key not in _plans:
             _plans[key] = _create(x_shape, w, b, win, unary)

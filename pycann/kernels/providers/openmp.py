@@ -16,7 +16,7 @@ import ctypes
 import os
 from typing import Any
 
-__all__ = ["max_threads", "set_max_threads"]
+__all__ = ["max_threads", "set_max_threads", "team"]
 
 _SONAME = "libgomp.so.1"
 _lib: Any = None
@@ -52,3 +52,12 @@ def set_max_threads(n: int | None) -> None:
     lib = _loaded()
     if lib is not None and lib.omp_get_max_threads() != n:
         lib.omp_set_num_threads(n)
+
+
+def team() -> int:
+    """The team a oneDNN primitive created now on the calling thread gets (``max_threads``; 0 when no
+    libgomp is loaded). Part of the key of every cache of primitives: a plan built for another thread
+    count (``ge.run.contention``: one thread while other processes keep the cores busy) must not be
+    handed the primitives of the other one, whose team oneDNN fixed when it created them."""
+    lib = _loaded()
+    return int(lib.omp_get_max_threads()) if lib is not None else 0

@@ -1,0 +1,152 @@
+"""Contention: how many OpenMP threads a plan's run should use while other processes keep the CPUs busy.
+
+A oneDNN primitive runs its parallel regions on the team it was created with, and each region ends
+in a barrier. When another process keeps a core busy, the scheduler time-slices one of the team's
+threads with it, and every barrier waits for that thread's next slice: on 2 cores with one busy-loop
+neighbour, a 2-thread ResNet-50 plan took 42.5 ms where ORT took 37.9 and a 1-thread plan 33.3
+(MobileNetV2: 9.5 / 4.5-5.8 / 3.8 ms; bench/RESULTS.md, "Contention"). So while other processes use
+the cores this process may run on, a plan bound for fewer threads wins, and when they stop, the
+full team wins again.
+
+``ThreadGovernor`` measures the CPU time *other* processes take on this process's CPUs: every
+``window`` seconds it reads the busy time of those CPUs (``/proc/stat``: user, nice, system, irq,
+softirq and steal, a VM's time taken by its host) and subtracts this process's own CPU time
+(``time.process_time``). The CPUs left over, ``available = len(cpus) - others``, bound the team:
+
+* the full team (the caller's ``omp_get_max_threads()``) while ``available >= full - SLACK``;
+* else ``max(1, round(available))`` threads, never more than ``full - 1``.
+
+The reduction needs two windows in a row that show it (a compile or a short job beside the model does
+not rebuild plans); going back to the full team takes one. Reading ``/proc/stat`` costs ~20 us per
+window; a call between samples reads one clock. Where ``/proc/stat`` cannot be read (not Linux) the
+governor always answers the full team. ``PYCANN_ADAPTIVE_THREADS=off`` turns it off
+(``config.adaptive_threads``). The executor keys plans by the team (``ge/run/executor.py``) and
+builds a reduced-team plan in the background the first time contention asks for it.
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+
+__all__ = ["CpuSample", "ThreadGovernor", "governor", "read_sample"]
+
+SLACK = 0.5  # CPUs others may take before the team shrinks (background noise, this process's other threads)
+WINDOW = 0.25  # seconds between two samples
+_BUSY_FIELDS = (0, 1, 2, 5, 6, 7)  # user nice system (idle iowait) irq softirq steal; guest is inside user
+
+
+@dataclass(frozen=True)
+class CpuSample:
+    """One reading: ``wall`` (``time.monotonic``, s), ``busy`` (non-idle seconds summed over the CPUs
+    watched, from ``/proc/stat``), ``own`` (this process's CPU seconds, all threads)."""
+
+    wall: float
+    busy: float
+    own: float
+
+
+def read_sample(cpus: frozenset[int], path: str = "/proc/stat") -> CpuSample | None:
+    """A ``CpuSample`` of the CPUs ``cpus``; None when ``path`` cannot be read or parsed (not Linux)."""
+    try:
+        with open(path, "rb") as f:
+            text = f.read().decode("ascii", "replace")
+        hz = os.sysconf("SC_CLK_TCK")
+    except (OSError, ValueError, AttributeError):
+        return None
+    ticks = 0
+    seen = 0
+    for line in text.splitlines():
+        if not line.startswith("cpu") or line.startswith("cpu "):
+            continue
+        name, *fields = line.split()
+        try:
+            cpu = int(name[3:])
+            if cpu in cpus:
+                ticks += sum(int(fields[i]) for i in _BUSY_FIELDS if i < len(fields))
+                seen += 1
+        except ValueError:
+            return None
+    if not seen:
+        return None
+    return CpuSample(time.monotonic(), ticks / hz, time.process_time())
+
+
+def _allowed_cpus() -> frozenset[int]:
+    try:
+        return frozenset(os.sched_getaffinity(0))
+    except (AttributeError, OSError):
+        return frozenset(range(os.cpu_count() or 1))
+
+
+class ThreadGovernor:
+    """The team size for a plan run now, from the CPU time other processes take (module doc).
+
+    ``sampler`` returns a ``CpuSample`` (or None: no data, the full team); ``ncpu`` is how many CPUs it
+    watches. Thread-safe: a caller that finds another thread sampling uses the current answer."""
+
+    def __init__(self, sampler: Callable[[], CpuSample | None], ncpu: int, window: float = WINDOW) -> None:
+        self._sampler = sampler
+        self.ncpu = ncpu
+        self.window = window
+        self._last: CpuSample | None = None
+        self._next = 0.0  # monotonic time of the next sample
+        self._lock = threading.Lock()
+        self._history: list[float] = []  # available CPUs of the last two windows
+        self.available: float | None = None  # CPUs left by other processes, as the decision reads it
+        self.samples = 0
+
+    def contended(self) -> float | None:
+        """The CPUs other processes leave to this one (a new sample when one is due) while that is
+        fewer than all it may run on minus ``SLACK``; None on a quiet machine or without data. One
+        clock read between samples: callers ask it on every run."""
+        if time.monotonic() >= self._next:
+            self._sample()
+        avail = self.available
+        return avail if avail is not None and avail < self.ncpu - SLACK else None
+
+    def team(self, full: int) -> int:
+        """Threads for a run whose full team is ``full`` (>= 1): ``full`` on a quiet machine, fewer while
+        other processes take this process's CPUs (module doc)."""
+        avail = self.contended()
+        if avail is None or full <= 1 or avail >= full - SLACK:
+            return full
+        return max(1, min(full - 1, int(avail + 0.5)))
+
+    def _sample(self) -> None:
+        if not self._lock.acquire(blocking=False):
+            return  # another thread is sampling
+        try:
+            now = self._sampler()
+            self._next = time.monotonic() + self.window
+            if now is None:
+                return
+            last, self._last = self._last, now
+            if last is None or now.wall - last.wall < self.window / 2:
+                return
+            span = now.wall - last.wall
+            others = max(0.0, (now.busy - last.busy) - (now.own - last.own)) / span
+            self._history = (self._history + [max(0.0, self.ncpu - others)])[-2:]
+            self.samples += 1
+            # shrink only when both windows saw the contention; grow back as soon as one is free
+            self.available = max(self._history) if len(self._history) == 2 else None
+        finally:
+            self._lock.release()
+
+
+_governor: ThreadGovernor | None = None
+_governor_lock = threading.Lock()
+
+
+def governor() -> ThreadGovernor:
+    """The process's governor over the CPUs it may run on (one per process: every model asks it)."""
+    global _governor
+    if _governor is None:
+        with _governor_lock:
+            if _governor is None:
+                cpus = _allowed_cpus()
+                _governor = ThreadGovernor(lambda: read_sample(cpus), len(cpus))
+    return _governor
