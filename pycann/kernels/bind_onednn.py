@@ -13,6 +13,7 @@ static float32, or oneDNN does not implement it.
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
+from dataclasses import replace
 from typing import Any
 
 import numpy as np
@@ -23,6 +24,7 @@ from pycann.kernels.algorithm import ONEDNN_GEMM, Layout, Threads
 from pycann.kernels.bind_base import Kernel, Prepare
 from pycann.kernels.bind_base import static_shape as _static
 from pycann.kernels.bound import BoundKernel
+from pycann.ops.fused import CHAIN_UNARY, UNARY_IN_PLACE
 from pycann.ops.nn.pool import _k_average_pool, _k_global_average_pool, _k_max_pool
 
 
@@ -250,10 +252,34 @@ def _chain(attrs, ins, consts, outs) -> Kernel | None:  # type: ignore[no-untype
     if out is None or not ins or any(d is None or not _f32(d) for d in ins) \
             or int(np.prod(out, dtype=np.int64)) < onednn_binary.MIN_ELEMENTS or not _usable():
         return small(attrs, ins, consts, outs)
-    run = onednn_binary.bound_chain(attrs["steps"], shapes, attrs.get("_layout") == "NHWC")
-    if run is None:
+    steps = list(attrs["steps"])
+    generic = lookup("ElementwiseChain", "pycann", 1).kernel
+    nhwc = attrs.get("_layout") == "NHWC"
+    run = onednn_binary.bound_chain(steps, shapes, nhwc)
+    if run is not None:
+        return _or_generic(run, generic)
+    # a chain ending in unary steps oneDNN does not take (Relu: its max turns NaN into 0): the
+    # binary head on oneDNN (one multi-threaded pass), the tail in numpy in place on its result
+    # (a BatchNormalization + Relu of a pre-activation net: bn_to_affine.py)
+    cut = len(steps)
+    while cut > 1 and steps[cut - 1][0] in CHAIN_UNARY:
+        cut -= 1
+    head = onednn_binary.bound_chain(steps[:cut], shapes, nhwc) if cut < len(steps) else None
+    if head is None:
         return small(attrs, ins, consts, outs)
-    return _or_generic(run, lookup("ElementwiseChain", "pycann", 1).kernel)
+    head_attrs = {**attrs, "steps": steps[:cut]}
+    bound_head = _or_generic(head, lambda x, a: generic(x, head_attrs))
+    tail = [(UNARY_IN_PLACE[op], (p0, p1)) for op, _i, _r, p0, p1 in steps[cut:]]
+    run_head = bound_head.run
+
+    def kernel(x: Sequence[Any], a: Mapping[str, Any], out: Sequence[np.ndarray] | None = None) -> list[np.ndarray]:
+        y = run_head(x, a, out)[0]
+        with np.errstate(all="ignore"):
+            for fn, p in tail:
+                fn(y, p)
+        return [y]
+
+    return replace(bound_head, run=kernel)
 
 
 def _concat(attrs, ins, consts, outs) -> Kernel | None:  # type: ignore[no-untyped-def]

@@ -451,6 +451,7 @@ _UNARY = {
 }
 CHAIN_BINARY = frozenset(_BINARY)
 CHAIN_UNARY = frozenset(_UNARY)
+UNARY_IN_PLACE = _UNARY  # op -> fn(buf, (p0, p1)): the step applied to ``buf`` in place
 
 
 def _k_chain(inputs: Sequence[Any], attrs: Mapping[str, Any]) -> list[np.ndarray]:

