@@ -282,6 +282,32 @@ def test_matmul_bias_gelu_fuses() -> None:
     _check(m, {"x": _f32(2, 5, 8)}, {"FusedMatMul": 1}, absent=("Erf", "Div", "MatMul"))
 
 
+@pytest.mark.parametrize("half_first", [False, True])
+def test_matmul_bias_gelu_dynamo_spelling_fuses(half_first: bool) -> None:
+    """PyTorch's dynamo exporter writes x * (0.5 * (erf(x / sqrt 2) + 1)) (ConvNeXt, Swin, ViT):
+    the 0.5 joins the erf branch before the product with x (either operand order)."""
+    s2 = np.float32(math.sqrt(2))
+    half = ["half", "e1"] if half_first else ["e1", "half"]
+    nodes = [helper.make_node("MatMul", ["x", "W"], ["h"]), helper.make_node("Add", ["h", "B"], ["hb"]),
+             helper.make_node("Div", ["hb", "s2"], ["d"]), helper.make_node("Erf", ["d"], ["e"]),
+             helper.make_node("Add", ["e", "one"], ["e1"]), helper.make_node("Mul", half, ["p"]),
+             helper.make_node("Mul", ["hb", "p"], ["y"])]
+    m = _model(nodes, [("x", [2, 5, 8])], "y", [_c("W", _f32(8, 16)), _c("B", _f32(16)), _c("s2", s2),
+                                                 _c("one", np.float32(1)), _c("half", np.float32(0.5))])
+    ops = _check(m, {"x": _f32(2, 5, 8)}, {"FusedMatMul": 1}, absent=("Erf", "Div", "MatMul", "Mul"))
+    assert ops == ["FusedMatMul"]  # (unfused, the erf branch stayed an ElementwiseChain beside it)
+
+
+def test_gelu_dynamo_spelling_with_another_factor_is_not_fused() -> None:
+    nodes = [helper.make_node("Div", ["x", "s2"], ["d"]), helper.make_node("Erf", ["d"], ["e"]),
+             helper.make_node("Add", ["e", "one"], ["e1"]), helper.make_node("Mul", ["e1", "q"], ["p"]),
+             helper.make_node("Mul", ["x", "p"], ["y"])]
+    m = _model(nodes, [("x", [3, 7])], "y", [_c("s2", np.float32(math.sqrt(2))), _c("one", np.float32(1)),
+                                              _c("q", np.float32(0.25))])
+    ops = _check(m, {"x": _f32(3, 7)})
+    assert "Gelu" not in ops
+
+
 def test_matmul_bias_that_enlarges_is_not_fused() -> None:
     m = _model([helper.make_node("MatMul", ["x", "W"], ["h"]), helper.make_node("Add", ["h", "z"], ["y"])],
                [("x", [5, 8]), ("z", [3, 5, 16])], "y", [_c("W", _f32(8, 16))])

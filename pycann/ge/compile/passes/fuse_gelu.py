@@ -1,6 +1,7 @@
 """GeluFusion: the GELU subgraphs PyTorch exports -> one ONNX Gelu (opset 20).
 
-erf form:  y = Mul(Mul(x, Add(Erf(Div(x, sqrt 2)), 1)), 0.5)   (or Mul(x, 1/sqrt 2), or 0.5*x first)
+erf form:  y = Mul(Mul(x, Add(Erf(Div(x, sqrt 2)), 1)), 0.5)   (or Mul(x, 1/sqrt 2), or 0.5*x first, or
+           x * (0.5 * (erf + 1)) as the dynamo exporter writes it)
 tanh form: y = Mul(Mul(x, 0.5), Add(Tanh(Mul(Add(x, Mul(Pow(x, 3), 0.044715)), sqrt(2/pi))), 1))
 Check: constants within 1e-3 relative of the textbook values, single readers inside the pattern.
 """
@@ -31,6 +32,11 @@ def _final_half(ix: GraphIndex, x: str, s: str) -> tuple[list[Node], str] | str:
     if not is_op(mul, "Mul") or mul is None:
         return "no Mul after the +1"
     other = ix.other_input(mul, s)
+    if other != x and _close(ix.scalar(other or ""), 0.5):  # x * (s * 0.5): PyTorch's dynamo exporter
+        outer = ix.sole_consumer(mul.outputs[0])
+        if is_op(outer, "Mul") and outer is not None and ix.other_input(outer, mul.outputs[0]) == x:
+            return [mul, outer], outer.outputs[0]
+        return "s * 0.5 is not multiplied by x"
     if other == x:  # (x * s) * 0.5
         half = ix.sole_consumer(mul.outputs[0])
         if is_op(half, "Mul") and half is not None and _close(_const_operand(ix, half, mul.outputs[0]), 0.5):
