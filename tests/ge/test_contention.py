@@ -13,13 +13,13 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from pycann.config import ConfigError, PlanCacheConfig, plan_cache_config
+from pycann.config import ConfigError, PlanCacheConfig, PlanPolicy, plan_cache_config
 from pycann.ge.compile.compiler import compile_model
 from pycann.ge.run import contention
 from pycann.ge.run.contention import CpuSample, ThreadGovernor, read_sample
 from pycann.ge.run.model import LoadedModel
 from pycann.kernels.providers import onednn, openmp
-from tests.ge.test_plan_cache import RNG, _check, _conv_model
+from tests.ge.test_plan_cache import RNG, _check, _conv_model, _mlp_model
 
 pytestmark = pytest.mark.usefixtures("default_providers")
 
@@ -196,3 +196,33 @@ def test_adaptive_threads_off_never_reduces(busy_neighbour: Script) -> None:
         assert lm.executor.wait_builds(timeout=120)
     st = lm.plan_cache_stats()
     assert st.team_runs == 0 and st.built == 1
+
+
+def test_the_shape_generic_plan_gets_a_one_thread_twin(busy_neighbour: Script) -> None:
+    """A decoder's calls (a new shape each, the shape-generic plan): the twin bound for one thread is
+    built on the builder thread, then runs every call, with ORT's values; quiet again, the full plan."""
+    m = _mlp_model()
+    lm = LoadedModel.from_compiled(compile_model(m), plan_cache=PlanCacheConfig(policy=PlanPolicy.GENERIC,
+                                                                               adaptive_threads=True))
+    ex = lm.executor
+    x = RNG.standard_normal((2, 3, 64)).astype(np.float32)
+    _check_mlp(lm, m, x)
+    full = openmp.max_threads()
+    if not full or full < 2:
+        pytest.skip("one OpenMP thread here: nothing to reduce")
+    assert ex.wait_builds(timeout=120)
+    assert [p.team for p in ex._generic_teams.values()] == [1]
+    for s_len in (4, 5, 6):  # a new shape per call, as a decoder's past length
+        _check_mlp(lm, m, RNG.standard_normal((2, s_len, 64)).astype(np.float32))
+    st = lm.plan_cache_stats()
+    assert st.team_runs == 3 and st.generic_runs == 4 and st.built == 0
+    assert openmp.max_threads() == full
+    busy_neighbour.load = (1.0, 1.0)
+    _check_mlp(lm, m, x)
+    assert lm.plan_cache_stats().team_runs == 3
+
+
+def _check_mlp(lm: LoadedModel, model: object, x: np.ndarray) -> None:
+    from tests.ops.oracle import run_ort
+
+    np.testing.assert_allclose(lm.run([x])[0], run_ort(model, {"x": x})[0], rtol=1e-4, atol=1e-4)

@@ -67,7 +67,8 @@ class Executor:
     builder thread (``ge/run/plan_builder.py``) while that call runs generic. With
     ``config.adaptive_threads``, while other processes keep the CPUs busy a specialised signature runs
     on a plan bound for a smaller OpenMP team (``ge/run/contention.py``), built in the background the
-    first time and cached beside the full team's under the same signature plus the team. ``plan_for``
+    first time and cached beside the full team's under the same signature plus the team; a call on
+    the shape-generic plan likewise runs its twin for that team once built. ``plan_for``
     always specialises (gears, tools and tests ask for the plan of given shapes). ``memo``, when
     given, is passed to ``specialize`` as its fourth argument (``compiler.SpecializeMemo``).
     """
@@ -107,10 +108,11 @@ class Executor:
         self._control: dict[int, set[Any] | None] = {
             i: set() for i, name in enumerate(graph.inputs) if _is_control(graph.descs.get(name))
         }
-        # fewer threads while other processes keep the CPUs busy (specialised plans only: the generic
-        # plan's primitives are made per call on the caller's team)
+        # fewer threads while other processes keep the CPUs busy: a specialised plan and the
+        # shape-generic plan each get a twin bound for the smaller team (ge/run/contention.py)
         self._governor = contention.governor() if cfg.adaptive_threads and specialize is not None else None
         self.team_runs = 0
+        self._generic_teams: dict[int, Plan] = {}  # the shape-generic plan bound per smaller team
         # called while planning, after kernels packed big constant weights (LoadedModel: drop
         # the mapped .om pages of the originals, so peak RSS does not hold both copies)
         self.release_pages: Callable[[], None] | None = None
@@ -228,18 +230,17 @@ class Executor:
         if self._specialize is None:
             return self.generic_plan().run(feeds)
         sig, used = self._signature(feeds)
-        if self._governor is not None:
-            team = self._team()
-            if team is not None:
-                outs = self._run_team(sig, used, feeds, team)
-                if outs is not None:
-                    return outs
+        team = self._team() if self._governor is not None else None
+        if team is not None:
+            outs = self._run_team(sig, used, feeds, team)
+            if outs is not None:
+                return outs
         hit = self._cache.get(sig)
         if hit is None:
             if not self._specialises(sig):
-                return self._run_generic(feeds)
+                return self._run_generic(feeds, team)
             if self._in_background() and sig not in self._builder.failed:
-                outs = self._run_generic(feeds)
+                outs = self._run_generic(feeds, team)
                 if not self._generic_failed:
                     self._builder.submit(sig, *self._request(used, feeds))
                 return outs
@@ -274,19 +275,24 @@ class Executor:
                 self._builder.submit(key, *self._request(used, feeds), threads=team)
             return None
         self.team_runs += 1
-        full = openmp.max_threads()
-        openmp.set_max_threads(team)
-        try:
-            return hit.plan.run(feeds)
-        finally:
-            openmp.set_max_threads(full)
+        return _on_team(team, hit.plan, feeds)
 
-    def _run_generic(self, feeds: Sequence[np.ndarray]) -> list[np.ndarray]:
+    def _run_generic(self, feeds: Sequence[np.ndarray], team: int | None = None) -> list[np.ndarray]:
         """A run on the shape-generic plan; a graph it cannot run (a kernel that needs constant
-        shapes) is specialised from then on."""
+        shapes) is specialised from then on. With a smaller ``team`` (busy CPUs), on the generic
+        plan bound for that team once the builder thread made it (its primitives per row count are
+        created on the caller's team, which the run sets to ``team``)."""
         self._cache.generic_runs += 1
         try:
-            return self.generic_plan().run(feeds)
+            plan = self.generic_plan()
+            if team is not None:
+                reduced = self._generic_teams.get(team)
+                if reduced is not None:
+                    self.team_runs += 1
+                    return _on_team(team, reduced, feeds)
+                if ("generic", team) not in self._builder.failed:
+                    self._builder.submit(("generic", team), [], {}, threads=team)
+            return plan.run(feeds)
         except PycannError:
             self._generic_failed = True
             self._cache.generic_runs -= 1
@@ -301,7 +307,14 @@ class Executor:
 
     def _build_in_background(self, sig: Any, shapes: list[tuple[int, ...] | None],
                              values: dict[str, np.ndarray]) -> None:
-        """The builder thread's build: ``sig``'s plan unless a call built it meanwhile."""
+        """The builder thread's build: ``sig``'s plan unless a call built it meanwhile; for
+        ``("generic", n)`` the shape-generic plan bound for ``n`` threads (the builder runs with n)."""
+        if isinstance(sig, tuple) and len(sig) == 2 and sig[0] == "generic":
+            with self._generic_lock:
+                if sig[1] not in self._generic_teams:
+                    self._generic_teams[sig[1]] = Plan(self.graph, release=self.release_pages, generic_bind=True,
+                                                       interim=self._in_background())
+            return
         with self._lock:
             if self._cache.peek(sig) is None:
                 self._build_from(sig, shapes, values)
@@ -325,6 +338,17 @@ class Executor:
         st = replace(self._cache.stats(), team_runs=self.team_runs)
         runs = getattr(self._memo, "pipeline_runs", None)
         return st if runs is None else replace(st, pipelines=int(runs))
+
+
+def _on_team(team: int, plan: Plan, feeds: Sequence[np.ndarray]) -> list[np.ndarray]:
+    """``plan.run(feeds)`` with the calling thread's OpenMP team set to ``team`` (torch's kernels and
+    primitives created during the run read it), restored after."""
+    full = openmp.max_threads()
+    openmp.set_max_threads(team)
+    try:
+        return plan.run(feeds)
+    finally:
+        openmp.set_max_threads(full)
 
 
 def is_vision(graph: Graph) -> bool:
