@@ -123,6 +123,9 @@ class ThreadGovernor:
             now = self._sampler()
             self._next = time.monotonic() + self.window
             if now is None:
+                # no data: the full team (class doc), not the last answer kept for ever; shrinking
+                # again needs two windows of samples once the sampler answers
+                self._last, self._history, self.available = None, [], None
                 return
             last, self._last = self._last, now
             if last is None or now.wall - last.wall < self.window / 2:
