@@ -274,12 +274,17 @@ class Executor:
                 self._builder.submit(key, *self._request(used, feeds), threads=team)
             return None
         self.team_runs += 1
+        plan = hit.plan
+        made = plan.arenas_made
         full = openmp.max_threads()
         openmp.set_max_threads(team)
         try:
-            return hit.plan.run(feeds)
+            outs = plan.run(feeds)
         finally:
             openmp.set_max_threads(full)
+        if plan.arenas_made != made:
+            self._cache.refresh_bytes()  # a concurrent run added an arena: re-check the bound (as ``run``)
+        return outs
 
     def _run_generic(self, feeds: Sequence[np.ndarray]) -> list[np.ndarray]:
         """A run on the shape-generic plan; a graph it cannot run (a kernel that needs constant
