@@ -270,7 +270,7 @@ class Executor:
         key = (*sig, ("threads", team))
         hit = self._cache.get(key) if key in self._cache else None
         if hit is None:
-            if sig in self._cache and key not in self._builder.failed:
+            if key not in self._builder.failed and self._room_for_team(sig):
                 self._builder.submit(key, *self._request(used, feeds), threads=team)
             return None
         self.team_runs += 1
@@ -285,6 +285,17 @@ class Executor:
         if plan.arenas_made != made:
             self._cache.refresh_bytes()  # a concurrent run added an arena: re-check the bound (as ``run``)
         return outs
+
+    def _room_for_team(self, sig: Signature) -> bool:
+        """Whether ``sig``'s own plan is cached and the cache has room beside it for a plan of that
+        size bound for a smaller team. A reduced plan that pushed out the full team's plan of its
+        signature would have it rebuilt when the neighbour stops (a static model's inline, on the
+        caller) and evicted again at the next contended spell: a plan build per flip."""
+        base = self._cache.peek(sig)
+        if base is None:
+            return False
+        cfg = self._cache.config
+        return len(self._cache) < cfg.max_plans and self._cache.bytes_held + base.nbytes <= cfg.max_bytes
 
     def _run_generic(self, feeds: Sequence[np.ndarray]) -> list[np.ndarray]:
         """A run on the shape-generic plan; a graph it cannot run (a kernel that needs constant
