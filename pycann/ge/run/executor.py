@@ -261,7 +261,12 @@ class Executor:
         if not full:
             return None  # no OpenMP runtime loaded: nothing runs on a team
         team = self._governor.team(full)
-        return team if team < full else None
+        if team >= full:
+            return None
+        # each team size gets its own plan (a specialisation and its memory): one thread or a multiple
+        # of a quarter of the full team (rounded up), so a drifting load builds at most 4 per signature
+        step = -(-full // 4)
+        return max(1, team // step * step)
 
     def _run_team(self, sig: Signature, used: list[int], feeds: Sequence[np.ndarray], team: int) -> list[np.ndarray] | None:
         """Run ``sig`` on its plan bound for ``team`` threads, with the caller's OpenMP team set to it
