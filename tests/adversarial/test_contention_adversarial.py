@@ -290,3 +290,99 @@ def test_concurrent_runs_while_the_governor_flips(busy: Script) -> None:
     assert not errors, errors[0]
     assert lm.executor.wait_builds(timeout=120)
     assert openmp.max_threads() == 2
+
+
+# ---------------------------------------------------------------- model kinds on the reduced team
+def _runs_reduced(lm: LoadedModel, feeds: list[Any], want: list[np.ndarray], rtol: float, atol: float) -> None:
+    """Runs until the reduced plan serves ``feeds``; every output matches ``want``."""
+    for _ in range(4):
+        got = lm.run(feeds)
+        for g, w in zip(got, want):
+            np.testing.assert_allclose(g, w, rtol=rtol, atol=atol)
+        assert lm.executor.wait_builds(timeout=300)
+        assert openmp.max_threads() == 2
+    assert lm.plan_cache_stats().team_runs >= 1 and _reduced(lm)
+
+
+def _loop_model() -> Any:
+    """y = Loop(3 times) { s = Relu(Conv(s, w) + b) } over a static [1, 8, 10, 10] input."""
+    w = numpy_helper.from_array(RNG.standard_normal((8, 8, 3, 3)).astype(np.float32) * 0.2, "w")
+    b = numpy_helper.from_array(RNG.standard_normal(8).astype(np.float32) * 0.1, "b")
+    body = helper.make_graph(
+        [helper.make_node("Conv", ["s_in", "w", "b"], ["c"], pads=[1, 1, 1, 1]),
+         helper.make_node("Relu", ["c"], ["s_out"]),
+         helper.make_node("Identity", ["cond_in"], ["cond_out"])],
+        "body",
+        [helper.make_tensor_value_info("i", TensorProto.INT64, []),
+         helper.make_tensor_value_info("cond_in", TensorProto.BOOL, []),
+         helper.make_tensor_value_info("s_in", TensorProto.FLOAT, [1, 8, 10, 10])],
+        [helper.make_tensor_value_info("cond_out", TensorProto.BOOL, []),
+         helper.make_tensor_value_info("s_out", TensorProto.FLOAT, [1, 8, 10, 10])])
+    trip = numpy_helper.from_array(np.array(3, np.int64), "trip")
+    cond = numpy_helper.from_array(np.array(True), "cond")
+    g = helper.make_graph([helper.make_node("Loop", ["trip", "cond", "x"], ["y"], body=body)], "loop",
+                          [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 8, 10, 10])],
+                          [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 8, 10, 10])], [w, b, trip, cond])
+    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
+    m.ir_version = 8
+    return m
+
+
+def test_loop_subgraph_on_the_reduced_team(busy: Script) -> None:
+    m = _loop_model()
+    x = RNG.standard_normal((1, 8, 10, 10)).astype(np.float32)
+    _runs_reduced(_load(m), [x], run_ort(m, {"x": x}), 1e-4, 1e-4)
+
+
+def test_torch_provider_on_the_reduced_team(busy: Script, monkeypatch: pytest.MonkeyPatch) -> None:
+    pytest.importorskip("torch")
+    from pycann.kernels import providers
+
+    monkeypatch.setenv("PYCANN_PROVIDERS", "torch,numpy")
+    providers.reset()
+    m = _conv_model()
+    x = _img(20, 20)
+    _runs_reduced(_load(m), [x], run_ort(m, {"x": x}), 1e-4, 1e-4)
+
+
+def test_bf16_on_the_reduced_team_matches_the_full_team(busy: Script) -> None:
+    from pycann.ge.compile.options import CompileOptions
+
+    m = _static_conv_model()
+    x = RNG.standard_normal((1, 16, 20, 20)).astype(np.float32)
+    opts = CompileOptions(precision_mode="allow_fp32_to_bf16", soc_version="Ascend910B2")
+    full = LoadedModel.from_compiled(compile_model(m, opts), plan_cache=PlanCacheConfig(adaptive_threads=False))
+    want = full.run([x])
+    lm = LoadedModel.from_compiled(compile_model(m, opts), plan_cache=PlanCacheConfig(adaptive_threads=True))
+    _runs_reduced(lm, [x], want, 1e-2, 1e-2)
+
+
+def test_int8_on_the_reduced_team_matches_the_full_team(busy: Script) -> None:
+    from pycann.ge.compile.options import CompileOptions
+    from tests.amct.test_onednn_int8 import C, _block
+
+    m = _block(True)
+    x = RNG.standard_normal((1, C, 40, 40)).astype(np.float32)
+    opts = CompileOptions(op_select_implmode="high_performance", optypelist_for_implmode="QuantConv")
+    full = LoadedModel.from_compiled(compile_model(m, opts), plan_cache=PlanCacheConfig(adaptive_threads=False))
+    want = full.run([x])
+    lm = LoadedModel.from_compiled(compile_model(m, opts), plan_cache=PlanCacheConfig(adaptive_threads=True))
+    _runs_reduced(lm, [x], want, 1e-5, 1e-5 * float(np.abs(want[0]).max()))
+
+
+@pytest.mark.parametrize("max_plans", [256, 1])
+def test_gears_on_the_reduced_team(busy: Script, max_plans: int) -> None:
+    """Held at the default bound. Defect with ``max_plans=1`` (LoadedModel raises it to gears + 1:
+    "every gear's plan fits whatever the bound"): the reduced plans evicted the gears' plans.
+    Fixed with the room check (``Executor._room_for_team``)."""
+    from pycann.ge.compile.options import CompileOptions
+
+    m = _conv_model()
+    opts = CompileOptions(input_shape={"x": [1, 16, -1, -1]}, dynamic_image_size=[[12, 12], [8, 16]])
+    lm = LoadedModel.from_compiled(compile_model(m, opts), plan_cache=PlanCacheConfig(max_plans=max_plans,
+                                                                                  adaptive_threads=True))
+    for h, w in ((12, 12), (8, 16)):
+        lm.set_dynamic_hw_size(h, w)
+        x = _img(h, w)
+        _runs_reduced(lm, [x], run_ort(m, {"x": x}), 1e-4, 1e-4)
+    assert lm.plan_cache_stats().evictions == 0
