@@ -76,7 +76,8 @@ def _load(model: Any, **cfg: Any) -> LoadedModel:
 
 
 def _reduced(lm: LoadedModel) -> list[Any]:
-    return [k for k in lm.executor._cache._entries if k[-1][0] == "threads"]
+    keys: list[Any] = list(lm.executor._cache._entries)
+    return [k for k in keys if k[-1][0] == "threads"]
 
 
 def _warm_reduced(lm: LoadedModel, model: Any, x: np.ndarray) -> None:
@@ -119,7 +120,7 @@ def test_negative_and_huge_deltas_stay_in_bounds() -> None:
 # ---------------------------------------------------------------- the executor
 def test_full_team_of_one_never_reduces(busy: Script) -> None:
     """Held: PYCANN_NUM_THREADS=1 (the caller's team is 1): no reduced plan is ever built."""
-    m = _conv_model()
+    m: Any = _conv_model()
     lm = _load(m)
     x = _img(16, 16)
     openmp.set_max_threads(1)
@@ -133,7 +134,7 @@ def test_full_team_of_one_never_reduces(busy: Script) -> None:
 
 def test_an_exception_in_the_reduced_run_restores_the_callers_team(busy: Script) -> None:
     """Held: the reduced plan raising leaves the caller's OpenMP team as it was."""
-    m = _conv_model()
+    m: Any = _conv_model()
     lm = _load(m)
     x = _img(16, 16)
     _warm_reduced(lm, m, x)
@@ -152,7 +153,7 @@ def test_an_exception_in_the_reduced_run_restores_the_callers_team(busy: Script)
 def test_failed_reduced_build_runs_full_and_is_not_retried(busy: Script) -> None:
     """Held: a background build of the reduced plan that raises leaves the full team's plan
     serving the signature, with right values, and is not queued again."""
-    m = _conv_model()
+    m: Any = _conv_model()
     lm = _load(m)
     ex = lm.executor
     x = _img(16, 16)
@@ -179,7 +180,7 @@ def test_reduced_run_refreshes_the_cache_bytes(busy: Script) -> None:
     """Defect: a run on the reduced plan that had to add an arena (another run held the first)
     did not re-read the plan's bytes, so ``bytes_held`` (and the byte bound) missed that arena;
     the full team's run path calls ``refresh_bytes`` for the same event."""
-    m = _conv_model()
+    m: Any = _conv_model()
     lm = _load(m)
     ex = lm.executor
     x = _img(24, 24)
@@ -231,7 +232,7 @@ def test_reduced_plans_per_signature_are_few(monkeypatch: pytest.MonkeyPatch) ->
         pytest.skip("no OpenMP runtime loaded")
     g, s = _scripted(8, (8.0, 7.9))
     monkeypatch.setattr(contention, "_governor", g)
-    m = _conv_model()
+    m: Any = _conv_model()
     lm = _load(m)
     x = _img(12, 12)
     openmp.set_max_threads(8)
@@ -254,7 +255,7 @@ def test_reduced_plans_per_signature_are_few(monkeypatch: pytest.MonkeyPatch) ->
 def test_concurrent_runs_while_the_governor_flips(busy: Script) -> None:
     """Held: four threads run two shapes while the load flips between contended and quiet: every
     value matches ONNX Runtime and every thread's OpenMP team is what it was before."""
-    m = _conv_model()
+    m: Any = _conv_model()
     lm = _load(m)
     xs = [_img(16, 16), _img(20, 12)]
     want = [run_ort(m, {"x": x})[0] for x in xs]
@@ -340,7 +341,7 @@ def test_torch_provider_on_the_reduced_team(busy: Script, monkeypatch: pytest.Mo
 
     monkeypatch.setenv("PYCANN_PROVIDERS", "torch,numpy")
     providers.reset()
-    m = _conv_model()
+    m: Any = _conv_model()
     x = _img(20, 20)
     _runs_reduced(_load(m), [x], run_ort(m, {"x": x}), 1e-4, 1e-4)
 
@@ -363,7 +364,7 @@ def test_int8_on_the_reduced_team_matches_the_full_team(busy: Script) -> None:
 
     m = _block(True)
     x = RNG.standard_normal((1, C, 40, 40)).astype(np.float32)
-    opts = CompileOptions(op_select_implmode="high_performance", optypelist_for_implmode="QuantConv")
+    opts = CompileOptions(op_select_implmode="high_performance", optypelist_for_implmode=["QuantConv"])
     full = LoadedModel.from_compiled(compile_model(m, opts), plan_cache=PlanCacheConfig(adaptive_threads=False))
     want = full.run([x])
     lm = LoadedModel.from_compiled(compile_model(m, opts), plan_cache=PlanCacheConfig(adaptive_threads=True))
@@ -377,7 +378,7 @@ def test_gears_on_the_reduced_team(busy: Script, max_plans: int) -> None:
     Fixed with the room check (``Executor._room_for_team``)."""
     from pycann.ge.compile.options import CompileOptions
 
-    m = _conv_model()
+    m: Any = _conv_model()
     opts = CompileOptions(input_shape={"x": [1, 16, -1, -1]}, dynamic_image_size=[[12, 12], [8, 16]])
     lm = LoadedModel.from_compiled(compile_model(m, opts), plan_cache=PlanCacheConfig(max_plans=max_plans,
                                                                                   adaptive_threads=True))
@@ -386,3 +387,47 @@ def test_gears_on_the_reduced_team(busy: Script, max_plans: int) -> None:
         x = _img(h, w)
         _runs_reduced(lm, [x], run_ort(m, {"x": x}), 1e-4, 1e-4)
     assert lm.plan_cache_stats().evictions == 0
+
+
+# ---------------------------------------------------------------- eviction while in use
+@pytest.mark.parametrize("reduced", [False, True])
+def test_plan_evicted_between_get_and_run(busy: Script, monkeypatch: pytest.MonkeyPatch, reduced: bool) -> None:
+    """Defect (before the adaptive team too, more often with it: a reduced plan is one more build
+    that evicts): another thread's build evicted and closed the plan a caller had just taken from the
+    cache; its run then read the closed plan's emptied slot template and raised IndexError (seen
+    under 4 threads, max_plans=2, 3 shapes). Expected: the caller looks the signature up again."""
+    m: Any = _conv_model()
+    lm = _load(m)
+    x = _img(16, 16)
+    _warm_reduced(lm, m, x)
+    if not reduced:
+        busy.load = (1.0, 1.0)
+    cache = lm.executor._cache
+    real = cache.get
+
+    def get_then_evicted(key: Any) -> Any:
+        hit = real(key)
+        if hit is not None:
+            hit.plan.close()  # what PlanCache._close does to an evicted plan
+            cache._entries.pop(key, None)
+            cache.bytes_held -= cache._bytes.pop(key, 0)
+        return hit
+
+    monkeypatch.setattr(cache, "get", get_then_evicted)
+    _check(lm, m, x)
+    assert openmp.max_threads() == 2
+
+
+def test_close_while_a_run_is_in_flight_keeps_its_objects(busy: Script) -> None:
+    """Held by the fix above: a plan closed while a run is in flight drops its steps only after that run."""
+    m: Any = _conv_model()
+    lm = _load(m)
+    x = _img(16, 16)
+    _warm_reduced(lm, m, x)
+    plan = lm.executor._cache.peek(_reduced(lm)[0]).plan  # type: ignore[union-attr]
+    with plan._arena_lock:
+        plan._runs += 1  # a run in flight
+    plan.close()
+    assert plan.steps and plan.template
+    plan._end_run()
+    assert not plan.steps and not plan.template

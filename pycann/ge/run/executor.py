@@ -22,7 +22,7 @@ from pycann.ge.ir import Graph
 from pycann.ge.planning.candidates import INPLACE, arena_candidates, inplace_candidates
 from pycann.ge.planning.memory import MemoryPlan, plan_memory
 from pycann.ge.run import contention
-from pycann.ge.run.plan import Arena, Plan
+from pycann.ge.run.plan import Arena, Plan, PlanClosedError
 from pycann.ge.run.plan_builder import BackgroundBuilder
 from pycann.ge.run.plan_cache import CacheStats, PlanCache
 from pycann.ge.run.plan_steps import ARENA, NORMAL, SCOPED, Step, StepKind
@@ -247,7 +247,10 @@ class Executor:
                 hit = self._cache.peek(sig) or self._build(sig, used, feeds)
         plan = hit.plan
         made = plan.arenas_made
-        outs = plan.run(feeds)
+        try:
+            outs = plan.run(feeds)
+        except PlanClosedError:  # another thread's build evicted it since ``get``: look it up again
+            return self.run(feeds)
         if plan.arenas_made != made:
             self._cache.refresh_bytes()  # a concurrent run added an arena: re-check the bound
         return outs
@@ -285,6 +288,8 @@ class Executor:
         openmp.set_max_threads(team)
         try:
             outs = plan.run(feeds)
+        except PlanClosedError:
+            return None  # evicted since ``get``: the caller runs as usual
         finally:
             openmp.set_max_threads(full)
         if plan.arenas_made != made:
