@@ -289,6 +289,7 @@ class Executor:
         try:
             outs = plan.run(feeds)
         except PlanClosedError:
+            self.team_runs -= 1
             return None  # evicted since ``get``: the caller runs as usual
         finally:
             openmp.set_max_threads(full)
