@@ -454,3 +454,27 @@ def test_suite_models_never_reduce_on_a_busy_machine(monkeypatch: pytest.MonkeyP
         assert lm.executor.wait_builds(timeout=120)
     st = lm.plan_cache_stats()
     assert (st.team_runs, st.built) == (0, 1)
+
+
+def test_matmul_model_without_convolutions_on_the_reduced_team(busy: Script) -> None:
+    """Held: a graph without convolutions (AUTO: generic first, specialised when a signature comes
+    back, built inline) gets its reduced plan too, with ONNX Runtime's values; a signature seen once
+    (a decoder's new length per call) stays on the shape-generic plan and is never reduced."""
+    from tests.ge.test_plan_cache import _mlp_model
+
+    m: Any = _mlp_model()
+    lm = _load(m)
+    x = RNG.standard_normal((2, 5, 64)).astype(np.float32)
+    want = run_ort(m, {"x": x})
+    for _ in range(4):
+        np.testing.assert_allclose(lm.run([x])[0], want[0], rtol=1e-4, atol=1e-4)
+        assert lm.executor.wait_builds(timeout=120)
+    assert lm.plan_cache_stats().team_runs >= 1
+    before = lm.plan_cache_stats()
+    for s in range(6, 9):  # new lengths, once each
+        y = RNG.standard_normal((1, s, 64)).astype(np.float32)
+        np.testing.assert_allclose(lm.run([y])[0], run_ort(m, {"x": y})[0], rtol=1e-4, atol=1e-4)
+        assert lm.executor.wait_builds(timeout=120)
+    after = lm.plan_cache_stats()
+    assert (after.built, after.team_runs) == (before.built, before.team_runs)
+    assert openmp.max_threads() == 2
