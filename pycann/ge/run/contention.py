@@ -32,7 +32,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
-__all__ = ["CpuSample", "ThreadGovernor", "governor", "read_sample"]
+__all__ = ["CpuSample", "ThreadGovernor", "governor", "read_sample", "team_for"]
 
 SLACK = 0.5  # CPUs others may take before the team shrinks (background noise, this process's other threads)
 WINDOW = 0.25  # seconds between two samples
@@ -111,10 +111,16 @@ class ThreadGovernor:
     def team(self, full: int) -> int:
         """Threads for a run whose full team is ``full`` (>= 1): ``full`` on a quiet machine, fewer while
         other processes take this process's CPUs (module doc)."""
-        avail = self.contended()
-        if avail is None or full <= 1 or avail >= full - SLACK:
-            return full
-        return max(1, min(full - 1, int(avail + 0.5)))
+        return team_for(self.contended(), full)
+
+
+def team_for(available: float | None, full: int) -> int:
+    """The team for ``available`` CPUs left by other processes (``ThreadGovernor.contended``; None:
+    quiet) and a full team of ``full``: ``full`` while it fits within ``SLACK``, else
+    ``round(available)`` threads, at least 1 and fewer than ``full``."""
+    if available is None or full <= 1 or available >= full - SLACK:
+        return full
+    return max(1, min(full - 1, int(available + 0.5)))
 
     def _sample(self) -> None:
         if not self._lock.acquire(blocking=False):
@@ -123,6 +129,9 @@ class ThreadGovernor:
             now = self._sampler()
             self._next = time.monotonic() + self.window
             if now is None:
+                # no data: the full team (class doc), not the last answer kept for ever; shrinking
+                # again needs two windows of samples once the sampler answers
+                self._last, self._history, self.available = None, [], None
                 return
             last, self._last = self._last, now
             if last is None or now.wall - last.wall < self.window / 2:

@@ -22,7 +22,7 @@ from pycann.ge.ir import Graph
 from pycann.ge.planning.candidates import INPLACE, arena_candidates, inplace_candidates
 from pycann.ge.planning.memory import MemoryPlan, plan_memory
 from pycann.ge.run import contention
-from pycann.ge.run.plan import Arena, Plan
+from pycann.ge.run.plan import Arena, Plan, PlanClosedError
 from pycann.ge.run.plan_builder import BackgroundBuilder
 from pycann.ge.run.plan_cache import CacheStats, PlanCache
 from pycann.ge.run.plan_steps import ARENA, NORMAL, SCOPED, Step, StepKind
@@ -248,7 +248,10 @@ class Executor:
                 hit = self._cache.peek(sig) or self._build(sig, used, feeds)
         plan = hit.plan
         made = plan.arenas_made
-        outs = plan.run(feeds)
+        try:
+            outs = plan.run(feeds)
+        except PlanClosedError:  # another thread's build evicted it since ``get``: look it up again
+            return self.run(feeds)
         if plan.arenas_made != made:
             self._cache.refresh_bytes()  # a concurrent run added an arena: re-check the bound
         return outs
@@ -256,13 +259,19 @@ class Executor:
     def _team(self) -> int | None:
         """A smaller OpenMP team for this run while other processes keep the CPUs busy, else None."""
         assert self._governor is not None
-        if self._governor.contended() is None:
+        available = self._governor.contended()  # (one clock read on a quiet machine: no OpenMP call)
+        if available is None:
             return None
         full = openmp.max_threads()
         if not full:
             return None  # no OpenMP runtime loaded: nothing runs on a team
-        team = self._governor.team(full)
-        return team if team < full else None
+        team = contention.team_for(available, full)
+        if team >= full:
+            return None
+        # each team size gets its own plan (a specialisation and its memory): one thread or a multiple
+        # of a quarter of the full team (rounded up), so a drifting load builds at most 4 per signature
+        step = -(-full // 4)
+        return max(1, team // step * step)
 
     def _run_team(self, sig: Signature, used: list[int], feeds: Sequence[np.ndarray], team: int) -> list[np.ndarray] | None:
         """Run ``sig`` on its plan bound for ``team`` threads, with the caller's OpenMP team set to it
@@ -271,11 +280,31 @@ class Executor:
         key = (*sig, ("threads", team))
         hit = self._cache.get(key) if key in self._cache else None
         if hit is None:
-            if sig in self._cache and key not in self._builder.failed:
+            if key not in self._builder.failed and self._room_for_team(sig):
                 self._builder.submit(key, *self._request(used, feeds), threads=team)
             return None
         self.team_runs += 1
-        return _on_team(team, hit.plan, feeds)
+        plan = hit.plan
+        made = plan.arenas_made
+        try:
+            outs = _on_team(team, plan, feeds)
+        except PlanClosedError:
+            self.team_runs -= 1
+            return None  # evicted since ``get``: the caller runs as usual
+        if plan.arenas_made != made:
+            self._cache.refresh_bytes()  # a concurrent run added an arena: re-check the bound (as ``run``)
+        return outs
+
+    def _room_for_team(self, sig: Signature) -> bool:
+        """Whether ``sig``'s own plan is cached and the cache has room beside it for a plan of that
+        size bound for a smaller team. A reduced plan that pushed out the full team's plan of its
+        signature would have it rebuilt when the neighbour stops (a static model's inline, on the
+        caller) and evicted again at the next contended spell: a plan build per flip."""
+        base = self._cache.peek(sig)
+        if base is None:
+            return False
+        cfg = self._cache.config
+        return len(self._cache) < cfg.max_plans and self._cache.bytes_held + base.nbytes <= cfg.max_bytes
 
     def _run_generic(self, feeds: Sequence[np.ndarray], team: int | None = None) -> list[np.ndarray]:
         """A run on the shape-generic plan; a graph it cannot run (a kernel that needs constant

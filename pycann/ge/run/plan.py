@@ -63,6 +63,11 @@ class Arena:
         return raw.reshape(shape)
 
 
+class PlanClosedError(RuntimeError):
+    """A run asked of a plan that was evicted and closed before the run began (the executor had
+    fetched it from the cache just before another thread's build pushed it out): look it up again."""
+
+
 class Plan:
     """A compiled, reusable execution plan for one (sub)graph. Thread-safe to ``run``.
 
@@ -98,6 +103,8 @@ class Plan:
         self.arenas_made = 0  # arenas allocated (one per concurrent run): counted in ``nbytes``
         self.const_bytes = 0  # constants this plan owns (folded for its shapes; set by Executor)
         self._arena_lock = threading.Lock()
+        self._runs = 0  # runs in flight (under ``_arena_lock``): ``close`` leaves their objects to the last
+        self._closed = False
         self.nodes = list(graph.nodes)
         self.subplans: dict[int, dict[str, Plan]] = {}
         self.overwritten: dict[int, int] = {}  # step -> input slot position its kernel writes over
@@ -241,9 +248,16 @@ class Plan:
     def close(self) -> None:
         """Drop the arenas, bound kernels and generated code (the plan was evicted): their native
         memory (oneDNN primitives, arena buffers) goes with the last reference. A run still in
-        flight on another thread finishes on the objects it already holds."""
+        flight on another thread finishes on the objects it already holds: the last one to end drops
+        them; a run that begins after ``close`` raises ``PlanClosedError``."""
         with self._arena_lock:
             self._arenas = []
+            self._closed = True
+            if self._runs:
+                return
+        self._drop()
+
+    def _drop(self) -> None:
         self.steps = []
         self._fast = None
         self.template = []
@@ -261,10 +275,29 @@ class Plan:
     def _give_back(self, arena: Arena | None) -> None:
         if arena is not None:
             with self._arena_lock:
-                self._arenas.append(arena)
+                if not self._closed:  # (a closed plan's pool stays empty)
+                    self._arenas.append(arena)
+
+    def _end_run(self) -> None:
+        with self._arena_lock:
+            self._runs -= 1
+            last = self._closed and not self._runs
+        if last:
+            self._drop()  # closed while this run was in flight
 
     def run(self, feeds: Sequence[np.ndarray], outer_env: dict[str, Any] | None = None) -> list[np.ndarray]:
-        """Execute with ``feeds`` bound to the graph inputs (in order); returns the outputs."""
+        """Execute with ``feeds`` bound to the graph inputs (in order); returns the outputs. Raises
+        ``PlanClosedError`` when the plan was closed (evicted) before the run began."""
+        with self._arena_lock:
+            if self._closed:
+                raise PlanClosedError("the plan was evicted before this run began")
+            self._runs += 1
+        try:
+            return self._run_arena(feeds, outer_env)
+        finally:
+            self._end_run()
+
+    def _run_arena(self, feeds: Sequence[np.ndarray], outer_env: dict[str, Any] | None) -> list[np.ndarray]:
         arena = self._take_arena()
         try:
             if self.torch_pool and outer_env is None:

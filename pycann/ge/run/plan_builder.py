@@ -18,6 +18,7 @@ thread and oneDNN fixes a primitive's threads when it is created: ``providers.op
 
 from __future__ import annotations
 
+import logging
 import os
 import threading
 from collections import deque
@@ -27,6 +28,13 @@ from typing import Any
 from pycann.kernels.providers import openmp
 
 __all__ = ["BackgroundBuilder"]
+
+log = logging.getLogger("pycann.ge.run.plan_builder")
+
+
+def _short(sig: Hashable) -> str:
+    text = repr(sig)
+    return text if len(text) <= 160 else text[:157] + "..."
 
 Shapes = list[tuple[int, ...] | None]
 
@@ -87,7 +95,9 @@ class BackgroundBuilder:
                 openmp.set_max_threads(threads)
                 self._build(sig, shapes, values)
                 self.built += 1
-            except Exception:  # noqa: BLE001 - the executor rebuilds it inline, where the error names the node
+            except Exception as e:  # noqa: BLE001 - the executor rebuilds it inline, where the error names the node
+                # (a plan for a smaller team is not rebuilt: its signature keeps the full team's plan)
+                log.info("background plan build of %s failed: %s", _short(sig), e)
                 self.failed.add(sig)
             with self._cond:
                 self._queue.popleft()
