@@ -113,15 +113,6 @@ class ThreadGovernor:
         other processes take this process's CPUs (module doc)."""
         return team_for(self.contended(), full)
 
-
-def team_for(available: float | None, full: int) -> int:
-    """The team for ``available`` CPUs left by other processes (``ThreadGovernor.contended``; None:
-    quiet) and a full team of ``full``: ``full`` while it fits within ``SLACK``, else
-    ``round(available)`` threads, at least 1 and fewer than ``full``."""
-    if available is None or full <= 1 or available >= full - SLACK:
-        return full
-    return max(1, min(full - 1, int(available + 0.5)))
-
     def _sample(self) -> None:
         if not self._lock.acquire(blocking=False):
             return  # another thread is sampling
@@ -144,6 +135,15 @@ def team_for(available: float | None, full: int) -> int:
             self.available = max(self._history) if len(self._history) == 2 else None
         finally:
             self._lock.release()
+
+
+def team_for(available: float | None, full: int) -> int:
+    """The team for ``available`` CPUs left by other processes (``ThreadGovernor.contended``; None:
+    quiet) and a full team of ``full``: ``full`` while it fits within ``SLACK``, else
+    ``round(available)`` threads, at least 1 and fewer than ``full``."""
+    if available is None or full <= 1 or available >= full - SLACK:
+        return full
+    return max(1, min(full - 1, int(available + 0.5)))
 
 
 _governor: ThreadGovernor | None = None
