@@ -322,6 +322,11 @@ _UNVERSIONED_WRITES = frozenset({"aten::native_batch_norm", "aten::_native_batch
 
 
 def _compute(op: Any, info: _OpInfo, args: tuple[Any, ...], kwargs: dict[str, Any]) -> tuple[Any, Provider]:
+    # before any CPU view of an npu tensor exists: a view freed while an error unwinds runs its
+    # deleter (a ctypes callback) with the error set, which turns the error into a SystemError. Not
+    # for out= / in-place overloads, whose npu result ATen may have allocated before this kernel.
+    if not info.mutable_args and info.name.partition(".")[0] not in _CROSS_DEVICE:
+        _same_device(info, args, kwargs)
     index: list[int] = []
     cargs = list(args)
     n = len(cargs)
@@ -405,6 +410,31 @@ def _compute(op: Any, info: _OpInfo, args: tuple[Any, ...], kwargs: dict[str, An
         else:
             fixed.append(_up(o, dev))
     return (tuple(fixed) if isinstance(out, tuple) else fixed[0]), provider
+
+
+# ops that take CPU tensors beside device ones in PyTorch (indices, a copy's source)
+_CROSS_DEVICE = frozenset({"aten::index", "aten::index_put", "aten::index_put_", "aten::_index_put_impl_",
+                           "aten::copy_", "aten::set_", "aten::_local_scalar_dense", "aten::equal"})
+
+
+def _same_device(info: _OpInfo, args: tuple[Any, ...], kwargs: dict[str, Any]) -> None:
+    """PyTorch's device rule, as CUDA (and torch_npu) enforce it: an op on npu tensors takes no CPU
+    tensor but a 0-dim one (a scalar). Raises RuntimeError with PyTorch's message, so code that mixes
+    devices fails here as it would on a real NPU instead of silently running."""
+    vals = [args[i] for i in info.tensor_args if i < len(args)]
+    vals += [v for k, v in kwargs.items() if k in info.tensor_kwargs]
+    cpu = npu = None
+    for v in vals:
+        for t in (v if isinstance(v, (list, tuple)) else (v,)):
+            if isinstance(t, torch.Tensor):
+                if t.is_cpu:
+                    cpu = cpu if cpu is not None or t.dim() == 0 else t
+                elif npu is None and not t.is_meta:
+                    npu = t
+    if cpu is not None and npu is not None:
+        raise RuntimeError(f"Expected all tensors to be on the same device, but found at least two devices, "
+                           f"npu:{npu.get_device()} and cpu! (in {info.name}; move the CPU tensor with .npu() "
+                           f"or .to(device))")
 
 
 _SPECIAL: dict[str, Any] = {

@@ -35,6 +35,25 @@ def test_ops_match_cpu() -> None:
         torch.testing.assert_close(got.cpu(), f(a, b))
 
 
+def test_cpu_tensors_beside_npu_ones_raise_as_on_a_device() -> None:
+    """PyTorch's rule on CUDA (and torch_npu's): no CPU tensor in an op on npu tensors, except a 0-dim
+    one and an index; code that mixes them would otherwise pass here and fail on a real NPU."""
+    lin = torch.nn.Linear(4, 2).npu()
+    conv = torch.nn.Conv2d(3, 4, 3).npu()
+    for f in (lambda: lin(torch.randn(1, 4)), lambda: conv(torch.randn(1, 3, 8, 8)),
+              lambda: torch.ones(2).npu() + torch.ones(2), lambda: torch.ones(1, 2).npu().mm(torch.ones(2, 2))):
+        with pytest.raises(RuntimeError, match="Expected all tensors to be on the same device.*npu:0 and cpu"):
+            f()
+    x = torch.arange(4.0).npu()
+    assert torch.equal((x * torch.tensor(2.0)).cpu(), torch.arange(4.0) * 2)  # a 0-dim CPU tensor: a scalar
+    assert torch.equal(x[torch.tensor([0, 3])].cpu(), torch.tensor([0.0, 3.0]))  # CPU indices
+    y = torch.zeros(4).npu()
+    y[torch.tensor([1, 2])] = torch.tensor(5.0)
+    assert torch.equal(y.cpu(), torch.tensor([0.0, 5.0, 5.0, 0.0]))
+    assert torch.equal(lin(torch.ones(1, 4).npu()).cpu(), torch.nn.functional.linear(torch.ones(1, 4), lin.weight.cpu(),
+                                                                                     lin.bias.cpu()))
+
+
 def test_views_share_storage_and_in_place_writes() -> None:
     x = torch.zeros(4, 4, device="npu")
     v = x[1:3, ::2]
