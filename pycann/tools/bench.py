@@ -123,7 +123,9 @@ def _load(path: str, dtype: np.dtype, shape: list[int]) -> np.ndarray:
 
 def _pure(shape: list[int], dtype: np.dtype, kind: str, rng: np.random.Generator) -> np.ndarray:
     if any(d < 0 for d in shape):
-        raise ValueError(f"input shape {shape} has dynamic dims: set --dymBatch/--dymHW/--dymDims/--dymShape")
+        example = ",".join(str(d) if d >= 0 else "640" for d in shape)
+        raise ValueError(f"input shape {shape} has dynamic dims: set --dymBatch/--dymHW/--dymDims/--dymShape, "
+                         f'e.g. --dymShape "NAME:{example}" (NAME: the input\'s name, atc --mode=6 lists them)')
     if kind == "zero":
         return np.zeros(shape, dtype)
     if dtype.kind == "f":
