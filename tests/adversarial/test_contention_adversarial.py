@@ -30,18 +30,8 @@ TEAM = ("threads", 1)
 
 
 def _static_conv_model() -> Any:
-    """Conv(3x3, 16 -> 32) + Relu + Conv(1x1, 32 -> 16) on a static [1, 16, 20, 20] input."""
-    w1 = numpy_helper.from_array(RNG.standard_normal((32, 16, 3, 3)).astype(np.float32) * 0.1, "w1")
-    b1 = numpy_helper.from_array(RNG.standard_normal(32).astype(np.float32), "b1")
-    w2 = numpy_helper.from_array(RNG.standard_normal((16, 32, 1, 1)).astype(np.float32) * 0.1, "w2")
-    nodes = [helper.make_node("Conv", ["x", "w1", "b1"], ["c"], pads=[1, 1, 1, 1]),
-             helper.make_node("Relu", ["c"], ["r"]),
-             helper.make_node("Conv", ["r", "w2"], ["y"])]
-    g = helper.make_graph(nodes, "convs", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 16, 20, 20])],
-                          [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 16, 20, 20])], [w1, b1, w2])
-    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
-    m.ir_version = 8
-    return m
+    """``_conv_model`` on a static [1, 16, 20, 20] input."""
+    return _conv_model((20, 20))
 
 
 def _scripted(ncpu: int, load: tuple[float, float]) -> tuple[ThreadGovernor, Script]:

@@ -19,16 +19,16 @@ pytestmark = pytest.mark.usefixtures("default_providers")
 RNG = np.random.default_rng(7)
 
 
-def _conv_model() -> object:
-    """Conv(3x3, 16 -> 32) + Relu + Conv(1x1, 32 -> 16), dynamic H and W."""
+def _conv_model(hw: tuple[int | str, int | str] = ("H", "W")) -> object:
+    """Conv(3x3, 16 -> 32) + Relu + Conv(1x1, 32 -> 16); H and W dynamic unless ``hw`` fixes them."""
     w1 = numpy_helper.from_array(RNG.standard_normal((32, 16, 3, 3)).astype(np.float32) * 0.1, "w1")
     b1 = numpy_helper.from_array(RNG.standard_normal(32).astype(np.float32), "b1")
     w2 = numpy_helper.from_array(RNG.standard_normal((16, 32, 1, 1)).astype(np.float32) * 0.1, "w2")
     nodes = [helper.make_node("Conv", ["x", "w1", "b1"], ["c"], pads=[1, 1, 1, 1]),
              helper.make_node("Relu", ["c"], ["r"]),
              helper.make_node("Conv", ["r", "w2"], ["y"])]
-    g = helper.make_graph(nodes, "convs", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 16, "H", "W"])],
-                          [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 16, "H", "W"])], [w1, b1, w2])
+    g = helper.make_graph(nodes, "convs", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 16, *hw])],
+                          [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 16, *hw])], [w1, b1, w2])
     m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
     m.ir_version = 8
     return m
