@@ -122,13 +122,18 @@ def test_full_team_of_one_never_reduces(busy: Script) -> None:
     assert st.team_runs == 0 and st.built == 1 and not _reduced(lm)
 
 
-def test_an_exception_in_the_reduced_run_restores_the_callers_team(busy: Script) -> None:
-    """Held: the reduced plan raising leaves the caller's OpenMP team as it was."""
+def _reduced_plan() -> tuple[Any, LoadedModel, np.ndarray, Any]:
+    """A conv model with its 16 x 16 signature's one-thread plan built: (model, loaded, input, that plan)."""
     m: Any = _conv_model()
     lm = _load(m)
     x = _img(16, 16)
     _warm_reduced(lm, m, x)
-    plan = lm.executor._cache.peek(_reduced(lm)[0]).plan  # type: ignore[union-attr]
+    return m, lm, x, lm.executor._cache.peek(_reduced(lm)[0]).plan  # type: ignore[union-attr]
+
+
+def test_an_exception_in_the_reduced_run_restores_the_callers_team(busy: Script) -> None:
+    """Held: the reduced plan raising leaves the caller's OpenMP team as it was."""
+    m, lm, x, plan = _reduced_plan()
 
     def boom(feeds: Any, outer_env: Any = None) -> Any:
         assert openmp.max_threads() == 1
@@ -410,11 +415,7 @@ def test_plan_evicted_between_get_and_run(busy: Script, monkeypatch: pytest.Monk
 
 def test_close_while_a_run_is_in_flight_keeps_its_objects(busy: Script) -> None:
     """Held by the fix above: a plan closed while a run is in flight drops its steps only after that run."""
-    m: Any = _conv_model()
-    lm = _load(m)
-    x = _img(16, 16)
-    _warm_reduced(lm, m, x)
-    plan = lm.executor._cache.peek(_reduced(lm)[0]).plan  # type: ignore[union-attr]
+    m, lm, x, plan = _reduced_plan()
     with plan._arena_lock:
         plan._runs += 1  # a run in flight
     plan.close()
