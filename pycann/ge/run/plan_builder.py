@@ -25,16 +25,12 @@ from collections import deque
 from collections.abc import Callable, Hashable
 from typing import Any
 
+from pycann.ge.run.plan_cache import short_signature
 from pycann.kernels.providers import openmp
 
 __all__ = ["BackgroundBuilder"]
 
 log = logging.getLogger("pycann.ge.run.plan_builder")
-
-
-def _short(sig: Hashable) -> str:
-    text = repr(sig)
-    return text if len(text) <= 160 else text[:157] + "..."
 
 Shapes = list[tuple[int, ...] | None]
 
@@ -97,7 +93,7 @@ class BackgroundBuilder:
                 self.built += 1
             except Exception as e:  # noqa: BLE001 - the executor rebuilds it inline, where the error names the node
                 # (a plan for a smaller team is not rebuilt: its signature keeps the full team's plan)
-                log.info("background plan build of %s failed: %s", _short(sig), e)
+                log.info("background plan build of %s failed: %s", short_signature(sig), e)
                 self.failed.add(sig)
             with self._cond:
                 self._queue.popleft()

@@ -25,7 +25,7 @@ from typing import Generic, Protocol, TypeVar
 
 from pycann.config import PlanCacheConfig, plan_cache_config
 
-__all__ = ["CacheStats", "PlanCache", "Sized", "describe", "trim_heap"]
+__all__ = ["CacheStats", "PlanCache", "Sized", "describe", "short_signature", "trim_heap"]
 
 # INFO: a plan built or evicted (``atc --log=info``-style lines for run time: enable with
 # ``logging.basicConfig(level=logging.INFO)``)
@@ -138,7 +138,7 @@ class PlanCache(Generic[V]):
             self.bytes_held += n
             self.built += 1
             log.info("[PlanCache] built plan %d for %s: %.2f MiB (%d plans, %.1f MiB held)", self.built,
-                     _short(key), n / 2**20, len(self._entries), self.bytes_held / 2**20)
+                     short_signature(key), n / 2**20, len(self._entries), self.bytes_held / 2**20)
             evicted += self._shrink()
             if self.bytes_held > self.config.max_bytes:
                 self.over_budget += 1
@@ -174,7 +174,7 @@ class PlanCache(Generic[V]):
             k, v = self._entries.popitem(last=False)
             self.bytes_held -= self._bytes.pop(k, 0)
             self.evictions += 1
-            log.info("[PlanCache] evicted the least recently used plan (%s); %d evictions", _short(k), self.evictions)
+            log.info("[PlanCache] evicted the least recently used plan (%s); %d evictions", short_signature(k), self.evictions)
             out.append(v)
         return out
 
@@ -221,7 +221,7 @@ def trim_heap() -> bool:
     return True
 
 
-def _short(key: Hashable) -> str:
+def short_signature(key: Hashable) -> str:
     """A signature as ``[1x3x48x320 float32, ...]`` for log lines."""
     if not isinstance(key, tuple):
         return str(key)

@@ -59,5 +59,4 @@ def team() -> int:
     libgomp is loaded). Part of the key of every cache of primitives: a plan built for another thread
     count (``ge.run.contention``: one thread while other processes keep the cores busy) must not be
     handed the primitives of the other one, whose team oneDNN fixed when it created them."""
-    lib = _loaded()
-    return int(lib.omp_get_max_threads()) if lib is not None else 0
+    return max_threads() or 0

@@ -24,6 +24,15 @@ def _channel_shape(x: np.ndarray, v: np.ndarray) -> tuple[int, ...]:
     return (1,) + v.shape + (1,) * (x.ndim - 1 - v.ndim)
 
 
+def batch_norm_scale_shift(scale: np.ndarray, b: np.ndarray, mean: np.ndarray, var: np.ndarray, epsilon: float,
+                           cd: np.dtype) -> tuple[np.ndarray, np.ndarray]:
+    """Inference BatchNormalization (BatchNormalization-15) as ``y = x * a + c`` per channel, in the
+    compute dtype ``cd``: ``a = scale / sqrt(var + epsilon)``, ``c = B - mean * a``. The kernel below
+    and GE's BatchNormToScaleShift pass both use it, so the rewritten graph keeps the kernel's values."""
+    a = scale.astype(cd) / np.sqrt(var.astype(cd) + cd.type(epsilon))
+    return a, b.astype(cd) - mean.astype(cd) * a
+
+
 def _batch_norm(inputs: Sequence[Any], attrs: Mapping[str, Any], out: np.ndarray | None = None) -> np.ndarray:
     """BatchNormalization (spec: BatchNormalization-15), inference mode:
     Y = (X - input_mean) / sqrt(input_var + epsilon) * scale + B.
@@ -38,8 +47,7 @@ def _batch_norm(inputs: Sequence[Any], attrs: Mapping[str, Any], out: np.ndarray
     cd = compute_dtype(x.dtype)
     eps = float(attrs.get("epsilon", 1e-5))
     # Fold into one multiply-add over the big tensor: a = scale / sqrt(var + eps), c = B - mean * a.
-    a = scale.astype(cd) / np.sqrt(var.astype(cd) + cd.type(eps))
-    c = b.astype(cd) - mean.astype(cd) * a
+    a, c = batch_norm_scale_shift(scale, b, mean, var, eps, cd)
     shape = _channel_shape(x, a)
     y = out if out is not None and out.dtype == cd else np.empty(x.shape, cd)
     np.multiply(x, a.reshape(shape), out=y)

@@ -21,6 +21,7 @@ import numpy as np
 
 from pycann.ge.compile.passes.base import PassContext, PassResult
 from pycann.ge.ir import Graph, Node
+from pycann.ops.nn.norm import batch_norm_scale_shift
 
 name = "BatchNormToScaleShift"
 
@@ -59,11 +60,9 @@ def rewrite(g: Graph) -> tuple[int, list[str]]:
             missed.append(f"{bn.name}: {why}")
             out.append(bn)
             continue
-        scale, b, mean, var = (g.initializers[i].astype(np.float32) for i in bn.inputs[1:5])
+        scale, b, mean, var = (g.initializers[i] for i in bn.inputs[1:5])
         rank = len(g.descs[bn.inputs[0]].shape or ())
-        eps = np.float32(float(bn.attrs.get("epsilon", 1e-5)))
-        a = scale / np.sqrt(var + eps)  # float32 throughout, as ops/nn/norm.py's kernel
-        c = b - mean * a
+        a, c = batch_norm_scale_shift(scale, b, mean, var, float(bn.attrs.get("epsilon", 1e-5)), np.dtype(np.float32))
         shape = (-1,) + (1,) * (rank - 2)
         a_name, c_name = g.fresh_name(f"{bn.name}_scale"), g.fresh_name(f"{bn.name}_shift")
         g.initializers[a_name] = a.reshape(shape)
