@@ -31,6 +31,7 @@ from pycann.ge.compile.pipelines import SHAPE_CHOICES, SIGNATURE_PIPELINE, SPECI
 from pycann.ge.compile.precision_config import settings_from_options
 from pycann.ge.ir import CompileContext, Graph, Node
 from pycann.ge.planning.memory import plan_memory
+from pycann.kernels.environment import choice_environment
 
 if TYPE_CHECKING:  # onnx (and protobuf, ~20 MB) load only when a model is compiled, not to run an .om
     import onnx
@@ -191,6 +192,9 @@ def compile_model(
         "op_counts": graph.op_counts(),
         "precision": precision.manifest_entry(ctx, precision_settings),
         "pycann_version": pycann.__version__,
+        # what the kernel and layout choices above depend on: a loader that finds the same plans the
+        # compiled graph as it is, without the pass pipeline (ge/run/specializer.py)
+        "kernel_env": choice_environment(graph.context.op_bank_path, graph.context.kernel_bank),
         "compile_seconds": round(time.perf_counter() - t0, 3),
     }
     if tuned_record is not None:

@@ -11,7 +11,7 @@ import os
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -19,13 +19,16 @@ from pycann.config import PlanCacheConfig, plan_cache_config
 from pycann.dtypes import TensorDesc, dtype_name, from_numpy, to_numpy
 from pycann.errors import InputError
 from pycann.ge.aipp.dynamic import DynamicAipp, Params
-from pycann.ge.compile.compiler import CompiledModel, SpecializeMemo, compile_model, specialize
 from pycann.ge.compile.gears import GearTable
 from pycann.ge.ir import Graph
 from pycann.ge.run.executor import Executor
 from pycann.ge.run.plan_cache import CacheStats
+from pycann.ge.run.specializer import Specializer, compiled_plan_holds
 from pycann.profiler import hooks
 from pycann.runtime.host_allocator import keep_freed_memory
+
+if TYPE_CHECKING:  # the compile side loads only when a model needs it (a static .om never does)
+    from pycann.ge.compile.compiler import CompiledModel
 
 
 @dataclass(frozen=True)
@@ -109,7 +112,10 @@ class LoadedModel:
         cfg = plan_cache or plan_cache_config()
         if cfg.max_plans < n_gears + 1:
             cfg = replace(cfg, max_plans=n_gears + 1)
-        self.executor = Executor(graph, specialize, config=cfg, memo=SpecializeMemo())
+        # a static model compiled here plans on its compiled graph; anything else specialises (compiler)
+        planned = self._static_feeds is not None and compiled_plan_holds(graph, self.manifest)
+        self.specializer = Specializer([s for _, s in self._static_feeds] if planned and self._static_feeds else None)
+        self.executor = Executor(graph, self.specializer, config=cfg, memo=self.specializer)
         self.executor.release_pages = release_pages  # plans that pack weights release the originals as they go
         if precompile and self.gears is not None:
             self.precompile_gears()
@@ -123,6 +129,8 @@ class LoadedModel:
         ``plan_cache``: bounds and policy of the plan cache (default: ``config.plan_cache_config()``)."""
         p = os.fspath(path)
         if p.lower().endswith(".onnx"):
+            from pycann.ge.compile.compiler import compile_model
+
             cm = compile_model(p)
             return cls(cm.graph, cm.manifest, p, plan_cache=plan_cache)
         from pycann.ge.om import load_om
