@@ -32,13 +32,15 @@ from pycann import config
 @functools.lru_cache(maxsize=1)
 def _machine() -> str:
     """``<arch>:<cpu model>:<logical CPUs>`` (Linux ``/proc/cpuinfo``; elsewhere the platform's name)."""
-    model = platform.processor() or ""
+    model = ""
     try:
         with open("/proc/cpuinfo", encoding="utf-8") as f:
-            model = next((ln.split(":", 1)[1].strip() for ln in f if ln.startswith("model name")), model)
+            model = next((ln.split(":", 1)[1].strip() for ln in f if ln.startswith("model name")), "")
     except OSError:
         pass
-    return f"{platform.machine()}:{model}:{os.cpu_count()}"
+    # (platform.processor() runs ``uname -p`` in a subprocess on Linux: only where cpuinfo says nothing)
+    return f"{os.uname().machine if hasattr(os, 'uname') else platform.machine()}:{model or platform.processor()}:" \
+           f"{os.cpu_count()}"
 
 
 def _first_file(paths: list[str]) -> str:

@@ -17,7 +17,6 @@ Windows) it does nothing.
 from __future__ import annotations
 
 import ctypes
-import ctypes.util
 import threading
 
 from pycann import config
@@ -42,7 +41,9 @@ def keep_freed_memory() -> bool:
         if not config.keep_freed_memory():
             return False
         try:
-            libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6")
+            # the process's own symbols, which hold the C library's (find_library would import
+            # subprocess and read ldconfig's cache: ~5 ms of every first model load)
+            libc = ctypes.CDLL(None)
             mallopt = libc.mallopt
         except (OSError, AttributeError):
             return False

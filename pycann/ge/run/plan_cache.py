@@ -15,7 +15,6 @@ plan to run (``CacheStats.over_budget`` counts those).
 from __future__ import annotations
 
 import ctypes
-import ctypes.util
 import logging
 import threading
 from collections import OrderedDict
@@ -209,10 +208,9 @@ def trim_heap() -> bool:
     mmap threshold otherwise stay in the process's resident set."""
     global _libc
     if _libc is False:
-        name = ctypes.util.find_library("c")
         try:
-            lib = ctypes.CDLL(name) if name else None
-            _libc = lib if lib is not None and hasattr(lib, "malloc_trim") else None
+            lib = ctypes.CDLL(None)  # the process's symbols, the C library's among them (see host_allocator)
+            _libc = lib if hasattr(lib, "malloc_trim") else None
         except OSError:
             _libc = None
     if _libc is None or isinstance(_libc, bool):
