@@ -195,6 +195,7 @@ def compile_model(
         # what the kernel and layout choices above depend on: a loader that finds the same plans the
         # compiled graph as it is, without the pass pipeline (ge/run/specializer.py)
         "kernel_env": choice_environment(graph.context.op_bank_path, graph.context.kernel_bank),
+        "weight_bounds": weight_bounds(graph),
         "compile_seconds": round(time.perf_counter() - t0, 3),
     }
     if tuned_record is not None:
@@ -224,6 +225,31 @@ def _tuned_graph(graph: Graph, options: CompileOptions,
     say(f"[KnowledgeBank] subgraph tuning record applied: passes off {choice.passes_off() or 'none'}, "
         f"tuned kernels {'on' if choice.kernel_bank else 'off'}")
     return key, choice.passes_off(), choice.to_json(), choice.kernel_bank
+
+
+# (domain, op type) of the convolutions whose fused activation the NaN guard checks, and whether their
+# weight is ConvTranspose's (C, M/G, k...) form
+_GUARDED_CONVS = {("", "Conv"): False, ("pycann", "FusedConv"): False,
+                  ("", "ConvTranspose"): True, ("pycann", "FusedConvTranspose"): True}
+
+
+def weight_bounds(graph: Graph) -> list[list[Any]]:
+    """``[[initializer, transpose, bound], ...]``: ``nan_guard.weight_part`` of every float32 conv
+    weight, recorded in the .om (manifest ``weight_bounds``) so that loading it does not read every
+    weight for the guard (``LoadedModel`` seeds the guard's cache with them)."""
+    from pycann.kernels.providers import nan_guard
+
+    out: list[list[Any]] = []
+    seen: set[tuple[str, bool]] = set()
+    for n in graph.nodes:
+        transpose = _GUARDED_CONVS.get((n.domain, n.op_type))
+        if transpose is None or len(n.inputs) < 2 or (n.inputs[1], transpose) in seen:
+            continue
+        w = graph.initializers.get(n.inputs[1])
+        if isinstance(w, np.ndarray) and w.dtype == np.float32 and w.size:
+            seen.add((n.inputs[1], transpose))
+            out.append([n.inputs[1], transpose, nan_guard.weight_part(w, transpose)])
+    return out
 
 
 @dataclass

@@ -84,6 +84,23 @@ def _container_feed(name: str, kind: str, x: Any) -> Any:
     return np.asarray(x)
 
 
+def _seed_weight_bounds(graph: Graph, table: Any) -> None:
+    """Hand the NaN guard the conv weight bounds ``atc`` recorded (manifest ``weight_bounds``,
+    ``compiler.weight_bounds``) for the weights as loaded. Entries that do not name a float32
+    initializer of the graph are ignored (the guard then computes the bound itself)."""
+    if not isinstance(table, list):
+        return
+    from pycann.kernels.providers import nan_guard
+
+    for entry in table:
+        if not (isinstance(entry, list) and len(entry) == 3 and isinstance(entry[0], str)
+                and isinstance(entry[1], bool) and isinstance(entry[2], (int, float))):
+            continue
+        w = graph.initializers.get(entry[0])
+        if isinstance(w, np.ndarray) and w.dtype == np.float32 and not w.flags.writeable:
+            nan_guard.seed(w, entry[1], float(entry[2]))
+
+
 class LoadedModel:
     """Runs a compiled graph. Thread-safe: several threads may call ``run`` at once."""
 
@@ -104,6 +121,7 @@ class LoadedModel:
         self.aipp: list[dict[str, Any]] = list(self.manifest.get("aipp", []))
         self._dyn_aipp = DynamicAipp(self.aipp) if any(e.get("mode") == "dynamic" for e in self.aipp) else None
         self._static_feeds = self._static_signature()
+        _seed_weight_bounds(graph, self.manifest.get("weight_bounds"))
         n_gears = len(self.gears.profiles) if self.gears else 0
         self._release_pages = release_pages  # from_file: drops the mapped .om weights' resident pages
         keep_freed_memory()  # the CPU device keeps freed host memory for the next run (no page faults)

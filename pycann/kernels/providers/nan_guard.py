@@ -26,7 +26,7 @@ import numpy as np
 
 from pycann import config
 
-__all__ = ["drops_nan", "enabled", "pre_bound", "record", "safe", "weight_bound"]
+__all__ = ["drops_nan", "enabled", "pre_bound", "record", "safe", "seed", "weight_bound", "weight_part"]
 
 _F32_SAFE = 1e38  # below float32's maximum (3.4e38), with room for the rounding of the bound itself
 # oneDNN dnnl_alg_kind_t values (onednn_capi.ELTWISE): relu, hardsigmoid, clip, clip_v2, and
@@ -62,20 +62,41 @@ def drops_nan(unary: Any) -> bool:
 _w_bounds: dict[tuple[Any, ...], float] = {}
 
 
+def _key(w: np.ndarray, transpose: bool) -> tuple[Any, ...]:
+    return (id(w), w.__array_interface__["data"][0], w.shape, w.strides, transpose)
+
+
+def _remember(w: np.ndarray, key: tuple[Any, ...], wb: float) -> None:
+    try:
+        weakref.finalize(w, _w_bounds.pop, key, None)  # dropped when the array is collected
+        _w_bounds[key] = wb
+    except TypeError:  # (not weak-referenceable: not cached)
+        pass
+
+
 def weight_bound(w: np.ndarray, b: np.ndarray | None, transpose: bool = False) -> float:
     """``_weight_bound`` with the weight's part cached per weight array (the generic conv path asks
     on every call; dropped when the array is collected)."""
-    key = (id(w), w.__array_interface__["data"][0], w.shape, w.strides, transpose)
+    key = _key(w, transpose)
     wb = _w_bounds.get(key)
     if wb is None:
         wb = _weight_bound(w, None, transpose)
-        try:
-            weakref.finalize(w, _w_bounds.pop, key, None)
-            _w_bounds[key] = wb
-        except TypeError:  # (not weak-referenceable: not cached)
-            pass
+        _remember(w, key, wb)
     bb = float(np.abs(b.astype(np.float64, copy=False)).max()) if b is not None and b.size else 0.0
     return wb + bb
+
+
+def weight_part(w: np.ndarray, transpose: bool = False) -> float:
+    """The weight's part of ``weight_bound`` (max over output channels of sum |w|): what ``atc``
+    records per conv weight in the .om (manifest ``weight_bounds``), so a load need not read every
+    weight for it (ResNet-50: 100 MB, ~20 ms)."""
+    return _weight_bound(w, None, transpose)
+
+
+def seed(w: np.ndarray, transpose: bool, part: float) -> None:
+    """Record ``weight_part(w, transpose)`` computed elsewhere (an .om's ``weight_bounds``) for the
+    array ``w`` (a weight as loaded, which is never written)."""
+    _remember(w, _key(w, transpose), float(part))
 
 
 def _weight_bound(w: np.ndarray, b: np.ndarray | None, transpose: bool = False) -> float:
