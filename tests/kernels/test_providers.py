@@ -444,6 +444,35 @@ def test_blas_single_thread_limits_openblas_inside_the_context() -> None:
     assert not providers.uses_torch([BY_KEY["numpy:matmul"], None])
 
 
+@pytest.mark.parametrize("direct", [True, False])
+def test_blas_single_thread_restores_the_count_direct_and_through_threadpoolctl(
+        direct: bool, monkeypatch: pytest.MonkeyPatch) -> None:
+    """numpy's wheel OpenBLAS is set directly (no library scan); without one (monkeypatched away),
+    threadpoolctl does it. Either way: one thread inside, nested uses too, the count restored after."""
+    threadpoolctl = pytest.importorskip("threadpoolctl")
+    from pycann.kernels.providers import blas_threads
+
+    def numpy_blas() -> list[int]:
+        return [i["num_threads"] for i in threadpoolctl.threadpool_info()
+                if i["user_api"] == "blas" and "numpy" in str(i.get("filepath", ""))]
+
+    if not numpy_blas():
+        pytest.skip("no numpy BLAS visible to threadpoolctl")
+    if direct and blas_threads.numpy_wheel_openblas() is None:
+        pytest.skip("numpy was not installed from a wheel with its own OpenBLAS")
+    if not direct:
+        monkeypatch.setattr(blas_threads, "numpy_wheel_openblas", lambda: None)
+    monkeypatch.setattr(providers, "_blas_limit", None)
+    with threadpoolctl.threadpool_limits(2, user_api="blas"):
+        before = numpy_blas()
+        with providers.blas_single_thread():
+            with providers.blas_single_thread():
+                assert all(n == 1 for n in numpy_blas())
+            assert all(n == 1 for n in numpy_blas())
+        assert numpy_blas() == before == [2] * len(before)
+    monkeypatch.setattr(providers, "_blas_limit", None)  # (the next user finds its own again)
+
+
 @needs_torch
 @pytest.mark.parametrize("act,alpha,beta", [
     ("Relu", 0.0, 0.0), ("Sigmoid", 0.0, 0.0), ("Tanh", 0.0, 0.0), ("HardSwish", 0.0, 0.0),

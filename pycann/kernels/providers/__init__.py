@@ -609,17 +609,24 @@ _blas_limit: Any = None
 def blas_single_thread() -> Any:
     """A context manager that keeps numpy's BLAS (OpenBLAS) at one thread while a plan that runs
     torch (oneDNN/OpenMP) kernels executes: on 2 cores the two pools' spinning workers otherwise
-    fight (bench/RESULTS.md: PP-OCRv4 rec 40 -> 18 ms). Needs ``threadpoolctl`` (installed with
-    the ``models`` extra, beside torch); without it, a no-op. ~6 us per use."""
+    fight (bench/RESULTS.md: PP-OCRv4 rec 40 -> 18 ms). numpy's wheel OpenBLAS is set directly
+    (``blas_threads``); another BLAS through ``threadpoolctl`` (installed with the ``models`` extra,
+    beside torch); without either, a no-op. ~1-6 us per use."""
     global _blas_limit
     if _blas_limit is None:
-        try:
-            from threadpoolctl import ThreadpoolController
+        from pycann.kernels.providers import blas_threads
 
-            blas = ThreadpoolController().select(user_api="blas")
-            _blas_limit = (lambda: blas.limit(limits=1)) if blas.lib_controllers else contextlib.nullcontext
-        except Exception:  # threadpoolctl missing or unable to inspect: leave BLAS alone
-            _blas_limit = contextlib.nullcontext
+        wheel = blas_threads.numpy_wheel_openblas()
+        if wheel is not None:
+            _blas_limit = lambda: blas_threads.OneThread(*wheel)  # noqa: E731
+        else:
+            try:
+                from threadpoolctl import ThreadpoolController
+
+                blas = ThreadpoolController().select(user_api="blas")
+                _blas_limit = (lambda: blas.limit(limits=1)) if blas.lib_controllers else contextlib.nullcontext
+            except Exception:  # threadpoolctl missing or unable to inspect: leave BLAS alone
+                _blas_limit = contextlib.nullcontext
     return _blas_limit()
 
 
