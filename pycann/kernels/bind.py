@@ -369,8 +369,10 @@ def _conv_dnnl(attrs: Mapping[str, Any], ins: Sequence[TensorDesc | None], w: np
     out_shape = (xs[0], w.shape[0]) + tuple(win.out)
     if residual and (_static(ins[3]) != out_shape or ins[3].dtype != 1):  # type: ignore[union-attr]
         return None
-    return _guard_conv(onednn.bound_conv_nhwc(w, b, int(attrs.get("group", 1)), win, xs, unary, residual), unary, attrs,
-                       w, b, residual)
+    # the plan writes the output over the residual's buffer (``_in_place``): the "sum" primitive alone
+    in_place = residual and bool(attrs.get("_in_place"))
+    return _guard_conv(onednn.bound_conv_nhwc(w, b, int(attrs.get("group", 1)), win, xs, unary, residual, in_place),
+                       unary, attrs, w, b, residual)
 
 
 def _conv_wino(attrs: Mapping[str, Any], ins: Sequence[TensorDesc | None], w: np.ndarray, b: np.ndarray | None,

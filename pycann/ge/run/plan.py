@@ -130,6 +130,10 @@ class Plan:
             prep = PREPARE.get((n.domain, n.op_type)) if memory is not None else None
             # the shape-generic plan: constant-weight GEMMs packed once, a primitive per row count
             prep_g = PREPARE_GENERIC.get((n.domain, n.op_type)) if memory is None and generic_bind else None
+            # an output planned over an input's buffer needs a kernel that computes in place
+            shared = memory is not None and any(o in memory.shared for o in n.outputs)
+            if shared and prep is not None:
+                attrs["_in_place"] = True  # (a oneDNN conv then builds only its in-place primitive)
             if prep is not None or prep_g is not None:
                 node_consts = [graph.initializers.get(i) if i else None for i in n.inputs]
                 in_descs = [graph.descs.get(i) if i else None for i in n.inputs]
@@ -142,8 +146,6 @@ class Plan:
                     packed = 0
             # a bound kernel that can write into given outputs (``writes_out``) gets the arena too
             into = into_kernel(op) if bk is None else bk.run if bk.writes_out else None
-            # an output planned over an input's buffer needs a kernel that computes in place
-            shared = memory is not None and any(o in memory.shared for o in n.outputs)
             shared_ok = not shared or (bk is not None and bk.inplace)
             if into is not None and memory is not None and not op.scoped and n.outputs and shared_ok \
                     and all(o in memory.offsets for o in n.outputs) and arena_ok(algorithm.of(attrs)):

@@ -127,7 +127,8 @@ class _Plan:
     """One oneDNN (de)convolution for fixed shapes, weight, geometry and post-ops, ready to run."""
 
     def __init__(self, x_shape: tuple[int, ...], w: np.ndarray, with_bias: bool, group: int, win: Window,
-                 out_sp: tuple[int, ...], transpose: bool, unary: Unary | Unaries | None, residual: bool) -> None:
+                 out_sp: tuple[int, ...], transpose: bool, unary: Unary | Unaries | None, residual: bool,
+                 sum_first: bool = False) -> None:
         n, c = x_shape[0], x_shape[1]
         m = w.shape[1] * group if transpose else w.shape[0]
         self.x_shape, self.m = tuple(x_shape), m
@@ -156,7 +157,9 @@ class _Plan:
             pad_r = list(win.pads_end)
         geo = (win.strides, [d - 1 for d in win.dilations], win.pads_begin, pad_r)
         eltwise = [("eltwise", *u) for u in _chain(unary)]
-        self.mode = "binary" if residual else ""
+        # the residual as a binary-add post-op (any output buffer), or with ``sum_first`` (the caller
+        # writes the output over the residual) as the "sum" post-op alone: one primitive, not two
+        self.mode = ("sum" if sum_first else "binary") if residual else ""
 
         def make(mode: str | None = None) -> capi.PrimitiveDesc:
             mode = self.mode if mode is None else mode
@@ -421,16 +424,18 @@ def conv_transpose_nhwc(x: np.ndarray, w: np.ndarray, b: np.ndarray | None, grou
 
 
 def bound_conv_nhwc(w: np.ndarray, b: np.ndarray | None, group: int, win: Window, x_shape: tuple[int, ...],
-                    unary: Unary | Unaries | None, residual: bool) -> Any:
+                    unary: Unary | Unaries | None, residual: bool, in_place: bool = False) -> Any:
     """``conv_nhwc`` for one static signature as a plan kernel ``k(inputs, attrs, out=None) -> [y]``
     (``inputs``: x, w, b[, residual]; float32): primitive, packed weight and bias memory built
     once, so a call re-points the data handles and executes. With ``out`` (the executor's arena
-    views, ``k.writes_out``) the result is written there: no allocation, no page faults. None when oneDNN does not
+    views, ``k.writes_out``) the result is written there: no allocation, no page faults. ``in_place``: the
+    executor planned the output over the residual's buffer, so only the "sum" form is built (any other
+    call still works: it copies the residual into the output first). None when oneDNN does not
     implement this conv (the caller keeps its generic kernel)."""
     x_shape = tuple(int(d) for d in x_shape)
     bc = _bias(b)
     try:
-        p = _Plan(tuple(x_shape), w, bc is not None, group, win, tuple(win.out), False, unary, residual)
+        p = _Plan(tuple(x_shape), w, bc is not None, group, win, tuple(win.out), False, unary, residual, in_place)
     except capi.DnnlError:
         return None
     if bc is not None and p.bias is not None:
