@@ -65,3 +65,34 @@ def test_scalar_control_input_is_not_precompiled() -> None:
     assert lm.executor.stats().built == 0
     feeds = {"x": np.arange(8, dtype=np.float32).reshape(2, 4), "k": np.array(3, dtype=np.int64)}
     np.testing.assert_allclose(lm.run_dict(feeds)[0], run_ort(m, feeds)[0])
+
+
+def test_load_pauses_the_garbage_collector_and_restores_its_state(tmp_path: object) -> None:
+    """Loading runs with the cyclic collector off (its collections walked every new object of the
+    graph and plan) and leaves it as it found it: on stays on, off stays off."""
+    import gc
+    from pathlib import Path
+
+    from pycann.ge.run import model as model_mod
+
+    path = Path(str(tmp_path)) / "m.om"
+    compile_model(_conv_relu(1)).save(path)
+    seen: list[bool] = []
+    real = LoadedModel.precompile_static
+
+    def spy(self: LoadedModel) -> bool:
+        seen.append(gc.isenabled())
+        return real(self)
+
+    was = gc.isenabled()
+    try:
+        for state in (True, False):
+            (gc.enable if state else gc.disable)()
+            LoadedModel.precompile_static = spy  # type: ignore[method-assign]
+            lm = model_mod.LoadedModel.from_file(path)
+            assert gc.isenabled() is state and seen[-1] is False
+            x = np.ones((1, 3, 16, 16), np.float32)
+            np.testing.assert_allclose(lm.run_dict({"x": x})[0], run_ort(_conv_relu(1), {"x": x})[0], rtol=1e-4, atol=1e-5)
+    finally:
+        LoadedModel.precompile_static = real  # type: ignore[method-assign]
+        (gc.enable if was else gc.disable)()

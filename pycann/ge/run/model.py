@@ -6,10 +6,12 @@ Both ``.om`` files and in-memory ``CompiledModel``s load into ``LoadedModel``; t
 
 from __future__ import annotations
 
+import contextlib
+import gc
 import math
 import os
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any
 
@@ -84,6 +86,22 @@ def _container_feed(name: str, kind: str, x: Any) -> Any:
     return np.asarray(x)
 
 
+@contextlib.contextmanager
+def gc_paused() -> Iterator[None]:
+    """Python's cyclic garbage collector off for the block (unless it was off already). Loading a
+    model allocates tens of thousands of long-lived objects (graph, kernels, plan), and the
+    collections they trigger walk every live object: DenseNet-121's load spent ~30 ms of its
+    ~170 in them (bench/RESULTS.md, first run). Whatever cyclic garbage the block leaves is
+    collected by the next collection after it."""
+    was = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if was:
+            gc.enable()
+
+
 def _seed_weight_bounds(graph: Graph, table: Any) -> None:
     """Hand the NaN guard the conv weight bounds ``atc`` recorded (manifest ``weight_bounds``,
     ``compiler.weight_bounds``) for the weights as loaded. Entries that do not name a float32
@@ -135,10 +153,11 @@ class LoadedModel:
         self.specializer = Specializer([s for _, s in self._static_feeds] if planned and self._static_feeds else None)
         self.executor = Executor(graph, self.specializer, config=cfg, memo=self.specializer)
         self.executor.release_pages = release_pages  # plans that pack weights release the originals as they go
-        if precompile and self.gears is not None:
-            self.precompile_gears()
-        elif precompile and not self.precompile_static():
-            self.executor.prepare_generic()  # its setup at load, as ORT's session does, not in the first call
+        with gc_paused():
+            if precompile and self.gears is not None:
+                self.precompile_gears()
+            elif precompile and not self.precompile_static():
+                self.executor.prepare_generic()  # its setup at load, as ORT's session does, not in the first call
         hooks.on_model_load(self)  # model name for profiles/dumps; PYCANN_PROFILE_DIR (msprof) starts a profiler
 
     @classmethod
@@ -153,8 +172,9 @@ class LoadedModel:
             return cls(cm.graph, cm.manifest, p, plan_cache=plan_cache)
         from pycann.ge.om import load_om
 
-        om = load_om(p)
-        return cls(om.graph, om.manifest, p, plan_cache=plan_cache, release_pages=om.release_pages)
+        with gc_paused():
+            om = load_om(p)
+            return cls(om.graph, om.manifest, p, plan_cache=plan_cache, release_pages=om.release_pages)
 
     @classmethod
     def from_compiled(cls, cm: CompiledModel, plan_cache: PlanCacheConfig | None = None) -> LoadedModel:
