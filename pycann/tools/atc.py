@@ -457,7 +457,8 @@ def _display(args: argparse.Namespace) -> None:
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of the ``atc`` console script; returns the exit status (0 on success)."""
     argv = list(sys.argv[1:] if argv is None else argv)
-    print(START, flush=True)
+    if not {"-h", "--help"} & set(argv):  # (the help text alone, as for any command-line tool)
+        print(START, flush=True)
     parser = build_parser()
     try:
         args, unknown = parser.parse_known_args(argv)

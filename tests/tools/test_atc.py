@@ -171,3 +171,10 @@ def test_singleop_precompilation_says_it_is_not_needed(tmp_path: Path, capsys: p
                        "--soc_version=Ascend310P3")
     assert rc != 0
     assert "E10001" in text and "single-op precompilation is not needed" in text and "E10007" not in text
+
+
+def test_help_prints_the_usage_alone(capsys: pytest.CaptureFixture[str]) -> None:
+    """``atc --help`` is the usage text, not a run: no start banner before it, exit status 0."""
+    assert main(["--help"]) == 0
+    out = capsys.readouterr().out
+    assert out.startswith("usage: atc") and START not in out
