@@ -421,6 +421,17 @@ def _display_precision(p: dict[str, Any] | None) -> None:
     print("precision: " + ", ".join(parts))
 
 
+def _shape_text(desc: Any) -> str:
+    """``FLOAT[-1x3x48x-1] (dim 0: batch, dim 3: width)``: a dynamic dim as -1, as CANN's tools print it,
+    followed by the model's names for the named ones."""
+    if desc is None or getattr(desc, "shape", None) is None or getattr(desc, "kind", "tensor") != "tensor":
+        return str(desc)
+    dims = "x".join(str(d) if isinstance(d, int) else "-1" for d in desc.shape)
+    text = f"{desc}".split("[", 1)[0] + f"[{dims}]"
+    names = [f"dim {i}: {d}" for i, d in enumerate(desc.shape) if isinstance(d, str) and d not in ("", "?")]
+    return text + (f" ({', '.join(names)})" if names else "")
+
+
 def _display(args: argparse.Namespace) -> None:
     from pycann.ge.om import load_om, peek_header
 
@@ -441,9 +452,9 @@ def _display(args: argparse.Namespace) -> None:
           "tbe_kernels_size[0B], cust_aicpu_kernel_store_size[0B], task_info_size[0B]")
     g = om.graph
     for name in g.inputs:
-        print(f"input: {name} {g.descs.get(name)}")
+        print(f"input: {name} {_shape_text(g.descs.get(name))}")
     for name in g.outputs:
-        print(f"output: {name} {g.descs.get(name)}")
+        print(f"output: {name} {_shape_text(g.descs.get(name))}")
     print(f"ops: {len(g.nodes)} nodes; " + ", ".join(f"{k} {v}" for k, v in sorted(m.get('op_counts', {}).items())))
     _display_gears_aipp(m)
     _display_precision(m.get("precision"))

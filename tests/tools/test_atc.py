@@ -103,6 +103,8 @@ def test_mode1_json_and_mode6_display(small_onnx: Path, tmp_path: Path, capsys: 
     assert "============ Display Model Info start ============" in text
     assert "soc_version[Ascend310P3]" in text and "Original Atc command line: atc --model=" in text
     assert "resource info: memory_size[" in text and "weight_size[48B]" in text
+    # a dynamic dim prints as -1 (CANN's form), its name from the model after the shape
+    assert "input: x FLOAT[-1x4] (dim 0: N)" in text and "output: y FLOAT[-1x3] (dim 0: N)" in text
 
 
 def test_huawei_om_is_refused_clearly(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
