@@ -6,13 +6,16 @@ DLPack does: ATen maps DLPack's ``kDLExtDev`` device type to PrivateUse1 (``DLCo
 ``to_npu`` exports a CPU tensor as a DLPack capsule, relabels the capsule's device as
 ``kDLExtDev`` and imports it; the new tensor owns the capsule, whose deleter releases the CPU
 tensor, so the memory lives exactly as long as either tensor. ``to_cpu`` is the reverse.
-Both keep sizes, strides, storage offset and dtype; neither copies.
+Both keep sizes, strides, storage offset and dtype; neither copies. ``to_npu`` also counts the
+memory in ``COUNTERS`` until the npu storage dies (a weakref on the storage's Python object: the
+storage's deleter stays ATen's own, see ``_freed``).
 """
 
 from __future__ import annotations
 
 import ctypes
 import sys
+import weakref
 from dataclasses import dataclass
 from typing import Any
 
@@ -36,22 +39,14 @@ class _DLTensor(ctypes.Structure):
                 ("byte_offset", ctypes.c_uint64)]
 
 
-class _DLManagedTensor(ctypes.Structure):
-    _fields_ = [("dl_tensor", _DLTensor), ("manager_ctx", ctypes.c_void_p), ("deleter", ctypes.c_void_p)]
-
-
 _get_pointer = ctypes.pythonapi.PyCapsule_GetPointer
 _get_pointer.restype = ctypes.c_void_p
 _get_pointer.argtypes = [ctypes.py_object, ctypes.c_char_p]
 _device_offset = _DLTensor.device.offset
-_DELETER_OFFSET = _DLManagedTensor.deleter.offset
 _I64 = ctypes.c_int64
 assert sys.byteorder == "little", "pycann.torch._alias relabels DLPack devices as little-endian int64"
 _to_dlpack = torch._C._to_dlpack
 _from_dlpack = torch._C._from_dlpack
-
-
-_DELETER = ctypes.CFUNCTYPE(None, ctypes.c_void_p)
 
 
 @dataclass
@@ -66,23 +61,22 @@ class MemoryCounters:
 
 
 COUNTERS = MemoryCounters()
-_pending: dict[int, tuple[Any, int]] = {}  # DLManagedTensor address -> (ATen's deleter, bytes)
+# tracked npu storages: id(weakref to the storage's Python object) -> (that weakref, bytes)
+_live: dict[int, tuple[weakref.ref[torch.UntypedStorage], int]] = {}
 
 
-def _deleter(addr: int) -> None:
-    # Runs when the last npu tensor over tracked memory dies (from C++, with the GIL).
-    entry = _pending.pop(addr, None)
-    if entry is None:
-        return
-    orig, nbytes = entry
-    COUNTERS.allocated -= nbytes
-    COUNTERS.frees += 1
-    orig(addr)
-
-
-_deleter_c = _DELETER(_deleter)
-_deleter_ptr = ctypes.cast(_deleter_c, ctypes.c_void_p).value
-_orig_deleters: dict[int, Any] = {}
+def _freed(ref: weakref.ref[torch.UntypedStorage], live: dict[int, Any] = _live,
+           c: MemoryCounters = COUNTERS) -> None:
+    # The storage died: its last npu tensor is gone and its memory with it. A weakref callback,
+    # run by CPython's PyObject_ClearWeakRefs, which saves and restores a pending exception around
+    # it: the storage may be freed while a C++ error unwinds (a temporary npu tensor of an op that
+    # raised), and that error must reach the user intact. (A ctypes callback as the DLPack deleter,
+    # as before, turned such errors into "SystemError: error return without exception set".)
+    # live and c are bound as defaults: the callback may run at interpreter exit.
+    entry = live.pop(id(ref), None)
+    if entry is not None:
+        c.allocated -= entry[1]
+        c.frees += 1
 
 
 def _relabel(t: torch.Tensor, device_type: int, index: int, track: bool = False) -> torch.Tensor:
@@ -91,22 +85,21 @@ def _relabel(t: torch.Tensor, device_type: int, index: int, track: bool = False)
     # DLManagedTensor starts with its DLTensor; its DLDevice is two int32s (type, id): one
     # little-endian int64 store relabels both
     _I64.from_address(addr + _device_offset).value = device_type | (index << 32)
+    out = _from_dlpack(capsule)
     if track:
-        nbytes = t.untyped_storage().nbytes()
-        slot = ctypes.c_void_p.from_address(addr + _DELETER_OFFSET)
-        orig_ptr = slot.value
-        if orig_ptr:
-            orig = _orig_deleters.get(orig_ptr)
-            if orig is None:
-                orig = _orig_deleters.setdefault(orig_ptr, _DELETER(orig_ptr))
-            _pending[addr] = (orig, nbytes)
-            slot.value = _deleter_ptr
-            c = COUNTERS
-            c.allocated += nbytes
-            c.allocations += 1
-            if c.allocated > c.peak:
-                c.peak = c.allocated
-    return _from_dlpack(capsule)
+        # The new storage's Python object lives exactly as long as the storage: PyTorch keeps it
+        # (PyObject preservation) while C++ still refers to the storage after Python let go, and
+        # frees it with the storage, which fires the weakref.
+        storage = out.untyped_storage()
+        nbytes = storage.nbytes()
+        ref = weakref.ref(storage, _freed)
+        _live[id(ref)] = (ref, nbytes)
+        c = COUNTERS
+        c.allocated += nbytes
+        c.allocations += 1
+        if c.allocated > c.peak:
+            c.peak = c.allocated
+    return out
 
 
 def to_npu(t: torch.Tensor, index: int = 0, track: bool = True) -> torch.Tensor:
