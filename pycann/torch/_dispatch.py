@@ -322,10 +322,9 @@ _UNVERSIONED_WRITES = frozenset({"aten::native_batch_norm", "aten::_native_batch
 
 
 def _compute(op: Any, info: _OpInfo, args: tuple[Any, ...], kwargs: dict[str, Any]) -> tuple[Any, Provider]:
-    # before any CPU view of an npu tensor exists: a view freed while an error unwinds runs its
-    # deleter (a ctypes callback) with the error set, which turns the error into a SystemError. Not
-    # for out= / in-place overloads, whose npu result ATen may have allocated before this kernel.
-    if not info.mutable_args and info.name.partition(".")[0] not in _CROSS_DEVICE:
+    # the CPU kernels below would accept the CPU tensor: PyTorch's device check is a device
+    # kernel's (TensorIterator's, cat's), so it is made here, for out= / in-place forms too
+    if info.name.partition(".")[0] not in _CROSS_DEVICE:
         _same_device(info, args, kwargs)
     index: list[int] = []
     cargs = list(args)

@@ -6,6 +6,7 @@ rng, memory, autocast, DataLoader pinning. Goldens are torch's CPU results."""
 from __future__ import annotations
 
 import io
+import re
 
 import pytest
 
@@ -52,6 +53,50 @@ def test_cpu_tensors_beside_npu_ones_raise_as_on_a_device() -> None:
     assert torch.equal(y.cpu(), torch.tensor([0.0, 5.0, 5.0, 0.0]))
     assert torch.equal(lin(torch.ones(1, 4).npu()).cpu(), torch.nn.functional.linear(torch.ones(1, 4), lin.weight.cpu(),
                                                                                      lin.bias.cpu()))
+
+
+_MIXED = "Expected all tensors to be on the same device, but found at least two devices, npu:0 and cpu!"
+
+
+@pytest.mark.parametrize("case", ["atan2", "cat", "add_out", "atan2_out", "add_"])
+def test_out_forms_with_a_cpu_tensor_raise_pytorchs_error(case: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Ops that reach the npu as their out= / in-place form raise PyTorch's RuntimeError for a CPU
+    tensor too (``atan2``: PyTorch's own check). The temporary npu tensors of the expression are
+    freed while the error unwinds: the error must come through (it used to turn into "SystemError:
+    error return without exception set") and their memory be counted as freed."""
+    unraisable: list[object] = []
+    monkeypatch.setattr("sys.unraisablehook", unraisable.append)
+    ops = {"atan2": lambda: torch.atan2(torch.ones(2).npu(), torch.ones(2)),
+           "cat": lambda: torch.cat([torch.ones(2).npu(), torch.ones(2)]),
+           "add_out": lambda: torch.add(torch.ones(2).npu(), torch.ones(2), out=torch.empty(2, device="npu")),
+           "atan2_out": lambda: torch.atan2(torch.ones(2).npu(), torch.ones(2), out=torch.empty(2, device="npu")),
+           "add_": lambda: torch.ones(2).npu().add_(torch.ones(2))}
+    base = torch.npu.memory_allocated()
+    stats = torch.npu.memory_stats()
+    for _ in range(2):
+        # not SystemError (no RuntimeError subclass); the ExceptionInfo is not kept: its traceback
+        # holds this frame, a cycle that would keep the temporaries alive until a gc run
+        with pytest.raises(RuntimeError, match="^" + re.escape(_MIXED)):
+            ops[case]()
+    assert torch.npu.memory_allocated() == base and not unraisable
+    after = torch.npu.memory_stats()
+    made = after["allocation.all.allocated"] - stats["allocation.all.allocated"]
+    assert made >= 2 and after["allocation.all.freed"] - stats["allocation.all.freed"] == made
+    x = torch.ones(2).npu()
+    assert torch.equal(torch.atan2(x, x.clone()).cpu(), torch.atan2(torch.ones(2), torch.ones(2)))
+
+
+def test_memory_of_a_storage_outlives_its_python_objects() -> None:
+    """The memory counters follow the storage, not the Python objects over it: a view keeps the
+    memory counted after its base and every Python storage object went."""
+    base = torch.npu.memory_allocated()
+    x = torch.empty(1024, device="npu")
+    x.untyped_storage()  # a Python storage object made and dropped: the memory stays counted
+    v = x[512:]
+    del x
+    assert torch.npu.memory_allocated() - base == 4096
+    del v
+    assert torch.npu.memory_allocated() == base
 
 
 def test_views_share_storage_and_in_place_writes() -> None:
