@@ -392,3 +392,39 @@ def test_running_an_om_does_not_import_onnx(tmp_path: Path) -> None:
             "print(y.tolist(), 'onnx' in sys.modules)")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
     assert out.stdout.strip() == "[[0.0, 2.0, 0.0], [4.0, 0.0, 6.0]] False", out.stdout + out.stderr
+
+
+def test_background_crc_refuses_a_corrupted_weight_at_load(tmp_path: Path) -> None:
+    """``load_om(verify="background")`` checks the weights on a thread while the caller builds:
+    ``wait_verified`` raises for a flipped weight byte; ``LoadedModel.from_file`` (which uses it)
+    and ``InferSession`` refuse the file with the same one-line error; an intact file loads."""
+    from onnx import TensorProto, helper, numpy_helper
+
+    from pycann.acl.session import InferSession
+    from pycann.ge.compile.compiler import compile_model
+    from pycann.ge.run.model import LoadedModel
+
+    w = numpy_helper.from_array(np.arange(64, dtype=np.float32).reshape(8, 8) / 64, "w")
+    g = helper.make_graph([helper.make_node("MatMul", ["x", "w"], ["y"])], "g",
+                          [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 8])],
+                          [helper.make_tensor_value_info("y", TensorProto.FLOAT, [2, 8])], [w])
+    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
+    good = tmp_path / "good.om"
+    compile_model(m).save(good)
+    x = np.ones((2, 8), np.float32)
+    np.testing.assert_allclose(LoadedModel.from_file(good).run([x])[0], x @ (np.arange(64).reshape(8, 8) / 64),
+                               rtol=1e-6)
+    intact = load_om(good, verify="background")
+    intact.wait_verified()
+    intact.wait_verified()  # (a second wait is a no-op)
+    data = bytearray(good.read_bytes())
+    data[-1] ^= 0x10
+    bad = tmp_path / "bad.om"
+    bad.write_bytes(bytes(data))
+    pending = load_om(bad, verify="background")  # the header and manifest were fine: no error yet
+    with pytest.raises(OmFormatError, match="weights checksum mismatch"):
+        pending.wait_verified()
+    for load in (lambda: LoadedModel.from_file(bad), lambda: InferSession(0, str(bad))):
+        with pytest.raises(OmFormatError, match="corrupted .weights checksum mismatch.*rebuild") as e:
+            load()
+        assert "\n" not in str(e.value)

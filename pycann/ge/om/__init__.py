@@ -48,11 +48,10 @@ import json
 import mmap
 import os
 import struct
-import uuid
+import threading
 import zlib
 from collections.abc import Callable
 from dataclasses import dataclass
-from datetime import datetime, timezone
 from pathlib import Path
 from typing import IO, Any
 
@@ -92,6 +91,15 @@ class OmModel:
     # the page cache on next use): after the CRC pass and once kernels have packed their
     # weights. None for ``loads_om``.
     release_pages: Callable[[], None] | None = None
+    # ``load_om(..., verify="background")``: the weights' CRC still running on a thread
+    _verifying: Callable[[], None] | None = None
+
+    def wait_verified(self) -> None:
+        """Wait for a background CRC of the weights (``load_om(verify="background")``); raises
+        ``OmFormatError`` when it does not match. A no-op once checked, or when none runs."""
+        check, self._verifying = self._verifying, None
+        if check is not None:
+            check()
 
 
 @dataclass(frozen=True)
@@ -139,6 +147,8 @@ def _manifest_bytes(graph: Graph, manifest: dict[str, Any], packer: _Packer) -> 
     body["format_version"] = f"{FORMAT_VERSION[0]}.{FORMAT_VERSION[1]}"
     body["pycann_version"] = __version__
     # a caller may pin "created" (reproducible builds); otherwise it is the save time
+    from datetime import datetime, timezone  # (writing only: a loader never imports them)
+
     body.setdefault("created", datetime.now(timezone.utc).isoformat(timespec="seconds"))
     body["graph"] = encode_graph(graph, packer.put)
     try:
@@ -186,6 +196,8 @@ def save_om(path: str | os.PathLike[str], graph: Graph, manifest: dict[str, Any]
     """
     path = Path(path)
     # a unique sibling (same file system, so the rename is atomic; created with the umask's mode)
+    import uuid
+
     tmp = path.with_name(f".{path.name}.{uuid.uuid4().hex[:12]}.tmp")
     try:
         with open(tmp, "xb") as f:
@@ -295,11 +307,40 @@ def _load(buf: Any, h: _Header, what: str, verify: bool, path: Path | None, vali
     return OmModel(graph=graph, manifest=body, weights_bytes=h.weights_length, path=path)
 
 
-def load_om(path: str | Path, *, verify: bool = True, validate: bool = True) -> OmModel:
+def _background_crc(mm: mmap.mmap, h: _Header, what: str) -> Callable[[], None]:
+    """Start the weights' CRC on a thread (zlib releases the GIL: it runs beside the caller's plan
+    building, on another core) and return the function that waits for it and raises
+    ``OmFormatError`` on a mismatch."""
+    view = memoryview(mm)[h.weights_offset : h.file_length]
+    result: list[Any] = []
+
+    def crc() -> None:
+        try:
+            result.append(zlib.crc32(view))
+        except BaseException as e:  # noqa: BLE001 - handed to the waiting thread
+            result.append(e)
+
+    worker = threading.Thread(target=crc, name="pycann-om-crc", daemon=True)
+    worker.start()
+
+    def wait() -> None:
+        worker.join()
+        view.release()
+        if isinstance(result[0], BaseException):
+            raise result[0]
+        if result[0] != h.weights_crc:
+            raise OmFormatError(f"{what} is corrupted (weights checksum mismatch); {_REBUILD}")
+
+    return wait
+
+
+def load_om(path: str | Path, *, verify: bool | str = True, validate: bool = True) -> OmModel:
     """Load a pycann .om, memory-mapping its weights (read-only, no copy).
 
     ``verify=False`` skips the CRC over the weights section (the header and manifest are always
-    checked). ``validate=False`` skips ``pycann.ge.om.check`` (graph structure, known ops,
+    checked); ``verify="background"`` runs it on a thread: the caller must call
+    ``OmModel.wait_verified()`` before it trusts a weight value (``LoadedModel.from_file`` builds
+    the plan meanwhile, then waits). ``validate=False`` skips ``pycann.ge.om.check`` (graph structure, known ops,
     attribute kinds, manifest field types): only for tools that read a container whose graph
     is not meant to run. Raises ``OmFormatError`` for truncated, corrupted, foreign, Huawei-built or
     incompatible-version files; ``OSError`` if the file cannot be opened.
@@ -309,8 +350,9 @@ def load_om(path: str | Path, *, verify: bool = True, validate: bool = True) -> 
     with open(path, "rb") as f:
         h = _parse_header(f.read(HEADER_SIZE), os.fstat(f.fileno()).st_size, what)
         mm = mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ)  # stays valid after f closes
+    background = verify == "background"
     try:
-        om = _load(mm, h, what, verify, path, validate)
+        om = _load(mm, h, what, bool(verify) and not background, path, validate)
     except BaseException:
         try:
             mm.close()
@@ -318,7 +360,10 @@ def load_om(path: str | Path, *, verify: bool = True, validate: bool = True) -> 
             pass
         raise
     om.release_pages = _releaser(mm)
-    om.release_pages()  # the CRC pass touched every page: a 440 MB model would stay resident
+    if background:
+        om._verifying = _background_crc(mm, h, what)  # (the caller releases the pages after it)
+    else:
+        om.release_pages()  # the CRC pass touched every page: a 440 MB model would stay resident
     return om
 
 

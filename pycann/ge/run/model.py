@@ -173,8 +173,18 @@ class LoadedModel:
         from pycann.ge.om import load_om
 
         with gc_paused():
-            om = load_om(p)
-            return cls(om.graph, om.manifest, p, plan_cache=plan_cache, release_pages=om.release_pages)
+            # the weights' CRC runs on another core while the plan is built (their values are
+            # only trusted once it matched: a corrupt file fails the load, whatever was built)
+            om = load_om(p, verify="background")
+            try:
+                model = cls(om.graph, om.manifest, p, plan_cache=plan_cache, release_pages=om.release_pages)
+            except BaseException:
+                om.wait_verified()  # a corrupt file's error wins over what its weights did to the build
+                raise
+            om.wait_verified()
+            if om.release_pages is not None:
+                om.release_pages()  # pages the CRC touched after the plan released them
+            return model
 
     @classmethod
     def from_compiled(cls, cm: CompiledModel, plan_cache: PlanCacheConfig | None = None) -> LoadedModel:
