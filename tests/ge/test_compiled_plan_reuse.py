@@ -135,3 +135,21 @@ def test_static_om_load_does_not_import_the_compile_side(tmp_path: Path) -> None
     assert out.stdout.strip() == ("['pycann.ge.compile.gears', 'pycann.ge.compile.passes', 'pycann.ge.compile.passes.base', "
                                   "'pycann.ge.compile.passes.infer_shapes']"), out.stdout + out.stderr
     np.testing.assert_allclose(np.load(tmp_path / "y.npy"), run_ort(model, {"x": x})[0], rtol=1e-4, atol=1e-4)
+
+
+def test_a_shape_error_at_run_names_the_node_and_the_calls_inputs() -> None:
+    """A size the graph cannot take fails at the node it reaches (op, shapes), and the message also gives
+    the call's input shapes and what the model takes, so the caller sees which of its inputs to fix."""
+    from pycann.errors import ShapeError
+
+    nodes = [helper.make_node("MaxPool", ["x"], ["y"], kernel_shape=[5, 5], name="pool")]
+    g = helper.make_graph(nodes, "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 2, "H", "W"])],
+                          [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)])
+    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
+    m.ir_version = 8
+    lm = LoadedModel.from_compiled(compile_model(m))
+    x = RNG.standard_normal((1, 2, 7, 9)).astype(np.float32)
+    np.testing.assert_allclose(lm.run([x])[0], run_ort(m, {"x": x})[0])
+    with pytest.raises(ShapeError, match=r"node pool \(MaxPool.*this call's inputs: x \[1, 2, 3, 9\] "
+                                         r"\(the model takes x \[1,2,-1,-1\]"):
+        lm.run([RNG.standard_normal((1, 2, 3, 9)).astype(np.float32)])

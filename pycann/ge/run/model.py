@@ -19,7 +19,7 @@ import numpy as np
 
 from pycann.config import PlanCacheConfig, plan_cache_config
 from pycann.dtypes import TensorDesc, dtype_name, from_numpy, to_numpy
-from pycann.errors import InputError
+from pycann.errors import InputError, ShapeError
 from pycann.ge.aipp.dynamic import DynamicAipp, Params
 from pycann.ge.compile.gears import GearTable
 from pycann.ge.ir import Graph
@@ -277,13 +277,35 @@ class LoadedModel:
     def run(self, feeds: Sequence[Any]) -> list[np.ndarray]:
         """Run with inputs in model order; returns outputs in model order."""
         built = self.executor._cache.built
-        outs = self.executor.run(self.check_feeds(feeds))
+        checked = self.check_feeds(feeds)
+        try:
+            outs = self.executor.run(checked)
+        except ShapeError as e:
+            if type(e) is not ShapeError:
+                raise
+            # the node's message says what did not fit; the caller also needs which of its inputs led there
+            raise ShapeError(f"{e}; this call's inputs: {self._shapes_text(checked)} (the model takes "
+                             f"{self._expected_text()}: a size the graph cannot take reached that node)", e.code) from None
         if self._release_pages is not None and self.executor._cache.built != built:
             # a new plan packed its weights (oneDNN layouts): the mapped originals can leave
             # the resident set; pages numpy kernels still read come back on the next run
             self._release_pages()
         # Never hand out the model's own constant memory (read-only, shared between runs).
         return [_owned(o) for o in outs]
+
+    def _shapes_text(self, feeds: Sequence[Any]) -> str:
+        return ", ".join(f"{i.name} {list(np.shape(x))}" for i, x in zip(self.inputs, feeds))
+
+    def _expected_text(self) -> str:
+        """The inputs' shapes in --input_shape syntax (``-1`` any, ``lo~hi`` a range)."""
+        parts = []
+        for name, d in zip(self.graph.inputs, self._in_descs):
+            rng = self._ranges.get(name) or []
+            dims = [str(x) if isinstance(x, int) else f"{rng[j][0]}~{rng[j][1]}"
+                    if j < len(rng) and isinstance(rng[j], list) else "-1"
+                    for j, x in enumerate(d.shape if d is not None and d.shape is not None else ())]
+            parts.append(f"{name} [{','.join(dims)}]")
+        return ", ".join(parts)
 
     def plan_cache_stats(self) -> CacheStats:
         """Counters of the plan cache: hits, misses, plans built, generic runs, evictions, bytes."""

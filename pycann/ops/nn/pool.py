@@ -43,6 +43,9 @@ def _pool_window(x_shape: Sequence[int], attrs: Mapping[str, Any]) -> tuple[Wind
     if len(kernel) != len(x_shape) - 2:
         raise ValueError(f"kernel_shape {list(kernel)} does not match input rank {len(x_shape)}")
     win = plan_window(tuple(x_shape[2:]), kernel, attrs, bool(attrs.get("ceil_mode", 0)))
+    for i, size in enumerate(x_shape[2:]):
+        if size > 0 and win.out[i] <= 0:  # (as shape inference says it; ONNX Runtime refuses it too)
+            raise ValueError(f"kernel_shape {list(kernel)} does not fit spatial dim {i} of X {list(x_shape)}")
     ends = []
     for i, size in enumerate(x_shape[2:]):
         need = (win.out[i] - 1) * win.strides[i] + win.span(i) if win.out[i] > 0 else 0
