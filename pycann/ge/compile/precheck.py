@@ -27,7 +27,7 @@ from pycann.errors import ShapeError, UnsupportedOpError
 from pycann.ge.compile.passes.infer_shapes import _seed_body_inputs, const_desc
 from pycann.ge.ir import Graph, Node
 from pycann.ops.opdef import InferContext
-from pycann.ops.registry import REGISTRY, lookup
+from pycann.ops.registry import known, lookup
 
 TYPE_UNSUPPORTED, PARAM_INVALID, OK = 1, 2, 0
 _UNKNOWN = TensorDesc(0, None)
@@ -67,8 +67,8 @@ class _Checker:
         try:
             op = lookup(node.op_type, node.domain, opset, node.label())
         except UnsupportedOpError as e:
-            known = (("" if node.domain in ("", "ai.onnx") else node.domain), node.op_type) in REGISTRY
-            causes.append(_cause(TYPE_UNSUPPORTED, "unsupported_opset" if known else "unsupported_op", str(e)))
+            is_known = known(node.domain, node.op_type)
+            causes.append(_cause(TYPE_UNSUPPORTED, "unsupported_opset" if is_known else "unsupported_op", str(e)))
         ins = [descs.get(i, _UNKNOWN) if i else None for i in node.inputs]
         for attr, sub in node.subgraphs.items():
             _seed_body_inputs(node, attr, sub, ins)
