@@ -249,6 +249,26 @@ def test_environment_changes_between_compile_and_load(tmp_path: Path, monkeypatc
     _assert_ort(lm.run([x])[0], run_ort(m, {"x": x})[0])
 
 
+@pytest.mark.parametrize("broken", [("onednn",), ("onednn", "torch")])
+def test_a_library_that_fails_its_self_check_after_compile(tmp_path: Path, broken: tuple[str, ...]) -> None:
+    """``kernel_env`` sees the same library files, so the plan is built on the compiled graph; its
+    oneDNN choices then fall back at bind time (``providers.resolve``), with ORT's values."""
+    m = residual_net()
+    path = tmp_path / "m.om"
+    compile_model(m).save(path)
+    providers.reset()
+    for name in broken:
+        providers._available[name] = False  # present, but its self-check failed in this process
+    lm = LoadedModel.from_file(path)
+    assert lm.specializer.compiled_reused == 1
+    x = RNG.standard_normal((2, 16, 12, 12)).astype(np.float32)
+    nan = x.copy()
+    nan[0, 1, 2, 3] = np.nan
+    for feed in (x, nan):
+        with np.errstate(all="ignore"):
+            _assert_ort(lm.run([feed])[0], run_ort(m, {"x": feed})[0])
+
+
 # --------------------------------------------------------------------------- concurrency, CRC thread
 def test_many_threads_load_and_run_one_file_while_it_is_replaced(tmp_path: Path) -> None:
     m = residual_net()
