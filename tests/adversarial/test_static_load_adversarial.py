@@ -441,3 +441,68 @@ def test_in_place_residual_from_an_om_with_nan_and_inf(tmp_path: Path, shape: st
         with np.errstate(all="ignore"):
             _assert_ort(lm.run([feed])[0], run_ort(m, {"x": feed})[0])
 
+
+
+@needs_dnnl
+@pytest.mark.parametrize("precompile", [True, False])
+def test_threads_mixing_nan_and_clean_runs_of_one_om(tmp_path: Path, precompile: bool) -> None:
+    """Concurrent runs (one arena each) of an in-place residual block, some with NaN / inf inputs:
+    the guard's proven bounds and the in-place sums of one run never leak into another's; without
+    precompilation the first runs also build their plans on the compiled graph at the same time."""
+    m = _block(residual_twice=True)
+    path = tmp_path / "m.om"
+    compile_model(m).save(path)
+    if precompile:
+        lm = LoadedModel.from_file(path)
+    else:
+        o = om.load_om(path)
+        lm = LoadedModel(o.graph, o.manifest, str(path), precompile=False)
+    feeds = [RNG.standard_normal((2, 32, 16, 16)).astype(np.float32) for _ in range(3)]
+    feeds[1][0, 4, 5, 6] = np.nan
+    feeds[2][1, 2, 3, 3], feeds[2][1, 2, 3, 4] = np.inf, -np.inf
+    with np.errstate(all="ignore"):
+        wants = [run_ort(m, {"x": f})[0] for f in feeds]
+    errors: list[BaseException] = []
+    barrier = threading.Barrier(4)
+
+    def work(k: int) -> None:
+        try:
+            barrier.wait()
+            for i in range(12):
+                j = (i + k) % 3
+                with np.errstate(all="ignore"):
+                    _assert_ort(lm.run([feeds[j]])[0], wants[j])
+        except BaseException as e:  # noqa: BLE001 - reported below
+            errors.append(e)
+
+    ts = [threading.Thread(target=work, args=(k,)) for k in range(4)]
+    for t in ts:
+        t.start()
+    for t in ts:
+        t.join(timeout=300)
+    assert not errors, errors[0]
+    assert lm.specializer.pipeline_runs == 0
+
+
+@pytest.mark.xfail(strict=True, reason="gc_paused restores the state it saw on entry: another thread's gc.disable() "
+                   "during a load is undone when the load ends (the collector's switch is process-wide; "
+                   "no per-thread state to keep apart)")
+def test_a_gc_disable_from_another_thread_during_a_load_is_kept(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    path = tmp_path / "m.om"
+    compile_model(residual_net()).save(path)
+    real = LoadedModel.precompile_static
+
+    def other_thread_disables(self: LoadedModel) -> bool:
+        t = threading.Thread(target=gc.disable)  # the application turns the collector off meanwhile
+        t.start()
+        t.join()
+        return real(self)
+
+    monkeypatch.setattr(LoadedModel, "precompile_static", other_thread_disables)
+    was = gc.isenabled()
+    gc.enable()
+    try:
+        LoadedModel.from_file(path)
+        assert not gc.isenabled()
+    finally:
+        gc.enable() if was else gc.disable()
