@@ -293,3 +293,21 @@ def test_in_place_residual_from_an_om_with_nan_and_inf(tmp_path: Path, shape: st
     for feed in (x, nan, x, inf, x):  # a clean run after each non-finite one: no stale partial sums
         with np.errstate(all="ignore"):
             _assert_ort(lm.run([feed])[0], run_ort(m, {"x": feed})[0])
+
+
+@needs_dnnl
+@pytest.mark.parametrize("bad", [np.nan, np.inf])
+def test_non_finite_weights_round_trip_their_bound(tmp_path: Path, bad: float) -> None:
+    """A weight holding NaN or inf has a NaN / inf bound: written to the manifest (JSON's NaN and
+    Infinity), refused as a seed when loaded, recomputed by the guard, and every run takes the
+    unfused path that keeps ORT's NaN."""
+    m = conv_relu()
+    w = numpy_helper.to_array(m.graph.initializer[0]).copy()
+    w[3, 1, 1, 1] = bad
+    m.graph.initializer[0].CopyFrom(numpy_helper.from_array(w, "w"))
+    path = tmp_path / "m.om"
+    compile_model(m).save(path)
+    lm = LoadedModel.from_file(path)
+    for feed in _non_finite_feeds():
+        with np.errstate(all="ignore"):
+            _assert_ort(lm.run([feed])[0], run_ort(m, {"x": feed})[0])
