@@ -20,7 +20,7 @@ import pycann.ge.om as om
 from pycann.ge.compile.compiler import compile_model
 from pycann.ge.om import OmFormatError
 from pycann.ge.run.model import LoadedModel
-from pycann.kernels.providers import blas_threads
+from pycann.kernels.providers import blas_threads, onednn_wino
 from tests.adversarial.test_static_load_adversarial import _assert_ort, _block, needs_dnnl, residual_net
 from tests.ops.oracle import run_ort
 
@@ -173,11 +173,13 @@ def test_one_thread_nested_from_many_threads_restores_the_count() -> None:
 
 @needs_dnnl
 @pytest.mark.parametrize("precompile", [True, False])
-def test_threads_mixing_nan_and_clean_runs_of_one_om(tmp_path: Path, precompile: bool) -> None:
+def test_threads_mixing_nan_and_clean_runs_of_one_om(tmp_path: Path, precompile: bool, in_place_calls: dict[str, int],
+                                                     monkeypatch: pytest.MonkeyPatch) -> None:
     """Concurrent runs (one arena each) of an in-place residual block, some with NaN / inf inputs:
     the guard's proven bounds and the in-place sums of one run never leak into another's; without
     precompilation the first runs also build their plans on the compiled graph at the same time."""
-    m = _block(residual_twice=True)
+    monkeypatch.setattr(onednn_wino, "available", lambda: False)  # (the direct conv: the in-place form)
+    m = _block()
     path = tmp_path / "m.om"
     compile_model(m).save(path)
     if precompile:
@@ -209,7 +211,7 @@ def test_threads_mixing_nan_and_clean_runs_of_one_om(tmp_path: Path, precompile:
     for t in ts:
         t.join(timeout=300)
     assert not errors, errors[0]
-    assert lm.specializer.pipeline_runs == 0
+    assert lm.specializer.pipeline_runs == 0 and in_place_calls["n"] > 0
 
 
 @pytest.mark.xfail(strict=True, reason="gc_paused restores the state it saw on entry: another thread's gc.disable() "
