@@ -317,3 +317,22 @@ def test_non_finite_weights_round_trip_their_bound(tmp_path: Path, bad: float) -
     for feed in _non_finite_feeds():
         with np.errstate(all="ignore"):
             _assert_ort(lm.run([feed])[0], run_ort(m, {"x": feed})[0])
+
+
+@needs_dnnl
+@pytest.mark.parametrize("algo", ["numpy:im2col_gemm", "numpy:gemm_1x1", "numpy:depthwise", "torch:conv2d",
+                                  "torch:conv2d_nhwc", "onednn:conv_winograd", "onednn:conv_bf16", "layout:NCHW"])
+def test_edited_kernel_of_the_in_place_conv(tmp_path: Path, algo: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The residual conv the plan writes over its residual, with another recorded kernel (one that
+    cannot compute in place, one for other shapes) or layout: ORT's values, NaN included."""
+    monkeypatch.setattr(onednn_wino, "available", lambda: False)
+    m = _block()
+    edit = _set_attr(2, "_layout", "str", "NCHW") if algo.startswith("layout:") else _set_attr(2, "_algo", "str", algo)
+    lm = LoadedModel.from_file(_edited(tmp_path, m, edit))
+    assert lm.specializer.compiled_reused == 1
+    x = RNG.standard_normal((2, 32, 16, 16)).astype(np.float32)
+    nan = x.copy()
+    nan[0, 1, 2, 3] = np.nan
+    for feed in (x, nan, x):
+        with np.errstate(all="ignore"):
+            _assert_ort(lm.run([feed])[0], run_ort(m, {"x": feed})[0])
