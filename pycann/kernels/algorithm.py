@@ -126,6 +126,17 @@ ALGORITHMS: tuple[Algorithm, ...] = (
     TORCH_CONV_TRANSPOSE_NHWC, TORCH_MATMUL, TORCH_ADDMM,
 )
 BY_KEY: dict[str, Algorithm] = {a.key: a for a in ALGORITHMS}
+# (domain, op type) -> the op family whose algorithms compute it (KernelSelection's targets; an .om
+# node whose recorded algorithm is of another family drops it when read: ge/om/serialize.py)
+FAMILIES: dict[tuple[str, str], str] = {
+    ("", "Conv"): "Conv",
+    ("", "ConvTranspose"): "ConvTranspose",
+    ("", "MatMul"): "MatMul",
+    ("", "Gemm"): "Gemm",
+    ("pycann", "FusedConv"): "Conv",
+    ("pycann", "FusedConvTranspose"): "ConvTranspose",
+    ("pycann", "FusedMatMul"): "MatMul",
+}
 # The general algorithm of each op family (computes every valid input): the last resort.
 FALLBACK: dict[str, Algorithm] = {"Conv": NUMPY_IM2COL_GEMM, "ConvTranspose": NUMPY_COL2IM,
                                   "MatMul": NUMPY_MATMUL, "Gemm": NUMPY_GEMM}

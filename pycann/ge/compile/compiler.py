@@ -7,6 +7,7 @@ shape computations and the size-dependent kernel choices; docs/dynamic-shapes.md
 
 from __future__ import annotations
 
+import math
 import os
 import time
 from collections.abc import Callable, Hashable, Sequence
@@ -236,7 +237,9 @@ _GUARDED_CONVS = {("", "Conv"): False, ("pycann", "FusedConv"): False,
 def weight_bounds(graph: Graph) -> list[list[Any]]:
     """``[[initializer, transpose, bound], ...]``: ``nan_guard.weight_part`` of every float32 conv
     weight, recorded in the .om (manifest ``weight_bounds``) so that loading it does not read every
-    weight for the guard (``LoadedModel`` seeds the guard's cache with them)."""
+    weight for the guard (``LoadedModel`` seeds the guard's cache with them). A weight holding NaN
+    or inf has no finite bound and no entry (the manifest is strict JSON; the guard computes it at
+    load, and every call of that conv takes the unfused path)."""
     from pycann.kernels.providers import nan_guard
 
     out: list[list[Any]] = []
@@ -248,7 +251,9 @@ def weight_bounds(graph: Graph) -> list[list[Any]]:
         w = graph.initializers.get(n.inputs[1])
         if isinstance(w, np.ndarray) and w.dtype == np.float32 and w.size:
             seen.add((n.inputs[1], transpose))
-            out.append([n.inputs[1], transpose, nan_guard.weight_part(w, transpose)])
+            part = nan_guard.weight_part(w, transpose)
+            if math.isfinite(part):
+                out.append([n.inputs[1], transpose, part])
     return out
 
 

@@ -25,7 +25,7 @@ import numpy as np
 from pycann.dtypes import DType, Format, TensorDesc, from_numpy, to_numpy
 from pycann.ge.ir.context import LEGACY_KEYS, CompileContext
 from pycann.ge.ir.graph import Graph, Node
-from pycann.kernels.algorithm import Algorithm
+from pycann.kernels.algorithm import FAMILIES, Algorithm
 from pycann.kernels.algorithm import parse as parse_algorithm
 
 # put(array) -> (offset, nbytes): store a C-contiguous, little-endian numeric array's bytes.
@@ -281,15 +281,17 @@ def _names(obj: dict[str, Any], key: str, where: str, default: Any = None) -> li
     return list(v)
 
 
-def _decode_algo(attrs: dict[str, Any], where: str) -> None:
+def _decode_algo(attrs: dict[str, Any], where: str, family: str | None) -> None:
     """The kernel choice ``_algo`` of a node read back as an ``Algorithm`` (files store its key,
     ``"onednn:conv_nhwc"``). A key this pycann does not know (a newer file) is dropped: the node
-    takes the static choice, as a choice whose provider is missing here does."""
+    takes the static choice, as a choice whose provider is missing here does. So is an algorithm of
+    another op family than the node's (``family``, ``algorithm.FAMILIES``; an edited file): bound
+    as it is, a MatMul would call a conv kernel at run time."""
     key = attrs["_algo"]
     if not isinstance(key, str):
         raise MalformedManifest(f"{where} attribute _algo is {type(key).__name__}, expected a 'provider:name' string")
     algo = parse_algorithm(key)
-    if algo is None:
+    if algo is None or algo.op_type != family:
         del attrs["_algo"]
     else:
         attrs["_algo"] = algo
@@ -301,7 +303,7 @@ def _decode_node(n: Any, get: GetTensor, i: int) -> Node:
     where = f"node {i} ({n.get('name', '')!s:.40})"
     attrs = {k: decode_attr(v, get) for k, v in _field(n, "attrs", dict, where).items()}
     if "_algo" in attrs:
-        _decode_algo(attrs, where)
+        _decode_algo(attrs, where, FAMILIES.get((str(n.get("domain", "")), str(n.get("op_type", "")))))
     return Node(
         op_type=_field(n, "op_type", str, where), inputs=_names(n, "inputs", where),
         outputs=_names(n, "outputs", where),

@@ -105,18 +105,24 @@ def gc_paused() -> Iterator[None]:
 def _seed_weight_bounds(graph: Graph, table: Any) -> None:
     """Hand the NaN guard the conv weight bounds ``atc`` recorded (manifest ``weight_bounds``,
     ``compiler.weight_bounds``) for the weights as loaded. Entries that do not name a float32
-    initializer of the graph are ignored (the guard then computes the bound itself)."""
+    initializer of the graph, or whose bound is no number a weight has (a bool, negative, NaN, inf,
+    an int past float's range: an edited file), are ignored (the guard then computes the bound itself)."""
     if not isinstance(table, list):
         return
     from pycann.kernels.providers import nan_guard
 
     for entry in table:
         if not (isinstance(entry, list) and len(entry) == 3 and isinstance(entry[0], str)
-                and isinstance(entry[1], bool) and isinstance(entry[2], (int, float))):
+                and isinstance(entry[1], bool) and isinstance(entry[2], (int, float))
+                and not isinstance(entry[2], bool)):
             continue
         w = graph.initializers.get(entry[0])
         if isinstance(w, np.ndarray) and w.dtype == np.float32 and not w.flags.writeable:
-            nan_guard.seed(w, entry[1], float(entry[2]))
+            try:
+                part = float(entry[2])
+            except OverflowError:  # (a JSON int of hundreds of digits)
+                continue
+            nan_guard.seed(w, entry[1], part)
 
 
 class LoadedModel:

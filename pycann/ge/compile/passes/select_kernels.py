@@ -36,7 +36,7 @@ from pycann.dtypes import to_numpy
 from pycann.ge.compile.passes.base import PassContext, PassResult
 from pycann.ge.compile.tuned import tuned_algorithm
 from pycann.ge.ir import CompileContext, Graph, Node
-from pycann.kernels.algorithm import ONEDNN_CONV_WINOGRAD, Algorithm, Packing
+from pycann.kernels.algorithm import FAMILIES, ONEDNN_CONV_WINOGRAD, Algorithm, Packing
 from pycann.kernels.providers import (
     ConvSpec,
     Implementation,
@@ -51,15 +51,7 @@ from pycann.ops.fused import post_affine
 name = "KernelSelection"
 
 # (domain, op type) -> the op family whose providers compute it
-TARGETS: dict[tuple[str, str], str] = {
-    ("", "Conv"): "Conv",
-    ("", "ConvTranspose"): "ConvTranspose",
-    ("", "MatMul"): "MatMul",
-    ("", "Gemm"): "Gemm",
-    ("pycann", "FusedConv"): "Conv",
-    ("pycann", "FusedConvTranspose"): "ConvTranspose",
-    ("pycann", "FusedMatMul"): "MatMul",
-}
+TARGETS = FAMILIES
 MODES = ("static", "measure", "off")
 Choice = tuple[Node, str, OpSpec, Implementation]
 
