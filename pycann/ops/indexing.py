@@ -12,7 +12,7 @@ from typing import Any, Literal
 
 import numpy as np
 
-from pycann.dtypes import Dim, DType, TensorDesc
+from pycann.dtypes import Dim, DType, TensorDesc, from_numpy
 from pycann.ops.opdef import InferContext, OpDef
 from pycann.ops.shape_utils import normalize_axes, normalize_axis, same_as
 from pycann.ops.tensor import astr, const_ints, dtype_of, infer_axes, infer_axis, ints, vec_len
@@ -216,6 +216,23 @@ def _pad_lists(rank: int, pads: list[int], axes: list[int] | None) -> tuple[list
     return begin, end
 
 
+def _pad_fault(dims: Sequence[Dim], begin: list[int], end: list[int], mode: str) -> str | None:
+    """What the pads cannot do to these dims (symbolic ones pass), as shape inference says it; None if
+    they fit. A crop may not pass below 0; reflect mirrors at most d - 1 rows of the (cropped) dim d
+    and edge needs a row to repeat (ONNX Runtime refuses both; numpy would repeat the reflection)."""
+    for a, (d, b, e) in enumerate(zip(dims, begin, end)):
+        if not isinstance(d, int):
+            continue
+        kept = d + min(b, 0) + min(e, 0)
+        if kept < 0:
+            return "crops more than the dims of"
+        if mode == "reflect" and max(b, e) > kept - 1 and max(b, e) > 0:
+            return f"pads axis {a} by {max(b, e)} in reflect mode, more than its size {kept} - 1, in"
+        if mode == "edge" and kept == 0 and max(b, e) > 0:
+            return f"pads the empty axis {a} in edge mode, in"
+    return None
+
+
 def _k_pad(inputs: Inputs, attrs: Attrs) -> list[np.ndarray]:
     """Pad (Operators.md, opset 19): constant/reflect/edge/wrap; negative pads crop first (like ORT)."""
     x = inputs[0]
@@ -224,7 +241,11 @@ def _k_pad(inputs: Inputs, attrs: Attrs) -> list[np.ndarray]:
     if mode is None:
         raise ValueError(f"Pad: unknown mode '{mode_name}'")
     axes = _opt(inputs, 3)
-    begin, end = _pad_lists(x.ndim, ints(inputs[1]), None if axes is None else ints(axes))
+    pads = ints(inputs[1])
+    begin, end = _pad_lists(x.ndim, pads, None if axes is None else ints(axes))
+    fault = _pad_fault(x.shape, begin, end, mode)
+    if fault:  # (a symbolic dim at compile time: checked here, per call)
+        raise ValueError(f"input 'pads' {pads} {fault} {TensorDesc(from_numpy(x.dtype), x.shape)}")
     if any(p < 0 for p in begin + end):
         x = x[tuple(slice(max(-b, 0), d - max(-e, 0)) for b, e, d in zip(begin, end, x.shape))]
     widths = [(max(b, 0), max(e, 0)) for b, e in zip(begin, end)]
@@ -252,8 +273,9 @@ def _infer_pad(ctx: InferContext) -> list[TensorDesc]:
         raise ctx.fail(str(e)) from None
     out = [d + b + e if isinstance(d, int) else (d if b == e == 0 else None)
            for d, b, e in zip(x.shape, begin, end)]
-    if any(isinstance(d, int) and d < 0 for d in out):
-        raise ctx.fail(f"input 'pads' {pads} crops more than the dims of {x}")
+    fault = _pad_fault(x.shape, begin, end, astr(ctx.attrs["mode"]))
+    if fault:
+        raise ctx.fail(f"input 'pads' {pads} {fault} {x}")
     return [TensorDesc(x.dtype, tuple(out))]
 
 
