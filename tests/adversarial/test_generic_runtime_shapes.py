@@ -113,6 +113,12 @@ CASES: dict[str, Case] = {
                                    {"kernel_shape": [3, 3], "dilations": [2, 2]}),
     "maxpool_ceil_kernel_larger": Case("MaxPool", ["x"], _x(NCHW), {"x": (1, 2, 7, 9)}, {"x": (1, 2, 2, 9)},
                                        {"kernel_shape": [3, 3], "strides": [2, 2], "ceil_mode": 1}),
+    "averagepool_ceil_window_past_input": Case("AveragePool", ["x"], _x(NCHW), {"x": (1, 2, 7, 9)},
+                                               {"x": (1, 2, 1, 9)}, {"kernel_shape": [4, 2], "strides": [2, 1],
+                                                                     "pads": [1, 0, 1, 0], "ceil_mode": 1,
+                                                                     "count_include_pad": 1}),
+    "lppool_ceil_window_past_input": Case("LpPool", ["x"], _x(NCHW), {"x": (1, 2, 7, 9)}, {"x": (1, 2, 3, 9)},
+                                          {"kernel_shape": [5, 2], "strides": [3, 1], "ceil_mode": 1}, opset=19),
     "maxpool_pads_still_short": Case("MaxPool", ["x"], _x(NCHW), {"x": (1, 2, 7, 9)}, {"x": (1, 2, 2, 9)},
                                      {"kernel_shape": [5, 5], "pads": [1, 1, 1, 1]}),
     "maxpool_pads_fit": Case("MaxPool", ["x"], _x(NCHW), {"x": (1, 2, 7, 9)}, {"x": (1, 2, 3, 9)},
@@ -314,8 +320,6 @@ STRICTER: dict[str, str] = {
     "maxpool_pads_still_short": "ORT returns an empty (1, 2, 0, 7) array",
     "maxpool1d_kernel_larger": "ORT returns an empty (1, 2, 0) array",
     "averagepool_ceil_kernel_larger": "ORT returns an empty (1, 2, 0, 7) array",
-    "maxpool_ceil_kernel_larger": "ORT (and ONNX's shape inference, torch) give one row from a window "
-                                  "reaching past the 2-row input; pycann refuses it at compile and run",
     "split_num_outputs_too_many": "ORT leaves the last of 3 outputs empty; pycann asks for the 'split' input",
     "compress_condition_longer": "ORT ignores condition entries past the axis; ONNX's reference "
                                  "(np.compress) raises, as pycann does (a KernelError naming the node)",
@@ -414,3 +418,28 @@ def test_a_refused_call_leaves_the_generic_plan_in_use(policy: PlanPolicy) -> No
         np.testing.assert_allclose(lm.run([x])[0], run_ort(case.model(), {"x": x})[0])
     after = lm.plan_cache_stats()
     assert after.generic_runs - before.generic_runs == 3 and after.built == before.built, (before, after)
+
+
+@pytest.mark.parametrize("op", ["MaxPool", "AveragePool"])
+@pytest.mark.parametrize(("k", "s", "p", "h"), [(3, 2, 0, 2), (4, 2, 1, 1), (6, 4, 1, 2)])
+def test_ceil_mode_window_wider_than_the_input_matches_ort(op: str, k: int, s: int, p: int, h: int) -> None:
+    """ceil_mode: a window wider than the padded input that starts inside it gives one output (ONNX's
+    shape inference, ORT, torch); pycann refused it. After a conv, so the specialised plan binds its
+    oneDNN/ATen pooling; both plans and a static compile give ORT's values."""
+    w = numpy_helper.from_array(_f(64, 64, 1, 1), "w")
+    extra: dict[str, Any] = {"count_include_pad": 1} if op == "AveragePool" else {}
+    nodes = [helper.make_node("Conv", ["x", "w"], ["c"], name="c0"), helper.make_node("Relu", ["c"], ["r"]),
+             helper.make_node(op, ["r"], ["y"], name="n0", kernel_shape=[k, k], strides=[s, s], pads=[p] * 4,
+                              ceil_mode=1, **extra)]
+    g = helper.make_graph(nodes, "g", [helper.make_tensor_value_info("x", F, [1, 64, "H", "W"])],
+                          [helper.make_tensor_value_info("y", F, None)], [w])
+    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 19)])
+    m.ir_version = 8
+    x = _f(1, 64, h, h)
+    want = run_ort(m, {"x": x})[0]
+    assert want.shape == (1, 64, 1, 1)
+    for policy in (PlanPolicy.SPECIALIZE, PlanPolicy.GENERIC):
+        lm = LoadedModel.from_compiled(compile_model(m), plan_cache=PlanCacheConfig(policy=policy))
+        np.testing.assert_allclose(lm.run([x])[0], want, rtol=1e-4, atol=1e-4)
+    static = compile_model(m, CompileOptions(input_shape={"x": list(x.shape)}))
+    np.testing.assert_allclose(LoadedModel.from_compiled(static).run([x])[0], want, rtol=1e-4, atol=1e-4)
