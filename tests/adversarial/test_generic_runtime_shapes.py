@@ -512,3 +512,19 @@ def test_ceil_mode_window_wider_than_the_input_matches_ort(op: str, k: int, s: i
         np.testing.assert_allclose(lm.run([x])[0], want, rtol=1e-4, atol=1e-4)
     static = compile_model(m, CompileOptions(input_shape={"x": list(x.shape)}))
     np.testing.assert_allclose(LoadedModel.from_compiled(static).run([x])[0], want, rtol=1e-4, atol=1e-4)
+
+
+@pytest.mark.parametrize("name", DYNAMIC)
+def test_the_generic_plan_itself_refuses(name: str) -> None:
+    """Below the executor's fallback (which re-runs a refused call through shape inference): the
+    generic plan's kernels themselves refuse what they cannot take, naming the node and op, so no
+    native kernel gets operands it would read past (an OperandError names the node too)."""
+    case = CASES[name]
+    bad = case.arrays(case.bad)
+    if name in LENIENT or not (name in STRICTER or isinstance(_ort(case, bad), Exception)):
+        pytest.skip("a size the op takes")
+    lm = LoadedModel.from_compiled(compile_model(case.model()), plan_cache=PlanCacheConfig(policy=PlanPolicy.GENERIC))
+    good = case.arrays(case.good)
+    lm.run([good[n] for n in case.feeds])
+    with pytest.raises(KernelError, match=r"^node n0"):  # (OperandError is a KernelError)
+        lm.executor.generic_plan().run([bad[n] for n in case.feeds])
