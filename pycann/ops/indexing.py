@@ -316,8 +316,12 @@ def _infer_compress(ctx: InferContext) -> list[TensorDesc]:
 def _k_onehot(inputs: Inputs, attrs: Attrs) -> list[np.ndarray]:
     """OneHot (Operators.md, opset 11): indices in [-depth, depth-1]; others give all off_value."""
     idx = np.asarray(inputs[0]).astype(np.int64)  # float indices truncate, as in ORT
-    depth = int(np.asarray(inputs[1]).reshape(-1)[0])
-    values = np.asarray(inputs[2]).reshape(-1)
+    depth_in, values = np.asarray(inputs[1]).reshape(-1), np.asarray(inputs[2]).reshape(-1)
+    if depth_in.size != 1:  # (shape inference's checks, for inputs it did not know)
+        raise ValueError(f"input 'depth' must hold one value, got {depth_in.tolist()}")
+    if values.size != 2:
+        raise ValueError(f"input 'values' must hold two values (off, on), got {values.size}")
+    depth = int(depth_in[0])
     axis = normalize_axis(attrs["axis"], idx.ndim + 1, "OneHot: ")
     idx = np.where(idx < 0, idx + depth, idx)
     hot = idx[..., None] == np.arange(depth, dtype=np.int64)
@@ -332,6 +336,8 @@ def _infer_onehot(ctx: InferContext) -> list[TensorDesc]:
     depth = None if d is None else [int(v) for v in np.asarray(d).reshape(-1)]
     if depth is not None and len(depth) != 1:
         raise ctx.fail(f"input 'depth' must hold one value, got {depth}")
+    if values is not None and values.is_static and values.numel() != 2:
+        raise ctx.fail(f"input 'values' must hold two values (off, on), got {values.numel()}")
     if idx is None or idx.shape is None:
         return [TensorDesc(dt, None)]
     r = len(idx.shape) + 1
@@ -387,7 +393,10 @@ def _k_topk(inputs: Inputs, attrs: Attrs) -> list[np.ndarray]:
 
     Results are always sorted, which is a valid answer for ``sorted=0`` as well.
     """
-    x, k = inputs[0], ints(inputs[1])[0]
+    x, ks = inputs[0], ints(inputs[1])
+    if len(ks) != 1:  # (shape inference's check, for a K it did not know)
+        raise ValueError(f"input 'K' must hold one value, got {ks}")
+    k = ks[0]
     axis = normalize_axis(attrs["axis"], x.ndim, "TopK: ")
     n = x.shape[axis]
     if not 0 <= k <= n:

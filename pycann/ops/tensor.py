@@ -417,6 +417,9 @@ def _infer_concat(ctx: InferContext) -> list[TensorDesc]:
 
 def _split_sizes(dim: int, split: list[int] | None, attrs: Attrs) -> list[int]:
     if split is not None:
+        n_out = attrs.get("_n_outputs")  # (set by shape inference and the plan)
+        if n_out is not None and len(split) != int(n_out):
+            raise ValueError(f"Split: 'split' {split} has {len(split)} entries for {int(n_out)} outputs")
         if sum(split) != dim or any(s < 0 for s in split):
             raise ValueError(f"Split: 'split' {split} does not sum to the axis length {dim}")
         return split
