@@ -242,7 +242,10 @@ def _infer_eye_like(ctx: InferContext) -> list[TensorDesc]:
 def _k_trilu(inputs: Inputs, attrs: Attrs) -> list[np.ndarray]:
     """Trilu (Operators.md): keep the upper (or lower) triangle of the last two axes, offset ``k``."""
     x = inputs[0]
-    k = int(np.asarray(inputs[1]).reshape(-1)[0]) if len(inputs) > 1 and inputs[1] is not None else 0
+    ks = np.asarray(inputs[1]).reshape(-1) if len(inputs) > 1 and inputs[1] is not None else np.zeros(1, np.int64)
+    if ks.size != 1:  # (ONNX Runtime refuses it; the first value was used)
+        raise ValueError(f"input 'k' must hold one value, got {ks.tolist()}")
+    k = int(ks[0])
     if x.ndim < 2:
         raise ValueError(f"Trilu: input must have rank >= 2, got shape {x.shape}")
     m, n = x.shape[-2:]
@@ -257,6 +260,9 @@ def _infer_trilu(ctx: InferContext) -> list[TensorDesc]:
     x = ctx.input(0)
     if x is not None and x.shape is not None and len(x.shape) < 2:
         raise ctx.fail(f"input must have rank >= 2, got {x}")
+    k = ctx.input(1)
+    if k is not None and k.is_static and k.numel() != 1:
+        raise ctx.fail(f"input 'k' must hold one value, got {k}")
     return [same_as(x)]
 
 
