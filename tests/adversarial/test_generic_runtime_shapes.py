@@ -380,6 +380,26 @@ CASES: dict[str, Case] = {
                               {"x": (1, 2, 4, 4), "y": np.array([0, 0, 1, 1], np.float32)},
                               {"mode": "linear", "coordinate_transformation_mode": "tf_crop_and_resize"},
                               {"sc": np.array([1, 1, 2, 2], np.float32)}),
+    "slice_dynamic_axes_repeated": Case("Slice", ["x", "s", "e", "y"], _xy(["A", "B"], [2], I64),
+                                        {"x": (6, 4), "y": _i([0, 1])}, {"x": (6, 4), "y": _i([0, 0])},
+                                        inits={"s": _i([1, 2]), "e": _i([4, 5])}),
+    "squeeze_dynamic_axes_repeated": Case("Squeeze", ["x", "y"], _xy([1, "B", 1], [2], I64),
+                                          {"x": (1, 3, 1), "y": _i([0, 2])}, {"x": (1, 3, 1), "y": _i([0, 0])}),
+    "pad_dynamic_axes_repeated": Case("Pad", ["x", "p", "", "y"], _xy(["A", "B"], [2], I64),
+                                      {"x": (3, 4), "y": _i([0, 1])}, {"x": (3, 4), "y": _i([1, 1])},
+                                      inits={"p": _i([1, 2, 1, 2])}, opset=18),
+    "unsqueeze_dynamic_axis_out_of_range": Case("Unsqueeze", ["x", "y"], _xy(["A", "B"], [1], I64),
+                                                {"x": (2, 3), "y": _i([0])}, {"x": (2, 3), "y": _i([3])}),
+    "range_delta_zero": Case("Range", ["x", "y", "d"], {"x": ([], F), "y": ([], F), "d": ([], F)},
+                             {"x": np.array(0, np.float32), "y": np.array(3, np.float32), "d": np.array(1, np.float32)},
+                             {"x": np.array(0, np.float32), "y": np.array(3, np.float32), "d": np.array(0, np.float32)}),
+    "resize_sizes_axes_length": Case("Resize", ["x", "", "", "y"], _xy(NCHW, [2], I64),
+                                     {"x": (1, 2, 4, 4), "y": _i([8, 8])}, {"x": (1, 2, 4, 4), "y": _i([8, 8])},
+                                     {"mode": "nearest", "axes": [2, 3]}, opset=18),
+    "reducesum_dynamic_axes_repeated": Case("ReduceSum", ["x", "y"], _xy(["A", "B"], [2], I64),
+                                            {"x": (2, 3), "y": _i([0, 1])}, {"x": (2, 3), "y": _i([1, 1])}),
+    "concat_empty_inputs_differ": Case("Concat", ["x", "y"], _xy(["A", "B"], ["C", "D"]),
+                                         {"x": (2, 3), "y": (1, 3)}, {"x": (0, 3), "y": (0, 4)}, {"axis": 0}),
     # -- empty inputs: valid sizes (ORT returns empty arrays) that native kernels must not trip on --
     "conv_empty_batch": Case("Conv", ["x", "w", "b"], _x(["N", 2, "H", "W"]), {"x": (1, 2, 6, 6)},
                              {"x": (0, 2, 6, 6)}, {"pads": [1, 1, 1, 1]}, {"w": _f(4, 2, 3, 3), "b": _f(4)}),
@@ -448,6 +468,13 @@ STRICTER: dict[str, str] = {
                                     "wants C elements, as pycann's shape inference",
     "prelu_dynamic_slope_bidirectional": "ORT grows X to the slope's (2, 3) (bidirectional broadcast); the spec "
                                          "wants slope unidirectionally broadcastable to X, as pycann's inference",
+    "squeeze_dynamic_axes_repeated": "ORT squeezes a repeated axis once; pycann refuses repeated axes "
+                                     "(as for Unsqueeze, where the spec says so)",
+    "pad_dynamic_axes_repeated": "ORT lets the last entry of a repeated axis win; the spec (Pad-18) leaves "
+                                 "it undefined, pycann refuses it",
+    "reducesum_dynamic_axes_repeated": "ORT reduces a repeated axis once; pycann refuses repeated axes",
+    "concat_empty_inputs_differ": "ORT skips empty inputs, so (0, 3) and (0, 4) concatenate; the spec wants "
+                                  "equal non-axis dims",
     "compress_condition_longer": "ORT ignores condition entries past the axis; ONNX's reference "
                                  "(np.compress) raises, as pycann does (a KernelError naming the node)",
 }
