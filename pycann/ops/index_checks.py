@@ -54,6 +54,14 @@ def scatter_nd_fault(x: TensorDesc, idx: TensorDesc, upd: TensorDesc) -> str | N
     return None
 
 
+def vector_input_fault(name: str, d: TensorDesc | None) -> str | None:
+    """A shape-like input (Reshape/Expand 'shape', Tile 'repeats') is 1-D (the spec; ONNX Runtime
+    refuses others, numpy would flatten them)."""
+    if d is None or d.shape is None or len(d.shape) == 1:
+        return None
+    return f"input '{name}' {d} must be 1-D"
+
+
 def scatter_elements_fault(x: TensorDesc, idx: TensorDesc, upd: TensorDesc) -> str | None:
     """ScatterElements: indices have data's rank and updates have indices' shape."""
     if x.shape is None or idx.shape is None or upd.shape is None:

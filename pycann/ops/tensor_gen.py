@@ -11,6 +11,7 @@ import ml_dtypes
 import numpy as np
 
 from pycann.dtypes import DType, TensorDesc, from_numpy, to_numpy
+from pycann.ops.index_checks import desc_of, vector_input_fault
 from pycann.ops.opdef import REQUIRED, InferContext, OpDef
 from pycann.ops.shape_utils import broadcast_shapes, same_as
 from pycann.ops.tensor import astr, const_ints, dim_mul, dtype_of, ints, tensor_attr, vec_len
@@ -23,6 +24,9 @@ Attrs = Mapping[str, Any]
 def _k_expand(inputs: Inputs, attrs: Attrs) -> list[np.ndarray]:
     """Expand (Operators.md): bidirectional (numpy) broadcast of the input to ``shape``."""
     x = inputs[0]
+    fault = vector_input_fault("shape", desc_of(inputs[1]))
+    if fault:  # (as shape inference says it, for a shape input of unknown rank)
+        raise ValueError(fault)
     shape = np.broadcast_shapes(x.shape, tuple(ints(inputs[1])))
     # A contiguous copy: a zero-stride broadcast view would surprise writers of graph outputs.
     return [np.ascontiguousarray(np.broadcast_to(x, shape))]
@@ -30,6 +34,9 @@ def _k_expand(inputs: Inputs, attrs: Attrs) -> list[np.ndarray]:
 
 def _infer_expand(ctx: InferContext) -> list[TensorDesc]:
     x = ctx.input(0)
+    fault = vector_input_fault("shape", ctx.input(1))
+    if fault:
+        raise ctx.fail(fault)
     shape = const_ints(ctx, 1)
     xs = None if x is None else x.shape
     if shape is None:
@@ -46,14 +53,20 @@ def _infer_expand(ctx: InferContext) -> list[TensorDesc]:
 
 def _k_tile(inputs: Inputs, attrs: Attrs) -> list[np.ndarray]:
     """Tile (Operators.md, opset 6+): repeat along each axis ``repeats[i]`` times."""
+    fault = vector_input_fault("repeats", desc_of(inputs[1]))
+    if fault:
+        raise ValueError(fault)
     x, reps = inputs[0], ints(inputs[1])
-    if len(reps) != x.ndim:
-        raise ValueError(f"Tile: 'repeats' {reps} must have one entry per axis of {x.shape}")
+    if len(reps) != x.ndim or any(r < 0 for r in reps):  # (shape inference's wording)
+        raise ValueError(f"input 'repeats' {reps} must hold {x.ndim} non-negative counts")
     return [np.tile(x, reps)]
 
 
 def _infer_tile(ctx: InferContext) -> list[TensorDesc]:
     x = ctx.input(0)
+    fault = vector_input_fault("repeats", ctx.input(1))
+    if fault:
+        raise ctx.fail(fault)
     reps = const_ints(ctx, 1)
     if x is None or x.shape is None:
         return [same_as(x)]

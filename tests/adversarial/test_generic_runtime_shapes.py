@@ -31,7 +31,7 @@ from tests.ops.oracle import run_ort
 F = TensorProto.FLOAT
 I64 = TensorProto.INT64
 RNG = np.random.default_rng(1212)
-Feed = tuple[int, ...] | np.ndarray
+Feed = tuple[int, ...] | np.ndarray  # (a feed's symbolic shape None: its rank is unknown too)
 
 
 def _f(*shape: int) -> np.ndarray:
@@ -49,7 +49,7 @@ class Case:
 
     op: str
     inputs: list[str]
-    feeds: dict[str, tuple[list[Any], int]]
+    feeds: dict[str, tuple[list[Any] | None, int]]
     good: dict[str, Feed]
     bad: dict[str, Feed]
     attrs: dict[str, Any] = field(default_factory=dict)
@@ -80,11 +80,11 @@ class Case:
         return res
 
 
-def _x(shape: list[Any]) -> dict[str, tuple[list[Any], int]]:
+def _x(shape: list[Any]) -> dict[str, tuple[list[Any] | None, int]]:
     return {"x": (shape, F)}
 
 
-def _xy(sx: list[Any], sy: list[Any], ty: int = F) -> dict[str, tuple[list[Any], int]]:
+def _xy(sx: list[Any], sy: list[Any] | None, ty: int = F) -> dict[str, tuple[list[Any] | None, int]]:
     return {"x": (sx, F), "y": (sy, ty)}
 
 
@@ -355,6 +355,12 @@ CASES: dict[str, Case] = {
                                  {"y": _i([0, 2]), "v": np.array([0, 1, 2], np.float32)}, inits={"d": _i(4)}),
     "topk_k_two_values": Case("TopK", ["x", "y"], _xy([2, 5], ["K"], I64), {"x": (2, 5), "y": _i([2])},
                               {"x": (2, 5), "y": _i([2, 3])}, n_out=2, out_types=(F, I64)),
+    "reshape_shape_2d": Case("Reshape", ["x", "y"], _xy(["A", 4], None, I64), {"x": (3, 4), "y": _i([4, 3])},
+                             {"x": (3, 4), "y": _i([[4, 3]])}),
+    "expand_shape_2d": Case("Expand", ["x", "y"], _xy([1, 3], None, I64), {"x": (1, 3), "y": _i([2, 3])},
+                            {"x": (1, 3), "y": _i([[2], [3]])}),
+    "tile_repeats_2d": Case("Tile", ["x", "y"], _xy(["A", 3], None, I64), {"x": (2, 3), "y": _i([2, 1])},
+                            {"x": (2, 3), "y": _i([[2], [1]])}),
     "prelu_dynamic_slope_bidirectional": Case("PRelu", ["x", "y"], _xy([1, "C"], ["A", "B"]),
                                               {"x": (1, 3), "y": (1, 3)}, {"x": (1, 3), "y": (2, 3)}),
     "reversesequence_len_past_time": Case("ReverseSequence", ["x", "y"], _xy(["T", 2, 3], [2], I64),
@@ -475,6 +481,8 @@ STRICTER: dict[str, str] = {
     "reducesum_dynamic_axes_repeated": "ORT reduces a repeated axis once; pycann refuses repeated axes",
     "concat_empty_inputs_differ": "ORT skips empty inputs, so (0, 3) and (0, 4) concatenate; the spec wants "
                                   "equal non-axis dims",
+    "expand_shape_2d": "ORT's kernel flattens a (2, 1) 'shape' (its shape inference refuses a declared "
+                       "2-D one); the spec wants it 1-D, as Reshape's and Tile's, which ORT refuses",
     "compress_condition_longer": "ORT ignores condition entries past the axis; ONNX's reference "
                                  "(np.compress) raises, as pycann does (a KernelError naming the node)",
 }
