@@ -13,7 +13,7 @@ from typing import Any
 
 import numpy as np
 
-from pycann.dtypes import DType, TensorDesc
+from pycann.dtypes import DType, TensorDesc, from_numpy
 from pycann.ops.elementwise import (
     FLOATS,
     NUMERIC,
@@ -23,7 +23,7 @@ from pycann.ops.elementwise import (
     check_types,
 )
 from pycann.ops.opdef import InferContext, OpDef
-from pycann.ops.operand_checks import check_broadcast_to
+from pycann.ops.operand_checks import check_broadcast_to, require_broadcast_to
 from pycann.ops.shape_utils import same_as
 
 Kern = Callable[[Sequence[Any], Mapping[str, Any]], list[np.ndarray]]
@@ -449,6 +449,9 @@ def _k_clip(x: Sequence[Any], a: Mapping[str, Any]) -> list[np.ndarray]:
     dt = v.dtype
     wide = dt not in _NATIVE and dt.kind not in "iu"  # bfloat16: compare in float32 (exact)
     w = v.astype(np.float32) if wide else v
+    for i, name in ((1, "min"), (2, "max")):
+        if len(x) > i and x[i] is not None and np.size(x[i]) > 1:  # (as shape inference says it)
+            raise ValueError(f"input {name} must be a scalar, got {TensorDesc(from_numpy(x[i].dtype), x[i].shape)}")
     lo = _clip_bound(x[1] if len(x) > 1 else None, w.dtype)
     hi = _clip_bound(x[2] if len(x) > 2 else None, w.dtype)
     out = w if lo is None else np.maximum(w, lo)
@@ -461,6 +464,7 @@ def _k_clip(x: Sequence[Any], a: Mapping[str, Any]) -> list[np.ndarray]:
 def _k_prelu(x: Sequence[Any], a: Mapping[str, Any]) -> list[np.ndarray]:
     """PRelu: max(x, 0) + min(x, 0) * slope (slope broadcasts to X); branch-free and exact."""
     v, slope = x[0], x[1]
+    require_broadcast_to("PRelu", "slope", slope, v.shape)  # numpy would also grow X (bidirectional)
     if v.dtype not in _NATIVE and v.dtype.kind not in "iu":
         out = _k_prelu([v.astype(np.float32), slope.astype(np.float32)], a)[0]
         return [out.astype(v.dtype)]

@@ -13,6 +13,13 @@ from typing import Any, Literal
 import numpy as np
 
 from pycann.dtypes import Dim, DType, TensorDesc
+from pycann.ops.index_checks import (
+    desc_of,
+    gather_nd_fault,
+    pad_fault,
+    scatter_elements_fault,
+    scatter_nd_fault,
+)
 from pycann.ops.opdef import InferContext, OpDef
 from pycann.ops.shape_utils import normalize_axes, normalize_axis, same_as
 from pycann.ops.tensor import astr, const_ints, dtype_of, infer_axes, infer_axis, ints, vec_len
@@ -140,6 +147,9 @@ def _k_gather_nd(inputs: Inputs, attrs: Attrs) -> list[np.ndarray]:
     """GatherND (Operators.md, opset 12 batch_dims): index tuples of length k = indices.shape[-1]."""
     x, idx = inputs[0], inputs[1]
     b = attrs["batch_dims"]
+    fault = gather_nd_fault(desc_of(x), desc_of(idx), b)
+    if fault:  # (checked by shape inference too; here for dims symbolic at compile time)
+        raise ValueError(fault)
     k = idx.shape[-1]
     bsz = int(np.prod(x.shape[:b], dtype=np.int64))
     m = int(np.prod(idx.shape[b:-1], dtype=np.int64))
@@ -160,6 +170,9 @@ def _infer_gather_nd(ctx: InferContext) -> list[TensorDesc]:
         return [TensorDesc(x.dtype, None)]
     if b + k > len(x.shape):
         raise ctx.fail(f"indices {idx} index {k} dims after {b} batch dims of data {x}")
+    fault = gather_nd_fault(x, idx, b)
+    if fault:
+        raise ctx.fail(fault)
     return [TensorDesc(x.dtype, (*idx.shape[:-1], *x.shape[b + k:]))]
 
 
@@ -181,6 +194,9 @@ def _scatter(out: np.ndarray, where: tuple, updates: np.ndarray, reduction: Any)
 def _k_scatter_nd(inputs: Inputs, attrs: Attrs) -> list[np.ndarray]:
     """ScatterND (Operators.md, opset 18 reductions none/add/mul/max/min)."""
     x, idx, upd = inputs[0], inputs[1], inputs[2]
+    fault = scatter_nd_fault(desc_of(x), desc_of(idx), desc_of(upd))
+    if fault:  # the reshape below would take any updates with the right element count
+        raise ValueError(fault)
     k = idx.shape[-1]
     ix = idx.reshape(-1, k)
     u = upd.reshape((ix.shape[0], *x.shape[k:]))
@@ -190,6 +206,9 @@ def _k_scatter_nd(inputs: Inputs, attrs: Attrs) -> list[np.ndarray]:
 def _k_scatter_elements(inputs: Inputs, attrs: Attrs) -> list[np.ndarray]:
     """ScatterElements (Operators.md, opset 18): ``out[idx[i][j]][j] = upd[i][j]`` for axis 0."""
     x, idx, upd = inputs[0], inputs[1], inputs[2]
+    fault = scatter_elements_fault(desc_of(x), desc_of(idx), desc_of(upd))
+    if fault:  # numpy would broadcast a smaller updates over the indices
+        raise ValueError(fault)
     axis = normalize_axis(attrs["axis"], x.ndim, "ScatterElements: ")
     grid = list(np.indices(idx.shape, sparse=True))
     grid[axis] = _wrap(idx, x.shape[axis])
@@ -198,6 +217,17 @@ def _k_scatter_elements(inputs: Inputs, attrs: Attrs) -> list[np.ndarray]:
 
 def _infer_data_shape(ctx: InferContext) -> list[TensorDesc]:
     return [same_as(ctx.input(0))]
+
+
+def _infer_scatter(ctx: InferContext) -> list[TensorDesc]:
+    """Data's shape, once indices and updates agree with it (index_checks)."""
+    x, idx, upd = ctx.input(0), ctx.input(1), ctx.input(2)
+    if x is not None and idx is not None and upd is not None:
+        check = scatter_nd_fault if ctx.op_type == "ScatterND" else scatter_elements_fault
+        fault = check(x, idx, upd)
+        if fault:
+            raise ctx.fail(fault)
+    return [same_as(x)]
 
 
 # --------------------------------------------------------------------------- Pad
@@ -224,7 +254,11 @@ def _k_pad(inputs: Inputs, attrs: Attrs) -> list[np.ndarray]:
     if mode is None:
         raise ValueError(f"Pad: unknown mode '{mode_name}'")
     axes = _opt(inputs, 3)
-    begin, end = _pad_lists(x.ndim, ints(inputs[1]), None if axes is None else ints(axes))
+    pads = ints(inputs[1])
+    begin, end = _pad_lists(x.ndim, pads, None if axes is None else ints(axes))
+    fault = pad_fault(x.shape, begin, end, mode)
+    if fault:  # (a symbolic dim at compile time: checked here, per call)
+        raise ValueError(f"input 'pads' {pads} {fault} {desc_of(x)}")
     if any(p < 0 for p in begin + end):
         x = x[tuple(slice(max(-b, 0), d - max(-e, 0)) for b, e, d in zip(begin, end, x.shape))]
     widths = [(max(b, 0), max(e, 0)) for b, e in zip(begin, end)]
@@ -252,8 +286,9 @@ def _infer_pad(ctx: InferContext) -> list[TensorDesc]:
         raise ctx.fail(str(e)) from None
     out = [d + b + e if isinstance(d, int) else (d if b == e == 0 else None)
            for d, b, e in zip(x.shape, begin, end)]
-    if any(isinstance(d, int) and d < 0 for d in out):
-        raise ctx.fail(f"input 'pads' {pads} crops more than the dims of {x}")
+    fault = pad_fault(x.shape, begin, end, astr(ctx.attrs["mode"]))
+    if fault:
+        raise ctx.fail(f"input 'pads' {pads} {fault} {x}")
     return [TensorDesc(x.dtype, tuple(out))]
 
 
@@ -281,8 +316,12 @@ def _infer_compress(ctx: InferContext) -> list[TensorDesc]:
 def _k_onehot(inputs: Inputs, attrs: Attrs) -> list[np.ndarray]:
     """OneHot (Operators.md, opset 11): indices in [-depth, depth-1]; others give all off_value."""
     idx = np.asarray(inputs[0]).astype(np.int64)  # float indices truncate, as in ORT
-    depth = int(np.asarray(inputs[1]).reshape(-1)[0])
-    values = np.asarray(inputs[2]).reshape(-1)
+    depth_in, values = np.asarray(inputs[1]).reshape(-1), np.asarray(inputs[2]).reshape(-1)
+    if depth_in.size != 1:  # (shape inference's checks, for inputs it did not know)
+        raise ValueError(f"input 'depth' must hold one value, got {depth_in.tolist()}")
+    if values.size != 2:
+        raise ValueError(f"input 'values' must hold two values (off, on), got {values.size}")
+    depth = int(depth_in[0])
     axis = normalize_axis(attrs["axis"], idx.ndim + 1, "OneHot: ")
     idx = np.where(idx < 0, idx + depth, idx)
     hot = idx[..., None] == np.arange(depth, dtype=np.int64)
@@ -297,6 +336,8 @@ def _infer_onehot(ctx: InferContext) -> list[TensorDesc]:
     depth = None if d is None else [int(v) for v in np.asarray(d).reshape(-1)]
     if depth is not None and len(depth) != 1:
         raise ctx.fail(f"input 'depth' must hold one value, got {depth}")
+    if values is not None and values.is_static and values.numel() != 2:
+        raise ctx.fail(f"input 'values' must hold two values (off, on), got {values.numel()}")
     if idx is None or idx.shape is None:
         return [TensorDesc(dt, None)]
     r = len(idx.shape) + 1
@@ -352,7 +393,10 @@ def _k_topk(inputs: Inputs, attrs: Attrs) -> list[np.ndarray]:
 
     Results are always sorted, which is a valid answer for ``sorted=0`` as well.
     """
-    x, k = inputs[0], ints(inputs[1])[0]
+    x, ks = inputs[0], ints(inputs[1])
+    if len(ks) != 1:  # (shape inference's check, for a K it did not know)
+        raise ValueError(f"input 'K' must hold one value, got {ks}")
+    k = ks[0]
     axis = normalize_axis(attrs["axis"], x.ndim, "TopK: ")
     n = x.shape[axis]
     if not 0 <= k <= n:
@@ -442,11 +486,11 @@ OPS: list[OpDef] = [
     OpDef("Gather", _infer_gather, _k_gather, since=1, attrs={"axis": 0}),
     OpDef("GatherElements", _infer_indices_shape, _k_gather_elements, since=11, attrs={"axis": 0}),
     OpDef("GatherND", _infer_gather_nd, _k_gather_nd, since=11, attrs={"batch_dims": 0}),
-    OpDef("ScatterND", _infer_data_shape, _k_scatter_nd, since=11, attrs={"reduction": "none"}),
-    OpDef("ScatterElements", _infer_data_shape, _k_scatter_elements, since=11,
+    OpDef("ScatterND", _infer_scatter, _k_scatter_nd, since=11, attrs={"reduction": "none"}),
+    OpDef("ScatterElements", _infer_scatter, _k_scatter_elements, since=11,
           attrs={"axis": 0, "reduction": "none"}),
     # Scatter (9-10, deprecated at 11) is ScatterElements without reduction
-    OpDef("Scatter", _infer_data_shape, _k_scatter_elements, since=9, attrs={"axis": 0, "reduction": "none"}),
+    OpDef("Scatter", _infer_scatter, _k_scatter_elements, since=9, attrs={"axis": 0, "reduction": "none"}),
     # Pad-2..10 attributes (pads, value) are rewritten into inputs by the importer
     OpDef("Pad", _infer_pad, _k_pad, since=2, attrs={"mode": "constant"}),
     OpDef("Compress", _infer_compress, _k_compress, since=9, attrs={"axis": None}),

@@ -21,6 +21,7 @@ from typing import Any
 import numpy as np
 
 from pycann.dtypes import Dim, DType, TensorDesc, from_numpy
+from pycann.ops.index_checks import desc_of, vector_input_fault
 from pycann.ops.opdef import REQUIRED, InferContext, OpDef
 from pycann.ops.shape_utils import int_dims, normalize_axes, normalize_axis, same_as
 
@@ -207,6 +208,9 @@ def _infer_size(ctx: InferContext) -> list[TensorDesc]:
 # --------------------------------------------------------------------------- Reshape / Flatten
 def _k_reshape(inputs: Inputs, attrs: Attrs) -> list[np.ndarray]:
     """Reshape (Operators.md): 0 copies the input dim unless allowzero=1; one -1 is inferred."""
+    fault = vector_input_fault("shape", desc_of(inputs[1]))
+    if fault:  # (as shape inference says it, for a shape input of unknown rank)
+        raise ValueError(fault)
     x, shape = inputs[0], ints(inputs[1])
     if not attrs["allowzero"]:
         shape = [x.shape[i] if d == 0 and i < x.ndim else d for i, d in enumerate(shape)]
@@ -216,6 +220,9 @@ def _k_reshape(inputs: Inputs, attrs: Attrs) -> list[np.ndarray]:
 def _infer_reshape(ctx: InferContext) -> list[TensorDesc]:
     x = ctx.input(0)
     dt = dtype_of(x)
+    fault = vector_input_fault("shape", ctx.input(1))
+    if fault:
+        raise ctx.fail(fault)
     shape = const_ints(ctx, 1)
     if shape is None:
         n = vec_len(ctx.input(1))
@@ -417,6 +424,9 @@ def _infer_concat(ctx: InferContext) -> list[TensorDesc]:
 
 def _split_sizes(dim: int, split: list[int] | None, attrs: Attrs) -> list[int]:
     if split is not None:
+        n_out = attrs.get("_n_outputs")  # (set by shape inference and the plan)
+        if n_out is not None and len(split) != int(n_out):
+            raise ValueError(f"Split: 'split' {split} has {len(split)} entries for {int(n_out)} outputs")
         if sum(split) != dim or any(s < 0 for s in split):
             raise ValueError(f"Split: 'split' {split} does not sum to the axis length {dim}")
         return split

@@ -11,6 +11,7 @@ import ml_dtypes
 import numpy as np
 
 from pycann.dtypes import DType, TensorDesc, from_numpy, to_numpy
+from pycann.ops.index_checks import desc_of, vector_input_fault
 from pycann.ops.opdef import REQUIRED, InferContext, OpDef
 from pycann.ops.shape_utils import broadcast_shapes, same_as
 from pycann.ops.tensor import astr, const_ints, dim_mul, dtype_of, ints, tensor_attr, vec_len
@@ -23,6 +24,9 @@ Attrs = Mapping[str, Any]
 def _k_expand(inputs: Inputs, attrs: Attrs) -> list[np.ndarray]:
     """Expand (Operators.md): bidirectional (numpy) broadcast of the input to ``shape``."""
     x = inputs[0]
+    fault = vector_input_fault("shape", desc_of(inputs[1]))
+    if fault:  # (as shape inference says it, for a shape input of unknown rank)
+        raise ValueError(fault)
     shape = np.broadcast_shapes(x.shape, tuple(ints(inputs[1])))
     # A contiguous copy: a zero-stride broadcast view would surprise writers of graph outputs.
     return [np.ascontiguousarray(np.broadcast_to(x, shape))]
@@ -30,6 +34,9 @@ def _k_expand(inputs: Inputs, attrs: Attrs) -> list[np.ndarray]:
 
 def _infer_expand(ctx: InferContext) -> list[TensorDesc]:
     x = ctx.input(0)
+    fault = vector_input_fault("shape", ctx.input(1))
+    if fault:
+        raise ctx.fail(fault)
     shape = const_ints(ctx, 1)
     xs = None if x is None else x.shape
     if shape is None:
@@ -46,14 +53,20 @@ def _infer_expand(ctx: InferContext) -> list[TensorDesc]:
 
 def _k_tile(inputs: Inputs, attrs: Attrs) -> list[np.ndarray]:
     """Tile (Operators.md, opset 6+): repeat along each axis ``repeats[i]`` times."""
+    fault = vector_input_fault("repeats", desc_of(inputs[1]))
+    if fault:
+        raise ValueError(fault)
     x, reps = inputs[0], ints(inputs[1])
-    if len(reps) != x.ndim:
-        raise ValueError(f"Tile: 'repeats' {reps} must have one entry per axis of {x.shape}")
+    if len(reps) != x.ndim or any(r < 0 for r in reps):  # (shape inference's wording)
+        raise ValueError(f"input 'repeats' {reps} must hold {x.ndim} non-negative counts")
     return [np.tile(x, reps)]
 
 
 def _infer_tile(ctx: InferContext) -> list[TensorDesc]:
     x = ctx.input(0)
+    fault = vector_input_fault("repeats", ctx.input(1))
+    if fault:
+        raise ctx.fail(fault)
     reps = const_ints(ctx, 1)
     if x is None or x.shape is None:
         return [same_as(x)]
@@ -242,7 +255,10 @@ def _infer_eye_like(ctx: InferContext) -> list[TensorDesc]:
 def _k_trilu(inputs: Inputs, attrs: Attrs) -> list[np.ndarray]:
     """Trilu (Operators.md): keep the upper (or lower) triangle of the last two axes, offset ``k``."""
     x = inputs[0]
-    k = int(np.asarray(inputs[1]).reshape(-1)[0]) if len(inputs) > 1 and inputs[1] is not None else 0
+    ks = np.asarray(inputs[1]).reshape(-1) if len(inputs) > 1 and inputs[1] is not None else np.zeros(1, np.int64)
+    if ks.size != 1:  # (ONNX Runtime refuses it; the first value was used)
+        raise ValueError(f"input 'k' must hold one value, got {ks.tolist()}")
+    k = int(ks[0])
     if x.ndim < 2:
         raise ValueError(f"Trilu: input must have rank >= 2, got shape {x.shape}")
     m, n = x.shape[-2:]
@@ -257,6 +273,9 @@ def _infer_trilu(ctx: InferContext) -> list[TensorDesc]:
     x = ctx.input(0)
     if x is not None and x.shape is not None and len(x.shape) < 2:
         raise ctx.fail(f"input must have rank >= 2, got {x}")
+    k = ctx.input(1)
+    if k is not None and k.is_static and k.numel() != 1:
+        raise ctx.fail(f"input 'k' must hold one value, got {k}")
     return [same_as(x)]
 
 

@@ -308,7 +308,8 @@ class Executor:
 
     def _run_generic(self, feeds: Sequence[np.ndarray], team: int | None = None) -> list[np.ndarray]:
         """A run on the shape-generic plan; a graph it cannot run (a kernel that needs constant
-        shapes) is specialised from then on. With a smaller ``team`` (busy CPUs), on the generic
+        shapes) is specialised from then on (inputs that the specialised plan refuses too raise and leave
+        the generic plan in use). With a smaller ``team`` (busy CPUs), on the generic
         plan bound for that team once the builder thread made it (its primitives per row count are
         created on the caller's team, which the run sets to ``team``)."""
         self._cache.generic_runs += 1
@@ -325,7 +326,14 @@ class Executor:
         except PycannError:
             self._generic_failed = True
             self._cache.generic_runs -= 1
-            return self.run(feeds)
+            try:
+                return self.run(feeds)
+            except PycannError:
+                # the specialised plan refuses these inputs too: they do not fit the graph (a size
+                # an op cannot take), the generic plan is not at fault and stays in use; else one bad
+                # call would have every later new shape build a plan, even under PlanPolicy.GENERIC
+                self._generic_failed = False
+                raise
 
     def _in_background(self) -> bool:
         """A new signature of this graph runs generic while its plan is built off the caller

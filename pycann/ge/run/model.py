@@ -310,7 +310,7 @@ class LoadedModel:
             dims = [str(x) if isinstance(x, int) else f"{rng[j][0]}~{rng[j][1]}"
                     if j < len(rng) and isinstance(rng[j], list) else "-1"
                     for j, x in enumerate(d.shape if d is not None and d.shape is not None else ())]
-            parts.append(f"{name} [{','.join(dims)}]")
+            parts.append(f"{name} [{','.join(dims)}]" if d is not None and d.shape is not None else f"{name} (any shape)")
         return ", ".join(parts)
 
     def plan_cache_stats(self) -> CacheStats:

@@ -18,7 +18,7 @@ from typing import Any
 import numpy as np
 
 from pycann.dtypes import to_numpy
-from pycann.errors import KernelError, PycannError
+from pycann.errors import KernelError, OperandError, PycannError
 from pycann.ge.ir import Graph, free_names, node_reads
 from pycann.ge.planning.candidates import INPLACE
 from pycann.ge.planning.memory import MemoryPlan
@@ -372,6 +372,12 @@ class Plan:
                     env[o] = r
                 for f in st.release:
                     env[f] = None
+        except OperandError as e:
+            if str(e).startswith("node "):
+                raise
+            # a kernel's operand check (native_args, operand_checks) knows the op, not the node
+            n = self.nodes[step_index]
+            raise OperandError(f"node {n.name} ({n.op_type}, opset {n.opset}): {e}", e.code) from e
         except PycannError:
             raise
         except Exception as e:

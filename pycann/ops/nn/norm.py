@@ -15,7 +15,7 @@ import numpy as np
 from pycann.dtypes import DType, TensorDesc, to_numpy
 from pycann.ops.nn.spatial import compute_dtype
 from pycann.ops.opdef import REQUIRED, InferContext, OpDef
-from pycann.ops.operand_checks import check_broadcast_to, check_vector
+from pycann.ops.operand_checks import check_broadcast_to, check_vector, require_vector
 from pycann.ops.shape_utils import normalize_axes, normalize_axis, same_as
 
 
@@ -33,6 +33,16 @@ def batch_norm_scale_shift(scale: np.ndarray, b: np.ndarray, mean: np.ndarray, v
     return a, b.astype(cd) - mean.astype(cd) * a
 
 
+def _require_channels(x: np.ndarray, inputs: Sequence[Any]) -> None:
+    """Run time: scale, B, mean and var are 1-D of length C (numpy would broadcast a length-1 one
+    over the channels), as shape inference checks for the lengths it knows. (C, D1, ...) blocks of
+    old spatial=0 models are left to numpy's broadcasting."""
+    if x.ndim < 2 or any(np.ndim(v) > 1 for v in inputs[1:5]):
+        return
+    for name, v in zip(("scale", "B", "input_mean", "input_var"), inputs[1:5]):
+        require_vector("BatchNormalization", name, v, int(x.shape[1]), f"one per channel C of X {list(x.shape)}")
+
+
 def _batch_norm(inputs: Sequence[Any], attrs: Mapping[str, Any], out: np.ndarray | None = None) -> np.ndarray:
     """BatchNormalization (spec: BatchNormalization-15), inference mode:
     Y = (X - input_mean) / sqrt(input_var + epsilon) * scale + B.
@@ -44,6 +54,7 @@ def _batch_norm(inputs: Sequence[Any], attrs: Mapping[str, Any], out: np.ndarray
     mean and var passed through, for graphs that name the optional outputs.
     """
     x, scale, b, mean, var = inputs[:5]
+    _require_channels(x, inputs)
     cd = compute_dtype(x.dtype)
     eps = float(attrs.get("epsilon", 1e-5))
     # Fold into one multiply-add over the big tensor: a = scale / sqrt(var + eps), c = B - mean * a.
@@ -60,6 +71,7 @@ def _batch_norm_training(inputs: Sequence[Any], attrs: Mapping[str, Any]) -> lis
     statistics (population variance over all axes but C) and return the updated running stats
     ``running = input * momentum + current * (1 - momentum)``."""
     x, scale, b, mean, var = inputs[:5]
+    _require_channels(x, inputs)
     cd = compute_dtype(x.dtype)
     axes = (0,) + tuple(range(2, x.ndim))
     xc = x.astype(cd)

@@ -44,7 +44,7 @@ def _pool_window(x_shape: Sequence[int], attrs: Mapping[str, Any]) -> tuple[Wind
         raise ValueError(f"kernel_shape {list(kernel)} does not match input rank {len(x_shape)}")
     win = plan_window(tuple(x_shape[2:]), kernel, attrs, bool(attrs.get("ceil_mode", 0)))
     for i, size in enumerate(x_shape[2:]):
-        if size > 0 and win.out[i] <= 0:  # (as shape inference says it; ONNX Runtime refuses it too)
+        if size > 0 and win.out[i] <= 0:  # (as shape inference says it; ONNX Runtime refuses it or gives an empty array)
             raise ValueError(f"kernel_shape {list(kernel)} does not fit spatial dim {i} of X {list(x_shape)}")
     ends = []
     for i, size in enumerate(x_shape[2:]):

@@ -242,6 +242,10 @@ class _Setup:
         self.gates = gates
         self.B = None if len(x) <= 3 or x[3] is None else x[3].astype(self.dt, copy=False)
         lens = None if len(x) <= 4 or x[4] is None else np.asarray(x[4]).astype(np.int64)
+        if lens is not None and (lens.shape != (self.batch,) or np.any((lens < 0) | (lens > self.seq))):
+            # (ONNX Runtime refuses these; a length past the sequence ran as a full one)
+            raise ValueError(f"input sequence_lens {lens.tolist()} must hold {self.batch} lengths (one per batch "
+                             f"row) in [0, {self.seq}], the sequence length of X")
         if lens is not None and np.all(lens >= self.seq):
             lens = None  # every sequence is full: skip masking
         self.lens = lens

@@ -73,11 +73,11 @@ class Window:
 def _out_explicit(size: int, k: int, s: int, d: int, pb: int, pe: int, ceil_mode: bool) -> int:
     span = (k - 1) * d + 1
     num = size + pb + pe - span
-    if num < 0:
-        return 0
     if not ceil_mode:
-        return num // s + 1
-    out = -(-num // s) + 1
+        return num // s + 1 if num >= 0 else 0
+    # ceil: a window wider than the padded input still gives one output when it starts inside the
+    # input (ONNX's shape inference, ONNX Runtime, torch): ceil(-1 / 2) + 1 = 1
+    out = max(-(-num // s) + 1, 0)
     # Spec (MaxPool/AveragePool, ceil_mode): the last window must start inside the input or
     # the left padding, so a window lying wholly in the right padding is dropped.
     if (out - 1) * s >= size + pb:

@@ -104,10 +104,16 @@ def infer_node(node: Node, op: Any, descs: Mapping[str, TensorDesc], consts: Map
     )
     try:
         outs = op.infer(ctx)
-    except ShapeError:
-        if strict:
+    except ShapeError as e:
+        if not strict:
+            outs = [TensorDesc(0, None) for _ in node.outputs]
+        else:
+            src = sorted(set(node.origin) - {node.name})
+            if src and type(e) is ShapeError:
+                # a node a pass made (Gemm -> MatMul, BatchNormalization -> a Mul/Add chain) fails on a
+                # size only a call gave: the user knows the model's node, not the pass's name for it
+                raise ShapeError(f"{e} (compiled from ONNX node {', '.join(src)})", e.code) from None
             raise
-        outs = [TensorDesc(0, None) for _ in node.outputs]
     except Exception as e:  # an infer bug must still name the node
         raise ShapeError(
             f"node {node.name} ({node.op_type}, opset {node.opset}): shape inference failed "
