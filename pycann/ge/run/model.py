@@ -272,13 +272,18 @@ class LoadedModel:
                 if why:
                     break
         if why:  # (the expected-shape text is built only for the error: this runs on every call)
-            want: list[str] = []
-            for i, d in enumerate(desc.shape):
-                r = rng[i] if i < len(rng) else None
-                want.append(str(d) if isinstance(d, int) else f"{r[0]}~{r[1]}" if isinstance(r, list) else "-1")
-            raise InputError(
-                f"input '{name}': expected shape [{','.join(want)}], received {list(shape)} ({why})"
-            )
+            raise InputError(f"input '{name}': expected shape {self._expected(name, desc)}, received {list(shape)} ({why})")
+
+    def _expected(self, name: str, desc: TensorDesc | None) -> str:
+        """``[1,3,-1,1~8]``: input ``name``'s shape in --input_shape syntax (``-1`` any, ``lo~hi`` a range)."""
+        if desc is None or desc.shape is None:
+            return "(any shape)"
+        rng = self._ranges.get(name) or []
+        want = []
+        for i, d in enumerate(desc.shape):
+            r = rng[i] if i < len(rng) else None
+            want.append(str(d) if isinstance(d, int) else f"{r[0]}~{r[1]}" if isinstance(r, list) else "-1")
+        return f"[{','.join(want)}]"
 
     def run(self, feeds: Sequence[Any]) -> list[np.ndarray]:
         """Run with inputs in model order; returns outputs in model order."""
@@ -303,15 +308,8 @@ class LoadedModel:
         return ", ".join(f"{i.name} {list(np.shape(x))}" for i, x in zip(self.inputs, feeds))
 
     def _expected_text(self) -> str:
-        """The inputs' shapes in --input_shape syntax (``-1`` any, ``lo~hi`` a range)."""
-        parts = []
-        for name, d in zip(self.graph.inputs, self._in_descs):
-            rng = self._ranges.get(name) or []
-            dims = [str(x) if isinstance(x, int) else f"{rng[j][0]}~{rng[j][1]}"
-                    if j < len(rng) and isinstance(rng[j], list) else "-1"
-                    for j, x in enumerate(d.shape if d is not None and d.shape is not None else ())]
-            parts.append(f"{name} [{','.join(dims)}]" if d is not None and d.shape is not None else f"{name} (any shape)")
-        return ", ".join(parts)
+        """Every input's shape in --input_shape syntax (``_expected``)."""
+        return ", ".join(f"{name} {self._expected(name, d)}" for name, d in zip(self.graph.inputs, self._in_descs))
 
     def plan_cache_stats(self) -> CacheStats:
         """Counters of the plan cache: hits, misses, plans built, generic runs, evictions, bytes."""
