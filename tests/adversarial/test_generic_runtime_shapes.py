@@ -176,7 +176,7 @@ def test_floor_mode_window_wider_than_the_input_by_less_than_a_stride_matches_or
         op: str, extra: dict[str, Any], k: int, s: int, p: int, h: int) -> None:
     """Without ceil_mode ORT sizes pooling by C++ division, trunc((in + pads - k) / s) + 1: a window
     wider than the padded input by less than a stride gives one output (PP-OCRv4 rec's AveragePool
-    [3, 2] / [3, 2] on a crop under 4 px wide, or under 48 px high); pycann refused it with the
+    [3, 2] / [3, 2] on an input under 5 px wide or 33 px high); pycann refused it with the
     spec's floor. Both plans (the specialised one binds oneDNN's pooling) and a static compile."""
     m = _pool_after_conv(op, k, s, p, extra)
     x = f32(1, 64, h, h)
