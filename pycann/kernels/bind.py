@@ -252,6 +252,8 @@ def _max_pool(attrs, ins, consts, outs) -> Kernel | None:  # type: ignore[no-unt
     dil = [int(v) for v in attrs.get("dilations") or [1, 1]]
     if len(k) != 2 or pads[:2] != pads[2:] or any(2 * p > kk for p, kk in zip(pads[:2], k)):
         return None
+    if any(xs[2 + i] + 2 * pads[i] < (k[i] - 1) * dil[i] + 1 for i in range(2)):
+        return None  # a window wider than the padded input: ATen refuses what ORT sizes by truncation
     from pycann.ops.nn.pool import _k_max_pool
 
     out = _static(outs[0])

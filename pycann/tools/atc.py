@@ -51,16 +51,16 @@ class AtcError(Exception):
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(
         prog="atc",
-        description="pycann ATC: compile an ONNX model into a pycann .om (CANN-compatible options).",
+        description="pycann ATC: compile an ONNX, TensorFlow or Caffe model into a pycann .om (CANN-compatible options).",
         allow_abbrev=False,
     )
     p.add_argument("--mode", type=int, default=0, help="0 compile (default), 1 om/onnx to JSON, 3 pre-check, 6 display om info")
-    p.add_argument("--model", help="original model file (.onnx)")
+    p.add_argument("--model", help="original model file: .onnx (--framework=5), frozen .pb (3), .prototxt (0)")
     p.add_argument("--framework", type=int, help="0 Caffe (with --weight), 3 TensorFlow frozen .pb, 5 ONNX")
     p.add_argument("--weight", help="--framework=0: the .caffemodel of the --model prototxt")
     p.add_argument("--output", help="output path without suffix; .om is appended")
     p.add_argument("--soc_version", help="target chip, e.g. Ascend310P3, Ascend910B2 (recorded in the .om)")
-    p.add_argument("--input_shape", help='"name:n,c,h,w;name2:..." ; -1 = dynamic dim, lo~hi = range')
+    p.add_argument("--input_shape", help='"name:n,c,h,w;name2:..." ; -1 = dynamic dim, lo~hi = range, "name:" = scalar')
     p.add_argument("--insert_op_conf", help="AIPP config file of aipp_op { ... } blocks (docs/aipp.md)")
     p.add_argument("--dynamic_batch_size", help='"1,2,4,8": batch gears; -1 in the N position of --input_shape')
     p.add_argument("--dynamic_image_size", help='"h1,w1;h2,w2": image-size gears; -1 for H and W in --input_shape')

@@ -121,11 +121,12 @@ def _load(path: str, dtype: np.dtype, shape: list[int]) -> np.ndarray:
     return raw.reshape(shape)
 
 
-def _pure(shape: list[int], dtype: np.dtype, kind: str, rng: np.random.Generator) -> np.ndarray:
+def _pure(name: str, shape: list[int], dtype: np.dtype, kind: str, rng: np.random.Generator) -> np.ndarray:
     if any(d < 0 for d in shape):
-        example = ",".join(str(d) if d >= 0 else "640" for d in shape)
-        raise ValueError(f"input shape {shape} has dynamic dims: set --dymBatch/--dymHW/--dymDims/--dymShape, "
-                         f'e.g. --dymShape "NAME:{example}" (NAME: the input\'s name, atc --mode=6 lists them)')
+        # batch 1 for a dynamic dim 0, 640 for the others: an example to edit, not a guess of the right size
+        example = ",".join(str(d) if d >= 0 else ("1" if i == 0 else "640") for i, d in enumerate(shape))
+        raise ValueError(f"input '{name}' has shape {shape} with dynamic dims: set --dymBatch/--dymHW/--dymDims/"
+                         f'--dymShape, e.g. --dymShape "{name}:{example}" (atc --mode=6 lists the inputs)')
     if kind == "zero":
         return np.zeros(shape, dtype)
     if dtype.kind == "f":
@@ -141,7 +142,8 @@ def feed_sets(sess: InferSession, args: argparse.Namespace) -> list[tuple[str, l
     dtypes = [to_numpy(i.dtype) for i in infos]
     if not args.input:
         rng = np.random.default_rng(0)
-        return [("pure_infer_data", [_pure(s, d, args.pure_data_type, rng) for s, d in zip(shapes, dtypes)])]
+        return [("pure_infer_data", [_pure(i.name, s, d, args.pure_data_type, rng)
+                                        for i, s, d in zip(infos, shapes, dtypes)])]
     paths = [p for p in args.input.split(",") if p]
     if len(paths) != len(infos):
         raise ValueError(f"--input has {len(paths)} entries; the model has {len(infos)} inputs")

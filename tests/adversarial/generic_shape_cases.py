@@ -466,9 +466,11 @@ STATIC_ONLY = {"concat_axis_out_of_rank", "reshape_zero_beyond_rank", "flatten_a
 
 # pycann refuses where ONNX Runtime returns an array; deliberate, reason each (asserted as refusals).
 STRICTER: dict[str, str] = {
-    # pooling: pycann's shape inference refuses a window wider than the padded input (plan_window
-    # gives 0); ORT checks only the undilated kernel against the input and returns an empty (N,C,0,W)
-    # output for a dilated or padded one, or (ceil_mode) one window reaching past the input's end
+    # pooling: pycann's shape inference refuses a window wider than the padded input where ORT's
+    # size, trunc((in + pads - span) / stride) + 1, is 0 (plan_window gives 0); ORT checks only the
+    # undilated kernel against the input and returns an empty (N,C,0,W) output for a dilated or
+    # padded one. Where ORT's size is 1 (too wide by less than a stride, or ceil_mode), both give
+    # that one window (test_floor_mode_window_wider_than_the_input_by_less_than_a_stride_matches_ort)
     "maxpool_dilated_larger": "ORT returns an empty (1, 2, 0, 5) array",
     "maxpool_pads_still_short": "ORT returns an empty (1, 2, 0, 7) array",
     "maxpool1d_kernel_larger": "ORT returns an empty (1, 2, 0) array",

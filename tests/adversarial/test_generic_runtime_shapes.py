@@ -155,3 +155,42 @@ def test_the_generic_plan_itself_refuses(name: str) -> None:
     lm.run([good[n] for n in case.feeds])
     with pytest.raises(KernelError, match=r"^node n0"):  # (OperandError is a KernelError)
         lm.executor.generic_plan().run([bad[n] for n in case.feeds])
+
+
+def _pool_after_conv(op: str, k: int, s: int, p: int, extra: dict[str, Any]) -> Any:
+    w = numpy_helper.from_array(f32(64, 64, 1, 1), "w")
+    nodes = [helper.make_node("Conv", ["x", "w"], ["c"], name="c0"), helper.make_node("Relu", ["c"], ["r"]),
+             helper.make_node(op, ["r"], ["y"], name="n0", kernel_shape=[k, k], strides=[s, s], pads=[p] * 4,
+                              **extra)]
+    g = helper.make_graph(nodes, "g", [helper.make_tensor_value_info("x", F, [1, 64, "H", "W"])],
+                          [helper.make_tensor_value_info("y", F, None)], [w])
+    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 19)])
+    m.ir_version = 8
+    return m
+
+
+@pytest.mark.parametrize(("op", "extra"), [("MaxPool", {}), ("AveragePool", {}),
+                                           ("AveragePool", {"count_include_pad": 1}), ("LpPool", {})])
+@pytest.mark.parametrize(("k", "s", "p", "h"), [(3, 3, 0, 1), (2, 2, 0, 1), (4, 3, 0, 2), (5, 4, 1, 2)])
+def test_floor_mode_window_wider_than_the_input_by_less_than_a_stride_matches_ort(
+        op: str, extra: dict[str, Any], k: int, s: int, p: int, h: int) -> None:
+    """Without ceil_mode ORT sizes pooling by C++ division, trunc((in + pads - k) / s) + 1: a window
+    wider than the padded input by less than a stride gives one output (PP-OCRv4 rec's AveragePool
+    [3, 2] / [3, 2] on an input under 5 px wide or 33 px high); pycann refused it with the
+    spec's floor. Both plans (the specialised one binds oneDNN's pooling) and a static compile."""
+    m = _pool_after_conv(op, k, s, p, extra)
+    x = f32(1, 64, h, h)
+    want = run_ort(m, {"x": x})[0]
+    assert want.shape == (1, 64, 1, 1)
+    for policy in (PlanPolicy.SPECIALIZE, PlanPolicy.GENERIC):
+        lm = LoadedModel.from_compiled(compile_model(m), plan_cache=PlanCacheConfig(policy=policy))
+        np.testing.assert_allclose(lm.run([x])[0], want, rtol=1e-4, atol=1e-4)
+    static = compile_model(m, CompileOptions(input_shape={"x": list(x.shape)}))
+    np.testing.assert_allclose(LoadedModel.from_compiled(static).run([x])[0], want, rtol=1e-4, atol=1e-4)
+
+
+def test_floor_mode_window_a_stride_or_more_too_wide_is_still_refused() -> None:
+    """trunc((1 - 3) / 2) + 1 = 0: ORT returns an empty array there, pycann refuses (STRICTER's rule)."""
+    lm = LoadedModel.from_compiled(compile_model(_pool_after_conv("MaxPool", 3, 2, 0, {})))
+    with pytest.raises(ShapeError, match=r"node n0 \(MaxPool.*kernel_shape \[3, 3\] does not fit"):
+        lm.run([f32(1, 64, 1, 1)])

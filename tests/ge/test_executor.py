@@ -167,6 +167,8 @@ def test_static_model_checks_feeds_fast_and_still_rejects_bad_ones():
         lm.run([np.zeros((3, 3), np.float32)])
     with pytest.raises(InputError, match="expected dtype float32, received float64"):
         lm.run([x.astype(np.float64)])
-    with pytest.raises(InputError, match="1 inputs"):
+    with pytest.raises(InputError, match=r"convert with np\.asarray\(x, dtype=np\.float32\)"):
+        lm.run([x.tolist()])  # a list has no .astype: the hint names the call that works for it
+    with pytest.raises(InputError, match=r"the model has 1 input \(x\) but 2 were given"):
         lm.run([x, x])
     np.testing.assert_array_equal(lm.run([x[:, [0, 1, 2]]])[0], np.maximum(x, 0))  # a copy: a new array, same signature

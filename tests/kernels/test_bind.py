@@ -146,3 +146,22 @@ def test_fused_matmul_out_kernel_residual_in_the_output_buffer() -> None:
 def _typed(k: object) -> Any:
     """A binder's result as a ``BoundKernel`` (plain functions: one without arena or OpenMP)."""
     return _bound_kernel(k)  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize(("k", "s", "h"), [(3, 3, 1), (4, 3, 2)])
+def test_aten_max_pool_leaves_a_window_wider_than_the_input_to_numpy(k: int, s: int, h: int) -> None:
+    """ORT sizes such a window by truncation (one output); ATen refuses it ('Output size is too small'),
+    so the ATen binding declines and the numpy kernel, which takes ORT's sizes, runs it."""
+    pytest.importorskip("torch")
+    from pycann.kernels import bind
+    from pycann.kernels.providers import torch_onednn
+    from pycann.ops.nn.pool import _k_max_pool
+
+    torch_onednn.load()
+    x = RNG.standard_normal((1, 8, h, h)).astype(np.float32)
+    a = {"kernel_shape": [k, k], "strides": [s, s], "_layout": "NHWC"}
+    want = _k_max_pool([x], a)[0]
+    assert want.shape == (1, 8, 1, 1) and np.array_equal(want, x.max(axis=(2, 3), keepdims=True))
+    assert bind._max_pool(a, [_desc(x)], [None], [TensorDesc(1, want.shape)]) is None
+    b = {**a, "kernel_shape": [1, 1], "strides": [1, 1]}  # a window that fits still binds ATen's
+    assert bind._max_pool(b, [_desc(x)], [None], [TensorDesc(1, x.shape)]) is not None

@@ -78,3 +78,16 @@ def test_bench_counts(model: tuple[Path, Path], capsys: pytest.CaptureFixture[st
         err = capsys.readouterr().err
         assert f"argument {opt}" in err and why in err, err
     assert bench.main(["--model", str(model[1]), "--loop", "2"]) == 0
+
+
+def test_bench_dynamic_input_without_shape_names_it(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """A -1 input without --dym*: the example names the real input and takes batch 1, not 640."""
+    g = helper.make_graph([helper.make_node("Relu", ["img"], ["y"])], "g",
+                          [helper.make_tensor_value_info("img", TensorProto.FLOAT, ["n", 3, "w"])],
+                          [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)])
+    om = tmp_path / "dyn.om"
+    pycann.compile_model(helper.make_model(g, opset_imports=[helper.make_opsetid("", 13)])).save(om)
+    assert bench.main(["--model", str(om), "--loop", "1"]) != 0
+    line = err_line(capsys)
+    assert "input 'img'" in line and '--dymShape "img:1,3,640"' in line, line
+    assert bench.main(["--model", str(om), "--loop", "1", "--dymShape", "img:1,3,640"]) == 0

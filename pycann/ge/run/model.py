@@ -229,8 +229,8 @@ class LoadedModel:
             feeds = self._dyn_aipp.complete(feeds, len(self.inputs))
         if len(feeds) != len(self.inputs):
             raise InputError(
-                f"the model has {len(self.inputs)} inputs ({', '.join(i.name for i in self.inputs)}) "
-                f"but {len(feeds)} were given"
+                f"the model has {len(self.inputs)} input{'' if len(self.inputs) == 1 else 's'} "
+                f"({', '.join(i.name for i in self.inputs)}) but {len(feeds)} were given"
             )
         out: list[Any] = []
         for info, desc, x in zip(self.inputs, self._in_descs, feeds):
@@ -244,7 +244,9 @@ class LoadedModel:
             if desc is not None and desc.dtype and int(from_numpy(arr.dtype)) != desc.dtype:
                 raise InputError(
                     f"input '{info.name}': expected dtype {info.datatype}, received {arr.dtype}; "
-                    f"convert with x.astype(np.{info.datatype})"
+                    # a list or scalar has no .astype: show the call that works for it
+                    + (f"convert with x.astype(np.{info.datatype})" if isinstance(x, np.ndarray)
+                       else f"convert with np.asarray(x, dtype=np.{info.datatype})")
                 )
             if desc is not None and desc.shape is not None:
                 self._check_shape(info.name, desc, arr.shape)

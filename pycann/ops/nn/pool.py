@@ -42,7 +42,7 @@ def _pool_window(x_shape: Sequence[int], attrs: Mapping[str, Any]) -> tuple[Wind
     kernel = tuple(int(k) for k in attrs["kernel_shape"])
     if len(kernel) != len(x_shape) - 2:
         raise ValueError(f"kernel_shape {list(kernel)} does not match input rank {len(x_shape)}")
-    win = plan_window(tuple(x_shape[2:]), kernel, attrs, bool(attrs.get("ceil_mode", 0)))
+    win = plan_window(tuple(x_shape[2:]), kernel, attrs, bool(attrs.get("ceil_mode", 0)), truncate=True)
     for i, size in enumerate(x_shape[2:]):
         if size > 0 and win.out[i] <= 0:  # (as shape inference says it; ONNX Runtime refuses it or gives an empty array)
             raise ValueError(f"kernel_shape {list(kernel)} does not fit spatial dim {i} of X {list(x_shape)}")
@@ -262,7 +262,7 @@ def _infer_pool(ctx: InferContext) -> list[TensorDesc]:
         raise ctx.fail(err)
     if ctx.op_type == "LpPool" and float(ctx.attrs.get("p", 2)) <= 0:
         raise ctx.fail(f"attribute p = {ctx.attrs.get('p')} must be positive")
-    spatial = infer_window_dims(x.shape[2:], kernel, ctx.attrs, bool(ctx.attrs.get("ceil_mode", 0)))
+    spatial = infer_window_dims(x.shape[2:], kernel, ctx.attrs, bool(ctx.attrs.get("ceil_mode", 0)), truncate=True)
     for i, (d, o) in enumerate(zip(x.shape[2:], spatial)):
         if isinstance(d, int) and d > 0 and o == 0:
             raise ctx.fail(f"kernel_shape {kernel} does not fit spatial dim {i} of X {list(x.shape)}")

@@ -70,11 +70,17 @@ class Window:
         return (self.kernel[i] - 1) * self.dilations[i] + 1
 
 
-def _out_explicit(size: int, k: int, s: int, d: int, pb: int, pe: int, ceil_mode: bool) -> int:
+def _out_explicit(size: int, k: int, s: int, d: int, pb: int, pe: int, ceil_mode: bool,
+                  truncate: bool = False) -> int:
     span = (k - 1) * d + 1
     num = size + pb + pe - span
     if not ceil_mode:
-        return num // s + 1 if num >= 0 else 0
+        if num >= 0:
+            return num // s + 1
+        # ONNX Runtime's pooling divides in C++ (truncation toward zero), so a window wider than
+        # the padded input by less than a stride still gives one output (trunc(-1 / 2) + 1 = 1);
+        # the spec's floor gives 0, which pycann keeps for Conv and where ORT gives 0 or fails
+        return 1 if truncate and num > -s else 0
     # ceil: a window wider than the padded input still gives one output when it starts inside the
     # input (ONNX's shape inference, ONNX Runtime, torch): ceil(-1 / 2) + 1 = 1
     out = max(-(-num // s) + 1, 0)
@@ -90,8 +96,13 @@ def plan_window(
     kernel: Sequence[int],
     attrs: Mapping[str, Any],
     ceil_mode: bool = False,
+    truncate: bool = False,
 ) -> Window:
     """Resolve strides, dilations, pads (incl. ``auto_pad``) and output sizes for a kernel.
+
+    ``truncate`` (pooling): explicit-pad output sizes as ONNX Runtime computes them without
+    ``ceil_mode``, ``trunc((in + pads - span) / stride) + 1``: a window wider than the padded input
+    by less than a stride gives one output where the spec's floor gives 0.
 
     SAME_UPPER/SAME_LOWER: output = ceil(in / stride), total padding
     ``max(0, (out - 1) * stride + span - in)`` split with the odd one at the end (UPPER) or at
@@ -117,7 +128,7 @@ def plan_window(
         pads = [0] * (2 * n) if ap == "VALID" else [int(p) for p in (attrs.get("pads") or [0] * (2 * n))]
         pb, pe = pads[:n], pads[n:]
         for i, size in enumerate(in_sizes):
-            out.append(_out_explicit(size, kernel[i], strides[i], dil[i], pb[i], pe[i], ceil_mode))
+            out.append(_out_explicit(size, kernel[i], strides[i], dil[i], pb[i], pe[i], ceil_mode, truncate))
     return Window(kernel, strides, dil, tuple(pb), tuple(pe), tuple(out))
 
 
@@ -126,8 +137,10 @@ def infer_window_dims(
     kernel: Sequence[int] | None,
     attrs: Mapping[str, Any],
     ceil_mode: bool = False,
+    truncate: bool = False,
 ) -> list[Dim]:
-    """Output spatial dims for inference; symbolic/unknown inputs give the symbol or ``None``.
+    """Output spatial dims for inference; symbolic/unknown inputs give the symbol or ``None``
+    (``ceil_mode`` and ``truncate`` as in ``plan_window``).
 
     A symbolic input dim keeps its name when the op provably preserves it (stride 1 and either
     SAME padding or a 1-wide window with no padding); otherwise it becomes ``None``.
@@ -145,7 +158,7 @@ def infer_window_dims(
             else:
                 sizes = [1] * n
                 sizes[i] = d
-                out.append(plan_window(sizes, kernel or [1] * n, attrs, ceil_mode).out[i])
+                out.append(plan_window(sizes, kernel or [1] * n, attrs, ceil_mode, truncate).out[i])
         elif isinstance(d, str) and strides[i] == 1 and ap in ("SAME_UPPER", "SAME_LOWER"):
             out.append(d)
         elif isinstance(d, str) and strides[i] == 1 and kernel is not None:
