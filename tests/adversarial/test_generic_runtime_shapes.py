@@ -122,23 +122,8 @@ def test_ceil_mode_window_wider_than_the_input_matches_ort(op: str, k: int, s: i
     """ceil_mode: a window wider than the padded input that starts inside it gives one output (ONNX's
     shape inference, ORT, torch); pycann refused it. After a conv, so the specialised plan binds its
     oneDNN/ATen pooling; both plans and a static compile give ORT's values."""
-    w = numpy_helper.from_array(f32(64, 64, 1, 1), "w")
     extra: dict[str, Any] = {"count_include_pad": 1} if op == "AveragePool" else {}
-    nodes = [helper.make_node("Conv", ["x", "w"], ["c"], name="c0"), helper.make_node("Relu", ["c"], ["r"]),
-             helper.make_node(op, ["r"], ["y"], name="n0", kernel_shape=[k, k], strides=[s, s], pads=[p] * 4,
-                              ceil_mode=1, **extra)]
-    g = helper.make_graph(nodes, "g", [helper.make_tensor_value_info("x", F, [1, 64, "H", "W"])],
-                          [helper.make_tensor_value_info("y", F, None)], [w])
-    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 19)])
-    m.ir_version = 8
-    x = f32(1, 64, h, h)
-    want = run_ort(m, {"x": x})[0]
-    assert want.shape == (1, 64, 1, 1)
-    for policy in (PlanPolicy.SPECIALIZE, PlanPolicy.GENERIC):
-        lm = LoadedModel.from_compiled(compile_model(m), plan_cache=PlanCacheConfig(policy=policy))
-        np.testing.assert_allclose(lm.run([x])[0], want, rtol=1e-4, atol=1e-4)
-    static = compile_model(m, CompileOptions(input_shape={"x": list(x.shape)}))
-    np.testing.assert_allclose(LoadedModel.from_compiled(static).run([x])[0], want, rtol=1e-4, atol=1e-4)
+    _one_output_like_ort(_pool_after_conv(op, k, s, p, {**extra, "ceil_mode": 1}), f32(1, 64, h, h))
 
 
 @pytest.mark.parametrize("name", DYNAMIC)
@@ -155,6 +140,18 @@ def test_the_generic_plan_itself_refuses(name: str) -> None:
     lm.run([good[n] for n in case.feeds])
     with pytest.raises(KernelError, match=r"^node n0"):  # (OperandError is a KernelError)
         lm.executor.generic_plan().run([bad[n] for n in case.feeds])
+
+
+def _one_output_like_ort(m: Any, x: np.ndarray) -> None:
+    """ORT gives one output per spatial dim for ``x``; so do both plans (the specialised one binds
+    oneDNN's or ATen's pooling) and a static compile."""
+    want = run_ort(m, {"x": x})[0]
+    assert want.shape == (1, 64, 1, 1)
+    for policy in (PlanPolicy.SPECIALIZE, PlanPolicy.GENERIC):
+        lm = LoadedModel.from_compiled(compile_model(m), plan_cache=PlanCacheConfig(policy=policy))
+        np.testing.assert_allclose(lm.run([x])[0], want, rtol=1e-4, atol=1e-4)
+    static = compile_model(m, CompileOptions(input_shape={"x": list(x.shape)}))
+    np.testing.assert_allclose(LoadedModel.from_compiled(static).run([x])[0], want, rtol=1e-4, atol=1e-4)
 
 
 def _pool_after_conv(op: str, k: int, s: int, p: int, extra: dict[str, Any]) -> Any:
@@ -178,15 +175,7 @@ def test_floor_mode_window_wider_than_the_input_by_less_than_a_stride_matches_or
     wider than the padded input by less than a stride gives one output (PP-OCRv4 rec's AveragePool
     [3, 2] / [3, 2] on an input under 5 px wide or 33 px high); pycann refused it with the
     spec's floor. Both plans (the specialised one binds oneDNN's pooling) and a static compile."""
-    m = _pool_after_conv(op, k, s, p, extra)
-    x = f32(1, 64, h, h)
-    want = run_ort(m, {"x": x})[0]
-    assert want.shape == (1, 64, 1, 1)
-    for policy in (PlanPolicy.SPECIALIZE, PlanPolicy.GENERIC):
-        lm = LoadedModel.from_compiled(compile_model(m), plan_cache=PlanCacheConfig(policy=policy))
-        np.testing.assert_allclose(lm.run([x])[0], want, rtol=1e-4, atol=1e-4)
-    static = compile_model(m, CompileOptions(input_shape={"x": list(x.shape)}))
-    np.testing.assert_allclose(LoadedModel.from_compiled(static).run([x])[0], want, rtol=1e-4, atol=1e-4)
+    _one_output_like_ort(_pool_after_conv(op, k, s, p, extra), f32(1, 64, h, h))
 
 
 def test_floor_mode_window_a_stride_or_more_too_wide_is_still_refused() -> None:
