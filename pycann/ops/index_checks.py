@@ -62,6 +62,13 @@ def vector_input_fault(name: str, d: TensorDesc | None) -> str | None:
     return f"input '{name}' {d} must be 1-D"
 
 
+def require_vector_input(name: str, a: np.ndarray) -> None:
+    """Kernels: ``vector_input_fault`` for a run-time operand, raised as ValueError. The common case
+    (1-D) costs one ``ndim`` read: Reshape runs two dozen times a decode step on the generic plan."""
+    if np.ndim(a) != 1:
+        raise ValueError(vector_input_fault(name, desc_of(np.asarray(a))))
+
+
 def scatter_elements_fault(x: TensorDesc, idx: TensorDesc, upd: TensorDesc) -> str | None:
     """ScatterElements: indices have data's rank and updates have indices' shape."""
     if x.shape is None or idx.shape is None or upd.shape is None:

@@ -21,7 +21,7 @@ from typing import Any
 import numpy as np
 
 from pycann.dtypes import Dim, DType, TensorDesc, from_numpy
-from pycann.ops.index_checks import desc_of, vector_input_fault
+from pycann.ops.index_checks import require_vector_input, vector_input_fault
 from pycann.ops.opdef import REQUIRED, InferContext, OpDef
 from pycann.ops.shape_utils import int_dims, normalize_axes, normalize_axis, same_as
 
@@ -208,9 +208,7 @@ def _infer_size(ctx: InferContext) -> list[TensorDesc]:
 # --------------------------------------------------------------------------- Reshape / Flatten
 def _k_reshape(inputs: Inputs, attrs: Attrs) -> list[np.ndarray]:
     """Reshape (Operators.md): 0 copies the input dim unless allowzero=1; one -1 is inferred."""
-    fault = vector_input_fault("shape", desc_of(inputs[1]))
-    if fault:  # (as shape inference says it, for a shape input of unknown rank)
-        raise ValueError(fault)
+    require_vector_input("shape", inputs[1])  # (as shape inference says it, for a shape input of unknown rank)
     x, shape = inputs[0], ints(inputs[1])
     if not attrs["allowzero"]:
         shape = [x.shape[i] if d == 0 and i < x.ndim else d for i, d in enumerate(shape)]

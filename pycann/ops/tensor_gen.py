@@ -11,7 +11,7 @@ import ml_dtypes
 import numpy as np
 
 from pycann.dtypes import DType, TensorDesc, from_numpy, to_numpy
-from pycann.ops.index_checks import desc_of, vector_input_fault
+from pycann.ops.index_checks import require_vector_input, vector_input_fault
 from pycann.ops.opdef import REQUIRED, InferContext, OpDef
 from pycann.ops.shape_utils import broadcast_shapes, same_as
 from pycann.ops.tensor import astr, const_ints, dim_mul, dtype_of, ints, tensor_attr, vec_len
@@ -24,9 +24,7 @@ Attrs = Mapping[str, Any]
 def _k_expand(inputs: Inputs, attrs: Attrs) -> list[np.ndarray]:
     """Expand (Operators.md): bidirectional (numpy) broadcast of the input to ``shape``."""
     x = inputs[0]
-    fault = vector_input_fault("shape", desc_of(inputs[1]))
-    if fault:  # (as shape inference says it, for a shape input of unknown rank)
-        raise ValueError(fault)
+    require_vector_input("shape", inputs[1])  # (as shape inference says it, for a shape input of unknown rank)
     shape = np.broadcast_shapes(x.shape, tuple(ints(inputs[1])))
     # A contiguous copy: a zero-stride broadcast view would surprise writers of graph outputs.
     return [np.ascontiguousarray(np.broadcast_to(x, shape))]
@@ -53,9 +51,7 @@ def _infer_expand(ctx: InferContext) -> list[TensorDesc]:
 
 def _k_tile(inputs: Inputs, attrs: Attrs) -> list[np.ndarray]:
     """Tile (Operators.md, opset 6+): repeat along each axis ``repeats[i]`` times."""
-    fault = vector_input_fault("repeats", desc_of(inputs[1]))
-    if fault:
-        raise ValueError(fault)
+    require_vector_input("repeats", inputs[1])
     x, reps = inputs[0], ints(inputs[1])
     if len(reps) != x.ndim or any(r < 0 for r in reps):  # (shape inference's wording)
         raise ValueError(f"input 'repeats' {reps} must hold {x.ndim} non-negative counts")
