@@ -202,6 +202,10 @@ def profile(model: str, batch: int, runs: int, cache_dir: pathlib.Path) -> dict[
              "gflops": round(s.flops * s.calls / runs / s.median_ms / 1e6, 1) if s.flops and s.median_ms else None}
             for s in top[:40]
         ],
+        "nodes": [  # every step in plan order, to line up with another engine's per-node profile
+            {"op_type": s.op_type, "name": s.name, "out": s.out_shape, "ms": round(s.median_ms, 4)}
+            for s in prof.stats
+        ],
     }  # fmt: skip
 
 
