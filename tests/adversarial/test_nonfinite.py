@@ -251,3 +251,51 @@ def test_proven_bound_of_a_guarded_conv_saves_the_next_read(monkeypatch: pytest.
         np.testing.assert_allclose(got[np.isfinite(want)], want[np.isfinite(want)], rtol=1e-4, atol=1e-4)
         if not np.isnan(feeds["x"]).any():
             assert reads == [x.size], reads  # only the first conv's input was read
+
+
+def _conv_pool_conv() -> onnx.ModelProto:
+    """conv+relu -> MaxPool (large enough for oneDNN's pooling) -> conv+relu, as ResNet's stem."""
+    inits = {"w1": _f(32, 16, 3, 3, scale=0.2), "b1": _f(32), "w2": _f(32, 32, 3, 3, scale=0.2), "b2": _f(32)}
+    nodes = [helper.make_node("Conv", ["x", "w1", "b1"], ["c1"], pads=[1, 1, 1, 1]),
+             helper.make_node("Relu", ["c1"], ["r1"]),
+             helper.make_node("MaxPool", ["r1"], ["p"], kernel_shape=[3, 3], strides=[2, 2], pads=[1, 1, 1, 1]),
+             helper.make_node("Conv", ["p", "w2", "b2"], ["c2"], pads=[1, 1, 1, 1]),
+             helper.make_node("Relu", ["c2"], ["y"])]
+    return _model(nodes, (1, 16, 48, 48), inits)
+
+
+def test_max_pool_passes_the_proven_bound_on_and_forgets_it(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The MaxPool between two guarded convs reads neither its output (no all-NaN-window check) nor
+    makes the second conv read it, while the first conv proved its input finite; a NaN run in
+    between (first conv unfused) must not leave that bound on record: its NaNs reach the output
+    exactly as the numpy provider computes them, and the finite runs equal ORT."""
+    if not providers.available("onednn"):
+        pytest.skip("the onednn provider is not available")
+    from pycann.kernels.providers import nan_guard
+
+    m = _conv_pool_conv()
+    lm = LoadedModel.from_compiled(compile_model(m))
+    x = _f(1, 16, 48, 48)
+    monkeypatch.setenv("PYCANN_PROVIDERS", "numpy")
+    providers.reset()
+    try:
+        ref = LoadedModel.from_compiled(compile_model(m))
+        poisoned = [_poison(x, "nan"), _poison(x, "all_nan")]
+        want_nan = [ref.run([p])[0] for p in poisoned]
+    finally:
+        monkeypatch.delenv("PYCANN_PROVIDERS")
+        providers.reset()
+    lm.run([x])
+    reads: list[int] = []
+    orig = nan_guard._norm2
+    monkeypatch.setattr(nan_guard, "_norm2", lambda a: reads.append(a.size) or orig(a))
+    for feeds, want in ((x, None), (poisoned[0], want_nan[0]), (x, None), (poisoned[1], want_nan[1]), (x, None)):
+        reads.clear()
+        got = lm.run([feeds])[0]
+        if want is None:
+            np.testing.assert_allclose(got, run_ort(m, {"x": feeds})[0], rtol=1e-4, atol=1e-4)
+            assert reads == [x.size], reads  # only the first conv's input was read
+        else:
+            np.testing.assert_array_equal(np.isnan(got), np.isnan(want))
+            fin = np.isfinite(want)
+            np.testing.assert_allclose(got[fin], want[fin], rtol=1e-4, atol=1e-4)

@@ -26,7 +26,7 @@ import numpy as np
 
 from pycann import config
 
-__all__ = ["drops_nan", "enabled", "pre_bound", "record", "safe", "seed", "weight_bound", "weight_part"]
+__all__ = ["drops_nan", "enabled", "pre_bound", "proven", "record", "safe", "seed", "weight_bound", "weight_part"]
 
 _F32_SAFE = 1e38  # below float32's maximum (3.4e38), with room for the rounding of the bound itself
 # oneDNN dnnl_alg_kind_t values (onednn_capi.ELTWISE): relu, hardsigmoid, clip, clip_v2, and
@@ -157,6 +157,16 @@ def _bound_of(a: np.ndarray) -> float:
     if hit is not None and hit[0]() is a:
         return hit[1]  # type: ignore[no-any-return]
     return _norm2(a)
+
+
+def proven(a: np.ndarray) -> float | None:
+    """The bound a guarded producer recorded for the arena view ``a`` (every value finite, |value| at
+    most this), or None when none is on record (not computed by one, or computed on its unfused
+    path). Lets a max pooling skip its all-NaN-window check and pass the bound on (onednn_pool)."""
+    hit = _proven.get(id(a))
+    if hit is not None and hit[0]() is a:
+        return hit[1]  # type: ignore[no-any-return]
+    return None
 
 
 def pre_bound(x: np.ndarray, w_bound: float, residual: np.ndarray | None = None) -> float:

@@ -13,7 +13,9 @@ result depends on where the NaN sits in the window; the spec does not say). oneD
 max starts from the lowest finite float and skips NaN, so a window of only NaN (or only -inf)
 comes out as -3.4e38 instead of NaN (-inf). Checking the input would cost a pass over it; the
 bound kernel checks its (smaller) output instead: a minimum that is not above the lowest
-finite float (or is NaN) sends the call to the generic kernel, which is exact.
+finite float (or is NaN) sends the call to the generic kernel, which is exact. No check at all
+when the NaN guard proved X finite (``nan_guard.proven``: X is the arena output of a guarded conv
+that ran fused, as ResNet's stem conv before its MaxPool); Y then gets X's bound on record.
 """
 
 from __future__ import annotations
@@ -23,7 +25,7 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from pycann.kernels.providers import onednn
+from pycann.kernels.providers import nan_guard, onednn
 from pycann.kernels.providers import onednn_capi as capi
 from pycann.kernels.providers.native_args import address
 
@@ -72,8 +74,15 @@ class _Bound:
             and not np.may_share_memory(out, x)
         y = out if usable and out is not None else empty(self.y_shape, self.channels_last)
         self.run(x, y)
-        if self.is_max and not y.min() > _LOWEST:
-            return None  # an all-NaN / all -inf window (or a NaN): see the module docstring
+        if self.is_max:
+            # X proven finite by the guarded conv before it: every window has a finite max, and
+            # max |Y| <= max |X|, so the guarded convs after it need not read Y either. Otherwise any
+            # bound an earlier run left on this view is forgotten before Y can hold a NaN.
+            bound = nan_guard.proven(x)
+            if y is out:
+                nan_guard.record(y, bound)
+            if bound is None and not y.min() > _LOWEST:
+                return None  # an all-NaN / all -inf window (or a NaN): see the module docstring
         return y
 
     def run(self, x: np.ndarray, y: np.ndarray) -> None:
