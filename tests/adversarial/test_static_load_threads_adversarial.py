@@ -214,9 +214,6 @@ def test_threads_mixing_nan_and_clean_runs_of_one_om(tmp_path: Path, precompile:
     assert lm.specializer.pipeline_runs == 0 and in_place_calls["n"] > 0
 
 
-@pytest.mark.xfail(strict=True, reason="gc_paused restores the state it saw on entry: another thread's gc.disable() "
-                   "during a load is undone when the load ends (the collector's switch is process-wide; "
-                   "no per-thread state to keep apart)")
 def test_a_gc_disable_from_another_thread_during_a_load_is_kept(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     path = tmp_path / "m.om"
     compile_model(residual_net()).save(path)

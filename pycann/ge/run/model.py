@@ -88,18 +88,24 @@ def _container_feed(name: str, kind: str, x: Any) -> Any:
 
 @contextlib.contextmanager
 def gc_paused() -> Iterator[None]:
-    """Python's cyclic garbage collector off for the block (unless it was off already). Loading a
+    """No automatic collections of Python's cyclic garbage collector during the block. Loading a
     model allocates tens of thousands of long-lived objects (graph, kernels, plan), and the
     collections they trigger walk every live object: DenseNet-121's load spent ~30 ms of its
     ~170 in them (bench/RESULTS.md, first run). Whatever cyclic garbage the block leaves is
-    collected by the next collection after it."""
-    was = gc.isenabled()
-    gc.disable()
+    collected by the next collection after it.
+
+    By the first generation's threshold (0: no automatic collection, Python's gc docs), not
+    ``gc.disable()``: the collector's on/off switch is process-wide, so restoring it at the end
+    would undo a ``gc.disable()`` (or ``enable()``) that another thread of the application made
+    meanwhile; the switch is never touched here. The threshold is put back only if it is still
+    0 (a thread that set its own meanwhile keeps it; overlapping loads end with the first one's)."""
+    prior = gc.get_threshold()
+    gc.set_threshold(0, *prior[1:])
     try:
         yield
     finally:
-        if was:
-            gc.enable()
+        if gc.get_threshold()[0] == 0:
+            gc.set_threshold(*prior)
 
 
 def _seed_weight_bounds(graph: Graph, table: Any) -> None:
