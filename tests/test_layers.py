@@ -139,9 +139,9 @@ def test_framework_importers_need_no_framework() -> None:
 
 def test_knowledge_bank_is_a_leaf() -> None:
     """GE reads the AOE knowledge bank on every compile: ``pycann.aoe.bank`` imports no other pycann
-    module than the package's version, config and errors, and the layers below AOE import nothing
+    module than the package's version, config, errors and the host identity, and the layers below AOE import nothing
     else of ``pycann.aoe`` (docs/aoe.md)."""
-    allowed = {"pycann", "pycann.config", "pycann.errors"}
+    allowed = {"pycann", "pycann.config", "pycann.errors", "pycann.host"}
     for name in _imports(ROOT / "aoe" / "bank.py"):
         assert not name.startswith("pycann") or name in allowed, f"aoe/bank.py imports {name}"
     for name in _imports(ROOT / "aoe" / "__init__.py"):

@@ -36,8 +36,6 @@ from __future__ import annotations
 
 import functools
 import json
-import os
-import platform
 import sqlite3
 import threading
 import time
@@ -48,6 +46,7 @@ from typing import Any
 import pycann
 from pycann.config import tune_bank_dir
 from pycann.errors import PycannError
+from pycann.host import cpu_identity
 
 FILENAME = "bank.sqlite"
 SCHEMA_VERSION = 1
@@ -67,13 +66,7 @@ CREATE TABLE IF NOT EXISTS records (
 @functools.lru_cache(maxsize=1)
 def host_soc() -> str:
     """``CPU:<machine>:<cpu model>:<cores>``: measured choices hold for the machine they came from."""
-    model = platform.processor() or ""
-    try:
-        with open("/proc/cpuinfo", encoding="utf-8") as f:
-            model = next((ln.split(":", 1)[1].strip() for ln in f if ln.startswith("model name")), model)
-    except OSError:
-        pass
-    return f"CPU:{platform.machine()}:{model}:{os.cpu_count()}"
+    return f"CPU:{cpu_identity()}"
 
 
 @functools.lru_cache(maxsize=1)

@@ -17,30 +17,15 @@ kernel is bound (``providers.resolve``).
 
 from __future__ import annotations
 
-import functools
 import importlib.util
 import os
-import platform
 from pathlib import Path
 
 import numpy as np
 
 import pycann
 from pycann import config
-
-
-@functools.lru_cache(maxsize=1)
-def _machine() -> str:
-    """``<arch>:<cpu model>:<logical CPUs>`` (Linux ``/proc/cpuinfo``; elsewhere the platform's name)."""
-    model = ""
-    try:
-        with open("/proc/cpuinfo", encoding="utf-8") as f:
-            model = next((ln.split(":", 1)[1].strip() for ln in f if ln.startswith("model name")), "")
-    except OSError:
-        pass
-    # (platform.processor() runs ``uname -p`` in a subprocess on Linux: only where cpuinfo says nothing)
-    return f"{os.uname().machine if hasattr(os, 'uname') else platform.machine()}:{model or platform.processor()}:" \
-           f"{os.cpu_count()}"
+from pycann.host import cpu_identity
 
 
 def _first_file(paths: list[str]) -> str:
@@ -86,7 +71,7 @@ def choice_environment(op_bank_path: str = "", kernel_bank: bool = True) -> dict
     return {
         "pycann": pycann.__version__,
         "numpy": np.__version__,
-        "machine": _machine(),
+        "machine": cpu_identity(),
         "libraries": _libraries(),
         "providers": ",".join(sorted(config.providers_allowed() or ())) or "all",
         "kernel_selection": config.kernel_selection() or "static",
