@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 from pycann.errors import OperandError
-from pycann.kernels.providers.native_args import address
+from pycann.kernels.providers.native_args import address, check
 
 _F32 = np.dtype(np.float32)
 
@@ -52,3 +52,50 @@ def test_wrong_strides_are_refused() -> None:
 def test_subclass_goes_through_the_full_check() -> None:
     m = np.zeros((2, 3), np.float32).view(np.recarray)  # an ndarray subclass
     assert address("X", m, (2, 3)) == _ptr(m)
+
+
+def _full(what: str, a: object, shape: object, dtype: object = _F32, strides: object = None) -> object:
+    """What ``address`` answered before its fast path: ``check``, then the address (or the error)."""
+    try:
+        check(what, a, shape, dtype, strides)  # type: ignore[arg-type]
+    except OperandError as e:
+        return ("refused", str(e))
+    return _ptr(a)  # type: ignore[arg-type]
+
+
+def _fast(what: str, a: object, shape: object, dtype: object = _F32, strides: object = None) -> object:
+    try:
+        return address(what, a, shape, dtype, strides)  # type: ignore[arg-type]
+    except OperandError as e:
+        return ("refused", str(e))
+
+
+_A = np.zeros((2, 3), np.float32)
+_RO = np.zeros((2, 3), np.float32)
+_RO.flags.writeable = False
+
+
+@pytest.mark.parametrize("a, shape, dtype, strides", [
+    (_A, np.array([2, 3]), _F32, None),  # an ndarray shape (a Sequence for the old check)
+    (_A, np.array([3, 2]), _F32, None),
+    (_A, (2, 3), _F32, np.array([12, 4])),  # ndarray strides
+    (_A, (2, 3), _F32, np.array([4, 8])),
+    (np.zeros((), np.float32), np.array([], dtype=np.int64), _F32, None),  # 0-d, empty ndarray shape
+    (_A, (np.int64(2), np.int32(3)), _F32, None),  # numpy ints
+    (_A, (2, 3), _F32, (np.int64(12), np.int64(4))),
+    (_A, (2, 3), np.float32, None),  # a scalar type for the dtype
+    (_A, (2, 3), "float32", None),
+    (_A.astype(">f4"), (2, 3), _F32, None),  # byte-swapped
+    (_RO, (2, 3), _F32, None),  # read-only
+    (np.zeros((0, 3), np.float32), (0, 3), _F32, None),  # zero-size
+    (np.zeros((0, 3), np.float32), (0, 3), _F32, (4, 4)),
+    (np.zeros((3, 2), np.float32).T, (2, 3), _F32, None),  # F-order
+    (np.zeros((3, 2), np.float32).T, (2, 3), _F32, (4, 8)),
+    (np.zeros((2, 3), np.float32)[:, ::-1], (2, 3), _F32, (12, -4)),  # negative stride
+    (np.zeros((2, 3), np.float32).view(np.recarray), (2, 3), _F32, (12, 4)),
+    (np.zeros((2, 3), np.float32).view(np.matrix), (2, 3), _F32, None),
+    (np.zeros((2, 3), np.float32), [2, 3], _F32, [12, 4]),
+])
+def test_fast_path_answers_as_the_full_check(a: np.ndarray, shape: object, dtype: object, strides: object) -> None:
+    """Every operand form gets the answer (address, or refusal and message) the full check gives."""
+    assert _fast("X", a, shape, dtype, strides) == _full("X", a, shape, dtype, strides)

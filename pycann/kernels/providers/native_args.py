@@ -50,9 +50,10 @@ def address(what: str, a: np.ndarray, shape: Sequence[int], dtype: np.dtype = _F
     # the bound kernels' usual call (an ndarray exactly as built for; ``shape`` / ``strides`` the
     # tuples they precomputed) in four comparisons: ~1.3 us instead of ~2.8 for ``check``'s tuple
     # rebuild and per-dim loop, and 20-100 of these run per decode step. Anything else, including
-    # any-stride unit dims, gets the full check and its error message.
-    if a.__class__ is np.ndarray and a.dtype == dtype and a.shape == shape \
-            and (a.flags.c_contiguous if strides is None else a.strides == strides):
+    # any-stride unit dims, gets the full check and its error message. (``shape`` / ``strides`` must
+    # be tuples here: ``tuple == ndarray`` compares elementwise and its truth value raises.)
+    if a.__class__ is np.ndarray and a.dtype == dtype and shape.__class__ is tuple and a.shape == shape \
+            and (a.flags.c_contiguous if strides is None else strides.__class__ is tuple and a.strides == strides):
         return a.__array_interface__["data"][0]  # type: ignore[no-any-return]
     check(what, a, shape, dtype, strides)
     return a.__array_interface__["data"][0]  # type: ignore[no-any-return]
