@@ -52,6 +52,9 @@ class _Bound:
                  pads_begin: Sequence[int], pads_end: Sequence[int]) -> None:
         self.x_shape, self.y_shape, self.channels_last = x_shape, y_shape, channels_last
         self.is_max = alg == "max"
+        # a dilated window's taps can all fall in the padding although its span reaches the input
+        # (the binder only refuses spans inside the padding): only dense windows trust a proven bound
+        self.dense = all(int(d) == 1 for d in dilations)
         self.xs, self.ys = capi.layout_strides(x_shape, channels_last), capi.layout_strides(y_shape, channels_last)
         self.x_bytes, self.y_bytes = tuple(4 * t for t in self.xs), tuple(4 * t for t in self.ys)  # byte strides
         src = capi.MemoryDesc.strided(x_shape, self.xs)
@@ -78,7 +81,7 @@ class _Bound:
             # X proven finite by the guarded conv before it: every window has a finite max, and
             # max |Y| <= max |X|, so the guarded convs after it need not read Y either. Otherwise any
             # bound an earlier run left on this view is forgotten before Y can hold a NaN.
-            bound = nan_guard.proven(x)
+            bound = nan_guard.proven(x) if self.dense else None
             if y is out:
                 nan_guard.record(y, bound)
             if bound is None and not y.min() > _LOWEST:
