@@ -84,6 +84,9 @@ def _bind(op_type: str, ins: list[np.ndarray | None], attrs: Mapping[str, Any], 
     opdef = find_op(op_type)
     full = opdef.with_defaults(dict(attrs), op_type)
     full["_n_outputs"] = 1
+    pair = _torch_relu(ins) if op_type == "Relu" else _torch_add(ins) if op_type == "Add" else None
+    if pair is not None:
+        return pair[0], pair[1], full, False
     if op_type == "BatchNormalization" and set(const_at) >= {1, 2, 3, 4}:
         k = _bound_batch_norm(ins, full, res)
         if k is not None:
@@ -100,6 +103,49 @@ def _bind(op_type: str, ins: list[np.ndarray | None], attrs: Mapping[str, Any], 
     return run_kernel(opdef), into_kernel(opdef), full, False
 
 
+def _torch_relu(ins: Sequence[np.ndarray | None]) -> tuple[Any, Any] | None:
+    """Relu (and ``relu_``: the into-kernel writes over the input) on the torch provider
+    (``torch_eltwise``) for float32 inputs large enough to be worth it: the eager convolutions
+    run on torch's thread pool, and a ReLU between them on another pool (or numpy's one thread)
+    cost a worker wake-up each time (docs/torch.md, "Performance": "Eager: one thread pool")."""
+    from pycann.kernels.providers import torch_eltwise
+
+    x = ins[0] if ins else None
+    if x is None or x.dtype != np.float32 or x.size < torch_eltwise.MIN_ELEMENTS:
+        return None
+
+    def kernel(inputs: Sequence[Any], a: Mapping[str, Any]) -> list[np.ndarray]:
+        y = np.empty_like(inputs[0])  # (order "K": the input's layout, channels-last included)
+        torch_eltwise.relu_into(inputs[0], y)
+        return [y]
+
+    def into(inputs: Sequence[Any], a: Mapping[str, Any], outs: Sequence[np.ndarray]) -> None:
+        torch_eltwise.relu_into(inputs[0], outs[0])
+
+    return kernel, into
+
+
+def _torch_add(ins: Sequence[np.ndarray | None]) -> tuple[Any, Any] | None:
+    """Add of two float32 tensors of one shape (``add``, ``add_``: a residual) on the torch provider,
+    as ``_torch_relu``; broadcasting adds keep pycann's own kernel."""
+    from pycann.kernels.providers import torch_eltwise
+
+    a, b = (ins[0], ins[1]) if len(ins) > 1 else (None, None)
+    if a is None or b is None or a.dtype != np.float32 or b.dtype != np.float32 or a.shape != b.shape \
+            or a.size < torch_eltwise.MIN_ELEMENTS:
+        return None
+
+    def kernel(inputs: Sequence[Any], attrs: Mapping[str, Any]) -> list[np.ndarray]:
+        y = np.empty_like(inputs[0])
+        torch_eltwise.add_into(inputs[0], inputs[1], y)
+        return [y]
+
+    def into(inputs: Sequence[Any], attrs: Mapping[str, Any], outs: Sequence[np.ndarray]) -> None:
+        torch_eltwise.add_into(inputs[0], inputs[1], outs[0])
+
+    return kernel, into
+
+
 def _channels_last(a: np.ndarray) -> bool:
     return a.ndim == 4 and a.shape[1] > 1 and a.strides[1] == a.itemsize and a.strides[3] == a.itemsize * a.shape[1]
 
@@ -107,8 +153,8 @@ def _channels_last(a: np.ndarray) -> bool:
 def _bound_batch_norm(ins: Sequence[np.ndarray | None], attrs: Mapping[str, Any], res: np.ndarray) -> Any:
     """Inference BatchNormalization with constant scale, bias, mean and var, as GE computes it
     after folding: ``x * s + t`` with ``s = scale / sqrt(var + eps)``, ``t = bias - mean * s``
-    computed once, run as pycann's ElementwiseChain (one multi-threaded oneDNN binary primitive
-    with a post-op, in the input's layout; small or odd-strided inputs take the numpy chain)."""
+    computed once, run on the torch provider (``torch_eltwise.affine``, in the input's layout) or,
+    below its size threshold, as pycann's ElementwiseChain (numpy for small inputs)."""
     from pycann.dtypes import TensorDesc, from_numpy
     from pycann.kernels.bind import PREPARE
     from pycann.ops.registry import lookup
@@ -123,6 +169,12 @@ def _bound_batch_norm(ins: Sequence[np.ndarray | None], attrs: Mapping[str, Any]
     bshape = (-1,) + (1,) * (x.ndim - 2)
     s = s64.astype(np.float32).reshape(bshape)
     t = (bias.astype(np.float64) - mean.astype(np.float64) * s64).astype(np.float32).reshape(bshape)
+    from pycann.kernels.providers import torch_eltwise
+
+    if x.size >= torch_eltwise.MIN_ELEMENTS:
+        # the torch provider: the same two float32 steps on torch's pool, where the eager
+        # convolutions around it run (a oneDNN chain here woke the other pool's workers each call)
+        return lambda inputs, a: [torch_eltwise.affine(inputs[0], s, t)]
     steps = [["Mul", 1, 0, 0.0, 0.0], ["Add", 2, 0, 0.0, 0.0]]
     chain_attrs = {"steps": steps, "_layout": "NHWC" if _channels_last(x) else "NCHW"}
     descs = [TensorDesc(1, tuple(int(d) for d in a.shape)) for a in (x, s, t)]

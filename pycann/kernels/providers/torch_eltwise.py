@@ -1,0 +1,71 @@
+"""The torch provider's elementwise kernels: ReLU, Add of two same-shaped tensors (a residual) and
+the per-channel affine ``x * s + t`` that an inference BatchNormalization folds to, on PyTorch's own CPU kernels and thread pool.
+
+Why: in the PyTorch adaptor's eager mode (``pycann.torch``) every convolution runs on the torch
+provider (``torch:conv2d_nhwc``, torch's OpenMP pool). A BatchNormalization or ReLU between two
+of them on pycann's oneDNN primitives (the system libgomp's pool) or numpy (one thread) makes the
+model alternate between two thread pools, each waking its sleeping workers (~60-100 us on a VM)
+for every op: ResNet-50 eager at 2 threads spent 7.3 ms in 53 batch norms (138 us each, no faster
+than at one thread) and 4.5 ms in 49 ReLUs (bench/RESULTS.md). docs/kernels.md, "Threads".
+
+Semantics: ONNX Add without broadcasting, ONNX Relu (``max(x, 0)``, NaN stays NaN: ``torch.clamp_min`` propagates NaN as
+``np.maximum`` does) and BatchNormalization in inference mode as GE folds it (``scale / sqrt(var +
+eps)`` and ``bias - mean * s`` computed once in float64 by the caller), ``x * s + t`` in float32
+in one pass (``torch.addcmul``: the product, then the sum, as the folded graph's Mul and Add; an
+FMA, where ATen's vector code contracts them, differs by at most one rounding of the product). Arrays cross as zero-copy views; the result
+keeps ``x``'s strides (channels-last stays channels-last). float32 only: the caller keeps its own
+kernel for other dtypes.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+__all__ = ["MIN_ELEMENTS", "add_into", "affine", "relu_into"]
+
+#: Below this many elements numpy's one pass beats a torch op's fixed cost (~5 us).
+MIN_ELEMENTS = 1 << 14
+
+
+def _torch() -> Any:
+    import torch  # the adaptor imported it already; never at pycann import
+
+    return torch
+
+
+def relu_into(x: np.ndarray, out: np.ndarray) -> None:
+    """``out[...] = max(x, 0)`` (float32 arrays of one shape; ``out`` may be ``x`` itself, as for
+    ``relu_``). Raises ``ValueError`` for other dtypes or shapes (the caller checks first)."""
+    if x.dtype != np.float32 or out.dtype != np.float32 or x.shape != out.shape:
+        raise ValueError(f"relu_into: float32 arrays of one shape expected, got {x.dtype}{list(x.shape)} "
+                         f"and {out.dtype}{list(out.shape)}")
+    torch = _torch()
+    torch.clamp_min(torch.from_numpy(x), 0.0, out=torch.from_numpy(out))
+
+
+def add_into(a: np.ndarray, b: np.ndarray, out: np.ndarray) -> None:
+    """``out[...] = a + b`` (float32 arrays of one shape, any strides; ``out`` may be ``a`` itself, as
+    for ``add_``: a residual connection). Raises ``ValueError`` for other dtypes or shapes."""
+    if not (a.dtype == b.dtype == out.dtype == np.float32) or not (a.shape == b.shape == out.shape):
+        raise ValueError(f"add_into: float32 arrays of one shape expected, got {a.dtype}{list(a.shape)}, "
+                         f"{b.dtype}{list(b.shape)} and {out.dtype}{list(out.shape)}")
+    torch = _torch()
+    torch.add(torch.from_numpy(a), torch.from_numpy(b), out=torch.from_numpy(out))
+
+
+def affine(x: np.ndarray, s: np.ndarray, t: np.ndarray) -> np.ndarray:
+    """``x * s + t`` as a new float32 array with ``x``'s strides; ``s`` and ``t`` float32, shaped to
+    broadcast against ``x`` (a batch norm's per-channel ``(C, 1, 1)``). Raises ``ValueError`` for
+    other dtypes or shapes that do not broadcast to ``x``'s."""
+    if x.dtype != np.float32 or s.dtype != np.float32 or t.dtype != np.float32 \
+            or np.broadcast_shapes(x.shape, s.shape, t.shape) != x.shape:
+        raise ValueError(f"affine: float32 x, s, t broadcasting to x expected, got {x.dtype}{list(x.shape)}, "
+                         f"{s.dtype}{list(s.shape)}, {t.dtype}{list(t.shape)}")
+    torch = _torch()
+    xt = torch.from_numpy(x)
+    y = torch.empty_like(xt)  # (preserve_format: x's strides when they are dense, channels-last included)
+    # one pass (t + x * s) instead of a multiply and an add over the whole tensor
+    torch.addcmul(torch.from_numpy(t), xt, torch.from_numpy(s), out=y)
+    return y.numpy()  # type: ignore[no-any-return]
