@@ -20,6 +20,7 @@ from onnx import TensorProto, helper, numpy_helper
 from pycann.ge.compile.compiler import compile_model
 from pycann.ge.run.model import LoadedModel
 from pycann.kernels import providers
+from tests.adversarial.test_nonfinite import _poison as _poison_std
 from tests.ops.oracle import run_ort
 
 F = TensorProto.FLOAT
@@ -35,21 +36,10 @@ def _f(*shape: int, scale: float = 1.0) -> np.ndarray:
 
 
 def _poison(x: np.ndarray, kind: str) -> np.ndarray:
-    x = x.copy()
-    flat = x.reshape(-1)
-    if kind == "nan":
-        flat[flat.size // 3] = np.nan
-    elif kind == "inf":
-        flat[flat.size // 3] = np.inf
-    elif kind == "ninf":
-        flat[flat.size // 2] = -np.inf
-    elif kind == "big":
-        x *= np.float32(1e30)
-    elif kind == "all_nan":
-        x[...] = np.nan
-    elif kind.startswith("e"):
-        x *= np.float32(10.0 ** int(kind[1:]))
-    return x
+    """test_nonfinite's poisons, plus ``eN``: every value times 10**N."""
+    if kind.startswith("e"):
+        return x * np.float32(10.0 ** int(kind[1:]))
+    return _poison_std(x, kind)
 
 
 def _model(nodes: list[onnx.NodeProto], ins: list[tuple[str, tuple[int | str, ...]]], outs: list[str],
