@@ -174,7 +174,8 @@ def _bound_batch_norm(ins: Sequence[np.ndarray | None], attrs: Mapping[str, Any]
     if x.size >= torch_eltwise.MIN_ELEMENTS:
         # the torch provider: the same two float32 steps on torch's pool, where the eager
         # convolutions around it run (a oneDNN chain here woke the other pool's workers each call)
-        return lambda inputs, a: [torch_eltwise.affine(inputs[0], s, t)]
+        run = torch_eltwise.bound_affine(s, t, tuple(x.shape))
+        return lambda inputs, a: [run(inputs[0])]
     steps = [["Mul", 1, 0, 0.0, 0.0], ["Add", 2, 0, 0.0, 0.0]]
     chain_attrs = {"steps": steps, "_layout": "NHWC" if _channels_last(x) else "NCHW"}
     descs = [TensorDesc(1, tuple(int(d) for d in a.shape)) for a in (x, s, t)]

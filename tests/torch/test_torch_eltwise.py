@@ -59,6 +59,9 @@ def test_affine_matches_the_folded_batch_norm_steps() -> None:
     lambda: torch_eltwise.relu_into(np.zeros(4, np.float64), np.zeros(4, np.float64)),
     lambda: torch_eltwise.add_into(np.zeros(4, np.float32), np.zeros(5, np.float32), np.zeros(4, np.float32)),
     lambda: torch_eltwise.affine(np.zeros((2, 3), np.float32), np.zeros((4, 1), np.float32), np.zeros((4, 1), np.float32)),
+    # bound for one input shape: another one is refused at the call
+    lambda: torch_eltwise.bound_affine(np.ones((4, 1, 1), np.float32), np.ones((4, 1, 1), np.float32),
+                                       (1, 4, 2, 2))(np.zeros((1, 4, 3, 3), np.float32)),
 ])
 def test_other_dtypes_and_shapes_are_refused(call: object) -> None:
     with pytest.raises(ValueError):
