@@ -96,8 +96,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         ap.error("name at least one engine")
     procs = {e: _spawn(e, a.batch) for e in a.engines}
     times: dict[str, list[float]] = {e: [] for e in a.engines}
+    n = len(a.engines)
     for r in range(a.rounds):
-        for e in a.engines if r % 2 == 0 else a.engines[::-1]:  # alternate who goes first
+        # rotate the order: over n rounds every engine takes every place in the turn (alternating
+        # forward / reverse kept the middle engine of three in the middle, ~5 % faster there)
+        for e in a.engines[r % n:] + a.engines[: r % n]:
             times[e] += _ask(procs[e], str(a.block))
             time.sleep(a.gap)
     tokens = {e: _ask(p, "quit") for e, p in procs.items()}
