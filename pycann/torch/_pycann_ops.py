@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import functools
 import weakref
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -84,7 +84,7 @@ def _bind(op_type: str, ins: list[np.ndarray | None], attrs: Mapping[str, Any], 
     opdef = find_op(op_type)
     full = opdef.with_defaults(dict(attrs), op_type)
     full["_n_outputs"] = 1
-    pair = _torch_relu(ins) if op_type == "Relu" else _torch_add(ins) if op_type == "Add" else None
+    pair = _torch_eltwise(op_type, ins)
     if pair is not None:
         return pair[0], pair[1], full, False
     if op_type == "BatchNormalization" and set(const_at) >= {1, 2, 3, 4}:
@@ -103,45 +103,32 @@ def _bind(op_type: str, ins: list[np.ndarray | None], attrs: Mapping[str, Any], 
     return run_kernel(opdef), into_kernel(opdef), full, False
 
 
-def _torch_relu(ins: Sequence[np.ndarray | None]) -> tuple[Any, Any] | None:
-    """Relu (and ``relu_``: the into-kernel writes over the input) on the torch provider
-    (``torch_eltwise``) for float32 inputs large enough to be worth it: the eager convolutions
-    run on torch's thread pool, and a ReLU between them on another pool (or numpy's one thread)
-    cost a worker wake-up each time (docs/torch.md, "Performance": "Eager: one thread pool")."""
+def _torch_eltwise(op_type: str, ins: Sequence[np.ndarray | None]) -> tuple[Any, Any] | None:
+    """Relu and the same-shape Add (``relu_``, ``add_``: their into-kernel writes over input 0, a
+    residual) on the torch provider (``torch_eltwise``) for float32 inputs large enough to be worth
+    it: the eager convolutions run on torch's thread pool, and one of these between them on another
+    pool (or numpy's one thread) cost a worker wake-up each time (docs/torch.md, "Performance":
+    "Eager: one thread pool"). None for other ops, dtypes, broadcasting or small inputs."""
     from pycann.kernels.providers import torch_eltwise
 
-    x = ins[0] if ins else None
-    if x is None or x.dtype != np.float32 or x.size < torch_eltwise.MIN_ELEMENTS:
+    kernels: dict[str, tuple[Callable[..., None], int]] = {"Relu": (torch_eltwise.relu_into, 1),
+                                                            "Add": (torch_eltwise.add_into, 2)}
+    entry = kernels.get(op_type)
+    if entry is None:
         return None
-
-    def kernel(inputs: Sequence[Any], a: Mapping[str, Any]) -> list[np.ndarray]:
-        y = np.empty_like(inputs[0])  # (order "K": the input's layout, channels-last included)
-        torch_eltwise.relu_into(inputs[0], y)
-        return [y]
-
-    def into(inputs: Sequence[Any], a: Mapping[str, Any], outs: Sequence[np.ndarray]) -> None:
-        torch_eltwise.relu_into(inputs[0], outs[0])
-
-    return kernel, into
-
-
-def _torch_add(ins: Sequence[np.ndarray | None]) -> tuple[Any, Any] | None:
-    """Add of two float32 tensors of one shape (``add``, ``add_``: a residual) on the torch provider,
-    as ``_torch_relu``; broadcasting adds keep pycann's own kernel."""
-    from pycann.kernels.providers import torch_eltwise
-
-    a, b = (ins[0], ins[1]) if len(ins) > 1 else (None, None)
-    if a is None or b is None or a.dtype != np.float32 or b.dtype != np.float32 or a.shape != b.shape \
-            or a.size < torch_eltwise.MIN_ELEMENTS:
+    fn, n = entry
+    xs = [a for a in ins[:n] if a is not None]
+    if len(xs) < n or any(a.dtype != np.float32 or a.shape != xs[0].shape for a in xs) \
+            or xs[0].size < torch_eltwise.MIN_ELEMENTS:
         return None
 
     def kernel(inputs: Sequence[Any], attrs: Mapping[str, Any]) -> list[np.ndarray]:
-        y = np.empty_like(inputs[0])
-        torch_eltwise.add_into(inputs[0], inputs[1], y)
+        y = np.empty_like(inputs[0])  # (order "K": the input's layout, channels-last included)
+        fn(*inputs[:n], y)
         return [y]
 
     def into(inputs: Sequence[Any], attrs: Mapping[str, Any], outs: Sequence[np.ndarray]) -> None:
-        torch_eltwise.add_into(inputs[0], inputs[1], outs[0])
+        fn(*inputs[:n], outs[0])
 
     return kernel, into
 

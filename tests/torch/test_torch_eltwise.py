@@ -46,7 +46,7 @@ def test_affine_matches_the_folded_batch_norm_steps() -> None:
     x = _nhwc(1, 64, 16, 16)
     s = RNG.standard_normal((64, 1, 1)).astype(np.float32)
     t = RNG.standard_normal((64, 1, 1)).astype(np.float32)
-    y = torch_eltwise.affine(x, s, t)
+    y = torch_eltwise.bound_affine(s, t, x.shape)(x)
     assert y.strides == x.strides and y.dtype == np.float32
     want = x * s + t  # the folded graph's Mul then Add, each rounded in float32
     np.testing.assert_array_equal(np.isnan(y), np.isnan(want))
@@ -58,7 +58,7 @@ def test_affine_matches_the_folded_batch_norm_steps() -> None:
 @pytest.mark.parametrize("call", [
     lambda: torch_eltwise.relu_into(np.zeros(4, np.float64), np.zeros(4, np.float64)),
     lambda: torch_eltwise.add_into(np.zeros(4, np.float32), np.zeros(5, np.float32), np.zeros(4, np.float32)),
-    lambda: torch_eltwise.affine(np.zeros((2, 3), np.float32), np.zeros((4, 1), np.float32), np.zeros((4, 1), np.float32)),
+    lambda: torch_eltwise.bound_affine(np.zeros((4, 1), np.float32), np.zeros((4, 1), np.float32), (2, 3)),
     # bound for one input shape: another one is refused at the call
     lambda: torch_eltwise.bound_affine(np.ones((4, 1, 1), np.float32), np.ones((4, 1, 1), np.float32),
                                        (1, 4, 2, 2))(np.zeros((1, 4, 3, 3), np.float32)),

@@ -1,5 +1,6 @@
 """The torch provider's elementwise kernels: ReLU, Add of two same-shaped tensors (a residual) and
-the per-channel affine ``x * s + t`` that an inference BatchNormalization folds to, on PyTorch's own CPU kernels and thread pool.
+the per-channel affine ``x * s + t`` that an inference BatchNormalization folds to, on PyTorch's
+own CPU kernels and thread pool.
 
 Why: in the PyTorch adaptor's eager mode (``pycann.torch``) every convolution runs on the torch
 provider (``torch:conv2d_nhwc``, torch's OpenMP pool). A BatchNormalization or ReLU between two
@@ -8,13 +9,13 @@ model alternate between two thread pools, each waking its sleeping workers (~60-
 for every op: ResNet-50 eager at 2 threads spent 7.3 ms in 53 batch norms (138 us each, no faster
 than at one thread) and 4.5 ms in 49 ReLUs (bench/RESULTS.md). docs/kernels.md, "Threads".
 
-Semantics: ONNX Add without broadcasting, ONNX Relu (``max(x, 0)``, NaN stays NaN: ``torch.clamp_min`` propagates NaN as
-``np.maximum`` does) and BatchNormalization in inference mode as GE folds it (``scale / sqrt(var +
-eps)`` and ``bias - mean * s`` computed once in float64 by the caller), ``x * s + t`` in float32
-in one pass (``torch.addcmul``: the product, then the sum, as the folded graph's Mul and Add; an
-FMA, where ATen's vector code contracts them, differs by at most one rounding of the product). Arrays cross as zero-copy views; the result
-keeps ``x``'s strides (channels-last stays channels-last). float32 only: the caller keeps its own
-kernel for other dtypes.
+Semantics: ONNX Add without broadcasting; ONNX Relu (``max(x, 0)``; NaN stays NaN:
+``torch.clamp_min`` propagates it as ``np.maximum`` does); BatchNormalization in inference mode as
+GE folds it (``scale / sqrt(var + eps)`` and ``bias - mean * s`` computed once in float64 by the
+caller), ``x * s + t`` in float32 in one pass (``torch.addcmul``: the product, then the sum, as the
+folded graph's Mul and Add; an FMA, where ATen's vector code contracts them, differs by at most
+one rounding of the product). Arrays cross as zero-copy views; results keep ``x``'s strides
+(channels-last stays channels-last). float32 only: the caller keeps its own kernel otherwise.
 """
 
 from __future__ import annotations
@@ -24,7 +25,7 @@ from typing import Any
 
 import numpy as np
 
-__all__ = ["MIN_ELEMENTS", "add_into", "affine", "bound_affine", "relu_into"]
+__all__ = ["MIN_ELEMENTS", "add_into", "bound_affine", "relu_into"]
 
 #: Below this many elements numpy's one pass beats a torch op's fixed cost (~5 us).
 MIN_ELEMENTS = 1 << 14
@@ -56,18 +57,11 @@ def add_into(a: np.ndarray, b: np.ndarray, out: np.ndarray) -> None:
     torch.add(torch.from_numpy(a), torch.from_numpy(b), out=torch.from_numpy(out))
 
 
-def affine(x: np.ndarray, s: np.ndarray, t: np.ndarray) -> np.ndarray:
-    """``x * s + t`` as a new float32 array with ``x``'s strides; ``s`` and ``t`` float32, shaped to
-    broadcast against ``x`` (a batch norm's per-channel ``(C, 1, 1)``). Raises ``ValueError`` for
-    other dtypes or shapes that do not broadcast to ``x``'s."""
-    return bound_affine(s, t, x.shape)(x)
-
-
 def bound_affine(s: np.ndarray, t: np.ndarray, x_shape: tuple[int, ...]) -> Callable[[np.ndarray], np.ndarray]:
-    """``affine`` with ``s``, ``t`` and the input shape checked and wrapped once (the eager batch
-    norm's per-call path: ~10 us less than ``affine``'s checks and conversions each time). The
-    returned function takes float32 ``x`` of ``x_shape``; raises ``ValueError`` (here) for other
-    dtypes or shapes that do not broadcast to ``x_shape``, and (per call) for another ``x``."""
+    """``x -> x * s + t`` for float32 ``x`` of ``x_shape``: a new float32 array with ``x``'s strides.
+    ``s`` and ``t`` (float32, shaped to broadcast against ``x``: a batch norm's per-channel
+    ``(C, 1, 1)``) are checked and wrapped once, here, not per call. Raises ``ValueError`` here
+    for other dtypes or shapes that do not broadcast to ``x_shape``, and per call for another ``x``."""
     if s.dtype != np.float32 or t.dtype != np.float32 or np.broadcast_shapes(x_shape, s.shape, t.shape) != x_shape:
         raise ValueError(f"affine: float32 s, t broadcasting to x{list(x_shape)} expected, got "
                          f"{s.dtype}{list(s.shape)}, {t.dtype}{list(t.shape)}")
