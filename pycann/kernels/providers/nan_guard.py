@@ -153,10 +153,8 @@ _PROVEN_MAX = 4096
 
 
 def _bound_of(a: np.ndarray) -> float:
-    hit = _proven.get(id(a))
-    if hit is not None and hit[0]() is a:
-        return hit[1]  # type: ignore[no-any-return]
-    return _norm2(a)
+    b = proven(a)
+    return _norm2(a) if b is None else b
 
 
 def proven(a: np.ndarray) -> float | None:

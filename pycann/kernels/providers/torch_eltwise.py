@@ -21,20 +21,15 @@ one rounding of the product). Arrays cross as zero-copy views; results keep ``x`
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any
 
 import numpy as np
+
+from pycann.kernels.providers import torch_onednn
 
 __all__ = ["MIN_ELEMENTS", "add_into", "bound_affine", "relu_into"]
 
 #: Below this many elements numpy's one pass beats a torch op's fixed cost (~5 us).
 MIN_ELEMENTS = 1 << 14
-
-
-def _torch() -> Any:
-    import torch  # the adaptor imported it already; never at pycann import
-
-    return torch
 
 
 def relu_into(x: np.ndarray, out: np.ndarray) -> None:
@@ -43,7 +38,7 @@ def relu_into(x: np.ndarray, out: np.ndarray) -> None:
     if x.dtype != np.float32 or out.dtype != np.float32 or x.shape != out.shape:
         raise ValueError(f"relu_into: float32 arrays of one shape expected, got {x.dtype}{list(x.shape)} "
                          f"and {out.dtype}{list(out.shape)}")
-    torch = _torch()
+    torch = torch_onednn.load()  # (the provider's one import of torch, with its thread policy)
     torch.clamp_min(torch.from_numpy(x), 0.0, out=torch.from_numpy(out))
 
 
@@ -53,7 +48,7 @@ def add_into(a: np.ndarray, b: np.ndarray, out: np.ndarray) -> None:
     if not (a.dtype == b.dtype == out.dtype == np.float32) or not (a.shape == b.shape == out.shape):
         raise ValueError(f"add_into: float32 arrays of one shape expected, got {a.dtype}{list(a.shape)}, "
                          f"{b.dtype}{list(b.shape)} and {out.dtype}{list(out.shape)}")
-    torch = _torch()
+    torch = torch_onednn.load()  # (the provider's one import of torch, with its thread policy)
     torch.add(torch.from_numpy(a), torch.from_numpy(b), out=torch.from_numpy(out))
 
 
@@ -65,7 +60,7 @@ def bound_affine(s: np.ndarray, t: np.ndarray, x_shape: tuple[int, ...]) -> Call
     if s.dtype != np.float32 or t.dtype != np.float32 or np.broadcast_shapes(x_shape, s.shape, t.shape) != x_shape:
         raise ValueError(f"affine: float32 s, t broadcasting to x{list(x_shape)} expected, got "
                          f"{s.dtype}{list(s.shape)}, {t.dtype}{list(t.shape)}")
-    torch = _torch()
+    torch = torch_onednn.load()  # (the provider's one import of torch, with its thread policy)
     st, tt = torch.from_numpy(s), torch.from_numpy(t)
     addcmul, from_numpy, empty_like = torch.addcmul, torch.from_numpy, torch.empty_like
 
