@@ -92,6 +92,8 @@ def _relabel(t: torch.Tensor, device_type: int, index: int, track: bool = False)
         # frees it with the storage, which fires the weakref.
         storage = out.untyped_storage()
         nbytes = storage.nbytes()
+        if not nbytes:
+            return out  # nothing allocated (a batch norm's empty statistics): nothing to count
         ref = weakref.ref(storage, _freed)
         _live[id(ref)] = (ref, nbytes)
         c = COUNTERS

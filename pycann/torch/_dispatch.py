@@ -62,6 +62,7 @@ class _OpInfo:
     tensor_args: tuple[int, ...] = ()
     tensor_kwargs: frozenset[str] = frozenset()
     inplace: bool = False  # argument 0 is written and returned (``relu_``, ``add_.Tensor``)
+    cross_device: bool = False  # takes CPU tensors beside npu ones (``_CROSS_DEVICE``): no device check
 
 
 _infos: dict[int, _OpInfo] = {}  # by id(): OpOverload.__hash__ is Python code, too slow per call
@@ -117,7 +118,8 @@ def _info(op: Any) -> _OpInfo:
                    tuple(a.name for a in args), frozenset(a.name for a in args if a.kwarg_only),
                    device_arg, generator_arg, tuple(writes), tuple(mutable), special, {},
                    tuple(tensorish), frozenset(args[i].name for i in tensorish),
-                   bool(mutable) and mutable[0] == 0 and not args[0].kwarg_only and writes[:1] == [0])
+                   bool(mutable) and mutable[0] == 0 and not args[0].kwarg_only and writes[:1] == [0],
+                   schema.name in _CROSS_DEVICE)
     _infos[id(op)] = info
     _keep.append(op)  # ids stay valid: the overloads live as long as the process anyway
     return info
@@ -175,16 +177,24 @@ def _cached_view(x: torch.Tensor) -> torch.Tensor:
     return v
 
 
-def _down(x: Any, index: list[int]) -> Any:
-    """npu tensors (also inside lists) -> CPU tensors over the same memory."""
+def _down(x: Any, index: list[int], seen: list[Any]) -> Any:
+    """npu tensors (also inside lists) -> CPU tensors over the same memory. ``seen`` collects what
+    PyTorch's device rule looks at (``_check_devices``), in this same pass: ``seen[0]`` the first
+    CPU tensor that is not a 0-dim scalar, ``seen[1]`` the first npu tensor."""
     if isinstance(x, torch.Tensor):
-        if x.is_cpu or x.is_meta:  # C getters; x.device would build a device object per call
+        if x.is_cpu:  # (C getters; x.device would build a device object per call)
+            if seen[0] is None and x.dim() != 0:
+                seen[0] = x
             return x
+        if x.is_meta:
+            return x
+        if seen[1] is None:
+            seen[1] = x
         if not index:
             index.append(x.get_device())
         return _cached_view(x)
     if isinstance(x, (list, tuple)) and x and any(isinstance(e, torch.Tensor) for e in x):
-        return type(x)(_down(e, index) for e in x)
+        return type(x)(_down(e, index, seen) for e in x)
     if isinstance(x, torch.device) and x.type == _NPU:
         if not index:
             index.append(x.index or 0)
@@ -322,18 +332,19 @@ _UNVERSIONED_WRITES = frozenset({"aten::native_batch_norm", "aten::_native_batch
 
 
 def _compute(op: Any, info: _OpInfo, args: tuple[Any, ...], kwargs: dict[str, Any]) -> tuple[Any, Provider]:
-    # the CPU kernels below would accept the CPU tensor: PyTorch's device check is a device
-    # kernel's (TensorIterator's, cat's), so it is made here, for out= / in-place forms too
-    if info.name.partition(".")[0] not in _CROSS_DEVICE:
-        _same_device(info, args, kwargs)
     index: list[int] = []
+    seen: list[Any] = [None, None]
     cargs = list(args)
     n = len(cargs)
     for i in info.tensor_args:
         if i < n:
-            cargs[i] = _down(cargs[i], index)
+            cargs[i] = _down(cargs[i], index, seen)
     tk = info.tensor_kwargs
-    ckw = {k: (_down(v, index) if k in tk else v) for k, v in kwargs.items()} if kwargs else {}
+    ckw = {k: (_down(v, index, seen) if k in tk else v) for k, v in kwargs.items()} if kwargs else {}
+    if seen[0] is not None and seen[1] is not None and not info.cross_device:
+        # the CPU kernels below would accept the CPU tensor: PyTorch's device check is a device
+        # kernel's (TensorIterator's, cat's), so it is made here, for out= / in-place forms too
+        _device_error(info, seen[1])
     dev = index[0] if index else 0
     gen = info.generator_arg
     if gen >= 0:
@@ -416,24 +427,14 @@ _CROSS_DEVICE = frozenset({"aten::index", "aten::index_put", "aten::index_put_",
                            "aten::copy_", "aten::set_", "aten::_local_scalar_dense", "aten::equal"})
 
 
-def _same_device(info: _OpInfo, args: tuple[Any, ...], kwargs: dict[str, Any]) -> None:
+def _device_error(info: _OpInfo, npu: torch.Tensor) -> None:
     """PyTorch's device rule, as CUDA (and torch_npu) enforce it: an op on npu tensors takes no CPU
-    tensor but a 0-dim one (a scalar). Raises RuntimeError with PyTorch's message, so code that mixes
-    devices fails here as it would on a real NPU instead of silently running."""
-    vals = [args[i] for i in info.tensor_args if i < len(args)]
-    vals += [v for k, v in kwargs.items() if k in info.tensor_kwargs]
-    cpu = npu = None
-    for v in vals:
-        for t in (v if isinstance(v, (list, tuple)) else (v,)):
-            if isinstance(t, torch.Tensor):
-                if t.is_cpu:
-                    cpu = cpu if cpu is not None or t.dim() == 0 else t
-                elif npu is None and not t.is_meta:
-                    npu = t
-    if cpu is not None and npu is not None:
-        raise RuntimeError(f"Expected all tensors to be on the same device, but found at least two devices, "
-                           f"npu:{npu.get_device()} and cpu! (in {info.name}; move the CPU tensor with .npu() "
-                           f"or .to(device))")
+    tensor but a 0-dim one (a scalar; ``_down`` finds both in its pass). Raises RuntimeError with
+    PyTorch's message, so code that mixes devices fails here as it would on a real NPU instead of
+    silently running."""
+    raise RuntimeError(f"Expected all tensors to be on the same device, but found at least two devices, "
+                       f"npu:{npu.get_device()} and cpu! (in {info.name}; move the CPU tensor with .npu() "
+                       f"or .to(device))")
 
 
 _SPECIAL: dict[str, Any] = {

@@ -58,18 +58,22 @@ def _owner(t: torch.Tensor) -> torch.Tensor:
 
 
 def _const_key(t: Any) -> Any:
-    """What identifies constant input ``t`` (a tensor, usually an npu parameter) for binding."""
+    """What identifies constant input ``t`` (a tensor, usually an npu parameter) for binding: its
+    tensor (or view base), storage address and version. Its sizes and strides are in the key
+    already, as its numpy view's (``_key``)."""
     if not isinstance(t, torch.Tensor):
         return None
-    return (id(_owner(t)), t.data_ptr(), tuple(t.shape), t.stride(), t._version)
+    return (id(_owner(t)), t.data_ptr(), t._version)
 
 
 def _key(op_type: str, ins: Sequence[np.ndarray | None], attrs: Mapping[str, Any],
          consts: tuple[Any, ...]) -> tuple[Any, ...]:
     # the thread count too: oneDNN fixes a primitive's work split when it is created, so a kernel
-    # bound at 1 thread would stay single-threaded after torch.set_num_threads(2)
-    return (op_type, _threads(), tuple(None if a is None else (a.dtype.str, a.shape, a.strides) for a in ins),
-            tuple((k, tuple(v) if isinstance(v, list) else v) for k, v in sorted(attrs.items())), consts)
+    # bound at 1 thread would stay single-threaded after torch.set_num_threads(2). The attributes
+    # in their dict's order: each optable entry builds its dict in one order (another order could
+    # only bind a second handle, never pick a wrong one).
+    return (op_type, _threads(), tuple(None if a is None else (a.dtype, a.shape, a.strides) for a in ins),
+            tuple((k, tuple(v) if type(v) is list else v) for k, v in attrs.items()), consts)
 
 
 def _bind(op_type: str, ins: list[np.ndarray | None], attrs: Mapping[str, Any], res: np.ndarray,

@@ -130,6 +130,22 @@ def test_weight_written_in_place_rebinds() -> None:
     torch.testing.assert_close(got_l, want_l, rtol=1e-4, atol=1e-4)
 
 
+def test_weight_reshaped_over_the_same_memory_rebinds() -> None:
+    """The binding's key names a constant by tensor, address and version; its sizes and strides come
+    from its view's (``_pycann_ops._key``): ``set_`` to fewer output channels over the same storage
+    (same address, same tensor) must give a new binding, not the packed 4-channel weight."""
+    conv = torch.nn.Conv2d(3, 4, 3, bias=False).npu().eval()
+    x = torch.randn(1, 3, 8, 8)
+    with torch.no_grad():
+        conv(x.npu())
+        w = conv.weight
+        w.set_(w.untyped_storage(), 0, (2, 3, 3, 3))
+        got = conv(x.npu()).cpu()
+        want = torch.nn.functional.conv2d(x, w.cpu())
+    assert got.shape == (1, 2, 6, 6)
+    torch.testing.assert_close(got, want, rtol=1e-4, atol=1e-4)
+
+
 def test_new_weight_tensors_are_never_served_a_stale_binding() -> None:
     # weights that are activations: a new tensor each call, often at a freed one's address
     x = torch.randn(1, 2, 6, 6).npu()
