@@ -25,7 +25,7 @@ import warnings
 import weakref
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, NoReturn
 
 import numpy as np
 import torch
@@ -179,7 +179,7 @@ def _cached_view(x: torch.Tensor) -> torch.Tensor:
 
 def _down(x: Any, index: list[int], seen: list[Any]) -> Any:
     """npu tensors (also inside lists) -> CPU tensors over the same memory. ``seen`` collects what
-    PyTorch's device rule looks at (``_check_devices``), in this same pass: ``seen[0]`` the first
+    PyTorch's device rule looks at (``_device_error``), in this same pass: ``seen[0]`` the first
     CPU tensor that is not a 0-dim scalar, ``seen[1]`` the first npu tensor."""
     if isinstance(x, torch.Tensor):
         if x.is_cpu:  # (C getters; x.device would build a device object per call)
@@ -427,7 +427,7 @@ _CROSS_DEVICE = frozenset({"aten::index", "aten::index_put", "aten::index_put_",
                            "aten::copy_", "aten::set_", "aten::_local_scalar_dense", "aten::equal"})
 
 
-def _device_error(info: _OpInfo, npu: torch.Tensor) -> None:
+def _device_error(info: _OpInfo, npu: torch.Tensor) -> NoReturn:
     """PyTorch's device rule, as CUDA (and torch_npu) enforce it: an op on npu tensors takes no CPU
     tensor but a 0-dim one (a scalar; ``_down`` finds both in its pass). Raises RuntimeError with
     PyTorch's message, so code that mixes devices fails here as it would on a real NPU instead of
