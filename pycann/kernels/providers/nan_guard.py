@@ -93,18 +93,16 @@ def weight_part(w: np.ndarray, transpose: bool = False) -> float:
     return _weight_bound(w, None, transpose)
 
 
-def seed(w: np.ndarray, transpose: bool, part: float) -> bool:
+def seed(w: np.ndarray, transpose: bool, part: float) -> None:
     """Record ``weight_part(w, transpose)`` computed elsewhere (an .om's ``weight_bounds``) for the
-    array ``w`` (a weight as loaded, which is never written). Returns False, recording nothing, for
-    a value no weight has (negative, NaN, inf): the guard then computes the bound itself. (A
+    array ``w`` (a weight as loaded, which is never written). A value no weight has (negative, NaN,
+    inf) is not recorded: the guard then computes the bound itself. (A
     negative bound would make ``|x| * bound`` negative for an inf input, proving a NaN-dropping
     fused activation safe; with any value >= 0 a NaN or inf input is always caught, and only a
     finite input whose sums overflow relies on the value being the weight's own.)"""
     part = float(part)
-    if not 0.0 <= part < math.inf:
-        return False
-    _remember(w, _key(w, transpose), part)
-    return True
+    if 0.0 <= part < math.inf:
+        _remember(w, _key(w, transpose), part)
 
 
 def _weight_bound(w: np.ndarray, b: np.ndarray | None, transpose: bool = False) -> float:
