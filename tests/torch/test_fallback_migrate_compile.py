@@ -130,6 +130,37 @@ def test_compile_backend_matches_eager() -> None:
 
 
 
+class _Positions(torch.nn.Module):
+    """GPT-2's position embedding: a tensor the graph makes on its input's device."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.wte = torch.nn.Embedding(10, 4)
+        self.wpe = torch.nn.Embedding(6, 4)
+
+    def forward(self, ids: torch.Tensor) -> torch.Tensor:
+        pos = torch.arange(ids.shape[1], device=ids.device).unsqueeze(0)
+        return self.wte(ids) + self.wpe(pos) + torch.ones(4, device="npu")
+
+
+def test_compile_lowers_tensors_made_on_the_npu_inside_the_graph() -> None:
+    """Dynamo records ``device=ids.device`` as ``npu:0``; the export runs on host tensors, so the
+    lowering must make those tensors there too (they made every GPT-2 / BERT graph run eagerly,
+    reported as "ONNX lowering failed: ... npu:0 and cpu!")."""
+    torch._dynamo.reset()
+    reset_graph_report()
+    torch.manual_seed(0)
+    m = _Positions().eval()
+    ids = torch.tensor([[1, 2, 3, 9, 0]])
+    with torch.no_grad():
+        ref = m.wte(ids) + m.wpe(torch.arange(5).unsqueeze(0)) + 1
+        got = torch.compile(m.npu(), backend="npu")(ids.npu())
+    assert got.device.type == "npu"
+    torch.testing.assert_close(got.cpu(), ref)
+    recs = graph_report()
+    assert recs and all(r.compiled for r in recs), pycann.torch.compile.format_graph_report()
+
+
 def test_compile_builds_dict_tag_guards_and_restores_dynamo_setting() -> None:
     """The npu backend has Dynamo build its frame's guards with recursive dict tags (cheaper
     per call, pycann/torch/compile ``_cheap_module_guards``), and only its frames: the setting is

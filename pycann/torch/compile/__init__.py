@@ -19,8 +19,10 @@ torch._dynamo at ``import pycann.torch`` time; torchair's names are in ``pycann.
 
 from __future__ import annotations
 
+import copy
 import functools
 import io
+import re
 import time
 import warnings
 from collections.abc import Callable, Sequence
@@ -33,6 +35,9 @@ from pycann.torch._alias import to_cpu, to_npu
 from pycann.torch.compile.frozen import FrozenWeights
 from pycann.torch.compile.records import GraphRecord, new_record
 from pycann.torch.compile.records import records as _records
+
+_CPU = torch.device("cpu")
+_NPU_NAME = re.compile(r"npu(:\d+)?")
 
 __all__ = ["GraphRecord", "format_graph_report", "graph_breaks", "graph_report", "npu_backend", "register",
            "reset_graph_report"]
@@ -120,10 +125,35 @@ def _host(t: torch.Tensor) -> torch.Tensor:
     return to_cpu(t).clone() if t.device.type == "npu" else t.clone()
 
 
+def _host_device(a: Any) -> Any:
+    if isinstance(a, torch.device) and a.type == "npu":
+        return _CPU
+    if isinstance(a, str) and _NPU_NAME.fullmatch(a):
+        return "cpu"
+    return a
+
+
+def _host_graph(gm: torch.fx.GraphModule) -> torch.fx.GraphModule:
+    """A copy of ``gm`` whose npu devices are the cpu: the export traces it on host tensors, and
+    a tensor the graph makes itself on its input's device (GPT-2's ``torch.arange(n,
+    device=ids.device)``, recorded by Dynamo as ``device='npu:0'``) would otherwise be an npu
+    tensor beside host ones, which the npu device refuses as PyTorch's device rule says."""
+    graph = copy.deepcopy(gm.graph)
+    changed = False
+    for node in graph.nodes:
+        args = torch.fx.node.map_aggregate(node.args, _host_device)
+        kwargs = torch.fx.node.map_aggregate(node.kwargs, _host_device)
+        if args != node.args or kwargs != node.kwargs:
+            node.args, node.kwargs, changed = args, kwargs, True
+        if node.op == "call_method" and node.target == "npu":
+            node.target, changed = "cpu", True
+    return torch.fx.GraphModule(gm, graph) if changed else gm
+
+
 def _lower(gm: torch.fx.GraphModule, example_inputs: Sequence[Any], static: list[bool]) -> bytes:
     consts = [_host(t) if s else None for t, s in zip(example_inputs, static)]
     dynamic = tuple(_host(t) for t, s in zip(example_inputs, static) if not s)
-    module = _Embedded(gm, static, consts).eval()
+    module = _Embedded(_host_graph(gm), static, consts).eval()
     buf = io.BytesIO()
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
