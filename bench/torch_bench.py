@@ -149,6 +149,9 @@ def compile_vs_ort(models: Sequence[str], threads: Sequence[int], rounds: int, i
             diff = float((out.cpu() - ref).abs().max())
             recs = graph_report()
             ge, comp = sum(1 for g in recs if g.compiled), sum(g.compile_seconds for g in recs)
+            for g in recs:
+                if not g.compiled:  # an eager graph makes the row a different measurement: say why
+                    print(f"warning: {name} graph {g.index} ran eagerly: {g.reason}", file=sys.stderr)
             so = ort.SessionOptions()
             so.intra_op_num_threads = n
             sess = ort.InferenceSession(onnx_bytes, so, providers=["CPUExecutionProvider"])

@@ -327,7 +327,7 @@ def _kernel(op: Any, *args: Any, **kwargs: Any) -> Any:
 
 # train-mode batch norms (input, weight, bias, running_mean, running_var, training, ...): torch's
 # kernel writes the running statistics without bumping their ``_version``; bumped here, since the bound kernels' constant caches
-# (``_pycann_ops._const_key``) and torch.compile's plans (``compile/frozen.py``) key on it
+# (``_pycann_ops._const_state``) and torch.compile's plans (``compile/frozen.py``) key on it
 _UNVERSIONED_WRITES = frozenset({"aten::native_batch_norm", "aten::_native_batch_norm_legit"})
 
 

@@ -11,8 +11,11 @@ Later calls only run the bound kernel on zero-copy numpy views of the tensors.
 
 Constant inputs (``PycannOp.consts``: a conv's weight and bias, a linear layer's weight) are
 identified by their tensor (a weak reference to it, or to the base of a view such as
-``weight.t()``), data pointer, strides and version counter (``Tensor._version``, bumped by every
-in-place write, e.g. an optimizer step): any change rebinds, so a packed weight is never stale.
+``weight.t()``) and strides, and their state by data pointer and version counter
+(``Tensor._version``, bumped by every in-place write, e.g. an optimizer step): a changed state
+rebinds, so a packed weight is never stale, and the new binding *replaces* the old one (one
+handle per signature and tensor: a training loop that steps the optimizer between forward passes
+keeps one packed copy of each weight, not one per step).
 """
 
 from __future__ import annotations
@@ -35,6 +38,7 @@ class _Handle:
     out_kernel: Any  # out_kernel(inputs, attrs, [out]): the generic kernel writing into ``out``, or None
     attrs: dict[str, Any]
     owners: tuple[Any, ...]  # weak references to the tensors bound as constants
+    state: tuple[Any, ...]  # their (data pointer, version) when bound (``_const_state``)
     bound: bool  # a prepared (bound) kernel, not the generic one
     out_shape: tuple[int, ...]
     out_dtype: torch.dtype
@@ -59,11 +63,19 @@ def _owner(t: torch.Tensor) -> torch.Tensor:
 
 def _const_key(t: Any) -> Any:
     """What identifies constant input ``t`` (a tensor, usually an npu parameter) for binding: its
-    tensor (or view base), storage address and version. Its sizes and strides are in the key
-    already, as its numpy view's (``_key``)."""
+    tensor (or view base). Its sizes and strides are in the key already, as its numpy view's
+    (``_key``); its contents are ``_const_state``."""
     if not isinstance(t, torch.Tensor):
         return None
-    return (id(_owner(t)), t.data_ptr(), t._version)
+    return id(_owner(t))
+
+
+def _const_state(t: Any) -> Any:
+    """The state of constant input ``t`` a binding was made from: storage address and version
+    (a changed one rebinds)."""
+    if not isinstance(t, torch.Tensor):
+        return None
+    return (t.data_ptr(), t._version)
 
 
 def _key(op_type: str, ins: Sequence[np.ndarray | None], attrs: Mapping[str, Any],
@@ -192,8 +204,9 @@ def run(op_type: str, inputs: Sequence[torch.Tensor | None], attrs: Mapping[str,
     key = _key(op_type, ins, attrs, ckeys)
     counters["calls"] += 1
     h = _handles.get(key)
-    if h is not None and any(r() is None for r in h.owners):
-        h = None  # a bound tensor died: its id may now name another one
+    state = tuple(_const_state(t) for _, t in consts) if consts else ()
+    if h is not None and (h.state != state or any(r() is None for r in h.owners)):
+        h = None  # a constant was written or re-pointed, or died (its id may now name another tensor)
     if h is None:
         from pycann.ge.run.singleop import run_op
 
@@ -204,7 +217,7 @@ def run(op_type: str, inputs: Sequence[torch.Tensor | None], attrs: Mapping[str,
         result = torch.from_numpy(res)
         # the handle goes when a bound tensor dies: its packed copy (a conv's weight) must not outlive the model
         owners = tuple(weakref.ref(_owner(t), functools.partial(_drop, key)) for _, t in consts)
-        _handles[key] = _Handle(kernel, out_kernel, full, owners, bound, tuple(result.shape), result.dtype)
+        _handles[key] = _Handle(kernel, out_kernel, full, owners, state, bound, tuple(result.shape), result.dtype)
         counters["binds"] += bound
         return _into(result, out)
     if h.bound:

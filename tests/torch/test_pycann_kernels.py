@@ -253,6 +253,32 @@ def test_a_dead_models_bound_kernels_are_dropped() -> None:
     assert len(_pycann_ops._handles) == 0
 
 
+def test_training_keeps_one_binding_per_weight() -> None:
+    """Every optimizer step writes the weights in place (their version changes): each forward
+    pass rebinds (packs) them, and the new binding replaces the old one. Before, every step's
+    packed copies stayed until the cache's 4096-handle limit (ResNet-50: ~100 MB a step)."""
+    torch.manual_seed(0)
+    cpu = torch.nn.Sequential(torch.nn.Conv2d(3, 8, 3), torch.nn.ReLU(), torch.nn.Flatten(), torch.nn.Linear(8 * 36, 2))
+    npu = torch.nn.Sequential(torch.nn.Conv2d(3, 8, 3), torch.nn.ReLU(), torch.nn.Flatten(), torch.nn.Linear(8 * 36, 2))
+    npu.load_state_dict(cpu.state_dict())
+    npu = npu.npu()
+    opts = [torch.optim.SGD(m.parameters(), lr=0.1) for m in (cpu, npu)]
+    x = torch.randn(4, 3, 8, 8)
+    _pycann_ops.clear()
+    sizes, binds = [], []
+    for _ in range(6):
+        for m, opt, xx in ((cpu, opts[0], x), (npu, opts[1], x.npu())):
+            opt.zero_grad()
+            m(xx).square().mean().backward()
+            opt.step()
+        sizes.append(len(_pycann_ops._handles))
+        binds.append(_pycann_ops.counters["binds"])
+    assert len(set(sizes)) == 1, sizes  # one handle per op signature, whatever the step
+    assert all(b1 > b0 for b0, b1 in zip(binds, binds[1:])), binds  # the changed weights were bound anew
+    for p, q in zip(cpu.parameters(), npu.parameters()):
+        torch.testing.assert_close(q.detach().cpu(), p.detach(), rtol=1e-4, atol=1e-5)
+
+
 def test_addmm_with_beta_or_alpha_and_nan_propagation() -> None:
     c, x, w = _w(3), torch.randn(4, 5), _w(5, 3)
     for kw in ({"beta": 0.5}, {"alpha": 2.0}, {"beta": 0.0}):
