@@ -364,8 +364,10 @@ def _compute(op: Any, info: _OpInfo, args: tuple[Any, ...], kwargs: dict[str, An
         consts: tuple[tuple[int, torch.Tensor], ...] = ()
         if spec.consts:  # the npu tensors themselves: their identity and version key the binding
             npu_ins = spec.inputs(args)
+            # (not an inference tensor: it has no version counter, so a write to it could not be seen)
             consts = tuple((i, npu_ins[i]) for i in spec.consts
-                           if i < len(npu_ins) and isinstance(npu_ins[i], torch.Tensor))
+                           if i < len(npu_ins) and isinstance(npu_ins[i], torch.Tensor)
+                           and not npu_ins[i].is_inference())
         res = _pycann_ops.run(spec.op_type, spec.inputs(cargs), spec.attrs(cargs), dst, consts)
         if dst is not None and res is not dst and not info.inplace:
             ckw["out"] = res  # the npu out tensor takes the result's memory below

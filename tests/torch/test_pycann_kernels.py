@@ -279,6 +279,21 @@ def test_training_keeps_one_binding_per_weight() -> None:
         torch.testing.assert_close(q.detach().cpu(), p.detach(), rtol=1e-4, atol=1e-5)
 
 
+def test_model_made_under_inference_mode() -> None:
+    """Inference tensors have no version counter (reading ``_version`` raises): such weights are
+    not bound as constants, so a conv made under ``torch.inference_mode`` runs, and follows an
+    in-place write to its weight (it raised "Inference tensors do not track version counter")."""
+    torch.manual_seed(0)
+    x = torch.randn(1, 3, 6, 6)
+    with torch.inference_mode():
+        conv = torch.nn.Conv2d(3, 4, 3).npu()
+        for _ in range(2):
+            got = conv(x.npu()).cpu()
+            torch.testing.assert_close(got, torch.nn.functional.conv2d(x, conv.weight.cpu(), conv.bias.cpu()),
+                                       rtol=1e-4, atol=1e-5)
+            conv.weight.mul_(2)
+
+
 def test_addmm_with_beta_or_alpha_and_nan_propagation() -> None:
     c, x, w = _w(3), torch.randn(4, 5), _w(5, 3)
     for kw in ({"beta": 0.5}, {"alpha": 2.0}, {"beta": 0.0}):
