@@ -24,14 +24,14 @@ import time
 import warnings
 import weakref
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, NoReturn
 
 import numpy as np
 import torch
 
 from pycann import config
-from pycann.torch import _pycann_ops, fallback
+from pycann.torch import _fastpath, _pycann_ops, fallback
 from pycann.torch._alias import to_cpu, to_npu
 from pycann.torch.optable import Provider, PycannOp, provider_of, pycann_op
 
@@ -63,6 +63,7 @@ class _OpInfo:
     tensor_kwargs: frozenset[str] = frozenset()
     inplace: bool = False  # argument 0 is written and returned (``relu_``, ``add_.Tensor``)
     cross_device: bool = False  # takes CPU tensors beside npu ones (``_CROSS_DEVICE``): no device check
+    fast: _fastpath.OpCache = field(default_factory=_fastpath.OpCache)  # a pycann op's recorded signatures
 
 
 _infos: dict[int, _OpInfo] = {}  # by id(): OpOverload.__hash__ is Python code, too slow per call
@@ -332,6 +333,11 @@ _UNVERSIONED_WRITES = frozenset({"aten::native_batch_norm", "aten::_native_batch
 
 
 def _compute(op: Any, info: _OpInfo, args: tuple[Any, ...], kwargs: dict[str, Any]) -> tuple[Any, Provider]:
+    spec = info.pycann
+    if spec is not None:
+        fast = _fastpath.run(info.fast, args, kwargs)  # a signature served before (_fastpath)
+        if fast is not None:
+            return fast, info.provider
     index: list[int] = []
     seen: list[Any] = [None, None]
     cargs = list(args)
@@ -354,7 +360,6 @@ def _compute(op: Any, info: _OpInfo, args: tuple[Any, ...], kwargs: dict[str, An
         elif gen >= len(cargs) and ckw.get(name) is None:
             ckw[name] = _npu_generator(dev)
     provider = info.provider
-    spec = info.pycann
     if spec is not None and spec.accepts(cargs, ckw):
         if info.inplace:
             dst = cargs[0]  # relu_, add_: the result goes back into self
@@ -371,6 +376,8 @@ def _compute(op: Any, info: _OpInfo, args: tuple[Any, ...], kwargs: dict[str, An
         res = _pycann_ops.run(spec.op_type, spec.inputs(cargs), spec.attrs(cargs), dst, consts)
         if dst is not None and res is not dst and not info.inplace:
             ckw["out"] = res  # the npu out tensor takes the result's memory below
+        if dst is None or info.inplace:
+            _fastpath.record(info.fast, spec, args, kwargs, info.inplace, consts, dev)
         out: Any = res if spec.result is None else spec.result(res, cargs)
     else:
         if provider is Provider.PYCANN:

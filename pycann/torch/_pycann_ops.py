@@ -231,6 +231,17 @@ def run(op_type: str, inputs: Sequence[torch.Tensor | None], attrs: Mapping[str,
     return _into(torch.from_numpy(res), out)
 
 
+def handle(op_type: str, ins: Sequence[np.ndarray | None], attrs: Mapping[str, Any],
+           consts: Sequence[tuple[int, torch.Tensor]] = ()) -> _Handle | None:
+    """The handle ``run`` holds for this signature (the same arguments as ``run``'s, ``ins`` as
+    numpy views), or None when it holds none or a stale one (a constant written, re-pointed or
+    dead since)."""
+    h = _handles.get(_key(op_type, ins, attrs, tuple((i, _const_key(t)) for i, t in consts)))
+    if h is None or h.state != tuple(_const_state(t) for _, t in consts) or any(r() is None for r in h.owners):
+        return None
+    return h
+
+
 def _same_view(out: torch.Tensor, x: torch.Tensor | None) -> bool:
     """``out`` is input ``x`` itself (an in-place op such as ``relu_`` on a channels-last tensor:
     the elementwise kernel writes any layout)."""
