@@ -376,7 +376,7 @@ def _compute(op: Any, info: _OpInfo, args: tuple[Any, ...], kwargs: dict[str, An
         res = _pycann_ops.run(spec.op_type, spec.inputs(cargs), spec.attrs(cargs), dst, consts)
         if dst is not None and res is not dst and not info.inplace:
             ckw["out"] = res  # the npu out tensor takes the result's memory below
-        if dst is None or info.inplace:
+        if dst is None or info.inplace or (args and kwargs.get("out") is args[0]):
             _fastpath.record(info.fast, spec, args, kwargs, info.inplace, consts, dev)
         out: Any = res if spec.result is None else spec.result(res, cargs)
     else:

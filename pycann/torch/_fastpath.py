@@ -16,7 +16,7 @@ Everything the general path decides (whether the entry accepts the call, the op'
 attributes, the kernel) is a function of exactly that, so a later call with the same signature
 and state (``run``) only makes host views of its run-time tensors, runs the bound kernel and
 wraps the result. Any difference -- a CPU tensor (the device rule), a tensor in a list or an
-``out=`` argument, an inference tensor as a constant (no version counter), another shape, a
+``out=`` argument (but ``out=`` the first argument itself: ``x.add_(y)``), an inference tensor as a constant (no version counter), another shape, a
 constant written in place or re-pointed -- takes the general path, which records anew (the new
 entry replaces the old one: one per signature, so the old packed weights go).
 """
@@ -37,6 +37,7 @@ from pycann.torch._alias import to_cpu, to_npu
 from pycann.torch.optable import PycannOp
 
 _threads = torch.get_num_threads
+_OUT_SELF = ("out", "self")
 _MAX_CALLS = 256  # signatures kept per op overload (a model that feeds ever new shapes just re-records)
 
 
@@ -103,7 +104,10 @@ def signature(cache: OpCache, args: Sequence[Any], kwargs: dict[str, Any]) -> tu
     if kwargs:
         for k, v in kwargs.items():
             if isinstance(v, torch.Tensor):
-                return None  # out= (and any tensor keyword): the general path
+                if k == "out" and args and v is args[0]:
+                    sig.append(_OUT_SELF)  # ``x.add_(y)`` reaches the device as ``add.out(x, y, out=x)``
+                    continue
+                return None  # another out= (and any tensor keyword): the general path
             sig.append((k, tuple(v) if type(v) is list else v))
     return tuple(sig), tuple(state)
 
@@ -192,7 +196,7 @@ def record(cache: OpCache, spec: PycannOp, args: Sequence[Any], kwargs: dict[str
     if h is None:
         return
     into = -1
-    if inplace:
+    if inplace or _OUT_SELF in sig:
         into = where.index(0) if 0 in where else -1
         dst = args[0]
         if into < 0 or h.out_kernel is None or dst.dtype != h.out_dtype or tuple(dst.shape) != h.out_shape:

@@ -130,3 +130,23 @@ def test_out_arguments_take_the_general_path() -> None:
     wrong = torch.empty(0).npu()
     torch.add(a.npu(), b.npu(), out=wrong)  # resized by the general path
     torch.testing.assert_close(wrong.cpu(), a + b)
+
+
+def test_in_place_add_through_out_self() -> None:
+    """``x.add_(y)`` reaches the device as ``add.out(x, y, out=x)``: served in place from the
+    second call, on both layouts, and ``out=`` another tensor still takes the general path."""
+    torch.manual_seed(0)
+    for fmt in (torch.contiguous_format, torch.channels_last):
+        x, y = (torch.randn(2, 8, 5, 5).contiguous(memory_format=fmt) for _ in range(2))
+        for _ in range(3):
+            t, u = x.npu(), y.npu()
+            assert t.add_(u) is t
+            torch.testing.assert_close(t.cpu(), x + y)
+            assert torch.add(u, t, out=u) is u
+            torch.testing.assert_close(u.cpu(), y + x + y)
+    assert _recorded("aten::add.out") >= 1
+    a, b = torch.randn(3, 4), torch.randn(3, 4)
+    other = torch.empty(3, 4).npu()
+    for _ in range(2):
+        torch.add(a.npu(), b.npu(), out=other)
+        torch.testing.assert_close(other.cpu(), a + b)
