@@ -38,6 +38,7 @@ from pycann.torch.optable import PycannOp
 
 _threads = torch.get_num_threads
 _OUT_SELF = ("out", "self")
+_PLAIN = (int, float, bool)
 _MAX_CALLS = 256  # signatures kept per op overload (a model that feeds ever new shapes just re-records)
 
 
@@ -88,16 +89,20 @@ def signature(cache: OpCache, args: Sequence[Any], kwargs: dict[str, Any]) -> tu
                 sig.append(a.get_device())
                 first = False
             if i in consts:
-                if a.is_inference():
+                try:
+                    state.append((a.data_ptr(), a._version))
+                except RuntimeError:  # an inference tensor: no version counter
                     return None
                 sig.append((id(_owner(a)), a.dtype, a.shape, a.stride()))
-                state.append((a.data_ptr(), a._version))
             else:
                 sig.append((a.dtype, a.shape, a.stride()))
         elif type(a) is list or type(a) is tuple:
-            for e in a:
-                if isinstance(e, torch.Tensor):
-                    return None
+            # int[] / float[] (a conv's strides, pads): a schema list holds one type, so its first
+            # element says; Tensor[] / Tensor?[] take the general path
+            if a and type(a[0]) not in _PLAIN:
+                for e in a:
+                    if isinstance(e, torch.Tensor):
+                        return None
             sig.append(tuple(a))
         else:
             sig.append(a)
@@ -120,7 +125,10 @@ def run(cache: OpCache, args: Sequence[Any], kwargs: dict[str, Any]) -> Any:
     ss = signature(cache, args, kwargs)
     if ss is None:
         return None
-    fc = cache.calls.get(ss[0])
+    try:
+        fc = cache.calls.get(ss[0])
+    except TypeError:  # an argument value that cannot be a key (a nested list): the general path
+        return None
     if fc is None or fc.state != ss[1]:
         return None
     ins = list(fc.template)
@@ -185,6 +193,10 @@ def record(cache: OpCache, spec: PycannOp, args: Sequence[Any], kwargs: dict[str
     if ss is None:
         return
     sig, state = ss
+    try:
+        hash(sig)
+    except TypeError:
+        return
     const_at = {j for j, _ in consts}
     # the constants' host views of *detached* aliases: a view of the tensor itself would hold its
     # TensorImpl and so keep the Python object (and this entry) alive for good
