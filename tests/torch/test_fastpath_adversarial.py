@@ -1,0 +1,96 @@
+"""Adversarial checks of the eager npu paths (``_fastpath`` and the general ``_compute`` it
+shortcuts) against torch's CPU answers. Each test failed when it was written."""
+
+from __future__ import annotations
+
+import copy
+
+import pytest
+import torch
+
+import pycann.torch  # noqa: F401  (the npu device)
+from pycann.torch import _dispatch
+
+
+@pytest.fixture(autouse=True)
+def _default_kernels() -> None:
+    _dispatch.use_kernels(None)
+
+
+def test_batch_norm_training_forward_then_backward() -> None:
+    """A train-mode batch norm with autograd on: NativeBatchNormBackward0 saves running_mean and
+    running_var, and the dispatcher's ``_version`` bump of them after the kernel
+    (``_UNVERSIONED_WRITES``) makes backward raise "one of the variables needed for gradient
+    computation has been modified by an inplace operation". Plain eager BN training fails."""
+    torch.manual_seed(0)
+    bn = torch.nn.BatchNorm2d(3)
+    npu = copy.deepcopy(bn).npu()
+    x = torch.randn(2, 3, 4, 4)
+    xc, xn = x.clone().requires_grad_(), x.npu().requires_grad_()
+    bn(xc).square().sum().backward()
+    npu(xn).square().sum().backward()
+    torch.testing.assert_close(xn.grad.cpu(), xc.grad, rtol=1e-4, atol=1e-5)
+    torch.testing.assert_close(npu.weight.grad.cpu(), bn.weight.grad, rtol=1e-4, atol=1e-5)
+    torch.testing.assert_close(npu.running_mean.cpu(), bn.running_mean)
+
+
+def test_batch_norm_statistics_follow_training_with_grad_between_evals() -> None:
+    """Validate / train / validate with autograd on in the train step: the eval answers must
+    use the statistics the train step left (the cached BN constants must not go stale)."""
+    torch.manual_seed(0)
+    bn = torch.nn.BatchNorm2d(3)
+    npu = copy.deepcopy(bn).npu()
+    x = torch.randn(2, 3, 4, 4)
+    for step in range(2):
+        bn.eval(), npu.eval()
+        with torch.no_grad():
+            for _ in range(2):  # the second call is the fast path's
+                torch.testing.assert_close(npu(x.npu()).cpu(), bn(x), rtol=1e-4, atol=1e-5)
+        bn.train(), npu.train()
+        xt = torch.randn(4, 3, 4, 4) * (step + 2) + 1
+        bn(xt.clone().requires_grad_()).sum().backward()
+        npu(xt.npu().requires_grad_()).sum().backward()
+
+
+def test_conv_weight_written_through_data_is_followed() -> None:
+    """``p.data.mul_(...)`` (EMA updates, old-style init and optimizers) writes the weight's
+    storage through a tensor with its own version counter: the packed weight the conv was bound
+    with (fast path and general path alike) stays the old one."""
+    torch.manual_seed(0)
+    conv = torch.nn.Conv2d(3, 4, 3).eval()
+    npu = copy.deepcopy(conv).npu()
+    x = torch.randn(2, 3, 6, 6)
+    with torch.no_grad():
+        for _ in range(2):
+            npu(x.npu())
+        conv.weight.data.mul_(-2)
+        npu.weight.data.mul_(-2)
+        for _ in range(2):
+            torch.testing.assert_close(npu(x.npu()).cpu(), conv(x), rtol=1e-4, atol=1e-5)
+
+
+def test_batch_norm_statistics_written_through_data_are_followed() -> None:
+    torch.manual_seed(0)
+    bn = torch.nn.BatchNorm2d(5).eval()
+    npu = copy.deepcopy(bn).npu()
+    x = torch.randn(2, 5, 4, 4)
+    with torch.no_grad():
+        for _ in range(2):
+            npu(x.npu())
+        for m in (bn, npu):
+            m.running_mean.data.add_(3.0)
+        for _ in range(2):
+            torch.testing.assert_close(npu(x.npu()).cpu(), bn(x), rtol=1e-4, atol=1e-5)
+
+
+@pytest.mark.parametrize("op", [torch.add, torch.mul])
+def test_out_partially_overlapping_an_input_raises(op) -> None:  # noqa: ANN001
+    """``op(a, a.t(), out=a)``: torch's CPU kernel refuses a written-to tensor that partially
+    overlaps an input (as ``a.add_(a.t())`` on npu already does); npu computes silently."""
+    a = torch.randn(4, 4)
+    with pytest.raises(RuntimeError, match="single memory location"):
+        op(a, a.t(), out=a)
+    t = a.npu()
+    for _ in range(2):
+        with pytest.raises(RuntimeError, match="single memory location"):
+            op(t, t.t(), out=t)
