@@ -94,3 +94,28 @@ def test_out_partially_overlapping_an_input_raises(op) -> None:  # noqa: ANN001
     for _ in range(2):
         with pytest.raises(RuntimeError, match="single memory location"):
             op(t, t.t(), out=t)
+
+
+def test_compiled_eval_follows_npu_statistics_trained_with_grad() -> None:
+    """torch.compile(backend="npu") embeds an npu BatchNorm's statistics; a train step with
+    autograd (no version bump possible: backward saved them) must still reach the plan."""
+    torch.manual_seed(0)
+    m = torch.nn.Sequential(torch.nn.Conv2d(3, 4, 3), torch.nn.BatchNorm2d(4), torch.nn.ReLU()).npu()
+    c = torch.compile(m, backend="npu")
+    x = torch.randn(2, 3, 6, 6)
+
+    def want() -> torch.Tensor:
+        cpu = torch.nn.Sequential(torch.nn.Conv2d(3, 4, 3), torch.nn.BatchNorm2d(4), torch.nn.ReLU()).eval()
+        cpu.load_state_dict({k: v.cpu().clone() for k, v in m.state_dict().items()})
+        with torch.no_grad():
+            return cpu(x)
+
+    m.eval()
+    with torch.no_grad():
+        torch.testing.assert_close(c(x.npu()).cpu(), want(), rtol=1e-4, atol=1e-4)
+    m.train()
+    m(torch.randn(4, 3, 6, 6).npu() * 3 + 1).sum().backward()
+    m.eval()
+    with torch.no_grad():
+        torch.testing.assert_close(m(x.npu()).cpu(), want(), rtol=1e-4, atol=1e-4)
+        torch.testing.assert_close(c(x.npu()).cpu(), want(), rtol=1e-4, atol=1e-4)
