@@ -327,8 +327,10 @@ def _kernel(op: Any, *args: Any, **kwargs: Any) -> Any:
 
 
 # train-mode batch norms (input, weight, bias, running_mean, running_var, training, ...): torch's
-# kernel writes the running statistics without bumping their ``_version``; bumped here, since the bound kernels' constant caches
-# (``_pycann_ops._const_state``) and torch.compile's plans (``compile/frozen.py``) key on it
+# kernel writes the running statistics without bumping their ``_version``, and it must stay so:
+# NativeBatchNormBackward0 saved them, and a bump fails its backward ("modified by an inplace
+# operation"). The write is counted instead (``_pycann_ops.stat_writes``), which the bound batch
+# norms' constant state includes; torch.compile's plans compare npu statistics by value (frozen.py)
 _UNVERSIONED_WRITES = frozenset({"aten::native_batch_norm", "aten::_native_batch_norm_legit"})
 
 
@@ -408,9 +410,7 @@ def _compute(op: Any, info: _OpInfo, args: tuple[Any, ...], kwargs: dict[str, An
                     ckw[name] = torch.empty(0, dtype=ckw[name].dtype)
             out = op._op(*cargs, **ckw)
     if info.name in _UNVERSIONED_WRITES and len(args) > 5 and args[5]:  # training: the statistics were written
-        for t in args[3:5]:
-            if isinstance(t, torch.Tensor) and not t.is_inference():
-                torch.autograd.graph.increment_version(t)
+        _pycann_ops.stat_writes[0] += 1
     if not info.mutable_args:
         return _up(out, dev), provider
     # in-place / out=: the npu arguments are the results; follow a resize the kernel made

@@ -114,6 +114,8 @@ def signature(cache: OpCache, args: Sequence[Any], kwargs: dict[str, Any]) -> tu
                     continue
                 return None  # another out= (and any tensor keyword): the general path
             sig.append((k, tuple(v) if type(v) is list else v))
+    if state:  # train-mode batch norms write statistics without a version bump (``_pycann_ops._state``)
+        state.append(_pycann_ops.stat_writes[0])
     return tuple(sig), tuple(state)
 
 

@@ -48,6 +48,9 @@ _handles: dict[tuple[Any, ...], _Handle] = {}
 _threads = torch.get_num_threads
 counters = {"calls": 0, "bound_calls": 0, "binds": 0}
 """Calls served here, calls that ran a bound (prepared) kernel, and kernels bound so far."""
+stat_writes = [0]
+"""Train-mode batch norms run so far on npu tensors (``_dispatch``): they write running statistics
+without a ``_version`` bump, so a BatchNormalization's constant state includes this count."""
 
 
 def _drop(key: tuple[Any, ...], ref: Any) -> None:
@@ -76,6 +79,15 @@ def _const_state(t: Any) -> Any:
     if not isinstance(t, torch.Tensor):
         return None
     return (t.data_ptr(), t._version)
+
+
+def _state(op_type: str, consts: Sequence[tuple[int, torch.Tensor]]) -> tuple[Any, ...]:
+    """The constants' state a binding is made from (``_const_state``), and for a batch norm the
+    count of train-mode batch norms run (they write the statistics without a version bump)."""
+    if not consts:
+        return ()
+    state = tuple(_const_state(t) for _, t in consts)
+    return state + (stat_writes[0],) if op_type == "BatchNormalization" else state
 
 
 def _key(op_type: str, ins: Sequence[np.ndarray | None], attrs: Mapping[str, Any],
@@ -204,7 +216,7 @@ def run(op_type: str, inputs: Sequence[torch.Tensor | None], attrs: Mapping[str,
     key = _key(op_type, ins, attrs, ckeys)
     counters["calls"] += 1
     h = _handles.get(key)
-    state = tuple(_const_state(t) for _, t in consts) if consts else ()
+    state = _state(op_type, consts)
     if h is not None and (h.state != state or any(r() is None for r in h.owners)):
         h = None  # a constant was written or re-pointed, or died (its id may now name another tensor)
     if h is None:
@@ -237,7 +249,7 @@ def handle(op_type: str, ins: Sequence[np.ndarray | None], attrs: Mapping[str, A
     numpy views), or None when it holds none or a stale one (a constant written, re-pointed or
     dead since)."""
     h = _handles.get(_key(op_type, ins, attrs, tuple((i, _const_key(t)) for i, t in consts)))
-    if h is None or h.state != tuple(_const_state(t) for _, t in consts) or any(r() is None for r in h.owners):
+    if h is None or h.state != _state(op_type, consts) or any(r() is None for r in h.owners):
         return None
     return h
 

@@ -85,11 +85,11 @@ def format_graph_report() -> str:
 
 
 def _running_stats(gm: torch.fx.GraphModule, example_inputs: Sequence[Any]) -> list[bool]:
-    """Which placeholders are CPU BatchNorm running statistics (``frozen.py``: written without a
-    version bump by a train-mode forward)."""
+    """Which placeholders are BatchNorm running statistics, CPU or npu (``frozen.py``: written
+    without a version bump by a train-mode forward)."""
     names = [str(n.target) for n in gm.graph.nodes if n.op == "placeholder"]
     return [("_buffers_running_mean" in n or "_buffers_running_var" in n) and isinstance(t, torch.Tensor)
-            and t.device.type == "cpu" and t.is_contiguous() for n, t in zip(names, example_inputs)]
+            and t.device.type in ("cpu", "npu") and t.is_contiguous() for n, t in zip(names, example_inputs)]
 
 
 def _static_inputs(gm: torch.fx.GraphModule) -> list[bool]:

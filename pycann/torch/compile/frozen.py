@@ -19,6 +19,15 @@ import numpy as np
 import torch
 
 
+def _host(t: torch.Tensor) -> torch.Tensor:
+    """``t`` itself on the CPU, a CPU view of its memory on npu (``_alias.to_cpu``)."""
+    if t.device.type == "cpu":
+        return t
+    from pycann.torch._alias import to_cpu
+
+    return to_cpu(t)
+
+
 class FrozenWeights:
     """The identity, in-place version counter and storage of each static (lifted) input.
 
@@ -31,15 +40,15 @@ class FrozenWeights:
     tensors, ~30 us measured).
 
     ``by_value``: static inputs also compared by their bytes each call (a snapshot). Why: a
-    train-mode BatchNorm forward on CPU tensors updates ``running_mean`` / ``running_var`` inside
+    train-mode BatchNorm forward on CPU or npu tensors updates ``running_mean`` / ``running_var`` inside
     ATen's kernel without bumping their ``_version``, so an eval call after it gave the old
     statistics' answer. These are small (a value per channel)."""
 
     def __init__(self, args: Sequence[Any], static: Sequence[bool], by_value: Sequence[bool] = ()) -> None:
         self.index = [i for i, s in enumerate(static) if s]
         # byte views of their storage (a swapped storage fails the data_ptr check first; bytes for
-        # any dtype, bfloat16 included; ``by_value`` tensors are contiguous CPU tensors)
-        self._views = [args[i].detach().reshape(-1).view(torch.uint8).numpy()
+        # any dtype, bfloat16 included; ``by_value`` tensors are contiguous CPU or npu tensors)
+        self._views = [_host(args[i].detach()).reshape(-1).view(torch.uint8).numpy()
                        for i in self.index if i < len(by_value) and by_value[i]]
         self._snapshot = self._bytes()
         self._refs: list[weakref.ref[torch.Tensor]] = []
