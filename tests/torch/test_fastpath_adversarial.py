@@ -119,3 +119,15 @@ def test_compiled_eval_follows_npu_statistics_trained_with_grad() -> None:
     with torch.no_grad():
         torch.testing.assert_close(m(x.npu()).cpu(), want(), rtol=1e-4, atol=1e-4)
         torch.testing.assert_close(c(x.npu()).cpu(), want(), rtol=1e-4, atol=1e-4)
+
+
+@pytest.mark.parametrize("op", [torch.mul, torch.add])
+def test_tensors_on_two_npu_devices_raise(op) -> None:  # noqa: ANN001
+    """PyTorch's device rule (CUDA, torch_npu): an op's tensors share one device. npu:0 with npu:1
+    ran silently (the rule was checked for CPU tensors only), and a signature recorded on npu:0
+    tensors was served by the fast path for a call whose second tensor is on npu:1."""
+    a, b = torch.randn(3, 4), torch.randn(3, 4)
+    for _ in range(2):
+        torch.testing.assert_close(op(a.npu(), b.npu()).cpu(), op(a, b))  # recorded
+        with pytest.raises(RuntimeError, match="same device"):
+            op(a.to("npu:0"), b.to("npu:1"))
