@@ -181,7 +181,8 @@ def _cached_view(x: torch.Tensor) -> torch.Tensor:
 def _down(x: Any, index: list[int], seen: list[Any]) -> Any:
     """npu tensors (also inside lists) -> CPU tensors over the same memory. ``seen`` collects what
     PyTorch's device rule looks at (``_device_error``), in this same pass: ``seen[0]`` the first
-    CPU tensor that is not a 0-dim scalar, ``seen[1]`` the first npu tensor."""
+    CPU tensor that is not a 0-dim scalar, ``seen[1]`` the first npu tensor, ``seen[2]`` the first
+    npu tensor on another npu device than ``seen[1]``."""
     if isinstance(x, torch.Tensor):
         if x.is_cpu:  # (C getters; x.device would build a device object per call)
             if seen[0] is None and x.dim() != 0:
@@ -191,6 +192,8 @@ def _down(x: Any, index: list[int], seen: list[Any]) -> Any:
             return x
         if seen[1] is None:
             seen[1] = x
+        elif seen[2] is None and x.get_device() != seen[1].get_device():
+            seen[2] = x
         if not index:
             index.append(x.get_device())
         return _cached_view(x)
@@ -341,7 +344,7 @@ def _compute(op: Any, info: _OpInfo, args: tuple[Any, ...], kwargs: dict[str, An
         if fast is not None:
             return fast, info.provider
     index: list[int] = []
-    seen: list[Any] = [None, None]
+    seen: list[Any] = [None, None, None]
     cargs = list(args)
     n = len(cargs)
     for i in info.tensor_args:
@@ -353,6 +356,8 @@ def _compute(op: Any, info: _OpInfo, args: tuple[Any, ...], kwargs: dict[str, An
         # the CPU kernels below would accept the CPU tensor: PyTorch's device check is a device
         # kernel's (TensorIterator's, cat's), so it is made here, for out= / in-place forms too
         _device_error(info, seen[1])
+    if seen[2] is not None and not info.cross_device:
+        _device_error(info, seen[1], seen[2])
     dev = index[0] if index else 0
     gen = info.generator_arg
     if gen >= 0:
@@ -436,11 +441,14 @@ _CROSS_DEVICE = frozenset({"aten::index", "aten::index_put", "aten::index_put_",
                            "aten::copy_", "aten::set_", "aten::_local_scalar_dense", "aten::equal"})
 
 
-def _device_error(info: _OpInfo, npu: torch.Tensor) -> NoReturn:
+def _device_error(info: _OpInfo, npu: torch.Tensor, other: torch.Tensor | None = None) -> NoReturn:
     """PyTorch's device rule, as CUDA (and torch_npu) enforce it: an op on npu tensors takes no CPU
     tensor but a 0-dim one (a scalar; ``_down`` finds both in its pass). Raises RuntimeError with
     PyTorch's message, so code that mixes devices fails here as it would on a real NPU instead of
     silently running."""
+    if other is not None:  # two npu devices
+        raise RuntimeError(f"Expected all tensors to be on the same device, but found at least two devices, "
+                           f"npu:{npu.get_device()} and npu:{other.get_device()}! (in {info.name})")
     raise RuntimeError(f"Expected all tensors to be on the same device, but found at least two devices, "
                        f"npu:{npu.get_device()} and cpu! (in {info.name}; move the CPU tensor with .npu() "
                        f"or .to(device))")

@@ -81,13 +81,17 @@ def signature(cache: OpCache, args: Sequence[Any], kwargs: dict[str, Any]) -> tu
     sig: list[Any] = [_threads()]
     state: list[Any] = []
     first = True
+    dev = -1
     for i, a in enumerate(args):
         if isinstance(a, torch.Tensor):
             if a.is_cpu or a.is_meta:
                 return None  # the device rule and CPU scalars: the general path's
             if first:
-                sig.append(a.get_device())
+                dev = a.get_device()
+                sig.append(dev)
                 first = False
+            elif a.get_device() != dev:
+                return None  # two npu devices: the general path's device rule
             if i in consts:
                 try:
                     state.append((a.data_ptr(), a._version))
