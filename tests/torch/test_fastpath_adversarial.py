@@ -131,3 +131,23 @@ def test_tensors_on_two_npu_devices_raise(op) -> None:  # noqa: ANN001
         torch.testing.assert_close(op(a.npu(), b.npu()).cpu(), op(a, b))  # recorded
         with pytest.raises(RuntimeError, match="same device"):
             op(a.to("npu:0"), b.to("npu:1"))
+
+
+def _recorded(name: str) -> int:
+    return sum(len(i.fast.calls) for i in _dispatch._infos.values() if i.name == name)
+
+
+def test_convolutions_with_and_without_bias_both_take_the_fast_path() -> None:
+    """The op's constant arguments were fixed by its first recorded call: after a biased conv, a
+    bias-free conv (or the reverse: a ResNet backbone and a detection head) never took the fast
+    path again (performance, not answers: the answers are checked too)."""
+    torch.manual_seed(0)
+    biased, plain = torch.nn.Conv2d(3, 4, 3).eval(), torch.nn.Conv2d(3, 4, 3, bias=False).eval()
+    nb, npl = copy.deepcopy(biased).npu(), copy.deepcopy(plain).npu()
+    x = torch.randn(1, 3, 6, 6)
+    before = _recorded("aten::convolution")
+    with torch.no_grad():
+        for _ in range(2):
+            torch.testing.assert_close(nb(x.npu()).cpu(), biased(x), rtol=1e-4, atol=1e-5)
+            torch.testing.assert_close(npl(x.npu()).cpu(), plain(x), rtol=1e-4, atol=1e-5)
+    assert _recorded("aten::convolution") == before + 2
