@@ -193,8 +193,11 @@ def record(cache: OpCache, spec: PycannOp, args: Sequence[Any], kwargs: dict[str
     const_args = frozenset(where[j] for j, _ in consts)
     if cache.const_args is None:
         cache.const_args = const_args
-    elif cache.const_args != const_args:
-        return  # another set of constant arguments than the op's first call: the general path
+    elif not const_args <= cache.const_args:
+        # more constant arguments than the op's calls so far (a conv's bias after bias-free convs):
+        # the union. The signatures recorded before held no tensor at the new ones (a None bias
+        # stays the value None), or an inference tensor, which no call matches any more
+        cache.const_args = cache.const_args | const_args
     ss = signature(cache, args, kwargs)
     if ss is None:
         return
