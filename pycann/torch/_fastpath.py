@@ -59,12 +59,13 @@ class FastCall:
 class OpCache:
     """Per op overload: the ATen arguments bound as constants, and the recorded signatures."""
 
-    __slots__ = ("const_args", "calls", "off")
+    __slots__ = ("const_args", "calls", "off", "stats")
 
     def __init__(self) -> None:
         self.const_args: frozenset[int] | None = None  # None: nothing recorded yet
         self.calls: dict[tuple[Any, ...], FastCall] = {}
         self.off = False  # this op's arguments cannot be mapped to its inputs: always the general path
+        self.stats = False  # a batch norm: its state includes the train-mode batch norms' count
 
 
 def _owner(t: torch.Tensor) -> torch.Tensor:
@@ -118,7 +119,7 @@ def signature(cache: OpCache, args: Sequence[Any], kwargs: dict[str, Any]) -> tu
                     continue
                 return None  # another out= (and any tensor keyword): the general path
             sig.append((k, tuple(v) if type(v) is list else v))
-    if state:  # train-mode batch norms write statistics without a version bump (``_pycann_ops._state``)
+    if cache.stats:  # train-mode batch norms write statistics without a version bump (``_pycann_ops._state``)
         state.append(_pycann_ops.stat_writes[0])
     return tuple(sig), tuple(state)
 
@@ -198,6 +199,7 @@ def record(cache: OpCache, spec: PycannOp, args: Sequence[Any], kwargs: dict[str
         # the union. The signatures recorded before held no tensor at the new ones (a None bias
         # stays the value None), or an inference tensor, which no call matches any more
         cache.const_args = cache.const_args | const_args
+    cache.stats = spec.op_type == "BatchNormalization"
     ss = signature(cache, args, kwargs)
     if ss is None:
         return
