@@ -356,7 +356,8 @@ def _compute(op: Any, info: _OpInfo, args: tuple[Any, ...], kwargs: dict[str, An
         # the CPU kernels below would accept the CPU tensor: PyTorch's device check is a device
         # kernel's (TensorIterator's, cat's), so it is made here, for out= / in-place forms too
         _device_error(info, seen[1])
-    if seen[2] is not None and not info.cross_device:
+    if seen[2] is not None and not info.cross_device and not info.name.startswith("aten::_foreach_"):
+        # (a foreach op's lists may span devices: each pair of elements shares one, as on CUDA)
         _device_error(info, seen[1], seen[2])
     dev = index[0] if index else 0
     gen = info.generator_arg
