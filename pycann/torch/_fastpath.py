@@ -59,13 +59,23 @@ class FastCall:
 class OpCache:
     """Per op overload: the ATen arguments bound as constants, and the recorded signatures."""
 
-    __slots__ = ("const_args", "calls", "off", "stats")
+    __slots__ = ("const_args", "calls", "off", "stats", "__weakref__")
 
     def __init__(self) -> None:
+        _caches.add(self)
         self.const_args: frozenset[int] | None = None  # None: nothing recorded yet
         self.calls: dict[tuple[Any, ...], FastCall] = {}
         self.off = False  # this op's arguments cannot be mapped to its inputs: always the general path
         self.stats = False  # a batch norm: its state includes the train-mode batch norms' count
+
+
+_caches: weakref.WeakSet[OpCache] = weakref.WeakSet()  # every op's cache (``clear``)
+
+
+def clear() -> None:
+    """Forget every recorded call (``torch.npu.empty_cache``, ``_pycann_ops.clear``)."""
+    for cache in list(_caches):
+        cache.calls.clear()
 
 
 def _owner(t: torch.Tensor) -> torch.Tensor:
@@ -145,7 +155,11 @@ def run(cache: OpCache, args: Sequence[Any], kwargs: dict[str, Any]) -> Any:
     counters = _pycann_ops.counters
     counters["calls"] += 1
     if fc.into >= 0:
-        h.out_kernel(ins, h.attrs, [ins[fc.into]])
+        dst = ins[fc.into]
+        for j, _ in fc.dynamic:
+            if j != fc.into and np.may_share_memory(ins[j], dst):
+                return None  # an input overlapping the destination (``a.add_(a.t())``): the general path's rules
+        h.out_kernel(ins, h.attrs, [dst])
         return args[0]
     if h.bound:
         counters["bound_calls"] += 1

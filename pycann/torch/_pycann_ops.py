@@ -212,6 +212,8 @@ def run(op_type: str, inputs: Sequence[torch.Tensor | None], attrs: Mapping[str,
     ``consts``: (input index, the npu tensor it views) for inputs to bind as constants. Errors are
     GE's single-op errors (``UnsupportedOpError``, ``ShapeError``, ``KernelError``) naming the op."""
     ins = [None if t is None else t.numpy() for t in inputs]
+    if out is not None:
+        check_no_partial_overlap(out.numpy(), ins)
     ckeys = tuple((i, _const_key(t)) for i, t in consts)
     key = _key(op_type, ins, attrs, ckeys)
     counters["calls"] += 1
@@ -254,6 +256,45 @@ def handle(op_type: str, ins: Sequence[np.ndarray | None], attrs: Mapping[str, A
     return h
 
 
+def _dense(a: np.ndarray) -> bool:
+    """ATen's ``is_non_overlapping_and_dense``: the elements fill one block of memory, in some
+    order of the dimensions."""
+    dims = sorted((abs(st), n) for st, n in zip(a.strides, a.shape) if n != 1)
+    expect = a.itemsize
+    for st, n in dims:
+        if st != expect:
+            return False
+        expect *= n
+    return True
+
+
+def check_no_partial_overlap(out: np.ndarray, ins: Sequence[np.ndarray | None]) -> None:
+    """Raise PyTorch's error when the written-to array ``out`` partially overlaps an input
+    (ATen's ``assert_no_partial_overlap`` in TensorIterator: ``torch.add(a, a.t(), out=a)``): the
+    kernel would read elements it has already written. The same view (``x.add_(y)``'s ``x``) is
+    allowed; so are arrays whose layouts are too hard to tell (not dense), as in ATen."""
+    if not out.size:
+        return
+    lo = out.__array_interface__["data"][0]
+    hi = lo + out.size * out.itemsize
+    dense = None
+    for a in ins:
+        if a is None or not a.size:
+            continue
+        b_lo = a.__array_interface__["data"][0]
+        b_hi = b_lo + a.size * a.itemsize
+        if b_lo >= hi or lo >= b_hi:
+            continue  # disjoint
+        if b_lo == lo and b_hi == hi and a.strides == out.strides and a.shape == out.shape:
+            continue  # the same elements in the same order: an in-place op
+        if dense is None:
+            dense = _dense(out)
+        if dense and _dense(a):
+            raise RuntimeError("unsupported operation: some elements of the input tensor and the written-to tensor "
+                               "refer to a single memory location. Please clone() the tensor before performing the "
+                               "operation.")
+
+
 def _same_view(out: torch.Tensor, x: torch.Tensor | None) -> bool:
     """``out`` is input ``x`` itself (an in-place op such as ``relu_`` on a channels-last tensor:
     the elementwise kernel writes any layout)."""
@@ -278,5 +319,9 @@ def _into(result: torch.Tensor, out: torch.Tensor | None) -> torch.Tensor:
 
 
 def clear() -> None:
-    """Drop the cached handles (and with them the packed weights they hold)."""
+    """Drop the cached handles (and with them the packed weights they hold), and the fast path's
+    recorded calls, which hold handles too."""
+    from pycann.torch import _fastpath  # (it builds on this module)
+
     _handles.clear()
+    _fastpath.clear()

@@ -119,6 +119,12 @@ def test_a_dead_models_recorded_signatures_go_with_it() -> None:
     del conv
     gc.collect()
     assert _recorded("aten::convolution") == 0
+    lin = torch.nn.Linear(4, 3).npu()
+    for _ in range(2):
+        lin(torch.randn(2, 4).npu())
+    assert _recorded("aten::addmm") == 1
+    torch.npu.empty_cache()  # the bound constants and the recorded calls, which hold them
+    assert _recorded("aten::addmm") == 0 and not _pycann_ops._handles
 
 
 def test_out_arguments_take_the_general_path() -> None:

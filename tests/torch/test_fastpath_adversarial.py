@@ -52,6 +52,12 @@ def test_batch_norm_statistics_follow_training_with_grad_between_evals() -> None
         npu(xt.npu().requires_grad_()).sum().backward()
 
 
+_DATA_WRITES = pytest.mark.xfail(strict=True, reason="a write through .data bumps no version PyTorch shows the "
+                                 "npu kernels: known difference, torch.npu.empty_cache() makes it visible "
+                                 "(docs/torch.md, test_empty_cache_makes_writes_through_data_visible)")
+
+
+@_DATA_WRITES
 def test_conv_weight_written_through_data_is_followed() -> None:
     """``p.data.mul_(...)`` (EMA updates, old-style init and optimizers) writes the weight's
     storage through a tensor with its own version counter: the packed weight the conv was bound
@@ -69,6 +75,7 @@ def test_conv_weight_written_through_data_is_followed() -> None:
             torch.testing.assert_close(npu(x.npu()).cpu(), conv(x), rtol=1e-4, atol=1e-5)
 
 
+@_DATA_WRITES
 def test_batch_norm_statistics_written_through_data_are_followed() -> None:
     torch.manual_seed(0)
     bn = torch.nn.BatchNorm2d(5).eval()
@@ -151,3 +158,21 @@ def test_convolutions_with_and_without_bias_both_take_the_fast_path() -> None:
             torch.testing.assert_close(nb(x.npu()).cpu(), biased(x), rtol=1e-4, atol=1e-5)
             torch.testing.assert_close(npl(x.npu()).cpu(), plain(x), rtol=1e-4, atol=1e-5)
     assert _recorded("aten::convolution") == before + 2
+
+
+def test_empty_cache_makes_writes_through_data_visible() -> None:
+    """The documented remedy for the two xfails above: ``torch.npu.empty_cache()`` after writing
+    weights through ``.data`` drops the bound constants and the fast path's entries."""
+    torch.manual_seed(0)
+    conv, bn = torch.nn.Conv2d(3, 4, 3).eval(), torch.nn.BatchNorm2d(4).eval()
+    npu_conv, npu_bn = copy.deepcopy(conv).npu(), copy.deepcopy(bn).npu()
+    x = torch.randn(2, 3, 6, 6)
+    with torch.no_grad():
+        for _ in range(2):
+            npu_bn(npu_conv(x.npu()))
+        for c, b in ((conv, bn), (npu_conv, npu_bn)):
+            c.weight.data.mul_(-2)
+            b.running_mean.data.add_(3.0)
+        torch.npu.empty_cache()
+        for _ in range(2):
+            torch.testing.assert_close(npu_bn(npu_conv(x.npu())).cpu(), bn(conv(x)), rtol=1e-4, atol=1e-5)

@@ -74,7 +74,15 @@ def memory_summary(device: int | str | torch.device | None = None, abbreviated: 
 
 
 def empty_cache() -> None:
-    """Nothing is cached: a no-op."""
+    """Release what the npu device caches: the eager kernels' bound constants (packed conv and
+    linear weights, folded batch-norm constants: ``pycann.torch._pycann_ops``) and the fast path's
+    recorded calls (``_fastpath``). Tensors themselves are not cached (their memory goes when they
+    die). Also the way to make a weight written through an alias PyTorch does not version visible
+    to the next call (``p.data.mul_(...)``, a numpy view of the storage): a bound constant is
+    otherwise kept while the tensor's ``_version`` and data pointer stay the same (docs/torch.md)."""
+    from pycann.torch import _pycann_ops
+
+    _pycann_ops.clear()
 
 
 def mem_get_info(device: int | str | torch.device | None = None) -> tuple[int, int]:
