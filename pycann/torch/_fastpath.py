@@ -156,8 +156,8 @@ def run(cache: OpCache, args: Sequence[Any], kwargs: dict[str, Any]) -> Any:
     counters["calls"] += 1
     if fc.into >= 0:
         dst = ins[fc.into]
-        for j, _ in fc.dynamic:
-            if j != fc.into and np.may_share_memory(ins[j], dst):
+        for j, k in fc.dynamic:
+            if j != fc.into and args[k] is not args[0] and np.may_share_memory(ins[j], dst):
                 return None  # an input overlapping the destination (``a.add_(a.t())``): the general path's rules
         h.out_kernel(ins, h.attrs, [dst])
         return args[0]
@@ -219,9 +219,11 @@ def record(cache: OpCache, spec: PycannOp, args: Sequence[Any], kwargs: dict[str
         return
     sig, state = ss
     try:
-        hash(sig)
-    except TypeError:
+        fc = cache.calls.get(sig)
+    except TypeError:  # an unhashable argument value
         return
+    if fc is not None and fc.state == state:
+        return  # recorded already (``run`` declined this call for its own reason)
     const_at = {j for j, _ in consts}
     # the constants' host views of *detached* aliases: a view of the tensor itself would hold its
     # TensorImpl and so keep the Python object (and this entry) alive for good
