@@ -36,6 +36,7 @@ from pycann.config import apply_omp_wait_policy  # noqa: E402
 apply_omp_wait_policy()  # before torch loads its libgomp
 
 import torch  # noqa: E402
+import torch_bench  # noqa: E402  (bench/, this script's folder)
 
 import pycann.torch  # noqa: E402, F401  (the npu device)
 from pycann.torch import _fastpath  # noqa: E402
@@ -82,39 +83,17 @@ def ops(rounds: int) -> None:
 
 
 def model(rounds: int) -> None:
-    import torch_models
-
-    cpu = torch_models.build_resnet50(seed=0).eval()
-    npu = torch_models.build_resnet50(seed=0).eval()
-    npu.load_state_dict(cpu.state_dict())
-    npu = npu.npu()
-    x = torch.randn(1, 3, 224, 224, generator=torch.Generator().manual_seed(0))
-    xn = x.npu()
-    sides: dict[str, tuple[Callable[[], None] | None, Callable[[], Any]]] = {
-        "torch CPU": (None, lambda: cpu(x)),
-        "npu, fast path on": (lambda: fast(True), lambda: npu(xn)),
-        "npu, fast path off": (lambda: fast(False), lambda: npu(xn)),
-    }
-    meds: dict[str, list[float]] = {k: [] for k in sides}
+    cpu, npu, x, xn = torch_bench.resnet50_pair()
     with torch.no_grad():
         diff = float((npu(xn).cpu() - cpu(x)).abs().max())
-        for _ in range(rounds):
-            for name, (setup, fn) in sides.items():
-                if setup is not None:
-                    setup()
-                fn()
-                ts = []
-                for _ in range(5):
-                    t0 = time.perf_counter()
-                    fn()
-                    ts.append(time.perf_counter() - t0)
-                meds[name].append(statistics.median(ts) * 1e3)
-                time.sleep(0.2)  # (a pool's spinning workers would take the next side's cores)
+        m = torch_bench._rounds({"torch CPU": (None, lambda: cpu(x)),
+                                 "npu, fast path on": (lambda: fast(True), lambda: npu(xn)),
+                                 "npu, fast path off": (lambda: fast(False), lambda: npu(xn))}, rounds, 5)
     fast(True)
-    c = statistics.median(meds["torch CPU"])
+    c = m["torch CPU"][0]
     print(f"| ResNet-50 eager, {torch.get_num_threads()} threads | median ms | best ms | / torch CPU |\n|---|---:|---:|---:|")
-    for name, v in meds.items():
-        print(f"| {name} | {statistics.median(v):.2f} | {min(v):.2f} | {statistics.median(v) / c:.3f}x |")
+    for name, (med, best) in m.items():
+        print(f"| {name} | {med:.2f} | {best:.2f} | {med / c:.3f}x |")
     print(f"max abs diff npu vs CPU: {diff:.1e}")
 
 

@@ -74,15 +74,19 @@ def _rounds(sides: dict[str, tuple[Callable[[], Any] | None, Callable[[], Any]]]
     return {k: (statistics.median(v), min(v)) for k, v in meds.items()}
 
 
-def eager(threads: Sequence[int], rounds: int, iters: int) -> None:
+def resnet50_pair() -> tuple[torch.nn.Module, torch.nn.Module, torch.Tensor, torch.Tensor]:
+    """ResNet-50 (eval) on torch's CPU device and the same weights on the npu, with an input for each."""
     import torch_models
 
     cpu = torch_models.build_resnet50(seed=0).eval()
     npu = torch_models.build_resnet50(seed=0).eval()
     npu.load_state_dict(cpu.state_dict())
-    npu = npu.npu()
     x = torch.randn(1, 3, 224, 224, generator=torch.Generator().manual_seed(0))
-    xn = x.npu()
+    return cpu, npu.npu(), x, x.npu()
+
+
+def eager(threads: Sequence[int], rounds: int, iters: int) -> None:
+    cpu, npu, x, xn = resnet50_pair()
     print("| threads | torch CPU ms | npu pycann ms | pycann/CPU | npu host ms | host/CPU | best of rounds: CPU / pycann / "
           "host ms | max abs diff (pycann) |\n|---:|---:|---:|---:|---:|---:|---:|---:|")
     with torch.no_grad():
