@@ -333,7 +333,7 @@ def _kernel(op: Any, *args: Any, **kwargs: Any) -> Any:
 # kernel writes the running statistics without bumping their ``_version``, and it must stay so:
 # NativeBatchNormBackward0 saved them, and a bump fails its backward ("modified by an inplace
 # operation"). The write is counted instead (``_pycann_ops.stat_writes``), which the bound batch
-# norms' constant state includes; torch.compile's plans compare npu statistics by value (frozen.py)
+# norms' constant state includes, and so do torch.compile's plans for npu statistics (frozen.py)
 _UNVERSIONED_WRITES = frozenset({"aten::native_batch_norm", "aten::_native_batch_norm_legit"})
 
 
