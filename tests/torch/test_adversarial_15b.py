@@ -1,0 +1,87 @@
+"""Adversarial tests (round 15b): out= overlap rule vs ATen, compiled plans' frozen weights."""
+
+from __future__ import annotations
+
+import copy
+import warnings
+
+import pytest
+import torch
+
+import pycann.torch  # noqa: F401
+
+
+def _model() -> torch.nn.Module:
+    torch.manual_seed(0)
+    return torch.nn.Sequential(torch.nn.Conv2d(3, 4, 3), torch.nn.BatchNorm2d(4), torch.nn.ReLU()).eval()
+
+
+def test_compiled_npu_bn_stats_written_through_data_are_seen() -> None:
+    """a7877bb compares npu running statistics by the train-mode batch-norm counter instead of
+    by bytes: a write through ``.data`` (no ``_version`` bump) is now missed and the compiled
+    plan keeps the old statistics (before a7877bb this passed; CPU statistics still pass)."""
+    x = torch.randn(2, 3, 8, 8)
+    ref = _model()
+    m = copy.deepcopy(ref).npu()
+    cm = torch.compile(m, backend="npu")
+    with torch.no_grad(), warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        cm(x.npu())
+        ref[1].running_mean.data.add_(1)
+        m[1].running_mean.data.add_(1)
+        torch.testing.assert_close(cm(x.npu()).cpu(), ref(x), atol=1e-4, rtol=1e-4)
+
+
+@pytest.mark.parametrize("what", ["weight", "running_mean"])
+def test_empty_cache_refreshes_compiled_plan_after_data_write(what: str) -> None:
+    """docs/torch.md: after a write PyTorch does not version (``p.data.mul_``), call
+    ``torch.npu.empty_cache()``. A torch.compile(backend="npu") plan kept the old constants
+    even after it (its FrozenWeights check is not tied to the cache)."""
+    x = torch.randn(2, 3, 8, 8)
+    ref = _model()
+    m = copy.deepcopy(ref).npu()
+    cm = torch.compile(m, backend="npu")
+    with torch.no_grad(), warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        cm(x.npu())
+        src = {"weight": lambda mod: mod[0].weight, "running_mean": lambda mod: mod[1].running_mean}[what]
+        src(ref).data.mul_(2).add_(0.5)
+        src(m).data.mul_(2).add_(0.5)
+        torch.npu.empty_cache()
+        torch.testing.assert_close(cm(x.npu()).cpu(), ref(x), atol=1e-4, rtol=1e-4)
+
+
+@pytest.mark.parametrize("op", ["mm", "bmm", "matmul"])
+def test_mm_out_partial_overlap_does_not_raise(op: str) -> None:
+    """ATen's mm/bmm out= kernels do not apply TensorIterator's partial-overlap rule: torch CPU
+    accepts out= a view that partially overlaps an input; d03e96a's check raised on the npu."""
+    shapes = {"mm": (2, 2), "bmm": (1, 2, 2), "matmul": (2, 2)}[op]
+    fn = getattr(torch, op)
+
+    def call(x: torch.Tensor) -> torch.Tensor:
+        return fn(x[:4].view(shapes), x[8:12].view(shapes), out=x[2:6].view(shapes))
+
+    call(torch.arange(16.0))  # torch CPU: no error
+    call(torch.arange(16.0).npu())
+
+
+def test_copy_partial_overlap_raises_like_torch() -> None:
+    """``x[1:].copy_(x[:-1])`` raises PyTorch's single-memory-location error on CPU; the npu
+    copied silently (copy_ does not reach the out= check)."""
+    with pytest.raises(RuntimeError, match="single memory location"):
+        x = torch.arange(8.0)
+        x[1:].copy_(x[:-1])
+    with pytest.raises(RuntimeError, match="single memory location"):
+        x = torch.arange(8.0).npu()
+        x[1:].copy_(x[:-1])
+
+
+def test_cat_out_overlapping_input_raises_like_torch() -> None:
+    """``torch.cat([x[:2], x[2:4]], out=x[:4])`` raises on CPU (ATen's cat asserts no overlap);
+    the npu wrote it."""
+    with pytest.raises(RuntimeError, match="single memory location"):
+        x = torch.arange(8.0)
+        torch.cat([x[:2], x[2:4]], out=x[:4])
+    with pytest.raises(RuntimeError, match="single memory location"):
+        x = torch.arange(8.0).npu()
+        torch.cat([x[:2], x[2:4]], out=x[:4])
