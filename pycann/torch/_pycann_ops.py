@@ -49,6 +49,8 @@ _threads = torch.get_num_threads
 counters = {"calls": 0, "bound_calls": 0, "binds": 0}
 """Calls served here, calls that ran a bound (prepared) kernel, and kernels bound so far."""
 stat_writes = [0]
+_NO_OVERLAP_CHECK = frozenset({"MatMul"})
+"""Ops whose ATen out= kernels (``mm``, ``bmm``) do not apply TensorIterator's partial-overlap rule."""
 """Train-mode batch norms run so far on npu tensors (``_dispatch``): they write running statistics
 without a ``_version`` bump, so a BatchNormalization's constant state includes this count."""
 
@@ -212,7 +214,7 @@ def run(op_type: str, inputs: Sequence[torch.Tensor | None], attrs: Mapping[str,
     ``consts``: (input index, the npu tensor it views) for inputs to bind as constants. Errors are
     GE's single-op errors (``UnsupportedOpError``, ``ShapeError``, ``KernelError``) naming the op."""
     ins = [None if t is None else t.numpy() for t in inputs]
-    if out is not None:
+    if out is not None and op_type not in _NO_OVERLAP_CHECK:
         check_no_partial_overlap(out.numpy(), ins)
     ckeys = tuple((i, _const_key(t)) for i, t in consts)
     key = _key(op_type, ins, attrs, ckeys)
