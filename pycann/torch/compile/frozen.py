@@ -51,6 +51,8 @@ class FrozenWeights:
         self._stat_writes = _pycann_ops.stat_writes
         self._npu_stats = any(args[i].device.type != "cpu" for i in picked)
         self._writes_seen = self._stat_writes[0]
+        self._epoch = _pycann_ops.epoch
+        self._epoch_seen = self._epoch[0]
         self._dead = [False]
         dead = self._dead
 
@@ -66,7 +68,7 @@ class FrozenWeights:
     def still_hold(self, args: Sequence[Any]) -> bool:
         """True when every static input of this call is the tensor, version and storage the plan
         was built from."""
-        if self._dead[0] or self._now(args) != self._state:
+        if self._dead[0] or self._epoch[0] != self._epoch_seen or self._now(args) != self._state:
             return False
         if self._npu_stats and self._stat_writes[0] != self._writes_seen:
             return False
