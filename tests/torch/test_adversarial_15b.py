@@ -85,3 +85,24 @@ def test_cat_out_overlapping_input_raises_like_torch() -> None:
     with pytest.raises(RuntimeError, match="single memory location"):
         x = torch.arange(8.0).npu()
         torch.cat([x[:2], x[2:4]], out=x[:4])
+
+
+@pytest.mark.parametrize("device", ["cpu", "npu"])
+@pytest.mark.parametrize("norm", ["batch", "instance"])  # instance: held up (a guard)
+def test_compiled_train_mode_norm_under_no_grad_uses_batch_stats(device: str, norm: str) -> None:
+    """A train-mode BatchNorm (or InstanceNorm with running stats) compiled with backend="npu"
+    and called under ``torch.no_grad()`` (BN recalibration, ``torch.optim.swa_utils.update_bn``)
+    normalized with the running statistics (the plan is exported as an eval graph) and never
+    updated them; eager PyTorch uses the batch's statistics and updates the running ones."""
+    torch.manual_seed(0)
+    layer = torch.nn.BatchNorm2d(4) if norm == "batch" else torch.nn.InstanceNorm2d(4, track_running_stats=True)
+    ref = torch.nn.Sequential(torch.nn.Conv2d(3, 4, 3), layer).train()
+    m = copy.deepcopy(ref).to(device)
+    cm = torch.compile(m, backend="npu")
+    x = torch.randn(2, 3, 8, 8) * 3 + 1
+    with torch.no_grad(), warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        for _ in range(2):
+            torch.testing.assert_close(cm(x.to(device)).cpu(), ref(x), atol=1e-4, rtol=1e-4)
+        torch.testing.assert_close(m[1].running_mean.cpu(), ref[1].running_mean, atol=1e-5, rtol=1e-5)
+        torch.testing.assert_close(m[1].running_var.cpu(), ref[1].running_var, atol=1e-5, rtol=1e-5)
