@@ -92,6 +92,24 @@ def _running_stats(gm: torch.fx.GraphModule, example_inputs: Sequence[Any]) -> l
             and t.device.type in ("cpu", "npu") and t.is_contiguous() for n, t in zip(names, example_inputs)]
 
 
+def _writes_running_stats(gm: torch.fx.GraphModule) -> bool:
+    """A train-mode batch norm with running statistics in ``gm`` (``F.batch_norm(...,
+    training=True)``: a module in train mode called under no_grad). The ONNX export is an eval
+    graph: it would normalize with the running statistics and never update them; eager does both."""
+    for n in gm.graph.nodes:
+        if n.op == "call_function" and n.target in (torch.nn.functional.batch_norm, torch.batch_norm):
+            at = 1 if n.target is torch.nn.functional.batch_norm else 3
+            running = n.kwargs.get("running_mean", n.args[at] if len(n.args) > at else None)
+            training = n.kwargs.get("training", n.args[5] if len(n.args) > 5 else False)
+            if running is not None and training is not False:
+                return True
+        elif n.op == "call_module":
+            mod = gm.get_submodule(str(n.target))
+            if isinstance(mod, torch.nn.modules.batchnorm._BatchNorm) and mod.training and mod.track_running_stats:
+                return True
+    return False
+
+
 def _static_inputs(gm: torch.fx.GraphModule) -> list[bool]:
     """Which placeholders are parameters/buffers Dynamo lifted (names it gives them)."""
     out = []
@@ -274,6 +292,9 @@ def npu_backend(gm: torch.fx.GraphModule, example_inputs: Sequence[Any], **optio
         return aot_backend(gm, example_inputs)
     ops = sum(1 for n in gm.graph.nodes if n.op in ("call_function", "call_method", "call_module"))
     rec = new_record(ops)
+    if _writes_running_stats(gm):
+        rec.reason = "train-mode batch norm (writes running statistics)"
+        return _eager(gm, rec)
     t0 = time.perf_counter()
     static = _static_inputs(gm)
     if len(static) != len(example_inputs):
