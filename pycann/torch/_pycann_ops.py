@@ -49,13 +49,13 @@ _threads = torch.get_num_threads
 counters = {"calls": 0, "bound_calls": 0, "binds": 0}
 """Calls served here, calls that ran a bound (prepared) kernel, and kernels bound so far."""
 stat_writes = [0]
+"""Train-mode batch norms run so far on npu tensors (``_dispatch``): they write running statistics
+without a ``_version`` bump, so a BatchNormalization's constant state includes this count."""
 epoch = [0]
 """Bumped by ``clear()`` (``torch.npu.empty_cache``): torch.compile's plans compare it per call
 (frozen.py), so the documented remedy for unversioned writes (``p.data.mul_``) reaches them too."""
 _NO_OVERLAP_CHECK = frozenset({"MatMul"})
 """Ops whose ATen out= kernels (``mm``, ``bmm``) do not apply TensorIterator's partial-overlap rule."""
-"""Train-mode batch norms run so far on npu tensors (``_dispatch``): they write running statistics
-without a ``_version`` bump, so a BatchNormalization's constant state includes this count."""
 
 
 def _drop(key: tuple[Any, ...], ref: Any) -> None:
