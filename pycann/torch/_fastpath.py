@@ -78,11 +78,6 @@ def clear() -> None:
         cache.calls.clear()
 
 
-def _owner(t: torch.Tensor) -> torch.Tensor:
-    base = t._base
-    return base if base is not None else t
-
-
 def signature(cache: OpCache, args: Sequence[Any], kwargs: dict[str, Any]) -> tuple[tuple[Any, ...], tuple[Any, ...]] | None:
     """(signature, constants' state) of a call, or None when only the general path may serve it."""
     consts = cache.const_args
@@ -108,7 +103,7 @@ def signature(cache: OpCache, args: Sequence[Any], kwargs: dict[str, Any]) -> tu
                     state.append((a.data_ptr(), a._version))
                 except RuntimeError:  # an inference tensor: no version counter
                     return None
-                sig.append((id(_owner(a)), a.dtype, a.shape, a.stride()))
+                sig.append((id(_pycann_ops._owner(a)), a.dtype, a.shape, a.stride()))
             else:
                 sig.append((a.dtype, a.shape, a.stride()))
         elif type(a) is list or type(a) is tuple:
@@ -243,5 +238,5 @@ def record(cache: OpCache, spec: PycannOp, args: Sequence[Any], kwargs: dict[str
     dynamic = tuple((j, k) for j, k in enumerate(where) if k >= 0 and j not in const_at)
     if len(cache.calls) >= _MAX_CALLS:
         cache.calls.clear()
-    owners = tuple(weakref.ref(_owner(t), functools.partial(_drop, cache, sig)) for _, t in consts)
+    owners = tuple(weakref.ref(_pycann_ops._owner(t), functools.partial(_drop, cache, sig)) for _, t in consts)
     cache.calls[sig] = FastCall(h, state, template, dynamic, into, spec.result, index, owners)
