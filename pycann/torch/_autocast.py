@@ -1,9 +1,14 @@
 """``torch.autocast("npu")``: PyTorch's autocast key for PrivateUse1, filled in from Python.
 
 PyTorch registers autocast kernels for CPU/CUDA/XPU/MPS in C++; for PrivateUse1 the backend must
-(torch_npu does in C++). Here: a fallthrough for every op (run in the input dtypes) and, for the
-ops of torch's CUDA "lower precision" list that matter (matmuls, linear, convolutions), a kernel
-that casts floating npu tensors to the autocast dtype and redispatches below the autocast key.
+(torch_npu does in C++). Here, following CUDA's policy (``aten/src/ATen/autocast_mode.cpp``): a
+fallthrough for every op (run in the input dtypes); for the "lower precision" ops (matmuls,
+linear, convolutions) a kernel that casts floating npu tensors to the autocast dtype; for the
+"fp32" ops (losses, norms, exp/log/pow and the like, whose float16 results lose range or
+precision) one that casts float16/bfloat16 npu tensors to float32; for the "fp32 unless a dtype is
+given" ops (softmax, log_softmax, sum, prod, cumsum, cumprod) the same when no ``dtype`` argument
+is passed. Each redispatches below the autocast key. Only the functional overloads are covered,
+as in PyTorch (``out=`` forms run as called).
 """
 
 from __future__ import annotations
@@ -15,6 +20,16 @@ import torch
 LOWER_PRECISION_OPS = ("mm", "bmm", "matmul", "addmm", "addbmm", "baddbmm", "linear", "conv1d", "conv2d",
                        "conv3d", "conv_transpose1d", "conv_transpose2d", "conv_transpose3d", "prelu",
                        "_convolution", "convolution")
+FP32_OPS = ("acos", "asin", "cosh", "erfinv", "exp", "expm1", "log", "log10", "log2", "log1p", "reciprocal",
+            "rsqrt", "sinh", "tan", "pow", "softplus", "layer_norm", "native_layer_norm", "group_norm",
+            "frobenius_norm", "nuclear_norm", "cosine_similarity", "poisson_nll_loss", "cosine_embedding_loss",
+            "nll_loss", "nll_loss2d", "hinge_embedding_loss", "kl_div", "l1_loss", "smooth_l1_loss", "huber_loss",
+            "mse_loss", "margin_ranking_loss", "multilabel_margin_loss", "soft_margin_loss", "triplet_margin_loss",
+            "multi_margin_loss", "binary_cross_entropy_with_logits", "dist", "pdist", "cdist", "renorm",
+            "logsumexp", "cross_entropy_loss")
+FP32_UNLESS_DTYPE_OPS = ("prod", "softmax", "log_softmax", "cumprod", "cumsum", "linalg_vector_norm",
+                         "linalg_matrix_norm", "sum")
+_LOWER = (torch.float16, torch.bfloat16)
 _KEY = torch._C.DispatchKey.AutocastPrivateUse1  # type: ignore[attr-defined]
 _libraries: list[torch.library.Library] = []
 
@@ -22,6 +37,12 @@ _libraries: list[torch.library.Library] = []
 def _cast(x: Any, dtype: torch.dtype) -> Any:
     if isinstance(x, torch.Tensor) and x.is_floating_point() and x.device.type == "npu" and x.dtype != dtype:
         return x.to(dtype)
+    return x
+
+
+def _widen(x: Any) -> Any:
+    if isinstance(x, torch.Tensor) and x.dtype in _LOWER and x.device.type == "npu":
+        return x.float()
     return x
 
 
@@ -34,6 +55,31 @@ def _kernel(op: Any) -> Any:
             return op(*args, **kwargs)
 
     return kernel
+
+
+def _fp32_kernel(op: Any, dtype_at: int) -> Any:
+    """``op`` in float32 (its float16/bfloat16 npu tensors widened); ``dtype_at``: the position of
+    its ``dtype`` argument (as called positionally or by name: given, the op runs as called), or -1."""
+
+    def kernel(*args: Any, **kwargs: Any) -> Any:
+        with torch._C._ExcludeDispatchKeyGuard(torch._C.DispatchKeySet(_KEY)):
+            if dtype_at < 0 or (kwargs.get("dtype") is None and (len(args) <= dtype_at or args[dtype_at] is None)):
+                args = tuple(_widen(a) for a in args)
+                kwargs = {k: _widen(v) for k, v in kwargs.items()}
+            return op(*args, **kwargs)
+
+    return kernel
+
+
+def _functional(packet: Any) -> list[tuple[str, Any]]:
+    """(qualified name for ``Library.impl``, overload) of the non-``out`` overloads of ``packet``."""
+    out = []
+    for overload in packet.overloads():
+        op = getattr(packet, overload)
+        if any(a.alias_info is not None and a.alias_info.is_write for a in op._schema.arguments):
+            continue  # out= and in-place forms: not autocast's (as in PyTorch)
+        out.append((packet._qualified_op_name.split("::")[1] + ("" if overload == "default" else f".{overload}"), op))
+    return out
 
 
 def install() -> None:
@@ -49,4 +95,12 @@ def install() -> None:
             op = getattr(packet, overload)
             qual = name if overload == "default" else f"{name}.{overload}"
             aten.impl(qual, _kernel(op), "AutocastPrivateUse1")
+    for names, unless_dtype in ((FP32_OPS, False), (FP32_UNLESS_DTYPE_OPS, True)):
+        for name in names:
+            packet = getattr(torch.ops.aten, name, None)
+            if packet is None:
+                continue  # (not in this torch)
+            for qual, op in _functional(packet):
+                at = next((i for i, a in enumerate(op._schema.arguments) if a.name == "dtype"), -1) if unless_dtype else -1
+                aten.impl(qual, _fp32_kernel(op, at), "AutocastPrivateUse1")
     _libraries.extend([lib, aten])

@@ -231,6 +231,30 @@ def test_autocast_runs_matmul_in_float16() -> None:
         assert (a @ a).dtype == torch.float16
 
 
+def test_autocast_keeps_losses_norms_and_reductions_in_float32() -> None:
+    """CUDA's autocast policy (torch_npu's too): losses, norms, softmax, sums, exp/log run in
+    float32 (a float16 loss lost precision and a GradScaler-scaled one overflowed to NaN
+    gradients); a reduction given a dtype keeps it; matmuls stay float16."""
+    import torch.nn.functional as F
+
+    torch.manual_seed(0)
+    a, w, y = torch.randn(6, 8), torch.randn(8, 5), torch.randint(0, 5, (6,))
+    an, wn, yn = a.npu(), w.npu(), y.npu()
+    with torch.autocast("npu", dtype=torch.float16):
+        z = an @ wn
+        assert z.dtype == torch.float16
+        outs = {"cross_entropy": F.cross_entropy(z, yn), "mse_loss": F.mse_loss(z, torch.zeros_like(z)),
+                "softmax": torch.softmax(z, 1), "log_softmax": F.log_softmax(z, 1), "sum": z.sum(),
+                "layer_norm": F.layer_norm(z, (5,)), "exp": torch.exp(z)}
+        for name, o in outs.items():
+            assert o.dtype == torch.float32, name
+        assert z.sum(dtype=torch.float16).dtype == torch.float16
+    zc = z.cpu().float()  # the float16 logits, widened: what the float32 ops see
+    torch.testing.assert_close(outs["cross_entropy"].cpu(), F.cross_entropy(zc, y))
+    torch.testing.assert_close(outs["softmax"].cpu(), torch.softmax(zc, 1))
+    torch.testing.assert_close(outs["layer_norm"].cpu(), F.layer_norm(zc, (5,)))
+
+
 def test_dataloader_pin_memory() -> None:
     data = torch.utils.data.TensorDataset(torch.arange(8.0).reshape(4, 2))
     batches = list(torch.utils.data.DataLoader(data, batch_size=2, pin_memory=True))
