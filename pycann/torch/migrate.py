@@ -108,6 +108,14 @@ def _cuda_as_npu(self: Any, device: Any = None, non_blocking: bool = False, **kw
     return self.to(dev, non_blocking=non_blocking, **kwargs)
 
 
+def _storage_cuda_as_npu(self: Any, device: Any = None, non_blocking: bool = False, **kwargs: Any) -> Any:
+    """``UntypedStorage.cuda(device)`` (``torch.load``'s ``map_location=lambda s, l: s.cuda()``,
+    TypedStorage's ``.cuda``): a copy on the npu device the cuda one maps to."""
+    if isinstance(device, int) and not isinstance(device, bool):
+        device = torch.device("npu", device)
+    return self.npu(map_device(device) if device is not None else None, non_blocking)
+
+
 _FACTORIES = (
     "tensor", "as_tensor", "zeros", "ones", "empty", "full", "rand", "randn", "randint", "randperm",
     "arange", "linspace", "logspace", "eye", "zeros_like", "ones_like", "empty_like", "full_like",
@@ -195,6 +203,11 @@ def apply() -> None:
     torch.Tensor.to = _wrap_to(torch.Tensor.to)  # type: ignore[method-assign]
     torch.nn.Module.to = _wrap_to(torch.nn.Module.to)  # type: ignore[method-assign]
     torch.Tensor.cuda = _cuda_as_npu  # type: ignore[method-assign, assignment]
+    torch.UntypedStorage.cuda = _storage_cuda_as_npu  # type: ignore[method-assign, assignment]
+    storage_to = torch.storage._to  # type: ignore[attr-defined]
+    # ``storage.to(device="cuda:0")``: torch.load's restore for a "cuda" map_location
+    torch.storage._to = lambda self, device, non_blocking=False: storage_to(  # type: ignore[attr-defined]
+        self, map_device(device), non_blocking)
     torch.nn.Module.cuda = _cuda_as_npu  # type: ignore[method-assign, assignment]
     torch.Tensor.is_cuda = property(lambda self: self.device.type in ("npu", "cuda"))  # type: ignore[assignment, method-assign]
     _patch_autocast()

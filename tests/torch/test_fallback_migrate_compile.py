@@ -69,6 +69,15 @@ m = torch.nn.Linear(2, 2).cuda()
 assert m.weight.device.type == "npu"
 with torch.cuda.amp.autocast():
     assert (t[None] @ t[:, None]).dtype == torch.float16
+import io
+buf = io.BytesIO()
+torch.save({"w": torch.arange(3.0)}, buf)
+for loc in ("cuda:0", "cuda", torch.device("cuda"), lambda s, l: s.cuda(), {"cpu": "cuda:0"}):
+    buf.seek(0)
+    w = torch.load(buf, map_location=loc)["w"]
+    assert w.device.type == "npu" and torch.equal(w.cpu(), torch.arange(3.0)), (loc, w.device)
+assert isinstance(torch.cuda.device(0), torch.cuda.device) and torch.cuda.device(0).idx == 0
+assert torch.UntypedStorage(4).cuda().device.type == "npu"
 from pycann.torch.migrate import map_backend
 assert map_backend("nccl") == "hccl" and map_backend("cpu:gloo,cuda:nccl") == "cpu:gloo,npu:hccl"
 @torch.jit.script

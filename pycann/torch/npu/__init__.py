@@ -125,16 +125,23 @@ def set_device(device: int | str | torch.device) -> None:
     _tls.index = _device_index(device)
 
 
-@contextlib.contextmanager
-def device(dev: int | str | torch.device | None) -> Iterator[None]:
-    """``with torch.npu.device(i):`` makes npu ``i`` current inside the block."""
-    prev = current_device()
-    if dev is not None:
-        set_device(dev)
-    try:
-        yield
-    finally:
-        _tls.index = prev
+class device:  # noqa: N801 - torch.cuda.device's name and shape
+    """``with torch.npu.device(i):`` makes npu ``i`` current inside the block. A class, as
+    ``torch.cuda.device`` is: PyTorch code tests ``isinstance(x, torch.cuda.device)`` (its
+    ``_get_device_index``, reached by ``torch.load(map_location="cuda:0")`` after the CUDA
+    migration), and ``idx`` is the index (-1 for None)."""
+
+    def __init__(self, device: int | str | torch.device | None) -> None:
+        self.idx = -1 if device is None else _device_index(device)
+        self.prev_idx = -1
+
+    def __enter__(self) -> None:
+        self.prev_idx = current_device()
+        if self.idx >= 0:
+            _tls.index = self.idx
+
+    def __exit__(self, *exc: object) -> None:
+        _tls.index = self.prev_idx
 
 
 @contextlib.contextmanager
