@@ -251,7 +251,7 @@ def _to_copy(op: Any, x: torch.Tensor, **kwargs: Any) -> torch.Tensor:
     if target.type == _NPU:
         if res.data_ptr() == x.data_ptr():  # no copy was needed: still an npu tensor's memory
             res = res.clone()
-        return to_npu(res, target.index if target.index is not None else x.get_device())
+        return to_npu(res, _existing(target.index) if target.index is not None else x.get_device())
     return res
 
 
@@ -263,9 +263,21 @@ def _set_like(dst: torch.Tensor, src_cpu: torch.Tensor) -> None:
         _CPU_KEYS, dst, storage, src_cpu.storage_offset(), list(src_cpu.shape), list(src_cpu.stride()))
 
 
+def _existing(index: int) -> int:
+    """``index`` when npu ``index`` exists (0 always does), else CUDA's "invalid device ordinal"
+    as a RuntimeError naming the count and the knob (a tensor on a device that does not exist
+    would only fail later, at the first op that meets another device)."""
+    if index:
+        n = config.device_count()
+        if not 0 <= index < n:
+            raise RuntimeError(f"npu error: invalid device ordinal npu:{index}: there are {n} npu device(s) "
+                               "(set PYCANN_DEVICE_COUNT for more)")
+    return index
+
+
 def _empty(op: Any, *args: Any, **kwargs: Any) -> torch.Tensor:
     dev = kwargs.get("device")
-    index = (dev.index or 0) if isinstance(dev, torch.device) else 0
+    index = _existing(dev.index or 0) if isinstance(dev, torch.device) else 0
     kwargs["device"] = _CPU
     kwargs.pop("pin_memory", None)
     # torch.empty / empty_strided take the schema's arguments and parse them in C: faster than

@@ -255,6 +255,16 @@ def test_autocast_keeps_losses_norms_and_reductions_in_float32() -> None:
     torch.testing.assert_close(outs["layer_norm"].cpu(), F.layer_norm(zc, (5,)))
 
 
+def test_a_device_that_does_not_exist_is_refused_where_the_tensor_is_made(monkeypatch: pytest.MonkeyPatch) -> None:
+    """As CUDA's "invalid device ordinal": at creation, not at the first op that meets another device."""
+    monkeypatch.setenv("PYCANN_DEVICE_COUNT", "2")
+    assert torch.ones(2).to("npu:1").device == torch.device("npu", 1)
+    for make in (lambda: torch.randn(2, device="npu:2"), lambda: torch.ones(2).to("npu:5"),
+                 lambda: torch.ones(2).npu().to("npu:3")):
+        with pytest.raises(RuntimeError, match=r"invalid device ordinal npu:\d: there are 2 npu device\(s\)"):
+            make()
+
+
 def test_dataloader_pin_memory() -> None:
     data = torch.utils.data.TensorDataset(torch.arange(8.0).reshape(4, 2))
     batches = list(torch.utils.data.DataLoader(data, batch_size=2, pin_memory=True))

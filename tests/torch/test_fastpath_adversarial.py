@@ -129,10 +129,11 @@ def test_compiled_eval_follows_npu_statistics_trained_with_grad() -> None:
 
 
 @pytest.mark.parametrize("op", [torch.mul, torch.add])
-def test_tensors_on_two_npu_devices_raise(op) -> None:  # noqa: ANN001
+def test_tensors_on_two_npu_devices_raise(op, monkeypatch: pytest.MonkeyPatch) -> None:  # noqa: ANN001
     """PyTorch's device rule (CUDA, torch_npu): an op's tensors share one device. npu:0 with npu:1
     ran silently (the rule was checked for CPU tensors only), and a signature recorded on npu:0
     tensors was served by the fast path for a call whose second tensor is on npu:1."""
+    monkeypatch.setenv("PYCANN_DEVICE_COUNT", "2")  # (npu:1 must exist)
     a, b = torch.randn(3, 4), torch.randn(3, 4)
     for _ in range(2):
         torch.testing.assert_close(op(a.npu(), b.npu()).cpu(), op(a, b))  # recorded
