@@ -22,6 +22,7 @@ _SOURCES = {"weight": lambda mod: mod[0].weight, "running_mean": lambda mod: mod
 def _compiled_after_data_write(what: str, empty_cache: bool) -> None:
     """A compiled npu model and its CPU twin, the same write through ``.data`` to both (no
     ``_version`` bump), then the compiled answer against eager CPU's."""
+    torch._dynamo.reset()  # a fresh cache: else earlier compiles make the shapes symbolic (weights fed, not embedded)
     x = torch.randn(2, 3, 8, 8)
     ref = _model()
     m = copy.deepcopy(ref).npu()

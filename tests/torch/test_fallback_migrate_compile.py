@@ -170,6 +170,34 @@ def test_compile_lowers_tensors_made_on_the_npu_inside_the_graph() -> None:
     assert recs and all(r.compiled for r in recs), pycann.torch.compile.format_graph_report()
 
 
+def test_a_graph_break_on_npu_tensors_breaks_as_on_cpu() -> None:
+    """``float(y.sum())`` breaks the graph; the ops around it run eagerly through pycann's Python
+    kernel, which Dynamo must not try to compile (it did: more graphs than on the CPU, and
+    "does not know how to trace" warnings)."""
+    import warnings
+
+    def f(x: torch.Tensor) -> torch.Tensor:
+        y = x * 2
+        s = float(y.sum())
+        return y + s
+
+    graphs = {}
+    for dev in ("cpu", "npu"):
+        torch._dynamo.reset()
+        count = [0]
+
+        def backend(gm: torch.fx.GraphModule, example: object, count: list[int] = count) -> object:
+            count[0] += 1
+            return gm.forward
+
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            out = torch.compile(f, backend=backend)(torch.arange(4.0, device=dev))
+        torch.testing.assert_close(out.cpu(), torch.arange(4.0) * 2 + 12)
+        graphs[dev] = (count[0], [str(w.message)[:80] for w in caught])
+    assert graphs["npu"] == graphs["cpu"], graphs
+
+
 def test_compile_builds_dict_tag_guards_and_restores_dynamo_setting() -> None:
     """The npu backend has Dynamo build its frame's guards with recursive dict tags (cheaper
     per call, pycann/torch/compile ``_cheap_module_guards``), and only its frames: the setting is

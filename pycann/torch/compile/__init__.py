@@ -360,6 +360,22 @@ def npu_backend(gm: torch.fx.GraphModule, example_inputs: Sequence[Any], **optio
 _orig_compile: Any = None
 
 
+_skipping: list[bool] = []
+
+
+def _skip_pycann_frames() -> None:
+    """Have Dynamo run pycann's own frames instead of tracing them (as it does torch's), once.
+    Where a compiled function breaks its graph on an npu tensor (``float(y.sum())``), the op runs
+    eagerly through pycann's Python kernel, called from the dispatcher; Dynamo caught those frames
+    and tried to compile the kernel itself: ~10 graph breaks and "does not know how to trace
+    torch._C._to_dlpack" warnings for every one break a CPU tensor takes."""
+    if not _skipping:
+        import torch._dynamo.trace_rules as trace_rules
+
+        trace_rules.add("pycann")
+        _skipping.append(True)
+
+
 def register() -> None:
     """Let ``torch.compile(..., backend="npu")`` resolve to ``npu_backend`` (a thin wrapper of
     ``torch.compile``; torch._dynamo is imported only when compiling)."""
@@ -370,6 +386,7 @@ def register() -> None:
 
     @functools.wraps(_orig_compile)
     def compile(model: Any = None, *args: Any, backend: Any = "inductor", **kwargs: Any) -> Any:  # noqa: A001
+        _skip_pycann_frames()
         if backend == "npu":
             backend = npu_backend
         return _orig_compile(model, *args, backend=backend, **kwargs)
