@@ -63,8 +63,9 @@ class Report:
         """A table: op, provider, calls, milliseconds, share of npu op time."""
         rows = self.fallbacks if only_fallbacks else self.ops
         title = "CPU fallbacks" if only_fallbacks else "ops on the npu device"
-        lines = [f"pycann.torch: {title} ({len(rows)} ops; all npu ops took {self.total_seconds * 1e3:.1f} ms)",
-                 f"  {'op':<48} {'provider':<9} {'calls':>7} {'ms':>10} {'share':>7}"]
+        lines = [f"pycann.torch: {title} ({len(rows)} ops; all npu ops took {self.total_seconds * 1e3:.1f} ms)"]
+        if rows:  # (no header over an empty table)
+            lines.append(f"  {'op':<48} {'provider':<9} {'calls':>7} {'ms':>10} {'share':>7}")
         for s in sorted(rows, key=lambda s: -s.seconds):
             lines.append(f"  {s.name:<48} {s.provider.value:<9} {s.calls:>7} {s.seconds * 1e3:>10.2f} "
                          f"{100 * self.share(s):>6.1f}%")

@@ -265,6 +265,13 @@ def test_a_device_that_does_not_exist_is_refused_where_the_tensor_is_made(monkey
             make()
 
 
+def test_report_without_fallbacks_is_one_line() -> None:
+    pycann.torch.reset()
+    torch.ones(2).npu() + 1
+    text = pycann.torch.report().format()
+    assert text.startswith("pycann.torch: CPU fallbacks (0 ops;") and len(text.splitlines()) == 1, text
+
+
 def test_dataloader_pin_memory() -> None:
     data = torch.utils.data.TensorDataset(torch.arange(8.0).reshape(4, 2))
     batches = list(torch.utils.data.DataLoader(data, batch_size=2, pin_memory=True))
