@@ -287,6 +287,11 @@ HOST_OPS: dict[str, str] = {
     "aten::normal_": "RandomNormal", "aten::uniform_": "RandomUniform", "aten::bernoulli_": "Bernoulli",
     "aten::random_": "RandomUniform", "aten::native_dropout": "Dropout",
     "aten::native_dropout_backward": "Mul",
+    # in-place activations (MobileNet's ReLU6 is ``hardtanh_``; ``inplace=True`` modules)
+    "aten::hardtanh_": "Clip", "aten::clamp_": "Clip", "aten::clamp_min_": "Clip", "aten::silu_": "HardSwish",
+    "aten::hardswish": "HardSwish", "aten::hardswish_": "HardSwish", "aten::hardsigmoid": "HardSigmoid",
+    "aten::hardsigmoid_": "HardSigmoid", "aten::leaky_relu_": "LeakyRelu", "aten::elu_": "Elu",
+    "aten::sigmoid_": "Sigmoid", "aten::tanh_": "Tanh",
 }
 
 # CANN ops named in HOST_OPS that pycann's op library does not have: CANN's backward kernels (and

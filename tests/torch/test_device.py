@@ -272,6 +272,25 @@ def test_report_without_fallbacks_is_one_line() -> None:
     assert text.startswith("pycann.torch: CPU fallbacks (0 ops;") and len(text.splitlines()) == 1, text
 
 
+def test_in_place_activations_run_on_host_kernels_without_a_fallback_warning() -> None:
+    """MobileNet's ReLU6 (``hardtanh_``) and ``inplace=True`` activations: torch's kernels on the
+    npu's host memory, reported as host, no fallback warning (relu6 warned on every MobileNet)."""
+    import warnings
+
+    import torch.nn.functional as F
+
+    pycann.torch.reset()
+    x = torch.randn(4, 8)
+    cases = {"hardtanh_": lambda t: F.relu6(t, inplace=True), "hardswish_": lambda t: F.hardswish(t, inplace=True),
+             "hardsigmoid_": lambda t: F.hardsigmoid(t, inplace=True), "leaky_relu_": lambda t: F.leaky_relu(t, inplace=True),
+             "elu_": lambda t: F.elu(t, inplace=True), "sigmoid_": lambda t: t.sigmoid_(), "tanh_": lambda t: t.tanh_()}
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        for name, f in cases.items():
+            torch.testing.assert_close(f(x.npu()).cpu(), f(x.clone()), msg=name)
+    assert not pycann.torch.report().fallbacks
+
+
 def test_dataloader_pin_memory() -> None:
     data = torch.utils.data.TensorDataset(torch.arange(8.0).reshape(4, 2))
     batches = list(torch.utils.data.DataLoader(data, batch_size=2, pin_memory=True))
