@@ -224,8 +224,8 @@ def run(op_type: str, inputs: Sequence[torch.Tensor | None], attrs: Mapping[str,
     counters["calls"] += 1
     h = _handles.get(key)
     state = _state(op_type, consts)
-    if h is not None and (h.state != state or any(r() is None for r in h.owners)):
-        h = None  # a constant was written or re-pointed, or died (its id may now name another tensor)
+    if h is not None and not _current(h, state):
+        h = None
     if h is None:
         from pycann.ge.run.singleop import run_op
 
@@ -256,9 +256,13 @@ def handle(op_type: str, ins: Sequence[np.ndarray | None], attrs: Mapping[str, A
     numpy views), or None when it holds none or a stale one (a constant written, re-pointed or
     dead since)."""
     h = _handles.get(_key(op_type, ins, attrs, tuple((i, _const_key(t)) for i, t in consts)))
-    if h is None or h.state != _state(op_type, consts) or any(r() is None for r in h.owners):
-        return None
-    return h
+    return h if h is not None and _current(h, _state(op_type, consts)) else None
+
+
+def _current(h: _Handle, state: tuple[Any, ...]) -> bool:
+    """Whether handle ``h`` still holds for constants in ``state``: none was written or re-pointed
+    since it was bound, and none died (its id may now name another tensor)."""
+    return h.state == state and all(r() is not None for r in h.owners)
 
 
 def _dense(a: np.ndarray) -> bool:
