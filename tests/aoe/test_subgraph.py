@@ -34,7 +34,11 @@ def test_subgraph_tuning_records_and_reuses(tmp_path: Path) -> None:
         ratio = c["ms"] / c["current_ms"]
         assert c["why"].startswith("kept" if c.get("kept") else "not kept"), c
         small = not c.get("kept") and not c.get("rejected") and ratio < 1
-        assert (f"{1 - ratio:.2%}" if small else f"x{max(ratio, 1 / ratio):.3f}") in c["why"], c
+        if c.get("rejected"):  # a rejection quotes the speed-up it would have brought (below 1 when slower)
+            expect = f"x{1 / ratio:.3f}"
+        else:
+            expect = f"{1 - ratio:.2%}" if small else f"x{max(ratio, 1 / ratio):.3f}"
+        assert expect in c["why"], c
         assert f"{c['config']}: {c['ms']} ms vs {c['current_ms']} ms; {c['why']}" in report.text()
     kept = [c for c in entry["configs"] if c.get("kept")]
     for c in kept:  # a kept choice was faster than the configuration it replaced, side by side
