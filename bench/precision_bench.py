@@ -109,7 +109,9 @@ def install_torch_bf16_conv() -> bool:
     except ImportError:
         return False
     from pycann.ops import fused
-    from pycann.ops.registry import REGISTRY
+    from pycann.ops.registry import complete
+
+    table = complete()  # (every family read: the op table fills per family on first lookup)
 
     def to_t(a: np.ndarray) -> object:
         return torch.from_numpy(np.ascontiguousarray(a).view(np.int16)).view(torch.bfloat16)
@@ -134,7 +136,7 @@ def install_torch_bf16_conv() -> bool:
         return dataclasses.replace(op, kernel=kernel, out_kernel=None)  # type: ignore[type-var]
 
     for key, post in ((("pycann", "FusedConv"), True), (("", "Conv"), False)):
-        REGISTRY[key] = [wrap(op, post) for op in REGISTRY[key]]
+        table[key] = [wrap(op, post) for op in table[key]]
     return True
 
 

@@ -18,6 +18,7 @@ AYUV444, RAW*, NC1HWC0DI*: ``ACL_ERROR_FEATURE_UNSUPPORTED``).
 
 from __future__ import annotations
 
+import functools
 import math
 from dataclasses import dataclass, field
 from typing import Any
@@ -30,13 +31,20 @@ from pycann.acl._state import as_int, handles, require_init
 from pycann.acl.errors import fault
 from pycann.dtypes import ACL_DTYPE, DType, to_numpy
 from pycann.errors import InputError
-from pycann.ge.aipp.config import check_value
-from pycann.ge.aipp.dynamic import pack_params
 from pycann.ge.run.model import LoadedModel
-from pycann.ops.aipp import ACL_FORMAT_CODES, canonical_format, dynamic_buffer_bytes
 from pycann.runtime.memory import DEVICE_KINDS
 
-_FORMATS = {code: name for name, code in ACL_FORMAT_CODES.items()}
+
+# The AIPP modules (ge.aipp, ops.aipp) load on the first AIPP call: an application without AIPP
+# never imports them (~2.5 ms of every first run; bench/RESULTS.md).
+@functools.cache
+def _formats() -> dict[int, str]:
+    """aclAippInputFormat code -> AIPP config ``input_format`` name."""
+    from pycann.ops.aipp import ACL_FORMAT_CODES
+
+    return {code: name for name, code in ACL_FORMAT_CODES.items()}
+
+
 _UNSUPPORTED = {C.ACL_NC1HWC0DI_FP16, C.ACL_NC1HWC0DI_S8, C.ACL_YUYV_U8, C.ACL_YUV422SP_U8, C.ACL_AYUV444_U8,
                 C.ACL_RAW10, C.ACL_RAW12, C.ACL_RAW16, C.ACL_RAW24}
 _LAYOUTS = {"NCHW": C.ACL_FORMAT_NCHW, "NHWC": C.ACL_FORMAT_NHWC}
@@ -64,6 +72,8 @@ def _set(h: Any) -> AippSet:
 
 def _check(key: str, value: Any) -> Any:
     """``value`` for config key ``key``, checked (E10001 reason in the error message)."""
+    from pycann.ge.aipp.config import check_value
+
     try:
         return check_value(key, value, "", InputError)
     except InputError as e:
@@ -117,6 +127,8 @@ def get_aipp_data_size(batch_size: int) -> tuple[int, int]:
     b = as_int(batch_size, "batch_size")
     if b <= 0:
         raise fault(C.ACL_ERROR_INVALID_PARAM, f"batch_size must be > 0, not {b}")
+    from pycann.ops.aipp import dynamic_buffer_bytes
+
     return dynamic_buffer_bytes(b), C.ACL_SUCCESS
 
 
@@ -127,10 +139,10 @@ def set_aipp_input_format(aipp_parms_set: int, input_format: int) -> int:
     s, code = _set(aipp_parms_set), as_int(input_format, "input_format")
     if code in _UNSUPPORTED:
         raise fault(C.ACL_ERROR_FEATURE_UNSUPPORTED, f"AIPP input format {code} is not supported by pycann; use one "
-                    f"of {', '.join(f'{n} ({c})' for c, n in sorted(_FORMATS.items()))}")
-    if code not in _FORMATS:
+                    f"of {', '.join(f'{n} ({c})' for c, n in sorted(_formats().items()))}")
+    if code not in _formats():
         raise fault(C.ACL_ERROR_INVALID_PARAM, f"unsupported inputFormat[{code}]")
-    s.head["input_format"] = _FORMATS[code]
+    s.head["input_format"] = _formats()[code]
     return C.ACL_SUCCESS
 
 
@@ -249,6 +261,8 @@ def set_input_aipp(model_id: int, dataset_h: int, index: int, aipp_parms_set: in
     if s.batch != batch:
         raise fault(C.ACL_ERROR_INVALID_PARAM, f"the dynamic aipp batchSize[{s.batch}] is not equal to model origin "
                     f"batch[{batch}]")
+    from pycann.ge.aipp.dynamic import pack_params
+
     try:
         buf = pack_params(s.params(), e)
     except InputError as err:
@@ -302,6 +316,8 @@ def _info(m: LoadedModel, e: dict[str, Any]) -> dict[str, Any]:
     item = to_numpy(int(e["output_dtype"])).itemsize
     out_dims = [{"srcDims": _io_dims(e["input"], s), "srcSize": math.prod(s) * item,
                  "aippOutdims": _io_dims(e["input"], s), "aippOutSize": math.prod(s) * item} for s in shapes]
+    from pycann.ops.aipp import ACL_FORMAT_CODES, canonical_format
+
     p = e.get("params") or {}
     fmt, swap = canonical_format(str(p.get("input_format", "")), bool(p.get("rbuv_swap_switch", 0))) if p else ("", 0)
     matrix, ob, ib = p.get("matrix", [0] * 9), p.get("output_bias", [0] * 3), p.get("input_bias", [0] * 3)

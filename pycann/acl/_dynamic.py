@@ -21,7 +21,7 @@ The "dynamic tensor" ``ACL_DYNAMIC_TENSOR_NAME`` is a virtual input at index ``n
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from pycann.acl import constants as C
 from pycann.acl._dataset import Dataset, dataset
@@ -30,8 +30,10 @@ from pycann.acl._models import mdl_api as api
 from pycann.acl._state import as_int
 from pycann.acl.base import tensor_desc
 from pycann.acl.errors import ArgTypeError, fault
-from pycann.ge.compile.gears import GearTable
 from pycann.ge.run.model import LoadedModel
+
+if TYPE_CHECKING:  # (the gear table comes with a model that has gears: LoadedModel.gears)
+    from pycann.ge.compile.gears import GearTable
 
 _CALL = {"batch": "set_dynamic_batch_size", "image_size": "set_dynamic_hw_size", "dims": "set_input_dynamic_dims"}
 

@@ -19,7 +19,6 @@ from pycann.acl._config import parse_config
 from pycann.acl._state import api, as_int, handles, require_init
 from pycann.acl.errors import ArgTypeError, fault
 from pycann.dtypes import ACL_TO_DTYPE, to_numpy
-from pycann.profiler import dump as profiler_dump
 from pycann.runtime import Runtime
 
 
@@ -42,7 +41,9 @@ def init(config_path: str | None = None) -> int:
         _state.runtime = Runtime(space=_state.space)
         if cfg.profiling_enabled:
             profiler.configure_from_acl_json(cfg.raw)
-        if cfg.dump_enabled:
+        if cfg.dump_enabled:  # (the dump module, and csv, load only for an acl.json that asks for a dump)
+            from pycann.profiler import dump as profiler_dump
+
             profiler_dump.configure_from_acl_json(cfg.raw)
         _state.initialized = _state.ever_initialized = True
     return C.ACL_SUCCESS

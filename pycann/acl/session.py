@@ -23,7 +23,6 @@ from typing import Any
 import numpy as np
 
 from pycann.errors import InputError
-from pycann.ge.compile.gears import OPTION
 from pycann.ge.run.model import LoadedModel, TensorInfo
 
 MODES = ("static", "dymbatch", "dymhw", "dymdims", "dymshape")
@@ -216,6 +215,8 @@ class InferSession:
         if g is None:
             return {}
         if kind is not None and g.kind != kind:
+            from pycann.ge.compile.gears import OPTION
+
             raise RuntimeError(f"{what}: the model was compiled with {g.option}, not {OPTION[kind]}; "
                                f"its gears are: {g.listing()}")
         for i, (profile, gear) in enumerate(zip(g.profiles, g.shapes)):

@@ -14,10 +14,13 @@ constant folding, single-op calls and the PyTorch adaptor's eager ops.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from typing import Any
 
-from pycann.kernels import conv, fused, gemm, quant
+import numpy as np
+
+from pycann.kernels import conv, fused, gemm
 from pycann.ops.opdef import Kernel, OpDef, OutKernel, ScopedKernel
 
 
@@ -30,6 +33,20 @@ class OpKernels:
     into: OutKernel | None = None
 
 
+# The int8 kernels (kernels/quant.py, the oneDNN and PyTorch int8 providers, the quantized ops)
+# load with the first quantized model's first call: a float model never imports them.
+def _k_quant_conv(inputs: Sequence[Any], attrs: Mapping[str, Any]) -> list[np.ndarray]:
+    from pycann.kernels import quant
+
+    return quant.k_quant_conv(inputs, attrs)
+
+
+def _k_quant_matmul(inputs: Sequence[Any], attrs: Mapping[str, Any]) -> list[np.ndarray]:
+    from pycann.kernels import quant
+
+    return quant.k_quant_matmul(inputs, attrs)
+
+
 # (domain, op type) -> its provider kernels, in the order of docs/kernels.md
 KERNELS: Mapping[tuple[str, str], OpKernels] = {
     ("", "Conv"): OpKernels(conv.k_conv, conv.out_conv),
@@ -40,8 +57,8 @@ KERNELS: Mapping[tuple[str, str], OpKernels] = {
     ("pycann", "FusedConvTranspose"): OpKernels(fused.k_fused_conv_transpose),
     ("pycann", "FusedMatMul"): OpKernels(fused.k_fused_matmul, fused.out_fused_matmul),
     ("pycann", "FusedAttention"): OpKernels(fused.k_attention),
-    ("pycann", "QuantConv"): OpKernels(quant.k_quant_conv),
-    ("pycann", "QuantMatMul"): OpKernels(quant.k_quant_matmul),
+    ("pycann", "QuantConv"): OpKernels(_k_quant_conv),
+    ("pycann", "QuantMatMul"): OpKernels(_k_quant_matmul),
 }
 
 

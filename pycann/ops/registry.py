@@ -1,15 +1,15 @@
 """The operator table: every op pycann knows, read from the family modules' ``OPS`` lists.
 
-Adding an op = adding an ``OpDef`` to a family's ``OPS`` list (and the family to ``CORE_FAMILIES``
-or ``OTHER_FAMILIES`` if new). Nothing registers itself at import time.
+Adding an op = adding an ``OpDef`` to a family's ``OPS`` list and its name to the family's entry in
+``families.FAMILY_OPS`` (a new family goes to both ``FAMILIES`` and that table). Nothing registers
+itself at import time.
 
-The table starts with ``CORE_FAMILIES``: the ops of convolutional nets, transformers, detectors and
-OCR models, and the families the runtime imports anyway (quantized conv/matmul, AIPP). The other
-families (RNNs, control flow, sequences, strings, classic ML, training, quantize ops, the rest)
-are imported on the first lookup that misses, or by ``complete()``: a static model of the common
-kind never imports them (~5 ms of every ``import``; bench/RESULTS.md, first run). The two sets
-define disjoint op keys (tests/ops/test_registry_lazy.py), so a lookup answers the same whether the
-rest was imported or not.
+The table fills per family: a lookup of a key imports the one family ``FAMILY_OPS`` names for it,
+so loading a model imports the families its ops use and no others (a static CNN never imports the
+RNN, control-flow, sequence, string, classic-ML, training or quantization families: ~5 ms of a first
+run; bench/RESULTS.md). ``complete()`` imports every family (op listings, unknown keys). Installed
+custom ops (ASCEND_CUSTOM_OPP_PATH) make the table complete at import: a built-in must win over a
+custom op of the same name whether or not its family was read yet.
 """
 
 from __future__ import annotations
@@ -20,21 +20,18 @@ from types import ModuleType
 
 from pycann.errors import UnsupportedOpError
 from pycann.ops import custom
+from pycann.ops.families import FAMILY_OPS
 from pycann.ops.opdef import OpDef
 
-# Family modules under pycann.ops, in table order (a key's definitions keep this order before the
-# sort by ``since``).
-CORE_FAMILIES: tuple[str, ...] = (
-    "fused", "fused_deconv", "quant_conv", "quant_matmul", "math_misc", "elementwise", "activation", "cast",
-    "reduce", "tensor", "tensor_gen", "indexing", "matmul", "nn.conv", "nn.pool", "nn.norm", "nn.resize", "aipp",
-)
-OTHER_FAMILIES: tuple[str, ...] = (
-    "quant", "quant_ms", "nn.rnn", "misc", "loss", "control", "sequence", "string", "ml", "training", "image",
-)
-FAMILIES: tuple[str, ...] = CORE_FAMILIES + OTHER_FAMILIES
+# Family modules under pycann.ops, in table order.
+FAMILIES: tuple[str, ...] = tuple(FAMILY_OPS)
 
-_Table = dict[tuple[str, str], list[OpDef]]
-_lock = threading.Lock()
+_Key = tuple[str, str]
+_Table = dict[_Key, list[OpDef]]
+_lock = threading.RLock()
+# (domain, op type) -> the family that defines it
+_FAMILY_OF: dict[_Key, str] = {(d, t): fam for fam, by in FAMILY_OPS.items() for d, types in by.items() for t in types}
+_loaded: set[str] = set()  # families whose ops are in REGISTRY
 
 
 def _canon_domain(domain: str) -> str:
@@ -46,58 +43,64 @@ def family_modules(names: tuple[str, ...] = FAMILIES) -> list[ModuleType]:
     return [importlib.import_module(f"pycann.ops.{n}") for n in names]
 
 
-def _add(table: _Table, names: tuple[str, ...]) -> None:
-    for fam in family_modules(names):
-        for op in fam.OPS:
-            table.setdefault((_canon_domain(op.domain), op.op_type), []).append(op)
+def _load(names: tuple[str, ...]) -> None:
+    """Add the ops of the families ``names`` not read yet to ``REGISTRY``. Keys already in the
+    table stay (tests may have patched them)."""
+    with _lock:
+        todo = tuple(n for n in names if n not in _loaded)
+        rest: _Table = {}
+        for fam in family_modules(todo):
+            for op in fam.OPS:
+                rest.setdefault((_canon_domain(op.domain), op.op_type), []).append(op)
+        for key, defs in rest.items():
+            defs.sort(key=lambda d: d.since)
+            REGISTRY.setdefault(key, defs)
+        _loaded.update(todo)
 
 
-def _build(complete: bool) -> tuple[_Table, bool]:
-    """(the table, whether it holds every family)."""
-    table: _Table = {}
-    _add(table, CORE_FAMILIES)
-    ops = custom.load_ops()  # installed custom ops (ASCEND_CUSTOM_OPP_PATH); built-ins win
-    complete = complete or bool(ops)  # (a custom op must not shadow a built-in of a family not read yet)
-    if complete:
-        _add(table, OTHER_FAMILIES)
-    for op in ops:
-        table.setdefault((_canon_domain(op.domain), op.op_type), [op])
-    for defs in table.values():
-        defs.sort(key=lambda d: d.since)
-    return table, complete
+REGISTRY: _Table = {}
+_complete = False
 
 
-REGISTRY, _complete = _build(False)
+def _start() -> None:
+    """Installed custom ops: read every family first (built-ins win), then add the custom ops."""
+    global _complete
+    ops = custom.load_ops()
+    if ops:
+        _load(FAMILIES)
+        _complete = True
+        for op in ops:
+            REGISTRY.setdefault((_canon_domain(op.domain), op.op_type), [op])
+
+
+_start()
 
 
 def complete() -> _Table:
     """Import the families not read yet and add their ops to ``REGISTRY`` (once); returns it.
     Entries already in the table stay (tests may have patched them)."""
     global _complete
-    with _lock:
-        if not _complete:
-            rest: _Table = {}
-            _add(rest, OTHER_FAMILIES)
-            for key, defs in rest.items():
-                defs.sort(key=lambda d: d.since)
-                REGISTRY.setdefault(key, defs)
-            _complete = True
+    if not _complete:
+        _load(FAMILIES)
+        _complete = True
     return REGISTRY
 
 
 def known(domain: str, op_type: str) -> bool:
     """Whether any family (or installed custom op) defines ``op_type`` in ``domain``."""
     key = (_canon_domain(domain), op_type)
-    return key in REGISTRY or key in complete()
+    return key in REGISTRY or key in _FAMILY_OF or key in complete()
 
 
 def reload_custom_ops() -> None:
     """Rebuild the table after installing custom ops or changing ASCEND_CUSTOM_OPP_PATH."""
     global _complete
     with _lock:
-        table, _complete = _build(True)
         REGISTRY.clear()
-        REGISTRY.update(table)
+        _loaded.clear()
+        _complete = False
+        _start()
+        complete()
 
 
 def lookup(op_type: str, domain: str = "", opset: int | None = None, where: str = "") -> OpDef:
@@ -106,6 +109,9 @@ def lookup(op_type: str, domain: str = "", opset: int | None = None, where: str 
     Raises ``UnsupportedOpError`` (atc E19010) naming the node, op, domain and opset.
     """
     key = (_canon_domain(domain), op_type)
+    fam = _FAMILY_OF.get(key)
+    if fam is not None and fam not in _loaded:
+        _load((fam,))
     defs = REGISTRY.get(key)
     if not defs and not _complete:
         defs = complete().get(key)

@@ -1,14 +1,16 @@
-"""The op table reads its core families at import and the rest on the first lookup that misses
-(pycann/ops/registry.py). The two sets must define disjoint op keys, so that every lookup answers
-as the eager table of all families would; a fresh process that runs a static conv model does not
-import the rest."""
+"""The op table reads a family on the first lookup of one of its ops (pycann/ops/registry.py),
+through the index ``pycann/ops/families.py``. The index must list exactly each family's op keys, so
+that every lookup answers as the eager table of all families would; a fresh process that runs a
+static conv model imports only the families its ops need."""
 
 from __future__ import annotations
 
+import json
 import subprocess
 import sys
 
 from pycann.ops import registry
+from pycann.ops.families import FAMILY_OPS
 
 
 def _table(names: tuple[str, ...]) -> dict[tuple[str, str], list[object]]:
@@ -19,10 +21,14 @@ def _table(names: tuple[str, ...]) -> dict[tuple[str, str], list[object]]:
     return table
 
 
-def test_core_and_other_families_define_disjoint_keys() -> None:
-    core, other = _table(registry.CORE_FAMILIES), _table(registry.OTHER_FAMILIES)
-    assert core and other and not set(core) & set(other)
-    assert not set(registry.CORE_FAMILIES) & set(registry.OTHER_FAMILIES)
+def test_the_index_lists_each_familys_keys_exactly() -> None:
+    for name in registry.FAMILIES:
+        listed = {(d, t) for d, types in FAMILY_OPS[name].items() for t in types}
+        actual = set(_table((name,)))
+        assert listed == actual, (f"pycann/ops/families.py, family {name}: add {sorted(actual - listed)}, "
+                                  f"remove {sorted(listed - actual)}")
+    keys = [(d, t) for by in FAMILY_OPS.values() for d, types in by.items() for t in types]
+    assert len(keys) == len(set(keys)), "an op key is listed under two families"
 
 
 def test_completed_table_equals_the_eager_one() -> None:
@@ -36,18 +42,29 @@ def test_completed_table_equals_the_eager_one() -> None:
     assert registry.lookup("LSTM", "", 14).op_type == "LSTM"
 
 
-def test_fresh_process_reads_the_other_families_on_a_miss_only() -> None:
+def test_fresh_process_reads_only_the_families_it_looks_up() -> None:
     code = (
-        "import sys\n"
+        "import json, sys\n"
         "from pycann.ops import registry\n"
-        "names = ['pycann.ops.' + n for n in registry.OTHER_FAMILIES]\n"
-        "before = [n for n in names if n in sys.modules]\n"
-        "registry.lookup('Conv', '', 17); registry.lookup('Relu', '', 14)\n"
-        "mid = [n for n in names if n in sys.modules]\n"
-        "registry.lookup('Loop', '', 16)\n"  # a key of a family not read yet
-        "after = [n for n in names if n in sys.modules]\n"
-        "print(len(before), len(mid), len(after), len(names))\n"
+        "def read(): return sorted(n for n in registry.FAMILIES if 'pycann.ops.' + n in sys.modules)\n"
+        "r = {'before': read()}\n"
+        "r['ops'] = [registry.lookup('Conv', '', 17).op_type, registry.lookup('Relu', '', 14).op_type]\n"
+        "r['mid'] = read()\n"
+        "r['ops'].append(registry.lookup('Loop', '', 16).op_type)\n"
+        "r['after'] = read()\n"
+        "try:\n"
+        "    registry.lookup('NoSuchOp', '', 17)\n"
+        "except Exception as e:\n"
+        "    r['missing'] = type(e).__name__\n"
+        "r['end'] = read()\n"
+        "print(json.dumps(r))\n"
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, check=True)
-    before, mid, after, total = (int(v) for v in out.stdout.split())
-    assert (before, mid, after) == (0, 0, total), out.stdout + out.stderr
+    r = json.loads(out.stdout)
+    assert r["ops"] == ["Conv", "Relu", "Loop"]
+    for fam in ("nn.rnn", "control", "sequence", "string", "ml", "quant", "training"):
+        assert fam not in r["mid"], r
+    assert {"nn.conv", "elementwise"} <= set(r["mid"])
+    assert "control" in r["after"] and "nn.rnn" not in r["after"], r
+    # an unknown op reads every family before it is refused (it may be one of a family not read yet)
+    assert r["missing"] == "UnsupportedOpError" and r["end"] == sorted(registry.FAMILIES), r

@@ -25,7 +25,7 @@ pytest.importorskip("onnxruntime")
 def _patch(monkeypatch: pytest.MonkeyPatch, domain: str, op_type: str, kernel: Callable) -> None:
     """Replace the kernel of ``op_type`` (and drop its arena kernel and its provider kernels in the
     kernel table, so the replacement runs)."""
-    defs = registry.REGISTRY[(domain, op_type)]
+    defs = registry.complete()[(domain, op_type)]
     monkeypatch.setitem(registry.REGISTRY, (domain, op_type),
                         [dataclasses.replace(d, kernel=kernel, out_kernel=None) for d in defs])
     monkeypatch.delitem(kernel_table.KERNELS, (domain, op_type), raising=False)  # type: ignore[arg-type]
@@ -70,7 +70,7 @@ def test_wrong_relu_kernel_is_found(tiny_model: onnx.ModelProto, tmp_path: Path,
 
 def test_wrong_fused_kernel_maps_to_last_original_node(tiny_model: onnx.ModelProto, x_tiny: np.ndarray,
                                                        monkeypatch: pytest.MonkeyPatch) -> None:
-    op = registry.REGISTRY[("pycann", "FusedMatMul")][-1]
+    op = registry.complete()[("pycann", "FusedMatMul")][-1]
     _patch(monkeypatch, "pycann", "FusedMatMul", lambda ins, attrs: [op.kernel(ins, attrs)[0] * np.float32(1.01)])
     res = compare(tiny_model, LoadedModel.from_compiled(compile_model(tiny_model)), {"x": x_tiny})
     bad = res.first_bad

@@ -20,8 +20,6 @@ import numpy as np
 from pycann.config import PlanCacheConfig, plan_cache_config
 from pycann.dtypes import TensorDesc, dtype_name, from_numpy, to_numpy
 from pycann.errors import InputError, ShapeError
-from pycann.ge.aipp.dynamic import DynamicAipp, Params
-from pycann.ge.compile.gears import GearTable
 from pycann.ge.ir import Graph
 from pycann.ge.run.executor import Executor
 from pycann.ge.run.plan_cache import CacheStats
@@ -29,8 +27,10 @@ from pycann.ge.run.specializer import Specializer, compiled_plan_holds
 from pycann.profiler import hooks
 from pycann.runtime.host_allocator import keep_freed_memory
 
-if TYPE_CHECKING:  # the compile side loads only when a model needs it (a static .om never does)
+if TYPE_CHECKING:  # the compile side, gears and dynamic AIPP load only when a model has them
+    from pycann.ge.aipp.dynamic import DynamicAipp, Params
     from pycann.ge.compile.compiler import CompiledModel
+    from pycann.ge.compile.gears import GearTable
 
 
 @dataclass(frozen=True)
@@ -147,9 +147,17 @@ class LoadedModel:
         self._in_descs = [graph.descs.get(n) for n in graph.inputs]
         self._ranges = self.manifest.get("input_ranges", {})
         # dynamic gears (--dynamic_batch_size & co.) and AIPP (--insert_op_conf): docs/aipp.md
-        self.gears = GearTable(self.manifest["gears"]) if self.manifest.get("gears") else None
+        self.gears: GearTable | None = None
+        if self.manifest.get("gears"):
+            from pycann.ge.compile.gears import GearTable  # (a model without gears never imports it)
+
+            self.gears = GearTable(self.manifest["gears"])
         self.aipp: list[dict[str, Any]] = list(self.manifest.get("aipp", []))
-        self._dyn_aipp = DynamicAipp(self.aipp) if any(e.get("mode") == "dynamic" for e in self.aipp) else None
+        self._dyn_aipp: DynamicAipp | None = None
+        if any(e.get("mode") == "dynamic" for e in self.aipp):
+            from pycann.ge.aipp.dynamic import DynamicAipp
+
+            self._dyn_aipp = DynamicAipp(self.aipp)
         self._static_feeds = self._static_signature()
         _seed_weight_bounds(graph, self.manifest.get("weight_bounds"))
         n_gears = len(self.gears.profiles) if self.gears else 0
