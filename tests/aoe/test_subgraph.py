@@ -120,3 +120,33 @@ def test_a_kept_choice_must_win_the_final_blocks(tmp_path: Path, monkeypatch) ->
     assert final.get("rejected") and not final.get("kept")
     assert entry["choice"] == {"disabled_passes": [], "kernel_bank": False, "layout": True}
     assert "were not faster than the default in the final side-by-side run" in entry["note"]
+
+
+def test_final_line_quotes_the_median_block(tmp_path: Path, monkeypatch) -> None:  # noqa: ANN001
+    """A kept final quotes the median block's two latencies, the pair that decided: the minima over
+    the blocks (tuned 90 from one block, default 80 from another) would read 'kept: x0.889 faster'."""
+    from pycann.aoe import subgraph_tuning as sg
+
+    state: dict = {"w0": None, "kept": False}
+    finals = iter([[100.0, 90.0], [80.0, 95.0], [100.0, 88.0]])
+
+    def fake(models, feeds, budget_s=2.0):  # noqa: ANN001, ANN202
+        if len(models) == 1:
+            state["w0"] = models[0]
+            return [100.0]
+        if not state["kept"]:
+            state["kept"] = True
+            return [100.0, 80.0]
+        if models[0] is not state["w0"]:
+            return [80.0, 90.0]
+        return next(finals)
+
+    monkeypatch.setattr(sg, "measure_ms", fake)
+    opts = CompileOptions(op_bank_path=str(tmp_path))
+    report, _ = subgraph_job(conv_model, opts, KnowledgeBank(tmp_path), "conv.onnx", budget_s=0.01)
+    (entry,) = report.entries
+    final = entry["configs"][-1]
+    assert final["round_ratios"] == [0.88, 0.9, 1.1875] and final.get("kept")
+    assert (final["ms"], final["current_ms"]) == (90.0, 100.0)
+    assert final["why"] == "kept: x1.111 faster than the default"
+    assert "final: tuned vs default: 90.0 ms vs 100.0 ms; kept: x1.111 faster than the default" in report.text()
