@@ -178,8 +178,10 @@ def test_streams_and_async_memory(acl_ready: int) -> None:
     assert acl.rt.synchronize_stream(s) == C.ACL_ERROR_INVALID_PARAM
     assert acl.rt.synchronize_stream(s) == 0
     assert acl.rt.synchronize_stream_with_timeout(s, 1000) == 0
-    assert acl.rt.launch_callback(lambda _: time.sleep(0.2), None, C.ACL_CALLBACK_NO_BLOCK, s) == 0
+    held = threading.Event()  # the stream is busy until the test says (a sleep could end first on a loaded CPU)
+    assert acl.rt.launch_callback(lambda _: held.wait(), None, C.ACL_CALLBACK_NO_BLOCK, s) == 0
     assert acl.rt.synchronize_stream_with_timeout(s, 10) == C.ACL_ERROR_RT_WAIT_TIMEOUT
+    held.set()
     assert acl.rt.subscribe_report(1, s) == 0 and acl.rt.process_report(10) == 0
     assert acl.rt.unsubscribe_report(1, s) == 0
     assert acl.rt.launch_callback(lambda _: None, None, 7, s) == C.ACL_ERROR_INVALID_PARAM
