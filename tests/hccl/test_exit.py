@@ -2,6 +2,7 @@
 still pending, with or without ``destroy_process_group`` (``Communicator.destroy`` and its exit
 hook release the gloo group before Python finalizes)."""
 
+import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
@@ -26,8 +27,22 @@ def test_exit_with_pending_futures_and_callbacks() -> None:
 
 
 def _gloo_workers() -> int:
-    tasks = Path("/proc/self/task")
-    return sum((t / "comm").read_text().strip() == "pt_gloo_runloop" for t in tasks.iterdir())
+    n = 0
+    for t in Path("/proc/self/task").iterdir():
+        try:
+            n += (t / "comm").read_text().strip() == "pt_gloo_runloop"
+        except OSError:  # a thread that exited meanwhile
+            pass
+    return n
+
+
+def _named_workers(before: int) -> int:
+    """The gloo workers once they have named themselves: each sets its name when it first runs, which on
+    a loaded CPU may come after ProcessGroupGloo's constructor returns (30 s at most)."""
+    deadline = time.monotonic() + 30
+    while (n := _gloo_workers()) <= before and time.monotonic() < deadline:
+        time.sleep(0.01)
+    return n
 
 
 def _one_rank() -> Communicator:
@@ -37,7 +52,7 @@ def _one_rank() -> Communicator:
 def test_destroy_joins_gloo_workers_and_refuses_later_calls() -> None:
     before = _gloo_workers()
     comm = _one_rank()
-    assert _gloo_workers() > before
+    assert _named_workers(before) > before
     t = torch.ones(3)
     C.all_reduce(comm, t, HcclReduceOp.HCCL_REDUCE_SUM).wait()
     for _ in range(100):
