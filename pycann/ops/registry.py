@@ -58,6 +58,19 @@ def _load(names: tuple[str, ...]) -> None:
         _loaded.update(todo)
 
 
+def _restore(key: _Key) -> list[OpDef]:
+    """The entry of the indexed ``key``; its family's definitions again when a patch removed or
+    emptied it after the family was read (``monkeypatch.setitem`` on a key not in the table yet
+    deletes it on undo; the family is not read twice, so the op would be gone for the process)."""
+    with _lock:
+        defs = REGISTRY.get(key)
+        if not defs and _FAMILY_OF[key] in _loaded:
+            fam = importlib.import_module(f"pycann.ops.{_FAMILY_OF[key]}")
+            defs = sorted((op for op in fam.OPS if (_canon_domain(op.domain), op.op_type) == key), key=lambda d: d.since)
+            REGISTRY[key] = defs
+        return defs or []
+
+
 REGISTRY: _Table = {}
 _complete = False
 
@@ -83,6 +96,8 @@ def complete() -> _Table:
     if not _complete:
         _load(FAMILIES)
         _complete = True
+    for key in [k for k in _FAMILY_OF if not REGISTRY.get(k)]:
+        _restore(key)
     return REGISTRY
 
 
@@ -113,6 +128,8 @@ def lookup(op_type: str, domain: str = "", opset: int | None = None, where: str 
     if fam is not None and fam not in _loaded:
         _load((fam,))
     defs = REGISTRY.get(key)
+    if not defs and fam is not None:
+        defs = _restore(key)
     if not defs and not _complete:
         defs = complete().get(key)
     loc = f"node {where}: " if where else ""

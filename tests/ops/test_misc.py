@@ -3,33 +3,16 @@ numpy golden where ORT lacks the case or disagrees with the spec (DFT: numpy.fft
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-
 import numpy as np
 import pytest
 
 from pycann.dtypes import TensorDesc
 from pycann.errors import ShapeError
-from pycann.ops import misc, registry
+from pycann.ops import registry
 from pycann.ops.opdef import InferContext
 from tests.ops.oracle import check_op, run_pycann_op
 
 RT, AT = 1e-4, 1e-5
-
-
-@pytest.fixture(autouse=True, scope="module")
-def _misc_registered() -> Iterator[None]:
-    """Make misc's ops visible to ``lookup`` until the family is listed in registry.FAMILIES."""
-    added = []
-    for op in misc.OPS:
-        defs = registry.REGISTRY.setdefault(("", op.op_type), [])
-        if op not in defs:
-            defs.append(op)
-            defs.sort(key=lambda d: d.since)
-            added.append((defs, op))
-    yield
-    for defs, op in added:
-        defs.remove(op)
 
 
 def _infer(op_type: str, opset: int, inputs: list, values: list, attrs: dict) -> list[TensorDesc]:

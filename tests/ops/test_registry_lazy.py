@@ -68,3 +68,20 @@ def test_fresh_process_reads_only_the_families_it_looks_up() -> None:
     assert "control" in r["after"] and "nn.rnn" not in r["after"], r
     # an unknown op reads every family before it is refused (it may be one of a family not read yet)
     assert r["missing"] == "UnsupportedOpError" and r["end"] == sorted(registry.FAMILIES), r
+
+
+def test_a_patch_undone_after_its_family_was_read_leaves_the_op() -> None:
+    """monkeypatch.setitem on a key whose family was not read yet deletes the key on undo; if the
+    family was read meanwhile (another of its ops looked up), the op must still be found after."""
+    code = (
+        "import pytest\n"
+        "from pycann.ops import registry\n"
+        "from pycann.ops.opdef import OpDef\n"
+        "mp = pytest.MonkeyPatch()\n"
+        "mp.setitem(registry.REGISTRY, ('', 'Relu'), [OpDef('Relu', lambda c: [], lambda i, a: [])])\n"
+        "registry.lookup('Add', '', 14)\n"  # reads the elementwise family (Relu's) under the patch
+        "mp.undo()\n"
+        "print(registry.lookup('Relu', '', 14).op_type, registry.complete()[('', 'Relu')][-1].op_type)\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0 and out.stdout.split() == ["Relu", "Relu"], out.stderr[-800:]
