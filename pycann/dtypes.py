@@ -3,14 +3,18 @@
 The canonical dtype is ONNX's ``TensorProto.DataType`` enum value (an ``int``), because models
 arrive as ONNX and the .om manifest stores it; helpers map it to numpy dtypes (via ``ml_dtypes``
 for bfloat16 / float8 / int4) and to CANN's ``aclDataType`` codes (cann-interfaces.md §1.7).
+
+``ml_dtypes`` is imported on the first use of one of its types (``bfloat16()``, ``is_bfloat16``,
+``to_numpy``/``from_numpy`` of such a type): ~4 ms of every fresh process's import that a float32
+model never needs (issue 23 item 5). An array of one of its types implies it is imported already.
 """
 
 from __future__ import annotations
 
 import enum
+import functools
 from dataclasses import dataclass
 
-import ml_dtypes
 import numpy as np
 
 
@@ -62,29 +66,63 @@ _NP: dict[DType, np.dtype] = {
     DType.UINT64: np.dtype(np.uint64),
     DType.COMPLEX64: np.dtype(np.complex64),
     DType.COMPLEX128: np.dtype(np.complex128),
-    DType.BFLOAT16: np.dtype(ml_dtypes.bfloat16),
-    DType.FLOAT8E4M3FN: np.dtype(ml_dtypes.float8_e4m3fn),
-    DType.FLOAT8E4M3FNUZ: np.dtype(ml_dtypes.float8_e4m3fnuz),
-    DType.FLOAT8E5M2: np.dtype(ml_dtypes.float8_e5m2),
-    DType.FLOAT8E5M2FNUZ: np.dtype(ml_dtypes.float8_e5m2fnuz),
-    DType.UINT4: np.dtype(ml_dtypes.uint4),
-    DType.INT4: np.dtype(ml_dtypes.int4),
-    DType.FLOAT4E2M1: np.dtype(ml_dtypes.float4_e2m1fn),
-    DType.FLOAT8E8M0: np.dtype(ml_dtypes.float8_e8m0fnu),
-    DType.UINT2: np.dtype(ml_dtypes.uint2),
-    DType.INT2: np.dtype(ml_dtypes.int2),
+}
+# the types ml_dtypes provides: DType -> its attribute name there (added to the tables on first need)
+_ML_DTYPES: dict[DType, str] = {
+    DType.BFLOAT16: "bfloat16",
+    DType.FLOAT8E4M3FN: "float8_e4m3fn",
+    DType.FLOAT8E4M3FNUZ: "float8_e4m3fnuz",
+    DType.FLOAT8E5M2: "float8_e5m2",
+    DType.FLOAT8E5M2FNUZ: "float8_e5m2fnuz",
+    DType.UINT4: "uint4",
+    DType.INT4: "int4",
+    DType.FLOAT4E2M1: "float4_e2m1fn",
+    DType.FLOAT8E8M0: "float8_e8m0fnu",
+    DType.UINT2: "uint2",
+    DType.INT2: "int2",
 }
 _FROM_NP: dict[np.dtype, DType] = {v: k for k, v in _NP.items()}
 # numpy's str_ arrays map to STRING as well (object arrays are the canonical carrier).
 _FROM_NP[np.dtype(np.str_)] = DType.STRING
 
 
+@functools.cache
+def _ml_types() -> bool:
+    """Import ml_dtypes and add its types to both tables (once)."""
+    import ml_dtypes
+
+    for t, name in _ML_DTYPES.items():
+        dt = np.dtype(getattr(ml_dtypes, name))
+        _NP[t] = dt
+        _FROM_NP[dt] = t
+    return True
+
+
+def bfloat16() -> np.dtype:
+    """ml_dtypes' bfloat16 as a numpy dtype (imports ml_dtypes on first use)."""
+    _ml_types()
+    return _NP[DType.BFLOAT16]
+
+
+def is_bfloat16(dt: np.dtype) -> bool:
+    """``dt`` is ml_dtypes' bfloat16; numpy's own dtypes answer without importing ml_dtypes (its
+    types are the only ones of kind "V" a model tensor has)."""
+    return dt.kind == "V" and dt == bfloat16()
+
+
 def to_numpy(dtype: int) -> np.dtype:
     """numpy dtype for an ONNX dtype enum value. Raises ``TypeError`` if it has none."""
     try:
-        return _NP[DType(dtype)]
-    except (KeyError, ValueError):
+        t = DType(dtype)
+    except ValueError:
         raise TypeError(f"ONNX dtype {dtype} has no numpy equivalent in pycann") from None
+    dt = _NP.get(t)
+    if dt is None and t in _ML_DTYPES:
+        _ml_types()
+        dt = _NP.get(t)
+    if dt is None:
+        raise TypeError(f"ONNX dtype {dtype} has no numpy equivalent in pycann")
+    return dt
 
 
 def from_numpy(dtype: np.dtype | type) -> DType:
@@ -92,6 +130,8 @@ def from_numpy(dtype: np.dtype | type) -> DType:
     dt = np.dtype(dtype)
     if dt.kind == "U":
         return DType.STRING
+    if dt.kind == "V":  # (ml_dtypes' types; imported already if an array has one)
+        _ml_types()
     try:
         return _FROM_NP[dt]
     except KeyError:

@@ -10,9 +10,9 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-import ml_dtypes
 import numpy as np
 
+from pycann.dtypes import is_bfloat16
 from pycann.kernels import algorithm
 from pycann.kernels.algorithm import (
     NUMPY_IM2COL_GEMM,
@@ -55,13 +55,13 @@ def conv_act(inputs: Sequence[Any], attrs: Mapping[str, Any], out: np.ndarray | 
     group = int(attrs.get("group", 1))
     win = check_conv(x, w, b, group, attrs)
     # bf16 precision modes: oneDNN's bf16 kernels (fp32 accumulation), as the NPU computes
-    if x.dtype == _BF16 and w.dtype == _BF16 and onednn_bf16.native() and _torch_ok(attrs) \
+    if is_bfloat16(x.dtype) and is_bfloat16(w.dtype) and onednn_bf16.native() and _torch_ok(attrs) \
             and not (relu and not nan_guard.safe(x, nan_guard.weight_bound(w, b), residual)):
         y16n = onednn_bf16.conv(x, w, b, group, win, residual, RELU if relu else None,
-                                out if out is not None and out.dtype == _BF16 else None)
+                                out if out is not None and is_bfloat16(out.dtype) else None)
         if y16n is not None:  # bias, residual and relu applied in the primitive, result bf16
             return y16n, False
-    y16 = bf16_conv(x, w, b, group, win) if x.dtype == _BF16 and w.dtype == _BF16 and _torch_ok(attrs) else None
+    y16 = bf16_conv(x, w, b, group, win) if is_bfloat16(x.dtype) and is_bfloat16(w.dtype) and _torch_ok(attrs) else None
     cd = compute_dtype(x.dtype)
     bc = b.astype(cd, copy=False) if b is not None else None
     if y16 is not None:
@@ -104,7 +104,6 @@ def conv_act(inputs: Sequence[Any], attrs: Mapping[str, Any], out: np.ndarray | 
     return y, False
 
 
-_BF16 = np.dtype(ml_dtypes.bfloat16)
 
 
 def _onednn_module() -> Any:

@@ -8,6 +8,7 @@ from typing import Any
 
 import numpy as np
 
+from pycann.dtypes import bfloat16
 from pycann.kernels import algorithm
 from pycann.kernels import conv as kconv
 from pycann.kernels import gemm as kgemm
@@ -91,7 +92,7 @@ def _bf16_matmul_fused(inputs: Sequence[Any], attrs: Mapping[str, Any], out: np.
         return None
     packed = algorithm.of(attrs) == ONEDNN_MATMUL_BF16_PACKED
     return onednn_bf16.matmul(inputs[0], inputs[1], inputs[2] if len(inputs) > 2 else None,
-                              inputs[3] if len(inputs) > 3 else None, unary, onednn_bf16.BF16_NP, packed, out)
+                              inputs[3] if len(inputs) > 3 else None, unary, bfloat16(), packed, out)
 
 
 PROVIDED = ref.FusedCompute(

@@ -24,10 +24,9 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-import ml_dtypes
 import numpy as np
 
-from pycann.dtypes import TensorDesc
+from pycann.dtypes import TensorDesc, bfloat16, is_bfloat16
 from pycann.ops import activation as act_mod
 from pycann.ops.matmul import Bf16MatMul, FloatMatMul, _float_matmul, _infer_matmul, _no_bf16, matmul
 from pycann.ops.nn import conv as conv_mod
@@ -103,7 +102,6 @@ def _apply_affine(y: np.ndarray, aff: tuple[float, float] | None) -> np.ndarray:
     return y
 
 
-_BF16 = np.dtype(ml_dtypes.bfloat16)
 
 
 def _narrow(dtype: np.dtype) -> bool:
@@ -174,16 +172,16 @@ def _conv_inputs(inputs: Sequence[Any]) -> list[Any]:
 def _k_fused_conv(inputs: Sequence[Any], attrs: Mapping[str, Any], fc: FusedCompute = REFERENCE) -> list[np.ndarray]:
     """Conv (ONNX Conv) -> += Z (residual, optional input 3) -> activation, in place on Conv's output."""
     name = attrs.get("activation", "")
-    if inputs[0].dtype == _BF16 and inputs[1].dtype == _BF16:
+    if is_bfloat16(inputs[0].dtype) and is_bfloat16(inputs[1].dtype):
         # bf16 conv + residual + activation (+ scale/shift) in oneDNN, staying bf16 between layers
         y = fc.bf16_conv_fused(inputs, attrs, name == "Relu")
         if y is not None:
             return [y]
-    if inputs[0].dtype == _BF16 and inputs[1].dtype == _BF16:
+    if is_bfloat16(inputs[0].dtype) and is_bfloat16(inputs[1].dtype):
         # the conv kernel runs bf16 in oneDNN when it can (fp32 result); epilogue in fp32
         z = inputs[3] if len(inputs) > 3 else None
         ins = [*inputs[:3], None if z is None else z.astype(np.float32)]
-        return [_conv_epilogue(ins, attrs, None, fc).astype(_BF16)]
+        return [_conv_epilogue(ins, attrs, None, fc).astype(bfloat16())]
     if _narrow(inputs[0].dtype):
         return [_k_fused_conv(_widen(inputs), attrs, fc)[0].astype(inputs[0].dtype)]
     y = _conv_epilogue(inputs, attrs, None, fc)
@@ -210,7 +208,7 @@ def _out_fused_conv(inputs: Sequence[Any], attrs: Mapping[str, Any], outs: Seque
                     fc: FusedCompute = REFERENCE) -> None:
     if _narrow(outs[0].dtype):
         y = None
-        if outs[0].dtype == inputs[0].dtype == inputs[1].dtype == _BF16:
+        if outs[0].dtype == inputs[0].dtype == inputs[1].dtype and is_bfloat16(outs[0].dtype):
             y = fc.bf16_conv_fused(inputs, attrs, attrs.get("activation", "") == "Relu", outs[0])  # into the arena
         if y is None:
             y = _k_fused_conv(inputs, attrs, fc)[0]
@@ -238,14 +236,14 @@ def _k_fused_matmul(inputs: Sequence[Any], attrs: Mapping[str, Any], fc: FusedCo
     """MatMul (numpy matmul semantics) -> += bias (optional input 2) -> += residual (optional
     input 3, the output's shape) -> activation, in place: ``act(A @ B + bias + residual)``."""
     a, b = inputs[0], inputs[1]
-    if a.dtype == b.dtype == _BF16:
+    if a.dtype == b.dtype and is_bfloat16(a.dtype):
         y = fc.bf16_matmul_fused(inputs, attrs)
         if y is not None:
             return [y]
         y16 = fc.bf16_matmul(a, b, attrs)  # oneDNN bf16 GEMM, fp32 accumulation; epilogue in fp32
         if y16 is not None:
             _mm_post(y16, [None, None, *(x if x is None else x.astype(np.float32) for x in inputs[2:])], attrs)
-            return [y16.astype(_BF16)]
+            return [y16.astype(bfloat16())]
     if _narrow(inputs[0].dtype):
         return [_k_fused_matmul(_widen(inputs), attrs, fc)[0].astype(inputs[0].dtype)]
     y = fc.float_matmul(a, b, np.result_type(a, b), attrs, None)
@@ -269,7 +267,7 @@ def _out_fused_matmul(inputs: Sequence[Any], attrs: Mapping[str, Any], outs: Seq
                       fc: FusedCompute = REFERENCE) -> None:
     if _narrow(outs[0].dtype):
         y = None
-        if outs[0].dtype == inputs[0].dtype == inputs[1].dtype == _BF16:
+        if outs[0].dtype == inputs[0].dtype == inputs[1].dtype and is_bfloat16(outs[0].dtype):
             y = fc.bf16_matmul_fused(inputs, attrs, outs[0])  # into the arena
         if y is None:
             y = _k_fused_matmul(inputs, attrs, fc)[0]
@@ -320,7 +318,7 @@ def _k_attention(inputs: Sequence[Any], attrs: Mapping[str, Any], fc: FusedCompu
         out = _attention_f32(q, kt, v, mask, float(attrs.get("scale", 1.0)), fc)
         if out is not None:
             return [out]
-    if q.dtype == kt.dtype == v.dtype == _BF16:
+    if q.dtype == kt.dtype == v.dtype and is_bfloat16(q.dtype):
         out = _attention_bf16(q, kt, v, mask, float(attrs.get("scale", 1.0)), attrs, fc)
         if out is not None:
             return [out]
@@ -371,8 +369,8 @@ def _attention_bf16(q: np.ndarray, kt: np.ndarray, v: np.ndarray, mask: np.ndarr
         s -= s.max(axis=-1, keepdims=True)
         np.exp(s, out=s)
         s /= s.sum(axis=-1, keepdims=True)
-    y = fc.bf16_matmul(s.astype(_BF16), v, attrs)
-    return None if y is None else y.astype(_BF16)
+    y = fc.bf16_matmul(s.astype(bfloat16()), v, attrs)
+    return None if y is None else y.astype(bfloat16())
 
 
 def _attention_f32(q: np.ndarray, kt: np.ndarray, v: np.ndarray, mask: np.ndarray | None,

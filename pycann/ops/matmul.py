@@ -15,10 +15,9 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
-import ml_dtypes
 import numpy as np
 
-from pycann.dtypes import Dim, DType, TensorDesc
+from pycann.dtypes import Dim, DType, TensorDesc, bfloat16, is_bfloat16
 from pycann.ops.opdef import InferContext, OpDef
 from pycann.ops.operand_checks import check_vector
 from pycann.ops.shape_utils import broadcast_shapes
@@ -115,7 +114,6 @@ def _no_bf16(a: np.ndarray, b: np.ndarray, attrs: Mapping[str, Any]) -> np.ndarr
     return None
 
 
-_BF16 = np.dtype(ml_dtypes.bfloat16)
 
 
 def _k_matmul(inputs: Sequence[Any], attrs: Mapping[str, Any], mm: FloatMatMul = _float_matmul,
@@ -123,11 +121,11 @@ def _k_matmul(inputs: Sequence[Any], attrs: Mapping[str, Any], mm: FloatMatMul =
     """MatMul (spec: MatMul-13): numpy.matmul semantics, incl. 1-D operands and batch broadcast.
     ``mm`` computes float products, ``bf16`` bf16 ones (see ``FloatMatMul``)."""
     a, b = inputs[0], inputs[1]
-    if a.dtype == b.dtype == _BF16:
+    if a.dtype == b.dtype and is_bfloat16(a.dtype):
         # bf16 precision modes: oneDNN/MKL bf16 GEMM (fp32 accumulation), as the NPU's cube unit
         y16 = bf16(a, b, attrs)
         if y16 is not None:
-            return [y16.astype(_BF16)]
+            return [y16.astype(bfloat16())]
     acc = _acc_dtype(a.dtype)
     if acc.kind == "f" and a.dtype == b.dtype:
         return [np.asarray(mm(a, b, acc, attrs, None).astype(a.dtype, copy=False))]

@@ -12,14 +12,12 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
-import ml_dtypes
 import numpy as np
 
-from pycann.dtypes import DType, TensorDesc
+from pycann.dtypes import DType, TensorDesc, is_bfloat16
 from pycann.ops.opdef import InferContext, OpDef
 from pycann.ops.shape_utils import normalize_axes, normalize_axis, same_as
 
-_LOW_FLOATS = (np.dtype(np.float16), np.dtype(ml_dtypes.bfloat16))
 _REDUCE_ATTRS = {"keepdims": 1, "noop_with_empty_axes": 0}
 
 Inputs = Sequence[Any]
@@ -28,7 +26,7 @@ Attrs = Mapping[str, Any]
 
 def _work(x: np.ndarray) -> np.ndarray:
     """float16/bfloat16 are widened to float32 so sums do not lose precision."""
-    return x.astype(np.float32) if x.dtype in _LOW_FLOATS else x
+    return x.astype(np.float32) if x.dtype == np.float16 or is_bfloat16(x.dtype) else x
 
 
 def _back(r: Any, dtype: np.dtype) -> np.ndarray:
@@ -100,7 +98,7 @@ def _extreme(x: np.ndarray, largest: bool) -> Any:
     """The reduction identity: -inf/+inf for floats, the dtype's min/max otherwise."""
     if x.dtype == np.bool_:
         return not largest
-    if x.dtype.kind == "f" or x.dtype in _LOW_FLOATS:
+    if x.dtype.kind == "f" or is_bfloat16(x.dtype):
         return -np.inf if largest else np.inf
     info = np.iinfo(x.dtype)
     return info.min if largest else info.max

@@ -7,10 +7,9 @@ import math
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-import ml_dtypes
 import numpy as np
 
-from pycann.dtypes import DType, TensorDesc, from_numpy, to_numpy
+from pycann.dtypes import DType, TensorDesc, from_numpy, is_bfloat16, to_numpy
 from pycann.ops.index_checks import require_vector_input, vector_input_fault
 from pycann.ops.opdef import REQUIRED, InferContext, OpDef
 from pycann.ops.shape_utils import broadcast_shapes, same_as
@@ -173,7 +172,7 @@ def _range_args(inputs: Inputs) -> tuple[np.dtype, np.dtype, list[Any]]:
     vals = [np.asarray(v).reshape(()) for v in inputs[:3]]
     dt = vals[0].dtype
     # stash_type=1 (opset 27, ORT's behaviour earlier): 16-bit floats are computed in float32
-    wt = np.dtype(np.float32) if dt in (np.float16, ml_dtypes.bfloat16) else dt
+    wt = np.dtype(np.float32) if dt == np.float16 or is_bfloat16(dt) else dt
     return dt, wt, [v.astype(wt)[()] for v in vals]
 
 

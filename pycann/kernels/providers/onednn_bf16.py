@@ -24,9 +24,9 @@ from collections.abc import Sequence
 from functools import lru_cache
 from typing import Any
 
-import ml_dtypes
 import numpy as np
 
+from pycann.dtypes import bfloat16, is_bfloat16
 from pycann.kernels.algorithm import ONEDNN_CONV_BF16, ONEDNN_MATMUL_BF16, ONEDNN_MATMUL_BF16_PACKED
 from pycann.kernels.providers import ConvSpec, GemmSpec, Implementation, onednn_packed, openmp
 from pycann.kernels.providers import numpy_blas as nb
@@ -37,7 +37,6 @@ from pycann.ops.nn.spatial import Window
 __all__ = ["ALGORITHMS", "BF16", "bf16_choice", "conv", "cpu_has_bf16", "kernel_note", "matmul", "native", "stats"]
 
 BF16 = 2  # dnnl_data_type_t dnnl_bf16 (dnnl_common_types.h)
-_NP_BF16 = BF16_NP = np.dtype(ml_dtypes.bfloat16)
 _MAX_PLANS = 512
 _lock = threading.Lock()
 _plans: dict[tuple[Any, ...], Any] = {}
@@ -119,13 +118,13 @@ def _channels_last(shape: tuple[int, ...]) -> np.ndarray:
     """An uninitialised bf16 array of logical ``shape`` (N, C, *spatial) laid out channels-last."""
     perm = (0, *range(2, len(shape)), 1)
     inv = tuple(int(i) for i in np.argsort(perm))
-    return np.empty([shape[p] for p in perm], _NP_BF16).transpose(inv)
+    return np.empty([shape[p] for p in perm], bfloat16()).transpose(inv)
 
 
 def _to_channels_last(a: np.ndarray) -> np.ndarray:
     if a.ndim < 3 or a.strides[1] == a.itemsize:
         return a
-    out = _channels_last(a.shape) if a.dtype == _NP_BF16 else np.empty(a.shape, a.dtype)
+    out = _channels_last(a.shape) if is_bfloat16(a.dtype) else np.empty(a.shape, a.dtype)
     out[...] = a
     return out
 
@@ -137,7 +136,7 @@ def _post_ops(residual: np.ndarray | None, post: Unaries) -> tuple[Any, list[tup
     res_md = None
     if residual is not None:
         res_md = _md(residual.shape, residual.strides, residual.itemsize,
-                     BF16 if residual.dtype == _NP_BF16 else capi.F32)
+                     BF16 if is_bfloat16(residual.dtype) else capi.F32)
         ops.append(("binary_add", res_md))
     ops += [("eltwise", *u) for u in post]
     return res_md, ops
@@ -227,7 +226,7 @@ def conv(x: np.ndarray, w: np.ndarray, b: np.ndarray | None, group: int, win: Wi
     result is rounded once to bfloat16 and written into ``out`` (bfloat16, the output's shape, any
     strides) or a new channels-last array, which is returned. None when the native kernels are not
     available here or oneDNN rejects the shape (the caller computes in float32)."""
-    if not native() or x.dtype != _NP_BF16 or w.dtype != _NP_BF16 or not 1 <= len(win.kernel) <= 3:
+    if not native() or not is_bfloat16(x.dtype) or not is_bfloat16(w.dtype) or not 1 <= len(win.kernel) <= 3:
         return None
     y_shape = (x.shape[0], w.shape[0], *win.out)
     # oneDNN's bf16 JIT convolutions want channels-last (or blocked) data: on a plain NCHW source
@@ -235,10 +234,10 @@ def conv(x: np.ndarray, w: np.ndarray, b: np.ndarray | None, group: int, win: Wi
     x = _to_channels_last(x)
     if residual is not None:
         residual = _to_channels_last(residual)
-    if out is None or out.dtype != _NP_BF16 or out.shape != y_shape:
+    if out is None or not is_bfloat16(out.dtype) or out.shape != y_shape:
         out = _channels_last(y_shape)
     if residual is not None:
-        if residual.dtype not in (_NP_BF16, np.dtype(np.float32)):
+        if not (is_bfloat16(residual.dtype) or residual.dtype == np.float32):
             residual = residual.astype(np.float32)
         if residual.shape != y_shape:
             residual = np.ascontiguousarray(np.broadcast_to(residual, y_shape))
@@ -262,7 +261,7 @@ class _MatMulPlan:
     def __init__(self, a: np.ndarray, b: np.ndarray, y: np.ndarray, bias: np.ndarray | None,
                  residual: np.ndarray | None, post: Unaries, packed: bool) -> None:
         amd, bmd = _md(a.shape, a.strides, 2, BF16), _md(b.shape, b.strides, 2, BF16)
-        ymd = _md(y.shape, y.strides, y.itemsize, BF16 if y.dtype == _NP_BF16 else capi.F32)
+        ymd = _md(y.shape, y.strides, y.itemsize, BF16 if is_bfloat16(y.dtype) else capi.F32)
         bias_md = _md(bias.shape, bias.strides, 4, capi.F32) if bias is not None else None
         res_md, ops = _post_ops(residual, post)
         want = capi.MemoryDesc.any(b.shape, dt=BF16) if packed else bmd
@@ -302,7 +301,7 @@ def matmul(a: np.ndarray, b: np.ndarray, bias: np.ndarray | None = None, residua
     result's shape and C order. ``packed``: ``b`` is a constant (a weight: its packed copy is cached
     by its memory, so it must never change). None when not handled or the native kernels are not
     available (the caller computes in float32)."""
-    if not native() or a.dtype != _NP_BF16 or b.dtype != _NP_BF16 or a.ndim < 2 or b.ndim < 2:
+    if not native() or not is_bfloat16(a.dtype) or not is_bfloat16(b.dtype) or a.ndim < 2 or b.ndim < 2:
         return None
     shape = (*a.shape[:-1], b.shape[-1])
     if b.ndim == 2:
@@ -324,7 +323,7 @@ def matmul(a: np.ndarray, b: np.ndarray, bias: np.ndarray | None = None, residua
     if residual is not None:
         if residual.shape != shape:
             return None
-        r = residual if residual.dtype in (_NP_BF16, np.dtype(np.float32)) else residual.astype(np.float32)
+        r = residual if is_bfloat16(residual.dtype) or residual.dtype == np.float32 else residual.astype(np.float32)
         r = r.reshape(flat)
     post_ops = _chain(post)
     key = ("matmul", _layout_key(a), _layout_key(b), capi.ptr(b) if packed else None, packed, _layout_key(y),
