@@ -42,7 +42,10 @@ def _lower_priority() -> None:
     """Nice this thread alone (Linux: ``setpriority`` on a thread id affects that thread), so on
     busy cores the calls that run meanwhile are scheduled before the build. Best effort."""
     try:
-        os.setpriority(os.PRIO_PROCESS, threading.get_native_id(), NICE)
+        tid = threading.get_native_id()
+        # an increment over the thread's own niceness: in a process run under ``nice`` an absolute
+        # NICE would raise the builder above the calls (and root may do that)
+        os.setpriority(os.PRIO_PROCESS, tid, min(os.getpriority(os.PRIO_PROCESS, tid) + NICE, 19))
     except (AttributeError, OSError):  # not Linux, or not permitted
         pass
 
