@@ -127,11 +127,13 @@ class InferSession:
                 raise RuntimeError("dymbatch: no input of the model has a dynamic batch dim")
             self.set_dynamic_batchsize(shapes[0][0] if shapes and shapes[0] else 1)
         elif mode == "dymhw":
-            four = [s for s in shapes if len(s) == 4]
+            four = [(s, info) for s, info in zip(shapes, self.model.inputs) if len(s) == 4]
             if not four:
                 raise RuntimeError("dymhw: the feeds have no 4-D (NCHW / NHWC) input")
-            hi, wi = (1, 2) if self.model.input_format == "NHWC" else (2, 3)
-            self.set_dynamic_hw(four[0][wi], four[0][hi])
+            shape, info = four[0]
+            # (the input's own layout: an AIPP input is NHWC whatever --input_format says)
+            hi, wi = (1, 2) if info.format == "NHWC" else (2, 3)
+            self.set_dynamic_hw(shape[wi], shape[hi])
         else:
             text = ";".join(f"{info.name}:{','.join(map(str, s))}" for info, s in zip(self.model.inputs, shapes))
             if mode == "dymdims":

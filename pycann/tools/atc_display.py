@@ -106,5 +106,6 @@ def display(args: argparse.Namespace) -> None:
     from pycann.ge.run.executor import is_vision
     from pycann.ge.run.plan_cache import describe
 
-    print(describe([n for n in g.inputs if not getattr(g.descs.get(n), "is_static", True)], is_vision(g)))
+    print(describe([n for n in g.inputs if not getattr(g.descs.get(n), "is_static", True)], is_vision(g),
+                   len((m.get("gears") or {}).get("profiles", []))))
     print("============ Display Model Info end ============")

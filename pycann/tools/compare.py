@@ -280,6 +280,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         inits = {t.name for t in model.graph.initializer}
         onnx_inputs = [i.name for i in model.graph.input if i.name not in inits]
         om_inputs = [i.name for i in loaded.inputs]
+        if loaded.aipp:  # its input is the raw image; ONNX Runtime's model takes the tensor AIPP makes
+            raise ValueError(f"{args.om} has AIPP (--insert_op_conf), which the ONNX model does not: compare "
+                             "an .om compiled without --insert_op_conf from the same model (AIPP itself is "
+                             "checked against its config's arithmetic: docs/aipp.md)")
         if args.om and sorted(onnx_inputs) != sorted(om_inputs):
             raise ValueError(f"{args.om} was not compiled from {args.model}: its inputs are {om_inputs}, "
                              f"the ONNX model's are {onnx_inputs}")

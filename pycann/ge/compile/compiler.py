@@ -187,7 +187,9 @@ def compile_model(
         # the input shape is stored once: "input_ranges" (--input_shape with names resolved, in its order)
         "options": {k: v for k, v in options.to_json().items() if k != "input_shape"},
         "input_ranges": ranges,
-        "memory_plan": {"peak_bytes": mem.peak_bytes, "total_bytes": mem.total_bytes,
+        # with gears, the largest gear's arena (the graph itself has symbolic dims: 0 here)
+        "memory_plan": {"peak_bytes": max([mem.peak_bytes, *(gear_info or {}).get("arena_bytes", [])]),
+                        "total_bytes": mem.total_bytes,
                         "dynamic_values": len(mem.dynamic), "offsets": mem.offsets},
         "execution_plan": [n.name for n in graph.nodes],
         "op_counts": graph.op_counts(),

@@ -22,6 +22,7 @@ import numpy as np
 from pycann.dtypes import TensorDesc, to_numpy
 from pycann.errors import InputError, OptionError, PycannError, ShapeError
 from pycann.ge.ir import Graph
+from pycann.ge.planning.memory import plan_memory
 
 MIN_PROFILES, MAX_PROFILES = 2, 100
 OPTION = {"batch": "--dynamic_batch_size", "image_size": "--dynamic_image_size", "dims": "--dynamic_dims"}
@@ -188,6 +189,7 @@ def record_gears(
     if plan is None:
         return None
     gear_shapes: list[dict[str, list[int]]] = []
+    arenas: list[int] = []  # each gear's activation arena (bytes): aclmdlQuerySize / atc --mode=6 give the largest
     for profile in plan.profiles:
         env: dict[Any, int] = {}
         for sym, v in zip(plan.symbols, _values(plan, profile)):
@@ -206,13 +208,14 @@ def record_gears(
             shapes[name] = [int(x) for x in dims]  # type: ignore[arg-type]
         gear_shapes.append(shapes)
         try:
-            specialize(graph, [tuple(shapes[n]) if n in shapes else None for n in graph.inputs])
+            g = specialize(graph, [tuple(shapes[n]) if n in shapes else None for n in graph.inputs])
+            arenas.append(plan_memory(g).peak_bytes)
         except PycannError as e:
             raise ShapeError(f"{OPTION[plan.kind]} gear {','.join(map(str, profile))} does not compile: {e}") from e
     log(f"[Gears] {len(plan.profiles)} {OPTION[plan.kind]} gears compiled: "
         + "; ".join(_label(plan.kind, p) for p in plan.profiles))
     return {"kind": plan.kind, "option": OPTION[plan.kind], "profiles": plan.profiles,
-            "inputs": sorted({n for n, _ in plan.positions}), "shapes": gear_shapes}
+            "inputs": sorted({n for n, _ in plan.positions}), "shapes": gear_shapes, "arena_bytes": arenas}
 
 
 def _label(kind: str, profile: Sequence[int]) -> str:

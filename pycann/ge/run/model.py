@@ -256,6 +256,13 @@ class LoadedModel:
                 continue
             arr = np.asarray(x)
             if desc is not None and desc.dtype and int(from_numpy(arr.dtype)) != desc.dtype:
+                aipp = next((e for e in self.aipp if e.get("input") == info.name and e.get("mode") != "dynamic"), None)
+                if aipp is not None:  # x.astype would turn normalised values into garbage pixels
+                    raise InputError(
+                        f"input '{info.name}' has AIPP (--insert_op_conf): feed the raw image, {info.datatype} "
+                        f"{info.format} {list(info.shape)} ({aipp.get('params', {}).get('input_format', 'pixels')}), "
+                        f"not the {arr.dtype} tensor the model had before AIPP (the AIPP step converts, crops "
+                        "and normalises it: docs/aipp.md)")
                 raise InputError(
                     f"input '{info.name}': expected dtype {info.datatype}, received {arr.dtype}; "
                     # a list or scalar has no .astype: show the call that works for it

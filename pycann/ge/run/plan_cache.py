@@ -232,13 +232,15 @@ def short_signature(key: Hashable) -> str:
     return "[" + ", ".join(parts) + "]"
 
 
-def describe(dynamic_inputs: list[str], vision: bool) -> str:
+def describe(dynamic_inputs: list[str], vision: bool, gears: int = 0) -> str:
     """The ``atc --mode=6`` line about run-time plans for a model whose ``dynamic_inputs`` (names
-    with symbolic dims) are listed (``vision``: the graph has convolutions), with the bounds the
-    environment sets now."""
+    with symbolic dims) are listed (``vision``: the graph has convolutions; ``gears``: its number
+    of --dynamic_batch_size / image_size / dims gears), with the bounds the environment sets now."""
     cfg = plan_cache_config()
     if not dynamic_inputs:
         return "plan cache: static shapes, one plan"
+    if gears:  # (LoadedModel precompiles every gear: ge/run/model.py)
+        return f"plan cache: {gears} gears, each gear's plan built at load"
     which = {"specialize": "every input signature gets its own plan",
              "generic": "every input signature runs the shape-generic plan",
              "auto": f"every input signature gets its own plan (convolutions; built {cfg.build.value}, "
