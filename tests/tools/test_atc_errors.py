@@ -152,3 +152,16 @@ def test_option_errors_come_before_heavy_imports(relu: Path, tmp_path: Path) -> 
         out = subprocess.run([sys.executable, "-c", code, *args], capture_output=True, text=True, env=env,
                              timeout=60, check=False).stdout
         assert "HEAVY 1 []" in out, (args, out)
+
+
+def test_a_wrong_input_shape_names_the_input_it_reaches(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """A channel count from --input_shape that the first conv cannot take: the line names the conv,
+    the model input it reads (with the shape given) and --input_shape."""
+    w = numpy_helper.from_array(np.ones((4, 3, 3, 3), np.float32), "W")
+    nodes = [helper.make_node("Conv", ["x", "W"], ["c"], pads=[1, 1, 1, 1]), helper.make_node("Relu", ["c"], ["y"])]
+    g = helper.make_graph(nodes, "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["N", 3, 8, 8])],
+                          [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)], [w])
+    m = save(helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)]), tmp_path / "c.onnx")
+    rc, out = atc(capsys, *compile_args(m, str(tmp_path / "c")), "--input_shape=x:1,5,8,8")
+    assert_failed(rc, out, "E19999", r"X has 5 channels but W \[4, 3, 3, 3\] with group=1 expects 3; the node reads "
+                                     r"model input x FLOAT\[1x5x8x8\]: check that input's shape \(atc --input_shape\)$")

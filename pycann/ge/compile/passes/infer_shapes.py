@@ -78,7 +78,17 @@ def infer_graph(
             for attr_name, sub in node.subgraphs.items():
                 _seed_body_inputs(node, attr_name, sub, [descs.get(i) if i else None for i in node.inputs])
                 infer_graph(sub, descs, consts, strict=False)
-        for o, d in zip(node.outputs, infer_node(node, op, descs, consts, g.descs, strict)):
+        try:
+            outs = infer_node(node, op, descs, consts, g.descs, strict)
+        except ShapeError as e:
+            fed = [i for i in dict.fromkeys(node.inputs) if i in g.inputs and outer_descs is None]
+            if not fed or type(e) is not ShapeError:
+                raise
+            # the node reads a model input directly: its shape (atc --input_shape, or a call's
+            # array) is as likely wrong as the model
+            raise ShapeError(f"{e}; the node reads model input {', '.join(f'{i} {descs.get(i)}' for i in fed)}: "
+                             "check that input's shape (atc --input_shape)", e.code) from None
+        for o, d in zip(node.outputs, outs):
             if o:
                 descs[o] = d
     for k in list(descs):
