@@ -25,6 +25,7 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import json
+import os
 import pathlib
 import sys
 import time
@@ -249,6 +250,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     p.add_argument("--cache-dir", type=pathlib.Path, default=DEFAULT_CACHE)
     p.add_argument("--json", type=pathlib.Path, help="also write the full result here")
     args = p.parse_args(argv)
+    # one plan for the whole run: on a busy machine the thread governor switches runs to a one-thread
+    # plan that the instrumentation never wrapped (every node then read 0 ms); set it to "on" to see that
+    os.environ.setdefault("PYCANN_ADAPTIVE_THREADS", "off")
     res = profile(args.model, args.batch, args.runs, args.cache_dir.expanduser())
     if args.json:
         args.json.write_text(json.dumps(res, indent=1))
