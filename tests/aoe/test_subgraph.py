@@ -92,13 +92,11 @@ def test_final_line_prints_tuned_then_default() -> None:
     assert "final: tuned vs default: 40.241 ms vs 38.845 ms" in text
 
 
-def test_a_kept_choice_must_win_the_final_blocks(tmp_path: Path, monkeypatch) -> None:  # noqa: ANN001
-    """A choice that won its one A/B is stored only if the final tuned-vs-default check, in separate
-    blocks, clears the bar in its median block (scripted measurements: one lucky block of three)."""
-    from pycann.aoe import subgraph_tuning as sg
-
+def _scripted(finals: list[list[float]]):  # noqa: ANN202
+    """A ``measure_ms`` stand-in: the default alone 100 ms, the first candidate wins its A/B by x1.25,
+    later candidates lose, and the final tuned-vs-default blocks return ``finals`` in turn."""
     state: dict = {"w0": None, "kept": False}
-    finals = iter([[100.0, 80.0], [100.0, 99.0], [100.0, 99.5]])  # the lucky block first
+    blocks = iter(finals)
 
     def fake(models, feeds, budget_s=2.0):  # noqa: ANN001, ANN202
         if len(models) == 1:
@@ -106,12 +104,21 @@ def test_a_kept_choice_must_win_the_final_blocks(tmp_path: Path, monkeypatch) ->
             return [100.0]
         if not state["kept"]:
             state["kept"] = True
-            return [100.0, 80.0]  # the first candidate measured wins its A/B by x1.25
+            return [100.0, 80.0]
         if models[0] is not state["w0"]:
-            return [80.0, 90.0]  # later candidates lose
-        return next(finals)
+            return [80.0, 90.0]
+        return next(blocks)
 
-    monkeypatch.setattr(sg, "measure_ms", fake)
+    return fake
+
+
+def test_a_kept_choice_must_win_the_final_blocks(tmp_path: Path, monkeypatch) -> None:  # noqa: ANN001
+    """A choice that won its one A/B is stored only if the final tuned-vs-default check, in separate
+    blocks, clears the bar in its median block (scripted measurements: one lucky block of three)."""
+    from pycann.aoe import subgraph_tuning as sg
+
+    # the lucky block first
+    monkeypatch.setattr(sg, "measure_ms", _scripted([[100.0, 80.0], [100.0, 99.0], [100.0, 99.5]]))
     opts = CompileOptions(op_bank_path=str(tmp_path))
     report, _ = subgraph_job(conv_model, opts, KnowledgeBank(tmp_path), "conv.onnx", budget_s=0.01)
     (entry,) = report.entries
@@ -127,21 +134,7 @@ def test_final_line_quotes_the_median_block(tmp_path: Path, monkeypatch) -> None
     the blocks (tuned 90 from one block, default 80 from another) would read 'kept: x0.889 faster'."""
     from pycann.aoe import subgraph_tuning as sg
 
-    state: dict = {"w0": None, "kept": False}
-    finals = iter([[100.0, 90.0], [80.0, 95.0], [100.0, 88.0]])
-
-    def fake(models, feeds, budget_s=2.0):  # noqa: ANN001, ANN202
-        if len(models) == 1:
-            state["w0"] = models[0]
-            return [100.0]
-        if not state["kept"]:
-            state["kept"] = True
-            return [100.0, 80.0]
-        if models[0] is not state["w0"]:
-            return [80.0, 90.0]
-        return next(finals)
-
-    monkeypatch.setattr(sg, "measure_ms", fake)
+    monkeypatch.setattr(sg, "measure_ms", _scripted([[100.0, 90.0], [80.0, 95.0], [100.0, 88.0]]))
     opts = CompileOptions(op_bank_path=str(tmp_path))
     report, _ = subgraph_job(conv_model, opts, KnowledgeBank(tmp_path), "conv.onnx", budget_s=0.01)
     (entry,) = report.entries
