@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import enum
 import functools
+import sys
 from dataclasses import dataclass
 
 import numpy as np
@@ -130,12 +131,15 @@ def from_numpy(dtype: np.dtype | type) -> DType:
     dt = np.dtype(dtype)
     if dt.kind == "U":
         return DType.STRING
-    if dt.kind == "V":  # (ml_dtypes' types; imported already if an array has one)
+    t = _FROM_NP.get(dt)
+    # one of ml_dtypes' types (imported already if an array has one): not all are of kind "V"
+    # (float8_e5m2 is "f"), so a miss adds them whenever ml_dtypes is loaded
+    if t is None and "ml_dtypes" in sys.modules:
         _ml_types()
-    try:
-        return _FROM_NP[dt]
-    except KeyError:
-        raise TypeError(f"numpy dtype {dt} has no ONNX equivalent") from None
+        t = _FROM_NP.get(dt)
+    if t is None:
+        raise TypeError(f"numpy dtype {dt} has no ONNX equivalent")
+    return t
 
 
 def dtype_name(dtype: int) -> str:

@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+from pathlib import Path
 
 import ml_dtypes
 import numpy as np
@@ -43,3 +44,39 @@ def test_a_fresh_process_imports_ml_dtypes_only_when_asked() -> None:
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, check=True)
     r = json.loads(out.stdout)
     assert r == {"f32": ["float32", 1, False], "before": False, "bf16": "bfloat16", "after": True}, out.stderr
+
+
+@pytest.mark.parametrize("t", sorted(_ML_DTYPES, key=int))
+def test_from_numpy_of_an_ml_dtypes_type_first_in_a_fresh_process(t: DType) -> None:
+    # from_numpy is the first pycann.dtypes call: float8_e5m2 is of kind "f", not "V" (ml_dtypes 0.5+)
+    code = (
+        "import ml_dtypes, numpy as np\n"
+        "from pycann.dtypes import from_numpy\n"
+        f"print(int(from_numpy(np.zeros(2, ml_dtypes.{_ML_DTYPES[t]}).dtype)))\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0 and out.stdout.split() == [str(int(t))], out.stderr
+
+
+def test_a_float8_e5m2_initializer_compiles_in_a_fresh_process(tmp_path: Path) -> None:
+    # the user-visible failure: ONNX's numpy_helper gives an ml_dtypes float8_e5m2 array and
+    # shape inference's from_numpy rejected it when no other ml_dtypes type was asked for first
+    import onnx
+    from onnx import TensorProto, helper, numpy_helper
+
+    w = numpy_helper.from_array(np.array([1.0, 2.0, -0.5], ml_dtypes.float8_e5m2), "w")
+    g = helper.make_graph([helper.make_node("Cast", ["w"], ["wf"], to=TensorProto.FLOAT),
+                           helper.make_node("Add", ["x", "wf"], ["y"])], "g",
+                          [helper.make_tensor_value_info("x", TensorProto.FLOAT, [3])],
+                          [helper.make_tensor_value_info("y", TensorProto.FLOAT, [3])], [w])
+    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 21)])
+    m.ir_version = 10
+    onnx.save(m, tmp_path / "m.onnx")
+    code = (
+        "import numpy as np, pycann\n"
+        f"pycann.compile_model({str(tmp_path / 'm.onnx')!r}).save({str(tmp_path / 'm.om')!r})\n"
+        f"s = pycann.InferSession(0, {str(tmp_path / 'm.om')!r})\n"
+        "print(s.infer([np.ones(3, np.float32)])[0].tolist())\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0 and out.stdout.split("\n")[-2] == "[2.0, 3.0, 0.5]", out.stderr[-2000:]
