@@ -8,38 +8,78 @@ The facade holds no logic of its own: memory, streams and events are ``pycann.ru
 models are ``pycann.ge``.
 """
 
-from pycann.acl import constants, mdl, rt, util
-from pycann.acl.base import (
-    AclLeakWarning,
-    app_log,
-    create_data_buffer,
-    create_tensor_desc,
-    data_type_size,
-    destroy_data_buffer,
-    destroy_tensor_desc,
-    finalize,
-    float16_to_float,
-    float_to_float16,
-    get_data_buffer_addr,
-    get_data_buffer_size,
-    get_data_buffer_size_v2,
-    get_recent_err_msg,
-    get_soc_name,
-    get_tensor_desc_dim,
-    get_tensor_desc_dim_v2,
-    get_tensor_desc_element_count,
-    get_tensor_desc_format,
-    get_tensor_desc_name,
-    get_tensor_desc_num_dims,
-    get_tensor_desc_size,
-    get_tensor_desc_type,
-    get_version,
-    init,
-    set_tensor_desc_name,
-    set_tensor_format,
-    set_tensor_place_ment,
-    set_tensor_shape,
-    update_data_buffer,
+import importlib
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:  # (static types for the lazy names below)
+    from pycann.acl import constants, mdl, rt, util
+    from pycann.acl.base import (
+        AclLeakWarning,
+        app_log,
+        create_data_buffer,
+        create_tensor_desc,
+        data_type_size,
+        destroy_data_buffer,
+        destroy_tensor_desc,
+        finalize,
+        float16_to_float,
+        float_to_float16,
+        get_data_buffer_addr,
+        get_data_buffer_size,
+        get_data_buffer_size_v2,
+        get_recent_err_msg,
+        get_soc_name,
+        get_tensor_desc_dim,
+        get_tensor_desc_dim_v2,
+        get_tensor_desc_element_count,
+        get_tensor_desc_format,
+        get_tensor_desc_name,
+        get_tensor_desc_num_dims,
+        get_tensor_desc_size,
+        get_tensor_desc_type,
+        get_version,
+        init,
+        set_tensor_desc_name,
+        set_tensor_format,
+        set_tensor_place_ment,
+        set_tensor_shape,
+        update_data_buffer,
+    )
+
+# Everything loads on first access (PEP 562): ``from pycann.acl.session import InferSession`` (ais_bench's
+# API) needs none of the pyACL facade, ~6-10 ms of a fresh process's import (issue 23 item 5).
+# pyACL's functions of ``pycann.acl.base`` re-exported here:
+_BASE = (
+    "AclLeakWarning",
+    "app_log",
+    "create_data_buffer",
+    "create_tensor_desc",
+    "data_type_size",
+    "destroy_data_buffer",
+    "destroy_tensor_desc",
+    "finalize",
+    "float16_to_float",
+    "float_to_float16",
+    "get_data_buffer_addr",
+    "get_data_buffer_size",
+    "get_data_buffer_size_v2",
+    "get_recent_err_msg",
+    "get_soc_name",
+    "get_tensor_desc_dim",
+    "get_tensor_desc_dim_v2",
+    "get_tensor_desc_element_count",
+    "get_tensor_desc_format",
+    "get_tensor_desc_name",
+    "get_tensor_desc_num_dims",
+    "get_tensor_desc_size",
+    "get_tensor_desc_type",
+    "get_version",
+    "init",
+    "set_tensor_desc_name",
+    "set_tensor_format",
+    "set_tensor_place_ment",
+    "set_tensor_shape",
+    "update_data_buffer",
 )
 
 SUBMODULES = ("constants", "mdl", "media", "op", "rt", "util")
@@ -55,15 +95,20 @@ __all__ = [
 ]
 
 
-_LAZY = ("media", "op")  # DVPP and single-op facades: imported on first use (~90 ms of an inference-only import)
+_LAZY = ("constants", "mdl", "media", "op", "rt", "util")  # submodules (media: DVPP, op: single-op)
 
 
 def __getattr__(name: str) -> object:
-    """``acl.media`` / ``acl.op``: import the submodule on first access (PEP 562)."""
+    """``acl.<submodule>`` and ``acl.<function>``: import it on first access (PEP 562)."""
     if name in _LAZY:
-        import importlib
+        value: object = importlib.import_module(f"pycann.acl.{name}")
+    elif name in _BASE:
+        value = getattr(importlib.import_module("pycann.acl.base"), name)
+    else:
+        raise AttributeError(f"module 'pycann.acl' has no attribute {name!r}")
+    globals()[name] = value
+    return value
 
-        mod = importlib.import_module(f"pycann.acl.{name}")
-        globals()[name] = mod
-        return mod
-    raise AttributeError(f"module 'pycann.acl' has no attribute {name!r}")
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(__all__))
