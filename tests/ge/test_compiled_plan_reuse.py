@@ -140,7 +140,8 @@ def test_static_om_load_does_not_import_the_compile_side(tmp_path: Path) -> None
         "pycann.ge.compile.passes", "pycann.ge.compile.passes.base", "pycann.ge.compile.passes.infer_shapes"], mods
     unused = ("pycann.ge.aipp", "pycann.ops.aipp", "pycann.kernels.quant", "pycann.kernels.providers.onednn_int8",
               "pycann.ops.quant_conv", "pycann.profiler.dump", "csv", "pycann.ops.nn.rnn", "pycann.ops.control",
-              "pycann.ops.sequence", "pycann.ops.string", "pycann.ops.ml", "pycann.ops.quant", "ml_dtypes")
+              "pycann.ops.sequence", "pycann.ops.string", "pycann.ops.ml", "pycann.ops.quant", "ml_dtypes",
+              "pycann.acl.mdl", "pycann.acl.rt", "pycann.acl.base")
     assert not [m for m in mods if m.startswith(unused)], out.stdout
     np.testing.assert_allclose(np.load(tmp_path / "y.npy"), run_ort(model, {"x": x})[0], rtol=1e-4, atol=1e-4)
 
