@@ -141,7 +141,7 @@ def test_static_om_load_does_not_import_the_compile_side(tmp_path: Path) -> None
     unused = ("pycann.ge.aipp", "pycann.ops.aipp", "pycann.kernels.quant", "pycann.kernels.providers.onednn_int8",
               "pycann.ops.quant_conv", "pycann.profiler.dump", "csv", "pycann.ops.nn.rnn", "pycann.ops.control",
               "pycann.ops.sequence", "pycann.ops.string", "pycann.ops.ml", "pycann.ops.quant", "ml_dtypes",
-              "pycann.acl.mdl", "pycann.acl.rt", "pycann.acl.base")
+              "pycann.acl.mdl", "pycann.acl.rt", "pycann.acl.base", "pycann.runtime.device", "pycann.runtime.stream")
     assert not [m for m in mods if m.startswith(unused)], out.stdout
     np.testing.assert_allclose(np.load(tmp_path / "y.npy"), run_ort(model, {"x": x})[0], rtol=1e-4, atol=1e-4)
 
