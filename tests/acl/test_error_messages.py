@@ -75,3 +75,16 @@ def test_infer_bare_array_rank_message_unchanged_for_lists(small_om: Path) -> No
     sess = pycann.InferSession(0, str(small_om))
     with pytest.raises(InputError, match=r"rank 1, expected 2"):
         sess.infer([np.ones(4, np.float32)])
+
+
+def test_infer_session_on_a_missing_model_file_says_what_to_give(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A wrong path is the usual first mistake: the error keeps open()'s exception types and names the
+    path, the working folder, and that atc's --output=NAME wrote NAME.om."""
+    from pycann.acl.session import InferSession
+
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(FileNotFoundError, match=r"model file not found: 'nope\.om' is missing \(working folder .*\); "
+                                                r"give the path of the \.om atc wrote \(--output=NAME writes NAME\.om\)"):
+        InferSession(0, "nope.om")
+    with pytest.raises(IsADirectoryError, match=r"'.*' is a folder"):
+        InferSession(0, str(tmp_path))

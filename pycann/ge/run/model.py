@@ -7,6 +7,7 @@ Both ``.om`` files and in-memory ``CompiledModel``s load into ``LoadedModel``; t
 from __future__ import annotations
 
 import contextlib
+import errno
 import gc
 import math
 import os
@@ -185,6 +186,12 @@ class LoadedModel:
         """Load an .om (or compile an .onnx in memory). Raises ``OmFormatError`` for bad files.
         ``plan_cache``: bounds and policy of the plan cache (default: ``config.plan_cache_config()``)."""
         p = os.fspath(path)
+        if not os.path.isfile(p):  # (the same exception types as open(), with what to give instead)
+            err = IsADirectoryError if os.path.isdir(p) else FileNotFoundError
+            raise err(errno.EISDIR if err is IsADirectoryError else errno.ENOENT,
+                      f"model file not found: {p!r} is {'a folder' if err is IsADirectoryError else 'missing'} "
+                      f"(working folder {os.getcwd()}); give the path of the .om atc wrote (--output=NAME writes "
+                      "NAME.om) or of an .onnx")
         if p.lower().endswith(".onnx"):
             from pycann.ge.compile.compiler import compile_model
 
