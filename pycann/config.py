@@ -279,15 +279,25 @@ def kernel_selection() -> str:
 
 
 def nan_guard() -> bool:
-    """``PYCANN_NAN_GUARD`` (default 1): ``0`` drops the operand checks before fused activations."""
-    return _env("PYCANN_NAN_GUARD", "1") != "0"
+    """``PYCANN_NAN_GUARD`` (default 1): ``0`` drops the operand checks before fused activations.
+    Raises ``ConfigError`` for another value."""
+    raw = _env("PYCANN_NAN_GUARD", "1").strip()
+    if raw not in ("0", "1", ""):
+        raise ConfigError(f"PYCANN_NAN_GUARD={raw!r}: expected 1 (check operands before fused activations, the "
+                          "default) or 0 (no checks)")
+    return raw != "0"
 
 
 def num_threads() -> int | None:
     """``PYCANN_NUM_THREADS``: the threads pycann gives torch and its OpenMP kernels (``apply_omp_num_threads``),
-    when a positive integer; else None."""
+    a positive integer; None when unset. Raises ``ConfigError`` for another value."""
     raw = _env("PYCANN_NUM_THREADS").strip()
-    return int(raw) if raw.isdigit() and int(raw) > 0 else None
+    if not raw:
+        return None
+    if not raw.isdigit() or int(raw) <= 0:
+        raise ConfigError(f"PYCANN_NUM_THREADS={raw!r}: expected a positive thread count, e.g. 2 (unset: every CPU "
+                          "this process may run on)")
+    return int(raw)
 
 
 def apply_omp_num_threads() -> int | None:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import re
 import subprocess
 import sys
 
@@ -91,3 +92,47 @@ def test_set_before_libdnnl_loads() -> None:
     from pycann.config import BRIEF_SPINCOUNT
 
     assert out.strip() == f"None {BRIEF_SPINCOUNT}"
+
+
+@pytest.mark.parametrize("knob, value, pattern", [
+    ("PYCANN_OMP_WAIT_POLICY", "bad", r"PYCANN_OMP_WAIT_POLICY='bad': expected one of brief"),
+    ("PYCANN_NUM_THREADS", "abc", r"PYCANN_NUM_THREADS='abc': expected a positive thread count"),
+    ("PYCANN_NUM_THREADS", "0", r"PYCANN_NUM_THREADS='0': expected a positive thread count"),
+])
+def test_a_bad_knob_fails_the_load_naming_it(knob: str, value: str, pattern: str) -> None:
+    """In a fresh process (libdnnl loads there first), compiling and running a conv: a bad value is reported as the knob's ConfigError,
+    not taken as "oneDNN unavailable" (every conv then ran on numpy, and atc --log=info advised a pip
+    install) nor silently ignored."""
+    code = (
+        "import numpy as np, onnx\n"
+        "from onnx import TensorProto, helper, numpy_helper\n"
+        "from pycann.acl.session import InferSession\n"
+        "import pycann\n"
+        "w = numpy_helper.from_array(np.ones((4, 3, 3, 3), np.float32), 'W')\n"
+        "g = helper.make_graph([helper.make_node('Conv', ['x', 'W'], ['c']), helper.make_node('Relu', ['c'], ['y'])],\n"
+        "    'g', [helper.make_tensor_value_info('x', TensorProto.FLOAT, [1, 3, 8, 8])],\n"
+        "    [helper.make_tensor_value_info('y', TensorProto.FLOAT, None)], [w])\n"
+        "m = helper.make_model(g, opset_imports=[helper.make_opsetid('', 17)])\n"
+        "try:\n"
+        "    from pycann.ge.run.model import LoadedModel\n"
+        "    lm = LoadedModel.from_compiled(pycann.compile_model(m))\n"
+        "    lm.run([np.ones((1, 3, 8, 8), np.float32)])\n"
+        "    print('no error')\n"
+        "except pycann.config.ConfigError as e:\n"
+        "    print('ConfigError', e)\n"
+    )
+    env = {k: v for k, v in os.environ.items() if k not in ("OMP_WAIT_POLICY", "OMP_NUM_THREADS", "GOMP_SPINCOUNT")}
+    env[knob] = value
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, env=env)
+    assert out.stdout.startswith("ConfigError") and re.search(pattern, out.stdout), out.stdout + out.stderr
+
+
+def test_nan_guard_knob(monkeypatch: pytest.MonkeyPatch) -> None:
+    from pycann.config import nan_guard
+
+    for value, on in (("1", True), ("0", False), ("", True)):
+        monkeypatch.setenv("PYCANN_NAN_GUARD", value)
+        assert nan_guard() is on
+    monkeypatch.setenv("PYCANN_NAN_GUARD", "x")
+    with pytest.raises(ConfigError, match=r"PYCANN_NAN_GUARD='x': expected 1"):
+        nan_guard()

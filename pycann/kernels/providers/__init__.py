@@ -313,6 +313,8 @@ def available(provider: str) -> bool:
         try:
             mod = importlib.import_module(PROVIDERS[provider].module)
             ok = bool(mod.available())
+        except config.ConfigError:
+            raise  # a bad knob (PYCANN_OMP_WAIT_POLICY, PYCANN_NUM_THREADS) is the user's to fix: not "unavailable"
         except Exception as e:  # a broken optional install must not break pycann
             log.info("kernel provider %s unavailable: %s", provider, e)
             ok = False

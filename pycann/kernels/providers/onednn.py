@@ -29,6 +29,7 @@ from typing import Any
 
 import numpy as np
 
+from pycann.config import ConfigError
 from pycann.errors import OperandError
 from pycann.kernels.algorithm import (
     ONEDNN_CONV_NHWC,
@@ -86,6 +87,8 @@ def available() -> bool:
             y = conv_nhwc(x, w, b, 1, win, relu=True)
             ref = np.maximum(nb.conv_im2col_gemm(x, w, b, 1, win), 0)
             _available = bool(y.strides[1] == 4 and np.allclose(y, ref, rtol=1e-4, atol=1e-4))
+        except ConfigError:
+            raise  # a bad PYCANN_OMP_WAIT_POLICY / PYCANN_NUM_THREADS is the user's to fix, not "oneDNN missing"
         except Exception:
             _available = False
     return _available
