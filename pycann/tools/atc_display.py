@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+from collections.abc import Sequence
 from typing import Any
 
 from pycann.tools.atc import AtcError, _require_file
@@ -65,15 +66,22 @@ def _display_precision(p: dict[str, Any] | None) -> None:
     print("precision: " + ", ".join(parts))
 
 
-def _shape_text(desc: Any) -> str:
+def _shape_text(desc: Any, declared: Sequence[Any] = ()) -> str:
     """``FLOAT[-1x3x48x-1] (dim 0: batch, dim 3: width)``: a dynamic dim as -1, as CANN's tools print it,
-    followed by the model's names for the named ones."""
+    followed by the model's names for the named ones; ``declared`` (the input's --input_shape from the
+    manifest, a range as ``[lo, hi]``) adds ``range 16~400`` to a ranged dim."""
     if desc is None or getattr(desc, "shape", None) is None or getattr(desc, "kind", "tensor") != "tensor":
         return str(desc)
     dims = "x".join(str(d) if isinstance(d, int) else "-1" for d in desc.shape)
     text = f"{desc}".split("[", 1)[0] + f"[{dims}]"
-    names = [f"dim {i}: {d}" for i, d in enumerate(desc.shape) if isinstance(d, str) and d not in ("", "?")]
-    return text + (f" ({', '.join(names)})" if names else "")
+    notes = []
+    for i, d in enumerate(desc.shape):
+        spec = declared[i] if i < len(declared) else None  # (the manifest keeps a range as [lo, hi])
+        rng = f"{spec[0]}~{spec[1]}" if isinstance(spec, (list, tuple)) and len(spec) == 2 else None
+        name = d if isinstance(d, str) and d not in ("", "?") and "~" not in d else None
+        if name or rng:
+            notes.append(f"dim {i}: " + ", ".join(x for x in (name, f"range {rng}" if rng else None) if x))
+    return text + (f" ({', '.join(notes)})" if notes else "")
 
 
 def display(args: argparse.Namespace) -> None:
@@ -97,7 +105,7 @@ def display(args: argparse.Namespace) -> None:
           "tbe_kernels_size[0B], cust_aicpu_kernel_store_size[0B], task_info_size[0B]")
     g = om.graph
     for name in g.inputs:
-        print(f"input: {name} {_shape_text(g.descs.get(name))}")
+        print(f"input: {name} {_shape_text(g.descs.get(name), m.get('input_ranges', {}).get(name, ()))}")
     for name in g.outputs:
         print(f"output: {name} {_shape_text(g.descs.get(name))}")
     print(f"ops: {len(g.nodes)} nodes; " + ", ".join(f"{k} {v}" for k, v in sorted(m.get('op_counts', {}).items())))

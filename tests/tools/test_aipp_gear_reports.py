@@ -78,3 +78,11 @@ def test_a_gear_models_memory_size_is_its_largest_gear(tmp_path: Path, capsys: p
     out = capsys.readouterr().out
     assert f"memory_size[{max(peaks)}B]" in out and "plan cache: 2 gears, each gear's plan built at load" in out
     assert acl.mdl.query_size(str(p))[0] == max(peaks)
+
+
+def test_mode6_shows_an_inputs_declared_range(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    p = tmp_path / "r.om"
+    pycann.compile_model(conv_model(), pycann.CompileOptions(input_shape={"x": [1, 3, "8~32", -1]})).save(p)
+    assert atc.main(["--mode=6", f"--om={p}"]) == 0
+    line = next(x for x in capsys.readouterr().out.splitlines() if x.startswith("input: x "))
+    assert line.startswith("input: x FLOAT[1x3x-1x-1] (") and "range 8~32" in line and line.count("range") == 1, line

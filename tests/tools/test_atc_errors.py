@@ -165,3 +165,29 @@ def test_a_wrong_input_shape_names_the_input_it_reaches(tmp_path: Path, capsys: 
     rc, out = atc(capsys, *compile_args(m, str(tmp_path / "c")), "--input_shape=x:1,5,8,8")
     assert_failed(rc, out, "E19999", r"X has 5 channels but W \[4, 3, 3, 3\] with group=1 expects 3; the node reads "
                                      r"model input x FLOAT\[1x5x8x8\]: check that input's shape \(atc --input_shape\)$")
+
+
+@pytest.mark.parametrize("dims, pattern", [
+    ("1,3,400~16", r"value \[400~16\] for input \[x\] .* needs 0 <= lo <= hi \(write 16~400\)$"),
+    ("1,3,-2~16", r"value \[-2~16\] for input \[x\] .* needs non-negative bounds$"),
+])
+def test_a_reversed_range_says_so(relu: Path, capsys: pytest.CaptureFixture[str], dims: str, pattern: str) -> None:
+    rc, out = atc(capsys, *compile_args(relu, "/tmp/never"), f"--input_shape=x:{dims}")
+    assert_failed(rc, out, "E10001", pattern)
+
+
+def test_the_python_input_shape_takes_atc_text_and_refuses_other_dims() -> None:
+    """``CompileOptions.input_shape``: "8~32" (atc's text), (8, 32), numpy ints and -1 are ranges, dims and
+    dynamic dims; a string like "N" or "9~2", a float, a bool or -2 is an E10001 naming the dim (a string dim
+    became a symbolic name before, and the saved .om then failed its load check)."""
+    import pycann
+    from pycann.errors import OptionError
+    from tests.ge.test_gears import conv_model
+
+    opts = pycann.CompileOptions(input_shape={"x": [np.int64(1), "3", "8~32", -1]})
+    assert pycann.compile_model(conv_model(), opts).manifest["input_ranges"] == {"x": [1, 3, [8, 32], -1]}
+    for i, bad in ((0, "N"), (2, "9~2"), (2, 2.5), (0, True), (3, -2), (2, (9, 2))):
+        dims: list[object] = [1, 3, 8, 8]
+        dims[i] = bad
+        with pytest.raises(OptionError, match=rf"E10001: dim {i} of input \[x\] in input_shape is "):
+            pycann.compile_model(conv_model(), pycann.CompileOptions(input_shape={"x": dims}))

@@ -8,6 +8,7 @@ shape computations and the size-dependent kernel choices; docs/dynamic-shapes.md
 from __future__ import annotations
 
 import math
+import operator
 import os
 import time
 from collections.abc import Callable, Hashable, Sequence
@@ -53,6 +54,31 @@ class CompiledModel:
         return save_om(path, self.graph, self.manifest)
 
 
+def _input_dim(name: str, i: int, d: Any) -> int | tuple[int, int]:
+    """One dim of ``CompileOptions.input_shape``: an int >= -1 (-1: dynamic) or a range ``(lo, hi)``;
+    atc's text forms ("8", "8~32") and numpy ints are accepted too. Raises ``OptionError`` (E10001) for
+    anything else (a string dim would otherwise become a symbolic name and the .om would not load)."""
+    def integer(v: Any) -> int | None:
+        if isinstance(v, str):
+            t = v.strip()
+            return int(t) if t.lstrip("-").isdigit() else None
+        if isinstance(v, bool):
+            return None
+        try:
+            return operator.index(v)
+        except TypeError:
+            return None
+
+    parts = d.split("~") if isinstance(d, str) and "~" in d else list(d) if isinstance(d, (list, tuple)) else [d]
+    vals = [integer(v) for v in parts]
+    if len(vals) == 1 and vals[0] is not None and vals[0] >= -1:
+        return vals[0]
+    if len(vals) == 2 and vals[0] is not None and vals[1] is not None and 0 <= vals[0] <= vals[1]:
+        return vals[0], vals[1]
+    raise OptionError(f"E10001: dim {i} of input [{name}] in input_shape is {d!r}: use an int >= 0, -1 (dynamic) "
+                      "or a range (lo, hi) with 0 <= lo <= hi (atc: lo~hi)")
+
+
 def _apply_input_shape(g: Graph, shapes: dict[str, list[Any]]) -> dict[str, list[Any]]:
     ranges: dict[str, list[Any]] = {}
     for key, dims in shapes.items():
@@ -65,6 +91,7 @@ def _apply_input_shape(g: Graph, shapes: dict[str, list[Any]]) -> dict[str, list
                 f"the inputs are: {', '.join(g.inputs)}",
                 code="E10016",
             )
+        dims = [_input_dim(name, i, d) for i, d in enumerate(dims)]
         old = g.descs.get(name)
         if old is not None and old.shape is not None and len(old.shape) != len(dims):
             raise OptionError(

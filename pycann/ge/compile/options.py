@@ -30,7 +30,8 @@ def check_implmode(mode: str) -> str:
 
 @dataclass
 class CompileOptions:
-    """What ``atc`` and ``compile_model`` accept. Shapes: dim int, -1 (dynamic) or (lo, hi)."""
+    """What ``atc`` and ``compile_model`` accept. Shapes: dim int, -1 (dynamic) or (lo, hi) (atc's "lo~hi" text
+    too; anything else is refused at compile, ``compiler._input_dim``)."""
 
     input_shape: dict[str, list[Any]] = field(default_factory=dict)
     input_format: str = "NCHW"
@@ -86,7 +87,11 @@ def parse_input_shape(text: str) -> dict[str, list[Any]]:
                 if "~" in tok:
                     lo, hi = (int(v) for v in tok.split("~"))
                     if lo < 0 or hi < lo:
-                        raise ValueError
+                        raise OptionError(
+                            f"E10001: value [{tok}] for input [{name}] of --input_shape is invalid: a range lo~hi "
+                            f"needs 0 <= lo <= hi (write {min(lo, hi)}~{max(lo, hi)})" if lo >= 0 and hi >= 0 else
+                            f"E10001: value [{tok}] for input [{name}] of --input_shape is invalid: a range lo~hi "
+                            "needs non-negative bounds")
                     dims.append((lo, hi))
                 else:
                     v = int(tok)
