@@ -294,7 +294,7 @@ def num_threads() -> int | None:
     raw = _env("PYCANN_NUM_THREADS").strip()
     if not raw:
         return None
-    if not raw.isdigit() or int(raw) <= 0:
+    if not (raw.isascii() and raw.isdigit()) or int(raw) <= 0:  # (isdigit alone: '²' passes, int() refuses it)
         raise ConfigError(f"PYCANN_NUM_THREADS={raw!r}: expected a positive thread count, e.g. 2 (unset: every CPU "
                           "this process may run on)")
     return int(raw)

@@ -61,7 +61,8 @@ def _input_dim(name: str, i: int, d: Any) -> int | tuple[int, int]:
     def integer(v: Any) -> int | None:
         if isinstance(v, str):
             t = v.strip()
-            return int(t) if t.lstrip("-").isdigit() else None
+            body = t[1:] if t.startswith("-") else t  # (one sign: "--1" and "²" pass a lstrip/isdigit test, not int())
+            return int(t) if body.isascii() and body.isdigit() else None
         if isinstance(v, bool):
             return None
         try:

@@ -36,7 +36,7 @@ def cpu_has_vnni() -> bool:
 
 @functools.lru_cache(maxsize=1)
 def _torch() -> Any:
-    from pycann.config import int8_kernels
+    from pycann.config import ConfigError, int8_kernels
 
     if not int8_kernels():
         return None
@@ -49,6 +49,8 @@ def _torch() -> Any:
         if not torch.backends.mkldnn.is_available() or not hasattr(torch.ops.onednn, "qconv2d_pointwise"):
             return None
         return torch
+    except ConfigError:
+        raise  # a bad PYCANN_OMP_WAIT_POLICY / PYCANN_NUM_THREADS is the user's to fix, not "no int8 kernel"
     except Exception:  # torch missing or built without oneDNN
         return None
 

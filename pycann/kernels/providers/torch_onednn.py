@@ -79,6 +79,8 @@ def available() -> bool:
     """True when ``import torch`` works."""
     try:
         load()
+    except config.ConfigError:
+        raise  # a bad PYCANN_OMP_WAIT_POLICY / PYCANN_NUM_THREADS is the user's to fix, not "torch missing"
     except Exception:
         return False
     return True
