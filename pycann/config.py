@@ -294,7 +294,8 @@ def num_threads() -> int | None:
     raw = _env("PYCANN_NUM_THREADS").strip()
     if not raw:
         return None
-    if not (raw.isascii() and raw.isdigit()) or int(raw) <= 0:  # (isdigit alone: '²' passes, int() refuses it)
+    # (isdigit alone: '²' passes, int() refuses it; libgomp refuses a count past its own limit and runs on)
+    if not (raw.isascii() and raw.isdigit()) or not 0 < int(raw) <= 1 << 16:
         raise ConfigError(f"PYCANN_NUM_THREADS={raw!r}: expected a positive thread count, e.g. 2 (unset: every CPU "
                           "this process may run on)")
     return int(raw)

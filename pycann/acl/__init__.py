@@ -95,7 +95,10 @@ __all__ = [
 ]
 
 
-_LAZY = ("constants", "mdl", "media", "op", "rt", "util")  # submodules (media: DVPP, op: single-op)
+# submodules (media: DVPP, op: single-op), and the internal ones code and docs reach as attributes
+# (``pycann.acl._state.config``): a plain ``import pycann.acl`` made them attributes before
+_LAZY = ("constants", "mdl", "media", "op", "rt", "util",
+         "base", "errors", "session", "_aipp", "_config", "_dataset", "_dynamic", "_models", "_state")
 
 
 def __getattr__(name: str) -> object:

@@ -31,12 +31,17 @@ __all__ = [
 ]
 
 
+# its submodules, attributes of the package once imported (as a plain import made them before)
+_SUBMODULES = ("device", "errors", "event", "host_allocator", "memory", "stream")
+
+
 def __getattr__(name: str) -> object:
-    """A runtime class or function, imported from its submodule on first access."""
+    """A runtime class or function, imported from its submodule on first access (or a submodule)."""
     where = _WHERE.get(name)
-    if where is None:
+    if where is None and name not in _SUBMODULES:
         raise AttributeError(f"module 'pycann.runtime' has no attribute {name!r}")
-    value = getattr(importlib.import_module(f"pycann.runtime.{where}"), name)
+    mod = importlib.import_module(f"pycann.runtime.{where or name}")
+    value = mod if where is None else getattr(mod, name)
     globals()[name] = value
     return value
 

@@ -83,8 +83,37 @@ def test_infer_session_on_a_missing_model_file_says_what_to_give(tmp_path: Path,
     from pycann.acl.session import InferSession
 
     monkeypatch.chdir(tmp_path)
-    with pytest.raises(FileNotFoundError, match=r"model file not found: 'nope\.om' is missing \(working folder .*\); "
-                                                r"give the path of the \.om atc wrote \(--output=NAME writes NAME\.om\)"):
+    with pytest.raises(FileNotFoundError, match=r"model file not found \(working folder .*; give the path of the "
+                                                r"\.om atc wrote, --output=NAME writes NAME\.om, or of an \.onnx\): "
+                                                r"'nope\.om'") as e:
         InferSession(0, "nope.om")
-    with pytest.raises(IsADirectoryError, match=r"'.*' is a folder"):
+    assert e.value.filename == "nope.om"
+    with pytest.raises(IsADirectoryError, match=r"model file is a folder"):
         InferSession(0, str(tmp_path))
+    with pytest.raises(OSError, match=r"model file is not a regular file"):
+        InferSession(0, "/dev/null")
+
+
+def test_lazy_packages_keep_their_submodules_as_attributes() -> None:
+    """``pycann.acl`` and ``pycann.runtime`` load on first access (a fresh process's import): their
+    submodules, public and internal, are still attributes right after the import (docs reach
+    ``pycann.acl._state.config``), and an unknown name is an AttributeError naming the package."""
+    import subprocess
+    import sys
+
+    code = (
+        "import sys, pycann.acl as acl, pycann.runtime as rt\n"
+        "loaded = 'pycann.acl.mdl' in sys.modules\n"
+        "mods = [acl._state, acl.errors, acl.base, acl.session, acl.mdl, rt.device, rt.errors, rt.memory]\n"
+        "print(loaded, [m.__name__ for m in mods], acl.init.__module__, rt.Runtime.__module__)\n"
+        "try:\n"
+        "    acl.nope\n"
+        "except AttributeError as e:\n"
+        "    print(e)\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, check=True)
+    first, err = out.stdout.splitlines()
+    assert first == ("False ['pycann.acl._state', 'pycann.acl.errors', 'pycann.acl.base', 'pycann.acl.session', "
+                     "'pycann.acl.mdl', 'pycann.runtime.device', 'pycann.runtime.errors', 'pycann.runtime.memory'] "
+                     "pycann.acl.base pycann.runtime.device"), out.stdout + out.stderr
+    assert err == "module 'pycann.acl' has no attribute 'nope'"

@@ -186,7 +186,11 @@ def test_the_python_input_shape_takes_atc_text_and_refuses_other_dims() -> None:
 
     opts = pycann.CompileOptions(input_shape={"x": [np.int64(1), "3", "8~32", -1]})
     assert pycann.compile_model(conv_model(), opts).manifest["input_ranges"] == {"x": [1, 3, [8, 32], -1]}
-    for i, bad in ((0, "N"), (2, "9~2"), (2, 2.5), (0, True), (3, -2), (2, (9, 2))):
+    text = pycann.CompileOptions(input_shape={"x": "1,3,8~32,-1"})  # one input's atc text
+    assert pycann.compile_model(conv_model(), text).manifest["input_ranges"] == {"x": [1, 3, [8, 32], -1]}
+    with pytest.raises(OptionError, match=r"E10001: input_shape of input \[x\] is None: give a list of dims"):
+        pycann.compile_model(conv_model(), pycann.CompileOptions(input_shape={"x": None}))  # type: ignore[dict-item]
+    for i, bad in ((0, "N"), (2, "9~2"), (2, 2.5), (0, True), (3, -2), (2, (9, 2)), (1, "--1"), (1, "²")):
         dims: list[object] = [1, 3, 8, 8]
         dims[i] = bad
         with pytest.raises(OptionError, match=rf"E10001: dim {i} of input \[x\] in input_shape is "):

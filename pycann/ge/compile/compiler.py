@@ -80,9 +80,13 @@ def _input_dim(name: str, i: int, d: Any) -> int | tuple[int, int]:
                       "or a range (lo, hi) with 0 <= lo <= hi (atc: lo~hi)")
 
 
-def _apply_input_shape(g: Graph, shapes: dict[str, list[Any]]) -> dict[str, list[Any]]:
+def _apply_input_shape(g: Graph, shapes: dict[str, list[Any]] | None) -> dict[str, list[Any]]:
     ranges: dict[str, list[Any]] = {}
-    for key, dims in shapes.items():
+    for key, dims in (shapes or {}).items():
+        if isinstance(dims, str):  # atc's text for one input, "1,3,8~32,-1"
+            dims = dims.split(",")
+        if not isinstance(dims, (list, tuple)):
+            raise OptionError(f"E10001: input_shape of input [{key}] is {dims!r}: give a list of dims, e.g. [1, 3, 224, 224]")
         name = key
         if name not in g.inputs and key.isdigit() and int(key) < len(g.inputs):
             name = g.inputs[int(key)]

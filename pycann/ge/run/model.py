@@ -186,12 +186,12 @@ class LoadedModel:
         """Load an .om (or compile an .onnx in memory). Raises ``OmFormatError`` for bad files.
         ``plan_cache``: bounds and policy of the plan cache (default: ``config.plan_cache_config()``)."""
         p = os.fspath(path)
-        if not os.path.isfile(p):  # (the same exception types as open(), with what to give instead)
-            err = IsADirectoryError if os.path.isdir(p) else FileNotFoundError
-            raise err(errno.EISDIR if err is IsADirectoryError else errno.ENOENT,
-                      f"model file not found: {p!r} is {'a folder' if err is IsADirectoryError else 'missing'} "
-                      f"(working folder {os.getcwd()}); give the path of the .om atc wrote (--output=NAME writes "
-                      "NAME.om) or of an .onnx")
+        if not os.path.isfile(p):  # (open()'s exception types and filename, with what to give instead)
+            what, err, code = (("is a folder", IsADirectoryError, errno.EISDIR) if os.path.isdir(p) else
+                               ("is not a regular file", OSError, errno.EINVAL) if os.path.exists(p) else
+                               ("not found", FileNotFoundError, errno.ENOENT))
+            raise err(code, f"model file {what} (working folder {os.getcwd()}; give the path of the .om atc wrote, "
+                            "--output=NAME writes NAME.om, or of an .onnx)", p)
         if p.lower().endswith(".onnx"):
             from pycann.ge.compile.compiler import compile_model
 
