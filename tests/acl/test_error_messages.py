@@ -117,3 +117,17 @@ def test_lazy_packages_keep_their_submodules_as_attributes() -> None:
                      "'pycann.acl.mdl', 'pycann.runtime.device', 'pycann.runtime.errors', 'pycann.runtime.memory'] "
                      "pycann.acl.base pycann.runtime.device"), out.stdout + out.stderr
     assert err == "module 'pycann.acl' has no attribute 'nope'"
+
+
+@pytest.mark.parametrize("dt", ["V4", [("a", "<f4")]])
+def test_a_feed_of_a_dtype_onnx_lacks_is_an_input_error(dt: object, tmp_path: Path) -> None:
+    """A void or structured array (no ONNX type): the input check's InputError, not from_numpy's TypeError."""
+    from pycann.errors import InputError
+    from pycann.ge.run.model import LoadedModel
+
+    g = helper.make_graph([helper.make_node("Relu", ["x"], ["y"])], "g",
+                          [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 3])],
+                          [helper.make_tensor_value_info("y", TensorProto.FLOAT, [2, 3])])
+    lm = LoadedModel.from_compiled(pycann.compile_model(helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])))
+    with pytest.raises(InputError, match=r"input 'x': expected dtype float32, received"):
+        lm.run([np.zeros((2, 3), dt)])  # type: ignore[call-overload]

@@ -262,7 +262,11 @@ class LoadedModel:
                 out.append(self._dyn_aipp.image(info.name, x))
                 continue
             arr = np.asarray(x)
-            if desc is not None and desc.dtype and int(from_numpy(arr.dtype)) != desc.dtype:
+            try:
+                got = int(from_numpy(arr.dtype))
+            except TypeError:  # a dtype ONNX has no type for (structured, void): a mismatch like any other
+                got = -1
+            if desc is not None and desc.dtype and got != desc.dtype:
                 aipp = next((e for e in self.aipp if e.get("input") == info.name and e.get("mode") != "dynamic"), None)
                 if aipp is not None:  # x.astype would turn normalised values into garbage pixels
                     raise InputError(
