@@ -22,7 +22,7 @@ from pycann.dtypes import Dim, TensorDesc
 from pycann.errors import OptionError
 from pycann.ge.aipp.config import load_aipp_config
 from pycann.ge.compile import gears
-from pycann.ge.compile.options import CompileOptions, check_implmode, dims_to_desc_shape
+from pycann.ge.compile.options import CompileOptions, check_implmode, dim_token, dims_to_desc_shape
 from pycann.ge.compile.passes import insert_aipp, precision
 from pycann.ge.compile.passes.base import PassContext
 from pycann.ge.compile.passes.constant_folding import fold_graph, infer_and_fold
@@ -56,13 +56,10 @@ class CompiledModel:
 
 def _input_dim(name: str, i: int, d: Any) -> int | tuple[int, int]:
     """One dim of ``CompileOptions.input_shape``: an int >= -1 (-1: dynamic) or a range ``(lo, hi)``;
-    atc's text forms ("8", "8~32") and numpy ints are accepted too. Raises ``OptionError`` (E10001) for
-    anything else (a string dim would otherwise become a symbolic name and the .om would not load)."""
+    atc's text forms ("8", "8~32", ``options.dim_token``) and numpy ints are accepted too. Raises
+    ``OptionError`` (E10001) for anything else (a string dim would otherwise become a symbolic name and
+    the .om would not load)."""
     def integer(v: Any) -> int | None:
-        if isinstance(v, str):
-            t = v.strip()
-            body = t[1:] if t.startswith("-") else t  # (one sign: "--1" and "²" pass a lstrip/isdigit test, not int())
-            return int(t) if body.isascii() and body.isdigit() else None
         if isinstance(v, bool):
             return None
         try:
@@ -70,9 +67,9 @@ def _input_dim(name: str, i: int, d: Any) -> int | tuple[int, int]:
         except TypeError:
             return None
 
-    parts = d.split("~") if isinstance(d, str) and "~" in d else list(d) if isinstance(d, (list, tuple)) else [d]
-    vals = [integer(v) for v in parts]
-    if len(vals) == 1 and vals[0] is not None and vals[0] >= -1:
+    parsed = dim_token(d) if isinstance(d, str) else d
+    vals = [integer(v) for v in parsed] if isinstance(parsed, (list, tuple)) else [integer(parsed)]
+    if len(vals) == 1 and vals[0] is not None and vals[0] >= -1 and not isinstance(parsed, (list, tuple)):
         return vals[0]
     if len(vals) == 2 and vals[0] is not None and vals[1] is not None and 0 <= vals[0] <= vals[1]:
         return vals[0], vals[1]

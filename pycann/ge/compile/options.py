@@ -71,6 +71,20 @@ class CompileOptions:
         return asdict(self)
 
 
+def dim_token(tok: str) -> int | tuple[int, int] | None:
+    """One --input_shape dim written as text: ``"8"``, ``"-1"`` -> int, ``"8~32"`` -> (8, 32) (the order is
+    not checked here); None when it is not of that form (ASCII digits with at most one sign)."""
+    def number(t: str) -> int | None:
+        t = t.strip()
+        body = t[1:] if t[:1] in "+-" else t
+        return int(t) if body.isascii() and body.isdigit() else None
+
+    parts = [number(v) for v in tok.split("~")]
+    if None in parts or len(parts) > 2:
+        return None
+    return (parts[0], parts[1]) if len(parts) == 2 else parts[0]  # type: ignore[return-value]
+
+
 def parse_input_shape(text: str) -> dict[str, list[Any]]:
     """``"x:1,3,-1,-1;y:1~8,128;s:"`` -> {"x": [1, 3, -1, -1], "y": [(1, 8), 128], "s": []}.
 
@@ -83,26 +97,15 @@ def parse_input_shape(text: str) -> dict[str, list[Any]]:
         name, _, dims_s = part.rpartition(":")
         dims: list[Any] = []
         for tok in filter(None, (t.strip() for t in dims_s.split(","))):
-            try:
-                if "~" in tok:
-                    lo, hi = (int(v) for v in tok.split("~"))
-                    if lo < 0 or hi < lo:
-                        raise OptionError(
-                            f"E10001: value [{tok}] for input [{name}] of --input_shape is invalid: a range lo~hi "
-                            f"needs 0 <= lo <= hi (write {min(lo, hi)}~{max(lo, hi)})" if lo >= 0 and hi >= 0 else
-                            f"E10001: value [{tok}] for input [{name}] of --input_shape is invalid: a range lo~hi "
-                            "needs non-negative bounds")
-                    dims.append((lo, hi))
-                else:
-                    v = int(tok)
-                    if v < -1:
-                        raise ValueError
-                    dims.append(v)
-            except ValueError:
-                raise OptionError(
-                    f"E10001: value [{tok}] for input [{name}] of --input_shape is invalid: "
-                    "use a non-negative int, -1 (dynamic) or a range lo~hi"
-                ) from None
+            d = dim_token(tok)
+            bad = f"E10001: value [{tok}] for input [{name}] of --input_shape is invalid: "
+            if isinstance(d, tuple) and not 0 <= d[0] <= d[1]:
+                lo, hi = d
+                raise OptionError(bad + (f"a range lo~hi needs 0 <= lo <= hi (write {hi}~{lo})" if hi >= 0 <= lo
+                                         else "a range lo~hi needs non-negative bounds"))
+            if d is None or (isinstance(d, int) and d < -1):
+                raise OptionError(bad + "use a non-negative int, -1 (dynamic) or a range lo~hi")
+            dims.append(d)
         out[name] = dims
     return out
 
