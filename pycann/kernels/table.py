@@ -14,11 +14,9 @@ constant folding, single-op calls and the PyTorch adaptor's eager ops.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+import importlib
+from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any
-
-import numpy as np
 
 from pycann.kernels import conv, fused, gemm
 from pycann.ops.opdef import Kernel, OpDef, OutKernel, ScopedKernel
@@ -33,20 +31,6 @@ class OpKernels:
     into: OutKernel | None = None
 
 
-# The int8 kernels (kernels/quant.py, the oneDNN and PyTorch int8 providers, the quantized ops)
-# load with the first quantized model's first call: a float model never imports them.
-def _k_quant_conv(inputs: Sequence[Any], attrs: Mapping[str, Any]) -> list[np.ndarray]:
-    from pycann.kernels import quant
-
-    return quant.k_quant_conv(inputs, attrs)
-
-
-def _k_quant_matmul(inputs: Sequence[Any], attrs: Mapping[str, Any]) -> list[np.ndarray]:
-    from pycann.kernels import quant
-
-    return quant.k_quant_matmul(inputs, attrs)
-
-
 # (domain, op type) -> its provider kernels, in the order of docs/kernels.md
 KERNELS: Mapping[tuple[str, str], OpKernels] = {
     ("", "Conv"): OpKernels(conv.k_conv, conv.out_conv),
@@ -57,19 +41,32 @@ KERNELS: Mapping[tuple[str, str], OpKernels] = {
     ("pycann", "FusedConvTranspose"): OpKernels(fused.k_fused_conv_transpose),
     ("pycann", "FusedMatMul"): OpKernels(fused.k_fused_matmul, fused.out_fused_matmul),
     ("pycann", "FusedAttention"): OpKernels(fused.k_attention),
-    ("pycann", "QuantConv"): OpKernels(_k_quant_conv),
-    ("pycann", "QuantMatMul"): OpKernels(_k_quant_matmul),
 }
+# Kernels whose module loads when a plan first asks for them (``run_kernel``, at plan build, not per
+# call): the int8 kernels (kernels/quant.py, the oneDNN and PyTorch int8 providers, the quantized
+# ops), which a float model never imports. (domain, op type) -> (module, run function's name)
+LAZY_KERNELS: Mapping[tuple[str, str], tuple[str, str]] = {
+    ("pycann", "QuantConv"): ("pycann.kernels.quant", "k_quant_conv"),
+    ("pycann", "QuantMatMul"): ("pycann.kernels.quant", "k_quant_matmul"),
+}
+
+
+def _kernels(op: OpDef) -> OpKernels | None:
+    key = (op.domain, op.op_type)
+    lazy = LAZY_KERNELS.get(key)
+    if lazy is not None:
+        return OpKernels(getattr(importlib.import_module(lazy[0]), lazy[1]))
+    return KERNELS.get(key)
 
 
 def run_kernel(op: OpDef) -> Kernel | ScopedKernel:
     """The kernel that computes ``op`` in a plan: its provider kernel, else its reference."""
-    k = KERNELS.get((op.domain, op.op_type))
+    k = _kernels(op)
     return op.kernel if k is None else k.run
 
 
 def into_kernel(op: OpDef) -> OutKernel | None:
     """The kernel that computes ``op`` into preallocated outputs, or None. An op listed in
     ``KERNELS`` without ``into`` has none (its reference ``out_kernel`` would bypass the providers)."""
-    k = KERNELS.get((op.domain, op.op_type))
+    k = _kernels(op)
     return op.out_kernel if k is None else k.into
