@@ -84,6 +84,7 @@ _BASE = (
 
 SUBMODULES = ("constants", "mdl", "media", "op", "rt", "util")
 
+# (a literal list: linters read it to see the TYPE_CHECKING names above as exported)
 __all__ = [
     "AclLeakWarning", "app_log", "constants", "create_data_buffer", "create_tensor_desc", "data_type_size",
     "destroy_data_buffer", "destroy_tensor_desc", "finalize", "float16_to_float", "float_to_float16",
@@ -97,8 +98,7 @@ __all__ = [
 
 # submodules (media: DVPP, op: single-op), and the internal ones code and docs reach as attributes
 # (``pycann.acl._state.config``): a plain ``import pycann.acl`` made them attributes before
-_LAZY = ("constants", "mdl", "media", "op", "rt", "util",
-         "base", "errors", "session", "_aipp", "_config", "_dataset", "_dynamic", "_models", "_state")
+_LAZY = (*SUBMODULES, "base", "errors", "session", "_aipp", "_config", "_dataset", "_dynamic", "_models", "_state")
 
 
 def __getattr__(name: str) -> object:
