@@ -117,6 +117,9 @@ def test_lazy_packages_keep_their_submodules_as_attributes() -> None:
                      "'pycann.acl.mdl', 'pycann.runtime.device', 'pycann.runtime.errors', 'pycann.runtime.memory'] "
                      "pycann.acl.base pycann.runtime.device"), out.stdout + out.stderr
     assert err == "module 'pycann.acl' has no attribute 'nope'"
+    # the lazy tables and the exported names agree (both are written out: the linters read __all__)
+    assert set(acl.__all__) == set(acl._BASE) | set(acl.SUBMODULES)
+    assert all(callable(getattr(acl, n)) for n in acl._BASE)
 
 
 @pytest.mark.parametrize("dt", ["V4", [("a", "<f4")]])
