@@ -18,7 +18,6 @@ AYUV444, RAW*, NC1HWC0DI*: ``ACL_ERROR_FEATURE_UNSUPPORTED``).
 
 from __future__ import annotations
 
-import functools
 import math
 from dataclasses import dataclass, field
 from typing import Any
@@ -34,17 +33,8 @@ from pycann.errors import InputError
 from pycann.ge.run.model import LoadedModel
 from pycann.runtime.memory import DEVICE_KINDS
 
-
-# The AIPP modules (ge.aipp, ops.aipp) load on the first AIPP call: an application without AIPP
-# never imports them (~2.5 ms of every first run; bench/RESULTS.md).
-@functools.cache
-def _formats() -> dict[int, str]:
-    """aclAippInputFormat code -> AIPP config ``input_format`` name."""
-    from pycann.ops.aipp import ACL_FORMAT_CODES
-
-    return {code: name for name, code in ACL_FORMAT_CODES.items()}
-
-
+# The AIPP modules (ge.aipp, ops.aipp) are imported by the AIPP calls themselves: an application
+# without AIPP never imports them (~2.5 ms of every first run; bench/RESULTS.md).
 _UNSUPPORTED = {C.ACL_NC1HWC0DI_FP16, C.ACL_NC1HWC0DI_S8, C.ACL_YUYV_U8, C.ACL_YUV422SP_U8, C.ACL_AYUV444_U8,
                 C.ACL_RAW10, C.ACL_RAW12, C.ACL_RAW16, C.ACL_RAW24}
 _LAYOUTS = {"NCHW": C.ACL_FORMAT_NCHW, "NHWC": C.ACL_FORMAT_NHWC}
@@ -136,13 +126,15 @@ def get_aipp_data_size(batch_size: int) -> tuple[int, int]:
 def set_aipp_input_format(aipp_parms_set: int, input_format: int) -> int:
     """``aclAippInputFormat``: ``ACL_YUV420SP_U8``, ``ACL_XRGB8888_U8``, ``ACL_RGB888_U8``,
     ``ACL_YUV400_U8``, ``ACL_ARGB8888_U8``."""
+    from pycann.ops.aipp import ACL_FORMAT_NAMES
+
     s, code = _set(aipp_parms_set), as_int(input_format, "input_format")
     if code in _UNSUPPORTED:
         raise fault(C.ACL_ERROR_FEATURE_UNSUPPORTED, f"AIPP input format {code} is not supported by pycann; use one "
-                    f"of {', '.join(f'{n} ({c})' for c, n in sorted(_formats().items()))}")
-    if code not in _formats():
+                    f"of {', '.join(f'{n} ({c})' for c, n in sorted(ACL_FORMAT_NAMES.items()))}")
+    if code not in ACL_FORMAT_NAMES:
         raise fault(C.ACL_ERROR_INVALID_PARAM, f"unsupported inputFormat[{code}]")
-    s.head["input_format"] = _formats()[code]
+    s.head["input_format"] = ACL_FORMAT_NAMES[code]
     return C.ACL_SUCCESS
 
 

@@ -48,6 +48,7 @@ FORMATS: dict[str, tuple[int, int, int]] = {
 YUV_FORMATS = ("YUV420SP_U8", "YVU420SP_U8", "YUV400_U8")
 # aclAippInputFormat values (cann-interfaces.md §1.7), used in the dynamic-AIPP header.
 ACL_FORMAT_CODES: dict[str, int] = {"YUV420SP_U8": 1, "XRGB8888_U8": 2, "RGB888_U8": 3, "YUV400_U8": 4, "ARGB8888_U8": 7}
+ACL_FORMAT_NAMES: dict[int, str] = {v: k for k, v in ACL_FORMAT_CODES.items()}  # code -> input_format
 
 DEFAULT_MATRIX_YUV2RGB = (298, 516, 0, 298, -100, -208, 298, 0, 409)  # §3.1 template defaults
 DEFAULT_MATRIX_RGB2YUV = (66, 129, 25, -38, -74, 112, 112, -94, -18)  # GE's RGB->YUV defaults
@@ -250,7 +251,7 @@ def unpack_dynamic(buf: np.ndarray, batch: int) -> list[AippParams]:
     if len(raw) < dynamic_buffer_bytes(1):
         raise ValueError("dynamic AIPP parameters are not set (call set_dynamic_aipp / acl.mdl.set_input_aipp first)")
     h = _HEAD.unpack_from(raw, 0)
-    codes = {v: k for k, v in ACL_FORMAT_CODES.items()}
+    codes = ACL_FORMAT_NAMES
     if h[0] not in codes:
         raise ValueError(f"dynamic AIPP input_format code {h[0]} is not supported; use one of {sorted(codes)}")
     if h[4] < batch or len(raw) < dynamic_buffer_bytes(batch):
