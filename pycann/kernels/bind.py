@@ -108,17 +108,20 @@ def _concat(attrs, ins, consts, outs) -> Kernel | None:  # type: ignore[no-untyp
     rank = len(shapes[0])  # type: ignore[arg-type]
     axis = int(attrs["axis"]) % max(rank, 1)
     out_shape = _static(outs[0]) if outs else None
-    if rank != 4 or out_shape is None:
-        return lambda x, a: [np.concatenate(x, axis=axis)]
 
-    def concat(x: Sequence[Any], a: Mapping[str, Any]) -> list[np.ndarray]:
+    def concat(x: Sequence[Any], a: Mapping[str, Any], into: Sequence[np.ndarray] | None = None) -> list[np.ndarray]:
+        if into is not None and all(v.dtype == into[0].dtype for v in x):  # the executor's arena view
+            return [np.concatenate(x, axis=axis, out=into[0])]
+        if into is not None:
+            into[0][...] = np.concatenate(x, axis=axis)
+            return [into[0]]
         # channels-last inputs (a GE LayoutSelection chain) give a channels-last result
-        if all(is_channels_last(v) for v in x) and len({v.dtype for v in x}) == 1:
+        if rank == 4 and out_shape is not None and all(is_channels_last(v) for v in x) and len({v.dtype for v in x}) == 1:
             y = empty_like_layout(x[0], out_shape)
             return [np.concatenate(x, axis=axis, out=y)]
         return [np.concatenate(x, axis=axis)]
 
-    return concat
+    return BoundKernel(concat, writes_out=True)
 
 
 

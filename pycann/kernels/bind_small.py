@@ -17,6 +17,7 @@ import numpy as np
 from pycann.dtypes import TensorDesc, to_numpy
 from pycann.kernels.bind_base import Kernel, Prepare
 from pycann.kernels.bind_base import static_shape as _static
+from pycann.kernels.bound import BoundKernel
 
 _FLOATS = (np.dtype(np.float32), np.dtype(np.float64))
 
@@ -146,26 +147,38 @@ def _chain(attrs: Mapping[str, Any], ins: Sequence[TensorDesc | None], consts: S
     if not have_buf or (want is not None and want != shape):
         return None
     steps = tuple(plan)
+    # with an arena view to write, the first step writes there when every later step is in place
+    direct = all(st[4] for st in steps[1:])
 
-    def kernel(x: Sequence[Any], a: Mapping[str, Any]) -> list[np.ndarray]:
-        buf = x[0]  # never written: the first step makes a fresh buffer
+    def kernel(x: Sequence[Any], a: Mapping[str, Any], out: Sequence[np.ndarray] | None = None) -> list[np.ndarray]:
+        buf = x[0]  # never written: the first step makes a fresh buffer (or fills ``out``)
+        into = out[0] if out is not None and direct else None
         with np.errstate(all="ignore"):
             for fn, unary, idx, right, inplace, p in steps:
                 if fn is None:
                     if not inplace:
-                        buf = buf.copy()
+                        if into is not None:
+                            np.copyto(into, buf)
+                            buf = into
+                        else:
+                            buf = buf.copy()
                     unary(buf, p)
                 elif inplace:
                     if right:
                         fn(x[idx], buf, out=buf)
                     else:
                         fn(buf, x[idx], out=buf)
+                elif into is not None:
+                    buf = fn(x[idx], buf, out=into) if right else fn(buf, x[idx], out=into)
                 else:
                     r = fn(x[idx], buf) if right else fn(buf, x[idx])
                     buf = r if isinstance(r, np.ndarray) else np.asarray(r)
+        if out is not None and buf is not out[0]:
+            out[0][...] = buf
+            return [out[0]]
         return [buf]
 
-    return kernel
+    return BoundKernel(kernel, writes_out=True)
 
 
 # --------------------------------------------------------------------------- LSTM

@@ -487,6 +487,11 @@ def _k_chain(inputs: Sequence[Any], attrs: Mapping[str, Any]) -> list[np.ndarray
     return [buf.astype(narrow) if narrow is not None else buf]
 
 
+def _out_chain(inputs: Sequence[Any], attrs: Mapping[str, Any], outs: Sequence[np.ndarray]) -> None:
+    """``_k_chain`` into the executor's arena view (the prepared kernels write there directly)."""
+    outs[0][...] = _k_chain(inputs, attrs)[0]
+
+
 def _infer_chain(ctx: InferContext) -> list[TensorDesc]:
     x = ctx.input(0)
     if x is None:
@@ -511,5 +516,5 @@ OPS: list[OpDef] = [
     OpDef("FusedMatMul", _infer_fused_matmul, _k_fused_matmul, domain=DOMAIN, attrs=_ACT_ATTRS,
           out_kernel=_out_fused_matmul),
     OpDef("FusedAttention", _infer_attention, _k_attention, domain=DOMAIN, attrs={"scale": 1.0}),
-    OpDef("ElementwiseChain", _infer_chain, _k_chain, domain=DOMAIN, attrs={"steps": []}),
+    OpDef("ElementwiseChain", _infer_chain, _k_chain, domain=DOMAIN, attrs={"steps": []}, out_kernel=_out_chain),
 ]

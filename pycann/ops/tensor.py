@@ -394,6 +394,16 @@ def _k_concat(inputs: Inputs, attrs: Attrs) -> list[np.ndarray]:
     return [np.concatenate(xs, axis=normalize_axis(attrs["axis"], xs[0].ndim, "Concat: "))]
 
 
+def _out_concat(inputs: Inputs, attrs: Attrs, outs: Sequence[np.ndarray]) -> None:
+    """``_k_concat`` into the executor's arena view: one copy of each input into its slice."""
+    xs = [x for x in inputs if x is not None]
+    out = outs[0]
+    if len(xs) > 1 and all(x.dtype == out.dtype for x in xs):
+        np.concatenate(xs, axis=normalize_axis(attrs["axis"], xs[0].ndim, "Concat: "), out=out)
+    else:
+        out[...] = _k_concat(inputs, attrs)[0]
+
+
 def _infer_concat(ctx: InferContext) -> list[TensorDesc]:
     ds = [d for d in ctx.inputs if d is not None]
     if not ds:
@@ -493,7 +503,7 @@ OPS: list[OpDef] = [
     OpDef("Transpose", _infer_transpose, _k_transpose, since=1, attrs={"perm": None}),
     OpDef("Squeeze", _infer_squeeze, _k_squeeze, since=1),
     OpDef("Unsqueeze", _infer_unsqueeze, _k_unsqueeze, since=1),
-    OpDef("Concat", _infer_concat, _k_concat, since=1, attrs={"axis": 1}),  # opset 1: axis defaults to 1
-    OpDef("Concat", _infer_concat, _k_concat, since=4, attrs={"axis": REQUIRED}),
+    OpDef("Concat", _infer_concat, _k_concat, since=1, attrs={"axis": 1}, out_kernel=_out_concat),  # opset 1: axis 1
+    OpDef("Concat", _infer_concat, _k_concat, since=4, attrs={"axis": REQUIRED}, out_kernel=_out_concat),
     OpDef("Split", _infer_split, _k_split, since=1, attrs={"axis": 0, "num_outputs": None}),
 ]

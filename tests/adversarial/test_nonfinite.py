@@ -299,3 +299,53 @@ def test_max_pool_passes_the_proven_bound_on_and_forgets_it(monkeypatch: pytest.
             np.testing.assert_array_equal(np.isnan(got), np.isnan(want))
             fin = np.isfinite(want)
             np.testing.assert_allclose(got[fin], want[fin], rtol=1e-4, atol=1e-4)
+
+
+def _pre_activation() -> onnx.ModelProto:
+    """conv -> Concat(conv, x) -> BatchNormalization -> Relu -> conv+relu: DenseNet's layer, whose
+    BatchNormalization + Relu is one ElementwiseChain run whole on oneDNN behind the NaN guard."""
+    inits = {"w1": _f(32, 16, 3, 3, scale=0.2), "b1": _f(32), "w2": _f(24, 48, 1, 1, scale=0.2), "b2": _f(24),
+             "g": _f(48) + 2.0, "be": _f(48), "mu": _f(48), "var": np.abs(_f(48)) + 0.5}
+    nodes = [helper.make_node("Conv", ["x", "w1", "b1"], ["c1"], pads=[1, 1, 1, 1]),
+             helper.make_node("Concat", ["c1", "x"], ["cat"], axis=1),
+             helper.make_node("BatchNormalization", ["cat", "g", "be", "mu", "var"], ["bn"]),
+             helper.make_node("Relu", ["bn"], ["r"]),
+             helper.make_node("Conv", ["r", "w2", "b2"], ["c2"]),
+             helper.make_node("Relu", ["c2"], ["y"])]
+    return _model(nodes, (1, 16, 48, 48), inits)
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_pre_activation_batch_norm_relu_keeps_nan(kind: str) -> None:
+    x = _f(1, 16, 48, 48)
+    _check(_pre_activation(), [{"x": x}, {"x": _poison(x, kind)}, {"x": x}])
+
+
+def test_guarded_chain_reads_its_input_once_and_proves_the_next_conv(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The BatchNormalization + Relu chain reads its input (the Concat) once to bound it and records
+    its output's bound, so the 1x1 conv+relu after it reads nothing; a NaN run in between leaves
+    no bound on record (the conv then reads its input and keeps ORT's NaNs)."""
+    if not providers.available("onednn"):
+        pytest.skip("the onednn provider is not available")
+    from pycann.kernels.providers import nan_guard
+
+    m = _pre_activation()
+    lm = LoadedModel.from_compiled(compile_model(m))
+    steps = {st.node.op_type: st for st in lm.executor.plan_for(lm.check_feeds([_f(1, 16, 48, 48)]))[0].steps}
+    assert steps["ElementwiseChain"].bound is not None and steps["ElementwiseChain"].bound.guarded is not None
+    x = _f(1, 16, 48, 48)
+    lm.run([x])
+    reads: list[int] = []
+    orig = nan_guard._norm2
+    monkeypatch.setattr(nan_guard, "_norm2", lambda a: reads.append(a.size) or orig(a))
+    for feeds in (x, _poison(x, "nan"), x):
+        reads.clear()
+        got = lm.run([feeds])[0]
+        want = run_ort(m, {"x": feeds})[0]
+        np.testing.assert_array_equal(np.isnan(got), np.isnan(want))
+        fin = np.isfinite(want)
+        np.testing.assert_allclose(got[fin], want[fin], rtol=1e-4, atol=1e-4)
+        if not np.isnan(feeds).any():
+            assert reads == [48 * 48 * 48], reads  # the chain's input only
+        else:
+            assert reads[0] == 48 * 48 * 48 and len(reads) >= 2, reads  # no bound recorded: the conv reads

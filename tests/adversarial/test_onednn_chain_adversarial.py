@@ -450,16 +450,22 @@ def _concat_model(sizes: list[int], axis: int, hw: int = 40, extra_out: bool = F
     ([24, 24, 24, 24], 1), ([8, 16, 24, 3, 1, 40], 1), ([24, 24], -3), ([16, 16, 16], 2), ([16, 16], 3),
     ([16, 16], -1), ([16, 16, 16, 16, 16, 16, 16, 16, 16], 1),
 ])
-def test_concat_nhwc(sizes: list[int], axis: int) -> None:
+@pytest.mark.parametrize("hw", [40, 96])
+def test_concat_nhwc(sizes: list[int], axis: int, hw: int) -> None:
+    """Values equal ORT's; a channels-last Concat of at least ``onednn_concat.MIN_ELEMENTS`` runs
+    on oneDNN, a smaller one as numpy's strided copy into the arena."""
+    from pycann.kernels.providers import onednn_concat
+
     if axis % 4 != 1 and len(set(sizes)) != 1:
         pytest.skip("non-channel concat needs equal channels")
-    m, feeds = _concat_model(sizes, axis)
+    m, feeds = _concat_model(sizes, axis, hw=hw)
     cm = compile_model(m)
     assert "Concat" in _ops(cm)
-    lm = _check(m, [feeds, _concat_model(sizes, axis)[1]], LOOSE, cm=cm)
+    lm = _check(m, [feeds, _concat_model(sizes, axis, hw=hw)[1]], LOOSE, cm=cm)
     cat = next(nd for nd in cm.graph.nodes if nd.op_type == "Concat")
     if cat.attrs.get("_layout") == "NHWC":
-        assert _onednn_bound(lm, "Concat")
+        elements = int(np.prod(cm.graph.descs[cat.outputs[0]].shape))
+        assert _onednn_bound(lm, "Concat") == (elements >= onednn_concat.MIN_ELEMENTS), elements
 
 
 @pytest.mark.parametrize("case", ["input_is_graph_output", "input_used_twice", "self_concat"])

@@ -139,16 +139,31 @@ def _concat_kernel(shapes: list[tuple[int, ...]], axis: int, layout: str | None 
 
 
 @pytest.mark.parametrize("axis", [1, 2, 3])
-def test_channels_last_concat_runs_in_onednn_and_equals_numpy(axis: int) -> None:
-    shapes = [(1, 24, 40, 40), (1, 24, 40, 40), (1, 24, 40, 40)]
+@pytest.mark.parametrize("hw", [40, 136])
+def test_channels_last_concat_equals_numpy_into_the_arena(axis: int, hw: int) -> None:
+    """At or above ``onednn_concat.MIN_ELEMENTS`` the oneDNN primitive, below it numpy's strided
+    copy; both write the executor's channels-last arena view and give numpy's values."""
+    from pycann.kernels.providers import onednn_concat
+
+    shapes = [(1, 24, hw, hw), (1, 24, hw, hw), (1, 24, hw, hw)]
     if axis == 1:
-        shapes[1] = (1, 40, 40, 40)
+        shapes[1] = (1, 40, hw, hw)
     k, attrs = _concat_kernel(shapes, axis)
-    assert k is not None and _typed(k).openmp
+    total = sum(int(np.prod(s)) for s in shapes)
+    assert k is not None and _typed(k).openmp == (total >= onednn_concat.MIN_ELEMENTS)
+    assert _typed(k).writes_out
     xs = [_cl(RNG.standard_normal(s).astype(np.float32)) for s in shapes]
+    want = np.concatenate(xs, axis=axis)
     got = k(xs, attrs)[0]
     assert got.strides[1] == 4  # channels-last result
-    np.testing.assert_array_equal(got, np.concatenate(xs, axis=axis))
+    np.testing.assert_array_equal(got, want)
+    arena = _cl(np.full(want.shape, np.nan, np.float32))
+    assert k(xs, attrs, [arena])[0] is arena
+    np.testing.assert_array_equal(arena, want)
+    nchw = [np.ascontiguousarray(x) for x in xs]  # other strides than bound: same values, same view
+    arena[...] = np.nan
+    assert k(nchw, attrs, [arena])[0] is arena
+    np.testing.assert_array_equal(arena, want)
 
 
 def test_concat_with_other_strides_or_outside_a_chain_uses_numpy() -> None:
@@ -202,3 +217,116 @@ def test_binary_op_runs_in_onednn_and_equals_numpy(op: str, order: str) -> None:
 def _typed(k: object) -> Any:
     """A binder's result as a ``BoundKernel`` (plain functions: one without arena or OpenMP)."""
     return _bound_kernel(k)  # type: ignore[arg-type]
+
+
+# ------------------------------------- a Relu/Clip tail behind the NaN guard (kernels/guarded_chain.py)
+
+
+def _bn_relu(tail: list[Any], constants: bool = True) -> tuple[Any, dict[str, Any], list[np.ndarray]]:
+    """A pre-activation BatchNormalization + ``tail`` (scale, shift as constant operands)."""
+    from pycann.kernels.bind_onednn import PREPARE_ONEDNN
+
+    x = _cl(RNG.standard_normal(SHAPE).astype(np.float32))
+    s = (RNG.random((1, SHAPE[1], 1, 1)) + 0.5).astype(np.float32)
+    t = RNG.standard_normal((1, SHAPE[1], 1, 1)).astype(np.float32)
+    attrs = {"steps": [["Mul", 1, 0, 0.0, 0.0], ["Add", 2, 0, 0.0, 0.0], tail], "_layout": "NHWC"}
+    arrays = [x, s, t]
+    k = PREPARE_ONEDNN[("pycann", "ElementwiseChain")](attrs, [TensorDesc(1, a.shape) for a in arrays],
+                                                        [None, s, t] if constants else [None] * 3,
+                                                        [TensorDesc(1, SHAPE)])
+    return k, attrs, arrays
+
+
+@pytest.mark.parametrize("tail", [["Relu", -1, 0, 0.0, 0.0], ["Clip", -1, 0, -0.5, 1.5]])
+@pytest.mark.parametrize("kind", ["finite", "nan", "inf", "ninf", "huge"])
+def test_relu_or_clip_tail_runs_whole_on_onednn_behind_the_guard(tail: list[Any], kind: str) -> None:
+    """Finite operands: one oneDNN pass (its Relu/Clip post-op); a NaN/inf input or values whose
+    scaling overflows float32: the unfused path. Every result is numpy's to the bit, written into
+    the arena view, and a fused run records its output's bound for the next guarded kernel."""
+    from pycann.kernels.providers import nan_guard
+
+    k, attrs, arrays = _bn_relu(tail)
+    typed = _typed(k)
+    assert typed.guarded is not None and typed.openmp and typed.writes_out
+    x = arrays[0]
+    if kind == "nan":
+        x[0, 3, 5, 7] = np.nan
+    elif kind in ("inf", "ninf"):
+        x[0, 2, 1, 1] = np.inf if kind == "inf" else -np.inf
+    elif kind == "huge":
+        x *= np.float32(3e38)  # x * s overflows to inf for some elements
+    want = GENERIC.kernel(arrays, attrs)[0]
+    o = _cl(np.full(SHAPE, 7.0, np.float32))
+    assert k(arrays, attrs, [o])[0] is o
+    np.testing.assert_array_equal(o, want)
+    bound = nan_guard.proven(o)
+    if kind == "finite":
+        assert bound is not None and bound >= float(np.abs(o).max())
+    else:
+        assert bound is None
+    nchw = [np.ascontiguousarray(a) for a in arrays]  # a call the primitive declines: same values, same view
+    o[...] = 7.0
+    assert k(nchw, attrs, [o])[0] is o
+    np.testing.assert_array_equal(o, want)
+
+
+def test_guard_off_runs_the_fused_tail_even_on_nan(monkeypatch: pytest.MonkeyPatch) -> None:
+    """``PYCANN_NAN_GUARD=0``: oneDNN's result as it is (its Relu maps NaN to 0)."""
+    k, attrs, arrays = _bn_relu(["Relu", -1, 0, 0.0, 0.0])
+    arrays[0][0, 3, 5, 7] = np.nan
+    monkeypatch.setenv("PYCANN_NAN_GUARD", "0")
+    o = _cl(np.zeros(SHAPE, np.float32))
+    k(arrays, attrs, [o])
+    assert o[0, 3, 5, 7] == 0.0 and not np.isnan(o).any()
+
+
+def test_run_time_operands_keep_the_numpy_tail() -> None:
+    """Without constant operands the chain has no bound at plan time: head on oneDNN, tail numpy."""
+    k, attrs, arrays = _bn_relu(["Relu", -1, 0, 0.0, 0.0], constants=False)
+    assert _typed(k).guarded is None
+    arrays[0][0, 3, 5, 7] = np.nan
+    o = _cl(np.zeros(SHAPE, np.float32))
+    k(arrays, attrs, [o])
+    np.testing.assert_array_equal(o, GENERIC.kernel(arrays, attrs)[0])
+
+
+def test_a_declined_call_applies_the_tail_to_the_arena_view() -> None:
+    """Regression: inputs in another layout than bound made the head fall back to the generic
+    kernel, which copied its result into the arena view; the numpy tail then ran on the generic
+    kernel's own array and the view kept the values before the Relu."""
+    k, attrs, arrays = _bn_relu(["Relu", -1, 0, 0.0, 0.0], constants=False)
+    nchw = [np.ascontiguousarray(a) for a in arrays]
+    o = _cl(np.zeros(SHAPE, np.float32))
+    k(nchw, attrs, [o])
+    np.testing.assert_array_equal(o, GENERIC.kernel(nchw, attrs)[0])
+    assert (o >= 0).all()
+
+
+@pytest.mark.parametrize("steps,operands,x_bound,want", [
+    ([["Mul", 1, 0, 0, 0], ["Add", 2, 0, 0, 0]], [None, [2.0, -3.0], [0.5, -1.0]], 10.0, 31.0),
+    ([["Sub", 1, 1, 0, 0], ["Div", 2, 0, 0, 0]], [None, [4.0], [-2.0, 0.5]], 1.0, 10.0),
+    ([["Mul", 1, 0, 0, 0], ["Sigmoid", -1, 0, 0, 0], ["Clip", -1, 0, -0.25, 0.5]], [None, [3.0]], 2.0, 0.5),
+    ([["Mul", 1, 0, 0, 0], ["Tanh", -1, 0, 0, 0]], [None, [1e30]], 1e20, np.inf),  # float32 overflow first
+    ([["Mul", 1, 0, 0, 0]], [None, [0.0, 1.0]], np.inf, np.inf),  # inf * 0 could be NaN
+    ([["Add", 1, 0, 0, 0]], [None, [1.0]], np.nan, np.inf),
+])
+def test_bound_map_follows_each_step(steps: list[Any], operands: list[Any], x_bound: float, want: float) -> None:
+    from pycann.kernels import guarded_chain
+
+    consts = [None if c is None else np.array(c, np.float32) for c in operands]
+    m = guarded_chain.bound_map(steps, consts)
+    assert m is not None and m(x_bound) == pytest.approx(want)
+
+
+@pytest.mark.parametrize("steps,operands,why", [
+    ([["Div", 1, 0, 0, 0]], [None, [2.0, 0.0]], "a divisor that can be 0"),
+    ([["Div", 1, 1, 0, 0]], [None, [2.0]], "c / x: unbounded near x = 0"),
+    ([["Mul", 1, 0, 0, 0]], [None, None], "a run-time operand"),
+    ([["Add", 1, 0, 0, 0]], [None, [np.inf]], "an infinite constant"),
+    ([["Pow", 1, 0, 0, 0]], [None, [2.0]], "a step without a bound rule"),
+])
+def test_bound_map_refuses_what_it_cannot_bound(steps: list[Any], operands: list[Any], why: str) -> None:
+    from pycann.kernels import guarded_chain
+
+    consts = [None if c is None else np.array(c, np.float32) for c in operands]
+    assert guarded_chain.bound_map(steps, consts) is None, why

@@ -34,6 +34,11 @@ BINARY = {"Add": 0x1FFF0, "Mul": 0x1FFF1, "Div": 0x1FFF4, "Sub": 0x1FFF5}
 COMMUTATIVE = frozenset({"Add", "Mul"})
 # (no Exp: oneDNN's exp post-op turns NaN into +inf; tests/adversarial/test_onednn_chain_adversarial.py)
 UNARY = {"Sigmoid": "logistic", "Tanh": "tanh"}
+# Steps whose oneDNN eltwise maps NaN to a number (``vmaxps``/``vminps`` return the non-NaN
+# operand): taken only with ``drop_nan=True``, from a caller that proved the value entering them
+# finite (``kernels/guarded_chain.py``, the NaN guard). name -> (eltwise, alpha from p0/p1, beta).
+DROPS_NAN = {"Relu": ("relu", lambda p0, p1: 0.0, lambda p0, p1: 0.0),
+             "Clip": ("clip", lambda p0, p1: float(p0), lambda p0, p1: float(p1))}
 ARG_SRC_0, ARG_SRC_1 = 1, 2
 # Below this many result elements numpy's few passes beat a primitive call and an OpenMP fork/join.
 MIN_ELEMENTS = 1 << 16
@@ -51,10 +56,12 @@ def _binary_pd(alg: int, src0: capi.MemoryDesc, src1: capi.MemoryDesc, dst: capi
 
 
 def bound_chain(steps: Sequence[Sequence[Any]], shapes: Sequence[tuple[int, ...] | None],
-                channels_last: bool) -> BoundKernel | None:
+                channels_last: bool, drop_nan: bool = False) -> BoundKernel | None:
     """A bound primitive whose ``run(inputs, out=None) -> y`` computes ElementwiseChain ``steps`` over float32 inputs of
     static ``shapes`` (input 0 is the chain's input), or None when the chain is not expressible
-    (see the module docstring), too small, or oneDNN declines. Full-shape operands are bound with
+    (see the module docstring), too small, or oneDNN declines. ``drop_nan``: also take the
+    ``DROPS_NAN`` steps (Relu, Clip), whose results differ from numpy's only for a NaN reaching
+    them; the caller must prove that cannot happen before each run. Full-shape operands are bound with
     the chain's layout (``channels_last``: NHWC strides, the layout GE chose); ``run`` returns None
     for arrays of other strides or dtypes (the caller's generic kernel computes those). Raises
     nothing."""
@@ -81,7 +88,7 @@ def bound_chain(steps: Sequence[Sequence[Any]], shapes: Sequence[tuple[int, ...]
         src0, src1 = first_idx, 0
     post: list[tuple[Any, ...]] = []
     operands: list[int] = []
-    for op, idx, right, _p0, _p1 in steps[1:]:
+    for op, idx, right, p0, p1 in steps[1:]:
         if op in BINARY:
             s = shapes[int(idx)] if 0 <= int(idx) < len(shapes) else None
             if s is None or (bool(right) and op not in COMMUTATIVE) or len(s) > len(out_shape):
@@ -95,6 +102,9 @@ def bound_chain(steps: Sequence[Sequence[Any]], shapes: Sequence[tuple[int, ...]
             operands.append(int(idx))
         elif op in UNARY:
             post.append(("eltwise", capi.ELTWISE[UNARY[op]], 0.0, 0.0))
+        elif drop_nan and op in DROPS_NAN:
+            name, alpha, beta = DROPS_NAN[op]
+            post.append(("eltwise", capi.ELTWISE[name], alpha(p0, p1), beta(p0, p1)))
         else:
             return None
     if int(np.prod(out_shape, dtype=np.int64)) < MIN_ELEMENTS:
