@@ -269,30 +269,41 @@ def _chain(attrs, ins, consts, outs) -> Kernel | None:  # type: ignore[no-untype
     cut = len(steps)
     while cut > 1 and steps[cut - 1][0] in CHAIN_UNARY:
         cut -= 1
-    head = onednn_binary.bound_chain(steps[:cut], shapes, nhwc) if cut < len(steps) else None
-    if head is None:
+    if cut == len(steps):
         return small(attrs, ins, consts, outs)
     head_attrs = {**attrs, "steps": steps[:cut]}
-    bound_head = _or_generic(head, lambda x, a: generic(x, head_attrs))
     tail = [(UNARY_IN_PLACE[op], (p0, p1)) for op, _i, _r, p0, p1 in steps[cut:]]
-    run_head = bound_head.run
+    # the whole chain in one oneDNN pass when the NaN guard can bound the value entering the tail
+    head_map, tail_map = guarded_chain.bound_map(steps[:cut], consts), guarded_chain.bound_map(steps[cut:], consts)
+    whole = onednn_binary.bound_chain(steps, shapes, nhwc, drop_nan=True) \
+        if head_map is not None and tail_map is not None else None
+    head_run: list[BoundKernel | None] = []  # the head alone: bound now, or (guarded) on its first call
+
+    def bind_head() -> BoundKernel | None:
+        head = onednn_binary.bound_chain(steps[:cut], shapes, nhwc)
+        bk = _or_generic(head, lambda x, a: generic(x, head_attrs)) if head is not None else None
+        if not head_run:
+            head_run.append(bk)
+        return head_run[0]
 
     def kernel(x: Sequence[Any], a: Mapping[str, Any], out: Sequence[np.ndarray] | None = None) -> list[np.ndarray]:
-        y = run_head(x, a, out)[0]
-        if out is not None:  # a call the primitive declined: ``_or_generic`` copied its result there
+        bk = head_run[0] if head_run else bind_head()
+        if bk is not None:
+            y = bk.run(x, a, out)[0]
+        else:  # (oneDNN declined the head alone after taking the whole chain)
+            y = generic(x, head_attrs)[0]
+            if out is not None:
+                out[0][...] = y
+        if out is not None:  # the executor reads its arena view
             y = out[0]
         with np.errstate(all="ignore"):
             for fn, p in tail:
                 fn(y, p)
         return [y]
 
-    unfused = replace(bound_head, run=kernel)
-    # the whole chain in one oneDNN pass when the NaN guard can bound the value entering the tail
-    head_map, tail_map = guarded_chain.bound_map(steps[:cut], consts), guarded_chain.bound_map(steps[cut:], consts)
-    whole = onednn_binary.bound_chain(steps, shapes, nhwc, drop_nan=True) \
-        if head_map is not None and tail_map is not None else None
     if whole is None or head_map is None or tail_map is None:
-        return unfused
+        bk = bind_head()
+        return small(attrs, ins, consts, outs) if bk is None else replace(bk, run=kernel)
     return guarded_chain.guarded_chain(_or_generic(whole, generic), kernel, head_map, tail_map)
 
 
