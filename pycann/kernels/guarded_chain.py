@@ -12,8 +12,9 @@ the tail, so the fused result is numpy's. Otherwise the unfused kernel runs (NaN
 output's bound is recorded for the next guarded consumer (the conv after it reads nothing).
 
 Bounds (|v| <= B for the running value v, over operands c with max |c| = C and min |c| = m):
-``v + c``, ``v - c``, ``c - v``: B + C; ``v * c``: B * C; ``v / c``: B / m (m > 0); Sigmoid,
-Tanh: 1; Relu: B; Clip(lo, hi): min(B, max(|lo|, |hi|)). A chain with another operand (a
+``v + c``, ``v - c``, ``c - v``: B + C; ``v * c``: B * C; ``v / c``: B / m (m > 0); Sigmoid: 1
+(not min(B, 1): sigmoid(0) = 0.5); Tanh: min(B, 1); Relu: B; Clip(lo, hi): max(|clip(-B)|,
+|clip(B)|) (not min(B, ...): Clip(5, 10) of values near 0 is 5); a NaN Clip bound: no bound. A chain with another operand (a
 run-time tensor, ``c / v``) gets no bound and keeps the unfused tail.
 """
 
@@ -38,13 +39,19 @@ _LIMIT = nan_guard._F32_SAFE  # below float32's maximum, with room for rounding
 def _step_map(op: str, idx: int, right: bool, p0: float, p1: float,
               consts: Sequence[np.ndarray | None]) -> BoundMap | None:
     """``bound of the running value before -> after`` one step, or None when not bounded."""
-    if op in ("Sigmoid", "Tanh"):
+    if op == "Sigmoid":
+        return lambda b: 1.0  # sigmoid(v) is in (0, 1) whatever v: sigmoid(0) = 0.5 > a bound below 0.5
+    if op == "Tanh":
         return lambda b: min(b, 1.0)
     if op == "Relu":
         return lambda b: b
     if op == "Clip":
-        cap = max(abs(float(p0)), abs(float(p1)))
-        return lambda b: min(b, cap)
+        lo, hi = float(p0), float(p1)
+        if math.isnan(lo) or math.isnan(hi):
+            return None
+        # clip(v) = min(max(v, lo), hi) is monotone: over |v| <= B it lies in [clip(-B), clip(B)]
+        # (a range that excludes [-B, B], Clip(5, 10) of values near 0, gives 5, not B)
+        return lambda b: max(abs(min(max(-b, lo), hi)), abs(min(max(b, lo), hi)))
     c = consts[idx] if 0 <= idx < len(consts) else None
     if c is None or c.size == 0 or c.dtype.kind != "f":
         return None
