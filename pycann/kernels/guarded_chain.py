@@ -14,8 +14,9 @@ output's bound is recorded for the next guarded consumer (the conv after it read
 Bounds (|v| <= B for the running value v, over operands c with max |c| = C and min |c| = m):
 ``v + c``, ``v - c``, ``c - v``: B + C; ``v * c``: B * C; ``v / c``: B / m (m > 0); Sigmoid: 1
 (not min(B, 1): sigmoid(0) = 0.5); Tanh: min(B, 1); Relu: B; Clip(lo, hi): max(|clip(-B)|,
-|clip(B)|) (not min(B, ...): Clip(5, 10) of values near 0 is 5); a NaN Clip bound: no bound. A chain with another operand (a
-run-time tensor, ``c / v``) gets no bound and keeps the unfused tail.
+|clip(B)|) (not min(B, ...): Clip(5, 10) of values near 0 is 5); a NaN Clip bound: no bound.
+A chain with another operand (a run-time tensor, ``c / v``) gets no bound and keeps the unfused
+tail.
 """
 
 from __future__ import annotations
