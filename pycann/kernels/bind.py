@@ -102,6 +102,8 @@ def _gather(attrs, ins, consts, outs) -> Kernel | None:  # type: ignore[no-untyp
 
 
 def _concat(attrs, ins, consts, outs) -> Kernel | None:  # type: ignore[no-untyped-def]
+    from pycann.kernels.providers import nan_guard
+
     shapes = [_static(d) for d in ins]
     if any(s is None for s in shapes) or not shapes:
         return None
@@ -110,10 +112,12 @@ def _concat(attrs, ins, consts, outs) -> Kernel | None:  # type: ignore[no-untyp
     out_shape = _static(outs[0]) if outs else None
 
     def concat(x: Sequence[Any], a: Mapping[str, Any], into: Sequence[np.ndarray] | None = None) -> list[np.ndarray]:
-        if into is not None and all(v.dtype == into[0].dtype for v in x):  # the executor's arena view
-            return [np.concatenate(x, axis=axis, out=into[0])]
-        if into is not None:
-            into[0][...] = np.concatenate(x, axis=axis)
+        if into is not None:  # the executor's arena view
+            if all(v.dtype == into[0].dtype for v in x):
+                np.concatenate(x, axis=axis, out=into[0])
+            else:
+                into[0][...] = np.concatenate(x, axis=axis)
+            nan_guard.record_max(into[0], x)
             return [into[0]]
         # channels-last inputs (a GE LayoutSelection chain) give a channels-last result
         if rank == 4 and out_shape is not None and all(is_channels_last(v) for v in x) and len({v.dtype for v in x}) == 1:
@@ -322,6 +326,27 @@ def nan_guarded(k: BoundKernel | None, unary: Any, w_bound: float, fallback: Ker
     return replace(k, run=kernel, guarded=k)
 
 
+def passes_bound(k: BoundKernel, w_bound: float) -> BoundKernel:
+    """``k`` (a conv with no activation, writing into the arena) that passes the NaN guard's proven
+    bound of its input on to its output: ``|conv(x)| <= max(X, 1) * w_bound`` with ``w_bound`` =
+    ``nan_guard.weight_bound`` (max_m sum|w_m| + max|b|). So a guarded kernel further down
+    (DenseNet: conv -> Concat -> BatchNormalization + Relu) needs no read of its own input. An
+    input without a record forgets any earlier run's record of the output (every call updates it)."""
+    from pycann.kernels.providers import nan_guard
+
+    proven, record = nan_guard.proven, nan_guard.record
+    run = k.run
+
+    def kernel(inputs: Sequence[Any], attrs: Mapping[str, Any], out: Any = None) -> list[np.ndarray]:
+        ys = run(inputs, attrs) if out is None else run(inputs, attrs, out)
+        if out is not None:
+            bx = proven(inputs[0])
+            record(out[0], max(bx, 1.0) * w_bound if bx is not None and ys[0] is out[0] else None)
+        return ys  # type: ignore[no-any-return]
+
+    return replace(k, run=kernel)
+
+
 def _act_out_bound(attrs: Mapping[str, Any]) -> Any:
     """``pre-activation bound -> output bound`` for FusedConv/FusedMatMul's activation (None
     with a post scale/shift: not propagated)."""
@@ -350,8 +375,11 @@ def _conv_fallback(attrs: Mapping[str, Any]) -> Kernel:
 def _guard_conv(k: Any, unary: Any, attrs: Mapping[str, Any], w: np.ndarray, b: np.ndarray | None,
                 residual: bool) -> BoundKernel | None:
     from pycann.kernels.providers import nan_guard
+    from pycann.ops import fused
 
     k = bound(k)  # (torch's bound convs are plain functions)
+    if k is not None and unary is None and not residual and k.writes_out and fused.post_affine(attrs) is None:
+        return passes_bound(k, nan_guard.weight_bound(w, b))
     if k is None or not nan_guard.drops_nan(unary):
         return k
     return nan_guarded(k, unary, nan_guard.weight_bound(w, b), _conv_fallback(attrs), 3 if residual else None,

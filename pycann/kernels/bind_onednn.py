@@ -124,7 +124,7 @@ def _bind_pool(alg: str | None, attrs: Mapping[str, Any], ins: Sequence[TensorDe
         return None  # a window that lies entirely in padding: the generic kernel's rules
     if alg == "avg_include_padding" and tuple(ends) != tuple(win.pads_end):
         return None  # ceil_mode reaches past the pads: ONNX does not count those cells
-    from pycann.kernels.providers import onednn_pool
+    from pycann.kernels.providers import nan_guard, onednn_pool
 
     # the layout GE chose first; the other one too, since an op GE left outside a chain (e.g.
     # GlobalAveragePool after it) still receives that chain's channels-last arrays
@@ -145,8 +145,10 @@ def _bind_pool(alg: str | None, attrs: Mapping[str, Any], ins: Sequence[TensorDe
             y = generic(x, a)[0]
         if o is not None and y is not o:
             o[...] = y  # the executor reads its arena view (another layout, or the generic result)
+            forget(o, None)  # (no bound proven for what the generic kernel computed)
         return [y]
 
+    forget = nan_guard.record
     # (writes into the executor's arena view; OpenMP: the executor holds OpenBLAS to one thread meanwhile)
     return BoundKernel(kernel, writes_out=True, threads=Threads.OPENMP, impl=b.impl)
 
@@ -315,8 +317,8 @@ def _concat(attrs, ins, consts, outs) -> Kernel | None:  # type: ignore[no-untyp
     channel concats of 32-channel slices took 2.4 ms on oneDNN, 1.3 ms on numpy). A call whose
     arrays have other strides, or with no arena view, gets the same values."""
     from pycann.kernels.bind import _concat as numpy_concat
+    from pycann.kernels.providers import nan_guard, onednn_concat
     from pycann.kernels.providers import onednn_capi as capi
-    from pycann.kernels.providers import onednn_concat
 
     fallback = numpy_concat(attrs, ins, consts, outs)
     shapes = [_static(d) for d in ins]
@@ -329,12 +331,14 @@ def _concat(attrs, ins, consts, outs) -> Kernel | None:  # type: ignore[no-untyp
     primitive = onednn_concat.bound_concat(shapes, cl, axis, out, capi.layout_strides(out, True))  # type: ignore[arg-type]
     run = primitive.run if primitive is not None else None
     perm = (0, 2, 3, 1)
-    concatenate = np.concatenate
+    concatenate, record_max = np.concatenate, nan_guard.record_max
 
     def kernel(x: Sequence[Any], a: Mapping[str, Any], into: Sequence[np.ndarray] | None = None) -> list[np.ndarray]:
         y = into[0] if into is not None else np.empty([out[p] for p in perm], np.float32).transpose(0, 3, 1, 2)
         if run is None or run(x, y) is None:
             concatenate(x, axis=axis, out=y)  # any strides; float32 in, float32 out
+        if into is not None:
+            record_max(y, x)
         return [y]
 
     if primitive is None:

@@ -18,6 +18,8 @@ from pycann.dtypes import TensorDesc, to_numpy
 from pycann.kernels.bind_base import Kernel, Prepare
 from pycann.kernels.bind_base import static_shape as _static
 from pycann.kernels.bound import BoundKernel
+from pycann.kernels.guarded_chain import bound_map
+from pycann.kernels.providers import nan_guard
 
 _FLOATS = (np.dtype(np.float32), np.dtype(np.float64))
 
@@ -149,6 +151,10 @@ def _chain(attrs: Mapping[str, Any], ins: Sequence[TensorDesc | None], consts: S
     steps = tuple(plan)
     # with an arena view to write, the first step writes there when every later step is in place
     direct = all(st[4] for st in steps[1:])
+    # the NaN guard's bound of the input carried to the output (kernels/guarded_chain.py), so a
+    # guarded conv after a small pre-activation chain (DenseNet's 7x7 and 14x14 blocks) reads nothing
+    through = bound_map(attrs["steps"], consts) if dt == np.float32 else None
+    proven, record = nan_guard.proven, nan_guard.record
 
     def kernel(x: Sequence[Any], a: Mapping[str, Any], out: Sequence[np.ndarray] | None = None) -> list[np.ndarray]:
         buf = x[0]  # never written: the first step makes a fresh buffer (or fills ``out``)
@@ -175,7 +181,10 @@ def _chain(attrs: Mapping[str, Any], ins: Sequence[TensorDesc | None], consts: S
                     buf = r if isinstance(r, np.ndarray) else np.asarray(r)
         if out is not None and buf is not out[0]:
             out[0][...] = buf
-            return [out[0]]
+            buf = out[0]
+        if out is not None and through is not None:
+            bx = proven(x[0])
+            record(buf, through(bx) if bx is not None else None)
         return [buf]
 
     return BoundKernel(kernel, writes_out=True)

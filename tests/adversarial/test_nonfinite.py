@@ -349,3 +349,66 @@ def test_guarded_chain_reads_its_input_once_and_proves_the_next_conv(monkeypatch
             assert reads == [48 * 48 * 48], reads  # the chain's input only
         else:
             assert reads[0] == 48 * 48 * 48 and len(reads) >= 2, reads  # no bound recorded: the conv reads
+
+
+def _dense_block(layers: int = 4) -> onnx.ModelProto:
+    """DenseNet's pattern: conv+relu, then per layer Concat(all features) -> BatchNormalization ->
+    Relu -> 1x1 conv+relu -> 3x3 conv (no activation), then AveragePool of the last concat."""
+    inits: dict[str, np.ndarray] = {"w0": _f(16, 8, 3, 3, scale=0.3), "b0": _f(16)}
+    nodes = [_conv_node("x", "w0", "b0", "f0", pads=1), helper.make_node("Relu", ["f0"], ["r0"])]
+    feats, c = ["r0"], 16
+    for i in range(layers):
+        nodes.append(helper.make_node("Concat", list(feats), [f"cat{i}"], axis=1))
+        inits.update({f"g{i}": _f(c) + 2.0, f"be{i}": _f(c), f"mu{i}": _f(c), f"v{i}": np.abs(_f(c)) + 0.5,
+                      f"w1_{i}": _f(24, c, 1, 1, scale=0.3), f"b1_{i}": _f(24), f"w2_{i}": _f(8, 24, 3, 3, scale=0.3)})
+        nodes += [helper.make_node("BatchNormalization", [f"cat{i}", f"g{i}", f"be{i}", f"mu{i}", f"v{i}"], [f"bn{i}"]),
+                  helper.make_node("Relu", [f"bn{i}"], [f"a{i}"]),
+                  _conv_node(f"a{i}", f"w1_{i}", f"b1_{i}", f"h{i}"), helper.make_node("Relu", [f"h{i}"], [f"q{i}"]),
+                  _conv_node(f"q{i}", f"w2_{i}", None, f"n{i}", pads=1)]
+        feats.append(f"n{i}")
+        c += 8
+    nodes += [helper.make_node("Concat", list(feats), ["last"], axis=1),
+              helper.make_node("AveragePool", ["last"], ["y"], kernel_shape=[2, 2], strides=[2, 2])]
+    return _model(nodes, (1, 8, 64, 64), inits)
+
+
+def _conv_node(x: str, w: str, b: str | None, y: str, pads: int = 0) -> onnx.NodeProto:
+    return helper.make_node("Conv", [x, w] + ([b] if b else []), [y], pads=[pads] * 4)
+
+
+def test_dense_block_passes_bounds_on_and_keeps_nan(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Bounds travel through plain convs, Concat (largest part) and the BatchNormalization + Relu
+    chains, so a finite run reads only the model input; runs alternating NaN, inf, huge and finite
+    inputs all equal ORT (no bound of an earlier run survives into the next)."""
+    if not providers.available("onednn"):
+        pytest.skip("the onednn provider is not available")
+    from pycann.kernels.providers import nan_guard
+
+    m = _dense_block()
+    lm = LoadedModel.from_compiled(compile_model(m))
+    x = _f(1, 8, 64, 64)
+    lm.run([x])
+    reads: list[int] = []
+    orig = nan_guard._norm2
+    monkeypatch.setattr(nan_guard, "_norm2", lambda a: reads.append(a.size) or orig(a))
+    for kind in ("finite", "nan", "finite", "inf", "big", "finite", "all_nan", "finite"):
+        feeds = x if kind == "finite" else _poison(x, kind)
+        reads.clear()
+        got = lm.run([feeds])[0]
+        want = run_ort(m, {"x": feeds})[0]
+        np.testing.assert_array_equal(np.isnan(got), np.isnan(want), err_msg=kind)
+        fin = np.isfinite(want)
+        np.testing.assert_allclose(got[fin], want[fin], rtol=1e-4, atol=1e-4 * max(1.0, float(np.abs(want[fin]).max(
+            initial=0.0))), err_msg=kind)
+        if kind == "finite":
+            assert reads == [x.size], reads  # the model input alone
+
+
+def test_a_bound_counts_only_in_the_run_that_proved_it() -> None:
+    from pycann.kernels.providers import nan_guard
+
+    y = np.ones((4, 4), np.float32)
+    nan_guard.record(y, 2.0)
+    assert nan_guard.proven(y) == 2.0
+    nan_guard.new_run()
+    assert nan_guard.proven(y) is None

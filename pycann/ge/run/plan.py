@@ -29,6 +29,7 @@ from pycann.kernels.bind import PREPARE
 from pycann.kernels.bind_generic import PREPARE_GENERIC
 from pycann.kernels.bound import BoundKernel, bound
 from pycann.kernels.providers import arena_ok, blas_single_thread, openmp, runtime_openmp, uses_openmp
+from pycann.kernels.providers.nan_guard import new_run as new_guard_run
 from pycann.kernels.table import into_kernel, run_kernel
 from pycann.ops.registry import lookup
 from pycann.profiler import hooks
@@ -294,6 +295,7 @@ class Plan:
             if self._closed:
                 raise PlanClosedError("the plan was evicted before this run began")
             self._runs += 1
+        new_guard_run()  # the NaN guard's bounds proven in an earlier run (or loop iteration) stop counting
         try:
             return self._run_arena(feeds, outer_env)
         finally:

@@ -20,13 +20,15 @@ from __future__ import annotations
 
 import math
 import weakref
+from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
 
 from pycann import config
 
-__all__ = ["drops_nan", "enabled", "pre_bound", "proven", "record", "safe", "seed", "weight_bound", "weight_part"]
+__all__ = ["drops_nan", "enabled", "new_run", "pre_bound", "proven", "record", "record_max", "safe", "seed",
+           "weight_bound", "weight_part"]
 
 _F32_SAFE = 1e38  # below float32's maximum (3.4e38), with room for the rounding of the bound itself
 # oneDNN dnnl_alg_kind_t values (onednn_capi.ELTWISE): relu, hardsigmoid, clip, clip_v2, and
@@ -140,14 +142,27 @@ def safe(x: np.ndarray, w_bound: float, residual: np.ndarray | None = None) -> b
     return pre_bound(x, w_bound, residual) < _F32_SAFE  # False for NaN and inf too
 
 
-# Proven bounds of arena buffers (the executor's output views): id -> (weak reference, max |value|).
+# Proven bounds of arrays within one plan run: id -> (weak reference, max |value|, run number).
 # A guarded kernel that ran fused on operands it proved finite records the bound of its output,
-# so the next guarded kernel reading that very array (conv -> conv chains) needs no read of it.
-# Sound because an arena view is written only by its producer, once per run and before any reader
-# (the producer re-records or forgets it every run; a buffer reused for another value is another
-# view object), and is never handed to the caller (graph outputs stay out of the arena).
-_proven: dict[int, tuple[Any, float]] = {}
+# so the next guarded kernel reading that very array (conv -> conv chains) needs no read of it;
+# a Concat records the bound of its parts it had to read (``record_max``). A record counts only
+# in the run that made it (``new_run``, called by the executor as each run starts), because an
+# arena view is rewritten every run and a fed array may be refilled between runs. Within the run
+# it is sound: an arena view is written only by its producer, once, before any reader (a buffer
+# reused for another value is another view object), and is never handed to the caller.
+_proven: dict[int, tuple[Any, float, int]] = {}
+# A part's propagated bound above this is read again by ``record_max``: multiplied by the next
+# layers' weight bounds it would soon pass _F32_SAFE and make the next guarded kernel read all of
+# the (larger) concat instead.
+_LOOSE = _F32_SAFE * 1e-8
 _PROVEN_MAX = 4096
+_run = [0]
+
+
+def new_run() -> None:
+    """A plan run starts: records of earlier runs stop counting (``proven`` returns None for
+    them). Runs on other threads then also re-read what they had proven: safe, only slower."""
+    _run[0] += 1
 
 
 def _bound_of(a: np.ndarray) -> float:
@@ -160,7 +175,7 @@ def proven(a: np.ndarray) -> float | None:
     most this), or None when none is on record (not computed by one, or computed on its unfused
     path). Lets a max pooling skip its all-NaN-window check and pass the bound on (onednn_pool)."""
     hit = _proven.get(id(a))
-    if hit is not None and hit[0]() is a:
+    if hit is not None and hit[2] == _run[0] and hit[0]() is a:
         return hit[1]  # type: ignore[no-any-return]
     return None
 
@@ -179,6 +194,34 @@ def pre_bound(x: np.ndarray, w_bound: float, residual: np.ndarray | None = None)
     return bound
 
 
+def record_max(y: np.ndarray, parts: Sequence[Any]) -> None:
+    """Record for the arena view ``y`` (a Concat of ``parts``) the largest of their bounds: the
+    recorded ones, and for the others (or where a record is above ``_LOOSE``) one read of that part,
+    recorded for later concats of this run, when at least one part has a record (DenseNet: a layer's
+    concat holds every earlier feature map; the one whose propagated bound grew too large is read,
+    32 channels, instead of the whole concat by the guarded kernels after it). Forgets ``y``'s
+    bound when no part has a record, or a part is not finite float."""
+    if not enabled():
+        return
+    bounds = [proven(p) if isinstance(p, np.ndarray) else None for p in parts]
+    if not bounds or all(b is None for b in bounds):
+        record(y, None)
+        return
+    for i, b in enumerate(bounds):
+        if b is None or b > _LOOSE:
+            p = parts[i]
+            bounds[i] = _norm2(p) if isinstance(p, np.ndarray) and p.dtype.kind == "f" else math.inf
+            if isinstance(p, np.ndarray):
+                record(p, bounds[i])  # the next concat of this run that holds it reads it no more
+    top = 0.0
+    for b in bounds:
+        if b is None or not b < _F32_SAFE:  # (a NaN compares False: forgotten, never max()'s pick)
+            record(y, None)
+            return
+        top = max(top, b)
+    record(y, top)
+
+
 def record(y: np.ndarray, bound: float | None) -> None:
     """Remember ``bound`` (>= max |y|) for the arena view ``y``; None forgets it (``y`` was
     computed by the unfused path, or its bound is unknown)."""
@@ -187,4 +230,4 @@ def record(y: np.ndarray, bound: float | None) -> None:
         return
     if len(_proven) >= _PROVEN_MAX:
         _proven.clear()
-    _proven[id(y)] = (weakref.ref(y), bound)
+    _proven[id(y)] = (weakref.ref(y), bound, _run[0])

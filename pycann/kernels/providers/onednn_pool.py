@@ -77,6 +77,11 @@ class _Bound:
             and not np.may_share_memory(out, x)
         y = out if usable and out is not None else empty(self.y_shape, self.channels_last)
         self.run(x, y)
+        if not self.is_max:
+            # an average of values within a recorded bound stays within it (NaN would stay NaN)
+            if y is out:
+                nan_guard.record(y, nan_guard.proven(x) if self.dense else None)
+            return y
         if self.is_max:
             # X proven finite by the guarded conv before it: every window has a finite max, and
             # max |Y| <= max |X|, so the guarded convs after it need not read Y either. Otherwise any

@@ -116,6 +116,11 @@ def _k_max_pool(inputs: Sequence[Any], attrs: Mapping[str, Any]) -> list[np.ndar
     return _max_pool(inputs[0], attrs, int(attrs.get("_n_outputs", 2)) > 1)
 
 
+def _out_average_pool(inputs: Sequence[Any], attrs: Mapping[str, Any], outs: Sequence[np.ndarray]) -> None:
+    """AveragePool into the executor's arena view (the prepared oneDNN pooling writes there itself)."""
+    outs[0][...] = _k_average_pool(inputs, attrs)[0]
+
+
 def _out_max_pool(inputs: Sequence[Any], attrs: Mapping[str, Any], outs: Sequence[np.ndarray]) -> None:
     """MaxPool into preallocated outputs; Indices only if the node has that output."""
     res = _max_pool(inputs[0], attrs, len(outs) > 1, outs[0])
@@ -302,7 +307,8 @@ def _infer_max_roi_pool(ctx: InferContext) -> list[TensorDesc]:
 OPS: list[OpDef] = [
     OpDef("MaxPool", _infer_pool, _k_max_pool, since=1, attrs={**_POOL_ATTRS, "storage_order": 0},
           out_kernel=_out_max_pool),
-    OpDef("AveragePool", _infer_pool, _k_average_pool, since=1, attrs={**_POOL_ATTRS, "count_include_pad": 0}),
+    OpDef("AveragePool", _infer_pool, _k_average_pool, since=1, attrs={**_POOL_ATTRS, "count_include_pad": 0},
+          out_kernel=_out_average_pool),
     OpDef("LpPool", _infer_pool, _k_lp_pool, since=1, attrs={**_POOL_ATTRS, "p": 2}),
     OpDef("GlobalAveragePool", _infer_global, _k_global_average_pool, since=1),
     OpDef("GlobalMaxPool", _infer_global, _k_global_max_pool, since=1),
