@@ -13,6 +13,7 @@ from __future__ import annotations
 FAMILY_OPS: dict[str, dict[str, tuple[str, ...]]] = {
     "fused": {"pycann": ("FusedConv", "FusedMatMul", "FusedAttention", "ElementwiseChain")},
     "fused_deconv": {"pycann": ("FusedConvTranspose",)},
+    "channel_shuffle": {"pycann": ("ChannelShuffle",)},
     "quant_conv": {"pycann": ("QuantConv",)},
     "quant_matmul": {"pycann": ("QuantMatMul",)},
     "math_misc": {"": ("BitCast", "CumProd", "Det", "MaxUnpool", "TensorScatter", "DeformConv")},

@@ -79,7 +79,7 @@ GRAY_LIST: frozenset[str] = frozenset({
     "Identity", "Reshape", "Transpose", "Concat", "Split", "Slice", "Gather", "GatherElements",
     "GatherND", "Squeeze", "Unsqueeze", "Flatten", "Expand", "Tile", "Pad", "Resize", "Upsample",
     "DepthToSpace", "SpaceToDepth", "Trilu", "ScatterND", "ScatterElements", "ReverseSequence",
-    "Dropout",
+    "Dropout", "ChannelShuffle",
 })
 
 # Float inputs that keep their dtype whatever the op computes in (their type is a separate type

@@ -47,7 +47,7 @@ AGNOSTIC = {
         "Tanh", "Elu", "Selu", "Softplus", "Abs", "Neg", "Exp", "Sqrt", "Identity", "MaxPool", "AveragePool",
         "Concat",  # keeps channels-last when all its inputs are (kernels/bind.py)
     )
-} | {("pycann", "ElementwiseChain")}
+} | {("pycann", "ElementwiseChain"), ("pycann", "ChannelShuffle")}  # (ChannelShuffle: ops/channel_shuffle.py)
 # Agnostic only in some modes: Resize keeps the layout for nearest (pure gathers; ops/nn/resize.py)
 MODAL = {("", "Resize"): ("mode", "nearest")}
 
@@ -78,7 +78,7 @@ def _reads_nhwc(n: Node, nhwc_values: set[str]) -> bool:
     """Concat keeps channels-last only when every input is; the others follow their first input
     (numpy ufuncs lay the result out like their operands; Resize/pooling like their input)."""
     ins = [i for i in n.inputs if i]
-    if n.op_type == "Concat":
+    if n.op_type in ("Concat", "ChannelShuffle"):
         return bool(ins) and all(i in nhwc_values for i in ins)
     return n.inputs[0] in nhwc_values
 
