@@ -81,6 +81,10 @@ def _attention(attrs, ins, consts, outs) -> Kernel | None:  # type: ignore[no-un
 # Below this many input elements numpy's pooling wins (PP-OCR cls: 38K elements, ~20 us in numpy);
 # it also keeps small numpy-only plans off oneDNN's OpenMP pool (OpenBLAS keeps its threads).
 POOL_MIN_ELEMENTS = 1 << 16
+# Inside a channels-last conv chain the plan runs on OpenMP anyway, and numpy's pooling of a strided
+# array with overlapping windows is slow (GoogLeNet's 3x3/1 MaxPools of 1x832x7x7: 110-170 us;
+# oneDNN 9-16 us): there only the tiniest stay on numpy.
+POOL_MIN_ELEMENTS_NHWC = 1 << 8
 
 
 def _pool(alg_of: Callable[[Mapping[str, Any]], str | None], generic: Callable[..., list[np.ndarray]],
@@ -107,7 +111,8 @@ def _bind_pool(alg: str | None, attrs: Mapping[str, Any], ins: Sequence[TensorDe
     if alg is None or xs is None or not 3 <= len(xs) <= 5 or not _f32(ins[0]) or len(outs) != 1 \
             or int(attrs.get("_n_outputs", 1)) != 1:
         return None
-    if int(np.prod(xs, dtype=np.int64)) < POOL_MIN_ELEMENTS:
+    floor = POOL_MIN_ELEMENTS_NHWC if attrs.get("_layout") == "NHWC" else POOL_MIN_ELEMENTS
+    if int(np.prod(xs, dtype=np.int64)) < floor:
         return None  # numpy's few strided passes beat a primitive call and an OpenMP fork/join
     if not _usable():  # (after the size test: a small numpy-only model never loads libdnnl, ~40 MB)
         return None

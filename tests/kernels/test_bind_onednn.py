@@ -189,6 +189,23 @@ def test_pool_threshold_leaves_small_inputs_to_numpy() -> None:
     k = _prep(("", "MaxPool"), a, [(1, 64, 112, 112)], [None], (1, 64, 56, 56))  # ResNet-50's stem pooling
     assert k is not None and k.openmp
 
+
+def test_pool_threshold_inside_a_channels_last_chain_is_tiny() -> None:
+    """In an NHWC conv chain (OpenMP anyway) small pools bind oneDNN: GoogLeNet's 3x3/1 MaxPool of
+    1x832x7x7 took 110-170 us in numpy; only the tiniest stay there."""
+    a = {"kernel_shape": [3, 3], "strides": [1, 1], "pads": [1, 1, 1, 1], "_n_outputs": 1, "_layout": "NHWC"}
+    k = _prep(("", "MaxPool"), a, [(1, 832, 7, 7)], [None], (1, 832, 7, 7))
+    assert k is not None and k.openmp
+    x = _pool_input((1, 832, 7, 7), True)
+    x[0, 5, 3, 3] = np.nan
+    x[0, 6, 0, 0] = -np.inf
+    np.testing.assert_array_equal(k([x], a)[0], _k_max_pool([x], a)[0])
+    assert k.impl  # oneDNN's pooling
+    # (no oneDNN pooling: numpy's, or ATen's when torch is loaded, bind.py's _max_pool)
+    assert not getattr(_prep(("", "MaxPool"), a, [(1, 4, 4, 4)], [None], (1, 4, 4, 4)), "impl", "")
+    assert not getattr(_prep(("", "MaxPool"), {**a, "_layout": "NCHW"}, [(1, 832, 7, 7)], [None], (1, 832, 7, 7)),
+                       "impl", "")
+
 def _pool_input(shape: tuple[int, ...], nhwc: bool) -> np.ndarray:
     return _relayout(RNG.standard_normal(shape).astype(np.float32), nhwc)
 
