@@ -55,6 +55,10 @@ class _Bound:
         # a dilated window's taps can all fall in the padding although its span reaches the input
         # (the binder only refuses spans inside the padding): only dense windows trust a proven bound
         self.dense = all(int(d) == 1 for d in dilations)
+        # oneDNN's average sums a window in float32 before it divides: with |x| <= B that sum is
+        # below window * B, which must stay finite too (16 values of 2.4e37 sum to inf, and inf / 16
+        # is inf although every value and the true mean are below the bound)
+        self.window = float(np.prod([int(k) for k in kernel], dtype=np.float64))
         self.xs, self.ys = capi.layout_strides(x_shape, channels_last), capi.layout_strides(y_shape, channels_last)
         self.x_bytes, self.y_bytes = tuple(4 * t for t in self.xs), tuple(4 * t for t in self.ys)  # byte strides
         src = capi.MemoryDesc.strided(x_shape, self.xs)
@@ -78,9 +82,11 @@ class _Bound:
         y = out if usable and out is not None else empty(self.y_shape, self.channels_last)
         self.run(x, y)
         if not self.is_max:
-            # an average of values within a recorded bound stays within it (NaN would stay NaN)
+            # an average of values within a recorded bound stays within it (NaN would stay NaN),
+            # when the window's float32 sum cannot overflow on the way
             if y is out:
-                nan_guard.record(y, nan_guard.proven(x) if self.dense else None)
+                b = nan_guard.proven(x) if self.dense else None
+                nan_guard.record(y, b if b is not None and b * self.window < nan_guard._F32_SAFE else None)
             return y
         if self.is_max:
             # X proven finite by the guarded conv before it: every window has a finite max, and
