@@ -61,3 +61,46 @@ def test_average_pool_window_sum_overflow_is_not_a_bound() -> None:
         x = np.zeros((1, 1, 256, 256), np.float32)
         x[0, 0, :8, :8] = v
         _same(lm.run([x]), run_ort(m, {"x": x}), f"window of {v}")
+
+
+def _f(rng: np.random.Generator, *shape: int, scale: float = 1.0) -> np.ndarray:
+    return (rng.standard_normal(shape) * scale).astype(np.float32)
+
+
+@pytest.mark.parametrize("part", ["input", "const", "self"])
+def test_concat_part_record_lasts_one_run(part: str) -> None:
+    """conv+relu -> Concat with a graph input z / a constant / the model input x itself (record_max
+    reads that part and records its bound on it: the user's array or a weight) -> BatchNormalization
+    + Relu -> 1x1 conv+relu. The same input arrays are refilled in place between runs with NaN,
+    inf and huge values: the part's record of an earlier run must not prove the new values."""
+    _onednn()
+    rng = np.random.default_rng(17)
+    c = 16 + 8
+    inits = {"w0": _f(rng, 16, 8, 3, 3, scale=0.3), "b0": _f(rng, 16), "w1": _f(rng, 8, c, 1, 1, scale=0.3),
+             "g": _f(rng, c) + 2.0, "be": _f(rng, c), "mu": _f(rng, c), "v": np.abs(_f(rng, c)) + 0.5}
+    other = {"input": "z", "const": "k", "self": "x"}[part]
+    if part == "const":
+        inits["k"] = _f(rng, 1, 8, 64, 64)
+    nodes = [helper.make_node("Conv", ["x", "w0", "b0"], ["c0"], pads=[1, 1, 1, 1]),
+             helper.make_node("Relu", ["c0"], ["r0"]), helper.make_node("Concat", ["r0", other], ["cat"], axis=1),
+             helper.make_node("BatchNormalization", ["cat", "g", "be", "mu", "v"], ["bn"]),
+             helper.make_node("Relu", ["bn"], ["a"]), helper.make_node("Conv", ["a", "w1"], ["h"]),
+             helper.make_node("Relu", ["h"], ["y"])]
+    names = ["x", "z"] if part == "input" else ["x"]
+    m = _model(nodes, [(n, (1, 8, 64, 64)) for n in names], ["y"], inits)
+    lm = LoadedModel.from_compiled(compile_model(m))
+    base = {n: _f(rng, 1, 8, 64, 64) for n in names}
+    bufs = {n: base[n].copy() for n in names}
+    for kind in ("finite", "nan", "finite", "inf", "e30", "finite", "e18", "nan", "nan", "finite"):
+        for target in names:
+            for n in names:
+                bufs[n][...] = base[n]
+            t = bufs[target]
+            if kind == "nan":
+                t[0, 3, 5, 7] = np.nan
+            elif kind == "inf":
+                t[0, 1, 2, 3] = np.inf
+            elif kind.startswith("e"):
+                t *= np.float32(10.0 ** int(kind[1:]))
+            got = lm.run([bufs[n] for n in names])
+            _same(got, run_ort(m, {n: bufs[n].copy() for n in names}), f"{kind} in {target}")
