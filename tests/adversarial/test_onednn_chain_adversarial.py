@@ -452,8 +452,8 @@ def _concat_model(sizes: list[int], axis: int, hw: int = 40, extra_out: bool = F
 ])
 @pytest.mark.parametrize("hw", [40, 96])
 def test_concat_nhwc(sizes: list[int], axis: int, hw: int) -> None:
-    """Values equal ORT's; a channels-last Concat of at least ``onednn_concat.MIN_ELEMENTS`` runs
-    on oneDNN, a smaller one as numpy's strided copy into the arena."""
+    """Values equal ORT's; a channels-last Concat runs on oneDNN where ``onednn_concat.takes`` says
+    (large, or thick parts), else as numpy's strided copy into the arena."""
     from pycann.kernels.providers import onednn_concat
 
     if axis % 4 != 1 and len(set(sizes)) != 1:
@@ -464,8 +464,8 @@ def test_concat_nhwc(sizes: list[int], axis: int, hw: int) -> None:
     lm = _check(m, [feeds, _concat_model(sizes, axis, hw=hw)[1]], LOOSE, cm=cm)
     cat = next(nd for nd in cm.graph.nodes if nd.op_type == "Concat")
     if cat.attrs.get("_layout") == "NHWC":
-        elements = int(np.prod(cm.graph.descs[cat.outputs[0]].shape))
-        assert _onednn_bound(lm, "Concat") == (elements >= onednn_concat.MIN_ELEMENTS), elements
+        shape = cm.graph.descs[cat.outputs[0]].shape
+        assert _onednn_bound(lm, "Concat") == onednn_concat.takes(shape, axis % 4, len(cat.inputs)), shape
 
 
 @pytest.mark.parametrize("case", ["input_is_graph_output", "input_used_twice", "self_concat"])

@@ -141,16 +141,17 @@ def _concat_kernel(shapes: list[tuple[int, ...]], axis: int, layout: str | None 
 @pytest.mark.parametrize("axis", [1, 2, 3])
 @pytest.mark.parametrize("hw", [40, 136])
 def test_channels_last_concat_equals_numpy_into_the_arena(axis: int, hw: int) -> None:
-    """At or above ``onednn_concat.MIN_ELEMENTS`` the oneDNN primitive, below it numpy's strided
-    copy; both write the executor's channels-last arena view and give numpy's values."""
+    """Where ``onednn_concat.takes`` says the oneDNN primitive, else numpy's strided copy; both
+    write the executor's channels-last arena view and give numpy's values."""
     from pycann.kernels.providers import onednn_concat
 
     shapes = [(1, 24, hw, hw), (1, 24, hw, hw), (1, 24, hw, hw)]
     if axis == 1:
         shapes[1] = (1, 40, hw, hw)
     k, attrs = _concat_kernel(shapes, axis)
-    total = sum(int(np.prod(s)) for s in shapes)
-    assert k is not None and _typed(k).openmp == (total >= onednn_concat.MIN_ELEMENTS)
+    out = list(shapes[0])
+    out[axis] = sum(s[axis] for s in shapes)
+    assert k is not None and _typed(k).openmp == onednn_concat.takes(out, axis, len(shapes))
     assert _typed(k).writes_out
     xs = [_cl(RNG.standard_normal(s).astype(np.float32)) for s in shapes]
     want = np.concatenate(xs, axis=axis)
@@ -330,3 +331,15 @@ def test_bound_map_refuses_what_it_cannot_bound(steps: list[Any], operands: list
 
     consts = [None if c is None else np.array(c, np.float32) for c in operands]
     assert guarded_chain.bound_map(steps, consts) is None, why
+
+
+@pytest.mark.parametrize("out,axis,parts,want", [
+    ((1, 1024, 7, 7), 1, 2, False),  # under THICK_ELEMENTS
+    ((1, 256, 28, 28), 1, 4, True),  # GoogLeNet: parts of 64 channels on average
+    ((1, 256, 56, 56), 1, 7, False),  # DenseNet: thin 32-channel parts
+    ((1, 96, 160, 160), 1, 4, True),  # PP-OCR det's FPN: at least MIN_ELEMENTS
+])
+def test_which_concats_the_primitive_takes(out: tuple[int, ...], axis: int, parts: int, want: bool) -> None:
+    from pycann.kernels.providers import onednn_concat
+
+    assert onednn_concat.takes(out, axis, parts) is want

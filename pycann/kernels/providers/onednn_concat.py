@@ -22,11 +22,15 @@ from pycann.kernels.bound import BoundKernel
 from pycann.kernels.providers import onednn_capi as capi
 
 ARG_MULTIPLE_SRC = 1024  # DNNL_ARG_MULTIPLE_SRC (dnnl_types.h)
-# Below this (4 MiB of float32) the copy stays in L2/L3 and numpy's one strided copy beats a
-# primitive call, an OpenMP fork/join and oneDNN's per-pixel loop over many thin channel slices
-# (DenseNet-121's concats: 1.3 vs 2.4 ms in all); above it two threads' bandwidth wins (PP-OCR
-# det's 9.8 MB FPN concat: ~0.4 vs ~0.5-1 ms).
+# Which concats the primitive takes. At least MIN_ELEMENTS (4 MiB of float32): always (two threads'
+# bandwidth wins: PP-OCR det's 9.8 MB FPN concat ~0.4 vs ~0.5-1 ms on numpy). From THICK_ELEMENTS,
+# when the parts along the axis average at least THICK_PARTS entries (GoogLeNet's inception
+# concats of 32-384 channels: 4 % slower on numpy, in-process A/B). Below, or for thin parts,
+# numpy's one strided copy in cache beats a primitive call, an OpenMP fork/join and oneDNN's
+# per-pixel loop over thin slices (DenseNet-121's 62 concats of 32-channel parts: 1.3 vs 2.4 ms).
 MIN_ELEMENTS = 1 << 20
+THICK_ELEMENTS = 1 << 16
+THICK_PARTS = 64
 
 _F32 = np.dtype(np.float32)
 
@@ -39,14 +43,21 @@ def _concat_pd(dst: capi.MemoryDesc, axis: int, srcs: Sequence[capi.MemoryDesc])
     return capi.PrimitiveDesc(h)
 
 
+def takes(out_shape: Sequence[int], axis: int, parts: int) -> bool:
+    """Whether ``bound_concat`` binds a primitive for this concat (``MIN_ELEMENTS``, ``THICK_*``)."""
+    total = int(np.prod(out_shape, dtype=np.int64))
+    return parts > 0 and total >= THICK_ELEMENTS and (total >= MIN_ELEMENTS
+                                                       or int(out_shape[axis]) >= THICK_PARTS * parts)
+
+
 def bound_concat(shapes: Sequence[tuple[int, ...]], strides: Sequence[tuple[int, ...]], axis: int,
                  out_shape: tuple[int, ...], out_strides: tuple[int, ...]) -> BoundKernel | None:
     """A bound primitive whose ``run(inputs, out) -> out`` concatenates float32 arrays of the given shapes and element
     strides along ``axis`` into ``out`` (element strides ``out_strides``), or None when the
-    concat is smaller than ``MIN_ELEMENTS`` or oneDNN declines. ``run`` returns None, writing
+    concat is too small or too thin (``MIN_ELEMENTS``, ``THICK_*``) or oneDNN declines. ``run`` returns None, writing
     nothing, when an input or ``out`` is not float32 with the bound shape and strides. Raises
     nothing."""
-    if int(np.prod(out_shape, dtype=np.int64)) < MIN_ELEMENTS or not shapes:
+    if not takes(out_shape, axis, len(shapes)):
         return None
     try:
         mds = [capi.MemoryDesc.strided(s, st) for s, st in zip(shapes, strides)]
