@@ -75,19 +75,21 @@ def _layout_like(x: np.ndarray, shape: tuple[int, ...]) -> np.ndarray:
 
 
 def shuffle_into(xs: Sequence[np.ndarray], group: int, split: Sequence[int], outs: Sequence[np.ndarray]) -> None:
-    """Write ChannelShuffle's outputs into ``outs`` (any strides, shapes as inferred)."""
+    """Write ChannelShuffle's outputs into ``outs`` (any strides, shapes as inferred; an input of
+    another dtype than ``outs`` is converted, as Concat's arena kernel does)."""
     sizes = [int(x.shape[1]) for x in xs]
     for out, copies in zip(outs, _plan(sizes, group, list(split) or [sum(sizes)])):
         for x, c0, n, k0 in copies:
-            np.copyto(out[:, k0:k0 + (n - 1) * group + 1:group], xs[x][:, c0:c0 + n])
+            np.copyto(out[:, k0:k0 + (n - 1) * group + 1:group], xs[x][:, c0:c0 + n], casting="unsafe")
 
 
 def _inputs(inputs: Sequence[Any], attrs: Mapping[str, Any]) -> tuple[list[np.ndarray], int, list[int]]:
     xs = [np.asarray(x) for x in inputs if x is not None]
-    if not xs or any(x.ndim != 4 for x in xs) or len({(x.shape[0],) + x.shape[2:] for x in xs}) != 1 \
-            or len({x.dtype for x in xs}) != 1:
-        raise ValueError(f"ChannelShuffle: inputs {[list(x.shape) for x in xs]} are not rank-4 tensors of one "
-                         "dtype equal in every dim but the channels")
+    # Inputs of several dtypes (GE's precision pass casts only the inputs a --customize_dtypes entry
+    # lists, e.g. one written for an absorbed Reshape) are computed in the first one's, as inferred.
+    if not xs or any(x.ndim != 4 for x in xs) or len({(x.shape[0],) + x.shape[2:] for x in xs}) != 1:
+        raise ValueError(f"ChannelShuffle: inputs {[list(x.shape) for x in xs]} are not rank-4 tensors "
+                         "equal in every dim but the channels")
     group = int(attrs["group"])
     parts = _check([int(x.shape[1]) for x in xs], group, [int(s) for s in attrs.get("split") or []], "ChannelShuffle")
     return xs, group, parts

@@ -33,7 +33,7 @@ def _channel_range(ix: GraphIndex, n: Node, c: int) -> tuple[int, int] | None:
     """[start, end) of a Slice of axis 1 only with step 1 and constant bounds, else None."""
     from pycann.ops.indexing import _slice_spec
 
-    if n.opset < 10:
+    if "starts" in n.attrs:  # Slice-1 as given (the importer moves these attributes to inputs)
         starts, ends, axes, steps = n.attrs.get("starts"), n.attrs.get("ends"), n.attrs.get("axes"), None
     else:
         consts = [ix.const(v) if v else None for v in n.inputs[1:5]]
