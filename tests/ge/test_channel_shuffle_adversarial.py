@@ -80,3 +80,51 @@ def test_opset9_slices_are_absorbed() -> None:
     lm = LoadedModel.from_compiled(cm)
     for _ in range(2):
         np.testing.assert_array_equal(lm.run_dict({"x": x})[0], run_ort(m, {"x": x})[0])
+
+
+def _split_outputs_model():
+    """``_shuffle_split_model`` without the Negs: the Split's outputs are the model's."""
+    m = _shuffle_split_model()
+    m.graph.node.pop()
+    m.graph.node.pop()
+    del m.graph.output[:]
+    m.graph.output.extend([helper.make_tensor_value_info(o, TensorProto.FLOAT, None) for o in ("o0", "o1")])
+    return m
+
+
+@pytest.mark.parametrize("keys", [{"split:1": 10}, {"split:0": 10, "split:1": 10}, {"": 10, "split:0": 1}])
+def test_output_type_naming_an_absorbed_split_is_honoured(keys: dict) -> None:
+    """--output_type ``node:idx`` names a model output by the node that produces it in the model.
+    The keys were resolved on the optimised graph, where the Split had become part of the
+    ChannelShuffle (``r1_shuffle``): E10016 for a valid key (any fusion did the same: a Gemm output
+    named ``/fc/Gemm:0`` failed once it was a FusedMatMul, e.g. tv_shufflenet_v2's logits)."""
+    m = _split_outputs_model()
+    feeds = {"a": RNG.standard_normal((1, 4, 3, 4)).astype(np.float32),
+             "b": RNG.standard_normal((1, 4, 3, 4)).astype(np.float32)}
+    cm = compile_model(m, CompileOptions(output_type=keys))
+    assert [n.op_type for n in cm.graph.nodes].count("ChannelShuffle") == 1
+    got = LoadedModel.from_compiled(cm).run_dict(feeds)
+    want = run_ort(m, feeds)
+    for j, (g_, w_) in enumerate(zip(got, want)):
+        dt = keys.get(f"split:{j}", keys.get(""))
+        assert np.asarray(g_).dtype == (np.float16 if dt == 10 else np.float32), (j, np.asarray(g_).dtype)
+        np.testing.assert_array_equal(g_, w_.astype(g_.dtype))
+
+
+def test_output_type_naming_a_gemm_fused_into_matmul() -> None:
+    """The same for a Gemm that canonicalisation and MatMul fusion rename."""
+    w = RNG.standard_normal((6, 4)).astype(np.float32)
+    m = float_model([helper.make_node("Gemm", ["x", "w"], ["y"], name="fc", transB=1)], [("x", [2, 4])], "y",
+                    [const("w", w)])
+    cm = compile_model(m, CompileOptions(output_type={"fc:0": 10}))
+    x = RNG.standard_normal((2, 4)).astype(np.float32)
+    (y,) = LoadedModel.from_compiled(cm).run_dict({"x": x})
+    assert y.dtype == np.float16
+    np.testing.assert_allclose(y, run_ort(m, {"x": x})[0], rtol=2e-3, atol=2e-3)
+
+
+def test_output_type_key_that_names_no_output_is_still_refused() -> None:
+    from pycann.errors import OptionError
+
+    with pytest.raises(OptionError, match=r"E10016.*\[cat:0\].*split:0, split:1"):
+        compile_model(_split_outputs_model(), CompileOptions(output_type={"cat:0": 10}))

@@ -120,23 +120,34 @@ def _apply_out_nodes(g: Graph, out_nodes: list[tuple[str, int]]) -> None:
     g.outputs = outs
 
 
-def _apply_output_type(g: Graph, types: dict[str, int]) -> None:
-    """``--output_type``: a Cast before each chosen output. The output keeps its name (apps look
-    outputs up by name); the value before the cast is renamed ``<name>_before_output_type``.
-    Raises ``OptionError`` (E10016) for a ``node:index`` that names no model output."""
+def _output_type_by_value(g: Graph, types: dict[str, int]) -> dict[str, int]:
+    """``--output_type`` with each ``node:index`` key replaced by the graph output value it names,
+    resolved on the graph as imported: the fusions rename or absorb the producing node (a Gemm
+    becomes a FusedMatMul, a Split part of a ChannelShuffle) while the output keeps its value name.
+    ``""`` (every float output) stays. Raises ``OptionError`` (E10016) for a ``node:index`` that
+    names no model output."""
     producers = g.producers()
-    keys = {f"{p.name}:{p.outputs.index(o)}" for o in g.outputs if (p := producers.get(o)) is not None}
-    for key in types:
-        if key and key not in keys:
+    by_key = {f"{p.name}:{p.outputs.index(o)}": o for o in g.outputs if (p := producers.get(o)) is not None}
+    out: dict[str, int] = {}
+    for key, dt in types.items():
+        if key and key not in by_key:
             raise OptionError(
                 f"E10016: [{key}] in --output_type is not an output of the model; the outputs are: "
-                f"{', '.join(sorted(keys))} (use --out_nodes to expose other nodes)", code="E10016")
+                f"{', '.join(sorted(by_key))} (use --out_nodes to expose other nodes)", code="E10016")
+        out[by_key[key] if key else ""] = dt
+    return out
+
+
+def _apply_output_type(g: Graph, types: dict[str, int]) -> None:
+    """``--output_type`` (``types`` keyed by output value, ``_output_type_by_value``): a Cast before
+    each chosen output. The output keeps its name (apps look outputs up by name); the value before
+    the cast is renamed ``<name>_before_output_type``."""
+    producers = g.producers()
     for out in list(g.outputs):
         p = producers.get(out)
-        key = f"{p.name}:{p.outputs.index(out)}" if p is not None else ""
-        dt = types.get(key, types.get(""))
+        dt = types.get(out, types.get(""))
         d = g.descs.get(out)
-        if dt is None or d is None or d.dtype == dt or (key not in types and not _is_float(d.dtype)):
+        if dt is None or d is None or d.dtype == dt or (out not in types and not _is_float(d.dtype)):
             continue
         if p is None:  # a graph input or constant returned as is: the cast result needs a new name
             cast_out = g.fresh_name(f"{out}_cast")
@@ -193,6 +204,9 @@ def compile_model(
         graph = _insert_aipp(graph, options, ranges, say)
     if options.out_nodes:
         _apply_out_nodes(graph, options.out_nodes)
+    # the node names of --output_type are the model's: resolved before the fusions rename nodes
+    output_type = _output_type_by_value(graph, options.output_type)
+    precision_settings.output_type = output_type
     tune_key, tuned_off, tuned_record, kernel_bank = _tuned_graph(graph, options, say)
     disabled = list(dict.fromkeys([*options.disabled_passes, *tuned_off]))
     ctx = PassContext(options={"disabled_passes": disabled, "precision": precision_settings,
@@ -205,8 +219,8 @@ def compile_model(
                                    os.path.abspath(options.op_bank_path) if options.op_bank_path else "",
                                    kernel_bank)
     graph = run_pipeline(graph, ctx)
-    if options.output_type:
-        _apply_output_type(graph, options.output_type)
+    if output_type:
+        _apply_output_type(graph, output_type)
         precision.simplify_casts(graph)  # PrecisionMode's Cast back to float32, then --output_type's
     gear_info = gears.record_gears(gear_plan, graph, specialize, say)
     mem = plan_memory(graph)

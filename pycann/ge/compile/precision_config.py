@@ -217,6 +217,8 @@ class PrecisionSettings:
     lists: MixLists = field(default_factory=MixLists)
     customize: dict[str, dict[str, list[int]]] = field(default_factory=dict)
     input_fp16_nodes: list[str] = field(default_factory=list)
+    # --output_type by graph output value ("" = every float output): compile_model resolves the
+    # option's node:index keys on the imported graph (compiler._output_type_by_value)
     output_type: dict[str, int] = field(default_factory=dict)
     weight_clip: bool = True
 
@@ -249,5 +251,5 @@ def settings_from_options(options: Any, warn: Any = None) -> PrecisionSettings:
     return PrecisionSettings(
         mode=mode, keep_dtype=list(options.keep_dtype), lists=mix_lists(options.modify_mixlist, warn),
         customize=dict(options.customize_dtypes), input_fp16_nodes=list(options.input_fp16_nodes),
-        output_type=dict(options.output_type), weight_clip=bool(options.is_weight_clip),
+        weight_clip=bool(options.is_weight_clip),
     )

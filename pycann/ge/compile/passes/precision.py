@@ -254,10 +254,10 @@ class _Rewriter:
 
     def _output_types(self) -> None:
         """--output_type: a graph output's name belongs to the version in the requested dtype (the
-        compiler's own --output_type step then has nothing left to do for it)."""
-        where = {o: f"{n.name}:{j}" for n in self.g.nodes for j, o in enumerate(n.outputs) if o}
+        compiler's own --output_type step then has nothing left to do for it). The settings are
+        keyed by output value (compiler._output_type_by_value resolves the model's node names)."""
         for v in self.g.outputs:
-            want = self.s.output_type.get(where.get(v, ""))
+            want = self.s.output_type.get(v)
             if want is None and self.orig.get(v) in FLOATS:
                 want = self.s.output_type.get("")
             if want:
