@@ -130,7 +130,6 @@ def fuse(g: Graph) -> tuple[int, list[str]]:
         if isinstance(readers, str):
             if r2.outputs[0] not in ix.outputs and not ix.consumers.get(r2.outputs[0]):
                 continue
-            rw.missed.append(f"{r1.name or r1.outputs[0]}: outputs kept whole ({readers})")
             outputs, split = [r2.outputs[0]], list[int]()
         else:
             nodes, outputs, split = readers
