@@ -75,6 +75,16 @@ def _check(m: onnx.ModelProto, feeds_list: list[dict[str, np.ndarray]], rtol: fl
                 initial=0.0))))
 
 
+def _count_reads(monkeypatch: pytest.MonkeyPatch) -> list[int]:
+    """The sizes of the arrays the NaN guard reads from now on (``nan_guard._norm2`` calls)."""
+    from pycann.kernels.providers import nan_guard
+
+    reads: list[int] = []
+    orig = nan_guard._norm2
+    monkeypatch.setattr(nan_guard, "_norm2", lambda a: reads.append(a.size) or orig(a))
+    return reads
+
+
 def _conv_act(act: str, residual: bool = False, depthwise: bool = False) -> onnx.ModelProto:
     c, m = (32, 32) if depthwise else (16, 32)
     w = _f(m, 1 if depthwise else c, 3, 3, scale=0.2)
@@ -234,15 +244,12 @@ def test_proven_bound_of_a_guarded_conv_saves_the_next_read(monkeypatch: pytest.
     and a NaN run in between (first conv unfused) still gives ORT's NaNs in the second."""
     if not providers.available("onednn"):
         pytest.skip("the onednn provider is not available")
-    from pycann.kernels.providers import nan_guard
 
     m = _two_convs(None)
     lm = LoadedModel.from_compiled(compile_model(m))
     x = _f(1, 16, 24, 24)
     lm.run([x])
-    reads: list[int] = []
-    orig = nan_guard._norm2
-    monkeypatch.setattr(nan_guard, "_norm2", lambda a: reads.append(a.size) or orig(a))
+    reads = _count_reads(monkeypatch)
     for feeds in ({"x": x}, {"x": _poison(x, "nan")}, {"x": x}):
         reads.clear()
         got = lm.run([feeds["x"]])[0]
@@ -271,7 +278,6 @@ def test_max_pool_passes_the_proven_bound_on_and_forgets_it(monkeypatch: pytest.
     exactly as the numpy provider computes them, and the finite runs equal ORT."""
     if not providers.available("onednn"):
         pytest.skip("the onednn provider is not available")
-    from pycann.kernels.providers import nan_guard
 
     m = _conv_pool_conv()
     lm = LoadedModel.from_compiled(compile_model(m))
@@ -286,9 +292,7 @@ def test_max_pool_passes_the_proven_bound_on_and_forgets_it(monkeypatch: pytest.
         monkeypatch.delenv("PYCANN_PROVIDERS")
         providers.reset()
     lm.run([x])
-    reads: list[int] = []
-    orig = nan_guard._norm2
-    monkeypatch.setattr(nan_guard, "_norm2", lambda a: reads.append(a.size) or orig(a))
+    reads = _count_reads(monkeypatch)
     for feeds, want in ((x, None), (poisoned[0], want_nan[0]), (x, None), (poisoned[1], want_nan[1]), (x, None)):
         reads.clear()
         got = lm.run([feeds])[0]
@@ -327,7 +331,6 @@ def test_guarded_chain_reads_its_input_once_and_proves_the_next_conv(monkeypatch
     no bound on record (the conv then reads its input and keeps ORT's NaNs)."""
     if not providers.available("onednn"):
         pytest.skip("the onednn provider is not available")
-    from pycann.kernels.providers import nan_guard
 
     m = _pre_activation()
     lm = LoadedModel.from_compiled(compile_model(m))
@@ -335,9 +338,7 @@ def test_guarded_chain_reads_its_input_once_and_proves_the_next_conv(monkeypatch
     assert steps["ElementwiseChain"].bound is not None and steps["ElementwiseChain"].bound.guarded is not None
     x = _f(1, 16, 48, 48)
     lm.run([x])
-    reads: list[int] = []
-    orig = nan_guard._norm2
-    monkeypatch.setattr(nan_guard, "_norm2", lambda a: reads.append(a.size) or orig(a))
+    reads = _count_reads(monkeypatch)
     for feeds in (x, _poison(x, "nan"), x):
         reads.clear()
         got = lm.run([feeds])[0]
@@ -382,15 +383,12 @@ def test_dense_block_passes_bounds_on_and_keeps_nan(monkeypatch: pytest.MonkeyPa
     inputs all equal ORT (no bound of an earlier run survives into the next)."""
     if not providers.available("onednn"):
         pytest.skip("the onednn provider is not available")
-    from pycann.kernels.providers import nan_guard
 
     m = _dense_block()
     lm = LoadedModel.from_compiled(compile_model(m))
     x = _f(1, 8, 64, 64)
     lm.run([x])
-    reads: list[int] = []
-    orig = nan_guard._norm2
-    monkeypatch.setattr(nan_guard, "_norm2", lambda a: reads.append(a.size) or orig(a))
+    reads = _count_reads(monkeypatch)
     for kind in ("finite", "nan", "finite", "inf", "big", "finite", "all_nan", "finite"):
         feeds = x if kind == "finite" else _poison(x, kind)
         reads.clear()
