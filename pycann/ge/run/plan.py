@@ -28,8 +28,14 @@ from pycann.kernels.algorithm import INTERIM_CONV_TRANSPOSE, Algorithm
 from pycann.kernels.bind import PREPARE
 from pycann.kernels.bind_generic import PREPARE_GENERIC
 from pycann.kernels.bound import BoundKernel, bound
-from pycann.kernels.providers import arena_ok, blas_single_thread, openmp, runtime_openmp, uses_openmp
-from pycann.kernels.providers.nan_guard import new_run as new_guard_run
+from pycann.kernels.providers import (
+    arena_ok,
+    blas_single_thread,
+    nan_guard,
+    openmp,
+    runtime_openmp,
+    uses_openmp,
+)
 from pycann.kernels.table import into_kernel, run_kernel
 from pycann.ops.registry import lookup
 from pycann.profiler import hooks
@@ -295,10 +301,11 @@ class Plan:
             if self._closed:
                 raise PlanClosedError("the plan was evicted before this run began")
             self._runs += 1
-        new_guard_run()  # the NaN guard's bounds proven in an earlier run (or loop iteration) stop counting
+        nan_guard.new_run()  # the NaN guard's bounds proven in an earlier run (or loop iteration) stop counting
         try:
             return self._run_arena(feeds, outer_env)
         finally:
+            nan_guard.end_run()
             self._end_run()
 
     def _run_arena(self, feeds: Sequence[np.ndarray], outer_env: dict[str, Any] | None) -> list[np.ndarray]:

@@ -27,7 +27,7 @@ import numpy as np
 
 from pycann import config
 
-__all__ = ["drops_nan", "enabled", "new_run", "pre_bound", "proven", "record", "record_max", "safe", "seed",
+__all__ = ["drops_nan", "enabled", "end_run", "new_run", "pre_bound", "proven", "record", "record_max", "safe", "seed",
            "weight_bound", "weight_part"]
 
 _F32_SAFE = 1e38  # below float32's maximum (3.4e38), with room for the rounding of the bound itself
@@ -37,9 +37,15 @@ _DROPS = {0x20, 0x28, 0x2E, 0x2F, 0x29}
 _TORCH_DROPS = {"relu", "clamp", "hardtanh", "hardsigmoid", "sigmoid"}
 
 
+_during_run: list[bool | None] = [None]  # PYCANN_NAN_GUARD as read when the current plan run began
+
+
 def enabled() -> bool:
-    """True unless ``PYCANN_NAN_GUARD=0`` (read per call: tests flip it)."""
-    return config.nan_guard()
+    """True unless ``PYCANN_NAN_GUARD=0``: as read when the current plan run began (``new_run``; a
+    squeezenet run asks ~34 times, and each environment read cost ~1 us), else read now (kernels
+    called outside a plan; tests flip the variable between calls)."""
+    during = _during_run[0]
+    return config.nan_guard() if during is None else during
 
 
 def drops_nan(unary: Any) -> bool:
@@ -161,8 +167,16 @@ _run = [0]
 
 def new_run() -> None:
     """A plan run starts: records of earlier runs stop counting (``proven`` returns None for
-    them). Runs on other threads then also re-read what they had proven: safe, only slower."""
+    them), and ``PYCANN_NAN_GUARD`` is read once for the run. Runs on other threads then also
+    re-read what they had proven: safe, only slower."""
     _run[0] += 1
+    _during_run[0] = config.nan_guard()
+
+
+def end_run() -> None:
+    """A plan run ended: ``enabled`` reads the environment again until the next run begins (a run
+    on another thread or a sub-plan ending first only makes the rest of this one read it too)."""
+    _during_run[0] = None
 
 
 def _bound_of(a: np.ndarray) -> float:
