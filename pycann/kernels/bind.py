@@ -316,7 +316,8 @@ def nan_guarded(k: BoundKernel | None, unary: Any, w_bound: float, fallback: Ker
             if out is not None and ys[0] is out[0]:
                 record(out[0], out_bound(bound) if out_bound is not None and bound > 0.0 else None)
             return ys  # type: ignore[no-any-return]
-        y = fallback(inputs, attrs)[0]  # a new array: the residual may share the output's buffer
+        with np.errstate(all="ignore"):  # NaN/inf in: numpy's "invalid value" warnings say nothing new
+            y = fallback(inputs, attrs)[0]  # a new array: the residual may share the output's buffer
         if out is not None:
             record(out[0], None)
             out[0][...] = y

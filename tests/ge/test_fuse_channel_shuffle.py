@@ -179,3 +179,28 @@ def test_what_is_not_a_channel_shuffle_stays(case: str) -> None:
     got = LoadedModel.from_compiled(cm).run_dict({"x": x})
     for g_, w_ in zip(got, run_ort(m, {"x": x})):
         np.testing.assert_allclose(g_, w_, rtol=1e-5, atol=1e-5)
+
+
+def test_a_symbolic_batch_fuses_in_each_shapes_plan() -> None:
+    """Exported with a dynamic batch, the shuffle's Reshape targets come from Shape(x) at run time:
+    no fusion at compile time, but each concrete batch's plan (SHAPE_CHOICES, after the shape
+    arithmetic folds) has the ChannelShuffle, and equals ORT."""
+    c, hw, g = 8, 5, 2
+    nodes = [helper.make_node("Conv", ["x", "W"], ["cat"]),
+             helper.make_node("Shape", ["cat"], ["shp"]),
+             helper.make_node("Gather", ["shp", "i0"], ["n"], axis=0),
+             helper.make_node("Concat", ["n", "rest1"], ["s1"], axis=0),
+             helper.make_node("Concat", ["n", "rest2"], ["s2"], axis=0),
+             helper.make_node("Reshape", ["cat", "s1"], ["r1"]),
+             helper.make_node("Transpose", ["r1"], ["t"], perm=[0, 2, 1, 3, 4]),
+             helper.make_node("Reshape", ["t", "s2"], ["sh"]),
+             helper.make_node("Relu", ["sh"], ["y"])]
+    inits = [const("W", _f32(c, 3, 1, 1)), const("i0", np.array([0], np.int64)),
+             const("rest1", np.array([g, c // g, hw, hw], np.int64)), const("rest2", np.array([c, hw, hw], np.int64))]
+    m = float_model(nodes, [("x", ["N", 3, hw, hw])], "y", inits)
+    lm = LoadedModel.from_compiled(compile_model(m))
+    for n in (2, 3):
+        x = _f32(n, 3, hw, hw)
+        plan = lm.executor.plan_for(lm.check_feeds([x]))[0]
+        assert [st.node.op_type for st in plan.steps].count("ChannelShuffle") == 1
+        np.testing.assert_allclose(lm.run([x])[0], run_ort(m, {"x": x})[0], rtol=1e-5, atol=1e-5)

@@ -106,6 +106,9 @@ SIGNATURE_PIPELINE: list[tuple[str, PassFn]] = [
 SHAPE_CHOICES: list[tuple[str, PassFn]] = [
     # the Shape -> Gather -> Concat chains just folded into constants leave dead nodes
     (dead_code.name, dead_code.run),
+    # a channel shuffle's Reshape targets are constants only once the batch is known (a gear, a
+    # dynamic batch): ShuffleNet exported with a symbolic batch computes them at run time
+    (fuse_channel_shuffle.name, fuse_channel_shuffle.run),
     # a residual Add joins a FusedMatMul only where its operand has provably the product's shape,
     # which exported transformers compute at run time (Shape -> Reshape): known only per size
     (fuse_matmul_bias.name, fuse_matmul_bias.run),

@@ -56,6 +56,14 @@ def _decomposed_hardswish(ix: GraphIndex, value: str, users: list[Node]) -> tupl
     return [add, clip, mul, last], last.outputs[0]
 
 
+def _shared(users: list[Node]) -> str:
+    """Why a conv read by several nodes keeps its activation apart; "" when none of them is an
+    activation (nothing was missed: DenseNet's convs read only by Concats)."""
+    if not any(is_op(u, *SIMPLE_ACTS, "Sigmoid", "Mul", "Add") for u in users):
+        return ""
+    return f"output read by {len(users)} nodes (an activation fuses only into a sole reader)"
+
+
 def match_activation(ix: GraphIndex, value: str) -> tuple[list[Node], str, float, float, str] | str:
     """Activation reading ``value``: (nodes, name, alpha, beta, output) or a reason string."""
     users = ix.consumers.get(value, [])
@@ -71,9 +79,9 @@ def match_activation(ix: GraphIndex, value: str) -> tuple[list[Node], str, float
         if sig is not None and mul is not None and sig.outputs[0] in mul.inputs and value in mul.inputs:
             if ix.sole_consumer(sig.outputs[0]) is mul:
                 return [sig, mul], "Swish", 1.0, 0.0, mul.outputs[0]
-        return f"output read by {len(users)} nodes (an activation fuses only into a sole reader)"
+        return _shared(users)
     if len(users) != 1:
-        return f"output read by {len(users)} nodes (an activation fuses only into a sole reader)"
+        return _shared(users)
     a = users[0]
     if not is_op(a, *SIMPLE_ACTS):
         return f"next op {a.op_type} is not a fusable activation"
@@ -150,7 +158,7 @@ def _fuse_transpose(ix: GraphIndex, rw: Rewrites, deconv: Node) -> None:
     ConvScaleBiasFold, and a residual Add is left alone)."""
     act = match_activation(ix, deconv.outputs[0])
     if isinstance(act, str):
-        if "not a fusable" not in act and "graph output" not in act:
+        if act and "not a fusable" not in act and "graph output" not in act:
             rw.missed.append(f"{deconv.name}: {act}")
         return
     nodes, act_name, alpha, beta, out = act
@@ -190,7 +198,7 @@ def fuse(g: Graph) -> tuple[int, list[str]]:
         act_name, alpha, beta = "", 0.0, 0.0
         if isinstance(act, str):
             if len(matched) == 1:
-                if "not a fusable" not in act and "graph output" not in act:
+                if act and "not a fusable" not in act and "graph output" not in act:
                     rw.missed.append(f"{conv.name}: {act}")
                 continue
         else:

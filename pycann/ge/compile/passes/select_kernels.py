@@ -230,6 +230,11 @@ def _provider_note(choices: list[Choice]) -> str:
 
     if not choices or available("onednn"):
         return ""
+    from pycann import config
+
+    allowed = config.providers_allowed()
+    if allowed is not None and "onednn" not in allowed:
+        return f"; numpy runs {len(choices)} nodes that have oneDNN kernels (PYCANN_PROVIDERS leaves oneDNN out)"
     import platform
 
     where = f"{platform.system()} {platform.machine()}"
