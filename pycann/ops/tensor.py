@@ -445,9 +445,11 @@ def _split_sizes(dim: int, split: list[int] | None, attrs: Attrs) -> list[int]:
     if attrs.get("num_outputs"):
         # opset 18: chunks of ceil(dim / n); the last one takes the remainder
         c = -(-dim // n)
-        if n > 1 and (n - 1) * c >= dim:  # e.g. 5 into 4: chunks of 2 give 2, 2, 1 and nothing (ORT rejects it too)
+        # 6 into 4: 2, 2, 2 and an empty last output (ORT gives that too); 5 into 4: 2, 2, 2 and -1
+        # (ORT: "would produce a negative final split")
+        if n > 1 and (n - 1) * c > dim:
             raise ValueError(f"Split: num_outputs {n} cannot split axis length {dim}: chunks of ceil({dim}/{n}) = {c} "
-                             f"leave the last output empty; use the 'split' input to give the sizes")
+                             f"leave nothing for the last output; use the 'split' input to give the sizes")
         return [max(min(c, dim - i * c), 0) for i in range(n)]
     if dim % n:
         raise ValueError(f"Split: axis length {dim} does not split evenly into {n} outputs")

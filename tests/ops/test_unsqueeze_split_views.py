@@ -61,3 +61,10 @@ def test_split_num_outputs_that_would_leave_an_empty_last_chunk_is_rejected() ->
     with pytest.raises(ValueError, match=r"num_outputs 4 cannot split axis length 5.*'split' input"):
         _k_split([x], {"axis": 0, "num_outputs": 4})
     assert [o.shape for o in _k_split([x], {"axis": 0, "num_outputs": 3})] == [(2,), (2,), (1,)]
+
+
+def test_split_num_outputs_with_an_exactly_empty_last_chunk_equals_ort() -> None:
+    """6 into 4 (opset 18): chunks of 2 give 2, 2, 2 and an empty last output, as ORT gives (it
+    refuses only a negative final split)."""
+    x = np.arange(12, dtype=np.float32).reshape(6, 2)
+    check_op("Split", [x], {"num_outputs": 4, "axis": 0}, n_outputs=4, opset=18)
