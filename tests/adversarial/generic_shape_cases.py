@@ -475,7 +475,6 @@ STRICTER: dict[str, str] = {
     "maxpool_pads_still_short": "ORT returns an empty (1, 2, 0, 7) array",
     "maxpool1d_kernel_larger": "ORT returns an empty (1, 2, 0) array",
     "averagepool_ceil_kernel_larger": "ORT returns an empty (1, 2, 0, 7) array",
-    "split_num_outputs_too_many": "ORT leaves the last of 3 outputs empty; pycann asks for the 'split' input",
     "gathernd_batch_dims_permuted": "ORT checks only that the indices' batch size divides data's and returns "
                                     "(3, 2); the spec wants the first batch_dims dims equal",
     "groupnorm_dynamic_scale_len1": "ORT broadcasts a 1-element scale over the channels; the spec (opset 21) "

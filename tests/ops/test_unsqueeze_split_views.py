@@ -52,8 +52,8 @@ def test_split_zero_size_chunks_remainders_and_strided_input() -> None:
         run_pycann_op("Split", [y, _i64(3, 3)], {"axis": 1}, 2, 13)
 
 
-def test_split_num_outputs_that_would_leave_an_empty_last_chunk_is_rejected() -> None:
-    """5 into 4 (opset 18): chunks of ceil(5/4) = 2 give 2, 2, 1 and nothing; ORT rejects it
+def test_split_num_outputs_that_would_leave_a_negative_last_chunk_is_rejected() -> None:
+    """5 into 4 (opset 18): chunks of ceil(5/4) = 2 leave -1 for the last; ORT rejects it
     ("would produce a negative final split") and so does pycann, naming the fix."""
     from pycann.ops.tensor import _k_split
 
