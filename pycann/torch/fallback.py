@@ -55,9 +55,18 @@ class Report:
     def fallbacks(self) -> tuple[OpStat, ...]:
         return tuple(s for s in self.ops if s.provider is Provider.FALLBACK)
 
-    def share(self, stat: OpStat) -> float:
-        """The op's share of all time spent in npu ops (0..1)."""
-        return stat.seconds / self.total_seconds if self.total_seconds > 0 else 0.0
+    def share(self, op: OpStat | str) -> float:
+        """The op's share of all time spent in npu ops (0..1): an ``OpStat`` of ``ops``, or an op's
+        name as the table prints it (``"aten::special_i0e.out"``; every provider of that name
+        counted). Raises KeyError for a name no npu op had."""
+        if isinstance(op, str):
+            stats = [s for s in self.ops if s.name == op]
+            if not stats:
+                raise KeyError(f"no op named {op!r} ran on the npu device (ops: {', '.join(s.name for s in self.ops)})")
+            seconds = sum(s.seconds for s in stats)
+        else:
+            seconds = op.seconds
+        return seconds / self.total_seconds if self.total_seconds > 0 else 0.0
 
     def format(self, only_fallbacks: bool = True) -> str:
         """A table: op, provider, calls, milliseconds, share of npu op time."""

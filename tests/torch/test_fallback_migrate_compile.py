@@ -41,6 +41,10 @@ def test_fallback_warns_once_with_torch_npu_text_and_is_reported() -> None:
     fb = [s for s in pycann.torch.report().fallbacks if "i0e" in s.name]
     assert fb and fb[0].calls == 2 and fb[0].provider is Provider.FALLBACK
     assert "i0e" in pycann.torch.report().format()
+    rep = pycann.torch.report()
+    assert 0.0 < rep.share(fb[0].name) == rep.share(fb[0]) <= 1.0  # by name, as the table prints it
+    with pytest.raises(KeyError, match="no op named"):
+        rep.share("aten::not_an_op")
 
 
 def test_fallback_disabled_raises(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -350,3 +354,27 @@ def test_openmp_wait_policy_is_set_before_torch_loads_libgomp() -> None:
     r = subprocess.run([sys.executable, "-c", code.replace(", torch_npu", "")], capture_output=True, text=True,
                        env=dict(env, PYTHONPATH=str(ROOT)), timeout=300)
     assert r.returncode == 0 and r.stdout.split()[-2:] == [spin, "True"], r.stderr[-2000:]
+
+
+def test_compile_a_module_after_the_cuda_migration() -> None:
+    """After ``transfer_to_npu``, ``torch.cuda.StreamContext`` is torch.npu's, which Dynamo reads with
+    ``isinstance`` while tracing: it must be a class (it was a function, and every module compile
+    failed with a TypeError). The compiled module equals eager; StreamContext and stream work."""
+    code = (
+        "import torch, pycann.torch\n"
+        "from pycann.torch.contrib import transfer_to_npu  # noqa: F401\n"
+        "torch.manual_seed(0)\n"
+        "m = torch.nn.Sequential(torch.nn.Linear(4, 8), torch.nn.ReLU(), torch.nn.Linear(8, 2)).cuda()\n"
+        "x = torch.randn(3, 4).cuda()\n"
+        "y = torch.compile(m, backend='npu')(x)\n"
+        "assert y.device.type == 'npu' and torch.allclose(y.cpu(), m(x).cpu(), atol=1e-6)\n"
+        "assert isinstance(torch.cuda.StreamContext, type)\n"
+        "s = torch.cuda.Stream()\n"
+        "with torch.cuda.StreamContext(s) as got:\n"
+        "    assert got is s and torch.cuda.current_stream() == s\n"
+        "with torch.cuda.stream(s):\n"
+        "    assert torch.cuda.current_stream() == s\n"
+        "assert torch.cuda.current_stream() != s\n"
+        "print('OK')\n")
+    r = _run(["-c", code])
+    assert r.returncode == 0 and "OK" in r.stdout, r.stderr[-3000:]

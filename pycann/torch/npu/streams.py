@@ -9,9 +9,7 @@ which is the time the work between them took.
 
 from __future__ import annotations
 
-import contextlib
 import time
-from collections.abc import Iterator
 
 import torch
 
@@ -130,21 +128,34 @@ def set_stream(stream: Stream) -> None:
     _current[stream.device_index] = stream
 
 
-@contextlib.contextmanager
-def stream(s: Stream | None) -> Iterator[Stream | None]:
-    """``with torch.npu.stream(s):`` makes ``s`` current inside the block (None: no change)."""
-    if s is None:
-        yield None
-        return
-    prev = _current.get(s.device_index)
-    _current[s.device_index] = s
-    try:
-        yield s
-    finally:
-        if prev is None:
+class StreamContext:
+    """``with torch.npu.StreamContext(s):`` makes ``s`` current inside the block (None: no change).
+
+    A class, as ``torch.cuda.StreamContext`` is: after the CUDA migration ``torch.cuda.StreamContext``
+    is this, and Dynamo tests ``isinstance(value, torch.cuda.StreamContext)`` while tracing (a
+    function there failed every ``torch.compile`` of a module with a TypeError)."""
+
+    def __init__(self, stream: Stream | None) -> None:
+        self.stream = stream
+        self._prev: Stream | None = None
+
+    def __enter__(self) -> Stream | None:
+        s = self.stream
+        if s is not None:
+            self._prev = _current.get(s.device_index)
+            _current[s.device_index] = s
+        return s
+
+    def __exit__(self, *exc: object) -> None:
+        s = self.stream
+        if s is None:
+            return
+        if self._prev is None:
             _current.pop(s.device_index, None)
         else:
-            _current[s.device_index] = prev
+            _current[s.device_index] = self._prev
 
 
-StreamContext = stream
+def stream(s: Stream | None) -> StreamContext:
+    """``with torch.npu.stream(s):`` makes ``s`` current inside the block (None: no change)."""
+    return StreamContext(s)
