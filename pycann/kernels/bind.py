@@ -335,14 +335,19 @@ def passes_bound(k: BoundKernel, w_bound: float) -> BoundKernel:
     input without a record forgets any earlier run's record of the output (every call updates it)."""
     from pycann.kernels.providers import nan_guard
 
-    proven, record = nan_guard.proven, nan_guard.record
+    pass_on, record = nan_guard.pass_on, nan_guard.record
     run = k.run
+
+    def through(b: float) -> float:
+        return max(b, 1.0) * w_bound
 
     def kernel(inputs: Sequence[Any], attrs: Mapping[str, Any], out: Any = None) -> list[np.ndarray]:
         ys = run(inputs, attrs) if out is None else run(inputs, attrs, out)
         if out is not None:
-            bx = proven(inputs[0])
-            record(out[0], max(bx, 1.0) * w_bound if bx is not None and ys[0] is out[0] else None)
+            if ys[0] is out[0]:
+                pass_on(out[0], inputs[0], through)
+            else:
+                record(out[0], None)
         return ys  # type: ignore[no-any-return]
 
     return replace(k, run=kernel)

@@ -334,20 +334,20 @@ def _concat(attrs, ins, consts, outs) -> Kernel | None:  # type: ignore[no-untyp
     axis = int(attrs["axis"]) % 4
     cl = [capi.layout_strides(s, True) for s in shapes]  # type: ignore[arg-type]
     primitive = onednn_concat.bound_concat(shapes, cl, axis, out, capi.layout_strides(out, True))  # type: ignore[arg-type]
-    run = primitive.run if primitive is not None else None
+    if primitive is None:
+        return fallback  # (bind._concat: numpy's copy, into the arena view, bounds passed on)
+    run, numpy_run = primitive.run, fallback.run  # type: ignore[union-attr,attr-defined]
     perm = (0, 2, 3, 1)
-    concatenate, record_max = np.concatenate, nan_guard.record_max
+    record_max = nan_guard.record_max
 
     def kernel(x: Sequence[Any], a: Mapping[str, Any], into: Sequence[np.ndarray] | None = None) -> list[np.ndarray]:
         y = into[0] if into is not None else np.empty([out[p] for p in perm], np.float32).transpose(0, 3, 1, 2)
-        if run is None or run(x, y) is None:
-            concatenate(x, axis=axis, out=y)  # any strides; float32 in, float32 out
+        if run(x, y) is None:  # other strides than bound
+            return numpy_run(x, a, [y])  # type: ignore[no-any-return]
         if into is not None:
             record_max(y, x)
         return [y]
 
-    if primitive is None:
-        return BoundKernel(kernel, writes_out=True, layout=Layout.NHWC)
     return BoundKernel(kernel, writes_out=True, threads=Threads.OPENMP, layout=Layout.NHWC, keep=primitive.keep)
 
 

@@ -154,7 +154,7 @@ def _chain(attrs: Mapping[str, Any], ins: Sequence[TensorDesc | None], consts: S
     # the NaN guard's bound of the input carried to the output (kernels/guarded_chain.py), so a
     # guarded conv after a small pre-activation chain (DenseNet's 7x7 and 14x14 blocks) reads nothing
     through = bound_map(attrs["steps"], consts) if dt == np.float32 else None
-    proven, record = nan_guard.proven, nan_guard.record
+    pass_on = nan_guard.pass_on
 
     def kernel(x: Sequence[Any], a: Mapping[str, Any], out: Sequence[np.ndarray] | None = None) -> list[np.ndarray]:
         buf = x[0]  # never written: the first step makes a fresh buffer (or fills ``out``)
@@ -183,8 +183,7 @@ def _chain(attrs: Mapping[str, Any], ins: Sequence[TensorDesc | None], consts: S
             out[0][...] = buf
             buf = out[0]
         if out is not None and through is not None:
-            bx = proven(x[0])
-            record(buf, through(bx) if bx is not None else None)
+            pass_on(buf, x[0], through)
         return [buf]
 
     return BoundKernel(kernel, writes_out=True)

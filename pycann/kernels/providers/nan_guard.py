@@ -20,14 +20,15 @@ from __future__ import annotations
 
 import math
 import weakref
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import numpy as np
 
 from pycann import config
 
-__all__ = ["drops_nan", "enabled", "end_run", "new_run", "pre_bound", "proven", "record", "record_max", "safe", "seed",
+__all__ = ["drops_nan", "enabled", "end_run", "new_run", "pass_on", "pre_bound", "proven", "record", "record_max", "safe",
+           "seed",
            "weight_bound", "weight_part"]
 
 _F32_SAFE = 1e38  # below float32's maximum (3.4e38), with room for the rounding of the bound itself
@@ -206,6 +207,14 @@ def pre_bound(x: np.ndarray, w_bound: float, residual: np.ndarray | None = None)
     if not bound < _F32_SAFE and id(x) in _proven:  # a propagated bound too loose: measure x itself
         bound = _norm2(x) * w_bound + (0.0 if residual is None else _norm2(residual))
     return bound
+
+
+def pass_on(y: np.ndarray, x: Any, through: Callable[[float], float | None]) -> None:
+    """Record for the arena view ``y``, computed from ``x`` alone by a kernel that drops no NaN,
+    ``through(x's recorded bound)``, or forget ``y``'s bound when ``x`` has none (plain convs,
+    AveragePool, small chains: bounds travel on to the next guarded kernel)."""
+    bx = proven(x) if isinstance(x, np.ndarray) else None
+    record(y, through(bx) if bx is not None else None)
 
 
 def record_max(y: np.ndarray, parts: Sequence[Any]) -> None:
