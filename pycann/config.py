@@ -41,6 +41,11 @@ PYCANN_OMP_WAIT_POLICY      brief        how the OpenMP workers of the oneDNN an
 PYCANN_NUM_THREADS          (all CPUs)   threads of torch and of the OpenMP kernels: exported as
                                          ``OMP_NUM_THREADS`` before libgomp loads, unless the user
                                          set that
+PYCANN_OMP_BIND             auto         ``auto``: when the OpenMP team is exactly the CPUs this
+                                         process may use, its workers are pinned one per CPU and the
+                                         calling thread to the first CPU while a plan runs (set back
+                                         after): ``kernels/providers/omp_affinity.py``; ``off``: never.
+                                         The user's ``OMP_PROC_BIND``/``OMP_PLACES`` win
 PYCANN_ADAPTIVE_THREADS     on           ``on``: while other processes keep this process's CPUs busy, a
                                          plan runs on fewer OpenMP threads (a plan bound for that
                                          team, built in the background: ``ge/run/contention.py``);
@@ -73,7 +78,7 @@ from pycann.errors import PycannError
 __all__ = ["ConfigError", "OMP_WAIT_POLICIES", "PlanBuild", "PlanCacheConfig", "PlanPolicy", "adaptive_threads",
            "apply_omp_num_threads",
            "apply_omp_wait_policy",
-           "hccl_check", "omp_wait_policy", "parse_bytes", "plan_cache_config", "torch_kernels", "tune_bank_dir"]
+           "hccl_check", "omp_bind", "omp_wait_policy", "parse_bytes", "plan_cache_config", "torch_kernels", "tune_bank_dir"]
 
 
 class ConfigError(PycannError, ValueError):
@@ -317,6 +322,15 @@ def apply_omp_num_threads() -> int | None:
     if n is not None:
         os.environ["OMP_NUM_THREADS"] = str(n)
     return n
+
+
+def omp_bind() -> str:
+    """``PYCANN_OMP_BIND``: ``auto`` (default, also when unset) or ``off``. Raises ``ConfigError``."""
+    raw = _env("PYCANN_OMP_BIND").strip().lower()
+    if raw not in ("", "auto", "off", "on", "1", "0"):
+        raise ConfigError(f"PYCANN_OMP_BIND={raw!r}: expected auto (pin the OpenMP team while a plan runs, when it "
+                          "is exactly this process's CPUs) or off")
+    return "off" if raw in ("off", "0") else "auto"
 
 
 def adaptive_threads() -> bool:

@@ -226,3 +226,16 @@ def _check_mlp(lm: LoadedModel, model: object, x: np.ndarray) -> None:
     from tests.ops.oracle import run_ort
 
     np.testing.assert_allclose(lm.run([x])[0], run_ort(model, {"x": x})[0], rtol=1e-4, atol=1e-4)
+
+
+def test_quiet_needs_two_windows_with_others_at_most_quiet() -> None:
+    """Pinning the team (kernels/providers/omp_affinity.py) waits for two quiet windows and stops at the
+    first window where others take more than ``QUIET`` CPUs, well before the team would shrink."""
+    g, s = _governor()
+    s.load = (2.0, 1.9)  # others 0.1 CPU
+    assert [g.quiet(), g.quiet(), g.quiet()] == [False, False, True]  # no window yet, one window, two
+    s.load = (2.0, 1.6)  # others 0.4: above QUIET, below SLACK
+    assert g.quiet() is False and g.team(2) == 2
+    s.load = (2.0, 1.9)
+    assert g.quiet() is False  # the busy window is still one of the last two
+    assert g.quiet() is True

@@ -35,6 +35,10 @@ from dataclasses import dataclass
 __all__ = ["CpuSample", "ThreadGovernor", "governor", "read_sample", "team_for"]
 
 SLACK = 0.5  # CPUs others may take before the team shrinks (background noise, this process's other threads)
+# CPUs others may take while the team is still pinned one thread per CPU (kernels/providers/omp_affinity.py).
+# Lower than SLACK because pinning hides a neighbour: a pinned two-thread team beside one busy loop held
+# ~1.5 of 2 CPUs (others ~0.5, right at SLACK) where the same team unpinned left it ~1 (others ~0.9-1.0)
+QUIET = 0.25
 WINDOW = 0.25  # seconds between two samples
 _BUSY_FIELDS = (0, 1, 2, 5, 6, 7)  # user nice system (idle iowait) irq softirq steal; guest is inside user
 
@@ -107,6 +111,15 @@ class ThreadGovernor:
             self._sample()
         avail = self.available
         return avail if avail is not None and avail < self.ncpu - SLACK else None
+
+    def quiet(self) -> bool:
+        """Both of the last two windows saw other processes take at most ``QUIET`` CPUs (a new sample
+        when one is due): the caller may pin its team (``ge/run/executor._pinned_run``). False before
+        two windows were seen and without data."""
+        if time.monotonic() >= self._next:
+            self._sample()
+        hist = self._history
+        return len(hist) == 2 and min(hist) >= self.ncpu - QUIET
 
     def team(self, full: int) -> int:
         """Threads for a run whose full team is ``full`` (>= 1): ``full`` on a quiet machine, fewer while

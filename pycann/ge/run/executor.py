@@ -26,7 +26,7 @@ from pycann.ge.run.plan import Arena, Plan, PlanClosedError
 from pycann.ge.run.plan_builder import BackgroundBuilder
 from pycann.ge.run.plan_cache import CacheStats, PlanCache
 from pycann.ge.run.plan_steps import ARENA, NORMAL, SCOPED, Step, StepKind
-from pycann.kernels.providers import openmp
+from pycann.kernels.providers import omp_affinity, openmp
 
 __all__ = ["ARENA", "INPLACE", "NORMAL", "SCOPED", "Arena", "CachedPlan", "Executor", "Plan", "Step", "StepKind",
            "arena_candidates", "inplace_candidates"]
@@ -228,7 +228,7 @@ class Executor:
     def run(self, feeds: Sequence[np.ndarray]) -> list[np.ndarray]:
         """Run with inputs in graph-input order; returns outputs in graph-output order."""
         if self._specialize is None:
-            return self.generic_plan().run(feeds)
+            return _pinned_run(self.generic_plan(), feeds)
         sig, used = self._signature(feeds)
         team = self._team() if self._governor is not None else None
         if team is not None:
@@ -249,7 +249,7 @@ class Executor:
         plan = hit.plan
         made = plan.arenas_made
         try:
-            outs = plan.run(feeds)
+            outs = _pinned_run(plan, feeds)
         except PlanClosedError:  # another thread's build evicted it since ``get``: look it up again
             return self.run(feeds)
         if plan.arenas_made != made:
@@ -322,7 +322,7 @@ class Executor:
                     return _on_team(team, reduced, feeds)
                 if ("generic", team) not in self._builder.failed:
                     self._builder.submit(("generic", team), [], {}, threads=team)
-            return plan.run(feeds)
+            return _pinned_run(plan, feeds)
         except PycannError:
             self._generic_failed = True
             self._cache.generic_runs -= 1
@@ -375,6 +375,17 @@ class Executor:
         st = replace(self._cache.stats(), team_runs=self.team_runs)
         runs = getattr(self._memo, "pipeline_runs", None)
         return st if runs is None else replace(st, pipelines=int(runs))
+
+
+def _pinned_run(plan: Plan, feeds: Sequence[np.ndarray]) -> list[np.ndarray]:
+    """``plan.run(feeds)`` on the full team, pinned one thread per CPU while no other process keeps
+    these CPUs busy (``kernels/providers/omp_affinity.py``: on a VM, calls spaced by idle gaps otherwise
+    often put the caller and the woken worker on one CPU; ``contention.ThreadGovernor.quiet``). Plans
+    with torch kernels run as is (torch's pool could be created inside the run and inherit the one CPU)."""
+    if plan.torch_kernels:
+        return plan.run(feeds)
+    with omp_affinity.pinned_caller(contention.governor().quiet()):
+        return plan.run(feeds)
 
 
 def _on_team(team: int, plan: Plan, feeds: Sequence[np.ndarray]) -> list[np.ndarray]:

@@ -30,6 +30,7 @@ from pycann.kernels.bind_generic import PREPARE_GENERIC
 from pycann.kernels.bound import BoundKernel, bound
 from pycann.kernels.providers import (
     arena_ok,
+    available,
     blas_single_thread,
     nan_guard,
     openmp,
@@ -195,6 +196,12 @@ class Plan:
             or any(st.openmp for st in self.steps) \
             or (memory is None and runtime_openmp(st.node.op_type for st in self.steps
                                                   if algorithm.of(st.attrs) is None))
+        # torch's OpenMP pool may be created inside a run of these, so the caller is never pinned
+        # around them (ge/run/executor._pinned_run: a pool made then would inherit the one CPU)
+        self.torch_kernels = any(a is not None and a.provider == "torch" for a in (algorithm.of(st.attrs)
+                                                                                 for st in self.steps)) \
+            or (memory is None and not available("onednn")
+                and runtime_openmp(st.node.op_type for st in self.steps if algorithm.of(st.attrs) is None))
 
     def _generate(self, const_slots: set[int]) -> Callable[..., list[Any]] | None:
         """Straight-line Python for the whole plan: one local variable per slot, kernels, attrs

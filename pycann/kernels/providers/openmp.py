@@ -16,7 +16,7 @@ import ctypes
 import os
 from typing import Any
 
-__all__ = ["max_threads", "set_max_threads", "team"]
+__all__ = ["library", "max_threads", "set_max_threads", "team"]
 
 _SONAME = "libgomp.so.1"
 _lib: Any = None
@@ -32,7 +32,15 @@ def _loaded() -> Any:
             return None
         _lib.omp_get_max_threads.restype = ctypes.c_int
         _lib.omp_set_num_threads.argtypes = [ctypes.c_int]
+        _lib.omp_get_thread_num.restype = ctypes.c_int
+        _lib.GOMP_parallel.argtypes = [ctypes.c_void_p, ctypes.c_void_p, ctypes.c_uint, ctypes.c_uint]
+        _lib.GOMP_parallel.restype = None
     return _lib
+
+
+def library() -> Any:
+    """The process's libgomp (ctypes handle) when one is loaded, else None; never loads one."""
+    return _loaded()
 
 
 def max_threads() -> int | None:
