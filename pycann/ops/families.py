@@ -14,6 +14,7 @@ FAMILY_OPS: dict[str, dict[str, tuple[str, ...]]] = {
     "fused": {"pycann": ("FusedConv", "FusedMatMul", "FusedAttention", "ElementwiseChain")},
     "fused_deconv": {"pycann": ("FusedConvTranspose",)},
     "channel_shuffle": {"pycann": ("ChannelShuffle",)},
+    "shape_of": {"pycann": ("ShapeOf",)},
     "quant_conv": {"pycann": ("QuantConv",)},
     "quant_matmul": {"pycann": ("QuantMatMul",)},
     "math_misc": {"": ("BitCast", "CumProd", "Det", "MaxUnpool", "TensorScatter", "DeformConv")},

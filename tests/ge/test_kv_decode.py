@@ -91,3 +91,15 @@ def test_specialize_policy_builds_a_plan_per_step_bounded(kv_model: bytes) -> No
     assert [t.tolist() for t in got] == [t.tolist() for t in want]
     st = lm.plan_cache_stats()
     assert (st.built, st.plans, st.evictions, st.generic_runs) == (9, 4, 5, 0)
+
+
+def test_generic_plan_runs_the_shape_arithmetic_as_shape_of_steps(kv_model: bytes) -> None:
+    """The exporter's Shape -> Gather -> Unsqueeze -> Concat chains (each Reshape's target, the mask's
+    bounds) run as one ShapeOf step per value they feed (ge/run/shape_program.py); the decode above
+    checks the values against ORT, this that the chains are gone."""
+    lm = LoadedModel.from_compiled(compile_model(kv_model))
+    compiled = [n.op_type for n in lm.graph.nodes]
+    generic = [n.op_type for n in lm.executor.generic_plan().graph.nodes]
+    assert generic.count("ShapeOf") >= 2 * LAYERS and "Shape" not in generic
+    assert len(generic) < len(compiled) - compiled.count("Shape") * 2
+    assert compiled.count("Shape") > 0 and "ShapeOf" not in compiled  # the compiled graph is untouched

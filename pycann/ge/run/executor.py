@@ -21,7 +21,7 @@ from pycann.errors import PycannError
 from pycann.ge.ir import Graph
 from pycann.ge.planning.candidates import INPLACE, arena_candidates, inplace_candidates
 from pycann.ge.planning.memory import MemoryPlan, plan_memory
-from pycann.ge.run import contention
+from pycann.ge.run import contention, shape_program
 from pycann.ge.run.plan import Arena, Plan, PlanClosedError
 from pycann.ge.run.plan_builder import BackgroundBuilder
 from pycann.ge.run.plan_cache import CacheStats, PlanCache
@@ -184,7 +184,9 @@ class Executor:
                 if self._generic is None:
                     # constant-weight GEMMs bound once (packed weights, a primitive per row count)
                     # (interim: it serves a new signature only until a builder thread made its plan)
-                    self._generic = Plan(self.graph, release=self.release_pages, generic_bind=True,
+                    # its shape arithmetic as one step per value it feeds (ge/run/shape_program.py)
+                    graph, _ = shape_program.collapse(self.graph)
+                    self._generic = Plan(graph, release=self.release_pages, generic_bind=True,
                                          interim=self._in_background())
         return self._generic
 
