@@ -157,3 +157,89 @@ def test_knob_values(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("PYCANN_OMP_BIND", "cores")
     with pytest.raises(ConfigError, match="PYCANN_OMP_BIND='cores'"):
         omp_bind()
+
+
+_CASES = r"""
+import ctypes, json, os, sys, threading
+import numpy as np
+from pycann.kernels.providers import onednn_capi
+try:
+    onednn_capi.load()
+except OSError:
+    print(json.dumps("NOLIB")); raise SystemExit
+from pycann.ge.run.model import LoadedModel
+from pycann.ge.run import contention
+from pycann.kernels.providers import openmp
+
+class Quiet:  # scripted CPU samples: no other process busy
+    wall = 0.0
+    def __call__(self):
+        self.wall += 1.0
+        return contention.CpuSample(self.wall, self.wall, self.wall)
+cpus = sorted(os.sched_getaffinity(0))
+contention._governor = contention.ThreadGovernor(Quiet(), len(cpus), window=0.0)
+m = LoadedModel.from_file(sys.argv[1])
+x = np.load(sys.argv[2])
+
+def team():
+    lib = openmp.library()
+    seen = {}
+    def look(_):
+        seen[str(int(lib.omp_get_thread_num()))] = sorted(os.sched_getaffinity(0))
+    cb = ctypes.CFUNCTYPE(None, ctypes.c_void_p)(look)
+    lib.GOMP_parallel(ctypes.cast(cb, ctypes.c_void_p), None, int(lib.omp_get_max_threads()), 0)
+    return seen
+
+out = {"y": [], "teams": [], "idents": [], "masks": []}
+def job():
+    out["y"].append([m.run([x])[0] for _ in range(3)][-1].tolist())
+    out["teams"].append(team())
+    out["idents"].append(threading.get_ident())
+    out["masks"].append(sorted(os.sched_getaffinity(0)))
+if sys.argv[3] == "threads":  # each call on a new thread: glibc reuses a finished thread's ident
+    for _ in range(6):
+        t = threading.Thread(target=job); t.start(); t.join()
+else:  # "narrowed": pinned runs, then the user narrows the caller to the last CPU
+    job()
+    os.sched_setaffinity(0, {cpus[-1]})
+    job()
+print(json.dumps(out))
+"""
+
+
+def _cases(tmp_path: Path, case: str) -> dict:
+    model = tmp_path / "conv.onnx"
+    x = _conv_model(model)
+    np.save(tmp_path / "x.npy", x)
+    drop = ("OMP_PROC_BIND", "OMP_PLACES", "GOMP_CPU_AFFINITY", "PYCANN_OMP_BIND", "OMP_NUM_THREADS",
+            "PYCANN_NUM_THREADS", "PYCANN_PROVIDERS")
+    env = {k: v for k, v in os.environ.items() if k not in drop}
+    out = subprocess.run([sys.executable, "-c", _CASES, str(model), str(tmp_path / "x.npy"), case], capture_output=True,
+                         text=True, env=env, check=True, timeout=300).stdout.strip().splitlines()[-1]
+    got = json.loads(out)
+    if got == "NOLIB":
+        pytest.skip("libdnnl.so.3 is not installed")
+    want = ort.InferenceSession(str(model), providers=["CPUExecutionProvider"]).run(None, {"x": x})[0]
+    for y in got["y"]:
+        np.testing.assert_allclose(np.array(y, np.float32), want, rtol=1e-4, atol=1e-4)
+    return got
+
+
+@needs_two_cpus
+def test_each_new_thread_pins_its_own_team_once_the_owner_exited(tmp_path: Path) -> None:
+    # The owner was known by its ident: a later thread given the same ident (glibc reuses them) passed
+    # as the owner, found the workers "pinned" already, and started its own team's workers inside its
+    # pinned run, where they inherited the caller's one CPU (worker 1 on cpus[0] beside the caller).
+    got = _cases(tmp_path, "threads")
+    pinned = {str(i): [c] for i, c in enumerate(_CPUS) if i > 0} | {"0": _CPUS}
+    assert all(t == pinned for t in got["teams"]), got["teams"]  # each taking the team over, none on cpus[0]
+    assert all(m == _CPUS for m in got["masks"])
+
+
+@needs_two_cpus
+def test_a_caller_the_user_narrowed_lets_the_workers_go(tmp_path: Path) -> None:
+    # The caller narrowed to the last CPU ran as is, but worker len-1 stayed pinned to that same CPU
+    got = _cases(tmp_path, "narrowed")
+    assert got["teams"][0] == {str(i): [c] for i, c in enumerate(_CPUS) if i > 0} | {"0": _CPUS}
+    assert got["masks"][1] == [_CPUS[-1]]
+    assert all(m == _CPUS for i, m in got["teams"][1].items() if i != "0")

@@ -30,7 +30,11 @@ the user set none of ``OMP_PROC_BIND``, ``OMP_PLACES``, ``GOMP_CPU_AFFINITY`` (t
 libgomp is loaded, and the team (``omp_get_max_threads``) is exactly the CPUs this process may use
 (``sched_getaffinity``) and has two or more threads: a process given fewer threads than its CPUs (one of
 several services on a machine) is never pinned. Only the first thread that runs a plan owns the pinned
-team (another thread has its own libgomp team and runs as before); runs on a smaller team
+team (another thread has its own libgomp team and runs as before; once the owner has exited, the next
+thread that runs a plan takes the team over: a service that runs each request on a new thread). The
+owner is known by a thread-local, not by its ident: glibc hands a finished thread's ident to the next
+thread it starts, and that thread's team (new workers, started by it inside its first pinned run) would
+inherit the one CPU of the caller. Runs on a smaller team
 (``ge/run/contention.py``) are not pinned, nor are plans with torch kernels (torch's own OpenMP pool
 could be created inside a pinned run and would inherit the one CPU). A forked child starts unpinned
 and decides again.
@@ -43,7 +47,7 @@ import os
 import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from pycann import config
 from pycann.kernels.providers import openmp
@@ -65,11 +69,14 @@ class Pinning:
     cpus: tuple[int, ...]
     team: int
     workers_pinned: bool = False
+    thread: threading.Thread | None = field(default=None, repr=False, compare=False)  # the owner's
 
 
 _lock = threading.Lock()
 _state: Pinning | None = None
 _decided = False  # the decision is made once per process (``reset`` after a fork)
+# the Pinning the calling thread owns: a thread-local dies with its thread, where an ident is reused
+_mine = threading.local()
 
 
 def reset() -> None:
@@ -126,9 +133,37 @@ def pinning() -> Pinning | None:
     with _lock:
         if not _decided and openmp.library() is not None:  # no libgomp yet: decide once one is loaded
             cpus = _eligible()
-            _state = Pinning(threading.get_ident(), cpus, len(cpus)) if cpus is not None else None
+            _state = _owned_here(Pinning(threading.get_ident(), cpus, len(cpus))) if cpus is not None else None
             _decided = True
     return _state
+
+
+def _owned_here(p: Pinning) -> Pinning:
+    """``p`` owned by the calling thread (thread-local mark, the thread object to see it exit)."""
+    p.thread = threading.current_thread()
+    _mine.pinning = p
+    return p
+
+
+def _owner(p: Pinning) -> Pinning | None:
+    """The team the calling thread owns: ``p`` when it is the owner; a fresh ``Pinning`` (workers not
+    pinned yet: its team is its own) when ``p``'s owner has exited and this thread takes over; else None."""
+    global _state
+    if getattr(_mine, "pinning", None) is p:
+        return p
+    if p.thread is None or p.thread.is_alive():
+        return None
+    with _lock:
+        if _state is p:  # the owner's team ended with it
+            _state = _owned_here(Pinning(threading.get_ident(), p.cpus, p.team))
+            return _state
+    return None
+
+
+def _let_go(p: Pinning) -> None:
+    """The workers back on all of ``p.cpus`` if they are pinned (the owner's call)."""
+    if p.workers_pinned:
+        p.workers_pinned = not _set_workers(p, False)
 
 
 @contextmanager
@@ -141,12 +176,12 @@ def pinned_caller(quiet: bool) -> Iterator[None]:
     mask the user narrowed."""
     global _state
     p = pinning()
-    if p is None or threading.get_ident() != p.owner or openmp.max_threads() != p.team:
-        yield
+    p = _owner(p) if p is not None else None
+    if p is None or openmp.max_threads() != p.team or getattr(_mine, "inside", False):
+        yield  # (a run inside a pinned run of this thread, on its one CPU, is not a user's narrowing)
         return
     if not quiet:
-        if p.workers_pinned:
-            p.workers_pinned = not _set_workers(p, False)
+        _let_go(p)
         yield
         return
     try:
@@ -154,7 +189,8 @@ def pinned_caller(quiet: bool) -> Iterator[None]:
     except OSError:
         yield
         return
-    if saved != set(p.cpus):  # the user narrowed this thread: theirs wins
+    if saved != set(p.cpus):  # the user narrowed this thread: theirs wins, and the workers go (a worker
+        _let_go(p)            # pinned to the one CPU left to the caller would share it with the caller)
         yield
         return
     if not p.workers_pinned:
@@ -164,8 +200,10 @@ def pinned_caller(quiet: bool) -> Iterator[None]:
             yield
             return
         p.workers_pinned = True
-    os.sched_setaffinity(0, {p.cpus[0]})
     try:
+        _mine.inside = True
+        os.sched_setaffinity(0, {p.cpus[0]})
         yield
     finally:
+        _mine.inside = False
         os.sched_setaffinity(0, saved)
