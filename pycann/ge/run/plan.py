@@ -33,6 +33,7 @@ from pycann.kernels.providers import (
     available,
     blas_single_thread,
     nan_guard,
+    omp_fork,
     openmp,
     runtime_openmp,
     uses_openmp,
@@ -304,6 +305,8 @@ class Plan:
     def run(self, feeds: Sequence[np.ndarray], outer_env: dict[str, Any] | None = None) -> list[np.ndarray]:
         """Execute with ``feeds`` bound to the graph inputs (in order); returns the outputs. Raises
         ``PlanClosedError`` when the plan was closed (evicted) before the run began."""
+        if omp_fork.stale():  # a forked child's forking thread: its libgomp pool is the parent's (hangs)
+            return omp_fork.run_fresh(self.run, feeds, outer_env)
         with self._arena_lock:
             if self._closed:
                 raise PlanClosedError("the plan was evicted before this run began")

@@ -1,0 +1,76 @@
+"""Runs in a forked child whose forking thread had used OpenMP: on a fresh thread, not on that one.
+
+libgomp keeps a pool of worker threads per thread that started a parallel region (its "master"),
+and it has no fork handler: in a child of ``os.fork`` (``multiprocessing``'s default start method on
+Linux) only the forking thread exists, yet its pool still lists the parent's workers, so the first
+parallel region waits at a barrier for threads that are not there, for ever (a model loaded and run
+in the parent, then run in a ``multiprocessing.Pool`` worker, hung on its first call; GCC's libgomp
+documents fork as unsupported after OpenMP was used). A thread started in the child has no pool yet
+and gets a new one. So when the forking thread used OpenMP before the fork, ``stale()`` is true on
+that thread in the child, and ``run_fresh(fn, *args)`` runs ``fn`` on one worker thread the child
+starts for it (kept for later calls; ~20-50 us a call), returning its result or raising its error.
+A thread-local would not do: the child's thread is the parent's, with the parent's thread-locals.
+"""
+
+from __future__ import annotations
+
+import os
+import queue
+import threading
+from collections.abc import Callable
+from typing import Any, TypeVar
+
+from pycann.kernels.providers import openmp
+
+__all__ = ["run_fresh", "stale"]
+
+T = TypeVar("T")
+
+_stale_ident: int | None = None  # the forking thread, in a child, when it had a libgomp pool
+_worker: tuple[threading.Thread, queue.Queue[Any]] | None = None
+_worker_lock = threading.Lock()
+
+
+def _after_fork_in_child() -> None:
+    global _stale_ident, _worker, _worker_lock
+    _worker, _worker_lock = None, threading.Lock()
+    # libgomp loaded: the thread may have a pool (one that never ran a region has none, and then
+    # a run on it would be fine; not knowing which, every run of the forking thread moves)
+    _stale_ident = threading.get_ident() if openmp.library() is not None else None
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_after_fork_in_child)
+
+
+def stale() -> bool:
+    """The calling thread is a forked child's forking thread, whose libgomp pool is the parent's."""
+    return _stale_ident is not None and threading.get_ident() == _stale_ident
+
+
+def _serve(jobs: queue.Queue[Any]) -> None:
+    while True:
+        fn, args, done = jobs.get()
+        try:
+            done.put((True, fn(*args)))
+        except BaseException as e:  # noqa: BLE001 - handed to the caller, which raises it
+            done.put((False, e))
+
+
+def run_fresh(fn: Callable[..., T], *args: Any) -> T:
+    """``fn(*args)`` on the child's worker thread (started on first use); its result, or its exception
+    raised here."""
+    global _worker
+    with _worker_lock:
+        if _worker is None:
+            jobs: queue.Queue[Any] = queue.Queue()
+            t = threading.Thread(target=_serve, args=(jobs,), name="pycann-omp-after-fork", daemon=True)
+            t.start()
+            _worker = (t, jobs)
+        jobs = _worker[1]
+    done: queue.Queue[Any] = queue.Queue(maxsize=1)
+    jobs.put((fn, args, done))
+    ok, value = done.get()
+    if ok:
+        return value  # type: ignore[no-any-return]
+    raise value
