@@ -34,10 +34,17 @@ def _opt(inputs: Inputs, i: int) -> Any:
 
 
 # --------------------------------------------------------------------------- Slice
+_INT32_MAX, _INT64_MAX = 2**31 - 1, 2**63 - 1
+
+
 def _slice_bounds(d: int, start: int, end: int, step: int) -> tuple[int, int]:
-    """ONNX clamping: negatives count from the end; [0, d] for step > 0, [0, d-1]/[-1, d-1] for step < 0."""
+    """ONNX clamping: negatives count from the end; [0, d] for step > 0, [0, d-1]/[-1, d-1] for step < 0.
+    An ``end`` of INT32_MAX or INT64_MAX means "to the end in the step's direction", as ONNX Runtime reads
+    it: through index 0 for a negative step (``x[4:INT64_MAX:-1]`` is ``x[4::-1]``, not empty)."""
     if step == 0:
         raise ValueError("Slice: 'steps' must not contain 0")
+    if step < 0 and end in (_INT32_MAX, _INT64_MAX):
+        end = -1 - d  # -> -1 below: through index 0
     start = start + d if start < 0 else start
     end = end + d if end < 0 else end
     if step > 0:
