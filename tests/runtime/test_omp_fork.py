@@ -1,0 +1,61 @@
+"""A model run in a process, then in a child of ``os.fork`` (multiprocessing's default start method on
+Linux): libgomp's pool of the forking thread is the parent's in the child, and the first parallel
+region hung there; the child now runs plans on a fresh thread (pycann/kernels/providers/omp_fork.py).
+Each case runs in its own process, with an alarm so that a hang fails instead of stalling the suite."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from tests.runtime.test_omp_affinity import _conv_model
+
+pytestmark = pytest.mark.skipif(not hasattr(os, "fork"), reason="os.fork is POSIX-only")
+
+_CHILD = r"""
+import multiprocessing, os, signal, sys
+import numpy as np
+from pycann.kernels.providers import onednn_capi, omp_fork
+try:
+    onednn_capi.load()
+except OSError:
+    print("NOLIB"); raise SystemExit
+from pycann.ge.run.model import LoadedModel
+
+m = LoadedModel.from_file(sys.argv[1])
+x = np.load(sys.argv[2])
+want = m.run([x])[0]
+
+def child_run(_):
+    return float(np.abs(m.run([x])[0] - want).max())
+
+pid = os.fork()
+if pid == 0:
+    signal.alarm(60)
+    y = m.run([x])[0]
+    os._exit(0 if omp_fork.stale() and np.array_equal(y, want) else 3)
+_, status = os.waitpid(pid, 0)
+assert os.WIFEXITED(status) and os.WEXITSTATUS(status) == 0, f"fork child: status {status}"
+assert not omp_fork.stale()  # the parent's own thread keeps running plans itself
+signal.alarm(120)
+with multiprocessing.get_context("fork").Pool(2) as pool:
+    diffs = pool.map(child_run, range(4))
+assert max(diffs) == 0.0, diffs
+print("OK")
+"""
+
+
+def test_forked_children_run_models_the_parent_ran(tmp_path: Path) -> None:
+    model = tmp_path / "conv.onnx"
+    import numpy as np
+
+    np.save(tmp_path / "x.npy", _conv_model(model))
+    out = subprocess.run([sys.executable, "-c", _CHILD, str(model), str(tmp_path / "x.npy")], capture_output=True,
+                         text=True, timeout=300)
+    if out.stdout.strip() == "NOLIB":
+        pytest.skip("libdnnl.so.3 is not installed")
+    assert out.returncode == 0 and out.stdout.strip().endswith("OK"), out.stderr[-2000:]
