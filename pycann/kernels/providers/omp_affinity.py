@@ -50,7 +50,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 
 from pycann import config
-from pycann.kernels.providers import openmp
+from pycann.kernels.providers import omp_fork, openmp
 
 __all__ = ["Pinning", "pinned_caller", "pinning", "reset"]
 
@@ -175,6 +175,9 @@ def pinned_caller(quiet: bool) -> Iterator[None]:
     hide it from the governor) and the body runs as is; likewise for another thread, a smaller team or a
     mask the user narrowed."""
     global _state
+    if omp_fork.stale():  # a forked child's forking thread: a parallel region here would hang (omp_fork)
+        yield
+        return
     p = pinning()
     p = _owner(p) if p is not None else None
     if p is None or openmp.max_threads() != p.team or getattr(_mine, "inside", False):
