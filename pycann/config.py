@@ -44,8 +44,9 @@ PYCANN_NUM_THREADS          (all CPUs)   threads of torch and of the OpenMP kern
 PYCANN_OMP_BIND             auto         ``auto``: when the OpenMP team is exactly the CPUs this
                                          process may use, its workers are pinned one per CPU and the
                                          calling thread to the first CPU while a plan runs (set back
-                                         after): ``kernels/providers/omp_affinity.py``; ``off``: never.
-                                         The user's ``OMP_PROC_BIND``/``OMP_PLACES`` win
+                                         after): ``kernels/providers/omp_affinity.py``; ``off``: never
+                                         (``on``/``1`` mean auto, ``0`` off). The user's ``OMP_PROC_BIND``/
+                                         ``OMP_PLACES``/``GOMP_CPU_AFFINITY`` win
 PYCANN_ADAPTIVE_THREADS     on           ``on``: while other processes keep this process's CPUs busy, a
                                          plan runs on fewer OpenMP threads (a plan bound for that
                                          team, built in the background: ``ge/run/contention.py``);
@@ -325,11 +326,12 @@ def apply_omp_num_threads() -> int | None:
 
 
 def omp_bind() -> str:
-    """``PYCANN_OMP_BIND``: ``auto`` (default, also when unset) or ``off``. Raises ``ConfigError``."""
+    """``PYCANN_OMP_BIND``: ``auto`` (default, also when unset; ``on`` and ``1`` too) or ``off`` (``0``).
+    Raises ``ConfigError``; a model reads it when it loads (``ge/run/executor.Executor``)."""
     raw = _env("PYCANN_OMP_BIND").strip().lower()
     if raw not in ("", "auto", "off", "on", "1", "0"):
         raise ConfigError(f"PYCANN_OMP_BIND={raw!r}: expected auto (pin the OpenMP team while a plan runs, when it "
-                          "is exactly this process's CPUs) or off")
+                          "is exactly this process's CPUs; also on or 1) or off (also 0)")
     return "off" if raw in ("off", "0") else "auto"
 
 

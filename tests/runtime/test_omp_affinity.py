@@ -243,3 +243,13 @@ def test_a_caller_the_user_narrowed_lets_the_workers_go(tmp_path: Path) -> None:
     assert got["teams"][0] == {str(i): [c] for i, c in enumerate(_CPUS) if i > 0} | {"0": _CPUS}
     assert got["masks"][1] == [_CPUS[-1]]
     assert all(m == _CPUS for i, m in got["teams"][1].items() if i != "0")
+
+
+def test_bad_knob_is_reported_when_the_model_loads(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from pycann.ge.run.model import LoadedModel
+
+    model = tmp_path / "conv.onnx"
+    _conv_model(model)
+    monkeypatch.setenv("PYCANN_OMP_BIND", "cores")
+    with pytest.raises(ConfigError, match="PYCANN_OMP_BIND='cores'"):
+        LoadedModel.from_file(model)

@@ -16,7 +16,7 @@ from typing import Any, NamedTuple
 
 import numpy as np
 
-from pycann.config import PlanBuild, PlanCacheConfig, PlanPolicy
+from pycann.config import ConfigError, PlanBuild, PlanCacheConfig, PlanPolicy, omp_bind
 from pycann.errors import PycannError
 from pycann.ge.ir import Graph
 from pycann.ge.planning.candidates import INPLACE, arena_candidates, inplace_candidates
@@ -87,6 +87,7 @@ class Executor:
     ) -> None:
         self.graph = graph
         self._specialize = specialize
+        omp_bind()  # a bad PYCANN_OMP_BIND is reported when the model loads, not at its first call
         cfg = config or PlanCacheConfig()
         if cache_size is not None:
             cfg = replace(cfg, max_plans=cache_size)
@@ -325,6 +326,8 @@ class Executor:
                 if ("generic", team) not in self._builder.failed:
                     self._builder.submit(("generic", team), [], {}, threads=team)
             return _pinned_run(plan, feeds)
+        except ConfigError:
+            raise  # a knob with a bad value: not a graph the generic plan cannot run
         except PycannError:
             self._generic_failed = True
             self._cache.generic_runs -= 1
