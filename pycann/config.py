@@ -79,7 +79,7 @@ from pycann.errors import PycannError
 __all__ = ["ConfigError", "OMP_WAIT_POLICIES", "PlanBuild", "PlanCacheConfig", "PlanPolicy", "adaptive_threads",
            "apply_omp_num_threads",
            "apply_omp_wait_policy",
-           "hccl_check", "omp_bind", "omp_wait_policy", "parse_bytes", "plan_cache_config", "torch_kernels", "tune_bank_dir"]
+           "hccl_check", "omp_bind", "omp_wait_policy", "user_omp_binding", "parse_bytes", "plan_cache_config", "torch_kernels", "tune_bank_dir"]
 
 
 class ConfigError(PycannError, ValueError):
@@ -323,6 +323,12 @@ def apply_omp_num_threads() -> int | None:
     if n is not None:
         os.environ["OMP_NUM_THREADS"] = str(n)
     return n
+
+
+def user_omp_binding() -> bool:
+    """The user set ``OMP_PROC_BIND``, ``OMP_PLACES`` or ``GOMP_CPU_AFFINITY`` (then libgomp binds as they
+    said and pycann never pins its team: ``kernels/providers/omp_affinity.py``)."""
+    return any(os.environ.get(v, "").strip() for v in ("OMP_PROC_BIND", "OMP_PLACES", "GOMP_CPU_AFFINITY"))
 
 
 def omp_bind() -> str:

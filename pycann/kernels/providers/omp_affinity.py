@@ -54,7 +54,6 @@ from pycann.kernels.providers import omp_fork, openmp
 
 __all__ = ["Pinning", "pinned_caller", "pinning", "reset"]
 
-_USER_BINDING = ("OMP_PROC_BIND", "OMP_PLACES", "GOMP_CPU_AFFINITY")
 _CALLBACK = ctypes.CFUNCTYPE(None, ctypes.c_void_p)
 
 
@@ -91,7 +90,7 @@ if hasattr(os, "register_at_fork"):
 
 def _eligible() -> tuple[int, ...] | None:
     """The CPUs to pin the calling thread's team to, or None when pinning is off or unsafe (module doc)."""
-    if config.omp_bind() == "off" or any(os.environ.get(v, "").strip() for v in _USER_BINDING):
+    if config.omp_bind() == "off" or config.user_omp_binding():
         return None
     if not hasattr(os, "sched_getaffinity"):
         return None
