@@ -137,3 +137,21 @@ def test_shape_of_kernel_and_bad_programs() -> None:
     for bad in ([1], [0, 2, 0, 0, 1], [0, -1]):
         with pytest.raises(ValueError, match="ShapeOf dims"):
             shape_of.decode(bad)
+
+
+def test_data_dependent_sizes_through_shared_shape_values() -> None:
+    """Sizes only known at run time (NonZero's count, a Range of it) through two equal Shape values (one
+    kept, the other read under its name) into Range, Concat and Reshape, against ORT."""
+    nodes = [helper.make_node("NonZero", ["x"], ["nz"]),  # [3, n]: n is data-dependent
+             helper.make_node("Shape", ["nz"], ["s1"]),
+             helper.make_node("Shape", ["nz"], ["s2"]),
+             helper.make_node("Reshape", ["nz", "s1"], ["r1"]),
+             helper.make_node("Gather", ["s2", "i1"], ["n"], axis=0),
+             helper.make_node("Unsqueeze", ["n", "ax0"], ["n1"]),
+             helper.make_node("Range", ["k0", "n", "k1"], ["rg"]),
+             helper.make_node("Shape", ["rg"], ["srg"]),
+             helper.make_node("Concat", ["srg", "n1"], ["t"], axis=0),
+             helper.make_node("Reshape", ["r1", "t2"], ["out"]),
+             helper.make_node("Identity", ["t"], ["tt"])]
+    inits = [_c("i1", 1), _c("ax0", [0]), _c("k0", 0), _c("k1", 1), _c("t2", [3, -1])]
+    _check(_model(nodes, ["out", "tt"], inits))

@@ -232,6 +232,8 @@ def collapse(graph: Graph) -> tuple[Graph, int]:
             consts = [d.const for d in v.dims]
             inits[name] = np.array(consts[0] if v.scalar else consts, dtype=np.int64)
             continue
+        if any(i in renamed for i in new.inputs):  # a source that is itself a shared shape value
+            new = replace(new, inputs=[renamed.get(i, i) for i in new.inputs])
         key = (tuple(new.inputs), tuple(new.attrs["dims"]), new.attrs["scalar"])
         if key in first and name not in direct:
             renamed[name] = first[key]
