@@ -17,6 +17,7 @@ from onnx import TensorProto, helper, numpy_helper
 from pycann.config import PlanCacheConfig, PlanPolicy
 from pycann.ge.compile.compiler import compile_model
 from pycann.ge.run.model import LoadedModel
+from tests.ge.test_shape_program import _ops
 
 I64, F32 = TensorProto.INT64, TensorProto.FLOAT
 N = helper.make_node
@@ -60,10 +61,6 @@ def _check(model: bytes, shapes: Sequence[tuple[int, ...]] = SHAPES, feeds: Feed
             assert g.shape == w.shape and g.dtype == w.dtype, (shape, g.shape, w.shape)
             np.testing.assert_array_equal(g, w)
     return lm
-
-
-def _ops(lm: LoadedModel) -> list[str]:
-    return [n.op_type for n in lm.executor.generic_plan().graph.nodes]
 
 
 # --------------------------------------------------------------------------- Slice: INT_MAX ends, negative steps

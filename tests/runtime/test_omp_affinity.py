@@ -24,6 +24,19 @@ from pycann.config import ConfigError, omp_bind
 _CPUS = sorted(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else []
 needs_two_cpus = pytest.mark.skipif(len(_CPUS) < 2, reason="pinning needs a process with two or more CPUs")
 
+# the masks of the calling thread's OpenMP team, thread number -> CPUs (a GOMP_parallel callback in each)
+_TEAM_MASKS = r"""
+import ctypes, os
+def team_masks():
+    from pycann.kernels.providers import openmp
+    lib, seen = openmp.library(), {}
+    def look(_):
+        seen[str(int(lib.omp_get_thread_num()))] = sorted(os.sched_getaffinity(0))
+    cb = ctypes.CFUNCTYPE(None, ctypes.c_void_p)(look)
+    lib.GOMP_parallel(ctypes.cast(cb, ctypes.c_void_p), None, int(lib.omp_get_max_threads()), 0)
+    return seen
+"""
+
 _PROBE = r"""
 import ctypes, json, os, sys, threading
 import numpy as np
@@ -63,18 +76,10 @@ hooks.add_observer(Seen())
 y1 = m.run([x])[0]
 hooks.OBSERVERS = ()
 after = sorted(os.sched_getaffinity(0))
-lib = openmp.library()
-def masks():
-    team = {}
-    def look(_):
-        team[str(int(lib.omp_get_thread_num()))] = sorted(os.sched_getaffinity(0))
-    cb = ctypes.CFUNCTYPE(None, ctypes.c_void_p)(look)
-    lib.GOMP_parallel(ctypes.cast(cb, ctypes.c_void_p), None, int(lib.omp_get_max_threads()), 0)
-    return team
-team = masks()
+team = team_masks()
 script.load = 1.0  # a neighbour gets busy: the next run lets the workers go
 y_busy = m.run([x])[0]
-team_busy = masks()
+team_busy = team_masks()
 other = {}
 def other_run():
     other["y"] = m.run([x])[0].tolist()
@@ -99,21 +104,27 @@ def _conv_model(path: Path) -> np.ndarray:
     return rng.standard_normal((1, 8, 32, 32)).astype(np.float32)
 
 
-def _probe(tmp_path: Path, load: float = 0.0, **env: str) -> dict:
-    """Run the probe in a fresh process with ``env``; other processes take ``load`` CPUs (scripted) until
-    the probe sets it to 1 for its last run."""
+def _run(tmp_path: Path, script: str, arg: str, **env: str) -> tuple[dict, np.ndarray]:
+    """Run ``script`` (with ``team_masks``) in a fresh process on the conv model, without the OpenMP and
+    pycann thread variables of this one plus ``env``; (its JSON line, ORT's output). Skips without libdnnl."""
     model = tmp_path / "conv.onnx"
     x = _conv_model(model)
     np.save(tmp_path / "x.npy", x)
     drop = ("OMP_PROC_BIND", "OMP_PLACES", "GOMP_CPU_AFFINITY", "PYCANN_OMP_BIND", "OMP_NUM_THREADS",
             "PYCANN_NUM_THREADS", "PYCANN_PROVIDERS")
     base = {k: v for k, v in os.environ.items() if k not in drop}
-    out = subprocess.run([sys.executable, "-c", _PROBE, str(model), str(tmp_path / "x.npy"), str(load)], capture_output=True,
-                         text=True, env={**base, **env}, check=True, timeout=300).stdout.strip().splitlines()[-1]
-    got = json.loads(out)
+    out = subprocess.run([sys.executable, "-c", _TEAM_MASKS + script, str(model), str(tmp_path / "x.npy"), arg],
+                         capture_output=True, text=True, env={**base, **env}, check=True, timeout=300)
+    got = json.loads(out.stdout.strip().splitlines()[-1])
     if got == "NOLIB":
         pytest.skip("libdnnl.so.3 is not installed")
-    want = ort.InferenceSession(str(model), providers=["CPUExecutionProvider"]).run(None, {"x": x})[0]
+    return got, ort.InferenceSession(str(model), providers=["CPUExecutionProvider"]).run(None, {"x": x})[0]
+
+
+def _probe(tmp_path: Path, load: float = 0.0, **env: str) -> dict:
+    """Run the probe in a fresh process with ``env``; other processes take ``load`` CPUs (scripted) until
+    the probe sets it to 1 for its last run."""
+    got, want = _run(tmp_path, _PROBE, str(load), **env)
     for k in ("y0", "y1", "y_other", "y_busy"):  # pinned or not, the values are the model's
         np.testing.assert_allclose(np.array(got[k], np.float32), want, rtol=1e-4, atol=1e-4)
     return got
@@ -181,19 +192,10 @@ contention._governor = contention.ThreadGovernor(Quiet(), len(cpus), window=0.0)
 m = LoadedModel.from_file(sys.argv[1])
 x = np.load(sys.argv[2])
 
-def team():
-    lib = openmp.library()
-    seen = {}
-    def look(_):
-        seen[str(int(lib.omp_get_thread_num()))] = sorted(os.sched_getaffinity(0))
-    cb = ctypes.CFUNCTYPE(None, ctypes.c_void_p)(look)
-    lib.GOMP_parallel(ctypes.cast(cb, ctypes.c_void_p), None, int(lib.omp_get_max_threads()), 0)
-    return seen
-
 out = {"y": [], "teams": [], "idents": [], "masks": []}
 def job():
     out["y"].append([m.run([x])[0] for _ in range(3)][-1].tolist())
-    out["teams"].append(team())
+    out["teams"].append(team_masks())
     out["idents"].append(threading.get_ident())
     out["masks"].append(sorted(os.sched_getaffinity(0)))
 if sys.argv[3] == "threads":  # each call on a new thread: glibc reuses a finished thread's ident
@@ -208,18 +210,7 @@ print(json.dumps(out))
 
 
 def _cases(tmp_path: Path, case: str) -> dict:
-    model = tmp_path / "conv.onnx"
-    x = _conv_model(model)
-    np.save(tmp_path / "x.npy", x)
-    drop = ("OMP_PROC_BIND", "OMP_PLACES", "GOMP_CPU_AFFINITY", "PYCANN_OMP_BIND", "OMP_NUM_THREADS",
-            "PYCANN_NUM_THREADS", "PYCANN_PROVIDERS")
-    env = {k: v for k, v in os.environ.items() if k not in drop}
-    out = subprocess.run([sys.executable, "-c", _CASES, str(model), str(tmp_path / "x.npy"), case], capture_output=True,
-                         text=True, env=env, check=True, timeout=300).stdout.strip().splitlines()[-1]
-    got = json.loads(out)
-    if got == "NOLIB":
-        pytest.skip("libdnnl.so.3 is not installed")
-    want = ort.InferenceSession(str(model), providers=["CPUExecutionProvider"]).run(None, {"x": x})[0]
+    got, want = _run(tmp_path, _CASES, case)
     for y in got["y"]:
         np.testing.assert_allclose(np.array(y, np.float32), want, rtol=1e-4, atol=1e-4)
     return got
