@@ -192,17 +192,15 @@ class Plan:
         self._fast = self._generate(set(s for s, _ in consts))
         const_slots = {s for s, _ in consts}
         self.const_outputs = {i for i, s in enumerate(self.output_slots) if s in const_slots}
+        algos = [algorithm.of(st.attrs) for st in self.steps]
+        # a shape-generic plan's MatMul/Conv with no recorded algorithm picks oneDNN or torch per call
+        dispatched = memory is None and runtime_openmp(st.node.op_type for st, a in zip(self.steps, algos) if a is None)
         # kernels bound to oneDNN (LayerNorm, attention, pooling) say so themselves (``threads``)
-        self.torch_pool = uses_openmp(algorithm.of(st.attrs) for st in self.steps) \
-            or any(st.openmp for st in self.steps) \
-            or (memory is None and runtime_openmp(st.node.op_type for st in self.steps
-                                                  if algorithm.of(st.attrs) is None))
+        self.torch_pool = uses_openmp(algos) or any(st.openmp for st in self.steps) or dispatched
         # torch's OpenMP pool may be created inside a run of these, so the caller is never pinned
         # around them (ge/run/executor._pinned_run: a pool made then would inherit the one CPU)
-        self.torch_kernels = any(a is not None and a.provider == "torch" for a in (algorithm.of(st.attrs)
-                                                                                 for st in self.steps)) \
-            or (memory is None and not available("onednn")
-                and runtime_openmp(st.node.op_type for st in self.steps if algorithm.of(st.attrs) is None))
+        self.torch_kernels = any(a is not None and a.provider == "torch" for a in algos) \
+            or (dispatched and not available("onednn"))
 
     def _generate(self, const_slots: set[int]) -> Callable[..., list[Any]] | None:
         """Straight-line Python for the whole plan: one local variable per slot, kernels, attrs

@@ -59,12 +59,12 @@ _CALLBACK = ctypes.CFUNCTYPE(None, ctypes.c_void_p)
 
 @dataclass
 class Pinning:
-    """The team that may be pinned: ``owner`` (``threading.get_ident`` of the thread whose libgomp team
-    it is), ``cpus`` (the process's CPUs at decision time, sorted; worker ``i`` runs on ``cpus[i]`` and the
-    owner on ``cpus[0]`` during pinned runs), ``team`` (threads, owner included), ``workers_pinned``
-    (whether the workers are on their CPUs now: they are let go again while other processes are busy)."""
+    """The team that may be pinned: ``cpus`` (the process's CPUs at decision time, sorted; worker ``i``
+    runs on ``cpus[i]`` and the owner, the thread whose libgomp team it is, on ``cpus[0]`` during pinned
+    runs), ``team`` (threads, owner included), ``workers_pinned`` (whether the workers are on their CPUs
+    now: they are let go again while other processes are busy), ``thread`` (the owner, to see it exit; the
+    owner itself knows it by a thread-local, ``_mine``)."""
 
-    owner: int
     cpus: tuple[int, ...]
     team: int
     workers_pinned: bool = False
@@ -132,7 +132,7 @@ def pinning() -> Pinning | None:
     with _lock:
         if not _decided and openmp.library() is not None:  # no libgomp yet: decide once one is loaded
             cpus = _eligible()
-            _state = _owned_here(Pinning(threading.get_ident(), cpus, len(cpus))) if cpus is not None else None
+            _state = _owned_here(Pinning(cpus, len(cpus))) if cpus is not None else None
             _decided = True
     return _state
 
@@ -154,7 +154,7 @@ def _owner(p: Pinning) -> Pinning | None:
         return None
     with _lock:
         if _state is p:  # the owner's team ended with it
-            _state = _owned_here(Pinning(threading.get_ident(), p.cpus, p.team))
+            _state = _owned_here(Pinning(p.cpus, p.team))
             return _state
     return None
 
