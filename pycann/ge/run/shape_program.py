@@ -97,7 +97,7 @@ def _axis0(node: Node, g: Graph, default: list[int] | None) -> bool:
     return axes is not None and list(axes) in ([0], [-1])
 
 
-def _binary(node: Node, a: Vec, b: Vec, g: Graph) -> Vec | None:
+def _binary(node: Node, a: Vec, b: Vec) -> Vec | None:
     if a.scalar or len(a.dims) == 1:
         a_dims = a.dims * (1 if b.scalar else len(b.dims))
     else:
@@ -168,7 +168,7 @@ def _track(node: Node, g: Graph, vals: dict[str, Vec]) -> Vec | None:
         return Vec(v.dims[slice(starts[0], ends[0])])
     if op in ("Add", "Sub", "Mul") and len(ins) == 2:
         w = vals.get(ins[1])
-        return _binary(node, v, w, g) if w is not None else None
+        return _binary(node, v, w) if w is not None else None
     return None
 
 
