@@ -2,7 +2,7 @@
 greedy steps, so every engine sees the same moments of a shared machine (memory bandwidth on a VM
 drifts by 2x within minutes, which one-process-per-cell runs cannot separate from a change).
 
-Model and loop as ``bench/dynamic.py --part decode`` (``gpt2_6l_kv``, a 32-token prompt, greedy
+Model and loop as ``bench/dynamic.py --part decode`` (``gpt2_6l_kv``, a 32-token prompt (``--prompt``), greedy
 steps); each worker keeps its own cache and tokens, and the table says whether they equal the
 first engine's. An engine is ``NAME[:VAR=VALUE,...][@ROOT]``: ``NAME`` one of bench/dynamic.py's
 (``ort``, ``openvino``, ``pycann`` = the atc-compiled .om, ``pycann_onnx`` = the .onnx compiled
@@ -33,7 +33,7 @@ import numpy as np
 REPO = pathlib.Path(__file__).resolve().parents[1]
 
 
-def _worker(name: str, root: str, batch: int) -> None:
+def _worker(name: str, root: str, batch: int, prompt: int) -> None:
     """Serve blocks of decode steps: read a step count per line, answer the step times (s) as JSON."""
     sys.path[:0] = [root, str(pathlib.Path(root) / "bench")]
     for m in [k for k in sys.modules if k == "pycann" or k.startswith("pycann.")]:
@@ -41,7 +41,7 @@ def _worker(name: str, root: str, batch: int) -> None:
     import dynamic  # bench/dynamic.py of that tree
 
     run, _ = dynamic.engine(name, dynamic.MODELS / "gpt2_6l_kv.onnx")
-    ids = np.random.default_rng(0).integers(0, dynamic.VOCAB, (batch, 32)).astype(np.int64)
+    ids = np.random.default_rng(0).integers(0, dynamic.VOCAB, (batch, prompt)).astype(np.int64)
     past = [np.zeros((batch, dynamic.HEADS, 0, dynamic.HEAD_DIM), np.float32) for _ in range(2 * dynamic.LAYERS)]
     out = run([ids, *past])
     tokens: list[list[int]] = []
@@ -60,14 +60,14 @@ def _worker(name: str, root: str, batch: int) -> None:
     print(json.dumps(tokens), flush=True)
 
 
-def _spawn(spec: str, batch: int) -> subprocess.Popen[str]:
+def _spawn(spec: str, batch: int, prompt: int) -> subprocess.Popen[str]:
     rest, _, root = spec.partition("@")
     name, _, env_s = rest.partition(":")
     env = dict(os.environ)
     for kv in filter(None, env_s.split(",")):
         k, _, v = kv.partition("=")
         env[k] = v
-    p = subprocess.Popen([sys.executable, __file__, "--worker", name, root or str(REPO), str(batch)],
+    p = subprocess.Popen([sys.executable, __file__, "--worker", name, root or str(REPO), str(batch), str(prompt)],
                          stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, env=env, cwd=REPO)
     assert p.stdout is not None and p.stdout.readline().strip() == "ready", f"{spec}: worker did not start"
     return p
@@ -84,17 +84,18 @@ def main(argv: Sequence[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("engines", nargs="*", help="NAME[:VAR=VALUE,...][@ROOT]; the first is the reference")
     ap.add_argument("--batch", type=int, default=1)
+    ap.add_argument("--prompt", type=int, default=32, help="prompt tokens before the measured steps (the past length)")
     ap.add_argument("--block", type=int, default=4, help="steps an engine runs per turn")
     ap.add_argument("--rounds", type=int, default=40, help="turns per engine (steps = block x rounds)")
     ap.add_argument("--gap", type=float, default=0.05, help="idle seconds between turns (spinning pools settle)")
-    ap.add_argument("--worker", nargs=3, help=argparse.SUPPRESS)
+    ap.add_argument("--worker", nargs=4, help=argparse.SUPPRESS)
     a = ap.parse_args(argv)
     if a.worker:
-        _worker(a.worker[0], a.worker[1], int(a.worker[2]))
+        _worker(a.worker[0], a.worker[1], int(a.worker[2]), int(a.worker[3]))
         return 0
     if not a.engines:
         ap.error("name at least one engine")
-    procs = {e: _spawn(e, a.batch) for e in a.engines}
+    procs = {e: _spawn(e, a.batch, a.prompt) for e in a.engines}
     times: dict[str, list[float]] = {e: [] for e in a.engines}
     n = len(a.engines)
     for r in range(a.rounds):
@@ -111,7 +112,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     load = os.getloadavg()[0]
     print(f"# {' '.join(['bench/decode_interleaved.py', *(argv or sys.argv[1:])])}  "
           f"({time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}, load {load:.1f})\n")
-    print(f"gpt2_6l_kv, batch {a.batch}, {a.block * a.rounds} steps per engine in turns of {a.block}\n")
+    print(f"gpt2_6l_kv, batch {a.batch}, prompt {a.prompt}, {a.block * a.rounds} steps per engine in turns of {a.block}\n")
     print(f"| engine | ms/token median | p10 | vs {ref} | tokens = {ref} |")
     print("|---|---:|---:|---:|---|")
     for e in a.engines:

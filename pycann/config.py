@@ -47,6 +47,11 @@ PYCANN_OMP_BIND             auto         ``auto``: when the OpenMP team is exact
                                          after): ``kernels/providers/omp_affinity.py``; ``off``: never
                                          (``on``/``1`` mean auto, ``0`` off). The user's ``OMP_PROC_BIND``/
                                          ``OMP_PLACES``/``GOMP_CPU_AFFINITY`` win
+PYCANN_KV_CACHE             auto         ``auto``: on the shape-generic plan a KV cache's
+                                         ``present = Concat(past, new)`` appends in place to a buffer
+                                         ``present`` is a read-only view of (no copy of the past per
+                                         decode step: ``kernels/kv_cache.py``); ``off``: Concat as
+                                         written (``on``/``1`` mean auto, ``0`` off)
 PYCANN_ADAPTIVE_THREADS     on           ``on``: while other processes keep this process's CPUs busy, a
                                          plan runs on fewer OpenMP threads (a plan bound for that
                                          team, built in the background: ``ge/run/contention.py``);
@@ -79,7 +84,7 @@ from pycann.errors import PycannError
 __all__ = ["ConfigError", "OMP_WAIT_POLICIES", "PlanBuild", "PlanCacheConfig", "PlanPolicy", "adaptive_threads",
            "apply_omp_num_threads",
            "apply_omp_wait_policy",
-           "hccl_check", "omp_bind", "omp_wait_policy", "user_omp_binding", "parse_bytes", "plan_cache_config", "torch_kernels", "tune_bank_dir"]
+           "hccl_check", "kv_cache", "omp_bind", "omp_wait_policy", "user_omp_binding", "parse_bytes", "plan_cache_config", "torch_kernels", "tune_bank_dir"]
 
 
 class ConfigError(PycannError, ValueError):
@@ -338,6 +343,16 @@ def omp_bind() -> str:
     if raw not in ("", "auto", "off", "on", "1", "0"):
         raise ConfigError(f"PYCANN_OMP_BIND={raw!r}: expected auto (pin the OpenMP team while a plan runs, when it "
                           "is exactly this process's CPUs; also on or 1) or off (also 0)")
+    return "off" if raw in ("off", "0") else "auto"
+
+
+def kv_cache() -> str:
+    """``PYCANN_KV_CACHE``: ``auto`` (default, also when unset; ``on`` and ``1`` too) or ``off`` (``0``).
+    Raises ``ConfigError``; read when a model builds its shape-generic plan (``ge/run/executor``)."""
+    raw = _env("PYCANN_KV_CACHE").strip().lower()
+    if raw not in ("", "auto", "off", "on", "1", "0"):
+        raise ConfigError(f"PYCANN_KV_CACHE={raw!r}: expected auto (a KV cache's Concat appends in place to a "
+                          "buffer its present output is a view of; also on or 1) or off (Concat copies; also 0)")
     return "off" if raw in ("off", "0") else "auto"
 
 

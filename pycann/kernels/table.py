@@ -18,7 +18,7 @@ import importlib
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-from pycann.kernels import conv, fused, gemm
+from pycann.kernels import conv, fused, gemm, kv_cache
 from pycann.ops.opdef import Kernel, OpDef, OutKernel, ScopedKernel
 
 
@@ -41,6 +41,8 @@ KERNELS: Mapping[tuple[str, str], OpKernels] = {
     ("pycann", "FusedConvTranspose"): OpKernels(fused.k_fused_conv_transpose),
     ("pycann", "FusedMatMul"): OpKernels(fused.k_fused_matmul, fused.out_fused_matmul),
     ("pycann", "FusedAttention"): OpKernels(fused.k_attention),
+    # a KV cache appended in place (a view of its buffer): no ``into``, its output is never an arena view
+    ("pycann", "CacheAppend"): OpKernels(kv_cache.k_cache_append),
 }
 # Kernels whose module loads when a plan first asks for them (``run_kernel``, at plan build, not per
 # call): the int8 kernels (kernels/quant.py, the oneDNN and PyTorch int8 providers, the quantized

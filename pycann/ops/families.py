@@ -15,6 +15,7 @@ FAMILY_OPS: dict[str, dict[str, tuple[str, ...]]] = {
     "fused_deconv": {"pycann": ("FusedConvTranspose",)},
     "channel_shuffle": {"pycann": ("ChannelShuffle",)},
     "shape_of": {"pycann": ("ShapeOf",)},
+    "cache_append": {"pycann": ("CacheAppend",)},
     "quant_conv": {"pycann": ("QuantConv",)},
     "quant_matmul": {"pycann": ("QuantMatMul",)},
     "math_misc": {"": ("BitCast", "CumProd", "Det", "MaxUnpool", "TensorScatter", "DeformConv")},

@@ -14,7 +14,7 @@ import warnings
 import numpy as np
 import pytest
 
-from pycann.config import PlanCacheConfig, PlanPolicy
+from pycann.config import ConfigError, PlanCacheConfig, PlanPolicy
 from pycann.ge.compile.compiler import compile_model
 from pycann.ge.run.model import LoadedModel
 
@@ -103,3 +103,54 @@ def test_generic_plan_runs_the_shape_arithmetic_as_shape_of_steps(kv_model: byte
     assert generic.count("ShapeOf") >= 2 * LAYERS and "Shape" not in generic
     assert len(generic) < len(compiled) - compiled.count("Shape") * 2
     assert compiled.count("Shape") > 0 and "ShapeOf" not in compiled  # the compiled graph is untouched
+
+
+def _ort_run(kv_model: bytes):  # type: ignore[no-untyped-def]
+    sess = ort.InferenceSession(kv_model, providers=["CPUExecutionProvider"])
+    names = [i.name for i in sess.get_inputs()]
+    return lambda f: sess.run(None, dict(zip(names, f)))
+
+
+def test_present_is_appended_in_place_on_the_generic_plan(kv_model: bytes) -> None:
+    """``present = Concat(past, new)`` runs as CacheAppend (ge/run/kv_alias.py): each step's presents
+    are read-only views of the buffers the previous step's were (no copy of the past), with ORT's
+    values; continuing an older past twice (beam search) gives ORT's values for both branches."""
+    lm = LoadedModel.from_compiled(compile_model(kv_model))
+    generic = [n.op_type for n in lm.executor.generic_plan().graph.nodes]
+    assert generic.count("CacheAppend") == 2 * LAYERS and "CacheAppend" not in [n.op_type for n in lm.graph.nodes]
+    ref = _ort_run(kv_model)
+    ids = np.random.default_rng(7).integers(0, VOCAB, (2, 6)).astype(np.int64)
+    past = [np.zeros((2, HEADS, 0, WIDTH // HEADS), np.float32) for _ in range(2 * LAYERS)]
+    out = lm.run([ids, *past])
+    history = [out]
+    for step in range(5):
+        nxt = out[0][:, -1].argmax(-1).astype(np.int64)[:, None]
+        got, want = lm.run([nxt, *out[1:]]), ref([nxt, *out[1:]])
+        for g, w in zip(got, want):
+            np.testing.assert_allclose(g, w, rtol=1e-4, atol=1e-5, err_msg=f"step {step}")
+        for g, prev in zip(got[1:], out[1:]):
+            assert np.shares_memory(g, prev) and not g.flags.writeable
+        assert got[0].flags.writeable and got[0].flags.c_contiguous  # the logits are an ordinary output
+        out = got
+        history.append(out)
+    fork = history[2]  # continued once already: a second continuation must not touch the first
+    for token in (3, 5):
+        nxt = np.full((2, 1), token, np.int64)
+        got, want = lm.run([nxt, *fork[1:]]), ref([nxt, *fork[1:]])
+        for g, w in zip(got, want):
+            np.testing.assert_allclose(g, w, rtol=1e-4, atol=1e-5, err_msg=f"fork token {token}")
+    for a, b in zip(history[3][1:], history[4][1:]):  # the later presents kept their rows
+        np.testing.assert_array_equal(a, b[:, :, : a.shape[2]])
+
+
+def test_kv_cache_off_keeps_concat(kv_model: bytes, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("PYCANN_KV_CACHE", "off")
+    lm = LoadedModel.from_compiled(compile_model(kv_model))
+    assert "CacheAppend" not in [n.op_type for n in lm.executor.generic_plan().graph.nodes]
+    ids = np.zeros((1, 3), np.int64)
+    out = lm.run([ids, *[np.zeros((1, HEADS, 0, WIDTH // HEADS), np.float32) for _ in range(2 * LAYERS)]])
+    out = lm.run([ids[:, :1], *out[1:]])
+    assert all(o.flags.writeable and o.flags.c_contiguous for o in out)
+    monkeypatch.setenv("PYCANN_KV_CACHE", "sometimes")
+    with pytest.raises(ConfigError, match="PYCANN_KV_CACHE='sometimes'"):
+        LoadedModel.from_compiled(compile_model(kv_model))

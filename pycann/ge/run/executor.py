@@ -16,12 +16,12 @@ from typing import Any, NamedTuple
 
 import numpy as np
 
-from pycann.config import ConfigError, PlanBuild, PlanCacheConfig, PlanPolicy, omp_bind
+from pycann.config import ConfigError, PlanBuild, PlanCacheConfig, PlanPolicy, kv_cache, omp_bind
 from pycann.errors import PycannError
 from pycann.ge.ir import Graph
 from pycann.ge.planning.candidates import INPLACE, arena_candidates, inplace_candidates
 from pycann.ge.planning.memory import MemoryPlan, plan_memory
-from pycann.ge.run import contention, shape_program
+from pycann.ge.run import contention, kv_alias, shape_program
 from pycann.ge.run.plan import Arena, Plan, PlanClosedError
 from pycann.ge.run.plan_builder import BackgroundBuilder
 from pycann.ge.run.plan_cache import CacheStats, PlanCache
@@ -88,6 +88,7 @@ class Executor:
         self.graph = graph
         self._specialize = specialize
         omp_bind()  # a bad PYCANN_OMP_BIND is reported when the model loads, not at its first call
+        self._kv_cache = kv_cache() == "auto"  # (PYCANN_KV_CACHE: read once, a bad value fails the load)
         cfg = config or PlanCacheConfig()
         if cache_size is not None:
             cfg = replace(cfg, max_plans=cache_size)
@@ -187,6 +188,8 @@ class Executor:
                     # (interim: it serves a new signature only until a builder thread made its plan)
                     # its shape arithmetic as one step per value it feeds (ge/run/shape_program.py)
                     graph, _ = shape_program.collapse(self.graph)
+                    if self._kv_cache:  # KV caches appended in place (ge/run/kv_alias.py)
+                        graph, _ = kv_alias.alias(graph)
                     self._generic = Plan(graph, release=self.release_pages, generic_bind=True,
                                          interim=self._in_background())
         return self._generic

@@ -25,6 +25,7 @@ from pycann.ge.ir import Graph
 from pycann.ge.run.executor import Executor
 from pycann.ge.run.plan_cache import CacheStats
 from pycann.ge.run.specializer import Specializer, compiled_plan_holds
+from pycann.kernels import kv_cache
 from pycann.profiler import hooks
 from pycann.runtime.host_allocator import keep_freed_memory
 
@@ -67,13 +68,14 @@ def _info(name: str, d: TensorDesc | None) -> TensorInfo:
 
 
 def _owned(o: Any) -> Any:
-    """``o`` with read-only arrays copied; sequences (lists) element-wise, empty optionals (None) as is."""
+    """``o`` with read-only arrays copied (but a KV cache view: kernels/kv_cache.py); sequences (lists) element-wise, empty optionals (None) as is."""
     if o is None:
         return None
     if isinstance(o, list):
         return [_owned(e) for e in o]
     o = np.asarray(o)
-    return o if o.flags.writeable else o.copy()
+    # a KV cache's ``present`` is read-only by design: the next step appends to its buffer in place
+    return o if o.flags.writeable or kv_cache.cache_view(o) else o.copy()
 
 
 def _container_feed(name: str, kind: str, x: Any) -> Any:

@@ -192,6 +192,11 @@ class Plan:
         self._fast = self._generate(set(s for s, _ in consts))
         const_slots = {s for s, _ in consts}
         self.const_outputs = {i for i, s in enumerate(self.output_slots) if s in const_slots}
+        # outputs of CacheAppend (ge/run/kv_alias.py): read-only views of a KV cache buffer that the
+        # next step's ``past`` is meant to be, handed out as they are (``_independent``)
+        made_by = {o: n for n in graph.nodes for o in n.outputs if o}
+        self.cache_outputs = {i for i, o in enumerate(graph.outputs)
+                              if o in made_by and (made_by[o].domain, made_by[o].op_type) == ("pycann", "CacheAppend")}
         algos = [algorithm.of(st.attrs) for st in self.steps]
         # a shape-generic plan's MatMul/Conv with no recorded algorithm picks oneDNN or torch per call
         dispatched = memory is None and runtime_openmp(st.node.op_type for st, a in zip(self.steps, algos) if a is None)
@@ -333,9 +338,11 @@ class Plan:
             self._give_back(arena)
         if outer_env is None:
             # callers get C-order arrays, as from ONNX Runtime (a channels-last chain may end here)
-            outs = [np.ascontiguousarray(o) if isinstance(o, np.ndarray) and not o.flags.c_contiguous else o
-                    for o in outs]
-            outs = _independent(outs, feeds, self.const_outputs)
+            # (a KV cache's ``present`` stays the strided view of its buffer: kernels/kv_cache.py)
+            cache = self.cache_outputs
+            outs = [np.ascontiguousarray(o) if isinstance(o, np.ndarray) and not o.flags.c_contiguous
+                    and i not in cache else o for i, o in enumerate(outs)]
+            outs = _independent(outs, feeds, self.const_outputs, cache)
         return outs
 
     def _run(self, feeds: Sequence[np.ndarray], outer_env: dict[str, Any] | None, arena: Arena | None) -> list[np.ndarray]:
@@ -427,11 +434,14 @@ class Plan:
         )
 
 
-def _independent(outs: list[Any], feeds: Sequence[Any], const_outputs: set[int]) -> list[Any]:
+def _independent(outs: list[Any], feeds: Sequence[Any], const_outputs: set[int],
+                 cache_outputs: set[int]) -> list[Any]:
     """Outputs the caller may modify freely, as ONNX Runtime's are: a constant of the plan (the
     same array every run), a view of a feed (Identity, Reshape of an input) or an array already
     returned earlier in the list (an output listed twice) is copied. (Runs on every call: arrays
-    owning their memory, the usual case, are settled by identity checks alone.)"""
+    owning their memory, the usual case, are settled by identity checks alone.) The outputs in
+    ``cache_outputs`` are read-only views of a KV cache buffer that may share a feed's memory by
+    design (kernels/kv_cache.py): only a second listing of one is copied."""
     feed_ids = {id(f) for f in feeds}
     seen: set[int] = set()
     views: list[np.ndarray] = []  # earlier outputs that do not own their memory
@@ -440,6 +450,8 @@ def _independent(outs: list[Any], feeds: Sequence[Any], const_outputs: set[int])
         if isinstance(o, np.ndarray):
             if i in const_outputs or id(o) in seen:
                 o = o.copy()
+            elif i in cache_outputs:
+                pass
             elif o.base is None:
                 # owns its memory: only a feed itself, or the base of an earlier view, can alias it
                 if id(o) in feed_ids or any(np.may_share_memory(o, v) for v in views):
