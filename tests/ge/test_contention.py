@@ -239,3 +239,120 @@ def test_quiet_needs_two_windows_with_others_at_most_quiet() -> None:
     s.load = (2.0, 1.9)
     assert g.quiet() is False  # the busy window is still one of the last two
     assert g.quiet() is True
+
+
+# ------------------------------------------------------------------ overlap: run-queue delay during runs
+class Delays:
+    """A scripted run-delay source: the seconds this process's threads have waited so far (``total``)."""
+
+    def __init__(self) -> None:
+        self.total = 0.0
+
+    def __call__(self) -> float:
+        return self.total
+
+
+def _measured_governor(monkeypatch: pytest.MonkeyPatch) -> tuple[ThreadGovernor, Script, Delays, list[float]]:
+    """A governor with scripted /proc/stat samples and run delays; ``clock[0]`` is its monotonic time."""
+    s, d, clock = Script(), Delays(), [100.0]
+    monkeypatch.setattr(contention.time, "monotonic", lambda: clock[0])
+    g = ThreadGovernor(s, 2, window=0.25, delays=d)
+    return g, s, d, clock
+
+
+def _window(g: ThreadGovernor, d: Delays, clock: list[float], rate: float, runs: int = 4, run_s: float = 0.01) -> int:
+    """One window: ``runs`` runs of ``run_s`` s whose threads wait ``rate`` s per s; returns the team of
+    the last run (as the executor asks: team first, then the probe)."""
+    team = 2
+    for _ in range(runs):
+        team = g.team(2)
+        tok = g.probe_begin(team == 2)
+        clock[0] += run_s
+        d.total += rate * run_s
+        if tok is not None:
+            g.probe_end(tok)
+        clock[0] += 0.05  # idle between runs
+    clock[0] = max(clock[0], g._next)  # the window closes at the next run's first question
+    return team
+
+
+def test_a_neighbour_taking_turns_keeps_the_full_team(monkeypatch: pytest.MonkeyPatch) -> None:
+    """/proc/stat shows a neighbour taking 1 CPU, but this process's threads never wait during its runs:
+    the neighbour runs while this one idles (two services taking turns). The full team stays."""
+    g, s, d, clock = _measured_governor(monkeypatch)
+    s.load = (2.0, 1.0)
+    teams = [_window(g, d, clock, rate=0.0) for _ in range(6)]
+    assert teams == [2] * 6
+    assert g.available is not None and g.available < 2 - contention.SLACK  # /proc/stat alone would shrink
+    assert g.delay_fraction == pytest.approx(0.0)
+    assert g.quiet() is True  # measured calm: pinning may go on
+
+
+def test_a_neighbour_running_during_the_runs_shrinks_the_team_and_probes(monkeypatch: pytest.MonkeyPatch) -> None:
+    g, s, d, clock = _measured_governor(monkeypatch)
+    s.load = (2.0, 1.0)
+    teams = [_window(g, d, clock, rate=0.7) for _ in range(4)]
+    assert teams[-1] == 1 and g.delay_fraction == pytest.approx(0.7)
+    assert g.quiet() is False
+    # the neighbour goes on: a reduced team's runs are not measured; one window in PROBE_EVERY runs the
+    # full team, still waits, and the team shrinks again
+    teams = [_window(g, d, clock, rate=0.7) for _ in range(2 * contention.PROBE_EVERY)]
+    assert 1 <= teams.count(2) <= 4 and teams[-1] == 1
+    # the neighbour now takes turns: the next probe sees no waiting and the full team stays
+    seen = [_window(g, d, clock, rate=0.0) for _ in range(contention.PROBE_EVERY + 3)]
+    assert seen[-3:] == [2, 2, 2]
+
+
+def test_windows_without_measured_runs_keep_the_verdict(monkeypatch: pytest.MonkeyPatch) -> None:
+    g, s, d, clock = _measured_governor(monkeypatch)
+    s.load = (2.0, 1.0)
+    [_window(g, d, clock, rate=0.7) for _ in range(3)]
+    assert g.team(2) == 1
+    for _ in range(3):  # idle windows: /proc/stat still sees the neighbour, nothing measured
+        clock[0] += 0.3
+        assert g.team(2) == 1
+
+
+def test_measuring_stops_after_measure_seconds_of_runs(monkeypatch: pytest.MonkeyPatch) -> None:
+    g, _s, d, clock = _measured_governor(monkeypatch)
+    g.team(2)
+    tokens = 0
+    for _ in range(20):
+        tok = g.probe_begin(True)
+        clock[0] += 0.01
+        if tok is not None:
+            tokens += 1
+            g.probe_end(tok)
+    assert tokens == round(contention.MEASURE / 0.01)
+    assert g.probe_begin(False) is None  # reduced-team runs are never measured
+
+
+def test_run_delay_reads_this_process(tmp_path: Path) -> None:
+    from pycann.ge.run.run_delay import RunDelay
+
+    rd = RunDelay()
+    if not rd.available:
+        pytest.skip("no /proc/self/task/*/schedstat here")
+    a = rd.read()
+    b = rd.read()
+    assert a is not None and b is not None and 0.0 <= a <= b
+    # a task folder written by hand: threads appear and end, the sum never jumps or goes back
+    tasks = tmp_path / "task"
+    for tid, delay in (("1", 500), ("2", 7000)):
+        (tasks / tid).mkdir(parents=True)
+        (tasks / tid / "schedstat").write_text(f"100 {delay} 3\n")
+    fake = RunDelay(str(tasks))
+    assert fake.available is False  # this thread's own file is not there: not usable
+    fake.available = True
+    assert fake.read() == 0.0  # threads seen for the first time add only what they wait from now on
+    (tasks / "2" / "schedstat").write_text("100 9000 4\n")
+    assert fake.read() == pytest.approx(2e-6)
+    (tasks / "3").mkdir()
+    (tasks / "3" / "schedstat").write_text("1 123456 1\n")
+    import shutil
+
+    shutil.rmtree(tasks / "1")
+    fake._listed = -1.0  # relist now
+    assert fake.read() == pytest.approx(2e-6)
+    (tasks / "3" / "schedstat").write_text("1 124456 1\n")
+    assert fake.read() == pytest.approx(3e-6)

@@ -16,6 +16,13 @@ softirq and steal, a VM's time taken by its host) and subtracts this process's o
 * the full team (the caller's ``omp_get_max_threads()``) while ``available >= full - SLACK``;
 * else ``max(1, round(available))`` threads, never more than ``full - 1``.
 
+Overlap: ``/proc/stat`` says how much CPU others took over a window, not whether they took it while this
+process ran. Where the kernel keeps per-thread run-queue delays (``ge/run/run_delay.py``), the governor
+also measures, over up to ``MEASURE`` s of full-team runs per window, how long this process's threads
+waited for a CPU per second of run: the team shrinks only while that is at least ``DELAY`` (two services
+taking turns on the CPUs keep their full teams), and a reduced team runs one window in ``PROBE_EVERY`` on
+the full team to measure again. Two measured windows without waiting also count as quiet for pinning.
+
 The reduction needs two windows in a row that show it (a compile or a short job beside the model does
 not rebuild plans); going back to the full team takes one. Reading ``/proc/stat`` costs ~20 us per
 window; a call between samples reads one clock. Where ``/proc/stat`` cannot be read (not Linux) the
@@ -32,6 +39,8 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
+from pycann.ge.run.run_delay import RunDelay
+
 __all__ = ["CpuSample", "ThreadGovernor", "governor", "read_sample", "team_for"]
 
 SLACK = 0.5  # CPUs others may take before the team shrinks (background noise, this process's other threads)
@@ -40,6 +49,13 @@ SLACK = 0.5  # CPUs others may take before the team shrinks (background noise, t
 # ~1.5 of 2 CPUs (others ~0.5, right at SLACK) where the same team unpinned left it ~1 (others ~0.9-1.0)
 QUIET = 0.25
 WINDOW = 0.25  # seconds between two samples
+# Run-queue delay of this process's threads per second of its full-team runs (ge/run/run_delay.py) at or
+# above which other processes are taken to overlap its runs: a 2-thread team beside a busy loop on 2 CPUs
+# measured 0.55-0.78, alone or beside a process taking turns with it ~0 (median; ~0.1 with some overlap)
+DELAY = 0.25
+MEASURE = 0.04  # seconds of full-team runs per window whose delay is measured (then no reads till the next)
+MIN_MEASURED = 0.008  # a window with fewer seconds of measured runs keeps the previous verdict
+PROBE_EVERY = 8  # windows on a reduced team before one runs the full team again to measure the overlap
 _BUSY_FIELDS = (0, 1, 2, 5, 6, 7)  # user nice system (idle iowait) irq softirq steal; guest is inside user
 
 
@@ -92,7 +108,8 @@ class ThreadGovernor:
     ``sampler`` returns a ``CpuSample`` (or None: no data, the full team); ``ncpu`` is how many CPUs it
     watches. Thread-safe: a caller that finds another thread sampling uses the current answer."""
 
-    def __init__(self, sampler: Callable[[], CpuSample | None], ncpu: int, window: float = WINDOW) -> None:
+    def __init__(self, sampler: Callable[[], CpuSample | None], ncpu: int, window: float = WINDOW,
+                 delays: Callable[[], float | None] | None = None) -> None:
         self._sampler = sampler
         self.ncpu = ncpu
         self.window = window
@@ -102,6 +119,16 @@ class ThreadGovernor:
         self._history: list[float] = []  # available CPUs of the last two windows
         self.available: float | None = None  # CPUs left by other processes, as the decision reads it
         self.samples = 0
+        # the run-delay evidence (module doc, "Overlap"): ``delays`` reads this process's threads' summed
+        # run-queue delay in seconds; without it /proc/stat alone decides (others are taken to overlap)
+        self._delays = delays
+        self._acc = [0.0, 0.0]  # this window's measured run delay and run time (s), full-team runs
+        self._acc_lock = threading.Lock()
+        self._overlap = delays is None  # the last measured window's verdict: others ran while this did
+        self._calm = 0  # measured windows in a row whose full-team runs did not wait (pinning may go on)
+        self._reduced = 0  # windows in a row answered with a smaller team
+        self._probe = False  # this window runs the full team to measure whether the overlap goes on
+        self.delay_fraction: float | None = None  # the last measured window's delay per second of run
 
     def contended(self) -> float | None:
         """The CPUs other processes leave to this one (a new sample when one is due) while that is
@@ -110,7 +137,9 @@ class ThreadGovernor:
         if time.monotonic() >= self._next:
             self._sample()
         avail = self.available
-        return avail if avail is not None and avail < self.ncpu - SLACK else None
+        if avail is None or avail >= self.ncpu - SLACK or not self._overlap or self._probe:
+            return None
+        return avail
 
     def quiet(self) -> bool:
         """Both of the last two windows saw other processes take at most ``QUIET`` CPUs (a new sample
@@ -119,7 +148,47 @@ class ThreadGovernor:
         if time.monotonic() >= self._next:
             self._sample()
         hist = self._history
-        return len(hist) == 2 and min(hist) >= self.ncpu - QUIET
+        if len(hist) != 2:
+            return False
+        # others took next to nothing, or took CPU only while this process waited (two measured windows)
+        return min(hist) >= self.ncpu - QUIET or (self._calm >= 2 and not self._overlap)
+
+    def probe_begin(self, full: bool) -> tuple[float, float] | None:
+        """Call before a run (``full``: on the full team); returns a token for ``probe_end`` while this
+        window still measures run delays, else None (no read: most runs)."""
+        if self._delays is None or not full or self._acc[1] >= MEASURE:
+            return None
+        d = self._delays()
+        return None if d is None else (time.monotonic(), d)
+
+    def probe_end(self, token: tuple[float, float]) -> None:
+        """Call after the run ``probe_begin`` returned ``token`` for: adds its delay and duration."""
+        assert self._delays is not None
+        d = self._delays()
+        if d is None:
+            return
+        wall = time.monotonic() - token[0]
+        with self._acc_lock:
+            self._acc[0] += max(0.0, d - token[1])
+            self._acc[1] += wall
+
+    def _verdict(self) -> None:
+        """At a window's end: the overlap verdict from its measured runs, and the reduced-team probe."""
+        with self._acc_lock:
+            (delay, ran), self._acc = self._acc, [0.0, 0.0]
+        if ran >= MIN_MEASURED:
+            self.delay_fraction = delay / ran
+            self._overlap = self.delay_fraction >= DELAY
+            self._calm = 0 if self._overlap else self._calm + 1
+        avail = self.available
+        reduced = avail is not None and avail < self.ncpu - SLACK and self._overlap and not self._probe
+        self._reduced = self._reduced + 1 if reduced else 0
+        # a smaller team leaves room for the neighbour, so its runs cannot show whether the neighbour
+        # still runs while this process does (taking turns with it now): every PROBE_EVERY windows one
+        # window runs the full team and measures
+        self._probe = self._delays is not None and self._reduced >= PROBE_EVERY
+        if self._probe:
+            self._reduced = 0
 
     def team(self, full: int) -> int:
         """Threads for a run whose full team is ``full`` (>= 1): ``full`` on a quiet machine, fewer while
@@ -146,6 +215,7 @@ class ThreadGovernor:
             self.samples += 1
             # shrink only when both windows saw the contention; grow back as soon as one is free
             self.available = max(self._history) if len(self._history) == 2 else None
+            self._verdict()
         finally:
             self._lock.release()
 
@@ -170,5 +240,7 @@ def governor() -> ThreadGovernor:
         with _governor_lock:
             if _governor is None:
                 cpus = _allowed_cpus()
-                _governor = ThreadGovernor(lambda: read_sample(cpus), len(cpus))
+                rd = RunDelay()
+                _governor = ThreadGovernor(lambda: read_sample(cpus), len(cpus),
+                                           delays=rd.read if rd.available else None)
     return _governor

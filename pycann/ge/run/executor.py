@@ -236,7 +236,22 @@ class Executor:
         if self._specialize is None:
             return _pinned_run(self.generic_plan(), feeds)
         sig, used = self._signature(feeds)
-        team = self._team() if self._governor is not None else None
+        gov = self._governor
+        if gov is None:
+            return self._dispatch(sig, used, feeds, None)
+        team = self._team()
+        token = gov.probe_begin(team is None)  # (None on most runs: no read)
+        if token is None:
+            return self._dispatch(sig, used, feeds, team)
+        try:
+            return self._dispatch(sig, used, feeds, team)
+        finally:
+            gov.probe_end(token)
+
+    def _dispatch(self, sig: Signature, used: list[int], feeds: Sequence[np.ndarray],
+                  team: int | None) -> list[np.ndarray]:
+        """``run`` after the team is known: a reduced-team plan, the cached plan of ``sig``, the generic
+        plan while ``sig``'s is built, or a plan built now."""
         if team is not None:
             outs = self._run_team(sig, used, feeds, team)
             if outs is not None:
