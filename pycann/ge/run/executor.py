@@ -186,13 +186,18 @@ class Executor:
                 if self._generic is None:
                     # constant-weight GEMMs bound once (packed weights, a primitive per row count)
                     # (interim: it serves a new signature only until a builder thread made its plan)
-                    # its shape arithmetic as one step per value it feeds (ge/run/shape_program.py)
-                    graph, _ = shape_program.collapse(self.graph)
-                    if self._kv_cache:  # KV caches appended in place (ge/run/kv_alias.py)
-                        graph, _ = kv_alias.alias(graph)
-                    self._generic = Plan(graph, release=self.release_pages, generic_bind=True,
+                    self._generic = Plan(self._generic_graph(), release=self.release_pages, generic_bind=True,
                                          interim=self._in_background())
         return self._generic
+
+    def _generic_graph(self) -> Graph:
+        """The graph of the shape-generic plan and of its twins bound for smaller teams: its shape
+        arithmetic as one step per value it feeds (ge/run/shape_program.py) and, unless
+        ``PYCANN_KV_CACHE=off``, its KV caches appended in place (ge/run/kv_alias.py)."""
+        graph, _ = shape_program.collapse(self.graph)
+        if self._kv_cache:
+            graph, _ = kv_alias.alias(graph)
+        return graph
 
     def prepare_generic(self) -> bool:
         """Build the shape-generic plan now (at model load) when new signatures will run on it:
@@ -372,8 +377,8 @@ class Executor:
         if isinstance(sig, tuple) and len(sig) == 2 and sig[0] == "generic":
             with self._generic_lock:
                 if sig[1] not in self._generic_teams:
-                    self._generic_teams[sig[1]] = Plan(self.graph, release=self.release_pages, generic_bind=True,
-                                                       interim=self._in_background())
+                    self._generic_teams[sig[1]] = Plan(self._generic_graph(), release=self.release_pages,
+                                                       generic_bind=True, interim=self._in_background())
             return
         with self._lock:
             if self._cache.peek(sig) is None:

@@ -1,0 +1,62 @@
+"""Adversarial checks of the KV cache appended in place on the shape-generic plan (ge/run/kv_alias.py,
+kernels/kv_cache.py) through the executor: every plan a new signature can run on appends in place
+(the contention twin too), and the values stay ONNX Runtime's."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from onnx import TensorProto, helper, numpy_helper
+
+from pycann.config import PlanCacheConfig, PlanPolicy
+from pycann.ge.compile.compiler import compile_model
+from pycann.ge.run.model import LoadedModel
+from pycann.kernels.providers import openmp
+from tests.ge.test_contention import Script, busy_neighbour  # noqa: F401 - the fixture
+from tests.ops.oracle import run_ort
+
+pytestmark = pytest.mark.usefixtures("default_providers")
+
+RNG = np.random.default_rng(11)
+H, D = 3, 8
+
+
+def _cache_model() -> object:
+    """past [B, H, P, D], x [B, H, N, D] -> present = Concat(past, x @ W, axis 2), y = Sum(present @ W)."""
+    w = numpy_helper.from_array(RNG.standard_normal((D, D)).astype(np.float32), "w")
+    nodes = [helper.make_node("MatMul", ["x", "w"], ["k"]),
+             helper.make_node("Concat", ["past", "k"], ["present"], axis=2),
+             helper.make_node("MatMul", ["present", "w"], ["pw"]),
+             helper.make_node("ReduceSum", ["pw"], ["y"], keepdims=0)]
+    g = helper.make_graph(nodes, "kv", [helper.make_tensor_value_info("past", TensorProto.FLOAT, ["B", H, "P", D]),
+                                        helper.make_tensor_value_info("x", TensorProto.FLOAT, ["B", H, "N", D])],
+                          [helper.make_tensor_value_info("present", TensorProto.FLOAT, ["B", H, "T", D]),
+                           helper.make_tensor_value_info("y", TensorProto.FLOAT, [])], [w])
+    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
+    m.ir_version = 8
+    return m
+
+
+def test_the_contention_twin_of_the_generic_plan_appends_in_place_too(busy_neighbour: Script) -> None:  # noqa: F811
+    """Beside a busy process a decode step runs the shape-generic plan's twin bound for fewer threads
+    (ge/run/contention.py). That twin was planned from the graph as compiled, with Concat: every step
+    copied the whole past again and the presents were writable C-order copies, unlike the full team's."""
+    m = _cache_model()
+    lm = LoadedModel.from_compiled(compile_model(m), plan_cache=PlanCacheConfig(policy=PlanPolicy.GENERIC,
+                                                                               adaptive_threads=True))
+    past = np.zeros((2, H, 0, D), np.float32)
+    x = RNG.standard_normal((2, H, 3, D)).astype(np.float32)
+    present, _ = lm.run([past, x])
+    full = openmp.max_threads()
+    if not full or full < 2:
+        pytest.skip("one OpenMP thread here: nothing to reduce")
+    assert lm.executor.wait_builds(timeout=120)
+    assert [p.team for p in lm.executor._generic_teams.values()] == [1]
+    for step in range(4):
+        x = RNG.standard_normal((2, H, 1, D)).astype(np.float32)
+        got, want = lm.run([present, x]), run_ort(m, {"past": present, "x": x})
+        for g, w in zip(got, want):
+            np.testing.assert_allclose(g, w, rtol=1e-4, atol=1e-4, err_msg=f"step {step}")
+        assert np.shares_memory(got[0], present) and not got[0].flags.writeable, f"step {step}: copied"
+        present = got[0]
+    assert lm.plan_cache_stats().team_runs == 4
