@@ -60,3 +60,32 @@ def test_the_contention_twin_of_the_generic_plan_appends_in_place_too(busy_neigh
         assert np.shares_memory(got[0], present) and not got[0].flags.writeable, f"step {step}: copied"
         present = got[0]
     assert lm.plan_cache_stats().team_runs == 4
+
+
+def _feature_model(axis: int) -> object:
+    """Not a KV cache: y = Concat(x, Relu(x)) of an image batch (DenseNet-style), a dynamic batch."""
+    nodes = [helper.make_node("Relu", ["x"], ["r"]), helper.make_node("Concat", ["x", "r"], ["y"], axis=axis)]
+    out = ["N", 6, 8, 8] if axis == 1 else ["M", 3, 8, 8]
+    g = helper.make_graph(nodes, "feat", [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["N", 3, 8, 8])],
+                          [helper.make_tensor_value_info("y", TensorProto.FLOAT, out)])
+    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
+    m.ir_version = 8
+    return m
+
+
+@pytest.mark.parametrize("axis", [1, 0])
+def test_a_concat_of_an_input_that_is_no_kv_cache_keeps_ort_outputs(axis: int) -> None:
+    """``Concat(x, Relu(x))`` returned as an output is no KV cache: its input is also read by Relu
+    (a past is read only through the Concat) and, on axis 1, its length on the axis is fixed (a past
+    grows). Rewritten to CacheAppend, the first call of each batch size (the shape-generic plan, policy
+    auto) returned a read-only, strided output holding a buffer of 3 + 3 + 64 channels (11.7x its
+    size), the second call of that size (a specialised plan) a writable C-order array."""
+    m = _feature_model(axis)
+    lm = LoadedModel.from_compiled(compile_model(m))
+    assert "CacheAppend" not in [n.op_type for n in lm.executor.generic_plan().graph.nodes]
+    for n in (2, 2, 3):
+        x = RNG.standard_normal((n, 3, 8, 8)).astype(np.float32)
+        (y,) = lm.run([x])
+        np.testing.assert_array_equal(y, run_ort(m, {"x": x})[0])
+        assert y.flags.writeable and y.flags.c_contiguous and (y.base is None or y.base.nbytes == y.nbytes)
+        y[:] = 0  # ORT's outputs are the caller's
