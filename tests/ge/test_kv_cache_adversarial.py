@@ -89,3 +89,34 @@ def test_a_concat_of_an_input_that_is_no_kv_cache_keeps_ort_outputs(axis: int) -
         np.testing.assert_array_equal(y, run_ort(m, {"x": x})[0])
         assert y.flags.writeable and y.flags.c_contiguous and (y.base is None or y.base.nbytes == y.nbytes)
         y[:] = 0  # ORT's outputs are the caller's
+
+
+def test_an_output_that_is_a_view_of_present_is_an_ordinary_output() -> None:
+    """``alias = Identity(present)`` listed before ``present``, a single head at batch 1 (the view is
+    C-contiguous, so the C-order conversion leaves it): ``alias`` was the read-only cache view itself
+    (model.py's ``_owned`` hands cache views out as they are) and ``present`` became the copy, so the
+    next step copied the past again. Only ``present`` is a cache view; ``alias`` is the caller's."""
+    nodes = [helper.make_node("Mul", ["x", "x"], ["k"]), helper.make_node("Concat", ["past", "k"], ["present"], axis=2),
+             helper.make_node("Identity", ["present"], ["alias"])]
+    shape = ["B", 1, "T", D]
+    g = helper.make_graph(nodes, "kv1", [helper.make_tensor_value_info("past", TensorProto.FLOAT, ["B", 1, "P", D]),
+                                         helper.make_tensor_value_info("x", TensorProto.FLOAT, ["B", 1, "N", D])],
+                          [helper.make_tensor_value_info("alias", TensorProto.FLOAT, shape),
+                           helper.make_tensor_value_info("present", TensorProto.FLOAT, shape)])
+    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
+    m.ir_version = 8
+    lm = LoadedModel.from_compiled(compile_model(m), plan_cache=PlanCacheConfig(policy=PlanPolicy.GENERIC))
+    present = np.zeros((1, 1, 0, D), np.float32)
+    for step in range(3):
+        x = RNG.standard_normal((1, 1, 2, D)).astype(np.float32)
+        alias, got = lm.run([present, x])
+        want = run_ort(m, {"past": present, "x": x})
+        np.testing.assert_array_equal(alias, want[0])
+        np.testing.assert_array_equal(got, want[1])
+        assert alias.flags.writeable and not np.shares_memory(alias, got)
+        assert not got.flags.writeable
+        if step:
+            assert np.shares_memory(got, present), "present appended in place"
+        alias[:] = 0
+        np.testing.assert_array_equal(got, want[1])
+        present = got

@@ -23,7 +23,7 @@ from pycann.ge.ir import Graph, free_names, node_reads
 from pycann.ge.planning.candidates import INPLACE
 from pycann.ge.planning.memory import MemoryPlan
 from pycann.ge.run.plan_steps import ARENA, NORMAL, SCOPED, Step
-from pycann.kernels import algorithm
+from pycann.kernels import algorithm, kv_cache
 from pycann.kernels.algorithm import INTERIM_CONV_TRANSPOSE, Algorithm
 from pycann.kernels.bind import PREPARE
 from pycann.kernels.bind_generic import PREPARE_GENERIC
@@ -441,7 +441,8 @@ def _independent(outs: list[Any], feeds: Sequence[Any], const_outputs: set[int],
     returned earlier in the list (an output listed twice) is copied. (Runs on every call: arrays
     owning their memory, the usual case, are settled by identity checks alone.) The outputs in
     ``cache_outputs`` are read-only views of a KV cache buffer that may share a feed's memory by
-    design (kernels/kv_cache.py): only a second listing of one is copied."""
+    design (kernels/kv_cache.py): only a second listing of one is copied, and any other output that
+    is a (read-only) view of a cache buffer (``Identity(present)`` listed first) is copied."""
     feed_ids = {id(f) for f in feeds}
     seen: set[int] = set()
     views: list[np.ndarray] = []  # earlier outputs that do not own their memory
@@ -452,6 +453,8 @@ def _independent(outs: list[Any], feeds: Sequence[Any], const_outputs: set[int],
                 o = o.copy()
             elif i in cache_outputs:
                 pass
+            elif cache_outputs and not o.flags.writeable and kv_cache.cache_view(o):
+                o = o.copy()  # a view of a ``present``, not one: the caller's, as ORT's outputs
             elif o.base is None:
                 # owns its memory: only a feed itself, or the base of an earlier view, can alias it
                 if id(o) in feed_ids or any(np.may_share_memory(o, v) for v in views):
