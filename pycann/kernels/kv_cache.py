@@ -22,10 +22,17 @@ Unlike ONNX Runtime's outputs, a ``present`` is therefore read-only and, when ``
 outermost dim of size > 1, not C-contiguous (CANN's IncreFlashAttention and ORT GenAI's
 ``past_present_share_buffer`` hand out a shared cache buffer the same way).
 
-Capacity: ``needed + max(needed // 4, RESERVE_ROWS)`` rows when a buffer is made, so a buffer
-serves ~``RESERVE_ROWS`` decode steps (or a quarter of its length) before the next copy; at most
-1.25x the cache plus ``RESERVE_ROWS`` rows is held, less than Concat's two live copies during a
-step.
+Capacity: ``needed + max(needed // 4, RESERVE_ROWS)`` rows when a buffer is made, so a buffer serves
+``RESERVE_ROWS`` decode steps (or a quarter of its length) before the next copy. It holds up to
+``RESERVE_ROWS`` rows more than a short cache uses (64 rows of a 6-layer 768-wide GPT-2: 2.4 MB for
+its 12 caches; of a 32-layer 4096-wide model, 64 MB against its 28 GB of weights) and 1.25x a long
+one.
+
+The buffer array itself is read-only too (its one writer, the append below, sets it writable for
+the write, under the buffer's lock): so ``present.flags.writeable = True`` raises instead of opening
+the shared rows to writes. ``torch.from_numpy(present)`` only warns and gives a writable tensor over
+the same memory: an in-place torch op on it changes the presents that share those rows (use
+``present.copy()``).
 """
 
 from __future__ import annotations
@@ -103,6 +110,17 @@ def _rows(nd: int, axis: int, start: int, stop: int) -> tuple[slice, ...]:
     return tuple(idx)
 
 
+def _write(owner: np.ndarray, b: _Buffer, rows: tuple[slice, ...], new: np.ndarray) -> None:
+    """``owner[rows] = new`` on the read-only buffer: writable only for the write, under its lock
+    (another buffer's writes never touch this flag; rows claimed by this call only)."""
+    with b.lock:
+        owner.flags.writeable = True
+        try:
+            owner[rows] = new
+        finally:
+            owner.flags.writeable = False
+
+
 def _view(owner: np.ndarray, b: _Buffer, rows: int) -> np.ndarray:
     v = owner[_rows(owner.ndim, b.axis, 0, rows)]
     v.flags.writeable = False
@@ -147,7 +165,7 @@ def k_cache_append(inputs: Sequence[Any], attrs: Mapping[str, Any]) -> list[np.n
                     if claimed:
                         b.filled = p + n
                 if claimed:  # rows p .. p+n are this call's alone: no view covers them yet
-                    buf[_rows(past.ndim, axis, p, p + n)] = new
+                    _write(buf, b, _rows(past.ndim, axis, p, p + n), new)
                     return [_view(buf, b, p + n)]
     nd = getattr(past, "ndim", 0)
     axis = normalize_axis(int(attrs["axis"]), nd, "CacheAppend: ")
@@ -162,7 +180,7 @@ def k_cache_append(inputs: Sequence[Any], attrs: Mapping[str, Any]) -> list[np.n
                 if claimed:
                     b.filled = p + n
             if claimed:
-                owner[_rows(nd, axis, p, p + n)] = new
+                _write(owner, b, _rows(nd, axis, p, p + n), new)
                 return [_view(owner, b, p + n)]
     need = p + n
     shape = list(past.shape)
@@ -170,6 +188,7 @@ def k_cache_append(inputs: Sequence[Any], attrs: Mapping[str, Any]) -> list[np.n
     owner = np.empty(shape, dtype=past.dtype)
     owner[_rows(nd, axis, 0, p)] = past
     owner[_rows(nd, axis, p, need)] = new
+    owner.flags.writeable = False  # (module doc: no view of it can be made writable)
     key = id(owner)
     b = _Buffer(weakref.ref(owner), axis, need, past.shape[:axis] + past.shape[axis + 1:])
     _LIVE[key] = b

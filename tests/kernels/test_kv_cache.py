@@ -40,6 +40,8 @@ def test_appends_in_place_and_every_view_keeps_its_rows() -> None:
         assert not v.flags.writeable and cache_view(v)
     with pytest.raises(ValueError, match="read-only"):
         views[-1][0][0, 0, 0, 0] = 1.0
+    with pytest.raises(ValueError, match="WRITEABLE"):  # the buffer is read-only too: no way to write the rows
+        views[-1][0].flags.writeable = True
 
 
 def test_an_older_past_fed_again_gets_a_copy_and_leaves_the_newer_view_alone() -> None:
@@ -55,6 +57,13 @@ def test_an_older_past_fed_again_gets_a_copy_and_leaves_the_newer_view_alone() -
     (pc,) = k_cache_append([pa[:, :, 1:], a], AX)  # a trimmed view (sliding window): copied too
     np.testing.assert_array_equal(pc, np.concatenate([pa[:, :, 1:], a], axis=2))
     assert pc.base is not pa.base
+
+
+def test_reserve_rows() -> None:
+    for need, cap in ((1, 65), (8, 72), (256, 320), (400, 500)):
+        (p,) = k_cache_append([np.zeros((1, 1, 0, 2), np.float32), np.ones((1, 1, need, 2), np.float32)], AX)
+        assert p.base.shape[2] == cap, need
+    assert RESERVE_ROWS == 64
 
 
 def test_growing_past_the_capacity_moves_to_a_new_buffer() -> None:
