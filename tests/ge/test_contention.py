@@ -356,3 +356,28 @@ def test_run_delay_reads_this_process(tmp_path: Path) -> None:
     assert fake.read() == pytest.approx(2e-6)
     (tasks / "3" / "schedstat").write_text("1 124456 1\n")
     assert fake.read() == pytest.approx(3e-6)
+
+
+def test_run_delay_in_a_forked_child_reads_the_childs_threads() -> None:
+    import os
+
+    from pycann.ge.run.run_delay import RunDelay
+
+    rd = RunDelay()
+    if not rd.available or not hasattr(os, "fork"):
+        pytest.skip("no /proc/self/task/*/schedstat or fork here")
+    rd.read()
+    parent = set(rd._fds)
+    r, w = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # the child: its own thread ids only
+        try:
+            rd.read()
+            ok = set(rd._fds) == set(os.listdir("/proc/self/task")) and not (set(rd._fds) & parent)
+            os.write(w, b"1" if ok else b"0")
+        finally:
+            os._exit(0)
+    os.close(w)
+    os.waitpid(pid, 0)
+    assert os.read(r, 1) == b"1"
+    os.close(r)

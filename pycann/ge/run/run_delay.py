@@ -16,7 +16,8 @@ on 2 CPUs waited 0.55-0.78 thread-seconds per second of run (MobileNetV2, GPT-2 
 taking turns ~0 (median).
 
 Reading: one ``pread`` of a file descriptor kept open per thread (~1 us each); the set of threads is
-listed again at most every ``RELIST`` seconds (threads come and go: builder, OpenMP workers).
+listed again at most every ``RELIST`` seconds (threads come and go: builder, OpenMP workers). A forked
+child drops the parent's descriptors (they name the parent's threads) and lists its own.
 Where the files cannot be read (not Linux, no ``CONFIG_SCHED_INFO``) ``RunDelay.available`` is False
 and the governor decides from ``/proc/stat`` alone, as before.
 """
@@ -26,11 +27,22 @@ from __future__ import annotations
 import os
 import threading
 import time
+import weakref
 
 __all__ = ["RELIST", "RunDelay"]
 
 RELIST = 0.25  # seconds between two listings of this process's threads
 _TASKS = "/proc/self/task"
+_INSTANCES: weakref.WeakSet[RunDelay] = weakref.WeakSet()
+
+
+def _after_fork_in_child() -> None:
+    for rd in list(_INSTANCES):
+        rd._forget()
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_after_fork_in_child)
 
 
 class RunDelay:
@@ -44,6 +56,17 @@ class RunDelay:
         self._gone = 0  # ns: threads that ended (their last value) minus threads' values when first seen
         self._last: dict[str, int] = {}
         self.available = self._probe()
+        _INSTANCES.add(self)
+
+    def _forget(self) -> None:
+        """In a forked child: the descriptors name the parent's threads; start over with the child's."""
+        for fd in self._fds.values():
+            try:
+                os.close(fd)
+            except OSError:
+                pass
+        self._fds, self._last, self._gone, self._listed = {}, {}, 0, -RELIST
+        self._lock = threading.Lock()  # (another parent thread may have held it at the fork)
 
     def _probe(self) -> bool:
         try:
