@@ -31,6 +31,7 @@ from typing import Any
 import numpy as np
 
 REPO = pathlib.Path(__file__).resolve().parents[1]
+N_POSITIONS = 1024  # gpt2_6l_kv's position table (scripts/torch_models.GPT2Config)
 
 
 def _worker(name: str, root: str, batch: int, prompt: int) -> None:
@@ -81,9 +82,11 @@ def _ask(p: subprocess.Popen[str], line: str) -> Any:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("engines", nargs="*", help="NAME[:VAR=VALUE,...][@ROOT]; the first is the reference")
-    ap.add_argument("--batch", type=int, default=1)
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
+                                 formatter_class=argparse.ArgumentDefaultsHelpFormatter)
+    ap.add_argument("engines", nargs="*", default=argparse.SUPPRESS, help="NAME[:VAR=VALUE,...][@ROOT], NAME one of ort, openvino, pycann (the "
+                    "atc-compiled .om), pycann_onnx (the .onnx compiled in the worker); the first is the reference")
+    ap.add_argument("--batch", type=int, default=1, help="sequences decoded together")
     ap.add_argument("--prompt", type=int, default=32, help="prompt tokens before the measured steps (the past length)")
     ap.add_argument("--block", type=int, default=4, help="steps an engine runs per turn")
     ap.add_argument("--rounds", type=int, default=40, help="turns per engine (steps = block x rounds)")
@@ -93,8 +96,17 @@ def main(argv: Sequence[str] | None = None) -> int:
     if a.worker:
         _worker(a.worker[0], a.worker[1], int(a.worker[2]), int(a.worker[3]))
         return 0
+    a.engines = getattr(a, "engines", [])  # (no "default: None" in --help)
     if not a.engines:
         ap.error("name at least one engine")
+    import dynamic  # bench/dynamic.py: the engine names
+
+    for e in a.engines:
+        if (name := e.partition("@")[0].partition(":")[0]) not in dynamic.ENGINES:
+            ap.error(f"engine {e!r}: {name!r} is not one of {', '.join(dynamic.ENGINES)}")
+    if not 1 <= a.prompt <= N_POSITIONS - a.block * a.rounds:
+        ap.error(f"--prompt {a.prompt}: the prompt needs at least 1 token, and prompt + block x rounds "
+                 f"({a.block * a.rounds}) steps at most gpt2_6l_kv's {N_POSITIONS} positions")
     procs = {e: _spawn(e, a.batch, a.prompt) for e in a.engines}
     times: dict[str, list[float]] = {e: [] for e in a.engines}
     n = len(a.engines)

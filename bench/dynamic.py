@@ -40,6 +40,7 @@ MODELS = pathlib.Path(os.environ.get("PYCANN_MODEL_DIR", str(pathlib.Path.home()
 CACHE = pathlib.Path.home() / ".cache" / "pycann" / "bench"
 LAYERS, HEADS, HEAD_DIM, VOCAB = 6, 12, 64, 50257
 Run = Callable[[list[np.ndarray]], list[np.ndarray]]
+ENGINES = ("ort", "openvino", "pycann", "pycann_onnx")
 
 
 def rss_mb() -> tuple[float, float]:
@@ -67,6 +68,8 @@ def _om(src: pathlib.Path) -> pathlib.Path:
 
 def engine(name: str, src: pathlib.Path) -> tuple[Run, Any]:
     """A run function ``feeds (model input order) -> outputs`` for engine ``name``, and its handle."""
+    if name not in ENGINES:  # a typo must not silently run pycann_onnx
+        raise ValueError(f"unknown engine {name!r}: expected one of {', '.join(ENGINES)}")
     if name == "ort":
         import onnxruntime as ort
 
@@ -225,15 +228,16 @@ def ocr_table(cells: list[dict[str, Any]]) -> str:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
+                                formatter_class=argparse.ArgumentDefaultsHelpFormatter)
     p.add_argument("--part", choices=("decode", "ocr", "both"), default="both")
-    p.add_argument("--engines", nargs="+", default=["ort", "openvino", "pycann"],
+    p.add_argument("--engines", nargs="+", default=["ort", "openvino", "pycann"], choices=ENGINES, metavar="ENGINE",
                    help="ort, openvino, pycann (.om by atc), pycann_onnx (.onnx compiled in process)")
-    p.add_argument("--batches", nargs="+", type=int, default=[1, 4])
-    p.add_argument("--steps", type=int, default=128)
-    p.add_argument("--rec-widths", type=int, default=52)
-    p.add_argument("--det-sizes", type=int, default=32)
-    p.add_argument("--rounds", type=int, default=3)
+    p.add_argument("--batches", nargs="+", type=int, default=[1, 4], help="decode batch sizes")
+    p.add_argument("--steps", type=int, default=128, help="greedy decode steps after the 32-token prompt")
+    p.add_argument("--rec-widths", type=int, default=52, help="PP-OCRv4 rec widths (48 x W)")
+    p.add_argument("--det-sizes", type=int, default=32, help="PP-OCRv4 det image sizes")
+    p.add_argument("--rounds", type=int, default=3, help="OCR rounds over the shapes")
     p.add_argument("--json", help="also write every cell (per-shape first and later ms) to this file")
     p.add_argument("--worker", nargs="+", help=argparse.SUPPRESS)
     a = p.parse_args(argv)
