@@ -54,7 +54,7 @@ WINDOW = 0.25  # seconds between two samples
 # measured 0.55-0.78, alone or beside a process taking turns with it ~0 (median; ~0.1 with some overlap)
 DELAY = 0.25
 MEASURE = 0.04  # seconds of full-team runs per window whose delay is measured (then no reads till the next)
-MIN_MEASURED = 0.008  # a window with fewer seconds of measured runs keeps the previous verdict
+MIN_MEASURED = 0.008  # a window with fewer seconds of measured runs keeps the previous verdict (its runs carry over)
 PROBE_EVERY = 8  # windows on a reduced team before one runs the full team again to measure the overlap
 _BUSY_FIELDS = (0, 1, 2, 5, 6, 7)  # user nice system (idle iowait) irq softirq steal; guest is inside user
 
@@ -159,7 +159,12 @@ class ThreadGovernor:
         if self._delays is None or not full or self._acc[1] >= MEASURE:
             return None
         d = self._delays()
-        return None if d is None else (time.monotonic(), d)
+        if d is None:
+            # no thread's delay could be read (the task folder unreadable, no descriptor left): that is
+            # no evidence of calm; decide from /proc/stat alone, as without the reader, till a read works
+            self._overlap, self._calm = True, 0
+            return None
+        return (time.monotonic(), d)
 
     def probe_end(self, token: tuple[float, float]) -> None:
         """Call after the run ``probe_begin`` returned ``token`` for: adds its delay and duration."""
@@ -175,7 +180,11 @@ class ThreadGovernor:
     def _verdict(self) -> None:
         """At a window's end: the overlap verdict from its measured runs, and the reduced-team probe."""
         with self._acc_lock:
-            (delay, ran), self._acc = self._acc, [0.0, 0.0]
+            delay, ran = self._acc
+            # fewer seconds than MIN_MEASURED carry over to the next windows (a short model called a few
+            # times a second): else no window would ever be measured and the verdict would never change
+            if ran >= MIN_MEASURED:
+                self._acc = [0.0, 0.0]
         if ran >= MIN_MEASURED:
             self.delay_fraction = delay / ran
             self._overlap = self.delay_fraction >= DELAY
