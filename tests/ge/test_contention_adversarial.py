@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from pycann.ge.run import run_delay
+from pycann.ge.run import contention, run_delay
 from pycann.ge.run.run_delay import RunDelay
 from tests.ge.test_contention import _measured_governor, _window
 
@@ -128,3 +128,46 @@ def test_an_unreadable_task_folder_falls_back_to_proc_stat(monkeypatch: pytest.M
         clock[0] = max(clock[0], g._next)
         teams.append(team)
     assert teams[-1] == 1 and g.quiet() is False, (teams, g.delay_fraction)
+
+
+# ------------------------------------------------------------------ fork
+def test_a_child_forked_while_another_thread_holds_the_governors_locks_does_not_hang(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """os.fork (multiprocessing's default start on Linux) while another thread is inside probe_end or a
+    sample: the child inherits the locks held, and its first measured run (probe_end) or sample waited
+    for ever. Its CPU time also starts again at 0, so the parent's last sample must not be kept."""
+    if not hasattr(os, "fork"):
+        pytest.skip("no fork here")
+    g, _s, d, _clock = _measured_governor(monkeypatch)
+    monkeypatch.setattr(contention, "_governor", g)
+    g.team(2)
+    tok = g.probe_begin(True)
+    assert tok is not None
+    held, release = threading.Event(), threading.Event()
+
+    def hold() -> None:
+        with g._acc_lock, g._lock:
+            held.set()
+            release.wait()
+
+    t = threading.Thread(target=hold)
+    t.start()
+    held.wait()
+    try:
+        pid = os.fork()
+        if pid == 0:  # the child: a hang ends in SIGALRM (status != 0)
+            code = 1
+            try:
+                import signal
+
+                signal.alarm(5)
+                g.probe_end(tok)
+                ok = g._lock.acquire(blocking=False)
+                code = 0 if ok and g._last is None else 2
+            finally:
+                os._exit(code)
+        _, status = os.waitpid(pid, 0)
+    finally:
+        release.set()
+        t.join()
+    assert os.waitstatus_to_exitcode(status) == 0
