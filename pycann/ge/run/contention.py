@@ -130,6 +130,13 @@ class ThreadGovernor:
         self._probe = False  # this window runs the full team to measure whether the overlap goes on
         self.delay_fraction: float | None = None  # the last measured window's delay per second of run
 
+    def _after_fork(self) -> None:
+        """In a forked child: locks another parent thread may have held at the fork are made anew, and
+        the parent's last sample is dropped (the child's CPU time starts again at 0)."""
+        self._lock, self._acc_lock = threading.Lock(), threading.Lock()
+        self._acc = [0.0, 0.0]
+        self._last, self._history, self.available, self._next = None, [], None, 0.0
+
     def contended(self) -> float | None:
         """The CPUs other processes leave to this one (a new sample when one is due) while that is
         fewer than all it may run on minus ``SLACK``; None on a quiet machine or without data. One
@@ -240,6 +247,17 @@ def team_for(available: float | None, full: int) -> int:
 
 _governor: ThreadGovernor | None = None
 _governor_lock = threading.Lock()
+
+
+def _after_fork_in_child() -> None:
+    global _governor_lock
+    _governor_lock = threading.Lock()
+    if _governor is not None:
+        _governor._after_fork()
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_after_fork_in_child)
 
 
 def governor() -> ThreadGovernor:
