@@ -336,24 +336,27 @@ def user_omp_binding() -> bool:
     return any(os.environ.get(v, "").strip() for v in ("OMP_PROC_BIND", "OMP_PLACES", "GOMP_CPU_AFFINITY"))
 
 
+def _auto_or_off(name: str, auto_means: str, off_means: str) -> str:
+    """An ``auto|off`` knob: ``auto`` when unset, ``auto``/``on``/``1``; ``off`` for ``off``/``0``;
+    ``ConfigError`` naming the variable and both meanings otherwise."""
+    raw = _env(name).strip().lower()
+    if raw not in ("", "auto", "off", "on", "1", "0"):
+        raise ConfigError(f"{name}={raw!r}: expected auto ({auto_means}; also on or 1) or off ({off_means}; also 0)")
+    return "off" if raw in ("off", "0") else "auto"
+
+
 def omp_bind() -> str:
     """``PYCANN_OMP_BIND``: ``auto`` (default, also when unset; ``on`` and ``1`` too) or ``off`` (``0``).
     Raises ``ConfigError``; a model reads it when it loads (``ge/run/executor.Executor``)."""
-    raw = _env("PYCANN_OMP_BIND").strip().lower()
-    if raw not in ("", "auto", "off", "on", "1", "0"):
-        raise ConfigError(f"PYCANN_OMP_BIND={raw!r}: expected auto (pin the OpenMP team while a plan runs, when it "
-                          "is exactly this process's CPUs; also on or 1) or off (also 0)")
-    return "off" if raw in ("off", "0") else "auto"
+    return _auto_or_off("PYCANN_OMP_BIND", "pin the OpenMP team while a plan runs, when it is exactly this "
+                        "process's CPUs", "never pin")
 
 
 def kv_cache() -> str:
     """``PYCANN_KV_CACHE``: ``auto`` (default, also when unset; ``on`` and ``1`` too) or ``off`` (``0``).
     Raises ``ConfigError``; read when a model builds its shape-generic plan (``ge/run/executor``)."""
-    raw = _env("PYCANN_KV_CACHE").strip().lower()
-    if raw not in ("", "auto", "off", "on", "1", "0"):
-        raise ConfigError(f"PYCANN_KV_CACHE={raw!r}: expected auto (a KV cache's Concat appends in place to a "
-                          "buffer its present output is a view of; also on or 1) or off (Concat copies; also 0)")
-    return "off" if raw in ("off", "0") else "auto"
+    return _auto_or_off("PYCANN_KV_CACHE", "a KV cache's Concat appends in place to a buffer its present output "
+                        "is a view of", "Concat copies")
 
 
 def adaptive_threads() -> bool:
