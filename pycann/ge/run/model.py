@@ -68,7 +68,8 @@ def _info(name: str, d: TensorDesc | None) -> TensorInfo:
 
 
 def _owned(o: Any) -> Any:
-    """``o`` with read-only arrays copied (but a KV cache view: kernels/kv_cache.py); sequences (lists) element-wise, empty optionals (None) as is."""
+    """``o`` with read-only arrays copied (not a KV cache's ``present``: kernels/kv_cache.py); sequences
+    (lists) element-wise, empty optionals (None) as is."""
     if o is None:
         return None
     if isinstance(o, list):

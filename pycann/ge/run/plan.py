@@ -194,7 +194,7 @@ class Plan:
         self.const_outputs = {i for i, s in enumerate(self.output_slots) if s in const_slots}
         # outputs of CacheAppend (ge/run/kv_alias.py): read-only views of a KV cache buffer that the
         # next step's ``past`` is meant to be, handed out as they are (``_independent``)
-        made_by = {o: n for n in graph.nodes for o in n.outputs if o}
+        made_by = graph.producers()
         self.cache_outputs = {i for i, o in enumerate(graph.outputs)
                               if o in made_by and (made_by[o].domain, made_by[o].op_type) == ("pycann", "CacheAppend")}
         algos = [algorithm.of(st.attrs) for st in self.steps]
