@@ -178,7 +178,8 @@ class _Plan:
                 raise
             self.mode = "sum"  # residual copied into the destination first
             pd = make()
-        pd = _own_kernels(pd, make, w_in)
+        kind = (transpose, group, tuple(w.shape), tuple(win.strides), tuple(win.dilations), self.mode, tuple(eltwise))
+        pd = _own_kernels(pd, make, w_in, kind)
         self.impl = pd.fast_impl()
         self.weights_md = pd.query_md(capi.QUERY_WEIGHTS_MD)
         self.weights = onednn_packed.packed(w, w_user, self.weights_md)  # once per model and layout
@@ -319,28 +320,39 @@ def _first_primitive(w: np.ndarray) -> bool:
     return True
 
 
-def _own_kernels(pd: capi.PrimitiveDesc, make: Any, w: np.ndarray | None = None) -> capi.PrimitiveDesc:
+# Problems (``_Plan``'s ``kind``: kind of primitive, weight shape, geometry, post-ops; no spatial
+# size) for which oneDNN offered no ``jit*`` implementation: its deconvolutions (brgemm ones only).
+# Their descriptors cost 1.5-8.5 ms each (PP-OCRv4 det's, AVX-512), so a new image size must not
+# make a second one just to learn that again.
+_no_jit: set[tuple[Any, ...]] = set()
+
+
+def _own_kernels(pd: capi.PrimitiveDesc, make: Any, w: np.ndarray | None = None,
+                 kind: tuple[Any, ...] | None = None) -> capi.PrimitiveDesc:
     """``pd``, or when its implementation keeps its kernels in oneDNN's global store
     (``_GLOBAL_KERNELS``) and this is not the first primitive of weight ``w`` (None: never
-    first), a fresh descriptor from ``make()`` moved to the first ``jit*`` implementation oneDNN
-    offers (``jit_dw``, ``jit_1x1``, ``jit``: same results, kernels owned by the primitive); ``pd``
-    itself when there is none."""
+    first), ``pd`` moved on to the first ``jit*`` implementation oneDNN offers (``jit_dw``,
+    ``jit_1x1``, ``jit``: same results, kernels owned by the primitive); when there is none, a
+    fresh descriptor from ``make()`` (the walk used ``pd`` up), remembered for ``kind``, whose
+    later shapes then keep their first descriptor without the walk."""
     impl = pd.impl_info()
     if not impl.startswith(_GLOBAL_KERNELS):
         return pd
     if w is not None and not impl.startswith("brdgmm") and _first_primitive(w):
         return pd
-    return _prefer(make, "jit") or pd
-
-
-def _prefer(make: Any, prefix: str) -> capi.PrimitiveDesc | None:
-    """A fresh descriptor from ``make()`` moved to the first implementation named ``prefix*``, or None."""
-    pd = make()
+    if kind is not None and kind in _no_jit:
+        return pd
     while pd.next_impl():
-        if pd.impl_info().startswith(prefix):
-            return pd  # type: ignore[no-any-return]
-    return None
+        if pd.impl_info().startswith("jit"):
+            return pd
+    if kind is not None:
+        _no_jit.add(kind)
+    return make()  # type: ignore[no-any-return]
 
+
+# Pointwise convs, and ConvTransposes whose kernel is their stride, not bound to one shape run as
+# matmuls with run-time dims (onednn_pointwise): no descriptor or JIT code per new input size.
+POINTWISE_ANY_SIZE = True
 
 # Plans by (weight identity, shapes, geometry, post-ops); None records a call oneDNN does not
 # implement (or only in its reference loops), which then runs in the numpy provider.
@@ -389,6 +401,13 @@ def conv_nhwc(x: np.ndarray, w: np.ndarray, b: np.ndarray | None, group: int, wi
     the numpy provider with the same epilogue in numpy.
     """
     post: Unary | Unaries | None = unary if unary is not None else RELU if relu else None
+    if POINTWISE_ANY_SIZE and native(x, w, win):
+        from pycann.kernels.providers import onednn_pointwise as pw
+
+        if pw.pointwise(w, group, win):
+            k = pw.plan(w, b is not None, post, residual is not None)
+            if k is not None:
+                return _deliver(k.run(x, _bias(b), residual, out), out)
     p = _plan(tuple(x.shape), w, b is not None, group, win, tuple(win.out), False, post, residual is not None) \
         if native(x, w, win) else None
     if p is None:
@@ -418,6 +437,13 @@ def conv_transpose_nhwc(x: np.ndarray, w: np.ndarray, b: np.ndarray | None, grou
     eltwise post-ops applied to the result (FusedConvTranspose's activation). Shapes oneDNN cannot
     express (output offsets beyond its padding rules) go to the numpy provider (then ``unary`` in
     numpy)."""
+    if POINTWISE_ANY_SIZE and _transpose_ok(x, w, win, out_sizes):
+        from pycann.kernels.providers import onednn_pointwise as pw
+
+        if pw.patch_deconv(w, group, win, tuple(x.shape), tuple(out_sizes)):
+            k = pw.patch_plan(w, b is not None, unary)
+            if k is not None:
+                return _deliver(k.run(x, _bias(b), out), out)
     p = _plan(tuple(x.shape), w, b is not None, group, win, tuple(out_sizes), True, unary, False) \
         if _transpose_ok(x, w, win, out_sizes) else None
     if p is None:

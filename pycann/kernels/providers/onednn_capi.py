@@ -77,7 +77,7 @@ __all__ = [
     "BINARY_ADD", "CONVOLUTION_DIRECT", "DECONVOLUTION_DIRECT", "Dims", "DnnlError", "ELTWISE", "ENGINE_CPU",
     "ExecArg", "F32", "FORMAT_ANY", "FORWARD_INFERENCE", "LAST_IMPL_REACHED", "MAX_NDIMS", "MEMORY_ALLOCATE",
     "Memory", "MemoryDesc", "POOLING", "Primitive", "PrimitiveDesc", "QUERY_DATA_TYPE", "QUERY_DIMS",
-    "QUERY_DST_MD", "QUERY_IMPL_INFO_STR", "QUERY_NDIMS_S32", "QUERY_WEIGHTS_MD", "SOFTMAX_ACCURATE",
+    "QUERY_DST_MD", "QUERY_IMPL_INFO_STR", "QUERY_NDIMS_S32", "QUERY_WEIGHTS_MD", "RUNTIME_DIM", "SOFTMAX_ACCURATE",
     "STREAM_DEFAULT", "SUCCESS", "USE_SCALE", "USE_SHIFT", "Version", "arg_post_op_src1", "check",
     "convolution_pd", "dense_strides", "dims", "engine", "layer_normalization_pd", "layout_strides",
     "library_candidates", "load", "matmul_pd", "open_library", "pooling_pd", "ptr", "reorder", "reorder_pd",
@@ -409,6 +409,8 @@ def matmul_pd(src: MemoryDesc, weights: MemoryDesc, bias: MemoryDesc | None, dst
     return PrimitiveDesc(h)
 
 
+RUNTIME_DIM = -(2**63)  # DNNL_RUNTIME_DIM_VAL (INT64_MIN, dnnl_types.h): a dim or stride given per execution
+
 SOFTMAX_ACCURATE = 0x30000  # dnnl_alg_kind_t dnnl_softmax_accurate (dnnl_types.h, v3.2)
 
 
@@ -477,6 +479,16 @@ class Primitive(_Owned):
     def execute(self) -> None:
         """Run the primitive on its bound memories (CPU stream: returns when done)."""
         st = self._execute(self.handle, self._stream, self.n, self.args)
+        if st:
+            raise DnnlError("dnnl_primitive_execute", st)
+        if self._wait is not None:
+            check(self._wait(self._stream), "dnnl_stream_wait")
+
+    def execute_on(self, args: Sequence[tuple[int, Memory]]) -> None:
+        """Run the primitive on these memories instead of the bound ones: a primitive made with
+        run-time dimensions (``RUNTIME_DIM``) gets memories of this call's concrete shapes."""
+        arr = (ExecArg * len(args))(*[ExecArg(a, m.handle) for a, m in args])
+        st = self._execute(self.handle, self._stream, len(args), arr)
         if st:
             raise DnnlError("dnnl_primitive_execute", st)
         if self._wait is not None:

@@ -1,0 +1,237 @@
+"""Pointwise convolutions (1x1 kernel, stride 1, no padding, one group) of any input size as one
+oneDNN matmul whose row count is a run-time dimension (``RUNTIME_DIM``).
+
+A channels-last activation of logical shape (N, C, *spatial) is, in memory, the row-major matrix
+(N * prod(spatial), C), and a pointwise conv is that matrix times the weight's transpose (C, M):
+ONNX Conv-11/22 with kernel 1 is exactly ``Y[n, m, p] = sum_c X[n, c, p] W[m, c] + B[m]``. The
+per-shape convolution primitive (``onednn._Plan``) costs a descriptor, JIT code and a first
+execution for every new image size, which is what the first call of a new shape pays on the
+shape-generic plan (PP-OCRv4 det has 42 pointwise convs of 64, rec 21 of 38; issue 15 item 3).
+This primitive is made once per weight (and OpenMP team) and serves every size: a call only wraps
+the input and output in memories of its row count. oneDNN keeps the generic GEMM kernels of a
+run-time-dims matmul (``gemm:jit``) process-wide and bounded, so new sizes add no code either.
+
+A ConvTranspose whose kernel equals its stride (2-D, no padding, one group: the upsampling of
+DB / FPN / U-Net heads) is the same product scattered into patches: every input pixel writes its
+own kh x kw output patch, ``Y[n, m, h*kh + i, w*kw + j] = sum_c X[n, c, h, w] W[c, m, i, j] + B[m]``
+(ConvTranspose-11/22 with nothing overlapping), so ``PatchDeconv`` runs one run-time-dims batched
+matmul per kernel row ``i`` straight into the strided rows of the channels-last output. Its
+descriptor alone would otherwise cost 1.5-8.5 ms for each new size (PP-OCRv4 det's two).
+
+Post-ops as the conv's: bias, then the residual (the ``sum`` post-op over an output pre-filled
+with it: a binary post-op takes no run-time dims), then the activation chain, i.e.
+``act(x @ W.T + b + residual)``. Used by ``onednn.conv_nhwc`` (convs not bound to one shape);
+the specialised plans keep their per-shape primitives (``bound_conv_nhwc``).
+"""
+
+from __future__ import annotations
+
+import math
+import threading
+import weakref
+from typing import Any
+
+import numpy as np
+
+from pycann.errors import OperandError
+from pycann.kernels.providers import onednn_capi as capi
+from pycann.kernels.providers import openmp
+from pycann.kernels.providers.native_args import address
+from pycann.kernels.providers.onednn import _cl_strides, _fits, empty_channels_last
+from pycann.kernels.providers.onednn_eltwise import Unaries, Unary, _chain
+from pycann.ops.nn.spatial import Window
+
+__all__ = ["PatchDeconv", "Pointwise", "patch_deconv", "patch_plan", "plan", "pointwise"]
+
+
+def pointwise(w: np.ndarray, group: int, win: Window) -> bool:
+    """True for a conv this module computes: one group, every kernel dim, stride 1 and pad 0, and
+    a float32 weight (M, C, 1, ...)."""
+    return group == 1 and all(k == 1 for k in win.kernel) and all(s == 1 for s in win.strides) \
+        and not any(win.pads_begin) and not any(win.pads_end) and w.dtype == np.float32 and w.ndim >= 3
+
+
+class Pointwise:
+    """The run-time-rows matmul of one pointwise weight (M, C, 1, ...), its bias / residual /
+    activation post-ops fixed."""
+
+    def __init__(self, w: np.ndarray, with_bias: bool, unary: Unary | Unaries | None, residual: bool) -> None:
+        m, c = int(w.shape[0]), int(w.shape[1])
+        rt = capi.RUNTIME_DIM
+        ops: list[tuple[Any, ...]] = [("sum", 1.0)] if residual else []
+        ops += [("eltwise", *u) for u in _chain(unary)]
+        # the weight's transpose (C, M), an own copy: the model's array must stay collectable (the
+        # plan table drops this plan when it goes), and a row-major B is gemm's plain layout
+        self.wt = np.ascontiguousarray(w.reshape(m, c).T)
+        wei = capi.MemoryDesc.strided((c, m), (m, 1))
+        self.bias_md = capi.MemoryDesc.strided((1, m), (m, 1)) if with_bias else None
+        pd = capi.matmul_pd(capi.MemoryDesc.strided((rt, c), (c, 1)), wei, self.bias_md,
+                            capi.MemoryDesc.strided((rt, m), (m, 1)), capi.Attr(ops))
+        self.impl = pd.fast_impl()
+        self.prim = capi.Primitive(pd, [])
+        self.m, self.c, self.residual = m, c, residual
+        self.wei = capi.Memory(wei, capi.ptr(self.wt))
+
+    def run(self, x: np.ndarray, b: np.ndarray | None, residual: np.ndarray | None,
+            out: np.ndarray | None = None) -> np.ndarray:
+        """The conv of float32 ``x`` (N, C, *spatial), any layout, as a channels-last array: ``out``
+        when it is one of the right shape and layout, else new. ``OperandError`` when ``x`` has
+        another channel count or the bias / residual do not fit."""
+        if x.ndim < 3 or x.shape[1] != self.c:
+            raise OperandError(f"pointwise conv bound for {self.c} input channels; got X {list(x.shape)}")
+        y_shape = (x.shape[0], self.m, *x.shape[2:])
+        x_strides, y_strides = _cl_strides(x.shape), _cl_strides(y_shape)
+        if not _fits(x, x_strides):
+            xc = empty_channels_last(x.shape)
+            np.copyto(xc, x)
+            x = xc
+        fits = out is not None and out.dtype == np.float32 and out.shape == y_shape and \
+            _fits(out, y_strides) and not np.may_share_memory(out, x)
+        y = out if fits and out is not None else empty_channels_last(y_shape)
+        if self.residual:
+            if residual is None:
+                raise OperandError("pointwise conv bound with a residual but none was given")
+            try:
+                np.copyto(y, residual)  # the "sum" post-op adds what the output holds
+            except ValueError as e:
+                raise OperandError(f"conv residual {list(residual.shape)} does not broadcast to the output "
+                                   f"{list(y_shape)}: {e}") from None
+        rows = math.prod(int(d) for d in y_shape) // self.m
+        xp = address("conv input X", x, tuple(x.shape), strides=x_strides)
+        yp = address("conv output Y", y, y_shape, strides=y_strides)
+        args = [(capi.ARG_SRC, capi.Memory(capi.MemoryDesc.strided((rows, self.c), (self.c, 1)), xp)),
+                (capi.ARG_WEIGHTS, self.wei),
+                (capi.ARG_DST, capi.Memory(capi.MemoryDesc.strided((rows, self.m), (self.m, 1)), yp))]
+        if self.bias_md is not None:
+            if b is None:
+                raise OperandError("pointwise conv bound with a bias but none was given")
+            args.append((capi.ARG_BIAS, capi.Memory(self.bias_md, address("conv bias B", b, (self.m,)))))
+        self.prim.execute_on(args)
+        return y
+
+
+def patch_deconv(w: np.ndarray, group: int, win: Window, x_shape: tuple[int, ...],
+                 out_sizes: tuple[int, ...]) -> bool:
+    """True for a ConvTranspose ``PatchDeconv`` computes (``win`` from ``conv_transpose_geometry``):
+    2-D, one group, kernel == stride, no dilation, no output offset, and output = input x stride."""
+    k = tuple(int(d) for d in w.shape[2:])
+    return group == 1 and len(k) == 2 and len(x_shape) == 4 and tuple(win.kernel) == k \
+        and tuple(win.strides) == k and all(d == 1 for d in win.dilations) and not any(win.pads_begin) \
+        and tuple(out_sizes) == (x_shape[2] * k[0], x_shape[3] * k[1]) and w.dtype == np.float32
+
+
+class PatchDeconv:
+    """The patch-scattering ConvTranspose of one weight (C, M, kh, kw), activation fixed."""
+
+    def __init__(self, w: np.ndarray, with_bias: bool, unary: Unary | Unaries | None) -> None:
+        c, m, kh, kw = (int(d) for d in w.shape)
+        cols = kw * m
+        # kernel row i as a (C, kw * M) matrix: column j * M + o holds W[c, o, i, j]
+        self.rows = np.ascontiguousarray(w.transpose(2, 0, 3, 1).reshape(kh, c, cols))
+        self.wei_md = capi.MemoryDesc.strided((1, c, cols), (c * cols, cols, 1))
+        self.bias_md = capi.MemoryDesc.strided((1, 1, cols), (cols, cols, 1)) if with_bias else None
+        self.attr_ops = [("eltwise", *u) for u in _chain(unary)]
+        self.c, self.m, self.kh, self.kw, self.cols = c, m, kh, kw, cols
+        self.weights = [capi.Memory(self.wei_md, capi.ptr(self.rows[i])) for i in range(kh)]
+        # oneDNN takes no run-time batch count beside a broadcast weight: one primitive per N * H
+        # (a generic GEMM's descriptor, ~0.1-1 ms, no JIT code of its own), run-time W and strides
+        self._prims: dict[int, capi.Primitive] = {}
+        self._lock = threading.Lock()
+        self.impl = self._primitive(1).pd.fast_impl()
+
+    def _primitive(self, batch: int) -> capi.Primitive:
+        with self._lock:
+            prim = self._prims.get(batch)
+            if prim is None:
+                rt = capi.RUNTIME_DIM
+                pd = capi.matmul_pd(capi.MemoryDesc.strided((batch, rt, self.c), (rt, self.c, 1)), self.wei_md,
+                                    self.bias_md, capi.MemoryDesc.strided((batch, rt, self.cols), (rt, self.cols, 1)),
+                                    capi.Attr(self.attr_ops))
+                pd.fast_impl()
+                if len(self._prims) >= _MAX_BATCHES:
+                    self._prims.clear()
+                prim = self._prims[batch] = capi.Primitive(pd, [])
+            return prim
+
+    def run(self, x: np.ndarray, b: np.ndarray | None, out: np.ndarray | None = None) -> np.ndarray:
+        """The ConvTranspose of float32 ``x`` (N, C, H, W), any layout, as a channels-last array
+        (``out`` when it is one of the right shape and layout). ``OperandError`` when ``x`` has
+        another channel count or the bias does not fit; ``DnnlError`` when oneDNN rejects it."""
+        if x.ndim != 4 or x.shape[1] != self.c:
+            raise OperandError(f"ConvTranspose bound for {self.c} input channels; got X {list(x.shape)}")
+        n, _, h, wd = (int(d) for d in x.shape)
+        y_shape = (n, self.m, h * self.kh, wd * self.kw)
+        x_strides, y_strides = _cl_strides(x.shape), _cl_strides(y_shape)
+        if not _fits(x, x_strides):
+            xc = empty_channels_last(x.shape)
+            np.copyto(xc, x)
+            x = xc
+        fits = out is not None and out.dtype == np.float32 and out.shape == y_shape and \
+            _fits(out, y_strides) and not np.may_share_memory(out, x)
+        y = out if fits and out is not None else empty_channels_last(y_shape)
+        bias = None
+        if self.bias_md is not None:
+            if b is None:
+                raise OperandError("ConvTranspose bound with a bias but none was given")
+            address("ConvTranspose bias B", b, (self.m,))  # (checked: float32, M values)
+            tiled = np.tile(b, self.kw)  # the bias of columns j * M + o
+            bias = (capi.ARG_BIAS, capi.Memory(self.bias_md, capi.ptr(tiled)))
+        prim = self._primitive(n * h)
+        xp = address("ConvTranspose input X", x, tuple(x.shape), strides=x_strides)
+        yp = address("ConvTranspose output Y", y, y_shape, strides=y_strides)
+        src = capi.Memory(capi.MemoryDesc.strided((n * h, wd, self.c), (wd * self.c, self.c, 1)), xp)
+        # output row h * kh + i of image n is batch n * H + h of kernel row i's product
+        dst_md = capi.MemoryDesc.strided((n * h, wd, self.cols), (self.kh * wd * self.cols, self.cols, 1))
+        for i in range(self.kh):
+            args = [(capi.ARG_SRC, src), (capi.ARG_WEIGHTS, self.weights[i]),
+                    (capi.ARG_DST, capi.Memory(dst_md, yp + i * wd * self.cols * 4))]
+            if bias is not None:
+                args.append(bias)
+            prim.execute_on(args)
+        return y
+
+
+_MAX_BATCHES = 64  # primitives per PatchDeconv (distinct N * H seen), then it starts over
+
+
+_patch_plans: dict[tuple[Any, ...], PatchDeconv | None] = {}
+
+
+def patch_plan(w: np.ndarray, with_bias: bool, unary: Unary | Unaries | None) -> PatchDeconv | None:
+    """The ``PatchDeconv`` of weight ``w`` (made on first use, dropped with ``w``), or None when
+    oneDNN does not offer it."""
+    key = (id(w), capi.ptr(w), w.shape, w.strides, with_bias, unary, openmp.team())
+    if key in _patch_plans:
+        return _patch_plans[key]
+    if len(_patch_plans) >= _MAX_PLANS:
+        _patch_plans.clear()
+    try:
+        p: PatchDeconv | None = PatchDeconv(w, with_bias, unary)
+    except capi.DnnlError:
+        p = None
+    weakref.finalize(w, _patch_plans.pop, key, None)
+    _patch_plans[key] = p
+    return p
+
+
+# By (weight identity, bias, activation, residual, team); None: oneDNN has no (non-reference)
+# implementation, the caller keeps its per-shape primitive.
+_plans: dict[tuple[Any, ...], Pointwise | None] = {}
+_MAX_PLANS = 512
+
+
+def plan(w: np.ndarray, with_bias: bool, unary: Unary | Unaries | None, residual: bool) -> Pointwise | None:
+    """The ``Pointwise`` of weight ``w`` with these post-ops (made on first use, dropped with ``w``),
+    or None when oneDNN does not offer it."""
+    key = (id(w), capi.ptr(w), w.shape, w.strides, with_bias, unary, residual, openmp.team())
+    if key in _plans:
+        return _plans[key]
+    if len(_plans) >= _MAX_PLANS:
+        _plans.clear()
+    try:
+        p: Pointwise | None = Pointwise(w, with_bias, unary, residual)
+    except capi.DnnlError:
+        p = None
+    weakref.finalize(w, _plans.pop, key, None)
+    _plans[key] = p
+    return p
