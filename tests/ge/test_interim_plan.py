@@ -1,7 +1,7 @@
 """The interim plan: the shape-generic plan that serves a vision model's new signatures while
-their own plans build in the background computes small ConvTransposes with numpy (no per-shape
-oneDNN deconvolution primitive, which costs more to create than the call) and larger ones as
-before. Values against ONNX Runtime on the first call, the calls before the build and after it."""
+their own plans build in the background computes small overlapping ConvTransposes with numpy (no
+per-shape oneDNN deconvolution primitive, which costs more to create than the call), larger ones
+and kernel-equals-stride ones (oneDNN's patch GEMM, no per-size primitive) as before. Values against ONNX Runtime on the first call, the calls before the build and after it."""
 
 from __future__ import annotations
 
@@ -40,18 +40,23 @@ def _model() -> object:
     return m
 
 
-def _spec(h: int, w: int) -> ConvSpec:
-    win, outs = conv_transpose_geometry((h, w), (2, 2), {"strides": [2, 2], "pads": [0, 0, 0, 0],
-                                                         "dilations": [1, 1], "kernel_shape": [2, 2]})
-    return ConvSpec("ConvTranspose", (1, C, h, w), (C, C, 2, 2), 1, win, tuple(outs), "float32")
+def _spec(h: int, w: int, k: int = 3) -> ConvSpec:
+    """A 3x3 stride-2 (overlapping) ConvTranspose, or with ``k=2`` the det head's 2x2 stride 2."""
+    win, outs = conv_transpose_geometry((h, w), (k, k), {"strides": [2, 2], "pads": [k - 2] * 4,
+                                                         "dilations": [1, 1], "kernel_shape": [k, k]})
+    return ConvSpec("ConvTranspose", (1, C, h, w), (C, C, k, k), 1, win, tuple(outs), "float32")
 
 
 def test_interim_choice_is_numpy_below_the_flops_bound_and_the_static_choice_above() -> None:
     small, large = _spec(8, 10), _spec(160, 160)
     bound = providers.INTERIM_NUMPY_FLOPS["ConvTranspose"]
-    assert small.flops < bound <= large.flops
+    assert small.flops < bound <= large.flops and not small.patches
     assert providers.resolve(INTERIM_CONV_TRANSPOSE, lambda: small).algo == NUMPY_COL2IM
     assert providers.resolve(INTERIM_CONV_TRANSPOSE, lambda: large) is providers.resolve(None, lambda: large)
+    # kernel == stride: the patch GEMM needs no per-size primitive, so it keeps the static choice
+    patch = _spec(8, 10, k=2)
+    assert patch.patches and patch.flops < bound
+    assert providers.resolve(INTERIM_CONV_TRANSPOSE, lambda: patch) is providers.resolve(None, lambda: patch)
 
 
 @pytest.mark.parametrize("build", [PlanBuild.BACKGROUND, PlanBuild.INLINE])

@@ -100,11 +100,28 @@ class ConvSpec:
         return self.op_type == "Conv" and all(k == 1 for k in self.win.kernel) and not self.win.padded
 
     @property
+    def patches(self) -> bool:
+        """A 2-D ConvTranspose whose kernel equals its stride (one group, no dilation, no output offset,
+        output = input x stride): every input pixel writes its own output patch, one GEMM with no
+        per-size primitive (``onednn_pointwise.PatchDeconv``)."""
+        return self.op_type == "ConvTranspose" and patch_geometry(self.w_shape, self.group, self.win, self.x_shape,
+                                                                  self.out_sizes)
+
+    @property
     def flops(self) -> int:
         """2 * multiply-adds."""
         if self.op_type == "Conv":
             return 2 * self.x_shape[0] * self.w_shape[0] * int(np.prod(self.out_sizes)) * int(np.prod(self.w_shape[1:]))
         return 2 * int(np.prod(self.x_shape)) * int(np.prod(self.w_shape[1:]))
+
+
+def patch_geometry(w_shape: Sequence[int], group: int, win: Window, x_shape: Sequence[int],
+                   out_sizes: Sequence[int]) -> bool:
+    """``ConvSpec.patches`` from the parts (``win`` from ``conv_transpose_geometry``; ConvTranspose-11/22)."""
+    k = tuple(int(d) for d in w_shape[2:])
+    return group == 1 and len(k) == 2 and len(x_shape) == 4 and tuple(win.kernel) == k \
+        and tuple(win.strides) == k and all(d == 1 for d in win.dilations) and not any(win.pads_begin) \
+        and tuple(out_sizes) == (x_shape[2] * k[0], x_shape[3] * k[1])
 
 
 @dataclass(frozen=True)
@@ -426,13 +443,16 @@ def candidates(spec: OpSpec, only: set[str] | None = None, approx: bool = False)
 # create and 0.04-0.6 ms to run at PP-OCRv4 det's 2x2-stride-2 shapes; numpy's col2im takes
 # 0.06 ms at 1 MFLOP, 0.55 ms at 6, 5 ms at 24. (Convolutions are not listed: their primitives
 # are created in 0.3-0.7 ms, about numpy's run, and numpy's made PP-OCRv4 rec's first calls slower.)
+# Kernel-equals-stride deconvolutions (det's) need no per-size primitive (``ConvSpec.patches``) and
+# keep oneDNN.
 INTERIM_NUMPY_FLOPS: dict[str, int] = {"ConvTranspose": 16_000_000}
 
 
 @lru_cache(maxsize=4096)
 def _interim_choice(spec: OpSpec) -> Implementation:
-    """numpy's implementation for ``spec`` below ``INTERIM_NUMPY_FLOPS``, else the static choice."""
-    if spec.flops < INTERIM_NUMPY_FLOPS.get(spec.op_type, 0):
+    """numpy's implementation for ``spec`` below ``INTERIM_NUMPY_FLOPS``, else the static choice
+    (always for a patch-scattering ConvTranspose: oneDNN's runs it with no per-size primitive)."""
+    if spec.flops < INTERIM_NUMPY_FLOPS.get(spec.op_type, 0) and not (isinstance(spec, ConvSpec) and spec.patches):
         return candidates(spec, only={"numpy"})[0]
     return _static_choice(spec)
 

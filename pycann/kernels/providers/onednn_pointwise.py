@@ -35,7 +35,7 @@ import numpy as np
 
 from pycann.errors import OperandError
 from pycann.kernels.providers import onednn_capi as capi
-from pycann.kernels.providers import openmp
+from pycann.kernels.providers import openmp, patch_geometry
 from pycann.kernels.providers.native_args import address
 from pycann.kernels.providers.onednn import _cl_strides, _fits, empty_channels_last
 from pycann.kernels.providers.onednn_eltwise import Unaries, Unary, _chain
@@ -113,11 +113,9 @@ class Pointwise:
 def patch_deconv(w: np.ndarray, group: int, win: Window, x_shape: tuple[int, ...],
                  out_sizes: tuple[int, ...]) -> bool:
     """True for a ConvTranspose ``PatchDeconv`` computes (``win`` from ``conv_transpose_geometry``):
-    2-D, one group, kernel == stride, no dilation, no output offset, and output = input x stride."""
-    k = tuple(int(d) for d in w.shape[2:])
-    return group == 1 and len(k) == 2 and len(x_shape) == 4 and tuple(win.kernel) == k \
-        and tuple(win.strides) == k and all(d == 1 for d in win.dilations) and not any(win.pads_begin) \
-        and tuple(out_sizes) == (x_shape[2] * k[0], x_shape[3] * k[1]) and w.dtype == np.float32
+    2-D, one group, kernel == stride, no dilation, no output offset, output = input x stride
+    (``providers.patch_geometry``), float32 weight."""
+    return w.dtype == np.float32 and patch_geometry(w.shape, group, win, x_shape, out_sizes)
 
 
 class PatchDeconv:
