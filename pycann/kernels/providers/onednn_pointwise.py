@@ -61,8 +61,10 @@ class Pointwise:
         ops: list[tuple[Any, ...]] = [("sum", 1.0)] if residual else []
         ops += [("eltwise", *u) for u in _chain(unary)]
         # the weight's transpose (C, M), an own copy: the model's array must stay collectable (the
-        # plan table drops this plan when it goes), and a row-major B is gemm's plain layout
-        self.wt = np.ascontiguousarray(w.reshape(m, c).T)
+        # plan table drops this plan when it goes), and a row-major B is gemm's plain layout.
+        # np.array(copy=True), not ascontiguousarray: with M == 1, C == 1 or a Fortran-order weight
+        # the transpose is already C-contiguous, and a view would keep the model's weight alive
+        self.wt = np.array(w.reshape(m, c).T, dtype=np.float32, order="C", copy=True)
         wei = capi.MemoryDesc.strided((c, m), (m, 1))
         self.bias_md = capi.MemoryDesc.strided((1, m), (m, 1)) if with_bias else None
         pd = capi.matmul_pd(capi.MemoryDesc.strided((rt, c), (c, 1)), wei, self.bias_md,
@@ -125,7 +127,9 @@ class PatchDeconv:
         c, m, kh, kw = (int(d) for d in w.shape)
         cols = kw * m
         # kernel row i as a (C, kw * M) matrix: column j * M + o holds W[c, o, i, j]
-        self.rows = np.ascontiguousarray(w.transpose(2, 0, 3, 1).reshape(kh, c, cols))
+        # (an own copy, as Pointwise's: for a 1x1 kernel, or C == M == 1, the transposed weight is
+        # already C-contiguous and ascontiguousarray would return a view keeping the model's array alive)
+        self.rows = np.array(w.transpose(2, 0, 3, 1).reshape(kh, c, cols), dtype=np.float32, order="C", copy=True)
         self.wei_md = capi.MemoryDesc.strided((1, c, cols), (c * cols, cols, 1))
         self.bias_md = capi.MemoryDesc.strided((1, 1, cols), (cols, cols, 1)) if with_bias else None
         self.attr_ops = [("eltwise", *u) for u in _chain(unary)]
