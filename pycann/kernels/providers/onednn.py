@@ -178,7 +178,13 @@ class _Plan:
                 raise
             self.mode = "sum"  # residual copied into the destination first
             pd = make()
-        kind = (transpose, group, tuple(w.shape), tuple(win.strides), tuple(win.dilations), self.mode, tuple(eltwise))
+        # only deconvolutions are remembered: none of oneDNN's f32 ones is a ``jit*`` implementation
+        # whatever the sizes, so the kind (no pads or spatial size) decides it. A convolution's jit
+        # kernel can refuse one geometry (pads >= kernel, tiny inputs) and take the next: a kind
+        # remembered from that one would leave every later shape of every same-shaped weight on
+        # brgconv and its process-wide kernel store (the growth ``_own_kernels`` exists to stop)
+        kind = (transpose, group, tuple(w.shape), tuple(win.strides), tuple(win.dilations), self.mode,
+                tuple(eltwise)) if transpose else None
         pd = _own_kernels(pd, make, w_in, kind)
         self.impl = pd.fast_impl()
         self.weights_md = pd.query_md(capi.QUERY_WEIGHTS_MD)
@@ -321,7 +327,7 @@ def _first_primitive(w: np.ndarray) -> bool:
 
 
 # Problems (``_Plan``'s ``kind``: kind of primitive, weight shape, geometry, post-ops; no spatial
-# size) for which oneDNN offered no ``jit*`` implementation: its deconvolutions (brgemm ones only).
+# size; deconvolutions only) for which oneDNN offered no ``jit*`` implementation (brgemm ones only).
 # Their descriptors cost 1.5-8.5 ms each (PP-OCRv4 det's, AVX-512), so a new image size must not
 # make a second one just to learn that again.
 _no_jit: set[tuple[Any, ...]] = set()
