@@ -85,3 +85,29 @@ def test_conv_without_jit_kernel_does_not_strip_other_geometries() -> None:
     if first.startswith(onednn._GLOBAL_KERNELS):  # (else nothing to move off)
         assert all(not i.startswith(onednn._GLOBAL_KERNELS) for i in later), later
     assert not any(k[0] is False for k in onednn._no_jit)  # only deconvolutions are remembered
+
+
+@pytest.mark.parametrize("kind", ["pointwise", "3x3", "patch_deconv"])
+def test_read_only_out_buffer_is_never_written(kind: str) -> None:
+    """A read-only ``out`` (e.g. a mapped file) must not reach oneDNN as a destination pointer."""
+    rng = np.random.default_rng(11)
+    x = rng.standard_normal((1, 8, 6, 7)).astype(np.float32)
+    if kind == "patch_deconv":
+        w = rng.standard_normal((8, 4, 2, 2)).astype(np.float32)
+        win, outs = conv_transpose_geometry((6, 7), (2, 2), {"strides": [2, 2]})
+        ref = onednn.conv_transpose_nhwc(x, w, None, 1, win, outs)
+        out = onednn.empty_channels_last(ref.shape)
+        out[...] = 0
+        out.flags.writeable = False
+        y = onednn.conv_transpose_nhwc(x, w, None, 1, win, outs, out)
+    else:
+        k = 1 if kind == "pointwise" else 3
+        w = rng.standard_normal((4, 8, k, k)).astype(np.float32)
+        win = conv_window(x.shape, w.shape, {"pads": [k // 2] * 4})
+        ref = onednn.conv_nhwc(x, w, None, 1, win)
+        out = onednn.empty_channels_last(ref.shape)
+        out[...] = 0
+        out.flags.writeable = False
+        y = onednn.conv_nhwc(x, w, None, 1, win, out)
+    assert y is not out and not np.shares_memory(y, out) and not out.any()
+    np.testing.assert_allclose(y, ref, rtol=1e-5, atol=1e-5)

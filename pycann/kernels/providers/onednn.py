@@ -259,7 +259,7 @@ class _Plan:
         new (``x`` is converted first when it is not channels-last)."""
         if not _fits(x, self.x_strides):
             x = self._to_channels_last(x)
-        fits = out is not None and out.dtype == np.float32 and out.shape == self.y_shape and \
+        fits = out is not None and out.dtype == np.float32 and out.flags.writeable and out.shape == self.y_shape and \
             _fits(out, self.y_strides) and not np.may_share_memory(out, x)
         y = out if fits and out is not None else empty_channels_last(self.y_shape)
         if residual is not None:

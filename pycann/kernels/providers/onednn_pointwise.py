@@ -87,7 +87,7 @@ class Pointwise:
             xc = empty_channels_last(x.shape)
             np.copyto(xc, x)
             x = xc
-        fits = out is not None and out.dtype == np.float32 and out.shape == y_shape and \
+        fits = out is not None and out.dtype == np.float32 and out.flags.writeable and out.shape == y_shape and \
             _fits(out, y_strides) and not np.may_share_memory(out, x)
         y = out if fits and out is not None else empty_channels_last(y_shape)
         if self.residual:
@@ -168,7 +168,7 @@ class PatchDeconv:
             xc = empty_channels_last(x.shape)
             np.copyto(xc, x)
             x = xc
-        fits = out is not None and out.dtype == np.float32 and out.shape == y_shape and \
+        fits = out is not None and out.dtype == np.float32 and out.flags.writeable and out.shape == y_shape and \
             _fits(out, y_strides) and not np.may_share_memory(out, x)
         y = out if fits and out is not None else empty_channels_last(y_shape)
         bias = None

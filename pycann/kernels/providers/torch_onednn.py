@@ -415,7 +415,8 @@ def addmm(a: np.ndarray, b: np.ndarray, c: np.ndarray | None, alpha: float, beta
         return nb.gemm(a, b, c, alpha, beta, out)
     torch = load()
     ta, tb = tensor(a), tensor(b)
-    fits = out is not None and out.dtype == np.float32 and out.flags.c_contiguous and out.shape == (a.shape[0], b.shape[1])
+    fits = out is not None and out.dtype == np.float32 and out.flags.writeable and out.flags.c_contiguous \
+        and out.shape == (a.shape[0], b.shape[1])
     kw = {"out": tensor(out)} if fits and out is not None else {}
     if c is None or beta == 0.0:
         y = torch.mm(ta, tb, **kw)
