@@ -212,3 +212,13 @@ def test_model_with_symbolic_sizes_matches_ort(policy: str, monkeypatch: pytest.
         np.testing.assert_allclose(y, run_ort(model, {"x": x})[0], rtol=RTOL, atol=ATOL)
     if policy == "generic":  # every size ran on the shape-generic plan: its pointwise convs and deconv
         assert len(_new_plans(before, pw._plans)) >= 1 and len(_new_plans(before_patch, pw._patch_plans)) == 1
+
+
+def test_loading_a_model_with_symbolic_sizes_warms_the_shared_gemm(monkeypatch: pytest.MonkeyPatch, tmp_path: Any) -> None:
+    from pycann.ge.run.model import LoadedModel
+
+    monkeypatch.setattr(pw, "_warmed", False)
+    monkeypatch.setenv("PYCANN_PLAN_POLICY", "auto")
+    onnx.save(_db_head_model(), str(tmp_path / "db_head.onnx"))
+    LoadedModel.from_file(tmp_path / "db_head.onnx")
+    assert pw._warmed  # at load (the background-build interim plan was prepared), not in the first call

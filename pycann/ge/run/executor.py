@@ -26,6 +26,7 @@ from pycann.ge.run.plan import Arena, Plan, PlanClosedError
 from pycann.ge.run.plan_builder import BackgroundBuilder
 from pycann.ge.run.plan_cache import CacheStats, PlanCache
 from pycann.ge.run.plan_steps import ARENA, NORMAL, SCOPED, Step, StepKind
+from pycann.kernels.providers import available as providers_available
 from pycann.kernels.providers import omp_affinity, openmp
 
 __all__ = ["ARENA", "INPLACE", "NORMAL", "SCOPED", "Arena", "CachedPlan", "Executor", "Plan", "Step", "StepKind",
@@ -213,6 +214,12 @@ class Executor:
             self.generic_plan()
         except Exception:  # noqa: BLE001 - the first call builds it again and reports the error there
             return False
+        if self._vision and providers_available("onednn"):
+            # the generic plan's pointwise convs share oneDNN's GEMM kernels, generated once per
+            # process (~35 ms): here at load, as ORT's session creation does, not in the first call
+            from pycann.kernels.providers import onednn_pointwise
+
+            onednn_pointwise.warm()
         return True
 
     def _specialises(self, sig: Signature) -> bool:

@@ -41,7 +41,7 @@ from pycann.kernels.providers.onednn import _cl_strides, _fits, empty_channels_l
 from pycann.kernels.providers.onednn_eltwise import Unaries, Unary, _chain
 from pycann.ops.nn.spatial import Window
 
-__all__ = ["PatchDeconv", "Pointwise", "patch_deconv", "patch_plan", "plan", "pointwise"]
+__all__ = ["PatchDeconv", "Pointwise", "patch_deconv", "patch_plan", "plan", "pointwise", "warm"]
 
 
 def pointwise(w: np.ndarray, group: int, win: Window) -> bool:
@@ -214,6 +214,26 @@ def patch_plan(w: np.ndarray, with_bias: bool, unary: Unary | Unaries | None) ->
     weakref.finalize(w, _patch_plans.pop, key, None)
     _patch_plans[key] = p
     return p
+
+
+_warm_lock = threading.Lock()
+_warmed = False
+
+
+def warm() -> None:
+    """Run one tiny ``Pointwise`` once per process: oneDNN generates its shared GEMM kernels on
+    their first use (~35 ms on AVX-512), which a model's load can pay instead of its first call.
+    Best effort: a oneDNN error leaves the first real call to pay it."""
+    global _warmed
+    with _warm_lock:
+        if _warmed:
+            return
+        _warmed = True
+    try:
+        w = np.ones((2, 2, 1, 1), np.float32)
+        Pointwise(w, False, None, False).run(np.ones((1, 2, 2, 2), np.float32), None, None)
+    except capi.DnnlError:
+        pass
 
 
 # By (weight identity, bias, activation, residual, team); None: oneDNN has no (non-reference)
