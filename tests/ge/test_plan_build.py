@@ -126,3 +126,51 @@ def test_builder_thread_is_niced_and_process_priority_unchanged() -> None:
     assert b.wait(timeout=60) and b.built == 1 and b.pending() == 0
     assert seen == [min(before + NICE, 19)]
     assert os.getpriority(os.PRIO_PROCESS, 0) == before  # only the builder thread was niced
+
+
+def test_no_build_starts_while_a_call_holds_or_within_quiet_after() -> None:
+    import threading
+    import time
+
+    from pycann.ge.run import plan_builder
+
+    started: list[float] = []
+    b = plan_builder.BackgroundBuilder(lambda sig, shapes, values: started.append(time.monotonic()))
+    with plan_builder.hold():
+        assert b.submit("a", [], {})
+        time.sleep(0.1)
+        assert not started  # held: the queued build waits
+        released = time.monotonic()
+    assert b.wait(timeout=10) and len(started) == 1
+    assert started[0] - released >= plan_builder.QUIET * 0.9  # (monotonic clock; no upper bound asserted)
+    # the gate is process-wide: another builder waits for a hold taken for this one's model too
+    other = plan_builder.BackgroundBuilder(lambda sig, shapes, values: started.append(time.monotonic()))
+    gate = threading.Event()
+
+    def hold_until_set() -> None:
+        with plan_builder.hold():
+            gate.wait(10)
+
+    t = threading.Thread(target=hold_until_set)
+    t.start()
+    time.sleep(0.05)
+    other.submit("b", [], {})
+    time.sleep(0.1)
+    assert len(started) == 1
+    gate.set()
+    t.join()
+    assert other.wait(timeout=10) and len(started) == 2
+
+
+def test_a_shape_that_keeps_coming_gets_its_plan_built_beside_its_calls() -> None:
+    m = _conv_model()
+    lm = _load(m)
+    ex = lm.executor
+    x = _img(8, 12)
+    for _ in range(ex.HOLD_CALLS + 2):  # back to back: no quiet moment for the builder
+        _check(lm, m, x)
+    assert ex.wait_builds(timeout=120)
+    st = lm.plan_cache_stats()
+    assert st.built == 1 and st.generic_runs >= ex.HOLD_CALLS  # the first HOLD_CALLS held the build off
+    _check(lm, m, x)
+    assert lm.plan_cache_stats().hits >= 1

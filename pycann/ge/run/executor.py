@@ -21,7 +21,7 @@ from pycann.errors import PycannError
 from pycann.ge.ir import Graph
 from pycann.ge.planning.candidates import INPLACE, arena_candidates, inplace_candidates
 from pycann.ge.planning.memory import MemoryPlan, plan_memory
-from pycann.ge.run import contention, kv_alias, shape_program
+from pycann.ge.run import contention, kv_alias, plan_builder, shape_program
 from pycann.ge.run.plan import Arena, Plan, PlanClosedError
 from pycann.ge.run.plan_builder import BackgroundBuilder
 from pycann.ge.run.plan_cache import CacheStats, PlanCache
@@ -77,6 +77,10 @@ class Executor:
     MAX_CONTROL_VALUES = 4
     AUTO_SIGNATURES = 8
     MAX_QUEUED = 64  # background builds waiting at most; a new signature beyond it just runs generic
+    # calls of one signature on the generic plan during which no background build may start (ge/run/
+    # plan_builder.hold): a stream of new shapes is not slowed by builds, a shape that keeps coming
+    # gets its plan built beside its later calls
+    HOLD_CALLS = 8
 
     def __init__(
         self,
@@ -105,6 +109,7 @@ class Executor:
         # AUTO on a graph without convolutions: signatures seen once so far (None once more than
         # AUTO_SIGNATURES distinct ones came: a shape per call, e.g. a decoder's past length)
         self._seen: set[Signature] | None = set()
+        self._interim_calls: dict[Signature, int] = {}  # calls on the generic plan while a build waits
         # PlanBuild.BACKGROUND: new signatures' plans built off the caller (ge/run/plan_builder.py)
         self._builder = BackgroundBuilder(self._build_in_background, self.MAX_QUEUED)
         # control input index -> scalar values seen so far (None once it varies too much to specialise)
@@ -273,7 +278,11 @@ class Executor:
             if not self._specialises(sig):
                 return self._run_generic(feeds, team)
             if self._in_background() and sig not in self._builder.failed:
-                outs = self._run_generic(feeds, team)
+                if self._holds(sig):
+                    with plan_builder.hold():  # no build starts beside this call: it is the one waited on
+                        outs = self._run_generic(feeds, team)
+                else:
+                    outs = self._run_generic(feeds, team)
                 if not self._generic_failed:
                     self._builder.submit(sig, *self._request(used, feeds))
                 return outs
@@ -288,6 +297,17 @@ class Executor:
         if plan.arenas_made != made:
             self._cache.refresh_bytes()  # a concurrent run added an arena: re-check the bound
         return outs
+
+    def _holds(self, sig: Signature) -> bool:
+        """Whether this call of ``sig`` on the generic plan holds the background builds: its first
+        ``HOLD_CALLS`` calls do (counted while its plan is missing; bounded like the queue)."""
+        n = self._interim_calls.get(sig, 0)
+        if n >= self.HOLD_CALLS:
+            return False
+        if len(self._interim_calls) >= 16 * self.MAX_QUEUED:
+            self._interim_calls.clear()
+        self._interim_calls[sig] = n + 1
+        return True
 
     def _team(self) -> int | None:
         """A smaller OpenMP team for this run while other processes keep the CPUs busy, else None."""

@@ -11,6 +11,12 @@ call ran and the next call of that shape queues it again), and a build that rais
 reported with its node. The thread is a daemon started on demand and ends when the queue is empty,
 so a model never holds the interpreter at exit; it runs niced (``NICE``), so on busy cores the
 calls are scheduled before the build (the GIL is still shared with them for its Python part).
+A build does not start while a call ``hold``s the builder (the first call of a new shape, which the
+executor runs on the shape-generic plan meanwhile) or within ``QUIET`` of one. Beside a thread running Python, a call gets the
+GIL back only after the interpreter's switch interval (5 ms) at each release (a pure-Python thread
+made PP-OCRv4 det's first calls 40x slower, 25 ms alone); a build started between two such calls
+would slow the second. Later calls of a shape do not hold, so a stream of new shapes defers the
+builds, and the shapes that come again get their plans.
 Each build runs with the OpenMP thread count of the thread that queued it (libgomp keeps it per
 thread and oneDNN fixes a primitive's threads when it is created: ``providers.openmp``), so
 ``torch.set_num_threads(1)`` in the caller gives one-thread primitives here too.
@@ -21,14 +27,16 @@ from __future__ import annotations
 import logging
 import os
 import threading
+import time
 from collections import deque
-from collections.abc import Callable, Hashable
+from collections.abc import Callable, Hashable, Iterator
+from contextlib import AbstractContextManager, contextmanager
 from typing import Any
 
 from pycann.ge.run.plan_cache import short_signature
 from pycann.kernels.providers import openmp
 
-__all__ = ["BackgroundBuilder"]
+__all__ = ["BackgroundBuilder", "hold"]
 
 log = logging.getLogger("pycann.ge.run.plan_builder")
 
@@ -36,6 +44,7 @@ Shapes = list[tuple[int, ...] | None]
 
 
 NICE = 10  # the builder thread's niceness increment: the calls it works for keep the CPU first
+QUIET = 0.01  # s without a held call before a build starts
 
 
 def _lower_priority() -> None:
@@ -48,6 +57,49 @@ def _lower_priority() -> None:
         os.setpriority(os.PRIO_PROCESS, tid, min(os.getpriority(os.PRIO_PROCESS, tid) + NICE, 19))
     except (AttributeError, OSError):  # not Linux, or not permitted
         pass
+
+
+class _Gate:
+    """Process-wide: the calls that no build of any model may start beside, and when the last one
+    ended (a detector's first call must not run beside the recogniser's build either)."""
+
+    def __init__(self) -> None:
+        self.cond = threading.Condition(threading.Lock())
+        self.holds = 0
+        self.released = 0.0  # time.monotonic() when the last hold ended
+
+    @contextmanager
+    def hold(self) -> Iterator[None]:
+        with self.cond:
+            self.holds += 1
+        try:
+            yield
+        finally:
+            with self.cond:
+                self.holds -= 1
+                if not self.holds:
+                    self.released = time.monotonic()
+                    self.cond.notify_all()
+
+    def wait_quiet(self) -> None:
+        """Until no call holds and none did for ``QUIET`` s: a stream of first calls leaves no room
+        for a build between two of them."""
+        with self.cond:
+            while True:
+                self.cond.wait_for(lambda: not self.holds)
+                left = QUIET - (time.monotonic() - self.released)
+                if left <= 0:
+                    return
+                self.cond.wait(left)
+
+
+_gate = _Gate()
+
+
+def hold() -> AbstractContextManager[None]:
+    """No background build (of any model) starts while the caller's block runs, nor within
+    ``QUIET`` after; a build already running goes on."""
+    return _gate.hold()
 
 
 class BackgroundBuilder:
@@ -67,6 +119,10 @@ class BackgroundBuilder:
         self._worker: threading.Thread | None = None
         self.failed: set[Hashable] = set()  # signatures whose build raised
         self.built = 0
+    def queued(self, sig: Hashable) -> bool:
+        """Whether ``sig`` waits or is being built now."""
+        with self._cond:
+            return sig in self._queued
 
     def submit(self, sig: Hashable, shapes: Shapes, values: dict[str, Any], threads: int | None = None) -> bool:
         """Queue ``sig`` unless it is queued already or the queue is full; True when queued. Its build
@@ -84,6 +140,7 @@ class BackgroundBuilder:
     def _loop(self) -> None:
         _lower_priority()
         while True:
+            _gate.wait_quiet()
             with self._cond:
                 if not self._queue:
                     self._worker = None
