@@ -141,6 +141,9 @@ def test_no_build_starts_while_a_call_holds_or_within_quiet_after() -> None:
         time.sleep(0.1)
         assert not started  # held: the queued build waits
         released = time.monotonic()
+    deadline = time.monotonic() + 10  # polled: a thread in wait() lets builds start at once
+    while not started and time.monotonic() < deadline:
+        time.sleep(0.001)
     assert b.wait(timeout=10) and len(started) == 1
     assert started[0] - released >= plan_builder.QUIET * 0.9  # (monotonic clock; no upper bound asserted)
     # the gate is process-wide: another builder waits for a hold taken for this one's model too

@@ -28,6 +28,7 @@ import logging
 import os
 import threading
 import time
+import weakref
 from collections import deque
 from collections.abc import Callable, Hashable, Iterator
 from contextlib import AbstractContextManager, contextmanager
@@ -67,6 +68,9 @@ class _Gate:
         self.cond = threading.Condition(threading.Lock())
         self.holds = 0
         self.released = 0.0  # time.monotonic() when the last hold ended
+        # threads in BackgroundBuilder.wait: while one waits, builds start regardless of holds (a
+        # waiter beside a stream of new shapes, or one inside a held call, would else wait forever)
+        self.waiters = 0
 
     @contextmanager
     def hold(self) -> Iterator[None]:
@@ -81,12 +85,26 @@ class _Gate:
                     self.released = time.monotonic()
                     self.cond.notify_all()
 
+    @contextmanager
+    def waiting(self) -> Iterator[None]:
+        """Lets builds start beside held calls while the block runs (someone waits for them)."""
+        with self.cond:
+            self.waiters += 1
+            self.cond.notify_all()
+        try:
+            yield
+        finally:
+            with self.cond:
+                self.waiters -= 1
+
     def wait_quiet(self) -> None:
         """Until no call holds and none did for ``QUIET`` s: a stream of first calls leaves no room
-        for a build between two of them."""
+        for a build between two of them. At once while a thread waits for the builds."""
         with self.cond:
             while True:
-                self.cond.wait_for(lambda: not self.holds)
+                self.cond.wait_for(lambda: not self.holds or self.waiters)
+                if self.waiters:
+                    return
                 left = QUIET - (time.monotonic() - self.released)
                 if left <= 0:
                     return
@@ -94,6 +112,21 @@ class _Gate:
 
 
 _gate = _Gate()
+_BUILDERS: weakref.WeakSet[BackgroundBuilder] = weakref.WeakSet()
+
+
+def _after_fork_in_child() -> None:
+    # The threads that held the gate, or ran a builder's worker, do not exist in a forked child: a
+    # hold counted (or the gate's lock taken) at the fork kept every build of the child waiting
+    # forever, and a builder that remembered its worker never started one again (wait() hung).
+    global _gate
+    _gate = _Gate()
+    for b in list(_BUILDERS):
+        b._after_fork()
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_after_fork_in_child)
 
 
 def hold() -> AbstractContextManager[None]:
@@ -119,6 +152,16 @@ class BackgroundBuilder:
         self._worker: threading.Thread | None = None
         self.failed: set[Hashable] = set()  # signatures whose build raised
         self.built = 0
+        _BUILDERS.add(self)
+
+    def _after_fork(self) -> None:
+        """In a forked child: no worker, nothing queued (the parent's worker, maybe mid-build, is not
+        here; the child's calls queue their shapes again)."""
+        self._cond = threading.Condition(threading.Lock())
+        self._worker = None
+        self._queue.clear()
+        self._queued.clear()
+
     def queued(self, sig: Hashable) -> bool:
         """Whether ``sig`` waits or is being built now."""
         with self._cond:
@@ -160,8 +203,9 @@ class BackgroundBuilder:
                 self._queued.discard(sig)
 
     def wait(self, timeout: float | None = None) -> bool:
-        """Block until every build queued so far is done; False when ``timeout`` seconds passed first."""
-        with self._cond:
+        """Block until every build queued so far is done; False when ``timeout`` seconds passed first.
+        Builds start beside held calls meanwhile (``hold``)."""
+        with _gate.waiting(), self._cond:
             return self._cond.wait_for(lambda: not self._queue, timeout)
 
     def pending(self) -> int:
