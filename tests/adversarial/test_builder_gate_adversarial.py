@@ -189,3 +189,28 @@ def test_knobs_without_background_builds_take_no_hold(cfg: dict[str, object], mo
         x = _img(*s)
         np.testing.assert_allclose(lm.run([x])[0], run_ort(m, {"x": x})[0], rtol=1e-4, atol=1e-4)
     assert not holds and lm.executor.pending_builds() == 0
+
+
+def test_a_shape_that_keeps_coming_between_new_shapes_gets_its_plan() -> None:
+    # was: a shape called again and again between first calls of new shapes (another thread's, or
+    # its own thread's: the holder below stands for them) ran generic for as long as new shapes came
+    m = _conv_model()
+    lm = _load(m)
+    ex = lm.executor
+    s = _img(8, 8)
+    want = run_ort(m, {"x": s})[0]
+    h = _Holder()
+    try:
+        for i in range(ex.HOLD_CALLS + 2):
+            np.testing.assert_allclose(lm.run([s])[0], want, rtol=1e-4, atol=1e-4)
+            lm.run([_img(9 + i, 11)])  # a new shape each time: its first call holds
+        deadline = time.monotonic() + 120
+        while lm.plan_cache_stats().built < 1 and time.monotonic() < deadline:
+            time.sleep(0.01)
+        assert [k[0][0] for k in ex._cache._entries] == [(1, 16, 8, 8)]  # only the recurring shape
+        assert ex.pending_builds() == ex.HOLD_CALLS + 2  # the new shapes still wait for a quiet moment
+        np.testing.assert_allclose(lm.run([s])[0], want, rtol=1e-4, atol=1e-4)
+        assert lm.plan_cache_stats().hits >= 1
+    finally:
+        h.release()
+    assert ex.wait_builds(timeout=120) and lm.plan_cache_stats().built == ex.HOLD_CALLS + 3

@@ -278,13 +278,18 @@ class Executor:
             if not self._specialises(sig):
                 return self._run_generic(feeds, team)
             if self._in_background() and sig not in self._builder.failed:
-                if self._holds(sig):
+                held = self._holds(sig)
+                if held:
                     with plan_builder.hold():  # no build starts beside this call: it is the one waited on
                         outs = self._run_generic(feeds, team)
                 else:
                     outs = self._run_generic(feeds, team)
                 if not self._generic_failed:
                     self._builder.submit(sig, *self._request(used, feeds))
+                    if not held:
+                        # past its held calls: it keeps coming, so its build starts now even beside
+                        # other shapes' held calls (else it waited for a pause in new shapes)
+                        self._builder.promote(sig)
                 return outs
             with self._lock:
                 hit = self._cache.peek(sig) or self._build(sig, used, feeds)

@@ -97,13 +97,14 @@ class _Gate:
             with self.cond:
                 self.waiters -= 1
 
-    def wait_quiet(self) -> None:
+    def wait_quiet(self, urgent: Callable[[], bool] = lambda: False) -> None:
         """Until no call holds and none did for ``QUIET`` s: a stream of first calls leaves no room
-        for a build between two of them. At once while a thread waits for the builds."""
+        for a build between two of them. At once while a thread waits for the builds or ``urgent()``
+        (read under the gate's lock; its setter notifies ``cond``)."""
         with self.cond:
             while True:
-                self.cond.wait_for(lambda: not self.holds or self.waiters)
-                if self.waiters:
+                self.cond.wait_for(lambda: not self.holds or self.waiters or urgent())
+                if self.waiters or urgent():
                     return
                 left = QUIET - (time.monotonic() - self.released)
                 if left <= 0:
@@ -152,6 +153,8 @@ class BackgroundBuilder:
         self._worker: threading.Thread | None = None
         self.failed: set[Hashable] = set()  # signatures whose build raised
         self.built = 0
+        # queued signatures that keep coming (``promote``): built first, beside held calls
+        self._hot: set[Hashable] = set()
         _BUILDERS.add(self)
 
     def _after_fork(self) -> None:
@@ -161,6 +164,7 @@ class BackgroundBuilder:
         self._worker = None
         self._queue.clear()
         self._queued.clear()
+        self._hot.clear()
 
     def queued(self, sig: Hashable) -> bool:
         """Whether ``sig`` waits or is being built now."""
@@ -180,15 +184,34 @@ class BackgroundBuilder:
                 self._worker.start()
         return True
 
+    def promote(self, sig: Hashable) -> None:
+        """``sig`` (queued) keeps coming: build it next, even while calls hold (``hold``). Without
+        this a shape called again and again between other threads' (or its own thread's) first calls
+        of new shapes ran generic for as long as new shapes kept coming."""
+        with self._cond:
+            if sig not in self._queued or sig in self._hot:
+                return
+            self._hot.add(sig)
+        gate = _gate
+        with gate.cond:
+            gate.cond.notify_all()
+
     def _loop(self) -> None:
         _lower_priority()
         while True:
-            _gate.wait_quiet()
+            _gate.wait_quiet(lambda: bool(self._hot))
             with self._cond:
                 if not self._queue:
                     self._worker = None
                     self._cond.notify_all()
                     return
+                if self._hot:  # a promoted signature first (only this thread pops the queue)
+                    for i, entry in enumerate(self._queue):
+                        if entry[0] in self._hot:
+                            if i:
+                                del self._queue[i]
+                                self._queue.appendleft(entry)
+                            break
                 sig, shapes, values, threads = self._queue[0]
             try:
                 openmp.set_max_threads(threads)
@@ -201,6 +224,7 @@ class BackgroundBuilder:
             with self._cond:
                 self._queue.popleft()
                 self._queued.discard(sig)
+                self._hot.discard(sig)
 
     def wait(self, timeout: float | None = None) -> bool:
         """Block until every build queued so far is done; False when ``timeout`` seconds passed first.
