@@ -44,7 +44,7 @@ class _Holder:
     def _run(self) -> None:
         with plan_builder.hold():
             self._entered.set()
-            self._release.wait(120)
+            self._release.wait(600)  # (released by the test; longer than any of its polls)
 
     def release(self) -> None:
         self._release.set()
@@ -214,3 +214,28 @@ def test_a_shape_that_keeps_coming_between_new_shapes_gets_its_plan() -> None:
     finally:
         h.release()
     assert ex.wait_builds(timeout=120) and lm.plan_cache_stats().built == ex.HOLD_CALLS + 3
+
+
+def test_the_reduced_team_generic_twin_is_built_while_new_shapes_keep_holding() -> None:
+    # was: on busy CPUs a stream of new shapes (each call holding) kept the one-thread twin of the
+    # generic plan, which those very calls would run on, from being built for as long as it lasted
+    m = _conv_model()
+    lm = _load(m)
+    ex = lm.executor
+    h = _Holder()  # the stream's held calls
+    try:
+        for i in range(3):
+            x = _img(7 + i, 9)
+            with plan_builder.hold():
+                got = ex._run_generic([x], 1)[0]
+            np.testing.assert_allclose(got, run_ort(m, {"x": x})[0], rtol=1e-4, atol=1e-4)
+        deadline = time.monotonic() + 120
+        while 1 not in ex._generic_teams and time.monotonic() < deadline:
+            time.sleep(0.01)
+        assert list(ex._generic_teams) == [1]
+        x = _img(11, 9)
+        np.testing.assert_allclose(ex._run_generic([x], 1)[0], run_ort(m, {"x": x})[0], rtol=1e-4, atol=1e-4)
+        assert lm.plan_cache_stats().team_runs >= 1
+    finally:
+        h.release()
+    assert ex.wait_builds(timeout=120)

@@ -380,6 +380,9 @@ class Executor:
                     return _on_team(team, reduced, feeds)
                 if ("generic", team) not in self._builder.failed:
                     self._builder.submit(("generic", team), [], {}, threads=team)
+                    # built beside held calls: they are the calls it serves (a stream of new shapes
+                    # on busy CPUs held it off, and ran on the full team, for as long as it lasted)
+                    self._builder.promote(("generic", team))
             return _pinned_run(plan, feeds)
         except ConfigError:
             raise  # a knob with a bad value: not a graph the generic plan cannot run
