@@ -239,3 +239,27 @@ def test_the_reduced_team_generic_twin_is_built_while_new_shapes_keep_holding() 
     finally:
         h.release()
     assert ex.wait_builds(timeout=120)
+
+
+def test_a_shape_that_keeps_coming_gets_its_plan_past_a_full_queue() -> None:
+    # was: once MAX_QUEUED shapes that never came again waited on held calls, a shape that kept
+    # coming was never even queued while new shapes kept coming
+    m = _conv_model()
+    lm = _load(m)
+    ex = lm.executor
+    ex.MAX_QUEUED = ex._builder.max_queued = 4  # (instance attributes: a small queue)
+    h = _Holder()
+    try:
+        for i in range(ex.MAX_QUEUED):
+            lm.run([_img(9 + i, 11)])  # new shapes fill the queue; held, none builds
+        assert ex.pending_builds() == ex.MAX_QUEUED
+        s = _img(8, 8)
+        for _ in range(ex.HOLD_CALLS + 1):
+            lm.run([s])
+        deadline = time.monotonic() + 120
+        while lm.plan_cache_stats().built < 1 and time.monotonic() < deadline:
+            time.sleep(0.01)
+        assert [k[0][0] for k in ex._cache._entries] == [(1, 16, 8, 8)]
+    finally:
+        h.release()
+    assert ex.wait_builds(timeout=120) and lm.plan_cache_stats().built == ex.MAX_QUEUED + 1

@@ -285,7 +285,7 @@ class Executor:
                 else:
                     outs = self._run_generic(feeds, team)
                 if not self._generic_failed:
-                    self._builder.submit(sig, *self._request(used, feeds))
+                    self._builder.submit(sig, *self._request(used, feeds), hot=not held)
                     if not held:
                         # past its held calls: it keeps coming, so its build starts now even beside
                         # other shapes' held calls (else it waited for a pause in new shapes)

@@ -171,11 +171,14 @@ class BackgroundBuilder:
         with self._cond:
             return sig in self._queued
 
-    def submit(self, sig: Hashable, shapes: Shapes, values: dict[str, Any], threads: int | None = None) -> bool:
+    def submit(self, sig: Hashable, shapes: Shapes, values: dict[str, Any], threads: int | None = None,
+               hot: bool = False) -> bool:
         """Queue ``sig`` unless it is queued already or the queue is full; True when queued. Its build
-        runs with ``threads`` OpenMP threads (default: the calling thread's count)."""
+        runs with ``threads`` OpenMP threads (default: the calling thread's count). A ``hot`` one (it
+        keeps coming, ``promote``) may take up to ``max_queued`` places more: a queue filled by
+        shapes that never came again, waiting on held calls, would else keep it out for as long."""
         with self._cond:
-            if sig in self._queued or len(self._queued) >= self.max_queued:
+            if sig in self._queued or len(self._queued) >= self.max_queued * (2 if hot else 1):
                 return False
             self._queued.add(sig)
             self._queue.append((sig, shapes, values, threads if threads is not None else openmp.max_threads()))
