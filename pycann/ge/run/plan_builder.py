@@ -166,11 +166,6 @@ class BackgroundBuilder:
         self._queued.clear()
         self._hot.clear()
 
-    def queued(self, sig: Hashable) -> bool:
-        """Whether ``sig`` waits or is being built now."""
-        with self._cond:
-            return sig in self._queued
-
     def submit(self, sig: Hashable, shapes: Shapes, values: dict[str, Any], threads: int | None = None,
                hot: bool = False) -> bool:
         """Queue ``sig`` unless it is queued already or the queue is full; True when queued. Its build
