@@ -83,7 +83,7 @@ EXPECT = {
     "conv_short_bias": "conv bias B",
     "conv_long_bias": "conv bias B",
     "conv_2d_bias": "conv bias B",
-    "deconv_short_bias": "conv bias B",
+    "deconv_short_bias": "ConvTranspose bias B",  # (kernel == stride: the patch GEMM, onednn_pointwise)
     "bound_conv_batch_2": "conv input X",
     "bound_conv_other_width": "conv input X",
     "bound_conv_residual_shape": "residual",
