@@ -116,6 +116,21 @@ class PlanCacheConfig:
     build: PlanBuild = PlanBuild.BACKGROUND
     adaptive_threads: bool = True  # fewer OpenMP threads while other processes keep the CPUs busy
 
+    def __post_init__(self) -> None:
+        # ``policy``/``build`` as the environment spells them ("generic", "inline") are taken too: the
+        # executor compares members by identity, so a plain "background" ran every build inline and
+        # "generic" failed at the first call with an AttributeError
+        for name, kind in (("policy", PlanPolicy), ("build", PlanBuild)):
+            value = getattr(self, name)
+            if isinstance(value, kind):
+                continue
+            try:
+                member = kind(value.strip().lower() if isinstance(value, str) else value)
+            except ValueError:
+                raise ConfigError(f"PlanCacheConfig({name}={value!r}): expected one of "
+                                  f"{', '.join(m.value for m in kind)} (or {kind.__name__})") from None
+            object.__setattr__(self, name, member)
+
 
 _UNITS = {"": 1, "B": 1, "K": 1 << 10, "KB": 1 << 10, "KIB": 1 << 10, "M": 1 << 20, "MB": 1 << 20,
           "MIB": 1 << 20, "G": 1 << 30, "GB": 1 << 30, "GIB": 1 << 30}

@@ -97,6 +97,29 @@ def test_plan_build_knob(monkeypatch: pytest.MonkeyPatch) -> None:
         plan_cache_config()
 
 
+def test_plan_cache_config_takes_the_knobs_spelled_as_strings() -> None:
+    """``PlanCacheConfig(policy="generic", build="background")``, the environment's spellings: the
+    members they name (a plain "background" string used to build inline, and "generic" failed at the
+    first call with an AttributeError); a bad value is a ConfigError naming the field."""
+    cfg = PlanCacheConfig(policy="Generic", build="background")  # type: ignore[arg-type]
+    assert cfg.policy is PlanPolicy.GENERIC and cfg.build is PlanBuild.BACKGROUND
+    m = _conv_model()
+    lm = _load(m, build="background")
+    _check(lm, m, _img(8, 8))  # generic, its build queued: as PlanBuild.BACKGROUND
+    assert lm.executor.wait_builds(timeout=120)
+    st = lm.plan_cache_stats()
+    assert (st.generic_runs, st.built, st.misses) == (1, 1, 1)
+    lm2 = _load(m, policy="generic")
+    _check(lm2, m, _img(8, 8))
+    _check(lm2, m, _img(8, 8))
+    st = lm2.plan_cache_stats()
+    assert (st.generic_runs, st.built) == (2, 0)
+    with pytest.raises(ConfigError, match="policy='fast'"):
+        PlanCacheConfig(policy="fast")  # type: ignore[arg-type]
+    with pytest.raises(ConfigError, match="build='later'"):
+        PlanCacheConfig(build="later")  # type: ignore[arg-type]
+
+
 def test_generic_plan_is_built_at_load_when_it_will_be_used() -> None:
     m, mlp = _conv_model(), _mlp_model()
     assert _load(m).executor._generic is not None  # background builds: first calls run it
