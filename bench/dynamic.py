@@ -7,9 +7,14 @@ ONNX Runtime (and OpenVINO when installed: the ``bench`` extra), one fresh proce
   whether the greedy tokens equal ORT's. pycann loads the model compiled by ``atc`` to .om
   (the CANN flow); ``pycann_onnx`` compiles the .onnx in the process instead.
 * ``ocr``: PP-OCRv4 rec over ``--rec-widths`` widths (48 x W) and det over ``--det-sizes``
-  sizes, interleaved in a shuffled order, ``--rounds`` times: per shape the first call and the
-  median of the later ones, as ratios to ORT's median of the same shape; RSS at the start and
-  end of the later rounds.
+  sizes, interleaved in a shuffled order, ``--rounds`` times (at least 2). Table columns: "first
+  call / ORT" is each shape's first call (round 1) over ORT's median *later* call of that shape,
+  median and worst over the shapes (the ORT row: its own first calls); "later calls / ORT" the
+  same for the median of rounds 2 on; "RSS MB round 2 -> end" the resident set when round 2
+  starts and after the last call; "plans built rec+det" the specialised plans each model built
+  (reduced-team twins on busy CPUs included): 0 when every shape came at most
+  ``Executor.HOLD_CALLS`` (8) times back to back with new shapes, which all ran the shape-generic
+  plan (docs/dynamic-shapes.md, "Background builds"); "evictions" the plans the cache dropped.
 
 Usage (from the repository root)::
 
@@ -247,6 +252,14 @@ def main(argv: Sequence[str] | None = None) -> int:
             ocr_cell(name, int(rest[0]), int(rest[1]), int(rest[2]))
         print(json.dumps(cell))
         return 0
+    for opt, v, lo in (("--rounds", a.rounds, 2), ("--rec-widths", a.rec_widths, 0), ("--det-sizes", a.det_sizes, 0),
+                       ("--steps", a.steps, 1)):
+        if v < lo:  # (--rounds 1 ran every cell, then failed in the table: no later calls to compare)
+            p.error(f"{opt} must be at least {lo}, got {v}" + (" (the later calls are rounds 2 on)" if lo == 2 else ""))
+    if a.part in ("ocr", "both") and a.rec_widths + a.det_sizes == 0:
+        p.error("--rec-widths and --det-sizes are both 0: no OCR shape to run")
+    if any(b < 1 for b in a.batches):
+        p.error(f"--batches must be at least 1, got {a.batches}")
     engines = _engines(a.engines)
     dump: list[dict[str, Any]] = []
     print(f"# bench/dynamic.py {' '.join(sys.argv[1:])}  ({time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}, "
