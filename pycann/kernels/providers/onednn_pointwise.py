@@ -51,6 +51,21 @@ def pointwise(w: np.ndarray, group: int, win: Window) -> bool:
         and not any(win.pads_begin) and not any(win.pads_end) and w.dtype == np.float32 and w.ndim >= 3
 
 
+def _operands(x: np.ndarray, y_shape: tuple[int, ...], out: np.ndarray | None
+              ) -> tuple[np.ndarray, np.ndarray, tuple[int, ...], tuple[int, ...]]:
+    """(``x`` channels-last, copied when it is not; the output: ``out`` when it is a writable
+    channels-last float32 array of ``y_shape`` apart from ``x``, else new; their byte strides)."""
+    x_strides, y_strides = _cl_strides(x.shape), _cl_strides(y_shape)
+    if not _fits(x, x_strides):
+        xc = empty_channels_last(x.shape)
+        np.copyto(xc, x)
+        x = xc
+    fits = out is not None and out.dtype == np.float32 and out.flags.writeable and out.shape == y_shape and \
+        _fits(out, y_strides) and not np.may_share_memory(out, x)
+    y = out if fits and out is not None else empty_channels_last(y_shape)
+    return x, y, x_strides, y_strides
+
+
 class Pointwise:
     """The run-time-rows matmul of one pointwise weight (M, C, 1, ...), its bias / residual /
     activation post-ops fixed."""
@@ -82,14 +97,7 @@ class Pointwise:
         if x.ndim < 3 or x.shape[1] != self.c:
             raise OperandError(f"pointwise conv bound for {self.c} input channels; got X {list(x.shape)}")
         y_shape = (x.shape[0], self.m, *x.shape[2:])
-        x_strides, y_strides = _cl_strides(x.shape), _cl_strides(y_shape)
-        if not _fits(x, x_strides):
-            xc = empty_channels_last(x.shape)
-            np.copyto(xc, x)
-            x = xc
-        fits = out is not None and out.dtype == np.float32 and out.flags.writeable and out.shape == y_shape and \
-            _fits(out, y_strides) and not np.may_share_memory(out, x)
-        y = out if fits and out is not None else empty_channels_last(y_shape)
+        x, y, x_strides, y_strides = _operands(x, y_shape, out)
         if self.residual:
             if residual is None:
                 raise OperandError("pointwise conv bound with a residual but none was given")
@@ -163,14 +171,7 @@ class PatchDeconv:
             raise OperandError(f"ConvTranspose bound for {self.c} input channels; got X {list(x.shape)}")
         n, _, h, wd = (int(d) for d in x.shape)
         y_shape = (n, self.m, h * self.kh, wd * self.kw)
-        x_strides, y_strides = _cl_strides(x.shape), _cl_strides(y_shape)
-        if not _fits(x, x_strides):
-            xc = empty_channels_last(x.shape)
-            np.copyto(xc, x)
-            x = xc
-        fits = out is not None and out.dtype == np.float32 and out.flags.writeable and out.shape == y_shape and \
-            _fits(out, y_strides) and not np.may_share_memory(out, x)
-        y = out if fits and out is not None else empty_channels_last(y_shape)
+        x, y, x_strides, y_strides = _operands(x, y_shape, out)
         bias = None
         if self.bias_md is not None:
             if b is None:
