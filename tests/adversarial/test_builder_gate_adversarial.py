@@ -263,3 +263,40 @@ def test_a_shape_that_keeps_coming_gets_its_plan_past_a_full_queue() -> None:
     finally:
         h.release()
     assert ex.wait_builds(timeout=120) and lm.plan_cache_stats().built == ex.MAX_QUEUED + 1
+
+
+@pytest.mark.skipif(not hasattr(os, "fork"), reason="needs os.fork")
+def test_forked_child_builds_although_a_parent_thread_held_the_plan_lock() -> None:
+    # was: a fork while the background builder (or an inline build) held the executor's plan lock
+    # left it taken in the child for good: the child's builds, and wait_builds(), never finished
+    m = _conv_model()
+    lm = _load(m)
+    ex = lm.executor
+    taken, release = threading.Event(), threading.Event()
+
+    def hold_lock() -> None:
+        with ex._lock:  # as a build in progress does
+            taken.set()
+            release.wait(60)
+
+    t = threading.Thread(target=hold_lock)
+    t.start()
+    try:
+        assert taken.wait(10)
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")  # (3.12+: fork of a multi-threaded process)
+            pid = os.fork()
+        if pid == 0:  # the child: always leaves through os._exit
+            code = 1
+            try:
+                x = _img(9, 11)
+                y = lm.run([x])[0]
+                ok = ex.wait_builds(timeout=30) and lm.plan_cache_stats().built >= 1
+                same = np.allclose(y, run_ort(m, {"x": x})[0], rtol=1e-4, atol=1e-4)
+                code = 0 if ok and same else 2
+            finally:
+                os._exit(code)
+        assert _wait_child(pid) == 0
+    finally:
+        release.set()
+        t.join()

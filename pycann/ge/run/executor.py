@@ -9,7 +9,9 @@ the compiled graph (docs/dynamic-shapes.md). A ``Plan`` is a list of typed steps
 
 from __future__ import annotations
 
+import os
 import threading
+import weakref
 from collections.abc import Callable, Sequence
 from dataclasses import replace
 from typing import Any, NamedTuple
@@ -51,6 +53,24 @@ class CachedPlan(NamedTuple):
 
     def close(self) -> None:
         self.plan.close()
+
+
+_EXECUTORS: weakref.WeakSet[Executor] = weakref.WeakSet()
+
+
+def _after_fork_in_child() -> None:
+    # A thread of the parent that held a model's plan lock at the fork (its background builder,
+    # mid-build, or another caller building inline) does not exist in the child: the lock stayed
+    # taken, so every build there, and wait_builds() without a timeout, waited forever. The child
+    # starts with fresh locks (its builders are emptied by plan_builder's own at-fork handler).
+    for ex in list(_EXECUTORS):
+        ex._lock = threading.Lock()
+        ex._generic_lock = threading.Lock()
+        ex._cache.after_fork()
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_after_fork_in_child)
 
 
 class Executor:
@@ -112,6 +132,7 @@ class Executor:
         self._interim_calls: dict[Signature, int] = {}  # calls on the generic plan while a build waits
         # PlanBuild.BACKGROUND: new signatures' plans built off the caller (ge/run/plan_builder.py)
         self._builder = BackgroundBuilder(self._build_in_background, self.MAX_QUEUED)
+        _EXECUTORS.add(self)
         # control input index -> scalar values seen so far (None once it varies too much to specialise)
         self._control: dict[int, set[Any] | None] = {
             i: set() for i, name in enumerate(graph.inputs) if _is_control(graph.descs.get(name))

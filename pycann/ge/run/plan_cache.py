@@ -97,6 +97,10 @@ class PlanCache(Generic[V]):
         self.bytes_held = self.peak_bytes = self.over_budget = 0
         self._evicted_since_trim = 0
 
+    def after_fork(self) -> None:
+        """In a forked child: a fresh lock (the parent thread that held it, if any, is not here)."""
+        self._lock = threading.Lock()
+
     def __len__(self) -> int:
         return len(self._entries)
 
