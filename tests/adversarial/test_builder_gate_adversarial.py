@@ -9,7 +9,7 @@ import signal
 import threading
 import time
 import warnings
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import AbstractContextManager, contextmanager
 
 import numpy as np
@@ -51,6 +51,21 @@ class _Holder:
         self._t.join(30)
 
 
+def _in_child(check: Callable[[], object]) -> int:
+    """Fork; the child runs ``check`` and exits 0 when it is true (2 when false, 1 when it raised);
+    the parent returns that exit code (``_wait_child``)."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # (3.12+: fork of a multi-threaded process)
+        pid = os.fork()
+    if pid == 0:  # the child: always leaves through os._exit
+        code = 1
+        try:
+            code = 0 if check() else 2
+        finally:
+            os._exit(code)
+    return _wait_child(pid)
+
+
 def _wait_child(pid: int, limit: float = 90.0) -> int:
     """The child's exit code; it is killed (and the test fails) when it hangs past ``limit``."""
     deadline = time.monotonic() + limit
@@ -75,17 +90,8 @@ def test_forked_child_builds_although_the_parent_held_the_gate_and_its_worker_wa
         assert b.submit("parent", [], {})  # its worker now waits on the gate
         time.sleep(0.05)
         assert not built
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore")  # (3.12+: fork of a multi-threaded process)
-            pid = os.fork()
-        if pid == 0:  # the child: always leaves through os._exit
-            code = 1
-            try:
-                ok = b.submit("child", [], {}) and b.wait(timeout=30)
-                code = 0 if ok and built == ["child"] and b.pending() == 0 else 2
-            finally:
-                os._exit(code)
-        assert _wait_child(pid) == 0
+        assert _in_child(lambda: b.submit("child", [], {}) and b.wait(timeout=30) and built == ["child"]
+                         and b.pending() == 0) == 0
     finally:
         h.release()
     assert b.wait(timeout=60) and built == ["parent"]
@@ -283,20 +289,13 @@ def test_forked_child_builds_although_a_parent_thread_held_the_plan_lock() -> No
     t.start()
     try:
         assert taken.wait(10)
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore")  # (3.12+: fork of a multi-threaded process)
-            pid = os.fork()
-        if pid == 0:  # the child: always leaves through os._exit
-            code = 1
-            try:
-                x = _img(9, 11)
-                y = lm.run([x])[0]
-                ok = ex.wait_builds(timeout=30) and lm.plan_cache_stats().built >= 1
-                same = np.allclose(y, run_ort(m, {"x": x})[0], rtol=1e-4, atol=1e-4)
-                code = 0 if ok and same else 2
-            finally:
-                os._exit(code)
-        assert _wait_child(pid) == 0
+        def child() -> bool:
+            x = _img(9, 11)
+            y = lm.run([x])[0]
+            ok = ex.wait_builds(timeout=30) and lm.plan_cache_stats().built >= 1
+            return bool(ok and np.allclose(y, run_ort(m, {"x": x})[0], rtol=1e-4, atol=1e-4))
+
+        assert _in_child(child) == 0
     finally:
         release.set()
         t.join()
