@@ -306,11 +306,9 @@ class Executor:
                 else:
                     outs = self._run_generic(feeds, team)
                 if not self._generic_failed:
+                    # past its held calls it keeps coming (hot): its build starts now even beside other
+                    # shapes' held calls (else it waited for a pause in new shapes)
                     self._builder.submit(sig, *self._request(used, feeds), hot=not held)
-                    if not held:
-                        # past its held calls: it keeps coming, so its build starts now even beside
-                        # other shapes' held calls (else it waited for a pause in new shapes)
-                        self._builder.promote(sig)
                 return outs
             with self._lock:
                 hit = self._cache.peek(sig) or self._build(sig, used, feeds)
@@ -400,10 +398,9 @@ class Executor:
                     self.team_runs += 1
                     return _on_team(team, reduced, feeds)
                 if ("generic", team) not in self._builder.failed:
-                    self._builder.submit(("generic", team), [], {}, threads=team)
-                    # built beside held calls: they are the calls it serves (a stream of new shapes
+                    # hot: built beside held calls, they are the calls it serves (a stream of new shapes
                     # on busy CPUs held it off, and ran on the full team, for as long as it lasted)
-                    self._builder.promote(("generic", team))
+                    self._builder.submit(("generic", team), [], {}, threads=team, hot=True)
             return _pinned_run(plan, feeds)
         except ConfigError:
             raise  # a knob with a bad value: not a graph the generic plan cannot run

@@ -153,7 +153,7 @@ class BackgroundBuilder:
         self._worker: threading.Thread | None = None
         self.failed: set[Hashable] = set()  # signatures whose build raised
         self.built = 0
-        # queued signatures that keep coming (``promote``): built first, beside held calls
+        # queued signatures that keep coming (``submit(hot=True)``): built first, beside held calls
         self._hot: set[Hashable] = set()
         _BUILDERS.add(self)
 
@@ -169,30 +169,27 @@ class BackgroundBuilder:
     def submit(self, sig: Hashable, shapes: Shapes, values: dict[str, Any], threads: int | None = None,
                hot: bool = False) -> bool:
         """Queue ``sig`` unless it is queued already or the queue is full; True when queued. Its build
-        runs with ``threads`` OpenMP threads (default: the calling thread's count). A ``hot`` one (it
-        keeps coming, ``promote``) may take up to ``max_queued`` places more: a queue filled by
-        shapes that never came again, waiting on held calls, would else keep it out for as long."""
+        runs with ``threads`` OpenMP threads (default: the calling thread's count). A ``hot`` one keeps
+        coming: it is built next, even while calls hold (``hold``), and may take up to ``max_queued``
+        places more. Without that, a shape called again and again between other threads' (or its own
+        thread's) first calls of new shapes ran generic for as long as new shapes kept coming, and a
+        queue filled by shapes that never came again kept it out for as long."""
         with self._cond:
-            if sig in self._queued or len(self._queued) >= self.max_queued * (2 if hot else 1):
-                return False
-            self._queued.add(sig)
-            self._queue.append((sig, shapes, values, threads if threads is not None else openmp.max_threads()))
-            if self._worker is None:
-                self._worker = threading.Thread(target=self._loop, name=self.name, daemon=True)
-                self._worker.start()
-        return True
-
-    def promote(self, sig: Hashable) -> None:
-        """``sig`` (queued) keeps coming: build it next, even while calls hold (``hold``). Without
-        this a shape called again and again between other threads' (or its own thread's) first calls
-        of new shapes ran generic for as long as new shapes kept coming."""
-        with self._cond:
-            if sig not in self._queued or sig in self._hot:
-                return
-            self._hot.add(sig)
-        gate = _gate
-        with gate.cond:
-            gate.cond.notify_all()
+            queued = sig not in self._queued and len(self._queued) < self.max_queued * (2 if hot else 1)
+            if queued:
+                self._queued.add(sig)
+                self._queue.append((sig, shapes, values, threads if threads is not None else openmp.max_threads()))
+                if self._worker is None:
+                    self._worker = threading.Thread(target=self._loop, name=self.name, daemon=True)
+                    self._worker.start()
+            promoted = hot and sig in self._queued and sig not in self._hot
+            if promoted:
+                self._hot.add(sig)
+        if promoted:
+            gate = _gate
+            with gate.cond:
+                gate.cond.notify_all()  # (the worker may wait on the gate)
+        return queued
 
     def _loop(self) -> None:
         _lower_priority()

@@ -183,7 +183,7 @@ class _Plan:
         # kernel can refuse one geometry (pads >= kernel, tiny inputs) and take the next: a kind
         # remembered from that one would leave every later shape of every same-shaped weight on
         # brgconv and its process-wide kernel store (the growth ``_own_kernels`` exists to stop)
-        kind = (transpose, group, tuple(w.shape), tuple(win.strides), tuple(win.dilations), self.mode,
+        kind = (group, tuple(w.shape), tuple(win.strides), tuple(win.dilations), self.mode,
                 tuple(eltwise)) if transpose else None
         pd = _own_kernels(pd, make, w_in, kind)
         self.impl = pd.fast_impl()
@@ -326,8 +326,8 @@ def _first_primitive(w: np.ndarray) -> bool:
     return True
 
 
-# Problems (``_Plan``'s ``kind``: kind of primitive, weight shape, geometry, post-ops; no spatial
-# size; deconvolutions only) for which oneDNN offered no ``jit*`` implementation (brgemm ones only).
+# Deconvolution problems (``_Plan``'s ``kind``: weight shape, geometry, post-ops; no spatial
+# size) for which oneDNN offered no ``jit*`` implementation (brgemm ones only).
 # Their descriptors cost 1.5-8.5 ms each (PP-OCRv4 det's, AVX-512), so a new image size must not
 # make a second one just to learn that again.
 _no_jit: set[tuple[Any, ...]] = set()
@@ -407,7 +407,8 @@ def conv_nhwc(x: np.ndarray, w: np.ndarray, b: np.ndarray | None, group: int, wi
     the numpy provider with the same epilogue in numpy.
     """
     post: Unary | Unaries | None = unary if unary is not None else RELU if relu else None
-    if POINTWISE_ANY_SIZE and native(x, w, win):
+    ok = native(x, w, win)
+    if POINTWISE_ANY_SIZE and ok:
         from pycann.kernels.providers import onednn_pointwise as pw
 
         if pw.pointwise(w, group, win):
@@ -415,7 +416,7 @@ def conv_nhwc(x: np.ndarray, w: np.ndarray, b: np.ndarray | None, group: int, wi
             if k is not None:
                 return _deliver(k.run(x, _bias(b), residual, out), out)
     p = _plan(tuple(x.shape), w, b is not None, group, win, tuple(win.out), False, post, residual is not None) \
-        if native(x, w, win) else None
+        if ok else None
     if p is None:
         y = nb.conv_im2col_gemm(x, w, b, group, win, out)
         if residual is not None:
@@ -443,15 +444,15 @@ def conv_transpose_nhwc(x: np.ndarray, w: np.ndarray, b: np.ndarray | None, grou
     eltwise post-ops applied to the result (FusedConvTranspose's activation). Shapes oneDNN cannot
     express (output offsets beyond its padding rules) go to the numpy provider (then ``unary`` in
     numpy)."""
-    if POINTWISE_ANY_SIZE and _transpose_ok(x, w, win, out_sizes):
+    ok = _transpose_ok(x, w, win, out_sizes)
+    if POINTWISE_ANY_SIZE and ok:
         from pycann.kernels.providers import onednn_pointwise as pw
 
         if pw.patch_deconv(w, group, win, tuple(x.shape), tuple(out_sizes)):
             k = pw.patch_plan(w, b is not None, unary)
             if k is not None:
                 return _deliver(k.run(x, _bias(b), out), out)
-    p = _plan(tuple(x.shape), w, b is not None, group, win, tuple(out_sizes), True, unary, False) \
-        if _transpose_ok(x, w, win, out_sizes) else None
+    p = _plan(tuple(x.shape), w, b is not None, group, win, tuple(out_sizes), True, unary, False) if ok else None
     if p is None:
         y = nb.conv_transpose(x, w, b, group, win, out_sizes, out)
         return _numpy_unary(y, unary) if unary is not None else y

@@ -29,7 +29,8 @@ from __future__ import annotations
 import math
 import threading
 import weakref
-from typing import Any
+from collections.abc import Callable
+from typing import Any, TypeVar
 
 import numpy as np
 
@@ -203,18 +204,7 @@ _patch_plans: dict[tuple[Any, ...], PatchDeconv | None] = {}
 def patch_plan(w: np.ndarray, with_bias: bool, unary: Unary | Unaries | None) -> PatchDeconv | None:
     """The ``PatchDeconv`` of weight ``w`` (made on first use, dropped with ``w``), or None when
     oneDNN does not offer it."""
-    key = (id(w), capi.ptr(w), w.shape, w.strides, with_bias, unary, openmp.team())
-    if key in _patch_plans:
-        return _patch_plans[key]
-    if len(_patch_plans) >= _MAX_PLANS:
-        _patch_plans.clear()
-    try:
-        p: PatchDeconv | None = PatchDeconv(w, with_bias, unary)
-    except capi.DnnlError:
-        p = None
-    weakref.finalize(w, _patch_plans.pop, key, None)
-    _patch_plans[key] = p
-    return p
+    return _cached(_patch_plans, w, (with_bias, unary), lambda: PatchDeconv(w, with_bias, unary))
 
 
 _warm_lock = threading.Lock()
@@ -246,15 +236,26 @@ _MAX_PLANS = 512
 def plan(w: np.ndarray, with_bias: bool, unary: Unary | Unaries | None, residual: bool) -> Pointwise | None:
     """The ``Pointwise`` of weight ``w`` with these post-ops (made on first use, dropped with ``w``),
     or None when oneDNN does not offer it."""
-    key = (id(w), capi.ptr(w), w.shape, w.strides, with_bias, unary, residual, openmp.team())
-    if key in _plans:
-        return _plans[key]
-    if len(_plans) >= _MAX_PLANS:
-        _plans.clear()
+    return _cached(_plans, w, (with_bias, unary, residual), lambda: Pointwise(w, with_bias, unary, residual))
+
+
+T = TypeVar("T")
+
+
+def _cached(table: dict[tuple[Any, ...], T | None], w: np.ndarray, post: tuple[Any, ...],
+            make: Callable[[], T]) -> T | None:
+    """``table``'s entry for weight ``w`` (identity, address, layout), post-ops ``post`` and this
+    OpenMP team, made by ``make`` on first use (None: oneDNN rejected it) and dropped with ``w``;
+    the table starts over at ``_MAX_PLANS`` entries."""
+    key = (id(w), capi.ptr(w), w.shape, w.strides, *post, openmp.team())
+    if key in table:
+        return table[key]
+    if len(table) >= _MAX_PLANS:
+        table.clear()
     try:
-        p: Pointwise | None = Pointwise(w, with_bias, unary, residual)
+        p: T | None = make()
     except capi.DnnlError:
         p = None
-    weakref.finalize(w, _plans.pop, key, None)
-    _plans[key] = p
+    weakref.finalize(w, table.pop, key, None)
+    table[key] = p
     return p
