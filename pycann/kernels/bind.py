@@ -487,6 +487,13 @@ def _conv_onednn(attrs: Mapping[str, Any], ins: Sequence[TensorDesc | None], w: 
                        attrs, w, b, residual)
 
 
+def _squeeze_excite(attrs, ins, consts, outs) -> Kernel | None:  # type: ignore[no-untyped-def]
+    """SqueezeExcite: ``squeeze_excite.prepare_squeeze_excite`` (imported by the models that have one)."""
+    from pycann.kernels.squeeze_excite import prepare_squeeze_excite
+
+    return prepare_squeeze_excite(attrs, ins, consts, outs)
+
+
 PREPARE: dict[tuple[str, str], Prepare] = {
     ("", "Conv"): _conv,
     ("pycann", "FusedConv"): _conv,
@@ -503,6 +510,7 @@ PREPARE: dict[tuple[str, str], Prepare] = {
     ("", "Gather"): _gather,
     ("", "Concat"): _concat,
     ("", "Cast"): _cast,
+    ("pycann", "SqueezeExcite"): _squeeze_excite,
     **PREPARE_SMALL,  # ReduceMean/Sum, Pow, ElementwiseChain, LSTM for tiny static shapes (bind_small.py)
     # MaxPool comes from PREPARE_ONEDNN: oneDNN's pooling first, then ``_max_pool`` (ATen) above
     **PREPARE_ONEDNN,  # LayerNormalization, FusedAttention, Softmax, pooling, Gemm bound to oneDNN (bind_onednn.py)

@@ -27,6 +27,7 @@ from pycann.ge.compile.passes import (
     fuse_qdq,
     fuse_rmsnorm,
     fuse_softmax,
+    fuse_squeeze_excite,
     infer_shapes,
     precision,
     select_kernels,
@@ -71,6 +72,8 @@ COMPILE_PIPELINE: list[tuple[str, PassFn]] = [
     (fuse_softmax.name, fuse_softmax.run),
     (fuse_attention.name, fuse_attention.run),
     (fuse_conv_act.name, fuse_conv_act.run),
+    # GlobalAveragePool -> 1x1 conv -> 1x1 conv -> Mul (static shapes): one op, before ElementwiseChainFusion takes the Mul
+    (fuse_squeeze_excite.name, fuse_squeeze_excite.run),
     (fuse_matmul_bias.name, fuse_matmul_bias.run),
     (fuse_elementwise.name, fuse_elementwise.run),
     # dtypes are chosen on the fused graph, as CANN's FE does after graph fusion

@@ -260,7 +260,7 @@ def gemm(a: np.ndarray, b: np.ndarray, c: np.ndarray | None, alpha: float, beta:
 
 
 def bound_matmul(b: np.ndarray, bias: np.ndarray | None, a_shape: Sequence[int], unary: Unary | None,
-                 residual: bool = False) -> Any:
+                 residual: bool = False, min_flops: int = SMALL_FLOPS) -> Any:
     """``act(a @ b + bias + residual)`` for a constant B and a static A shape as a plan kernel
     ``k(inputs, attrs, out=None) -> [y]`` (``inputs[0]``: A; ``inputs[3]``: the residual when
     ``residual``; float32).
@@ -272,7 +272,7 @@ def bound_matmul(b: np.ndarray, bias: np.ndarray | None, a_shape: Sequence[int],
     first); ``unary`` a oneDNN eltwise post-op (``onednn.onednn_unary``), applied last, or None.
     A's leading dims fold into the rows of one 2-D product. With ``out`` (the executor's arena
     views; ``k.writes_out``) the result is written there. None when the signature is not
-    expressible, the product is under ``SMALL_FLOPS``, or oneDNN does not implement it."""
+    expressible, the product is under ``min_flops`` (``SMALL_FLOPS``), or oneDNN does not implement it."""
     a_shape = tuple(int(d) for d in a_shape)
     if b.ndim > 2 and all(d == 1 for d in b.shape[:-2]):
         b = b.reshape(b.shape[-2:])
@@ -280,7 +280,7 @@ def bound_matmul(b: np.ndarray, bias: np.ndarray | None, a_shape: Sequence[int],
         return None
     k, n = b.shape
     rows = int(np.prod(a_shape[:-1], dtype=np.int64))
-    if rows == 0 or 2 * rows * k * n < SMALL_FLOPS:
+    if rows == 0 or 2 * rows * k * n < min_flops:
         return None  # tiny: numpy's one BLAS call is faster
     y_shape = a_shape[:-1] + (n,)
     bc = None

@@ -1,0 +1,156 @@
+"""SqueezeExcite bound to one static signature (``ops/squeeze_excite.py`` for the semantics).
+
+The channel means are one matrix-vector product with a constant ``1/(H*W)`` vector (OpenBLAS's
+sgemv reads the tensor once at cache speed: ~2x faster than oneDNN's average pooling on
+EfficientNet's 32x112x112 and 96x56x56 blocks, and no OpenMP fork); the two 1x1 convs on the
+N x C means are small numpy matrix products with weights transposed once here; the gate is
+applied by oneDNN's binary Mul with the gate broadcast over H, W (multi-threaded, into the
+executor's arena view), or by numpy below ``onednn_binary.MIN_ELEMENTS`` or without oneDNN.
+
+Inside a plan whose kernels use OpenMP the executor holds OpenBLAS to one thread
+(``providers.blas_single_thread``), which is what the product wants anyway (it is bandwidth-bound).
+A call with another layout, dtype or shape than bound runs the reference kernel.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import numpy as np
+
+from pycann.dtypes import TensorDesc
+from pycann.kernels.algorithm import Layout, Threads
+from pycann.kernels.bind_base import Kernel
+from pycann.kernels.bind_base import static_shape as _static
+from pycann.kernels.bound import BoundKernel
+from pycann.ops.fused import apply_activation
+from pycann.ops.squeeze_excite import _k_squeeze_excite as _reference
+from pycann.ops.squeeze_excite import activations, matrices
+
+_F32 = np.dtype(np.float32)
+
+
+def _mul_primitive(x_shape: tuple[int, ...], channels_last: bool) -> Any:
+    """oneDNN's binary Mul of X by an (N, C, 1, 1) gate, or None (no oneDNN, or too small)."""
+    from pycann.kernels.providers import available
+
+    if not available("onednn"):
+        return None
+    from pycann.kernels.providers import onednn_binary
+
+    return onednn_binary.bound_chain([("Mul", 1, False)], [x_shape, (x_shape[0], x_shape[1], 1, 1)], channels_last)
+
+
+# A 1x1 conv of the gate whose weight has at least this many elements runs as oneDNN's matmul: in a
+# model the weight comes from L3 or memory, and two threads read it faster than one numpy thread
+# (MobileNetV3's 960 x 240 blocks: ~80 us a block against ~87); smaller ones (EfficientNet's C/24
+# reductions, 55K elements at most) stay numpy calls, cheaper than a primitive call (bench/RESULTS.md).
+FC_ONEDNN_MIN = 1 << 16
+
+
+def _fc(wt: np.ndarray, b: np.ndarray | None, n: int) -> Any:
+    """``z = s @ wt + b`` for N x K means ``s``: oneDNN's bound matmul for a large ``wt``, else None."""
+    from pycann.kernels.providers import available
+
+    if wt.size < FC_ONEDNN_MIN or not available("onednn"):
+        return None
+    from pycann.kernels.providers import onednn_matmul
+
+    return onednn_matmul.bound_matmul(wt, b, (n, wt.shape[0]), None, min_flops=0)
+
+
+def bound_squeeze_excite(x_shape: tuple[int, ...], w1t: np.ndarray, b1: np.ndarray | None, w2t: np.ndarray,
+                         b2: np.ndarray | None, acts: tuple[tuple[str, float, float], tuple[str, float, float]],
+                         channels_last: bool) -> BoundKernel:
+    """The kernel for float32 X of ``x_shape`` (N, C, H, W; H * W > 0) laid out channels-last or
+    C-contiguous: ``run(inputs, attrs, out=None) -> [Y]`` (``inputs``: X, W1, B1, W2, B2; the
+    weights are the ones given here, transposed: W1 as C x R, W2 as R x C, float32)."""
+    n, c, h, w = x_shape
+    hw = h * w
+    if channels_last:  # (N, H*W, C) viewed from the arena; avg @ x -> (N, 1, C)
+        avg = np.full((1, hw), 1.0 / hw, np.float32)
+        strides = (hw * c * 4, 4, w * c * 4, c * 4)
+    else:  # (N, C, H*W); x @ avg -> (N, C, 1)
+        avg = np.full((hw, 1), 1.0 / hw, np.float32)
+        strides = (c * hw * 4, hw * 4, w * 4, 4)
+    mul = _mul_primitive(x_shape, channels_last)
+    mul_run = mul.run if mul is not None else None
+    fc1, fc2 = _fc(w1t, b1, n), _fc(w2t, b2, n)
+    (a1, a1_alpha, a1_beta), (a2, a2_alpha, a2_beta) = acts
+
+    def excite(s: np.ndarray) -> np.ndarray:
+        if fc1 is None:
+            z = s @ w1t
+            if b1 is not None:
+                z += b1
+        else:
+            z = fc1.run([s], None)[0]
+        apply_activation(z, a1, a1_alpha, a1_beta)
+        if fc2 is None:
+            g = z @ w2t
+            if b2 is not None:
+                g += b2
+        else:
+            g = fc2.run([z], None)[0]
+        return apply_activation(g, a2, a2_alpha, a2_beta)
+
+    def gated(x: np.ndarray, o: np.ndarray | None) -> np.ndarray:
+        """Y for an X of the bound layout: into ``o`` when the primitive (or numpy) can write there."""
+        if channels_last:
+            s = np.matmul(avg, x.transpose(0, 2, 3, 1).reshape(n, hw, c))
+        else:
+            s = np.matmul(x.reshape(n, c, hw), avg)
+        g = excite(np.ascontiguousarray(s.reshape(n, c))).reshape(n, c, 1, 1)
+        y = mul_run([x, g], o) if mul_run is not None else None
+        if y is None:
+            if o is not None and not np.may_share_memory(o, x):
+                y = o
+            elif channels_last:
+                y = np.empty((n, h, w, c), np.float32).transpose(0, 3, 1, 2)
+            else:
+                y = np.empty(x_shape, np.float32)
+            np.multiply(x, g, out=y)
+        return y  # type: ignore[no-any-return]
+
+    def kernel(inputs: Sequence[Any], attrs: Mapping[str, Any],
+               out: Sequence[np.ndarray] | None = None) -> list[np.ndarray]:
+        x = inputs[0]
+        o = out[0] if out is not None else None
+        if not isinstance(x, np.ndarray) or x.dtype != _F32 or x.shape != x_shape \
+                or any(a != b and d != 1 for a, b, d in zip(x.strides, strides, x_shape)):
+            y = _reference(inputs, attrs)[0]
+        else:
+            y = gated(x, o)
+        if o is None:
+            return [y]
+        if y is not o:
+            o[...] = y  # the executor reads its arena view
+        return [o]
+
+    openmp = mul is not None or fc1 is not None or fc2 is not None
+    return BoundKernel(kernel, writes_out=True, threads=Threads.OPENMP if openmp else Threads.BLAS,
+                       layout=Layout.NHWC if channels_last else Layout.NCHW, keep=(avg, w1t, b1, w2t, b2, mul, fc1, fc2),
+                       impl="sgemv+" + ("onednn:matmul" if fc1 is not None or fc2 is not None else "numpy") + "+"
+                       + (mul.impl if mul is not None else "numpy"))
+
+
+def prepare_squeeze_excite(attrs: Mapping[str, Any], ins: Sequence[TensorDesc | None],
+                           consts: Sequence[np.ndarray | None], outs: Sequence[TensorDesc | None]) -> Kernel | None:
+    """The plan's kernel for a SqueezeExcite of static float32 X with constant float32 weights (and
+    biases, when given), else None (the reference kernel runs)."""
+    xs = _static(ins[0]) if ins else None
+    if xs is None or len(xs) != 4 or ins[0].dtype != 1 or 0 in xs:  # type: ignore[union-attr]
+        return None
+    cs = list(consts) + [None] * (5 - len(consts))
+    given = [i < len(ins) and ins[i] is not None for i in range(5)]
+    if cs[1] is None or cs[3] is None or any(given[i] and cs[i] is None for i in (2, 4)):
+        return None  # a weight or bias computed at run time
+    if any(a is not None and a.dtype != _F32 for a in cs[1:5]):
+        return None
+    try:
+        w1t, b1, w2t, b2 = matrices(cs[1], cs[2], cs[3], cs[4], xs[1])
+        acts = activations(attrs)
+    except ValueError:
+        return None  # the reference kernel raises the error
+    return bound_squeeze_excite(xs, w1t, b1, w2t, b2, acts, attrs.get("_layout") == "NHWC")  # type: ignore[return-value]
