@@ -1,8 +1,11 @@
 """SqueezeExcite bound to one static signature (``ops/squeeze_excite.py`` for the semantics).
 
-The channel means are one matrix-vector product with a constant ``1/(H*W)`` vector (OpenBLAS's
+The channel means are one matrix-vector product with a constant vector of ones (OpenBLAS's
 sgemv reads the tensor once at cache speed: ~2x faster than oneDNN's average pooling on
-EfficientNet's 32x112x112 and 96x56x56 blocks, and no OpenMP fork); the two 1x1 convs on the
+EfficientNet's 32x112x112 and 96x56x56 blocks, and no OpenMP fork), then a division by H*W of
+the N x C sums: summed first, as ONNX Runtime's GlobalAveragePool, the reference kernel and
+oneDNN's pooling do, so a sum that overflows float32 is inf here too (scaling each term by
+1/(H*W) first kept it finite, and a NaN gate in ORT finite here); the two 1x1 convs on the
 N x C means are small numpy matrix products with weights transposed once here; the gate is
 applied by oneDNN's binary Mul with the gate broadcast over H, W (multi-threaded, into the
 executor's arena view), or by numpy below ``onednn_binary.MIN_ELEMENTS`` or without oneDNN.
@@ -68,11 +71,11 @@ def bound_squeeze_excite(x_shape: tuple[int, ...], w1t: np.ndarray, b1: np.ndarr
     weights are the ones given here, transposed: W1 as C x R, W2 as R x C, float32)."""
     n, c, h, w = x_shape
     hw = h * w
-    if channels_last:  # (N, H*W, C) viewed from the arena; avg @ x -> (N, 1, C)
-        avg = np.full((1, hw), 1.0 / hw, np.float32)
+    if channels_last:  # (N, H*W, C) viewed from the arena; ones @ x -> (N, 1, C)
+        ones = np.ones((1, hw), np.float32)
         strides = (hw * c * 4, 4, w * c * 4, c * 4)
-    else:  # (N, C, H*W); x @ avg -> (N, C, 1)
-        avg = np.full((hw, 1), 1.0 / hw, np.float32)
+    else:  # (N, C, H*W); x @ ones -> (N, C, 1)
+        ones = np.ones((hw, 1), np.float32)
         strides = (c * hw * 4, hw * 4, w * 4, 4)
     mul = _mul_primitive(x_shape, channels_last)
     mul_run = mul.run if mul is not None else None
@@ -98,9 +101,10 @@ def bound_squeeze_excite(x_shape: tuple[int, ...], w1t: np.ndarray, b1: np.ndarr
     def gated(x: np.ndarray, o: np.ndarray | None) -> np.ndarray:
         """Y for an X of the bound layout: into ``o`` when the primitive (or numpy) can write there."""
         if channels_last:
-            s = np.matmul(avg, x.transpose(0, 2, 3, 1).reshape(n, hw, c))
+            s = np.matmul(ones, x.transpose(0, 2, 3, 1).reshape(n, hw, c))
         else:
-            s = np.matmul(x.reshape(n, c, hw), avg)
+            s = np.matmul(x.reshape(n, c, hw), ones)
+        np.divide(s, np.float32(hw), out=s)  # the sums, then the means (as np.mean; inf stays inf)
         g = excite(np.ascontiguousarray(s.reshape(n, c))).reshape(n, c, 1, 1)
         y = mul_run([x, g], o) if mul_run is not None else None
         if y is None:
@@ -130,7 +134,7 @@ def bound_squeeze_excite(x_shape: tuple[int, ...], w1t: np.ndarray, b1: np.ndarr
 
     openmp = mul is not None or fc1 is not None or fc2 is not None
     return BoundKernel(kernel, writes_out=True, threads=Threads.OPENMP if openmp else Threads.BLAS,
-                       layout=Layout.NHWC if channels_last else Layout.NCHW, keep=(avg, w1t, b1, w2t, b2, mul, fc1, fc2),
+                       layout=Layout.NHWC if channels_last else Layout.NCHW, keep=(ones, w1t, b1, w2t, b2, mul, fc1, fc2),
                        impl="sgemv+" + ("onednn:matmul" if fc1 is not None or fc2 is not None else "numpy") + "+"
                        + (mul.impl if mul is not None else "numpy"))
 
