@@ -286,3 +286,53 @@ def test_one_plan_from_four_threads(size: dict, chain: bool) -> None:
 
     with ThreadPoolExecutor(4) as ex:
         assert list(ex.map(job, range(4))) == [0] * 4
+
+
+# ------------------------------------------------------------------------------ other spellings and producers
+@pytest.mark.parametrize("case", ["b1_only", "b2_only", "relu6_clip", "clip_gate"])
+def test_biases_and_clip_bounds(case: str) -> None:
+    m = _model(chain=case != "b2_only", **BIG)
+    g = m.graph
+    if case in ("b1_only", "b2_only"):
+        conv = next(n for n in g.node if n.op_type == "Conv" and n.input[0] == ("z" if case == "b1_only" else "s"))
+        del conv.input[2]
+    else:  # Clip(min, max) as inputs: ReLU6 after the first conv, Clip(0, 1) as the gate
+        act = next(n for n in g.node if n.input and n.input[0] == ("z0" if case == "relu6_clip" else "g0"))
+        act.op_type = "Clip"
+        act.input.extend(["lo", "hi"])
+        g.initializer.extend([const("lo", np.array(0.0, np.float32)),
+                              const("hi", np.array(6.0 if case == "relu6_clip" else 1.0, np.float32))])
+    _check(m, _feeds(m), 1)
+
+
+@pytest.mark.parametrize("size", [BIG, FC], ids=["onednn_mul", "onednn_fc"])
+def test_transposed_input_runs_the_reference_layout(size: dict) -> None:
+    """X a Transpose of an NHWC graph input (a strided view, another layout than bound), the result
+    transposed back."""
+    m = _model(chain=False, n=2, **size)
+    g = m.graph
+    c, h, w = size["c"], size["h"], size["w"]
+    g.input[0].name = "t"
+    for d, v in zip(g.input[0].type.tensor_type.shape.dim[1:], (h, w, c)):
+        d.dim_value = v
+    g.node.insert(0, helper.make_node("Transpose", ["t"], ["x1"], perm=[0, 3, 1, 2]))
+    g.node.append(helper.make_node("Transpose", ["y"], ["yt"], perm=[0, 2, 3, 1]))
+    g.output[0].name = "yt"
+    _check(m, {"t": _f32(2, h, w, c)}, 1)
+
+
+def test_static_model_with_an_if_on_a_control_input() -> None:
+    """An If on a bool input: the compiled graph (SqueezeExcite in it) is re-optimised per signature."""
+    m = _model(n=2, outputs=("o",), **BIG)
+    then_g = helper.make_graph([helper.make_node("Relu", ["y"], ["t_out"])], "then", [],
+                               [helper.make_tensor_value_info("t_out", TensorProto.FLOAT, None)])
+    else_g = helper.make_graph([helper.make_node("Neg", ["y"], ["e_out"])], "else", [],
+                               [helper.make_tensor_value_info("e_out", TensorProto.FLOAT, None)])
+    m.graph.node.append(helper.make_node("If", ["flag"], ["o"], then_branch=then_g, else_branch=else_g))
+    m.graph.input.append(helper.make_tensor_value_info("flag", TensorProto.BOOL, []))
+    cm = compile_model(m)
+    assert _count(cm) == 1
+    lm = LoadedModel.from_compiled(cm)
+    for flag in (True, False, True):
+        feeds = {**_feeds(m), "flag": np.array(flag)}
+        np.testing.assert_allclose(lm.run_dict(feeds)[0], run_ort(m, feeds)[0], rtol=1e-4, atol=1e-5)
