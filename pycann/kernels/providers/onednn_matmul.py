@@ -260,7 +260,7 @@ def gemm(a: np.ndarray, b: np.ndarray, c: np.ndarray | None, alpha: float, beta:
 
 
 def bound_matmul(b: np.ndarray, bias: np.ndarray | None, a_shape: Sequence[int], unary: Unary | None,
-                 residual: bool = False, min_flops: int = SMALL_FLOPS) -> Any:
+                 residual: bool = False, min_flops: int | None = None) -> Any:
     """``act(a @ b + bias + residual)`` for a constant B and a static A shape as a plan kernel
     ``k(inputs, attrs, out=None) -> [y]`` (``inputs[0]``: A; ``inputs[3]``: the residual when
     ``residual``; float32).
@@ -280,7 +280,7 @@ def bound_matmul(b: np.ndarray, bias: np.ndarray | None, a_shape: Sequence[int],
         return None
     k, n = b.shape
     rows = int(np.prod(a_shape[:-1], dtype=np.int64))
-    if rows == 0 or 2 * rows * k * n < min_flops:
+    if rows == 0 or 2 * rows * k * n < (SMALL_FLOPS if min_flops is None else min_flops):
         return None  # tiny: numpy's one BLAS call is faster
     y_shape = a_shape[:-1] + (n,)
     bc = None

@@ -12,7 +12,8 @@ GlobalAveragePool and ConvActivationFusion put each activation into its conv):
 Checks: S, Z and G have one reader each and are not graph outputs. Each check that fails after
 the pool matched is a missed fusion with its reason (atc --log=info). Shapes must be static
 (``--input_shape`` or a static model): the shape-generic plan of a dynamic model keeps the
-separate ops.
+separate ops, and so does a compile with a ``--precision_mode`` that changes dtypes (PrecisionMode
+chooses per op).
 """
 
 from __future__ import annotations
@@ -110,5 +111,10 @@ def fuse(g: Graph) -> tuple[int, list[str]]:
 
 
 def run(graph: Graph, ctx: PassContext) -> PassResult:
+    settings = ctx.options.get("precision")
+    if settings is not None and settings.active:
+        # PrecisionMode (next) gives each op its dtype; the fused op has none of its own (it would stay
+        # float32 between two full-tensor Casts and leave the NHWC chain), so the block's ops stay apart
+        return PassResult(graph, False, f"not applied: {settings.mode} chooses a dtype per op")
     n, missed = fuse(graph)
     return PassResult(graph, n > 0, f"{n} squeeze-excitation blocks fused", missed)

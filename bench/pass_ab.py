@@ -1,0 +1,72 @@
+"""A/B of one GE pass inside one process: the model compiled with the pass and without it, interleaved.
+
+Alternating processes drift with the machine (bench/knob_ab.py says why); the two compiled models run
+in turns (ABBA) in one process, and the ratio of their medians is printed. Run it with each ``--first``
+(build order moves a ratio by a percent or two)::
+
+    python bench/pass_ab.py --model tv_efficientnet_b0 --pass SqueezeExciteFusion --runs 200 --first on
+
+``--model`` is a name from ``scripts.model_zoo`` (its benchmark inputs at batch ``--batch``, compiled
+with those static shapes); ``--pass`` any pass name that ``--fusion_switch_file`` accepts. The compiled
+.om files are kept in ``--cache-dir`` (default ``~/.cache/pycann/bench/pass_ab``).
+"""
+
+from __future__ import annotations
+
+import argparse
+import pathlib
+import statistics
+import sys
+import time
+
+REPO = pathlib.Path(__file__).resolve().parent.parent
+
+
+def main(argv: list[str] | None = None) -> int:
+    sys.path.insert(0, str(REPO))
+    from scripts.model_zoo import ALL_MODELS as MODELS
+
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--model", choices=sorted(MODELS), required=True)
+    p.add_argument("--pass", dest="pass_name", required=True, help="a GE pass name, e.g. SqueezeExciteFusion")
+    p.add_argument("--batch", type=int, default=1)
+    p.add_argument("--runs", type=int, default=200, help="timed runs of each model (>= 10)")
+    p.add_argument("--first", choices=("on", "off"), default="on", help="which model is loaded and run first")
+    p.add_argument("--cache-dir", type=pathlib.Path, default=pathlib.Path("~/.cache/pycann/bench/pass_ab"))
+    args = p.parse_args(argv)
+    if args.runs < 10:
+        p.error("--runs must be at least 10")
+    import pycann
+    from pycann.acl.session import InferSession
+
+    spec = MODELS[args.model]
+    feeds = spec.inputs(0, args.batch)
+    shapes = {k: list(v.shape) for k, v in feeds.items()}
+    cache = args.cache_dir.expanduser()
+    cache.mkdir(parents=True, exist_ok=True)
+    oms = {}
+    for tag, off in (("on", []), ("off", [args.pass_name])):
+        om = cache / f"{args.model}_b{args.batch}_{args.pass_name}_{tag}.om"
+        pycann.compile_model(str(spec.ensure()), pycann.CompileOptions(input_shape=shapes, disabled_passes=off)).save(om)
+        oms[tag] = om
+    tags = ["on", "off"] if args.first == "on" else ["off", "on"]
+    sessions = {t: InferSession(0, str(oms[t])) for t in tags}
+    names = [i.name for i in sessions["on"].get_inputs()]
+    data = [feeds[n] for n in names]
+    for t in tags:
+        for _ in range(10):
+            sessions[t].infer(data)
+    times: dict[str, list[float]] = {t: [] for t in tags}
+    for i in range(args.runs):
+        for t in tags if i % 2 == 0 else tags[::-1]:
+            t0 = time.perf_counter()
+            sessions[t].infer(data)
+            times[t].append(time.perf_counter() - t0)
+    med = {t: statistics.median(v) * 1e3 for t, v in times.items()}
+    print(f"{args.model}@{args.batch} {args.pass_name}: on {med['on']:.3f} ms, off {med['off']:.3f} ms, "
+          f"on/off {med['on'] / med['off']:.3f} ({args.runs} runs each, {args.first} first)")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
