@@ -34,6 +34,12 @@ from pycann.ops.squeeze_excite import activations, matrices
 _F32 = np.dtype(np.float32)
 
 
+def _same(a: np.ndarray, b: np.ndarray) -> bool:
+    """``b`` views exactly ``a``'s elements (an output planned over its input)."""
+    return a.shape == b.shape and a.strides == b.strides \
+        and a.__array_interface__["data"][0] == b.__array_interface__["data"][0]
+
+
 def _mul_primitive(x_shape: tuple[int, ...], channels_last: bool) -> Any:
     """oneDNN's binary Mul of X by an (N, C, 1, 1) gate, or None (no oneDNN, or too small)."""
     from pycann.kernels.providers import available
@@ -108,8 +114,8 @@ def bound_squeeze_excite(x_shape: tuple[int, ...], w1t: np.ndarray, b1: np.ndarr
         g = excite(np.ascontiguousarray(s.reshape(n, c))).reshape(n, c, 1, 1)
         y = mul_run([x, g], o) if mul_run is not None else None
         if y is None:
-            if o is not None and not np.may_share_memory(o, x):
-                y = o
+            if o is not None and (not np.may_share_memory(o, x) or _same(o, x)):
+                y = o  # (o over x itself, planned in place: elementwise, so safe)
             elif channels_last:
                 y = np.empty((n, h, w, c), np.float32).transpose(0, 3, 1, 2)
             else:
@@ -133,7 +139,8 @@ def bound_squeeze_excite(x_shape: tuple[int, ...], w1t: np.ndarray, b1: np.ndarr
         return [o]
 
     openmp = mul is not None or fc1 is not None or fc2 is not None
-    return BoundKernel(kernel, writes_out=True, threads=Threads.OPENMP if openmp else Threads.BLAS,
+    # (inplace: the executor may plan Y over X's buffer; the means are taken before the gate is written)
+    return BoundKernel(kernel, writes_out=True, inplace=True, threads=Threads.OPENMP if openmp else Threads.BLAS,
                        layout=Layout.NHWC if channels_last else Layout.NCHW, keep=(ones, w1t, b1, w2t, b2, mul, fc1, fc2),
                        impl="sgemv+" + ("onednn:matmul" if fc1 is not None or fc2 is not None else "numpy") + "+"
                        + (mul.impl if mul is not None else "numpy"))

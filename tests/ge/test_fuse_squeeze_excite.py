@@ -200,6 +200,26 @@ def test_fused_block_runs_channels_last_on_its_bound_kernel() -> None:
     lm = LoadedModel.from_compiled(cm)
     for _ in range(2):  # arena views reused on the second run
         np.testing.assert_allclose(lm.run([x])[0], run_ort(m, {"x": x})[0], rtol=1e-4, atol=1e-5)
+    plan, _ = lm.executor.plan_for([x])
+    step = next(i for i, st in enumerate(plan.steps) if st.node.op_type == "SqueezeExcite")
+    assert plan.overwritten.get(step) == 0  # X dies here: the gate is written over it, in place
+
+
+def test_binary_mul_writes_over_its_first_source() -> None:
+    """onednn_binary's bound Mul takes ``out`` that is its first input itself (dst == src0)."""
+    from pycann.kernels.providers import available, onednn_binary
+
+    if not available("onednn"):
+        pytest.skip("oneDNN is not installed")
+    x, g = _cl(_f32(1, 32, 48, 48)), _f32(1, 32, 1, 1)
+    k = onednn_binary.bound_chain([("Mul", 1, False)], [x.shape, g.shape], True)
+    assert k is not None
+    want = x * g
+    assert k.run([x, g], x) is x
+    np.testing.assert_array_equal(x, want)
+    other = _cl(_f32(1, 32, 48, 48))
+    y = k.run([other, g], x[:, :, :, :])  # a different view of x's memory than the source: written there
+    np.testing.assert_array_equal(y, other * g)
 
 
 @pytest.mark.parametrize("case", ["3x3", "other_tensor", "pool_reader"])

@@ -17,7 +17,9 @@ from pycann.ops.registry import lookup
 # Ops whose prepared kernel can write output ``o`` over input ``i`` (``kernel.inplace``):
 # (domain, op_type) -> (o, i). FusedConv's residual: oneDNN's "sum" post-op accumulates into the
 # destination, so the residual is read where the result is written (one tensor less of traffic).
-INPLACE: dict[tuple[str, str], tuple[int, int]] = {("pycann", "FusedConv"): (0, 3)}
+# SqueezeExcite's X: read whole for the channel means, then gated element by element into the
+# output (its writes land in cache lines the block's conv just wrote, not in a cold buffer).
+INPLACE: dict[tuple[str, str], tuple[int, int]] = {("pycann", "FusedConv"): (0, 3), ("pycann", "SqueezeExcite"): (0, 0)}
 
 
 def inplace_candidates(g: Graph) -> dict[str, str]:

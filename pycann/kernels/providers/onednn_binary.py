@@ -46,6 +46,12 @@ MIN_ELEMENTS = 1 << 16
 _F32 = np.dtype(np.float32)
 
 
+def _same(a: np.ndarray, b: Any) -> bool:
+    """``b`` is an array over exactly ``a``'s elements: same first address, shape and strides."""
+    return isinstance(b, np.ndarray) and a.shape == b.shape and a.strides == b.strides \
+        and a.__array_interface__["data"][0] == b.__array_interface__["data"][0]
+
+
 def _binary_pd(alg: int, src0: capi.MemoryDesc, src1: capi.MemoryDesc, dst: capi.MemoryDesc,
                attr: capi.Attr) -> capi.PrimitiveDesc:
     h = ctypes.c_void_p()
@@ -136,9 +142,11 @@ def bound_chain(steps: Sequence[Sequence[Any]], shapes: Sequence[tuple[int, ...]
     lock = threading.Lock()
 
     def usable_out(o: Any, inputs: Sequence[Any]) -> bool:
+        # (the first source itself is fine: oneDNN's binary computes in place, dst == src0, when
+        # both have one layout; an executor plans an output over its input that way)
         return isinstance(o, np.ndarray) and o.dtype == _F32 and o.shape == out_shape \
             and all(s == t or d == 1 for s, t, d in zip(o.strides, y_strides, out_shape)) \
-            and not any(np.may_share_memory(o, inputs[i]) for i in want)
+            and not any(np.may_share_memory(o, inputs[i]) and not (i == src0 and _same(o, inputs[i])) for i in want)
 
     def run(inputs: Sequence[Any], out: np.ndarray | None = None) -> np.ndarray | None:
         """The chain's result, written into ``out`` when it is a float32 array of the result's
