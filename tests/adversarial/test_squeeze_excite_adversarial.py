@@ -160,9 +160,14 @@ def test_x_read_elsewhere_and_chained_blocks() -> None:
     c, r = BIG["c"], BIG["r"]
     n2, i2 = _se("m", "b", c, r)  # a block on the first block's output
     n3, i3 = _se("x1", "c", c, r)  # a second block on the same X
-    extra = (*n2, *n3, helper.make_node("Add", ["mb", "mc"], ["t"]), helper.make_node("Add", ["t", "x1"], ["u"]))
+    # (their outputs meet in a Concat: a block whose Mul feeds an elementwise op stays unfused, see below)
+    extra = (*n2, *n3, helper.make_node("Concat", ["mb", "mc", "x1"], ["u"], axis=1))
     m = _model(outputs=("y", "u"), extra=extra, extra_inits=(*i2, *i3), n=2, **BIG)
     _check(m, _feeds(m), 3)
+    # the same blocks added together (x * g + ...): ElementwiseChainFusion takes those Muls
+    extra = (*n2, *n3, helper.make_node("Add", ["mb", "mc"], ["t"]), helper.make_node("Add", ["t", "x1"], ["u"]))
+    m = _model(outputs=("y", "u"), extra=extra, extra_inits=(*i2, *i3), n=2, **BIG)
+    _check(m, _feeds(m), 1)
     m = _model(outputs=("y", "m2"), extra=(helper.make_node("Mul", ["x1", "g"], ["m2"]),), **BIG)  # two Muls
     _check(m, _feeds(m), 0)
 

@@ -171,6 +171,9 @@ def _block(c: int = 16, hw: int = 20, r: int = 4, spelling: str = "torchscript",
     if case == "other_tensor":
         nodes.append(helper.make_node("Neg", ["x1"], ["a2"]))
     nodes.append(helper.make_node("Mul", ["g", other] if swap else [other, "g"], ["m"]))
+    if case == "residual":  # PP-OCR det's x * se(x) + x: the chain takes the Mul
+        nodes[-1].output[0] = "m0"
+        nodes.append(helper.make_node("Add", ["m0", other], ["m"]))
     nodes.append(helper.make_node("Conv", ["m", "Wb"], ["y0"]))
     out = "y0"
     if case == "pool_reader":  # the pooled means read elsewhere too
@@ -222,7 +225,7 @@ def test_binary_mul_writes_over_its_first_source() -> None:
     np.testing.assert_array_equal(y, other * g)
 
 
-@pytest.mark.parametrize("case", ["3x3", "other_tensor", "pool_reader"])
+@pytest.mark.parametrize("case", ["3x3", "other_tensor", "pool_reader", "residual"])
 def test_what_is_not_a_block_stays(case: str) -> None:
     m = _block(case=case)
     ops = check_compiled(m, {"x": _f32(1, 3, 20, 20)}, rtol=1e-4, atol=1e-5)

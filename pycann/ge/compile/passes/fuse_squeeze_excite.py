@@ -9,7 +9,9 @@ GlobalAveragePool and ConvActivationFusion put each activation into its conv):
       no pads, dilation 1, group 1, constant float32 weights and biases, no residual input, no
       post-activation affine, any FusedConv activation;
   Y = Mul(X, G) or Mul(G, X), of X's shape.
-Checks: S, Z and G have one reader each and are not graph outputs. Each check that fails after
+Checks: S, Z and G have one reader each and are not graph outputs; Y's only reader is not an
+elementwise op (ElementwiseChainFusion then takes the Mul into its chain: one pass over X for
+``x * g + x`` instead of two). Each check that fails after
 the pool matched is a missed fusion with its reason (atc --log=info). Shapes must be static
 (``--input_shape`` or a static model): the shape-generic plan of a dynamic model keeps the
 separate ops, and so does a compile with a ``--precision_mode`` that changes dtypes (PrecisionMode
@@ -21,7 +23,7 @@ from __future__ import annotations
 from pycann.ge.compile.passes.base import PassContext, PassResult
 from pycann.ge.compile.passes.pattern import GraphIndex, Rewrites, is_op
 from pycann.ge.ir import Graph, Node
-from pycann.ops.fused import ACTIVATIONS
+from pycann.ops.fused import ACTIVATIONS, CHAIN_BINARY, CHAIN_UNARY
 from pycann.ops.squeeze_excite import DOMAIN
 
 name = "SqueezeExciteFusion"
@@ -97,6 +99,13 @@ def fuse(g: Graph) -> tuple[int, list[str]]:
         if not is_op(mul, "Mul") or mul is None or sorted(mul.inputs) != sorted([x, c2.outputs[0]]) \
                 or _static(ix, mul.outputs[0]) != xs:
             rw.missed.append(f"{where}: the gate is not multiplied into the pooled tensor {x}")
+            continue
+        nxt = ix.sole_consumer(mul.outputs[0])
+        if nxt is not None and not nxt.domain and nxt.op_type in CHAIN_BINARY | CHAIN_UNARY:
+            # (PP-OCR det's x * se(x) + x: ElementwiseChainFusion computes the Mul and the ops after it
+            # in one pass over X; the fused op would write Y and leave the Add a pass of its own)
+            rw.missed.append(f"{where}: the gated tensor goes on into {nxt.op_type} {nxt.name or nxt.outputs[0]} "
+                             "(an elementwise chain takes the Mul)")
             continue
         if rw.taken(c1, c2, mul):
             continue
