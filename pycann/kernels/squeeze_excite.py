@@ -87,24 +87,19 @@ def bound_squeeze_excite(x_shape: tuple[int, ...], w1t: np.ndarray, b1: np.ndarr
         strides = (c * hw * 4, hw * 4, w * 4, 4)
     mul = _mul_primitive(x_shape, channels_last)
     mul_run = mul.run if mul is not None else None
-    fc1, fc2 = _fc(w1t, b1, n), _fc(w2t, b2, n)
-    (a1, a1_alpha, a1_beta), (a2, a2_alpha, a2_beta) = acts
+    # per 1x1 conv: (oneDNN's bound matmul or None, transposed weight, bias, activation)
+    convs = [(_fc(wt, b, n), wt, b, act) for wt, b, act in ((w1t, b1, acts[0]), (w2t, b2, acts[1]))]
 
     def excite(s: np.ndarray) -> np.ndarray:
-        if fc1 is None:
-            z = s @ w1t
-            if b1 is not None:
-                z += b1
-        else:
-            z = fc1.run([s], None)[0]
-        apply_activation(z, a1, a1_alpha, a1_beta)
-        if fc2 is None:
-            g = z @ w2t
-            if b2 is not None:
-                g += b2
-        else:
-            g = fc2.run([z], None)[0]
-        return apply_activation(g, a2, a2_alpha, a2_beta)
+        for fc, wt, b, act in convs:
+            if fc is None:
+                s = s @ wt
+                if b is not None:
+                    s += b
+            else:
+                s = fc.run([s], None)[0]
+            apply_activation(s, *act)
+        return s
 
     def gated(x: np.ndarray, o: np.ndarray | None) -> np.ndarray:
         """Y for an X of the bound layout: into ``o`` when the primitive (or numpy) can write there."""
@@ -140,11 +135,11 @@ def bound_squeeze_excite(x_shape: tuple[int, ...], w1t: np.ndarray, b1: np.ndarr
             o[...] = y  # the executor reads its arena view
         return [o]
 
-    openmp = mul is not None or fc1 is not None or fc2 is not None
+    openmp = mul is not None or any(fc is not None for fc, _, _, _ in convs)
     # (inplace: the executor may plan Y over X's buffer; the means are taken before the gate is written)
     return BoundKernel(kernel, writes_out=True, inplace=True, threads=Threads.OPENMP if openmp else Threads.BLAS,
-                       layout=Layout.NHWC if channels_last else Layout.NCHW, keep=(ones, w1t, b1, w2t, b2, mul, fc1, fc2),
-                       impl="sgemv+" + ("onednn:matmul" if fc1 is not None or fc2 is not None else "numpy") + "+"
+                       layout=Layout.NHWC if channels_last else Layout.NCHW, keep=(ones, convs, mul),
+                       impl="sgemv+" + ("onednn:matmul" if any(fc is not None for fc, _, _, _ in convs) else "numpy") + "+"
                        + (mul.impl if mul is not None else "numpy"))
 
 

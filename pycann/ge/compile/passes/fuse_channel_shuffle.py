@@ -22,13 +22,6 @@ from pycann.ops.channel_shuffle import DOMAIN
 name = "ChannelShuffleFusion"
 
 
-def _shape(ix: GraphIndex, value: str) -> tuple[int, ...] | None:
-    d = ix.desc(value)
-    if d is None or d.shape is None or not all(isinstance(s, int) for s in d.shape):
-        return None
-    return tuple(int(s) for s in d.shape)  # type: ignore[arg-type]
-
-
 def _channel_range(ix: GraphIndex, n: Node, c: int) -> tuple[int, int] | None:
     """[start, end) of a Slice of axis 1 only with step 1 and constant bounds, else None."""
     from pycann.ops.indexing import _slice_spec
@@ -44,7 +37,7 @@ def _channel_range(ix: GraphIndex, n: Node, c: int) -> tuple[int, int] | None:
         steps = consts[3] if len(consts) > 3 else None
     if starts is None or ends is None:
         return None
-    shape = _shape(ix, n.inputs[0])
+    shape = ix.static_shape(n.inputs[0])
     if shape is None:
         return None
     try:
@@ -107,7 +100,7 @@ def fuse(g: Graph) -> tuple[int, list[str]]:
     for r1 in list(g.nodes):
         if rw.taken(r1) or not is_op(r1, "Reshape"):
             continue
-        xs, s1 = _shape(ix, r1.inputs[0]), _shape(ix, r1.outputs[0])
+        xs, s1 = ix.static_shape(r1.inputs[0]), ix.static_shape(r1.outputs[0])
         if xs is None or s1 is None or len(xs) != 4 or len(s1) != 5:
             continue
         n, c, h, w = xs
@@ -118,7 +111,7 @@ def fuse(g: Graph) -> tuple[int, list[str]]:
         if not is_op(t, "Transpose") or t is None or rw.taken(t) or list(t.attrs.get("perm", [])) != [0, 2, 1, 3, 4]:
             continue
         r2 = ix.sole_consumer(t.outputs[0])
-        if not is_op(r2, "Reshape") or r2 is None or rw.taken(r2) or _shape(ix, r2.outputs[0]) != xs:
+        if not is_op(r2, "Reshape") or r2 is None or rw.taken(r2) or ix.static_shape(r2.outputs[0]) != xs:
             rw.missed.append(f"{r1.name or r1.outputs[0]}: the transposed groups are not reshaped back to {list(xs)}")
             continue
         inputs, absorbed = [r1.inputs[0]], [r1, t, r2]

@@ -29,13 +29,6 @@ from pycann.ops.squeeze_excite import DOMAIN
 name = "SqueezeExciteFusion"
 
 
-def _static(ix: GraphIndex, value: str) -> tuple[int, ...] | None:
-    d = ix.desc(value)
-    if d is None or d.shape is None or not all(isinstance(s, int) for s in d.shape):
-        return None
-    return tuple(int(s) for s in d.shape)  # type: ignore[arg-type]
-
-
 def _conv_1x1(ix: GraphIndex, n: Node | None, src: str, c_in: int) -> tuple[str, str, tuple[str, float, float]] | str:
     """(W, B or "", activation) of a 1x1 pointwise conv of ``src`` with ``c_in`` input channels, or why not."""
     if n is None:
@@ -74,7 +67,7 @@ def fuse(g: Graph) -> tuple[int, list[str]]:
         if rw.taken(pool) or not is_op(pool, "GlobalAveragePool"):
             continue
         x = pool.inputs[0]
-        xs = _static(ix, x)
+        xs = ix.static_shape(x)
         d = ix.desc(x)
         if xs is None or len(xs) != 4 or d is None or d.dtype != 1 or 0 in xs:
             continue  # (not a block this op computes: dynamic or other-rank tensors keep the pool)
@@ -97,7 +90,7 @@ def fuse(g: Graph) -> tuple[int, list[str]]:
             continue
         mul = ix.sole_consumer(c2.outputs[0])
         if not is_op(mul, "Mul") or mul is None or sorted(mul.inputs) != sorted([x, c2.outputs[0]]) \
-                or _static(ix, mul.outputs[0]) != xs:
+                or ix.static_shape(mul.outputs[0]) != xs:
             rw.missed.append(f"{where}: the gate is not multiplied into the pooled tensor {x}")
             continue
         nxt = ix.sole_consumer(mul.outputs[0])

@@ -45,6 +45,13 @@ class GraphIndex:
     def desc(self, value: str) -> TensorDesc | None:
         return self.g.descs.get(value)
 
+    def static_shape(self, value: str) -> tuple[int, ...] | None:
+        """``value``'s shape when every dim is known, else None."""
+        d = self.g.descs.get(value)
+        if d is None or d.shape is None or not all(isinstance(s, int) for s in d.shape):
+            return None
+        return tuple(int(s) for s in d.shape)  # type: ignore[arg-type]
+
     def other_input(self, node: Node, value: str) -> str | None:
         """For a binary node reading ``value``, the other input (None if both are ``value``)."""
         if len(node.inputs) != 2:
