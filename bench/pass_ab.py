@@ -7,7 +7,8 @@ Alternating processes drift with the machine (bench/knob_ab.py says why); each c
     python bench/pass_ab.py --model tv_efficientnet_b0 --pass SqueezeExciteFusion --runs 200 --first on
 
 ``--model`` is a name from ``scripts.model_zoo`` (its benchmark inputs at batch ``--batch``, compiled
-with those static shapes); ``--pass`` any pass name that ``--fusion_switch_file`` accepts. The compiled
+with those static shapes); ``--pass`` any pass name that ``--fusion_switch_file`` accepts (an unknown name is
+refused, and so is a pass that changes nothing in the model: both sides would be the same graph). The compiled
 .om files are kept in ``--cache-dir`` (default ``~/.cache/pycann/bench/pass_ab``).
 """
 
@@ -18,8 +19,21 @@ import pathlib
 import statistics
 import sys
 import time
+from typing import Any
 
 REPO = pathlib.Path(__file__).resolve().parent.parent
+
+
+def same_graph(a: Any, b: Any) -> bool:
+    """Whether two compiled graphs are the same: nodes (op, inputs, outputs, attributes) and constants."""
+    import numpy as np
+
+    def nodes(g: Any) -> list[tuple[str, str, tuple[str, ...], tuple[str, ...], str]]:
+        return [(n.op_type, n.domain, tuple(n.inputs), tuple(n.outputs), repr(sorted(n.attrs.items())))
+                for n in g.nodes]
+
+    return nodes(a) == nodes(b) and a.initializers.keys() == b.initializers.keys() and all(
+        v.dtype == b.initializers[k].dtype and np.array_equal(v, b.initializers[k]) for k, v in a.initializers.items())
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -36,6 +50,11 @@ def main(argv: list[str] | None = None) -> int:
     args = p.parse_args(argv)
     if args.runs < 10:
         p.error("--runs must be at least 10")
+    from pycann.ge.compile.switches import switchable_passes
+
+    if args.pass_name not in switchable_passes():
+        p.error(f"--pass: no pass named {args.pass_name!r}; passes that can be switched off: "
+                f"{', '.join(switchable_passes())}")
     import pycann
     from pycann.acl.session import InferSession
 
@@ -44,11 +63,16 @@ def main(argv: list[str] | None = None) -> int:
     shapes = {k: list(v.shape) for k, v in feeds.items()}
     cache = args.cache_dir.expanduser()
     cache.mkdir(parents=True, exist_ok=True)
-    oms = {}
+    oms, graphs = {}, {}
     for tag, off in (("on", []), ("off", [args.pass_name])):
         om = cache / f"{args.model}_b{args.batch}_{args.pass_name}_{tag}.om"
-        pycann.compile_model(str(spec.ensure()), pycann.CompileOptions(input_shape=shapes, disabled_passes=off)).save(om)
-        oms[tag] = om
+        compiled = pycann.compile_model(str(spec.ensure()), pycann.CompileOptions(input_shape=shapes, disabled_passes=off))
+        compiled.save(om)
+        oms[tag], graphs[tag] = om, compiled.graph
+    if same_graph(graphs["on"], graphs["off"]):
+        print(f"pass_ab.py: error: {args.pass_name} changes nothing in {args.model} at batch {args.batch}: "
+              "both sides are the same graph (atc --log=info says why)", file=sys.stderr)
+        return 2
     # two loads of each, in ABBA order (where a model's buffers land moves its time by a few percent,
     # and the first one loaded is not the first one placed in memory: each side gets both places)
     first, second = ("on", "off") if args.first == "on" else ("off", "on")
