@@ -249,6 +249,16 @@ def test_the_pass_can_be_switched_off() -> None:
     assert "SqueezeExcite" not in [n.op_type for n in cm.graph.nodes]
 
 
+def test_missed_block_names_the_value_with_other_readers() -> None:
+    """With ConvActivationFusion off the dynamo SiLU (Sigmoid * z) reads the first conv's output twice: the
+    reason names that value and its readers (it said "the pooled value has other readers")."""
+    lines: list[str] = []
+    compile_model(_block(spelling="dynamo"), CompileOptions(disabled_passes=["ConvActivationFusion"]), log=lines.append)
+    missed = [ln for ln in lines if "SqueezeExciteFusion" in ln and "not applied" in ln]
+    assert len(missed) == 1 and "second conv: the first conv's output z0 has 2 readers (" in missed[0], lines
+    assert "pooled value" not in missed[0]
+
+
 ZOO_BLOCKS = {"tv_efficientnet_b0": 16, "tv_mobilenet_v3_large": 8, "tv_regnet_y_800mf": 14}
 
 

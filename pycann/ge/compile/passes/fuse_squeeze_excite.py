@@ -29,10 +29,19 @@ from pycann.ops.squeeze_excite import DOMAIN
 name = "SqueezeExciteFusion"
 
 
-def _conv_1x1(ix: GraphIndex, n: Node | None, src: str, c_in: int) -> tuple[str, str, tuple[str, float, float]] | str:
+def _readers(ix: GraphIndex, value: str) -> str:
+    """Why ``value`` has no sole reader: a graph output, or how many nodes read it (and which)."""
+    if value in ix.outputs:
+        return "is a graph output"
+    users = ix.consumers.get(value, [])
+    return f"has {len(users)} readers ({', '.join(u.op_type for u in users)})" if users else "has no reader"
+
+
+def _conv_1x1(ix: GraphIndex, n: Node | None, src: str, c_in: int,
+              what: str = "the pooled value") -> tuple[str, str, tuple[str, float, float]] | str:
     """(W, B or "", activation) of a 1x1 pointwise conv of ``src`` with ``c_in`` input channels, or why not."""
     if n is None:
-        return "the pooled value has other readers"
+        return f"{what} {src} {_readers(ix, src)}"
     plain = is_op(n, "Conv")
     if not plain and not (n.domain == DOMAIN and n.op_type == "FusedConv"):
         return f"{n.op_type} {n.name or n.outputs[0]} reads it, not a 1x1 Conv"
@@ -81,7 +90,7 @@ def fuse(g: Graph) -> tuple[int, list[str]]:
             continue
         r = int(ix.const(first[0]).shape[0])  # type: ignore[union-attr]
         c2 = ix.sole_consumer(c1.outputs[0])
-        second = _conv_1x1(ix, c2, c1.outputs[0], r)
+        second = _conv_1x1(ix, c2, c1.outputs[0], r, "the first conv's output")
         if isinstance(second, str) or c2 is None:
             rw.missed.append(f"{where}: second conv: {second}")
             continue
