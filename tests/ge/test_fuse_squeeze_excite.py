@@ -236,8 +236,10 @@ def test_dynamic_shapes_keep_the_separate_ops() -> None:
     m = _block()
     m.graph.input[0].type.tensor_type.shape.dim[2].dim_param = "h"
     m.graph.input[0].type.tensor_type.shape.dim[3].dim_param = "w"
-    cm = compile_model(m)
+    lines: list[str] = []
+    cm = compile_model(m, log=lines.append)
     assert "SqueezeExcite" not in [n.op_type for n in cm.graph.nodes]
+    assert any("SqueezeExciteFusion" in ln and "not applied" in ln and "has dynamic dims" in ln for ln in lines), lines
     x = _f32(1, 3, 12, 16)
     np.testing.assert_allclose(LoadedModel.from_compiled(cm).run([x])[0], run_ort(m, {"x": x})[0], rtol=1e-4, atol=1e-5)
     static = compile_model(m, CompileOptions(input_shape={"x": [1, 3, 12, 16]}))

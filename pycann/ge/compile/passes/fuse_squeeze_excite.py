@@ -78,11 +78,17 @@ def fuse(g: Graph) -> tuple[int, list[str]]:
         x = pool.inputs[0]
         xs = ix.static_shape(x)
         d = ix.desc(x)
-        if xs is None or len(xs) != 4 or d is None or d.dtype != 1 or 0 in xs:
-            continue  # (not a block this op computes: dynamic or other-rank tensors keep the pool)
         where = pool.name or pool.outputs[0]
-        c = xs[1]
         c1 = ix.sole_consumer(pool.outputs[0])
+        if xs is None or len(xs) != 4 or d is None or d.dtype != 1 or 0 in xs:
+            # (not a block this op computes: dynamic or other-rank tensors keep the pool); a pool that feeds
+            # a conv is said, so that --log=info tells why a dynamic model's blocks stayed apart
+            if c1 is not None and c1.op_type in ("Conv", "FusedConv") and d is not None and d.dtype == 1 \
+                    and d.shape is not None and len(d.shape) == 4 and xs is None:
+                dims = ",".join(str(v) if isinstance(v, int) else str(v or "?") for v in d.shape)
+                rw.missed.append(f"{where}: {x} has dynamic dims [{dims}] (a static --input_shape fuses it)")
+            continue
+        c = xs[1]
         first = _conv_1x1(ix, c1, pool.outputs[0], c)
         if isinstance(first, str) or c1 is None:
             if c1 is not None and c1.op_type in ("Conv", "FusedConv"):
