@@ -50,6 +50,8 @@ def main(argv: list[str] | None = None) -> int:
     args = p.parse_args(argv)
     if args.runs < 10:
         p.error("--runs must be at least 10")
+    if args.batch < 1:
+        p.error(f"--batch must be at least 1, got {args.batch}")
     from pycann.ge.compile.switches import switchable_passes
 
     if args.pass_name not in switchable_passes():

@@ -85,3 +85,11 @@ def test_pass_that_changes_the_model_is_timed(zoo: Path, capsys: pytest.CaptureF
     rc = _pass_ab().main(["--model", "tiny_se", "--pass", "SqueezeExciteFusion", "--runs", "10",
                           "--cache-dir", str(zoo / "cache")])
     assert rc == 0 and "tiny_se@1 SqueezeExciteFusion: on " in capsys.readouterr().out
+
+
+@pytest.mark.parametrize("argv, says", [(["--batch", "0"], "--batch must be at least 1, got 0"),
+                                        (["--runs", "0"], "--runs must be at least 10")])
+def test_bad_counts_are_refused(zoo: Path, capsys: pytest.CaptureFixture[str], argv: list[str], says: str) -> None:
+    with pytest.raises(SystemExit) as e:
+        _pass_ab().main(["--model", "tiny_se", "--pass", "SqueezeExciteFusion", "--cache-dir", str(zoo / "cache"), *argv])
+    assert e.value.code == 2 and says in capsys.readouterr().err
