@@ -15,7 +15,8 @@ elementwise op (ElementwiseChainFusion then takes the Mul into its chain: one pa
 the pool matched is a missed fusion with its reason (atc --log=info). Shapes must be static
 (``--input_shape`` or a static model): the shape-generic plan of a dynamic model keeps the
 separate ops, and so does a compile with a ``--precision_mode`` that changes dtypes (PrecisionMode
-chooses per op).
+chooses per op). The activations must be in their convs already: with ConvActivationFusion switched
+off (``--fusion_switch_file``, e.g. ``ALL`` off) a block with activations does not match.
 """
 
 from __future__ import annotations
