@@ -247,7 +247,7 @@ def _or_generic(bound_run: BoundKernel, generic: Callable[..., Sequence[np.ndarr
 
 def _chain(attrs, ins, consts, outs) -> Kernel | None:  # type: ignore[no-untyped-def]
     """ElementwiseChain over float32 inputs of static shape with a result of at least
-    ``onednn_binary.MIN_ELEMENTS``: one oneDNN binary primitive with the later steps as post-ops
+    ``onednn_binary.min_elements`` (16K for two steps or more): one oneDNN binary primitive with the later steps as post-ops
     (multi-threaded, one pass; PP-OCR det's RSE-FPN ``conv * se + conv + up`` on 96x160x160).
     A chain ending in Relu/Clip (a pre-activation BatchNormalization + Relu) runs whole on oneDNN
     behind the NaN guard (``guarded_chain``), else its head there and the tail in numpy.
@@ -262,7 +262,7 @@ def _chain(attrs, ins, consts, outs) -> Kernel | None:  # type: ignore[no-untype
     shapes = [_static(d) if d is not None else None for d in ins]
     out = _static(outs[0]) if outs else None
     if out is None or not ins or any(d is None or not _f32(d) for d in ins) \
-            or int(np.prod(out, dtype=np.int64)) < onednn_binary.MIN_ELEMENTS or not _usable():
+            or int(np.prod(out, dtype=np.int64)) < onednn_binary.min_elements(attrs["steps"]) or not _usable():
         return small(attrs, ins, consts, outs)
     steps = list(attrs["steps"])
     generic = lookup("ElementwiseChain", "pycann", 1).kernel

@@ -343,3 +343,21 @@ def test_which_concats_the_primitive_takes(out: tuple[int, ...], axis: int, part
     from pycann.kernels.providers import onednn_concat
 
     assert onednn_concat.takes(out, axis, parts) is want
+
+
+def test_a_chain_of_several_steps_binds_from_fewer_elements_than_one_op() -> None:
+    """``onednn_binary.min_elements``: numpy passes over the tensor once a step, so a chain of two or
+    more steps takes the primitive from ``CHAIN_MIN_ELEMENTS`` (DenseNet's 7x7 and 14x14 pre-activation
+    Mul + Add + Relu), one op only from ``MIN_ELEMENTS``; the small chain equals numpy's."""
+    from pycann.kernels.providers import onednn_binary
+
+    assert onednn_binary.CHAIN_MIN_ELEMENTS < onednn_binary.MIN_ELEMENTS
+    shape = (1, 512, 7, 7)  # 25,088 elements: between the two thresholds
+    x = _cl(RNG.standard_normal(shape).astype(np.float32))
+    s, b = (RNG.standard_normal((1, 512, 1, 1)).astype(np.float32) for _ in range(2))
+    two = [["Mul", 1, 0, 0.0, 0.0], ["Add", 2, 0, 0.0, 0.0]]
+    k, attrs, want = _prepare(two, [x, s, b], "NHWC")
+    assert k is not None and _typed(k).openmp, "a two-step chain of 25K elements binds oneDNN"
+    np.testing.assert_allclose(k([x, s, b], attrs)[0], want, rtol=2e-6, atol=1e-6)
+    assert onednn_binary.bound_chain(two[:1], [shape, (1, 512, 1, 1)], True) is None  # one op: numpy's
+    assert onednn_binary.bound_chain(two, [(1, 512, 4, 7), (1, 512, 1, 1), (1, 512, 1, 1)], True) is None  # 14K

@@ -42,6 +42,15 @@ DROPS_NAN = {"Relu": ("relu", lambda p0, p1: 0.0, lambda p0, p1: 0.0),
 ARG_SRC_0, ARG_SRC_1 = 1, 2
 # Below this many result elements numpy's few passes beat a primitive call and an OpenMP fork/join.
 MIN_ELEMENTS = 1 << 16
+# A chain of two or more steps makes numpy pass over the tensor once a step: oneDNN's one pass wins
+# from fewer elements (DenseNet's pre-activation Mul + Add + Relu in a loop: 25K elements 16 vs 20 us,
+# 50K 16-17 vs 32-33 us, 100K 19 vs 67 us; bench/RESULTS.md).
+CHAIN_MIN_ELEMENTS = 1 << 14
+
+
+def min_elements(steps: Sequence[Sequence[Any]]) -> int:
+    """The fewest result elements for which ``bound_chain`` binds a primitive for ``steps``."""
+    return CHAIN_MIN_ELEMENTS if len(steps) > 1 else MIN_ELEMENTS
 
 _F32 = np.dtype(np.float32)
 
@@ -113,7 +122,7 @@ def bound_chain(steps: Sequence[Sequence[Any]], shapes: Sequence[tuple[int, ...]
             post.append(("eltwise", capi.ELTWISE[name], alpha(p0, p1), beta(p0, p1)))
         else:
             return None
-    if int(np.prod(out_shape, dtype=np.int64)) < MIN_ELEMENTS:
+    if int(np.prod(out_shape, dtype=np.int64)) < min_elements(steps):
         return None
 
     def md(i: int) -> capi.MemoryDesc:
