@@ -13,6 +13,7 @@ from pycann.ge.compile.passes import (
     cancel_transpose,
     canonicalize,
     canonicalize_qop,
+    concat_prefix,
     constant_folding,
     dead_code,
     fold_conv_affine,
@@ -76,6 +77,8 @@ COMPILE_PIPELINE: list[tuple[str, PassFn]] = [
     (fuse_squeeze_excite.name, fuse_squeeze_excite.run),
     (fuse_matmul_bias.name, fuse_matmul_bias.run),
     (fuse_elementwise.name, fuse_elementwise.run),
+    # DenseNet's per-layer Concat of every feature map so far: the previous layer's Concat output first
+    (concat_prefix.name, concat_prefix.run),
     # dtypes are chosen on the fused graph, as CANN's FE does after graph fusion
     (precision.name, precision.run),
     (dead_code.name, dead_code.run),
