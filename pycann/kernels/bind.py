@@ -494,6 +494,13 @@ def _squeeze_excite(attrs, ins, consts, outs) -> Kernel | None:  # type: ignore[
     return prepare_squeeze_excite(attrs, ins, consts, outs)
 
 
+def _channel_shuffle(attrs, ins, consts, outs) -> Kernel | None:  # type: ignore[no-untyped-def]
+    """ChannelShuffle in a channels-last chain: ``channel_shuffle.prepare_channel_shuffle`` (oneDNN reorders)."""
+    from pycann.kernels.channel_shuffle import prepare_channel_shuffle
+
+    return prepare_channel_shuffle(attrs, ins, consts, outs)
+
+
 PREPARE: dict[tuple[str, str], Prepare] = {
     ("", "Conv"): _conv,
     ("pycann", "FusedConv"): _conv,
@@ -511,6 +518,7 @@ PREPARE: dict[tuple[str, str], Prepare] = {
     ("", "Concat"): _concat,
     ("", "Cast"): _cast,
     ("pycann", "SqueezeExcite"): _squeeze_excite,
+    ("pycann", "ChannelShuffle"): _channel_shuffle,
     **PREPARE_SMALL,  # ReduceMean/Sum, Pow, ElementwiseChain, LSTM for tiny static shapes (bind_small.py)
     # MaxPool comes from PREPARE_ONEDNN: oneDNN's pooling first, then ``_max_pool`` (ATen) above
     **PREPARE_ONEDNN,  # LayerNormalization, FusedAttention, Softmax, pooling, Gemm bound to oneDNN (bind_onednn.py)
