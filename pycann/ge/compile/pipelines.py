@@ -77,10 +77,12 @@ COMPILE_PIPELINE: list[tuple[str, PassFn]] = [
     (fuse_squeeze_excite.name, fuse_squeeze_excite.run),
     (fuse_matmul_bias.name, fuse_matmul_bias.run),
     (fuse_elementwise.name, fuse_elementwise.run),
-    # DenseNet's per-layer Concat of every feature map so far: the previous layer's Concat output first
-    (concat_prefix.name, concat_prefix.run),
     # dtypes are chosen on the fused graph, as CANN's FE does after graph fusion
     (precision.name, precision.run),
+    # DenseNet's per-layer Concat of every feature map so far: the previous layer's Concat output first
+    # (after the dtypes: a Concat that --customize_dtypes / a mixlist runs in float16 must not feed a
+    # float32 one its rounded copy of the same inputs)
+    (concat_prefix.name, concat_prefix.run),
     (dead_code.name, dead_code.run),
     (infer_shapes.name, infer_shapes.run),
     # provider per node (numpy BLAS, oneDNN through torch), recorded in the .om as attrs["_algo"]

@@ -12,7 +12,10 @@ parts 18 us (2.0-2.8x at DenseNet-121's sizes). The values are the same copies (
 Checks: both nodes are top-level ONNX Concats on the same axis (negative axes resolved with the
 rank when known, else compared as written), the earlier one has at least two inputs that are the
 later one's first inputs in order (the longest such prefix wins), and it comes earlier in the
-node order. The earlier output then lives until the later Concat (one more buffer alive in the
+node order, and both outputs have one dtype. It runs after PrecisionMode: a Concat that
+``--customize_dtypes`` or a mixlist runs in float16 gets Casts of its inputs, so a float32 Concat of
+the same maps no longer lists the same inputs (before, it read the float16-rounded copy). The
+earlier output then lives until the later Concat (one more buffer alive in the
 arena). Shape-independent, so it runs on symbolic graphs too.
 """
 
@@ -37,6 +40,11 @@ def _axis(g: Graph, n: Node) -> int | None:
     return axis + len(d.shape) if d is not None and d.shape is not None else axis
 
 
+def _dtype(g: Graph, n: Node) -> int | None:
+    d = g.descs.get(n.outputs[0])
+    return d.dtype if d is not None else None
+
+
 def reuse(g: Graph) -> int:
     """Rewrite the Concats of ``g`` in place; returns how many now read an earlier Concat's output."""
     # (axis, first input) -> earlier Concats, for the prefix search
@@ -51,7 +59,8 @@ def reuse(g: Graph) -> int:
         best: Node | None = None
         for a in seen.get((axis, n.inputs[0]), []):
             k = len(a.inputs)
-            if 2 <= k < len(n.inputs) and n.inputs[:k] == a.inputs and (best is None or k > len(best.inputs)):
+            if 2 <= k < len(n.inputs) and n.inputs[:k] == a.inputs and (best is None or k > len(best.inputs)) \
+                    and _dtype(g, a) == _dtype(g, n):
                 best = a
         # remembered with its inputs as written: a later Concat lists the feature maps, not this output
         seen.setdefault((axis, n.inputs[0]), []).append(n)
