@@ -222,7 +222,8 @@ def _shuffle_unit(n: int, c: int, hw: int, g: int, cut: int, cin: int = 4) -> on
 
 @pytest.mark.parametrize("n,c,hw,g,cut", [
     (1, 116, 28, 2, 58), (2, 116, 14, 2, 58), (2, 58, 9, 2, 29), (1, 63, 12, 3, 21), (1, 45, 16, 5, 7),
-    (2, 96, 11, 4, 48), (1, 33, 13, 3, 1), (1, 99, 10, 3, 98),
+    (2, 96, 11, 4, 48), (1, 33, 13, 3, 1), (1, 99, 10, 3, 98), (2, 2048, 1, 2, 1024), (1, 4096, 1, 4, 1000),
+    (3, 232, 3, 8, 116),
 ])
 def test_shuffle_units_equal_ort(n: int, c: int, hw: int, g: int, cut: int) -> None:
     m = _shuffle_unit(n, c, hw, g, cut)
@@ -278,3 +279,98 @@ def test_float16_concat_does_not_feed_a_float32_one(opts: dict) -> None:  # type
     want = run_ort(m, {"x": x})[0]
     got = LoadedModel.from_compiled(compile_model(m, CompileOptions(**opts))).run_dict({"x": x})[0]
     np.testing.assert_array_equal(got[:, :2 * c], want[:, :2 * c])  # Concat copies exactly
+
+
+def _dyn_shuffle_unit(c: int, hw: int, g: int, cut: int) -> onnx.ModelProto:
+    """``_shuffle_unit`` with a run-time batch (-1 in the Reshape targets); the shuffle's first part
+    is a graph output too."""
+    m = _shuffle_unit(1, c, hw, g, cut)
+    for init in m.graph.initializer:
+        if init.name in ("s1", "s2"):
+            v = onnx.numpy_helper.to_array(init).copy()
+            v[0] = -1
+            init.CopyFrom(onnx.numpy_helper.from_array(v, init.name))
+    m.graph.input[0].type.tensor_type.shape.dim[0].dim_param = "N"
+    m.graph.output.append(helper.make_tensor_value_info("p", TensorProto.FLOAT, None))
+    return m
+
+
+def test_shuffle_dynamic_batch_with_plan_eviction(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Batches 1..5 and back with at most two plans kept: evicted plans' reorders, new arenas at old
+    addresses, an output of the shuffle kept by the caller across runs."""
+    monkeypatch.setenv("PYCANN_PLAN_CACHE_PLANS", "2")
+    m = _dyn_shuffle_unit(116, 12, 2, 58)
+    lm = LoadedModel.from_compiled(compile_model(m))
+    kept = []
+    for n in [1, 2, 3, 1, 4, 5, 2, 1, 3]:
+        feeds = {"x": _f32(n, 4, 12, 12)}
+        got = lm.run_dict(feeds)
+        want = run_ort(m, feeds)
+        for g_, w_ in zip(got, want):
+            np.testing.assert_allclose(g_, w_, rtol=1e-4, atol=1e-4)
+        kept.append((got, want))
+    for got, want in kept:  # what a run returned is not overwritten by later runs
+        for g_, w_ in zip(got, want):
+            np.testing.assert_allclose(g_, w_, rtol=1e-4, atol=1e-4)
+
+
+@pytest.mark.parametrize("tail", ["div_zero_relu", "mul_zero_relu", "clip_5_10", "sub_right_relu", "runtime_operand_relu",
+                                  "sigmoid_relu", "mul_inf_relu"])
+@pytest.mark.parametrize("poison", [np.nan, np.inf, -np.inf])
+def test_chain_variants_at_20k_elements(tail: str, poison: float) -> None:
+    c, hw = 100, 14  # 19600 elements: a chain of 2+ steps on oneDNN now
+    sc = _f32(1, c, 1, 1)
+    op_nodes = {
+        "div_zero_relu": [helper.make_node("Div", ["a", "k0"], ["m"]), helper.make_node("Add", ["m", "bi"], ["s"]),
+                          helper.make_node("Relu", ["s"], ["r"])],
+        "mul_zero_relu": [helper.make_node("Mul", ["a", "k0"], ["m"]), helper.make_node("Add", ["m", "bi"], ["s"]),
+                          helper.make_node("Relu", ["s"], ["r"])],
+        "clip_5_10": [helper.make_node("Mul", ["a", "sc"], ["m"]), helper.make_node("Add", ["m", "bi"], ["s"]),
+                      helper.make_node("Clip", ["s", "lo", "hi"], ["r"])],
+        "sub_right_relu": [helper.make_node("Sub", ["bi", "a"], ["m"]), helper.make_node("Mul", ["m", "sc"], ["s"]),
+                           helper.make_node("Relu", ["s"], ["r"])],
+        "runtime_operand_relu": [helper.make_node("Mul", ["a", "x"], ["m"]), helper.make_node("Add", ["m", "bi"], ["s"]),
+                                 helper.make_node("Relu", ["s"], ["r"])],
+        "sigmoid_relu": [helper.make_node("Mul", ["a", "sc"], ["m"]), helper.make_node("Sigmoid", ["m"], ["s"]),
+                         helper.make_node("Relu", ["s"], ["r"])],
+        "mul_inf_relu": [helper.make_node("Mul", ["a", "kinf"], ["m"]), helper.make_node("Add", ["m", "bi"], ["s"]),
+                         helper.make_node("Relu", ["s"], ["r"])],
+    }[tail]
+    k0 = sc.copy()
+    k0[0, 7] = 0.0  # (a zero scale folds: W * 0 times an inf / NaN input is NaN too)
+    kinf = sc.copy()
+    kinf[0, 3] = np.inf
+    nodes = [helper.make_node("Conv", ["x", "W0"], ["a"], pads=[1, 1, 1, 1]), *op_nodes,
+             helper.make_node("Conv", ["r", "W1"], ["y"])]
+    inits = [const("W0", _f32(c, c, 3, 3) * 0.05), const("sc", sc), const("bi", _f32(1, c, 1, 1)),
+             const("k0", k0), const("kinf", kinf), const("lo", np.float32(5.0)), const("hi", np.float32(10.0)),
+             const("W1", _f32(4, c, 1, 1) * 0.1)]
+    m = float_model(nodes, [("x", [1, c, hw, hw])], "y", inits)
+    m.graph.output.append(helper.make_tensor_value_info("r", TensorProto.FLOAT, None))
+    xs = [_f32(1, c, hw, hw)]
+    xs.append(xs[0].copy())
+    xs[1][0, 9, 3, 4] = poison
+    lm = LoadedModel.from_compiled(compile_model(m))
+    for x in [xs[0], xs[1], xs[0], xs[1]]:  # clean and poisoned runs alternate (recorded bounds)
+        want = run_ort(m, {"x": x})
+        for g_, w_ in zip(lm.run_dict({"x": x}), want):
+            np.testing.assert_allclose(g_, w_, rtol=1e-4, atol=1e-4)
+
+
+@pytest.mark.parametrize("scale", [np.inf, -np.inf, np.nan, 1e30])
+def test_conv_scale_fold_keeps_non_finite_scales_out(scale: float) -> None:
+    """conv(x) * s with an inf / NaN s, or an s that overflows the folded weights: ConvScaleBiasFold
+    folded W * s (inf * a zero input gave NaN where ORT gives +-inf / the finite product)."""
+    c, hw = 8, 5
+    s = np.ones((1, c, 1, 1), np.float32)
+    s[0, 2] = scale
+    w = _f32(c, c, 3, 3)
+    w[2] *= 1e10
+    x = _f32(1, c, hw, hw) * np.float32(1e-20)  # conv(x) * 1e30 finite, W * 1e30 not
+    x[0, :, 0, :] = 0.0  # zero inputs under the kernel
+    m = float_model([helper.make_node("Conv", ["x", "W"], ["a"], pads=[1, 1, 1, 1]),
+                     helper.make_node("Mul", ["a", "s"], ["y"])], [("x", [1, c, hw, hw])], "y",
+                    [const("W", w), const("s", s)])
+    want = run_ort(m, {"x": x})[0]
+    got = LoadedModel.from_compiled(compile_model(m)).run_dict({"x": x})[0]
+    np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-24)

@@ -11,7 +11,9 @@ Pattern: Conv -> Mul(c) or Add(c), repeated while they chain. Check (the reason 
 a candidate does not fold): the conv's output has one reader and is not a graph output; the
 weight (and bias) are float constants; ``c`` is a float constant whose shape broadcasts as a
 per-output-channel value, i.e. the shape after dropping leading 1s is ``()``, ``(1,)``,
-``(M, 1, ..)`` or ``(1, ..)`` with every non-channel dim 1, and it would not enlarge the output.
+``(M, 1, ..)`` or ``(1, ..)`` with every non-channel dim 1, and it would not enlarge the output;
+it is finite (``conv(x) * inf`` is +-inf where the folded weights' ``inf * 0`` terms give NaN; a
+zero scale folds: ``0 * inf`` and ``0 * NaN`` inputs are NaN in the folded conv as in ``conv(x) * 0``).
 Rewrite: new weight/bias constants (computed in float64, stored in the weight dtype); the conv
 writes the Mul/Add's output, which is removed.
 """
@@ -76,7 +78,12 @@ def _check(g: Graph, conv: Node, op: Node, consumers: dict[str, list[Node]], out
         return "conv bias is not a constant"
     if c.dtype != w.dtype:
         return f"{op.op_type} constant has dtype {c.dtype}, weight {w.dtype}"
-    return per_channel(c, out_channels(conv, w), w.ndim)
+    vec = per_channel(c, out_channels(conv, w), w.ndim)
+    if isinstance(vec, str):
+        return vec
+    if not np.isfinite(vec).all():  # W * inf: an inf weight times a 0 input is NaN where conv(x) * inf is +-inf
+        return f"{op.op_type} constant is not finite"
+    return vec
 
 
 def fold(g: Graph) -> tuple[int, list[str]]:
@@ -109,8 +116,12 @@ def fold(g: Graph) -> tuple[int, list[str]]:
             b_name = conv.inputs[2] if len(conv.inputs) > 2 and conv.inputs[2] else ""
             b = g.initializers[b_name].astype(np.float64) if b_name else np.zeros(out_channels(conv, w))
             if op.op_type == "Mul":
-                w = scale_out_channels(conv, w, vec).astype(w.dtype)
-                b = b * vec
+                with np.errstate(over="ignore"):
+                    w2 = scale_out_channels(conv, w, vec).astype(w.dtype)
+                if np.isfinite(w).all() and not np.isfinite(w2).all():  # overflowed: inf * a 0 input is NaN
+                    missed.append(f"{conv.name}+{op.name or op.op_type}: scaled weights overflow {w.dtype}")
+                    continue
+                w, b = w2, b * vec
             else:
                 b = b + vec
             wn, bn = g.fresh_name(f"{conv.name}_W_affine"), g.fresh_name(f"{conv.name}_B_affine")
