@@ -374,3 +374,50 @@ def test_conv_scale_fold_keeps_non_finite_scales_out(scale: float) -> None:
     want = run_ort(m, {"x": x})[0]
     got = LoadedModel.from_compiled(compile_model(m)).run_dict({"x": x})[0]
     np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-24)
+
+
+def test_prefix_concat_of_a_kv_cache_append() -> None:
+    """present = Concat(past, new) (a graph output fed back: the generic plan's CacheAppend) and
+    Concat(past, new, other), which now reads present; 12 decode steps with a growing past."""
+    nodes = [helper.make_node("Relu", ["x"], ["new"]), helper.make_node("Neg", ["x"], ["other"]),
+             helper.make_node("Concat", ["past", "new"], ["present"], axis=2),
+             helper.make_node("Concat", ["past", "new", "other"], ["y0"], axis=2),
+             helper.make_node("ReduceSum", ["y0", "ax"], ["y"], keepdims=1)]
+    m = _model(nodes, [("past", [1, 2, "P", 4]), ("x", [1, 2, 1, 4])], ["present", "y"],
+               [const("ax", np.array([2], np.int64))])
+    lm = LoadedModel.from_compiled(compile_model(m))
+    past = _f32(1, 2, 3, 4)
+    past_ort = past.copy()
+    seen = []
+    for _ in range(12):
+        x = _f32(1, 2, 1, 4)
+        got, want = lm.run_dict({"past": past, "x": x}), run_ort(m, {"past": past_ort, "x": x})
+        seen.append((got, want))
+        past, past_ort = got[0], want[0]
+    for got, want in seen:  # (earlier results are not overwritten by later appends)
+        for g_, w_ in zip(got, want):
+            np.testing.assert_allclose(g_, w_, rtol=1e-5, atol=1e-5)
+
+
+def test_shuffle_dynamic_batches_from_two_threads() -> None:
+    m = _dyn_shuffle_unit(116, 10, 2, 58)
+    lm = LoadedModel.from_compiled(compile_model(m))
+    feeds = [{"x": _f32(n, 4, 10, 10)} for n in (1, 2, 3)]
+    wants = [run_ort(m, f) for f in feeds]
+    errors: list[BaseException] = []
+
+    def work(i: int) -> None:
+        try:
+            for k in range(12):
+                j = (i + k) % 3
+                for g_, w_ in zip(lm.run_dict(feeds[j]), wants[j]):
+                    np.testing.assert_allclose(g_, w_, rtol=1e-4, atol=1e-4)
+        except BaseException as e:  # noqa: BLE001
+            errors.append(e)
+
+    ts = [threading.Thread(target=work, args=(i,)) for i in range(2)]
+    for t in ts:
+        t.start()
+    for t in ts:
+        t.join()
+    assert not errors, errors[0]
