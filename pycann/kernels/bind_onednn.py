@@ -216,7 +216,14 @@ def _gemm(attrs, ins, consts, outs) -> Kernel | None:  # type: ignore[no-untyped
 
 
 def _global_average_pool(attrs, ins, consts, outs) -> Kernel | None:  # type: ignore[no-untyped-def]
-    """GlobalAveragePool as an average pooling whose window is the whole spatial extent."""
+    """GlobalAveragePool: of a 4-D float32 X, the channel sums as one sgemv (``global_pool``: no
+    primitive, and numpy's mean of a channels-last X was slow); other ranks as an average pooling
+    whose window is the whole spatial extent."""
+    from pycann.kernels import global_pool
+
+    xs = _static(ins[0])
+    if global_pool.ENABLED and xs is not None and len(xs) == 4 and 0 not in xs and _f32(ins[0]) and len(outs) == 1:
+        return global_pool.bound_global_average_pool(xs, _k_global_average_pool)  # type: ignore[return-value]
     return _bind_pool("avg_exclude_padding", {**attrs, "_global": True}, ins, outs, _k_global_average_pool)
 
 
