@@ -25,38 +25,55 @@ _F32 = np.dtype(np.float32)
 ENABLED = True
 
 
+class ChannelMeans:
+    """The (N, C) channel means of a float32 X of ``x_shape`` (N, C, H, W; H * W > 0): ``means(x)``,
+    or None when X is not that shape and dtype laid out channels-last or C-contiguous."""
+
+    def __init__(self, x_shape: tuple[int, ...]) -> None:
+        self.x_shape = x_shape
+        n, c, h, w = x_shape
+        self.n, self.c, self.hw = n, c, h * w
+        self.row, self.col = np.ones((1, h * w), np.float32), np.ones((h * w, 1), np.float32)
+        self.cl_strides = (h * w * c * 4, 4, w * c * 4, c * 4)
+        self.dense_strides = (c * h * w * 4, h * w * 4, w * 4, 4)
+        self.scale = np.float32(h * w)
+
+    def fits(self, a: np.ndarray, channels_last: bool) -> bool:
+        """``a`` is laid out as this shape's channels-last (or C-contiguous) float32 array."""
+        strides = self.cl_strides if channels_last else self.dense_strides
+        return a.__class__ is np.ndarray and a.dtype == _F32 and a.shape == self.x_shape \
+            and all(s == t or d == 1 for s, t, d in zip(a.strides, strides, self.x_shape))
+
+    def __call__(self, x: Any) -> np.ndarray | None:
+        if self.fits(x, True):  # (a 1-channel or 1x1 X fits both: either view is right)
+            return self.of(x, True)
+        if self.fits(x, False):
+            return self.of(x, False)
+        return None
+
+    def of(self, x: np.ndarray, channels_last: bool) -> np.ndarray:
+        """The means of an X the caller checked ``fits`` this layout."""
+        n, c, hw = self.n, self.c, self.hw
+        if channels_last:
+            s = np.matmul(self.row, x.transpose(0, 2, 3, 1).reshape(n, hw, c)).reshape(n, c)
+        else:
+            s = np.matmul(x.reshape(n, c, hw), self.col).reshape(n, c)
+        np.divide(s, self.scale, out=s)  # the sums, then the means (inf stays inf, as ORT's)
+        return s  # type: ignore[no-any-return]
+
+
 def bound_global_average_pool(x_shape: tuple[int, ...], generic: Any) -> BoundKernel:
     """The kernel for float32 X of ``x_shape`` (N, C, H, W; H * W > 0): ``run(inputs, attrs, out=None)
     -> [Y]`` with Y (N, C, 1, 1), written into ``out`` when given (the executor's arena view)."""
-    n, c, h, w = x_shape
-    hw = h * w
-    row, col = np.ones((1, hw), np.float32), np.ones((hw, 1), np.float32)
-    cl_strides = (hw * c * 4, 4, w * c * 4, c * 4)
-    dense_strides = (c * hw * 4, hw * 4, w * 4, 4)
-    scale = np.float32(hw)
-
-    def fits(a: np.ndarray, strides: tuple[int, ...]) -> bool:
-        return all(s == t or d == 1 for s, t, d in zip(a.strides, strides, x_shape))
+    means = ChannelMeans(x_shape)
+    n, c = x_shape[:2]
 
     def kernel(inputs: Sequence[Any], attrs: Mapping[str, Any], out: Sequence[np.ndarray] | None = None) -> list[np.ndarray]:
-        x = inputs[0]
-        o = out[0] if out is not None else None
-        if x.__class__ is not np.ndarray or x.dtype != _F32 or x.shape != x_shape:
-            s = None
-        elif fits(x, cl_strides):  # (a 1-channel or 1x1 X fits both: either view is right)
-            s = np.matmul(row, x.transpose(0, 2, 3, 1).reshape(n, hw, c)).reshape(n, c)
-        elif fits(x, dense_strides):
-            s = np.matmul(x.reshape(n, c, hw), col).reshape(n, c)
-        else:
-            s = None
-        if s is None:
-            y = generic(inputs, attrs)[0]
-        else:
-            np.divide(s, scale, out=s)  # the sums, then the means (inf stays inf, as ORT's)
-            y = s.reshape(n, c, 1, 1)
-        if o is None:
+        s = means(inputs[0])
+        y = generic(inputs, attrs)[0] if s is None else s.reshape(n, c, 1, 1)
+        if out is None:
             return [y]
-        o[...] = y  # the executor reads its arena view
-        return [o]
+        out[0][...] = y  # the executor reads its arena view
+        return [out[0]]
 
-    return BoundKernel(kernel, writes_out=True, keep=(row, col), impl="sgemv")
+    return BoundKernel(kernel, writes_out=True, keep=means, impl="sgemv")

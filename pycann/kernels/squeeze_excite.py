@@ -29,17 +29,13 @@ from pycann.kernels.algorithm import Layout, Threads
 from pycann.kernels.bind_base import Kernel
 from pycann.kernels.bind_base import static_shape as _static
 from pycann.kernels.bound import BoundKernel
+from pycann.kernels.global_pool import ChannelMeans
+from pycann.kernels.providers.native_args import same_view
 from pycann.ops.fused import apply_activation
 from pycann.ops.squeeze_excite import _k_squeeze_excite as _reference
 from pycann.ops.squeeze_excite import activations, matrices
 
 _F32 = np.dtype(np.float32)
-
-
-def _same(a: np.ndarray, b: np.ndarray) -> bool:
-    """``b`` views exactly ``a``'s elements (an output planned over its input)."""
-    return a.shape == b.shape and a.strides == b.strides \
-        and a.__array_interface__["data"][0] == b.__array_interface__["data"][0]
 
 
 def _mul_primitive(x_shape: tuple[int, ...], channels_last: bool) -> Any:
@@ -78,13 +74,7 @@ def bound_squeeze_excite(x_shape: tuple[int, ...], w1t: np.ndarray, b1: np.ndarr
     C-contiguous: ``run(inputs, attrs, out=None) -> [Y]`` (``inputs``: X, W1, B1, W2, B2; the
     weights are the ones given here, transposed: W1 as C x R, W2 as R x C, float32)."""
     n, c, h, w = x_shape
-    hw = h * w
-    if channels_last:  # (N, H*W, C) viewed from the arena; ones @ x -> (N, 1, C)
-        ones = np.ones((1, hw), np.float32)
-        strides = (hw * c * 4, 4, w * c * 4, c * 4)
-    else:  # (N, C, H*W); x @ ones -> (N, C, 1)
-        ones = np.ones((hw, 1), np.float32)
-        strides = (c * hw * 4, hw * 4, w * 4, 4)
+    means = ChannelMeans(x_shape)
     mul = _mul_primitive(x_shape, channels_last)
     mul_run = mul.run if mul is not None else None
     # per 1x1 conv: (oneDNN's bound matmul or None, transposed weight, bias, activation)
@@ -103,15 +93,10 @@ def bound_squeeze_excite(x_shape: tuple[int, ...], w1t: np.ndarray, b1: np.ndarr
 
     def gated(x: np.ndarray, o: np.ndarray | None) -> np.ndarray:
         """Y for an X of the bound layout: into ``o`` when the primitive (or numpy) can write there."""
-        if channels_last:
-            s = np.matmul(ones, x.transpose(0, 2, 3, 1).reshape(n, hw, c))
-        else:
-            s = np.matmul(x.reshape(n, c, hw), ones)
-        np.divide(s, np.float32(hw), out=s)  # the sums, then the means (as np.mean; inf stays inf)
-        g = excite(np.ascontiguousarray(s.reshape(n, c))).reshape(n, c, 1, 1)
+        g = excite(means.of(x, channels_last)).reshape(n, c, 1, 1)
         y = mul_run([x, g], o) if mul_run is not None else None
         if y is None:
-            if o is not None and (not np.may_share_memory(o, x) or _same(o, x)):
+            if o is not None and (not np.may_share_memory(o, x) or same_view(o, x)):
                 y = o  # (o over x itself, planned in place: elementwise, so safe)
             elif channels_last:
                 y = np.empty((n, h, w, c), np.float32).transpose(0, 3, 1, 2)
@@ -124,8 +109,7 @@ def bound_squeeze_excite(x_shape: tuple[int, ...], w1t: np.ndarray, b1: np.ndarr
                out: Sequence[np.ndarray] | None = None) -> list[np.ndarray]:
         x = inputs[0]
         o = out[0] if out is not None else None
-        if not isinstance(x, np.ndarray) or x.dtype != _F32 or x.shape != x_shape \
-                or any(a != b and d != 1 for a, b, d in zip(x.strides, strides, x_shape)):
+        if not means.fits(x, channels_last):
             y = _reference(inputs, attrs)[0]
         else:
             y = gated(x, o)
@@ -138,7 +122,7 @@ def bound_squeeze_excite(x_shape: tuple[int, ...], w1t: np.ndarray, b1: np.ndarr
     openmp = mul is not None or any(fc is not None for fc, _, _, _ in convs)
     # (inplace: the executor may plan Y over X's buffer; the means are taken before the gate is written)
     return BoundKernel(kernel, writes_out=True, inplace=True, threads=Threads.OPENMP if openmp else Threads.BLAS,
-                       layout=Layout.NHWC if channels_last else Layout.NCHW, keep=(ones, convs, mul),
+                       layout=Layout.NHWC if channels_last else Layout.NCHW, keep=(means, convs, mul),
                        impl="sgemv+" + ("onednn:matmul" if any(fc is not None for fc, _, _, _ in convs) else "numpy") + "+"
                        + (mul.impl if mul is not None else "numpy"))
 

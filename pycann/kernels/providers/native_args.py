@@ -13,6 +13,7 @@ bound kernels' per-call paths (~1.3 us, most of it reading the address).
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import Any
 
 import numpy as np
 
@@ -75,3 +76,10 @@ def conform(what: str, a: np.ndarray, shape: Sequence[int]) -> np.ndarray:
         raise OperandError(f"{what}: the native primitive was built for shape {list(shape)} ({n} elements) "
                            f"but got {a.dtype}{list(a.shape)}")
     return np.ascontiguousarray(a, dtype=_F32).reshape(shape)
+
+
+def same_view(a: np.ndarray, b: Any) -> bool:
+    """``b`` is an array over exactly ``a``'s elements: same first address, shape and strides (an
+    output planned over its own input, which an elementwise kernel may write in place)."""
+    return isinstance(b, np.ndarray) and a.shape == b.shape and a.strides == b.strides \
+        and a.__array_interface__["data"][0] == b.__array_interface__["data"][0]

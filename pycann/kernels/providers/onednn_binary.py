@@ -28,6 +28,7 @@ import numpy as np
 from pycann.kernels.algorithm import Threads
 from pycann.kernels.bound import BoundKernel
 from pycann.kernels.providers import onednn_capi as capi
+from pycann.kernels.providers.native_args import same_view
 
 # dnnl_alg_kind_t (dnnl_types.h, v3.2)
 BINARY = {"Add": 0x1FFF0, "Mul": 0x1FFF1, "Div": 0x1FFF4, "Sub": 0x1FFF5}
@@ -53,12 +54,6 @@ def min_elements(steps: Sequence[Sequence[Any]]) -> int:
     return CHAIN_MIN_ELEMENTS if len(steps) > 1 else MIN_ELEMENTS
 
 _F32 = np.dtype(np.float32)
-
-
-def _same(a: np.ndarray, b: Any) -> bool:
-    """``b`` is an array over exactly ``a``'s elements: same first address, shape and strides."""
-    return isinstance(b, np.ndarray) and a.shape == b.shape and a.strides == b.strides \
-        and a.__array_interface__["data"][0] == b.__array_interface__["data"][0]
 
 
 def _binary_pd(alg: int, src0: capi.MemoryDesc, src1: capi.MemoryDesc, dst: capi.MemoryDesc,
@@ -155,7 +150,7 @@ def bound_chain(steps: Sequence[Sequence[Any]], shapes: Sequence[tuple[int, ...]
         # both have one layout; an executor plans an output over its input that way)
         return isinstance(o, np.ndarray) and o.dtype == _F32 and o.shape == out_shape \
             and all(s == t or d == 1 for s, t, d in zip(o.strides, y_strides, out_shape)) \
-            and not any(np.may_share_memory(o, inputs[i]) and not (i == src0 and _same(o, inputs[i])) for i in want)
+            and not any(np.may_share_memory(o, inputs[i]) and not (i == src0 and same_view(o, inputs[i])) for i in want)
 
     def run(inputs: Sequence[Any], out: np.ndarray | None = None) -> np.ndarray | None:
         """The chain's result, written into ``out`` when it is a float32 array of the result's
