@@ -16,6 +16,16 @@ from pycann.ge.run.model import LoadedModel
 from tests.ge.onnx_graphs import const, float_model
 from tests.ops.oracle import run_ort
 
+
+def _in_threads(work, n: int, errors: list[BaseException]) -> None:  # noqa: ANN001
+    """``work(i)`` for i < n, each on its own thread, all at once; the first error they recorded fails."""
+    ts = [threading.Thread(target=work, args=(i,)) for i in range(n)]
+    for t in ts:
+        t.start()
+    for t in ts:
+        t.join()
+    assert not errors, errors[0]
+
 RNG = np.random.default_rng(71)
 
 
@@ -187,12 +197,7 @@ def test_chain_two_threads() -> None:
         except BaseException as e:  # noqa: BLE001
             errors.append(e)
 
-    ts = [threading.Thread(target=work, args=(i,)) for i in range(2)]
-    for t in ts:
-        t.start()
-    for t in ts:
-        t.join()
-    assert not errors, errors[0]
+    _in_threads(work, 2, errors)
 
 
 # --- ChannelShuffle bound to oneDNN reorders ----------------------------------------------------
@@ -245,12 +250,7 @@ def test_shuffle_two_models_two_threads() -> None:
         except BaseException as e:  # noqa: BLE001
             errors.append(e)
 
-    ts = [threading.Thread(target=work, args=(i,)) for i in range(4)]
-    for t in ts:
-        t.start()
-    for t in ts:
-        t.join()
-    assert not errors, errors[0]
+    _in_threads(work, 4, errors)
     del lms[0]  # one model gone, the other's plan still runs
     np.testing.assert_allclose(lms[0].run_dict(feeds[1])[0], wants[1], rtol=1e-4, atol=1e-4)
 
@@ -415,9 +415,4 @@ def test_shuffle_dynamic_batches_from_two_threads() -> None:
         except BaseException as e:  # noqa: BLE001
             errors.append(e)
 
-    ts = [threading.Thread(target=work, args=(i,)) for i in range(2)]
-    for t in ts:
-        t.start()
-    for t in ts:
-        t.join()
-    assert not errors, errors[0]
+    _in_threads(work, 2, errors)
