@@ -2,19 +2,14 @@
 
 from __future__ import annotations
 
-import importlib.util
 import os
 import pathlib
 
-REPO = pathlib.Path(__file__).resolve().parents[2]
+from tests.tools.scripts import load_script
 
 
 def _bench_one():  # type: ignore[no-untyped-def]
-    spec = importlib.util.spec_from_file_location("bench_one", REPO / "bench" / "bench_one.py")
-    assert spec is not None and spec.loader is not None
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
+    return load_script("bench/bench_one.py", "bench_one")
 
 
 def test_prune_cache_keeps_the_newest_per_model(tmp_path: pathlib.Path) -> None:

@@ -3,21 +3,15 @@ every engine, then failed in the table: no later calls to compare with ORT's).""
 
 from __future__ import annotations
 
-import importlib.util
-from pathlib import Path
 from typing import Any
 
 import pytest
 
-REPO = Path(__file__).resolve().parents[2]
+from tests.tools.scripts import load_script
 
 
 def _dynamic() -> Any:
-    spec = importlib.util.spec_from_file_location("bench_dynamic", REPO / "bench" / "dynamic.py")
-    assert spec is not None and spec.loader is not None
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
+    return load_script("bench/dynamic.py", "bench_dynamic")
 
 
 @pytest.mark.parametrize("argv, says", [

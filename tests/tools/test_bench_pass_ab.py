@@ -3,7 +3,6 @@ models and printed a ratio of noise) and a pass that changes nothing in the mode
 
 from __future__ import annotations
 
-import importlib.util
 from pathlib import Path
 from typing import Any
 
@@ -13,16 +12,11 @@ import pytest
 from onnx import helper
 
 from tests.ge.onnx_graphs import const, float_model
-
-REPO = Path(__file__).resolve().parents[2]
+from tests.tools.scripts import load_script
 
 
 def _pass_ab() -> Any:
-    spec = importlib.util.spec_from_file_location("bench_pass_ab", REPO / "bench" / "pass_ab.py")
-    assert spec is not None and spec.loader is not None
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
+    return load_script("bench/pass_ab.py", "bench_pass_ab")
 
 
 def _se_model() -> onnx.ModelProto:
