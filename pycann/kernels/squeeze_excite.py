@@ -30,6 +30,7 @@ from pycann.kernels.bind_base import Kernel
 from pycann.kernels.bind_base import static_shape as _static
 from pycann.kernels.bound import BoundKernel
 from pycann.kernels.global_pool import ChannelMeans
+from pycann.kernels.providers import openmp
 from pycann.kernels.providers.native_args import same_view
 from pycann.ops.fused import apply_activation
 from pycann.ops.squeeze_excite import _k_squeeze_excite as _reference
@@ -38,15 +39,88 @@ from pycann.ops.squeeze_excite import activations, matrices
 _F32 = np.dtype(np.float32)
 
 
-def _mul_primitive(x_shape: tuple[int, ...], channels_last: bool) -> Any:
-    """oneDNN's binary Mul of X by an (N, C, 1, 1) gate, or None (no oneDNN, or too small)."""
+def _mul_primitive(shapes: list[tuple[int, ...]], channels_last: bool) -> Any:
+    """oneDNN's binary Mul of X by a gate that broadcasts (``shapes``: X's, the gate's), or None (no
+    oneDNN, or too small)."""
     from pycann.kernels.providers import available
 
     if not available("onednn"):
         return None
     from pycann.kernels.providers import onednn_binary
 
-    return onednn_binary.bound_chain([("Mul", 1, False)], [x_shape, (x_shape[0], x_shape[1], 1, 1)], channels_last)
+    return onednn_binary.bound_chain([("Mul", 1, False)], shapes, channels_last)
+
+
+# Channels-last X whose pixels hold fewer values than this is multiplied as (N, H*W/k, k*C) rows with the
+# gate repeated k times: oneDNN's per-channel broadcast over short pixels is slow (EfficientNet-B0's
+# 32x112x112: 53 us, the (1, 392, 1024) view 27 us; 96x56x56 41 -> 22 us; from C = 240 on, equal).
+TILE_ROW = 512
+
+
+def tiling(c: int, hw: int) -> int:
+    """k for the tiled gate multiply: the smallest divisor of ``hw`` with ``k * c >= TILE_ROW`` (1 when
+    ``c`` is that long already, ``hw`` when no divisor is)."""
+    if c >= TILE_ROW:
+        return 1
+    return next((k for k in range(2, hw) if hw % k == 0 and k * c >= TILE_ROW), hw)
+
+
+class GateMul:
+    """``Y = X * gate`` for float32 X of ``x_shape`` (N, C, H, W) in the bound layout and an (N, C) gate:
+    oneDNN's binary Mul (tiled rows for channels-last X, ``TILE_ROW``), numpy below
+    ``onednn_binary.MIN_ELEMENTS`` or without oneDNN. Written into ``o`` when it can be (the executor's
+    arena view, X itself when planned in place: elementwise, so safe)."""
+
+    def __init__(self, x_shape: tuple[int, ...], channels_last: bool) -> None:
+        n, c, h, w = x_shape
+        self.x_shape, self.channels_last = x_shape, channels_last
+        self.k = tiling(c, h * w) if channels_last else 1
+        if self.k > 1:
+            kc = self.k * c
+            self.rows = (n, h * w // self.k, kc)
+            self.prim = _mul_primitive([self.rows, (n, 1, kc)], False)
+        else:
+            self.prim = _mul_primitive([x_shape, (n, c, 1, 1)], channels_last)
+
+    @property
+    def impl(self) -> str:
+        return "numpy" if self.prim is None else self.prim.impl + (f" (rows of {self.k} pixels)" if self.k > 1 else "")
+
+    def __call__(self, x: np.ndarray, g: np.ndarray, o: np.ndarray | None) -> np.ndarray:
+        n, c, h, w = self.x_shape
+        y = None
+        if self.prim is not None and self.k > 1:
+            y = self._tiled(x, g, o)
+        elif self.prim is not None:
+            y = self.prim.run([x, g.reshape(n, c, 1, 1)], o)
+        if y is None:
+            if o is not None and (not np.may_share_memory(o, x) or same_view(o, x)):
+                y = o
+            elif self.channels_last:
+                y = np.empty((n, h, w, c), np.float32).transpose(0, 3, 1, 2)
+            else:
+                y = np.empty(self.x_shape, np.float32)
+            np.multiply(x, g.reshape(n, c, 1, 1), out=y)
+        return y
+
+    def _tiled(self, x: np.ndarray, g: np.ndarray, o: np.ndarray | None) -> np.ndarray | None:
+        """The (N, H*W/k, k*C) view's product viewed back as (N, C, H, W); None when X is not one
+        dense NHWC block (the caller multiplies with numpy)."""
+        n, c, h, w = self.x_shape
+        xt = x.transpose(0, 2, 3, 1)
+        if not xt.flags.c_contiguous:
+            return None
+        gt = np.empty((n, self.k, c), np.float32)
+        gt[...] = g.reshape(n, 1, c)
+        o3 = None
+        if o is not None:
+            ot = o.transpose(0, 2, 3, 1)
+            o3 = ot.reshape(self.rows) if ot.flags.c_contiguous else None  # (a reshape of a strided view would copy)
+        assert self.prim is not None
+        y3 = self.prim.run([xt.reshape(self.rows), gt.reshape(n, 1, self.k * c)], o3)
+        if y3 is None:
+            return None
+        return o if y3 is o3 else y3.reshape(n, h, w, c).transpose(0, 3, 1, 2)  # (o itself: no copy back)
 
 
 # A 1x1 conv of the gate whose weight has at least this many elements runs as oneDNN's matmul: in a
@@ -54,6 +128,9 @@ def _mul_primitive(x_shape: tuple[int, ...], channels_last: bool) -> Any:
 # (MobileNetV3's 960 x 240 blocks: ~80 us a block against ~87); smaller ones (EfficientNet's C/24
 # reductions, 55K elements at most) stay numpy calls, cheaper than a primitive call (bench/RESULTS.md).
 FC_ONEDNN_MIN = 1 << 16
+# Keep the OpenMP team spinning between the conv before the block and the gate multiply (the means and
+# the small convs run on the calling thread; ``openmp.keep_warm``). Read when a plan binds its kernels.
+KEEP_WARM = True
 
 
 def _fc(wt: np.ndarray, b: np.ndarray | None, n: int) -> Any:
@@ -75,10 +152,10 @@ def bound_squeeze_excite(x_shape: tuple[int, ...], w1t: np.ndarray, b1: np.ndarr
     weights are the ones given here, transposed: W1 as C x R, W2 as R x C, float32)."""
     n, c, h, w = x_shape
     means = ChannelMeans(x_shape)
-    mul = _mul_primitive(x_shape, channels_last)
-    mul_run = mul.run if mul is not None else None
+    mul = GateMul(x_shape, channels_last)
     # per 1x1 conv: (oneDNN's bound matmul or None, transposed weight, bias, activation)
     convs = [(_fc(wt, b, n), wt, b, act) for wt, b, act in ((w1t, b1, acts[0]), (w2t, b2, acts[1]))]
+    warm = openmp.keep_warm if KEEP_WARM else None
 
     def excite(s: np.ndarray) -> np.ndarray:
         for fc, wt, b, act in convs:
@@ -93,17 +170,10 @@ def bound_squeeze_excite(x_shape: tuple[int, ...], w1t: np.ndarray, b1: np.ndarr
 
     def gated(x: np.ndarray, o: np.ndarray | None) -> np.ndarray:
         """Y for an X of the bound layout: into ``o`` when the primitive (or numpy) can write there."""
-        g = excite(means.of(x, channels_last)).reshape(n, c, 1, 1)
-        y = mul_run([x, g], o) if mul_run is not None else None
-        if y is None:
-            if o is not None and (not np.may_share_memory(o, x) or same_view(o, x)):
-                y = o  # (o over x itself, planned in place: elementwise, so safe)
-            elif channels_last:
-                y = np.empty((n, h, w, c), np.float32).transpose(0, 3, 1, 2)
-            else:
-                y = np.empty(x_shape, np.float32)
-            np.multiply(x, g, out=y)
-        return y  # type: ignore[no-any-return]
+        s = means.of(x, channels_last)
+        if warm is not None:
+            warm()  # the gate multiply's team: still spinning from the conv before (the means took ~5-25 us)
+        return mul(x, excite(s), o)
 
     def kernel(inputs: Sequence[Any], attrs: Mapping[str, Any],
                out: Sequence[np.ndarray] | None = None) -> list[np.ndarray]:
@@ -119,12 +189,12 @@ def bound_squeeze_excite(x_shape: tuple[int, ...], w1t: np.ndarray, b1: np.ndarr
             o[...] = y  # the executor reads its arena view
         return [o]
 
-    openmp = mul is not None or any(fc is not None for fc, _, _, _ in convs)
+    uses_omp = mul.prim is not None or any(fc is not None for fc, _, _, _ in convs)
     # (inplace: the executor may plan Y over X's buffer; the means are taken before the gate is written)
-    return BoundKernel(kernel, writes_out=True, inplace=True, threads=Threads.OPENMP if openmp else Threads.BLAS,
+    return BoundKernel(kernel, writes_out=True, inplace=True, threads=Threads.OPENMP if uses_omp else Threads.BLAS,
                        layout=Layout.NHWC if channels_last else Layout.NCHW, keep=(means, convs, mul),
                        impl="sgemv+" + ("onednn:matmul" if any(fc is not None for fc, _, _, _ in convs) else "numpy") + "+"
-                       + (mul.impl if mul is not None else "numpy"))
+                       + mul.impl)
 
 
 def prepare_squeeze_excite(attrs: Mapping[str, Any], ins: Sequence[TensorDesc | None],

@@ -78,3 +78,19 @@ def test_set_max_threads_rejects_zero() -> None:
 
     with pytest.raises(ValueError, match="must be >= 1"):
         openmp.set_max_threads(0)
+
+
+def test_keep_warm_is_a_no_op_without_libgomp_and_runs_every_team() -> None:
+    """``openmp.keep_warm`` loads nothing (no libgomp in a fresh process without libdnnl) and, once
+    libgomp is there, runs its empty region on the calling thread's team: two threads, one thread, and
+    a thread that never ran a region before; the ICV it leaves is the caller's."""
+    bare = subprocess.run([sys.executable, "-c", "from pycann.kernels.providers import openmp\n"
+                           "openmp.keep_warm(); print(openmp.library() is None)"],
+                          capture_output=True, text=True, check=True).stdout.strip()
+    assert bare == "True"
+    code = ("import threading\n"
+            "openmp.set_max_threads(2); openmp.keep_warm(); two = openmp.max_threads()\n"
+            "openmp.set_max_threads(1); openmp.keep_warm(); one = openmp.max_threads()\n"
+            "seen = []\nt = threading.Thread(target=lambda: (openmp.keep_warm(), seen.append(1))); t.start(); t.join()\n"
+            "print(two, one, seen)")  # fmt: skip
+    assert _run_with_libdnnl(code) == "2 1 [1]"

@@ -16,10 +16,11 @@ import ctypes
 import os
 from typing import Any
 
-__all__ = ["library", "max_threads", "set_max_threads", "team"]
+__all__ = ["keep_warm", "library", "max_threads", "set_max_threads", "team"]
 
 _SONAME = "libgomp.so.1"
 _lib: Any = None
+_keep: Any = None  # (GOMP_parallel, the address of libc's free) once libgomp is loaded
 
 
 def _loaded() -> Any:
@@ -68,3 +69,27 @@ def team() -> int:
     count (``ge.run.contention``: one thread while other processes keep the cores busy) must not be
     handed the primitives of the other one, whose team oneDNN fixed when it created them."""
     return max_threads() or 0
+
+
+def keep_warm() -> None:
+    """An empty parallel region on the calling thread's team (``free(NULL)`` on each thread): the
+    workers start spinning afresh. No-op when no libgomp is loaded or the team has one thread.
+
+    Why: a worker that finds no region for ``GOMP_SPINCOUNT`` spins (~30-50 us here, ``config.py``'s
+    ``brief``) goes to sleep, and the next region waits ~15-30 us on a VM for it to wake (oneDNN's
+    static split: the whole region ends that much later). A kernel with a single-threaded stretch
+    between two regions (SqueezeExcite's channel means and 1x1 convs between the conv before it and
+    its gate multiply) calls this inside the stretch, while the worker still spins: ~1.3 us, and the
+    next region starts on a warm team (EfficientNet-B0 ~6 % faster; bench/RESULTS.md). Calling it
+    after the worker fell asleep costs the wake-up it was meant to avoid, so only where the stretch
+    before is short."""
+    global _keep
+    keep = _keep
+    if keep is None:
+        lib = _loaded()
+        if lib is None:
+            return
+        libc = ctypes.CDLL(None)
+        keep = _keep = (lib.GOMP_parallel, ctypes.cast(libc.free, ctypes.c_void_p).value)
+    # free(NULL) is a no-op by the C standard and has GOMP_parallel's callback signature void (*)(void *)
+    keep[0](keep[1], None, 0, 0)  # 0 threads: the team size of the calling thread (its ICV)
