@@ -494,6 +494,13 @@ def _squeeze_excite(attrs, ins, consts, outs) -> Kernel | None:  # type: ignore[
     return prepare_squeeze_excite(attrs, ins, consts, outs)
 
 
+def _squeeze_excite_project(attrs, ins, consts, outs) -> Kernel | None:  # type: ignore[no-untyped-def]
+    """SqueezeExciteProject: ``squeeze_excite_project.prepare_squeeze_excite_project``."""
+    from pycann.kernels.squeeze_excite_project import prepare_squeeze_excite_project
+
+    return prepare_squeeze_excite_project(attrs, ins, consts, outs)
+
+
 def _channel_shuffle(attrs, ins, consts, outs) -> Kernel | None:  # type: ignore[no-untyped-def]
     """ChannelShuffle in a channels-last chain: ``channel_shuffle.prepare_channel_shuffle`` (oneDNN reorders)."""
     from pycann.kernels.channel_shuffle import prepare_channel_shuffle
@@ -518,6 +525,7 @@ PREPARE: dict[tuple[str, str], Prepare] = {
     ("", "Concat"): _concat,
     ("", "Cast"): _cast,
     ("pycann", "SqueezeExcite"): _squeeze_excite,
+    ("pycann", "SqueezeExciteProject"): _squeeze_excite_project,
     ("pycann", "ChannelShuffle"): _channel_shuffle,
     **PREPARE_SMALL,  # ReduceMean/Sum, Pow, ElementwiseChain, LSTM for tiny static shapes (bind_small.py)
     # MaxPool comes from PREPARE_ONEDNN: oneDNN's pooling first, then ``_max_pool`` (ATen) above

@@ -14,7 +14,7 @@ FAMILY_OPS: dict[str, dict[str, tuple[str, ...]]] = {
     "fused": {"pycann": ("FusedConv", "FusedMatMul", "FusedAttention", "ElementwiseChain")},
     "fused_deconv": {"pycann": ("FusedConvTranspose",)},
     "channel_shuffle": {"pycann": ("ChannelShuffle",)},
-    "squeeze_excite": {"pycann": ("SqueezeExcite",)},
+    "squeeze_excite": {"pycann": ("SqueezeExcite", "SqueezeExciteProject")},
     "shape_of": {"pycann": ("ShapeOf",)},
     "cache_append": {"pycann": ("CacheAppend",)},
     "quant_conv": {"pycann": ("QuantConv",)},

@@ -19,7 +19,20 @@ the pool runs oneDNN's pooling loop. Fused, the tiny middle is a few numpy calls
 matrix-vector product (``kernels/squeeze_excite.py``). The values are the same computation in
 float32 (summation order aside).
 
-This module's kernel is the reference: any strides (the output is laid out like X, channels-last
+``pycann.SqueezeExciteProject(X, W1, B1, W2, B2, Wp, Bp, Z; the same attributes) -> Y`` is the block
+and the 1x1 projection conv after it (MobileNetV3's and EfficientNet's linear bottleneck), Wp
+(M, C, 1, 1), Bp (M) or absent, Z (N, M, H, W) a residual or absent, no activation:
+
+    Y[n, m, h, w] = sum_c Wp[m, c] (X[n, c, h, w] g[n, c]) + Bp[m] + Z[n, m, h, w]
+
+GE's SqueezeExciteProjectFusion (ge/compile/passes/fuse_se_project.py) forms it. Why: the gated X is
+written and read back once more than the projection needs: the bound kernel
+(``kernels/squeeze_excite_project.py``) scales the projection's weights by the gate instead
+(``Wp[m, c] g[n, c]``, M x C numbers per image rather than C x H x W) and reads X once. That product
+is rounded in another order (``x (w g)`` against ``(x g) w``): within float32 rounding, and a gated
+value that overflows float32 where the scaled weight does not (or the reverse) differs.
+
+This module's kernels are the reference: any strides (the output is laid out like X, channels-last
 in, channels-last out, as ChannelShuffle does), float32 arithmetic.
 """
 
@@ -133,7 +146,50 @@ def _infer(ctx: InferContext) -> list[TensorDesc]:
     return [TensorDesc(x.dtype, x.shape)]
 
 
+def _project(inputs: Sequence[Any], attrs: Mapping[str, Any]) -> list[np.ndarray]:
+    """SqueezeExciteProject's reference: the block, then the 1x1 conv of its output (float32)."""
+    ins = list(inputs) + [None] * (8 - len(inputs))
+    y = _compute(ins[:5], attrs, None)
+    wp, bp, z = ins[5], ins[6], ins[7]
+    if wp is None:
+        raise ValueError("SqueezeExciteProject: Wp is required")
+    wp = np.asarray(wp)
+    n, c, h, w = y.shape
+    if wp.ndim != 4 or wp.shape[1:] != (c, 1, 1):
+        raise ValueError(f"SqueezeExciteProject: Wp has shape {list(wp.shape)}; expected [M, {c}, 1, 1]")
+    m = wp.shape[0]
+    rows = y.transpose(0, 2, 3, 1).astype(np.float32, copy=False).reshape(n * h * w, c)
+    out = rows @ wp.reshape(m, c).T.astype(np.float32)
+    if bp is not None:
+        out += np.asarray(bp, np.float32).reshape(m)
+    out = out.reshape(n, h, w, m).transpose(0, 3, 1, 2)  # channels-last, as the projection in a chain
+    if z is not None:
+        out += np.asarray(z, np.float32)
+    if not (y.strides[1] == y.itemsize and c > 1 and y.strides[3] > y.itemsize):  # X C-contiguous: Y too
+        out = np.ascontiguousarray(out)
+    return [out]
+
+
+def _out_project(inputs: Sequence[Any], attrs: Mapping[str, Any], outs: Sequence[np.ndarray]) -> None:
+    outs[0][...] = _project(inputs, attrs)[0]
+
+
+def _infer_project(ctx: InferContext) -> list[TensorDesc]:
+    x = _infer(ctx)[0]
+    wp = ctx.inputs[5] if len(ctx.inputs) > 5 else None
+    if wp is None:
+        raise ctx.fail("needs Wp (the projection's weight)")
+    if wp.shape is not None and len(wp.shape) != 4:
+        raise ctx.fail(f"Wp {wp} must be rank 4 (M, C, 1, 1)")
+    shape = None
+    if x.shape is not None and wp.shape is not None:
+        shape = (x.shape[0], wp.shape[0], *x.shape[2:])
+    return [TensorDesc(x.dtype, shape)]
+
+
 OPS: list[OpDef] = [
     OpDef("SqueezeExcite", _infer, _k_squeeze_excite, domain=DOMAIN, attrs=ATTRS, out_kernel=_out_squeeze_excite,
           doc="GE: GlobalAveragePool -> 1x1 Conv -> 1x1 Conv -> Mul (squeeze-and-excitation) as one op"),
+    OpDef("SqueezeExciteProject", _infer_project, _project, domain=DOMAIN, attrs=ATTRS, out_kernel=_out_project,
+          doc="GE: SqueezeExcite and the 1x1 projection conv after it (the conv's weights scaled by the gate)"),
 ]

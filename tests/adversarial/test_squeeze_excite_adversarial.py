@@ -31,6 +31,16 @@ from tests.ge.onnx_graphs import const
 from tests.ops.oracle import run_ort
 
 RNG = np.random.default_rng(4711)
+
+
+@pytest.fixture(autouse=True, params=["se", "se_project"])
+def _projection(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Every case twice: the block alone (SqueezeExcite's kernel) and, where a 1x1 conv reads it, taken with
+    that conv into SqueezeExciteProject (whose kernel gates the conv's weights instead of X)."""
+    from pycann.ge.compile.passes import fuse_se_project
+
+    if request.param == "se":
+        monkeypatch.setattr(fuse_se_project, "MIN_PIXELS_PER_OUTPUT", 1 << 30)
 SMALL = {"c": 16, "h": 20, "w": 20, "r": 4}  # numpy's Mul
 BIG = {"c": 32, "h": 48, "w": 48, "r": 8}  # oneDNN's binary Mul (C*H*W >= 64K)
 FC = {"c": 512, "h": 8, "w": 8, "r": 160}  # oneDNN's matmul for the 1x1 convs (C*R >= 64K)
@@ -88,7 +98,8 @@ def _feeds(m: onnx.ModelProto, scale: float = 1.0) -> dict[str, np.ndarray]:
 
 
 def _count(cm: object) -> int:
-    return [n.op_type for n in cm.graph.nodes].count("SqueezeExcite")  # type: ignore[attr-defined]
+    # (SqueezeExciteProjectFusion may take the block and the 1x1 conv after it into one op: either is the block)
+    return sum(n.op_type in ("SqueezeExcite", "SqueezeExciteProject") for n in cm.graph.nodes)  # type: ignore[attr-defined]
 
 
 def _check(m: onnx.ModelProto, feeds: dict[str, np.ndarray], blocks: int, options: CompileOptions | None = None,

@@ -27,6 +27,7 @@ from pycann.ge.compile.passes import (
     fuse_matmul_bias,
     fuse_qdq,
     fuse_rmsnorm,
+    fuse_se_project,
     fuse_softmax,
     fuse_squeeze_excite,
     infer_shapes,
@@ -75,6 +76,8 @@ COMPILE_PIPELINE: list[tuple[str, PassFn]] = [
     (fuse_conv_act.name, fuse_conv_act.run),
     # GlobalAveragePool -> 1x1 conv -> 1x1 conv -> Mul (static shapes): one op, before ElementwiseChainFusion takes the Mul
     (fuse_squeeze_excite.name, fuse_squeeze_excite.run),
+    # ... and the 1x1 projection conv after it: the gate scales the conv's weights, not the tensor
+    (fuse_se_project.name, fuse_se_project.run),
     (fuse_matmul_bias.name, fuse_matmul_bias.run),
     (fuse_elementwise.name, fuse_elementwise.run),
     # dtypes are chosen on the fused graph, as CANN's FE does after graph fusion

@@ -47,8 +47,9 @@ AGNOSTIC = {
         "Tanh", "Elu", "Selu", "Softplus", "Abs", "Neg", "Exp", "Sqrt", "Identity", "MaxPool", "AveragePool",
         "Concat",  # keeps channels-last when all its inputs are (kernels/bind.py)
     )
-} | {("pycann", "ElementwiseChain"), ("pycann", "ChannelShuffle"), ("pycann", "SqueezeExcite")}
-# (ChannelShuffle: ops/channel_shuffle.py; SqueezeExcite: ops/squeeze_excite.py, laid out like its X)
+} | {("pycann", "ElementwiseChain"), ("pycann", "ChannelShuffle"), ("pycann", "SqueezeExcite"),
+     ("pycann", "SqueezeExciteProject")}
+# (ChannelShuffle: ops/channel_shuffle.py; SqueezeExcite[Project]: ops/squeeze_excite.py, laid out like its X)
 # Agnostic only in some modes: Resize keeps the layout for nearest (pure gathers; ops/nn/resize.py)
 MODAL = {("", "Resize"): ("mode", "nearest")}
 
