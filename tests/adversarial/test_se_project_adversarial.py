@@ -13,7 +13,8 @@ No defect found. What was checked and holds:
   block's output, weights shared by two projections;
 * BatchNormalization after the projection (folded into Wp / Bp, then fused), Add(Z, P) spelled either
   way, the projection read from inside an If branch (outer scope), an SE block inside a branch;
-* NaN / inf / 1e37 in X, gates of exactly 0 with inf in X: NaN where ORT has NaN;
+* NaN / inf / 1e35 in X, gates of exactly 0 with inf in X: NaN where ORT has NaN; in the bound kernel
+  alone NaN / inf in X, Wp, Bp, Z where the reference kernel has them;
 * precision modes (fused only where dtypes stay float32), a dynamic model compiled with --input_shape
   (fused) and with gears (not fused), float16 models (not fused), the .om save / load round trip, one
   plan run from 4 threads at once, every model run twice (arena views again; the first run's outputs
@@ -308,6 +309,34 @@ def test_non_finite_x(case: str) -> None:
         if case != "1e35":
             assert not np.isfinite(want).all()
         _check(m, feeds, tol=1e-4, atol=1e30 if case == "1e35" else None)
+
+
+@needs_onednn
+@pytest.mark.parametrize("case", ["x_nan", "x_inf", "gate_zero_x_inf", "wp_inf", "wp_nan", "z_nan", "bp_inf"])
+def test_bound_kernel_non_finite_as_the_reference(case: str) -> None:
+    """NaN / inf in X, Wp, Bp or Z through the bound kernel (oneDNN's matmul of X with the gated weights)
+    where the reference (the unfused ops' order) has them; the finite values within float32 rounding."""
+    n, c, r, m, h, w = 2, 16, 4, 8, 6, 6
+    acts = dict(ATTRS)
+    x, w2, b2, wp, bp, z = _f32(n, c, h, w), _f32(c, r, 1, 1), _f32(c), _f32(m, c, 1, 1), _f32(m), _f32(n, m, h, w)
+    if case == "gate_zero_x_inf":  # a ReLU gate of exactly 0 for channel 5
+        acts["act2"] = "Relu"
+        w2[:] = 0
+        b2[:] = 1.0
+        b2[5] = -1.0
+    {"x_nan": lambda: x.__setitem__((0, 3, 2, 2), np.nan), "x_inf": lambda: x.__setitem__((1, 5, 0, 1), np.inf),
+     "gate_zero_x_inf": lambda: x.__setitem__((1, 5, 0, 1), np.inf), "wp_inf": lambda: wp.__setitem__((3, 2), np.inf),
+     "wp_nan": lambda: wp.__setitem__((3, 2), np.nan), "z_nan": lambda: z.__setitem__((1, 2, 3, 3), np.nan),
+     "bp_inf": lambda: bp.__setitem__(1, np.inf)}[case]()
+    ins = [_cl(x), _f32(r, c, 1, 1), _f32(r), w2, b2, wp, bp, _cl(z)]
+    descs = [TensorDesc(1, a.shape) for a in ins]
+    k = sep.prepare_squeeze_excite_project({**acts, "_layout": "NHWC"}, descs, [None, *ins[1:7], None],
+                                           [TensorDesc(1, (n, m, h, w))])
+    assert k is not None
+    with np.errstate(all="ignore"):
+        got, want = k.run(ins, acts)[0], _project(ins, acts)[0]
+    assert not np.isfinite(want).all()
+    np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5)  # (NaN and inf where the reference has them)
 
 
 @needs_onednn
