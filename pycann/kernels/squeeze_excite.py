@@ -58,11 +58,13 @@ TILE_ROW = 512
 
 
 def tiling(c: int, hw: int) -> int:
-    """k for the tiled gate multiply: the smallest divisor of ``hw`` with ``k * c >= TILE_ROW`` (1 when
-    ``c`` is that long already, ``hw`` when no divisor is)."""
+    """k for the tiled gate multiply: the smallest divisor of ``hw`` with ``k * c >= TILE_ROW``; 1 (not
+    tiled) when ``c`` is that long already or that divisor would repeat the gate into more than
+    ``16 * TILE_ROW`` values (a prime H*W: the repeated gate as large as X, built on every call)."""
     if c >= TILE_ROW:
         return 1
-    return next((k for k in range(2, hw) if hw % k == 0 and k * c >= TILE_ROW), hw)
+    k = next((k for k in range(2, hw + 1) if hw % k == 0 and k * c >= TILE_ROW), 1)
+    return k if k * c <= 16 * TILE_ROW else 1
 
 
 class GateMul:

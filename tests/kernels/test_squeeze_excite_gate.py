@@ -20,7 +20,8 @@ def _nhwc(n: int, c: int, h: int, w: int) -> np.ndarray:
 
 
 @pytest.mark.parametrize(("c", "hw", "k"), [(32, 12544, 16), (96, 3136, 7), (144, 784, 4), (512, 49, 1),
-                                            (600, 4, 1), (100, 7, 7), (1, 1, 1), (33, 17, 17)])
+                                            (600, 4, 1), (100, 7, 7), (1, 1, 1), (33, 17, 17),
+                                            (8, 10007, 1), (2, 2 * 4099, 1), (16, 64, 32)])
 def test_tiling_rule(c: int, hw: int, k: int) -> None:
     assert se.tiling(c, hw) == k
     assert hw % k == 0
