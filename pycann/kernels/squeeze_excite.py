@@ -199,14 +199,19 @@ def bound_squeeze_excite(x_shape: tuple[int, ...], w1t: np.ndarray, b1: np.ndarr
                        + mul.impl)
 
 
-def prepare_squeeze_excite(attrs: Mapping[str, Any], ins: Sequence[TensorDesc | None],
-                           consts: Sequence[np.ndarray | None], outs: Sequence[TensorDesc | None]) -> Kernel | None:
-    """The plan's kernel for a SqueezeExcite of static float32 X with constant float32 weights (and
-    biases, when given), else None (the reference kernel runs)."""
+SEOperands = tuple[tuple[int, ...], np.ndarray, "np.ndarray | None", np.ndarray, "np.ndarray | None",
+                   tuple[tuple[str, float, float], tuple[str, float, float]]]
+
+
+def block_operands(attrs: Mapping[str, Any], ins: Sequence[TensorDesc | None],
+                   consts: Sequence[np.ndarray | None]) -> SEOperands | None:
+    """(X's static shape, W1 as C x R, B1, W2 as R x C, B2, the activations) of a block whose X is static
+    float32 and whose weights and biases (when given) are constant float32; else None (the reference
+    kernel runs, and raises for operands that do not fit)."""
     xs = _static(ins[0]) if ins else None
     if xs is None or len(xs) != 4 or ins[0].dtype != 1 or 0 in xs:  # type: ignore[union-attr]
         return None
-    cs = list(consts) + [None] * (5 - len(consts))
+    cs = list(consts[:5]) + [None] * (5 - len(consts[:5]))
     given = [i < len(ins) and ins[i] is not None for i in range(5)]
     if cs[1] is None or cs[3] is None or any(given[i] and cs[i] is None for i in (2, 4)):
         return None  # a weight or bias computed at run time
@@ -214,7 +219,17 @@ def prepare_squeeze_excite(attrs: Mapping[str, Any], ins: Sequence[TensorDesc | 
         return None
     try:
         w1t, b1, w2t, b2 = matrices(cs[1], cs[2], cs[3], cs[4], xs[1])
-        acts = activations(attrs)
+        return xs, w1t, b1, w2t, b2, activations(attrs)
     except ValueError:
-        return None  # the reference kernel raises the error
+        return None
+
+
+def prepare_squeeze_excite(attrs: Mapping[str, Any], ins: Sequence[TensorDesc | None],
+                           consts: Sequence[np.ndarray | None], outs: Sequence[TensorDesc | None]) -> Kernel | None:
+    """The plan's kernel for a SqueezeExcite of static float32 X with constant float32 weights (and
+    biases, when given), else None (the reference kernel runs)."""
+    ops = block_operands(attrs, ins, consts)
+    if ops is None:
+        return None
+    xs, w1t, b1, w2t, b2, acts = ops
     return bound_squeeze_excite(xs, w1t, b1, w2t, b2, acts, attrs.get("_layout") == "NHWC")  # type: ignore[return-value]

@@ -29,8 +29,9 @@ from pycann.kernels.bind_base import static_shape as _static
 from pycann.kernels.bound import BoundKernel
 from pycann.kernels.global_pool import ChannelMeans
 from pycann.kernels.providers import openmp
+from pycann.kernels.squeeze_excite import block_operands
 from pycann.ops.squeeze_excite import _project as _reference
-from pycann.ops.squeeze_excite import activations, gate, matrices
+from pycann.ops.squeeze_excite import gate
 
 _F32 = np.dtype(np.float32)
 
@@ -134,28 +135,19 @@ def prepare_squeeze_excite_project(attrs: Mapping[str, Any], ins: Sequence[Tenso
     constant float32 weights and biases, on oneDNN; else None (the reference kernel runs)."""
     from pycann.kernels.providers import available
 
-    xs = _static(ins[0]) if ins else None
-    if xs is None or len(xs) != 4 or ins[0].dtype != 1 or 0 in xs or attrs.get("_layout") != "NHWC":  # type: ignore[union-attr]
+    if attrs.get("_layout") != "NHWC" or not available("onednn"):
         return None
-    if not available("onednn"):
-        return None
+    ops = block_operands(attrs, ins, consts)
     cs = list(consts) + [None] * (8 - len(consts))
-    given = [i < len(ins) and ins[i] is not None for i in range(8)]
-    if cs[1] is None or cs[3] is None or cs[5] is None or any(given[i] and cs[i] is None for i in (2, 4, 6)):
-        return None  # a weight or bias computed at run time
-    if any(a is not None and a.dtype != _F32 for a in cs[1:7]):
-        return None
     wp, bp = cs[5], cs[6]
-    assert wp is not None
-    m = wp.shape[0] if wp.ndim == 4 else -1
-    if wp.ndim != 4 or wp.shape[1:] != (xs[1], 1, 1) or (bp is not None and bp.shape != (m,)):
+    if ops is None or wp is None or wp.dtype != _F32 or (bp is not None and bp.dtype != _F32):
         return None
-    residual = given[7]
+    xs = ops[0]
+    m = wp.shape[0] if wp.ndim == 4 else -1
+    if wp.shape[1:] != (xs[1], 1, 1) or (bp is not None and bp.shape != (m,)) \
+            or (len(ins) > 6 and ins[6] is not None and bp is None):
+        return None  # (a bias computed at run time)
+    residual = len(ins) > 7 and ins[7] is not None
     if residual and (_static(ins[7]) != (xs[0], m, xs[2], xs[3]) or ins[7].dtype != 1):  # type: ignore[union-attr]
         return None
-    try:
-        w1t, b1, w2t, b2 = matrices(cs[1], cs[2], cs[3], cs[4], xs[1])
-        acts = activations(attrs)
-    except ValueError:
-        return None  # the reference kernel raises the error
-    return bound_squeeze_excite_project(xs, (w1t, b1, w2t, b2, acts), wp, bp, residual)  # type: ignore[return-value]
+    return bound_squeeze_excite_project(xs, ops[1:], wp, bp, residual)  # type: ignore[return-value]

@@ -20,6 +20,7 @@ dtype-changing ``--precision_mode``), before the elementwise fusions.
 from __future__ import annotations
 
 from pycann.ge.compile.passes.base import PassContext, PassResult
+from pycann.ge.compile.passes.fuse_squeeze_excite import pointwise
 from pycann.ge.compile.passes.pattern import GraphIndex, Rewrites, is_op
 from pycann.ge.ir import Graph, Node
 from pycann.ops.squeeze_excite import DOMAIN
@@ -37,21 +38,12 @@ def _projection(ix: GraphIndex, se: Node, p: Node, xs: tuple[int, ...]) -> list[
     if p.inputs[0] != se.outputs[0] or len(p.inputs) < 2 or se.outputs[0] in p.inputs[1:]:
         return f"{where} does not read the block's output as its X alone"
     n, c, h, w = xs
-    wp = ix.const(p.inputs[1])
-    if wp is None or wp.dtype.name != "float32" or wp.ndim != 4 or wp.shape[1:] != (c, 1, 1):
-        return f"{where}: weight is not a constant float32 [M, {c}, 1, 1]"
-    m = int(wp.shape[0])
+    why = pointwise(ix, p, c, where)
+    if why is not None:
+        return why
+    m = int(ix.const(p.inputs[1]).shape[0])  # type: ignore[union-attr]
     bias = p.inputs[2] if len(p.inputs) > 2 else ""
-    if bias:
-        b = ix.const(bias)
-        if b is None or b.dtype.name != "float32" or b.shape != (m,):
-            return f"{where}: bias is not a constant float32 [{m}]"
     a = p.attrs
-    if int(a.get("group", 1)) != 1 or any(int(v) != 1 for v in a.get("strides") or []) \
-            or any(int(v) != 1 for v in a.get("dilations") or []) or any(int(v) != 0 for v in a.get("pads") or []) \
-            or str(a.get("auto_pad", "NOTSET")) not in ("NOTSET", "VALID", "SAME_UPPER", "SAME_LOWER") \
-            or list(a.get("kernel_shape") or [1, 1]) != [1, 1]:
-        return f"{where}: not a 1x1 / stride-1 / unpadded / group-1 conv"
     if not plain and (str(a.get("activation", "")) or float(a.get("post_scale", 1.0)) != 1.0
                       or float(a.get("post_shift", 0.0)) != 0.0):
         return f"{where}: an activation or affine after the projection ({a.get('activation') or 'affine'})"

@@ -38,17 +38,9 @@ def _readers(ix: GraphIndex, value: str) -> str:
     return f"has {len(users)} readers ({', '.join(u.op_type for u in users)})" if users else "has no reader"
 
 
-def _conv_1x1(ix: GraphIndex, n: Node | None, src: str, c_in: int,
-              what: str = "the pooled value") -> tuple[str, str, tuple[str, float, float]] | str:
-    """(W, B or "", activation) of a 1x1 pointwise conv of ``src`` with ``c_in`` input channels, or why not."""
-    if n is None:
-        return f"{what} {src} {_readers(ix, src)}"
-    plain = is_op(n, "Conv")
-    if not plain and not (n.domain == DOMAIN and n.op_type == "FusedConv"):
-        return f"{n.op_type} {n.name or n.outputs[0]} reads it, not a 1x1 Conv"
-    where = f"{n.op_type} {n.name or n.outputs[0]}"
-    if n.inputs[0] != src or len(n.inputs) < 2 or (len(n.inputs) > 3 and n.inputs[3]):
-        return f"{where}: not a conv of the pooled value alone (a residual input)"
+def pointwise(ix: GraphIndex, n: Node, c_in: int, where: str) -> str | None:
+    """Why conv ``n`` is not a 1x1 / stride-1 / unpadded / group-1 conv with a constant float32
+    [M, ``c_in``, 1, 1] weight and a constant float32 [M] bias or none; None when it is."""
     w = ix.const(n.inputs[1])
     b = ix.const(n.inputs[2]) if len(n.inputs) > 2 and n.inputs[2] else None
     if w is None or w.dtype.name != "float32" or w.ndim != 4 or w.shape[1:] != (c_in, 1, 1):
@@ -61,6 +53,24 @@ def _conv_1x1(ix: GraphIndex, n: Node | None, src: str, c_in: int,
             or str(a.get("auto_pad", "NOTSET")) not in ("NOTSET", "VALID", "SAME_UPPER", "SAME_LOWER") \
             or list(a.get("kernel_shape") or [1, 1]) != [1, 1]:
         return f"{where}: not a 1x1 / stride-1 / unpadded / group-1 conv"
+    return None
+
+
+def _conv_1x1(ix: GraphIndex, n: Node | None, src: str, c_in: int,
+              what: str = "the pooled value") -> tuple[str, str, tuple[str, float, float]] | str:
+    """(W, B or "", activation) of a 1x1 pointwise conv of ``src`` with ``c_in`` input channels, or why not."""
+    if n is None:
+        return f"{what} {src} {_readers(ix, src)}"
+    plain = is_op(n, "Conv")
+    if not plain and not (n.domain == DOMAIN and n.op_type == "FusedConv"):
+        return f"{n.op_type} {n.name or n.outputs[0]} reads it, not a 1x1 Conv"
+    where = f"{n.op_type} {n.name or n.outputs[0]}"
+    if n.inputs[0] != src or len(n.inputs) < 2 or (len(n.inputs) > 3 and n.inputs[3]):
+        return f"{where}: not a conv of the pooled value alone (a residual input)"
+    why = pointwise(ix, n, c_in, where)
+    if why is not None:
+        return why
+    a = n.attrs
     if float(a.get("post_scale", 1.0)) != 1.0 or float(a.get("post_shift", 0.0)) != 0.0:
         return f"{where}: an affine after its activation"
     act = ("", 0.0, 0.0) if plain else (str(a.get("activation", "")), float(a.get("act_alpha", 0.0)),
