@@ -34,7 +34,6 @@ from __future__ import annotations
 import os
 import tempfile
 from collections.abc import Sequence
-from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
 import onnx
@@ -50,6 +49,7 @@ from pycann.kernels import providers
 from pycann.kernels import squeeze_excite_project as sep
 from pycann.kernels.squeeze_excite import GateMul
 from pycann.ops.squeeze_excite import _project
+from tests.adversarial.threads import mismatches_from_threads
 from tests.ge.onnx_graphs import const
 from tests.ops.oracle import run_ort
 
@@ -424,18 +424,7 @@ def test_om_round_trip() -> None:
 def test_one_plan_from_four_threads(size: dict) -> None:
     m = _model(n=2, z="zin", **size)
     lm = LoadedModel.from_compiled(compile_model(m))
-    feeds = [_feeds(m) for _ in range(6)]
-    wants = [run_ort(m, f)[0] for f in feeds]
-
-    def job(i: int) -> int:
-        bad = 0
-        for j in range(12):
-            k = (i + j) % 6
-            bad += not np.allclose(lm.run_dict(feeds[k])[0], wants[k], rtol=1e-4, atol=1e-5)
-        return bad
-
-    with ThreadPoolExecutor(4) as ex:
-        assert list(ex.map(job, range(4))) == [0] * 4
+    assert mismatches_from_threads(lm, m, [_feeds(m) for _ in range(6)]) == [0] * 4
 
 
 @pytest.mark.parametrize("outs", [("q",), ("q", "p"), ("q", "x1")])

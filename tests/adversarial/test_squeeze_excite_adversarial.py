@@ -14,8 +14,6 @@ gears and shape ranges (no fusion, right values), four threads on one plan (one 
 
 from __future__ import annotations
 
-from concurrent.futures import ThreadPoolExecutor
-
 import numpy as np
 import onnx
 import pytest
@@ -27,6 +25,7 @@ from pycann.ge.compile.options import CompileOptions
 from pycann.ge.run.model import LoadedModel
 from pycann.kernels import squeeze_excite as se_kernel
 from pycann.ops.squeeze_excite import _k_squeeze_excite
+from tests.adversarial.threads import mismatches_from_threads
 from tests.ge.onnx_graphs import const
 from tests.ops.oracle import run_ort
 
@@ -292,18 +291,7 @@ def test_gears_and_ranges_keep_the_ops() -> None:
 def test_one_plan_from_four_threads(size: dict, chain: bool) -> None:
     m = _model(n=2, chain=chain, **size)
     lm = LoadedModel.from_compiled(compile_model(m))
-    feeds = [_feeds(m) for _ in range(6)]
-    wants = [run_ort(m, f)[0] for f in feeds]
-
-    def job(i: int) -> int:
-        bad = 0
-        for j in range(12):
-            k = (i + j) % len(feeds)
-            bad += not np.allclose(lm.run_dict(feeds[k])[0], wants[k], rtol=1e-4, atol=1e-5)
-        return bad
-
-    with ThreadPoolExecutor(4) as ex:
-        assert list(ex.map(job, range(4))) == [0] * 4
+    assert mismatches_from_threads(lm, m, [_feeds(m) for _ in range(6)]) == [0] * 4
 
 
 # ------------------------------------------------------------------------------ other spellings and producers
