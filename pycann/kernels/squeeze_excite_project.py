@@ -54,8 +54,8 @@ class _Product:
 
         d = ((n, hw, m), (hw * m, m, 1))
         post = [("binary_add", d)] if residual else []
-        self.plan = onednn_matmul._Plan(((n, hw, c), (hw * c, c, 1)), ((n, c, m), (c * m, m, 1)), d,
-                                        ((1, 1, m), (m, m, 1)) if bias else None, post)
+        self.plan = onednn_matmul.MatmulPlan(((n, hw, c), (hw * c, c, 1)), ((n, c, m), (c * m, m, 1)), d,
+                                             ((1, 1, m), (m, m, 1)) if bias else None, post)
         self.impl = self.plan.impl
 
     def run(self, a: np.ndarray, b: np.ndarray, y: np.ndarray, bias: np.ndarray | None, r: np.ndarray | None) -> None:

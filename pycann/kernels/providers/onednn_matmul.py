@@ -140,6 +140,10 @@ class _Plan:
             self.prim.execute()
 
 
+# The plan class for kernels that own their primitive (a run-time B they re-point per call:
+# kernels/squeeze_excite_project.py); the module's own products go through ``_plan``'s cache.
+MatmulPlan = _Plan
+
 _plans: dict[tuple[Any, ...], _Plan | None] = {}
 _plans_lock = threading.Lock()
 
