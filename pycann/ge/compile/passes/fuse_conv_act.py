@@ -61,7 +61,8 @@ def _shared(users: list[Node]) -> str:
     activation (nothing was missed: DenseNet's convs read only by Concats)."""
     if not any(is_op(u, *SIMPLE_ACTS, "Sigmoid", "Mul", "Add") for u in users):
         return ""
-    return f"output read by {len(users)} nodes (an activation fuses only into a sole reader)"
+    readers = ", ".join(u.op_type for u in users)
+    return f"output read by {len(users)} nodes ({readers}): an activation or a residual Add fuses only into its sole reader"
 
 
 def match_activation(ix: GraphIndex, value: str) -> tuple[list[Node], str, float, float, str] | str:

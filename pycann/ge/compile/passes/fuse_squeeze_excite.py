@@ -145,4 +145,7 @@ def run(graph: Graph, ctx: PassContext) -> PassResult:
         # float32 between two full-tensor Casts and leave the NHWC chain), so the block's ops stay apart
         return PassResult(graph, False, f"not applied: {settings.mode} chooses a dtype per op")
     n, missed = fuse(graph)
+    if missed and "ConvActivationFusion" in ctx.options.get("disabled_passes", ()):
+        # (the reasons below then name the activations' readers, not the switch that left them apart)
+        missed.insert(0, "ConvActivationFusion is off: a block's convs must carry their activations to match")
     return PassResult(graph, n > 0, f"{n} squeeze-excitation blocks fused", missed)
