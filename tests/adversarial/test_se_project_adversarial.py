@@ -50,7 +50,7 @@ from pycann.kernels import squeeze_excite_project as sep
 from pycann.kernels.squeeze_excite import GateMul
 from pycann.ops.squeeze_excite import _project
 from tests.adversarial.threads import mismatches_from_threads
-from tests.ge.onnx_graphs import const
+from tests.ge.onnx_graphs import append_if, const
 from tests.ops.oracle import run_ort
 
 RNG = np.random.default_rng(20261205)
@@ -204,12 +204,7 @@ def test_batch_norm_after_the_projection() -> None:
 
 def test_projection_read_from_an_if_branch() -> None:
     m = _model(n=2, z="zin", outs=("o",))
-    then_g = helper.make_graph([helper.make_node("Add", ["q", "zin"], ["t_out"])], "then", [],
-                               [helper.make_tensor_value_info("t_out", TensorProto.FLOAT, None)])
-    else_g = helper.make_graph([helper.make_node("Conv", ["x1", "Wp"], ["e_out"])], "else", [],
-                               [helper.make_tensor_value_info("e_out", TensorProto.FLOAT, None)])
-    m.graph.node.append(helper.make_node("If", ["flag"], ["o"], then_branch=then_g, else_branch=else_g))
-    m.graph.input.append(helper.make_tensor_value_info("flag", TensorProto.BOOL, []))
+    append_if(m, helper.make_node("Add", ["q", "zin"], ["t_out"]), helper.make_node("Conv", ["x1", "Wp"], ["e_out"]), "o")
     cm = compile_model(m)
     assert _count(cm) == 1
     lm = LoadedModel.from_compiled(cm)

@@ -26,7 +26,7 @@ from pycann.ge.run.model import LoadedModel
 from pycann.kernels import squeeze_excite as se_kernel
 from pycann.ops.squeeze_excite import _k_squeeze_excite
 from tests.adversarial.threads import mismatches_from_threads
-from tests.ge.onnx_graphs import const
+from tests.ge.onnx_graphs import append_if, const
 from tests.ops.oracle import run_ort
 
 RNG = np.random.default_rng(4711)
@@ -330,12 +330,7 @@ def test_transposed_input_runs_the_reference_layout(size: dict) -> None:
 def test_static_model_with_an_if_on_a_control_input() -> None:
     """An If on a bool input: the compiled graph (SqueezeExcite in it) is re-optimised per signature."""
     m = _model(n=2, outputs=("o",), **BIG)
-    then_g = helper.make_graph([helper.make_node("Relu", ["y"], ["t_out"])], "then", [],
-                               [helper.make_tensor_value_info("t_out", TensorProto.FLOAT, None)])
-    else_g = helper.make_graph([helper.make_node("Neg", ["y"], ["e_out"])], "else", [],
-                               [helper.make_tensor_value_info("e_out", TensorProto.FLOAT, None)])
-    m.graph.node.append(helper.make_node("If", ["flag"], ["o"], then_branch=then_g, else_branch=else_g))
-    m.graph.input.append(helper.make_tensor_value_info("flag", TensorProto.BOOL, []))
+    append_if(m, helper.make_node("Relu", ["y"], ["t_out"]), helper.make_node("Neg", ["y"], ["e_out"]), "o")
     cm = compile_model(m)
     assert _count(cm) == 1
     lm = LoadedModel.from_compiled(cm)

@@ -29,6 +29,28 @@ def float_model(nodes, inputs, output, inits=(), opset=17) -> onnx.ModelProto:  
     return m
 
 
+def conv_pool_head(spelling: str) -> tuple[list[onnx.NodeProto], list[onnx.TensorProto]]:
+    """``x -> Conv(Wa, pad 1) -> Relu = x1 -> channel means = s`` as an exporter writes the means (dynamo:
+    ReduceMean over the last two axes; TorchScript: GlobalAveragePool): the head of a squeeze-and-excitation
+    test block (the caller adds the ``Wa`` initializer)."""
+    nodes = [helper.make_node("Conv", ["x", "Wa"], ["a"], pads=[1, 1, 1, 1]), helper.make_node("Relu", ["a"], ["x1"])]
+    if spelling == "dynamo":
+        return nodes + [helper.make_node("ReduceMean", ["x1", "axes"], ["s"], keepdims=1)], \
+            [const("axes", np.array([-2, -1], np.int64))]
+    return nodes + [helper.make_node("GlobalAveragePool", ["x1"], ["s"])], []
+
+
+def append_if(m: onnx.ModelProto, then_node: onnx.NodeProto, else_node: onnx.NodeProto, out: str) -> None:
+    """Append ``out = If(flag, then: then_node, else: else_node)`` to ``m`` with ``flag`` a new bool graph
+    input; each branch is its one node, whose first output is the branch's output (read from the outer
+    scope)."""
+    branches = [helper.make_graph([nd], f"{tag}_branch", [],
+                                  [helper.make_tensor_value_info(nd.output[0], TensorProto.FLOAT, None)])
+                for tag, nd in (("then", then_node), ("else", else_node))]
+    m.graph.node.append(helper.make_node("If", ["flag"], [out], then_branch=branches[0], else_branch=branches[1]))
+    m.graph.input.append(helper.make_tensor_value_info("flag", TensorProto.BOOL, []))
+
+
 def check_compiled(m: onnx.ModelProto, feeds: dict[str, np.ndarray], present: dict[str, int] | None = None,
                    absent: tuple[str, ...] = (), rtol: float = 1e-5, atol: float = 1e-5) -> list[str]:
     """Compile ``m``; assert op counts (``present``) and absences; compare every output with ONNX

@@ -19,7 +19,7 @@ from pycann.kernels import providers
 from pycann.kernels import squeeze_excite_project as sep
 from pycann.ops.fused import apply_activation
 from pycann.ops.squeeze_excite import _out_project, _project
-from tests.ge.onnx_graphs import check_compiled, const, float_model
+from tests.ge.onnx_graphs import check_compiled, const, conv_pool_head, float_model
 from tests.ops.oracle import run_ort
 
 RNG = np.random.default_rng(11)
@@ -139,12 +139,8 @@ def _block(c: int = 16, hw: int = 20, m: int = 8, n: int = 1, spelling: str = "t
     inits = [const("Wa", _f32(c, 3, 3, 3, scale=0.3)), const("W1", _f32(r, c, 1, 1, scale=0.3)),
              const("B1", _f32(r)), const("W2", _f32(c, r, 1, 1, scale=0.3)), const("B2", _f32(c)),
              const("Wp", _f32(m, c, 1, 1, scale=0.3)), const("Bp", _f32(m))]
-    nodes = [helper.make_node("Conv", ["x", "Wa"], ["a"], pads=[1, 1, 1, 1]), helper.make_node("Relu", ["a"], ["x1"])]
-    if spelling == "dynamo":
-        nodes.append(helper.make_node("ReduceMean", ["x1", "axes"], ["s"], keepdims=1))
-        inits.append(const("axes", np.array([-2, -1], np.int64)))
-    else:
-        nodes.append(helper.make_node("GlobalAveragePool", ["x1"], ["s"]))
+    nodes, head_inits = conv_pool_head(spelling)
+    inits += head_inits
     nodes.append(helper.make_node("Conv", ["s", "W1", "B1"], ["z0"]))
     if spelling == "dynamo":
         nodes += [helper.make_node("Sigmoid", ["z0"], ["zs"]), helper.make_node("Mul", ["z0", "zs"], ["z"])]

@@ -19,7 +19,7 @@ from pycann.ge.run.model import LoadedModel
 from pycann.kernels import squeeze_excite as se_kernel
 from pycann.ops.fused import apply_activation
 from pycann.ops.squeeze_excite import _k_squeeze_excite, _out_squeeze_excite
-from tests.ge.onnx_graphs import check_compiled, const, float_model
+from tests.ge.onnx_graphs import check_compiled, const, conv_pool_head, float_model
 from tests.ops.oracle import run_ort
 
 RNG = np.random.default_rng(5)
@@ -155,12 +155,8 @@ def _block(c: int = 16, hw: int = 20, r: int = 4, spelling: str = "torchscript",
              const("W2", _f32(c, r, 1, 1) * 0.3), const("Wb", _f32(8, c, 1, 1) * 0.3)]
     if bias:
         inits += [const("B1", _f32(r)), const("B2", _f32(c))]
-    nodes = [helper.make_node("Conv", ["x", "Wa"], ["a"], pads=[1, 1, 1, 1]), helper.make_node("Relu", ["a"], ["x1"])]
-    if spelling == "dynamo":
-        nodes.append(helper.make_node("ReduceMean", ["x1", "axes"], ["s"], keepdims=1))
-        inits.append(const("axes", np.array([-2, -1], np.int64)))
-    else:
-        nodes.append(helper.make_node("GlobalAveragePool", ["x1"], ["s"]))
+    nodes, head_inits = conv_pool_head(spelling)
+    inits += head_inits
     k1 = [1, 1] if case != "3x3" else [3, 3]
     if case == "3x3":
         inits[1] = const("W1", _f32(r, c, 3, 3) * 0.3)
