@@ -174,18 +174,19 @@ class Executor:
         shapes = [tuple(x.shape) if isinstance(x, np.ndarray) else None for x in feeds]
         return shapes, {self.graph.inputs[i]: feeds[i].copy() for i in used}
 
-    def _build(self, sig: Signature, used: list[int], feeds: Sequence[Any]) -> CachedPlan:
+    def _build(self, sig: Signature, used: list[int], feeds: Sequence[Any], warm_arena: bool = False) -> CachedPlan:
         """Specialise, plan and cache the plan of ``sig`` (lock held by the caller)."""
-        return self._build_from(sig, *self._request(used, feeds))
+        return self._build_from(sig, *self._request(used, feeds), warm_arena=warm_arena)
 
     def _build_from(self, sig: Signature, shapes: list[tuple[int, ...] | None],
-                    values: dict[str, np.ndarray]) -> CachedPlan:
-        """``_build`` from the shapes and control values alone (lock held by the caller)."""
+                    values: dict[str, np.ndarray], warm_arena: bool = False) -> CachedPlan:
+        """``_build`` from the shapes and control values alone (lock held by the caller);
+        ``warm_arena``: the plan's first arena is made and faulted in during the build (``Plan``)."""
         assert self._specialize is not None
         g = self._specialize(self.graph, shapes, values, self._memo) if self._memo is not None \
             else self._specialize(self.graph, shapes, values)
         arena = plan_memory(g, only=arena_candidates(g), share=inplace_candidates(g))
-        plan = Plan(g, memory=arena, release=self.release_pages)
+        plan = Plan(g, memory=arena, release=self.release_pages, warm_arena=warm_arena)
         base = self.graph.initializers
         plan.const_bytes = sum(v.nbytes for k, v in g.initializers.items()
                                if base.get(k) is not v and isinstance(v, np.ndarray))
@@ -193,8 +194,10 @@ class Executor:
         self._cache.put(sig, hit)
         return hit
 
-    def plan_for(self, feeds: Sequence[np.ndarray]) -> tuple[Plan, MemoryPlan | None]:
-        """The plan specialised for these inputs' shapes and dtypes (built on first use)."""
+    def plan_for(self, feeds: Sequence[np.ndarray], *, warm_arena: bool = False) -> tuple[Plan, MemoryPlan | None]:
+        """The plan specialised for these inputs' shapes and dtypes (built on first use).
+        ``warm_arena``: a plan built now makes its first arena during the build, its pages
+        written on the packing thread (a static model's load: ``LoadedModel.precompile_static``)."""
         if self._specialize is None:
             return self.generic_plan(), None
         sig, used = self._signature(feeds)
@@ -203,7 +206,7 @@ class Executor:
             return hit
         with self._lock:
             hit = self._cache.peek(sig)
-            return hit if hit is not None else self._build(sig, used, feeds)
+            return hit if hit is not None else self._build(sig, used, feeds, warm_arena)
 
     def generic_plan(self) -> Plan:
         """The plan of the compiled graph as it is: shapes resolved by each kernel at run time

@@ -495,7 +495,8 @@ class LoadedModel:
         if self._static_feeds is None or self.executor._control or self._dyn_aipp is not None:
             return False
         feeds = [np.zeros(shape, dtype=dt) for dt, shape in self._static_feeds]
-        self.executor.plan_for(feeds)
+        # its arena too: the first run would otherwise fault in every page of it (~1-2 ms a model)
+        self.executor.plan_for(feeds, warm_arena=True)
         return True
 
     # ------------------------------------------------------------------ dynamic AIPP

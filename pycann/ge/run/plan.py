@@ -10,6 +10,7 @@ follows the memory plan's lifetimes. ``ge/run/executor.py`` builds and caches pl
 
 from __future__ import annotations
 
+import ctypes
 import threading
 import time
 from collections.abc import Callable, Sequence
@@ -31,6 +32,7 @@ from pycann.kernels.bound import BoundKernel, bound
 from pycann.kernels.providers import (
     arena_ok,
     available,
+    background_pack,
     blas_single_thread,
     nan_guard,
     omp_fork,
@@ -60,8 +62,8 @@ ViewSpec = tuple[int, np.dtype, tuple[int, ...], bool]
 class Arena:
     """One arena buffer plus, per bound step, the output views into it."""
 
-    def __init__(self, nbytes: int, layout: list[list[ViewSpec]]) -> None:
-        self.buffer = np.empty(max(nbytes, 1), dtype=np.uint8)
+    def __init__(self, nbytes: int, layout: list[list[ViewSpec]], buffer: np.ndarray | None = None) -> None:
+        self.buffer = np.empty(max(nbytes, 1), dtype=np.uint8) if buffer is None else buffer
         self.views = [[self._view(*spec) for spec in outs] for outs in layout]
 
     def _view(self, off: int, dt: np.dtype, shape: tuple[int, ...], nhwc: bool) -> np.ndarray:
@@ -70,6 +72,15 @@ class Arena:
             n, c, h, w = shape
             return raw.reshape(n, h, w, c).transpose(0, 3, 1, 2)
         return raw.reshape(shape)
+
+
+def _warm_buffer(nbytes: int) -> np.ndarray:
+    """An arena buffer whose pages the packing thread writes (``memset``, no GIL held) while the
+    plan binds: a page fault costs ~1-2 us on this kind of VM, and a 4-8 MB arena is 1-2 thousand."""
+    buffer = np.empty(max(nbytes, 1), dtype=np.uint8)
+    address, size = buffer.ctypes.data, buffer.nbytes
+    background_pack.submit(lambda: ctypes.memset(address, 0, size), keep=buffer)
+    return buffer
 
 
 class PlanClosedError(RuntimeError):
@@ -91,7 +102,7 @@ class Plan:
 
     def __init__(self, graph: Graph, outer_names: Sequence[str] = (), memory: MemoryPlan | None = None,
                  release: Callable[[], None] | None = None, generic_bind: bool = False,
-                 interim: bool = False) -> None:
+                 interim: bool = False, warm_arena: bool = False) -> None:
         self.graph = graph
         # the OpenMP team its oneDNN primitives get: oneDNN fixes it when they are created, here
         self.team = openmp.team()
@@ -118,56 +129,65 @@ class Plan:
         self.subplans: dict[int, dict[str, Plan]] = {}
         self.overwritten: dict[int, int] = {}  # step -> input slot position its kernel writes over
         packed = 0  # constant bytes bound into prepared kernels since the last page release
-        for idx, n in enumerate(graph.nodes):
-            op = lookup(n.op_type, n.domain, n.opset, n.label())
-            attrs = op.with_defaults(n.attrs, f"node {n.label()}")
-            attrs["_n_outputs"] = len(n.outputs)
-            choice = INTERIM_ALGOS.get((n.domain, n.op_type)) if interim else None
-            if choice is not None and n.inputs and getattr(graph.descs.get(n.inputs[0]), "dtype", None) == 1:
-                attrs["_algo"] = choice  # float32 only: the bf16 modes keep oneDNN's bf16 numbers
-            ins = tuple(slot(i) if i else 0 for i in n.inputs)
-            for sub_attr, sub in n.subgraphs.items():
-                self.subplans.setdefault(idx, {})[sub_attr] = Plan(sub, sorted(free_names(sub)))
-            if op.scoped:
-                # free names of the bodies must have slots here so run_body can read them
-                for sp in self.subplans.get(idx, {}).values():
-                    for _, name in sp.outer:
-                        slot(name)
-            outs = tuple(slot(o) if o else 0 for o in n.outputs)
-            # a kernel bound at plan time (static signature) wins over the arena: it returns its own output
-            bk: BoundKernel | None = None
-            prep = PREPARE.get((n.domain, n.op_type)) if memory is not None else None
-            # the shape-generic plan: constant-weight GEMMs packed once, a primitive per row count
-            prep_g = PREPARE_GENERIC.get((n.domain, n.op_type)) if memory is None and generic_bind else None
-            # an output planned over an input's buffer needs a kernel that computes in place
-            shared = memory is not None and any(o in memory.shared for o in n.outputs)
-            if shared and prep is not None:
-                attrs["_in_place"] = True  # (a oneDNN conv then builds only its in-place primitive)
-            if prep is not None or prep_g is not None:
-                node_consts = [graph.initializers.get(i) if i else None for i in n.inputs]
-                in_descs = [graph.descs.get(i) if i else None for i in n.inputs]
-                out_descs = [graph.descs.get(o) if o else None for o in n.outputs]
-                bk = bound(prep(attrs, in_descs, node_consts, out_descs) if prep is not None
-                           else prep_g(attrs, in_descs, node_consts, out_descs, run_kernel(op)))  # type: ignore[misc,arg-type]
-                packed += sum(c.nbytes for c in node_consts if bk is not None and isinstance(c, np.ndarray))
-                if release is not None and packed >= _RELEASE_EVERY:
-                    release()
-                    packed = 0
-            # a bound kernel that can write into given outputs (``writes_out``) gets the arena too
-            into = into_kernel(op) if bk is None else bk.run if bk.writes_out else None
-            shared_ok = not shared or (bk is not None and bk.inplace)
-            if into is not None and memory is not None and not op.scoped and n.outputs and shared_ok \
-                    and all(o in memory.offsets for o in n.outputs) and arena_ok(algorithm.of(attrs)):
-                if shared:  # observers must see the input as it was before the kernel overwrote it
-                    self.overwritten[len(steps)] = INPLACE[(n.domain, n.op_type)][1]
-                nhwc = attrs.get("_layout") == "NHWC"
-                steps.append(Step(into, ins, outs, attrs, n, ARENA, len(self.arena_layout), bound=bk))
-                self.arena_layout.append([self._view_spec(graph, o, memory, nhwc) for o in n.outputs])
-                continue
-            kernel = bk.run if bk is not None else run_kernel(op)
-            steps.append(Step(kernel, ins, outs, attrs, n, SCOPED if op.scoped else NORMAL, bound=bk))
-        if release is not None and packed:
-            release()  # the last packed weights' mapped pages, before the first run adds its arena
+        # weight reorders run on a helper thread beside the binding (kernels/providers/background_pack.py)
+        with background_pack.packing():
+            # the first run's arena, its pages written beside the binding (else the run faults them in)
+            warm = _warm_buffer(self.arena_bytes) if warm_arena and memory is not None else None
+            for idx, n in enumerate(graph.nodes):
+                op = lookup(n.op_type, n.domain, n.opset, n.label())
+                attrs = op.with_defaults(n.attrs, f"node {n.label()}")
+                attrs["_n_outputs"] = len(n.outputs)
+                choice = INTERIM_ALGOS.get((n.domain, n.op_type)) if interim else None
+                if choice is not None and n.inputs and getattr(graph.descs.get(n.inputs[0]), "dtype", None) == 1:
+                    attrs["_algo"] = choice  # float32 only: the bf16 modes keep oneDNN's bf16 numbers
+                ins = tuple(slot(i) if i else 0 for i in n.inputs)
+                for sub_attr, sub in n.subgraphs.items():
+                    self.subplans.setdefault(idx, {})[sub_attr] = Plan(sub, sorted(free_names(sub)))
+                if op.scoped:
+                    # free names of the bodies must have slots here so run_body can read them
+                    for sp in self.subplans.get(idx, {}).values():
+                        for _, name in sp.outer:
+                            slot(name)
+                outs = tuple(slot(o) if o else 0 for o in n.outputs)
+                # a kernel bound at plan time (static signature) wins over the arena: it returns its own output
+                bk: BoundKernel | None = None
+                prep = PREPARE.get((n.domain, n.op_type)) if memory is not None else None
+                # the shape-generic plan: constant-weight GEMMs packed once, a primitive per row count
+                prep_g = PREPARE_GENERIC.get((n.domain, n.op_type)) if memory is None and generic_bind else None
+                # an output planned over an input's buffer needs a kernel that computes in place
+                shared = memory is not None and any(o in memory.shared for o in n.outputs)
+                if shared and prep is not None:
+                    attrs["_in_place"] = True  # (a oneDNN conv then builds only its in-place primitive)
+                if prep is not None or prep_g is not None:
+                    node_consts = [graph.initializers.get(i) if i else None for i in n.inputs]
+                    in_descs = [graph.descs.get(i) if i else None for i in n.inputs]
+                    out_descs = [graph.descs.get(o) if o else None for o in n.outputs]
+                    bk = bound(prep(attrs, in_descs, node_consts, out_descs) if prep is not None
+                               else prep_g(attrs, in_descs, node_consts, out_descs, run_kernel(op)))  # type: ignore[misc,arg-type]
+                    packed += sum(c.nbytes for c in node_consts if bk is not None and isinstance(c, np.ndarray))
+                    if release is not None and packed >= _RELEASE_EVERY:
+                        background_pack.drain()  # (the queued reorders read those pages)
+                        release()
+                        packed = 0
+                # a bound kernel that can write into given outputs (``writes_out``) gets the arena too
+                into = into_kernel(op) if bk is None else bk.run if bk.writes_out else None
+                shared_ok = not shared or (bk is not None and bk.inplace)
+                if into is not None and memory is not None and not op.scoped and n.outputs and shared_ok \
+                        and all(o in memory.offsets for o in n.outputs) and arena_ok(algorithm.of(attrs)):
+                    if shared:  # observers must see the input as it was before the kernel overwrote it
+                        self.overwritten[len(steps)] = INPLACE[(n.domain, n.op_type)][1]
+                    nhwc = attrs.get("_layout") == "NHWC"
+                    steps.append(Step(into, ins, outs, attrs, n, ARENA, len(self.arena_layout), bound=bk))
+                    self.arena_layout.append([self._view_spec(graph, o, memory, nhwc) for o in n.outputs])
+                    continue
+                kernel = bk.run if bk is not None else run_kernel(op)
+                steps.append(Step(kernel, ins, outs, attrs, n, SCOPED if op.scoped else NORMAL, bound=bk))
+            if release is not None and packed:
+                background_pack.drain()
+                release()  # the last packed weights' mapped pages, before the first run adds its arena
+        if warm is not None and self.arena_layout:
+            self._arenas.append(Arena(self.arena_bytes, self.arena_layout, warm))
+            self.arenas_made = 1
         self.output_slots = [slot(o) for o in graph.outputs]
         self.n_slots = len(slots)
         self.slots = slots

@@ -38,7 +38,9 @@ from __future__ import annotations
 import ctypes
 import os
 import sys
+import threading
 from collections.abc import Sequence
+from contextlib import AbstractContextManager
 from typing import Any
 
 from pycann import config
@@ -109,16 +111,21 @@ def library_candidates() -> list[str]:
     return ([env] if env else []) + [os.path.join(cache, "onednn2", "libdnnl.so.2")]
 
 
+_load_lock = threading.Lock()  # (two threads loading their first models at once load it once)
+
+
 def load() -> Any:
     """Load libdnnl v2 once (raises OSError when missing or not 2.x); create engine and stream."""
     global _lib, _engine, _stream, _synchronous
     if _lib is None:
-        try:
-            lib, eng, strm, sync = capi.open_library(library_candidates(), 2, _SIGNATURES, _RESTYPES)
-        except OSError as e:
-            raise OSError(f"{e} (run scripts/fetch_onednn2.py)") from None
-        _lib, _engine, _stream, _synchronous = lib, eng, strm, sync
-        _self_check()
+        with _load_lock:
+            if _lib is None:
+                try:
+                    lib, eng, strm, sync = capi.open_library(library_candidates(), 2, _SIGNATURES, _RESTYPES)
+                except OSError as e:
+                    raise OSError(f"{e} (run scripts/fetch_onednn2.py)") from None
+                _lib, _engine, _stream, _synchronous = lib, eng, strm, sync
+                _self_check()
     return _lib
 
 
@@ -245,9 +252,11 @@ def reorder_pd(src: MemoryDesc, dst: MemoryDesc) -> PrimitiveDesc:
     return capi.reorder_pd(src, dst, sys.modules[__name__])  # type: ignore[return-value]
 
 
-def reorder(src: MemoryDesc, src_ptr: int, dst: MemoryDesc) -> Memory:
-    """A library-owned memory of layout ``dst`` holding the data at ``src_ptr`` (layout ``src``)."""
-    return capi.reorder(src, src_ptr, dst, sys.modules[__name__])  # type: ignore[return-value]
+def reorder(src: MemoryDesc, src_ptr: int, dst: MemoryDesc, *, keep: Any = None,
+            lock: AbstractContextManager[Any] | None = None) -> Memory:
+    """A library-owned memory of layout ``dst`` holding the data at ``src_ptr`` (layout ``src``);
+    queued on a plan build's helper thread as ``onednn_capi.reorder`` says (``keep``, ``lock``)."""
+    return capi.reorder(src, src_ptr, dst, sys.modules[__name__], keep=keep, lock=lock)  # type: ignore[return-value]
 
 
 def _self_check() -> None:

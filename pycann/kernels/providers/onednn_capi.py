@@ -18,13 +18,16 @@ import ctypes
 import os
 import site
 import sys
+import threading
 from collections.abc import Sequence
+from contextlib import AbstractContextManager
 from typing import Any
 
 import numpy as np
 
 from pycann import config
 from pycann.config import apply_omp_wait_policy
+from pycann.kernels.providers import background_pack
 from pycann.kernels.providers.onednn_capi_table import (
     _I,
     _P,
@@ -134,11 +137,18 @@ def open_library(paths: Sequence[str], major: int, signatures: dict[str, tuple[A
     raise OSError(f"libdnnl.so.{major} not loadable: " + "; ".join(errors))
 
 
+_load_lock = threading.Lock()  # (two threads loading their first models at once load it once)
+
+
 def load() -> Any:
     """Load libdnnl once (raises OSError when missing or not v3); create the engine and stream."""
     global _lib, _engine, _stream, _synchronous
     if _lib is None:
-        _lib, _engine, _stream, _synchronous = open_library(library_candidates(), 3, _SIGNATURES, _RESTYPES)
+        with _load_lock:
+            if _lib is None:
+                lib, eng, strm, sync = open_library(library_candidates(), 3, _SIGNATURES, _RESTYPES)
+                _engine, _stream, _synchronous = eng, strm, sync
+                _lib = lib  # last: a thread that sees it set finds the engine and stream too
     return _lib
 
 
@@ -302,6 +312,8 @@ class Memory(_Owned):
         super().__init__(h)
         self.md = md
         self._set = api._lib.dnnl_memory_set_data_handle
+        # a packing still queued on a plan build's helper thread (``reorder``): primitives wait for it
+        self.ticket: background_pack.Ticket | None = None
 
     def set(self, ptr: int) -> None:
         """Point this memory at another buffer (``dnnl_memory_set_data_handle``)."""
@@ -470,14 +482,23 @@ class Primitive(_Owned):
         super().__init__(h)
         self.pd = pd
         self.memories = [m for _, m in args]  # keep alive
+        # weights whose packing a plan build queued (``reorder``): waited for before the first execute
+        self._waits = [t for m in self.memories if (t := m.ticket) is not None and not t.done()]
         self.n = len(args)
         self.args = (ExecArg * self.n)(*[ExecArg(a, m.handle) for a, m in args])
         self._execute = api._lib.dnnl_primitive_execute
         self._stream = api._stream
         self._wait = None if api._synchronous else api._lib.dnnl_stream_wait
 
+    def _wait_packed(self) -> None:
+        for t in self._waits:
+            t.wait()  # (raises the reorder's DnnlError)
+        self._waits = []
+
     def execute(self) -> None:
         """Run the primitive on its bound memories (CPU stream: returns when done)."""
+        if self._waits:
+            self._wait_packed()
         st = self._execute(self.handle, self._stream, self.n, self.args)
         if st:
             raise DnnlError("dnnl_primitive_execute", st)
@@ -487,6 +508,8 @@ class Primitive(_Owned):
     def execute_on(self, args: Sequence[tuple[int, Memory]]) -> None:
         """Run the primitive on these memories instead of the bound ones: a primitive made with
         run-time dimensions (``RUNTIME_DIM``) gets memories of this call's concrete shapes."""
+        if self._waits:
+            self._wait_packed()
         arr = (ExecArg * len(args))(*[ExecArg(a, m.handle) for a, m in args])
         st = self._execute(self.handle, self._stream, len(args), arr)
         if st:
@@ -495,11 +518,26 @@ class Primitive(_Owned):
             check(self._wait(self._stream), "dnnl_stream_wait")
 
 
-def reorder(src: Any, src_ptr: int, dst: Any, api: Any = None) -> Memory:
-    """A library-owned memory of layout ``dst`` holding the data at ``src_ptr`` (layout ``src``)."""
+def reorder(src: Any, src_ptr: int, dst: Any, api: Any = None, *, keep: Any = None,
+            lock: AbstractContextManager[Any] | None = None) -> Memory:
+    """A library-owned memory of layout ``dst`` holding the data at ``src_ptr`` (layout ``src``).
+
+    Inside a ``background_pack.packing()`` block of the calling thread (a plan build) the reorder
+    runs on the block's helper thread, holding ``keep`` (the array at ``src_ptr``) and ``lock``
+    (held around the execute) until it ran: the memory's ``ticket`` is then set, and every
+    ``Primitive`` bound to the memory waits for it before it first executes."""
     api = api or sys.modules[__name__]
     out = api.Memory(dst)
-    api.Primitive(reorder_pd(src, dst, api), [(ARG_FROM, api.Memory(src, src_ptr)), (ARG_TO, out)]).execute()
+    prim = api.Primitive(reorder_pd(src, dst, api), [(ARG_FROM, api.Memory(src, src_ptr)), (ARG_TO, out)])
+    if lock is None:
+        job = prim.execute
+    else:
+        def job() -> None:
+            with lock:
+                prim.execute()
+    ticket = background_pack.submit(job, keep)
+    if not ticket.done():
+        out.ticket = ticket
     return out  # type: ignore[no-any-return]
 
 

@@ -65,7 +65,7 @@ def packed(w: np.ndarray, user_md: Any, want_md: Any) -> Any:
             if want.equals(want_md) and src.equals(user_md):
                 _counts["reused"] += 1
                 return mem
-    mem = capi.reorder(user_md, capi.ptr(w), want_md)
+    mem = capi.reorder(user_md, capi.ptr(w), want_md, keep=w)  # (queued while a plan builds)
     with _lock:
         lst = _entries.get(key)
         if lst is None:

@@ -50,6 +50,7 @@ from pycann.ops.nn.spatial import Window
 
 _NAMES = {v: k for k, v in ELTWISE.items()}  # v3 dnnl_alg_kind_t -> name
 _available: bool | None = None
+_available_lock = threading.RLock()
 # Below this many output pixels per image Winograd loses inside a model: ResNet-50's 512-channel
 # 7x7 layers keep 17 MB of transformed weights per conv (1.8x the direct form's), streamed from
 # memory on every call: 0.58 vs 0.53 ms at batch 1, 1.1-1.3x slower at batch 4-8 (its 4x3 kernel
@@ -64,17 +65,19 @@ def available() -> bool:
     """True when ``libdnnl.so.2`` loads and a small Winograd conv matches the direct one."""
     global _available
     if _available is None:
-        try:
-            c2.load()
-            x = onednn.empty_channels_last((1, 16, 6, 6))
-            x[...] = onednn.probe_values(x.shape, 0)
-            w, b = onednn.probe_values((16, 16, 3, 3), 1), onednn.probe_values((16,), 2)
-            win = Window((3, 3), (1, 1), (1, 1), (1, 1), (1, 1), (6, 6))
-            y = _Plan(x.shape, w, b, win, None).run(x, None)
-            ref = onednn.conv_nhwc(x, w, b, 1, win) if onednn.available() else None
-            _available = ref is None or bool(np.allclose(y, ref, rtol=1e-4, atol=1e-4))
-        except (OSError, DnnlError, AttributeError):
-            _available = False
+        with _available_lock:  # (two threads binding their first convs at once probe once)
+            if _available is None:
+                try:
+                    c2.load()
+                    x = onednn.empty_channels_last((1, 16, 6, 6))
+                    x[...] = onednn.probe_values(x.shape, 0)
+                    w, b = onednn.probe_values((16, 16, 3, 3), 1), onednn.probe_values((16,), 2)
+                    win = Window((3, 3), (1, 1), (1, 1), (1, 1), (1, 1), (6, 6))
+                    y = _Plan(x.shape, w, b, win, None).run(x, None)
+                    ref = onednn.conv_nhwc(x, w, b, 1, win) if onednn.available() else None
+                    _available = ref is None or bool(np.allclose(y, ref, rtol=1e-4, atol=1e-4))
+                except (OSError, DnnlError, AttributeError):
+                    _available = False
     return _available
 
 
@@ -143,7 +146,7 @@ class _Plan:
         src_md, dst_md = pd.query_md(c2.QUERY_SRC_MD), pd.query_md(c2.QUERY_DST_MD)
         self.src_bytes, self.dst_bytes = src_md.size(), dst_md.size()
         self.weights = c2.reorder(c2.MemoryDesc.strided(w.shape, [s // 4 for s in w.strides]), ptr(w),
-                                  pd.query_md(c2.QUERY_WEIGHTS_MD))
+                                  pd.query_md(c2.QUERY_WEIGHTS_MD), keep=w, lock=_lock)
         scratch_md = pd.query_md(c2.QUERY_SCRATCHPAD_MD)
         self.scratch_bytes = scratch_md.size()
         self.src, self.dst, self.scratch = c2.Memory(src_md, 0), c2.Memory(dst_md, 0), c2.Memory(scratch_md, 0)
@@ -177,6 +180,9 @@ class _Plan:
         y = out if out is not None and out.dtype == np.float32 and out.shape == self.y_shape \
             and onednn._fits(out, self.y_strides) and not np.may_share_memory(out, x) \
             else onednn.empty_channels_last(self.y_shape)
+        if self.weights.ticket is not None:  # queued by a plan build: wait outside the lock its job takes
+            self.weights.ticket.wait()
+            self.weights.ticket = None
         with _lock:
             x_reorder, x_user = self._x_reorder(x)
             s, d, sp = _scratch_ptrs(self.src_bytes, self.dst_bytes, self.scratch_bytes)

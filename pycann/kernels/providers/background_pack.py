@@ -1,0 +1,156 @@
+"""Weight reorders of a plan build run on a helper thread, beside the build's Python work.
+
+Binding a static plan packs every conv and matmul weight into the blocked layout its oneDNN
+primitive asks for (``onednn_capi.reorder``), and the Winograd convs transform theirs. That is
+native work (DenseNet-121: ~30 ms of a ~120 ms load, 36 MB written by 167 reorders) done while
+the building thread's Python waits; ctypes releases the GIL around the calls, so on a second core
+it can run while the build goes on with the next nodes (the load's other native work, creating
+primitives, stays on the building thread: the primitive is needed to bind the next steps).
+
+``packing()`` opens a block on the calling thread: ``submit`` queues a reorder there and returns
+at once with a ``Ticket``; the block's end waits for every queued reorder (and raises the first
+failure), so a plan is complete when its constructor returns. Outside a block, or on another
+thread, ``submit`` runs the job at once. Nested blocks (the plans of If/Loop bodies) join the
+outer one. The helper runs its reorders with one OpenMP thread (oneDNN reads the count when a
+primitive executes): the building thread keeps the other core, and no second team is spawned.
+
+Whoever reads a packed memory before the block ends must ``Ticket.wait()`` for it first: the
+shared-weights cache (``onednn_packed``) does when a plan built on another thread (the background
+plan builder) finds a packing this block has not finished yet. Nothing else reads packed weights
+during a build: plans execute only after their constructor returns.
+"""
+
+from __future__ import annotations
+
+import queue
+import threading
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from typing import Any
+
+from pycann.kernels.providers import openmp
+
+__all__ = ["Ticket", "active", "drain", "packing", "submit"]
+
+#: Off switch for debugging (``knob_ab.py --knob pycann.kernels.providers.background_pack:ENABLED``).
+ENABLED = True
+
+
+class Ticket:
+    """One queued reorder: ``wait()`` blocks until it ran and re-raises its error, if any."""
+
+    __slots__ = ("_done", "error")
+
+    def __init__(self) -> None:
+        self._done = threading.Event()
+        self.error: BaseException | None = None
+
+    def done(self) -> bool:
+        """True once the job ran (or failed)."""
+        return self._done.is_set()
+
+    def wait(self) -> None:
+        """Wait for the job; raise what it raised."""
+        self._done.wait()
+        if self.error is not None:
+            raise self.error
+
+    def _finish(self, error: BaseException | None) -> None:
+        self.error = error
+        self._done.set()
+
+
+_DONE = Ticket()
+_DONE._finish(None)
+
+
+class _Packer:
+    """The helper thread of one block (started at the first job) and its FIFO queue."""
+
+    def __init__(self) -> None:
+        self._jobs: queue.SimpleQueue[tuple[Callable[[], object], Any, Ticket] | None] = queue.SimpleQueue()
+        self._thread: threading.Thread | None = None
+        self._last: Ticket = _DONE
+        self.error: BaseException | None = None  # the first job's failure
+
+    def submit(self, job: Callable[[], object], keep: Any) -> Ticket:
+        if self._thread is None:
+            self._thread = threading.Thread(target=self._work, name="pycann-pack", daemon=True)
+            self._thread.start()
+        ticket = Ticket()
+        self._jobs.put((job, keep, ticket))
+        self._last = ticket
+        return ticket
+
+    def _work(self) -> None:
+        openmp.set_max_threads(1)  # this thread's own ICV: its reorders run serially, no second team
+        while True:
+            item = self._jobs.get()
+            if item is None:
+                return
+            job, keep, ticket = item
+            try:
+                job()
+            except BaseException as e:  # noqa: BLE001 - handed to whoever waits on the ticket
+                if self.error is None:
+                    self.error = e
+                ticket._finish(e)
+            else:
+                ticket._finish(None)
+            del item, job, keep, ticket  # (the sources may go as soon as their reorder ran)
+
+    def drain(self) -> None:
+        """Wait for every job queued so far (without failing: ``close`` reports errors)."""
+        self._last._done.wait()
+
+    def close(self) -> None:
+        """Stop the helper once every queued job ran."""
+        if self._thread is not None:
+            self._jobs.put(None)
+            self._thread.join()
+
+
+_local = threading.local()
+
+
+def active() -> bool:
+    """True inside a ``packing()`` block of the calling thread."""
+    return getattr(_local, "packer", None) is not None
+
+
+@contextmanager
+def packing() -> Iterator[None]:
+    """Queue this thread's weight reorders (``submit``) on a helper thread until the block ends;
+    the end waits for them and raises the first one's error (``DnnlError``) if the block itself
+    did not raise. Nested blocks share the outermost one's helper."""
+    packer: _Packer | None = getattr(_local, "packer", None)
+    if packer is not None or not ENABLED:  # nested: the outermost block waits
+        yield
+        return
+    packer = _local.packer = _Packer()
+    try:
+        yield
+    finally:
+        _local.packer = None
+        packer.close()
+    if packer.error is not None:
+        raise packer.error
+
+
+def submit(job: Callable[[], object], keep: Any = None) -> Ticket:
+    """Run ``job`` (a reorder's execute) on the block's helper thread, holding ``keep`` (its source
+    array) until it ran; outside a ``packing()`` block run it now. The returned ticket is done
+    when ``job`` returned."""
+    packer: _Packer | None = getattr(_local, "packer", None)
+    if packer is None:
+        job()
+        return _DONE
+    return packer.submit(job, keep)
+
+
+def drain() -> None:
+    """Wait for the reorders queued so far by this thread's block (no-op outside one): before the
+    build lets go of the pages their sources are read from (``Plan``'s release of the mapped .om)."""
+    packer: _Packer | None = getattr(_local, "packer", None)
+    if packer is not None:
+        packer.drain()
