@@ -78,15 +78,6 @@ def test_the_block_own_error_wins_and_the_helper_is_stopped() -> None:
     assert not [t for t in threading.enumerate() if t.name == "pycann-pack"]
 
 
-def test_drain_waits_for_the_jobs_queued_so_far() -> None:
-    done: list[int] = []
-    with background_pack.packing():
-        for i in range(3):
-            background_pack.submit(lambda i=i: done.append(i))
-        background_pack.drain()
-        assert done == [0, 1, 2]
-
-
 def test_switched_off_every_job_runs_now(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(background_pack, "ENABLED", False)
     ran_on: list[str] = []
@@ -217,3 +208,13 @@ def test_the_static_model_first_arena_is_made_at_load_and_taken_by_the_first_run
     (want,) = run_ort(model, {"x": x})
     np.testing.assert_allclose(lm.run([x])[0], want, rtol=1e-4, atol=1e-4)
     assert plan.arenas_made == 1 and plan._arenas[0].buffer is buffer
+
+
+def test_inline_keeps_every_job_on_the_calling_thread() -> None:
+    ran_on: list[str] = []
+    with background_pack.inline(), background_pack.packing():
+        assert not background_pack.active()
+        background_pack.submit(lambda: ran_on.append(threading.current_thread().name))
+    assert ran_on == [threading.current_thread().name]
+    with background_pack.packing():
+        assert background_pack.active()  # (inline ended with its block)

@@ -29,7 +29,7 @@ from pycann.ge.run.plan_builder import BackgroundBuilder
 from pycann.ge.run.plan_cache import CacheStats, PlanCache
 from pycann.ge.run.plan_steps import ARENA, NORMAL, SCOPED, Step, StepKind
 from pycann.kernels.providers import available as providers_available
-from pycann.kernels.providers import omp_affinity, openmp
+from pycann.kernels.providers import background_pack, omp_affinity, openmp
 
 __all__ = ["ARENA", "INPLACE", "NORMAL", "SCOPED", "Arena", "CachedPlan", "Executor", "Plan", "Step", "StepKind",
            "arena_candidates", "inplace_candidates"]
@@ -430,15 +430,16 @@ class Executor:
                              values: dict[str, np.ndarray]) -> None:
         """The builder thread's build: ``sig``'s plan unless a call built it meanwhile; for
         ``("generic", n)`` the shape-generic plan bound for ``n`` threads (the builder runs with n)."""
-        if isinstance(sig, tuple) and len(sig) == 2 and sig[0] == "generic":
-            with self._generic_lock:
-                if sig[1] not in self._generic_teams:
-                    self._generic_teams[sig[1]] = Plan(self._generic_graph(), release=self.release_pages,
-                                                       generic_bind=True, interim=self._in_background())
-            return
-        with self._lock:
-            if self._cache.peek(sig) is None:
-                self._build_from(sig, shapes, values)
+        with background_pack.inline():  # (its packing stays on this thread: the caller's runs use the other core)
+            if isinstance(sig, tuple) and len(sig) == 2 and sig[0] == "generic":
+                with self._generic_lock:
+                    if sig[1] not in self._generic_teams:
+                        self._generic_teams[sig[1]] = Plan(self._generic_graph(), release=self.release_pages,
+                                                           generic_bind=True, interim=self._in_background())
+                return
+            with self._lock:
+                if self._cache.peek(sig) is None:
+                    self._build_from(sig, shapes, values)
 
     def wait_builds(self, timeout: float | None = None) -> bool:
         """Block until the background builds queued so far are done (tests, tools, a service

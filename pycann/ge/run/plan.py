@@ -166,8 +166,7 @@ class Plan:
                                else prep_g(attrs, in_descs, node_consts, out_descs, run_kernel(op)))  # type: ignore[misc,arg-type]
                     packed += sum(c.nbytes for c in node_consts if bk is not None and isinstance(c, np.ndarray))
                     if release is not None and packed >= _RELEASE_EVERY:
-                        background_pack.drain()  # (the queued reorders read those pages)
-                        release()
+                        background_pack.submit(release)  # after the queued reorders that read those pages
                         packed = 0
                 # a bound kernel that can write into given outputs (``writes_out``) gets the arena too
                 into = into_kernel(op) if bk is None else bk.run if bk.writes_out else None
@@ -183,8 +182,8 @@ class Plan:
                 kernel = bk.run if bk is not None else run_kernel(op)
                 steps.append(Step(kernel, ins, outs, attrs, n, SCOPED if op.scoped else NORMAL, bound=bk))
             if release is not None and packed:
-                background_pack.drain()
-                release()  # the last packed weights' mapped pages, before the first run adds its arena
+                # the last packed weights' mapped pages, before the first run adds its arena
+                background_pack.submit(release)
         if warm is not None and self.arena_layout:
             self._arenas.append(Arena(self.arena_bytes, self.arena_layout, warm))
             self.arenas_made = 1

@@ -30,7 +30,7 @@ from typing import Any
 
 from pycann.kernels.providers import openmp
 
-__all__ = ["Ticket", "active", "drain", "packing", "submit"]
+__all__ = ["Ticket", "active", "inline", "packing", "submit"]
 
 #: Off switch for debugging (``knob_ab.py --knob pycann.kernels.providers.background_pack:ENABLED``).
 ENABLED = True
@@ -70,7 +70,6 @@ class _Packer:
     def __init__(self) -> None:
         self._jobs: queue.SimpleQueue[tuple[Callable[[], object], Any, Ticket] | None] = queue.SimpleQueue()
         self._thread: threading.Thread | None = None
-        self._last: Ticket = _DONE
         self.error: BaseException | None = None  # the first job's failure
 
     def submit(self, job: Callable[[], object], keep: Any) -> Ticket:
@@ -79,7 +78,6 @@ class _Packer:
             self._thread.start()
         ticket = Ticket()
         self._jobs.put((job, keep, ticket))
-        self._last = ticket
         return ticket
 
     def _work(self) -> None:
@@ -98,10 +96,6 @@ class _Packer:
             else:
                 ticket._finish(None)
             del item, job, keep, ticket  # (the sources may go as soon as their reorder ran)
-
-    def drain(self) -> None:
-        """Wait for every job queued so far (without failing: ``close`` reports errors)."""
-        self._last._done.wait()
 
     def close(self) -> None:
         """Stop the helper once every queued job ran."""
@@ -124,7 +118,7 @@ def packing() -> Iterator[None]:
     the end waits for them and raises the first one's error (``DnnlError``) if the block itself
     did not raise. Nested blocks share the outermost one's helper."""
     packer: _Packer | None = getattr(_local, "packer", None)
-    if packer is not None or not ENABLED:  # nested: the outermost block waits
+    if packer is not None or not ENABLED or getattr(_local, "inline", False):  # nested: the outermost waits
         yield
         return
     packer = _local.packer = _Packer()
@@ -137,6 +131,19 @@ def packing() -> Iterator[None]:
         raise packer.error
 
 
+@contextmanager
+def inline() -> Iterator[None]:
+    """Inside, ``packing()`` blocks of this thread queue nothing: every job runs at once, on this
+    thread. For the background plan builder, whose builds already run beside the caller's runs:
+    a helper of its own would take the core those runs need."""
+    prior = getattr(_local, "inline", False)
+    _local.inline = True
+    try:
+        yield
+    finally:
+        _local.inline = prior
+
+
 def submit(job: Callable[[], object], keep: Any = None) -> Ticket:
     """Run ``job`` (a reorder's execute) on the block's helper thread, holding ``keep`` (its source
     array) until it ran; outside a ``packing()`` block run it now. The returned ticket is done
@@ -146,11 +153,3 @@ def submit(job: Callable[[], object], keep: Any = None) -> Ticket:
         job()
         return _DONE
     return packer.submit(job, keep)
-
-
-def drain() -> None:
-    """Wait for the reorders queued so far by this thread's block (no-op outside one): before the
-    build lets go of the pages their sources are read from (``Plan``'s release of the mapped .om)."""
-    packer: _Packer | None = getattr(_local, "packer", None)
-    if packer is not None:
-        packer.drain()
