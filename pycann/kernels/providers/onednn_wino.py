@@ -180,8 +180,9 @@ class _Plan:
         y = out if out is not None and out.dtype == np.float32 and out.shape == self.y_shape \
             and onednn._fits(out, self.y_strides) and not np.may_share_memory(out, x) \
             else onednn.empty_channels_last(self.y_shape)
-        if self.weights.ticket is not None:  # queued by a plan build: wait outside the lock its job takes
-            self.weights.ticket.wait()
+        ticket = self.weights.ticket  # (read once: a concurrent first run may clear it)
+        if ticket is not None:  # queued by a plan build: wait outside the lock its job takes
+            ticket.wait()
             self.weights.ticket = None
         with _lock:
             x_reorder, x_user = self._x_reorder(x)
