@@ -483,7 +483,8 @@ class Primitive(_Owned):
         self.pd = pd
         self.memories = [m for _, m in args]  # keep alive
         # weights whose packing a plan build queued (``reorder``): waited for before the first execute
-        self._waits = [t for m in self.memories if (t := m.ticket) is not None and not t.done()]
+        # (a failed one too: its memory holds no data, the execute raises its error)
+        self._waits = [t for m in self.memories if (t := m.ticket) is not None and (not t.done() or t.error is not None)]
         self.n = len(args)
         self.args = (ExecArg * self.n)(*[ExecArg(a, m.handle) for a, m in args])
         self._execute = api._lib.dnnl_primitive_execute
@@ -536,7 +537,7 @@ def reorder(src: Any, src_ptr: int, dst: Any, api: Any = None, *, keep: Any = No
             with lock:
                 prim.execute()
     ticket = background_pack.submit(job, keep)
-    if not ticket.done():
+    if not ticket.done() or ticket.error is not None:  # (a failed one stays: readers raise its error)
         out.ticket = ticket
     return out  # type: ignore[no-any-return]
 

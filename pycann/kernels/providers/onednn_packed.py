@@ -55,14 +55,25 @@ def _drop(key: _Key) -> None:
             _counts["bytes"] -= want.size()
 
 
+def _failed(mem: Any) -> bool:
+    """True when ``mem``'s packing ran on a plan build's helper thread and raised."""
+    t = getattr(mem, "ticket", None)
+    return t is not None and t.done() and t.error is not None
+
+
 def packed(w: np.ndarray, user_md: Any, want_md: Any) -> Any:
     """A library-owned ``capi.Memory`` of layout ``want_md`` holding ``w`` (described by
     ``user_md``): made by one reorder the first time, the same memory for every later primitive
     asking for that layout of the same weight memory. The caller must not write to it."""
     key: _Key = (capi.ptr(w), tuple(w.shape), tuple(w.strides), w.dtype.str)
     with _lock:
-        for src, want, mem in _entries.get(key, ()):
+        found = _entries.get(key, [])
+        for i, (src, want, mem) in enumerate(found):
             if want.equals(want_md) and src.equals(user_md):
+                if _failed(mem):  # its reorder (queued by a plan build) failed: the memory holds no weights
+                    del found[i]
+                    _counts["bytes"] -= want.size()
+                    break
                 _counts["reused"] += 1
                 return mem
     mem = capi.reorder(user_md, capi.ptr(w), want_md, keep=w)  # (queued while a plan builds)
