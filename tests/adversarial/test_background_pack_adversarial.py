@@ -142,6 +142,50 @@ def test_a_failed_packing_is_not_served_from_the_shared_cache_later() -> None:
 
 
 @needs_onednn
+def test_another_build_that_found_the_queued_packing_survives_its_failure() -> None:
+    """Thread B binds the packing thread A's build queued (the shared cache hands it over), then
+    A's reorder fails: A's build fails, B's must not be left with a primitive that raises A's error
+    at every run (before the helper, B would have packed the weight itself)."""
+    w = _rng(2).standard_normal((56, 32)).astype(np.float32)
+    src, dst = capi.MemoryDesc.strided(w.shape, [s // 4 for s in w.strides]), _column_major((56, 32))
+    gate, b_bound = threading.Event(), threading.Event()
+    got: list[Any] = []
+
+    def other() -> None:  # B: a build of its own that shares the weight
+        try:
+            with background_pack.packing():
+                mem = onednn_packed.packed(w, src, dst)
+            b_bound.set()
+            got.append(_plain_copy(mem, w.shape))
+        except BaseException as e:  # noqa: BLE001 - reported below
+            got.append(e)
+        finally:
+            b_bound.set()
+
+    def boom() -> None:
+        raise capi.DnnlError("dnnl_primitive_execute", 5)
+
+    t = threading.Thread(target=other)
+    with pytest.raises(capi.DnnlError), background_pack.packing():  # A
+        background_pack.submit(gate.wait)
+        real_submit = background_pack._Packer.submit
+        try:
+            background_pack._Packer.submit = lambda self, job, keep: real_submit(self, boom, keep)  # type: ignore[method-assign]
+            onednn_packed.packed(w, src, dst)
+        finally:
+            background_pack._Packer.submit = real_submit  # type: ignore[method-assign]
+        try:
+            t.start()
+            b_bound.wait(0.3)  # B has the queued memory (or waits for it)
+        finally:
+            gate.set()
+    t.join(TIMEOUT)
+    assert not t.is_alive()
+    assert len(got) == 1 and isinstance(got[0], np.ndarray), got
+    np.testing.assert_array_equal(got[0], w)
+
+
+@needs_onednn
 def test_a_load_after_a_failed_load_of_the_same_weights_gives_right_numbers(monkeypatch: pytest.MonkeyPatch) -> None:
     """Loads of one compiled model share its weight arrays: the first load's primitives take the
     brgemm layouts, later loads the jit ones. A failed second load left its jit packings cached

@@ -39,11 +39,12 @@ ENABLED = True
 class Ticket:
     """One queued reorder: ``wait()`` blocks until it ran and re-raises its error, if any."""
 
-    __slots__ = ("_done", "error")
+    __slots__ = ("_done", "error", "owner")
 
     def __init__(self) -> None:
         self._done = threading.Event()
         self.error: BaseException | None = None
+        self.owner = threading.get_ident()  # the thread whose block queued it
 
     def done(self) -> bool:
         """True once the job ran (or failed)."""
@@ -54,6 +55,10 @@ class Ticket:
         self._done.wait()
         if self.error is not None:
             raise self.error
+
+    def settle(self) -> None:
+        """Wait for the job without raising (``error`` tells how it went)."""
+        self._done.wait()
 
     def _finish(self, error: BaseException | None) -> None:
         self.error = error

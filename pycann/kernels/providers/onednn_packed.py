@@ -61,21 +61,37 @@ def _failed(mem: Any) -> bool:
     return t is not None and t.done() and t.error is not None
 
 
+def _lookup(key: _Key, user_md: Any, want_md: Any) -> Any:
+    """The cached packing of ``key`` in that layout, or None; a failed one is dropped (call with
+    ``_lock`` held)."""
+    found = _entries.get(key, [])
+    for i, (src, want, mem) in enumerate(found):
+        if want.equals(want_md) and src.equals(user_md):
+            if _failed(mem):  # its reorder (queued by a plan build) failed: the memory holds no weights
+                del found[i]
+                _counts["bytes"] -= want.size()
+                return None
+            return mem
+    return None
+
+
 def packed(w: np.ndarray, user_md: Any, want_md: Any) -> Any:
     """A library-owned ``capi.Memory`` of layout ``want_md`` holding ``w`` (described by
     ``user_md``): made by one reorder the first time, the same memory for every later primitive
     asking for that layout of the same weight memory. The caller must not write to it."""
     key: _Key = (capi.ptr(w), tuple(w.shape), tuple(w.strides), w.dtype.str)
-    with _lock:
-        found = _entries.get(key, [])
-        for i, (src, want, mem) in enumerate(found):
-            if want.equals(want_md) and src.equals(user_md):
-                if _failed(mem):  # its reorder (queued by a plan build) failed: the memory holds no weights
-                    del found[i]
-                    _counts["bytes"] -= want.size()
-                    break
+    while True:
+        with _lock:
+            mem = _lookup(key, user_md, want_md)
+            ticket = None if mem is None else mem.ticket
+            if mem is not None and (ticket is None or ticket.done() or ticket.owner == threading.get_ident()):
                 _counts["reused"] += 1
-                return mem
+                return mem  # (one this thread's block queued: the block's end reports its failure)
+        if mem is None or ticket is None:
+            break
+        # queued by another thread's plan build: wait for it here, and pack it again if it failed
+        # (a primitive bound to it would raise that build's error at every run of this one)
+        ticket.settle()
     mem = capi.reorder(user_md, capi.ptr(w), want_md, keep=w)  # (queued while a plan builds)
     with _lock:
         lst = _entries.get(key)
