@@ -24,7 +24,7 @@ from pycann.ge.compile.compiler import compile_model
 from pycann.ge.compile.options import CompileOptions
 from pycann.ge.run import plan as plan_mod
 from pycann.ge.run.model import LoadedModel
-from pycann.kernels.providers import background_pack, onednn, onednn_packed, onednn_wino
+from pycann.kernels.providers import background_pack, omp_fork, onednn, onednn_packed, onednn_wino
 from pycann.kernels.providers import onednn_capi as capi
 from pycann.ops.nn.spatial import Window
 from tests.ops.oracle import run_ort
@@ -535,4 +535,61 @@ def test_a_forked_child_loads_and_runs() -> None:
         if not got:
             os.kill(pid, 9)  # (hung)
         os.waitpid(pid, 0)
+    assert got == b"\x00", f"child hung or failed: {got!r}"
+
+
+def _in_child(body: Callable[[], bool]) -> bytes:
+    """``body()`` run in a forked child: b"\\x00" when it returned True, b"\\x02" when False,
+    b"\\x01" when it raised, b"" when it hung (killed after ``TIMEOUT``)."""
+    r, w = os.pipe()
+    pid = os.fork()
+    if pid == 0:
+        code = 1
+        try:
+            code = 0 if body() else 2
+        finally:
+            os.write(w, bytes([code]))
+            os._exit(code)
+    os.close(w)
+    try:
+        ready, _, _ = select.select([r], [], [], TIMEOUT)
+        got = os.read(r, 1) if ready else b""
+    finally:
+        os.close(r)
+        if not got:
+            os.kill(pid, 9)
+        os.waitpid(pid, 0)
+    return got
+
+
+@needs_onednn
+@pytest.mark.skipif(not hasattr(os, "fork"), reason="no fork")
+def test_a_child_forked_while_another_thread_packs_does_not_wait_for_its_helper() -> None:
+    """The fork copies the shared cache with a packing whose helper thread the child does not
+    have: the child's use of that weight waited for the ticket for ever."""
+    w = _rng(3).standard_normal((48, 40)).astype(np.float32)
+    src, dst = capi.MemoryDesc.strided(w.shape, [s // 4 for s in w.strides]), _column_major((48, 40))
+    gate, queued = threading.Event(), threading.Event()
+
+    def builder() -> None:  # a plan build on another thread, its reorder held in the queue
+        with background_pack.packing():
+            background_pack.submit(gate.wait)
+            onednn_packed.packed(w, src, dst)
+            queued.set()
+            gate.wait(TIMEOUT)
+
+    t = threading.Thread(target=builder)
+    t.start()
+    try:
+        assert queued.wait(TIMEOUT)
+
+        def child() -> bool:  # (on a fresh thread: the forking thread's libgomp pool is the parent's)
+            mem = onednn_packed.packed(w, src, dst)
+            return bool(np.array_equal(_plain_copy(mem, w.shape), w))
+
+        got = _in_child(lambda: omp_fork.run_fresh(child))
+    finally:
+        gate.set()
+        t.join(TIMEOUT)
+    assert not t.is_alive()
     assert got == b"\x00", f"child hung or failed: {got!r}"

@@ -14,6 +14,7 @@ stale packing, and evicting one shape's plan never drops weights other plans sti
 
 from __future__ import annotations
 
+import os
 import threading
 import weakref
 from dataclasses import dataclass
@@ -102,6 +103,27 @@ def packed(w: np.ndarray, user_md: Any, want_md: Any) -> Any:
         _counts["packed"] += 1
         _counts["bytes"] += want_md.size()
     return mem
+
+
+def _after_fork_in_child() -> None:
+    """A packing another thread's plan build had queued at the fork never runs here (its helper
+    thread is not in the child): forget it, so the child packs that weight again instead of
+    waiting for it for ever. The lock may have been held by such a thread too."""
+    global _lock
+    _lock = threading.Lock()
+    for key in list(_entries):
+        kept = []
+        for entry in _entries[key]:
+            t = getattr(entry[2], "ticket", None)
+            if t is None or t.done():
+                kept.append(entry)
+            else:
+                _counts["bytes"] -= entry[1].size()
+        _entries[key] = kept
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_after_fork_in_child)
 
 
 def stats() -> PackedStats:
