@@ -388,7 +388,9 @@ def test_eviction_with_one_plan_while_another_thread_runs() -> None:
 
 
 def _if_model(seed: int) -> onnx.ModelProto:
-    """If(cond) with a Winograd-eligible conv + Gemm-fed branch and a 1x1 conv branch."""
+    """If(mean(x) > t), t an input, with a Winograd-eligible conv in one branch and a 1x1 conv in
+    the other, a Loop of two conv steps, then a 3x3 conv; the condition depends on the data, so the
+    bodies stay subgraphs (their plans are built inside the outer plan's build)."""
     rng = _rng(seed)
     n_then, w_then = _conv(rng, "wt", "x", "t0", 64, 64, 3)
     n_else, w_else = _conv(rng, "we", "x", "e0", 64, 64, 1)
@@ -396,25 +398,42 @@ def _if_model(seed: int) -> onnx.ModelProto:
                                [helper.make_tensor_value_info("out_t", TensorProto.FLOAT, None)], [w_then])
     else_g = helper.make_graph([n_else, helper.make_node("Sigmoid", ["e0"], ["out_e"])], "else", [],
                                [helper.make_tensor_value_info("out_e", TensorProto.FLOAT, None)], [w_else])
+    n_body, w_body = _conv(rng, "wb", "h_in", "h0", 64, 64, 3)
+    body = helper.make_graph(
+        [n_body, helper.make_node("Tanh", ["h0"], ["h_out"]), helper.make_node("Identity", ["c_in"], ["c_out"])],
+        "body", [helper.make_tensor_value_info("i", TensorProto.INT64, []),
+                 helper.make_tensor_value_info("c_in", TensorProto.BOOL, []),
+                 helper.make_tensor_value_info("h_in", TensorProto.FLOAT, None)],
+        [helper.make_tensor_value_info("c_out", TensorProto.BOOL, []),
+         helper.make_tensor_value_info("h_out", TensorProto.FLOAT, None)], [w_body])
     n_out, w_out = _conv(rng, "wo", "z", "y", 16, 64, 3)
-    nodes = [helper.make_node("If", ["cond"], ["z"], then_branch=then_g, else_branch=else_g), n_out]
+    nodes = [helper.make_node("ReduceMean", ["x"], ["mu"], keepdims=0),
+             helper.make_node("Greater", ["mu", "t"], ["cond"]),
+             helper.make_node("If", ["cond"], ["z0"], then_branch=then_g, else_branch=else_g),
+             helper.make_node("Loop", ["trips", "true", "z0"], ["z"], body=body),
+             n_out]
+    inits = [w_out, numpy_helper.from_array(np.array(2, np.int64), "trips"),
+             numpy_helper.from_array(np.array(True), "true")]
     g = helper.make_graph(nodes, "ifm", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 64, 16, 16]),
-                                         helper.make_tensor_value_info("cond", TensorProto.BOOL, [])],
-                          [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 16, 16, 16])], [w_out])
+                                         helper.make_tensor_value_info("t", TensorProto.FLOAT, [])],
+                          [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 16, 16, 16])], inits)
     m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
     m.ir_version = 8
     return m
 
 
 @needs_onednn
-def test_if_bodies_with_convs_bound_in_the_outer_block() -> None:
+def test_if_and_loop_bodies_with_convs_bound_in_the_outer_block(monkeypatch: pytest.MonkeyPatch) -> None:
     model = _if_model(8)
-    lm = LoadedModel.from_compiled(compile_model(model))
     x = _x(40, (1, 64, 16, 16))
-    for _ in range(2):
-        for c in (True, False):
-            cond = np.array(c)
-            _close(lm.run([x, cond])[0], run_ort(model, {"x": x, "cond": cond})[0])
+    mean = float(x.mean())
+    for enabled in (True, False):
+        monkeypatch.setattr(background_pack, "ENABLED", enabled)
+        lm = LoadedModel.from_compiled(compile_model(model))
+        for _ in range(2):
+            for t in (mean - 1.0, mean + 1.0):  # then, else
+                feeds = {"x": x, "t": np.array(t, np.float32)}
+                _close(lm.run(list(feeds.values()))[0], run_ort(model, feeds)[0])
 
 
 @needs_onednn
