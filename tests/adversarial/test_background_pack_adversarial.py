@@ -249,6 +249,52 @@ def test_an_interrupt_inside_the_build_stops_the_helper_and_leaves_good_packings
     _close(LoadedModel.from_compiled(cm).run([x])[0], run_ort(model, {"x": x})[0])
 
 
+@needs_onednn
+def test_no_thread_to_be_had_the_load_packs_on_the_building_thread(monkeypatch: pytest.MonkeyPatch) -> None:
+    """``Thread.start`` failing (a process at its thread limit): the helper never started, and the
+    block's end joined it anyway ("cannot join thread before it is started"), hiding the cause
+    and failing a load that could have packed inline."""
+    real = threading.Thread.start
+
+    def no_thread(self: threading.Thread) -> None:
+        if self.name == "pycann-pack":
+            raise RuntimeError("can't start new thread")
+        real(self)
+
+    monkeypatch.setattr(threading.Thread, "start", no_thread)
+    model = _mixed_model(14)
+    x = _x(14)
+    _close(LoadedModel.from_compiled(compile_model(model)).run([x])[0], run_ort(model, {"x": x})[0])
+
+
+@needs_onednn
+def test_first_runs_of_a_static_model_on_two_threads_share_the_warm_arena_safely() -> None:
+    model = _mixed_model(15)
+    lm = LoadedModel.from_compiled(compile_model(model))
+    xs = [_x(15), _x(16)]
+    wants = [run_ort(model, {"x": x})[0] for x in xs]
+    barrier = threading.Barrier(2)
+    got: list[Any] = [None, None]
+
+    def work(i: int) -> None:
+        try:
+            barrier.wait(TIMEOUT)
+            got[i] = [lm.run([xs[i]])[0] for _ in range(3)]
+        except BaseException as e:  # noqa: BLE001 - reported below
+            got[i] = e
+
+    threads = [threading.Thread(target=work, args=(i,)) for i in range(2)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(TIMEOUT)
+    assert not any(t.is_alive() for t in threads), "hang"
+    for i in range(2):
+        assert isinstance(got[i], list), got[i]
+        for y in got[i]:
+            _close(y, wants[i])
+
+
 # ------------------------------------------------------------------ Winograd
 
 

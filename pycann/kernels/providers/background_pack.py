@@ -79,8 +79,13 @@ class _Packer:
 
     def submit(self, job: Callable[[], object], keep: Any) -> Ticket:
         if self._thread is None:
-            self._thread = threading.Thread(target=self._work, name="pycann-pack", daemon=True)
-            self._thread.start()
+            thread = threading.Thread(target=self._work, name="pycann-pack", daemon=True)
+            try:
+                thread.start()
+            except RuntimeError:  # no thread to be had (the process at its limit): the job runs here
+                job()
+                return _DONE
+            self._thread = thread
         ticket = Ticket()
         self._jobs.put((job, keep, ticket))
         return ticket
