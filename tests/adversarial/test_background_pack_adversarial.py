@@ -295,6 +295,26 @@ def test_first_runs_of_a_static_model_on_two_threads_share_the_warm_arena_safely
             _close(y, wants[i])
 
 
+@needs_onednn
+@pytest.mark.parametrize("dynamic", [False, True])
+def test_a_mapped_om_whose_pages_are_released_between_packings(dynamic: bool, tmp_path: Any,
+                                                               monkeypatch: pytest.MonkeyPatch) -> None:
+    """From a .om file: the build drains the helper and drops the mapped weights' pages after
+    every packed node (``_RELEASE_EVERY`` 1), on the loading thread and on the background builder
+    while the caller runs; the queued reorders must still read the weights."""
+    monkeypatch.setattr(plan_mod, "_RELEASE_EVERY", 1)
+    model = _mixed_model(17, batch=1, hw=("H", "W") if dynamic else (16, 16))
+    compile_model(model).save(tmp_path / "m.om")
+    lm = LoadedModel.from_file(tmp_path / "m.om")
+    shapes = [(16, 16), (14, 18), (18, 14)] if dynamic else [(16, 16)]
+    xs = [_x(170 + i, (1, 64, *s)) for i, s in enumerate(shapes)]
+    wants = [run_ort(model, {"x": x})[0] for x in xs]
+    for _ in range(2):
+        for x, want in zip(xs, wants):
+            _close(lm.run([x])[0], want)
+        assert lm.executor.wait_builds(timeout=TIMEOUT)
+
+
 # ------------------------------------------------------------------ Winograd
 
 
