@@ -450,6 +450,41 @@ def test_eviction_with_one_plan_while_another_thread_runs() -> None:
     assert not errors, errors
 
 
+@needs_onednn
+def test_threads_with_their_own_dynamic_loads_of_shared_weights_evicting_and_building() -> None:
+    """Three loads of one compiled dynamic model (the same weight arrays: packings shared through
+    ``onednn_packed`` across their builder threads and callers), two plans each at most, shapes
+    coming in different orders: background builds, evictions and rebuilds at once."""
+    model = _mixed_model(18, batch=1, hw=("H", "W"))
+    cm = compile_model(model)
+    shapes = [(14, 14), (16, 16), (18, 14), (14, 18)]
+    xs = {s: _x(180 + i, (1, 64, *s)) for i, s in enumerate(shapes)}
+    wants = {s: run_ort(model, {"x": x})[0] for s, x in xs.items()}
+    errors: list[BaseException] = []
+    barrier = threading.Barrier(3)
+
+    def work(i: int) -> None:
+        try:
+            lm = LoadedModel.from_compiled(cm, plan_cache=PlanCacheConfig(max_plans=2))
+            barrier.wait(TIMEOUT)
+            order = shapes[i:] + shapes[:i]
+            for s in order * 3:
+                _close(lm.run([xs[s]])[0], wants[s])
+            assert lm.executor.wait_builds(timeout=TIMEOUT)
+            for s in order:
+                _close(lm.run([xs[s]])[0], wants[s])
+        except BaseException as e:  # noqa: BLE001 - reported below
+            errors.append(e)
+
+    threads = [threading.Thread(target=work, args=(i,)) for i in range(3)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(TIMEOUT)
+    assert not any(t.is_alive() for t in threads), "hang"
+    assert not errors, errors
+
+
 # ------------------------------------------------------------------ nested plans, gears
 
 
