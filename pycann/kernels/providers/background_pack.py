@@ -91,7 +91,10 @@ class _Packer:
         return ticket
 
     def _work(self) -> None:
-        openmp.set_max_threads(1)  # this thread's own ICV: its reorders run serially, no second team
+        try:
+            openmp.set_max_threads(1)  # this thread's own ICV: its reorders run serially, no second team
+        except Exception:  # noqa: BLE001 - (then they run on a team of their own: slower, not wrong)
+            pass
         while True:
             item = self._jobs.get()
             if item is None:
