@@ -203,7 +203,7 @@ def test_the_static_model_first_arena_is_made_at_load_and_taken_by_the_first_run
     (plan,) = _static_plans(lm)
     assert plan.arena_layout and plan.arenas_made == 1 and len(plan._arenas) == 1
     buffer = plan._arenas[0].buffer
-    assert buffer.nbytes >= plan.arena_bytes and not buffer.any()  # written (zeros) by the helper
+    assert buffer.nbytes >= plan.arena_bytes and not buffer.any()  # written (zeros) at load
     x = RNG.standard_normal((2, 64, 20, 20)).astype(np.float32)
     (want,) = run_ort(model, {"x": x})
     np.testing.assert_allclose(lm.run([x])[0], want, rtol=1e-4, atol=1e-4)
