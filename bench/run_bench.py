@@ -372,7 +372,7 @@ def render_all(records: list[dict[str, Any]], first_run: bool, contention: int) 
     rows = sorted({(m, b) for (m, b, _) in best}, key=lambda mb: (_model_order(mb[0]), mb[1]))
     if first_run:
         text += "\n\nFirst run, one process per cell: import + load + first inference (ms):\n\n"
-        text += "\n".join(bench_modes.first_run_table(best, rows))
+        text += "\n".join(bench_modes.first_run_table(records, rows))
     if contention:
         text += f"\n\nMedian latency (ms) quiet and with {contention} busy-loop process(es) beside it:\n\n"
         text += "\n".join(bench_modes.contention_table(best, rows, contention))

@@ -27,14 +27,31 @@ needs_onednn = pytest.mark.skipif(not onednn.available(), reason="oneDNN (libdnn
 
 def test_jobs_run_on_a_helper_and_are_done_when_the_block_ends() -> None:
     ran_on: list[str] = []
+    first_ran = threading.Event()
     tickets = []
     with background_pack.packing():
         assert background_pack.active()
+        tickets.append(background_pack.submit(lambda: (ran_on.append(threading.current_thread().name),
+                                                       first_ran.set())))
+        assert first_ran.wait(5), "the helper did not run the job while the block was open"
         for _ in range(5):
             tickets.append(background_pack.submit(lambda: ran_on.append(threading.current_thread().name)))
     assert not background_pack.active()
-    assert all(t.done() for t in tickets)
-    assert ran_on == ["pycann-pack"] * 5
+    assert all(t.done() for t in tickets) and len(ran_on) == 6
+    assert ran_on[0] == "pycann-pack"
+    # what was still queued at the end ran on the helper or, beside it, on the building thread
+    assert set(ran_on) <= {"pycann-pack", threading.current_thread().name}
+
+
+def test_the_block_end_takes_queued_jobs_beside_the_helper() -> None:
+    gate, held = threading.Event(), threading.Event()
+    ran_on: list[str] = []
+    with background_pack.packing():
+        background_pack.submit(lambda: (held.set(), gate.wait(5)))  # the helper is held: what follows
+        assert held.wait(5)  # can only run at the block's end, on this thread
+        background_pack.submit(lambda: ran_on.append(threading.current_thread().name))
+        background_pack.submit(gate.set)
+    assert ran_on == [threading.current_thread().name]
 
 
 def test_outside_a_block_a_job_runs_now_on_the_caller() -> None:
