@@ -302,3 +302,23 @@ def test_fetch_script_check_follows_the_library_lookup(tmp_path: Path) -> None:
     cached = Path(os.environ.get("PYCANN_CACHE") or Path.home() / ".cache" / "pycann") / "onednn2" / "libdnnl.so.2"
     out = subprocess.run(script, capture_output=True, text=True, env=env)
     assert (out.returncode, out.stdout.strip()) == ((0, str(cached)) if cached.is_file() else (1, f"missing: {cached}"))
+
+
+def test_a_plan_bound_at_load_reserves_what_its_first_run_needs(monkeypatch: pytest.MonkeyPatch) -> None:
+    """``reserve`` grows the shared buffers (pages written) and makes the channels-last input reorder,
+    so the first run allocates and creates nothing; ``bound_conv_winograd`` calls it; values as numpy's."""
+    x, wt, b = _data(1, 64, 96, 40, 36)
+    win = _win(40, 36)
+    p = onednn_wino._Plan(x.shape, wt, b, win, None)
+    p.reserve()
+    assert list(p.x_reorders) == [onednn._cl_strides(x.shape)]
+    sizes = [a.size for a in onednn_wino._scratch]
+    assert all(s >= need for s, need in zip(sizes, (p.src_bytes, p.dst_bytes, p.scratch_bytes)))
+    xc = onednn.empty_channels_last(x.shape)
+    xc[...] = x
+    y = p.run(xc, None)
+    assert len(p.x_reorders) == 1 and [a.size for a in onednn_wino._scratch] == sizes
+    _close(y, nb.conv_im2col_gemm(x, wt, b, 1, win))
+    reserved: list[object] = []
+    monkeypatch.setattr(onednn_wino._Plan, "reserve", lambda self: reserved.append(self))
+    assert onednn_wino.bound_conv_winograd(wt, b, win, x.shape, None) is not None and len(reserved) == 1
