@@ -27,6 +27,7 @@ from pycann.ge.run.model import LoadedModel
 from pycann.kernels.providers import background_pack, omp_fork, onednn, onednn_packed, onednn_wino
 from pycann.kernels.providers import onednn_capi as capi
 from pycann.ops.nn.spatial import Window
+from tests.kernels.pack_faults import fail_queued_reorders as _fail_on_helper
 from tests.ops.oracle import run_ort
 
 pytestmark = pytest.mark.usefixtures("default_providers")
@@ -82,18 +83,6 @@ def _mixed_model(seed: int = 0, batch: int | str = 2, hw: tuple[int | str, int |
 
 def _x(seed: int, shape: tuple[int, ...] = (2, 64, 20, 20)) -> np.ndarray:
     return _rng(100 + seed).standard_normal(shape).astype(np.float32)
-
-
-def _fail_on_helper(monkeypatch: pytest.MonkeyPatch, when: Callable[[], bool] = lambda: True) -> None:
-    """Every primitive executed on a pycann-pack thread (a queued reorder) raises while ``when()``."""
-    real = capi.Primitive.execute
-
-    def failing(self: capi.Primitive) -> None:
-        if threading.current_thread().name == "pycann-pack" and when():
-            raise capi.DnnlError("dnnl_primitive_execute", 5)
-        real(self)
-
-    monkeypatch.setattr(capi.Primitive, "execute", failing)
 
 
 def _plain_copy(mem: capi.Memory, shape: tuple[int, ...]) -> np.ndarray:

@@ -18,6 +18,7 @@ from pycann.ge.run.model import LoadedModel
 from pycann.ge.run.plan import Plan
 from pycann.kernels.providers import background_pack, onednn, onednn_packed
 from pycann.kernels.providers import onednn_capi as capi
+from tests.kernels.pack_faults import fail_queued_reorders
 from tests.ops.oracle import run_ort
 
 pytestmark = pytest.mark.usefixtures("default_providers")
@@ -196,14 +197,7 @@ def test_model_numbers_with_the_helper_on_and_off(enabled: bool, monkeypatch: py
 
 @needs_onednn
 def test_a_failed_packing_fails_the_load(monkeypatch: pytest.MonkeyPatch) -> None:
-    real = capi.Primitive.execute
-
-    def failing(self: capi.Primitive) -> None:
-        if threading.current_thread().name == "pycann-pack":
-            raise capi.DnnlError("dnnl_primitive_execute", 5)
-        real(self)
-
-    monkeypatch.setattr(capi.Primitive, "execute", failing)
+    fail_queued_reorders(monkeypatch)
     cm = compile_model(_conv_model())
     with pytest.raises(capi.DnnlError, match="dnnl_primitive_execute"):
         LoadedModel.from_compiled(cm)
