@@ -293,3 +293,34 @@ def test_inputs_of_any_layout_are_reordered_by_onednn(view: str) -> None:
         got = onednn.conv_nhwc(x, w, None, 1, win)
         np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4)
         assert got.strides[1] == 4
+
+
+def test_an_image_stem_makes_its_nchw_input_reorder_when_bound(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A bound conv on a 3-channel image makes the reorder of a C-order (NCHW) input at bind time,
+    so the first run creates none; values equal numpy's conv. Wider inputs make none up front."""
+    from pycann.kernels.providers import numpy_blas as nb
+
+    made: list[tuple[tuple[int, ...], tuple[int, ...]]] = []
+    real = onednn._Plan.input_reorder
+
+    def spy(self: Any, shape: tuple[int, ...], strides: tuple[int, ...]) -> Any:
+        made.append((shape, strides))
+        return real(self, shape, strides)
+
+    monkeypatch.setattr(onednn._Plan, "input_reorder", spy)
+    rng = np.random.default_rng(6)
+    x = rng.standard_normal((1, 3, 32, 30)).astype(np.float32)
+    w = rng.standard_normal((16, 3, 3, 3)).astype(np.float32)
+    win = conv_window(x.shape, w.shape, {"pads": [1, 1, 1, 1], "strides": [2, 2]})
+    k = onednn.bound_conv_nhwc(w, None, 1, win, x.shape, None, False)
+    assert made == [(x.shape, x.strides)]
+    for _ in range(2):
+        (y,) = k([x, w, None], {})
+        np.testing.assert_allclose(y, nb.conv_im2col_gemm(x, w, None, 1, win, None), rtol=1e-4, atol=1e-4)
+    assert made == [(x.shape, x.strides)] * 3  # the runs found it (no new reorder: same key)
+    made.clear()
+    x8 = rng.standard_normal((1, 8, 16, 16)).astype(np.float32)
+    w8 = rng.standard_normal((8, 8, 3, 3)).astype(np.float32)
+    assert onednn.bound_conv_nhwc(w8, None, 1, conv_window(x8.shape, w8.shape, {"pads": [1] * 4}), x8.shape, None,
+                                  False) is not None
+    assert made == []
