@@ -221,18 +221,22 @@ def _applies(x_shape: Sequence[int], w: np.ndarray, win: Window, unary: Unary | 
 
 
 def _create(x_shape: Sequence[int], w: np.ndarray, b: np.ndarray | None, win: Window,
-            unary: Unary | Unaries | None) -> _Plan | None:
+            unary: Unary | Unaries | None, reserve: bool = False) -> _Plan | None:
     with _lock:  # (creating a primitive while another thread runs one crashed oneDNN v2.6)
         try:
-            return _Plan(x_shape, w, b, win, unary)
+            p = _Plan(x_shape, w, b, win, unary)
         except DnnlError:
             return None
+        if reserve:  # (under the same hold of the lock: a plan build's helper takes it for long)
+            p.reserve()
+        return p
 
 
 def new_plan(x_shape: Sequence[int], w: np.ndarray, b: np.ndarray | None, win: Window,
-             unary: Unary | Unaries | None) -> _Plan | None:
-    """A plan of its own (not cached) for one bound kernel, or None (the direct algorithm then)."""
-    return _create(x_shape, w, b, win, unary) if _applies(x_shape, w, win, unary) else None
+             unary: Unary | Unaries | None, reserve: bool = False) -> _Plan | None:
+    """A plan of its own (not cached) for one bound kernel, or None (the direct algorithm then);
+    ``reserve``: with what its first run would make made now (``_Plan.reserve``)."""
+    return _create(x_shape, w, b, win, unary, reserve) if _applies(x_shape, w, win, unary) else None
 
 
 def plan(x_shape: Sequence[int], w: np.ndarray, b: np.ndarray | None, win: Window,
@@ -275,10 +279,9 @@ def bound_conv_winograd(w: np.ndarray, b: np.ndarray | None, win: Window, x_shap
     it (the caller binds the direct conv instead). The plan (with its transformed weight) belongs to
     the kernel: it goes when the executor drops the plan that bound it (a model re-planned for many
     input shapes keeps only the plans its executor caches)."""
-    p = new_plan(x_shape, w, b, win, unary)
+    p = new_plan(x_shape, w, b, win, unary, reserve=True)
     if p is None:
         return None
-    p.reserve()
     run = p.run
 
     def kernel(inputs: Any, attrs: Any, out: Any = None) -> list[np.ndarray]:
