@@ -27,6 +27,7 @@ from pycann.ge.run.model import LoadedModel
 from pycann.kernels.providers import background_pack, omp_fork, onednn, onednn_packed, onednn_wino
 from pycann.kernels.providers import onednn_capi as capi
 from pycann.ops.nn.spatial import Window
+from tests.adversarial.threads import run_threads
 from tests.kernels.pack_faults import fail_queued_reorders as _fail_on_helper
 from tests.ops.oracle import run_ort
 
@@ -262,22 +263,12 @@ def test_first_runs_of_a_static_model_on_two_threads_share_the_warm_arena_safely
     lm = LoadedModel.from_compiled(compile_model(model))
     xs = [_x(15), _x(16)]
     wants = [run_ort(model, {"x": x})[0] for x in xs]
-    barrier = threading.Barrier(2)
     got: list[Any] = [None, None]
 
     def work(i: int) -> None:
-        try:
-            barrier.wait(TIMEOUT)
-            got[i] = [lm.run([xs[i]])[0] for _ in range(3)]
-        except BaseException as e:  # noqa: BLE001 - reported below
-            got[i] = e
+        got[i] = [lm.run([xs[i]])[0] for _ in range(3)]
 
-    threads = [threading.Thread(target=work, args=(i,)) for i in range(2)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join(TIMEOUT)
-    assert not any(t.is_alive() for t in threads), "hang"
+    run_threads(work, 2, TIMEOUT)
     for i in range(2):
         assert isinstance(got[i], list), got[i]
         for y in got[i]:
@@ -373,26 +364,14 @@ def test_threads_loading_and_running_one_compiled_model_at_once() -> None:
     cm = compile_model(model)
     xs = [_x(10 + i) for i in range(4)]
     wants = [run_ort(model, {"x": x})[0] for x in xs]
-    errors: list[BaseException] = []
-    barrier = threading.Barrier(4)
 
     def work(i: int) -> None:
-        try:
-            barrier.wait(TIMEOUT)
-            for _ in range(2):
-                lm = LoadedModel.from_compiled(cm)
-                for j in (i, (i + 1) % 4):
-                    _close(lm.run([xs[j]])[0], wants[j])
-        except BaseException as e:  # noqa: BLE001 - reported below
-            errors.append(e)
+        for _ in range(2):
+            lm = LoadedModel.from_compiled(cm)
+            for j in (i, (i + 1) % 4):
+                _close(lm.run([xs[j]])[0], wants[j])
 
-    threads = [threading.Thread(target=work, args=(i,)) for i in range(4)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join(TIMEOUT)
-    assert not any(t.is_alive() for t in threads), "hang"
-    assert not errors, errors
+    run_threads(work, 4, TIMEOUT)
 
 
 @needs_onednn
@@ -421,22 +400,13 @@ def test_eviction_with_one_plan_while_another_thread_runs() -> None:
     shapes = [(14, 14), (16, 16), (18, 18)]
     xs = {s: _x(30 + i, (1, 64, *s)) for i, s in enumerate(shapes)}
     wants = {s: run_ort(model, {"x": x})[0] for s, x in xs.items()}
-    errors: list[BaseException] = []
+    orders = (shapes, shapes[::-1])
 
-    def work(order: list[tuple[int, int]]) -> None:
-        try:
-            for s in order * 3:
-                _close(lm.run([xs[s]])[0], wants[s])
-        except BaseException as e:  # noqa: BLE001 - reported below
-            errors.append(e)
+    def work(i: int) -> None:
+        for s in orders[i] * 3:
+            _close(lm.run([xs[s]])[0], wants[s])
 
-    threads = [threading.Thread(target=work, args=(o,)) for o in (shapes, shapes[::-1])]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join(TIMEOUT)
-    assert not any(t.is_alive() for t in threads), "hang"
-    assert not errors, errors
+    run_threads(work, 2, TIMEOUT)
 
 
 @needs_onednn
@@ -449,29 +419,17 @@ def test_threads_with_their_own_dynamic_loads_of_shared_weights_evicting_and_bui
     shapes = [(14, 14), (16, 16), (18, 14), (14, 18)]
     xs = {s: _x(180 + i, (1, 64, *s)) for i, s in enumerate(shapes)}
     wants = {s: run_ort(model, {"x": x})[0] for s, x in xs.items()}
-    errors: list[BaseException] = []
-    barrier = threading.Barrier(3)
 
     def work(i: int) -> None:
-        try:
-            lm = LoadedModel.from_compiled(cm, plan_cache=PlanCacheConfig(max_plans=2))
-            barrier.wait(TIMEOUT)
-            order = shapes[i:] + shapes[:i]
-            for s in order * 3:
-                _close(lm.run([xs[s]])[0], wants[s])
-            assert lm.executor.wait_builds(timeout=TIMEOUT)
-            for s in order:
-                _close(lm.run([xs[s]])[0], wants[s])
-        except BaseException as e:  # noqa: BLE001 - reported below
-            errors.append(e)
+        lm = LoadedModel.from_compiled(cm, plan_cache=PlanCacheConfig(max_plans=2))
+        order = shapes[i:] + shapes[:i]
+        for s in order * 3:
+            _close(lm.run([xs[s]])[0], wants[s])
+        assert lm.executor.wait_builds(timeout=TIMEOUT)
+        for s in order:
+            _close(lm.run([xs[s]])[0], wants[s])
 
-    threads = [threading.Thread(target=work, args=(i,)) for i in range(3)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join(TIMEOUT)
-    assert not any(t.is_alive() for t in threads), "hang"
-    assert not errors, errors
+    run_threads(work, 3, TIMEOUT)
 
 
 # ------------------------------------------------------------------ nested plans, gears
@@ -624,26 +582,9 @@ def test_a_forked_child_loads_and_runs() -> None:
     x = _x(90)
     want = run_ort(model, {"x": x})[0]
     _close(lm.run([x])[0], want)
-    r, w = os.pipe()
-    pid = os.fork()
-    if pid == 0:  # the child: run the loaded model and load it again (a new block, a new helper)
-        code = 1
-        try:
-            ok = np.allclose(lm.run([x])[0], want, rtol=1e-4, atol=1e-3) and \
-                np.allclose(LoadedModel.from_compiled(cm).run([x])[0], want, rtol=1e-4, atol=1e-3)
-            code = 0 if ok else 2
-        finally:
-            os.write(w, bytes([code]))
-            os._exit(code)
-    os.close(w)
-    try:
-        ready, _, _ = select.select([r], [], [], TIMEOUT)
-        got = os.read(r, 1) if ready else b""
-    finally:
-        os.close(r)
-        if not got:
-            os.kill(pid, 9)  # (hung)
-        os.waitpid(pid, 0)
+    # the child runs the loaded model and loads it again (a new block, a new helper)
+    got = _in_child(lambda: bool(np.allclose(lm.run([x])[0], want, rtol=1e-4, atol=1e-3)
+                                 and np.allclose(LoadedModel.from_compiled(cm).run([x])[0], want, rtol=1e-4, atol=1e-3)))
     assert got == b"\x00", f"child hung or failed: {got!r}"
 
 

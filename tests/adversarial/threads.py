@@ -1,7 +1,10 @@
-"""One plan run from several threads at once, each checking its outputs against ONNX Runtime's."""
+"""Several threads at once: one plan run from each, checking its outputs against ONNX Runtime's
+(``mismatches_from_threads``); any work lined up on a barrier (``run_threads``)."""
 
 from __future__ import annotations
 
+import threading
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
@@ -26,3 +29,26 @@ def mismatches_from_threads(lm: Any, m: onnx.ModelProto, feeds: list[dict[str, n
 
     with ThreadPoolExecutor(threads) as ex:
         return list(ex.map(job, range(threads)))
+
+
+def run_threads(work: Callable[[int], None], n: int, timeout: float) -> None:
+    """``work(0) .. work(n - 1)`` on ``n`` threads released together by a barrier; fails on a thread
+    still running after ``timeout`` s (a hang) and re-raises the first error a thread raised."""
+    barrier = threading.Barrier(n)
+    errors: list[BaseException] = []
+
+    def body(i: int) -> None:
+        try:
+            barrier.wait(timeout)
+            work(i)
+        except BaseException as e:  # noqa: BLE001 - reported below
+            errors.append(e)
+
+    threads = [threading.Thread(target=body, args=(i,)) for i in range(n)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(timeout)
+    assert not any(t.is_alive() for t in threads), "hang"
+    if errors:
+        raise errors[0]
