@@ -50,7 +50,7 @@ from pycann.kernels import squeeze_excite_project as sep
 from pycann.kernels.squeeze_excite import GateMul
 from pycann.ops.squeeze_excite import _project
 from tests.adversarial.threads import mismatches_from_threads
-from tests.ge.onnx_graphs import append_if, const
+from tests.ge.onnx_graphs import append_if, const, to_float16
 from tests.ops.oracle import run_ort
 
 RNG = np.random.default_rng(20261205)
@@ -372,10 +372,7 @@ def test_precision_modes(mode: str) -> None:
 
 def test_float16_model_is_not_fused() -> None:
     m = _model(chain=False)
-    for v in (*m.graph.input, *m.graph.output):
-        v.type.tensor_type.elem_type = TensorProto.FLOAT16
-    for ini in m.graph.initializer:
-        ini.CopyFrom(onnx.numpy_helper.from_array(onnx.numpy_helper.to_array(ini).astype(np.float16), ini.name))
+    to_float16(m)
     _check(m, {"x1": _f32(1, 16, 20, 20).astype(np.float16)}, fused=0, tol=1e-2)
 
 

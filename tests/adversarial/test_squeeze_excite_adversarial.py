@@ -26,7 +26,7 @@ from pycann.ge.run.model import LoadedModel
 from pycann.kernels import squeeze_excite as se_kernel
 from pycann.ops.squeeze_excite import _k_squeeze_excite
 from tests.adversarial.threads import mismatches_from_threads
-from tests.ge.onnx_graphs import append_if, const
+from tests.ge.onnx_graphs import append_if, const, to_float16
 from tests.ops.oracle import run_ort
 
 RNG = np.random.default_rng(4711)
@@ -245,10 +245,7 @@ def test_what_conv_fusion_adds_is_not_fused(case: str) -> None:
 # ------------------------------------------------------------------------------ dtypes, precision, dynamic shapes
 def test_float16_model_keeps_the_ops() -> None:
     m = _model(chain=False)
-    for v in (*m.graph.input, *m.graph.output):
-        v.type.tensor_type.elem_type = TensorProto.FLOAT16
-    for ini in m.graph.initializer:
-        ini.CopyFrom(onnx.numpy_helper.from_array(onnx.numpy_helper.to_array(ini).astype(np.float16), ini.name))
+    to_float16(m)
     feeds = {"x1": _f32(1, 16, 20, 20).astype(np.float16)}
     _check(m, feeds, 0, tol=1e-2)
 

@@ -51,6 +51,14 @@ def append_if(m: onnx.ModelProto, then_node: onnx.NodeProto, else_node: onnx.Nod
     m.graph.input.append(helper.make_tensor_value_info("flag", TensorProto.BOOL, []))
 
 
+def to_float16(m: onnx.ModelProto) -> None:
+    """``m``'s graph inputs, outputs and initializers made float16 (in place)."""
+    for v in (*m.graph.input, *m.graph.output):
+        v.type.tensor_type.elem_type = TensorProto.FLOAT16
+    for ini in m.graph.initializer:
+        ini.CopyFrom(numpy_helper.from_array(numpy_helper.to_array(ini).astype(np.float16), ini.name))
+
+
 def check_compiled(m: onnx.ModelProto, feeds: dict[str, np.ndarray], present: dict[str, int] | None = None,
                    absent: tuple[str, ...] = (), rtol: float = 1e-5, atol: float = 1e-5) -> list[str]:
     """Compile ``m``; assert op counts (``present``) and absences; compare every output with ONNX
