@@ -229,3 +229,30 @@ def test_inline_keeps_every_job_on_the_calling_thread() -> None:
     assert ran_on == [threading.current_thread().name]
     with background_pack.packing():
         assert background_pack.active()  # (inline ended with its block)
+
+
+@needs_onednn
+def test_a_weight_finalizer_inside_a_locked_section_does_not_deadlock() -> None:
+    """A garbage collection inside one of ``onednn_packed``'s locked sections can run a dead weight's
+    finalizer on the same thread: it took the (non-reentrant) lock and hung the thread (a CI run).
+    The drop now waits for the next locked section, and a lookup of that key misses meanwhile."""
+    w, src, dst = _blocked((16, 24))
+    mem = onednn_packed.packed(w, src, dst)
+    key = (capi.ptr(w), tuple(w.shape), tuple(w.strides), w.dtype.str)
+    done = threading.Event()
+
+    def finalizer_inside_the_lock() -> None:
+        with onednn_packed._locked():
+            onednn_packed._drop(key)  # what the weight's finalizer does when a GC runs here
+            assert onednn_packed._lookup(key, src, dst) is None  # (pending: not served)
+        done.set()
+
+    t = threading.Thread(target=finalizer_inside_the_lock, daemon=True)
+    t.start()
+    t.join(5)
+    assert done.is_set(), "deadlock: the finalizer waited for the lock its own thread held"
+    with onednn_packed._locked():
+        assert key not in onednn_packed._entries and not onednn_packed._pending
+    again = onednn_packed.packed(w, src, dst)  # packed anew, right values
+    assert again is not mem
+    np.testing.assert_array_equal(_plain_copy(again, w.shape), w)

@@ -17,6 +17,8 @@ from __future__ import annotations
 import os
 import threading
 import weakref
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any
 
@@ -50,10 +52,36 @@ def owner(a: np.ndarray) -> np.ndarray:
     return a
 
 
+# Keys whose weight died while the lock was held. A weight's finalizer can run inside a locked
+# section of this very thread (a garbage collection that an allocation there triggered): taking the
+# lock there deadlocked the thread (a CI run hung in ``_lookup``), so the drop is left here and
+# done by the next locked section (``_locked``).
+_pending: list[_Key] = []
+
+
+def _drop_now(key: _Key) -> None:
+    for _, want, _m in _entries.pop(key, ()):
+        _counts["bytes"] -= want.size()
+
+
 def _drop(key: _Key) -> None:
+    """The finalizer of a weight's owner: its packings go (now, or at the next locked section)."""
+    if not _lock.acquire(blocking=False):
+        _pending.append(key)  # (held: by this thread, or another that settles it when it next locks)
+        return
+    try:
+        _drop_now(key)
+    finally:
+        _lock.release()
+
+
+@contextmanager
+def _locked() -> Iterator[None]:
+    """``_lock`` held, the drops left pending done first."""
     with _lock:
-        for _, want, _m in _entries.pop(key, ()):
-            _counts["bytes"] -= want.size()
+        while _pending:
+            _drop_now(_pending.pop())
+        yield
 
 
 def _failed(mem: Any) -> bool:
@@ -72,7 +100,8 @@ def _lookup(key: _Key, user_md: Any, want_md: Any) -> Any:
                 del found[i]
                 _counts["bytes"] -= want.size()
                 return None
-            return mem
+            # (a finalizer that ran meanwhile for this key: the packing of a dead array at this address)
+            return None if key in _pending else mem
     return None
 
 
@@ -82,7 +111,7 @@ def packed(w: np.ndarray, user_md: Any, want_md: Any) -> Any:
     asking for that layout of the same weight memory. The caller must not write to it."""
     key: _Key = (capi.ptr(w), tuple(w.shape), tuple(w.strides), w.dtype.str)
     while True:
-        with _lock:
+        with _locked():
             mem = _lookup(key, user_md, want_md)
             ticket = None if mem is None else mem.ticket
             if mem is not None and (ticket is None or ticket.done() or ticket.owner == threading.get_ident()):
@@ -94,7 +123,7 @@ def packed(w: np.ndarray, user_md: Any, want_md: Any) -> Any:
         # (a primitive bound to it would raise that build's error at every run of this one)
         ticket.settle()
     mem = capi.reorder(user_md, capi.ptr(w), want_md, keep=w)  # (queued while a plan builds)
-    with _lock:
+    with _locked():
         lst = _entries.get(key)
         if lst is None:
             lst = _entries[key] = []
@@ -111,6 +140,8 @@ def _after_fork_in_child() -> None:
     waiting for it for ever. The lock may have been held by such a thread too."""
     global _lock
     _lock = threading.Lock()
+    while _pending:
+        _drop_now(_pending.pop())
     for key in list(_entries):
         kept = []
         for entry in _entries[key]:
@@ -128,5 +159,5 @@ if hasattr(os, "register_at_fork"):
 
 def stats() -> PackedStats:
     """Counters over the process (every model)."""
-    with _lock:
+    with _locked():
         return PackedStats(_counts["packed"], _counts["reused"], _counts["bytes"], len(_entries))
