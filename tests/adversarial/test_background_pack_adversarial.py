@@ -643,3 +643,36 @@ def test_a_child_forked_while_another_thread_packs_does_not_wait_for_its_helper(
         t.join(TIMEOUT)
     assert not t.is_alive()
     assert got == b"\x00", f"child hung or failed: {got!r}"
+
+
+@needs_onednn
+@pytest.mark.skipif(not hasattr(os, "fork"), reason="no fork")
+@pytest.mark.skipif(not onednn_wino.available(), reason="oneDNN v2 Winograd missing")
+@pytest.mark.parametrize("lock", ["onednn_wino._lock", "onednn_wino._available_lock", "onednn._available_lock",
+                                  "capi._load_lock"])
+def test_a_child_forked_while_another_thread_holds_a_provider_lock_goes_on(lock: str) -> None:
+    """A fork while another thread held the Winograd lock (a load or a run of GoogLeNet beside it;
+    a fresh-user helper's child hung 7 of 20 times) or one of the libraries' load / probe locks:
+    the child's next use waited for a thread it does not have."""
+    mod, name = lock.split(".")
+    held, release = threading.Event(), threading.Event()
+    owner = {"onednn_wino": onednn_wino, "onednn": onednn, "capi": capi}[mod]
+
+    def hold() -> None:
+        with getattr(owner, name):
+            held.set()
+            release.wait(TIMEOUT)
+
+    model = _mixed_model(31)
+    cm, x = compile_model(model), _x(31)
+    want = run_ort(model, {"x": x})[0]
+    t = threading.Thread(target=hold, daemon=True)
+    t.start()
+    assert held.wait(TIMEOUT)
+    try:  # (the child loads and runs as a user would: a load packs on a fresh thread, a run on a fresh team)
+        got = _in_child(lambda: bool(np.allclose(LoadedModel.from_compiled(cm).run([x])[0], want,
+                                                 rtol=1e-4, atol=1e-3)))
+    finally:
+        release.set()
+        t.join(TIMEOUT)
+    assert got == b"\x00", f"child hung or failed: {got!r}"

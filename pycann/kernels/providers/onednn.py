@@ -22,6 +22,7 @@ binary form is unavailable) then activation, i.e. ``act(conv(x) + b + residual)`
 from __future__ import annotations
 
 import math
+import os
 import threading
 import weakref
 from collections.abc import Sequence
@@ -654,3 +655,12 @@ ALGORITHMS: list[Implementation] = [
     *onednn_matmul.ALGORITHMS,  # MatMul / Gemm (onednn_matmul.py)
     *onednn_bf16.ALGORITHMS,  # bfloat16 Conv / MatMul (onednn_bf16.py)
 ]
+
+def _after_fork_in_child() -> None:
+    # a thread of the parent that held one of these at the fork does not exist in the child: the
+    # child's first use would wait for it for ever (a fork beside a loading or running GoogLeNet)
+    global _available_lock
+    _available_lock = threading.RLock()
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_after_fork_in_child)

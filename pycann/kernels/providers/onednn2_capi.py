@@ -264,3 +264,12 @@ def _self_check() -> None:
     md = MemoryDesc.strided((2, 3, 4, 5), (60, 1, 15, 3))
     if md.ndims() != 4 or md.dims() != (2, 3, 4, 5) or md.data_type() != F32 or md.size() != 480:
         raise DnnlError("self_check: v2 memory descriptor layout", 2)
+
+def _after_fork_in_child() -> None:
+    # a thread of the parent that held one of these at the fork does not exist in the child: the
+    # child's first use would wait for it for ever (a fork beside a loading or running GoogLeNet)
+    global _load_lock
+    _load_lock = threading.Lock()
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_after_fork_in_child)

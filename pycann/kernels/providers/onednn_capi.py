@@ -550,3 +550,12 @@ def self_check() -> None:
     a = MemoryDesc.any((2, 3))
     if a.ndims() != 2 or a.data_type() != F32:
         raise DnnlError("self_check: format_tag any descriptor", 2)
+
+def _after_fork_in_child() -> None:
+    # a thread of the parent that held one of these at the fork does not exist in the child: the
+    # child's first use would wait for it for ever (a fork beside a loading or running GoogLeNet)
+    global _load_lock
+    _load_lock = threading.Lock()
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_after_fork_in_child)

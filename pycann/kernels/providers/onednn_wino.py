@@ -23,6 +23,7 @@ they cost the largest conv's activations once, not per conv.
 from __future__ import annotations
 
 import ctypes
+import os
 import threading
 import weakref
 from collections.abc import Sequence
@@ -294,3 +295,12 @@ def bound_conv_winograd(w: np.ndarray, b: np.ndarray | None, win: Window, x_shap
 
     return BoundKernel(kernel, writes_out=True, threads=Threads.OPENMP, layout=Layout.NHWC,
                        packing=Packing.TRANSFORMED, keep=(w, p.b))
+
+def _after_fork_in_child() -> None:
+    # a thread of the parent that held one of these at the fork does not exist in the child: the
+    # child's first use would wait for it for ever (a fork beside a loading or running GoogLeNet)
+    global _lock, _available_lock
+    _lock, _available_lock = threading.RLock(), threading.RLock()
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_after_fork_in_child)
