@@ -4,9 +4,10 @@ round one fresh process per side, the sides' order rotated every round (issue 23
 ``run_bench.py --first-run`` compares pycann with ONNX Runtime; this compares two versions of pycann
 (a worktree of the base commit against the working tree) on the same .om, which is what a change to
 the load path needs: one process reads 10-30 % off on a shared 2-core machine, so only many
-alternating rounds (and medians) tell a few milliseconds apart. Each process byte-compiles nothing:
-run ``python -m compileall -q pycann`` in both trees first (PYTHONDONTWRITEBYTECODE machines
-otherwise compile every module in every process).
+alternating rounds (and medians) tell a few milliseconds apart. Run ``python -m compileall -q pycann``
+in both trees first, so that no timed process compiles a module (the first one otherwise writes the
+.pyc files while it is timed). The table names the .om used: the bench cache is shared by every
+checkout, and the newest file may come from another one.
 
 Usage (from the repository root; the .om is the newest ``<model>_b<batch>_*.om`` of the bench cache,
 made by ``python bench/bench_one.py --engine pycann --model M --compile-only``)::
@@ -40,7 +41,8 @@ s = InferSession(0, om)
 t2 = time.perf_counter()
 s.infer([x])
 t3 = time.perf_counter()
-print(f"{1e3 * (t1 - t0)} {1e3 * (t2 - t1)} {1e3 * (t3 - t2)}")
+import pycann
+print(f"{1e3 * (t1 - t0)} {1e3 * (t2 - t1)} {1e3 * (t3 - t2)} {pycann.__file__}")
 """
 
 
@@ -54,11 +56,17 @@ def newest_om(cache: pathlib.Path, model: str, batch: int) -> pathlib.Path:
 
 
 def run_once(tree: pathlib.Path, om: pathlib.Path, shape: str) -> tuple[float, float, float]:
-    """(import, load, first) in ms of one fresh process on ``tree``'s pycann."""
+    """(import, load, first) in ms of one fresh process on ``tree``'s pycann. Raises SystemExit with the
+    child's error output when it fails, or when the pycann it imported is not ``tree``'s."""
     env = {k: v for k, v in os.environ.items() if k != "PYTHONDONTWRITEBYTECODE"}
     env["PYTHONPATH"] = str(tree)
-    out = subprocess.run([sys.executable, "-c", _CHILD, str(om), shape], env=env, cwd="/", check=True,
-                         capture_output=True, text=True).stdout.split()
+    proc = subprocess.run([sys.executable, "-c", _CHILD, str(om), shape], env=env, cwd="/",
+                          capture_output=True, text=True)
+    if proc.returncode:
+        raise SystemExit(f"the run on {tree} failed:\n{proc.stderr.strip()[-2000:]}")
+    out = proc.stdout.split()
+    if not pathlib.Path(out[3]).resolve().is_relative_to(tree):
+        raise SystemExit(f"{tree}: the child imported {out[3]}, not this tree's pycann")
     return float(out[0]), float(out[1]), float(out[2])
 
 
@@ -71,6 +79,11 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--rounds", type=int, default=10)
     p.add_argument("--cache-dir", type=pathlib.Path, default=pathlib.Path.home() / ".cache" / "pycann" / "bench")
     args = p.parse_args(argv)
+    if args.rounds < 1:
+        p.error("--rounds must be at least 1")
+    for t in args.trees:
+        if not (t / "pycann" / "__init__.py").is_file():
+            p.error(f"{t} is not a pycann source tree (no pycann/__init__.py)")
     om = newest_om(args.cache_dir, args.model, args.batch)
     shape = args.shape or f"{args.batch}x3x224x224"
     trees = [t.resolve() for t in args.trees]
