@@ -22,7 +22,7 @@ from typing import Any, TypeVar
 
 from pycann.kernels.providers import openmp
 
-__all__ = ["run_fresh", "stale"]
+__all__ = ["renew_in_child", "run_fresh", "stale"]
 
 T = TypeVar("T")
 
@@ -41,6 +41,14 @@ def _after_fork_in_child() -> None:
 
 if hasattr(os, "register_at_fork"):
     os.register_at_fork(after_in_child=_after_fork_in_child)
+
+
+def renew_in_child(namespace: dict[str, Any], **factories: Callable[[], Any]) -> None:
+    """In a forked child, ``namespace[name] = factory()`` for each name: a module's locks, which a
+    thread of the parent may have held at the fork (that thread is not in the child, and the child's
+    next use would wait for it for ever). Call with the module's ``globals()``."""
+    if hasattr(os, "register_at_fork"):
+        os.register_at_fork(after_in_child=lambda: namespace.update({k: f() for k, f in factories.items()}))
 
 
 def stale() -> bool:

@@ -22,7 +22,6 @@ binary form is unavailable) then activation, i.e. ``act(conv(x) + b + residual)`
 from __future__ import annotations
 
 import math
-import os
 import threading
 import weakref
 from collections.abc import Sequence
@@ -44,6 +43,7 @@ from pycann.kernels.bound import BoundKernel
 from pycann.kernels.providers import (
     ConvSpec,
     Implementation,
+    omp_fork,
     onednn_bf16,
     onednn_matmul,
     onednn_packed,
@@ -656,11 +656,7 @@ ALGORITHMS: list[Implementation] = [
     *onednn_bf16.ALGORITHMS,  # bfloat16 Conv / MatMul (onednn_bf16.py)
 ]
 
-def _after_fork_in_child() -> None:
-    # a thread of the parent that held one of these at the fork does not exist in the child: the
-    # child's first use would wait for it for ever (a fork beside a loading or running GoogLeNet)
-    global _available_lock
-    _available_lock = threading.RLock()
 
-if hasattr(os, "register_at_fork"):
-    os.register_at_fork(after_in_child=_after_fork_in_child)
+# the locks anew in a forked child (a fork beside a loading or running GoogLeNet: the child's next
+# load waited for the parent's thread)
+omp_fork.renew_in_child(globals(), _available_lock=threading.RLock)

@@ -44,6 +44,7 @@ from contextlib import AbstractContextManager
 from typing import Any
 
 from pycann import config
+from pycann.kernels.providers import omp_fork
 from pycann.kernels.providers import onednn_capi as capi
 from pycann.kernels.providers.onednn_capi import DnnlError, ExecArg, Version, check, dims
 
@@ -265,11 +266,7 @@ def _self_check() -> None:
     if md.ndims() != 4 or md.dims() != (2, 3, 4, 5) or md.data_type() != F32 or md.size() != 480:
         raise DnnlError("self_check: v2 memory descriptor layout", 2)
 
-def _after_fork_in_child() -> None:
-    # a thread of the parent that held one of these at the fork does not exist in the child: the
-    # child's first use would wait for it for ever (a fork beside a loading or running GoogLeNet)
-    global _load_lock
-    _load_lock = threading.Lock()
 
-if hasattr(os, "register_at_fork"):
-    os.register_at_fork(after_in_child=_after_fork_in_child)
+# the locks anew in a forked child (a fork beside a loading or running GoogLeNet: the child's next
+# load waited for the parent's thread)
+omp_fork.renew_in_child(globals(), _load_lock=threading.Lock)

@@ -27,7 +27,7 @@ import numpy as np
 
 from pycann import config
 from pycann.config import apply_omp_wait_policy
-from pycann.kernels.providers import background_pack
+from pycann.kernels.providers import background_pack, omp_fork
 from pycann.kernels.providers.onednn_capi_table import (
     _I,
     _P,
@@ -551,11 +551,7 @@ def self_check() -> None:
     if a.ndims() != 2 or a.data_type() != F32:
         raise DnnlError("self_check: format_tag any descriptor", 2)
 
-def _after_fork_in_child() -> None:
-    # a thread of the parent that held one of these at the fork does not exist in the child: the
-    # child's first use would wait for it for ever (a fork beside a loading or running GoogLeNet)
-    global _load_lock
-    _load_lock = threading.Lock()
 
-if hasattr(os, "register_at_fork"):
-    os.register_at_fork(after_in_child=_after_fork_in_child)
+# the locks anew in a forked child (a fork beside a loading or running GoogLeNet: the child's next
+# load waited for the parent's thread)
+omp_fork.renew_in_child(globals(), _load_lock=threading.Lock)

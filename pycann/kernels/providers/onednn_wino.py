@@ -23,7 +23,6 @@ they cost the largest conv's activations once, not per conv.
 from __future__ import annotations
 
 import ctypes
-import os
 import threading
 import weakref
 from collections.abc import Sequence
@@ -33,7 +32,7 @@ import numpy as np
 
 from pycann.kernels.algorithm import Layout, Packing, Threads
 from pycann.kernels.bound import BoundKernel
-from pycann.kernels.providers import onednn, openmp
+from pycann.kernels.providers import omp_fork, onednn, openmp
 from pycann.kernels.providers import onednn2_capi as c2
 from pycann.kernels.providers.native_args import address, check
 from pycann.kernels.providers.onednn_capi import (
@@ -296,11 +295,7 @@ def bound_conv_winograd(w: np.ndarray, b: np.ndarray | None, win: Window, x_shap
     return BoundKernel(kernel, writes_out=True, threads=Threads.OPENMP, layout=Layout.NHWC,
                        packing=Packing.TRANSFORMED, keep=(w, p.b))
 
-def _after_fork_in_child() -> None:
-    # a thread of the parent that held one of these at the fork does not exist in the child: the
-    # child's first use would wait for it for ever (a fork beside a loading or running GoogLeNet)
-    global _lock, _available_lock
-    _lock, _available_lock = threading.RLock(), threading.RLock()
 
-if hasattr(os, "register_at_fork"):
-    os.register_at_fork(after_in_child=_after_fork_in_child)
+# the locks anew in a forked child (a fork beside a loading or running GoogLeNet: the child's next
+# load waited for the parent's thread)
+omp_fork.renew_in_child(globals(), _lock=threading.RLock, _available_lock=threading.RLock)
