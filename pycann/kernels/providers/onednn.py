@@ -83,19 +83,23 @@ def available() -> bool:
     if _available is None:
         with _available_lock:  # (two threads binding their first convs at once probe once)
             if _available is None:
-                try:
-                    capi.load()
-                    capi.self_check()
-                    x, w, b = (probe_values(s, i) for i, s in enumerate(((1, 3, 5, 5), (4, 3, 3, 3), (4,))))
-                    win = Window((3, 3), (1, 1), (1, 1), (1, 1), (1, 1), (5, 5))
-                    y = conv_nhwc(x, w, b, 1, win, relu=True)
-                    ref = np.maximum(nb.conv_im2col_gemm(x, w, b, 1, win), 0)
-                    _available = bool(y.strides[1] == 4 and np.allclose(y, ref, rtol=1e-4, atol=1e-4))
-                except ConfigError:
-                    raise  # a bad PYCANN_OMP_WAIT_POLICY / PYCANN_NUM_THREADS is the user's to fix, not "oneDNN missing"
-                except Exception:
-                    _available = False
+                _available = _probe()
     return _available
+
+
+def _probe() -> bool:
+    try:
+        capi.load()
+        capi.self_check()
+        x, w, b = (probe_values(s, i) for i, s in enumerate(((1, 3, 5, 5), (4, 3, 3, 3), (4,))))
+        win = Window((3, 3), (1, 1), (1, 1), (1, 1), (1, 1), (5, 5))
+        y = conv_nhwc(x, w, b, 1, win, relu=True)
+        ref = np.maximum(nb.conv_im2col_gemm(x, w, b, 1, win), 0)
+        return bool(y.strides[1] == 4 and np.allclose(y, ref, rtol=1e-4, atol=1e-4))
+    except ConfigError:
+        raise  # a bad PYCANN_OMP_WAIT_POLICY / PYCANN_NUM_THREADS is the user's to fix, not "oneDNN missing"
+    except Exception:
+        return False
 
 
 def native(x: np.ndarray, w: np.ndarray, win: Window) -> bool:

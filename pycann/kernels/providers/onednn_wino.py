@@ -68,18 +68,22 @@ def available() -> bool:
     if _available is None:
         with _available_lock:  # (two threads binding their first convs at once probe once)
             if _available is None:
-                try:
-                    c2.load()
-                    x = onednn.empty_channels_last((1, 16, 6, 6))
-                    x[...] = onednn.probe_values(x.shape, 0)
-                    w, b = onednn.probe_values((16, 16, 3, 3), 1), onednn.probe_values((16,), 2)
-                    win = Window((3, 3), (1, 1), (1, 1), (1, 1), (1, 1), (6, 6))
-                    y = _Plan(x.shape, w, b, win, None).run(x, None)
-                    ref = onednn.conv_nhwc(x, w, b, 1, win) if onednn.available() else None
-                    _available = ref is None or bool(np.allclose(y, ref, rtol=1e-4, atol=1e-4))
-                except (OSError, DnnlError, AttributeError):
-                    _available = False
+                _available = _probe()
     return _available
+
+
+def _probe() -> bool:
+    try:
+        c2.load()
+        x = onednn.empty_channels_last((1, 16, 6, 6))
+        x[...] = onednn.probe_values(x.shape, 0)
+        w, b = onednn.probe_values((16, 16, 3, 3), 1), onednn.probe_values((16,), 2)
+        win = Window((3, 3), (1, 1), (1, 1), (1, 1), (1, 1), (6, 6))
+        y = _Plan(x.shape, w, b, win, None).run(x, None)
+        ref = onednn.conv_nhwc(x, w, b, 1, win) if onednn.available() else None
+        return ref is None or bool(np.allclose(y, ref, rtol=1e-4, atol=1e-4))
+    except (OSError, DnnlError, AttributeError):
+        return False
 
 
 def eligible(x_shape: Sequence[int], w_shape: Sequence[int], group: int, win: Window) -> bool:
