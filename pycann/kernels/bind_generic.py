@@ -37,7 +37,7 @@ from typing import Any
 import numpy as np
 
 from pycann.dtypes import TensorDesc
-from pycann.kernels import algorithm
+from pycann.kernels import algorithm, bind_generic_conv
 from pycann.kernels.algorithm import ONEDNN_GEMM, ONEDNN_MATMUL, Packing, Threads
 from pycann.kernels.bound import BoundKernel
 
@@ -240,4 +240,6 @@ PREPARE_GENERIC: dict[tuple[str, str], GenericPrepare] = {
     ("pycann", "FusedMatMul"): _matmul,
     ("", "Gemm"): _gemm,
     ("", "LayerNormalization"): _layer_norm,
+    ("", "Conv"): bind_generic_conv.conv,
+    ("pycann", "FusedConv"): bind_generic_conv.conv,
 }

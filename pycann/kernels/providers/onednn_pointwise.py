@@ -120,6 +120,51 @@ class Pointwise:
         self.prim.execute_on(args)
         return y
 
+    def sized(self, x_shape: tuple[int, ...], b: np.ndarray | None) -> Callable[[np.ndarray, np.ndarray | None],
+                                                                               np.ndarray]:
+        """``run`` for float32 inputs of one shape ``x_shape`` and the bias ``b`` (M float32
+        values, kept alive by the caller), as ``f(x, residual) -> y``: the memories of its row count
+        are made once, so a call re-points two handles instead of making three memories (the
+        shape-generic plan's per-shape conv table, ``kernels/bind_generic_conv.py``).
+        ``OperandError`` for another channel count here, or another shape or a misfit residual
+        in a call."""
+        x_shape = tuple(int(d) for d in x_shape)
+        if len(x_shape) < 3 or x_shape[1] != self.c:
+            raise OperandError(f"pointwise conv bound for {self.c} input channels; got X {list(x_shape)}")
+        if (self.bias_md is None) != (b is None):
+            raise OperandError(f"pointwise conv bound {'with' if self.bias_md is not None else 'without'} a bias")
+        y_shape = (x_shape[0], self.m, *x_shape[2:])
+        rows = math.prod(y_shape) // self.m
+        src = capi.Memory(capi.MemoryDesc.strided((rows, self.c), (self.c, 1)), 0)  # (pointed per call)
+        dst = capi.Memory(capi.MemoryDesc.strided((rows, self.m), (self.m, 1)), 0)
+        args = [(capi.ARG_SRC, src), (capi.ARG_WEIGHTS, self.wei), (capi.ARG_DST, dst)]
+        if self.bias_md is not None and b is not None:
+            args.append((capi.ARG_BIAS, capi.Memory(self.bias_md, address("conv bias B", b, (self.m,)))))
+        lock = threading.Lock()  # the two memories are shared by concurrent runs of the plan
+        residual, execute = self.residual, self.prim.execute_on
+
+        def run(x: np.ndarray, r: np.ndarray | None) -> np.ndarray:
+            if x.shape != x_shape:
+                raise OperandError(f"pointwise conv bound for X {list(x_shape)}; got {list(x.shape)}")
+            x, y, xs, ys = _operands(x, y_shape, None)
+            if residual:
+                if r is None:
+                    raise OperandError("pointwise conv bound with a residual but none was given")
+                try:
+                    np.copyto(y, r)  # the "sum" post-op adds what the output holds
+                except ValueError as e:
+                    raise OperandError(f"conv residual {list(r.shape)} does not broadcast to the output "
+                                       f"{list(y_shape)}: {e}") from None
+            xp = address("conv input X", x, x_shape, strides=xs)
+            yp = address("conv output Y", y, y_shape, strides=ys)
+            with lock:
+                src.set(xp)
+                dst.set(yp)
+                execute(args)
+            return y
+
+        return run
+
 
 def patch_deconv(w: np.ndarray, group: int, win: Window, x_shape: tuple[int, ...],
                  out_sizes: tuple[int, ...]) -> bool:
