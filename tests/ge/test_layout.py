@@ -336,3 +336,39 @@ def test_prepared_max_pool_in_nhwc_chain_matches_numpy(attrs: dict, nan: bool) -
         got = nchw([x], a)[0]
         assert got.flags.c_contiguous
         np.testing.assert_array_equal(got, want)
+
+
+def test_bf16_mode_chain_runs_through_its_casts() -> None:
+    """``allow_fp32_to_bf16`` puts Casts between the bf16 convs and the float32 vector ops (a DB
+    neck: conv -> nearest x2 -> Add -> conv); the chain runs channels-last through them, with the
+    values of the same model compiled without LayoutSelection."""
+    from pycann.kernels.providers import onednn_bf16
+
+    if not onednn_bf16.native():
+        pytest.skip("no avx512_bf16/amx_bf16 CPU or no libdnnl.so.3")
+    c = 32
+    nodes = [
+        helper.make_node("Conv", ["x", "W0"], ["c0"], pads=[1, 1, 1, 1]),
+        helper.make_node("Conv", ["c0", "W1"], ["c1"], pads=[1, 1, 1, 1], strides=[2, 2]),
+        helper.make_node("Resize", ["c1", "", "sc"], ["u1"], mode="nearest"),
+        helper.make_node("Add", ["c0", "u1"], ["s"]),
+        helper.make_node("Conv", ["s", "W2"], ["y"], pads=[1, 1, 1, 1]),
+    ]
+    inits = {"W0": _f32(c, 8, 3, 3) * 0.2, "W1": _f32(c, c, 3, 3) * 0.1, "sc": np.array([1, 1, 2, 2], np.float32),
+             "W2": _f32(c, c, 3, 3) * 0.1}
+    m = _model(nodes, [1, 8, 40, 48], ["y"], inits)
+    opts = {"precision_mode": "allow_fp32_to_bf16", "soc_version": "Ascend910B2"}
+    cm = compile_model(m, CompileOptions(**opts))
+    casts = [n for n in cm.graph.nodes if n.op_type == "Cast"]
+    assert len(casts) >= 3 and all(n.attrs.get("_layout") == "NHWC" for n in casts[1:]), \
+        [(n.outputs, n.attrs.get("_layout")) for n in casts]  # (the first casts the NCHW graph input)
+    assert all(n.attrs.get("_layout") == "NHWC" for n in cm.graph.nodes if n.op_type in ("Resize", "Add",
+                                                                                             "ElementwiseChain"))
+    off = compile_model(m, CompileOptions(**opts, disabled_passes=["LayoutSelection"]))
+    x = _f32(1, 8, 40, 48)
+    got = LoadedModel.from_compiled(cm).run_dict({"x": x})[0]
+    want = LoadedModel.from_compiled(off).run_dict({"x": x})[0]
+    assert got.flags.c_contiguous
+    np.testing.assert_allclose(got, want, rtol=2e-2, atol=2e-2)
+    ref = run_ort(m, {"x": x})[0]  # float32: three bf16 convs stay within a few % of its scale
+    assert np.abs(got - ref).max() <= 0.1 * np.abs(ref).max() and np.abs(got - ref).mean() <= 0.01 * np.abs(ref).mean()

@@ -46,6 +46,9 @@ AGNOSTIC = {
         "Relu", "Add", "Sub", "Mul", "Div", "Sigmoid", "HardSigmoid", "HardSwish", "Clip", "LeakyRelu",
         "Tanh", "Elu", "Selu", "Softplus", "Abs", "Neg", "Exp", "Sqrt", "Identity", "MaxPool", "AveragePool",
         "Concat",  # keeps channels-last when all its inputs are (kernels/bind.py)
+        # astype keeps the memory order: the bf16 modes' Casts around float32 islands (a DB neck's
+        # Resize + Add between bf16 convs) stay inside the chain instead of ending it in NCHW copies
+        "Cast",
     )
 } | {("pycann", "ElementwiseChain"), ("pycann", "ChannelShuffle"), ("pycann", "SqueezeExcite"),
      ("pycann", "SqueezeExciteProject")}
