@@ -84,10 +84,16 @@ def conv(attrs: Mapping[str, Any], ins: Sequence[TensorDesc | None], consts: Seq
         kb = table.get(key, _MISSING)  # one lookup: another thread may evict between two
         if kb is _MISSING:
             kb = _bind(attrs, ins, consts, outs, x, r, w, b, residual)
-            with lock:
-                if len(table) >= MAX_SHAPES:
-                    table.pop(next(iter(table)))
-                table[key] = kb
+            # Never wait for the lock: a thread of the parent inside it at an os.fork is not in the
+            # child, where the lock then stays taken for ever. Held (that, or another thread
+            # recording its shape now), this call's kernel serves the call unrecorded.
+            if lock.acquire(blocking=False):
+                try:
+                    if len(table) >= MAX_SHAPES:
+                        table.pop(next(iter(table)))
+                    table[key] = kb
+                finally:
+                    lock.release()
         if kb is None:
             return fallback(inputs, attrs)  # type: ignore[no-any-return]
         return kb.run(inputs, attrs)  # type: ignore[no-any-return]

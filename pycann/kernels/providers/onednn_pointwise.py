@@ -135,11 +135,13 @@ class Pointwise:
             raise OperandError(f"pointwise conv bound {'with' if self.bias_md is not None else 'without'} a bias")
         y_shape = (x_shape[0], self.m, *x_shape[2:])
         rows = math.prod(y_shape) // self.m
-        src = capi.Memory(capi.MemoryDesc.strided((rows, self.c), (self.c, 1)), 0)  # (pointed per call)
-        dst = capi.Memory(capi.MemoryDesc.strided((rows, self.m), (self.m, 1)), 0)
-        args = [(capi.ARG_SRC, src), (capi.ARG_WEIGHTS, self.wei), (capi.ARG_DST, dst)]
-        if self.bias_md is not None and b is not None:
-            args.append((capi.ARG_BIAS, capi.Memory(self.bias_md, address("conv bias B", b, (self.m,)))))
+        src_md = capi.MemoryDesc.strided((rows, self.c), (self.c, 1))
+        dst_md = capi.MemoryDesc.strided((rows, self.m), (self.m, 1))
+        src, dst = capi.Memory(src_md, 0), capi.Memory(dst_md, 0)  # (pointed per call)
+        rest = [(capi.ARG_BIAS, capi.Memory(self.bias_md, address("conv bias B", b, (self.m,))))] \
+            if self.bias_md is not None and b is not None else []
+        wei = (capi.ARG_WEIGHTS, self.wei)
+        args = [(capi.ARG_SRC, src), wei, (capi.ARG_DST, dst), *rest]
         lock = threading.Lock()  # the two memories are shared by concurrent runs of the plan
         residual, execute = self.residual, self.prim.execute_on
 
@@ -157,10 +159,19 @@ class Pointwise:
                                        f"{list(y_shape)}: {e}") from None
             xp = address("conv input X", x, x_shape, strides=xs)
             yp = address("conv output Y", y, y_shape, strides=ys)
-            with lock:
+            # Never wait for the lock: a thread of the parent that was running this shape at an
+            # os.fork does not exist in the child, so there the lock stays taken for ever (the
+            # child's first call of the shape hung). A held lock (that, or a concurrent run) costs
+            # this call its own two memories instead, as ``run`` makes them.
+            if not lock.acquire(blocking=False):
+                execute([(capi.ARG_SRC, capi.Memory(src_md, xp)), wei, (capi.ARG_DST, capi.Memory(dst_md, yp)), *rest])
+                return y
+            try:
                 src.set(xp)
                 dst.set(yp)
                 execute(args)
+            finally:
+                lock.release()
             return y
 
         return run
