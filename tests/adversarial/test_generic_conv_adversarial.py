@@ -346,3 +346,58 @@ def test_a_new_size_never_waits_for_the_table_lock() -> None:
     assert step.bound.keep[2] == {}  # not recorded while the lock was taken
     _assert_ort(lm, model, x)
     assert len(step.bound.keep[2]) == 1
+
+
+@pytest.mark.parametrize("k", [1, 3])
+def test_run_time_residual_broadcasts_or_is_refused_as_before(k: int) -> None:
+    """A residual graph input of the output's symbolic shape, fed broadcasting, other-layout or
+    misfit arrays: values as ONNX Runtime's, a misfit named by the FusedConv's shape error."""
+    rng = np.random.default_rng(11)
+    nodes = [helper.make_node("Conv", ["x", "w", "b"], ["c"], pads=[k // 2] * 4),
+             helper.make_node("Add", ["c", "r"], ["s"]), helper.make_node("Relu", ["s"], ["y"])]
+    model = _model(nodes, [_vi("x", ["n", 32, "h", "w"]), _vi("r", ["n", 64, "h", "w"])],
+                   [_t(rng, "w", 64, 32, k, k), _t(rng, "b", 64)])
+    lm = _generic(model)
+    assert [st.node.op_type for st in lm.executor.generic_plan().steps] == ["FusedConv"]
+    x = rng.standard_normal((2, 32, 9, 11)).astype(np.float32)
+    full = rng.standard_normal((2, 64, 9, 11)).astype(np.float32)
+    read_only = full.copy()
+    read_only.flags.writeable = False
+    for r in (full, full[:1], full[:, :, :1], full[:, :, :, :1], read_only,
+              np.ascontiguousarray(full.transpose(0, 2, 3, 1)).transpose(0, 3, 1, 2),
+              rng.standard_normal((2, 64, 18, 11)).astype(np.float32)[:, :, ::2]):
+        want = run_ort(model, {"x": x, "r": np.ascontiguousarray(r)})[0]
+        np.testing.assert_allclose(lm.run([x, r])[0], want, rtol=RTOL, atol=ATOL)
+    for shape in ((2, 64, 8, 11), (3, 64, 9, 11)):
+        with pytest.raises(Exception, match=r"residual\) \[.*\] does not broadcast"):
+            lm.run([x, np.zeros(shape, np.float32)])
+
+
+@pytest.mark.parametrize("mode", ["allow_fp32_to_bf16", "allow_mix_precision_bf16"])
+def test_bf16_precision_modes_keep_the_generic_kernel(mode: str) -> None:
+    from pycann.ge.compile.options import CompileOptions
+
+    model = _conv_model((32, 16, 3, 3), {"pads": [1, 1, 1, 1]}, "Relu")
+    lm = LoadedModel.from_compiled(compile_model(model, CompileOptions(precision_mode=mode, soc_version="Ascend910B1")),
+                                   plan_cache=PlanCacheConfig(policy=PlanPolicy.GENERIC, build=PlanBuild.INLINE))
+    steps = [st for st in lm.executor.generic_plan().steps if "Conv" in st.node.op_type]
+    assert steps and all(st.bound is None or st.bound.impl != "generic:conv_per_shape" for st in steps)
+    x = np.random.default_rng(12).standard_normal((1, 16, 9, 11)).astype(np.float32)
+    np.testing.assert_allclose(lm.run([x])[0], run_ort(model, {"x": x})[0], rtol=0.05, atol=0.05)
+
+
+@pytest.mark.parametrize("allowed", ["torch,numpy", "numpy"])
+def test_other_providers(monkeypatch: pytest.MonkeyPatch, allowed: str) -> None:
+    from pycann.kernels import providers
+
+    monkeypatch.setenv("PYCANN_PROVIDERS", allowed)
+    providers.reset()
+    for w_shape, attrs in [((64, 32, 1, 1), {}), ((32, 32, 3, 3), {"pads": [1, 1, 1, 1]}),
+                           ((32, 1, 3, 3), {"pads": [1, 1, 1, 1], "group": 32})]:
+        model = _conv_model(w_shape, attrs, "Relu")
+        lm = _generic(model)
+        rng = np.random.default_rng(13)
+        for s in [(1, 32, 12, 10), (2, 32, 5, 7), (1, 32, 12, 10)]:
+            x = rng.standard_normal(s).astype(np.float32)
+            x[0, 3, 2, 2] = np.nan
+            _assert_ort(lm, model, x)
