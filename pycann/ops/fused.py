@@ -69,8 +69,11 @@ def apply_activation(y: np.ndarray, name: str, alpha: float, beta: float) -> np.
         with np.errstate(invalid="ignore"):  # -inf * 0 is NaN, as in ONNX Runtime: not a warning
             y *= t
     elif name == "LeakyRelu":
-        t = y * alpha
-        np.maximum(y, t, out=y) if alpha <= 1 else np.minimum(y, t, out=y)
+        with np.errstate(invalid="ignore"):  # -inf * 0 is NaN, as in ONNX Runtime: not a warning
+            t = y * alpha
+        # ONNX's where(y < 0, alpha * y, y): max (min for alpha > 1) of y and alpha * y is that for
+        # finite y, but with alpha == 0 it turned +inf into NaN (inf * 0); NaN stays (not < 0)
+        np.copyto(y, t, where=y < 0)
     elif name == "Swish":
         t = _sigmoid_inplace(y * alpha if alpha != 1.0 else y.copy())
         y *= t

@@ -401,3 +401,28 @@ def test_other_providers(monkeypatch: pytest.MonkeyPatch, allowed: str) -> None:
             x = rng.standard_normal(s).astype(np.float32)
             x[0, 3, 2, 2] = np.nan
             _assert_ort(lm, model, x)
+
+
+@pytest.mark.parametrize("k", [1, 3])
+def test_leaky_relu_alpha_zero_keeps_plus_inf(k: int) -> None:
+    """FusedConv + LeakyRelu(alpha=0) fed inf: the NaN guard hands the call to numpy's activation,
+    whose max(y, 0 * y) made +inf NaN (ONNX: +inf stays, -inf * 0 is NaN)."""
+    model = _fused((64, 32, k, k), {"pads": [k // 2] * 4}, "LeakyRelu", {}, {"alpha": 0.0}, None, False)
+    lm = _generic(model)
+    rng = np.random.default_rng(14)
+    for s in [(1, 32, 9, 11), (2, 32, 4, 5)]:
+        x = rng.standard_normal(s).astype(np.float32)
+        x.reshape(-1)[::53] = np.inf
+        with np.errstate(all="ignore"):
+            _assert_ort(lm, model, x)
+
+
+def test_apply_activation_leaky_relu_non_finite() -> None:
+    from pycann.ops import fused
+
+    y = np.array([np.inf, -np.inf, np.nan, -2.0, 3.0, 0.0], np.float32)
+    for alpha in (0.0, 0.1, 1.0, 2.0, -1.0):
+        with np.errstate(invalid="ignore"):
+            want = np.where(y < 0, y * np.float32(alpha), y)
+        got = fused.apply_activation(y.copy(), "LeakyRelu", alpha, 0.0)
+        np.testing.assert_array_equal(got, want)
