@@ -255,21 +255,24 @@ def _runner_lock(run: Any) -> Any:
     return locks[0]
 
 
-def test_sized_runner_never_waits_for_its_lock() -> None:
+@pytest.mark.parametrize("bias,residual", [(True, False), (False, True), (True, True)])
+def test_sized_runner_never_waits_for_its_lock(bias: bool, residual: bool) -> None:
     """A thread of the parent running a pointwise conv at an ``os.fork`` leaves the runner's lock
-    taken in the child for ever: the child's next call of that shape must still run (it hung)."""
+    taken in the child for ever: the child's next call of that shape must still run (it hung),
+    with its bias and residual."""
     rng = np.random.default_rng(8)
-    x = rng.standard_normal((1, 16, 6, 7)).astype(np.float32)
+    x = rng.standard_normal((2, 16, 6, 7)).astype(np.float32)
     w = (rng.standard_normal((24, 16, 1, 1)) / 4).astype(np.float32)
-    b = rng.standard_normal(24).astype(np.float32)
-    k = pw.plan(w, True, None, False)
+    b = rng.standard_normal(24).astype(np.float32) if bias else None
+    r = rng.standard_normal((2, 24, 6, 7)).astype(np.float32) if residual else None
+    k = pw.plan(w, bias, None, residual)
     assert k is not None
     run = k.sized(x.shape, b)
-    want = run(x, None).copy()
+    want = run(x, r).copy()
     lock = _runner_lock(run)
     lock.acquire()  # as a thread that is gone after a fork would hold it
     got: list[np.ndarray] = []
-    t = threading.Thread(target=lambda: got.append(run(x, None)), daemon=True)
+    t = threading.Thread(target=lambda: got.append(run(x, r)), daemon=True)
     try:
         t.start()
         t.join(10)
