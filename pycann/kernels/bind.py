@@ -23,6 +23,7 @@ from pycann.kernels.bind_base import static_shape as _static
 from pycann.kernels.bind_onednn import PREPARE_ONEDNN
 from pycann.kernels.bind_small import PREPARE_SMALL, conv_im2col
 from pycann.kernels.bound import BoundKernel, bound
+from pycann.kernels.providers import onednn_cast
 from pycann.ops.nn.spatial import empty_like_layout, is_channels_last
 
 
@@ -140,6 +141,13 @@ def _cast(attrs, ins, consts, outs) -> Kernel | None:  # type: ignore[no-untyped
         src, dst = to_numpy(d.dtype), to_numpy(int(attrs["to"]))
     except (TypeError, KeyError, ValueError):
         return None
+    shape = _static(d)
+    if onednn_cast.is_pair(src, dst) and shape is not None:  # the bf16 modes' casts: oneDNN reorders
+        from pycann.ops.cast import _k_cast
+
+        k = onednn_cast.bound_cast(shape, src, dst, _k_cast)
+        if k is not None:
+            return k
     if src not in _PLAIN or dst not in _PLAIN or (src.kind == "f" and dst.kind in "iub"):
         return None  # float -> int and exotic types keep the generic kernel's exact rules
     if src == dst:

@@ -1,0 +1,116 @@
+"""Cast from bfloat16 to float32 as a oneDNN reorder: one multi-threaded pass, in any layout.
+
+The bf16 precision modes (``allow_fp32_to_bf16``, docs/precision.md) put a Cast on every edge
+between a bf16 matrix op and a float32 vector op: PP-OCRv4 det at 640 x 640 has 39, over feature
+maps up to 96 x 160 x 160. numpy's ``astype`` through ml_dtypes converts one element at a time on
+one core (~0.4 ms per million values). A oneDNN reorder widens with vector instructions on every
+OpenMP thread, and can write another layout in the same pass.
+
+Only the widening direction: bfloat16 -> float32 is exact (ONNX Cast-19; oneDNN shifts the bits,
+subnormals included), and tests/kernels/test_onednn_cast.py compares bit patterns with ml_dtypes.
+float32 -> bfloat16 stays numpy's: oneDNN's conversion (``vcvtneps2bf16`` on AVX512_BF16) flushes
+subnormal inputs to zero, where ONNX Cast and ml_dtypes round them (an earlier attempt was dropped
+for that; docs/precision.md). Small tensors (below ``MIN_ELEMENTS``) keep numpy too: its call costs
+less than a primitive's.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import numpy as np
+
+from pycann.dtypes import is_bfloat16
+from pycann.kernels.algorithm import Threads
+from pycann.kernels.bound import BoundKernel
+from pycann.kernels.providers import onednn_capi as capi
+from pycann.kernels.providers.native_args import address
+
+__all__ = ["MIN_ELEMENTS", "bound_cast"]
+
+MIN_ELEMENTS = 1 << 15  # below: numpy's astype (a oneDNN call's overhead is ~10 us)
+_BF16 = 2  # dnnl_data_type_t dnnl_bf16
+_MAX_LAYOUTS = 8  # (input strides, output strides) pairs one bound cast keeps a primitive for
+_F32 = np.dtype(np.float32)
+
+
+def _like(x: np.ndarray, dtype: np.dtype) -> np.ndarray:
+    """An uninitialised array of ``x``'s shape and ``dtype`` in ``x``'s memory order (as
+    ``astype`` lays out its result: a channels-last input gives a channels-last output)."""
+    order = sorted(range(x.ndim), key=lambda i: (-abs(x.strides[i]), i))  # outermost first
+    inv = np.argsort(order)
+    return np.empty([x.shape[i] for i in order], dtype).transpose(inv)
+
+
+def bound_cast(shape: Sequence[int], src: np.dtype, dst: np.dtype, fallback: Any) -> BoundKernel | None:
+    """Cast of a ``shape`` tensor from ``src`` to ``dst`` (bfloat16 -> float32) as a kernel
+    ``k(inputs, attrs, out=None) -> [y]`` writing into the arena view ``out[0]`` when given (any
+    strides), else into a new array laid out as the input. None for other dtypes, small tensors or
+    without libdnnl. A call with another shape or dtype runs ``fallback(inputs, attrs)``."""
+    shape = tuple(int(d) for d in shape)
+    if not is_pair(src, dst) or int(np.prod(shape, dtype=np.int64)) < MIN_ELEMENTS:
+        return None
+    from pycann.kernels.providers import onednn
+
+    if not onednn.available():
+        return None
+    from pycann.kernels.providers.onednn_bf16 import _md
+
+    dt_in, dt_out = _BF16, capi.F32
+    prims: dict[tuple[tuple[int, ...], tuple[int, ...]], tuple[Any, Any, Any]] = {}
+    lock = threading.Lock()
+
+    def primitive(xs: tuple[int, ...], ys: tuple[int, ...]) -> tuple[Any, Any, Any]:
+        p = prims.get((xs, ys))
+        if p is None:
+            smd, dmd = _md(shape, xs, src.itemsize, dt_in), _md(shape, ys, dst.itemsize, dt_out)
+            sm, dm = capi.Memory(smd, 0), capi.Memory(dmd, 0)
+            p = (capi.Primitive(capi.reorder_pd(smd, dmd), [(capi.ARG_FROM, sm), (capi.ARG_TO, dm)]), sm, dm)
+            if len(prims) >= _MAX_LAYOUTS:  # (no lock: dict operations are atomic under the GIL)
+                prims.clear()
+            prims[(xs, ys)] = p
+        return p
+
+    def kernel(inputs: Sequence[Any], attrs: Mapping[str, Any], out: Any = None) -> list[np.ndarray]:
+        x = inputs[0]
+        if x.__class__ is not np.ndarray or x.dtype != src or x.shape != shape:
+            y = fallback(inputs, attrs)[0]
+            if out is not None:
+                out[0][...] = y
+                return [out[0]]
+            return [y]
+        o = out[0] if out is not None else None
+        y = o if o is not None and o.dtype == dst and o.shape == shape and o.flags.writeable \
+            and not np.may_share_memory(o, x) else _like(x, dst)
+        try:
+            prim, sm, dm = primitive(x.strides, y.strides)
+        except capi.DnnlError:  # a layout oneDNN does not take (negative strides): numpy's
+            y[...] = fallback(inputs, attrs)[0]
+            return [y]
+        xp = address("Cast input", x, shape, src, strides=x.strides)
+        yp = address("Cast output", y, shape, dst, strides=y.strides)
+        # the memories are shared by concurrent runs; never wait for their lock (a thread of the
+        # parent holding it at an os.fork is not in the child, which would wait for ever): held,
+        # this call executes on memories of its own
+        if lock.acquire(blocking=False):
+            try:
+                sm.set(xp)
+                dm.set(yp)
+                prim.execute()
+            finally:
+                lock.release()
+        else:
+            prim.execute_on([(capi.ARG_FROM, capi.Memory(sm.md, xp)), (capi.ARG_TO, capi.Memory(dm.md, yp))])
+        if o is not None and y is not o:
+            o[...] = y
+            return [o]
+        return [y]
+
+    return BoundKernel(kernel, writes_out=True, threads=Threads.OPENMP, keep=(prims,), impl="onednn:reorder_cast")
+
+
+def is_pair(src: np.dtype, dst: np.dtype) -> bool:
+    """bfloat16 -> float32: the cast ``bound_cast`` computes."""
+    return is_bfloat16(src) and dst == _F32
