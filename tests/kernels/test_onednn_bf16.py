@@ -181,3 +181,71 @@ def test_resnet50_allow_fp32_to_bf16_runs_native_bf16_and_stays_close_to_ort() -
     cos = float((got * want).sum() / np.linalg.norm(got) / np.linalg.norm(want))
     assert rel < 0.15 and cos > 0.99, (rel, cos)
     assert (got.argmax(-1) == want.argmax(-1)).all()
+
+
+@needs_bf16
+@pytest.mark.parametrize("act", ["", "Relu", "HardSwish", "HardSigmoid", "Sigmoid", "Tanh", "LeakyRelu"])
+@pytest.mark.parametrize("scale", [1.0, 300.0])
+def test_fused_conv_records_a_sound_bound_of_its_output(act: str, scale: float, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The NaN guard's record on a bf16 FusedConv's output (which spares the next conv a read of it)
+    is at least max |y| for every activation it records one for, and none for the others; an
+    activation that keeps NaN does not read an input that has no record."""
+    from pycann.kernels import fused
+    from pycann.kernels.providers import nan_guard
+
+    x, w = _bf((1, 16, 12, 12), 4, scale), _bf((24, 16, 3, 3), 5, 0.3)
+    b = np.random.default_rng(6).standard_normal(24).astype(np.float32)
+    attrs = {"pads": [1, 1, 1, 1], "strides": [1, 1], "dilations": [1, 1], "group": 1, "kernel_shape": [3, 3],
+             "activation": act, "act_alpha": 0.1 if act == "LeakyRelu" else 0.2 if act == "HardSigmoid" else 0.0,
+             "act_beta": 0.5 if act == "HardSigmoid" else 0.0}
+    nan_guard.new_run()  # (as a plan run starts: records count)
+    try:
+        nan_guard.record(x, float(np.abs(x.astype(np.float32)).max()))  # as a guarded producer would
+        y = fused._bf16_conv_fused([x, w, b], attrs, relu=False)
+        rec = nan_guard.proven(y) if y is not None else None
+        x2 = _bf((1, 16, 12, 12), 7, scale)  # no record
+        if not fused.nan_guard.drops_nan(fused.onednn_unary(act, attrs["act_alpha"], attrs["act_beta"]) if act else None):
+            monkeypatch.setattr(nan_guard, "_norm2", lambda a: pytest.fail("read an input it need not read"))
+        assert fused._bf16_conv_fused([x2, w, b], attrs, relu=False) is not None
+    finally:
+        nan_guard.end_run()
+    assert y is not None and y.dtype == BF16
+    if act == "LeakyRelu":
+        assert rec is None
+    else:
+        assert rec is not None and rec >= float(np.abs(y.astype(np.float32)).max())
+
+
+@needs_bf16
+@pytest.mark.parametrize("shape", [(1, 3, 160, 120), (2, 8, 64, 72)])
+def test_large_nchw_bf16_input_is_relaid_exactly(shape: tuple[int, ...]) -> None:
+    """A large NCHW bf16 input (the stem's) goes channels-last by a oneDNN reorder: bit-exact, NaN,
+    inf and subnormals included, and the conv on it equals the float32 computation."""
+    x = _bf(shape, 7, 3.0)
+    flat = x.reshape(-1)
+    flat[:4] = np.array([np.nan, np.inf, -np.inf, 1e-40], np.float32).astype(BF16)
+    y = ob._to_channels_last(x)
+    assert y.strides[1] == 2 and y.size >= ob._RELAYOUT_MIN
+    # bit-exact but for subnormals, which oneDNN's reorder may flush to zero (as the conv's bf16 dot
+    # product treats subnormal inputs as zero anyway: the conv's result is the same)
+    same = y.view(np.uint16) == x.view(np.uint16)
+    sub = np.abs(x.astype(np.float32)) < np.float32(1.1754944e-38)
+    assert same[~sub].all() and (same | (y.astype(np.float32) == 0))[sub].all()
+    assert np.isnan(y.reshape(-1)[0]) and np.isinf(y.reshape(-1)[1:3]).all()
+    x = _bf(shape, 8)
+    w = _bf((16, shape[1], 3, 3), 9, 0.2)
+    win = Window(kernel=(3, 3), strides=(1, 1), dilations=(1, 1), pads_begin=(1, 1), pads_end=(1, 1), out=shape[2:])
+    got = ob.conv(x, w, None, 1, win)
+    assert got is not None
+    _assert_bf16_close(got, nb.conv_im2col_gemm(x.astype(np.float32), w.astype(np.float32), None, 1, win, None))
+
+
+@needs_bf16
+def test_relayout_does_not_wait_for_a_held_lock() -> None:
+    """(a lock a forked child inherited taken): the relayout runs on memories of its own."""
+    x = _bf((1, 3, 160, 120), 10)
+    ob._to_channels_last(x)  # the reorder made
+    with ob._relayout_lock:
+        y = ob._to_channels_last(x)
+    assert y.strides[1] == 2
+    np.testing.assert_array_equal(y.astype(np.float32), x.astype(np.float32))

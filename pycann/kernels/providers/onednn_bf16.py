@@ -124,9 +124,53 @@ def _channels_last(shape: tuple[int, ...]) -> np.ndarray:
 def _to_channels_last(a: np.ndarray) -> np.ndarray:
     if a.ndim < 3 or a.strides[1] == a.itemsize:
         return a
-    out = _channels_last(a.shape) if is_bfloat16(a.dtype) else np.empty(a.shape, a.dtype)
-    out[...] = a
+    if not is_bfloat16(a.dtype):
+        out = np.empty(a.shape, a.dtype)
+        out[...] = a
+        return out
+    out = _channels_last(a.shape)
+    if a.size >= _RELAYOUT_MIN:
+        try:  # a oneDNN reorder: ml_dtypes copies one 2-byte element at a time (1.3 ms for a 3 x 640 x 640 stem input)
+            _relayout(a, out)
+            return out
+        except capi.DnnlError:
+            pass
+    out.view(np.uint16)[...] = a.view(np.uint16)  # (integer items: ~25 % faster than the bf16 dtype's copy)
     return out
+
+
+_RELAYOUT_MIN = 1 << 15
+_relayouts: dict[tuple[Any, ...], tuple[Any, Any, Any]] = {}
+
+
+def _relayout(a: np.ndarray, out: np.ndarray) -> None:
+    """Copy bf16 ``a`` into ``out`` (same shape, other strides) with a cached oneDNN reorder."""
+    key = (a.shape, a.strides, out.strides, openmp.team())
+    with _lock:
+        p = _relayouts.get(key)
+    if p is None:
+        smd, dmd = _md(a.shape, a.strides, 2, BF16), _md(out.shape, out.strides, 2, BF16)
+        sm, dm = capi.Memory(smd, 0), capi.Memory(dmd, 0)
+        p = (capi.Primitive(capi.reorder_pd(smd, dmd), [(capi.ARG_FROM, sm), (capi.ARG_TO, dm)]), sm, dm)
+        with _lock:
+            if len(_relayouts) >= 64:
+                _relayouts.clear()
+            _relayouts[key] = p
+    prim, sm, dm = p
+    # the two memories are shared; never wait for their lock (a thread of the parent holding it at
+    # an os.fork is not in the child, which would wait for ever): held, this call makes its own
+    if not _relayout_lock.acquire(blocking=False):
+        prim.execute_on([(capi.ARG_FROM, capi.Memory(sm.md, capi.ptr(a))), (capi.ARG_TO, capi.Memory(dm.md, capi.ptr(out)))])
+        return
+    try:
+        sm.set(capi.ptr(a))
+        dm.set(capi.ptr(out))
+        prim.execute()
+    finally:
+        _relayout_lock.release()
+
+
+_relayout_lock = threading.Lock()
 
 
 def _post_ops(residual: np.ndarray | None, post: Unaries) -> tuple[Any, list[tuple[Any, ...]]]:
