@@ -9,6 +9,7 @@ in_consts, out_descs) -> kernel | None`` (None = keep the generic kernel).
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping, Sequence
 from dataclasses import replace
 from typing import Any
@@ -192,8 +193,8 @@ def _conv(attrs, ins, consts, outs) -> Kernel | None:  # type: ignore[no-untyped
     group = int(attrs.get("group", 1))
     win = conv_window(xs, ws, attrs)
     n, c = xs[:2]
-    kdim = (c // group) * int(np.prod(win.kernel))
-    l_out = int(np.prod(win.out))
+    kdim = (c // group) * int(math.prod(win.kernel))
+    l_out = int(math.prod(win.out))
     if 2 * n * ws[0] * kdim * l_out >= TINY_FLOPS or l_out == 0 or any(o <= 0 for o in win.out):
         return None
     return conv_im2col(attrs, ins, w, b, xs, win)
@@ -406,7 +407,7 @@ def _conv_dnnl(attrs: Mapping[str, Any], ins: Sequence[TensorDesc | None], w: np
     post-ops fixed; a call re-points two data handles and executes (~6 us of Python)."""
     from pycann.kernels.providers import onednn
 
-    if not onednn.available() or not onednn.accepts(np.dtype(np.float32), int(np.prod(xs)), w, win) \
+    if not onednn.available() or not onednn.accepts(np.dtype(np.float32), int(math.prod(xs)), w, win) \
             or (b is not None and b.dtype != np.float32):
         return None
     ok, unary = _dnnl_post_ops(attrs)

@@ -111,8 +111,8 @@ class ConvSpec:
     def flops(self) -> int:
         """2 * multiply-adds."""
         if self.op_type == "Conv":
-            return 2 * self.x_shape[0] * self.w_shape[0] * int(np.prod(self.out_sizes)) * int(np.prod(self.w_shape[1:]))
-        return 2 * int(np.prod(self.x_shape)) * int(np.prod(self.w_shape[1:]))
+            return 2 * self.x_shape[0] * self.w_shape[0] * int(math.prod(self.out_sizes)) * int(math.prod(self.w_shape[1:]))
+        return 2 * int(math.prod(self.x_shape)) * int(math.prod(self.w_shape[1:]))
 
 
 def patch_geometry(w_shape: Sequence[int], group: int, win: Window, x_shape: Sequence[int],
@@ -254,11 +254,11 @@ def weight_bound(spec: ConvSpec) -> bool:
     layers); below 256 KiB the packed call's fixed cost (~15 us) loses."""
     if spec.op_type != "Conv" or spec.group != 1 or spec.n_spatial != 2 or spec.dtype != "float32":
         return False
-    w_bytes = int(np.prod(spec.w_shape)) * 4
-    x_bytes = int(np.prod(spec.x_shape)) * 4
+    w_bytes = int(math.prod(spec.w_shape)) * 4
+    x_bytes = int(math.prod(spec.x_shape)) * 4
     if w_bytes < 256 << 10:
         return False
-    return w_bytes >= 2 * x_bytes or (int(np.prod(spec.win.kernel)) > 1 and w_bytes >= 512 << 10)
+    return w_bytes >= 2 * x_bytes or (int(math.prod(spec.win.kernel)) > 1 and w_bytes >= 512 << 10)
 
 
 TINY_FLOPS = 2_000_000  # below this a conv is dispatch-bound (measured on Silero VAD's 1-D convs)
