@@ -21,10 +21,12 @@ def _conv_relu(batch: int | str) -> object:
 def test_static_model_plan_is_built_at_load() -> None:
     m = _conv_relu(2)
     lm = LoadedModel.from_compiled(compile_model(m))
-    assert lm.executor.stats().built == 1  # before any run
+    st = lm.executor.stats()
+    assert (st.built, st.hits, st.misses) == (1, 0, 0)  # before any run: built, and no call counted
     x = np.random.default_rng(1).standard_normal((2, 3, 16, 16)).astype(np.float32)
     got = lm.run_dict({"x": x})
-    assert lm.executor.stats().built == 1  # the first run found it
+    st = lm.executor.stats()
+    assert (st.built, st.hits, st.misses) == (1, 1, 0)  # the first run found it
     np.testing.assert_allclose(got[0], run_ort(m, {"x": x})[0], rtol=1e-4, atol=1e-5)
 
 

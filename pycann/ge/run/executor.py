@@ -197,11 +197,12 @@ class Executor:
     def plan_for(self, feeds: Sequence[np.ndarray], *, warm_arena: bool = False) -> tuple[Plan, MemoryPlan | None]:
         """The plan specialised for these inputs' shapes and dtypes (built on first use).
         ``warm_arena``: a plan built now makes its first arena during the build, its pages
-        written on the packing thread (a static model's load: ``LoadedModel.precompile_static``)."""
+        written on the packing thread (a static model's load: ``LoadedModel.precompile_static``).
+        Not counted as a hit or miss (``stats``: those count calls)."""
         if self._specialize is None:
             return self.generic_plan(), None
         sig, used = self._signature(feeds)
-        hit = self._cache.get(sig)
+        hit = self._cache.get(sig, count=False)
         if hit is not None:
             return hit
         with self._lock:

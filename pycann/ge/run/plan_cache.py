@@ -116,15 +116,16 @@ class PlanCache(Generic[V]):
         """The plan for ``key`` without counting or refreshing it."""
         return self._entries.get(key)
 
-    def get(self, key: Hashable) -> V | None:
-        """The plan for ``key`` (now the most recently used), counted as a hit; None (a miss)."""
+    def get(self, key: Hashable, count: bool = True) -> V | None:
+        """The plan for ``key`` (now the most recently used), counted as a hit; None (a miss).
+        ``count=False``: neither (a plan asked for outside a call: a load's precompile)."""
         with self._lock:
             v = self._entries.get(key)
             if v is None:
-                self.misses += 1
+                self.misses += count
                 return None
             self._entries.move_to_end(key)
-            self.hits += 1
+            self.hits += count
             return v
 
     def put(self, key: Hashable, value: V) -> None:
@@ -247,8 +248,10 @@ def describe(dynamic_inputs: list[str], vision: bool, gears: int = 0) -> str:
         return f"plan cache: {gears} gears, each gear's plan built at load"
     which = {"specialize": "every input signature gets its own plan",
              "generic": "every input signature runs the shape-generic plan",
-             "auto": f"every input signature gets its own plan (convolutions; built {cfg.build.value}, "
-                     "a new shape's first call runs the shape-generic plan when built in background)" if vision else
+             "auto": ("every input signature gets its own plan (convolutions; built in the background, "
+                      "a new shape's calls run the shape-generic plan until it is there)"
+                      if cfg.build.value == "background" else
+                      f"every input signature gets its own plan (convolutions; built {cfg.build.value})") if vision else
              "new input signatures run the shape-generic plan; one that comes back gets its own plan "
              "while the model has shown at most 8"}[cfg.policy.value]
     return (f"plan cache: dynamic inputs {', '.join(dynamic_inputs)}; policy {cfg.policy.value}: {which}; least "

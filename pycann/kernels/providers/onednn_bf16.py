@@ -80,7 +80,8 @@ def kernel_note(labels: set[str]) -> str:
     PrecisionMode pass's ``atc --log=info`` line (``labels``: its compute-dtype labels, "bf16" / "fp16")."""
     note = ""
     if "bf16" in labels:
-        note += ("; bf16 matrix ops: oneDNN native bf16 kernels (avx512_bf16/amx_bf16, fp32 accumulation)"
+        note += ("; bf16 matrix ops: oneDNN native bf16 kernels (avx512_bf16/amx_bf16, fp32 accumulation; "
+                 "ConvTranspose widened to float32)"
                  if native() else
                  "; bf16 matrix ops: emulated in float32 (widen, compute, round; " +
                  ("libdnnl not loadable)" if cpu_has_bf16() else "this CPU has no avx512_bf16/amx_bf16)"))
