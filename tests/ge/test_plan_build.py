@@ -200,3 +200,55 @@ def test_a_shape_that_keeps_coming_gets_its_plan_built_beside_its_calls() -> Non
     assert st.built == 1 and st.generic_runs >= ex.HOLD_CALLS  # the first HOLD_CALLS held the build off
     _check(lm, m, x)
     assert lm.plan_cache_stats().hits >= 1
+
+
+def test_past_the_vision_signature_limit_new_shapes_stay_generic(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A vision model showing more than AUTO_VISION_SIGNATURES distinct shapes takes them for a
+    stream: the builds still waiting are dropped, new shapes run the shape-generic plan for good, and
+    the plans built before keep serving their shapes (values as ORT's throughout)."""
+    from pycann.ge.run.executor import Executor
+
+    monkeypatch.setattr(Executor, "AUTO_VISION_SIGNATURES", 3)
+    m = _conv_model()
+    lm = _load(m)
+    ex = lm.executor
+    _check(lm, m, _img(8, 8))
+    assert ex.wait_builds(timeout=120) and lm.plan_cache_stats().built == 1  # (8, 8) has its plan
+    with ex._lock:  # hold the builder: two more shapes queue, then a fourth trips the limit
+        for h, w in ((8, 12), (12, 8)):
+            _check(lm, m, _img(h, w))
+        assert ex.pending_builds() >= 1
+        _check(lm, m, _img(10, 10))
+        assert ex.pending_builds() <= 1  # only a build already started may remain
+    assert ex.wait_builds(timeout=120)
+    built = lm.plan_cache_stats().built
+    assert built <= 2
+    for h, w in ((8, 8), (8, 12), (12, 8), (10, 10), (6, 14)) * 2:  # nothing new is built from here on
+        _check(lm, m, _img(h, w))
+    assert ex.wait_builds(timeout=120)
+    st = lm.plan_cache_stats()
+    assert st.built == built and st.hits >= 2  # (8, 8) kept its plan
+    assert ex.pending_builds() == 0
+
+
+def test_drop_waiting_keeps_the_build_in_progress() -> None:
+    import threading
+
+    from pycann.ge.run.plan_builder import BackgroundBuilder
+
+    started, release, done = threading.Event(), threading.Event(), []
+
+    def build(sig: object, shapes: object, values: object) -> None:
+        started.set()
+        release.wait(30)
+        done.append(sig)
+
+    b = BackgroundBuilder(build)
+    for s in ("a", "b", "c"):
+        assert b.submit(s, [], {}, hot=True)
+    assert started.wait(30)
+    assert b.drop_waiting() == 2 and b.pending() == 1
+    release.set()
+    assert b.wait(30) and done == ["a"]
+    assert b.submit("b", [], {}, hot=True)  # a dropped signature can be queued again
+    assert b.wait(30) and done == ["a", "b"]

@@ -221,6 +221,19 @@ class BackgroundBuilder:
                 self._queued.discard(sig)
                 self._hot.discard(sig)
 
+    def drop_waiting(self) -> int:
+        """Forget the queued signatures whose build has not started (the first one in the queue may
+        be building: it stays); returns how many were dropped. Their next calls queue them again
+        if the executor still specialises them."""
+        with self._cond:
+            keep = [self._queue[0]] if self._queue else []
+            dropped = len(self._queue) - len(keep)
+            self._queue = deque(keep)
+            self._queued = {e[0] for e in keep}
+            self._hot &= self._queued
+            self._cond.notify_all()  # (``wait`` may now be satisfied sooner)
+        return dropped
+
     def wait(self, timeout: float | None = None) -> bool:
         """Block until every build queued so far is done; False when ``timeout`` seconds passed first.
         Builds start beside held calls meanwhile (``hold``)."""

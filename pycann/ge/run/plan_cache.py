@@ -248,10 +248,13 @@ def describe(dynamic_inputs: list[str], vision: bool, gears: int = 0) -> str:
         return f"plan cache: {gears} gears, each gear's plan built at load"
     which = {"specialize": "every input signature gets its own plan",
              "generic": "every input signature runs the shape-generic plan",
-             "auto": ("every input signature gets its own plan (convolutions; built in the background, "
-                      "a new shape's calls run the shape-generic plan until it is there)"
+             "auto": ("each input signature gets its own plan while the model has shown at most 16 "
+                      "(convolutions; built in the background, a new shape's calls run the shape-generic plan "
+                      "until it is there; past 16, signatures without a plan stay on the shape-generic plan)"
                       if cfg.build.value == "background" else
-                      f"every input signature gets its own plan (convolutions; built {cfg.build.value})") if vision else
+                      f"each input signature gets its own plan (convolutions; built {cfg.build.value}) while the "
+                      "model has shown at most 16; past them, signatures without a plan stay on the "
+                      "shape-generic plan") if vision else
              "new input signatures run the shape-generic plan; one that comes back gets its own plan "
              "while the model has shown at most 8"}[cfg.policy.value]
     return (f"plan cache: dynamic inputs {', '.join(dynamic_inputs)}; policy {cfg.policy.value}: {which}; least "
