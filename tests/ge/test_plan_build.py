@@ -252,3 +252,15 @@ def test_drop_waiting_keeps_the_build_in_progress() -> None:
     assert b.wait(30) and done == ["a"]
     assert b.submit("b", [], {}, hot=True)  # a dropped signature can be queued again
     assert b.wait(30) and done == ["a", "b"]
+
+
+def test_drop_waiting_before_any_build_started_drops_all() -> None:
+    from pycann.ge.run import plan_builder
+
+    built: list[object] = []
+    b = plan_builder.BackgroundBuilder(lambda sig, shapes, values: built.append(sig))
+    with plan_builder.hold():  # a call holds the builder: nothing starts
+        for s in ("a", "b"):
+            assert b.submit(s, [], {})
+        assert b.drop_waiting() == 2 and b.pending() == 0
+    assert b.wait(30) and built == []

@@ -330,6 +330,11 @@ class Executor:
         hit = self._cache.get(sig)
         if hit is None:
             if not self._specialises(sig):
+                if self._vision and self._in_background() and self._holds(sig):
+                    # (past AUTO_VISION_SIGNATURES: its early calls still hold the builds other models
+                    # of the process may have waiting, as every new shape's first calls do)
+                    with plan_builder.hold():
+                        return self._run_generic(feeds, team)
                 return self._run_generic(feeds, team)
             if self._in_background() and sig not in self._builder.failed:
                 held = self._holds(sig)

@@ -155,6 +155,7 @@ class BackgroundBuilder:
         self.built = 0
         # queued signatures that keep coming (``submit(hot=True)``): built first, beside held calls
         self._hot: set[Hashable] = set()
+        self._building: Hashable | None = None  # the signature the worker is building now (queue[0])
         _BUILDERS.add(self)
 
     def _after_fork(self) -> None:
@@ -165,6 +166,7 @@ class BackgroundBuilder:
         self._queue.clear()
         self._queued.clear()
         self._hot.clear()
+        self._building = None
 
     def submit(self, sig: Hashable, shapes: Shapes, values: dict[str, Any], threads: int | None = None,
                hot: bool = False) -> bool:
@@ -208,6 +210,7 @@ class BackgroundBuilder:
                                 self._queue.appendleft(entry)
                             break
                 sig, shapes, values, threads = self._queue[0]
+                self._building = sig  # (``drop_waiting`` keeps it)
             try:
                 openmp.set_max_threads(threads)
                 self._build(sig, shapes, values)
@@ -217,16 +220,18 @@ class BackgroundBuilder:
                 log.info("background plan build of %s failed: %s", short_signature(sig), e)
                 self.failed.add(sig)
             with self._cond:
-                self._queue.popleft()
+                self._building = None
+                if self._queue and self._queue[0][0] == sig:
+                    self._queue.popleft()
                 self._queued.discard(sig)
                 self._hot.discard(sig)
 
     def drop_waiting(self) -> int:
-        """Forget the queued signatures whose build has not started (the first one in the queue may
-        be building: it stays); returns how many were dropped. Their next calls queue them again
-        if the executor still specialises them."""
+        """Forget the queued signatures whose build has not started (the one being built stays);
+        returns how many were dropped. Their next calls queue them again if the executor still
+        specialises them."""
         with self._cond:
-            keep = [self._queue[0]] if self._queue else []
+            keep = [self._queue[0]] if self._queue and self._queue[0][0] == self._building else []
             dropped = len(self._queue) - len(keep)
             self._queue = deque(keep)
             self._queued = {e[0] for e in keep}
