@@ -24,6 +24,7 @@ from pycann.ge.compile.compiler import compile_model
 from pycann.ge.run.model import LoadedModel
 from pycann.kernels import bind_generic_conv
 from pycann.kernels.providers import onednn, openmp
+from tests.kernels.test_bind_generic_conv import _generic
 from tests.ops.oracle import run_ort
 
 pytestmark = [pytest.mark.usefixtures("default_providers"),
@@ -49,11 +50,6 @@ def _model(nodes: list[onnx.NodeProto], inputs: list[onnx.ValueInfoProto], inits
     m = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
     m.ir_version = 8
     return m
-
-
-def _generic(model: onnx.ModelProto) -> LoadedModel:
-    return LoadedModel.from_compiled(compile_model(model), plan_cache=PlanCacheConfig(policy=PlanPolicy.GENERIC,
-                                                                                     build=PlanBuild.INLINE))
 
 
 def _conv_model(w_shape: tuple[int, ...], attrs: dict[str, Any], act: str | None = None, seed: int = 0,

@@ -67,6 +67,18 @@ def _operands(x: np.ndarray, y_shape: tuple[int, ...], out: np.ndarray | None
     return x, y, x_strides, y_strides
 
 
+def _prefill(y: np.ndarray, residual: np.ndarray | None) -> None:
+    """The residual copied into the output, which the "sum" post-op adds to; ``OperandError`` when
+    it is missing or does not broadcast to the output."""
+    if residual is None:
+        raise OperandError("pointwise conv bound with a residual but none was given")
+    try:
+        np.copyto(y, residual)
+    except ValueError as e:
+        raise OperandError(f"conv residual {list(residual.shape)} does not broadcast to the output "
+                           f"{list(y.shape)}: {e}") from None
+
+
 class Pointwise:
     """The run-time-rows matmul of one pointwise weight (M, C, 1, ...), its bias / residual /
     activation post-ops fixed."""
@@ -100,13 +112,7 @@ class Pointwise:
         y_shape = (x.shape[0], self.m, *x.shape[2:])
         x, y, x_strides, y_strides = _operands(x, y_shape, out)
         if self.residual:
-            if residual is None:
-                raise OperandError("pointwise conv bound with a residual but none was given")
-            try:
-                np.copyto(y, residual)  # the "sum" post-op adds what the output holds
-            except ValueError as e:
-                raise OperandError(f"conv residual {list(residual.shape)} does not broadcast to the output "
-                                   f"{list(y_shape)}: {e}") from None
+            _prefill(y, residual)
         rows = math.prod(int(d) for d in y_shape) // self.m
         xp = address("conv input X", x, tuple(x.shape), strides=x_strides)
         yp = address("conv output Y", y, y_shape, strides=y_strides)
@@ -150,13 +156,7 @@ class Pointwise:
                 raise OperandError(f"pointwise conv bound for X {list(x_shape)}; got {list(x.shape)}")
             x, y, xs, ys = _operands(x, y_shape, None)
             if residual:
-                if r is None:
-                    raise OperandError("pointwise conv bound with a residual but none was given")
-                try:
-                    np.copyto(y, r)  # the "sum" post-op adds what the output holds
-                except ValueError as e:
-                    raise OperandError(f"conv residual {list(r.shape)} does not broadcast to the output "
-                                       f"{list(y_shape)}: {e}") from None
+                _prefill(y, r)
             xp = address("conv input X", x, x_shape, strides=xs)
             yp = address("conv output Y", y, y_shape, strides=ys)
             # Never wait for the lock: a thread of the parent that was running this shape at an
