@@ -28,7 +28,7 @@ import numpy as np
 
 from pycann.dtypes import bfloat16, is_bfloat16
 from pycann.kernels.algorithm import ONEDNN_CONV_BF16, ONEDNN_MATMUL_BF16, ONEDNN_MATMUL_BF16_PACKED
-from pycann.kernels.providers import ConvSpec, GemmSpec, Implementation, onednn_packed, openmp
+from pycann.kernels.providers import ConvSpec, GemmSpec, Implementation, omp_fork, onednn_packed, openmp
 from pycann.kernels.providers import numpy_blas as nb
 from pycann.kernels.providers import onednn_capi as capi
 from pycann.kernels.providers.onednn_eltwise import Unaries, Unary, _chain
@@ -433,3 +433,8 @@ def bf16_choice(spec: Any, constant_b: bool = False) -> Implementation | None:
     if _conv_ok(spec):
         return ALGORITHMS[0]
     return (ALGORITHMS[2] if constant_b else ALGORITHMS[1]) if _matmul_ok(spec) else None
+
+
+# a thread of the parent holding one of these at an os.fork is not in the child, whose next bf16 call
+# would wait for it for ever: the child starts with fresh ones
+omp_fork.renew_in_child(globals(), _lock=threading.Lock, _relayout_lock=threading.Lock)
