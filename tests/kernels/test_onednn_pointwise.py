@@ -248,3 +248,20 @@ def test_loading_a_model_with_symbolic_sizes_warms_the_shared_gemm(monkeypatch: 
     onnx.save(_db_head_model(), str(tmp_path / "db_head.onnx"))
     LoadedModel.from_file(tmp_path / "db_head.onnx")
     assert pw._warmed  # at load (the background-build interim plan was prepared), not in the first call
+
+
+def test_loading_a_static_model_with_a_conv_transpose_warms_the_shared_gemm(monkeypatch: pytest.MonkeyPatch,
+                                                                          tmp_path: Any) -> None:
+    """A static plan's ConvTransposes run unbound on PatchDeconv's GEMMs: their shared kernels are
+    compiled at load (on the packing thread), not in the first run; values as ORT's."""
+    from pycann.ge.compile.compiler import compile_model
+    from pycann.ge.compile.options import CompileOptions
+    from pycann.ge.run.model import LoadedModel
+
+    monkeypatch.setattr(pw, "_warmed", False)
+    model = _db_head_model()
+    cm = compile_model(model, CompileOptions(input_shape={"x": [1, 32, 24, 20]}))
+    m = LoadedModel.from_compiled(cm)
+    assert pw._warmed  # at load
+    x = np.random.default_rng(3).standard_normal((1, 32, 24, 20)).astype(np.float32)
+    np.testing.assert_allclose(m.run([x])[0], run_ort(model, {"x": x})[0], rtol=RTOL, atol=ATOL)

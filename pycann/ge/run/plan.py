@@ -74,6 +74,20 @@ class Arena:
         return raw.reshape(shape)
 
 
+_PATCH_OPS = frozenset({"ConvTranspose", "FusedConvTranspose"})
+
+
+def _warm_patch_gemm() -> None:
+    """``onednn_pointwise.warm`` when oneDNN is in use here; best effort (a load never fails on it)."""
+    try:
+        if available("onednn"):
+            from pycann.kernels.providers import onednn_pointwise
+
+            onednn_pointwise.warm()
+    except Exception:  # noqa: BLE001 - the first call then pays the JIT, as before
+        pass
+
+
 def _warm_buffer(nbytes: int) -> np.ndarray:
     """An arena buffer with every page written (zeros): a page fault costs ~1-2 us on this kind of
     VM, and a 4-8 MB arena is 1-2 thousand of them."""
@@ -178,6 +192,11 @@ class Plan:
                     continue
                 kernel = bk.run if bk is not None else run_kernel(op)
                 steps.append(Step(kernel, ins, outs, attrs, n, SCOPED if op.scoped else NORMAL, bound=bk))
+            if memory is not None and any(n.op_type in _PATCH_OPS for n in graph.nodes):
+                # ConvTransposes run unbound, on PatchDeconv's run-time-dims GEMMs: their shared
+                # kernels are JIT-compiled on first use in a process (~25 ms: PP-OCRv4 det's first run
+                # 56 -> 38 ms), here on the packing thread beside the binding
+                background_pack.submit(_warm_patch_gemm)
             if release is not None and packed:
                 # the last packed weights' mapped pages, before the first run adds its arena
                 background_pack.submit(release)
