@@ -22,6 +22,7 @@ from pycann.kernels.algorithm import ONEDNN_CONV_NHWC, ONEDNN_CONV_WINOGRAD, ONE
 from pycann.kernels.bind_base import Kernel, Prepare
 from pycann.kernels.bind_base import static_shape as _static
 from pycann.kernels.bind_onednn import PREPARE_ONEDNN
+from pycann.kernels.bind_resize import PREPARE_RESIZE
 from pycann.kernels.bind_small import PREPARE_SMALL, conv_im2col
 from pycann.kernels.bound import BoundKernel, bound
 from pycann.kernels.providers import onednn_cast
@@ -537,6 +538,7 @@ PREPARE: dict[tuple[str, str], Prepare] = {
     ("pycann", "SqueezeExciteProject"): _squeeze_excite_project,
     ("pycann", "ChannelShuffle"): _channel_shuffle,
     **PREPARE_SMALL,  # ReduceMean/Sum, Pow, ElementwiseChain, LSTM for tiny static shapes (bind_small.py)
+    **PREPARE_RESIZE,  # nearest Resize by integer factors into the arena view (bind_resize.py)
     # MaxPool comes from PREPARE_ONEDNN: oneDNN's pooling first, then ``_max_pool`` (ATen) above
     **PREPARE_ONEDNN,  # LayerNormalization, FusedAttention, Softmax, pooling, Gemm bound to oneDNN (bind_onednn.py)
 }
