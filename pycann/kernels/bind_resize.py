@@ -65,6 +65,11 @@ def _resize(attrs: Mapping[str, Any], ins: Sequence[Any], consts: Sequence[np.nd
     ys = _static(outs[0]) if outs else None
     if xs is None or ys is None or len(xs) != 4 or _text(attrs.get("mode", "nearest")) != "nearest":
         return None
+    if _text(attrs.get("coordinate_transformation_mode", "half_pixel")) == "tf_crop_and_resize":
+        # its roi can put output pixels outside the input (extrapolation_value there): the probe's
+        # values cannot tell that from a pixel whose value equals it (index 0 and the default 0.0
+        # both give 0, e.g. x (1, C, 2, 1) -> (1, C, 4, 1), roi H [-0.2, 1]: row 0 is 0, not x's)
+        return None
     if any(ins[i] is not None and (len(consts) <= i or consts[i] is None) for i in range(1, len(ins))):
         return None  # a run-time roi / scales / sizes
     n, c, h, w = xs

