@@ -77,7 +77,12 @@ def _bf16_conv_fused(inputs: Sequence[Any], attrs: Mapping[str, Any], relu: bool
         if bound < nan_guard._F32_SAFE or not drops:
             y = onednn_bf16.conv(x, w, b, int(attrs.get("group", 1)), win, z, post or None, out)
             if y is not None:
-                nan_guard.record(y, _bf16_out_bound(name, bound) if aff is None and bound > 0.0 else None)
+                # only a bound below _F32_SAFE proves the conv finite: a NaN-keeping activation
+                # runs above it too (a recorded input times large weights, an inf bias), and
+                # Tanh/Sigmoid's 1.01 would then be recorded for NaN values (a later guarded
+                # ReLU conv trusting it dropped them)
+                ok = aff is None and 0.0 < bound < nan_guard._F32_SAFE
+                nan_guard.record(y, _bf16_out_bound(name, bound) if ok else None)
                 return y
     if name not in ("", "Relu") or aff is not None:
         return None

@@ -135,3 +135,33 @@ def test_resize_old_opsets_match_ort(opset: int, tmp_path: Any) -> None:
     m.ir_version = 7
     x = np.random.default_rng(5).standard_normal(xs).astype(np.float32)
     np.testing.assert_array_equal(_pycann(m, x, tmp_path), run_ort(m, {"x": x})[0])
+
+
+def test_bf16_tanh_conv_records_no_bound_for_nan() -> None:
+    # a NaN-keeping activation's conv runs even when its (recorded) input's bound can overflow;
+    # Tanh's output bound 1.01 was then recorded for an output of NaN (-inf + inf bias), and a
+    # guarded ReLU conv after it trusted the record and dropped the NaN (ONNX keeps it)
+    from pycann.dtypes import bfloat16
+    from pycann.kernels import fused
+    from pycann.kernels.providers import nan_guard, onednn_bf16
+
+    if not onednn_bf16.native():
+        pytest.skip("no native bf16 oneDNN")
+    bf, c = bfloat16(), 16
+    nan_guard.new_run()
+    try:
+        x = np.full((1, c, 8, 8), 1e36, np.float32).astype(bf)
+        nan_guard.record(x, 1.01e36)
+        w = np.zeros((c, c, 1, 1), np.float32)
+        w[:, 0] = -1e3
+        b = np.full(c, np.inf, np.float32).astype(bf)
+        attrs = {"activation": "Tanh", "kernel_shape": [1, 1], "strides": [1, 1], "pads": [0, 0, 0, 0],
+                 "dilations": [1, 1], "group": 1}
+        y = fused._bf16_conv_fused([x, w.astype(bf), b], attrs, False)
+        assert y is not None and np.isnan(y.astype(np.float32)).all()
+        assert nan_guard.proven(y) is None
+        w2 = np.full((c, c, 1, 1), 0.1, np.float32).astype(bf)
+        y2 = fused.k_fused_conv([y, w2], {**attrs, "activation": "Relu"})[0]
+        assert np.isnan(y2.astype(np.float32)).all()
+    finally:
+        nan_guard.end_run()
