@@ -165,3 +165,122 @@ def test_bf16_tanh_conv_records_no_bound_for_nan() -> None:
         assert np.isnan(y2.astype(np.float32)).all()
     finally:
         nan_guard.end_run()
+
+
+def _graph(nodes: list[Any], outs: list[tuple[str, int]], inits: dict[str, np.ndarray],
+           xs: tuple[int, ...] = (1, 8, 20, 24)) -> Any:
+    g = helper.make_graph(nodes, "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, list(xs))],
+                          [helper.make_tensor_value_info(o, t, None) for o, t in outs],
+                          [numpy_helper.from_array(v, k) for k, v in inits.items()])
+    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
+    m.ir_version = 8
+    return m
+
+
+def _cast_models() -> dict[str, Any]:
+    rng = np.random.default_rng(7)
+    c = 16
+    w = {"W0": (rng.standard_normal((c, 8, 3, 3)) * 0.3).astype(np.float32),
+         "W1": (rng.standard_normal((c, c, 3, 3)) * 0.3).astype(np.float32)}
+    conv0 = helper.make_node("Conv", ["x", "W0"], ["c0"], pads=[1, 1, 1, 1])
+    conv1 = helper.make_node("Conv", ["f", "W1"], ["y"], pads=[1, 1, 1, 1])
+    mk = helper.make_node
+    return {
+        # int32 round trip between convs (truncation in a channels-last chain)
+        "int32": _graph([conv0, mk("Mul", ["c0", "k"], ["m"]), mk("Cast", ["m"], ["ci"], to=TensorProto.INT32),
+                         mk("Cast", ["ci"], ["f"], to=TensorProto.FLOAT), conv1],
+                        [("y", TensorProto.FLOAT)], {**w, "k": np.array(10, np.float32)}),
+        # int64 read by a layout-sensitive Reshape and Gather / ReduceSum / Flatten
+        "int64": _graph([conv0, mk("Cast", ["c0"], ["ci"], to=TensorProto.INT64), mk("Reshape", ["ci", "sh"], ["r"]),
+                         mk("Gather", ["ci", "gi"], ["g"], axis=1), mk("ReduceSum", ["ci", "ax"], ["s"], keepdims=0),
+                         mk("Flatten", ["ci"], ["fl"]), mk("Relu", ["c0"], ["f"]), conv1],
+                        [("r", TensorProto.INT64), ("g", TensorProto.INT64), ("s", TensorProto.INT64),
+                         ("fl", TensorProto.INT64), ("y", TensorProto.FLOAT)],
+                        {**w, "sh": np.array([1, -1], np.int64), "gi": np.array([3, 0], np.int64),
+                         "ax": np.array([3], np.int64)}),
+        # bool through Not, float16 through MaxPool and a Transpose output, uint8 output
+        "bool_f16_u8": _graph([conv0, mk("Cast", ["c0"], ["b"], to=TensorProto.BOOL), mk("Not", ["b"], ["nb"]),
+                               mk("Cast", ["nb"], ["fb"], to=TensorProto.FLOAT), mk("Mul", ["fb", "c0"], ["f"]), conv1,
+                               mk("Cast", ["c0"], ["h"], to=TensorProto.FLOAT16),
+                               mk("MaxPool", ["h"], ["p"], kernel_shape=[2, 2], strides=[2, 2]),
+                               mk("Transpose", ["h"], ["t"], perm=[0, 2, 3, 1]),
+                               mk("Clip", ["c0", "lo", "hi"], ["cl"]), mk("Cast", ["cl"], ["u"], to=TensorProto.UINT8)],
+                              [("y", TensorProto.FLOAT), ("nb", TensorProto.BOOL), ("p", TensorProto.FLOAT16),
+                               ("t", TensorProto.FLOAT16), ("u", TensorProto.UINT8)],
+                              {**w, "lo": np.array(0, np.float32), "hi": np.array(255, np.float32)}),
+    }
+
+
+@pytest.mark.parametrize("name", ["int32", "int64", "bool_f16_u8"])
+@pytest.mark.parametrize("bf16", [False, True])
+def test_cast_in_conv_chains_matches_without_layout_selection(name: str, bf16: bool) -> None:
+    from pycann import CompileOptions
+    from pycann.ge.compile.compiler import compile_model
+    from pycann.ge.run.model import LoadedModel
+
+    m = _cast_models()[name]
+    opts: dict[str, Any] = {"precision_mode": "allow_fp32_to_bf16", "soc_version": "Ascend910B2"} if bf16 else {}
+    x = (np.random.default_rng(8).standard_normal((1, 8, 20, 24)) * 3).astype(np.float32)
+    got = LoadedModel.from_compiled(compile_model(m, CompileOptions(**opts))).run_dict({"x": x})
+    off = LoadedModel.from_compiled(compile_model(m, CompileOptions(**opts, disabled_passes=["LayoutSelection"])))
+    want_off = off.run_dict({"x": x})
+    ref = run_ort(m, {"x": x})
+    for g, o, r in zip(got, want_off, ref):
+        assert g.shape == r.shape and g.dtype == r.dtype
+        if g.dtype.kind in "iub" or not bf16:
+            np.testing.assert_array_equal(g, o)
+        if not bf16:
+            if r.dtype.kind in "iub":
+                np.testing.assert_array_equal(g, r)
+            else:
+                np.testing.assert_allclose(g.astype(np.float32), r.astype(np.float32), rtol=1e-3, atol=1e-3)
+
+
+def test_vision_signature_limit_then_early_shapes_and_fork() -> None:
+    import os
+
+    from pycann.config import PlanBuild, PlanCacheConfig, PlanPolicy
+    from pycann.ge.compile.compiler import compile_model
+    from pycann.ge.run.model import LoadedModel
+    from tests.ge.test_plan_cache import _conv_model, _img
+
+    m = _conv_model()
+    name = m.graph.input[0].name
+    cfg = PlanCacheConfig(policy=PlanPolicy.AUTO, build=PlanBuild.BACKGROUND)
+    lm = LoadedModel.from_compiled(compile_model(m), plan_cache=cfg)
+    ex = lm.executor
+
+    def check(h: int, w: int) -> None:
+        x = _img(h, w)
+        for g, r in zip(lm.run_dict({name: x}), run_ort(m, {name: x})):
+            np.testing.assert_allclose(g, r, rtol=1e-4, atol=1e-4)
+
+    shapes = [(8 + i, 9) for i in range(20)]
+    for s in shapes[:16]:
+        check(*s)
+        assert ex.wait_builds(60)
+    for s in shapes[16:]:  # past the limit: generic, nothing queued
+        check(*s)
+    assert ex.wait_builds(60) and lm.plan_cache_stats().built == ex.AUTO_VISION_SIGNATURES
+    for s in shapes[:16]:  # the early shapes hit their plans
+        check(*s)
+    st = lm.plan_cache_stats()
+    assert st.hits == 16 and st.built == 16
+    # fork while builds are queued: the child builds its own and answers right
+    lm = LoadedModel.from_compiled(compile_model(m), plan_cache=cfg)
+    ex = lm.executor
+    with ex._lock:
+        for s in shapes[:4]:
+            check(*s)
+        pid = os.fork()
+        if pid == 0:  # pragma: no cover - the child
+            code = 1
+            try:
+                for s in shapes[:6] * 2:
+                    check(*s)
+                code = 0 if ex.wait_builds(30) else 2
+            finally:
+                os._exit(code)
+    _, status = os.waitpid(pid, 0)
+    assert os.WEXITSTATUS(status) == 0
+    assert ex.wait_builds(60)
