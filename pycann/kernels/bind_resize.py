@@ -31,7 +31,7 @@ from pycann.kernels.bound import BoundKernel
 
 __all__ = ["PREPARE_RESIZE"]
 
-_PROBE_MAX = 1 << 24  # pixels in the probe at most (16 M float64: 128 MB); larger maps keep the generic kernel
+_PROBE_MAX = 1 << 24  # output pixels of the probe at most (16 M float64: 128 MB); larger maps keep the generic kernel
 
 
 def _upsample(x: np.ndarray, y: np.ndarray, kh: int, kw: int) -> bool:
@@ -73,7 +73,9 @@ def _resize(attrs: Mapping[str, Any], ins: Sequence[Any], consts: Sequence[np.nd
     if any(ins[i] is not None and (len(consts) <= i or consts[i] is None) for i in range(1, len(ins))):
         return None  # a run-time roi / scales / sizes
     n, c, h, w = xs
-    if ys[:2] != (n, c) or 0 in xs or ys[2] % h or ys[3] % w or ys[2:] == (h, w) or h * w > _PROBE_MAX \
+    # the probe's result (and the repeat it is compared with) has the output's H x W: bound that,
+    # not the input's (a 2 x 2 int8 map x 4096 x 2048 made ~540 MB of float64 probes at load)
+    if ys[:2] != (n, c) or 0 in xs or ys[2] % h or ys[3] % w or ys[2:] == (h, w) or ys[2] * ys[3] > _PROBE_MAX \
             or attrs.get("axes") or _text(attrs.get("keep_aspect_ratio_policy", "stretch")) != "stretch":
         return None
     kh, kw = ys[2] // h, ys[3] // w
