@@ -284,3 +284,52 @@ def test_vision_signature_limit_then_early_shapes_and_fork() -> None:
     _, status = os.waitpid(pid, 0)
     assert os.WEXITSTATUS(status) == 0
     assert ex.wait_builds(60)
+
+
+def test_resize_probe_is_bounded_by_the_output() -> None:
+    # _PROBE_MAX bounded the probe's input pixels, but its result (and the repeat it is compared
+    # with) has the output's: a 2 x 2 int8 map resized x 4096 x 2048 (32 MB of output) made ~540 MB
+    # of float64 probes and ~2 s at load; now such a node keeps the generic kernel
+    import tracemalloc
+
+    from pycann.dtypes import TensorDesc
+    from pycann.kernels.bind_resize import PREPARE_RESIZE
+
+    attrs = {"mode": "nearest", "coordinate_transformation_mode": "asymmetric", "nearest_mode": "floor",
+             "keep_aspect_ratio_policy": "stretch"}
+    tracemalloc.start()
+    try:
+        k = PREPARE_RESIZE[("", "Resize")](attrs, [TensorDesc(3, (1, 1, 2, 2)), None, TensorDesc(1, (4,))],
+                                           [None, None, np.array([1, 1, 4096, 2048], np.float32)],
+                                           [TensorDesc(3, (1, 1, 8192, 4096))])
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert k is None and peak < 64 << 20
+
+
+def test_bf16_input_cast_bits_over_feed_layouts(tmp_path: Any) -> None:
+    # a bfloat16 graph input Cast to float32 (the oneDNN reorder from 32K values): every bit pattern
+    # (NaN payloads, infs, subnormals) as ml_dtypes widens it, for C-order, strided, reversed and
+    # channels-last feeds, twice (the cached primitives)
+    import ml_dtypes
+    import onnx
+
+    nodes = [helper.make_node("Cast", ["x"], ["y"], to=TensorProto.FLOAT),
+             helper.make_node("Cast", ["x"], ["y2"], to=TensorProto.FLOAT), helper.make_node("Relu", ["y2"], ["z"])]
+    g = helper.make_graph(nodes, "g", [helper.make_tensor_value_info("x", TensorProto.BFLOAT16, [1, 64, 32, 32])],
+                          [helper.make_tensor_value_info("y", TensorProto.FLOAT, None),
+                           helper.make_tensor_value_info("z", TensorProto.FLOAT, None)])
+    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 19)])
+    m.ir_version = 9
+    p = tmp_path / "c.onnx"
+    onnx.save(m, str(p))
+    sess = pycann.InferSession(0, str(p))
+    base = np.random.default_rng(0).integers(0, 65536, (1, 64, 32, 64), dtype=np.uint16).view(ml_dtypes.bfloat16)
+    feeds = [np.ascontiguousarray(base[..., :32]), base[..., ::2], base[..., ::-1][..., :32],
+             np.ascontiguousarray(base[..., :32].transpose(0, 2, 3, 1)).transpose(0, 3, 1, 2)]
+    for x in feeds:
+        want = np.ascontiguousarray(x).astype(np.float32)
+        for _ in range(2):
+            y = sess.infer([x])[0]
+            np.testing.assert_array_equal(np.ascontiguousarray(y).view(np.uint32), want.view(np.uint32))
