@@ -27,6 +27,7 @@ from pycann.kernels.algorithm import Threads
 from pycann.kernels.bound import BoundKernel
 from pycann.kernels.providers import onednn_capi as capi
 from pycann.kernels.providers.native_args import address
+from pycann.ops.nn.spatial import empty_like_layout
 
 __all__ = ["MIN_ELEMENTS", "bound_cast"]
 
@@ -34,14 +35,6 @@ MIN_ELEMENTS = 1 << 15  # below: numpy's astype (a oneDNN call's overhead is ~10
 _BF16 = 2  # dnnl_data_type_t dnnl_bf16
 _MAX_LAYOUTS = 8  # (input strides, output strides) pairs one bound cast keeps a primitive for
 _F32 = np.dtype(np.float32)
-
-
-def _like(x: np.ndarray, dtype: np.dtype) -> np.ndarray:
-    """An uninitialised array of ``x``'s shape and ``dtype`` in ``x``'s memory order (as
-    ``astype`` lays out its result: a channels-last input gives a channels-last output)."""
-    order = sorted(range(x.ndim), key=lambda i: (-abs(x.strides[i]), i))  # outermost first
-    inv = np.argsort(order)
-    return np.empty([x.shape[i] for i in order], dtype).transpose(inv)
 
 
 def bound_cast(shape: Sequence[int], src: np.dtype, dst: np.dtype, fallback: Any) -> BoundKernel | None:
@@ -83,7 +76,7 @@ def bound_cast(shape: Sequence[int], src: np.dtype, dst: np.dtype, fallback: Any
             return [y]
         o = out[0] if out is not None else None
         y = o if o is not None and o.dtype == dst and o.shape == shape and o.flags.writeable \
-            and not np.may_share_memory(o, x) else _like(x, dst)
+            and not np.may_share_memory(o, x) else empty_like_layout(x, shape, dst)
         try:
             prim, sm, dm = primitive(x.strides, y.strides)
         except capi.DnnlError:  # a layout oneDNN does not take (negative strides): numpy's
