@@ -127,8 +127,9 @@ def test_a_held_lock_is_not_waited_for() -> None:
     k = _kernel(BF16, F32)
     x = _values(SHAPE, 7).astype(BF16)
     k.run([x], {"to": 1})  # the primitive made
-    locks = [c.cell_contents for c in k.run.__closure__ or () if isinstance(c.cell_contents, type(threading.Lock()))]
-    assert len(locks) == 1
-    with locks[0]:
+    (prims,) = k.keep
+    (reorder,) = prims.values()
+    assert isinstance(reorder._lock, type(threading.Lock()))
+    with reorder._lock:
         y = k.run([x], {"to": 1})[0]
     np.testing.assert_array_equal(_bits(y), _bits(x.astype(F32)))

@@ -141,7 +141,7 @@ def _to_channels_last(a: np.ndarray) -> np.ndarray:
 
 
 _RELAYOUT_MIN = 1 << 15
-_relayouts: dict[tuple[Any, ...], tuple[Any, Any, Any]] = {}
+_relayouts: dict[tuple[Any, ...], capi.Reorder] = {}
 
 
 def _relayout(a: np.ndarray, out: np.ndarray) -> None:
@@ -150,28 +150,12 @@ def _relayout(a: np.ndarray, out: np.ndarray) -> None:
     with _lock:
         p = _relayouts.get(key)
     if p is None:
-        smd, dmd = _md(a.shape, a.strides, 2, BF16), _md(out.shape, out.strides, 2, BF16)
-        sm, dm = capi.Memory(smd, 0), capi.Memory(dmd, 0)
-        p = (capi.Primitive(capi.reorder_pd(smd, dmd), [(capi.ARG_FROM, sm), (capi.ARG_TO, dm)]), sm, dm)
+        p = capi.Reorder(_md(a.shape, a.strides, 2, BF16), _md(out.shape, out.strides, 2, BF16))
         with _lock:
             if len(_relayouts) >= 64:
                 _relayouts.clear()
             _relayouts[key] = p
-    prim, sm, dm = p
-    # the two memories are shared; never wait for their lock (a thread of the parent holding it at
-    # an os.fork is not in the child, which would wait for ever): held, this call makes its own
-    if not _relayout_lock.acquire(blocking=False):
-        prim.execute_on([(capi.ARG_FROM, capi.Memory(sm.md, capi.ptr(a))), (capi.ARG_TO, capi.Memory(dm.md, capi.ptr(out)))])
-        return
-    try:
-        sm.set(capi.ptr(a))
-        dm.set(capi.ptr(out))
-        prim.execute()
-    finally:
-        _relayout_lock.release()
-
-
-_relayout_lock = threading.Lock()
+    p.run(capi.ptr(a), capi.ptr(out))
 
 
 def _post_ops(residual: np.ndarray | None, post: Unaries) -> tuple[Any, list[tuple[Any, ...]]]:
@@ -435,6 +419,6 @@ def bf16_choice(spec: Any, constant_b: bool = False) -> Implementation | None:
     return (ALGORITHMS[2] if constant_b else ALGORITHMS[1]) if _matmul_ok(spec) else None
 
 
-# a thread of the parent holding one of these at an os.fork is not in the child, whose next bf16 call
-# would wait for it for ever: the child starts with fresh ones
-omp_fork.renew_in_child(globals(), _lock=threading.Lock, _relayout_lock=threading.Lock)
+# a thread of the parent holding it at an os.fork is not in the child, whose next bf16 call would wait
+# for it for ever: the child starts with a fresh one (the relayouts' own locks are never waited for)
+omp_fork.renew_in_child(globals(), _lock=threading.Lock)

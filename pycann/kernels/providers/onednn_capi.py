@@ -79,7 +79,7 @@ __all__ = [
     "ARG_BIAS", "ARG_DST", "ARG_FROM", "ARG_SCALE", "ARG_SHIFT", "ARG_SRC", "ARG_TO", "ARG_WEIGHTS", "Attr",
     "BINARY_ADD", "CONVOLUTION_DIRECT", "DECONVOLUTION_DIRECT", "Dims", "DnnlError", "ELTWISE", "ENGINE_CPU",
     "ExecArg", "F32", "FORMAT_ANY", "FORWARD_INFERENCE", "LAST_IMPL_REACHED", "MAX_NDIMS", "MEMORY_ALLOCATE",
-    "Memory", "MemoryDesc", "POOLING", "Primitive", "PrimitiveDesc", "QUERY_DATA_TYPE", "QUERY_DIMS",
+    "Memory", "MemoryDesc", "POOLING", "Primitive", "PrimitiveDesc", "QUERY_DATA_TYPE", "QUERY_DIMS", "Reorder",
     "QUERY_DST_MD", "QUERY_IMPL_INFO_STR", "QUERY_NDIMS_S32", "QUERY_WEIGHTS_MD", "RUNTIME_DIM", "SOFTMAX_ACCURATE",
     "STREAM_DEFAULT", "SUCCESS", "USE_SCALE", "USE_SHIFT", "Version", "arg_post_op_src1", "check",
     "convolution_pd", "dense_strides", "dims", "engine", "layer_normalization_pd", "layout_strides",
@@ -517,6 +517,30 @@ class Primitive(_Owned):
             raise DnnlError("dnnl_primitive_execute", st)
         if self._wait is not None:
             check(self._wait(self._stream), "dnnl_stream_wait")
+
+
+class Reorder:
+    """A reorder primitive between two fixed descriptors (``src``, ``dst``: layouts, data types) run
+    on any pair of buffers: ``run(src_ptr, dst_ptr)`` re-points its two memories. They are shared, so
+    a call that finds them in use (another thread, or a forked child whose parent thread held them at
+    the fork, which would otherwise wait for ever) executes on memories of its own."""
+
+    def __init__(self, src: MemoryDesc, dst: MemoryDesc) -> None:
+        self.src, self.dst = Memory(src, 0), Memory(dst, 0)  # (pointed per call)
+        self.prim = Primitive(reorder_pd(src, dst), [(ARG_FROM, self.src), (ARG_TO, self.dst)])
+        self._lock = threading.Lock()
+
+    def run(self, src_ptr: int, dst_ptr: int) -> None:
+        """Convert the data at ``src_ptr`` into ``dst_ptr`` (the caller checked both buffers)."""
+        if not self._lock.acquire(blocking=False):
+            self.prim.execute_on([(ARG_FROM, Memory(self.src.md, src_ptr)), (ARG_TO, Memory(self.dst.md, dst_ptr))])
+            return
+        try:
+            self.src.set(src_ptr)
+            self.dst.set(dst_ptr)
+            self.prim.execute()
+        finally:
+            self._lock.release()
 
 
 def reorder(src: Any, src_ptr: int, dst: Any, api: Any = None, *, keep: Any = None,

@@ -16,7 +16,6 @@ less than a primitive's.
 
 from __future__ import annotations
 
-import threading
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -51,16 +50,12 @@ def bound_cast(shape: Sequence[int], src: np.dtype, dst: np.dtype, fallback: Any
         return None
     from pycann.kernels.providers.onednn_bf16 import _md
 
-    dt_in, dt_out = _BF16, capi.F32
-    prims: dict[tuple[tuple[int, ...], tuple[int, ...]], tuple[Any, Any, Any]] = {}
-    lock = threading.Lock()
+    prims: dict[tuple[tuple[int, ...], tuple[int, ...]], capi.Reorder] = {}
 
-    def primitive(xs: tuple[int, ...], ys: tuple[int, ...]) -> tuple[Any, Any, Any]:
+    def primitive(xs: tuple[int, ...], ys: tuple[int, ...]) -> capi.Reorder:
         p = prims.get((xs, ys))
         if p is None:
-            smd, dmd = _md(shape, xs, src.itemsize, dt_in), _md(shape, ys, dst.itemsize, dt_out)
-            sm, dm = capi.Memory(smd, 0), capi.Memory(dmd, 0)
-            p = (capi.Primitive(capi.reorder_pd(smd, dmd), [(capi.ARG_FROM, sm), (capi.ARG_TO, dm)]), sm, dm)
+            p = capi.Reorder(_md(shape, xs, src.itemsize, _BF16), _md(shape, ys, dst.itemsize, capi.F32))
             if len(prims) >= _MAX_LAYOUTS:  # (no lock: dict operations are atomic under the GIL)
                 prims.clear()
             prims[(xs, ys)] = p
@@ -78,24 +73,12 @@ def bound_cast(shape: Sequence[int], src: np.dtype, dst: np.dtype, fallback: Any
         y = o if o is not None and o.dtype == dst and o.shape == shape and o.flags.writeable \
             and not np.may_share_memory(o, x) else empty_like_layout(x, shape, dst)
         try:
-            prim, sm, dm = primitive(x.strides, y.strides)
+            reorder = primitive(x.strides, y.strides)
         except capi.DnnlError:  # a layout oneDNN does not take (negative strides): numpy's
             y[...] = fallback(inputs, attrs)[0]
             return [y]
-        xp = address("Cast input", x, shape, src, strides=x.strides)
-        yp = address("Cast output", y, shape, dst, strides=y.strides)
-        # the memories are shared by concurrent runs; never wait for their lock (a thread of the
-        # parent holding it at an os.fork is not in the child, which would wait for ever): held,
-        # this call executes on memories of its own
-        if lock.acquire(blocking=False):
-            try:
-                sm.set(xp)
-                dm.set(yp)
-                prim.execute()
-            finally:
-                lock.release()
-        else:
-            prim.execute_on([(capi.ARG_FROM, capi.Memory(sm.md, xp)), (capi.ARG_TO, capi.Memory(dm.md, yp))])
+        reorder.run(address("Cast input", x, shape, src, strides=x.strides),
+                    address("Cast output", y, shape, dst, strides=y.strides))
         if o is not None and y is not o:
             o[...] = y
             return [o]
