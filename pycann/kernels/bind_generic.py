@@ -39,6 +39,7 @@ import numpy as np
 from pycann.dtypes import TensorDesc
 from pycann.kernels import algorithm, bind_generic_conv
 from pycann.kernels.algorithm import ONEDNN_GEMM, ONEDNN_MATMUL, Packing, Threads
+from pycann.kernels.bind_base import remember
 from pycann.kernels.bound import BoundKernel
 
 __all__ = ["MAX_ROW_KERNELS", "PREPARE_GENERIC", "GenericPrepare", "packed_matmul"]
@@ -85,10 +86,7 @@ def packed_matmul(b: np.ndarray, bias: np.ndarray | None, unary: Any, residual: 
         if kb is not False:
             return kb  # type: ignore[return-value]
         kb = onednn_matmul.bound_matmul(b, bias, (rows, k), unary, residual)  # reuses the packed b
-        with lock:
-            if len(table) >= MAX_ROW_KERNELS:
-                table.pop(next(k for k in table if k != 1))  # the oldest but the first (it holds the packing)
-            table[rows] = kb
+        remember(table, lock, rows, kb, MAX_ROW_KERNELS, keep=1)  # (1: the first, it holds the packing)
         return kb
 
     def kernel(inputs: Sequence[Any], attrs: Mapping[str, Any], out: Any = None) -> list[np.ndarray]:
@@ -222,10 +220,7 @@ def _layer_norm(attrs: Mapping[str, Any], ins: Sequence[TensorDesc | None], cons
         kb = table.get(rows, _MISSING)  # one lookup: another thread may evict between two
         if kb is _MISSING:
             kb = onednn_norm.bound_layer_norm((rows, n), n, scale, bias, eps)
-            with lock:
-                if len(table) >= MAX_ROW_KERNELS:
-                    table.pop(next(iter(table)))
-                table[rows] = kb
+            remember(table, lock, rows, kb, MAX_ROW_KERNELS)
         if kb is None:
             return fallback(inputs, attrs)  # type: ignore[no-any-return]
         x2 = x.reshape(rows, n) if x.flags.c_contiguous else np.ascontiguousarray(x).reshape(rows, n)

@@ -40,6 +40,7 @@ import numpy as np
 from pycann.dtypes import TensorDesc
 from pycann.kernels import algorithm
 from pycann.kernels.algorithm import ONEDNN_CONV_NHWC, ONEDNN_CONV_WINOGRAD, Packing, Threads
+from pycann.kernels.bind_base import remember
 from pycann.kernels.bound import BoundKernel, bound
 
 __all__ = ["MAX_SHAPES", "conv"]
@@ -84,16 +85,7 @@ def conv(attrs: Mapping[str, Any], ins: Sequence[TensorDesc | None], consts: Seq
         kb = table.get(key, _MISSING)  # one lookup: another thread may evict between two
         if kb is _MISSING:
             kb = _bind(attrs, ins, consts, outs, x, r, w, b, residual)
-            # Never wait for the lock: a thread of the parent inside it at an os.fork is not in the
-            # child, where the lock then stays taken for ever. Held (that, or another thread
-            # recording its shape now), this call's kernel serves the call unrecorded.
-            if lock.acquire(blocking=False):
-                try:
-                    if len(table) >= MAX_SHAPES:
-                        table.pop(next(iter(table)))
-                    table[key] = kb
-                finally:
-                    lock.release()
+            remember(table, lock, key, kb, MAX_SHAPES)  # (never waits: a forked child's lock may be taken)
         if kb is None:
             return fallback(inputs, attrs)  # type: ignore[no-any-return]
         return kb.run(inputs, attrs)  # type: ignore[no-any-return]
