@@ -71,6 +71,7 @@ def conv(attrs: Mapping[str, Any], ins: Sequence[TensorDesc | None], consts: Seq
     if algorithm.of(attrs) is not None:
         return None  # a recorded choice (the bf16 modes, a tuned model) stays with the generic kernel
     residual = len(ins) > 3 and ins[3] is not None
+    _prepare_pointwise(attrs, x, w, b, residual)
     table: dict[tuple[Any, ...], BoundKernel | None] = {}
     lock = threading.Lock()
     team = openmp.team
@@ -125,6 +126,39 @@ def _bind(attrs: Mapping[str, Any], ins: Sequence[TensorDesc | None], consts: Se
         assert r is not None
         descs.append(TensorDesc(1, tuple(int(d) for d in r.shape)))
     return bound(bind.PREPARE[("", "Conv")](a, descs, consts, outs))
+
+
+def _prepare_pointwise(attrs: Mapping[str, Any], x: TensorDesc, w: np.ndarray, b: np.ndarray | None,
+                       residual: bool) -> None:
+    """Make a pointwise conv's run-time-rows matmul now, when the plan is built (the model's load:
+    ``Executor.prepare_generic``), not in the first call: its primitive and transposed weight do not
+    depend on the input shape, and ``_pointwise`` finds them in ``onednn_pointwise``'s table
+    (PP-OCRv4 rec's first call made 17 of them, ~4 ms). Where X's spatial dims are known (a
+    squeeze-and-excitation conv on a 1 x 1 image) the provider ``_bind`` would pick for one image
+    decides; elsewhere the geometry at a nominal size does (1x1, stride 1, no pads: any size)."""
+    from pycann.kernels import bind
+    from pycann.kernels.providers import ConvSpec, onednn, resolve
+    from pycann.kernels.providers import onednn_pointwise as pw
+    from pycann.ops.nn.conv import conv_window
+
+    group = int(attrs.get("group", 1))
+    spatial = x.shape[2:] if x.shape is not None else None
+    if spatial is None or w.ndim != len(x.shape or ()) or not onednn.POINTWISE_ANY_SIZE or not onednn.available():
+        return
+    known = all(isinstance(d, int) for d in spatial)
+    xs = (1, int(w.shape[1]) * group, *(d if known and isinstance(d, int) else 8 for d in spatial))
+    try:
+        win = conv_window(xs, w.shape, attrs)
+    except (ValueError, TypeError, AssertionError):
+        return
+    if not pw.pointwise(w, group, win):
+        return
+    if known and resolve(None, lambda: ConvSpec("Conv", xs, tuple(w.shape), group, win, win.out,
+                                                "float32")).algo is not ONEDNN_CONV_NHWC:
+        return
+    ok, unary = bind._dnnl_post_ops(attrs)
+    if ok:
+        pw.plan(w, b is not None, unary, residual)  # (None when oneDNN declines: the first call sees that too)
 
 
 def _pointwise(attrs: Mapping[str, Any], x_shape: tuple[int, ...], w: np.ndarray, b: np.ndarray | None,

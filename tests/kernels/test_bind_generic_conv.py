@@ -94,13 +94,47 @@ def test_each_size_bound_once_and_values_match_ort() -> None:
 
 
 def test_pointwise_convs_share_one_matmul_per_weight() -> None:
-    lm = _generic(_model())
     before = set(pw._plans)
+    lm = _generic(_model())
     rng = np.random.default_rng(1)
     for h, w in SIZES:
         lm.run([rng.standard_normal((1, 3, h, w)).astype(np.float32)])
     made = set(pw._plans) - before
-    assert 1 <= len(made) <= 2  # w1 (+HardSwish), w3 (no bias): not one per size
+    assert 1 <= len(made) <= 3  # w1 (+HardSwish), w3 (no bias), w4 (made at load): not one per size
+
+
+def test_pointwise_matmuls_are_made_at_load_not_in_the_first_call() -> None:
+    model = _model()
+    before = set(pw._plans)
+    lm = _generic(model)
+    at_load = set(pw._plans) - before
+    # w1, w3 and the head w4 (its spatial size is unknown at load: numpy's im2col takes it only at
+    # small sizes): each pointwise conv's run-time-rows matmul, keyed by its weight
+    assert len(at_load) == 3
+    assert {k[2] for k in at_load} == {(32, 16, 1, 1), (24, 32, 1, 1), (2, 24, 1, 1)}
+    x = np.random.default_rng(5).standard_normal((1, 3, 64, 72)).astype(np.float32)
+    (y,) = lm.run([x])
+    assert set(pw._plans) - before == at_load  # the first call found them
+    np.testing.assert_allclose(y, run_ort(model, {"x": x})[0], rtol=RTOL, atol=ATOL)
+
+
+def test_a_pointwise_conv_on_a_known_tiny_image_gets_no_matmul_at_load() -> None:
+    """A squeeze-and-excitation conv (1 x 1 image after GlobalAveragePool): numpy's product takes
+    it at every batch size, so the load makes no oneDNN matmul for it."""
+    rng = np.random.default_rng(12)
+    w = (rng.standard_normal((8, 16, 1, 1)) / 4).astype(np.float32)
+    nodes = [helper.make_node("GlobalAveragePool", ["x"], ["g"]), helper.make_node("Conv", ["g", "w"], ["y"])]
+    graph = helper.make_graph(nodes, "se", [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["n", 16, "h", "w"])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)],
+                              [onnx.numpy_helper.from_array(w, "w")])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    model.ir_version = 8
+    before = set(pw._plans)
+    lm = _generic(model)
+    assert not {k for k in set(pw._plans) - before if k[2] == (8, 16, 1, 1)}
+    x = rng.standard_normal((2, 16, 9, 7)).astype(np.float32)
+    (y,) = lm.run([x])
+    np.testing.assert_allclose(y, run_ort(model, {"x": x})[0], rtol=RTOL, atol=ATOL)
 
 
 def test_fused_relu_keeps_nan_as_onnxruntime() -> None:
