@@ -18,7 +18,7 @@ from typing import Any
 
 import numpy as np
 
-from pycann.dtypes import TensorDesc
+from pycann.dtypes import TensorDesc, to_numpy
 from pycann.kernels import algorithm
 from pycann.kernels.algorithm import ONEDNN_GEMM, Layout, Threads
 from pycann.kernels.bind_base import Kernel, Prepare
@@ -322,7 +322,8 @@ def _chain(attrs, ins, consts, outs) -> Kernel | None:  # type: ignore[no-untype
 
 
 def _concat(attrs, ins, consts, outs) -> Kernel | None:  # type: ignore[no-untyped-def]
-    """Concat of float32 4-D inputs of static shape inside a channels-last chain
+    """Concat of float32 (or bfloat16 / float16: a reduced-precision mode's FPN) 4-D inputs of
+    static shape inside a channels-last chain
     (``_layout == "NHWC"``), written into the executor's arena view: at least
     ``onednn_concat.MIN_ELEMENTS`` in all, one oneDNN concat primitive (multi-threaded); smaller,
     numpy's one strided copy (single-threaded, but in cache it beats the primitive: DenseNet's 62
@@ -336,11 +337,14 @@ def _concat(attrs, ins, consts, outs) -> Kernel | None:  # type: ignore[no-untyp
     shapes = [_static(d) for d in ins]
     out = _static(outs[0]) if outs else None
     if fallback is None or out is None or len(out) != 4 or attrs.get("_layout") != "NHWC" or not ins \
-            or any(s is None or len(s) != 4 for s in shapes) or not _f32(*ins) or not _usable():
+            or any(s is None or len(s) != 4 for s in shapes) or len({d.dtype for d in ins}) != 1 \
+            or ins[0].dtype not in _CONCAT_DTYPES or not _usable():
         return fallback
+    dtype = to_numpy(ins[0].dtype)
     axis = int(attrs["axis"]) % 4
     cl = [capi.layout_strides(s, True) for s in shapes]  # type: ignore[arg-type]
-    primitive = onednn_concat.bound_concat(shapes, cl, axis, out, capi.layout_strides(out, True))  # type: ignore[arg-type]
+    primitive = onednn_concat.bound_concat(shapes, cl, axis, out, capi.layout_strides(out, True),  # type: ignore[arg-type]
+                                           dtype)
     if primitive is None:
         return fallback  # (bind._concat: numpy's copy, into the arena view, bounds passed on)
     run, numpy_run = primitive.run, fallback.run  # type: ignore[union-attr,attr-defined]
@@ -348,7 +352,7 @@ def _concat(attrs, ins, consts, outs) -> Kernel | None:  # type: ignore[no-untyp
     record_max = nan_guard.record_max
 
     def kernel(x: Sequence[Any], a: Mapping[str, Any], into: Sequence[np.ndarray] | None = None) -> list[np.ndarray]:
-        y = into[0] if into is not None else np.empty([out[p] for p in perm], np.float32).transpose(0, 3, 1, 2)
+        y = into[0] if into is not None else np.empty([out[p] for p in perm], dtype).transpose(0, 3, 1, 2)
         if run(x, y) is None:  # other strides than bound
             return numpy_run(x, a, [y])  # type: ignore[no-any-return]
         if into is not None:
@@ -356,6 +360,10 @@ def _concat(attrs, ins, consts, outs) -> Kernel | None:  # type: ignore[no-untyp
         return [y]
 
     return BoundKernel(kernel, writes_out=True, threads=Threads.OPENMP, layout=Layout.NHWC, keep=primitive.keep)
+
+
+# float32, float16, bfloat16 (TensorProto): the concats the primitive copies
+_CONCAT_DTYPES = (1, 10, 16)
 
 
 def _binary(op: str) -> Prepare:

@@ -127,15 +127,39 @@ def test_other_strides_at_run_time_fall_back_to_the_generic_kernel() -> None:
 # ------------------------------------------------------------ Concat (providers/onednn_concat.py)
 
 
-def _concat_kernel(shapes: list[tuple[int, ...]], axis: int, layout: str | None = "NHWC") -> tuple[Any, Any]:
+def _concat_kernel(shapes: list[tuple[int, ...]], axis: int, layout: str | None = "NHWC",
+                   dtype: int = 1) -> tuple[Any, Any]:
     from pycann.kernels.bind_onednn import PREPARE_ONEDNN
 
     attrs = {"axis": axis, "_layout": layout}
     out = list(shapes[0])
     out[axis] = sum(s[axis] for s in shapes)
-    k = PREPARE_ONEDNN[("", "Concat")](attrs, [TensorDesc(1, s) for s in shapes], [None] * len(shapes),
-                                       [TensorDesc(1, tuple(out))])
+    k = PREPARE_ONEDNN[("", "Concat")](attrs, [TensorDesc(dtype, s) for s in shapes], [None] * len(shapes),
+                                       [TensorDesc(dtype, tuple(out))])
     return k, attrs
+
+
+@pytest.mark.parametrize("dtype", [16, 10])  # bfloat16, float16 (TensorProto)
+def test_two_byte_float_concat_copies_the_bits(dtype: int) -> None:
+    """A reduced-precision mode's channel concat (PP-OCR det's FPN in bf16): one oneDNN primitive
+    copying the 2-byte values as they are, NaN payloads and infinities included (float16: where
+    this CPU's oneDNN has no float16 concat, numpy's copy, the same bits)."""
+    from pycann.dtypes import to_numpy
+
+    np_dt = to_numpy(dtype)
+    shapes = [(1, 24, 160, 160)] * 4
+    k, attrs = _concat_kernel(shapes, 1, dtype=dtype)
+    assert k is not None and _typed(k).writes_out
+    assert _typed(k).openmp or dtype == 10  # bfloat16: always the primitive on a oneDNN CPU
+    bits = [RNG.integers(0, 1 << 16, s, dtype=np.uint16) for s in shapes]  # every pattern: NaN, inf, subnormal
+    xs = [_cl(b).view(np_dt) for b in bits]
+    want = np.concatenate([x.view(np.uint16) for x in xs], axis=1)
+    got = k(xs, attrs)[0]
+    assert got.dtype == np_dt and got.strides[1] == 2
+    np.testing.assert_array_equal(got.view(np.uint16), want)
+    arena = _cl(np.zeros(want.shape, np.uint16)).view(np_dt)
+    assert k(xs, attrs, [arena])[0] is arena
+    np.testing.assert_array_equal(arena.view(np.uint16), want)
 
 
 @pytest.mark.parametrize("axis", [1, 2, 3])

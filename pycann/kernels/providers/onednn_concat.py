@@ -1,4 +1,4 @@
-"""Concat of float32 tensors as one oneDNN concat primitive (multi-threaded copy).
+"""Concat of float32 (or bfloat16 / float16) tensors as one oneDNN concat primitive (multi-threaded copy).
 
 Where it pays: a channel concat of channels-last maps, which numpy does as one single-threaded
 strided copy (PP-OCR det's FPN: four 24x160x160 maps into 96 channels, 9.8 MB, ~1 ms). Every
@@ -35,6 +35,17 @@ THICK_PARTS = 64
 _F32 = np.dtype(np.float32)
 
 
+def _dnnl_type(dtype: np.dtype) -> int | None:
+    """dnnl_data_type_t of a float dtype the primitive copies (dnnl_common_types.h), else None."""
+    from pycann.dtypes import is_bfloat16
+
+    if dtype == _F32:
+        return capi.F32
+    if is_bfloat16(dtype):
+        return 2  # dnnl_bf16
+    return 1 if dtype == np.float16 else None  # dnnl_f16
+
+
 def _concat_pd(dst: capi.MemoryDesc, axis: int, srcs: Sequence[capi.MemoryDesc]) -> capi.PrimitiveDesc:
     h = ctypes.c_void_p()
     arr = (ctypes.c_void_p * len(srcs))(*[m.handle for m in srcs])
@@ -51,17 +62,20 @@ def takes(out_shape: Sequence[int], axis: int, parts: int) -> bool:
 
 
 def bound_concat(shapes: Sequence[tuple[int, ...]], strides: Sequence[tuple[int, ...]], axis: int,
-                 out_shape: tuple[int, ...], out_strides: tuple[int, ...]) -> BoundKernel | None:
-    """A bound primitive whose ``run(inputs, out) -> out`` concatenates float32 arrays of the given shapes and element
-    strides along ``axis`` into ``out`` (element strides ``out_strides``), or None when the
-    concat is too small or too thin (``MIN_ELEMENTS``, ``THICK_*``) or oneDNN declines. ``run`` returns None, writing
-    nothing, when an input or ``out`` is not float32 with the bound shape and strides. Raises
-    nothing."""
-    if not takes(out_shape, axis, len(shapes)):
+                 out_shape: tuple[int, ...], out_strides: tuple[int, ...],
+                 dtype: np.dtype = _F32) -> BoundKernel | None:
+    """A bound primitive whose ``run(inputs, out) -> out`` concatenates arrays of ``dtype``
+    (float32, bfloat16 or float16: the bytes are copied, never converted) of the given shapes and
+    element strides along ``axis`` into ``out`` (element strides ``out_strides``), or None when the
+    concat is too small or too thin (``MIN_ELEMENTS``, ``THICK_*``), the dtype is another one or
+    oneDNN declines. ``run`` returns None, writing nothing, when an input or ``out`` is not of
+    ``dtype`` with the bound shape and strides. Raises nothing."""
+    dt = _dnnl_type(dtype)
+    if dt is None or not takes(out_shape, axis, len(shapes)):
         return None
     try:
-        mds = [capi.MemoryDesc.strided(s, st) for s, st in zip(shapes, strides)]
-        dst = capi.MemoryDesc.strided(out_shape, out_strides)
+        mds = [capi.MemoryDesc.strided(s, st, dt) for s, st in zip(shapes, strides)]
+        dst = capi.MemoryDesc.strided(out_shape, out_strides, dt)
         pd = _concat_pd(dst, axis, mds)
         pd.fast_impl()
         mems = [capi.Memory(m, 0) for m in mds]
@@ -69,12 +83,13 @@ def bound_concat(shapes: Sequence[tuple[int, ...]], strides: Sequence[tuple[int,
         prim = capi.Primitive(pd, [(ARG_MULTIPLE_SRC + i, m) for i, m in enumerate(mems)] + [(capi.ARG_DST, dst_mem)])
     except capi.DnnlError:
         return None
-    want = [(tuple(s), tuple(4 * v for v in st)) for s, st in zip(shapes, strides)]
-    out_want = (tuple(out_shape), tuple(4 * v for v in out_strides))
+    size = dtype.itemsize
+    want = [(tuple(s), tuple(size * v for v in st)) for s, st in zip(shapes, strides)]
+    out_want = (tuple(out_shape), tuple(size * v for v in out_strides))
     lock = threading.Lock()
 
     def fits(a: Any, shape: tuple[int, ...], st: tuple[int, ...]) -> bool:
-        return isinstance(a, np.ndarray) and a.dtype == _F32 and a.shape == shape \
+        return isinstance(a, np.ndarray) and a.dtype == dtype and a.shape == shape \
             and all(s == t or d == 1 for s, t, d in zip(a.strides, st, shape))
 
     def run(inputs: Sequence[Any], out: np.ndarray) -> np.ndarray | None:
