@@ -24,6 +24,7 @@ import numpy as np
 from pycann.dtypes import DType, TensorDesc, to_numpy
 from pycann.errors import OptionError
 from pycann.ge.compile.passes.base import PassContext, PassResult
+from pycann.ge.compile.passes.hoist_casts import hoist_casts
 from pycann.ge.compile.passes.infer_shapes import const_desc
 from pycann.ge.compile.precision_config import MIXED_MODES, PrecisionSettings, matches
 from pycann.ge.compile.precision_lists import (
@@ -366,13 +367,26 @@ def run(graph: Graph, ctx: PassContext) -> PassResult:
     s: PrecisionSettings | None = ctx.options.get("precision")
     if s is None or not s.active:
         return PassResult(graph, False, "must_keep_origin_dtype: the model's own dtypes")
+    own = _casts(graph)
     rw = _Rewriter(graph, s, ctx.log)
     rw.rewrite()
     rw.warn_unused_keep()
-    folded = simplify_casts(graph)
+    simplify_casts(graph)
+    # narrowing Casts moved above Concat / nearest Resize / Reshape ...: exact, fewer bytes converted
+    moved = hoist_casts(graph)
+    if moved:
+        simplify_casts(graph)
+    casts = _casts(graph) - own
     counts = ", ".join(f"{k} {v}" for k, v in sorted(rw.by_dtype.items()))
-    ctx.results["precision"] = {**s.describe(), "nodes": dict(rw.by_dtype), "casts": rw.casts - folded}
+    ctx.results["precision"] = {**s.describe(), "nodes": dict(rw.by_dtype), "casts": casts}
     note = kernel_note(set(rw.by_dtype))
-    return PassResult(graph, True, f"{s.mode}: nodes by compute dtype: {counts}; {rw.casts - folded} Casts{note}",
+    hoisted = f" ({moved} moved above data-moving ops)" if moved else ""
+    return PassResult(graph, True, f"{s.mode}: nodes by compute dtype: {counts}; {casts} Casts{hoisted}{note}",
                       rw.missed)
+
+
+def _casts(g: Graph) -> int:
+    """Cast nodes that convert (a Cast to its input's own dtype is a copy that dead_code drops)."""
+    return sum(1 for n in g.nodes if n.op_type == "Cast" and not n.domain and not (
+        n.inputs and n.inputs[0] in g.descs and g.descs[n.inputs[0]].dtype == int(n.attrs.get("to", -1))))
 
