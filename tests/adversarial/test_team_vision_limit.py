@@ -249,3 +249,42 @@ def test_inline_builds_past_the_limit_on_the_reduced_team(busy: Script) -> None:
     # the first call on the generic plan runs the full team while its twin is built
     assert st.generic_runs == n and st.team_runs == st0.team_runs + n - 1 and st.misses == st0.misses + n
     assert openmp.max_threads() == 2
+
+
+def test_a_drifting_load_past_the_limit_builds_at_most_four_generic_twins(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Eight CPUs, a neighbour whose load drifts from 1.2 to 7.2 CPUs while new shapes stream past the
+    limit: each team size gets one shape-generic twin (at most 4: ``Executor._team``), no specialised
+    plan or twin is built for the stream, and every call gives ORT's values."""
+    full = openmp.max_threads()
+    if not full:
+        pytest.skip("no OpenMP runtime loaded")
+    g, s = _scripted(8, (8.0, 7.9))
+    monkeypatch.setattr(contention, "_governor", g)
+    monkeypatch.setattr(Executor, "AUTO_VISION_SIGNATURES", LIMIT)
+    m: Any = _conv_model()
+    lm = _load(m)
+    ex = lm.executor
+    openmp.set_max_threads(8)
+    try:
+        for i in range(LIMIT):
+            _check(lm, m, _img(8, 8 + i))
+            assert ex.wait_builds(timeout=120)
+        keys = set(ex._cache._entries)
+        built = lm.plan_cache_stats().built
+        assert built == LIMIT
+        k = 0
+        for others in (1.2, 2.2, 3.2, 4.2, 5.2, 6.2, 7.2):  # available 6.8, 5.8, ... 0.8
+            s.load = (8.0, 8.0 - others)
+            for _ in range(3):
+                _check(lm, m, _img(12 + k, 7))
+                k += 1
+                assert ex.wait_builds(timeout=120)
+                assert openmp.max_threads() == 8
+    finally:
+        openmp.set_max_threads(full)
+    st = lm.plan_cache_stats()
+    assert set(ex._cache._entries) == keys and st.built == built and ex._vision_seen is None
+    teams = sorted(ex._generic_teams)
+    assert 2 <= len(teams) <= 4 and teams[0] == 1, teams
+    assert all(p.team == t for t, p in ex._generic_teams.items())
+    assert st.team_runs >= 1 and st.generic_runs == st.misses and ex.pending_builds() == 0
