@@ -288,3 +288,34 @@ def test_a_drifting_load_past_the_limit_builds_at_most_four_generic_twins(monkey
     assert 2 <= len(teams) <= 4 and teams[0] == 1, teams
     assert all(p.team == t for t, p in ex._generic_teams.items())
     assert st.team_runs >= 1 and st.generic_runs == st.misses and ex.pending_builds() == 0
+
+
+def test_a_call_racing_the_trip_is_not_told_to_specialise_the_tripping_shape(busy: Script) -> None:
+    """Defect: ``_vision_specialises`` runs without a lock. A call that read the seen set before another
+    thread's call of the same new shape set it to None found that shape in it (just added, the set now
+    over the limit) and answered True: the tripping shape, the limit's next one, was specialised (then
+    its twins built) though from it on none is. Expected: a signature in a set over the limit is not
+    specialised (here the racing call is made from inside the set's ``add``)."""
+    m: Any = _conv_model()
+    lm = _load(m)
+    ex = lm.executor
+    for i in range(LIMIT):
+        _check(lm, m, _img(8, 8 + i))
+        assert ex.wait_builds(timeout=120)
+    d = _img(10, 10)
+    answers: list[bool] = []
+
+    class Racing(set):  # type: ignore[type-arg]
+        def add(self, x: Any) -> None:
+            super().add(x)
+            if x == _sig(d) and not answers:  # another thread's call of d, between the add and the trip
+                answers.append(ex._vision_specialises(_sig(d)))
+
+    assert ex._vision_seen is not None and len(ex._vision_seen) == LIMIT
+    ex._vision_seen = Racing(ex._vision_seen)
+    _check(lm, m, d)
+    assert answers == [False] and ex._vision_seen is None
+    for _ in range(3):
+        _check(lm, m, d)
+        assert ex.wait_builds(timeout=120)
+    assert _sig(d) not in ex._cache and (*_sig(d), TEAM) not in ex._cache

@@ -300,7 +300,9 @@ class Executor:
                          "dropped; PYCANN_PLAN_POLICY=specialize builds every one)", self.AUTO_VISION_SIGNATURES,
                          dropped)
                 return False
-        return True
+        # (no lock: a call that read the set before another thread's call tripped it may find the
+        # tripping signature in it, the set then over the limit: that one is not specialised either)
+        return len(seen) <= self.AUTO_VISION_SIGNATURES
 
     def run(self, feeds: Sequence[np.ndarray]) -> list[np.ndarray]:
         """Run with inputs in graph-input order; returns outputs in graph-output order."""
