@@ -2,7 +2,7 @@
 
 Run from the repository root::
 
-    python bench/profile_ops.py --model resnet50 [--batch 1] [--runs 10] [--top 12]
+    python bench/profile_ops.py --model resnet50 [--batch 1] [--runs 10] [--top 12] [--limits]
 
 It loads the same cached ``.om`` as ``bench_one.py`` (compiling it first if needed), takes the specialised
 ``Plan`` the executor runs for the benchmark inputs, and wraps the kernel of every step in ``Plan.steps``
@@ -49,6 +49,7 @@ class NodeStat:
     seconds: float = 0.0
     calls: int = 0
     flops: float = 0.0  # per call, 0 when not counted
+    nbytes: float = 0.0  # per call: every input array read plus every output written (weights included)
     out_shape: str = ""
     samples: list[float] = field(default_factory=list)  # exclusive seconds per run
     _mark: float = 0.0
@@ -132,6 +133,7 @@ def _describe(stat: NodeStat, args: Sequence[Any], outs: Sequence[Any], attrs: A
         return
     y = arrays[0]
     stat.out_shape = "x".join(map(str, y.shape))
+    stat.nbytes = float(sum(a.nbytes for a in args if isinstance(a, np.ndarray)) + sum(o.nbytes for o in arrays))
     op = stat.op_type
     try:
         if op in ("Conv", "FusedConv"):
@@ -183,11 +185,12 @@ def profile(model: str, batch: int, runs: int, cache_dir: pathlib.Path) -> dict[
             s.close_run()
     by_type: dict[str, dict[str, float]] = {}
     for s in prof.stats:
-        d = by_type.setdefault(s.op_type, {"ms": 0.0, "nodes": 0, "calls": 0, "gflop": 0.0})
+        d = by_type.setdefault(s.op_type, {"ms": 0.0, "nodes": 0, "calls": 0, "gflop": 0.0, "gbytes": 0.0})
         d["ms"] += s.median_ms
         d["nodes"] += 1
         d["calls"] += s.calls / runs
         d["gflop"] += s.flops * s.calls / runs / 1e9
+        d["gbytes"] += s.nbytes * s.calls / runs / 1e9
     plain_ms = float(np.median(plain)) * 1e3
     kernel_ms = sum(s.median_ms for s in prof.stats)
     top = sorted(prof.stats, key=lambda s: -s.median_ms)
@@ -204,10 +207,66 @@ def profile(model: str, batch: int, runs: int, cache_dir: pathlib.Path) -> dict[
             for s in top[:40]
         ],
         "nodes": [  # every step in plan order, to line up with another engine's per-node profile
-            {"op_type": s.op_type, "name": s.name, "out": s.out_shape, "ms": round(s.median_ms, 4)}
+            {"op_type": s.op_type, "name": s.name, "out": s.out_shape, "ms": round(s.median_ms, 4),
+             "gflop": s.flops * s.calls / runs / 1e9, "gbytes": s.nbytes * s.calls / runs / 1e9}
             for s in prof.stats
         ],
     }  # fmt: skip
+
+
+# Issue 23 item 3's bars: memory-bound ops at >= 60 % of the measured memory traffic, convolutions and
+# matmuls at >= 70 % of the measured float32 FMA rate (bench/machine_limits.py)
+BANDWIDTH_BAR, FMA_BAR = 0.60, 0.70
+
+
+def rate(node: dict[str, Any], limits: dict[str, float]) -> tuple[str, float] | None:
+    """(the limit that binds, share of it) of one node (``profile``'s ``nodes`` entry), by the roofline:
+    an op with counted FLOPs is held to ``min(fma_gflops, FLOPs per byte x copy_gbs)`` ("FMA" when the
+    FMA rate is the lower one, else "memory": a depthwise conv or a one-row matmul moves more bytes
+    than its FMAs take), any other op to ``copy_gbs`` ("memory"); None when it took no time."""
+    ms = node["ms"]
+    if not ms:
+        return None
+    traffic = node["gbytes"] / ms * 1e3 / limits["copy_gbs"]
+    if not node["gflop"]:
+        return "memory", traffic
+    attainable = min(limits["fma_gflops"], node["gflop"] / max(node["gbytes"], 1e-12) * limits["copy_gbs"])
+    kind = "FMA" if attainable >= limits["fma_gflops"] else "memory"
+    return kind, node["gflop"] / ms * 1e3 / attainable
+
+
+def against_limits(res: dict[str, Any], limits: dict[str, float]) -> str:
+    """Markdown: per op type, its rate as a share of the machine's limit and the time spent in nodes
+    below the item's bar; then the totals."""
+    lines = [f"Against this machine's limits (`bench/machine_limits.py`, measured in this process): memory "
+             f"traffic {limits['copy_gbs']:.1f} GB/s (read + write), float32 FMA {limits['fma_gflops']:.0f} "
+             f"GFLOP/s. Bars: memory-bound ops >= {BANDWIDTH_BAR:.0%} of the traffic, convs and matmuls >= "
+             f"{FMA_BAR:.0%} of the FMA rate; an op is held to the lower of the two for its FLOPs per byte "
+             f"(roofline).", "",
+             "| op type | ms / run | bound by | share of limit (time-weighted) | ms below the bar |",
+             "|---|---:|---|---:|---:|"]
+    by: dict[str, list[float]] = {}
+    kinds: dict[str, str] = {}
+    below_total = total = 0.0
+    for n in res["nodes"]:
+        r = rate(n, limits)
+        if r is None:
+            continue
+        kind, share = r
+        bar = FMA_BAR if kind == "FMA" else BANDWIDTH_BAR
+        d = by.setdefault(n["op_type"], [0.0, 0.0, 0.0])
+        d[0] += n["ms"]
+        d[1] += share * n["ms"]
+        below = n["ms"] if share < bar else 0.0
+        d[2] += below
+        kinds[n["op_type"]] = kind if kinds.get(n["op_type"], kind) == kind else "both"
+        below_total += below
+        total += n["ms"]
+    for op, (ms, weighted, below) in sorted(by.items(), key=lambda kv: -kv[1][2]):
+        lines.append(f"| {op} | {ms:.2f} | {kinds[op]} | {weighted / ms:.0%} | {below:.2f} |")
+    lines += ["", f"Nodes below their bar: {below_total:.2f} of {total:.2f} ms of kernel time "
+              f"({below_total / (total or 1):.0%})."]
+    return "\n".join(lines)
 
 
 def render(res: dict[str, Any], top: int) -> str:
@@ -249,14 +308,27 @@ def main(argv: Sequence[str] | None = None) -> int:
     p.add_argument("--top", type=int, default=12)
     p.add_argument("--cache-dir", type=pathlib.Path, default=DEFAULT_CACHE)
     p.add_argument("--json", type=pathlib.Path, help="also write the full result here")
+    p.add_argument("--limits", action="store_true",
+                   help="measure the machine's memory traffic and FMA rate first (bench/machine_limits.py) and "
+                        "rate every op type against them (issue 23 item 3)")
     args = p.parse_args(argv)
     # one plan for the whole run: on a busy machine the thread governor switches runs to a one-thread
     # plan that the instrumentation never wrapped (every node then read 0 ms); set it to "on" to see that
     os.environ.setdefault("PYCANN_ADAPTIVE_THREADS", "off")
+    limits = None
+    if args.limits:
+        from machine_limits import measure
+
+        limits = dataclasses.asdict(measure())
     res = profile(args.model, args.batch, args.runs, args.cache_dir.expanduser())
+    if limits is not None:
+        res["limits"] = limits
     if args.json:
         args.json.write_text(json.dumps(res, indent=1))
     print(render(res, args.top))
+    if limits is not None:
+        print()
+        print(against_limits(res, limits))
     return 0
 
 
