@@ -229,8 +229,8 @@ def test_model_with_symbolic_sizes_matches_ort(policy: str, monkeypatch: pytest.
     monkeypatch.setenv("PYCANN_PLAN_POLICY", policy)
     model = _db_head_model()
     onnx.save(model, str(tmp_path / "db_head.onnx"))
+    before, before_patch = set(pw._plans), set(pw._patch_plans)  # (the load makes the pointwise convs' plans)
     m = LoadedModel.from_file(tmp_path / "db_head.onnx")
-    before, before_patch = set(pw._plans), set(pw._patch_plans)
     rng = np.random.default_rng(0)
     for h, wd in ((32, 40), (20, 28), (48, 12), (32, 40), (1, 1), (20, 28)):
         x = rng.standard_normal((1, 32, h, wd)).astype(np.float32)
@@ -265,3 +265,31 @@ def test_loading_a_static_model_with_a_conv_transpose_warms_the_shared_gemm(monk
     assert pw._warmed  # at load
     x = np.random.default_rng(3).standard_normal((1, 32, 24, 20)).astype(np.float32)
     np.testing.assert_allclose(m.run([x])[0], run_ort(model, {"x": x})[0], rtol=RTOL, atol=ATOL)
+
+
+@pytest.mark.parametrize("act", ["Sigmoid", "Relu"])
+def test_fused_deconv_in_numpy_form_reads_no_input_for_the_guard(act: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """FusedConvTranspose whose PatchDeconv takes the dense numpy form applies its activation in numpy
+    (NaN kept): the NaN guard's read of the whole input is skipped, and NaN/inf inputs still give
+    ORT's values. A wide one (oneDNN's product, the activation a post-op) is still guarded."""
+    from pycann.kernels import conv as kconv
+    from pycann.kernels.algorithm import ONEDNN_CONV_TRANSPOSE_NHWC
+    from pycann.kernels.providers import nan_guard
+    from tests.kernels.test_onednn_provider import ACTS
+
+    calls: list[int] = []
+    real = nan_guard.safe
+    monkeypatch.setattr(nan_guard, "safe", lambda *a, **k: calls.append(1) or real(*a, **k))
+    x, w, _ = _data((1, 24, 8, 10), (24, 1, 2, 2), False)
+    b = np.array([-0.2], np.float32)
+    x[0, 2, 3, 4], x[0, 5, 7, 9], x[0, 9, 0, 0] = np.nan, np.inf, -np.inf
+    attrs = {"strides": [2, 2], "_algo": ONEDNN_CONV_TRANSPOSE_NHWC}
+    with np.errstate(invalid="ignore", over="ignore"):
+        y, applied = kconv.conv_transpose_act([x, w, b], attrs, (act, *ACTS[act][:2]))
+        ref = ACTS[act][2](_ort_conv(x, w, b, {"strides": [2, 2]}, 1, transpose=True), *ACTS[act][:2])
+    assert applied and not calls
+    np.testing.assert_array_equal(np.isnan(y), np.isnan(ref))
+    np.testing.assert_allclose(y, ref, rtol=RTOL, atol=ATOL)
+    wide = np.ones((24, 8, 2, 2), np.float32)  # kw * M = 16 > NARROW_COLUMNS
+    kconv.conv_transpose_act([np.abs(x[:, :, :2, :2]) * 0 + 1, wide, None], attrs, (act, *ACTS[act][:2]))
+    assert calls

@@ -449,6 +449,18 @@ def _transpose_ok(x: np.ndarray, w: np.ndarray, win: Window, out_sizes: Sequence
     return True
 
 
+def transpose_activation_in_numpy(x: np.ndarray, w: np.ndarray, group: int, win: Window,
+                                  out_sizes: Sequence[int]) -> bool:
+    """True when ``conv_transpose_nhwc`` runs these shapes as ``PatchDeconv``'s dense numpy form,
+    which applies the activation in numpy (NaN kept as numpy does): its caller's NaN guard, a read
+    of the whole input, has nothing to guard (PP-OCRv4 det's 24 -> 1 channel head: 2.4 M values)."""
+    if not POINTWISE_ANY_SIZE or not _transpose_ok(x, w, win, out_sizes):
+        return False
+    from pycann.kernels.providers import onednn_pointwise as pw
+
+    return pw.patch_deconv(w, group, win, tuple(x.shape), tuple(out_sizes)) and pw.dense_patches(w)
+
+
 def conv_transpose_nhwc(x: np.ndarray, w: np.ndarray, b: np.ndarray | None, group: int, win: Window,
                         out_sizes: tuple[int, ...], out: np.ndarray | None = None,
                         unary: Unary | Unaries | None = None) -> np.ndarray:

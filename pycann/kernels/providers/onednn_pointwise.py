@@ -206,7 +206,7 @@ class PatchDeconv:
         # (PP-OCRv4 det at 640 x 640: 3.2 ms for its 24 -> 1 channel deconv; dense ~0.6 ms)
         self.unary = unary
         self.dense = np.array(w.transpose(0, 2, 3, 1).reshape(c, kh * cols), dtype=np.float32, order="C",
-                              copy=True) if cols <= NARROW_COLUMNS else None
+                              copy=True) if dense_patches(w) else None
         # oneDNN takes no run-time batch count beside a broadcast weight: one primitive per N * H
         # (a generic GEMM's descriptor, ~0.1-1 ms, no JIT code of its own), run-time W and strides
         self._prims: dict[int, capi.Primitive] = {}
@@ -283,6 +283,11 @@ class PatchDeconv:
 
 
 NARROW_COLUMNS = 8  # kw * M at most for PatchDeconv's dense numpy form
+
+
+def dense_patches(w: np.ndarray) -> bool:
+    """``PatchDeconv`` of weight ``w`` (C, M, kh, kw) takes its dense numpy form (activation in numpy)."""
+    return w.ndim == 4 and int(w.shape[3]) * int(w.shape[1]) <= NARROW_COLUMNS
 _MAX_BATCHES = 64  # primitives per PatchDeconv (distinct N * H seen), then it starts over
 
 
