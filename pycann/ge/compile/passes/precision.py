@@ -367,7 +367,7 @@ def run(graph: Graph, ctx: PassContext) -> PassResult:
     s: PrecisionSettings | None = ctx.options.get("precision")
     if s is None or not s.active:
         return PassResult(graph, False, "must_keep_origin_dtype: the model's own dtypes")
-    own = _casts(graph)
+    own = _converting_casts(graph)  # (the nodes, kept alive: counted by identity below)
     rw = _Rewriter(graph, s, ctx.log)
     rw.rewrite()
     rw.warn_unused_keep()
@@ -376,7 +376,10 @@ def run(graph: Graph, ctx: PassContext) -> PassResult:
     moved = hoist_casts(graph)
     if moved:
         simplify_casts(graph)
-    casts = _casts(graph) - own
+    # the Casts this pass added that remain (not "all Casts minus the model's own": the model's
+    # Casts that simplify_casts folded away made that negative)
+    mine = {id(n) for n in own}
+    casts = sum(1 for n in _converting_casts(graph) if id(n) not in mine)
     counts = ", ".join(f"{k} {v}" for k, v in sorted(rw.by_dtype.items()))
     ctx.results["precision"] = {**s.describe(), "nodes": dict(rw.by_dtype), "casts": casts}
     note = kernel_note(set(rw.by_dtype))
@@ -385,8 +388,8 @@ def run(graph: Graph, ctx: PassContext) -> PassResult:
                       rw.missed)
 
 
-def _casts(g: Graph) -> int:
+def _converting_casts(g: Graph) -> list[Node]:
     """Cast nodes that convert (a Cast to its input's own dtype is a copy that dead_code drops)."""
-    return sum(1 for n in g.nodes if n.op_type == "Cast" and not n.domain and not (
-        n.inputs and n.inputs[0] in g.descs and g.descs[n.inputs[0]].dtype == int(n.attrs.get("to", -1))))
+    return [n for n in g.nodes if n.op_type == "Cast" and not n.domain and not (
+        n.inputs and n.inputs[0] in g.descs and g.descs[n.inputs[0]].dtype == int(n.attrs.get("to", -1)))]
 

@@ -1,0 +1,170 @@
+"""Session 25 adversarial tests: Casts hoisted above data-moving ops (PrecisionMode), the 16-bit
+oneDNN channel concat, and the generic plan's pointwise convs made at load."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+import onnx
+import pytest
+from onnx import TensorProto, helper, numpy_helper
+
+from pycann.ge.compile.compiler import compile_model
+from pycann.ge.compile.options import CompileOptions
+from pycann.ge.compile.passes import precision
+from pycann.ge.run.model import LoadedModel
+
+RNG = np.random.default_rng(2525)
+
+
+def _w(*shape: int) -> np.ndarray:
+    return (RNG.standard_normal(shape) / np.sqrt(np.prod(shape[1:]))).astype(np.float32)
+
+
+def _i64(*v: int) -> np.ndarray:
+    return np.array(v, np.int64)
+
+
+def _model(nodes: list[onnx.NodeProto], inits: dict[str, np.ndarray], outputs: list[str],
+           inputs: list[onnx.ValueInfoProto] | None = None, opset: int = 17) -> onnx.ModelProto:
+    ins = inputs or [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 8, 6, 6])]
+    g = helper.make_graph(nodes, "g", ins, [helper.make_tensor_value_info(o, TensorProto.FLOAT, None) for o in outputs],
+                          [numpy_helper.from_array(v, k) for k, v in inits.items()])
+    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", opset)])
+    m.ir_version = 8
+    return m
+
+
+def _compile(m: onnx.ModelProto, mode: str, hoist: bool, monkeypatch: pytest.MonkeyPatch) -> Any:
+    with monkeypatch.context() as mp:
+        if not hoist:
+            mp.setattr(precision, "hoist_casts", lambda g: 0)
+        return compile_model(m, CompileOptions(precision_mode=mode, soc_version="CPU"))
+
+
+def _bits(a: np.ndarray) -> np.ndarray:
+    return np.ascontiguousarray(a).view(np.uint8)
+
+
+def _same_bits(m: onnx.ModelProto, mode: str, feeds: list[list[np.ndarray]], monkeypatch: pytest.MonkeyPatch) -> Any:
+    on, off = _compile(m, mode, True, monkeypatch), _compile(m, mode, False, monkeypatch)
+    a, b = LoadedModel.from_compiled(on), LoadedModel.from_compiled(off)
+    for f in feeds:
+        got, want = a.run(f), b.run(f)
+        assert len(got) == len(want)
+        for g, w in zip(got, want):
+            assert g.dtype == w.dtype and g.shape == w.shape
+            np.testing.assert_array_equal(_bits(g), _bits(w))  # bit for bit, NaN payloads too
+    return on, off
+
+
+# --- 1. hoist_casts ---------------------------------------------------------------------------
+
+
+def test_precision_casts_count_is_not_negative_when_the_models_own_casts_fold(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Three bfloat16 inputs, each Cast to float32 by the model, concatenated before a conv: the
+    inserted Cast moves above the Concat and folds with the model's own Casts, which go. The
+    manifest's ``casts`` (Casts the pass added) counted "all Casts minus the model's own": -2."""
+    ins = [helper.make_tensor_value_info(f"x{i}", TensorProto.BFLOAT16, [1, 4, 6, 6]) for i in range(3)]
+    nodes = [helper.make_node("Cast", [f"x{i}"], [f"f{i}"], to=TensorProto.FLOAT) for i in range(3)]
+    nodes += [helper.make_node("Concat", ["f0", "f1", "f2"], ["c"], axis=1),
+              helper.make_node("Conv", ["c", "w"], ["y"], pads=[1, 1, 1, 1])]
+    m = _model(nodes, {"w": _w(4, 12, 3, 3)}, ["y"], inputs=ins)
+    on, off = _compile(m, "allow_fp32_to_bf16", True, monkeypatch), _compile(m, "allow_fp32_to_bf16", False, monkeypatch)
+    added_on = on.manifest["precision"]["casts"]
+    assert added_on >= 0
+    assert added_on == sum(1 for n in on.graph.nodes if n.op_type == "Cast")  # (the model's own Casts all went)
+    assert off.manifest["precision"]["casts"] == 2  # one before the conv, one back to float32
+
+
+_SC = np.array([1, 1, 2, 2], np.float32)
+_FRAC = np.array([1, 1, 1.7, 0.6], np.float32)
+
+
+@pytest.mark.parametrize("opset", [11, 13, 18, 19])
+@pytest.mark.parametrize("ct", ["half_pixel", "asymmetric", "align_corners", "pytorch_half_pixel", "tf_half_pixel_for_nn"])
+@pytest.mark.parametrize("nearest", ["round_prefer_floor", "round_prefer_ceil", "floor", "ceil"])
+def test_nearest_resize_variants_bit_exact(opset: int, ct: str, nearest: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Every nearest_mode / coordinate_transformation_mode, fractional scales and sizes: the
+    Resize running on bfloat16 picks the same pixels as on float32."""
+    x = RNG.standard_normal((1, 8, 6, 6)).astype(np.float32)
+    x[0, 0, 0, :3] = [np.nan, np.inf, -np.inf]
+    roi = "" if opset >= 13 else "roi"
+    for extra, inits in ((["s"], {"s": _FRAC}), (["", "z"], {"z": _i64(1, 8, 11, 4)})):
+        nodes = [helper.make_node("Mul", ["x", "x"], ["m"]),
+                 helper.make_node("Resize", ["m", roi] + (["e", "z"] if extra[0] == "" and roi else extra), ["r"],
+                                  mode="nearest", coordinate_transformation_mode=ct, nearest_mode=nearest),
+                 helper.make_node("Conv", ["r", "w"], ["y"], pads=[1, 1, 1, 1])]
+        m = _model(nodes, {"w": _w(4, 8, 3, 3), "roi": np.zeros(0, np.float32), "e": np.zeros(0, np.float32), **inits},
+                   ["y"], opset=opset)
+        _same_bits(m, "allow_fp32_to_bf16", [[x]], monkeypatch)
+
+
+@pytest.mark.parametrize("opset", [18, 19])
+def test_resize_axes_and_keep_aspect_ratio_bit_exact(opset: int, monkeypatch: pytest.MonkeyPatch) -> None:
+    x = RNG.standard_normal((1, 8, 6, 6)).astype(np.float32)
+    for attrs in ({"axes": [2, 3]}, {"axes": [3, 2], "keep_aspect_ratio_policy": "not_larger"},
+                  {"axes": [3, 2], "keep_aspect_ratio_policy": "not_smaller"}, {"antialias": 1}):
+        nodes = [helper.make_node("Mul", ["x", "x"], ["m"]),
+                 helper.make_node("Resize", ["m", "", "", "z"], ["r"], mode="nearest", **attrs),
+                 helper.make_node("Conv", ["r", "w"], ["y"], pads=[1, 1, 1, 1])]
+        z = _i64(1, 8, 9, 5) if "axes" not in attrs else _i64(9, 5)
+        _same_bits(_model(nodes, {"w": _w(4, 8, 3, 3), "z": z}, ["y"], opset=opset), "allow_fp32_to_bf16", [[x]],
+                   monkeypatch)
+
+
+@pytest.mark.parametrize("mode", ["allow_fp32_to_bf16", "allow_fp32_to_fp16", "force_fp16", "allow_mix_precision"])
+def test_dynamic_resize_concat_chain_through_om(mode: str, monkeypatch: pytest.MonkeyPatch, tmp_path: Any) -> None:
+    """Symbolic N/H/W, Resize -> Concat(r, r) and Concat(m, x) -> Resize, through an .om: the
+    hoisted compile equals the unhoisted one bit for bit at every size."""
+    dyn = [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["N", 8, "H", "W"])]
+    nodes = [helper.make_node("Mul", ["x", "x"], ["m"]),
+             helper.make_node("Resize", ["m", "", "sc"], ["r"], mode="nearest"),
+             helper.make_node("Concat", ["r", "r"], ["c"], axis=1),
+             helper.make_node("Concat", ["m", "x"], ["c2"], axis=1),
+             helper.make_node("Resize", ["c2", "", "sc"], ["c3"], mode="nearest"),
+             helper.make_node("Add", ["c", "c3"], ["c4"]),
+             helper.make_node("Conv", ["c4", "w"], ["y"], pads=[1, 1, 1, 1])]
+    m = _model(nodes, {"sc": _SC, "w": _w(4, 16, 3, 3)}, ["y"], inputs=dyn)
+    on, off = _compile(m, mode, True, monkeypatch), _compile(m, mode, False, monkeypatch)
+    assert on.manifest["precision"]["casts"] >= 0
+    on.save(tmp_path / "on.om")
+    a, b = LoadedModel.from_file(tmp_path / "on.om"), LoadedModel.from_compiled(off)
+    for s in [(1, 8, 5, 7), (2, 8, 3, 3), (1, 8, 1, 1), (1, 8, 16, 9)]:
+        x = RNG.standard_normal(s).astype(np.float32)
+        x.flat[0] = np.nan
+        for g, w in zip(a.run([x]), b.run([x])):
+            assert g.dtype == w.dtype
+            np.testing.assert_array_equal(_bits(g), _bits(w))
+
+
+def test_slices_reshapes_and_graph_outputs_bit_exact(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Negative Slice steps/axes, Reshape 0/-1 and allowzero, Concat(a, a) of a graph input, a
+    Concat output that is also a graph output, a value read inside an If branch."""
+    x = [RNG.standard_normal((1, 8, 6, 6)).astype(np.float32)]
+    mul = helper.make_node("Mul", ["x", "x"], ["m"])
+    _same_bits(_model([mul, helper.make_node("Slice", ["m", "st", "en", "ax", "sp"], ["s"]),
+                       helper.make_node("Conv", ["s", "w"], ["y"], pads=[1, 1, 1, 1])],
+                      {"w": _w(4, 8, 3, 3), "st": _i64(-1, 7), "en": _i64(-100, -9), "ax": _i64(-1, -3),
+                       "sp": _i64(-2, -1)}, ["y"]), "allow_fp32_to_bf16", [x], monkeypatch)
+    for allowzero, shape in ((0, _i64(0, 0, -1)), (1, _i64(1, 8, -1))):
+        _same_bits(_model([mul, helper.make_node("Reshape", ["m", "sh"], ["r"], allowzero=allowzero),
+                           helper.make_node("MatMul", ["r", "mw"], ["y"])], {"sh": shape, "mw": _w(36, 5)}, ["y"],
+                          opset=14), "allow_fp32_to_bf16", [x], monkeypatch)
+    _same_bits(_model([helper.make_node("Concat", ["x", "x"], ["c"], axis=1),
+                       helper.make_node("Conv", ["c", "w"], ["y"])], {"w": _w(4, 16, 1, 1)}, ["y"]),
+               "allow_fp32_to_fp16", [x], monkeypatch)
+    _same_bits(_model([mul, helper.make_node("Concat", ["m", "x"], ["c"], axis=1),
+                       helper.make_node("Conv", ["c", "w"], ["y"])], {"w": _w(4, 16, 1, 1)}, ["y", "c"]),
+               "allow_fp32_to_bf16", [x], monkeypatch)
+    then = helper.make_graph([helper.make_node("Identity", ["r"], ["o"])], "t", [],
+                             [helper.make_tensor_value_info("o", TensorProto.FLOAT, None)])
+    other = helper.make_graph([helper.make_node("Neg", ["r"], ["o"])], "e", [],
+                              [helper.make_tensor_value_info("o", TensorProto.FLOAT, None)])
+    m = _model([mul, helper.make_node("Resize", ["m", "", "sc"], ["r"], mode="nearest"),
+                helper.make_node("Conv", ["r", "w"], ["y"], pads=[1, 1, 1, 1]),
+                helper.make_node("ReduceSum", ["x"], ["s"], keepdims=0), helper.make_node("Greater", ["s", "z"], ["b"]),
+                helper.make_node("If", ["b"], ["io"], then_branch=then, else_branch=other)],
+               {"sc": _SC, "w": _w(4, 8, 3, 3), "z": np.array(0, np.float32)}, ["y", "io"])
+    _same_bits(m, "allow_fp32_to_bf16", [x, [-np.abs(x[0])]], monkeypatch)
