@@ -39,7 +39,7 @@ def _model(nodes: list[onnx.NodeProto], inits: dict[str, np.ndarray], outputs: l
 def _compile(m: onnx.ModelProto, mode: str, hoist: bool, monkeypatch: pytest.MonkeyPatch) -> Any:
     with monkeypatch.context() as mp:
         if not hoist:
-            mp.setattr(precision, "hoist_casts", lambda g: 0)
+            mp.setattr(precision, "hoist_casts", lambda g, **kw: 0)
         return compile_model(m, CompileOptions(precision_mode=mode, soc_version="CPU"))
 
 
@@ -168,3 +168,30 @@ def test_slices_reshapes_and_graph_outputs_bit_exact(monkeypatch: pytest.MonkeyP
                 helper.make_node("If", ["b"], ["io"], then_branch=then, else_branch=other)],
                {"sc": _SC, "w": _w(4, 8, 3, 3), "z": np.array(0, np.float32)}, ["y", "io"])
     _same_bits(m, "allow_fp32_to_bf16", [x, [-np.abs(x[0])]], monkeypatch)
+
+
+@pytest.mark.parametrize("pin", [{"keep_dtype": ["cat"]}, {"keep_dtype": ["OpType::Concat"]},
+                                 {"keep_dtype": ["rs", "cat"]},
+                                 {"customize_dtypes": {"cat": {"inputs": [1, 1], "outputs": [1]}}}])
+def test_an_op_pinned_by_keep_dtype_or_customize_dtypes_keeps_float32(pin: dict[str, Any],
+                                                                      monkeypatch: pytest.MonkeyPatch) -> None:
+    """``--keep_dtype cat``: the Concat must run in float32 (the manifest counts it as fp32), yet
+    the Cast before the conv moved above it (and above the Resize): the Concat ran on bfloat16."""
+    nodes = [helper.make_node("Mul", ["x", "x"], ["m"], name="mul"),
+             helper.make_node("Resize", ["m", "", "sc"], ["r"], mode="nearest", name="rs"),
+             helper.make_node("Concat", ["r", "r"], ["c"], axis=1, name="cat"),
+             helper.make_node("Conv", ["c", "w"], ["y"], pads=[1, 1, 1, 1], name="conv")]
+    m = _model(nodes, {"sc": _SC, "w": _w(4, 16, 3, 3)}, ["y"])
+    cm = compile_model(m, CompileOptions(precision_mode="allow_fp32_to_bf16", soc_version="CPU", **pin))
+    g = cm.graph
+    pinned = {"rs", "cat"} if pin.get("keep_dtype") == ["rs", "cat"] else {"cat"}
+    for n in g.nodes:
+        if n.name in pinned:
+            assert {g.descs[i].dtype for i in n.inputs[:1]} == {TensorProto.FLOAT}, n.name
+            assert g.descs[n.outputs[0]].dtype == TensorProto.FLOAT, n.name
+    x = RNG.standard_normal((1, 8, 6, 6)).astype(np.float32)
+    with monkeypatch.context() as mp:
+        mp.setattr(precision, "hoist_casts", lambda g, **kw: 0)
+        off = compile_model(m, CompileOptions(precision_mode="allow_fp32_to_bf16", soc_version="CPU", **pin))
+    np.testing.assert_array_equal(_bits(LoadedModel.from_compiled(cm).run([x])[0]),
+                                  _bits(LoadedModel.from_compiled(off).run([x])[0]))

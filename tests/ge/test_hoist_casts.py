@@ -55,7 +55,7 @@ def _fpn(mode: str = "nearest", concat_is_output: bool = False) -> onnx.ModelPro
 def _compile(m: onnx.ModelProto, mode: str, hoist: bool, monkeypatch: pytest.MonkeyPatch) -> Any:
     with monkeypatch.context() as mp:
         if not hoist:
-            mp.setattr(precision, "hoist_casts", lambda g: 0)
+            mp.setattr(precision, "hoist_casts", lambda g, **kw: 0)
         return compile_model(m, CompileOptions(precision_mode=mode, soc_version="CPU"))
 
 

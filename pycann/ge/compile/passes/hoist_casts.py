@@ -13,13 +13,14 @@ Cast that meets ``Cast(y, float32)`` of a value ``y`` already in the narrow dtyp
 
 Where: only when every reader of the op's output is a Cast to the same narrow dtype (a float32
 reader, a graph output or a subgraph would still need the wide value), the op has one output,
-and no data input is a constant (its Cast would run at every call). The numbers do not change:
-tests compare the graph with and without this rewrite bit for bit (tests/ge/test_hoist_casts.py).
+and no data input is a constant (its Cast would run at every call). An op the user pinned to its
+dtype (``--keep_dtype``, ``--customize_dtypes``: the ``pinned`` predicate) keeps it. The numbers
+do not change: tests compare the graph with and without this rewrite bit for bit (tests/ge/test_hoist_casts.py).
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 
 from pycann.dtypes import DType, TensorDesc
 from pycann.ge.ir import Graph, Node, free_names
@@ -66,18 +67,19 @@ def _narrowing(n: Node, g: Graph) -> int:
     return to if to in _NARROW and src is not None and src.dtype == _F32 else 0
 
 
-def hoist_casts(g: Graph) -> int:
+def hoist_casts(g: Graph, pinned: Callable[[Node], bool] | None = None) -> int:
     """Move every narrowing Cast that reads a data-moving op's output onto that op's data inputs,
-    repeatedly (through chains such as Resize -> Concat). Returns the number of ops moved over."""
+    repeatedly (through chains such as Resize -> Concat), except above an op for which ``pinned``
+    is true. Returns the number of ops moved over."""
     moved = 0
     while True:
-        step = _hoist_one(g)
+        step = _hoist_one(g, pinned)
         if not step:
             return moved
         moved += step
 
 
-def _hoist_one(g: Graph) -> int:
+def _hoist_one(g: Graph, pinned: Callable[[Node], bool] | None) -> int:
     producers = g.producers()
     readers: dict[str, list[Node]] = {}
     for n in g.nodes:
@@ -95,7 +97,7 @@ def _hoist_one(g: Graph) -> int:
             continue
         op = producers.get(cast.inputs[0])
         v = cast.inputs[0]
-        if op is None or not _moves(op) or v in outer:
+        if op is None or not _moves(op) or v in outer or (pinned is not None and pinned(op)):
             continue
         casts = readers.get(v, [])
         if any(_narrowing(r, g) != to or r.inputs[0] != v for r in casts) or \

@@ -373,7 +373,9 @@ def run(graph: Graph, ctx: PassContext) -> PassResult:
     rw.warn_unused_keep()
     simplify_casts(graph)
     # narrowing Casts moved above Concat / nearest Resize / Reshape ...: exact, fewer bytes converted
-    moved = hoist_casts(graph)
+    # (not above an op the user pinned with --keep_dtype / --customize_dtypes: it stays float32)
+    moved = hoist_casts(graph, pinned=lambda n: any(matches(e, n.name, n.op_type, n.origin)
+                                                    for e in (*s.keep_dtype, *s.customize)))
     if moved:
         simplify_casts(graph)
     # the Casts this pass added that remain (not "all Casts minus the model's own": the model's
