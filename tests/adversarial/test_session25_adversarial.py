@@ -195,3 +195,137 @@ def test_an_op_pinned_by_keep_dtype_or_customize_dtypes_keeps_float32(pin: dict[
         off = compile_model(m, CompileOptions(precision_mode="allow_fp32_to_bf16", soc_version="CPU", **pin))
     np.testing.assert_array_equal(_bits(LoadedModel.from_compiled(cm).run([x])[0]),
                                   _bits(LoadedModel.from_compiled(off).run([x])[0]))
+
+
+# --- 2. the 16-bit oneDNN concat (bind_onednn._concat) ----------------------------------------
+
+
+def _cl(a: np.ndarray) -> np.ndarray:
+    return np.ascontiguousarray(a.transpose(0, 2, 3, 1)).transpose(0, 3, 1, 2)
+
+
+@pytest.mark.parametrize("dtype", [16, 10])
+@pytest.mark.parametrize("axis", [0, 2, 3, -1])
+def test_sixteen_bit_concat_on_other_axes_copies_the_bits(dtype: int, axis: int) -> None:
+    """Batch / height / width concats of bfloat16 and float16 channels-last maps, big enough for
+    the primitive: every 16-bit pattern (signalling NaN payloads, subnormals) copied as it is, into
+    a new array, the arena view, a strided sub-view of a larger arena, and from plain inputs."""
+    from pycann.dtypes import TensorDesc, to_numpy
+    from pycann.kernels.bind_onednn import PREPARE_ONEDNN
+    from pycann.kernels.providers import onednn
+
+    if not onednn.available():
+        pytest.skip("no oneDNN")
+    np_dt, a4 = to_numpy(dtype), axis % 4
+    shapes = [(1, 8, 256, 256), (1, 8, 256, 256)]
+    shapes = [tuple(d + i if k == a4 else d for k, d in enumerate(s)) for i, s in enumerate(shapes)]
+    out = list(shapes[0])
+    out[a4] = sum(s[a4] for s in shapes)
+    attrs = {"axis": axis, "_layout": "NHWC"}
+    k = PREPARE_ONEDNN[("", "Concat")](attrs, [TensorDesc(dtype, s) for s in shapes], [None, None],
+                                       [TensorDesc(dtype, tuple(out))])
+    bits = [RNG.integers(0, 1 << 16, s, dtype=np.uint16) for s in shapes]
+    bits[0].flat[:65536] = np.arange(65536, dtype=np.uint16)
+    want = np.concatenate(bits, axis=a4)
+    xs = [_cl(b).view(np_dt) for b in bits]
+    np.testing.assert_array_equal(k(xs, attrs)[0].view(np.uint16), want)
+    arena = _cl(np.zeros(want.shape, np.uint16)).view(np_dt)
+    assert k(xs, attrs, [arena])[0] is arena
+    np.testing.assert_array_equal(arena.view(np.uint16), want)
+    if a4 != 1:
+        big = _cl(np.zeros((1, out[1] + 8, *out[2:]), np.uint16)).view(np_dt)[:, 4:4 + out[1]]
+        big = big if a4 != 0 else _cl(np.zeros(out, np.uint16)).view(np_dt)
+        k(xs, attrs, [big])
+        np.testing.assert_array_equal(big.view(np.uint16), want)
+    plain = [np.ascontiguousarray(b).view(np_dt) for b in bits]
+    np.testing.assert_array_equal(k(plain, attrs)[0].view(np.uint16), want)
+
+
+# --- 3. the generic plan's pointwise convs made at load (bind_generic_conv._prepare_pointwise) --
+
+
+def _ort(m: onnx.ModelProto, x: np.ndarray) -> np.ndarray:
+    from tests.ops.oracle import run_ort
+
+    return np.asarray(run_ort(m, {"x": x})[0])
+
+
+def _generic(m: onnx.ModelProto) -> LoadedModel:
+    from pycann.config import PlanBuild, PlanCacheConfig, PlanPolicy
+
+    return LoadedModel.from_compiled(compile_model(m), plan_cache=PlanCacheConfig(policy=PlanPolicy.GENERIC,
+                                                                                 build=PlanBuild.INLINE))
+
+
+def _pw_model(conv_attrs: dict[str, Any], w_shape: tuple[int, ...], x_shape: list[Any],
+              tail: list[onnx.NodeProto] | None = None) -> onnx.ModelProto:
+    nodes = [helper.make_node("Conv", ["x", "w", "b"], ["c" if tail else "y"], **conv_attrs), *(tail or [])]
+    return _model(nodes, {"w": _w(*w_shape), "b": _w(w_shape[0])}, ["y"],
+                  inputs=[helper.make_tensor_value_info("x", TensorProto.FLOAT, x_shape)], opset=18)
+
+
+_CASES: dict[str, tuple[dict[str, Any], tuple[int, ...], list[Any], list[onnx.NodeProto] | None]] = {
+    "same_upper": ({"auto_pad": "SAME_UPPER"}, (8, 16, 1, 1), ["n", 16, "h", "w"], None),
+    "valid": ({"auto_pad": "VALID"}, (8, 16, 1, 1), ["n", 16, "h", "w"], None),
+    "explicit": ({"strides": [1, 1], "pads": [0, 0, 0, 0], "kernel_shape": [1, 1]}, (8, 16, 1, 1), ["n", 16, "h", "w"], None),
+    "dilated": ({"dilations": [2, 3]}, (8, 16, 1, 1), ["n", 16, "h", "w"], None),
+    "stride2": ({"strides": [2, 2]}, (8, 16, 1, 1), ["n", 16, "h", "w"], None),
+    "padded": ({"pads": [1, 0, 0, 1]}, (8, 16, 1, 1), ["n", 16, "h", "w"], None),
+    "group2": ({"group": 2}, (8, 8, 1, 1), ["n", 16, "h", "w"], None),
+    "conv1d": ({}, (8, 16, 1), ["n", 16, "l"], None),
+    "conv3d": ({}, (8, 16, 1, 1, 1), ["n", 16, "d", "h", "w"], None),
+    "h_known": ({}, (8, 16, 1, 1), ["n", 16, 32, "w"], None),
+    "h_known_1": ({}, (8, 16, 1, 1), ["n", 16, 1, "w"], None),
+    "leaky": ({}, (8, 16, 1, 1), ["n", 16, "h", "w"], [helper.make_node("LeakyRelu", ["c"], ["y"], alpha=0.3)]),
+    "mish": ({}, (8, 16, 1, 1), ["n", 16, "h", "w"], [helper.make_node("Mish", ["c"], ["y"])]),
+    "residual": ({}, (16, 16, 1, 1), ["n", 16, "h", "w"],
+                 [helper.make_node("Add", ["c", "x"], ["s"]), helper.make_node("Relu", ["s"], ["y"])]),
+    "shared_weight": ({}, (16, 16, 1, 1), ["n", 16, "h", "w"],
+                      [helper.make_node("Relu", ["c"], ["r"]), helper.make_node("Conv", ["r", "w"], ["c2"]),
+                       helper.make_node("Sigmoid", ["c2"], ["s"]), helper.make_node("Add", ["s", "x"], ["y"])]),
+}
+
+
+@pytest.mark.usefixtures("default_providers")
+@pytest.mark.parametrize("case", sorted(_CASES))
+def test_generic_plan_one_by_one_convs_match_ort(case: str) -> None:
+    attrs, w_shape, x_shape, tail = _CASES[case]
+    m = _pw_model(attrs, w_shape, x_shape, tail)
+    a, b = _generic(m), _generic(m)  # loaded twice: the second finds the first's matmuls
+    for extent in (1, 7, 12):
+        shape = tuple(d if isinstance(d, int) else (2 if d == "n" else extent) for d in x_shape)
+        x = RNG.standard_normal(shape).astype(np.float32)
+        x.flat[0] = np.nan
+        want = _ort(m, x)
+        for lm in (a, b):
+            np.testing.assert_allclose(lm.run([x])[0], want, rtol=1e-4, atol=1e-4)
+
+
+@pytest.mark.usefixtures("default_providers")
+def test_generic_plan_pointwise_conv_runs_in_a_forked_child() -> None:
+    """Loaded (its matmuls made) in the parent, run first in a forked child: ORT's values, no hang."""
+    import os
+    import select
+
+    attrs, w_shape, x_shape, tail = _CASES["shared_weight"]
+    m = _pw_model(attrs, w_shape, x_shape, tail)
+    lm = _generic(m)
+    x = RNG.standard_normal((1, 16, 40, 48)).astype(np.float32)
+    want = _ort(m, x)
+    r, w = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # pragma: no cover - the child
+        try:
+            ok = np.allclose(lm.run([x])[0], want, rtol=1e-4, atol=1e-4)
+            os.write(w, b"1" if ok else b"0")
+        finally:
+            os._exit(0)
+    os.close(w)
+    ready, _, _ = select.select([r], [], [], 120)
+    got = os.read(r, 8) if ready else b"hang"
+    if not ready:
+        os.kill(pid, 9)
+    os.waitpid(pid, 0)
+    os.close(r)
+    assert got == b"1"
+    np.testing.assert_allclose(lm.run([x])[0], want, rtol=1e-4, atol=1e-4)
