@@ -329,3 +329,20 @@ def test_generic_plan_pointwise_conv_runs_in_a_forked_child() -> None:
     os.close(r)
     assert got == b"1"
     np.testing.assert_allclose(lm.run([x])[0], want, rtol=1e-4, atol=1e-4)
+
+
+def test_the_manifest_counts_a_moved_op_in_its_new_dtype(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Mul -> nearest Resize -> Concat -> Conv in bf16: the Resize and the Concat run on bfloat16
+    once the Cast moved above them; "nodes by compute dtype" still counted them fp32."""
+    nodes = [helper.make_node("Mul", ["x", "x"], ["m"]),
+             helper.make_node("Resize", ["m", "", "sc"], ["r"], mode="nearest"),
+             helper.make_node("Concat", ["r", "r"], ["c"], axis=1),
+             helper.make_node("Conv", ["c", "w"], ["y"], pads=[1, 1, 1, 1])]
+    m = _model(nodes, {"sc": _SC, "w": _w(4, 16, 3, 3)}, ["y"])
+    for mode, low in (("allow_fp32_to_bf16", "bf16"), ("allow_fp32_to_fp16", "fp16")):
+        on, off = _compile(m, mode, True, monkeypatch), _compile(m, mode, False, monkeypatch)
+        assert off.manifest["precision"]["nodes"] == {"fp32": 3, low: 1}
+        assert on.manifest["precision"]["nodes"] == {"fp32": 1, low: 3}
+        g = on.graph
+        assert {g.descs[n.inputs[0]].dtype for n in g.nodes if n.op_type in ("Resize", "Concat")} == \
+            {TensorProto.BFLOAT16 if low == "bf16" else TensorProto.FLOAT16}

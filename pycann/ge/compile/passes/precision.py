@@ -374,10 +374,19 @@ def run(graph: Graph, ctx: PassContext) -> PassResult:
     simplify_casts(graph)
     # narrowing Casts moved above Concat / nearest Resize / Reshape ...: exact, fewer bytes converted
     # (not above an op the user pinned with --keep_dtype / --customize_dtypes: it stays float32)
+    wide = {id(n): n for n in graph.nodes if n.outputs and n.outputs[0]
+            and getattr(graph.descs.get(n.outputs[0]), "dtype", None) == F32}
     moved = hoist_casts(graph, pinned=lambda n: any(matches(e, n.name, n.op_type, n.origin)
                                                     for e in (*s.keep_dtype, *s.customize)))
     if moved:
         simplify_casts(graph)
+        # an op the Cast moved above now computes in the narrow dtype: count it there
+        for n in graph.nodes:
+            d = graph.descs.get(n.outputs[0]) if id(n) in wide else None
+            if d is not None and d.dtype in (F16, BF16) and rw.by_dtype.get(SHORT[F32], 0) > 0:
+                rw.by_dtype[SHORT[F32]] -= 1
+                rw.by_dtype[SHORT[d.dtype]] = rw.by_dtype.get(SHORT[d.dtype], 0) + 1
+        rw.by_dtype = {k: v for k, v in rw.by_dtype.items() if v}
     # the Casts this pass added that remain (not "all Casts minus the model's own": the model's
     # Casts that simplify_casts folded away made that negative)
     mine = {id(n) for n in own}
