@@ -346,3 +346,26 @@ def test_the_manifest_counts_a_moved_op_in_its_new_dtype(monkeypatch: pytest.Mon
         g = on.graph
         assert {g.descs[n.inputs[0]].dtype for n in g.nodes if n.op_type in ("Resize", "Concat")} == \
             {TensorProto.BFLOAT16 if low == "bf16" else TensorProto.FLOAT16}
+
+
+@pytest.mark.parametrize("mode", ["allow_mix_precision", "allow_mix_precision_bf16"])
+def test_an_op_the_user_black_listed_keeps_float32(mode: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """``--modify_mixlist`` puts Resize and Concat on the black list ("keeps float32"): after a
+    black Exp they stay float32 without the rewrite, but the Cast before the conv moved above both."""
+    nodes = [helper.make_node("Conv", ["x", "w0"], ["x0"], pads=[1, 1, 1, 1]),
+             helper.make_node("Exp", ["x0"], ["m"]),
+             helper.make_node("Resize", ["m", "", "sc"], ["r"], mode="nearest"),
+             helper.make_node("Concat", ["r", "r"], ["c"], axis=1),
+             helper.make_node("Conv", ["c", "w"], ["y"], pads=[1, 1, 1, 1])]
+    m = _model(nodes, {"sc": _SC, "w": _w(4, 16, 3, 3), "w0": _w(8, 8, 3, 3)}, ["y"])
+    opts = CompileOptions(precision_mode=mode, soc_version="CPU",
+                          modify_mixlist={"black-list": {"to-add": ["Concat", "Resize"]}})
+    cm = compile_model(m, opts)
+    g = cm.graph
+    assert {g.descs[n.inputs[0]].dtype for n in g.nodes if n.op_type in ("Resize", "Concat")} == {TensorProto.FLOAT}
+    with monkeypatch.context() as mp:
+        mp.setattr(precision, "hoist_casts", lambda g, **kw: 0)
+        off = compile_model(m, opts)
+    x = RNG.standard_normal((1, 8, 6, 6)).astype(np.float32)
+    np.testing.assert_array_equal(_bits(LoadedModel.from_compiled(cm).run([x])[0]),
+                                  _bits(LoadedModel.from_compiled(off).run([x])[0]))

@@ -373,11 +373,13 @@ def run(graph: Graph, ctx: PassContext) -> PassResult:
     rw.warn_unused_keep()
     simplify_casts(graph)
     # narrowing Casts moved above Concat / nearest Resize / Reshape ...: exact, fewer bytes converted
-    # (not above an op the user pinned with --keep_dtype / --customize_dtypes: it stays float32)
+    # (not above an op the user pinned with --keep_dtype / --customize_dtypes, or, in a mixed
+    # mode, a black-list op (--modify_mixlist): it stays float32)
     wide = {id(n): n for n in graph.nodes if n.outputs and n.outputs[0]
             and getattr(graph.descs.get(n.outputs[0]), "dtype", None) == F32}
     moved = hoist_casts(graph, pinned=lambda n: any(matches(e, n.name, n.op_type, n.origin)
-                                                    for e in (*s.keep_dtype, *s.customize)))
+                                                    for e in (*s.keep_dtype, *s.customize))
+                        or (s.mode in MIXED_MODES and s.lists.classify(n.op_type) == "black"))
     if moved:
         simplify_casts(graph)
         # an op the Cast moved above now computes in the narrow dtype: count it there
