@@ -372,23 +372,7 @@ def run(graph: Graph, ctx: PassContext) -> PassResult:
     rw.rewrite()
     rw.warn_unused_keep()
     simplify_casts(graph)
-    # narrowing Casts moved above Concat / nearest Resize / Reshape ...: exact, fewer bytes converted
-    # (not above an op the user pinned with --keep_dtype / --customize_dtypes, or, in a mixed
-    # mode, a black-list op (--modify_mixlist): it stays float32)
-    wide = {id(n): n for n in graph.nodes if n.outputs and n.outputs[0]
-            and getattr(graph.descs.get(n.outputs[0]), "dtype", None) == F32}
-    moved = hoist_casts(graph, pinned=lambda n: any(matches(e, n.name, n.op_type, n.origin)
-                                                    for e in (*s.keep_dtype, *s.customize))
-                        or (s.mode in MIXED_MODES and s.lists.classify(n.op_type) == "black"))
-    if moved:
-        simplify_casts(graph)
-        # an op the Cast moved above now computes in the narrow dtype: count it there
-        for n in graph.nodes:
-            d = graph.descs.get(n.outputs[0]) if id(n) in wide else None
-            if d is not None and d.dtype in (F16, BF16) and rw.by_dtype.get(SHORT[F32], 0) > 0:
-                rw.by_dtype[SHORT[F32]] -= 1
-                rw.by_dtype[SHORT[d.dtype]] = rw.by_dtype.get(SHORT[d.dtype], 0) + 1
-        rw.by_dtype = {k: v for k, v in rw.by_dtype.items() if v}
+    moved = _move_casts(graph, s, rw)
     # the Casts this pass added that remain (not "all Casts minus the model's own": the model's
     # Casts that simplify_casts folded away made that negative)
     mine = {id(n) for n in own}
@@ -399,6 +383,29 @@ def run(graph: Graph, ctx: PassContext) -> PassResult:
     hoisted = f" ({moved} moved above data-moving ops)" if moved else ""
     return PassResult(graph, True, f"{s.mode}: nodes by compute dtype: {counts}; {casts} Casts{hoisted}{note}",
                       rw.missed)
+
+
+def _move_casts(graph: Graph, s: PrecisionSettings, rw: _Rewriter) -> int:
+    """Narrowing Casts moved above Concat / nearest Resize / Reshape ... (``hoist_casts``: exact,
+    fewer bytes converted), not above an op the user pinned with ``--keep_dtype`` /
+    ``--customize_dtypes`` or, in a mixed mode, a black-list op (``--modify_mixlist``): those stay
+    float32. An op a Cast moved above is counted in ``rw.by_dtype`` under the narrow dtype it now
+    computes in. Returns the number of ops moved over."""
+    wide = {id(n) for n in graph.nodes if n.outputs and n.outputs[0]
+            and getattr(graph.descs.get(n.outputs[0]), "dtype", None) == F32}
+    moved = hoist_casts(graph, pinned=lambda n: any(matches(e, n.name, n.op_type, n.origin)
+                                                    for e in (*s.keep_dtype, *s.customize))
+                        or (s.mode in MIXED_MODES and s.lists.classify(n.op_type) == "black"))
+    if not moved:
+        return 0
+    simplify_casts(graph)
+    for n in graph.nodes:
+        d = graph.descs.get(n.outputs[0]) if id(n) in wide else None
+        if d is not None and d.dtype in (F16, BF16) and rw.by_dtype.get(SHORT[F32], 0) > 0:
+            rw.by_dtype[SHORT[F32]] -= 1
+            rw.by_dtype[SHORT[d.dtype]] = rw.by_dtype.get(SHORT[d.dtype], 0) + 1
+    rw.by_dtype = {k: v for k, v in rw.by_dtype.items() if v}
+    return moved
 
 
 def _converting_casts(g: Graph) -> list[Node]:
