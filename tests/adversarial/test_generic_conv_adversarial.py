@@ -245,7 +245,10 @@ def test_threads_on_other_openmp_teams() -> None:
 
 
 def _runner_lock(run: Any) -> Any:
-    """The one lock in a kernel's closure (``Pointwise.sized``'s runner, the per-node table's kernel)."""
+    """The one lock of a kernel: ``Pointwise.sized``'s runner (its ``lock`` slot), or the lock in the
+    per-node table kernel's closure."""
+    if isinstance(getattr(run, "lock", None), type(threading.Lock())):
+        return run.lock
     locks = [c.cell_contents for c in run.__closure__ or () if isinstance(c.cell_contents, type(threading.Lock()))]
     assert len(locks) == 1
     return locks[0]

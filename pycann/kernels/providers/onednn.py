@@ -171,13 +171,10 @@ class _Plan:
         # the residual as a binary-add post-op (any output buffer), or with ``sum_first`` (the caller
         # writes the output over the residual) as the "sum" post-op alone: one primitive, not two
         self.mode = ("sum" if sum_first else "binary") if residual else ""
-
-        def make(mode: str | None = None) -> capi.PrimitiveDesc:
-            mode = self.mode if mode is None else mode
-            res = [("binary_add", dst)] if mode == "binary" else [("sum", 1.0)] if mode == "sum" else []
-            return capi.convolution_pd(src, capi.MemoryDesc.any(wdims), bias, dst, *geo, capi.Attr(res + eltwise),
-                                       deconvolution=transpose)
-        self._make = make
+        # what ``_make`` needs, as attributes (a closure over them was eight more objects per bound
+        # conv for the cyclic GC to walk: a shape-generic plan binds one per node and shape)
+        self._descs = (src, wdims, bias, dst, geo, eltwise, transpose)
+        make = self._make
         self._in_place: capi.Primitive | None | bool = False  # built on first use; None: not available
         try:
             pd = make()
@@ -210,6 +207,14 @@ class _Plan:
         self.bound_key: tuple[int, int, int] | None = None  # (src, dst, residual) the handles hold
         # input strides -> (reorder primitive, its source and destination memories)
         self.reorders: dict[tuple[int, ...], tuple[capi.Primitive, capi.Memory, capi.Memory]] = {}
+
+    def _make(self, mode: str | None = None) -> capi.PrimitiveDesc:
+        """The (de)convolution's descriptor with the residual as ``mode`` ("binary", "sum" or "")."""
+        src, wdims, bias, dst, geo, eltwise, transpose = self._descs
+        mode = self.mode if mode is None else mode
+        res = [("binary_add", dst)] if mode == "binary" else [("sum", 1.0)] if mode == "sum" else []
+        return capi.convolution_pd(src, capi.MemoryDesc.any(wdims), bias, dst, *geo, capi.Attr(res + eltwise),
+                                   deconvolution=transpose)
 
     def in_place(self) -> capi.Primitive | None:
         """This conv with the residual as oneDNN's "sum" post-op, which accumulates into the

@@ -139,42 +139,56 @@ class Pointwise:
             raise OperandError(f"pointwise conv bound for {self.c} input channels; got X {list(x_shape)}")
         if (self.bias_md is None) != (b is None):
             raise OperandError(f"pointwise conv bound {'with' if self.bias_md is not None else 'without'} a bias")
-        y_shape = (x_shape[0], self.m, *x_shape[2:])
-        rows = math.prod(y_shape) // self.m
-        src_md = capi.MemoryDesc.strided((rows, self.c), (self.c, 1))
-        dst_md = capi.MemoryDesc.strided((rows, self.m), (self.m, 1))
-        src, dst = capi.Memory(src_md, 0), capi.Memory(dst_md, 0)  # (pointed per call)
-        rest = [(capi.ARG_BIAS, capi.Memory(self.bias_md, address("conv bias B", b, (self.m,))))] \
-            if self.bias_md is not None and b is not None else []
-        wei = (capi.ARG_WEIGHTS, self.wei)
-        args = [(capi.ARG_SRC, src), wei, (capi.ARG_DST, dst), *rest]
-        lock = threading.Lock()  # the two memories are shared by concurrent runs of the plan
-        residual, execute = self.residual, self.prim.execute_on
+        return _SizedRun(self, x_shape, b)
 
-        def run(x: np.ndarray, r: np.ndarray | None) -> np.ndarray:
-            if x.shape != x_shape:
-                raise OperandError(f"pointwise conv bound for X {list(x_shape)}; got {list(x.shape)}")
-            x, y, xs, ys = _operands(x, y_shape, None)
-            if residual:
-                _prefill(y, r)
-            xp = address("conv input X", x, x_shape, strides=xs)
-            yp = address("conv output Y", y, y_shape, strides=ys)
-            # Never wait for the lock: a thread of the parent that was running this shape at an
-            # os.fork does not exist in the child, so there the lock stays taken for ever (the
-            # child's first call of the shape hung). A held lock (that, or a concurrent run) costs
-            # this call its own two memories instead, as ``run`` makes them.
-            if not lock.acquire(blocking=False):
-                execute([(capi.ARG_SRC, capi.Memory(src_md, xp)), wei, (capi.ARG_DST, capi.Memory(dst_md, yp)), *rest])
-                return y
-            try:
-                src.set(xp)
-                dst.set(yp)
-                execute(args)
-            finally:
-                lock.release()
+
+class _SizedRun:
+    """``Pointwise.sized``'s runner for one input shape: its row count's two memories made once,
+    re-pointed per call. A class with slots, not a closure: a closure over these values was a dozen
+    more objects per shape and node for the cyclic GC to walk."""
+
+    __slots__ = ("x_shape", "y_shape", "src_md", "dst_md", "src", "dst", "rest", "wei", "args", "lock", "residual",
+                 "execute")
+
+    def __init__(self, pw: Pointwise, x_shape: tuple[int, ...], b: np.ndarray | None) -> None:
+        self.x_shape = x_shape
+        self.y_shape = y_shape = (x_shape[0], pw.m, *x_shape[2:])
+        rows = math.prod(y_shape) // pw.m
+        self.src_md = capi.MemoryDesc.strided((rows, pw.c), (pw.c, 1))
+        self.dst_md = capi.MemoryDesc.strided((rows, pw.m), (pw.m, 1))
+        self.src, self.dst = capi.Memory(self.src_md, 0), capi.Memory(self.dst_md, 0)  # (pointed per call)
+        self.rest = [(capi.ARG_BIAS, capi.Memory(pw.bias_md, address("conv bias B", b, (pw.m,))))] \
+            if pw.bias_md is not None and b is not None else []
+        self.wei = (capi.ARG_WEIGHTS, pw.wei)
+        self.args = [(capi.ARG_SRC, self.src), self.wei, (capi.ARG_DST, self.dst), *self.rest]
+        self.lock = threading.Lock()  # the two memories are shared by concurrent runs of the plan
+        self.residual, self.execute = pw.residual, pw.prim.execute_on
+
+    def __call__(self, x: np.ndarray, r: np.ndarray | None) -> np.ndarray:
+        x_shape, y_shape = self.x_shape, self.y_shape
+        if x.shape != x_shape:
+            raise OperandError(f"pointwise conv bound for X {list(x_shape)}; got {list(x.shape)}")
+        x, y, xs, ys = _operands(x, y_shape, None)
+        if self.residual:
+            _prefill(y, r)
+        xp = address("conv input X", x, x_shape, strides=xs)
+        yp = address("conv output Y", y, y_shape, strides=ys)
+        # Never wait for the lock: a thread of the parent that was running this shape at an
+        # os.fork does not exist in the child, so there the lock stays taken for ever (the
+        # child's first call of the shape hung). A held lock (that, or a concurrent run) costs
+        # this call its own two memories instead, as ``run`` makes them.
+        lock = self.lock
+        if not lock.acquire(blocking=False):
+            self.execute([(capi.ARG_SRC, capi.Memory(self.src_md, xp)), self.wei,
+                          (capi.ARG_DST, capi.Memory(self.dst_md, yp)), *self.rest])
             return y
-
-        return run
+        try:
+            self.src.set(xp)
+            self.dst.set(yp)
+            self.execute(self.args)
+        finally:
+            lock.release()
+        return y
 
 
 def patch_deconv(w: np.ndarray, group: int, win: Window, x_shape: tuple[int, ...],
