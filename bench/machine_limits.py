@@ -1,77 +1,61 @@
-"""This machine's measured limits for pycann's kernels (issue 23 item 3): memory bandwidth and the
-float32 FMA rate, measured the way the kernels run (oneDNN primitives on the plan's OpenMP team).
+"""This machine's measured limits for pycann's kernels (issue 23 item 3's references): memory
+traffic and the float32 FMA rate, measured the way the kernels run (oneDNN primitives on the plan's
+OpenMP team; numpy without oneDNN). The measurement is ``pycann.profiler.peak.measure``, the one
+msprof's roofline uses, here at larger sizes:
 
-* ``copy_gbs``: a oneDNN reorder copying a 256 MB float32 buffer into another (same layout), bytes
-  read plus bytes written per second: the reference for memory-bound ops, which read their inputs
-  and write their outputs once (elementwise, concat, transpose, pooling, resize, norms).
-* ``fma_gflops``: a oneDNN float32 matmul of 2048 x 2048 x 2048 (2 x M x N x K flops per run):
-  the reference for convolutions and matmuls (a tuned GEMM of that size runs near the FMA peak).
+* ``copy_gbs``: a 256 MiB float32 copy (a oneDNN reorder between two buffers of the same layout),
+  bytes read plus bytes written per second: the roof of memory-bound ops, which read their inputs
+  and write their outputs once (elementwise, concat, transpose, pooling, resize, norms);
+* ``fma_gflops``: a 2048 x 2048 x 2048 float32 matmul (2 x M x N x K flops), near the FMA peak: the
+  roof of convolutions and matmuls.
 
-Each figure is the best of ``repeats`` timed runs after a warm-up (the limit, not a typical run).
-Run from the repository root: ``python bench/machine_limits.py`` prints them as JSON;
-``bench/profile_ops.py --limits`` measures them in its own process and rates each op against them.
+Each is the best of ``--repeats`` timed runs after a warm-up (the limit, not a typical run).
+Run from the repository root::
+
+    python bench/machine_limits.py [--repeats 8] [--copy-mib 256] [--gemm 2048]
+
+``python bench/profile_ops.py --model M --limits`` measures the same in its own process and rates
+every op of a model against them.
 """
 
 from __future__ import annotations
 
+import argparse
 import json
 import sys
-import time
+from collections.abc import Sequence
 from dataclasses import asdict, dataclass
-
-import numpy as np
 
 
 @dataclass(frozen=True)
 class Limits:
-    """Measured limits: memory traffic in GB/s (read + write), float32 FMA rate in GFLOP/s."""
+    """Measured limits: memory traffic in GB/s (read + write), float32 FMA rate in GFLOP/s, and where
+    they come from (library, sizes, threads)."""
 
     copy_gbs: float
     fma_gflops: float
-    threads: int
+    source: str
 
 
-def _best(run: object, repeats: int) -> float:
-    """Smallest wall time of ``repeats`` calls of ``run`` after one warm-up, in seconds."""
-    run()  # type: ignore[operator]
-    best = float("inf")
-    for _ in range(repeats):
-        t0 = time.perf_counter()
-        run()  # type: ignore[operator]
-        best = min(best, time.perf_counter() - t0)
-    return best
+def measure(repeats: int = 8, copy_mib: int = 256, gemm: int = 2048) -> Limits:
+    """``Limits`` measured now by ``pycann.profiler.peak.measure`` at these sizes."""
+    from pycann.profiler.peak import measure as probe
+
+    p = probe(gemm_n=gemm, copy_mib=copy_mib, repeat=repeats)
+    return Limits(round(p.bandwidth / 1e9, 1), round(p.flops / 1e9, 1), p.source)
 
 
-def measure(repeats: int = 8, copy_mb: int = 256, gemm: int = 2048) -> Limits:
-    """Measure ``Limits`` with oneDNN on the current OpenMP team (``RuntimeError`` without libdnnl)."""
-    from pycann.kernels.providers import onednn, openmp
-    from pycann.kernels.providers import onednn_capi as capi
-
-    if not onednn.available():
-        raise RuntimeError("machine_limits needs oneDNN (onednn-cpu-gomp)")
-    n = copy_mb * (1 << 20) // 4
-    a, b = np.ones(n, np.float32), np.empty(n, np.float32)
-    md = capi.MemoryDesc.strided((n,), (1,))
-    copy = capi.Reorder(md, md)
-    t = _best(lambda: copy.run(capi.ptr(a), capi.ptr(b)), repeats)
-    copy_gbs = 2 * a.nbytes / t / 1e9
-
-    x = np.random.default_rng(0).standard_normal((gemm, gemm)).astype(np.float32)
-    w = np.random.default_rng(1).standard_normal((gemm, gemm)).astype(np.float32)
-    y = np.empty((gemm, gemm), np.float32)
-    dense = capi.MemoryDesc.strided((gemm, gemm), (gemm, 1))
-    pd = capi.matmul_pd(dense, dense, None, dense, capi.Attr([]))
-    prim = capi.Primitive(pd, [(capi.ARG_SRC, capi.Memory(dense, capi.ptr(x))),
-                               (capi.ARG_WEIGHTS, capi.Memory(dense, capi.ptr(w))),
-                               (capi.ARG_DST, capi.Memory(dense, capi.ptr(y)))])
-    t = _best(prim.execute, max(3, repeats // 2))
-    fma = 2.0 * gemm ** 3 / t / 1e9
-    return Limits(round(copy_gbs, 1), round(fma, 1), openmp.team())
-
-
-def main() -> int:
+def main(argv: Sequence[str] | None = None) -> int:
     """Print the limits as JSON."""
-    print(json.dumps(asdict(measure())))
+    ap = argparse.ArgumentParser(description="Measure this machine's memory traffic and float32 FMA rate the way "
+                                             "pycann's kernels run (oneDNN), printed as JSON.")
+    ap.add_argument("--repeats", type=int, default=8, help="timed runs of each probe; the best counts (default 8)")
+    ap.add_argument("--copy-mib", type=int, default=256, help="size of the copied buffer in MiB (default 256)")
+    ap.add_argument("--gemm", type=int, default=2048, help="M = N = K of the float32 matmul (default 2048)")
+    args = ap.parse_args(argv)
+    if args.repeats < 1 or args.copy_mib < 1 or args.gemm < 1:
+        ap.error("--repeats, --copy-mib and --gemm must be at least 1")
+    print(json.dumps(asdict(measure(args.repeats, args.copy_mib, args.gemm))))
     return 0
 
 

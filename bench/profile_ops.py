@@ -238,11 +238,12 @@ def rate(node: dict[str, Any], limits: dict[str, float]) -> tuple[str, float] | 
 def against_limits(res: dict[str, Any], limits: dict[str, float]) -> str:
     """Markdown: per op type, its rate as a share of the machine's limit and the time spent in nodes
     below the item's bar; then the totals."""
-    lines = [f"Against this machine's limits (`bench/machine_limits.py`, measured in this process): memory "
-             f"traffic {limits['copy_gbs']:.1f} GB/s (read + write), float32 FMA {limits['fma_gflops']:.0f} "
-             f"GFLOP/s. Bars: memory-bound ops >= {BANDWIDTH_BAR:.0%} of the traffic, convs and matmuls >= "
-             f"{FMA_BAR:.0%} of the FMA rate; an op is held to the lower of the two for its FLOPs per byte "
-             f"(roofline).", "",
+    lines = [f"Against this machine's limits (`bench/machine_limits.py`, measured in this process: "
+             f"{limits.get('source', '?')}): memory traffic {limits['copy_gbs']:.1f} GB/s (read + write), float32 "
+             f"FMA {limits['fma_gflops']:.0f} GFLOP/s. Bars (issue 23 item 3): memory-bound ops >= {BANDWIDTH_BAR:.0%} "
+             f"of the traffic, convs and matmuls >= {FMA_BAR:.0%} of the FMA rate; each node is held to the lower "
+             f"of the two for its FLOPs per byte (roofline). \"bound by\" names the limit that binds: FMA, memory, "
+             f"or both when some nodes of the type are held to one and some to the other.", "",
              "| op type | ms / run | bound by | share of limit (time-weighted) | ms below the bar |",
              "|---|---:|---|---:|---:|"]
     by: dict[str, list[float]] = {}
@@ -302,16 +303,20 @@ def render(res: dict[str, Any], top: int) -> str:
 def main(argv: Sequence[str] | None = None) -> int:
     """Profile one model and print the markdown breakdown (and optionally save JSON)."""
     p = argparse.ArgumentParser(description="Per-op-type time breakdown of pycann's executor.")
-    p.add_argument("--model", choices=sorted(MODELS), required=True)
-    p.add_argument("--batch", type=int, default=1)
-    p.add_argument("--runs", type=int, default=10)
-    p.add_argument("--top", type=int, default=12)
-    p.add_argument("--cache-dir", type=pathlib.Path, default=DEFAULT_CACHE)
+    p.add_argument("--model", choices=sorted(MODELS), required=True, help="a model of the bench set (bench_one.py)")
+    p.add_argument("--batch", type=int, default=1, help="batch size of the benchmark inputs (default 1)")
+    p.add_argument("--runs", type=int, default=10, help="plain runs, then as many instrumented ones (default 10)")
+    p.add_argument("--top", type=int, default=12, help="slowest nodes listed (default 12)")
+    p.add_argument("--cache-dir", type=pathlib.Path, default=DEFAULT_CACHE,
+                   help="where the compiled .om files are cached (default ~/.cache/pycann/bench)")
     p.add_argument("--json", type=pathlib.Path, help="also write the full result here")
     p.add_argument("--limits", action="store_true",
-                   help="measure the machine's memory traffic and FMA rate first (bench/machine_limits.py) and "
-                        "rate every op type against them (issue 23 item 3)")
+                   help="first measure this machine's memory traffic and float32 FMA rate (bench/machine_limits.py), "
+                        "then rate every node against the lower of the two for its FLOPs per byte (a roofline) and "
+                        "sum the time of nodes below 60 %% (memory-bound) or 70 %% (compute-bound) of it")
     args = p.parse_args(argv)
+    if args.runs < 1 or args.batch < 1 or args.top < 0:
+        p.error("--runs and --batch must be at least 1, --top at least 0")
     # one plan for the whole run: on a busy machine the thread governor switches runs to a one-thread
     # plan that the instrumentation never wrapped (every node then read 0 ms); set it to "on" to see that
     os.environ.setdefault("PYCANN_ADAPTIVE_THREADS", "off")

@@ -1,9 +1,13 @@
 """The machine's peak FLOP/s and memory bandwidth, the two roofs of the roofline verdict.
 
-Measured once per process with a quick numpy probe (best of a few fp32 GEMMs through the BLAS
-numpy uses, and best of a few large ``np.copyto`` copies counting read + write bytes), about
-0.1-0.3 s. ``PYCANN_PEAK_GFLOPS`` / ``PYCANN_PEAK_GBPS`` override either number (the source
-then says ``env``). The summary always prints where the numbers came from.
+Measured once per process with a quick probe in the library pycann's kernels run on: with oneDNN
+(the default provider), the best of a few fp32 matmul primitives and of a few large reorder copies
+on the current OpenMP team; without it, the same through numpy (its BLAS, ``np.copyto``). Copies
+count read + write bytes. About 0.1-0.3 s. numpy's BLAS is not the roof to use where the convs run
+on oneDNN: on an AVX-512 machine whose OpenBLAS is held to AVX2 it measured half the FMA rate.
+``PYCANN_PEAK_GFLOPS`` / ``PYCANN_PEAK_GBPS`` override either number (the source then says
+``env``). The summary always prints where the numbers came from. ``bench/machine_limits.py``
+prints the same measurement at larger sizes.
 """
 
 from __future__ import annotations
@@ -43,7 +47,15 @@ def _best(fn: object, repeat: int) -> float:
 
 
 def measure(gemm_n: int = 768, copy_mib: int = 64, repeat: int = 3) -> Peaks:
-    """Run the probe now (no caching): ``gemm_n``³ fp32 GEMM and a ``copy_mib`` MiB memcpy."""
+    """Run the probe now (no caching): a ``gemm_n``³ fp32 GEMM and a ``copy_mib`` MiB copy, in
+    oneDNN when it loads (``_measure_onednn``), else in numpy."""
+    try:
+        from pycann.kernels.providers import onednn
+
+        if onednn.available():
+            return _measure_onednn(gemm_n, copy_mib, repeat)
+    except (ImportError, OSError):  # (no libdnnl: numpy's probe below)
+        pass
     rng = np.random.default_rng(0)
     a = rng.standard_normal((gemm_n, gemm_n), dtype=np.float32)
     b = rng.standard_normal((gemm_n, gemm_n), dtype=np.float32)
@@ -57,6 +69,32 @@ def measure(gemm_n: int = 768, copy_mib: int = 64, repeat: int = 3) -> Peaks:
     flops = 2.0 * gemm_n**3 / t_gemm
     bw = 2.0 * src.nbytes / t_copy
     return Peaks(flops, bw, f"measured: numpy {gemm_n}x{gemm_n} fp32 GEMM, {copy_mib} MiB memcpy (best of {repeat})")
+
+
+def _measure_onednn(gemm_n: int, copy_mib: int, repeat: int) -> Peaks:
+    """``measure`` with a oneDNN f32 matmul primitive and a oneDNN reorder (same layout) copy."""
+    from pycann.kernels.providers import onednn_capi as capi
+    from pycann.kernels.providers import openmp
+
+    n = copy_mib * 2**18
+    src, dst = np.ones(n, np.float32), np.empty(n, np.float32)
+    flat = capi.MemoryDesc.strided((n,), (1,))
+    copy = capi.Reorder(flat, flat)
+    copy.run(capi.ptr(src), capi.ptr(dst))  # warm-up (OpenMP team start, first touch)
+    t_copy = _best(lambda: copy.run(capi.ptr(src), capi.ptr(dst)), repeat)
+    rng = np.random.default_rng(0)
+    a = rng.standard_normal((gemm_n, gemm_n), dtype=np.float32)
+    b = rng.standard_normal((gemm_n, gemm_n), dtype=np.float32)
+    c = np.empty_like(a)
+    md = capi.MemoryDesc.strided((gemm_n, gemm_n), (gemm_n, 1))
+    prim = capi.Primitive(capi.matmul_pd(md, md, None, md, capi.Attr([])),
+                          [(capi.ARG_SRC, capi.Memory(md, capi.ptr(a))), (capi.ARG_WEIGHTS, capi.Memory(md, capi.ptr(b))),
+                           (capi.ARG_DST, capi.Memory(md, capi.ptr(c)))])
+    prim.execute()
+    t_gemm = _best(prim.execute, repeat)
+    return Peaks(2.0 * gemm_n**3 / t_gemm, 2.0 * src.nbytes / t_copy,
+                 f"measured: oneDNN {gemm_n}x{gemm_n} fp32 matmul, {copy_mib} MiB reorder copy, "
+                 f"{openmp.team() or 1} threads (best of {repeat})")
 
 
 def machine_peaks() -> Peaks:

@@ -49,5 +49,13 @@ def test_time_below_the_bars_is_summed_per_op_type() -> None:
 @pytest.mark.skipif(not onednn.available(), reason="libdnnl missing")
 def test_machine_limits_measures_positive_rates() -> None:
     ml = load_script("bench/machine_limits.py", "bench_machine_limits")
-    lim = ml.measure(repeats=1, copy_mb=4, gemm=128)
-    assert lim.copy_gbs > 0 and lim.fma_gflops > 0 and lim.threads >= 1
+    lim = ml.measure(repeats=1, copy_mib=4, gemm=128)
+    assert lim.copy_gbs > 0 and lim.fma_gflops > 0 and "oneDNN 128x128" in lim.source
+    assert ml.main(["--repeats", "1", "--copy-mib", "2", "--gemm", "64"]) == 0
+    with pytest.raises(SystemExit):
+        ml.main(["--repeats", "0"])
+
+
+def test_profile_ops_refuses_zero_runs() -> None:
+    with pytest.raises(SystemExit):
+        _profile_ops().main(["--model", "resnet50", "--runs", "0"])
