@@ -45,7 +45,9 @@ def _k_fused_conv_transpose(inputs: Sequence[Any], attrs: Mapping[str, Any],
     ``pycann.kernels.fused``). Raises ValueError (via the ConvTranspose kernel) on shapes the spec rejects."""
     name, alpha, beta = fused._act(attrs)
     x = inputs[0]
-    if x.dtype.kind == "f" and x.dtype.itemsize < 4:  # float16 / bfloat16 storage: float32 compute
+    if fused._narrow(x.dtype):  # float16 / bfloat16 storage: float32 compute, rounded back
+        # (bfloat16, an ml_dtypes type, has kind "V": a test of kind "f" let it return float32
+        # where the graph, and the next node, expect bfloat16)
         wide = [None if a is None else a.astype(np.float32) for a in inputs[:3]]
         return [_k_fused_conv_transpose(wide, attrs, conv_transpose_act)[0].astype(x.dtype)]
     y, done = conv_transpose_act(inputs[:3], attrs, (name, alpha, beta) if name else None)

@@ -145,3 +145,30 @@ def test_reshape_transpose_chain_before_a_matmul(monkeypatch: pytest.MonkeyPatch
     x = RNG.standard_normal((1, 8, 16, 16)).astype(np.float32)
     on, off = _both(m, "allow_fp32_to_bf16", x, monkeypatch)
     assert _dtype_read(on, "Transpose") == {BF16} and _dtype_read(off, "Transpose") == {F32}
+
+
+@pytest.mark.parametrize("mode,narrow", [("allow_fp32_to_bf16", BF16), ("allow_fp32_to_fp16", F16)])
+def test_a_fused_deconv_in_a_narrow_mode_returns_the_dtype_the_graph_says(mode: str, narrow: int) -> None:
+    """A FusedConvTranspose (ConvTranspose + Relu) in a reduced-precision mode: the graph gives its
+    output the narrow dtype, so the kernel must round to it (bfloat16's numpy kind is "V", and a
+    test of kind "f" handed the next node float32); values are the float32 result rounded once."""
+    from pycann.dtypes import to_numpy
+
+    nodes = [helper.make_node("ConvTranspose", ["x", "w"], ["d"], strides=[2, 2]),
+             helper.make_node("Relu", ["d"], ["r"]),
+             helper.make_node("ConvTranspose", ["r", "w2"], ["y"], strides=[2, 2])]
+    m = _model(nodes, {"w": _w(8, 4, 2, 2), "w2": _w(4, 1, 2, 2)}, ["y"])
+    cm = compile_model(m, CompileOptions(precision_mode=mode, soc_version="CPU"))
+    fused = [n for n in cm.graph.nodes if n.op_type == "FusedConvTranspose"]
+    assert fused and cm.graph.descs[fused[0].outputs[0]].dtype == narrow
+    lm = LoadedModel.from_compiled(cm)
+    plan = lm.executor.plan_for([np.zeros((1, 8, 16, 16), np.float32)]).plan
+    seen: list[np.dtype] = []
+    for st in plan.steps:
+        if st.node.op_type == "FusedConvTranspose":
+            run = st.run
+            st.run = lambda *a, _r=run, **k: seen.append((out := _r(*a, **k))[0].dtype) or out  # type: ignore[method-assign]
+    plan._fast = None
+    x = RNG.standard_normal((1, 8, 16, 16)).astype(np.float32)
+    lm.run([x])
+    assert seen == [to_numpy(narrow)]
