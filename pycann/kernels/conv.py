@@ -163,7 +163,8 @@ def conv_transpose_act(inputs: Sequence[Any], attrs: Mapping[str, Any], act: tup
         unary = mod.onednn_unary(*act)
         # (any activation: a leaky ReLU post-op of some deconvolution kernels turns -inf into NaN;
         # PatchDeconv's dense form applies it in numpy, so the input need not be read for the guard)
-        if unary is not None and not mod.transpose_activation_in_numpy(xc, wc, group, win, outs) \
+        if unary is not None \
+                and not mod.transpose_activation_in_numpy(xc, wc, group, win, outs, bc is not None, unary) \
                 and not nan_guard.safe(xc, nan_guard.weight_bound(wc, bc, transpose=True)):
             unary = None  # NaN/inf in: the caller applies the activation in numpy, keeping NaN
         if unary is not None and mod.native(xc, wc, win):

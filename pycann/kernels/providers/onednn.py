@@ -455,15 +455,21 @@ def _transpose_ok(x: np.ndarray, w: np.ndarray, win: Window, out_sizes: Sequence
 
 
 def transpose_activation_in_numpy(x: np.ndarray, w: np.ndarray, group: int, win: Window,
-                                  out_sizes: Sequence[int]) -> bool:
+                                  out_sizes: Sequence[int], with_bias: bool,
+                                  unary: Unary | Unaries | None) -> bool:
     """True when ``conv_transpose_nhwc`` runs these shapes as ``PatchDeconv``'s dense numpy form,
     which applies the activation in numpy (NaN kept as numpy does): its caller's NaN guard, a read
-    of the whole input, has nothing to guard (PP-OCRv4 det's 24 -> 1 channel head: 2.4 M values)."""
+    of the whole input, has nothing to guard (PP-OCRv4 det's 24 -> 1 channel head: 2.4 M values).
+    The plan itself is asked (``patch_plan``, cached): when oneDNN rejects it, the call runs in the
+    per-shape deconvolution with the activation as a post-op, which the guard must see."""
     if not POINTWISE_ANY_SIZE or not _transpose_ok(x, w, win, out_sizes):
         return False
     from pycann.kernels.providers import onednn_pointwise as pw
 
-    return pw.patch_deconv(w, group, win, tuple(x.shape), tuple(out_sizes)) and pw.dense_patches(w)
+    if not (pw.patch_deconv(w, group, win, tuple(x.shape), tuple(out_sizes)) and pw.dense_patches(w)):
+        return False
+    k = pw.patch_plan(w, with_bias, unary)
+    return k is not None and k.dense is not None
 
 
 def conv_transpose_nhwc(x: np.ndarray, w: np.ndarray, b: np.ndarray | None, group: int, win: Window,
