@@ -58,3 +58,116 @@ def test_patch_plan_rejected_keeps_nan_guard(monkeypatch: pytest.MonkeyPatch, ac
         ref = _k_fused_conv_transpose([x, w, b], attrs)[0]
     np.testing.assert_array_equal(np.isnan(y), np.isnan(ref))
     np.testing.assert_allclose(y, ref, rtol=1e-4, atol=1e-5)
+
+
+# ---------------------------------------------------------------- FusedConvTranspose in bf16 / fp16
+
+
+def _bf16() -> Any:
+    import ml_dtypes
+
+    return np.dtype(ml_dtypes.bfloat16)
+
+
+@pytest.mark.usefixtures("default_providers")
+@pytest.mark.parametrize("narrow", ["bfloat16", "float16"])
+@pytest.mark.parametrize("act", [("Relu", 0.0, 0.0), ("Sigmoid", 0.0, 0.0), ("LeakyRelu", 0.1, 0.0),
+                                 ("Clip", -0.5, 0.5)])
+@pytest.mark.parametrize("bias", [True, False])
+@pytest.mark.parametrize("geom", [{"kernel_shape": [2, 2], "strides": [2, 2]},
+                                  {"kernel_shape": [3, 3], "strides": [2, 2], "pads": [1, 1, 1, 1],
+                                   "output_padding": [1, 1]},
+                                  {"kernel_shape": [2, 2], "strides": [2, 2], "group": 2}])
+def test_narrow_fused_deconv_is_float32_rounded_once(narrow: str, act: tuple[str, float, float], bias: bool,
+                                                     geom: dict[str, Any]) -> None:
+    """bf16/fp16 X, W, B: the float32 computation on the widened operands, rounded once to X's
+    dtype (NaN and infinities as the float32 computation has them)."""
+    dt = _bf16() if narrow == "bfloat16" else np.dtype(np.float16)
+    rng = np.random.default_rng(5)
+    g = int(geom.get("group", 1))
+    k = geom["kernel_shape"][0]
+    x = rng.standard_normal((1, 4, 6, 5)).astype(dt)
+    x[0, 0, 0, 0], x[0, 1, 2, 2], x[0, 3, 4, 4] = np.nan, np.inf, -np.inf
+    w = rng.standard_normal((4, 2 // g * g, k, k)).astype(dt)
+    ins = [x, w] + ([rng.standard_normal(w.shape[1] * g).astype(dt)] if bias else [])
+    attrs = {**geom, "activation": act[0], "act_alpha": act[1], "act_beta": act[2]}
+    with np.errstate(all="ignore"):
+        y = _k_fused_conv_transpose(ins, attrs, kconv.conv_transpose_act)[0]
+        wide = _k_fused_conv_transpose([a.astype(np.float32) for a in ins], attrs)[0]
+    assert y.dtype == dt
+    ref = wide.astype(dt)
+    np.testing.assert_array_equal(np.isnan(y.astype(np.float32)), np.isnan(ref.astype(np.float32)))
+    # (the providers' float32 sums differ in the last float32 bits: one narrow ulp at most)
+    np.testing.assert_allclose(y.astype(np.float32), ref.astype(np.float32), rtol=1e-2, atol=1e-2)
+
+
+def _det_like() -> Any:
+    from onnx import TensorProto, helper, numpy_helper
+
+    rng = np.random.default_rng(6)
+
+    def w(*s: int) -> np.ndarray:
+        return (rng.standard_normal(s) / np.sqrt(np.prod(s[1:]))).astype(np.float32)
+
+    inits = {"wc": w(8, 3, 3, 3), "bc": w(8), "w1": w(8, 4, 2, 2), "b1": w(4), "w2": w(4, 1, 2, 2), "b2": w(1)}
+    nodes = [helper.make_node("Conv", ["x", "wc", "bc"], ["c"], pads=[1, 1, 1, 1]),
+             helper.make_node("ConvTranspose", ["c", "w1", "b1"], ["d1"], strides=[2, 2]),
+             helper.make_node("Relu", ["d1"], ["r"]),
+             helper.make_node("ConvTranspose", ["r", "w2", "b2"], ["d2"], strides=[2, 2]),
+             helper.make_node("Sigmoid", ["d2"], ["y"])]
+    g = helper.make_graph(nodes, "det", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 3, 16, 16])],
+                          [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)],
+                          [numpy_helper.from_array(v, k) for k, v in inits.items()])
+    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
+    m.ir_version = 8
+    return m
+
+
+class _Dtypes:
+    """A node observer recording (op type, output name, output dtype) of every executed node."""
+
+    def __init__(self) -> None:
+        self.seen: list[tuple[str, str, np.dtype]] = []
+
+    def on_node(self, node: Any, inputs: Any, outputs: Any, start_ns: int, end_ns: int, graph_name: str) -> None:
+        self.seen += [(node.op_type, name, np.asarray(o).dtype) for name, o in zip(node.outputs, outputs)]
+
+    def on_run(self, graph_name: str, start_ns: int, end_ns: int) -> None:
+        pass
+
+
+@pytest.mark.usefixtures("default_providers")
+@pytest.mark.parametrize("mode", ["allow_fp32_to_bf16", "allow_fp32_to_fp16"])
+@pytest.mark.parametrize("om", [False, True])
+def test_det_like_narrow_mode_every_output_has_the_graph_dtype(tmp_path: Any, mode: str, om: bool) -> None:
+    """conv -> deconv -> relu -> deconv -> sigmoid compiled in a narrow mode: every node's output
+    has the dtype its graph desc says (also after an .om round trip), and the result stays close
+    to float32's."""
+    from pycann.dtypes import to_numpy
+    from pycann.ge.compile.compiler import compile_model
+    from pycann.ge.compile.options import CompileOptions
+    from pycann.ge.run.model import LoadedModel
+
+    m = _det_like()
+    cm = compile_model(m, CompileOptions(precision_mode=mode, soc_version="CPU"))
+    descs = cm.graph.descs
+    if om:
+        cm.save(tmp_path / "m.om")
+        lm = LoadedModel.from_file(tmp_path / "m.om")
+    else:
+        lm = LoadedModel.from_compiled(cm)
+    x = np.random.default_rng(7).standard_normal((1, 3, 16, 16)).astype(np.float32)
+    from pycann.profiler import hooks
+
+    obs = _Dtypes()
+    with hooks.observe(obs):
+        lm.run([x])
+    seen = obs.seen
+    assert seen
+    assert any(op == "FusedConvTranspose" for op, *_ in seen)
+    bad = [(op, name, str(dt), str(to_numpy(descs[name].dtype))) for op, name, dt in seen
+           if name in descs and dt != to_numpy(descs[name].dtype)]
+    assert not bad
+    y = np.asarray(lm.run([x])[0], dtype=np.float32)
+    ref = np.asarray(LoadedModel.from_compiled(compile_model(m, CompileOptions(soc_version="CPU"))).run([x])[0])
+    np.testing.assert_allclose(y, ref, atol=3e-2)
