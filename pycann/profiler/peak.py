@@ -48,12 +48,21 @@ def _best(fn: object, repeat: int) -> float:
 
 def measure(gemm_n: int = 768, copy_mib: int = 64, repeat: int = 3) -> Peaks:
     """Run the probe now (no caching): a ``gemm_n``³ fp32 GEMM and a ``copy_mib`` MiB copy, in
-    oneDNN when it loads (``_measure_onednn``), else in numpy."""
+    oneDNN when it is an allowed provider (``PYCANN_PROVIDERS``) that loads (``_measure_onednn``),
+    else, or when its probe fails, in numpy. ``ValueError`` for a size or ``repeat`` below 1."""
+    if min(gemm_n, copy_mib, repeat) < 1:
+        raise ValueError(f"peak probe sizes must be at least 1: gemm_n={gemm_n}, copy_mib={copy_mib}, "
+                         f"repeat={repeat}")
     try:
-        from pycann.kernels.providers import onednn
+        from pycann.kernels import providers
 
-        if onednn.available():
-            return _measure_onednn(gemm_n, copy_mib, repeat)
+        if providers.available("onednn"):  # (not with PYCANN_PROVIDERS=numpy: the kernels run in numpy then)
+            from pycann.kernels.providers import onednn_capi as capi
+
+            try:
+                return _measure_onednn(gemm_n, copy_mib, repeat)
+            except capi.DnnlError:  # (a primitive oneDNN does not make here: numpy's probe below)
+                pass
     except (ImportError, OSError):  # (no libdnnl: numpy's probe below)
         pass
     rng = np.random.default_rng(0)

@@ -171,3 +171,70 @@ def test_det_like_narrow_mode_every_output_has_the_graph_dtype(tmp_path: Any, mo
     y = np.asarray(lm.run([x])[0], dtype=np.float32)
     ref = np.asarray(LoadedModel.from_compiled(compile_model(m, CompileOptions(soc_version="CPU"))).run([x])[0])
     np.testing.assert_allclose(y, ref, atol=3e-2)
+
+
+# ---------------------------------------------------------------- machine roofs (profiler.peak)
+
+
+def test_peak_measure_with_onednn_disabled_uses_numpy(monkeypatch: pytest.MonkeyPatch) -> None:
+    """``PYCANN_PROVIDERS=numpy``: pycann's kernels run in numpy, so the roofs are numpy's (the
+    probe must not measure, nor load, the oneDNN the user turned off)."""
+    from pycann.profiler import peak
+
+    monkeypatch.setenv("PYCANN_PROVIDERS", "numpy")
+    providers.reset()
+    try:
+        p = peak.measure(gemm_n=16, copy_mib=1, repeat=1)
+    finally:
+        monkeypatch.delenv("PYCANN_PROVIDERS")
+        providers.reset()
+    assert p.source.startswith("measured: numpy") and p.flops > 0 and p.bandwidth > 0
+
+
+@needs_dnnl
+@pytest.mark.usefixtures("default_providers")
+def test_peak_measure_falls_back_to_numpy_when_onednn_fails(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A oneDNN error in the probe (a primitive it does not make here) is no reason for msprof's
+    summary to fail: the numpy probe measures instead."""
+    from pycann.kernels.providers import onednn_capi as capi
+    from pycann.profiler import peak
+
+    def fails(*a: Any, **k: Any) -> Any:
+        raise capi.DnnlError("dnnl_matmul_primitive_desc_create", 3)
+
+    monkeypatch.setattr(capi, "matmul_pd", fails)
+    p = peak.measure(gemm_n=16, copy_mib=1, repeat=1)
+    assert p.source.startswith("measured: numpy") and p.flops > 0
+
+
+@pytest.mark.usefixtures("default_providers")
+@pytest.mark.parametrize("bad", [{"gemm_n": 0}, {"copy_mib": 0}, {"repeat": 0}, {"gemm_n": -4}, {"repeat": -1}])
+def test_peak_measure_rejects_sizes_below_one(bad: dict[str, int]) -> None:
+    """Zero-sized probes measured nothing and reported roofs of 0 (every op then 'overhead-bound'),
+    a negative one failed deep in numpy: ``ValueError`` up front, as ``bench/machine_limits.py`` does."""
+    from pycann.profiler import peak
+
+    args = {"gemm_n": 8, "copy_mib": 1, "repeat": 1, **bad}
+    with pytest.raises(ValueError, match="at least 1"):
+        peak.measure(**args)
+
+
+def test_peak_env_overrides_win_without_a_probe(monkeypatch: pytest.MonkeyPatch) -> None:
+    from pycann.profiler import peak
+
+    monkeypatch.setattr(peak, "_CACHED", None)
+    monkeypatch.setenv("PYCANN_PEAK_GFLOPS", "123")
+    monkeypatch.setenv("PYCANN_PEAK_GBPS", "45")
+
+    def no_probe(*a: Any, **k: Any) -> Any:
+        raise AssertionError("measured despite both overrides")
+
+    monkeypatch.setattr(peak, "measure", no_probe)
+    p = peak.machine_peaks()
+    assert (p.flops, p.bandwidth) == (123e9, 45e9) and p.source.startswith("env")
+    monkeypatch.setattr(peak, "_CACHED", None)
+    monkeypatch.delenv("PYCANN_PEAK_GBPS")
+    monkeypatch.setattr(peak, "measure", lambda: peak.Peaks(1.0, 2.0, "measured: stub"))
+    p = peak.machine_peaks()
+    assert (p.flops, p.bandwidth) == (123e9, 2.0) and "overridden" in p.source
+    monkeypatch.setattr(peak, "_CACHED", None)
