@@ -238,3 +238,61 @@ def test_peak_env_overrides_win_without_a_probe(monkeypatch: pytest.MonkeyPatch)
     p = peak.machine_peaks()
     assert (p.flops, p.bandwidth) == (123e9, 2.0) and "overridden" in p.source
     monkeypatch.setattr(peak, "_CACHED", None)
+
+
+# ---------------------------------------------------------------- Pointwise.sized's slotted runner
+
+
+@needs_dnnl
+@pytest.mark.usefixtures("default_providers")
+def test_sized_runner_keeps_its_weight_alive() -> None:
+    """The runner ``Pointwise.sized`` returns executes the Pointwise's primitive on its transposed
+    weight copy (``wt``): dropping the Pointwise (the plan table starts over, or a caller keeps only
+    the runner) freed that copy while the runner still read it (values from whatever reused it)."""
+    import gc
+
+    from pycann.kernels.providers import onednn_pointwise as pw
+
+    rng = np.random.default_rng(8)
+    w = rng.standard_normal((16, 32, 1, 1)).astype(np.float32)
+    x = rng.standard_normal((1, 32, 4, 4)).astype(np.float32)
+    run = pw.Pointwise(w, False, None, False).sized(x.shape, None)
+    gc.collect()
+    junk = [np.full((32, 16), 1e6, np.float32) for _ in range(50)]
+    y = np.asarray(run(x, None))
+    del junk
+    np.testing.assert_allclose(y, np.einsum("mc,nchw->nmhw", w[:, :, 0, 0], x), rtol=1e-4, atol=1e-4)
+
+
+@needs_dnnl
+@pytest.mark.usefixtures("default_providers")
+def test_sized_runner_shape_residual_and_held_lock() -> None:
+    """Shape check, residual prefill (a misfit or missing residual: OperandError), and a held lock
+    (a concurrent run, or a forked child's orphaned lock) never waited for."""
+    from pycann.errors import OperandError
+    from pycann.kernels.providers import onednn_pointwise as pw
+
+    rng = np.random.default_rng(9)
+    w = rng.standard_normal((8, 4, 1, 1)).astype(np.float32)
+    b = rng.standard_normal(8).astype(np.float32)
+    x = rng.standard_normal((1, 4, 3, 5)).astype(np.float32)
+    r = rng.standard_normal((1, 8, 3, 5)).astype(np.float32)
+    k = pw.Pointwise(w, True, None, True)
+    run = k.sized(x.shape, b)
+    ref = np.einsum("mc,nchw->nmhw", w[:, :, 0, 0], x) + b[None, :, None, None] + r
+    np.testing.assert_allclose(np.asarray(run(x, r)), ref, rtol=1e-5, atol=1e-5)
+    with pytest.raises(OperandError):
+        run(x[:, :, :2], r)
+    with pytest.raises(OperandError):
+        run(x, None)
+    with pytest.raises(OperandError):
+        run(x, r[:, :4])
+    assert run.lock.acquire(blocking=False)  # (held, as an orphaned lock in a forked child)
+    try:
+        np.testing.assert_allclose(np.asarray(run(x, r)), ref, rtol=1e-5, atol=1e-5)
+    finally:
+        run.lock.release()
+    with pytest.raises(OperandError):
+        k.sized((1, 5, 3, 5), b)
+    with pytest.raises(OperandError):
+        k.sized(x.shape, None)

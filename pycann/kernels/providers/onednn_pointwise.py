@@ -148,9 +148,12 @@ class _SizedRun:
     more objects per shape and node for the cyclic GC to walk."""
 
     __slots__ = ("x_shape", "y_shape", "src_md", "dst_md", "src", "dst", "rest", "wei", "args", "lock", "residual",
-                 "execute")
+                 "execute", "plan")
 
     def __init__(self, pw: Pointwise, x_shape: tuple[int, ...], b: np.ndarray | None) -> None:
+        # the Pointwise kept alive: its weight memory points into ``pw.wt``, which a runner outliving
+        # it (the plan table starting over, a caller keeping only the runner) read after it was freed
+        self.plan = pw
         self.x_shape = x_shape
         self.y_shape = y_shape = (x_shape[0], pw.m, *x_shape[2:])
         rows = math.prod(y_shape) // pw.m
