@@ -296,3 +296,72 @@ def test_sized_runner_shape_residual_and_held_lock() -> None:
         k.sized((1, 5, 3, 5), b)
     with pytest.raises(OperandError):
         k.sized(x.shape, None)
+
+
+# ---------------------------------------------------------------- oneDNN handles as plain ints
+
+
+def _called_dnnl_functions(module_files: list[str]) -> set[str]:
+    import re
+
+    names: set[str] = set()
+    for f in module_files:
+        with open(f) as fh:
+            src = fh.read()
+        names |= set(re.findall(r"\b(dnnl_[a-z0-9_]+)\b", src))  # (those the library exports are its functions)
+    return names
+
+
+@needs_dnnl
+@pytest.mark.usefixtures("default_providers")
+def test_every_called_v3_function_declares_pointer_argtypes() -> None:
+    """Handles are plain ints now: a function called without argtypes would pass one as a C int
+    (truncating an address above 2**31). Every ``lib.dnnl_*(`` call of the v3 binding modules has
+    declared argtypes once the library is loaded (int8's own after its probe)."""
+    import glob
+    import os
+
+    from pycann.kernels.providers import onednn_capi as capi
+    from pycann.kernels.providers import onednn_int8
+
+    lib = capi.load()
+    onednn_int8.available()
+    here = os.path.dirname(capi.__file__)
+    files = [f for f in glob.glob(os.path.join(here, "onednn*.py")) if not f.endswith("onednn2_capi.py")]
+    files.append(os.path.join(here, "onednn_capi_table.py"))
+    called = [n for n in sorted(_called_dnnl_functions(files)) if getattr(lib, n, None) is not None]
+    assert len(called) >= 30
+    missing = [n for n in called if getattr(lib, n).argtypes is None]
+    if not onednn_int8.available():
+        missing = [n for n in missing if "scales_mask" not in n and "zero_points_mask" not in n]
+    assert not missing
+
+
+@needs_dnnl
+@pytest.mark.usefixtures("default_providers")
+def test_handles_are_ints_and_destroyed_once(monkeypatch: pytest.MonkeyPatch) -> None:
+    import gc
+
+    from pycann.kernels.providers import onednn_capi as capi
+
+    lib = capi.load()
+    destroyed: list[int] = []
+    real = lib.dnnl_memory_destroy
+
+    def counting(h: Any) -> Any:
+        destroyed.append(h)
+        return real(h)
+
+    monkeypatch.setattr(lib, "dnnl_memory_destroy", counting)
+    md = capi.MemoryDesc.strided((4, 4), (4, 1))
+    buf = np.zeros((4, 4), np.float32)
+    m = capi.Memory(md, capi.ptr(buf))
+    null = capi.Memory(md, 0)  # (a memory over no buffer yet: pointed per call)
+    assert isinstance(md.handle, int) and isinstance(m.handle, int) and isinstance(null.handle, int)
+    h = m.handle
+    del m
+    gc.collect()
+    assert destroyed == [h]
+    del null
+    gc.collect()
+    assert len(destroyed) == 2
