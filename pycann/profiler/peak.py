@@ -12,6 +12,7 @@ prints the same measurement at larger sizes.
 
 from __future__ import annotations
 
+import math
 import time
 from dataclasses import dataclass
 
@@ -106,18 +107,33 @@ def _measure_onednn(gemm_n: int, copy_mib: int, repeat: int) -> Peaks:
                  f"{openmp.team() or 1} threads (best of {repeat})")
 
 
+def _override(name: str, raw: str | None) -> float | None:
+    """The env override ``raw`` of ``name`` (None: unset or empty); ``ConfigError`` unless it is a
+    finite number > 0 (0, NaN or inf made every roofline verdict meaningless)."""
+    if not raw:
+        return None
+    try:
+        v = float(raw)
+    except ValueError:
+        v = math.nan
+    if not (math.isfinite(v) and v > 0):
+        raise config.ConfigError(f"{name}={raw!r}: expected a positive number")
+    return v
+
+
 def machine_peaks() -> Peaks:
     """The peaks for this process: env overrides, else measured on first call and cached."""
     global _CACHED
     if _CACHED is not None:
         return _CACHED
-    env_f, env_b = config.peak_overrides()
-    if env_f and env_b:
-        _CACHED = Peaks(float(env_f) * 1e9, float(env_b) * 1e9, "env: PYCANN_PEAK_GFLOPS / PYCANN_PEAK_GBPS")
+    raw_f, raw_b = config.peak_overrides()
+    env_f, env_b = _override("PYCANN_PEAK_GFLOPS", raw_f), _override("PYCANN_PEAK_GBPS", raw_b)
+    if env_f is not None and env_b is not None:
+        _CACHED = Peaks(env_f * 1e9, env_b * 1e9, "env: PYCANN_PEAK_GFLOPS / PYCANN_PEAK_GBPS")
         return _CACHED
     p = measure()
-    if env_f or env_b:
-        p = Peaks(float(env_f) * 1e9 if env_f else p.flops, float(env_b) * 1e9 if env_b else p.bandwidth,
+    if env_f is not None or env_b is not None:
+        p = Peaks(env_f * 1e9 if env_f is not None else p.flops, env_b * 1e9 if env_b is not None else p.bandwidth,
                   p.source + " (partly overridden by env)")
     _CACHED = p
     return p

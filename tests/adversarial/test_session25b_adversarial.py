@@ -137,7 +137,8 @@ class _Dtypes:
 
 
 @pytest.mark.usefixtures("default_providers")
-@pytest.mark.parametrize("mode", ["allow_fp32_to_bf16", "allow_fp32_to_fp16"])
+@pytest.mark.parametrize("mode", ["allow_fp32_to_bf16", "allow_fp32_to_fp16", "allow_mix_precision_bf16",
+                                  "allow_mix_precision_fp16", "force_fp16", "force_fp32"])
 @pytest.mark.parametrize("om", [False, True])
 def test_det_like_narrow_mode_every_output_has_the_graph_dtype(tmp_path: Any, mode: str, om: bool) -> None:
     """conv -> deconv -> relu -> deconv -> sigmoid compiled in a narrow mode: every node's output
@@ -365,3 +366,22 @@ def test_handles_are_ints_and_destroyed_once(monkeypatch: pytest.MonkeyPatch) ->
     del null
     gc.collect()
     assert len(destroyed) == 2
+
+
+@pytest.mark.parametrize("bad", ["abc", "0", "-5", "nan", "inf", ""])
+def test_peak_env_override_must_be_a_positive_number(monkeypatch: pytest.MonkeyPatch, bad: str) -> None:
+    """A bad ``PYCANN_PEAK_GFLOPS`` was a bare float() error ("abc"), or roofs of 0 / NaN / inf that
+    made every verdict meaningless: ``ConfigError`` naming the variable (as pycann's other knobs)."""
+    from pycann.config import ConfigError
+    from pycann.profiler import peak
+
+    monkeypatch.setattr(peak, "_CACHED", None)
+    monkeypatch.setattr(peak, "measure", lambda: peak.Peaks(1.0, 2.0, "measured: stub"))
+    monkeypatch.setenv("PYCANN_PEAK_GBPS", "45")
+    monkeypatch.setenv("PYCANN_PEAK_GFLOPS", bad)
+    if bad == "":  # (empty: unset, as before)
+        assert peak.machine_peaks().flops == 1.0
+    else:
+        with pytest.raises(ConfigError, match="PYCANN_PEAK_GFLOPS"):
+            peak.machine_peaks()
+    monkeypatch.setattr(peak, "_CACHED", None)
