@@ -47,6 +47,7 @@ def test_time_below_the_bars_is_summed_per_op_type() -> None:
 
 
 @pytest.mark.skipif(not onednn.available(), reason="libdnnl missing")
+@pytest.mark.usefixtures("default_providers")  # (oneDNN allowed: the source names it)
 def test_machine_limits_measures_positive_rates() -> None:
     ml = load_script("bench/machine_limits.py", "bench_machine_limits")
     lim = ml.measure(repeats=1, copy_mib=4, gemm=128)
