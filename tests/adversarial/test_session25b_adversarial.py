@@ -385,3 +385,35 @@ def test_peak_env_override_must_be_a_positive_number(monkeypatch: pytest.MonkeyP
         with pytest.raises(ConfigError, match="PYCANN_PEAK_GFLOPS"):
             peak.machine_peaks()
     monkeypatch.setattr(peak, "_CACHED", None)
+
+
+@needs_dnnl
+@pytest.mark.usefixtures("default_providers")
+def test_sized_runner_concurrent_callers_get_their_own_results() -> None:
+    """Threads sharing one runner (its two memories re-pointed under a lock, or a call's own
+    memories while another holds it): each gets the conv of its own input."""
+    import threading
+
+    from pycann.kernels.providers import onednn_pointwise as pw
+
+    rng = np.random.default_rng(10)
+    w = rng.standard_normal((16, 8, 1, 1)).astype(np.float32)
+    xs = [rng.standard_normal((2, 8, 9, 7)).astype(np.float32) for _ in range(6)]
+    k = pw.Pointwise(w, False, None, False)
+    run = k.sized(xs[0].shape, None)
+    refs = [np.einsum("mc,nchw->nmhw", w[:, :, 0, 0], x) for x in xs]
+    errors: list[str] = []
+
+    def worker(i: int) -> None:
+        for _ in range(30):
+            y = np.asarray(run(xs[i], None))
+            if not np.allclose(y, refs[i], rtol=1e-4, atol=1e-4):
+                errors.append(f"thread {i}")
+                return
+
+    threads = [threading.Thread(target=worker, args=(i,)) for i in range(len(xs))]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert not errors
