@@ -254,6 +254,22 @@ def _runner_lock(run: Any) -> Any:
     return locks[0]
 
 
+def _beside_held(lock: Any, call: Any, what: str) -> Any:
+    """``call()`` on another thread while ``lock`` is held, as a thread that is gone after an
+    ``os.fork`` would hold it: it must finish (not wait for a lock nobody will release); its result."""
+    lock.acquire()
+    got: list[Any] = []
+    t = threading.Thread(target=lambda: got.append(call()), daemon=True)
+    try:
+        t.start()
+        t.join(10)
+        assert not t.is_alive(), f"{what} waited for a lock nobody will release"
+    finally:
+        lock.release()
+        t.join(10)
+    return got[0]
+
+
 @pytest.mark.parametrize("bias,residual", [(True, False), (False, True), (True, True)])
 def test_sized_runner_never_waits_for_its_lock(bias: bool, residual: bool) -> None:
     """A thread of the parent running a pointwise conv at an ``os.fork`` leaves the runner's lock
@@ -268,18 +284,8 @@ def test_sized_runner_never_waits_for_its_lock(bias: bool, residual: bool) -> No
     assert k is not None
     run = k.sized(x.shape, b)
     want = run(x, r).copy()
-    lock = _runner_lock(run)
-    lock.acquire()  # as a thread that is gone after a fork would hold it
-    got: list[np.ndarray] = []
-    t = threading.Thread(target=lambda: got.append(run(x, r)), daemon=True)
-    try:
-        t.start()
-        t.join(10)
-        assert not t.is_alive(), "the sized pointwise runner waited for a lock nobody will release"
-    finally:
-        lock.release()
-        t.join(10)
-    np.testing.assert_array_equal(got[0], want)
+    got = _beside_held(_runner_lock(run), lambda: run(x, r), "the sized pointwise runner")
+    np.testing.assert_array_equal(got, want)
 
 
 @pytest.mark.skipif(not hasattr(os, "fork"), reason="needs os.fork")
@@ -334,17 +340,8 @@ def test_a_new_size_never_waits_for_the_table_lock() -> None:
     lock = _runner_lock(step.bound.run)
     x = np.random.default_rng(10).standard_normal((1, 16, 7, 9)).astype(np.float32)
     want = run_ort(model, {"x": x})[0]
-    lock.acquire()
-    got: list[np.ndarray] = []
-    t = threading.Thread(target=lambda: got.append(lm.run([x])[0]), daemon=True)
-    try:
-        t.start()
-        t.join(10)
-        assert not t.is_alive(), "a new size waited for the table lock nobody will release"
-    finally:
-        lock.release()
-        t.join(10)
-    np.testing.assert_allclose(got[0], want, rtol=RTOL, atol=ATOL)
+    got = _beside_held(lock, lambda: lm.run([x])[0], "a new size")
+    np.testing.assert_allclose(got, want, rtol=RTOL, atol=ATOL)
     assert step.bound.keep[2] == {}  # not recorded while the lock was taken
     _assert_ort(lm, model, x)
     assert len(step.bound.keep[2]) == 1

@@ -36,7 +36,7 @@ from pycann.ops.nn.spatial import Window
 
 __all__ = ["ALGORITHMS", "BF16", "bf16_choice", "conv", "cpu_has_bf16", "kernel_note", "matmul", "native", "stats"]
 
-BF16 = 2  # dnnl_data_type_t dnnl_bf16 (dnnl_common_types.h)
+BF16 = capi.BF16  # dnnl_data_type_t dnnl_bf16
 _MAX_PLANS = 512
 _lock = threading.Lock()
 _plans: dict[tuple[Any, ...], Any] = {}

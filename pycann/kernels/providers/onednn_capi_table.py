@@ -34,7 +34,7 @@ from typing import Any
 
 SUCCESS = 0
 LAST_IMPL_REACHED = 4
-F32 = 3
+F16, BF16, F32 = 1, 2, 3  # dnnl_data_type_t (dnnl_common_types.h)
 ENGINE_CPU = 1
 STREAM_DEFAULT = 1
 FORMAT_ANY = 1

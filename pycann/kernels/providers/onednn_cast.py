@@ -31,7 +31,7 @@ from pycann.ops.nn.spatial import empty_like_layout
 __all__ = ["MIN_ELEMENTS", "bound_cast"]
 
 MIN_ELEMENTS = 1 << 15  # below: numpy's astype (a oneDNN call's overhead is ~10 us)
-_BF16 = 2  # dnnl_data_type_t dnnl_bf16
+_BF16 = capi.BF16
 _MAX_LAYOUTS = 8  # (input strides, output strides) pairs one bound cast keeps a primitive for
 _F32 = np.dtype(np.float32)
 

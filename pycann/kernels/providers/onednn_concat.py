@@ -42,8 +42,8 @@ def _dnnl_type(dtype: np.dtype) -> int | None:
     if dtype == _F32:
         return capi.F32
     if is_bfloat16(dtype):
-        return 2  # dnnl_bf16
-    return 1 if dtype == np.float16 else None  # dnnl_f16
+        return capi.BF16
+    return capi.F16 if dtype == np.float16 else None
 
 
 def _concat_pd(dst: capi.MemoryDesc, axis: int, srcs: Sequence[capi.MemoryDesc]) -> capi.PrimitiveDesc:

@@ -10,7 +10,7 @@ from pycann.ge.ir import Graph, Node, node_reads
 name = "DeadCodeElimination"
 
 
-def _is_identity(g: Graph, n: Node) -> bool:
+def is_identity(g: Graph, n: Node) -> bool:
     """Identity, or a Cast to the type its input already has (ONNX Cast: a copy then)."""
     if n.domain or not n.inputs or not n.inputs[0]:
         return False
@@ -33,7 +33,7 @@ def _drop_identities(g: Graph) -> int:
     taken: set[str] = set()  # intermediates already renamed to a graph output
     retarget: dict[str, str] = {}  # x -> y: x's producer and readers use the graph output's name
     for n in g.nodes:
-        if _is_identity(g, n):
+        if is_identity(g, n):
             x, y = rename.get(n.inputs[0], n.inputs[0]), n.outputs[0]
             if y not in outputs:
                 rename[y] = x

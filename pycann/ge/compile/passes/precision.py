@@ -24,6 +24,7 @@ import numpy as np
 from pycann.dtypes import DType, TensorDesc, to_numpy
 from pycann.errors import OptionError
 from pycann.ge.compile.passes.base import PassContext, PassResult
+from pycann.ge.compile.passes.dead_code import is_identity
 from pycann.ge.compile.passes.hoist_casts import hoist_casts
 from pycann.ge.compile.passes.infer_shapes import const_desc
 from pycann.ge.compile.precision_config import MIXED_MODES, PrecisionSettings, matches
@@ -410,6 +411,5 @@ def _move_casts(graph: Graph, s: PrecisionSettings, rw: _Rewriter) -> int:
 
 def _converting_casts(g: Graph) -> list[Node]:
     """Cast nodes that convert (a Cast to its input's own dtype is a copy that dead_code drops)."""
-    return [n for n in g.nodes if n.op_type == "Cast" and not n.domain and not (
-        n.inputs and n.inputs[0] in g.descs and g.descs[n.inputs[0]].dtype == int(n.attrs.get("to", -1)))]
+    return [n for n in g.nodes if n.op_type == "Cast" and not n.domain and not is_identity(g, n)]
 
