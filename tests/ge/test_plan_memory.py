@@ -57,6 +57,10 @@ def _conv_plans(lm: LoadedModel, x: np.ndarray) -> list[onednn._Plan]:
     plan, _ = lm.executor.plan_for([x])
     found: list[onednn._Plan] = []
 
+    def add(p: onednn._Plan) -> None:
+        if all(p is not q for q in found):
+            found.append(p)
+
     def walk(fn: object, depth: int = 0) -> None:
         for cell in getattr(fn, "__closure__", None) or ():
             try:
@@ -65,9 +69,7 @@ def _conv_plans(lm: LoadedModel, x: np.ndarray) -> list[onednn._Plan]:
                 continue
             owner = getattr(v, "__self__", None)
             if isinstance(v, onednn._Plan) or isinstance(owner, onednn._Plan):
-                p = v if isinstance(v, onednn._Plan) else owner
-                if all(p is not q for q in found):
-                    found.append(p)
+                add(v if isinstance(v, onednn._Plan) else owner)
             elif callable(v) and depth < 3:
                 walk(v, depth + 1)
 

@@ -503,7 +503,8 @@ def bound_conv_nhwc(w: np.ndarray, b: np.ndarray | None, group: int, win: Window
     views, ``k.writes_out``) the result is written there: no allocation, no page faults. ``in_place``: the
     executor planned the output over the residual's buffer, so only the "sum" form is built (any other
     call still works: it copies the residual into the output first). None when oneDNN does not
-    implement this conv (the caller keeps its generic kernel)."""
+    implement this conv (the caller keeps its generic kernel). The kernel is
+    ``onednn_bound_conv.BoundConv``."""
     x_shape = tuple(int(d) for d in x_shape)
     bc = _bias(b)
     try:
@@ -516,135 +517,14 @@ def bound_conv_nhwc(w: np.ndarray, b: np.ndarray | None, group: int, win: Window
         # an image stem reads the caller's NCHW array: its reorder made now, not in the first run
         # (~0.3-0.5 ms of every CNN's first inference)
         p.input_reorder(x_shape, tuple(4 * math.prod(x_shape[i + 1:]) for i in range(4)))  # (C order)
-    keep = (w, bc)
-    y_shape = p.y_shape
-    perm = (0, len(y_shape) - 1, *range(1, len(y_shape) - 1))
-    cl_shape = (y_shape[0], *y_shape[2:], y_shape[1])
-    xs, ys = p.x_strides, p.y_strides
-    src_set, dst_set, res = p.src.set, p.dst.set, p.res
-    execute, lock, run = p.prim.execute, p.lock, p.run
-
-    def dest(out: Any, *reads: np.ndarray) -> np.ndarray | None:
-        """The arena view to write into (channels-last, not overlapping an input), or None."""
-        if out is None:
-            return None
-        o = out[0]
-        if o.strides != ys or o.dtype != np.float32 or o.shape != y_shape or any(np.may_share_memory(o, r) for r in reads):
-            return None
-        return o  # type: ignore[no-any-return]
-
-    def finish(y: np.ndarray, out: Any) -> list[np.ndarray]:
-        if out is not None and y is not out[0]:
-            if out[0].shape != y.shape:
-                raise OperandError(f"conv output Y: the kernel was bound for {list(y.shape)} but the output "
-                                   f"given is {list(out[0].shape)}")
-            out[0][...] = y  # the executor reads the arena view
-        return [y]
-
-    res_set = res.set if res is not None else None
-
-    # The executor calls a plan's kernel with the same arena buffers run after run: a call whose
-    # (x, out, residual) addresses passed the checks below before, and whose layouts still match,
-    # goes straight to the primitive, and re-points only the handles that changed (each check and
-    # handle is ~1 us of Python and ctypes; 53 convs in ResNet-50).
-    # The same arrays come back too (the arena's views live as long as the arena): by identity,
-    # through weak references (nothing kept alive; a dead or reused id simply misses), the
-    # addresses need not even be read (``__array_interface__`` is ~0.8 us each).
-    verified: dict[tuple[int, int, int], Any] = {}
-    seen: dict[tuple[int, int, int], tuple[Any, tuple[int, int, int], Any, Any, Any]] = {}
-
-    def remember(key: tuple[int, int, int], prim: Any) -> None:
-        if len(verified) >= _VERIFIED_MAX:
-            verified.clear()  # bounded: callers that bring new buffers every time just re-check
-        verified[key] = prim
-
-    def checked(x: np.ndarray, o: np.ndarray, r: np.ndarray | None) -> tuple[Any, tuple[int, int, int]] | None:
-        """(primitive, addresses) when these arrays' addresses were verified before and their
-        layouts still match; they are then remembered by identity too."""
-        if x.strides != xs or x.dtype != _F32 or o.strides != ys or o.dtype != _F32 or x.shape != x_shape \
-                or o.shape != y_shape or (r is not None and (r.strides != ys or r.dtype != _F32 or r.shape != y_shape)):
-            return None
-        key = (x.__array_interface__["data"][0], o.__array_interface__["data"][0],
-               r.__array_interface__["data"][0] if r is not None else 0)
-        prim = verified.get(key)
-        if prim is None:
-            return None
-        if len(seen) >= _VERIFIED_MAX:
-            seen.clear()  # (graph inputs are new arrays every run)
-        seen[(id(x), id(o), id(r))] = (prim, key, weakref.ref(x), weakref.ref(o),
-                                       weakref.ref(r) if r is not None else None)
-        return prim, key
-
-    def kernel(inputs: Any, attrs: Any, out: Any = None) -> list[np.ndarray]:
-        x = inputs[0]
-        r = inputs[3] if residual else None
-        if out is not None:
-            o = out[0]
-            hit = seen.get((id(x), id(o), id(r)))
-            known = (hit[0], hit[1]) if hit is not None and hit[2]() is x and hit[3]() is o \
-                and (r is None or hit[4]() is r) else checked(x, o, r)
-            if known is not None:
-                prim, key = known
-                with lock:
-                    if p.bound_key != key:
-                        src_set(key[0])
-                        dst_set(key[1])
-                        if res_set is not None and r is not None:
-                            res_set(key[2])
-                        p.bound_key = key
-                    prim.execute()
-                return out  # type: ignore[no-any-return]
-        if r is not None and out is not None and _same_buffer(out[0], r, ys) and x.strides == xs \
-                and x.dtype == np.float32 and x.shape == x_shape and r.shape == y_shape and not np.may_share_memory(x, r):
-            prim = p.in_place()  # the executor planned the output over the residual: accumulate there
-            if prim is not None:
-                with lock:
-                    p.bound_key = None
-                    src_set(x.__array_interface__["data"][0])
-                    dst_set(r.__array_interface__["data"][0])
-                    prim.execute()
-                    remember((x.__array_interface__["data"][0], r.__array_interface__["data"][0],
-                              r.__array_interface__["data"][0]), prim)
-                return [out[0]]
-        # anything but the planned layouts, and a residual the primitive cannot take as a binary
-        # post-op (the "sum" form copies it into the destination first), goes through ``run``
-        if x.strides != xs or x.dtype != np.float32 or x.shape != x_shape or (r is not None and (
-                res_set is None or r.strides != ys or r.dtype != np.float32 or r.shape != y_shape)):
-            # (into the arena view when it fits: a separate result would cost a copy, 3 MB on
-            # ResNet-50's stem conv whose NCHW graph input takes this path)
-            return finish(run(x.astype(np.float32, copy=False), None, r, out[0] if out is not None else None), out)
-        y = dest(out, x) if r is None else dest(out, x, r)
-        if y is None:
-            y = np.empty(cl_shape, np.float32).transpose(perm)
-        xp, yp = address("conv input X", x, x_shape, strides=xs), address("conv output Y", y, y_shape, strides=ys)
-        rp = address("conv residual", r, y_shape, strides=ys) if r is not None and res_set is not None else 0
-        with lock:
-            p.bound_key = None
-            src_set(xp)
-            dst_set(yp)
-            if rp and res_set is not None:
-                res_set(rp)
-            execute()
-            if out is not None and y is out[0]:
-                remember((x.__array_interface__["data"][0], y.__array_interface__["data"][0],
-                          r.__array_interface__["data"][0] if r is not None else 0), p.prim)
-        return finish(y, out)
+    from pycann.kernels.providers.onednn_bound_conv import BoundConv
 
     # (inplace: output 0 may be planned over input 3, the residual, which the post-op reads first)
-    return BoundKernel(kernel, writes_out=True, inplace=residual, threads=Threads.OPENMP, layout=Layout.NHWC,
-                       packing=Packing.PACKED, keep=keep)
+    return BoundKernel(BoundConv(p, x_shape, residual).kernel(), writes_out=True, inplace=residual,
+                       threads=Threads.OPENMP, layout=Layout.NHWC, packing=Packing.PACKED, keep=(w, bc))
 
 
 _F32 = np.dtype(np.float32)
-_VERIFIED_MAX = 64  # buffer triples remembered per bound conv (one per arena of concurrent runs)
-
-
-def _same_buffer(a: np.ndarray, b: np.ndarray, strides: tuple[int, ...]) -> bool:
-    """``a`` and ``b`` are the same float32 memory with the layout ``strides``."""
-    return a.dtype == b.dtype == np.float32 and a.shape == b.shape and a.strides == b.strides == strides \
-        and a.__array_interface__["data"][0] == b.__array_interface__["data"][0]
-
-
 def _conv_ok(s: Any) -> bool:
     return isinstance(s, ConvSpec) and s.op_type == "Conv" and s.dtype == "float32" and s.n_spatial in (1, 2, 3)
 
