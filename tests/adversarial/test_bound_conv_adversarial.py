@@ -1,0 +1,385 @@
+"""Adversarial checks of ``onednn_bound_conv.BoundConv`` (the bound static oneDNN conv's kernel, moved
+out of ``onednn.bound_conv_nhwc``'s closures): against the closure implementation it replaced (the
+old function's source, kept here as the golden kernel) and against ONNX Runtime / the numpy kernel.
+"""
+
+from __future__ import annotations
+
+import gc
+import os
+import threading
+from typing import Any
+
+import numpy as np
+import pytest
+
+from pycann.errors import OperandError
+from pycann.kernels import providers
+from pycann.kernels.providers import onednn
+
+pytestmark = [pytest.mark.usefixtures("default_providers"),
+              pytest.mark.skipif(not providers.available("onednn"), reason="libdnnl missing")]
+
+RNG = np.random.default_rng(2512)
+TOL = dict(rtol=1e-5, atol=1e-5)
+
+
+def _f32(*shape: int, scale: float = 1.0) -> np.ndarray:
+    return (RNG.standard_normal(shape) * scale).astype(np.float32)
+
+
+_OLD_SRC = '''
+def _old_bound_conv_nhwc(w, b, group, win, x_shape, unary, residual, in_place=False):
+    x_shape = tuple(int(d) for d in x_shape)
+    bc = _bias(b)
+    try:
+        p = _Plan(tuple(x_shape), w, bc is not None, group, win, tuple(win.out), False, unary, residual, in_place)
+    except capi.DnnlError:
+        return None
+    if bc is not None and p.bias is not None:
+        p.bias.set(address("conv bias B", bc, (p.m,)))
+    keep = (w, bc)
+    y_shape = p.y_shape
+    perm = (0, len(y_shape) - 1, *range(1, len(y_shape) - 1))
+    cl_shape = (y_shape[0], *y_shape[2:], y_shape[1])
+    xs, ys = p.x_strides, p.y_strides
+    src_set, dst_set, res = p.src.set, p.dst.set, p.res
+    execute, lock, run = p.prim.execute, p.lock, p.run
+
+    def dest(out, *reads):
+        if out is None:
+            return None
+        o = out[0]
+        if o.strides != ys or o.dtype != np.float32 or o.shape != y_shape or any(np.may_share_memory(o, r) for r in reads):
+            return None
+        return o
+
+    def finish(y, out):
+        if out is not None and y is not out[0]:
+            if out[0].shape != y.shape:
+                raise OperandError(f"conv output Y: the kernel was bound for {list(y.shape)} but the output "
+                                   f"given is {list(out[0].shape)}")
+            out[0][...] = y
+        return [y]
+
+    res_set = res.set if res is not None else None
+    verified = {}
+    seen = {}
+
+    def remember(key, prim):
+        if len(verified) >= 64:
+            verified.clear()
+        verified[key] = prim
+
+    def checked(x, o, r):
+        if x.strides != xs or x.dtype != _F32 or o.strides != ys or o.dtype != _F32 or x.shape != x_shape \\
+                or o.shape != y_shape or (r is not None and (r.strides != ys or r.dtype != _F32 or r.shape != y_shape)):
+            return None
+        key = (x.__array_interface__["data"][0], o.__array_interface__["data"][0],
+               r.__array_interface__["data"][0] if r is not None else 0)
+        prim = verified.get(key)
+        if prim is None:
+            return None
+        if len(seen) >= 64:
+            seen.clear()
+        seen[(id(x), id(o), id(r))] = (prim, key, weakref.ref(x), weakref.ref(o),
+                                       weakref.ref(r) if r is not None else None)
+        return prim, key
+
+    def kernel(inputs, attrs, out=None):
+        x = inputs[0]
+        r = inputs[3] if residual else None
+        if out is not None:
+            o = out[0]
+            hit = seen.get((id(x), id(o), id(r)))
+            known = (hit[0], hit[1]) if hit is not None and hit[2]() is x and hit[3]() is o \\
+                and (r is None or hit[4]() is r) else checked(x, o, r)
+            if known is not None:
+                prim, key = known
+                with lock:
+                    if p.bound_key != key:
+                        src_set(key[0])
+                        dst_set(key[1])
+                        if res_set is not None and r is not None:
+                            res_set(key[2])
+                        p.bound_key = key
+                    prim.execute()
+                return out
+        if r is not None and out is not None and _same_buffer(out[0], r, ys) and x.strides == xs \\
+                and x.dtype == np.float32 and x.shape == x_shape and r.shape == y_shape and not np.may_share_memory(x, r):
+            prim = p.in_place()
+            if prim is not None:
+                with lock:
+                    p.bound_key = None
+                    src_set(x.__array_interface__["data"][0])
+                    dst_set(r.__array_interface__["data"][0])
+                    prim.execute()
+                    remember((x.__array_interface__["data"][0], r.__array_interface__["data"][0],
+                              r.__array_interface__["data"][0]), prim)
+                return [out[0]]
+        if x.strides != xs or x.dtype != np.float32 or x.shape != x_shape or (r is not None and (
+                res_set is None or r.strides != ys or r.dtype != np.float32 or r.shape != y_shape)):
+            return finish(run(x.astype(np.float32, copy=False), None, r, out[0] if out is not None else None), out)
+        y = dest(out, x) if r is None else dest(out, x, r)
+        if y is None:
+            y = np.empty(cl_shape, np.float32).transpose(perm)
+        xp, yp = address("conv input X", x, x_shape, strides=xs), address("conv output Y", y, y_shape, strides=ys)
+        rp = address("conv residual", r, y_shape, strides=ys) if r is not None and res_set is not None else 0
+        with lock:
+            p.bound_key = None
+            src_set(xp)
+            dst_set(yp)
+            if rp and res_set is not None:
+                res_set(rp)
+            execute()
+            if out is not None and y is out[0]:
+                remember((x.__array_interface__["data"][0], y.__array_interface__["data"][0],
+                          r.__array_interface__["data"][0] if r is not None else 0), p.prim)
+        return finish(y, out)
+
+    return kernel, keep
+'''
+
+
+def _old_factory() -> Any:
+    import weakref
+
+    from pycann.kernels.providers.onednn_bound_conv import _same_buffer
+
+    ns = dict(vars(onednn))
+    ns.update(weakref=weakref, _same_buffer=_same_buffer, OperandError=OperandError)
+    exec(compile(_OLD_SRC, "<old bound_conv_nhwc>", "exec"), ns)  # noqa: S102 - the golden kernel
+    return ns["_old_bound_conv_nhwc"]
+
+
+CASES = {
+    # name: (C in, M out, k, group, attrs, spatial, residual, bias, activation)
+    "3x3": (16, 16, 3, 1, {"pads": [1, 1, 1, 1]}, 12, False, True, "Relu"),
+    "3x3_res": (16, 16, 3, 1, {"pads": [1, 1, 1, 1]}, 12, True, True, "Relu"),
+    "1x1_res_nobias": (16, 32, 1, 1, {}, 10, True, False, None),
+    "dw_s2": (16, 16, 3, 16, {"pads": [1, 1, 1, 1], "strides": [2, 2]}, 13, False, True, "Clip"),
+    "dil_group": (16, 24, 3, 4, {"pads": [2, 2, 2, 2], "dilations": [2, 2]}, 11, True, False, None),
+    "stem": (3, 16, 3, 1, {"pads": [1, 1, 1, 1], "strides": [2, 2]}, 16, False, True, "Relu"),
+}
+
+
+def _bind(name: str, in_place: bool = False) -> tuple[Any, Any, np.ndarray, np.ndarray | None, tuple[int, ...], Any]:
+    from pycann.ops.nn.conv import conv_window
+
+    c, m, k, g, attrs, s, res, bias, act = CASES[name]
+    w = _f32(m, c // g, k, k, scale=0.2)
+    b = _f32(m, scale=0.1) if bias else None
+    shape = (1, c, s, s)
+    win = conv_window(shape, w.shape, attrs)
+    unary = onednn.onednn_unary(act, 0.0, 6.0) if act else None
+    new = onednn.bound_conv_nhwc(w, b, g, win, shape, unary, res, in_place)
+    old, _keep = _old_factory()(w, b, g, win, shape, unary, res, in_place)
+    assert new is not None
+    return new, old, w, b, shape, win
+
+
+def _cl(a: np.ndarray) -> np.ndarray:
+    y = onednn.empty_channels_last(a.shape)
+    y[...] = a
+    return y
+
+
+def _y_shape(win: Any, shape: tuple[int, ...], w: np.ndarray) -> tuple[int, ...]:
+    return (shape[0], w.shape[0], *win.out)
+
+
+@pytest.mark.parametrize("name", list(CASES))
+@pytest.mark.parametrize("in_place", [False, True])
+def test_same_and_changing_buffers_match_the_old_kernel(name: str, in_place: bool) -> None:
+    new, old, w, b, shape, win = _bind(name, in_place)
+    res = CASES[name][6]
+    ys = _y_shape(win, shape, w)
+    arenas = [[_cl(_f32(*shape)) for _ in range(2)] for _ in range(2)]  # [new, old] x 2 buffers
+    outs = [[onednn.empty_channels_last(ys) for _ in range(2)] for _ in range(2)]
+    rs = [[onednn.empty_channels_last(ys) for _ in range(2)] for _ in range(2)]
+    for step in range(10):
+        xv, rv = _f32(*shape), _f32(*ys)
+        got = []
+        for j, k in enumerate((new, old)):
+            x = arenas[j][step % 2]
+            x[...] = xv
+            r = rs[j][(step // 3) % 2]
+            r[...] = rv
+            mode = step % 4
+            ins = [x, w, b, r] if res else [x, w, b]
+            if mode == 0 and res:
+                k(ins, {}, [r])  # in place over the residual
+                got.append(r.copy())
+            elif mode == 1:
+                o = outs[j][step % 2]
+                o[...] = np.nan
+                k(ins, {}, [o])
+                got.append(o.copy())
+            elif mode == 2:
+                y = k(ins, {})[0]
+                got.append(np.array(y))
+            else:  # NCHW input / residual views and float64
+                xin = np.ascontiguousarray(xv).astype(np.float64)
+                ins2 = [xin, w, b, np.ascontiguousarray(rv)] if res else [xin, w, b]
+                o = outs[j][0]
+                k(ins2, {}, [o])
+                got.append(o.copy())
+        np.testing.assert_allclose(got[0], got[1], err_msg=f"step {step}", **TOL)
+
+
+def test_reused_ids_and_many_buffers() -> None:
+    """New arrays every call (ids reused once the old die), more than 64 buffer triples."""
+    new, old, w, b, shape, win = _bind("3x3_res")
+    ys = _y_shape(win, shape, w)
+    for step in range(150):
+        xv, rv = _f32(*shape), _f32(*ys)
+        got = []
+        for k in (new, old):
+            x, r, o = _cl(xv), _cl(rv), onednn.empty_channels_last(ys)
+            if step % 2:
+                k([x, w, b, r], {}, [r])
+                got.append(r.copy())
+            else:
+                k([x, w, b, r], {}, [o])
+                got.append(o.copy())
+            del x, r, o
+            gc.collect() if step % 37 == 0 else None
+        np.testing.assert_allclose(got[0], got[1], err_msg=f"step {step}", **TOL)
+
+
+def test_residual_overlapping_input_and_strided_views() -> None:
+    new, old, w, b, shape, win = _bind("3x3_res")
+    ys = _y_shape(win, shape, w)
+    for step in range(6):
+        xv, bv = _f32(*shape), _f32(1, 16, 24, 24)
+        got = []
+        for k in (new, old):
+            x = _cl(xv)
+            # residual = the input itself (same shape here): overlaps x
+            o = onednn.empty_channels_last(ys)
+            k([x, w, b, x], {}, [o])
+            a = o.copy()
+            # out = residual = x: output over the input
+            x2 = _cl(xv)
+            k([x2, w, b, x2], {}, [x2])
+            big = onednn.empty_channels_last((1, 16, 24, 24))
+            big[...] = bv
+            xv2 = big[:, :, ::2, ::2]  # strided view
+            o2 = onednn.empty_channels_last(ys)
+            k([xv2, w, b, np.asarray(xv2)], {}, [o2])
+            got.append((a, x2.copy(), o2.copy()))
+        for g0, g1 in zip(*got):
+            np.testing.assert_allclose(g0, g1, **TOL)
+
+
+def test_float16_input_and_wrong_output_shape() -> None:
+    new, old, w, b, shape, win = _bind("3x3")
+    ys = _y_shape(win, shape, w)
+    xv = _f32(*shape)
+    a = new([xv.astype(np.float16), w, b], {})[0]
+    c = old([xv.astype(np.float16), w, b], {})[0]
+    np.testing.assert_allclose(a, c, **TOL)
+    bad = np.empty((1, ys[1], ys[2] + 1, ys[3]), np.float32)
+    for k in (new, old):
+        with pytest.raises(OperandError, match=r"bound for \[1, 16, 12, 12\].*given is \[1, 16, 13, 12\]"):
+            k([_cl(xv), w, b], {}, [bad])
+        with pytest.raises(OperandError, match=r"bound for \[1, 16, 12, 12\].*given is \[1, 16, 13, 12\]"):
+            k([xv, w, b], {}, [bad])  # NCHW x: the run path
+
+
+def test_missing_residual_fails_alike() -> None:
+    new, old, w, b, shape, _ = _bind("3x3_res")
+    x = _cl(_f32(*shape))
+    errs = []
+    for k in (new, old):
+        with pytest.raises(Exception) as e:
+            k([x, w, b], {})
+        errs.append(type(e.value))
+    assert errs[0] is errs[1]
+
+
+def test_threads_share_one_kernel() -> None:
+    from tests.adversarial.threads import run_threads
+
+    new, old, w, b, shape, win = _bind("3x3_res")
+    ys = _y_shape(win, shape, w)
+    xvs = [_f32(*shape) for _ in range(4)]
+    rvs = [_f32(*ys) for _ in range(4)]
+    wants = []
+    for i in range(4):
+        o = onednn.empty_channels_last(ys)
+        old([_cl(xvs[i]), w, b, _cl(rvs[i])], {}, [o])
+        wants.append(o)
+    bad: list[int] = []
+
+    def work(i: int) -> None:
+        x, r, o = _cl(xvs[i]), onednn.empty_channels_last(ys), onednn.empty_channels_last(ys)
+        for step in range(60):
+            r[...] = rvs[i]
+            if step % 2:
+                new([x, w, b, r], {}, [r])
+                if not np.allclose(r, wants[i], **TOL):
+                    bad.append(i)
+            else:
+                new([x, w, b, r], {}, [o])
+                if not np.allclose(o, wants[i], **TOL):
+                    bad.append(i)
+
+    run_threads(work, 4, 60)
+    assert not bad
+
+
+_FORK_CHILD = r"""
+import os, signal, sys, threading
+import numpy as np
+from pycann.kernels.providers import omp_fork, onednn
+from pycann.ops.nn.conv import conv_window
+rng = np.random.default_rng(1)
+w = rng.standard_normal((16, 16, 3, 3)).astype(np.float32)
+b = rng.standard_normal(16).astype(np.float32)
+shape = (1, 16, 12, 12)
+win = conv_window(shape, w.shape, {"pads": [1, 1, 1, 1]})
+k = onednn.bound_conv_nhwc(w, b, 1, win, shape, None, True)
+x = onednn.empty_channels_last(shape); x[...] = rng.standard_normal(shape)
+r = onednn.empty_channels_last(shape); r[...] = rng.standard_normal(shape)
+o = onednn.empty_channels_last(shape)
+k([x, w, b, r], {}, [o]); want = o.copy()
+k([x, w, b, r], {}, [o])
+x_nchw = np.ascontiguousarray(x)
+p = [c.cell_contents for c in k.run.__closure__ if type(c.cell_contents).__name__ == "_Plan"][0]
+held, go = threading.Event(), threading.Event()
+def hold():
+    with p.lock:  # another thread inside a run of this conv at the fork
+        held.set(); go.wait()
+t = threading.Thread(target=hold); t.start(); held.wait()
+pid = os.fork()
+if pid == 0:
+    signal.alarm(30)
+    outs = [onednn.empty_channels_last(shape) for _ in range(3)]
+    rr = r.copy()
+    def body():
+        k([x, w, b, r], {}, [o])  # the fast path (buffers verified before the fork)
+        k([x, w, b, r], {}, [outs[0]])  # the slow path
+        k([x_nchw, w, b, r], {}, [outs[1]])  # NCHW input: Plan.run
+        k([x, w, b, rr], {}, [rr])  # in place over the residual
+        return [o, *outs[:2], rr]
+    got = omp_fork.run_fresh(body) if omp_fork.stale() else body()
+    os._exit(0 if all(np.allclose(g, want, rtol=1e-4, atol=1e-4) for g in got) else 3)
+go.set(); t.join()
+_, st = os.waitpid(pid, 0)
+print("STATUS", st)
+"""
+
+
+@pytest.mark.skipif(not hasattr(os, "fork"), reason="os.fork is POSIX-only")
+def test_forked_child_runs_a_conv_whose_lock_a_parent_thread_held(tmp_path: Any) -> None:
+    """A thread of the parent inside a run of the bound conv (its plan's lock held) at an os.fork: that
+    thread is not in the child, whose runs of the conv waited for the lock for ever."""
+    import subprocess
+    import sys
+
+    script = tmp_path / "child.py"
+    script.write_text(_FORK_CHILD)
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join(sys.path))
+    out = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=120, env=env)
+    assert "STATUS 0" in out.stdout, (out.stdout, out.stderr[-2000:])
