@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import gc
 import os
-import threading
 from typing import Any
 
 import numpy as np
@@ -250,7 +249,7 @@ def test_reused_ids_and_many_buffers() -> None:
 def test_residual_overlapping_input_and_strided_views() -> None:
     new, old, w, b, shape, win = _bind("3x3_res")
     ys = _y_shape(win, shape, w)
-    for step in range(6):
+    for _ in range(6):
         xv, bv = _f32(*shape), _f32(1, 16, 24, 24)
         got = []
         for k in (new, old):

@@ -22,6 +22,7 @@ binary form is unavailable) then activation, i.e. ``act(conv(x) + b + residual)`
 from __future__ import annotations
 
 import math
+import os
 import threading
 import weakref
 from collections.abc import Sequence
@@ -205,6 +206,8 @@ class _Plan:
         self.prim = capi.Primitive(pd, args)
         self.lock = threading.Lock()
         self.bound_key: tuple[int, int, int] | None = None  # (src, dst, residual) the handles hold
+        with _live_plans_lock:
+            _live_plans.add(self)  # (its lock renewed in a forked child: ``_renew_plans_in_child``)
         # input strides -> (reorder primitive, its source and destination memories)
         self.reorders: dict[tuple[int, ...], tuple[capi.Primitive, capi.Memory, capi.Memory]] = {}
 
@@ -567,3 +570,22 @@ ALGORITHMS: list[Implementation] = [
 # the locks anew in a forked child (a fork beside a loading or running GoogLeNet: the child's next
 # load waited for the parent's thread)
 omp_fork.renew_in_child(globals(), _available_lock=threading.RLock)
+
+# Every live plan, for a forked child: a parent thread inside a run of a plan at the fork held its
+# lock, and is not in the child, whose runs of that conv waited for it for ever (the bound conv's
+# kernel reads ``lock`` per call); it may also have re-pointed some handles and not yet recorded
+# that in ``bound_key``, which the child therefore forgets (the next call re-points them all).
+_live_plans: weakref.WeakSet[_Plan] = weakref.WeakSet()
+_live_plans_lock = threading.Lock()
+
+
+def _renew_plans_in_child() -> None:
+    global _live_plans_lock
+    _live_plans_lock = threading.Lock()
+    for p in list(_live_plans):
+        p.lock = threading.Lock()
+        p.bound_key = None
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_renew_plans_in_child)
