@@ -382,3 +382,135 @@ def test_forked_child_runs_a_conv_whose_lock_a_parent_thread_held(tmp_path: Any)
     env = dict(os.environ, PYTHONPATH=os.pathsep.join(sys.path))
     out = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=120, env=env)
     assert "STATUS 0" in out.stdout, (out.stdout, out.stderr[-2000:])
+
+
+# ------------------------------------------------------------------ whole models vs ONNX Runtime
+
+
+def _cnn(dynamic: bool, batch: int = 1) -> Any:
+    """Stem (3 channels, stride 2), residual blocks (ReLU / Clip / HardSwish), depthwise, dilation,
+    group conv, a 1x1 projection with its residual, biasless convs."""
+    from onnx import TensorProto, helper, numpy_helper
+
+    inits: list[Any] = []
+    nodes: list[Any] = []
+    n = [0]
+
+    def name(p: str) -> str:
+        n[0] += 1
+        return f"{p}{n[0]}"
+
+    def conv(x: str, cin: int, cout: int, k: int, group: int = 1, stride: int = 1, dil: int = 1,
+             bias: bool = True) -> str:
+        w, y = name("w"), name("c")
+        inits.append(numpy_helper.from_array(_f32(cout, cin // group, k, k, scale=(2.0 / (cin // group * k * k)) ** 0.5), w))
+        ins = [x, w]
+        if bias:
+            ins.append(name("b"))
+            inits.append(numpy_helper.from_array(_f32(cout, scale=0.1), ins[-1]))
+        pad = dil * (k - 1) // 2
+        nodes.append(helper.make_node("Conv", ins, [y], group=group, strides=[stride, stride], dilations=[dil, dil],
+                                      pads=[pad] * 4))
+        return y
+
+    def act(x: str, kind: str) -> str:
+        y = name("a")
+        if kind == "Clip":
+            lo, hi = name("lo"), name("hi")
+            inits.extend([numpy_helper.from_array(np.array(0, np.float32), lo),
+                          numpy_helper.from_array(np.array(6, np.float32), hi)])
+            nodes.append(helper.make_node("Clip", [x, lo, hi], [y]))
+        else:
+            nodes.append(helper.make_node(kind, [x], [y]))
+        return y
+
+    def add(a: str, b: str) -> str:
+        y = name("s")
+        nodes.append(helper.make_node("Add", [a, b], [y]))
+        return y
+
+    h = act(conv("x", 3, 16, 3, stride=2), "Relu")
+    for kind, dil in (("Relu", 1), ("Clip", 2), ("HardSwish", 1)):
+        t = act(conv(h, 16, 16, 3, dil=dil), kind)
+        h = act(add(conv(t, 16, 16, 3, bias=kind != "Clip"), h), "Relu")
+    d = act(conv(h, 16, 16, 3, group=16, stride=2), "Clip")  # depthwise, stride 2
+    g = act(conv(d, 16, 32, 3, group=4), "HardSwish")  # group conv
+    p = add(conv(g, 32, 32, 1, bias=False), conv(d, 16, 32, 1))  # projection shortcut
+    y = act(p, "Relu")
+    hw: list[Any] = ["H", "W"] if dynamic else [20, 24]
+    x_vi = helper.make_tensor_value_info("x", TensorProto.FLOAT, [batch, 3, *hw])
+    y_vi = helper.make_tensor_value_info(y, TensorProto.FLOAT, None)
+    g_ = helper.make_graph(nodes, "cnn", [x_vi], [y_vi], inits)
+    return helper.make_model(g_, opset_imports=[helper.make_opsetid("", 17)])
+
+
+@pytest.mark.parametrize("dynamic", [False, True])
+def test_small_cnn_repeated_and_interleaved_vs_ort(dynamic: bool) -> None:
+    from pycann.ge.compile.compiler import compile_model
+    from pycann.ge.run.model import LoadedModel
+    from tests.ops.oracle import run_ort
+
+    m = _cnn(dynamic)
+    lm = LoadedModel.from_compiled(compile_model(m))
+    shapes = [(20, 24), (17, 31), (20, 24), (32, 32), (17, 31)] if dynamic else [(20, 24)] * 4
+    feeds = [_f32(1, 3, *s) for s in shapes]
+    wants = [run_ort(m, {"x": x})[0] for x in feeds]
+    for rnd in range(3):
+        for i, (x, want) in enumerate(zip(feeds, wants)):
+            xin = x if (rnd + i) % 2 else np.asfortranarray(x)  # another layout of the graph input
+            got = lm.run_dict({"x": xin})[0]
+            np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4, err_msg=f"round {rnd} feed {i}")
+
+
+def test_small_cnn_threads_vs_ort() -> None:
+    from pycann.ge.compile.compiler import compile_model
+    from pycann.ge.run.model import LoadedModel
+    from tests.adversarial.threads import mismatches_from_threads
+
+    m = _cnn(True)
+    lm = LoadedModel.from_compiled(compile_model(m))
+    feeds = [{"x": _f32(1, 3, *s)} for s in ((20, 24), (17, 31), (20, 24), (24, 16))]
+    assert mismatches_from_threads(lm, m, feeds, threads=4, rounds=10) == [0, 0, 0, 0]
+
+
+_MODEL_FORK = r"""
+import os, signal, sys, threading
+import numpy as np
+sys.path.insert(0, sys.argv[1])
+from tests.adversarial.test_bound_conv_adversarial import _cnn, _f32
+from pycann.ge.compile.compiler import compile_model
+from pycann.ge.run.model import LoadedModel
+lm = LoadedModel.from_compiled(compile_model(_cnn(False)))
+x = _f32(1, 3, 20, 24)
+want = lm.run([x])[0]
+stop = threading.Event()
+def spin():
+    while not stop.is_set():
+        lm.run([x])
+t = threading.Thread(target=spin); t.start()
+bad = 0
+for i in range(8):
+    pid = os.fork()
+    if pid == 0:
+        signal.alarm(15)
+        os._exit(0 if all(np.allclose(lm.run([x])[0], want, atol=1e-4) for _ in range(3)) else 3)
+    bad += os.waitpid(pid, 0)[1] != 0
+stop.set(); t.join()
+print("BAD", bad)
+"""
+
+
+@pytest.mark.skipif(not hasattr(os, "fork"), reason="os.fork is POSIX-only")
+def test_forked_children_of_a_process_running_the_model_in_a_thread(tmp_path: Any) -> None:
+    """os.fork while another thread runs the model (as multiprocessing's fork start method does): the
+    children ran the model's convs hung on the plan locks that thread held (most of 30 forks)."""
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    script = tmp_path / "forks.py"
+    script.write_text(_MODEL_FORK)
+    root = str(Path(__file__).resolve().parents[2])
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join([root, *sys.path]))
+    out = subprocess.run([sys.executable, str(script), root], capture_output=True, text=True, timeout=300, env=env)
+    assert "BAD 0" in out.stdout, (out.stdout, out.stderr[-2000:])
