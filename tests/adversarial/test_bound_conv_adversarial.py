@@ -514,3 +514,53 @@ def test_forked_children_of_a_process_running_the_model_in_a_thread(tmp_path: An
     env = dict(os.environ, PYTHONPATH=os.pathsep.join([root, *sys.path]))
     out = subprocess.run([sys.executable, str(script), root], capture_output=True, text=True, timeout=300, env=env)
     assert "BAD 0" in out.stdout, (out.stdout, out.stderr[-2000:])
+
+
+_POOL_MATMUL_FORK = r"""
+import os, signal, sys, threading, numpy as np
+from onnx import TensorProto, helper, numpy_helper
+from pycann.ge.compile.compiler import compile_model
+from pycann.ge.run.model import LoadedModel
+rng = np.random.default_rng(0)
+W = numpy_helper.from_array(rng.standard_normal((256, 256)).astype(np.float32), "W")
+nodes = [helper.make_node("MaxPool", ["x"], ["p"], kernel_shape=[3, 3], strides=[1, 1], pads=[1, 1, 1, 1]),
+         helper.make_node("Reshape", ["p", "shp"], ["f"]),
+         helper.make_node("MatMul", ["f", "W"], ["y"])]
+shp = numpy_helper.from_array(np.array([-1, 256], np.int64), "shp")
+g = helper.make_graph(nodes, "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 64, 32, 32])],
+                      [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)], [W, shp])
+m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
+lm = LoadedModel.from_compiled(compile_model(m))
+x = rng.standard_normal((1, 64, 32, 32)).astype(np.float32)
+want = lm.run([x])[0]
+stop = threading.Event()
+def spin():
+    while not stop.is_set():
+        lm.run([x])
+t = threading.Thread(target=spin); t.start()
+bad = 0
+for i in range(4):
+    pid = os.fork()
+    if pid == 0:
+        signal.alarm(8)
+        os._exit(0 if all(np.allclose(lm.run([x])[0], want, atol=1e-3) for _ in range(3)) else 3)
+    st = os.waitpid(pid, 0)[1]; bad += st != 0
+stop.set(); t.join()
+print("BAD", bad)
+"""
+
+
+@pytest.mark.skipif(not hasattr(os, "fork"), reason="os.fork is POSIX-only")
+@pytest.mark.xfail(strict=True, reason="not fixed: the per-plan locks of the other oneDNN kernels are waited for, and a "
+                   "forked child of a process running the model in a thread hangs on them as it did on the conv "
+                   "plans' (pool and matmul seen: 6-8 of 8 forks; bf16, int8, binary, concat, norm, softmax, "
+                   "attention wait the same way, by reading)")
+def test_forked_children_of_a_process_running_pool_and_matmul_in_a_thread(tmp_path: Any) -> None:
+    import subprocess
+    import sys
+
+    script = tmp_path / "forks.py"
+    script.write_text(_POOL_MATMUL_FORK)
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join(sys.path))
+    out = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=300, env=env)
+    assert "BAD 0" in out.stdout, (out.stdout, out.stderr[-2000:])
