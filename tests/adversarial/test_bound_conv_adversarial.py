@@ -473,7 +473,29 @@ def test_small_cnn_threads_vs_ort() -> None:
     assert mismatches_from_threads(lm, m, feeds, threads=4, rounds=10) == [0, 0, 0, 0]
 
 
-_MODEL_FORK = r"""
+def _fork_beside_runs(setup: str, forks: int, alarm: int, atol: float) -> str:
+    """A script: ``setup`` makes ``lm`` (a loaded model) and ``x``; a thread runs it in a loop while the
+    process forks ``forks`` times; each child must run it right within ``alarm`` s; prints "BAD <n>"."""
+    return setup + f"""
+want = lm.run([x])[0]
+stop = threading.Event()
+def spin():
+    while not stop.is_set():
+        lm.run([x])
+t = threading.Thread(target=spin); t.start()
+bad = 0
+for i in range({forks}):
+    pid = os.fork()
+    if pid == 0:
+        signal.alarm({alarm})
+        os._exit(0 if all(np.allclose(lm.run([x])[0], want, atol={atol}) for _ in range(3)) else 3)
+    bad += os.waitpid(pid, 0)[1] != 0
+stop.set(); t.join()
+print("BAD", bad)
+"""
+
+
+_MODEL_FORK = _fork_beside_runs(r"""
 import os, signal, sys, threading
 import numpy as np
 sys.path.insert(0, sys.argv[1])
@@ -482,22 +504,7 @@ from pycann.ge.compile.compiler import compile_model
 from pycann.ge.run.model import LoadedModel
 lm = LoadedModel.from_compiled(compile_model(_cnn(False)))
 x = _f32(1, 3, 20, 24)
-want = lm.run([x])[0]
-stop = threading.Event()
-def spin():
-    while not stop.is_set():
-        lm.run([x])
-t = threading.Thread(target=spin); t.start()
-bad = 0
-for i in range(8):
-    pid = os.fork()
-    if pid == 0:
-        signal.alarm(15)
-        os._exit(0 if all(np.allclose(lm.run([x])[0], want, atol=1e-4) for _ in range(3)) else 3)
-    bad += os.waitpid(pid, 0)[1] != 0
-stop.set(); t.join()
-print("BAD", bad)
-"""
+""", 8, 15, 1e-4)
 
 
 @pytest.mark.skipif(not hasattr(os, "fork"), reason="os.fork is POSIX-only")
@@ -516,7 +523,7 @@ def test_forked_children_of_a_process_running_the_model_in_a_thread(tmp_path: An
     assert "BAD 0" in out.stdout, (out.stdout, out.stderr[-2000:])
 
 
-_POOL_MATMUL_FORK = r"""
+_POOL_MATMUL_FORK = _fork_beside_runs(r"""
 import os, signal, sys, threading, numpy as np
 from onnx import TensorProto, helper, numpy_helper
 from pycann.ge.compile.compiler import compile_model
@@ -532,22 +539,7 @@ g = helper.make_graph(nodes, "g", [helper.make_tensor_value_info("x", TensorProt
 m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
 lm = LoadedModel.from_compiled(compile_model(m))
 x = rng.standard_normal((1, 64, 32, 32)).astype(np.float32)
-want = lm.run([x])[0]
-stop = threading.Event()
-def spin():
-    while not stop.is_set():
-        lm.run([x])
-t = threading.Thread(target=spin); t.start()
-bad = 0
-for i in range(4):
-    pid = os.fork()
-    if pid == 0:
-        signal.alarm(8)
-        os._exit(0 if all(np.allclose(lm.run([x])[0], want, atol=1e-3) for _ in range(3)) else 3)
-    st = os.waitpid(pid, 0)[1]; bad += st != 0
-stop.set(); t.join()
-print("BAD", bad)
-"""
+""", 4, 8, 1e-3)
 
 
 @pytest.mark.skipif(not hasattr(os, "fork"), reason="os.fork is POSIX-only")
