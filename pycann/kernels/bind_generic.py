@@ -41,6 +41,7 @@ from pycann.kernels import algorithm, bind_generic_conv
 from pycann.kernels.algorithm import ONEDNN_GEMM, ONEDNN_MATMUL, Packing, Threads
 from pycann.kernels.bind_base import remember
 from pycann.kernels.bound import BoundKernel
+from pycann.kernels.providers import omp_fork
 
 __all__ = ["MAX_ROW_KERNELS", "PREPARE_GENERIC", "GenericPrepare", "packed_matmul"]
 
@@ -79,7 +80,7 @@ def packed_matmul(b: np.ndarray, bias: np.ndarray | None, unary: Any, residual: 
     if first is None or not first.impl.startswith("brg"):
         return None
     table: dict[int, BoundKernel | None] = {1: first}
-    lock = threading.Lock()
+    lock = omp_fork.fork_safe(threading.Lock())
 
     def row_kernel(rows: int) -> BoundKernel | None:
         kb = table.get(rows, False)
@@ -209,7 +210,7 @@ def _layer_norm(attrs: Mapping[str, Any], ins: Sequence[TensorDesc | None], cons
 
     eps = float(attrs.get("epsilon", 1e-5))
     table: dict[int, BoundKernel | None] = {}
-    lock = threading.Lock()
+    lock = omp_fork.fork_safe(threading.Lock())
 
     def kernel(inputs: Sequence[Any], attrs: Mapping[str, Any], out: Any = None) -> list[np.ndarray]:
         x = inputs[0]

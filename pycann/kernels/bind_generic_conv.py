@@ -42,6 +42,7 @@ from pycann.kernels import algorithm
 from pycann.kernels.algorithm import ONEDNN_CONV_NHWC, ONEDNN_CONV_WINOGRAD, Packing, Threads
 from pycann.kernels.bind_base import remember
 from pycann.kernels.bound import BoundKernel, bound
+from pycann.kernels.providers import omp_fork
 
 __all__ = ["MAX_SHAPES", "conv"]
 
@@ -73,7 +74,7 @@ def conv(attrs: Mapping[str, Any], ins: Sequence[TensorDesc | None], consts: Seq
     residual = len(ins) > 3 and ins[3] is not None
     _prepare_pointwise(attrs, x, w, b, residual)
     table: dict[tuple[Any, ...], BoundKernel | None] = {}
-    lock = threading.Lock()
+    lock = omp_fork.fork_safe(threading.Lock())
     team = openmp.team
 
     def kernel(inputs: Sequence[Any], attrs: Mapping[str, Any], out: Any = None) -> list[np.ndarray]:

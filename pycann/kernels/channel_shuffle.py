@@ -23,6 +23,7 @@ from pycann.kernels.algorithm import Layout, Threads
 from pycann.kernels.bind_base import Kernel
 from pycann.kernels.bind_base import static_shape as _static
 from pycann.kernels.bound import BoundKernel
+from pycann.kernels.providers import omp_fork
 from pycann.ops.channel_shuffle import _check, _out_shuffle, _plan
 
 _F32 = np.dtype(np.float32)
@@ -71,7 +72,7 @@ def bound_channel_shuffle(in_shapes: Sequence[tuple[int, ...]], group: int, spli
         return None
     in_strides = [_cl_strides(s) for s in in_shapes]
     out_strides = [_cl_strides(s) for s in out_shapes]
-    lock = threading.Lock()
+    lock = omp_fork.fork_safe(threading.Lock())
 
     verified: set[tuple[int, ...]] = set()  # address tuples whose arrays passed the overlap check
 

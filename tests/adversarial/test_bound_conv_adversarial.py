@@ -542,17 +542,53 @@ x = rng.standard_normal((1, 64, 32, 32)).astype(np.float32)
 """, 4, 8, 1e-3)
 
 
-@pytest.mark.skipif(not hasattr(os, "fork"), reason="os.fork is POSIX-only")
-@pytest.mark.xfail(strict=True, reason="not fixed: the per-plan locks of the other oneDNN kernels are waited for, and a "
-                   "forked child of a process running the model in a thread hangs on them as it did on the conv "
-                   "plans' (pool and matmul seen: 6-8 of 8 forks; bf16, int8, binary, concat, norm, softmax, "
-                   "attention wait the same way, by reading)")
-def test_forked_children_of_a_process_running_pool_and_matmul_in_a_thread(tmp_path: Any) -> None:
+_CHAIN_NORM_ATTENTION_FORK = _fork_beside_runs(r"""
+import os, signal, sys, threading, numpy as np
+from onnx import TensorProto, helper, numpy_helper
+from pycann.ge.compile.compiler import compile_model
+from pycann.ge.run.model import LoadedModel
+rng = np.random.default_rng(0)
+init = [numpy_helper.from_array(rng.standard_normal((1, 64, 1, 1)).astype(np.float32), "c"),
+        numpy_helper.from_array(rng.standard_normal((256,)).astype(np.float32), "g"),
+        numpy_helper.from_array(rng.standard_normal((256,)).astype(np.float32), "b"),
+        numpy_helper.from_array(np.array([1, 8, 64, 256], np.int64), "shp"),
+        numpy_helper.from_array(np.array(0.125, np.float32), "sc")]
+nodes = [helper.make_node("Add", ["x", "x"], ["a"]), helper.make_node("Mul", ["a", "c"], ["m"]),
+         helper.make_node("Relu", ["m"], ["r"]), helper.make_node("Concat", ["x", "r"], ["cat"], axis=1),
+         helper.make_node("Reshape", ["cat", "shp"], ["q"]),
+         helper.make_node("LayerNormalization", ["q", "g", "b"], ["ln"], axis=-1),
+         helper.make_node("Transpose", ["ln"], ["kt"], perm=[0, 1, 3, 2]),
+         helper.make_node("MatMul", ["ln", "kt"], ["s0"]), helper.make_node("Mul", ["s0", "sc"], ["s1"]),
+         helper.make_node("Softmax", ["s1"], ["p"], axis=-1), helper.make_node("MatMul", ["p", "ln"], ["y"])]
+g = helper.make_graph(nodes, "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 64, 32, 32])],
+                      [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)], init)
+m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
+lm = LoadedModel.from_compiled(compile_model(m))
+x = rng.standard_normal((1, 64, 32, 32)).astype(np.float32)
+""", 6, 8, 1e-3)
+
+
+def _run_fork_script(tmp_path: Any, text: str) -> None:
     import subprocess
     import sys
 
     script = tmp_path / "forks.py"
-    script.write_text(_POOL_MATMUL_FORK)
+    script.write_text(text)
     env = dict(os.environ, PYTHONPATH=os.pathsep.join(sys.path))
     out = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=300, env=env)
     assert "BAD 0" in out.stdout, (out.stdout, out.stderr[-2000:])
+
+
+@pytest.mark.skipif(not hasattr(os, "fork"), reason="os.fork is POSIX-only")
+def test_forked_children_of_a_process_running_pool_and_matmul_in_a_thread(tmp_path: Any) -> None:
+    """The same with MaxPool and MatMul: their plans' locks, held by the running thread at the fork,
+    hung 6-8 of 8 children before the kernels' locks were ``omp_fork.fork_safe`` (released in the child)."""
+    _run_fork_script(tmp_path, _POOL_MATMUL_FORK)
+
+
+@pytest.mark.skipif(not hasattr(os, "fork"), reason="os.fork is POSIX-only")
+def test_forked_children_of_a_process_running_chain_norm_attention_in_a_thread(tmp_path: Any) -> None:
+    """An elementwise chain, a concat, LayerNormalization and a fused attention (oneDNN's binary,
+    layer-norm and matmul / softmax primitives, each with its lock) beside a fork: every child runs
+    the model right (values as the parent's)."""
+    _run_fork_script(tmp_path, _CHAIN_NORM_ATTENTION_FORK)

@@ -10,6 +10,10 @@ and gets a new one. So when the forking thread used OpenMP before the fork, ``st
 that thread in the child, and ``run_fresh(fn, *args)`` runs ``fn`` on one worker thread the child
 starts for it (kept for later calls; ~20-50 us a call), returning its result or raising its error.
 A thread-local would not do: the child's thread is the parent's, with the parent's thread-locals.
+
+The kernels' own locks (a bound primitive's, whose memories a call re-points) are ``fork_safe``: a
+thread of the parent that held one at the fork is not in the child, so the child's first call of
+that kernel waited for it for ever. The child releases each such lock it finds taken.
 """
 
 from __future__ import annotations
@@ -17,23 +21,40 @@ from __future__ import annotations
 import os
 import queue
 import threading
+import weakref
 from collections.abc import Callable
 from typing import Any, TypeVar
 
 from pycann.kernels.providers import openmp
 
-__all__ = ["renew_in_child", "run_fresh", "stale"]
+__all__ = ["fork_safe", "renew_in_child", "run_fresh", "stale"]
 
 T = TypeVar("T")
+L = TypeVar("L")
 
 _stale_ident: int | None = None  # the forking thread, in a child, when it had a libgomp pool
 _worker: tuple[threading.Thread, queue.Queue[Any]] | None = None
 _worker_lock = threading.Lock()
+# the kernels' locks (``fork_safe``); weak, so a dropped kernel takes its lock with it
+_LOCKS: weakref.WeakSet[Any] = weakref.WeakSet()
+
+
+def fork_safe(lock: L) -> L:
+    """``lock`` (a ``threading.Lock``), released in a forked child when a thread of the parent held
+    it at the fork. For a kernel's lock that guards the memories a call re-points: a call sets
+    them all before it executes, so what the parent's thread left half done is not read. Not for a
+    lock held around ``os.fork`` by the forking thread itself (its release in the child would
+    then fail), nor for an ``RLock`` (only its owner releases it: ``renew_in_child`` makes a new one)."""
+    _LOCKS.add(lock)
+    return lock
 
 
 def _after_fork_in_child() -> None:
     global _stale_ident, _worker, _worker_lock
     _worker, _worker_lock = None, threading.Lock()
+    for lock in list(_LOCKS):
+        if lock.locked():
+            lock.release()
     # libgomp loaded: the thread may have a pool (one that never ran a region has none, and then
     # a run on it would be fine; not knowing which, every run of the forking thread moves)
     _stale_ident = threading.get_ident() if openmp.library() is not None else None

@@ -331,7 +331,7 @@ class _Plan:
 # ``jit_dw`` (1.2-2x faster than ``brdgmm_dw`` on AVX-512 for PP-OCR / MobileNet shapes).
 _GLOBAL_KERNELS = ("brg", "brdgmm")
 _first_users: dict[tuple[int, tuple[int, ...], tuple[int, ...], int], None] = {}  # weights that had their first
-_first_lock = threading.Lock()
+_first_lock = omp_fork.fork_safe(threading.Lock())
 
 
 def _first_primitive(w: np.ndarray) -> bool:

@@ -32,6 +32,7 @@ import numpy as np
 from pycann.errors import OperandError
 from pycann.kernels.algorithm import Threads
 from pycann.kernels.bound import BoundKernel
+from pycann.kernels.providers import omp_fork
 from pycann.kernels.providers import onednn_capi as capi
 from pycann.kernels.providers.bound_out import dest, finish
 from pycann.kernels.providers.native_args import address, conform
@@ -117,7 +118,7 @@ def bound_attention(q_shape: Sequence[int], kt_shape: Sequence[int], v_shape: Se
     except capi.DnnlError:
         return None
     numpy_mask = mk is not None and m_mem is None
-    lock = threading.Lock()
+    lock = omp_fork.fork_safe(threading.Lock())
     swap = (*range(nd - 2), nd - 1, nd - 2)
 
     def kernel(inputs: Any, attrs: Any, out: Any = None) -> list[np.ndarray]:

@@ -205,7 +205,7 @@ class _ConvPlan:
         args = [(capi.ARG_SRC, self.src), (capi.ARG_WEIGHTS, self.weights), (capi.ARG_DST, self.dst)]
         self.bias, self.res = _optional_args(args, bias, res_md)
         self.prim = capi.Primitive(pd, args)
-        self.lock = threading.Lock()
+        self.lock = omp_fork.fork_safe(threading.Lock())
 
     def run(self, x: np.ndarray, b: np.ndarray | None, y: np.ndarray, residual: np.ndarray | None) -> None:
         with self.lock:
@@ -301,7 +301,7 @@ class _MatMulPlan:
         args = [(capi.ARG_SRC, self.a), (capi.ARG_WEIGHTS, self.b), (capi.ARG_DST, self.y)]
         self.bias, self.res = _optional_args(args, bias_md, res_md)
         self.prim = capi.Primitive(pd, args)
-        self.lock = threading.Lock()
+        self.lock = omp_fork.fork_safe(threading.Lock())
 
     def run(self, a: np.ndarray, b: np.ndarray, y: np.ndarray, bias: np.ndarray | None,
             residual: np.ndarray | None) -> None:

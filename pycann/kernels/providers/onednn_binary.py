@@ -27,6 +27,7 @@ import numpy as np
 
 from pycann.kernels.algorithm import Threads
 from pycann.kernels.bound import BoundKernel
+from pycann.kernels.providers import omp_fork
 from pycann.kernels.providers import onednn_capi as capi
 from pycann.kernels.providers.native_args import same_view
 
@@ -143,7 +144,7 @@ def bound_chain(steps: Sequence[Sequence[Any]], shapes: Sequence[tuple[int, ...]
             for i, m in mds.items()}
     y_strides = tuple(4 * st for st in capi.layout_strides(out_shape, channels_last))
     perm = tuple(np.argsort([-st for st in y_strides], kind="stable"))
-    lock = threading.Lock()
+    lock = omp_fork.fork_safe(threading.Lock())
 
     def usable_out(o: Any, inputs: Sequence[Any]) -> bool:
         # (the first source itself is fine: oneDNN's binary computes in place, dst == src0, when

@@ -533,7 +533,7 @@ class Reorder:
     def __init__(self, src: MemoryDesc, dst: MemoryDesc) -> None:
         self.src, self.dst = Memory(src, 0), Memory(dst, 0)  # (pointed per call)
         self.prim = Primitive(reorder_pd(src, dst), [(ARG_FROM, self.src), (ARG_TO, self.dst)])
-        self._lock = threading.Lock()
+        self._lock = omp_fork.fork_safe(threading.Lock())
 
     def run(self, src_ptr: int, dst_ptr: int) -> None:
         """Convert the data at ``src_ptr`` into ``dst_ptr`` (the caller checked both buffers)."""

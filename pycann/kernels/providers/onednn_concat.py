@@ -19,6 +19,7 @@ import numpy as np
 
 from pycann.kernels.algorithm import Threads
 from pycann.kernels.bound import BoundKernel
+from pycann.kernels.providers import omp_fork
 from pycann.kernels.providers import onednn_capi as capi
 
 ARG_MULTIPLE_SRC = 1024  # DNNL_ARG_MULTIPLE_SRC (dnnl_types.h)
@@ -86,7 +87,7 @@ def bound_concat(shapes: Sequence[tuple[int, ...]], strides: Sequence[tuple[int,
     size = dtype.itemsize
     want = [(tuple(s), tuple(size * v for v in st)) for s, st in zip(shapes, strides)]
     out_want = (tuple(out_shape), tuple(size * v for v in out_strides))
-    lock = threading.Lock()
+    lock = omp_fork.fork_safe(threading.Lock())
 
     def fits(a: Any, shape: tuple[int, ...], st: tuple[int, ...]) -> bool:
         return isinstance(a, np.ndarray) and a.dtype == dtype and a.shape == shape \

@@ -37,8 +37,8 @@ from typing import Any
 
 import numpy as np
 
+from pycann.kernels.providers import omp_fork, onednn_packed, openmp
 from pycann.kernels.providers import onednn_capi as capi
-from pycann.kernels.providers import onednn_packed, openmp
 from pycann.kernels.providers.onednn_capi_table import _P
 from pycann.ops.array_cache import ArrayCache
 
@@ -139,7 +139,7 @@ class _Prim:
         self.out_shape, self.out_dtype = out_shape, out_dtype
         # the memories are re-pointed per call: two threads (a plan built in the background while
         # the caller runs, or two sessions on one model) must not interleave set and execute
-        self.lock = threading.Lock()
+        self.lock = omp_fork.fork_safe(threading.Lock())
 
     def run(self, ptrs: Sequence[int]) -> None:
         with self.lock:
@@ -229,7 +229,7 @@ def _conv_prim(w: np.ndarray, geom: ConvGeom, zp: bool, epi: Epilogue, w_scale: 
 
 # per weight array: OrderedDict of geometry key -> _Prim (the last _PER_WEIGHT geometries)
 _PRIMS = ArrayCache()
-_PRIMS_LOCK = threading.Lock()
+_PRIMS_LOCK = omp_fork.fork_safe(threading.Lock())
 
 
 def _cached(w: np.ndarray, key: tuple[Any, ...], make: Any) -> _Prim:
@@ -336,7 +336,7 @@ def qmatmul(xq: np.ndarray, x_scale: float, x_zp: int, w_nk: np.ndarray, w_scale
 # reorders f32 (any strides) -> u8 NHWC, scale and zero point as attributes; per (shape, strides, scale, zp)
 _QUANT: OrderedDict[tuple[Any, ...], tuple[capi.Primitive, capi.Memory, capi.Memory, list[Any]]] = OrderedDict()
 _QUANT_KEEP = 64
-_QUANT_LOCK = threading.Lock()  # guards the cache and the re-pointed memories (see _Prim.lock)
+_QUANT_LOCK = omp_fork.fork_safe(threading.Lock())  # guards the cache and the re-pointed memories (see _Prim.lock)
 
 
 def quantize(x: np.ndarray, scale: float, zp: int, channels_last: bool) -> np.ndarray:

@@ -30,7 +30,7 @@ import numpy as np
 
 from pycann.kernels.algorithm import ONEDNN_GEMM, ONEDNN_MATMUL, Packing, Threads
 from pycann.kernels.bound import BoundKernel
-from pycann.kernels.providers import GemmSpec, Implementation, onednn_packed, openmp
+from pycann.kernels.providers import GemmSpec, Implementation, omp_fork, onednn_packed, openmp
 from pycann.kernels.providers import numpy_blas as nb
 from pycann.kernels.providers import onednn_capi as capi
 from pycann.kernels.providers.bound_out import dest, finish
@@ -103,7 +103,7 @@ class _Plan:
         self.wei = capi.Memory(w, 0) if b[1] is not None else None
         self.bias = capi.Memory(bias_md, 0) if bias_md is not None else None
         self.prim: capi.Primitive | None = None
-        self.lock = threading.Lock()
+        self.lock = omp_fork.fork_safe(threading.Lock())
         if self.wei is not None:
             self._make(self.wei)
 
@@ -145,7 +145,7 @@ class _Plan:
 MatmulPlan = _Plan
 
 _plans: dict[tuple[Any, ...], _Plan | None] = {}
-_plans_lock = threading.Lock()
+_plans_lock = omp_fork.fork_safe(threading.Lock())
 
 
 def _plan(key: tuple[Any, ...], make: Any) -> _Plan | None:

@@ -17,6 +17,7 @@ import numpy as np
 
 from pycann.kernels.algorithm import Threads
 from pycann.kernels.bound import BoundKernel
+from pycann.kernels.providers import omp_fork
 from pycann.kernels.providers import onednn_capi as capi
 from pycann.kernels.providers.bound_out import dest, finish
 from pycann.kernels.providers.native_args import address, conform
@@ -54,7 +55,7 @@ def bound_layer_norm(shape: Sequence[int], n: int, scale: np.ndarray, bias: np.n
         prim = capi.Primitive(pd, args)
     except capi.DnnlError:
         return None
-    src_set, dst_set, execute, lock = src.set, dst.set, prim.execute, threading.Lock()
+    src_set, dst_set, execute, lock = src.set, dst.set, prim.execute, omp_fork.fork_safe(threading.Lock())
 
     def kernel(inputs: Any, attrs: Any, out: Any = None) -> list[np.ndarray]:
         x = conform("LayerNormalization input X", inputs[0], shape)

@@ -35,8 +35,8 @@ from typing import Any, TypeVar
 import numpy as np
 
 from pycann.errors import OperandError
+from pycann.kernels.providers import omp_fork, openmp, patch_geometry
 from pycann.kernels.providers import onednn_capi as capi
-from pycann.kernels.providers import openmp, patch_geometry
 from pycann.kernels.providers.native_args import address
 from pycann.kernels.providers.onednn import _cl_strides, _fits, empty_channels_last
 from pycann.kernels.providers.onednn_eltwise import Unaries, Unary, _chain, _numpy_unary
@@ -164,7 +164,7 @@ class _SizedRun:
             if pw.bias_md is not None and b is not None else []
         self.wei = (capi.ARG_WEIGHTS, pw.wei)
         self.args = [(capi.ARG_SRC, self.src), self.wei, (capi.ARG_DST, self.dst), *self.rest]
-        self.lock = threading.Lock()  # the two memories are shared by concurrent runs of the plan
+        self.lock = omp_fork.fork_safe(threading.Lock())  # the two memories are shared by concurrent runs of the plan
         self.residual, self.execute = pw.residual, pw.prim.execute_on
 
     def __call__(self, x: np.ndarray, r: np.ndarray | None) -> np.ndarray:
@@ -227,7 +227,7 @@ class PatchDeconv:
         # oneDNN takes no run-time batch count beside a broadcast weight: one primitive per N * H
         # (a generic GEMM's descriptor, ~0.1-1 ms, no JIT code of its own), run-time W and strides
         self._prims: dict[int, capi.Primitive] = {}
-        self._lock = threading.Lock()
+        self._lock = omp_fork.fork_safe(threading.Lock())
         self.impl = self._primitive(1).pd.fast_impl()
 
     def _primitive(self, batch: int) -> capi.Primitive:
@@ -317,7 +317,7 @@ def patch_plan(w: np.ndarray, with_bias: bool, unary: Unary | Unaries | None) ->
     return _cached(_patch_plans, w, (with_bias, unary), lambda: PatchDeconv(w, with_bias, unary))
 
 
-_warm_lock = threading.Lock()
+_warm_lock = omp_fork.fork_safe(threading.Lock())
 _warmed = False
 
 

@@ -25,7 +25,7 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from pycann.kernels.providers import nan_guard, onednn
+from pycann.kernels.providers import nan_guard, omp_fork, onednn
 from pycann.kernels.providers import onednn_capi as capi
 from pycann.kernels.providers.native_args import address
 
@@ -68,7 +68,7 @@ class _Bound:
         self.impl = pd.fast_impl()
         self.src, self.dst = capi.Memory(src, 0), capi.Memory(dst, 0)
         self.prim = capi.Primitive(pd, [(capi.ARG_SRC, self.src), (capi.ARG_DST, self.dst)])
-        self.lock = threading.Lock()
+        self.lock = omp_fork.fork_safe(threading.Lock())
 
     def _average_bound(self, b: float) -> float | None:
         return b if b * self.window < nan_guard._F32_SAFE else None

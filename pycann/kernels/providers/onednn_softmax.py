@@ -21,8 +21,8 @@ import numpy as np
 
 from pycann.kernels.algorithm import Threads
 from pycann.kernels.bound import BoundKernel
+from pycann.kernels.providers import omp_fork, openmp
 from pycann.kernels.providers import onednn_capi as capi
-from pycann.kernels.providers import openmp
 from pycann.kernels.providers.bound_out import dest, finish
 from pycann.kernels.providers.native_args import address, conform
 
@@ -51,7 +51,7 @@ def softmax_last_axis_(s: np.ndarray) -> bool:
             return False
         if len(_plans) >= _MAX_PLANS:
             _plans.clear()
-        plan = _plans[key] = (prim, mem, threading.Lock())
+        plan = _plans[key] = (prim, mem, omp_fork.fork_safe(threading.Lock()))
     prim, mem, lock = plan
     with lock:
         mem.set(s.__array_interface__["data"][0])
@@ -75,7 +75,7 @@ def bound_softmax(shape: tuple[int, ...], generic: Any) -> Any:
         prim = capi.Primitive(pd, [(capi.ARG_SRC, src), (capi.ARG_DST, dst)])
     except (capi.DnnlError, OSError):
         return None
-    lock = threading.Lock()
+    lock = omp_fork.fork_safe(threading.Lock())
 
     def kernel(inputs: Any, attrs: Any, out: Any = None) -> list[np.ndarray]:
         x = conform("Softmax input X", inputs[0], shape)
