@@ -135,7 +135,7 @@ class Plan:
         self._arenas: list[Arena] = []
         self.arenas_made = 0  # arenas allocated (one per concurrent run): counted in ``nbytes``
         self.const_bytes = 0  # constants this plan owns (folded for its shapes; set by Executor)
-        self._arena_lock = threading.Lock()
+        self._arena_lock = omp_fork.fork_safe(threading.Lock())  # (a run in flight at a fork)
         self._runs = 0  # runs in flight (under ``_arena_lock``): ``close`` leaves their objects to the last
         self._closed = False
         self.nodes = list(graph.nodes)
