@@ -46,6 +46,7 @@ from typing import Any
 import numpy as np
 
 from pycann.errors import OperandError
+from pycann.kernels.providers import omp_fork
 from pycann.ops.shape_utils import normalize_axis
 
 __all__ = ["RESERVE_ROWS", "cache_view", "k_cache_append", "live_buffers"]
@@ -67,7 +68,8 @@ class _Buffer:
     filled: int
     others: tuple[int, ...]
     last: Any = _dead  # weakref.ref of the last view, or a function answering None
-    lock: threading.Lock = field(default_factory=threading.Lock)
+    # (released in a forked child if a parent thread was appending at the fork: ``omp_fork.fork_safe``)
+    lock: threading.Lock = field(default_factory=lambda: omp_fork.fork_safe(threading.Lock()))
 
 
 _LIVE: dict[int, _Buffer] = {}  # id(buffer array) -> bookkeeping, while the array lives
