@@ -8,18 +8,18 @@ from typing import Any
 
 import numpy as np
 
-from pycann.dtypes import bfloat16
+from pycann.dtypes import bfloat16, is_bfloat16
 from pycann.kernels import algorithm
 from pycann.kernels import conv as kconv
 from pycann.kernels import gemm as kgemm
 from pycann.kernels.algorithm import ONEDNN_MATMUL_BF16_PACKED
-from pycann.kernels.providers import GemmSpec, nan_guard, onednn_bf16, resolve
+from pycann.kernels.providers import GemmSpec, nan_guard, onednn_bf16, onednn_bf16_deconv, resolve
 from pycann.kernels.providers import available as provider_available
 from pycann.kernels.providers.onednn_eltwise import RELU, E, onednn_unary
 from pycann.kernels.providers.torch_onednn import bf16_conv_fused as _torch_bf16_conv_fused
 from pycann.ops import fused as ref
 from pycann.ops import fused_deconv as ref_deconv
-from pycann.ops.nn.conv import conv_window
+from pycann.ops.nn.conv import check_conv_transpose, conv_window
 
 
 def _onednn_softmax_(s: np.ndarray) -> bool:
@@ -160,5 +160,39 @@ def k_attention(inputs: Sequence[Any], attrs: Mapping[str, Any]) -> list[np.ndar
 
 
 def k_fused_conv_transpose(inputs: Sequence[Any], attrs: Mapping[str, Any]) -> list[np.ndarray]:
-    """FusedConvTranspose on the providers (oneDNN takes the activation as a post-op)."""
+    """FusedConvTranspose on the providers (oneDNN takes the activation as a post-op); bf16 operands
+    of a patch geometry in oneDNN's native bf16 matmul (``onednn_bf16_deconv``), else widened."""
+    x = inputs[0]
+    if is_bfloat16(x.dtype) and len(inputs) > 1 and is_bfloat16(inputs[1].dtype) and not algorithm.is_numpy(attrs):
+        y = _bf16_conv_transpose(inputs, attrs)
+        if y is not None:
+            return [y]
     return ref_deconv._k_fused_conv_transpose(inputs, attrs, kconv.conv_transpose_act)
+
+
+def _bf16_conv_transpose(inputs: Sequence[Any], attrs: Mapping[str, Any]) -> np.ndarray | None:
+    """FusedConvTranspose of bf16 X and W whose kernel equals its stride, in oneDNN's bf16 matmul with
+    the activation as a post-op (float32 sum, one rounding); None: not handled (the caller widens).
+    A NaN-dropping activation runs fused only when the NaN guard proves the sum finite (as the bf16
+    convs: ``_bf16_conv_fused``), whose bound of the result is then recorded for the next reader."""
+    x, w = inputs[0], inputs[1]
+    b = inputs[2] if len(inputs) > 2 else None
+    group = int(attrs.get("group", 1))
+    try:
+        win, outs = check_conv_transpose(x, w, b, group, attrs)
+    except (ValueError, TypeError):
+        return None  # the widened path raises the spec's error, naming the node
+    name, alpha, beta = ref._act(attrs)
+    unary = onednn_unary(name, alpha, beta) if name else None
+    if name and unary is None:
+        return None
+    bound = 0.0
+    if nan_guard.drops_nan(unary) or _recorded(x, None):
+        bound = nan_guard.pre_bound(x, nan_guard.weight_bound(w, b, transpose=True))
+        if nan_guard.drops_nan(unary) and not bound < nan_guard._F32_SAFE:
+            return None
+    y = onednn_bf16_deconv.conv_transpose_patches(x, w, b, group, win, outs, unary)
+    if y is not None:
+        ok = 0.0 < bound < nan_guard._F32_SAFE
+        nan_guard.record(y, _bf16_out_bound(name, bound) if ok else None)
+    return y

@@ -81,7 +81,7 @@ def kernel_note(labels: set[str]) -> str:
     note = ""
     if "bf16" in labels:
         note += ("; bf16 matrix ops: oneDNN native bf16 kernels (avx512_bf16/amx_bf16, fp32 accumulation; "
-                 "ConvTranspose: no native bf16 kernel, its bf16 operands computed in float32)"
+                 "ConvTranspose: native when its kernel equals its stride, else its bf16 operands computed in float32)"
                  if native() else
                  "; bf16 matrix ops: emulated in float32 (widen, compute, round; " +
                  ("libdnnl not loadable)" if cpu_has_bf16() else "this CPU has no avx512_bf16/amx_bf16)"))
