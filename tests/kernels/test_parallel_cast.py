@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 
 from pycann.dtypes import bfloat16
-from pycann.kernels.providers import nan_guard, parallel_cast
+from pycann.kernels.providers import nan_guard, parallel_cast, slabs
 from pycann.ops.cast import _k_cast
 
 BF = bfloat16()
@@ -48,7 +48,7 @@ def test_slabs_equal_astype_bit_for_bit(dst: Any, team: int, layout: str, monkey
     x = _awkward(shape)
     if layout == "channels_last":
         x = np.ascontiguousarray(x.transpose(0, 2, 3, 1)).transpose(0, 3, 1, 2)
-    monkeypatch.setattr(parallel_cast.openmp, "team", lambda: team)
+    monkeypatch.setattr(slabs.openmp, "team", lambda: team)
     k = parallel_cast.bound_narrowing_cast(shape, np.dtype(np.float32), dst, _k_cast)
     assert k is not None
     with np.errstate(over="ignore"):
@@ -61,7 +61,7 @@ def test_slabs_equal_astype_bit_for_bit(dst: Any, team: int, layout: str, monkey
 
 
 def test_writes_into_an_out_view_of_another_layout(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(parallel_cast.openmp, "team", lambda: 2)
+    monkeypatch.setattr(slabs.openmp, "team", lambda: 2)
     shape = (1, 16, 128, 130)
     x = _awkward(shape, 1)
     out = np.empty((1, 128, 130, 16), BF).transpose(0, 3, 1, 2)

@@ -1,41 +1,30 @@
-"""Cast from float32 to bfloat16 or float16 on the plan's team: the array cut in slabs, one per
-thread, each converted by numpy / ml_dtypes exactly as ``astype`` converts it.
+"""Cast from float32 to bfloat16 or float16 on the plan's team (``slabs``): the array cut in slabs,
+each converted by numpy / ml_dtypes exactly as ``astype`` converts it.
 
 The reduced-precision modes (docs/precision.md) put a Cast on every edge from a float32 vector op to
 a bf16 / fp16 matrix op: PP-OCRv4 det in ``allow_fp32_to_bf16`` narrows 2.4 M values before its
-biggest 3x3 conv. numpy's conversion runs on one core (~0.35 ms per million values here); the
-conversion loops release the GIL, so a second thread converting the other half halves that (0.82
--> 0.46 ms for 96 x 160 x 160). oneDNN's reorder would be faster still, but it flushes subnormal
-inputs to zero where ONNX Cast (and ml_dtypes, numpy) round them (onednn_cast.py), so the values
-stay numpy's. Widening (bfloat16 -> float32) is ``onednn_cast``'s.
-
-The slabs are cut along the axis with the largest stride (H of a channels-last map), so each is one
-contiguous run of the input. The team is ``openmp.team()``: a plan run on a reduced team (another
-process keeps the cores busy: ``ge.run.contention``) casts on one thread. The helper thread is made
-on first use and again in a forked child (the parent's is not there).
+biggest 3x3 conv, on one core in numpy (~0.35 ms per million values here). oneDNN's reorder would
+be faster still, but it flushes subnormal inputs to zero where ONNX Cast (and ml_dtypes, numpy)
+round them (onednn_cast.py), so the values stay numpy's. Widening (bfloat16 -> float32) is
+``onednn_cast``'s. The slabs are cut along the axis with the largest stride (H of a channels-last
+map), so each is one contiguous run of the input.
 """
 
 from __future__ import annotations
 
-import os
-import threading
-from collections.abc import Mapping, Sequence
-from concurrent.futures import Future, ThreadPoolExecutor
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 import numpy as np
 
 from pycann.dtypes import is_bfloat16
 from pycann.kernels.bound import BoundKernel
-from pycann.kernels.providers import nan_guard, openmp
+from pycann.kernels.providers import nan_guard, slabs
 from pycann.ops.nn.spatial import empty_like_layout
 
-__all__ = ["MIN_ELEMENTS", "bound_narrowing_cast", "is_narrowing"]
+__all__ = ["bound_narrowing_cast", "is_narrowing", "narrow"]
 
-MIN_ELEMENTS = 1 << 18  # below: one thread (handing a slab to the helper costs ~20-40 us)
 _F32 = np.dtype(np.float32)
-_pool: ThreadPoolExecutor | None = None
-_pool_lock = threading.Lock()
 
 
 def is_narrowing(src: np.dtype, dst: np.dtype) -> bool:
@@ -43,52 +32,25 @@ def is_narrowing(src: np.dtype, dst: np.dtype) -> bool:
     return src == _F32 and (is_bfloat16(dst) or dst == np.float16)
 
 
-def _helper() -> ThreadPoolExecutor:
-    global _pool
-    with _pool_lock:
-        if _pool is None:
-            _pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="pycann-cast")
-        return _pool
-
-
-def _after_fork_in_child() -> None:
-    global _pool, _pool_lock
-    _pool, _pool_lock = None, threading.Lock()  # (the parent's worker thread is not in the child)
-
-
-if hasattr(os, "register_at_fork"):
-    os.register_at_fork(after_in_child=_after_fork_in_child)
-
-
 def _convert(y: np.ndarray, x: np.ndarray) -> None:
     with np.errstate(over="ignore"):  # float32 -> float16 overflow is inf, silently (as the generic kernel)
         np.copyto(y, x, casting="unsafe")
 
 
-def _slab_axis(x: np.ndarray, parts: int) -> int | None:
-    """The axis of ``x`` with the largest stride among those of at least ``parts`` elements."""
-    axes = [i for i, d in enumerate(x.shape) if d >= parts]
-    return max(axes, key=lambda i: abs(x.strides[i])) if axes else None
-
-
 def narrow(x: np.ndarray, y: np.ndarray, team: int) -> None:
-    """``y[...] = x`` converted as numpy converts it, in ``team`` slabs (the caller's thread takes
-    the first; a helper thread the others, one after the other)."""
-    axis = _slab_axis(x, team) if team > 1 and x.size >= MIN_ELEMENTS else None
-    if axis is None:
+    """``y[...] = x`` converted as numpy converts it, in up to ``team`` slabs along the axis of ``x``
+    with the largest stride among those of at least ``team`` elements."""
+    axes = [i for i, d in enumerate(x.shape) if d >= team] if team > 1 else []
+    if not axes:
         _convert(y, x)
         return
-    cuts = np.linspace(0, x.shape[axis], team + 1).astype(int)
-    index: list[Any] = [slice(None)] * x.ndim
-    slabs = []
-    for lo, hi in zip(cuts[:-1], cuts[1:]):
-        index[axis] = slice(int(lo), int(hi))
-        slabs.append((y[tuple(index)], x[tuple(index)]))
-    pool = _helper()
-    futures: list[Future[None]] = [pool.submit(_convert, ys, xs) for ys, xs in slabs[1:]]
-    _convert(*slabs[0])
-    for f in futures:
-        f.result()
+    axis = max(axes, key=lambda i: abs(x.strides[i]))
+
+    def part(lo: int, hi: int) -> Callable[[], None]:
+        index = (slice(None),) * axis + (slice(lo, hi),)
+        return lambda: _convert(y[index], x[index])
+
+    slabs.run([part(lo, hi) for lo, hi in slabs.cuts(x.shape[axis], team)])
 
 
 def bound_narrowing_cast(shape: Sequence[int], src: np.dtype, dst: np.dtype, fallback: Any) -> BoundKernel | None:
@@ -99,7 +61,7 @@ def bound_narrowing_cast(shape: Sequence[int], src: np.dtype, dst: np.dtype, fal
     tensors. A call with another shape or dtype runs ``fallback(inputs, attrs)``. The input's proven
     NaN-guard bound goes on to the output (times 1.01: the rounding may round up)."""
     shape = tuple(int(d) for d in shape)
-    if not is_narrowing(src, dst) or int(np.prod(shape, dtype=np.int64)) < MIN_ELEMENTS:
+    if not is_narrowing(src, dst) or int(np.prod(shape, dtype=np.int64)) < slabs.MIN_ELEMENTS:
         return None
     top = float(np.finfo(np.float16).max) if dst == np.float16 else float("inf")  # (bf16: float32's range)
 
@@ -118,7 +80,7 @@ def bound_narrowing_cast(shape: Sequence[int], src: np.dtype, dst: np.dtype, fal
         o = out[0] if out is not None else None
         y = o if o is not None and o.dtype == dst and o.shape == shape and o.flags.writeable \
             and not np.may_share_memory(o, x) else empty_like_layout(x, shape, dst)
-        narrow(x, y, openmp.team())
+        narrow(x, y, slabs.team(x.size))
         nan_guard.pass_on(y, x, through)
         if o is not None and y is not o:
             o[...] = y
