@@ -107,3 +107,48 @@ def test_not_bound() -> None:
     assert _bind({**attrs, "mode": "linear"}, np.array([1, 1, 2, 2], np.float32), None, ys) is None
     assert PREPARE_RESIZE[("", "Resize")](attrs, [TensorDesc(1, XS), None, TensorDesc(1, (4,))], [None, None, None],
                                           [TensorDesc(1, ys)]) is None  # run-time scales
+
+
+@pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
+@pytest.mark.parametrize(("xs", "k", "layout"), [((1, 24, 40, 44), (2, 2), "cl"), ((1, 24, 40, 44), (2, 3), "nchw"),
+                                                  ((3, 8, 10, 11), (4, 4), "cl"), ((2, 8, 6, 6), (4, 2), "nchw"),
+                                                  ((1, 3, 5, 7), (8, 1), "cl"), ((1, 1, 1, 1), (2, 2), "nchw")])
+def test_onednn_nearest_resampling_is_the_repeat(xs: tuple[int, ...], k: tuple[int, int], layout: str,
+                                                 dtype: str) -> None:
+    """oneDNN's nearest resampling (``providers/onednn_resample.py``) gives the integer repeat exactly,
+    in every layout and both dtypes the bf16 modes use; NaN and inf are copied as they are."""
+    from pycann.dtypes import bfloat16
+    from pycann.kernels.providers import available
+    from pycann.kernels.providers.onednn_resample import NearestUpsample
+
+    if not available("onednn"):
+        pytest.skip("no libdnnl")
+    dt = np.dtype(np.float32) if dtype == "float32" else bfloat16()
+    x = RNG.standard_normal(xs).astype(np.float32)
+    x.reshape(-1)[::7] = np.nan
+    x.reshape(-1)[1::11] = -np.inf
+    x = x.astype(dt)
+    ys = (xs[0], xs[1], xs[2] * k[0], xs[3] * k[1])
+    y = np.zeros(ys, dt)
+    if layout == "cl":
+        x, y = _cl(x), _cl(y)
+    assert NearestUpsample(xs, ys, dt).run(x, y)
+    want = np.asarray(x).repeat(k[0], axis=2).repeat(k[1], axis=3)
+    np.testing.assert_array_equal(np.ascontiguousarray(y).view(np.uint8), np.ascontiguousarray(want).view(np.uint8))
+
+
+def test_the_bound_kernel_runs_onednn_and_writes_the_out_view() -> None:
+    from pycann.kernels.providers import available
+
+    if not available("onednn"):
+        pytest.skip("no libdnnl")
+    attrs = _attrs("asymmetric", "floor")
+    ys = (XS[0], XS[1], XS[2] * 2, XS[3] * 2)
+    k = _bind(attrs, np.array([1, 1, 2, 2], np.float32), None, ys)
+    assert k.impl == "onednn:resampling_nearest"
+    x = _cl(RNG.standard_normal(XS).astype(np.float32))
+    out = _cl(np.zeros(ys, np.float32))
+    (y,) = k.run([x, None, np.array([1, 1, 2, 2], np.float32)], attrs, [out])
+    assert y is out
+    np.testing.assert_array_equal(out, _k_resize([np.ascontiguousarray(x), None, np.array([1, 1, 2, 2], np.float32)],
+                                                 attrs)[0])

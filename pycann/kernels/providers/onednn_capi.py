@@ -82,10 +82,11 @@ __all__ = [
     "BINARY_ADD", "CONVOLUTION_DIRECT", "DECONVOLUTION_DIRECT", "Dims", "DnnlError", "ELTWISE", "ENGINE_CPU",
     "ExecArg", "BF16", "F16", "F32", "FORMAT_ANY", "FORWARD_INFERENCE", "LAST_IMPL_REACHED", "MAX_NDIMS", "MEMORY_ALLOCATE",
     "Memory", "MemoryDesc", "POOLING", "Primitive", "PrimitiveDesc", "QUERY_DATA_TYPE", "QUERY_DIMS", "Reorder",
-    "QUERY_DST_MD", "QUERY_IMPL_INFO_STR", "QUERY_NDIMS_S32", "QUERY_WEIGHTS_MD", "RUNTIME_DIM", "SOFTMAX_ACCURATE",
+    "QUERY_DST_MD", "QUERY_IMPL_INFO_STR", "QUERY_NDIMS_S32", "QUERY_WEIGHTS_MD", "RESAMPLING_NEAREST", "RUNTIME_DIM",
+    "SOFTMAX_ACCURATE",
     "STREAM_DEFAULT", "SUCCESS", "USE_SCALE", "USE_SHIFT", "Version", "arg_post_op_src1", "check",
     "convolution_pd", "dense_strides", "dims", "engine", "layer_normalization_pd", "layout_strides",
-    "library_candidates", "load", "matmul_pd", "open_library", "pooling_pd", "ptr", "reorder", "reorder_pd",
+    "library_candidates", "load", "matmul_pd", "open_library", "pooling_pd", "ptr", "reorder", "reorder_pd", "resampling_pd",
     "self_check", "softmax_pd", "stream", "version",
 ]
 
@@ -459,6 +460,19 @@ def pooling_pd(alg: int, src: MemoryDesc, dst: MemoryDesc, strides: Sequence[int
     check(load().dnnl_pooling_forward_primitive_desc_create(
         ctypes.byref(h), _engine, FORWARD_INFERENCE, alg, src.handle, dst.handle, dims(strides), dims(kernel),
         dims(dilation), dims(pad_l), dims(pad_r), None), "dnnl_pooling_forward_primitive_desc_create")
+    return PrimitiveDesc(h)
+
+
+RESAMPLING_NEAREST = 0x2FFF0  # dnnl_alg_kind_t dnnl_resampling_nearest (dnnl_types.h, v3.2)
+
+
+def resampling_pd(alg: int, src: MemoryDesc, dst: MemoryDesc) -> PrimitiveDesc:
+    """Resampling forward-inference primitive descriptor; the factors are the ratio of ``dst``'s
+    spatial dims to ``src``'s (none passed)."""
+    h = _P()
+    check(load().dnnl_resampling_forward_primitive_desc_create(ctypes.byref(h), _engine, FORWARD_INFERENCE, alg,
+                                                              None, src.handle, dst.handle, None),
+          "dnnl_resampling_forward_primitive_desc_create")
     return PrimitiveDesc(h)
 
 

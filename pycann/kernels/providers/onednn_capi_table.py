@@ -130,6 +130,7 @@ SIGNATURES: dict[str, tuple[Any, ...]] = {
                                                                ctypes.c_uint, _P),
     "dnnl_pooling_forward_primitive_desc_create": (_PP, _P, _I, _I, _P, _P, Dims, Dims, Dims, Dims, Dims, _P),
     "dnnl_binary_primitive_desc_create": (_PP, _P, _I, _P, _P, _P, _P),
+    "dnnl_resampling_forward_primitive_desc_create": (_PP, _P, _I, _I, _P, _P, _P, _P),
     "dnnl_concat_primitive_desc_create": (_PP, _P, _P, _I, _I, _PP, _P),
     "dnnl_primitive_desc_query": (_P, _I, _I, _P),
     "dnnl_primitive_desc_query_md": (_P, _I, _I),
