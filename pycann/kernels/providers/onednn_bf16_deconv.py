@@ -133,8 +133,12 @@ def conv_transpose_patches(x: np.ndarray, w: np.ndarray, b: np.ndarray | None, g
             or 0 in w.shape or (b is not None and b.shape != (w.shape[1],)):
         return None
     x = onednn_bf16._to_channels_last(x)
-    if x.strides[1] != 2 or not x.flags.aligned:  # (a non-dense channels-last view: left to the caller)
-        return None
+    if x.strides != tuple(2 * s for s in _cl_elements(x.shape)) or not x.flags.aligned:
+        # a channels-last view that is not dense (a channel slice, a step in H or W): the primitives
+        # read the input as dense (pixels, C) rows, so it is made dense first
+        dense = onednn_bf16._channels_last(x.shape)
+        dense.view(np.uint16)[...] = x.view(np.uint16)
+        x = dense
     x_shape = tuple(int(d) for d in x.shape)
     post_ops = _chain(post)
     key = ("patch_deconv", capi.ptr(w), w.shape, w.strides, x_shape, x.strides, b is not None, post_ops)

@@ -1,0 +1,53 @@
+"""Session 26 adversarial tests: today's bf16 patch deconv (onednn_bf16_deconv), the slab cast
+(parallel_cast / slabs) and the fork-safe kernel locks (omp_fork.fork_safe)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+import pytest
+
+from pycann.dtypes import bfloat16
+from pycann.kernels import fused as kf
+from pycann.kernels.providers import nan_guard
+from pycann.kernels.providers import onednn_bf16 as ob
+from pycann.kernels.providers import onednn_bf16_deconv as bd
+from pycann.ops import fused_deconv as ref_deconv
+
+BF = bfloat16()
+native_bf16 = pytest.mark.skipif(not ob.native(), reason="no avx512_bf16/amx_bf16 CPU or no libdnnl.so.3")
+
+
+@pytest.fixture(autouse=True)
+def _no_run_left_open() -> Any:
+    yield
+    nan_guard.end_run()
+
+
+def _deconv_attrs(act: str = "", k: int = 2) -> dict[str, Any]:
+    return {"kernel_shape": [k, k], "strides": [k, k], "pads": [0, 0, 0, 0], "group": 1, "dilations": [1, 1],
+            "activation": act, "act_alpha": 0.0, "act_beta": 0.0}
+
+
+def _channels_last(a: np.ndarray) -> np.ndarray:
+    c = ob._channels_last(a.shape)
+    c[...] = a
+    return c
+
+
+@native_bf16
+@pytest.mark.parametrize("view", ["channel_slice", "w_step", "h_step"])
+def test_bf16_patch_deconv_of_a_non_dense_channels_last_view(view: str) -> None:
+    """A channels-last view whose strides are not the dense ones (a channel slice of a wider map, a
+    step in H or W) has strides[1] == 2, so it was taken as it is and the primitive, which reads the
+    input as dense (pixels, C) rows, read the wrong pixels (errors of ~3-4 against the widened path)."""
+    rng = np.random.default_rng(0)
+    big = _channels_last(rng.standard_normal((1, 8, 6, 10)).astype(np.float32).astype(BF))
+    x = {"channel_slice": big[:, :4], "w_step": big[:, :4, :, ::2], "h_step": big[:, :4, ::2]}[view]
+    w = (rng.standard_normal((4, 3, 2, 2)) * 0.3).astype(np.float32).astype(BF)
+    before = bd.stats()["patch_deconv"]
+    (y,) = kf.k_fused_conv_transpose([x, w, None], _deconv_attrs())
+    assert bd.stats()["patch_deconv"] == before + 1
+    (ref,) = ref_deconv._k_fused_conv_transpose([x, w, None], _deconv_attrs())
+    np.testing.assert_allclose(y.astype(np.float32), ref.astype(np.float32), rtol=2 ** -7, atol=1e-3)
