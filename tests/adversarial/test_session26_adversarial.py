@@ -51,3 +51,20 @@ def test_bf16_patch_deconv_of_a_non_dense_channels_last_view(view: str) -> None:
     assert bd.stats()["patch_deconv"] == before + 1
     (ref,) = ref_deconv._k_fused_conv_transpose([x, w, None], _deconv_attrs())
     np.testing.assert_allclose(y.astype(np.float32), ref.astype(np.float32), rtol=2 ** -7, atol=1e-3)
+
+
+@native_bf16
+@pytest.mark.parametrize("c", [1, 3, 17])
+def test_bf16_patch_deconv_inf_in_the_last_of_an_odd_channel_count(c: int) -> None:
+    """ConvTranspose (no activation) of an input with +inf in its last channel, C odd, a patch row of
+    more than 8 columns: the spec's sums are +inf (positive weights), but oneDNN's bf16 matmul also
+    multiplies that channel by a padding zero and gave NaN for the whole patch."""
+    rng = np.random.default_rng(1)
+    x = _channels_last(rng.standard_normal((1, c, 4, 5)).astype(np.float32).astype(BF))
+    x[0, c - 1] = np.inf
+    w = (rng.standard_normal((c, 24, 2, 2)) * 0.1 + 2).astype(np.float32).astype(BF)
+    nan_guard.new_run()
+    (y,) = kf.k_fused_conv_transpose([x, w, None], _deconv_attrs())
+    (ref,) = ref_deconv._k_fused_conv_transpose([x, w, None], _deconv_attrs())
+    assert np.isposinf(ref.astype(np.float32)).all()
+    np.testing.assert_array_equal(y.astype(np.float32), ref.astype(np.float32))
