@@ -68,3 +68,37 @@ def test_bf16_patch_deconv_inf_in_the_last_of_an_odd_channel_count(c: int) -> No
     (ref,) = ref_deconv._k_fused_conv_transpose([x, w, None], _deconv_attrs())
     assert np.isposinf(ref.astype(np.float32)).all()
     np.testing.assert_array_equal(y.astype(np.float32), ref.astype(np.float32))
+
+
+def _run_script(tmp_path: Any, text: str, timeout: int = 120) -> Any:
+    import os
+    import subprocess
+    import sys
+
+    script = tmp_path / "script.py"
+    script.write_text(text)
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join(sys.path))
+    return subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=timeout, env=env)
+
+
+_CAST_AT_EXIT = r"""
+import atexit
+import numpy as np
+from pycann.kernels.providers import parallel_cast, slabs
+slabs.openmp.team = lambda: 2  # (a process with libgomp loaded on two cores)
+k = parallel_cast.bound_narrowing_cast((512, 1024), np.dtype(np.float32), np.dtype(np.float16), None)
+x = np.random.default_rng(0).standard_normal((512, 1024)).astype(np.float32)
+k([x], {})  # the helper thread exists
+def at_exit():
+    (y,) = k([x], {})
+    print("cast at exit", np.array_equal(y, x.astype(np.float16)), flush=True)
+atexit.register(at_exit)
+"""
+
+
+def test_a_slab_cast_in_an_atexit_handler(tmp_path: Any) -> None:
+    """A large float32 -> float16 Cast run by an atexit handler (or a daemon thread still running a
+    model at exit): the slab helper's executor is shut down by then, and ``slabs.run`` raised
+    "cannot schedule new futures after shutdown" instead of casting."""
+    out = _run_script(tmp_path, _CAST_AT_EXIT)
+    assert "cast at exit True" in out.stdout, (out.stdout, out.stderr[-2000:])

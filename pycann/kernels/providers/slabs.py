@@ -49,9 +49,17 @@ def run(parts: Sequence[Callable[[], None]]) -> None:
         parts[0]()
         return
     pool = _helper()
-    futures: list[Future[None]] = [pool.submit(p) for p in parts[1:]]
+    futures: list[Future[None]] = []
+    inline: list[Callable[[], None]] = []
+    for p in parts[1:]:
+        try:
+            futures.append(pool.submit(p))
+        except RuntimeError:  # the executor is shut down (interpreter exit: an atexit handler, a daemon
+            inline.append(p)  # thread still running a model): those parts run here
     try:
         parts[0]()
+        for p in inline:
+            p()
     finally:
         for f in futures:
             f.result()
