@@ -37,6 +37,7 @@ the same memory: an in-place torch op on it changes the presents that share thos
 
 from __future__ import annotations
 
+import os
 import threading
 import weakref
 from collections.abc import Mapping, Sequence
@@ -73,6 +74,20 @@ class _Buffer:
 
 
 _LIVE: dict[int, _Buffer] = {}  # id(buffer array) -> bookkeeping, while the array lives
+
+
+def _after_fork_in_child() -> None:
+    """A parent thread inside ``_write`` at the fork (its lock is released in the child:
+    ``omp_fork.fork_safe``) left its buffer writable: read-only again, so no ``present`` of it can
+    be made writable in the child (module doc)."""
+    for b in list(_LIVE.values()):
+        owner = b.ref()
+        if owner is not None:
+            owner.flags.writeable = False
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_after_fork_in_child)
 
 
 def live_buffers() -> int:

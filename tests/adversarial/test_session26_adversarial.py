@@ -102,3 +102,47 @@ def test_a_slab_cast_in_an_atexit_handler(tmp_path: Any) -> None:
     "cannot schedule new futures after shutdown" instead of casting."""
     out = _run_script(tmp_path, _CAST_AT_EXIT)
     assert "cast at exit True" in out.stdout, (out.stdout, out.stderr[-2000:])
+
+
+_FORK_MID_APPEND = r"""
+import os, signal, threading
+import numpy as np
+from pycann.kernels import kv_cache
+past = np.zeros((1, 2, 0, 4), np.float32)
+(present,) = kv_cache.k_cache_append([past, np.ones((1, 2, 3, 4), np.float32)], {"axis": 2})
+inside, go = threading.Event(), threading.Event()
+def pausing_write(owner, b, rows, new):  # kv_cache._write with the parent thread stopped mid-copy
+    with b.lock:
+        owner.flags.writeable = True
+        try:
+            inside.set(); go.wait()
+            owner[rows] = new
+        finally:
+            owner.flags.writeable = False
+kv_cache._write = pausing_write
+t = threading.Thread(target=lambda: kv_cache.k_cache_append([present, np.full((1, 2, 1, 4), 5, np.float32)], {"axis": 2}))
+t.start(); inside.wait()
+pid = os.fork()
+if pid == 0:
+    signal.alarm(10)
+    try:
+        present.flags.writeable = True
+        present[...] = 7
+        os._exit(3)   # a read-only present became writable
+    except ValueError:
+        os._exit(0)
+code = os.waitpid(pid, 0)[1]
+go.set(); t.join()
+print("child", code >> 8)
+"""
+
+
+@pytest.mark.skipif(not hasattr(__import__("os"), "fork"), reason="os.fork is POSIX-only")
+def test_a_forked_child_of_a_mid_append_keeps_the_cache_read_only(tmp_path: Any) -> None:
+    """A parent thread inside a KV cache append at the fork (numpy's copy of ``new`` releases the
+    GIL; the thread is stopped there by a copy of ``kv_cache._write`` that waits mid-write) holds the
+    buffer's lock with the buffer set writable. The child releases the lock (``fork_safe``) but the
+    buffer stayed writable: ``present.flags.writeable = True`` then succeeded and a write changed the
+    rows every other ``present`` of that buffer shares (kv_cache's doc: they are read-only)."""
+    out = _run_script(tmp_path, _FORK_MID_APPEND)
+    assert "child 0" in out.stdout, (out.stdout, out.stderr[-2000:])
