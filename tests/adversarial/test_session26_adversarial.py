@@ -146,3 +146,39 @@ def test_a_forked_child_of_a_mid_append_keeps_the_cache_read_only(tmp_path: Any)
     rows every other ``present`` of that buffer shares (kv_cache's doc: they are read-only)."""
     out = _run_script(tmp_path, _FORK_MID_APPEND)
     assert "child 0" in out.stdout, (out.stdout, out.stderr[-2000:])
+
+
+def test_slabs_run_returns_only_after_every_slab_though_one_failed() -> None:
+    """``slabs.run`` says it returns when all parts are done, raising the first error: it raised as
+    soon as the failed slab's future did, while a later slab still ran on the helper thread (writing
+    the caller's array after the caller saw the error)."""
+    import time
+
+    from pycann.kernels.providers import slabs
+
+    done: list[int] = []
+
+    def bad() -> None:
+        raise ValueError("slab 1")
+
+    def slow() -> None:
+        time.sleep(0.3)
+        done.append(2)
+
+    with pytest.raises(ValueError, match="slab 1"):
+        slabs.run([lambda: done.append(0), bad, slow])
+    assert done == [0, 2]
+
+
+def test_slabs_run_raises_the_callers_slab_error_first() -> None:
+    """The first slab's error (this thread's) is the one raised, not a later helper slab's."""
+    from pycann.kernels.providers import slabs
+
+    def first() -> None:
+        raise KeyError("slab 0")
+
+    def other() -> None:
+        raise ValueError("slab 1")
+
+    with pytest.raises(KeyError):
+        slabs.run([first, other])

@@ -17,7 +17,7 @@ from __future__ import annotations
 import os
 import threading
 from collections.abc import Callable, Sequence
-from concurrent.futures import Future, ThreadPoolExecutor
+from concurrent.futures import Future, ThreadPoolExecutor, wait
 
 import numpy as np
 
@@ -56,13 +56,19 @@ def run(parts: Sequence[Callable[[], None]]) -> None:
             futures.append(pool.submit(p))
         except RuntimeError:  # the executor is shut down (interpreter exit: an atexit handler, a daemon
             inline.append(p)  # thread still running a model): those parts run here
+    error: BaseException | None = None
     try:
         parts[0]()
         for p in inline:
             p()
-    finally:
-        for f in futures:
-            f.result()
+    except BaseException as e:  # noqa: BLE001 - raised below, once every slab ended
+        error = e
+    wait(futures)  # all of them: a slab still running after the return would write the caller's array
+    for f in futures:
+        if error is None:
+            error = f.exception()
+    if error is not None:
+        raise error
 
 
 def _helper() -> ThreadPoolExecutor:
