@@ -182,3 +182,46 @@ def test_slabs_run_raises_the_callers_slab_error_first() -> None:
 
     with pytest.raises(KeyError):
         slabs.run([first, other])
+
+
+_FORK_MID_RUN_CLOSE = r"""
+import os, signal, threading, numpy as np
+from onnx import TensorProto, helper
+from pycann.ge.compile.compiler import compile_model
+from pycann.ge.run.model import LoadedModel
+nodes = [helper.make_node("Relu", ["x"], ["y"])]
+g = helper.make_graph(nodes, "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [4, 8])],
+                      [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)])
+lm = LoadedModel.from_compiled(compile_model(helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])))
+x = np.ones((4, 8), np.float32)
+lm.run([x])
+import pycann.ge.run.plan as P
+plans = [o for o in __import__("gc").get_objects() if isinstance(o, P.Plan)]
+plan = plans[0]
+inside, go = threading.Event(), threading.Event()
+real = plan._run_arena
+def paused(feeds, env):
+    inside.set(); go.wait()
+    return real(feeds, env)
+plan._run_arena = paused
+t = threading.Thread(target=lambda: plan.run([x])); t.start(); inside.wait()
+pid = os.fork()
+if pid == 0:
+    signal.alarm(10)
+    plan._run_arena = real
+    plan.close()
+    os._exit(0 if plan.steps == [] else 3)
+code = os.waitpid(pid, 0)[1]
+go.set(); t.join()
+print("child", code >> 8)
+"""
+
+
+@pytest.mark.skipif(not hasattr(__import__("os"), "fork"), reason="os.fork is POSIX-only")
+def test_a_forked_child_drops_a_closed_plan_a_parent_thread_was_running(tmp_path: Any) -> None:
+    """A parent thread inside ``Plan.run`` at the fork (stopped there by a wrapper of ``_run_arena``)
+    counts as a run in flight; it never ends in the child, so the child's ``close`` (a plan cache
+    evicting it) left the plan's kernels and arenas to that run for ever: its native memory leaked
+    in the child (``plan.steps`` stayed)."""
+    out = _run_script(tmp_path, _FORK_MID_RUN_CLOSE)
+    assert "child 0" in out.stdout, (out.stdout, out.stderr[-2000:])

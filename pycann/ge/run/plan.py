@@ -11,8 +11,10 @@ follows the memory plan's lifetimes. ``ge/run/executor.py`` builds and caches pl
 from __future__ import annotations
 
 import ctypes
+import os
 import threading
 import time
+import weakref
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -138,6 +140,7 @@ class Plan:
         self._arena_lock = omp_fork.fork_safe(threading.Lock())  # (a run in flight at a fork)
         self._runs = 0  # runs in flight (under ``_arena_lock``): ``close`` leaves their objects to the last
         self._closed = False
+        _LIVE_PLANS.add(self)  # (its count of runs in flight is reset in a forked child)
         self.nodes = list(graph.nodes)
         self.subplans: dict[int, dict[str, Plan]] = {}
         self.overwritten: dict[int, int] = {}  # step -> input slot position its kernel writes over
@@ -338,7 +341,7 @@ class Plan:
 
     def _end_run(self) -> None:
         with self._arena_lock:
-            self._runs -= 1
+            self._runs = max(0, self._runs - 1)  # (0 after a fork: ``_after_fork_in_child``)
             last = self._closed and not self._runs
         if last:
             self._drop()  # closed while this run was in flight
@@ -470,6 +473,24 @@ class Plan:
             f"node {n.name} ({n.op_type}, opset {n.opset}) failed at run time with inputs "
             f"[{', '.join(descr)}]: {type(e).__name__}: {e}"
         )
+
+
+_LIVE_PLANS: weakref.WeakSet[Plan] = weakref.WeakSet()
+
+
+def _after_fork_in_child() -> None:
+    """The runs a parent thread had in flight at the fork never end in the child (that thread is not
+    there): they no longer count, so a ``close`` in the child drops the plan's kernels and arenas
+    (it left them to the last run, which never came: every plan in flight at the fork leaked its
+    native memory in the child), and a plan closed in the parent during such a run is dropped now."""
+    for p in list(_LIVE_PLANS):
+        p._runs = 0
+        if p._closed:
+            p._drop()
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_after_fork_in_child)
 
 
 def _independent(outs: list[Any], feeds: Sequence[Any], const_outputs: set[int],
