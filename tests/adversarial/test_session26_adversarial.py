@@ -225,3 +225,24 @@ def test_a_forked_child_drops_a_closed_plan_a_parent_thread_was_running(tmp_path
     in the child (``plan.steps`` stayed)."""
     out = _run_script(tmp_path, _FORK_MID_RUN_CLOSE)
     assert "child 0" in out.stdout, (out.stdout, out.stderr[-2000:])
+
+
+@pytest.mark.parametrize("dst", [np.float16, BF])
+def test_slab_cast_bound_of_values_in_the_subnormal_range(dst: Any) -> None:
+    """The narrowing cast passes the input's proven bound on times 1.01: a value in float16's (or
+    bfloat16's) subnormal range rounds up by far more than 1 % (float16: 4e-8 -> 5.96e-8), so the
+    recorded bound was below max |y| (``nan_guard.record``: a bound >= max |y|)."""
+    from pycann.kernels.providers import parallel_cast
+
+    shape = (512, 1024)
+    k = parallel_cast.bound_narrowing_cast(shape, np.dtype(np.float32), np.dtype(dst), None)
+    assert k is not None
+    v = 4e-8 if dst == np.float16 else 1.5 * 2.0 ** -134
+    x = np.full(shape, v, np.float32)
+    nan_guard.new_run()
+    nan_guard.record(x, v)
+    (y,) = k([x], {})
+    top = float(np.abs(y.astype(np.float32)).max())
+    assert top > v * 1.01  # (the rounding went up)
+    bound = nan_guard.proven(y)
+    assert bound is not None and bound >= top
