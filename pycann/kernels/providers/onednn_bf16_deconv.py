@@ -133,7 +133,7 @@ def conv_transpose_patches(x: np.ndarray, w: np.ndarray, b: np.ndarray | None, g
             or 0 in w.shape or (b is not None and b.shape != (w.shape[1],)):
         return None
     x = onednn_bf16._to_channels_last(x)
-    if x.strides != tuple(2 * s for s in _cl_elements(x.shape)) or not x.flags.aligned:
+    if not x.flags.aligned or any(d > 1 and s != 2 * e for d, s, e in zip(x.shape, x.strides, _cl_elements(x.shape))):
         # a channels-last view that is not dense (a channel slice, a step in H or W): the primitives
         # read the input as dense (pixels, C) rows, so it is made dense first
         dense = onednn_bf16._channels_last(x.shape)
