@@ -246,3 +246,40 @@ def test_slab_cast_bound_of_values_in_the_subnormal_range(dst: Any) -> None:
     assert top > v * 1.01  # (the rounding went up)
     bound = nan_guard.proven(y)
     assert bound is not None and bound >= top
+
+
+@native_bf16
+def test_bf16_mode_channel_slice_before_a_patch_deconv_matches_onnx_runtime() -> None:
+    """The plan-level form of the non-dense view defect: in ``allow_fp32_to_bf16`` a Slice of the
+    upper half of a conv's channels-last bf16 map is a view (strides[1] == 2, pixel stride of the
+    wider map) and fed the native patch deconv, which read it as dense rows: max error 3.6 against
+    ONNX Runtime on outputs of magnitude ~4 (now within bf16 rounding)."""
+    from onnx import TensorProto, helper, numpy_helper
+
+    from pycann.ge.compile.compiler import CompileOptions, compile_model
+    from pycann.ge.run.model import LoadedModel
+    from tests.ops.oracle import run_ort
+
+    rng = np.random.default_rng(0)
+    inits = [numpy_helper.from_array((rng.standard_normal((32, 16, 3, 3)) * 0.1).astype(np.float32), "w1"),
+             numpy_helper.from_array((rng.standard_normal((16, 24, 2, 2)) * 0.2).astype(np.float32), "w"),
+             numpy_helper.from_array(rng.standard_normal(24).astype(np.float32), "b"),
+             numpy_helper.from_array(np.array([16], np.int64), "st"),
+             numpy_helper.from_array(np.array([32], np.int64), "en"),
+             numpy_helper.from_array(np.array([1], np.int64), "ax")]
+    nodes = [helper.make_node("Conv", ["x", "w1"], ["c"], pads=[1, 1, 1, 1]),
+             helper.make_node("Relu", ["c"], ["r"]),
+             helper.make_node("Slice", ["r", "st", "en", "ax"], ["s"]),
+             helper.make_node("ConvTranspose", ["s", "w", "b"], ["d"], kernel_shape=[2, 2], strides=[2, 2]),
+             helper.make_node("Relu", ["d"], ["y"])]
+    g = helper.make_graph(nodes, "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 16, 20, 24])],
+                          [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)], inits)
+    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 18)])
+    x = rng.standard_normal((1, 16, 20, 24)).astype(np.float32)
+    (want,) = run_ort(m, {"x": x})
+    before = bd.stats()["patch_deconv"]
+    lm = LoadedModel.from_compiled(compile_model(m, CompileOptions(precision_mode="allow_fp32_to_bf16",
+                                                                   soc_version="CPU")))
+    (y,) = lm.run([x])
+    assert bd.stats()["patch_deconv"] > before
+    np.testing.assert_allclose(np.asarray(y, np.float32), want, atol=0.08, rtol=0.02)
