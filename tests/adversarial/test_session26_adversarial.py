@@ -283,3 +283,18 @@ def test_bf16_mode_channel_slice_before_a_patch_deconv_matches_onnx_runtime() ->
     (y,) = lm.run([x])
     assert bd.stats()["patch_deconv"] > before
     np.testing.assert_allclose(np.asarray(y, np.float32), want, atol=0.08, rtol=0.02)
+
+
+def test_fork_safe_refuses_an_rlock() -> None:
+    """``fork_safe(threading.RLock())`` was taken silently: an RLock has no ``locked()`` on this
+    Python, so every later fork's child handler raised at it ("Exception ignored"), leaving the
+    fork_safe locks after it taken (the child's next call of those kernels waited for ever) and
+    the forking thread's stale libgomp pool unmarked."""
+    import threading
+
+    from pycann.kernels.providers import omp_fork
+
+    with pytest.raises(TypeError):
+        omp_fork.fork_safe(threading.RLock())
+    lock = threading.Lock()
+    assert omp_fork.fork_safe(lock) is lock

@@ -44,20 +44,28 @@ def fork_safe(lock: L) -> L:
     it at the fork. For a kernel's lock that guards the memories a call re-points: a call sets
     them all before it executes, so what the parent's thread left half done is not read. Not for a
     lock held around ``os.fork`` by the forking thread itself (its release in the child would
-    then fail), nor for an ``RLock`` (only its owner releases it: ``renew_in_child`` makes a new one)."""
+    then fail), nor for an ``RLock`` (only its owner releases it: ``renew_in_child`` makes a new one).
+    Raises ``TypeError`` for an ``RLock`` (it has no ``locked()`` here: in the set, every fork's
+    child handler stopped at it, leaving the locks after it taken and the forking thread's libgomp
+    pool unmarked)."""
+    if not isinstance(lock, _LOCK_TYPE):
+        raise TypeError(f"omp_fork.fork_safe takes a threading.Lock, not {type(lock).__name__}")
     _LOCKS.add(lock)
     return lock
+
+
+_LOCK_TYPE = type(threading.Lock())
 
 
 def _after_fork_in_child() -> None:
     global _stale_ident, _worker, _worker_lock
     _worker, _worker_lock = None, threading.Lock()
-    for lock in list(_LOCKS):
-        if lock.locked():
-            lock.release()
     # libgomp loaded: the thread may have a pool (one that never ran a region has none, and then
     # a run on it would be fine; not knowing which, every run of the forking thread moves)
     _stale_ident = threading.get_ident() if openmp.library() is not None else None
+    for lock in list(_LOCKS):
+        if lock.locked():
+            lock.release()
 
 
 if hasattr(os, "register_at_fork"):
