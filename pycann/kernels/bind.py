@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping, Sequence
-from dataclasses import replace
 from typing import Any
 
 import numpy as np
@@ -21,10 +20,13 @@ from pycann.kernels import algorithm
 from pycann.kernels.algorithm import ONEDNN_CONV_NHWC, ONEDNN_CONV_WINOGRAD, ONEDNN_MATMUL, TORCH_CONV2D_NHWC
 from pycann.kernels.bind_base import Kernel, Prepare
 from pycann.kernels.bind_base import static_shape as _static
+from pycann.kernels.bind_guard import act_out_bound as _act_out_bound
+from pycann.kernels.bind_guard import guard_conv as _guard_conv
+from pycann.kernels.bind_guard import nan_guarded, passes_bound  # noqa: F401  (re-exported)
 from pycann.kernels.bind_onednn import PREPARE_ONEDNN
 from pycann.kernels.bind_resize import PREPARE_RESIZE
 from pycann.kernels.bind_small import PREPARE_SMALL, conv_im2col
-from pycann.kernels.bound import BoundKernel, bound
+from pycann.kernels.bound import BoundKernel
 from pycann.kernels.providers import onednn_cast, parallel_cast
 from pycann.ops.nn.spatial import empty_like_layout, is_channels_last
 
@@ -306,106 +308,6 @@ def _dnnl_post_ops(attrs: Mapping[str, Any]) -> tuple[bool, Any]:
         lin = (onednn.E["linear"], aff[0], aff[1])
         unary = lin if unary is None else (unary, lin)
     return True, unary
-
-
-def nan_guarded(k: BoundKernel | None, unary: Any, w_bound: float, fallback: Kernel, residual: int | None,
-                out_bound: Any = None) -> BoundKernel | None:
-    """``k`` (a bound conv/matmul whose fused activation ``unary`` maps NaN to a number:
-    ``nan_guard.drops_nan``) preceded by the operand check ``nan_guard.pre_bound``; a call it cannot
-    prove safe (a NaN or inf input, values that could overflow) runs ``fallback`` (the generic
-    kernel on the numpy provider: activation in numpy, NaN kept, as ONNX Runtime does). Returns
-    ``k`` itself when its activation keeps NaN. ``residual``: the input index of the residual.
-    ``out_bound(pre_activation_bound) -> bound of the output`` (or None): recorded for the arena
-    view the kernel wrote, so a guarded consumer of it needs no read of its own."""
-    from pycann.kernels.providers import nan_guard
-
-    if k is None or not nan_guard.drops_nan(unary):
-        return k
-    pre_bound, record, limit = nan_guard.pre_bound, nan_guard.record, nan_guard._F32_SAFE
-    run = k.run
-
-    def kernel(inputs: Sequence[Any], attrs: Mapping[str, Any], out: Any = None) -> list[np.ndarray]:
-        r = inputs[residual] if residual is not None and len(inputs) > residual else None
-        bound = pre_bound(inputs[0], w_bound, r)
-        if bound < limit:  # (kernels without ``writes_out`` take no ``out``)
-            ys = run(inputs, attrs) if out is None else run(inputs, attrs, out)
-            if out is not None and ys[0] is out[0]:
-                record(out[0], out_bound(bound) if out_bound is not None and bound > 0.0 else None)
-            return ys  # type: ignore[no-any-return]
-        with np.errstate(all="ignore"):  # NaN/inf in: numpy's "invalid value" warnings say nothing new
-            y = fallback(inputs, attrs)[0]  # a new array: the residual may share the output's buffer
-        if out is not None:
-            record(out[0], None)
-            out[0][...] = y
-            return [out[0]]
-        return [y]
-
-    return replace(k, run=kernel, guarded=k)
-
-
-def passes_bound(k: BoundKernel, w_bound: float) -> BoundKernel:
-    """``k`` (a conv with no activation, writing into the arena) that passes the NaN guard's proven
-    bound of its input on to its output: ``|conv(x)| <= max(X, 1) * w_bound`` with ``w_bound`` =
-    ``nan_guard.weight_bound`` (max_m sum|w_m| + max|b|). So a guarded kernel further down
-    (DenseNet: conv -> Concat -> BatchNormalization + Relu) needs no read of its own input. An
-    input without a record forgets any earlier run's record of the output (every call updates it)."""
-    from pycann.kernels.providers import nan_guard
-
-    pass_on, record = nan_guard.pass_on, nan_guard.record
-    run = k.run
-
-    def through(b: float) -> float:
-        return max(b, 1.0) * w_bound
-
-    def kernel(inputs: Sequence[Any], attrs: Mapping[str, Any], out: Any = None) -> list[np.ndarray]:
-        ys = run(inputs, attrs) if out is None else run(inputs, attrs, out)
-        if out is not None:
-            if ys[0] is out[0]:
-                pass_on(out[0], inputs[0], through)
-            else:
-                record(out[0], None)
-        return ys  # type: ignore[no-any-return]
-
-    return replace(k, run=kernel)
-
-
-def _act_out_bound(attrs: Mapping[str, Any]) -> Any:
-    """``pre-activation bound -> output bound`` for FusedConv/FusedMatMul's activation (None
-    with a post scale/shift: not propagated)."""
-    from pycann.ops import fused
-
-    if fused.post_affine(attrs) is not None:
-        return None
-    act, al, be = fused._act(attrs)
-    if act in ("HardSigmoid", "Sigmoid"):
-        return lambda b: 1.0
-    if act == "Clip":
-        cap = max(abs(al), abs(be))
-        return lambda b: min(b, cap) if al <= 0.0 <= be else cap
-    if act == "Relu":
-        return lambda b: b
-    return None
-
-
-def _conv_fallback(attrs: Mapping[str, Any]) -> Kernel:
-    """The (Fused)Conv reference kernel: numpy (the guard's unfused path)."""
-    from pycann.ops import fused
-
-    return lambda x, a: fused._k_fused_conv(x, attrs)
-
-
-def _guard_conv(k: Any, unary: Any, attrs: Mapping[str, Any], w: np.ndarray, b: np.ndarray | None,
-                residual: bool) -> BoundKernel | None:
-    from pycann.kernels.providers import nan_guard
-    from pycann.ops import fused
-
-    k = bound(k)  # (torch's bound convs are plain functions)
-    if k is not None and unary is None and not residual and k.writes_out and fused.post_affine(attrs) is None:
-        return passes_bound(k, nan_guard.weight_bound(w, b))
-    if k is None or not nan_guard.drops_nan(unary):
-        return k
-    return nan_guarded(k, unary, nan_guard.weight_bound(w, b), _conv_fallback(attrs), 3 if residual else None,
-                       _act_out_bound(attrs))
 
 
 def _conv_dnnl(attrs: Mapping[str, Any], ins: Sequence[TensorDesc | None], w: np.ndarray, b: np.ndarray | None,
