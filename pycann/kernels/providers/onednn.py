@@ -53,12 +53,12 @@ from pycann.kernels.providers import (
 from pycann.kernels.providers import numpy_blas as nb
 from pycann.kernels.providers import onednn_capi as capi
 from pycann.kernels.providers.native_args import address
+from pycann.kernels.providers.onednn_conv_descs import ConvDescs
 from pycann.kernels.providers.onednn_eltwise import (
     RELU,
     E,
     Unaries,
     Unary,
-    _chain,
     _numpy_unary,
     onednn_unary,
 )
@@ -140,7 +140,7 @@ class _Plan:
 
     def __init__(self, x_shape: tuple[int, ...], w: np.ndarray, with_bias: bool, group: int, win: Window,
                  out_sp: tuple[int, ...], transpose: bool, unary: Unary | Unaries | None, residual: bool,
-                 sum_first: bool = False) -> None:
+                 sum_first: bool = False, shared: ConvDescs | None = None) -> None:
         n, c = x_shape[0], x_shape[1]
         m = w.shape[1] * group if transpose else w.shape[0]
         self.x_shape, self.m = tuple(x_shape), m
@@ -149,32 +149,22 @@ class _Plan:
         src = capi.MemoryDesc.strided(x_shape, [s // 4 for s in self.x_strides])
         dst = capi.MemoryDesc.strided(self.y_shape, [s // 4 for s in self.y_strides])
         w_in = w  # (the model's array: a contiguous copy would be new for every plan)
-        w = w if w.flags.c_contiguous else np.ascontiguousarray(w)
-        ws = [s // 4 for s in w.strides]
-        k = list(w.shape[2:])
-        if transpose:  # ONNX (C, M/G, *k) -> oneDNN (G, M/G, C/G, *k), by strides
-            wdims = [group, m // group, c // group] + k
-            wstr = [c // group * ws[0], ws[1], ws[0]] + ws[2:]
-        else:  # ONNX (M, C/G, *k) -> oneDNN (G, M/G, C/G, *k)
-            wdims = [group, m // group, w.shape[1]] + k
-            wstr = [m // group * ws[0]] + ws
-        if group == 1:
-            wdims, wstr = wdims[1:], wstr[1:]
-        w_user = capi.MemoryDesc.strided(wdims, wstr)
-        bias = capi.MemoryDesc.strided((m,), (1,)) if with_bias else None
+        if shared is None or not shared.serves(w, with_bias, group, transpose, unary, c):
+            shared = ConvDescs(w, with_bias, group, transpose, unary, c)
+        w = shared.w
+        bias = shared.bias
         if transpose:
             full = [(x_shape[2 + i] - 1) * win.strides[i] + win.span(i) for i in range(len(out_sp))]
             pad_r = [f - p - o for f, p, o in zip(full, win.pads_begin, out_sp)]
         else:
             pad_r = list(win.pads_end)
         geo = (win.strides, [d - 1 for d in win.dilations], win.pads_begin, pad_r)
-        eltwise = [("eltwise", *u) for u in _chain(unary)]
         # the residual as a binary-add post-op (any output buffer), or with ``sum_first`` (the caller
         # writes the output over the residual) as the "sum" post-op alone: one primitive, not two
         self.mode = ("sum" if sum_first else "binary") if residual else ""
         # what ``_make`` needs, as attributes (a closure over them was eight more objects per bound
         # conv for the cyclic GC to walk: a shape-generic plan binds one per node and shape)
-        self._descs = (src, wdims, bias, dst, geo, eltwise, transpose)
+        self._descs: tuple[Any, ...] | None = (src, dst, geo, shared)
         make = self._make
         self._in_place: capi.Primitive | None | bool = False  # built on first use; None: not available
         try:
@@ -190,20 +180,25 @@ class _Plan:
         # remembered from that one would leave every later shape of every same-shaped weight on
         # brgconv and its process-wide kernel store (the growth ``_own_kernels`` exists to stop)
         kind = (group, tuple(w.shape), tuple(win.strides), tuple(win.dilations), self.mode,
-                tuple(eltwise)) if transpose else None
+                tuple(shared.eltwise)) if transpose else None
         pd = _own_kernels(pd, make, w_in, kind)
         self.impl = pd.fast_impl()
-        self.weights_md = pd.query_md(capi.QUERY_WEIGHTS_MD)
-        self.weights = onednn_packed.packed(w, w_user, self.weights_md)  # once per model and layout
-        self.src, self.dst = capi.Memory(src, 0), capi.Memory(dst, 0)
+        weights_md = pd.query_md(capi.QUERY_WEIGHTS_MD)
+        self.weights = onednn_packed.packed(w, shared.w_user, weights_md)  # once per model and layout
+        # The memories and the primitive keep no descriptor (oneDNN copies them when it makes
+        # those): only ``in_place`` of a binary-residual plan makes another descriptor later
+        self.weights_md = weights_md if self.mode == "binary" else None
+        if self.mode != "binary":
+            self._descs = None
+        self.src, self.dst = capi.Memory(src, 0, keep_md=False), capi.Memory(dst, 0, keep_md=False)
         args = [(capi.ARG_SRC, self.src), (capi.ARG_WEIGHTS, self.weights), (capi.ARG_DST, self.dst)]
-        self.bias = capi.Memory(bias, 0) if bias is not None else None
+        self.bias = capi.Memory(bias, 0, keep_md=False) if bias is not None else None
         if self.bias is not None:
             args.append((capi.ARG_BIAS, self.bias))
-        self.res = capi.Memory(dst, 0) if self.mode == "binary" else None
+        self.res = capi.Memory(dst, 0, keep_md=False) if self.mode == "binary" else None
         if self.res is not None:
             args.append((capi.arg_post_op_src1(0), self.res))
-        self.prim = capi.Primitive(pd, args)
+        self.prim = capi.Primitive(pd, args, keep_pd=False)
         self.lock = threading.Lock()
         self.bound_key: tuple[int, int, int] | None = None  # (src, dst, residual) the handles hold
         with _live_plans_lock:
@@ -213,11 +208,13 @@ class _Plan:
 
     def _make(self, mode: str | None = None) -> capi.PrimitiveDesc:
         """The (de)convolution's descriptor with the residual as ``mode`` ("binary", "sum" or "")."""
-        src, wdims, bias, dst, geo, eltwise, transpose = self._descs
+        assert self._descs is not None  # (dropped once built, but for a binary-residual plan's ``in_place``)
+        src, dst, geo, shared = self._descs
         mode = self.mode if mode is None else mode
-        res = [("binary_add", dst)] if mode == "binary" else [("sum", 1.0)] if mode == "sum" else []
-        return capi.convolution_pd(src, capi.MemoryDesc.any(wdims), bias, dst, *geo, capi.Attr(res + eltwise),
-                                   deconvolution=transpose)
+        attr = capi.Attr([("binary_add", dst), *shared.eltwise]) if mode == "binary" else shared.attr(mode == "sum")
+        strides, dilates, pad_l, pad_r = geo
+        return capi.convolution_pd(src, shared.w_any, shared.bias, dst, strides, dilates, pad_l, pad_r, attr,
+                                   deconvolution=shared.transpose)
 
     def in_place(self) -> capi.Primitive | None:
         """This conv with the residual as oneDNN's "sum" post-op, which accumulates into the
@@ -234,12 +231,12 @@ class _Plan:
                     pd = self._make("sum")
                     if not self.impl.startswith(_GLOBAL_KERNELS):  # (else: this weight's first plan)
                         pd = _own_kernels(pd, lambda: self._make("sum"))
-                    if pd.query_md(capi.QUERY_WEIGHTS_MD).equals(self.weights_md):
+                    if self.weights_md is not None and pd.query_md(capi.QUERY_WEIGHTS_MD).equals(self.weights_md):
                         pd.fast_impl()
                         args = [(capi.ARG_SRC, self.src), (capi.ARG_WEIGHTS, self.weights), (capi.ARG_DST, self.dst)]
                         if self.bias is not None:
                             args.append((capi.ARG_BIAS, self.bias))
-                        prim = capi.Primitive(pd, args)
+                        prim = capi.Primitive(pd, args, keep_pd=False)
                 except capi.DnnlError:
                     prim = None
             self._in_place = prim
@@ -252,9 +249,9 @@ class _Plan:
         if r is None and int(np.prod(shape)) and all(st > 0 and st % 4 == 0 for st in strides):
             src_md = capi.MemoryDesc.strided(shape, [st // 4 for st in strides])
             dst_md = capi.MemoryDesc.strided(shape, [st // 4 for st in _cl_strides(shape)])
-            src_m, dst_m = capi.Memory(src_md, 0), capi.Memory(dst_md, 0)
-            r = (capi.Primitive(capi.reorder_pd(src_md, dst_md), [(capi.ARG_FROM, src_m), (capi.ARG_TO, dst_m)]),
-                 src_m, dst_m)
+            src_m, dst_m = capi.Memory(src_md, 0, keep_md=False), capi.Memory(dst_md, 0, keep_md=False)
+            r = (capi.Primitive(capi.reorder_pd(src_md, dst_md), [(capi.ARG_FROM, src_m), (capi.ARG_TO, dst_m)],
+                                keep_pd=False), src_m, dst_m)
             self.reorders[strides] = r
         return r
 
@@ -499,7 +496,8 @@ def conv_transpose_nhwc(x: np.ndarray, w: np.ndarray, b: np.ndarray | None, grou
 
 
 def bound_conv_nhwc(w: np.ndarray, b: np.ndarray | None, group: int, win: Window, x_shape: tuple[int, ...],
-                    unary: Unary | Unaries | None, residual: bool, in_place: bool = False) -> Any:
+                    unary: Unary | Unaries | None, residual: bool, in_place: bool = False,
+                    shared: ConvDescs | None = None) -> Any:
     """``conv_nhwc`` for one static signature as a plan kernel ``k(inputs, attrs, out=None) -> [y]``
     (``inputs``: x, w, b[, residual]; float32): primitive, packed weight and bias memory built
     once, so a call re-points the data handles and executes. With ``out`` (the executor's arena
@@ -507,11 +505,13 @@ def bound_conv_nhwc(w: np.ndarray, b: np.ndarray | None, group: int, win: Window
     executor planned the output over the residual's buffer, so only the "sum" form is built (any other
     call still works: it copies the residual into the output first). None when oneDNN does not
     implement this conv (the caller keeps its generic kernel). The kernel is
-    ``onednn_bound_conv.BoundConv``."""
+    ``onednn_bound_conv.BoundConv``. ``shared``: the node's shape-independent descriptors, when it
+    binds a plan per input shape (``ConvDescs``; made here otherwise)."""
     x_shape = tuple(int(d) for d in x_shape)
     bc = _bias(b)
     try:
-        p = _Plan(tuple(x_shape), w, bc is not None, group, win, tuple(win.out), False, unary, residual, in_place)
+        p = _Plan(tuple(x_shape), w, bc is not None, group, win, tuple(win.out), False, unary, residual, in_place,
+                  shared)
     except capi.DnnlError:
         return None
     if bc is not None and p.bias is not None:

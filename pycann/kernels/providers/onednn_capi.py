@@ -310,13 +310,15 @@ class Memory(_Owned):
 
     _destroy = "dnnl_memory_destroy"
 
-    def __init__(self, md: Any, ptr: int | None = None) -> None:
+    def __init__(self, md: Any, ptr: int | None = None, *, keep_md: bool = True) -> None:
         h = _P()
         api = self._api
         check(api.load().dnnl_memory_create(ctypes.byref(h), md.handle, api._engine,
                                             MEMORY_ALLOCATE if ptr is None else ptr), "dnnl_memory_create")
         super().__init__(h)
-        self.md = md
+        # ``md`` for callers that read it back (``Reorder``); oneDNN keeps its own copy, so a memory
+        # made with ``keep_md=False`` holds one Python object less (conv plans made per input shape)
+        self.md: Any = md if keep_md else None
         self._set = api._lib.dnnl_memory_set_data_handle
         # a packing still queued on a plan build's helper thread (``reorder``): primitives wait for it
         self.ticket: background_pack.Ticket | None = None
@@ -486,6 +488,20 @@ def reorder_pd(src: Any, dst: Any, api: Any = None) -> PrimitiveDesc:
     return api.PrimitiveDesc(h)  # type: ignore[no-any-return]
 
 
+def _exec_args(args: Sequence[tuple[int, Memory]]) -> Any:
+    """The ``dnnl_exec_arg_t`` array of ``args``, its fields set in place: an array built from
+    ``ExecArg`` structs records each in a dict of its own (``_objects``: five more objects per
+    primitive for the cyclic GC) and costs ~3x the time (a pointwise conv builds one per call)."""
+    arr = (ExecArg * len(args))()
+    i = 0
+    for a, m in args:
+        e = arr[i]
+        e.arg = a
+        e.memory = m.handle
+        i += 1
+    return arr
+
+
 class Primitive(_Owned):
     """A ``dnnl_primitive_t`` with a fixed argument list, executed on the stream.
 
@@ -494,18 +510,22 @@ class Primitive(_Owned):
 
     _destroy = "dnnl_primitive_destroy"
 
-    def __init__(self, pd: PrimitiveDesc, args: Sequence[tuple[int, Memory]]) -> None:
+    def __init__(self, pd: PrimitiveDesc, args: Sequence[tuple[int, Memory]], *, keep_pd: bool = True) -> None:
         h = _P()
         api = self._api
         check(api.load().dnnl_primitive_create(ctypes.byref(h), pd.handle), "dnnl_primitive_create")
         super().__init__(h)
-        self.pd = pd
+        # ``pd`` for callers that query it later; the primitive holds its own copy in oneDNN, so one
+        # made with ``keep_pd=False`` lets it go (conv plans made per input shape: one object less)
+        self.pd: PrimitiveDesc | None = pd if keep_pd else None
         self.memories = [m for _, m in args]  # keep alive
         # weights whose packing a plan build queued (``reorder``): waited for before the first execute
-        # (a failed one too: its memory holds no data, the execute raises its error)
-        self._waits = [t for m in self.memories if (t := m.ticket) is not None and (not t.done() or t.error is not None)]
+        # (a failed one too: its memory holds no data, the execute raises its error); () when none,
+        # as is usual: an empty list would be one more object for the cyclic GC per primitive
+        self._waits: Sequence[Any] = tuple(
+            t for m in self.memories if (t := m.ticket) is not None and (not t.done() or t.error is not None))
         self.n = len(args)
-        self.args = (ExecArg * self.n)(*[ExecArg(a, m.handle) for a, m in args])
+        self.args = _exec_args(args)
         self._execute = api._lib.dnnl_primitive_execute
         self._stream = api._stream
         self._wait = None if api._synchronous else api._lib.dnnl_stream_wait
@@ -513,7 +533,7 @@ class Primitive(_Owned):
     def _wait_packed(self) -> None:
         for t in self._waits:
             t.wait()  # (raises the reorder's DnnlError)
-        self._waits = []
+        self._waits = ()
 
     def execute(self) -> None:
         """Run the primitive on its bound memories (CPU stream: returns when done)."""
@@ -530,7 +550,7 @@ class Primitive(_Owned):
         run-time dimensions (``RUNTIME_DIM``) gets memories of this call's concrete shapes."""
         if self._waits:
             self._wait_packed()
-        arr = (ExecArg * len(args))(*[ExecArg(a, m.handle) for a, m in args])
+        arr = _exec_args(args)
         st = self._execute(self.handle, self._stream, len(args), arr)
         if st:
             raise DnnlError("dnnl_primitive_execute", st)

@@ -148,7 +148,7 @@ class _SizedRun:
     more objects per shape and node for the cyclic GC to walk."""
 
     __slots__ = ("x_shape", "y_shape", "src_md", "dst_md", "src", "dst", "rest", "wei", "args", "lock", "residual",
-                 "execute", "plan")
+                 "plan")
 
     def __init__(self, pw: Pointwise, x_shape: tuple[int, ...], b: np.ndarray | None) -> None:
         # the Pointwise kept alive: its weight memory points into ``pw.wt``, which a runner outliving
@@ -160,12 +160,13 @@ class _SizedRun:
         self.src_md = capi.MemoryDesc.strided((rows, pw.c), (pw.c, 1))
         self.dst_md = capi.MemoryDesc.strided((rows, pw.m), (pw.m, 1))
         self.src, self.dst = capi.Memory(self.src_md, 0), capi.Memory(self.dst_md, 0)  # (pointed per call)
-        self.rest = [(capi.ARG_BIAS, capi.Memory(pw.bias_md, address("conv bias B", b, (pw.m,))))] \
-            if pw.bias_md is not None and b is not None else []
+        # (tuples, and no bound method of the plan's primitive kept: fewer objects per shape for the GC)
+        self.rest = ((capi.ARG_BIAS, capi.Memory(pw.bias_md, address("conv bias B", b, (pw.m,)))),) \
+            if pw.bias_md is not None and b is not None else ()
         self.wei = (capi.ARG_WEIGHTS, pw.wei)
-        self.args = [(capi.ARG_SRC, self.src), self.wei, (capi.ARG_DST, self.dst), *self.rest]
+        self.args = ((capi.ARG_SRC, self.src), self.wei, (capi.ARG_DST, self.dst), *self.rest)
         self.lock = omp_fork.fork_safe(threading.Lock())  # the two memories are shared by concurrent runs of the plan
-        self.residual, self.execute = pw.residual, pw.prim.execute_on
+        self.residual = pw.residual
 
     def __call__(self, x: np.ndarray, r: np.ndarray | None) -> np.ndarray:
         x_shape, y_shape = self.x_shape, self.y_shape
@@ -182,13 +183,13 @@ class _SizedRun:
         # this call its own two memories instead, as ``run`` makes them.
         lock = self.lock
         if not lock.acquire(blocking=False):
-            self.execute([(capi.ARG_SRC, capi.Memory(self.src_md, xp)), self.wei,
-                          (capi.ARG_DST, capi.Memory(self.dst_md, yp)), *self.rest])
+            self.plan.prim.execute_on([(capi.ARG_SRC, capi.Memory(self.src_md, xp)), self.wei,
+                                       (capi.ARG_DST, capi.Memory(self.dst_md, yp)), *self.rest])
             return y
         try:
             self.src.set(xp)
             self.dst.set(yp)
-            self.execute(self.args)
+            self.plan.prim.execute_on(self.args)
         finally:
             lock.release()
         return y
@@ -228,7 +229,9 @@ class PatchDeconv:
         # (a generic GEMM's descriptor, ~0.1-1 ms, no JIT code of its own), run-time W and strides
         self._prims: dict[int, capi.Primitive] = {}
         self._lock = omp_fork.fork_safe(threading.Lock())
-        self.impl = self._primitive(1).pd.fast_impl()
+        pd = self._primitive(1).pd
+        assert pd is not None  # (made with its descriptor kept)
+        self.impl = pd.fast_impl()
 
     def _primitive(self, batch: int) -> capi.Primitive:
         with self._lock:
