@@ -38,7 +38,7 @@ from typing import Any
 import numpy as np
 
 from pycann.dtypes import TensorDesc
-from pycann.kernels import algorithm
+from pycann.kernels import algorithm, bind_guard
 from pycann.kernels.algorithm import ONEDNN_CONV_NHWC, ONEDNN_CONV_WINOGRAD, Packing, Threads
 from pycann.kernels.bind_base import remember
 from pycann.kernels.bound import BoundKernel, bound
@@ -71,11 +71,15 @@ def conv(attrs: Mapping[str, Any], ins: Sequence[TensorDesc | None], consts: Seq
         return None  # a computed bias: the generic kernel
     if algorithm.of(attrs) is not None:
         return None  # a recorded choice (the bf16 modes, a tuned model) stays with the generic kernel
+    from pycann.kernels.bind_generic_conv_node import ConvNode
+
     residual = len(ins) > 3 and ins[3] is not None
     _prepare_pointwise(attrs, x, w, b, residual)
     table: dict[tuple[Any, ...], BoundKernel | None] = {}
     lock = omp_fork.fork_safe(threading.Lock())
     team = openmp.team
+    node = ConvNode(attrs, ins, consts, outs, w, b, residual, _bind)  # (what every shape's bind shares)
+    bind = node.bind
 
     def kernel(inputs: Sequence[Any], attrs: Mapping[str, Any], out: Any = None) -> list[np.ndarray]:
         x = inputs[0]
@@ -86,13 +90,13 @@ def conv(attrs: Mapping[str, Any], ins: Sequence[TensorDesc | None], consts: Seq
         key = (x.shape, r.shape if r is not None else None, team())
         kb = table.get(key, _MISSING)  # one lookup: another thread may evict between two
         if kb is _MISSING:
-            kb = _bind(attrs, ins, consts, outs, x, r, w, b, residual)
+            kb = bind(attrs, x, r)
             remember(table, lock, key, kb, MAX_SHAPES)  # (never waits: a forked child's lock may be taken)
         if kb is None:
             return fallback(inputs, attrs)  # type: ignore[no-any-return]
         return kb.run(inputs, attrs)  # type: ignore[no-any-return]
 
-    return BoundKernel(kernel, threads=Threads.OPENMP, packing=Packing.PACKED, keep=(w, b, table),
+    return BoundKernel(kernel, threads=Threads.OPENMP, packing=Packing.PACKED, keep=(w, b, table, node),
                        impl="generic:conv_per_shape")
 
 
@@ -100,7 +104,9 @@ def _bind(attrs: Mapping[str, Any], ins: Sequence[TensorDesc | None], consts: Se
           outs: Sequence[TensorDesc | None], x: np.ndarray, r: np.ndarray | None, w: np.ndarray,
           b: np.ndarray | None, residual: bool) -> BoundKernel | None:
     """The static binder's kernel for this call's shapes, or None (the generic kernel serves them:
-    errors included, so a bad shape raises there, naming the node)."""
+    errors included, so a bad shape raises there, naming the node). The reference for
+    ``ConvNode.bind``, which makes the same kernels with the node's shape-independent parts made
+    once, and calls this where its shortcuts do not apply."""
     from pycann.kernels import bind
     from pycann.kernels.providers import ConvSpec, resolve
     from pycann.ops.nn.conv import _select, check_conv
@@ -186,4 +192,4 @@ def _pointwise(attrs: Mapping[str, Any], x_shape: tuple[int, ...], w: np.ndarray
         return [run(inputs[0], inputs[3] if residual else None)]
 
     bk = BoundKernel(kernel, threads=Threads.OPENMP, packing=Packing.PACKED, keep=(w, bias, k), impl=k.impl)
-    return bind._guard_conv(bk, unary, attrs, w, b, residual)
+    return bind_guard.guard_conv(bk, unary, attrs, w, b, residual)

@@ -1,0 +1,144 @@
+"""One Conv / FusedConv node of the shape-generic plan bound per input shape
+(``bind_generic_conv``), with what no input shape changes worked out once for the node.
+
+Why: the first call of a new input shape binds every conv node for that shape, and each bind went
+through the static binder's whole path: the window derived twice, the activation's post-ops twice,
+the attributes copied, the NaN guard's bias bound, fallback and closures made anew, a dozen
+function-level imports, and the weight's and bias's oneDNN descriptors and the post-op attributes
+(PP-OCRv4 rec: ~60 us of Python a conv beside oneDNN's descriptor and JIT, 29 convs a new width).
+A node keeps those here (``_Dnnl``: made at its first oneDNN bind) and a shape's bind does what the
+shape changes: the checks and window, the provider choice, and the shape's memories and primitive.
+
+The kernels are the ones ``bind_generic_conv._bind`` (the static binder: ``bind._conv`` ->
+``_conv_dnnl`` -> ``onednn.bound_conv_nhwc``, guarded by ``bind_guard``) makes for the shape, and
+``_bind`` still serves what this does not cover: calls with other attributes than the node's and
+a weight whose descriptor shape the static binder would read differently.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any
+
+import numpy as np
+
+from pycann.dtypes import TensorDesc
+from pycann.kernels import bind, bind_guard, providers
+from pycann.kernels.algorithm import ONEDNN_CONV_NHWC, ONEDNN_CONV_WINOGRAD, Packing, Threads
+from pycann.kernels.bind_base import static_shape
+from pycann.kernels.bound import BoundKernel, bound
+from pycann.kernels.providers import onednn
+from pycann.kernels.providers import onednn_pointwise as pw
+from pycann.kernels.providers.onednn_conv_descs import ConvDescs
+from pycann.ops.nn.conv import _select, check_conv
+
+__all__ = ["ConvNode"]
+
+_F32 = np.dtype(np.float32)
+
+
+class ConvNode:
+    """``bind(attrs, x, r)``: the bound kernel of the node's conv for this call's X (and residual
+    ``r``), or None (the generic kernel serves the shape: errors included). ``general`` is
+    ``bind_generic_conv._bind``, taken where the node's shortcuts do not apply."""
+
+    __slots__ = ("attrs", "ins", "consts", "outs", "w", "b", "residual", "group", "direct", "general", "_dnnl",
+                 "_algo_attrs")
+
+    def __init__(self, attrs: Mapping[str, Any], ins: Sequence[TensorDesc | None], consts: Sequence[np.ndarray | None],
+                 outs: Sequence[TensorDesc | None], w: np.ndarray, b: np.ndarray | None, residual: bool,
+                 general: Callable[..., BoundKernel | None]) -> None:
+        self.attrs, self.ins, self.consts, self.outs = attrs, ins, consts, outs
+        self.w, self.b, self.residual, self.general = w, b, residual, general
+        self.group = int(attrs.get("group", 1))
+        # the static binder reads W's shape from its desc: where that is not the weight's own
+        # (never, for a constant), it is left to decide
+        self.direct = static_shape(ins[1]) == tuple(w.shape)
+        self._dnnl: _Dnnl | None = None
+        self._algo_attrs: dict[Any, dict[str, Any]] = {}  # algorithm -> the attributes recording it
+
+    def bind(self, attrs: Mapping[str, Any], x: np.ndarray, r: np.ndarray | None) -> BoundKernel | None:
+        w, b, group = self.w, self.b, self.group
+        if attrs is not self.attrs or not self.direct:
+            return self.general(attrs, self.ins, self.consts, self.outs, x, r, w, b, self.residual)
+        try:
+            win = check_conv(x, w, b, group, attrs)
+        except (ValueError, TypeError):
+            return None
+        if _select(x.shape, w.shape, group, win) == "empty" or any(o <= 0 for o in win.out):
+            return None
+        xs = tuple(int(d) for d in x.shape)
+        algo = providers.resolve(None, lambda: providers.ConvSpec("Conv", xs, tuple(w.shape), group, win, win.out,
+                                                                  "float32")).algo
+        if algo is ONEDNN_CONV_WINOGRAD:
+            return None  # its weight transform belongs to one bound kernel: per shape it would be redone
+        if algo is ONEDNN_CONV_NHWC:
+            d = self._dnnl
+            if d is None:  # (two threads may both make it: equal, one kept)
+                d = self._dnnl = _Dnnl(self, attrs)
+            return d.bind(xs, win, r)
+        a = self._algo_attrs.get(algo)
+        if a is None:
+            a = dict(attrs)
+            a["_algo"] = algo
+            self._algo_attrs[algo] = a
+        descs: list[TensorDesc | None] = [TensorDesc(1, xs), *self.ins[1:3]]
+        if self.residual:
+            assert r is not None
+            descs.append(TensorDesc(1, tuple(int(d) for d in r.shape)))
+        return bound(bind.PREPARE[("", "Conv")](a, descs, self.consts, self.outs))
+
+
+class _Dnnl:
+    """A node's oneDNN conv as ``onednn:conv_nhwc`` binds it (``bind._conv_dnnl``), or as
+    ``onednn_pointwise``'s run-time-rows matmul for a pointwise shape (``bind_generic_conv._pointwise``):
+    the attributes recording the algorithm, the post-ops, the bias, the guard and the
+    shape-independent descriptors, made once."""
+
+    __slots__ = ("node", "attrs", "ok", "unary", "bias", "in_place", "guard", "descs", "pw_kernel")
+
+    def __init__(self, node: ConvNode, attrs: Mapping[str, Any]) -> None:
+        self.node = node
+        a = dict(attrs)
+        a["_algo"] = ONEDNN_CONV_NHWC
+        self.attrs = a
+        self.ok, self.unary = bind._dnnl_post_ops(a)
+        b = node.b
+        self.bias = None if b is None else np.ascontiguousarray(b, dtype=np.float32)
+        self.in_place = node.residual and bool(a.get("_in_place"))
+        self.guard = bind_guard.conv_guard(self.unary, a, node.w, b, node.residual)
+        self.descs: ConvDescs | None = None  # made at the first conv primitive (oneDNN loaded by then)
+        self.pw_kernel = _pointwise_kernel(node.residual)
+
+    def bind(self, xs: tuple[int, ...], win: Any, r: np.ndarray | None) -> BoundKernel | None:
+        node = self.node
+        w, b, group, residual = node.w, node.b, node.group, node.residual
+        if onednn.POINTWISE_ANY_SIZE and onednn.available() and pw.pointwise(w, group, win) and self.ok:
+            k = pw.plan(w, b is not None, self.unary, residual)
+            if k is not None:  # (None: oneDNN declines the matmul, the conv primitive below is tried)
+                bias = self.bias
+                bk = BoundKernel(self.pw_kernel(k.sized(xs, bias)), threads=Threads.OPENMP, packing=Packing.PACKED,
+                                 keep=(w, bias, k), impl=k.impl)
+                return self.guard(bk)
+        if not onednn.available() or not onednn.accepts(_F32, int(math.prod(xs)), w, win) or not self.ok:
+            return None
+        if residual and (r is None or tuple(int(d) for d in r.shape) != (xs[0], w.shape[0]) + tuple(win.out)):
+            return None
+        descs = self.descs
+        if descs is None:
+            descs = self.descs = ConvDescs(w, b is not None, group, False, self.unary, int(w.shape[1]) * group)
+        return self.guard(onednn.bound_conv_nhwc(w, b, group, win, xs, self.unary, residual, self.in_place, descs))
+
+
+def _pointwise_kernel(residual: bool) -> Callable[[Any], Callable[..., list[np.ndarray]]]:
+    """``make(run)``: the plan kernel of a sized pointwise runner (``Pointwise.sized``); the kernels
+    of one node share its ``residual`` cell."""
+
+    def make(run: Any) -> Callable[..., list[np.ndarray]]:
+        def kernel(inputs: Sequence[Any], attrs: Mapping[str, Any], out: Any = None) -> list[np.ndarray]:
+            return [run(inputs[0], inputs[3] if residual else None)]
+
+        return kernel
+
+    return make
