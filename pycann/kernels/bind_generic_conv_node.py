@@ -69,8 +69,9 @@ class ConvNode:
         if _select(x.shape, w.shape, group, win) == "empty" or any(o <= 0 for o in win.out):
             return None
         xs = tuple(int(d) for d in x.shape)
+        # (not remembered: this node keeps what it binds for the shape, ``remember``)
         algo = providers.resolve(None, lambda: providers.ConvSpec("Conv", xs, tuple(w.shape), group, win, win.out,
-                                                                  "float32")).algo
+                                                                  "float32"), remember=False).algo
         if algo is ONEDNN_CONV_WINOGRAD:
             return None  # its weight transform belongs to one bound kernel: per shape it would be redone
         if algo is ONEDNN_CONV_NHWC:
@@ -96,7 +97,7 @@ class _Dnnl:
     the attributes recording the algorithm, the post-ops, the bias, the guard and the
     shape-independent descriptors, made once."""
 
-    __slots__ = ("node", "attrs", "ok", "unary", "bias", "in_place", "guard", "descs", "pw_kernel")
+    __slots__ = ("node", "attrs", "ok", "unary", "bias", "in_place", "guard", "descs", "pw_kernel", "pw_keep")
 
     def __init__(self, node: ConvNode, attrs: Mapping[str, Any]) -> None:
         self.node = node
@@ -110,6 +111,7 @@ class _Dnnl:
         self.guard = bind_guard.conv_guard(self.unary, a, node.w, b, node.residual)
         self.descs: ConvDescs | None = None  # made at the first conv primitive (oneDNN loaded by then)
         self.pw_kernel = _pointwise_kernel(node.residual)
+        self.pw_keep: tuple[Any, ...] = ()  # (w, bias, the matmul): one tuple for the node's shapes
 
     def bind(self, xs: tuple[int, ...], win: Any, r: np.ndarray | None) -> BoundKernel | None:
         node = self.node
@@ -117,9 +119,11 @@ class _Dnnl:
         if onednn.POINTWISE_ANY_SIZE and onednn.available() and pw.pointwise(w, group, win) and self.ok:
             k = pw.plan(w, b is not None, self.unary, residual)
             if k is not None:  # (None: oneDNN declines the matmul, the conv primitive below is tried)
-                bias = self.bias
+                bias, keep = self.bias, self.pw_keep
+                if not keep or keep[2] is not k:  # (another OpenMP team's matmul)
+                    keep = self.pw_keep = (w, bias, k)
                 bk = BoundKernel(self.pw_kernel(k.sized(xs, bias)), threads=Threads.OPENMP, packing=Packing.PACKED,
-                                 keep=(w, bias, k), impl=k.impl)
+                                 keep=keep, impl=k.impl)
                 return self.guard(bk)
         if not onednn.available() or not onednn.accepts(_F32, int(math.prod(xs)), w, win) or not self.ok:
             return None

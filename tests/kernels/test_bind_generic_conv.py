@@ -212,7 +212,8 @@ def test_winograd_shapes_keep_the_generic_kernel(monkeypatch: pytest.MonkeyPatch
 
     x, w, b = _data((1, 16, 20, 20), (16, 16, 3, 3), True)
     real = providers.resolve
-    monkeypatch.setattr(providers, "resolve", lambda algo, spec: real(algorithm.ONEDNN_CONV_WINOGRAD, spec))
+    monkeypatch.setattr(providers, "resolve",
+                        lambda algo, spec, **kw: real(algorithm.ONEDNN_CONV_WINOGRAD, spec, **kw))
     attrs = {"pads": [1, 1, 1, 1], "group": 1}
     seen: list[Any] = []
     k = _kernel(w, b, attrs, seen)

@@ -496,10 +496,14 @@ def accept(spec: OpSpec, algo: Algorithm | str, approx: bool = False) -> Impleme
     return impl
 
 
-def resolve(algo: Algorithm | None, spec: Callable[[], OpSpec]) -> Implementation:
+def resolve(algo: Algorithm | None, spec: Callable[[], OpSpec], remember: bool = True) -> Implementation:
     """Run-time lookup of a recorded choice; ``spec()`` builds the spec for the fallback.
 
     A missing or unavailable ``algo`` falls back to the static choice (logged once per algorithm).
+    ``remember=False``: that choice is made without entering the cache of choices, for a caller that
+    keeps what it binds for the spec (the shape-generic plan's per-shape conv tables): an entry
+    there costs the same as the choice (~2.5 us) and is three objects for the cyclic GC per conv and
+    input shape, up to the cache's 4096 entries.
     """
     if algo is not None:
         if algo is INTERIM_CONV_TRANSPOSE:  # set only at run time, by the interim plan (ge/run/plan.py)
@@ -510,7 +514,7 @@ def resolve(algo: Algorithm | None, spec: Callable[[], OpSpec]) -> Implementatio
         if algo not in _warned:
             _warned.add(algo)
             log.info("kernel %s recorded in the model is not available here; using the default", algo.key)
-    return _static_choice(spec())
+    return _static_choice(spec()) if remember else _static_choice.__wrapped__(spec())  # type: ignore[attr-defined]
 
 
 # ------------------------------------------------------------------ specs from shapes + attrs

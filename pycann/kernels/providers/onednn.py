@@ -524,7 +524,8 @@ def bound_conv_nhwc(w: np.ndarray, b: np.ndarray | None, group: int, win: Window
 
     # (inplace: output 0 may be planned over input 3, the residual, which the post-op reads first)
     return BoundKernel(BoundConv(p, x_shape, residual).kernel(), writes_out=True, inplace=residual,
-                       threads=Threads.OPENMP, layout=Layout.NHWC, packing=Packing.PACKED, keep=(w, bc))
+                       threads=Threads.OPENMP, layout=Layout.NHWC, packing=Packing.PACKED,
+                       keep=(w, bc) if shared is None else shared.keep(w, bc))
 
 
 _F32 = np.dtype(np.float32)

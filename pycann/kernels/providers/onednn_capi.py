@@ -85,7 +85,7 @@ __all__ = [
     "QUERY_DST_MD", "QUERY_IMPL_INFO_STR", "QUERY_NDIMS_S32", "QUERY_WEIGHTS_MD", "RESAMPLING_NEAREST", "RUNTIME_DIM",
     "SOFTMAX_ACCURATE",
     "STREAM_DEFAULT", "SUCCESS", "USE_SCALE", "USE_SHIFT", "Version", "arg_post_op_src1", "check",
-    "convolution_pd", "dense_strides", "dims", "engine", "layer_normalization_pd", "layout_strides",
+    "convolution_pd", "dense_strides", "dims", "engine", "exec_args", "layer_normalization_pd", "layout_strides",
     "library_candidates", "load", "matmul_pd", "open_library", "pooling_pd", "ptr", "reorder", "reorder_pd", "resampling_pd",
     "self_check", "softmax_pd", "stream", "version",
 ]
@@ -488,7 +488,7 @@ def reorder_pd(src: Any, dst: Any, api: Any = None) -> PrimitiveDesc:
     return api.PrimitiveDesc(h)  # type: ignore[no-any-return]
 
 
-def _exec_args(args: Sequence[tuple[int, Memory]]) -> Any:
+def exec_args(args: Sequence[tuple[int, Memory]]) -> Any:
     """The ``dnnl_exec_arg_t`` array of ``args``, its fields set in place: an array built from
     ``ExecArg`` structs records each in a dict of its own (``_objects``: five more objects per
     primitive for the cyclic GC) and costs ~3x the time (a pointwise conv builds one per call)."""
@@ -525,7 +525,7 @@ class Primitive(_Owned):
         self._waits: Sequence[Any] = tuple(
             t for m in self.memories if (t := m.ticket) is not None and (not t.done() or t.error is not None))
         self.n = len(args)
-        self.args = _exec_args(args)
+        self.args = exec_args(args)
         self._execute = api._lib.dnnl_primitive_execute
         self._stream = api._stream
         self._wait = None if api._synchronous else api._lib.dnnl_stream_wait
@@ -545,12 +545,23 @@ class Primitive(_Owned):
         if self._wait is not None:
             check(self._wait(self._stream), "dnnl_stream_wait")
 
+    def execute_array(self, arr: Any) -> None:
+        """``execute_on`` with the argument array made once (``exec_args``) by a caller that
+        re-points the same memories run after run (a sized pointwise conv)."""
+        if self._waits:
+            self._wait_packed()
+        st = self._execute(self.handle, self._stream, len(arr), arr)
+        if st:
+            raise DnnlError("dnnl_primitive_execute", st)
+        if self._wait is not None:
+            check(self._wait(self._stream), "dnnl_stream_wait")
+
     def execute_on(self, args: Sequence[tuple[int, Memory]]) -> None:
         """Run the primitive on these memories instead of the bound ones: a primitive made with
         run-time dimensions (``RUNTIME_DIM``) gets memories of this call's concrete shapes."""
         if self._waits:
             self._wait_packed()
-        arr = _exec_args(args)
+        arr = exec_args(args)
         st = self._execute(self.handle, self._stream, len(args), arr)
         if st:
             raise DnnlError("dnnl_primitive_execute", st)

@@ -27,7 +27,7 @@ class ConvDescs:
     weight descriptor has them)."""
 
     __slots__ = ("w_in", "w", "with_bias", "group", "transpose", "unary", "c", "w_user", "w_any", "bias", "eltwise",
-                 "_attrs")
+                 "_attrs", "_keep")
 
     def __init__(self, w: np.ndarray, with_bias: bool, group: int, transpose: bool, unary: Unary | Unaries | None,
                  c: int) -> None:
@@ -50,6 +50,15 @@ class ConvDescs:
         self.bias = capi.MemoryDesc.strided((m,), (1,)) if with_bias else None
         self.eltwise = tuple(("eltwise", *u) for u in _chain(unary))
         self._attrs: list[Any] = [None, None]  # [no residual, "sum" residual], made on first use
+        self._keep: tuple[Any, ...] = ()
+
+    def keep(self, *arrays: Any) -> tuple[Any, ...]:
+        """``arrays`` as a tuple, the same one for every plan that keeps the same arrays (a bound
+        kernel's ``keep``: one tuple per node, not per shape)."""
+        k = self._keep
+        if len(k) != len(arrays) or any(a is not b for a, b in zip(k, arrays)):
+            k = self._keep = arrays
+        return k
 
     def serves(self, w: np.ndarray, with_bias: bool, group: int, transpose: bool, unary: Unary | Unaries | None,
                c: int) -> bool:

@@ -101,6 +101,21 @@ class Pointwise:
         self.prim = capi.Primitive(pd, [])
         self.m, self.c, self.residual = m, c, residual
         self.wei = capi.Memory(wei, capi.ptr(self.wt))
+        self._bias_mems: dict[int, capi.Memory] = {}  # bias address -> a memory over it (``bias_memory``)
+
+    def bias_memory(self, b: np.ndarray) -> capi.Memory:
+        """A memory over the bias ``b`` (M float32 values, checked; kept alive by the caller) for
+        runners that never re-point it, shared by those of every input shape: it holds the address
+        only, which whatever array lives there is read at, so the memory of a freed bias serves the
+        one at its address after it (``OperandError`` for a bias that does not fit)."""
+        ptr = address("conv bias B", b, (self.m,))
+        mem = self._bias_mems.get(ptr)
+        if mem is None:
+            assert self.bias_md is not None
+            if len(self._bias_mems) >= 16:
+                self._bias_mems.clear()  # bounded: runners keep the memories they hold
+            mem = self._bias_mems[ptr] = capi.Memory(self.bias_md, ptr, keep_md=False)
+        return mem
 
     def run(self, x: np.ndarray, b: np.ndarray | None, residual: np.ndarray | None,
             out: np.ndarray | None = None) -> np.ndarray:
@@ -143,12 +158,14 @@ class Pointwise:
 
 
 class _SizedRun:
-    """``Pointwise.sized``'s runner for one input shape: its row count's two memories made once,
-    re-pointed per call. A class with slots, not a closure: a closure over these values was a dozen
-    more objects per shape and node for the cyclic GC to walk."""
+    """``Pointwise.sized``'s runner for one input shape: its row count's two memories and the
+    primitive's argument array made once, the memories re-pointed per call. A class with slots,
+    not a closure: a closure over these values was a dozen more objects per shape and node for the
+    cyclic GC to walk; likewise it keeps no descriptor (oneDNN copied them into the memories) and
+    no argument tuples (the array is made once: ``execute_array``), and the bias memory is the
+    plan's for that bias (``Pointwise.bias_memory``)."""
 
-    __slots__ = ("x_shape", "y_shape", "src_md", "dst_md", "src", "dst", "rest", "wei", "args", "lock", "residual",
-                 "plan")
+    __slots__ = ("x_shape", "y_shape", "rows", "src", "dst", "bias", "args", "lock", "residual", "plan")
 
     def __init__(self, pw: Pointwise, x_shape: tuple[int, ...], b: np.ndarray | None) -> None:
         # the Pointwise kept alive: its weight memory points into ``pw.wt``, which a runner outliving
@@ -156,17 +173,19 @@ class _SizedRun:
         self.plan = pw
         self.x_shape = x_shape
         self.y_shape = y_shape = (x_shape[0], pw.m, *x_shape[2:])
-        rows = math.prod(y_shape) // pw.m
-        self.src_md = capi.MemoryDesc.strided((rows, pw.c), (pw.c, 1))
-        self.dst_md = capi.MemoryDesc.strided((rows, pw.m), (pw.m, 1))
-        self.src, self.dst = capi.Memory(self.src_md, 0), capi.Memory(self.dst_md, 0)  # (pointed per call)
-        # (tuples, and no bound method of the plan's primitive kept: fewer objects per shape for the GC)
-        self.rest = ((capi.ARG_BIAS, capi.Memory(pw.bias_md, address("conv bias B", b, (pw.m,)))),) \
-            if pw.bias_md is not None and b is not None else ()
-        self.wei = (capi.ARG_WEIGHTS, pw.wei)
-        self.args = ((capi.ARG_SRC, self.src), self.wei, (capi.ARG_DST, self.dst), *self.rest)
+        self.rows = rows = math.prod(y_shape) // pw.m
+        self.src = capi.Memory(capi.MemoryDesc.strided((rows, pw.c), (pw.c, 1)), 0, keep_md=False)  # (pointed per call)
+        self.dst = capi.Memory(capi.MemoryDesc.strided((rows, pw.m), (pw.m, 1)), 0, keep_md=False)
+        self.bias = pw.bias_memory(b) if pw.bias_md is not None and b is not None else None
+        self.args = capi.exec_args(self._args(self.src, self.dst))
         self.lock = omp_fork.fork_safe(threading.Lock())  # the two memories are shared by concurrent runs of the plan
         self.residual = pw.residual
+
+    def _args(self, src: Any, dst: Any) -> list[tuple[int, Any]]:
+        args = [(capi.ARG_SRC, src), (capi.ARG_WEIGHTS, self.plan.wei), (capi.ARG_DST, dst)]
+        if self.bias is not None:
+            args.append((capi.ARG_BIAS, self.bias))
+        return args
 
     def __call__(self, x: np.ndarray, r: np.ndarray | None) -> np.ndarray:
         x_shape, y_shape = self.x_shape, self.y_shape
@@ -183,13 +202,14 @@ class _SizedRun:
         # this call its own two memories instead, as ``run`` makes them.
         lock = self.lock
         if not lock.acquire(blocking=False):
-            self.plan.prim.execute_on([(capi.ARG_SRC, capi.Memory(self.src_md, xp)), self.wei,
-                                       (capi.ARG_DST, capi.Memory(self.dst_md, yp)), *self.rest])
+            pw, rows = self.plan, self.rows
+            self.plan.prim.execute_on(self._args(capi.Memory(capi.MemoryDesc.strided((rows, pw.c), (pw.c, 1)), xp),
+                                                 capi.Memory(capi.MemoryDesc.strided((rows, pw.m), (pw.m, 1)), yp)))
             return y
         try:
             self.src.set(xp)
             self.dst.set(yp)
-            self.plan.prim.execute_on(self.args)
+            self.plan.prim.execute_array(self.args)
         finally:
             lock.release()
         return y
