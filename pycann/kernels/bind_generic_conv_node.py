@@ -31,7 +31,8 @@ from pycann.kernels.bound import BoundKernel, bound
 from pycann.kernels.providers import onednn
 from pycann.kernels.providers import onednn_pointwise as pw
 from pycann.kernels.providers.onednn_conv_descs import ConvDescs
-from pycann.ops.nn.conv import _select, check_conv
+from pycann.ops.nn.conv import _check_conv_shapes, _kernel_shape, _select, check_conv
+from pycann.ops.nn.spatial import WindowParams, window_of, window_params
 
 __all__ = ["ConvNode"]
 
@@ -44,7 +45,7 @@ class ConvNode:
     ``bind_generic_conv._bind``, taken where the node's shortcuts do not apply."""
 
     __slots__ = ("attrs", "ins", "consts", "outs", "w", "b", "residual", "group", "direct", "general", "_dnnl",
-                 "_algo_attrs")
+                 "_algo_attrs", "cin", "window")
 
     def __init__(self, attrs: Mapping[str, Any], ins: Sequence[TensorDesc | None], consts: Sequence[np.ndarray | None],
                  outs: Sequence[TensorDesc | None], w: np.ndarray, b: np.ndarray | None, residual: bool,
@@ -57,15 +58,38 @@ class ConvNode:
         self.direct = static_shape(ins[1]) == tuple(w.shape)
         self._dnnl: _Dnnl | None = None
         self._algo_attrs: dict[Any, dict[str, Any]] = {}  # algorithm -> the attributes recording it
+        # ``check_conv``'s checks that no X changes (group, M, B's length; any failing: every shape
+        # is the generic kernel's) and its reading of the window attributes, made once: a shape's
+        # bind checks X and resolves its window (None: ``check_conv`` itself, per shape, raises
+        # what reading them raised)
+        self.cin = int(w.shape[1]) * self.group
+        self.window: WindowParams | None | bool = None
+        try:
+            kernel = _kernel_shape(attrs, w.shape)
+            assert kernel is not None
+            params = window_params(w.ndim - 2, kernel, attrs)
+            self.window = params
+            _check_conv_shapes(np.empty((1, self.cin) + (1,) * (w.ndim - 2), np.float32), w, self.group, False, b)
+        except (ValueError, TypeError):
+            self.window = False if self.window is not None else None  # (False: no X passes the checks)
+        except Exception:  # (an error of another kind: per shape, where it was raised before)
+            self.window = None
 
     def bind(self, attrs: Mapping[str, Any], x: np.ndarray, r: np.ndarray | None) -> BoundKernel | None:
         w, b, group = self.w, self.b, self.group
         if attrs is not self.attrs or not self.direct:
             return self.general(attrs, self.ins, self.consts, self.outs, x, r, w, b, self.residual)
-        try:
-            win = check_conv(x, w, b, group, attrs)
-        except (ValueError, TypeError):
-            return None
+        params = self.window
+        if params is None:
+            try:
+                win = check_conv(x, w, b, group, attrs)
+            except (ValueError, TypeError):
+                return None
+        else:
+            if params is False or x.ndim != w.ndim or x.shape[1] != self.cin:
+                return None  # (what ``check_conv`` raises)
+            win = window_of(x.shape[2:], params)  # type: ignore[arg-type]
+            # (a window that does not fit X, ``check_conv``'s last error: no output, below)
         if _select(x.shape, w.shape, group, win) == "empty" or any(o <= 0 for o in win.out):
             return None
         xs = tuple(int(d) for d in x.shape)

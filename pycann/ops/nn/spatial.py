@@ -108,11 +108,31 @@ def plan_window(
     ``max(0, (out - 1) * stride + span - in)`` split with the odd one at the end (UPPER) or at
     the beginning (LOWER). VALID: no padding. NOTSET: explicit ``pads``.
     """
-    n = len(in_sizes)
+    return window_of(in_sizes, window_params(len(in_sizes), kernel, attrs), ceil_mode, truncate)
+
+
+WindowParams = tuple[tuple[int, ...], tuple[int, ...], tuple[int, ...], str, list[int]]
+
+
+def window_params(n: int, kernel: Sequence[int], attrs: Mapping[str, Any]) -> WindowParams:
+    """``plan_window``'s reading of the attributes for ``n`` spatial dims (strides, dilations,
+    kernel, auto_pad, and the explicit pads unless ``auto_pad`` is SAME_*), for a caller that
+    resolves windows of many input sizes with the same attributes (``window_of``): the shape-generic
+    plan's convs, one per input shape."""
     strides = tuple(int(v) for v in (attrs.get("strides") or [1] * n))
     dil = tuple(int(v) for v in (attrs.get("dilations") or [1] * n))
     kernel = tuple(int(k) for k in kernel)
     ap = _auto_pad(attrs)
+    pads: list[int] = [] if ap in ("SAME_UPPER", "SAME_LOWER") else [0] * (2 * n) if ap == "VALID" else \
+        [int(p) for p in (attrs.get("pads") or [0] * (2 * n))]
+    return strides, dil, kernel, ap, pads
+
+
+def window_of(in_sizes: Sequence[int], params: WindowParams, ceil_mode: bool = False,
+              truncate: bool = False) -> Window:
+    """``plan_window`` with the attributes read by ``window_params`` (for ``len(in_sizes)`` dims)."""
+    strides, dil, kernel, ap, pads = params
+    n = len(in_sizes)
     pb: list[int] = []
     pe: list[int] = []
     out: list[int] = []
@@ -125,7 +145,6 @@ def plan_window(
             pe.append(big if ap == "SAME_UPPER" else small)
             out.append(o)
     else:
-        pads = [0] * (2 * n) if ap == "VALID" else [int(p) for p in (attrs.get("pads") or [0] * (2 * n))]
         pb, pe = pads[:n], pads[n:]
         for i, size in enumerate(in_sizes):
             out.append(_out_explicit(size, kernel[i], strides[i], dil[i], pb[i], pe[i], ceil_mode, truncate))
