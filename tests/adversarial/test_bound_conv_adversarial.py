@@ -345,7 +345,7 @@ o = onednn.empty_channels_last(shape)
 k([x, w, b, r], {}, [o]); want = o.copy()
 k([x, w, b, r], {}, [o])
 x_nchw = np.ascontiguousarray(x)
-p = [c.cell_contents for c in k.run.__closure__ if type(c.cell_contents).__name__ == "_Plan"][0]
+p = [c.cell_contents.plan for c in k.run.__closure__ if type(c.cell_contents).__name__ == "BoundConv"][0]
 held, go = threading.Event(), threading.Event()
 def hold():
     with p.lock:  # another thread inside a run of this conv at the fork

@@ -70,6 +70,8 @@ def _conv_plans(lm: LoadedModel, x: np.ndarray) -> list[onednn._Plan]:
             owner = getattr(v, "__self__", None)
             if isinstance(v, onednn._Plan) or isinstance(owner, onednn._Plan):
                 add(v if isinstance(v, onednn._Plan) else owner)
+            elif isinstance(getattr(v, "plan", None), onednn._Plan):  # (a bound conv's state: BoundConv)
+                add(v.plan)
             elif callable(v) and depth < 3:
                 walk(v, depth + 1)
 

@@ -220,3 +220,22 @@ def test_sized_runners_share_their_bias_memory() -> None:
     np.testing.assert_allclose(runs[0](x, None), _ort_conv(x, w, b, {}, 1), rtol=RTOL, atol=ATOL)
     x2 = np.random.default_rng(3).standard_normal((2, 6, 3, 3)).astype(np.float32)
     np.testing.assert_allclose(runs[1](x2, None), _ort_conv(x2, w, b, {}, 1), rtol=RTOL, atol=ATOL)
+
+
+def test_plans_of_a_node_share_one_bias_memory() -> None:
+    from pycann.errors import OperandError
+
+    x, w, b = _data((1, 8, 12, 10), (8, 8, 3, 3), True)
+    shared = ConvDescs(w, True, 1, False, None, 8)
+    ks = [onednn.bound_conv_nhwc(w, b, 1, conv_window(s, w.shape, {"pads": [1, 1, 1, 1]}), s, None, False,
+                                 shared=shared) for s in [x.shape, (2, 8, 5, 9)]]
+    plans = [next(c.cell_contents for c in k.run.__closure__ if hasattr(c.cell_contents, "plan")).plan for k in ks]
+    assert plans[0].bias is plans[1].bias and ks[0].keep is ks[1].keep
+    x2 = np.random.default_rng(4).standard_normal((2, 8, 5, 9)).astype(np.float32)
+    for k, xi in zip(ks, [x, x2]):
+        np.testing.assert_allclose(k.run([xi, w, b], {})[0], _ort_conv(xi, w, b, {"pads": [1, 1, 1, 1]}, 1),
+                                   rtol=RTOL, atol=ATOL)
+    np.testing.assert_allclose(plans[0].run(x, b, None), _ort_conv(x, w, b, {"pads": [1, 1, 1, 1]}, 1),
+                               rtol=RTOL, atol=ATOL)  # (its own bias again: fine)
+    with pytest.raises(OperandError, match="another bias"):
+        plans[0].run(x, b.copy(), None)  # (would re-point the memory the other plan reads)

@@ -140,7 +140,8 @@ class _Plan:
 
     def __init__(self, x_shape: tuple[int, ...], w: np.ndarray, with_bias: bool, group: int, win: Window,
                  out_sp: tuple[int, ...], transpose: bool, unary: Unary | Unaries | None, residual: bool,
-                 sum_first: bool = False, shared: ConvDescs | None = None) -> None:
+                 sum_first: bool = False, shared: ConvDescs | None = None,
+                 fixed_bias: tuple[int, capi.Memory] | None = None) -> None:
         n, c = x_shape[0], x_shape[1]
         m = w.shape[1] * group if transpose else w.shape[0]
         self.x_shape, self.m = tuple(x_shape), m
@@ -192,7 +193,11 @@ class _Plan:
             self._descs = None
         self.src, self.dst = capi.Memory(src, 0, keep_md=False), capi.Memory(dst, 0, keep_md=False)
         args = [(capi.ARG_SRC, self.src), (capi.ARG_WEIGHTS, self.weights), (capi.ARG_DST, self.dst)]
-        self.bias = capi.Memory(bias, 0, keep_md=False) if bias is not None else None
+        # ``fixed_bias``: (address, a memory over it) that every run reads, shared by a node's plans
+        # and never re-pointed (``ConvDescs.bias_memory``); else a memory ``run`` re-points
+        self.bias_ptr = fixed_bias[0] if fixed_bias is not None else 0
+        self.bias = None if bias is None else fixed_bias[1] if fixed_bias is not None else \
+            capi.Memory(bias, 0, keep_md=False)
         if self.bias is not None:
             args.append((capi.ARG_BIAS, self.bias))
         self.res = capi.Memory(dst, 0, keep_md=False) if self.mode == "binary" else None
@@ -302,6 +307,10 @@ class _Plan:
         yp = address("conv output Y", y, self.y_shape, strides=self.y_strides)
         # (b None with a bias memory: the bias bound_conv_nhwc set once stays)
         bp = address("conv bias B", b, (self.m,)) if self.bias is not None and b is not None else 0
+        if bp and self.bias_ptr:
+            if bp != self.bias_ptr:  # (its memory is shared by other plans: not re-pointed)
+                raise OperandError("conv bias B: this conv was bound to another bias")
+            bp = 0
         rp = address("conv residual", residual, self.y_shape, strides=self.y_strides) \
             if self.res is not None and residual is not None else 0
         with self.lock:
@@ -509,12 +518,14 @@ def bound_conv_nhwc(w: np.ndarray, b: np.ndarray | None, group: int, win: Window
     binds a plan per input shape (``ConvDescs``; made here otherwise)."""
     x_shape = tuple(int(d) for d in x_shape)
     bc = _bias(b)
+    # (a node binding a plan per shape shares its bias memory: ``_Plan.run`` never re-points it)
+    fixed = shared.bias_memory(bc) if shared is not None and bc is not None and shared.bias is not None else None
     try:
         p = _Plan(tuple(x_shape), w, bc is not None, group, win, tuple(win.out), False, unary, residual, in_place,
-                  shared)
+                  shared, fixed)
     except capi.DnnlError:
         return None
-    if bc is not None and p.bias is not None:
+    if bc is not None and p.bias is not None and fixed is None:
         p.bias.set(address("conv bias B", bc, (p.m,)))
     if len(x_shape) == 4 and x_shape[1] <= 4:
         # an image stem reads the caller's NCHW array: its reorder made now, not in the first run

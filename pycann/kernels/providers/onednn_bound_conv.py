@@ -8,7 +8,7 @@ The same arrays come back too (the arena's views live as long as the arena): by 
 weak references (nothing kept alive; a dead or reused id simply misses), the addresses need not
 even be read (``__array_interface__`` is ~0.8 us each).
 
-State and slow path in a class with slots, the fast path a closure over four values: the closures
+State and slow path in a class with slots, the fast path a closure over that object: the closures
 before (a kernel over 19 values, and four helpers) were ~35 objects per bound conv for the cyclic
 garbage collector to walk, and a shape-generic plan binds one per conv node and input shape (84 OCR
 shapes: ~50,000 objects; its full collections landed in calls as 40-100 ms pauses, bench/RESULTS.md).
@@ -102,22 +102,24 @@ class BoundConv:
         return prim, key
 
     def kernel(self) -> Any:
-        """The plan kernel ``k(inputs, attrs, out=None) -> [y]``: a closure over the three values its
-        fast path reads (cell loads: a method of this class cost ~0.2 us more a conv, ~1 % of
-        MobileNetV2) and this object, whose methods it calls off that path (bound methods held in
-        cells were two more objects per bound conv for the cyclic GC, for ~40 ns a call less)."""
-        seen, residual, p, bc = self.seen, self.residual, self.plan, self
+        """The plan kernel ``k(inputs, attrs, out=None) -> [y]``: a closure over this object, its
+        fast path reading three slots (no slower than cells in a measurement; a method of this class
+        cost ~0.2 us more a conv, ~1 % of MobileNetV2). Cells for those values and bound methods for
+        the slow paths were five more objects per bound conv for the cyclic GC: a shape-generic plan
+        binds one per conv node and input shape (84 OCR shapes: ~9,000 objects)."""
+        bc = self
 
         def kernel(inputs: Any, attrs: Any, out: Any = None) -> list[np.ndarray]:
             x = inputs[0]
-            r = inputs[3] if residual else None
+            r = inputs[3] if bc.residual else None
             if out is not None:
                 o = out[0]
-                hit = seen.get((id(x), id(o), id(r)))
+                hit = bc.seen.get((id(x), id(o), id(r)))
                 known = (hit[0], hit[1]) if hit is not None and hit[2]() is x and hit[3]() is o \
                     and (r is None or hit[4]() is r) else bc.checked(x, o, r)
                 if known is not None:
                     prim, key = known
+                    p = bc.plan
                     with p.lock:
                         if p.bound_key != key:
                             p.src.set(key[0])

@@ -16,6 +16,7 @@ from typing import Any
 import numpy as np
 
 from pycann.kernels.providers import onednn_capi as capi
+from pycann.kernels.providers.native_args import address
 from pycann.kernels.providers.onednn_eltwise import Unaries, Unary, _chain
 
 __all__ = ["ConvDescs"]
@@ -27,7 +28,7 @@ class ConvDescs:
     weight descriptor has them)."""
 
     __slots__ = ("w_in", "w", "with_bias", "group", "transpose", "unary", "c", "w_user", "w_any", "bias", "eltwise",
-                 "_attrs", "_keep")
+                 "_attrs", "_keep", "_bias_mem")
 
     def __init__(self, w: np.ndarray, with_bias: bool, group: int, transpose: bool, unary: Unary | Unaries | None,
                  c: int) -> None:
@@ -51,6 +52,19 @@ class ConvDescs:
         self.eltwise = tuple(("eltwise", *u) for u in _chain(unary))
         self._attrs: list[Any] = [None, None]  # [no residual, "sum" residual], made on first use
         self._keep: tuple[Any, ...] = ()
+        self._bias_mem: tuple[int, Any] | None = None  # (address, a memory over it): ``bias_memory``
+
+    def bias_memory(self, b: np.ndarray) -> tuple[int, capi.Memory]:
+        """(address, a memory over it) of the bias ``b`` (M float32 values, checked: ``OperandError``;
+        kept alive by the caller) for plans that never re-point it, the same memory for every plan of
+        that address: a memory is its descriptor and the address, which whatever array lives there
+        is read at."""
+        ptr = address("conv bias B", b, (self.w.shape[1] * self.group if self.transpose else self.w.shape[0],))
+        held = self._bias_mem
+        if held is None or held[0] != ptr:
+            assert self.bias is not None
+            held = self._bias_mem = (ptr, capi.Memory(self.bias, ptr, keep_md=False))
+        return held  # type: ignore[return-value]
 
     def keep(self, *arrays: Any) -> tuple[Any, ...]:
         """``arrays`` as a tuple, the same one for every plan that keeps the same arrays (a bound
