@@ -186,10 +186,6 @@ def _pointwise(attrs: Mapping[str, Any], x_shape: tuple[int, ...], w: np.ndarray
     if k is None:
         return None
     bias = None if b is None else np.ascontiguousarray(b, dtype=np.float32)
-    run = k.sized(x_shape, bias)
-
-    def kernel(inputs: Sequence[Any], attrs: Mapping[str, Any], out: Any = None) -> list[np.ndarray]:
-        return [run(inputs[0], inputs[3] if residual else None)]
-
-    bk = BoundKernel(kernel, threads=Threads.OPENMP, packing=Packing.PACKED, keep=(w, bias, k), impl=k.impl)
+    bk = BoundKernel(k.sized(x_shape, bias).kernel, threads=Threads.OPENMP, packing=Packing.PACKED, keep=(w, bias, k),
+                     impl=k.impl)
     return bind_guard.guard_conv(bk, unary, attrs, w, b, residual)

@@ -121,7 +121,7 @@ class _Dnnl:
     the attributes recording the algorithm, the post-ops, the bias, the guard and the
     shape-independent descriptors, made once."""
 
-    __slots__ = ("node", "attrs", "ok", "unary", "bias", "in_place", "guard", "descs", "pw_kernel", "pw_keep")
+    __slots__ = ("node", "attrs", "ok", "unary", "bias", "in_place", "guard", "descs", "pw_keep")
 
     def __init__(self, node: ConvNode, attrs: Mapping[str, Any]) -> None:
         self.node = node
@@ -134,7 +134,6 @@ class _Dnnl:
         self.in_place = node.residual and bool(a.get("_in_place"))
         self.guard = bind_guard.conv_guard(self.unary, a, node.w, b, node.residual)
         self.descs: ConvDescs | None = None  # made at the first conv primitive (oneDNN loaded by then)
-        self.pw_kernel = _pointwise_kernel(node.residual)
         self.pw_keep: tuple[Any, ...] = ()  # (w, bias, the matmul): one tuple for the node's shapes
 
     def bind(self, xs: tuple[int, ...], win: Any, r: np.ndarray | None) -> BoundKernel | None:
@@ -146,7 +145,7 @@ class _Dnnl:
                 bias, keep = self.bias, self.pw_keep
                 if not keep or keep[2] is not k:  # (another OpenMP team's matmul)
                     keep = self.pw_keep = (w, bias, k)
-                bk = BoundKernel(self.pw_kernel(k.sized(xs, bias)), threads=Threads.OPENMP, packing=Packing.PACKED,
+                bk = BoundKernel(k.sized(xs, bias).kernel, threads=Threads.OPENMP, packing=Packing.PACKED,
                                  keep=keep, impl=k.impl)
                 return self.guard(bk)
         if not onednn.available() or not onednn.accepts(_F32, int(math.prod(xs)), w, win) or not self.ok:
@@ -157,16 +156,3 @@ class _Dnnl:
         if descs is None:
             descs = self.descs = ConvDescs(w, b is not None, group, False, self.unary, int(w.shape[1]) * group)
         return self.guard(onednn.bound_conv_nhwc(w, b, group, win, xs, self.unary, residual, self.in_place, descs))
-
-
-def _pointwise_kernel(residual: bool) -> Callable[[Any], Callable[..., list[np.ndarray]]]:
-    """``make(run)``: the plan kernel of a sized pointwise runner (``Pointwise.sized``); the kernels
-    of one node share its ``residual`` cell."""
-
-    def make(run: Any) -> Callable[..., list[np.ndarray]]:
-        def kernel(inputs: Sequence[Any], attrs: Mapping[str, Any], out: Any = None) -> list[np.ndarray]:
-            return [run(inputs[0], inputs[3] if residual else None)]
-
-        return kernel
-
-    return make

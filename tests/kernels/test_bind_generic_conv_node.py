@@ -150,15 +150,23 @@ def test_a_plan_keeps_no_descriptor_but_for_its_in_place_form() -> None:
              onednn._Plan((1, 8, 7, 5), w, True, 1, conv_window((1, 8, 7, 5), w.shape, {"pads": [1, 1, 1, 1]}),
                           (7, 5), False, None, False, shared=shared)]
     for p in plans:
-        assert p._descs is None and p.weights_md is None and p.prim.pd is None and p.src.md is None
+        assert p._descs is None and p.prim.pd is None and p.src.md is None and p.dst.md is None
     np.testing.assert_allclose(plans[0].run(x, b, None), _ort_conv(x, w, b, {"pads": [1, 1, 1, 1]}, 1),
                                rtol=RTOL, atol=ATOL)
     res = onednn._Plan(x.shape, w, True, 1, win, win.out, False, None, True, shared=shared)
     r = np.random.default_rng(2).standard_normal(res.y_shape).astype(np.float32)
-    if res.mode == "binary":
-        assert res._descs is not None and res.weights_md is not None
     np.testing.assert_allclose(res.run(x, b, r), _ort_conv(x, w, b, {"pads": [1, 1, 1, 1]}, 1, residual=r),
                                rtol=RTOL, atol=ATOL)
+    if res.mode == "binary":  # its descriptors made again for ``in_place``: the "sum" form over Y = R
+        prim = res.in_place()
+        if prim is not None:
+            xc, y = onednn.empty_channels_last(x.shape), onednn.empty_channels_last(res.y_shape)
+            xc[...], y[...] = x, r
+            res.src.set(capi.ptr(xc))
+            res.dst.set(capi.ptr(y))
+            prim.execute()
+            np.testing.assert_allclose(y, _ort_conv(x, w, b, {"pads": [1, 1, 1, 1]}, 1, residual=r),
+                                       rtol=RTOL, atol=ATOL)
     other = np.ascontiguousarray(w[::-1])
     assert shared.serves(w, True, 1, False, None, 8) and not shared.serves(other, True, 1, False, None, 8)
     assert not shared.serves(w, False, 1, False, None, 8) and not shared.serves(w, True, 1, False, onednn.RELU, 8)

@@ -159,14 +159,18 @@ class _Plan:
             pad_r = [f - p - o for f, p, o in zip(full, win.pads_begin, out_sp)]
         else:
             pad_r = list(win.pads_end)
-        geo = (win.strides, [d - 1 for d in win.dilations], win.pads_begin, pad_r)
+        # (tuples of ints: not objects the cyclic GC keeps walking)
+        geo = (tuple(win.strides), tuple(d - 1 for d in win.dilations), tuple(win.pads_begin), tuple(pad_r))
         # the residual as a binary-add post-op (any output buffer), or with ``sum_first`` (the caller
         # writes the output over the residual) as the "sum" post-op alone: one primitive, not two
         self.mode = ("sum" if sum_first else "binary") if residual else ""
         # what ``_make`` needs, as attributes (a closure over them was eight more objects per bound
         # conv for the cyclic GC to walk: a shape-generic plan binds one per node and shape)
-        self._descs: tuple[Any, ...] | None = (src, dst, geo, shared)
-        make = self._make
+        self._descs: tuple[Any, ...] | None = (geo, shared)
+
+        def make() -> capi.PrimitiveDesc:
+            return self._make(None, src, dst)
+
         self._in_place: capi.Primitive | None | bool = False  # built on first use; None: not available
         try:
             pd = make()
@@ -184,11 +188,10 @@ class _Plan:
                 tuple(shared.eltwise)) if transpose else None
         pd = _own_kernels(pd, make, w_in, kind)
         self.impl = pd.fast_impl()
-        weights_md = pd.query_md(capi.QUERY_WEIGHTS_MD)
-        self.weights = onednn_packed.packed(w, shared.w_user, weights_md)  # once per model and layout
+        # (its memory keeps the packed layout's descriptor: ``in_place`` compares with it)
+        self.weights = onednn_packed.packed(w, shared.w_user, pd.query_md(capi.QUERY_WEIGHTS_MD))
         # The memories and the primitive keep no descriptor (oneDNN copies them when it makes
-        # those): only ``in_place`` of a binary-residual plan makes another descriptor later
-        self.weights_md = weights_md if self.mode == "binary" else None
+        # those): ``in_place`` of a binary-residual plan makes them again from the shapes if asked
         if self.mode != "binary":
             self._descs = None
         self.src, self.dst = capi.Memory(src, 0, keep_md=False), capi.Memory(dst, 0, keep_md=False)
@@ -211,10 +214,15 @@ class _Plan:
         # input strides -> (reorder primitive, its source and destination memories)
         self.reorders: dict[tuple[int, ...], tuple[capi.Primitive, capi.Memory, capi.Memory]] = {}
 
-    def _make(self, mode: str | None = None) -> capi.PrimitiveDesc:
-        """The (de)convolution's descriptor with the residual as ``mode`` ("binary", "sum" or "")."""
+    def _make(self, mode: str | None = None, src: capi.MemoryDesc | None = None,
+              dst: capi.MemoryDesc | None = None) -> capi.PrimitiveDesc:
+        """The (de)convolution's descriptor with the residual as ``mode`` ("binary", "sum" or ""),
+        X and Y described by ``src`` and ``dst`` (made from the plan's shapes when not given)."""
         assert self._descs is not None  # (dropped once built, but for a binary-residual plan's ``in_place``)
-        src, dst, geo, shared = self._descs
+        geo, shared = self._descs
+        if src is None or dst is None:
+            src = capi.MemoryDesc.strided(self.x_shape, [s // 4 for s in self.x_strides])
+            dst = capi.MemoryDesc.strided(self.y_shape, [s // 4 for s in self.y_strides])
         mode = self.mode if mode is None else mode
         attr = capi.Attr([("binary_add", dst), *shared.eltwise]) if mode == "binary" else shared.attr(mode == "sum")
         strides, dilates, pad_l, pad_r = geo
@@ -236,7 +244,8 @@ class _Plan:
                     pd = self._make("sum")
                     if not self.impl.startswith(_GLOBAL_KERNELS):  # (else: this weight's first plan)
                         pd = _own_kernels(pd, lambda: self._make("sum"))
-                    if self.weights_md is not None and pd.query_md(capi.QUERY_WEIGHTS_MD).equals(self.weights_md):
+                    packed_md = self.weights.md
+                    if packed_md is not None and pd.query_md(capi.QUERY_WEIGHTS_MD).equals(packed_md):
                         pd.fast_impl()
                         args = [(capi.ARG_SRC, self.src), (capi.ARG_WEIGHTS, self.weights), (capi.ARG_DST, self.dst)]
                         if self.bias is not None:

@@ -29,7 +29,7 @@ from __future__ import annotations
 import math
 import threading
 import weakref
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any, TypeVar
 
 import numpy as np
@@ -141,8 +141,7 @@ class Pointwise:
         self.prim.execute_on(args)
         return y
 
-    def sized(self, x_shape: tuple[int, ...], b: np.ndarray | None) -> Callable[[np.ndarray, np.ndarray | None],
-                                                                               np.ndarray]:
+    def sized(self, x_shape: tuple[int, ...], b: np.ndarray | None) -> _SizedRun:
         """``run`` for float32 inputs of one shape ``x_shape`` and the bias ``b`` (M float32
         values, kept alive by the caller), as ``f(x, residual) -> y``: the memories of its row count
         are made once, so a call re-points two handles instead of making three memories (the
@@ -187,7 +186,13 @@ class _SizedRun:
             args.append((capi.ARG_BIAS, self.bias))
         return args
 
-    def __call__(self, x: np.ndarray, r: np.ndarray | None) -> np.ndarray:
+    def kernel(self, inputs: Sequence[Any], attrs: Any, out: Any = None) -> list[np.ndarray]:
+        """The plan kernel ``k(inputs, attrs, out=None) -> [y]`` (inputs: x, w, b[, residual]): this
+        bound method is one object per shape and node where a closure over the runner was three."""
+        return [self.run(inputs[0], inputs[3] if self.residual else None)]
+
+    def run(self, x: np.ndarray, r: np.ndarray | None) -> np.ndarray:
+        """The conv of ``x`` (of the runner's shape) with the residual ``r`` (when it has one)."""
         x_shape, y_shape = self.x_shape, self.y_shape
         if x.shape != x_shape:
             raise OperandError(f"pointwise conv bound for X {list(x_shape)}; got {list(x.shape)}")
@@ -213,6 +218,8 @@ class _SizedRun:
         finally:
             lock.release()
         return y
+
+    __call__ = run
 
 
 def patch_deconv(w: np.ndarray, group: int, win: Window, x_shape: tuple[int, ...],
