@@ -86,22 +86,24 @@ class _Plan:
         ops: list[tuple[Any, ...]] = []
         self.binary: capi.Memory | None = None
         self.binary_index = 0
+        # (the memories and the primitive keep no descriptor: oneDNN copied them, and a row-count
+        # kernel of the shape-generic plan per node and row count kept a dozen objects for the GC)
         for i, op in enumerate(post):
             if op[0] == "binary_add":
                 bmd = _md(op[1])
                 ops.append(("binary_add", bmd))
-                self.binary, self.binary_index = capi.Memory(bmd, 0), i
+                self.binary, self.binary_index = capi.Memory(bmd, 0, keep_md=False), i
             else:
                 ops.append(op)
         w = capi.MemoryDesc.any(b[0]) if b[1] is None else _md((b[0], b[1]))
         bias_md = _md(bias) if bias is not None else None
         pd = capi.matmul_pd(_md(a), w, bias_md, _md(d), capi.Attr(ops))
         self.impl = pd.fast_impl()
-        self.pd = pd
-        self.src = capi.Memory(_md(a), 0)
-        self.dst = capi.Memory(_md(d), 0)
-        self.wei = capi.Memory(w, 0) if b[1] is not None else None
-        self.bias = capi.Memory(bias_md, 0) if bias_md is not None else None
+        self.pd: capi.PrimitiveDesc | None = pd  # (until the primitive is made: ``_make``)
+        self.src = capi.Memory(_md(a), 0, keep_md=False)
+        self.dst = capi.Memory(_md(d), 0, keep_md=False)
+        self.wei = capi.Memory(w, 0, keep_md=False) if b[1] is not None else None
+        self.bias = capi.Memory(bias_md, 0, keep_md=False) if bias_md is not None else None
         self.prim: capi.Primitive | None = None
         self.lock = omp_fork.fork_safe(threading.Lock())
         if self.wei is not None:
@@ -113,15 +115,18 @@ class _Plan:
             args.append((capi.ARG_BIAS, self.bias))
         if self.binary is not None:
             args.append((capi.arg_post_op_src1(self.binary_index), self.binary))
-        self.prim = capi.Primitive(self.pd, args)
+        assert self.pd is not None
+        self.prim = capi.Primitive(self.pd, args, keep_pd=False)
+        self.pd = None  # (nothing asks it again)
 
     def pack(self, b: np.ndarray) -> None:
-        """Reorder the constant B (2-D float32, any strides) once into the primitive's layout."""
+        """Reorder the constant B (2-D float32, any strides) once into the primitive's layout
+        (before any other use of the plan: it makes the primitive)."""
         d = _desc(b.shape, b.strides, b.ndim, batch_ok=False)
         if d is None:
             b = np.ascontiguousarray(b)
             d = _desc(b.shape, b.strides, b.ndim)
-        assert d is not None
+        assert d is not None and self.pd is not None
         self.wei = onednn_packed.packed(b, _md(d), self.pd.query_md(capi.QUERY_WEIGHTS_MD))  # shared per layout
         self._make(self.wei)
 
@@ -304,15 +309,16 @@ def bound_matmul(b: np.ndarray, bias: np.ndarray | None, a_shape: Sequence[int],
     if bc is not None and p.bias is not None:
         p.bias.set(capi.ptr(bc))
     assert p.prim is not None
-    src_set, dst_set, execute, lock = p.src.set, p.dst.set, p.prim.execute, p.lock
-    res_set = p.binary.set if p.binary is not None else None
+    # (a closure over the plan, not over its memories' bound methods: four objects less per kernel,
+    # and the shape-generic plan binds one per node and row count: ``bind_generic.packed_matmul``)
+    res = p.binary is not None
     keep = (b, bc, p)
 
     def kernel(inputs: Any, attrs: Any, out: Any = None) -> list[np.ndarray]:
         x = conform("MatMul input A", inputs[0], a_shape)
         y, o = dest(out, y_shape, (x,))
         r = None
-        if res_set is not None:
+        if res:
             r = inputs[3]
             # the post-op reads the planned dense float32 layout; the destination may hold
             # partial sums before the post-ops run, so a residual overlapping it is copied too
@@ -320,12 +326,12 @@ def bound_matmul(b: np.ndarray, bias: np.ndarray | None, a_shape: Sequence[int],
                 r = np.ascontiguousarray(np.broadcast_to(r, y_shape), dtype=_F32)
             if np.may_share_memory(r, y):
                 r = r.copy()
-        with lock:
-            src_set(x.__array_interface__["data"][0])
-            dst_set(y.__array_interface__["data"][0])
-            if r is not None and res_set is not None:
-                res_set(r.__array_interface__["data"][0])
-            execute()
+        with p.lock:
+            p.src.set(x.__array_interface__["data"][0])
+            p.dst.set(y.__array_interface__["data"][0])
+            if r is not None and p.binary is not None:
+                p.binary.set(r.__array_interface__["data"][0])
+            p.prim.execute()  # type: ignore[union-attr]
         return finish(y, o)
 
     return BoundKernel(kernel, writes_out=True, threads=Threads.OPENMP, packing=Packing.PACKED, keep=keep, impl=p.impl)

@@ -48,23 +48,27 @@ def bound_layer_norm(shape: Sequence[int], n: int, scale: np.ndarray, bias: np.n
         flags = capi.USE_SCALE | (capi.USE_SHIFT if sh is not None else 0)
         pd = capi.layer_normalization_pd(md, md, float(epsilon), flags)
         impl = pd.fast_impl()
-        src, dst = capi.Memory(md, 0), capi.Memory(md, 0)
-        args = [(capi.ARG_SRC, src), (capi.ARG_DST, dst), (capi.ARG_SCALE, capi.Memory(vec, address("LayerNormalization Scale", sc, (n,))))]
+        # (no descriptor kept by the memories or the primitive, no bound methods in the closure: the
+        # shape-generic plan binds a kernel per node and row count, and each object is one more for
+        # the cyclic GC)
+        src, dst = capi.Memory(md, 0, keep_md=False), capi.Memory(md, 0, keep_md=False)
+        args = [(capi.ARG_SRC, src), (capi.ARG_DST, dst),
+                (capi.ARG_SCALE, capi.Memory(vec, address("LayerNormalization Scale", sc, (n,)), keep_md=False))]
         if sh is not None:
-            args.append((capi.ARG_SHIFT, capi.Memory(vec, address("LayerNormalization B", sh, (n,)))))
-        prim = capi.Primitive(pd, args)
+            args.append((capi.ARG_SHIFT, capi.Memory(vec, address("LayerNormalization B", sh, (n,)), keep_md=False)))
+        prim = capi.Primitive(pd, args, keep_pd=False)
     except capi.DnnlError:
         return None
-    src_set, dst_set, execute, lock = src.set, dst.set, prim.execute, omp_fork.fork_safe(threading.Lock())
+    lock = omp_fork.fork_safe(threading.Lock())
 
     def kernel(inputs: Any, attrs: Any, out: Any = None) -> list[np.ndarray]:
         x = conform("LayerNormalization input X", inputs[0], shape)
         y, o = dest(out, shape, same_ok=x)  # in place (same buffer) is allowed by oneDNN; a partial overlap is not
         xp, yp = address("LayerNormalization input X", x, shape), address("LayerNormalization output Y", y, shape)
         with lock:
-            src_set(xp)
-            dst_set(yp)
-            execute()
+            src.set(xp)
+            dst.set(yp)
+            prim.execute()
         return finish(y, o)
 
     return BoundKernel(kernel, writes_out=True, threads=Threads.OPENMP, keep=(sc, sh, prim), impl=impl)
