@@ -206,7 +206,7 @@ class _Plan:
         self.res = capi.Memory(dst, 0, keep_md=False) if self.mode == "binary" else None
         if self.res is not None:
             args.append((capi.arg_post_op_src1(0), self.res))
-        self.prim = capi.Primitive(pd, args, keep_pd=False)
+        self.prim = capi.Primitive(pd, args, keep_pd=False, keep_memories=False)  # (held here: src ... res)
         self.lock = threading.Lock()
         self.bound_key: tuple[int, int, int] | None = None  # (src, dst, residual) the handles hold
         with _live_plans_lock:
@@ -250,7 +250,7 @@ class _Plan:
                         args = [(capi.ARG_SRC, self.src), (capi.ARG_WEIGHTS, self.weights), (capi.ARG_DST, self.dst)]
                         if self.bias is not None:
                             args.append((capi.ARG_BIAS, self.bias))
-                        prim = capi.Primitive(pd, args, keep_pd=False)
+                        prim = capi.Primitive(pd, args, keep_pd=False, keep_memories=False)
                 except capi.DnnlError:
                     prim = None
             self._in_place = prim

@@ -517,7 +517,8 @@ class Primitive(_Owned):
 
     _destroy = "dnnl_primitive_destroy"
 
-    def __init__(self, pd: PrimitiveDesc, args: Sequence[tuple[int, Memory]], *, keep_pd: bool = True) -> None:
+    def __init__(self, pd: PrimitiveDesc, args: Sequence[tuple[int, Memory]], *, keep_pd: bool = True,
+                 keep_memories: bool = True) -> None:
         h = _P()
         api = self._api
         check(api.load().dnnl_primitive_create(ctypes.byref(h), pd.handle), "dnnl_primitive_create")
@@ -525,12 +526,14 @@ class Primitive(_Owned):
         # ``pd`` for callers that query it later; the primitive holds its own copy in oneDNN, so one
         # made with ``keep_pd=False`` lets it go (conv plans made per input shape: one object less)
         self.pd: PrimitiveDesc | None = pd if keep_pd else None
-        self.memories = [m for _, m in args]  # keep alive
+        # the memories kept alive, but by a caller that holds them itself (``keep_memories=False``: a
+        # conv plan, one list less per plan and input shape for the cyclic GC)
+        self.memories: Sequence[Memory] = [m for _, m in args] if keep_memories else ()
         # weights whose packing a plan build queued (``reorder``): waited for before the first execute
         # (a failed one too: its memory holds no data, the execute raises its error); () when none,
         # as is usual: an empty list would be one more object for the cyclic GC per primitive
         self._waits: Sequence[Any] = tuple(
-            t for m in self.memories if (t := m.ticket) is not None and (not t.done() or t.error is not None))
+            t for _, m in args if (t := m.ticket) is not None and (not t.done() or t.error is not None))
         self.n = len(args)
         self.args = exec_args(args)
         self._execute = api._lib.dnnl_primitive_execute
