@@ -94,7 +94,7 @@ def conv(attrs: Mapping[str, Any], ins: Sequence[TensorDesc | None], consts: Seq
             remember(table, lock, key, kb, MAX_SHAPES)  # (never waits: a forked child's lock may be taken)
         if kb is None:
             return fallback(inputs, attrs)  # type: ignore[no-any-return]
-        return kb.run(inputs, attrs)  # type: ignore[no-any-return]
+        return kb.run(inputs, attrs)  # type: ignore[no-any-return]  # (no arena views: ``conv_guard(arena=False)``)
 
     return BoundKernel(kernel, threads=Threads.OPENMP, packing=Packing.PACKED, keep=(w, b, table, node),
                        impl="generic:conv_per_shape")

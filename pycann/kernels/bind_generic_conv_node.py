@@ -132,7 +132,8 @@ class _Dnnl:
         b = node.b
         self.bias = None if b is None else np.ascontiguousarray(b, dtype=np.float32)
         self.in_place = node.residual and bool(a.get("_in_place"))
-        self.guard = bind_guard.conv_guard(self.unary, a, node.w, b, node.residual)
+        # (the node's table runs its kernels without arena views: ``bind_generic_conv.conv``)
+        self.guard = bind_guard.conv_guard(self.unary, a, node.w, b, node.residual, arena=False)
         self.descs: ConvDescs | None = None  # made at the first conv primitive (oneDNN loaded by then)
         self.pw_keep: tuple[Any, ...] = ()  # (w, bias, the matmul): one tuple for the node's shapes
 

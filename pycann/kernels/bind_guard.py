@@ -135,15 +135,17 @@ def conv_fallback(attrs: Mapping[str, Any]) -> Kernel:
 
 
 def conv_guard(unary: Any, attrs: Mapping[str, Any], w: np.ndarray, b: np.ndarray | None,
-               residual: bool) -> Callable[[Any], BoundKernel | None]:
+               residual: bool, arena: bool = True) -> Callable[[Any], BoundKernel | None]:
     """``guard_conv`` for one conv node, as ``wrap(k)``: a bound kernel of the node (any input shape)
     with the guard its activation needs. The weight's bound (a read of the whole weight the first
     time: ``nan_guard.weight_bound``) and the wrappers are made on the first kernel that needs them
-    and shared by the later ones."""
+    and shared by the later ones. ``arena=False``: the kernels are never given arena views (the
+    shape-generic plan's per-shape tables), so ``passes_bound``, which acts on those only, is left
+    out (it was four objects per conv and shape doing nothing)."""
     from pycann.kernels.providers import nan_guard
     from pycann.ops import fused
 
-    passes = unary is None and not residual and fused.post_affine(attrs) is None
+    passes = arena and unary is None and not residual and fused.post_affine(attrs) is None
     drops = nan_guard.drops_nan(unary)
     made: list[Wrap] = []  # the node's one wrapper, once made (a race makes it twice: same values)
 
