@@ -27,7 +27,7 @@ from pycann.kernels.bind_onednn import PREPARE_ONEDNN
 from pycann.kernels.bind_resize import PREPARE_RESIZE
 from pycann.kernels.bind_small import PREPARE_SMALL, conv_im2col
 from pycann.kernels.bound import BoundKernel
-from pycann.kernels.providers import onednn_cast, parallel_cast
+from pycann.kernels.providers import onednn_cast
 from pycann.ops.nn.spatial import empty_like_layout, is_channels_last
 
 
@@ -150,12 +150,6 @@ def _cast(attrs, ins, consts, outs) -> Kernel | None:  # type: ignore[no-untyped
         from pycann.ops.cast import _k_cast
 
         k = onednn_cast.bound_cast(shape, src, dst, _k_cast)
-        if k is not None:
-            return k
-    if parallel_cast.is_narrowing(src, dst) and shape is not None:  # their casts to bf16 / fp16: in slabs
-        from pycann.ops.cast import _k_cast
-
-        k = parallel_cast.bound_narrowing_cast(shape, src, dst, _k_cast)
         if k is not None:
             return k
     if src not in _PLAIN or dst not in _PLAIN or (src.kind == "f" and dst.kind in "iub"):
