@@ -52,6 +52,7 @@ from pycann.kernels.providers import (
 )
 from pycann.kernels.providers import numpy_blas as nb
 from pycann.kernels.providers import onednn_capi as capi
+from pycann.kernels.providers import onednn_kernel_store as kernel_store
 from pycann.kernels.providers.native_args import address
 from pycann.kernels.providers.onednn_conv_descs import ConvDescs
 from pycann.kernels.providers.onednn_eltwise import (
@@ -334,62 +335,9 @@ class _Plan:
         return y
 
 
-# Implementations whose JIT kernels oneDNN 3.x keeps in a process-wide store that never shrinks
-# (``brgemm_kernel_container_t`` with ``BRGEMM_KERNEL_GLOBAL_STORAGE``, deduplicated by code bytes;
-# the code embeds per-primitive addresses, so every primitive created adds its kernels for good):
-# brgemm convolutions (``brgconv``, ``brgconv_1x1``, ``brgdeconv``) and depthwise ``brdgmm``. A model
-# re-planned for many shapes, or whose plans are evicted and rebuilt, grew ~0.4 MB a rebuild
-# (PP-OCRv4 rec). So only the first primitive of each weight may use one (a static-shape model
-# keeps the implementation oneDNN ranks first: kept kernels bounded by the model); every later
-# one (another shape, a rebuilt plan) takes the first ``jit*`` implementation, whose kernels the
-# primitive owns (as fast on AVX2: docs/reliability.md, "Memory"). Depthwise convs always take
-# ``jit_dw`` (1.2-2x faster than ``brdgmm_dw`` on AVX-512 for PP-OCR / MobileNet shapes).
-_GLOBAL_KERNELS = ("brg", "brdgmm")
-_first_users: dict[tuple[int, tuple[int, ...], tuple[int, ...], int], None] = {}  # weights that had their first
-_first_lock = omp_fork.fork_safe(threading.Lock())
-
-
-def _first_primitive(w: np.ndarray) -> bool:
-    """True the first time a primitive is made for the weight memory of ``w`` (then remembered
-    until the array owning that memory is collected)."""
-    # per OpenMP team too: a plan bound for fewer threads (ge.run.contention) gets the brgemm kernels as well
-    key = (capi.ptr(w), tuple(w.shape), tuple(w.strides), openmp.team())
-    with _first_lock:
-        if key in _first_users:
-            return False
-        _first_users[key] = None
-    weakref.finalize(onednn_packed.owner(w), _first_users.pop, key, None)
-    return True
-
-
-# Deconvolution problems (``_Plan``'s ``kind``: weight shape, geometry, post-ops; no spatial
-# size) for which oneDNN offered no ``jit*`` implementation (brgemm ones only).
-# Their descriptors cost 1.5-8.5 ms each (PP-OCRv4 det's, AVX-512), so a new image size must not
-# make a second one just to learn that again.
-_no_jit: set[tuple[Any, ...]] = set()
-
-
-def _own_kernels(pd: capi.PrimitiveDesc, make: Any, w: np.ndarray | None = None,
-                 kind: tuple[Any, ...] | None = None) -> capi.PrimitiveDesc:
-    """``pd``, or when its implementation keeps its kernels in oneDNN's global store
-    (``_GLOBAL_KERNELS``) and this is not the first primitive of weight ``w`` (None: never
-    first), ``pd`` moved on to the first ``jit*`` implementation oneDNN offers (``jit_dw``,
-    ``jit_1x1``, ``jit``: same results, kernels owned by the primitive); when there is none, a
-    fresh descriptor from ``make()`` (the walk used ``pd`` up), remembered for ``kind``, whose
-    later shapes then keep their first descriptor without the walk."""
-    impl = pd.impl_info()
-    if not impl.startswith(_GLOBAL_KERNELS):
-        return pd
-    if w is not None and not impl.startswith("brdgmm") and _first_primitive(w):
-        return pd
-    if kind is not None and kind in _no_jit:
-        return pd
-    while pd.next_impl():
-        if pd.impl_info().startswith("jit"):
-            return pd
-    if kind is not None:
-        _no_jit.add(kind)
-    return make()  # type: ignore[no-any-return]
+# Which implementation keeps its JIT kernels where (the process-wide brgemm store or the primitive):
+# onednn_kernel_store.py
+_GLOBAL_KERNELS, _no_jit, _own_kernels = kernel_store.GLOBAL_KERNELS, kernel_store.no_jit, kernel_store.own_kernels
 
 
 # Pointwise convs, and ConvTransposes whose kernel is their stride, not bound to one shape run as
