@@ -218,3 +218,35 @@ def test_fork_safe_refuses_an_rlock() -> None:
         omp_fork.fork_safe(threading.RLock())
     lock = threading.Lock()
     assert omp_fork.fork_safe(lock) is lock
+
+
+@pytest.mark.parametrize("symbolic", [False, True])
+def test_convs_sharing_a_weight_with_other_biases_match_onnx_runtime(symbolic: bool) -> None:
+    """Two Conv nodes reading one weight initializer with different biases (3x3 and pointwise), static
+    and on the shape-generic plan over several sizes: a node's bound plans share its bias memory, and
+    a plan found by weight must never run with the other node's bias."""
+    from onnx import TensorProto, helper, numpy_helper
+
+    from pycann.ge.compile.compiler import compile_model
+    from pycann.ge.run.model import LoadedModel
+    from tests.ops.oracle import run_ort
+
+    rng = np.random.default_rng(0)
+    inits = [numpy_helper.from_array(rng.standard_normal((16, 8, 3, 3)).astype(np.float32), "W"),
+             numpy_helper.from_array(rng.standard_normal(16).astype(np.float32), "B1"),
+             numpy_helper.from_array(rng.standard_normal(16).astype(np.float32) * 5, "B2"),
+             numpy_helper.from_array(rng.standard_normal((16, 8, 1, 1)).astype(np.float32), "W1")]
+    nodes = [helper.make_node("Conv", ["x", "W", "B1"], ["a"], pads=[1, 1, 1, 1]),
+             helper.make_node("Conv", ["x", "W", "B2"], ["b"], pads=[1, 1, 1, 1]),
+             helper.make_node("Conv", ["x", "W1", "B1"], ["c"]), helper.make_node("Conv", ["x", "W1", "B2"], ["d"]),
+             helper.make_node("Relu", ["a"], ["ar"]), helper.make_node("Add", ["ar", "b"], ["e"]),
+             helper.make_node("Add", ["c", "d"], ["f"]), helper.make_node("Concat", ["e", "f"], ["y"], axis=1)]
+    dims: list[Any] = [1, 8, "H", "W"] if symbolic else [1, 8, 20, 24]
+    g = helper.make_graph(nodes, "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, dims)],
+                          [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)], inits)
+    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
+    lm = LoadedModel.from_compiled(compile_model(m))
+    sizes = [(20, 24), (9, 13), (20, 24), (40, 7)] if symbolic else [(20, 24)] * 3
+    for h, w in sizes:
+        x = rng.standard_normal((1, 8, h, w)).astype(np.float32)
+        np.testing.assert_allclose(lm.run([x])[0], run_ort(m, {"x": x})[0], rtol=1e-4, atol=1e-4)
