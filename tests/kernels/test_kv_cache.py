@@ -16,6 +16,7 @@ from pycann.ge.ir import Graph, Node
 from pycann.ge.run import kv_alias
 from pycann.kernels import kv_cache
 from pycann.kernels.kv_cache import RESERVE_ROWS, cache_view, k_cache_append
+from tests.forking import fork_while_held, run_script
 
 AX = {"axis": 2}
 
@@ -180,32 +181,17 @@ def test_alias_leaves_other_concats(case: str) -> None:
     assert n == 0 and out is g
 
 
-_FORK_APPEND = r"""
-import os, signal, threading
+_FORK_APPEND = fork_while_held("""
 import numpy as np
 from pycann.kernels import kv_cache
 past = np.zeros((1, 2, 0, 4), np.float32)
 (present,) = kv_cache.k_cache_append([past, np.ones((1, 2, 3, 4), np.float32)], {"axis": 2})
 buf = kv_cache._LIVE[id(present.base)]
-taken, go = threading.Event(), threading.Event()
-def hold():  # a parent thread inside an append at the fork
-    with buf.lock:
-        taken.set()
-        go.wait()
-t = threading.Thread(target=hold)
-t.start()
-taken.wait()
-pid = os.fork()
-if pid == 0:
-    signal.alarm(10)
-    (nxt,) = kv_cache.k_cache_append([present, np.full((1, 2, 1, 4), 2, np.float32)], {"axis": 2})
-    want = np.concatenate([present, np.full((1, 2, 1, 4), 2, np.float32)], axis=2)
-    os._exit(0 if np.array_equal(nxt, want) else 3)
-code = os.waitpid(pid, 0)[1]
-go.set()
-t.join()
-print("child", code)
-"""
+""", "buf.lock", """
+(nxt,) = kv_cache.k_cache_append([present, np.full((1, 2, 1, 4), 2, np.float32)], {"axis": 2})
+want = np.concatenate([present, np.full((1, 2, 1, 4), 2, np.float32)], axis=2)
+os._exit(0 if np.array_equal(nxt, want) else 3)
+""")
 
 
 @pytest.mark.skipif(not hasattr(__import__("os"), "fork"), reason="os.fork is POSIX-only")
@@ -213,12 +199,5 @@ def test_a_forked_child_appends_though_a_parent_thread_held_the_buffer_lock(tmp_
     """A thread of the parent inside an append at the fork is not in the child: the buffer's lock it
     held is released there (``omp_fork.fork_safe``), so the child's decode step appends instead of
     waiting for ever."""
-    import os
-    import subprocess
-    import sys
-
-    script = tmp_path / "fork_append.py"
-    script.write_text(_FORK_APPEND)
-    env = dict(os.environ, PYTHONPATH=os.pathsep.join(sys.path))
-    out = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=120, env=env)
+    out = run_script(tmp_path, _FORK_APPEND)
     assert "child 0" in out.stdout, (out.stdout, out.stderr[-2000:])

@@ -12,6 +12,7 @@ from pathlib import Path
 
 import pytest
 
+from tests.forking import fork_while_held, run_script
 from tests.runtime.test_omp_affinity import _conv_model
 
 pytestmark = pytest.mark.skipif(not hasattr(os, "fork"), reason="os.fork is POSIX-only")
@@ -73,35 +74,16 @@ def test_forked_children_run_models_the_parent_ran(tmp_path: Path) -> None:
     assert out.returncode == 0 and out.stdout.strip().endswith("OK"), out.stderr[-2000:]
 
 
-_FORK_SAFE = r"""
-import os, signal, threading
+_FORK_SAFE = fork_while_held("""
 from pycann.kernels.providers import omp_fork
 held, free, plain = omp_fork.fork_safe(threading.Lock()), omp_fork.fork_safe(threading.Lock()), threading.Lock()
-taken, go = threading.Event(), threading.Event()
-def hold():
-    with held, plain:
-        taken.set()
-        go.wait()
-t = threading.Thread(target=hold)
-t.start()
-taken.wait()
-pid = os.fork()
-if pid == 0:
-    signal.alarm(10)
-    # the holder is not in the child: a registered lock is released, an unregistered one stays taken
-    ok = held.acquire(timeout=5) and free.acquire(timeout=5) and not plain.acquire(timeout=0.2)
-    os._exit(0 if ok else 3)
-code = os.waitpid(pid, 0)[1]
-go.set()
-t.join()
-print("parent still holds nothing:", not held.locked(), "child", code)
-"""
+""", "held, plain", """
+# the holder is not in the child: a registered lock is released, an unregistered one stays taken
+ok = held.acquire(timeout=5) and free.acquire(timeout=5) and not plain.acquire(timeout=0.2)
+os._exit(0 if ok else 3)
+""") + 'print("parent still holds nothing:", not held.locked())\n'
 
 
 def test_fork_safe_lock_held_by_another_thread_is_released_in_the_child(tmp_path: Path) -> None:
-    script = tmp_path / "fork_safe.py"
-    script.write_text(_FORK_SAFE)
-    root = str(Path(__file__).resolve().parents[2])
-    env = dict(os.environ, PYTHONPATH=os.pathsep.join([root, *sys.path]))
-    out = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=120, env=env)
-    assert "parent still holds nothing: True child 0" in out.stdout, (out.stdout, out.stderr[-2000:])
+    out = run_script(tmp_path, _FORK_SAFE)
+    assert "child 0" in out.stdout and "parent still holds nothing: True" in out.stdout, (out.stdout, out.stderr[-2000:])
