@@ -250,3 +250,50 @@ def test_convs_sharing_a_weight_with_other_biases_match_onnx_runtime(symbolic: b
     for h, w in sizes:
         x = rng.standard_normal((1, 8, h, w)).astype(np.float32)
         np.testing.assert_allclose(lm.run([x])[0], run_ort(m, {"x": x})[0], rtol=1e-4, atol=1e-4)
+
+
+_BF16_SE_FORK = r"""
+import os, signal, sys
+import numpy as np
+from onnx import TensorProto, helper, numpy_helper
+from pycann.ge.compile.compiler import compile_model
+from pycann.ge.compile.options import CompileOptions
+from pycann.ge.run.model import LoadedModel
+rng = np.random.default_rng(0)
+f = lambda *s: (rng.standard_normal(s) * 0.2).astype(np.float32)
+init = [numpy_helper.from_array(f(32, 3, 3, 3), "w0"), numpy_helper.from_array(f(8, 32, 1, 1), "w1"),
+        numpy_helper.from_array(f(8), "b1"), numpy_helper.from_array(f(32, 8, 1, 1), "w2"),
+        numpy_helper.from_array(f(32), "b2"), numpy_helper.from_array(f(16, 32, 3, 3), "w3")]
+nodes = [helper.make_node("Conv", ["x", "w0"], ["c0"], pads=[1, 1, 1, 1]), helper.make_node("Relu", ["c0"], ["r0"]),
+         helper.make_node("GlobalAveragePool", ["r0"], ["g"]),  # a squeeze-and-excitation block
+         helper.make_node("Conv", ["g", "w1", "b1"], ["s1"]), helper.make_node("Relu", ["s1"], ["s1r"]),
+         helper.make_node("Conv", ["s1r", "w2", "b2"], ["s2"]), helper.make_node("Sigmoid", ["s2"], ["gate"]),
+         helper.make_node("Mul", ["r0", "gate"], ["se"]), helper.make_node("Conv", ["se", "w3"], ["y"], pads=[1, 1, 1, 1])]
+g = helper.make_graph(nodes, "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 3, 24, 24])],
+                      [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)], init)
+m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
+opts = CompileOptions(precision_mode="allow_fp32_to_bf16", soc_version="Ascend910B2", input_shape={"x": [1, 3, 24, 24]})
+lm = LoadedModel.from_compiled(compile_model(m, opts))
+x = rng.standard_normal((1, 3, 24, 24)).astype(np.float32)
+want = lm.run([x])[0]
+bad = 0
+for _ in range(4):
+    pid = os.fork()
+    if pid == 0:
+        signal.alarm(60)
+        ok = all(np.array_equal(lm.run([x])[0], want) for _ in range(2)) and "torch" not in sys.modules
+        os._exit(0 if ok else 3)
+    bad += os.waitpid(pid, 0)[1] != 0
+print("BAD", bad)
+"""
+
+
+@native_bf16
+@pytest.mark.skipif(not hasattr(__import__("os"), "fork"), reason="os.fork is POSIX-only")
+def test_forked_children_of_a_bf16_model_with_a_squeeze_excite_block(tmp_path: Any) -> None:
+    """A bf16 model (allow_fp32_to_bf16) run in the parent, then in forked children: the SE block's
+    1x1 convs on a one-pixel map had taken oneDNN's bf16 gemm convolution, which fails on another
+    thread than its maker (a forked child runs its plans on a fresh thread); the child fell back to
+    torch, which aborted there (double free) or hung. Children now give the parent's values without torch."""
+    out = _run_script(tmp_path, _BF16_SE_FORK, timeout=300)
+    assert "BAD 0" in out.stdout, (out.stdout, out.stderr[-2000:])

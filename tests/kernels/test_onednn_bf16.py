@@ -6,6 +6,8 @@ Skipped cleanly on CPUs without avx512_bf16/amx_bf16 or without libdnnl."""
 
 from __future__ import annotations
 
+from typing import Any
+
 import ml_dtypes
 import numpy as np
 import pytest
@@ -263,3 +265,29 @@ def test_a_forked_child_gets_fresh_locks() -> None:
             os._exit(0 if ok else 3)
     _, status = os.waitpid(pid, 0)
     assert os.WEXITSTATUS(status) == 0
+
+
+@needs_bf16
+@pytest.mark.parametrize(("c", "m", "hw"), [(192, 48, 1), (48, 192, 1), (24, 8, 1)])
+def test_a_conv_on_a_one_pixel_map_runs_on_another_thread(c: int, m: int, hw: int) -> None:
+    """An SE block's 1x1 conv on a (1, C, 1, 1) map: both NCHW and channels-last strides fit it; as
+    NCHW oneDNN took its bf16 ``gemm:jit`` convolution, whose execute on another thread than its
+    maker failed (a plan's kernels run on any caller's thread; a forked child's on a fresh one), and
+    the call fell back to torch. The channels-last form takes brgconv: same values on both threads."""
+    import threading
+
+    from pycann.ops.nn.conv import conv_window
+
+    x, w = _bf((1, c, hw, hw), 11, 1.0), _bf((m, c, 1, 1), 12, 0.1)
+    b = np.random.default_rng(13).standard_normal(m).astype(np.float32)
+    win = conv_window(x.shape, w.shape, {"kernel_shape": [1, 1], "strides": [1, 1], "pads": [0, 0, 0, 0],
+                                         "group": 1, "dilations": [1, 1]})
+    y0 = ob.conv(x, w, b, 1, win)
+    assert y0 is not None
+    got: list[Any] = []
+    t = threading.Thread(target=lambda: got.append(ob.conv(x, w, b, 1, win)))
+    t.start()
+    t.join()
+    assert got[0] is not None
+    np.testing.assert_array_equal(got[0].astype(np.float32), y0.astype(np.float32))
+    assert not any("gemm" in getattr(p, "impl", "") for p in ob._plans.values())

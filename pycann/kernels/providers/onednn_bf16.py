@@ -101,12 +101,17 @@ def _md(shape: Sequence[int], a_strides: Sequence[int], itemsize: int, dt: int) 
 
 
 def _canonical(shape: tuple[int, ...], st: list[int]) -> list[int]:
-    """Element strides with those of size-1 dims replaced by the dense NCHW or channels-last value
+    """Element strides with those of size-1 dims replaced by the dense channels-last or NCHW value
     the others imply: numpy leaves them arbitrary (an SE block's (1, C, 1, 1) channels-last view has
-    strides (C, 1, 1, 1)), and oneDNN then matches no JIT layout and takes its reference kernel."""
+    strides (C, 1, 1, 1)), and oneDNN then matches no JIT layout and takes its reference kernel.
+    Channels-last first: where both fit (a 1 x 1 map, one channel) that is the layout of oneDNN's
+    brgemm bf16 convolutions; as NCHW a (1, C, 1, 1) SE conv took the bf16 ``gemm:jit`` one, which
+    fails (invalid_arguments) when executed on another thread than the one that made it, as a
+    plan's kernels are (a forked child's plans run on a fresh thread: it then fell back to torch,
+    which crashed there)."""
     if len(shape) < 3 or 1 not in shape:
         return st
-    for order in (range(len(shape)), (0, *range(2, len(shape)), 1)):
+    for order in ((0, *range(2, len(shape)), 1), range(len(shape))):
         dense, acc = [0] * len(shape), 1
         for i in reversed(list(order)):
             dense[i], acc = acc, acc * shape[i]
@@ -200,6 +205,10 @@ class _ConvPlan:
         geo = (win.strides, [d - 1 for d in win.dilations], win.pads_begin, win.pads_end)
         pd = capi.convolution_pd(src, capi.MemoryDesc.any(wdims, dt=BF16), bias, dst, *geo, capi.Attr(ops))
         self.impl = pd.impl_info()
+        if "gemm" in self.impl:
+            # oneDNN's bf16 gemm convolution fails when another thread than its maker executes it
+            # (see ``_canonical``): not taken; the caller's fallback computes the conv
+            raise capi.DnnlError(f"bf16 convolution ({self.impl}: runs on its making thread only)", 3)
         self.weights = onednn_packed.packed(w, w_user, pd.query_md(capi.QUERY_WEIGHTS_MD))  # once per weight
         self.src, self.dst = capi.Memory(src, 0), capi.Memory(dst, 0)
         args = [(capi.ARG_SRC, self.src), (capi.ARG_WEIGHTS, self.weights), (capi.ARG_DST, self.dst)]
