@@ -104,14 +104,15 @@ def _canonical(shape: tuple[int, ...], st: list[int]) -> list[int]:
     """Element strides with those of size-1 dims replaced by the dense channels-last or NCHW value
     the others imply: numpy leaves them arbitrary (an SE block's (1, C, 1, 1) channels-last view has
     strides (C, 1, 1, 1)), and oneDNN then matches no JIT layout and takes its reference kernel.
-    Channels-last first: where both fit (a 1 x 1 map, one channel) that is the layout of oneDNN's
-    brgemm bf16 convolutions; as NCHW a (1, C, 1, 1) SE conv took the bf16 ``gemm:jit`` one, which
-    fails (invalid_arguments) when executed on another thread than the one that made it, as a
-    plan's kernels are (a forked child's plans run on a fresh thread: it then fell back to torch,
-    which crashed there)."""
+    For an image (rank 4 and up) channels-last first: where both fit (a 1 x 1 map, one channel)
+    that is the layout of oneDNN's brgemm bf16 convolutions; as NCHW a (1, C, 1, 1) SE conv took the
+    bf16 ``gemm:jit`` one, which fails (invalid_arguments) when executed on another thread than the
+    one that made it, as a plan's kernels are (a forked child's plans run on a fresh thread: it then
+    fell back to torch, which crashed there). A rank-3 matmul operand keeps row-major first."""
     if len(shape) < 3 or 1 not in shape:
         return st
-    for order in ((0, *range(2, len(shape)), 1), range(len(shape))):
+    orders = (range(len(shape)), (0, *range(2, len(shape)), 1))
+    for order in orders if len(shape) < 4 else orders[::-1]:
         dense, acc = [0] * len(shape), 1
         for i in reversed(list(order)):
             dense[i], acc = acc, acc * shape[i]
