@@ -87,3 +87,31 @@ os._exit(0 if ok else 3)
 def test_fork_safe_lock_held_by_another_thread_is_released_in_the_child(tmp_path: Path) -> None:
     out = run_script(tmp_path, _FORK_SAFE)
     assert "child 0" in out.stdout and "parent still holds nothing: True" in out.stdout, (out.stdout, out.stderr[-2000:])
+
+
+_TORCH_IN_CHILD = r"""
+import os, sys
+import numpy as np
+from pycann.kernels.providers import onednn_capi, openmp, torch_onednn
+onednn_capi.load()
+if openmp.library() is None:
+    print("NOGOMP"); raise SystemExit
+pid = os.fork()
+if pid == 0:
+    # pycann's own torch fallbacks stay off here (torch imported beside the parent's libgomp state aborted)
+    os._exit(0 if not torch_onednn.available() and "torch" not in sys.modules else 3)
+print("child", os.waitpid(pid, 0)[1])
+import torch  # an application that imports torch itself before forking keeps it in its children
+pid = os.fork()
+if pid == 0:
+    os._exit(0 if torch_onednn.available() else 3)
+print("child with torch", os.waitpid(pid, 0)[1])
+"""
+
+
+def test_pycann_does_not_import_torch_in_a_forked_child(tmp_path: Path) -> None:
+    pytest.importorskip("torch")
+    out = run_script(tmp_path, _TORCH_IN_CHILD)
+    if "NOGOMP" in out.stdout:
+        pytest.skip("no libgomp loaded with libdnnl")
+    assert "child 0" in out.stdout and "child with torch 0" in out.stdout, (out.stdout, out.stderr[-2000:])

@@ -27,7 +27,7 @@ from typing import Any, TypeVar
 
 from pycann.kernels.providers import openmp
 
-__all__ = ["fork_safe", "renew_in_child", "run_fresh", "stale"]
+__all__ = ["fork_safe", "forked_after_openmp", "renew_in_child", "run_fresh", "stale"]
 
 T = TypeVar("T")
 L = TypeVar("L")
@@ -78,6 +78,11 @@ def renew_in_child(namespace: dict[str, Any], **factories: Callable[[], Any]) ->
     next use would wait for it for ever). Call with the module's ``globals()``."""
     if hasattr(os, "register_at_fork"):
         os.register_at_fork(after_in_child=lambda: namespace.update({k: f() for k, f in factories.items()}))
+
+
+def forked_after_openmp() -> bool:
+    """This process is a forked child of one that had loaded libgomp (``stale`` on its forking thread)."""
+    return _stale_ident is not None
 
 
 def stale() -> bool:

@@ -18,6 +18,7 @@ float32) are delegated to the numpy provider, so every algorithm here is total.
 from __future__ import annotations
 
 import os
+import sys
 import weakref
 from typing import Any
 
@@ -36,7 +37,7 @@ from pycann.kernels.algorithm import (
     TORCH_CONV_TRANSPOSE_NHWC,
     TORCH_MATMUL,
 )
-from pycann.kernels.providers import ConvSpec, GemmSpec, Implementation
+from pycann.kernels.providers import ConvSpec, GemmSpec, Implementation, omp_fork
 from pycann.kernels.providers import numpy_blas as nb
 from pycann.ops.nn.spatial import Window
 
@@ -55,9 +56,16 @@ def thread_budget() -> int:
 
 
 def load() -> Any:
-    """``import torch`` once and apply the thread policy; raises ImportError without torch."""
+    """``import torch`` once and apply the thread policy; raises ImportError without torch, and in a
+    forked child of a process that ran OpenMP (oneDNN's kernels) before torch was imported: torch
+    imported there, beside the parent's libgomp state, aborted (double free) or hung in its first
+    kernels, so the callers' other paths (oneDNN, numpy) serve the child. A torch the application
+    imported itself is used as usual."""
     global _torch
     if _torch is None:
+        if "torch" not in sys.modules and omp_fork.forked_after_openmp():
+            raise ImportError("torch is not imported by pycann in a forked child of a process that ran OpenMP "
+                              "(it aborted or hung there); import torch before forking, or use the spawn start method")
         apply_omp_wait_policy()  # torch's bundled libgomp reads OMP_WAIT_POLICY when it loads
         import torch
 
