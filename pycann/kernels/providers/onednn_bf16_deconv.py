@@ -133,7 +133,7 @@ def conv_transpose_patches(x: np.ndarray, w: np.ndarray, b: np.ndarray | None, g
             or 0 in w.shape or (b is not None and b.shape != (w.shape[1],)):
         return None
     x = onednn_bf16._to_channels_last(x)
-    if not x.flags.aligned or any(d > 1 and s != 2 * e for d, s, e in zip(x.shape, x.strides, _cl_elements(x.shape))):
+    if not x.flags.aligned or any(d > 1 and s != 2 * e for d, s, e in zip(x.shape, x.strides, capi.layout_strides(x.shape, True))):
         # a channels-last view that is not dense (a channel slice, a step in H or W): the primitives
         # read the input as dense (pixels, C) rows, so it is made dense first
         dense = onednn_bf16._channels_last(x.shape)
@@ -147,7 +147,7 @@ def conv_transpose_patches(x: np.ndarray, w: np.ndarray, b: np.ndarray | None, g
     except capi.DnnlError:
         return None
     y_shape = plan.y_shape
-    cl = tuple(2 * s for s in _cl_elements(y_shape))
+    cl = tuple(2 * s for s in capi.layout_strides(y_shape, True))
     if out is not None and is_bfloat16(out.dtype) and out.shape == y_shape and out.flags.writeable \
             and out.strides == cl and not np.may_share_memory(out, x):
         y = out
@@ -159,9 +159,3 @@ def conv_transpose_patches(x: np.ndarray, w: np.ndarray, b: np.ndarray | None, g
         return None
     _counts["patch_deconv"] += 1
     return y
-
-
-def _cl_elements(shape: tuple[int, ...]) -> tuple[int, int, int, int]:
-    """Element strides of a channels-last (N, C, H, W) array."""
-    n, c, h, w = shape
-    return (h * w * c, 1, w * c, c)
