@@ -29,8 +29,8 @@ TUNE_BANK_PATH              see meaning  CANN's variable: the folder of AOE's kn
                                          ``~/.cache/pycann/aoe``. ``--op_bank_path`` (atc, aoe)
                                          wins over it
 PYCANN_OMP_WAIT_POLICY      brief        how the OpenMP workers of the oneDNN and torch kernels wait
-                                         between parallel regions: ``brief`` (spin ~2000 rounds,
-                                         ~50 us, then sleep, as ONNX Runtime's pool does:
+                                         between parallel regions: ``brief`` (spin 10000 rounds,
+                                         ~0.1-0.25 ms, then sleep, as ONNX Runtime's pool does:
                                          ``GOMP_SPINCOUNT``; a sleeping worker costs ~60-100 us of
                                          wake-up per region on a VM, and a ResNet-50 run has 95),
                                          ``passive`` (sleep at once; wins when other processes keep
@@ -221,11 +221,18 @@ def tune_bank_dir(explicit: str = "") -> Path:
 #: Accepted values of ``PYCANN_OMP_WAIT_POLICY`` (the first is the default).
 OMP_WAIT_POLICIES = ("brief", "passive", "active", "inherit")
 #: libgomp's spin rounds before a worker sleeps under ``brief`` (its default is 300000). One round is a
-#: PAUSE, ~24 ns on Zen 5, so 2000 is ~50 us: longer than the gaps between a plan's parallel regions (the
-#: Python step between two kernels, a reorder before a Winograd conv), far shorter than a time slice.
-#: Measured on ResNet-50 at 2 threads (bench/RESULTS.md, "Threads"): quiet 22.6-25 ms (passive 29-34,
-#: ORT 20-21); beside one busy process 49-58 ms (passive 40, 3000 rounds 54-63, 10000 rounds 91, ORT 40-50).
-BRIEF_SPINCOUNT = 2000
+#: PAUSE, whose cost varies by CPU: ~24 ns on Zen 5, ~8-10 ns on the AMX Xeon of the twenty-seventh
+#: session (10000 rounds spun 80-160 us there, 2000 only 15-20 us). The spin must outlast the gaps between
+#: a plan's parallel regions (the Python steps between two kernels) and a region's own imbalance: a worker
+#: that finishes its half of a GEMV early waits at the barrier, and if it sleeps there the next region pays
+#: a VM wake-up (60-150 us). At 2000 rounds on that Xeon nearly every region paid one (a 768x3072 GEMV 310
+#: us back to back against 187 spinning; a LayerNorm after it 112 us against 10), and 10000 gave ResNet-50
+#: 35.4 -> 30.6 ms, MobileNetV2 4.8 -> 4.3, GPT-2 decode 1.39x -> 1.26x ORT, with latency beside one busy
+#: process unchanged (the thread governor, ``ge/run/contention.py``, runs a one-thread plan there, whose
+#: worker has nothing to spin for); bench/RESULTS.md, "A spin that outlasts a region's imbalance". Before the
+#: governor existed, 10000 rounds beside a busy process cost ResNet-50 91 ms against 49-58 at 2000 ("Threads"):
+#: that is still what a process pays with ``PYCANN_ADAPTIVE_THREADS=off``, where ``passive`` is the choice.
+BRIEF_SPINCOUNT = 10000
 
 
 def omp_wait_policy() -> str:
