@@ -115,3 +115,43 @@ def test_pycann_does_not_import_torch_in_a_forked_child(tmp_path: Path) -> None:
     if "NOGOMP" in out.stdout:
         pytest.skip("no libgomp loaded with libdnnl")
     assert "child 0" in out.stdout and "child with torch 0" in out.stdout, (out.stdout, out.stderr[-2000:])
+
+
+_TORCH_KERNELS_IN_CHILD = r"""
+import os, signal, sys
+order = sys.argv[3]
+if order == "app_first":
+    import torch  # the application's own import, before pycann ran anything
+import numpy as np
+from pycann.ge.run.model import LoadedModel
+m = LoadedModel.from_file(sys.argv[1])
+x = np.load(sys.argv[2])
+want = m.run([x])[0]
+assert "torch" in sys.modules  # PYCANN_PROVIDERS=torch: the conv ran on torch's kernel
+if order == "app_after":
+    import torch  # imported by the application after pycann ran (and imported it)
+pid = os.fork()
+if pid == 0:
+    signal.alarm(60)
+    y = m.run([x])[0]
+    os._exit(0 if np.array_equal(y, want) else 3)
+print("child", os.waitpid(pid, 0)[1])
+"""
+
+
+@pytest.mark.parametrize("order", ["app_first", "app_after", "pycann"])
+def test_forked_children_run_torch_kernels_when_torch_was_imported_before_the_fork(tmp_path: Path,
+                                                                                    order: str) -> None:
+    """A torch imported before the fork (by the application, before or after pycann ran, or by pycann's own
+    torch provider) serves pycann's torch kernels in the child: same values, no hang or abort."""
+    pytest.importorskip("torch")
+    import numpy as np
+
+    model = tmp_path / "conv.onnx"
+    np.save(tmp_path / "x.npy", _conv_model(model))
+    env = {k: v for k, v in os.environ.items() if k != "PYCANN_PROVIDERS"}
+    env["PYCANN_PROVIDERS"] = "torch"
+    env["PYTHONPATH"] = os.pathsep.join([str(Path(__file__).resolve().parents[2]), *sys.path])
+    out = subprocess.run([sys.executable, "-c", _TORCH_KERNELS_IN_CHILD, str(model), str(tmp_path / "x.npy"), order],
+                         capture_output=True, text=True, timeout=300, env=env)
+    assert out.returncode == 0 and "child 0" in out.stdout, (out.stdout, out.stderr[-2000:])
