@@ -68,6 +68,27 @@ def test_conv_equals_float32_of_bf16_values(c: int, m: int, k: int, s: int, p: i
 
 
 @needs_bf16
+@pytest.mark.parametrize(("c", "m", "k", "s", "hw"), [(3, 64, 7, 2, 32), (3, 5, 3, 1, 5), (4, 16, 3, 1, 56)])
+@pytest.mark.parametrize("bad", [np.inf, np.nan])
+def test_conv_with_few_input_channels_keeps_a_nonfinite_input_inside_its_window(
+        c: int, m: int, k: int, s: int, hw: int, bad: float) -> None:
+    # On AMX CPUs oneDNN picks its "jit:avx512_core_amx" kernel for small channel counts (an RGB
+    # stem), which multiplies zero padding weights by neighbouring pixels: one inf pixel made
+    # 128 outputs of a 7x7/2 stem NaN where float32's are finite or inf.
+    x, w = _bf((1, c, hw, hw), 0), _bf((m, c, k, k), 1, 0.2)
+    x[0, c - 1, hw // 2, hw // 2] = bad
+    win = _win(k, s, k // 2, hw)
+    want = nb.conv_im2col_gemm(x.astype(np.float32), w.astype(np.float32), None, 1, win, None)
+    y = ob.conv(x, w, None, 1, win)
+    assert y is not None
+    got = y.astype(np.float32)
+    np.testing.assert_array_equal(np.isnan(got), np.isnan(want))
+    np.testing.assert_array_equal(np.isinf(got), np.isinf(want))
+    fin = np.isfinite(want)
+    np.testing.assert_allclose(got[fin], want[fin], rtol=RTOL, atol=1e-3 * float(np.abs(want[fin]).max()))
+
+
+@needs_bf16
 def test_conv_writes_into_out_of_any_layout_and_reads_strided_inputs() -> None:
     x = np.ascontiguousarray(_bf((1, 16, 12, 12), 0).transpose(0, 2, 3, 1)).transpose(0, 3, 1, 2)  # channels-last
     w, win = _bf((8, 16, 3, 3), 1, 0.2), _win(3, 1, 1, 12)

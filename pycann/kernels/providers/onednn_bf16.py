@@ -188,6 +188,9 @@ def _optional_args(args: list[tuple[int, Any]], bias_md: Any, res_md: Any) -> tu
     return bias, res
 
 
+_AMX_RELO = "jit:avx512_core_amx"  # not brgconv:avx512_core_amx, brgconv_1x1:avx512_core_amx
+
+
 class _ConvPlan:
     """One bf16 convolution primitive for fixed shapes, strides, weight and post-ops."""
 
@@ -206,6 +209,15 @@ class _ConvPlan:
         geo = (win.strides, [d - 1 for d in win.dilations], win.pads_begin, win.pads_end)
         pd = capi.convolution_pd(src, capi.MemoryDesc.any(wdims, dt=BF16), bias, dst, *geo, capi.Attr(ops))
         self.impl = pd.impl_info()
+        while self.impl.startswith(_AMX_RELO):
+            # oneDNN's AMX "reduced lowering" kernel (small input channel counts: an RGB stem) packs
+            # kw x ic into the reduction with zero weights for the padding, multiplied by the
+            # neighbouring pixels: an inf or NaN input turns outputs outside its receptive field into
+            # NaN (0 x inf), where the spec's (and ONNX Runtime's) result is finite. The next
+            # implementation oneDNN offers (brgconv) multiplies only the window.
+            if not pd.next_impl():
+                raise capi.DnnlError(f"bf16 convolution ({self.impl}: NaN outside the window)", 3)
+            self.impl = pd.fast_impl()
         if "gemm" in self.impl:
             # oneDNN's bf16 gemm convolution fails when another thread than its maker executes it
             # (see ``_canonical``): not taken; the caller's fallback computes the conv
