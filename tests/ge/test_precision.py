@@ -222,6 +222,39 @@ def test_fused_attention_fp16_rounds_probabilities() -> None:
     np.testing.assert_allclose(got.astype(F32), want.astype(F32), rtol=1e-3, atol=1e-3)
 
 
+@pytest.mark.parametrize("mode", ["allow_fp32_to_bf16", "allow_fp32_to_fp16"])
+def test_fused_attention_keeps_the_float32_mask_where_only_matrix_ops_are_reduced(mode: str) -> None:
+    # A finfo(float32).min mask (Hugging Face's) with every key of a row masked: float32 (ONNX
+    # Runtime) and the unfused graph in these modes (Add and Softmax stay float32) give a finite
+    # row; the fused node once narrowed the mask to -inf and returned NaN rows. A position bias
+    # added as the mask keeps its float32 bits too.
+    b, h, s, d = 1, 2, 4, 8
+    nodes = [helper.make_node("Transpose", ["k"], ["kt"], perm=[0, 1, 3, 2]), helper.make_node("MatMul", ["q", "kt"], ["sc"]),
+             helper.make_node("Mul", ["sc", "scale"], ["ss"]), helper.make_node("Add", ["ss", "m"], ["sm"]),
+             helper.make_node("Softmax", ["sm"], ["p"], axis=-1),
+             helper.make_node("MatMul", ["p", "v"], ["y"])]
+    m = _model(nodes, {"q": [b, h, s, d], "k": [b, h, s, d], "v": [b, h, s, d], "m": [b, h, s, s]}, ["y"],
+               {"scale": np.array(d ** -0.5, F32)})
+    feeds = {n: RNG.standard_normal((b, h, s, d)).astype(F32) for n in ("q", "k", "v")}
+    mask = RNG.standard_normal((b, h, s, s)).astype(F32)  # a position bias ...
+    mask[..., 0, :] = np.finfo(F32).min  # ... with row 0: every key masked
+    mask[..., 1:, s // 2:] = np.finfo(F32).min
+    feeds["m"] = mask
+    cm = compile_model(m, CompileOptions(soc_version="CPU", precision_mode=mode))
+    fa = [n for n in cm.graph.nodes if n.op_type == "FusedAttention"]
+    assert len(fa) == 1
+    (got,) = LoadedModel.from_compiled(cm).run_dict(feeds)
+    (unfused,) = _run(m, feeds, precision_mode=mode, disabled_passes=["AttentionFusion"])
+    assert np.isfinite(got).all() and np.isfinite(unfused).all()
+    # (the fused node keeps the scores float32; the unfused MatMul rounds them: an ulp apart)
+    np.testing.assert_allclose(got, unfused, atol=2e-2 if mode == "allow_fp32_to_bf16" else 3e-3)
+    # the unmasked float32 answer, within the operands' rounding
+    sc = np.einsum("bhsd,bhtd->bhst", feeds["q"], feeds["k"]) * F32(d ** -0.5) + mask
+    p = np.exp(sc - sc.max(-1, keepdims=True))
+    want = (p / p.sum(-1, keepdims=True)) @ feeds["v"]
+    np.testing.assert_allclose(got, want, atol=0.1 if mode == "allow_fp32_to_bf16" else 0.02)
+
+
 def test_fp16_elementwise_chain_rounds_each_step_like_unfused_ops() -> None:
     x = np.array([-12.0, -3.0, 0.5, 9.0], F16)
     steps = [["Sigmoid", -1, 0, 0.0, 0.0], ["Mul", 1, 0, 0.0, 0.0]]

@@ -53,6 +53,12 @@ ANY: Key = (0, 0)
 _EXACT_WIDENING = {(F16, F32), (F16, F64), (BF16, F32), (BF16, F64), (F32, F64)}
 
 
+# Fused matrix ops whose non-operand inputs come from an absorbed vector op (not the matrix op's own
+# bias or residual, which the cube's fixpipe adds in the result dtype): kept in their dtype where
+# only matrix ops are reduced.
+VECTOR_OPERANDS_KEPT = frozenset({"FusedAttention"})
+
+
 @dataclass
 class _Plan:
     """How one node runs: the version (Key) each listed input reads, and its output dtypes."""
@@ -216,6 +222,14 @@ class _Rewriter:
             target = BF16 if op in MATRIX_OPS and od == F32 else None
         if target is None or target == od and all(self.home.get(n.inputs[i]) == od for i in fins):
             return None
+        if op in VECTOR_OPERANDS_KEPT and mode in ("allow_fp32_to_fp16", "allow_fp32_to_bf16"):
+            # FusedAttention's mask is the operand of the Add the fusion absorbed: a vector op, which
+            # these modes keep in float32 (the kernel adds it to float32 scores). Narrowed, a
+            # finfo(float32).min mask became -inf and a fully masked row NaN, where the unfused graph
+            # (and ONNX Runtime) give a finite row; a position bias lost its low bits.
+            narrowed = MATRIX_OPERANDS[op]
+            return _Plan({i: ((target, 0) if i in narrowed else (self.orig[n.inputs[i]], 0)) for i in fins},
+                         label=SHORT[target])
         return _Plan({i: (target, 0) for i in fins}, label=SHORT[target])
 
     # ------------------------------------------------------------------------- rewrite
