@@ -49,6 +49,7 @@ from pycann.kernels.providers.onednn_capi_table import (
     F32,
     FORMAT_ANY,
     FORWARD_INFERENCE,
+    FPMATH_STRICT,
     LAST_IMPL_REACHED,
     MAX_NDIMS,
     MEMORY_ALLOCATE,
@@ -150,6 +151,11 @@ def load() -> Any:
         with _load_lock:
             if _lib is None:
                 lib, eng, strm, sync = open_library(library_candidates(), 3, _SIGNATURES, _RESTYPES)
+                # float32 primitives compute in float32 whatever ONEDNN_DEFAULT_FPMATH_MODE says: set
+                # to BF16 (Intel's advice for AMX with PyTorch), it made oneDNN run pycann's float32
+                # convolutions and matmuls in bf16 on AMX CPUs (error 1e-2 where ONNX Runtime's is
+                # 1e-6). Reduced precision is the precision modes' business (docs/precision.md).
+                check(lib.dnnl_set_default_fpmath_mode(FPMATH_STRICT), "dnnl_set_default_fpmath_mode")
                 _engine, _stream, _synchronous = eng, strm, sync
                 _lib = lib  # last: a thread that sees it set finds the engine and stream too
     return _lib

@@ -24,6 +24,7 @@ DNNL_ARG_SCALE / SHIFT                         51 / 52    dnnl_types.h
 dnnl_use_scale / dnnl_use_shift                0x2 / 0x4  dnnl_types.h dnnl_normalization_flags_t
 dnnl_pooling_max / avg_include / avg_exclude   0x1ff/0x2ff/0x3ff  dnnl_types.h dnnl_alg_kind_t
 DNNL_MEMORY_ALLOCATE                           (void*)-1  dnnl_types.h
+dnnl_fpmath_mode_strict                        0          dnnl_common_types.h dnnl_fpmath_mode_t
 =============================================  =========  ===================================
 """
 
@@ -37,6 +38,7 @@ LAST_IMPL_REACHED = 4
 F16, BF16, F32 = 1, 2, 3  # dnnl_data_type_t (dnnl_common_types.h)
 ENGINE_CPU = 1
 STREAM_DEFAULT = 1
+FPMATH_STRICT = 0  # dnnl_fpmath_mode_t: float32 ops computed in float32
 FORMAT_ANY = 1
 FORWARD_INFERENCE = 96
 CONVOLUTION_DIRECT = 0x1
@@ -140,6 +142,7 @@ SIGNATURES: dict[str, tuple[Any, ...]] = {
     "dnnl_primitive_execute": (_P, _P, _I, ctypes.POINTER(ExecArg)),
     "dnnl_primitive_destroy": (_P,),
     "dnnl_version": (),
+    "dnnl_set_default_fpmath_mode": (_I,),
 }
 RESTYPES: dict[str, Any] = {"dnnl_memory_desc_equal": _I, "dnnl_memory_desc_get_size": ctypes.c_size_t,
                              "dnnl_primitive_desc_query_md": _P, "dnnl_version": ctypes.POINTER(Version)}
