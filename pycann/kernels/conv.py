@@ -55,12 +55,15 @@ def conv_act(inputs: Sequence[Any], attrs: Mapping[str, Any], out: np.ndarray | 
     group = int(attrs.get("group", 1))
     win = check_conv(x, w, b, group, attrs)
     # bf16 precision modes: oneDNN's bf16 kernels (fp32 accumulation), as the NPU computes
-    if is_bfloat16(x.dtype) and is_bfloat16(w.dtype) and onednn_bf16.native() and _torch_ok(attrs) \
-            and not (relu and not nan_guard.safe(x, nan_guard.weight_bound(w, b), residual)):
-        y16n = onednn_bf16.conv(x, w, b, group, win, residual, RELU if relu else None,
+    if is_bfloat16(x.dtype) and is_bfloat16(w.dtype) and onednn_bf16.native() and _torch_ok(attrs):
+        # a NaN/inf input (or overflow) would turn to 0 in the fused ReLU: then the conv alone and
+        # the ReLU in numpy (torch's bf16 conv, the fallback, spreads a NaN/inf beyond its window on
+        # AMX CPUs: docs/precision.md)
+        fuse_relu = relu and nan_guard.safe(x, nan_guard.weight_bound(w, b), residual)
+        y16n = onednn_bf16.conv(x, w, b, group, win, residual, RELU if fuse_relu else None,
                                 out if out is not None and is_bfloat16(out.dtype) else None)
         if y16n is not None:  # bias, residual and relu applied in the primitive, result bf16
-            return y16n, False
+            return (onednn_bf16.relu_keeping_nan(y16n) if relu and not fuse_relu else y16n), False
     y16 = bf16_conv(x, w, b, group, win) if is_bfloat16(x.dtype) and is_bfloat16(w.dtype) and _torch_ok(attrs) else None
     cd = compute_dtype(x.dtype)
     bc = b.astype(cd, copy=False) if b is not None else None

@@ -84,6 +84,13 @@ def _bf16_conv_fused(inputs: Sequence[Any], attrs: Mapping[str, Any], relu: bool
                 ok = aff is None and 0.0 < bound < nan_guard._F32_SAFE
                 nan_guard.record(y, _bf16_out_bound(name, bound) if ok else None)
                 return y
+        elif (relu or name == "Relu") and aff is None:
+            # the input may hold NaN/inf: the conv alone, then a ReLU that keeps NaN (torch's bf16
+            # conv, the fallback below, spreads a NaN/inf beyond its window on AMX CPUs)
+            y = onednn_bf16.conv(x, w, b, int(attrs.get("group", 1)), win, z, None, out)
+            if y is not None:
+                nan_guard.record(y, None)
+                return onednn_bf16.relu_keeping_nan(y)
     if name not in ("", "Relu") or aff is not None:
         return None
     return _torch_bf16_conv_fused(x, w, b, int(attrs.get("group", 1)), win, z, relu)  # type: ignore[no-any-return]

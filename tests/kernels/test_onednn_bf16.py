@@ -89,6 +89,34 @@ def test_conv_with_few_input_channels_keeps_a_nonfinite_input_inside_its_window(
 
 
 @needs_bf16
+@pytest.mark.parametrize("bad", [np.inf, np.nan])
+@pytest.mark.parametrize("fused", [True, False])
+def test_guarded_relu_conv_keeps_a_nonfinite_input_inside_its_window(bad: float, fused: bool) -> None:
+    # The NaN guard declines the fused ReLU for such an input; the conv then ran in torch's bf16
+    # kernel, whose AMX version (an 11x11/4 stem on 3 channels) also multiplied padding weights by
+    # neighbouring pixels: NaN outside the window. Now the native conv runs alone, ReLU in numpy.
+    from pycann.kernels import conv as kconv
+    from pycann.kernels import fused as kfused
+
+    x, w = _bf((1, 3, 32, 32), 0), _bf((4, 3, 11, 11), 1, 0.1)
+    x[0, 1, 16, 16] = bad
+    b = np.random.default_rng(2).standard_normal(4).astype(np.float32)
+    attrs = {"kernel_shape": [11, 11], "strides": [4, 4], "pads": [2, 2, 2, 2]}
+    want = nb.conv_im2col_gemm(x.astype(np.float32), w.astype(np.float32), b, 1, _win(11, 4, 2, 32), None)
+    want = np.where(np.isnan(want), want, np.maximum(want, 0))
+    if fused:
+        y = kfused._bf16_conv_fused([x, w, b], {**attrs, "activation": "Relu"}, False)
+    else:
+        y = kconv.conv([x, w, b], attrs, relu=True)
+    assert y is not None
+    got = np.asarray(y).astype(np.float32)
+    np.testing.assert_array_equal(np.isnan(got), np.isnan(want))
+    np.testing.assert_array_equal(np.isinf(got), np.isinf(want))
+    fin = np.isfinite(want)
+    np.testing.assert_allclose(got[fin], want[fin], rtol=RTOL, atol=1e-3 * float(np.abs(want[fin]).max()))
+
+
+@needs_bf16
 def test_conv_writes_into_out_of_any_layout_and_reads_strided_inputs() -> None:
     x = np.ascontiguousarray(_bf((1, 16, 12, 12), 0).transpose(0, 2, 3, 1)).transpose(0, 3, 1, 2)  # channels-last
     w, win = _bf((8, 16, 3, 3), 1, 0.2), _win(3, 1, 1, 12)

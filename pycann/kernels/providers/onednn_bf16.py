@@ -34,7 +34,8 @@ from pycann.kernels.providers import onednn_capi as capi
 from pycann.kernels.providers.onednn_eltwise import Unaries, Unary, _chain
 from pycann.ops.nn.spatial import Window
 
-__all__ = ["ALGORITHMS", "BF16", "bf16_choice", "conv", "cpu_has_bf16", "kernel_note", "matmul", "native", "stats"]
+__all__ = ["ALGORITHMS", "BF16", "bf16_choice", "conv", "cpu_has_bf16", "kernel_note", "matmul", "native", "relu_keeping_nan",
+           "stats"]
 
 BF16 = capi.BF16  # dnnl_data_type_t dnnl_bf16
 _MAX_PLANS = 512
@@ -303,6 +304,15 @@ def conv(x: np.ndarray, w: np.ndarray, b: np.ndarray | None, group: int, win: Wi
         return None
     _counts["conv"] += 1
     return out
+
+
+def relu_keeping_nan(y: np.ndarray) -> np.ndarray:
+    """``max(y, 0)`` in place on a bfloat16 array, NaN kept (ONNX Relu; oneDNN's fused ReLU maps NaN
+    to 0). Exact on the rounded values: rounding and ReLU commute. Returns ``y``."""
+    v = y.astype(np.float32)
+    np.maximum(v, 0, out=v)
+    y[...] = v.astype(y.dtype)
+    return y
 
 
 class _MatMulPlan:
