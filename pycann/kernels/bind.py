@@ -27,7 +27,7 @@ from pycann.kernels.bind_onednn import PREPARE_ONEDNN
 from pycann.kernels.bind_resize import PREPARE_RESIZE
 from pycann.kernels.bind_small import PREPARE_SMALL, conv_im2col
 from pycann.kernels.bound import BoundKernel
-from pycann.kernels.providers import onednn_cast
+from pycann.kernels.providers import onednn_bf16, onednn_cast
 from pycann.ops.nn.spatial import empty_like_layout, is_channels_last
 
 
@@ -146,10 +146,13 @@ def _cast(attrs, ins, consts, outs) -> Kernel | None:  # type: ignore[no-untyped
     except (TypeError, KeyError, ValueError):
         return None
     shape = _static(d)
-    if onednn_cast.is_pair(src, dst) and shape is not None:  # the bf16 modes' casts: oneDNN reorders
+    # the bf16 modes' casts as oneDNN reorders: widening ones always (exact), narrowing ones whose
+    # readers are all bf16 matrix operands (ge/compile/passes/flushing_casts.py) where those run natively
+    flush = bool(attrs.get("_readers_flush")) and onednn_cast.is_narrowing(src, dst) and onednn_bf16.native()
+    if (flush or onednn_cast.is_pair(src, dst)) and shape is not None:
         from pycann.ops.cast import _k_cast
 
-        k = onednn_cast.bound_cast(shape, src, dst, _k_cast)
+        k = onednn_cast.bound_cast(shape, src, dst, _k_cast, narrowing=flush)
         if k is not None:
             return k
     if src not in _PLAIN or dst not in _PLAIN or (src.kind == "f" and dst.kind in "iub"):

@@ -1,17 +1,20 @@
-"""Cast from bfloat16 to float32 as a oneDNN reorder: one multi-threaded pass, in any layout.
+"""Casts between bfloat16 and float32 as oneDNN reorders: one multi-threaded pass, in any layout.
 
 The bf16 precision modes (``allow_fp32_to_bf16``, docs/precision.md) put a Cast on every edge
 between a bf16 matrix op and a float32 vector op: PP-OCRv4 det at 640 x 640 has 39, over feature
 maps up to 96 x 160 x 160. numpy's ``astype`` through ml_dtypes converts one element at a time on
-one core (~0.4 ms per million values). A oneDNN reorder widens with vector instructions on every
-OpenMP thread, and can write another layout in the same pass.
+one core (~0.4-0.8 ms per million values). A oneDNN reorder converts with vector instructions on
+every OpenMP thread, and can write another layout in the same pass.
 
-Only the widening direction: bfloat16 -> float32 is exact (ONNX Cast-19; oneDNN shifts the bits,
-subnormals included), and tests/kernels/test_onednn_cast.py compares bit patterns with ml_dtypes.
-float32 -> bfloat16 stays numpy's: oneDNN's conversion (``vcvtneps2bf16`` on AVX512_BF16) flushes
-subnormal inputs to zero, where ONNX Cast and ml_dtypes round them (an earlier attempt was dropped
-for that; docs/precision.md). Small tensors (below ``MIN_ELEMENTS``) keep numpy too: its call costs
-less than a primitive's.
+* bfloat16 -> float32 (``is_pair``): always; it is exact (ONNX Cast-19; oneDNN shifts the bits,
+  subnormals included), and tests/kernels/test_onednn_cast.py compares bit patterns with ml_dtypes.
+* float32 -> bfloat16 (``is_narrowing``, ``bound_cast(..., narrowing=True)``): rounds to nearest
+  even as ONNX Cast does, but oneDNN's conversion (``vcvtneps2bf16`` on AVX512_BF16) reads float32
+  subnormals as zero, where ONNX Cast and ml_dtypes round them. So only for the Casts whose readers
+  read bf16 subnormals as zero themselves (the native bf16 matrix kernels:
+  ``ge/compile/passes/flushing_casts.py``); every other narrowing Cast stays numpy's.
+
+Small tensors (below ``MIN_ELEMENTS``) keep numpy: its call costs less than a primitive's.
 """
 
 from __future__ import annotations
@@ -28,7 +31,7 @@ from pycann.kernels.providers import onednn_capi as capi
 from pycann.kernels.providers.native_args import address
 from pycann.ops.nn.spatial import empty_like_layout
 
-__all__ = ["MIN_ELEMENTS", "bound_cast"]
+__all__ = ["MIN_ELEMENTS", "bound_cast", "is_narrowing", "is_pair"]
 
 MIN_ELEMENTS = 1 << 15  # below: numpy's astype (a oneDNN call's overhead is ~10 us)
 _BF16 = capi.BF16
@@ -36,13 +39,16 @@ _MAX_LAYOUTS = 8  # (input strides, output strides) pairs one bound cast keeps a
 _F32 = np.dtype(np.float32)
 
 
-def bound_cast(shape: Sequence[int], src: np.dtype, dst: np.dtype, fallback: Any) -> BoundKernel | None:
-    """Cast of a ``shape`` tensor from ``src`` to ``dst`` (bfloat16 -> float32) as a kernel
+def bound_cast(shape: Sequence[int], src: np.dtype, dst: np.dtype, fallback: Any, *,
+               narrowing: bool = False) -> BoundKernel | None:
+    """Cast of a ``shape`` tensor from ``src`` to ``dst`` (bfloat16 -> float32; with ``narrowing``
+    also float32 -> bfloat16, float32 subnormals to zero: the module docstring says where) as a kernel
     ``k(inputs, attrs, out=None) -> [y]`` writing into the arena view ``out[0]`` when given (any
     strides), else into a new array laid out as the input. None for other dtypes, small tensors or
     without libdnnl. A call with another shape or dtype runs ``fallback(inputs, attrs)``."""
     shape = tuple(int(d) for d in shape)
-    if not is_pair(src, dst) or int(np.prod(shape, dtype=np.int64)) < MIN_ELEMENTS:
+    if not (is_pair(src, dst) or (narrowing and is_narrowing(src, dst))) \
+            or int(np.prod(shape, dtype=np.int64)) < MIN_ELEMENTS:
         return None
     from pycann.kernels.providers import onednn
 
@@ -55,7 +61,7 @@ def bound_cast(shape: Sequence[int], src: np.dtype, dst: np.dtype, fallback: Any
     def primitive(xs: tuple[int, ...], ys: tuple[int, ...]) -> capi.Reorder:
         p = prims.get((xs, ys))
         if p is None:
-            p = capi.Reorder(_md(shape, xs, src.itemsize, _BF16), _md(shape, ys, dst.itemsize, capi.F32))
+            p = capi.Reorder(_md(shape, xs, src.itemsize, _code(src)), _md(shape, ys, dst.itemsize, _code(dst)))
             if len(prims) >= _MAX_LAYOUTS:  # (no lock: dict operations are atomic under the GIL)
                 prims.clear()
             prims[(xs, ys)] = p
@@ -84,9 +90,19 @@ def bound_cast(shape: Sequence[int], src: np.dtype, dst: np.dtype, fallback: Any
             return [o]
         return [y]
 
-    return BoundKernel(kernel, writes_out=True, threads=Threads.OPENMP, keep=(prims,), impl="onednn:reorder_cast")
+    return BoundKernel(kernel, writes_out=True, threads=Threads.OPENMP, keep=(prims,), impl="onednn:reorder_cast_flush" if narrowing else "onednn:reorder_cast")
 
 
 def is_pair(src: np.dtype, dst: np.dtype) -> bool:
-    """bfloat16 -> float32: the cast ``bound_cast`` computes."""
+    """bfloat16 -> float32: the exact cast ``bound_cast`` always computes."""
     return is_bfloat16(src) and dst == _F32
+
+
+def is_narrowing(src: np.dtype, dst: np.dtype) -> bool:
+    """float32 -> bfloat16: the cast ``bound_cast`` computes with ``narrowing`` (subnormals to zero)."""
+    return src == _F32 and is_bfloat16(dst)
+
+
+def _code(dt: np.dtype) -> int:
+    """oneDNN's data type code of float32 or bfloat16."""
+    return _BF16 if is_bfloat16(dt) else capi.F32

@@ -25,7 +25,7 @@ from collections.abc import Callable, Mapping
 from pycann.dtypes import DType, TensorDesc
 from pycann.ge.ir import Graph, Node, free_names
 
-__all__ = ["DATA_INPUTS", "hoist_casts"]
+__all__ = ["DATA_INPUTS", "hoist_casts", "moves_data"]
 
 _F32 = int(DType.FLOAT)
 _NARROW = (int(DType.FLOAT16), int(DType.BFLOAT16))
@@ -41,11 +41,11 @@ DATA_INPUTS: Mapping[str, tuple[int, ...] | None] = {
     "Flatten": (0,),
     "Identity": (0,),
     "Slice": (0,),
-    "Resize": (0,),  # nearest only (``_moves``): linear and cubic compute new values
+    "Resize": (0,),  # nearest only (``moves_data``): linear and cubic compute new values
 }
 
 
-def _moves(n: Node) -> bool:
+def moves_data(n: Node) -> bool:
     """``n`` is a single-output ONNX op that only moves data."""
     if n.domain or n.op_type not in DATA_INPUTS or len([o for o in n.outputs if o]) != 1:
         return False
@@ -97,7 +97,7 @@ def _hoist_one(g: Graph, pinned: Callable[[Node], bool] | None) -> int:
             continue
         op = producers.get(cast.inputs[0])
         v = cast.inputs[0]
-        if op is None or not _moves(op) or v in outer or (pinned is not None and pinned(op)):
+        if op is None or not moves_data(op) or v in outer or (pinned is not None and pinned(op)):
             continue
         casts = readers.get(v, [])
         if any(_narrowing(r, g) != to or r.inputs[0] != v for r in casts) or \

@@ -25,6 +25,7 @@ from pycann.dtypes import DType, TensorDesc, to_numpy
 from pycann.errors import OptionError
 from pycann.ge.compile.passes.base import PassContext, PassResult
 from pycann.ge.compile.passes.dead_code import is_identity
+from pycann.ge.compile.passes.flushing_casts import mark_flushing_casts
 from pycann.ge.compile.passes.hoist_casts import hoist_casts
 from pycann.ge.compile.passes.infer_shapes import const_desc
 from pycann.ge.compile.precision_config import MIXED_MODES, PrecisionSettings, matches
@@ -388,14 +389,17 @@ def run(graph: Graph, ctx: PassContext) -> PassResult:
     rw.warn_unused_keep()
     simplify_casts(graph)
     moved = _move_casts(graph, s, rw)
+    flushing = mark_flushing_casts(graph)  # (where oneDNN's conversion may serve: flushing_casts.py)
     # the Casts this pass added that remain (not "all Casts minus the model's own": the model's
     # Casts that simplify_casts folded away made that negative)
     mine = {id(n) for n in own}
     casts = sum(1 for n in _converting_casts(graph) if id(n) not in mine)
     counts = ", ".join(f"{k} {v}" for k, v in sorted(rw.by_dtype.items()))
-    ctx.results["precision"] = {**s.describe(), "nodes": dict(rw.by_dtype), "casts": casts}
+    ctx.results["precision"] = {**s.describe(), "nodes": dict(rw.by_dtype), "casts": casts,
+                                "casts_readers_flush": flushing}
     note = kernel_note(set(rw.by_dtype))
     hoisted = f" ({moved} moved above data-moving ops)" if moved else ""
+    hoisted += f"; {flushing} feed only bf16 matrix operands" if flushing else ""
     return PassResult(graph, True, f"{s.mode}: nodes by compute dtype: {counts}; {casts} Casts{hoisted}{note}",
                       rw.missed)
 

@@ -1,0 +1,188 @@
+"""Narrowing Casts that feed only bf16 matrix operands (``ge/compile/passes/flushing_casts.py``) run as
+oneDNN reorders, which read float32 subnormals as zero, as the native bf16 kernels after them read
+bf16 subnormals: which Casts qualify, the kernel's values against ml_dtypes, and a model's outputs
+with and without the fast Casts (the golden: the same compile with the exact casts)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+import onnx
+import pytest
+from onnx import TensorProto, helper, numpy_helper
+
+from pycann.dtypes import DType, TensorDesc, bfloat16
+from pycann.ge.compile.compiler import compile_model
+from pycann.ge.compile.options import CompileOptions
+from pycann.ge.compile.passes import precision
+from pycann.ge.compile.passes.flushing_casts import ATTR, mark_flushing_casts
+from pycann.ge.ir import Graph, Node
+from pycann.ge.run.model import LoadedModel
+from pycann.kernels.providers import onednn_bf16, onednn_cast
+from pycann.ops.cast import _k_cast
+
+RNG = np.random.default_rng(31)
+BF16, F32 = int(DType.BFLOAT16), int(DType.FLOAT)
+OPTS = {"precision_mode": "allow_fp32_to_bf16", "soc_version": "Ascend910B2"}
+
+
+def _w(*shape: int) -> np.ndarray:
+    return (RNG.standard_normal(shape) / np.sqrt(np.prod(shape[1:]))).astype(np.float32)
+
+
+def _model(nodes: list[onnx.NodeProto], inits: dict[str, np.ndarray], outputs: list[str]) -> onnx.ModelProto:
+    g = helper.make_graph(nodes, "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 8, 64, 64])],
+                          [helper.make_tensor_value_info(o, TensorProto.FLOAT, None) for o in outputs],
+                          [numpy_helper.from_array(v, k) for k, v in inits.items()])
+    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
+    m.ir_version = 8
+    return m
+
+
+def _neck(extra_reader: str | None = None) -> onnx.ModelProto:
+    """conv -> float32 Mul (a vector op: its output is cast back to bf16) -> Resize -> Concat -> conv;
+    ``extra_reader``: the Mul's output is also read by a Relu that is a graph output, or is one itself."""
+    scales = np.array([1, 1, 1, 1], np.float32)
+    nodes = [helper.make_node("Conv", ["x", "w1"], ["c1"], pads=[1, 1, 1, 1]),
+             helper.make_node("Mul", ["c1", "c1"], ["m"]),
+             helper.make_node("Resize", ["m", "", "scales"], ["u"], mode="nearest"),
+             helper.make_node("Concat", ["u", "c1"], ["cat"], axis=1),
+             helper.make_node("Conv", ["cat", "w2"], ["y"], pads=[1, 1, 1, 1])]
+    outs = ["y"]
+    if extra_reader == "relu":
+        nodes.append(helper.make_node("Relu", ["m"], ["r"]))
+        outs.append("r")
+    elif extra_reader == "output":
+        outs.append("m")
+    return _model(nodes, {"w1": _w(8, 8, 3, 3), "w2": _w(4, 16, 3, 3), "scales": scales}, outs)
+
+
+def _narrowing_casts(cm: Any) -> list[Any]:
+    g = cm.graph
+    return [n for n in g.nodes if n.op_type == "Cast" and int(n.attrs.get("to", 0)) == BF16
+            and g.descs[n.inputs[0]].dtype == F32]
+
+
+def test_casts_read_only_by_matrix_operands_are_marked() -> None:
+    cm = compile_model(_neck(), CompileOptions(**OPTS))
+    casts = _narrowing_casts(cm)
+    assert casts and all(n.attrs.get(ATTR) == 1 for n in casts), [(n.name, n.attrs) for n in casts]
+    assert cm.manifest["precision"]["casts_readers_flush"] == len(casts)
+
+
+def _ir(readers: list[tuple[str, str, int]], output: bool = False, subgraph: bool = False) -> tuple[Graph, Node]:
+    """x (float32) -> Cast to bf16 -> v, read by ``readers`` ((domain, op type, input index): a node
+    whose other inputs are fresh bf16 values); ``output``: v is a graph output; ``subgraph``: an If
+    branch reads v."""
+    g = Graph(name="g", opsets={"": 19, "pycann": 1})
+    g.inputs, g.outputs = ["x"], []
+    g.descs["x"] = TensorDesc(F32, (1, 8, 4, 4))
+    cast = Node("Cast", ["x"], ["v"], {"to": BF16}, name="cast", opset=19)
+    g.descs["v"] = TensorDesc(BF16, (1, 8, 4, 4))
+    g.nodes.append(cast)
+    for j, (domain, op, i) in enumerate(readers):
+        ins = [f"o{j}_{k}" for k in range(max(i + 1, 2))]
+        for x in ins:
+            g.descs[x] = TensorDesc(BF16, (1, 8, 4, 4))
+        ins[i] = "v"
+        attrs: dict[str, Any] = {"mode": "linear"} if op == "Resize" and j == 99 else {}
+        g.nodes.append(Node(op, ins, [f"y{j}"], attrs, name=f"n{j}", domain=domain))
+        g.descs[f"y{j}"] = TensorDesc(BF16, (1, 8, 4, 4))
+        g.outputs.append(f"y{j}")
+    if output:
+        g.outputs.append("v")
+    if subgraph:
+        body = Graph(name="then", opsets={"": 19})
+        body.nodes.append(Node("Identity", ["v"], ["z"], {}, name="id"))
+        body.outputs = ["z"]
+        g.nodes.append(Node("If", ["c"], ["w"], {"then_branch": body, "else_branch": body}, name="if"))
+    return g, cast
+
+
+@pytest.mark.parametrize("readers", [[("", "Conv", 0)], [("", "Conv", 1)], [("pycann", "FusedConv", 0)],
+                                     [("", "MatMul", 1), ("pycann", "FusedMatMul", 0)], [("", "Gemm", 0)],
+                                     [("", "ConvTranspose", 0)]])
+def test_matrix_operands_vouch_for_a_cast(readers: list[tuple[str, str, int]]) -> None:
+    g, cast = _ir(readers)
+    assert mark_flushing_casts(g) == 1 and cast.attrs[ATTR] == 1
+
+
+def test_data_moving_ops_pass_the_question_on() -> None:
+    g, cast = _ir([("", "Concat", 1)])
+    g.outputs.remove("y0")  # the Concat's output read by a conv
+    g.nodes.append(Node("Conv", ["y0", "w"], ["z"], {}, name="conv"))
+    g.outputs.append("z")
+    assert mark_flushing_casts(g) == 1 and cast.attrs[ATTR] == 1
+    g.outputs.append("y0")  # ... and returned: exact
+    assert mark_flushing_casts(g) == 0 and ATTR not in cast.attrs
+
+
+@pytest.mark.parametrize("case", ["residual", "bias", "vector op", "output", "subgraph", "nothing", "mixed"])
+def test_other_readers_keep_the_exact_cast(case: str) -> None:
+    readers = {"residual": [("pycann", "FusedConv", 3)], "bias": [("", "Conv", 2)], "vector op": [("", "Add", 0)],
+               "output": [("", "Conv", 0)], "subgraph": [("", "Conv", 0)], "nothing": [],
+               "mixed": [("", "Conv", 0), ("", "Relu", 0)]}[case]
+    g, cast = _ir(readers, output=case == "output", subgraph=case == "subgraph")
+    cast.attrs = {**cast.attrs, ATTR: 1}  # (a stale mark from an earlier run of the pass goes)
+    assert mark_flushing_casts(g) == 0 and ATTR not in cast.attrs
+
+
+def test_must_keep_origin_dtype_marks_nothing() -> None:
+    cm = compile_model(_neck(), CompileOptions(precision_mode="must_keep_origin_dtype"))
+    assert not any(ATTR in n.attrs for n in cm.graph.nodes)
+
+
+native = pytest.mark.skipif(not onednn_bf16.native(), reason="needs a bf16 CPU (avx512_bf16 / amx_bf16) and libdnnl")
+
+
+@native
+def test_the_flushing_reorder_rounds_as_ml_dtypes_and_flushes_subnormals() -> None:
+    tiny = np.finfo(np.float32).tiny
+    special = np.array([0.0, -0.0, 1.0, -1.0, 1 + 2 ** -8, 1 + 3 * 2 ** -8, 3.4e38, -3.4e38, np.inf, -np.inf,
+                        tiny, -tiny, tiny * 0.5, -tiny * 0.25, 1e-45, tiny * (1 - 2 ** -9)], np.float32)
+    x = np.concatenate([special, (RNG.standard_normal(1 << 16) * 10.0 ** RNG.integers(-30, 30, 1 << 16))
+                        .astype(np.float32)])
+    x = np.concatenate([x, np.full(3, np.nan, np.float32)])
+    k = onednn_cast.bound_cast(x.shape, np.dtype(np.float32), bfloat16(), _k_cast, narrowing=True)
+    assert k is not None and k.impl == "onednn:reorder_cast_flush"
+    got = k.run([x], {"to": BF16})[0]
+    want = x.astype(bfloat16())
+    sub = (np.abs(x) < tiny) & (x != 0)
+    nan = np.isnan(x)
+    ok = ~sub & ~nan
+    assert np.array_equal(got[ok].view(np.uint16), want[ok].view(np.uint16))
+    assert np.all(got[sub].astype(np.float32) == 0.0)
+    assert np.all(np.signbit(got[sub].astype(np.float32)) == np.signbit(x[sub]))
+    assert np.all(np.isnan(got[nan].astype(np.float32)))
+
+
+@native
+def test_a_model_gives_the_exact_casts_outputs(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The neck with the fast Casts against the same compile with every Cast exact, on inputs with
+    float32 subnormals (not within half a bf16 step of 2**-126): bit for bit, since the bf16 convs read
+    the exact Casts' bf16 subnormals as zero too."""
+    m = _neck()
+    made: list[str] = []
+    real = onednn_cast.bound_cast
+
+    def spy(*a: Any, **kw: Any) -> Any:
+        k = real(*a, **kw)
+        if k is not None:
+            made.append(k.impl)
+        return k
+
+    with monkeypatch.context() as mp:
+        mp.setattr(onednn_cast, "bound_cast", spy)
+        fast = LoadedModel.from_compiled(compile_model(m, CompileOptions(**OPTS)))
+        fast.run([np.zeros((1, 8, 64, 64), np.float32)])
+    assert "onednn:reorder_cast_flush" in made, made  # (the maps are 8 x 64 x 64: above MIN_ELEMENTS)
+    with monkeypatch.context() as mp:
+        mp.setattr(precision, "mark_flushing_casts", lambda g: 0)
+        exact = LoadedModel.from_compiled(compile_model(m, CompileOptions(**OPTS)))
+    tiny = np.finfo(np.float32).tiny
+    for scale in (1.0, 1e-20, tiny * 2.0 ** -4):  # (the last: the conv outputs are subnormal)
+        x = (RNG.standard_normal((1, 8, 64, 64)) * scale).astype(np.float32)
+        x.flat[::7] = tiny * 0.25
+        y_fast, y_exact = fast.run([x])[0], exact.run([x])[0]
+        assert np.array_equal(y_fast, y_exact), float(np.abs(y_fast - y_exact).max())
