@@ -6,14 +6,17 @@ converts one element at a time (~0.8 ns a value: 9.5 ms of PP-OCRv4 det's 31 ms 
 ``allow_fp32_to_bf16`` on an AMX Xeon), while oneDNN's reorder converts on every thread with the
 CPU's ``vcvtneps2bf16``, which reads float32 subnormals as zero.
 
-The bf16 kernels those Casts feed read them the same way: the dot-product instructions of AVX512_BF16
-(``vdpbf16ps``) and AMX (``tdpbf16ps``) take subnormal bf16 operands as zero (docs/precision.md). So
-where every reader of a Cast's output uses it as a multiplicand of a Conv, ConvTranspose, MatMul or
-Gemm (X or W; not a bias or a residual, which are added exactly), directly or through ops that only
-move data (Concat, Reshape, Transpose, Slice, a nearest Resize...: ``hoist_casts.DATA_INPUTS``), a
-flushing conversion changes what those kernels compute in one case only: a float32 subnormal within
-half a bfloat16 step of 2**-126, which the exact cast rounds up to the smallest normal bfloat16 and
-the flushing one takes to zero (a difference below 1.2e-38 times the weights). A graph output, a
+The bf16 kernels those Casts feed mostly read them the same way: the dot-product instructions of
+AVX512_BF16 (``vdpbf16ps``) and AMX (``tdpbf16ps``) take subnormal bf16 operands as zero
+(docs/precision.md). So where every reader of a Cast's output uses it as a multiplicand of a Conv,
+MatMul or Gemm (X or W; not a bias or a residual, which are added exactly), directly or through ops
+that only move data (Concat, Reshape, Transpose, Slice, a nearest Resize...:
+``hoist_casts.DATA_INPUTS``), a flushing conversion changes what those kernels compute only where an
+operand is a float32 subnormal: nothing where the kernel's instructions flush it anyway (brgconv,
+brgemm, AMX: outputs bit-identical, tests/ge/test_flushing_casts.py); where a kernel widens its bf16
+operands to float32 (oneDNN's ``jit_bf16`` conv on 3-channel inputs) the subnormal's share of each
+sum, below 1.2e-38 times the weights' absolute sum. ConvTranspose is not among the readers: outside
+its kernel == stride form its bf16 operands are widened and computed in float32. A graph output, a
 subgraph, a vector op or any other reader keeps the exact cast.
 
 ``mark_flushing_casts`` records the verdict as the node attribute ``_readers_flush`` (the .om keeps
@@ -37,11 +40,9 @@ _F32, _BF16 = int(DType.FLOAT), int(DType.BFLOAT16)
 # (domain, op type) -> the inputs that are multiplicands of the op's bf16 dot products
 MATRIX_OPERANDS: Mapping[tuple[str, str], tuple[int, ...]] = {
     ("", "Conv"): (0, 1),
-    ("", "ConvTranspose"): (0, 1),
     ("", "MatMul"): (0, 1),
     ("", "Gemm"): (0, 1),
     ("pycann", "FusedConv"): (0, 1),
-    ("pycann", "FusedConvTranspose"): (0, 1),
     ("pycann", "FusedMatMul"): (0, 1),
 }
 
