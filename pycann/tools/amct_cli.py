@@ -112,10 +112,27 @@ def load_batches(folder: str, shape: list[int], dtype: np.dtype, batch_num: int)
     return out
 
 
+def check_input_names(model: str, shapes: list[tuple[str, list[int]]]) -> None:
+    """Every ``--input_shape`` name is one of the model's inputs (checked before any data is read or
+    quantised; an unreadable model is left to AMCT's own error)."""
+    try:
+        import onnx
+
+        graph = onnx.load(model, load_external_data=False).graph
+    except Exception:  # noqa: BLE001  (missing or damaged file: reported by pycann.amct)
+        return
+    consts = {i.name for i in graph.initializer}
+    names = [i.name for i in graph.input if i.name not in consts]
+    unknown = [n for n, _ in shapes if n not in names]
+    if unknown:
+        raise CliError(f"--input_shape names {unknown}, not inputs of {model} (its inputs: {names})")
+
+
 def run(args: argparse.Namespace) -> int:
     from pycann import amct
 
     shapes = parse_shapes(args.input_shape)
+    check_input_names(args.model, shapes)
     dirs = [d for d in args.data_dir.split(";") if d]
     types = [t.strip() for t in args.data_types.split(";") if t.strip()]
     if len(dirs) != len(shapes):
