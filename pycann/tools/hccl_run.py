@@ -1,7 +1,8 @@
 """``hccl-run``: torchrun's launcher, plus rank tables (``--rank_table`` / ``RANK_TABLE_FILE``).
 
-Without a rank table, ``hccl-run ARGS`` is ``python -m torch.distributed.run ARGS`` (every
-torchrun flag works as torchrun documents it). With one, this host's server in the table
+Without a rank table, ``hccl-run ARGS`` is ``pycann-run -m torch.distributed.run ARGS`` (every
+torchrun flag works as torchrun documents it; in the workers, as in every worker of hccl-run,
+``import torch_npu`` and ``import acl`` are pycann's, as under pycann-run). With one, this host's server in the table
 (``--server_id``, else the server whose ``server_id`` / ``host_ip`` is one of this host's
 addresses, else the only server) decides what runs here: one process per device listed for it,
 each with torchrun's variables (``RANK``, ``LOCAL_RANK``, ``WORLD_SIZE``, ``LOCAL_WORLD_SIZE``,
@@ -176,15 +177,21 @@ def main(argv: Sequence[str] | None = None) -> int:
     if ns.rank_table and unknown:
         print(f"hccl-run: with a rank table these torchrun options are ignored: {' '.join(unknown)}",
               file=sys.stderr)
+    from pycann.tools.run import shims_for_children
+
+    # the workers are pycann apps, as under `pycann-run -m torch.distributed.run`: `import torch_npu`
+    # (and acl, torchair, amct_onnx) resolves to pycann in them
     if ns.rank_table:
         try:
-            return _run_table(ns, rest)
+            with shims_for_children():
+                return _run_table(ns, rest)
         except HcclError as e:
             print(f"hccl-run: {e}", file=sys.stderr)
             return 2
     from torch.distributed import run as torchrun
 
-    torchrun.main(args)
+    with shims_for_children():
+        torchrun.main(args)
     return 0
 
 

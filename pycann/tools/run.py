@@ -6,18 +6,20 @@ For that run only, ``import acl`` (and ``acl.rt``, ``acl.mdl``, ...) resolves to
 ``import torchair`` to ``pycann.torch.torchair`` and ``import amct_onnx`` to ``pycann.amct`` (AMCT's
 ONNX API: ``create_quant_config``, ``quantize_model``, ``save_model``, ...): a temporary directory holding these shim
 packages goes first on ``sys.path`` and on ``PYTHONPATH`` (so child processes of the app see
-them too) and is deleted afterwards. Nothing is shadowed outside ``pycann-run``.
+them too) and is deleted afterwards. Nothing is shadowed outside ``pycann-run``
+(and hccl-run's workers, which get the same shims).
 ``pycann-run -m package.module`` runs a module instead.
 """
 
 from __future__ import annotations
 
+import contextlib
 import os
 import runpy
 import shutil
 import sys
 import tempfile
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 
 from pycann import config
 
@@ -74,6 +76,26 @@ def make_shim_dir() -> str:
         with open(path, "w", encoding="utf-8") as f:
             f.write(text)
     return d
+
+
+@contextlib.contextmanager
+def shims_for_children() -> Iterator[str]:
+    """pycann-run's environment for the processes started inside the block (hccl-run's workers):
+    the shims first on ``PYTHONPATH`` (``import torch_npu`` / ``acl`` / ``torchair`` / ``amct_onnx``
+    are pycann's there) and the OpenMP wait policy set before their ``import torch``; both undone
+    afterwards. Yields the shim directory."""
+    shim = make_shim_dir()
+    from pycann.config import apply_omp_wait_policy
+
+    apply_omp_wait_policy()
+    pkg_root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    saved_env = config.environment().get("PYTHONPATH")
+    config.set_environ("PYTHONPATH", os.pathsep.join(p for p in (shim, pkg_root, saved_env) if p))
+    try:
+        yield shim
+    finally:
+        config.set_environ("PYTHONPATH", saved_env)
+        shutil.rmtree(shim, ignore_errors=True)
 
 
 def _shadowed(name: str) -> bool:

@@ -94,3 +94,41 @@ def test_torchrun_flags_without_a_table() -> None:
     r = _run(["--nproc_per_node=2", "--master_port", str(free_port()), str(WORKERS / "launched.py")])
     assert r.returncode == 0, r.stderr[-3000:]
     assert r.stdout.count("SUM=1") == 2
+
+
+TORCH_NPU_WORKER = r'''import os
+import torch
+import torch.distributed as dist
+import torch_npu  # noqa: F401  (pycann's, as under pycann-run)
+import acl
+
+dist.init_process_group(backend="hccl")
+t = torch.full((4,), float(int(os.environ["RANK"]) + 1)).npu()
+dist.all_reduce(t)
+shim = os.path.dirname(os.path.dirname(torch_npu.__file__))
+os.write(1, f"TNPU rank={dist.get_rank()} device={t.device.type} sum={t.cpu().tolist()} acl={acl.__name__}\n"
+            f"SHIM {shim}\n".encode())  # one write: the two workers share the pipe
+dist.destroy_process_group()
+'''
+
+
+@pytest.mark.parametrize("how", ["rank_table", "nproc_per_node"])
+def test_torch_npu_script_runs_unmodified(tmp_path: Path, how: str) -> None:
+    # a torch_npu script (as /work/shared/samples/hccl/allreduce.py): `import torch_npu` failed under
+    # hccl-run (ModuleNotFoundError), which ran the workers without pycann-run's shims
+    script = tmp_path / "tnpu.py"
+    script.write_text(TORCH_NPU_WORKER)
+    port = str(free_port())
+    if how == "rank_table":
+        p = tmp_path / "hccl.json"
+        p.write_text(json.dumps(_table([("127.0.0.1", [0, 1])])))
+        args = ["--rank_table", str(p), "--master_port", port, str(script)]
+    else:
+        args = ["--nproc_per_node=2", "--master_port", port, str(script)]
+    r = _run(args)
+    assert r.returncode == 0, r.stderr[-3000:]
+    lines = sorted(x for x in r.stdout.splitlines() if x.startswith("TNPU"))
+    assert lines == [f"TNPU rank={k} device=npu sum=[3.0, 3.0, 3.0, 3.0] acl=pycann.acl" for k in (0, 1)], r.stdout
+    shims = {x.split(" ", 1)[1] for x in r.stdout.splitlines() if x.startswith("SHIM ")}
+    assert len(shims) == 1 and Path(next(iter(shims))).name.startswith("pycann-run-")
+    assert not Path(next(iter(shims))).exists()  # removed when the launcher ends
