@@ -17,6 +17,7 @@ from __future__ import annotations
 import glob
 import os
 import shlex
+import shutil
 import subprocess
 import sys
 from collections.abc import Sequence
@@ -67,7 +68,7 @@ def _command(app: list[str]) -> list[str]:
     return [sys.executable, *app] if app and app[0].endswith(".py") else app
 
 
-def _child_env(output: str, opts: dict[str, str]) -> dict[str, str]:
+def _child_env(output: str, opts: dict[str, str], shim: str) -> dict[str, str]:
     import pycann
 
     env = config.environment()
@@ -75,11 +76,9 @@ def _child_env(output: str, opts: dict[str, str]) -> dict[str, str]:
     env["PYCANN_PROFILE_QUIET"] = "1"
     env["PYCANN_PROFILE_ASCENDCL"] = opts.get("ascendcl", "on")
     # the app sees the same pycann as msprof, and `import acl` resolves to pycann.acl, as it
-    # does under pycann-run: msprof profiles CANN applications, which import acl
-    from pycann.tools.run import make_shim_dir
-
+    # does under pycann-run (``shim``: run.make_shim_dir()): msprof profiles CANN applications, which import acl
     root = os.path.dirname(os.path.dirname(os.path.abspath(pycann.__file__)))
-    env["PYTHONPATH"] = os.pathsep.join(p for p in (make_shim_dir(), root, env.get("PYTHONPATH", "")) if p)
+    env["PYTHONPATH"] = os.pathsep.join(p for p in (shim, root, env.get("PYTHONPATH", "")) if p)
     return env
 
 
@@ -116,11 +115,16 @@ def main(argv: Sequence[str] | None = None) -> int:
     before = set(glob.glob(os.path.join(output, "PROF_*")))
     cmd = _command(app)
     print(f"[INFO] msprof: profiling {' '.join(shlex.quote(a) for a in cmd)}; results under {output}", flush=True)
+    from pycann.tools.run import make_shim_dir
+
+    shim = make_shim_dir()
     try:
-        rc = subprocess.call(cmd, env=_child_env(output, opts))
+        rc = subprocess.call(cmd, env=_child_env(output, opts, shim))
     except OSError as e:
         print(f"[ERROR] msprof: cannot start the application: {e}", file=sys.stderr)
         return 127
+    finally:  # pycann-run deletes its shims after the run; so does msprof (one /tmp folder a run was left)
+        shutil.rmtree(shim, ignore_errors=True)
     new = sorted(set(glob.glob(os.path.join(output, "PROF_*"))) - before)
     if not new:
         print("[WARNING] msprof: no profiling data: the application loaded no pycann model", flush=True)

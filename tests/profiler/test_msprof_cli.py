@@ -59,6 +59,20 @@ def test_msprof_app_without_model_and_exit_status(tmp_path: Path, capsys: pytest
     assert rc == 3 and "no profiling data" in capsys.readouterr().out
 
 
+def test_msprof_removes_the_acl_shims_after_the_app(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    # every msprof run left a /tmp/pycann-run-* folder (the app's `import acl` shims) behind
+    app = tmp_path / "shim.py"
+    app.write_text("import os, acl  # acl: pycann.acl through the shims\n"
+                   "shim = os.environ['PYTHONPATH'].split(os.pathsep)[0]\n"
+                   "assert os.path.isfile(os.path.join(shim, 'acl', '__init__.py')) and acl.__name__ == 'pycann.acl'\n"
+                   "open(os.path.join(os.path.dirname(__file__), 'shim.txt'), 'w').write(shim)\n", encoding="utf-8")
+    rc = msprof.main([f"--output={tmp_path}", str(app)])
+    capsys.readouterr()
+    shim = Path((tmp_path / "shim.txt").read_text(encoding="utf-8"))
+    assert rc == 0 and shim.name.startswith("pycann-run-")
+    assert not shim.exists()
+
+
 def test_msprof_usage_errors(capsys: pytest.CaptureFixture[str]) -> None:
     assert msprof.main([]) == 2
     assert msprof.main(["--bogus=1", "app"]) == 2
