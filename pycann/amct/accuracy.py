@@ -8,6 +8,7 @@ were kept and why.
 from __future__ import annotations
 
 import os
+import shutil
 import tempfile
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -124,6 +125,14 @@ def accuracy_based_auto_calibration(model_file: str, batches: Sequence[Batch], s
     sensitive layers in float until every output's mean cosine to float is >= ``target_cosine``
     (at most ``max_kept`` layers; default: all). Writes the same files as ``save_model``."""
     work = tempfile.mkdtemp(prefix="amct_")
+    try:  # the modified model and its record (the size of the model) are deleted afterwards
+        return _auto_calibration(work, model_file, batches, save_path, target_cosine, config_file, max_kept)
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+
+
+def _auto_calibration(work: str, model_file: str, batches: Sequence[Batch], save_path: str, target_cosine: float,
+                      config_file: str | None, max_kept: int | None) -> AutoCalibrationResult:
     cfg_path = config_file or os.path.join(work, "config.json")
     if config_file is None:
         create_quant_config(cfg_path, model_file, batch_num=len(batches))

@@ -145,23 +145,24 @@ def run(args: argparse.Namespace) -> int:
         raise CliError(f"--batch_num must be >= 1, got {args.batch_num}")
     per_input = [load_batches(d, s, np.dtype(DTYPES[t]), args.batch_num) for d, (_, s), t in zip(dirs, shapes, types)]
     batches = [{name: per_input[k][b] for k, (name, _) in enumerate(shapes)} for b in range(args.batch_num)]
-    work = tempfile.mkdtemp(prefix="amct_cli_")
-    cfg = os.path.join(work, "config.json")
-    defaults = os.path.join(work, "defaults.json")
-    with open(defaults, "w", encoding="utf-8") as f:
-        json.dump({"activation_quant_params": {"algo": args.calibration_algo},
-                   "bias_correction": not args.no_bias_correction}, f)
-    skip = [s for s in args.skip_layers.split(",") if s]
-    amct.create_quant_config(cfg, args.model, skip_layers=skip, batch_num=args.batch_num, config_defination=defaults)
-    if args.accuracy_target is not None:
-        res = amct.accuracy_based_auto_calibration(args.model, batches, args.save_path, args.accuracy_target, cfg)
-        report, kept = res.report, res.kept_float
-    else:
-        mod, rec = os.path.join(work, "modified.onnx"), os.path.join(work, "record.txt")
-        amct.quantize_model(cfg, args.model, mod, rec)
-        amct.calibrate(mod, batches, rec)
-        kept = amct.save_model(mod, rec, args.save_path)
-        report = amct.compare_models(args.model, args.save_path + "_fake_quant_model.onnx", batches)
+    # the config and the modified model (the size of the model) go to a folder deleted afterwards
+    with tempfile.TemporaryDirectory(prefix="amct_cli_") as work:
+        cfg = os.path.join(work, "config.json")
+        defaults = os.path.join(work, "defaults.json")
+        with open(defaults, "w", encoding="utf-8") as f:
+            json.dump({"activation_quant_params": {"algo": args.calibration_algo},
+                       "bias_correction": not args.no_bias_correction}, f)
+        skip = [s for s in args.skip_layers.split(",") if s]
+        amct.create_quant_config(cfg, args.model, skip_layers=skip, batch_num=args.batch_num, config_defination=defaults)
+        if args.accuracy_target is not None:
+            res = amct.accuracy_based_auto_calibration(args.model, batches, args.save_path, args.accuracy_target, cfg)
+            report, kept = res.report, res.kept_float
+        else:
+            mod, rec = os.path.join(work, "modified.onnx"), os.path.join(work, "record.txt")
+            amct.quantize_model(cfg, args.model, mod, rec)
+            amct.calibrate(mod, batches, rec)
+            kept = amct.save_model(mod, rec, args.save_path)
+            report = amct.compare_models(args.model, args.save_path + "_fake_quant_model.onnx", batches)
     print(f"[INFO] AMCT: wrote {args.save_path}_deploy_model.onnx, {args.save_path}_fake_quant_model.onnx")
     for line in report.lines():
         print(f"[INFO] AMCT: fake-quant vs float on the calibration data: {line}")

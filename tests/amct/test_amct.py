@@ -5,6 +5,7 @@ values) and the float model (accuracy)."""
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
 
 import numpy as np
@@ -272,6 +273,29 @@ def test_cli_calibration_with_npy_and_bin_data(tmp_path: Path, capsys: pytest.Ca
         assert (tmp_path / d.name / "net_deploy_model.onnx").exists()
     out = capsys.readouterr().out
     assert "cosine mean" in out
+
+
+def test_cli_leaves_no_temporary_folder(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                        capsys: pytest.CaptureFixture[str]) -> None:
+    # each calibration left an amct_cli_* folder holding the modified model (98 MB for ResNet-50)
+    import tempfile
+
+    from pycann.tools.amct_cli import main
+
+    model = _cnn(tmp_path / "net.onnx")
+    data = tmp_path / "data"
+    data.mkdir()
+    for i, b in enumerate(_batches(2)):
+        np.save(data / f"{i}.npy", b)
+    scratch = tmp_path / "scratch"
+    scratch.mkdir()
+    monkeypatch.setattr(tempfile, "tempdir", str(scratch))
+    for extra in ([], ["--accuracy_target=0.9"]):
+        rc = main(["calibration", f"--model={model}", f"--save_path={tmp_path / 'o' / 'net'}",
+                   "--input_shape=x:4,3,16,16", f"--data_dir={data}", "--batch_num=2", *extra])
+        assert rc == 0 and (tmp_path / "o" / "net_deploy_model.onnx").exists()
+        assert sorted(os.listdir(scratch)) == []
+    capsys.readouterr()
 
 
 @pytest.mark.parametrize("args,match", [(["--batch_num=5"], "needs that many"), (["--input_shape=x:4,3,8,8"], "needs"),
