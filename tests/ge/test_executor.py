@@ -172,3 +172,30 @@ def test_static_model_checks_feeds_fast_and_still_rejects_bad_ones():
     with pytest.raises(InputError, match=r"the model has 1 input \(x\) but 2 were given"):
         lm.run([x, x])
     np.testing.assert_array_equal(lm.run([x[:, [0, 1, 2]]])[0], np.maximum(x, 0))  # a copy: a new array, same signature
+
+
+def test_run_takes_a_dict_by_name_and_a_bare_array():
+    """LoadedModel.run iterated a dict (feeding its keys: "expected dtype float32, received <U1")
+    and a bare array (feeding its rows: "received [3] (rank 1 ...)"); InferSession.infer takes both."""
+    from pycann.errors import InputError
+
+    one = helper.make_graph([helper.make_node("Relu", ["x"], ["y"])], "g",
+                            [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 3])],
+                            [helper.make_tensor_value_info("y", TensorProto.FLOAT, [2, 3])])
+    two = helper.make_graph([helper.make_node("Sub", ["x", "z"], ["y"])], "g",
+                            [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 3]),
+                             helper.make_tensor_value_info("z", TensorProto.FLOAT, [2, 3])],
+                            [helper.make_tensor_value_info("y", TensorProto.FLOAT, [2, 3])])
+    lms = []
+    for g in (one, two):
+        m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
+        m.ir_version = 8
+        lms.append(LoadedModel.from_compiled(compile_model(m)))
+    x = np.array([[-1, 2, -3], [4, -5, 6]], np.float32)
+    np.testing.assert_array_equal(lms[0].run({"x": x})[0], [[0, 2, 0], [4, 0, 6]])
+    np.testing.assert_array_equal(lms[0].run(x)[0], [[0, 2, 0], [4, 0, 6]])
+    np.testing.assert_array_equal(lms[1].run({"z": x, "x": 2 * x})[0], x)
+    with pytest.raises(InputError, match=r"unknown \['w'\], missing \['z'\]"):
+        lms[1].run({"x": x, "w": x})
+    with pytest.raises(InputError, match=r"a single array was given, but the model has 2 inputs \(x, z\)"):
+        lms[1].run(np.stack([x, x]))

@@ -322,8 +322,17 @@ class LoadedModel:
             want.append(str(d) if isinstance(d, int) else f"{r[0]}~{r[1]}" if isinstance(r, list) else "-1")
         return f"[{','.join(want)}]"
 
-    def run(self, feeds: Sequence[Any]) -> list[np.ndarray]:
-        """Run with inputs in model order; returns outputs in model order."""
+    def run(self, feeds: Sequence[Any] | Mapping[str, Any]) -> list[np.ndarray]:
+        """Run with inputs in model order (a dict by name is ``run_dict``'s; a bare array feeds a
+        single-input model, as InferSession.infer takes it); returns outputs in model order."""
+        if isinstance(feeds, Mapping):  # iterating it fed its keys: "expected dtype float32, received <U1"
+            return self.run_dict(feeds)
+        if isinstance(feeds, np.ndarray):  # iterating it fed its rows: "received [3, 640, 640] (rank 3 ...)"
+            if len(self.inputs) != 1:
+                raise InputError(f"a single array was given, but the model has {len(self.inputs)} inputs "
+                                 f"({', '.join(i.name for i in self.inputs)}): pass a list of arrays in that order "
+                                 "or a dict by name")
+            feeds = [feeds]
         built = self.executor._cache.built
         checked = self.check_feeds(feeds)
         try:
