@@ -320,7 +320,28 @@ def main(argv: Sequence[str] | None = None) -> int:
     print(f"first disagreement: pycann node {bad.node} ({bad.op_type}{fused_from}) vs ONNX node {bad.onnx_node} "
           f"({bad.onnx_type}), value {bad.value}: cosine {bad.cosine:.6f}, max abs {bad.max_abs:.3g}, "
           f"max rel {bad.max_rel:.3g}, rel L2 {bad.rel_l2:.3g} [{bad.status}]")
+    note = _reduced_precision_note(loaded.manifest, args.rtol)
+    if note:
+        print(note)
     return 1
+
+
+def _reduced_precision_note(manifest: dict, rtol: float) -> str:
+    """A hint when an .om built with a reduced-precision ``--precision_mode`` is compared at float32's
+    default ``--rtol``: every node that computes in float16/bfloat16 then disagrees, the first one
+    named only because it comes first."""
+    prec = manifest.get("precision") or {}
+    nodes = prec.get("nodes") or {}
+    low = {k: v for k, v in nodes.items() if k in ("fp16", "bf16") and v}
+    if not low or rtol != build_parser().get_default("rtol"):
+        return ""
+    # the values carry the error of every node before them, so it grows with depth: on PP-OCRv4 det
+    # these settings pass every node but the near-zero Sigmoid map of random input (bf16)
+    suggest = "5e-2" if "bf16" in low else "1e-2"
+    return (f"note: the .om was compiled with --precision_mode={prec.get('precision_mode', '?')} "
+            f"({', '.join(f'{k} {v}' for k, v in low.items())} nodes): the default --rtol 1e-4 is float32 rounding "
+            f"noise, so each of those nodes disagrees by its dtype's rounding alone; pass --rtol {suggest} (and "
+            "--cosine 0.99) to find a node that goes wrong beyond it (docs/precision.md has the expected errors)")
 
 
 if __name__ == "__main__":

@@ -111,6 +111,24 @@ def test_fp16_precision_loss_is_found(scale: float, monkeypatch: pytest.MonkeyPa
         assert bad.rel_l2 > 1e-4 and bad.cosine > 0.999
 
 
+def test_reduced_precision_om_gets_an_rtol_note(tiny_model: onnx.ModelProto, x_tiny: np.ndarray, tmp_path: Path,
+                                               capsys: pytest.CaptureFixture[str]) -> None:
+    """A force_fp16 .om compared at float32's default tolerance: its first fp16 node "disagrees" by
+    float16 rounding alone; the output says so and which options to use (it said nothing)."""
+    from pycann.ge.compile.options import CompileOptions
+
+    onnx_path, om_path = tmp_path / "m.onnx", tmp_path / "m.om"
+    onnx.save(tiny_model, onnx_path)
+    compile_model(tiny_model, CompileOptions(precision_mode="force_fp16")).save(om_path)
+    np.save(tmp_path / "x.npy", x_tiny)
+    base = ["--model", str(onnx_path), "--om", str(om_path), "--input", str(tmp_path / "x.npy"), "--output", str(tmp_path)]
+    assert main(base) == 1
+    out = capsys.readouterr().out
+    assert "note: the .om was compiled with --precision_mode=force_fp16 (fp16 " in out and "--rtol 1e-2" in out
+    main([*base, "--rtol", "1e-2", "--cosine", "0.99"])
+    assert "note:" not in capsys.readouterr().out
+
+
 def test_near_zero_values_within_atol_agree() -> None:
     """A saturated Sigmoid (outputs ~1e-5) differing by 1e-7: relative error is meaningless there."""
     from pycann.tools.compare import metrics
