@@ -331,6 +331,12 @@ def test_api_names_of_torch_npu() -> None:
         torch.npu.set_device(torch.npu.device_count())
     torch.npu.set_device(0)
     assert torch.npu.current_device() == 0
+    # the first line of most torch_npu training scripts (AttributeError before)
+    assert not torch.npu.is_jit_compile_false()
+    torch.npu.set_compile_mode(jit_compile=False)
+    assert torch.npu.is_jit_compile_false()
+    torch.npu.set_compile_mode(jit_compile=True)
+    assert not torch.npu.is_jit_compile_false()
 
 
 def test_dead_activations_free_their_memory() -> None:

@@ -55,16 +55,16 @@ from pycann.torch.npu.streams import (
 )
 
 __all__ = [
-    "Event", "Stream", "StreamContext", "amp", "can_device_access_peer", "current_device",
-    "current_stream", "default_stream", "device", "device_count", "device_of", "empty_cache",
-    "get_amp_supported_dtype", "get_device_capability", "get_device_name", "get_device_properties",
-    "get_rng_state", "get_rng_state_all", "get_soc_version", "init", "initial_seed", "is_available",
-    "is_bf16_supported", "is_initialized", "manual_seed", "manual_seed_all", "max_memory_allocated",
+    "Event", "Stream", "StreamContext", "amp", "can_device_access_peer", "current_device", "current_stream",
+    "default_stream", "device", "device_count", "device_of", "empty_cache", "get_amp_supported_dtype",
+    "get_device_capability", "get_device_name", "get_device_properties", "get_rng_state",
+    "get_rng_state_all", "get_soc_version", "init", "initial_seed", "is_available", "is_bf16_supported",
+    "is_initialized", "is_jit_compile_false", "manual_seed", "manual_seed_all", "max_memory_allocated",
     "max_memory_cached", "max_memory_reserved", "mem_get_info", "memory_allocated", "memory_cached",
     "memory_reserved", "memory_stats", "memory_summary", "reset_accumulated_memory_stats",
-    "reset_max_memory_allocated", "reset_peak_memory_stats", "seed", "seed_all", "set_device",
-    "set_per_process_memory_fraction", "set_rng_state", "set_rng_state_all", "set_stream", "stream",
-    "synchronize", "utilization",
+    "reset_max_memory_allocated", "reset_peak_memory_stats", "seed", "seed_all", "set_compile_mode",
+    "set_device", "set_per_process_memory_fraction", "set_rng_state", "set_rng_state_all", "set_stream",
+    "stream", "synchronize", "utilization",
 ]
 
 _tls = threading.local()
@@ -206,6 +206,21 @@ def utilization(device: int | str | torch.device | None = None) -> int:
 def is_bf16_supported() -> bool:
     """True: torch's CPU kernels compute bfloat16."""
     return True
+
+
+def set_compile_mode(jit_compile: bool = True) -> None:
+    """torch_npu's switch between online operator compilation (``jit_compile=True``) and CANN's
+    precompiled binary kernels, which most Ascend training scripts set to False first thing. Nothing
+    is compiled per operator here; the choice is kept for ``is_jit_compile_false``."""
+    _compile_mode["jit_compile"] = bool(jit_compile)
+
+
+def is_jit_compile_false() -> bool:
+    """True after ``set_compile_mode(jit_compile=False)``."""
+    return not _compile_mode["jit_compile"]
+
+
+_compile_mode: dict[str, bool] = {"jit_compile": True}
 
 
 def get_amp_supported_dtype() -> list[torch.dtype]:
