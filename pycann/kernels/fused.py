@@ -75,7 +75,9 @@ def _bf16_conv_fused(inputs: Sequence[Any], attrs: Mapping[str, Any], relu: bool
         else:
             bound = 0.0  # (nothing recorded below)
         if bound < nan_guard._F32_SAFE or not drops:
-            y = onednn_bf16.conv(x, w, b, int(attrs.get("group", 1)), win, z, post or None, out)
+            # (a bound above 0 was measured or recorded: x and z hold finite values only)
+            y = onednn_bf16.conv(x, w, b, int(attrs.get("group", 1)), win, z, post or None, out,
+                                 finite=0.0 < bound < nan_guard._F32_SAFE)
             if y is not None:
                 # only a bound below _F32_SAFE proves the conv finite: a NaN-keeping activation
                 # runs above it too (a recorded input times large weights, an inf bias), and

@@ -117,6 +117,22 @@ def test_guarded_relu_conv_keeps_a_nonfinite_input_inside_its_window(bad: float,
 
 
 @needs_bf16
+@pytest.mark.parametrize(("c", "m", "k", "s", "hw"), [(3, 64, 7, 2, 32), (3, 5, 3, 1, 5), (4, 16, 3, 1, 56)])
+def test_conv_with_few_input_channels_on_a_proven_finite_input_matches_the_window_kernel(
+        c: int, m: int, k: int, s: int, hw: int) -> None:
+    """``finite=True`` (the NaN guard proved x finite) lets the AMX reduced-lowering kernel run: the
+    same values as the kernel that multiplies only the window, within bf16 rounding of the sum."""
+    x, w = _bf((1, c, hw, hw), 2), _bf((m, c, k, k), 3, 0.2)
+    win = _win(k, s, k // 2, hw)
+    want = nb.conv_im2col_gemm(x.astype(np.float32), w.astype(np.float32), None, 1, win, None)
+    safe = ob.conv(x, w, None, 1, win)
+    fast = ob.conv(x, w, None, 1, win, finite=True)
+    assert safe is not None and fast is not None
+    for y in (safe, fast):
+        np.testing.assert_allclose(y.astype(np.float32), want, rtol=RTOL, atol=1e-3 * float(np.abs(want).max()))
+
+
+@needs_bf16
 def test_conv_writes_into_out_of_any_layout_and_reads_strided_inputs() -> None:
     x = np.ascontiguousarray(_bf((1, 16, 12, 12), 0).transpose(0, 2, 3, 1)).transpose(0, 3, 1, 2)  # channels-last
     w, win = _bf((8, 16, 3, 3), 1, 0.2), _win(3, 1, 1, 12)
