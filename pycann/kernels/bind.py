@@ -15,7 +15,7 @@ from typing import Any
 
 import numpy as np
 
-from pycann.dtypes import TensorDesc, to_numpy
+from pycann.dtypes import DType, TensorDesc, to_numpy
 from pycann.kernels import algorithm
 from pycann.kernels.algorithm import ONEDNN_CONV_NHWC, ONEDNN_CONV_WINOGRAD, ONEDNN_MATMUL, TORCH_CONV2D_NHWC
 from pycann.kernels.bind_base import Kernel, Prepare
@@ -167,6 +167,16 @@ def _cast(attrs, ins, consts, outs) -> Kernel | None:  # type: ignore[no-untyped
             return [x[0].astype(dst)]
 
     return cast
+
+
+def _fused_conv(attrs, ins, consts, outs) -> Kernel | None:  # type: ignore[no-untyped-def]
+    """FusedConv: a bfloat16 one on the native bf16 kernels with its setup made once
+    (``bf16_conv.bind``); a float32 one as ``_conv``."""
+    if ins and ins[0] is not None and ins[0].dtype == int(DType.BFLOAT16):
+        from pycann.kernels import bf16_conv
+
+        return bf16_conv.bind(attrs, ins, consts, outs)
+    return _conv(attrs, ins, consts, outs)
 
 
 def _conv(attrs, ins, consts, outs) -> Kernel | None:  # type: ignore[no-untyped-def]
@@ -425,7 +435,7 @@ def _channel_shuffle(attrs, ins, consts, outs) -> Kernel | None:  # type: ignore
 
 PREPARE: dict[tuple[str, str], Prepare] = {
     ("", "Conv"): _conv,
-    ("pycann", "FusedConv"): _conv,
+    ("pycann", "FusedConv"): _fused_conv,
     ("", "MatMul"): _matmul,
     ("pycann", "FusedMatMul"): _matmul,
     ("", "Pad"): _pad,

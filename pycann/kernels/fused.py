@@ -13,13 +13,13 @@ from pycann.kernels import algorithm
 from pycann.kernels import conv as kconv
 from pycann.kernels import gemm as kgemm
 from pycann.kernels.algorithm import ONEDNN_MATMUL_BF16_PACKED
+from pycann.kernels.bf16_conv import Bf16Conv, out_bound, recorded
 from pycann.kernels.providers import GemmSpec, nan_guard, onednn_bf16, onednn_bf16_deconv, resolve
 from pycann.kernels.providers import available as provider_available
-from pycann.kernels.providers.onednn_eltwise import RELU, E, onednn_unary
-from pycann.kernels.providers.torch_onednn import bf16_conv_fused as _torch_bf16_conv_fused
+from pycann.kernels.providers.onednn_eltwise import onednn_unary
 from pycann.ops import fused as ref
 from pycann.ops import fused_deconv as ref_deconv
-from pycann.ops.nn.conv import check_conv_transpose, conv_window
+from pycann.ops.nn.conv import check_conv_transpose
 
 
 def _onednn_softmax_(s: np.ndarray) -> bool:
@@ -51,69 +51,14 @@ def _bf16_conv_fused(inputs: Sequence[Any], attrs: Mapping[str, Any], relu: bool
                      out: np.ndarray | None = None) -> np.ndarray | None:
     """bf16 Conv + residual + activation in oneDNN (staying bf16 between layers; written into
     ``out`` when it is a bf16 array of the output's shape), unless the node's recorded algorithm
-    is numpy's. The native bf16 kernels (``onednn_bf16``) take any activation oneDNN has as a
-    post-op; torch's path only ReLU. None: not handled (the caller computes in float32)."""
+    is numpy's (``bf16_conv.Bf16Conv``, made per call here; the static binder makes one per node).
+    None: not handled (the caller computes in float32)."""
     if algorithm.is_numpy(attrs):
         return None
     x, w = inputs[0], inputs[1]
     b = inputs[2] if len(inputs) > 2 else None
     z = inputs[3] if len(inputs) > 3 else None
-    win = conv_window(x.shape, w.shape, attrs)
-    name, alpha, beta = ref._act(attrs)
-    aff = ref.post_affine(attrs)
-    unary = RELU if relu else onednn_unary(name, alpha, beta) if name else None
-    post = (*(() if unary is None else (unary,)), *(() if aff is None else ((E["linear"], *aff),)))
-    if onednn_bf16.native() and (unary is not None or not name):
-        # a fused NaN-dropping activation must not hide a NaN/inf: then the unfused float32 path.
-        # The bound of the result is recorded, so the next conv's check needs no read of its input.
-        # An activation that keeps NaN needs no check: its input is read for no bound then (a bf16
-        # read widens every value; PP-OCRv4 det's HardSwish convs made 37 such reads a run), and
-        # only one on record is passed on.
-        drops = nan_guard.drops_nan(unary)
-        if drops or _recorded(x, z):
-            bound = nan_guard.pre_bound(x, nan_guard.weight_bound(w, b), z)
-        else:
-            bound = 0.0  # (nothing recorded below)
-        if bound < nan_guard._F32_SAFE or not drops:
-            # (a bound above 0 was measured or recorded: x and z hold finite values only)
-            y = onednn_bf16.conv(x, w, b, int(attrs.get("group", 1)), win, z, post or None, out,
-                                 finite=0.0 < bound < nan_guard._F32_SAFE)
-            if y is not None:
-                # only a bound below _F32_SAFE proves the conv finite: a NaN-keeping activation
-                # runs above it too (a recorded input times large weights, an inf bias), and
-                # Tanh/Sigmoid's 1.01 would then be recorded for NaN values (a later guarded
-                # ReLU conv trusting it dropped them)
-                ok = aff is None and 0.0 < bound < nan_guard._F32_SAFE
-                nan_guard.record(y, _bf16_out_bound(name, bound) if ok else None)
-                return y
-        elif (relu or name == "Relu") and aff is None:
-            # the input may hold NaN/inf: the conv alone, then a ReLU that keeps NaN (torch's bf16
-            # conv, the fallback below, spreads a NaN/inf beyond its window on AMX CPUs)
-            y = onednn_bf16.conv(x, w, b, int(attrs.get("group", 1)), win, z, None, out)
-            if y is not None:
-                nan_guard.record(y, None)
-                return onednn_bf16.relu_keeping_nan(y)
-    if name not in ("", "Relu") or aff is not None:
-        return None
-    return _torch_bf16_conv_fused(x, w, b, int(attrs.get("group", 1)), win, z, relu)  # type: ignore[no-any-return]
-
-
-def _recorded(x: np.ndarray, z: np.ndarray | None) -> bool:
-    """Both the input and the residual (when given) have a bound on record (no read needed)."""
-    return nan_guard.proven(x) is not None and (z is None or nan_guard.proven(z) is not None)
-
-
-def _bf16_out_bound(act: str, bound: float) -> float | None:
-    """A bound of |act(v)| for |v| <= ``bound``, times 1.01 (the bf16 rounding may round up), or None.
-    No activation, ReLU and HardSwish keep |act(v)| <= |v| (HardSwish: v * clip((v + 3) / 6, 0, 1),
-    a factor in [0, 1]); HardSigmoid, Sigmoid and Tanh stay within 1. Recorded, the bound spares the
-    next guarded conv a read of this output (a bf16 read widens every value: PP-OCRv4 det's
-    HardSwish convs made 37 such reads a run)."""
-    if act in ("", "Relu", "HardSwish"):
-        return bound * 1.01
-    if act in ("HardSigmoid", "Sigmoid", "Tanh"):
-        return 1.01
-    return None
+    return Bf16Conv(x.shape, w.shape, attrs, relu).run(x, w, b, z, out)
 
 
 def _bf16_matmul_fused(inputs: Sequence[Any], attrs: Mapping[str, Any], out: np.ndarray | None = None) -> np.ndarray | None:
@@ -199,12 +144,12 @@ def _bf16_conv_transpose(inputs: Sequence[Any], attrs: Mapping[str, Any]) -> np.
     # an odd channel count: oneDNN's bf16 matmul multiplies the last channel of a pixel by a padding
     # zero too, so an inf there gives NaN where the spec's sum is inf (the guard proves x finite first)
     finite_only = nan_guard.drops_nan(unary) or x.shape[1] % 2 == 1
-    if finite_only or _recorded(x, None):
+    if finite_only or recorded(x, None):
         bound = nan_guard.pre_bound(x, nan_guard.weight_bound(w, b, transpose=True))
         if finite_only and not bound < nan_guard._F32_SAFE:
             return None
     y = onednn_bf16_deconv.conv_transpose_patches(x, w, b, group, win, outs, unary)
     if y is not None:
         ok = 0.0 < bound < nan_guard._F32_SAFE
-        nan_guard.record(y, _bf16_out_bound(name, bound) if ok else None)
+        nan_guard.record(y, out_bound(name, bound) if ok else None)
     return y

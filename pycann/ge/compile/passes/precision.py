@@ -396,7 +396,7 @@ def run(graph: Graph, ctx: PassContext) -> PassResult:
     casts = sum(1 for n in _converting_casts(graph) if id(n) not in mine)
     counts = ", ".join(f"{k} {v}" for k, v in sorted(rw.by_dtype.items()))
     ctx.results["precision"] = {**s.describe(), "nodes": dict(rw.by_dtype), "casts": casts,
-                                "casts_readers_flush": flushing}
+                                **({"casts_readers_flush": flushing} if flushing else {})}
     note = kernel_note(set(rw.by_dtype))
     hoisted = f" ({moved} moved above data-moving ops)" if moved else ""
     hoisted += f"; {flushing} feed only bf16 matrix operands" if flushing else ""
