@@ -147,4 +147,6 @@ def bind(attrs: Mapping[str, Any], ins: Sequence[Any], consts: Sequence[np.ndarr
             return [o]
         return kfused.k_fused_conv(inputs, a)
 
-    return BoundKernel(kernel, writes_out=True, keep=(w, b, setup), impl="onednn:bf16_conv")
+    # inplace: the output may be planned over the residual (input 3): onednn_bf16.conv then accumulates
+    # into it with a "sum" post-op (ResNet-50: 16 fresh output arrays a run before)
+    return BoundKernel(kernel, writes_out=True, inplace=True, keep=(w, b, setup), impl="onednn:bf16_conv")

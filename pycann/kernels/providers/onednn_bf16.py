@@ -165,12 +165,15 @@ def _relayout(a: np.ndarray, out: np.ndarray) -> None:
     p.run(capi.ptr(a), capi.ptr(out))
 
 
-def _post_ops(residual: np.ndarray | None, post: Unaries) -> tuple[Any, list[tuple[Any, ...]]]:
+def _post_ops(residual: np.ndarray | None, post: Unaries, in_place: bool = False) -> tuple[Any, list[tuple[Any, ...]]]:
     """(the residual's memory desc or None, the attr's post-ops): a binary add of the residual
-    (bf16 or float32, as given), then the eltwise chain ``post``."""
+    (bf16 or float32, as given), or with ``in_place`` (the destination holds the residual) oneDNN's
+    "sum" post-op, then the eltwise chain ``post``."""
     ops: list[tuple[Any, ...]] = []
     res_md = None
-    if residual is not None:
+    if in_place:
+        ops.append(("sum", 1.0))  # acc + dst (bf16 widened exactly), as the binary add computes it
+    elif residual is not None:
         res_md = _md(residual.shape, residual.strides, residual.itemsize,
                      BF16 if is_bfloat16(residual.dtype) else capi.F32)
         ops.append(("binary_add", res_md))
@@ -196,7 +199,8 @@ class _ConvPlan:
     """One bf16 convolution primitive for fixed shapes, strides, weight and post-ops."""
 
     def __init__(self, x: np.ndarray, w: np.ndarray, with_bias: bool, group: int, win: Window,
-                 y: np.ndarray, residual: np.ndarray | None, post: Unaries, finite: bool = False) -> None:
+                 y: np.ndarray, residual: np.ndarray | None, post: Unaries, finite: bool = False,
+                 in_place: bool = False) -> None:
         m = w.shape[0]
         src = _md(x.shape, x.strides, 2, BF16)
         dst = _md(y.shape, y.strides, 2, BF16)
@@ -206,7 +210,7 @@ class _ConvPlan:
             wdims, wstr = wdims[1:], wstr[1:]
         w_user = capi.MemoryDesc.strided(wdims, wstr, dt=BF16)
         bias = capi.MemoryDesc.strided((m,), (1,)) if with_bias else None
-        res_md, ops = _post_ops(residual, post)
+        res_md, ops = _post_ops(residual, post, in_place)
         geo = (win.strides, [d - 1 for d in win.dilations], win.pads_begin, win.pads_end)
         pd = capi.convolution_pd(src, capi.MemoryDesc.any(wdims, dt=BF16), bias, dst, *geo, capi.Attr(ops))
         self.impl = pd.impl_info()
@@ -299,11 +303,18 @@ def conv(x: np.ndarray, w: np.ndarray, b: np.ndarray | None, group: int, win: Wi
             residual = np.ascontiguousarray(np.broadcast_to(residual, y_shape))
     b32 = None if b is None else np.ascontiguousarray(b, dtype=np.float32)
     post_ops = _chain(post)
+    # the executor planned the output over a bf16 residual's buffer (FusedConv's in-place form): the
+    # destination holds the summand, accumulated by a "sum" post-op
+    in_place = residual is not None and is_bfloat16(residual.dtype) and capi.ptr(residual) == capi.ptr(out) \
+        and residual.strides == out.strides
+    if residual is not None and not in_place and np.may_share_memory(residual, out):
+        out = _channels_last(y_shape)  # (a partial overlap: the binary add would read what it wrote)
     key = ("conv", capi.ptr(w), w.shape, w.strides, _layout_key(x), b is not None, group, win,
-           _layout_key(out), _layout_key(residual), post_ops, finite)
+           _layout_key(out), _layout_key(residual), post_ops, finite, in_place)
     try:
-        plan = _cached(key, lambda: _ConvPlan(x, w, b is not None, group, win, out, residual, post_ops, finite), w)
-        plan.run(x, b32, out, residual)
+        plan = _cached(key, lambda: _ConvPlan(x, w, b is not None, group, win, out, residual, post_ops, finite,
+                                              in_place), w)
+        plan.run(x, b32, out, None if in_place else residual)
     except capi.DnnlError:
         return None
     _counts["conv"] += 1
