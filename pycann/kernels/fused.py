@@ -14,7 +14,14 @@ from pycann.kernels import conv as kconv
 from pycann.kernels import gemm as kgemm
 from pycann.kernels.algorithm import ONEDNN_MATMUL_BF16_PACKED
 from pycann.kernels.bf16_conv import Bf16Conv, out_bound, recorded
-from pycann.kernels.providers import GemmSpec, nan_guard, onednn_bf16, onednn_bf16_deconv, resolve
+from pycann.kernels.providers import (
+    GemmSpec,
+    nan_guard,
+    onednn_bf16,
+    onednn_bf16_deconv,
+    onednn_cast,
+    resolve,
+)
 from pycann.kernels.providers import available as provider_available
 from pycann.kernels.providers.onednn_eltwise import onednn_unary
 from pycann.ops import fused as ref
@@ -77,7 +84,25 @@ def _bf16_matmul_fused(inputs: Sequence[Any], attrs: Mapping[str, Any], out: np.
                               inputs[3] if len(inputs) > 3 else None, unary, bfloat16(), packed, out)
 
 
+def _bf16_operand(s: np.ndarray) -> np.ndarray:
+    """float32 -> bfloat16 for a value only a native bf16 product reads (FusedAttention's P): oneDNN's
+    multi-threaded reorder, subnormals to zero as the product reads them (else numpy's exact cast)."""
+    if onednn_bf16.native():
+        return onednn_cast.to_bf16_flushing(s)
+    return s.astype(bfloat16())
+
+
+def _bf16_matmul_bf16(a: np.ndarray, b: np.ndarray, attrs: Mapping[str, Any]) -> np.ndarray | None:
+    """bf16 ``a @ b`` rounded to bfloat16 by oneDNN's native kernel (as every native bf16 product's
+    result is), None where it does not run (the caller rounds the float32 product)."""
+    if algorithm.is_numpy(attrs):
+        return None
+    return onednn_bf16.matmul(a, b, out_dtype=bfloat16())
+
+
 PROVIDED = ref.FusedCompute(
+    bf16_operand=_bf16_operand,
+    bf16_matmul_bf16=_bf16_matmul_bf16,
     bf16_matmul_fused=_bf16_matmul_fused,
     conv_act=kconv.conv_act,
     float_matmul=kgemm.float_matmul,

@@ -149,7 +149,12 @@ class FusedCompute:
     * ``bf16_matmul_fused(inputs, attrs, out=None) -> y or None``: the whole bf16 FusedMatMul
       (bias, residual, activation), written into ``out`` when it can;
     * ``attention_matmul(a, b) -> (x, y) -> x @ y`` for FusedAttention's float32 products;
-    * ``softmax_last_axis_(s) -> bool``: softmax over the last axis in place, False when not done.
+    * ``softmax_last_axis_(s) -> bool``: softmax over the last axis in place, False when not done;
+    * ``bf16_operand(s) -> bf16 array``: float32 rounded to bfloat16 for a value read only as a bf16
+      matrix operand (FusedAttention's P), where the providers may read float32 subnormals as zero
+      as the native kernels read bf16 ones (``ge/compile/passes/flushing_casts.py``);
+    * ``bf16_matmul_bf16(a, b, attrs) -> y or None``: ``bf16_matmul`` rounded once to bfloat16 by the
+      kernel (None: the caller rounds the float32 product itself).
     """
 
     conv_act: Callable[..., tuple[np.ndarray, bool]] = _reference_conv_act
@@ -160,6 +165,8 @@ class FusedCompute:
     attention_matmul: Callable[[np.ndarray, np.ndarray], Callable[[np.ndarray, np.ndarray], np.ndarray]] = \
         _reference_attention_matmul
     softmax_last_axis_: Callable[[np.ndarray], bool] = lambda s: False  # noqa: E731
+    bf16_operand: Callable[[np.ndarray], np.ndarray] = lambda s: s.astype(bfloat16())  # noqa: E731
+    bf16_matmul_bf16: Callable[..., np.ndarray | None] = lambda *a: None  # noqa: E731
 
 
 REFERENCE = FusedCompute()
@@ -372,7 +379,11 @@ def _attention_bf16(q: np.ndarray, kt: np.ndarray, v: np.ndarray, mask: np.ndarr
         s -= s.max(axis=-1, keepdims=True)
         np.exp(s, out=s)
         s /= s.sum(axis=-1, keepdims=True)
-    y = fc.bf16_matmul(s.astype(bfloat16()), v, attrs)
+    p = fc.bf16_operand(s)  # (read only by the product below)
+    y16 = fc.bf16_matmul_bf16(p, v, attrs)
+    if y16 is not None:
+        return y16
+    y = fc.bf16_matmul(p, v, attrs)
     return None if y is None else y.astype(bfloat16())
 
 

@@ -24,14 +24,14 @@ from typing import Any
 
 import numpy as np
 
-from pycann.dtypes import is_bfloat16
+from pycann.dtypes import bfloat16, is_bfloat16
 from pycann.kernels.algorithm import Threads
 from pycann.kernels.bound import BoundKernel
 from pycann.kernels.providers import onednn_capi as capi
 from pycann.kernels.providers.native_args import address
 from pycann.ops.nn.spatial import empty_like_layout
 
-__all__ = ["MIN_ELEMENTS", "bound_cast", "is_narrowing", "is_pair"]
+__all__ = ["MIN_ELEMENTS", "bound_cast", "is_narrowing", "is_pair", "to_bf16_flushing"]
 
 MIN_ELEMENTS = 1 << 15  # below: numpy's astype (a oneDNN call's overhead is ~10 us)
 _BF16 = capi.BF16
@@ -106,3 +106,33 @@ def is_narrowing(src: np.dtype, dst: np.dtype) -> bool:
 def _code(dt: np.dtype) -> int:
     """oneDNN's data type code of float32 or bfloat16."""
     return _BF16 if is_bfloat16(dt) else capi.F32
+
+
+_flushing: dict[tuple[tuple[int, ...], tuple[int, ...]], capi.Reorder] = {}
+_MAX_FLUSHING = 64
+
+
+def to_bf16_flushing(a: np.ndarray) -> np.ndarray:
+    """``a`` (float32) rounded to a new C-ordered bfloat16 array by a oneDNN reorder, float32
+    subnormals read as zero: for a value read only as a native bf16 matrix operand (see the module
+    docstring; FusedAttention's P). numpy's exact cast below ``MIN_ELEMENTS``, for other dtypes or
+    without libdnnl."""
+    from pycann.kernels.providers import onednn
+
+    if a.dtype != _F32 or a.size < MIN_ELEMENTS or not onednn.available():
+        return a.astype(bfloat16())
+    from pycann.kernels.providers.onednn_bf16 import _md
+
+    y = np.empty(a.shape, bfloat16())
+    key = (a.shape, a.strides)
+    r = _flushing.get(key)
+    try:
+        if r is None:
+            r = capi.Reorder(_md(a.shape, a.strides, 4, capi.F32), _md(y.shape, y.strides, 2, _BF16))
+            if len(_flushing) >= _MAX_FLUSHING:  # (no lock: dict operations are atomic under the GIL)
+                _flushing.clear()
+            _flushing[key] = r
+    except capi.DnnlError:
+        return a.astype(bfloat16())
+    r.run(address("bf16 operand", a, a.shape, a.dtype, strides=a.strides), address("bf16 operand", y, y.shape, y.dtype))
+    return y
