@@ -20,7 +20,7 @@ from typing import Any
 
 import numpy as np
 
-from pycann.dtypes import is_bfloat16
+from pycann.dtypes import DType, is_bfloat16
 from pycann.kernels import algorithm
 from pycann.kernels.bound import BoundKernel
 from pycann.kernels.providers import nan_guard, onednn_bf16
@@ -31,7 +31,7 @@ from pycann.ops.nn.conv import conv_window
 
 __all__ = ["Bf16Conv", "bind", "out_bound", "recorded"]
 
-_BF16_CODE = 16  # ONNX TensorProto.BFLOAT16
+_BF16_CODE = int(DType.BFLOAT16)
 
 
 def recorded(x: np.ndarray, z: np.ndarray | None) -> bool:
@@ -55,7 +55,7 @@ def out_bound(act: str, bound: float) -> float | None:
 class Bf16Conv:
     """A FusedConv node's fixed part on the bf16 path (see the module docstring)."""
 
-    __slots__ = ("aff", "drops", "group", "name", "native_ok", "post", "relu", "w_bound", "win")
+    __slots__ = ("aff", "drops", "group", "name", "native_ok", "post", "relu", "win")
 
     def __init__(self, x_shape: Sequence[int], w_shape: Sequence[int], attrs: Mapping[str, Any], relu: bool) -> None:
         self.win = conv_window(x_shape, w_shape, attrs)
@@ -68,7 +68,6 @@ class Bf16Conv:
         self.post = post or None
         self.native_ok = unary is not None or not name
         self.drops = nan_guard.drops_nan(unary)
-        self.w_bound: float | None = None  # the weight bound of a constant W and B (``bind``)
 
     def run(self, x: np.ndarray, w: np.ndarray, b: np.ndarray | None, z: np.ndarray | None,
             out: np.ndarray | None, w_bound: float | None = None) -> np.ndarray | None:
