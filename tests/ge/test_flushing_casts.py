@@ -211,3 +211,37 @@ def test_a_three_channel_stem_differs_at_most_by_the_subnormals_share(monkeypatc
         x = (RNG.standard_normal((1, 3, 128, 128)) * scale).astype(np.float32)
         d = np.abs(fast.run([x])[0].astype(np.float64) - exact.run([x])[0])
         assert float(d.max()) <= bound, (scale, float(d.max()), bound)
+
+
+def _own_marked_cast() -> onnx.ModelProto:
+    """A model whose own float32 -> bf16 -> float32 Casts arrive with ``_readers_flush`` set (a graph
+    output reads the value: nothing vouches for a flush)."""
+    nodes = [helper.make_node("Cast", ["x"], ["c"], to=TensorProto.BFLOAT16, _readers_flush=1),
+             helper.make_node("Cast", ["c"], ["y"], to=TensorProto.FLOAT)]
+    g = helper.make_graph(nodes, "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [64, 1024])],
+                          [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)])
+    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 19)])
+    m.ir_version = 9
+    return m
+
+
+@pytest.mark.parametrize("mode", ["must_keep_origin_dtype", "allow_fp32_to_bf16"])
+def test_a_models_own_mark_is_dropped(mode: str) -> None:
+    """Only PrecisionMode's verdict lets a Cast flush: in must_keep_origin_dtype (which marks nothing)
+    the model's own mark went to the kernel binding, and float32 subnormals came out as zeros."""
+    cm = compile_model(_own_marked_cast(), CompileOptions(precision_mode=mode, soc_version="Ascend910B2"))
+    assert not any(ATTR in n.attrs for n in cm.graph.nodes), [(n.op_type, n.attrs) for n in cm.graph.nodes]
+    x = np.full((64, 1024), 1e-39, np.float32)
+    y = LoadedModel.from_compiled(cm).run([x])[0]
+    assert np.array_equal(y, x.astype(bfloat16()).astype(np.float32)) and float(y.min()) > 0.0
+
+
+def test_a_mark_in_a_subgraph_is_dropped() -> None:
+    """Subgraphs are not marked: a Cast there that arrives marked loses the mark."""
+    g, _ = _ir([("", "Conv", 0)])
+    body = Graph(name="then", opsets={"": 19})
+    body.descs["x"] = TensorDesc(F32, (1, 8, 4, 4))
+    body.nodes.append(Node("Cast", ["x"], ["z"], {"to": BF16, ATTR: 1}, name="inner", opset=19))
+    body.outputs = ["z"]
+    g.nodes.append(Node("If", ["c"], ["w"], {"then_branch": body, "else_branch": body}, name="if"))
+    assert mark_flushing_casts(g) == 1 and ATTR not in body.nodes[0].attrs

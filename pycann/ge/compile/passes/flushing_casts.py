@@ -20,7 +20,8 @@ its kernel == stride form its bf16 operands are widened and computed in float32.
 subgraph, a vector op or any other reader keeps the exact cast.
 
 ``mark_flushing_casts`` records the verdict as the node attribute ``_readers_flush`` (the .om keeps
-it); ``kernels/bind.py`` binds such a Cast to oneDNN's reorder only where the native bf16 kernels run
+it; a model's own Cast that arrives with the attribute, top level or in a subgraph, loses it there, and
+``clear_flushing_casts`` drops it in the modes that mark nothing); ``kernels/bind.py`` binds such a Cast to oneDNN's reorder only where the native bf16 kernels run
 (a bf16 CPU and libdnnl), else the exact cast runs.
 """
 
@@ -32,7 +33,7 @@ from pycann.dtypes import DType
 from pycann.ge.compile.passes.hoist_casts import DATA_INPUTS, moves_data
 from pycann.ge.ir import Graph, Node, free_names
 
-__all__ = ["ATTR", "MATRIX_OPERANDS", "mark_flushing_casts"]
+__all__ = ["ATTR", "MATRIX_OPERANDS", "clear_flushing_casts", "mark_flushing_casts"]
 
 ATTR = "_readers_flush"
 _F32, _BF16 = int(DType.FLOAT), int(DType.BFLOAT16)
@@ -71,7 +72,23 @@ def mark_flushing_casts(g: Graph) -> int:
             marked += 1
         elif ATTR in n.attrs:
             n.attrs = {k: v for k, v in n.attrs.items() if k != ATTR}
+    for n in g.nodes:  # (nothing is marked in a subgraph: a mark there came with the model)
+        for s in n.subgraphs.values():
+            clear_flushing_casts(s)
     return marked
+
+
+def clear_flushing_casts(g: Graph) -> int:
+    """Drop ``_readers_flush`` from every node of ``g`` and its subgraphs (an ONNX model's own Cast may
+    carry the attribute: a flushing cast where nothing vouched for its readers); returns how many."""
+    cleared = 0
+    for n in g.nodes:
+        if ATTR in n.attrs:
+            n.attrs = {k: v for k, v in n.attrs.items() if k != ATTR}
+            cleared += 1
+        for s in n.subgraphs.values():
+            cleared += clear_flushing_casts(s)
+    return cleared
 
 
 def _only_matrix_operands(value: str, readers: Mapping[str, list[tuple[Node, int]]], outer: set[str],

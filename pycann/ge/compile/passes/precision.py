@@ -25,7 +25,7 @@ from pycann.dtypes import DType, TensorDesc, to_numpy
 from pycann.errors import OptionError
 from pycann.ge.compile.passes.base import PassContext, PassResult
 from pycann.ge.compile.passes.dead_code import is_identity
-from pycann.ge.compile.passes.flushing_casts import mark_flushing_casts
+from pycann.ge.compile.passes.flushing_casts import clear_flushing_casts, mark_flushing_casts
 from pycann.ge.compile.passes.hoist_casts import hoist_casts
 from pycann.ge.compile.passes.infer_shapes import const_desc
 from pycann.ge.compile.precision_config import MIXED_MODES, PrecisionSettings, matches
@@ -382,7 +382,9 @@ def run(graph: Graph, ctx: PassContext) -> PassResult:
     """Apply ``ctx.options["precision"]`` (a ``PrecisionSettings``); a no-op for the model's own dtypes."""
     s: PrecisionSettings | None = ctx.options.get("precision")
     if s is None or not s.active:
-        return PassResult(graph, False, "must_keep_origin_dtype: the model's own dtypes")
+        # (a model's own Cast may arrive marked: only this pass's verdict lets a Cast flush subnormals)
+        cleared = clear_flushing_casts(graph)
+        return PassResult(graph, bool(cleared), "must_keep_origin_dtype: the model's own dtypes")
     own = _converting_casts(graph)  # (the nodes, kept alive: counted by identity below)
     rw = _Rewriter(graph, s, ctx.log)
     rw.rewrite()
