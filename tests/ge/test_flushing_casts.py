@@ -245,3 +245,27 @@ def test_a_mark_in_a_subgraph_is_dropped() -> None:
     body.outputs = ["z"]
     g.nodes.append(Node("If", ["c"], ["w"], {"then_branch": body, "else_branch": body}, name="if"))
     assert mark_flushing_casts(g) == 1 and ATTR not in body.nodes[0].attrs
+
+
+@native
+def test_subnormals_that_round_to_the_smallest_normal_differ_within_the_bound(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A float32 subnormal within half a bf16 step of 2**-126 rounds up to bfloat16's smallest normal
+    under the exact cast (which no kernel flushes) and to zero in the reorder: even on the native
+    kernels the outputs then differ, by at most 2**-126 times the weights' absolute sum."""
+    w = (RNG.standard_normal((16, 16, 3, 3)) * 100.0).astype(np.float32)
+    g = helper.make_graph([helper.make_node("Conv", ["x", "w"], ["y"], pads=[1, 1, 1, 1])], "g",
+                          [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 16, 64, 64])],
+                          [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)], [numpy_helper.from_array(w, "w")])
+    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
+    m.ir_version = 8
+    fast = LoadedModel.from_compiled(compile_model(m, CompileOptions(**OPTS)))
+    with monkeypatch.context() as mp:
+        mp.setattr(precision, "mark_flushing_casts", lambda g: 0)
+        exact = LoadedModel.from_compiled(compile_model(m, CompileOptions(**OPTS)))
+    tiny = np.finfo(np.float32).tiny
+    x = np.full((1, 16, 64, 64), tiny * (1 - 2 ** -9), np.float32)
+    assert float(x.astype(bfloat16()).astype(np.float32).min()) == tiny  # (the exact cast: a normal)
+    y_fast, y_exact = fast.run([x])[0], exact.run([x])[0]
+    assert not np.any(y_fast) and np.count_nonzero(y_exact) > 0  # (the reorder's zeros)
+    bound = tiny * float(np.abs(w).reshape(16, -1).sum(axis=1).max())
+    assert float(np.abs(y_fast.astype(np.float64) - y_exact).max()) <= bound

@@ -15,7 +15,9 @@ that only move data (Concat, Reshape, Transpose, Slice, a nearest Resize...:
 operand is a float32 subnormal: nothing where the kernel's instructions flush it anyway (brgconv,
 brgemm, AMX: outputs bit-identical, tests/ge/test_flushing_casts.py); where a kernel widens its bf16
 operands to float32 (oneDNN's ``jit_bf16`` conv on 3-channel inputs) the subnormal's share of each
-sum, below 1.2e-38 times the weights' absolute sum. ConvTranspose is not among the readers: outside
+sum, below 1.2e-38 times the weights' absolute sum. (On every kernel, within that bound: a float32
+subnormal within half a bf16 step of 2**-126 rounds up to bfloat16's smallest normal in the exact
+cast, which no kernel flushes, and to zero in the reorder.) ConvTranspose is not among the readers: outside
 its kernel == stride form its bf16 operands are widened and computed in float32. A graph output, a
 subgraph, a vector op or any other reader keeps the exact cast.
 
