@@ -269,3 +269,31 @@ def test_subnormals_that_round_to_the_smallest_normal_differ_within_the_bound(mo
     assert not np.any(y_fast) and np.count_nonzero(y_exact) > 0  # (the reorder's zeros)
     bound = tiny * float(np.abs(w).reshape(16, -1).sum(axis=1).max())
     assert float(np.abs(y_fast.astype(np.float64) - y_exact).max()) <= bound
+
+
+@pytest.mark.parametrize("alpha", [1.0, 0.5, -1.0, 2.0, -1e30])
+def test_a_gemm_vouches_only_without_an_alpha_above_one(alpha: float) -> None:
+    """A Gemm that canonicalize keeps (transA) runs in oneDNN's bf16 gemm, which widens its operands:
+    its alpha scales the subnormals' share, so only |alpha| <= 1 keeps the difference within the bound."""
+    g, cast = _ir([("", "Gemm", 0)])
+    g.nodes[1].attrs = {"transA": 1, "alpha": alpha}
+    assert mark_flushing_casts(g) == (1 if abs(alpha) <= 1.0 else 0)
+    assert (ATTR in cast.attrs) == (abs(alpha) <= 1.0)
+
+
+@native
+def test_a_scaled_gemm_keeps_the_exact_cast() -> None:
+    """Gemm(transA=1, alpha=1e30) of 1e-39 inputs and ones: 256 x 1e-39 x 1e30 with the exact casts
+    (the bf16 gemm widens them), 0 had the reorder flushed them."""
+    g = helper.make_graph([helper.make_node("Gemm", ["a", "b"], ["y"], transA=1, alpha=1e30)], "g",
+                          [helper.make_tensor_value_info("a", TensorProto.FLOAT, [256, 256])],
+                          [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)],
+                          [numpy_helper.from_array(np.ones((256, 256), np.float32), "b")])
+    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
+    m.ir_version = 8
+    cm = compile_model(m, CompileOptions(**OPTS))
+    assert not any(ATTR in n.attrs for n in cm.graph.nodes)
+    a = np.full((256, 256), 1e-39, np.float32)
+    want = 256 * float(a.astype(bfloat16()).astype(np.float32)[0, 0]) * 1e30
+    y = LoadedModel.from_compiled(cm).run([a])[0]
+    np.testing.assert_allclose(y, want, rtol=2e-2)

@@ -15,7 +15,9 @@ that only move data (Concat, Reshape, Transpose, Slice, a nearest Resize...:
 operand is a float32 subnormal: nothing where the kernel's instructions flush it anyway (brgconv,
 brgemm, AMX: outputs bit-identical, tests/ge/test_flushing_casts.py); where a kernel widens its bf16
 operands to float32 (oneDNN's ``jit_bf16`` conv on 3-channel inputs) the subnormal's share of each
-sum, below 1.2e-38 times the weights' absolute sum. (On every kernel, within that bound: a float32
+sum, below 1.2e-38 times the weights' absolute sum (oneDNN's bf16 ``gemm`` of a Gemm that
+canonicalize keeps, transA or a computed B, widens too: a Gemm whose ``alpha`` exceeds 1 in
+magnitude, which would scale that share, does not vouch). (On every kernel, within that bound: a float32
 subnormal within half a bf16 step of 2**-126 rounds up to bfloat16's smallest normal in the exact
 cast, which no kernel flushes, and to zero in the reorder.) ConvTranspose is not among the readers: outside
 its kernel == stride form its bf16 operands are widened and computed in float32. A graph output, a
@@ -105,7 +107,7 @@ def _only_matrix_operands(value: str, readers: Mapping[str, list[tuple[Node, int
     for node, i in uses:
         operands = MATRIX_OPERANDS.get((node.domain, node.op_type))
         if operands is not None:
-            if i not in operands:
+            if i not in operands or not _unscaled(node):
                 return False
             continue
         want = DATA_INPUTS.get(node.op_type)
@@ -114,3 +116,15 @@ def _only_matrix_operands(value: str, readers: Mapping[str, list[tuple[Node, int
         if not _only_matrix_operands(node.outputs[0], readers, outer, seen):
             return False
     return True
+
+
+def _unscaled(node: Node) -> bool:
+    """The op's product is not scaled up: a Gemm's ``alpha`` above 1 in magnitude would scale the
+    subnormals' share of a widening kernel's sums past the bound (module docstring); ``transA`` or a
+    computed B keep a Gemm as one, and oneDNN's bf16 gemm widens its operands."""
+    if node.op_type != "Gemm" or node.domain:
+        return True
+    try:
+        return abs(float(node.attrs.get("alpha", 1.0))) <= 1.0
+    except (TypeError, ValueError):
+        return False
