@@ -135,6 +135,22 @@ def test_must_keep_origin_dtype_marks_nothing() -> None:
     assert not any(ATTR in n.attrs for n in cm.graph.nodes)
 
 
+def _one_conv(w: np.ndarray, x_shape: tuple[int, ...], stride: int,
+              monkeypatch: pytest.MonkeyPatch) -> tuple[LoadedModel, LoadedModel]:
+    """A 3x3 conv (pads 1) of weight ``w`` compiled in the bf16 mode with the fast Casts and with
+    every Cast exact: (fast, exact)."""
+    g = helper.make_graph([helper.make_node("Conv", ["x", "w"], ["y"], pads=[1, 1, 1, 1], strides=[stride] * 2)],
+                          "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, list(x_shape))],
+                          [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)], [numpy_helper.from_array(w, "w")])
+    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
+    m.ir_version = 8
+    fast = LoadedModel.from_compiled(compile_model(m, CompileOptions(**OPTS)))
+    with monkeypatch.context() as mp:
+        mp.setattr(precision, "mark_flushing_casts", lambda g: 0)
+        exact = LoadedModel.from_compiled(compile_model(m, CompileOptions(**OPTS)))
+    return fast, exact
+
+
 native = pytest.mark.skipif(not onednn_bf16.native(), reason="needs a bf16 CPU (avx512_bf16 / amx_bf16) and libdnnl")
 
 
@@ -196,15 +212,7 @@ def test_a_three_channel_stem_differs_at_most_by_the_subnormals_share(monkeypatc
     exact casts' bf16 subnormals count there and the reorder's zeros do not, a difference below
     2**-126 times the weights' absolute sum per output."""
     w = RNG.standard_normal((16, 3, 3, 3)).astype(np.float32)
-    g = helper.make_graph([helper.make_node("Conv", ["x", "w"], ["y"], pads=[1, 1, 1, 1], strides=[2, 2])], "stem",
-                          [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 3, 128, 128])],
-                          [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)], [numpy_helper.from_array(w, "w")])
-    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
-    m.ir_version = 8
-    fast = LoadedModel.from_compiled(compile_model(m, CompileOptions(**OPTS)))
-    with monkeypatch.context() as mp:
-        mp.setattr(precision, "mark_flushing_casts", lambda g: 0)
-        exact = LoadedModel.from_compiled(compile_model(m, CompileOptions(**OPTS)))
+    fast, exact = _one_conv(w, (1, 3, 128, 128), 2, monkeypatch)
     tiny = np.finfo(np.float32).tiny
     bound = tiny * float(np.abs(w).reshape(16, -1).sum(axis=1).max())
     for scale in (1.0, tiny * 0.5):
@@ -253,15 +261,7 @@ def test_subnormals_that_round_to_the_smallest_normal_differ_within_the_bound(mo
     under the exact cast (which no kernel flushes) and to zero in the reorder: even on the native
     kernels the outputs then differ, by at most 2**-126 times the weights' absolute sum."""
     w = (RNG.standard_normal((16, 16, 3, 3)) * 100.0).astype(np.float32)
-    g = helper.make_graph([helper.make_node("Conv", ["x", "w"], ["y"], pads=[1, 1, 1, 1])], "g",
-                          [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 16, 64, 64])],
-                          [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)], [numpy_helper.from_array(w, "w")])
-    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
-    m.ir_version = 8
-    fast = LoadedModel.from_compiled(compile_model(m, CompileOptions(**OPTS)))
-    with monkeypatch.context() as mp:
-        mp.setattr(precision, "mark_flushing_casts", lambda g: 0)
-        exact = LoadedModel.from_compiled(compile_model(m, CompileOptions(**OPTS)))
+    fast, exact = _one_conv(w, (1, 16, 64, 64), 1, monkeypatch)
     tiny = np.finfo(np.float32).tiny
     x = np.full((1, 16, 64, 64), tiny * (1 - 2 ** -9), np.float32)
     assert float(x.astype(bfloat16()).astype(np.float32).min()) == tiny  # (the exact cast: a normal)
