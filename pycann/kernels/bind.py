@@ -352,6 +352,16 @@ def _conv_wino(attrs: Mapping[str, Any], ins: Sequence[TensorDesc | None], w: np
     return _guard_conv(onednn_wino.bound_conv_winograd(w, b, win, xs, unary), unary, attrs, w, b, False) if ok else None
 
 
+def _fused_matmul(attrs, ins, consts, outs) -> Kernel | None:  # type: ignore[no-untyped-def]
+    """FusedMatMul: a bfloat16 one on the native bf16 matmul with its setup made once
+    (``bf16_matmul.bind``); a float32 one as ``_matmul``."""
+    if ins and ins[0] is not None and ins[0].dtype == int(DType.BFLOAT16):
+        from pycann.kernels import bf16_matmul
+
+        return bf16_matmul.bind(attrs, ins, consts, outs)
+    return _matmul(attrs, ins, consts, outs)
+
+
 def _matmul(attrs, ins, consts, outs) -> Kernel | None:  # type: ignore[no-untyped-def]
     """MatMul / FusedMatMul with a constant float32 B chosen for ``onednn:matmul``: bound once
     (``onednn_matmul.bound_matmul``): B packed into oneDNN's layout, a constant bias, the
@@ -437,7 +447,7 @@ PREPARE: dict[tuple[str, str], Prepare] = {
     ("", "Conv"): _conv,
     ("pycann", "FusedConv"): _fused_conv,
     ("", "MatMul"): _matmul,
-    ("pycann", "FusedMatMul"): _matmul,
+    ("pycann", "FusedMatMul"): _fused_matmul,
     ("", "Pad"): _pad,
     ("", "Reshape"): _reshape_to,
     ("", "Squeeze"): _reshape_to,

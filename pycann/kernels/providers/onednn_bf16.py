@@ -34,8 +34,8 @@ from pycann.kernels.providers import onednn_capi as capi
 from pycann.kernels.providers.onednn_eltwise import Unaries, Unary, _chain
 from pycann.ops.nn.spatial import Window
 
-__all__ = ["ALGORITHMS", "BF16", "bf16_choice", "conv", "cpu_has_bf16", "kernel_note", "matmul", "native", "relu_keeping_nan",
-           "stats"]
+__all__ = ["ALGORITHMS", "BF16", "bf16_choice", "conv", "cpu_has_bf16", "kernel_note", "matmul", "matmul_plan", "native",
+           "relu_keeping_nan", "stats"]
 
 BF16 = capi.BF16  # dnnl_data_type_t dnnl_bf16
 _MAX_PLANS = 512
@@ -362,6 +362,17 @@ class _MatMulPlan:
             if self.res is not None and residual is not None:
                 self.res.set(capi.ptr(residual))
             self.prim.execute()
+        _counts["matmul"] += 1  # (every native bf16 product: matmul() and bound callers)
+
+
+def matmul_plan(a: np.ndarray, b: np.ndarray, y: np.ndarray, bias: np.ndarray | None, residual: np.ndarray | None,
+                post: Unary | Unaries | None, packed: bool) -> Any:
+    """The primitive ``matmul`` runs for these operands (2-D bfloat16 ``a`` and ``b``; ``y`` bfloat16 or
+    float32; ``bias`` float32 of shape (1, N); ``residual`` of ``y``'s shape) as an object whose
+    ``run(a, b, y, bias, residual)`` re-points the handles and executes: for a caller that binds the
+    operands' layouts once (``kernels/bf16_matmul.py``). Raises ``capi.DnnlError`` where oneDNN
+    declines."""
+    return _MatMulPlan(a, b, y, bias, residual, _chain(post), packed)
 
 
 def matmul(a: np.ndarray, b: np.ndarray, bias: np.ndarray | None = None, residual: np.ndarray | None = None,
@@ -408,7 +419,6 @@ def matmul(a: np.ndarray, b: np.ndarray, bias: np.ndarray | None = None, residua
         _cached(key, lambda: _MatMulPlan(a, b, y, b32, r, post_ops, packed), b if packed else None).run(a, b, y, b32, r)
     except capi.DnnlError:
         return None
-    _counts["matmul"] += 1
     return y.reshape(shape)
 
 
