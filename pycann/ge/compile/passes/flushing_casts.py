@@ -24,9 +24,10 @@ its kernel == stride form its bf16 operands are widened and computed in float32.
 subgraph, a vector op or any other reader keeps the exact cast.
 
 ``mark_flushing_casts`` records the verdict as the node attribute ``_readers_flush`` (the .om keeps
-it; a model's own Cast that arrives with the attribute, top level or in a subgraph, loses it there, and
-``clear_flushing_casts`` drops it in the modes that mark nothing); ``kernels/bind.py`` binds such a Cast to oneDNN's reorder only where the native bf16 kernels run
-(a bf16 CPU and libdnnl), else the exact cast runs.
+it; a model's own Cast that arrives with the attribute, top level or in a subgraph, loses it, and
+``clear_flushing_casts`` drops it in the modes that mark nothing); ``kernels/bind.py`` binds such a
+Cast to oneDNN's reorder only where the native bf16 kernels run (a bf16 CPU and libdnnl), else the
+exact cast runs.
 """
 
 from __future__ import annotations
@@ -65,8 +66,9 @@ def mark_flushing_casts(g: Graph) -> int:
     for n in g.nodes:
         for s in n.subgraphs.values():
             outer |= free_names(s)
+    clear_flushing_casts(g)  # (a mark that came with the model, or from an earlier run of this pass)
     marked = 0
-    for n in g.nodes:
+    for n in g.nodes:  # (the top level only: nothing is marked in a subgraph)
         if n.op_type != "Cast" or n.domain or not n.inputs or not n.inputs[0] or not n.outputs:
             continue
         src = g.descs.get(n.inputs[0])
@@ -74,11 +76,6 @@ def mark_flushing_casts(g: Graph) -> int:
         if narrowing and _only_matrix_operands(n.outputs[0], readers, outer, set()):
             n.attrs = {**n.attrs, ATTR: 1}  # (a new dict: compiled graphs share attrs dicts)
             marked += 1
-        elif ATTR in n.attrs:
-            n.attrs = {k: v for k, v in n.attrs.items() if k != ATTR}
-    for n in g.nodes:  # (nothing is marked in a subgraph: a mark there came with the model)
-        for s in n.subgraphs.values():
-            clear_flushing_casts(s)
     return marked
 
 
