@@ -118,44 +118,37 @@ def main(argv: Sequence[str] | None = None) -> int:
     if not (as_module or as_code) and not os.path.isfile(target):
         print(f"pycann-run: {target}: no such file", file=sys.stderr)
         return 2
-    shim = make_shim_dir()
-    from pycann.config import apply_omp_wait_policy
-
-    # before the app's ``import torch`` loads torch's libgomp, which reads its wait policy once
-    # (spinning workers cost torch.compile's GE plans 4x on a busy host: docs/torch.md)
-    apply_omp_wait_policy()
-    pkg_root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-    saved_argv, saved_path, saved_env = list(sys.argv), list(sys.path), config.environment().get("PYTHONPATH")
-    stale = {k: sys.modules.pop(k) for k in list(sys.modules) if _shadowed(k)}
-    config.set_environ("PYTHONPATH", os.pathsep.join(p for p in (shim, pkg_root, saved_env) if p))
-    try:
-        if as_code:  # `pycann-run -c CODE`, as `python -c`: argv[0] is "-c", the current folder on sys.path
-            sys.argv = ["-c"] + args[2:]
-            sys.path[:0] = [shim, os.getcwd()]
-            exec(compile(target, "<string>", "exec"), {"__name__": "__main__", "__builtins__": __builtins__})
-        elif as_module:
-            sys.argv = [target] + args[2:]
-            sys.path[:0] = [shim, os.getcwd()]
-            runpy.run_module(target, run_name="__main__", alter_sys=True)
-        else:
-            sys.argv = [target] + args[1:]
-            sys.path[:0] = [shim, os.path.dirname(os.path.abspath(target))]
-            runpy.run_path(target, run_name="__main__")
-        return 0
-    except SystemExit as e:
-        code = e.code
-        if code is None or isinstance(code, int):
-            return code or 0
-        print(code, file=sys.stderr)
-        return 1
-    finally:
-        sys.argv, sys.path[:] = saved_argv, saved_path
-        for k in [k for k in sys.modules if _shadowed(k)]:
-            del sys.modules[k]
-        sys.modules.update(stale)
-        config.set_environ("PYTHONPATH", saved_env)
-        shutil.rmtree(shim, ignore_errors=True)
-
+    # (the shims on PYTHONPATH for the app's child processes, and the OpenMP wait policy set before the
+    # app's ``import torch`` loads torch's libgomp, which reads it once: spinning workers cost
+    # torch.compile's GE plans 4x on a busy host, docs/torch.md)
+    with shims_for_children() as shim:
+        saved_argv, saved_path = list(sys.argv), list(sys.path)
+        stale = {k: sys.modules.pop(k) for k in list(sys.modules) if _shadowed(k)}
+        try:
+            if as_code:  # `pycann-run -c CODE`, as `python -c`: argv[0] is "-c", the current folder on sys.path
+                sys.argv = ["-c"] + args[2:]
+                sys.path[:0] = [shim, os.getcwd()]
+                exec(compile(target, "<string>", "exec"), {"__name__": "__main__", "__builtins__": __builtins__})
+            elif as_module:
+                sys.argv = [target] + args[2:]
+                sys.path[:0] = [shim, os.getcwd()]
+                runpy.run_module(target, run_name="__main__", alter_sys=True)
+            else:
+                sys.argv = [target] + args[1:]
+                sys.path[:0] = [shim, os.path.dirname(os.path.abspath(target))]
+                runpy.run_path(target, run_name="__main__")
+            return 0
+        except SystemExit as e:
+            code = e.code
+            if code is None or isinstance(code, int):
+                return code or 0
+            print(code, file=sys.stderr)
+            return 1
+        finally:
+            sys.argv, sys.path[:] = saved_argv, saved_path
+            for k in [k for k in sys.modules if _shadowed(k)]:
+                del sys.modules[k]
+            sys.modules.update(stale)
 
 if __name__ == "__main__":
     sys.exit(main())
