@@ -32,6 +32,7 @@ from pycann.kernels.bind import PREPARE
 from pycann.kernels.bind_generic import PREPARE_GENERIC
 from pycann.kernels.bound import BoundKernel, bound
 from pycann.kernels.providers import (
+    aligned,
     arena_ok,
     available,
     background_pack,
@@ -65,7 +66,7 @@ class Arena:
     """One arena buffer plus, per bound step, the output views into it."""
 
     def __init__(self, nbytes: int, layout: list[list[ViewSpec]], buffer: np.ndarray | None = None) -> None:
-        self.buffer = np.empty(max(nbytes, 1), dtype=np.uint8) if buffer is None else buffer
+        self.buffer = aligned.empty(max(nbytes, 1), np.uint8) if buffer is None else buffer
         self.views = [[self._view(*spec) for spec in outs] for outs in layout]
 
     def _view(self, off: int, dt: np.dtype, shape: tuple[int, ...], nhwc: bool) -> np.ndarray:
@@ -93,7 +94,7 @@ def _warm_patch_gemm() -> None:
 def _warm_buffer(nbytes: int) -> np.ndarray:
     """An arena buffer with every page written (zeros): a page fault costs ~1-2 us on this kind of
     VM, and a 4-8 MB arena is 1-2 thousand of them."""
-    buffer = np.empty(max(nbytes, 1), dtype=np.uint8)
+    buffer = aligned.empty(max(nbytes, 1), np.uint8)  # (on a cache line: the offsets in it are 64-byte multiples)
     ctypes.memset(buffer.ctypes.data, 0, buffer.nbytes)
     return buffer
 

@@ -44,6 +44,7 @@ from pycann.kernels.bound import BoundKernel
 from pycann.kernels.providers import (
     ConvSpec,
     Implementation,
+    aligned,
     omp_fork,
     onednn_bf16,
     onednn_matmul,
@@ -52,6 +53,7 @@ from pycann.kernels.providers import (
 )
 from pycann.kernels.providers import numpy_blas as nb
 from pycann.kernels.providers import onednn_capi as capi
+from pycann.kernels.providers import onednn_impl_search as impl_search
 from pycann.kernels.providers import onednn_kernel_store as kernel_store
 from pycann.kernels.providers.native_args import address
 from pycann.kernels.providers.onednn_conv_descs import ConvDescs
@@ -125,9 +127,10 @@ def _cl_strides(shape: Sequence[int], itemsize: int = 4) -> tuple[int, ...]:
 
 
 def empty_channels_last(shape: Sequence[int]) -> np.ndarray:
-    """A new float32 array of logical shape (N, C, *spatial) laid out channels-last."""
+    """A new float32 array of logical shape (N, C, *spatial) laid out channels-last, starting on a
+    cache line (``aligned``)."""
     k = len(shape)
-    return np.empty((shape[0], *shape[2:], shape[1]), np.float32).transpose(0, k - 1, *range(1, k - 1))
+    return aligned.empty((shape[0], *shape[2:], shape[1])).transpose(0, k - 1, *range(1, k - 1))
 
 
 def _fits(a: np.ndarray, strides: tuple[int, ...]) -> bool:
@@ -188,6 +191,12 @@ class _Plan:
         kind = (group, tuple(w.shape), tuple(win.strides), tuple(win.dilations), self.mode,
                 tuple(shared.eltwise)) if transpose else None
         pd = _own_kernels(pd, make, w_in, kind)
+        if impl_search.eligible(group, c, transpose):
+            # a first conv (few input channels): oneDNN's ranking is often not its fastest there
+            mds = [(capi.ARG_SRC, src), (capi.ARG_DST, dst)] + ([(capi.ARG_BIAS, bias)] if bias is not None else []) \
+                + ([(capi.arg_post_op_src1(0), dst)] if self.mode == "binary" else [])
+            pd = impl_search.fastest(pd, make, (group, tuple(w.shape), geo, self.mode, tuple(shared.eltwise),
+                                                openmp.team()), mds)
         self.impl = pd.fast_impl()
         # (its memory keeps the packed layout's descriptor: ``in_place`` compares with it)
         self.weights = onednn_packed.packed(w, shared.w_user, pd.query_md(capi.QUERY_WEIGHTS_MD))

@@ -22,6 +22,7 @@ from typing import Any
 import numpy as np
 
 from pycann.errors import OperandError
+from pycann.kernels.providers import aligned
 from pycann.kernels.providers.native_args import address
 
 __all__ = ["BoundConv"]
@@ -158,7 +159,7 @@ class BoundConv:
                                out)
         y = self.dest(out, x) if r is None else self.dest(out, x, r)
         if y is None:
-            y = np.empty(self.cl_shape, np.float32).transpose(self.perm)
+            y = aligned.empty(self.cl_shape).transpose(self.perm)
         xp, yp = address("conv input X", x, x_shape, strides=xs), address("conv output Y", y, y_shape, strides=ys)
         rp = address("conv residual", r, y_shape, strides=ys) if r is not None and p.res is not None else 0
         with p.lock:

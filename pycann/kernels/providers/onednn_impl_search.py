@@ -1,0 +1,152 @@
+"""Which oneDNN implementation a first convolution (few input channels) runs: measured, not ranked.
+
+oneDNN takes the first implementation in a fixed list that accepts a problem. For the first
+convolution of a vision model (3 input channels, a large image) that ranking is often not the
+fastest on the CPU at hand: on an AMX Xeon its ``jit:avx512_core`` kernel ran SqueezeNet's
+3x3/2 stem in 730 us where its ``jit:avx2`` kernel took 308, yet won at 16 output channels
+(``bench/conv_impls.py``, bench/RESULTS.md). No static rule fits every CPU, so such a conv's
+first plan times each implementation oneDNN offers for it, once, on scratch buffers, and keeps
+the fastest (AOE's measured kernel choice, done at plan time for the one node per model where it
+pays). The choice is remembered per problem kind (weight shape, geometry, post-ops, OpenMP team;
+not the image size), so later image sizes of the same conv walk straight to it.
+
+Bounded cost: only a conv with fewer than ``MAX_CHANNELS`` input channels per group is searched
+(oneDNN's own "first convolution" class, whose kernels are the ones ranked poorly); a problem whose
+first choice runs under ``MIN_US`` is not (the search would cost more than it could save there,
+and nothing is remembered, so a larger image of it is searched); implementations that keep their
+JIT code in oneDNN's process-wide store (``onednn_kernel_store.GLOBAL_KERNELS``) and the reference
+loops are not candidates; another implementation replaces the first only when it is ``MARGIN``
+times faster, so a near tie keeps oneDNN's choice (and results that do not depend on timing noise).
+
+Results: every candidate computes the same convolution; summation order may differ, so outputs
+can differ from oneDNN's first choice by float32 rounding (docs/kernels.md).
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import numpy as np
+
+from pycann.kernels.providers import aligned, omp_fork
+from pycann.kernels.providers import onednn_capi as capi
+from pycann.kernels.providers.onednn_kernel_store import GLOBAL_KERNELS
+
+__all__ = ["MARGIN", "MAX_CHANNELS", "MIN_US", "choices", "fastest", "searched"]
+
+MAX_CHANNELS = 16  # input channels per group below which oneDNN's jit kernels take their "first conv" path
+MIN_US = 50.0  # a first choice faster than this (us) is kept without a search
+MARGIN = 1.2  # an alternative must run this many times faster than the first choice to replace it
+RUNS = 3  # timed runs per candidate, in turns (min), after one warm-up run each
+WARM_CUTOFF = 2.0  # a candidate whose warm-up run took this many times the best warm-up is not timed on
+# Narrower-vector twins of a kernel family oneDNN also offers with wider ones: never the fastest on
+# a CPU that has the wider ISA (bench/conv_impls.py), and each costs a JIT compile to find that out
+SKIPPED = ("sse41",)
+
+# problem kind -> the implementation name chosen for it (``impl_info``)
+choices: dict[tuple[Any, ...], str] = {}
+searched = [0]  # searches done in this process (tests: a second image size of a kind is not searched)
+_lock = omp_fork.fork_safe(threading.Lock())
+
+
+def eligible(group: int, in_channels: int, transpose: bool) -> bool:
+    """Whether a conv belongs to the class whose implementation is measured: a convolution (not
+    grouped: depthwise convs keep ``jit_dw``, onednn_kernel_store) on fewer than ``MAX_CHANNELS``
+    input channels."""
+    return not transpose and group == 1 and in_channels < MAX_CHANNELS
+
+
+class _Candidate:
+    """One implementation's primitive over the shared scratch buffers, and its weights' buffer."""
+
+    __slots__ = ("name", "prim", "weights", "best_us")
+
+    def __init__(self, pd: capi.PrimitiveDesc, args: list[tuple[int, capi.Memory]]) -> None:
+        self.name = pd.impl_info()
+        wmd = pd.query_md(capi.QUERY_WEIGHTS_MD)
+        self.weights = np.full(wmd.size() // 4 + 1, 0.5, np.float32)
+        self.prim = capi.Primitive(pd, [*args, (capi.ARG_WEIGHTS, capi.Memory(wmd, self.weights.ctypes.data))],
+                                   keep_pd=False)
+        self.best_us = self.run_us()  # the warm-up run (JIT code and scratchpad first touched)
+
+    def run_us(self) -> float:
+        t0 = time.perf_counter()
+        self.prim.execute()
+        return (time.perf_counter() - t0) * 1e6
+
+
+def _scratch(mds: Sequence[tuple[int, capi.MemoryDesc]]) -> tuple[list[np.ndarray], list[tuple[int, capi.Memory]]]:
+    """Buffers of 0.5s (not zero pages, which would all read one cached page) for every argument."""
+    bufs, args = [], []
+    for arg, md in mds:
+        buf = aligned.empty(md.size() // 4 + 1)
+        buf.fill(0.5)
+        bufs.append(buf)
+        args.append((arg, capi.Memory(md, buf.ctypes.data, keep_md=False)))
+    return bufs, args
+
+
+def _search(pd: capi.PrimitiveDesc, make: Callable[[], capi.PrimitiveDesc],
+            mds: Sequence[tuple[int, capi.MemoryDesc]]) -> str | None:
+    """The name of the implementation to run (None: ``pd``'s first run was under ``MIN_US``)."""
+    bufs, args = _scratch(mds)
+    first = _Candidate(pd, args)
+    if first.best_us < MIN_US:
+        return None
+    cands, walker, seen = [first], make(), {first.name}
+    while True:
+        name = walker.impl_info()
+        parts = name.split(":")
+        if name not in seen and not name.startswith(GLOBAL_KERNELS) and "ref" not in parts \
+                and not any(p in SKIPPED for p in parts):
+            seen.add(name)
+            c = _Candidate(walker, args)
+            if c.best_us < WARM_CUTOFF * min(x.best_us for x in cands):
+                cands.append(c)
+        if not walker.next_impl():
+            break
+    if len(cands) > 1:
+        # timed in turns, so a disturbance (another process, a frequency change) hits all alike
+        for c in cands:
+            c.best_us = float("inf")
+        for _ in range(RUNS):
+            for c in cands:
+                c.best_us = min(c.best_us, c.run_us())
+    best = min(cands[1:], key=lambda c: c.best_us, default=first)
+    del bufs
+    return best.name if best.best_us * MARGIN < first.best_us else first.name
+
+
+def _walk_to(make: Callable[[], capi.PrimitiveDesc], name: str) -> capi.PrimitiveDesc | None:
+    """A fresh descriptor moved on to implementation ``name``; None when oneDNN no longer offers it."""
+    pd = make()
+    while pd.impl_info() != name:
+        if not pd.next_impl():
+            return None
+    return pd
+
+
+def fastest(pd: capi.PrimitiveDesc, make: Callable[[], capi.PrimitiveDesc], kind: tuple[Any, ...],
+            mds: Sequence[tuple[int, capi.MemoryDesc]]) -> capi.PrimitiveDesc:
+    """``pd``, or a descriptor of the same problem on the implementation measured fastest for
+    ``kind`` (searched now when ``kind`` has no remembered choice and ``pd`` runs >= ``MIN_US``).
+
+    ``make`` returns a fresh descriptor of the problem (oneDNN's first implementation);
+    ``mds``: (``ARG_*``, descriptor) of every argument but the weights (whose layout each
+    implementation picks). Raises ``capi.DnnlError`` only as ``make`` does."""
+    current = pd.impl_info()
+    with _lock:
+        chosen = choices.get(kind)
+    if chosen is None:
+        chosen = _search(pd, make, mds)
+        if chosen is None:
+            return pd
+        with _lock:
+            choices[kind] = chosen
+            searched[0] += 1
+    if chosen == current:
+        return pd
+    return _walk_to(make, chosen) or pd

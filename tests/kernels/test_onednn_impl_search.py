@@ -1,0 +1,115 @@
+"""The measured implementation choice for first convolutions (onednn_impl_search) and the
+cache-line-aligned host buffers (aligned): values against ONNX Runtime on whichever
+implementation the search keeps, one search per problem kind, the bounds of what is searched."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+import pytest
+
+from pycann.kernels.providers import aligned, onednn
+from pycann.ops.nn.conv import conv_window
+from tests.kernels.test_onednn_provider import _data, _ort_conv
+
+pytestmark = pytest.mark.skipif(not onednn.available(), reason="libdnnl.so.3 (onednn-cpu-gomp) not available")
+
+from pycann.kernels.providers import onednn_impl_search as search  # noqa: E402
+
+STEM = {"strides": [2, 2], "pads": [1, 1, 1, 1]}
+
+
+@pytest.fixture
+def fresh(monkeypatch: pytest.MonkeyPatch) -> Any:
+    """An empty choice table and plan cache (restored after), every stem searched (no time floor)."""
+    monkeypatch.setattr(search, "choices", {})
+    monkeypatch.setattr(search, "MIN_US", 0.0)
+    monkeypatch.setattr(onednn, "_plans", {})
+    return search
+
+
+def _plan_of(x: np.ndarray, w: np.ndarray, b: np.ndarray | None, attrs: dict[str, Any], group: int = 1) -> Any:
+    win = conv_window(x.shape, w.shape, attrs)
+    return onednn._plan(tuple(x.shape), w, b is not None, group, win, tuple(win.out), False, None, False)
+
+
+def _first_impl(x: np.ndarray, w: np.ndarray, b: np.ndarray | None, attrs: dict[str, Any],
+                monkeypatch: pytest.MonkeyPatch) -> str:
+    """The implementation oneDNN ranks first for this conv (no search)."""
+    with monkeypatch.context() as m:
+        m.setattr(search, "eligible", lambda *a: False)
+        m.setattr(onednn, "_plans", {})
+        return str(_plan_of(x, w, b, attrs).impl)
+
+
+def test_a_slower_ranked_implementation_computes_the_same_conv(fresh: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+    # the search made to prefer anything but oneDNN's first choice: the walk lands on another
+    # implementation, and its values are still ONNX Runtime's
+    x, w, b = _data((1, 3, 40, 44), (24, 3, 3, 3), True)
+    first = _first_impl(x, w, b, STEM, monkeypatch)
+    monkeypatch.setattr(search, "MARGIN", 0.0)  # (any time beats first / 0 = inf)
+    p = _plan_of(x, w, b, STEM)
+    assert p.impl != first and not p.impl.startswith("ref"), (first, p.impl)
+    assert search.searched[0] >= 1 and list(search.choices.values()) == [p.impl]
+    y = onednn.conv_nhwc(x, w, b, 1, conv_window(x.shape, w.shape, STEM))
+    np.testing.assert_allclose(y, _ort_conv(x, w, b, STEM, 1), rtol=1e-4, atol=1e-4)
+
+
+def test_a_near_tie_keeps_onednn_first_choice(fresh: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+    x, w, b = _data((1, 3, 32, 32), (16, 3, 3, 3), False)
+    first = _first_impl(x, w, b, STEM, monkeypatch)
+    monkeypatch.setattr(search._Candidate, "run_us", lambda self: 100.0)  # every implementation alike
+    assert _plan_of(x, w, b, STEM).impl == first
+    assert list(search.choices.values()) == [first]
+
+
+def test_the_choice_is_remembered_per_kind_not_per_image_size(fresh: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(search, "MARGIN", 0.0)
+    x, w, b = _data((1, 3, 36, 36), (32, 3, 3, 3), True)
+    p1 = _plan_of(x, w, b, STEM)
+    before = search.searched[0]
+    x2 = np.random.default_rng(1).standard_normal((1, 3, 52, 30)).astype(np.float32)
+    p2 = _plan_of(x2, w, b, STEM)
+    assert search.searched[0] == before and p2.impl == p1.impl  # walked to, not measured again
+    y = onednn.conv_nhwc(x2, w, b, 1, conv_window(x2.shape, w.shape, STEM))
+    np.testing.assert_allclose(y, _ort_conv(x2, w, b, STEM, 1), rtol=1e-4, atol=1e-4)
+
+
+def test_a_fast_conv_is_not_searched_and_nothing_is_remembered(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(search, "choices", {})
+    monkeypatch.setattr(search, "MIN_US", float("inf"))
+    monkeypatch.setattr(onednn, "_plans", {})
+    before = search.searched[0]
+    x, w, b = _data((1, 3, 20, 20), (8, 3, 3, 3), True)
+    _plan_of(x, w, b, STEM)
+    assert search.searched[0] == before and search.choices == {}
+
+
+@pytest.mark.parametrize("group,c,transpose,want", [
+    (1, 3, False, True), (1, 15, False, True), (1, 16, False, False),  # oneDNN's "first conv" class only
+    (3, 3, False, False), (32, 32, False, False),  # grouped / depthwise keep their own rule
+    (1, 3, True, False),  # deconvolutions: onednn_kernel_store's ``no_jit`` rule
+])
+def test_which_convs_are_searched(group: int, c: int, transpose: bool, want: bool) -> None:
+    assert search.eligible(group, c, transpose) is want
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.uint8, np.float16, np.int64])
+@pytest.mark.parametrize("shape", [(1,), (3, 5), (7, 33, 9), 1000, (1, 64, 111, 111)])
+def test_aligned_buffers_start_on_a_cache_line(shape: Any, dtype: Any) -> None:
+    a = aligned.empty(shape, dtype)
+    want = (shape,) if isinstance(shape, int) else shape
+    assert a.shape == want and a.dtype == dtype and a.flags.c_contiguous and a.flags.writeable
+    assert a.ctypes.data % aligned.ALIGN == 0
+    a[...] = 1  # the whole view is writable memory of its own
+    assert int(a.sum(dtype=np.int64)) == a.size
+
+
+def test_channels_last_results_and_arenas_are_aligned() -> None:
+    from pycann.ge.run.plan import Arena, _warm_buffer
+
+    assert onednn.empty_channels_last((1, 3, 224, 224)).ctypes.data % 64 == 0
+    assert _warm_buffer(3 << 20).ctypes.data % 64 == 0
+    arena = Arena(1 << 20, [[(64, np.dtype(np.float32), (1, 8, 4, 4), True)]])
+    assert arena.buffer.ctypes.data % 64 == 0 and arena.views[0][0].ctypes.data % 64 == 0
