@@ -22,9 +22,9 @@ STEM = {"strides": [2, 2], "pads": [1, 1, 1, 1]}
 
 @pytest.fixture
 def fresh(monkeypatch: pytest.MonkeyPatch) -> Any:
-    """An empty choice table and plan cache (restored after), every stem searched (no time floor)."""
+    """An empty choice table and plan cache (restored after), every stem searched (no size floor)."""
     monkeypatch.setattr(search, "choices", {})
-    monkeypatch.setattr(search, "MIN_US", 0.0)
+    monkeypatch.setattr(search, "MIN_FLOPS", 0)
     monkeypatch.setattr(onednn, "_plans", {})
     return search
 
@@ -78,7 +78,7 @@ def test_the_choice_is_remembered_per_kind_not_per_image_size(fresh: Any, monkey
 
 def test_a_fast_conv_is_not_searched_and_nothing_is_remembered(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(search, "choices", {})
-    monkeypatch.setattr(search, "MIN_US", float("inf"))
+    monkeypatch.setattr(search, "MIN_FLOPS", 10**18)
     monkeypatch.setattr(onednn, "_plans", {})
     before = search.searched[0]
     x, w, b = _data((1, 3, 20, 20), (8, 3, 3, 3), True)

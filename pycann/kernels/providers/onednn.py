@@ -195,8 +195,9 @@ class _Plan:
             # a first conv (few input channels): oneDNN's ranking is often not its fastest there
             mds = [(capi.ARG_SRC, src), (capi.ARG_DST, dst)] + ([(capi.ARG_BIAS, bias)] if bias is not None else []) \
                 + ([(capi.arg_post_op_src1(0), dst)] if self.mode == "binary" else [])
+            flops = 2 * n * math.prod(w.shape) * math.prod(out_sp)  # (group 1: w is M x C x kernel)
             pd = impl_search.fastest(pd, make, (group, tuple(w.shape), geo, self.mode, tuple(shared.eltwise),
-                                                openmp.team()), mds)
+                                                openmp.team()), mds, flops)
         self.impl = pd.fast_impl()
         # (its memory keeps the packed layout's descriptor: ``in_place`` compares with it)
         self.weights = onednn_packed.packed(w, shared.w_user, pd.query_md(capi.QUERY_WEIGHTS_MD))

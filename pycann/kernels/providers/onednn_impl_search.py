@@ -11,9 +11,10 @@ pays). The choice is remembered per problem kind (weight shape, geometry, post-o
 not the image size), so later image sizes of the same conv walk straight to it.
 
 Bounded cost: only a conv with fewer than ``MAX_CHANNELS`` input channels per group is searched
-(oneDNN's own "first convolution" class, whose kernels are the ones ranked poorly); a problem whose
-first choice runs under ``MIN_US`` is not (the search would cost more than it could save there,
-and nothing is remembered, so a larger image of it is searched); implementations that keep their
+(oneDNN's own "first convolution" class, whose kernels are the ones ranked poorly); a problem of
+fewer than ``MIN_FLOPS`` is not (it runs in tens of microseconds: the search, a JIT compile per
+candidate, would cost more than it could save, and a shape-generic model would pay it for every
+new small image size; nothing is remembered, so a larger image of it is searched); implementations that keep their
 JIT code in oneDNN's process-wide store (``onednn_kernel_store.GLOBAL_KERNELS``) and the reference
 loops are not candidates; another implementation replaces the first only when it is ``MARGIN``
 times faster, so a near tie keeps oneDNN's choice (and results that do not depend on timing noise).
@@ -35,10 +36,10 @@ from pycann.kernels.providers import aligned, omp_fork
 from pycann.kernels.providers import onednn_capi as capi
 from pycann.kernels.providers.onednn_kernel_store import GLOBAL_KERNELS
 
-__all__ = ["MARGIN", "MAX_CHANNELS", "MIN_US", "choices", "fastest", "searched"]
+__all__ = ["MARGIN", "MAX_CHANNELS", "MIN_FLOPS", "choices", "fastest", "searched"]
 
 MAX_CHANNELS = 16  # input channels per group below which oneDNN's jit kernels take their "first conv" path
-MIN_US = 50.0  # a first choice faster than this (us) is kept without a search
+MIN_FLOPS = 10_000_000  # smaller problems (~50 us at 200 GFLOP/s) keep oneDNN's first choice unsearched
 MARGIN = 1.2  # an alternative must run this many times faster than the first choice to replace it
 RUNS = 3  # timed runs per candidate, in turns (min), after one warm-up run each
 WARM_CUTOFF = 2.0  # a candidate whose warm-up run took this many times the best warm-up is not timed on
@@ -90,12 +91,10 @@ def _scratch(mds: Sequence[tuple[int, capi.MemoryDesc]]) -> tuple[list[np.ndarra
 
 
 def _search(pd: capi.PrimitiveDesc, make: Callable[[], capi.PrimitiveDesc],
-            mds: Sequence[tuple[int, capi.MemoryDesc]]) -> str | None:
-    """The name of the implementation to run (None: ``pd``'s first run was under ``MIN_US``)."""
+            mds: Sequence[tuple[int, capi.MemoryDesc]]) -> str:
+    """The name of the implementation measured fastest."""
     bufs, args = _scratch(mds)
     first = _Candidate(pd, args)
-    if first.best_us < MIN_US:
-        return None
     cands, walker, seen = [first], make(), {first.name}
     while True:
         name = walker.impl_info()
@@ -130,20 +129,21 @@ def _walk_to(make: Callable[[], capi.PrimitiveDesc], name: str) -> capi.Primitiv
 
 
 def fastest(pd: capi.PrimitiveDesc, make: Callable[[], capi.PrimitiveDesc], kind: tuple[Any, ...],
-            mds: Sequence[tuple[int, capi.MemoryDesc]]) -> capi.PrimitiveDesc:
+            mds: Sequence[tuple[int, capi.MemoryDesc]], flops: int) -> capi.PrimitiveDesc:
     """``pd``, or a descriptor of the same problem on the implementation measured fastest for
-    ``kind`` (searched now when ``kind`` has no remembered choice and ``pd`` runs >= ``MIN_US``).
+    ``kind`` (searched now when ``kind`` has no remembered choice and the problem has ``flops`` >=
+    ``MIN_FLOPS``).
 
     ``make`` returns a fresh descriptor of the problem (oneDNN's first implementation);
     ``mds``: (``ARG_*``, descriptor) of every argument but the weights (whose layout each
-    implementation picks). Raises ``capi.DnnlError`` only as ``make`` does."""
+    implementation picks); ``flops``: 2 x multiply-adds of the problem. Raises ``capi.DnnlError`` only as ``make`` does."""
     current = pd.impl_info()
     with _lock:
         chosen = choices.get(kind)
     if chosen is None:
-        chosen = _search(pd, make, mds)
-        if chosen is None:
+        if flops < MIN_FLOPS:
             return pd
+        chosen = _search(pd, make, mds)
         with _lock:
             choices[kind] = chosen
             searched[0] += 1
