@@ -3,8 +3,9 @@
 oneDNN ranks its implementations by a fixed order, not by measurement; on some CPUs its first choice
 for a conv on 3 input channels is not its fastest (bench/RESULTS.md, "First convolutions on 3
 channels"). For each stem geometry, every implementation in ``IMPLS`` that oneDNN offers is made
-with the C API (channels-last float32, the layout pycann's convs use) and timed back to back (median
-of 40 calls after 5 warm-ups, us); "-" where oneDNN does not offer it.
+with the C API (channels-last float32, the layout pycann's convs use, on 64-byte aligned buffers)
+and timed back to back (median of 40 calls after 5 warm-ups, us); "-" where oneDNN does not offer
+it. pycann measures the same choice per model at plan time (kernels/providers/onednn_impl_search.py).
 
 Usage (from the repository root, on a quiet machine)::
 
@@ -21,6 +22,7 @@ import numpy as np
 
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1]))
 
+from pycann.kernels.providers import aligned  # noqa: E402
 from pycann.kernels.providers import onednn_capi as c  # noqa: E402
 from pycann.kernels.providers.onednn import _cl_strides  # noqa: E402
 
@@ -53,10 +55,14 @@ def runner(xs: tuple[int, ...], ws: tuple[int, ...], s: int, p: int, want: str):
         if not pd.next_impl():
             return None
     wmd = pd.query_md(c.QUERY_WEIGHTS_MD)
-    x = np.random.rand(int(np.prod(xs))).astype(np.float32)
-    wt = np.zeros(wmd.size() // 4 + 16, np.float32)
+    # on cache lines, as pycann's arenas (kernels/providers/aligned.py): numpy's 16-byte alignment
+    # slowed the AVX-512 kernels' stores up to 1.5x and skewed the comparison
+    x = aligned.empty(int(np.prod(xs)))
+    x[:] = np.random.rand(x.size)
+    wt = aligned.empty(wmd.size() // 4 + 16)
+    wt.fill(0.1)
     b = np.zeros(co, np.float32)
-    y = np.zeros(int(np.prod(ys)), np.float32)
+    y = aligned.empty(int(np.prod(ys)))
     prim = c.Primitive(pd, [(c.ARG_SRC, c.Memory(src, x.ctypes.data)), (c.ARG_WEIGHTS, c.Memory(wmd, wt.ctypes.data)),
                             (c.ARG_BIAS, c.Memory(bias, b.ctypes.data)), (c.ARG_DST, c.Memory(dst, y.ctypes.data))])
     return prim, (x, wt, b, y)
