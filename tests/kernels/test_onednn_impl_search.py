@@ -113,3 +113,41 @@ def test_channels_last_results_and_arenas_are_aligned() -> None:
     assert _warm_buffer(3 << 20).ctypes.data % 64 == 0
     arena = Arena(1 << 20, [[(64, np.dtype(np.float32), (1, 8, 4, 4), True)]])
     assert arena.buffer.ctypes.data % 64 == 0 and arena.views[0][0].ctypes.data % 64 == 0
+
+
+@pytest.mark.parametrize("xs,ws,stride,pad", [
+    ((1, 3, 64, 64), (64, 3, 3, 3), 2, 0),  # SqueezeNet's stem geometry, smaller image
+    ((1, 3, 66, 66), (32, 3, 7, 7), 2, 3),  # ResNet's
+    ((1, 3, 48, 80), (16, 3, 3, 3), 2, 1),  # PP-OCR's
+])
+def test_the_jit_family_sums_in_one_order(xs: Any, ws: Any, stride: int, pad: int) -> None:
+    # a search that switches between oneDNN's jit kernels of two ISAs changes no output bit
+    # (what makes a timing-dependent choice harmless to reproducibility: docs/kernels.md)
+    from pycann.kernels.providers import onednn_capi as c
+    from pycann.kernels.providers.onednn import _cl_strides
+
+    rng = np.random.default_rng(3)
+    x = aligned.empty(int(np.prod(xs)))
+    x[:] = rng.standard_normal(x.size)
+    w = rng.standard_normal(ws).astype(np.float32)
+    ys = (1, ws[0], (xs[2] + 2 * pad - ws[2]) // stride + 1, (xs[3] + 2 * pad - ws[3]) // stride + 1)
+    src = c.MemoryDesc.strided(xs, [q // 4 for q in _cl_strides(xs)])
+    dst = c.MemoryDesc.strided(ys, [q // 4 for q in _cl_strides(ys)])
+    w_user = c.MemoryDesc.strided(ws, [int(np.prod(ws[i + 1:])) for i in range(4)])
+    outs = {}
+    for impl in ("jit:avx512_core", "jit:avx2"):
+        pd = c.convolution_pd(src, c.MemoryDesc.any(ws), None, dst, [stride] * 2, [0, 0], [pad] * 2, [pad] * 2,
+                              c.Attr([]))
+        while pd.impl_info() != impl:
+            if not pd.next_impl():
+                pytest.skip(f"oneDNN offers no {impl} here")
+        wmd = pd.query_md(c.QUERY_WEIGHTS_MD)
+        wp = aligned.empty(wmd.size() // 4 + 1)
+        c.Primitive(c.reorder_pd(w_user, wmd), [(c.ARG_FROM, c.Memory(w_user, w.ctypes.data)),
+                                                 (c.ARG_TO, c.Memory(wmd, wp.ctypes.data))]).execute()
+        y = aligned.empty(int(np.prod(ys)))
+        c.Primitive(pd, [(c.ARG_SRC, c.Memory(src, x.ctypes.data)), (c.ARG_WEIGHTS, c.Memory(wmd, wp.ctypes.data)),
+                         (c.ARG_DST, c.Memory(dst, y.ctypes.data))]).execute()
+        outs[impl] = y
+    assert np.array_equal(outs["jit:avx512_core"], outs["jit:avx2"])
+    assert np.abs(outs["jit:avx2"]).max() > 0  # (a conv that ran)

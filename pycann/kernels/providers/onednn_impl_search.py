@@ -19,8 +19,9 @@ JIT code in oneDNN's process-wide store (``onednn_kernel_store.GLOBAL_KERNELS``)
 loops are not candidates; another implementation replaces the first only when it is ``MARGIN``
 times faster, so a near tie keeps oneDNN's choice (and results that do not depend on timing noise).
 
-Results: every candidate computes the same convolution; summation order may differ, so outputs
-can differ from oneDNN's first choice by float32 rounding (docs/kernels.md).
+Results: every candidate computes the same convolution. oneDNN's ``jit`` kernels of different ISAs
+sum in one order (bit-identical outputs, tests/kernels/test_onednn_impl_search.py), so a choice that
+timing noise flips between them changes no result; ``x64:gemm:jit`` may differ by float32 rounding.
 """
 
 from __future__ import annotations
