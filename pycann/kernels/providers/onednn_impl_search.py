@@ -69,7 +69,8 @@ class _Candidate:
     def __init__(self, pd: capi.PrimitiveDesc, args: list[tuple[int, capi.Memory]]) -> None:
         self.name = pd.impl_info()
         wmd = pd.query_md(capi.QUERY_WEIGHTS_MD)
-        self.weights = np.full(wmd.size() // 4 + 1, 0.5, np.float32)
+        self.weights = aligned.empty(wmd.size() // 4 + 1)
+        self.weights.fill(0.5)
         self.prim = capi.Primitive(pd, [*args, (capi.ARG_WEIGHTS, capi.Memory(wmd, self.weights.ctypes.data))],
                                    keep_pd=False)
         self.best_us = self.run_us()  # the warm-up run (JIT code and scratchpad first touched)
@@ -137,7 +138,8 @@ def fastest(pd: capi.PrimitiveDesc, make: Callable[[], capi.PrimitiveDesc], kind
 
     ``make`` returns a fresh descriptor of the problem (oneDNN's first implementation);
     ``mds``: (``ARG_*``, descriptor) of every argument but the weights (whose layout each
-    implementation picks); ``flops``: 2 x multiply-adds of the problem. Raises ``capi.DnnlError`` only as ``make`` does."""
+    implementation picks); ``flops``: 2 x multiply-adds of the problem. Raises ``capi.DnnlError``
+    only as ``make`` does."""
     current = pd.impl_info()
     with _lock:
         chosen = choices.get(kind)
@@ -148,6 +150,8 @@ def fastest(pd: capi.PrimitiveDesc, make: Callable[[], capi.PrimitiveDesc], kind
         with _lock:
             choices[kind] = chosen
             searched[0] += 1
-    if chosen == current:
+    if chosen == current or chosen.startswith(GLOBAL_KERNELS):
+        # (a global-store kernel won at this kind's first plan, that weight's first primitive; a later
+        # plan that ``onednn_kernel_store.own_kernels`` moved to a jit kernel stays there)
         return pd
     return _walk_to(make, chosen) or pd
