@@ -1,10 +1,12 @@
 """Adversarial checks of the measured first-conv implementation choice (``onednn_impl_search``):
 what a remembered choice does to later image sizes of the same conv (``onednn_kernel_store``'s rule
 that only a weight's first primitive may keep its JIT kernels in oneDNN's never-shrinking global
-store)."""
+store), and a search in a forked child's forking thread (whose libgomp pool is the parent's)."""
 
 from __future__ import annotations
 
+import os
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -12,6 +14,7 @@ import pytest
 
 from pycann.kernels import providers
 from pycann.kernels.providers import onednn
+from tests.forking import run_script
 
 pytestmark = [pytest.mark.usefixtures("default_providers"),
               pytest.mark.skipif(not providers.available("onednn"), reason="libdnnl missing")]
@@ -48,3 +51,48 @@ def test_a_remembered_brgemm_choice_does_not_pull_later_sizes_into_the_global_st
     x = rng.standard_normal((1, 3, 48, 16)).astype(np.float32)
     y = onednn.conv_nhwc(x, w, b, 1, conv_window(x.shape, w.shape, PATCH))
     np.testing.assert_allclose(y, _ort_conv(x, w, b, PATCH, 1), rtol=1e-4, atol=1e-4)
+
+
+_FORK_LOAD = r"""
+import os, signal, sys
+import numpy as np, onnx
+from onnx import TensorProto, helper, numpy_helper
+from pycann.kernels.providers import omp_fork, onednn_capi
+try:
+    onednn_capi.load()
+except OSError:
+    print("NOLIB"); raise SystemExit
+from pycann.kernels.providers import onednn_impl_search as search
+from pycann.ge.run.model import LoadedModel
+
+rng = np.random.default_rng(0)
+w = (rng.standard_normal((32, 3, 3, 3)) / 5).astype(np.float32)
+g = helper.make_graph([helper.make_node("Conv", ["x", "w"], ["y"], pads=[1, 1, 1, 1], strides=[2, 2])], "g",
+                      [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 3, 96, 80])],
+                      [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)], [numpy_helper.from_array(w, "w")])
+m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
+m.ir_version = 8
+onnx.save(m, sys.argv[1])
+x = rng.standard_normal((1, 3, 96, 80)).astype(np.float32)
+want = LoadedModel.from_file(sys.argv[1]).run([x])[0]  # this thread has used OpenMP
+search.MIN_US = 0.0  # (the child's load searches whatever the machine's speed)
+search.choices.clear()  # (a kind the parent never searched: another model, another team)
+pid = os.fork()
+if pid == 0:
+    signal.alarm(30)
+    y = LoadedModel.from_file(sys.argv[1]).run([x])[0]  # a static model: its plan is built at load
+    os._exit(0 if omp_fork.stale() and search.searched[0] and np.allclose(y, want, rtol=1e-4, atol=1e-4) else 3)
+_, status = os.waitpid(pid, 0)
+print("child", status)
+"""
+
+
+@pytest.mark.skipif(not hasattr(os, "fork"), reason="os.fork is POSIX-only")
+def test_a_forked_child_loading_a_first_conv_model_does_not_hang(tmp_path: Path) -> None:
+    """A child of ``os.fork`` (a multiprocessing worker) loading a static model with a 3-channel stem:
+    the plan is built at load on the forking thread, and the search ran its candidates there, in the
+    parent's libgomp pool (a barrier for threads that are not in the child: hung for ever)."""
+    out = run_script(tmp_path, _FORK_LOAD.replace("sys.argv[1]", repr(str(tmp_path / "stem.onnx"))), timeout=180)
+    if out.stdout.strip() == "NOLIB":
+        pytest.skip("libdnnl.so.3 is not installed")
+    assert out.returncode == 0 and out.stdout.strip().endswith("child 0"), (out.stdout, out.stderr[-2000:])

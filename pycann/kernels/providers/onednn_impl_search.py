@@ -146,7 +146,9 @@ def fastest(pd: capi.PrimitiveDesc, make: Callable[[], capi.PrimitiveDesc], kind
     if chosen is None:
         if flops < MIN_FLOPS:
             return pd
-        chosen = _search(pd, make, mds)
+        # (a forked child's forking thread must not run the candidates in its libgomp pool, the
+        # parent's: a model loaded there builds its plans on that thread, and the search hung)
+        chosen = omp_fork.run_fresh(_search, pd, make, mds) if omp_fork.stale() else _search(pd, make, mds)
         with _lock:
             choices[kind] = chosen
             searched[0] += 1
