@@ -96,3 +96,36 @@ def test_a_forked_child_loading_a_first_conv_model_does_not_hang(tmp_path: Path)
     if out.stdout.strip() == "NOLIB":
         pytest.skip("libdnnl.so.3 is not installed")
     assert out.returncode == 0 and out.stdout.strip().endswith("child 0"), (out.stdout, out.stderr[-2000:])
+
+
+def test_an_alternative_that_onednn_fails_to_make_is_skipped_not_the_whole_plan(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """A candidate whose primitive oneDNN fails to create or run on the scratch buffers (out of
+    memory for its scratchpad, a JIT failure) raised out of the plan: the conv that oneDNN's own
+    first implementation runs fine fell back to the numpy kernel (``_plan`` -> None) for good."""
+    from pycann.kernels.providers import onednn_capi as capi
+
+    monkeypatch.setattr(search, "choices", {})
+    monkeypatch.setattr(search, "MIN_US", 0.0)
+    monkeypatch.setattr(onednn, "_plans", {})
+    make = search._Candidate.__init__
+    failed: list[str] = []
+
+    def failing(self: Any, pd: Any, args: Any) -> None:
+        if pd.impl_info().startswith("jit:avx2"):
+            failed.append(pd.impl_info())
+            raise capi.DnnlError("dnnl_primitive_create", 3)
+        make(self, pd, args)
+
+    monkeypatch.setattr(search._Candidate, "__init__", failing)
+    rng = np.random.default_rng(3)
+    x = rng.standard_normal((1, 3, 40, 36)).astype(np.float32)
+    w = (rng.standard_normal((24, 3, 3, 3)) / 5).astype(np.float32)
+    b = rng.standard_normal(24).astype(np.float32)
+    stem = {"strides": [2, 2], "pads": [1, 1, 1, 1]}
+    p = _plan(x.shape, w, stem)
+    if not failed:
+        pytest.skip("oneDNN offers no jit:avx2 convolution for this conv here")
+    assert p is not None and not p.impl.startswith("jit:avx2"), p and p.impl
+    y = onednn.conv_nhwc(x, w, b, 1, conv_window(x.shape, w.shape, stem))
+    np.testing.assert_allclose(y, _ort_conv(x, w, b, stem, 1), rtol=1e-4, atol=1e-4)

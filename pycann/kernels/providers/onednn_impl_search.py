@@ -93,10 +93,13 @@ def _scratch(mds: Sequence[tuple[int, capi.MemoryDesc]]) -> tuple[list[np.ndarra
 
 
 def _search(pd: capi.PrimitiveDesc, make: Callable[[], capi.PrimitiveDesc],
-            mds: Sequence[tuple[int, capi.MemoryDesc]]) -> str:
-    """The name of the implementation measured fastest."""
+            mds: Sequence[tuple[int, capi.MemoryDesc]]) -> str | None:
+    """The name of the implementation measured fastest (None: ``pd``'s own primitive failed)."""
     bufs, args = _scratch(mds)
-    first = _Candidate(pd, args)
+    try:
+        first = _Candidate(pd, args)
+    except capi.DnnlError:
+        return None  # (the plan makes its own primitive, and raises what oneDNN says there)
     cands, walker, seen = [first], make(), {first.name}
     while True:
         name = walker.impl_info()
@@ -104,8 +107,11 @@ def _search(pd: capi.PrimitiveDesc, make: Callable[[], capi.PrimitiveDesc],
         if name not in seen and not name.startswith(GLOBAL_KERNELS) and "ref" not in parts \
                 and not any(p in SKIPPED for p in parts):
             seen.add(name)
-            c = _Candidate(walker, args)
-            if c.best_us < WARM_CUTOFF * min(x.best_us for x in cands):
+            try:
+                c: _Candidate | None = _Candidate(walker, args)
+            except capi.DnnlError:
+                c = None  # (oneDNN could not make or run this one here: not a candidate)
+            if c is not None and c.best_us < WARM_CUTOFF * min(x.best_us for x in cands):
                 cands.append(c)
         if not walker.next_impl():
             break
@@ -149,6 +155,8 @@ def fastest(pd: capi.PrimitiveDesc, make: Callable[[], capi.PrimitiveDesc], kind
         # (a forked child's forking thread must not run the candidates in its libgomp pool, the
         # parent's: a model loaded there builds its plans on that thread, and the search hung)
         chosen = omp_fork.run_fresh(_search, pd, make, mds) if omp_fork.stale() else _search(pd, make, mds)
+        if chosen is None:
+            return pd
         with _lock:
             choices[kind] = chosen
             searched[0] += 1
