@@ -16,8 +16,9 @@ fewer than ``MIN_FLOPS`` is not (it runs in tens of microseconds: the search, a 
 candidate, would cost more than it could save, and a shape-generic model would pay it for every
 new small image size; nothing is remembered, so a larger image of it is searched); implementations that keep their
 JIT code in oneDNN's process-wide store (``onednn_kernel_store.GLOBAL_KERNELS``) and the reference
-loops are not candidates; another implementation replaces the first only when it is ``MARGIN``
-times faster, so a near tie keeps oneDNN's choice (and results that do not depend on timing noise).
+loops are not candidates, nor oneDNN's gemm convolution (it runs only on the thread that made
+it); another implementation replaces the first only when it is ``MARGIN`` times faster, so a near
+tie keeps oneDNN's choice (and results that do not depend on timing noise).
 
 Results: every candidate computes the same convolution. oneDNN's ``jit`` kernels of different ISAs
 sum in one order (bit-identical outputs, tests/kernels/test_onednn_impl_search.py), so a choice that
@@ -47,6 +48,10 @@ WARM_CUTOFF = 2.0  # a candidate whose warm-up run took this many times the best
 # Narrower-vector twins of a kernel family oneDNN also offers with wider ones: never the fastest on
 # a CPU that has the wider ISA (bench/conv_impls.py), and each costs a JIT compile to find that out
 SKIPPED = ("sse41",)
+# oneDNN's gemm convolution (``x64:gemm:jit``) crashes (SIGSEGV; its bf16 twin fails with
+# invalid_arguments, onednn_bf16) when executed on another thread than the one that made it, as a
+# plan's kernels are: never a candidate
+THREAD_BOUND = ("gemm",)
 
 # problem kind -> the implementation name chosen for it (``impl_info``)
 choices: dict[tuple[Any, ...], str] = {}
@@ -105,7 +110,7 @@ def _search(pd: capi.PrimitiveDesc, make: Callable[[], capi.PrimitiveDesc],
         name = walker.impl_info()
         parts = name.split(":")
         if name not in seen and not name.startswith(GLOBAL_KERNELS) and "ref" not in parts \
-                and not any(p in SKIPPED for p in parts):
+                and not any(p in SKIPPED or p in THREAD_BOUND for p in parts):
             seen.add(name)
             try:
                 c: _Candidate | None = _Candidate(walker, args)
