@@ -74,7 +74,7 @@ class _Candidate:
     def __init__(self, pd: capi.PrimitiveDesc, args: list[tuple[int, capi.Memory]]) -> None:
         self.name = pd.impl_info()
         wmd = pd.query_md(capi.QUERY_WEIGHTS_MD)
-        self.weights = aligned.empty(wmd.size() // 4 + 1)
+        self.weights = aligned.empty(wmd.size() // 4 + 1)  # (as the plan's packed weights, oneDNN's)
         self.weights.fill(0.5)
         self.prim = capi.Primitive(pd, [*args, (capi.ARG_WEIGHTS, capi.Memory(wmd, self.weights.ctypes.data))],
                                    keep_pd=False)
