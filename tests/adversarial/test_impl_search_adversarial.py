@@ -194,3 +194,41 @@ def test_candidates_are_timed_on_weights_that_start_on_a_cache_line(monkeypatch:
     _plan((1, 3, 30, 34), w, {"strides": [2, 2], "pads": [1, 1, 1, 1]})
     assert seen
     assert all(c.weights.ctypes.data % 64 == 0 for c in seen), [(c.name, c.weights.ctypes.data % 64) for c in seen]
+
+
+def test_threads_searching_one_kind_at_once_settle_on_one_choice(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Two threads building plans of one conv kind at once (a server's first requests, two image
+    sizes) each searched, each plan kept its own thread's winner, and the later one overwrote the
+    remembered choice: the same conv ran on two implementations (results differing in rounding by
+    which thread finished first). The first choice stored is the kind's, for every plan."""
+    import threading
+
+    monkeypatch.setattr(search, "choices", {})
+    monkeypatch.setattr(search, "MIN_US", 0.0)
+    monkeypatch.setattr(onednn, "_plans", {})
+    both = threading.Barrier(2, timeout=30)
+    order = iter(["jit:avx2", "jit:avx512_core"])  # (the two threads' measurements disagree)
+    lock = threading.Lock()
+
+    def search_at_once(pd: Any, make: Any, mds: Any) -> str:
+        with lock:
+            name = next(order)
+        both.wait()  # both searching before either stores
+        return name
+
+    monkeypatch.setattr(search, "_search", search_at_once)
+    rng = np.random.default_rng(9)
+    w = (rng.standard_normal((16, 3, 3, 3)) / 5).astype(np.float32)
+    stem = {"strides": [2, 2], "pads": [1, 1, 1, 1]}
+    impls: dict[int, str] = {}
+
+    def build(h: int) -> None:
+        impls[h] = _plan((1, 3, h, 40), w, stem).impl
+
+    threads = [threading.Thread(target=build, args=(h,)) for h in (24, 32)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert len(impls) == 2 and len(set(impls.values())) == 1, impls
+    assert list(search.choices.values()) == [impls[24]]

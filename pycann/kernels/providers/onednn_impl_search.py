@@ -163,7 +163,9 @@ def fastest(pd: capi.PrimitiveDesc, make: Callable[[], capi.PrimitiveDesc], kind
         if chosen is None:
             return pd
         with _lock:
-            choices[kind] = chosen
+            # (another thread's search of this kind may have ended first: its choice stays the kind's,
+            # so every plan of the kind runs one implementation)
+            chosen = choices.setdefault(kind, chosen)
             searched[0] += 1
     if chosen == current or chosen.startswith(GLOBAL_KERNELS):
         # (a global-store kernel won at this kind's first plan, that weight's first primitive; a later
