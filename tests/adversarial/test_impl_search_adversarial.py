@@ -233,3 +233,41 @@ def test_threads_searching_one_kind_at_once_settle_on_one_choice(monkeypatch: py
         t.join()
     assert len(impls) == 2 and len(set(impls.values())) == 1, impls
     assert list(search.choices.values()) == [impls[24]]
+
+
+def test_a_searched_residual_conv_keeps_its_in_place_form(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A first conv with a residual (binary-add plan) whose search kept another implementation than
+    oneDNN's first: ``in_place`` made its "sum" form on oneDNN's first choice, whose packed weight
+    layout differs (16 vs 8 output channels a block), so the in-place form was refused and the
+    executor's output-over-residual plan ran the binary form. It now takes the plan's implementation."""
+    from pycann.kernels.providers import onednn_capi as capi
+
+    monkeypatch.setattr(search, "choices", {})
+    monkeypatch.setattr(search, "MIN_US", 0.0)
+    monkeypatch.setattr(onednn, "_plans", {})
+    rng = np.random.default_rng(11)
+    x = rng.standard_normal((1, 3, 33, 47)).astype(np.float32)
+    w = (rng.standard_normal((24, 3, 3, 3)) / 5).astype(np.float32)
+    b = rng.standard_normal(24).astype(np.float32)
+    stem = {"strides": [2, 2], "pads": [1, 1, 1, 1]}
+    win = conv_window(x.shape, w.shape, stem)
+    with monkeypatch.context() as m:
+        m.setattr(search, "eligible", lambda *a: False)
+        first = onednn._Plan(x.shape, w, True, 1, win, tuple(win.out), False, None, True)  # oneDNN's choice
+    other = "jit:avx2" if first.impl != "jit:avx2" else "jit:avx512_core"
+    monkeypatch.setattr(search, "_search", lambda pd, make, mds: other)
+    p = onednn._plan(x.shape, w, True, 1, win, tuple(win.out), False, None, True)
+    if p.impl != other:
+        pytest.skip(f"oneDNN offers no {other} convolution with a residual here")
+    prim = p.in_place()
+    assert prim is not None, (first.impl, p.impl)
+    want = _ort_conv(x, w, b, stem, 1)
+    r = rng.standard_normal(want.shape).astype(np.float32)
+    xc, y = onednn.empty_channels_last(x.shape), onednn.empty_channels_last(want.shape)
+    xc[...], y[...] = x, r
+    with p.lock:
+        p.src.set(capi.ptr(xc))
+        p.dst.set(capi.ptr(y))
+        p.bias.set(capi.ptr(b))
+        prim.execute()
+    np.testing.assert_allclose(y, want + r, rtol=1e-4, atol=1e-4)

@@ -255,6 +255,10 @@ class _Plan:
                     pd = self._make("sum")
                     if not self.impl.startswith(_GLOBAL_KERNELS):  # (else: this weight's first plan)
                         pd = _own_kernels(pd, lambda: self._make("sum"))
+                    if pd.impl_info() != self.impl:
+                        # a first conv's measured choice (impl_search): its packed weights' layout is
+                        # that implementation's, so the "sum" form takes it too where oneDNN offers it
+                        pd = impl_search.walk_to(lambda: self._make("sum"), self.impl) or pd
                     packed_md = self.weights.md
                     if packed_md is not None and pd.query_md(capi.QUERY_WEIGHTS_MD).equals(packed_md):
                         pd.fast_impl()

@@ -38,7 +38,7 @@ from pycann.kernels.providers import aligned, omp_fork
 from pycann.kernels.providers import onednn_capi as capi
 from pycann.kernels.providers.onednn_kernel_store import GLOBAL_KERNELS
 
-__all__ = ["MARGIN", "MAX_CHANNELS", "MIN_FLOPS", "choices", "fastest", "searched"]
+__all__ = ["MARGIN", "MAX_CHANNELS", "MIN_FLOPS", "choices", "fastest", "searched", "walk_to"]
 
 MAX_CHANNELS = 16  # input channels per group below which oneDNN's jit kernels take their "first conv" path
 MIN_FLOPS = 10_000_000  # smaller problems (~50 us at 200 GFLOP/s) keep oneDNN's first choice unsearched
@@ -132,7 +132,7 @@ def _search(pd: capi.PrimitiveDesc, make: Callable[[], capi.PrimitiveDesc],
     return best.name if best.best_us * MARGIN < first.best_us else first.name
 
 
-def _walk_to(make: Callable[[], capi.PrimitiveDesc], name: str) -> capi.PrimitiveDesc | None:
+def walk_to(make: Callable[[], capi.PrimitiveDesc], name: str) -> capi.PrimitiveDesc | None:
     """A fresh descriptor moved on to implementation ``name``; None when oneDNN no longer offers it."""
     pd = make()
     while pd.impl_info() != name:
@@ -171,4 +171,4 @@ def fastest(pd: capi.PrimitiveDesc, make: Callable[[], capi.PrimitiveDesc], kind
         # (a global-store kernel won at this kind's first plan, that weight's first primitive; a later
         # plan that ``onednn_kernel_store.own_kernels`` moved to a jit kernel stays there)
         return pd
-    return _walk_to(make, chosen) or pd
+    return walk_to(make, chosen) or pd
