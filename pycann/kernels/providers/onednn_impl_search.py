@@ -48,9 +48,10 @@ WARM_CUTOFF = 2.0  # a candidate whose warm-up run took this many times the best
 # Narrower-vector twins of a kernel family oneDNN also offers with wider ones: never the fastest on
 # a CPU that has the wider ISA (bench/conv_impls.py), and each costs a JIT compile to find that out
 SKIPPED = ("sse41",)
-# oneDNN's gemm convolution (``x64:gemm:jit``) crashes (SIGSEGV; its bf16 twin fails with
-# invalid_arguments, onednn_bf16) when executed on another thread than the one that made it, as a
-# plan's kernels are: never a candidate
+# oneDNN's gemm convolution (``x64:gemm:jit``) crashed the process (SIGSEGV; not every time: seen
+# after the search's own candidates, or an ONNX Runtime session, had run) when executed on another
+# thread than the one that made it, as a plan's kernels are (its bf16 twin fails with
+# invalid_arguments there, onednn_bf16): never a candidate
 THREAD_BOUND = ("gemm",)
 
 # problem kind -> the implementation name chosen for it (``impl_info``)
