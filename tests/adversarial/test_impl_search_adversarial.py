@@ -37,7 +37,7 @@ def test_a_remembered_brgemm_choice_does_not_pull_later_sizes_into_the_global_st
     as the kind's choice. Every later image size was then walked back to brgconv, whose kernels
     oneDNN keeps for good (the growth ``_own_kernels`` moves later shapes off it to stop)."""
     monkeypatch.setattr(search, "choices", {})
-    monkeypatch.setattr(search, "MIN_US", 0.0)
+    monkeypatch.setattr(search, "MIN_FLOPS", 0)
     monkeypatch.setattr(onednn, "_plans", {})
     monkeypatch.setattr(search._Candidate, "run_us", lambda self: 100.0)  # every implementation alike
     rng = np.random.default_rng(7)
@@ -75,7 +75,7 @@ m.ir_version = 8
 onnx.save(m, sys.argv[1])
 x = rng.standard_normal((1, 3, 96, 80)).astype(np.float32)
 want = LoadedModel.from_file(sys.argv[1]).run([x])[0]  # this thread has used OpenMP
-search.MIN_US = 0.0  # (the child's load searches whatever the machine's speed)
+search.MIN_FLOPS = 0  # (the child's load searches whatever the conv's size)
 search.choices.clear()  # (a kind the parent never searched: another model, another team)
 before = search.searched[0]
 pid = os.fork()
@@ -107,7 +107,7 @@ def test_an_alternative_that_onednn_fails_to_make_is_skipped_not_the_whole_plan(
     from pycann.kernels.providers import onednn_capi as capi
 
     monkeypatch.setattr(search, "choices", {})
-    monkeypatch.setattr(search, "MIN_US", 0.0)
+    monkeypatch.setattr(search, "MIN_FLOPS", 0)
     monkeypatch.setattr(onednn, "_plans", {})
     make = search._Candidate.__init__
     failed: list[str] = []
@@ -144,7 +144,7 @@ from pycann.kernels.providers import numpy_blas as nb
 from pycann.kernels.providers import onednn_impl_search as search
 from pycann.ops.nn.conv import conv_window
 
-search.MIN_US, search.WARM_CUTOFF = 0.0, float("inf")
+search.MIN_FLOPS, search.WARM_CUTOFF = 0, float("inf")
 # the CPU at hand measures oneDNN's gemm convolution fastest (as it may: the search's premise)
 search._Candidate.run_us = lambda self: 1.0 if "gemm" in self.name else 100.0
 rng = np.random.default_rng(0)
@@ -180,7 +180,7 @@ def test_candidates_are_timed_on_weights_that_start_on_a_cache_line(monkeypatch:
     each 64-byte weight load of an AVX-512 kernel straddled two lines in the timing only, a
     1.1-1.5x handicap (aligned.py's numbers) against a ``MARGIN`` of 1.2, biased by vector width."""
     monkeypatch.setattr(search, "choices", {})
-    monkeypatch.setattr(search, "MIN_US", 0.0)
+    monkeypatch.setattr(search, "MIN_FLOPS", 0)
     monkeypatch.setattr(onednn, "_plans", {})
     seen: list[Any] = []
     make = search._Candidate.__init__
@@ -205,7 +205,7 @@ def test_threads_searching_one_kind_at_once_settle_on_one_choice(monkeypatch: py
     import threading
 
     monkeypatch.setattr(search, "choices", {})
-    monkeypatch.setattr(search, "MIN_US", 0.0)
+    monkeypatch.setattr(search, "MIN_FLOPS", 0)
     monkeypatch.setattr(onednn, "_plans", {})
     both = threading.Barrier(2, timeout=30)
     order = iter(["jit:avx2", "jit:avx512_core"])  # (the two threads' measurements disagree)
@@ -243,7 +243,7 @@ def test_a_searched_residual_conv_keeps_its_in_place_form(monkeypatch: pytest.Mo
     from pycann.kernels.providers import onednn_capi as capi
 
     monkeypatch.setattr(search, "choices", {})
-    monkeypatch.setattr(search, "MIN_US", 0.0)
+    monkeypatch.setattr(search, "MIN_FLOPS", 0)
     monkeypatch.setattr(onednn, "_plans", {})
     rng = np.random.default_rng(11)
     x = rng.standard_normal((1, 3, 33, 47)).astype(np.float32)

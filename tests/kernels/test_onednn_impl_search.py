@@ -156,18 +156,3 @@ def test_the_jit_family_sums_in_one_order(xs: Any, ws: Any, stride: int, pad: in
     assert np.array_equal(outs["jit:avx512_core"], outs["jit:avx2"])
     assert np.abs(outs["jit:avx2"]).max() > 0  # (a conv that ran)
 
-
-def test_a_remembered_global_store_kernel_does_not_override_own_kernels(fresh: Any) -> None:
-    # a kind whose first plan (its weight's first primitive) kept a brgemm kernel: a later image
-    # size, moved to a jit kernel by onednn_kernel_store.own_kernels (bounded JIT memory), stays on it
-    x, w, b = _data((1, 3, 64, 64), (96, 3, 4, 4), True)
-    patchify = {"strides": [4, 4]}
-    p1 = _plan_of(x, w, b, patchify)
-    if not p1.impl.startswith("brg"):
-        pytest.skip(f"oneDNN ranks {p1.impl} first for this conv here")
-    search.choices.update({k: p1.impl for k in search.choices})
-    x2 = np.random.default_rng(2).standard_normal((1, 3, 96, 64)).astype(np.float32)
-    p2 = _plan_of(x2, w, b, patchify)
-    assert not p2.impl.startswith("brg"), p2.impl
-    y = onednn.conv_nhwc(x2, w, b, 1, conv_window(x2.shape, w.shape, patchify))
-    np.testing.assert_allclose(y, _ort_conv(x2, w, b, patchify, 1), rtol=1e-4, atol=1e-4)

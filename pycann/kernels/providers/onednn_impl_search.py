@@ -14,15 +14,15 @@ Bounded cost: only a conv with fewer than ``MAX_CHANNELS`` input channels per gr
 (oneDNN's own "first convolution" class, whose kernels are the ones ranked poorly); a problem of
 fewer than ``MIN_FLOPS`` is not (it runs in tens of microseconds: the search, a JIT compile per
 candidate, would cost more than it could save, and a shape-generic model would pay it for every
-new small image size; nothing is remembered, so a larger image of it is searched); implementations that keep their
-JIT code in oneDNN's process-wide store (``onednn_kernel_store.GLOBAL_KERNELS``) and the reference
+new small image size; nothing is remembered, so a larger image of it is searched); implementations
+that keep their JIT code in oneDNN's process-wide store (``onednn_kernel_store.GLOBAL_KERNELS``) and the reference
 loops are not candidates, nor oneDNN's gemm convolution (it runs only on the thread that made
 it); another implementation replaces the first only when it is ``MARGIN`` times faster, so a near
 tie keeps oneDNN's choice (and results that do not depend on timing noise).
 
 Results: every candidate computes the same convolution. oneDNN's ``jit`` kernels of different ISAs
 sum in one order (bit-identical outputs, tests/kernels/test_onednn_impl_search.py), so a choice that
-timing noise flips between them changes no result; ``x64:gemm:jit`` may differ by float32 rounding.
+timing noise flips between them changes no result.
 """
 
 from __future__ import annotations
