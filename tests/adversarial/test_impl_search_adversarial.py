@@ -271,3 +271,43 @@ def test_a_searched_residual_conv_keeps_its_in_place_form(monkeypatch: pytest.Mo
         p.bias.set(capi.ptr(b))
         prim.execute()
     np.testing.assert_allclose(y, want + r, rtol=1e-4, atol=1e-4)
+
+
+_WIDE_PADS = r"""
+import threading
+import numpy as np
+from pycann.kernels.providers import onednn, onednn_capi
+try:
+    onednn_capi.load()
+except OSError:
+    print("NOLIB"); raise SystemExit
+from pycann.kernels.providers import numpy_blas as nb
+from pycann.ops.nn.conv import conv_window
+
+rng = np.random.default_rng(0)
+x = rng.standard_normal((1, 3, 33, 33)).astype(np.float32)
+w = (rng.standard_normal((24, 3, 3, 3)) / 5).astype(np.float32)
+b = rng.standard_normal(24).astype(np.float32)
+win = conv_window(x.shape, w.shape, {"pads": [3, 3, 3, 3]})
+want = nb.conv_im2col_gemm(x.astype(np.float64), w.astype(np.float64), b.astype(np.float64), 1, win)
+y = onednn.conv_nhwc(x, w, b, 1, win)  # the plan is made (and run) on this thread
+plans = [p for p in onednn._plans.values() if p is not None and p.x_shape == x.shape]
+got = {}
+t = threading.Thread(target=lambda: got.update(y=onednn.conv_nhwc(x, w, b, 1, win)))
+t.start()
+t.join()
+print("IMPL", [p.impl for p in plans])
+print("OK" if np.allclose(y, want, rtol=1e-4, atol=1e-4) and np.allclose(got["y"], want, rtol=1e-4, atol=1e-4)
+      else "WRONG")
+"""
+
+
+def test_a_conv_whose_pads_reach_its_kernel_runs_on_another_thread(tmp_path: Path) -> None:
+    """oneDNN's first choice for a conv whose pads reach the kernel size (3x3, pads 3) is its gemm
+    convolution, which crashed the process (SIGSEGV) when run on another thread than its maker: such a
+    plan takes the next implementation, or numpy computes it. Run in a child process."""
+    out = run_script(tmp_path, _WIDE_PADS, timeout=180)
+    if out.stdout.strip() == "NOLIB":
+        pytest.skip("libdnnl.so.3 is not installed")
+    assert out.returncode == 0 and out.stdout.strip().endswith("OK"), (out.returncode, out.stdout, out.stderr[-2000:])
+    assert "gemm" not in out.stdout, out.stdout

@@ -198,6 +198,12 @@ class _Plan:
             flops = 2 * n * math.prod(w.shape) * math.prod(out_sp)  # (group 1: w is M x C x kernel)
             pd = impl_search.fastest(pd, make, (group, tuple(w.shape), geo, self.mode, tuple(shared.eltwise),
                                                 openmp.team()), mds, flops)
+        while not transpose and pd.impl_info().startswith(THREAD_BOUND):
+            # oneDNN's gemm convolution (its first choice where pads reach the kernel size) crashed the
+            # process when another thread than its maker executed it, as a plan's kernels are (a thread
+            # pool serving a model): the next implementation, else the caller's numpy fallback
+            if not pd.next_impl():
+                raise capi.DnnlError(f"convolution: oneDNN offers only {pd.impl_info()}, bound to its thread", 3)
         self.impl = pd.fast_impl()
         # (its memory keeps the packed layout's descriptor: ``in_place`` compares with it)
         self.weights = onednn_packed.packed(w, shared.w_user, pd.query_md(capi.QUERY_WEIGHTS_MD))
@@ -352,6 +358,8 @@ class _Plan:
 # Which implementation keeps its JIT kernels where (the process-wide brgemm store or the primitive):
 # onednn_kernel_store.py
 _GLOBAL_KERNELS, _no_jit, _own_kernels = kernel_store.GLOBAL_KERNELS, kernel_store.no_jit, kernel_store.own_kernels
+# implementations that run only on the thread that made them (onednn_impl_search.THREAD_BOUND)
+THREAD_BOUND = tuple("x64:" + t for t in impl_search.THREAD_BOUND)
 
 
 # Pointwise convs, and ConvTransposes whose kernel is their stride, not bound to one shape run as
