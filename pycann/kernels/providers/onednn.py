@@ -230,6 +230,11 @@ class _Plan:
             _live_plans.add(self)  # (its lock renewed in a forked child: ``_renew_plans_in_child``)
         # input strides -> (reorder primitive, its source and destination memories)
         self.reorders: dict[tuple[int, ...], tuple[capi.Primitive, capi.Memory, capi.Memory]] = {}
+        # the channels-last copy of a converted input (an image stem's NCHW feed), made on first use and
+        # reused: a new 0.6 MB array per run met fresh heap pages in a model (~100 us of page faults on
+        # a 3x224x224 image, 4x the reorder), with ``x_lock`` held from the copy to the conv's end
+        self.x_scratch: np.ndarray | None = None
+        self.x_lock = threading.Lock()
 
     def _make(self, mode: str | None = None, src: capi.MemoryDesc | None = None,
               dst: capi.MemoryDesc | None = None) -> capi.PrimitiveDesc:
@@ -290,11 +295,12 @@ class _Plan:
             self.reorders[strides] = r
         return r
 
-    def _to_channels_last(self, x: np.ndarray) -> np.ndarray:
-        """``x`` copied into a channels-last array by a oneDNN reorder (multi-threaded jit; a
-        numpy copy is ~5x slower on the 3x640x640 image of a detector's first conv), cached per
-        input strides; numpy's copy for strides oneDNN cannot describe."""
-        xc = empty_channels_last(x.shape)
+    def _to_channels_last(self, x: np.ndarray, xc: np.ndarray | None = None) -> np.ndarray:
+        """``x`` copied into a channels-last array (``xc``, else a new one) by a oneDNN reorder
+        (multi-threaded jit; a numpy copy is ~5x slower on the 3x640x640 image of a detector's first
+        conv), cached per input strides; numpy's copy for strides oneDNN cannot describe."""
+        if xc is None:
+            xc = empty_channels_last(x.shape)
         r = self.input_reorder(x.shape, x.strides) if x.dtype == np.float32 else None
         if r is None:
             np.copyto(xc, x)
@@ -311,7 +317,17 @@ class _Plan:
         """The result as a channels-last array: ``out`` when it is one of the right shape, else
         new (``x`` is converted first when it is not channels-last)."""
         if not _fits(x, self.x_strides):
-            x = self._to_channels_last(x)
+            if x.shape != self.x_shape:
+                return self._run(self._to_channels_last(x), b, residual, out)
+            with self.x_lock:  # (the plan's one input copy: held until the conv has read it)
+                if self.x_scratch is None:
+                    self.x_scratch = empty_channels_last(self.x_shape)
+                return self._run(self._to_channels_last(x, self.x_scratch), b, residual, out)
+        return self._run(x, b, residual, out)
+
+    def _run(self, x: np.ndarray, b: np.ndarray | None, residual: np.ndarray | None,
+             out: np.ndarray | None) -> np.ndarray:
+        """``run`` for a channels-last ``x``."""
         fits = out is not None and out.dtype == np.float32 and out.flags.writeable and out.shape == self.y_shape and \
             _fits(out, self.y_strides) and not np.may_share_memory(out, x)
         y = out if fits and out is not None else empty_channels_last(self.y_shape)
@@ -575,6 +591,7 @@ def _renew_plans_in_child() -> None:
     _live_plans_lock = threading.Lock()
     for p in list(_live_plans):
         p.lock = threading.Lock()
+        p.x_lock = threading.Lock()
         p.bound_key = None
 
 
