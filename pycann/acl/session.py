@@ -241,13 +241,24 @@ class InferSession:
         """Record H, W (a gear model must have them as a ``--dynamic_image_size`` gear)."""
         self.dym = {"hw": (int(h), int(w)), **self._gear(f"hw {int(h)}x{int(w)}", "image_size", values=[int(h), int(w)])}
 
+    def _named_inputs(self, text: str, option: str) -> dict[str, list[int]]:
+        """``parse_dims(text)``; raises ``InputError`` for a name that is no input of the model
+        (ignored, it left the input it meant unset, and the run failed on that one instead)."""
+        parsed = parse_dims(text)
+        names = [i.name for i in self.model.inputs]
+        unknown = [n for n in parsed if n not in names]
+        if unknown:
+            raise InputError(f"{option} '{text}': {', '.join(repr(n) for n in unknown)} is no input of the model; "
+                             f"its inputs are {names}")
+        return parsed
+
     def set_dynamic_dims(self, dims: str) -> None:
         """Record ``"name:d1,d2;..."`` shapes (a gear model must have them as one of its gears)."""
-        parsed = parse_dims(dims)
+        parsed = self._named_inputs(dims, "dymDims")
         self.dym = {"dims": parsed, **self._gear(f"dims {dims}", None, shapes=parsed)}
 
     def set_dynamic_shape(self, shape: str) -> None:
-        self.dym = {"shape": parse_dims(shape)}
+        self.dym = {"shape": self._named_inputs(shape, "dymShape")}
 
     def set_custom_outsize(self, sizes: list[int]) -> None:
         self.custom_outsize = [int(s) for s in sizes]

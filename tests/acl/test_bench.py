@@ -11,6 +11,7 @@ import pytest
 
 import pycann
 from pycann.acl.session import InferSession, latency_stats, parse_dims
+from pycann.errors import InputError
 from pycann.tools import bench
 
 from .conftest import small_ref
@@ -129,3 +130,18 @@ def test_bench_times_a_dynamic_models_plan_not_its_build(tmp_path: Path, monkeyp
     assert bench.main(["--model", str(om), "--dymShape", "x:1,16,9,11", "--loop", "4"]) == 0, capsys.readouterr()
     st = sessions[0].model.plan_cache_stats()
     assert (st.generic_runs, st.built, st.hits) == (1, 1, 4)
+
+
+def test_dym_setting_with_an_unknown_input_name_names_it(dyn_om: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """A --dymShape / --dymDims naming no input of the model was ignored: the run then failed on
+    the input it left unset ("input 'x' has shape [-1, 4] with dynamic dims: set --dymShape ..."),
+    never saying that the name given was wrong."""
+    sess = InferSession(0, str(dyn_om))
+    for setter in (sess.set_dynamic_shape, sess.set_dynamic_dims):
+        with pytest.raises(InputError, match=r"'y'.*no input.*\['x'\]"):
+            setter("y:5,4")
+    sess.set_dynamic_shape("x:5,4")  # the model's own name is still taken
+    assert sess.input_shapes() == [[5, 4]]
+    assert bench.main(["--model", str(dyn_om), "--dymShape", "y:5,4", "--outputSize", "100,100"]) == 1
+    err = capsys.readouterr().err
+    assert "'y'" in err and "['x']" in err, err
