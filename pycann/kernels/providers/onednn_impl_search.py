@@ -3,7 +3,8 @@
 oneDNN takes the first implementation in a fixed list that accepts a problem. For the first
 convolution of a vision model (3 input channels, a large image) that ranking is often not the
 fastest on the CPU at hand: on an AMX Xeon its ``jit:avx512_core`` kernel ran SqueezeNet's
-3x3/2 stem in 730 us where its ``jit:avx2`` kernel took 308, yet won at 16 output channels
+3x3/2 stem in 375 us where its ``jit:avx2`` kernel took 235 (aligned buffers; 730 vs 308 on numpy's,
+16 bytes off a cache line), yet won at 16 output channels
 (``bench/conv_impls.py``, bench/RESULTS.md). No static rule fits every CPU, so such a conv's
 first plan times each implementation oneDNN offers for it, once, on scratch buffers, and keeps
 the fastest (AOE's measured kernel choice, done at plan time for the one node per model where it
