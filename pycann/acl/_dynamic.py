@@ -181,8 +181,24 @@ def set_dynamic_hw_size(model_id: int, dataset: int, index: int, height: int, wi
         return _select(ds, rec.model.gears, "image_size", [h, w])
     if h <= 0 or w <= 0:
         raise fault(C.ACL_ERROR_INVALID_PARAM, f"invalid image size {h}x{w}")
-    if not any(len(i.shape) == 4 and -1 in i.shape[1:] for i in rec.model.inputs):
+    dyn4 = [i for i in rec.model.inputs if len(i.shape) == 4 and -1 in i.shape[1:]]
+    if not dyn4:
         raise fault(C.ACL_ERROR_MODEL_NOT_DYNAMIC, "no 4-D input of the model has a dynamic H or W")
+    # (checked here as set_dynamic_batch_size checks the batch: a value outside an input's range, or
+    # one for a dim that no input has dynamic, was taken, and the run failed or used the static dim)
+    hi, wi = _hw_axes(rec.model)
+    for axis, v, what in ((hi, h, "height"), (wi, w, "width")):
+        free = [i for i in dyn4 if i.shape[axis] == -1]
+        if not free and any(i.shape[axis] != v for i in dyn4):
+            fixed = ", ".join(f"{i.name}'s is {i.shape[axis]}" for i in dyn4)
+            raise fault(C.ACL_ERROR_GE_DYNAMIC_BATCH_SIZE_INVALID,
+                        f"{what} {v}: no input has a dynamic {what} ({fixed}); pass that value")
+        for info in free:
+            r = rec.model.input_ranges.get(info.name, [])
+            rng = r[axis] if len(r) == 4 and isinstance(r[axis], list) else None
+            if rng is not None and (v < rng[0] or (rng[1] >= 0 and v > rng[1])):
+                raise fault(C.ACL_ERROR_GE_DYNAMIC_BATCH_SIZE_INVALID,
+                            f"{what} {v} is outside {info.name}'s range {rng[0]}~{rng[1]}")
     ds.hw = (h, w)
     return C.ACL_SUCCESS
 

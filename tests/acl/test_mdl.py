@@ -326,3 +326,32 @@ def test_dynamic_hw(acl_ready: int, tmp_path: Path) -> None:
     assert acl.mdl.set_dynamic_hw_size(mid, ind, 1, 3, 4) == 0
     assert acl.mdl.execute(mid, ind, outd) == 0
     np.testing.assert_array_equal(from_device(do, (1, 1, 3, 4)), np.maximum(x, 0))
+
+
+def test_dynamic_hw_checks_the_static_dims_and_ranges(acl_ready: int, tmp_path: Path) -> None:
+    """set_dynamic_hw_size on a range model took any value: a height for an input whose H is static
+    was dropped (the run used the static H; a rec model [-1,3,48,-1] asked for 50x200 ran 48x200)
+    and a width outside the --input_shape range failed only at execute. Checked as
+    set_dynamic_batch_size checks the batch (ACL_ERROR_GE_DYNAMIC_BATCH_SIZE_INVALID)."""
+    from onnx import TensorProto, helper
+
+    import pycann
+
+    g = helper.make_graph([helper.make_node("Relu", ["img"], ["out"])], "hw",
+                          [helper.make_tensor_value_info("img", TensorProto.FLOAT, [1, 1, "H", "W"])],
+                          [helper.make_tensor_value_info("out", TensorProto.FLOAT, [1, 1, "H", "W"])])
+    om = tmp_path / "hw_range.om"
+    pycann.compile_model(helper.make_model(g, opset_imports=[helper.make_opsetid("", 13)]),
+                         pycann.CompileOptions(input_shape={"img": [1, 1, 3, (2, 6)]})).save(om)
+    mid, _ = acl.mdl.load_from_file(str(om))
+    x = np.arange(-6, 6, dtype=np.float32).reshape(1, 1, 3, 4)
+    dx, do = to_device(x), acl.rt.malloc(48, 0)[0]
+    ind, _ = dataset_of([(dx, 48)])
+    outd, _ = dataset_of([(do, 48)])
+    assert acl.mdl.set_dynamic_hw_size(mid, ind, 1, 4, 4) == C.ACL_ERROR_GE_DYNAMIC_BATCH_SIZE_INVALID
+    assert "no input has a dynamic height (img's is 3)" in acl.get_recent_err_msg()
+    assert acl.mdl.set_dynamic_hw_size(mid, ind, 1, 3, 7) == C.ACL_ERROR_GE_DYNAMIC_BATCH_SIZE_INVALID
+    assert "width 7 is outside img's range 2~6" in acl.get_recent_err_msg()
+    assert acl.mdl.set_dynamic_hw_size(mid, ind, 1, 3, 4) == 0
+    assert acl.mdl.execute(mid, ind, outd) == 0, acl.get_recent_err_msg()
+    np.testing.assert_array_equal(from_device(do, (1, 1, 3, 4)), np.maximum(x, 0))
