@@ -80,6 +80,73 @@ def test_the_choice_is_remembered_per_kind_not_per_image_size(fresh: Any, monkey
     np.testing.assert_allclose(y, _ort_conv(x2, w, b, STEM, 1), rtol=1e-4, atol=1e-4)
 
 
+def test_concurrent_first_plans_of_a_kind_share_one_search(fresh: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Threads making their first plans of one kind at once (a thread pool's first calls of a model
+    at several image sizes) each ran a search: N times the JIT compiles, each timed beside the
+    others, so the choice was noise. The others wait for the first one's search and walk to it."""
+    import threading
+    import time
+
+    real, calls = search._search, []
+
+    def slow_search(*a: Any) -> Any:
+        calls.append(1)
+        time.sleep(0.2)  # (the others reach ``fastest`` meanwhile)
+        return real(*a)
+
+    monkeypatch.setattr(search, "_search", slow_search)
+    _, w, b = _data((1, 3, 36, 36), (32, 3, 3, 3), True)
+    xs = [np.random.default_rng(i).standard_normal((1, 3, 30 + 4 * i, 36)).astype(np.float32) for i in range(4)]
+    start, impls = threading.Barrier(len(xs)), {}
+
+    def first_plan(i: int) -> None:
+        start.wait()
+        impls[i] = _plan_of(xs[i], w, b, STEM).impl
+
+    threads = [threading.Thread(target=first_plan, args=(i,)) for i in range(len(xs))]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(60)
+    assert len(calls) == 1 and len(impls) == len(xs) and len(set(impls.values())) == 1, (calls, impls)
+    assert list(search.choices.values()) == [impls[0]]
+
+
+def test_a_child_forked_during_a_search_does_not_wait_for_it(fresh: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A parent's thread searching a kind at a fork is not in the child: the child's first plan of
+    that kind searches itself instead of waiting for a search that never ends there."""
+    import os
+    import signal
+    import threading
+    import time
+
+    real, started = search._search, threading.Event()
+
+    def slow_search(*a: Any) -> Any:
+        if threading.current_thread() is not threading.main_thread():
+            started.set()
+            time.sleep(1.0)  # (the fork happens meanwhile)
+        return real(*a)
+
+    monkeypatch.setattr(search, "_search", slow_search)
+    _, w, b = _data((1, 3, 36, 36), (32, 3, 3, 3), True)
+    x1, x2 = (np.random.default_rng(i).standard_normal((1, 3, 30 + 6 * i, 36)).astype(np.float32) for i in range(2))
+    t = threading.Thread(target=_plan_of, args=(x1, w, b, STEM))
+    t.start()
+    assert started.wait(30)
+    pid = os.fork()
+    if pid == 0:  # pragma: no cover - the child
+        signal.alarm(20)  # (a hang ends the child with SIGALRM)
+        ok = False
+        try:
+            ok = bool(_plan_of(x2, w, b, STEM).impl) and search.choices != {}
+        finally:
+            os._exit(0 if ok else 3)
+    _, status = os.waitpid(pid, 0)
+    t.join(60)
+    assert os.WIFEXITED(status) and os.WEXITSTATUS(status) == 0, status
+
+
 def test_a_fast_conv_is_not_searched_and_nothing_is_remembered(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(search, "choices", {})
     monkeypatch.setattr(search, "MIN_FLOPS", 10**18)

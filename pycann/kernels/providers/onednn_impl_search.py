@@ -59,6 +59,12 @@ THREAD_BOUND = ("gemm",)
 choices: dict[tuple[Any, ...], str] = {}
 searched = [0]  # searches done in this process (tests: a second image size of a kind is not searched)
 _lock = omp_fork.fork_safe(threading.Lock())
+# problem kind -> set when the search of it running on some thread ends: the first plans of a kind made
+# at once (a thread pool's first calls at several image sizes) wait for that one search, instead of each
+# timing the candidates beside the others (N times the JIT compiles, and a choice made of the noise)
+_running: dict[tuple[Any, ...], threading.Event] = {}
+# (a parent's thread searching at a fork is not in the child: its event would never be set there)
+omp_fork.renew_in_child(globals(), _running=dict)
 
 
 def eligible(group: int, in_channels: int, transpose: bool) -> bool:
@@ -154,21 +160,40 @@ def fastest(pd: capi.PrimitiveDesc, make: Callable[[], capi.PrimitiveDesc], kind
     implementation picks); ``flops``: 2 x multiply-adds of the problem. Raises ``capi.DnnlError``
     only as ``make`` does."""
     current = pd.impl_info()
+    mine = pending = None
     with _lock:
         chosen = choices.get(kind)
+        if chosen is None and flops >= MIN_FLOPS:
+            pending = _running.get(kind)
+            if pending is None:
+                mine = _running[kind] = threading.Event()
     if chosen is None:
         if flops < MIN_FLOPS:
             return pd
-        # (a forked child's forking thread must not run the candidates in its libgomp pool, the
-        # parent's: a model loaded there builds its plans on that thread, and the search hung)
-        chosen = omp_fork.run_fresh(_search, pd, make, mds) if omp_fork.stale() else _search(pd, make, mds)
-        if chosen is None:
-            return pd
-        with _lock:
-            # (another thread's search of this kind may have ended first: its choice stays the kind's,
-            # so every plan of the kind runs one implementation)
-            chosen = choices.setdefault(kind, chosen)
-            searched[0] += 1
+        if pending is not None:
+            pending.wait()  # another thread's search of this kind: its choice (none if it failed)
+            with _lock:
+                chosen = choices.get(kind)
+            if chosen is None:
+                return pd
+        else:
+            assert mine is not None
+            try:
+                # (a forked child's forking thread must not run the candidates in its libgomp pool, the
+                # parent's: a model loaded there builds its plans on that thread, and the search hung)
+                chosen = omp_fork.run_fresh(_search, pd, make, mds) if omp_fork.stale() else _search(pd, make, mds)
+                if chosen is not None:
+                    with _lock:
+                        # (a kind's choice is set once, so every plan of the kind runs one implementation)
+                        chosen = choices.setdefault(kind, chosen)
+                        searched[0] += 1
+            finally:
+                with _lock:
+                    if _running.get(kind) is mine:
+                        del _running[kind]
+                mine.set()
+            if chosen is None:
+                return pd
     if chosen == current or chosen.startswith(GLOBAL_KERNELS):
         # (a global-store kernel won at this kind's first plan, that weight's first primitive; a later
         # plan that ``onednn_kernel_store.own_kernels`` moved to a jit kernel stays there)
