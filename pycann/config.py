@@ -300,9 +300,19 @@ def keep_freed_memory() -> bool:
 
 
 def providers_allowed() -> set[str] | None:
-    """``PYCANN_PROVIDERS``: the kernel providers allowed (comma-separated; numpy always), or None (all)."""
+    """``PYCANN_PROVIDERS``: the kernel providers allowed (comma-separated; numpy always), or None (all).
+    Raises ``ConfigError`` for a name that is no provider (a misspelt one left numpy alone, silently)."""
     raw = _env("PYCANN_PROVIDERS").strip()
-    return {p.strip() for p in raw.split(",") if p.strip()} | {"numpy"} if raw else None
+    if not raw:
+        return None
+    from pycann.kernels.providers import PROVIDERS  # (here: the kernels import this module)
+
+    names = {p.strip() for p in raw.split(",") if p.strip()}
+    unknown = sorted(names - PROVIDERS.keys())
+    if unknown:
+        raise ConfigError(f"PYCANN_PROVIDERS={raw!r}: unknown provider {', '.join(repr(u) for u in unknown)}; "
+                          f"expected a comma-separated list of {', '.join(PROVIDERS)}")
+    return names | {"numpy"}
 
 
 def kernel_selection() -> str:

@@ -239,6 +239,20 @@ def test_providers_env_restricts(monkeypatch: pytest.MonkeyPatch) -> None:
     assert providers.select(spec).key == "numpy:depthwise"
 
 
+
+def test_providers_env_with_an_unknown_name_is_refused(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A misspelt provider (``PYCANN_PROVIDERS=onedn``) allowed numpy alone, silently: every conv and
+    matmul ran numpy's kernels, many times slower. Refused as the other PYCANN_ settings are."""
+    from pycann.config import ConfigError
+
+    monkeypatch.setenv("PYCANN_PROVIDERS", "numpy,onedn")
+    providers.reset()
+    with pytest.raises(ConfigError, match=r"PYCANN_PROVIDERS='numpy,onedn': unknown provider 'onedn'.*numpy, onednn, torch"):
+        providers.available("onednn")
+    monkeypatch.setenv("PYCANN_PROVIDERS", " onednn , numpy ")
+    providers.reset()
+    assert providers.available("numpy") and not providers.available("torch")
+
 # ---------------------------------------------------------------- selection table
 
 
