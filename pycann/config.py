@@ -317,8 +317,12 @@ def providers_allowed() -> set[str] | None:
 
 def kernel_selection() -> str:
     """``PYCANN_KERNEL_SELECTION``: ``static``, ``measure`` or ``off`` ('' when unset; the compile
-    option ``kernel_selection`` wins, docs/kernels.md)."""
-    return _env("PYCANN_KERNEL_SELECTION")
+    option ``kernel_selection`` wins, docs/kernels.md). Raises ``ConfigError`` for another value (a
+    misspelt mode compiled with the static table, silently)."""
+    raw = _env("PYCANN_KERNEL_SELECTION").strip()
+    if raw not in ("", "static", "measure", "off"):
+        raise ConfigError(f"PYCANN_KERNEL_SELECTION={raw!r}: expected one of static, measure, off")
+    return raw
 
 
 def nan_guard() -> bool:

@@ -253,6 +253,17 @@ def test_providers_env_with_an_unknown_name_is_refused(monkeypatch: pytest.Monke
     providers.reset()
     assert providers.available("numpy") and not providers.available("torch")
 
+
+def test_kernel_selection_env_with_an_unknown_mode_is_refused(monkeypatch: pytest.MonkeyPatch) -> None:
+    """``PYCANN_KERNEL_SELECTION=measur`` compiled with the static table, silently."""
+    from pycann import config
+
+    monkeypatch.setenv("PYCANN_KERNEL_SELECTION", "measur")
+    with pytest.raises(config.ConfigError, match=r"PYCANN_KERNEL_SELECTION='measur'.*static, measure, off"):
+        config.kernel_selection()
+    monkeypatch.setenv("PYCANN_KERNEL_SELECTION", "measure")
+    assert config.kernel_selection() == "measure"
+
 # ---------------------------------------------------------------- selection table
 
 
