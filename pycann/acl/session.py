@@ -174,7 +174,8 @@ class InferSession:
             for j, (o, cap) in enumerate(zip(outs, self.custom_outsize)):
                 if np.asarray(o).nbytes > cap:
                     raise RuntimeError(f"output {j} ({self.model.outputs[j].name}) needs {np.asarray(o).nbytes} "
-                                       f"bytes, more than custom_sizes {cap}; pass a larger custom_sizes")
+                                       f"bytes, more than custom_sizes {cap}; pass a larger custom_sizes "
+                                       "(the bench: --outputSize)")
         return outs
 
     def _bare(self, feeds: Any) -> Any:

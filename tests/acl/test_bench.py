@@ -145,3 +145,10 @@ def test_dym_setting_with_an_unknown_input_name_names_it(dyn_om: Path, capsys: p
     assert bench.main(["--model", str(dyn_om), "--dymShape", "y:5,4", "--outputSize", "100,100"]) == 1
     err = capsys.readouterr().err
     assert "'y'" in err and "['x']" in err, err
+
+
+def test_bench_output_size_error_names_its_option(dyn_om: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """The bench's too-small --outputSize was reported as "pass a larger custom_sizes", the Python
+    argument's name, which the command line does not have."""
+    assert bench.main(["--model", str(dyn_om), "--dymShape", "x:5,4", "--outputSize", "10,10"]) == 1
+    assert "--outputSize" in capsys.readouterr().err
