@@ -91,3 +91,13 @@ def test_bench_dynamic_input_without_shape_names_it(tmp_path: Path, capsys: pyte
     line = err_line(capsys)
     assert "input 'img'" in line and '--dymShape "img:1,3,640"' in line, line
     assert bench.main(["--model", str(om), "--loop", "1", "--dymShape", "img:1,3,640"]) == 0
+
+
+def test_an_om_given_as_the_onnx_model_is_named_as_one(model: tuple[Path, Path]) -> None:
+    """``atc --model=m.om`` (or compare's --model) said only "cannot parse 'm.om' as an ONNX model:
+    Error parsing message ... Wire format was corrupt"; the file is pycann's own compiled model."""
+    from pycann.errors import ModelError
+
+    _, om_path = model
+    with pytest.raises(ModelError, match=r"is a pycann \.om .*atc --mode=6 --om="):
+        pycann.compile_model(str(om_path))

@@ -61,7 +61,12 @@ def load_onnx(source: str | os.PathLike[str] | bytes | onnx.ModelProto, check: b
         except ModelError:
             raise
         except Exception as e:  # protobuf DecodeError and friends
-            raise ModelError(f"cannot parse '{source if not isinstance(source, bytes) else '<bytes>'}' as an ONNX model: {e}") from None
+            name = source if not isinstance(source, bytes) else '<bytes>'
+            if _is_om(source):
+                raise ModelError(f"'{name}' is a pycann .om (a compiled model), not an ONNX model: run it as it is "
+                                 f"(InferSession, acl.mdl.load_from_file), or show it with atc --mode=6 --om={name}",
+                                 code="E10001") from None
+            raise ModelError(f"cannot parse '{name}' as an ONNX model: {e}") from None
     if check and not checked:
         try:
             # full_check would run onnx's shape inference, which rejects some valid exports.
@@ -321,3 +326,16 @@ class _Importer:
             g.nodes.extend(new_nodes)
             for n in new_nodes:
                 scope.update(o for o in n.outputs if o)
+
+
+def _is_om(source: Any) -> bool:
+    """Whether ``source`` (a path or bytes) starts with the pycann .om magic."""
+    from pycann.ge.om import MAGIC
+
+    try:
+        if isinstance(source, bytes):
+            return source[: len(MAGIC)] == MAGIC
+        with open(os.fspath(source), "rb") as f:
+            return f.read(len(MAGIC)) == MAGIC
+    except OSError:
+        return False
