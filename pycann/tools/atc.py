@@ -95,11 +95,19 @@ def build_parser() -> argparse.ArgumentParser:
 
 def _log_fn(level: str, t0: float) -> Any:
     """The pass-detail printer for ``--log``: ``info``/``debug`` print each line as it comes with
-    the seconds since atc started; other levels print nothing (CANN's default console shows only
-    the start and success lines)."""
+    the seconds since atc started; other levels print only the lines that are warnings (a pass's
+    ``W:`` lines: a --keep_dtype or --modify_mixlist entry that matches nothing), as ``[WARNING]``
+    lines like atc's own (CANN's default console shows only the start and success lines besides)."""
     if level in ("debug", "info"):
         return lambda line: print(f"[INFO] [{time.perf_counter() - t0:7.3f}s] {line}", flush=True)
-    return None
+
+    def warnings_only(line: str) -> None:
+        if WARNING_MARK in line:
+            print(f"[WARNING] {line}", flush=True)
+    return warnings_only
+
+
+WARNING_MARK = " W: "  # (in a pass's log line: a warning, printed at every --log level)
 
 
 def _output_path(args: argparse.Namespace) -> str:

@@ -160,3 +160,22 @@ def test_mode3_unsupported_opset_and_clean_model(mm_onnx: Path, tmp_path: Path, 
     rc, text = atc(capsys, "--mode=3", "--framework=5", f"--model={old}", f"--check_report={report}")
     doc = json.loads(report.read_text())
     assert rc == 1 and doc["op"][0]["cause"][0]["kind"] == "unsupported_opset", doc
+
+
+@pytest.mark.parametrize("log", [[], ["--log=warning"]])
+def test_precision_file_entries_that_match_nothing_are_warned(mm_onnx: Path, tmp_path: Path, log: list[str],
+                                                             capsys: pytest.CaptureFixture[str]) -> None:
+    """A misspelt --keep_dtype entry or --modify_mixlist "to-remove" op (docs/precision.md: "a
+    warning") was reported only among --log=info's pass lines: at the default level, and even at
+    --log=warning, the compile succeeded without a word and the entry did nothing."""
+    keep = tmp_path / "keep.cfg"
+    keep.write_text("OpType::Softmx\n")
+    mix = tmp_path / "mix.json"
+    mix.write_text(json.dumps({"black-list": {"to-remove": ["Reluu"]}}))
+    rc, text = atc(capsys, *_base(mm_onnx, tmp_path / "m"), "--precision_mode=allow_mix_precision",
+                   f"--keep_dtype={keep}", f"--modify_mixlist={mix}", *log)
+    assert rc == 0, text
+    warned = [ln for ln in text.splitlines() if ln.startswith("[WARNING]")]
+    assert any("--keep_dtype entry 'OpType::Softmx' matches no node" in ln for ln in warned), text
+    assert any("--modify_mixlist: Reluu is not on the black-list" in ln for ln in warned), text
+    assert "[INFO]" not in text  # (the pass lines stay --log=info's)

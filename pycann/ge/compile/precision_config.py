@@ -146,7 +146,8 @@ def mix_lists(modify: dict[str, dict[str, list[str]]] | None, warn: Any = None) 
         for op in body.get("to-remove", []):
             op_t = canonical_op_type(op)
             if op_t not in getattr(lists, name) and warn is not None:
-                warn(f"--modify_mixlist: {op} is not on the {key}; \"to-remove\" leaves it where it is")
+                warn(f"[PrecisionMode] W: --modify_mixlist: {op} is not on the {key}; \"to-remove\" leaves it "
+                     "where it is")
             if op_t in getattr(lists, name):
                 lists.move(op_t, "gray")
         for op in body.get("to-add", []):
