@@ -271,7 +271,8 @@ class _Plan:
                         # that implementation's, so the "sum" form takes it too where oneDNN offers it
                         pd = impl_search.walk_to(lambda: self._make("sum"), self.impl) or pd
                     packed_md = self.weights.md
-                    if packed_md is not None and pd.query_md(capi.QUERY_WEIGHTS_MD).equals(packed_md):
+                    if packed_md is not None and not pd.impl_info().startswith(THREAD_BOUND) \
+                            and pd.query_md(capi.QUERY_WEIGHTS_MD).equals(packed_md):
                         pd.fast_impl()
                         args = [(capi.ARG_SRC, self.src), (capi.ARG_WEIGHTS, self.weights), (capi.ARG_DST, self.dst)]
                         if self.bias is not None:
