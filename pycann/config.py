@@ -218,6 +218,9 @@ def tune_bank_dir(explicit: str = "") -> Path:
         what = "--op_bank_path" if explicit.strip() else "TUNE_BANK_PATH"
         raise ConfigError(f"{what}={raw!r} is a file; the knowledge bank needs a folder (it holds bank.sqlite)")
     return path
+#: Accepted names in ``PYCANN_PROVIDERS``: the kernel providers (``kernels.providers.PROVIDERS``, which a
+#: test holds to this list; this module imports nothing of pycann's).
+PROVIDER_NAMES = ("numpy", "onednn", "torch")
 #: Accepted values of ``PYCANN_OMP_WAIT_POLICY`` (the first is the default).
 OMP_WAIT_POLICIES = ("brief", "passive", "active", "inherit")
 #: libgomp's spin rounds before a worker sleeps under ``brief`` (its default is 300000). One round is a
@@ -305,13 +308,11 @@ def providers_allowed() -> set[str] | None:
     raw = _env("PYCANN_PROVIDERS").strip()
     if not raw:
         return None
-    from pycann.kernels.providers import PROVIDERS  # (here: the kernels import this module)
-
     names = {p.strip() for p in raw.split(",") if p.strip()}
-    unknown = sorted(names - PROVIDERS.keys())
+    unknown = sorted(names - set(PROVIDER_NAMES))
     if unknown:
         raise ConfigError(f"PYCANN_PROVIDERS={raw!r}: unknown provider {', '.join(repr(u) for u in unknown)}; "
-                          f"expected a comma-separated list of {', '.join(PROVIDERS)}")
+                          f"expected a comma-separated list of {', '.join(PROVIDER_NAMES)}")
     return names | {"numpy"}
 
 

@@ -582,3 +582,9 @@ def test_numpy_matmul_folds_batched_a_against_a_big_weight(monkeypatch: pytest.M
     np.testing.assert_allclose(nb.matmul(t, b), np.matmul(t, b), rtol=1e-5, atol=1e-5)
     small = rng.standard_normal((4, 4)).astype(np.float32)  # under the bound: unchanged path
     np.testing.assert_allclose(nb.matmul(a[..., :4], small), np.matmul(a[..., :4], small), rtol=1e-5, atol=1e-5)
+
+
+def test_the_providers_env_names_are_the_provider_table() -> None:
+    from pycann import config
+
+    assert tuple(providers.PROVIDERS) == config.PROVIDER_NAMES
