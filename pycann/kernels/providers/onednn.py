@@ -198,7 +198,7 @@ class _Plan:
             flops = 2 * n * math.prod(w.shape) * math.prod(out_sp)  # (group 1: w is M x C x kernel)
             pd = impl_search.fastest(pd, make, (group, tuple(w.shape), geo, self.mode, tuple(shared.eltwise),
                                                 openmp.team()), mds, flops)
-        while not transpose and pd.impl_info().startswith(THREAD_BOUND):
+        while not transpose and impl_search.thread_bound(pd.impl_info()):
             # oneDNN's gemm convolution (its first choice where pads reach the kernel size) crashed the
             # process when another thread than its maker executed it, as a plan's kernels are (a thread
             # pool serving a model): the next implementation, else the caller's numpy fallback
@@ -271,7 +271,7 @@ class _Plan:
                         # that implementation's, so the "sum" form takes it too where oneDNN offers it
                         pd = impl_search.walk_to(lambda: self._make("sum"), self.impl) or pd
                     packed_md = self.weights.md
-                    if packed_md is not None and not pd.impl_info().startswith(THREAD_BOUND) \
+                    if packed_md is not None and not impl_search.thread_bound(pd.impl_info()) \
                             and pd.query_md(capi.QUERY_WEIGHTS_MD).equals(packed_md):
                         pd.fast_impl()
                         args = [(capi.ARG_SRC, self.src), (capi.ARG_WEIGHTS, self.weights), (capi.ARG_DST, self.dst)]
@@ -375,8 +375,6 @@ class _Plan:
 # Which implementation keeps its JIT kernels where (the process-wide brgemm store or the primitive):
 # onednn_kernel_store.py
 _GLOBAL_KERNELS, _no_jit, _own_kernels = kernel_store.GLOBAL_KERNELS, kernel_store.no_jit, kernel_store.own_kernels
-# implementations that run only on the thread that made them (onednn_impl_search.THREAD_BOUND)
-THREAD_BOUND = tuple("x64:" + t for t in impl_search.THREAD_BOUND)
 
 
 # Pointwise convs, and ConvTransposes whose kernel is their stride, not bound to one shape run as

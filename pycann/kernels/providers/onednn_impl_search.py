@@ -16,8 +16,8 @@ Bounded cost: only a conv with fewer than ``MAX_CHANNELS`` input channels per gr
 fewer than ``MIN_FLOPS`` is not (it runs in tens of microseconds: the search, a JIT compile per
 candidate, would cost more than it could save, and a shape-generic model would pay it for every
 new small image size; nothing is remembered, so a larger image of it is searched); implementations
-that keep their JIT code in oneDNN's process-wide store (``onednn_kernel_store.GLOBAL_KERNELS``) and the reference
-loops are not candidates, nor oneDNN's gemm convolution (it runs only on the thread that made
+that keep their JIT code in oneDNN's process-wide store (``onednn_kernel_store.GLOBAL_KERNELS``) and
+the reference loops are not candidates, nor oneDNN's gemm convolution (it runs only on the thread that made
 it); another implementation replaces the first only when it is ``MARGIN`` times faster, so a near
 tie keeps oneDNN's choice (and results that do not depend on timing noise).
 
@@ -39,7 +39,7 @@ from pycann.kernels.providers import aligned, omp_fork
 from pycann.kernels.providers import onednn_capi as capi
 from pycann.kernels.providers.onednn_kernel_store import GLOBAL_KERNELS
 
-__all__ = ["MARGIN", "MAX_CHANNELS", "MIN_FLOPS", "choices", "fastest", "searched", "walk_to"]
+__all__ = ["MARGIN", "MAX_CHANNELS", "MIN_FLOPS", "choices", "fastest", "searched", "thread_bound", "walk_to"]
 
 MAX_CHANNELS = 16  # input channels per group below which oneDNN's jit kernels take their "first conv" path
 MIN_FLOPS = 10_000_000  # smaller problems (~50 us at 200 GFLOP/s) keep oneDNN's first choice unsearched
@@ -108,7 +108,7 @@ def _scratch(mds: Sequence[tuple[int, capi.MemoryDesc]]) -> tuple[list[np.ndarra
 def _search(pd: capi.PrimitiveDesc, make: Callable[[], capi.PrimitiveDesc],
             mds: Sequence[tuple[int, capi.MemoryDesc]]) -> str | None:
     """The name of the implementation measured fastest (None: ``pd``'s own primitive failed)."""
-    bufs, args = _scratch(mds)
+    bufs, args = _scratch(mds)  # (alive until the search returns: the memories point into them)
     try:
         first = _Candidate(pd, args)
     except capi.DnnlError:
@@ -118,7 +118,7 @@ def _search(pd: capi.PrimitiveDesc, make: Callable[[], capi.PrimitiveDesc],
         name = walker.impl_info()
         parts = name.split(":")
         if name not in seen and not name.startswith(GLOBAL_KERNELS) and "ref" not in parts \
-                and not any(p in SKIPPED or p in THREAD_BOUND for p in parts):
+                and not any(p in SKIPPED for p in parts) and not thread_bound(name):
             seen.add(name)
             try:
                 c: _Candidate | None = _Candidate(walker, args)
@@ -136,7 +136,6 @@ def _search(pd: capi.PrimitiveDesc, make: Callable[[], capi.PrimitiveDesc],
             for c in cands:
                 c.best_us = min(c.best_us, c.run_us())
     best = min(cands[1:], key=lambda c: c.best_us, default=first)
-    del bufs
     return best.name if best.best_us * MARGIN < first.best_us else first.name
 
 
@@ -149,6 +148,11 @@ def walk_to(make: Callable[[], capi.PrimitiveDesc], name: str) -> capi.Primitive
     return pd
 
 
+def thread_bound(name: str) -> bool:
+    """Whether implementation ``name`` (``impl_info``) runs only on the thread that made it (``THREAD_BOUND``)."""
+    return any(p in THREAD_BOUND for p in name.split(":"))
+
+
 def fastest(pd: capi.PrimitiveDesc, make: Callable[[], capi.PrimitiveDesc], kind: tuple[Any, ...],
             mds: Sequence[tuple[int, capi.MemoryDesc]], flops: int) -> capi.PrimitiveDesc:
     """``pd``, or a descriptor of the same problem on the implementation measured fastest for
@@ -159,43 +163,43 @@ def fastest(pd: capi.PrimitiveDesc, make: Callable[[], capi.PrimitiveDesc], kind
     ``mds``: (``ARG_*``, descriptor) of every argument but the weights (whose layout each
     implementation picks); ``flops``: 2 x multiply-adds of the problem. Raises ``capi.DnnlError``
     only as ``make`` does."""
-    current = pd.impl_info()
-    mine = pending = None
-    with _lock:
-        chosen = choices.get(kind)
-        if chosen is None and flops >= MIN_FLOPS:
-            pending = _running.get(kind)
-            if pending is None:
-                mine = _running[kind] = threading.Event()
-    if chosen is None:
-        if flops < MIN_FLOPS:
-            return pd
-        if pending is not None:
-            pending.wait()  # another thread's search of this kind: its choice (none if it failed)
-            with _lock:
-                chosen = choices.get(kind)
-            if chosen is None:
-                return pd
-        else:
-            assert mine is not None
-            try:
-                # (a forked child's forking thread must not run the candidates in its libgomp pool, the
-                # parent's: a model loaded there builds its plans on that thread, and the search hung)
-                chosen = omp_fork.run_fresh(_search, pd, make, mds) if omp_fork.stale() else _search(pd, make, mds)
-                if chosen is not None:
-                    with _lock:
-                        # (a kind's choice is set once, so every plan of the kind runs one implementation)
-                        chosen = choices.setdefault(kind, chosen)
-                        searched[0] += 1
-            finally:
-                with _lock:
-                    if _running.get(kind) is mine:
-                        del _running[kind]
-                mine.set()
-            if chosen is None:
-                return pd
-    if chosen == current or chosen.startswith(GLOBAL_KERNELS):
+    chosen = _choice(pd, make, kind, mds, flops)
+    if chosen is None or chosen == pd.impl_info() or chosen.startswith(GLOBAL_KERNELS):
         # (a global-store kernel won at this kind's first plan, that weight's first primitive; a later
         # plan that ``onednn_kernel_store.own_kernels`` moved to a jit kernel stays there)
         return pd
     return walk_to(make, chosen) or pd
+
+
+def _choice(pd: capi.PrimitiveDesc, make: Callable[[], capi.PrimitiveDesc], kind: tuple[Any, ...],
+            mds: Sequence[tuple[int, capi.MemoryDesc]], flops: int) -> str | None:
+    """``kind``'s remembered choice; else, for a problem of >= ``MIN_FLOPS``, the one a search
+    finds: this thread's, or the one another thread is running (None: no choice)."""
+    pending = mine = None
+    with _lock:
+        chosen = choices.get(kind)
+        if chosen is not None or flops < MIN_FLOPS:
+            return chosen
+        pending = _running.get(kind)
+        if pending is None:
+            mine = _running[kind] = threading.Event()
+    if pending is not None:
+        pending.wait()  # another thread's search of this kind: its choice (none if it failed)
+        with _lock:
+            return choices.get(kind)
+    assert mine is not None
+    try:
+        # (a forked child's forking thread must not run the candidates in its libgomp pool, the
+        # parent's: a model loaded there builds its plans on that thread, and the search hung)
+        found = omp_fork.run_fresh(_search, pd, make, mds) if omp_fork.stale() else _search(pd, make, mds)
+        if found is None:
+            return None
+        with _lock:
+            searched[0] += 1
+            # (a kind's choice is set once, so every plan of the kind runs one implementation)
+            return choices.setdefault(kind, found)
+    finally:
+        with _lock:
+            if _running.get(kind) is mine:
+                del _running[kind]
+        mine.set()
