@@ -189,10 +189,12 @@ def set_dynamic_hw_size(model_id: int, dataset: int, index: int, height: int, wi
     hi, wi = _hw_axes(rec.model)
     for axis, v, what in ((hi, h, "height"), (wi, w, "width")):
         free = [i for i in dyn4 if i.shape[axis] == -1]
-        if not free and any(i.shape[axis] != v for i in dyn4):
+        # (inputs whose static dims differ take any one of them: no value would fit them all)
+        if not free and all(i.shape[axis] != v for i in dyn4):
             fixed = ", ".join(f"{i.name}'s is {i.shape[axis]}" for i in dyn4)
             raise fault(C.ACL_ERROR_GE_DYNAMIC_BATCH_SIZE_INVALID,
-                        f"{what} {v}: no input has a dynamic {what} ({fixed}); pass that value")
+                        f"{what} {v}: no input has a dynamic {what} ({fixed}); pass "
+                        f"{'that value' if len({i.shape[axis] for i in dyn4}) == 1 else 'one of those values'}")
         for info in free:
             r = rec.model.input_ranges.get(info.name, [])
             rng = r[axis] if len(r) == 4 and isinstance(r[axis], list) else None

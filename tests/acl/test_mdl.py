@@ -355,3 +355,32 @@ def test_dynamic_hw_checks_the_static_dims_and_ranges(acl_ready: int, tmp_path: 
     assert acl.mdl.set_dynamic_hw_size(mid, ind, 1, 3, 4) == 0
     assert acl.mdl.execute(mid, ind, outd) == 0, acl.get_recent_err_msg()
     np.testing.assert_array_equal(from_device(do, (1, 1, 3, 4)), np.maximum(x, 0))
+
+
+def test_dynamic_hw_two_inputs_of_different_static_heights(acl_ready: int, tmp_path: Path) -> None:
+    """Two 4-D inputs whose H is static but differs (2 and 3) and whose W is dynamic: the static-dim
+    check refused every height (2 was not b's, 3 was not a's), so set_dynamic_hw_size could not be
+    used at all on a model it ran before. A height that is one of the static ones is taken."""
+    from onnx import TensorProto, helper
+
+    import pycann
+
+    g = helper.make_graph([helper.make_node("Relu", ["a"], ["ya"]), helper.make_node("Relu", ["b"], ["yb"])], "hw2",
+                          [helper.make_tensor_value_info("a", TensorProto.FLOAT, [1, 1, "H", "W"]),
+                           helper.make_tensor_value_info("b", TensorProto.FLOAT, [1, 1, "H2", "W"])],
+                          [helper.make_tensor_value_info("ya", TensorProto.FLOAT, None),
+                           helper.make_tensor_value_info("yb", TensorProto.FLOAT, None)])
+    om = tmp_path / "hw_two.om"
+    pycann.compile_model(helper.make_model(g, opset_imports=[helper.make_opsetid("", 13)]),
+                         pycann.CompileOptions(input_shape={"a": [1, 1, 2, (2, 6)], "b": [1, 1, 3, (2, 6)]})).save(om)
+    mid, _ = acl.mdl.load_from_file(str(om))
+    xa = np.arange(-4, 4, dtype=np.float32).reshape(1, 1, 2, 4)
+    xb = np.arange(-6, 6, dtype=np.float32).reshape(1, 1, 3, 4)
+    ind, _ = dataset_of([(to_device(xa), 32), (to_device(xb), 48)])
+    oa, ob = acl.rt.malloc(32, 0)[0], acl.rt.malloc(48, 0)[0]
+    outd, _ = dataset_of([(oa, 32), (ob, 48)])
+    assert acl.mdl.set_dynamic_hw_size(mid, ind, 2, 5, 4) == C.ACL_ERROR_GE_DYNAMIC_BATCH_SIZE_INVALID
+    assert acl.mdl.set_dynamic_hw_size(mid, ind, 2, 2, 4) == 0, acl.get_recent_err_msg()
+    assert acl.mdl.execute(mid, ind, outd) == 0, acl.get_recent_err_msg()
+    np.testing.assert_array_equal(from_device(oa, (1, 1, 2, 4)), np.maximum(xa, 0))
+    np.testing.assert_array_equal(from_device(ob, (1, 1, 3, 4)), np.maximum(xb, 0))
