@@ -101,3 +101,14 @@ def test_an_om_given_as_the_onnx_model_is_named_as_one(model: tuple[Path, Path])
     _, om_path = model
     with pytest.raises(ModelError, match=r"is a pycann \.om .*atc --mode=6 --om="):
         pycann.compile_model(str(om_path))
+
+
+def test_om_bytes_given_as_the_onnx_model_name_no_file_to_show(model: tuple[Path, Path]) -> None:
+    """The .om's bytes given as the ONNX model: the message told to run ``atc --mode=6 --om=<bytes>``,
+    a file that does not exist; it names the bytes as an .om without that command."""
+    from pycann.errors import ModelError
+
+    _, om_path = model
+    with pytest.raises(ModelError, match=r"is a pycann \.om") as e:
+        pycann.compile_model(om_path.read_bytes())
+    assert "--om=<bytes>" not in str(e.value)

@@ -63,8 +63,9 @@ def load_onnx(source: str | os.PathLike[str] | bytes | onnx.ModelProto, check: b
         except Exception as e:  # protobuf DecodeError and friends
             name = source if not isinstance(source, bytes) else '<bytes>'
             if _is_om(source):
+                show = "" if isinstance(source, bytes) else f", or show it with atc --mode=6 --om={name}"
                 raise ModelError(f"'{name}' is a pycann .om (a compiled model), not an ONNX model: run it as it is "
-                                 f"(InferSession, acl.mdl.load_from_file), or show it with atc --mode=6 --om={name}",
+                                 f"(InferSession, acl.mdl.load_from_file{', load_from_mem' if not show else ''}){show}",
                                  code="E10001") from None
             raise ModelError(f"cannot parse '{name}' as an ONNX model: {e}") from None
     if check and not checked:
