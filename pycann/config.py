@@ -308,7 +308,7 @@ def providers_allowed() -> set[str] | None:
     raw = _env("PYCANN_PROVIDERS").strip()
     if not raw:
         return None
-    names = {p.strip() for p in raw.split(",") if p.strip()}
+    names = {p.strip().lower() for p in raw.split(",") if p.strip()}  # (any case, as the other knobs)
     unknown = sorted(names - set(PROVIDER_NAMES))
     if unknown:
         raise ConfigError(f"PYCANN_PROVIDERS={raw!r}: unknown provider {', '.join(repr(u) for u in unknown)}; "
@@ -321,9 +321,10 @@ def kernel_selection() -> str:
     option ``kernel_selection`` wins, docs/kernels.md). Raises ``ConfigError`` for another value (a
     misspelt mode compiled with the static table, silently)."""
     raw = _env("PYCANN_KERNEL_SELECTION").strip()
-    if raw not in ("", "static", "measure", "off"):
+    mode = raw.lower()  # (any case, as the other knobs)
+    if mode not in ("", "static", "measure", "off"):
         raise ConfigError(f"PYCANN_KERNEL_SELECTION={raw!r}: expected one of static, measure, off")
-    return raw
+    return mode
 
 
 def nan_guard() -> bool:

@@ -264,6 +264,18 @@ def test_kernel_selection_env_with_an_unknown_mode_is_refused(monkeypatch: pytes
     monkeypatch.setenv("PYCANN_KERNEL_SELECTION", "measure")
     assert config.kernel_selection() == "measure"
 
+def test_provider_and_selection_env_ignore_case_as_the_other_knobs(monkeypatch: pytest.MonkeyPatch) -> None:
+    """``PYCANN_PROVIDERS=oneDNN`` (the library's own spelling) and ``PYCANN_KERNEL_SELECTION=Measure``
+    raised ConfigError, while every other PYCANN_ enum knob (PLAN_POLICY, OMP_WAIT_POLICY, ...) is
+    read case-insensitively."""
+    from pycann import config
+
+    monkeypatch.setenv("PYCANN_PROVIDERS", "oneDNN,NumPy")
+    assert config.providers_allowed() == {"onednn", "numpy"}
+    monkeypatch.setenv("PYCANN_KERNEL_SELECTION", "Measure")
+    assert config.kernel_selection() == "measure"
+
+
 # ---------------------------------------------------------------- selection table
 
 
