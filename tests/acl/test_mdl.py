@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import threading
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import onnx
@@ -307,7 +308,9 @@ def test_dynamic_batch(acl_ready: int, dyn_om: Path, small_om: Path) -> None:
     assert acl.mdl.set_dynamic_batch_size(sid, ind, 1, 2) == C.ACL_ERROR_MODEL_NOT_DYNAMIC
 
 
-def test_dynamic_hw(acl_ready: int, tmp_path: Path) -> None:
+def _relu_hw(tmp_path: Path, options: Any = None) -> tuple[int, np.ndarray, Any, Any, int]:
+    """A loaded Relu model over img [1, 1, H, W] (``options``: its CompileOptions), an input x of
+    1x1x3x4, and (input dataset, output dataset, output device buffer) for it."""
     from onnx import TensorProto, helper
 
     import pycann
@@ -316,12 +319,18 @@ def test_dynamic_hw(acl_ready: int, tmp_path: Path) -> None:
                           [helper.make_tensor_value_info("img", TensorProto.FLOAT, [1, 1, "H", "W"])],
                           [helper.make_tensor_value_info("out", TensorProto.FLOAT, [1, 1, "H", "W"])])
     om = tmp_path / "hw.om"
-    pycann.compile_model(helper.make_model(g, opset_imports=[helper.make_opsetid("", 13)])).save(om)
+    model = helper.make_model(g, opset_imports=[helper.make_opsetid("", 13)])
+    (pycann.compile_model(model, options) if options is not None else pycann.compile_model(model)).save(om)
     mid, _ = acl.mdl.load_from_file(str(om))
     x = np.arange(-6, 6, dtype=np.float32).reshape(1, 1, 3, 4)
     dx, do = to_device(x), acl.rt.malloc(48, 0)[0]
     ind, _ = dataset_of([(dx, 48)])
     outd, _ = dataset_of([(do, 48)])
+    return mid, x, ind, outd, do
+
+
+def test_dynamic_hw(acl_ready: int, tmp_path: Path) -> None:
+    mid, x, ind, outd, do = _relu_hw(tmp_path)
     assert acl.mdl.set_dynamic_hw_size(mid, ind, 1, 0, 4) == C.ACL_ERROR_INVALID_PARAM
     assert acl.mdl.set_dynamic_hw_size(mid, ind, 1, 3, 4) == 0
     assert acl.mdl.execute(mid, ind, outd) == 0
@@ -333,21 +342,9 @@ def test_dynamic_hw_checks_the_static_dims_and_ranges(acl_ready: int, tmp_path: 
     was dropped (the run used the static H; a rec model [-1,3,48,-1] asked for 50x200 ran 48x200)
     and a width outside the --input_shape range failed only at execute. Checked as
     set_dynamic_batch_size checks the batch (ACL_ERROR_GE_DYNAMIC_BATCH_SIZE_INVALID)."""
-    from onnx import TensorProto, helper
-
     import pycann
 
-    g = helper.make_graph([helper.make_node("Relu", ["img"], ["out"])], "hw",
-                          [helper.make_tensor_value_info("img", TensorProto.FLOAT, [1, 1, "H", "W"])],
-                          [helper.make_tensor_value_info("out", TensorProto.FLOAT, [1, 1, "H", "W"])])
-    om = tmp_path / "hw_range.om"
-    pycann.compile_model(helper.make_model(g, opset_imports=[helper.make_opsetid("", 13)]),
-                         pycann.CompileOptions(input_shape={"img": [1, 1, 3, (2, 6)]})).save(om)
-    mid, _ = acl.mdl.load_from_file(str(om))
-    x = np.arange(-6, 6, dtype=np.float32).reshape(1, 1, 3, 4)
-    dx, do = to_device(x), acl.rt.malloc(48, 0)[0]
-    ind, _ = dataset_of([(dx, 48)])
-    outd, _ = dataset_of([(do, 48)])
+    mid, x, ind, outd, do = _relu_hw(tmp_path, pycann.CompileOptions(input_shape={"img": [1, 1, 3, (2, 6)]}))
     assert acl.mdl.set_dynamic_hw_size(mid, ind, 1, 4, 4) == C.ACL_ERROR_GE_DYNAMIC_BATCH_SIZE_INVALID
     assert "no input has a dynamic height (img's is 3)" in acl.get_recent_err_msg()
     assert acl.mdl.set_dynamic_hw_size(mid, ind, 1, 3, 7) == C.ACL_ERROR_GE_DYNAMIC_BATCH_SIZE_INVALID
