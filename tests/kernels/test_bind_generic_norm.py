@@ -103,3 +103,29 @@ def test_binder_declines_symbolic_tail_and_runs_fallback_for_other_calls() -> No
         want = (xr - xr.mean(-1, keepdims=True)) / np.sqrt(xr.var(-1, keepdims=True) + 1e-5)
         np.testing.assert_allclose(y, want, rtol=1e-4, atol=1e-4)
     assert len(k.keep[2]) <= bind_generic.MAX_ROW_KERNELS
+
+
+def test_small_normalisations_get_a_one_thread_primitive_with_the_same_values() -> None:
+    """``onednn_norm.ONE_THREAD_ELEMENTS``: a decode row's LayerNorm runs without a parallel region;
+    its values are those of the team's primitive and of the ONNX formula, on any calling thread."""
+    import threading
+
+    from pycann.kernels.providers import onednn_norm
+
+    n = 768
+    scale, bias = (RNG.standard_normal(n) + 1).astype(np.float32), RNG.standard_normal(n).astype(np.float32)
+    small = onednn_norm.bound_layer_norm((2, n), n, scale, bias, 1e-5)
+    rows = onednn_norm.ONE_THREAD_ELEMENTS // n + 1
+    large = onednn_norm.bound_layer_norm((rows, n), n, scale, bias, 1e-5)
+    assert small.impl.endswith("(one thread)") and not large.impl.endswith("(one thread)")
+    x = (RNG.standard_normal((rows, n)) * 3 + 1).astype(np.float32)
+    mean = x.mean(-1, keepdims=True, dtype=np.float64)
+    want = ((x - mean) / np.sqrt(((x - mean) ** 2).mean(-1, keepdims=True) + 1e-5) * scale + bias).astype(np.float32)
+    got_large = large([x], {})[0]
+    got: list[np.ndarray] = []
+    worker = threading.Thread(target=lambda: got.append(small([x[:2]], {})[0]))
+    worker.start()
+    worker.join()
+    np.testing.assert_allclose(got_large, want, rtol=1e-4, atol=1e-4)
+    np.testing.assert_array_equal(small([x[:2]], {})[0], got[0])
+    np.testing.assert_allclose(got[0], got_large[:2], rtol=1e-6, atol=1e-6)

@@ -17,13 +17,18 @@ import numpy as np
 
 from pycann.kernels.algorithm import Threads
 from pycann.kernels.bound import BoundKernel
-from pycann.kernels.providers import omp_fork
+from pycann.kernels.providers import omp_fork, openmp
 from pycann.kernels.providers import onednn_capi as capi
 from pycann.kernels.providers.bound_out import dest, finish
 from pycann.kernels.providers.native_args import address, conform
 
 _F32 = np.dtype(np.float32)
 
+# A normalisation of at most this many values gets a one-thread primitive (no parallel region): a
+# decode step's row (768 values, ~2 us of work) paid the team's fork/join and, after a numpy stretch
+# longer than the workers' spin, their wake-up (60-150 us on a VM). GPT-2 decode b1 1.6 % faster per
+# token (bench/RESULTS.md, twenty-ninth session).
+ONE_THREAD_ELEMENTS = 1 << 13
 
 
 def bound_layer_norm(shape: Sequence[int], n: int, scale: np.ndarray, bias: np.ndarray | None,
@@ -48,6 +53,7 @@ def bound_layer_norm(shape: Sequence[int], n: int, scale: np.ndarray, bias: np.n
         flags = capi.USE_SCALE | (capi.USE_SHIFT if sh is not None else 0)
         pd = capi.layer_normalization_pd(md, md, float(epsilon), flags)
         impl = pd.fast_impl()
+        one_thread = size <= ONE_THREAD_ELEMENTS
         # (no descriptor kept by the memories or the primitive, no bound methods in the closure: the
         # shape-generic plan binds a kernel per node and row count, and each object is one more for
         # the cyclic GC)
@@ -56,7 +62,12 @@ def bound_layer_norm(shape: Sequence[int], n: int, scale: np.ndarray, bias: np.n
                 (capi.ARG_SCALE, capi.Memory(vec, address("LayerNormalization Scale", sc, (n,)), keep_md=False))]
         if sh is not None:
             args.append((capi.ARG_SHIFT, capi.Memory(vec, address("LayerNormalization B", sh, (n,)), keep_md=False)))
-        prim = capi.Primitive(pd, args, keep_pd=False)
+        before = openmp.max_threads() if one_thread else None
+        openmp.set_max_threads(1 if one_thread else None)
+        try:  # (oneDNN fixes a primitive's team when it creates it)
+            prim = capi.Primitive(pd, args, keep_pd=False)
+        finally:
+            openmp.set_max_threads(before)
     except capi.DnnlError:
         return None
     lock = omp_fork.fork_safe(threading.Lock())
@@ -71,4 +82,5 @@ def bound_layer_norm(shape: Sequence[int], n: int, scale: np.ndarray, bias: np.n
             prim.execute()
         return finish(y, o)
 
-    return BoundKernel(kernel, writes_out=True, threads=Threads.OPENMP, keep=(sc, sh, prim), impl=impl)
+    return BoundKernel(kernel, writes_out=True, threads=Threads.OPENMP, keep=(sc, sh, prim),
+                       impl=impl + (" (one thread)" if one_thread else ""))
