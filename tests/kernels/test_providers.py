@@ -12,6 +12,7 @@ import onnx
 import pytest
 from onnx import TensorProto, helper
 
+from pycann.config import ConfigError
 from pycann.ge.compile.passes import select_kernels
 from pycann.ge.compile.passes.base import PassContext
 from pycann.ge.ir import Graph, Node
@@ -428,6 +429,8 @@ def test_pass_skips_unknown_shapes_and_off_mode() -> None:
     assert "shapes unknown" in res.report
     res = select_kernels.run(cm.graph, PassContext(options={"kernel_selection": "off"}))
     assert not res.changed and res.report == "off"
+    with pytest.raises(ConfigError, match="kernel_selection option 'mesure': expected one of static, measure, off"):
+        select_kernels.run(cm.graph, PassContext(options={"kernel_selection": "mesure"}))
 
 
 def test_pass_does_not_mutate_shared_attrs() -> None:

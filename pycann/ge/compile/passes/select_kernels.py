@@ -212,9 +212,10 @@ def summarize(choices: list[Choice], skipped: Counter[str], moved: int = 0) -> s
 
 
 def run(graph: Graph, ctx: PassContext) -> PassResult:
-    mode = str(ctx.options.get("kernel_selection") or config.kernel_selection() or "static")
-    if mode not in MODES:
-        mode = "static"
+    given = ctx.options.get("kernel_selection")
+    mode = str(given).strip().lower() if given else (config.kernel_selection() or "static")
+    if mode not in MODES:  # (a misspelt mode compiled with the static table, silently)
+        raise config.ConfigError(f"kernel_selection option {given!r}: expected one of {', '.join(MODES)}")
     if mode == "off":
         return PassResult(graph, False, "off")
     bank: list[int] = []
