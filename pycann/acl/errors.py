@@ -25,12 +25,14 @@ exception through; the ``api`` decorator of ``_state`` catches it, records the m
 | .om graph or manifest not a runnable model         | ``ACL_ERROR_PARSE_MODEL`` (100013)        |
 | model input does not match (dtype, shape)          | ``ACL_ERROR_GE_SHAPE_INVALID`` / ``ACL_ERROR_GE_DATATYPE_INVALID`` |
 | kernel failure while executing                     | ``ACL_ERROR_RT_MODEL_EXECUTE`` (507011)   |
+| a ``PYCANN_`` environment knob pycann cannot use   | ``ACL_ERROR_INVALID_PARAM`` (100000)      |
 | anything unexpected                                | ``ACL_ERROR_INTERNAL_ERROR`` (500000)     |
 """
 
 from __future__ import annotations
 
 from pycann.acl import constants as C
+from pycann.config import ConfigError
 from pycann.errors import (
     InputError,
     KernelError,
@@ -74,6 +76,8 @@ _RT_CODES: tuple[tuple[type[BaseException], int], ...] = (
     (InputError, C.ACL_ERROR_GE_SHAPE_INVALID),
     (ShapeError, C.ACL_ERROR_GE_SHAPE_INVALID),
     (KernelError, C.ACL_ERROR_RT_MODEL_EXECUTE),
+    # the message names the knob and its accepted values (``acl.get_recent_err_msg``)
+    (ConfigError, C.ACL_ERROR_INVALID_PARAM),
 )
 
 

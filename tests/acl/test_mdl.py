@@ -381,3 +381,16 @@ def test_dynamic_hw_two_inputs_of_different_static_heights(acl_ready: int, tmp_p
     assert acl.mdl.execute(mid, ind, outd) == 0, acl.get_recent_err_msg()
     np.testing.assert_array_equal(from_device(oa, (1, 1, 2, 4)), np.maximum(xa, 0))
     np.testing.assert_array_equal(from_device(ob, (1, 1, 3, 4)), np.maximum(xb, 0))
+
+
+def test_a_bad_environment_knob_is_an_invalid_param_naming_it(acl_ready: int, small_om: Path,
+                                                               monkeypatch: pytest.MonkeyPatch) -> None:
+    """A ``PYCANN_`` knob pycann cannot use fails the load with ACL_ERROR_INVALID_PARAM (it was 500000,
+    "internal error"), and the recent error message names the knob."""
+    monkeypatch.setenv("PYCANN_PROVIDERS", "onedn")
+    mid, ret = acl.mdl.load_from_file(str(small_om))
+    assert ret == C.ACL_ERROR_INVALID_PARAM
+    assert "PYCANN_PROVIDERS='onedn'" in acl.get_recent_err_msg()
+    monkeypatch.delenv("PYCANN_PROVIDERS")
+    mid, ret = acl.mdl.load_from_file(str(small_om))
+    assert ret == 0 and acl.mdl.unload(mid) == 0
