@@ -287,6 +287,7 @@ def _compile(args: argparse.Namespace, argv: Sequence[str]) -> None:
         output_type=parse_output_type(args.output_type) if args.output_type else {},
         disabled_passes=disabled,
         log=args.log, op_bank_path=args.op_bank_path or "",
+        source_fingerprint=True,  # (pycann compare checks an .om against the model it is given)
         **light,
         **_aipp_and_gear_options(args),
         **_precision_options(args),

@@ -287,6 +287,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         if args.om and sorted(onnx_inputs) != sorted(om_inputs):
             raise ValueError(f"{args.om} was not compiled from {args.model}: its inputs are {om_inputs}, "
                              f"the ONNX model's are {onnx_inputs}")
+        if args.om:
+            _check_source(args.om, args.model, loaded.manifest)
         files = [f for f in args.input.split(",") if f]
         if len(files) > len(loaded.inputs):
             raise ValueError(f"{len(files)} --input files for a model with {len(loaded.inputs)} input(s) "
@@ -324,6 +326,22 @@ def main(argv: Sequence[str] | None = None) -> int:
     if note:
         print(note)
     return 1
+
+
+def _check_source(om: str, model: str, manifest: dict) -> None:
+    """Raise ValueError when the .om records the fingerprint of another source model than ``model``
+    (``ge/ir/fingerprint.py``; an .om without one, or of another scheme, is not checked)."""
+    from pycann.ge.compile.importers.onnx import load_onnx
+    from pycann.ge.ir.fingerprint import ALGORITHM, graph_fingerprint
+
+    rec = manifest.get("source_fingerprint")
+    if not isinstance(rec, dict) or rec.get("algorithm") != ALGORITHM:
+        return
+    mine = graph_fingerprint(load_onnx(model, check=False))
+    if mine != rec.get("sha256"):
+        raise ValueError(f"{om} was not compiled from {model}: the model atc compiled had other weights, "
+                         f"attributes or nodes (content fingerprint {str(rec.get('sha256'))[:12]}, this model's "
+                         f"{mine[:12]}); compile it again: atc --model={model} --framework=5 ...")
 
 
 def _reduced_precision_note(manifest: dict, rtol: float) -> str:

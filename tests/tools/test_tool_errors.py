@@ -112,3 +112,31 @@ def test_om_bytes_given_as_the_onnx_model_name_no_file_to_show(model: tuple[Path
     with pytest.raises(ModelError, match=r"is a pycann \.om") as e:
         pycann.compile_model(om_path.read_bytes())
     assert "--om=<bytes>" not in str(e.value)
+
+
+def _conv_model(seed: int, path: Path) -> Path:
+    """x [1, 3, 8, 8] -> Conv(3 -> 4, 3x3) with weights of ``seed`` -> y: the same architecture per seed."""
+    w = np.random.default_rng(seed).standard_normal((4, 3, 3, 3)).astype(np.float32)
+    g = helper.make_graph([helper.make_node("Conv", ["x", "w"], ["y"], name="conv", pads=[1, 1, 1, 1])], "g",
+                          [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 3, 8, 8])],
+                          [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 4, 8, 8])],
+                          [onnx.numpy_helper.from_array(w, "w")])
+    onnx.save(helper.make_model(g, opset_imports=[helper.make_opsetid("", 13)]), path)
+    return path
+
+
+def test_compare_refuses_an_om_compiled_from_another_export(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """atc records the source model's content fingerprint; an .om of the same architecture with other
+    weights has the same inputs and node names, and compare used to report its weights as pycann's
+    disagreement (exit 1). A model saved again (same content) still compares."""
+    from pycann.tools import atc
+
+    a, b = _conv_model(1, tmp_path / "a.onnx"), _conv_model(2, tmp_path / "b.onnx")
+    assert atc.main([f"--model={a}", "--framework=5", f"--output={tmp_path / 'a'}", "--soc_version=Ascend310P3"]) == 0
+    om = str(tmp_path / "a.om")
+    out = str(tmp_path / "cmp")
+    assert compare.main(["--model", str(b), "--om", om, "--output", out]) == 2
+    line = err_line(capsys)
+    assert f"a.om was not compiled from {b}" in line and "content fingerprint" in line
+    onnx.save(onnx.load(a), tmp_path / "a_again.onnx")
+    assert compare.main(["--model", str(tmp_path / "a_again.onnx"), "--om", om, "--output", out]) == 0

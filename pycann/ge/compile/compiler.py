@@ -32,6 +32,8 @@ from pycann.ge.compile.passes.inline_if import inline_constant_ifs
 from pycann.ge.compile.pipelines import SHAPE_CHOICES, SIGNATURE_PIPELINE, SPECIALIZE_PIPELINE, run_pipeline
 from pycann.ge.compile.precision_config import settings_from_options
 from pycann.ge.ir import CompileContext, Graph, Node
+from pycann.ge.ir.fingerprint import ALGORITHM as FINGERPRINT_ALGORITHM
+from pycann.ge.ir.fingerprint import graph_fingerprint
 from pycann.ge.planning.memory import plan_memory
 from pycann.kernels.environment import choice_environment
 
@@ -196,6 +198,8 @@ def compile_model(
     check_implmode(options.op_select_implmode)
     t0 = time.perf_counter()
     graph = model if isinstance(model, Graph) else load_onnx(model)
+    # (before any option or pass changes the graph: the source model's own content)
+    fingerprint = graph_fingerprint(graph) if options.source_fingerprint else None
     say(f"[Import] {len(graph.nodes)} nodes, {len(graph.initializers)} constants, opsets {graph.opsets} "
         f"({(time.perf_counter() - t0) * 1e3:.0f} ms)")
     ranges = _apply_input_shape(graph, options.input_shape)
@@ -250,6 +254,8 @@ def compile_model(
         manifest["aipp"] = insert_aipp.aipp_manifest(graph)
     if gear_info:
         manifest["gears"] = gear_info
+    if fingerprint is not None:
+        manifest["source_fingerprint"] = {"algorithm": FINGERPRINT_ALGORITHM, "sha256": fingerprint}
     return CompiledModel(graph, manifest, tune_key)
 
 

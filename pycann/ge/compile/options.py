@@ -66,6 +66,9 @@ class CompileOptions:
     # record and the kernel records), "kernels" (kernel records only), "off" (neither)
     op_bank_path: str = ""
     tune_bank: str = "on"
+    # record the imported model's content fingerprint in the manifest (atc does: ``pycann compare``
+    # then refuses an .om compiled from another model; ~0.1-0.3 s per 100 MB of weights)
+    source_fingerprint: bool = False
 
     def to_json(self) -> dict[str, Any]:
         return asdict(self)
