@@ -16,7 +16,9 @@ has everything but its row count fixed; this module binds such nodes once:
   against 7.7 ms for oneDNN on the plain weight, which copies B into blocks on every call, and
   24 ms for OpenBLAS held to AVX2; bench/RESULTS.md "KV-cache decode, packed skinny GEMMs").
   Elsewhere (an AVX2 CPU: jit gemm, slower than OpenBLAS at these shapes) the node keeps the
-  generic kernel: the ``STATIC_TABLE`` ``skinny`` row.
+  generic kernel: the ``STATIC_TABLE`` ``skinny`` row. A node fed one row at a time (batch-1
+  decode) moves its weight to the layout oneDNN's gemv streams faster, one layout at a time
+  (``weight_layouts.AdaptiveMatmul``).
 * ``LayerNormalization`` (Y only, constant Scale / B, static normalised dims): oneDNN's layer
   normalization with a primitive per row count (numpy's passes cost ~30 us a decode row).
 * A call it was not bound for (another dtype, a 1-D or non-float A, a residual that broadcasts,
@@ -42,6 +44,7 @@ from pycann.kernels.algorithm import ONEDNN_GEMM, ONEDNN_MATMUL, Packing, Thread
 from pycann.kernels.bind_base import remember
 from pycann.kernels.bound import BoundKernel
 from pycann.kernels.providers import omp_fork
+from pycann.kernels.weight_layouts import AdaptiveMatmul
 
 __all__ = ["MAX_ROW_KERNELS", "PREPARE_GENERIC", "GenericPrepare", "packed_matmul"]
 
@@ -79,16 +82,9 @@ def packed_matmul(b: np.ndarray, bias: np.ndarray | None, unary: Any, residual: 
     first = onednn_matmul.bound_matmul(b, bias, (1, k), unary, residual)  # packs b (shared by every row count)
     if first is None or not first.impl.startswith("brg"):
         return None
-    table: dict[int, BoundKernel | None] = {1: first}
-    lock = omp_fork.fork_safe(threading.Lock())
-
-    def row_kernel(rows: int) -> BoundKernel | None:
-        kb = table.get(rows, False)
-        if kb is not False:
-            return kb  # type: ignore[return-value]
-        kb = onednn_matmul.bound_matmul(b, bias, (rows, k), unary, residual)  # reuses the packed b
-        remember(table, lock, rows, kb, MAX_ROW_KERNELS, keep=1)  # (1: the first, it holds the packing)
-        return kb
+    # (the weight's layout follows the row counts: packed, or transposed for one-row calls)
+    forms = AdaptiveMatmul(b, bias, unary, residual, first)
+    row_kernel = forms.kernel_for
 
     def kernel(inputs: Sequence[Any], attrs: Mapping[str, Any], out: Any = None) -> list[np.ndarray]:
         x = inputs[0]
@@ -111,7 +107,7 @@ def packed_matmul(b: np.ndarray, bias: np.ndarray | None, unary: Any, residual: 
             epilogue(y)
         return [y.reshape(y_shape)]
 
-    return BoundKernel(kernel, threads=Threads.OPENMP, packing=Packing.PACKED, keep=(b, bias, table), impl=first.impl)
+    return BoundKernel(kernel, threads=Threads.OPENMP, packing=Packing.PACKED, keep=(b, bias, forms), impl=first.impl)
 
 
 def _unary(attrs: Mapping[str, Any]) -> tuple[bool, Any, Callable[[np.ndarray], Any] | None]:

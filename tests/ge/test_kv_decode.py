@@ -186,3 +186,61 @@ def test_dynamo_exported_decoder_appends_in_place_with_orts_tokens() -> None:
     for i, (g, w) in enumerate(zip(got_log, want_log)):
         np.testing.assert_allclose(g, w, rtol=1e-4, atol=1e-4, err_msg=f"logits at step {i}")
     assert [t.tolist() for t in got_tok] == [t.tolist() for t in want_tok]
+
+
+def test_wide_decoder_moves_its_weights_to_the_gemv_layout_with_orts_tokens() -> None:
+    """A decoder wide enough for the packed products (``kernels/weight_layouts.py``): batch-1 steps
+    move every weight to the gemv layout after ``GEMV_AFTER`` of them, a batch-4 prompt and steps
+    on the same model move them back; tokens and logits as ONNX Runtime's throughout."""
+    from pycann.kernels import providers, weight_layouts
+
+    if not (providers.has_avx512() and providers.available("onednn")):
+        pytest.skip("packed generic GEMMs bind on AVX-512 CPUs with libdnnl only")
+    torch.manual_seed(0)
+    layers, heads, width, vocab = 1, 8, 512, 1000
+    cfg = torch_models.GPT2Config(vocab_size=vocab, n_positions=128, n_embd=width, n_layer=layers, n_head=heads)
+    base = torch_models.GPT2Like(cfg)
+    base.init_weights(0.2)
+    model = torch_models.GPT2WithPast(base.eval()).eval()
+    names = [f"past_{k}_{i}" for i in range(layers) for k in ("key", "value")]
+    outs = [f"present_{k}_{i}" for i in range(layers) for k in ("key", "value")]
+    axes = {"input_ids": {0: "batch", 1: "seq"}, "logits": {0: "batch", 1: "seq"}}
+    axes.update({n: {0: "batch", 2: "past_seq"} for n in names})
+    axes.update({n: {0: "batch", 2: "total_seq"} for n in outs})
+    buf = io.BytesIO()
+    with warnings.catch_warnings(), torch.no_grad():
+        warnings.simplefilter("ignore")
+        torch.onnx.export(model, (torch.randint(0, vocab, (2, 3)), *[torch.randn(2, heads, 5, width // heads)
+                                                                      for _ in range(2 * layers)]),
+                          buf, dynamo=False, opset_version=17, input_names=["input_ids", *names],
+                          output_names=["logits", *outs], dynamic_axes=axes)
+    sess = ort.InferenceSession(buf.getvalue(), providers=["CPUExecutionProvider"])
+    lm = LoadedModel.from_compiled(compile_model(buf.getvalue()))
+
+    def forms() -> list[weight_layouts.AdaptiveMatmul]:
+        return [k for st in lm.executor.generic_plan().steps if st.bound is not None
+                for k in st.bound.keep if isinstance(k, weight_layouts.AdaptiveMatmul)]
+
+    def decode(run, batch: int, steps: int) -> tuple[list[list[int]], list[np.ndarray]]:  # type: ignore[no-untyped-def]
+        ids = np.random.default_rng(batch).integers(0, vocab, (batch, 6)).astype(np.int64)
+        out = run([ids, *[np.zeros((batch, heads, 0, width // heads), np.float32) for _ in range(2 * layers)]])
+        tokens, logits = [], []
+        for _ in range(steps):
+            logits.append(out[0][:, -1])
+            nxt = out[0][:, -1].argmax(-1).astype(np.int64)[:, None]
+            tokens.append(nxt[:, 0].tolist())
+            out = run([nxt, *out[1:]])
+        return tokens, logits
+
+    def ort_run(f):  # type: ignore[no-untyped-def]
+        return sess.run(None, dict(zip([i.name for i in sess.get_inputs()], f)))
+
+    for batch, layout in ((1, "gemv"), (4, "packed")):
+        steps = weight_layouts.GEMV_AFTER + 8
+        got, got_log = decode(lm.run, batch, steps)
+        want, want_log = decode(ort_run, batch, steps)
+        for i, (g, w) in enumerate(zip(got_log, want_log)):
+            np.testing.assert_allclose(g, w, rtol=1e-4, atol=1e-4, err_msg=f"batch {batch}: logits at step {i}")
+        assert got == want
+        assert len({t[0] for t in got}) > 1, "the tokens must vary (a test that cannot fail otherwise)"
+        assert forms() and {f.layout for f in forms()} == {layout}

@@ -30,7 +30,7 @@ import numpy as np
 
 from pycann.kernels.algorithm import ONEDNN_GEMM, ONEDNN_MATMUL, Packing, Threads
 from pycann.kernels.bound import BoundKernel
-from pycann.kernels.providers import GemmSpec, Implementation, omp_fork, onednn_packed, openmp
+from pycann.kernels.providers import GemmSpec, Implementation, aligned, omp_fork, onednn_packed, openmp
 from pycann.kernels.providers import numpy_blas as nb
 from pycann.kernels.providers import onednn_capi as capi
 from pycann.kernels.providers.bound_out import dest, finish
@@ -79,10 +79,12 @@ class _Plan:
     """One oneDNN matmul for fixed operand descriptors and post-ops, ready to run.
 
     ``b``: a Desc of a run-time B, or (dims, None) for a constant B packed by ``pack``.
-    ``post``: ("eltwise", alg, alpha, beta) and ("binary_add", Desc) tuples, in order."""
+    ``post``: ("eltwise", alg, alpha, beta) and ("binary_add", Desc) tuples, in order.
+    ``impl``: the implementation to take (``impl_info``, e.g. ``gemm:jit:f32``) instead of oneDNN's
+    first choice; raises ``capi.DnnlError`` when oneDNN does not offer it for this problem."""
 
     def __init__(self, a: Desc, b: tuple[tuple[int, ...], tuple[int, ...] | None], d: Desc,
-                 bias: Desc | None, post: Sequence[tuple[Any, ...]]) -> None:
+                 bias: Desc | None, post: Sequence[tuple[Any, ...]], impl: str | None = None) -> None:
         ops: list[tuple[Any, ...]] = []
         self.binary: capi.Memory | None = None
         self.binary_index = 0
@@ -98,7 +100,11 @@ class _Plan:
         w = capi.MemoryDesc.any(b[0]) if b[1] is None else _md((b[0], b[1]))
         bias_md = _md(bias) if bias is not None else None
         pd = capi.matmul_pd(_md(a), w, bias_md, _md(d), capi.Attr(ops))
+        while impl is not None and pd.impl_info() != impl:
+            if not pd.next_impl():
+                raise capi.DnnlError(f"matmul implementation {impl} not offered", 3)
         self.impl = pd.fast_impl()
+        self.wei_md: capi.MemoryDesc | None = None  # the packed layout, once ``pack`` made it
         self.pd: capi.PrimitiveDesc | None = pd  # (until the primitive is made: ``_make``)
         self.src = capi.Memory(_md(a), 0, keep_md=False)
         self.dst = capi.Memory(_md(d), 0, keep_md=False)
@@ -119,15 +125,21 @@ class _Plan:
         self.prim = capi.Primitive(self.pd, args, keep_pd=False)
         self.pd = None  # (nothing asks it again)
 
-    def pack(self, b: np.ndarray) -> None:
+    def pack(self, b: np.ndarray, source_t: np.ndarray | None = None) -> None:
         """Reorder the constant B (2-D float32, any strides) once into the primitive's layout
-        (before any other use of the plan: it makes the primitive)."""
+        (before any other use of the plan: it makes the primitive). ``source_t``: B^T as a
+        C-contiguous N x K array holding B's values, read instead of B (``onednn_packed.packed``)."""
         d = _desc(b.shape, b.strides, b.ndim, batch_ok=False)
         if d is None:
             b = np.ascontiguousarray(b)
             d = _desc(b.shape, b.strides, b.ndim)
         assert d is not None and self.pd is not None
-        self.wei = onednn_packed.packed(b, _md(d), self.pd.query_md(capi.QUERY_WEIGHTS_MD))  # shared per layout
+        self.wei_md = self.pd.query_md(capi.QUERY_WEIGHTS_MD)
+        source = None
+        if source_t is not None:
+            k, n = b.shape
+            source = (source_t, capi.MemoryDesc.strided((k, n), (1, k)))
+        self.wei = onednn_packed.packed(b, _md(d), self.wei_md, source)  # shared per layout
         self._make(self.wei)
 
     def run(self, a: int, b: int | None, y: int, bias: int | None = None, binary: int | None = None) -> None:
@@ -268,26 +280,11 @@ def gemm(a: np.ndarray, b: np.ndarray, c: np.ndarray | None, alpha: float, beta:
     return y
 
 
-def bound_matmul(b: np.ndarray, bias: np.ndarray | None, a_shape: Sequence[int], unary: Unary | None,
-                 residual: bool = False, min_flops: int | None = None) -> Any:
-    """``act(a @ b + bias + residual)`` for a constant B and a static A shape as a plan kernel
-    ``k(inputs, attrs, out=None) -> [y]`` (``inputs[0]``: A; ``inputs[3]``: the residual when
-    ``residual``; float32).
-
-    ``b``: 2-D (leading unit dims allowed), packed once; ``bias``: broadcasts along the last
-    axis only (N values, e.g. shape (N,) or (1, N)), or None; ``residual``: a run-time operand of
-    the result's shape, added as a binary-add post-op after the bias (a residual in another
-    dtype or layout, or one overlapping the destination, is copied into a dense float32 array
-    first); ``unary`` a oneDNN eltwise post-op (``onednn.onednn_unary``), applied last, or None.
-    A's leading dims fold into the rows of one 2-D product. With ``out`` (the executor's arena
-    views; ``k.writes_out``) the result is written there. None when the signature is not
-    expressible, the product is under ``min_flops`` (``SMALL_FLOPS``), or oneDNN does not implement it."""
-    a_shape = tuple(int(d) for d in a_shape)
-    if b.ndim > 2 and all(d == 1 for d in b.shape[:-2]):
-        b = b.reshape(b.shape[-2:])
-    if b.ndim != 2 or b.dtype != _F32 or not a_shape or a_shape[-1] != b.shape[0] or b.size == 0:
-        return None
-    k, n = b.shape
+def _post_ops(b_shape: tuple[int, int], bias: np.ndarray | None, a_shape: tuple[int, ...], unary: Unary | None,
+              residual: bool, min_flops: int | None) -> tuple[int, np.ndarray | None, list[tuple[Any, ...]]] | None:
+    """(rows, bias as a (1, N) row or None, post-ops) of ``bound_matmul``'s product, or None when it
+    is not expressible or under ``min_flops``."""
+    k, n = b_shape
     rows = int(np.prod(a_shape[:-1], dtype=np.int64))
     if rows == 0 or 2 * rows * k * n < (SMALL_FLOPS if min_flops is None else min_flops):
         return None  # tiny: numpy's one BLAS call is faster
@@ -300,19 +297,19 @@ def bound_matmul(b: np.ndarray, bias: np.ndarray | None, a_shape: Sequence[int],
     post: list[tuple[Any, ...]] = [("binary_add", ((rows, n), (n, 1)))] if residual else []
     if unary is not None:
         post.append(("eltwise", *unary))
-    try:
-        p = _Plan(((rows, k), (k, 1)), ((k, n), None), ((rows, n), (n, 1)),
-                  ((1, n), (n, 1)) if bc is not None else None, post)
-        p.pack(b)
-    except capi.DnnlError:
-        return None
+    return rows, bc, post
+
+
+def _bound(p: _Plan, bc: np.ndarray | None, a_shape: tuple[int, ...], n: int, keep: tuple[Any, ...],
+           packing: Packing) -> BoundKernel:
+    """The plan kernel running ``p`` (its weight bound already) on A of ``a_shape``."""
     if bc is not None and p.bias is not None:
         p.bias.set(capi.ptr(bc))
     assert p.prim is not None
+    y_shape = a_shape[:-1] + (n,)
     # (a closure over the plan, not over its memories' bound methods: four objects less per kernel,
     # and the shape-generic plan binds one per node and row count: ``bind_generic.packed_matmul``)
     res = p.binary is not None
-    keep = (b, bc, p)
 
     def kernel(inputs: Any, attrs: Any, out: Any = None) -> list[np.ndarray]:
         x = conform("MatMul input A", inputs[0], a_shape)
@@ -334,7 +331,88 @@ def bound_matmul(b: np.ndarray, bias: np.ndarray | None, a_shape: Sequence[int],
             p.prim.execute()  # type: ignore[union-attr]
         return finish(y, o)
 
-    return BoundKernel(kernel, writes_out=True, threads=Threads.OPENMP, packing=Packing.PACKED, keep=keep, impl=p.impl)
+    return BoundKernel(kernel, writes_out=True, threads=Threads.OPENMP, packing=packing, keep=(*keep, bc, p),
+                       impl=p.impl)
+
+
+def bound_matmul(b: np.ndarray, bias: np.ndarray | None, a_shape: Sequence[int], unary: Unary | None,
+                 residual: bool = False, min_flops: int | None = None, source_t: np.ndarray | None = None) -> Any:
+    """``act(a @ b + bias + residual)`` for a constant B and a static A shape as a plan kernel
+    ``k(inputs, attrs, out=None) -> [y]`` (``inputs[0]``: A; ``inputs[3]``: the residual when
+    ``residual``; float32).
+
+    ``b``: 2-D (leading unit dims allowed), packed once; ``bias``: broadcasts along the last
+    axis only (N values, e.g. shape (N,) or (1, N)), or None; ``residual``: a run-time operand of
+    the result's shape, added as a binary-add post-op after the bias (a residual in another
+    dtype or layout, or one overlapping the destination, is copied into a dense float32 array
+    first); ``unary`` a oneDNN eltwise post-op (``onednn.onednn_unary``), applied last, or None.
+    A's leading dims fold into the rows of one 2-D product. With ``out`` (the executor's arena
+    views; ``k.writes_out``) the result is written there. ``source_t``: B^T (N x K, C-contiguous)
+    with B's values, read instead of ``b`` if B must be packed (``_Plan.pack``). None when the
+    signature is not expressible, the product is under ``min_flops`` (``SMALL_FLOPS``), or oneDNN
+    does not implement it."""
+    a_shape = tuple(int(d) for d in a_shape)
+    if b.ndim > 2 and all(d == 1 for d in b.shape[:-2]):
+        b = b.reshape(b.shape[-2:])
+    if b.ndim != 2 or b.dtype != _F32 or not a_shape or a_shape[-1] != b.shape[0] or b.size == 0:
+        return None
+    k, n = b.shape
+    ops = _post_ops((k, n), bias, a_shape, unary, residual, min_flops)
+    if ops is None:
+        return None
+    rows, bc, post = ops
+    try:
+        p = _Plan(((rows, k), (k, 1)), ((k, n), None), ((rows, n), (n, 1)),
+                  ((1, n), (n, 1)) if bc is not None else None, post)
+        ok_t = source_t is not None and source_t.shape == (n, k) and source_t.dtype == _F32 \
+            and source_t.flags.c_contiguous
+        p.pack(b, source_t if ok_t else None)
+    except capi.DnnlError:
+        return None
+    return _bound(p, bc, a_shape, n, (b,), Packing.PACKED)
+
+
+GEMV_IMPL = "gemm:jit:f32"
+
+
+def transposed_weight(kernel: BoundKernel) -> np.ndarray | None:
+    """B^T (N x K, C-contiguous, 64-byte aligned) read back from a ``bound_matmul`` kernel's packed
+    weight by one reorder (an exact copy): the gemv layout made without touching the original B,
+    whose mapped .om pages the loader dropped from memory. None for a kernel without a packed weight."""
+    p = kernel.keep[-1] if kernel.keep else None
+    if not isinstance(p, _Plan) or p.wei is None or p.wei_md is None:
+        return None
+    k, n = p.wei_md.dims()
+    bt = aligned.empty((n, k), np.float32)
+    to = capi.MemoryDesc.strided((k, n), (1, k))
+    capi.Primitive(capi.reorder_pd(p.wei_md, to), [(capi.ARG_FROM, p.wei), (capi.ARG_TO, capi.Memory(to, capi.ptr(bt)))]).execute()
+    return bt
+
+
+def bound_matmul_gemv(bt: np.ndarray, bias: np.ndarray | None, a_shape: Sequence[int], unary: Unary | None,
+                      residual: bool = False) -> Any:
+    """``bound_matmul``'s product with the constant B given transposed, ``bt`` = B^T as a C-contiguous
+    N x K float32 array (used in place, not copied), on oneDNN's ``gemm:jit:f32`` matmul: at one row
+    its gemv kernel streams that layout ~1.2-1.4x faster than the brgemm kernel streams its packed
+    blocks (``bench/gemv_layouts.py``; GPT-2's decode products). None when not expressible or oneDNN
+    does not offer that implementation."""
+    a_shape = tuple(int(d) for d in a_shape)
+    if bt.ndim != 2 or bt.dtype != _F32 or not bt.flags.c_contiguous or not a_shape or a_shape[-1] != bt.shape[1] \
+            or bt.size == 0:
+        return None
+    n, k = bt.shape
+    ops = _post_ops((k, n), bias, a_shape, unary, residual, 0)
+    if ops is None:
+        return None
+    rows, bc, post = ops
+    try:
+        p = _Plan(((rows, k), (k, 1)), ((k, n), (1, k)), ((rows, n), (n, 1)),
+                  ((1, n), (n, 1)) if bc is not None else None, post, impl=GEMV_IMPL)
+    except capi.DnnlError:
+        return None
+    assert p.wei is not None
+    p.wei.set(capi.ptr(bt))  # (never re-pointed: the plan's weight for good)
+    return _bound(p, bc, a_shape, n, (bt,), Packing.NONE)
 
 
 def _gemm_ok(op: str) -> Any:

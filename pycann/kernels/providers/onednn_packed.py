@@ -26,7 +26,7 @@ import numpy as np
 
 from pycann.kernels.providers import onednn_capi as capi
 
-__all__ = ["PackedStats", "owner", "packed", "stats"]
+__all__ = ["PackedStats", "forget", "owner", "packed", "stats"]
 
 _Key = tuple[int, tuple[int, ...], tuple[int, ...], str]
 _lock = threading.Lock()
@@ -105,10 +105,13 @@ def _lookup(key: _Key, user_md: Any, want_md: Any) -> Any:
     return None
 
 
-def packed(w: np.ndarray, user_md: Any, want_md: Any) -> Any:
+def packed(w: np.ndarray, user_md: Any, want_md: Any, source: tuple[np.ndarray, Any] | None = None) -> Any:
     """A library-owned ``capi.Memory`` of layout ``want_md`` holding ``w`` (described by
     ``user_md``): made by one reorder the first time, the same memory for every later primitive
-    asking for that layout of the same weight memory. The caller must not write to it."""
+    asking for that layout of the same weight memory. The caller must not write to it.
+    ``source``: (array, its descriptor) holding exactly ``w``'s values in another layout, read by
+    that reorder instead of ``w`` (whose mapped .om pages the loader dropped from memory: reading
+    them would fault them back in); the entry is still ``w``'s."""
     key: _Key = (capi.ptr(w), tuple(w.shape), tuple(w.strides), w.dtype.str)
     while True:
         with _locked():
@@ -122,7 +125,8 @@ def packed(w: np.ndarray, user_md: Any, want_md: Any) -> Any:
         # queued by another thread's plan build: wait for it here, and pack it again if it failed
         # (a primitive bound to it would raise that build's error at every run of this one)
         ticket.settle()
-    mem = capi.reorder(user_md, capi.ptr(w), want_md, keep=w)  # (queued while a plan builds)
+    src, src_md = source if source is not None else (w, user_md)
+    mem = capi.reorder(src_md, capi.ptr(src), want_md, keep=src)  # (queued while a plan builds)
     with _locked():
         lst = _entries.get(key)
         if lst is None:
@@ -132,6 +136,15 @@ def packed(w: np.ndarray, user_md: Any, want_md: Any) -> Any:
         _counts["packed"] += 1
         _counts["bytes"] += want_md.size()
     return mem
+
+
+def forget(w: np.ndarray) -> None:
+    """Drop every packing of ``w``'s memory (as ``packed`` keyed it) from the cache: a kernel that
+    moved the weight to another layout lets the packed copy go once the last primitive bound to it
+    goes. A later ``packed`` of ``w`` reorders it again."""
+    key: _Key = (capi.ptr(w), tuple(w.shape), tuple(w.strides), w.dtype.str)
+    with _locked():
+        _drop_now(key)
 
 
 def _after_fork_in_child() -> None:

@@ -1,0 +1,144 @@
+"""A shape-generic MatMul's weight layout following its row counts (``kernels/weight_layouts.py``):
+packed at bind, B^T for oneDNN's gemv after ``GEMV_AFTER`` one-row calls (read back exactly from the
+packed copy, the packing forgotten: bytes held go down), packed again at a call of ``REPACK_ROWS``
+rows; values against float64 numpy in every layout (bias, residual, GELU post-op), from threads and
+in a forked child."""
+
+from __future__ import annotations
+
+import threading
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+
+from pycann.kernels import bind_generic, providers, weight_layouts
+from pycann.kernels.providers import onednn_matmul, onednn_packed
+from tests.forking import fork_while_held, run_script
+
+pytestmark = [pytest.mark.usefixtures("default_providers"),
+              pytest.mark.skipif(not (providers.has_avx512() and providers.available("onednn")),
+                                 reason="packed generic GEMMs bind on AVX-512 CPUs with libdnnl only")]
+RNG = np.random.default_rng(29)
+K, N = 512, 1536
+
+
+def _w(*shape: int) -> np.ndarray:
+    return (RNG.standard_normal(shape) * 0.05).astype(np.float32)
+
+
+def _fail(inputs: Any, attrs: Any) -> list[np.ndarray]:
+    raise AssertionError("fallback called")
+
+
+def _forms(kernel: Any) -> weight_layouts.AdaptiveMatmul:
+    (forms,) = [k for k in kernel.keep if isinstance(k, weight_layouts.AdaptiveMatmul)]
+    return forms
+
+
+def _check(kernel: Any, b: np.ndarray, bias: np.ndarray, rows: int) -> None:
+    x, r = _w(rows, K), _w(rows, N)
+    y = kernel.run([x, b, bias, r], {})[0]
+    np.testing.assert_allclose(y, x.astype(np.float64) @ b + bias + r, rtol=1e-4, atol=1e-5)
+
+
+def test_one_row_calls_move_the_weight_to_the_gemv_layout_and_back() -> None:
+    b, bias = _w(K, N), _w(N)
+    k = bind_generic.packed_matmul(b, bias, None, True, _fail)
+    assert k is not None
+    forms = _forms(k)
+    _check(k, b, bias, 32)  # a prompt
+    held = onednn_packed.stats().bytes_held
+    for _ in range(weight_layouts.GEMV_AFTER - 1):
+        _check(k, b, bias, 1)
+    assert forms.layout == "packed"
+    _check(k, b, bias, 1)
+    assert forms.layout == "gemv" and forms.switches == 1
+    assert forms.bt is not None and np.array_equal(forms.bt, b.T)  # read back exactly from the packing
+    assert onednn_packed.stats().bytes_held <= held - b.nbytes  # the packed copy is no longer held
+    assert forms.kernel_for(1).impl == onednn_matmul.GEMV_IMPL  # type: ignore[union-attr]
+    for rows in (1, 2, 3, 1):  # short calls stay on the gemv layout
+        _check(k, b, bias, rows)
+    assert forms.layout == "gemv"
+    _check(k, b, bias, weight_layouts.REPACK_ROWS)
+    assert forms.layout == "packed" and forms.bt is None and forms.switches == 2
+    assert forms.kernel_for(1).impl.startswith("brg")  # type: ignore[union-attr]
+    for rows in (1, 7, 64):
+        _check(k, b, bias, rows)
+
+
+def test_multi_row_calls_reset_the_count() -> None:
+    b, bias = _w(K, N), _w(N)
+    k = bind_generic.packed_matmul(b, bias, None, True, _fail)
+    assert k is not None
+    for _ in range(3):
+        for _ in range(weight_layouts.GEMV_AFTER - 1):
+            _check(k, b, bias, 1)
+        _check(k, b, bias, 4)  # batch-4 steps in between: never GEMV_AFTER one-row calls in a row
+    assert _forms(k).layout == "packed" and _forms(k).switches == 0
+
+
+def test_gelu_post_op_in_both_layouts() -> None:
+    from pycann.kernels.providers import onednn
+    from pycann.ops.fused import apply_activation
+
+    b = _w(K, N)
+    unary = onednn.onednn_unary("GeluTanh", 0.0, 0.0)
+    assert unary is not None
+    k = bind_generic.packed_matmul(b, None, unary, False, _fail)
+    assert k is not None
+    x = _w(1, K)
+    want = (x.astype(np.float64) @ b).astype(np.float32)
+    apply_activation(want, "GeluTanh", 0.0, 0.0)
+    for _ in range(weight_layouts.GEMV_AFTER + 2):
+        np.testing.assert_allclose(k.run([x, b], {})[0], want, rtol=1e-4, atol=1e-5)
+    assert _forms(k).layout == "gemv"
+
+
+def test_threads_calling_across_switches_get_right_values() -> None:
+    b, bias = _w(K, N), _w(N)
+    k = bind_generic.packed_matmul(b, bias, None, True, _fail)
+    assert k is not None
+    errors: list[BaseException] = []
+
+    def worker(seed: int) -> None:
+        rng = np.random.default_rng(seed)
+        try:
+            for _ in range(60):
+                _check(k, b, bias, int(rng.choice([1, 1, 1, 1, 2, 5])))
+        except BaseException as e:  # noqa: BLE001 - reported by the main thread
+            errors.append(e)
+
+    threads = [threading.Thread(target=worker, args=(s,)) for s in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert not errors, errors[0]
+
+
+def test_a_forked_child_switches_though_a_parent_thread_held_the_switch_lock(tmp_path: Path) -> None:
+    setup = """
+import numpy as np
+from pycann.kernels import bind_generic, weight_layouts
+rng = np.random.default_rng(1)
+b = (rng.standard_normal((512, 1536)) * 0.05).astype(np.float32)
+k = bind_generic.packed_matmul(b, None, None, False, lambda i, a: 1 / 0)
+forms = [f for f in k.keep if isinstance(f, weight_layouts.AdaptiveMatmul)][0]
+x1, x8 = rng.standard_normal((1, 512)).astype(np.float32), rng.standard_normal((8, 512)).astype(np.float32)
+for _ in range(weight_layouts.GEMV_AFTER):
+    k.run([x1, b], {})
+assert forms.layout == "gemv"
+"""
+    # (the executor runs a forked child's calls on a fresh thread: libgomp's pool of the forking one is stale)
+    child = """
+from pycann.kernels.providers import omp_fork
+def check():
+    ok = np.allclose(k.run([x8, b], {})[0], x8.astype(np.float64) @ b, rtol=1e-4, atol=1e-5)
+    ok = ok and forms.layout == "packed"
+    return ok and np.allclose(k.run([x1, b], {})[0], x1.astype(np.float64) @ b, rtol=1e-4, atol=1e-5)
+os._exit(0 if omp_fork.run_fresh(check) else 3)
+"""
+    res = run_script(tmp_path, fork_while_held(setup, "forms._switch_lock", child))
+    assert res.returncode == 0 and "child 0" in res.stdout, res.stdout + res.stderr
