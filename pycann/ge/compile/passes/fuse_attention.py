@@ -38,6 +38,13 @@ def fuse(g: Graph) -> tuple[int, list[str]]:
             c = ix.scalar(nxt.inputs[1])
             if c is None:
                 continue
+            ds = ix.desc(cur)
+            if ds is None or ds.rank is None or ix.const(nxt.inputs[1]).ndim > ds.rank:  # type: ignore[union-attr]
+                rw.missed.append(f"{qk.name}: the scale's rank is unknown or exceeds the scores'")
+                continue  # (a [1, 1, 1] scale of rank-2 scores adds a dim the fused op would drop)
+            if nxt.op_type == "Div" and c == 0.0:
+                rw.missed.append(f"{qk.name}: scores divided by 0")
+                continue  # s / 0 is +-inf (NaN at 0): no finite scale says it
             scale = 1.0 / c if nxt.op_type == "Div" else c
             nodes.append(nxt)
             cur = nxt.outputs[0]
@@ -53,14 +60,13 @@ def fuse(g: Graph) -> tuple[int, list[str]]:
             nxt = ix.sole_consumer(cur)
         elif is_op(nxt, "Where") and nxt is not None and nxt.inputs[1] == cur and nxt.inputs[2] != cur:
             fill = ix.const(nxt.inputs[2])
-            if fill is None or fill.dtype.kind != "f" or not bool(np.all(fill <= MASK_FILL_MAX)):
+            if fill is None or fill.dtype.kind != "f" or not bool(np.all(fill.astype(np.float64) <= MASK_FILL_MAX)):
                 # s + fill equals fill under the softmax only where fill swamps every score: a
                 # finite fill (-1e4, 0) would leave a fully masked row softmax(s) instead of uniform
                 rw.missed.append(f"{qk.name}: Where mask fill is not a constant <= {MASK_FILL_MAX:g} (or -inf)")
                 continue
-            d = ix.desc(cur)
             zero = g.fresh_name(f"{nxt.name}_zero")
-            g.initializers[zero] = np.zeros((), dtype=np.float32 if d is None or d.dtype != 11 else np.float64)
+            g.initializers[zero] = np.zeros((), dtype=fill.dtype)  # Where's two branches share one dtype
             mask = g.fresh_name(f"{nxt.name}_additive_mask")
             extra.append(Node("Where", [nxt.inputs[0], zero, nxt.inputs[2]], [mask], name=f"{nxt.name}_mask", opset=16))
             nodes.append(nxt)
