@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import numpy as np
 import onnx
+import pytest
 from onnx import TensorProto, helper
 
 from pycann.ge.compile.compiler import compile_model
@@ -83,3 +84,108 @@ def test_attention_where_mask_float16() -> None:
     m, feeds = _attention((2, 3, 5, 8), ("Mul", np.array(0.35)), (cond, np.array(-np.inf)), np.float16)
     ops = _compare(m, feeds, rtol=1e-2, atol=2e-3)
     assert "FusedAttention" in ops
+
+
+# ------------------------------------------- one-element constants of a higher rank than their operand
+
+_S3 = (1, 1, 1)
+
+
+def _f(v: float, shape: tuple[int, ...] = ()) -> np.ndarray:
+    return np.full(shape, v, np.float32)
+
+
+def _gelu_erf(big: str) -> tuple[list[onnx.NodeProto], list[onnx.TensorProto]]:
+    nodes = [helper.make_node("Div", ["x", "r2"], ["d"]), helper.make_node("Erf", ["d"], ["e"]),
+             helper.make_node("Add", ["e", "one"], ["a"]), helper.make_node("Mul", ["x", "a"], ["m"]),
+             helper.make_node("Mul", ["m", "half"], ["y"])]
+    vals = {"r2": 2 ** 0.5, "one": 1.0, "half": 0.5}
+    return nodes, [const(k, _f(v, _S3 if k == big else ())) for k, v in vals.items()]
+
+
+def _gelu_tanh(big: str) -> tuple[list[onnx.NodeProto], list[onnx.TensorProto]]:
+    nodes = [helper.make_node("Pow", ["x", "three"], ["p"]), helper.make_node("Mul", ["p", "c"], ["cb"]),
+             helper.make_node("Add", ["x", "cb"], ["a"]), helper.make_node("Mul", ["a", "k"], ["m"]),
+             helper.make_node("Tanh", ["m"], ["t"]), helper.make_node("Add", ["t", "one"], ["o"]),
+             helper.make_node("Mul", ["x", "half"], ["h"]), helper.make_node("Mul", ["h", "o"], ["y"])]
+    vals = {"three": 3.0, "c": 0.044715, "k": (2 / np.pi) ** 0.5, "one": 1.0, "half": 0.5}
+    return nodes, [const(k, _f(v, _S3 if k == big else ())) for k, v in vals.items()]
+
+
+def _hard_sigmoid(big: str) -> tuple[list[onnx.NodeProto], list[onnx.TensorProto]]:
+    nodes = [helper.make_node("Add", ["x", "three"], ["a"]), helper.make_node("Clip", ["a", "zero", "six"], ["c"]),
+             helper.make_node("Mul", ["c", "sixth"], ["y"])]
+    vals = {"three": 3.0, "zero": 0.0, "six": 6.0, "sixth": 1 / 6}
+    return nodes, [const(k, _f(v, _S3 if k == big else ())) for k, v in vals.items()]
+
+
+def _hard_swish(big: str) -> tuple[list[onnx.NodeProto], list[onnx.TensorProto]]:
+    nodes = [helper.make_node("Add", ["x", "three"], ["a"]), helper.make_node("Clip", ["a", "zero", "six"], ["c"]),
+             helper.make_node("Mul", ["x", "c"], ["m"]), helper.make_node("Mul", ["m", "sixth"], ["y"])]
+    vals = {"three": 3.0, "zero": 0.0, "six": 6.0, "sixth": 1 / 6}
+    return nodes, [const(k, _f(v, _S3 if k == big else ())) for k, v in vals.items()]
+
+
+def _hard_sigmoid_affine(big: str) -> tuple[list[onnx.NodeProto], list[onnx.TensorProto]]:
+    nodes = [helper.make_node("Mul", ["x", "alpha"], ["m"]), helper.make_node("Add", ["m", "beta"], ["a"]),
+             helper.make_node("Clip", ["a", "zero", "one"], ["y"])]
+    vals = {"alpha": 0.3, "beta": 0.4, "zero": 0.0, "one": 1.0}
+    return nodes, [const(k, _f(v, _S3 if k == big else ())) for k, v in vals.items()]
+
+
+def _layer_norm(big: str) -> tuple[list[onnx.NodeProto], list[onnx.TensorProto]]:
+    nodes = [helper.make_node("ReduceMean", ["x", "ax"], ["mu"]), helper.make_node("Sub", ["x", "mu"], ["d"]),
+             helper.make_node("Pow", ["d", "two"], ["p"]), helper.make_node("ReduceMean", ["p", "ax"], ["v"]),
+             helper.make_node("Add", ["v", "eps"], ["ve"]), helper.make_node("Sqrt", ["ve"], ["sd"]),
+             helper.make_node("Div", ["d", "sd"], ["y"])]
+    vals = {"two": 2.0, "eps": 1e-5}
+    return nodes, [const("ax", np.array([-1], np.int64))] + [const(k, _f(v, _S3 if k == big else ())) for k, v in vals.items()]
+
+
+def _rms_norm(big: str) -> tuple[list[onnx.NodeProto], list[onnx.TensorProto]]:
+    nodes = [helper.make_node("Pow", ["x", "two"], ["p"]), helper.make_node("ReduceMean", ["p", "ax"], ["v"]),
+             helper.make_node("Add", ["v", "eps"], ["ve"]), helper.make_node("Sqrt", ["ve"], ["sd"]),
+             helper.make_node("Div", ["one", "sd"], ["inv"]), helper.make_node("Mul", ["x", "inv"], ["y"])]
+    vals = {"two": 2.0, "eps": 1e-5, "one": 1.0}
+    return nodes, [const("ax", np.array([-1], np.int64))] + [const(k, _f(v, _S3 if k == big else ())) for k, v in vals.items()]
+
+
+_SPELLINGS = {"gelu_erf": (_gelu_erf, "Gelu", ["r2", "one", "half"]),
+              "gelu_tanh": (_gelu_tanh, "Gelu", ["three", "c", "k", "one", "half"]),
+              "hard_sigmoid": (_hard_sigmoid, "HardSigmoid", ["three", "sixth"]),
+              "hard_swish": (_hard_swish, "HardSwish", ["three", "sixth"]),
+              "hard_sigmoid_affine": (_hard_sigmoid_affine, "HardSigmoid", ["alpha", "beta"]),
+              "layer_norm": (_layer_norm, "LayerNormalization", ["two", "eps"]),
+              "rms_norm": (_rms_norm, "RMSNormalization", ["two", "eps", "one"])}
+
+
+@pytest.mark.parametrize("case,big", [(c, b) for c, (_, _, bigs) in _SPELLINGS.items() for b in ["", *bigs]])
+def test_rank_raising_one_element_constant_is_not_a_scalar(case: str, big: str) -> None:
+    """A one-element constant of shape [1, 1, 1] in a rank-2 spelling of an activation or norm
+    broadcasts the result to rank 3; the rewrites took it as a scalar and the op they made
+    returned rank 2 (ORT (1, 4, 6), pycann (4, 6)). With every constant 0-d the spelling still
+    becomes its op."""
+    build, op, _ = _SPELLINGS[case]
+    nodes, inits = build(big)
+    m = _model(nodes, [("x", [4, 6], TensorProto.FLOAT)], inits, opset=18)
+    x = (RNG.standard_normal((4, 6)) * 3).astype(np.float32)
+    cm = compile_model(m)
+    got = LoadedModel.from_compiled(cm).run_dict({"x": x})[0]
+    want = run_ort(m, {"x": x})[0]
+    assert np.asarray(got).shape == want.shape
+    np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-5)
+    if not big:
+        from pycann.ge.compile.importers.onnx import import_model
+        from pycann.ge.compile.passes import canonicalize, fuse_gelu, fuse_layernorm, fuse_rmsnorm
+        from pycann.ge.compile.passes.constant_folding import fold_graph
+        from pycann.ge.compile.passes.infer_shapes import infer_graph
+
+        g = import_model(m)
+        infer_graph(g)
+        fold_graph(g)
+        infer_graph(g)
+        canonicalize.canonicalize(g)
+        for p in (fuse_gelu, fuse_layernorm, fuse_rmsnorm):
+            p.fuse(g)
+            infer_graph(g)
+        assert op in [n.op_type for n in g.nodes], [n.op_type for n in g.nodes]

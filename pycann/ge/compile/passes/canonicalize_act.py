@@ -58,7 +58,7 @@ def clip_bounds(ix: GraphIndex, clip: Node) -> tuple[float | None, float | None]
 
 def _scalar_operand(ix: GraphIndex, n: Node, value: str) -> float | None:
     other = ix.other_input(n, value)
-    return ix.scalar(other) if other else None
+    return ix.scalar(other, within=value) if other else None
 
 
 def _relu6_of_x_plus_3(ix: GraphIndex, clip: Node) -> tuple[Node, str] | None:

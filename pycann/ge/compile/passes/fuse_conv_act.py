@@ -40,7 +40,7 @@ def _decomposed_hardswish(ix: GraphIndex, value: str, users: list[Node]) -> tupl
     if add is None or mul is None:
         return None
     three = ix.other_input(add, value)
-    if three is None or ix.scalar(three) != 3.0:
+    if three is None or ix.scalar(three, within=value) != 3.0:
         return None
     clip = ix.sole_consumer(add.outputs[0])
     if not is_op(clip, "Clip") or clip is None or _clip_bounds(ix, clip) != (0.0, 6.0):
@@ -50,7 +50,7 @@ def _decomposed_hardswish(ix: GraphIndex, value: str, users: list[Node]) -> tupl
     last = ix.sole_consumer(mul.outputs[0])
     if last is None or len(last.inputs) != 2 or last.inputs[0] != mul.outputs[0]:
         return None
-    k = ix.scalar(last.inputs[1])
+    k = ix.scalar(last.inputs[1], within=mul.outputs[0])
     if not ((is_op(last, "Div") and k == 6.0) or (is_op(last, "Mul") and k is not None and abs(k - 1 / 6) < 1e-7)):
         return None
     return [add, clip, mul, last], last.outputs[0]

@@ -23,7 +23,7 @@ def _close(v: float | None, want: float) -> bool:
 
 def _const_operand(ix: GraphIndex, node: Node, value: str) -> float | None:
     other = ix.other_input(node, value)
-    return ix.scalar(other) if other else None
+    return ix.scalar(other, within=value) if other else None
 
 
 def _final_half(ix: GraphIndex, x: str, s: str) -> tuple[list[Node], str] | str:
@@ -32,7 +32,7 @@ def _final_half(ix: GraphIndex, x: str, s: str) -> tuple[list[Node], str] | str:
     if not is_op(mul, "Mul") or mul is None:
         return "no Mul after the +1"
     other = ix.other_input(mul, s)
-    if other != x and _close(ix.scalar(other or ""), 0.5):  # x * (s * 0.5): PyTorch's dynamo exporter
+    if other != x and _close(ix.scalar(other or "", within=s), 0.5):  # x * (s * 0.5): PyTorch's dynamo exporter
         outer = ix.sole_consumer(mul.outputs[0])
         if is_op(outer, "Mul") and outer is not None and ix.other_input(outer, mul.outputs[0]) == x:
             return [mul, outer], outer.outputs[0]
@@ -54,7 +54,7 @@ def _erf_form(ix: GraphIndex, erf: Node) -> tuple[list[Node], str, str] | str:
     if d is None or not is_op(d, "Div", "Mul") or ix.sole_consumer(d.outputs[0]) is not erf:
         return "Erf input is not x / sqrt(2)"
     x = d.inputs[0]
-    c = ix.scalar(d.inputs[1])
+    c = ix.scalar(d.inputs[1], within=d.inputs[0])
     if not (_close(c, math.sqrt(2)) if d.op_type == "Div" else _close(c, 1 / math.sqrt(2))):
         return f"scale {c} is not sqrt(2)"
     add = ix.sole_consumer(erf.outputs[0])
@@ -81,7 +81,7 @@ def _tanh_form(ix: GraphIndex, tanh: Node) -> tuple[list[Node], str, str] | str:
         if is_op(cube, "Mul") and cube is not None:
             p_val = next((i for i in cube.inputs if ix.scalar(i) is None), None)
             p = ix.producers.get(p_val or "")
-            if is_op(p, "Pow") and p is not None and p.inputs[0] == x and _close(ix.scalar(p.inputs[1]), 3.0) \
+            if is_op(p, "Pow") and p is not None and p.inputs[0] == x and _close(ix.scalar(p.inputs[1], within=x), 3.0) \
                     and _close(_const_operand(ix, cube, p_val or ""), 0.044715):
                 one = ix.sole_consumer(tanh.outputs[0])
                 if not is_op(one, "Add") or one is None or not _close(_const_operand(ix, one, tanh.outputs[0]), 1.0):

@@ -47,7 +47,7 @@ def fuse(g: Graph) -> tuple[int, list[str]]:
         d_users = ix.consumers.get(d, [])
         pw = next((u for u in d_users if is_op(u, "Pow")), None)
         dv = next((u for u in d_users if is_op(u, "Div")), None)
-        if len(d_users) != 2 or pw is None or dv is None or ix.scalar(pw.inputs[1]) != 2.0 or dv.inputs[0] != d:
+        if len(d_users) != 2 or pw is None or dv is None or ix.scalar(pw.inputs[1], within=d) != 2.0 or dv.inputs[0] != d:
             rw.missed.append(f"{m.name}: no (x - mean)^2 and (x - mean) / std pair")
             continue
         m2 = ix.sole_consumer(pw.outputs[0])
@@ -55,7 +55,7 @@ def fuse(g: Graph) -> tuple[int, list[str]]:
             rw.missed.append(f"{m.name}: variance is not a last-axis mean")
             continue
         add = ix.sole_consumer(m2.outputs[0])
-        eps = ix.scalar(ix.other_input(add, m2.outputs[0]) or "") if is_op(add, "Add") and add else None
+        eps = ix.scalar(ix.other_input(add, m2.outputs[0]) or "", within=m2.outputs[0]) if is_op(add, "Add") and add else None
         sq = ix.sole_consumer(add.outputs[0]) if add is not None else None
         if eps is None or add is None or not is_op(sq, "Sqrt") or sq is None or dv.inputs[1] != sq.outputs[0]:
             rw.missed.append(f"{m.name}: no sqrt(var + eps) with a constant eps")

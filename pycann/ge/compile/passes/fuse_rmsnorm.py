@@ -21,7 +21,7 @@ name = "RMSNormFusion"
 
 def _squared(ix: GraphIndex, p: Node | None) -> str | None:
     """x for p = Pow(x, 2) or Mul(x, x), else None."""
-    if is_op(p, "Pow") and p is not None and ix.scalar(p.inputs[1]) == 2.0:
+    if is_op(p, "Pow") and p is not None and ix.scalar(p.inputs[1], within=p.inputs[0]) == 2.0:
         return p.inputs[0]
     if is_op(p, "Mul") and p is not None and len(p.inputs) == 2 and p.inputs[0] == p.inputs[1]:
         return p.inputs[0]
@@ -36,7 +36,7 @@ def _normalised(ix: GraphIndex, x: str, s: str) -> tuple[list[Node], str] | None
     inv = None
     if is_op(user, "Reciprocal") and user is not None:
         inv = user
-    elif is_op(user, "Div") and user is not None and user.inputs[1] == s and ix.scalar(user.inputs[0]) == 1.0:
+    elif is_op(user, "Div") and user is not None and user.inputs[1] == s and ix.scalar(user.inputs[0], within=s) == 1.0:
         inv = user
     if inv is None:
         return None
@@ -64,7 +64,7 @@ def fuse(g: Graph) -> tuple[int, list[str]]:
             rw.missed.append(f"{m.name}: mean of squares is not over the last axis only (keepdims)")
             continue
         add = ix.sole_consumer(m.outputs[0])
-        eps = ix.scalar(ix.other_input(add, m.outputs[0]) or "") if is_op(add, "Add") and add else None
+        eps = ix.scalar(ix.other_input(add, m.outputs[0]) or "", within=m.outputs[0]) if is_op(add, "Add") and add else None
         sq = ix.sole_consumer(add.outputs[0]) if add is not None else None
         if eps is None or add is None or not is_op(sq, "Sqrt") or sq is None:
             rw.missed.append(f"{m.name}: no sqrt(mean + eps) with a constant eps")

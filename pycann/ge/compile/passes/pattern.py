@@ -35,10 +35,15 @@ class GraphIndex:
     def const(self, value: str) -> np.ndarray | None:
         return self.g.initializers.get(value) if value else None
 
-    def scalar(self, value: str) -> float | None:
-        """The float value of a one-element constant, else None."""
+    def scalar(self, value: str, within: str = "") -> float | None:
+        """The float value of a one-element constant, else None; with ``within`` (the value it is
+        combined with), also None when the constant's rank exceeds ``within``'s known rank: a
+        [1, 1, 1] "scalar" broadcasts a rank-2 operand up to rank 3, which a fused op would not."""
         c = self.const(value)
         if c is None or c.size != 1 or c.dtype.kind not in "fiu":
+            return None
+        d = self.desc(within) if within else None
+        if d is not None and d.rank is not None and c.ndim > d.rank:
             return None
         return float(c.reshape(-1)[0])
 
