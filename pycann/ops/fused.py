@@ -256,7 +256,8 @@ def _k_fused_matmul(inputs: Sequence[Any], attrs: Mapping[str, Any], fc: FusedCo
             return [y16.astype(bfloat16())]
     if _narrow(inputs[0].dtype):
         return [_k_fused_matmul(_widen(inputs), attrs, fc)[0].astype(inputs[0].dtype)]
-    y = fc.float_matmul(a, b, np.result_type(a, b), attrs, None)
+    # (np.asarray: two 1-D operands give a numpy scalar, which the in-place epilogue cannot update)
+    y = np.asarray(fc.float_matmul(a, b, np.result_type(a, b), attrs, None))
     _mm_post(y, inputs, attrs)
     return [y]
 

@@ -189,3 +189,16 @@ def test_rank_raising_one_element_constant_is_not_a_scalar(case: str, big: str) 
             p.fuse(g)
             infer_graph(g)
         assert op in [n.op_type for n in g.nodes], [n.op_type for n in g.nodes]
+
+
+@pytest.mark.parametrize("act", ["", "Relu", "Sigmoid"])
+def test_fused_matmul_of_two_vectors(act: str) -> None:
+    """MatMul of two 1-D operands is a 0-d value; FusedMatMul's epilogue worked on the numpy scalar
+    np.matmul returns: the bias was added to a copy (lost) and an activation raised TypeError."""
+    nodes = [helper.make_node("MatMul", ["x", "w"], ["m"]), helper.make_node("Add", ["m", "b"], ["z" if act else "y"])]
+    if act:
+        nodes.append(helper.make_node(act, ["z"], ["y"]))
+    inits = [const("w", RNG.standard_normal(8).astype(np.float32)), const("b", np.array(-0.75, np.float32))]
+    m = _model(nodes, [("x", [8], TensorProto.FLOAT)], inits)
+    ops = _compare(m, {"x": RNG.standard_normal(8).astype(np.float32)})
+    assert "FusedMatMul" in ops, ops
