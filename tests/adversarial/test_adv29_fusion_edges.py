@@ -202,3 +202,18 @@ def test_fused_matmul_of_two_vectors(act: str) -> None:
     m = _model(nodes, [("x", [8], TensorProto.FLOAT)], inits)
     ops = _compare(m, {"x": RNG.standard_normal(8).astype(np.float32)})
     assert "FusedMatMul" in ops, ops
+
+
+@pytest.mark.parametrize("op", ["Conv", "ConvTranspose"])
+def test_conv_batchnorm_in_training_mode_is_not_folded(op: str) -> None:
+    """BatchNormalization-15 with training_mode=1 normalises by the batch's statistics; the
+    Conv+BN fold used the running mean and var (BatchNormToScaleShift already refused it)."""
+    c = 6
+    w = RNG.standard_normal((c, 3, 1, 1) if op == "Conv" else (3, c, 1, 1)).astype(np.float32)
+    inits = [const("w", w), const("sc", (RNG.random(c) + 0.5).astype(np.float32)),
+             const("bb", RNG.standard_normal(c).astype(np.float32)), const("mu", RNG.standard_normal(c).astype(np.float32)),
+             const("var", (RNG.random(c) + 0.1).astype(np.float32))]
+    nodes = [helper.make_node(op, ["x", "w"], ["c"]),
+             helper.make_node("BatchNormalization", ["c", "sc", "bb", "mu", "var"], ["y", "rm", "rv"], training_mode=1)]
+    m = _model(nodes, [("x", [2, 3, 4, 5], TensorProto.FLOAT)], inits, opset=15)
+    _compare(m, {"x": RNG.standard_normal((2, 3, 4, 5)).astype(np.float32)})

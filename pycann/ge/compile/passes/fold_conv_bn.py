@@ -1,7 +1,7 @@
 """Conv/ConvTranspose + BatchNormalization folding (inference): BN(conv(x, W) + b) = conv(x, W') + b'
 with W' = W scaled by s per output channel, b' = (b - mean) * s + beta, s = gamma / sqrt(var + eps).
 
-Pattern: Conv whose output feeds only a BatchNormalization; check: W, B and the four BN
+Pattern: Conv whose output feeds only a BatchNormalization; check: inference mode (training_mode=0), W, B and the four BN
 parameters are constants and Conv's output is not a graph output; rewrite: new constants,
 BN removed, Conv writes BN's output.
 """
@@ -34,6 +34,8 @@ def fold(g: Graph) -> tuple[int, list[str]]:
         why = None
         if len(consumers.get(conv.outputs[0], [])) != 1 or conv.outputs[0] in outputs:
             why = "conv output has other consumers"
+        elif int(bn.attrs.get("training_mode", 0) or 0):
+            why = "training_mode=1 (batch statistics, not the running ones)"
         params = [g.initializers.get(i) for i in bn.inputs[1:5]]
         w = g.initializers.get(conv.inputs[1])
         if why is None and (w is None or any(p is None for p in params)):
