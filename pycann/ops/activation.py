@@ -454,6 +454,9 @@ def _k_clip(x: Sequence[Any], a: Mapping[str, Any]) -> list[np.ndarray]:
             raise ValueError(f"input {name} must be a scalar, got {TensorDesc(from_numpy(x[i].dtype), x[i].shape)}")
     lo = _clip_bound(x[1] if len(x) > 1 else None, w.dtype)
     hi = _clip_bound(x[2] if len(x) > 2 else None, w.dtype)
+    if dt in _NATIVE:  # an omitted bound is the dtype's lowest / largest value: +-inf clips to it (as ORT)
+        lo = np.asarray(np.finfo(dt).min, dt) if lo is None else lo
+        hi = np.asarray(np.finfo(dt).max, dt) if hi is None else hi
     out = w if lo is None else np.maximum(w, lo)
     out = out if hi is None else np.minimum(out, hi)
     if wide:

@@ -217,3 +217,32 @@ def test_conv_batchnorm_in_training_mode_is_not_folded(op: str) -> None:
              helper.make_node("BatchNormalization", ["c", "sc", "bb", "mu", "var"], ["y", "rm", "rv"], training_mode=1)]
     m = _model(nodes, [("x", [2, 3, 4, 5], TensorProto.FLOAT)], inits, opset=15)
     _compare(m, {"x": RNG.standard_normal((2, 3, 4, 5)).astype(np.float32)})
+
+
+_CLIP_DTYPES = {np.float16: TensorProto.FLOAT16, np.float32: TensorProto.FLOAT, np.float64: TensorProto.DOUBLE}
+
+
+@pytest.mark.parametrize("dtype,where", [(d, "plain") for d in _CLIP_DTYPES] + [(np.float32, "chain"),
+                                                                                (np.float32, "conv")])
+@pytest.mark.parametrize("bound", ["min", "max", "none"])
+def test_clip_with_an_omitted_bound_clips_infinities(dtype: type, where: str, bound: str) -> None:
+    """An omitted Clip min (max) is the dtype's lowest (largest) value (ONNX Clip-11+), so ONNX
+    Runtime maps -inf (+inf) to it; pycann's Clip kernel, ElementwiseChain and FusedConv kept +-inf."""
+    t = _CLIP_DTYPES[dtype]
+    ins = {"min": ["a", "lo"], "max": ["a", "", "hi"], "none": ["a"]}[bound]
+    inits = [const(n, np.array(v, dtype)) for n, v in (("lo", -0.3), ("hi", 0.3)) if n in ins]
+    shape = [2, 24, 19, 23]
+    if where == "plain":
+        nodes = [helper.make_node("Identity", ["x"], ["a"])]
+    elif where == "chain":
+        nodes = [helper.make_node("Neg", ["x"], ["n"]), helper.make_node("Neg", ["n"], ["a"])]
+    else:
+        shape = [1, 3, 8, 8]
+        inits.append(const("w", np.ones((2, 3, 1, 1), dtype)))
+        nodes = [helper.make_node("Conv", ["x", "w"], ["a"])]
+    nodes.append(helper.make_node("Clip", ins, ["y"]))
+    m = _model(nodes, [("x", shape, t)], inits, out_type=t)
+    x = RNG.standard_normal(shape).astype(dtype)
+    x.reshape(-1)[:4] = [np.inf, -np.inf, np.nan, 3.0]
+    x.reshape(-1)[-2:] = [-np.inf, np.inf]
+    _compare(m, {"x": x}, rtol=1e-3 if dtype == np.float16 else 1e-4)

@@ -14,7 +14,7 @@ Rewrite: one FusedConv whose kernel adds the residual and applies the activation
 from __future__ import annotations
 
 from pycann.ge.compile.passes.base import PassContext, PassResult
-from pycann.ge.compile.passes.pattern import GraphIndex, Rewrites, is_op
+from pycann.ge.compile.passes.pattern import GraphIndex, Rewrites, clip_defaults, is_op
 from pycann.ge.ir import Graph, Node
 from pycann.ops.fused import DOMAIN
 from pycann.ops.shape_utils import broadcast_shapes
@@ -87,8 +87,9 @@ def match_activation(ix: GraphIndex, value: str) -> tuple[list[Node], str, float
     if not is_op(a, *SIMPLE_ACTS):
         return f"next op {a.op_type} is not a fusable activation"
     if a.op_type == "Clip":
-        lo = ix.scalar(a.inputs[1]) if len(a.inputs) > 1 and a.inputs[1] else float("-inf")
-        hi = ix.scalar(a.inputs[2]) if len(a.inputs) > 2 and a.inputs[2] else float("inf")
+        d_lo, d_hi = clip_defaults(ix.desc(a.outputs[0]))  # an omitted bound clips +-inf to the dtype's range
+        lo = ix.scalar(a.inputs[1]) if len(a.inputs) > 1 and a.inputs[1] else d_lo
+        hi = ix.scalar(a.inputs[2]) if len(a.inputs) > 2 and a.inputs[2] else d_hi
         if lo is None or hi is None:
             return "Clip bounds are not constants"
         return [a], "Clip", lo, hi, a.outputs[0]

@@ -12,7 +12,7 @@ Clip bounds, length >= 2.
 from __future__ import annotations
 
 from pycann.ge.compile.passes.base import PassContext, PassResult
-from pycann.ge.compile.passes.pattern import GraphIndex, Rewrites
+from pycann.ge.compile.passes.pattern import GraphIndex, Rewrites, clip_defaults
 from pycann.ge.ir import Graph, Node
 from pycann.ops.fused import CHAIN_BINARY, CHAIN_UNARY, DOMAIN
 
@@ -23,8 +23,9 @@ _FLOATS = (1, 11)
 
 def _params(ix: GraphIndex, n: Node) -> tuple[float, float] | None:
     if n.op_type == "Clip":
-        lo = ix.scalar(n.inputs[1]) if len(n.inputs) > 1 and n.inputs[1] else float("-inf")
-        hi = ix.scalar(n.inputs[2]) if len(n.inputs) > 2 and n.inputs[2] else float("inf")
+        d_lo, d_hi = clip_defaults(ix.desc(n.outputs[0]))
+        lo = ix.scalar(n.inputs[1]) if len(n.inputs) > 1 and n.inputs[1] else d_lo
+        hi = ix.scalar(n.inputs[2]) if len(n.inputs) > 2 and n.inputs[2] else d_hi
         return None if lo is None or hi is None else (lo, hi)
     if n.op_type == "HardSigmoid":
         return float(n.attrs.get("alpha", 0.2)), float(n.attrs.get("beta", 0.5))

@@ -69,6 +69,16 @@ class GraphIndex:
         return None
 
 
+def clip_defaults(d: TensorDesc | None) -> tuple[float, float]:
+    """A Clip's bounds when its min / max are omitted: the lowest and the largest finite value of the
+    float dtype it clips (ONNX Clip-11+; ONNX Runtime clips +-inf to them), +-inf for other dtypes."""
+    name = {10: "float16", 1: "float32", 11: "float64"}.get(d.dtype if d is not None else 0)
+    if name is None:
+        return float("-inf"), float("inf")
+    fi = np.finfo(np.dtype(name))
+    return float(fi.min), float(fi.max)
+
+
 def is_op(node: Node | None, *op_types: str) -> bool:
     return node is not None and node.domain == "" and node.op_type in op_types
 
