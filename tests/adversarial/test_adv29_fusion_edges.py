@@ -246,3 +246,19 @@ def test_clip_with_an_omitted_bound_clips_infinities(dtype: type, where: str, bo
     x.reshape(-1)[:4] = [np.inf, -np.inf, np.nan, 3.0]
     x.reshape(-1)[-2:] = [-np.inf, np.inf]
     _compare(m, {"x": x}, rtol=1e-3 if dtype == np.float16 else 1e-4)
+
+
+@pytest.mark.parametrize("pairs", [2, 3])
+def test_back_to_back_identity_transpose_pairs(pairs: int) -> None:
+    """NCHW -> NHWC -> NCHW twice in a row: TransposeReshapeCancellation renamed the second pair's
+    output to the first pair's output, itself renamed away (the reader then had no input:
+    KernelError / ShapeError)."""
+    nodes, cur = [], "x"
+    for i in range(pairs):
+        nodes += [helper.make_node("Transpose", [cur], [f"t{i}"], perm=[0, 2, 3, 1]),
+                  helper.make_node("Transpose", [f"t{i}"], [f"u{i}"], perm=[0, 3, 1, 2])]
+        cur = f"u{i}"
+    nodes.append(helper.make_node("Add", [cur, "x"], ["y"]))
+    m = _model(nodes, [("x", [2, 3, 4, 5], TensorProto.FLOAT)], [])
+    ops = _compare(m, {"x": RNG.standard_normal((2, 3, 4, 5)).astype(np.float32)})
+    assert "Transpose" not in ops, ops

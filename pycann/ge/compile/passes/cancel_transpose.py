@@ -48,7 +48,10 @@ def fuse(g: Graph) -> tuple[int, list[str]]:
             rw.replace([a, b], [Node("Reshape", [a.inputs[0], b.inputs[1]], list(b.outputs), dict(b.attrs),
                                      name=f"{b.name}_merged", opset=b.opset)])
     rw.commit()
+    to = dict(renames)
     for old, new in renames:
+        while new in to:  # back-to-back identity pairs: the second's input was the first's output, renamed too
+            new = to[new]
         rename_uses(g, old, new)
     return rw.applied, rw.missed
 
