@@ -262,3 +262,13 @@ def test_back_to_back_identity_transpose_pairs(pairs: int) -> None:
     m = _model(nodes, [("x", [2, 3, 4, 5], TensorProto.FLOAT)], [])
     ops = _compare(m, {"x": RNG.standard_normal((2, 3, 4, 5)).astype(np.float32)})
     assert "Transpose" not in ops, ops
+
+
+@pytest.mark.parametrize("symbolic", [False, True])
+def test_reduce_mean_over_empty_spatial_dims_is_zero(symbolic: bool) -> None:
+    """ReduceMean over H, W of an image with H = 0 is 0 in ONNX Runtime; canonicalised to
+    GlobalAveragePool it was NaN (numpy's mean of nothing). Static: the rewrite is refused;
+    symbolic H (the rewrite happens): GlobalAveragePool of an empty extent gives 0 too."""
+    m = _model([helper.make_node("ReduceMean", ["x"], ["y"], axes=[2, 3], keepdims=1)],
+               [("x", [2, 3, "h" if symbolic else 0, 5], TensorProto.FLOAT)], [])
+    _compare(m, {"x": np.zeros((2, 3, 0, 5), np.float32)})

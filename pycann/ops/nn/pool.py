@@ -203,6 +203,8 @@ def _k_global_average_pool(inputs: Sequence[Any], attrs: Mapping[str, Any]) -> l
     """GlobalAveragePool (spec): mean over all spatial dims, kept as size-1 dims."""
     x = inputs[0]
     cd = compute_dtype(x.dtype)
+    if 0 in x.shape[2:]:  # (ONNX Runtime refuses it; ReduceMean over H, W, canonicalised to this op, gives 0)
+        return [np.zeros(x.shape[:2] + (1,) * (x.ndim - 2), x.dtype)]
     y = np.mean(x, axis=_spatial_axes(x), keepdims=True, dtype=cd)
     return [np.asarray(y, dtype=x.dtype)]
 

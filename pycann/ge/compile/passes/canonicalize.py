@@ -239,6 +239,8 @@ def _reduce_mean_gap(ix: GraphIndex, g: Graph, n: Node, rw: Rewrites) -> tuple[l
         return f"ReduceMean {n.name}: keepdims=0 or no axes kept"
     if sorted(a + rank if a < 0 else a for a in axes) != list(range(2, rank)):
         return None  # another reduction (LayerNorm's last axis, ...): not a candidate
+    if 0 in d.shape[2:]:
+        return f"ReduceMean {n.name}: an empty spatial dim (the mean of nothing is 0, GlobalAveragePool's NaN)"
     if any(c.op_type == "Sub" and n.inputs[0] in c.inputs for c in ix.consumers.get(n.outputs[0], [])):
         return f"ReduceMean {n.name}: x - mean(x) follows (a normalisation: LayerNormFusion's pattern)"
     return [n], [Node("GlobalAveragePool", [n.inputs[0]], list(n.outputs), name=f"{n.name}_as_gap", opset=n.opset)]
