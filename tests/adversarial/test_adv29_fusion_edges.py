@@ -272,3 +272,20 @@ def test_reduce_mean_over_empty_spatial_dims_is_zero(symbolic: bool) -> None:
     m = _model([helper.make_node("ReduceMean", ["x"], ["y"], axes=[2, 3], keepdims=1)],
                [("x", [2, 3, "h" if symbolic else 0, 5], TensorProto.FLOAT)], [])
     _compare(m, {"x": np.zeros((2, 3, 0, 5), np.float32)})
+
+
+@pytest.mark.parametrize("conv", [False, True])
+@pytest.mark.parametrize("batch", [1, 3])
+def test_batchnorm7_per_activation(conv: bool, batch: int) -> None:
+    """BatchNormalization-7 with spatial=0 (scale, B, mean, var of shape C x H x W): the importer
+    dropped ``spatial`` and the op then refused the parameters (ShapeError: must be 1-D)."""
+    shp = (3, 4, 5)
+    inits = [const("sc", (RNG.random(shp) + 0.5).astype(np.float32)), const("bb", RNG.standard_normal(shp).astype(np.float32)),
+             const("mu", RNG.standard_normal(shp).astype(np.float32)), const("var", (RNG.random(shp) + 0.1).astype(np.float32))]
+    nodes = [helper.make_node("BatchNormalization", ["c" if conv else "x", "sc", "bb", "mu", "var"], ["y"], spatial=0,
+                              epsilon=1e-3)]
+    if conv:
+        inits.append(const("w", RNG.standard_normal((3, 3, 1, 1)).astype(np.float32)))
+        nodes.insert(0, helper.make_node("Conv", ["x", "w"], ["c"]))
+    m = _model(nodes, [("x", [batch, 3, 4, 5], TensorProto.FLOAT)], inits, opset=7)
+    _compare(m, {"x": RNG.standard_normal((batch, 3, 4, 5)).astype(np.float32)})

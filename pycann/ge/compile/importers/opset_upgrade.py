@@ -143,10 +143,26 @@ def _bn(node: Node, g: Graph) -> list[Node]:
     optional running-stat outputs are dropped. From opset 14 an explicit training_mode=1 is kept."""
     if node.opset >= 14 and node.attrs.get("training_mode", 0):
         return [node]
+    if node.opset < 9 and not int(node.attrs.get("spatial", 1)) and len(node.inputs) >= 5:
+        return _bn_per_activation(node, g)
     for a in ("momentum", "spatial", "is_test", "consumed_inputs", "training_mode"):
         node.attrs.pop(a, None)
     node.outputs = node.outputs[:1]
     return [node]
+
+
+def _bn_per_activation(node: Node, g: Graph) -> list[Node]:
+    """BatchNormalization-6/7 with spatial=0: scale, B, mean and var hold one value per activation
+    (shape C x D1 x ... x Dn, X's dims after the batch), which the opset-15 op has no form for:
+    ``(X - mean) / sqrt(var + epsilon) * scale + B`` as elementwise ops (opset-7 broadcasting, over N)."""
+    x, scale, b, mean, var = node.inputs[:5]
+    eps = g.fresh_name(f"{node.name}_epsilon")
+    g.initializers[eps] = np.asarray(float(node.attrs.get("epsilon", 1e-5)), dtype=_dtype_of(x, g))
+    d, ve, sd, nv, sv = (g.fresh_name(f"{node.name}_{t}") for t in ("centred", "var_eps", "std", "normed", "scaled"))
+    steps = [("Sub", [x, mean], d), ("Add", [var, eps], ve), ("Sqrt", [ve], sd), ("Div", [d, sd], nv),
+             ("Mul", [nv, scale], sv), ("Add", [sv, b], node.outputs[0])]
+    return [Node(op, ins, [out], {}, name=f"{node.name}_{op.lower()}{i}", opset=max(node.opset, 7), origin=list(node.origin))
+            for i, (op, ins, out) in enumerate(steps)]
 
 
 def _dropout(node: Node, g: Graph) -> list[Node]:
