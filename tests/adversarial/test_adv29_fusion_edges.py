@@ -289,3 +289,18 @@ def test_batchnorm7_per_activation(conv: bool, batch: int) -> None:
         nodes.insert(0, helper.make_node("Conv", ["x", "w"], ["c"]))
     m = _model(nodes, [("x", [batch, 3, 4, 5], TensorProto.FLOAT)], inits, opset=7)
     _compare(m, {"x": RNG.standard_normal((batch, 3, 4, 5)).astype(np.float32)})
+
+
+@pytest.mark.parametrize("act", ["", "Relu"])
+def test_conv_residual_of_unknown_fit_is_not_fused(act: str) -> None:
+    """A 3x3 valid conv of a symbolic-H/W input has unknown output dims; a residual input of named
+    dims was taken as fitting them (broadcast_shapes reads None beside 'a' as None): at 3x3 the conv
+    gives 1x1 and the 4x4 residual enlarges it, which ORT computes and the FusedConv refused
+    (ShapeError at run time)."""
+    nodes = [helper.make_node("Conv", ["x", "w"], ["c"]), helper.make_node("Add", ["c", "r"], ["a" if act else "y"])]
+    if act:
+        nodes.append(helper.make_node(act, ["a"], ["y"]))
+    m = _model(nodes, [("x", ["n", 3, "h", "w"], TensorProto.FLOAT), ("r", ["n", 8, "a", "b"], TensorProto.FLOAT)],
+               [const("w", RNG.standard_normal((8, 3, 3, 3)).astype(np.float32))])
+    _compare(m, {"x": RNG.standard_normal((2, 3, 3, 3)).astype(np.float32),
+                 "r": RNG.standard_normal((2, 8, 4, 4)).astype(np.float32)})

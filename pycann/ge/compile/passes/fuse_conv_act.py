@@ -149,6 +149,11 @@ def _residual(ix: GraphIndex, conv: Node, add: Node) -> str | tuple[str, str]:
             return f"Add operand {dz} would enlarge the conv output {dy}"
     except ValueError:
         return "Add operand does not broadcast"
+    off = len(dy.shape) - len(dz.shape)
+    if any(isinstance(d, str) and dy.shape[off + i] is None for i, d in enumerate(dz.shape)):
+        # (broadcast_shapes reads an unknown conv dim beside a named one as that unknown dim: an input
+        # of H = 4 added to a conv output of H = 1 would enlarge it, which the fused op refuses)
+        return f"Add operand {dz} is not known to fit the conv output {dy}"
     if dz.dtype != dy.dtype:
         return "Add operand has another dtype"
     return z, ""
