@@ -304,3 +304,13 @@ def test_conv_residual_of_unknown_fit_is_not_fused(act: str) -> None:
                [const("w", RNG.standard_normal((8, 3, 3, 3)).astype(np.float32))])
     _compare(m, {"x": RNG.standard_normal((2, 3, 3, 3)).astype(np.float32),
                  "r": RNG.standard_normal((2, 8, 4, 4)).astype(np.float32)})
+
+
+@pytest.mark.parametrize("shape,axis,feed", [((2, 3, 0), 2, (2, 3, 0)), ((3, 0, 4), 2, (3, 0, 4)), ((2, 3, 0), 1, (2, 3, 0)),
+                                             (("n", 3, 0), 1, (2, 3, 0)), (("n", 3, 4), 1, (0, 3, 4))])
+def test_flatten_of_an_empty_tensor(shape: tuple, axis: int, feed: tuple[int, ...]) -> None:
+    """Flatten of a tensor with a 0 dim: FlattenToReshape wrote the 0 into the Reshape's target,
+    where it means "copy this dim" (ShapeError: cannot reshape [2, 3, 0] to [6, 0])."""
+    m = _model([helper.make_node("Flatten", ["x"], ["f"], axis=axis), helper.make_node("Relu", ["f"], ["y"])],
+               [("x", list(shape), TensorProto.FLOAT)], [])
+    _compare(m, {"x": np.zeros(feed, np.float32)})

@@ -164,14 +164,20 @@ def _flatten(ix: GraphIndex, g: Graph, n: Node, rw: Rewrites) -> tuple[list[Node
     if not all(isinstance(v, int) for v in rest):
         return f"Flatten {n.name}: dims after axis {axis} are not known"
     inner = _prod(rest)
+    attrs: dict[str, object] = {}
     if all(isinstance(v, int) for v in head):
         first = _prod(head)
-    elif axis == 1:
+        if 0 in (first, inner):
+            attrs["allowzero"] = 1  # an empty dim is a literal 0, not Reshape's "copy this dim"
+    elif axis == 1 and inner:
         first = 0  # Reshape's 0 copies the (symbolic) batch dim; valid for a 0-sized batch too
+    elif axis == 1:
+        return f"Flatten {n.name}: the dims after a symbolic batch are empty (0 would copy, not be 0)"
     else:
         return f"Flatten {n.name}: several leading dims are symbolic"
     shape = _const_name(g, f"{n.name}_shape", np.array([first, inner], np.int64))
-    return [n], [Node("Reshape", [n.inputs[0], shape], list(n.outputs), name=f"{n.name}_as_reshape", opset=14)]
+    return [n], [Node("Reshape", [n.inputs[0], shape], list(n.outputs), attrs, name=f"{n.name}_as_reshape",
+                      opset=14)]
 
 
 # ------------------------------------------------------------------------------ Pad into Conv
