@@ -20,6 +20,7 @@ from pycann.kernels.bind_base import static_shape as _static
 from pycann.kernels.bound import BoundKernel
 from pycann.kernels.guarded_chain import bound_map
 from pycann.kernels.providers import nan_guard
+from pycann.ops.elementwise import power
 
 _FLOATS = (np.dtype(np.float32), np.dtype(np.float64))
 
@@ -107,7 +108,7 @@ def _pow(attrs: Mapping[str, Any], ins: Sequence[TensorDesc | None], consts: Seq
 
     def kernel(x: Sequence[Any], a: Mapping[str, Any]) -> list[np.ndarray]:
         with np.errstate(all="ignore"):
-            r = np.power(x[0], x[1])
+            r = power(x[0], x[1])
         return [r if isinstance(r, np.ndarray) else np.asarray(r)]
 
     return kernel

@@ -149,6 +149,23 @@ def _k_div(x: Sequence[Any], a: Mapping[str, Any]) -> list[np.ndarray]:
         return [_arr(np.true_divide(p, q))]
 
 
+def power(base: Any, ex: Any, out: np.ndarray | None = None) -> Any:
+    """``np.power`` with C ``pow``'s values (ONNX Runtime's ``std::pow``) where numpy's fast path for
+    a scalar exponent of 0.5 (``sqrt``) differs: ``(-inf) ** 0.5`` is +inf (sqrt: NaN) and
+    ``(-0) ** 0.5`` is +0 (sqrt: -0). ``out`` may be ``base`` itself (the masks are taken first)."""
+    neg_inf = zero = None
+    if np.size(ex) == 1 and np.asarray(ex).reshape(-1)[0] == 0.5 and np.asarray(base).dtype.kind == "f":
+        b = np.asarray(base)
+        neg_inf, zero = b == -np.inf, b == 0
+    r = np.power(base, ex) if out is None else np.power(base, ex, out=out)
+    if neg_inf is not None and zero is not None and (neg_inf.any() or zero.any()):
+        if not isinstance(r, np.ndarray):
+            r = np.array(r)
+        np.copyto(r, np.inf, where=neg_inf)
+        np.copyto(r, 0.0, where=zero)
+    return r
+
+
 def _k_pow(x: Sequence[Any], a: Mapping[str, Any]) -> list[np.ndarray]:
     """Pow: result has the base's dtype.
 
@@ -159,10 +176,10 @@ def _k_pow(x: Sequence[Any], a: Mapping[str, Any]) -> list[np.ndarray]:
     dt = base.dtype
     with np.errstate(all="ignore"):
         if dt in (np.float32, np.float64) and ex.dtype == dt:
-            return [_arr(np.power(base, ex))]
+            return [_arr(power(base, ex))]
         narrow = dt.kind not in "iu" and dt not in (np.float32, np.float64) and ex.dtype != np.float64
         wide = np.float32 if narrow else np.float64
-        out = np.power(base.astype(wide), ex.astype(wide, copy=False))
+        out = power(base.astype(wide), ex.astype(wide, copy=False))
         return [_arr(out).astype(dt, copy=False)]
 
 

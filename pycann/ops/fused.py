@@ -28,6 +28,7 @@ import numpy as np
 
 from pycann.dtypes import TensorDesc, bfloat16, is_bfloat16
 from pycann.ops import activation as act_mod
+from pycann.ops.elementwise import power
 from pycann.ops.matmul import Bf16MatMul, FloatMatMul, _float_matmul, _infer_matmul, _no_bf16, matmul
 from pycann.ops.nn import conv as conv_mod
 from pycann.ops.opdef import InferContext, OpDef
@@ -440,8 +441,8 @@ def _infer_attention(ctx: InferContext) -> list[TensorDesc]:
 # ------------------------------------------------------------------------ ElementwiseChain
 
 # op -> (arity, in-place implementation(buf, other, attrs-tuple)); ``other`` is None for unary ops.
-_BINARY = {
-    "Add": np.add, "Sub": np.subtract, "Mul": np.multiply, "Div": np.true_divide, "Pow": np.power,
+_BINARY: dict[str, Callable[..., Any]] = {
+    "Add": np.add, "Sub": np.subtract, "Mul": np.multiply, "Div": np.true_divide, "Pow": power,
     "Max": np.maximum, "Min": np.minimum,
 }
 _UNARY = {

@@ -314,3 +314,24 @@ def test_flatten_of_an_empty_tensor(shape: tuple, axis: int, feed: tuple[int, ..
     m = _model([helper.make_node("Flatten", ["x"], ["f"], axis=axis), helper.make_node("Relu", ["f"], ["y"])],
                [("x", list(shape), TensorProto.FLOAT)], [])
     _compare(m, {"x": np.zeros(feed, np.float32)})
+
+
+@pytest.mark.parametrize("where", ["plain", "chain", "symbolic"])
+@pytest.mark.parametrize("n", [6, 40000])
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_pow_half_of_minus_infinity(where: str, n: int, dtype: type) -> None:
+    """x ** 0.5 with a scalar exponent: numpy takes sqrt, so (-inf) ** 0.5 was NaN where ONNX
+    Runtime's std::pow gives +inf (and -0 ** 0.5 is +0, not -0)."""
+    t = TensorProto.FLOAT if dtype == np.float32 else TensorProto.DOUBLE
+    nodes = [helper.make_node("Pow", ["x" if where != "chain" else "n2", "h"], ["p" if where == "chain" else "y"])]
+    if where == "chain":
+        nodes = [helper.make_node("Neg", ["x"], ["n1"]), helper.make_node("Neg", ["n1"], ["n2"]), *nodes,
+                 helper.make_node("Tanh", ["p"], ["y"])]
+    m = _model(nodes, [("x", ["n"] if where == "symbolic" else [n], t)], [const("h", np.array(0.5, dtype))], out_type=t)
+    x = RNG.standard_normal(n).astype(dtype)
+    x[:6] = [-np.inf, np.inf, -0.0, 0.0, np.nan, -4.0]
+    got = LoadedModel.from_compiled(compile_model(m)).run_dict({"x": x})[0]
+    want = run_ort(m, {"x": x})[0]
+    np.testing.assert_array_equal(np.isnan(got), np.isnan(want))
+    np.testing.assert_allclose(got, want, rtol=1e-6)
+    np.testing.assert_array_equal(np.signbit(got[:4]), np.signbit(want[:4]))
