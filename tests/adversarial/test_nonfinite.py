@@ -409,4 +409,7 @@ def test_a_bound_counts_only_in_the_run_that_proved_it() -> None:
     nan_guard.record(y, 2.0)
     assert nan_guard.proven(y) == 2.0
     nan_guard.new_run()
-    assert nan_guard.proven(y) is None
+    try:
+        assert nan_guard.proven(y) is None
+    finally:
+        nan_guard.end_run()  # (a run left open pins PYCANN_NAN_GUARD as read now for later kernels: other tests)
