@@ -177,8 +177,10 @@ def compare(model: onnx.ModelProto, loaded: Any, feeds: Mapping[str, np.ndarray]
     ref = run_onnxruntime(model, feeds)
     cap, outs = run_pycann(loaded, [feeds[i.name] for i in loaded.inputs])
     producer = {o: n for n in model.graph.node for o in n.output if o}
-    onnx_index = {n.name: i for i, n in enumerate(model.graph.node)}
-    by_name = {n.name: n for n in model.graph.node}
+    names = _onnx_node_names(model)
+    onnx_pos = {id(n): i for i, n in enumerate(model.graph.node)}
+    onnx_index = {names[i]: i for i in range(len(model.graph.node))}
+    by_name = {names[i]: n for i, n in enumerate(model.graph.node)}
     res = CompareResult()
     covered: dict[str, str] = {}  # ONNX node -> pycann node standing for it
     for node in cap.nodes:
@@ -194,7 +196,8 @@ def compare(model: onnx.ModelProto, loaded: Any, feeds: Mapping[str, np.ndarray]
                 outs_last = list(by_name[last].output) if last is not None else []
                 key = outs_last[j] if j < len(outs_last) else ""
             src = producer.get(key)
-            row = Row(len(res.rows), node.name, node.op_type, list(node.origin), src.name if src else "-",
+            row = Row(len(res.rows), node.name, node.op_type, list(node.origin),
+                      names[onnx_pos[id(src)]] if src else "-",
                       src.op_type if src else "-", value)
             got = cap.values[value]
             row.shape, row.dtype = tuple(got.shape), got.dtype.name
@@ -218,12 +221,33 @@ def compare(model: onnx.ModelProto, loaded: Any, feeds: Mapping[str, np.ndarray]
                 row.status = "ok" if ok else "MISMATCH"
             res.rows.append(row)
     compared_onnx = {r.onnx_node for r in res.rows}
-    for n in model.graph.node:
-        if n.name not in compared_onnx:
-            status = f"fused into {covered[n.name]}" if n.name in covered else "folded or removed"
-            res.others.append(Row(-1, covered.get(n.name, "-"), "-", [], n.name, n.op_type,
+    for name, n in zip(names, model.graph.node):
+        if name not in compared_onnx:
+            status = f"fused into {covered[name]}" if name in covered else "folded or removed"
+            res.others.append(Row(-1, covered.get(name, "-"), "-", [], name, n.op_type,
                                   ",".join(n.output), status=status))
     return res
+
+
+def _onnx_node_names(model: onnx.ModelProto) -> list[str]:
+    """The name of each top-level ONNX node as pycann's importer knows it (``Node.origin``): its own
+    name, or for an unnamed node the name the importer made up (e.g. ``MatMul_0_0``)."""
+    names = [n.name for n in model.graph.node]
+    if all(names):
+        return names
+    from pycann.ge.compile.importers.onnx import import_model
+
+    pos = {o: i for i, n in enumerate(model.graph.node) for o in n.output if o}
+    try:
+        graph = import_model(model)
+    except Exception:  # noqa: BLE001 - the names are only for the report
+        graph = None
+    for node in graph.nodes if graph is not None else []:
+        for o in node.outputs:
+            i = pos.get(o)
+            if i is not None and not names[i] and node.origin:
+                names[i] = node.origin[0]
+    return [name or f"{n.op_type}@{i}" for i, (name, n) in enumerate(zip(names, model.graph.node))]
 
 
 def _feeds(loaded: Any, files: Sequence[str], seed: int) -> dict[str, np.ndarray]:

@@ -139,3 +139,19 @@ def test_near_zero_values_within_atol_agree() -> None:
     assert rel_l2 > 1e-4 and agrees
     *_, agrees_big = metrics(ref + np.float32(2e-6), ref, 1e-6, 1e-4, 0.999)
     assert not agrees_big  # beyond atol and 20% off: a real disagreement
+
+
+def test_unnamed_onnx_nodes_get_the_importers_names(tiny_model: onnx.ModelProto, x_tiny: np.ndarray) -> None:
+    """onnx.helper models often leave node names empty: the report names each ONNX node as pycann's
+    importer does (``Node.origin``), so fused nodes are accounted for, not merged under ""."""
+    unnamed = onnx.ModelProto()
+    unnamed.CopyFrom(tiny_model)
+    for n in unnamed.graph.node:
+        n.name = ""
+    res = compare(unnamed, LoadedModel.from_compiled(compile_model(unnamed)), {"x": x_tiny})
+    assert res.first_bad is None and len(res.compared) == 6
+    assert all(r.onnx_node for r in res.rows)
+    fused = next(r for r in res.rows if r.op_type == "FusedConv")
+    assert fused.onnx_node == fused.origin[-1] and fused.onnx_node.startswith("Relu_")
+    assert sorted(r.status.split(" into ")[0] for r in res.others) == ["fused"] * 3
+    assert {r.onnx_node.split("_")[0] for r in res.others} == {"Conv", "MatMul", "Add"}
