@@ -346,14 +346,22 @@ def synchronize_event(event: int) -> int:
     return C.ACL_SUCCESS
 
 
-@api(out=(C.ACL_EVENT_STATUS_NOT_READY,))
+@api(out=(C.ACL_EVENT_RECORDED_STATUS_NOT_READY,))
 def query_event_status(event: int) -> tuple[int, int]:
-    """``status, ret``: ``ACL_EVENT_STATUS_COMPLETE`` (0) or ``ACL_EVENT_STATUS_NOT_READY`` (1)."""
+    """``status, ret`` (``aclrtQueryEventStatus``, ``aclrtEventRecordedStatus``):
+    ``ACL_EVENT_RECORDED_STATUS_COMPLETE`` (1) once a record of the event has run,
+    ``ACL_EVENT_RECORDED_STATUS_NOT_READY`` (0) while it has not, or if it was never recorded."""
+    ev = _event(event)
+    done = ev.query() and ev.marker is not None
+    return (C.ACL_EVENT_RECORDED_STATUS_COMPLETE if done else C.ACL_EVENT_RECORDED_STATUS_NOT_READY), C.ACL_SUCCESS
+
+
+@api(out=(C.ACL_EVENT_STATUS_NOT_READY,))
+def query_event(event: int) -> tuple[int, int]:
+    """``status, ret`` (``aclrtQueryEvent``, ``aclrtEventStatus``): ``ACL_EVENT_STATUS_COMPLETE`` (0)
+    or ``ACL_EVENT_STATUS_NOT_READY`` (1); an event never recorded counts as complete."""
     done = _event(event).query()
     return (C.ACL_EVENT_STATUS_COMPLETE if done else C.ACL_EVENT_STATUS_NOT_READY), C.ACL_SUCCESS
-
-
-query_event = query_event_status
 
 
 @api()

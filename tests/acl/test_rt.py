@@ -192,6 +192,28 @@ def test_streams_and_async_memory(acl_ready: int) -> None:
     assert acl.rt.destroy_stream_force(12345) == C.ACL_ERROR_INVALID_RESOURCE_HANDLE
 
 
+def test_query_event_status_reports_the_recorded_status(acl_ready: int) -> None:
+    """aclrtQueryEventStatus gives aclrtEventRecordedStatus (NOT_READY 0: never recorded or not run
+    yet, COMPLETE 1); aclrtQueryEvent (``query_event``) gives aclrtEventStatus (COMPLETE 0)."""
+    s, _ = acl.rt.create_stream()
+    ev, _ = acl.rt.create_event()
+    assert acl.rt.query_event_status(ev) == (0, 0)  # never recorded: not ready
+    assert acl.rt.query_event(ev) == (C.ACL_EVENT_STATUS_COMPLETE, 0)
+    gate = threading.Event()
+    acl.rt.launch_callback(lambda _: gate.wait(), None, C.ACL_CALLBACK_BLOCK, s)
+    assert acl.rt.record_event(ev, s) == 0
+    assert acl.rt.query_event_status(ev) == (C.ACL_EVENT_RECORDED_STATUS_NOT_READY, 0) == (0, 0)
+    assert acl.rt.query_event(ev) == (C.ACL_EVENT_STATUS_NOT_READY, 0) == (1, 0)
+    gate.set()
+    assert acl.rt.synchronize_event(ev) == 0
+    assert acl.rt.query_event_status(ev) == (C.ACL_EVENT_RECORDED_STATUS_COMPLETE, 0) == (1, 0)
+    assert acl.rt.query_event(ev) == (C.ACL_EVENT_STATUS_COMPLETE, 0) == (0, 0)
+    assert acl.rt.reset_event(ev, s) == 0
+    assert acl.rt.query_event_status(ev) == (0, 0)
+    assert acl.rt.destroy_event(ev) == 0
+    assert acl.rt.destroy_stream(s) == 0
+
+
 def test_events(acl_ready: int) -> None:
     s, _ = acl.rt.create_stream()
     start, _ = acl.rt.create_event()
@@ -202,7 +224,8 @@ def test_events(acl_ready: int) -> None:
     assert acl.rt.record_event(start, s) == 0
     acl.rt.launch_callback(lambda _: (gate.wait(), time.sleep(0.03)), None, C.ACL_CALLBACK_BLOCK, s)
     assert acl.rt.record_event(end, s) == 0
-    assert acl.rt.query_event_status(end) == (C.ACL_EVENT_STATUS_NOT_READY, 0)
+    assert acl.rt.query_event_status(end) == (C.ACL_EVENT_RECORDED_STATUS_NOT_READY, 0)
+    assert acl.rt.query_event(end) == (C.ACL_EVENT_STATUS_NOT_READY, 0)
     assert acl.rt.event_elapsed_time(start, end)[1] == C.ACL_ERROR_INVALID_PARAM  # not complete yet
     gate.set()
     assert acl.rt.synchronize_event(end) == 0
@@ -228,7 +251,8 @@ def test_events(acl_ready: int) -> None:
         assert acl.rt.destroy_event(e) == 0
     assert acl.rt.destroy_event(ev) == C.ACL_ERROR_INVALID_RESOURCE_HANDLE
     assert acl.rt.synchronize_event(ev) == C.ACL_ERROR_INVALID_RESOURCE_HANDLE
-    assert acl.rt.query_event_status(ev) == (C.ACL_EVENT_STATUS_NOT_READY, C.ACL_ERROR_INVALID_RESOURCE_HANDLE)
+    assert acl.rt.query_event_status(ev) == (C.ACL_EVENT_RECORDED_STATUS_NOT_READY, C.ACL_ERROR_INVALID_RESOURCE_HANDLE)
+    assert acl.rt.query_event(ev) == (C.ACL_EVENT_STATUS_NOT_READY, C.ACL_ERROR_INVALID_RESOURCE_HANDLE)
     acl.rt.destroy_stream(s)
     acl.rt.destroy_stream(s2)
 
