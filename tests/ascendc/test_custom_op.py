@@ -105,6 +105,19 @@ def test_onnx_model_with_custom_op_through_atc_and_infersession(installed: Path,
     np.testing.assert_array_equal(out[0], np.maximum(x + y, 0))
 
 
+def test_every_datatype_combination_of_the_scaffold_computes(installed: Path) -> None:
+    """The prototype declares fp16 and float: the generated kernel takes its element type from the
+    tiling key the generated tiling function sets (it read float32 inputs as halves: wrong sums)."""
+    from pycann.ge.run.singleop import run_op
+
+    x, y = _inputs()
+    for dt in (np.float32, np.float16, np.float32):
+        a, b = x.astype(dt), y.astype(dt)
+        (z,) = run_op("AddCustom", [a, b], {})
+        assert z.dtype == dt
+        np.testing.assert_array_equal(z, a + b)
+
+
 def test_acl_op_execute_runs_the_custom_kernel(installed: Path) -> None:
     from tests.acl.helpers import from_device, to_device
 
@@ -148,7 +161,7 @@ def test_a_buggy_custom_kernel_is_reported(tmp_path: Path, monkeypatch: pytest.M
             run_op("AddCustom", [x, y], {})
         msg = str(ei.value)
         # the installed kernel file's CopyIn line, the rule and the device's round-down
-        assert "op_kernel/add_custom.py:41: [core 0] DataCopy: align-len: 129 x 2 B = 258 B" in msg
+        assert "op_kernel/add_custom.py:43: [core 0] DataCopy: align-len: 129 x 2 B = 258 B" in msg
         assert "out-of-bounds" in msg and "cross-core-overlap" in msg
         direct = load_all()[0]
         from pycann.ascendc.opdev.runner import run

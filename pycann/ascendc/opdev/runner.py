@@ -87,8 +87,8 @@ def run(op: CustomOp, arrays: Sequence[np.ndarray], attrs: Sequence[Any], soc_ve
     ws = GmAlloc(max(32, sum(tctx.workspace)))
     tiling = GmAlloc(max(32, tctx.raw.size or len(tctx.raw.buf)))
     tiling.numpy(np.uint8)[: len(tctx.raw.buf)] = np.frombuffer(bytes(tctx.raw.buf), np.uint8)[: tiling.buf.nbytes]
-    if tctx.tiling_key is not None:
-        twin.ICPU_SET_TILING_KEY(tctx.tiling_key)
+    # CANN's tiling key is 0 unless the tiling function sets one (not the previous launch's)
+    twin.ICPU_SET_TILING_KEY(tctx.tiling_key if tctx.tiling_key is not None else 0)
     try:
         res = twin.run_kernel(op.kernel, tctx.block_dim, (*gins, *gouts, ws, tiling), soc_version=soc_version,
                               mode=op.mode, trace=trace)
