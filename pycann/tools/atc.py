@@ -25,7 +25,7 @@ LOG_LEVELS = ("debug", "info", "warning", "error", "null")
 
 # CANN options pycann accepts but that have no effect on the CPU device (warned about).
 NO_EFFECT = (
-    "input_shape_range", "input_hint_shape", "is_input_adjust_hw_layout",
+    "input_hint_shape", "is_input_adjust_hw_layout",
     "is_output_adjust_hw_layout",
     "enable_scope_fusion_passes", "enable_small_channel", "compression_optimize_conf",
     "enable_compress_weight", "compress_weight_conf", "sparsity", "buffer_optimize",
@@ -61,6 +61,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--output", help="output path without suffix; .om is appended")
     p.add_argument("--soc_version", help="target chip, e.g. Ascend310P3, Ascend910B2 (recorded in the .om)")
     p.add_argument("--input_shape", help='"name:n,c,h,w;name2:..." ; -1 = dynamic dim, lo~hi = range, "name:" = scalar')
+    p.add_argument("--input_shape_range", help='CANN\'s older spelling of ranges: "name:[1~4,3,-1,-1];name2:[...]" '
+                   '(= --input_shape "name:1~4,3,-1,-1")')
     p.add_argument("--insert_op_conf", help="AIPP config file of aipp_op { ... } blocks (docs/aipp.md)")
     p.add_argument("--dynamic_batch_size", help='"1,2,4,8": batch gears; -1 in the N position of --input_shape')
     p.add_argument("--dynamic_image_size", help='"h1,w1;h2,w2": image-size gears; -1 for H and W in --input_shape')
@@ -373,6 +375,26 @@ def _to_json(args: argparse.Namespace) -> None:
         json.dump(doc, f, indent=1, default=str)
 
 
+def _apply_input_shape_range(args: argparse.Namespace) -> None:
+    """CANN's ``--input_shape_range="x:[1~4,3,-1,-1];y:[...]"`` (its older option for dynamic shapes)
+    is ``--input_shape`` with the dims in brackets: it becomes ``--input_shape="x:1~4,3,-1,-1;..."``."""
+    text = args.input_shape_range
+    if text is None:
+        return
+    if args.input_shape:
+        raise AtcError("E10001", "--input_shape_range and --input_shape cannot be used together: give the shapes "
+                       "and ranges in one of them (--input_shape takes ranges too, e.g. \"x:1~4,3,-1,-1\")")
+    parts = []
+    for part in filter(None, (p.strip() for p in text.split(";"))):
+        name, sep, dims = part.rpartition(":")
+        dims = dims.strip()
+        if not sep or not name or not (dims.startswith("[") and dims.endswith("]")):
+            raise AtcError("E10001", f"value [{part}] of --input_shape_range is invalid: expected name:[d1,d2,...], "
+                           "e.g. \"x:[1~4,3,-1,-1]\"")
+        parts.append(f"{name}:{dims[1:-1]}")
+    args.input_shape, args.input_shape_range = ";".join(parts), None
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of the ``atc`` console script; returns the exit status (0 on success)."""
     argv = list(sys.argv[1:] if argv is None else argv)
@@ -390,6 +412,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         if unknown:
             raise AtcError("E10001", f"Unknown option(s) {' '.join(unknown)}. Try 'atc --help'.")
+        _apply_input_shape_range(args)
         if args.mode == 0:
             _compile(args, argv)
         elif args.mode == 1:

@@ -195,3 +195,24 @@ def test_the_python_input_shape_takes_atc_text_and_refuses_other_dims() -> None:
         dims[i] = bad
         with pytest.raises(OptionError, match=rf"E10001: dim {i} of input \[x\] in input_shape is "):
             pycann.compile_model(conv_model(), pycann.CompileOptions(input_shape={"x": dims}))
+
+
+def test_input_shape_range_compiles_the_ranges(relu: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """CANN's --input_shape_range "x:[1~4,3]" is --input_shape "x:1~4,3" (it was warned about as having
+    no effect, and the model compiled static)."""
+    from pycann.ge.run.model import LoadedModel
+
+    out = tmp_path / "r"
+    rc, text = atc(capsys, f"--model={relu}", "--framework=5", f"--output={out}", "--soc_version=Ascend310P3",
+                   "--input_shape_range=x:[1~4,3]")
+    assert rc == 0 and "no effect" not in text, text
+    m = LoadedModel.from_file(str(out) + ".om")
+    assert m.inputs[0].shape == [-1, 3]
+    x = np.arange(9, dtype=np.float32).reshape(3, 3) - 4
+    np.testing.assert_array_equal(m.run([x])[0], np.maximum(x, 0))
+    rc, text = atc(capsys, f"--model={relu}", "--framework=5", f"--output={out}", "--soc_version=Ascend310P3",
+                   "--input_shape_range=x:1~4,3")
+    assert rc == 1 and "E10001: value [x:1~4,3] of --input_shape_range is invalid" in text
+    rc, text = atc(capsys, f"--model={relu}", "--framework=5", f"--output={out}", "--soc_version=Ascend310P3",
+                   "--input_shape_range=x:[1~4,3]", "--input_shape=x:1,3")
+    assert rc == 1 and "cannot be used together" in text
