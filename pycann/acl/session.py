@@ -26,6 +26,23 @@ from pycann.errors import InputError
 from pycann.ge.run.model import LoadedModel, TensorInfo
 
 MODES = ("static", "dymbatch", "dymhw", "dymdims", "dymshape")
+_ACL_JSON_APPLIED = [False]
+
+
+def _apply_acl_json(cfg: Any) -> None:
+    """ais_bench hands ``acl_json_path`` to ``aclInit``, once per process: start the dump and the
+    profiler its acl.json asks for, as ``acl.init(path)`` does (docs/profiling.md)."""
+    if _ACL_JSON_APPLIED[0]:
+        return
+    _ACL_JSON_APPLIED[0] = True
+    if cfg.profiling_enabled:
+        from pycann import profiler
+
+        profiler.configure_from_acl_json(cfg.raw)
+    if cfg.dump_enabled:
+        from pycann.profiler import dump
+
+        dump.configure_from_acl_json(cfg.raw)
 
 
 @dataclass
@@ -90,6 +107,7 @@ class InferSession:
             from pycann.acl._config import parse_config
 
             self.acl_config = parse_config(acl_json_path)
+            _apply_acl_json(self.acl_config)
         self._model: LoadedModel | None = LoadedModel.from_file(self.model_path)
         self._summary = Summary()
         self._t0 = time.perf_counter()
@@ -313,5 +331,9 @@ class InferSession:
 
     @staticmethod
     def finalize() -> None:
-        """ais_bench's process-wide cleanup; nothing to do in pycann."""
-        return None
+        """ais_bench's process-wide cleanup (its ``aclFinalize``): writes what a dump or profiler
+        started from ``acl_json_path`` collected (else that happens at interpreter exit)."""
+        if _ACL_JSON_APPLIED[0]:
+            from pycann import profiler
+
+            profiler.finalize()

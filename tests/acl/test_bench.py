@@ -170,3 +170,26 @@ def test_bench_timed_calls_of_a_dynamic_model_run_its_specialised_plan(dyn_om: P
     stats = made[0].model.plan_cache_stats()
     assert stats.built == 1 and stats.plans == 1
     assert stats.hits == 3  # every timed call
+
+
+def test_acl_json_path_starts_the_dump_it_configures(small_om: Path, tmp_path: Path,
+                                                     monkeypatch: pytest.MonkeyPatch) -> None:
+    """ais_bench passes acl_json_path to aclInit: its dump block dumps (it was parsed and ignored)."""
+    import csv
+
+    from pycann.acl import session as session_mod
+
+    monkeypatch.setattr(session_mod, "_ACL_JSON_APPLIED", [False], raising=False)
+    cfg = tmp_path / "acl.json"
+    cfg.write_text(json.dumps({"dump": {"dump_path": str(tmp_path / "dump"), "dump_list": [], "dump_mode": "output"}}))
+    sess = InferSession(0, str(small_om), acl_json_path=str(cfg))
+    x = np.ones(tuple(sess.get_inputs()[0].shape), np.float32)
+    out = sess.infer([x])
+    InferSession.finalize()
+    (index,) = list((tmp_path / "dump").glob("*/dump_index.csv"))
+    with open(index, newline="", encoding="utf-8") as f:
+        rows = list(csv.DictReader(f))
+    assert rows and {r["model_name"] for r in rows} == {small_om.stem}
+    last = {r["value_name"]: r for r in rows}
+    name = sess.get_outputs()[0].name
+    np.testing.assert_array_equal(np.load(index.parent / last[name]["file"]), out[0])
