@@ -102,6 +102,26 @@ def plan_cache_lines() -> str:
     return "".join(out)
 
 
+def _atc_output(manifest: Any) -> str:
+    """The ``--output`` of the atc command that compiled a model (its .om stem) when it was loaded
+    from memory (``acl.mdl.load_from_mem``, no path), else ""."""
+    cmd = manifest.get("atc_command_line", "") if isinstance(manifest, dict) else ""
+    if not isinstance(cmd, str) or "--output" not in cmd:
+        return ""
+    import shlex
+
+    try:
+        args = shlex.split(cmd)
+    except ValueError:
+        return ""
+    for i, a in enumerate(args):
+        if a.startswith("--output="):
+            return a[len("--output="):]
+        if a == "--output" and i + 1 < len(args):
+            return args[i + 1]
+    return ""
+
+
 def on_model_load(model: Any) -> None:
     """Called by ``LoadedModel.__init__``: register the model's name; the first time, start the
     profiler that ``PYCANN_PROFILE_DIR`` asks for (``pycann.profiler.session.start_from_env``)."""
@@ -109,6 +129,8 @@ def on_model_load(model: Any) -> None:
     graph = getattr(model, "graph", None)
     gname = getattr(graph, "name", "") or ""
     path = getattr(model, "path", "") or ""
+    if not path or path.startswith("<"):  # ("<memory>": acl.mdl.load_from_mem)
+        path = _atc_output(getattr(model, "manifest", None))
     MODEL_NAMES[gname] = os.path.splitext(os.path.basename(path))[0] if path else gname
     try:
         LOADED.add(model)

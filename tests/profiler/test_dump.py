@@ -68,3 +68,19 @@ def test_dump_config_checks(tmp_path: Path) -> None:
     with pytest.raises(ValueError, match="dump_mode"):
         TensorDump(tmp_path, None, "weights")
     assert dump.parse_steps("0|3|5-9") == [(0, 0), (3, 3), (5, 9)]
+
+
+def test_a_model_loaded_from_memory_is_named_by_its_atc_output(tiny_model: onnx.ModelProto, tmp_path: Path,
+                                                               capsys: pytest.CaptureFixture[str]) -> None:
+    """acl.mdl.load_from_mem has no file: the dump / profile model name is atc's --output stem (it
+    was "<memory>", so an acl.json dump_list naming the model dumped nothing)."""
+    from pycann.ge.om import loads_om
+    from pycann.tools import atc
+
+    onnx.save(tiny_model, tmp_path / "m.onnx")
+    assert atc.main([f"--model={tmp_path / 'm.onnx'}", "--framework=5", f"--output={tmp_path / 'netname'}",
+                     "--soc_version=Ascend310P3"]) == 0
+    capsys.readouterr()
+    om = loads_om((tmp_path / "netname.om").read_bytes())
+    m = LoadedModel(om.graph, om.manifest, "<memory>")
+    assert hooks.model_name_of(m.graph.name) == "netname"
