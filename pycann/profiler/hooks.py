@@ -122,16 +122,36 @@ def _atc_output(manifest: Any) -> str:
     return ""
 
 
+def _model_name(gname: str, path: str, manifest: Any) -> str:
+    """A model's name in profiles and dumps: its .om stem (from memory: atc's --output), else its graph name."""
+    if not path or path.startswith("<"):  # ("<memory>": acl.mdl.load_from_mem)
+        path = _atc_output(manifest)
+    return os.path.splitext(os.path.basename(path))[0] if path else gname
+
+
+def claim_graph_name(graph: Any, path: str, manifest: Any) -> None:
+    """Called by ``LoadedModel`` for a graph it loaded from a file or memory, before it builds plans:
+    profiles and dumps find a run's model by its graph's name, and exporters name every graph alike
+    (PyTorch's "main_graph", Paddle's "Model from PaddlePaddle."), so a graph whose name a live model
+    of another name holds is renamed ``<name>#2``, ``#3``, ... (else one model's ops were reported
+    and dumped under the other's name)."""
+    base = getattr(graph, "name", "") or ""
+    name = _model_name(base, path, manifest)
+    live = {getattr(getattr(m, "graph", None), "name", None) for m in list(LOADED)}
+    gname, k = base, 1
+    while gname in live and MODEL_NAMES.get(gname, name) != name:
+        k += 1
+        gname = f"{base}#{k}"
+    graph.name = gname
+
+
 def on_model_load(model: Any) -> None:
     """Called by ``LoadedModel.__init__``: register the model's name; the first time, start the
     profiler that ``PYCANN_PROFILE_DIR`` asks for (``pycann.profiler.session.start_from_env``)."""
     global _env_checked
     graph = getattr(model, "graph", None)
     gname = getattr(graph, "name", "") or ""
-    path = getattr(model, "path", "") or ""
-    if not path or path.startswith("<"):  # ("<memory>": acl.mdl.load_from_mem)
-        path = _atc_output(getattr(model, "manifest", None))
-    MODEL_NAMES[gname] = os.path.splitext(os.path.basename(path))[0] if path else gname
+    MODEL_NAMES[gname] = _model_name(gname, getattr(model, "path", "") or "", getattr(model, "manifest", None))
     try:
         LOADED.add(model)
     except TypeError:  # (an object without weak references: not listed)

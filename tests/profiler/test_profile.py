@@ -214,3 +214,28 @@ def test_peaks_probe_and_cache(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(peak, "measure", lambda: Peaks(1.0, 2.0, "measured: stub"))
     first = peak.machine_peaks()
     assert first is peak.machine_peaks() and first.source == "measured: stub"
+
+
+def test_models_whose_graphs_share_a_name_are_reported_apart(tmp_path: Path) -> None:
+    """Exporters name every graph alike (PyTorch's "main_graph"): a run of the first of two loaded
+    models was reported under the second's name (the name was looked up by graph name)."""
+    def model(op: str) -> onnx.ModelProto:
+        g = helper.make_graph([helper.make_node(op, ["x"], ["y"])], "main_graph",
+                              [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 3])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, [2, 3])])
+        return helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
+
+    for stem, op in (("first", "Relu"), ("second", "Sigmoid")):
+        compile_model(model(op)).save(tmp_path / f"{stem}.om")
+    a = LoadedModel.from_file(tmp_path / "first.om")
+    b = LoadedModel.from_file(tmp_path / "second.om")
+    x = np.ones((2, 3), np.float32)
+    with prof.profile(tmp_path / "prof", chart=False) as p:
+        a.run([x])
+        b.run([x])
+        b.run([x])
+    rows = _read_csv(_out(p, "op_summary"))
+    assert sorted((r["Model Name"], r["OP Type"], r["Infer ID"]) for r in rows) == [
+        ("first", "Relu", "0"), ("second", "Sigmoid", "0"), ("second", "Sigmoid", "1")]
+    a2 = LoadedModel.from_file(tmp_path / "first.om")  # the same model again keeps its name
+    assert a2.graph.name == a.graph.name

@@ -145,6 +145,8 @@ class LoadedModel:
         self.graph = graph
         self.manifest = dict(manifest or {})
         self.path = path
+        if path:  # (a graph it loaded: one of a name another live model holds is renamed for profiles)
+            hooks.claim_graph_name(graph, path, self.manifest)
         self.inputs = [_info(n, graph.descs.get(n)) for n in graph.inputs]
         self.inputs = [replace(i, format=self._layout(i)) for i in self.inputs]  # compile-time format
         self.outputs = [_info(n, graph.descs.get(n)) for n in graph.outputs]
