@@ -155,3 +155,21 @@ def test_unnamed_onnx_nodes_get_the_importers_names(tiny_model: onnx.ModelProto,
     assert fused.onnx_node == fused.origin[-1] and fused.onnx_node.startswith("Relu_")
     assert sorted(r.status.split(" into ")[0] for r in res.others) == ["fused"] * 3
     assert {r.onnx_node.split("_")[0] for r in res.others} == {"Conv", "MatMul", "Add"}
+
+
+def test_an_out_nodes_output_is_not_compared_with_the_onnx_output_of_its_position(
+        tiny_model: onnx.ModelProto, x_tiny: np.ndarray, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """--out_nodes=pool:0 makes the pool's value output 0: it was compared with ONNX's output 0 (y),
+    a MISMATCH that is no fault; an --output_type=FP16 .om gets a note on its output Casts."""
+    from pycann.ge.compile.options import CompileOptions
+
+    cm = compile_model(tiny_model, CompileOptions(out_nodes=[("pool", 0)]))
+    res = compare(tiny_model, LoadedModel.from_compiled(cm), {"x": x_tiny})
+    assert res.first_bad is None and not any(r.op_type == "Output" for r in res.rows)
+    onnx_path = tmp_path / "m.onnx"
+    onnx.save(tiny_model, onnx_path)
+    compile_model(tiny_model, CompileOptions(output_type={"": TensorProto.FLOAT16})).save(tmp_path / "h.om")
+    np.save(tmp_path / "x.npy", x_tiny)
+    assert main(["--model", str(onnx_path), "--om", str(tmp_path / "h.om"), "--input", str(tmp_path / "x.npy"),
+                 "--output", str(tmp_path)]) == 1
+    assert "casts outputs to float16/bfloat16 (--output_type)" in capsys.readouterr().out
