@@ -290,6 +290,9 @@ def get_cur_output_dims(model_desc: int, index: int) -> tuple[dict[str, Any], in
 
 @api(bare="")
 def get_input_name_by_index(model_desc: int, index: int) -> str:
+    d = desc_obj(model_desc)
+    if as_int(index, "index") == len(d.inputs) and d.record is not None and d.record.dynamic:
+        return C.ACL_DYNAMIC_TENSOR_NAME  # the virtual dynamic tensor (see module doc), as get_input_index_by_name
     return _io(model_desc, index, False)[1].name
 
 

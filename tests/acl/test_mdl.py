@@ -271,6 +271,9 @@ def test_dynamic_batch(acl_ready: int, dyn_om: Path, small_om: Path) -> None:
     idx, ret = acl.mdl.get_input_index_by_name(d, C.ACL_DYNAMIC_TENSOR_NAME)
     assert (idx, ret) == (1, 0)
     assert acl.mdl.get_input_size_by_index(d, idx) > 0
+    # the virtual input's name by its index, as get_input_index_by_name gave the index (it was an error)
+    assert acl.mdl.get_input_name_by_index(d, idx) == C.ACL_DYNAMIC_TENSOR_NAME
+    assert acl.mdl.get_input_name_by_index(d, idx + 1) == ""
     x = np.random.default_rng(4).standard_normal((3, 4)).astype(np.float32)
     dx = to_device(x, 8 * 16)
     outs = [acl.rt.malloc(8 * 12, 0)[0] for _ in range(2)]
