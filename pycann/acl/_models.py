@@ -72,6 +72,9 @@ def add_model(model: LoadedModel, path: str) -> tuple[int, int]:
     with _lock:
         mid = next(_ids)
         _models[mid] = rec
+    from pycann.profiler import hooks
+
+    hooks.ACL_MODEL_IDS[model.graph.name] = mid  # (a dump's {model_id} folder is this id, as in CANN)
     return mid, C.ACL_SUCCESS
 
 

@@ -101,7 +101,9 @@ class TensorDump:
             return
         it = self.iterations.get(graph_name, 0)
         with self._lock:
-            mid = self.model_ids.setdefault(model, len(self.model_ids))
+            mid = hooks.ACL_MODEL_IDS.get(graph_name)
+            if mid is None:
+                mid = self.model_ids.setdefault(model, len(self.model_ids))
             rel_dir = os.path.join("0", _SAFE.sub("_", model) or "model", str(mid), str(it))
             os.makedirs(os.path.join(self.root, rel_dir), exist_ok=True)
             if self.mode in ("input", "all"):

@@ -82,6 +82,11 @@ def record_api(name: str, start_ns: int, end_ns: int, track: str = "api", args: 
             fn(name, track, start_ns, end_ns, args or {})
 
 
+ACL_MODEL_IDS: dict[str, int] = {}
+"""Graph name -> the model id ``acl.mdl.load_*`` returned for it (dump paths and the index use it, as
+CANN's ``{model_name}/{model_id}`` do); models loaded otherwise are numbered per dump from 0."""
+
+
 def model_name_of(graph_name: str) -> str:
     """The model name registered for ``graph_name`` (the .om stem), else the graph name."""
     return MODEL_NAMES.get(graph_name, graph_name)

@@ -150,3 +150,31 @@ def test_docs_modules_listed_as_not_present_are_absent() -> None:
         assert not hasattr(acl, name), name
         with pytest.raises(ImportError):
             importlib.import_module(f"pycann.acl.{name}")
+
+
+def test_dump_folders_use_the_model_id_load_returned(no_acl: None, small_om: Path, tmp_path: Path) -> None:
+    """CANN's dump layout is {model_name}/{model_id}/{iteration}: the id is acl.mdl.load_*'s (it was a
+    per-dump count from 0, so the app's model 2 dumped into folder 0)."""
+    import csv
+
+    import numpy as np
+
+    from tests.acl.helpers import dataset_of, to_device
+
+    p = tmp_path / "acl.json"
+    p.write_text(json.dumps({"dump": {"dump_path": str(tmp_path / "dump"), "dump_list": [], "dump_mode": "output"}}))
+    assert acl.init(str(p)) == 0
+    assert acl.rt.set_device(0) == 0
+    first, _ = acl.mdl.load_from_file(str(small_om))
+    mid, ret = acl.mdl.load_from_file(str(small_om))
+    assert ret == 0 and mid != first and mid != 0
+    assert acl.mdl.unload(first) == 0
+    ind, _ = dataset_of([(to_device(np.ones((2, 4), np.float32)), 32)])
+    outd, _ = dataset_of([(acl.rt.malloc(24, 0)[0], 24) for _ in range(2)])
+    assert acl.mdl.execute(mid, ind, outd) == 0
+    assert acl.finalize() == 0
+    (index,) = list((tmp_path / "dump").glob("*/dump_index.csv"))
+    with open(index, newline="", encoding="utf-8") as f:
+        rows = list(csv.DictReader(f))
+    assert rows and {r["model_id"] for r in rows} == {str(mid)}
+    assert all(Path(r["file"]).parts[:3] == ("0", "small", str(mid)) for r in rows)
