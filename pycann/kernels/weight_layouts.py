@@ -4,8 +4,11 @@
 its row count changes per call (a prompt of 32 rows, then one row per decode step, or four at
 batch 4). oneDNN's brgemm kernel over B packed in its blocks wins from a few rows on, but a
 one-row product (a GEMV) streams those blocks at ~19-23 GB/s on this kind of Xeon, where oneDNN's
-``gemm:jit`` gemv kernel streams B^T stored N x K at ~24-27 (``bench/gemv_layouts.py``;
-bench/RESULTS.md, twenty-ninth session). Holding both layouts would double the weights' memory
+``gemm:jit`` gemv kernel streams B^T stored N x K at ~24-27 (``bench/gemv_layouts.py``, weights
+cold; GPT-2's 768 x 50257 LM head 11.3 vs 5.4 ms). Where a model's weights stay in a large L3 both
+stream at ~30 GB/s: GPT-2 6L decode b1 gains 1.6-6 % per token on this Xeon (480 MB L3; bench/RESULTS.md,
+twenty-ninth session); larger models, or CPUs with a smaller L3, read from memory. Holding both
+layouts would double the weights' memory
 (issue 15 caps decode RSS at 1.2x ONNX Runtime's), so a node holds one:
 
 * **packed** (at bind): every row count runs brgemm over the packed B, as before;

@@ -26,8 +26,9 @@ _F32 = np.dtype(np.float32)
 
 # A normalisation of at most this many values gets a one-thread primitive (no parallel region): a
 # decode step's row (768 values, ~2 us of work) paid the team's fork/join and, after a numpy stretch
-# longer than the workers' spin, their wake-up (60-150 us on a VM). GPT-2 decode b1 1.6 % faster per
-# token (bench/RESULTS.md, twenty-ninth session).
+# longer than the workers' spin, their wake-up (60-150 us on a VM). Measured with the gemv layout of
+# ``kernels/weight_layouts.py``: GPT-2 decode b1 1.6-6 % faster per token (bench/RESULTS.md, twenty-
+# ninth session); alone, within the run-to-run spread.
 ONE_THREAD_ELEMENTS = 1 << 13
 
 
