@@ -26,17 +26,18 @@ torch_models = pytest.importorskip("torch_models")
 LAYERS, HEADS, WIDTH, VOCAB = 2, 4, 64, 97
 
 
-@pytest.fixture(scope="module")
-def kv_model() -> bytes:
+def _export(layers: int, heads: int, width: int, vocab: int) -> bytes:
+    """``GPT2WithPast`` of that size (weights scaled 0.2: greedy tokens vary step to step), exported
+    by the TorchScript exporter with Hugging Face's dynamic axes."""
     torch.manual_seed(0)
-    cfg = torch_models.GPT2Config(vocab_size=VOCAB, n_positions=128, n_embd=WIDTH, n_layer=LAYERS, n_head=HEADS)
+    cfg = torch_models.GPT2Config(vocab_size=vocab, n_positions=128, n_embd=width, n_layer=layers, n_head=heads)
     base = torch_models.GPT2Like(cfg)
     base.init_weights(0.2)  # larger than GPT-2's 0.02: greedy tokens then vary from step to step
     model = torch_models.GPT2WithPast(base.eval()).eval()
-    ids = torch.randint(0, VOCAB, (2, 3))
-    past = [torch.randn(2, HEADS, 5, WIDTH // HEADS) for _ in range(2 * LAYERS)]
-    names = [f"past_{k}_{i}" for i in range(LAYERS) for k in ("key", "value")]
-    outs = [f"present_{k}_{i}" for i in range(LAYERS) for k in ("key", "value")]
+    ids = torch.randint(0, vocab, (2, 3))
+    past = [torch.randn(2, heads, 5, width // heads) for _ in range(2 * layers)]
+    names = [f"past_{k}_{i}" for i in range(layers) for k in ("key", "value")]
+    outs = [f"present_{k}_{i}" for i in range(layers) for k in ("key", "value")]
     axes = {"input_ids": {0: "batch", 1: "seq"}, "logits": {0: "batch", 1: "seq"}}
     axes.update({n: {0: "batch", 2: "past_seq"} for n in names})
     axes.update({n: {0: "batch", 2: "total_seq"} for n in outs})
@@ -46,6 +47,11 @@ def kv_model() -> bytes:
         torch.onnx.export(model, (ids, *past), buf, dynamo=False, opset_version=17, input_names=["input_ids", *names],
                           output_names=["logits", *outs], dynamic_axes=axes)
     return buf.getvalue()
+
+
+@pytest.fixture(scope="module")
+def kv_model() -> bytes:
+    return _export(LAYERS, HEADS, WIDTH, VOCAB)
 
 
 def _decode(run, batch: int, prompt: int, steps: int) -> tuple[list[np.ndarray], list[np.ndarray]]:  # type: ignore[no-untyped-def]
@@ -196,26 +202,10 @@ def test_wide_decoder_moves_its_weights_to_the_gemv_layout_with_orts_tokens() ->
 
     if not (providers.has_avx512() and providers.available("onednn")):
         pytest.skip("packed generic GEMMs bind on AVX-512 CPUs with libdnnl only")
-    torch.manual_seed(0)
     layers, heads, width, vocab = 1, 8, 512, 1000
-    cfg = torch_models.GPT2Config(vocab_size=vocab, n_positions=128, n_embd=width, n_layer=layers, n_head=heads)
-    base = torch_models.GPT2Like(cfg)
-    base.init_weights(0.2)
-    model = torch_models.GPT2WithPast(base.eval()).eval()
-    names = [f"past_{k}_{i}" for i in range(layers) for k in ("key", "value")]
-    outs = [f"present_{k}_{i}" for i in range(layers) for k in ("key", "value")]
-    axes = {"input_ids": {0: "batch", 1: "seq"}, "logits": {0: "batch", 1: "seq"}}
-    axes.update({n: {0: "batch", 2: "past_seq"} for n in names})
-    axes.update({n: {0: "batch", 2: "total_seq"} for n in outs})
-    buf = io.BytesIO()
-    with warnings.catch_warnings(), torch.no_grad():
-        warnings.simplefilter("ignore")
-        torch.onnx.export(model, (torch.randint(0, vocab, (2, 3)), *[torch.randn(2, heads, 5, width // heads)
-                                                                      for _ in range(2 * layers)]),
-                          buf, dynamo=False, opset_version=17, input_names=["input_ids", *names],
-                          output_names=["logits", *outs], dynamic_axes=axes)
-    sess = ort.InferenceSession(buf.getvalue(), providers=["CPUExecutionProvider"])
-    lm = LoadedModel.from_compiled(compile_model(buf.getvalue()))
+    onnx_model = _export(layers, heads, width, vocab)
+    sess = ort.InferenceSession(onnx_model, providers=["CPUExecutionProvider"])
+    lm = LoadedModel.from_compiled(compile_model(onnx_model))
 
     def forms() -> list[weight_layouts.AdaptiveMatmul]:
         return [k for st in lm.executor.generic_plan().steps if st.bound is not None
