@@ -142,3 +142,28 @@ os._exit(0 if omp_fork.run_fresh(check) else 3)
 """
     res = run_script(tmp_path, fork_while_held(setup, "forms._switch_lock", child))
     assert res.returncode == 0 and "child 0" in res.stdout, res.stdout + res.stderr
+
+
+def _cycle(k: Any, b: np.ndarray, x1: np.ndarray, x4: np.ndarray) -> None:
+    """One-row calls until the node moves to the gemv layout, then a 4-row call: packed again."""
+    for _ in range(weight_layouts.GEMV_AFTER):
+        np.testing.assert_allclose(k.run([x1, b], {})[0], x1.astype(np.float64) @ b, rtol=1e-4, atol=1e-5)
+    np.testing.assert_allclose(k.run([x4, b], {})[0], x4.astype(np.float64) @ b, rtol=1e-4, atol=1e-5)
+
+
+def test_switch_cycles_leave_no_finalizer_behind() -> None:
+    """Each repack after a switch registered one more ``weakref.finalize`` on the weight (the
+    forgotten key got a new one): ~0.5 KB more per switch cycle for the weight's lifetime."""
+    import weakref
+
+    b = _w(K, N)
+    k = bind_generic.packed_matmul(b, None, None, False, _fail)
+    assert k is not None
+    x1, x4 = _w(1, K), _w(4, K)
+    _cycle(k, b, x1, x4)
+    before = len(weakref.finalize._registry)  # type: ignore[attr-defined]
+    for _ in range(10):
+        _cycle(k, b, x1, x4)
+    assert _forms(k).switches == 22
+    assert len(weakref.finalize._registry) <= before  # type: ignore[attr-defined]
+

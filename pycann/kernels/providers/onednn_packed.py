@@ -144,7 +144,13 @@ def forget(w: np.ndarray) -> None:
     goes. A later ``packed`` of ``w`` reorders it again."""
     key: _Key = (capi.ptr(w), tuple(w.shape), tuple(w.strides), w.dtype.str)
     with _locked():
-        _drop_now(key)
+        lst = _entries.get(key)
+        if lst:
+            # (emptied, not removed: the owner's finalizer stays the key's only one; a removed key got
+            # a new finalizer at every repack, one more per layout switch for the weight's lifetime)
+            for _, want, _m in lst:
+                _counts["bytes"] -= want.size()
+            lst.clear()
 
 
 def _after_fork_in_child() -> None:
@@ -173,4 +179,4 @@ if hasattr(os, "register_at_fork"):
 def stats() -> PackedStats:
     """Counters over the process (every model)."""
     with _locked():
-        return PackedStats(_counts["packed"], _counts["reused"], _counts["bytes"], len(_entries))
+        return PackedStats(_counts["packed"], _counts["reused"], _counts["bytes"], sum(1 for v in _entries.values() if v))
