@@ -27,6 +27,7 @@ racing a switch runs on the layout it found, or on the node's generic kernel.
 from __future__ import annotations
 
 import threading
+import weakref
 from typing import Any
 
 import numpy as np
@@ -38,6 +39,17 @@ from pycann.kernels.providers import omp_fork
 GEMV_AFTER = 16  # one-row calls in a row before the node moves its weight to the gemv layout
 REPACK_ROWS = 4  # a call of this many rows or more moves it back (brgemm wins clearly from 4 rows)
 MAX_ROW_KERNELS = 32  # row counts a layout keeps a primitive for
+
+# B^T per weight memory (address, shape, strides, dtype), while a node holds it: nodes sharing one
+# weight initializer (ALBERT's layers, tied projections) share one B^T as they shared one packing
+# (each made its own: N copies of the weight where the packed layout held one). A node keeps its
+# ``b`` alive with its B^T, so a live entry's address is that weight's.
+_transposed: weakref.WeakValueDictionary[tuple[Any, ...], np.ndarray] = weakref.WeakValueDictionary()
+_transposed_lock = omp_fork.fork_safe(threading.Lock())
+
+
+def _key(b: np.ndarray) -> tuple[Any, ...]:
+    return (b.__array_interface__["data"][0], b.shape, b.strides, b.dtype.str)
 
 
 class AdaptiveMatmul:
@@ -110,7 +122,14 @@ class AdaptiveMatmul:
             first = packed.get(1) if packed is not None else None
             if self.gemv is not None or first is None:
                 return
-            bt = onednn_matmul.transposed_weight(first)
+            key = _key(self.b)
+            with _transposed_lock:
+                bt = _transposed.get(key)
+            if bt is None:
+                bt = onednn_matmul.transposed_weight(first)
+                if bt is not None:
+                    with _transposed_lock:
+                        bt = _transposed.setdefault(key, bt)
             kb = None if bt is None else onednn_matmul.bound_matmul_gemv(bt, self.bias, (1, self.k), self.unary,
                                                                          self.residual)
             if kb is None:

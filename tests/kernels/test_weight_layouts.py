@@ -167,3 +167,19 @@ def test_switch_cycles_leave_no_finalizer_behind() -> None:
     assert _forms(k).switches == 22
     assert len(weakref.finalize._registry) <= before  # type: ignore[attr-defined]
 
+
+def test_nodes_sharing_a_weight_share_its_transposed_copy() -> None:
+    """Two MatMuls over one weight initializer shared one packing; in the gemv layout each held
+    its own B^T (the weight's memory once per node)."""
+    b = _w(K, N)
+    k1 = bind_generic.packed_matmul(b, None, None, False, _fail)
+    k2 = bind_generic.packed_matmul(b, None, None, False, _fail)
+    assert k1 is not None and k2 is not None
+    x1 = _w(1, K)
+    for _ in range(weight_layouts.GEMV_AFTER):
+        for k in (k1, k2):
+            np.testing.assert_allclose(k.run([x1, b], {})[0], x1.astype(np.float64) @ b, rtol=1e-4, atol=1e-5)
+    f1, f2 = _forms(k1), _forms(k2)
+    assert f1.layout == f2.layout == "gemv"
+    assert f1.bt is not None and f2.bt is not None and np.shares_memory(f1.bt, f2.bt)
+    assert np.array_equal(f2.bt, b.T)
