@@ -142,12 +142,28 @@ def claim_graph_name(graph: Any, path: str, manifest: Any) -> None:
     and dumped under the other's name)."""
     base = getattr(graph, "name", "") or ""
     name = _model_name(base, path, manifest)
-    live = {getattr(getattr(m, "graph", None), "name", None) for m in list(LOADED)}
-    gname, k = base, 1
-    while gname in live and MODEL_NAMES.get(gname, name) != name:
-        k += 1
-        gname = f"{base}#{k}"
-    graph.name = gname
+    with _claim_lock:  # (a load on another thread claims between this one's claim and its registration)
+        live = {getattr(getattr(m, "graph", None), "name", None) for m in list(LOADED)}
+        live |= {getattr(g, "name", None) for g in list(_CLAIMED)}
+        gname, k = base, 1
+        while gname in live and MODEL_NAMES.get(gname, name) != name:
+            k += 1
+            gname = f"{base}#{k}"
+        graph.name = gname
+        MODEL_NAMES[gname] = name  # (as ``on_model_load`` registers it, once the load's plans are built)
+        try:
+            _CLAIMED.add(graph)
+        except TypeError:  # (a graph without weak references)
+            pass
+
+
+# Graphs whose loads claimed a name and have not registered their model yet (``on_model_load``): a
+# load on another thread then sees the name taken (both kept "main_graph"). Weak: a failed load's
+# graph goes with it.
+_CLAIMED: weakref.WeakSet[Any] = weakref.WeakSet()
+_claim_lock = threading.Lock()
+if hasattr(os, "register_at_fork"):  # (a thread of the parent may hold it at a fork)
+    os.register_at_fork(after_in_child=lambda: globals().update(_claim_lock=threading.Lock()))
 
 
 def on_model_load(model: Any) -> None:
@@ -161,6 +177,11 @@ def on_model_load(model: Any) -> None:
         LOADED.add(model)
     except TypeError:  # (an object without weak references: not listed)
         pass
+    if graph is not None:
+        try:
+            _CLAIMED.discard(graph)
+        except TypeError:
+            pass
     if not _env_checked:
         _env_checked = True
         if config.profile_env().out:

@@ -239,3 +239,41 @@ def test_models_whose_graphs_share_a_name_are_reported_apart(tmp_path: Path) -> 
         ("first", "Relu", "0"), ("second", "Sigmoid", "0"), ("second", "Sigmoid", "1")]
     a2 = LoadedModel.from_file(tmp_path / "first.om")  # the same model again keeps its name
     assert a2.graph.name == a.graph.name
+
+
+def test_models_of_one_graph_name_loaded_at_once_are_reported_apart(tmp_path: Path,
+                                                                     monkeypatch: pytest.MonkeyPatch) -> None:
+    """Two threads loading two .om files whose graphs share a name: each claimed the name before
+    either load registered its model (the plans are built in between), so both kept "main_graph"
+    and one model's ops were reported under the other's name."""
+    import threading
+
+    def model(op: str) -> onnx.ModelProto:
+        g = helper.make_graph([helper.make_node(op, ["x"], ["y"])], "main_graph",
+                              [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 3])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, [2, 3])])
+        return helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
+
+    for stem, op in (("first", "Relu"), ("second", "Sigmoid")):
+        compile_model(model(op)).save(tmp_path / f"{stem}.om")
+    both_claimed = threading.Barrier(2, timeout=30)
+    precompile = LoadedModel.precompile_static
+
+    def slow_precompile(self: LoadedModel) -> bool:
+        both_claimed.wait()  # (each load has claimed its graph name; neither has registered its model)
+        return precompile(self)
+
+    monkeypatch.setattr(LoadedModel, "precompile_static", slow_precompile)
+    models: dict[str, LoadedModel] = {}
+
+    def load(stem: str) -> None:
+        models[stem] = LoadedModel.from_file(tmp_path / f"{stem}.om")
+
+    threads = [threading.Thread(target=load, args=(s,)) for s in ("first", "second")]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    a, b = models["first"], models["second"]
+    assert a.graph.name != b.graph.name
+    assert {hooks.model_name_of(a.graph.name), hooks.model_name_of(b.graph.name)} == {"first", "second"}
