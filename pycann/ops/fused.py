@@ -493,6 +493,9 @@ def _k_chain(inputs: Sequence[Any], attrs: Mapping[str, Any]) -> list[np.ndarray
                     fn(a, b, out=buf)
                 else:
                     buf = np.asarray(fn(a, b))
+                    base = np.asarray(a).dtype
+                    if op == "Pow" and buf.dtype != base:  # (Pow has the base's type: an int64 or float64
+                        buf = buf.astype(base)  # exponent promoted a float32 chain to float64)
             else:
                 if buf is None:
                     buf = x.copy()

@@ -335,3 +335,18 @@ def test_pow_half_of_minus_infinity(where: str, n: int, dtype: type) -> None:
     np.testing.assert_array_equal(np.isnan(got), np.isnan(want))
     np.testing.assert_allclose(got, want, rtol=1e-6)
     np.testing.assert_array_equal(np.signbit(got[:4]), np.signbit(want[:4]))
+
+
+@pytest.mark.parametrize("exp_dtype", [np.int64, np.int32, np.float64])
+@pytest.mark.parametrize("first", [False, True])
+def test_pow_in_a_chain_keeps_the_base_dtype(exp_dtype: type, first: bool) -> None:
+    """Pow's result has the base's type (ONNX T); in an ElementwiseChain a float32 base with an
+    int64 / int32 / float64 exponent promoted the buffer to float64: the model's float32 output
+    came back as float64."""
+    nodes = [helper.make_node("Pow", ["x" if first else "s", "e"], ["p"]), helper.make_node("Mul", ["p", "c"], ["y"])]
+    if not first:
+        nodes.insert(0, helper.make_node("Sigmoid", ["x"], ["s"]))
+    m = _model(nodes, [("x", [2, 5], TensorProto.FLOAT)],
+               [const("e", np.array(2, exp_dtype)), const("c", np.array(3.0, np.float32))])
+    x = RNG.standard_normal((2, 5)).astype(np.float32)
+    assert "ElementwiseChain" in _compare(m, {"x": x})
