@@ -356,12 +356,16 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 def _check_source(om: str, model: str, manifest: dict) -> None:
     """Raise ValueError when the .om records the fingerprint of another source model than ``model``
-    (``ge/ir/fingerprint.py``; an .om without one, or of another scheme, is not checked)."""
+    (``ge/ir/fingerprint.py``; an .om without one, or of another scheme, is not checked, nor one atc
+    compiled from a TensorFlow or Caffe model: that fingerprint is of the other framework's graph, which
+    no ONNX export of the model matches, and such an .om compared with its ONNX export before)."""
     from pycann.ge.compile.importers.onnx import load_onnx
     from pycann.ge.ir.fingerprint import ALGORITHM, graph_fingerprint
 
     rec = manifest.get("source_fingerprint")
     if not isinstance(rec, dict) or rec.get("algorithm") != ALGORITHM:
+        return
+    if manifest.get("framework_type", 5) != 5:
         return
     mine = graph_fingerprint(load_onnx(model, check=False))
     if mine != rec.get("sha256"):

@@ -140,3 +140,29 @@ def test_compare_refuses_an_om_compiled_from_another_export(tmp_path: Path, caps
     assert f"a.om was not compiled from {b}" in line and "content fingerprint" in line
     onnx.save(onnx.load(a), tmp_path / "a_again.onnx")
     assert compare.main(["--model", str(tmp_path / "a_again.onnx"), "--om", om, "--output", out]) == 0
+
+
+def test_compare_takes_an_om_compiled_from_tensorflow_against_its_onnx_export(tmp_path: Path) -> None:
+    """The fingerprint atc records for a TensorFlow model is of the TensorFlow graph, which no ONNX
+    model matches: such an .om compared with its ONNX export was refused (exit 2; it agreed before)."""
+    pytest.importorskip("tensorboard")
+    from numpy.random import default_rng
+
+    from pycann.tools import atc
+    from tests.importers.test_tensorflow_graphdef import G
+
+    w = default_rng(0).standard_normal((4, 3)).astype(np.float32)
+    g = G()
+    g.node("MatMul", "y", [g.placeholder("x", (2, 4)), g.const("W", w)], T=("type", 1))
+    (tmp_path / "m.pb").write_bytes(g.gd.SerializeToString())
+    assert atc.main([f"--model={tmp_path / 'm.pb'}", "--framework=3", f"--output={tmp_path / 'tf'}",
+                     "--soc_version=Ascend310P3"]) == 0
+    og = helper.make_graph([helper.make_node("MatMul", ["x", "W"], ["y"], name="y")], "g",
+                           [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 4])],
+                           [helper.make_tensor_value_info("y", TensorProto.FLOAT, [2, 3])],
+                           [onnx.numpy_helper.from_array(w, "W")])
+    m = helper.make_model(og, opset_imports=[helper.make_opsetid("", 13)])
+    m.ir_version = 8
+    onnx.save(m, tmp_path / "m.onnx")
+    assert compare.main(["--model", str(tmp_path / "m.onnx"), "--om", str(tmp_path / "tf.om"),
+                         "--output", str(tmp_path / "cmp")]) == 0
