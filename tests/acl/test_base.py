@@ -178,3 +178,36 @@ def test_dump_folders_use_the_model_id_load_returned(no_acl: None, small_om: Pat
         rows = list(csv.DictReader(f))
     assert rows and {r["model_id"] for r in rows} == {str(mid)}
     assert all(Path(r["file"]).parts[:3] == ("0", "small", str(mid)) for r in rows)
+
+
+def test_dump_of_a_model_loaded_twice_after_the_later_load_is_unloaded(no_acl: None, small_om: Path,
+                                                                        tmp_path: Path) -> None:
+    """The same .om loaded twice, the later load unloaded, the first run: its dump went into the
+    unloaded model's {model_id} folder (the id was recorded per graph name at each load)."""
+    import csv
+
+    import numpy as np
+
+    from tests.acl.helpers import dataset_of, to_device
+
+    p = tmp_path / "acl.json"
+    p.write_text(json.dumps({"dump": {"dump_path": str(tmp_path / "dump"), "dump_list": [], "dump_mode": "output"}}))
+    assert acl.init(str(p)) == 0
+    assert acl.rt.set_device(0) == 0
+    first, _ = acl.mdl.load_from_file(str(small_om))
+    later, ret = acl.mdl.load_from_file(str(small_om))
+    assert ret == 0 and later != first
+    assert acl.mdl.unload(later) == 0
+    x = to_device(np.ones((2, 4), np.float32))
+    ind, _ = dataset_of([(x, 32)])
+    bufs = [acl.rt.malloc(24, 0)[0] for _ in range(2)]
+    outd, _ = dataset_of([(b, 24) for b in bufs])
+    assert acl.mdl.execute(first, ind, outd) == 0
+    assert acl.mdl.unload(first) == 0
+    for b in (x, *bufs):
+        assert acl.rt.free(b) == 0
+    assert acl.finalize() == 0
+    (index,) = list((tmp_path / "dump").glob("*/dump_index.csv"))
+    with open(index, newline="", encoding="utf-8") as f:
+        rows = list(csv.DictReader(f))
+    assert rows and {r["model_id"] for r in rows} == {str(first)}
