@@ -152,30 +152,49 @@ def test_docs_modules_listed_as_not_present_are_absent() -> None:
             importlib.import_module(f"pycann.acl.{name}")
 
 
-def test_dump_folders_use_the_model_id_load_returned(no_acl: None, small_om: Path, tmp_path: Path) -> None:
-    """CANN's dump layout is {model_name}/{model_id}/{iteration}: the id is acl.mdl.load_*'s (it was a
-    per-dump count from 0, so the app's model 2 dumped into folder 0)."""
+def _dump_session(tmp_path: Path, small_om: Path) -> tuple[int, int]:
+    """acl initialised to dump every model's outputs into tmp_path/dump, device 0 set, and
+    ``small_om`` loaded twice: (the first load's id, the later one's)."""
+    p = tmp_path / "acl.json"
+    p.write_text(json.dumps({"dump": {"dump_path": str(tmp_path / "dump"), "dump_list": [], "dump_mode": "output"}}))
+    assert acl.init(str(p)) == 0
+    assert acl.rt.set_device(0) == 0
+    first, _ = acl.mdl.load_from_file(str(small_om))
+    later, ret = acl.mdl.load_from_file(str(small_om))
+    assert ret == 0 and later != first
+    return first, later
+
+
+def _run_dumped(tmp_path: Path, mid: int) -> list[dict[str, str]]:
+    """Run ``small_om``'s model ``mid`` once, unload it, free its buffers and finalize acl; the rows of
+    the dump index it wrote under tmp_path/dump."""
     import csv
 
     import numpy as np
 
     from tests.acl.helpers import dataset_of, to_device
 
-    p = tmp_path / "acl.json"
-    p.write_text(json.dumps({"dump": {"dump_path": str(tmp_path / "dump"), "dump_list": [], "dump_mode": "output"}}))
-    assert acl.init(str(p)) == 0
-    assert acl.rt.set_device(0) == 0
-    first, _ = acl.mdl.load_from_file(str(small_om))
-    mid, ret = acl.mdl.load_from_file(str(small_om))
-    assert ret == 0 and mid != first and mid != 0
-    assert acl.mdl.unload(first) == 0
-    ind, _ = dataset_of([(to_device(np.ones((2, 4), np.float32)), 32)])
-    outd, _ = dataset_of([(acl.rt.malloc(24, 0)[0], 24) for _ in range(2)])
+    x = to_device(np.ones((2, 4), np.float32))
+    ind, _ = dataset_of([(x, 32)])
+    bufs = [acl.rt.malloc(24, 0)[0] for _ in range(2)]
+    outd, _ = dataset_of([(b, 24) for b in bufs])
     assert acl.mdl.execute(mid, ind, outd) == 0
+    assert acl.mdl.unload(mid) == 0
+    for b in (x, *bufs):
+        assert acl.rt.free(b) == 0
     assert acl.finalize() == 0
     (index,) = list((tmp_path / "dump").glob("*/dump_index.csv"))
     with open(index, newline="", encoding="utf-8") as f:
-        rows = list(csv.DictReader(f))
+        return list(csv.DictReader(f))
+
+
+def test_dump_folders_use_the_model_id_load_returned(no_acl: None, small_om: Path, tmp_path: Path) -> None:
+    """CANN's dump layout is {model_name}/{model_id}/{iteration}: the id is acl.mdl.load_*'s (it was a
+    per-dump count from 0, so the app's model 2 dumped into folder 0)."""
+    first, mid = _dump_session(tmp_path, small_om)
+    assert mid != 0
+    assert acl.mdl.unload(first) == 0
+    rows = _run_dumped(tmp_path, mid)
     assert rows and {r["model_id"] for r in rows} == {str(mid)}
     assert all(Path(r["file"]).parts[:3] == ("0", "small", str(mid)) for r in rows)
 
@@ -184,30 +203,7 @@ def test_dump_of_a_model_loaded_twice_after_the_later_load_is_unloaded(no_acl: N
                                                                         tmp_path: Path) -> None:
     """The same .om loaded twice, the later load unloaded, the first run: its dump went into the
     unloaded model's {model_id} folder (the id was recorded per graph name at each load)."""
-    import csv
-
-    import numpy as np
-
-    from tests.acl.helpers import dataset_of, to_device
-
-    p = tmp_path / "acl.json"
-    p.write_text(json.dumps({"dump": {"dump_path": str(tmp_path / "dump"), "dump_list": [], "dump_mode": "output"}}))
-    assert acl.init(str(p)) == 0
-    assert acl.rt.set_device(0) == 0
-    first, _ = acl.mdl.load_from_file(str(small_om))
-    later, ret = acl.mdl.load_from_file(str(small_om))
-    assert ret == 0 and later != first
+    first, later = _dump_session(tmp_path, small_om)
     assert acl.mdl.unload(later) == 0
-    x = to_device(np.ones((2, 4), np.float32))
-    ind, _ = dataset_of([(x, 32)])
-    bufs = [acl.rt.malloc(24, 0)[0] for _ in range(2)]
-    outd, _ = dataset_of([(b, 24) for b in bufs])
-    assert acl.mdl.execute(first, ind, outd) == 0
-    assert acl.mdl.unload(first) == 0
-    for b in (x, *bufs):
-        assert acl.rt.free(b) == 0
-    assert acl.finalize() == 0
-    (index,) = list((tmp_path / "dump").glob("*/dump_index.csv"))
-    with open(index, newline="", encoding="utf-8") as f:
-        rows = list(csv.DictReader(f))
+    rows = _run_dumped(tmp_path, first)
     assert rows and {r["model_id"] for r in rows} == {str(first)}

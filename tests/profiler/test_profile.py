@@ -216,17 +216,20 @@ def test_peaks_probe_and_cache(monkeypatch: pytest.MonkeyPatch) -> None:
     assert first is peak.machine_peaks() and first.source == "measured: stub"
 
 
-def test_models_whose_graphs_share_a_name_are_reported_apart(tmp_path: Path) -> None:
-    """Exporters name every graph alike (PyTorch's "main_graph"): a run of the first of two loaded
-    models was reported under the second's name (the name was looked up by graph name)."""
-    def model(op: str) -> onnx.ModelProto:
+def _save_two_main_graphs(tmp_path: Path) -> None:
+    """first.om (Relu) and second.om (Sigmoid) in ``tmp_path``, both graphs named "main_graph" as
+    PyTorch's exporter names every graph."""
+    for stem, op in (("first", "Relu"), ("second", "Sigmoid")):
         g = helper.make_graph([helper.make_node(op, ["x"], ["y"])], "main_graph",
                               [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 3])],
                               [helper.make_tensor_value_info("y", TensorProto.FLOAT, [2, 3])])
-        return helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
+        compile_model(helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])).save(tmp_path / f"{stem}.om")
 
-    for stem, op in (("first", "Relu"), ("second", "Sigmoid")):
-        compile_model(model(op)).save(tmp_path / f"{stem}.om")
+
+def test_models_whose_graphs_share_a_name_are_reported_apart(tmp_path: Path) -> None:
+    """Exporters name every graph alike (PyTorch's "main_graph"): a run of the first of two loaded
+    models was reported under the second's name (the name was looked up by graph name)."""
+    _save_two_main_graphs(tmp_path)
     a = LoadedModel.from_file(tmp_path / "first.om")
     b = LoadedModel.from_file(tmp_path / "second.om")
     x = np.ones((2, 3), np.float32)
@@ -248,14 +251,7 @@ def test_models_of_one_graph_name_loaded_at_once_are_reported_apart(tmp_path: Pa
     and one model's ops were reported under the other's name."""
     import threading
 
-    def model(op: str) -> onnx.ModelProto:
-        g = helper.make_graph([helper.make_node(op, ["x"], ["y"])], "main_graph",
-                              [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 3])],
-                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, [2, 3])])
-        return helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
-
-    for stem, op in (("first", "Relu"), ("second", "Sigmoid")):
-        compile_model(model(op)).save(tmp_path / f"{stem}.om")
+    _save_two_main_graphs(tmp_path)
     both_claimed = threading.Barrier(2, timeout=30)
     precompile = LoadedModel.precompile_static
 
