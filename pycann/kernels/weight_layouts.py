@@ -48,10 +48,6 @@ _transposed: weakref.WeakValueDictionary[tuple[Any, ...], np.ndarray] = weakref.
 _transposed_lock = omp_fork.fork_safe(threading.Lock())
 
 
-def _key(b: np.ndarray) -> tuple[Any, ...]:
-    return (b.__array_interface__["data"][0], b.shape, b.strides, b.dtype.str)
-
-
 class AdaptiveMatmul:
     """``act(A @ B + bias + residual)`` kernels per row count over B in the layout of ``layout``.
 
@@ -122,7 +118,7 @@ class AdaptiveMatmul:
             first = packed.get(1) if packed is not None else None
             if self.gemv is not None or first is None:
                 return
-            key = _key(self.b)
+            key = onednn_packed.weight_key(self.b)
             with _transposed_lock:
                 bt = _transposed.get(key)
             if bt is None:

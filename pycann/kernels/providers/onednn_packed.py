@@ -26,7 +26,7 @@ import numpy as np
 
 from pycann.kernels.providers import onednn_capi as capi
 
-__all__ = ["PackedStats", "forget", "owner", "packed", "stats"]
+__all__ = ["PackedStats", "forget", "owner", "packed", "stats", "weight_key"]
 
 _Key = tuple[int, tuple[int, ...], tuple[int, ...], str]
 _lock = threading.Lock()
@@ -105,6 +105,11 @@ def _lookup(key: _Key, user_md: Any, want_md: Any) -> Any:
     return None
 
 
+def weight_key(w: np.ndarray) -> _Key:
+    """The cache key of a weight's memory: (address, shape, strides, dtype)."""
+    return (capi.ptr(w), tuple(w.shape), tuple(w.strides), w.dtype.str)
+
+
 def packed(w: np.ndarray, user_md: Any, want_md: Any, source: tuple[np.ndarray, Any] | None = None) -> Any:
     """A library-owned ``capi.Memory`` of layout ``want_md`` holding ``w`` (described by
     ``user_md``): made by one reorder the first time, the same memory for every later primitive
@@ -112,7 +117,7 @@ def packed(w: np.ndarray, user_md: Any, want_md: Any, source: tuple[np.ndarray, 
     ``source``: (array, its descriptor) holding exactly ``w``'s values in another layout, read by
     that reorder instead of ``w`` (whose mapped .om pages the loader dropped from memory: reading
     them would fault them back in); the entry is still ``w``'s."""
-    key: _Key = (capi.ptr(w), tuple(w.shape), tuple(w.strides), w.dtype.str)
+    key = weight_key(w)
     while True:
         with _locked():
             mem = _lookup(key, user_md, want_md)
@@ -142,7 +147,7 @@ def forget(w: np.ndarray) -> None:
     """Drop every packing of ``w``'s memory (as ``packed`` keyed it) from the cache: a kernel that
     moved the weight to another layout lets the packed copy go once the last primitive bound to it
     goes. A later ``packed`` of ``w`` reorders it again."""
-    key: _Key = (capi.ptr(w), tuple(w.shape), tuple(w.strides), w.dtype.str)
+    key = weight_key(w)
     with _locked():
         lst = _entries.get(key)
         if lst:
