@@ -387,7 +387,7 @@ def _apply_input_shape_range(args: argparse.Namespace) -> None:
     parts = []
     for part in filter(None, (p.strip() for p in text.split(";"))):
         name, sep, dims = part.rpartition(":")
-        dims = dims.strip()
+        name, dims = name.strip(), dims.strip()  # (spaces around the name or the bracket, as CANN allows)
         if not sep or not name or not (dims.startswith("[") and dims.endswith("]")):
             raise AtcError("E10001", f"value [{part}] of --input_shape_range is invalid: expected name:[d1,d2,...], "
                            "e.g. \"x:[1~4,3,-1,-1]\"")

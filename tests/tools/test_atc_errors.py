@@ -211,6 +211,10 @@ def test_input_shape_range_compiles_the_ranges(relu: Path, tmp_path: Path, capsy
     x = np.arange(9, dtype=np.float32).reshape(3, 3) - 4
     np.testing.assert_array_equal(m.run([x])[0], np.maximum(x, 0))
     rc, text = atc(capsys, f"--model={relu}", "--framework=5", f"--output={out}", "--soc_version=Ascend310P3",
+                   "--input_shape_range= x : [1~4,3] ;")  # spaces around the name and the bracket
+    assert rc == 0, text
+    assert LoadedModel.from_file(str(out) + ".om").inputs[0].shape == [-1, 3]
+    rc, text = atc(capsys, f"--model={relu}", "--framework=5", f"--output={out}", "--soc_version=Ascend310P3",
                    "--input_shape_range=x:1~4,3")
     assert rc == 1 and "E10001: value [x:1~4,3] of --input_shape_range is invalid" in text
     rc, text = atc(capsys, f"--model={relu}", "--framework=5", f"--output={out}", "--soc_version=Ascend310P3",
