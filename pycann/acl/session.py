@@ -15,6 +15,7 @@ feeds against its gears), so sessions sharing nothing stay independent. A model 
 from __future__ import annotations
 
 import os
+import threading
 import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
@@ -27,14 +28,17 @@ from pycann.ge.run.model import LoadedModel, TensorInfo
 
 MODES = ("static", "dymbatch", "dymhw", "dymdims", "dymshape")
 _ACL_JSON_APPLIED = [False]
+_ACL_JSON_LOCK = threading.Lock()  # (two sessions made at once apply one acl.json once)
 
 
 def _apply_acl_json(cfg: Any) -> None:
-    """ais_bench hands ``acl_json_path`` to ``aclInit``, once per process: start the dump and the
-    profiler its acl.json asks for, as ``acl.init(path)`` does (docs/profiling.md)."""
-    if _ACL_JSON_APPLIED[0]:
-        return
-    _ACL_JSON_APPLIED[0] = True
+    """ais_bench hands ``acl_json_path`` to ``aclInit``, once until its ``aclFinalize``
+    (``InferSession.finalize``): start the dump and the profiler its acl.json asks for, as
+    ``acl.init(path)`` does (docs/profiling.md)."""
+    with _ACL_JSON_LOCK:
+        if _ACL_JSON_APPLIED[0]:
+            return
+        _ACL_JSON_APPLIED[0] = True
     if cfg.profiling_enabled:
         from pycann import profiler
 
@@ -333,7 +337,9 @@ class InferSession:
     def finalize() -> None:
         """ais_bench's process-wide cleanup (its ``aclFinalize``): writes what a dump or profiler
         started from ``acl_json_path`` collected (else that happens at interpreter exit)."""
-        if _ACL_JSON_APPLIED[0]:
+        with _ACL_JSON_LOCK:
+            applied, _ACL_JSON_APPLIED[0] = _ACL_JSON_APPLIED[0], False  # (a later session applies its acl.json again)
+        if applied:
             from pycann import profiler
 
             profiler.finalize()

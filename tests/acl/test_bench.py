@@ -193,3 +193,19 @@ def test_acl_json_path_starts_the_dump_it_configures(small_om: Path, tmp_path: P
     last = {r["value_name"]: r for r in rows}
     name = sess.get_outputs()[0].name
     np.testing.assert_array_equal(np.load(index.parent / last[name]["file"]), out[0])
+
+
+def test_acl_json_path_applies_again_after_finalize(small_om: Path, tmp_path: Path,
+                                                    monkeypatch: pytest.MonkeyPatch) -> None:
+    """aclInit may follow aclFinalize: a session made after ``InferSession.finalize()`` starts its
+    acl.json's dump again (it was applied once per process, so the second dump folder stayed empty)."""
+    from pycann.acl import session as session_mod
+
+    monkeypatch.setattr(session_mod, "_ACL_JSON_APPLIED", [False], raising=False)
+    for run in ("a", "b"):
+        cfg = tmp_path / f"acl_{run}.json"
+        cfg.write_text(json.dumps({"dump": {"dump_path": str(tmp_path / run), "dump_list": [], "dump_mode": "output"}}))
+        sess = InferSession(0, str(small_om), acl_json_path=str(cfg))
+        sess.infer([np.ones(tuple(sess.get_inputs()[0].shape), np.float32)])
+        InferSession.finalize()
+        assert list((tmp_path / run).glob("*/dump_index.csv")), run
