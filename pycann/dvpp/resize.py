@@ -5,7 +5,7 @@ OpenCV's ``INTER_LINEAR`` (half-pixel centres, edge clamp, 11-bit fixed-point we
 LSB of ``cv2.resize``, which is what the docs promise for the device), 2 = nearest neighbour as
 OpenCV's ``INTER_NEAREST`` (``floor(dst * src/dst)``), 3 = bilinear as TensorFlow's legacy
 ``resize_bilinear`` (``src = dst * scale``, no half-pixel offset), 4 = nearest as TensorFlow's
-legacy ``resize_nearest_neighbor`` (the same sampling as 2). Mode 5 (Huawei's own high-order
+legacy ``resize_nearest_neighbor`` (``floor(dst * in/out)`` in float32). Mode 5 (Huawei's own high-order
 filter) has no public definition and is refused.
 
 Modes 0 and 1 run in OpenCV's ``cv2.resize(INTER_LINEAR)`` itself when OpenCV is installed
@@ -66,7 +66,17 @@ def _linear_axis(n_in: int, n_out: int, half_pixel: bool) -> tuple[np.ndarray, n
 
 
 def _nearest_axis(n_in: int, n_out: int) -> np.ndarray:
-    return np.minimum(np.floor(np.arange(n_out) * (n_in / n_out)).astype(np.int64), n_in - 1)
+    # OpenCV's resizeNN: ``floor(x * (1 / (out / in)))`` in double; ``in / out`` rounds differently
+    # (6 -> 34: x = 17 gives 3.0 against OpenCV's 2.9999999999999996)
+    ifx = 1.0 / (n_out / n_in)
+    return np.minimum(np.floor(np.arange(n_out) * ifx).astype(np.int64), n_in - 1)
+
+
+def _nearest_axis_tf(n_in: int, n_out: int) -> np.ndarray:
+    # TensorFlow's legacy resize_nearest_neighbor: ``floorf(float(x) * (float(in) / out))`` in float32
+    scale = np.float32(n_in) / np.float32(n_out)
+    idx = np.floor(np.arange(n_out, dtype=np.float32) * scale).astype(np.int64)
+    return np.minimum(idx, n_in - 1)
 
 
 @functools.cache
@@ -85,8 +95,10 @@ def resize(src: np.ndarray, out_h: int, out_w: int, mode: int = 0) -> np.ndarray
     h, w = src.shape[:2]
     if (h, w) == (out_h, out_w):
         return src.copy()
-    if m in (Interpolation.NEAREST_CV, Interpolation.NEAREST_TF):
+    if m is Interpolation.NEAREST_CV:
         return src[_nearest_axis(h, out_h)][:, _nearest_axis(w, out_w)]
+    if m is Interpolation.NEAREST_TF:
+        return src[_nearest_axis_tf(h, out_h)][:, _nearest_axis_tf(w, out_w)]
     cv2 = _cv2()
     if m is not Interpolation.BILINEAR_TF and cv2 is not None and src.ndim in (2, 3) and src.dtype == np.uint8:
         out = cv2.resize(np.ascontiguousarray(src), (out_w, out_h), interpolation=cv2.INTER_LINEAR)

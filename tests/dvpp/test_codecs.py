@@ -166,3 +166,20 @@ def test_png_decode_identical_to_opencv() -> None:
     with pytest.raises(DvppError) as e:
         png.decode_array(data, PixelFormat.YUV_SEMIPLANAR_420)
     assert e.value.fault is Fault.FORMAT
+
+
+@pytest.mark.parametrize(("n_in", "n_out"), [(6, 34), (6, 68), (7, 61), (37, 100), (100, 37), (33, 7)])
+def test_nearest_modes_sample_as_opencv_and_tensorflow(n_in: int, n_out: int) -> None:
+    """Mode 2 picks OpenCV's INTER_NEAREST source pixels (``floor(x * (1 / (out / in)))``: 6 -> 34
+    differs from ``floor(x * in / out)`` at x = 17); mode 4 TensorFlow's legacy float32 sampling."""
+    a = np.random.default_rng(n_in * n_out).integers(0, 256, (n_in, n_in + 3), dtype=np.uint8)
+    ow = n_out + 3
+    near = resize.resize(a, n_out, ow, 2)
+    assert np.array_equal(near, cv2.resize(a, (ow, n_out), interpolation=cv2.INTER_NEAREST))
+
+    def tf_axis(i: int, o: int) -> np.ndarray:
+        s = np.float32(i) / np.float32(o)
+        return np.minimum(np.floor(np.arange(o, dtype=np.float32) * s).astype(int), i - 1)
+
+    assert np.array_equal(resize.resize(a, n_out, ow, 4), a[tf_axis(n_in, n_out)][:, tf_axis(n_in + 3, ow)])
+
