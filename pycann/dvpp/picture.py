@@ -38,13 +38,15 @@ def _rows(buf: np.ndarray, offset: int, rows: int, stride: int) -> np.ndarray:
 
 def plane_views(buf: np.ndarray, fmt: int, w: int, h: int, ws: int, hs: int) -> tuple[np.ndarray, np.ndarray | None]:
     """Writable views of a picture's pixel rows: first plane ``(h, w*bpp)`` and, for semi-planar
-    YUV, the chroma plane ``(h/sy, 2*w/sx)``. ``buf`` must hold ``buffer_size(fmt, ws, hs)`` bytes."""
+    YUV, the chroma plane ``(h/sy, 2*w/sx)`` (rows ``2*ws/sx`` bytes apart). ``buf`` must hold ``buffer_size(fmt, ws, hs)`` bytes."""
     lay = layout(fmt)
     first = _rows(buf, 0, hs, ws)[:h, : w * lay.bpp]
     if lay.family is not Family.YUV_SP:
         return first, None
     sx, sy = lay.sub
-    second = _rows(buf, ws * hs, hs // sy, ws)[: h // sy, : 2 * (w // sx)]
+    # the chroma plane's rows hold 2 bytes (U, V) per chroma sample: 2 * ws / sx bytes a row
+    # (ws for 4:2:0 and 4:2:2, 2 * ws for 4:4:4), hs / sy rows
+    second = _rows(buf, ws * hs, hs // sy, 2 * ws // sx)[: h // sy, : 2 * (w // sx)]
     return first, second
 
 

@@ -183,3 +183,23 @@ def test_nearest_modes_sample_as_opencv_and_tensorflow(n_in: int, n_out: int) ->
 
     assert np.array_equal(resize.resize(a, n_out, ow, 4), a[tf_axis(n_in, n_out)][:, tf_axis(n_in + 3, ow)])
 
+
+@pytest.mark.parametrize("fmt", [PixelFormat.YUV_SEMIPLANAR_444, PixelFormat.YVU_SEMIPLANAR_444])
+def test_jpeg_yuv444sp_decode_chroma_rows_are_two_strides(fmt: PixelFormat) -> None:
+    """YUV444SP's chroma plane holds ``2 * width_stride`` bytes a row (buffer x3): a 4:4:4 JPEG
+    decodes into it even when ``2 * width`` exceeds the width stride (it raised before)."""
+    img = scene(47, 33)
+    data = jpeg_bytes(img, subsampling=0)
+    w, h, ws, hs, size = jpeg.output_layout(33, 47, int(fmt), "Ascend310P3")
+    assert (w, h, ws, hs, size) == (33, 47, 64, 48, 64 * 48 * 3)
+    buf = np.zeros(size, np.uint8)
+    jpeg.decode_into(data, buf, PicDesc(1, size, int(fmt), 0, 0, ws, hs), "Ascend310P3")
+    with Image.open(io.BytesIO(data)) as im:
+        im.draft("YCbCr", im.size)
+        ycc = np.asarray(im)
+    assert np.array_equal(buf[: ws * hs].reshape(hs, ws)[:h, :w], ycc[..., 0])
+    uv = buf[ws * hs :].reshape(hs, 2 * ws)[:h, : 2 * w].reshape(h, w, 2)
+    if fmt == PixelFormat.YVU_SEMIPLANAR_444:
+        uv = uv[..., ::-1]
+    assert np.array_equal(uv, ycc[..., 1:])
+
