@@ -74,6 +74,15 @@ def decode_array(data: bytes, fmt: int) -> np.ndarray:
         raise DvppError(Fault.UNSUPPORTED, f"{im.width}x{im.height} is outside PNGD's range "
                                            f"{MIN_SIDE}x{MIN_SIDE}..{MAX_SIDE}x{MAX_SIDE}")
     try:
+        if im.mode.startswith("I"):
+            # 16-bit grey opens as "I;16"; Pillow's convert would clip it to 255 instead of reducing
+            # it to 8 bits: keep the high byte as libpng's png_set_strip_16 (OpenCV, and Pillow's
+            # own 16-bit RGB unpacking) does
+            g = (np.asarray(im).astype(np.uint32) >> 8).astype(np.uint8)
+            out = np.repeat(g[..., None], 4 if pf is PixelFormat.RGBA_8888 else 3, axis=-1)
+            if pf is PixelFormat.RGBA_8888:
+                out[..., 3] = 255
+            return out
         return np.asarray(im.convert("RGBA" if pf is PixelFormat.RGBA_8888 else "RGB"))
     except (OSError, SyntaxError, ValueError) as e:
         raise DvppError(Fault.DATA, f"PNG decode failed: {e}") from None

@@ -203,3 +203,11 @@ def test_jpeg_yuv444sp_decode_chroma_rows_are_two_strides(fmt: PixelFormat) -> N
         uv = uv[..., ::-1]
     assert np.array_equal(uv, ycc[..., 1:])
 
+
+def test_png_16bit_grey_reduced_to_8_bits_as_opencv() -> None:
+    g = scene(50, 37)[..., 0].astype(np.uint16) * 257 + 100
+    data = cv2.imencode(".png", g)[1].tobytes()
+    ref = cv2.imdecode(np.frombuffer(data, np.uint8), cv2.IMREAD_COLOR)[..., ::-1]
+    assert np.array_equal(png.decode_array(data, PixelFormat.RGB_888), ref)
+    rgba = png.decode_array(data, PixelFormat.RGBA_8888)
+    assert np.array_equal(rgba[..., :3], ref) and (rgba[..., 3] == 255).all()
