@@ -469,3 +469,33 @@ def test_functional_if_and_unsupported_ops_inside_functions() -> None:
     g.gd.library.function[1].node_def[0].op = "NotAnOp"
     with pytest.raises(UnsupportedOpError, match=r"else_fn/n \(NotAnOp\)"):
         import_graph_def(g.gd, [("cond", 0)])
+
+
+def test_transpose_perm_computed_from_constants_is_folded() -> None:
+    """tf.nn.softmax(x, axis=1) on a rank-3 tensor: TF builds the Transpose perm from Range, Sub,
+    Pack and ConcatV2 of constants (int32); they fold at import, so the perm is a constant."""
+    x = np.random.default_rng(11).normal(0, 1, (2, 3, 4)).astype(np.float32)
+    i32 = types_pb2.DT_INT32
+    g = G()
+    g.placeholder("x", x.shape)
+    g.const("r_start", np.int32(0))
+    g.const("r_limit", np.int32(1))
+    g.const("r_delta", np.int32(1))
+    g.node("Range", "range", ["r_start", "r_limit", "r_delta"], Tidx=("type", i32))
+    g.const("rank", np.int32(3))
+    g.const("one", np.int32(1))
+    g.node("Sub", "last", ["rank", "one"], T=("type", i32))
+    g.node("Pack", "packed", ["last"], T=("type", i32), N=1, axis=0)
+    g.const("r1_start", np.int32(2))
+    g.node("Range", "range_1", ["r1_start", "last", "r_delta"], Tidx=("type", i32))
+    g.const("axis_v", np.array([1], np.int32))
+    g.const("cat_axis", np.int32(0))
+    g.node("ConcatV2", "perm", ["range", "packed", "range_1", "axis_v", "cat_axis"], T=("type", i32), N=4,
+           Tidx=("type", i32))
+    g.node("Transpose", "t", ["x", "perm"], T=("type", F32), Tperm=("type", i32))
+    g.node("Softmax", "sm", ["t"], T=("type", F32))
+    g.node("Transpose", "y", ["sm", "perm"], T=("type", F32), Tperm=("type", i32))
+    got = _run(g.gd, [x], [("y", 0)])[0]
+    e = np.exp(x - x.max(axis=1, keepdims=True))
+    np.testing.assert_allclose(got, e / e.sum(axis=1, keepdims=True), rtol=1e-6, atol=1e-7)
+

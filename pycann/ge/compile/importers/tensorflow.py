@@ -219,6 +219,34 @@ _FOLD: dict[str, Callable[..., np.ndarray]] = {
 
 
 _SHAPE_FOLD = frozenset({"Reshape", "Cast", "Squeeze", "ExpandDims"})
+# integer shape arithmetic on constants (tf.nn.softmax(axis=1) builds its Transpose perm from
+# Range / Sub / Pack / ConcatV2 of constants): folded so that ops needing a constant get one
+_INT_FOLD = frozenset({"Add", "AddV2", "Sub", "Mul", "Maximum", "Minimum", "Neg"})
+_STRUCT_FOLD = frozenset({"Range", "Pack", "ConcatV2", "Concat"})
+_FOLD_LIMIT = 1 << 16
+
+
+def _fold_struct(e: Emitter, node: Any) -> np.ndarray | None:
+    """Integer ``Range`` and ``Pack`` / ``ConcatV2`` / ``Concat`` of small constants."""
+    args = [e.const(i) for i in range(e.n_inputs())]
+    if not args or any(a is None for a in args):
+        return None
+    vals: list[np.ndarray] = [np.asarray(a) for a in args]
+    if sum(v.size for v in vals) > _FOLD_LIMIT:
+        return None
+    if node.op == "Range":
+        if len(vals) != 3 or any(v.size != 1 or v.dtype.kind not in "iu" for v in vals):
+            return None
+        start, limit, delta = (int(v.reshape(())) for v in vals)
+        if delta == 0 or len(range(start, limit, delta)) > _FOLD_LIMIT:
+            return None
+        return np.arange(start, limit, delta).astype(vals[0].dtype)
+    if node.op == "Pack":
+        return np.stack(vals, axis=int(e.attr("axis", 0)))
+    axis, parts = (vals[-1], vals[:-1]) if node.op == "ConcatV2" else (vals[0], vals[1:])
+    if axis.size != 1 or not parts or any(p.ndim == 0 for p in parts):
+        return None
+    return np.concatenate(parts, axis=int(axis.reshape(())))
 
 
 def _fold(e: Emitter, node: Any) -> np.ndarray | None:
@@ -235,11 +263,17 @@ def _fold(e: Emitter, node: Any) -> np.ndarray | None:
         if node.op == "ExpandDims":
             return None if shape is None else np.expand_dims(x, int(np.ravel(shape)[0]))
         return None if shape is None else x.reshape([int(v) for v in np.ravel(shape)])
+    if node.op in _STRUCT_FOLD:
+        try:
+            return _fold_struct(e, node)
+        except (ValueError, IndexError, TypeError):  # a bad axis: the converter names the node
+            return None
     fn = _FOLD.get(node.op)
     if fn is None:
         return None
     args = [e.const(i) for i in range(e.n_inputs())]
-    if not args or any(a is None for a in args) or any(a.dtype.kind != "f" for a in args):  # type: ignore[union-attr]
+    kinds = "fiu" if node.op in _INT_FOLD else "f"
+    if not args or any(a is None for a in args) or any(a.dtype.kind not in kinds for a in args):  # type: ignore[union-attr]
         return None
     with np.errstate(all="ignore"):
         return np.asarray(fn(*args)).astype(args[0].dtype)  # type: ignore[union-attr]
