@@ -10,7 +10,7 @@ from collections.abc import Callable
 
 import numpy as np
 
-from pycann.dtypes import DType
+from pycann.dtypes import DType, to_numpy
 from pycann.errors import ModelError
 from pycann.ge.compile.importers.tensorflow_emit import INT64_MAX, TO_NCHW, TO_NHWC, Emitter
 from pycann.ge.compile.importers.tensorflow_ops_math import NHWC_TO_NCHW_AXIS
@@ -252,6 +252,13 @@ def range_(e: Emitter) -> list[str]:
 
 def one_hot(e: Emitter) -> list[str]:
     idx, depth, on, off = e.inputs()[:4]
+    ti = e.dtype("TI") if e.attr("TI") is not None else DType.INT64
+    if ti in (DType.INT8, DType.INT16, DType.INT32, DType.INT64):
+        # TF: a negative index gives a row of off_value; ONNX wraps it (-1 is depth - 1). Move
+        # negative indices to depth, outside ONNX's [-depth, depth - 1]: off_value there too
+        zero = e.constant(np.zeros((), to_numpy(ti)), "zero")
+        past = e.add("Cast", [depth], to=int(ti))
+        idx = e.add("Where", [e.add("Less", [idx, zero]), past, idx])
     values = e.add("Concat", [e.add("Reshape", [v, e.constant(np.array([1], np.int64), "one")]) for v in (off, on)],
                    axis=0)
     return [e.add("OneHot", [idx, depth, values], e.out(), axis=int(e.attr("axis", -1)))]
