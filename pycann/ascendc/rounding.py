@@ -57,8 +57,12 @@ def _cast_round(x: np.ndarray, dt: np.dtype, mode: RoundMode) -> np.ndarray:
         info = np.iinfo(dt)
         v = np.nan_to_num(f(x), nan=0.0)
         return np.clip(v, info.min, info.max).astype(dt)  # the device saturates
-    if x.dtype.kind in "iu" or mode in (RoundMode.CAST_NONE, RoundMode.CAST_RINT):
+    if mode in (RoundMode.CAST_NONE, RoundMode.CAST_RINT):
         return x.astype(dt)
+    if x.dtype.kind in "iu":
+        # integer -> float: the directed modes apply too (int32 16777217 -> float is 16777216 with
+        # CAST_FLOOR, 16777218 with CAST_CEIL); float64 holds every integer up to 2**53 exactly
+        x = x.astype(np.float64)
     if mode == RoundMode.CAST_FLOOR:
         return _directed(x, dt, False)
     if mode == RoundMode.CAST_CEIL:

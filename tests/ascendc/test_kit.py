@@ -342,3 +342,24 @@ def test_wrong_operand_types_are_clear_errors() -> None:
         launch(copy_raw_addr, 1, half(16))
     with pytest.raises(TypeError, match="trailing arguments"):
         launch(bad_arity, 1, half(16))
+
+
+def test_cast_round_modes_from_integers() -> None:
+    """int32 -> float / half honours the directed modes too (values between two representable floats)."""
+    x = np.array([16777217, -16777217, 16777219, 5], np.int64)
+    f32 = np.dtype(np.float32)
+    expect = {A.RoundMode.CAST_RINT: [16777216, -16777216, 16777220, 5],
+              A.RoundMode.CAST_FLOOR: [16777216, -16777218, 16777218, 5],
+              A.RoundMode.CAST_CEIL: [16777218, -16777216, 16777220, 5],
+              A.RoundMode.CAST_TRUNC: [16777216, -16777216, 16777218, 5],
+              A.RoundMode.CAST_ROUND: [16777218, -16777218, 16777220, 5]}
+    for mode, ref in expect.items():
+        got = cast_round(x, f32, mode)
+        assert got.dtype == f32
+        np.testing.assert_array_equal(got.astype(np.int64), ref, err_msg=mode.name)
+    h = np.array([2049, 4097, -2049], np.int64)
+    f16 = np.dtype(np.float16)
+    np.testing.assert_array_equal(cast_round(h, f16, A.RoundMode.CAST_FLOOR).astype(np.int64), [2048, 4096, -2050])
+    np.testing.assert_array_equal(cast_round(h, f16, A.RoundMode.CAST_CEIL).astype(np.int64), [2050, 4100, -2048])
+    np.testing.assert_array_equal(cast_round(h, f16, A.RoundMode.CAST_ROUND).astype(np.int64), [2050, 4096, -2050])
+    np.testing.assert_array_equal(cast_round(h, f16, A.RoundMode.CAST_RINT).astype(np.int64), [2048, 4096, -2048])
