@@ -262,7 +262,12 @@ class BuiltKernel:
         elif t.op == "cast_to":
             src = slots[id(t.inputs[0])]
             mode = A.RoundMode.CAST_TRUNC if (src.dtype.is_float and not dst.dtype.is_float) else A.RoundMode.CAST_RINT
-            A.Cast(dst, src, mode, max(n, _round32(w, src.dtype)))
+            # every slot holds _round32(w, its dtype) valid elements: convert what both sides hold
+            # (a narrower destination's extra tail elements, which the next instructions read, zeroed)
+            k = min(n, _round32(w, src.dtype))
+            if k < n:
+                A.Duplicate(dst, 0, n)
+            A.Cast(dst, src, mode, k)
         else:
             raise TbeError(f"{t.where}: no lowering for {t.op}")
 

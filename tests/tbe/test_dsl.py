@@ -114,3 +114,16 @@ def _line() -> int:
     import sys
 
     return sys._getframe(1).f_lineno
+
+
+@pytest.mark.parametrize("shape", [(1000,), (1,), (37,), (3, 1000)])
+@pytest.mark.parametrize("src,dst", [("float16", "float32"), ("float32", "float16"), ("float16", "int32")])
+def test_cast_to_between_widths_on_unaligned_rows(shape, src, dst) -> None:
+    """A row whose length is 32-byte aligned in one dtype and not the other (1000 halves, 1000
+    floats): cast_to writes exactly its destination slot (it wrote 1008 floats into 1000 before)."""
+    x = tvm.placeholder(shape, "x", src)
+    k = _build(dsl.vadds(dsl.cast_to(x, dst), 1), x)
+    xv = (RNG.standard_normal(shape) * 3).astype(src)
+    conv = np.trunc(xv.astype(np.float32)).astype(dst) if dst == "int32" else xv.astype(dst)
+    np.testing.assert_array_equal(k(xv), conv + np.asarray(1, dst))
+    assert not k.last_result.findings
