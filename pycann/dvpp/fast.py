@@ -23,9 +23,16 @@ def decode_resize(data: bytes, width: int, height: int, fmt: int = PixelFormat.R
 
     if fmt not in (PixelFormat.RGB_888, PixelFormat.BGR_888):
         raise DvppError(Fault.FORMAT, f"decode_resize outputs RGB_888 (12) or BGR_888 (13), not {fmt}")
+    cs = "BGR" if fmt == PixelFormat.BGR_888 else "RGB"
     try:
-        img = simplejpeg.decode_jpeg(data, colorspace="BGR" if fmt == PixelFormat.BGR_888 else "RGB",
-                                     min_height=height, min_width=width)
+        h, w = simplejpeg.decode_jpeg_header(data)[:2]
+        # the smallest of 1/2, 1/4, 1/8 that still covers the target (OpenCV's IMREAD_REDUCED_*):
+        # simplejpeg's own choice among libjpeg-turbo's M/8 factors would take 3/8 for 800x600 -> 224
+        scale = next((k for k in (8, 4, 2) if -(-h // k) >= height and -(-w // k) >= width), 1)
+        sh, sw = -(-h // scale), -(-w // scale)
+        img = simplejpeg.decode_jpeg(data, colorspace=cs, min_height=sh, min_width=sw)
+        if img.shape[:2] != (sh, sw):  # a tiny picture where an M/8 factor gives the same size: full decode
+            img = simplejpeg.decode_jpeg(data, colorspace=cs)
     except ValueError as e:
         raise DvppError(Fault.DATA, f"JPEG decode failed: {e}") from None
     return resize(img, height, width, mode)

@@ -18,11 +18,12 @@ _REDUCED = {1: cv2.IMREAD_COLOR, 2: cv2.IMREAD_REDUCED_COLOR_2, 4: cv2.IMREAD_RE
 
 
 @pytest.mark.parametrize("size,out,scale", [((1080, 1920), (224, 224), 4), ((480, 640), (224, 224), 2),
-                                            ((600, 800), (64, 96), 8), ((300, 200), (256, 256), 1)])
+                                            ((600, 800), (64, 96), 8), ((300, 200), (256, 256), 1),
+                                            ((600, 800), (224, 224), 2), ((1000, 30), (200, 10), 2)])
 def test_decode_resize_is_opencv_reduced_decode_plus_linear(size: tuple[int, int], out: tuple[int, int],
                                                             scale: int) -> None:
-    """The scale is the smallest 1/8-step libjpeg-turbo factor whose picture still covers the
-    target (1080p -> 224: 1/4, 480x270); the bytes equal OpenCV's IMREAD_REDUCED_COLOR_<scale>
+    """The scale is the smallest of 1/2, 1/4, 1/8 whose picture still covers the target (1080p ->
+    224: 1/4, 480x270; 800x600 -> 224: 1/2, not libjpeg-turbo's 3/8); the bytes equal OpenCV's IMREAD_REDUCED_COLOR_<scale>
     (libjpeg-turbo's scaled IDCT) resized with INTER_LINEAR."""
     data = jpeg_bytes(scene(*size, seed=size[0]), quality=90, subsampling=2)
     oh, ow = out
