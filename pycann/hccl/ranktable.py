@@ -217,6 +217,14 @@ def parse_rank_table(data: Any, source: str = "<rank table>") -> RankTable:
         dup = sorted({i for i in ids if ids.count(i) > 1})
         why = f"rank_id {dup[0]} appears twice" if dup else f"rank_ids {ids} are not 0..{len(ids) - 1}"
         raise _bad(source, why)
+    seen: dict[tuple[str, int], int] = {}
+    for e in entries:  # one process per device of a server: a device listed twice would get two ranks
+        if e.device_id < 0:
+            raise _bad(source, f"device_id {e.device_id} of rank {e.rank_id} is negative")
+        other = seen.setdefault((e.server_id, e.device_id), e.rank_id)
+        if other != e.rank_id:
+            raise _bad(source, f"device {e.device_id} of server {e.server_id} is listed for rank {other} and "
+                               f"rank {e.rank_id}; each device of a server holds one rank")
     return RankTable(version, tuple(entries), source)
 
 

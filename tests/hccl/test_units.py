@@ -59,6 +59,24 @@ def test_rank_table_errors(patch: dict, needle: str) -> None:
     assert e.value.code is HcclResult.HCCL_E_PARA
 
 
+def test_rank_table_device_listed_twice_or_negative() -> None:
+    """Two ranks on one device of one server (hccl-run would start both with DEVICE_ID 0), a server
+    listed twice, a negative device_id: HCCL_E_PARA naming the device and ranks."""
+    data = json.loads(json.dumps(V10))
+    data["server_list"][0]["device"][1]["device_id"] = "0"
+    with pytest.raises(HcclError, match="device 0 of server 10.0.0.1 is listed for rank 0 and rank 1") as e:
+        parse_rank_table(data)
+    assert e.value.code is HcclResult.HCCL_E_PARA
+    data = json.loads(json.dumps(V10))
+    data["server_list"][1]["server_id"] = "10.0.0.1"
+    with pytest.raises(HcclError, match="device 0 of server 10.0.0.1 is listed for rank 0 and rank 2"):
+        parse_rank_table(data)
+    data = json.loads(json.dumps(V10))
+    data["server_list"][0]["device"][0]["device_id"] = "-1"
+    with pytest.raises(HcclError, match="device_id -1 of rank 0 is negative"):
+        parse_rank_table(data)
+
+
 def test_rank_table_bad_rank_ids(tmp_path: Path) -> None:
     data = json.loads(json.dumps(V10))
     data["server_list"][1]["device"][0]["rank_id"] = "1"
