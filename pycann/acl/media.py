@@ -125,7 +125,12 @@ def dvpp_create_pic_desc() -> int:
 
 @api()
 def dvpp_destroy_pic_desc(pic_desc: int) -> int:
-    return _destroy("dvpp_pic_desc", pic_desc)
+    h = as_int(pic_desc, "pic_desc")
+    if any(h in b.handles for b in handles.live("dvpp_batch_pic_desc")):
+        # the batch owns it: destroying it alone left dvpp_destroy_batch_pic_desc failing half-way
+        raise fault(C.ACL_ERROR_INVALID_PARAM, f"pic_desc {h:#x} belongs to a batch (dvpp_get_pic_desc); "
+                                               "destroy the batch with dvpp_destroy_batch_pic_desc")
+    return _destroy("dvpp_pic_desc", h)
 
 
 def _pic(h: int, what: str = "pic_desc") -> PicDesc:

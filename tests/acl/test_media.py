@@ -183,6 +183,20 @@ def test_crop_and_paste_and_batch(dvpp: tuple[int, int]) -> None:
     assert M.dvpp_get_pic_desc_width(s0) == 0  # its descriptors went with it
 
 
+def test_batch_member_is_destroyed_with_its_batch(acl_ready: int) -> None:
+    """A descriptor dvpp_get_pic_desc handed out belongs to the batch: destroying it alone is
+    refused, and the batch's own destroy then succeeds and takes every member with it."""
+    b = M.dvpp_create_batch_pic_desc(3)
+    members = [M.dvpp_get_pic_desc(b, i) for i in range(3)]
+    assert M.dvpp_destroy_pic_desc(members[1]) == C.ACL_ERROR_INVALID_PARAM
+    assert "destroy the batch" in acl.get_recent_err_msg()
+    assert M.dvpp_set_pic_desc_width(members[1], 32) == 0  # still usable
+    assert M.dvpp_destroy_batch_pic_desc(b) == 0
+    assert all(M.dvpp_set_pic_desc_width(m, 32) == C.ACL_ERROR_INVALID_RESOURCE_HANDLE for m in members)
+    single = M.dvpp_create_pic_desc()
+    assert M.dvpp_destroy_pic_desc(single) == 0
+
+
 def test_corrupt_and_refused_jpegs(dvpp: tuple[int, int]) -> None:
     ch, stream = dvpp
     good = _jpeg(_scene(64, 64))
