@@ -107,7 +107,13 @@ def quantize_model(config_file: str, model_file: str, modified_onnx_file: str, r
     ensure_opset(model, 13)
     if cfg.do_fusion:
         fold_batchnorm(model, cfg.skip_fusion_layers)
-    layers = [lay for lay in find_layers(model) if cfg.layers.get(lay.name, LayerConfig(False)).quant_enable]
+    found = find_layers(model)
+    unknown = sorted(set(cfg.layers) - {lay.name for lay in found})
+    if unknown:  # a typo would silently leave the real layer out of the config (so not quantised)
+        names = sorted(lay.name for lay in found)
+        raise OptionError(f"AMCT config {config_file}: layer(s) {unknown[:10]} are not quantisable layers of "
+                          f"{model_file}; they are: {names[:20]}{' ...' if len(names) > 20 else ''}")
+    layers = [lay for lay in found if cfg.layers.get(lay.name, LayerConfig(False)).quant_enable]
     n_out = len(model.graph.output)
     add_outputs(model, list(dict.fromkeys(lay.activation for lay in layers)))
     meta = {"config_file": os.path.abspath(config_file), "record_file": os.path.abspath(record_file),

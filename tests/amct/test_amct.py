@@ -157,6 +157,20 @@ def test_unknown_skip_layer_and_missing_model_are_errors(tmp_path: Path) -> None
         amct.create_quant_config(str(tmp_path / "c.json"), str(tmp_path))
 
 
+def test_config_layer_not_in_model_is_an_error(tmp_path: Path) -> None:
+    """A config entry naming no quantisable layer of the model (a typo'd name) is refused by
+    quantize_model with both names, instead of being ignored."""
+    model = _cnn(tmp_path / "net.onnx")
+    cfg = tmp_path / "c.json"
+    amct.create_quant_config(str(cfg), str(model), batch_num=1)
+    doc = json.loads(cfg.read_text())
+    name = next(k for k, v in doc.items() if isinstance(v, dict))
+    doc[name + "_typo"] = doc.pop(name)
+    cfg.write_text(json.dumps(doc))
+    with pytest.raises(OptionError, match=f"{name}_typo.*not quantisable layers"):
+        amct.quantize_model(str(cfg), str(model), str(tmp_path / "m.onnx"), str(tmp_path / "r.txt"))
+
+
 # ------------------------------------------------------------------------------ the flow
 
 
