@@ -178,7 +178,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         return run(args)
     except (CliError, PycannError) as e:
-        print(f"[ERROR] AMCT: {e}", file=sys.stderr)
+        msg = str(e)
+        msg = msg[len("AMCT: "):] if msg.startswith("AMCT: ") else msg  # the library's own prefix, once
+        print(f"[ERROR] AMCT: {msg}", file=sys.stderr)
         return 1
 
 

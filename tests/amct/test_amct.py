@@ -315,7 +315,8 @@ def test_cli_leaves_no_temporary_folder(tmp_path: Path, monkeypatch: pytest.Monk
 @pytest.mark.parametrize("args,match", [(["--batch_num=5"], "needs that many"), (["--input_shape=x:4,3,8,8"], "needs"),
                                         (["--data_types=float99"], "data_types"), (["--input_shape=x4"], "name:dims"),
                                         (["--input_shape=input:4,3,16,16"],
-                                         "--input_shape names ['input'], not inputs of")])
+                                         "--input_shape names ['input'], not inputs of"),
+                                        (["--skip_layers=nope"], "[ERROR] AMCT: skip_layers ['nope'] are not")])
 def test_cli_errors_are_one_line(tmp_path: Path, capsys: pytest.CaptureFixture[str], args: list[str], match: str) -> None:
     from pycann.tools.amct_cli import main
 
