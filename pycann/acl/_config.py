@@ -109,6 +109,12 @@ def parse_config(path: str | None) -> AclConfig:
         for k in ("dump_op_switch", "dump_debug"):
             if dump.get(k, "off") not in ON_OFF:
                 raise fault(C.ACL_ERROR_INVALID_DUMP_CONFIG, f"acl.json: {k} must be 'on' or 'off'")
+        from pycann.profiler.dump import parse_steps
+
+        try:
+            parse_steps(dump.get("dump_step"))
+        except ValueError as e:
+            raise fault(C.ACL_ERROR_INVALID_DUMP_CONFIG, f"acl.json: {e}") from None
         cfg.dump = dump
     prof = raw.get("profiler")
     if prof is not None:

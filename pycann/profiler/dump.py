@@ -47,7 +47,14 @@ def parse_steps(text: str | None) -> list[tuple[int, int]] | None:
     out = []
     for part in str(text).split("|"):
         lo, _, hi = part.strip().partition("-")
-        out.append((int(lo), int(hi or lo)))
+        try:
+            a, b = int(lo), int(hi or lo)
+        except ValueError:
+            raise ValueError(f"dump_step {text!r}: {part.strip()!r} is not an iteration or a range "
+                             "'first-last' (e.g. \"0|3|5-9\")") from None
+        if a < 0 or b < a:
+            raise ValueError(f"dump_step {text!r}: {part.strip()!r} must be iterations >= 0, first <= last")
+        out.append((a, b))
     return out
 
 

@@ -44,6 +44,9 @@ def test_init_reads_acl_json(no_acl: None, tmp_path: Path) -> None:
     ('{"dump": {"dump_list": []}}', C.ACL_ERROR_INVALID_DUMP_CONFIG),
     ('{"dump": {"dump_path": "/tmp", "dump_mode": "sideways"}}', C.ACL_ERROR_INVALID_DUMP_CONFIG),
     ('{"profiler": {"switch": "maybe"}}', C.ACL_ERROR_INVALID_PROFILING_CONFIG),
+    ('{"dump": {"dump_path": "/tmp", "dump_list": [], "dump_step": "abc"}}', C.ACL_ERROR_INVALID_DUMP_CONFIG),
+    ('{"dump": {"dump_path": "/tmp", "dump_list": [], "dump_step": "3-1"}}', C.ACL_ERROR_INVALID_DUMP_CONFIG),
+    ('{"dump": {"dump_path": "/tmp", "dump_list": [], "dump_step": "0|-2"}}', C.ACL_ERROR_INVALID_DUMP_CONFIG),
 ])
 def test_bad_acl_json(no_acl: None, tmp_path: Path, text: str, code: int) -> None:
     p = tmp_path / "acl.json"
