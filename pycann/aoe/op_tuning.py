@@ -205,7 +205,7 @@ def model_ops(graph: Graph, wanted: OpsFilter, soc_version: str) -> tuple[list[t
     problems: dict[MatmulProblem, list[str]] = {}
     notes: list[str] = []
     for ns in node_specs(graph, skipped):
-        if not wanted.selects(ns.node.op_type, ns.node.name):
+        if not wanted.selects(ns.node.op_type, ns.node.name, ns.spec.op_type, *(ns.node.origin or ())):
             continue
         entry = specs.setdefault((ns.spec, ns.approx), (ns.spec, ns.approx, ns.weight, []))
         entry[3].append(ns.node.name)

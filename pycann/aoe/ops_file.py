@@ -2,8 +2,9 @@
 
 One entry per line (``#`` starts a comment; commas also separate entries, as in CANN's lists):
 
-* an op type (``Conv``, ``MatMul``, ``FusedConv``): tune every node of that type;
-* a node name: tune that node;
+* an op type (``Conv``, ``MatMul``, ``FusedConv``): tune every node of that type (``Conv`` also
+  selects the fused convs GE made of the model's Conv nodes);
+* a node name: tune that node (the model's own ONNX node name, or the compiled graph's);
 * ``MatMul MxKxN`` (pycann's extension): tune the fp16 MatMul tiling of that shape on the cost
   model of ``--soc_version``, with or without ``--model``.
 
@@ -31,8 +32,10 @@ class OpsFilter:
     def everything(self) -> bool:
         return not self.entries and not self.matmuls
 
-    def selects(self, op_type: str, node_name: str) -> bool:
-        return self.everything or op_type in self.entries or node_name in self.entries
+    def selects(self, op_type: str, node_name: str, *aliases: str) -> bool:
+        """``aliases``: the other names of the node, e.g. a fused node's kernel op type (``Conv`` for
+        ``FusedConv``) and the original ONNX node names it covers (``conv1`` for ``conv1_fused``)."""
+        return self.everything or any(x in self.entries for x in (op_type, node_name, *aliases))
 
 
 def read_ops_file(path: str) -> OpsFilter:

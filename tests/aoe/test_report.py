@@ -50,3 +50,23 @@ def test_report_files(tmp_path: Path) -> None:
     assert doc["job_type"] == 2 and doc["trials"] == 4 and doc["entries"][0]["choice"] == {"bm": 64}
     text = (tmp_path / "aoe_report.txt").read_text()
     assert "MatMul 64x64 x 64x64: 3.00 us -> 1.50 us (x2.000; 4 trials of 40 points) bm=64" in text
+
+
+def test_ops_file_selects_fused_nodes_by_kernel_type_and_original_name() -> None:
+    """GE fuses Conv + Relu into FusedConv "conv1_fused": an ops file naming the model's op type
+    (Conv) or its ONNX node (conv1) still selects it (both matched nothing before)."""
+    from pycann.aoe.op_tuning import model_ops
+    from pycann.ge.compile.compiler import compile_model
+    from tests.aoe.models import conv_model
+
+    graph = compile_model(conv_model()).graph
+    every, _, _ = model_ops(graph, OpsFilter(), "CPU")
+    fused = [n for _, _, _, nodes in every for n in nodes if n.endswith("_fused")]
+    assert fused, every
+    for entry in ("Conv", "conv1"):
+        specs, _, _ = model_ops(graph, OpsFilter(frozenset({entry})), "CPU")
+        assert specs, entry
+    one, _, _ = model_ops(graph, OpsFilter(frozenset({"conv1"})), "CPU")
+    assert [n for _, _, _, nodes in one for n in nodes] == [n for n in fused if n.startswith("conv1")]
+    none, _, _ = model_ops(graph, OpsFilter(frozenset({"MatMul"})), "CPU")
+    assert none == []
