@@ -516,3 +516,23 @@ def test_one_hot_negative_and_past_depth_indices_are_off_rows() -> None:
     ref = np.where(idx[:, None] == np.arange(4)[None, :], 2.0, -1.0).astype(np.float32)
     np.testing.assert_array_equal(got, ref)
     np.testing.assert_array_equal(got0, ref.T)
+
+
+def test_out_nodes_take_tensor_names_and_refuse_other_entries() -> None:
+    """``out_nodes`` as TensorFlow tensor names (``"fd:0"``, ``"fm"`` = output 0) choose the same
+    outputs as the pairs; an entry of neither form is E10016 naming it (it was a raw unpacking error)."""
+    from pycann.errors import OptionError
+
+    a = np.array([7, -7, 7], np.int32)
+    b = np.array([2, 2, -2], np.int32)
+    g = G()
+    g.placeholder("a", a.shape, types_pb2.DT_INT32)
+    g.placeholder("b", b.shape, types_pb2.DT_INT32)
+    g.node("FloorDiv", "fd", ["a", "b"], T=("type", types_pb2.DT_INT32))
+    g.node("FloorMod", "fm", ["a", "b"], T=("type", types_pb2.DT_INT32))
+    fm, fd = _run(g.gd, [a, b], ["fm", "fd:0"])  # type: ignore[list-item]
+    np.testing.assert_array_equal(fd, a // b)
+    np.testing.assert_array_equal(fm, a % b)
+    for bad in ("fd:x", ":0", ("fd",), ("fd", -1), ("fd", True), 3):
+        with pytest.raises(OptionError, match="E10016.*out_nodes entry"):
+            import_graph_def(g.gd, [bad])  # type: ignore[list-item]

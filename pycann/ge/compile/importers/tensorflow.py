@@ -61,14 +61,15 @@ def supported_ops() -> list[str]:
     return sorted(set(CONVERTERS) | DRIVER_OPS)
 
 
-def load_tensorflow(path: str | os.PathLike[str], out_nodes: Sequence[tuple[str, int]] = ()) -> Graph:
+def load_tensorflow(path: str | os.PathLike[str], out_nodes: Sequence[tuple[str, int] | str] = ()) -> Graph:
     """Import a TensorFlow frozen graph.
 
-    ``out_nodes``: ``(node name, output index)`` pairs (atc's ``--out_nodes``) choosing the outputs
-    and their order; default: every node whose outputs nobody reads, in GraphDef order.
+    ``out_nodes``: ``(node name, output index)`` pairs (atc's ``--out_nodes``) or TensorFlow tensor
+    names (``"name:0"``) choosing the outputs and their order; default: every node whose outputs
+    nobody reads, in GraphDef order.
     Raises ``ModelError`` (unreadable/unfrozen graph, a constant input computed at run time),
     ``UnsupportedOpError`` (E19010, naming every unsupported node at once), ``OptionError``
-    (E10016: an ``out_nodes`` name that is not in the graph).
+    (E10016: an ``out_nodes`` name that is not in the graph, or an entry of neither form).
     """
     gd = read_graph_def(path)
     return import_graph_def(gd, out_nodes)
@@ -99,11 +100,27 @@ def _needed(nodes: dict[str, Any], outputs: list[str]) -> set[str]:
     return seen
 
 
-def import_graph_def(gd: Any, out_nodes: Sequence[tuple[str, int]] = ()) -> Graph:
+def _out_node(entry: Any) -> tuple[str, int]:
+    """One ``out_nodes`` entry as ``(node name, output index)``: the pair itself, or TensorFlow's tensor
+    name ``"name:index"`` (``"name"``: output 0). Raises ``OptionError`` (E10016) for anything else."""
+    if isinstance(entry, str):
+        name, sep, index = entry.rpartition(":")
+        if sep and name and index.isdigit():
+            return name, int(index)
+        if not sep:
+            return entry, 0
+    elif isinstance(entry, (tuple, list)) and len(entry) == 2 and isinstance(entry[0], str) \
+            and isinstance(entry[1], int) and not isinstance(entry[1], bool) and entry[1] >= 0:
+        return entry[0], entry[1]
+    raise OptionError(f"E10016: --out_nodes entry {entry!r} is neither a (node name, output index) pair nor a "
+                      "tensor name 'node:index'", code="E10016")
+
+
+def import_graph_def(gd: Any, out_nodes: Sequence[tuple[str, int] | str] = ()) -> Graph:
     """A ``GraphDef`` message -> ``Graph`` (see ``load_tensorflow``)."""
     nodes = {n.name: n for n in gd.node}
     builder = control.Builder(nodes, convert_node)
-    outs = list(out_nodes) or _default_outputs(nodes, builder)
+    outs = [_out_node(e) for e in out_nodes] or _default_outputs(nodes, builder)
     for name, _ in outs:
         if name not in nodes:
             raise OptionError(f"E10016: node [{name}] in --out_nodes is not in the TensorFlow graph", code="E10016")
