@@ -216,6 +216,7 @@ def model_ops(graph: Graph, wanted: OpsFilter, soc_version: str) -> tuple[list[t
             except ValueError as e:
                 notes.append(f"{ns.node.name}: no cost-model tiling ({e})")
     if skipped:
-        notes.append("shapes unknown at compile time (give --input_shape): "
+        notes.append("shapes unknown at compile time (give --input_shape with a fixed size for every dim, "
+                     "no -1 or range: op tuning measures kernels of concrete shapes): "
                      + ", ".join(f"{k} x{v}" for k, v in sorted(skipped.items())))
     return list(specs.values()), list(problems.items()), notes

@@ -70,3 +70,17 @@ def test_ops_file_selects_fused_nodes_by_kernel_type_and_original_name() -> None
     assert [n for _, _, _, nodes in one for n in nodes] == [n for n in fused if n.startswith("conv1")]
     none, _, _ = model_ops(graph, OpsFilter(frozenset({"MatMul"})), "CPU")
     assert none == []
+
+
+def test_unknown_shapes_note_asks_for_fixed_dims() -> None:
+    """A model compiled with a dynamic dim (``--input_shape=x:-1,...`` keeps it unknown) has no kernel
+    spec to tune: the note says that every dim must be fixed, not merely that a shape be given."""
+    from pycann.aoe.op_tuning import model_ops
+    from pycann.ge.compile.compiler import compile_model
+    from tests.aoe.models import conv_model
+
+    m = conv_model()
+    m.graph.input[0].type.tensor_type.shape.dim[0].dim_param = "n"
+    specs, _, notes = model_ops(compile_model(m).graph, OpsFilter(), "CPU")
+    assert specs == []
+    assert any("fixed size for every dim" in n and "FusedConv" in n for n in notes), notes
