@@ -607,6 +607,7 @@ def dvpp_png_predict_dec_size(data: Any, size: int, output_pixel_format: int) ->
     """``size, ret``: bytes PNGD's output picture needs."""
     try:
         info = png.get_image_info(_host_bytes(data, size))
+        png.check_decodable(info.width, info.height)
         return png.output_layout(info.width, info.height, as_int(output_pixel_format, "format"))[2], 0
     except DvppError as e:
         raise _acl(e) from None

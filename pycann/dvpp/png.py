@@ -53,6 +53,14 @@ def get_image_info(data: bytes) -> PngInfo:
     return PngInfo(im.width, im.height, comps or len(im.getbands()))
 
 
+def check_decodable(width: int, height: int) -> None:
+    """Raise ``DvppError(UNSUPPORTED)`` for a size outside PNGD's range (as JPEGD's ``check_decodable``:
+    ``dvpp_png_predict_dec_size`` refuses it up front, not only the decode at the stream's sync)."""
+    if not (MIN_SIDE <= width <= MAX_SIDE and MIN_SIDE <= height <= MAX_SIDE):
+        raise DvppError(Fault.UNSUPPORTED, f"{width}x{height} is outside PNGD's range "
+                                           f"{MIN_SIDE}x{MIN_SIDE}..{MAX_SIDE}x{MAX_SIDE}")
+
+
 def output_layout(width: int, height: int, fmt: int) -> tuple[int, int, int]:
     """(width stride, height stride, bytes) of PNGD's output."""
     pf = decode_format(fmt)
@@ -70,9 +78,7 @@ def decode_array(data: bytes, fmt: int) -> np.ndarray:
     """``(h, w, 3|4)`` uint8 of a PNG. Raises ``DvppError``."""
     pf = decode_format(fmt)
     im = _open(data)
-    if not (MIN_SIDE <= im.width <= MAX_SIDE and MIN_SIDE <= im.height <= MAX_SIDE):
-        raise DvppError(Fault.UNSUPPORTED, f"{im.width}x{im.height} is outside PNGD's range "
-                                           f"{MIN_SIDE}x{MIN_SIDE}..{MAX_SIDE}x{MAX_SIDE}")
+    check_decodable(im.width, im.height)
     try:
         if im.mode.startswith("I"):
             # 16-bit grey opens as "I;16"; Pillow's convert would clip it to 255 instead of reducing

@@ -248,3 +248,15 @@ def test_jpeg_encode_and_png_decode(dvpp: tuple[int, int]) -> None:
     assert acl.rt.synchronize_stream(stream) == 0
     got = _from_dvpp(M.dvpp_get_pic_desc_data(pic), size).reshape(64, 384)[:, :288].reshape(64, 96, 3)
     assert np.array_equal(got, img)
+
+
+def test_png_predict_refuses_a_size_pngd_cannot_decode(acl_ready: int) -> None:
+    """A 20x20 PNG (PNGD takes 32x32..4096x4096): ``dvpp_png_predict_dec_size`` refuses it up front with
+    the code the decode reports at the stream's sync (200006), as JPEG's predict does; 32x32 is sized."""
+    for side, want in ((20, C.ACL_ERROR_FEATURE_UNSUPPORTED), (32, 0)):
+        bio = io.BytesIO()
+        PIL.fromarray(np.zeros((side, side, 3), np.uint8)).save(bio, "PNG")
+        data = bio.getvalue()
+        size, ret = M.dvpp_png_predict_dec_size(acl.util.bytes_to_ptr(data), len(data), RGB)
+        assert ret == want
+        assert (size == 128 * 32) if want == 0 else size == 0
