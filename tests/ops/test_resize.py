@@ -108,6 +108,22 @@ def test_antialias(mode: str, scales: list[float], ex: int, coord: str) -> None:
              expected=_reference(ins, attrs, 18) if coord == "align_corners" else None)
 
 
+@pytest.mark.parametrize("mode", ["linear", "cubic"])
+@pytest.mark.parametrize("roi_w, scale, width", [((0.0, 1.0), 0.5, 8), ((0.1, 1.0), 0.5, 8), ((-0.05, 0.9), 0.5, 8),
+                                                 ((0.0, 1.0), 2.0, 4)])
+def test_antialias_tf_crop_extrapolates_outside_the_input_only(
+        mode: str, roi_w: tuple[float, float], scale: float, width: int) -> None:
+    """ORT's antialias filter extrapolates where the coordinate itself leaves [0, in - 1]; testing
+    coordinate + 0.5 wrote extrapolation_value into the last pixel(s) of a full [0, 1] crop (6.75 ->
+    -100 at width 8 / 0.5) and kept a first pixel whose coordinate is below 0 (roi start -0.05)."""
+    x = np.arange(width, dtype=np.float32).reshape(1, 1, 1, width)
+    roi = np.array([0, 0, 0, roi_w[0], 1, 1, 1, roi_w[1]], np.float32)
+    attrs = {"mode": mode, "antialias": 1, "coordinate_transformation_mode": "tf_crop_and_resize",
+             "extrapolation_value": -100.0}
+    check_op("Resize", [x, roi, np.array([1, 1, 1, scale], np.float32)], attrs, opset=19, const_inputs=(1, 2),
+             rtol=RT, atol=AT)
+
+
 @pytest.mark.parametrize("dtype", [np.uint8, np.int32])
 @pytest.mark.parametrize("mode", ["linear", "cubic"])
 def test_antialias_int(dtype: type, mode: str) -> None:

@@ -192,7 +192,10 @@ def _plan(
     orig = _original_coords(coord, n_out, n_in, scale, roi)
     ext = None
     if coord == "tf_crop_and_resize":
-        chk = orig + F32(0.5) if antialias and mode != "nearest" else orig
+        # ORT's antialias filter tests its pixel centre less the half pixel it added, (orig + 0.5) - 0.5
+        # in float32: the coordinate itself (not orig + 0.5, which extrapolated the last output pixel
+        # of a full [0, 1] crop); the other modes test orig
+        chk = (orig + F32(0.5)) - F32(0.5) if antialias and mode != "nearest" else orig
         ext = (chk < 0) | (chk > F32(n_in - 1))
         if not ext.any():
             ext = None
