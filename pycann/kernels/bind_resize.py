@@ -95,9 +95,10 @@ def _resize(attrs: Mapping[str, Any], ins: Sequence[Any], consts: Sequence[np.nd
     if any(ins[i] is not None and (len(consts) <= i or consts[i] is None) for i in range(1, len(ins))):
         return None  # a run-time roi / scales / sizes
     n, c, h, w = xs
+    # an empty output (scale 0.5 of a 1-pixel axis: factor 0) is no repeat; the generic kernel returns it
     # the probe's result (and the repeat it is compared with) has the output's H x W: bound that,
     # not the input's (a 2 x 2 int8 map x 4096 x 2048 made ~540 MB of float64 probes at load)
-    if ys[:2] != (n, c) or 0 in xs or ys[2] % h or ys[3] % w or ys[2:] == (h, w) or ys[2] * ys[3] > _PROBE_MAX \
+    if ys[:2] != (n, c) or 0 in xs or 0 in ys or ys[2] % h or ys[3] % w or ys[2:] == (h, w) or ys[2] * ys[3] > _PROBE_MAX \
             or attrs.get("axes") or _text(attrs.get("keep_aspect_ratio_policy", "stretch")) != "stretch":
         return None
     kh, kw = ys[2] // h, ys[3] // w

@@ -161,3 +161,29 @@ def test_the_bound_kernel_runs_onednn_and_writes_the_out_view() -> None:
     assert y is out
     np.testing.assert_array_equal(out, _k_resize([np.ascontiguousarray(x), None, np.array([1, 1, 2, 2], np.float32)],
                                                  attrs)[0])
+
+
+@pytest.mark.parametrize("scales", [[1, 1, 0.5, 1], [1, 1, 1, 0.5], [1, 1, 0.5, 0.5]])
+def test_an_empty_output_is_not_bound_as_a_repeat(scales: list[float]) -> None:
+    """A 1-pixel axis scaled by 0.5 gives an empty output (ORT: (1, 8, 0, 16)); the output's H is a
+    multiple (0) of the input's, and binding that "repeat by 0" raised IndexError in the specialised
+    plan of a symbolic-dims model while its shape-generic plan returned the empty array."""
+    from pycann.config import PlanCacheConfig
+    from pycann.ge.compile.compiler import compile_model
+    from pycann.ge.run.model import LoadedModel
+
+    sc = np.array(scales, np.float32)
+    node = helper.make_node("Resize", ["x", "", "sc"], ["y"], mode="nearest")
+    g = helper.make_graph([node], "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["N", 8, "H", "W"])],
+                          [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)],
+                          [numpy_helper.from_array(sc, "sc")])
+    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 19)])
+    m.ir_version = 9
+    for policy in ("specialize", "generic"):
+        lm = LoadedModel.from_compiled(compile_model(m), plan_cache=PlanCacheConfig(policy=policy))
+        for shape in [(1, 8, 1, 16), (1, 8, 1, 1), (2, 8, 4, 6), (1, 8, 16, 1)]:
+            x = RNG.standard_normal(shape).astype(np.float32)
+            want = run_ort(m, {"x": x})[0]
+            got = lm.run([x])[0]
+            assert got.shape == want.shape, (policy, shape, got.shape, want.shape)
+            np.testing.assert_array_equal(got, want)
