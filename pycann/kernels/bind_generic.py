@@ -134,6 +134,8 @@ def _bias(ins: Sequence[TensorDesc | None], consts: Sequence[np.ndarray | None],
     if len(ins) <= i or ins[i] is None:
         return True, None
     c = consts[i] if len(consts) > i else None
+    if c is not None and c.ndim == 0:  # a scalar C (Gemm's C broadcasts): a row when N is 1
+        c = c.reshape(1)
     if c is None or c.dtype != _F32 or c.size != n or c.shape[-1] != n:
         return False, None
     return True, c

@@ -291,7 +291,8 @@ def _post_ops(b_shape: tuple[int, int], bias: np.ndarray | None, a_shape: tuple[
     y_shape = a_shape[:-1] + (n,)
     bc = None
     if bias is not None:
-        if bias.size != n or bias.ndim > len(y_shape) or any(d != 1 for d in bias.shape[:-1]) or bias.shape[-1] != n:
+        if bias.size != n or bias.ndim > len(y_shape) or any(d != 1 for d in bias.shape[:-1]) \
+                or (bias.ndim and bias.shape[-1] != n):  # (a 0-d bias, Gemm's scalar C, is a row when N is 1)
             return None
         bc = np.ascontiguousarray(bias, dtype=_F32).reshape(1, n)
     post: list[tuple[Any, ...]] = [("binary_add", ((rows, n), (n, 1)))] if residual else []

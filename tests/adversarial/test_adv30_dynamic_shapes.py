@@ -1,0 +1,47 @@
+"""Defects found by differential fuzzing of symbolic-dims models (shape-generic and specialised plans)
+against ONNX Runtime (session adv30). Each test builds a small model with symbolic input dims, runs it
+under the plan policies at several sizes, and asserts ORT's values."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from onnx import TensorProto, helper, numpy_helper
+
+from pycann.config import PlanCacheConfig
+from pycann.ge.compile.compiler import compile_model
+from pycann.ge.run.model import LoadedModel
+from tests.ops.oracle import run_ort
+
+RNG = np.random.default_rng(30)
+
+
+def _model(nodes: list, inputs: list, inits: list, opset: int = 17):  # type: ignore[no-untyped-def]
+    g = helper.make_graph(nodes, "g", inputs, [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)], inits)
+    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", opset)])
+    m.ir_version = 8
+    return m
+
+
+@pytest.mark.parametrize("trans_b", [0, 1])
+@pytest.mark.parametrize("k", [8, 1 << 19])
+def test_gemm_to_one_output_with_a_scalar_c(trans_b: int, k: int) -> None:
+    """Gemm (M, K) x (K, 1) + a 0-d C (a regression head): the shape-generic plan's binder read the
+    bias's shape[-1] and raised IndexError building the plan, so every call of the model failed.
+    k = 2^19 is a product large enough to bind the packed matmul at one row."""
+    w = (RNG.standard_normal((1, k) if trans_b else (k, 1)) * 0.01).astype(np.float32)
+
+    def gemm(rows: int | str):  # type: ignore[no-untyped-def]
+        return _model([helper.make_node("Gemm", ["x", "w", "c"], ["y"], transB=trans_b, beta=2.0)],
+                      [helper.make_tensor_value_info("x", TensorProto.FLOAT, [rows, k])],
+                      [numpy_helper.from_array(w, "w"), numpy_helper.from_array(np.array(0.5, np.float32), "c")])
+
+    x = RNG.standard_normal((3, k)).astype(np.float32)  # a static model binds the same product (bind.py)
+    np.testing.assert_allclose(LoadedModel.from_compiled(compile_model(gemm(3))).run([x])[0],
+                               run_ort(gemm(3), {"x": x})[0], rtol=1e-4, atol=1e-4)
+    m = gemm("M")
+    for policy in ("generic", "auto", "specialize"):
+        lm = LoadedModel.from_compiled(compile_model(m), plan_cache=PlanCacheConfig(policy=policy))
+        for rows in (3, 1, 2, 1):
+            x = RNG.standard_normal((rows, k)).astype(np.float32)
+            np.testing.assert_allclose(lm.run([x])[0], run_ort(m, {"x": x})[0], rtol=1e-4, atol=1e-4)
