@@ -74,6 +74,7 @@ PYCANN_TORCH_KERNELS        pycann       who computes the ATen ops on torch's np
 
 from __future__ import annotations
 
+import numbers
 import os
 from dataclasses import dataclass
 from enum import Enum
@@ -130,6 +131,20 @@ class PlanCacheConfig:
                 raise ConfigError(f"PlanCacheConfig({name}={value!r}): expected one of "
                                   f"{', '.join(m.value for m in kind)} (or {kind.__name__})") from None
             object.__setattr__(self, name, member)
+        # the bounds: a byte count as the environment spells it ("64K") is taken too; anything else that
+        # is not a count (a float, a negative value) is refused here rather than failing later (a "64K"
+        # string ran until the summary divided it: TypeError; evictions would have compared it)
+        mb = self.max_bytes
+        if isinstance(mb, str):
+            object.__setattr__(self, "max_bytes", parse_bytes(mb, "PlanCacheConfig(max_bytes)"))
+        elif isinstance(mb, bool) or not isinstance(mb, numbers.Integral) or mb < 0:
+            raise ConfigError(f"PlanCacheConfig(max_bytes={mb!r}): expected a byte count >= 0 (an int or e.g. '512M')")
+        else:
+            object.__setattr__(self, "max_bytes", int(mb))
+        mp = self.max_plans
+        if isinstance(mp, bool) or not isinstance(mp, numbers.Integral) or mp < 1:
+            raise ConfigError(f"PlanCacheConfig(max_plans={mp!r}): expected an integer >= 1")
+        object.__setattr__(self, "max_plans", int(mp))
 
 
 _UNITS = {"": 1, "B": 1, "K": 1 << 10, "KB": 1 << 10, "KIB": 1 << 10, "M": 1 << 20, "MB": 1 << 20,

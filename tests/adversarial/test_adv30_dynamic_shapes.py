@@ -45,3 +45,22 @@ def test_gemm_to_one_output_with_a_scalar_c(trans_b: int, k: int) -> None:
         for rows in (3, 1, 2, 1):
             x = RNG.standard_normal((rows, k)).astype(np.float32)
             np.testing.assert_allclose(lm.run([x])[0], run_ort(m, {"x": x})[0], rtol=1e-4, atol=1e-4)
+
+
+def test_plan_cache_config_takes_a_byte_text_and_refuses_what_is_not_a_count() -> None:
+    """``PlanCacheConfig(max_bytes="64K")`` was kept as a string: the model ran (no plan was built to
+    compare it with) until ``plan_cache_stats().summary()`` divided it (TypeError). The byte text is
+    parsed as PYCANN_PLAN_CACHE_BYTES is; a float, negative or non-numeric bound is a ConfigError."""
+    from pycann.config import ConfigError
+
+    assert PlanCacheConfig(max_bytes="64K").max_bytes == 64 << 10  # type: ignore[arg-type]
+    assert PlanCacheConfig(max_bytes=np.int64(5), max_plans=np.int64(2)).max_plans == 2  # type: ignore[arg-type]
+    for bad in ({"max_bytes": "lots"}, {"max_bytes": -1}, {"max_bytes": 1.5}, {"max_plans": 0},
+                {"max_plans": "3"}, {"max_bytes": None}):
+        with pytest.raises(ConfigError, match="PlanCacheConfig"):
+            PlanCacheConfig(**bad)  # type: ignore[arg-type]
+    m = _model([helper.make_node("Relu", ["x"], ["y"])], [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["N"])], [])
+    lm = LoadedModel.from_compiled(compile_model(m), plan_cache=PlanCacheConfig(max_bytes="1M", policy="specialize"))  # type: ignore[arg-type]
+    x = np.array([-1.0, 2.0], np.float32)
+    np.testing.assert_array_equal(lm.run([x])[0], run_ort(m, {"x": x})[0])
+    assert "of 1 MiB" in lm.plan_cache_stats().summary()
