@@ -246,11 +246,20 @@ def _infer_reshape(ctx: InferContext) -> list[TensorDesc]:
         solved = _solve_minus_one(in_shape, [d for i, d in enumerate(out) if i != k])
         out[k] = solved
         if isinstance(solved, int) and solved < 0:
-            raise ctx.fail(f"cannot reshape {x} to {shape}: sizes do not divide")
+            raise ctx.fail(f"cannot reshape {x} to {shape}{_copied(shape, out, k)}: sizes do not divide")
     elif in_shape is not None and all(isinstance(d, int) for d in (*in_shape, *out)):
         if int(np.prod(out)) != int(np.prod(in_shape)):  # type: ignore[arg-type]
-            raise ctx.fail(f"cannot reshape {x} to {shape}: element counts differ")
+            raise ctx.fail(f"cannot reshape {x} to {shape}{_copied(shape, out)}: element counts differ")
     return [TensorDesc(dt, tuple(out))]
+
+
+def _copied(shape: Sequence[int], out: Sequence[Dim], minus_one: int | None = None) -> str:
+    """`` (its 0s copy the input's dims: [1, 8, 8])`` when a 0 of ``shape`` copied an input dim (the
+    target a user reads, [1, 0, 8] of 0 elements, is not the one refused); empty otherwise."""
+    if not any(d == 0 and o != 0 for d, o in zip(shape, out)):
+        return ""
+    dims = ["-1" if i == minus_one else str(o) for i, o in enumerate(out)]
+    return f" (its 0s copy the input's dims: [{', '.join(dims)}]; allowzero=1 would read them as 0)"
 
 
 def _solve_minus_one(in_shape: Sequence[Dim] | None, others: list[Dim]) -> Dim:

@@ -64,3 +64,24 @@ def test_plan_cache_config_takes_a_byte_text_and_refuses_what_is_not_a_count() -
     x = np.array([-1.0, 2.0], np.float32)
     np.testing.assert_array_equal(lm.run([x])[0], run_ort(m, {"x": x})[0])
     assert "of 1 MiB" in lm.plan_cache_stats().summary()
+
+
+def test_reshape_refusal_names_the_dims_its_zeros_copied() -> None:
+    """A zero-size call reshaped back to its own Shape: the target [1, 0, 8] copies the input's dim 1
+    (allowzero 0), so the refused shape is [1, 8, 8]; the error said "cannot reshape FLOAT[0x8] to
+    [1, 0, 8]: element counts differ", two counts of 0. ORT refuses the call too."""
+    from pycann.errors import ShapeError
+
+    nodes = [helper.make_node("Shape", ["x"], ["sh"]), helper.make_node("Gather", ["sh", "i2"], ["d"], axis=0),
+             helper.make_node("Concat", ["m1", "d"], ["t2"], axis=0), helper.make_node("Reshape", ["x", "t2"], ["x2"]),
+             helper.make_node("Relu", ["x2"], ["r"]), helper.make_node("Reshape", ["r", "sh"], ["y"])]
+    m = _model(nodes, [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["B", "S", "D"])],
+               [numpy_helper.from_array(np.array([-1], np.int64), "m1"), numpy_helper.from_array(np.array([2], np.int64), "i2")])
+    with pytest.raises(Exception):  # noqa: B017 - ORT's own error type
+        run_ort(m, {"x": np.zeros((1, 0, 8), np.float32)})
+    for policy in ("generic", "specialize"):
+        lm = LoadedModel.from_compiled(compile_model(m), plan_cache=PlanCacheConfig(policy=policy))
+        x = RNG.standard_normal((2, 3, 8)).astype(np.float32)
+        np.testing.assert_array_equal(lm.run([x])[0], run_ort(m, {"x": x})[0])
+        with pytest.raises(ShapeError, match=r"\[1, 0, 8\] \(its 0s copy the input's dims: \[1, 8, 8\]"):
+            lm.run([np.zeros((1, 0, 8), np.float32)])
