@@ -89,6 +89,10 @@ CASES: dict[str, Case] = {
                                             {"x": (1, 3, 4, 4)}, inits={"w": f32(2, 4, 3, 3)}),
     "convtranspose_negative_output": Case("ConvTranspose", ["x", "w"], _x(NCHW), {"x": (1, 2, 6, 4)},
                                           {"x": (1, 2, 3, 4)}, {"pads": [3, 0, 3, 0]}, {"w": f32(2, 4, 3, 3)}),
+    # an output dim of 0 from a non-empty input: ORT refuses ("Computed output dimension is <= 0"), as
+    # Conv's window that does not fit; pycann returned an empty (1, 4, 0, 6) array
+    "convtranspose_zero_output": Case("ConvTranspose", ["x", "w"], _x(NCHW), {"x": (1, 2, 6, 4)},
+                                      {"x": (1, 2, 1, 4)}, {"pads": [1, 0, 1, 0]}, {"w": f32(2, 4, 2, 3)}),
     # -- pooling --
     "maxpool_kernel_larger": Case("MaxPool", ["x"], _x(NCHW), {"x": (1, 2, 7, 9)}, {"x": (1, 2, 3, 9)},
                                   {"kernel_shape": [5, 5]}),

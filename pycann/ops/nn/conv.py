@@ -247,6 +247,9 @@ def check_conv_transpose(x: np.ndarray, w: np.ndarray, b: np.ndarray | None, gro
     win, outs = conv_transpose_geometry(x.shape[2:], kernel, attrs)
     if any(o < 0 for o in outs):
         raise ValueError(f"ConvTranspose output size {outs} is negative for input {x.shape}")
+    if any(o == 0 for o in outs) and all(s > 0 for s in x.shape[2:]):
+        # (ORT: "Computed output dimension is <= 0"; as Conv, an empty input may give an empty output)
+        raise ValueError(f"ConvTranspose output size {outs} has a 0 for input {x.shape} (pads too large)")
     return win, outs
 
 
@@ -311,7 +314,7 @@ def _infer_conv_transpose(ctx: InferContext) -> list[TensorDesc]:
                 sizes = [1] * ns
                 sizes[i] = d
                 spatial[i] = conv_transpose_geometry(sizes, kernel, ctx.attrs)[1][i]
-                if spatial[i] < 0:  # type: ignore[operator]
+                if spatial[i] < 0 or (spatial[i] == 0 and d > 0):  # type: ignore[operator]
                     raise ctx.fail(f"output spatial dim {i} would be {spatial[i]} (pads too large)")
             elif isinstance(d, str):
                 spatial[i] = d if _transpose_keeps_dim(i, ns, kernel, ctx.attrs) else None
