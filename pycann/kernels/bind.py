@@ -251,10 +251,10 @@ def _pad(attrs, ins, consts, outs) -> Kernel | None:  # type: ignore[no-untyped-
             return [y]
 
         return constant
+    if any(d == 0 for d in xs):
+        return None  # (before np.pad of an empty index range, which raises: the generic kernel serves it)
     gathers = [(ax, np.pad(np.arange(d), (b, e), mode=mode)) for ax, (d, b, e) in enumerate(zip(xs, begin, end))
                if b or e]
-    if any(d == 0 for d in xs):
-        return None
 
     def gather(x: Sequence[Any], a: Mapping[str, Any]) -> list[np.ndarray]:
         y = x[0]

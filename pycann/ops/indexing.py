@@ -270,6 +270,8 @@ def _k_pad(inputs: Inputs, attrs: Attrs) -> list[np.ndarray]:
         x = x[tuple(slice(max(-b, 0), d - max(-e, 0)) for b, e, d in zip(begin, end, x.shape))]
     widths = [(max(b, 0), max(e, 0)) for b, e in zip(begin, end)]
     if mode != "constant":
+        if x.size == 0:  # (nothing to mirror or repeat: the output is empty too, pad_fault said so)
+            return [np.zeros([d + b + e for d, (b, e) in zip(x.shape, widths)], x.dtype)]
         return [np.pad(x, widths, mode=mode)]
     cv = _opt(inputs, 2)
     value = x.dtype.type(0) if cv is None or np.asarray(cv).size == 0 else np.asarray(cv).reshape(-1)[0]

@@ -85,3 +85,38 @@ def test_reshape_refusal_names_the_dims_its_zeros_copied() -> None:
         np.testing.assert_array_equal(lm.run([x])[0], run_ort(m, {"x": x})[0])
         with pytest.raises(ShapeError, match=r"\[1, 0, 8\] \(its 0s copy the input's dims: \[1, 8, 8\]"):
             lm.run([np.zeros((1, 0, 8), np.float32)])
+
+
+@pytest.mark.parametrize("mode", ["reflect", "edge"])
+@pytest.mark.parametrize("shape, pads", [((1, 0, 6, 1), [1, 0, 2, 1, 1, 0, 0, 1]), ((0, 1, 1, 1), [0, 1, 0, 3, 0, 1, 0, 0]),
+                                         ((1, 0, 1, 1), [1, 0, 0, 0, 1, 0, 0, 0]), ((2, 3, 4, 5), [0, 1, 2, 3, 0, 1, 2, 3])])
+def test_pad_of_an_empty_call_mirrors_nothing(mode: str, shape: tuple[int, ...], pads: list[int]) -> None:
+    """An empty call (a 0 dim) reflect-padded on a non-empty axis of size 1: ORT returns the empty
+    (3, 0, 8, 3); pycann refused it ("pads axis 0 by 1 in reflect mode, more than its size 1 - 1"),
+    on the generic and the specialised plan alike. Padding the empty axis itself stays refused, in
+    reflect and edge modes as ORT, and in wrap mode (nothing to repeat)."""
+    from pycann.errors import ShapeError
+
+    def pad(m: str):  # type: ignore[no-untyped-def]
+        return _model([helper.make_node("Pad", ["x", "p"], ["y"], mode=m)],
+                      [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["A", "B", "C", "D"])],
+                      [numpy_helper.from_array(np.array(pads, np.int64), "p")], opset=19)
+
+    x = RNG.standard_normal(shape).astype(np.float32)
+    for policy in ("generic", "specialize"):
+        got = LoadedModel.from_compiled(compile_model(pad(mode)), plan_cache=PlanCacheConfig(policy=policy)).run([x])[0]
+        want = run_ort(pad(mode), {"x": x})[0]
+        assert got.shape == want.shape
+        np.testing.assert_array_equal(got, want)
+        empty_axis = _model([helper.make_node("Pad", ["x", "p"], ["y"], mode=mode)],
+                            [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["A", "B"])],
+                            [numpy_helper.from_array(np.array([0, 1, 0, 1], np.int64), "p")], opset=19)
+        with pytest.raises(Exception):  # noqa: B017 - ORT: "Cannot use 'reflect' mode to pad dimension with a value of 0"
+            run_ort(empty_axis, {"x": np.zeros((2, 0), np.float32)})
+        for m in (mode, "wrap"):
+            lm = LoadedModel.from_compiled(compile_model(_model([helper.make_node("Pad", ["x", "p"], ["y"], mode=m)],
+                                                                [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["A", "B"])],
+                                                                [numpy_helper.from_array(np.array([0, 1, 0, 1], np.int64), "p")],
+                                                                opset=19)), plan_cache=PlanCacheConfig(policy=policy))
+            with pytest.raises(ShapeError, match="pads the empty axis 1"):
+                lm.run([np.zeros((2, 0), np.float32)])
