@@ -120,3 +120,38 @@ def test_pad_of_an_empty_call_mirrors_nothing(mode: str, shape: tuple[int, ...],
                                                                 opset=19)), plan_cache=PlanCacheConfig(policy=policy))
             with pytest.raises(ShapeError, match="pads the empty axis 1"):
                 lm.run([np.zeros((2, 0), np.float32)])
+
+
+@pytest.mark.parametrize("auto_pad", ["NOTSET", "SAME_UPPER", "SAME_LOWER"])
+def test_convtranspose_output_shape_beyond_the_full_result(auto_pad: str) -> None:
+    """output_shape [8, 5] from a 3x1 input (stride 2 / 3, kernel 3: full result 7 x 3): ORT clamps the
+    negative total padding at 0, so the result starts at row 0 and the extra rows hold the bias alone;
+    pycann split the negative total as padding (its rows shifted by one: [0, 1, 1, 5...] for
+    [1, 1, 5, ...]). An output_shape that implies another input size ((out - span) // stride + 1),
+    [9, 5] or [8, 6] here, ORT refuses ("inconsistent with input spatial dimensions"): so does pycann,
+    on the generic plan and in shape inference."""
+    from pycann.errors import PycannError
+
+    w = RNG.standard_normal((2, 3, 3, 3)).astype(np.float32)
+    b = RNG.standard_normal(3).astype(np.float32)
+
+    def deconv(oshape: list[int]):  # type: ignore[no-untyped-def]
+        attrs = {"strides": [2, 3], "output_shape": oshape, **({} if auto_pad == "NOTSET" else {"auto_pad": auto_pad})}
+        return _model([helper.make_node("ConvTranspose", ["x", "w", "b"], ["y"], **attrs)],
+                      [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["N", 2, "H", "W"])],
+                      [numpy_helper.from_array(w, "w"), numpy_helper.from_array(b, "b")])
+
+    x = RNG.standard_normal((1, 2, 3, 1)).astype(np.float32)
+    for policy in ("generic", "specialize"):
+        for oshape in ([8, 5], [7, 3], [6, 4], [5, 2]):
+            m = deconv(oshape)
+            got = LoadedModel.from_compiled(compile_model(m), plan_cache=PlanCacheConfig(policy=policy)).run([x])[0]
+            want = run_ort(m, {"x": x})[0]
+            assert got.shape == want.shape
+            np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5)
+        for oshape in ([9, 5], [8, 6]):
+            m = deconv(oshape)
+            with pytest.raises(Exception):  # noqa: B017 - ORT's own error type
+                run_ort(m, {"x": x})
+            with pytest.raises(PycannError, match="output_shape"):
+                LoadedModel.from_compiled(compile_model(m), plan_cache=PlanCacheConfig(policy=policy)).run([x])

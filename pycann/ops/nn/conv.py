@@ -209,7 +209,10 @@ def conv_transpose_geometry(
         if oshape or ap in ("SAME_UPPER", "SAME_LOWER"):
             if oshape:
                 out = oshape[i]
-                total = full - out
+                # an output_shape beyond the full result: ONNX Runtime clamps the total padding at 0
+                # (the extra rows at the end hold the bias alone), where the spec's split of a
+                # negative total shifted the result (check_output_shape: which such sizes it takes)
+                total = max(0, full - out)
             else:
                 # Spec: out = in * stride. ONNX Runtime clamps the total padding at 0 instead,
                 # so when in * stride exceeds the full result the output is the full result.
@@ -223,6 +226,30 @@ def conv_transpose_geometry(
         outs.append(out)
     kern = tuple(int(k) for k in kernel)
     return Window(kern, strides, dil, tuple(pb), (0,) * n, tuple(in_sizes)), tuple(outs)
+
+
+def output_shape_fault(in_sizes: Sequence[Dim], kernel: Sequence[int], attrs: Mapping[str, Any]) -> str | None:
+    """Why ConvTranspose's ``output_shape`` cannot come from inputs of these spatial sizes (symbolic ones
+    pass), or None. An output_shape no larger than the full result is cropped by padding; a larger one
+    is taken (ONNX Runtime) only when it implies the same input size, (out - span) // stride + 1,
+    i.e. it is less than a stride beyond: ORT refuses the rest as "inconsistent with input spatial
+    dimensions"."""
+    if not attrs.get("output_shape"):
+        return None
+    n = len(in_sizes)
+    oshape = [int(v) for v in attrs["output_shape"]][-n:]
+    strides = [int(v) for v in (attrs.get("strides") or [1] * n)]
+    dil = [int(v) for v in (attrs.get("dilations") or [1] * n)]
+    opad = [int(v) for v in (attrs.get("output_padding") or [0] * n)]
+    for i, d in enumerate(in_sizes):
+        if not isinstance(d, int) or i >= len(oshape):
+            continue
+        span = (int(kernel[i]) - 1) * dil[i] + 1
+        full = strides[i] * (d - 1) + opad[i] + span
+        if oshape[i] > full and (oshape[i] - span) // strides[i] + 1 != d:
+            return (f"output_shape {oshape} does not fit input spatial dim {i} of size {d}: it takes "
+                    f"{(oshape[i] - span) // strides[i] + 1} (the full result is {full})")
+    return None
 
 
 def _conv_transpose(inputs: Sequence[Any], attrs: Mapping[str, Any], out: np.ndarray | None = None) -> np.ndarray:
@@ -244,6 +271,9 @@ def check_conv_transpose(x: np.ndarray, w: np.ndarray, b: np.ndarray | None, gro
     _check_conv_shapes(x, w, group, transpose=True, b=b)
     kernel = _kernel_shape(attrs, w.shape)
     assert kernel is not None
+    fault = output_shape_fault(x.shape[2:], kernel, attrs)
+    if fault:
+        raise ValueError(f"ConvTranspose {fault}")
     win, outs = conv_transpose_geometry(x.shape[2:], kernel, attrs)
     if any(o < 0 for o in outs):
         raise ValueError(f"ConvTranspose output size {outs} is negative for input {x.shape}")
@@ -308,6 +338,9 @@ def _infer_conv_transpose(ctx: InferContext) -> list[TensorDesc]:
     spatial: list[Dim] = [None] * ns
     if oshape:
         spatial = [int(v) for v in oshape[-ns:]]
+        fault = output_shape_fault(xs[2:], kernel, ctx.attrs) if xs is not None and kernel is not None else None
+        if fault:
+            raise ctx.fail(fault)
     elif xs is not None and kernel is not None:
         for i, d in enumerate(xs[2:]):
             if isinstance(d, int):
