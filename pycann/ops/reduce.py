@@ -227,6 +227,11 @@ def _infer_arg(ctx: InferContext) -> list[TensorDesc]:
 def _arg(x: np.ndarray, attrs: Attrs, fn: Callable) -> list[np.ndarray]:
     axis = normalize_axis(attrs["axis"], x.ndim, "ArgMax/ArgMin: ")
     kd = bool(attrs["keepdims"])
+    if x.shape[axis] == 0:  # (numpy raises "attempt to get argmax of an empty sequence" either way)
+        shape = tuple(1 if i == axis else d for i, d in enumerate(x.shape) if kd or i != axis)
+        if 0 in shape:  # nothing to index: an empty result, as ONNX Runtime's
+            return [np.zeros(shape, np.int64)]
+        raise ValueError(f"ArgMax/ArgMin over the empty axis {axis} of X {list(x.shape)}: no index to return")
     if attrs["select_last_index"]:
         n = x.shape[axis]
         r = fn(np.flip(x, axis), axis=axis, keepdims=kd)

@@ -155,3 +155,28 @@ def test_convtranspose_output_shape_beyond_the_full_result(auto_pad: str) -> Non
                 run_ort(m, {"x": x})
             with pytest.raises(PycannError, match="output_shape"):
                 LoadedModel.from_compiled(compile_model(m), plan_cache=PlanCacheConfig(policy=policy)).run([x])
+
+
+@pytest.mark.parametrize("op", ["ArgMax", "ArgMin"])
+@pytest.mark.parametrize("keepdims", [0, 1])
+@pytest.mark.parametrize("last", [0, 1])
+def test_argmax_over_an_empty_axis_of_an_empty_call(op: str, keepdims: int, last: int) -> None:
+    """ArgMax over an empty axis when another dim is 0 too: the result is empty and ORT returns it
+    ((0, 2, 2, 1) for (0, 2, 2, 0) on axis 3); numpy's argmax raised "attempt to get argmax of an empty
+    sequence" (a KernelError). An empty axis with a non-empty result stays refused, as ORT."""
+    from pycann.errors import PycannError
+
+    m = _model([helper.make_node(op, ["x"], ["y"], axis=3, keepdims=keepdims, select_last_index=last)],
+               [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["A", "B", "C", "D"])], [], opset=18)
+    m.graph.output[0].type.tensor_type.elem_type = TensorProto.INT64
+    for policy in ("generic", "specialize"):
+        lm = LoadedModel.from_compiled(compile_model(m), plan_cache=PlanCacheConfig(policy=policy))
+        for shape in [(2, 3, 4, 5), (0, 2, 2, 0), (1, 0, 3, 0), (2, 3, 4, 5)]:
+            x = RNG.standard_normal(shape).astype(np.float32)
+            got, want = lm.run([x])[0], run_ort(m, {"x": x})[0]
+            assert got.shape == want.shape and got.dtype == want.dtype
+            np.testing.assert_array_equal(got, want)
+        with pytest.raises(Exception):  # noqa: B017 - ORT's own error type
+            run_ort(m, {"x": np.zeros((2, 3, 4, 0), np.float32)})
+        with pytest.raises(PycannError, match="empty axis 3"):
+            lm.run([np.zeros((2, 3, 4, 0), np.float32)])
