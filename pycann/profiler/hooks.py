@@ -134,25 +134,46 @@ def _model_name(gname: str, path: str, manifest: Any) -> str:
     return os.path.splitext(os.path.basename(path))[0] if path else gname
 
 
+def _source(path: str, manifest: Any) -> str:
+    """What identifies a loaded model's file: its resolved path (from memory: atc's --output)."""
+    if not path or path.startswith("<"):
+        return "<memory>:" + _atc_output(manifest)
+    try:
+        return os.path.realpath(path)
+    except (OSError, ValueError):
+        return path
+
+
 def claim_graph_name(graph: Any, path: str, manifest: Any) -> None:
     """Called by ``LoadedModel`` for a graph it loaded from a file or memory, before it builds plans:
     profiles and dumps find a run's model by its graph's name, and exporters name every graph alike
     (PyTorch's "main_graph", Paddle's "Model from PaddlePaddle."), so a graph whose name a live model
-    of another name holds is renamed ``<name>#2``, ``#3``, ... (else one model's ops were reported
-    and dumped under the other's name)."""
+    loaded from another file holds is renamed ``<name>#2``, ``#3``, ... (else one model's ops were
+    reported and dumped under the other's name). The model name (the .om stem) of a model from another
+    file whose stem a live model's name already is gets the same ``#k`` (``small.om`` and
+    ``sub/small.om``: "small" and "small#2"). The same file loaded again keeps both names."""
     base = getattr(graph, "name", "") or ""
-    name = _model_name(base, path, manifest)
+    stem = _model_name(base, path, manifest)
+    source = _source(path, manifest)
     with _claim_lock:  # (a load on another thread claims between this one's claim and its registration)
-        live = {getattr(getattr(m, "graph", None), "name", None) for m in list(LOADED)}
-        live |= {getattr(g, "name", None) for g in list(_CLAIMED)}
+        graphs = [getattr(m, "graph", None) for m in list(LOADED)] + list(_CLAIMED)
+        live = {getattr(g, "name", None) for g in graphs}
+        others = {MODEL_NAMES.get(getattr(g, "name", None) or "", "") for g in graphs
+                  if _SOURCES.get(getattr(g, "name", None) or "") != source}
         gname, k = base, 1
-        while gname in live and MODEL_NAMES.get(gname, name) != name:
+        while gname in live and _SOURCES.get(gname) != source:
             k += 1
             gname = f"{base}#{k}"
+        name, j = stem, 1
+        while name in others:
+            j += 1
+            name = f"{stem}#{j}"
         graph.name = gname
         MODEL_NAMES[gname] = name  # (as ``on_model_load`` registers it, once the load's plans are built)
+        _SOURCES[gname] = source
         try:
             _CLAIMED.add(graph)
+            _CLAIMED_NAMES[graph] = name
         except TypeError:  # (a graph without weak references)
             pass
 
@@ -161,6 +182,9 @@ def claim_graph_name(graph: Any, path: str, manifest: Any) -> None:
 # load on another thread then sees the name taken (both kept "main_graph"). Weak: a failed load's
 # graph goes with it.
 _CLAIMED: weakref.WeakSet[Any] = weakref.WeakSet()
+# graph -> the model name its claim gave it (``on_model_load`` keeps it); graph name -> the file it came from
+_CLAIMED_NAMES: weakref.WeakKeyDictionary[Any, str] = weakref.WeakKeyDictionary()
+_SOURCES: dict[str, str] = {}
 _claim_lock = threading.Lock()
 if hasattr(os, "register_at_fork"):  # (a thread of the parent may hold it at a fork)
     os.register_at_fork(after_in_child=lambda: globals().update(_claim_lock=threading.Lock()))
@@ -172,7 +196,12 @@ def on_model_load(model: Any) -> None:
     global _env_checked
     graph = getattr(model, "graph", None)
     gname = getattr(graph, "name", "") or ""
-    MODEL_NAMES[gname] = _model_name(gname, getattr(model, "path", "") or "", getattr(model, "manifest", None))
+    try:
+        claimed = _CLAIMED_NAMES.get(graph) if graph is not None else None
+    except TypeError:  # (a graph without weak references: never claimed)
+        claimed = None
+    MODEL_NAMES[gname] = claimed if claimed is not None else \
+        _model_name(gname, getattr(model, "path", "") or "", getattr(model, "manifest", None))
     try:
         LOADED.add(model)
     except TypeError:  # (an object without weak references: not listed)

@@ -244,6 +244,27 @@ def test_models_whose_graphs_share_a_name_are_reported_apart(tmp_path: Path) -> 
     assert a2.graph.name == a.graph.name
 
 
+def test_models_of_two_files_with_one_stem_are_reported_apart(tmp_path: Path) -> None:
+    """``small.om`` and ``sub/small.om`` (other models, one stem, both graphs "main_graph"): they were
+    one model in profiles (Model ID 0, Infer IDs 0 and 1) and in dumps; now "first" and "first#2"
+    with their own Model IDs. The same file loaded again still shares its names."""
+    _save_two_main_graphs(tmp_path)
+    (tmp_path / "sub").mkdir()
+    (tmp_path / "second.om").rename(tmp_path / "sub" / "first.om")
+    a = LoadedModel.from_file(tmp_path / "first.om")
+    b = LoadedModel.from_file(tmp_path / "sub" / "first.om")
+    assert a.graph.name != b.graph.name
+    x = np.ones((2, 3), np.float32)
+    with prof.profile(tmp_path / "prof", chart=False) as p:
+        a.run([x])
+        b.run([x])
+    rows = _read_csv(_out(p, "op_summary"))
+    assert sorted((r["Model Name"], r["OP Type"], r["Model ID"], r["Infer ID"]) for r in rows) == [
+        ("first", "Relu", "0", "0"), ("first#2", "Sigmoid", "1", "0")]
+    a2 = LoadedModel.from_file(tmp_path / "first.om")
+    assert a2.graph.name == a.graph.name
+
+
 def test_models_of_one_graph_name_loaded_at_once_are_reported_apart(tmp_path: Path,
                                                                      monkeypatch: pytest.MonkeyPatch) -> None:
     """Two threads loading two .om files whose graphs share a name: each claimed the name before
