@@ -75,8 +75,8 @@ def keep_warm() -> None:
     """An empty parallel region on the calling thread's team (``free(NULL)`` on each thread): the
     workers start spinning afresh. No-op when no libgomp is loaded or the team has one thread.
 
-    Why: a worker that finds no region for ``GOMP_SPINCOUNT`` spins (~30-50 us here, ``config.py``'s
-    ``brief``) goes to sleep, and the next region waits ~15-30 us on a VM for it to wake (oneDNN's
+    Why: a worker that finds no region for ``GOMP_SPINCOUNT`` spins (``config.BRIEF_SPINCOUNT``: ~100 us
+    on an AMX Xeon, ~250 us on Zen 5) goes to sleep, and the next region waits ~15-30 us on a VM for it to wake (oneDNN's
     static split: the whole region ends that much later). A kernel with a single-threaded stretch
     between two regions (SqueezeExcite's channel means and 1x1 convs between the conv before it and
     its gate multiply) calls this inside the stretch, while the worker still spins: ~1.3 us, and the
