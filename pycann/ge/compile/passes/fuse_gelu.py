@@ -83,6 +83,8 @@ def _tanh_form(ix: GraphIndex, tanh: Node) -> tuple[list[Node], str, str] | str:
             p = ix.producers.get(p_val or "")
             if is_op(p, "Pow") and p is not None and p.inputs[0] == x and _close(ix.scalar(p.inputs[1], within=x), 3.0) \
                     and _close(_const_operand(ix, cube, p_val or ""), 0.044715):
+                if ix.sole_consumer(p.outputs[0]) is not cube or ix.sole_consumer(cube.outputs[0]) is not a:
+                    return "x^3 or 0.044715 x^3 is read outside the pattern (or a graph output)"
                 one = ix.sole_consumer(tanh.outputs[0])
                 if not is_op(one, "Add") or one is None or not _close(_const_operand(ix, one, tanh.outputs[0]), 1.0):
                     return "Tanh is not followed by + 1"

@@ -3,7 +3,8 @@ LayerNormalization (opset 17).
 
 Pattern: m = ReduceMean(x, [-1]); d = Sub(x, m); v = ReduceMean(Pow(d, 2), [-1]);
 n = Div(d, Sqrt(Add(v, eps))); [y = Add(Mul(n, gamma), beta)].
-Check: both means over the last axis only with keepdims; exponent 2; eps a scalar constant;
+Check: both means over the last axis only with keepdims; exponent 2; eps a scalar constant; no
+intermediate (the mean, x - mean, the std, ...) read outside the pattern or a graph output;
 gamma/beta constants whose shape is exactly [C] (C = last dim) — a broadcasting scale of
 another shape is not a layer norm's affine and does not fuse.
 """
@@ -39,8 +40,7 @@ def fuse(g: Graph) -> tuple[int, list[str]]:
             if rank is not None:
                 rw.missed.append(f"{m.name}: mean is not over the last axis only")
             continue
-        users = ix.consumers.get(m.outputs[0], [])
-        sub = users[0] if len(users) == 1 else None
+        sub = ix.sole_consumer(m.outputs[0])  # the mean read elsewhere (or a graph output) must stay
         if not is_op(sub, "Sub") or sub is None or sub.inputs != [x, m.outputs[0]]:
             continue
         d = sub.outputs[0]
@@ -50,6 +50,9 @@ def fuse(g: Graph) -> tuple[int, list[str]]:
         if len(d_users) != 2 or pw is None or dv is None or ix.scalar(pw.inputs[1], within=d) != 2.0 or dv.inputs[0] != d:
             rw.missed.append(f"{m.name}: no (x - mean)^2 and (x - mean) / std pair")
             continue
+        if d in ix.outputs:
+            rw.missed.append(f"{m.name}: x - mean is a graph output")
+            continue
         m2 = ix.sole_consumer(pw.outputs[0])
         if not _last_axis_mean(ix, m2, rank) or m2 is None:
             rw.missed.append(f"{m.name}: variance is not a last-axis mean")
@@ -57,8 +60,9 @@ def fuse(g: Graph) -> tuple[int, list[str]]:
         add = ix.sole_consumer(m2.outputs[0])
         eps = ix.scalar(ix.other_input(add, m2.outputs[0]) or "", within=m2.outputs[0]) if is_op(add, "Add") and add else None
         sq = ix.sole_consumer(add.outputs[0]) if add is not None else None
-        if eps is None or add is None or not is_op(sq, "Sqrt") or sq is None or dv.inputs[1] != sq.outputs[0]:
-            rw.missed.append(f"{m.name}: no sqrt(var + eps) with a constant eps")
+        if eps is None or add is None or not is_op(sq, "Sqrt") or sq is None or dv.inputs[1] != sq.outputs[0] \
+                or ix.sole_consumer(sq.outputs[0]) is not dv:
+            rw.missed.append(f"{m.name}: no sqrt(var + eps) with a constant eps, read by the Div alone")
             continue
         nodes = [m, sub, pw, m2, add, sq, dv]
         out = dv.outputs[0]

@@ -1,0 +1,91 @@
+"""Adversarial near-misses of GE's compile-time rewrites (session adv30b): a fused pattern's
+intermediate that is also a graph output or read by another node, non-finite BatchNormalization
+scales, NaN Clip bounds; compared with ONNX Runtime on the unfused model."""
+
+from __future__ import annotations
+
+import numpy as np
+import onnx
+import pytest
+from onnx import TensorProto, helper
+
+from pycann.ge.compile.compiler import compile_model
+from pycann.ge.run.model import LoadedModel
+from tests.ge.onnx_graphs import const
+from tests.ops.oracle import run_ort
+
+RNG = np.random.default_rng(30)
+
+
+def _f32(*shape: int) -> np.ndarray:
+    return RNG.standard_normal(shape).astype(np.float32)
+
+
+def _model(nodes: list[onnx.NodeProto], feeds: dict[str, np.ndarray], inits: list[onnx.TensorProto],
+           outputs: list[str], opset: int = 17) -> onnx.ModelProto:
+    g = helper.make_graph(nodes, "g", [helper.make_tensor_value_info(k, TensorProto.FLOAT, list(v.shape))
+                                       for k, v in feeds.items()],
+                          [helper.make_tensor_value_info(o, TensorProto.FLOAT, None) for o in outputs], inits)
+    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", opset)])
+    m.ir_version = 8
+    return m
+
+
+def _compare(m: onnx.ModelProto, feeds: dict[str, np.ndarray]) -> list[str]:
+    cm = compile_model(m)
+    got = LoadedModel.from_compiled(cm).run_dict(feeds)
+    want = run_ort(m, feeds)
+    assert len(got) == len(want)
+    for g_, w_ in zip(got, want):
+        g_ = np.asarray(g_)
+        assert g_.shape == w_.shape and g_.dtype == w_.dtype, (g_.shape, g_.dtype, w_.shape, w_.dtype)
+        np.testing.assert_array_equal(np.isnan(g_), np.isnan(w_))
+        np.testing.assert_allclose(g_, w_, rtol=1e-4, atol=1e-5)
+    return [n.op_type for n in cm.graph.nodes]
+
+
+def _layernorm() -> tuple[list[onnx.NodeProto], list[onnx.TensorProto]]:
+    nodes = [helper.make_node("ReduceMean", ["x"], ["m"], axes=[-1]), helper.make_node("Sub", ["x", "m"], ["d"]),
+             helper.make_node("Pow", ["d", "two"], ["p"]), helper.make_node("ReduceMean", ["p"], ["v"], axes=[-1]),
+             helper.make_node("Add", ["v", "eps"], ["ve"]), helper.make_node("Sqrt", ["ve"], ["s"]),
+             helper.make_node("Div", ["d", "s"], ["n"]), helper.make_node("Mul", ["n", "gam"], ["nm"]),
+             helper.make_node("Add", ["nm", "bet"], ["y"])]
+    return nodes, [const("eps", np.float32(1e-5)), const("two", np.float32(2)), const("gam", _f32(8)),
+                   const("bet", _f32(8))]
+
+
+@pytest.mark.parametrize("value", ["m", "d", "s"])
+@pytest.mark.parametrize("use", ["output", "reader"])
+def test_layernorm_intermediate_read_outside_the_pattern(value: str, use: str) -> None:
+    """The mean, x - mean or the std of a decomposed layer norm that is also a graph output (or
+    read by another node) was fused away: the output came back as None, the reader failed with
+    'NoneType' object has no attribute 'dtype'."""
+    nodes, inits = _layernorm()
+    outs = ["y", value]
+    if use == "reader":
+        nodes.append(helper.make_node("Neg", [value], ["z"]))
+        outs = ["y", "z"]
+    _compare(_model(nodes, {"x": _f32(2, 5, 8)}, inits, outs), {"x": _f32(2, 5, 8)})
+
+
+def _gelu_tanh(src: str) -> tuple[list[onnx.NodeProto], list[onnx.TensorProto]]:
+    nodes = [helper.make_node("Pow", [src, "three"], ["p"]), helper.make_node("Mul", ["p", "c1"], ["p2"]),
+             helper.make_node("Add", [src, "p2"], ["p3"]), helper.make_node("Mul", ["p3", "c2"], ["p4"]),
+             helper.make_node("Tanh", ["p4"], ["p5"]), helper.make_node("Add", ["p5", "one"], ["p6"]),
+             helper.make_node("Mul", [src, "half"], ["p7"]), helper.make_node("Mul", ["p7", "p6"], ["y"])]
+    return nodes, [const("three", np.float32(3)), const("c1", np.float32(0.044715)),
+                   const("c2", np.float32(0.7978845608)), const("one", np.float32(1)), const("half", np.float32(0.5))]
+
+
+@pytest.mark.parametrize("value", ["p", "p2"])
+@pytest.mark.parametrize("use", ["output", "reader"])
+def test_gelu_tanh_cube_read_outside_the_pattern(value: str, use: str) -> None:
+    """x^3 (or 0.044715 x^3) of a tanh-form GELU that is also a graph output or read elsewhere
+    was fused away into the Gelu (the value came back as None)."""
+    nodes, inits = _gelu_tanh("x")
+    outs = ["y", value]
+    if use == "reader":
+        nodes.append(helper.make_node("Neg", [value], ["z"]))
+        outs = ["y", "z"]
+    feeds = {"x": _f32(3, 4, 6)}
+    _compare(_model(nodes, feeds, inits, outs, opset=20), feeds)
