@@ -89,3 +89,22 @@ def test_gelu_tanh_cube_read_outside_the_pattern(value: str, use: str) -> None:
         outs = ["y", "z"]
     feeds = {"x": _f32(3, 4, 6)}
     _compare(_model(nodes, feeds, inits, outs, opset=20), feeds)
+
+
+@pytest.mark.parametrize("case", ["gamma_inf", "var_plus_eps_zero"])
+@pytest.mark.parametrize("op", ["Conv", "ConvTranspose"])
+def test_conv_batchnorm_with_an_infinite_scale_is_not_folded(case: str, op: str) -> None:
+    """gamma / sqrt(var + eps) = inf for one channel: ORT's BatchNormalization gives +-inf there;
+    the folded conv's inf weights summed inf - inf (and inf * 0) into NaN."""
+    gamma, var, eps = _f32(4), np.abs(_f32(4)) + 0.1, 1e-5
+    if case == "gamma_inf":
+        gamma[1] = np.inf
+    else:
+        var[1], eps = 0.0, 0.0
+    w = _f32(4, 3, 3, 3) if op == "Conv" else _f32(3, 4, 3, 3)
+    nodes = [helper.make_node(op, ["x", "W", "B"], ["c"]),
+             helper.make_node("BatchNormalization", ["c", "g", "b", "mu", "var"], ["y"], epsilon=eps)]
+    inits = [const("W", w), const("B", _f32(4)), const("g", gamma), const("b", _f32(4)), const("mu", _f32(4)),
+             const("var", var)]
+    feeds = {"x": _f32(2, 3, 6, 6)}
+    _compare(_model(nodes, feeds, inits, ["y"]), feeds)

@@ -29,8 +29,9 @@ def batch_norm_scale_shift(scale: np.ndarray, b: np.ndarray, mean: np.ndarray, v
     """Inference BatchNormalization (BatchNormalization-15) as ``y = x * a + c`` per channel, in the
     compute dtype ``cd``: ``a = scale / sqrt(var + epsilon)``, ``c = B - mean * a``. The kernel below
     and GE's BatchNormToScaleShift pass both use it, so the rewritten graph keeps the kernel's values."""
-    a = scale.astype(cd) / np.sqrt(var.astype(cd) + cd.type(epsilon))
-    return a, b.astype(cd) - mean.astype(cd) * a
+    with np.errstate(divide="ignore", invalid="ignore", over="ignore"):  # var + eps <= 0: +-inf / NaN, as ORT
+        a = scale.astype(cd) / np.sqrt(var.astype(cd) + cd.type(epsilon))
+        return a, b.astype(cd) - mean.astype(cd) * a
 
 
 def _require_channels(x: np.ndarray, inputs: Sequence[Any]) -> None:

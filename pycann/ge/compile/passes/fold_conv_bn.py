@@ -2,7 +2,8 @@
 with W' = W scaled by s per output channel, b' = (b - mean) * s + beta, s = gamma / sqrt(var + eps).
 
 Pattern: Conv whose output feeds only a BatchNormalization; check: inference mode (training_mode=0), W, B and the four BN
-parameters are constants and Conv's output is not a graph output; rewrite: new constants,
+parameters are constants, the scale s is finite (an inf gamma or var + eps = 0 gives +-inf,
+which folded weights turn into NaN), and Conv's output is not a graph output; rewrite: new constants,
 BN removed, Conv writes BN's output.
 """
 
@@ -51,8 +52,13 @@ def fold(g: Graph) -> tuple[int, list[str]]:
         assert w is not None
         gamma, beta, mean, var = (np.asarray(p, dtype=np.float64) for p in params)  # type: ignore[arg-type]
         eps = float(bn.attrs.get("epsilon", 1e-5))
-        s = gamma / np.sqrt(var + eps)
+        with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
+            s = gamma / np.sqrt(var + eps)
         b = g.initializers[b_name].astype(np.float64) if b_name else np.zeros_like(mean)
+        if not np.all(np.isfinite(s)):
+            # conv(x) * inf is +-inf where the folded weights' inf * 0 terms (and inf - inf) give NaN
+            missed.append(f"{conv.name}+{bn.name}: scale gamma / sqrt(var + eps) is not finite")
+            continue
         if len(s) != out_channels(conv, w):
             missed.append(f"{conv.name}+{bn.name}: {len(s)} BN channels, {out_channels(conv, w)} conv outputs")
             continue
