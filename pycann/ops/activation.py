@@ -444,7 +444,8 @@ def _clip_bound(b: np.ndarray | None, dt: np.dtype) -> np.ndarray | None:
 
 
 def _k_clip(x: Sequence[Any], a: Mapping[str, Any]) -> list[np.ndarray]:
-    """Clip (opset 13): min/max are optional scalar inputs; min > max yields max everywhere."""
+    """Clip (opset 13): min/max are optional scalar inputs; min > max yields max everywhere; a NaN
+    bound is no bound (as ORT)."""
     v = x[0]
     dt = v.dtype
     wide = dt not in _NATIVE and dt.kind not in "iu"  # bfloat16: compare in float32 (exact)
@@ -457,6 +458,9 @@ def _k_clip(x: Sequence[Any], a: Mapping[str, Any]) -> list[np.ndarray]:
     if dt in _NATIVE:  # an omitted bound is the dtype's lowest / largest value: +-inf clips to it (as ORT)
         lo = np.asarray(np.finfo(dt).min, dt) if lo is None else lo
         hi = np.asarray(np.finfo(dt).max, dt) if hi is None else hi
+    # a NaN bound bounds nothing, not even +-inf (ORT's max(x, NaN) is x); a NaN x stays NaN
+    lo = None if lo is not None and np.isnan(lo) else lo
+    hi = None if hi is not None and np.isnan(hi) else hi
     out = w if lo is None else np.maximum(w, lo)
     out = out if hi is None else np.minimum(out, hi)
     if wide:

@@ -108,3 +108,25 @@ def test_conv_batchnorm_with_an_infinite_scale_is_not_folded(case: str, op: str)
              const("var", var)]
     feeds = {"x": _f32(2, 3, 6, 6)}
     _compare(_model(nodes, feeds, inits, ["y"]), feeds)
+
+
+@pytest.mark.parametrize("bounds", [(0.0, np.nan), (np.nan, 6.0), (np.nan, np.nan)])
+@pytest.mark.parametrize("before", ["", "Conv", "MatMul", "Mul"])
+def test_clip_with_a_nan_bound_bounds_nothing(bounds: tuple[float, float], before: str) -> None:
+    """Clip(x, 0, NaN): ORT leaves that side unbounded (+inf stays +inf, NaN stays NaN); the Clip
+    kernel, FusedConv / FusedMatMul's Clip post-op and the elementwise chain returned NaN everywhere."""
+    x = _f32(2, 3, 6, 6) * 4
+    if before in ("", "Mul"):  # (the convs' numpy reference warns on inf inputs)
+        x.flat[:4] = [np.nan, np.inf, -np.inf, 3e38]
+    nodes, inits, src = [], [const("lo", np.float32(bounds[0])), const("hi", np.float32(bounds[1]))], "x"
+    if before == "Conv":
+        nodes, src = [helper.make_node("Conv", ["x", "W", "B"], ["c"])], "c"
+        inits += [const("W", _f32(4, 3, 3, 3)), const("B", _f32(4))]
+    elif before == "MatMul":
+        nodes, src = [helper.make_node("MatMul", ["x", "W"], ["c0"]), helper.make_node("Add", ["c0", "B"], ["c"])], "c"
+        inits += [const("W", _f32(6, 5)), const("B", _f32(5))]
+    elif before == "Mul":
+        nodes, src = [helper.make_node("Mul", ["x", "k"], ["c"])], "c"
+        inits += [const("k", np.float32(2.0))]
+    nodes.append(helper.make_node("Clip", [src, "lo", "hi"], ["y"]))
+    _compare(_model(nodes, {"x": x}, inits, ["y"], opset=13), {"x": x})

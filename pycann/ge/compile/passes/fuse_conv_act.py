@@ -13,6 +13,8 @@ Rewrite: one FusedConv whose kernel adds the residual and applies the activation
 
 from __future__ import annotations
 
+import math
+
 from pycann.ge.compile.passes.base import PassContext, PassResult
 from pycann.ge.compile.passes.pattern import GraphIndex, Rewrites, clip_defaults, is_op
 from pycann.ge.ir import Graph, Node
@@ -92,6 +94,8 @@ def match_activation(ix: GraphIndex, value: str) -> tuple[list[Node], str, float
         hi = ix.scalar(a.inputs[2]) if len(a.inputs) > 2 and a.inputs[2] else d_hi
         if lo is None or hi is None:
             return "Clip bounds are not constants"
+        if math.isnan(lo) or math.isnan(hi):
+            return "a Clip bound is NaN (no bound, as ORT: left to the Clip op)"
         return [a], "Clip", lo, hi, a.outputs[0]
     if a.op_type == "HardSigmoid":
         return [a], "HardSigmoid", float(a.attrs.get("alpha", 0.2)), float(a.attrs.get("beta", 0.5)), a.outputs[0]

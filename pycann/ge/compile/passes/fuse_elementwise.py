@@ -11,6 +11,8 @@ Clip bounds, length >= 2.
 
 from __future__ import annotations
 
+import math
+
 from pycann.ge.compile.passes.base import PassContext, PassResult
 from pycann.ge.compile.passes.pattern import GraphIndex, Rewrites, clip_defaults
 from pycann.ge.ir import Graph, Node
@@ -26,7 +28,8 @@ def _params(ix: GraphIndex, n: Node) -> tuple[float, float] | None:
         d_lo, d_hi = clip_defaults(ix.desc(n.outputs[0]))
         lo = ix.scalar(n.inputs[1]) if len(n.inputs) > 1 and n.inputs[1] else d_lo
         hi = ix.scalar(n.inputs[2]) if len(n.inputs) > 2 and n.inputs[2] else d_hi
-        return None if lo is None or hi is None else (lo, hi)
+        # a NaN bound is no bound (the Clip op, as ORT); the chain's np.clip would make every value NaN
+        return None if lo is None or hi is None or math.isnan(lo) or math.isnan(hi) else (lo, hi)
     if n.op_type == "HardSigmoid":
         return float(n.attrs.get("alpha", 0.2)), float(n.attrs.get("beta", 0.5))
     if n.op_type == "LeakyRelu":
