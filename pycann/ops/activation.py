@@ -391,8 +391,8 @@ def _gelu(v: np.ndarray, a: Mapping[str, Any]) -> np.ndarray:
     else:
         y = erf(v * (1.0 / math.sqrt(2.0)))
     y += 1
+    y *= 0.5  # (exact) before the product: x * (1 + t) overflows for x above half the dtype's max, as ORT's does not
     y *= v
-    y *= 0.5
     return y
 
 

@@ -130,3 +130,17 @@ def test_clip_with_a_nan_bound_bounds_nothing(bounds: tuple[float, float], befor
         inits += [const("k", np.float32(2.0))]
     nodes.append(helper.make_node("Clip", [src, "lo", "hi"], ["y"]))
     _compare(_model(nodes, {"x": x}, inits, ["y"], opset=13), {"x": x})
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_gelu_tanh_op_of_a_value_above_half_the_dtype_max(dtype: type) -> None:
+    """Gelu-20 approximate="tanh" of 3e38 (float32; 1.7e308 float64): ORT returns x; the op's kernel
+    formed x * (1 + tanh(..)) first, which overflowed to inf."""
+    big = 3e38 if dtype == np.float32 else 1.7e308
+    x = np.array([big, -big, 1.0, np.inf, -np.inf, np.nan, 3.0], dtype)
+    et = TensorProto.FLOAT if dtype == np.float32 else TensorProto.DOUBLE
+    g = helper.make_graph([helper.make_node("Gelu", ["x"], ["y"], approximate="tanh")], "g",
+                          [helper.make_tensor_value_info("x", et, [7])], [helper.make_tensor_value_info("y", et, None)])
+    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 20)])
+    m.ir_version = 9
+    _compare(m, {"x": x})
