@@ -144,3 +144,20 @@ def test_gelu_tanh_op_of_a_value_above_half_the_dtype_max(dtype: type) -> None:
     m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 20)])
     m.ir_version = 9
     _compare(m, {"x": x})
+
+
+def test_a_pass_that_drops_a_graph_output_fails_the_compile(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A rewrite that removes a value a graph output (or another node) still needs used to compile
+    and run with that value None; the pipeline now verifies the graph once at its end."""
+    from pycann.errors import ModelError
+    from pycann.ge.compile import pipelines
+    from pycann.ge.compile.passes.base import PassResult
+
+    def drop_relu(graph, ctx):  # noqa: ANN001, ANN202  (a deliberately wrong pass)
+        graph.nodes = [n for n in graph.nodes if n.op_type != "Relu"]
+        return PassResult(graph, True, "dropped", [])
+
+    monkeypatch.setattr(pipelines, "COMPILE_PIPELINE", [*pipelines.COMPILE_PIPELINE[:1], ("Broken", drop_relu)])
+    nodes = [helper.make_node("Relu", ["x"], ["r"]), helper.make_node("Neg", ["r"], ["y"])]
+    with pytest.raises(ModelError, match="pass pipeline left an invalid graph.*'r'"):
+        compile_model(_model(nodes, {"x": _f32(2, 3)}, [], ["y"]))

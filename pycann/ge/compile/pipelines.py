@@ -8,6 +8,7 @@ from collections.abc import Callable
 from typing import Any
 
 from pycann import config
+from pycann.errors import ModelError
 from pycann.ge.compile.passes import (
     bn_to_affine,
     cancel_transpose,
@@ -173,6 +174,14 @@ def run_pipeline(graph: Graph, ctx: PassContext, pipeline: list[tuple[str, PassF
             ctx.log(f"[{name}]   not applied: {m}")
         if ctx.debug:
             verify(graph)
+    if not ctx.debug:
+        # once per pipeline (each pass under debug): a rewrite that removed a value something still
+        # reads, or a graph output, fails the compile here instead of running with that value None
+        try:
+            verify(graph)
+        except ModelError as e:
+            raise ModelError(f"the GE pass pipeline left an invalid graph (a pass bug; --fusion_switch_file can "
+                             f"turn the fusion off): {e}") from e
     if dump is not None:
         dump.done(graph)
     return graph
