@@ -161,3 +161,18 @@ def test_a_pass_that_drops_a_graph_output_fails_the_compile(monkeypatch: pytest.
     nodes = [helper.make_node("Relu", ["x"], ["r"]), helper.make_node("Neg", ["r"], ["y"])]
     with pytest.raises(ModelError, match="pass pipeline left an invalid graph.*'r'"):
         compile_model(_model(nodes, {"x": _f32(2, 3)}, [], ["y"]))
+
+
+def test_integer_mul_add_clip_is_not_a_hard_sigmoid() -> None:
+    """Clip(Add(Mul(x, 2), 1), 0, 1) on int32 was canonicalised to HardSigmoid, which takes floats
+    only: the compile failed with 'input 0 has dtype INT32' on a valid model."""
+    x = np.arange(-6, 6, dtype=np.int32).reshape(3, 4)
+    nodes = [helper.make_node("Mul", ["x", "a"], ["m"]), helper.make_node("Add", ["m", "b"], ["s"]),
+             helper.make_node("Clip", ["s", "lo", "hi"], ["y"])]
+    inits = [const("a", np.int32(2)), const("b", np.int32(1)), const("lo", np.int32(0)), const("hi", np.int32(1))]
+    g = helper.make_graph(nodes, "g", [helper.make_tensor_value_info("x", TensorProto.INT32, [3, 4])],
+                          [helper.make_tensor_value_info("y", TensorProto.INT32, None)], inits)
+    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 13)])
+    m.ir_version = 8
+    got = LoadedModel.from_compiled(compile_model(m)).run_dict({"x": x})[0]
+    np.testing.assert_array_equal(got, run_ort(m, {"x": x})[0])

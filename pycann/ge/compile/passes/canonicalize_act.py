@@ -42,6 +42,9 @@ class Rewrite:
     fn: Callable[[GraphIndex, Graph, Node, Rewrites], Result]
 
 
+_FLOAT_TYPES = (1, 10, 11, 16)  # ONNX float, float16, double, bfloat16: the dtypes HardSigmoid takes
+
+
 def _close(v: float | None, want: float) -> bool:
     return v is not None and abs(v - want) <= 1e-6 * max(1.0, abs(want))
 
@@ -90,6 +93,9 @@ def _hard_sigmoid(ix: GraphIndex, g: Graph, n: Node, rw: Rewrites) -> Result:
     # Clip(Add(Mul(x, a), b), 0, 1)
     if clip_bounds(ix, n) != (0.0, 1.0):
         return None
+    d = ix.desc(n.outputs[0])
+    if d is None or d.dtype not in _FLOAT_TYPES:
+        return None  # an integer Mul -> Add -> Clip(0, 1) is no HardSigmoid (the op takes floats only)
     a_node = ix.producers.get(n.inputs[0])
     if not is_op(a_node, "Add") or a_node is None or ix.sole_consumer(a_node.outputs[0]) is not n:
         return None
