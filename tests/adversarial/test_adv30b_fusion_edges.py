@@ -176,3 +176,23 @@ def test_integer_mul_add_clip_is_not_a_hard_sigmoid() -> None:
     m.ir_version = 8
     got = LoadedModel.from_compiled(compile_model(m)).run_dict({"x": x})[0]
     np.testing.assert_array_equal(got, run_ort(m, {"x": x})[0])
+
+
+def test_float16_conv_batchnorm_whose_folded_weights_overflow_is_not_folded() -> None:
+    """A float16 conv + BN with scale 1e5 (gamma 1000, var 1e-4): the folded weights overflowed
+    float16 to +-inf and the conv summed them into NaN where ORT's BN output is +-inf."""
+    h = np.float16
+    nodes = [helper.make_node("Conv", ["x", "W", "B"], ["c"]),
+             helper.make_node("BatchNormalization", ["c", "g", "b", "mu", "var"], ["y"])]
+    inits = [const("W", (_f32(4, 3, 3, 3) * 100).astype(h)), const("B", _f32(4).astype(h)),
+             const("g", np.full(4, 1000, h)), const("b", _f32(4).astype(h)), const("mu", _f32(4).astype(h)),
+             const("var", np.full(4, 1e-4, h))]
+    x = _f32(2, 3, 5, 5).astype(h)
+    g = helper.make_graph(nodes, "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT16, [2, 3, 5, 5])],
+                          [helper.make_tensor_value_info("y", TensorProto.FLOAT16, None)], inits)
+    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
+    m.ir_version = 8
+    got = np.asarray(LoadedModel.from_compiled(compile_model(m)).run_dict({"x": x})[0])
+    want = run_ort(m, {"x": x})[0]
+    np.testing.assert_array_equal(np.isnan(got), np.isnan(want))
+    np.testing.assert_array_equal(np.isinf(got), np.isinf(want))

@@ -62,8 +62,12 @@ def fold(g: Graph) -> tuple[int, list[str]]:
         if len(s) != out_channels(conv, w):
             missed.append(f"{conv.name}+{bn.name}: {len(s)} BN channels, {out_channels(conv, w)} conv outputs")
             continue
-        w_new = scale_out_channels(conv, w, s).astype(w.dtype)
-        b_new = ((b - mean) * s + beta).astype(w.dtype)
+        with np.errstate(over="ignore", invalid="ignore"):
+            w_new = scale_out_channels(conv, w, s).astype(w.dtype)
+            b_new = ((b - mean) * s + beta).astype(w.dtype)
+        if np.isfinite(w).all() and not np.isfinite(w_new).all():  # overflowed (float16): inf * a 0 input is NaN
+            missed.append(f"{conv.name}+{bn.name}: scaled weights overflow {w.dtype}")
+            continue
         wn = g.fresh_name(f"{conv.name}_W_bnfold")
         g.initializers[wn] = w_new
         bname = g.fresh_name(f"{conv.name}_B_bnfold")
