@@ -237,8 +237,25 @@ def _variadic(fn: Callable) -> Kern:
     return kernel
 
 
+def _half(v: np.ndarray) -> bool:
+    """float16 / bfloat16: Sum and Mean of several such inputs accumulate in float32, as ORT
+    (an intermediate sum past 65504 is not inf; one rounding at the end)."""
+    return v.dtype == np.float16 or v.dtype.name == "bfloat16"
+
+
+def _k_sum(x: Sequence[Any], a: Mapping[str, Any]) -> list[np.ndarray]:
+    xs = [v for v in x if v is not None]
+    if len(xs) > 2 and _half(xs[0]):
+        return [_variadic(np.add)([v.astype(np.float32) for v in xs], a)[0].astype(xs[0].dtype)]
+    return _variadic(np.add)(xs, a)
+
+
 def _k_mean(x: Sequence[Any], a: Mapping[str, Any]) -> list[np.ndarray]:
     xs = [v for v in x if v is not None]
+    if len(xs) > 1 and _half(xs[0]):
+        s = _variadic(np.add)([v.astype(np.float32) for v in xs], a)[0]
+        s /= np.float32(len(xs))
+        return [s.astype(xs[0].dtype)]
     s = _variadic(np.add)(xs, a)[0]
     if len(xs) == 1:
         return [s]
@@ -368,7 +385,7 @@ OPS: list[OpDef] = [
     # Before opset 8 the variadic ops required equal shapes; broadcasting is a strict superset.
     OpDef("Max", _typed_broadcast(NUMERIC), _variadic(np.maximum), since=6),
     OpDef("Min", _typed_broadcast(NUMERIC), _variadic(np.minimum), since=6),
-    OpDef("Sum", _typed_broadcast(NUMERIC), _variadic(np.add), since=6),
+    OpDef("Sum", _typed_broadcast(NUMERIC), _k_sum, since=6),
     OpDef("Mean", _typed_broadcast(FLOATS), _k_mean, since=6),
     # Relu stays here (the smoke test's anchor); other activations are in pycann.ops.activation.
     OpDef("Relu", _typed_unary(SIGNED | FLOATS), _k_relu, since=1, out_kernel=_out_relu),

@@ -196,3 +196,45 @@ def test_float16_conv_batchnorm_whose_folded_weights_overflow_is_not_folded() ->
     want = run_ort(m, {"x": x})[0]
     np.testing.assert_array_equal(np.isnan(got), np.isnan(want))
     np.testing.assert_array_equal(np.isinf(got), np.isinf(want))
+
+
+def _typed_model(nodes: list[onnx.NodeProto], feeds: dict[str, np.ndarray], inits: list[onnx.TensorProto],
+                 et: int, opset: int = 13) -> onnx.ModelProto:
+    g = helper.make_graph(nodes, "g", [helper.make_tensor_value_info(k, et, list(v.shape)) for k, v in feeds.items()],
+                          [helper.make_tensor_value_info("y", et, None)], inits)
+    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", opset)])
+    m.ir_version = 8
+    return m
+
+
+@pytest.mark.parametrize("dtype", [np.float16, np.float32])
+def test_gemm_alpha_times_b_overflowing_is_not_folded(dtype: type) -> None:
+    """GemmToMatMul folded alpha into B: alpha * B overflowed the dtype to inf (float16: 1000 * 100),
+    and A @ inf gave NaN where ORT's alpha * (A @ B) of a small A is finite."""
+    big, small = (1000.0, 1e-3) if dtype == np.float16 else (1e30, 1e-30)
+    w = 100.0 if dtype == np.float16 else 1e10
+    a = (_f32(4, 6) * small).astype(dtype)
+    nodes = [helper.make_node("Gemm", ["a", "B", "C"], ["y"], alpha=big)]
+    inits = [const("B", (_f32(6, 5) * w).astype(dtype)), const("C", _f32(5).astype(dtype))]
+    m = _typed_model(nodes, {"a": a}, inits, TensorProto.FLOAT16 if dtype == np.float16 else TensorProto.FLOAT)
+    got = np.asarray(LoadedModel.from_compiled(compile_model(m)).run_dict({"a": a})[0])
+    want = run_ort(m, {"a": a})[0]
+    np.testing.assert_array_equal(np.isnan(got), np.isnan(want))
+    np.testing.assert_allclose(got.astype(np.float64), want.astype(np.float64), rtol=3e-3, atol=3e-3)
+
+
+@pytest.mark.parametrize("op", ["Sum", "Mean"])
+@pytest.mark.parametrize("n", [2, 3])
+def test_float16_sum_and_mean_accumulate_in_float32(op: str, n: int) -> None:
+    """ORT sums float16 Sum / Mean inputs in float32: 60000 + 60000 - 60000 is 60000 and the mean
+    of 60000 and 60000 is 60000; the kernels (and the Add chain Canonicalize made) summed in
+    float16 and returned inf."""
+    h = np.float16
+    vals = [np.array([60000, 1.0, 0.1, 3.3], h), np.array([60000, 2.0, 0.2, 1.1], h),
+            np.array([-60000, 0.3, 0.3, 0.7], h)][:n]
+    feeds = {f"a{i}": v for i, v in enumerate(vals)}
+    m = _typed_model([helper.make_node(op, list(feeds), ["y"])], feeds, [], TensorProto.FLOAT16)
+    got = np.asarray(LoadedModel.from_compiled(compile_model(m)).run_dict(feeds)[0])
+    want = run_ort(m, feeds)[0]
+    assert got.dtype == want.dtype
+    np.testing.assert_array_equal(got, want)

@@ -8,12 +8,15 @@ the anchor does not qualify (printed as "not applied"), or None when there is no
 Rewrites (ONNX semantics, Operators.md):
 - ``VariadicToBinary``: ``Sum``/``Max``/``Min`` of two inputs -> ``Add``/``Max``/``Min`` of two
   (binary form), of n > 2 -> a left-to-right chain, of one -> ``Identity``; ``Mean`` -> the
-  ``Add`` chain times ``1/n`` (exact for n a power of two; within one rounding otherwise).
+  ``Add`` chain times ``1/n`` (exact for n a power of two; within one rounding otherwise), for
+  float32 / float64 (a float16 Mean, or Sum of more than two, stays: the op accumulates in float32,
+  as ORT, where an Add chain in float16 would overflow).
 - ``DivByConstant``: ``Div(x, c)`` with a float constant ``c`` whose reciprocal is finite ->
   ``Mul(x, 1/c)`` (exact when ``c`` is a power of two; otherwise within one float rounding, which
   is what ORT's own ``Div`` -> ``Mul`` rewrite accepts).
 - ``GemmToMatMul``: ``Gemm(A, B, C)`` with ``transA = 0``, a rank-2 ``A`` and a constant ``B``
-  (``alpha`` and ``transB`` folded into it) and a constant or absent ``C`` (``beta`` folded in) ->
+  (``alpha`` and ``transB`` folded into it, unless ``alpha * B`` overflows) and a constant or absent
+  ``C`` (``beta`` folded in, unless that overflows) ->
   ``MatMul`` [+ ``Add``]: the form MatMulBiasActivationFusion matches.
 - ``FlattenToReshape``: ``Flatten(axis)`` whose input dims after ``axis`` are known ->
   ``Reshape(x, [0,] * axis-part, prod(rest))``: one spelling for TransposeReshapeCancellation.
@@ -77,6 +80,12 @@ def _variadic(ix: GraphIndex, g: Graph, n: Node, rw: Rewrites) -> tuple[list[Nod
     out = n.outputs[0]
     if len(ins) == 1:
         return [n], [Node("Identity", [ins[0]], [out], name=f"{n.name}_identity", opset=n.opset)]
+    dt = np_dtype(ix.desc(ins[0]))
+    wide = dt is not None and dt.kind == "f" and dt.itemsize >= 4  # float32 / float64
+    half = dt is not None and (dt == np.float16 or dt.name == "bfloat16")
+    if (n.op_type == "Mean" and not wide) or (n.op_type == "Sum" and len(ins) > 2 and half):
+        # (float16: the op accumulates in float32, as ORT; an Add chain in float16 overflows past 65504)
+        return f"{n.op_type} {n.name}: dtype {dt} kept (a Mean of float32 / float64 and a Sum of no 16-bit float are rewritten)"
     base = "Add" if n.op_type in ("Sum", "Mean") else n.op_type
     new: list[Node] = []
     acc = ins[0]
@@ -86,9 +95,7 @@ def _variadic(ix: GraphIndex, g: Graph, n: Node, rw: Rewrites) -> tuple[list[Nod
         new.append(Node(base, [acc, x], [y], name=f"{n.name}_{base.lower()}{k}", opset=n.opset))
         acc = y
     if n.op_type == "Mean":
-        dt = np_dtype(ix.desc(ins[0]))
-        if dt is None or dt.kind != "f":
-            return f"Mean {n.name}: non-float (or unknown) dtype kept"
+        assert dt is not None
         k_name = _const_name(g, f"{n.name}_inv_n", np.asarray(1.0 / len(ins), dtype=dt))
         new.append(Node("Mul", [acc, k_name], [out], name=f"{n.name}_scale", opset=n.opset))
     return [n], new
@@ -131,11 +138,20 @@ def _gemm(ix: GraphIndex, g: Graph, n: Node, rw: Rewrites) -> tuple[list[Node], 
         return f"Gemm {n.name}: C is not a constant of B's dtype"
     bt = b.T if int(n.attrs.get("transB", 0)) else b
     if alpha != 1.0:
-        bt = (bt.astype(np.float64) * alpha).astype(b.dtype)
+        with np.errstate(over="ignore", invalid="ignore"):
+            bt = (bt.astype(np.float64) * alpha).astype(b.dtype)
+        if np.isfinite(b).all() and not np.isfinite(bt).all():  # alpha * (A @ B) may be finite: A @ inf is not
+            return f"Gemm {n.name}: alpha * B overflows {b.dtype}"
+    cc = None
+    if c is not None and beta not in (0.0, 1.0):
+        with np.errstate(over="ignore", invalid="ignore"):
+            cc = (c.astype(np.float64) * beta).astype(c.dtype)
+        if np.isfinite(c).all() and not np.isfinite(cc).all():
+            return f"Gemm {n.name}: beta * C overflows {c.dtype}"
     w = _const_name(g, f"{n.inputs[1]}_matmul", bt)
     if c is None or (beta == 0.0):
         return [n], [Node("MatMul", [n.inputs[0], w], list(n.outputs), name=f"{n.name}_matmul", opset=13)]
-    cc = c if beta == 1.0 else (c.astype(np.float64) * beta).astype(c.dtype)
+    cc = c if cc is None else cc
     bias = _const_name(g, f"{c_name}_bias", cc)
     mid = _fresh(g, f"{n.name}_mm")
     return [n], [Node("MatMul", [n.inputs[0], w], [mid], name=f"{n.name}_matmul", opset=13),
