@@ -238,3 +238,16 @@ def test_float16_sum_and_mean_accumulate_in_float32(op: str, n: int) -> None:
     want = run_ort(m, feeds)[0]
     assert got.dtype == want.dtype
     np.testing.assert_array_equal(got, want)
+
+
+@pytest.mark.parametrize("opset", [7, 9, 13])
+@pytest.mark.parametrize("read", [("y",), ("y", "rm", "rv"), ("y", "sm", "sv"), ("rm",)])
+def test_batchnorm_before_opset_14_with_its_training_outputs(opset: int, read: tuple[str, ...]) -> None:
+    """BatchNormalization-7..13 naming mean / var / saved_mean / saved_var is the spec's training
+    form, which ORT runs with the batch statistics; the importer dropped those outputs and ran the
+    inference form: Y differed and a read running mean came back None."""
+    nodes = [helper.make_node("BatchNormalization", ["x", "g", "b", "mu", "var"], ["y", "rm", "rv", "sm", "sv"],
+                              momentum=0.7, epsilon=1e-3)]
+    inits = [const("g", _f32(4)), const("b", _f32(4)), const("mu", _f32(4)), const("var", np.abs(_f32(4)) + 0.1)]
+    feeds = {"x": _f32(2, 4, 3, 3)}
+    _compare(_model(nodes, feeds, inits, list(read), opset=opset), feeds)

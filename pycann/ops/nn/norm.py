@@ -2,7 +2,8 @@
 LayerNormalization, GroupNormalization, LpNormalization, MeanVarianceNormalization, LRN).
 
 Statistics run in float32 (or the ``stash_type``) for narrow float inputs and results are cast
-back to the input dtype. BatchNormalization is evaluated in inference mode unless an opset >= 14 node sets training_mode=1.
+back to the input dtype. BatchNormalization is evaluated in inference mode unless an opset >= 14 node sets training_mode=1
+(the importer sets it on an opset 7-13 node that names its running-stat outputs: the spec's training form).
 """
 
 from __future__ import annotations

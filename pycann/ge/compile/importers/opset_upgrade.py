@@ -138,17 +138,61 @@ def _prelu(node: Node, g: Graph) -> list[Node]:
 
 
 def _bn(node: Node, g: Graph) -> list[Node]:
-    """Before opset 14 there is no training_mode attribute: the node is an inference BN whatever
-    momentum/spatial/is_test/consumed_inputs say (Paddle exports set momentum), so the
-    optional running-stat outputs are dropped. From opset 14 an explicit training_mode=1 is kept."""
+    """Before opset 14 there is no training_mode attribute: a node with Y alone is an inference BN
+    whatever momentum/spatial/is_test/consumed_inputs say (Paddle exports set momentum). One that
+    names its running-stat outputs (opset 7-13: Y, mean, var, saved_mean, saved_var) is the spec's
+    training form, as ONNX Runtime runs it: ``_bn_training``. From opset 14 an explicit
+    training_mode=1 is kept."""
     if node.opset >= 14 and node.attrs.get("training_mode", 0):
         return [node]
     if node.opset < 9 and not int(node.attrs.get("spatial", 1)) and len(node.inputs) >= 5:
         return _bn_per_activation(node, g)
+    if 7 <= node.opset < 14 and any(node.outputs[1:]):
+        return _bn_training(node, g)
     for a in ("momentum", "spatial", "is_test", "consumed_inputs", "training_mode"):
         node.attrs.pop(a, None)
     node.outputs = node.outputs[:1]
     return [node]
+
+
+def _bn_training(node: Node, g: Graph) -> list[Node]:
+    """BatchNormalization-7..13 with output case #1 (training): the opset-15 op with
+    training_mode=1 computes Y and the updated running mean / var; saved_mean (the batch mean) and
+    saved_var (ONNX Runtime's: the batch's 1 / sqrt(var + epsilon)), when named, as their own nodes
+    over X reshaped to [N, C, -1] (any rank)."""
+    outs = list(node.outputs) + [""] * (5 - len(node.outputs))
+    for a in ("spatial", "is_test", "consumed_inputs"):
+        node.attrs.pop(a, None)
+    node.attrs["training_mode"] = 1
+    node.outputs = outs[:3]
+    while node.outputs and not node.outputs[-1]:
+        node.outputs.pop()
+    new = [node]
+    if not (outs[3] or outs[4]):
+        return new
+    dt = _dtype_of(node.inputs[1], g)  # scale: X's type T before opset 14
+    op = max(node.opset, 18)
+
+    def const(tag: str, value: np.ndarray) -> str:
+        name = g.fresh_name(f"{node.name}_{tag}")
+        g.initializers[name] = value
+        return name
+
+    def add(op_type: str, ins: list[str], out: str = "", **attrs: object) -> str:
+        out = out or g.fresh_name(f"{node.name}_saved_stats{len(new)}")  # (fresh_name reserves nothing)
+        new.append(Node(op_type, ins, [out], dict(attrs), name=f"{out}_node", opset=op, origin=list(node.origin)))
+        return out
+
+    axes = const("stat_axes", np.array([0, 2], np.int64))
+    r = add("Reshape", [node.inputs[0], const("ncx", np.array([0, 0, -1], np.int64))])
+    if outs[3]:
+        add("ReduceMean", [r, axes], outs[3], keepdims=0)
+    if outs[4]:
+        d = add("Sub", [r, add("ReduceMean", [r, axes], keepdims=1)])
+        v = add("ReduceMean", [add("Mul", [d, d]), axes], keepdims=0)
+        eps = const("epsilon", np.asarray(float(node.attrs.get("epsilon", 1e-5)), dtype=dt))
+        add("Reciprocal", [add("Sqrt", [add("Add", [v, eps])])], outs[4])
+    return new
 
 
 def _bn_per_activation(node: Node, g: Graph) -> list[Node]:
