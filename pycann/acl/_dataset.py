@@ -14,7 +14,7 @@ from pycann.acl import constants as C
 from pycann.acl._models import mdl_api as api
 from pycann.acl._state import as_int, handles
 from pycann.acl.base import TensorDescObj, tensor_desc
-from pycann.acl.errors import fault
+from pycann.acl.errors import AclFault, fault
 from pycann.dtypes import ACL_DTYPE, from_numpy
 
 
@@ -43,9 +43,17 @@ def create_dataset() -> int:
 def destroy_dataset(dataset_h: int) -> int:
     """Frees the dataset (and the tensor descs it made), not its data buffers."""
     ds = handles.pop("dataset", dataset_h, "dataset")
-    for h in ds.owned.values():
-        handles.pop("tensor_desc", h)
+    for h in (*ds.owned.values(), *ds.descs.values()):
+        _drop_desc(h)
     return C.ACL_SUCCESS
+
+
+def _drop_desc(h: int) -> None:
+    """Free a tensor desc the dataset owns (unless the app already destroyed it)."""
+    try:
+        handles.pop("tensor_desc", h)
+    except AclFault:
+        pass
 
 
 @api(out=(0,))
@@ -70,15 +78,33 @@ def get_dataset_num_buffers(dataset_h: int) -> int:
     return len(dataset(dataset_h).buffers)
 
 
-@api()
-def set_dataset_tensor_desc(dataset_h: int, desc: int, index: int) -> int:
-    """Give input ``index`` its concrete shape (models with dynamic dims)."""
+@api(out=(0,))
+def set_dataset_tensor_desc(dataset_h: int, desc: int, index: int) -> tuple[int, int]:
+    """``dataset, ret = set_dataset_tensor_desc(dataset, desc, index)``: give buffer ``index`` its
+    concrete shape (models with dynamic dims). As pyACL, the dataset is passed through (like
+    ``add_dataset_buffer``); as ``aclmdlSetDatasetTensorDesc``, ``index`` must name one of the
+    dataset's buffers, the dataset keeps its own copy of the desc (the app may destroy its desc at
+    once) and ``desc`` 0 removes the one set."""
     ds, i = dataset(dataset_h), as_int(index, "index")
-    tensor_desc(desc)
-    if i < 0:
-        raise fault(C.ACL_ERROR_INVALID_PARAM, f"invalid index {i}")
-    ds.descs[i] = int(desc)
-    return C.ACL_SUCCESS
+    if not 0 <= i < len(ds.buffers):
+        raise fault(C.ACL_ERROR_INVALID_PARAM,
+                    f"index {i} out of range: the dataset has {len(ds.buffers)} buffers (add them first)")
+    if as_int(desc, "tensor desc") == 0:
+        if i in ds.descs:
+            _drop_desc(ds.descs.pop(i))
+        return int(dataset_h), C.ACL_SUCCESS
+    t = tensor_desc(desc)
+    copy = TensorDescObj(t.dtype, list(t.dims), t.format, t.name, dict(t.extra))
+    try:  # (updated in place, as CANN does: a handle from get_dataset_tensor_desc stays valid)
+        mine = tensor_desc(ds.descs[i]) if i in ds.descs else None
+    except AclFault:  # (the app destroyed the dataset's desc)
+        mine = None
+    if mine is None:
+        ds.descs[i] = handles.add("tensor_desc", copy)
+    else:
+        mine.dtype, mine.dims, mine.format, mine.name, mine.extra = (copy.dtype, copy.dims, copy.format, copy.name,
+                                                                    copy.extra)
+    return int(dataset_h), C.ACL_SUCCESS
 
 
 @api(bare=0)
@@ -86,7 +112,7 @@ def get_dataset_tensor_desc(dataset_h: int, index: int) -> int:
     """The tensor desc of buffer ``index``: the one set, or for an output dataset after an
     execution, one with the actual output shape (owned by the dataset)."""
     ds, i = dataset(dataset_h), as_int(index, "index")
-    if i in ds.descs:
+    if i in ds.descs and not 0 <= i < len(ds.out_shapes):
         return ds.descs[i]
     if not 0 <= i < len(ds.out_shapes):
         raise fault(C.ACL_ERROR_INVALID_PARAM, f"the dataset has no tensor desc at index {i}")

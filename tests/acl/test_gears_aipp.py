@@ -106,7 +106,7 @@ def test_batch_gears_match_static_models(acl_ready: int, batch_om: Path) -> None
     assert acl.mdl.get_cur_output_dims(desc, 0)[0]["dims"] == [2, 3]
     # a tensor desc's shape must be a gear too
     td = acl.create_tensor_desc(C.ACL_FLOAT, [3, 4], C.ACL_FORMAT_ND)
-    assert acl.mdl.set_dataset_tensor_desc(ind, td, 0) == 0
+    assert acl.mdl.set_dataset_tensor_desc(ind, td, 0) == (ind, 0)
     assert acl.mdl.execute(mid, ind, sets[4][1]) == C.ACL_ERROR_GE_SHAPE_INVALID
     assert "match no gear" in acl.get_recent_err_msg()
 

@@ -196,9 +196,10 @@ def test_datasets(acl_ready: int) -> None:
     assert acl.mdl.get_dataset_buffer(ds, 2) == 0
     assert acl.mdl.get_dataset_tensor_desc(ds, 0) == 0
     td = acl.create_tensor_desc(C.ACL_FLOAT, [1, 4], C.ACL_FORMAT_ND)
-    assert acl.mdl.set_dataset_tensor_desc(ds, td, 0) == 0
-    assert acl.mdl.get_dataset_tensor_desc(ds, 0) == td
-    assert acl.mdl.set_dataset_tensor_desc(ds, 555, 0) == C.ACL_ERROR_INVALID_RESOURCE_HANDLE
+    assert acl.mdl.set_dataset_tensor_desc(ds, td, 0) == (ds, 0)
+    got = acl.mdl.get_dataset_tensor_desc(ds, 0)  # the dataset's own copy (CANN copies the desc)
+    assert acl.get_tensor_desc_num_dims(got) == 2 and acl.get_tensor_desc_dim(got, 1) == 4
+    assert acl.mdl.set_dataset_tensor_desc(ds, 555, 0)[1] == C.ACL_ERROR_INVALID_RESOURCE_HANDLE
     assert acl.mdl.destroy_dataset(ds) == 0
     assert acl.mdl.destroy_dataset(ds) == C.ACL_ERROR_INVALID_RESOURCE_HANDLE
     assert acl.mdl.get_dataset_num_buffers(ds) == 0
@@ -299,7 +300,7 @@ def test_dynamic_batch(acl_ready: int, dyn_om: Path, small_om: Path) -> None:
     # set_dataset_tensor_desc (dymshape)
     ind3, _ = dataset_of([(dx, 8 * 16)])
     td = acl.create_tensor_desc(C.ACL_FLOAT, [1, 4], C.ACL_FORMAT_ND)
-    acl.mdl.set_dataset_tensor_desc(ind3, td, 0)
+    assert acl.mdl.set_dataset_tensor_desc(ind3, td, 0) == (ind3, 0)
     assert acl.mdl.execute(mid, ind3, outd) == 0
     np.testing.assert_allclose(from_device(outs[0], (1, 3)), want[0][:1], rtol=1e-6)
     bad = acl.create_tensor_desc(C.ACL_FLOAT, [1, 5], C.ACL_FORMAT_ND)
@@ -330,6 +331,34 @@ def _relu_hw(tmp_path: Path, options: Any = None) -> tuple[int, np.ndarray, Any,
     ind, _ = dataset_of([(dx, 48)])
     outd, _ = dataset_of([(do, 48)])
     return mid, x, ind, outd, do
+
+
+def test_set_dataset_tensor_desc_as_pyacl(acl_ready: int, dyn_om: Path) -> None:
+    """pyACL: ``dataset, ret = set_dataset_tensor_desc(...)``; as aclmdlSetDatasetTensorDesc the
+    dataset keeps a copy (the app may destroy its desc before executing), index must name a buffer
+    and desc 0 removes the one set."""
+    mid, _ = acl.mdl.load_from_file(str(dyn_om))
+    x = np.random.default_rng(5).standard_normal((2, 4)).astype(np.float32)
+    dx = to_device(x, 8 * 16)
+    outs = [acl.rt.malloc(8 * 12, 0)[0] for _ in range(2)]
+    ind, _ = dataset_of([(dx, 8 * 16)])
+    outd, _ = dataset_of([(o, 8 * 12) for o in outs])
+    td = acl.create_tensor_desc(C.ACL_FLOAT, [2, 4], C.ACL_FORMAT_ND)
+    dataset, ret = acl.mdl.set_dataset_tensor_desc(ind, td, 0)
+    assert (dataset, ret) == (ind, 0)
+    acl.destroy_tensor_desc(td)  # the samples do this right away
+    assert acl.mdl.execute(mid, ind, outd) == 0, acl.get_recent_err_msg()
+    np.testing.assert_allclose(from_device(outs[1], (2, 3)), small_ref(x)[1], rtol=1e-6)
+    od = acl.mdl.get_dataset_tensor_desc(outd, 1)
+    assert [acl.get_tensor_desc_dim(od, i) for i in range(2)] == [2, 3]
+    td = acl.create_tensor_desc(C.ACL_FLOAT, [2, 4], C.ACL_FORMAT_ND)
+    assert acl.mdl.set_dataset_tensor_desc(ind, td, 1) == (0, C.ACL_ERROR_INVALID_PARAM)  # 1 buffer only
+    assert "out of range" in acl.get_recent_err_msg()
+    assert acl.mdl.set_dataset_tensor_desc(ind, 0, 0) == (ind, 0)  # removes it
+    assert acl.mdl.get_dataset_tensor_desc(ind, 0) == 0
+    assert acl.mdl.execute(mid, ind, outd) == C.ACL_ERROR_GE_SHAPE_INVALID  # no shape any more
+    acl.destroy_tensor_desc(td)
+    assert acl.mdl.destroy_dataset(ind) == 0
 
 
 def test_dynamic_hw(acl_ready: int, tmp_path: Path) -> None:
