@@ -216,6 +216,35 @@ class InferSession:
         """``infer`` for each feed set in turn."""
         return [self.infer(f, mode, custom_sizes) for f in feeds_list]
 
+    def infer_iteration(self, feeds: Sequence[Any] | Mapping[str, Any], in_out_list: Sequence[int] | None = None,
+                        iteration_times: int = 1, mode: str = "static", custom_sizes: int | list[int] = 100000,
+                        mem_copy: bool = True) -> list[np.ndarray]:
+        """ais_bench's ``infer_iteration``: ``infer`` ``iteration_times`` times; before each later run,
+        input ``i`` becomes the previous run's output ``in_out_list[i]`` (-1 keeps input ``i``'s feed).
+        ``in_out_list`` needs one entry per input (``RuntimeError``; a non-int ``TypeError``, one outside
+        -1 .. outputs-1 ``IndexError``), as ais_bench checks it. ``mem_copy`` has no effect."""
+        if isinstance(iteration_times, bool) or not isinstance(iteration_times, int):
+            raise TypeError(f"value:{iteration_times} is not a integer!")
+        if iteration_times <= 0:
+            raise ValueError(f"input value:{iteration_times} is out of range. Please check.")
+        links = list(in_out_list or [])
+        names = [i.name for i in self.model.inputs]
+        if len(links) != len(names):
+            raise RuntimeError(f"inputs' amount and length of in_out_list not matched! in_out_list has {len(links)} "
+                               f"entries, the model has {len(names)} inputs ({', '.join(names)})")
+        for j in links:
+            if isinstance(j, bool) or not isinstance(j, int):
+                raise TypeError(f"in_out_list reused_index:{j} is not a integer!")
+            if not -1 <= j < len(self.model.outputs):
+                raise IndexError(f"in_out_list[{links}] out of range, length range is (-1, {len(self.model.outputs)})")
+        feeds = self._bare(feeds)
+        current = [feeds[n] for n in names if n in feeds] if isinstance(feeds, Mapping) else list(feeds)
+        outs = self.infer(current, mode, custom_sizes)
+        for _ in range(iteration_times - 1):
+            current = [outs[j] if j >= 0 else x for x, j in zip(current, links)]
+            outs = self.infer(current, mode, custom_sizes)
+        return outs
+
     def run(self, output_names: Any, input_feed: Any = None) -> list[np.ndarray]:
         """ONNX Runtime style ``run(output_names, {name: array})`` (all outputs if ``output_names``
         is None), or ais_bench's low-level ``run(feeds, out_array=False)``."""

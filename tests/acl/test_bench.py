@@ -209,3 +209,34 @@ def test_acl_json_path_applies_again_after_finalize(small_om: Path, tmp_path: Pa
         sess.infer([np.ones(tuple(sess.get_inputs()[0].shape), np.float32)])
         InferSession.finalize()
         assert list((tmp_path / run).glob("*/dump_index.csv")), run
+
+
+def test_session_infer_iteration(tmp_path: Path) -> None:
+    """ais_bench's infer_iteration: outputs fed back as inputs (in_out_list), checked as ais_bench does."""
+    import onnx
+    from onnx import TensorProto, helper
+
+    g = helper.make_graph(
+        [helper.make_node("Add", ["x", "one"], ["y"]), helper.make_node("Mul", ["x", "k"], ["z"])], "g",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 3]),
+         helper.make_tensor_value_info("k", TensorProto.FLOAT, [2, 3])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [2, 3]),
+         helper.make_tensor_value_info("z", TensorProto.FLOAT, [2, 3])],
+        [helper.make_tensor("one", TensorProto.FLOAT, [], [1.0])])
+    src = tmp_path / "it.onnx"
+    onnx.save(helper.make_model(g, opset_imports=[helper.make_opsetid("", 13)]), src)
+    sess = InferSession(0, str(src))
+    x = np.arange(6, dtype=np.float32).reshape(2, 3)
+    k = np.full((2, 3), 2.0, np.float32)
+    y, z = sess.infer_iteration([x, k], in_out_list=[0, -1], iteration_times=3)
+    np.testing.assert_array_equal(y, x + 3)  # x -> x+1 -> x+2 -> x+3
+    np.testing.assert_array_equal(z, (x + 2) * 2)  # the last run's x is x+2; k kept
+    y, z = sess.infer_iteration({"x": x, "k": k}, in_out_list=[1, 1], iteration_times=2)
+    np.testing.assert_array_equal(z, (x * 2) * (k * x))  # x and k both became the first run's z
+    np.testing.assert_array_equal(sess.infer_iteration([x, k], [0, 0])[0], x + 1)  # once: plain infer
+    with pytest.raises(RuntimeError, match="in_out_list"):
+        sess.infer_iteration([x, k], [0], iteration_times=2)
+    with pytest.raises(IndexError, match="out of range"):
+        sess.infer_iteration([x, k], [0, 2], iteration_times=2)
+    with pytest.raises(ValueError, match="out of range"):
+        sess.infer_iteration([x, k], [0, -1], iteration_times=0)
