@@ -173,6 +173,16 @@ def analyze(c: Collector, peaks: Peaks) -> Report:
         per_thread.setdefault(ev[2], []).append((ev[3], -ev[4], 1, i))
     infer_count: dict[str, int] = {}
     model_ids: dict[str, int] = {}
+    others: dict[str, int] = {}
+
+    def model_id(model: str, gname: str) -> int:
+        """The id ``acl.mdl.load_*`` returned (as CANN's op_summary and the dump's folders give it);
+        models loaded otherwise are numbered from 0, as the dump numbers them."""
+        if model not in model_ids:
+            acl_id = c.acl_ids.get(gname)
+            model_ids[model] = acl_id if acl_id is not None else others.setdefault(model, len(others))
+        return model_ids[model]
+
     run_rows: list[RunRow] = []
     op_rows: list[OpRow] = []
     for thread in sorted(per_thread, key=lambda t: min(iv[0] for iv in per_thread[t])):
@@ -190,7 +200,7 @@ def analyze(c: Collector, peaks: Peaks) -> Report:
                 gname = c.runs[i][0]
                 if not stack:  # a top-level model execution
                     model = hooks.model_name_of(gname)
-                    model_ids.setdefault(model, len(model_ids))
+                    model_id(model, gname)
                     infer = infer_count.get(model, 0)
                     infer_count[model] = infer + 1
                     row = RunRow(model, infer, sid, s - c.perf0, e - s)
@@ -202,7 +212,7 @@ def analyze(c: Collector, peaks: Peaks) -> Report:
                 continue
             node, gname, _, _, _, ins, outs = c.nodes[i]
             model = run.model if run is not None else hooks.model_name_of(gname)
-            model_ids.setdefault(model, len(model_ids))
+            model_id(model, gname)
             op_type = getattr(node, "op_type", "?")
             attrs = getattr(node, "attrs", {})
             wait = s - prev_end if depth == 0 and prev_end is not None else 0

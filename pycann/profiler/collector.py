@@ -10,6 +10,7 @@ import time
 from collections.abc import Sequence
 from typing import Any
 
+from pycann.profiler import hooks
 from pycann.profiler.flops import Meta
 
 # (node, graph name, thread ident, start ns, end ns, input metas, output metas)
@@ -45,6 +46,7 @@ class Collector:
         self.nodes: list[NodeEvent] = []
         self.runs: list[RunEvent] = []
         self.apis: list[ApiEvent] = []
+        self.acl_ids: dict[str, int] = {}  # graph name -> the id acl.mdl.load_* gave it (seen at run time)
         self.api = api
         self.stopped_ns: int | None = None
 
@@ -55,6 +57,9 @@ class Collector:
 
     def on_run(self, graph_name: str, start_ns: int, end_ns: int) -> None:
         self.runs.append((graph_name, threading.get_ident(), start_ns, end_ns))
+        mid = hooks.ACL_MODEL_IDS.get(graph_name)  # (kept here: unload forgets it before the report is made)
+        if mid is not None:
+            self.acl_ids.setdefault(graph_name, mid)
 
     def on_api(self, name: str, track: str, start_ns: int, end_ns: int, args: dict[str, Any]) -> None:
         if self.api:

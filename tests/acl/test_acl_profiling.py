@@ -12,7 +12,7 @@ import numpy as np
 
 import pycann.acl as acl
 from pycann.profiler import hooks
-from tests.acl.helpers import from_device, to_device
+from tests.acl.helpers import dataset_of, from_device, to_device
 
 
 def test_acl_json_profiler_records_api_and_memcpy(tmp_path: Path) -> None:
@@ -37,3 +37,34 @@ def test_acl_json_profiler_records_api_and_memcpy(tmp_path: Path) -> None:
     events = events["traceEvents"] if isinstance(events, dict) else events
     names = {e.get("name") for e in events}
     assert "acl.rt.memcpy" in names and "acl.rt.malloc" in names
+
+
+def test_op_summary_model_id_is_the_loaded_model_id(no_acl: None, small_om: Path, tmp_path: Path) -> None:
+    """op_summary's Model ID is the id acl.mdl.load_from_file returned (as in CANN, and as the dump's
+    folder names it), also when the app unloaded the model before acl.finalize wrote the report."""
+    import csv
+
+    out = tmp_path / "prof"
+    cfg = tmp_path / "acl.json"
+    cfg.write_text(json.dumps({"profiler": {"switch": "on", "output": str(out)}}))
+    assert acl.init(str(cfg)) == 0
+    try:
+        assert acl.rt.set_device(0) == 0
+        first, _ = acl.mdl.load_from_file(str(small_om))  # (ids count from 1: never 0)
+        mid, ret = acl.mdl.load_from_file(str(small_om))
+        assert ret == 0 and mid == first + 1
+        assert acl.mdl.unload(first) == 0
+        x = np.ones((2, 4), np.float32)
+        dx, dy, dz = to_device(x), acl.rt.malloc(24, 0)[0], acl.rt.malloc(24, 0)[0]
+        ind, _ = dataset_of([(dx, 32)])
+        outd, _ = dataset_of([(dy, 24), (dz, 24)])
+        assert acl.mdl.execute(mid, ind, outd) == 0, acl.get_recent_err_msg()
+        assert acl.mdl.unload(mid) == 0
+        for p in (dx, dy, dz):
+            assert acl.rt.free(p) == 0
+        assert acl.rt.reset_device(0) == 0
+    finally:
+        assert acl.finalize() == 0
+    summaries = glob.glob(os.path.join(out, "PROF_*", "mindstudio_profiler_output", "op_summary_*.csv"))
+    rows = list(csv.DictReader(open(summaries[0], encoding="utf-8")))
+    assert rows and {r["Model ID"] for r in rows} == {str(mid)}
