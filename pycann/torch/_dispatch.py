@@ -63,6 +63,9 @@ class _OpInfo:
     tensor_kwargs: frozenset[str] = frozenset()
     inplace: bool = False  # argument 0 is written and returned (``relu_``, ``add_.Tensor``)
     cross_device: bool = False  # takes CPU tensors beside npu ones (``_CROSS_DEVICE``): no device check
+    # ``Tensor`` arguments (plain, not optional or lists): a wrapped number (``fmod.Scalar`` calls
+    # ``fmod.Tensor`` with its Scalar as one) reaches the boxed kernel as a Python number
+    plain_tensor_args: tuple[int, ...] = ()
     fast: _fastpath.OpCache = field(default_factory=_fastpath.OpCache)  # a pycann op's recorded signatures
 
 
@@ -120,7 +123,8 @@ def _info(op: Any) -> _OpInfo:
                    device_arg, generator_arg, tuple(writes), tuple(mutable), special, {},
                    tuple(tensorish), frozenset(args[i].name for i in tensorish),
                    bool(mutable) and mutable[0] == 0 and not args[0].kwarg_only and writes[:1] == [0],
-                   schema.name in _CROSS_DEVICE)
+                   schema.name in _CROSS_DEVICE,
+                   plain_tensor_args=tuple(i for i, a in enumerate(args) if str(a.type) == "Tensor"))
     _infos[id(op)] = info
     _keep.append(op)  # ids stay valid: the overloads live as long as the process anyway
     return info
@@ -349,6 +353,30 @@ def _kernel(op: Any, *args: Any, **kwargs: Any) -> Any:
 _UNVERSIONED_WRITES = frozenset({"aten::native_batch_norm", "aten::_native_batch_norm_legit"})
 
 
+_NUMBERS = (bool, int, float, complex)
+
+
+def _wrap_numbers(info: _OpInfo, cargs: list[Any], ckw: dict[str, Any]) -> None:
+    """Python numbers in ``Tensor`` arguments -> 0-dim CPU tensors. ATen's Scalar overloads
+    (``fmod.Scalar``, ``remainder.Scalar``, ``bitwise_and.Scalar``, ``xlogy.OtherScalar``, ...) call
+    the Tensor overload with a wrapped-number tensor, which the boxed fallback receives as a Python
+    number; calling the overload back with it fails ("Unable to cast 3 to Tensor") except for the few
+    ops PyTorch's binding lets take numbers (add, mul, ...). The tensor gets the dtype the wrapped
+    number would have promoted to (``torch.result_type``), so the result dtype is ATen's."""
+    names = info.arg_names
+    slots = [(i, cargs[i] if i < len(cargs) else ckw.get(names[i])) for i in info.plain_tensor_args]
+    if not any(isinstance(v, _NUMBERS) for _, v in slots):
+        return
+    ref = next((v for _, v in slots if isinstance(v, torch.Tensor)), None)
+    for i, v in slots:
+        if isinstance(v, _NUMBERS):
+            t = torch.tensor(v, dtype=torch.result_type(ref, v) if ref is not None else None)
+            if i < len(cargs):
+                cargs[i] = t
+            else:
+                ckw[names[i]] = t
+
+
 def _compute(op: Any, info: _OpInfo, args: tuple[Any, ...], kwargs: dict[str, Any]) -> tuple[Any, Provider]:
     spec = info.pycann
     if spec is not None:
@@ -402,6 +430,8 @@ def _compute(op: Any, info: _OpInfo, args: tuple[Any, ...], kwargs: dict[str, An
     else:
         if provider is Provider.PYCANN:
             provider = Provider.HOST
+        if info.plain_tensor_args:
+            _wrap_numbers(info, cargs, ckw)
         for i in info.mutable_args:
             # an empty out= tensor is resized by the kernel: give it resizable host memory
             name = info.arg_names[i]

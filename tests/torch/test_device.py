@@ -36,6 +36,25 @@ def test_ops_match_cpu() -> None:
         torch.testing.assert_close(got.cpu(), f(a, b))
 
 
+def test_scalar_overloads_match_cpu() -> None:
+    """ATen's Scalar overloads (``x % 3``, ``fmod``, ``&``, ``xlogy``, ``copysign``) reach the npu as the
+    Tensor overload with a wrapped number, a Python number in the boxed kernel: the values and the
+    result dtype are torch CPU's (it was "Unable to cast 3 to Tensor")."""
+    import warnings
+
+    ia, fa = torch.arange(-5, 5, dtype=torch.int32), torch.linspace(-3, 3, 10)
+    cases = (lambda i, f: i % 3, lambda i, f: torch.fmod(f, 1.5), lambda i, f: torch.fmod(i, 2.5),
+             lambda i, f: i & 3, lambda i, f: (i > 0) | True, lambda i, f: torch.xlogy(f.abs(), 2),
+             lambda i, f: torch.copysign(i, -1), lambda i, f: f.half() % 2, lambda i, f: i[3] % 4,
+             lambda i, f: i.clone().remainder_(3), lambda i, f: torch.fmod(f, 3, out=torch.empty_like(f)))
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # (the CPU fallback's warning)
+        for f in cases:
+            want, got = f(ia, fa), f(ia.npu(), fa.npu())
+            assert got.device.type == "npu"
+            torch.testing.assert_close(got.cpu(), want, rtol=0, atol=0)  # (dtypes too)
+
+
 def test_cpu_tensors_beside_npu_ones_raise_as_on_a_device() -> None:
     """PyTorch's rule on CUDA (and torch_npu's): no CPU tensor in an op on npu tensors, except a 0-dim
     one and an index; code that mixes them would otherwise pass here and fail on a real NPU."""
