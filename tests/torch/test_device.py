@@ -356,6 +356,14 @@ def test_api_names_of_torch_npu() -> None:
     assert torch.npu.is_jit_compile_false()
     torch.npu.set_compile_mode(jit_compile=True)
     assert not torch.npu.is_jit_compile_false()
+    # and the next lines (AttributeError: module 'pycann.torch.npu' has no attribute 'matmul' before)
+    assert torch.npu.matmul.allow_hf32 is False and torch.npu.conv.allow_hf32 is True  # torch_npu's defaults
+    torch.npu.matmul.allow_hf32 = True
+    torch.npu.conv.allow_hf32 = False
+    assert torch.npu.matmul.allow_hf32 and not torch.npu.conv.allow_hf32
+    with pytest.raises(AttributeError):
+        torch.npu.matmul.allow_tf32 = True  # type: ignore[attr-defined]
+    torch.npu.matmul.allow_hf32, torch.npu.conv.allow_hf32 = False, True
 
 
 def test_dead_activations_free_their_memory() -> None:

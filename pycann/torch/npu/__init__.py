@@ -56,10 +56,10 @@ from pycann.torch.npu.streams import (
 
 __all__ = [
     "Event", "Stream", "StreamContext", "amp", "can_device_access_peer", "current_device", "current_stream",
-    "default_stream", "device", "device_count", "device_of", "empty_cache", "get_amp_supported_dtype",
+    "conv", "default_stream", "device", "device_count", "device_of", "empty_cache", "get_amp_supported_dtype",
     "get_device_capability", "get_device_name", "get_device_properties", "get_rng_state",
     "get_rng_state_all", "get_soc_version", "init", "initial_seed", "is_available", "is_bf16_supported",
-    "is_initialized", "is_jit_compile_false", "manual_seed", "manual_seed_all", "max_memory_allocated",
+    "is_initialized", "is_jit_compile_false", "manual_seed", "matmul", "manual_seed_all", "max_memory_allocated",
     "max_memory_cached", "max_memory_reserved", "mem_get_info", "memory_allocated", "memory_cached",
     "memory_reserved", "memory_stats", "memory_summary", "reset_accumulated_memory_stats",
     "reset_max_memory_allocated", "reset_peak_memory_stats", "seed", "seed_all", "set_compile_mode",
@@ -221,6 +221,26 @@ def is_jit_compile_false() -> bool:
 
 
 _compile_mode: dict[str, bool] = {"jit_compile": True}
+
+
+class _HF32Switch:
+    """torch_npu's ``torch.npu.matmul`` / ``torch.npu.conv``: ``allow_hf32`` lets CANN compute
+    float32 matmuls / convolutions in HF32. Training scripts set it first thing
+    (``torch.npu.matmul.allow_hf32 = True``); pycann computes float32 in float32, so the value is
+    kept and changes nothing. Other attributes are refused, as torch_npu's ``Unknown attribute``."""
+
+    __slots__ = ("_what", "allow_hf32")
+
+    def __init__(self, what: str, default: bool) -> None:
+        self._what = what
+        self.allow_hf32 = default
+
+    def __repr__(self) -> str:
+        return f"torch.npu.{self._what}(allow_hf32={self.allow_hf32})"
+
+
+matmul = _HF32Switch("matmul", False)  # (torch_npu's defaults: matmul off, conv on)
+conv = _HF32Switch("conv", True)
 
 
 def get_amp_supported_dtype() -> list[torch.dtype]:
