@@ -31,7 +31,7 @@ import numpy as np
 import torch
 
 from pycann import config
-from pycann.torch import _fastpath, _pycann_ops, fallback
+from pycann.torch import _fastpath, _pycann_ops, _rnn_cells, fallback
 from pycann.torch._alias import to_cpu, to_npu
 from pycann.torch.optable import Provider, PycannOp, provider_of, pycann_op
 
@@ -504,6 +504,7 @@ _SPECIAL: dict[str, Any] = {
     "aten::_copy_from_and_resize": lambda op, *a, **k: _copy_from_and_resize(*a, **k),
     "aten::resize_": lambda op, *a, **k: _resize(*a, **k),
     "aten::_to_copy": _to_copy,
+    **_rnn_cells.KERNELS,  # (the fused LSTM / GRU cells: CUDA-only ops ATen calls for PrivateUse1 too)
 }
 
 # Ops that get the kernel registered for PrivateUse1 by name rather than through the fallback:

@@ -406,3 +406,36 @@ def test_torch_kernels_knob_rejects_unknown_values(monkeypatch: pytest.MonkeyPat
     monkeypatch.setenv("PYCANN_TORCH_KERNELS", "gpu")
     with pytest.raises(config.ConfigError, match="PYCANN_TORCH_KERNELS='gpu'"):
         config.torch_kernels()
+
+
+@pytest.mark.parametrize("kind", ["lstm", "gru", "lstm_cell", "gru_cell"])
+def test_recurrent_layers_match_cpu(kind: str) -> None:
+    """ATen's LSTM / GRU cells call the CUDA-only fused cell ops for PrivateUse1 inputs; on the npu
+    they failed ("Could not run 'aten::_thnn_fused_lstm_cell' ... 'CPU' backend"). Outputs, input
+    and weight gradients against torch CPU (bidirectional, two layers, with and without biases)."""
+    import warnings
+
+    torch.manual_seed(0)
+    make = {"lstm": lambda b: torch.nn.LSTM(6, 5, num_layers=2, bidirectional=True, bias=b),
+            "gru": lambda b: torch.nn.GRU(6, 5, num_layers=2, bidirectional=True, bias=b),
+            "lstm_cell": lambda b: torch.nn.LSTMCell(6, 5, bias=b),
+            "gru_cell": lambda b: torch.nn.GRUCell(6, 5, bias=b)}[kind]
+    for bias in (True, False):
+        cpu = make(bias)
+        npu = make(bias)
+        npu.load_state_dict(cpu.state_dict())
+        npu = npu.npu()
+        x = torch.randn(4, 3, 6) if kind in ("lstm", "gru") else torch.randn(3, 6)
+        xc, xn = x.clone().requires_grad_(), x.npu().requires_grad_()
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")  # (the CPU fallback's warning for other ops)
+            outs = [m(v) for m, v in ((cpu, xc), (npu, xn))]
+            ys = [o[0] if isinstance(o, tuple) else o for o in outs]
+            w = torch.linspace(-1, 1, ys[0].numel()).view(ys[0].shape)
+            (ys[0] * w).sum().backward()
+            (ys[1] * w.npu()).sum().backward()
+        assert ys[1].device.type == "npu"
+        torch.testing.assert_close(ys[1].detach().cpu(), ys[0].detach(), rtol=1e-5, atol=1e-6)
+        torch.testing.assert_close(xn.grad.cpu(), xc.grad, rtol=1e-4, atol=1e-5)
+        for (name, p), q in zip(cpu.named_parameters(), npu.parameters()):
+            torch.testing.assert_close(q.grad.cpu(), p.grad, rtol=1e-4, atol=1e-5, msg=name)
