@@ -40,7 +40,17 @@ def reset_device(device_id: int) -> int:
     return C.ACL_SUCCESS
 
 
-reset_device_force = reset_device
+@api()
+def reset_device_force(device_id: int) -> int:
+    """Releases the device (its default context and streams) whatever the number of ``set_device``
+    calls, as ``aclrtResetDeviceForce``: ``set_device(0); set_device(0); reset_device_force(0)``.
+    A device that is not set (or already released) is ``ACL_ERROR_RT_INVALID_DEVICEID``."""
+    rt, d = require_init(), as_int(device_id, "device_id")
+    if rt.device(d).refcount == 0:
+        raise fault(C.ACL_ERROR_RT_INVALID_DEVICEID,
+                    f"device {d} is not set (reset_device_force releases it once, whatever set_device's count)")
+    rt.reset_device(d, force=True)
+    return C.ACL_SUCCESS
 
 
 @api(out=(-1,))

@@ -141,14 +141,15 @@ class Runtime:
         self._tls.context = ctx
         return ctx
 
-    def reset_device(self, device_id: int) -> list[Stream]:
+    def reset_device(self, device_id: int, force: bool = False) -> list[Stream]:
         """Balance one ``set_device``; the last one destroys the default context (returns its
-        streams that were still alive). Resetting a device never set is a no-op."""
+        streams that were still alive). ``force``: release it whatever the count (as
+        ``aclrtResetDeviceForce``). Resetting a device never set is a no-op."""
         dev = self.device(device_id)
         with self._lock:
             if dev.refcount == 0:
                 return []
-            dev.refcount -= 1
+            dev.refcount = 0 if force else dev.refcount - 1
             if dev.refcount:
                 return []
             ctx, dev.default_context = dev.default_context, None

@@ -71,6 +71,23 @@ def test_default_context_of_set_device(no_acl: None) -> None:
     acl.finalize()
 
 
+def test_reset_device_force_releases_whatever_the_count(no_acl: None) -> None:
+    """pyACL: ``set_device(0); set_device(0); reset_device_force(0)`` releases the device (it balanced
+    one set_device only: the default context stayed current and a later reset_device succeeded)."""
+    assert acl.init() == 0
+    assert acl.rt.set_device(0) == 0 and acl.rt.set_device(0) == 0
+    s, ret = acl.rt.create_stream()
+    assert ret == 0
+    assert acl.rt.reset_device_force(0) == 0
+    assert acl.rt.get_context()[1] == C.ACL_ERROR_RT_CONTEXT_NULL
+    assert acl.rt.malloc(16, 0) == (0, C.ACL_ERROR_RT_CONTEXT_NULL)
+    assert acl.rt.reset_device_force(0) == C.ACL_ERROR_RT_INVALID_DEVICEID  # released already
+    assert acl.rt.reset_device(0) == C.ACL_ERROR_RT_INVALID_DEVICEID
+    assert acl.rt.set_device(0) == 0 and acl.rt.reset_device_force(0) == 0  # paired use works too
+    assert acl.rt.reset_device_force(3) == C.ACL_ERROR_RT_INVALID_DEVICEID
+    assert acl.finalize() == 0
+
+
 def test_malloc_free(acl_ready: int) -> None:
     p, ret = acl.rt.malloc(1000, C.ACL_MEM_MALLOC_HUGE_FIRST)
     assert ret == 0 and p
