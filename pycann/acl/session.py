@@ -352,6 +352,27 @@ class InferSession:
             shapes.append(s)
         return shapes
 
+    # ais_bench's tensor helpers: its low-level calls (``run``, ``infer(out_array=False)``) return
+    # aclruntime Tensors on the device, which apps move with these; pycann's results are numpy arrays
+    # in host memory already, so they pass through
+    @staticmethod
+    def convert_tensors_to_host(tensors: Sequence[Any]) -> None:
+        """ais_bench's ``Tensor.to_host`` on each: nothing to move (the results are host arrays)."""
+
+    @staticmethod
+    def convert_tensors_to_arrays(tensors: Sequence[Any]) -> list[np.ndarray]:
+        """The results as numpy arrays (``np.array(tensor)`` in ais_bench)."""
+        return [np.asarray(t) for t in tensors]
+
+    def create_tensor_from_arrays_to_device(self, arrays: Any) -> np.ndarray:
+        """A feed for ``run`` / ``infer``: the array, contiguous (ais_bench copies it to the device)."""
+        return np.ascontiguousarray(arrays)
+
+    def set_context(self) -> None:
+        """ais_bench makes the session's ACL context current for the calling thread; pycann's
+        sessions need none."""
+        _ = self.model  # (a freed session raises, as any call on it)
+
     def summary(self) -> Summary:
         return self._summary
 

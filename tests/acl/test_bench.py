@@ -240,3 +240,20 @@ def test_session_infer_iteration(tmp_path: Path) -> None:
         sess.infer_iteration([x, k], [0, 2], iteration_times=2)
     with pytest.raises(ValueError, match="out of range"):
         sess.infer_iteration([x, k], [0, -1], iteration_times=0)
+
+
+def test_session_tensor_helpers_of_ais_bench(small_om: Path) -> None:
+    """ais_bench apps move low-level results with convert_tensors_to_host / _to_arrays and make feeds
+    with create_tensor_from_arrays_to_device (AttributeError before)."""
+    sess = InferSession(0, str(small_om))
+    x = np.arange(8, dtype=np.float32).reshape(4, 2).T.copy()  # (2, 4)
+    feed = sess.create_tensor_from_arrays_to_device(np.asfortranarray(x))
+    assert feed.flags.c_contiguous
+    sess.set_context()
+    outs = sess.infer([feed], out_array=False)
+    sess.convert_tensors_to_host(outs)
+    arrays = sess.convert_tensors_to_arrays(outs)
+    np.testing.assert_allclose(arrays[0], small_ref(x)[0], rtol=1e-6)
+    sess.free_resource()
+    with pytest.raises(RuntimeError, match="freed"):
+        sess.set_context()
