@@ -173,3 +173,41 @@ def test_an_out_nodes_output_is_not_compared_with_the_onnx_output_of_its_positio
     assert main(["--model", str(onnx_path), "--om", str(tmp_path / "h.om"), "--input", str(tmp_path / "x.npy"),
                  "--output", str(tmp_path)]) == 1
     assert "casts outputs to float16/bfloat16 (--output_type)" in capsys.readouterr().out
+
+
+def _if_model() -> onnx.ModelProto:
+    """x -> Relu -> If(flag == 1: MatMul, Softmax, ReduceMax; else MatMul, ReduceMin) -> Transpose."""
+    w = numpy_helper.from_array(np.random.default_rng(1).standard_normal((3, 4)).astype(np.float32), "W")
+    then_g = helper.make_graph(
+        [helper.make_node("MatMul", ["x", "W"], ["t1"]), helper.make_node("Softmax", ["t1"], ["t2"], axis=-1),
+         helper.make_node("ReduceMax", ["t2"], ["tout"], axes=[1], keepdims=1)],
+        "then", [], [helper.make_tensor_value_info("tout", TensorProto.FLOAT, [2, 1])])
+    else_g = helper.make_graph(
+        [helper.make_node("MatMul", ["x", "W"], ["e1"]), helper.make_node("ReduceMin", ["e1"], ["eout"], axes=[1],
+                                                                           keepdims=1)],
+        "else", [], [helper.make_tensor_value_info("eout", TensorProto.FLOAT, [2, 1])])
+    g = helper.make_graph(
+        [helper.make_node("Relu", ["xin"], ["x"], name="relu"),
+         helper.make_node("Equal", ["flag", "one"], ["cond"], name="eq"),
+         helper.make_node("If", ["cond"], ["y"], name="if", then_branch=then_g, else_branch=else_g),
+         helper.make_node("Transpose", ["y"], ["out"], name="tr", perm=[1, 0])],
+        "g", [helper.make_tensor_value_info("xin", TensorProto.FLOAT, [2, 3]),
+              helper.make_tensor_value_info("flag", TensorProto.INT64, [])],
+        [helper.make_tensor_value_info("out", TensorProto.FLOAT, [1, 2])],
+        [numpy_helper.from_array(np.array(1, np.int64), "one"), w])
+    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 13)])
+    m.ir_version = 8
+    return m
+
+
+@pytest.mark.parametrize("flag", [1, 0])
+def test_nodes_of_an_inlined_if_branch_are_not_compared_with_the_if(flag: int) -> None:
+    """A run-time-inlined If branch (the flag becomes a constant) has nodes ONNX Runtime has no value
+    for: they were compared with the If's output ("shape" rows, exit 1, on a model that agrees)."""
+    model = _if_model()
+    x = np.random.default_rng(0).standard_normal((2, 3)).astype(np.float32)
+    res = compare(model, LoadedModel.from_compiled(compile_model(model)), {"xin": x, "flag": np.array(flag, np.int64)})
+    assert res.first_bad is None, [(r.node, r.status) for r in res.rows]
+    inner = [r for r in res.rows if "/inl" in r.node and r.status != "ok"]
+    assert inner and all(r.status == "inside if" for r in inner)
+    assert {r.onnx_node for r in res.compared} >= {"relu", "if", "tr"}  # the branch's result is the If's value
