@@ -19,7 +19,10 @@ import torch
 
 LOWER_PRECISION_OPS = ("mm", "bmm", "matmul", "addmm", "addbmm", "baddbmm", "linear", "conv1d", "conv2d",
                        "conv3d", "conv_transpose1d", "conv_transpose2d", "conv_transpose3d", "prelu",
-                       "_convolution", "convolution")
+                       "_convolution", "convolution", "conv_tbc", "addmv", "addr", "einsum", "mv", "linalg_vecdot",
+                       "chain_matmul", "linalg_multi_dot", "_thnn_fused_lstm_cell", "_thnn_fused_gru_cell",
+                       "lstm_cell", "gru_cell", "rnn_tanh_cell", "rnn_relu_cell",
+                       "_scaled_dot_product_flash_attention", "scaled_dot_product_attention")
 FP32_OPS = ("acos", "asin", "cosh", "erfinv", "exp", "expm1", "log", "log10", "log2", "log1p", "reciprocal",
             "rsqrt", "sinh", "tan", "pow", "softplus", "layer_norm", "native_layer_norm", "group_norm",
             "frobenius_norm", "nuclear_norm", "cosine_similarity", "poisson_nll_loss", "cosine_embedding_loss",
@@ -37,6 +40,8 @@ _libraries: list[torch.library.Library] = []
 def _cast(x: Any, dtype: torch.dtype) -> Any:
     if isinstance(x, torch.Tensor) and x.is_floating_point() and x.device.type == "npu" and x.dtype != dtype:
         return x.to(dtype)
+    if isinstance(x, (list, tuple)) and any(isinstance(e, torch.Tensor) for e in x):
+        return type(x)(_cast(e, dtype) for e in x)  # (einsum's, multi_dot's tensor lists, as CUDA casts them)
     return x
 
 
@@ -90,7 +95,9 @@ def install() -> None:
     lib.fallback(torch.library.fallthrough_kernel, dispatch_key="AutocastPrivateUse1")
     aten = torch.library.Library("aten", "IMPL")  # noqa: TOR901
     for name in LOWER_PRECISION_OPS:
-        packet = getattr(torch.ops.aten, name)
+        packet = getattr(torch.ops.aten, name, None)
+        if packet is None:
+            continue  # (not in this torch)
         for overload in packet.overloads():
             op = getattr(packet, overload)
             qual = name if overload == "default" else f"{name}.{overload}"

@@ -253,6 +253,36 @@ def test_autocast_runs_matmul_in_float16() -> None:
         assert (a @ a).dtype == torch.float16
 
 
+def test_autocast_covers_cudas_whole_lower_precision_list() -> None:
+    """CUDA's (and torch_npu's) float16 list has more than mm/linear/conv: mv, addmv, addr, einsum,
+    multi_dot, vecdot, scaled_dot_product_attention and the RNN cells ran in float32 under
+    torch.autocast("npu") (einsum and multi_dot take their tensors in a list). Values: the op on the
+    float16-cast inputs, as CUDA computes it."""
+    import torch.nn.functional as F
+
+    torch.manual_seed(0)
+    a, v, q = torch.randn(4, 4), torch.randn(4), torch.randn(1, 2, 3, 4)
+    lstm = torch.nn.LSTM(4, 3)
+    lstm_n = torch.nn.LSTM(4, 3)
+    lstm_n.load_state_dict(lstm.state_dict())
+    lstm_n = lstm_n.npu()
+    h = torch.float16
+    cases = {"mv": (lambda t, u, r: torch.mv(t, u)), "addmv": (lambda t, u, r: torch.addmv(u, t, u)),
+             "addr": (lambda t, u, r: torch.addr(t, u, u)), "einsum": (lambda t, u, r: torch.einsum("ij,jk->ik", t, t)),
+             "multi_dot": (lambda t, u, r: torch.linalg.multi_dot([t, t, t])),
+             "vecdot": (lambda t, u, r: torch.linalg.vecdot(t, t)),
+             "sdpa": (lambda t, u, r: F.scaled_dot_product_attention(r, r, r))}
+    with torch.autocast("npu", dtype=h):
+        for name, f in cases.items():
+            got = f(a.npu(), v.npu(), q.npu())
+            assert got.dtype == h, name
+            want = f(a.half().float(), v.half().float(), q.half().float())  # (float16 inputs, float32 math)
+            torch.testing.assert_close(got.cpu().float(), want, rtol=2e-2, atol=2e-2, msg=name)
+        out, (hn, cn) = lstm_n(a.npu().view(4, 1, 4))
+        assert out.dtype == hn.dtype == cn.dtype == h
+    torch.testing.assert_close(out.cpu().float(), lstm(a.view(4, 1, 4))[0], rtol=2e-2, atol=2e-2)
+
+
 def test_autocast_keeps_losses_norms_and_reductions_in_float32() -> None:
     """CUDA's autocast policy (torch_npu's too): losses, norms, softmax, sums, exp/log run in
     float32 (a float16 loss lost precision and a GradScaler-scaled one overflowed to NaN
