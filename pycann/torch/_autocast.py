@@ -23,13 +23,21 @@ LOWER_PRECISION_OPS = ("mm", "bmm", "matmul", "addmm", "addbmm", "baddbmm", "lin
                        "chain_matmul", "linalg_multi_dot", "_thnn_fused_lstm_cell", "_thnn_fused_gru_cell",
                        "lstm_cell", "gru_cell", "rnn_tanh_cell", "rnn_relu_cell",
                        "_scaled_dot_product_flash_attention", "scaled_dot_product_attention")
-FP32_OPS = ("acos", "asin", "cosh", "erfinv", "exp", "expm1", "log", "log10", "log2", "log1p", "reciprocal",
+FP32_OPS: tuple[str, ...] = ("acos", "asin", "cosh", "erfinv", "exp", "expm1", "log", "log10", "log2", "log1p", "reciprocal",
             "rsqrt", "sinh", "tan", "pow", "softplus", "layer_norm", "native_layer_norm", "group_norm",
             "frobenius_norm", "nuclear_norm", "cosine_similarity", "poisson_nll_loss", "cosine_embedding_loss",
             "nll_loss", "nll_loss2d", "hinge_embedding_loss", "kl_div", "l1_loss", "smooth_l1_loss", "huber_loss",
             "mse_loss", "margin_ranking_loss", "multilabel_margin_loss", "soft_margin_loss", "triplet_margin_loss",
             "multi_margin_loss", "binary_cross_entropy_with_logits", "dist", "pdist", "cdist", "renorm",
             "logsumexp", "cross_entropy_loss")
+# (CUDA's float32 list ends with the upsampling ops)
+FP32_OPS += ("upsample_nearest1d", "_upsample_nearest_exact1d", "upsample_nearest2d", "_upsample_nearest_exact2d",
+             "upsample_nearest3d", "_upsample_nearest_exact3d", "upsample_linear1d", "upsample_bilinear2d",
+             "_upsample_bilinear2d_aa", "upsample_trilinear3d", "upsample_bicubic2d", "_upsample_bicubic2d_aa")
+# ops that take several floating tensors of one dtype: run in the widest dtype among them (CUDA's
+# "promote" list), so a float16 matmul result meets a float32 tensor in them as on CUDA
+PROMOTE_OPS = ("addcdiv", "addcmul", "atan2", "bilinear", "cross", "dot", "vdot", "grid_sampler", "index_put",
+               "tensordot", "scatter_add")
 FP32_UNLESS_DTYPE_OPS = ("prod", "softmax", "log_softmax", "cumprod", "cumsum", "linalg_vector_norm",
                          "linalg_matrix_norm", "sum")
 _LOWER = (torch.float16, torch.bfloat16)
@@ -76,6 +84,31 @@ def _fp32_kernel(op: Any, dtype_at: int) -> Any:
     return kernel
 
 
+def _floats(x: Any) -> list[torch.dtype]:
+    if isinstance(x, torch.Tensor):
+        return [x.dtype] if x.is_floating_point() and x.device.type == "npu" else []
+    if isinstance(x, (list, tuple)):
+        return [d for e in x for d in _floats(e)]
+    return []
+
+
+def _promote_kernel(op: Any) -> Any:
+    """``op`` with its floating npu tensors cast to the widest dtype among them."""
+
+    def kernel(*args: Any, **kwargs: Any) -> Any:
+        with torch._C._ExcludeDispatchKeyGuard(torch._C.DispatchKeySet(_KEY)):
+            dtypes = _floats(args) + _floats(list(kwargs.values()))
+            if len(set(dtypes)) > 1:
+                wide = dtypes[0]
+                for d in dtypes[1:]:
+                    wide = torch.promote_types(wide, d)
+                args = tuple(_cast(a, wide) for a in args)
+                kwargs = {k: _cast(v, wide) for k, v in kwargs.items()}
+            return op(*args, **kwargs)
+
+    return kernel
+
+
 def _functional(packet: Any) -> list[tuple[str, Any]]:
     """(qualified name for ``Library.impl``, overload) of the non-``out`` overloads of ``packet``."""
     out = []
@@ -110,4 +143,10 @@ def install() -> None:
             for qual, op in _functional(packet):
                 at = next((i for i, a in enumerate(op._schema.arguments) if a.name == "dtype"), -1) if unless_dtype else -1
                 aten.impl(qual, _fp32_kernel(op, at), "AutocastPrivateUse1")
+    for name in PROMOTE_OPS:
+        packet = getattr(torch.ops.aten, name, None)
+        if packet is None:
+            continue
+        for qual, op in _functional(packet):
+            aten.impl(qual, _promote_kernel(op), "AutocastPrivateUse1")
     _libraries.extend([lib, aten])

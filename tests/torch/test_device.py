@@ -280,6 +280,18 @@ def test_autocast_covers_cudas_whole_lower_precision_list() -> None:
             torch.testing.assert_close(got.cpu().float(), want, rtol=2e-2, atol=2e-2, msg=name)
         out, (hn, cn) = lstm_n(a.npu().view(4, 1, 4))
         assert out.dtype == hn.dtype == cn.dtype == h
+        # CUDA's float32 list ends with the upsampling ops; its "promote" ops take a float16 result
+        # beside a float32 tensor (they raised "expected both vectors to have same dtype")
+        hv = v.npu() @ torch.eye(4, device="npu")  # float16
+        assert F.interpolate(hv.view(1, 1, 2, 2), scale_factor=2, mode="bilinear").dtype == torch.float32
+        torch.testing.assert_close(torch.dot(hv, v.npu()).cpu(), torch.dot(v.half().float(), v), rtol=2e-3, atol=2e-3)
+        for name, f in {"scatter_add": lambda t, u: torch.zeros(4, device=u.device).scatter_add(0, torch.arange(4, device=u.device), t),
+                        "index_put": lambda t, u: u.index_put((torch.tensor([1], device=u.device),), t[:1]),
+                        "tensordot": lambda t, u: torch.tensordot(t, u, dims=1), "cross": lambda t, u: torch.cross(t[:3], u[:3], dim=0),
+                        "addcmul": lambda t, u: torch.addcmul(u, t, u)}.items():
+            got = f(hv, v.npu())
+            assert got.dtype == torch.float32, name
+            torch.testing.assert_close(got.cpu(), f(v.half().float(), v), rtol=2e-3, atol=2e-3, msg=name)
     torch.testing.assert_close(out.cpu().float(), lstm(a.view(4, 1, 4))[0], rtol=2e-2, atol=2e-2)
 
 
