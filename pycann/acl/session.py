@@ -166,6 +166,12 @@ class InferSession:
                     custom_sizes = [custom_sizes] * len(self.model.outputs)
                 elif not isinstance(custom_sizes, list):
                     raise RuntimeError(f"custom_sizes:{custom_sizes} type:{type(custom_sizes)} invalid")
+                elif len(custom_sizes) < len(self.model.outputs):
+                    # (each output's buffer is sized by its entry: a missing one was never checked)
+                    raise RuntimeError(f"custom_sizes gives {len(custom_sizes)} sizes for the model's "
+                                       f"{len(self.model.outputs)} outputs "
+                                       f"({', '.join(o.name for o in self.model.outputs)}): give one per "
+                                       "output, or one int for all")
                 self.set_custom_outsize(custom_sizes)
 
     def infer(

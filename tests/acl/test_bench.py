@@ -78,6 +78,8 @@ def test_session_modes(dyn_om: Path, small_om: Path) -> None:
         sess.infer([x], mode="dymshape", custom_sizes=8)
     with pytest.raises(RuntimeError, match="type"):
         sess.infer([x], mode="dymshape", custom_sizes="big")  # type: ignore[arg-type]
+    with pytest.raises(RuntimeError, match=r"custom_sizes gives 1 sizes for the model's 2 outputs"):
+        sess.infer([x], mode="dymshape", custom_sizes=[100000])  # (the second output was never checked)
     assert len(sess.infer_pipeline([[x], [x]], mode="dymbatch")) == 2
     assert len(sess.summary().exec_time_list) == 2 * 8  # loop=2: 4 modes, dymbatch, dymshape overflow, 2 pipelined
     st = sess.summary().stats()
