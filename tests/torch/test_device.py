@@ -406,6 +406,14 @@ def test_api_names_of_torch_npu() -> None:
     with pytest.raises(AttributeError):
         torch.npu.matmul.allow_tf32 = True  # type: ignore[attr-defined]
     torch.npu.matmul.allow_hf32, torch.npu.conv.allow_hf32 = False, True
+    # torch_npu's config switch (it was pycann's own config module, which took any attribute)
+    assert torch.npu.config.allow_internal_format is False
+    torch.npu.config.allow_internal_format = True
+    assert torch.npu.config.allow_internal_format is True
+    with pytest.raises(AttributeError):
+        torch.npu.config.allow_internal_fromat = False  # type: ignore[attr-defined]
+    torch.npu.config.allow_internal_format = False
+    assert "soc_version" not in dir(torch.npu.config)
 
 
 def test_dead_activations_free_their_memory() -> None:

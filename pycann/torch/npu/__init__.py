@@ -15,7 +15,7 @@ from typing import Any
 
 import torch
 
-from pycann import config
+from pycann import config as _pycann_config
 from pycann.torch.npu import amp
 from pycann.torch.npu.memory import (
     empty_cache,
@@ -55,8 +55,8 @@ from pycann.torch.npu.streams import (
 )
 
 __all__ = [
-    "Event", "Stream", "StreamContext", "amp", "can_device_access_peer", "current_device", "current_stream",
-    "conv", "default_stream", "device", "device_count", "device_of", "empty_cache", "get_amp_supported_dtype",
+    "Event", "Stream", "StreamContext", "amp", "can_device_access_peer", "config", "current_device",
+    "current_stream", "conv", "default_stream", "device", "device_count", "device_of", "empty_cache", "get_amp_supported_dtype",
     "get_device_capability", "get_device_name", "get_device_properties", "get_rng_state",
     "get_rng_state_all", "get_soc_version", "init", "initial_seed", "is_available", "is_bf16_supported",
     "is_initialized", "is_jit_compile_false", "manual_seed", "matmul", "manual_seed_all", "max_memory_allocated",
@@ -160,7 +160,7 @@ def get_soc_version() -> str:
     """The SoC pycann models (``PYCANN_SOC_VERSION``, default pycann's)."""
     from pycann.runtime.device import DEFAULT_SOC
 
-    return config.soc_version(DEFAULT_SOC)
+    return _pycann_config.soc_version(DEFAULT_SOC)
 
 
 def get_device_name(device: int | str | torch.device | None = None) -> str:
@@ -241,6 +241,24 @@ class _HF32Switch:
 
 matmul = _HF32Switch("matmul", False)  # (torch_npu's defaults: matmul off, conv on)
 conv = _HF32Switch("conv", True)
+
+
+class _NpuConfig:
+    """torch_npu's ``torch.npu.config``: ``allow_internal_format`` lets CANN keep tensors in its private
+    formats (NC1HWC0, FRACTAL_NZ) between ops; scripts set it (``torch.npu.config.allow_internal_format =
+    False``) to keep ND. pycann's npu tensors are always ND, so the value is kept and changes nothing.
+    Other attributes are refused (this was pycann's own config module, which took any attribute)."""
+
+    __slots__ = ("allow_internal_format",)
+
+    def __init__(self) -> None:
+        self.allow_internal_format = False
+
+    def __repr__(self) -> str:
+        return f"torch.npu.config(allow_internal_format={self.allow_internal_format})"
+
+
+config = _NpuConfig()
 
 
 def get_amp_supported_dtype() -> list[torch.dtype]:
