@@ -17,6 +17,27 @@ import torch
 
 from pycann import config as _pycann_config
 from pycann.torch.npu import amp
+from pycann.torch.npu.allocator import (
+    MemPool,
+    NPUPluggableAllocator,
+    caching_allocator_alloc,
+    caching_allocator_delete,
+    change_current_allocator,
+    memory_snapshot,
+    memory_stats_as_nested_dict,
+    use_mem_pool,
+)
+from pycann.torch.npu.debug import (
+    clear_npu_overflow_flag,
+    finalize_dump,
+    get_npu_overflow_flag,
+    init_dump,
+    is_support_inf_nan,
+    npu_check_overflow,
+    set_dump,
+    stress_detect,
+)
+from pycann.torch.npu.graphs import NPUGraph, graph, graph_pool_handle, make_graphed_callables
 from pycann.torch.npu.memory import (
     empty_cache,
     max_memory_allocated,
@@ -32,6 +53,15 @@ from pycann.torch.npu.memory import (
     reset_max_memory_allocated,
     reset_peak_memory_stats,
     set_per_process_memory_fraction,
+)
+from pycann.torch.npu.mstx import mstx
+from pycann.torch.npu.options import (
+    get_mm_bmm_format_nd,
+    get_sync_debug_mode,
+    set_aoe,
+    set_mm_bmm_format_nd,
+    set_option,
+    set_sync_debug_mode,
 )
 from pycann.torch.npu.random import (
     get_rng_state,
@@ -53,6 +83,19 @@ from pycann.torch.npu.streams import (
     set_stream,
     stream,
 )
+from pycann.torch.npu.streams_ext import ExternalEvent, ExternalStream, SyncLaunchStream
+from pycann.torch.npu.tensors import (
+    BFloat16Tensor,
+    BoolTensor,
+    ByteTensor,
+    CharTensor,
+    DoubleTensor,
+    FloatTensor,
+    HalfTensor,
+    IntTensor,
+    LongTensor,
+    ShortTensor,
+)
 
 __all__ = [
     "Event", "Stream", "StreamContext", "amp", "can_device_access_peer", "config", "current_device",
@@ -65,6 +108,15 @@ __all__ = [
     "reset_max_memory_allocated", "reset_peak_memory_stats", "seed", "seed_all", "set_compile_mode",
     "set_device", "set_per_process_memory_fraction", "set_rng_state", "set_rng_state_all", "set_stream",
     "stream", "synchronize", "utilization",
+    # streams_ext, options, debug, allocator, graphs, mstx, tensors
+    "ExternalEvent", "ExternalStream", "SyncLaunchStream", "get_mm_bmm_format_nd", "get_sync_debug_mode",
+    "set_aoe", "set_mm_bmm_format_nd", "set_option", "set_sync_debug_mode", "clear_npu_overflow_flag",
+    "finalize_dump", "get_npu_overflow_flag", "init_dump", "is_support_inf_nan", "npu_check_overflow",
+    "set_dump", "stress_detect", "MemPool", "NPUPluggableAllocator", "caching_allocator_alloc",
+    "caching_allocator_delete", "change_current_allocator", "memory_snapshot", "memory_stats_as_nested_dict",
+    "use_mem_pool", "NPUGraph", "graph", "graph_pool_handle", "make_graphed_callables", "mstx",
+    "BFloat16Tensor", "BoolTensor", "ByteTensor", "CharTensor", "DoubleTensor", "FloatTensor", "HalfTensor",
+    "IntTensor", "LongTensor", "ShortTensor",
 ]
 
 _tls = threading.local()

@@ -1,0 +1,241 @@
+"""torch.npu names beyond the basics (cann-interfaces.md section 7): external / sync-launch
+streams, option switches, dump and overflow functions, the allocator API, NPUGraph, typed
+tensors, mstx."""
+
+from __future__ import annotations
+
+import json
+import os
+
+import pytest
+
+torch = pytest.importorskip("torch")
+import pycann.torch  # noqa: E402,F401
+
+npu = pycann.torch.npu
+
+
+def test_names_exist() -> None:
+    for name in ["ExternalStream", "ExternalEvent", "SyncLaunchStream", "set_sync_debug_mode", "get_sync_debug_mode",
+                 "memory_stats_as_nested_dict", "memory_snapshot", "caching_allocator_alloc",
+                 "caching_allocator_delete", "MemPool", "use_mem_pool", "NPUPluggableAllocator",
+                 "change_current_allocator", "set_option", "set_aoe", "set_mm_bmm_format_nd", "init_dump",
+                 "set_dump", "finalize_dump", "get_npu_overflow_flag", "clear_npu_overflow_flag", "stress_detect",
+                 "NPUGraph", "graph", "graph_pool_handle", "make_graphed_callables", "FloatTensor", "HalfTensor",
+                 "IntTensor", "LongTensor", "BoolTensor", "mstx"]:
+        assert hasattr(torch.npu, name), name
+        assert name in torch.npu.__all__, name
+
+
+def test_external_and_sync_launch_streams() -> None:
+    s = torch.npu.ExternalStream(0x1000)
+    assert s.stream_ptr == 0x1000 and s.device == torch.device("npu", 0) and s.query()
+    with torch.npu.stream(s):
+        assert torch.npu.current_stream() is s
+        y = torch.ones(3, device="npu") + 1
+    assert torch.npu.current_stream() is not s and y.sum().item() == 6
+    assert torch.npu.SyncLaunchStream().is_sync_launch
+    e = torch.npu.ExternalEvent(7)
+    assert e.event_ptr == 7 and e.query()
+    with pytest.raises(TypeError):
+        torch.npu.ExternalStream("0x10")
+
+
+def test_switches_keep_values_and_validate() -> None:
+    torch.npu.set_sync_debug_mode("warn")
+    assert torch.npu.get_sync_debug_mode() == 1
+    torch.npu.set_sync_debug_mode(0)
+    assert torch.npu.get_sync_debug_mode() == 0
+    with pytest.raises(RuntimeError, match="expected one of"):
+        torch.npu.set_sync_debug_mode("loud")
+    opt = {"ACL_PRECISION_MODE": "must_keep_origin_dtype", "ACL_AICORE_NUM": 8, "MM_BMM_ND_ENABLE": "disable"}
+    torch.npu.set_option(opt)
+    assert opt["ACL_AICORE_NUM"] == "8" and npu.options.get_option("ACL_AICORE_NUM") == "8"
+    assert torch.npu.get_mm_bmm_format_nd() is False
+    torch.npu.set_mm_bmm_format_nd(True)
+    assert torch.npu.get_mm_bmm_format_nd() is True
+    with pytest.raises(ValueError, match="ACL_PRECISION_MODE"):
+        torch.npu.set_option({"ACL_PRECISION_MODE": "fast"})
+    with pytest.raises(ValueError, match="ACL_AICORE_NUM"):
+        torch.npu.set_option({"ACL_AICORE_NUM": "64"})
+    with pytest.raises(TypeError):
+        torch.npu.set_option([("ACL_DEBUG_DIR", "x")])
+
+
+def test_set_aoe_makes_dir(tmp_path: object) -> None:
+    d = os.path.join(str(tmp_path), "aoe", "graphs")
+    torch.npu.set_aoe(d)
+    assert os.path.isdir(d) and npu.options._aoe_path == d
+
+
+def test_overflow_flag_is_inf_nan_mode() -> None:
+    assert torch.npu.is_support_inf_nan()
+    with pytest.raises(RuntimeError, match="npu_check_overflow"):
+        torch.npu.get_npu_overflow_flag()
+    with pytest.raises(RuntimeError, match="npu_check_overflow"):
+        torch.npu.clear_npu_overflow_flag()
+    big = torch.tensor([65504.0], dtype=torch.float16, device="npu")
+    assert torch.npu.npu_check_overflow(big + big)
+    assert not torch.npu.npu_check_overflow(torch.ones(3, device="npu"))
+    assert torch.npu.npu_check_overflow(float("nan"))
+    with pytest.raises(RuntimeError, match="stress-test"):
+        torch.npu.stress_detect()
+
+
+def test_set_dump_starts_pycann_dump(tmp_path: object) -> None:
+    from pycann.profiler import dump
+
+    cfg = os.path.join(str(tmp_path), "dump.json")
+    with open(cfg, "w") as f:
+        json.dump({"dump": {"dump_path": str(tmp_path), "dump_list": [], "dump_mode": "output"}}, f)
+    torch.npu.init_dump()
+    torch.npu.set_dump(cfg)
+    try:
+        folders = npu.debug.dump_folders()
+        assert len(folders) == 1 and os.path.isdir(folders[0])
+        assert any(d.root == folders[0] for d in dump.active_dumpers())
+    finally:
+        torch.npu.finalize_dump()
+    assert npu.debug.dump_folders() == [] and not any(d.root == folders[0] for d in dump.active_dumpers())
+    assert os.path.exists(os.path.join(folders[0], dump.INDEX_NAME))
+    with pytest.raises(AssertionError, match="does not exists"):
+        torch.npu.set_dump(os.path.join(str(tmp_path), "missing.json"))
+    bad = os.path.join(str(tmp_path), "bad.json")
+    with open(bad, "w") as f:
+        json.dump({"dump": {}}, f)
+    with pytest.raises(ValueError, match="dump_path"):
+        torch.npu.set_dump(bad)
+
+
+def test_caching_allocator_alloc_is_real_memory() -> None:
+    base = torch.npu.memory_allocated()
+    p = torch.npu.caching_allocator_alloc(4096)
+    assert p != 0 and torch.npu.memory_allocated() - base == 4096
+    seg = [s for s in torch.npu.memory_snapshot() if s["address"] == p]
+    assert len(seg) == 1 and seg[0]["total_size"] == 4096 and seg[0]["blocks"][0]["state"] == "active_allocated"
+    torch.npu.caching_allocator_delete(p)
+    assert torch.npu.memory_allocated() == base
+    assert not any(s["address"] == p for s in torch.npu.memory_snapshot())
+    with pytest.raises(RuntimeError, match="invalid device pointer"):
+        torch.npu.caching_allocator_delete(p)
+    with pytest.raises(TypeError, match="stream"):
+        torch.npu.caching_allocator_alloc(8, stream="s")
+    assert torch.npu.caching_allocator_alloc(0) == 0
+
+
+def test_memory_stats_as_nested_dict() -> None:
+    flat = torch.npu.memory_stats()
+    nested = torch.npu.memory_stats_as_nested_dict()
+    assert nested["allocated_bytes"]["all"]["current"] == flat["allocated_bytes.all.current"]
+    assert nested["num_ooms"] == flat["num_ooms"]
+
+
+def test_mem_pool_collects_its_allocations() -> None:
+    pool = torch.npu.MemPool()
+    outside = torch.empty(10, device="npu")
+    with torch.npu.use_mem_pool(pool):
+        assert pool.use_count() == 2
+        inside = torch.empty(256, device="npu")
+    assert pool.use_count() == 1
+    addrs = {s["address"] for s in pool.snapshot()}
+    assert inside.data_ptr() in addrs and outside.data_ptr() not in addrs
+    assert all(s["segment_pool_id"] == pool.id for s in pool.snapshot())
+    del inside
+    assert pool.snapshot() == []
+    with pytest.raises(RuntimeError, match="custom npu allocator"):
+        torch.npu.MemPool(allocator=object())
+    with pytest.raises(RuntimeError, match="custom npu allocator"):
+        torch.npu.change_current_allocator(object())
+
+
+def test_pluggable_allocator_checks_symbols() -> None:
+    import ctypes.util
+
+    libc = ctypes.util.find_library("c")
+    if libc is None:
+        pytest.skip("no libc to load")
+    a = torch.npu.NPUPluggableAllocator(libc, "malloc", "free")
+    assert a.alloc_fn and a.free_fn
+    with pytest.raises(AttributeError):
+        torch.npu.NPUPluggableAllocator(libc, "no_such_alloc_fn", "free")
+
+
+def test_npu_graph_replays_captured_work() -> None:
+    x = torch.zeros(4, device="npu")
+    w = torch.ones(4, device="npu")
+    acc = torch.zeros(1, device="npu")
+    g = torch.npu.NPUGraph()
+    with torch.npu.graph(g):
+        y = (x * 2 + w).relu()
+        s = y.sum()
+        acc.add_(1)
+    assert torch.equal(y.cpu(), torch.ones(4)) and s.item() == 4 and acc.item() == 1
+    x.copy_(torch.tensor([1.0, -5.0, 3.0, 4.0]))
+    g.replay()
+    assert torch.equal(y.cpu(), torch.tensor([3.0, 0.0, 7.0, 9.0])) and s.item() == 19
+    assert acc.item() == 2  # in-place work happens again on each replay
+    g.replay()
+    assert acc.item() == 3
+    assert g.captured_ops()[:2] == ["aten::mul", "aten::add"]
+    assert isinstance(torch.npu.graph_pool_handle(), tuple)
+    g.reset()
+    with pytest.raises(RuntimeError, match="nothing was captured"):
+        g.replay()
+
+
+def test_npu_graph_refuses_host_reads_and_shape_changes() -> None:
+    x = torch.tensor([1.0, 0.0, 2.0], device="npu")
+    g = torch.npu.NPUGraph()
+    with pytest.raises(RuntimeError, match="cannot be captured"):
+        with torch.npu.graph(g):
+            x.sum().item()
+    g2 = torch.npu.NPUGraph()
+    with torch.npu.graph(g2):
+        nz = torch.nonzero(x)
+    assert nz.shape == (2, 1)
+    x.fill_(1.0)
+    with pytest.raises(RuntimeError, match="data-dependent"):
+        g2.replay()
+    with pytest.raises(RuntimeError, match="not supported"):
+        torch.npu.make_graphed_callables(torch.nn.Linear(2, 2), (torch.zeros(1, 2),))
+
+
+def test_typed_tensors() -> None:
+    a = torch.npu.FloatTensor(2, 3)
+    assert a.shape == (2, 3) and a.dtype == torch.float32 and a.device.type == "npu"
+    assert isinstance(a, torch.npu.FloatTensor) and not isinstance(a, torch.npu.HalfTensor)
+    assert not isinstance(torch.zeros(1), torch.npu.FloatTensor)
+    b = torch.npu.LongTensor([1, 2, 3])
+    assert b.dtype == torch.int64 and b.cpu().tolist() == [1, 2, 3]
+    assert torch.npu.BoolTensor([True]).dtype == torch.bool
+    assert torch.npu.HalfTensor().numel() == 0 and torch.npu.IntTensor.dtype == torch.int32
+
+
+def test_mstx_reports_to_profiler() -> None:
+    from pycann.profiler import hooks
+
+    class Obs:
+        def __init__(self) -> None:
+            self.apis: list[tuple[str, str]] = []
+
+        def on_node(self, *a: object) -> None: ...
+
+        def on_run(self, *a: object) -> None: ...
+
+        def on_api(self, name: str, track: str, start: int, end: int, args: dict[str, object]) -> None:
+            self.apis.append((name, track))
+
+    obs = Obs()
+    with hooks.observe(obs):
+        torch.npu.mstx.mark("step")
+        rid = torch.npu.mstx.range_start("fwd")
+        torch.npu.mstx.range_end(rid)
+
+        @torch.npu.mstx.mstx_range("fn")
+        def f() -> int:
+            return 3
+
+        assert f() == 3
+    assert obs.apis == [("step", "mstx"), ("fwd", "mstx"), ("fn", "mstx")]
+    with pytest.warns(UserWarning):
+        assert torch.npu.mstx.range_start("") == 0
