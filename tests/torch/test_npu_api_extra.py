@@ -239,3 +239,34 @@ def test_mstx_reports_to_profiler() -> None:
     assert obs.apis == [("step", "mstx"), ("fwd", "mstx"), ("fn", "mstx")]
     with pytest.warns(UserWarning):
         assert torch.npu.mstx.range_start("") == 0
+
+
+def test_npu_graph_replays_a_training_step() -> None:
+    torch.manual_seed(0)
+    m = torch.nn.Linear(3, 2).npu()
+    ref = torch.nn.Linear(3, 2)
+    ref.load_state_dict({k: v.cpu() for k, v in m.state_dict().items()})
+    opt, ropt = torch.optim.SGD(m.parameters(), lr=0.1), torch.optim.SGD(ref.parameters(), lr=0.1)
+    data = [(torch.randn(4, 3), torch.randn(4, 2)) for _ in range(3)]
+    x, t = data[0][0].npu(), data[0][1].npu()
+    g = torch.npu.NPUGraph()
+    with torch.npu.graph(g):  # forward, backward and the optimizer step
+        loss = ((m(x) - t) ** 2).mean()
+        loss.backward()
+        opt.step()
+
+    def ref_step(a: torch.Tensor, b: torch.Tensor) -> float:
+        ropt.zero_grad()
+        lo = ((ref(a) - b) ** 2).mean()
+        lo.backward()
+        ropt.step()
+        return float(lo.detach())
+
+    ref_step(*data[0])
+    for a, b in data[1:]:
+        x.copy_(a.npu())
+        t.copy_(b.npu())
+        g.replay()
+        assert abs(float(loss.detach()) - ref_step(a, b)) < 1e-6
+        assert torch.allclose(m.weight.detach().cpu(), ref.weight.detach(), atol=1e-6)
+        assert torch.allclose(m.bias.detach().cpu(), ref.bias.detach(), atol=1e-6)

@@ -3,7 +3,8 @@
 
 pycann has no device task queue to capture, so ``NPUGraph`` captures at the ATen level: between
 ``capture_begin`` and ``capture_end`` every ATen op call is recorded (a ``TorchDispatchMode``)
-together with the tensors it got and the tensors it returned, and is also run (unlike CUDA,
+together with the tensors it got and the tensors it returned (``profiler::`` record_function
+annotations are not recorded), and is also run (unlike CUDA,
 where capture only records: the outputs hold the captured run's values at once). ``replay()``
 runs the recorded ops again in order on the same tensors and writes each op's new result into
 the tensor the captured call returned, so, as with a CUDA graph, new data copied into the
@@ -43,7 +44,8 @@ class _Capture(TorchDispatchMode):
             raise RuntimeError(f"torch.npu.NPUGraph: {func._schema.name} cannot be captured: {why} "
                                "(operation not permitted when stream is capturing)")
         out = func(*args, **kwargs)
-        self.calls.append((func, args, kwargs, out))
+        if func.namespace != "profiler":  # record_function's enter/exit annotate; they compute nothing
+            self.calls.append((func, args, kwargs, out))
         return out
 
 
@@ -67,7 +69,7 @@ def _write(func: Any, old: Any, new: Any) -> None:
                                "of results on replay")
         for o, n in zip(old, new):
             _write(func, o, n)
-    elif old != new:
+    elif isinstance(old, (bool, int, float, str, type(None))) and old != new:
         raise RuntimeError(f"torch.npu.NPUGraph.replay: {func._schema.name} returned {new!r} on replay, "
                            f"{old!r} when captured")
 
