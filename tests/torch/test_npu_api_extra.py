@@ -107,6 +107,30 @@ def test_set_dump_starts_pycann_dump(tmp_path: object) -> None:
         torch.npu.set_dump(bad)
 
 
+def test_set_dump_op_switch_dumps_eager_npu_ops(tmp_path: object) -> None:
+    import numpy as np
+
+    from pycann.profiler import dump
+
+    cfg = os.path.join(str(tmp_path), "dump.json")
+    with open(cfg, "w") as f:
+        json.dump({"dump": {"dump_path": str(tmp_path), "dump_op_switch": "on", "dump_mode": "all"}}, f)
+    a, b = torch.tensor([1.0, 2.0], device="npu"), torch.tensor([3.0, 4.0], device="npu")
+    torch.npu.set_dump(cfg)
+    try:
+        c = a * b
+        torch.ones(2) + 1  # cpu only: not dumped
+        folder = npu.debug.dump_folders()[0]
+    finally:
+        torch.npu.finalize_dump()
+    (a + b).sum()  # after finalize_dump: not dumped
+    rows = dump.load_index(folder)
+    assert {r["op_type"] for r in rows} == {"aten.mul.Tensor"}
+    assert [(r["io"], r["index"]) for r in rows] == [("input", "0"), ("input", "1"), ("output", "0")]
+    out = next(r for r in rows if r["io"] == "output")
+    assert out["model_name"] == "npu_eager" and np.array_equal(np.load(out["path"]), c.cpu().numpy())
+
+
 def test_caching_allocator_alloc_is_real_memory() -> None:
     base = torch.npu.memory_allocated()
     p = torch.npu.caching_allocator_alloc(4096)
