@@ -233,6 +233,9 @@ def test_typed_tensors() -> None:
     assert b.dtype == torch.int64 and b.cpu().tolist() == [1, 2, 3]
     assert torch.npu.BoolTensor([True]).dtype == torch.bool
     assert torch.npu.HalfTensor().numel() == 0 and torch.npu.IntTensor.dtype == torch.int32
+    h = a.fill_(1.5).type(torch.npu.HalfTensor)  # torch's Tensor.type reads the class's C type name
+    assert h.dtype == torch.float16 and h.device.type == "npu" and h.cpu().tolist() == [[1.5] * 3] * 2
+    assert a.type() == "torch.npu.FloatTensor"
 
 
 def test_mstx_reports_to_profiler() -> None:

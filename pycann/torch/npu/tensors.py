@@ -1,7 +1,9 @@
 """torch.npu's legacy typed tensor classes (``torch.npu.FloatTensor``, ``HalfTensor``, ...), as
 torch.cuda has them: calling one makes an npu tensor of its dtype (``FloatTensor(2, 3)``:
 uninitialized, of that size; ``FloatTensor([1, 2])``: from data; ``FloatTensor()``: empty), and
-``isinstance(t, torch.npu.FloatTensor)`` is True for an npu tensor of that dtype.
+``isinstance(t, torch.npu.FloatTensor)`` is True for an npu tensor of that dtype, and
+``t.type(torch.npu.HalfTensor)`` converts (the classes' ``__name__`` is the dotted name, as the
+C type name of torch.cuda's is).
 """
 
 from __future__ import annotations
@@ -22,7 +24,7 @@ class _TensorType(type):
 
         dev = torch.device("npu", current_device()) if device is None else torch.device(device)
         if dev.type != "npu":
-            raise RuntimeError(f"legacy constructor torch.npu.{cls.__name__} expects an npu device, got {dev}")
+            raise RuntimeError(f"legacy constructor {cls.__name__} expects an npu device, got {dev}")
         if not args:
             return torch.empty(0, dtype=cls.dtype, device=dev)
         if all(isinstance(a, int) and not isinstance(a, bool) for a in args):
@@ -36,16 +38,19 @@ class _TensorType(type):
             return t.to(dev)
         if len(args) == 1:
             return torch.tensor(args[0], dtype=cls.dtype, device=dev)
-        raise TypeError(f"torch.npu.{cls.__name__}: takes sizes (ints), a torch.Size, a sequence of data or "
+        raise TypeError(f"{cls.__name__}: takes sizes (ints), a torch.Size, a sequence of data or "
                         f"a tensor; got {tuple(type(a).__name__ for a in args)}")
 
     def __repr__(cls) -> str:
-        return f"<class 'torch.npu.{cls.__name__}'>"
+        return f"<class '{cls.__name__}'>"
 
 
 def _make(name: str, dtype: torch.dtype) -> _TensorType:
-    return _TensorType(name, (), {"dtype": dtype, "is_cuda": False, "is_npu": True, "__module__": "torch.npu",
-                                  "__doc__": f"npu tensors of dtype {dtype}."})
+    # The full dotted name is the class's C type name (tp_name), which is what torch's
+    # Tensor.type(<class>) reads: x.type(torch.npu.HalfTensor) then converts as x.type("torch.npu.HalfTensor").
+    return _TensorType(f"torch.npu.{name}", (), {"dtype": dtype, "is_cuda": False, "is_npu": True,
+                                                  "__module__": "torch.npu", "__qualname__": name,
+                                                  "__doc__": f"npu tensors of dtype {dtype}."})
 
 
 DoubleTensor = _make("DoubleTensor", torch.float64)
