@@ -10,8 +10,8 @@ flag (``get_npu_overflow_flag``, ``clear_npu_overflow_flag``, ``npu_check_overfl
   also every eager ATen op with an npu tensor that the calling thread runs (a ``TorchDispatchMode``,
   model name ``npu_eager``; ``dump_step`` does not apply to them). ``finalize_dump`` stops and
   closes the dumps; ``init_dump`` arms the switch (``set_dump`` works without it, as torch_npu's).
-* Overflow: pycann computes IEEE floats (an overflow is inf, an invalid op NaN), which is
-  torch_npu's INF_NAN mode of Ascend910B and later: there is no saturation-mode float status
+* Overflow: pycann computes IEEE floats (an overflow is inf, an invalid op NaN), whatever
+  ``PYCANN_SOC_VERSION`` says, which is torch_npu's INF_NAN mode of Ascend910B and later: there is no saturation-mode float status
   register, and torch_npu raises for the register functions in that mode. So do these, with
   torch_npu's message; ``npu_check_overflow(grad)`` (its replacement) works.
 * ``stress_detect``: there is no NPU hardware to stress-test; it raises ``RuntimeError``.
