@@ -83,16 +83,21 @@ def scatter_elements_fault(x: TensorDesc, idx: TensorDesc, upd: TensorDesc) -> s
 def pad_fault(dims: Sequence[Dim], begin: list[int], end: list[int], mode: str) -> str | None:
     """What the pads cannot do to these dims (symbolic ones pass), as shape inference says it; None if
     they fit. A crop may not pass below 0; reflect mirrors at most d - 1 rows of the (cropped) dim d
-    and edge (or wrap) needs a row to repeat (ONNX Runtime refuses both; numpy would repeat the reflection)."""
+    and edge (or wrap) needs a row to repeat (ONNX Runtime refuses both; numpy would repeat the reflection);
+    neither mode may crop a non-empty input's axis to nothing (ONNX Runtime refuses that too)."""
     # an empty input gives an empty output whatever a reflect pad mirrors, so ONNX Runtime refuses only
     # padding an axis that is itself empty (as in edge mode): (0, 1) padded by 1 on axis 1 is (0, 3)
     empty = any(isinstance(d, int) and d == 0 for d in dims)
+    # (a symbolic dim may be 0 at run time, where ONNX Runtime's empty-input path takes the crop: checked per call)
+    full = all(isinstance(d, int) and d > 0 for d in dims)
     for a, (d, b, e) in enumerate(zip(dims, begin, end)):
         if not isinstance(d, int):
             continue
         kept = d + min(b, 0) + min(e, 0)
         if kept < 0:
             return "crops more than the dims of"
+        if mode != "constant" and full and kept == 0:  # ORT: "zero effective input extent"
+            return f"crops axis {a} to nothing in {mode} mode (no row left to mirror or repeat), in"
         if mode == "reflect" and empty and kept == 0 and max(b, e) > 0:
             return f"pads the empty axis {a} in reflect mode, in"
         if mode == "reflect" and not empty and max(b, e) > kept - 1 and max(b, e) > 0:

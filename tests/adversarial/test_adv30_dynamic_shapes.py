@@ -180,3 +180,23 @@ def test_argmax_over_an_empty_axis_of_an_empty_call(op: str, keepdims: int, last
             run_ort(m, {"x": np.zeros((2, 3, 4, 0), np.float32)})
         with pytest.raises(PycannError, match="empty axis 3"):
             lm.run([np.zeros((2, 3, 4, 0), np.float32)])
+
+
+@pytest.mark.parametrize("mode", ["reflect", "edge"])
+@pytest.mark.parametrize("pads", [[-1, 1, 0, 0], [-1, 0, 0, 0], [0, -2, 0, 0]])
+def test_pad_cropping_an_axis_to_nothing_in_a_mirroring_mode_is_refused(mode: str, pads: list[int]) -> None:
+    """A non-empty input whose negative pads crop an axis to 0 in reflect / edge mode: ORT refuses it
+    ("invalid mode ... with zero effective input extent"); pycann returned an empty array (only an input
+    that is empty itself was checked), on the generic and the specialised plan alike."""
+    from pycann.errors import ShapeError
+
+    m = _model([helper.make_node("Pad", ["x", "p"], ["y"], mode=mode)],
+               [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["A", "B"])],
+               [numpy_helper.from_array(np.array(pads, np.int64), "p")], opset=19)
+    x = RNG.standard_normal((1, 2)).astype(np.float32)
+    with pytest.raises(Exception, match="zero effective input extent"):
+        run_ort(m, {"x": x})
+    for policy in ("generic", "specialize"):
+        lm = LoadedModel.from_compiled(compile_model(m), plan_cache=PlanCacheConfig(policy=policy))
+        with pytest.raises(ShapeError, match=f"crops axis {0 if pads[0] else 1} to nothing in {mode} mode"):
+            lm.run([x])
