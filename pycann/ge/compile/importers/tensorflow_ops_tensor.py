@@ -256,6 +256,8 @@ def one_hot(e: Emitter) -> list[str]:
     if ti in (DType.INT8, DType.INT16, DType.INT32, DType.INT64):
         # TF: a negative index gives a row of off_value; ONNX wraps it (-1 is depth - 1). Move
         # negative indices to depth, outside ONNX's [-depth, depth - 1]: off_value there too
+        if ti in (DType.INT8, DType.INT16):  # (depth, an int32, may not fit: int8 200 is -56, a wrapped index)
+            idx, ti = e.add("Cast", [idx], to=int(DType.INT32)), DType.INT32
         zero = e.constant(np.zeros((), to_numpy(ti)), "zero")
         past = e.add("Cast", [depth], to=int(ti))
         idx = e.add("Where", [e.add("Less", [idx, zero]), past, idx])
