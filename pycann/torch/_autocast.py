@@ -46,7 +46,9 @@ _libraries: list[torch.library.Library] = []
 
 
 def _cast(x: Any, dtype: torch.dtype) -> Any:
-    if isinstance(x, torch.Tensor) and x.is_floating_point() and x.device.type == "npu" and x.dtype != dtype:
+    # (float64 is not eligible, as PyTorch's autocast ``is_eligible``: a double matmul stays double)
+    if isinstance(x, torch.Tensor) and x.is_floating_point() and x.device.type == "npu" and x.dtype != dtype \
+            and x.dtype != torch.float64:
         return x.to(dtype)
     if isinstance(x, (list, tuple)) and any(isinstance(e, torch.Tensor) for e in x):
         return type(x)(_cast(e, dtype) for e in x)  # (einsum's, multi_dot's tensor lists, as CUDA casts them)
@@ -85,8 +87,10 @@ def _fp32_kernel(op: Any, dtype_at: int) -> Any:
 
 
 def _floats(x: Any) -> list[torch.dtype]:
+    """The dtypes of the autocast-eligible tensors in ``x``: floating npu tensors but float64, which
+    PyTorch's promote policy ignores (neither cast nor the dtype to cast to)."""
     if isinstance(x, torch.Tensor):
-        return [x.dtype] if x.is_floating_point() and x.device.type == "npu" else []
+        return [x.dtype] if x.is_floating_point() and x.device.type == "npu" and x.dtype != torch.float64 else []
     if isinstance(x, (list, tuple)):
         return [d for e in x for d in _floats(e)]
     return []
