@@ -111,7 +111,10 @@ def quantize_model(config_file: str, model_file: str, modified_onnx_file: str, r
     unknown = sorted(set(cfg.layers) - {lay.name for lay in found})
     if unknown:  # a typo would silently leave the real layer out of the config (so not quantised)
         names = sorted(lay.name for lay in found)
-        raise OptionError(f"AMCT config {config_file}: layer(s) {unknown[:10]} are not quantisable layers of "
+        ops = {n.name: n.op_type for n in model.graph.node}
+        kinds = [f"{u} ({ops[u]}: not a layer AMCT quantises)" if u in ops else f"{u} (no such node)"
+                 for u in unknown[:10]]
+        raise OptionError(f"AMCT config {config_file}: layer(s) {', '.join(kinds)} are not quantisable layers of "
                           f"{model_file}; they are: {names[:20]}{' ...' if len(names) > 20 else ''}")
     layers = [lay for lay in found if cfg.layers.get(lay.name, LayerConfig(False)).quant_enable]
     n_out = len(model.graph.output)

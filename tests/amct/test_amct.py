@@ -167,7 +167,15 @@ def test_config_layer_not_in_model_is_an_error(tmp_path: Path) -> None:
     name = next(k for k, v in doc.items() if isinstance(v, dict))
     doc[name + "_typo"] = doc.pop(name)
     cfg.write_text(json.dumps(doc))
-    with pytest.raises(OptionError, match=f"{name}_typo.*not quantisable layers"):
+    with pytest.raises(OptionError, match=f"{name}_typo \\(no such node\\).*not quantisable layers"):
+        amct.quantize_model(str(cfg), str(model), str(tmp_path / "m.onnx"), str(tmp_path / "r.txt"))
+    # a node of the model that AMCT does not quantise is named as such (not as a missing one)
+    import onnx
+
+    other = next(n for n in onnx.load(str(model)).graph.node if n.name and n.op_type in ("Relu", "MaxPool", "Flatten"))
+    doc[other.name] = doc.pop(name + "_typo")
+    cfg.write_text(json.dumps(doc))
+    with pytest.raises(OptionError, match=f"{other.name} \\({other.op_type}: not a layer AMCT quantises\\)"):
         amct.quantize_model(str(cfg), str(model), str(tmp_path / "m.onnx"), str(tmp_path / "r.txt"))
 
 
