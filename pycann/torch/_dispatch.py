@@ -356,6 +356,21 @@ _UNVERSIONED_WRITES = frozenset({"aten::native_batch_norm", "aten::_native_batch
 _NUMBERS = (bool, int, float, complex)
 
 
+_EXACT = {bool: torch.bool, int: torch.int64, float: torch.float64, complex: torch.complex128}
+
+
+def _category(dtype: torch.dtype) -> int:
+    if dtype.is_complex:
+        return 3
+    if dtype.is_floating_point:
+        return 2
+    return 0 if dtype == torch.bool else 1
+
+
+def _category_of(v: Any) -> int:
+    return 3 if isinstance(v, complex) else 2 if isinstance(v, float) else 0 if isinstance(v, bool) else 1
+
+
 def _wrap_numbers(info: _OpInfo, cargs: list[Any], ckw: dict[str, Any]) -> None:
     """Python numbers in ``Tensor`` arguments -> 0-dim CPU tensors. ATen's Scalar overloads
     (``fmod.Scalar``, ``remainder.Scalar``, ``bitwise_and.Scalar``, ``xlogy.OtherScalar``, ...) call
@@ -367,10 +382,19 @@ def _wrap_numbers(info: _OpInfo, cargs: list[Any], ckw: dict[str, Any]) -> None:
     slots = [(i, cargs[i] if i < len(cargs) else ckw.get(names[i])) for i in info.plain_tensor_args]
     if not any(isinstance(v, _NUMBERS) for _, v in slots):
         return
-    ref = next((v for _, v in slots if isinstance(v, torch.Tensor)), None)
+    tensors = [v for _, v in slots if isinstance(v, torch.Tensor)]
+    ref = tensors[0] if tensors else None
+    # the highest category (bool < int < float < complex) of the tensors with dimensions
+    top = max((_category(t.dtype) for t in tensors if t.dim() > 0), default=-1)
     for i, v in slots:
         if isinstance(v, _NUMBERS):
-            t = torch.tensor(v, dtype=torch.result_type(ref, v) if ref is not None else None)
+            if _category_of(v) <= top:
+                # a 0-dim tensor of no higher category than a dimensioned operand does not take part
+                # in type promotion, so the number keeps its exact value (a wrapped number is int64 /
+                # double): -3 with a uint8 tensor is not 253, 1e5 with a float16 one not inf
+                t = torch.tensor(v, dtype=_EXACT[type(v)])
+            else:
+                t = torch.tensor(v, dtype=torch.result_type(ref, v) if ref is not None else None)
             if i < len(cargs):
                 cargs[i] = t
             else:

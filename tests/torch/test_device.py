@@ -55,6 +55,29 @@ def test_scalar_overloads_match_cpu() -> None:
             torch.testing.assert_close(got.cpu(), want, rtol=0, atol=0)  # (dtypes too)
 
 
+def test_scalars_out_of_the_tensors_dtype_keep_their_value() -> None:
+    """A Python number that the tensor's dtype cannot hold (-3 beside uint8, 300 beside int8, 1e5 or
+    2049 beside float16) keeps its value as a wrapped number does: it was made a tensor of the result
+    dtype, so ``torch.div(uint8, -3)`` divided by 253, ``int8 / 300`` raised "cannot be converted to
+    type int8 without overflow" and ``half * 1e5`` gave inf / nan."""
+    import warnings
+
+    u, i8 = torch.tensor([1, 5, 200], dtype=torch.uint8), torch.tensor([1, 5, 100], dtype=torch.int8)
+    h = torch.tensor([0.001, 3.0, 7.0], dtype=torch.float16)
+    cases = (lambda: torch.div(u, -3), lambda: torch.copysign(u, -3), lambda: torch.xlogy(u, -3),
+             lambda: i8 / 300, lambda: torch.floor_divide(i8, 300), lambda: u & 300,
+             lambda: h * 1e5, lambda: h * 2049, lambda: torch.where(u > 3, h, 2049.0))
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # (the CPU fallback's warning)
+        for f in cases:
+            want = f()
+            u, i8, h = u.npu(), i8.npu(), h.npu()
+            got = f()
+            u, i8, h = u.cpu(), i8.cpu(), h.cpu()
+            assert got.device.type == "npu"
+            torch.testing.assert_close(got.cpu(), want, rtol=0, atol=0, equal_nan=True)  # (dtypes too)
+
+
 def test_cpu_tensors_beside_npu_ones_raise_as_on_a_device() -> None:
     """PyTorch's rule on CUDA (and torch_npu's): no CPU tensor in an op on npu tensors, except a 0-dim
     one and an index; code that mixes them would otherwise pass here and fail on a real NPU."""
