@@ -353,6 +353,24 @@ def _kernel(op: Any, *args: Any, **kwargs: Any) -> Any:
 _UNVERSIONED_WRITES = frozenset({"aten::native_batch_norm", "aten::_native_batch_norm_legit"})
 
 
+# the fused optimizer steps (``Adam(fused=True)``, ``AdamW``, ``SGD``, ``Adagrad``): PyTorch writes
+# their parameters (and state) without bumping ``_version``, so the kernels' bound constants (a
+# conv's packed weight, a Linear's B) and torch.compile's embedded weights would keep the values from
+# before the step; their written npu tensors get the bump an in-place op (the foreach steps) gives
+_FUSED_OPTIMIZERS = ("aten::_fused_adam", "aten::_fused_adamw", "aten::_fused_sgd", "aten::_fused_adagrad")
+
+
+def _bump_written(info: _OpInfo, args: tuple[Any, ...], kwargs: dict[str, Any]) -> None:
+    written: list[torch.Tensor] = []
+    for i in info.mutable_args:
+        v = args[i] if i < len(args) else kwargs.get(info.arg_names[i])
+        for t in (v if isinstance(v, (list, tuple)) else (v,)):
+            if _is_npu(t) and not t.is_inference():
+                written.append(t)
+    if written:
+        torch._C._increment_version(written)
+
+
 _NUMBERS = (bool, int, float, complex)
 
 
@@ -483,6 +501,8 @@ def _compute(op: Any, info: _OpInfo, args: tuple[Any, ...], kwargs: dict[str, An
             out = op._op(*cargs, **ckw)
     if info.name in _UNVERSIONED_WRITES and len(args) > 5 and args[5]:  # training: the statistics were written
         _pycann_ops.stat_writes[0] += 1
+    if info.name.startswith(_FUSED_OPTIMIZERS):
+        _bump_written(info, args, kwargs)
     if not info.mutable_args:
         return _up(out, dev), provider
     # in-place / out=: the npu arguments are the results; follow a resize the kernel made
