@@ -308,3 +308,21 @@ def test_addmm_with_beta_or_alpha_and_nan_propagation() -> None:
                        torch.nn.functional.linear(x, w.t(), c)),
                       (torch.nn.functional.conv2d(conv_x.npu(), cw.npu()).cpu(), torch.nn.functional.conv2d(conv_x, cw))):
         torch.testing.assert_close(got, want, rtol=1e-4, atol=1e-4, equal_nan=True)
+
+
+def test_softmax_of_a_non_contiguous_input_is_contiguous_as_on_cpu() -> None:
+    """ATen's softmax / log_softmax return a contiguous result for any input layout; pycann's
+    kept the input's (a transposed tensor's, a channels-last conv's), so ``.view(-1)`` of it raised
+    "view size is not compatible with input tensor's size and stride" where torch CPU runs."""
+    x = torch.randn(5, 4, 3)
+    conv = torch.nn.Conv2d(3, 4, 3)
+    img = torch.randn(2, 3, 6, 6)
+    cases = (lambda t, c: torch.softmax(t.transpose(0, 2), 1), lambda t, c: torch.log_softmax(t.permute(1, 2, 0), -1),
+             lambda t, c: torch.softmax(c(img.to(t.device)), 1))
+    with torch.no_grad():
+        for f in cases:
+            want = f(x, conv)
+            got = f(x.npu(), conv.npu())
+            conv.cpu()
+            assert got.stride() == want.stride()
+            torch.testing.assert_close(got.view(-1).cpu(), want.view(-1), rtol=1e-5, atol=1e-6)
