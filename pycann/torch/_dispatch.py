@@ -564,6 +564,7 @@ EXPLICIT_OPS = (
     "neg.default", "abs.default", "_softmax.default", "_log_softmax.default", "gelu.default", "silu.default",
     "threshold_backward.default", "native_layer_norm.default", "clamp_min.default", "pow.Tensor_Scalar",
     "where.self", "erf.default", "reciprocal.default", "_to_copy.default",
+    "native_group_norm.default",  # (its CompositeExplicitAutograd kernel views a channels-last input: raised)
 )
 
 _libraries: list[torch.library.Library] = []

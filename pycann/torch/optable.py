@@ -248,6 +248,7 @@ HOST_OPS: dict[str, str] = {
     "aten::_native_batch_norm_legit_no_training": "BatchNormalization",
     "aten::native_batch_norm_backward": "BatchNormalizationGrad",
     "aten::native_layer_norm": "LayerNormalization", "aten::native_layer_norm_backward": "LayerNormalizationGrad",
+    "aten::native_group_norm": "GroupNormalization", "aten::native_group_norm_backward": "GroupNormalizationGrad",
     "aten::max_pool2d_with_indices": "MaxPool", "aten::max_pool2d_with_indices_backward": "MaxPoolGrad",
     "aten::avg_pool2d": "AveragePool", "aten::avg_pool2d_backward": "AveragePoolGrad",
     "aten::_adaptive_avg_pool2d": "GlobalAveragePool", "aten::_adaptive_avg_pool2d_backward": "AveragePoolGrad",
@@ -301,7 +302,7 @@ HOST_OPS: dict[str, str] = {
 # MSE). torch's kernel computes them on the npu ("host" in the report); torch.compile's training
 # path decomposes them into ops GE has (pycann.torch.compile.training).
 CANN_ONLY: frozenset[str] = frozenset({
-    "AveragePoolGrad", "BatchNormalizationGrad", "ConvGrad", "GeluGrad", "HardSwishGrad",
+    "AveragePoolGrad", "BatchNormalizationGrad", "ConvGrad", "GeluGrad", "GroupNormalizationGrad", "HardSwishGrad",
     "LayerNormalizationGrad", "LogSoftmaxGrad", "MaxPoolGrad", "MeanSquaredDistance", "MeanSquaredDistanceGrad",
     "NegativeLogLikelihoodLossGrad", "ReluGrad", "SigmoidGrad", "SoftmaxGrad", "TanhGrad",
 })

@@ -5,6 +5,7 @@ kernels' cache keyed on the bound tensors (a weight written in place or freed is
 
 from __future__ import annotations
 
+import copy
 from collections.abc import Callable
 
 import pytest
@@ -326,3 +327,23 @@ def test_softmax_of_a_non_contiguous_input_is_contiguous_as_on_cpu() -> None:
             conv.cpu()
             assert got.stride() == want.stride()
             torch.testing.assert_close(got.view(-1).cpu(), want.view(-1), rtol=1e-5, atol=1e-6)
+
+
+def test_group_norm_after_a_channels_last_conv_matches_cpu() -> None:
+    """GroupNorm after a conv (whose npu result is channels-last): ATen's CompositeExplicitAutograd
+    ``native_group_norm`` for devices other than CPU/CUDA ``view``s its input, which raised "view size
+    is not compatible with input tensor's size and stride" (forward and training alike); the npu
+    runs torch's CPU kernel, which takes any layout."""
+    torch.manual_seed(0)
+    ref = torch.nn.Sequential(torch.nn.Conv2d(3, 4, 3, padding=1), torch.nn.GroupNorm(2, 4), torch.nn.SiLU())
+    npu = copy.deepcopy(ref).npu()
+    x = torch.randn(2, 3, 6, 6)
+    xc, xn = x.clone().requires_grad_(), x.npu().requires_grad_()
+    want, got = ref(xc), npu(xn)
+    torch.testing.assert_close(got.cpu(), want, rtol=1e-5, atol=1e-5)
+    want.pow(2).sum().backward()
+    got.pow(2).sum().backward()
+    torch.testing.assert_close(xn.grad.cpu(), xc.grad, rtol=1e-4, atol=1e-5)
+    for a, b in zip(ref.parameters(), npu.parameters()):
+        torch.testing.assert_close(b.grad.cpu(), a.grad, rtol=1e-4, atol=1e-5)
+    assert Provider.HOST in _providers()["aten::native_group_norm"]
