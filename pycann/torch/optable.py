@@ -188,8 +188,9 @@ def _avg_pool_attrs(a: Sequence[Any]) -> dict[str, Any]:
 def _softmax_ok(a: Sequence[Any], k: dict[str, Any]) -> bool:
     """A contiguous input only: ATen's softmax result is contiguous whatever the input's layout
     (pycann's kept it: a channels-last conv's or a transposed tensor's softmax could not be
-    ``.view``-ed as on torch CPU); others take torch's kernel."""
-    return _float_tensor(a[0]) and not a[2] and a[0].is_contiguous()
+    ``.view``-ed as on torch CPU); others take torch's kernel. Not a 0-dim input (ONNX's Softmax needs
+    an axis: pycann's kernel raised a KernelError where ATen returns 1)."""
+    return _float_tensor(a[0]) and not a[2] and a[0].dim() > 0 and a[0].is_contiguous()
 
 
 def _mm_ok(a: Sequence[Any], k: dict[str, Any]) -> bool:

@@ -347,3 +347,13 @@ def test_group_norm_after_a_channels_last_conv_matches_cpu() -> None:
     for a, b in zip(ref.parameters(), npu.parameters()):
         torch.testing.assert_close(b.grad.cpu(), a.grad, rtol=1e-4, atol=1e-5)
     assert Provider.HOST in _providers()["aten::native_group_norm"]
+
+
+def test_softmax_of_a_0_dim_tensor_matches_cpu() -> None:
+    """``torch.softmax(x, 0)`` of a 0-dim tensor is 1 (log_softmax 0) in ATen; pycann's Softmax
+    raised "KernelError: Softmax (opset 28): kernel failed on inputs (float32[])"."""
+    x = torch.tensor(0.7)
+    for f in (lambda t: torch.softmax(t, 0), lambda t: torch.log_softmax(t, -1), lambda t: torch.softmax(t, 0, dtype=torch.float64)):
+        want, got = f(x), f(x.npu())
+        assert got.shape == want.shape == ()
+        torch.testing.assert_close(got.cpu(), want, rtol=0, atol=0)
