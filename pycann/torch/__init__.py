@@ -134,6 +134,23 @@ def _pin_memory(orig: Any) -> Any:
     return pin_memory
 
 
+def _record_stream(orig: Any) -> Any:
+    """``Tensor.record_stream(stream)`` for npu tensors: a no-op, as the caching allocator's
+    cross-stream bookkeeping has nothing to do here (npu ops are synchronous and an npu tensor's
+    memory goes when its last tensor dies). It raised: "unknown parameter type" for a
+    ``torch.npu.Stream`` (the data-prefetcher pattern ``x.record_stream(torch.npu.current_stream())``)
+    and "Could not run 'aten::record_stream' ... 'CPU' backend" for a ``torch.Stream``."""
+
+    def record_stream(self: torch.Tensor, stream: Any) -> None:
+        if self.device.type != BACKEND:
+            return orig(self, stream)
+        if not isinstance(stream, (npu.Stream, torch.Stream)):
+            raise TypeError(f"record_stream(): argument 's' must be a Stream, not {type(stream).__name__}")
+        return None
+
+    return record_stream
+
+
 def _register() -> None:
     name = torch._C._get_privateuse1_backend_name()
     if name == BACKEND and hasattr(torch, BACKEND) and getattr(torch.Tensor, "is_npu", None) is not None:
@@ -159,6 +176,7 @@ def _register() -> None:
     torch.UntypedStorage.clone = _storage_clone(torch.UntypedStorage.clone)  # type: ignore[method-assign]
     torch.UntypedStorage.__new__ = staticmethod(_storage_new(torch.UntypedStorage.__new__))  # type: ignore[assignment]
     torch.Tensor.pin_memory = _pin_memory(torch.Tensor.pin_memory)  # type: ignore[method-assign]
+    torch.Tensor.record_stream = _record_stream(torch.Tensor.record_stream)  # type: ignore[method-assign]
     from pycann.torch import compile as _compile
     from pycann.torch_vision_hook import ensure_torchvision_importable
 

@@ -512,3 +512,20 @@ def test_recurrent_layers_match_cpu(kind: str) -> None:
         torch.testing.assert_close(xn.grad.cpu(), xc.grad, rtol=1e-4, atol=1e-5)
         for (name, p), q in zip(cpu.named_parameters(), npu.parameters()):
             torch.testing.assert_close(q.grad.cpu(), p.grad, rtol=1e-4, atol=1e-5, msg=name)
+
+
+def test_record_stream_on_npu_tensors() -> None:
+    """``x.record_stream(torch.npu.current_stream())`` (CUDA data prefetchers' pattern, which torch_npu
+    supports) raised "unknown parameter type"; with a ``torch.Stream`` it raised "Could not run
+    'aten::record_stream' ... 'CPU' backend". Synchronous ops and memory freed with its last tensor
+    leave nothing to record: it returns None, and a non-stream still raises."""
+    x = torch.ones(3).npu()
+    s = torch.npu.Stream()
+    with torch.npu.stream(s):
+        y = x * 2
+    y.record_stream(torch.npu.current_stream())
+    y.record_stream(s)
+    y.record_stream(torch.Stream(device="npu"))
+    with pytest.raises(TypeError, match="must be a Stream"):
+        y.record_stream(0)  # type: ignore[arg-type]
+    assert torch.equal(y.cpu(), torch.full((3,), 2.0))
