@@ -80,6 +80,19 @@ def _freed(ref: weakref.ref[torch.UntypedStorage], live: dict[int, Any] = _live,
 
 
 def _relabel(t: torch.Tensor, device_type: int, index: int, track: bool = False) -> torch.Tensor:
+    if t.is_conj() or t.is_neg():
+        # a lazy conjugate / negative view (``c.conj()``, ``c.conj().imag``): DLPack carries neither
+        # bit, and exporting one resolves it first, which on an npu tensor is an npu op that
+        # relabels it again (unbounded recursion: the process died). The same memory goes without
+        # the bits and gets them back on the other side.
+        conj, neg = t.is_conj(), t.is_neg()
+        bare = t.detach()
+        torch._C._set_conj(bare, False)
+        torch._C._set_neg(bare, False)
+        out = _relabel(bare, device_type, index, track)
+        torch._C._set_conj(out, conj)
+        torch._C._set_neg(out, neg)
+        return out
     capsule = _to_dlpack(t)
     addr = _get_pointer(capsule, b"dltensor")
     # DLManagedTensor starts with its DLTensor; its DLDevice is two int32s (type, id): one

@@ -588,4 +588,12 @@ def install() -> None:
         packet, overload = qual.split(".")
         op = getattr(getattr(torch.ops.aten, packet), overload)
         aten.impl(packet if overload == "default" else qual, _named_kernel(op), "PrivateUse1")
+    # copies of a lazy conjugate / negative view (``c.conj()``, ``c.conj().imag``) reach the device
+    # as ``_copy_from``, which the Conjugate / Negative fallbacks would first resolve (a clone: a
+    # copy, so ``_copy_from`` again: unbounded recursion that killed the process on
+    # ``c.conj().cpu()``, ``c.conj() * 2``, ``torch.fft.hfft``). They pass through: the kernel
+    # copies from a host view that keeps the bits, and torch's CPU copy_ applies them.
+    for key in ("Conjugate", "Negative"):
+        for name in ("_copy_from", "_copy_from_and_resize"):
+            aten.impl(name, torch.library.fallthrough_kernel, key)
     _libraries.extend([lib, aten])

@@ -529,3 +529,32 @@ def test_record_stream_on_npu_tensors() -> None:
     with pytest.raises(TypeError, match="must be a Stream"):
         y.record_stream(0)  # type: ignore[arg-type]
     assert torch.equal(y.cpu(), torch.full((3,), 2.0))
+
+
+def test_conjugate_and_negative_views_copy_with_their_values() -> None:
+    """A lazy conjugate view of an npu tensor (``c.conj()``, ``x.mH``, ``torch.fft.hfft``'s input)
+    killed the process (segmentation fault: the Conjugate fallback resolved ``_copy_from``'s source
+    with a clone, itself a ``_copy_from``, without end), and its host view dropped the bit (wrong
+    values). Run in a child process so that a regression fails this test, not the session."""
+    import subprocess
+    import sys
+
+    script = """
+import torch, warnings
+import pycann.torch
+warnings.simplefilter("ignore")
+c = torch.randn(3, 3, dtype=torch.complex64)
+x = torch.randn(5, 6, 7)
+n = c.npu()
+cases = [(c.conj(), n.conj().cpu()), (c.conj() * 2, (n.conj() * 2).cpu()), (c.conj().imag, n.conj().imag.cpu()),
+         (c.mH @ c, (n.mH @ n).cpu()), (c.conj().clone(), n.conj().clone().cpu()),
+         (torch.fft.hfft(x, n=10, dim=1), torch.fft.hfft(x.npu(), n=10, dim=1).cpu())]
+out = torch.zeros(3, 3, dtype=torch.complex64).npu()
+out.copy_(n.conj())
+cases.append((c.conj(), out.cpu()))
+for want, got in cases:
+    torch.testing.assert_close(got.resolve_conj().resolve_neg(), want.resolve_conj().resolve_neg(), rtol=1e-5, atol=1e-5)
+print("ok")
+"""
+    r = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0 and r.stdout.strip().endswith("ok"), (r.returncode, r.stderr[-2000:])
