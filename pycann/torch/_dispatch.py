@@ -290,6 +290,16 @@ def _empty(op: Any, *args: Any, **kwargs: Any) -> torch.Tensor:
     return to_npu(fn(*args, **{k: v for k, v in kwargs.items() if v is not None}), index)
 
 
+def _zero_tensor(size: Sequence[int], dtype: torch.dtype | None = None, layout: Any = None,
+                 device: torch.device | None = None, pin_memory: bool | None = None) -> torch.Tensor:
+    """``aten::_efficientzerotensor`` (what autograd formulas return for a zero gradient: ``sgn``
+    of a real tensor, ...): zeros in npu memory. The CPU kernel's ZeroTensor has no memory, and
+    relabelled as an npu tensor it lost its ZeroTensor key: a tensor over no memory, which gave
+    garbage values and killed the process (``torch.sgn(x).sum().backward()``)."""
+    index = _existing(device.index) if isinstance(device, torch.device) and device.index is not None else 0
+    return torch.zeros(list(size), dtype=dtype, device=torch.device(_NPU, index))
+
+
 def _copy_from(src: torch.Tensor, dst: torch.Tensor, non_blocking: bool = False) -> torch.Tensor:
     s = to_cpu(src) if _is_npu(src) else src
     d = to_cpu(dst) if _is_npu(dst) else dst
@@ -548,6 +558,7 @@ _SPECIAL: dict[str, Any] = {
     "aten::_copy_from_and_resize": lambda op, *a, **k: _copy_from_and_resize(*a, **k),
     "aten::resize_": lambda op, *a, **k: _resize(*a, **k),
     "aten::_to_copy": _to_copy,
+    "aten::_efficientzerotensor": lambda op, *a, **k: _zero_tensor(*a, **k),
     **_rnn_cells.KERNELS,  # (the fused LSTM / GRU cells: CUDA-only ops ATen calls for PrivateUse1 too)
 }
 

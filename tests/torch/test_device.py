@@ -558,3 +558,31 @@ print("ok")
 """
     r = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=300)
     assert r.returncode == 0 and r.stdout.strip().endswith("ok"), (r.returncode, r.stderr[-2000:])
+
+
+def test_zero_gradients_are_zeros_in_npu_memory() -> None:
+    """``aten::_efficientzerotensor`` (autograd's zero gradient: ``sgn`` of a real tensor, ...) on the
+    npu relabelled the CPU kernel's memoryless ZeroTensor: a tensor over no memory, whose values were
+    garbage and whose copy to the CPU killed the process. It is zeros in npu memory now (child
+    process: a regression fails this test, not the session)."""
+    import subprocess
+    import sys
+
+    script = """
+import torch, warnings
+import pycann.torch
+warnings.simplefilter("ignore")
+z = torch._efficientzerotensor((2, 3), dtype=torch.float16, device="npu")
+assert z.device.type == "npu" and z.dtype == torch.float16
+assert torch.equal(z.cpu(), torch.zeros(2, 3, dtype=torch.float16))
+for dev in ("cpu", "npu"):
+    x = torch.tensor([-2.0, 3.0, -0.5], device=dev, requires_grad=True)
+    torch.sgn(x).sum().backward()
+    assert torch.equal(x.grad.cpu(), torch.zeros(3)), x.grad
+    x.grad = None
+    (torch.sgn(x) * x).sum().backward()
+    assert torch.equal(x.grad.cpu(), torch.tensor([-1.0, 1.0, -1.0])), x.grad
+print("ok")
+"""
+    r = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0 and r.stdout.strip().endswith("ok"), (r.returncode, r.stderr[-2000:])
