@@ -500,24 +500,6 @@ def test_transpose_perm_computed_from_constants_is_folded() -> None:
     np.testing.assert_allclose(got, e / e.sum(axis=1, keepdims=True), rtol=1e-6, atol=1e-7)
 
 
-def test_one_hot_negative_and_past_depth_indices_are_off_rows() -> None:
-    """TF's OneHot: an index outside [0, depth) (-1 included) gives a row of off_value; ONNX would
-    wrap -1 to depth - 1."""
-    i32 = types_pb2.DT_INT32
-    idx = np.array([0, 3, -1, 4, 2, -4], np.int32)
-    g = G()
-    g.placeholder("i", idx.shape, i32)
-    g.const("depth", np.int32(4))
-    g.const("on", np.float32(2))
-    g.const("off", np.float32(-1))
-    g.node("OneHot", "oh", ["i", "depth", "on", "off"], T=("type", F32), TI=("type", i32), axis=-1)
-    g.node("OneHot", "oh0", ["i", "depth", "on", "off"], T=("type", F32), TI=("type", i32), axis=0)
-    got, got0 = _run(g.gd, [idx], [("oh", 0), ("oh0", 0)])
-    ref = np.where(idx[:, None] == np.arange(4)[None, :], 2.0, -1.0).astype(np.float32)
-    np.testing.assert_array_equal(got, ref)
-    np.testing.assert_array_equal(got0, ref.T)
-
-
 def test_out_nodes_take_tensor_names_and_refuse_other_entries() -> None:
     """``out_nodes`` as TensorFlow tensor names (``"fd:0"``, ``"fm"`` = output 0) choose the same
     outputs as the pairs; an entry of neither form is E10016 naming it (it was a raw unpacking error)."""
