@@ -67,6 +67,7 @@ class _OpInfo:
     # ``fmod.Tensor`` with its Scalar as one) reaches the boxed kernel as a Python number
     plain_tensor_args: tuple[int, ...] = ()
     fast: _fastpath.OpCache = field(default_factory=_fastpath.OpCache)  # a pycann op's recorded signatures
+    fused_optimizer: bool = False  # one of ``_FUSED_OPTIMIZERS``: its written npu tensors get a version bump
 
 
 _infos: dict[int, _OpInfo] = {}  # by id(): OpOverload.__hash__ is Python code, too slow per call
@@ -124,7 +125,8 @@ def _info(op: Any) -> _OpInfo:
                    tuple(tensorish), frozenset(args[i].name for i in tensorish),
                    bool(mutable) and mutable[0] == 0 and not args[0].kwarg_only and writes[:1] == [0],
                    schema.name in _CROSS_DEVICE,
-                   plain_tensor_args=tuple(i for i, a in enumerate(args) if str(a.type) == "Tensor"))
+                   plain_tensor_args=tuple(i for i, a in enumerate(args) if str(a.type) == "Tensor"),
+                   fused_optimizer=name.startswith(_FUSED_OPTIMIZERS))
     _infos[id(op)] = info
     _keep.append(op)  # ids stay valid: the overloads live as long as the process anyway
     return info
@@ -511,7 +513,7 @@ def _compute(op: Any, info: _OpInfo, args: tuple[Any, ...], kwargs: dict[str, An
             out = op._op(*cargs, **ckw)
     if info.name in _UNVERSIONED_WRITES and len(args) > 5 and args[5]:  # training: the statistics were written
         _pycann_ops.stat_writes[0] += 1
-    if info.name.startswith(_FUSED_OPTIMIZERS):
+    if info.fused_optimizer:
         _bump_written(info, args, kwargs)
     if not info.mutable_args:
         return _up(out, dev), provider
