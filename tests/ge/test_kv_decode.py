@@ -234,3 +234,42 @@ def test_wide_decoder_moves_its_weights_to_the_gemv_layout_with_orts_tokens() ->
         assert got == want
         assert len({t[0] for t in got}) > 1, "the tokens must vary (a test that cannot fail otherwise)"
         assert forms() and {f.layout for f in forms()} == {layout}
+
+
+def test_layers_share_one_mask_on_the_generic_plan(kv_model: bytes) -> None:
+    """The inputs' named dims (every ``past_*`` carries ``past_seq``) let the generic plan read each from
+    one input (ge/run/shape_program.py), so every layer's mask bounds are one ShapeOf and the layers'
+    equal Slice/Slice/Where mask is computed once (ge/run/dedup.py); the decode gives ORT's values."""
+    lm = LoadedModel.from_compiled(compile_model(kv_model))
+    compiled = [n.op_type for n in lm.graph.nodes]
+    generic = [n.op_type for n in lm.executor.generic_plan().graph.nodes]
+    assert compiled.count("Where") == LAYERS and generic.count("Where") == 1
+    assert generic.count("Slice") == compiled.count("Slice") // LAYERS
+    ref = _ort_run(kv_model)
+    ids = np.random.default_rng(3).integers(0, VOCAB, (2, 5)).astype(np.int64)
+    out = lm.run([ids, *[np.zeros((2, HEADS, 0, WIDTH // HEADS), np.float32) for _ in range(2 * LAYERS)]])
+    for step in range(4):
+        nxt = out[0][:, -1].argmax(-1).astype(np.int64)[:, None]
+        got, want = lm.run([nxt, *out[1:]]), ref([nxt, *out[1:]])
+        for g, w in zip(got, want):
+            np.testing.assert_allclose(g, w, rtol=1e-4, atol=1e-5, err_msg=f"step {step}")
+        out = got
+    assert lm.plan_cache_stats().built == 0
+
+
+def test_pasts_of_different_lengths_run_a_specialised_plan(kv_model: bytes) -> None:
+    """Pasts whose ``past_seq`` differs from layer to layer break the named-dims reading: such a call
+    runs a plan specialised for its shapes (ORT's values), and the next regular call the generic plan."""
+    lm = LoadedModel.from_compiled(compile_model(kv_model))
+    ref = _ort_run(kv_model)
+    rng = np.random.default_rng(5)
+    ids = rng.integers(0, VOCAB, (1, 2)).astype(np.int64)
+    past = [rng.standard_normal((1, HEADS, 3 + i // 2, WIDTH // HEADS)).astype(np.float32) for i in range(2 * LAYERS)]
+    for g, w in zip(lm.run([ids, *past]), ref([ids, *past])):
+        np.testing.assert_allclose(g, w, rtol=1e-4, atol=1e-5)
+    st = lm.plan_cache_stats()
+    assert (st.built, st.generic_runs) == (1, 0)
+    same = [rng.standard_normal((1, HEADS, 4, WIDTH // HEADS)).astype(np.float32) for _ in range(2 * LAYERS)]
+    for g, w in zip(lm.run([ids, *same]), ref([ids, *same])):
+        np.testing.assert_allclose(g, w, rtol=1e-4, atol=1e-5)
+    assert lm.plan_cache_stats().generic_runs == 1

@@ -26,8 +26,9 @@ def _c(name: str, v: Sequence[int] | int) -> onnx.TensorProto:
     return numpy_helper.from_array(np.array(v, dtype=np.int64), name)
 
 
-def _model(nodes: list[onnx.NodeProto], outputs: list[str], inits: list[onnx.TensorProto]) -> bytes:
-    g = helper.make_graph(nodes, "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["a", "b", 4])],
+def _model(nodes: list[onnx.NodeProto], outputs: list[str], inits: list[onnx.TensorProto],
+           dims: Sequence[str | int | None] = ("a", "b", 4)) -> bytes:
+    g = helper.make_graph(nodes, "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, list(dims))],
                           [helper.make_tensor_value_info(o, _TYPES.get(o, I64), None) for o in outputs], inits)
     return helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)]).SerializeToString()
 
@@ -121,8 +122,10 @@ def test_shape_output_and_duplicates_share_one_step() -> None:
              helper.make_node("Reshape", ["x", "s_again"], ["y"]),
              helper.make_node("Shape", ["y"], ["sy"]),
              helper.make_node("Reshape", ["y", "sy"], ["z"])]
-    lm = _check(_model(nodes, ["s", "z"], []))
+    lm = _check(_model(nodes, ["s", "z"], [], dims=[None, None, 4]))
     assert _ops(lm) == ["ShapeOf", "Reshape", "ShapeOf", "Reshape"]  # s_again is s; sy is another tensor's
+    # with x's dims named (a, b), y = Reshape(x, shape(x)) is known to be (a, b, 4): sy is s too
+    assert _ops(_check(_model(nodes, ["s", "z"], []))) == ["ShapeOf", "Reshape", "Reshape"]
     g = compile_model(_model(nodes, ["s", "z"], [])).graph
     collapsed, removed = shape_program.collapse(g)
     assert removed == 1 and len(g.nodes) == 5  # the compiled graph itself is left as it was

@@ -24,7 +24,7 @@ from pycann.errors import PycannError
 from pycann.ge.ir import Graph
 from pycann.ge.planning.candidates import INPLACE, arena_candidates, inplace_candidates
 from pycann.ge.planning.memory import MemoryPlan, plan_memory
-from pycann.ge.run import contention, kv_alias, plan_builder, shape_program
+from pycann.ge.run import contention, dedup, kv_alias, plan_builder, shape_program
 from pycann.ge.run.plan import Arena, Plan, PlanClosedError
 from pycann.ge.run.plan_builder import BackgroundBuilder
 from pycann.ge.run.plan_cache import CacheStats, PlanCache
@@ -132,6 +132,11 @@ class Executor:
         self._generic_lock = threading.Lock()
         self._generic_failed = False
         self._memo: Any = memo  # (compiler.SpecializeMemo: the executor does not import the compiler)
+        # the inputs' named dims (ONNX dim_param): the generic plan reads each from one input and computes
+        # the layers' equal shape arithmetic and masks once; a call whose inputs give one name two sizes
+        # runs a specialised plan instead (only where the executor can specialise)
+        self._named = shape_program.input_dim_names(graph) if specialize is not None else {}
+        self._name_groups = shape_program.name_groups(graph) if self._named else ()
         # graphs whose inputs are all static have one signature: specialise it whatever the policy
         self._static = all(getattr(graph.descs.get(n), "is_static", False) for n in graph.inputs)
         self._vision = is_vision(graph)
@@ -236,7 +241,9 @@ class Executor:
         """The graph of the shape-generic plan and of its twins bound for smaller teams: its shape
         arithmetic as one step per value it feeds (ge/run/shape_program.py) and, unless
         ``PYCANN_KV_CACHE=off``, its KV caches appended in place (ge/run/kv_alias.py)."""
-        graph, _ = shape_program.collapse(self.graph)
+        graph, _ = shape_program.collapse(self.graph, self._named)
+        if self._named:
+            graph, _ = dedup.merge_equal(graph)
         if self._kv_cache:
             graph, _ = kv_alias.alias(graph)
         return graph
@@ -429,6 +436,8 @@ class Executor:
         the generic plan in use). With a smaller ``team`` (busy CPUs), on the generic
         plan bound for that team once the builder thread made it (its primitives per row count are
         created on the caller's team, which the run sets to ``team``)."""
+        if self._name_groups and not shape_program.names_agree(self._name_groups, feeds):
+            return self._run_specialised(feeds)
         self._cache.generic_runs += 1
         try:
             plan = self.generic_plan()
@@ -455,6 +464,15 @@ class Executor:
                 # call would have every later new shape build a plan, even under PlanPolicy.GENERIC
                 self._generic_failed = False
                 raise
+
+    def _run_specialised(self, feeds: Sequence[np.ndarray]) -> list[np.ndarray]:
+        """A run on the plan specialised for these feeds, built now if not cached (the generic plan's
+        reading of named dims does not hold for them: ``names_agree``)."""
+        hit = self.plan_for(feeds)
+        try:
+            return _pinned_run(hit[0], feeds)
+        except PlanClosedError:  # evicted by another thread's build since: look it up again
+            return self._run_specialised(feeds)
 
     def _in_background(self) -> bool:
         """A new signature of this graph runs generic while its plan is built off the caller

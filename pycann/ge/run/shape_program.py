@@ -21,19 +21,33 @@ throughout; anything else ends the chain and stays a node):
 * ``Cast`` to int64 and ``Identity``; int64 constants of rank 0 or 1 (at most 64 elements).
 
 Only the top-level graph is rewritten (a body that reads a value still finds it under its name).
+
+**Named dims** (``collapse(graph, named=input_dim_names(graph))``): ONNX names a dynamic dim with a
+``dim_param``, and inputs that share a name have that dim equal (the convention TensorRT checks and
+exporters follow: a decoder's ``past_key_i`` all carry ``past_seq``). Given that, a dim whose desc
+carries a name is read from the first graph input carrying it, so the per-layer programs of a
+decoder (each reading its own ``past_key_i`` or activation) become one program, computed once. The
+names come from shape inference run again from the inputs' names (``InferShapes``' rules, which
+keep a name only where the op makes the dim equal), with two additions from the arithmetic: a
+``Range`` of step 1 whose length is a named dim, and a ``Reshape`` whose target dims are named
+dims, get those names. The caller must check the names at run time (``names_agree``) and use a
+plan without them when they differ.
 """
 
 from __future__ import annotations
 
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
 import numpy as np
 
-from pycann.dtypes import DType
+from pycann.dtypes import DType, TensorDesc
+from pycann.ge.compile.passes.infer_shapes import infer_node
 from pycann.ge.ir import Graph, Node, free_names, node_reads
+from pycann.ops.registry import lookup
 
-__all__ = ["Dim", "Vec", "collapse"]
+__all__ = ["Dim", "Vec", "collapse", "input_dim_names", "name_groups", "names_agree"]
 
 MAX_CONST = 64  # elements of a constant vector taken into the arithmetic
 
@@ -76,8 +90,8 @@ def _const_ints(g: Graph, name: str) -> list[int] | None:
     return [int(v) for v in a.reshape(-1)]
 
 
-def _shape(node: Node, g: Graph) -> Vec | None:
-    d = g.descs.get(node.inputs[0])
+def _shape(node: Node, descs: Mapping[str, TensorDesc], named: Mapping[str, tuple[str, int]]) -> Vec | None:
+    d = descs.get(node.inputs[0])
     if d is None or d.shape is None:
         return None
     r = len(d.shape)
@@ -87,8 +101,8 @@ def _shape(node: Node, g: Graph) -> Vec | None:
     start = min(max(start + r if start < 0 else start, 0), r)
     end = min(max(end + r if end < 0 else end, 0), r)
     x = node.inputs[0]
-    return Vec(tuple(Dim(s) if isinstance(s, int) else Dim(0, ((x, i, 1),))
-                     for i, s in zip(range(start, end), d.shape[start:end])))
+    return Vec(tuple(Dim(s) if isinstance(s, int) else Dim(0, (named[s] + (1,),)) if isinstance(s, str) and s in named
+                     else Dim(0, ((x, i, 1),)) for i, s in zip(range(start, end), d.shape[start:end])))
 
 
 def _axis0(node: Node, g: Graph, default: list[int] | None) -> bool:
@@ -125,13 +139,14 @@ def _binary(node: Node, a: Vec, b: Vec) -> Vec | None:
     return Vec(tuple(out), scalar=scalar)
 
 
-def _track(node: Node, g: Graph, vals: dict[str, Vec]) -> Vec | None:
+def _track(node: Node, g: Graph, vals: dict[str, Vec], descs: Mapping[str, TensorDesc] | None = None,
+           named: Mapping[str, tuple[str, int]] | None = None) -> Vec | None:
     """The output of ``node`` as a ``Vec`` when its op and inputs allow it (module doc), else None."""
     op, ins = node.op_type, node.inputs
     if node.domain or len(node.outputs) != 1:
         return None
     if op == "Shape":
-        return _shape(node, g)
+        return _shape(node, g.descs if descs is None else descs, named or {})
     v = vals.get(ins[0]) if ins and ins[0] else None
     if v is None:
         return None
@@ -188,20 +203,121 @@ def _shape_of(name: str, v: Vec, node: Node) -> Node | None:
                 name=f"{node.name or name}/ShapeOf", domain="pycann", opset=1, origin=list(node.origin or [node.name]))
 
 
-def collapse(graph: Graph) -> tuple[Graph, int]:
+def input_dim_names(graph: Graph) -> dict[str, tuple[str, int]]:
+    """The named dims (ONNX ``dim_param``) of ``graph``'s inputs: name -> (the first input carrying
+    it, its axis)."""
+    named: dict[str, tuple[str, int]] = {}
+    for x in graph.inputs:
+        d = graph.descs.get(x)
+        for axis, s in enumerate(() if d is None or d.shape is None else d.shape):
+            if isinstance(s, str) and s:
+                named.setdefault(s, (x, axis))
+    return named
+
+
+def name_groups(graph: Graph) -> tuple[tuple[tuple[int, int], ...], ...]:
+    """For each dim name ``graph``'s inputs carry more than once: its (input index, axis) pairs."""
+    at: dict[str, list[tuple[int, int]]] = {}
+    for i, x in enumerate(graph.inputs):
+        d = graph.descs.get(x)
+        for axis, s in enumerate(() if d is None or d.shape is None else d.shape):
+            if isinstance(s, str) and s:
+                at.setdefault(s, []).append((i, axis))
+    return tuple(tuple(v) for v in at.values() if len(v) > 1)
+
+
+def names_agree(groups: tuple[tuple[tuple[int, int], ...], ...], feeds: Sequence[Any]) -> bool:
+    """Whether ``feeds`` (arrays in graph-input order) give each group of ``name_groups`` one size."""
+    for group in groups:
+        size = None
+        for i, axis in group:
+            x = feeds[i] if i < len(feeds) else None
+            shape = getattr(x, "shape", None)
+            if shape is None or axis >= len(shape):
+                return False
+            if size is None:
+                size = shape[axis]
+            elif shape[axis] != size:
+                return False
+    return True
+
+
+def _symbol(d: Dim, descs: Mapping[str, TensorDesc]) -> int | str | None:
+    """``d`` as a desc dim: its size when constant, the name of the one named dim it equals, else None."""
+    if not d.terms:
+        return d.const if d.const >= 0 else None
+    if d.const or len(d.terms) != 1 or d.terms[0][2] != 1:
+        return None
+    src, axis, _ = d.terms[0]
+    desc = descs.get(src)
+    s = None if desc is None or desc.shape is None or axis >= len(desc.shape) else desc.shape[axis]
+    return s if isinstance(s, str) else None
+
+
+def _refine(node: Node, g: Graph, vals: Mapping[str, Vec], descs: dict[str, TensorDesc]) -> None:
+    """``descs`` of ``node``'s outputs inferred again from ``descs`` (names included), plus the names
+    a Range's length or a Reshape's target carries (module doc). A node that cannot be inferred (a body,
+    an error) gets its outputs' compiled descs without names."""
+    outs: list[TensorDesc] | None = None
+    if not node.subgraphs:
+        try:
+            op = lookup(node.op_type, node.domain, node.opset or g.opsets.get(node.domain), node.label())
+            outs = infer_node(node, op, descs, g.initializers, {}, strict=False)
+        except Exception:  # noqa: BLE001 - any failure: the outputs lose their names, nothing else
+            outs = None
+    if outs is None:
+        for o in node.outputs:
+            d = g.descs.get(o)
+            if o and d is not None:
+                descs[o] = d if d.shape is None else TensorDesc(
+                    d.dtype, tuple(None if isinstance(s, str) else s for s in d.shape), d.format, d.kind)
+        return
+    ins = node.inputs
+    if node.op_type == "Range" and len(ins) == 3 and len(outs) == 1 and not node.domain:
+        start, limit = vals.get(ins[0]), vals.get(ins[1])
+        delta = g.initializers.get(ins[2])
+        if start is not None and limit is not None and start.scalar and limit.scalar and delta is not None \
+                and delta.size == 1 and delta.dtype.kind in "iu" and int(delta.reshape(-1)[0]) == 1:
+            n = _symbol(limit.dims[0] + start.dims[0].scaled(-1), descs)
+            if n is not None:
+                outs = [TensorDesc(outs[0].dtype, (n,))]
+    elif node.op_type == "Reshape" and len(ins) == 2 and len(outs) == 1 and not node.domain:
+        target, data = vals.get(ins[1]), descs.get(ins[0])
+        got = outs[0].shape if outs[0].shape is not None or target is None else (None,) * len(target.dims)
+        if target is not None and not target.scalar and got is not None and len(got) == len(target.dims):
+            keep = bool(node.attrs.get("allowzero", 0))
+            dims: list[Any] = []
+            for i, (dim, have) in enumerate(zip(target.dims, got)):
+                s = _symbol(dim, descs)
+                if s == 0 and not keep:  # 0 copies the input's dim
+                    s = data.shape[i] if data is not None and data.shape is not None and i < len(data.shape) else None
+                dims.append(have if have is not None or s is None else s)
+            outs = [TensorDesc(outs[0].dtype, tuple(dims), outs[0].format, outs[0].kind)]
+    for o, out in zip(node.outputs, outs):
+        if o:
+            descs[o] = out
+
+
+def collapse(graph: Graph, named: Mapping[str, tuple[str, int]] | None = None) -> tuple[Graph, int]:
     """A copy of ``graph`` with its shape arithmetic collapsed (module doc), and how many nodes it removed
-    (0: the graph itself is returned). ``graph`` is not changed."""
+    (0: the graph itself is returned). ``graph`` is not changed. ``named`` (``input_dim_names``): read
+    named dims from the input carrying the name first (the caller checks ``names_agree`` per call)."""
     vals: dict[str, Vec] = {}
     for name, a in graph.initializers.items():
         v = _const_vec(a)
         if v is not None:
             vals[name] = v
+    descs: dict[str, TensorDesc] | None = None
+    if named:
+        descs = dict(graph.descs)  # refined node by node from the inputs' names (``_refine``)
     tracked: set[int] = set()  # ids of nodes whose output is tracked
     for n in graph.nodes:
-        v = _track(n, graph, vals)
+        v = _track(n, graph, vals, descs, named)
         if v is not None:
             vals[n.outputs[0]] = v
             tracked.add(id(n))
+        elif descs is not None:
+            _refine(n, graph, vals, descs)
     if not tracked:
         return graph, 0
     # values the rest of the graph reads: each gets one ShapeOf (or a constant) in place of its producer
