@@ -10,6 +10,7 @@ import onnxruntime as ort
 from onnx import TensorProto, helper, numpy_helper
 
 from pycann.config import PlanCacheConfig, PlanPolicy
+from pycann.dtypes import TensorDesc
 from pycann.ge.compile.compiler import compile_model
 from pycann.ge.ir import Graph, Node
 from pycann.ge.run import dedup, shape_program
@@ -120,3 +121,12 @@ def test_named_dims_merge_the_branches_and_match_ort() -> None:
         st = lm.plan_cache_stats()
         # named: the two calls that break the name ran specialised plans; unnamed: all five generic
         assert (st.built, st.generic_runs) == ((2, 3) if named else (0, 5))
+
+
+def test_placeholder_dim_params_are_not_names() -> None:
+    """Paddle2ONNX writes ``?`` on every dynamic dim: two inputs carrying it are not made equal."""
+    g = Graph(nodes=[], inputs=["a", "b"], outputs=[])
+    g.descs["a"] = TensorDesc(1, ("?", "n", 3))
+    g.descs["b"] = TensorDesc(1, ("?", "n", "unk"))
+    assert shape_program.input_dim_names(g) == {"n": ("a", 1)}
+    assert shape_program.name_groups(g) == (((0, 1), (1, 1)),)

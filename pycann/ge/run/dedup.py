@@ -61,14 +61,19 @@ def _equal_constants(graph: Graph) -> dict[str, str]:
     """Initializer name -> the first initializer with the same dtype, shape and bytes, for those a pure
     node reads (an exporter stores a buffer per layer: GPT-2's causal ``bias`` six times)."""
     read = {i for n in graph.nodes if (n.domain, n.op_type) in PURE for i in n.inputs if i in graph.initializers}
-    by_content: dict[tuple[Any, ...], str] = {}
-    same: dict[str, str] = {}
-    for name in sorted(read, key=list(graph.initializers).index):
+    groups: dict[tuple[Any, ...], list[str]] = {}  # (dtype, shape) -> names: only these are compared
+    for name in graph.initializers:
         a = graph.initializers[name]
-        if not isinstance(a, np.ndarray) or a.dtype.hasobject or a.nbytes > MAX_COMPARED_BYTES:
+        if name in read and isinstance(a, np.ndarray) and not a.dtype.hasobject and a.nbytes <= MAX_COMPARED_BYTES:
+            groups.setdefault((a.dtype.str, a.shape), []).append(name)
+    same: dict[str, str] = {}
+    for names in groups.values():
+        if len(names) < 2:
             continue
-        key = (a.dtype.str, a.shape, hashlib.blake2b(np.ascontiguousarray(a).tobytes(), digest_size=16).digest())
-        same[name] = by_content.setdefault(key, name)
+        by_content: dict[bytes, str] = {}
+        for name in names:
+            data = np.ascontiguousarray(graph.initializers[name]).tobytes()
+            same[name] = by_content.setdefault(hashlib.blake2b(data, digest_size=32).digest(), name)
     return same
 
 

@@ -38,7 +38,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
-from typing import Any
+from typing import Any, TypeGuard
 
 import numpy as np
 
@@ -203,14 +203,23 @@ def _shape_of(name: str, v: Vec, node: Node) -> Node | None:
                 name=f"{node.name or name}/ShapeOf", domain="pycann", opset=1, origin=list(node.origin or [node.name]))
 
 
+# dim_params that exporters write for "unknown" rather than as a name (Paddle2ONNX writes "?" on
+# every dynamic dim): never taken to make two dims equal
+PLACEHOLDERS = frozenset({"?", "-1", "none", "null", "unknown", "unk", "dynamic", "n/a"})
+
+
+def _is_name(s: Any) -> TypeGuard[str]:
+    return isinstance(s, str) and any(c.isalnum() for c in s) and s.strip().lower() not in PLACEHOLDERS
+
+
 def input_dim_names(graph: Graph) -> dict[str, tuple[str, int]]:
-    """The named dims (ONNX ``dim_param``) of ``graph``'s inputs: name -> (the first input carrying
-    it, its axis)."""
+    """The named dims (ONNX ``dim_param``, not a placeholder such as ``?``) of ``graph``'s inputs:
+    name -> (the first input carrying it, its axis)."""
     named: dict[str, tuple[str, int]] = {}
     for x in graph.inputs:
         d = graph.descs.get(x)
         for axis, s in enumerate(() if d is None or d.shape is None else d.shape):
-            if isinstance(s, str) and s:
+            if _is_name(s):
                 named.setdefault(s, (x, axis))
     return named
 
@@ -221,7 +230,7 @@ def name_groups(graph: Graph) -> tuple[tuple[tuple[int, int], ...], ...]:
     for i, x in enumerate(graph.inputs):
         d = graph.descs.get(x)
         for axis, s in enumerate(() if d is None or d.shape is None else d.shape):
-            if isinstance(s, str) and s:
+            if _is_name(s):
                 at.setdefault(s, []).append((i, axis))
     return tuple(tuple(v) for v in at.values() if len(v) > 1)
 
