@@ -106,7 +106,9 @@ def quantize(x: np.ndarray, scale: np.ndarray, zp: np.ndarray | None, attrs: Map
         r = np.rint(q).astype(np.float64 if q.dtype == np.float64 else np.float32, copy=False)
         if z is not None:
             r = r + z.astype(r.dtype)
-        return np.asarray(np.clip(r, lo, hi).astype(np.int32).astype(out_dt))
+        # fmax / fmin return the bound for a NaN: NaN saturates to lo whatever the zero point, as
+        # in ONNX Runtime (int8 -128, uint8 0); np.clip would keep the NaN for the cast to mangle.
+        return np.asarray(np.fmin(np.fmax(r, lo), hi).astype(np.int32).astype(out_dt))
     if z is not None and np.any(z.astype(np.float32) != 0):
         q = q + z.astype(np.float32)
     if out_t in FLOAT8 and int(attrs.get("saturate", 1)):

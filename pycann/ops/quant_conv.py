@@ -60,7 +60,8 @@ def quantize_activation(x: np.ndarray, scale: float, zp: int, unsigned: bool,
     q = np.asarray(x, np.float32) / np.float32(scale)
     np.rint(q, out=q)
     q += np.float32(zp)
-    np.clip(q, lo, hi, out=q)
+    np.fmax(q, lo, out=q)  # NaN -> lo, as QuantizeLinear (ONNX Runtime's rule)
+    np.fmin(q, hi, out=q)
     return q.astype(dt, order="K")
 
 

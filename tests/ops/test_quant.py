@@ -33,6 +33,27 @@ def test_quantize_defaults_and_output_dtype() -> None:
     check_op("QuantizeLinear", [np.zeros((0, 4), np.float32), np.array(2.0, np.float32)], opset=13)
 
 
+@pytest.mark.parametrize("t", [np.int8, np.uint8, np.int16, np.uint16])
+@pytest.mark.parametrize("zp", [0, 3])
+def test_quantize_nan_saturates_low_like_ort(t: type, zp: int) -> None:
+    # ORT maps NaN to the low end of the range whatever the zero point (int8 -128, uint8 0); inf
+    # saturates. 64 elements reach ORT's vectorised path as well as its scalar tail.
+    x = np.tile(np.array([np.nan, np.inf, -np.inf, 1.0, -7.0, np.nan, 2.5, 0.0], np.float32), 8)
+    outs = check_op("QuantizeLinear", [x, np.array(0.5, np.float32), np.array(zp, t)], opset=21)
+    assert int(outs[0][0]) == np.iinfo(t).min
+    check_op("QuantizeLinear", [x.astype(np.float16), np.array(0.5, np.float16), np.array(zp, t)], opset=21)
+
+
+def test_quantize_nan_sub_byte() -> None:
+    # ORT (QuantizeLinear -> DequantizeLinear, since it cannot return int4 to Python): NaN -> -8
+    # for int4, 0 for uint4, whatever the zero point; same rule for the 2-bit types.
+    x = np.array([np.nan, np.inf, -np.inf, 1.0], np.float32)
+    s = np.array(0.5, np.float32)
+    for t, want in [(ml_dtypes.int4, [-8, 7, -8, 3]), (ml_dtypes.uint4, [0, 15, 0, 3]),
+                    (ml_dtypes.int2, [-2, 1, -2, 1]), (ml_dtypes.uint2, [0, 3, 0, 3])]:
+        check_op("QuantizeLinear", [x, s, np.ones((), t)], opset=21, expected=[np.array(want).astype(t)])
+
+
 _F8_X = np.array([0.0, 1.0, -3.3, 1e5, -1e6, np.inf, np.nan], np.float32)
 
 
