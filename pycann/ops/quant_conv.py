@@ -54,14 +54,14 @@ def quantize_activation(x: np.ndarray, scale: float, zp: int, unsigned: bool,
     division), then clamped to [q_min, q_max] when given (an absorbed Clip: quantisation is
     monotonic, so quantize(clip(x, lo, hi)) = clamp(quantize(x), quantize(lo), quantize(hi))).
     The result keeps ``x``'s memory layout (an NHWC-strided input gives an NHWC-strided output)."""
-    lo, hi, dt = (0, 255, np.uint8) if unsigned else (-128, 127, np.int8)
-    lo = lo if q_min is None else max(lo, q_min)
+    t_lo, hi, dt = (0, 255, np.uint8) if unsigned else (-128, 127, np.int8)
+    lo = t_lo if q_min is None else max(t_lo, q_min)
     hi = hi if q_max is None else min(hi, q_max)
     q = np.asarray(x, np.float32) / np.float32(scale)
     np.rint(q, out=q)
     q += np.float32(zp)
-    np.fmax(q, lo, out=q)  # NaN -> lo, as QuantizeLinear (ONNX Runtime's rule)
-    np.fmin(q, hi, out=q)
+    np.clip(q, lo, hi, out=q)  # keeps a NaN: the absorbed Clip passes NaN on, as ONNX Runtime's does
+    np.fmax(q, t_lo, out=q)  # then NaN -> the type's low end, QuantizeLinear's rule in ONNX Runtime
     return q.astype(dt, order="K")
 
 

@@ -7,6 +7,7 @@ import ml_dtypes
 import numpy as np
 import pytest
 
+from pycann.dtypes import from_numpy
 from pycann.errors import ShapeError
 from tests.ops.oracle import check_op, run_ort, run_pycann_op, single_node_model
 
@@ -52,6 +53,31 @@ def test_quantize_nan_sub_byte() -> None:
     for t, want in [(ml_dtypes.int4, [-8, 7, -8, 3]), (ml_dtypes.uint4, [0, 15, 0, 3]),
                     (ml_dtypes.int2, [-2, 1, -2, 1]), (ml_dtypes.uint2, [0, 3, 0, 3])]:
         check_op("QuantizeLinear", [x, s, np.ones((), t)], opset=21, expected=[np.array(want).astype(t)])
+
+
+@pytest.mark.parametrize("unsigned", [True, False])
+def test_fused_quantize_activation_nan_like_ort_clip_then_quantize(unsigned: bool) -> None:
+    # An int8 layer's quantisation with an absorbed Clip (q_min / q_max) must give ORT's
+    # Clip -> QuantizeLinear: ORT's Clip passes NaN on, so NaN lands on the type's low end, not q_min.
+    from onnx import TensorProto, helper
+
+    from pycann.ops.quant_conv import quantize_activation
+
+    t = np.uint8 if unsigned else np.int8
+    x = np.tile(np.array([np.nan, 1.0, -1.0, 7.0], np.float32), 16)
+    inits = [helper.make_tensor("lo", TensorProto.FLOAT, [], [0.5]), helper.make_tensor("hi", TensorProto.FLOAT, [], [6.0]),
+             helper.make_tensor("s", TensorProto.FLOAT, [], [0.1]), helper.make_tensor("z", int(from_numpy(np.dtype(t))), [], [-3])
+             if not unsigned else helper.make_tensor("z", TensorProto.UINT8, [], [3])]
+    nodes = [helper.make_node("Clip", ["x", "lo", "hi"], ["c"]), helper.make_node("QuantizeLinear", ["c", "s", "z"], ["y"])]
+    g = helper.make_graph(nodes, "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [64])],
+                          [helper.make_empty_tensor_value_info("y")], inits)
+    model = helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
+    model.ir_version = 8
+    want = run_ort(model, {"x": x})[0]
+    zp = 3 if unsigned else -3
+    got = quantize_activation(x, 0.1, zp, unsigned, q_min=5 + zp, q_max=60 + zp)
+    np.testing.assert_array_equal(got, want)
+    assert int(got[0]) == np.iinfo(t).min
 
 
 _F8_X = np.array([0.0, 1.0, -3.3, 1e5, -1e6, np.inf, np.nan], np.float32)
