@@ -177,6 +177,10 @@ def _register() -> None:
     torch.UntypedStorage.__new__ = staticmethod(_storage_new(torch.UntypedStorage.__new__))  # type: ignore[assignment]
     torch.Tensor.pin_memory = _pin_memory(torch.Tensor.pin_memory)  # type: ignore[method-assign]
     torch.Tensor.record_stream = _record_stream(torch.Tensor.record_stream)  # type: ignore[method-assign]
+    if npu.device_count() > 1:  # "npu" names the current device (torch.npu.set_device): _current_device
+        from pycann.torch import _current_device
+
+        _current_device.install()
     from pycann.torch import compile as _compile
     from pycann.torch_vision_hook import ensure_torchvision_importable
 

@@ -207,7 +207,7 @@ def _down(x: Any, index: list[int], seen: list[Any]) -> Any:
         return type(x)(_down(e, index, seen) for e in x)
     if isinstance(x, torch.device) and x.type == _NPU:
         if not index:
-            index.append(x.index or 0)
+            index.append(_index_of(x))
         return torch.device("cpu")
     return x
 
@@ -257,7 +257,9 @@ def _to_copy(op: Any, x: torch.Tensor, **kwargs: Any) -> torch.Tensor:
     if target.type == _NPU:
         if res.data_ptr() == x.data_ptr():  # no copy was needed: still an npu tensor's memory
             res = res.clone()
-        return to_npu(res, _existing(target.index) if target.index is not None else x.get_device())
+        # "npu" without an index is the current device, as for CUDA (its _to_copy allocates under
+        # a guard that resolves index -1 to the current device), not x's
+        return to_npu(res, _index_of(target))
     return res
 
 
@@ -267,6 +269,17 @@ def _set_like(dst: torch.Tensor, src_cpu: torch.Tensor) -> None:
     storage = to_npu(src_cpu, index).untyped_storage()
     torch.ops.aten.set_.source_Storage_storage_offset.redispatch(
         _CPU_KEYS, dst, storage, src_cpu.storage_offset(), list(src_cpu.shape), list(src_cpu.stride()))
+
+
+def _index_of(dev: torch.device) -> int:
+    """The npu index ``dev`` names: its own, or the thread's current device (``torch.npu.set_device``)
+    for a device without one (``"npu"``), as CUDA's device guard resolves ``"cuda"``; checked by
+    ``_existing``."""
+    if dev.index is not None:
+        return _existing(dev.index)
+    from pycann.torch.npu import current_device
+
+    return current_device()
 
 
 def _existing(index: int) -> int:
@@ -283,7 +296,7 @@ def _existing(index: int) -> int:
 
 def _empty(op: Any, *args: Any, **kwargs: Any) -> torch.Tensor:
     dev = kwargs.get("device")
-    index = _existing(dev.index or 0) if isinstance(dev, torch.device) else 0
+    index = _index_of(dev) if isinstance(dev, torch.device) else 0
     kwargs["device"] = _CPU
     kwargs.pop("pin_memory", None)
     # torch.empty / empty_strided take the schema's arguments and parse them in C: faster than
@@ -298,7 +311,7 @@ def _zero_tensor(size: Sequence[int], dtype: torch.dtype | None = None, layout: 
     of a real tensor, ...): zeros in npu memory. The CPU kernel's ZeroTensor has no memory, and
     relabelled as an npu tensor it lost its ZeroTensor key: a tensor over no memory, which gave
     garbage values and killed the process (``torch.sgn(x).sum().backward()``)."""
-    index = _existing(device.index) if isinstance(device, torch.device) and device.index is not None else 0
+    index = _index_of(device) if isinstance(device, torch.device) else 0
     return torch.zeros(list(size), dtype=dtype, device=torch.device(_NPU, index))
 
 

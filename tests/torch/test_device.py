@@ -586,3 +586,56 @@ print("ok")
 """
     r = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=300)
     assert r.returncode == 0 and r.stdout.strip().endswith("ok"), (r.returncode, r.stderr[-2000:])
+
+
+_CURRENT_DEVICE_SCRIPT = """
+import os, threading, warnings
+import torch
+import pycann.torch
+warnings.simplefilter("ignore")
+if LATE:
+    os.environ["PYCANN_DEVICE_COUNT"] = "2"  # after the import: set_device installs the resolution
+torch.npu.set_device(1)
+t = torch.ones(3)
+x0 = torch.ones(2, device="npu:0")
+made = {"to": t.to("npu"), "to_device": t.to(torch.device("npu")), "to_kw": t.to(device="npu", dtype=torch.float16),
+        "npu": t.npu(), "empty": torch.empty(2, device="npu"), "zeros": torch.zeros(2, device="npu"),
+        "ones": torch.ones(2, device="npu"), "full": torch.full((2,), 3.0, device="npu"),
+        "randn": torch.randn(2, device="npu"), "arange": torch.arange(3, device="npu"),
+        "tensor": torch.tensor([1.0], device="npu"), "as_tensor": torch.as_tensor([1.0], device="npu"),
+        "asarray": torch.asarray([1.0], device="npu"), "new_tensor": t.new_tensor([1.0], device="npu"),
+        "empty_like": torch.empty_like(t, device="npu"), "module": torch.nn.Linear(2, 2).to("npu").weight,
+        "npu0_to_npu": x0.to("npu")}
+bad = {k: str(v.device) for k, v in made.items() if v.device != torch.device("npu", 1)}
+assert not bad, bad
+assert torch.equal(made["to"].cpu(), t) and torch.equal(made["tensor"].cpu(), torch.tensor([1.0]))
+assert t.to("npu:0").device == torch.device("npu", 0) and x0.device == torch.device("npu", 0)
+with torch.npu.device(0):
+    assert t.to("npu").device == torch.device("npu", 0) and torch.zeros(1, device="npu").device.index == 0
+assert t.to("npu").device.index == 1
+seen = []
+th = threading.Thread(target=lambda: seen.append((t.to("npu").device.index, torch.zeros(1, device="npu").device.index)))
+th.start(); th.join()
+assert seen == [(0, 0)], seen  # the current device is per thread, as CUDA's
+print("ok")
+"""
+
+
+@pytest.mark.parametrize("late", [False, True])
+def test_npu_without_index_is_the_current_device(late: bool) -> None:
+    """``torch.npu.set_device(1)`` then ``t.to("npu")`` / ``torch.zeros(..., device="npu")``: npu:1,
+    as torch.cuda gives the current device for "cuda" (they gave npu:0). Child process: the
+    resolution wraps ``Tensor.to`` & co. for the process (``pycann/torch/_current_device.py``);
+    ``late``: the device count is set after the import, so ``set_device`` installs it."""
+    import os
+    import subprocess
+    import sys
+
+    env = dict(os.environ)
+    env.pop("PYCANN_DEVICE_COUNT", None)
+    env.pop("LOCAL_WORLD_SIZE", None)
+    if not late:
+        env["PYCANN_DEVICE_COUNT"] = "2"
+    script = f"LATE = {late}\n" + _CURRENT_DEVICE_SCRIPT
+    r = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=300, env=env)
+    assert r.returncode == 0 and r.stdout.strip().endswith("ok"), (r.returncode, r.stderr[-2000:])

@@ -172,9 +172,18 @@ def _device_index(device: int | str | torch.device | None, optional: bool = True
     return idx
 
 
+def _set_index(idx: int) -> None:
+    if idx:
+        from pycann.torch import _current_device  # "npu" means npu:idx from now on (its module doc)
+
+        _current_device.install()
+    _tls.index = idx
+
+
 def set_device(device: int | str | torch.device) -> None:
-    """Make ``device`` this thread's current npu device."""
-    _tls.index = _device_index(device)
+    """Make ``device`` this thread's current npu device: ``"npu"`` without an index (``t.to("npu")``,
+    ``torch.zeros(..., device="npu")``) then names it, as ``"cuda"`` names CUDA's current device."""
+    _set_index(_device_index(device))
 
 
 class device:  # noqa: N801 - torch.cuda.device's name and shape
@@ -190,7 +199,7 @@ class device:  # noqa: N801 - torch.cuda.device's name and shape
     def __enter__(self) -> None:
         self.prev_idx = current_device()
         if self.idx >= 0:
-            _tls.index = self.idx
+            _set_index(self.idx)
 
     def __exit__(self, *exc: object) -> None:
         _tls.index = self.prev_idx
