@@ -67,16 +67,11 @@ def forget_model(model_id: int) -> None:
         if rec is None:
             return
         name = rec.model.graph.name
-        others = [m for m, r in _models.items() if r.model.graph.name == name]
     from pycann.profiler import hooks
 
-    # (a dump of a model still loaded under this graph name, the same .om loaded twice, went into the
-    # unloaded one's {model_id} folder; none left: the id is no one's)
+    # (each live load has its own graph name, the same .om loaded twice too: hooks.claim_graph_name)
     if hooks.ACL_MODEL_IDS.get(name) == model_id:
-        if others:
-            hooks.ACL_MODEL_IDS[name] = others[-1]
-        else:
-            hooks.ACL_MODEL_IDS.pop(name, None)
+        hooks.ACL_MODEL_IDS.pop(name, None)
 
 
 def add_model(model: LoadedModel, path: str) -> tuple[int, int]:

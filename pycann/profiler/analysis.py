@@ -79,6 +79,7 @@ class RunRow:
     stream: int
     start_ns: int
     dur_ns: int
+    model_id: int = 0
 
 
 @dataclass
@@ -167,21 +168,21 @@ def analyze(c: Collector, peaks: Peaks) -> Report:
 
     # intervals: (start, -end, kind 0=run 1=node, index)
     per_thread: dict[int, list[tuple[int, int, int, int]]] = {}
-    for i, (_, thread, s, e) in enumerate(c.runs):
+    for i, (_, thread, s, e, _) in enumerate(c.runs):
         per_thread.setdefault(thread, []).append((s, -e, 0, i))
     for i, ev in enumerate(c.nodes):
         per_thread.setdefault(ev[2], []).append((ev[3], -ev[4], 1, i))
-    infer_count: dict[str, int] = {}
-    model_ids: dict[str, int] = {}
+    infer_count: dict[int, int] = {}
     others: dict[str, int] = {}
+    names: dict[str, None] = {}
 
-    def model_id(model: str, gname: str) -> int:
+    def model_id(model: str, gname: str, acl_id: int | None) -> int:
         """The id ``acl.mdl.load_*`` returned (as CANN's op_summary and the dump's folders give it);
-        models loaded otherwise are numbered from 0, as the dump numbers them."""
-        if model not in model_ids:
-            acl_id = c.acl_ids.get(gname)
-            model_ids[model] = acl_id if acl_id is not None else others.setdefault(model, len(others))
-        return model_ids[model]
+        models loaded otherwise are numbered from 0 per load, as the dump numbers them. A load is its
+        graph name (``hooks.claim_graph_name`` gives each live load its own, the same file loaded
+        twice too), so two loads of one .om have two ids, as in CANN."""
+        names[model] = None
+        return acl_id if acl_id is not None else others.setdefault(gname, len(others))
 
     run_rows: list[RunRow] = []
     op_rows: list[OpRow] = []
@@ -197,13 +198,13 @@ def analyze(c: Collector, peaks: Peaks) -> Report:
             run = stack[0][2] if stack and stack[0][1] == 0 else None
             depth = sum(1 for en in stack if en[1] == 1)
             if kind == 0:
-                gname = c.runs[i][0]
+                gname, acl_id = c.runs[i][0], c.runs[i][4]
                 if not stack:  # a top-level model execution
                     model = hooks.model_name_of(gname)
-                    model_id(model, gname)
-                    infer = infer_count.get(model, 0)
-                    infer_count[model] = infer + 1
-                    row = RunRow(model, infer, sid, s - c.perf0, e - s)
+                    mid = model_id(model, gname, acl_id)
+                    infer = infer_count.get(mid, 0)  # (Infer ID counts the runs of one Model ID)
+                    infer_count[mid] = infer + 1
+                    row = RunRow(model, infer, sid, s - c.perf0, e - s, mid)
                     run_rows.append(row)
                     stack.append((e, 0, row))
                     task, prev_end = 0, s
@@ -212,12 +213,12 @@ def analyze(c: Collector, peaks: Peaks) -> Report:
                 continue
             node, gname, _, _, _, ins, outs = c.nodes[i]
             model = run.model if run is not None else hooks.model_name_of(gname)
-            model_id(model, gname)
+            mid = run.model_id if run is not None else model_id(model, gname, c.acl_ids.get(gname))
             op_type = getattr(node, "op_type", "?")
             attrs = getattr(node, "attrs", {})
             wait = s - prev_end if depth == 0 and prev_end is not None else 0
             row_op = OpRow(
-                model=model, model_id=model_ids[model], infer_id=run.infer_id if run is not None else 0,
+                model=model, model_id=mid, infer_id=run.infer_id if run is not None else 0,
                 task_id=task, stream=sid, name=getattr(node, "name", "") or op_type, op_type=op_type,
                 origin=list(getattr(node, "origin", []) or []), start_ns=s - c.perf0, dur_ns=e - s,
                 wait_ns=max(wait, 0), inputs=ins, outputs=outs, flops=count_flops(op_type, attrs, ins, outs),
@@ -233,4 +234,4 @@ def analyze(c: Collector, peaks: Peaks) -> Report:
     run_rows.sort(key=lambda r: r.start_ns)
     apis = [ApiRow(name, track, s - c.perf0, e - s, args) for name, track, _, s, e, args in c.apis]
     apis.sort(key=lambda a: a.start_ns)
-    return Report(op_rows, run_rows, apis, peaks, c.epoch0, list(model_ids))
+    return Report(op_rows, run_rows, apis, peaks, c.epoch0, list(names))

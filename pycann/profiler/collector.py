@@ -15,8 +15,8 @@ from pycann.profiler.flops import Meta
 
 # (node, graph name, thread ident, start ns, end ns, input metas, output metas)
 NodeEvent = tuple[Any, str, int, int, int, tuple[Meta, ...], tuple[Meta, ...]]
-# (graph name, thread ident, start ns, end ns)
-RunEvent = tuple[str, int, int, int]
+# (graph name, thread ident, start ns, end ns, the id acl.mdl.load_* gave the model or None)
+RunEvent = tuple[str, int, int, int, int | None]
 # (name, track, thread ident, start ns, end ns, args)
 ApiEvent = tuple[str, str, int, int, int, dict[str, Any]]
 
@@ -46,7 +46,7 @@ class Collector:
         self.nodes: list[NodeEvent] = []
         self.runs: list[RunEvent] = []
         self.apis: list[ApiEvent] = []
-        self.acl_ids: dict[str, int] = {}  # graph name -> the id acl.mdl.load_* gave it (seen at run time)
+        self.acl_ids: dict[str, int] = {}  # graph name -> the id acl.mdl.load_* gave it (latest seen at run time)
         self.api = api
         self.stopped_ns: int | None = None
 
@@ -56,10 +56,12 @@ class Collector:
                            tuple(meta(x) for x in inputs), tuple(meta(x) for x in outputs)))
 
     def on_run(self, graph_name: str, start_ns: int, end_ns: int) -> None:
-        self.runs.append((graph_name, threading.get_ident(), start_ns, end_ns))
-        mid = hooks.ACL_MODEL_IDS.get(graph_name)  # (kept here: unload forgets it before the report is made)
+        # (kept per run: unload forgets it before the report is made, and a later load that takes the
+        # graph name back gets another id)
+        mid = hooks.ACL_MODEL_IDS.get(graph_name)
+        self.runs.append((graph_name, threading.get_ident(), start_ns, end_ns, mid))
         if mid is not None:
-            self.acl_ids.setdefault(graph_name, mid)
+            self.acl_ids[graph_name] = mid
 
     def on_api(self, name: str, track: str, start_ns: int, end_ns: int, args: dict[str, Any]) -> None:
         if self.api:

@@ -110,7 +110,7 @@ class TensorDump:
         with self._lock:
             mid = hooks.ACL_MODEL_IDS.get(graph_name)
             if mid is None:
-                mid = self.model_ids.setdefault(model, len(self.model_ids))
+                mid = self.model_ids.setdefault(graph_name, len(self.model_ids))  # (per load: its graph name)
             rel_dir = os.path.join("0", _SAFE.sub("_", model) or "model", str(mid), str(it))
             os.makedirs(os.path.join(self.root, rel_dir), exist_ok=True)
             if self.mode in ("input", "all"):

@@ -151,17 +151,19 @@ def claim_graph_name(graph: Any, path: str, manifest: Any) -> None:
     loaded from another file holds is renamed ``<name>#2``, ``#3``, ... (else one model's ops were
     reported and dumped under the other's name). The model name (the .om stem) of a model from another
     file whose stem a live model's name already is gets the same ``#k`` (``small.om`` and
-    ``sub/small.om``: "small" and "small#2"). The same file loaded again keeps both names."""
+    ``sub/small.om``: "small" and "small#2"). The same file loaded again while a load of it lives keeps
+    its model name but not the graph name (``main_graph#2``): profiles and dumps tell loads apart by
+    graph name, and each load is its own Model ID, as in CANN."""
     base = getattr(graph, "name", "") or ""
     stem = _model_name(base, path, manifest)
     source = _source(path, manifest)
     with _claim_lock:  # (a load on another thread claims between this one's claim and its registration)
-        graphs = [getattr(m, "graph", None) for m in list(LOADED)] + list(_CLAIMED)
+        graphs = [g for g in [getattr(m, "graph", None) for m in list(LOADED)] + list(_CLAIMED) if g is not graph]
         live = {getattr(g, "name", None) for g in graphs}
         others = {MODEL_NAMES.get(getattr(g, "name", None) or "", "") for g in graphs
                   if _SOURCES.get(getattr(g, "name", None) or "") != source}
         gname, k = base, 1
-        while gname in live and _SOURCES.get(gname) != source:
+        while gname in live:  # (the same file loaded again too: each load is its own Model ID)
             k += 1
             gname = f"{base}#{k}"
         name, j = stem, 1

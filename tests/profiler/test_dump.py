@@ -84,3 +84,22 @@ def test_a_model_loaded_from_memory_is_named_by_its_atc_output(tiny_model: onnx.
     om = loads_om((tmp_path / "netname.om").read_bytes())
     m = LoadedModel(om.graph, om.manifest, "<memory>")
     assert hooks.model_name_of(m.graph.name) == "netname"
+
+
+def test_the_same_om_loaded_twice_dumps_into_two_model_id_folders(tiny_model: onnx.ModelProto, x_tiny: np.ndarray,
+                                                                   tmp_path: Path) -> None:
+    """Two loads of one .om: ``<model>/<model_id>/`` per load, as CANN gives each load its own id
+    (both went into ``mynet/0/`` with their iterations interleaved)."""
+    compile_model(tiny_model).save(tmp_path / "mynet.om")
+    a = LoadedModel.from_file(tmp_path / "mynet.om")
+    b = LoadedModel.from_file(tmp_path / "mynet.om")
+    d = dump.configure_from_acl_json({"dump": {"dump_path": str(tmp_path / "dump"), "dump_list": [],
+                                               "dump_mode": "output"}})
+    assert d is not None
+    try:
+        a.run([x_tiny])
+        b.run([x_tiny])
+    finally:
+        dump.finalize()
+    rows = load_index(d.root)
+    assert {(r["model_name"], r["model_id"], r["iteration"]) for r in rows} == {("mynet", "0", "0"), ("mynet", "1", "0")}

@@ -240,14 +240,33 @@ def test_models_whose_graphs_share_a_name_are_reported_apart(tmp_path: Path) -> 
     rows = _read_csv(_out(p, "op_summary"))
     assert sorted((r["Model Name"], r["OP Type"], r["Infer ID"]) for r in rows) == [
         ("first", "Relu", "0"), ("second", "Sigmoid", "0"), ("second", "Sigmoid", "1")]
-    a2 = LoadedModel.from_file(tmp_path / "first.om")  # the same model again keeps its name
-    assert a2.graph.name == a.graph.name
+    a2 = LoadedModel.from_file(tmp_path / "first.om")  # the same model again keeps its model name,
+    assert hooks.model_name_of(a2.graph.name) == "first"  # but is another load: its own graph name
+    assert a2.graph.name != a.graph.name
+
+
+def test_the_same_om_loaded_twice_is_two_models_in_profiles(tmp_path: Path) -> None:
+    """One .om loaded twice (two InferSessions): CANN gives each load its own Model ID; here both
+    shared one (the model was found by graph name, which the second load kept), with Infer IDs
+    counted across both."""
+    _save_two_main_graphs(tmp_path)
+    a = LoadedModel.from_file(tmp_path / "first.om")
+    b = LoadedModel.from_file(tmp_path / "first.om")
+    x = np.ones((2, 3), np.float32)
+    with prof.profile(tmp_path / "prof", chart=False) as p:
+        a.run([x])
+        b.run([x])
+        a.run([x])
+    rows = _read_csv(_out(p, "op_summary"))
+    assert sorted((r["Model Name"], r["Model ID"], r["Infer ID"]) for r in rows) == [
+        ("first", "0", "0"), ("first", "0", "1"), ("first", "1", "0")]
+    assert [r.model_id for r in p.report.runs] == [0, 1, 0] and p.report.models == ["first"]
 
 
 def test_models_of_two_files_with_one_stem_are_reported_apart(tmp_path: Path) -> None:
     """``small.om`` and ``sub/small.om`` (other models, one stem, both graphs "main_graph"): they were
     one model in profiles (Model ID 0, Infer IDs 0 and 1) and in dumps; now "first" and "first#2"
-    with their own Model IDs. The same file loaded again still shares its names."""
+    with their own Model IDs. The same file loaded again keeps its model name."""
     _save_two_main_graphs(tmp_path)
     (tmp_path / "sub").mkdir()
     (tmp_path / "second.om").rename(tmp_path / "sub" / "first.om")
@@ -262,7 +281,7 @@ def test_models_of_two_files_with_one_stem_are_reported_apart(tmp_path: Path) ->
     assert sorted((r["Model Name"], r["OP Type"], r["Model ID"], r["Infer ID"]) for r in rows) == [
         ("first", "Relu", "0", "0"), ("first#2", "Sigmoid", "1", "0")]
     a2 = LoadedModel.from_file(tmp_path / "first.om")
-    assert a2.graph.name == a.graph.name
+    assert hooks.model_name_of(a2.graph.name) == "first" and a2.graph.name not in (a.graph.name, b.graph.name)
 
 
 def test_models_of_one_graph_name_loaded_at_once_are_reported_apart(tmp_path: Path,
