@@ -14,14 +14,15 @@ happen again, and random ops draw new numbers. Replay runs under ``torch.no_grad
 Not capturable (``RuntimeError`` naming the op): ops that read a tensor's value on the host
 (``.item()``, ``bool(t)``, ``aten._local_scalar_dense``), and, at replay, an op whose result
 changed shape or dtype (a data-dependent shape such as ``nonzero``'s).
-``make_graphed_callables`` (autograd through captured graphs) is not supported and raises.
+``make_graphed_callables`` captures each callable's forward and backward (``torch.autograd.grad``)
+into two graphs and returns autograd Functions that replay them (torch.cuda's semantics).
 """
 
 from __future__ import annotations
 
 import gc
 import itertools
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import torch
@@ -183,10 +184,140 @@ def graph_pool_handle() -> tuple[int, int]:
     return (next(_handles), 0)
 
 
+def _graphed_function(fwd: NPUGraph, bwd: NPUGraph, params: tuple[torch.Tensor, ...], n_user: int, spec: Any,
+                      surface: tuple[torch.Tensor, ...], outs: tuple[torch.Tensor, ...],
+                      grad_outs: tuple[torch.Tensor | None, ...],
+                      grad_ins: tuple[torch.Tensor | None, ...]) -> Callable[..., Any]:
+    """One graphed callable: an autograd Function whose forward copies new arguments into the
+    captured inputs and replays ``fwd``, and whose backward copies the incoming gradients into the
+    captured ones and replays ``bwd`` (torch.cuda.make_graphed_callables' structure)."""
+
+    class Graphed(torch.autograd.Function):
+        @staticmethod
+        def forward(ctx: Any, *inputs: torch.Tensor) -> tuple[torch.Tensor, ...]:  # type: ignore[override]
+            for static, new in zip(surface[:n_user], inputs[:n_user]):
+                if not _same_memory(static, new):
+                    static.copy_(new)
+            fwd.replay()
+            # (the captured tensors themselves: the next call overwrites them, as a CUDA graph's outputs)
+            return tuple(o.detach() for o in outs)
+
+        @staticmethod
+        @torch.autograd.function.once_differentiable
+        def backward(ctx: Any, *grads: torch.Tensor) -> tuple[torch.Tensor | None, ...]:  # type: ignore[override]
+            for static, g in zip(grad_outs, grads):
+                if static is None:
+                    continue
+                if g is None:
+                    static.zero_()
+                elif not _same_memory(static, g):
+                    static.copy_(g)
+            bwd.replay()
+            return tuple(g.detach() if g is not None else None for g in grad_ins)
+
+    def graphed(*user_args: Any) -> Any:
+        leaves = torch.utils._pytree.arg_tree_leaves(*user_args)
+        if len(leaves) != n_user:
+            raise RuntimeError(f"torch.npu.make_graphed_callables: the graphed callable was captured with {n_user} "
+                               f"tensor argument(s), called with {len(leaves)}; pass the arguments as in sample_args")
+        return torch.utils._pytree.tree_unflatten(list(Graphed.apply(*leaves, *params)), spec)
+
+    return graphed
+
+
 def make_graphed_callables(callables: Any, sample_args: Any, num_warmup_iters: int = 3,
-                           allow_unused_input: bool = False, pool: Any = None) -> Iterator[Callable[..., Any]]:
-    """Not supported: pycann's ``NPUGraph`` replays forward work without autograd, so graphed
-    callables with backward cannot be built. Raises ``RuntimeError``; capture with ``NPUGraph``."""
-    raise RuntimeError("torch.npu.make_graphed_callables is not supported by pycann: its NPUGraph replays "
-                       "recorded ATen calls without autograd; capture forward work with torch.npu.graph / "
-                       "NPUGraph and replay() it instead")
+                           allow_unused_input: bool = False, pool: Any = None) -> Any:
+    """torch.cuda.make_graphed_callables for the npu: each callable (function or ``nn.Module``) is
+    run on its ``sample_args`` and its forward, then its backward (``torch.autograd.grad`` of its
+    outputs with respect to the arguments and module parameters that require grad), are captured
+    into two ``NPUGraph`` s. The graphed callable is an autograd Function that replays them: same
+    values and gradients as the original, arguments passed as in ``sample_args``, outputs that the
+    next call overwrites. A module keeps its object, with ``forward`` replaced (its original
+    forward runs while its ``training`` flag differs from the captured one). One callable returns
+    one graphed callable; a tuple, a tuple (captured forwards in order, backwards in reverse)."""
+    if torch.is_autocast_enabled() and torch.is_autocast_cache_enabled():
+        raise RuntimeError("make_graphed_callables does not support the autocast caching. "
+                           "Please set `cache_enabled=False`.")
+    one = not isinstance(callables, tuple)
+    funcs: tuple[Any, ...] = (callables,) if one else callables
+    args_per: tuple[Any, ...] = (sample_args,) if one else tuple(sample_args)
+    if len(args_per) != len(funcs):
+        raise ValueError(f"torch.npu.make_graphed_callables: {len(funcs)} callables, {len(args_per)} sample_args")
+    flat_args: list[tuple[torch.Tensor, ...]] = []
+    for fn, args in zip(funcs, args_per):
+        if isinstance(fn, torch.nn.Module):
+            if fn._backward_hooks or fn._forward_hooks or fn._forward_pre_hooks:
+                raise AssertionError("Modules must not have hooks registered at the time they are passed. However, "
+                                     "registering hooks on modules after passing them through make_graphed_callables "
+                                     "is allowed.")
+            if any(b.requires_grad for b in fn.buffers()):
+                raise AssertionError("In any torch.nn.Module passed to make_graphed_callables, only parameters may "
+                                     "be trainable. All buffers must have requires_grad=False.")
+        leaves = tuple(torch.utils._pytree.arg_tree_leaves(*args))
+        if not all(isinstance(a, torch.Tensor) for a in leaves):
+            raise AssertionError("sample_args for each callable must contain only Tensors. Other types are not allowed.")
+        flat_args.append(leaves)
+    params = [tuple(fn.parameters()) if isinstance(fn, torch.nn.Module) else () for fn in funcs]
+    surfaces = [a + p for a, p in zip(flat_args, params)]
+    mempool = graph_pool_handle() if pool is None else pool
+
+    def grads_of(outputs: Sequence[torch.Tensor], surface: tuple[torch.Tensor, ...],
+                 grad_outputs: Sequence[torch.Tensor]) -> tuple[torch.Tensor | None, ...]:
+        return torch.autograd.grad(outputs=tuple(outputs), inputs=tuple(i for i in surface if i.requires_grad),
+                                   grad_outputs=tuple(grad_outputs), only_inputs=True,
+                                   allow_unused=allow_unused_input)
+
+    for fn, args, surface in zip(funcs, args_per, surfaces):  # warm-up, as torch.cuda does
+        for _ in range(num_warmup_iters):
+            outputs = [o for o in torch.utils._pytree.tree_leaves(fn(*args)) if isinstance(o, torch.Tensor)]
+            needing = [o for o in outputs if o.requires_grad]
+            if needing:
+                grads_of(needing, surface, [torch.zeros_like(o) for o in needing])
+    fwds = [NPUGraph() for _ in funcs]
+    bwds = [NPUGraph() for _ in funcs]
+    static_outs: list[tuple[torch.Tensor, ...]] = []
+    specs = []
+    for fn, args, g in zip(funcs, args_per, fwds):
+        with graph(g, pool=mempool):
+            result = fn(*args)
+        leaves_out, spec = torch.utils._pytree.tree_flatten(result)
+        if not all(isinstance(o, torch.Tensor) for o in leaves_out):
+            raise RuntimeError("torch.npu.make_graphed_callables: a callable must return tensors (or nested "
+                               "tuples / lists / dicts of them)")
+        static_outs.append(tuple(leaves_out))
+        specs.append(spec)
+    grad_outs: list[tuple[torch.Tensor | None, ...]] = [()] * len(funcs)
+    grad_ins: list[tuple[torch.Tensor | None, ...]] = [()] * len(funcs)
+    for i in reversed(range(len(funcs))):  # backwards in reverse order, as they will run
+        g_out = tuple(torch.empty_like(o) if o.requires_grad else None for o in static_outs[i])
+        needing = [o for o in static_outs[i] if o.requires_grad]
+        got: tuple[torch.Tensor | None, ...] = ()
+        if needing:
+            with graph(bwds[i], pool=mempool):
+                got = grads_of(needing, surfaces[i], [g for g in g_out if g is not None])
+        else:
+            bwds[i].capture_begin(mempool)  # (nothing to differentiate: an empty backward)
+            bwds[i].capture_end()
+        it = iter(got)
+        grad_ins[i] = tuple(next(it) if a.requires_grad and got else None for a in surfaces[i])
+        grad_outs[i] = g_out
+    out: list[Any] = []
+    for i, fn in enumerate(funcs):
+        graphed = _graphed_function(fwds[i], bwds[i], params[i], len(flat_args[i]), specs[i], surfaces[i],
+                                    static_outs[i], grad_outs[i], grad_ins[i])
+        if isinstance(fn, torch.nn.Module):
+            fn.forward = _module_forward(fn, fn.training, graphed, fn.forward)
+            out.append(fn)
+        else:
+            out.append(graphed)
+    return out[0] if one else tuple(out)
+
+
+def _module_forward(module: torch.nn.Module, training: bool, graphed: Callable[..., Any],
+                    original: Callable[..., Any]) -> Callable[..., Any]:
+    def forward(*args: Any, **kwargs: Any) -> Any:
+        if module.training == training:
+            return graphed(*args, **kwargs)
+        return original(*args, **kwargs)
+
+    return forward
