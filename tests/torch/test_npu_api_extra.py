@@ -10,6 +10,8 @@ import os
 import pytest
 
 torch = pytest.importorskip("torch")
+import torch.nn.functional as F  # noqa: E402
+
 import pycann.torch  # noqa: E402,F401
 
 npu = pycann.torch.npu
@@ -370,3 +372,90 @@ def test_make_graphed_callables_functions_and_tuples() -> None:
         torch.testing.assert_close(pg.grad.cpu(), pr.grad)
     with pytest.raises(AssertionError, match="only Tensors"):
         torch.npu.make_graphed_callables(f, (torch.zeros(3, device="npu"), 2.0))
+
+
+def _sync_cases() -> tuple[dict, dict]:
+    """torch.cuda's own test of set_sync_debug_mode (test_cuda.py, test_sync_warning) on the npu,
+    plus the copies and reads it leaves out: which calls synchronize and which do not."""
+    size = 4
+    x, y = torch.rand(size, device="npu"), torch.rand((), device="npu")
+    ind = torch.randint(size, (3,), device="npu")
+    ind_cpu = ind.cpu()
+    repeats = torch.full((1,), 2, device="npu")
+    mask = torch.randint(2, (size,), device="npu", dtype=torch.bool)
+
+    def put(t: torch.Tensor, i: object, v: object) -> torch.Tensor:
+        t[i] = v
+        return t
+
+    def cond(t: torch.Tensor) -> torch.Tensor:
+        return t if t else 2 * t  # taking a tensor's truth value reads it on the host
+
+    no_sync = {"put mask scalar": lambda: put(x, mask, 1.0), "put index": lambda: put(x, ind, y),
+               "get index": lambda: x[ind], "one_hot num_classes": lambda: F.one_hot(ind, num_classes=size),
+               "randperm": lambda: torch.randperm(20, device="npu"),
+               "repeat_interleave output_size": lambda: torch.repeat_interleave(x, repeats, output_size=2 * size),
+               "any": lambda: torch.any(y), "arith": lambda: x * 2 + y, "non_blocking d2h": lambda: x.to("cpu", non_blocking=True),
+               "non_blocking h2d": lambda: torch.ones(2).to("npu", non_blocking=True), "synchronize": torch.npu.synchronize}
+    sync = {"put mask tensor": lambda: put(x, mask, y), "put cpu index": lambda: put(x, ind_cpu, y),
+            "get mask": lambda: x[mask], "get cpu index": lambda: x[ind_cpu], "nonzero": lambda: x.nonzero(),
+            "bool": lambda: cond(y), "one_hot": lambda: F.one_hot(ind), "repeat_interleave": lambda: torch.repeat_interleave(x, repeats),
+            "item": lambda: y.item(), "cpu": lambda: x.cpu(), "npu": lambda: torch.ones(2).npu(),
+            "tensor": lambda: torch.tensor([1.0], device="npu"), "copy_ h2d": lambda: x.copy_(torch.ones(size)),
+            "copy_ d2h": lambda: torch.ones(size).copy_(x), "masked_select": lambda: x.masked_select(mask),
+            "unique": lambda: torch.unique(ind), "equal": lambda: torch.equal(x, x)}
+    return no_sync, sync
+
+
+@pytest.mark.parametrize("mode", [1, 2, "warn", "error"])
+def test_sync_debug_mode_reports_synchronizing_calls_as_torch_cuda(mode: object) -> None:
+    """set_sync_debug_mode had no effect: "warn" / 1 warns and "error" / 2 raises "called a
+    synchronizing NPU operation" (torch_npu's text; torch.cuda's says CUDA) on exactly the calls
+    torch.cuda reports, the warning naming the caller's line; 0 reports nothing."""
+    import warnings
+
+    no_sync, sync = _sync_cases()
+    torch.npu.set_sync_debug_mode(mode)  # type: ignore[arg-type]
+    try:
+        for name, f in no_sync.items():
+            with warnings.catch_warnings(record=True) as seen:
+                warnings.simplefilter("always")
+                f()
+            assert not [w for w in seen if "synchronizing" in str(w.message)], name
+        for name, f in sync.items():
+            if mode in (1, "warn"):
+                with warnings.catch_warnings(record=True) as seen:
+                    warnings.simplefilter("always")
+                    f()
+                hits = [w for w in seen if "called a synchronizing NPU operation" in str(w.message)]
+                assert hits and issubclass(hits[0].category, UserWarning), name
+                assert "pycann" not in hits[0].filename, (name, hits[0].filename)
+            else:
+                with pytest.raises(RuntimeError, match="called a synchronizing NPU operation"):
+                    f()
+    finally:
+        torch.npu.set_sync_debug_mode(0)
+    with warnings.catch_warnings(record=True) as seen:
+        warnings.simplefilter("always")
+        for f in sync.values():
+            f()
+    assert not [w for w in seen if "synchronizing" in str(w.message)]
+
+
+def test_sync_debug_error_mode_lets_a_training_step_run() -> None:
+    """A training step without host reads synchronizes nothing on CUDA: none of pycann's own
+    work is reported (conv, batch norm, cross entropy, backward, SGD / Adam steps)."""
+    m = torch.nn.Sequential(torch.nn.Conv2d(3, 4, 3), torch.nn.BatchNorm2d(4), torch.nn.ReLU(), torch.nn.Flatten(),
+                            torch.nn.Linear(4 * 6 * 6, 5)).npu()
+    x, t = torch.randn(2, 3, 8, 8).npu(), torch.tensor([1, 3]).npu()
+    opts = [torch.optim.SGD(m.parameters(), lr=0.1, momentum=0.9), torch.optim.Adam(m.parameters())]
+    torch.npu.set_sync_debug_mode("error")
+    try:
+        for opt in opts:
+            loss = F.cross_entropy(m(x), t)
+            loss.backward()
+            opt.step()
+            opt.zero_grad()
+    finally:
+        torch.npu.set_sync_debug_mode("default")
+    assert loss.item() > 0

@@ -3,8 +3,9 @@
 
 They are kept and returned by the getters (``get_option``, ``get_mm_bmm_format_nd``,
 ``get_sync_debug_mode``) and have no effect on how pycann computes: there is no CANN op compiler
-to pass ACL options to, no AOE tuner, tensors are always ND, and every npu op is synchronous (so
-no operation synchronizes more than another and there is nothing to warn about).
+to pass ACL options to, no AOE tuner and tensors are always ND. ``set_sync_debug_mode`` reports
+the calls that would synchronize a device (warning or error, as torch.cuda), though every npu op
+is synchronous here.
 """
 
 from __future__ import annotations
@@ -84,8 +85,10 @@ def get_mm_bmm_format_nd() -> bool:
 
 def set_sync_debug_mode(debug_mode: int | str) -> None:
     """torch.cuda's: "default"/0, "warn"/1, "error"/2 (RuntimeError for another string, as
-    torch). Kept for ``get_sync_debug_mode``; no effect: every npu op is synchronous, so none
-    is reported as synchronizing."""
+    torch). With 1 / 2, a call on npu tensors that synchronizes on CUDA (``.item()``, ``.cpu()``,
+    ``nonzero``, ...: ``_dispatch._SYNCING``) warns "called a synchronizing NPU operation" (a
+    UserWarning) / raises it (RuntimeError), as torch_npu and torch.cuda do; every npu op is
+    synchronous here, so this reports what would stall a real device."""
     global _sync_debug_mode
     if isinstance(debug_mode, str):
         modes = {"default": 0, "warn": 1, "error": 2}
@@ -97,6 +100,11 @@ def set_sync_debug_mode(debug_mode: int | str) -> None:
     if debug_mode not in (0, 1, 2):
         raise RuntimeError(f"invalid value of debug_mode {debug_mode}, expected 0 (default), 1 (warn) or 2 (error)")
     _sync_debug_mode = debug_mode
+    from pycann.torch import _dispatch
+
+    _dispatch.sync_debug_mode = debug_mode
+    if debug_mode:
+        _dispatch.watch_setitem()
 
 
 def get_sync_debug_mode() -> int:
