@@ -82,7 +82,7 @@ def scatter_elements_fault(x: TensorDesc, idx: TensorDesc, upd: TensorDesc) -> s
 
 def pad_fault(dims: Sequence[Dim], begin: list[int], end: list[int], mode: str) -> str | None:
     """What the pads cannot do to these dims (symbolic ones pass), as shape inference says it; None if
-    they fit. A crop may not pass below 0; reflect mirrors at most d - 1 rows of the (cropped) dim d
+    they fit. A crop may not pass below 0 (in constant mode, the padded dim); reflect mirrors at most d - 1 rows of the (cropped) dim d
     and edge (or wrap) needs a row to repeat (ONNX Runtime refuses both; numpy would repeat the reflection);
     neither mode may crop a non-empty input's axis to nothing (ONNX Runtime refuses that too)."""
     # an empty input gives an empty output whatever a reflect pad mirrors, so ONNX Runtime refuses only
@@ -94,7 +94,9 @@ def pad_fault(dims: Sequence[Dim], begin: list[int], end: list[int], mode: str) 
         if not isinstance(d, int):
             continue
         kept = d + min(b, 0) + min(e, 0)
-        if kept < 0:
+        # constant mode pads, then crops (ONNX Runtime): a crop may reach into the other side's
+        # padding (begin -4, end +2 on a dim of 3: one padding value), only the output may not be < 0
+        if (d + b + e if mode == "constant" else kept) < 0:
             return "crops more than the dims of"
         if mode != "constant" and full and kept == 0:  # ORT: "zero effective input extent"
             return f"crops axis {a} to nothing in {mode} mode (no row left to mirror or repeat), in"

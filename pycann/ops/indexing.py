@@ -254,7 +254,9 @@ def _pad_lists(rank: int, pads: list[int], axes: list[int] | None) -> tuple[list
 
 
 def _k_pad(inputs: Inputs, attrs: Attrs) -> list[np.ndarray]:
-    """Pad (Operators.md, opset 19): constant/reflect/edge/wrap; negative pads crop first (like ORT)."""
+    """Pad (Operators.md, opset 19): constant/reflect/edge/wrap. Negative pads crop, as in ONNX Runtime:
+    in constant mode the input sits at offset ``begin`` of the output (pad, then crop: a crop may reach
+    into the other side's padding); the other modes crop first, then mirror / repeat what is left."""
     x = inputs[0]
     mode_name = astr(attrs["mode"])
     mode = _PAD_MODES.get(mode_name)
@@ -266,6 +268,16 @@ def _k_pad(inputs: Inputs, attrs: Attrs) -> list[np.ndarray]:
     fault = pad_fault(x.shape, begin, end, mode)
     if fault:  # (a symbolic dim at compile time: checked here, per call)
         raise ValueError(f"input 'pads' {pads} {fault} {desc_of(x)}")
+    if mode == "constant" and any(p < 0 for p in begin + end):
+        cv = _opt(inputs, 2)
+        value = x.dtype.type(0) if cv is None or np.asarray(cv).size == 0 else np.asarray(cv).reshape(-1)[0]
+        shape = [d + b + e for d, b, e in zip(x.shape, begin, end)]
+        out = np.full(shape, value, dtype=x.dtype)
+        dst = tuple(slice(max(b, 0), max(b, 0) + max(min(b + d, n) - max(b, 0), 0))
+                    for d, b, n in zip(x.shape, begin, shape))
+        src = tuple(slice(s.start - b, s.stop - b) for s, b in zip(dst, begin))
+        out[dst] = x[src]
+        return [out]
     if any(p < 0 for p in begin + end):
         x = x[tuple(slice(max(-b, 0), d - max(-e, 0)) for b, e, d in zip(begin, end, x.shape))]
     widths = [(max(b, 0), max(e, 0)) for b, e in zip(begin, end)]

@@ -157,6 +157,31 @@ def test_pad(mode: str, pads: tuple) -> None:
     check_op("Pad", [x, I64(*pads)], {"mode": mode}, opset=19, const_inputs=(1,))
 
 
+@pytest.mark.parametrize("mode", ["constant", "reflect", "edge", "wrap"])
+@pytest.mark.parametrize("pads", [(-1, 0, 2, 0), (2, -1, -1, 2), (0, -2, 0, 2), (1, 1, -2, -2), (-3, 0, 5, 0)])
+def test_pad_mixed_negative_and_positive_on_one_axis(mode: str, pads: tuple) -> None:
+    """A crop on one side of an axis and a pad on the other (begin -1, end +2), against ORT:
+    the other modes crop, then mirror / repeat what is left."""
+    x = np.arange(1, 31, dtype=np.float32).reshape(6, 5)
+    if mode == "reflect" and pads == (-3, 0, 5, 0):
+        pytest.skip("ORT refuses: reflect pads 5 > the 3 rows left - 1 (as pycann does)")
+    check_op("Pad", [x, I64(*pads)], {"mode": mode}, opset=19, const_inputs=(1,))
+
+
+@pytest.mark.parametrize("pads", [(0, -4, 0, 2), (0, 3, 0, -5), (0, -4, 0, 4), (0, -4, 0, 1), (3, 0, -3, 0),
+                                  (-2, 1, 2, -3)])
+def test_pad_constant_crop_into_the_other_sides_padding(pads: tuple) -> None:
+    """Constant mode pads, then crops (ORT): a crop larger than the dim reaches into the padding of
+    the other side (begin -4, end +2 on 3 columns: one padding value). pycann refused "crops more
+    than the dims"; only a negative output dim is an error, in ORT too."""
+    x = np.array([[1.0, 2.0, 3.0]], np.float32)
+    check_op("Pad", [x, I64(*pads), np.array(9.0, np.float32)], opset=19, const_inputs=(1, 2))
+    check_op("Pad", [x, I64(*pads), np.array(9.0, np.float32)], opset=19)  # pads known only when it runs
+    from pycann.ops.index_checks import pad_fault
+
+    assert pad_fault((1, 3), [0, 0], [0, -4], "constant") == "crops more than the dims of"
+
+
 def test_pad_constant_value_axes_dtypes() -> None:
     x = rng.standard_normal((2, 3, 4)).astype(np.float32)
     check_op("Pad", [x, I64(0, 1, 2, 0, 0, 3), np.array(5.5, np.float32)], opset=18)
