@@ -244,6 +244,53 @@ def test_conv_transpose_infer() -> None:
         _infer("ConvTranspose", [TensorDesc(F, (1, 3, 5, 6)), w], {"output_shape": [1, 2, 3]})
 
 
+@pytest.mark.parametrize("attrs", [{"strides": [2, 2], "output_padding": [2, 2]}, {"strides": [2, 2], "output_padding": [3, 0]},
+                                   {"output_padding": [1, 1]}, {"output_padding": [1, 1], "output_shape": [7, 7]},
+                                   {"strides": [2, 2], "auto_pad": "SAME_UPPER", "output_padding": [0, 2]},
+                                   {"strides": [2, 2], "dilations": [1, 3], "output_padding": [0, 3]}])
+def test_conv_transpose_output_padding_not_below_stride_and_dilation_is_refused(attrs: dict) -> None:
+    """output_padding >= max(stride, dilation): the spec says it must be less, ONNX Runtime refuses
+    it ("must be less than max(stride, dilation)"), and pycann computed an output with invented
+    rows of bias. Now refused where atc infers shapes, naming the node, the attribute and a fix,
+    and by the kernel (a model whose attributes skip inference, the single-op API)."""
+    from tests.ops.oracle import run_ort, single_node_model
+
+    x, w = _r(1, 2, 4, 4), _r(2, 3, 3, 3, seed=1)
+    model, feeds = single_node_model("ConvTranspose", [x, w], attrs, 1, 17, const_inputs=(1,))
+    with pytest.raises(Exception, match="output_padding"):  # the golden refuses it
+        run_ort(model, feeds)
+    with pytest.raises(ShapeError, match=r"node n \(ConvTranspose.*attribute output_padding .* must be >= 0 and less "
+                                         r"than max\(stride, dilation\).*Fix: set output_padding\[\d\] to at most"):
+        _infer("ConvTranspose", [TensorDesc(F, (1, 2, 4, 4)), TensorDesc(F, (2, 3, 3, 3))], attrs)
+    with pytest.raises(ValueError, match="output_padding"):
+        od = lookup("ConvTranspose", "", 17)
+        od.kernel([x, w], od.with_defaults(attrs))
+    from onnx import TensorProto, helper
+
+    from pycann.backend import prepare
+
+    model.graph.output[0].CopyFrom(helper.make_tensor_value_info("out0", TensorProto.FLOAT, None))
+    with pytest.raises(ShapeError, match="output_padding"):  # the whole compile (atc's path)
+        prepare(model)
+
+
+@pytest.mark.parametrize("stride,dilation,opad", [(1, 2, 1), (2, 3, 2), (1, 3, 2)])
+def test_conv_transpose_output_padding_between_stride_and_dilation_matches_torch(stride: int, dilation: int,
+                                                                                   opad: int) -> None:
+    """stride <= output_padding < dilation: valid for the spec's "less than the stride/dilation" and
+    for PyTorch ("smaller than either stride or dilation"), which computes it; ONNX Runtime passes
+    its own max(stride, dilation) check, then refuses it as "inconsistent with input spatial
+    dimensions". pycann computes PyTorch's values (golden: torch CPU)."""
+    torch = pytest.importorskip("torch")
+    x, w, b = _r(1, 2, 4, 5), _r(2, 3, 3, 3, seed=1), _r(3, seed=2)
+    attrs = {"strides": [stride, stride], "dilations": [dilation, dilation], "output_padding": [opad, 0],
+             "pads": [1, 0, 1, 0]}
+    want = torch.nn.functional.conv_transpose2d(torch.from_numpy(x), torch.from_numpy(w), torch.from_numpy(b),
+                                                stride=stride, padding=(1, 0), output_padding=(opad, 0),
+                                                dilation=dilation).numpy()
+    check_op("ConvTranspose", [x, w, b], attrs, expected=[want], rtol=RTOL, atol=ATOL)
+
+
 @pytest.mark.parametrize("xs,ws,attrs,bias", CONV_CASES + [((1, 4, 6, 6), (4, 4, 3, 3), {"pads": [1] * 4}, True)])
 @pytest.mark.parametrize("dtype", [np.float32, np.float16])
 def test_conv_out_kernel(xs: tuple, ws: tuple, attrs: dict, bias: bool, dtype: type) -> None:

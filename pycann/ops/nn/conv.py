@@ -228,6 +228,26 @@ def conv_transpose_geometry(
     return Window(kern, strides, dil, tuple(pb), (0,) * n, tuple(in_sizes)), tuple(outs)
 
 
+def output_padding_fault(attrs: Mapping[str, Any], n: int) -> str | None:
+    """Why ConvTranspose's ``output_padding`` is invalid, or None. The spec: each value "must be less
+    than the corresponding stride/dilation dimension"; ONNX Runtime refuses a value >= max(stride,
+    dilation), as PyTorch does ("smaller than either stride or dilation"). Beyond that the added rows
+    get no input, so the result would be an invented size, not a convolution's."""
+    opad = [int(v) for v in (attrs.get("output_padding") or [])]
+    if len(opad) != n:
+        return None  # (its length is checked with the other attributes)
+    strides = [int(v) for v in (attrs.get("strides") or [1] * n)]
+    dil = [int(v) for v in (attrs.get("dilations") or [1] * n)]
+    for i, (o, s, d) in enumerate(zip(opad, strides, dil)):
+        if o < 0 or o >= max(s, d):
+            return (f"attribute output_padding {opad} is invalid: output_padding[{i}] = {o} must be >= 0 and less "
+                    f"than max(stride, dilation) = max({s}, {d}) for spatial dim {i} (spec: ConvTranspose; ONNX "
+                    f"Runtime and PyTorch refuse it too). Fix: set output_padding[{i}] to at most {max(s, d) - 1} "
+                    "(it picks one of the output sizes a stride makes possible); for a larger output, pad the "
+                    "result with a Pad node")
+    return None
+
+
 def output_shape_fault(in_sizes: Sequence[Dim], kernel: Sequence[int], attrs: Mapping[str, Any]) -> str | None:
     """Why ConvTranspose's ``output_shape`` cannot come from inputs of these spatial sizes (symbolic ones
     pass), or None. An output_shape no larger than the full result is cropped by padding; a larger one
@@ -271,7 +291,7 @@ def check_conv_transpose(x: np.ndarray, w: np.ndarray, b: np.ndarray | None, gro
     _check_conv_shapes(x, w, group, transpose=True, b=b)
     kernel = _kernel_shape(attrs, w.shape)
     assert kernel is not None
-    fault = output_shape_fault(x.shape[2:], kernel, attrs)
+    fault = output_padding_fault(attrs, x.ndim - 2) or output_shape_fault(x.shape[2:], kernel, attrs)
     if fault:
         raise ValueError(f"ConvTranspose {fault}")
     win, outs = conv_transpose_geometry(x.shape[2:], kernel, attrs)
@@ -324,6 +344,9 @@ def _infer_conv_transpose(ctx: InferContext) -> list[TensorDesc]:
         v = list(ctx.attrs.get(name) or [])
         if v and len(v) != ns:
             raise ctx.fail(f"attribute {name} has {len(v)} values; expected {ns}")
+    fault = output_padding_fault(ctx.attrs, ns)
+    if fault:
+        raise ctx.fail(fault)
     oshape = list(ctx.attrs.get("output_shape") or [])
     if oshape and len(oshape) not in (ns, rank):
         raise ctx.fail(f"attribute output_shape {oshape} must have {ns} (spatial) or {rank} values")
