@@ -135,12 +135,14 @@ class InferSession:
     def _dynamic_positions(self) -> list[tuple[int, int]]:
         return [(i, k) for i, info in enumerate(self.model.inputs) for k, d in enumerate(info.shape) if d == -1]
 
-    def _check_mode(self, mode: str, shapes: list[tuple[int, ...]], custom_sizes: Any) -> None:
+    def _check_mode(self, mode: str, shapes: list[tuple[int, ...]], custom_sizes: Any) -> list[int]:
+        """Checks ``mode`` against the model and records its setting; returns the output byte caps
+        of a ``dymshape`` call (``[]`` for other modes)."""
         if mode not in MODES:
             raise RuntimeError(f"wrong infer_mode:{mode}, only support {', '.join(MODES)}")
         if mode == "static":
             self.set_staticbatch()
-            return
+            return []
         dyn = self._dynamic_positions()
         if not dyn and mode != "dymshape":
             raise RuntimeError(f"infer mode {mode} needs a model with dynamic dims; this model is static")
@@ -173,6 +175,8 @@ class InferSession:
                                        f"({', '.join(o.name for o in self.model.outputs)}): give one per "
                                        "output, or one int for all")
                 self.set_custom_outsize(custom_sizes)
+                return [int(c) for c in custom_sizes]
+        return []
 
     def infer(
         self,
@@ -185,11 +189,11 @@ class InferSession:
         ``mode``: see the module doc; a wrong mode raises ``RuntimeError`` as in ais_bench."""
         feeds = self._bare(feeds)
         if mode == "static":  # the common case: no feed shapes needed (this runs on every call)
-            self._check_mode(mode, [], custom_sizes)
+            caps = self._check_mode(mode, [], custom_sizes)
         else:
             names = [i.name for i in self.model.inputs]
             listed = [feeds[n] for n in names if n in feeds] if isinstance(feeds, Mapping) else list(feeds)
-            self._check_mode(mode, [tuple(np.shape(x)) for x in listed], custom_sizes)
+            caps = self._check_mode(mode, [tuple(np.shape(x)) for x in listed], custom_sizes)
         outs: list[np.ndarray] = []
         for _ in range(self.loop):
             start = (time.perf_counter() - self._t0) * 1e3
@@ -199,7 +203,9 @@ class InferSession:
                 outs = self.model.run(list(feeds))
             self._summary.exec_time_list.append((start, (time.perf_counter() - self._t0) * 1e3))
         if mode == "dymshape":
-            for j, (o, cap) in enumerate(zip(outs, self.custom_outsize)):
+            # (this call's own caps: ``self.custom_outsize`` is the session's, which another thread's
+            # infer may have set to its sizes meanwhile)
+            for j, (o, cap) in enumerate(zip(outs, caps)):
                 if np.asarray(o).nbytes > cap:
                     raise RuntimeError(f"output {j} ({self.model.outputs[j].name}) needs {np.asarray(o).nbytes} "
                                        f"bytes, more than custom_sizes {cap}; pass a larger custom_sizes "
