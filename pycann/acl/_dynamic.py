@@ -227,9 +227,20 @@ def set_input_dynamic_dims(model_id: int, dataset: int, index: int, dims: Any) -
     vals = _dim_values(dims)
     if rec.model.gears is not None:
         return _select_dims(rec, ds, rec.model.gears, vals)
-    want = sum(1 for info in rec.model.inputs for d in info.shape if d == -1)
-    if len(vals) != want or any(v < 0 for v in vals):
-        raise fault(C.ACL_ERROR_INVALID_PARAM, f"{len(vals)} dims given; the model has {want} dynamic dims")
+    slots = [(info, k) for info in rec.model.inputs for k, d in enumerate(info.shape) if d == -1]
+    if len(vals) != len(slots):
+        raise fault(C.ACL_ERROR_GE_DYNAMIC_INPUT_LENGTH_INVALID,
+                    f"{len(vals)} dims given; the model has {len(slots)} dynamic dims "
+                    f"({', '.join(f'{info.name} dim {k}' for info, k in slots)}): give one value each, in that order")
+    # (checked here, as set_dynamic_batch_size checks the batch: a value outside an input's range was
+    # taken, and the execute failed on it with a shape error, or on the buffer size first)
+    for v, (info, k) in zip(vals, slots):
+        r = rec.model.input_ranges.get(info.name, [])
+        rng = r[k] if k < len(r) and isinstance(r[k], list) else None
+        if v < 0 or (rng is not None and (v < rng[0] or (rng[1] >= 0 and v > rng[1]))):
+            where = f"the range {rng[0]}~{rng[1]} set by --input_shape" if rng is not None else "dims >= 0"
+            raise fault(C.ACL_ERROR_GE_DYNAMIC_BATCH_SIZE_INVALID,
+                        f"dims {vals}: {v} for {info.name} dim {k} is outside {where}")
     ds.dyn_dims = vals
     return C.ACL_SUCCESS
 

@@ -44,3 +44,49 @@ def test_dymshape_caps_are_per_call_not_per_session(dyn_om: Path) -> None:
     assert small[0].shape == (1, 3)
     with pytest.raises(RuntimeError, match="more than custom_sizes 12"):  # a call's own caps still hold
         s.infer([big], mode="dymshape", custom_sizes=12)
+
+
+def _range_model(acl_ready: int, dyn_om: Path) -> tuple[int, int, int]:
+    """(model id, its dynamic tensor's index, the output dataset) of ``dyn_om`` (x [1~8, 4])."""
+    import pycann.acl as acl
+    from tests.acl.helpers import dataset_of
+
+    mid, ret = acl.mdl.load_from_file(str(dyn_om))
+    assert ret == 0
+    d = acl.mdl.create_desc()
+    assert acl.mdl.get_desc(d, mid) == 0
+    idx, _ = acl.mdl.get_input_index_by_name(d, "ascend_mbatch_shape_data")
+    outd, _ = dataset_of([(acl.rt.malloc(8 * 12, 0)[0], 8 * 12) for _ in range(2)])
+    return mid, idx, outd
+
+
+def test_range_model_dynamic_dims_are_checked_against_the_ranges(acl_ready: int, dyn_om: Path) -> None:
+    """``set_input_dynamic_dims`` on a range model checks each value as ``set_dynamic_batch_size``
+    does: 145013 naming the input, dim and range, 145012 for the wrong count (docs/acl.md's table).
+    (0, 9 and -2 for x [1~8, 4] were taken, the execute then failing on the shape or buffer size;
+    -2's message was "1 dims given; the model has 1 dynamic dims"; a wrong count was 100000.)"""
+    import pycann.acl as acl
+    import pycann.acl.constants as C
+    from tests.acl.helpers import dataset_of, from_device, to_device
+
+    mid, idx, outd = _range_model(acl_ready, dyn_om)
+    x = np.arange(32, dtype=np.float32).reshape(8, 4)
+    ind, _ = dataset_of([(to_device(x), x.nbytes)])
+    for bad in (0, 9, -2):
+        assert acl.mdl.set_input_dynamic_dims(mid, ind, idx, {"dimCount": 1, "dims": [bad]}) == \
+            C.ACL_ERROR_GE_DYNAMIC_BATCH_SIZE_INVALID, bad
+        msg = acl.get_recent_err_msg()
+        assert f"{bad} for x dim 0 is outside the range 1~8" in msg, msg
+    assert acl.mdl.set_input_dynamic_dims(mid, ind, idx, [3, 4]) == C.ACL_ERROR_GE_DYNAMIC_INPUT_LENGTH_INVALID
+    assert "the model has 1 dynamic dims (x dim 0)" in acl.get_recent_err_msg()
+    assert acl.mdl.set_input_dynamic_dims(mid, ind, idx, [8]) == 0
+    assert acl.mdl.execute(mid, ind, outd) == 0, acl.get_recent_err_msg()
+    np.testing.assert_allclose(from_device(_out_ptr(outd, 1), (8, 3)),
+                               small_ref(x)[1], rtol=1e-6)
+
+
+def _out_ptr(ds: int, i: int) -> int:
+    import pycann.acl as acl
+
+    return int(acl.get_data_buffer_addr(acl.mdl.get_dataset_buffer(ds, i)))
+
