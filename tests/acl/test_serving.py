@@ -90,3 +90,22 @@ def _out_ptr(ds: int, i: int) -> int:
 
     return int(acl.get_data_buffer_addr(acl.mdl.get_dataset_buffer(ds, i)))
 
+
+def test_desc_shape_outside_the_range_is_a_shape_error_before_the_buffer_size(acl_ready: int,
+                                                                               dyn_om: Path) -> None:
+    """A tensor desc outside the input's ``--input_shape`` range gives 145021 naming the input and
+    range, whatever the buffer's size. (It gave 145006, "buffer of 128 bytes, shape [1099511627776,
+    4] needs 17592186044416": the app would grow the buffer, to then learn the range.)"""
+    import pycann.acl as acl
+    import pycann.acl.constants as C
+    from tests.acl.helpers import dataset_of, to_device
+
+    mid, _, outd = _range_model(acl_ready, dyn_om)
+    x = np.ones((8, 4), np.float32)
+    for dims in ([9, 4], [2**40, 4]):
+        ind, _ = dataset_of([(to_device(x), x.nbytes)])
+        td = acl.create_tensor_desc(C.ACL_FLOAT, dims, C.ACL_FORMAT_ND)
+        assert acl.mdl.set_dataset_tensor_desc(ind, td, 0)[1] == 0
+        assert acl.mdl.execute(mid, ind, outd) == C.ACL_ERROR_GE_SHAPE_INVALID, dims
+        msg = acl.get_recent_err_msg()
+        assert f"input 'x': expected shape [1~8,4], received {dims}" in msg and "range 1~8" in msg, msg
