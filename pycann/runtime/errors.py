@@ -59,6 +59,10 @@ class WaitTimeout(RtError):
     """A synchronisation did not finish within its timeout."""
 
 
+class LostInFork(RtError):
+    """A stream task that was queued or running when the process forked: the child never runs it."""
+
+
 class TaskFailed(RtError):
     """A task queued on a stream raised; ``cause`` is the original exception."""
 

@@ -5,23 +5,31 @@ tasks of different streams run concurrently. ``wait_event`` enqueues a task that
 stream until the event's latest record has run, which is how work is ordered across streams.
 A task that raises does not stop the stream: the error is kept and reported by the next
 ``synchronize`` (as CUDA and CANN report asynchronous failures at synchronisation).
+
+A forked child has none of its parent's threads: its streams start a new worker on their next
+task, and the tasks that were queued or running when the process forked (which the child will never
+run) are reported by the stream's next ``synchronize`` as failed (``LostInFork``), their events
+completed, rather than leaving ``synchronize`` to wait forever.
 """
 
 from __future__ import annotations
 
 import itertools
+import os
 import queue
 import threading
 import time
+import weakref
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
-from pycann.runtime.errors import InvalidHandle, TaskFailed, WaitTimeout
+from pycann.runtime.errors import InvalidHandle, LostInFork, TaskFailed, WaitTimeout
 
 if TYPE_CHECKING:
     from pycann.runtime.event import Event
 
 _ids = itertools.count(1)
+_live: weakref.WeakSet[Stream] = weakref.WeakSet()  # (for the forked child: _after_fork_in_child)
 
 
 class Task:
@@ -50,9 +58,11 @@ class Stream:
         self._cv = threading.Condition()
         self._pending = 0
         self._errors: list[Task] = []
+        self._unfinished: dict[Task, None] = {}  # queued or running, in order (what a fork leaves behind)
         self._thread: threading.Thread | None = None
         self.destroyed = False
         self.tasks_run = 0
+        _live.add(self)
 
     def submit(self, fn: Callable[[], object], name: str = "task") -> Task:
         """Queue ``fn``; returns its ``Task``. Raises ``InvalidHandle`` on a destroyed stream."""
@@ -61,6 +71,7 @@ class Stream:
             if self.destroyed:
                 raise InvalidHandle(f"{self.name} was destroyed")
             self._pending += 1
+            self._unfinished[task] = None
             if self._thread is None:
                 self._thread = threading.Thread(target=self._loop, name=f"pycann-{self.name}", daemon=True)
                 self._thread.start()
@@ -82,6 +93,7 @@ class Stream:
             with self._cv:
                 if task.error is not None:
                     self._errors.append(task)
+                self._unfinished.pop(task, None)
                 self.tasks_run += 1
                 self._pending -= 1
                 if self._pending == 0:
@@ -125,5 +137,29 @@ class Stream:
                 thread.join()
         return drained
 
+    def _after_fork(self) -> None:
+        """In a forked child: fresh queue, lock and worker (started by the next ``submit``); the
+        parent's unfinished tasks fail (their ``done`` set) and are reported by ``synchronize``."""
+        lost, self._unfinished = list(self._unfinished), {}
+        self._q = queue.SimpleQueue()
+        self._cv = threading.Condition()
+        self._thread = None
+        self._pending = 0
+        for t in lost:
+            t.error = LostInFork("it was queued or running when the process forked, and a forked child does not "
+                                 "run its parent's stream tasks (submit it again in the child)")
+            t.done = threading.Event()  # (the parent's may be locked by a thread the child does not have)
+            t.done.set()
+            self._errors.append(t)
+
     def describe(self) -> str:
         return f"{self.name} (created at {self.site})" if self.site else self.name
+
+
+def _after_fork_in_child() -> None:
+    for st in list(_live):
+        st._after_fork()
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_after_fork_in_child)

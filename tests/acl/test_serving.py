@@ -109,3 +109,56 @@ def test_desc_shape_outside_the_range_is_a_shape_error_before_the_buffer_size(ac
         assert acl.mdl.execute(mid, ind, outd) == C.ACL_ERROR_GE_SHAPE_INVALID, dims
         msg = acl.get_recent_err_msg()
         assert f"input 'x': expected shape [1~8,4], received {dims}" in msg and "range 1~8" in msg, msg
+
+
+FORK_SCRIPT = """
+import os, signal, sys, threading, warnings
+import numpy as np
+import pycann.acl as acl
+from tests.acl.conftest import small_ref
+from tests.acl.helpers import dataset_of, from_device, to_device
+warnings.simplefilter("ignore")
+acl.init(); acl.rt.set_device(0); acl.rt.create_context(0)
+mid, _ = acl.mdl.load_from_file(sys.argv[1])
+x = np.arange(8, dtype=np.float32).reshape(2, 4)
+outs = [acl.rt.malloc(24, 0)[0] for _ in range(2)]
+ind, _ = dataset_of([(to_device(x), 32)]); outd, _ = dataset_of([(o, 24) for o in outs])
+s = acl.rt.create_stream()[0]
+idle = acl.rt.create_stream()[0]
+assert acl.mdl.execute_async(mid, ind, outd, idle) == 0 and acl.rt.synchronize_stream(idle) == 0  # (its worker runs)
+gate = threading.Event()
+acl.rt.launch_callback(lambda _: gate.wait(10), None, 1, s)  # running when the process forks
+ev = acl.rt.create_event()[0]
+acl.mdl.execute_async(mid, ind, outd, s); acl.rt.record_event(ev, s)  # queued behind it
+pid = os.fork()
+if pid == 0:
+    signal.alarm(10)  # (a hang dies of SIGALRM)
+    print("lost", acl.rt.synchronize_stream(s), acl.get_recent_err_msg(), flush=True)
+    print("event", acl.rt.synchronize_event(ev), flush=True)
+    print("again", acl.rt.synchronize_stream(s), flush=True)
+    for st in (s, idle):
+        acl.mdl.execute_async(mid, ind, outd, st)
+        print("rerun", acl.rt.synchronize_stream(st), np.allclose(from_device(outs[1], (2, 3)), small_ref(x)[1]), flush=True)
+    os._exit(0)
+gate.set()
+print("parent", acl.rt.synchronize_stream(s), flush=True)
+print("child", os.waitpid(pid, 0)[1], flush=True)
+"""
+
+
+def test_forked_child_streams_report_lost_tasks_and_run_new_ones(small_om: Path, tmp_path: Path) -> None:
+    """A forked child (a pre-fork server's worker) uses the streams it inherited: the tasks queued or
+    running at the fork are reported once by ``synchronize_stream`` (ACL_ERROR_RT_FAILURE, saying
+    why), an event recorded behind them completes, and new tasks run. (The child's
+    ``synchronize_stream`` waited forever: the stream's worker thread is not in the child.)"""
+    from tests.forking import run_script
+
+    r = run_script(tmp_path, FORK_SCRIPT.replace("sys.argv[1]", repr(str(small_om))), timeout=60)
+    lines = r.stdout.splitlines()
+    assert "child 0" in lines, r.stdout + r.stderr  # 14 (SIGALRM): the child hung
+    lost = next(ln for ln in lines if ln.startswith("lost"))
+    assert lost.startswith("lost 500003 ") and "task callback failed: it was queued or running when the " \
+        "process forked" in lost and "(and 2 more failed tasks)" in lost, lost
+    for want in ("event 0", "again 0", "rerun 0 True", "parent 0"):
+        assert want in lines, r.stdout + r.stderr
+    assert lines.count("rerun 0 True") == 2
