@@ -71,6 +71,7 @@ _RT_CODES: tuple[tuple[type[BaseException], int], ...] = (
     (rt.NotReady, C.ACL_ERROR_INVALID_PARAM),
     (rt.WaitTimeout, C.ACL_ERROR_RT_WAIT_TIMEOUT),
     (rt.LostInFork, C.ACL_ERROR_RT_FAILURE),
+    (rt.WaitOnOwnWorker, C.ACL_ERROR_INVALID_PARAM),
     (OmInvalidModelError, C.ACL_ERROR_PARSE_MODEL),  # before its base class
     (OmFormatError, C.ACL_ERROR_DESERIALIZE_MODEL),
     (UnsupportedOpError, C.ACL_ERROR_OP_NOT_FOUND),

@@ -52,6 +52,7 @@ class Context:
         return s
 
     def destroy_stream(self, stream: Stream) -> None:
+        stream.refuse_on_worker(f"destroying {stream.name}")  # (before it leaves the context)
         with self._lock:
             if stream in self.streams:
                 self.streams.remove(stream)

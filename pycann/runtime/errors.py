@@ -59,6 +59,11 @@ class WaitTimeout(RtError):
     """A synchronisation did not finish within its timeout."""
 
 
+class WaitOnOwnWorker(RtError):
+    """A stream task (a callback) waits for its own stream, or an event only its stream can reach:
+    the stream's worker is busy running the task, so the wait could never end."""
+
+
 class LostInFork(RtError):
     """A stream task that was queued or running when the process forked: the child never runs it."""
 

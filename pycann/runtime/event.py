@@ -54,6 +54,8 @@ class Event:
         """Block until the latest record has run. Raises ``WaitTimeout``."""
         self._check()
         m = self.marker
+        if m is not None and not m.done.is_set() and m.stream is not None:
+            m.stream.refuse_on_worker("waiting for an event recorded behind the calling task")
         if m is not None and not m.done.wait(timeout):
             raise WaitTimeout(f"the event did not complete within {timeout} s")
 

@@ -10,6 +10,9 @@ A forked child has none of its parent's threads: its streams start a new worker 
 task, and the tasks that were queued or running when the process forked (which the child will never
 run) are reported by the stream's next ``synchronize`` as failed (``LostInFork``), their events
 completed, rather than leaving ``synchronize`` to wait forever.
+
+A task (a ``launch_callback`` callback) that synchronizes or destroys its own stream, or waits for an
+event recorded behind it on that stream, would wait for itself: that raises ``WaitOnOwnWorker``.
 """
 
 from __future__ import annotations
@@ -23,7 +26,7 @@ import weakref
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
-from pycann.runtime.errors import InvalidHandle, LostInFork, TaskFailed, WaitTimeout
+from pycann.runtime.errors import InvalidHandle, LostInFork, TaskFailed, WaitOnOwnWorker, WaitTimeout
 
 if TYPE_CHECKING:
     from pycann.runtime.event import Event
@@ -35,11 +38,12 @@ _live: weakref.WeakSet[Stream] = weakref.WeakSet()  # (for the forked child: _af
 class Task:
     """One queued callable; ``done`` is set when it has run (``error`` holds what it raised)."""
 
-    __slots__ = ("fn", "name", "done", "error", "start", "end")
+    __slots__ = ("fn", "name", "done", "error", "start", "end", "stream")
 
-    def __init__(self, fn: Callable[[], object], name: str) -> None:
+    def __init__(self, fn: Callable[[], object], name: str, stream: Stream | None = None) -> None:
         self.fn = fn
         self.name = name
+        self.stream = stream
         self.done = threading.Event()
         self.error: BaseException | None = None
         self.start = 0.0
@@ -66,7 +70,7 @@ class Stream:
 
     def submit(self, fn: Callable[[], object], name: str = "task") -> Task:
         """Queue ``fn``; returns its ``Task``. Raises ``InvalidHandle`` on a destroyed stream."""
-        task = Task(fn, name)
+        task = Task(fn, name, self)
         with self._cv:
             if self.destroyed:
                 raise InvalidHandle(f"{self.name} was destroyed")
@@ -99,9 +103,23 @@ class Stream:
                 if self._pending == 0:
                     self._cv.notify_all()
 
+    def on_worker(self) -> bool:
+        """True when called from this stream's own worker (inside one of its tasks)."""
+        return self._thread is not None and threading.current_thread() is self._thread
+
+    def refuse_on_worker(self, what: str) -> None:
+        """Raises ``WaitOnOwnWorker`` when called from this stream's worker: ``what`` would wait for
+        the task that is calling it."""
+        if self.on_worker():
+            raise WaitOnOwnWorker(f"{what} from a task running on {self.name} (a callback) would wait forever: "
+                                  "the stream cannot go on until that task returns; wait from another thread, or "
+                                  "queue the work behind the callback instead")
+
     def synchronize(self, timeout: float | None = None) -> None:
         """Wait until every queued task has run. Raises ``TaskFailed`` for the first task that
-        failed since the last synchronize (the errors are then cleared), ``WaitTimeout``."""
+        failed since the last synchronize (the errors are then cleared), ``WaitTimeout``,
+        ``WaitOnOwnWorker`` from one of this stream's tasks."""
+        self.refuse_on_worker(f"synchronizing {self.name}")
         with self._cv:
             if not self._cv.wait_for(lambda: self._pending == 0, timeout):
                 raise WaitTimeout(f"{self.name}: {self._pending} tasks still running after {timeout} s")
@@ -124,7 +142,12 @@ class Stream:
 
     def destroy(self, timeout: float | None = None) -> bool:
         """Run what is queued, then stop the worker. Errors of queued tasks are dropped.
-        Returns False if the queue did not drain within ``timeout`` (the worker is abandoned)."""
+        Returns False if the queue did not drain within ``timeout`` (the worker is abandoned). From
+        one of its own tasks: ``WaitOnOwnWorker`` without a timeout, else abandoned at once."""
+        if timeout is None:
+            self.refuse_on_worker(f"destroying {self.name}")
+        elif self.on_worker():
+            timeout = 0  # (finalize / reset_device from a callback: the worker ends after this task)
         with self._cv:
             if self.destroyed:
                 raise InvalidHandle(f"{self.name} was already destroyed")

@@ -162,3 +162,36 @@ def test_forked_child_streams_report_lost_tasks_and_run_new_ones(small_om: Path,
     for want in ("event 0", "again 0", "rerun 0 True", "parent 0"):
         assert want in lines, r.stdout + r.stderr
     assert lines.count("rerun 0 True") == 2
+
+
+@pytest.mark.parametrize("call", ["synchronize_stream", "synchronize_device", "synchronize_event", "destroy_stream"])
+def test_callback_waiting_for_its_own_stream_fails_instead_of_hanging(acl_ready: int, call: str) -> None:
+    """A callback that synchronizes its own stream (or the device, or an event recorded behind it
+    there), or destroys it, gets ACL_ERROR_INVALID_PARAM saying why, and the stream goes on. (Each
+    waited for itself: the stream hung for good, every later synchronize timing out.)"""
+    import pycann.acl as acl
+    import pycann.acl.constants as C
+
+    s, _ = acl.rt.create_stream()
+    ev, _ = acl.rt.create_event()
+    got: dict[str, Any] = {}
+
+    def callback(_: Any) -> None:
+        assert acl.rt.set_context(acl_ready) == 0
+        if call == "synchronize_event":
+            assert acl.rt.record_event(ev, s) == 0
+            got["ret"] = acl.rt.synchronize_event(ev)
+        elif call == "synchronize_device":
+            got["ret"] = acl.rt.synchronize_device()
+        else:
+            got["ret"] = getattr(acl.rt, call)(s)
+        got["msg"] = acl.get_recent_err_msg()
+
+    assert acl.rt.launch_callback(callback, None, C.ACL_CALLBACK_BLOCK, s) == 0
+    assert acl.rt.synchronize_stream_with_timeout(s, 10_000) == 0, acl.get_recent_err_msg()
+    assert got["ret"] == C.ACL_ERROR_INVALID_PARAM
+    assert "(a callback) would wait forever" in got["msg"], got["msg"]
+    assert acl.rt.launch_callback(lambda _: got.update(later=True), None, C.ACL_CALLBACK_BLOCK, s) == 0
+    assert acl.rt.synchronize_stream_with_timeout(s, 10_000) == 0 and got["later"]
+    assert acl.rt.destroy_event(ev) == 0
+    assert acl.rt.destroy_stream(s) == 0
