@@ -67,11 +67,16 @@ class Handles:
         return entry[1]
 
     def pop(self, kind: str, h: Any, what: str = "") -> Any:
-        obj = self.get(kind, h, what)
+        """Remove and return the object of handle ``h`` (as ``get`` checks it). Atomic: of two threads
+        releasing one handle at once, one gets the object and the other the error."""
+        h = as_int(h, what or kind)
         with self._lock:
-            self._objs.pop(int(h), None)
-            self._rev.pop(id(obj), None)
-        return obj
+            entry = self._objs.get(h)
+            if entry is not None and entry[0] == kind:
+                del self._objs[h]
+                self._rev.pop(id(entry[1]), None)
+                return entry[1]
+        return self.get(kind, h, what)  # (raises: not live, or another kind)
 
     def handle_of(self, obj: Any) -> int:
         """The handle of a registered object (0 if none)."""

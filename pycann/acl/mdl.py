@@ -184,8 +184,9 @@ def query_size_from_mem(model: int, model_size: int) -> tuple[int, int, int]:
 
 @api()
 def unload(model_id: int) -> int:
-    model_record(model_id)
-    forget_model(as_int(model_id, "model_id"))
+    if not forget_model(as_int(model_id, "model_id")):  # (one check-and-remove: two unloads, one success)
+        model_record(model_id)  # raises ACL_ERROR_INVALID_MODEL_ID
+        raise fault(C.ACL_ERROR_INVALID_MODEL_ID, f"model id {int(model_id)} is not loaded")
     return C.ACL_SUCCESS
 
 

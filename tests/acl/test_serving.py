@@ -4,6 +4,7 @@ pycann as a service would (values checked against numpy's reference of the small
 
 from __future__ import annotations
 
+import functools
 import threading
 from pathlib import Path
 from typing import Any
@@ -195,3 +196,54 @@ def test_callback_waiting_for_its_own_stream_fails_instead_of_hanging(acl_ready:
     assert acl.rt.synchronize_stream_with_timeout(s, 10_000) == 0 and got["later"]
     assert acl.rt.destroy_event(ev) == 0
     assert acl.rt.destroy_stream(s) == 0
+
+
+class _MeetingDict(dict):  # type: ignore[type-arg]
+    """A dict whose ``get`` (from a thread other than the main one) looks up, then waits up to 0.3 s for
+    a second thread to have looked up too: two threads releasing one thing both check it before
+    either removes it."""
+
+    def __init__(self, *args: Any) -> None:
+        super().__init__(*args)
+        self.meet = threading.Barrier(2, timeout=0.3)
+
+    def get(self, *args: Any) -> Any:
+        found = super().get(*args)
+        if threading.current_thread() is not threading.main_thread():
+            try:
+                self.meet.wait()
+            except threading.BrokenBarrierError:
+                pass
+        return found
+
+
+def _twice_at_once(release: Any) -> list[int]:
+    rets: list[int] = []
+    ts = [threading.Thread(target=lambda: rets.append(release())) for _ in range(2)]
+    for t in ts:
+        t.start()
+    for t in ts:
+        t.join(10)
+    return sorted(rets)
+
+
+def test_two_threads_releasing_one_handle_or_model_one_succeeds(acl_ready: int, small_om: Path,
+                                                                 monkeypatch: pytest.MonkeyPatch) -> None:
+    """Two threads unloading one model id, or destroying one dataset / data buffer / desc, at once:
+    one gets ACL_SUCCESS, the other the documented code. (Both checked the handle, then both removed
+    it: two successes, the second release of a released model never reported.)"""
+    import pycann.acl as acl
+    import pycann.acl.constants as C
+    from pycann.acl import _models, _state
+
+    mid, ret = acl.mdl.load_from_file(str(small_om))
+    assert ret == 0
+    monkeypatch.setattr(_models, "_models", _MeetingDict(_models._models))
+    assert _twice_at_once(lambda: acl.mdl.unload(mid)) == [0, C.ACL_ERROR_INVALID_MODEL_ID]
+    assert mid not in _models._models
+
+    handles = _state.handles
+    monkeypatch.setattr(handles, "_objs", _MeetingDict(handles._objs))
+    ds, buf, td = acl.mdl.create_dataset(), acl.create_data_buffer(0, 0), acl.mdl.create_desc()
+    for destroy, h in ((acl.mdl.destroy_dataset, ds), (acl.destroy_data_buffer, buf), (acl.mdl.destroy_desc, td)):
+        assert _twice_at_once(functools.partial(destroy, h)) == [0, C.ACL_ERROR_INVALID_RESOURCE_HANDLE], destroy
