@@ -197,6 +197,10 @@ class TensorDescObj:
     def element_count(self) -> int:
         return 0 if any(d < 0 for d in self.dims) else math.prod(self.dims)
 
+    def snapshot(self) -> TensorDescObj:
+        """A copy that later ``set_tensor_*`` calls on this desc do not change."""
+        return TensorDescObj(self.dtype, list(self.dims), self.format, self.name, dict(self.extra))
+
 
 def _dims(dims: Any) -> list[int]:
     if not isinstance(dims, (list, tuple)):

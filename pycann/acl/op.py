@@ -153,9 +153,11 @@ def load(model: int, model_size: int) -> int:
 
 # ---------------------------------------------------------------- execution
 def _descs(descs: Any, what: str) -> list[TensorDescObj]:
+    """Copies of the descs as they are now: the op runs later, on the stream, and the app may reshape
+    or destroy its descs meanwhile (a desc reused for the next op), as CANN's launch has them already."""
     if not isinstance(descs, (list, tuple)):
         raise ArgTypeError(f"{what} descs must be a list")
-    return [tensor_desc(d) for d in descs]
+    return [tensor_desc(d).snapshot() for d in descs]
 
 
 def _bufs(bufs: Any, n: int, what: str) -> list[DataBuffer]:
@@ -221,8 +223,12 @@ def _submit(op_type: str, in_descs: Any, inputs: Any, out_descs: Any, outputs: A
         raise ArgTypeError("op_type must be a str")
     _lookup(op_type)
     ins, outs = _descs(in_descs, "input"), _descs(out_descs, "output")
+    _queue(op_type, ins, inputs, outs, outputs, dict(_attr(attr).values) if as_int(attr, "attr") else {}, stream)
+
+
+def _queue(op_type: str, ins: list[TensorDescObj], inputs: Any, outs: list[TensorDescObj], outputs: Any,
+           attrs: dict[str, Any], stream: Any) -> None:
     in_bufs, out_bufs = _bufs(inputs, len(ins), "input"), _bufs(outputs, len(outs), "output")
-    attrs = dict(_attr(attr).values) if as_int(attr, "attr") else {}
     st = stream_of(stream)
     st.submit(lambda: _run(op_type, ins, in_bufs, outs, out_bufs, attrs), f"op {op_type}")
 
@@ -256,8 +262,8 @@ def cast(input_desc: int, input: int, output_desc: int, output: int, truncate: i
 @dataclass
 class OpHandle:
     op_type: str
-    in_descs: list[int]
-    out_descs: list[int]
+    in_descs: list[TensorDescObj]
+    out_descs: list[TensorDescObj]
     attr: dict[str, Any]
 
 
@@ -267,21 +273,15 @@ def create_handle(op_type: str, input_desc: list[int], output_desc: list[int], a
     if not isinstance(op_type, str):
         raise ArgTypeError("op_type must be a str")
     _lookup(op_type)
-    _descs(input_desc, "input")
-    _descs(output_desc, "output")
+    ins, outs = _descs(input_desc, "input"), _descs(output_desc, "output")  # (bound now: aclopCreateHandle)
     attrs = dict(_attr(attr).values) if as_int(attr, "attr") else {}
-    return handles.add("op_handle", OpHandle(op_type, list(input_desc), list(output_desc), attrs)), C.ACL_SUCCESS
+    return handles.add("op_handle", OpHandle(op_type, ins, outs, attrs)), C.ACL_SUCCESS
 
 
 @api()
 def execute_with_handle(handle: int, inputs: list[int], outputs: list[int], stream: int) -> int:
     h: OpHandle = handles.get("op_handle", handle, "op handle")
-    a = create_attr()
-    try:
-        _attr(a).values.update(h.attr)
-        _submit(h.op_type, h.in_descs, inputs, h.out_descs, outputs, a, stream)
-    finally:
-        destroy_attr(a)
+    _queue(h.op_type, h.in_descs, inputs, h.out_descs, outputs, dict(h.attr), stream)
     return C.ACL_SUCCESS
 
 

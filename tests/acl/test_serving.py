@@ -247,3 +247,37 @@ def test_two_threads_releasing_one_handle_or_model_one_succeeds(acl_ready: int, 
     ds, buf, td = acl.mdl.create_dataset(), acl.create_data_buffer(0, 0), acl.mdl.create_desc()
     for destroy, h in ((acl.mdl.destroy_dataset, ds), (acl.destroy_data_buffer, buf), (acl.mdl.destroy_desc, td)):
         assert _twice_at_once(functools.partial(destroy, h)) == [0, C.ACL_ERROR_INVALID_RESOURCE_HANDLE], destroy
+
+
+def test_single_op_uses_its_descs_as_they_were_at_the_call(acl_ready: int) -> None:
+    """``op.execute_v2`` runs when the stream gets to it, with the descs as they were when it was
+    called: an app that reuses a desc for its next op (``set_tensor_shape``) or destroys it gets the
+    op it asked for; so does an op handle whose descs were destroyed after ``create_handle``. (The
+    queued op read the desc at run time: a Softmax asked for on [2, 3] ran on [3, 2], wrong values
+    and ACL_SUCCESS; the handle's execution failed with 200005.)"""
+    import pycann.acl as acl
+    import pycann.acl.constants as C
+    from tests.acl.helpers import from_device, to_device
+
+    s, _ = acl.rt.create_stream()
+    x = np.arange(6, dtype=np.float32)
+    e = np.exp(x.reshape(2, 3))
+    want = e / e.sum(-1, keepdims=True)
+    d = acl.create_tensor_desc(C.ACL_FLOAT, [2, 3], C.ACL_FORMAT_ND)
+    ib = acl.create_data_buffer(to_device(x), 24)
+    outs = [acl.rt.malloc(24, 0)[0] for _ in range(2)]
+    obs = [acl.create_data_buffer(o, 24) for o in outs]
+    attr = acl.op.create_attr()
+    assert acl.op.set_attr_int(attr, "axis", -1) == 0
+    h, ret = acl.op.create_handle("Softmax", [d], [d], attr)
+    assert ret == 0
+    gate = threading.Event()
+    assert acl.rt.launch_callback(lambda _: gate.wait(10), None, C.ACL_CALLBACK_BLOCK, s) == 0  # (holds the stream)
+    assert acl.op.execute_v2("Softmax", [d], [ib], [d], [obs[0]], attr, s) == 0
+    assert acl.set_tensor_shape(d, [3, 2]) == 0  # the next op's shape, before the stream ran this one
+    acl.destroy_tensor_desc(d)  # (void, as pyACL)
+    assert acl.op.execute_with_handle(h, [ib], [obs[1]], s) == 0
+    gate.set()
+    assert acl.rt.synchronize_stream(s) == 0, acl.get_recent_err_msg()
+    for o in outs:
+        np.testing.assert_allclose(from_device(o, (2, 3)), want, rtol=1e-6)
