@@ -49,6 +49,7 @@ LARGE_GRANULE = 2 << 20
 PAGE = 4096
 HOST_REGION = 1 << 56
 FREED_KEPT = 16384  # freed allocations remembered for "use after free" messages
+_NO_BYTES = np.empty(0, np.uint8)  # a freed allocation's ``buf``: its memory is not kept
 
 
 def device_region(device_id: int) -> int:
@@ -256,6 +257,11 @@ class AddressSpace:
         del self._live[a.base]
 
     def _bury(self, a: Allocation) -> None:
+        """Remember a freed (or evicted) allocation for "use after free" messages, without its memory:
+        the record keeps no view of the block (which goes back to the pool, ``_recycle``) nor the
+        caller's registered object (else up to ``FREED_KEPT`` dead buffers stayed alive: numpy_to_ptr
+        per request grew the process past the registry's 512 MiB by each evicted buffer)."""
+        a.buf, a.owner = _NO_BYTES, None
         if a.base in self._freed:
             self._freed_starts.remove(a.base)
         bisect.insort(self._freed_starts, a.base)
@@ -386,8 +392,9 @@ class AddressSpace:
         with self._lock:
             a, off = self.resolve(ptr, nbytes, kinds, write, what)
             a.pins += 1
+            v = a.buf[off : off + nbytes]  # (taken under the lock: a free meanwhile buries ``a.buf``)
         try:
-            yield a.buf[off : off + nbytes]
+            yield v
         finally:
             with self._lock:
                 a.pins -= 1

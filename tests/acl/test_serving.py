@@ -281,3 +281,35 @@ def test_single_op_uses_its_descs_as_they_were_at_the_call(acl_ready: int) -> No
     assert acl.rt.synchronize_stream(s) == 0, acl.get_recent_err_msg()
     for o in outs:
         np.testing.assert_allclose(from_device(o, (2, 3)), want, rtol=1e-6)
+
+
+def test_freed_and_evicted_memory_is_not_kept_alive_by_the_registry() -> None:
+    """What the address space remembers of a freed allocation (for "use after free" messages) holds
+    none of its memory: a host buffer evicted from the ``numpy_to_ptr`` registry can die, and a
+    device block dropped from the pool's cache is released. (The records kept a view of each: a
+    service registering a 20 MB array per request grew by 20 MB a request past the registry's
+    512 MiB, to 2 GB after 100; ``empty_cache`` released nothing.)"""
+    import gc
+    import weakref
+
+    from pycann.runtime import errors as E
+    from pycann.runtime.memory import DEVICE_KINDS, HOST_KINDS, AddressSpace, MemKind, MemoryPool
+
+    space = AddressSpace(user_cap_bytes=1 << 20)
+    users = [np.full(512 << 10, i, np.uint8) for i in range(6)]
+    ptrs = [space.register_user(u) for u in users]
+    refs = [weakref.ref(u) for u in users]
+    del users
+    gc.collect()
+    assert sum(r() is None for r in refs) == 4  # evicted (the registry holds the newest 1 MiB)
+    with pytest.raises(E.UseAfterFree):
+        space.resolve(ptrs[0], 1, HOST_KINDS)
+
+    pool = MemoryPool("d", 64 << 20)
+    a = space.allocate(pool, 4 << 20, MemKind.DEVICE, 0)
+    block = weakref.ref(a.block)
+    space.free(a.base, DEVICE_KINDS)
+    del a
+    pool.empty_cache()
+    gc.collect()
+    assert block() is None
