@@ -15,7 +15,10 @@ a writable buffer — or a ``RtError`` subclass says what is wrong. An allocatio
 is pinned, so freeing it concurrently cannot recycle its block under the copy.
 
 ``MemoryPool`` is a caching allocator: freed blocks are kept per size class and handed out again
-(the address is still fresh), with statistics for the profiler (``MemoryPool.stats``).
+(the address is still fresh), with statistics for the profiler (``MemoryPool.stats``). The cached
+blocks are bounded by the most the app ever had in use at once (at least ``CACHE_FLOOR``), the
+least recently freed dropped first: a service allocating a new size class per request (images of
+any size) keeps at most twice its peak, not a block of every size it ever saw.
 """
 
 from __future__ import annotations
@@ -43,6 +46,7 @@ from pycann.runtime.errors import (
     UseAfterFree,
 )
 
+CACHE_FLOOR = 64 << 20  # the pool may always cache this many bytes of free blocks
 SMALL_GRANULE = 512
 SMALL_LIMIT = 1 << 20
 LARGE_GRANULE = 2 << 20
@@ -82,6 +86,8 @@ class MemoryPool:
         self.name = name
         self.capacity = capacity
         self._free: dict[int, list[np.ndarray]] = {}
+        self._lru: OrderedDict[int, np.ndarray] = OrderedDict()  # cached blocks by id, least recently freed first
+        self._cached = 0
         self._lock = threading.Lock()
         self.reserved = self.in_use = self.requested = 0
         self.peak_reserved = self.peak_in_use = self.peak_requested = 0
@@ -94,6 +100,8 @@ class MemoryPool:
             cached = self._free.get(size)
             if cached:
                 block = cached.pop()
+                del self._lru[id(block)]
+                self._cached -= size
                 self.cache_hits += 1
             else:
                 if self.reserved + size > self.capacity:
@@ -123,13 +131,29 @@ class MemoryPool:
             self.n_free += 1
             if cache:
                 self._free.setdefault(block.size, []).append(block)
+                self._lru[id(block)] = block
+                self._cached += block.size
+                self._trim()
             else:
                 self.reserved -= block.size
 
+    def _trim(self) -> None:
+        """Drop the least recently freed cached blocks beyond ``max(peak_in_use, CACHE_FLOOR)``."""
+        limit = max(self.peak_in_use, CACHE_FLOOR)
+        while self._cached > limit and self._lru:
+            _, old = self._lru.popitem(last=False)
+            blocks = self._free[old.size]
+            del blocks[next(i for i, b in enumerate(blocks) if b is old)]
+            if not blocks:
+                del self._free[old.size]
+            self._cached -= old.size
+            self.reserved -= old.size
+
     def _drop_cached(self) -> None:
-        for blocks in self._free.values():
-            self.reserved -= sum(b.size for b in blocks)
+        self.reserved -= self._cached
         self._free.clear()
+        self._lru.clear()
+        self._cached = 0
 
     def empty_cache(self) -> None:
         """Release every cached (free) block."""
@@ -144,7 +168,7 @@ class MemoryPool:
     def stats(self) -> dict[str, int]:
         """Counters for the profiler: bytes (current and peak) and event counts."""
         with self._lock:
-            cached = sum(b.size for blocks in self._free.values() for b in blocks)
+            cached = self._cached
             return {
                 "capacity": self.capacity, "reserved_bytes": self.reserved, "in_use_bytes": self.in_use,
                 "requested_bytes": self.requested, "cached_bytes": cached,

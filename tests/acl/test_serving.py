@@ -313,3 +313,30 @@ def test_freed_and_evicted_memory_is_not_kept_alive_by_the_registry() -> None:
     pool.empty_cache()
     gc.collect()
     assert block() is None
+
+
+def test_pool_cache_stays_within_the_peak_in_use() -> None:
+    """A service allocating a new size class per request (images of any size) keeps at most its peak
+    in use (or 64 MiB) of free blocks cached, dropping the least recently freed first; sizes that
+    recur still come from the cache. (Every size class ever freed stayed cached until the pool's
+    capacity, the machine's RAM, was reached: 40 sizes of at most 80 MiB, one at a time, held
+    1640 MiB.)"""
+    from pycann.runtime.memory import MemoryPool
+
+    mib = 1 << 20
+    pool = MemoryPool("d", 64 << 30)  # (np.empty: the blocks' pages are never touched)
+    for k in range(40):
+        pool.give(pool.take((k + 1) * 2 * mib), (k + 1) * 2 * mib)
+    st = pool.stats()
+    assert st["peak_in_use_bytes"] == 80 * mib
+    assert st["cached_bytes"] == st["reserved_bytes"] <= 80 * mib, st
+    assert st["cached_bytes"] >= 78 * mib  # the newest block stays
+    hits = st["cache_hits"]
+    for _ in range(10):  # two recurring sizes: both stay cached
+        for n in (30 * mib, 40 * mib):
+            pool.give(pool.take(n), n)
+    assert pool.stats()["cache_hits"] >= hits + 18
+    small = MemoryPool("s", 1 << 30)
+    for k in range(100):  # small blocks: up to 64 MiB cached whatever the peak
+        small.give(small.take((k + 1) * 4096), (k + 1) * 4096)
+    assert small.stats()["cached_bytes"] == sum((k + 1) * 4096 for k in range(100)) <= 64 * mib
