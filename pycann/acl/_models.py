@@ -61,19 +61,19 @@ def loaded_path(model_id: int) -> str:
     return _models[model_id].path
 
 
-def forget_model(model_id: int) -> bool:
-    """Unregister a model; False if it was not loaded (an unload that lost a race with another)."""
+def forget_model(model_id: int) -> ModelRecord | None:
+    """Unregister a model; its record, or None if it was not loaded (an unload that lost a race)."""
     with _lock:
         rec = _models.pop(model_id, None)
         if rec is None:
-            return False
+            return None
         name = rec.model.graph.name
     from pycann.profiler import hooks
 
     # (each live load has its own graph name, the same .om loaded twice too: hooks.claim_graph_name)
     if hooks.ACL_MODEL_IDS.get(name) == model_id:
         hooks.ACL_MODEL_IDS.pop(name, None)
-    return True
+    return rec
 
 
 def add_model(model: LoadedModel, path: str) -> tuple[int, int]:

@@ -63,8 +63,9 @@ def finalize() -> int:
         from pycann.acl import mdl
 
         for mid in mdl.loaded_model_ids():
-            report.append(f"model {mid} ({mdl.loaded_path(mid)}) was not unloaded")
-            mdl.forget_model(mid)
+            rec = mdl.forget_model(mid)
+            if rec is not None:  # (else another thread unloaded it after the listing)
+                report.append(f"model {mid} ({rec.path}) was not unloaded")
         leaked, streams = rt.shutdown()
         for a in leaked:
             report.append(f"{a.describe()} was not freed")

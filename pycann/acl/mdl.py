@@ -184,7 +184,7 @@ def query_size_from_mem(model: int, model_size: int) -> tuple[int, int, int]:
 
 @api()
 def unload(model_id: int) -> int:
-    if not forget_model(as_int(model_id, "model_id")):  # (one check-and-remove: two unloads, one success)
+    if forget_model(as_int(model_id, "model_id")) is None:  # (one check-and-remove: two unloads, one success)
         model_record(model_id)  # raises ACL_ERROR_INVALID_MODEL_ID
         raise fault(C.ACL_ERROR_INVALID_MODEL_ID, f"model id {int(model_id)} is not loaded")
     return C.ACL_SUCCESS
