@@ -368,3 +368,70 @@ def test_finalize_while_another_thread_unloads(small_om: Path, no_acl: None,
         assert acl.finalize() == 0, acl.get_recent_err_msg()
     assert not _state.initialized
     assert _state.last_leak_report == [f"model {b} ({small_om}) was not unloaded"]
+
+
+SIGNALS_SCRIPT = """
+import signal, sys, time
+import numpy as np
+from onnx import TensorProto, helper, numpy_helper
+import pycann
+from pycann.config import PlanCacheConfig
+from pycann.ge.run.model import LoadedModel
+rng = np.random.default_rng(0)
+nodes, inits, prev = [], [], "x"
+for i in range(4):  # pointwise convs: one oneDNN gemm:jit matmul each on the shape-generic plan
+    inits.append(numpy_helper.from_array((rng.standard_normal((96, 96, 1, 1)) * 0.1).astype(np.float32), f"w{i}"))
+    nodes += [helper.make_node("Conv", [prev, f"w{i}"], [f"c{i}"]), helper.make_node("Relu", [f"c{i}"], [f"r{i}"])]
+    prev = f"r{i}"
+g = helper.make_graph(nodes, "pw", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 96, "H", "W"])],
+                      [helper.make_tensor_value_info(prev, TensorProto.FLOAT, None)], inits)
+m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 13)])
+lm = LoadedModel.from_compiled(pycann.compile_model(m), plan_cache=PlanCacheConfig(policy="generic"))
+xs = [rng.random((1, 96, h, w)).astype(np.float32) for h, w in ((3, 24), (6, 40), (1, 80), (3, 64))]
+want = [lm.run([x])[0] for x in xs]
+signal.signal(signal.SIGALRM, lambda *_: None)  # a handler that does nothing
+signal.setitimer(signal.ITIMER_REAL, 0.0002, 0.0002)
+t, n, bad = time.time(), 0, 0
+while time.time() - t < 1.0:
+    bad += not np.array_equal(lm.run([xs[n % 4]])[0], want[n % 4])
+    n += 1
+signal.setitimer(signal.ITIMER_REAL, 0)
+print("runs", n, "bad", bad)
+"""
+
+
+def test_signals_during_runs_do_not_corrupt_memory(tmp_path: Path) -> None:
+    """A process taking signals while it runs models (a 5 kHz ``setitimer``, as a per-request timeout
+    or a process manager's signals would) keeps running, with the same results. (oneDNN's JIT gemm
+    keeps data below the stack pointer and the handler's frame landed on it: the shape-generic plan's
+    pointwise convs aborted within half a second, "corrupted size vs. prev_size", even with a
+    handler that does nothing; runtime/signal_stack.py.)"""
+    from tests.forking import run_script
+
+    r = run_script(tmp_path, SIGNALS_SCRIPT, timeout=120)
+    assert r.returncode == 0, f"exit {r.returncode}: {r.stderr[-2000:]}"
+    assert "bad 0" in r.stdout, r.stdout
+
+
+def test_threads_that_run_models_get_an_alternate_signal_stack(dyn_om: Path) -> None:
+    """Each thread that runs a model has an alternate signal stack (Python's handlers run there, off
+    the stack oneDNN's kernels use), switched off again when the thread ends."""
+    from pycann.ge.run.model import LoadedModel
+    from pycann.runtime import signal_stack
+
+    if signal_stack.current() is None:
+        pytest.skip("no sigaltstack in this C library")
+    lm = LoadedModel.from_file(dyn_om)
+    seen: list[Any] = []
+
+    def work() -> None:
+        seen.append(signal_stack.current())
+        lm.run([np.ones((2, 4), np.float32)])
+        seen.append(signal_stack.current())
+
+    t = threading.Thread(target=work)
+    t.start()
+    t.join(30)
+    before, after = seen
+    assert before[1] & 2  # SS_DISABLE: a new thread has none
+    assert not after[1] & 2 and after[2] >= 1 << 16, after

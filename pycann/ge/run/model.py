@@ -27,6 +27,7 @@ from pycann.ge.run.plan_cache import CacheStats
 from pycann.ge.run.specializer import Specializer, compiled_plan_holds
 from pycann.kernels import kv_cache
 from pycann.profiler import hooks
+from pycann.runtime import signal_stack
 from pycann.runtime.host_allocator import keep_freed_memory
 
 if TYPE_CHECKING:  # the compile side, gears and dynamic AIPP load only when a model has them
@@ -327,6 +328,7 @@ class LoadedModel:
     def run(self, feeds: Sequence[Any] | Mapping[str, Any]) -> list[np.ndarray]:
         """Run with inputs in model order (a dict by name is ``run_dict``'s; a bare array feeds a
         single-input model, as InferSession.infer takes it); returns outputs in model order."""
+        signal_stack.ensure()  # (signal handlers off this thread's stack: oneDNN's JIT gemm data lives below it)
         if isinstance(feeds, Mapping):  # iterating it fed its keys: "expected dtype float32, received <U1"
             return self.run_dict(feeds)
         if isinstance(feeds, np.ndarray):  # iterating it fed its rows: "received [3, 640, 640] (rank 3 ...)"

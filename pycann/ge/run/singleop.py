@@ -21,6 +21,7 @@ from pycann.errors import KernelError, ShapeError, UnsupportedOpError
 from pycann.kernels.table import run_kernel
 from pycann.ops.opdef import InferContext, OpDef
 from pycann.ops.registry import lookup
+from pycann.runtime import signal_stack
 
 Input = np.ndarray | Sequence[np.ndarray] | None
 """A single-op input: an array, a list of arrays (ONNX sequence) or None (omitted optional)."""
@@ -102,6 +103,7 @@ def run_op(
     missing), ``OutputCountError`` (too many outputs requested), ``ShapeError`` (inference rejects
     the attributes or inputs) or ``KernelError``, each naming the op.
     """
+    signal_stack.ensure()  # (as LoadedModel.run: signal handlers off the stack the kernels use)
     opdef = find_op(op_type, domain, opset)
     version = _opset(opdef, domain, opset)
     where = f"{op_type} (opset {version})"
