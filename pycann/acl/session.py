@@ -80,7 +80,16 @@ def parse_dims(text: str) -> dict[str, list[int]]:
         name, sep, dims = part.rpartition(":")
         if not sep:
             raise ValueError(f"invalid dims '{part}': expected name:d1,d2,...")
-        out[name] = [int(d) for d in dims.split(",") if d.strip()]
+        values = []
+        for d in filter(None, (d.strip() for d in dims.split(","))):
+            try:
+                v = int(d)
+            except ValueError:
+                raise ValueError(f"invalid dims '{part}': '{d}' is not an integer (expected name:d1,d2,...)") from None
+            if v < 0:  # (a concrete shape: -1 "any" is atc's --input_shape, not a shape to run)
+                raise ValueError(f"invalid dims '{part}': {v} is negative (give the concrete shape to run)")
+            values.append(v)
+        out[name] = values
     return out
 
 

@@ -435,3 +435,16 @@ def test_threads_that_run_models_get_an_alternate_signal_stack(dyn_om: Path) -> 
     before, after = seen
     assert before[1] & 2  # SS_DISABLE: a new thread has none
     assert not after[1] & 2 and after[2] >= 1 << 16, after
+
+
+def test_dims_text_names_the_bad_value() -> None:
+    """``--dymShape`` / ``--dymDims`` text (``parse_dims``) with a negative or non-integer dim says
+    which. (A negative dim passed, and the bench then said the input "has dynamic dims: set
+    --dymShape" although it was set; 'abc' gave "invalid literal for int() with base 10".)"""
+    from pycann.acl.session import parse_dims
+
+    with pytest.raises(ValueError, match=r"invalid dims 'x:1,3,48,-5': -5 is negative"):
+        parse_dims("x:1,3,48,-5")
+    with pytest.raises(ValueError, match=r"invalid dims 'x:1,3,48,abc': 'abc' is not an integer"):
+        parse_dims("x:1,3,48,abc")
+    assert parse_dims("x:1, 3,48,0;y:2") == {"x": [1, 3, 48, 0], "y": [2]}
