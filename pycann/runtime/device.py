@@ -81,8 +81,8 @@ class Context:
         self.destroyed = True
         left = self.all_streams()
         for s in left:
-            if not s.destroyed:
-                s.destroy(timeout)
+            if not s.destroyed:  # (from a callback of one of them: that one is abandoned, not waited for)
+                s.destroy(0 if s.on_worker() else timeout)
         return [s for s in left if s is not self._default_stream]
 
 

@@ -448,3 +448,30 @@ def test_dims_text_names_the_bad_value() -> None:
     with pytest.raises(ValueError, match=r"invalid dims 'x:1,3,48,abc': 'abc' is not an integer"):
         parse_dims("x:1,3,48,abc")
     assert parse_dims("x:1, 3,48,0;y:2") == {"x": [1, 3, 48, 0], "y": [2]}
+
+
+def test_callback_destroying_its_context_completes(acl_ready: int) -> None:
+    """A callback that destroys the context its stream belongs to succeeds: the context's other
+    streams are drained and destroyed, its own stream ends after the callback. (It waited for itself;
+    then, refused half-way, left the context's later streams running.)"""
+    import pycann.acl as acl
+    import pycann.acl.constants as C
+
+    ctx, ret = acl.rt.create_context(0)
+    assert ret == 0
+    s1, _ = acl.rt.create_stream()
+    s2, _ = acl.rt.create_stream()
+    got: dict[str, Any] = {}
+    done = threading.Event()
+
+    def callback(_: Any) -> None:
+        acl.rt.set_context(ctx)
+        got["ret"] = acl.rt.destroy_context(ctx)
+        got["msg"] = acl.get_recent_err_msg()
+        done.set()
+
+    assert acl.rt.launch_callback(callback, None, C.ACL_CALLBACK_BLOCK, s1) == 0
+    assert done.wait(10), "the callback hung"
+    assert got["ret"] == 0, got["msg"]
+    assert acl.rt.set_context(acl_ready) == 0
+    assert acl.rt.synchronize_stream(s2) == C.ACL_ERROR_INVALID_RESOURCE_HANDLE  # destroyed with its context
