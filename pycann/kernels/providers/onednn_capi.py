@@ -228,6 +228,9 @@ class _Owned:
 
     _destroy = ""
     _api: Any = sys.modules[__name__]
+    # (an object whose ``__init__`` raised before setting it, e.g. interrupted by a signal handler's
+    # exception: ``__del__`` then has nothing to destroy, rather than an AttributeError on stderr)
+    handle: Any = None
 
     def __init__(self, handle: Any) -> None:
         # the address as a plain int (None for NULL): the functions' argtypes take it as void*, and an
