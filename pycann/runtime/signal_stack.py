@@ -48,20 +48,28 @@ def _function() -> Any:
 
 
 class _AltStack:
-    """The calling thread's alternate stack; switched off (if still the thread's) when it goes."""
+    """The calling thread's alternate stack; switched off (if still the thread's) when it goes. Its
+    ``__del__`` uses only what the instance holds (at interpreter exit the module's globals are
+    gone); a stack it cannot switch off is kept (never freed under a possible signal)."""
+
+    _kept: list[Any] = []
 
     def __init__(self, fn: Any) -> None:
-        self.fn = fn
+        self.fn, self.byref = fn, ctypes.byref
         self.buf = ctypes.create_string_buffer(SIZE)
         self.addr = ctypes.addressof(self.buf)
+        self.cur, self.off = _StackT(), _StackT(None, _SS_DISABLE, 0)
+        self.kept = self._kept
 
     def __del__(self) -> None:  # (the thread's locals are dropped by the thread as it ends)
-        cur = _StackT()
         try:
-            if self.fn(None, ctypes.byref(cur)) == 0 and cur.ss_sp == self.addr:
-                self.fn(ctypes.byref(_StackT(None, _SS_DISABLE, 0)), None)
+            if self.fn(None, self.byref(self.cur)) != 0 or self.cur.ss_sp != self.addr:
+                return  # (not this thread's stack any more)
+            if self.fn(self.byref(self.off), None) == 0:
+                return
         except Exception:  # noqa: BLE001 - interpreter shutdown
             pass
+        self.kept.append(self.buf)
 
 
 def current() -> tuple[int, int, int] | None:

@@ -411,6 +411,7 @@ def test_signals_during_runs_do_not_corrupt_memory(tmp_path: Path) -> None:
     r = run_script(tmp_path, SIGNALS_SCRIPT, timeout=120)
     assert r.returncode == 0, f"exit {r.returncode}: {r.stderr[-2000:]}"
     assert "bad 0" in r.stdout, r.stdout
+    assert "Exception ignored" not in r.stderr, r.stderr[-2000:]  # (the alternate stack's cleanup at exit)
 
 
 def test_threads_that_run_models_get_an_alternate_signal_stack(dyn_om: Path) -> None:
