@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import itertools
+import os
 import threading
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -45,6 +46,15 @@ class ModelRecord:
 _models: dict[int, ModelRecord] = {}
 _ids = itertools.count(1)
 _lock = threading.Lock()
+
+
+def _renew_lock_in_child() -> None:  # (a parent's thread that held it at a fork is not in the child)
+    global _lock
+    _lock = threading.Lock()
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_renew_lock_in_child)
 
 
 def _has_dynamic(rec: ModelRecord, i: int) -> bool:

@@ -97,6 +97,18 @@ class Handles:
 handles = Handles()
 
 
+def _renew_locks_in_child() -> None:
+    """A forked child's locks: a thread of the parent that held one at the fork (inside an acl call)
+    is not in the child, whose next acl call waited for it for ever."""
+    global lock
+    lock = threading.RLock()
+    handles._lock = threading.Lock()
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_renew_locks_in_child)
+
+
 def as_int(x: Any, what: str) -> int:
     """``x`` as an int (numpy ints accepted). Raises ``ArgTypeError`` like pyACL's parser."""
     try:

@@ -13,7 +13,14 @@ import threading
 from pycann import config
 from pycann.runtime.errors import InvalidDevice, InvalidHandle, NoContext, TaskFailed
 from pycann.runtime.event import Event
-from pycann.runtime.memory import AddressSpace, Allocation, MemKind, MemoryPool, physical_memory
+from pycann.runtime.memory import (
+    AddressSpace,
+    Allocation,
+    MemKind,
+    MemoryPool,
+    physical_memory,
+    renewed_in_child,
+)
 from pycann.runtime.stream import Stream
 
 DEFAULT_SOC = "Ascend310P3"
@@ -29,6 +36,7 @@ class Context:
         self._default_stream: Stream | None = None
         self.destroyed = False
         self._lock = threading.Lock()
+        renewed_in_child(self)
 
     def check(self) -> Context:
         if self.destroyed:
@@ -122,6 +130,7 @@ class Runtime:
         self.space = space if space is not None else AddressSpace()
         self._tls = threading.local()
         self._lock = threading.RLock()
+        renewed_in_child(self, threading.RLock)
 
     # ------------------------------------------------------------------ devices and contexts
     def device(self, device_id: int) -> Device:

@@ -11,6 +11,7 @@ from __future__ import annotations
 import threading
 
 from pycann.runtime.errors import InvalidHandle, NotReady, WaitTimeout
+from pycann.runtime.memory import renewed_in_child
 from pycann.runtime.stream import Stream, Task
 
 
@@ -26,6 +27,7 @@ class Event:
         self.marker: Task | None = None
         self.destroyed = False
         self._lock = threading.Lock()
+        renewed_in_child(self)
 
     def _check(self) -> None:
         if self.destroyed:

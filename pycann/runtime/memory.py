@@ -27,6 +27,7 @@ import bisect
 import enum
 import os
 import threading
+import weakref
 from collections import OrderedDict
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -54,6 +55,26 @@ PAGE = 4096
 HOST_REGION = 1 << 56
 FREED_KEPT = 16384  # freed allocations remembered for "use after free" messages
 _NO_BYTES = np.empty(0, np.uint8)  # a freed allocation's ``buf``: its memory is not kept
+
+
+# runtime objects whose ``_lock`` a forked child renews (with its factory): a thread of the parent
+# that held one at the fork is not in the child, whose next malloc / memcpy / free / set_device ...
+# then waited for it for ever
+_RENEWED: weakref.WeakKeyDictionary[Any, Any] = weakref.WeakKeyDictionary()
+
+
+def renewed_in_child(obj: Any, factory: Any = threading.Lock) -> None:
+    """Give ``obj`` a fresh ``_lock = factory()`` in a forked child."""
+    _RENEWED[obj] = factory
+
+
+def _renew_locks_in_child() -> None:
+    for obj, factory in list(_RENEWED.items()):
+        obj._lock = factory()
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_renew_locks_in_child)
 
 
 def device_region(device_id: int) -> int:
@@ -89,6 +110,7 @@ class MemoryPool:
         self._lru: OrderedDict[int, np.ndarray] = OrderedDict()  # cached blocks by id, least recently freed first
         self._cached = 0
         self._lock = threading.Lock()
+        renewed_in_child(self)
         self.reserved = self.in_use = self.requested = 0
         self.peak_reserved = self.peak_in_use = self.peak_requested = 0
         self.n_alloc = self.n_free = self.cache_hits = self.cache_misses = self.n_oom = 0
@@ -261,6 +283,7 @@ class AddressSpace:
 
     def __init__(self, user_cap_bytes: int = 512 << 20, user_cap_count: int = 65536) -> None:
         self._lock = threading.RLock()
+        renewed_in_child(self, threading.RLock)
         self._starts: list[int] = []
         self._live: dict[int, Allocation] = {}
         self._freed_starts: list[int] = []

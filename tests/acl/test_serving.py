@@ -502,3 +502,34 @@ def test_onednn_object_whose_init_raised_is_dropped_quietly() -> None:
     finally:
         sys.unraisablehook = old
     assert not raised, [str(r.exc_value) for r in raised]
+
+
+FORK_HELD = """
+import numpy as np
+import pycann.acl as acl
+from pycann.acl import _models, _state
+from pycann.acl.constants import ACL_MEMCPY_HOST_TO_DEVICE
+acl.init(); acl.rt.set_device(0); ctx, _ = acl.rt.create_context(0)
+rt = _state.runtime
+pool = rt.devices[0].pool
+"""
+FORK_HELD_CHILD = """
+x = np.ones(16, np.float32)
+p, ret = acl.rt.malloc(64, 0)
+ok = ret == 0 and acl.rt.memcpy(p, 64, acl.util.numpy_to_ptr(x), 64, ACL_MEMCPY_HOST_TO_DEVICE) == 0
+ok = ok and acl.rt.free(p) == 0 and acl.mdl.destroy_dataset(acl.mdl.create_dataset()) == 0
+ok = ok and acl.rt.create_stream()[1] == 0 and acl.mdl.unload(12345) != 0 and acl.rt.set_device(0) == 0
+os._exit(0 if ok else 3)
+"""
+
+
+def test_forked_child_is_not_stuck_on_a_lock_a_parent_thread_held(tmp_path: Path) -> None:
+    """A process forks while another of its threads is inside an acl call (holding the address
+    space's, the memory pool's, the handle table's, the model table's, the runtime's or the
+    context's lock): the child's acl calls work. (That thread is not in the child: its first malloc,
+    memcpy or dataset call waited for it for ever.)"""
+    from tests.forking import fork_while_held, run_script
+
+    locks = "_state.space._lock, pool._lock, _state.handles._lock, _models._lock, rt._lock, rt.devices[0].contexts[-1]._lock"
+    r = run_script(tmp_path, fork_while_held(FORK_HELD, locks, FORK_HELD_CHILD), timeout=60)
+    assert "child 0" in r.stdout, r.stdout + r.stderr[-2000:]  # 14: SIGALRM, the child hung
