@@ -142,8 +142,9 @@ if pid == 0:
         print("rerun", acl.rt.synchronize_stream(st), np.allclose(from_device(outs[1], (2, 3)), small_ref(x)[1]), flush=True)
     os._exit(0)
 gate.set()
-print("parent", acl.rt.synchronize_stream(s), flush=True)
-print("child", os.waitpid(pid, 0)[1], flush=True)
+ret, status = acl.rt.synchronize_stream(s), os.waitpid(pid, 0)[1]  # (printed once the child is done)
+print("parent", ret, flush=True)
+print("child", status, flush=True)
 """
 
 
