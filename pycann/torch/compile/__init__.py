@@ -22,6 +22,7 @@ from __future__ import annotations
 import copy
 import functools
 import io
+import operator
 import re
 import time
 import warnings
@@ -31,8 +32,9 @@ from typing import Any
 import torch
 
 from pycann.dtypes import DType, to_numpy
-from pycann.torch._alias import to_cpu, to_npu
+from pycann.torch._alias import to_cpu
 from pycann.torch.compile.frozen import FrozenWeights
+from pycann.torch.compile.outputs import OutSpec, output_values, place, spec
 from pycann.torch.compile.records import GraphRecord, new_record
 from pycann.torch.compile.records import records as _records
 
@@ -151,13 +153,103 @@ def _host_device(a: Any) -> Any:
     return a
 
 
+_PAD = (torch._C._nn.pad, torch.nn.functional.pad)
+_FLOORDIV = (operator.floordiv, torch.floor_divide)
+_FLOORDIV_INPLACE = (operator.ifloordiv,)
+_CUMSUM = (torch.cumsum,)
+
+
+def _value(a: Any) -> Any:
+    return a.meta.get("example_value") if isinstance(a, torch.fx.Node) else a
+
+
+def _pad_args(node: torch.fx.Node) -> tuple[Any, Any, Any]:
+    """(input, pads, mode) of an ``F.pad`` node."""
+    args, kw = node.args, node.kwargs
+    x = args[0] if args else kw.get("input")
+    pads = args[1] if len(args) > 1 else kw.get("pad")
+    mode = args[2] if len(args) > 2 else kw.get("mode", "constant")
+    return x, pads, mode
+
+
+def _is_floordiv(node: torch.fx.Node) -> bool:
+    return ((node.op == "call_function" and node.target in _FLOORDIV)
+            or (node.op == "call_method" and node.target in ("floor_divide", "__floordiv__")))
+
+
+def _narrow_int(v: Any) -> bool:
+    """An integer or bool tensor other than int64 (cumsum/cumprod promote them to int64)."""
+    return isinstance(v, torch.Tensor) and (v.dtype == torch.bool or (not v.dtype.is_floating_point
+                                                                      and not v.dtype.is_complex
+                                                                      and v.dtype != torch.int64))
+
+
+def _misexported(gm: torch.fx.GraphModule) -> str | None:
+    """Why the TorchScript ONNX exporter (opset 17) would export ``gm`` with other values than
+    eager's, for the ops ``_fix_export`` cannot rewrite; None when it exports faithfully as far as
+    is known. Found by differential tests against eager torch, confirmed with ONNX Runtime on
+    the exported model (so the exporter, not GE, is wrong):
+
+    * ``floor_divide`` / ``//`` is exported as a truncating ``Div`` (PyTorch's pre-1.13
+      semantics): ``-6 // 5`` gives -1, eager -2, for integer and float tensors alike.
+      ``_fix_export`` rewrites ``t // s`` as ``torch.div(t, s, rounding_mode="floor")`` (exported
+      right); a number divided by a tensor (``3 // t``) and the in-place ``t //= s`` stay here.
+    * circular ``F.pad`` with a negative pad (a crop) is exported as wrong slices:
+      ``pad([1, 2, 3, 4], (-1, 2), "circular")`` gives ``[1, 2]`` (eager ``[2, 3, 4, 2, 3]``).
+      ``_fix_export`` rewrites constant-int pads as a crop then a circular pad (PyTorch's own
+      order: ``_pad_circular`` crops, then wraps the cropped tensor); pads computed at run time
+      stay here. Reflect and replicate pads with negative pads export right.
+    """
+    for node in gm.graph.nodes:
+        if node.op == "call_function" and node.target in _FLOORDIV_INPLACE and isinstance(_value(node), torch.Tensor):
+            return "in-place floor division (the ONNX export truncates instead of flooring)"
+        if node.op == "call_method" and node.target in ("floor_divide_", "__ifloordiv__", "__rfloordiv__"):
+            return f"Tensor.{node.target} (the ONNX export truncates instead of flooring)"
+        if _is_floordiv(node) and isinstance(_value(node), torch.Tensor) and not isinstance(_value(node.args[0]),
+                                                                                            torch.Tensor):
+            return "a number floor-divided by a tensor (the ONNX export truncates instead of flooring)"
+        if node.op == "call_function" and node.target in _PAD:
+            _, pads, mode = _pad_args(node)
+            if mode == "circular" and not (isinstance(pads, (tuple, list)) and all(type(p) is int for p in pads)):
+                return "circular pad with pads computed at run time (the ONNX export gets negative ones wrong)"
+    return None
+
+
+def _fix_export(graph: torch.fx.Graph) -> bool:
+    """Rewrite, in place, the nodes the TorchScript exporter gets wrong into equivalents it
+    exports right (see ``_misexported``); True when something changed. Also gives
+    ``cumsum`` of an integer or bool tensor without ``dtype`` the int64 PyTorch promotes it to
+    (the exporter kept int32: wrong dtype and overflow; bool: a model ONNX refuses)."""
+    changed = False
+    for node in list(graph.nodes):
+        if _is_floordiv(node) and isinstance(_value(node), torch.Tensor) and isinstance(_value(node.args[0]),
+                                                                                        torch.Tensor):
+            node.op, node.target, changed = "call_function", torch.div, True
+            node.kwargs = {**node.kwargs, "rounding_mode": "floor"}
+        elif node.op == "call_function" and node.target in _PAD:
+            x, pads, mode = _pad_args(node)
+            if mode == "circular" and isinstance(pads, (tuple, list)) and any(type(p) is int and p < 0 for p in pads):
+                with graph.inserting_before(node):
+                    crop = graph.call_function(torch._C._nn.pad, (x, [min(p, 0) for p in pads], "constant", None))
+                crop.meta = dict(node.meta)
+                node.args, node.kwargs = (crop, [max(p, 0) for p in pads], "circular", None), {}
+                changed = True
+        elif ((node.op == "call_function" and node.target in _CUMSUM) or (node.op == "call_method"
+                                                                            and node.target == "cumsum")):
+            if node.kwargs.get("dtype") is None and node.args and _narrow_int(_value(node.args[0])):
+                node.kwargs = {**node.kwargs, "dtype": torch.int64}
+                changed = True
+    return changed
+
+
 def _host_graph(gm: torch.fx.GraphModule) -> torch.fx.GraphModule:
     """A copy of ``gm`` whose npu devices are the cpu: the export traces it on host tensors, and
     a tensor the graph makes itself on its input's device (GPT-2's ``torch.arange(n,
     device=ids.device)``, recorded by Dynamo as ``device='npu:0'``) would otherwise be an npu
-    tensor beside host ones, which the npu device refuses as PyTorch's device rule says."""
+    tensor beside host ones, which the npu device refuses as PyTorch's device rule says. The ops
+    the exporter gets wrong are rewritten too (``_fix_export``)."""
     graph = copy.deepcopy(gm.graph)
-    changed = False
+    changed = _fix_export(graph)
     for node in graph.nodes:
         args = torch.fx.node.map_aggregate(node.args, _host_device)
         kwargs = torch.fx.node.map_aggregate(node.kwargs, _host_device)
@@ -276,6 +368,68 @@ def _cheap_module_guards() -> None:
     dynamo_config.use_recursive_dict_tags_for_guards = True
 
 
+def _op_count(gm: torch.fx.GraphModule) -> int:
+    return sum(1 for n in gm.graph.nodes if n.op in ("call_function", "call_method", "call_module"))
+
+
+def _mutates_or_aliases_inputs(gm: torch.fx.GraphModule) -> bool:
+    """Whether ``gm`` writes one of its inputs (``x.add_(1)``, ``x[0] = 5``, a buffer updated in
+    ``forward``) or returns a view of an input or two outputs sharing memory (``x[1:]``,
+    ``(y, y.t())``). Dynamo's fake inputs start at version 0 and share their storage with their
+    views, so an in-place write through any view bumps the placeholder's ``_version``."""
+    from torch.multiprocessing.reductions import StorageWeakRef
+
+    inputs = set()
+    for n in gm.graph.nodes:
+        v = n.meta.get("example_value") if n.op == "placeholder" else None
+        if isinstance(v, torch.Tensor):
+            try:
+                if v._version > 0:
+                    return True
+                inputs.add(StorageWeakRef(v.untyped_storage()))
+            except (RuntimeError, NotImplementedError):  # no storage / version counter (inference, sparse)
+                continue
+    seen = set()
+    for v in output_values(gm) or []:
+        if isinstance(v, torch.Tensor):
+            try:
+                ref = StorageWeakRef(v.untyped_storage())
+            except (RuntimeError, NotImplementedError):
+                continue
+            if ref in inputs or ref in seen:
+                return True
+            seen.add(ref)
+    return False
+
+
+def _output_specs(gm: torch.fx.GraphModule) -> list[OutSpec | None] | None:
+    """Each output's device, sizes, strides and dtype as eager gives them; None when one is not
+    a tensor on the CPU or the npu."""
+    vals = output_values(gm)
+    if vals is None:
+        return None
+    specs = [spec(v) for v in vals]
+    return None if any(s is None for s in specs) else specs
+
+
+def _plan_mismatch(model: Any, specs: Sequence[OutSpec | None]) -> str:
+    """Where the plan's outputs differ from eager's in count, dtype or (static) shape; "" when
+    they agree. The exporter's known value errors are handled before (``_misexported``); this
+    catches the dtype and shape ones (it exported ``cumsum`` of int32 as int32, eager gives int64)."""
+    outs = model.outputs
+    if len(outs) != len(specs):
+        return f"{len(outs)} outputs, eager gives {len(specs)}"
+    for i, (o, sp) in enumerate(zip(outs, specs)):
+        if sp is None:
+            continue
+        want = str(sp.dtype).removeprefix("torch.")
+        if o.datatype != want:
+            return f"output {i} is {o.datatype}, eager gives {want}"
+        if sp.shape and all(isinstance(d, int) and d >= 0 for d in o.shape) and tuple(o.shape) != sp.shape:
+            return f"output {i} has shape {tuple(o.shape)}, eager gives {sp.shape}"
+    return ""
+
+
 def npu_backend(gm: torch.fx.GraphModule, example_inputs: Sequence[Any], **options: Any) -> Callable[..., Any]:
     """The TorchDynamo backend: a callable running ``gm`` as a GE plan (or eagerly, recorded)."""
     _cheap_module_guards()
@@ -290,10 +444,24 @@ def npu_backend(gm: torch.fx.GraphModule, example_inputs: Sequence[Any], **optio
         from pycann.torch.compile.training import aot_backend
 
         return aot_backend(gm, example_inputs)
-    ops = sum(1 for n in gm.graph.nodes if n.op in ("call_function", "call_method", "call_module"))
-    rec = new_record(ops)
     if _writes_running_stats(gm):
+        rec = new_record(_op_count(gm))
         rec.reason = "train-mode batch norm (writes running statistics)"
+        return _eager(gm, rec)
+    if _mutates_or_aliases_inputs(gm):
+        # the ONNX export neither writes the inputs nor returns views of them; AOTAutograd's
+        # functionalization does both (writes back with copy_, regenerates the views)
+        from pycann.torch.compile.training import aot_backend
+
+        return aot_backend(gm, example_inputs)
+    rec = new_record(_op_count(gm))
+    specs = _output_specs(gm)
+    if specs is None:
+        rec.reason = "outputs eager gives on a device other than the CPU and the npu, or not tensors"
+        return _eager(gm, rec)
+    wrong = _misexported(gm)
+    if wrong is not None:
+        rec.reason = f"the ONNX export gets it wrong: {wrong}"
         return _eager(gm, rec)
     t0 = time.perf_counter()
     static = _static_inputs(gm)
@@ -316,6 +484,10 @@ def npu_backend(gm: torch.fx.GraphModule, example_inputs: Sequence[Any], **optio
         model = _plan(onnx_bytes)
     except Exception as e:  # noqa: BLE001 - a GE compile failure also falls back, recorded
         rec.reason = f"GE compile failed: {type(e).__name__}: {str(e).splitlines()[0][:200]}"
+        return _eager(gm, rec)
+    mismatch = _plan_mismatch(model, specs)
+    if mismatch:
+        rec.reason = f"the ONNX export gets it wrong: {mismatch}"
         return _eager(gm, rec)
     rec.compiled = True
     rec.compile_seconds = time.perf_counter() - t0
@@ -351,8 +523,7 @@ def npu_backend(gm: torch.fx.GraphModule, example_inputs: Sequence[Any], **optio
             if f:
                 feeds.append(_to_numpy(t))
         outs = model.run(feeds)
-        res = [_from_numpy(o) for o in outs]
-        return tuple(to_npu(r, index) if index >= 0 else r for r in res)
+        return tuple(place(_from_numpy(o), sp, index) for o, sp in zip(outs, specs))
 
     return run
 
