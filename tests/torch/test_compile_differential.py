@@ -206,3 +206,46 @@ def test_output_strides_are_eager_strides() -> None:
     cl = torch.randn(2, 3, 4, 5).to(memory_format=torch.channels_last).to("npu")
     _check(lambda x: torch.relu(x) + 1, cl)
     assert all(r.compiled for r in graph_report())
+
+
+# ---------------------------------------------------------------- more export value errors
+
+_EXPORT_WRONG = {
+    "mean of nothing": lambda x, i: x[:0].mean(0) + 1,
+    "var of nothing": lambda x, i: x[:0].var(0) + 1,
+    "std_mean of nothing": lambda x, i: torch.std_mean(x[:, :0], 1)[0],
+    "softplus threshold": lambda x, i: F.softplus(x * 10, beta=2, threshold=5),
+    "logsigmoid below -88": lambda x, i: F.logsigmoid(x * 200),
+    "embedding max_norm": lambda x, i: F.embedding(i % 3, x.t().contiguous() * 3, max_norm=0.5),
+    "index_put accumulate": lambda x, i: torch.zeros_like(x).index_put((i // 2,), x, accumulate=True),
+    "index_put_ accumulate": lambda x, i: torch.zeros_like(x).index_put_((i // 2,), x, True) * 1,
+    "index_add": lambda x, i: torch.zeros_like(x).index_add(0, i // 2, x),
+    "clamp of ints by floats": lambda x, i: torch.clamp(i, 0.5, 1.5),
+}
+
+
+@pytest.mark.parametrize("name", list(_EXPORT_WRONG))
+def test_ops_the_export_gets_wrong_run_eagerly(name: str) -> None:
+    """The TorchScript exporter's values differ from eager's for these (ORT agrees with the
+    exported model): 0 for a mean/var over nothing (eager NaN), softplus's threshold and
+    embedding's max_norm ignored, Log(Sigmoid(x)) = -inf, ScatterND without the sum over repeated
+    indices, an int64 clamp by floats (eager float). Each graph runs eagerly instead."""
+    fn = _EXPORT_WRONG[name]
+    x = torch.randn(4, 3).to("npu")
+    i = torch.arange(4).to("npu")
+    _check(fn, x, i)
+    assert not graph_report()[0].compiled and graph_report()[0].reason
+
+
+@pytest.mark.parametrize("name", ["mean of nothing", "var of one", "std_mean of nothing"])
+def test_empty_reductions_on_the_aten_path(name: str) -> None:
+    """A graph with symbolic sizes (the ATen path): ``aten.mean`` over nothing was ReduceMean's 0
+    and ``var_mean`` of one element with correction 1 clamped its factor to 0 (eager: NaN)."""
+    fn = {"mean of nothing": lambda x: x[:0].mean(0) + x.sum(0),
+          "var of one": lambda x: x[:1].var(0) + x.sum(0),
+          "std_mean of nothing": lambda x: torch.std_mean(x[:, :0], 1)[1].sum() + x}[name]
+    c = torch.compile(fn, backend="npu")
+    for n in (4, 6, 8):
+        x = torch.randn(n, 3).to("npu")
+        _same(c(x), fn(x))
+    assert any(r.kind == "aten inference" for r in graph_report())

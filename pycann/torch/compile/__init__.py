@@ -194,6 +194,12 @@ def _misexported(gm: torch.fx.GraphModule) -> str | None:
       semantics): ``-6 // 5`` gives -1, eager -2, for integer and float tensors alike.
       ``_fix_export`` rewrites ``t // s`` as ``torch.div(t, s, rounding_mode="floor")`` (exported
       right); a number divided by a tensor (``3 // t``) and the in-place ``t //= s`` stay here.
+    * ``mean`` / ``var`` / ``std`` (and ``var_mean``, ``std_mean``) over an empty dimension give 0
+      (eager: NaN); ``F.softplus`` with a ``threshold`` other than 20 ignores it;
+      ``F.logsigmoid`` is exported as ``Log(Sigmoid(x))``: -inf below about -88 (eager: x);
+      ``F.embedding`` with ``max_norm`` ignores it (eager renormalizes the rows, and the weight);
+      ``index_put(..., accumulate=True)`` and ``index_add`` become a ``ScatterND`` without
+      reduction, so repeated indices keep the last value instead of the sum.
     * circular ``F.pad`` with a negative pad (a crop) is exported as wrong slices:
       ``pad([1, 2, 3, 4], (-1, 2), "circular")`` gives ``[1, 2]`` (eager ``[2, 3, 4, 2, 3]``).
       ``_fix_export`` rewrites constant-int pads as a crop then a circular pad (PyTorch's own
@@ -201,6 +207,9 @@ def _misexported(gm: torch.fx.GraphModule) -> str | None:
       stay here. Reflect and replicate pads with negative pads export right.
     """
     for node in gm.graph.nodes:
+        wrong = _misexported_op(node)
+        if wrong:
+            return wrong
         if node.op == "call_function" and node.target in _FLOORDIV_INPLACE and isinstance(_value(node), torch.Tensor):
             return "in-place floor division (the ONNX export truncates instead of flooring)"
         if node.op == "call_method" and node.target in ("floor_divide_", "__ifloordiv__", "__rfloordiv__"):
@@ -213,6 +222,53 @@ def _misexported(gm: torch.fx.GraphModule) -> str | None:
             if mode == "circular" and not (isinstance(pads, (tuple, list)) and all(type(p) is int for p in pads)):
                 return "circular pad with pads computed at run time (the ONNX export gets negative ones wrong)"
     return None
+
+
+_EMPTY_NAN = frozenset({"mean", "var", "std", "var_mean", "std_mean", "nanmean"})
+_INDEX_ACCUMULATE = frozenset({"index_put", "index_put_"})
+_INDEX_ADD = frozenset({"index_add", "index_add_"})
+
+
+def _target_name(node: torch.fx.Node) -> str:
+    if node.op == "call_method":
+        return str(node.target)
+    if node.op == "call_function":
+        return str(getattr(node.target, "__name__", ""))
+    return ""
+
+
+def _arg(node: torch.fx.Node, pos: int, name: str, default: Any = None) -> Any:
+    """An argument of a torch-level call node, by position (counting the tensor ``self``) or keyword."""
+    if name in node.kwargs:
+        return node.kwargs[name]
+    return node.args[pos] if len(node.args) > pos else default
+
+
+def _misexported_op(node: torch.fx.Node) -> str:
+    """Why the exporter gets this one node's values wrong (``_misexported``); "" when it does not."""
+    name = _target_name(node)
+    if not name:
+        return ""
+    if name in _EMPTY_NAN:
+        x, out = _value(node.args[0]) if node.args else None, _value(node)
+        outs = out if isinstance(out, (tuple, list)) else [out]
+        if isinstance(x, torch.Tensor) and x.numel() == 0 and any(isinstance(o, torch.Tensor) and o.numel() > 0
+                                                                  for o in outs):
+            return f"{name} over an empty dimension (the ONNX export gives 0, eager NaN)"
+    elif name == "softplus" and node.op == "call_function":
+        if _arg(node, 2, "threshold", 20) != 20:
+            return "softplus with a threshold other than 20 (the ONNX export ignores it)"
+    elif name in ("log_sigmoid", "logsigmoid"):
+        return "logsigmoid (the ONNX export's Log(Sigmoid(x)) is -inf below about -88)"
+    elif name == "embedding" and node.op == "call_function":
+        if _arg(node, 3, "max_norm") is not None:
+            return "embedding with max_norm (the ONNX export ignores it)"
+    elif name in _INDEX_ACCUMULATE:
+        if _arg(node, 3, "accumulate", False) is not False:  # (self, indices, values, accumulate)
+            return f"{name} with accumulate=True (the ONNX export drops the sum over repeated indices)"
+    elif name in _INDEX_ADD:
+        return f"{name} (the ONNX export drops the sum over repeated indices)"
+    return ""
 
 
 def _fix_export(graph: torch.fx.Graph) -> bool:

@@ -359,6 +359,24 @@ def _convolution(ctx: _Ctx, node: torch.fx.Node) -> list[str]:
     return ctx.add("Conv", ins, **attrs)
 
 
+def _empty_reduction(node: torch.fx.Node) -> bool:
+    """A mean over no elements, or a variance with ``n - correction <= 0``: eager gives NaN (or
+    inf), ReduceMean over nothing 0 and ``_var_mean``'s factor would be clamped to 0. Sizes known
+    here only (Dynamo specializes sizes 0 and 1, so a symbolic reduced size is at least 2)."""
+    src = _val(_A(node)[0])
+    if not isinstance(src, torch.Tensor):
+        return False
+    axes = _axes(node, src.dim())
+    sizes = [src.shape[a] for a in (range(src.dim()) if not axes else axes)]
+    if not all(isinstance(d, int) for d in sizes):
+        return False
+    n = int(np.prod(sizes))
+    if node.target is aten.var_mean.correction:
+        c = _K(node).get("correction", 1)
+        return n - (1 if c is None else c) <= 0
+    return n == 0
+
+
 def supported(node: torch.fx.Node) -> bool:
     """Whether ``node`` (a call_function of an ATen graph) can be lowered to GE: its op has a
     converter, its result dtype has an ONNX type, and the arguments fit the converter."""
@@ -378,6 +396,8 @@ def supported(node: torch.fx.Node) -> bool:
     if node.target is aten._to_copy.default and any(k not in ("dtype", "layout", "device") for k in node.kwargs):
         return False
     if node.target is aten.convolution.default and len(node.args) < 9:
+        return False
+    if node.target in (aten.mean.dim, aten.var_mean.correction) and _empty_reduction(node):
         return False
     if node.target is aten.slice.Tensor and not all(isinstance(a, int) or a is None for a in _A(node)[1:]):
         return False

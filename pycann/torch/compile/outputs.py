@@ -47,10 +47,8 @@ def spec(v: Any) -> OutSpec | None:
     CPU and the npu, or symbolic sizes (AOTAutograd's graphs: a plan per concrete shape)."""
     if not isinstance(v, torch.Tensor) or v.device.type not in ("cpu", "npu") or v.layout != torch.strided:
         return None
-    try:
-        shape = tuple(int(d) for d in v.shape)
-        stride = tuple(int(s) for s in v.stride())
-    except Exception:  # noqa: BLE001 - unbacked or symbolic sizes: keep the plan's layout
+    shape, stride = tuple(v.shape), tuple(v.stride())
+    if not all(type(d) is int for d in shape + stride):  # symbolic: keep the plan's layout
         shape = stride = ()
     index = -1 if v.device.type == "cpu" else (v.device.index or 0)
     return OutSpec(index, shape, stride, v.dtype)

@@ -23,8 +23,9 @@ import torch
 from torch.fx.passes.infra.partitioner import CapabilityBasedPartitioner
 from torch.fx.passes.operator_support import OperatorSupport
 
-from pycann.torch._alias import to_cpu, to_npu
+from pycann.torch._alias import to_cpu
 from pycann.torch.compile import aten_onnx
+from pycann.torch.compile.outputs import OutSpec, output_values, place, spec
 from pycann.torch.compile.records import GraphRecord, new_record
 
 aten = torch.ops.aten
@@ -93,6 +94,7 @@ class _GEPart(torch.nn.Module):
         self.gm = gm
         self.rec = rec
         self.plans: dict[tuple[tuple[int, ...], ...], Any] = {}  # by input shapes (symbolic graphs)
+        self.specs: dict[tuple[tuple[int, ...], ...], list[OutSpec | None]] = {}
 
     def _compile(self, args: Sequence[torch.Tensor]) -> Any:
         from pycann.ge.compile.compiler import compile_model
@@ -113,6 +115,7 @@ class _GEPart(torch.nn.Module):
                 model = _EAGER
                 self._record_eager(e)
             self.plans[key] = model
+            self.specs[key] = self._specs(args)
         if model is _EAGER:
             return self.gm(*args)
         index = -1
@@ -123,9 +126,27 @@ class _GEPart(torch.nn.Module):
                 index = t.get_device()
                 t = to_cpu(t)
             feeds.append(t.contiguous().numpy())
-        outs = [torch.from_numpy(o) for o in model.run(feeds)]
-        res = tuple(to_npu(o, index) if index >= 0 else o for o in outs)
+        outs = model.run(feeds)
+        specs = self.specs[key]
+        res = tuple(place(torch.from_numpy(o), specs[i] if i < len(specs) else None, index) for i, o in enumerate(outs))
         return res if len(res) != 1 or self._tuple_out else res[0]
+
+    def _specs(self, args: Sequence[torch.Tensor]) -> list[OutSpec | None]:
+        """Each output's device and strides as eager gives them for these inputs: the partition
+        run on fake copies of them (its ``val`` metadata may have symbolic sizes and strides).
+        Without it, outputs went to the inputs' device (``.cpu()`` / ``.npu()`` inside a
+        partition were lost) and came back contiguous. Devices from the metadata when the fake
+        run fails."""
+        from torch._subclasses.fake_tensor import FakeTensorMode
+
+        try:
+            with FakeTensorMode(allow_non_fake_inputs=True) as mode:
+                outs = self.gm(*[mode.from_tensor(a) if isinstance(a, torch.Tensor) else a for a in args])
+            vals = list(outs) if isinstance(outs, (tuple, list)) else [outs]
+            return [spec(v) for v in vals]
+        except Exception:  # noqa: BLE001 - keep the devices at least
+            vals = output_values(self.gm, "val") or []
+            return [None if sp is None else sp._replace(shape=(), stride=()) for sp in map(spec, vals)]
 
     def _record_eager(self, e: Exception) -> None:
         ops = collections.Counter(dict(self.rec.eager_ops))
