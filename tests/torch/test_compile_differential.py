@@ -242,10 +242,28 @@ def test_empty_reductions_on_the_aten_path(name: str) -> None:
     """A graph with symbolic sizes (the ATen path): ``aten.mean`` over nothing was ReduceMean's 0
     and ``var_mean`` of one element with correction 1 clamped its factor to 0 (eager: NaN)."""
     fn = {"mean of nothing": lambda x: x[:0].mean(0) + x.sum(0),
-          "var of one": lambda x: x[:1].var(0) + x.sum(0),
+          "var of one": lambda x: torch.var_mean(x[:1], 0)[0] + x.sum(0),
           "std_mean of nothing": lambda x: torch.std_mean(x[:, :0], 1)[1].sum() + x}[name]
     c = torch.compile(fn, backend="npu")
     for n in (4, 6, 8):
         x = torch.randn(n, 3).to("npu")
         _same(c(x), fn(x))
     assert any(r.kind == "aten inference" for r in graph_report())
+
+
+def test_aten_path_outputs_on_eager_devices_with_eager_strides() -> None:
+    """Symbolic sizes (the ATen path): a GE partition returned its outputs on its inputs' device
+    and contiguous; ``.cpu()`` / ``.npu()`` inside and transposed or channels_last results now
+    come back as eager gives them."""
+    cases = [(lambda x: (x * 2).cpu(), lambda n: torch.randn(n, 4).to("npu")),
+             (lambda x: x.npu() * 2 + 1, lambda n: torch.randn(n, 4)),
+             (lambda x: (x * 2).t(), lambda n: torch.randn(n, 4).to("npu")),
+             (lambda x: torch.relu(x) + 1,
+              lambda n: torch.randn(n, 3, 4, 5).to(memory_format=torch.channels_last).to("npu"))]
+    for fn, make in cases:
+        torch._dynamo.reset()
+        c = torch.compile(fn, backend="npu")
+        for n in (2, 3, 5):
+            x = make(n)
+            _same(c(x.clone()), fn(x.clone()))
+    assert any(r.kind == "aten inference" and r.compiled for r in graph_report())
