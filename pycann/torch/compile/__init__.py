@@ -34,7 +34,7 @@ import torch
 from pycann.dtypes import DType, to_numpy
 from pycann.torch._alias import to_cpu
 from pycann.torch.compile.frozen import FrozenWeights
-from pycann.torch.compile.outputs import OutSpec, output_values, place, spec
+from pycann.torch.compile.outputs import OutSpec, host_layouts, output_values, place, spec, with_host_layouts
 from pycann.torch.compile.records import GraphRecord, new_record
 from pycann.torch.compile.records import records as _records
 
@@ -512,6 +512,8 @@ def npu_backend(gm: torch.fx.GraphModule, example_inputs: Sequence[Any], **optio
         return aot_backend(gm, example_inputs)
     rec = new_record(_op_count(gm))
     specs = _output_specs(gm)
+    if specs is not None:
+        specs = with_host_layouts(specs, host_layouts(_host_graph(gm), example_inputs))
     if specs is None:
         rec.reason = "outputs eager gives on a device other than the CPU and the npu, or not tensors"
         return _eager(gm, rec)

@@ -54,6 +54,42 @@ def spec(v: Any) -> OutSpec | None:
     return OutSpec(index, shape, stride, v.dtype)
 
 
+def host_layouts(host_gm: torch.fx.GraphModule, args: Sequence[Any]) -> list[Any] | None:
+    """The outputs of ``host_gm`` (a graph whose npu devices were mapped to the CPU) run on fake
+    CPU copies of ``args``: the sizes and strides torch's CPU kernels give. Why not the npu fakes
+    Dynamo recorded: ATen's meta convolution propagates channels_last only for CPU/CUDA inputs, so
+    an npu fake conv of a channels_last input is contiguous where eager (CPU, and the npu) gives
+    channels_last. None when the fake run fails."""
+    from torch._subclasses.fake_tensor import FakeTensorMode
+
+    from pycann.torch._alias import to_cpu
+
+    def host(a: Any) -> Any:
+        return to_cpu(a.detach()) if isinstance(a, torch.Tensor) and a.device.type == "npu" else a
+
+    try:
+        with FakeTensorMode(allow_non_fake_inputs=True) as mode:
+            outs = host_gm(*[mode.from_tensor(host(a)) if isinstance(a, torch.Tensor) else a for a in args])
+    except Exception:  # noqa: BLE001 - the recorded npu layouts then
+        return None
+    return list(outs) if isinstance(outs, (tuple, list)) else [outs]
+
+
+def with_host_layouts(specs: list[OutSpec | None], host: list[Any] | None) -> list[OutSpec | None]:
+    """``specs`` (devices and layouts recorded on the npu) with the CPU fake run's strides where
+    it gives the same sizes."""
+    if host is None or len(host) != len(specs):
+        return specs
+    out = []
+    for sp, h in zip(specs, host):
+        if sp is not None and isinstance(h, torch.Tensor) and sp.shape and tuple(h.shape) == sp.shape:
+            stride = tuple(h.stride())
+            if all(type(d) is int for d in stride):
+                sp = sp._replace(stride=stride)
+        out.append(sp)
+    return out
+
+
 def _contiguous_strides(shape: Sequence[int]) -> tuple[int, ...]:
     out, acc = [], 1
     for d in reversed(shape):

@@ -25,7 +25,7 @@ from torch.fx.passes.operator_support import OperatorSupport
 
 from pycann.torch._alias import to_cpu
 from pycann.torch.compile import aten_onnx
-from pycann.torch.compile.outputs import OutSpec, output_values, place, spec
+from pycann.torch.compile.outputs import OutSpec, host_layouts, output_values, place, spec, with_host_layouts
 from pycann.torch.compile.records import GraphRecord, new_record
 
 aten = torch.ops.aten
@@ -139,14 +139,17 @@ class _GEPart(torch.nn.Module):
         run fails."""
         from torch._subclasses.fake_tensor import FakeTensorMode
 
+        from pycann.torch.compile import _host_graph
+
         try:
             with FakeTensorMode(allow_non_fake_inputs=True) as mode:
                 outs = self.gm(*[mode.from_tensor(a) if isinstance(a, torch.Tensor) else a for a in args])
             vals = list(outs) if isinstance(outs, (tuple, list)) else [outs]
-            return [spec(v) for v in vals]
+            specs = [spec(v) for v in vals]
         except Exception:  # noqa: BLE001 - keep the devices at least
             vals = output_values(self.gm, "val") or []
             return [None if sp is None else sp._replace(shape=(), stride=()) for sp in map(spec, vals)]
+        return with_host_layouts(specs, host_layouts(_host_graph(self.gm), args))
 
     def _record_eager(self, e: Exception) -> None:
         ops = collections.Counter(dict(self.rec.eager_ops))
@@ -220,5 +223,22 @@ def aot_backend(gm: torch.fx.GraphModule, example_inputs: Sequence[Any]) -> Call
     fw: Any = _compiler("forward")
     bw: Any = _compiler("backward")
     inference: Any = _compiler("aten inference")
-    return aot_module_simplified(gm, list(example_inputs), fw_compiler=fw, bw_compiler=bw,
-                                 inference_compiler=inference, decompositions=_TABLE)
+    try:
+        return aot_module_simplified(gm, list(example_inputs), fw_compiler=fw, bw_compiler=bw,
+                                     inference_compiler=inference, decompositions=_TABLE)
+    except Exception as e:  # noqa: BLE001 - AOTAutograd cannot trace it: eager PyTorch can run it
+        from torch._dynamo.exc import TorchDynamoException
+
+        if isinstance(e, TorchDynamoException):  # Dynamo's own control flow (RestartAnalysis, ...)
+            raise
+        # e.g. floor_divide on a tensor that requires grad: eager's forward runs (the result has
+        # no grad_fn), AOTAutograd's joint trace raises "derivative for aten::floor_divide is not
+        # implemented" (Dynamo then raised BackendCompilerFailed where eager gave a value)
+        rec = new_record(sum(1 for n in gm.graph.nodes if n.op in ("call_function", "call_method", "call_module")))
+        rec.reason = f"AOTAutograd failed, run eagerly: {type(e).__name__}: {(str(e).splitlines() or [''])[0][:200]}"
+
+        def run(*args: Any) -> Any:
+            rec.calls += 1
+            return gm.forward(*args)
+
+        return run
