@@ -298,3 +298,27 @@ def test_a_graph_aot_autograd_cannot_trace_runs_eagerly() -> None:
     want = fn(x, w)
     _same(got, want)
     assert any("AOTAutograd failed" in r.reason for r in graph_report())
+
+
+def test_a_float_argument_is_not_baked_into_the_plan() -> None:
+    """Called with a second float, Dynamo makes it a 0-dim float64 input read by ``.item()``; the
+    ONNX export traced that number as a constant, so every later call used the second call's
+    float (``f(x, 1.5)`` gave ``x * 0.7 + 1``)."""
+    fn = lambda x, a: x * a + 1  # noqa: E731
+    c = torch.compile(fn, backend="npu")
+    x = torch.randn(3, 4).to("npu")
+    for a in (0.5, 0.7, 1.5, -2.25):
+        _same(c(x, a), fn(x, a))
+
+
+def test_item_in_the_graph_is_read_each_call(monkeypatch: pytest.MonkeyPatch) -> None:
+    """``capture_scalar_outputs``: ``.item()`` inside the graph was a constant of the first call."""
+    monkeypatch.setattr(torch._dynamo.config, "capture_scalar_outputs", True)
+    fn = lambda x: x * x.sum().item() + x.max().item()  # noqa: E731
+    rep = lambda x: x.repeat(int(x[0, 0].item()) + 1, 1).sum(0)  # noqa: E731
+    c, crep = torch.compile(fn, backend="npu"), torch.compile(rep, backend="npu")
+    for k in range(3):
+        x = torch.randn(2, 3).to("npu") + k
+        _same(c(x), fn(x))
+        xi = torch.full((2, 3), float(k)).to("npu")
+        _same(crep(xi), rep(xi))

@@ -458,6 +458,25 @@ def _mutates_or_aliases_inputs(gm: torch.fx.GraphModule) -> bool:
     return False
 
 
+_SCALAR_READS = frozenset({"item", "tolist", "__bool__", "__int__", "__float__", "__index__"})
+
+
+def _reads_scalars(gm: torch.fx.GraphModule) -> bool:
+    """Whether ``gm`` reads a tensor's value as a Python number (``t.item()``): Dynamo's graph for
+    a function called with a second float value (``f(x, 0.5)`` then ``f(x, 0.7)``: the float
+    becomes a 0-dim float64 input read by ``.item()``), or any ``.item()`` under
+    ``capture_scalar_outputs``. The TorchScript exporter traces that number as a constant, so the
+    plan kept the first call's value for every later call (``f(x, 1.5)`` gave ``x * 0.7 + 1``);
+    AOTAutograd's graph keeps it a tensor."""
+    for n in gm.graph.nodes:
+        if n.op == "call_method" and n.target in _SCALAR_READS:
+            return True
+        if n.op == "call_function" and (n.target in (torch.Tensor.item, torch.ops.aten._local_scalar_dense.default)
+                                        or getattr(n.target, "__name__", "") == "_local_scalar_dense"):
+            return True
+    return False
+
+
 def _output_specs(gm: torch.fx.GraphModule) -> list[OutSpec | None] | None:
     """Each output's device, sizes, strides and dtype as eager gives them; None when one is not
     a tensor on the CPU or the npu."""
@@ -504,9 +523,10 @@ def npu_backend(gm: torch.fx.GraphModule, example_inputs: Sequence[Any], **optio
         rec = new_record(_op_count(gm))
         rec.reason = "train-mode batch norm (writes running statistics)"
         return _eager(gm, rec)
-    if _mutates_or_aliases_inputs(gm):
+    if _mutates_or_aliases_inputs(gm) or _reads_scalars(gm):
         # the ONNX export neither writes the inputs nor returns views of them; AOTAutograd's
-        # functionalization does both (writes back with copy_, regenerates the views)
+        # functionalization does both (writes back with copy_, regenerates the views). And the
+        # export's tracer bakes a tensor read as a Python number (.item()) in as a constant
         from pycann.torch.compile.training import aot_backend
 
         return aot_backend(gm, example_inputs)
