@@ -311,14 +311,35 @@ def test_a_float_argument_is_not_baked_into_the_plan() -> None:
         _same(c(x, a), fn(x, a))
 
 
-def test_item_in_the_graph_is_read_each_call(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_item_in_the_graph_is_read_each_call() -> None:
     """``capture_scalar_outputs``: ``.item()`` inside the graph was a constant of the first call."""
-    monkeypatch.setattr(torch._dynamo.config, "capture_scalar_outputs", True)
     fn = lambda x: x * x.sum().item() + x.max().item()  # noqa: E731
     rep = lambda x: x.repeat(int(x[0, 0].item()) + 1, 1).sum(0)  # noqa: E731
-    c, crep = torch.compile(fn, backend="npu"), torch.compile(rep, backend="npu")
-    for k in range(3):
-        x = torch.randn(2, 3).to("npu") + k
-        _same(c(x), fn(x))
-        xi = torch.full((2, 3), float(k)).to("npu")
-        _same(crep(xi), rep(xi))
+    with torch._dynamo.config.patch(capture_scalar_outputs=True):
+        c, crep = torch.compile(fn, backend="npu"), torch.compile(rep, backend="npu")
+        for k in range(3):
+            x = torch.randn(2, 3).to("npu") + k
+            _same(c(x), fn(x))
+            xi = torch.full((2, 3), float(k)).to("npu")
+            _same(crep(xi), rep(xi))
+
+
+@pytest.mark.parametrize("name", ["randn", "rand_like", "dropout"])
+def test_random_ops_follow_torch_manual_seed(name: str) -> None:
+    """A GE plan's random ops drew from their own generator: ``torch.manual_seed`` did not make
+    a compiled call reproducible (eager and Inductor are). They run on torch's generator now."""
+    fn = {"randn": lambda x: x + torch.randn(64, device=x.device),
+          "rand_like": lambda x: x * torch.rand_like(x),
+          "dropout": lambda x: F.dropout(x + 1, 0.5, training=True)}[name]
+    c = torch.compile(fn, backend="npu")
+    x = torch.ones(64).to("npu")
+    with torch.no_grad():
+        torch.manual_seed(3)
+        a = c(x)
+        b = c(x)
+        torch.manual_seed(3)
+        a2 = c(x)
+    assert torch.equal(a.cpu(), a2.cpu()) and not torch.equal(a.cpu(), b.cpu())
+    if name != "dropout":  # the same draws as eager (dropout is decomposed: other draws, same law)
+        torch.manual_seed(3)
+        _same(a, fn(x))

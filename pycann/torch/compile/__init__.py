@@ -477,6 +477,27 @@ def _reads_scalars(gm: torch.fx.GraphModule) -> bool:
     return False
 
 
+_RANDOM = frozenset({"rand", "randn", "randint", "rand_like", "randn_like", "randint_like", "randperm", "bernoulli",
+                     "bernoulli_", "normal", "normal_", "uniform_", "random_", "exponential_", "cauchy_", "log_normal_",
+                     "geometric_", "multinomial", "poisson", "rrelu", "rrelu_", "gumbel_softmax", "native_dropout"})
+_DROPOUT = frozenset({"dropout", "dropout_", "alpha_dropout", "feature_alpha_dropout", "dropout1d", "dropout2d",
+                      "dropout3d", "feature_dropout"})
+
+
+def _draws_random(gm: torch.fx.GraphModule) -> bool:
+    """Whether ``gm`` draws random numbers (``torch.randn``, dropout in training mode, ...). A GE
+    plan's random ops draw from their own generator: the values ignored ``torch.manual_seed``
+    and ``generator=``, so a seeded call was not reproducible as it is eagerly (and with Inductor).
+    On the ATen path they run eagerly on torch's generator."""
+    for n in gm.graph.nodes:
+        name = _target_name(n)
+        if name in _RANDOM:
+            return True
+        if name in _DROPOUT and _arg(n, 2, "training", True) is not False and _arg(n, 1, "p", 0.5) != 0:
+            return True
+    return False
+
+
 def _output_specs(gm: torch.fx.GraphModule) -> list[OutSpec | None] | None:
     """Each output's device, sizes, strides and dtype as eager gives them; None when one is not
     a tensor on the CPU or the npu."""
@@ -523,10 +544,11 @@ def npu_backend(gm: torch.fx.GraphModule, example_inputs: Sequence[Any], **optio
         rec = new_record(_op_count(gm))
         rec.reason = "train-mode batch norm (writes running statistics)"
         return _eager(gm, rec)
-    if _mutates_or_aliases_inputs(gm) or _reads_scalars(gm):
+    if _mutates_or_aliases_inputs(gm) or _reads_scalars(gm) or _draws_random(gm):
         # the ONNX export neither writes the inputs nor returns views of them; AOTAutograd's
         # functionalization does both (writes back with copy_, regenerates the views). And the
-        # export's tracer bakes a tensor read as a Python number (.item()) in as a constant
+        # export's tracer bakes a tensor read as a Python number (.item()) in as a constant, and
+        # the plan's random ops draw from their own generator, not torch's (torch.manual_seed)
         from pycann.torch.compile.training import aot_backend
 
         return aot_backend(gm, example_inputs)
