@@ -343,3 +343,25 @@ def test_random_ops_follow_torch_manual_seed(name: str) -> None:
     if name != "dropout":  # the same draws as eager (dropout is decomposed: other draws, same law)
         torch.manual_seed(3)
         _same(a, fn(x))
+
+
+@pytest.mark.parametrize("dynamic", [False, True])
+def test_an_index_out_of_range_raises_eagers_exception(dynamic: bool) -> None:
+    """A plan whose Gather met an index out of range raised pycann's KernelError (neither
+    IndexError nor RuntimeError, so ``except IndexError`` missed it); the call now runs eagerly
+    and raises eager's exception."""
+    cases = [(lambda a, b: a[b] * 2, IndexError), (lambda a, b: torch.gather(a, 0, b) + 1, RuntimeError),
+             (lambda a, b: F.embedding(b, a[:, None]) * 2, IndexError)]
+    for fn, exc in cases:
+        torch._dynamo.reset()
+        c = torch.compile(fn, backend="npu", dynamic=dynamic)
+        a = torch.arange(5.0).to("npu")
+        good = torch.tensor([0, 4, 1]).to("npu")
+        _same(c(a, good), fn(a, good))
+        bad = torch.tensor([0, 7, 1]).to("npu")
+        with pytest.raises(exc) as want:
+            fn(a, bad)
+        with pytest.raises(exc) as got:
+            c(a, bad)
+        assert str(got.value) == str(want.value)
+        assert any(r.compiled for r in graph_report())

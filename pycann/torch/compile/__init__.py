@@ -526,6 +526,14 @@ def _plan_mismatch(model: Any, specs: Sequence[OutSpec | None]) -> str:
     return ""
 
 
+def _failed_at_run_time(gm: torch.fx.GraphModule, rec: GraphRecord, e: Exception, args: Sequence[Any]) -> Any:
+    """A plan that raised at run time (an index out of range: pycann's ``KernelError``) runs this
+    call eagerly instead, so the caller gets eager's exception (``IndexError``, ``RuntimeError``,
+    which ``except`` clauses name) or, where eager does not fail, eager's values."""
+    rec.reason = f"the plan failed at run time, that call ran eagerly: {type(e).__name__}"
+    return gm.forward(*args)
+
+
 def npu_backend(gm: torch.fx.GraphModule, example_inputs: Sequence[Any], **options: Any) -> Callable[..., Any]:
     """The TorchDynamo backend: a callable running ``gm`` as a GE plan (or eagerly, recorded)."""
     _cheap_module_guards()
@@ -622,7 +630,10 @@ def npu_backend(gm: torch.fx.GraphModule, example_inputs: Sequence[Any], **optio
                 t = to_cpu(t)  # a relabel, no copy
             if f:
                 feeds.append(_to_numpy(t))
-        outs = model.run(feeds)
+        try:
+            outs = model.run(feeds)
+        except Exception as e:  # noqa: BLE001 - see _failed_at_run_time
+            return _failed_at_run_time(gm, rec, e, args)
         return tuple(place(_from_numpy(o), sp, index) for o, sp in zip(outs, specs))
 
     return run

@@ -126,7 +126,11 @@ class _GEPart(torch.nn.Module):
                 index = t.get_device()
                 t = to_cpu(t)
             feeds.append(t.contiguous().numpy())
-        outs = model.run(feeds)
+        try:
+            outs = model.run(feeds)
+        except Exception as e:  # noqa: BLE001 - eager's exception (IndexError, ...) or values instead
+            self.rec.reason = f"a GE plan failed at run time, that call ran eagerly: {type(e).__name__}"
+            return self.gm(*args)
         specs = self.specs[key]
         res = tuple(place(torch.from_numpy(o), specs[i] if i < len(specs) else None, index) for i, o in enumerate(outs))
         return res if len(res) != 1 or self._tuple_out else res[0]
