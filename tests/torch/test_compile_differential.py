@@ -365,3 +365,48 @@ def test_an_index_out_of_range_raises_eagers_exception(dynamic: bool) -> None:
             c(a, bad)
         assert str(got.value) == str(want.value)
         assert any(r.compiled for r in graph_report())
+
+
+@pytest.mark.parametrize("opt", ["sgd", "adam"])
+def test_compiled_optimizer_step(opt: str) -> None:
+    """``torch.compile(opt.step)``: Dynamo holds the parameters as graph attributes (get_attr)
+    and updates them with ``torch._foreach_add_``; the writes were not seen (their fakes keep
+    version 0), the ONNX export's trace applied the step to the real parameters, failed, and the
+    eager fallback applied it again (SGD, Adam: other parameters than eager's)."""
+    import copy
+
+    torch.manual_seed(0)
+    m1 = torch.nn.Linear(4, 3).to("npu")
+    m2 = copy.deepcopy(m1)
+    make = {"sgd": lambda p: torch.optim.SGD(p, lr=0.1, momentum=0.9),
+            "adam": lambda p: torch.optim.Adam(p, lr=0.01)}[opt]
+    o1, o2 = make(m1.parameters()), make(m2.parameters())
+    step = torch.compile(o2.step, backend="npu")
+    for _ in range(3):
+        x = torch.randn(5, 4).to("npu")
+        m1(x).sum().backward()
+        m2(x).sum().backward()
+        o1.step()
+        step()
+        o1.zero_grad()
+        o2.zero_grad()
+        for p1, p2 in zip(m1.parameters(), m2.parameters()):
+            torch.testing.assert_close(p2.detach().cpu(), p1.detach().cpu(), rtol=1e-5, atol=1e-6)
+
+
+def test_the_export_traces_copies_of_graph_attributes() -> None:
+    """``_host_graph``: a tensor attribute of the graph is traced as a host copy, so an in-place
+    op on it does not write the caller's tensor (nor meet an npu tensor among host ones)."""
+    from pycann.torch.compile import _host_graph
+
+    root = torch.nn.Module()
+    root.k = torch.ones(3).to("npu")
+    graph = torch.fx.Graph()
+    x = graph.placeholder("x")
+    k = graph.get_attr("k")
+    graph.call_method("add_", (k, 1.0))
+    graph.output(graph.call_function(torch.add, (x, k)))
+    gm = torch.fx.GraphModule(root, graph)
+    out = _host_graph(gm)(torch.zeros(3))
+    assert out.tolist() == [2.0, 2.0, 2.0]
+    assert root.k.device.type == "npu" and root.k.cpu().tolist() == [1.0, 1.0, 1.0]

@@ -313,7 +313,37 @@ def _host_graph(gm: torch.fx.GraphModule) -> torch.fx.GraphModule:
             node.args, node.kwargs, changed = args, kwargs, True
         if node.op == "call_method" and node.target == "npu":
             node.target, changed = "cpu", True
-    return torch.fx.GraphModule(gm, graph) if changed else gm
+    attrs = [str(n.target) for n in graph.nodes if n.op == "get_attr"]
+    if not changed and not attrs:
+        return gm
+    host = torch.fx.GraphModule(gm, graph)
+    for target in attrs:
+        _host_attr(gm, host, target)
+    return host
+
+
+def _host_attr(gm: torch.nn.Module, host: torch.nn.Module, target: str) -> None:
+    """Give ``host`` (a GraphModule made from ``gm``) a host copy of ``gm``'s tensor attribute
+    ``target``, so tracing ``host`` neither writes ``gm``'s tensor (a compiled optimizer step
+    holds the parameters it updates in place as attributes: the export's trace updated them
+    once more) nor meets an npu tensor among host ones. A submodule the two share is left alone."""
+    *prefix, field = target.split(".")
+    owner: Any = host
+    orig_owner: Any = gm
+    for item in prefix:
+        owner, orig_owner = getattr(owner, item, None), getattr(orig_owner, item, None)
+        if owner is None or orig_owner is None:
+            return
+    t = getattr(owner, field, None)
+    if owner is orig_owner or not isinstance(t, torch.Tensor):
+        return
+    copy_ = _host(t)
+    if field in owner._parameters:
+        owner._parameters[field] = torch.nn.Parameter(copy_, requires_grad=False)
+    elif field in owner._buffers:
+        owner._buffers[field] = copy_
+    else:
+        setattr(owner, field, copy_)
 
 
 def _lower(gm: torch.fx.GraphModule, example_inputs: Sequence[Any], static: list[bool]) -> bytes:
@@ -428,6 +458,28 @@ def _op_count(gm: torch.fx.GraphModule) -> int:
     return sum(1 for n in gm.graph.nodes if n.op in ("call_function", "call_method", "call_module"))
 
 
+_INPLACE_OPERATORS = frozenset({operator.setitem, operator.iadd, operator.isub, operator.imul, operator.itruediv,
+                                operator.ifloordiv, operator.imod, operator.ipow, operator.iand, operator.ior,
+                                operator.ixor, operator.ilshift, operator.irshift, operator.imatmul})
+
+
+def _written(node: torch.fx.Node) -> list[Any]:
+    """The arguments an in-place call writes (``x.add_``, ``torch._foreach_add_([...])``,
+    ``x[i] = v``, ``x += y``, ``out=``, ``inplace=True``); [] for other nodes."""
+    if node.op not in ("call_function", "call_method"):
+        return []
+    name = _target_name(node)
+    first = node.args[0] if node.args else None
+    written: list[Any] = []
+    if (node.target in _INPLACE_OPERATORS or name == "__setitem__" or node.kwargs.get("inplace") is True
+            or (name.endswith("_") and not name.endswith("__"))):
+        written = list(first) if isinstance(first, (tuple, list)) else [first]
+    out = node.kwargs.get("out")
+    if out is not None:
+        written += list(out) if isinstance(out, (tuple, list)) else [out]
+    return written
+
+
 def _mutates_or_aliases_inputs(gm: torch.fx.GraphModule) -> bool:
     """Whether ``gm`` writes one of its inputs (``x.add_(1)``, ``x[0] = 5``, a buffer updated in
     ``forward``) or returns a view of an input or two outputs sharing memory (``x[1:]``,
@@ -437,13 +489,23 @@ def _mutates_or_aliases_inputs(gm: torch.fx.GraphModule) -> bool:
 
     inputs = set()
     for n in gm.graph.nodes:
-        v = n.meta.get("example_value") if n.op == "placeholder" else None
+        v = n.meta.get("example_value") if n.op in ("placeholder", "get_attr") else None
         if isinstance(v, torch.Tensor):
             try:
                 if v._version > 0:
                     return True
                 inputs.add(StorageWeakRef(v.untyped_storage()))
             except (RuntimeError, NotImplementedError):  # no storage / version counter (inference, sparse)
+                continue
+    # tensors Dynamo holds as attributes (get_attr: a compiled optimizer step's parameters) do not
+    # show the writes in their fake's version: the in-place ops themselves are looked at
+    for n in gm.graph.nodes:
+        for t in _written(n):
+            v = t.meta.get("example_value") if isinstance(t, torch.fx.Node) else None
+            try:
+                if isinstance(v, torch.Tensor) and StorageWeakRef(v.untyped_storage()) in inputs:
+                    return True
+            except (RuntimeError, NotImplementedError):
                 continue
     seen = set()
     for v in output_values(gm) or []:
