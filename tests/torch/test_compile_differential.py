@@ -99,9 +99,26 @@ def test_floor_division_of_negative_numbers(dtype: torch.dtype) -> None:
     d = (torch.arange(12) % 5 - 7).reshape(3, 4).to(dtype).to("npu")
     _check(lambda x: x // 5, x)
     _check(lambda x: x // 0.7 if x.is_floating_point() else x // 3, x)
-    _check(lambda x, d: x // d, x, d)
     _check(lambda x: torch.floor_divide(x, 4) + x.floor_divide(-3), x)
     assert all(r.compiled for r in graph_report())
+    _check(lambda x, d: x // d, x, d)  # integers by a tensor run eagerly (a zero divisor must raise)
+    assert graph_report()[-1].compiled == dtype.is_floating_point
+
+
+def test_integer_division_by_a_zero_tensor_raises_as_eager() -> None:
+    """A plan's integer Div/Mod gave 0 for a zero divisor where eager raises ZeroDivisionError
+    (ONNX leaves it undefined): integer division and remainder by a tensor run eagerly."""
+    cases = [lambda a, b: a // b, lambda a, b: torch.remainder(a, b), lambda a, b: torch.fmod(a, b),
+             lambda a, b: torch.div(a, b, rounding_mode="trunc"), lambda a, b: a.int() % b.int()]
+    a = torch.tensor([5, -3, 7]).to("npu")
+    for fn in cases:
+        torch._dynamo.reset()
+        c = torch.compile(fn, backend="npu")
+        b = torch.tensor([2, 1, 2]).to("npu")
+        _same(c(a, b), fn(a, b))
+        b = torch.tensor([2, 0, 3]).to("npu")
+        with pytest.raises(RuntimeError, match="ZeroDivisionError"):
+            c(a, b)
 
 
 def test_floor_division_forms_that_stay_eager() -> None:

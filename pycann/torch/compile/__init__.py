@@ -244,11 +244,31 @@ def _arg(node: torch.fx.Node, pos: int, name: str, default: Any = None) -> Any:
     return node.args[pos] if len(node.args) > pos else default
 
 
+_INT_DIVISION = frozenset({"floordiv", "floor_divide", "div", "divide", "remainder", "fmod", "mod", "__mod__",
+                           "__floordiv__", "__rfloordiv__", "__rmod__", "truediv", "true_divide"})
+
+
+def _int_division_by_tensor(node: torch.fx.Node, name: str) -> bool:
+    """An integer division or remainder whose divisor is a tensor (its zeros are only known at run
+    time): eager raises ZeroDivisionError for a zero divisor, a plan returned 0."""
+    if name not in _INT_DIVISION or len(node.args) < 2:
+        return False
+    out = _value(node)
+    if not isinstance(out, torch.Tensor) or out.dtype.is_floating_point or out.dtype.is_complex or out.dtype == torch.bool:
+        return False
+    divisor = node.args[0] if name in ("__rfloordiv__", "__rmod__") else node.args[1]
+    d = _value(divisor)
+    return isinstance(d, torch.Tensor) or d == 0
+
+
 def _misexported_op(node: torch.fx.Node) -> str:
     """Why the exporter gets this one node's values wrong (``_misexported``); "" when it does not."""
     name = _target_name(node)
     if not name:
         return ""
+    if _int_division_by_tensor(node, name):
+        return (f"integer {name} by a tensor (GE's Div/Mod give 0 for a zero divisor, ONNX leaves it undefined; "
+                "eager raises ZeroDivisionError)")
     if name in _EMPTY_NAN:
         x, out = _value(node.args[0]) if node.args else None, _value(node)
         outs = out if isinstance(out, (tuple, list)) else [out]
