@@ -134,9 +134,11 @@ class Executor:
         self._memo: Any = memo  # (compiler.SpecializeMemo: the executor does not import the compiler)
         # the inputs' named dims (ONNX dim_param): the generic plan reads each from one input and computes
         # the layers' equal shape arithmetic and masks once; a call whose inputs give one name two sizes
-        # runs a specialised plan instead (only where the executor can specialise)
+        # runs the generic plan made without the names (``_plain``, built at its first such call; only
+        # where the executor can specialise)
         self._named = shape_program.input_dim_names(graph) if specialize is not None else {}
         self._name_groups = shape_program.name_groups(graph) if self._named else ()
+        self._plain: Plan | None = None
         # graphs whose inputs are all static have one signature: specialise it whatever the policy
         self._static = all(getattr(graph.descs.get(n), "is_static", False) for n in graph.inputs)
         self._vision = is_vision(graph)
@@ -237,12 +239,15 @@ class Executor:
                                          interim=self._in_background())
         return self._generic
 
-    def _generic_graph(self) -> Graph:
+    def _generic_graph(self, named: bool = True) -> Graph:
         """The graph of the shape-generic plan and of its twins bound for smaller teams: its shape
-        arithmetic as one step per value it feeds (ge/run/shape_program.py) and, unless
-        ``PYCANN_KV_CACHE=off``, its KV caches appended in place (ge/run/kv_alias.py)."""
-        graph, _ = shape_program.collapse(self.graph, self._named)
-        if self._named:
+        arithmetic as one step per value it feeds (ge/run/shape_program.py), reading the inputs' named
+        dims from one input and computing equal pure nodes once (ge/run/dedup.py) unless ``named`` is
+        False (the plan of calls that break the names), and, unless ``PYCANN_KV_CACHE=off``, its KV
+        caches appended in place (ge/run/kv_alias.py)."""
+        names = self._named if named else {}
+        graph, _ = shape_program.collapse(self.graph, names)
+        if names:
             graph, _ = dedup.merge_equal(graph)
         if self._kv_cache:
             graph, _ = kv_alias.alias(graph)
@@ -436,11 +441,12 @@ class Executor:
         the generic plan in use). With a smaller ``team`` (busy CPUs), on the generic
         plan bound for that team once the builder thread made it (its primitives per row count are
         created on the caller's team, which the run sets to ``team``)."""
-        if self._name_groups and not shape_program.names_agree(self._name_groups, feeds):
-            return self._run_specialised(feeds)
         self._cache.generic_runs += 1
         try:
             plan = self.generic_plan()
+            if self._name_groups and not shape_program.names_agree(self._name_groups, feeds):
+                # the inputs give a name two sizes (valid ONNX: pasts of different lengths per layer)
+                return _pinned_run(self._plain_plan(), feeds)
             if team is not None:
                 reduced = self._generic_teams.get(team)
                 if reduced is not None:
@@ -465,14 +471,16 @@ class Executor:
                 self._generic_failed = False
                 raise
 
-    def _run_specialised(self, feeds: Sequence[np.ndarray]) -> list[np.ndarray]:
-        """A run on the plan specialised for these feeds, built now if not cached (the generic plan's
-        reading of named dims does not hold for them: ``names_agree``)."""
-        hit = self.plan_for(feeds)
-        try:
-            return _pinned_run(hit[0], feeds)
-        except PlanClosedError:  # evicted by another thread's build since: look it up again
-            return self._run_specialised(feeds)
+    def _plain_plan(self) -> Plan:
+        """The shape-generic plan without the named dims' reading (``names_agree`` fails for a call's
+        feeds), built at its first use. Such calls used to run a plan specialised for their shapes: a
+        plan built per call in a decode loop whose layers' pasts differ in length, twice a step's time."""
+        if self._plain is None:
+            with self._generic_lock:
+                if self._plain is None:
+                    self._plain = Plan(self._generic_graph(named=False), release=self.release_pages,
+                                       generic_bind=True, interim=self._in_background())
+        return self._plain
 
     def _in_background(self) -> bool:
         """A new signature of this graph runs generic while its plan is built off the caller
