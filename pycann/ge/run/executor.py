@@ -139,6 +139,7 @@ class Executor:
         self._named = shape_program.input_dim_names(graph) if specialize is not None else {}
         self._name_groups = shape_program.name_groups(graph) if self._named else ()
         self._plain: Plan | None = None
+        self._nonzero: tuple[tuple[int, int], ...] = ()  # (input, axis) of names the generic plan assumed not 0
         # graphs whose inputs are all static have one signature: specialise it whatever the policy
         self._static = all(getattr(graph.descs.get(n), "is_static", False) for n in graph.inputs)
         self._vision = is_vision(graph)
@@ -246,8 +247,11 @@ class Executor:
         False (the plan of calls that break the names), and, unless ``PYCANN_KV_CACHE=off``, its KV
         caches appended in place (ge/run/kv_alias.py)."""
         names = self._named if named else {}
-        graph, _ = shape_program.collapse(self.graph, names)
+        nonzero: set[str] = set()
+        graph, _ = shape_program.collapse(self.graph, names, nonzero)
         if names:
+            self._nonzero = tuple((self.graph.inputs.index(self._named[s][0]), self._named[s][1])
+                                  for s in sorted(nonzero))
             graph, _ = dedup.merge_equal(graph)
         if self._kv_cache:
             graph, _ = kv_alias.alias(graph)
@@ -444,8 +448,10 @@ class Executor:
         self._cache.generic_runs += 1
         try:
             plan = self.generic_plan()
-            if self._name_groups and not shape_program.names_agree(self._name_groups, feeds):
-                # the inputs give a name two sizes (valid ONNX: pasts of different lengths per layer)
+            if (self._name_groups or self._nonzero) \
+                    and not shape_program.names_agree(self._name_groups, feeds, self._nonzero):
+                # the inputs give a name two sizes (valid ONNX: pasts of different lengths per layer), or
+                # 0 to one the plan's Reshape targets assumed not 0
                 return _pinned_run(self._plain_plan(), feeds)
             if team is not None:
                 reduced = self._generic_teams.get(team)

@@ -30,8 +30,9 @@ decoder (each reading its own ``past_key_i`` or activation) become one program, 
 names come from shape inference run again from the inputs' names (``InferShapes``' rules, which
 keep a name only where the op makes the dim equal), with two additions from the arithmetic: a
 ``Range`` of step 1 whose length is a named dim, and a ``Reshape`` whose target dims are named
-dims, get those names. The caller must check the names at run time (``names_agree``) and use a
-plan without them when they differ.
+dims, get those names (with ``allowzero`` 0 a target dim that is 0 copies the input's dim: such a
+name is one the call must give a size other than 0, ``collapse``'s ``nonzero``). The caller must
+check the names at run time (``names_agree``) and use a plan without them when they differ.
 """
 
 from __future__ import annotations
@@ -235,8 +236,14 @@ def name_groups(graph: Graph) -> tuple[tuple[tuple[int, int], ...], ...]:
     return tuple(tuple(v) for v in at.values() if len(v) > 1)
 
 
-def names_agree(groups: tuple[tuple[tuple[int, int], ...], ...], feeds: Sequence[Any]) -> bool:
-    """Whether ``feeds`` (arrays in graph-input order) give each group of ``name_groups`` one size."""
+def names_agree(groups: tuple[tuple[tuple[int, int], ...], ...], feeds: Sequence[Any],
+                nonzero: Sequence[tuple[int, int]] = ()) -> bool:
+    """Whether ``feeds`` (arrays in graph-input order) give each group of ``name_groups`` one size, and
+    the dims at ``nonzero`` ((input index, axis): names ``collapse`` assumed not 0) are not 0."""
+    for i, axis in nonzero:
+        shape = getattr(feeds[i] if i < len(feeds) else None, "shape", None)
+        if shape is None or axis >= len(shape) or shape[axis] == 0:
+            return False
     for group in groups:
         size = None
         for i, axis in group:
@@ -263,10 +270,13 @@ def _symbol(d: Dim, descs: Mapping[str, TensorDesc]) -> int | str | None:
     return s if isinstance(s, str) else None
 
 
-def _refine(node: Node, g: Graph, vals: Mapping[str, Vec], descs: dict[str, TensorDesc]) -> None:
+def _refine(node: Node, g: Graph, vals: Mapping[str, Vec], descs: dict[str, TensorDesc],
+            nonzero: set[str] | None = None) -> None:
     """``descs`` of ``node``'s outputs inferred again from ``descs`` (names included), plus the names
     a Range's length or a Reshape's target carries (module doc). A node that cannot be inferred (a body,
-    an error) gets its outputs' compiled descs without names."""
+    an error) gets its outputs' compiled descs without names. A Reshape target's named dim that holds
+    only while the name is not 0 (``allowzero`` 0 copies the input's dim for a 0) is kept and added to
+    ``nonzero`` when given, else dropped."""
     outs: list[TensorDesc] | None = None
     if not node.subgraphs:
         try:
@@ -298,8 +308,17 @@ def _refine(node: Node, g: Graph, vals: Mapping[str, Vec], descs: dict[str, Tens
             dims: list[Any] = []
             for i, (dim, have) in enumerate(zip(target.dims, got)):
                 s = _symbol(dim, descs)
-                if s == 0 and not keep:  # 0 copies the input's dim
-                    s = data.shape[i] if data is not None and data.shape is not None and i < len(data.shape) else None
+                if not keep and (s == 0 or isinstance(s, str)):
+                    # 0 copies the input's dim, so a named dim that is 0 in a call copies it too: the
+                    # name holds where the input's dim is that name (or 0), else only while it is not 0
+                    copied = data.shape[i] if data is not None and data.shape is not None and i < len(data.shape) else None
+                    if not isinstance(s, str):
+                        s = copied
+                    elif copied not in (s, 0):
+                        if nonzero is None:
+                            s = None
+                        else:
+                            nonzero.add(s)
                 dims.append(have if have is not None or s is None else s)
             outs = [TensorDesc(outs[0].dtype, tuple(dims), outs[0].format, outs[0].kind)]
     for o, out in zip(node.outputs, outs):
@@ -307,10 +326,13 @@ def _refine(node: Node, g: Graph, vals: Mapping[str, Vec], descs: dict[str, Tens
             descs[o] = out
 
 
-def collapse(graph: Graph, named: Mapping[str, tuple[str, int]] | None = None) -> tuple[Graph, int]:
+def collapse(graph: Graph, named: Mapping[str, tuple[str, int]] | None = None,
+             nonzero: set[str] | None = None) -> tuple[Graph, int]:
     """A copy of ``graph`` with its shape arithmetic collapsed (module doc), and how many nodes it removed
     (0: the graph itself is returned). ``graph`` is not changed. ``named`` (``input_dim_names``): read
-    named dims from the input carrying the name first (the caller checks ``names_agree`` per call)."""
+    named dims from the input carrying the name first (the caller checks ``names_agree`` per call).
+    ``nonzero``: gets the names the reading assumed not 0 (a Reshape's target: ``_refine``), which the
+    caller checks too; without it such names are not carried."""
     vals: dict[str, Vec] = {}
     for name, a in graph.initializers.items():
         v = _const_vec(a)
@@ -326,7 +348,7 @@ def collapse(graph: Graph, named: Mapping[str, tuple[str, int]] | None = None) -
             vals[n.outputs[0]] = v
             tracked.add(id(n))
         elif descs is not None:
-            _refine(n, graph, vals, descs)
+            _refine(n, graph, vals, descs, nonzero)
     if not tracked:
         return graph, 0
     # values the rest of the graph reads: each gets one ShapeOf (or a constant) in place of its producer
