@@ -25,8 +25,9 @@ def _k_expand(inputs: Inputs, attrs: Attrs) -> list[np.ndarray]:
     x = inputs[0]
     require_vector_input("shape", inputs[1])  # (as shape inference says it, for a shape input of unknown rank)
     shape = np.broadcast_shapes(x.shape, tuple(ints(inputs[1])))
-    # A contiguous copy: a zero-stride broadcast view would surprise writers of graph outputs.
-    return [np.ascontiguousarray(np.broadcast_to(x, shape))]
+    # A contiguous copy: a zero-stride broadcast view would surprise writers of graph outputs
+    # (``copy``, not ``ascontiguousarray``: that makes a 0-d result 1-d, Expand(scalar, []) -> [1])
+    return [np.broadcast_to(x, shape).copy()]
 
 
 def _infer_expand(ctx: InferContext) -> list[TensorDesc]:

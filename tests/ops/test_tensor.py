@@ -179,7 +179,8 @@ def test_split_equal_by_output_count(opset: int) -> None:
 
 
 # --------------------------------------------------------------------------- Expand / Tile
-@pytest.mark.parametrize("xs,shape", [((3, 1), (2, 3, 4)), ((1, 4), (3, 1)), ((2, 1, 3), (1,)), ((1,), (0, 2))])
+@pytest.mark.parametrize("xs,shape", [((3, 1), (2, 3, 4)), ((1, 4), (3, 1)), ((2, 1, 3), (1,)), ((1,), (0, 2)),
+                                      ((), ()), ((), (2,))])  # a 0-d input and shape []: a 0-d output
 def test_expand(xs: tuple, shape: tuple) -> None:
     x = rng.standard_normal(xs).astype(np.float32)
     check_op("Expand", [x, I64(*shape)], opset=13, const_inputs=(1,))
