@@ -1,6 +1,6 @@
 """Random models for the named-dims fuzzer: inputs whose dynamic dims carry shared ``dim_param``
 names, shape arithmetic on them (Shape with start, Gather, Unsqueeze, Concat, Add/Sub/Mul, Slice)
-feeding shape-sensitive ops (Reshape with 0 / -1 / allowzero, Expand, Tile, Pad, Slice with
+feeding shape-sensitive ops (Reshape with 0 / -1, or allowzero with a target of sizes, Expand, Tile, Pad, Slice with
 clamped bounds, Range with steps 1, 2, -1, ConstantOfShape, Squeeze without axes, Flatten,
 broadcasts, Where), GPT-2-like masks sliced from a per-layer constant table, and repeated nodes.
 Half the models are "decoders": one random block applied to each of several inputs of the same
@@ -75,7 +75,12 @@ def _block(rng: np.random.Generator, b: _Builder, tens: list[str]) -> list[str]:
         elif c < 0.48:
             vecs.append(b.emit("Slice", [pick(vecs), i64(int(rng.integers(-2, 1))), i64(int(rng.integers(1, 4)))]))
         elif c < 0.54:
-            out = b.emit("Reshape", [pick(tens), pick(vecs)], allowzero=int(rng.random() < 0.2))
+            if rng.random() < 0.8:
+                out = b.emit("Reshape", [pick(tens), pick(vecs)])
+            else:  # allowzero: a target without -1 (0 and -1 together are invalid, ONNX's Reshape)
+                dims = b.emit("Shape", [pick(tens)])
+                target = b.emit("Concat", [dims, i64(int(rng.integers(0, 3)))], axis=0) if rng.random() < 0.5 else dims
+                out = b.emit("Reshape", [pick(tens), target], allowzero=1)
         elif c < 0.58:
             out = b.emit("Expand", [pick(tens), pick(vecs)])
         elif c < 0.62:
