@@ -7,6 +7,7 @@ from __future__ import annotations
 import numpy as np
 import onnx
 import onnxruntime as ort
+import pytest
 from onnx import TensorProto, helper, numpy_helper
 
 from pycann.config import PlanCacheConfig, PlanPolicy
@@ -133,11 +134,13 @@ def test_placeholder_dim_params_are_not_names() -> None:
     assert shape_program.name_groups(g) == (((0, 1), (1, 1)),)
 
 
-def test_reshape_to_a_named_dim_that_is_zero_copies_the_input_dim() -> None:
+@pytest.mark.parametrize("dim", ["n", "?"])
+def test_reshape_to_a_named_dim_that_is_zero_copies_the_input_dim(dim: str) -> None:
     """``Reshape(d, [n, -1])`` with ``n`` read from ``x``'s named dim: with ``allowzero`` 0 an ``n`` of 0
     copies ``d``'s dim, so the output's dim is ``n`` only while ``n`` is not 0. The generic plan read
     ``n`` for the output's Shape (ConstantOfShape of shape [0, 0] instead of ORT's [4, 0]); a call with
-    ``n`` = 0 now runs the plan without names, the others keep the named reading."""
+    ``n`` = 0 now runs the plan without names, the others keep the named reading. A placeholder
+    (``?``) is no name: nothing is assumed of it (it made the plan's build fail with KeyError)."""
     i64 = TensorProto.INT64
     nodes = [helper.make_node("Shape", ["x"], ["s"]), helper.make_node("Gather", ["s", "i0"], ["n"], axis=0),
              helper.make_node("Unsqueeze", ["n", "ax0"], ["nu"]), helper.make_node("Concat", ["nu", "m1"], ["t"], axis=0),
@@ -145,15 +148,17 @@ def test_reshape_to_a_named_dim_that_is_zero_copies_the_input_dim() -> None:
              helper.make_node("ConstantOfShape", ["sr"], ["y"])]
     inits = [numpy_helper.from_array(np.array(0, np.int64), "i0"), numpy_helper.from_array(np.array([0], np.int64), "ax0"),
              numpy_helper.from_array(np.array([-1], np.int64), "m1")]
-    g = helper.make_graph(nodes, "g", [helper.make_tensor_value_info("x", F, ["n", 2]),
-                                       helper.make_tensor_value_info("d", F, ["a", "b"])],
+    g = helper.make_graph(nodes, "g", [helper.make_tensor_value_info("x", F, [dim, 2]),
+                                       helper.make_tensor_value_info("d", F, ["a", "b"]),
+                                       helper.make_tensor_value_info("z", F, ["n"])],
                           [helper.make_tensor_value_info("y", F, None), helper.make_tensor_value_info("sr", i64, [2])], inits)
     model = helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)]).SerializeToString()
     lm = LoadedModel.from_compiled(compile_model(model), plan_cache=PlanCacheConfig(policy=PlanPolicy.GENERIC))
     sess = ort.InferenceSession(model, providers=["CPUExecutionProvider"])
     for xs, ds in (((3, 2), (3, 4)), ((0, 2), (4, 0)), ((2, 2), (4, 3))):
-        x, d = np.ones(xs, np.float32), np.ones(ds, np.float32)
-        for got, want in zip(lm.run([x, d]), sess.run(None, {"x": x, "d": d})):
+        x, d, z = np.ones(xs, np.float32), np.ones(ds, np.float32), np.ones(xs[0], np.float32)
+        for got, want in zip(lm.run([x, d, z]), sess.run(None, {"x": x, "d": d, "z": z})):
             assert got.shape == want.shape and np.array_equal(got, want), (xs, ds, got, want)
-        assert (lm.executor._plain is not None) == (xs[0] == 0 or ds == (4, 3))
+        # (with '?' nothing is assumed, and no call needs the plan without names)
+        assert (lm.executor._plain is not None) == (dim == "n" and (xs[0] == 0 or ds == (4, 3)))
     assert lm.plan_cache_stats().built == 0

@@ -349,6 +349,10 @@ def collapse(graph: Graph, named: Mapping[str, tuple[str, int]] | None = None,
             tracked.add(id(n))
         elif descs is not None:
             _refine(n, graph, vals, descs, nonzero)
+    if nonzero is not None and named is not None:
+        # only the names read from the inputs make an assumption (a placeholder such as '?', or a name
+        # an output's declared shape gave a shape value, is read from the value itself)
+        nonzero.intersection_update(named)
     if not tracked:
         return graph, 0
     # values the rest of the graph reads: each gets one ShapeOf (or a constant) in place of its producer
