@@ -6,7 +6,8 @@ broadcasts, Where), GPT-2-like masks sliced from a per-layer constant table, and
 Half the models are "decoders": one random block applied to each of several inputs of the same
 named dims (a layer per past), constants stored once per layer, so that the generic plan's named
 dims and its merge of equal nodes (ge/run/shape_program.py, ge/run/dedup.py) have work to do.
-Feeds give each name one size (sometimes 0), now and then another size on one input."""
+Feeds give each name one size (sometimes 0), now and then another size on one input; each ``?``
+dim its own size."""
 
 from __future__ import annotations
 
@@ -17,7 +18,7 @@ import onnx
 from onnx import TensorProto, helper, numpy_helper
 
 F, I64 = TensorProto.FLOAT, TensorProto.INT64
-NAMES = ("n", "m", "k")
+NAMES = ("n", "m", "k", "?")  # ('?': a placeholder, Paddle2ONNX's: no name, each dim its own size)
 
 
 class _Builder:
@@ -138,7 +139,7 @@ def named_dims_model(seed: int) -> tuple[onnx.ModelProto, list[tuple[str, list[A
     b = _Builder()
     inputs = []
     for i in range(int(rng.integers(1, 4))):
-        dims = [NAMES[int(rng.integers(0, 3))] if rng.random() < 0.7 else int(rng.integers(1, 4))
+        dims = [NAMES[int(rng.integers(0, len(NAMES)))] if rng.random() < 0.7 else int(rng.integers(1, 4))
                 for _ in range(int(rng.integers(1, 4)))]
         inputs.append((f"x{i}", dims))
     if rng.random() < 0.5:  # a decoder: the same block per layer's past
@@ -172,6 +173,7 @@ def named_dims_feeds(seed: int, inputs: list[tuple[str, list[Any]]]) -> list[np.
     size = {n: int(rng.integers(0, 5)) if rng.random() < 0.15 else int(rng.integers(1, 5)) for n in NAMES}
     feeds = []
     for _, dims in inputs:
-        shape = [d if isinstance(d, int) else size[d] if rng.random() < 0.9 else int(rng.integers(0, 5)) for d in dims]
+        shape = [d if isinstance(d, int) else size[d] if d != "?" and rng.random() < 0.9 else int(rng.integers(0, 5))
+                 for d in dims]
         feeds.append(np.round(rng.standard_normal(shape) * 2).astype(np.float32))
     return feeds
