@@ -212,7 +212,14 @@ def _k_reshape(inputs: Inputs, attrs: Attrs) -> list[np.ndarray]:
     x, shape = inputs[0], ints(inputs[1])
     if not attrs["allowzero"]:
         shape = [x.shape[i] if d == 0 and i < x.ndim else d for i, d in enumerate(shape)]
+    elif 0 in shape and -1 in shape:
+        raise ValueError(_ALLOWZERO_BOTH.format(shape=shape))
     return [x.reshape(shape)]
+
+
+_ALLOWZERO_BOTH = ("input 'shape' {shape} has both a 0 and a -1 with allowzero=1, which the ONNX spec makes invalid "
+                   "(the -1 cannot be inferred from an output of 0 elements); give the size in place of -1, or "
+                   "set allowzero=0 so that 0 copies the input's dim")
 
 
 def _infer_reshape(ctx: InferContext) -> list[TensorDesc]:
@@ -229,6 +236,8 @@ def _infer_reshape(ctx: InferContext) -> list[TensorDesc]:
         raise ctx.fail(f"input 'shape' {shape} has more than one -1")
     if any(d < -1 for d in shape):
         raise ctx.fail(f"input 'shape' {shape} has a negative dim other than -1")
+    if ctx.attrs["allowzero"] and 0 in shape and -1 in shape:
+        raise ctx.fail(_ALLOWZERO_BOTH.format(shape=shape))
     in_shape = None if x is None else x.shape
     out: list[Dim] = []
     for i, d in enumerate(shape):

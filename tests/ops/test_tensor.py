@@ -70,6 +70,16 @@ def test_reshape(shape: tuple, allowzero: int) -> None:
     check_op("Reshape", [x, I64(*shape)], {"allowzero": allowzero}, opset=14, const_inputs=(1,))
 
 
+def test_reshape_allowzero_with_0_and_minus_1_is_refused_clearly() -> None:
+    """ONNX Reshape: with allowzero=1 a shape holding both 0 and -1 is invalid; the error says so (it
+    was numpy's "cannot reshape array of size 0 into shape (0,-1)"), at shape inference and in the kernel."""
+    x = np.zeros((0, 3), np.float32)
+    with pytest.raises(ShapeError, match="both a 0 and a -1 with allowzero=1"):
+        infer("Reshape", [F(0, 3), L(2)], [None, I64(0, -1)], {"allowzero": 1})
+    with pytest.raises(ValueError, match="both a 0 and a -1 with allowzero=1"):
+        lookup("Reshape", "", 14).kernel([x, I64(0, -1)], {"allowzero": 1})
+
+
 def test_reshape_view_and_infer() -> None:
     (y,) = check_op("Reshape", [X, I64(6, 4)], opset=13)
     assert np.shares_memory(y, X)
