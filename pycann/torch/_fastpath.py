@@ -158,7 +158,7 @@ def run(cache: OpCache, args: Sequence[Any], kwargs: dict[str, Any]) -> Any:
         return args[0]
     if h.bound:
         counters["bound_calls"] += 1
-    y = torch.from_numpy(_pycann_ops._array(h.kernel(ins, h.attrs)[0]))
+    y = torch.from_numpy(_pycann_ops.compute(h, ins))
     if fc.result is None:
         return to_npu(y, fc.index)
     out = fc.result(y, args)

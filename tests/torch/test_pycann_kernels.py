@@ -330,15 +330,16 @@ def test_softmax_of_a_non_contiguous_input_is_contiguous_as_on_cpu() -> None:
 
 
 def test_group_norm_after_a_channels_last_conv_matches_cpu() -> None:
-    """GroupNorm after a conv (whose npu result is channels-last): ATen's CompositeExplicitAutograd
+    """GroupNorm after a conv whose result is channels-last (a channels-last input): ATen's CompositeExplicitAutograd
     ``native_group_norm`` for devices other than CPU/CUDA ``view``s its input, which raised "view size
     is not compatible with input tensor's size and stride" (forward and training alike); the npu
     runs torch's CPU kernel, which takes any layout."""
     torch.manual_seed(0)
     ref = torch.nn.Sequential(torch.nn.Conv2d(3, 4, 3, padding=1), torch.nn.GroupNorm(2, 4), torch.nn.SiLU())
     npu = copy.deepcopy(ref).npu()
-    x = torch.randn(2, 3, 6, 6)
+    x = torch.randn(2, 3, 6, 6).contiguous(memory_format=torch.channels_last)
     xc, xn = x.clone().requires_grad_(), x.npu().requires_grad_()
+    assert npu[0](xn).is_contiguous(memory_format=torch.channels_last)
     want, got = ref(xc), npu(xn)
     torch.testing.assert_close(got.cpu(), want, rtol=1e-5, atol=1e-5)
     want.pow(2).sum().backward()
