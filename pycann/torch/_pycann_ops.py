@@ -130,7 +130,9 @@ def _bind(op_type: str, ins: list[np.ndarray | None], attrs: Mapping[str, Any], 
         return pair[0], pair[1], full, False
     if op_type == "Conv" and 1 in const_at and (len(ins) < 3 or ins[2] is None or 2 in const_at) \
             and want is not None and _layout.contiguous(res.shape, want, res.itemsize):
-        k = _bound_pointwise_nchw(ins, full)
+        from pycann.torch import _conv_nchw
+
+        k = _conv_nchw.bind(ins, full)
         if k is not None:
             return k, None, full, True
     if op_type == "BatchNormalization" and set(const_at) >= {1, 2, 3, 4}:
@@ -177,45 +179,6 @@ def _torch_eltwise(op_type: str, ins: Sequence[np.ndarray | None]) -> tuple[Any,
         fn(*inputs[:n], outs[0])
 
     return kernel, into
-
-
-_POINTWISE_MIN_PIXELS = 144
-"""Below this many output pixels (7x7 planes: ResNet-50's last stage) the channels-last conv and its
-two reorders beat the matrix product (0.37 against 0.50 ms for 2048 -> 512 channels at 7x7)."""
-
-
-def _bound_pointwise_nchw(ins: Sequence[np.ndarray | None], attrs: Mapping[str, Any]) -> Any:
-    """A 1x1 stride-1 convolution of a contiguous input whose result is contiguous (ATen's rule for a
-    contiguous input and weight) as one matrix product ``W[O, C] @ X[n][C, H*W]`` on torch's BLAS:
-    the result is NCHW as it comes, where the channels-last conv would need its input and its result
-    reordered (a contiguous ResNet-50 has 36 such convs). None for other convs."""
-    x, w = ins[0], ins[1]
-    b = ins[2] if len(ins) > 2 else None
-    if x is None or w is None or x.dtype != np.float32 or w.dtype != np.float32 or x.ndim != 4 or w.ndim != 4 \
-            or w.shape[2:] != (1, 1) or int(attrs.get("group", 1)) != 1 or not x.flags.c_contiguous \
-            or any(int(v) != 1 for v in list(attrs.get("strides", [1, 1])) + list(attrs.get("dilations", [1, 1]))) \
-            or any(int(p) for p in attrs.get("pads", [0, 0, 0, 0])) or x.shape[2] * x.shape[3] < _POINTWISE_MIN_PIXELS \
-            or (b is not None and b.dtype != np.float32):
-        return None
-    n, c, hh, ww = x.shape
-    o = w.shape[0]
-    w2 = torch.from_numpy(np.ascontiguousarray(w.reshape(o, c)))
-    b2 = None if b is None else torch.from_numpy(np.ascontiguousarray(b)).reshape(o, 1)
-    mm, addmm, from_numpy = torch.mm, torch.addmm, torch.from_numpy
-
-    def kernel(inputs: Sequence[Any], a: Mapping[str, Any]) -> list[np.ndarray]:
-        xt = from_numpy(inputs[0])
-        y = torch.empty((n, o, hh, ww), dtype=torch.float32)
-        for i in range(n):
-            xi, yi = xt[i].view(c, hh * ww), y[i].view(o, hh * ww)
-            if b2 is None:
-                mm(w2, xi, out=yi)
-            else:
-                addmm(b2, w2, xi, out=yi)
-        return [y.numpy()]
-
-    kernel.nchw = True  # type: ignore[attr-defined]  # (its input stays NCHW: ``_pre``)
-    return kernel
 
 
 def _channels_last(a: np.ndarray) -> bool:
