@@ -61,11 +61,12 @@ _DATA_WRITES = pytest.mark.xfail(strict=True, reason="a write through .data bump
 def test_conv_weight_written_through_data_is_followed() -> None:
     """``p.data.mul_(...)`` (EMA updates, old-style init and optimizers) writes the weight's
     storage through a tensor with its own version counter: the packed weight the conv was bound
-    with (fast path and general path alike) stays the old one."""
+    with (fast path and general path alike) stays the old one. (8 input channels: a conv the
+    channels-last kernel packs; a contiguous model's 1x1 convs and RGB stems read the weight itself.)"""
     torch.manual_seed(0)
-    conv = torch.nn.Conv2d(3, 4, 3).eval()
+    conv = torch.nn.Conv2d(8, 4, 3).eval()
     npu = copy.deepcopy(conv).npu()
-    x = torch.randn(2, 3, 6, 6)
+    x = torch.randn(2, 8, 6, 6)
     with torch.no_grad():
         for _ in range(2):
             npu(x.npu())
