@@ -189,7 +189,8 @@ def _bound_batch_norm(ins: Sequence[np.ndarray | None], attrs: Mapping[str, Any]
     """Inference BatchNormalization with constant scale, bias, mean and var, as GE computes it
     after folding: ``x * s + t`` with ``s = scale / sqrt(var + eps)``, ``t = bias - mean * s``
     computed once, run on the torch provider (``torch_eltwise.affine``, in the input's layout) or,
-    below its size threshold, as pycann's ElementwiseChain (numpy for small inputs)."""
+    below its size threshold, as pycann's ElementwiseChain (numpy for small inputs); a contiguous
+    (NCHW) input from that threshold on ATen's own batch-norm kernel (``torch_eltwise.bound_batch_norm``)."""
     from pycann.dtypes import TensorDesc, from_numpy
     from pycann.kernels.bind import PREPARE
     from pycann.ops.registry import lookup
@@ -206,6 +207,11 @@ def _bound_batch_norm(ins: Sequence[np.ndarray | None], attrs: Mapping[str, Any]
     t = (bias.astype(np.float64) - mean.astype(np.float64) * s64).astype(np.float32).reshape(bshape)
     from pycann.kernels.providers import torch_eltwise
 
+    if x.size >= torch_eltwise.MIN_ELEMENTS and x.ndim > 2 and x.flags.c_contiguous and not _channels_last(x):
+        # NCHW: ATen's batch-norm kernel (a vectorized pass per channel), where addcmul's broadcast over
+        # the spatial dims is 1.7-5x slower than over channels-last's innermost C
+        run_nchw = torch_eltwise.bound_batch_norm(scale, bias, mean, var, eps, tuple(x.shape))
+        return lambda inputs, a: [run_nchw(inputs[0])]
     if x.size >= torch_eltwise.MIN_ELEMENTS:
         # the torch provider: the same two float32 steps on torch's pool, where the eager
         # convolutions around it run (a oneDNN chain here woke the other pool's workers each call)
