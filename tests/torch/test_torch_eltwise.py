@@ -55,7 +55,24 @@ def test_affine_matches_the_folded_batch_norm_steps() -> None:
     np.testing.assert_array_equal(y[~fin & ~np.isnan(want)], want[~fin & ~np.isnan(want)])
 
 
+def test_batch_norm_of_a_contiguous_input_equals_torch_cpu() -> None:
+    """A contiguous (NCHW) input's batch norm runs ATen's kernel: torch CPU's values exactly, contiguous."""
+    x = np.ascontiguousarray(_nhwc(2, 32, 9, 9))
+    c = 32
+    w, b, m = (RNG.standard_normal(c).astype(np.float32) for _ in range(3))
+    v = RNG.uniform(0.5, 2.0, c).astype(np.float32)
+    y = torch_eltwise.bound_batch_norm(w, b, m, v, 1e-3, x.shape)(x)
+    want = torch.nn.functional.batch_norm(torch.from_numpy(x), *(torch.from_numpy(a) for a in (m, v, w, b)),
+                                          training=False, eps=1e-3).numpy()
+    assert y.flags.c_contiguous and y.dtype == np.float32
+    np.testing.assert_array_equal(y, want)
+
+
 @pytest.mark.parametrize("call", [
+    lambda: torch_eltwise.bound_batch_norm(*(np.ones(4, np.float32) for _ in range(3)), np.ones(4, np.float64),
+                                           1e-5, (1, 4, 2, 2)),
+    lambda: torch_eltwise.bound_batch_norm(*(np.ones(4, np.float32) for _ in range(4)), 1e-5,
+                                           (1, 4, 2, 2))(np.zeros((1, 4, 3, 3), np.float32)),
     lambda: torch_eltwise.relu_into(np.zeros(4, np.float64), np.zeros(4, np.float64)),
     lambda: torch_eltwise.add_into(np.zeros(4, np.float32), np.zeros(5, np.float32), np.zeros(4, np.float32)),
     lambda: torch_eltwise.bound_affine(np.zeros((4, 1), np.float32), np.zeros((4, 1), np.float32), (2, 3)),
