@@ -20,8 +20,6 @@ from __future__ import annotations
 
 import functools
 import re
-import sys
-import threading
 import time
 import warnings
 import weakref
@@ -33,7 +31,7 @@ import numpy as np
 import torch
 
 from pycann import config
-from pycann.torch import _fastpath, _pycann_ops, _rnn_cells, fallback
+from pycann.torch import _fastpath, _pycann_ops, _rnn_cells, _sync_debug, fallback
 from pycann.torch._alias import to_cpu, to_npu
 from pycann.torch.optable import Provider, PycannOp, provider_of, pycann_op
 
@@ -70,7 +68,7 @@ class _OpInfo:
     plain_tensor_args: tuple[int, ...] = ()
     fast: _fastpath.OpCache = field(default_factory=_fastpath.OpCache)  # a pycann op's recorded signatures
     fused_optimizer: bool = False  # one of ``_FUSED_OPTIMIZERS``: its written npu tensors get a version bump
-    # (info, args, kwargs) -> whether this call would synchronize on CUDA (``_SYNCING``), else None
+    # (info, args, kwargs) -> whether this call would synchronize on CUDA (``_sync_debug.SYNCING``), else None
     syncs: Any = None
 
 
@@ -130,7 +128,7 @@ def _info(op: Any) -> _OpInfo:
                    bool(mutable) and mutable[0] == 0 and not args[0].kwarg_only and writes[:1] == [0],
                    schema.name in _CROSS_DEVICE,
                    plain_tensor_args=tuple(i for i, a in enumerate(args) if str(a.type) == "Tensor"),
-                   fused_optimizer=name.startswith(_FUSED_OPTIMIZERS), syncs=_SYNCING.get(schema.name))
+                   fused_optimizer=name.startswith(_FUSED_OPTIMIZERS), syncs=_sync_debug.SYNCING.get(schema.name))
     _infos[id(op)] = info
     _keep.append(op)  # ids stay valid: the overloads live as long as the process anyway
     return info
@@ -358,8 +356,8 @@ def _stat(info: _OpInfo, provider: Provider) -> fallback.OpStat:
 
 def _kernel(op: Any, *args: Any, **kwargs: Any) -> Any:
     info = _infos.get(id(op)) or _info(op)
-    if sync_debug_mode and info.syncs is not None and info.syncs(info, args, kwargs):
-        _report_sync(info.name)
+    if info.syncs is not None and _sync_debug.mode and info.syncs(info, args, kwargs):
+        _sync_debug.report(info.name)
     t0 = _perf()
     provider = info.provider
     if provider is Provider.META:
@@ -571,139 +569,6 @@ def _device_error(info: _OpInfo, npu: torch.Tensor, other: torch.Tensor | None =
                        f"npu:{npu.get_device()} and cpu! (in {info.name}; move the CPU tensor with .npu() "
                        f"or .to(device))")
 
-
-# torch.npu.set_sync_debug_mode: 0 off, 1 warn, 2 error (``_report_sync``)
-sync_debug_mode = 0
-
-
-def _report_sync(name: str) -> None:
-    """torch_npu's / torch.cuda's report of a synchronizing call: a UserWarning naming the caller's
-    line (mode 1) or a RuntimeError (mode 2), with their message."""
-    if sync_debug_mode == 2:
-        raise RuntimeError(f"called a synchronizing NPU operation ({name})")
-    frame: Any = sys._getframe(1)
-    level = 2  # (level 1 is this function: start at its caller)
-    while frame is not None and frame.f_globals.get("__name__") == __name__:
-        frame, level = frame.f_back, level + 1
-    warnings.warn(f"called a synchronizing NPU operation ({name})", UserWarning, stacklevel=level)
-
-
-def _arg(info: _OpInfo, args: Sequence[Any], kwargs: dict[str, Any], name: str, default: Any = None) -> Any:
-    i = info.arg_names.index(name)
-    return args[i] if i < len(args) else kwargs.get(name, default)
-
-
-def _is_npu_tensor(x: Any) -> bool:
-    return isinstance(x, torch.Tensor) and not x.is_cpu and not x.is_meta
-
-
-def _blocking_host_copy(src: Any, dst_is_npu: bool, non_blocking: Any) -> bool:
-    """A copy between npu and host memory that waits for it (CUDA's memcpy_and_sync)."""
-    return not non_blocking and isinstance(src, torch.Tensor) and _is_npu_tensor(src) != dst_is_npu
-
-
-def _to_copy_syncs(info: _OpInfo, args: Sequence[Any], kwargs: dict[str, Any]) -> bool:
-    x = args[0]
-    dev = kwargs.get("device")
-    to_npu_ = _is_npu_tensor(x) if dev is None else torch.device(dev).type == _NPU
-    return _blocking_host_copy(x, to_npu_, kwargs.get("non_blocking"))
-
-
-def _copy_from_syncs(info: _OpInfo, args: Sequence[Any], kwargs: dict[str, Any]) -> bool:
-    return _blocking_host_copy(args[0], _is_npu_tensor(_arg(info, args, kwargs, "dst")),
-                               _arg(info, args, kwargs, "non_blocking", False))
-
-
-def _index_syncs(indices: Any) -> tuple[bool, int]:
-    """(an index is a host tensor: copied to the device; the number of bool / uint8 mask indices,
-    which become ``nonzero``: a data-dependent size)."""
-    host, masks = False, 0
-    for t in indices or ():
-        if isinstance(t, torch.Tensor):
-            host = host or t.is_cpu
-            masks += t.dtype in (torch.bool, torch.uint8)
-    return host, masks
-
-
-def _index_get_syncs(info: _OpInfo, args: Sequence[Any], kwargs: dict[str, Any]) -> bool:
-    host, masks = _index_syncs(_arg(info, args, kwargs, "indices"))
-    return host or masks > 0
-
-
-def _index_put_syncs(info: _OpInfo, args: Sequence[Any], kwargs: dict[str, Any]) -> bool:
-    indices = _arg(info, args, kwargs, "indices")
-    host, masks = _index_syncs(indices)
-    if host:
-        return True
-    if not masks:
-        return False
-    # ATen turns one mask and a one-element CPU value into masked_fill_, which needs no sync: on
-    # CUDA ``x[mask] = 1.0`` makes its value a CPU scalar, for the npu PyTorch makes it an npu
-    # tensor, so ``_setitem`` marks that call (``x[mask] = y``, y an npu tensor, does sync)
-    value = _arg(info, args, kwargs, "values")
-    single = sum(isinstance(t, torch.Tensor) for t in indices) == 1
-    cpu_scalar = isinstance(value, torch.Tensor) and value.numel() == 1 and (
-        value.is_cpu or getattr(_sync_tls, "scalar_value", False))
-    return not (single and masks == 1 and cpu_scalar and not _arg(info, args, kwargs, "accumulate", False))
-
-
-_sync_tls = threading.local()
-_setitem_wrapped: list[bool] = []
-
-
-def watch_setitem() -> None:
-    """Mark ``t[index] = <Python number>`` on npu tensors for ``_index_put_syncs`` (installed by
-    ``set_sync_debug_mode`` when it turns reporting on; once per process)."""
-    if _setitem_wrapped:
-        return
-    _setitem_wrapped.append(True)
-    orig = torch.Tensor.__setitem__
-
-    @functools.wraps(orig)
-    def __setitem__(self: torch.Tensor, index: Any, value: Any) -> None:  # noqa: N807 - the method's name
-        if not sync_debug_mode or isinstance(value, torch.Tensor) or not isinstance(value, (int, float, complex)):
-            return orig(self, index, value)
-        _sync_tls.scalar_value = True
-        try:
-            return orig(self, index, value)  # type: ignore[arg-type]
-        finally:
-            _sync_tls.scalar_value = False
-
-    torch.Tensor.__setitem__ = __setitem__  # type: ignore[method-assign, assignment]
-
-
-def _always(info: _OpInfo, args: Sequence[Any], kwargs: dict[str, Any]) -> bool:
-    return True
-
-
-# The calls that synchronize on CUDA, so that torch.npu.set_sync_debug_mode reports them as
-# torch.cuda's does (its c10::cuda::memcpy_and_sync / stream_synchronize checks): a value read on
-# the host (.item(), bool(t), .tolist() through the copy), blocking copies between npu and host
-# memory (.cpu(), .npu(), torch.tensor(..., device="npu"), copy_ across them; non_blocking=True
-# ones are not), and ops whose result size depends on the data (nonzero, boolean-mask indexing,
-# masked_select, unique, bincount, repeat_interleave without output_size).
-_SYNCING: dict[str, Any] = {
-    "aten::_local_scalar_dense": _always,
-    "aten::_to_copy": _to_copy_syncs,
-    "aten::_copy_from": _copy_from_syncs,
-    "aten::_copy_from_and_resize": _copy_from_syncs,
-    "aten::nonzero": _always,
-    "aten::masked_select": _always,
-    "aten::_unique": _always,
-    "aten::_unique2": _always,
-    "aten::unique_dim": _always,
-    "aten::unique_consecutive": _always,
-    "aten::unique_dim_consecutive": _always,
-    "aten::bincount": _always,
-    "aten::equal": _always,
-    "aten::repeat_interleave": lambda info, args, kwargs: (
-        isinstance(args[0], torch.Tensor) and kwargs.get("output_size") is None
-        and "output_size" in info.arg_names and info.arg_names[0] == "repeats"),
-    "aten::index": _index_get_syncs,
-    "aten::index_put": _index_put_syncs,
-    "aten::index_put_": _index_put_syncs,
-    "aten::_index_put_impl_": _index_put_syncs,
-}
 
 _SPECIAL: dict[str, Any] = {
     "aten::empty": _empty,

@@ -28,7 +28,6 @@ _OPTION_VALUES: dict[str, list[str] | Callable[[str], bool] | None] = {
 
 _options: dict[str, str] = {}
 _mm_bmm_nd = True
-_sync_debug_mode = 0
 _aoe_path: str | None = None
 
 
@@ -86,10 +85,9 @@ def get_mm_bmm_format_nd() -> bool:
 def set_sync_debug_mode(debug_mode: int | str) -> None:
     """torch.cuda's: "default"/0, "warn"/1, "error"/2 (RuntimeError for another string, as
     torch). With 1 / 2, a call on npu tensors that synchronizes on CUDA (``.item()``, ``.cpu()``,
-    ``nonzero``, ...: ``_dispatch._SYNCING``) warns "called a synchronizing NPU operation" (a
+    ``nonzero``, ...: ``_sync_debug.SYNCING``) warns "called a synchronizing NPU operation" (a
     UserWarning) / raises it (RuntimeError), as torch_npu and torch.cuda do; every npu op is
     synchronous here, so this reports what would stall a real device."""
-    global _sync_debug_mode
     if isinstance(debug_mode, str):
         modes = {"default": 0, "warn": 1, "error": 2}
         if debug_mode not in modes:
@@ -99,14 +97,15 @@ def set_sync_debug_mode(debug_mode: int | str) -> None:
         raise TypeError(f"set_sync_debug_mode: debug_mode must be an int or str, not {type(debug_mode).__name__}")
     if debug_mode not in (0, 1, 2):
         raise RuntimeError(f"invalid value of debug_mode {debug_mode}, expected 0 (default), 1 (warn) or 2 (error)")
-    _sync_debug_mode = debug_mode
-    from pycann.torch import _dispatch
+    from pycann.torch import _sync_debug
 
-    _dispatch.sync_debug_mode = debug_mode
+    _sync_debug.mode = debug_mode
     if debug_mode:
-        _dispatch.watch_setitem()
+        _sync_debug.watch_setitem()
 
 
 def get_sync_debug_mode() -> int:
     """The mode ``set_sync_debug_mode`` kept (0 by default)."""
-    return _sync_debug_mode
+    from pycann.torch import _sync_debug
+
+    return _sync_debug.mode
