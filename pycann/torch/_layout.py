@@ -48,7 +48,9 @@ def _channels_last_like(shape: Sequence[int], strides: Sequence[int]) -> bool:
 
 
 def _dense(shape: Sequence[int], order: Sequence[int]) -> tuple[int, ...]:
-    """Element strides of a dense tensor of ``shape`` whose dims, outermost first, are ``order``."""
+    """Element strides of a dense tensor of ``shape`` whose dims, outermost first, are ``order``.
+    (``onednn_capi.layout_strides`` computes the same, and NDHWC for 5-D; that module is imported only
+    where a oneDNN reorder is made, so the adaptor's layout rule does not depend on the library.)"""
     strides = [0] * len(shape)
     step = 1
     for d in reversed(order):
