@@ -5,12 +5,15 @@ input and its result reordered (docs/torch.md, "Memory formats").
 * a 1x1 convolution without padding (ResNet's bottleneck ends and projection shortcuts): one matrix
   product ``W[O, C] @ X[n][C, H*W]`` per image on torch's BLAS; a strided one gathers its input's
   pixels first (one copy of the pixels it reads);
-* a stem with few input channels (an RGB image's first conv): oneDNN's own NCHW convolution
-  (``torch.ops.mkldnn._convolution_pointwise`` with the plain weight, what ATen's CPU conv runs),
-  which reads NCHW directly there.
+* every other convolution (3x3, strided, grouped, depthwise, an RGB stem): ATen's own CPU conv
+  (``torch.conv2d`` on the host views: oneDNN's NCHW convolution for most shapes, which reorders
+  inside one call, and ATen's own choice for the rest), NCHW in and out.
 
-Other convolutions keep the channels-last conv between two reorders, which measured faster than
-oneDNN's NCHW path (ResNet-50's 3x3 convs: 0.68-0.82 against 0.74-1.20 ms)."""
+Why not the channels-last conv (``torch:conv2d_nhwc``) between two reorders: in a model, each of
+its three parallel regions follows ~50-100 us of Python (the reorders are pycann's own oneDNN
+calls), so the OpenMP worker often sleeps and wakes for each; ResNet-50's 3x3 convs took 0.4-0.5 ms
+more that way than ATen's conv in the same model (bench/RESULTS.md, thirty-second session). Alone,
+back to back, the two are within ~10-25 % either way by shape."""
 
 from __future__ import annotations
 
@@ -19,12 +22,6 @@ from typing import Any
 
 import numpy as np
 import torch
-
-from pycann.kernels.providers import torch_onednn
-
-STEM_CHANNELS = 4
-"""Input channels up to which a conv runs on oneDNN's NCHW path (a 7x7 stem over RGB: 0.78 against
-1.02 ms with the reorders)."""
 
 Kernel = Callable[[Sequence[Any], Mapping[str, Any]], list[np.ndarray]]
 
@@ -36,23 +33,22 @@ def _ints(attrs: Mapping[str, Any], name: str, default: list[int]) -> list[int]:
 def bind(ins: Sequence[np.ndarray | None], attrs: Mapping[str, Any]) -> Kernel | None:
     """An NCHW kernel ``k(inputs, attrs) -> [y]`` (contiguous ``y``) for the ONNX Conv of a
     contiguous float32 input ``ins[0]`` with constant weight ``ins[1]`` (and bias ``ins[2]``), or
-    None when this conv is not one of the forms above. The kernel is marked ``nchw`` (its input is
+    None when it is none of the forms above (another dtype or rank, asymmetric pads). The kernel is marked ``nchw`` (its input is
     not reordered first: ``_pycann_ops._pre``)."""
     x, w = ins[0], ins[1]
     b = ins[2] if len(ins) > 2 else None
     if x is None or w is None or x.ndim != 4 or w.ndim != 4 or x.dtype != np.float32 or w.dtype != np.float32 \
-            or not x.flags.c_contiguous or (b is not None and b.dtype != np.float32) or int(attrs.get("group", 1)) != 1:
+            or not x.flags.c_contiguous or (b is not None and b.dtype != np.float32):
         return None
+    group = int(attrs.get("group", 1))
     strides, dilations = _ints(attrs, "strides", [1, 1]), _ints(attrs, "dilations", [1, 1])
     pads = _ints(attrs, "pads", [0, 0, 0, 0])
     if len(strides) != 2 or len(pads) != 4 or pads[:2] != pads[2:]:
         return None
-    if w.shape[2:] == (1, 1) and not any(pads) and dilations == [1, 1]:
+    if w.shape[2:] == (1, 1) and not any(pads) and dilations == [1, 1] and group == 1:
         kernel = _pointwise(x.shape, w, b, strides)
-    elif x.shape[1] <= STEM_CHANNELS and torch_onednn.packing_supported():
-        kernel = _stem(w, b, strides, pads[:2], dilations)
     else:
-        return None
+        kernel = _aten_conv(w, b, strides, pads[:2], dilations, group)
     kernel.nchw = True  # type: ignore[attr-defined]
     return kernel
 
@@ -82,13 +78,15 @@ def _pointwise(xs: tuple[int, ...], w: np.ndarray, b: np.ndarray | None, strides
     return kernel
 
 
-def _stem(w: np.ndarray, b: np.ndarray | None, strides: list[int], padding: list[int],
-          dilations: list[int]) -> Kernel:
+def _aten_conv(w: np.ndarray, b: np.ndarray | None, strides: list[int], padding: list[int],
+               dilations: list[int], group: int) -> Kernel:
+    # ATen's own CPU conv: its choice of kernel (oneDNN for most, a direct loop for tiny images,
+    # where oneDNN's NCHW call took 90-110 us against ATen's 10-30 for a 64-channel 3x3 on 1x1-4x4)
     wt = torch.from_numpy(np.ascontiguousarray(w))
     bt = None if b is None else torch.from_numpy(np.ascontiguousarray(b))
-    op, from_numpy = torch.ops.mkldnn._convolution_pointwise, torch.from_numpy
+    op, from_numpy = torch.conv2d, torch.from_numpy
 
     def kernel(inputs: Sequence[Any], a: Mapping[str, Any]) -> list[np.ndarray]:
-        return [op(from_numpy(inputs[0]), wt, bt, padding, strides, dilations, 1, "none", [], "").numpy()]
+        return [op(from_numpy(inputs[0]), wt, bt, strides, padding, dilations, group).numpy()]
 
     return kernel

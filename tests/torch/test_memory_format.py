@@ -56,7 +56,7 @@ FORMATS = [NCHW, CL]
 def test_conv_result_follows_the_input_and_weight_formats(shape: tuple[int, ...], xf: torch.memory_format,
                                                           wf: torch.memory_format, k: int) -> None:
     """Channels-last when the input or the weight is (``suggest_memory_format``), else contiguous;
-    1x1 convs of contiguous inputs (a matrix product) and 3x3 ones (channels-last between reorders)."""
+    1x1 convs of contiguous inputs (a matrix product) and 3x3 ones (oneDNN's NCHW conv)."""
     torch.manual_seed(0)
     x = _x(shape, xf)
     w = (torch.randn(12, shape[1], k, k) * 0.1).contiguous(memory_format=wf)
@@ -64,6 +64,21 @@ def test_conv_result_follows_the_input_and_weight_formats(shape: tuple[int, ...]
     pad = k // 2
     _check(lambda x, w, b: F.conv2d(x, w, b, padding=pad), x, w, b)
     _check(lambda x, w: F.conv2d(x, w, stride=2, padding=pad), x, w)
+
+
+@pytest.mark.parametrize("xf", FORMATS)
+@pytest.mark.parametrize(("groups", "dilation", "k"), [(4, 1, 3), (16, 1, 3), (16, 1, 5), (1, 2, 3), (2, 1, 1)])
+def test_grouped_depthwise_and_dilated_convs_follow_the_input_format(xf: torch.memory_format, groups: int,
+                                                                     dilation: int, k: int) -> None:
+    """Contiguous grouped, depthwise (MobileNet's) and dilated convs run oneDNN's NCHW conv and give
+    torch CPU's values in its layout; a grouped 1x1 is not a single matrix product."""
+    torch.manual_seed(1)
+    x = _x((2, 16, 13, 11), xf)
+    w = torch.randn(32, 16 // groups, k, k) * 0.1
+    b = torch.randn(32)
+    pad = dilation * (k // 2)
+    _check(lambda x, w, b: F.conv2d(x, w, b, padding=pad, dilation=dilation, groups=groups), x, w, b)
+    _check(lambda x, w: F.conv2d(x, w, stride=2, padding=pad, dilation=dilation, groups=groups), x, w)
 
 
 @pytest.mark.parametrize("shape", SHAPES)
