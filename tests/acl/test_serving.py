@@ -415,6 +415,43 @@ def test_signals_during_runs_do_not_corrupt_memory(tmp_path: Path) -> None:
     assert "Exception ignored" not in r.stderr, r.stderr[-2000:]  # (the alternate stack's cleanup at exit)
 
 
+def test_openmp_workers_of_a_thread_that_runs_models_block_process_signals(dyn_om: Path) -> None:
+    """The OpenMP workers that run a model's kernels with its thread block the process-directed
+    signals (a timer's SIGALRM, SIGCHLD, ...), so those land on a thread with an alternate signal
+    stack, never on a worker inside oneDNN's JIT gemm; the calling thread's own mask is unchanged."""
+    import ctypes
+    import signal
+
+    from pycann.ge.run.model import LoadedModel
+    from pycann.kernels.providers import openmp
+
+    lm = LoadedModel.from_file(dyn_om)
+    masks: dict[int, set[int]] = {}
+
+    def work() -> None:
+        lm.run([np.ones((2, 4), np.float32)])
+        lib = openmp.library()
+        if lib is None or lib.omp_get_max_threads() < 2:
+            return
+        cb = ctypes.CFUNCTYPE(None, ctypes.c_void_p)(
+            lambda _: masks.__setitem__(int(lib.omp_get_thread_num()), set(signal.pthread_sigmask(signal.SIG_BLOCK, []))))
+        lib.GOMP_parallel(ctypes.cast(cb, ctypes.c_void_p), None, 0, 0)
+
+    before = set(signal.pthread_sigmask(signal.SIG_BLOCK, []))
+    t = threading.Thread(target=work)
+    t.start()
+    t.join(30)
+    if not masks:
+        pytest.skip("no libgomp loaded or a one-thread OpenMP team")
+    assert signal.SIGALRM not in masks[0] and signal.SIGCHLD not in masks[0], masks[0]  # the caller: as it was
+    workers = [i for i in masks if i > 0]
+    assert workers, masks
+    for i in workers:
+        assert openmp.ASYNC_SIGNALS <= masks[i], (i, sorted(openmp.ASYNC_SIGNALS - masks[i]))
+        assert signal.SIGSEGV not in masks[i] and signal.SIGFPE not in masks[i]
+    assert set(signal.pthread_sigmask(signal.SIG_BLOCK, [])) == before  # (this thread untouched)
+
+
 def test_threads_that_run_models_get_an_alternate_signal_stack(dyn_om: Path) -> None:
     """Each thread that runs a model has an alternate signal stack (Python's handlers run there, off
     the stack oneDNN's kernels use), switched off again when the thread ends."""

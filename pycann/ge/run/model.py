@@ -26,6 +26,7 @@ from pycann.ge.run.executor import Executor
 from pycann.ge.run.plan_cache import CacheStats
 from pycann.ge.run.specializer import Specializer, compiled_plan_holds
 from pycann.kernels import kv_cache
+from pycann.kernels.providers import openmp
 from pycann.profiler import hooks
 from pycann.runtime import signal_stack
 from pycann.runtime.host_allocator import keep_freed_memory
@@ -329,6 +330,7 @@ class LoadedModel:
         """Run with inputs in model order (a dict by name is ``run_dict``'s; a bare array feeds a
         single-input model, as InferSession.infer takes it); returns outputs in model order."""
         signal_stack.ensure()  # (signal handlers off this thread's stack: oneDNN's JIT gemm data lives below it)
+        openmp.shield_workers()  # (and none on its OpenMP workers' stacks, which run the same kernels)
         if isinstance(feeds, Mapping):  # iterating it fed its keys: "expected dtype float32, received <U1"
             return self.run_dict(feeds)
         if isinstance(feeds, np.ndarray):  # iterating it fed its rows: "received [3, 640, 640] (rank 3 ...)"

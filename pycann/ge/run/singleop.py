@@ -18,6 +18,7 @@ import numpy as np
 
 from pycann.dtypes import TensorDesc, from_numpy
 from pycann.errors import KernelError, ShapeError, UnsupportedOpError
+from pycann.kernels.providers import openmp
 from pycann.kernels.table import run_kernel
 from pycann.ops.opdef import InferContext, OpDef
 from pycann.ops.registry import lookup
@@ -104,6 +105,7 @@ def run_op(
     the attributes or inputs) or ``KernelError``, each naming the op.
     """
     signal_stack.ensure()  # (as LoadedModel.run: signal handlers off the stack the kernels use)
+    openmp.shield_workers()
     opdef = find_op(op_type, domain, opset)
     version = _opset(opdef, domain, opset)
     where = f"{op_type} (opset {version})"

@@ -94,6 +94,7 @@ def _serve(jobs: queue.Queue[Any]) -> None:
     while True:
         fn, args, done = jobs.get()
         try:
+            openmp.shield_workers()  # (this thread's team runs the child's plans: LoadedModel.run's shield)
             done.put((True, fn(*args)))
         except BaseException as e:  # noqa: BLE001 - handed to the caller, which raises it
             done.put((False, e))

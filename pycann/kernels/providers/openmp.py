@@ -14,9 +14,11 @@ from __future__ import annotations
 
 import ctypes
 import os
+import signal
+import threading
 from typing import Any
 
-__all__ = ["keep_warm", "library", "max_threads", "set_max_threads", "team"]
+__all__ = ["ASYNC_SIGNALS", "keep_warm", "library", "max_threads", "set_max_threads", "shield_workers", "team"]
 
 _SONAME = "libgomp.so.1"
 _lib: Any = None
@@ -93,3 +95,72 @@ def keep_warm() -> None:
         keep = _keep = (lib.GOMP_parallel, ctypes.cast(libc.free, ctypes.c_void_p).value)
     # free(NULL) is a no-op by the C standard and has GOMP_parallel's callback signature void (*)(void *)
     keep[0](keep[1], None, 0, 0)  # 0 threads: the team size of the calling thread (its ICV)
+
+
+#: Process-directed signals a process gets from outside (timers, children, terminals, process managers):
+#: the ones the OpenMP workers block (``shield_workers``). Not the synchronous ones (SIGSEGV, SIGBUS,
+#: SIGFPE, SIGILL, SIGTRAP), which the faulting thread itself must take, nor the real-time signals,
+#: which libraries aim at chosen threads (``timer_create`` with ``SIGEV_THREAD_ID``).
+ASYNC_SIGNALS: frozenset[int] = frozenset(
+    int(getattr(signal, name)) for name in (
+        "SIGALRM", "SIGVTALRM", "SIGPROF", "SIGCHLD", "SIGUSR1", "SIGUSR2", "SIGINT", "SIGTERM", "SIGHUP",
+        "SIGQUIT", "SIGIO", "SIGURG", "SIGWINCH", "SIGPWR")
+    if hasattr(signal, name))
+_CALLBACK = ctypes.CFUNCTYPE(None, ctypes.c_void_p)
+_shielded = threading.local()  # .team: the largest team of this thread whose workers block ASYNC_SIGNALS
+
+
+def shield_workers() -> bool:
+    """Block ``ASYNC_SIGNALS`` in the workers of the calling thread's OpenMP team (threads ``1..n-1``;
+    each sets its own mask inside one parallel region, as ``omp_affinity`` pins them), once per thread
+    and team size; True when they are blocked now (or the team has one thread). No-op (False) when no
+    libgomp is loaded or ``signal.pthread_sigmask`` is missing.
+
+    Why: oneDNN's JIT gemm kernels keep data below the stack pointer, and a signal handler's frame
+    pushed there corrupts it (``runtime/signal_stack.py``). The thread that runs a model gets an
+    alternate signal stack; its OpenMP workers run the same kernels, and a process-directed signal
+    (``setitimer``'s SIGALRM, SIGCHLD) may be delivered to any thread that does not block it. Blocked
+    in the workers, such a signal goes to a thread that takes it on its alternate stack (Python runs
+    its handlers on the main thread anyway). libgomp keeps a team's threads for the thread that
+    started it, so this holds until the team grows (``torch.set_num_threads``), which makes it run again.
+    In a forked child the forking thread does nothing (``omp_fork.stale``); the thread that runs the
+    child's plans shields its own team (``omp_fork.run_fresh``)."""
+    lib = _loaded()
+    mask = getattr(signal, "pthread_sigmask", None)
+    if lib is None or mask is None:
+        return False
+    from pycann.kernels.providers import omp_fork
+
+    if omp_fork.stale():
+        return False  # a forked child's forking thread: its pool is the parent's (a region would hang)
+    n = int(lib.omp_get_max_threads())
+    if n <= getattr(_shielded, "team", 1):
+        return True
+    done: list[int] = []
+
+    def work(_: object) -> None:
+        i = int(lib.omp_get_thread_num())
+        if i == 0:
+            return
+        try:
+            mask(signal.SIG_BLOCK, ASYNC_SIGNALS)
+            done.append(i)
+        except (OSError, ValueError):
+            pass
+
+    cb = _CALLBACK(work)
+    lib.GOMP_parallel(ctypes.cast(cb, ctypes.c_void_p), None, n, 0)
+    if sorted(done) != list(range(1, n)):
+        return False
+    _shielded.team = n
+    return True
+
+
+def _forked() -> None:
+    # a child's teams are new (its worker threads start from their caller's mask); the forking thread's
+    # own pool is the parent's and never runs a region (``omp_fork``: plans run on a fresh thread)
+    _shielded.team = 1
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_forked)
