@@ -1,6 +1,6 @@
 """Overridable initializers (ONNX IR >= 4: a graph input with an initializer): the initializer is
-the default, a feed overrides it — ONNX Runtime is the golden; a default folded away at compile
-time is refused by name."""
+the default, a feed overrides it — ONNX Runtime is the golden, also for a default the compiler
+folded into other constants."""
 
 from __future__ import annotations
 
@@ -62,11 +62,31 @@ def test_feed_overrides_the_default(tmp_path: Path) -> None:
         lm.run_dict({"x": x, "W": W[:1]})
 
 
-def test_folded_default_is_refused_by_name() -> None:
-    lm = loaded(conv_model(bn=True))
-    x = np.ones((1, 3, 5, 5), np.float32)
+def test_folded_default_can_be_fed(tmp_path: Path) -> None:
+    """A BatchNormalization scale folded into the Conv (and the Conv weight itself, folded with it)
+    can still be fed: the variant compiles from the source graph, as ONNX Runtime runs it; the
+    default run keeps the folded graph."""
+    m = conv_model(bn=True)
+    for n in "omv":  # every BN parameter an overridable initializer, as keep_initializers_as_inputs
+        m.graph.input.append(vi(n, [2]))
+    cm = pycann.compile_model(m)
+    assert "BatchNormalization" not in cm.graph.op_counts() and cm.graph.override_source is not None
+    cm.save(tmp_path / "m.om")
+    sess = ort.InferenceSession(m.SerializeToString())
+    x = RNG.standard_normal((1, 3, 5, 5)).astype(np.float32)
+    s2, v2 = np.array([-1.0, 3.0], np.float32), np.array([0.5, 2.0], np.float32)
+    for lm in (loaded(m), LoadedModel(cm.graph, cm.manifest), pycann.InferSession(0, str(tmp_path / "m.om"))):
+        run = lm.infer if isinstance(lm, pycann.InferSession) else lm.run_dict
+        for feeds in ({"x": x}, {"x": x, "s": s2}, {"x": x, "v": v2, "W": -W}, {"x": x, "s": s2, "b": B * 3}):
+            np.testing.assert_allclose(run(feeds)[0], sess.run(None, feeds)[0], rtol=1e-5, atol=1e-5)
+    lm = loaded(m)
     lm.run_dict({"x": x})
-    with pytest.raises(InputError, match=r"initializer 's' .* was folded into other constants"):
-        lm.run_dict({"x": x, "s": np.ones(2, np.float32)})
+    assert getattr(lm, "_variants", {}) == {}  # the default run compiles nothing
     with pytest.raises(InputError, match=r"unknown \['q'\]"):
         lm.run_dict({"x": x, "q": x})
+
+
+def test_verbatim_defaults_keep_no_source() -> None:
+    """Without folding (Conv + Relu) the compiled graph keeps no source: a feed turns the constant
+    into an input of the compiled graph."""
+    assert pycann.compile_model(conv_model()).graph.override_source is None

@@ -7,6 +7,7 @@ shape computations and the size-dependent kernel choices; docs/dynamic-shapes.md
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import operator
 import os
@@ -31,7 +32,7 @@ from pycann.ge.compile.passes.infer_shapes import infer_graph
 from pycann.ge.compile.passes.inline_if import inline_constant_ifs
 from pycann.ge.compile.pipelines import SHAPE_CHOICES, SIGNATURE_PIPELINE, SPECIALIZE_PIPELINE, run_pipeline
 from pycann.ge.compile.precision_config import settings_from_options
-from pycann.ge.ir import CompileContext, Graph, Node
+from pycann.ge.ir import CompileContext, Graph, Node, overrides
 from pycann.ge.ir.fingerprint import ALGORITHM as FINGERPRINT_ALGORITHM
 from pycann.ge.ir.fingerprint import graph_fingerprint
 from pycann.ge.planning.memory import plan_memory
@@ -213,8 +214,6 @@ def compile_model(
     precision_settings.output_type = output_type
     tune_key, tuned_off, tuned_record, kernel_bank = _tuned_graph(graph, options, say)
     disabled = list(dict.fromkeys([*options.disabled_passes, *tuned_off]))
-    ctx = PassContext(options={"disabled_passes": disabled, "precision": precision_settings,
-                               "fold_max_bytes": options.fold_max_bytes}, log=say)
     # read by KernelSelection here and when a run specialises the graph to its shapes, which
     # re-runs the fusion passes with the same switches
     graph.context = CompileContext(options.op_select_implmode, tuple(options.optypelist_for_implmode),
@@ -222,10 +221,10 @@ def compile_model(
                                    # absolute: the .om may load from another folder
                                    os.path.abspath(options.op_bank_path) if options.op_bank_path else "",
                                    kernel_bank)
-    graph = run_pipeline(graph, ctx)
-    if output_type:
-        _apply_output_type(graph, output_type)
-        precision.simplify_casts(graph)  # PrecisionMode's Cast back to float32, then --output_type's
+    source = overrides.snapshot(graph) if overrides.overridable(graph) else None
+    graph, ctx = _run_passes(graph, options, precision_settings, say)
+    if source is not None:
+        graph.override_source = overrides.keep_source(source, graph)
     gear_info = gears.record_gears(gear_plan, graph, specialize, say)
     mem = plan_memory(graph)
     say(f"[MemoryPlan] {mem.summary()}")
@@ -257,6 +256,31 @@ def compile_model(
     if fingerprint is not None:
         manifest["source_fingerprint"] = {"algorithm": FINGERPRINT_ALGORITHM, "sha256": fingerprint}
     return CompiledModel(graph, manifest, tune_key)
+
+
+def _run_passes(graph: Graph, options: CompileOptions, settings: Any,
+                say: Callable[[str], None]) -> tuple[Graph, PassContext]:
+    """The pass pipeline (switches: ``graph.context``), then ``--output_type`` (resolved into
+    ``settings.output_type`` beforehand)."""
+    ctx = PassContext(options={"disabled_passes": list(graph.context.disabled_passes), "precision": settings,
+                               "fold_max_bytes": options.fold_max_bytes}, log=say)
+    graph = run_pipeline(graph, ctx)
+    if settings.output_type:
+        _apply_output_type(graph, settings.output_type)
+        precision.simplify_casts(graph)  # PrecisionMode's Cast back to float32, then --output_type's
+    return graph, ctx
+
+
+def compile_variant(source: Graph, names: Sequence[str], manifest: dict[str, Any]) -> Graph:
+    """The model compiled again from ``source`` (a compiled graph's ``override_source``: the graph
+    as it entered the passes) with the overridable initializers ``names`` as inputs, under the
+    options the manifest recorded (pycann.ge.ir.overrides)."""
+    known = {f.name for f in dataclasses.fields(CompileOptions)}
+    options = CompileOptions(**{k: v for k, v in manifest.get("options", {}).items() if k in known})
+    settings = settings_from_options(options, lambda line: None)
+    graph = overrides.with_inputs(source, names)
+    settings.output_type = _output_type_by_value(graph, options.output_type)
+    return _run_passes(graph, options, settings, lambda line: None)[0]
 
 
 def _tuned_graph(graph: Graph, options: CompileOptions,

@@ -68,6 +68,9 @@ class Graph:
     metadata: dict[str, str] = field(default_factory=dict)
     # the compile options later specialisations repeat (ge/ir/context.py); the .om's "compile" section
     context: CompileContext = field(default_factory=CompileContext)
+    # a compiled graph whose overridable initializers were folded away: the graph as it entered the
+    # pass pipeline, from which a run that feeds one compiles its variant (ge/ir/overrides.py)
+    override_source: Graph | None = field(default=None, repr=False)
 
     # ------------------------------------------------------------------ queries
     def producers(self) -> dict[str, Node]:

@@ -4,10 +4,17 @@ ONNX semantics: the initializer is the input's default value and a feed override
 Runtime lists such names under ``get_overridable_initializers()``, not ``get_inputs()``). pycann
 compiles the default as a constant, so the common case (nobody feeds it: PyTorch's
 ``keep_initializers_as_inputs=True`` lists every weight) keeps constant folding and fused,
-pre-packed kernels. The importer records the names in ``graph.metadata[METADATA_KEY]``; a run
-that feeds one runs a variant of the compiled graph in which those constants are inputs. A
-default that the compiler folded into another constant (e.g. a BatchNormalization folded into a
-Conv's weights) no longer exists by itself and cannot be fed: that is refused, naming it.
+pre-packed kernels. The importer records the names in ``graph.metadata[METADATA_KEY]``.
+
+A run that feeds one runs a variant of the model in which those names are inputs:
+
+* every default the compiler kept verbatim (the same array, still read by a node): the variant
+  is the compiled graph with those constants turned into inputs (``with_inputs``), no compile;
+* a default the compiler folded into other constants (e.g. a BatchNormalization's scale folded
+  into a Conv's weights) or changed: the compiled graph keeps ``override_source``, the graph as
+  it entered the pass pipeline (``snapshot`` / ``keep_source``; stored in the .om, its unchanged
+  weights shared with the compiled graph's), and the variant is compiled from it with the fed
+  names live (``pycann.ge.compile.compiler.compile_variant``).
 """
 
 from __future__ import annotations
@@ -16,7 +23,7 @@ from collections.abc import Iterable
 
 from pycann.dtypes import TensorDesc, from_numpy
 from pycann.errors import InputError
-from pycann.ge.ir.graph import Graph
+from pycann.ge.ir.graph import Graph, Node
 
 METADATA_KEY = "overridable_initializers"
 
@@ -29,7 +36,8 @@ def overridable(graph: Graph) -> set[str]:
 def with_inputs(graph: Graph, names: Iterable[str]) -> Graph:
     """A copy of ``graph`` in which the initializers ``names`` are graph inputs (appended in
     sorted order), described by the default's dtype and shape. Raises ``InputError`` for a name
-    that is no overridable initializer or that the compiler folded away."""
+    that is no overridable initializer or that the compiler folded away (a compiled graph with an
+    ``override_source`` compiles its variants from that instead: ``LoadedModel._overriding``)."""
     names = sorted(names)
     allowed = overridable(graph)
     for n in names:
@@ -48,3 +56,28 @@ def with_inputs(graph: Graph, names: Iterable[str]) -> Graph:
     return Graph(nodes=list(graph.nodes), inputs=list(graph.inputs) + names, outputs=list(graph.outputs),
                  initializers={k: v for k, v in graph.initializers.items() if k not in names},
                  descs=descs, name=graph.name, opsets=dict(graph.opsets), metadata=dict(graph.metadata), context=graph.context)
+
+
+def snapshot(graph: Graph) -> Graph:
+    """A copy of ``graph`` that the pass pipeline cannot change: new node objects with their own
+    attribute dicts, subgraphs copied alike; initializer arrays shared (passes replace arrays,
+    they do not write into them)."""
+    def node(n: Node) -> Node:
+        attrs = {k: snapshot(v) if isinstance(v, Graph) else v for k, v in n.attrs.items()}
+        return Node(n.op_type, list(n.inputs), list(n.outputs), attrs, n.name, n.domain, n.opset, list(n.origin))
+
+    return Graph(nodes=[node(n) for n in graph.nodes], inputs=list(graph.inputs), outputs=list(graph.outputs),
+                 initializers=dict(graph.initializers), descs=dict(graph.descs), name=graph.name,
+                 opsets=dict(graph.opsets), metadata=dict(graph.metadata), context=graph.context)
+
+
+def keep_source(source: Graph, compiled: Graph) -> Graph | None:
+    """``source`` (the ``snapshot`` taken before the passes) when some overridable initializer of
+    it is not in ``compiled`` verbatim — gone, another array, or read by no node (folded into
+    other constants) — so that feeding it needs a variant compiled from the source; else None."""
+    read = {i for _, n in compiled.walk() for i in n.inputs}
+    for name in overridable(source):
+        arr = compiled.initializers.get(name)
+        if arr is None or arr is not source.initializers.get(name) or name not in read:
+            return source
+    return None

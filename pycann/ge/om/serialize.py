@@ -249,7 +249,7 @@ def encode_graph(graph: Graph, put: PutTensor) -> dict[str, Any]:
             inits.append({"name": name, **encode_tensor(np.asarray(arr), put)})
         except TypeError as e:
             raise TypeError(f"graph '{graph.name}' initializer '{name}': {e}") from None
-    return {
+    out = {
         "name": graph.name,
         "inputs": list(graph.inputs),
         "outputs": list(graph.outputs),
@@ -260,6 +260,9 @@ def encode_graph(graph: Graph, put: PutTensor) -> dict[str, Any]:
         "initializers": inits,
         "nodes": nodes,
     }
+    if graph.override_source is not None:  # its unchanged weights are the graph's own arrays: stored once
+        out["override_source"] = encode_graph(graph.override_source, put)
+    return out
 
 
 def _field(obj: dict[str, Any], key: str, kind: type, where: str, default: Any = None) -> Any:
@@ -328,6 +331,7 @@ def decode_graph(obj: dict[str, Any], get: GetTensor) -> Graph:
     if not all(isinstance(d, dict) for d in descs.values()):
         raise MalformedManifest(f"{where}: a tensor description is not an object")
     metadata = _metadata(_field(obj, "metadata", dict, where, {}), where)
+    source = obj.get("override_source")
     return Graph(
         nodes=[_decode_node(n, get, i) for i, n in enumerate(_field(obj, "nodes", list, where))],
         inputs=_names(obj, "inputs", where),
@@ -338,6 +342,7 @@ def decode_graph(obj: dict[str, Any], get: GetTensor) -> Graph:
         opsets={d: _int(v, "opset") for d, v in _field(obj, "opsets", dict, where, {}).items()},
         metadata=metadata,
         context=_context(obj, metadata, where),
+        override_source=None if source is None else decode_graph(source, get),
     )
 
 
