@@ -134,9 +134,17 @@ def _k_dropout(inputs: Inputs, attrs: Attrs) -> list[np.ndarray]:
 
 
 def _k_dropout_old(inputs: Inputs, attrs: Attrs) -> list[np.ndarray]:
-    """Dropout opsets 1-9: inference only; the mask has the input's dtype."""
+    """Dropout opsets 1-9: inference only; the mask has the input's dtype and is all zeros, as
+    ONNX Runtime returns it (the spec leaves an inference mask unsaid; docs/differences.md)."""
     x = inputs[0]
-    return [x, np.ones(x.shape, dtype=x.dtype)]
+    return [x, np.zeros(x.shape, dtype=x.dtype)]
+
+
+def _k_dropout_10(inputs: Inputs, attrs: Attrs) -> list[np.ndarray]:
+    """Dropout opsets 10-11: inference only (no training_mode yet); a bool mask, all false as
+    ONNX Runtime returns it (opset 12 made the inference mask all true)."""
+    x = inputs[0]
+    return [x, np.zeros(x.shape, dtype=np.bool_)]
 
 
 def _infer_dropout(ctx: InferContext) -> list[TensorDesc]:
@@ -285,7 +293,9 @@ OPS: list[OpDef] = [
     OpDef("DepthToSpace", _infer_d2s_fwd, _k_depth_to_space, since=1,
           attrs={"blocksize": REQUIRED, "mode": "DCR"}),
     OpDef("SpaceToDepth", _infer_s2d, _k_space_to_depth, since=1, attrs={"blocksize": REQUIRED}),
-    # Dropout 1-9: mask has the input's dtype; 10+: bool mask, ratio/training_mode inputs (12).
+    # Dropout 1-9: mask has the input's dtype; 10+: bool mask; 12+: ratio/training_mode inputs and an
+    # inference mask of ones (ONNX Runtime's 7-11 masks are zeros / false: docs/differences.md)
     OpDef("Dropout", _infer_dropout_old, _k_dropout_old, since=1),
-    OpDef("Dropout", _infer_dropout, _k_dropout, since=10, attrs={"seed": None}),
+    OpDef("Dropout", _infer_dropout, _k_dropout_10, since=10),
+    OpDef("Dropout", _infer_dropout, _k_dropout, since=12, attrs={"seed": None}),
 ]

@@ -261,8 +261,12 @@ def test_dropout_inference() -> None:
     check_op("Dropout", [X, np.array(0.3, np.float32)], n_outputs=2, opset=13)
     check_op("Dropout", [X, np.array(0.3, np.float32), np.array(False)], n_outputs=2, opset=13)
     check_op("Dropout", [X], n_outputs=1, opset=10)
+    for opset in (7, 10, 11, 12):  # the mask: ORT's zeros (7) / false (10, 11), then true (12+)
+        check_op("Dropout", [X], n_outputs=2, opset=opset)
     outs, descs = run_pycann_op("Dropout", [X], {}, 2, 7)
-    assert outs[1].dtype == np.float32 and descs[1].dtype == DType.FLOAT and (outs[1] == 1).all()
+    assert outs[1].dtype == np.float32 and descs[1].dtype == DType.FLOAT and (outs[1] == 0).all()
+    assert not run_pycann_op("Dropout", [X], {}, 2, 10)[0][1].any()
+    assert run_pycann_op("Dropout", [X], {}, 2, 12)[0][1].all()
 
 
 def test_dropout_training_mode_scales_kept_values() -> None:
