@@ -179,8 +179,9 @@ def set_dynamic_hw_size(model_id: int, dataset: int, index: int, height: int, wi
     h, w = as_int(height, "height"), as_int(width, "width")
     if rec.model.gears is not None:
         return _select(ds, rec.model.gears, "image_size", [h, w])
-    if h <= 0 or w <= 0:
-        raise fault(C.ACL_ERROR_INVALID_PARAM, f"invalid image size {h}x{w}")
+    if h <= 0 or w <= 0:  # outside every range (a dim is at least 1): the code of a batch of 0 too
+        raise fault(C.ACL_ERROR_GE_DYNAMIC_BATCH_SIZE_INVALID,
+                    f"{'height' if h <= 0 else 'width'} {h if h <= 0 else w}: an image size is at least 1x1")
     dyn4 = [i for i in rec.model.inputs if len(i.shape) == 4 and -1 in i.shape[1:]]
     if not dyn4:
         raise fault(C.ACL_ERROR_MODEL_NOT_DYNAMIC, "no 4-D input of the model has a dynamic H or W")

@@ -364,7 +364,11 @@ def test_set_dataset_tensor_desc_as_pyacl(acl_ready: int, dyn_om: Path) -> None:
 
 def test_dynamic_hw(acl_ready: int, tmp_path: Path) -> None:
     mid, x, ind, outd, do = _relu_hw(tmp_path)
-    assert acl.mdl.set_dynamic_hw_size(mid, ind, 1, 0, 4) == C.ACL_ERROR_INVALID_PARAM
+    # a zero H or W is outside every range: 145013, as a batch of 0 (cann-interfaces.md §1.4: the
+    # code CANN returns for an unsupported dynamic size), not ACL_ERROR_INVALID_PARAM (100000)
+    assert acl.mdl.set_dynamic_hw_size(mid, ind, 1, 0, 4) == C.ACL_ERROR_GE_DYNAMIC_BATCH_SIZE_INVALID == 145013
+    assert acl.mdl.set_dynamic_hw_size(mid, ind, 1, 3, 0) == C.ACL_ERROR_GE_DYNAMIC_BATCH_SIZE_INVALID
+    assert "height 0" in acl.get_recent_err_msg() or "width 0" in acl.get_recent_err_msg()
     assert acl.mdl.set_dynamic_hw_size(mid, ind, 1, 3, 4) == 0
     assert acl.mdl.execute(mid, ind, outd) == 0
     np.testing.assert_array_equal(from_device(do, (1, 1, 3, 4)), np.maximum(x, 0))
