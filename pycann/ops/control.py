@@ -32,10 +32,16 @@ def _merge(a: TensorDesc | None, b: TensorDesc | None) -> TensorDesc:
 
 
 def _infer_if(ctx: InferContext) -> list[TensorDesc]:
+    """A known condition (e.g. folded from static shapes inside a branch) gives the taken
+    branch's descs; otherwise each output is what both branches agree on (``_merge``)."""
     then = _body_out_descs(ctx.attrs["then_branch"])
     other = _body_out_descs(ctx.attrs["else_branch"])
     if len(then) != len(other):
         raise ctx.fail(f"then_branch has {len(then)} outputs but else_branch has {len(other)}")
+    cond = ctx.values[0] if ctx.values else None
+    if cond is not None and np.asarray(cond).size == 1:
+        taken = then if bool(np.asarray(cond).reshape(-1)[0]) else other
+        return [d if d is not None else TensorDesc(0, None) for d in taken]
     return [_merge(a, b) for a, b in zip(then, other)]
 
 

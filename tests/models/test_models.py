@@ -94,3 +94,26 @@ def test_silero_vad_compiles_with_fixed_input_shape(om_dir: Path) -> None:
     sess = InferSession(0, str(out.with_suffix(".om")))
     feeds = s.test_inputs(0)
     s.assert_close(sess.infer(feeds), _ort(src, feeds))
+
+
+def test_silero_vad_if_outputs_static_with_fixed_input_shape(om_dir: Path) -> None:
+    """A 256-sample window fits both sample rates' branches: with --input_shape fixed, the If's
+    outputs (and the model's) are static, as ONNX Runtime's shapes, where they used to be -1: the
+    branches' inner Ifs test their state's batch (Shape of an outer value), which now folds."""
+    s = spec("silero_vad")
+    src = s.ensure()
+    out = om_dir / "silero_static_if"
+    rc = atc_main([f"--model={src}", "--framework=5", f"--output={out}", "--soc_version=Ascend310P3",
+                   "--input_shape=input:1,256;state:2,1,128;sr:"])
+    assert rc == 0
+    sess = InferSession(0, str(out.with_suffix(".om")))
+    (node,) = [n for n in sess.model.graph.nodes if n.op_type == "If"]
+    assert [sess.model.graph.descs[o].shape for o in node.outputs] == [(1, 1), (2, 1, 128)]
+    assert [o.shape for o in sess.get_outputs()] == [[1, 1], [2, 1, 128]]
+    rng = np.random.default_rng(5)
+    for sr in (8000, 16000):
+        feeds = {"input": rng.standard_normal((1, 256)).astype(np.float32),
+                 "state": rng.standard_normal((2, 1, 128)).astype(np.float32), "sr": np.array(sr, np.int64)}
+        got, want = sess.infer(feeds), _ort(src, feeds)
+        assert [g.shape for g in got] == [w.shape for w in want]
+        s.assert_close(got, want)

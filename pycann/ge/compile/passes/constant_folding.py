@@ -10,6 +10,8 @@ stays a node, so a huge broadcast constant does not bloat the .om.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+
 import numpy as np
 
 from pycann.dtypes import TensorDesc, to_numpy
@@ -24,10 +26,14 @@ name = "ConstantFolding"
 DEFAULT_FOLD_MAX_BYTES = 128 << 20
 
 
-def _shape_query(node: Node, g: Graph) -> np.ndarray | None:
+def _shape_query(node: Node, g: Graph, outer_descs: Mapping[str, TensorDesc] | None = None) -> np.ndarray | None:
+    """The value of a Shape / Size node whose input's dims are known (in ``g`` or, for a subgraph
+    reading an outer-scope value, in ``outer_descs``); else None."""
     if node.op_type not in ("Shape", "Size") or node.domain:
         return None
     d: TensorDesc | None = g.descs.get(node.inputs[0])
+    if d is None and outer_descs is not None:
+        d = outer_descs.get(node.inputs[0])
     if d is None or d.shape is None:
         return None
     if node.op_type == "Size":
@@ -58,18 +64,22 @@ def _known_bytes(g: Graph, node: Node) -> int:
 
 
 def fold_graph(g: Graph, outer_consts: dict[str, np.ndarray] | None = None, recurse: bool = True,
-               max_bytes: int = DEFAULT_FOLD_MAX_BYTES) -> int:
+               max_bytes: int = DEFAULT_FOLD_MAX_BYTES, outer_descs: Mapping[str, TensorDesc] | None = None) -> int:
     """Fold in place; returns the number of nodes removed (subgraphs too unless ``recurse=False``).
-    Results of more than ``max_bytes`` bytes are left to run time."""
+    Results of more than ``max_bytes`` bytes are left to run time. ``outer_descs``: the enclosing
+    graphs' descs, so that a branch's ``Shape`` of an outer value with static dims folds (and with
+    it the branch's Ifs on that shape: Silero's decoder on its state's batch)."""
     consts = dict(outer_consts or {})
     consts.update(g.initializers)
     kept: list[Node] = []
     folded = 0
+    scope: dict[str, TensorDesc] | None = None
     for node in g.nodes:
-        if recurse:
+        if recurse and node.subgraphs:
+            scope = scope if scope is not None else {**(outer_descs or {}), **g.descs}
             for sub in node.subgraphs.values():
-                folded += fold_graph(sub, consts, max_bytes=max_bytes)
-        if _fold_node(g, node, consts, max_bytes):
+                folded += fold_graph(sub, consts, max_bytes=max_bytes, outer_descs=scope)
+        if _fold_node(g, node, consts, max_bytes, outer_descs):
             folded += 1
         else:
             kept.append(node)
@@ -77,9 +87,10 @@ def fold_graph(g: Graph, outer_consts: dict[str, np.ndarray] | None = None, recu
     return folded
 
 
-def _fold_node(g: Graph, node: Node, consts: dict[str, np.ndarray], max_bytes: int) -> bool:
+def _fold_node(g: Graph, node: Node, consts: dict[str, np.ndarray], max_bytes: int,
+               outer_descs: Mapping[str, TensorDesc] | None = None) -> bool:
     """Fold ``node`` into initializers of ``g`` (and ``consts``) when it can; True when folded."""
-    value = _shape_query(node, g)
+    value = _shape_query(node, g, outer_descs)
     if value is not None:
         g.initializers[node.outputs[0]] = value
         consts[node.outputs[0]] = value
