@@ -82,6 +82,9 @@ def test_folded_default_can_be_fed(tmp_path: Path) -> None:
     lm = loaded(m)
     lm.run_dict({"x": x})
     assert getattr(lm, "_variants", {}) == {}  # the default run compiles nothing
+    lm.run_dict({"x": x, "s": s2})
+    variant = lm._variants[("s",)]
+    assert "s" in variant.graph.inputs and "weight_bounds" not in variant.manifest  # bounds were the folded weights'
     with pytest.raises(InputError, match=r"unknown \['q'\]"):
         lm.run_dict({"x": x, "q": x})
 

@@ -12,7 +12,7 @@ import math
 import operator
 import os
 import time
-from collections.abc import Callable, Hashable, Sequence
+from collections.abc import Callable, Hashable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -271,7 +271,20 @@ def _run_passes(graph: Graph, options: CompileOptions, settings: Any,
     return graph, ctx
 
 
-def compile_variant(source: Graph, names: Sequence[str], manifest: dict[str, Any]) -> Graph:
+def override_variant(graph: Graph, names: Sequence[str],
+                     manifest: Mapping[str, Any]) -> tuple[Graph, dict[str, Any]]:
+    """(graph, manifest) of the compiled ``graph`` with its overridable initializers ``names`` as
+    inputs (pycann.ge.ir.overrides): the constants made inputs where the compiler kept them
+    verbatim, else compiled again from ``graph.override_source``."""
+    if graph.override_source is None:
+        return overrides.with_inputs(graph, names), dict(manifest)
+    # the recorded conv weight bounds are the compiled graph's: a recompiled weight may reuse a
+    # name with other values (the NaN guard computes its own)
+    return (compile_variant(graph.override_source, names, manifest),
+            {k: v for k, v in manifest.items() if k != "weight_bounds"})
+
+
+def compile_variant(source: Graph, names: Sequence[str], manifest: Mapping[str, Any]) -> Graph:
     """The model compiled again from ``source`` (a compiled graph's ``override_source``: the graph
     as it entered the passes) with the overridable initializers ``names`` as inputs, under the
     options the manifest recorded (pycann.ge.ir.overrides)."""

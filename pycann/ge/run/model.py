@@ -385,21 +385,13 @@ class LoadedModel:
         return self.run([feeds[n] for n in names])
 
     def _overriding(self, names: Sequence[str]) -> LoadedModel:
-        """The model with the initializers ``names`` as inputs (pycann.ge.ir.overrides; cached):
-        compiled from the graph's ``override_source`` where the compiler folded defaults away."""
-        from pycann.ge.ir.overrides import with_inputs
+        """The model with the initializers ``names`` as inputs (pycann.ge.ir.overrides; cached)."""
+        from pycann.ge.compile.compiler import override_variant
 
         key = tuple(sorted(names))
         variants = self.__dict__.setdefault("_variants", {})
         if key not in variants:
-            source = self.graph.override_source
-            if source is None:
-                graph = with_inputs(self.graph, key)
-            else:
-                from pycann.ge.compile.compiler import compile_variant
-
-                graph = compile_variant(source, key, self.manifest)
-            variants[key] = LoadedModel(graph, self.manifest, self.path)
+            variants[key] = LoadedModel(*override_variant(self.graph, key, self.manifest), self.path)
         return variants[key]  # type: ignore[no-any-return]
 
     def timed_run(self, feeds: Sequence[Any]) -> tuple[list[np.ndarray], float]:
