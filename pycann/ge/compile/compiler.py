@@ -453,6 +453,23 @@ def specialize(graph: Graph, shapes: Sequence[tuple[int, ...] | None],
     return g
 
 
+def check_shapes(graph: Graph, shapes: Sequence[tuple[int, ...] | None],
+                 values: dict[str, np.ndarray] | None = None) -> None:
+    """Shape inference and folding of ``graph`` for concrete input ``shapes`` and control ``values``
+    on a copy, nothing planned or cached (no ``SpecializeMemo``): raises the ``ShapeError`` naming the
+    node and op that cannot take them, as ``specialize`` would; returns when they fit. The executor's
+    diagnosis of a call the shape-generic plan refused under ``PlanPolicy.GENERIC``, where no
+    specialised plan may be built."""
+    g = _copy_graph(graph)
+    for name, shape in zip(g.inputs, shapes):
+        old = g.descs.get(name)
+        if shape is not None:
+            g.descs[name] = TensorDesc(old.dtype if old else 1, tuple(int(d) for d in shape))
+    for name, v in (values or {}).items():
+        g.initializers[name] = v
+    _resolve(g)
+
+
 def _copy_node(n: Node) -> Node:
     return Node(n.op_type, list(n.inputs), list(n.outputs), n.attrs, n.name, n.domain, n.opset, n.origin)
 

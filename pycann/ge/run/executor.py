@@ -201,6 +201,14 @@ class Executor:
                     values: dict[str, np.ndarray], warm_arena: bool = False) -> CachedPlan:
         """``_build`` from the shapes and control values alone (lock held by the caller);
         ``warm_arena``: the plan's first arena is made and faulted in during the build (``Plan``)."""
+        hit = self._make(shapes, values, warm_arena)
+        self._cache.put(sig, hit)
+        return hit
+
+    def _make(self, shapes: list[tuple[int, ...] | None], values: dict[str, np.ndarray],
+              warm_arena: bool = False) -> CachedPlan:
+        """Specialise and plan these shapes and control values; not cached (``_build_from`` caches it,
+        ``_run_new`` once its first run returned)."""
         assert self._specialize is not None
         g = self._specialize(self.graph, shapes, values, self._memo) if self._memo is not None \
             else self._specialize(self.graph, shapes, values)
@@ -209,9 +217,7 @@ class Executor:
         base = self.graph.initializers
         plan.const_bytes = sum(v.nbytes for k, v in g.initializers.items()
                                if base.get(k) is not v and isinstance(v, np.ndarray))
-        hit = CachedPlan(plan, plan_memory(g))
-        self._cache.put(sig, hit)
-        return hit
+        return CachedPlan(plan, plan_memory(g))
 
     def plan_for(self, feeds: Sequence[np.ndarray], *, warm_arena: bool = False) -> tuple[Plan, MemoryPlan | None]:
         """The plan specialised for these inputs' shapes and dtypes (built on first use).
@@ -345,38 +351,88 @@ class Executor:
             outs = self._run_team(sig, used, feeds, team)
             if outs is not None:
                 return outs
-        hit = self._cache.get(sig)
+        # (counted once the call returned: a refused call leaves the counters as they were)
+        hit = self._cache.get(sig, count=False)
         if hit is None:
-            if not self._specialises(sig):
-                if self._vision and self._in_background() and self._holds(sig):
-                    # (past AUTO_VISION_SIGNATURES: its early calls still hold the builds other models
-                    # of the process may have waiting, as every new shape's first calls do)
-                    with plan_builder.hold():
-                        return self._run_generic(feeds, team)
-                return self._run_generic(feeds, team)
-            if self._in_background() and sig not in self._builder.failed:
-                held = self._holds(sig)
-                if held:
-                    with plan_builder.hold():  # no build starts beside this call: it is the one waited on
-                        outs = self._run_generic(feeds, team)
-                else:
-                    outs = self._run_generic(feeds, team)
-                if not self._generic_failed:
-                    # past its held calls it keeps coming (hot): its build starts now even beside other
-                    # shapes' held calls (else it waited for a pause in new shapes)
-                    self._builder.submit(sig, *self._request(used, feeds), hot=not held)
-                return outs
-            with self._lock:
-                hit = self._cache.peek(sig) or self._build(sig, used, feeds)
+            fresh = self._unseen(sig)
+            try:
+                outs = self._miss(sig, used, feeds, team)
+            except PycannError:
+                if fresh:
+                    self._unsee(sig)  # a refused signature does not count toward the policy's limits
+                raise
+            self._cache.count(hit=False)
+            return outs
         plan = hit.plan
         made = plan.arenas_made
         try:
             outs = _pinned_run(plan, feeds)
         except PlanClosedError:  # another thread's build evicted it since ``get``: look it up again
             return self.run(feeds)
+        self._cache.count(hit=True)
         if plan.arenas_made != made:
             self._cache.refresh_bytes()  # a concurrent run added an arena: re-check the bound
         return outs
+
+    def _miss(self, sig: Signature, used: list[int], feeds: Sequence[np.ndarray],
+              team: int | None) -> list[np.ndarray]:
+        """A call whose signature has no plan cached: the generic plan, or a plan built now."""
+        if not self._specialises(sig):
+            if self._vision and self._in_background() and self._holds(sig):
+                # (past AUTO_VISION_SIGNATURES: its early calls still hold the builds other models
+                # of the process may have waiting, as every new shape's first calls do)
+                with plan_builder.hold():
+                    return self._run_generic(sig, used, feeds, team)
+            return self._run_generic(sig, used, feeds, team)
+        if self._in_background() and sig not in self._builder.failed:
+            held = self._holds(sig)
+            if held:
+                with plan_builder.hold():  # no build starts beside this call: it is the one waited on
+                    outs = self._run_generic(sig, used, feeds, team)
+            else:
+                outs = self._run_generic(sig, used, feeds, team)
+            if not self._generic_failed:
+                # past its held calls it keeps coming (hot): its build starts now even beside other
+                # shapes' held calls (else it waited for a pause in new shapes)
+                self._builder.submit(sig, *self._request(used, feeds), hot=not held)
+            return outs
+        return self._run_new(sig, used, feeds)
+
+    def _run_new(self, sig: Signature, used: list[int], feeds: Sequence[np.ndarray]) -> list[np.ndarray]:
+        """Build ``sig``'s plan on the caller and run it; the plan is cached only once that first run
+        returned (a call its plan refuses, an index out of range, leaves the cache as it was). The
+        build lock is held through the first run, so concurrent first calls of ``sig`` build it once."""
+        with self._lock:
+            hit = self._cache.peek(sig)
+            if hit is None:
+                new = self._make(*self._request(used, feeds))
+                try:
+                    outs = _pinned_run(new.plan, feeds)
+                except BaseException:
+                    new.close()
+                    raise
+                self._cache.put(sig, new)
+                return outs
+        plan = hit.plan
+        made = plan.arenas_made
+        try:
+            outs = _pinned_run(plan, feeds)
+        except PlanClosedError:
+            return self._run_new(sig, used, feeds)
+        if plan.arenas_made != made:
+            self._cache.refresh_bytes()
+        return outs
+
+    def _unseen(self, sig: Signature) -> bool:
+        """``sig`` is not yet among the signatures the AUTO policy counts (``_seen``, ``_vision_seen``)."""
+        return not ((self._seen is not None and sig in self._seen)
+                    or (self._vision_seen is not None and sig in self._vision_seen))
+
+    def _unsee(self, sig: Signature) -> None:
+        """Take back the counting of ``sig`` by ``_specialises`` (its call was refused)."""
+        for seen in (self._seen, self._vision_seen):
+            if seen is not None:
+                seen.discard(sig)
 
     def _holds(self, sig: Signature) -> bool:
         """Whether this call of ``sig`` on the generic plan holds the background builds: its first
@@ -439,43 +495,64 @@ class Executor:
         cfg = self._cache.config
         return len(self._cache) < cfg.max_plans and self._cache.bytes_held + base.nbytes <= cfg.max_bytes
 
-    def _run_generic(self, feeds: Sequence[np.ndarray], team: int | None = None) -> list[np.ndarray]:
-        """A run on the shape-generic plan; a graph it cannot run (a kernel that needs constant
-        shapes) is specialised from then on (inputs that the specialised plan refuses too raise and leave
-        the generic plan in use). With a smaller ``team`` (busy CPUs), on the generic
-        plan bound for that team once the builder thread made it (its primitives per row count are
-        created on the caller's team, which the run sets to ``team``)."""
-        self._cache.generic_runs += 1
+    def _run_generic(self, sig: Signature, used: list[int], feeds: Sequence[np.ndarray],
+                     team: int | None = None) -> list[np.ndarray]:
+        """A run on the shape-generic plan (``sig``, ``used``: the call's signature). Inputs it refuses
+        are checked by shape inference (``_refused``: a ``ShapeError`` naming the node is raised where
+        the graph cannot take them). Under ``PlanPolicy.GENERIC`` the refusal is raised and nothing is
+        specialised. Otherwise the call is specialised: a graph the generic plan cannot run (a kernel
+        that needs constant shapes) is specialised from then on, and inputs that the specialised plan
+        refuses too raise and leave the generic plan in use. With a smaller ``team`` (busy CPUs), on the
+        generic plan bound for that team once the builder thread made it (its primitives per row count
+        are created on the caller's team, which the run sets to ``team``)."""
         try:
-            plan = self.generic_plan()
-            if (self._name_groups or self._nonzero) \
-                    and not shape_program.names_agree(self._name_groups, feeds, self._nonzero):
-                # the inputs give a name two sizes (valid ONNX: pasts of different lengths per layer), or
-                # 0 to one the plan's Reshape targets assumed not 0
-                return _pinned_run(self._plain_plan(), feeds)
-            if team is not None:
-                reduced = self._generic_teams.get(team)
-                if reduced is not None:
-                    self.team_runs += 1
-                    return _on_team(team, reduced, feeds)
-                if ("generic", team) not in self._builder.failed:
-                    # hot: built beside held calls, they are the calls it serves (a stream of new shapes
-                    # on busy CPUs held it off, and ran on the full team, for as long as it lasted)
-                    self._builder.submit(("generic", team), [], {}, threads=team, hot=True)
-            return _pinned_run(plan, feeds)
+            outs = self._generic_outputs(feeds, team)
         except ConfigError:
             raise  # a knob with a bad value: not a graph the generic plan cannot run
         except PycannError:
+            self._refused(used, feeds)  # (raises when the shapes do not fit the graph)
+            if self._cache.config.policy is PlanPolicy.GENERIC:
+                raise  # no specialised plan under GENERIC: the generic plan's refusal is the answer
             self._generic_failed = True
-            self._cache.generic_runs -= 1
             try:
-                return self.run(feeds)
+                return self._run_new(sig, used, feeds)
             except PycannError:
-                # the specialised plan refuses these inputs too: they do not fit the graph (a size
-                # an op cannot take), the generic plan is not at fault and stays in use; else one bad
-                # call would have every later new shape build a plan, even under PlanPolicy.GENERIC
+                # the specialised plan refuses these inputs too: they do not fit the graph (an index
+                # out of range), the generic plan is not at fault and stays in use; else one bad call
+                # would have every later new shape build a plan
                 self._generic_failed = False
                 raise
+        self._cache.count_generic()
+        return outs
+
+    def _generic_outputs(self, feeds: Sequence[np.ndarray], team: int | None) -> list[np.ndarray]:
+        """``_run_generic``'s run itself: the generic plan (or its twin without named dims, or bound for
+        ``team``) on ``feeds``."""
+        plan = self.generic_plan()
+        if (self._name_groups or self._nonzero) \
+                and not shape_program.names_agree(self._name_groups, feeds, self._nonzero):
+            # the inputs give a name two sizes (valid ONNX: pasts of different lengths per layer), or
+            # 0 to one the plan's Reshape targets assumed not 0
+            return _pinned_run(self._plain_plan(), feeds)
+        if team is not None:
+            reduced = self._generic_teams.get(team)
+            if reduced is not None:
+                self.team_runs += 1
+                return _on_team(team, reduced, feeds)
+            if ("generic", team) not in self._builder.failed:
+                # hot: built beside held calls, they are the calls it serves (a stream of new shapes
+                # on busy CPUs held it off, and ran on the full team, for as long as it lasted)
+                self._builder.submit(("generic", team), [], {}, threads=team, hot=True)
+        return _pinned_run(plan, feeds)
+
+    def _refused(self, used: list[int], feeds: Sequence[np.ndarray]) -> None:
+        """After the generic plan refused ``feeds``: shape inference and folding of the compiled graph for
+        their shapes (``Specializer.check``: nothing built, cached or counted) raises the ``ShapeError``
+        naming the node that cannot take them; returns when they fit (a fault in the input values, or a
+        kernel of the generic plan that needs constant shapes) or where the executor has no check."""
+        check = getattr(self._specialize, "check", None)
+        if check is not None:
+            check(self.graph, *self._request(used, feeds))
 
     def _plain_plan(self) -> Plan:
         """The shape-generic plan without the named dims' reading (``names_agree`` fails for a call's

@@ -128,6 +128,20 @@ class PlanCache(Generic[V]):
             self.hits += count
             return v
 
+    def count(self, hit: bool) -> None:
+        """Count a call that looked its plan up with ``get(count=False)`` and then ran: a hit or a
+        miss (a call that was refused counts neither)."""
+        with self._lock:
+            if hit:
+                self.hits += 1
+            else:
+                self.misses += 1
+
+    def count_generic(self) -> None:
+        """Count a call that ran on the shape-generic plan."""
+        with self._lock:
+            self.generic_runs += 1
+
     def put(self, key: Hashable, value: V) -> None:
         """Insert a newly built plan; evicts least recently used plans beyond the bounds."""
         evicted: list[V] = []

@@ -77,6 +77,14 @@ class Specializer:
         return specialize(graph, shapes, dict(values) if values else None, self.memo)
 
 
+    def check(self, graph: Graph, shapes: Sequence[tuple[int, ...] | None],
+              values: Mapping[str, np.ndarray] | None = None) -> None:
+        """Raise the ``ShapeError`` that specialising ``graph`` for ``shapes`` and ``values`` would, with
+        nothing built and the memo untouched (``compiler.check_shapes``); return when they fit."""
+        from pycann.ge.compile.compiler import check_shapes
+
+        check_shapes(graph, shapes, dict(values) if values else None)
+
 def checked(graph: Graph) -> Graph:
     """``graph`` with its value descs inferred again from its inputs and constants (a copy: nodes and
     constants shared). An .om is read from a file that may have been edited after ``atc``: shape
