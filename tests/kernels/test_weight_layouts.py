@@ -183,3 +183,56 @@ def test_nodes_sharing_a_weight_share_its_transposed_copy() -> None:
     assert f1.layout == f2.layout == "gemv"
     assert f1.bt is not None and f2.bt is not None and np.shares_memory(f1.bt, f2.bt)
     assert np.array_equal(f2.bt, b.T)
+
+
+def _packing(kernel: Any) -> Any:
+    """The packed weight memory a ``bound_matmul`` kernel's primitive reads."""
+    return kernel.keep[-1].wei
+
+
+def test_a_packing_another_plan_still_holds_is_shared_and_counted() -> None:
+    """A static plan's kernel and the generic plan's node over one weight share one packing. The
+    node's switch to the gemv layout forgets it, but the static kernel still holds it: it was dropped
+    from the count (bytes held 0 while the copy lived) and the node's switch back packed a second copy
+    of the same weight. Now it stays counted while bound, the switch back is served that same memory
+    (no packing made), and the bytes go once its last holder does."""
+    import gc
+
+    gc.collect()  # (earlier tests' garbage freed now, not in the middle of the deltas below)
+    gc.disable()
+    try:
+        b, bias = _w(K, N), _w(N)
+        base = onednn_packed.stats()
+        static = onednn_matmul.bound_matmul(b, bias, (8, K), None, True)  # a static plan's kernel
+        assert static is not None
+        mem = _packing(static)
+        size = onednn_packed.stats().bytes_held - base.bytes_held
+        assert size >= b.nbytes
+        k = bind_generic.packed_matmul(b, bias, None, True, _fail)
+        assert k is not None
+        forms = _forms(k)
+        assert forms.packed is not None and _packing(forms.packed[1]) is mem  # shared at bind
+
+        for _ in range(weight_layouts.GEMV_AFTER):
+            _check(k, b, bias, 1)
+        assert forms.layout == "gemv"
+        st = onednn_packed.stats()
+        assert (st.bytes_held - base.bytes_held, st.packed - base.packed) == (size, 1)  # still bound: counted
+        _check(static, b, bias, 8)
+
+        _check(k, b, bias, weight_layouts.REPACK_ROWS)  # back to the packed layout
+        assert forms.layout == "packed" and forms.packed is not None
+        assert _packing(forms.packed[1]) is mem  # the same memory, not a second copy
+        st = onednn_packed.stats()
+        assert (st.bytes_held - base.bytes_held, st.packed - base.packed) == (size, 1)
+        for rows in (1, 8):
+            _check(k, b, bias, rows)
+
+        del static, mem
+        assert onednn_packed.stats().bytes_held - base.bytes_held == size  # the node holds it still
+        for _ in range(weight_layouts.GEMV_AFTER):
+            _check(k, b, bias, 1)
+        assert forms.layout == "gemv"
+        assert onednn_packed.stats().bytes_held == base.bytes_held  # its last holder let it go: freed
+    finally:
+        gc.enable()

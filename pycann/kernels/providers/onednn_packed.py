@@ -9,7 +9,11 @@ weight's memory (address, shape, strides) and by the source and destination desc
 An entry lives as long as the array that owns the weight's memory (``weakref.finalize`` on
 the last ndarray of its ``.base`` chain), so a freed weight's address can never hand out a
 stale packing, and evicting one shape's plan never drops weights other plans still read.
-``stats()`` reports packings made, reuses and bytes held (docs/dynamic-shapes.md).
+``forget`` (a kernel that moved its weight to another layout) lets the cache's own reference go,
+not the packing: while a primitive bound to it lives (another plan of the model over the same
+weight), a later ``packed`` of that weight and layout is served that same memory again, never a
+second copy. ``stats()`` reports packings made, reuses and the bytes of the packings alive now
+(held by the cache or by a primitive; counted until the memory is freed; docs/dynamic-shapes.md).
 """
 
 from __future__ import annotations
@@ -30,14 +34,33 @@ __all__ = ["PackedStats", "forget", "owner", "packed", "stats", "weight_key"]
 
 _Key = tuple[int, tuple[int, ...], tuple[int, ...], str]
 _lock = threading.Lock()
-# weight memory -> [(source descriptor, packed descriptor, packed memory)]
-_entries: dict[_Key, list[tuple[Any, Any, Any]]] = {}
+
+
+class _Packing:
+    """One packed layout of a weight: the source and packed descriptors and the memory, held by the
+    cache (``strong``) until ``forget``, then only reachable while a primitive holds it (``ref``)."""
+
+    __slots__ = ("ref", "src", "strong", "want")
+
+    def __init__(self, src: Any, want: Any, mem: Any) -> None:
+        self.src, self.want, self.strong = src, want, mem
+        self.ref = weakref.ref(mem)
+
+    def memory(self) -> Any:
+        """The packed memory, or None once it was forgotten and freed."""
+        m = self.strong
+        return m if m is not None else self.ref()
+
+
+# weight memory -> its packings
+_entries: dict[_Key, list[_Packing]] = {}
 _counts = {"packed": 0, "reused": 0, "bytes": 0}
 
 
 @dataclass(frozen=True)
 class PackedStats:
-    """Packings made (``packed``), packings served again (``reused``), bytes held now."""
+    """Packings made (``packed``), packings served again (``reused``), bytes of the packings alive now
+    (cached, or forgotten but still bound to a primitive), weights with a packing alive."""
 
     packed: int
     reused: int
@@ -57,11 +80,24 @@ def owner(a: np.ndarray) -> np.ndarray:
 # lock there deadlocked the thread (a CI run hung in ``_lookup``), so the drop is left here and
 # done by the next locked section (``_locked``).
 _pending: list[_Key] = []
+# bytes of packed memories freed while the lock was held (``_freed``), subtracted at the next locked section
+_pending_freed: list[int] = []
 
 
 def _drop_now(key: _Key) -> None:
-    for _, want, _m in _entries.pop(key, ()):
-        _counts["bytes"] -= want.size()
+    _entries.pop(key, None)  # (their bytes go when the memories are freed: ``_freed``)
+
+
+def _freed(n: int) -> None:
+    """The finalizer of a packed memory: its ``n`` bytes are no longer held (now, or at the next
+    locked section, as ``_drop``)."""
+    if not _lock.acquire(blocking=False):
+        _pending_freed.append(n)
+        return
+    try:
+        _counts["bytes"] -= n
+    finally:
+        _lock.release()
 
 
 def _drop(key: _Key) -> None:
@@ -81,6 +117,8 @@ def _locked() -> Iterator[None]:
     with _lock:
         while _pending:
             _drop_now(_pending.pop())
+        while _pending_freed:
+            _counts["bytes"] -= _pending_freed.pop()
         yield
 
 
@@ -91,17 +129,23 @@ def _failed(mem: Any) -> bool:
 
 
 def _lookup(key: _Key, user_md: Any, want_md: Any) -> Any:
-    """The cached packing of ``key`` in that layout, or None; a failed one is dropped (call with
-    ``_lock`` held)."""
+    """The cached packing of ``key`` in that layout, or None; a failed one is dropped, and so are
+    forgotten ones freed since (call with ``_lock`` held). A forgotten packing still alive (bound
+    to a primitive) is the cache's again: served, not packed a second time."""
     found = _entries.get(key, [])
-    for i, (src, want, mem) in enumerate(found):
-        if want.equals(want_md) and src.equals(user_md):
+    for i, p in enumerate(found):
+        mem = p.memory()
+        if mem is None:
+            del found[i]  # forgotten and freed
+            return _lookup(key, user_md, want_md)
+        if p.want.equals(want_md) and p.src.equals(user_md):
             if _failed(mem):  # its reorder (queued by a plan build) failed: the memory holds no weights
                 del found[i]
-                _counts["bytes"] -= want.size()
                 return None
-            # (a finalizer that ran meanwhile for this key: the packing of a dead array at this address)
-            return None if key in _pending else mem
+            if key in _pending:
+                return None  # (a finalizer that ran meanwhile for this key: the packing of a dead array here)
+            p.strong = mem
+            return mem
     return None
 
 
@@ -137,25 +181,29 @@ def packed(w: np.ndarray, user_md: Any, want_md: Any, source: tuple[np.ndarray, 
         if lst is None:
             lst = _entries[key] = []
             weakref.finalize(owner(w), _drop, key)
-        lst.append((user_md, want_md, mem))
+        lst.append(_Packing(user_md, want_md, mem))
         _counts["packed"] += 1
-        _counts["bytes"] += want_md.size()
+        n = want_md.size()
+        _counts["bytes"] += n
+        weakref.finalize(mem, _freed, n)
     return mem
 
 
 def forget(w: np.ndarray) -> None:
-    """Drop every packing of ``w``'s memory (as ``packed`` keyed it) from the cache: a kernel that
-    moved the weight to another layout lets the packed copy go once the last primitive bound to it
-    goes. A later ``packed`` of ``w`` reorders it again."""
+    """Let the cache's references to the packings of ``w``'s memory (as ``packed`` keyed it) go: a
+    kernel that moved the weight to another layout lets the packed copy go once the last primitive
+    bound to it goes. Until then (another plan's primitive still reads it) a later ``packed`` of ``w``
+    in that layout is served the same memory; after, it reorders ``w`` again. Bytes held count a
+    packing until it is freed."""
     key = weight_key(w)
     with _locked():
         lst = _entries.get(key)
         if lst:
-            # (emptied, not removed: the owner's finalizer stays the key's only one; a removed key got
+            # (weakened, the key kept: the owner's finalizer stays the key's only one; a removed key got
             # a new finalizer at every repack, one more per layout switch for the weight's lifetime)
-            for _, want, _m in lst:
-                _counts["bytes"] -= want.size()
-            lst.clear()
+            for p in lst:
+                p.strong = None
+            lst[:] = [p for p in lst if p.ref() is not None]
 
 
 def _after_fork_in_child() -> None:
@@ -166,14 +214,14 @@ def _after_fork_in_child() -> None:
     _lock = threading.Lock()
     while _pending:
         _drop_now(_pending.pop())
+    while _pending_freed:
+        _counts["bytes"] -= _pending_freed.pop()
     for key in list(_entries):
         kept = []
-        for entry in _entries[key]:
-            t = getattr(entry[2], "ticket", None)
+        for p in _entries[key]:
+            t = getattr(p.memory(), "ticket", None)
             if t is None or t.done():
-                kept.append(entry)
-            else:
-                _counts["bytes"] -= entry[1].size()
+                kept.append(p)
         _entries[key] = kept
 
 
@@ -184,4 +232,5 @@ if hasattr(os, "register_at_fork"):
 def stats() -> PackedStats:
     """Counters over the process (every model)."""
     with _locked():
-        return PackedStats(_counts["packed"], _counts["reused"], _counts["bytes"], sum(1 for v in _entries.values() if v))
+        return PackedStats(_counts["packed"], _counts["reused"], _counts["bytes"],
+                           sum(1 for v in _entries.values() if any(p.memory() is not None for p in v)))
