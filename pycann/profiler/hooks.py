@@ -134,9 +134,12 @@ def _model_name(gname: str, path: str, manifest: Any) -> str:
     return os.path.splitext(os.path.basename(path))[0] if path else gname
 
 
-def _source(path: str, manifest: Any) -> str:
-    """What identifies a loaded model's file: its resolved path (from memory: atc's --output)."""
-    if not path or path.startswith("<"):
+def _source(path: str, manifest: Any, graph: Any) -> str:
+    """What identifies a loaded model's file: its resolved path (from memory: atc's --output; a model
+    made from a compiled graph in this process, ``from_compiled``: that graph object)."""
+    if not path:
+        return f"<compiled>:{id(graph)}"
+    if path.startswith("<"):
         return "<memory>:" + _atc_output(manifest)
     try:
         return os.path.realpath(path)
@@ -144,32 +147,47 @@ def _source(path: str, manifest: Any) -> str:
         return path
 
 
-def claim_graph_name(graph: Any, path: str, manifest: Any) -> None:
-    """Called by ``LoadedModel`` for a graph it loaded from a file or memory, before it builds plans:
-    profiles and dumps find a run's model by its graph's name, and exporters name every graph alike
-    (PyTorch's "main_graph", Paddle's "Model from PaddlePaddle."), so a graph whose name a live model
-    loaded from another file holds is renamed ``<name>#2``, ``#3``, ... (else one model's ops were
-    reported and dumped under the other's name). The model name (the .om stem) of a model from another
-    file whose stem a live model's name already is gets the same ``#k`` (``small.om`` and
-    ``sub/small.om``: "small" and "small#2"). The same file loaded again while a load of it lives keeps
-    its model name but not the graph name (``main_graph#2``): profiles and dumps tell loads apart by
-    graph name, and each load is its own Model ID, as in CANN."""
+def claim_graph_name(graph: Any, path: str, manifest: Any) -> Any:
+    """Called by ``LoadedModel`` for every model it makes (from a file, from memory, ``from_compiled``),
+    before it builds plans; returns the graph the model is to use. Profiles and dumps find a run's model
+    by its graph's name, and exporters name every graph alike (PyTorch's "main_graph", Paddle's "Model
+    from PaddlePaddle."), so a graph whose name a live model holds is renamed ``<name>#2``, ``#3``, ...
+    (else one model's ops were reported and dumped under the other's name, and the second model's name
+    replaced the first's). The model name (the .om stem; ``from_compiled``: the graph's name) of a model
+    from another source whose name a live model's already is gets the same ``#k`` (``small.om`` and
+    ``sub/small.om``: "small" and "small#2"). The same file (or compiled graph) loaded again keeps its
+    model name but not the graph name (``main_graph#2``): profiles and dumps tell loads apart by graph
+    name, and each load is its own Model ID, as in CANN; no graph name is claimed twice in a process, so
+    a load made after another's end is not taken for it either. A graph object another live
+    model holds (one ``CompiledModel`` loaded twice), or a compiled graph (``path`` empty: the caller's
+    ``CompiledModel`` keeps its name), is renamed on a shallow copy (nodes and weights shared)."""
     base = getattr(graph, "name", "") or ""
     stem = _model_name(base, path, manifest)
-    source = _source(path, manifest)
+    source = _source(path, manifest, graph)
     with _claim_lock:  # (a load on another thread claims between this one's claim and its registration)
-        graphs = [g for g in [getattr(m, "graph", None) for m in list(LOADED)] + list(_CLAIMED) if g is not graph]
+        held = [getattr(m, "graph", None) for m in list(LOADED)] + list(_CLAIMED)
+        shared = any(g is graph for g in held)
+        graphs = [g for g in held if g is not graph]
         live = {getattr(g, "name", None) for g in graphs}
+        if shared:
+            live.add(base)  # (that model keeps the name: this one needs its own)
         others = {MODEL_NAMES.get(getattr(g, "name", None) or "", "") for g in graphs
                   if _SOURCES.get(getattr(g, "name", None) or "") != source}
-        gname, k = base, 1
-        while gname in live:  # (the same file loaded again too: each load is its own Model ID)
+        # (the same file loaded again too: each load is its own Model ID; and a name once claimed is never
+        # claimed again: a dump or profile that saw a freed model's runs would take the new one for it)
+        k = _NEXT.get(base, 1)
+        gname = base if k == 1 else f"{base}#{k}"
+        while gname in live or gname in _USED:
             k += 1
             gname = f"{base}#{k}"
+        _NEXT[base] = k + 1
+        _USED.add(gname)
         name, j = stem, 1
         while name in others:
             j += 1
             name = f"{stem}#{j}"
+        if gname != base and (shared or not path):
+            graph = _renamed_copy(graph)
         graph.name = gname
         MODEL_NAMES[gname] = name  # (as ``on_model_load`` registers it, once the load's plans are built)
         _SOURCES[gname] = source
@@ -178,6 +196,21 @@ def claim_graph_name(graph: Any, path: str, manifest: Any) -> None:
             _CLAIMED_NAMES[graph] = name
         except TypeError:  # (a graph without weak references)
             pass
+    return graph
+
+
+def _renamed_copy(graph: Any) -> Any:
+    """A shallow copy of ``graph`` to rename: its own lists and maps, the nodes and weights shared."""
+    import copy
+
+    g = copy.copy(graph)
+    for attr in ("nodes", "inputs", "outputs"):
+        if isinstance(getattr(g, attr, None), list):
+            setattr(g, attr, list(getattr(g, attr)))
+    for attr in ("initializers", "descs", "opsets"):
+        if isinstance(getattr(g, attr, None), dict):
+            setattr(g, attr, dict(getattr(g, attr)))
+    return g
 
 
 # Graphs whose loads claimed a name and have not registered their model yet (``on_model_load``): a
@@ -187,6 +220,9 @@ _CLAIMED: weakref.WeakSet[Any] = weakref.WeakSet()
 # graph -> the model name its claim gave it (``on_model_load`` keeps it); graph name -> the file it came from
 _CLAIMED_NAMES: weakref.WeakKeyDictionary[Any, str] = weakref.WeakKeyDictionary()
 _SOURCES: dict[str, str] = {}
+# graph names claimed so far in this process (never claimed twice) and, per base name, the next ``#k`` to try
+_USED: set[str] = set()
+_NEXT: dict[str, int] = {}
 _claim_lock = threading.Lock()
 if hasattr(os, "register_at_fork"):  # (a thread of the parent may hold it at a fork)
     os.register_at_fork(after_in_child=lambda: globals().update(_claim_lock=threading.Lock()))

@@ -103,3 +103,51 @@ def test_the_same_om_loaded_twice_dumps_into_two_model_id_folders(tiny_model: on
         dump.finalize()
     rows = load_index(d.root)
     assert {(r["model_name"], r["model_id"], r["iteration"]) for r in rows} == {("mynet", "0", "0"), ("mynet", "1", "0")}
+
+
+def test_a_load_after_another_ends_dumps_into_its_own_model_id_folder(tiny_model: onnx.ModelProto,
+                                                                       x_tiny: np.ndarray, tmp_path: Path) -> None:
+    """A load of an .om made after an earlier load of it was freed took the freed load's graph name
+    back: a dump running across both put the new model's runs in the old one's ``<model_id>`` folder,
+    iterations counted on from the old one's. Each load is its own model id, as in CANN."""
+    import gc
+
+    compile_model(tiny_model).save(tmp_path / "mynet.om")
+    d = dump.configure_from_acl_json({"dump": {"dump_path": str(tmp_path / "dump"), "dump_list": [],
+                                               "dump_mode": "output"}})
+    assert d is not None
+    try:
+        a = LoadedModel.from_file(tmp_path / "mynet.om")
+        first = a.graph.name
+        a.run([x_tiny])
+        del a
+        gc.collect()
+        b = LoadedModel.from_file(tmp_path / "mynet.om")
+        assert b.graph.name != first and hooks.model_name_of(b.graph.name) == "mynet"
+        b.run([x_tiny])
+    finally:
+        dump.finalize()
+    rows = load_index(d.root)
+    assert {(r["model_name"], r["model_id"], r["iteration"]) for r in rows} == {("mynet", "0", "0"), ("mynet", "1", "0")}
+
+
+def test_a_compiled_model_does_not_take_a_loaded_file_models_name(tiny_model: onnx.ModelProto, x_tiny: np.ndarray,
+                                                                   tmp_path: Path) -> None:
+    """``from_compiled`` kept its graph's name when a model loaded from a file held it: the dump found
+    both models' runs under one name (one model id folder, the file model's name replaced by the graph's)."""
+    cm = compile_model(tiny_model)
+    cm.save(tmp_path / "mynet.om")
+    a = LoadedModel.from_file(tmp_path / "mynet.om")
+    b = LoadedModel.from_compiled(compile_model(tiny_model))
+    assert a.graph.name != b.graph.name and hooks.model_name_of(a.graph.name) == "mynet"
+    d = dump.configure_from_acl_json({"dump": {"dump_path": str(tmp_path / "dump"), "dump_list": [],
+                                               "dump_mode": "output"}})
+    assert d is not None
+    try:
+        a.run([x_tiny])
+        b.run([x_tiny])
+    finally:
+        dump.finalize()
+    rows = load_index(d.root)
+    assert {(r["model_name"], r["model_id"], r["iteration"]) for r in rows} == {
+        ("mynet", "0", "0"), (cm.graph.name, "1", "0")}

@@ -313,3 +313,31 @@ def test_models_of_one_graph_name_loaded_at_once_are_reported_apart(tmp_path: Pa
     a, b = models["first"], models["second"]
     assert a.graph.name != b.graph.name
     assert {hooks.model_name_of(a.graph.name), hooks.model_name_of(b.graph.name)} == {"first", "second"}
+
+
+def test_a_compiled_model_is_reported_apart_from_a_file_model_of_its_graph_name(tmp_path: Path) -> None:
+    """A model made ``from_compiled`` kept its graph's name ("main_graph") while a model loaded from
+    ``first.om`` held it: both were one model in profiles, and the file model's name ("first") was
+    replaced by the graph's. One ``CompiledModel`` loaded twice was one model too (one graph object).
+    Each is its own Model ID now; the ``CompiledModel``'s graph keeps its name."""
+    _save_two_main_graphs(tmp_path)
+    a = LoadedModel.from_file(tmp_path / "first.om")
+    g = helper.make_graph([helper.make_node("Sigmoid", ["x"], ["y"])], "main_graph",
+                          [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 3])],
+                          [helper.make_tensor_value_info("y", TensorProto.FLOAT, [2, 3])])
+    cm = compile_model(helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)]))
+    b = LoadedModel.from_compiled(cm)
+    c = LoadedModel.from_compiled(cm)
+    assert len({a.graph.name, b.graph.name, c.graph.name}) == 3 and cm.graph.name == "main_graph"
+    assert hooks.model_name_of(a.graph.name) == "first"
+    x = np.ones((2, 3), np.float32)
+    with prof.profile(tmp_path / "prof", chart=False) as p:
+        a.run([x])
+        b.run([x])
+        c.run([x])
+        b.run([x])
+    rows = _read_csv(_out(p, "op_summary"))
+    assert sorted((r["Model Name"], r["OP Type"], r["Model ID"], r["Infer ID"]) for r in rows) == [
+        ("first", "Relu", "0", "0"), ("main_graph", "Sigmoid", "1", "0"), ("main_graph", "Sigmoid", "1", "1"),
+        ("main_graph", "Sigmoid", "2", "0")]
+    np.testing.assert_allclose(c.run([x])[0], 1 / (1 + np.exp(-x)), rtol=1e-6)

@@ -144,11 +144,11 @@ class LoadedModel:
         self, graph: Graph, manifest: Mapping[str, Any] | None = None, path: str = "", *, precompile: bool = True,
         plan_cache: PlanCacheConfig | None = None, release_pages: Callable[[], None] | None = None,
     ) -> None:
-        self.graph = graph
         self.manifest = dict(manifest or {})
         self.path = path
-        if path:  # (a graph it loaded: one of a name another live model holds is renamed for profiles)
-            hooks.claim_graph_name(graph, path, self.manifest)
+        # a graph of a name another live model holds is renamed for profiles and dumps (on a copy where
+        # the graph is not this load's own: a CompiledModel's, or one another live model runs)
+        self.graph = graph = hooks.claim_graph_name(graph, path, self.manifest)
         self.inputs = [_info(n, graph.descs.get(n)) for n in graph.inputs]
         self.inputs = [replace(i, format=self._layout(i)) for i in self.inputs]  # compile-time format
         self.outputs = [_info(n, graph.descs.get(n)) for n in graph.outputs]
