@@ -233,14 +233,14 @@ def test_the_reduced_team_generic_twin_is_built_while_new_shapes_keep_holding() 
         for i in range(3):
             x = _img(7 + i, 9)
             with plan_builder.hold():
-                got = ex._run_generic([x], 1)[0]
+                got = ex._generic_outputs([x], 1)[0]
             np.testing.assert_allclose(got, run_ort(m, {"x": x})[0], rtol=1e-4, atol=1e-4)
         deadline = time.monotonic() + 120
         while 1 not in ex._generic_teams and time.monotonic() < deadline:
             time.sleep(0.01)
         assert list(ex._generic_teams) == [1]
         x = _img(11, 9)
-        np.testing.assert_allclose(ex._run_generic([x], 1)[0], run_ort(m, {"x": x})[0], rtol=1e-4, atol=1e-4)
+        np.testing.assert_allclose(ex._generic_outputs([x], 1)[0], run_ort(m, {"x": x})[0], rtol=1e-4, atol=1e-4)
         assert lm.plan_cache_stats().team_runs >= 1
     finally:
         h.release()

@@ -150,7 +150,7 @@ class ThreadGovernor:
 
     def quiet(self) -> bool:
         """Both of the last two windows saw other processes take at most ``QUIET`` CPUs (a new sample
-        when one is due): the caller may pin its team (``ge/run/executor._pinned_run``). False before
+        when one is due): the caller may pin its team (``ge/run/generic_runs._pinned_run``). False before
         two windows were seen and without data."""
         if time.monotonic() >= self._next:
             self._sample()

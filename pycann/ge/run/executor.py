@@ -3,7 +3,7 @@
 ``Executor`` specialises the model per concrete input signature (shapes fold into constants,
 shape subgraphs disappear; the pass pipeline itself runs once per symbolic signature) and caches the plans in a least-recently-used cache bounded by bytes
 (``ge/run/plan_cache.py``); signatures its policy does not specialise run on one shape-generic plan of
-the compiled graph (docs/dynamic-shapes.md). A ``Plan`` is a list of typed steps
+the compiled graph (``ge/run/generic_runs.py``; docs/dynamic-shapes.md). A ``Plan`` is a list of typed steps
 (``ge/plan_steps.Step``) run by one loop or as generated straight-line code.
 """
 
@@ -19,18 +19,18 @@ from typing import Any, NamedTuple
 
 import numpy as np
 
-from pycann.config import ConfigError, PlanBuild, PlanCacheConfig, PlanPolicy, kv_cache, omp_bind
+from pycann.config import PlanCacheConfig, PlanPolicy, kv_cache, omp_bind
 from pycann.errors import PycannError
 from pycann.ge.ir import Graph
 from pycann.ge.planning.candidates import INPLACE, arena_candidates, inplace_candidates
 from pycann.ge.planning.memory import MemoryPlan, plan_memory
-from pycann.ge.run import contention, dedup, kv_alias, plan_builder, shape_program
+from pycann.ge.run import contention, plan_builder, shape_program
+from pycann.ge.run.generic_runs import GenericRuns, _on_team, _pinned_run
 from pycann.ge.run.plan import Arena, Plan, PlanClosedError
 from pycann.ge.run.plan_builder import BackgroundBuilder
 from pycann.ge.run.plan_cache import CacheStats, PlanCache
 from pycann.ge.run.plan_steps import ARENA, NORMAL, SCOPED, Step, StepKind
-from pycann.kernels.providers import available as providers_available
-from pycann.kernels.providers import background_pack, omp_affinity, openmp
+from pycann.kernels.providers import background_pack, openmp
 
 log = logging.getLogger("pycann.ge.run.executor")
 
@@ -76,7 +76,7 @@ if hasattr(os, "register_at_fork"):
     os.register_at_fork(after_in_child=_after_fork_in_child)
 
 
-class Executor:
+class Executor(GenericRuns):
     """Runs a compiled graph; specialises and caches a ``Plan`` per input signature.
 
     ``specialize(graph, shapes, values) -> Graph`` is supplied by the compiler (shape
@@ -233,57 +233,6 @@ class Executor:
         with self._lock:
             hit = self._cache.peek(sig)
             return hit if hit is not None else self._build(sig, used, feeds, warm_arena)
-
-    def generic_plan(self) -> Plan:
-        """The plan of the compiled graph as it is: shapes resolved by each kernel at run time
-        (no arena, no prepared kernels), built once and shared by every signature."""
-        if self._generic is None:
-            with self._generic_lock:  # not ``_lock``: a background build may hold that one for long
-                if self._generic is None:
-                    # constant-weight GEMMs bound once (packed weights, a primitive per row count)
-                    # (interim: it serves a new signature only until a builder thread made its plan)
-                    self._generic = Plan(self._generic_graph(), release=self.release_pages, generic_bind=True,
-                                         interim=self._in_background())
-        return self._generic
-
-    def _generic_graph(self, named: bool = True) -> Graph:
-        """The graph of the shape-generic plan and of its twins bound for smaller teams: its shape
-        arithmetic as one step per value it feeds (ge/run/shape_program.py), reading the inputs' named
-        dims from one input and computing equal pure nodes once (ge/run/dedup.py) unless ``named`` is
-        False (the plan of calls that break the names), and, unless ``PYCANN_KV_CACHE=off``, its KV
-        caches appended in place (ge/run/kv_alias.py)."""
-        names = self._named if named else {}
-        nonzero: set[str] = set()
-        graph, _ = shape_program.collapse(self.graph, names, nonzero)
-        if names:
-            self._nonzero = tuple((self.graph.inputs.index(self._named[s][0]), self._named[s][1])
-                                  for s in sorted(nonzero))
-            graph, _ = dedup.merge_equal(graph)
-        if self._kv_cache:
-            graph, _ = kv_alias.alias(graph)
-        return graph
-
-    def prepare_generic(self) -> bool:
-        """Build the shape-generic plan now (at model load) when new signatures will run on it:
-        policy ``generic``, ``auto`` on a graph without convolutions, or with convolutions and
-        background builds; not for all-static graphs. A graph it cannot be built for is left to
-        the first call (which then reports or specialises). True when the plan exists now."""
-        cfg = self._cache.config
-        if self._static or self._specialize is None or cfg.policy is PlanPolicy.SPECIALIZE:
-            return False
-        if cfg.policy is PlanPolicy.AUTO and self._vision and cfg.build is not PlanBuild.BACKGROUND:
-            return False
-        try:
-            self.generic_plan()
-        except Exception:  # noqa: BLE001 - the first call builds it again and reports the error there
-            return False
-        if self._vision and providers_available("onednn"):
-            # the generic plan's pointwise convs share oneDNN's GEMM kernels, generated once per
-            # process (~35 ms): here at load, as ORT's session creation does, not in the first call
-            from pycann.kernels.providers import onednn_pointwise
-
-            onednn_pointwise.warm()
-        return True
 
     def _specialises(self, sig: Signature) -> bool:
         """Whether signature ``sig`` (no plan cached) gets its own plan now (``PlanPolicy``;
@@ -495,83 +444,6 @@ class Executor:
         cfg = self._cache.config
         return len(self._cache) < cfg.max_plans and self._cache.bytes_held + base.nbytes <= cfg.max_bytes
 
-    def _run_generic(self, sig: Signature, used: list[int], feeds: Sequence[np.ndarray],
-                     team: int | None = None) -> list[np.ndarray]:
-        """A run on the shape-generic plan (``sig``, ``used``: the call's signature). Inputs it refuses
-        are checked by shape inference (``_refused``: a ``ShapeError`` naming the node is raised where
-        the graph cannot take them). Under ``PlanPolicy.GENERIC`` the refusal is raised and nothing is
-        specialised. Otherwise the call is specialised: a graph the generic plan cannot run (a kernel
-        that needs constant shapes) is specialised from then on, and inputs that the specialised plan
-        refuses too raise and leave the generic plan in use. With a smaller ``team`` (busy CPUs), on the
-        generic plan bound for that team once the builder thread made it (its primitives per row count
-        are created on the caller's team, which the run sets to ``team``)."""
-        try:
-            outs = self._generic_outputs(feeds, team)
-        except ConfigError:
-            raise  # a knob with a bad value: not a graph the generic plan cannot run
-        except PycannError:
-            self._refused(used, feeds)  # (raises when the shapes do not fit the graph)
-            if self._cache.config.policy is PlanPolicy.GENERIC:
-                raise  # no specialised plan under GENERIC: the generic plan's refusal is the answer
-            self._generic_failed = True
-            try:
-                return self._run_new(sig, used, feeds)
-            except PycannError:
-                # the specialised plan refuses these inputs too: they do not fit the graph (an index
-                # out of range), the generic plan is not at fault and stays in use; else one bad call
-                # would have every later new shape build a plan
-                self._generic_failed = False
-                raise
-        self._cache.count_generic()
-        return outs
-
-    def _generic_outputs(self, feeds: Sequence[np.ndarray], team: int | None) -> list[np.ndarray]:
-        """``_run_generic``'s run itself: the generic plan (or its twin without named dims, or bound for
-        ``team``) on ``feeds``."""
-        plan = self.generic_plan()
-        if (self._name_groups or self._nonzero) \
-                and not shape_program.names_agree(self._name_groups, feeds, self._nonzero):
-            # the inputs give a name two sizes (valid ONNX: pasts of different lengths per layer), or
-            # 0 to one the plan's Reshape targets assumed not 0
-            return _pinned_run(self._plain_plan(), feeds)
-        if team is not None:
-            reduced = self._generic_teams.get(team)
-            if reduced is not None:
-                self.team_runs += 1
-                return _on_team(team, reduced, feeds)
-            if ("generic", team) not in self._builder.failed:
-                # hot: built beside held calls, they are the calls it serves (a stream of new shapes
-                # on busy CPUs held it off, and ran on the full team, for as long as it lasted)
-                self._builder.submit(("generic", team), [], {}, threads=team, hot=True)
-        return _pinned_run(plan, feeds)
-
-    def _refused(self, used: list[int], feeds: Sequence[np.ndarray]) -> None:
-        """After the generic plan refused ``feeds``: shape inference and folding of the compiled graph for
-        their shapes (``Specializer.check``: nothing built, cached or counted) raises the ``ShapeError``
-        naming the node that cannot take them; returns when they fit (a fault in the input values, or a
-        kernel of the generic plan that needs constant shapes) or where the executor has no check."""
-        check = getattr(self._specialize, "check", None)
-        if check is not None:
-            check(self.graph, *self._request(used, feeds))
-
-    def _plain_plan(self) -> Plan:
-        """The shape-generic plan without the named dims' reading (``names_agree`` fails for a call's
-        feeds), built at its first use. Such calls used to run a plan specialised for their shapes: a
-        plan built per call in a decode loop whose layers' pasts differ in length, twice a step's time."""
-        if self._plain is None:
-            with self._generic_lock:
-                if self._plain is None:
-                    self._plain = Plan(self._generic_graph(named=False), release=self.release_pages,
-                                       generic_bind=True, interim=self._in_background())
-        return self._plain
-
-    def _in_background(self) -> bool:
-        """A new signature of this graph runs generic while its plan is built off the caller
-        (``PlanBuild.BACKGROUND``: graphs with convolutions under ``auto``, not all-static)."""
-        cfg = self._cache.config
-        return (cfg.build is PlanBuild.BACKGROUND and cfg.policy is PlanPolicy.AUTO and self._vision
-                and not self._static and not self._generic_failed)
-
     def _build_in_background(self, sig: Any, shapes: list[tuple[int, ...] | None],
                              values: dict[str, np.ndarray]) -> None:
         """The builder thread's build: ``sig``'s plan unless a call built it meanwhile; for
@@ -606,28 +478,6 @@ class Executor:
         st = replace(self._cache.stats(), team_runs=self.team_runs)
         runs = getattr(self._memo, "pipeline_runs", None)
         return st if runs is None else replace(st, pipelines=int(runs))
-
-
-def _pinned_run(plan: Plan, feeds: Sequence[np.ndarray]) -> list[np.ndarray]:
-    """``plan.run(feeds)`` on the full team, pinned one thread per CPU while no other process keeps
-    these CPUs busy (``kernels/providers/omp_affinity.py``: on a VM, calls spaced by idle gaps otherwise
-    often put the caller and the woken worker on one CPU; ``contention.ThreadGovernor.quiet``). Plans
-    with torch kernels run as is (torch's pool could be created inside the run and inherit the one CPU)."""
-    if plan.torch_kernels:
-        return plan.run(feeds)
-    with omp_affinity.pinned_caller(contention.governor().quiet()):
-        return plan.run(feeds)
-
-
-def _on_team(team: int, plan: Plan, feeds: Sequence[np.ndarray]) -> list[np.ndarray]:
-    """``plan.run(feeds)`` with the calling thread's OpenMP team set to ``team`` (torch's kernels and
-    primitives created during the run read it), restored after."""
-    full = openmp.max_threads()
-    openmp.set_max_threads(team)
-    try:
-        return plan.run(feeds)
-    finally:
-        openmp.set_max_threads(full)
 
 
 def is_vision(graph: Graph) -> bool:

@@ -245,7 +245,7 @@ class Plan:
         # kernels bound to oneDNN (LayerNorm, attention, pooling) say so themselves (``threads``)
         self.torch_pool = uses_openmp(algos) or any(st.openmp for st in self.steps) or dispatched
         # torch's OpenMP pool may be created inside a run of these, so the caller is never pinned
-        # around them (ge/run/executor._pinned_run: a pool made then would inherit the one CPU)
+        # around them (ge/run/generic_runs._pinned_run: a pool made then would inherit the one CPU)
         self.torch_kernels = any(a is not None and a.provider == "torch" for a in algos) \
             or (dispatched and not available("onednn"))
 
