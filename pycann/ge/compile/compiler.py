@@ -291,7 +291,9 @@ def compile_variant(source: Graph, names: Sequence[str], manifest: Mapping[str, 
     known = {f.name for f in dataclasses.fields(CompileOptions)}
     options = CompileOptions(**{k: v for k, v in manifest.get("options", {}).items() if k in known})
     settings = settings_from_options(options, lambda line: None)
-    graph = overrides.with_inputs(source, names)
+    # the passes rewrite nodes in place: on a copy, so that the source serves the next variant
+    # (and threads compiling variants of one model at once) unchanged
+    graph = overrides.with_inputs(overrides.snapshot(source), names)
     settings.output_type = _output_type_by_value(graph, options.output_type)
     return _run_passes(graph, options, settings, lambda line: None)[0]
 

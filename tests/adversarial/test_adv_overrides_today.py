@@ -1,0 +1,87 @@
+"""Adversarial checks of overridable initializers (ONNX IR >= 4 graph inputs with a default):
+several variants compiled from one model's ``override_source``, in turn and from threads, against
+ONNX Runtime."""
+
+from __future__ import annotations
+
+import threading
+
+import numpy as np
+import onnx
+import pytest
+from onnx import helper, numpy_helper
+
+import pycann
+from pycann.ge.compile.options import CompileOptions
+from pycann.ge.ir.graph import Graph
+from pycann.ge.run.model import LoadedModel
+
+ort = pytest.importorskip("onnxruntime")
+RNG = np.random.default_rng(7)
+VALUES = {"W": RNG.standard_normal((4, 3, 3, 3)).astype(np.float32), "b": np.arange(4, dtype=np.float32),
+          "s": np.array([2, .5, 1, 3], np.float32), "o": np.array([.1, .2, 0, -1], np.float32),
+          "m": np.array([0, 1, 0, .5], np.float32), "v": np.array([1, 4, 2, 1], np.float32)}
+X = RNG.standard_normal((1, 3, 6, 6)).astype(np.float32)
+FEEDS = [{"x": X, "s": -VALUES["s"]}, {"x": X, "b": VALUES["b"] * 3}, {"x": X, "W": VALUES["W"] * 0.5},
+         {"x": X, "m": VALUES["m"] + 1, "v": VALUES["v"] * 2}, {"x": X}]
+
+
+def vi(name: str, shape: list[int]) -> onnx.ValueInfoProto:
+    return helper.make_tensor_value_info(name, onnx.TensorProto.FLOAT, shape)
+
+
+def conv_bn() -> onnx.ModelProto:
+    """Conv + BatchNormalization with every parameter an overridable initializer (as PyTorch's
+    ``keep_initializers_as_inputs=True`` exports): the compiler folds the BN into the Conv."""
+    nodes = [helper.make_node("Conv", ["x", "W", "b"], ["c"], pads=[1, 1, 1, 1]),
+             helper.make_node("BatchNormalization", ["c", "s", "o", "m", "v"], ["y"])]
+    inputs = [vi("x", [1, 3, 6, 6])] + [vi(k, list(v.shape)) for k, v in VALUES.items()]
+    inits = [numpy_helper.from_array(v, k) for k, v in VALUES.items()]
+    g = helper.make_graph(nodes, "g", inputs, [vi("y", [1, 4, 6, 6])], inits)
+    return helper.make_model(g, opset_imports=[helper.make_opsetid("", 13)])
+
+
+def structure(g: Graph) -> list[tuple[str, list[str], list[str]]]:
+    return [(n.op_type, list(n.inputs), list(n.outputs)) for n in g.nodes]
+
+
+@pytest.mark.parametrize("precision_mode", ["", "force_fp16"])
+def test_variants_in_turn_leave_the_source_unchanged(precision_mode: str) -> None:
+    """Each feed compiles its variant from the one ``override_source``; the passes (the precision
+    pass's Casts among them) must not rewrite that source, or the next variant is compiled from a
+    broken graph ('input used before it is defined')."""
+    m = conv_bn()
+    cm = pycann.compile_model(m, CompileOptions(precision_mode=precision_mode))
+    assert cm.graph.override_source is not None
+    before = structure(cm.graph.override_source)
+    lm = LoadedModel(cm.graph, cm.manifest)
+    sess = ort.InferenceSession(m.SerializeToString(), providers=["CPUExecutionProvider"])
+    tol = 2e-2 if precision_mode else 1e-5
+    for feeds in FEEDS:
+        np.testing.assert_allclose(lm.run_dict(feeds)[0], sess.run(None, feeds)[0], rtol=tol, atol=tol)
+    assert structure(cm.graph.override_source) == before
+
+
+def test_variants_compiled_from_threads() -> None:
+    """Threads feeding different initializers of a fresh model compile their variants at once."""
+    m = conv_bn()
+    cm = pycann.compile_model(m, CompileOptions(precision_mode="force_fp16"))
+    sess = ort.InferenceSession(m.SerializeToString(), providers=["CPUExecutionProvider"])
+    gold = [sess.run(None, f)[0] for f in FEEDS]
+    lm = LoadedModel(cm.graph, cm.manifest)
+    errors: list[str] = []
+    barrier = threading.Barrier(len(FEEDS))
+
+    def call(i: int) -> None:
+        barrier.wait()
+        try:
+            np.testing.assert_allclose(lm.run_dict(FEEDS[i])[0], gold[i], rtol=2e-2, atol=2e-2)
+        except Exception as e:  # noqa: BLE001 (reported below)
+            errors.append(f"feed {sorted(FEEDS[i])}: {e!r}"[:300])
+
+    threads = [threading.Thread(target=call, args=(i,)) for i in range(len(FEEDS))]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert not errors, errors
