@@ -70,6 +70,13 @@ def fold_graph(g: Graph, outer_consts: dict[str, np.ndarray] | None = None, recu
     graphs' descs, so that a branch's ``Shape`` of an outer value with static dims folds (and with
     it the branch's Ifs on that shape: Silero's decoder on its state's batch)."""
     consts = dict(outer_consts or {})
+    # a subgraph's own inputs (a Loop body's carried values, Scan's slices) may reuse an outer name:
+    # there the name is the input, neither the outer constant nor the outer value's dims
+    shadowed = [i for i in g.inputs if i in consts or (outer_descs is not None and i in outer_descs)]
+    for i in shadowed:
+        consts.pop(i, None)
+    if shadowed and outer_descs is not None:
+        outer_descs = {k: v for k, v in outer_descs.items() if k not in set(shadowed)}
     consts.update(g.initializers)
     kept: list[Node] = []
     folded = 0
