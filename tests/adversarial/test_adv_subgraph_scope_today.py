@@ -1,6 +1,7 @@
-"""Constant folding in subgraphs against ONNX Runtime: a Loop body's input may reuse the name of an
-outer-scope constant (the ONNX checker allows a subgraph input to shadow an outer name); inside the
-body that name is the carried value, which changes every iteration, not the outer constant."""
+"""Constant folding and shape inference in Loop bodies against ONNX Runtime: a body's input may
+reuse the name of an outer-scope constant (the ONNX checker allows a subgraph input to shadow an
+outer name), and a carried value may change shape between iterations; inside the body the name is
+the carried value of each iteration, not the outer constant or the first iteration's shape."""
 
 from __future__ import annotations
 
@@ -38,3 +39,34 @@ def test_loop_body_input_shadowing_an_outer_constant(trips: int) -> None:
     feeds = {"n": np.array(trips, np.int64)}
     want = ort.InferenceSession(m.SerializeToString(), providers=["CPUExecutionProvider"]).run(None, feeds)[0]
     np.testing.assert_array_equal(LoadedModel(cm.graph, cm.manifest).run_dict(feeds)[0], want)
+
+
+def loop_growing_carried_value() -> onnx.ModelProto:
+    """A Loop whose carried ``xc`` doubles its rows every iteration (Concat) and whose scan output
+    is ``Shape(xc)`` of each iteration; the body declares no shapes."""
+    body = helper.make_graph(
+        [helper.make_node("Concat", ["xc", "xc"], ["x2"], axis=0), helper.make_node("Identity", ["cin"], ["cout"]),
+         helper.make_node("Shape", ["xc"], ["sx"])], "body",
+        [helper.make_tensor_value_info("i", TensorProto.INT64, []),
+         helper.make_tensor_value_info("cin", TensorProto.BOOL, []),
+         helper.make_tensor_value_info("xc", TensorProto.FLOAT, None)],
+        [helper.make_tensor_value_info("cout", TensorProto.BOOL, []),
+         helper.make_tensor_value_info("x2", TensorProto.FLOAT, None),
+         helper.make_tensor_value_info("sx", TensorProto.INT64, None)])
+    g = helper.make_graph([helper.make_node("Loop", ["n", "", "x"], ["y", "shapes"], body=body)], "g",
+                          [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 3]),
+                           helper.make_tensor_value_info("n", TensorProto.INT64, [])],
+                          [helper.make_tensor_value_info("y", TensorProto.FLOAT, None),
+                           helper.make_tensor_value_info("shapes", TensorProto.INT64, None)])
+    return helper.make_model(g, opset_imports=[helper.make_opsetid("", 13)])
+
+
+def test_loop_carried_value_that_grows() -> None:
+    """``Shape(xc)`` is not folded to the initial value's [2, 3]: every iteration's rows differ."""
+    m = loop_growing_carried_value()
+    cm = pycann.compile_model(m)
+    feeds = {"x": np.arange(6, dtype=np.float32).reshape(2, 3), "n": np.array(3, np.int64)}
+    want = ort.InferenceSession(m.SerializeToString(), providers=["CPUExecutionProvider"]).run(None, feeds)
+    got = LoadedModel(cm.graph, cm.manifest).run_dict(feeds)
+    for g, w in zip(got, want):
+        np.testing.assert_array_equal(g, w)

@@ -48,6 +48,25 @@ def _seed_body_inputs(node: Node, attr: str, body: Graph, ins: list[TensorDesc |
             body.descs[name] = d if old is None or not old.dtype else TensorDesc(old.dtype, d.shape)
 
 
+def _widen_carried(body: Graph) -> bool:
+    """A Loop body's carried inputs are seeded with the initial values' descs; where an iteration
+    gives a carried value another shape (a sequence grown by Concat), the input's desc becomes what
+    both agree on (other dims unknown; another rank: unknown rank), so that nothing in the body
+    (a Shape folded to the first iteration's dims) holds only for the first iteration. True when a
+    desc changed: the body is inferred again."""
+    changed = False
+    for name, out in zip(body.inputs[2:], body.outputs[1:]):
+        d_in, d_out = body.descs.get(name), body.descs.get(out)
+        if d_in is None or d_in.shape is None or d_out is None or d_out.kind != d_in.kind or d_out.shape == d_in.shape:
+            continue
+        out_shape = d_out.shape
+        shape = (tuple(a if a == b else None for a, b in zip(d_in.shape, out_shape))
+                 if out_shape is not None and len(out_shape) == len(d_in.shape) else None)
+        body.descs[name] = TensorDesc(d_in.dtype, shape, d_in.format, d_in.kind)
+        changed = True
+    return changed
+
+
 def infer_graph(
     g: Graph,
     outer_descs: Mapping[str, TensorDesc] | None = None,
@@ -78,6 +97,10 @@ def infer_graph(
             for attr_name, sub in node.subgraphs.items():
                 _seed_body_inputs(node, attr_name, sub, [descs.get(i) if i else None for i in node.inputs])
                 infer_graph(sub, descs, consts, strict=False)
+                for _ in range(2):  # (a rank that changes too: the second widening makes it unknown)
+                    if not (node.op_type == "Loop" and attr_name == "body" and _widen_carried(sub)):
+                        break
+                    infer_graph(sub, descs, consts, strict=False)
         try:
             outs = infer_node(node, op, descs, consts, g.descs, strict)
         except ShapeError as e:
