@@ -107,10 +107,18 @@ def _conv_inputs(a: Sequence[Any]) -> list[Any]:
     return [a[0], a[1]] if a[2] is None else [a[0], a[1], a[2]]
 
 
+def _spatial(values: Sequence[Any], n: int) -> list[int]:
+    """A conv's stride, padding or dilation for ``n`` spatial dims: ATen expands a single value
+    (``padding="valid"`` reaches ``aten::convolution`` as ``[0]``) to every dim."""
+    out = [int(v) for v in values]
+    return out * n if len(out) == 1 else out
+
+
 def _conv_attrs(a: Sequence[Any]) -> dict[str, Any]:
-    pads = [int(p) for p in a[4]]
-    return {"kernel_shape": [int(d) for d in a[1].shape[2:]], "strides": [int(s) for s in a[3]],
-            "pads": pads + pads, "dilations": [int(d) for d in a[5]], "group": int(a[8]),
+    n = a[1].dim() - 2
+    pads = _spatial(a[4], n)
+    return {"kernel_shape": [int(d) for d in a[1].shape[2:]], "strides": _spatial(a[3], n),
+            "pads": pads + pads, "dilations": _spatial(a[5], n), "group": int(a[8]),
             # pycann's Conv on its torch provider, channels-last with the weight prepacked (the
             # algorithm GE selects for ResNet-class convs; ``kernels.bind._conv`` binds it)
             "_algo": TORCH_CONV2D_NHWC}
