@@ -85,3 +85,36 @@ def test_variants_compiled_from_threads() -> None:
     for t in threads:
         t.join()
     assert not errors, errors
+
+
+def test_variant_keeps_the_plan_cache_config() -> None:
+    """A variant runs under the bounds and policy its model was loaded with (``PlanPolicy.GENERIC``
+    never specialises; the variant was loaded with the process default instead)."""
+    from pycann.config import PlanCacheConfig, PlanPolicy
+
+    m = conv_bn()
+    lm = LoadedModel.from_compiled(pycann.compile_model(m),
+                                   plan_cache=PlanCacheConfig(policy=PlanPolicy.GENERIC, max_plans=3))
+    lm.run_dict({"x": X, "s": -VALUES["s"]})
+    config = lm._variants[("s",)].executor._cache.config
+    assert (config.policy, config.max_plans) == (PlanPolicy.GENERIC, 3)
+
+
+def test_a_name_with_a_comma_can_be_fed() -> None:
+    """ONNX names may hold commas: the importer's record of the overridable names must keep them."""
+    g = helper.make_graph([helper.make_node("Add", ["x", "a,b"], ["y"])], "g", [vi("x", [2]), vi("a,b", [2])],
+                          [vi("y", [2])], [numpy_helper.from_array(np.ones(2, np.float32), "a,b")])
+    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 13)])
+    cm = pycann.compile_model(m)
+    lm = LoadedModel(cm.graph, cm.manifest)
+    sess = ort.InferenceSession(m.SerializeToString(), providers=["CPUExecutionProvider"])
+    for feeds in ({"x": np.zeros(2, np.float32)}, {"x": np.zeros(2, np.float32), "a,b": np.full(2, 5, np.float32)}):
+        np.testing.assert_array_equal(lm.run_dict(feeds)[0], sess.run(None, feeds)[0])
+
+
+def test_an_old_comma_separated_record_still_reads() -> None:
+    """An .om written before the JSON record lists the names comma-separated."""
+    from pycann.ge.ir import overrides
+
+    g = Graph(metadata={overrides.METADATA_KEY: "W,b"})
+    assert overrides.overridable(g) == {"W", "b"}

@@ -19,6 +19,7 @@ A run that feeds one runs a variant of the model in which those names are inputs
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterable
 
 from pycann.dtypes import TensorDesc, from_numpy
@@ -28,9 +29,23 @@ from pycann.ge.ir.graph import Graph, Node
 METADATA_KEY = "overridable_initializers"
 
 
+def record(names: Iterable[str]) -> str:
+    """The metadata value listing ``names`` (a JSON list: an ONNX name may hold a comma)."""
+    return json.dumps(sorted(names))
+
+
 def overridable(graph: Graph) -> set[str]:
-    """Names of the graph's overridable initializers (recorded at import)."""
-    return {n for n in graph.metadata.get(METADATA_KEY, "").split(",") if n}
+    """Names of the graph's overridable initializers (recorded at import: ``record``; an .om
+    written before that lists them comma-separated)."""
+    text = graph.metadata.get(METADATA_KEY, "")
+    if text.startswith("["):
+        try:
+            names = json.loads(text)
+        except ValueError:
+            names = None
+        if isinstance(names, list) and all(isinstance(n, str) for n in names):
+            return {n for n in names if n}
+    return {n for n in text.split(",") if n}
 
 
 def with_inputs(graph: Graph, names: Iterable[str]) -> Graph:

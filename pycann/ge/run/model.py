@@ -391,7 +391,8 @@ class LoadedModel:
         key = tuple(sorted(names))
         variants = self.__dict__.setdefault("_variants", {})
         if key not in variants:
-            variants[key] = LoadedModel(*override_variant(self.graph, key, self.manifest), self.path)
+            variants[key] = LoadedModel(*override_variant(self.graph, key, self.manifest), self.path,
+                                        plan_cache=self.executor._cache.config)  # (this model's bounds, policy)
         return variants[key]  # type: ignore[no-any-return]
 
     def timed_run(self, feeds: Sequence[Any]) -> tuple[list[np.ndarray], float]:

@@ -21,7 +21,7 @@ from pycann.dtypes import Dim, DType, TensorDesc
 from pycann.errors import ModelError, UnsupportedOpError
 from pycann.ge.compile.importers.expand import FunctionExpander
 from pycann.ge.compile.importers.opset_upgrade import upgrade_node
-from pycann.ge.ir import Graph, Node
+from pycann.ge.ir import Graph, Node, overrides
 from pycann.ge.ir.overrides import METADATA_KEY
 from pycann.ops.registry import lookup
 
@@ -123,7 +123,7 @@ def import_model(model: onnx.ModelProto) -> Graph:
     inits = {t.name for t in model.graph.initializer}
     feedable = sorted(vi.name for vi in model.graph.input if vi.name in inits) if model.ir_version >= 4 else []
     if feedable:
-        g.metadata[METADATA_KEY] = ",".join(feedable)
+        g.metadata[METADATA_KEY] = overrides.record(feedable)
     return g
 
 
