@@ -96,7 +96,7 @@ def test_variant_keeps_the_plan_cache_config() -> None:
     lm = LoadedModel.from_compiled(pycann.compile_model(m),
                                    plan_cache=PlanCacheConfig(policy=PlanPolicy.GENERIC, max_plans=3))
     lm.run_dict({"x": X, "s": -VALUES["s"]})
-    config = lm._variants[("s",)].executor._cache.config
+    config = lm._overriding(["s"]).executor._cache.config
     assert (config.policy, config.max_plans) == (PlanPolicy.GENERIC, 3)
 
 
