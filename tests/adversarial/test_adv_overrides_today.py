@@ -5,6 +5,7 @@ ONNX Runtime."""
 from __future__ import annotations
 
 import threading
+from collections.abc import Sequence
 
 import numpy as np
 import onnx
@@ -26,7 +27,7 @@ FEEDS = [{"x": X, "s": -VALUES["s"]}, {"x": X, "b": VALUES["b"] * 3}, {"x": X, "
          {"x": X, "m": VALUES["m"] + 1, "v": VALUES["v"] * 2}, {"x": X}]
 
 
-def vi(name: str, shape: list[int]) -> onnx.ValueInfoProto:
+def vi(name: str, shape: Sequence[int | str] | None) -> onnx.ValueInfoProto:
     return helper.make_tensor_value_info(name, onnx.TensorProto.FLOAT, shape)
 
 
@@ -118,3 +119,42 @@ def test_an_old_comma_separated_record_still_reads() -> None:
 
     g = Graph(metadata={overrides.METADATA_KEY: "W,b"})
     assert overrides.overridable(g) == {"W", "b"}
+
+
+def test_a_declared_dynamic_dim_takes_other_sizes() -> None:
+    """ONNX Runtime checks a fed initializer against its graph input's declared shape: a weight
+    declared ``["O", 3, 3, 3]`` takes 6 output channels, an index declared ``["n"]`` three indices
+    (pycann held them to the default's shape); a fixed dim is still enforced, naming the input. The
+    default run keeps the folded graph; the .om round trip keeps the declared shapes."""
+    from pycann.errors import InputError
+    from pycann.ge.om import dumps_om, loads_om
+
+    w = VALUES["W"]
+    nodes = [helper.make_node("Conv", ["x", "W"], ["c"], pads=[1, 1, 1, 1]),
+             helper.make_node("Gather", ["c", "idx"], ["y"], axis=1)]
+    g = helper.make_graph(nodes, "g", [vi("x", [1, 3, 6, 6]), vi("W", ["O", 3, 3, 3]),
+                                       helper.make_tensor_value_info("idx", onnx.TensorProto.INT64, ["n"])],
+                          [vi("y", None)], [numpy_helper.from_array(w, "W"),
+                                            numpy_helper.from_array(np.array([0, 3], np.int64), "idx")])
+    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 13)])
+    cm = pycann.compile_model(m)
+    om = loads_om(dumps_om(cm.graph, cm.manifest))
+    lm = LoadedModel(om.graph, om.manifest)
+    sess = ort.InferenceSession(m.SerializeToString(), providers=["CPUExecutionProvider"])
+    w6 = RNG.standard_normal((6, 3, 3, 3)).astype(np.float32)
+    for feeds in ({"x": X}, {"x": X, "W": w6}, {"x": X, "idx": np.array([1, 2, 3], np.int64)},
+                  {"x": X, "W": w6, "idx": np.array([5], np.int64)}, {"x": X}):
+        np.testing.assert_allclose(lm.run_dict(feeds)[0], sess.run(None, feeds)[0], rtol=1e-5, atol=1e-5)
+    with pytest.raises(InputError, match=r"input 'W'.*dim 2 is 1"):
+        lm.run_dict({"x": X, "W": w6[:, :, :1, :1]})
+
+
+def test_static_declared_shapes_record_nothing() -> None:
+    """Declared shapes equal to the defaults' (PyTorch's export) record nothing: no source kept for
+    a Conv + Relu (its weight stays verbatim), so the .om does not grow."""
+    g = helper.make_graph([helper.make_node("Conv", ["x", "W"], ["c"]), helper.make_node("Relu", ["c"], ["y"])], "g",
+                          [vi("x", [1, 3, 6, 6]), vi("W", [4, 3, 3, 3])], [vi("y", None)],
+                          [numpy_helper.from_array(VALUES["W"], "W")])
+    cm = pycann.compile_model(helper.make_model(g, opset_imports=[helper.make_opsetid("", 13)]))
+    assert cm.graph.override_source is None
+    assert "overridable_initializer_shapes" not in cm.graph.metadata

@@ -20,13 +20,14 @@ A run that feeds one runs a variant of the model in which those names are inputs
 from __future__ import annotations
 
 import json
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping, Sequence
 
-from pycann.dtypes import TensorDesc, from_numpy
+from pycann.dtypes import Dim, TensorDesc, from_numpy
 from pycann.errors import InputError
 from pycann.ge.ir.graph import Graph, Node
 
 METADATA_KEY = "overridable_initializers"
+SHAPES_KEY = "overridable_initializer_shapes"
 
 
 def record(names: Iterable[str]) -> str:
@@ -48,9 +49,32 @@ def overridable(graph: Graph) -> set[str]:
     return {n for n in text.split(",") if n}
 
 
+def record_shapes(shapes: Mapping[str, Sequence[Dim] | None]) -> str:
+    """The metadata value (``SHAPES_KEY``) of the declared input shapes that are not the defaults'
+    (a dim: int, symbolic name or None; no shape at all: None)."""
+    return json.dumps({n: None if s is None else list(s) for n, s in sorted(shapes.items())})
+
+
+def declared_shapes(graph: Graph) -> dict[str, tuple[Dim, ...] | None]:
+    """The shapes of the overridable initializers whose graph input declares other dims than the
+    default's (``record_shapes``): as in ONNX Runtime, a feed is checked against the declared shape."""
+    try:
+        found = json.loads(graph.metadata.get(SHAPES_KEY, "{}"))
+    except ValueError:
+        return {}
+    out: dict[str, tuple[Dim, ...] | None] = {}
+    for n, dims in found.items() if isinstance(found, dict) else ():
+        if dims is None:
+            out[n] = None
+        elif isinstance(dims, list) and all(d is None or isinstance(d, (int, str)) for d in dims):
+            out[n] = tuple(dims)
+    return out
+
+
 def with_inputs(graph: Graph, names: Iterable[str]) -> Graph:
     """A copy of ``graph`` in which the initializers ``names`` are graph inputs (appended in
-    sorted order), described by the default's dtype and shape. Raises ``InputError`` for a name
+    sorted order), described by the default's dtype and shape (the declared one where the graph
+    input declares other dims: ``declared_shapes``). Raises ``InputError`` for a name
     that is no overridable initializer or that the compiler folded away (a compiled graph with an
     ``override_source`` compiles its variants from that instead: ``LoadedModel._overriding``)."""
     names = sorted(names)
@@ -65,9 +89,14 @@ def with_inputs(graph: Graph, names: Iterable[str]) -> Graph:
                 "model so that it is a plain input"
             )
     descs = dict(graph.descs)
+    loose = declared_shapes(graph)
     for n in names:
         arr = graph.initializers[n]
-        descs[n] = TensorDesc(int(from_numpy(arr.dtype)), tuple(int(d) for d in arr.shape))
+        shape: tuple[Dim, ...] | None = tuple(int(d) for d in arr.shape)
+        if n in loose:  # (an unnamed dim gets a name of its own: any size, like ORT's check)
+            dims = loose[n]
+            shape = None if dims is None else tuple(f"{n}:{i}" if d is None else d for i, d in enumerate(dims))
+        descs[n] = TensorDesc(int(from_numpy(arr.dtype)), shape)
     return Graph(nodes=list(graph.nodes), inputs=list(graph.inputs) + names, outputs=list(graph.outputs),
                  initializers={k: v for k, v in graph.initializers.items() if k not in names},
                  descs=descs, name=graph.name, opsets=dict(graph.opsets), metadata=dict(graph.metadata), context=graph.context)
@@ -90,6 +119,8 @@ def keep_source(source: Graph, compiled: Graph) -> Graph | None:
     """``source`` (the ``snapshot`` taken before the passes) when some overridable initializer of
     it is not in ``compiled`` verbatim — gone, another array, or read by no node (folded into
     other constants) — so that feeding it needs a variant compiled from the source; else None."""
+    if declared_shapes(source):
+        return source  # a feed of another shape than the default's: its variant infers from the source
     read = {i for _, n in compiled.walk() for i in n.inputs}
     for name in overridable(source):
         arr = compiled.initializers.get(name)

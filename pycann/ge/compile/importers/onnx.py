@@ -124,6 +124,11 @@ def import_model(model: onnx.ModelProto) -> Graph:
     feedable = sorted(vi.name for vi in model.graph.input if vi.name in inits) if model.ir_version >= 4 else []
     if feedable:
         g.metadata[METADATA_KEY] = overrides.record(feedable)
+        defaults = {t.name: tuple(int(d) for d in t.dims) for t in model.graph.initializer}
+        declared = {vi.name: _dims(vi.type)[1] for vi in model.graph.input if vi.name in defaults}
+        loose = {n: s for n, s in declared.items() if s != defaults[n]}
+        if loose:  # (ORT checks a feed against the input's declared shape: "N" takes any size)
+            g.metadata[overrides.SHAPES_KEY] = overrides.record_shapes(loose)
     return g
 
 
