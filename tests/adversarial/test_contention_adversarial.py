@@ -400,8 +400,8 @@ def test_plan_evicted_between_get_and_run(busy: Script, monkeypatch: pytest.Monk
     cache = lm.executor._cache
     real = cache.get
 
-    def get_then_evicted(key: Any) -> Any:
-        hit = real(key)
+    def get_then_evicted(key: Any, count: bool = True) -> Any:
+        hit = real(key, count)
         if hit is not None:
             hit.plan.close()  # what PlanCache._close does to an evicted plan
             cache._entries.pop(key, None)
