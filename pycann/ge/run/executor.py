@@ -416,19 +416,20 @@ class Executor(GenericRuns):
         for the run (torch's kernels read it per call); None when that plan is not built yet: then it
         is queued for the builder thread (once ``sig``'s own plan exists) and the caller runs as usual."""
         key = (*sig, ("threads", team))
-        hit = self._cache.get(key) if key in self._cache else None
+        hit = self._cache.get(key, count=False) if key in self._cache else None
         if hit is None:
             if key not in self._builder.failed and self._room_for_team(sig):
                 self._builder.submit(key, *self._request(used, feeds), threads=team)
             return None
-        self.team_runs += 1
         plan = hit.plan
         made = plan.arenas_made
         try:
             outs = _on_team(team, plan, feeds)
         except PlanClosedError:
-            self.team_runs -= 1
-            return None  # evicted since ``get``: the caller runs as usual
+            return None  # evicted since ``get``: the caller runs as usual (and counts the call)
+        # (counted once the run returned: a refused call, an index out of range, counts nothing)
+        self._cache.count(hit=True)
+        self.team_runs += 1
         if plan.arenas_made != made:
             self._cache.refresh_bytes()  # a concurrent run added an arena: re-check the bound (as ``run``)
         return outs

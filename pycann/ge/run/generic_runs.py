@@ -148,8 +148,9 @@ class GenericRuns:
         if team is not None:
             reduced = self._generic_teams.get(team)
             if reduced is not None:
-                self.team_runs += 1
-                return _on_team(team, reduced, feeds)
+                outs = _on_team(team, reduced, feeds)
+                self.team_runs += 1  # (once it returned: a refused call counts nothing)
+                return outs
             if ("generic", team) not in self._builder.failed:
                 # hot: built beside held calls, they are the calls it serves (a stream of new shapes
                 # on busy CPUs held it off, and ran on the full team, for as long as it lasted)
