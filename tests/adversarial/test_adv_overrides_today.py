@@ -158,3 +158,41 @@ def test_static_declared_shapes_record_nothing() -> None:
     cm = pycann.compile_model(helper.make_model(g, opset_imports=[helper.make_opsetid("", 13)]))
     assert cm.graph.override_source is None
     assert "overridable_initializer_shapes" not in cm.graph.metadata
+
+
+def _ir8(nodes: list[onnx.NodeProto], inputs: list[onnx.ValueInfoProto], outputs: list[onnx.ValueInfoProto],
+         inits: dict[str, np.ndarray]) -> onnx.ModelProto:
+    g = helper.make_graph(nodes, "g", inputs, outputs, [numpy_helper.from_array(v, k) for k, v in inits.items()])
+    return helper.make_model(g, opset_imports=[helper.make_opsetid("", 13)])
+
+
+def _against_ort(m: onnx.ModelProto, feeds_list: list[dict[str, np.ndarray]]) -> None:
+    cm = pycann.compile_model(m)
+    lm = LoadedModel(cm.graph, cm.manifest)
+    sess = ort.InferenceSession(m.SerializeToString(), providers=["CPUExecutionProvider"])
+    for feeds in feeds_list:
+        for got, want in zip(lm.run_dict(feeds), sess.run(None, feeds)):
+            np.testing.assert_allclose(got, want, rtol=1e-6, atol=1e-6)
+
+
+def test_a_default_that_shape_inference_read() -> None:
+    """The Reshape target stays in the compiled graph as itself, but ``Shape`` of the Reshape's
+    result folded to the default's dims: a fed target must not give the default's shape."""
+    i64 = onnx.TensorProto.INT64
+    nodes = [helper.make_node("Reshape", ["x", "shp"], ["r"]), helper.make_node("Shape", ["r"], ["s"]),
+             helper.make_node("Relu", ["r"], ["y"])]
+    m = _ir8(nodes, [vi("x", [2, 3, 4]), helper.make_tensor_value_info("shp", i64, [2])],
+             [vi("y", None), helper.make_tensor_value_info("s", i64, None)], {"shp": np.array([6, 4], np.int64)})
+    x = np.arange(24, dtype=np.float32).reshape(2, 3, 4)
+    _against_ort(m, [{"x": x}, {"x": x, "shp": np.array([4, 6], np.int64)}, {"x": x}])
+
+
+def test_a_default_read_by_a_folded_and_a_kept_node() -> None:
+    """``k`` is read by ``Add(x, k)`` (kept) and by ``Mul(k, c)`` (folded into a constant with the
+    default's value): still read, but feeding it must change both."""
+    nodes = [helper.make_node("Mul", ["k", "c"], ["k2"]), helper.make_node("Add", ["x", "k"], ["a"]),
+             helper.make_node("Add", ["a", "k2"], ["y"])]
+    m = _ir8(nodes, [vi("x", [2, 3]), vi("k", [3])], [vi("y", None)],
+             {"k": np.array([1, 2, 3], np.float32), "c": np.full(3, 2, np.float32)})
+    x = np.arange(6, dtype=np.float32).reshape(2, 3)
+    _against_ort(m, [{"x": x}, {"x": x, "k": np.array([7, 8, 9], np.float32)}, {"x": x}])

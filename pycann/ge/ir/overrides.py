@@ -8,10 +8,12 @@ pre-packed kernels. The importer records the names in ``graph.metadata[METADATA_
 
 A run that feeds one runs a variant of the model in which those names are inputs:
 
-* every default the compiler kept verbatim (the same array, still read by a node): the variant
-  is the compiled graph with those constants turned into inputs (``with_inputs``), no compile;
+* every default the compiler kept verbatim (the same array, read by as many nodes as in the
+  source, a floating-point value no shape depends on): the variant is the compiled graph with
+  those constants turned into inputs (``with_inputs``), no compile;
 * a default the compiler folded into other constants (e.g. a BatchNormalization's scale folded
-  into a Conv's weights) or changed: the compiled graph keeps ``override_source``, the graph as
+  into a Conv's weights), changed, or whose value shape inference may have read (an integer
+  Reshape target: ``keep_source``): the compiled graph keeps ``override_source``, the graph as
   it entered the pass pipeline (``snapshot`` / ``keep_source``; stored in the .om, its unchanged
   weights shared with the compiled graph's), and the variant is compiled from it with the fed
   names live (``pycann.ge.compile.compiler.compile_variant``).
@@ -20,7 +22,10 @@ A run that feeds one runs a variant of the model in which those names are inputs
 from __future__ import annotations
 
 import json
+from collections import Counter
 from collections.abc import Iterable, Mapping, Sequence
+
+import numpy as np
 
 from pycann.dtypes import Dim, TensorDesc, from_numpy
 from pycann.errors import InputError
@@ -115,15 +120,30 @@ def snapshot(graph: Graph) -> Graph:
                  opsets=dict(graph.opsets), metadata=dict(graph.metadata), context=graph.context)
 
 
+# ops whose output shape a floating-point input's value sets (shape inference reads it when constant)
+_VALUE_SHAPED = frozenset({"Resize", "Upsample", "Range", "NonZero", "Unique", "Compress", "OneHot"})
+
+
 def keep_source(source: Graph, compiled: Graph) -> Graph | None:
-    """``source`` (the ``snapshot`` taken before the passes) when some overridable initializer of
-    it is not in ``compiled`` verbatim — gone, another array, or read by no node (folded into
-    other constants) — so that feeding it needs a variant compiled from the source; else None."""
+    """``source`` (the ``snapshot`` taken before the passes) when feeding some overridable
+    initializer needs a variant compiled from it; else None (the compiled graph with the constants
+    made inputs computes the same as the source for any value). The source is needed where the
+    compiled graph may hold a consequence of a default's value: the default is gone or another
+    array; fewer nodes read it than in the source (a consumer folded with it into a constant, as
+    ``Mul(k, c)`` beside ``Add(x, k)``, or fused it into attributes); it is an integer or bool tensor
+    (a Reshape target, Slice bounds, Tile repeats, a condition: shape inference and folding read
+    its value); a node whose output shape its value sets reads it (``_VALUE_SHAPED``); or a graph
+    input declares other dims than its default's (``declared_shapes``)."""
     if declared_shapes(source):
         return source  # a feed of another shape than the default's: its variant infers from the source
-    read = {i for _, n in compiled.walk() for i in n.inputs}
-    for name in overridable(source):
-        arr = compiled.initializers.get(name)
-        if arr is None or arr is not source.initializers.get(name) or name not in read:
+    names = overridable(source)
+    reads_src = Counter(i for _, n in source.walk() for i in n.inputs if i in names)
+    reads = Counter(i for _, n in compiled.walk() for i in n.inputs if i in names)
+    value_shaped = {i for _, n in source.walk() if n.op_type in _VALUE_SHAPED and not n.domain for i in n.inputs}
+    for name in names:
+        arr, default = compiled.initializers.get(name), source.initializers.get(name)
+        if arr is None or arr is not default or reads[name] == 0 or reads[name] < reads_src[name]:
+            return source
+        if np.asarray(default).dtype.kind in "biu" or name in value_shaped:
             return source
     return None
