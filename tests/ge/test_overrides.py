@@ -93,3 +93,31 @@ def test_verbatim_defaults_keep_no_source() -> None:
     """Without folding (Conv + Relu) the compiled graph keeps no source: a feed turns the constant
     into an input of the compiled graph."""
     assert pycann.compile_model(conv_model()).graph.override_source is None
+
+
+def test_variants_per_fed_set_are_bounded_least_recently_used_first(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A model keeps at most ``MAX_OVERRIDE_VARIANTS`` variants (one per set of fed initializers), the
+    least recently used dropped first; a dropped set compiles again when fed, with the same values."""
+    from pycann.ge.run import model as run_model
+
+    monkeypatch.setattr(run_model, "MAX_OVERRIDE_VARIANTS", 2)
+    names = ["a", "b", "c"]
+    consts = {n: np.full((2, 3), i + 1, np.float32) for i, n in enumerate(names)}
+    nodes = [helper.make_node("Add", ["x", "a"], ["t0"]), helper.make_node("Mul", ["t0", "b"], ["t1"]),
+             helper.make_node("Sub", ["t1", "c"], ["y"])]
+    graph = helper.make_graph(
+        nodes, "g", [helper.make_tensor_value_info("x", onnx.TensorProto.FLOAT, [2, 3])]
+        + [helper.make_tensor_value_info(n, onnx.TensorProto.FLOAT, [2, 3]) for n in names],
+        [helper.make_tensor_value_info("y", onnx.TensorProto.FLOAT, [2, 3])],
+        [onnx.numpy_helper.from_array(v, n) for n, v in consts.items()])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    model.ir_version = 8
+    lm = LoadedModel.from_compiled(pycann.compile_model(model))
+    x = np.arange(6, dtype=np.float32).reshape(2, 3)
+    fed = {n: np.full((2, 3), 10 * (i + 1), np.float32) for i, n in enumerate(names)}
+    for subset in (["a"], ["b"], ["a"], ["c"], ["b"]):
+        feeds = {"x": x, **{n: fed[n] for n in subset}}
+        want = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"]).run(None, feeds)[0]
+        np.testing.assert_allclose(lm.run_dict(feeds)[0], want, rtol=1e-6)
+        assert len(lm.__dict__["_variants"]) <= 2
+    assert list(lm.__dict__["_variants"]) == [("c",), ("b",)]  # "a" least recently used: dropped

@@ -36,6 +36,10 @@ if TYPE_CHECKING:  # the compile side, gears and dynamic AIPP load only when a m
     from pycann.ge.compile.compiler import CompiledModel
     from pycann.ge.compile.gears import GearTable
 
+MAX_OVERRIDE_VARIANTS = 8
+"""Variants with overridable initializers fed (one per set of fed names) a model keeps, least recently
+used first out: a client feeding ever other subsets would otherwise hold one compiled model each."""
+
 
 @dataclass(frozen=True)
 class TensorInfo:
@@ -389,11 +393,15 @@ class LoadedModel:
         from pycann.ge.compile.compiler import override_variant
 
         key = tuple(sorted(names))
-        variants = self.__dict__.setdefault("_variants", {})
-        if key not in variants:
-            variants[key] = LoadedModel(*override_variant(self.graph, key, self.manifest), self.path,
-                                        plan_cache=self.executor._cache.config)  # (this model's bounds, policy)
-        return variants[key]  # type: ignore[no-any-return]
+        variants: dict[tuple[str, ...], LoadedModel] = self.__dict__.setdefault("_variants", {})
+        hit = variants.pop(key, None)  # (re-inserted: the dict's order is least recently used first)
+        if hit is None:
+            hit = LoadedModel(*override_variant(self.graph, key, self.manifest), self.path,
+                              plan_cache=self.executor._cache.config)  # (this model's bounds, policy)
+        variants[key] = hit
+        while len(variants) > MAX_OVERRIDE_VARIANTS:  # (a dropped variant is freed once no call holds it)
+            variants.pop(next(iter(variants)), None)
+        return hit
 
     def timed_run(self, feeds: Sequence[Any]) -> tuple[list[np.ndarray], float]:
         t0 = time.perf_counter()
