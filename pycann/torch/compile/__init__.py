@@ -33,7 +33,7 @@ import torch
 
 from pycann.dtypes import DType, to_numpy
 from pycann.torch._alias import to_cpu
-from pycann.torch.compile.export_fixes import call_arg, fix_export, misexported, target_name
+from pycann.torch.compile.export_fixes import call_arg, fix_export, misexported, quiet_onnx_log, target_name
 from pycann.torch.compile.frozen import FrozenWeights
 from pycann.torch.compile.outputs import OutSpec, host_layouts, output_values, place, spec, with_host_layouts
 from pycann.torch.compile.records import GraphRecord, new_record
@@ -207,7 +207,7 @@ def _lower(gm: torch.fx.GraphModule, example_inputs: Sequence[Any], static: list
     dynamic = tuple(_host(t) for t, s in zip(example_inputs, static) if not s)
     module = _Embedded(_host_graph(gm), static, consts).eval()
     buf = io.BytesIO()
-    with warnings.catch_warnings():
+    with warnings.catch_warnings(), quiet_onnx_log():
         warnings.simplefilter("ignore")
         torch.onnx.export(module, dynamic, buf,  # type: ignore[arg-type]  # the exporter writes file objects too
                           dynamo=False, opset_version=17, do_constant_folding=True,

@@ -4,16 +4,19 @@ Found by differential tests against eager torch (tests/torch/test_compile_differ
 confirmed with ONNX Runtime on the exported models, so the exporter, not GE, is wrong.
 ``fix_export`` rewrites the nodes it can into equivalents the exporter exports right;
 ``misexported`` says why a graph must run eagerly instead (the ops it cannot rewrite).
+``quiet_onnx_log`` keeps the exporter from printing a failed graph's whole TorchScript IR.
 """
 
 from __future__ import annotations
 
+import contextlib
 import operator
+from collections.abc import Iterator
 from typing import Any
 
 import torch
 
-__all__ = ["call_arg", "fix_export", "misexported", "misexported_op", "target_name"]
+__all__ = ["call_arg", "fix_export", "misexported", "misexported_op", "quiet_onnx_log", "target_name"]
 
 
 _PAD = (torch._C._nn.pad, torch.nn.functional.pad)
@@ -179,3 +182,37 @@ def fix_export(graph: torch.fx.Graph) -> bool:
                 node.kwargs = {**node.kwargs, "dtype": torch.int64}
                 changed = True
     return changed
+
+
+@contextlib.contextmanager
+def _log_off(verbose: bool) -> Iterator[None]:
+    """``setup_onnx_logging`` as meant: ONNX logging on only for ``verbose=True``, then put back."""
+    was = torch._C._jit_is_onnx_log_enabled()
+    torch._C._jit_set_onnx_log_enabled(bool(was or verbose))
+    try:
+        yield
+    finally:
+        torch._C._jit_set_onnx_log_enabled(was)
+
+
+@contextlib.contextmanager
+def quiet_onnx_log() -> Iterator[None]:
+    """Run a ``torch.onnx.export(..., verbose=False)`` without its log.
+
+    The TorchScript exporter's ``setup_onnx_logging`` tests ``_C._jit_is_onnx_log_enabled``
+    without calling it (always true), so every export turns ONNX logging on for good, and an
+    export that fails (an op with no ONNX symbolic, which the backend reports and runs eagerly)
+    printed the graph's whole TorchScript IR ("Torch IR graph at exception: ...", a hundred lines
+    for a two-layer transformer) on stdout. This swaps in the intended context manager while
+    the export runs and leaves the log flag as it found it.
+    """
+    from torch.onnx._internal.torchscript_exporter import utils
+
+    orig = utils.setup_onnx_logging
+    was = torch._C._jit_is_onnx_log_enabled()
+    utils.setup_onnx_logging = _log_off  # type: ignore[assignment]  # the deprecated wrapper's signature
+    try:
+        yield
+    finally:
+        utils.setup_onnx_logging = orig
+        torch._C._jit_set_onnx_log_enabled(was)
