@@ -60,16 +60,23 @@ def host_layouts(host_gm: torch.fx.GraphModule, args: Sequence[Any]) -> list[Any
     Dynamo recorded: ATen's meta convolution propagates channels_last only for CPU/CUDA inputs, so
     an npu fake conv of a channels_last input is contiguous where eager (CPU, and the npu) gives
     channels_last. None when the fake run fails."""
-    from torch._subclasses.fake_tensor import FakeTensorMode
+    from torch._subclasses.fake_tensor import FakeTensor, FakeTensorMode
 
     from pycann.torch._alias import to_cpu
 
-    def host(a: Any) -> Any:
-        return to_cpu(a.detach()) if isinstance(a, torch.Tensor) and a.device.type == "npu" else a
+    def fake(a: Any) -> Any:
+        if isinstance(a, FakeTensor):  # another mode's fake: a CPU one of its layout in this mode
+            return torch.empty_strided(a.size(), a.stride(), dtype=a.dtype, device="cpu")
+        return mode.from_tensor(a) if isinstance(a, torch.Tensor) else a
 
+    # the npu tensors' CPU views made before the fake mode starts: inside it ``detach()`` gives
+    # a FakeTensor, and a DLPack relabel of that reads its data pointer (PyTorch's "Accessing the
+    # data pointer of FakeTensor is deprecated ... almost definitely a bug in your code" warning)
+    hosts = [to_cpu(a.detach()) if isinstance(a, torch.Tensor) and a.device.type == "npu"
+             and not isinstance(a, FakeTensor) else a for a in args]
     try:
         with FakeTensorMode(allow_non_fake_inputs=True) as mode:
-            outs = host_gm(*[mode.from_tensor(host(a)) if isinstance(a, torch.Tensor) else a for a in args])
+            outs = host_gm(*[fake(a) for a in hosts])
     except Exception:  # noqa: BLE001 - the recorded npu layouts then
         return None
     return list(outs) if isinstance(outs, (tuple, list)) else [outs]
