@@ -31,6 +31,7 @@ import numpy as np
 import torch
 
 from pycann import config
+from pycann.errors import PycannError
 from pycann.torch import _fastpath, _pycann_ops, _rnn_cells, _sync_debug, fallback
 from pycann.torch._alias import to_cpu, to_npu
 from pycann.torch.optable import Provider, PycannOp, provider_of, pycann_op
@@ -479,6 +480,7 @@ def _compute(op: Any, info: _OpInfo, args: tuple[Any, ...], kwargs: dict[str, An
         elif gen >= len(cargs) and ckw.get(name) is None:
             ckw[name] = _npu_generator(dev)
     provider = info.provider
+    done = False
     if spec is not None and spec.accepts(cargs, ckw):
         if info.inplace:
             dst = cargs[0]  # relu_, add_: the result goes back into self
@@ -492,7 +494,15 @@ def _compute(op: Any, info: _OpInfo, args: tuple[Any, ...], kwargs: dict[str, An
             consts = tuple((i, npu_ins[i]) for i in spec.consts
                            if i < len(npu_ins) and isinstance(npu_ins[i], torch.Tensor)
                            and not npu_ins[i].is_inference())
-        res = _pycann_ops.run(spec.op_type, spec.inputs(cargs), spec.attrs(cargs), dst, consts)
+        try:
+            res = _pycann_ops.run(spec.op_type, spec.inputs(cargs), spec.attrs(cargs), dst, consts)
+            done = True
+        except PycannError:
+            # pycann's op refused the arguments (a conv's channels, a matmul's inner dims) with an
+            # error naming ONNX nodes and outside RuntimeError: torch's kernel below raises torch's
+            # own (or computes what pycann's op refused but torch accepts)
+            pass
+    if done and spec is not None:
         if dst is not None and res is not dst and not info.inplace:
             ckw["out"] = res  # the npu out tensor takes the result's memory below
         if dst is None or info.inplace or (args and kwargs.get("out") is args[0]):

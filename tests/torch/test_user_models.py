@@ -1,22 +1,52 @@
-"""What a user running torchvision-style models on the npu sees besides the values: the output
-of ``torch.compile(backend="npu")`` and ``torch.compile`` of npu inputs must carry no noise
-that PyTorch's own backends do not print (a failed ONNX export's TorchScript IR dump on stdout,
-PyTorch's "Accessing the data pointer of FakeTensor ... almost definitely a bug in your code"
-warning). Each runs in a fresh process: the warning is a once-per-process C++ warning and the
-exporter's log switch is process state."""
+"""What a user running torchvision-style models on the npu sees besides the values.
+
+* A wrong argument (a conv's channels, a matmul's inner dims) raises torch's own exception, type
+  and message, as on the CPU: pycann's ops raised ``ShapeError`` naming ONNX nodes, which is no
+  ``RuntimeError`` (``except RuntimeError`` missed it).
+* ``torch.compile(backend="npu")`` carries no noise PyTorch's own backends do not print (a failed
+  ONNX export's TorchScript IR dump on stdout, PyTorch's "Accessing the data pointer of
+  FakeTensor ... almost definitely a bug in your code" warning). These run in a fresh process:
+  the warning is a once-per-process C++ warning and the exporter's log switch is process state.
+"""
 
 from __future__ import annotations
 
 import os
 import subprocess
 import sys
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import pytest
 
-pytest.importorskip("torch")
+torch = pytest.importorskip("torch")
+import pycann.torch  # noqa: E402,F401
+
+nn = torch.nn
 
 ROOT = Path(__file__).resolve().parents[2]
+
+
+_WRONG: dict[str, Callable[[str], Any]] = {
+    "conv channels": lambda d: nn.Conv2d(3, 8, 3).to(d)(torch.randn(1, 4, 8, 8, device=d)),
+    "conv kernel larger than input": lambda d: nn.Conv2d(3, 8, 3).to(d)(torch.randn(1, 3, 2, 2, device=d)),
+    "linear in_features": lambda d: nn.Linear(4, 5).to(d)(torch.randn(2, 3, device=d)),
+    "mm inner dims": lambda d: torch.randn(2, 3, device=d) @ torch.randn(4, 5, device=d),
+    "bmm inner dims": lambda d: torch.bmm(torch.randn(2, 2, 3, device=d), torch.randn(2, 4, 5, device=d)),
+    "softmax dim": lambda d: torch.randn(2, 3, device=d).softmax(5),
+}
+
+
+@pytest.mark.parametrize("name", sorted(_WRONG))
+def test_wrong_arguments_raise_torchs_error(name: str) -> None:
+    with pytest.raises(Exception) as cpu:
+        with torch.no_grad():
+            _WRONG[name]("cpu")
+    with pytest.raises(Exception) as npu:
+        with torch.no_grad():
+            _WRONG[name]("npu")
+    assert (type(npu.value), str(npu.value)) == (type(cpu.value), str(cpu.value))
 
 
 def _run(script: str) -> subprocess.CompletedProcess[str]:
