@@ -19,11 +19,10 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import torch
+from torch import nn
 
-torch = pytest.importorskip("torch")
-import pycann.torch  # noqa: E402,F401
-
-nn = torch.nn
+import pycann.torch  # noqa: F401
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -90,3 +89,40 @@ print("DONE")
 def test_compiling_with_npu_inputs_gives_no_fake_tensor_data_pointer_warning() -> None:
     r = _run(_NPU_INPUTS)
     assert "data pointer of FakeTensor" not in r.stderr, r.stderr[-2000:]
+
+
+class _Tied(nn.Module):
+    """GPT-2's tied embedding: the output head's weight is the token embedding's."""
+
+    wte: nn.Embedding
+    head: nn.Linear
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.wte = nn.Embedding(11, 4)
+        self.head = nn.Linear(4, 11, bias=False)
+        self.head.weight = self.wte.weight
+
+    def forward(self, idx: torch.Tensor) -> torch.Tensor:
+        return self.head(self.wte(idx))
+
+
+@pytest.mark.parametrize("move", [lambda m: m.npu(), lambda m: m.to("npu"), lambda m: m.npu().cpu()])
+def test_moving_a_model_keeps_tied_weights_tied(move: Callable[[_Tied], _Tied]) -> None:
+    # Module._apply made one Parameter per owner for the npu (no .data swap across devices): the
+    # shared weight got two gradients, and AdamW trained two tensors
+    torch.manual_seed(0)
+    ref = _Tied()
+    m = move(_Tied())
+    m.load_state_dict(ref.state_dict())
+    assert m.head.weight is m.wte.weight
+    assert len(list(m.parameters())) == 1
+    dev: torch.device = m.wte.weight.device
+    idx, tgt = torch.tensor([[1, 2, 3, 2]]), torch.tensor([[4, 5, 1, 2]])
+    opts = [torch.optim.AdamW(mod.parameters(), lr=0.1) for mod in (ref, m)]
+    for _ in range(2):
+        for mod, opt, d in ((ref, opts[0], torch.device("cpu")), (m, opts[1], dev)):
+            opt.zero_grad()
+            nn.functional.cross_entropy(mod(idx.to(d)).view(-1, 11), tgt.to(d).view(-1)).backward()
+            opt.step()
+    torch.testing.assert_close(m.wte.weight.detach().cpu(), ref.wte.weight.detach())
