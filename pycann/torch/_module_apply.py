@@ -1,15 +1,20 @@
-"""``model.npu()`` / ``model.to("npu")`` keep a parameter shared by two modules shared.
+"""``model.npu()`` / ``model.to("npu")`` keep the Parameter objects, as ``.cuda()`` does.
 
 ``Module._apply`` (behind ``.to``, ``.npu``, ``.cpu``, ``.half``, ...) keeps each Parameter object
 and swaps its ``.data`` when ``torch._has_compatible_shallow_copy_type(param, converted)`` holds,
-which ATen grants between dense CPU/CUDA/XPU/... tensors but not for PrivateUse1. So moving a
-module to the npu made a new Parameter per owner: GPT-2-style tied weights
-(``head.weight = wte.weight``) became two parameters, each with half the gradient, and AdamW
-stepped them apart (wrong training, silently; on CUDA and torch CPU they stay one tensor).
-This wraps ``Module._apply``: after the outermost call, every owner of a parameter that moved to
-or from the npu gets the first owner's new Parameter, as the ``.data`` swap would have left them.
-(The Parameter objects are still new ones: an optimizer built before ``.npu()`` holds the old
-CPU parameters, as PyTorch's docs warn for ``.cuda()``.)
+which ATen grants between dense CPU/CUDA/XPU/... tensors but not for PrivateUse1, so moving a
+module to the npu made new Parameters, one per owner:
+
+* GPT-2-style tied weights (``head.weight = wte.weight``) became two parameters, each with half
+  the gradient, and AdamW stepped them apart (wrong training, silently);
+* an optimizer built before ``.npu()`` held the old CPU parameters, so ``step()`` changed nothing
+  (on CUDA it trains the model).
+
+This wraps ``Module._apply``: after the outermost call, each parameter that moved to or from the
+npu is swapped back into its old object (``torch.utils.swap_tensors``, what PyTorch's
+``set_swap_module_params_on_conversion`` does), and every owner gets that one object. Where the
+swap is refused (a weak reference to the old tensor, or its autograd graph holding it), the
+owners of a shared parameter still get one new Parameter.
 """
 
 from __future__ import annotations
@@ -25,15 +30,25 @@ _installed: list[Any] = []
 
 
 def _retie(owners: list[tuple[torch.nn.Module, str, torch.nn.Parameter]]) -> None:
-    """Give every (module, key) whose old parameter is shared the first owner's new one, for
-    parameters that moved to or from the npu."""
+    """Give every (module, key) the old Parameter object, now holding the converted data, or,
+    where the swap is refused, the first owner's new Parameter; for parameters that moved to
+    or from the npu."""
     first: dict[int, torch.nn.Parameter] = {}
     for mod, key, old in owners:
         new = mod._parameters.get(key)
-        if new is None or new is old or "npu" not in (old.device.type, new.device.type):
-            continue
-        keep = first.setdefault(id(old), new)  # ``owners`` holds ``old``: its id stays its own
-        if new is not keep and new.shape == keep.shape:
+        keep = first.get(id(old))  # ``owners`` holds ``old``: its id stays its own
+        if new is None or new is old or (keep is None and "npu" not in (old.device.type, new.device.type)):
+            continue  # (a swapped ``old`` is on the new device: a later owner finds it in ``first``)
+        if keep is None:
+            keep = new
+            if type(old) is type(new) and old.requires_grad == new.requires_grad:
+                try:
+                    torch.utils.swap_tensors(old, new)
+                    keep = old
+                except RuntimeError:
+                    pass
+            first[id(old)] = keep
+        if keep.shape == old.shape:
             mod._parameters[key] = keep
 
 

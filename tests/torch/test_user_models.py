@@ -126,3 +126,17 @@ def test_moving_a_model_keeps_tied_weights_tied(move: Callable[[_Tied], _Tied]) 
             nn.functional.cross_entropy(mod(idx.to(d)).view(-1, 11), tgt.to(d).view(-1)).backward()
             opt.step()
     torch.testing.assert_close(m.wte.weight.detach().cpu(), ref.wte.weight.detach())
+
+
+def test_an_optimizer_built_before_moving_the_model_trains_it() -> None:
+    # as with .cuda(): Module._apply made new Parameters for the npu, the optimizer kept the old
+    # CPU ones, and step() left the model unchanged without a word
+    m = nn.Linear(3, 1)
+    w = m.weight
+    opt = torch.optim.SGD(m.parameters(), lr=0.1)
+    m.to("npu")
+    assert m.weight is w and w.device.type == "npu"
+    before = w.detach().cpu().clone()
+    m(torch.randn(4, 3, device="npu")).sum().backward()
+    opt.step()
+    assert not torch.equal(w.detach().cpu(), before)
