@@ -140,3 +140,16 @@ def test_an_optimizer_built_before_moving_the_model_trains_it() -> None:
     m(torch.randn(4, 3, device="npu")).sum().backward()
     opt.step()
     assert not torch.equal(w.detach().cpu(), before)
+
+
+@pytest.mark.parametrize("move", ["npu", "to"])
+def test_lazy_modules_move_to_the_npu_uninitialized(move: str) -> None:
+    # .npu() raised "Attempted to use an uninitialized parameter" (Tensor.npu was not among the
+    # methods UninitializedParameter allows); .to("npu") made it an initialized empty Parameter,
+    # so the first call failed "in_features inferred from input: 4 is not equal to ... 0"
+    m = nn.Sequential(nn.LazyConv2d(4, 3), nn.LazyBatchNorm2d(), nn.Flatten(), nn.LazyLinear(3))
+    m = m.npu() if move == "npu" else m.to("npu")  # type: ignore[operator]  # Module.npu is generated at run time
+    y: torch.Tensor = m(torch.randn(2, 2, 5, 5, device="npu"))
+    assert y.shape == (2, 3) and y.device.type == "npu"
+    assert all(p.device.type == "npu" for p in m.parameters())
+    assert isinstance(m[3].weight, nn.Parameter) and m[3].weight.shape == (3, 36)
