@@ -153,3 +153,23 @@ def test_lazy_modules_move_to_the_npu_uninitialized(move: str) -> None:
     assert y.shape == (2, 3) and y.device.type == "npu"
     assert all(p.device.type == "npu" for p in m.parameters())
     assert isinstance(m[3].weight, nn.Parameter) and m[3].weight.shape == (3, 36)
+
+
+@pytest.mark.parametrize("reentrant", [False, True])
+def test_activation_checkpointing_replays_dropout(reentrant: bool) -> None:
+    # torch.utils.checkpoint keeps the device's RNG state only when torch.npu._initialized is
+    # true; without it the recomputation in backward drew another dropout mask
+    import torch.utils.checkpoint as cp
+
+    torch.manual_seed(0)
+    blk = nn.Sequential(nn.Linear(8, 16), nn.Dropout(0.5), nn.GELU(), nn.Linear(16, 8)).to("npu")
+    x = torch.randn(4, 8, device="npu", requires_grad=True)
+    grads = []
+    for ckpt in (True, False):
+        torch.manual_seed(7)
+        y = cp.checkpoint(blk, x, use_reentrant=reentrant) if ckpt else blk(x)
+        y.pow(2).sum().backward()
+        assert x.grad is not None
+        grads.append(x.grad.cpu())
+        x.grad = None
+    torch.testing.assert_close(grads[0], grads[1])

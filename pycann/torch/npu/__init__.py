@@ -135,6 +135,12 @@ def is_available() -> bool:
     return True
 
 
+_initialized = True
+"""As ``torch.cuda._initialized``: ``torch.utils.checkpoint`` saves and restores the device's RNG
+state only when its module says it is initialized (without it, a checkpointed dropout drew a new
+mask when recomputed in backward: wrong gradients)."""
+
+
 def is_initialized() -> bool:
     """True (nothing to initialise lazily)."""
     return True
