@@ -51,6 +51,9 @@ def _retie(owners: list[tuple[torch.nn.Module, str, torch.nn.Parameter]]) -> Non
                 lazy: Any = UninitializedParameter  # (its stub lacks ``device`` / ``dtype``)
                 keep = lazy(requires_grad=old.requires_grad, device=new.device, dtype=new.dtype)
             if type(old) is type(new) and old.requires_grad == new.requires_grad:
+                # the attributes code put on the parameter (``p.my_flag = ...``) go along:
+                # swap_tensors swaps ``__dict__`` too, and the new Parameter's is empty
+                new.__dict__.update({k: v for k, v in old.__dict__.items() if k not in new.__dict__})
                 try:
                     torch.utils.swap_tensors(old, new)
                     keep = old
