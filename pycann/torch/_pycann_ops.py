@@ -112,6 +112,25 @@ def _key(op_type: str, ins: Sequence[np.ndarray | None], attrs: Mapping[str, Any
             tuple((k, tuple(v) if type(v) is list else v) for k, v in attrs.items()), consts)
 
 
+def _forget_packed(ins: Sequence[np.ndarray | None], consts: Sequence[tuple[int, torch.Tensor]]) -> None:
+    """Drop oneDNN's cached packings of the constant inputs' memory before binding them. That
+    cache (``onednn_packed``) is keyed by address, shape and strides, which suits a plan's
+    immutable weights; an npu parameter written in place (an optimizer step, ``p.mul_(...)``)
+    keeps its address, so the rebind got the packing of its old values (``nn.Linear(784, 1000)``
+    on the ``onednn:gemm`` path computed with the pre-step weights from the second call on)."""
+    if not consts:
+        return
+    try:
+        from pycann.kernels.providers import onednn_packed
+    except (ImportError, OSError):  # no oneDNN: nothing was packed
+        return
+
+    for i, _ in consts:
+        a = ins[i] if i < len(ins) else None
+        if a is not None:
+            onednn_packed.forget(a)
+
+
 def _bind(op_type: str, ins: list[np.ndarray | None], attrs: Mapping[str, Any], res: np.ndarray,
           const_at: Sequence[int], want: tuple[int, ...] | None = None) -> tuple[Any, Any, dict[str, Any], bool]:
     """The kernel of this signature: the op's prepared kernel bound to ``ins[i]`` for ``i`` in
@@ -264,6 +283,7 @@ def run(op_type: str, inputs: Sequence[torch.Tensor | None], attrs: Mapping[str,
 
         res = _array(run_op(op_type, ins, attrs)[0])
         want = _layout.expected(op_type, ins, res.shape, res.itemsize)
+        _forget_packed(ins, consts)
         kernel, out_kernel, full, bound = _bind(op_type, ins, attrs, res, [i for i, _ in consts], want)
         if len(_handles) >= _MAX_HANDLES:
             _handles.clear()

@@ -174,3 +174,23 @@ def test_activation_checkpointing_replays_dropout(reentrant: bool) -> None:
         grads.append(x.grad.cpu())
         x.grad = None
     torch.testing.assert_close(grads[0], grads[1])
+
+
+def test_a_large_linear_layer_sees_in_place_weight_writes() -> None:
+    # nn.Linear(784, 1000) runs on oneDNN's packed GEMM, whose packing cache is keyed by the
+    # weight's address: after an in-place write (same address, new values; an optimizer step too)
+    # the rebind got the old packing, so from the second call after the write on the layer used
+    # the old weights (1.1 off here)
+    torch.manual_seed(0)
+    ref = nn.Linear(784, 1000)
+    m = nn.Linear(784, 1000).to("npu")
+    m.load_state_dict(ref.state_dict())
+    x = torch.randn(2, 784)
+    with torch.no_grad():
+        for _ in range(2):
+            m(x.to("npu"))
+        ref.weight.mul_(1.5)
+        m.weight.mul_(1.5)
+        want = ref(x)
+        for _ in range(3):
+            torch.testing.assert_close(m(x.to("npu")).cpu(), want, rtol=1e-4, atol=1e-4)
