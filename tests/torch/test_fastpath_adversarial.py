@@ -61,12 +61,13 @@ _DATA_WRITES = pytest.mark.xfail(strict=True, reason="a write through .data bump
 def test_conv_weight_written_through_data_is_followed() -> None:
     """``p.data.mul_(...)`` (EMA updates, old-style init and optimizers) writes the weight's
     storage through a tensor with its own version counter: the packed weight the conv was bound
-    with (fast path and general path alike) stays the old one. (8 input channels: a conv the
-    channels-last kernel packs; a contiguous model's 1x1 convs and RGB stems read the weight itself.)"""
+    with (fast path and general path alike) stays the old one. (A channels-last model: its convs
+    are the channels-last kernel, which packs the weight; a contiguous model's convs read the
+    weight itself: the test below.)"""
     torch.manual_seed(0)
     conv = torch.nn.Conv2d(8, 4, 3).eval()
-    npu = copy.deepcopy(conv).npu()
-    x = torch.randn(2, 8, 6, 6)
+    npu = copy.deepcopy(conv).npu().to(memory_format=torch.channels_last)
+    x = torch.randn(2, 8, 6, 6).contiguous(memory_format=torch.channels_last)
     with torch.no_grad():
         for _ in range(2):
             npu(x.npu())
@@ -74,6 +75,23 @@ def test_conv_weight_written_through_data_is_followed() -> None:
         npu.weight.data.mul_(-2)
         for _ in range(2):
             torch.testing.assert_close(npu(x.npu()).cpu(), conv(x), rtol=1e-4, atol=1e-5)
+
+
+def test_a_contiguous_models_conv_follows_a_weight_written_through_data() -> None:
+    """A contiguous model's convs (1x1 products, ATen's conv for the rest: ``_conv_nchw``) read the
+    weight's own memory, so a write through ``.data`` is seen without ``empty_cache()``."""
+    torch.manual_seed(0)
+    for k, groups in ((3, 1), (1, 1), (3, 4)):
+        conv = torch.nn.Conv2d(8, 4, k, groups=groups).eval()
+        npu = copy.deepcopy(conv).npu()
+        x = torch.randn(2, 8, 6, 6)
+        with torch.no_grad():
+            for _ in range(2):
+                npu(x.npu())
+            conv.weight.data.mul_(-2)
+            npu.weight.data.mul_(-2)
+            for _ in range(2):
+                torch.testing.assert_close(npu(x.npu()).cpu(), conv(x), rtol=1e-4, atol=1e-5)
 
 
 @_DATA_WRITES
