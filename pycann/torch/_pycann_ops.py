@@ -112,23 +112,36 @@ def _key(op_type: str, ins: Sequence[np.ndarray | None], attrs: Mapping[str, Any
             tuple((k, tuple(v) if type(v) is list else v) for k, v in attrs.items()), consts)
 
 
-def _forget_packed(ins: Sequence[np.ndarray | None], consts: Sequence[tuple[int, torch.Tensor]]) -> None:
-    """Drop oneDNN's cached packings of the constant inputs' memory before binding them. That
-    cache (``onednn_packed``) is keyed by address, shape and strides, which suits a plan's
-    immutable weights; an npu parameter written in place (an optimizer step, ``p.mul_(...)``)
-    keeps its address, so the rebind got the packing of its old values (``nn.Linear(784, 1000)``
-    on the ``onednn:gemm`` path computed with the pre-step weights from the second call on)."""
-    if not consts:
-        return
-    try:
-        from pycann.kernels.providers import onednn_packed
-    except (ImportError, OSError):  # no oneDNN: nothing was packed
-        return
+# the constants' state (data pointer, version) when their packings were last made, by id of the owning
+# tensor (an entry goes with its tensor)
+_packed_states: dict[int, tuple[Any, ...]] = {}
 
-    for i, _ in consts:
+
+def _invalidate_written(ins: Sequence[np.ndarray | None], consts: Sequence[tuple[int, torch.Tensor]]) -> None:
+    """Before binding: a constant written in place since its packings were made (its version moved,
+    its address did not) must not be served them again. oneDNN's packing cache (``onednn_packed``)
+    is keyed by address, shape and strides, which suits a plan's immutable weights; an optimizer step
+    or ``p.mul_(...)`` keeps the address, so a rebind got the packing of the old values
+    (``nn.Linear(784, 1000)`` on the ``onednn:gemm`` path computed with the pre-step weights from the
+    second call on). Unwritten constants keep sharing their packing between signatures."""
+    for i, t in consts:
         a = ins[i] if i < len(ins) else None
-        if a is not None:
-            onednn_packed.forget(a)
+        state = _const_state(t)
+        if a is None or state is None:
+            continue
+        owner = _owner(t)
+        k = id(owner)
+        before = _packed_states.get(k)
+        if before is None:
+            weakref.finalize(owner, _packed_states.pop, k, None)
+        elif before != state:
+            try:
+                from pycann.kernels.providers import onednn_packed
+            except (ImportError, OSError):  # no oneDNN: nothing was packed
+                pass
+            else:
+                onednn_packed.invalidate(a)
+        _packed_states[k] = state
 
 
 def _bind(op_type: str, ins: list[np.ndarray | None], attrs: Mapping[str, Any], res: np.ndarray,
@@ -283,7 +296,7 @@ def run(op_type: str, inputs: Sequence[torch.Tensor | None], attrs: Mapping[str,
 
         res = _array(run_op(op_type, ins, attrs)[0])
         want = _layout.expected(op_type, ins, res.shape, res.itemsize)
-        _forget_packed(ins, consts)
+        _invalidate_written(ins, consts)
         kernel, out_kernel, full, bound = _bind(op_type, ins, attrs, res, [i for i, _ in consts], want)
         if len(_handles) >= _MAX_HANDLES:
             _handles.clear()

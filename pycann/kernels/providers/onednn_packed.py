@@ -206,6 +206,18 @@ def forget(w: np.ndarray) -> None:
             lst[:] = [p for p in lst if p.ref() is not None]
 
 
+def invalidate(w: np.ndarray) -> None:
+    """``w``'s memory now holds other values (an npu parameter written in place: same address): no
+    later ``packed`` of it is served a packing made before, which stays alive (and counted in bytes
+    held) only while a primitive bound to it does. ``forget`` is for a layout switch of unchanged
+    values, whose packing may still be shared."""
+    key = weight_key(w)
+    with _locked():
+        lst = _entries.get(key)
+        if lst:
+            lst.clear()  # (the key and its owner's finalizer stay: one finalizer per weight memory)
+
+
 def _after_fork_in_child() -> None:
     """A packing another thread's plan build had queued at the fork never runs here (its helper
     thread is not in the child): forget it, so the child packs that weight again instead of
