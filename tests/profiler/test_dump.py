@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import onnx
@@ -93,15 +94,7 @@ def test_the_same_om_loaded_twice_dumps_into_two_model_id_folders(tiny_model: on
     compile_model(tiny_model).save(tmp_path / "mynet.om")
     a = LoadedModel.from_file(tmp_path / "mynet.om")
     b = LoadedModel.from_file(tmp_path / "mynet.om")
-    d = dump.configure_from_acl_json({"dump": {"dump_path": str(tmp_path / "dump"), "dump_list": [],
-                                               "dump_mode": "output"}})
-    assert d is not None
-    try:
-        a.run([x_tiny])
-        b.run([x_tiny])
-    finally:
-        dump.finalize()
-    rows = load_index(d.root)
+    rows = _dump_runs(tmp_path, [a, b], x_tiny)
     assert {(r["model_name"], r["model_id"], r["iteration"]) for r in rows} == {("mynet", "0", "0"), ("mynet", "1", "0")}
 
 
@@ -140,14 +133,19 @@ def test_a_compiled_model_does_not_take_a_loaded_file_models_name(tiny_model: on
     a = LoadedModel.from_file(tmp_path / "mynet.om")
     b = LoadedModel.from_compiled(compile_model(tiny_model))
     assert a.graph.name != b.graph.name and hooks.model_name_of(a.graph.name) == "mynet"
+    rows = _dump_runs(tmp_path, [a, b], x_tiny)
+    assert {(r["model_name"], r["model_id"], r["iteration"]) for r in rows} == {
+        ("mynet", "0", "0"), (cm.graph.name, "1", "0")}
+
+
+def _dump_runs(tmp_path: Path, models: list[LoadedModel], x: np.ndarray) -> list[dict[str, Any]]:
+    """Run each model once under an output dump into ``tmp_path / "dump"``; the dump's index rows."""
     d = dump.configure_from_acl_json({"dump": {"dump_path": str(tmp_path / "dump"), "dump_list": [],
                                                "dump_mode": "output"}})
     assert d is not None
     try:
-        a.run([x_tiny])
-        b.run([x_tiny])
+        for m in models:
+            m.run([x])
     finally:
         dump.finalize()
-    rows = load_index(d.root)
-    assert {(r["model_name"], r["model_id"], r["iteration"]) for r in rows} == {
-        ("mynet", "0", "0"), (cm.graph.name, "1", "0")}
+    return load_index(d.root)

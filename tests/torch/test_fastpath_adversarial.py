@@ -65,16 +65,7 @@ def test_conv_weight_written_through_data_is_followed() -> None:
     are the channels-last kernel, which packs the weight; a contiguous model's convs read the
     weight itself: the test below.)"""
     torch.manual_seed(0)
-    conv = torch.nn.Conv2d(8, 4, 3).eval()
-    npu = copy.deepcopy(conv).npu().to(memory_format=torch.channels_last)
-    x = torch.randn(2, 8, 6, 6).contiguous(memory_format=torch.channels_last)
-    with torch.no_grad():
-        for _ in range(2):
-            npu(x.npu())
-        conv.weight.data.mul_(-2)
-        npu.weight.data.mul_(-2)
-        for _ in range(2):
-            torch.testing.assert_close(npu(x.npu()).cpu(), conv(x), rtol=1e-4, atol=1e-5)
+    _check_data_write(torch.nn.Conv2d(8, 4, 3).eval(), torch.randn(2, 8, 6, 6), torch.channels_last)
 
 
 def test_a_contiguous_models_conv_follows_a_weight_written_through_data() -> None:
@@ -82,16 +73,22 @@ def test_a_contiguous_models_conv_follows_a_weight_written_through_data() -> Non
     weight's own memory, so a write through ``.data`` is seen without ``empty_cache()``."""
     torch.manual_seed(0)
     for k, groups in ((3, 1), (1, 1), (3, 4)):
-        conv = torch.nn.Conv2d(8, 4, k, groups=groups).eval()
-        npu = copy.deepcopy(conv).npu()
-        x = torch.randn(2, 8, 6, 6)
-        with torch.no_grad():
-            for _ in range(2):
-                npu(x.npu())
-            conv.weight.data.mul_(-2)
-            npu.weight.data.mul_(-2)
-            for _ in range(2):
-                torch.testing.assert_close(npu(x.npu()).cpu(), conv(x), rtol=1e-4, atol=1e-5)
+        _check_data_write(torch.nn.Conv2d(8, 4, k, groups=groups).eval(), torch.randn(2, 8, 6, 6),
+                          torch.contiguous_format)
+
+
+def _check_data_write(conv: torch.nn.Conv2d, x: torch.Tensor, fmt: torch.memory_format) -> None:
+    """Bind ``conv`` on the npu (two calls), write its weight through ``.data`` on both copies, and
+    compare the next two calls with the CPU's."""
+    npu = copy.deepcopy(conv).npu().to(memory_format=fmt)
+    x = x.contiguous(memory_format=fmt)
+    with torch.no_grad():
+        for _ in range(2):
+            npu(x.npu())
+        conv.weight.data.mul_(-2)
+        npu.weight.data.mul_(-2)
+        for _ in range(2):
+            torch.testing.assert_close(npu(x.npu()).cpu(), conv(x), rtol=1e-4, atol=1e-5)
 
 
 @_DATA_WRITES

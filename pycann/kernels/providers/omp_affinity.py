@@ -42,7 +42,6 @@ and decides again.
 
 from __future__ import annotations
 
-import ctypes
 import os
 import threading
 from collections.abc import Iterator
@@ -53,9 +52,6 @@ from pycann import config
 from pycann.kernels.providers import omp_fork, openmp
 
 __all__ = ["Pinning", "pinned_caller", "pinning", "reset"]
-
-_CALLBACK = ctypes.CFUNCTYPE(None, ctypes.c_void_p)
-
 
 @dataclass
 class Pinning:
@@ -104,24 +100,15 @@ def _eligible() -> tuple[int, ...] | None:
 def _set_workers(p: Pinning, pin: bool) -> bool:
     """Threads ``1..n-1`` of the caller's team each on ``cpus[i]`` (``pin``) or back on all of ``cpus``;
     True when every one did (each thread sets its own mask, inside one parallel region)."""
-    lib = openmp.library()
-    if lib is None:
-        return False
-    done: list[int] = []
 
-    def work(_: object) -> None:
-        i = int(lib.omp_get_thread_num())
-        if i == 0:
-            return
+    def pin_one(i: int) -> bool:
         try:
             os.sched_setaffinity(0, {p.cpus[i]} if pin else set(p.cpus))
-            done.append(i)
         except (OSError, IndexError):
-            pass
+            return False
+        return True
 
-    cb = _CALLBACK(work)
-    lib.GOMP_parallel(ctypes.cast(cb, ctypes.c_void_p), None, p.team, 0)
-    return sorted(done) == list(range(1, p.team))
+    return openmp.on_workers(pin_one, p.team) == list(range(1, p.team))
 
 
 def pinning() -> Pinning | None:

@@ -16,9 +16,11 @@ import ctypes
 import os
 import signal
 import threading
+from collections.abc import Callable
 from typing import Any
 
-__all__ = ["ASYNC_SIGNALS", "keep_warm", "library", "max_threads", "set_max_threads", "shield_workers", "team"]
+__all__ = ["ASYNC_SIGNALS", "keep_warm", "library", "max_threads", "on_workers", "set_max_threads", "shield_workers",
+           "team"]
 
 _SONAME = "libgomp.so.1"
 _lib: Any = None
@@ -136,24 +138,38 @@ def shield_workers() -> bool:
     n = int(lib.omp_get_max_threads())
     if n <= getattr(_shielded, "team", 1):
         return True
-    done: list[int] = []
 
-    def work(_: object) -> None:
-        i = int(lib.omp_get_thread_num())
-        if i == 0:
-            return
+    def block(i: int) -> bool:
         try:
             mask(signal.SIG_BLOCK, ASYNC_SIGNALS)
-            done.append(i)
         except (OSError, ValueError):
-            pass
+            return False
+        return True
 
-    cb = _CALLBACK(work)
-    lib.GOMP_parallel(ctypes.cast(cb, ctypes.c_void_p), None, n, 0)
-    if sorted(done) != list(range(1, n)):
+    if on_workers(block, n) != list(range(1, n)):
         return False
     _shielded.team = n
     return True
+
+
+def on_workers(work: Callable[[int], bool], team: int) -> list[int] | None:
+    """``work(i)`` on threads ``1..team-1`` of the calling thread's OpenMP team, each on its own
+    thread inside one parallel region (a thread's mask, affinity or signal state is set by that
+    thread only); the sorted ``i`` for which it returned True, or None when no libgomp is loaded.
+    ``work`` runs with the GIL (a ctypes callback), so it should be short."""
+    lib = _loaded()
+    if lib is None:
+        return None
+    done: list[int] = []
+
+    def body(_: object) -> None:
+        i = int(lib.omp_get_thread_num())
+        if i and work(i):
+            done.append(i)
+
+    cb = _CALLBACK(body)
+    lib.GOMP_parallel(ctypes.cast(cb, ctypes.c_void_p), None, team, 0)
+    return sorted(done)
 
 
 def _forked() -> None:
