@@ -2,7 +2,7 @@
 names CUDA's current device.
 
 Factory ops (``torch.empty/zeros/ones/full/randn(..., device="npu")``) reach pycann's kernels with
-the index unset and resolve it there (``_dispatch._index_of``). Conversions do not: ``Tensor.to``,
+the index unset and resolve it there (``_memory_ops._index_of``). Conversions do not: ``Tensor.to``,
 ``torch.tensor``, ``torch.as_tensor``, ``torch.asarray`` and ``Tensor.new_tensor`` fill the index in
 C++ from the device guard's ``getDevice()``, and the Python device guard PyTorch offers to
 out-of-tree backends (``torch._C._acc.DeviceGuard``) always answers 0 (it cannot be overridden from

@@ -27,13 +27,22 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any, NoReturn
 
-import numpy as np
 import torch
 
 from pycann import config
 from pycann.errors import PycannError
 from pycann.torch import _fastpath, _pycann_ops, _rnn_cells, _sync_debug, fallback
 from pycann.torch._alias import to_cpu, to_npu
+from pycann.torch._memory_ops import (
+    _copy_from,
+    _copy_from_and_resize,
+    _empty,
+    _index_of,
+    _resize,
+    _set_like,
+    _to_copy,
+    _zero_tensor,
+)
 from pycann.torch.optable import Provider, PycannOp, provider_of, pycann_op
 
 _CPU_KEYS = torch._C.DispatchKeySet(torch._C.DispatchKey.CPU)
@@ -245,107 +254,6 @@ def _with_npu_rng(op: Any, index: int, args: Sequence[Any], kwargs: dict[str, An
     finally:
         gen.set_state(cpu.get_state())
         cpu.set_state(saved)
-
-
-def _to_copy(op: Any, x: torch.Tensor, **kwargs: Any) -> torch.Tensor:
-    """``aten::_to_copy`` of an npu tensor: PyTorch's composite kernel would allocate pinned
-    memory for a ``non_blocking`` copy to the cpu, which needs a C++ hook; the copy is
-    synchronous here anyway (the npu computes on the host)."""
-    dev = kwargs.get("device")
-    target = torch.device(dev) if dev is not None else x.device
-    kwargs["device"] = _CPU
-    kwargs["non_blocking"] = False
-    kwargs["pin_memory"] = None
-    res = op._op(to_cpu(x), **kwargs)
-    if target.type == _NPU:
-        if res.data_ptr() == x.data_ptr():  # no copy was needed: still an npu tensor's memory
-            res = res.clone()
-        # "npu" without an index is the current device, as for CUDA (its _to_copy allocates under
-        # a guard that resolves index -1 to the current device), not x's
-        return to_npu(res, _index_of(target))
-    return res
-
-
-def _set_like(dst: torch.Tensor, src_cpu: torch.Tensor) -> None:
-    """Make npu tensor ``dst`` take the memory, sizes and strides of CPU tensor ``src_cpu``."""
-    index = dst.device.index or 0
-    storage = to_npu(src_cpu, index).untyped_storage()
-    torch.ops.aten.set_.source_Storage_storage_offset.redispatch(
-        _CPU_KEYS, dst, storage, src_cpu.storage_offset(), list(src_cpu.shape), list(src_cpu.stride()))
-
-
-def _index_of(dev: torch.device) -> int:
-    """The npu index ``dev`` names: its own, or the thread's current device (``torch.npu.set_device``)
-    for a device without one (``"npu"``), as CUDA's device guard resolves ``"cuda"``; checked by
-    ``_existing``."""
-    if dev.index is not None:
-        return _existing(dev.index)
-    from pycann.torch.npu import current_device
-
-    return current_device()
-
-
-def _existing(index: int) -> int:
-    """``index`` when npu ``index`` exists (0 always does), else CUDA's "invalid device ordinal"
-    as a RuntimeError naming the count and the knob (a tensor on a device that does not exist
-    would only fail later, at the first op that meets another device)."""
-    if index:
-        n = config.device_count()
-        if not 0 <= index < n:
-            raise RuntimeError(f"npu error: invalid device ordinal npu:{index}: there are {n} npu device(s) "
-                               "(set PYCANN_DEVICE_COUNT for more)")
-    return index
-
-
-def _empty(op: Any, *args: Any, **kwargs: Any) -> torch.Tensor:
-    dev = kwargs.get("device")
-    index = _index_of(dev) if isinstance(dev, torch.device) else 0
-    kwargs["device"] = _CPU
-    kwargs.pop("pin_memory", None)
-    # torch.empty / empty_strided take the schema's arguments and parse them in C: faster than
-    # calling the OpOverload
-    fn = torch.empty_strided if len(args) == 2 else torch.empty
-    return to_npu(fn(*args, **{k: v for k, v in kwargs.items() if v is not None}), index)
-
-
-def _zero_tensor(size: Sequence[int], dtype: torch.dtype | None = None, layout: Any = None,
-                 device: torch.device | None = None, pin_memory: bool | None = None) -> torch.Tensor:
-    """``aten::_efficientzerotensor`` (what autograd formulas return for a zero gradient: ``sgn``
-    of a real tensor, ...): zeros in npu memory. The CPU kernel's ZeroTensor has no memory, and
-    relabelled as an npu tensor it lost its ZeroTensor key: a tensor over no memory, which gave
-    garbage values and killed the process (``torch.sgn(x).sum().backward()``)."""
-    index = _index_of(device) if isinstance(device, torch.device) else 0
-    return torch.zeros(list(size), dtype=dtype, device=torch.device(_NPU, index))
-
-
-def _copy_from(src: torch.Tensor, dst: torch.Tensor, non_blocking: bool = False) -> torch.Tensor:
-    s = to_cpu(src) if _is_npu(src) else src
-    d = to_cpu(dst) if _is_npu(dst) else dst
-    d.copy_(s)
-    return dst
-
-
-def _copy_from_and_resize(src: torch.Tensor, dst: torch.Tensor) -> torch.Tensor:
-    if dst.shape != src.shape:
-        _resize(dst, list(src.shape))
-    return _copy_from(src, dst)
-
-
-def _resize(self: torch.Tensor, size: Sequence[int], memory_format: Any = None) -> torch.Tensor:
-    cur = to_cpu(self)
-    need = int(np.prod(size)) if len(size) else 1
-    have = self.untyped_storage().nbytes() // max(1, self.element_size()) - self.storage_offset()
-    if need <= have:
-        torch.ops.aten.set_.source_Storage_storage_offset.redispatch(
-            _CPU_KEYS, self, self.untyped_storage(), self.storage_offset(), list(size),
-            list(torch.empty(size, device="meta").stride()))
-        return self
-    # grow: new host memory, the old contents kept (resize_'s contract)
-    new = torch.empty(need, dtype=self.dtype)
-    flat = cur.reshape(-1) if cur.is_contiguous() else cur.contiguous().reshape(-1)
-    new[: flat.numel()].copy_(flat)
-    _set_like(self, new.view(size) if len(size) else new.view(()))
-    return self
 
 
 def _stat(info: _OpInfo, provider: Provider) -> fallback.OpStat:
