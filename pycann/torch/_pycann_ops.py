@@ -113,8 +113,16 @@ def _key(op_type: str, ins: Sequence[np.ndarray | None], attrs: Mapping[str, Any
 
 
 # the constants' state (data pointer, version) when their packings were last made, by id of the owning
-# tensor (an entry goes with its tensor)
-_packed_states: dict[int, tuple[Any, ...]] = {}
+# tensor, with a weak reference whose callback drops the entry when the tensor goes (a weakref, not
+# ``weakref.finalize``: this runs inside torch.compile's tracing too, where Dynamo traced finalize's
+# registry and failed with "dictionary changed size during iteration")
+_packed_states: dict[int, tuple[tuple[Any, ...], Any]] = {}
+
+
+def _forget_state(k: int, ref: Any) -> None:
+    entry = _packed_states.get(k)
+    if entry is not None and entry[1] is ref:
+        del _packed_states[k]
 
 
 def _invalidate_written(ins: Sequence[np.ndarray | None], consts: Sequence[tuple[int, torch.Tensor]]) -> None:
@@ -133,15 +141,17 @@ def _invalidate_written(ins: Sequence[np.ndarray | None], consts: Sequence[tuple
         k = id(owner)
         before = _packed_states.get(k)
         if before is None:
-            weakref.finalize(owner, _packed_states.pop, k, None)
-        elif before != state:
-            try:
-                from pycann.kernels.providers import onednn_packed
-            except (ImportError, OSError):  # no oneDNN: nothing was packed
-                pass
-            else:
-                onednn_packed.invalidate(a)
-        _packed_states[k] = state
+            ref = weakref.ref(owner, functools.partial(_forget_state, k))
+        else:
+            ref = before[1]
+            if before[0] != state:
+                try:
+                    from pycann.kernels.providers import onednn_packed
+                except (ImportError, OSError):  # no oneDNN: nothing was packed
+                    pass
+                else:
+                    onednn_packed.invalidate(a)
+        _packed_states[k] = (state, ref)
 
 
 def _bind(op_type: str, ins: list[np.ndarray | None], attrs: Mapping[str, Any], res: np.ndarray,
