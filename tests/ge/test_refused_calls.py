@@ -95,3 +95,22 @@ def test_generic_policy_refusal_then_new_shapes_stay_generic() -> None:
     st = lm.plan_cache_stats()
     assert (st.built, st.plans, st.generic_runs, st.pipelines) == (0, 0, 4, 0)
     assert lm.specializer.specialized == 0
+
+
+def test_a_call_refused_by_its_feeds_counts_nothing() -> None:
+    """docs/dynamic-shapes.md "Counters": a call that raised counts nothing, a feed of the wrong dtype or
+    rank (refused before any plan is looked up) included; the good calls count as before."""
+    name = "maxpool_kernel_larger"
+    lm = _load(name, PlanPolicy.GENERIC)
+    case = CASES[name]
+    good = case.arrays(case.good)
+    feeds = [good[n] for n in case.feeds]
+    lm.run(feeds)
+    before = lm.plan_cache_stats()
+    for bad in ([f.astype(np.float64) for f in feeds], [f[None] for f in feeds]):
+        with pytest.raises(Exception, match="input"):
+            lm.run(bad)
+        assert lm.plan_cache_stats() == before
+    lm.run(feeds)
+    st = lm.plan_cache_stats()
+    assert (st.misses, st.generic_runs) == (before.misses + 1, before.generic_runs + 1)
