@@ -440,4 +440,8 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    # `python -m pycann.tools.atc`: run the imported module's main, whose AtcError is the class the
+    # helpers in other modules (atc_display) raise; this __main__ copy's would not catch theirs
+    from pycann.tools import atc as _atc
+
+    sys.exit(_atc.main())

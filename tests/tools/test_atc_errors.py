@@ -220,3 +220,15 @@ def test_input_shape_range_compiles_the_ranges(relu: Path, tmp_path: Path, capsy
     rc, text = atc(capsys, f"--model={relu}", "--framework=5", f"--output={out}", "--soc_version=Ascend310P3",
                    "--input_shape_range=x:[1~4,3]", "--input_shape=x:1,3")
     assert rc == 1 and "cannot be used together" in text
+
+
+@pytest.mark.parametrize("args", [["--mode=6", "--om=missing.om"], ["--mode=1", "--om=missing.om", "--json=m.json"]])
+def test_python_dash_m_atc_reports_a_missing_om_without_a_traceback(tmp_path: Path, args: list[str]) -> None:
+    """`python -m pycann.tools.atc --mode=6 --om=missing.om`: the E10001 line and exit 1, as the `atc`
+    script gives (the module run as __main__ once had its own AtcError, which missed atc_display's)."""
+    env = dict(os.environ, PYTHONPATH=str(ROOT))
+    r = subprocess.run([sys.executable, "-m", "pycann.tools.atc", *args], capture_output=True, text=True,
+                       env=env, cwd=tmp_path, timeout=120, check=False)
+    assert r.returncode == 1, r
+    assert "Traceback" not in r.stderr + r.stdout
+    assert FAILED in r.stdout and "E10001: Value [missing.om] for parameter [--om] is invalid" in r.stdout
