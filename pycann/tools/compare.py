@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import argparse
 import csv
+import math
 import os
 import sys
 import time
@@ -283,16 +284,38 @@ def _feeds(loaded: Any, files: Sequence[str], seed: int) -> dict[str, np.ndarray
     return feeds
 
 
+def _tolerance(text: str) -> float:
+    """--rtol / --atol: a finite float >= 0 (a negative or NaN tolerance would make every node disagree)."""
+    try:
+        v = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number") from None
+    if not math.isfinite(v) or v < 0:
+        raise argparse.ArgumentTypeError(f"{text!r}: a tolerance is a finite number >= 0")
+    return v
+
+
+def _cosine(text: str) -> float:
+    """--cosine: a cosine similarity, -1..1."""
+    try:
+        v = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number") from None
+    if not -1.0 <= v <= 1.0:  # (False for NaN too)
+        raise argparse.ArgumentTypeError(f"{text!r}: a cosine similarity is between -1 and 1")
+    return v
+
+
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="pycann compare", description="Compare a pycann model with ONNX Runtime, node by node.")
     p.add_argument("--model", required=True, help="the original ONNX model")
     p.add_argument("--om", help="the pycann .om compiled from it (default: compile --model in memory)")
     p.add_argument("--input", default="", help="comma-separated .npy (or raw .bin) files, one per input; default random")
     p.add_argument("--output", default=".", help="folder for compare_result_<time>.csv")
-    p.add_argument("--rtol", type=float, default=1e-4, help="maximum relative L2 error ||got-ref|| / ||ref||")
-    p.add_argument("--atol", type=float, default=1e-6,
+    p.add_argument("--rtol", type=_tolerance, default=1e-4, help="maximum relative L2 error ||got-ref|| / ||ref||")
+    p.add_argument("--atol", type=_tolerance, default=1e-6,
                    help="absolute agreement: every |got-ref| <= atol agrees; also the per-element floor of the L2 denominator")
-    p.add_argument("--cosine", type=float, default=0.999, help="minimum cosine similarity")
+    p.add_argument("--cosine", type=_cosine, default=0.999, help="minimum cosine similarity")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--max_rows", type=int, default=50, help="rows printed (all are in the CSV)")
     return p

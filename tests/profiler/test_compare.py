@@ -211,3 +211,17 @@ def test_nodes_of_an_inlined_if_branch_are_not_compared_with_the_if(flag: int) -
     inner = [r for r in res.rows if "/inl" in r.node and r.status != "ok"]
     assert inner and all(r.status == "inside if" for r in inner)
     assert {r.onnx_node for r in res.compared} >= {"relu", "if", "tr"}  # the branch's result is the If's value
+
+
+@pytest.mark.parametrize("option, value", [("--rtol", "-1"), ("--atol", "nan"), ("--atol", "-1e-6"),
+                                           ("--rtol", "inf"), ("--cosine", "1.5"), ("--cosine", "nan"),
+                                           ("--rtol", "x")])
+def test_a_tolerance_out_of_range_is_refused_before_any_work(option: str, value: str, tmp_path: Path,
+                                                             capsys: pytest.CaptureFixture[str]) -> None:
+    """`pycann compare --rtol -1` (or a NaN --atol, a cosine past 1) would make the verdicts meaningless:
+    refused by the option parser with exit 2 and a line naming the option, before the model is read."""
+    with pytest.raises(SystemExit) as e:
+        main(["--model", str(tmp_path / "not_read.onnx"), f"{option}={value}"])
+    assert e.value.code == 2
+    err = capsys.readouterr().err
+    assert option in err and value in err
