@@ -121,3 +121,28 @@ def test_variants_per_fed_set_are_bounded_least_recently_used_first(monkeypatch:
         np.testing.assert_allclose(lm.run_dict(feeds)[0], want, rtol=1e-6)
         assert len(lm.__dict__["_variants"]) <= 2
     assert list(lm.__dict__["_variants"]) == [("c",), ("b",)]  # "a" least recently used: dropped
+
+
+def test_a_mismatch_names_only_what_is_wrong() -> None:
+    """A feed without the model's input: the message says `missing ['x']` alone (no `unknown []`), and a
+    fed overridable initializer is not called unknown."""
+    m = helper.make_model(
+        helper.make_graph([helper.make_node("Mul", ["x", "s"], ["y"])], "g",
+                          [helper.make_tensor_value_info("x", onnx.TensorProto.FLOAT, [2]),
+                           helper.make_tensor_value_info("s", onnx.TensorProto.FLOAT, [2])],
+                          [helper.make_tensor_value_info("y", onnx.TensorProto.FLOAT, [2])],
+                          [numpy_helper.from_array(np.array([2, 3], np.float32), "s")]),
+        opset_imports=[helper.make_opsetid("", 17)])
+    m.ir_version = 8
+    lm = LoadedModel.from_compiled(pycann.compile_model(m))
+    s = np.ones(2, np.float32)
+    with pytest.raises(InputError) as e:
+        lm.run_dict({})
+    assert str(e.value) == "input names do not match the model: missing ['x']; the model's inputs are ['x']"
+    with pytest.raises(InputError) as e:
+        lm.run_dict({"s": s})
+    assert "unknown" not in str(e.value) and "missing ['x']" in str(e.value)
+    assert "initializers fed to override them: ['s']" in str(e.value)
+    with pytest.raises(InputError, match=r"unknown \['q'\], missing \['x'\]"):
+        lm.run_dict({"q": s, "s": s})
+    np.testing.assert_array_equal(lm.run_dict({"x": s, "s": 2 * s})[0], [2, 2])

@@ -382,9 +382,15 @@ class LoadedModel:
             if set(unknown) <= overridable(self.graph):
                 return self._overriding(unknown).run_dict(feeds)  # ONNX: a feed overrides an initializer
         if unknown or missing:
+            from pycann.ge.ir.overrides import overridable
+
+            inits = overridable(self.graph) if unknown else set()
+            parts = [f"unknown {[k for k in unknown if k not in inits]}"] if set(unknown) - inits else []
+            parts += [f"missing {missing}"] if missing else []
+            overrides = [k for k in unknown if k in inits]
+            note = f" (initializers fed to override them: {overrides})" if overrides else ""
             raise InputError(
-                f"input names do not match the model: unknown {unknown}, missing {missing}; "
-                f"the model's inputs are {names}"
+                f"input names do not match the model: {', '.join(parts)}; the model's inputs are {names}{note}"
             )
         return self.run([feeds[n] for n in names])
 
