@@ -136,3 +136,17 @@ def test_nan_guard_knob(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("PYCANN_NAN_GUARD", "x")
     with pytest.raises(ConfigError, match=r"PYCANN_NAN_GUARD='x': expected 1"):
         nan_guard()
+
+
+def test_the_docs_state_the_brief_spin_the_code_sets() -> None:
+    """README and docs/kernels.md give the brief policy's spin as BRIEF_SPINCOUNT rounds, and
+    docs/dynamic-shapes.md marks its older 2000 as a past value (a reader took it for the default)."""
+    from pathlib import Path
+
+    from pycann.config import BRIEF_SPINCOUNT
+
+    root = Path(__file__).resolve().parents[2]
+    assert f"spin {BRIEF_SPINCOUNT} rounds" in (root / "README.md").read_text()
+    assert f"GOMP_SPINCOUNT={BRIEF_SPINCOUNT}" in (root / "docs/kernels.md").read_text()
+    dyn = (root / "docs/dynamic-shapes.md").read_text()
+    assert f"`GOMP_SPINCOUNT=2000` then, {BRIEF_SPINCOUNT} rounds\n  since" in dyn
