@@ -116,3 +116,21 @@ def test_op_errors(acl_ready: int) -> None:
     assert acl.rt.synchronize_stream(0) == C.ACL_ERROR_INVALID_PARAM
     with pytest.raises(TypeError):
         acl.op.execute_v2("Relu", d, [a], [d], [ob], 0, 0)  # type: ignore[arg-type]
+
+
+def test_a_wrong_input_count_names_the_op_and_the_counts(acl_ready: int) -> None:
+    """`execute_v2("Add", [d], [a], ...)`: ACL_ERROR_OP_INPUT_NOT_MATCH at synchronize with "takes 2
+    input(s), 1 given" (the kernel's "IndexError: list index out of range" before); a variadic op's
+    minimum and an optional input given as too many are named the same way."""
+    d = _desc(C.ACL_FLOAT, [2, 3])
+    a = _buf(np.ones((2, 3), np.float32))
+    dev, ob = _out(24)
+    for op, n, takes in (("Add", 1, "takes 2 input(s), 1 given"), ("Gather", 1, "takes 2 input(s), 1 given"),
+                         ("Relu", 2, "takes 1 input(s), 2 given"), ("Clip", 4, "takes 1 to 3 input(s), 4 given"),
+                         ("Sum", 0, "takes 1 or more input(s), 0 given")):
+        assert acl.op.execute_v2(op, [d] * n, [a] * n, [d], [ob], 0, 0) == 0
+        assert acl.rt.synchronize_stream(0) == C.ACL_ERROR_OP_INPUT_NOT_MATCH, op
+        assert f"{op} (opset" in acl.get_recent_err_msg() and takes in acl.get_recent_err_msg(), acl.get_recent_err_msg()
+    assert acl.op.execute_v2("Sum", [d] * 3, [a] * 3, [d], [ob], 0, 0) == 0  # variadic: any count from 1
+    assert acl.rt.synchronize_stream(0) == 0
+    np.testing.assert_array_equal(from_device(dev, (2, 3)), np.full((2, 3), 3, np.float32))

@@ -167,3 +167,12 @@ def test_outputs_are_checked_against_inference(monkeypatch: pytest.MonkeyPatch) 
     monkeypatch.setitem(REGISTRY, ("", "BadOp"), [OpDef("BadOp", infer, kernel)])
     with pytest.raises(KernelError, match=r"BadOp .*output 0 is float64\[2\], but inference gave FLOAT\[2\]"):
         run_op("BadOp", [rand(2)])
+
+
+def test_input_count_is_checked_against_onnx_schema() -> None:
+    """run_op refuses an input count outside the op's ONNX schema with a ShapeError naming the op and
+    the counts; None stands for an omitted optional input (Clip's min), which counts."""
+    with pytest.raises(ShapeError, match=r"Add \(opset \d+\): takes 2 input\(s\), 1 given"):
+        run_op("Add", [np.ones(3, np.float32)])
+    x = np.array([-2.0, 0.5, 3.0], np.float32)
+    np.testing.assert_array_equal(run_op("Clip", [x, None, np.float32(1)])[0], [-2.0, 0.5, 1.0])

@@ -57,6 +57,22 @@ def _opset(opdef: OpDef, domain: str, opset: int | None) -> int:
     return int(opdef.since)
 
 
+def _check_arity(op_type: str, domain: str, version: int, n_inputs: int, where: str) -> None:
+    """ONNX's input count for the op (its schema's min/max; omitted optional inputs count when given as
+    None): a ShapeError naming the op and the counts, before a kernel indexes an input that is not
+    there. Ops without an ONNX schema (pycann's own domains) are left to inference."""
+    import onnx.defs
+
+    try:
+        schema = onnx.defs.get_schema(op_type, version, "" if domain == "ai.onnx" else domain)
+    except Exception:  # noqa: BLE001 - no schema (a custom domain): inference checks what it can
+        return
+    lo, hi = schema.min_input, schema.max_input
+    if not lo <= n_inputs <= hi:
+        takes = f"{lo}" if lo == hi else f"{lo} or more" if hi >= 2**31 - 1 else f"{lo} to {hi}"
+        raise ShapeError(f"{where}: takes {takes} input(s), {n_inputs} given")
+
+
 def _desc(x: Input) -> TensorDesc | None:
     if x is None:
         return None
@@ -113,6 +129,7 @@ def run_op(
         full = opdef.with_defaults(dict(attrs or {}), where)
     except ShapeError as e:
         raise AttrError(str(e)) from None
+    _check_arity(op_type, domain, version, len(inputs), where)
     want = max(1, int(n_outputs)) if n_outputs is not None else 1
     full["_n_outputs"] = want
     values = [None if x is None or isinstance(x, (list, tuple)) else np.asarray(x) for x in inputs]
