@@ -232,3 +232,20 @@ def test_python_dash_m_atc_reports_a_missing_om_without_a_traceback(tmp_path: Pa
     assert r.returncode == 1, r
     assert "Traceback" not in r.stderr + r.stdout
     assert FAILED in r.stdout and "E10001: Value [missing.om] for parameter [--om] is invalid" in r.stdout
+
+
+def test_an_unknown_out_node_lists_the_imported_names(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """An unnamed ONNX node gets an imported name (`Conv_0_0`) the user cannot guess: E10016 for
+    `--out_nodes=Conv_0:0` suggests the close name and lists the model's nodes; the suggestion works."""
+    w = numpy_helper.from_array(np.ones((4, 3, 3, 3), np.float32), "W")
+    nodes = [helper.make_node("Conv", ["x", "W"], ["c"], pads=[1, 1, 1, 1]), helper.make_node("Relu", ["c"], ["y"])]
+    g = helper.make_graph(nodes, "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 3, 8, 8])],
+                          [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)], [w])
+    m = save(helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)]), tmp_path / "c.onnx")
+    rc, out = atc(capsys, *compile_args(m, str(tmp_path / "c")), "--out_nodes=Conv_0:0")
+    assert rc == 1
+    line = out.strip().splitlines()[-1]
+    assert line.startswith("E10016: node [Conv_0] in --out_nodes is not in the model; did you mean Conv_0_0?"), line
+    assert "Relu_1_1" in line
+    rc, out = atc(capsys, *compile_args(m, str(tmp_path / "c")), "--out_nodes=Conv_0_0:0")
+    assert rc == 0, out

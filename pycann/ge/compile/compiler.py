@@ -116,7 +116,14 @@ def _apply_out_nodes(g: Graph, out_nodes: list[tuple[str, int]]) -> None:
     for name, idx in out_nodes:
         node = by_name.get(name)
         if node is None:
-            raise OptionError(f"E10016: node [{name}] in --out_nodes is not in the model", code="E10016")
+            import difflib
+
+            names = list(by_name)
+            close = difflib.get_close_matches(name, names, n=3)
+            hint = f"; did you mean {', '.join(close)}?" if close else ""
+            shown = ", ".join(names[:12]) + (f", ... ({len(names)} nodes)" if len(names) > 12 else "")
+            raise OptionError(f"E10016: node [{name}] in --out_nodes is not in the model{hint} (its nodes, "
+                              f"as imported: {shown})", code="E10016")
         if idx >= len(node.outputs):
             raise OptionError(f"E10001: node [{name}] has {len(node.outputs)} outputs; --out_nodes asks for index {idx}")
         outs.append(node.outputs[idx])
