@@ -109,8 +109,15 @@ class InferSession:
         debug: bool = False,
         loop: int = 1,
     ) -> None:
-        if device_id != 0:
-            raise ValueError(f"device {device_id} does not exist: pycann's CPU device is device 0")
+        if isinstance(device_id, bool) or not isinstance(device_id, (int, np.integer)):
+            raise TypeError(f"device_id must be an int (a device number, e.g. 0), not {type(device_id).__name__} "
+                            f"{device_id!r}")
+        from pycann.config import device_count
+
+        count = device_count()  # (acl.rt's and torch.npu's devices: all run on the host CPU)
+        if not 0 <= int(device_id) < count:
+            raise ValueError(f"device {device_id} does not exist: there are {count} device(s), ids 0..{count - 1} "
+                             "(PYCANN_DEVICE_COUNT sets how many)")
         self.device_id = device_id
         self.model_path = os.fspath(model_path)
         self.loop = max(1, int(loop))

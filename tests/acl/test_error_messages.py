@@ -94,6 +94,26 @@ def test_infer_session_on_a_missing_model_file_says_what_to_give(tmp_path: Path,
         InferSession(0, "/dev/null")
 
 
+
+def test_infer_session_device_id_is_checked_by_type_and_against_the_device_count(
+        small_om: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """InferSession("0", ...) said "device 0 does not exist: pycann's CPU device is device 0"; a str is
+    a TypeError now, and ids are checked against PYCANN_DEVICE_COUNT as acl.rt and torch.npu check them."""
+    from pycann.acl.session import InferSession
+
+    monkeypatch.delenv("PYCANN_DEVICE_COUNT", raising=False)
+    monkeypatch.delenv("LOCAL_WORLD_SIZE", raising=False)
+    with pytest.raises(TypeError, match=r"device_id must be an int .*not str '0'"):
+        InferSession("0", str(small_om))  # type: ignore[arg-type]
+    with pytest.raises(ValueError, match=r"device 1 does not exist: there are 1 device\(s\), ids 0\.\.0 "
+                                         r"\(PYCANN_DEVICE_COUNT sets how many\)"):
+        InferSession(1, str(small_om))
+    x = np.ones((2, 4), np.float32)
+    monkeypatch.setenv("PYCANN_DEVICE_COUNT", "2")
+    for dev in (0, np.int64(1)):
+        np.testing.assert_allclose(InferSession(dev, str(small_om)).infer([x])[0], small_ref(x)[0], rtol=1e-6)
+
+
 def test_lazy_packages_keep_their_submodules_as_attributes() -> None:
     """``pycann.acl`` and ``pycann.runtime`` load on first access (a fresh process's import): their
     submodules, public and internal, are still attributes right after the import (docs reach
