@@ -57,6 +57,18 @@ def _int_at_least(low: int) -> Any:
     return parse
 
 
+def _devices(v: str) -> list[int]:
+    """--device: ais_bench's comma-separated device ids (``0`` or ``0,1``), each an int >= 0."""
+    parts = [d.strip() for d in str(v).split(",")]
+    try:
+        ids = [int(d) for d in parts]
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"'{v}' is invalid: give device ids as integers, e.g. 0 or 0,1") from None
+    if any(d < 0 for d in ids):
+        raise argparse.ArgumentTypeError(f"'{v}' is invalid: a device id is >= 0")
+    return ids
+
+
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="pycann-bench", description="ais_bench-compatible benchmark on pycann")
     p.add_argument("--model", "-m", required=True, help="the .om (or .onnx) model")
@@ -66,7 +78,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--outfmt", default="BIN", choices=["NPY", "BIN", "TXT"])
     p.add_argument("--loop", "-l", type=_int_at_least(1), default=1, help="inferences per input set (>= 1)")
     p.add_argument("--warmup_count", type=_int_at_least(0), default=1)
-    p.add_argument("--device", "-d", default="0")
+    p.add_argument("--device", "-d", type=_devices, default=[0], help="device id(s), e.g. 0 or 0,1 (the first is used)")
     p.add_argument("--debug", type=str2bool, nargs="?", const=True, default=False)
     p.add_argument("--display_all_summary", type=str2bool, nargs="?", const=True, default=False)
     p.add_argument("--batchsize", type=_int_at_least(1), default=None)
@@ -219,7 +231,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         if why:
             print(f"[ERROR] --output {args.output} is invalid: {why}", file=sys.stderr, flush=True)
             return 1
-    devices = [int(d) for d in str(args.device).split(",") if d.strip()]
+    devices: list[int] = args.device
     if len(devices) > 1:
         print(f"[WARNING] multi-device runs are not supported; using device {devices[0]}", flush=True)
     try:

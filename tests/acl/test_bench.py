@@ -259,3 +259,25 @@ def test_session_tensor_helpers_of_ais_bench(small_om: Path) -> None:
     sess.free_resource()
     with pytest.raises(RuntimeError, match="freed"):
         sess.set_context()
+
+
+@pytest.mark.parametrize("value", ["x", "", "0,a", "-1"])
+def test_a_bad_device_option_is_refused_by_the_parser(value: str, small_om: Path,
+                                                      capsys: pytest.CaptureFixture[str]) -> None:
+    """`--device x` ended in a ValueError traceback (`--device ""` an IndexError): now exit 2 with
+    argparse's line naming --device."""
+    with pytest.raises(SystemExit) as e:
+        bench.main(["--model", str(small_om), "--device", value])
+    assert e.value.code == 2
+    assert "argument --device/-d" in capsys.readouterr().err
+
+
+def test_device_lists_use_the_first_and_an_absent_device_is_an_error(small_om: Path,
+                                                                    capsys: pytest.CaptureFixture[str],
+                                                                    monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("PYCANN_DEVICE_COUNT", raising=False)
+    monkeypatch.delenv("LOCAL_WORLD_SIZE", raising=False)
+    assert bench.main(["--model", str(small_om), "--loop", "1", "--device", "0, 1"]) == 0
+    assert "multi-device runs are not supported; using device 0" in capsys.readouterr().out
+    assert bench.main(["--model", str(small_om), "--loop", "1", "--device", "3"]) == 1
+    assert "[ERROR] ValueError: device 3 does not exist" in capsys.readouterr().err
