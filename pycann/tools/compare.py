@@ -306,6 +306,17 @@ def _cosine(text: str) -> float:
     return v
 
 
+def _rows(text: str) -> int:
+    """--max_rows: an int >= 0 (a negative count printed no rows and a wrong "more rows" count)."""
+    try:
+        v = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not an integer") from None
+    if v < 0:
+        raise argparse.ArgumentTypeError(f"{text!r}: a row count is >= 0")
+    return v
+
+
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="pycann compare", description="Compare a pycann model with ONNX Runtime, node by node.")
     p.add_argument("--model", required=True, help="the original ONNX model")
@@ -317,7 +328,7 @@ def build_parser() -> argparse.ArgumentParser:
                    help="absolute agreement: every |got-ref| <= atol agrees; also the per-element floor of the L2 denominator")
     p.add_argument("--cosine", type=_cosine, default=0.999, help="minimum cosine similarity")
     p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--max_rows", type=int, default=50, help="rows printed (all are in the CSV)")
+    p.add_argument("--max_rows", type=_rows, default=50, help="rows printed (all are in the CSV)")
     return p
 
 

@@ -215,7 +215,7 @@ def test_nodes_of_an_inlined_if_branch_are_not_compared_with_the_if(flag: int) -
 
 @pytest.mark.parametrize("option, value", [("--rtol", "-1"), ("--atol", "nan"), ("--atol", "-1e-6"),
                                            ("--rtol", "inf"), ("--cosine", "1.5"), ("--cosine", "nan"),
-                                           ("--rtol", "x")])
+                                           ("--rtol", "x"), ("--max_rows", "-1"), ("--max_rows", "2.5")])
 def test_a_tolerance_out_of_range_is_refused_before_any_work(option: str, value: str, tmp_path: Path,
                                                              capsys: pytest.CaptureFixture[str]) -> None:
     """`pycann compare --rtol -1` (or a NaN --atol, a cosine past 1) would make the verdicts meaningless:
