@@ -194,3 +194,17 @@ def test_a_large_linear_layer_sees_in_place_weight_writes() -> None:
         want = ref(x)
         for _ in range(3):
             torch.testing.assert_close(m(x.to("npu")).cpu(), want, rtol=1e-4, atol=1e-4)
+
+
+def test_compile_refuses_an_unknown_option_as_inductor_does() -> None:
+    """``torch.compile(m, backend="npu", options={"foo": 1})`` was accepted silently (a typo in an
+    option went unseen); inductor raises "Unexpected optimization option". ``mode`` has nothing to
+    choose on the npu and is accepted."""
+    m = nn.Linear(3, 3).to("npu")
+    x = torch.randn(2, 3).to("npu")
+    torch._dynamo.reset()
+    with pytest.raises(Exception, match="Unexpected optimization option foo"):
+        torch.compile(m, backend="npu", options={"foo": 1})(x)
+    torch._dynamo.reset()
+    with torch.no_grad():
+        torch.testing.assert_close(torch.compile(m, backend="npu", mode="max-autotune")(x).cpu(), m(x).cpu())

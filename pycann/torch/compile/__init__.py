@@ -453,7 +453,14 @@ def _failed_at_run_time(gm: torch.fx.GraphModule, rec: GraphRecord, e: Exception
 
 
 def npu_backend(gm: torch.fx.GraphModule, example_inputs: Sequence[Any], **options: Any) -> Callable[..., Any]:
-    """The TorchDynamo backend: a callable running ``gm`` as a GE plan (or eagerly, recorded)."""
+    """The TorchDynamo backend: a callable running ``gm`` as a GE plan (or eagerly, recorded).
+    ``torch.compile(..., options={...})`` reaches here as ``options``: none are defined, so any raises
+    RuntimeError naming it, as inductor refuses an option it does not know (a typo must not be
+    ignored); ``mode`` (inductor's presets: CUDA graphs, autotuning) has nothing to choose here."""
+    unknown = sorted(str(k) for k in (options.get("options") or {})) + sorted(k for k in options if k not in ("options", "mode"))
+    if unknown:
+        raise RuntimeError(f"Unexpected optimization option {', '.join(unknown)} for backend 'npu': it takes none "
+                           "(pycann's compile knobs are environment variables: docs/torch.md)")
     _cheap_module_guards()
     if torch.is_grad_enabled() and (any(isinstance(t, torch.Tensor) and t.requires_grad for t in example_inputs)
                                     or any(p.requires_grad for p in gm.parameters())):
