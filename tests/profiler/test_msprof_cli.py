@@ -88,3 +88,20 @@ def test_pycann_dispatcher(capsys: pytest.CaptureFixture[str]) -> None:
     assert cli.main([]) == 2
     with pytest.raises(SystemExit):
         cli.main(["compare", "--help"])
+
+
+def test_an_unwritable_profile_dir_is_reported_at_the_first_load(monkeypatch: pytest.MonkeyPatch,
+                                                                   capsys: pytest.CaptureFixture[str],
+                                                                   tmp_path: Path) -> None:
+    """``PYCANN_PROFILE_DIR=/proc/x python app.py``: the folder cannot be written, which was said
+    only when the program exited, after the whole run; now at the first model load (no profiler
+    starts), naming the variable and the folder."""
+    from pycann.profiler import session
+
+    a_file = tmp_path / "f"
+    a_file.write_text("")
+    for bad in ("/proc/pycann-profile", str(a_file / "sub")):
+        monkeypatch.setenv("PYCANN_PROFILE_DIR", bad)
+        assert session.start_from_env() is None
+        err = capsys.readouterr().err
+        assert f"PYCANN_PROFILE_DIR={bad!r}" in err and "not profiling" in err, err
