@@ -151,9 +151,14 @@ def _reorder_primitive(a: np.ndarray, out: np.ndarray) -> Any:
 
 
 def conform(a: np.ndarray, want: tuple[int, ...]) -> np.ndarray:
-    """``a`` when its layout is ``want`` (byte strides, of a dense layout), else a copy in it."""
-    if a.strides == want or same_layout(a.shape, a.strides, want):
+    """``a`` when its layout is ``want`` (byte strides, of a dense layout), else a copy in it. Where
+    the two differ only in the strides of size-1 dims (no element moves), a view of ``a`` with
+    ``want``'s strides: ``Tensor.stride()`` reports them (a 1-channel conv's first result said
+    ``(25, 1, 5, 1)`` where torch's CPU says ``(25, 25, 5, 1)``)."""
+    if a.strides == want:
         return a
+    if same_layout(a.shape, a.strides, want):
+        return np.lib.stride_tricks.as_strided(a, a.shape, want) if a.size else a
     out = _empty(a.shape, want, a.dtype)
     _reorder(a, out)
     return out

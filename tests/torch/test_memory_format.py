@@ -222,3 +222,19 @@ def test_channels_last_weights_with_a_contiguous_input_give_channels_last_result
         for _ in range(2):
             assert _layouts(npu, x.npu()) == want
             torch.testing.assert_close(npu(x.npu()).flatten(1).cpu(), ref(x).flatten(1), rtol=1e-4, atol=1e-4)
+
+
+@pytest.mark.parametrize("k", [1, 3])
+def test_a_one_channel_results_strides_are_torch_cpus(k: int) -> None:
+    """A size-1 dim's stride is free to ATen but ``Tensor.stride()`` shows it: a 1-channel conv's
+    first result (GE's single-op path) said ``(25, 1, 5, 1)`` where torch's CPU says ``(25, 25, 5, 1)``."""
+    torch.manual_seed(0)
+    conv = torch.nn.Conv2d(8, 1, k, padding=k // 2).eval()
+    npu = copy.deepcopy(conv).npu()
+    x = torch.randn(2, 8, 5, 5)
+    with torch.no_grad():
+        want = conv(x)
+        for _ in range(3):
+            got = npu(x.npu())
+            assert got.stride() == want.stride()
+            torch.testing.assert_close(got.cpu(), want, rtol=1e-4, atol=1e-5)
