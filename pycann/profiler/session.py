@@ -159,20 +159,6 @@ def configure_from_acl_json(cfg: Mapping[str, Any] | None) -> Profiler | None:
     return _manage(Profiler(out, api=api))
 
 
-def _unwritable(folder: str) -> str | None:
-    """Why the profiler cannot write into ``folder`` (created if missing: a real probe file, as the
-    tools' ``paths.folder_problem`` checks), or None."""
-    import tempfile
-
-    try:
-        os.makedirs(folder, exist_ok=True)
-        with tempfile.NamedTemporaryFile(dir=folder, prefix=".pycann-probe-"):
-            pass
-    except OSError as e:
-        return f"cannot write into it: {e.strerror or e}"
-    return None
-
-
 def start_from_env() -> Profiler | None:
     """Start the profiler ``PYCANN_PROFILE_DIR`` asks for (set by ``msprof``). Options:
     ``PYCANN_PROFILE_ASCENDCL=off`` (no API events), ``PYCANN_PROFILE_CHART=off``,
@@ -180,7 +166,9 @@ def start_from_env() -> Profiler | None:
     env = config.profile_env()
     if not env.out:
         return None
-    problem = _unwritable(env.out)
+    from pycann.paths import folder_problem
+
+    problem = folder_problem(env.out)
     if problem is not None:
         # said now, at the first model load, not at the program's exit after the whole run
         print(f"pycann profiler: PYCANN_PROFILE_DIR={env.out!r}: {problem}; not profiling (set it to a "

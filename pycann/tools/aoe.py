@@ -52,7 +52,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 def _check(args: argparse.Namespace) -> None:
     from pycann.ge.compile.options import SOC_VERSIONS
-    from pycann.tools.paths import folder_problem
+    from pycann.paths import folder_problem
 
     if args.job_type is None:
         raise AoeError("E10007: [--job_type] is required: 1 (subgraph tuning) or 2 (operator tuning).")

@@ -114,7 +114,7 @@ WARNING_MARK = " W: "  # (in a pass's log line: a warning, printed at every --lo
 
 def _output_path(args: argparse.Namespace) -> str:
     """``--output`` with ``.om`` appended, checked writable before any work (E10001 otherwise)."""
-    from pycann.tools.paths import file_problem
+    from pycann.paths import file_problem
 
     out: str = args.output if args.output.endswith(".om") else args.output + ".om"
     why = file_problem(out)
@@ -317,7 +317,7 @@ def _compile(args: argparse.Namespace, argv: Sequence[str]) -> None:
 
 
 def _check_file_output(path: str, option: str) -> None:
-    from pycann.tools.paths import file_problem
+    from pycann.paths import file_problem
 
     why = file_problem(path)
     if why:

@@ -225,7 +225,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         if getattr(args, opt.lstrip("-"), None) is not None:
             print(f"[WARNING] {opt} has no effect on pycann's CPU device; ignored", flush=True)
     if args.output:
-        from pycann.tools.paths import folder_problem
+        from pycann.paths import folder_problem
 
         why = folder_problem(args.output)
         if why:

@@ -337,7 +337,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     from pycann.errors import PycannError
     from pycann.ge.run.model import LoadedModel
-    from pycann.tools.paths import folder_problem
+    from pycann.paths import folder_problem
 
     why = folder_problem(args.output)
     if why:

@@ -106,7 +106,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     for k in sorted(set(opts) & NO_EFFECT):
         print(f"[WARNING] msprof: --{k} is accepted for compatibility and has no effect on pycann's CPU device")
     output = os.path.abspath(opts.get("output") or os.getcwd())
-    from pycann.tools.paths import folder_problem
+    from pycann.paths import folder_problem
 
     why = folder_problem(output)
     if why:

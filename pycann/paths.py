@@ -1,4 +1,5 @@
-"""Output-path checks shared by the command-line tools (atc, pycann compare, msprof).
+"""Output-path checks shared by the command-line tools (atc, pycann compare, msprof, aoe, pycann-bench)
+and the profiler ``PYCANN_PROFILE_DIR`` starts (a leaf: it imports nothing of pycann's).
 
 A tool checks where it will write *before* doing any work, so that ``--output=/proc/x`` or a
 file used as a folder fails in one line instead of a traceback after a long compile.
