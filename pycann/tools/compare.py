@@ -25,7 +25,7 @@ import math
 import os
 import sys
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -284,37 +284,30 @@ def _feeds(loaded: Any, files: Sequence[str], seed: int) -> dict[str, np.ndarray
     return feeds
 
 
+def _checked(text: str, convert: type, ok: Callable[[Any], bool], why: str) -> Any:
+    """``convert(text)`` when ``ok`` of it, else argparse's error naming the value (``why``)."""
+    try:
+        v = convert(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not {'an integer' if convert is int else 'a number'}") from None
+    if not ok(v):
+        raise argparse.ArgumentTypeError(f"{text!r}: {why}")
+    return v
+
+
 def _tolerance(text: str) -> float:
     """--rtol / --atol: a finite float >= 0 (a negative or NaN tolerance would make every node disagree)."""
-    try:
-        v = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a number") from None
-    if not math.isfinite(v) or v < 0:
-        raise argparse.ArgumentTypeError(f"{text!r}: a tolerance is a finite number >= 0")
-    return v
+    return float(_checked(text, float, lambda v: math.isfinite(v) and v >= 0, "a tolerance is a finite number >= 0"))
 
 
 def _cosine(text: str) -> float:
-    """--cosine: a cosine similarity, -1..1."""
-    try:
-        v = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a number") from None
-    if not -1.0 <= v <= 1.0:  # (False for NaN too)
-        raise argparse.ArgumentTypeError(f"{text!r}: a cosine similarity is between -1 and 1")
-    return v
+    """--cosine: a cosine similarity, -1..1 (False for NaN too)."""
+    return float(_checked(text, float, lambda v: -1.0 <= v <= 1.0, "a cosine similarity is between -1 and 1"))
 
 
 def _rows(text: str) -> int:
     """--max_rows: an int >= 0 (a negative count printed no rows and a wrong "more rows" count)."""
-    try:
-        v = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not an integer") from None
-    if v < 0:
-        raise argparse.ArgumentTypeError(f"{text!r}: a row count is >= 0")
-    return v
+    return int(_checked(text, int, lambda v: v >= 0, "a row count is >= 0"))
 
 
 def build_parser() -> argparse.ArgumentParser:
