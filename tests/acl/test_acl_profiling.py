@@ -42,8 +42,6 @@ def test_acl_json_profiler_records_api_and_memcpy(tmp_path: Path) -> None:
 def test_op_summary_model_id_is_the_loaded_model_id(no_acl: None, small_om: Path, tmp_path: Path) -> None:
     """op_summary's Model ID is the id acl.mdl.load_from_file returned (as in CANN, and as the dump's
     folder names it), also when the app unloaded the model before acl.finalize wrote the report."""
-    import csv
-
     out = tmp_path / "prof"
     cfg = tmp_path / "acl.json"
     cfg.write_text(json.dumps({"profiler": {"switch": "on", "output": str(out)}}))
@@ -54,19 +52,11 @@ def test_op_summary_model_id_is_the_loaded_model_id(no_acl: None, small_om: Path
         mid, ret = acl.mdl.load_from_file(str(small_om))
         assert ret == 0 and mid == first + 1
         assert acl.mdl.unload(first) == 0
-        x = np.ones((2, 4), np.float32)
-        dx, dy, dz = to_device(x), acl.rt.malloc(24, 0)[0], acl.rt.malloc(24, 0)[0]
-        ind, _ = dataset_of([(dx, 32)])
-        outd, _ = dataset_of([(dy, 24), (dz, 24)])
-        assert acl.mdl.execute(mid, ind, outd) == 0, acl.get_recent_err_msg()
-        assert acl.mdl.unload(mid) == 0
-        for p in (dx, dy, dz):
-            assert acl.rt.free(p) == 0
+        _execute_and_unload([mid], [mid])
         assert acl.rt.reset_device(0) == 0
     finally:
         assert acl.finalize() == 0
-    summaries = glob.glob(os.path.join(out, "PROF_*", "mindstudio_profiler_output", "op_summary_*.csv"))
-    rows = list(csv.DictReader(open(summaries[0], encoding="utf-8")))
+    rows = _op_summary(out)
     assert rows and {r["Model ID"] for r in rows} == {str(mid)}
 
 
@@ -74,8 +64,6 @@ def test_the_same_om_loaded_twice_has_two_model_ids_in_op_summary(no_acl: None, 
     """One .om loaded twice (both loads alive): each load's runs carry its own Model ID, the id
     acl.mdl.load_from_file returned for it, as in CANN, and Infer IDs count per load (both were
     reported under the second load's id, the runs counted together)."""
-    import csv
-
     out = tmp_path / "prof"
     cfg = tmp_path / "acl.json"
     cfg.write_text(json.dumps({"profiler": {"switch": "on", "output": str(out)}}))
@@ -85,21 +73,35 @@ def test_the_same_om_loaded_twice_has_two_model_ids_in_op_summary(no_acl: None, 
         first, ret1 = acl.mdl.load_from_file(str(small_om))
         second, ret2 = acl.mdl.load_from_file(str(small_om))
         assert ret1 == ret2 == 0 and first != second
-        x = np.ones((2, 4), np.float32)
-        dx, dy, dz = to_device(x), acl.rt.malloc(24, 0)[0], acl.rt.malloc(24, 0)[0]
-        ind, _ = dataset_of([(dx, 32)])
-        outd, _ = dataset_of([(dy, 24), (dz, 24)])
-        for mid in (first, second, first):
-            assert acl.mdl.execute(mid, ind, outd) == 0, acl.get_recent_err_msg()
-        for mid in (first, second):
-            assert acl.mdl.unload(mid) == 0
-        for p in (dx, dy, dz):
-            assert acl.rt.free(p) == 0
+        _execute_and_unload([first, second, first], [first, second])
         assert acl.rt.reset_device(0) == 0
     finally:
         assert acl.finalize() == 0
-    summaries = glob.glob(os.path.join(out, "PROF_*", "mindstudio_profiler_output", "op_summary_*.csv"))
-    rows = list(csv.DictReader(open(summaries[0], encoding="utf-8")))
+    rows = _op_summary(out)
     runs = sorted({(r["Model Name"], r["Model ID"], r["Infer ID"]) for r in rows})
     name = small_om.stem
     assert runs == sorted([(name, str(first), "0"), (name, str(first), "1"), (name, str(second), "0")]), runs
+
+
+def _execute_and_unload(runs: list[int], loaded: list[int]) -> None:
+    """Execute the small model (x: 2x4 ones) once per id in ``runs``, then unload ``loaded`` and free
+    the buffers."""
+    x = np.ones((2, 4), np.float32)
+    dx, dy, dz = to_device(x), acl.rt.malloc(24, 0)[0], acl.rt.malloc(24, 0)[0]
+    ind, _ = dataset_of([(dx, 32)])
+    outd, _ = dataset_of([(dy, 24), (dz, 24)])
+    for mid in runs:
+        assert acl.mdl.execute(mid, ind, outd) == 0, acl.get_recent_err_msg()
+    for mid in loaded:
+        assert acl.mdl.unload(mid) == 0
+    for p in (dx, dy, dz):
+        assert acl.rt.free(p) == 0
+
+
+def _op_summary(out: Path) -> list[dict[str, str]]:
+    """The rows of the op_summary CSV the profiler wrote under ``out``."""
+    import csv
+
+    summaries = glob.glob(os.path.join(out, "PROF_*", "mindstudio_profiler_output", "op_summary_*.csv"))
+    with open(summaries[0], encoding="utf-8") as f:
+        return list(csv.DictReader(f))
