@@ -20,6 +20,7 @@ from pycann.kernels.providers import (
     onednn_bf16,
     onednn_bf16_deconv,
     onednn_cast,
+    onednn_softmax,
     resolve,
 )
 from pycann.kernels.providers import available as provider_available
@@ -34,8 +35,6 @@ def _onednn_softmax_(s: np.ndarray) -> bool:
     (and allowed by ``PYCANN_PROVIDERS``); False when the caller must compute it."""
     if not provider_available("onednn"):
         return False
-    from pycann.kernels.providers import onednn_softmax
-
     return onednn_softmax.softmax_last_axis_(s)
 
 
@@ -110,6 +109,7 @@ PROVIDED = ref.FusedCompute(
     bf16_conv_fused=_bf16_conv_fused,
     attention_matmul=_provider_matmul,
     softmax_last_axis_=_onednn_softmax_,
+    softmax_min_elements=onednn_softmax.MIN_ELEMENTS,
 )
 
 

@@ -20,6 +20,7 @@ Tanh. Semantics per the ONNX spec section of each op.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -151,6 +152,7 @@ class FusedCompute:
       (bias, residual, activation), written into ``out`` when it can;
     * ``attention_matmul(a, b) -> (x, y) -> x @ y`` for FusedAttention's float32 products;
     * ``softmax_last_axis_(s) -> bool``: softmax over the last axis in place, False when not done;
+      ``softmax_min_elements``: the size below which it is not tried (it would decline);
     * ``bf16_operand(s) -> bf16 array``: float32 rounded to bfloat16 for a value read only as a bf16
       matrix operand (FusedAttention's P), where the providers may read float32 subnormals as zero
       as the native kernels read bf16 ones (``ge/compile/passes/flushing_casts.py``);
@@ -166,6 +168,7 @@ class FusedCompute:
     attention_matmul: Callable[[np.ndarray, np.ndarray], Callable[[np.ndarray, np.ndarray], np.ndarray]] = \
         _reference_attention_matmul
     softmax_last_axis_: Callable[[np.ndarray], bool] = lambda s: False  # noqa: E731
+    softmax_min_elements: int = 0
     bf16_operand: Callable[[np.ndarray], np.ndarray] = lambda s: s.astype(bfloat16())  # noqa: E731
     bf16_matmul_bf16: Callable[..., np.ndarray | None] = lambda *a: None  # noqa: E731
 
@@ -389,6 +392,15 @@ def _attention_bf16(q: np.ndarray, kt: np.ndarray, v: np.ndarray, mask: np.ndarr
     return None if y is None else y.astype(bfloat16())
 
 
+def _broadcasts_into(small: tuple[int, ...], big: tuple[int, ...]) -> bool:
+    """``small`` broadcasts to ``big`` without changing it (numpy's rule, right-aligned dims equal
+    or 1): ``np.broadcast_shapes(big, small) == big`` at a tenth of its cost on a decode step."""
+    if len(small) > len(big):
+        return False
+    off = len(big) - len(small)
+    return all(d == 1 or d == big[off + i] for i, d in enumerate(small))
+
+
 def _attention_f32(q: np.ndarray, kt: np.ndarray, v: np.ndarray, mask: np.ndarray | None,
                    scale: float, fc: FusedCompute = REFERENCE) -> np.ndarray | None:
     """float32 FusedAttention with fewer and cheaper passes over the scores (None: not handled).
@@ -406,18 +418,21 @@ def _attention_f32(q: np.ndarray, kt: np.ndarray, v: np.ndarray, mask: np.ndarra
     mm = fc.attention_matmul(q, kt)
     s = mm(q, kt)
     if mask is not None:
-        if np.broadcast_shapes(s.shape, mask.shape) == s.shape:
+        if _broadcasts_into(mask.shape, s.shape):
             s += mask
         else:
             s = s + mask
-    if fc.softmax_last_axis_(s):  # oneDNN: one multi-threaded pass instead of five numpy ones
+    # (a decode step's scores are below the oneDNN softmax's size floor: the probe, ~10 us of
+    # Python a call with numpy's own checks here, would decline them anyway)
+    if s.size >= fc.softmax_min_elements and fc.softmax_last_axis_(s):  # oneDNN: one multi-threaded pass
         return mm(s, v)
     with np.errstate(invalid="ignore"):
         s -= np.fmax.reduce(s, axis=-1, keepdims=True)
     np.exp(s, out=s)
     den = np.einsum("ij->i", s.reshape(-1, s.shape[-1])).reshape(s.shape[:-1] + (1,))
-    out_batch = np.broadcast_shapes(s.shape[:-2], v.shape[:-2])
-    if int(np.prod(out_batch, dtype=np.int64)) * s.shape[-2] * v.shape[-1] > s.size:
+    sb, vb = s.shape[:-2], v.shape[:-2]
+    out_batch = sb if sb == vb else np.broadcast_shapes(sb, vb)
+    if math.prod(out_batch) * s.shape[-2] * v.shape[-1] > s.size:
         s /= den  # the output is the larger array (D > S, or V adds batch dims)
         return mm(s, v)
     out = mm(s, v)

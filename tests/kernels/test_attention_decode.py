@@ -81,3 +81,19 @@ def test_decode_rows_broadcast_batches_and_masks_as_onnxruntime(rows: int) -> No
     wide = np.where(RNG.random((3, 2, 1, 9)) < 0.3, -1e9, 0).astype(np.float32)
     got = k_attention([q1, kt, v, wide], {"scale": 0.25})[0]
     np.testing.assert_allclose(got, _ort_attention(q1, kt, v, wide, 0.25), rtol=1e-4, atol=1e-5)
+
+
+def test_in_place_mask_check_agrees_with_numpy_broadcasting() -> None:
+    """``_broadcasts_into`` (the mask is added into the scores in place) says what
+    ``np.broadcast_shapes(scores, mask) == scores`` says, for shapes that widen, fit, or do not broadcast."""
+    from pycann.ops.fused import _broadcasts_into
+
+    rng = np.random.default_rng(5)
+    for _ in range(400):
+        big = tuple(int(d) for d in rng.integers(1, 4, rng.integers(0, 5)))
+        small = tuple(int(d) for d in rng.integers(1, 4, rng.integers(0, 6)))
+        try:
+            want = np.broadcast_shapes(big, small) == big
+        except ValueError:
+            want = False
+        assert _broadcasts_into(small, big) == want, (small, big)
