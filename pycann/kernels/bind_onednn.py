@@ -24,7 +24,7 @@ from pycann.kernels.algorithm import ONEDNN_GEMM, Layout, Threads
 from pycann.kernels.bind_base import Kernel, Prepare
 from pycann.kernels.bind_base import static_shape as _static
 from pycann.kernels.bound import BoundKernel
-from pycann.ops.fused import CHAIN_UNARY, UNARY_IN_PLACE
+from pycann.ops.fused_chain import CHAIN_UNARY, UNARY_IN_PLACE
 from pycann.ops.nn.pool import _k_average_pool, _k_global_average_pool, _k_max_pool
 
 

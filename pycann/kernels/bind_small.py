@@ -117,9 +117,9 @@ def _pow(attrs: Mapping[str, Any], ins: Sequence[TensorDesc | None], consts: Seq
 def _chain(attrs: Mapping[str, Any], ins: Sequence[TensorDesc | None], consts: Sequence[np.ndarray | None],
            outs: Sequence[TensorDesc | None]) -> Kernel | None:
     """ElementwiseChain over float32/float64 operands of one dtype with static shapes: which steps
-    write a fresh buffer and which update it in place (fused.py ``_k_chain``'s broadcast and
+    write a fresh buffer and which update it in place (fused_chain.py ``_k_chain``'s broadcast and
     dtype tests) is decided once, so a call is just the ufuncs (~6 -> ~2 us on Silero's STFT)."""
-    from pycann.ops import fused
+    from pycann.ops import fused_chain
 
     dt = _float_dtype(ins[0])
     shape = _static(ins[0])
@@ -129,7 +129,7 @@ def _chain(attrs: Mapping[str, Any], ins: Sequence[TensorDesc | None], consts: S
     plan: list[tuple[Any, Any, int, bool, bool, tuple[float, float]]] = []
     have_buf = False
     for op, idx, right, p0, p1 in attrs["steps"]:
-        if op in fused._BINARY:
+        if op in fused_chain.BINARY:
             d = ins[idx] if 0 <= idx < len(ins) else None
             other = _static(d)
             if other is None or not _same_float(d, dt):
@@ -139,10 +139,10 @@ def _chain(attrs: Mapping[str, Any], ins: Sequence[TensorDesc | None], consts: S
             except ValueError:
                 return None
             inplace = have_buf and len(other) <= len(shape) and wide == shape
-            plan.append((fused._BINARY[op], None, int(idx), bool(right), inplace, (0.0, 0.0)))
+            plan.append((fused_chain.BINARY[op], None, int(idx), bool(right), inplace, (0.0, 0.0)))
             shape, have_buf = wide, True
-        elif op in fused._UNARY:
-            plan.append((None, fused._UNARY[op], 0, False, have_buf, (p0, p1)))
+        elif op in fused_chain.UNARY_IN_PLACE:
+            plan.append((None, fused_chain.UNARY_IN_PLACE[op], 0, False, have_buf, (p0, p1)))
             have_buf = True
         else:
             return None

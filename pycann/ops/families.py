@@ -11,7 +11,8 @@ from __future__ import annotations
 
 # family module (``pycann.ops.<name>``, in table order) -> domain ("" = ai.onnx) -> op types it defines
 FAMILY_OPS: dict[str, dict[str, tuple[str, ...]]] = {
-    "fused": {"pycann": ("FusedConv", "FusedMatMul", "FusedAttention", "ElementwiseChain")},
+    "fused": {"pycann": ("FusedConv", "FusedMatMul", "FusedAttention")},
+    "fused_chain": {"pycann": ("ElementwiseChain",)},
     "fused_deconv": {"pycann": ("FusedConvTranspose",)},
     "channel_shuffle": {"pycann": ("ChannelShuffle",)},
     "squeeze_excite": {"pycann": ("SqueezeExcite", "SqueezeExciteProject")},

@@ -84,7 +84,7 @@ def test_step_bound_covers_the_step(op: str, p0: float, p1: float) -> None:
     """Each unary step's bound map is >= max |step(v)| over |v| <= B (sampled)."""
     m = guarded_chain.bound_map([[op, -1, 0, p0, p1]], [])
     assert m is not None
-    from pycann.ops.fused import UNARY_IN_PLACE
+    from pycann.ops.fused_chain import UNARY_IN_PLACE
     for b in (0.0, 1e-30, 1e-3, 0.4, 1.0, 3.0, 7.0, 50.0, 1e6):
         v = np.linspace(-b, b, 1001).astype(np.float32)
         with np.errstate(all="ignore"):

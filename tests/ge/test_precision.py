@@ -19,7 +19,7 @@ from pycann.ge.compile.passes import fuse_elementwise, precision
 from pycann.ge.compile.pipelines import COMPILE_PIPELINE, REQUIRED_PASSES
 from pycann.ge.compile.precision_config import resolve_mode
 from pycann.ge.run.model import LoadedModel
-from pycann.ops import fused
+from pycann.ops import fused, fused_chain
 
 RNG = np.random.default_rng(7)
 F16, F32 = np.float16, np.float32
@@ -259,7 +259,7 @@ def test_fp16_elementwise_chain_rounds_each_step_like_unfused_ops() -> None:
     x = np.array([-12.0, -3.0, 0.5, 9.0], F16)
     steps = [["Sigmoid", -1, 0, 0.0, 0.0], ["Mul", 1, 0, 0.0, 0.0]]
     two = np.array(3.0, F16)
-    got = fused._k_chain([x, two], {"steps": steps})[0]
+    got = fused_chain._k_chain([x, two], {"steps": steps})[0]
     sig = (1 / (1 + np.exp(-x.astype(F32)))).astype(F16)  # a float16 Sigmoid: float32 inside, rounded
     assert got.dtype == F16 and got[0] > 0  # no float16 overflow of exp(12) midway
     np.testing.assert_array_equal(got, (sig.astype(F32) * F32(3)).astype(F16))

@@ -1,6 +1,6 @@
 """GE's ElementwiseChain as one oneDNN binary primitive with post-ops (multi-threaded, one pass).
 
-A chain ``x op1 a -> op2 b -> unary ...`` (``fused.py`` ``_k_chain``: each step applies to the
+A chain ``x op1 a -> op2 b -> unary ...`` (``ops/fused_chain.py`` ``_k_chain``: each step applies to the
 running value) maps to oneDNN as: the first step is the binary primitive ``dst = x op1 a`` and
 every later step is a post-op on ``dst`` (binary with its operand, or eltwise). oneDNN's binary
 needs ``src0`` at the full result shape (``src1`` and post-op operands may broadcast, dims of 1)

@@ -16,7 +16,8 @@ import math
 from pycann.ge.compile.passes.base import PassContext, PassResult
 from pycann.ge.compile.passes.pattern import GraphIndex, Rewrites, clip_defaults
 from pycann.ge.ir import Graph, Node
-from pycann.ops.fused import CHAIN_BINARY, CHAIN_UNARY, DOMAIN
+from pycann.ops.fused import DOMAIN
+from pycann.ops.fused_chain import CHAIN_BINARY, CHAIN_UNARY
 
 name = "ElementwiseChainFusion"
 

@@ -24,7 +24,8 @@ from __future__ import annotations
 from pycann.ge.compile.passes.base import PassContext, PassResult
 from pycann.ge.compile.passes.pattern import GraphIndex, Rewrites, is_op
 from pycann.ge.ir import Graph, Node
-from pycann.ops.fused import ACTIVATIONS, CHAIN_BINARY, CHAIN_UNARY
+from pycann.ops.fused import ACTIVATIONS
+from pycann.ops.fused_chain import CHAIN_BINARY, CHAIN_UNARY
 from pycann.ops.squeeze_excite import DOMAIN
 
 name = "SqueezeExciteFusion"
