@@ -167,6 +167,20 @@ def test_a_wrong_input_shape_names_the_input_it_reaches(tmp_path: Path, capsys: 
                                      r"model input x FLOAT\[1x5x8x8\]: check that input's shape \(atc --input_shape\)$")
 
 
+def test_input_shape_overriding_a_declared_static_dim_is_warned(relu: Path, tmp_path: Path,
+                                                                 capsys: pytest.CaptureFixture[str]) -> None:
+    """relu.onnx declares x [1, 3]: --input_shape x:4,3 compiles for 4 (as ATC does) and says, at the
+    default log level, which declared dim it changed; the declared shape itself, a dynamic dim or a
+    range says nothing."""
+    rc, out = atc(capsys, *compile_args(relu, str(tmp_path / "r4")), "--input_shape=x:4,3")
+    assert rc == 0 and out.strip().splitlines()[-1] == SUCCESS, out
+    warned = [line for line in out.splitlines() if line.startswith("[WARNING]")]
+    assert len(warned) == 1 and "input [x] (dim 0 1 -> 4)" in warned[0], out
+    for dims in ("1,3", "-1,3", "1~8,3"):
+        rc, out = atc(capsys, *compile_args(relu, str(tmp_path / "same")), f"--input_shape=x:{dims}")
+        assert rc == 0 and "[WARNING]" not in out, (dims, out)
+
+
 @pytest.mark.parametrize("dims, pattern", [
     ("1,3,400~16", r"value \[400~16\] for input \[x\] .* needs 0 <= lo <= hi \(write 16~400\)$"),
     ("1,3,-2~16", r"value \[-2~16\] for input \[x\] .* needs non-negative bounds$"),

@@ -80,7 +80,12 @@ def _input_dim(name: str, i: int, d: Any) -> int | tuple[int, int]:
                       "or a range (lo, hi) with 0 <= lo <= hi (atc: lo~hi)")
 
 
-def _apply_input_shape(g: Graph, shapes: dict[str, list[Any]] | None) -> dict[str, list[Any]]:
+def _apply_input_shape(g: Graph, shapes: dict[str, list[Any]] | None,
+                       say: Callable[[str], None] = lambda line: None) -> dict[str, list[Any]]:
+    """``--input_shape`` applied to the graph's input descriptors; returns each input's dims as given
+    (ranges as lists). A fixed dim that overrides a different fixed dim the model declares is allowed
+    (ATC compiles the shape it is given) but said as a ``W:`` line: constants the exporter baked for the
+    declared size (a Reshape's target, a broadcast mask) may not fit the new one."""
     ranges: dict[str, list[Any]] = {}
     for key, dims in (shapes or {}).items():
         if isinstance(dims, str):  # atc's text for one input, "1,3,8~32,-1"
@@ -104,6 +109,13 @@ def _apply_input_shape(g: Graph, shapes: dict[str, list[Any]] | None) -> dict[st
                 f"{len(old.shape)} dims {list(old.shape)}",
             )
         old_dims: Sequence[Dim] = old.shape if old is not None and old.shape is not None else (None,) * len(dims)
+        changed = [(i, o, d) for i, (o, d) in enumerate(zip(old_dims, dims))
+                   if isinstance(o, int) and o >= 0 and isinstance(d, int) and d >= 0 and d != o]
+        if changed:
+            said = ", ".join(f"dim {i} {o} -> {d}" for i, o, d in changed)
+            say(f"[InputShape] W: --input_shape changes static dims the model declares for input [{name}] "
+                f"({said}); values the exporter computed for the declared shape may not fit (compare the "
+                f"outputs with the source model, or export with dynamic axes)")
         sym = tuple(d if isinstance(d, str) else f"{name}_d{i}" for i, d in enumerate(old_dims))
         g.descs[name] = TensorDesc(old.dtype if old else 1, dims_to_desc_shape(dims, sym))
         ranges[name] = [list(d) if isinstance(d, tuple) else d for d in dims]
@@ -210,7 +222,7 @@ def compile_model(
     fingerprint = graph_fingerprint(graph) if options.source_fingerprint else None
     say(f"[Import] {len(graph.nodes)} nodes, {len(graph.initializers)} constants, opsets {graph.opsets} "
         f"({(time.perf_counter() - t0) * 1e3:.0f} ms)")
-    ranges = _apply_input_shape(graph, options.input_shape)
+    ranges = _apply_input_shape(graph, options.input_shape, say)
     gear_plan = gears.plan_gears(graph, options)
     if options.insert_op_conf:
         graph = _insert_aipp(graph, options, ranges, say)
