@@ -4,7 +4,7 @@
 
 * ``torch.cuda.<name>`` -> ``torch.npu.<name>`` for every name of ``torch.npu.__all__``
   (``is_available``, ``device_count``, ``Stream``, ``Event``, memory, RNG, ...), and
-  ``torch.cuda.amp.autocast`` / ``GradScaler`` -> the npu ones;
+  ``torch.cuda.amp.autocast`` / ``GradScaler`` / ``custom_fwd`` / ``custom_bwd`` -> the npu ones;
 * device arguments: a ``"cuda"`` / ``"cuda:N"`` string, a ``torch.device("cuda", N)`` and a bare
   integer device (``.to(0)``, ``.cuda(1)``) become ``npu:N`` in the tensor
   factories (``torch.zeros(..., device=...)`` ...), ``Tensor.to / cuda / new_*`` and
@@ -137,6 +137,8 @@ def _patch_cuda_module() -> None:
 
     cuda_amp.autocast = npu.amp.autocast  # type: ignore[misc, assignment]
     cuda_amp.GradScaler = npu.amp.GradScaler  # type: ignore[misc, assignment]
+    cuda_amp.custom_fwd = npu.amp.custom_fwd  # type: ignore[assignment]
+    cuda_amp.custom_bwd = npu.amp.custom_bwd  # type: ignore[assignment]
 
 
 def _patch_autocast() -> None:

@@ -27,6 +27,12 @@ from pycann.torch.npu.allocator import (
     memory_stats_as_nested_dict,
     use_mem_pool,
 )
+from pycann.torch.npu.amp import (
+    get_autocast_dtype,
+    is_autocast_enabled,
+    set_autocast_dtype,
+    set_autocast_enabled,
+)
 from pycann.torch.npu.debug import (
     clear_npu_overflow_flag,
     finalize_dump,
@@ -108,6 +114,7 @@ __all__ = [
     "reset_max_memory_allocated", "reset_peak_memory_stats", "seed", "seed_all", "set_compile_mode",
     "set_device", "set_per_process_memory_fraction", "set_rng_state", "set_rng_state_all", "set_stream",
     "stream", "synchronize", "utilization",
+    "get_autocast_dtype", "is_autocast_enabled", "set_autocast_dtype", "set_autocast_enabled",
     # streams_ext, options, debug, allocator, graphs, mstx, tensors
     "ExternalEvent", "ExternalStream", "SyncLaunchStream", "get_mm_bmm_format_nd", "get_sync_debug_mode",
     "set_aoe", "set_mm_bmm_format_nd", "set_option", "set_sync_debug_mode", "clear_npu_overflow_flag",

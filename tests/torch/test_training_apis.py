@@ -1,0 +1,126 @@
+"""A CUDA training script's torch.npu / torch.cuda names that it reaches for beyond the basics
+(found migrating small CNN / transformer training loops): the AMP decorators for custom autograd
+Functions, the npu autocast state functions, and their mapping under ``transfer_to_npu``.
+Goldens are torch's CPU results."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+
+torch = pytest.importorskip("torch")
+
+import pycann.torch  # noqa: E402,F401
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+class _MatMul(torch.autograd.Function):
+    """A custom Function the way AMP docs write one: float32 forward inside an autocast region."""
+
+    @staticmethod
+    @torch.npu.amp.custom_fwd(cast_inputs=torch.float32)
+    def forward(ctx: object, a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
+        ctx.save_for_backward(a, b)  # type: ignore[attr-defined]
+        return a.mm(b)
+
+    @staticmethod
+    @torch.npu.amp.custom_bwd
+    def backward(ctx: object, g: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        a, b = ctx.saved_tensors  # type: ignore[attr-defined]
+        return g.mm(b.t()), a.t().mm(g)
+
+
+def test_amp_custom_fwd_bwd_cast_and_gradients() -> None:
+    assert {"autocast", "GradScaler", "custom_fwd", "custom_bwd"} <= set(torch.npu.amp.__all__)
+    torch.manual_seed(0)
+    a, b = torch.randn(3, 4), torch.randn(4, 2)
+    an, bn = a.npu().requires_grad_(), b.npu().requires_grad_()
+    with torch.npu.amp.autocast():
+        y = _MatMul.apply(an, bn)
+    assert y.dtype == torch.float32  # cast_inputs: forward in float32 with autocast off
+    y.sum().backward()
+    ac, bc = a.clone().requires_grad_(), b.clone().requires_grad_()
+    ac.mm(bc).sum().backward()
+    torch.testing.assert_close(y.detach().cpu(), a.mm(b))
+    torch.testing.assert_close(an.grad.cpu(), ac.grad)
+    torch.testing.assert_close(bn.grad.cpu(), bc.grad)
+
+
+def test_custom_fwd_without_cast_keeps_the_autocast_state() -> None:
+    seen: list[bool] = []
+
+    @torch.npu.amp.custom_fwd
+    def fwd(ctx: object, x: torch.Tensor) -> torch.Tensor:
+        seen.append(torch.npu.is_autocast_enabled())
+        return x.mm(x)
+
+    x = torch.ones(2, 2, device="npu")
+    with torch.autocast("npu", dtype=torch.bfloat16):
+        assert fwd(type("Ctx", (), {})(), x).dtype == torch.bfloat16
+    assert seen == [True]
+
+
+def test_npu_autocast_state_functions() -> None:
+    for name in ("is_autocast_enabled", "set_autocast_enabled", "get_autocast_dtype", "set_autocast_dtype"):
+        assert name in torch.npu.__all__, name
+    assert not torch.npu.is_autocast_enabled()
+    with torch.autocast("npu", dtype=torch.bfloat16):
+        assert torch.npu.is_autocast_enabled() and torch.npu.get_autocast_dtype() == torch.bfloat16
+    old = torch.npu.get_autocast_dtype()
+    try:
+        torch.npu.set_autocast_dtype(torch.bfloat16)
+        torch.npu.set_autocast_enabled(True)
+        x = torch.ones(2, 2, device="npu")
+        assert torch.is_autocast_enabled("npu") and (x @ x).dtype == torch.bfloat16
+    finally:
+        torch.npu.set_autocast_enabled(False)
+        torch.npu.set_autocast_dtype(old)
+    assert not torch.is_autocast_enabled("npu")
+
+
+def test_migrated_cuda_custom_fwd_runs_on_the_npu(tmp_path: Path) -> None:
+    """``@torch.cuda.amp.custom_fwd(cast_inputs=torch.float32)`` in a migrated script: torch_npu maps
+    torch.cuda.amp to torch.npu.amp; PyTorch's CUDA decorator saw no CUDA autocast, so forward ran in
+    float16 and the float32 backward raised "expected m1 and m2 to have the same dtype"."""
+    app = tmp_path / "app.py"
+    app.write_text(textwrap.dedent("""
+        import warnings
+        import torch
+        import pycann.torch
+        from pycann.torch.contrib import transfer_to_npu
+        warnings.simplefilter("ignore")
+        from torch.cuda.amp import custom_bwd, custom_fwd
+
+        class MM(torch.autograd.Function):
+            @staticmethod
+            @custom_fwd(cast_inputs=torch.float32)
+            def forward(ctx, a, b):
+                ctx.save_for_backward(a, b)
+                return a.mm(b)
+
+            @staticmethod
+            @custom_bwd
+            def backward(ctx, g):
+                a, b = ctx.saved_tensors
+                return g.mm(b.t()), a.t().mm(g)
+
+        a = torch.randn(3, 4, device="cuda", requires_grad=True)
+        b = torch.randn(4, 2, device="cuda", requires_grad=True)
+        with torch.cuda.amp.autocast():
+            y = MM.apply(a, b)
+            assert torch.cuda.is_autocast_enabled()
+        y.sum().backward()
+        assert y.dtype == torch.float32 and a.grad.dtype == torch.float32, (y.dtype, a.grad.dtype)
+        torch.testing.assert_close(a.grad.cpu(), torch.ones(3, 2).mm(b.detach().cpu().t()))
+        print("OK")
+    """), encoding="utf-8")
+    env = {**os.environ, "PYTHONPATH": str(ROOT) + os.pathsep + os.environ.get("PYTHONPATH", ""),
+           "PYCANN_TORCH_REPORT": "0"}
+    r = subprocess.run([sys.executable, str(app)], capture_output=True, text=True, env=env, timeout=300)
+    assert r.returncode == 0 and "OK" in r.stdout, r.stderr[-3000:]
