@@ -39,7 +39,7 @@ if not _torch_first:
 
 import torch  # noqa: E402
 
-from pycann.torch import _autocast, _autograd, _dispatch, _module_apply, fallback  # noqa: E402
+from pycann.torch import _accelerator, _autocast, _autograd, _dispatch, _module_apply, fallback  # noqa: E402
 from pycann.torch import npu as npu  # noqa: E402
 from pycann.torch.fallback import FallbackDisabledError, Report, report, reset, warning_text  # noqa: E402
 from pycann.torch.optable import Provider  # noqa: E402
@@ -173,6 +173,7 @@ def _register() -> None:
     _autocast.install()
     _autograd.install()
     _module_apply.install()
+    _accelerator.install()
     torch.storage._to = _storage_to(torch.storage._to)  # type: ignore[attr-defined]
     torch.UntypedStorage.clone = _storage_clone(torch.UntypedStorage.clone)  # type: ignore[method-assign]
     torch.UntypedStorage.__new__ = staticmethod(_storage_new(torch.UntypedStorage.__new__))  # type: ignore[assignment]

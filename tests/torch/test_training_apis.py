@@ -124,3 +124,29 @@ def test_migrated_cuda_custom_fwd_runs_on_the_npu(tmp_path: Path) -> None:
            "PYCANN_TORCH_REPORT": "0"}
     r = subprocess.run([sys.executable, str(app)], capture_output=True, text=True, env=env, timeout=300)
     assert r.returncode == 0 and "OK" in r.stdout, r.stderr[-3000:]
+
+
+def test_torch_accelerator_memory_and_synchronize_follow_torch_npu() -> None:
+    """Device-generic code (``torch.accelerator.*``) on the npu: the memory functions raised
+    "INTERNAL ASSERT FAILED ... Allocator for npu is not a DeviceAllocator" and ``synchronize`` /
+    ``get_device_capability`` "Backend doesn't support ..."."""
+    acc = torch.accelerator
+    acc.synchronize()
+    acc.synchronize(0)
+    acc.empty_cache()
+    before = acc.memory_allocated()
+    assert before == torch.npu.memory_allocated()
+    x = torch.empty(1 << 18, device="npu")  # 1 MiB
+    assert acc.memory_allocated() - before == x.numel() * 4
+    assert acc.memory_reserved() == torch.npu.memory_reserved()
+    acc.reset_peak_memory_stats()
+    assert acc.max_memory_allocated() == acc.memory_allocated() == torch.npu.max_memory_allocated()
+    y = torch.empty(1 << 18, device="npu")
+    del y
+    assert acc.max_memory_allocated() == acc.memory_allocated() + x.numel() * 4
+    assert dict(acc.memory_stats()) == torch.npu.memory_stats()
+    acc.reset_accumulated_memory_stats()
+    assert acc.memory_stats()["allocation.all.allocated"] == 0
+    assert acc.get_memory_info() == torch.npu.mem_get_info()
+    assert torch.float32 in acc.get_device_capability()["supported_dtypes"]
+    del x
