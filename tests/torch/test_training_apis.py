@@ -150,3 +150,42 @@ def test_torch_accelerator_memory_and_synchronize_follow_torch_npu() -> None:
     assert acc.get_memory_info() == torch.npu.mem_get_info()
     assert torch.float32 in acc.get_device_capability()["supported_dtypes"]
     del x
+
+
+def test_memory_and_capture_names_of_torch_npu() -> None:
+    """torch_npu's (and torch.cuda's) names that cleanup / memory-budget code calls: they raised
+    AttributeError."""
+    for name in ("reset_max_memory_cached", "get_per_process_memory_fraction", "get_allocator_backend",
+                 "ipc_collect", "is_current_stream_capturing"):
+        assert name in torch.npu.__all__, name
+    assert torch.npu.get_per_process_memory_fraction() == 1.0
+    torch.npu.set_per_process_memory_fraction(0.5)
+    try:
+        assert torch.npu.get_per_process_memory_fraction(0) == 0.5
+        assert torch.npu.get_per_process_memory_fraction("npu:0") == 0.5
+    finally:
+        torch.npu.set_per_process_memory_fraction(1.0)
+    x = torch.empty(1 << 16, device="npu")
+    y = torch.empty(1 << 16, device="npu")
+    del y
+    assert torch.npu.max_memory_allocated() >= torch.npu.memory_allocated() + (1 << 18)
+    torch.npu.reset_max_memory_cached()
+    assert torch.npu.max_memory_allocated() == torch.npu.memory_allocated()
+    assert torch.npu.get_allocator_backend() == "native"
+    torch.npu.empty_cache()
+    assert torch.npu.ipc_collect() is None
+    del x
+
+
+def test_is_current_stream_capturing_inside_an_npu_graph_capture() -> None:
+    assert not torch.npu.is_current_stream_capturing()
+    seen: list[bool] = []
+    x = torch.ones(3, device="npu")
+    g = torch.npu.NPUGraph()
+    with torch.npu.graph(g):
+        seen.append(torch.npu.is_current_stream_capturing())
+        y = x * 2
+    assert seen == [True] and not torch.npu.is_current_stream_capturing()
+    x.fill_(3.0)
+    g.replay()
+    assert y.cpu().tolist() == [6.0, 6.0, 6.0]

@@ -43,9 +43,18 @@ from pycann.torch.npu.debug import (
     set_dump,
     stress_detect,
 )
-from pycann.torch.npu.graphs import NPUGraph, graph, graph_pool_handle, make_graphed_callables
+from pycann.torch.npu.graphs import (
+    NPUGraph,
+    graph,
+    graph_pool_handle,
+    is_current_stream_capturing,
+    make_graphed_callables,
+)
 from pycann.torch.npu.memory import (
     empty_cache,
+    get_allocator_backend,
+    get_per_process_memory_fraction,
+    ipc_collect,
     max_memory_allocated,
     max_memory_cached,
     max_memory_reserved,
@@ -57,6 +66,7 @@ from pycann.torch.npu.memory import (
     memory_summary,
     reset_accumulated_memory_stats,
     reset_max_memory_allocated,
+    reset_max_memory_cached,
     reset_peak_memory_stats,
     set_per_process_memory_fraction,
 )
@@ -115,6 +125,8 @@ __all__ = [
     "set_device", "set_per_process_memory_fraction", "set_rng_state", "set_rng_state_all", "set_stream",
     "stream", "synchronize", "utilization",
     "get_autocast_dtype", "is_autocast_enabled", "set_autocast_dtype", "set_autocast_enabled",
+    "get_allocator_backend", "get_per_process_memory_fraction", "ipc_collect", "is_current_stream_capturing",
+    "reset_max_memory_cached",
     # streams_ext, options, debug, allocator, graphs, mstx, tensors
     "ExternalEvent", "ExternalStream", "SyncLaunchStream", "get_mm_bmm_format_nd", "get_sync_debug_mode",
     "set_aoe", "set_mm_bmm_format_nd", "set_option", "set_sync_debug_mode", "clear_npu_overflow_flag",

@@ -33,6 +33,14 @@ _handles = itertools.count(1)
 _NOT_CAPTURABLE = {"aten::_local_scalar_dense": "it reads a tensor's value on the host (.item(), bool(t), int(t))"}
 
 
+def is_current_stream_capturing() -> bool:
+    """Whether an ``NPUGraph`` capture is recording this thread's ops (torch.cuda's name; libraries
+    call it to skip host syncs and allocations that a capture cannot hold)."""
+    from torch.utils._python_dispatch import _get_current_dispatch_mode_stack
+
+    return any(isinstance(m, _Capture) for m in _get_current_dispatch_mode_stack())
+
+
 class _Capture(TorchDispatchMode):
     def __init__(self) -> None:
         super().__init__()

@@ -93,7 +93,37 @@ def mem_get_info(device: int | str | torch.device | None = None) -> tuple[int, i
     return max(0, total - COUNTERS.allocated), total
 
 
+_fractions: dict[int, float] = {}
+
+
+def _index(device: int | str | torch.device | None) -> int:
+    from pycann.torch import npu
+
+    return npu._device_index(device)
+
+
 def set_per_process_memory_fraction(fraction: float, device: int | str | torch.device | None = None) -> None:
-    """Accepted for compatibility; host memory is not partitioned (raises for a bad fraction)."""
+    """Kept for ``get_per_process_memory_fraction``; host memory is not partitioned, so it limits
+    nothing (raises for a bad fraction)."""
     if not 0.0 <= float(fraction) <= 1.0:
         raise ValueError(f"set_per_process_memory_fraction: fraction {fraction} is not in [0, 1]")
+    _fractions[_index(device)] = float(fraction)
+
+
+def get_per_process_memory_fraction(device: int | str | torch.device | None = None) -> float:
+    """The fraction ``set_per_process_memory_fraction`` set for the device (1.0 before any)."""
+    return _fractions.get(_index(device), 1.0)
+
+
+def reset_max_memory_cached(device: int | str | torch.device | None = None) -> None:
+    """torch.cuda's older name of ``reset_peak_memory_stats`` (torch_npu keeps it)."""
+    reset_peak_memory_stats(device)
+
+
+def get_allocator_backend() -> str:
+    """``"native"``: the npu's memory comes from torch's own (CPU) allocator, no pluggable one."""
+    return "native"
+
+
+def ipc_collect() -> None:
+    """Nothing to collect: npu tensors are never shared with other processes through IPC handles."""
