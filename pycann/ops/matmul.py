@@ -119,7 +119,15 @@ def _no_bf16(a: np.ndarray, b: np.ndarray, attrs: Mapping[str, Any]) -> np.ndarr
 def _k_matmul(inputs: Sequence[Any], attrs: Mapping[str, Any], mm: FloatMatMul = _float_matmul,
               bf16: Bf16MatMul = _no_bf16) -> list[np.ndarray]:
     """MatMul (spec: MatMul-13): numpy.matmul semantics, incl. 1-D operands and batch broadcast.
-    ``mm`` computes float products, ``bf16`` bf16 ones (see ``FloatMatMul``)."""
+    ``mm`` computes float products, ``bf16`` bf16 ones (see ``FloatMatMul``). Non-finite inputs
+    and float16 overflow give IEEE inf / NaN silently, as torch and ONNX Runtime (numpy's
+    RuntimeWarnings were an exception under ``-W error``)."""
+    with np.errstate(all="ignore"):
+        return _matmul_kernel(inputs, attrs, mm, bf16)
+
+
+def _matmul_kernel(inputs: Sequence[Any], attrs: Mapping[str, Any], mm: FloatMatMul,
+                   bf16: Bf16MatMul) -> list[np.ndarray]:
     a, b = inputs[0], inputs[1]
     if a.dtype == b.dtype and is_bfloat16(a.dtype):
         # bf16 precision modes: oneDNN/MKL bf16 GEMM (fp32 accumulation), as the NPU's cube unit
@@ -138,14 +146,15 @@ def _k_matmul(inputs: Sequence[Any], attrs: Mapping[str, Any], mm: FloatMatMul =
 
 def _out_matmul(inputs: Sequence[Any], attrs: Mapping[str, Any], outs: Sequence[np.ndarray],
                 mm: FloatMatMul = _float_matmul, bf16: Bf16MatMul = _no_bf16) -> None:
-    """MatMul into a preallocated output (BLAS writes straight into the arena)."""
+    """MatMul into a preallocated output (BLAS writes straight into the arena); quiet as ``_k_matmul``."""
     a, b = inputs[0], inputs[1]
-    if a.dtype == b.dtype == outs[0].dtype and a.dtype.kind == "f" and a.dtype.itemsize >= 4:
-        y = mm(a, b, a.dtype, attrs, outs[0])
-        if y is not outs[0]:
-            outs[0][...] = y
-    else:
-        outs[0][...] = _k_matmul(inputs, attrs, mm, bf16)[0]
+    with np.errstate(all="ignore"):
+        if a.dtype == b.dtype == outs[0].dtype and a.dtype.kind == "f" and a.dtype.itemsize >= 4:
+            y = mm(a, b, a.dtype, attrs, outs[0])
+            if y is not outs[0]:
+                outs[0][...] = y
+        else:
+            outs[0][...] = _matmul_kernel(inputs, attrs, mm, bf16)[0]
 
 
 def _infer_matmul(ctx: InferContext) -> list[TensorDesc]:
@@ -202,16 +211,19 @@ def _gemm(inputs: Sequence[Any], attrs: Mapping[str, Any], out: np.ndarray | Non
 
 
 def _k_gemm(inputs: Sequence[Any], attrs: Mapping[str, Any], fg: FloatGemm = _float_gemm) -> list[np.ndarray]:
-    """Gemm kernel (see ``_gemm``); narrow floats and ints are cast back to A's dtype."""
-    return [np.asarray(_gemm(inputs, attrs, None, fg), dtype=inputs[0].dtype)]
+    """Gemm kernel (see ``_gemm``); narrow floats and ints are cast back to A's dtype; quiet as
+    ``_k_matmul``."""
+    with np.errstate(all="ignore"):
+        return [np.asarray(_gemm(inputs, attrs, None, fg), dtype=inputs[0].dtype)]
 
 
 def _out_gemm(inputs: Sequence[Any], attrs: Mapping[str, Any], outs: Sequence[np.ndarray],
               fg: FloatGemm = _float_gemm) -> None:
-    """Gemm into a preallocated output."""
-    y = _gemm(inputs, attrs, outs[0], fg)
-    if y is not outs[0]:
-        outs[0][...] = y
+    """Gemm into a preallocated output; quiet as ``_k_matmul``."""
+    with np.errstate(all="ignore"):
+        y = _gemm(inputs, attrs, outs[0], fg)
+        if y is not outs[0]:
+            outs[0][...] = y
 
 
 def _infer_gemm(ctx: InferContext) -> list[TensorDesc]:

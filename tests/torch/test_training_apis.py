@@ -189,3 +189,45 @@ def test_is_current_stream_capturing_inside_an_npu_graph_capture() -> None:
     x.fill_(3.0)
     g.replay()
     assert y.cpu().tolist() == [6.0, 6.0, 6.0]
+
+
+def _scaler_history(device: str) -> tuple[list[float], torch.Tensor]:
+    torch.manual_seed(0)
+    m = torch.nn.Linear(4, 3).to(device)
+    opt = torch.optim.SGD(m.parameters(), lr=0.1, momentum=0.9)
+    scaler = torch.amp.GradScaler(device, init_scale=2.0**20, growth_interval=2)
+    scales = []
+    for step in range(6):
+        x = torch.randn(8, 4).to(device) * (1e4 if step == 1 else 1.0)
+        with torch.autocast(device, dtype=torch.float16):
+            loss = m(x).float().pow(2).mean()
+        opt.zero_grad()
+        scaler.scale(loss).backward()
+        scaler.step(opt)
+        scaler.update()
+        scales.append(scaler.get_scale())
+    return scales, m.weight.detach().cpu()
+
+
+def test_float16_overflow_steps_are_silent_as_on_the_cpu() -> None:
+    """GradScaler's reason to be: float16 gradients that overflow to inf. The npu's bound matmul
+    kernels (a signature's second call on) let numpy's "overflow encountered in cast" / "invalid
+    value encountered in matmul" RuntimeWarnings out, which ``-W error`` (pytest's
+    ``filterwarnings = error``) turned into an exception in backward; torch CPU computes inf."""
+    import warnings
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        want = _scaler_history("cpu")
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # the CPU-fallback notices, GradScaler's own
+        warnings.simplefilter("error", RuntimeWarning)
+        got = _scaler_history("npu")
+        for v in (1.0, 6e4, float("inf")):  # same signature: the bound kernel runs from the 2nd call
+            a = torch.full((4, 4), v).half()
+            torch.testing.assert_close((a.npu() @ a.npu()).cpu(), a @ a, equal_nan=True)
+            f = torch.full((4, 4), v)
+            z = torch.zeros(4, 4) if v != 1.0 else torch.ones(4, 4)
+            torch.testing.assert_close((f.npu() @ z.npu()).cpu(), f @ z, equal_nan=True)
+    assert got[0] == want[0] and got[0][1] < got[0][0]  # the overflow steps were skipped, as on the CPU
+    torch.testing.assert_close(got[1], want[1])
