@@ -100,9 +100,10 @@ def erf(x: np.ndarray) -> np.ndarray:
     a, hi, p, q = _ERF_F64 if x.dtype == np.float64 else _ERF_F32
     ax = np.abs(x)
     small = ax < a
-    t = np.multiply(ax, ax)
-    near = _horner(t, p)
-    near *= x  # erf for |x| < a
+    with np.errstate(over="ignore", invalid="ignore"):  # |x| >= ~1.8e19 (float32): x^2 overflows; unused there
+        t = np.multiply(ax, ax)
+        near = _horner(t, p)
+        near *= x  # erf for |x| < a
     np.clip(ax, x.dtype.type(a), x.dtype.type(hi), out=ax)
     np.multiply(ax, ax, out=t)
     np.negative(t, out=t)

@@ -231,3 +231,17 @@ def test_float16_overflow_steps_are_silent_as_on_the_cpu() -> None:
             torch.testing.assert_close((f.npu() @ z.npu()).cpu(), f @ z, equal_nan=True)
     assert got[0] == want[0] and got[0][1] < got[0][0]  # the overflow steps were skipped, as on the CPU
     torch.testing.assert_close(got[1], want[1])
+
+
+def test_erf_of_huge_values_is_silent_as_on_the_cpu() -> None:
+    """pycann's erf evaluates its small-|x| branch everywhere: x * x overflowed for |x| >= ~1.8e19
+    and numpy's RuntimeWarning raised under ``-W error`` (the value, +-1, was right)."""
+    import warnings
+
+    x = torch.tensor([1e30, 2.0, -1e30, float("inf"), float("-inf"), float("nan"), 0.5])
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        torch.erf(x.npu())  # first call of the signature (GE's single-op path)
+        warnings.simplefilter("error", RuntimeWarning)
+        got = torch.erf(x.npu())
+    torch.testing.assert_close(got.cpu(), torch.erf(x), equal_nan=True)
