@@ -3,7 +3,8 @@
 ``apply()`` patches, once per process:
 
 * ``torch.cuda.<name>`` -> ``torch.npu.<name>`` for every name of ``torch.npu.__all__``
-  (``is_available``, ``device_count``, ``Stream``, ``Event``, memory, RNG, ...), and
+  (``is_available``, ``device_count``, ``Stream``, ``Event``, memory, RNG, ...), ``torch.cuda.random.<name>``
+  -> the npu RNG functions, and
   ``torch.cuda.amp.autocast`` / ``GradScaler`` / ``custom_fwd`` / ``custom_bwd`` -> the npu ones;
 * device arguments: a ``"cuda"`` / ``"cuda:N"`` string, a ``torch.device("cuda", N)`` and a bare
   integer device (``.to(0)``, ``.cuda(1)``) become ``npu:N`` in the tensor
@@ -139,6 +140,10 @@ def _patch_cuda_module() -> None:
     cuda_amp.GradScaler = npu.amp.GradScaler  # type: ignore[misc, assignment]
     cuda_amp.custom_fwd = npu.amp.custom_fwd  # type: ignore[assignment]
     cuda_amp.custom_bwd = npu.amp.custom_bwd  # type: ignore[assignment]
+    import torch.cuda.random as cuda_random
+
+    for name in cuda_random.__all__:  # torch.cuda.random.manual_seed & co. (torch_npu patches the module too)
+        setattr(cuda_random, name, getattr(npu, name))
 
 
 def _patch_autocast() -> None:

@@ -120,10 +120,37 @@ def test_migrated_cuda_custom_fwd_runs_on_the_npu(tmp_path: Path) -> None:
         torch.testing.assert_close(a.grad.cpu(), torch.ones(3, 2).mm(b.detach().cpu().t()))
         print("OK")
     """), encoding="utf-8")
+    _run_ok(app)
+
+
+def _run_ok(app: Path) -> None:
     env = {**os.environ, "PYTHONPATH": str(ROOT) + os.pathsep + os.environ.get("PYTHONPATH", ""),
            "PYCANN_TORCH_REPORT": "0"}
     r = subprocess.run([sys.executable, str(app)], capture_output=True, text=True, env=env, timeout=300)
     assert r.returncode == 0 and "OK" in r.stdout, r.stderr[-3000:]
+
+
+def test_migrated_torch_cuda_random_seeds_the_npu(tmp_path: Path) -> None:
+    """``torch.cuda.random.manual_seed`` in a migrated script (torch_npu patches ``torch.cuda.random``
+    with its npu functions): it raised "module 'torch._C' has no attribute '_cuda_getDevice'"."""
+    app = tmp_path / "app.py"
+    app.write_text(textwrap.dedent("""
+        import torch
+        import pycann.torch
+        from pycann.torch.contrib import transfer_to_npu
+
+        torch.cuda.random.manual_seed(3)
+        a = torch.randn(4, device="cuda")
+        state = torch.cuda.random.get_rng_state()
+        b = torch.randn(4, device="cuda")
+        torch.cuda.random.manual_seed_all(3)
+        assert torch.equal(torch.randn(4, device="cuda").cpu(), a.cpu())
+        torch.cuda.random.set_rng_state(state)
+        assert torch.equal(torch.randn(4, device="cuda").cpu(), b.cpu())
+        assert torch.cuda.random.initial_seed() == 3 and torch.equal(torch.cuda.random.get_rng_state(), torch.npu.get_rng_state())
+        print("OK")
+    """), encoding="utf-8")
+    _run_ok(app)
 
 
 def test_torch_accelerator_memory_and_synchronize_follow_torch_npu() -> None:
