@@ -50,6 +50,16 @@ class InferContext:
     def input(self, i: int) -> TensorDesc | None:
         return self.inputs[i] if i < len(self.inputs) else None
 
+    def flag(self, name: str) -> bool:
+        """The 0/1 attribute ``name`` (keepdims, noop_with_empty_axes, select_last_index ...) as a
+        bool; ``fail`` for any other value. The spec gives these only 0 and 1, and runtimes read other
+        values differently (ONNX Runtime's reduce ops take keepdims=2 as 0, numpy's as 1), so a model
+        that relies on one reading gets an error rather than a silent choice."""
+        v = self.attrs.get(name)
+        if isinstance(v, (bool, np.bool_)) or (isinstance(v, (int, np.integer)) and int(v) in (0, 1)):
+            return bool(v)
+        raise self.fail(f"attribute {name}={v!r}: must be 0 or 1")
+
     def required(self, i: int) -> TensorDesc:
         """The desc of input ``i``, which the op requires; ``fail`` when it is absent."""
         d = self.input(i)

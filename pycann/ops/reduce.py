@@ -174,10 +174,11 @@ def _make_reduce(fn: Callable[[np.ndarray, tuple[int, ...], bool], np.ndarray]) 
 
 def _infer_reduce(ctx: InferContext) -> list[TensorDesc]:
     """Reduce* shape: drop (keepdims=0) or set to 1 the reduced axes (Operators.md, ReduceSum)."""
+    kd = ctx.flag("keepdims")
+    noop = ctx.flag("noop_with_empty_axes")
     x = ctx.input(0)
     if x is None:
         raise ctx.fail("input 'data' is missing")
-    kd = bool(ctx.attrs["keepdims"])
     axes_desc = ctx.input(1)
     if x.shape is None:
         return [TensorDesc(x.dtype, None)]
@@ -192,12 +193,12 @@ def _infer_reduce(ctx: InferContext) -> list[TensorDesc]:
             return [TensorDesc(x.dtype, (None,) * rank)]
         n = axes_desc.shape[0] if axes_desc and axes_desc.shape and len(axes_desc.shape) == 1 else None
         if n == 0:  # statically empty axes: reduce all, or nothing with noop_with_empty_axes
-            return [TensorDesc(x.dtype, x.shape if ctx.attrs["noop_with_empty_axes"] else ())]
+            return [TensorDesc(x.dtype, x.shape if noop else ())]
         if isinstance(n, int):
             return [TensorDesc(x.dtype, (None,) * max(rank - n, 0))]
         return [TensorDesc(x.dtype, None)]
     if not vals:
-        ax = [] if ctx.attrs["noop_with_empty_axes"] else list(range(rank))
+        ax = [] if noop else list(range(rank))
     else:
         try:
             ax = normalize_axes(vals, rank)
@@ -210,6 +211,8 @@ def _infer_reduce(ctx: InferContext) -> list[TensorDesc]:
 # --------------------------------------------------------------------------- ArgMax / ArgMin
 def _infer_arg(ctx: InferContext) -> list[TensorDesc]:
     """ArgMax/ArgMin: int64, the axis kept as 1 or removed (Operators.md, ArgMax)."""
+    kd = ctx.flag("keepdims")
+    ctx.flag("select_last_index")
     x = ctx.input(0)
     if x is None or x.shape is None:
         return [TensorDesc(DType.INT64, None)]
@@ -219,7 +222,6 @@ def _infer_arg(ctx: InferContext) -> list[TensorDesc]:
         raise ctx.fail(f"attribute 'axis': {e}") from None
     if len(x.shape) == 0:
         raise ctx.fail("input 'data' must have rank >= 1")
-    kd = ctx.attrs["keepdims"]
     shape = tuple(1 if i == a else d for i, d in enumerate(x.shape) if kd or i != a)
     return [TensorDesc(DType.INT64, shape)]
 

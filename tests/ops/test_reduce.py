@@ -135,3 +135,20 @@ def test_cumsum(exclusive: int, reverse: int, axis: int) -> None:
 
 def test_cumsum_empty() -> None:
     check_op("CumSum", [np.zeros((0, 3), np.float32), np.array(0, np.int64)], {"exclusive": 1}, opset=14)
+
+
+@pytest.mark.parametrize("op, attr, value", [
+    ("ReduceMax", "keepdims", 2), ("ReduceSum", "keepdims", -1), ("ReduceMean", "noop_with_empty_axes", 5),
+    ("ArgMax", "keepdims", 2), ("ArgMin", "select_last_index", 2),
+])
+def test_flag_attributes_other_than_0_or_1_are_refused_naming_the_node(op: str, attr: str, value: int) -> None:
+    """keepdims=2 read as 1 (numpy's truth) gave ReduceMax (1, 1, 1, 1) where ONNX Runtime reads it as
+    0 and gives (): the spec allows only 0 and 1, so the node is refused (fuzzer case
+    tests/fuzz/corpus/onnx/reduce_keepdims2-refused.onnx); 0 and 1 still infer."""
+    schema = lookup(op, "", 18)
+    x = TensorDesc(DType.FLOAT, (3, 2, 2, 1))
+    attrs = dict(schema.attrs) | {attr: value}
+    with pytest.raises(ShapeError, match=rf"node n0 \({op}, opset 18\): attribute {attr}={value}: must be 0 or 1"):
+        schema.infer(InferContext("n0", op, attrs, [x], [None], 18))
+    for ok in (0, 1):
+        schema.infer(InferContext("n0", op, dict(schema.attrs) | {attr: ok}, [x], [None], 18))
