@@ -138,3 +138,50 @@ def test_bias_and_power_layers_match_numpy(tmp_path: Path) -> None:
     bias = blob_array(read_caffemodel(weights).layer[0].blobs[0])
     (got,) = _compile(tmp_path, proto, weights).run([x])
     np.testing.assert_allclose(got, (-1 + 0.5 * (x + bias)) ** 3, rtol=1e-5, atol=1e-6)
+
+
+def test_bias_from_a_second_bottom_broadcasts_from_its_axis(tmp_path: Path) -> None:
+    """Bias with the bias as a second bottom ([C], axis 1) adds per channel, as Caffe's bias_layer.cpp;
+    it was added along the last axis (W == C here, so no shape error: a silently wrong answer)."""
+    net = CaffeNet("bias2", 'input: "data"\ninput_shape { dim: 1 dim: 4 dim: 5 dim: 4 }\n'
+                   'input: "b"\ninput_shape { dim: 4 }\n'
+                   'layer { name: "bi" type: "Bias" bottom: "data" bottom: "b" top: "y" bias_param { axis: 1 } }\n',
+                   {}, (1, 4, 5, 4))
+    proto, weights = write_net(net, tmp_path)
+    x = np.random.default_rng(6).normal(0, 1, net.input_shape).astype(np.float32)
+    b = np.arange(4, dtype=np.float32)
+    (got,) = _compile(tmp_path, proto, weights).run([x, b])
+    np.testing.assert_array_equal(got, x + b[None, :, None, None])
+
+
+@pytest.mark.parametrize("last", ["Dropout", "Split"])
+def test_net_ending_in_a_pass_through_layer_keeps_its_output(last: str, tmp_path: Path) -> None:
+    """A deploy net cut after an in-place Dropout (a feature extractor ending at drop7) or ending in a
+    Split had no outputs at all: the pass-through's value counted as read by that same layer."""
+    net = CaffeNet(f"ends_{last}", 'input: "data"\ninput_shape { dim: 1 dim: 4 dim: 5 dim: 4 }\n'
+                   'layer { name: "c" type: "Convolution" bottom: "data" top: "c" '
+                   'convolution_param { num_output: 3 kernel_size: 1 } }\n'
+                   f'layer {{ name: "d" type: "{last}" bottom: "c" top: "c{"" if last == "Dropout" else 2}" }}\n',
+                   {"c": [(3, 4, 1, 1), (3,)]}, (1, 4, 5, 4))
+    proto, weights = write_net(net, tmp_path)
+    x = np.random.default_rng(7).normal(0, 1, net.input_shape).astype(np.float32)
+    g = load_caffe(proto, weights)
+    assert len(g.outputs) == 1
+    from pycann.ge.compile.importers.caffe import blob_array
+    from pycann.ge.compile.importers.caffe_proto import read_caffemodel
+
+    w, bias = (blob_array(b) for b in read_caffemodel(weights).layer[0].blobs)
+    (got,) = _compile(tmp_path, proto, weights).run([x])
+    np.testing.assert_allclose(got, np.einsum("oc,nchw->nohw", w[:, :, 0, 0], x) + bias[None, :, None, None],
+                               rtol=1e-5, atol=1e-5)
+
+
+def test_pass_through_of_an_input_is_a_distinct_output(tmp_path: Path) -> None:
+    """A Split of the input with two unread tops: two outputs, each its own value."""
+    net = CaffeNet("split_in", 'input: "data"\ninput_shape { dim: 1 dim: 2 dim: 3 dim: 4 }\n'
+                   'layer { name: "s" type: "Split" bottom: "data" top: "a" top: "b" }\n', {}, (1, 2, 3, 4))
+    proto, weights = write_net(net, tmp_path)
+    x = np.random.default_rng(8).normal(0, 1, net.input_shape).astype(np.float32)
+    a, b = _compile(tmp_path, proto, weights).run([x])
+    np.testing.assert_array_equal(a, x)
+    np.testing.assert_array_equal(b, x)

@@ -20,7 +20,7 @@ from pycann.errors import ModelError, OptionError, UnsupportedOpError
 from pycann.ge.compile.importers.caffe_layers import LAYERS, CaffeEmitter, out_rank
 from pycann.ge.compile.importers.caffe_proto import read_caffemodel, read_prototxt
 from pycann.ge.compile.importers.tensorflow_emit import OPSET
-from pycann.ge.ir import Graph
+from pycann.ge.ir import Graph, Node
 
 TEST_PHASE = 1
 # V1LayerParameter.LayerType names (old prototxts: ``layers { type: CONVOLUTION }``) -> layer types
@@ -137,14 +137,18 @@ def load_caffe(model: str | os.PathLike[str], weight: str | os.PathLike[str] | N
     if not g.inputs:
         raise ModelError("the prototxt declares no input (input:/input_shape or an Input layer): use a deploy prototxt")
     by_layer: dict[str, list[str]] = {}
-    read: set[str] = set()
-    final: list[str] = []
+    # one entry per top a layer produced: [value, read by a later layer]; a blob's latest entry is
+    # the one its readers consume (Caffe's net outputs are the tops nobody consumes afterwards)
+    entries: list[list[Any]] = []
+    latest: dict[str, list[Any]] = {}
     for layer in layers:
         if layer.type == "Input":
             continue
         e.layer = layer
         ins = [e.value(b) for b in layer.bottom]
-        read.update(ins)
+        for b in layer.bottom:
+            if b in latest:
+                latest[b][1] = True
         try:
             outs = LAYERS[layer.type](e, ins)
         except (ValueError, IndexError, KeyError) as exc:  # a parameter the converter did not check
@@ -158,7 +162,8 @@ def load_caffe(model: str | os.PathLike[str], weight: str | os.PathLike[str] | N
         by_layer[layer.name] = outs
         for top, v in zip(layer.top, outs):
             e.current[top] = v
-            final.append(v)
+            latest[top] = [v, False]
+            entries.append(latest[top])
     if out_nodes:
         g.outputs = []
         for lname, idx in out_nodes:
@@ -168,5 +173,17 @@ def load_caffe(model: str | os.PathLike[str], weight: str | os.PathLike[str] | N
                 raise OptionError(f"E10001: layer [{lname}] has {len(by_layer[lname])} tops; --out_nodes asks for {idx}")
             g.outputs.append(by_layer[lname][idx])
     else:
-        g.outputs = [v for v in final if v not in read]
+        g.outputs = [v for v, was_read in entries if not was_read]
+    return _distinct_outputs(g)
+
+
+def _distinct_outputs(g: Graph) -> Graph:
+    """An output that is a graph input or repeats an earlier output (a net ending in Dropout or Split,
+    which pass their bottom through) gets its own ``Identity``, so every output is a distinct value."""
+    seen: set[str] = set(g.inputs)
+    for i, v in enumerate(g.outputs):
+        if v in seen:
+            g.outputs[i] = out = f"{v}/pycann_output_{i}"
+            g.nodes.append(Node("Identity", [v], [out], {}, name=out, opset=OPSET))
+        seen.add(g.outputs[i])
     return g

@@ -210,17 +210,23 @@ def batch_norm(e: CaffeEmitter, ins: list[str]) -> list[str]:
     return [e.add("BatchNormalization", args, e.top(), epsilon=float(p.eps))]
 
 
+def _aligned(e: CaffeEmitter, x: str, v: str, axis: int) -> str:
+    """A scale/bias taken from a second bottom, given trailing 1-dims so that its first dim lines up
+    with ``axis`` of ``x`` (Caffe's Scale and Bias broadcast it from ``axis``, not from the last dim)."""
+    extra = e.rank(x) - axis % e.rank(x) - e.rank(v)
+    if extra <= 0:
+        return v
+    return e.add("Unsqueeze", [v, e.constant(list(range(-extra, 0)), "axes", np.int64)])
+
+
 def scale(e: CaffeEmitter, ins: list[str]) -> list[str]:
     p = e.layer.scale_param if e.layer.type == "Scale" else e.layer.bias_param
     axis = int(p.axis)
     x = ins[0]
     if e.layer.type == "Bias":
-        b = ins[1] if len(ins) > 1 else _channel(e, x, e.weight(0, "bias"), axis)
+        b = _aligned(e, x, ins[1], axis) if len(ins) > 1 else _channel(e, x, e.weight(0, "bias"), axis)
         return [e.add("Add", [x, b], e.top())]
-    s = ins[1] if len(ins) > 1 else _channel(e, x, e.weight(0, "scale"), axis)
-    if len(ins) > 1 and axis % e.rank(x) + e.rank(ins[1]) < e.rank(x):  # scale blob from a bottom: align it
-        extra = e.rank(x) - axis % e.rank(x) - e.rank(ins[1])
-        s = e.add("Unsqueeze", [s, e.constant(list(range(-extra, 0)), "axes", np.int64)])
+    s = _aligned(e, x, ins[1], axis) if len(ins) > 1 else _channel(e, x, e.weight(0, "scale"), axis)
     y = e.add("Mul", [x, s], None if p.bias_term else e.top())
     if p.bias_term:
         bi = 1 if len(ins) == 1 else 0
