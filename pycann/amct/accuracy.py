@@ -30,6 +30,7 @@ from pycann.amct.quantize import (
     quantize_model,
     save_model,
 )
+from pycann.errors import OptionError
 
 
 @dataclass
@@ -123,7 +124,10 @@ def accuracy_based_auto_calibration(model_file: str, batches: Sequence[Batch], s
                                     max_kept: int | None = None) -> AutoCalibrationResult:
     """Quantise ``model_file`` on ``batches`` (all of them calibrate and evaluate) and keep the most
     sensitive layers in float until every output's mean cosine to float is >= ``target_cosine``
-    (at most ``max_kept`` layers; default: all). Writes the same files as ``save_model``."""
+    (at most ``max_kept`` layers; default: all). Writes the same files as ``save_model``.
+    Raises ``OptionError`` for a ``target_cosine`` outside (0, 1] (no cosine can reach it)."""
+    if not 0.0 < float(target_cosine) <= 1.0:
+        raise OptionError(f"AMCT: target_cosine {target_cosine} is a cosine similarity: give a value in (0, 1]")
     work = tempfile.mkdtemp(prefix="amct_")
     try:  # the modified model and its record (the size of the model) are deleted afterwards
         return _auto_calibration(work, model_file, batches, save_path, target_cosine, config_file, max_kept)

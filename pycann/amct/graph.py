@@ -66,15 +66,32 @@ def constants_to_initializers(model: onnx.ModelProto) -> int:
     return moved
 
 
+def float16_layers(model: onnx.ModelProto) -> list[str]:
+    """Conv/Gemm/MatMul nodes with a constant float16 weight: AMCT's QDQ layout (float32 scales on
+    the activation) does not apply to them, so they are refused rather than written as invalid QDQ."""
+    inits = _inits(model)
+    return [n.name for n in model.graph.node
+            if n.op_type in ("Conv", "Gemm", "MatMul") and n.domain in ("", "ai.onnx") and len(n.input) >= 2
+            and n.input[1] in inits and inits[n.input[1]].data_type == onnx.TensorProto.FLOAT16]
+
+
+def refuse_float16(model: onnx.ModelProto, path: str) -> None:
+    """Raise ``ModelError`` naming the float16 layers of ``model`` (see ``float16_layers``)."""
+    names = float16_layers(model)
+    if names:
+        raise ModelError(f"AMCT: {path} has float16 layers ({', '.join(names[:5])}{' ...' if len(names) > 5 else ''}); "
+                         "AMCT quantises float32 models: convert the model to float32 first")
+
+
 def find_layers(model: onnx.ModelProto) -> list[Layer]:
-    """The quantisable layers of ``model`` in graph order."""
+    """The quantisable layers of ``model`` in graph order (float32 weights only)."""
     inits = _inits(model)
     out: list[Layer] = []
     for n in model.graph.node:
         if n.domain not in ("", "ai.onnx") or len(n.input) < 2 or n.input[1] not in inits:
             continue
         w = inits[n.input[1]]
-        if w.data_type not in (onnx.TensorProto.FLOAT, onnx.TensorProto.FLOAT16):
+        if w.data_type != onnx.TensorProto.FLOAT:
             continue
         bias = n.input[2] if len(n.input) > 2 and n.input[2] in inits else ""
         attrs = {a.name: helper.get_attribute_value(a) for a in n.attribute}

@@ -39,6 +39,7 @@ from pycann.amct.graph import (
     fold_batchnorm,
     insert_qdq,
     name_nodes,
+    refuse_float16,
 )
 from pycann.amct.observers import Observer, quant_params, weight_scales
 from pycann.errors import InputError, ModelError, OptionError
@@ -72,6 +73,7 @@ def create_quant_config(config_file: str, model_file: str, skip_layers: Sequence
         raise OptionError(f"AMCT: batch_num must be >= 1, got {batch_num}")
     model = _load(model_file)
     name_nodes(model)
+    refuse_float16(model, model_file)
     layers = find_layers(model)
     names = {lay.name for lay in layers}
     unknown = [s for s in (skip_layers or []) if s not in names]
@@ -104,6 +106,7 @@ def quantize_model(config_file: str, model_file: str, modified_onnx_file: str, r
     cfg = QuantConfig.load(config_file)
     model = _load(model_file)
     name_nodes(model)
+    refuse_float16(model, model_file)
     ensure_opset(model, 13)
     if cfg.do_fusion:
         fold_batchnorm(model, cfg.skip_fusion_layers)
@@ -244,7 +247,16 @@ def layer_quants(model: onnx.ModelProto, layers: list[Layer], cfg: QuantConfig,
         shape[lay.weight_axis] = -1
         w_int8 = np.clip(np.round(w / s.reshape(shape)), -127, 127).astype(np.int8)
         bias = numpy_helper.to_array(inits[lay.bias]).astype(np.float32) if lay.bias else None
-        if lc.bias_correction and lay.op_type != "MatMul" and (lay.op_type != "Gemm" or _gemm_plain(model, lay.name)):
+        n_out = w.shape[lay.weight_axis]
+        per_row = bias is not None and bias.size not in (1, n_out)  # a Gemm C of shape [M, N] or [M, 1]
+        if bias is not None and not per_row:
+            # Gemm's C may be [1, N] or a scalar: as one value per output channel it broadcasts the same,
+            # and the int32 bias needs that 1-D shape for its per-channel DequantizeLinear
+            bias = np.broadcast_to(bias.reshape(-1), (n_out,)).astype(np.float32)
+        elif per_row:
+            bias = None  # left as the model's float C (not one value per channel: no int32 form)
+        if lc.bias_correction and not per_row and lay.op_type != "MatMul" \
+                and (lay.op_type != "Gemm" or _gemm_plain(model, lay.name)):
             mean = rec.get("channel_mean")
             corr = _bias_correction(lay, model, w, w_int8.astype(np.float32) * s.reshape(shape),
                                     None if mean is None else np.asarray(mean, np.float64))

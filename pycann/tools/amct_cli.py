@@ -76,8 +76,11 @@ def _image_batch(paths: list[str], shape: list[int]) -> np.ndarray:
     n, c, h, w = shape
     imgs = []
     for p in paths:
-        with Image.open(p) as im:
-            arr = np.asarray(im.convert("RGB").resize((w, h), Image.Resampling.BILINEAR), np.float32) / 255.0
+        try:
+            with Image.open(p) as im:
+                arr = np.asarray(im.convert("RGB").resize((w, h), Image.Resampling.BILINEAR), np.float32) / 255.0
+        except (OSError, ValueError, SyntaxError) as e:  # PIL's UnidentifiedImageError is an OSError
+            raise CliError(f"{p} is not a readable image ({type(e).__name__}: {e})") from None
         if c == 1:
             arr = arr.mean(axis=2, keepdims=True)
         elif c != 3:
@@ -102,10 +105,13 @@ def load_batches(folder: str, shape: list[int], dtype: np.dtype, batch_num: int)
     out = []
     want = int(np.prod(shape))
     for f in data[:batch_num]:
-        if f.endswith(".npy"):
-            arr = np.load(f, allow_pickle=False)
-        else:
-            arr = np.fromfile(f, dtype=dtype)
+        try:
+            arr = np.load(f, allow_pickle=False) if f.endswith(".npy") else np.fromfile(f, dtype=dtype)
+        except (OSError, ValueError, EOFError) as e:  # a damaged .npy, a pickled (object) array
+            raise CliError(f"{f} is not a readable {'.npy array' if f.endswith('.npy') else '.bin file'} "
+                           f"({type(e).__name__}: {e})") from None
+        if not np.issubdtype(arr.dtype, np.number) and arr.dtype != np.bool_:
+            raise CliError(f"{f} holds {arr.dtype} values; calibration data must be numbers")
         if arr.size != want:
             raise CliError(f"{f} holds {arr.size} values; input shape {shape} needs {want}")
         out.append(arr.reshape(shape).astype(dtype, copy=False))
@@ -143,6 +149,8 @@ def run(args: argparse.Namespace) -> int:
         raise CliError(f"--data_types {args.data_types!r}: one of {', '.join(DTYPES)} per input")
     if args.batch_num < 1:
         raise CliError(f"--batch_num must be >= 1, got {args.batch_num}")
+    if args.accuracy_target is not None and not 0.0 < args.accuracy_target <= 1.0:
+        raise CliError(f"--accuracy_target {args.accuracy_target} is a cosine similarity: give a value in (0, 1]")
     per_input = [load_batches(d, s, np.dtype(DTYPES[t]), args.batch_num) for d, (_, s), t in zip(dirs, shapes, types)]
     batches = [{name: per_input[k][b] for k, (name, _) in enumerate(shapes)} for b in range(args.batch_num)]
     # the config and the modified model (the size of the model) go to a folder deleted afterwards
