@@ -14,7 +14,7 @@ from typing import Any
 
 import numpy as np
 
-from pycann.dtypes import DType
+from pycann.dtypes import DType, to_numpy
 from pycann.ge.compile.importers.tensorflow_emit import TO_NCHW, Emitter
 
 Converter = Callable[[Emitter], list[str]]
@@ -58,8 +58,8 @@ def _leaky_relu(e: Emitter, x: str, out: str | None) -> str:
 
 
 def _relu6(e: Emitter, x: str, out: str | None) -> str:
-    dt = np.float16 if e.dtype() == DType.FLOAT16 else np.float32
-    return e.add("Clip", [x, e.constant(dt(0), "lo"), e.constant(dt(6), "hi")], out)
+    dt = to_numpy(e.dtype())  # TF's Relu6 takes integer and half types too: the bounds share x's dtype
+    return e.add("Clip", [x, e.constant(np.array(0, dt), "lo"), e.constant(np.array(6, dt), "hi")], out)
 
 
 def _square(e: Emitter, x: str, out: str | None) -> str:
@@ -215,12 +215,12 @@ MATH_OPS: dict[str, Converter] = {
 
 
 def _log1p(e: Emitter) -> list[str]:
-    one = e.constant(np.array(1, dtype=np.float32 if e.dtype() == DType.FLOAT else np.float64), "one")
+    one = e.constant(np.array(1, dtype=to_numpy(e.dtype())), "one")  # x's dtype (half, float, double)
     return [e.add("Log", [e.add("Add", [e.input(0), one])], e.out())]
 
 
 def _erfc(e: Emitter) -> list[str]:
-    one = e.constant(np.array(1, dtype=np.float32 if e.dtype() == DType.FLOAT else np.float64), "one")
+    one = e.constant(np.array(1, dtype=to_numpy(e.dtype())), "one")
     return [e.add("Sub", [one, e.add("Erf", [e.input(0)])], e.out())]
 
 

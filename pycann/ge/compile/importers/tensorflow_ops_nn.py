@@ -12,6 +12,7 @@ from typing import Any
 
 import numpy as np
 
+from pycann.dtypes import DType, to_numpy
 from pycann.errors import ModelError
 from pycann.ge.compile.importers.tensorflow_emit import Emitter
 
@@ -86,16 +87,21 @@ def fused_batch_norm(e: Emitter) -> list[str]:
     x = e.input(0)
     twin = e.twin.get(x) if e.nhwc() else None
     nchw = not e.nhwc() or twin is not None
+    # x is T (half in mixed-precision graphs), the statistics U (float): Mul/Add run in x's dtype
+    x_dt = e.dtype("T") if e.attr("T") is not None else DType.FLOAT
     if all(c is not None for c in consts):
         scale, offset, mean, var = (np.asarray(c, np.float64) for c in consts)  # type: ignore[arg-type]
         a = scale / np.sqrt(var + eps)
-        dt = consts[0].dtype  # type: ignore[union-attr]
+        dt = to_numpy(x_dt)
         mul: str = _channel_vector(e, a.astype(dt), nchw)
         add: str = _channel_vector(e, (offset - mean * a).astype(dt), nchw)
     else:
         s, o, m, v = (e.input(i) for i in range(1, 5))
-        a_v = e.add("Div", [s, e.add("Sqrt", [e.add("Add", [v, e.constant(np.float32(eps), "eps")])])])
+        u_dt = e.dtype("U") if e.attr("U") is not None else x_dt
+        a_v = e.add("Div", [s, e.add("Sqrt", [e.add("Add", [v, e.constant(np.array(eps, to_numpy(u_dt)), "eps")])])])
         b_v = e.add("Sub", [o, e.add("Mul", [m, a_v])])
+        if u_dt != x_dt:
+            a_v, b_v = (e.add("Cast", [t], to=int(x_dt)) for t in (a_v, b_v))
         mul, add = _channel_vector(e, a_v, nchw), _channel_vector(e, b_v, nchw)
     src = twin if twin is not None else x
     y = e.add("Add", [e.add("Mul", [src, mul]), add], None if twin is not None else e.out())
