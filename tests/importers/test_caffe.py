@@ -185,3 +185,11 @@ def test_pass_through_of_an_input_is_a_distinct_output(tmp_path: Path) -> None:
     a, b = _compile(tmp_path, proto, weights).run([x])
     np.testing.assert_array_equal(a, x)
     np.testing.assert_array_equal(b, x)
+
+
+def test_net_without_layers_is_refused(tmp_path: Path) -> None:
+    """Inputs and no layer: atc wrote an .om with no outputs (exit 0)."""
+    net = CaffeNet("noout", 'input: "data"\ninput_shape { dim: 1 dim: 3 dim: 4 dim: 4 }\n', {}, (1, 3, 4, 4))
+    proto, weights = write_net(net, tmp_path)
+    with pytest.raises(ModelError, match="has no output"):
+        load_caffe(proto, weights)

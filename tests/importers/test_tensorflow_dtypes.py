@@ -1,12 +1,15 @@
-"""TF ops whose constants must take the input's dtype: Relu6 on integers, Log1p/Erfc on half,
-FusedBatchNormV3 on half activations with float statistics (Keras mixed precision). Each made
-a graph that failed to compile (a float or double constant beside an int32/half input); the
-expected values are numpy restatements of the TF ops (the GraphDef helpers of
-test_tensorflow_graphdef)."""
+"""TF importer edge cases (the GraphDef helpers of test_tensorflow_graphdef).
+
+Constants in the input's dtype: Relu6 on integers, Log1p/Erfc on half, FusedBatchNormV3 on half
+activations with float statistics (Keras mixed precision) each made a graph that failed to compile
+(a float or double constant beside an int32/half input); expected values are numpy restatements.
+Damaged GraphDefs (a Const without a value, duplicate node names, no output) give one clear error.
+"""
 
 from __future__ import annotations
 
 import math
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -56,3 +59,49 @@ def test_fused_batch_norm_half_input_float_statistics() -> None:
     ref = (x.astype(np.float64) - mean) * scale / np.sqrt(var.astype(np.float64) + 0.01) + offset
     assert got.dtype == np.float16
     np.testing.assert_allclose(got.astype(np.float64), ref, rtol=0, atol=4e-3 * np.abs(ref).max())
+
+
+# ---------------------------------------------------------------- damaged GraphDefs: one clear error
+
+
+def _import(g: G) -> None:
+    from pycann.ge.compile.importers.tensorflow import import_graph_def
+
+    import_graph_def(g.gd)
+
+
+def test_const_without_a_value_names_the_node() -> None:
+    """A Const node without its tensor ``value`` ended in an AttributeError traceback from tensorboard."""
+    from pycann.errors import ModelError
+
+    g = G()
+    g.placeholder("x", (2,))
+    g.node("Const", "c", dtype=("type", F32))
+    g.node("Add", "y", ["x", "c"], T=("type", F32))
+    with pytest.raises(ModelError, match=r"node c \(Const\): no tensor 'value'"):
+        _import(g)
+
+
+def test_duplicate_node_names_are_refused() -> None:
+    """Two nodes named ``r``: the second replaced the first, the graph read itself, and atc wrote a
+    model with no inputs and no outputs (exit 0)."""
+    from pycann.errors import ModelError
+
+    g = G()
+    g.placeholder("x", (2,))
+    g.node("Relu", "r", ["x"], T=("type", F32))
+    g.node("Relu", "r", ["r"], T=("type", F32))
+    with pytest.raises(ModelError, match=r"two nodes named \[r\]"):
+        _import(g)
+
+
+def test_graph_without_an_output_is_refused(tmp_path: Path) -> None:
+    """A GraphDef whose every node is read (or only placeholders) compiled to an .om with no outputs."""
+    from pycann.tools.atc import main as atc
+
+    g = G()
+    g.placeholder("x", (2,))
+    pb = tmp_path / "noout.pb"
+    pb.write_bytes(g.gd.SerializeToString())
+    assert atc([f"--model={pb}", "--framework=3", f"--output={tmp_path / 'm'}", "--soc_version=Ascend310P3"]) != 0
+    assert not (tmp_path / "m.om").exists()

@@ -174,6 +174,9 @@ def load_caffe(model: str | os.PathLike[str], weight: str | os.PathLike[str] | N
             g.outputs.append(by_layer[lname][idx])
     else:
         g.outputs = [v for v, was_read in entries if not was_read]
+    if not g.outputs:
+        raise ModelError("the Caffe net has no output: it declares inputs but no layer (in the TEST phase) "
+                         "that computes from them")
     return _distinct_outputs(g)
 
 

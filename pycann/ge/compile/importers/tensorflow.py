@@ -19,6 +19,7 @@ NHWC ops run as NCHW ONNX ops between Transposes that cancel along conv chains.
 from __future__ import annotations
 
 import os
+from collections import Counter
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -41,7 +42,7 @@ from pycann.ge.compile.importers.tensorflow_proto import (
     TF_TO_DTYPE,
     attr,
     check_frozen,
-    make_ndarray,
+    const_value,
     read_graph_def,
     shape_list,
 )
@@ -119,8 +120,15 @@ def _out_node(entry: Any) -> tuple[str, int]:
 def import_graph_def(gd: Any, out_nodes: Sequence[tuple[str, int] | str] = ()) -> Graph:
     """A ``GraphDef`` message -> ``Graph`` (see ``load_tensorflow``)."""
     nodes = {n.name: n for n in gd.node}
+    if len(nodes) != len(gd.node):
+        dup = next(name for name, k in Counter(n.name for n in gd.node).items() if k > 1)
+        raise ModelError(f"the GraphDef has two nodes named [{dup}]: node names must be unique (TensorFlow refuses "
+                         "such a graph too); re-export or freeze the model again")
     builder = control.Builder(nodes, convert_node)
     outs = [_out_node(e) for e in out_nodes] or _default_outputs(nodes, builder)
+    if not outs:
+        raise ModelError("the TensorFlow graph has no output: every node's result is read by another node, or is "
+                         "a Placeholder/Const/NoOp; name the outputs with --out_nodes \"node:0\"")
     for name, _ in outs:
         if name not in nodes:
             raise OptionError(f"E10016: node [{name}] in --out_nodes is not in the TensorFlow graph", code="E10016")
@@ -151,7 +159,7 @@ def import_graph_def(gd: Any, out_nodes: Sequence[tuple[str, int] | str] = ()) -
             g.descs[n.name] = TensorDesc(TF_TO_DTYPE[dt], None if shape is None else tuple(shape))
             e.values[f"{n.name}:0"] = n.name
         elif n.op == "Const":
-            g.initializers[f"{n.name}:0"] = make_ndarray(attr(n, "value"))
+            g.initializers[f"{n.name}:0"] = const_value(n)
             e.values[f"{n.name}:0"] = f"{n.name}:0"
     builder.emit_scope(e, (), needed)
     g.outputs = []
@@ -174,7 +182,7 @@ def convert_node(e: Emitter, node: Any) -> None:
     if op in ("Const", "Placeholder") and f"{node.name}:0" in e.values:
         return
     if op == "Const":  # a constant first met inside a subgraph still lives in the root graph
-        e.root.initializers[f"{node.name}:0"] = make_ndarray(attr(node, "value"))
+        e.root.initializers[f"{node.name}:0"] = const_value(node)
         e.values[f"{node.name}:0"] = f"{node.name}:0"
         return
     if op == "NoOp":

@@ -54,6 +54,18 @@ def make_ndarray(tensor: Any) -> np.ndarray:
     return arr
 
 
+def const_value(node: Any) -> np.ndarray:
+    """The value of a ``Const`` node, or ``ModelError`` naming the node when it has no tensor
+    ``value`` attribute or one that does not decode (a hand-edited or damaged GraphDef)."""
+    t = attr(node, "value")
+    if t is None or not hasattr(t, "tensor_shape"):
+        raise ModelError(f"node {node.name} (Const): no tensor 'value' attribute: the GraphDef is damaged")
+    try:
+        return make_ndarray(t)
+    except (ValueError, TypeError, AttributeError, KeyError) as e:
+        raise ModelError(f"node {node.name} (Const): its value does not decode ({type(e).__name__}: {e})") from None
+
+
 def _short_tensor(tensor: Any) -> np.ndarray:
     """TensorFlow's rule for a TensorProto with fewer values than elements (tensorboard's copy
     rejects it): the last value repeats, no value at all means zeros."""
