@@ -8,6 +8,7 @@ and palette images are expanded to RGB), width stride ``ALIGN(w * bpp, 128)``, h
 from __future__ import annotations
 
 import io
+import struct
 from dataclasses import dataclass
 
 import numpy as np
@@ -44,13 +45,33 @@ def _open(data: bytes):  # type: ignore[no-untyped-def]
         raise DvppError(Fault.DATA, f"corrupt PNG: {e}") from None
 
 
+_COMPONENTS = {0: 1, 2: 3, 3: 3, 4: 2, 6: 4}  # IHDR colour type -> components (palette: 3, 4 with tRNS)
+
+
 def get_image_info(data: bytes) -> PngInfo:
-    """Width, height and components of a PNG (header only). Raises ``DvppError(DATA)``."""
-    im = _open(data)
-    comps = {"1": 1, "L": 1, "I;16": 1, "I": 1, "LA": 2, "RGB": 3, "RGBA": 4}.get(im.mode)
-    if im.mode == "P":
-        comps = 4 if "transparency" in im.info else 3
-    return PngInfo(im.width, im.height, comps or len(im.getbands()))
+    """Width, height and components of a PNG, read from its chunks (IHDR, and tRNS for a palette)
+    without Pillow, whose decompression-bomb guard refuses a header over 179M pixels that PNGD
+    only has to call too large. Raises ``DvppError(DATA)``."""
+    if not data.startswith(_SIG):
+        raise DvppError(Fault.DATA, "not a PNG stream: it does not start with the PNG signature")
+    if len(data) < 33 or data[12:16] != b"IHDR":
+        raise DvppError(Fault.DATA, "corrupt PNG: the first chunk is not a complete IHDR")
+    width, height = struct.unpack(">II", data[16:24])
+    color_type = data[25]
+    if not width or not height or color_type not in _COMPONENTS:
+        raise DvppError(Fault.DATA, f"corrupt PNG header: {width}x{height}, colour type {color_type}")
+    comps = _COMPONENTS[color_type]
+    if color_type == 3:  # a palette with a transparency chunk (before the image data) decodes as RGBA
+        i = 8
+        while i + 8 <= len(data):
+            n, kind = struct.unpack(">I", data[i:i + 4])[0], data[i + 4:i + 8]
+            if kind in (b"IDAT", b"IEND"):
+                break
+            if kind == b"tRNS":
+                comps = 4
+                break
+            i += 12 + n
+    return PngInfo(int(width), int(height), comps)
 
 
 def check_decodable(width: int, height: int) -> None:
@@ -77,8 +98,9 @@ def decode_format(fmt: int) -> PixelFormat:
 def decode_array(data: bytes, fmt: int) -> np.ndarray:
     """``(h, w, 3|4)`` uint8 of a PNG. Raises ``DvppError``."""
     pf = decode_format(fmt)
+    info = get_image_info(data)
+    check_decodable(info.width, info.height)  # before Pillow opens it (its size guard is no PNGD rule)
     im = _open(data)
-    check_decodable(im.width, im.height)
     try:
         if im.mode.startswith("I"):
             # 16-bit grey opens as "I;16"; Pillow's convert would clip it to 255 instead of reducing

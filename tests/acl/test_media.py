@@ -260,3 +260,31 @@ def test_png_predict_refuses_a_size_pngd_cannot_decode(acl_ready: int) -> None:
         size, ret = M.dvpp_png_predict_dec_size(acl.util.bytes_to_ptr(data), len(data), RGB)
         assert ret == want
         assert (size == 128 * 32) if want == 0 else size == 0
+
+
+def _png_header_only(w: int, h: int) -> bytes:
+    """A PNG whose IHDR says ``w x h`` (its data is a stub: only the header is read)."""
+    import struct
+    import zlib
+
+    def chunk(kind: bytes, body: bytes) -> bytes:
+        return struct.pack(">I", len(body)) + kind + body + struct.pack(">I", zlib.crc32(kind + body) & 0xFFFFFFFF)
+
+    return (b"\x89PNG\r\n\x1a\n" + chunk(b"IHDR", struct.pack(">IIBBBBB", w, h, 8, 2, 0, 0, 0))
+            + chunk(b"IDAT", zlib.compress(b"\x00" * 16)) + chunk(b"IEND", b""))
+
+
+def test_png_larger_than_pillows_bomb_limit_is_sized_then_refused(dvpp: tuple[int, int]) -> None:
+    """A 20000x20000 PNG header: Pillow's decompression-bomb guard turned get_image_info, predict and
+    decode into ACL_ERROR_INTERNAL_ERROR (500000). The info is the header's; predict and decode give
+    200006 (outside PNGD's 4096x4096), as for any other too-large PNG."""
+    ch, stream = dvpp
+    data = _png_header_only(20000, 20000)
+    host = acl.util.bytes_to_ptr(data)
+    assert M.dvpp_png_get_image_info(host, len(data)) == (20000, 20000, 3, 0)
+    assert M.dvpp_png_predict_dec_size(host, len(data), RGB) == (0, C.ACL_ERROR_FEATURE_UNSUPPORTED)
+    src = _to_dvpp(data)
+    out = _pic(RGB, 64, 64, 256, 64, 256 * 64)
+    assert M.dvpp_png_decode_async(ch, src, len(data), out, stream) == 0
+    assert acl.rt.synchronize_stream(stream) == C.ACL_ERROR_FEATURE_UNSUPPORTED
+    assert M.dvpp_get_pic_desc_ret_code(out) == C.ACL_ERROR_FEATURE_UNSUPPORTED
