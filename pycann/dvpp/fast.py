@@ -18,11 +18,13 @@ from pycann.dvpp.resize import resize
 def decode_resize(data: bytes, width: int, height: int, fmt: int = PixelFormat.RGB_888, mode: int = 1) -> np.ndarray:
     """JPEG bytes -> ``(height, width, 3)`` uint8 in RGB_888 (12) or BGR_888 (13), resized with VPC
     interpolation ``mode`` (``pycann.dvpp.resize``). Raises ``DvppError``: FORMAT for another
-    ``fmt``, DATA for bytes libjpeg-turbo cannot decode."""
+    ``fmt``, DATA for bytes libjpeg-turbo cannot decode, PARAM for a width or height below 1."""
     import simplejpeg
 
     if fmt not in (PixelFormat.RGB_888, PixelFormat.BGR_888):
         raise DvppError(Fault.FORMAT, f"decode_resize outputs RGB_888 (12) or BGR_888 (13), not {fmt}")
+    if width < 1 or height < 1:
+        raise DvppError(Fault.PARAM, f"decode_resize to {width}x{height}: width and height must be >= 1")
     cs = "BGR" if fmt == PixelFormat.BGR_888 else "RGB"
     try:
         h, w = simplejpeg.decode_jpeg_header(data)[:2]

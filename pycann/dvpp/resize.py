@@ -90,8 +90,10 @@ def _cv2() -> ModuleType | None:
 
 def resize(src: np.ndarray, out_h: int, out_w: int, mode: int = 0) -> np.ndarray:
     """``src`` ``(h, w[, c])`` uint8 resized to ``(out_h, out_w[, c])`` with VPC's ``mode`` (a new
-    array). Raises ``DvppError`` for an unknown mode or mode 5."""
+    array). Raises ``DvppError`` for an unknown mode or mode 5 and (PARAM) for an output size below 1x1."""
     m = interpolation(mode)
+    if out_h < 1 or out_w < 1:  # cv2.resize would assert, numpy would return an empty picture
+        raise DvppError(Fault.PARAM, f"resize to {out_w}x{out_h}: the output needs at least 1x1 pixels")
     h, w = src.shape[:2]
     if (h, w) == (out_h, out_w):
         return src.copy()

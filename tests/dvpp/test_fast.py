@@ -51,3 +51,20 @@ def test_decode_resize_errors() -> None:
     with pytest.raises(DvppError, match="JPEG decode failed") as e:
         decode_resize(data[: len(data) // 3] + b"\x00" * 10, 32, 32)
     assert e.value.fault is Fault.DATA
+
+
+@pytest.mark.parametrize("w,h", [(0, 10), (10, 0), (-4, 10)])
+def test_decode_resize_to_an_empty_size_is_a_param_error(w: int, h: int) -> None:
+    """A width or height below 1 ended in OpenCV's assertion (cv2.error), not a DvppError."""
+    with pytest.raises(DvppError) as ei:
+        decode_resize(jpeg_bytes(scene(64, 80)), w, h)
+    assert ei.value.fault is Fault.PARAM
+
+
+def test_resize_to_an_empty_size_is_a_param_error() -> None:
+    from pycann.dvpp.resize import resize
+
+    for mode in (1, 2, 3, 4):
+        with pytest.raises(DvppError) as ei:
+            resize(np.zeros((8, 8, 3), np.uint8), 0, 5, mode)
+        assert ei.value.fault is Fault.PARAM
