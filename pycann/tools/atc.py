@@ -212,8 +212,10 @@ def _check_model_args(args: argparse.Namespace) -> None:
     if not args.model:
         raise AtcError("E10054", "The required parameter [--model] for ATC is empty.")
     if os.path.isdir(args.model):
+        want = {0: "the deploy .prototxt", 3: "the frozen .pb (for a SavedModel folder, its saved_model.pb)",
+                5: "the .onnx file"}[args.framework]
         raise AtcError("E10001", f"Value [{args.model}] for parameter [--model] is invalid. Reason: it is a "
-                       "directory; give the .onnx file.")
+                       f"directory; give {want}.")
     if not os.path.isfile(args.model):
         raise AtcError("E10001", f"Value [{args.model}] for parameter [--model] is invalid. Reason: the file does not exist.")
 

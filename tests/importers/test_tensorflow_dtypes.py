@@ -105,3 +105,16 @@ def test_graph_without_an_output_is_refused(tmp_path: Path) -> None:
     pb.write_bytes(g.gd.SerializeToString())
     assert atc([f"--model={pb}", "--framework=3", f"--output={tmp_path / 'm'}", "--soc_version=Ascend310P3"]) != 0
     assert not (tmp_path / "m.om").exists()
+
+
+def test_a_folder_as_model_names_the_frameworks_file(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """A SavedModel folder given to atc --framework=3 was told to 'give the .onnx file'."""
+    from pycann.tools.atc import main as atc
+
+    for fw, want in (("3", "saved_model.pb"), ("0", "deploy .prototxt")):
+        extra = ["--weight=w.caffemodel"] if fw == "0" else []
+        assert atc([f"--model={tmp_path}", f"--framework={fw}", f"--output={tmp_path / 'm'}",
+                    "--soc_version=Ascend310P3", *extra]) != 0
+        out = capsys.readouterr()
+        text = out.out + out.err
+        assert "it is a directory" in text and want in text and ".onnx" not in text
