@@ -71,6 +71,8 @@ def create_quant_config(config_file: str, model_file: str, skip_layers: Sequence
     entries in it (by node name) override those. Raises ``ModelError`` / ``OptionError``."""
     if batch_num < 1:
         raise OptionError(f"AMCT: batch_num must be >= 1, got {batch_num}")
+    if isinstance(skip_layers, str):  # one name, not its characters
+        skip_layers = [skip_layers]
     model = _load(model_file)
     name_nodes(model)
     refuse_float16(model, model_file)
@@ -267,6 +269,27 @@ def layer_quants(model: onnx.ModelProto, layers: list[Layer], cfg: QuantConfig,
     return quants, kept
 
 
+def check_record(record: Any, path: str) -> None:
+    """``OptionError`` naming the file, layer and field of a record that ``calibrate`` would not
+    write (hand-edited or damaged): an object with a ``layers`` object; per layer a number
+    ``scale_d``, an integer ``offset_d`` in the activation type's range, booleans for the flags."""
+    if not isinstance(record, dict) or not isinstance(record.get("layers", {}), dict):
+        raise OptionError(f"AMCT: record file {path}: expected an object with a 'layers' object")
+    for name, rec in record.get("layers", {}).items():
+        where = f"AMCT: record file {path}: layer {name!r}"
+        if not isinstance(rec, dict):
+            raise OptionError(f"{where}: expected an object")
+        for key in ("unsigned", "reduce_range"):
+            if not isinstance(rec.get(key, False), bool):
+                raise OptionError(f"{where}: {key} must be true or false, got {rec[key]!r}")
+        scale, zp = rec.get("scale_d"), rec.get("offset_d")
+        if isinstance(scale, bool) or not isinstance(scale, (int, float)):
+            raise OptionError(f"{where}: scale_d must be a number, got {scale!r}")
+        lo, hi = (0, 255) if rec.get("unsigned", True) else (-128, 127)
+        if isinstance(zp, bool) or not isinstance(zp, int) or not lo <= zp <= hi:
+            raise OptionError(f"{where}: offset_d must be an integer in {lo}..{hi}, got {zp!r}")
+
+
 def save_model(modified_onnx_file: str, record_file: str, save_path: str) -> dict[str, str]:
     """Write the fake-quant and deploy models (see the module doc); returns the layers kept in
     float and why. ``save_path`` is a path prefix (``out/resnet50`` -> ``out/resnet50_deploy_model.onnx``)."""
@@ -278,6 +301,7 @@ def save_model(modified_onnx_file: str, record_file: str, save_path: str) -> dic
             record = json.load(f)
     except (OSError, json.JSONDecodeError) as e:
         raise OptionError(f"AMCT: record file {record_file}: {e}") from None
+    check_record(record, record_file)
     layers = _layers(meta)
     n_out = int(meta["n_outputs"])
     del model.graph.output[n_out:]

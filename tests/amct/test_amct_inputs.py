@@ -122,3 +122,35 @@ def test_auto_calibration_refuses_an_unreachable_target(tmp_path: Path) -> None:
     with pytest.raises(OptionError, match="target_cosine 1.5"):
         amct.accuracy_based_auto_calibration(str(model), [np.zeros((1, 3, 8, 8), np.float32)],
                                              str(tmp_path / "o" / "n"), target_cosine=1.5)
+
+
+@pytest.mark.parametrize("record,match", [('[1, 2]', "expected an object with a 'layers' object"),
+                                          ('{"layers": {"c": {"scale_d": "x", "offset_d": 0}}}', "scale_d must be a number"),
+                                          ('{"layers": {"c": {"scale_d": 0.1}}}', "offset_d must be an integer in 0..255"),
+                                          ('{"layers": {"c": {"scale_d": 0.1, "offset_d": 300}}}', "got 300"),
+                                          ('{"layers": {"c": {"scale_d": 0.1, "offset_d": 0, "unsigned": 1}}}',
+                                           "unsigned must be true or false")])
+def test_damaged_record_file_is_one_clear_error(tmp_path: Path, record: str, match: str) -> None:
+    """A hand-edited record ended in AttributeError / ValueError / KeyError / OverflowError tracebacks."""
+    model = _conv(tmp_path / "c.onnx")
+    cfg, mod, rec = tmp_path / "cfg.json", tmp_path / "mod.onnx", tmp_path / "rec.txt"
+    amct.create_quant_config(str(cfg), str(model))
+    amct.quantize_model(str(cfg), str(model), str(mod), str(rec))
+    rec.write_text(record)
+    with pytest.raises(OptionError, match=match):
+        amct.save_model(str(mod), str(rec), str(tmp_path / "out" / "m"))
+    assert not (tmp_path / "out").exists()
+
+
+def test_skip_layers_as_one_string_is_one_name(tmp_path: Path) -> None:
+    """``skip_layers="c"`` was iterated character by character (a substring test for every layer)."""
+    w = numpy_helper.from_array(RNG.normal(size=(3, 3, 3, 3)).astype(np.float32), "W")
+    nodes = [helper.make_node("Conv", ["x", "W"], ["a"], name="conv", pads=[1, 1, 1, 1]),
+             helper.make_node("Conv", ["a", "W"], ["y"], name="c", pads=[1, 1, 1, 1])]
+    model = _save(tmp_path / "two.onnx", nodes, helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 3, 6, 6]),
+                  helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 3, 6, 6]), [w])
+    amct.create_quant_config(str(tmp_path / "cfg.json"), str(model), skip_layers="conv")
+    import json
+
+    doc = json.loads((tmp_path / "cfg.json").read_text())
+    assert doc["conv"]["quant_enable"] is False and doc["c"]["quant_enable"] is True
