@@ -193,3 +193,14 @@ def test_net_without_layers_is_refused(tmp_path: Path) -> None:
     proto, weights = write_net(net, tmp_path)
     with pytest.raises(ModelError, match="has no output"):
         load_caffe(proto, weights)
+
+
+def test_input_shape_of_another_rank_is_e10001(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """--input_shape data:1,3,28 for a 4-D input: E10001 naming the declared dims, as for ONNX and TF
+    (the prototxt's dims were replaced first, so the error came later from the first Conv)."""
+    proto, weights = write_net(NETS[0], tmp_path)
+    rc = atc([f"--model={proto}", f"--weight={weights}", "--framework=0", f"--output={tmp_path / 'm'}",
+              "--soc_version=Ascend310P3", "--input_shape=data:1,1,28"])
+    out = capsys.readouterr()
+    assert rc != 0
+    assert "E10001: --input_shape gives input [data] rank 3 but the model declares 4 dims [1, 1, 28, 28]" in out.out + out.err

@@ -100,6 +100,10 @@ def _inputs(net: Any, layers: list[_Layer], shapes: Mapping[str, Sequence[Any]])
                 sh = layer.input_param.shape
                 dims = [int(d) for d in sh[min(j, len(sh) - 1)].dim] if len(sh) else []
                 ins.append((top, dims))
+    for n, dims in ins:  # as the compiler checks an ONNX/TF input (here the prototxt's dims are replaced first)
+        if n in shapes and dims and len(shapes[n]) != len(dims):
+            raise OptionError(f"E10001: --input_shape gives input [{n}] rank {len(shapes[n])} but the model declares "
+                              f"{len(dims)} dims {dims}")
     # --input_shape dims: ints, -1 (dynamic) or (lo, hi) ranges (dynamic here; the compiler records ranges)
     return [(n, [d if isinstance(d, int) else -1 for d in shapes[n]] if n in shapes else dims) for n, dims in ins]
 
