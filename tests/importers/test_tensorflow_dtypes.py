@@ -61,6 +61,21 @@ def test_fused_batch_norm_half_input_float_statistics() -> None:
     np.testing.assert_allclose(got.astype(np.float64), ref, rtol=0, atol=4e-3 * np.abs(ref).max())
 
 
+
+def test_float_floor_mod_is_exact_where_the_quotient_rounds() -> None:
+    """FloorMod on floats was a - floor(a / b) * b: 1e8 mod 3 gave 0 (TF: 1), 5 mod 0.1f gave 0
+    (TF: 0.09999993), -1 mod inf NaN (TF: inf). Expected: TensorFlow 2.21's outputs for these."""
+    a = np.array([5.0, 1e8, -7.5, 7.5, 3e7, -1e20, 1.0, -1.0, 0.0], np.float32)
+    b = np.array([0.1, 3.0, 2.0, -2.0, 0.7, 3.0, np.inf, np.inf, -3.0], np.float32)
+    g = G()
+    g.placeholder("a", a.shape)
+    g.placeholder("b", b.shape)
+    g.node("FloorMod", "m", ["a", "b"], T=("type", F32))
+    (got,) = _run(g.gd, [a, b], [("m", 0)])
+    tf_out = np.array([0.099999927, 1.0, 0.5, -0.5, 0.41089696, 1.0, 1.0, np.inf, 0.0], np.float32)
+    np.testing.assert_array_equal(got, tf_out)
+
+
 # ---------------------------------------------------------------- damaged GraphDefs: one clear error
 
 

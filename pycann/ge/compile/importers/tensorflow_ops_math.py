@@ -117,9 +117,15 @@ def floor_div(e: Emitter) -> list[str]:
 
 def floor_mod(e: Emitter) -> list[str]:
     a, b = e.input(0), e.input(1)
-    if e.dtype() in (DType.FLOAT, DType.DOUBLE, DType.FLOAT16, DType.BFLOAT16):
-        q = e.add("Floor", [e.add("Div", [a, b])])
-        return [e.add("Sub", [a, e.add("Mul", [q, b])], e.out())]
+    dt = e.dtype()
+    if dt in (DType.FLOAT, DType.DOUBLE, DType.FLOAT16, DType.BFLOAT16):
+        # TF's own formula: r = fmod(a, b) (exact), moved into b's sign when the signs differ.
+        # a - floor(a / b) * b loses the remainder once a / b rounds (1e8 mod 3 gave 0, not 1)
+        r = e.add("Mod", [a, b], fmod=1)
+        zero = e.constant(np.array(0, to_numpy(dt)), "zero")
+        fix = e.add("And", [e.add("Not", [e.add("Equal", [r, zero])]),
+                            e.add("Xor", [e.add("Less", [r, zero]), e.add("Less", [b, zero])])])
+        return [e.add("Where", [fix, e.add("Add", [r, b]), r], e.out())]
     return [e.add("Mod", [a, b], e.out(), fmod=0)]
 
 
