@@ -41,6 +41,8 @@ def _open(data: bytes):  # type: ignore[no-untyped-def]
         if im.format != "PNG":
             raise DvppError(Fault.DATA, f"not a PNG stream ({im.format})")
         return im
+    except Image.DecompressionBombError as e:  # > 179M pixels: Pillow's guard, an Exception of its own
+        raise DvppError(Fault.UNSUPPORTED, f"PNG too large to decode: {e}") from None
     except (OSError, SyntaxError, ValueError) as e:
         raise DvppError(Fault.DATA, f"corrupt PNG: {e}") from None
 
@@ -95,11 +97,13 @@ def decode_format(fmt: int) -> PixelFormat:
     return PixelFormat(fmt)
 
 
-def decode_array(data: bytes, fmt: int) -> np.ndarray:
-    """``(h, w, 3|4)`` uint8 of a PNG. Raises ``DvppError``."""
+def decode_array(data: bytes, fmt: int, device_range: bool = True) -> np.ndarray:
+    """``(h, w, 3|4)`` uint8 of a PNG. ``device_range=False`` (host applications such as the OCR
+    pipeline, which scale any size themselves) skips PNGD's 32..4096 size range. Raises ``DvppError``."""
     pf = decode_format(fmt)
-    info = get_image_info(data)
-    check_decodable(info.width, info.height)  # before Pillow opens it (its size guard is no PNGD rule)
+    if device_range:
+        info = get_image_info(data)
+        check_decodable(info.width, info.height)  # before Pillow opens it (its size guard is no PNGD rule)
     im = _open(data)
     try:
         if im.mode.startswith("I"):

@@ -46,10 +46,12 @@ class TextLine:
 
 
 def decode_image(data: bytes) -> np.ndarray:
-    """JPEG or PNG bytes -> ``(h, w, 3)`` uint8 BGR (DVPP's JPEGD / PNGD). Raises ``DvppError``."""
+    """JPEG or PNG bytes -> ``(h, w, 3)`` uint8 BGR (DVPP's JPEGD / PNGD decoders, without PNGD's
+    32..4096 size range: the pipeline scales small and large pictures itself, as for JPEGs).
+    Raises ``DvppError``."""
     if data[:2] == b"\xff\xd8":
         return jpeg.decode_array(data, PixelFormat.BGR_888)
-    return np.ascontiguousarray(png.decode_array(data, PixelFormat.RGB_888)[..., ::-1])
+    return np.ascontiguousarray(png.decode_array(data, PixelFormat.RGB_888, device_range=False)[..., ::-1])
 
 
 def det_size(h: int, w: int) -> tuple[int, int]:

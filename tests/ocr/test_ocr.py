@@ -155,3 +155,18 @@ def test_crop_quad_close_to_opencv_warp() -> None:
     ref = cv2.warpPerspective(img, m, (w, h), borderMode=cv2.BORDER_REPLICATE, flags=cv2.INTER_CUBIC)
     d = np.abs(ours.astype(int) - ref)
     assert d.mean() < 0.1 and (d > 1).mean() < 0.005  # the few > 1: the 255 -> 0 wrap of channel 2
+
+
+@pytest.mark.parametrize("shape", [(20, 300), (40, 4500)])
+def test_png_outside_pngds_range_decodes_like_a_jpeg(shape: tuple[int, int]) -> None:
+    """The OCR app scales small (< 30 px) and large pictures itself; a PNG of 20x300 or 40x4500 was
+    refused with PNGD's device range (32..4096) while the same picture as a JPEG decoded."""
+    pil = pytest.importorskip("PIL.Image")
+    import io
+
+    from pycann.ocr.pipeline import decode_image
+
+    rgb = np.random.default_rng(0).integers(0, 256, (*shape, 3)).astype(np.uint8)
+    bio = io.BytesIO()
+    pil.fromarray(rgb).save(bio, "PNG")
+    np.testing.assert_array_equal(decode_image(bio.getvalue()), rgb[..., ::-1])
