@@ -30,7 +30,7 @@ from pycann.amct.quantize import (
     quantize_model,
     save_model,
 )
-from pycann.errors import OptionError
+from pycann.errors import ModelError, OptionError
 
 
 @dataclass
@@ -79,7 +79,8 @@ def _runner(model: onnx.ModelProto):  # noqa: ANN202
 
 def compare_models(reference: onnx.ModelProto | str, candidate: onnx.ModelProto | str,
                    batches: Sequence[Batch]) -> AccuracyReport:
-    """Run both models (pycann) on ``batches`` and compare every output."""
+    """Run both models (pycann) on ``batches`` and compare every output. Raises ``ModelError`` when
+    the models' outputs differ in number or shape (nothing to compare one to one)."""
     ref = _load(reference) if isinstance(reference, str) else reference
     cand = _load(candidate) if isinstance(candidate, str) else candidate
     run_r, run_c = _runner(ref), _runner(cand)
@@ -87,8 +88,15 @@ def compare_models(reference: onnx.ModelProto | str, candidate: onnx.ModelProto 
     diff: list[float] = []
     agree: list[list[float]] = []
     for batch in batches:
-        for i, (r, c) in enumerate(zip(run_r(batch), run_c(batch))):
+        outs_r, outs_c = run_r(batch), run_c(batch)
+        if len(outs_r) != len(outs_c):
+            raise ModelError(f"AMCT compare_models: the reference has {len(outs_r)} outputs, the candidate "
+                             f"{len(outs_c)}: compare a model with its own quantised version")
+        for i, (r, c) in enumerate(zip(outs_r, outs_c)):
             r, c = np.asarray(r), np.asarray(c)
+            if r.shape != c.shape:
+                raise ModelError(f"AMCT compare_models: output {i} is {list(r.shape)} in the reference and "
+                                 f"{list(c.shape)} in the candidate")
             while len(cos) <= i:
                 cos.append([])
                 agree.append([])

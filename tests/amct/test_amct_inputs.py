@@ -154,3 +154,23 @@ def test_skip_layers_as_one_string_is_one_name(tmp_path: Path) -> None:
 
     doc = json.loads((tmp_path / "cfg.json").read_text())
     assert doc["conv"]["quant_enable"] is False and doc["c"]["quant_enable"] is True
+
+
+def test_compare_models_with_other_outputs_is_one_clear_error(tmp_path: Path) -> None:
+    """Models whose outputs differ: shapes ended in a numpy reshape ValueError, counts were silently
+    truncated to the shorter list."""
+    a = _conv(tmp_path / "a.onnx")
+    w = numpy_helper.from_array(RNG.normal(size=(2, 3, 3, 3)).astype(np.float32), "W")
+    b = _save(tmp_path / "b.onnx", [helper.make_node("Conv", ["x", "W"], ["y"], name="c", pads=[1, 1, 1, 1])],
+              helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 3, 8, 8]),
+              helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 2, 8, 8]), [w])
+    x = [RNG.normal(size=(1, 3, 8, 8)).astype(np.float32)]
+    with pytest.raises(ModelError, match=r"output 0 is \[1, 4, 8, 8\] in the reference and \[1, 2, 8, 8\]"):
+        amct.compare_models(str(a), str(b), x)
+    two = onnx.load(str(a))
+    two.graph.node.append(helper.make_node("Relu", ["y"], ["z"], name="r"))
+    two.graph.output.append(helper.make_tensor_value_info("z", TensorProto.FLOAT, [1, 4, 8, 8]))
+    onnx.save(two, str(tmp_path / "two.onnx"))
+    with pytest.raises(ModelError, match="the reference has 1 outputs, the candidate 2"):
+        amct.compare_models(str(a), str(tmp_path / "two.onnx"), x)
+    assert amct.compare_models(str(a), str(a), x).cosine == pytest.approx(1.0)
