@@ -304,6 +304,8 @@ def _host_bytes(data: Any, size: int) -> bytes:
     """Bytes of an encoded image given as a host pointer (or, as a pycann convenience, bytes)."""
     n = as_int(size, "size")
     if isinstance(data, (bytes, bytearray, memoryview)):
+        if not 0 <= n <= len(data):  # as the pointer form: a negative size, or one past the data, is refused
+            raise fault(C.ACL_ERROR_INVALID_PARAM, f"size {n} is outside the {len(data)} bytes given")
         return bytes(data)[:n]
     return _state.space.read(as_int(data, "data"), n, HOST_KINDS | DEVICE_KINDS, "data").tobytes()
 

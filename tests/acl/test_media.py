@@ -288,3 +288,13 @@ def test_png_larger_than_pillows_bomb_limit_is_sized_then_refused(dvpp: tuple[in
     assert M.dvpp_png_decode_async(ch, src, len(data), out, stream) == 0
     assert acl.rt.synchronize_stream(stream) == C.ACL_ERROR_FEATURE_UNSUPPORTED
     assert M.dvpp_get_pic_desc_ret_code(out) == C.ACL_ERROR_FEATURE_UNSUPPORTED
+
+
+def test_image_info_from_bytes_checks_the_size(acl_ready: int) -> None:
+    """With bytes for ``data`` (a pycann convenience), a negative size sliced the data from the end
+    (``data[:-5]``) and succeeded; as with a host pointer, a size outside the data is 100000."""
+    data = _jpeg(_scene(64, 80))
+    assert M.dvpp_jpeg_get_image_info(data, len(data)) == (80, 64, 3, 0)
+    for bad in (-5, len(data) + 1):
+        assert M.dvpp_jpeg_get_image_info(data, bad)[3] == C.ACL_ERROR_INVALID_PARAM
+        assert M.dvpp_jpeg_predict_dec_size(data, bad, NV12)[1] == C.ACL_ERROR_INVALID_PARAM
