@@ -76,6 +76,22 @@ def test_float_floor_mod_is_exact_where_the_quotient_rounds() -> None:
     np.testing.assert_array_equal(got, tf_out)
 
 
+
+@pytest.mark.parametrize("dtype,tf_type,rtol", [(np.float32, F32, 5e-6), (np.float64, types_pb2.DT_DOUBLE, 1e-6)])
+def test_erfc_keeps_its_relative_precision_in_the_tail(dtype: type, tf_type: int, rtol: float) -> None:
+    """Erfc was 1 - Erf(x): in float32 erfc(3.5) came out 4% low and erfc(4.5), erfc(6) as 0
+    (TensorFlow: 1.97e-10, 2.15e-17); in double erfc(6) and erfc(9) were 0 or 100% off."""
+    x = np.array([-3.0, -0.7, 0.0, 0.3, 0.5, 1.0, 2.0, 3.5, 4.5, 6.0, 9.0], dtype)
+    g = G()
+    g.placeholder("x", x.shape, tf_type)
+    g.node("Erfc", "e", ["x"], T=("type", tf_type))
+    (got,) = _run(g.gd, [x], [("e", 0)])
+    ref = np.array([math.erfc(v) for v in x.astype(np.float64)])
+    keep = ref > np.finfo(dtype).tiny  # float32's erfc(9.0) is below its normal range
+    assert got.dtype == dtype
+    np.testing.assert_allclose(got.astype(np.float64)[keep], ref[keep], rtol=rtol, atol=0)
+
+
 # ---------------------------------------------------------------- damaged GraphDefs: one clear error
 
 
