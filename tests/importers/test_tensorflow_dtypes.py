@@ -92,6 +92,21 @@ def test_erfc_keeps_its_relative_precision_in_the_tail(dtype: type, tf_type: int
     np.testing.assert_allclose(got.astype(np.float64)[keep], ref[keep], rtol=rtol, atol=0)
 
 
+
+@pytest.mark.parametrize("dtype,tf_type,rtol", [(np.float32, F32, 5e-7), (np.float64, types_pb2.DT_DOUBLE, 1e-15)])
+def test_log1p_is_accurate_for_small_arguments(dtype: type, tf_type: int, rtol: float) -> None:
+    """Log1p was Log(1 + x): 0 for x = 1e-8 in float32 (TensorFlow: 1e-8), 5% off at 1e-6."""
+    x = np.array([1e-30, 1e-8, 1e-6, -1e-6, 1e-3, 0.3, -0.3, 0.5, -0.9999, 2.0, 1e30, np.inf, -1.0, np.nan], dtype)
+    g = G()
+    g.placeholder("x", x.shape, tf_type)
+    g.node("Log1p", "y", ["x"], T=("type", tf_type))
+    (got,) = _run(g.gd, [x], [("y", 0)])
+    with np.errstate(all="ignore"):
+        ref = np.log1p(x.astype(np.float64))
+    assert got.dtype == dtype
+    np.testing.assert_allclose(got.astype(np.float64), ref, rtol=rtol, atol=0, equal_nan=True)
+
+
 # ---------------------------------------------------------------- damaged GraphDefs: one clear error
 
 
