@@ -21,7 +21,7 @@ from typing import Any
 import numpy as np
 
 from pycann.dtypes import to_numpy
-from pycann.errors import KernelError, OperandError, PycannError
+from pycann.errors import KernelError, ModelError, OperandError, PycannError
 from pycann.ge.ir import Graph, free_names, node_reads
 from pycann.ge.planning.candidates import INPLACE
 from pycann.ge.planning.memory import MemoryPlan
@@ -177,8 +177,15 @@ class Plan:
                     node_consts = [graph.initializers.get(i) if i else None for i in n.inputs]
                     in_descs = [graph.descs.get(i) if i else None for i in n.inputs]
                     out_descs = [graph.descs.get(o) if o else None for o in n.outputs]
-                    bk = bound(prep(attrs, in_descs, node_consts, out_descs) if prep is not None
-                               else prep_g(attrs, in_descs, node_consts, out_descs, run_kernel(op)))  # type: ignore[misc,arg-type]
+                    try:
+                        bk = bound(prep(attrs, in_descs, node_consts, out_descs) if prep is not None
+                                   else prep_g(attrs, in_descs, node_consts, out_descs, run_kernel(op)))  # type: ignore[misc,arg-type]
+                    except PycannError:
+                        raise
+                    except Exception as e:  # a binder reading an input the node lacks (an edited .om): name it
+                        raise ModelError(f"node {n.label()}: no kernel binds to inputs {[str(d) for d in in_descs]} "
+                                         f"and outputs {[str(d) for d in out_descs]} ({type(e).__name__}: {e}); "
+                                         "the node does not match its op (a damaged .om? compile the model again)") from e
                     packed += sum(c.nbytes for c in node_consts if bk is not None and isinstance(c, np.ndarray))
                     if release is not None and packed >= _RELEASE_EVERY:
                         background_pack.submit(release)  # after the queued reorders that read those pages
