@@ -20,6 +20,7 @@ from onnx import AttributeProto, numpy_helper
 from pycann.dtypes import Dim, DType, TensorDesc
 from pycann.errors import ModelError, UnsupportedOpError
 from pycann.ge.compile.importers.expand import FunctionExpander
+from pycann.ge.compile.importers.onnx_check import check_structure
 from pycann.ge.compile.importers.opset_upgrade import upgrade_node
 from pycann.ge.ir import Graph, Node, overrides
 from pycann.ge.ir.overrides import METADATA_KEY
@@ -31,20 +32,6 @@ def load_onnx(source: str | os.PathLike[str] | bytes | onnx.ModelProto, check: b
 
     Raises ``ModelError`` when the file cannot be parsed or fails ``onnx.checker``.
     """
-    # Given a ModelProto the checker serialises it and parses the bytes again in C++: with the
-    # proto alive that is three copies of the weights at once (GPT-2 6L's 483 MB peaked at 1.44 GB).
-    # A file is checked before it is loaded here instead, so the checker's two copies (the file read
-    # into a string, its parse) are gone before onnx.load makes its own two (~0.98 GB)
-    path_error: onnx.checker.ValidationError | None = None
-    checked = False
-    if check and isinstance(source, (str, os.PathLike)) and Path(source).is_file():
-        try:
-            onnx.checker.check_model(os.fspath(source))
-            checked = True
-        except onnx.checker.ValidationError as e:
-            path_error = e  # reported below, after onnx.load named a file it cannot parse
-        except (ValueError, OSError):
-            pass  # (> 2 GB, unreadable: as before, the load below decides)
     if isinstance(source, onnx.ModelProto):
         model = source
     else:
@@ -68,12 +55,11 @@ def load_onnx(source: str | os.PathLike[str] | bytes | onnx.ModelProto, check: b
                                  f"(InferSession, acl.mdl.load_from_file{', load_from_mem' if not show else ''}){show}",
                                  code="E10001") from None
             raise ModelError(f"cannot parse '{name}' as an ONNX model: {e}") from None
-    if check and not checked:
+    if check:
         try:
+            # the structure alone: the weights' sizes are the importer's to check (onnx_check.py);
             # full_check would run onnx's shape inference, which rejects some valid exports.
-            if path_error is not None:
-                raise path_error
-            onnx.checker.check_model(model)
+            check_structure(model)
         except onnx.checker.ValidationError as e:
             first = str(e).strip().splitlines()[0] if str(e).strip() else repr(e)
             _raise_if_unknown_op(model, first)
