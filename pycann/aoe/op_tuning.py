@@ -156,7 +156,7 @@ def tune_kernel(spec: OpSpec, approx: bool, weight: np.ndarray | None, bank: Kno
     t0 = time.perf_counter()
     from pycann.ge.compile.tuned import kernel_key
     from pycann.kernels import providers
-    from pycann.kernels.providers import FALLBACK
+    from pycann.kernels.providers import FALLBACK, measured
 
     key = kernel_key(spec, approx)
     workload = f"{spec_text(spec)} on {key.soc_version.split(':', 2)[-1]}"
@@ -165,7 +165,7 @@ def tune_kernel(spec: OpSpec, approx: bool, weight: np.ndarray | None, bank: Kno
         return _from_record("kernel", spec.op_type, workload, rec, t0)
     cands = providers.candidates(spec, approx=approx)
     static = providers.select(spec, "static", weight, approx)
-    args = providers._random_inputs(spec, weight)
+    args = measured._random_inputs(spec, weight)
     ref_algo = providers.algorithm(FALLBACK[spec.op_type])
     assert ref_algo is not None  # numpy is always there
     ref = np.asarray(ref_algo.fn(*args), np.float64)

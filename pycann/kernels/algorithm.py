@@ -9,7 +9,7 @@ the provider:
 * ``packing``: what it does to a constant weight once (``PACKED``: reordered into the library's
   blocked layout and cached per weight array; ``TRANSFORMED``: Winograd-transformed);
 * ``threads``: the thread pool it runs on (``OPENMP`` pools spin after a call, so a plan running
-  one holds numpy's OpenBLAS to one thread: ``providers.blas_single_thread``);
+  one holds numpy's OpenBLAS to one thread: ``providers.thread_pools.blas_single_thread``);
 * ``writes_out``: it computes into a given output buffer (else binding it to the executor's arena
   costs a copy per call);
 * ``exact``: it sums like the direct product up to reordering (Winograd does not; only

@@ -60,8 +60,9 @@ GenericPrepare = Callable[[Mapping[str, Any], Sequence[TensorDesc | None], Seque
 def _eligible() -> bool:
     """oneDNN loads, is allowed (``PYCANN_PROVIDERS``) and the CPU has AVX-512 (brgemm)."""
     from pycann.kernels import providers
+    from pycann.kernels.providers import choice_table
 
-    return providers.has_avx512() and providers.available("onednn")
+    return choice_table.has_avx512() and providers.available("onednn")
 
 
 def packed_matmul(b: np.ndarray, bias: np.ndarray | None, unary: Any, residual: bool,

@@ -13,7 +13,7 @@ executor's arena view: over X itself when the memory plan puts Y there, ``inplac
 below ``onednn_binary.MIN_ELEMENTS`` or without oneDNN.
 
 Inside a plan whose kernels use OpenMP the executor holds OpenBLAS to one thread
-(``providers.blas_single_thread``), which is what the product wants anyway (it is bandwidth-bound).
+(``providers.thread_pools.blas_single_thread``), which is what the product wants anyway (it is bandwidth-bound).
 A call with another layout, dtype or shape than bound runs the reference kernel.
 """
 

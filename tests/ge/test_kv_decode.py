@@ -199,8 +199,9 @@ def test_wide_decoder_moves_its_weights_to_the_gemv_layout_with_orts_tokens() ->
     move every weight to the gemv layout after ``GEMV_AFTER`` of them, a batch-4 prompt and steps
     on the same model move them back; tokens and logits as ONNX Runtime's throughout."""
     from pycann.kernels import providers, weight_layouts
+    from pycann.kernels.providers import choice_table
 
-    if not (providers.has_avx512() and providers.available("onednn")):
+    if not (choice_table.has_avx512() and providers.available("onednn")):
         pytest.skip("packed generic GEMMs bind on AVX-512 CPUs with libdnnl only")
     layers, heads, width, vocab = 1, 8, 512, 1000
     onnx_model = _export(layers, heads, width, vocab)

@@ -16,11 +16,11 @@ from pycann.ge.compile.compiler import compile_model
 from pycann.ge.run.model import LoadedModel
 from pycann.kernels import bind_generic, providers
 from pycann.kernels.algorithm import Packing
-from pycann.kernels.providers import onednn_packed
+from pycann.kernels.providers import choice_table, onednn_packed
 from tests.ops.oracle import run_ort
 
 pytestmark = [pytest.mark.usefixtures("default_providers"),
-              pytest.mark.skipif(not (providers.has_avx512() and providers.available("onednn")),
+              pytest.mark.skipif(not (choice_table.has_avx512() and providers.available("onednn")),
                                  reason="packed generic GEMMs bind on AVX-512 CPUs with libdnnl only")]
 RNG = np.random.default_rng(15)
 K, N = 512, 1536  # 2*K*N >= onednn_matmul.SMALL_FLOPS at one row

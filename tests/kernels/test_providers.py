@@ -19,7 +19,7 @@ from pycann.ge.ir import Graph, Node
 from pycann.ge.om import dumps_om, loads_om
 from pycann.kernels import providers
 from pycann.kernels.algorithm import BY_KEY, parse
-from pycann.kernels.providers import ConvSpec, GemmSpec, numpy_blas
+from pycann.kernels.providers import ConvSpec, GemmSpec, choice_table, numpy_blas, thread_pools
 from pycann.kernels.table import into_kernel, run_kernel
 from pycann.ops.registry import lookup
 from tests.ops.oracle import run_ort, single_node_model
@@ -338,7 +338,7 @@ def test_static_choice_with_torch(monkeypatch: pytest.MonkeyPatch) -> None:
 def test_gemm_static_choice(op: str, shapes: list, attrs: dict) -> None:
     """float32 MatMul/Gemm go to oneDNN's matmul when libdnnl is there, else to numpy; products
     under GEMM_TINY_FLOPS always to numpy (oneDNN would hand them over anyway)."""
-    tiny = providers.make_spec(op, [tuple(s) for s in shapes], attrs).flops < providers.GEMM_TINY_FLOPS
+    tiny = providers.make_spec(op, [tuple(s) for s in shapes], attrs).flops < choice_table.GEMM_TINY_FLOPS
     want = "onednn" if providers.available("onednn") and not tiny else "numpy"
     assert providers.choose(op, shapes, attrs).provider == want
     assert providers.choose(op, shapes, attrs, dtype="float64").provider == "numpy"
@@ -476,14 +476,14 @@ def test_blas_single_thread_limits_openblas_inside_the_context() -> None:
     info = [i for i in threadpoolctl.threadpool_info() if i["user_api"] == "blas"]
     if not info:
         pytest.skip("no BLAS library visible to threadpoolctl")
-    with providers.blas_single_thread():
+    with thread_pools.blas_single_thread():
         # numpy's own OpenBLAS (the one the context exists for); other BLAS copies that later tests
         # load (scipy's, OpenCV's) are outside its scope
         inside = [i["num_threads"] for i in threadpoolctl.threadpool_info()
                   if i["user_api"] == "blas" and "numpy" in str(i.get("filepath", ""))]
     assert inside and all(n == 1 for n in inside)
-    assert providers.uses_torch([BY_KEY["numpy:matmul"], None, BY_KEY["torch:conv2d"]])
-    assert not providers.uses_torch([BY_KEY["numpy:matmul"], None])
+    assert thread_pools.uses_torch([BY_KEY["numpy:matmul"], None, BY_KEY["torch:conv2d"]])
+    assert not thread_pools.uses_torch([BY_KEY["numpy:matmul"], None])
 
 
 @pytest.mark.parametrize("direct", [True, False])
@@ -504,15 +504,15 @@ def test_blas_single_thread_restores_the_count_direct_and_through_threadpoolctl(
         pytest.skip("numpy was not installed from a wheel with its own OpenBLAS")
     if not direct:
         monkeypatch.setattr(blas_threads, "numpy_wheel_openblas", lambda: None)
-    monkeypatch.setattr(providers, "_blas_limit", None)
+    monkeypatch.setattr(thread_pools, "_blas_limit", None)
     with threadpoolctl.threadpool_limits(2, user_api="blas"):
         before = numpy_blas()
-        with providers.blas_single_thread():
-            with providers.blas_single_thread():
+        with thread_pools.blas_single_thread():
+            with thread_pools.blas_single_thread():
                 assert all(n == 1 for n in numpy_blas())
             assert all(n == 1 for n in numpy_blas())
         assert numpy_blas() == before == [2] * len(before)
-    monkeypatch.setattr(providers, "_blas_limit", None)  # (the next user finds its own again)
+    monkeypatch.setattr(thread_pools, "_blas_limit", None)  # (the next user finds its own again)
 
 
 @needs_torch
@@ -555,14 +555,14 @@ def test_static_choice_prefers_onednn_and_keeps_torch_unloaded() -> None:
         "onednn:conv_transpose_nhwc"
     assert providers.choose("MatMul", [(128, 768), (768, 768)], {}).key == "onednn:matmul"
     assert providers.choose("Gemm", [(1, 2048), (1000, 2048)], {"transB": 1}).key == "onednn:gemm"
-    assert providers.uses_openmp([BY_KEY["onednn:conv_nhwc"]]) and not providers.uses_openmp([BY_KEY["numpy:gemm"], None])
+    assert thread_pools.uses_openmp([BY_KEY["onednn:conv_nhwc"]]) and not thread_pools.uses_openmp([BY_KEY["numpy:gemm"], None])
 
 
 @pytest.mark.parametrize("avx512, want", [(False, "skinny"), (True, "any")])
 def test_skinny_gemm_class_depends_on_avx512(monkeypatch: pytest.MonkeyPatch, avx512: bool, want: str) -> None:
     """2-64 rows against a 2-D weight take numpy's BLAS first on a CPU without AVX-512 (oneDNN's jit
     gemm there is slower than OpenBLAS at a few rows); one row (a GEMV) and batched B stay 'any'."""
-    monkeypatch.setattr(providers, "has_avx512", lambda: avx512)
+    monkeypatch.setattr(choice_table, "has_avx512", lambda: avx512)
     assert providers.shape_class(GemmSpec("MatMul", (4, 1, 768), (768, 3072))) == want
     assert providers.shape_class(GemmSpec("MatMul", (64, 768), (768, 768))) == want
     assert providers.shape_class(GemmSpec("MatMul", (1, 1, 768), (768, 3072))) == "any"  # a GEMV
@@ -575,8 +575,8 @@ def test_skinny_gemm_class_depends_on_avx512(monkeypatch: pytest.MonkeyPatch, av
 
 def test_runtime_openmp() -> None:
     """A shape-generic plan's matmuls pick a provider per call: OpenMP when oneDNN is there."""
-    assert providers.runtime_openmp(["Add", "MatMul"]) == (providers.available("onednn") or providers.available("torch"))
-    assert not providers.runtime_openmp(["Add", "Relu"])
+    assert thread_pools.runtime_openmp(["Add", "MatMul"]) == (providers.available("onednn") or providers.available("torch"))
+    assert not thread_pools.runtime_openmp(["Add", "Relu"])
 
 
 @pytest.mark.parametrize("with_out", [False, True])

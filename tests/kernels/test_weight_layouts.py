@@ -14,11 +14,11 @@ import numpy as np
 import pytest
 
 from pycann.kernels import bind_generic, providers, weight_layouts
-from pycann.kernels.providers import onednn_matmul, onednn_packed
+from pycann.kernels.providers import choice_table, onednn_matmul, onednn_packed
 from tests.forking import fork_while_held, run_script
 
 pytestmark = [pytest.mark.usefixtures("default_providers"),
-              pytest.mark.skipif(not (providers.has_avx512() and providers.available("onednn")),
+              pytest.mark.skipif(not (choice_table.has_avx512() and providers.available("onednn")),
                                  reason="packed generic GEMMs bind on AVX-512 CPUs with libdnnl only")]
 RNG = np.random.default_rng(29)
 K, N = 512, 1536

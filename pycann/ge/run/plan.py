@@ -36,13 +36,11 @@ from pycann.kernels.providers import (
     arena_ok,
     available,
     background_pack,
-    blas_single_thread,
     nan_guard,
     omp_fork,
     openmp,
-    runtime_openmp,
-    uses_openmp,
 )
+from pycann.kernels.providers.thread_pools import blas_single_thread, runtime_openmp, uses_openmp
 from pycann.kernels.table import into_kernel, run_kernel
 from pycann.ops.registry import lookup
 from pycann.profiler import hooks

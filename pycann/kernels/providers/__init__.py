@@ -17,17 +17,17 @@ Selection (see docs/kernels.md):
 
 Heavy providers stay optional: ``torch`` is imported only when first asked about, and
 ``PYCANN_PROVIDERS=numpy`` (comma-separated names) restricts the set in a process.
+
+This module resolves choices (availability, lookup, fallback); its parts live beside it: ``specs``
+(``ConvSpec``/``GemmSpec``/``Implementation``), ``choice_table`` (``PROVIDERS``, ``STATIC_TABLE``,
+``shape_class``), ``measured`` (``measure``) and ``thread_pools`` (OpenMP and BLAS pools).
 """
 
 from __future__ import annotations
 
-import contextlib
 import importlib
 import logging
-import math
-import time
-from collections.abc import Callable, Iterable, Mapping, Sequence
-from dataclasses import dataclass
+from collections.abc import Callable, Mapping, Sequence
 from functools import lru_cache
 from typing import Any
 
@@ -37,275 +37,33 @@ from pycann import config
 from pycann.kernels.algorithm import (
     FALLBACK,
     INTERIM_CONV_TRANSPOSE,
-    NUMPY_COL2IM,
-    NUMPY_DEPTHWISE,
-    NUMPY_GEMM,
-    NUMPY_GEMM_1X1,
-    NUMPY_IM2COL_GEMM,
-    NUMPY_MATMUL,
-    ONEDNN_CONV_NHWC,
-    ONEDNN_CONV_TRANSPOSE_NHWC,
-    ONEDNN_CONV_WINOGRAD,
-    ONEDNN_GEMM,
-    ONEDNN_MATMUL,
-    TORCH_ADDMM,
-    TORCH_CONV1D,
-    TORCH_CONV2D,
-    TORCH_CONV2D_NHWC,
-    TORCH_CONV2D_PACKED,
-    TORCH_CONV3D,
-    TORCH_CONV_TRANSPOSE,
-    TORCH_CONV_TRANSPOSE_NHWC,
-    TORCH_MATMUL,
     Algorithm,
-    Threads,
     parse,
 )
-from pycann.ops.nn.spatial import Window, compute_dtype, plan_window
+
+# The specs, the tables and measured selection live in their own modules (specs, choice_table,
+# measured); the names imported here are the ones this module uses, and with them the package's
+# public API (``__all__``, docs/kernels.md) stays ``providers.<name>``.
+from pycann.kernels.providers.choice_table import (
+    PROVIDERS,
+    STATIC_TABLE,
+    TINY_FLOPS,
+    TINY_FLOPS_2D,
+    Provider,
+    shape_class,
+)
+from pycann.kernels.providers.measured import measure
+from pycann.kernels.providers.specs import (
+    ConvSpec,
+    GemmSpec,
+    Implementation,
+    OpSpec,
+    compute_name,
+    conv_spec,
+    make_spec,
+)
 
 log = logging.getLogger("pycann.kernels.providers")
-
-CONV_OPS = ("Conv", "ConvTranspose")
-GEMM_OPS = ("MatMul", "Gemm")
-
-
-@dataclass(frozen=True)
-class ConvSpec:
-    """One Conv/ConvTranspose call, as far as choosing a kernel goes (all ints, hashable).
-
-    For ConvTranspose, ``win.pads_begin`` are the output offsets of ``conv_transpose_geometry``
-    and ``out_sizes`` the output spatial sizes; for Conv ``out_sizes == win.out``.
-    """
-
-    op_type: str
-    x_shape: tuple[int, ...]
-    w_shape: tuple[int, ...]
-    group: int
-    win: Window
-    out_sizes: tuple[int, ...]
-    dtype: str = "float32"  # the compute dtype (``compute_name``): float16 inputs run in float32
-
-    @property
-    def n_spatial(self) -> int:
-        return len(self.x_shape) - 2
-
-    @property
-    def depthwise(self) -> bool:
-        """group == C_in == C_out > 1 (one filter per channel)."""
-        return self.op_type == "Conv" and self.group > 1 and self.group == self.x_shape[1] == self.w_shape[0]
-
-    @property
-    def pointwise(self) -> bool:
-        """1x1 kernel without padding (a GEMM on the (C, H*W) view)."""
-        return self.op_type == "Conv" and all(k == 1 for k in self.win.kernel) and not self.win.padded
-
-    @property
-    def patches(self) -> bool:
-        """A 2-D ConvTranspose whose kernel equals its stride (one group, no dilation, no output offset,
-        output = input x stride): every input pixel writes its own output patch, one GEMM with no
-        per-size primitive (``onednn_pointwise.PatchDeconv``)."""
-        return self.op_type == "ConvTranspose" and patch_geometry(self.w_shape, self.group, self.win, self.x_shape,
-                                                                  self.out_sizes)
-
-    @property
-    def flops(self) -> int:
-        """2 * multiply-adds."""
-        if self.op_type == "Conv":
-            return 2 * self.x_shape[0] * self.w_shape[0] * int(math.prod(self.out_sizes)) * int(math.prod(self.w_shape[1:]))
-        return 2 * int(math.prod(self.x_shape)) * int(math.prod(self.w_shape[1:]))
-
-
-def patch_geometry(w_shape: Sequence[int], group: int, win: Window, x_shape: Sequence[int],
-                   out_sizes: Sequence[int]) -> bool:
-    """``ConvSpec.patches`` from the parts (``win`` from ``conv_transpose_geometry``; ConvTranspose-11/22)."""
-    k = tuple(int(d) for d in w_shape[2:])
-    return group == 1 and len(k) == 2 and len(x_shape) == 4 and tuple(win.kernel) == k \
-        and tuple(win.strides) == k and all(d == 1 for d in win.dilations) and not any(win.pads_begin) \
-        and tuple(out_sizes) == (x_shape[2] * k[0], x_shape[3] * k[1])
-
-
-@dataclass(frozen=True)
-class GemmSpec:
-    """One MatMul/Gemm call: operand shapes as given (before ``transA``/``transB``)."""
-
-    op_type: str
-    a_shape: tuple[int, ...]
-    b_shape: tuple[int, ...]
-    dtype: str = "float32"
-    trans_a: bool = False
-    trans_b: bool = False
-
-    @property
-    def mkn(self) -> tuple[int, int, int, int]:
-        """(batch, M, K, N) of the product."""
-        a = self.a_shape[::-1] if self.trans_a else self.a_shape
-        b = self.b_shape[::-1] if self.trans_b else self.b_shape
-        m = a[-2] if len(a) > 1 else 1
-        k = a[-1]
-        n = b[-1] if len(b) > 1 else 1
-        batch = max(math.prod(a[:-2]), math.prod(b[:-2])) if len(a) > 2 or len(b) > 2 else 1  # not np.prod: ~5 us a call
-        return batch, m, k, n
-
-    @property
-    def flops(self) -> int:
-        batch, m, k, n = self.mkn
-        return 2 * batch * m * k * n
-
-
-OpSpec = ConvSpec | GemmSpec
-
-
-@dataclass(frozen=True)
-class Implementation:
-    """The code of one ``Algorithm`` in its provider module.
-
-    ``fn`` signatures (arrays already in the compute dtype; ``out`` optional, used when its
-    dtype and layout fit; the result may be a view of ``out``):
-
-    * Conv: ``fn(x, w, b, group, win, out) -> y`` with the bias added.
-    * ConvTranspose: ``fn(x, w, b, group, win, out_sizes, out) -> y`` with the bias added.
-    * MatMul: ``fn(a, b, out) -> y`` (numpy.matmul semantics).
-    * Gemm: ``fn(a, b, c, alpha, beta, out) -> y`` (``a``, ``b`` already transposed, ``c``
-      broadcast to (M, N) or None).
-    """
-
-    algo: Algorithm
-    supports: Callable[[Any], bool]
-    fn: Callable[..., np.ndarray]
-    doc: str = ""
-
-    @property
-    def provider(self) -> str:
-        return self.algo.provider
-
-    @property
-    def op_type(self) -> str:
-        return self.algo.op_type
-
-    @property
-    def key(self) -> str:
-        """``"<provider>:<name>"`` (reports, logs, the bank)."""
-        return self.algo.key
-
-    @property
-    def exact(self) -> bool:
-        return self.algo.exact
-
-    @property
-    def writes_out(self) -> bool:
-        return self.algo.writes_out
-
-
-@dataclass(frozen=True)
-class Provider:
-    """A kernel library: ``module`` defines ``available() -> bool`` and ``ALGORITHMS`` (its
-    ``Implementation`` list)."""
-
-    name: str
-    module: str
-    doc: str
-
-
-# The registry: explicit, in preference order for ties. Adding a provider = one line here
-# plus a module with ``available()`` and ``ALGORITHMS``.
-PROVIDERS: dict[str, Provider] = {
-    "numpy": Provider("numpy", "pycann.kernels.providers.numpy_blas", "numpy's BLAS (OpenBLAS in the wheels); always there"),
-    "onednn": Provider("onednn", "pycann.kernels.providers.onednn",
-                       "oneDNN's C API (onednn-cpu-gomp wheel) via ctypes: conv, deconv, matmul, ...; optional, "
-                       "~14 MB; its Winograd conv also needs oneDNN v2's library (scripts/fetch_onednn2.py)"),
-    "torch": Provider("torch", "pycann.kernels.providers.torch_onednn", "PyTorch CPU: oneDNN conv, MKL GEMM; optional"),
-}
-
-# Default choice per (op type, shape class): first available algorithm that supports the
-# spec wins; then any other available one; the numpy general algorithm always remains.
-# Measured on Zen 5 (2 cores, AVX-512) with the ResNet-50 and PP-OCRv4 det shapes: see docs/kernels.md.
-STATIC_TABLE: dict[tuple[str, str], tuple[Algorithm, ...]] = {
-    # Tiny convs (Silero VAD, PP-OCR cls): a torch call costs ~20-200 us of dispatch and
-    # thread-pool wake-up, more than the arithmetic; numpy's single call wins.
-    ("Conv", "tiny"): (NUMPY_GEMM_1X1, NUMPY_DEPTHWISE, NUMPY_IM2COL_GEMM),
-    # Winograd first where it applies (3x3 stride 1, channels in 16s; onednn_wino.eligible): ~1.5-2x
-    # faster than the direct conv on ResNet-50's 3x3 layers; only when approximate kernels are allowed.
-    ("Conv", "weight_bound"): (ONEDNN_CONV_WINOGRAD, ONEDNN_CONV_NHWC, TORCH_CONV2D_NHWC, TORCH_CONV2D_PACKED, TORCH_CONV2D, NUMPY_IM2COL_GEMM),
-    ("Conv", "pointwise"): (ONEDNN_CONV_NHWC, TORCH_CONV2D_NHWC, TORCH_CONV2D, TORCH_CONV1D, TORCH_CONV3D, NUMPY_GEMM_1X1),
-    ("Conv", "depthwise"): (ONEDNN_CONV_NHWC, TORCH_CONV2D_NHWC, TORCH_CONV2D, TORCH_CONV1D, TORCH_CONV3D, NUMPY_DEPTHWISE),
-    ("Conv", "grouped"): (ONEDNN_CONV_NHWC, TORCH_CONV2D_NHWC, TORCH_CONV2D, TORCH_CONV1D, TORCH_CONV3D, NUMPY_IM2COL_GEMM),
-    ("Conv", "regular"): (ONEDNN_CONV_WINOGRAD, ONEDNN_CONV_NHWC, TORCH_CONV2D_NHWC, TORCH_CONV2D, TORCH_CONV1D, TORCH_CONV3D, NUMPY_IM2COL_GEMM),
-    ("ConvTranspose", "any"): (ONEDNN_CONV_TRANSPOSE_NHWC, TORCH_CONV_TRANSPOSE_NHWC, TORCH_CONV_TRANSPOSE, NUMPY_COL2IM),
-    # oneDNN's AVX-512 brgemm matmul: ~2x OpenBLAS held to AVX2 (docs/kernels.md); it hands
-    # products under 1 MFLOP to numpy itself.
-    ("MatMul", "any"): (ONEDNN_MATMUL, NUMPY_MATMUL, TORCH_MATMUL),
-    # Under GEMM_TINY_FLOPS oneDNN would hand the product to numpy anyway: asking for it first
-    # would load libdnnl (~40 MB of RSS) into a model that never runs it (PP-OCR cls's classifier).
-    ("MatMul", "tiny"): (NUMPY_MATMUL, ONEDNN_MATMUL, TORCH_MATMUL),
-    ("Gemm", "tiny"): (NUMPY_GEMM, ONEDNN_GEMM, TORCH_ADDMM),
-    # 2-64 rows against a 2-D weight (decode steps of a small batch) on a CPU without AVX-512:
-    # oneDNN has no brgemm there and its jit gemm runs 1.2-2.5x slower than OpenBLAS (GPT-2
-    # shapes, one thread; docs/dynamic-shapes.md). One row (a GEMV) stays on oneDNN: as fast per
-    # thread, and its OpenMP pool waits passively. With AVX-512 these take the "any" row.
-    ("MatMul", "skinny"): (NUMPY_MATMUL, ONEDNN_MATMUL, TORCH_MATMUL),
-    ("Gemm", "skinny"): (NUMPY_GEMM, ONEDNN_GEMM, TORCH_ADDMM),
-    ("Gemm", "any"): (ONEDNN_GEMM, NUMPY_GEMM, TORCH_ADDMM),
-}
-
-
-def weight_bound(spec: ConvSpec) -> bool:
-    """A 2-D float32 conv with >= 256 KiB of weights that outweigh its input (x2), or a spatial
-    kernel with >= 512 KiB of weights: prepacking the weight once wins there (ResNet-50's late
-    layers); below 256 KiB the packed call's fixed cost (~15 us) loses."""
-    if spec.op_type != "Conv" or spec.group != 1 or spec.n_spatial != 2 or spec.dtype != "float32":
-        return False
-    w_bytes = int(math.prod(spec.w_shape)) * 4
-    x_bytes = int(math.prod(spec.x_shape)) * 4
-    if w_bytes < 256 << 10:
-        return False
-    return w_bytes >= 2 * x_bytes or (int(math.prod(spec.win.kernel)) > 1 and w_bytes >= 512 << 10)
-
-
-TINY_FLOPS = 2_000_000  # below this a conv is dispatch-bound (measured on Silero VAD's 1-D convs)
-# 2-D convs: a bound oneDNN conv costs ~6-10 us a call (Python, OpenMP fork/join), and beats numpy
-# from ~0.2 MFLOP on (PP-OCR cls: depthwise 5x5 100-145 us in numpy vs 19-26 us; docs/kernels.md)
-TINY_FLOPS_2D = 200_000
-GEMM_TINY_FLOPS = 1 << 20  # = onednn_matmul.SMALL_FLOPS: below this a product stays on numpy
-
-
-SKINNY_ROWS = 64  # 2..this many rows (batch x M against a 2-D B): the "skinny" GEMM row
-
-
-@lru_cache(maxsize=1)
-def has_avx512() -> bool:
-    """True when the CPU advertises AVX-512F (Linux /proc/cpuinfo; elsewhere assumed True, the
-    tuning of STATIC_TABLE)."""
-    try:
-        with open("/proc/cpuinfo", encoding="utf-8") as f:
-            for line in f:
-                if line.startswith("flags"):
-                    return "avx512f" in line.split()
-    except OSError:
-        pass
-    return True
-
-
-def shape_class(spec: OpSpec) -> str:
-    """The ``STATIC_TABLE`` row of a spec."""
-    if isinstance(spec, GemmSpec):
-        if spec.flops < GEMM_TINY_FLOPS:
-            return "tiny"
-        batch, m, _, _ = spec.mkn
-        b_2d = len(spec.b_shape) == 2
-        return "skinny" if b_2d and 2 <= batch * m <= SKINNY_ROWS and not has_avx512() else "any"
-    if spec.op_type == "ConvTranspose":
-        return "any"
-    if spec.flops < (TINY_FLOPS_2D if spec.n_spatial == 2 else TINY_FLOPS):
-        return "tiny"
-    if spec.depthwise:
-        return "depthwise"
-    if spec.group > 1:
-        return "grouped"
-    if weight_bound(spec):
-        return "weight_bound"
-    if spec.pointwise:
-        return "pointwise"
-    return "regular"
 
 
 # ------------------------------------------------------------------ availability and lookup
@@ -517,161 +275,15 @@ def resolve(algo: Algorithm | None, spec: Callable[[], OpSpec], remember: bool =
     return _static_choice(spec()) if remember else _static_choice.__wrapped__(spec())  # type: ignore[attr-defined]
 
 
-# ------------------------------------------------------------------ specs from shapes + attrs
-
-
-def compute_name(dtype: Any) -> str:
-    """Name of the dtype a kernel computes in: narrow floats widen to float32, others stay."""
-    try:
-        dt = np.dtype(dtype)
-    except TypeError:
-        return str(dtype)
-    if dt.kind == "f" or dt.name == "bfloat16":
-        return compute_dtype(dt).name
-    return dt.name
-
-
-def conv_spec(op_type: str, x_shape: Sequence[int], w_shape: Sequence[int], attrs: Mapping[str, Any],
-              dtype: str = "float32") -> ConvSpec:
-    """The spec of a Conv/ConvTranspose with static shapes and ONNX attributes."""
-    xs, ws = tuple(int(d) for d in x_shape), tuple(int(d) for d in w_shape)
-    ks = attrs.get("kernel_shape") or []
-    kernel = tuple(int(k) for k in ks) if ks else ws[2:]
-    group = int(attrs.get("group", 1) or 1)
-    if op_type == "ConvTranspose":
-        from pycann.ops.nn.conv import conv_transpose_geometry  # conv imports this package
-
-        win, outs = conv_transpose_geometry(xs[2:], kernel, attrs)
-        return ConvSpec(op_type, xs, ws, group, win, tuple(outs), compute_name(dtype))
-    win = plan_window(xs[2:], kernel, attrs)
-    return ConvSpec(op_type, xs, ws, group, win, win.out, compute_name(dtype))
-
-
-def make_spec(op_type: str, shapes: Sequence[Sequence[int]], attrs: Mapping[str, Any],
-              dtype: str = "float32") -> OpSpec:
-    """The spec of a Conv/ConvTranspose/MatMul/Gemm from its first two input shapes."""
-    if op_type in CONV_OPS:
-        return conv_spec(op_type, shapes[0], shapes[1], attrs, dtype)
-    if op_type in GEMM_OPS:
-        return GemmSpec(op_type, tuple(int(d) for d in shapes[0]), tuple(int(d) for d in shapes[1]), compute_name(dtype),
-                        bool(attrs.get("transA", 0)), bool(attrs.get("transB", 0)))
-    raise ValueError(f"no kernel providers for op {op_type}")
-
-
 def choose(op_type: str, shapes: Sequence[Sequence[int]], attrs: Mapping[str, Any], dtype: str = "float32",
            mode: str = "static", weight: np.ndarray | None = None) -> Algorithm:
     """The algorithm for one node from its input shapes and attributes."""
     return select(make_spec(op_type, shapes, attrs, dtype), mode, weight).algo
 
 
-# ------------------------------------------------------------------ measured selection
-
-_measured: dict[OpSpec, list[tuple[float, Algorithm]]] = {}
-
-
-def _random_inputs(spec: OpSpec, weight: np.ndarray | None) -> list[Any]:
-    rng = np.random.default_rng(0)
-    cd = np.dtype(spec.dtype)
-
-    def r(shape: tuple[int, ...]) -> np.ndarray:
-        return rng.standard_normal(shape).astype(cd)
-
-    if isinstance(spec, ConvSpec):
-        w = weight.astype(cd, copy=False) if weight is not None else r(spec.w_shape)
-        m = spec.w_shape[0] if spec.op_type == "Conv" else spec.w_shape[1] * spec.group
-        args: list[Any] = [r(spec.x_shape), w, r((m,)), spec.group, spec.win]
-        return args + ([spec.out_sizes] if spec.op_type == "ConvTranspose" else []) + [None]
-    b = weight.astype(cd, copy=False) if weight is not None else r(spec.b_shape)
-    a = r(spec.a_shape)
-    if spec.op_type == "MatMul":
-        return [a, b, None]
-    a = a.T if spec.trans_a else a
-    b = b.T if spec.trans_b else b
-    return [a, b, None, 1.0, 1.0, None]
-
-
-def measure(spec: OpSpec, cands: Sequence[Implementation], weight: np.ndarray | None = None,
-            budget_s: float = 0.05) -> tuple[Implementation, list[tuple[float, Algorithm]]]:
-    """Time each candidate on ``spec`` (best of a few runs after a warm-up); the fastest wins.
-
-    Results are cached per spec for the process. A candidate that raises is skipped.
-    """
-    if spec not in _measured:
-        args = _random_inputs(spec, weight)
-        times: list[tuple[float, Algorithm]] = []
-        for a in cands:
-            try:
-                a.fn(*args)
-                best, t_end, runs = float("inf"), time.perf_counter() + budget_s, 0
-                while runs < 3 or (time.perf_counter() < t_end and runs < 20):
-                    t0 = time.perf_counter()
-                    a.fn(*args)
-                    best = min(best, time.perf_counter() - t0)
-                    runs += 1
-                times.append((best, a.algo))
-            except Exception as e:  # pragma: no cover - a provider bug must not break compilation
-                log.info("kernel %s failed on %s: %s", a.key, spec, e)
-        _measured[spec] = sorted(times, key=lambda t: t[0])
-    by_algo = {a.algo: a for a in cands}
-    for _, n in _measured[spec]:
-        if n in by_algo:
-            return by_algo[n], _measured[spec]
-    return cands[0], _measured[spec]
-
-
 __all__ = [
     "FALLBACK", "Algorithm", "ConvSpec", "GemmSpec", "Implementation", "OpSpec", "PROVIDERS", "Provider", "STATIC_TABLE", "TINY_FLOPS", "TINY_FLOPS_2D",
     "accept", "algorithm", "arena_ok", "available", "candidates", "choose", "compute_name", "conv_spec", "declared",
     "loaded", "make_spec", "measure",
-    "reset", "resolve", "select", "shape_class", "uses_openmp",
+    "reset", "resolve", "select", "shape_class",
 ]
-
-
-# ------------------------------------------------------------------ one thread pool at a time
-
-_blas_limit: Any = None
-
-
-def blas_single_thread() -> Any:
-    """A context manager that keeps numpy's BLAS (OpenBLAS) at one thread while a plan that runs
-    torch (oneDNN/OpenMP) kernels executes: on 2 cores the two pools' spinning workers otherwise
-    fight (bench/RESULTS.md: PP-OCRv4 rec 40 -> 18 ms). numpy's wheel OpenBLAS is set directly
-    (``blas_threads``); another BLAS through ``threadpoolctl`` (installed with the ``models`` extra,
-    beside torch); without either, a no-op. ~1-6 us per use."""
-    global _blas_limit
-    if _blas_limit is None:
-        from pycann.kernels.providers import blas_threads
-
-        wheel = blas_threads.numpy_wheel_openblas()
-        if wheel is not None:
-            _blas_limit = lambda: blas_threads.OneThread(*wheel)  # noqa: E731
-        else:
-            try:
-                from threadpoolctl import ThreadpoolController
-
-                blas = ThreadpoolController().select(user_api="blas")
-                _blas_limit = (lambda: blas.limit(limits=1)) if blas.lib_controllers else contextlib.nullcontext
-            except Exception:  # threadpoolctl missing or unable to inspect: leave BLAS alone
-                _blas_limit = contextlib.nullcontext
-    return _blas_limit()
-
-
-def uses_torch(algos: Iterable[Algorithm | None]) -> bool:
-    """True when any recorded algorithm is a torch one."""
-    return any(a is not None and a.provider == "torch" for a in algos)
-
-
-def runtime_openmp(op_types: Any) -> bool:
-    """True when nodes of these op types, with no algorithm recorded (a shape-generic plan picks
-    per call), may run on an OpenMP pool: float MatMul/Gemm/Conv take oneDNN or torch from
-    ``STATIC_TABLE`` whenever one is available."""
-    return any(t in _RUNTIME_DISPATCH for t in op_types) and (available("onednn") or available("torch"))
-
-
-_RUNTIME_DISPATCH = frozenset({"MatMul", "Gemm", "FusedMatMul", "FusedGemm", "Conv", "FusedConv", "ConvTranspose"})
-
-
-def uses_openmp(algos: Iterable[Algorithm | None]) -> bool:
-    """True when any recorded algorithm runs on an OpenMP pool (torch's or libdnnl's: both spin
-    after a call, so numpy's OpenBLAS pool must stay at one thread meanwhile)."""
-    return any(a is not None and a.threads is Threads.OPENMP for a in algos)

@@ -1,4 +1,4 @@
-"""numpy's OpenBLAS held to one thread while oneDNN's OpenMP pool runs (``providers.blas_single_thread``).
+"""numpy's OpenBLAS held to one thread while oneDNN's OpenMP pool runs (``thread_pools.blas_single_thread``).
 
 ``threadpoolctl`` finds the BLAS of any numpy build, but finding it walks every library the process
 has loaded (~4.5 ms at the first model run, about a third of a small CNN's first inference).

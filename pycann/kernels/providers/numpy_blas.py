@@ -19,7 +19,7 @@ from pycann.kernels.algorithm import (
     NUMPY_IM2COL_GEMM,
     NUMPY_MATMUL,
 )
-from pycann.kernels.providers import ConvSpec, GemmSpec, Implementation
+from pycann.kernels.providers.specs import ConvSpec, GemmSpec, Implementation
 from pycann.ops.matmul import FOLD_BYTES, gemm, matmul
 from pycann.ops.nn.im2col import add_bias, conv_1x1, conv_depthwise, conv_im2col_gemm, conv_transpose
 from pycann.ops.nn.spatial import Window

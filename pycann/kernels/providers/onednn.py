@@ -42,8 +42,6 @@ from pycann.kernels.algorithm import (
 )
 from pycann.kernels.bound import BoundKernel
 from pycann.kernels.providers import (
-    ConvSpec,
-    Implementation,
     aligned,
     omp_fork,
     onednn_bf16,
@@ -65,6 +63,7 @@ from pycann.kernels.providers.onednn_eltwise import (
     _numpy_unary,
     onednn_unary,
 )
+from pycann.kernels.providers.specs import ConvSpec, Implementation
 from pycann.ops.nn.spatial import Window
 
 __all__ = ["E", "RELU", "Unaries", "Unary", "accepts", "available", "bound_conv_nhwc", "conv_nhwc",

@@ -28,10 +28,11 @@ import numpy as np
 
 from pycann.dtypes import bfloat16, is_bfloat16
 from pycann.kernels.algorithm import ONEDNN_CONV_BF16, ONEDNN_MATMUL_BF16, ONEDNN_MATMUL_BF16_PACKED
-from pycann.kernels.providers import ConvSpec, GemmSpec, Implementation, omp_fork, onednn_packed, openmp
 from pycann.kernels.providers import numpy_blas as nb
+from pycann.kernels.providers import omp_fork, onednn_packed, openmp
 from pycann.kernels.providers import onednn_capi as capi
 from pycann.kernels.providers.onednn_eltwise import Unaries, Unary, _chain
+from pycann.kernels.providers.specs import ConvSpec, GemmSpec, Implementation
 from pycann.ops.nn.spatial import Window
 
 __all__ = ["ALGORITHMS", "BF16", "bf16_choice", "conv", "cpu_has_bf16", "kernel_note", "matmul", "matmul_plan", "native",

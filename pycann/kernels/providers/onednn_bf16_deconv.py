@@ -2,7 +2,7 @@
 oneDNN's native bf16 matmul: the bf16 precision modes' FusedConvTranspose without widening.
 
 Semantics: ONNX ConvTranspose-11/22 with 2-D kernel == stride, no padding, no dilation, one group,
-output = input x stride (``providers.patch_geometry``). Nothing overlaps, so every input pixel writes
+output = input x stride (``specs.patch_geometry``). Nothing overlaps, so every input pixel writes
 its own kh x kw patch: ``Y[n, m, h*kh + i, w*kw + j] = post(sum_c X[n, c, h, w] W[c, m, i, j] + B[m])``,
 a product of the channels-last input (pixels, C) with the weight rearranged as (C, kh * kw * M), as
 ``onednn_pointwise.PatchDeconv`` computes it in float32. Here the operands stay bf16 and oneDNN
@@ -30,10 +30,11 @@ from collections.abc import Sequence
 import numpy as np
 
 from pycann.dtypes import bfloat16, is_bfloat16
-from pycann.kernels.providers import omp_fork, onednn_bf16, patch_geometry
+from pycann.kernels.providers import omp_fork, onednn_bf16
 from pycann.kernels.providers import onednn_capi as capi
 from pycann.kernels.providers.onednn_eltwise import Unaries, Unary, _chain
 from pycann.kernels.providers.onednn_pointwise import NARROW_COLUMNS
+from pycann.kernels.providers.specs import patch_geometry
 from pycann.ops.nn.spatial import Window
 
 __all__ = ["conv_transpose_patches", "stats"]

@@ -30,11 +30,12 @@ import numpy as np
 
 from pycann.kernels.algorithm import ONEDNN_GEMM, ONEDNN_MATMUL, Packing, Threads
 from pycann.kernels.bound import BoundKernel
-from pycann.kernels.providers import GemmSpec, Implementation, aligned, omp_fork, onednn_packed, openmp
+from pycann.kernels.providers import aligned, omp_fork, onednn_packed, openmp
 from pycann.kernels.providers import numpy_blas as nb
 from pycann.kernels.providers import onednn_capi as capi
 from pycann.kernels.providers.bound_out import dest, finish
 from pycann.kernels.providers.native_args import conform
+from pycann.kernels.providers.specs import GemmSpec, Implementation
 
 Desc = tuple[tuple[int, ...], tuple[int, ...]]  # (dims, strides in elements)
 Unary = tuple[int, float, float]

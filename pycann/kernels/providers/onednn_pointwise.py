@@ -35,11 +35,12 @@ from typing import Any, TypeVar
 import numpy as np
 
 from pycann.errors import OperandError
-from pycann.kernels.providers import omp_fork, openmp, patch_geometry
+from pycann.kernels.providers import omp_fork, openmp
 from pycann.kernels.providers import onednn_capi as capi
 from pycann.kernels.providers.native_args import address
 from pycann.kernels.providers.onednn import _cl_strides, _fits, empty_channels_last
 from pycann.kernels.providers.onednn_eltwise import Unaries, Unary, _chain, _numpy_unary
+from pycann.kernels.providers.specs import patch_geometry
 from pycann.ops.nn.spatial import Window
 
 __all__ = ["PatchDeconv", "Pointwise", "patch_deconv", "patch_plan", "plan", "pointwise", "warm"]
@@ -226,7 +227,7 @@ def patch_deconv(w: np.ndarray, group: int, win: Window, x_shape: tuple[int, ...
                  out_sizes: tuple[int, ...]) -> bool:
     """True for a ConvTranspose ``PatchDeconv`` computes (``win`` from ``conv_transpose_geometry``):
     2-D, one group, kernel == stride, no dilation, no output offset, output = input x stride
-    (``providers.patch_geometry``), float32 weight."""
+    (``specs.patch_geometry``), float32 weight."""
     return w.dtype == np.float32 and patch_geometry(w.shape, group, win, x_shape, out_sizes)
 
 

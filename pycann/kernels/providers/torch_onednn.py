@@ -37,8 +37,9 @@ from pycann.kernels.algorithm import (
     TORCH_CONV_TRANSPOSE_NHWC,
     TORCH_MATMUL,
 )
-from pycann.kernels.providers import ConvSpec, GemmSpec, Implementation, omp_fork
 from pycann.kernels.providers import numpy_blas as nb
+from pycann.kernels.providers import omp_fork
+from pycann.kernels.providers.specs import ConvSpec, GemmSpec, Implementation
 from pycann.ops.nn.spatial import Window
 
 _torch: Any = None
