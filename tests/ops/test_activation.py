@@ -11,7 +11,7 @@ import pytest
 
 from pycann.dtypes import DType, TensorDesc
 from pycann.errors import ShapeError
-from pycann.ops import activation, registry
+from pycann.ops import erf_gelu, registry
 from pycann.ops.opdef import InferContext
 from tests.ops.oracle import check_op, run_ort, single_node_model
 
@@ -83,14 +83,14 @@ def test_erf_accuracy() -> None:
     """Erf vs math.erf: float32 within 1e-6 relative, float64 within 1e-13 relative."""
     x = np.concatenate([np.linspace(-7, 7, 20001), [1e-30, -1e-30, 1e-8, 0.5, 0.75, 4.0, 6.0, 30.0]])
     ref = np.array([math.erf(v) for v in x])
-    got64 = activation.erf(x)
+    got64 = erf_gelu.erf(x)
     np.testing.assert_allclose(got64, ref, rtol=1e-13, atol=0)
     x32 = x.astype(np.float32)
     ref32 = np.array([math.erf(v) for v in x32.astype(np.float64)])
-    got32 = activation.erf(x32)
+    got32 = erf_gelu.erf(x32)
     assert got32.dtype == np.float32
     np.testing.assert_allclose(got32, ref32, rtol=1e-6, atol=0)
-    special = activation.erf(np.array([np.inf, -np.inf, np.nan, -0.0], np.float32))
+    special = erf_gelu.erf(np.array([np.inf, -np.inf, np.nan, -0.0], np.float32))
     assert special[0] == 1 and special[1] == -1 and np.isnan(special[2]) and np.signbit(special[3])
     check_op("Erf", [np.linspace(-5, 5, 1001, dtype=np.float32)], rtol=1e-6, atol=1e-7)
     check_op("Erf", [np.array([-2, 0, 1, 3], np.int32)], expected=[np.array([0, 0, 0, 0], np.int32)])

@@ -8,8 +8,7 @@ import math
 import numpy as np
 import pytest
 
-from pycann.ops import activation as act_mod
-from pycann.ops import fused
+from pycann.ops import erf_gelu, fused
 from pycann.ops.registry import lookup
 
 SQRT1_2 = 1.0 / math.sqrt(2.0)
@@ -31,7 +30,7 @@ def _r(*shape: int, seed: int = 0, scale: float = 1.0) -> np.ndarray:
 
 def test_gelu_erf_dense_grid_against_math_erf() -> None:
     x = np.linspace(-14.0, 14.0, 400_001).astype(np.float32)
-    y = act_mod.gelu_erf_(x.copy())
+    y = erf_gelu.gelu_erf_(x.copy())
     want = _gelu_golden(x)
     err = np.abs(y.astype(np.float64) - want)
     # float32 output rounding plus the approximation (Phi within 2e-8): ~1e-6 absolute at most
@@ -47,7 +46,7 @@ def test_gelu_erf_dense_grid_against_math_erf() -> None:
 def test_gelu_erf_special_values() -> None:
     x = np.array([0.0, -0.0, 1e-30, -1e-30, 1e-45, 1e30, -1e30, 3e38, -3e38, np.inf, -np.inf, np.nan],
                  np.float32)
-    y = act_mod.gelu_erf_(x.copy())
+    y = erf_gelu.gelu_erf_(x.copy())
     np.testing.assert_array_equal(y[:2], [0.0, 0.0])
     np.testing.assert_allclose(y[2:5], [5e-31, -5e-31, 0.5 * 1e-45], rtol=1e-6, atol=1e-45)
     np.testing.assert_array_equal(y[5:9], np.array([1e30, 0.0, 3e38, 0.0], np.float32))
@@ -58,21 +57,21 @@ def test_gelu_erf_special_values() -> None:
 @pytest.mark.parametrize("n", [0, 1, 7, (1 << 16) - 1, (1 << 16) + 5, 3 * (1 << 16)])
 def test_gelu_erf_block_boundaries(n: int) -> None:
     x = _r(n, seed=n, scale=4.0)
-    y = act_mod.gelu_erf_(x.copy())
+    y = erf_gelu.gelu_erf_(x.copy())
     assert y.shape == x.shape and y.dtype == np.float32
     np.testing.assert_allclose(y, _gelu_golden(x), rtol=2e-6, atol=3e-7)
 
 
 def test_gelu_erf_fallbacks_float64_and_strided() -> None:
     x64 = np.random.default_rng(1).standard_normal((33, 17)) * 3
-    np.testing.assert_allclose(act_mod.gelu_erf_(x64.copy()), _gelu_golden(x64), rtol=1e-13, atol=1e-15)
+    np.testing.assert_allclose(erf_gelu.gelu_erf_(x64.copy()), _gelu_golden(x64), rtol=1e-13, atol=1e-15)
     x = _r(16, 20, seed=2, scale=3.0)
     view = x.copy()[:, ::2]  # not contiguous: computed on the view, in place
-    out = act_mod.gelu_erf_(view)
+    out = erf_gelu.gelu_erf_(view)
     assert out is view
     np.testing.assert_allclose(view, _gelu_golden(x[:, ::2]), rtol=2e-6, atol=3e-7)
     zero_d = np.array(1.5, np.float32)
-    np.testing.assert_allclose(act_mod.gelu_erf_(zero_d), _gelu_golden(np.float32(1.5)), rtol=1e-6)
+    np.testing.assert_allclose(erf_gelu.gelu_erf_(zero_d), _gelu_golden(np.float32(1.5)), rtol=1e-6)
 
 
 @pytest.mark.parametrize("approximate", ["none", "tanh"])

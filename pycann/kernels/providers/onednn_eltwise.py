@@ -57,7 +57,7 @@ def _chain(unary: Unary | Unaries | None) -> Unaries:
 
 def _numpy_unary(y: np.ndarray, u: Unary | Unaries) -> np.ndarray:
     """``u`` applied in numpy, in place (the fallback path for shapes oneDNN is not given)."""
-    from pycann.ops.activation import gelu_erf_, gelu_tanh_
+    from pycann.ops.erf_gelu import gelu_erf_, gelu_tanh_
 
     if isinstance(u[0], tuple):
         for one in u:
