@@ -1,7 +1,8 @@
-"""A compiled model loaded for execution: I/O descriptions, input validation, running.
+"""A compiled model loaded for execution: I/O descriptions, running, gears, dynamic AIPP.
 
 Both ``.om`` files and in-memory ``CompiledModel``s load into ``LoadedModel``; the acl facade
-(``pycann.acl``) and ``InferSession`` are thin wrappers over it.
+(``pycann.acl``) and ``InferSession`` are thin wrappers over it. Input validation
+(``check_feeds``) and ``TensorInfo`` live in ``pycann.ge.run.model_feeds``.
 """
 
 from __future__ import annotations
@@ -13,16 +14,17 @@ import math
 import os
 import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from pycann.config import PlanCacheConfig, plan_cache_config
-from pycann.dtypes import TensorDesc, dtype_name, from_numpy, to_numpy
+from pycann.dtypes import TensorDesc, dtype_name, to_numpy
 from pycann.errors import InputError, ShapeError
 from pycann.ge.ir import Graph
 from pycann.ge.run.executor import Executor
+from pycann.ge.run.model_feeds import FeedChecks, TensorInfo
 from pycann.ge.run.plan_cache import CacheStats
 from pycann.ge.run.specializer import Specializer, compiled_plan_holds
 from pycann.kernels import kv_cache
@@ -39,27 +41,6 @@ if TYPE_CHECKING:  # the compile side, gears and dynamic AIPP load only when a m
 MAX_OVERRIDE_VARIANTS = 8
 """Variants with overridable initializers fed (one per set of fed names) a model keeps, least recently
 used first out: a client feeding ever other subsets would otherwise hold one compiled model each."""
-
-
-@dataclass(frozen=True)
-class TensorInfo:
-    """One model input or output, as ais_bench's ``get_inputs()`` reports it."""
-
-    name: str
-    shape: list[Any]  # ints, or -1 / symbol names for dynamic dims
-    dtype: int  # ONNX dtype enum
-    datatype: str  # numpy name, e.g. "float32"
-    format: str = "ND"
-
-    @property
-    def size(self) -> int:
-        """Bytes for a static shape, else 0."""
-        n = 1
-        for d in self.shape:
-            if not isinstance(d, int) or d < 0:
-                return 0
-            n *= d
-        return n * to_numpy(self.dtype).itemsize
 
 
 def _info(name: str, d: TensorDesc | None) -> TensorInfo:
@@ -83,17 +64,6 @@ def _owned(o: Any) -> Any:
     o = np.asarray(o)
     # a KV cache's ``present`` is read-only by design: the next step appends to its buffer in place
     return o if o.flags.writeable or kv_cache.cache_view(o) else o.copy()
-
-
-def _container_feed(name: str, kind: str, x: Any) -> Any:
-    """A sequence input as a list of arrays; an optional input as None or its value."""
-    if kind == "optional" and x is None:
-        return None
-    if isinstance(x, (list, tuple)):
-        return [np.asarray(e) for e in x]
-    if kind == "sequence":
-        raise InputError(f"input '{name}' is an ONNX sequence: pass a list of arrays, received {type(x).__name__}")
-    return np.asarray(x)
 
 
 @contextlib.contextmanager
@@ -141,7 +111,7 @@ def _seed_weight_bounds(graph: Graph, table: Any) -> None:
             nan_guard.seed(w, entry[1], part)
 
 
-class LoadedModel:
+class LoadedModel(FeedChecks):
     """Runs a compiled graph. Thread-safe: several threads may call ``run`` at once."""
 
     def __init__(
@@ -228,108 +198,6 @@ class LoadedModel:
     def from_compiled(cls, cm: CompiledModel, plan_cache: PlanCacheConfig | None = None) -> LoadedModel:
         return cls(cm.graph, cm.manifest, plan_cache=plan_cache)
 
-    def _static_signature(self) -> list[tuple[np.dtype, tuple[int, ...]]] | None:
-        """(dtype, shape) of every input when all are static tensors (no gears, dynamic AIPP or
-        ranges): ``check_feeds`` then accepts matching arrays with one comparison each."""
-        if self.gears is not None or self._dyn_aipp is not None or any(
-                isinstance(r, list) for dims in self._ranges.values() for r in (dims or [])):
-            return None  # gears, dynamic AIPP and lo~hi ranges have their own checks
-        sig = []
-        for d in self._in_descs:
-            if d is None or getattr(d, "kind", "tensor") != "tensor" or not d.dtype or not d.is_static:
-                return None
-            try:
-                sig.append((np.dtype(to_numpy(d.dtype)), tuple(int(x) for x in d.shape)))  # type: ignore[union-attr, arg-type]
-            except (TypeError, KeyError, ValueError):
-                return None
-        return sig
-
-    def check_feeds(self, feeds: Sequence[Any]) -> list[np.ndarray]:
-        """Validate count, dtype and shape of inputs (in model order). Raises ``InputError``.
-
-        Dynamic-AIPP parameter inputs may be left out (the ones set with ``set_dynamic_aipp``
-        are filled in); with gears, the shapes must match a gear (the selected one if any)."""
-        fast = self._static_feeds
-        if fast is not None and len(feeds) == len(fast):
-            # a static model fed arrays of exactly its signature (every call of a serving loop)
-            for (dt, shape), x in zip(fast, feeds):
-                if type(x) is not np.ndarray or x.dtype != dt or x.shape != shape:
-                    break
-            else:
-                return list(feeds)
-        if self._dyn_aipp is not None:
-            feeds = self._dyn_aipp.complete(feeds, len(self.inputs))
-        if len(feeds) != len(self.inputs):
-            raise InputError(
-                f"the model has {len(self.inputs)} input{'' if len(self.inputs) == 1 else 's'} "
-                f"({', '.join(i.name for i in self.inputs)}) but {len(feeds)} were given"
-            )
-        out: list[Any] = []
-        for info, desc, x in zip(self.inputs, self._in_descs, feeds):
-            if desc is not None and desc.kind != "tensor":
-                out.append(_container_feed(info.name, desc.kind, x))
-                continue
-            if self._dyn_aipp is not None and info.name in self._dyn_aipp.images:
-                out.append(self._dyn_aipp.image(info.name, x))
-                continue
-            arr = np.asarray(x)
-            try:
-                got = int(from_numpy(arr.dtype))
-            except TypeError:  # a dtype ONNX has no type for (structured, void): a mismatch like any other
-                got = -1
-            if desc is not None and desc.dtype and got != desc.dtype:
-                aipp = next((e for e in self.aipp if e.get("input") == info.name and e.get("mode") != "dynamic"), None)
-                if aipp is not None:  # x.astype would turn normalised values into garbage pixels
-                    raise InputError(
-                        f"input '{info.name}' has AIPP (--insert_op_conf): feed the raw image, {info.datatype} "
-                        f"{info.format} {list(info.shape)} ({aipp.get('params', {}).get('input_format', 'pixels')}), "
-                        f"not the {arr.dtype} tensor the model had before AIPP (the AIPP step converts, crops "
-                        "and normalises it: docs/aipp.md)")
-                raise InputError(
-                    f"input '{info.name}': expected dtype {info.datatype}, received {arr.dtype}; "
-                    # a list or scalar has no .astype: show the call that works for it
-                    + (f"convert with x.astype(np.{info.datatype})" if isinstance(x, np.ndarray)
-                       else f"convert with np.asarray(x, dtype=np.{info.datatype})")
-                )
-            if desc is not None and desc.shape is not None:
-                self._check_shape(info.name, desc, arr.shape)
-            out.append(arr)
-        if self.gears is not None:
-            self.gears.check([i.name for i in self.inputs], [a.shape if isinstance(a, np.ndarray) else None for a in out])
-        return out
-
-    def _check_shape(self, name: str, desc: TensorDesc, shape: tuple[int, ...]) -> None:
-        """Rank, static dims and ``--input_shape`` ranges (``lo~hi``). The message shows the
-        expected shape in --input_shape syntax (``-1`` = any, ``lo~hi`` = range) and the first
-        offending dim (CANN E10050 wording for ranges)."""
-        assert desc.shape is not None
-        rng = self._ranges.get(name) or []
-        why = ""
-        if len(shape) != len(desc.shape):
-            why = f"rank {len(shape)}, expected {len(desc.shape)}"
-        else:
-            for i, (d, s) in enumerate(zip(desc.shape, shape)):
-                r = rng[i] if i < len(rng) else None
-                if isinstance(d, int) and d != s:
-                    why = f"dim {i} is {s}, expected {d}"
-                elif isinstance(r, list) and not r[0] <= s <= r[1]:
-                    why = f"dim {i} is {s}, not in the range {r[0]}~{r[1]} set by --input_shape"
-                if why:
-                    break
-        if why:  # (the expected-shape text is built only for the error: this runs on every call)
-            raise InputError(f"input '{name}': expected shape {self._expected(name, desc)}, received {list(shape)} ({why})")
-
-    def _expected(self, name: str, desc: TensorDesc | None) -> str:
-        """``[1,3,-1,1~8]``: input ``name``'s shape in --input_shape syntax (``-1`` any, ``lo~hi`` a range)."""
-        if desc is None or desc.shape is None:
-            return "(any shape)"
-        rng = self._ranges.get(name) or []
-        want = []
-        for i, d in enumerate(desc.shape):
-            r = rng[i] if i < len(rng) else None
-            want.append(str(d) if isinstance(d, int) else f"{r[0]}~{r[1]}" if isinstance(r, list) else "-1")
-        return f"[{','.join(want)}]"
-
     def run(self, feeds: Sequence[Any] | Mapping[str, Any]) -> list[np.ndarray]:
         """Run with inputs in model order (a dict by name is ``run_dict``'s; a bare array feeds a
         single-input model, as InferSession.infer takes it); returns outputs in model order."""
@@ -359,13 +227,6 @@ class LoadedModel:
             self._release_pages()
         # Never hand out the model's own constant memory (read-only, shared between runs).
         return [_owned(o) for o in outs]
-
-    def _shapes_text(self, feeds: Sequence[Any]) -> str:
-        return ", ".join(f"{i.name} {list(np.shape(x))}" for i, x in zip(self.inputs, feeds))
-
-    def _expected_text(self) -> str:
-        """Every input's shape in --input_shape syntax (``_expected``)."""
-        return ", ".join(f"{name} {self._expected(name, d)}" for name, d in zip(self.graph.inputs, self._in_descs))
 
     def plan_cache_stats(self) -> CacheStats:
         """Counters of the plan cache: hits, misses, plans built, generic runs, evictions, bytes."""
