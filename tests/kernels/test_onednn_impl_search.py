@@ -178,7 +178,7 @@ def test_aligned_buffers_start_on_a_cache_line(shape: Any, dtype: Any) -> None:
 
 
 def test_channels_last_results_and_arenas_are_aligned() -> None:
-    from pycann.ge.run.plan import Arena, _warm_buffer
+    from pycann.ge.run.plan_arena import Arena, _warm_buffer
 
     assert onednn.empty_channels_last((1, 3, 224, 224)).ctypes.data % 64 == 0
     assert _warm_buffer(3 << 20).ctypes.data % 64 == 0

@@ -26,7 +26,8 @@ from pycann.ge.planning.candidates import INPLACE, arena_candidates, inplace_can
 from pycann.ge.planning.memory import MemoryPlan, plan_memory
 from pycann.ge.run import contention, plan_builder, shape_program
 from pycann.ge.run.generic_runs import GenericRuns, _on_team, _pinned_run
-from pycann.ge.run.plan import Arena, Plan, PlanClosedError
+from pycann.ge.run.plan import Plan, PlanClosedError
+from pycann.ge.run.plan_arena import Arena
 from pycann.ge.run.plan_builder import BackgroundBuilder
 from pycann.ge.run.plan_cache import CacheStats, PlanCache
 from pycann.ge.run.plan_steps import ARENA, NORMAL, SCOPED, Step, StepKind

@@ -6,11 +6,12 @@ arena for the outputs the memory plan places, and runs the steps: as generated s
 code (one local per slot), or with control flow, observers or to report an error, in one
 interpreter loop. Intermediate tensors are released right after their last reader, so memory
 follows the memory plan's lifetimes. ``ge/run/executor.py`` builds and caches plans per signature.
+The arena itself is ``ge/run/plan_arena.py``; which outputs a run copies before handing them out,
+``ge/run/plan_outputs.py``.
 """
 
 from __future__ import annotations
 
-import ctypes
 import os
 import threading
 import time
@@ -25,14 +26,15 @@ from pycann.errors import KernelError, ModelError, OperandError, PycannError
 from pycann.ge.ir import Graph, free_names, node_reads
 from pycann.ge.planning.candidates import INPLACE
 from pycann.ge.planning.memory import MemoryPlan
+from pycann.ge.run.plan_arena import Arena, ViewSpec, _warm_buffer
+from pycann.ge.run.plan_outputs import _independent, _off_arena
 from pycann.ge.run.plan_steps import ARENA, NORMAL, SCOPED, Step
-from pycann.kernels import algorithm, kv_cache
+from pycann.kernels import algorithm
 from pycann.kernels.algorithm import INTERIM_CONV_TRANSPOSE, Algorithm
 from pycann.kernels.bind import PREPARE
 from pycann.kernels.bind_generic import PREPARE_GENERIC
 from pycann.kernels.bound import BoundKernel, bound
 from pycann.kernels.providers import (
-    aligned,
     arena_ok,
     available,
     background_pack,
@@ -56,25 +58,6 @@ INTERIM_ALGOS: dict[tuple[str, str], Algorithm] = {
     ("pycann", "FusedConvTranspose"): INTERIM_CONV_TRANSPOSE,
 }
 _RELEASE_EVERY = 16 << 20  # bytes of packed weights between two releases of the mapped .om pages
-# (arena offset, dtype, logical shape, stored channels-last)
-ViewSpec = tuple[int, np.dtype, tuple[int, ...], bool]
-
-
-class Arena:
-    """One arena buffer plus, per bound step, the output views into it."""
-
-    def __init__(self, nbytes: int, layout: list[list[ViewSpec]], buffer: np.ndarray | None = None) -> None:
-        self.buffer = aligned.empty(max(nbytes, 1), np.uint8) if buffer is None else buffer
-        self.views = [[self._view(*spec) for spec in outs] for outs in layout]
-
-    def _view(self, off: int, dt: np.dtype, shape: tuple[int, ...], nhwc: bool) -> np.ndarray:
-        raw = self.buffer[off : off + int(np.prod(shape, dtype=np.int64)) * dt.itemsize].view(dt)
-        if nhwc:  # channels-last storage, logical NCHW view (GE LayoutSelection)
-            n, c, h, w = shape
-            return raw.reshape(n, h, w, c).transpose(0, 3, 1, 2)
-        return raw.reshape(shape)
-
-
 _PATCH_OPS = frozenset({"ConvTranspose", "FusedConvTranspose"})
 
 
@@ -87,14 +70,6 @@ def _warm_patch_gemm() -> None:
             onednn_pointwise.warm()
     except Exception:  # noqa: BLE001 - the first call then pays the JIT, as before
         pass
-
-
-def _warm_buffer(nbytes: int) -> np.ndarray:
-    """An arena buffer with every page written (zeros): a page fault costs ~1-2 us on this kind of
-    VM, and a 4-8 MB arena is 1-2 thousand of them."""
-    buffer = aligned.empty(max(nbytes, 1), np.uint8)  # (on a cache line: the offsets in it are 64-byte multiples)
-    ctypes.memset(buffer.ctypes.data, 0, buffer.nbytes)
-    return buffer
 
 
 class PlanClosedError(RuntimeError):
@@ -497,45 +472,3 @@ def _after_fork_in_child() -> None:
 
 if hasattr(os, "register_at_fork"):
     os.register_at_fork(after_in_child=_after_fork_in_child)
-
-
-def _independent(outs: list[Any], feeds: Sequence[Any], const_outputs: set[int],
-                 cache_outputs: set[int]) -> list[Any]:
-    """Outputs the caller may modify freely, as ONNX Runtime's are: a constant of the plan (the
-    same array every run), a view of a feed (Identity, Reshape of an input) or an array already
-    returned earlier in the list (an output listed twice) is copied. (Runs on every call: arrays
-    owning their memory, the usual case, are settled by identity checks alone.) The outputs in
-    ``cache_outputs`` are read-only views of a KV cache buffer that may share a feed's memory by
-    design (kernels/kv_cache.py): only a second listing of one is copied, and any other output that
-    is a (read-only) view of a cache buffer (``Identity(present)`` listed first) is copied."""
-    feed_ids = {id(f) for f in feeds}
-    seen: set[int] = set()
-    views: list[np.ndarray] = []  # earlier outputs that do not own their memory
-    res: list[Any] = []
-    for i, o in enumerate(outs):
-        if isinstance(o, np.ndarray):
-            if i in const_outputs or id(o) in seen:
-                o = o.copy()
-            elif i in cache_outputs:
-                pass
-            elif cache_outputs and not o.flags.writeable and kv_cache.cache_view(o):
-                o = o.copy()  # a view of a ``present``, not one: the caller's, as ORT's outputs
-            elif o.base is None:
-                # owns its memory: only a feed itself, or the base of an earlier view, can alias it
-                if id(o) in feed_ids or any(np.may_share_memory(o, v) for v in views):
-                    o = o.copy()
-            elif any(isinstance(f, np.ndarray) and np.may_share_memory(o, f) for f in feeds) \
-                    or any(isinstance(p, np.ndarray) and np.may_share_memory(o, p) for p in res):
-                o = o.copy()
-            seen.add(id(o))
-            if o.base is not None:
-                views.append(o)
-        res.append(o)
-    return res
-
-
-def _off_arena(o: Any, buffer: np.ndarray) -> Any:
-    """``o`` copied where it shares the arena; sequences (lists) element by element."""
-    if isinstance(o, list):
-        return [_off_arena(e, buffer) for e in o]
-    return o.copy() if isinstance(o, np.ndarray) and np.may_share_memory(o, buffer) else o
