@@ -24,7 +24,7 @@ sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1]))
 
 from pycann.kernels.providers import aligned  # noqa: E402
 from pycann.kernels.providers import onednn_capi as c  # noqa: E402
-from pycann.kernels.providers.onednn import _cl_strides  # noqa: E402
+from pycann.kernels.providers.onednn_conv_plan import _cl_strides  # noqa: E402
 
 IMPLS = ("jit:avx512_core", "jit:avx2", "x64:gemm:jit", "brgconv")
 # name -> (input NCHW, weight OIHW, stride, pad)

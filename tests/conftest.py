@@ -51,14 +51,14 @@ def default_providers(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
 @pytest.fixture
 def in_place_calls(monkeypatch: pytest.MonkeyPatch) -> dict[str, int]:
     """Counts calls of the oneDNN bound conv's ``_Plan.in_place`` (asked for its accumulate-into-dst form)."""
-    from pycann.kernels.providers import onednn
+    from pycann.kernels.providers import onednn_conv_plan
 
     calls = {"n": 0}
-    original = onednn._Plan.in_place
+    original = onednn_conv_plan._Plan.in_place
 
     def counted(self: Any) -> Any:
         calls["n"] += 1
         return original(self)
 
-    monkeypatch.setattr(onednn._Plan, "in_place", counted)
+    monkeypatch.setattr(onednn_conv_plan._Plan, "in_place", counted)
     return calls

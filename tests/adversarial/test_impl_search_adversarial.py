@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 
 from pycann.kernels import providers
-from pycann.kernels.providers import onednn
+from pycann.kernels.providers import onednn, onednn_conv_plan
 from tests.forking import run_script
 
 pytestmark = [pytest.mark.usefixtures("default_providers"),
@@ -44,10 +44,10 @@ def test_a_remembered_brgemm_choice_does_not_pull_later_sizes_into_the_global_st
     w = (rng.standard_normal((256, 3, 4, 4)) / 7).astype(np.float32)
     b = rng.standard_normal(256).astype(np.float32)
     first = _plan((1, 3, 32, 32), w, PATCH).impl
-    if not first.startswith(onednn._GLOBAL_KERNELS):
+    if not first.startswith(onednn_conv_plan._GLOBAL_KERNELS):
         pytest.skip(f"oneDNN ranks {first} first for this conv on this CPU (no brgemm kernel to move off)")
     later = [_plan((1, 3, h, wd), w, PATCH).impl for h, wd in ((24, 40), (48, 16), (64, 64))]
-    assert all(not i.startswith(onednn._GLOBAL_KERNELS) for i in later), later
+    assert all(not i.startswith(onednn_conv_plan._GLOBAL_KERNELS) for i in later), later
     x = rng.standard_normal((1, 3, 48, 16)).astype(np.float32)
     y = onednn.conv_nhwc(x, w, b, 1, conv_window(x.shape, w.shape, PATCH))
     np.testing.assert_allclose(y, _ort_conv(x, w, b, PATCH, 1), rtol=1e-4, atol=1e-4)
@@ -256,7 +256,7 @@ def test_a_searched_residual_conv_keeps_its_in_place_form(monkeypatch: pytest.Mo
     win = conv_window(x.shape, w.shape, stem)
     with monkeypatch.context() as m:
         m.setattr(search, "eligible", lambda *a: False)
-        first = onednn._Plan(x.shape, w, True, 1, win, tuple(win.out), False, None, True)  # oneDNN's choice
+        first = onednn_conv_plan._Plan(x.shape, w, True, 1, win, tuple(win.out), False, None, True)  # oneDNN's choice
     other = "jit:avx2" if first.impl != "jit:avx2" else "jit:avx512_core"
     monkeypatch.setattr(search, "_search", lambda pd, make, mds: other)
     p = onednn._plan(x.shape, w, True, 1, win, tuple(win.out), False, None, True)

@@ -1,5 +1,5 @@
 """Adversarial inputs for the run-time-dims pointwise convs and patch ConvTransposes
-(``kernels/providers/onednn_pointwise.py``) and the no-jit memo of ``onednn._own_kernels``:
+(``kernels/providers/onednn_pointwise.py``) and the no-jit memo of ``onednn_conv_plan._own_kernels``:
 weights whose transpose is already contiguous (one output or input channel, Fortran order, 1x1
 deconv kernels) must not be kept alive by a plan, and one convolution without a jit kernel must
 not take the jit kernels away from every later conv of the same weight shape. Skipped when
@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 
 from pycann.kernels.providers import numpy_blas as nb
-from pycann.kernels.providers import onednn
+from pycann.kernels.providers import onednn, onednn_conv_plan
 from pycann.ops.nn.conv import conv_transpose_geometry, conv_window
 
 pytestmark = pytest.mark.skipif(not onednn.available(), reason="libdnnl.so.3 (onednn-cpu-gomp) not available")
@@ -68,7 +68,7 @@ def test_patch_plan_never_keeps_the_weight(ws: tuple[int, ...]) -> None:
 def _impl(w: np.ndarray, size: int, pads: int) -> str:
     xs = (1, w.shape[1], size, size)
     win = conv_window(xs, w.shape, {"pads": [pads] * 4})
-    return onednn._Plan(xs, w, False, 1, win, tuple(win.out), False, None, False).impl
+    return onednn_conv_plan._Plan(xs, w, False, 1, win, tuple(win.out), False, None, False).impl
 
 
 def test_conv_without_jit_kernel_does_not_strip_other_geometries() -> None:
@@ -82,9 +82,9 @@ def test_conv_without_jit_kernel_does_not_strip_other_geometries() -> None:
     w = rng.random((16, 16, 3, 3), dtype=np.float32)
     first = _impl(w, 8, 1)
     later = [_impl(w, s, 1) for s in (9, 10)]
-    if first.startswith(onednn._GLOBAL_KERNELS):  # (else nothing to move off)
-        assert all(not i.startswith(onednn._GLOBAL_KERNELS) for i in later), later
-    assert not any(k[0] is False for k in onednn._no_jit)  # only deconvolutions are remembered
+    if first.startswith(onednn_conv_plan._GLOBAL_KERNELS):  # (else nothing to move off)
+        assert all(not i.startswith(onednn_conv_plan._GLOBAL_KERNELS) for i in later), later
+    assert not any(k[0] is False for k in onednn_conv_plan._no_jit)  # only deconvolutions are remembered
 
 
 @pytest.mark.parametrize("kind", ["pointwise", "3x3", "patch_deconv"])

@@ -129,7 +129,7 @@ def test_weights_packed_once_across_shapes() -> None:
     after = onednn_packed.stats()
     assert lm.plan_cache_stats().built == 4
     # two convolution weights: at most two layouts each (the first plan's, which may be a brgemm
-    # layout, and the jit layout of every later shape: onednn._own_kernels), never one per shape
+    # layout, and the jit layout of every later shape: onednn_conv_plan._own_kernels), never one per shape
     assert after.packed - before.packed <= 4
     assert after.reused - before.reused >= 4  # 8 primitives: at most 4 packings, the rest reused
 

@@ -4,7 +4,7 @@ A dynamic conv model under a one-plan cache is re-planned on every call; after t
 over its shapes nothing may accumulate: live oneDNN handles, packed weights, the NaN guard's
 proven bounds, the plan cache's bytes, and the C heap's bytes in use (glibc ``mallinfo2``; the
 oneDNN 3.x brgemm convolutions kept every rebuilt primitive's kernels in a process-wide store,
-~0.4 MB a rebuild on PP-OCRv4 rec: ``onednn._own_kernels``). Values are checked against ONNX
+~0.4 MB a rebuild on PP-OCRv4 rec: ``onednn_conv_plan._own_kernels``). Values are checked against ONNX
 Runtime; no timings. The long version is ``scripts/soak_plans.py``.
 """
 
@@ -23,7 +23,7 @@ from pycann.config import PlanBuild, PlanCacheConfig
 from pycann.ge.compile.compiler import compile_model
 from pycann.ge.run.model import LoadedModel
 from pycann.ge.run.plan_cache import trim_heap
-from pycann.kernels.providers import nan_guard, onednn, onednn_packed
+from pycann.kernels.providers import nan_guard, onednn, onednn_conv_plan, onednn_packed
 from pycann.kernels.providers import onednn_capi as capi
 from tests.ops.oracle import run_ort
 
@@ -52,12 +52,12 @@ def _pointwise_model() -> object:
     return m
 
 
-def _conv_plans(lm: LoadedModel, x: np.ndarray) -> list[onednn._Plan]:
+def _conv_plans(lm: LoadedModel, x: np.ndarray) -> list[onednn_conv_plan._Plan]:
     """The oneDNN conv plans bound into the specialised plan of ``x``'s shape."""
     plan, _ = lm.executor.plan_for([x])
-    found: list[onednn._Plan] = []
+    found: list[onednn_conv_plan._Plan] = []
 
-    def add(p: onednn._Plan) -> None:
+    def add(p: onednn_conv_plan._Plan) -> None:
         if all(p is not q for q in found):
             found.append(p)
 
@@ -68,9 +68,9 @@ def _conv_plans(lm: LoadedModel, x: np.ndarray) -> list[onednn._Plan]:
             except ValueError:
                 continue
             owner = getattr(v, "__self__", None)
-            if isinstance(v, onednn._Plan) or isinstance(owner, onednn._Plan):
-                add(v if isinstance(v, onednn._Plan) else owner)
-            elif isinstance(getattr(v, "plan", None), onednn._Plan):  # (a bound conv's state: BoundConv)
+            if isinstance(v, onednn_conv_plan._Plan) or isinstance(owner, onednn_conv_plan._Plan):
+                add(v if isinstance(v, onednn_conv_plan._Plan) else owner)
+            elif isinstance(getattr(v, "plan", None), onednn_conv_plan._Plan):  # (a bound conv's state: BoundConv)
                 add(v.plan)
             elif callable(v) and depth < 3:
                 walk(v, depth + 1)
@@ -127,7 +127,7 @@ def test_later_plans_use_implementations_that_own_their_kernels(model: tuple[obj
         np.testing.assert_allclose(lm.run([x])[0], run_ort(m, {"x": x})[0], rtol=1e-4, atol=1e-4)
     plans = _conv_plans(lm, first)  # (built again by plan_for: yet another rebuild)
     assert len(plans) >= 3, [p.impl for p in plans]
-    kept = [p.impl for p in plans if p.impl.startswith(onednn._GLOBAL_KERNELS)]
+    kept = [p.impl for p in plans if p.impl.startswith(onednn_conv_plan._GLOBAL_KERNELS)]
     assert not kept, f"brgemm implementations keep their kernels for good: {kept}"
     assert any(p.impl.startswith("jit_1x1") for p in plans), [p.impl for p in plans]
 

@@ -15,7 +15,7 @@ import pytest
 
 from pycann.dtypes import TensorDesc
 from pycann.kernels import bind_generic_conv, providers
-from pycann.kernels.providers import onednn
+from pycann.kernels.providers import onednn, onednn_conv_plan
 from pycann.kernels.providers import onednn_capi as capi
 from pycann.kernels.providers.onednn_conv_descs import ConvDescs
 from pycann.ops.nn.conv import conv_window
@@ -77,7 +77,7 @@ def test_each_shape_binds_what_the_reference_binds(case: int) -> None:
     attrs = {"group": 1, **attrs}
     k, node, (ins, consts) = _node(w, b, attrs, residual)
     rng = np.random.default_rng(case)
-    # the weight's first primitive (``onednn._own_kernels``: later ones may take another implementation)
+    # the weight's first primitive (``onednn_conv_plan._own_kernels``: later ones may take another implementation)
     x0 = rng.standard_normal((1, 8, 30, 31)).astype(np.float32)
     out0 = (1, w_shape[0]) + conv_window(x0.shape, w_shape, attrs).out
     node.bind(attrs, x0, rng.standard_normal(out0).astype(np.float32) if residual else None)
@@ -149,14 +149,14 @@ def test_a_plan_keeps_no_descriptor_but_for_its_in_place_form() -> None:
     x, w, b = _data((1, 8, 12, 10), (8, 8, 3, 3), True)
     win = conv_window(x.shape, w.shape, {"pads": [1, 1, 1, 1]})
     shared = ConvDescs(w, True, 1, False, None, 8)
-    plans = [onednn._Plan(x.shape, w, True, 1, win, win.out, False, None, False, shared=shared),
-             onednn._Plan((1, 8, 7, 5), w, True, 1, conv_window((1, 8, 7, 5), w.shape, {"pads": [1, 1, 1, 1]}),
+    plans = [onednn_conv_plan._Plan(x.shape, w, True, 1, win, win.out, False, None, False, shared=shared),
+             onednn_conv_plan._Plan((1, 8, 7, 5), w, True, 1, conv_window((1, 8, 7, 5), w.shape, {"pads": [1, 1, 1, 1]}),
                           (7, 5), False, None, False, shared=shared)]
     for p in plans:
         assert p._descs is None and p.prim.pd is None and p.src.md is None and p.dst.md is None
     np.testing.assert_allclose(plans[0].run(x, b, None), _ort_conv(x, w, b, {"pads": [1, 1, 1, 1]}, 1),
                                rtol=RTOL, atol=ATOL)
-    res = onednn._Plan(x.shape, w, True, 1, win, win.out, False, None, True, shared=shared)
+    res = onednn_conv_plan._Plan(x.shape, w, True, 1, win, win.out, False, None, True, shared=shared)
     r = np.random.default_rng(2).standard_normal(res.y_shape).astype(np.float32)
     np.testing.assert_allclose(res.run(x, b, r), _ort_conv(x, w, b, {"pads": [1, 1, 1, 1]}, 1, residual=r),
                                rtol=RTOL, atol=ATOL)

@@ -195,7 +195,7 @@ def test_the_jit_family_sums_in_one_order(xs: Any, ws: Any, stride: int, pad: in
     # a search that switches between oneDNN's jit kernels of two ISAs changes no output bit
     # (what makes a timing-dependent choice harmless to reproducibility: docs/kernels.md)
     from pycann.kernels.providers import onednn_capi as c
-    from pycann.kernels.providers.onednn import _cl_strides
+    from pycann.kernels.providers.onednn_conv_plan import _cl_strides
 
     rng = np.random.default_rng(3)
     x = aligned.empty(int(np.prod(xs)))

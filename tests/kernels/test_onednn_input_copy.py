@@ -1,5 +1,5 @@
 """A conv plan fed a non-channels-last input (an image stem's NCHW feed) copies it into one buffer
-of its own, reused run after run (onednn._Plan.x_scratch): values against numpy's float64 conv,
+of its own, reused run after run (onednn_conv_plan._Plan.x_scratch): values against numpy's float64 conv,
 one buffer per plan, and threads sharing the plan each get their own input's result."""
 
 from __future__ import annotations

@@ -14,7 +14,7 @@ import onnx
 import pytest
 from onnx import TensorProto, helper
 
-from pycann.kernels.providers import onednn
+from pycann.kernels.providers import onednn, onednn_conv_plan
 from pycann.ops.nn.conv import conv_transpose_geometry, conv_window
 from tests.ops.oracle import run_ort
 
@@ -301,13 +301,13 @@ def test_an_image_stem_makes_its_nchw_input_reorder_when_bound(monkeypatch: pyte
     from pycann.kernels.providers import numpy_blas as nb
 
     made: list[tuple[tuple[int, ...], tuple[int, ...]]] = []
-    real = onednn._Plan.input_reorder
+    real = onednn_conv_plan._Plan.input_reorder
 
     def spy(self: Any, shape: tuple[int, ...], strides: tuple[int, ...]) -> Any:
         made.append((shape, strides))
         return real(self, shape, strides)
 
-    monkeypatch.setattr(onednn._Plan, "input_reorder", spy)
+    monkeypatch.setattr(onednn_conv_plan._Plan, "input_reorder", spy)
     rng = np.random.default_rng(6)
     x = rng.standard_normal((1, 3, 32, 30)).astype(np.float32)
     w = rng.standard_normal((16, 3, 3, 3)).astype(np.float32)

@@ -22,7 +22,7 @@ from pycann.ge.compile.options import CompileOptions
 from pycann.ge.run.model import LoadedModel
 from pycann.kernels import providers
 from pycann.kernels.providers import numpy_blas as nb
-from pycann.kernels.providers import onednn, onednn_wino
+from pycann.kernels.providers import onednn, onednn_conv_plan, onednn_wino
 from pycann.ops.nn.spatial import Window
 from pycann.tools.atc import main as atc_main
 from tests.ops.oracle import run_ort
@@ -311,7 +311,7 @@ def test_a_plan_bound_at_load_reserves_what_its_first_run_needs(monkeypatch: pyt
     win = _win(40, 36)
     p = onednn_wino._Plan(x.shape, wt, b, win, None)
     p.reserve()
-    assert list(p.x_reorders) == [onednn._cl_strides(x.shape)]
+    assert list(p.x_reorders) == [onednn_conv_plan._cl_strides(x.shape)]
     sizes = [a.size for a in onednn_wino._scratch]
     assert all(s >= need for s, need in zip(sizes, (p.src_bytes, p.dst_bytes, p.scratch_bytes)))
     xc = onednn.empty_channels_last(x.shape)

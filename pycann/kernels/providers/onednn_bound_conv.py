@@ -40,7 +40,7 @@ def _same_buffer(a: np.ndarray, b: np.ndarray, strides: tuple[int, ...]) -> bool
 
 
 class BoundConv:
-    """The state of one bound conv over ``plan`` (an ``onednn._Plan`` for ``x_shape``) and its slow
+    """The state of one bound conv over ``plan`` (an ``onednn_conv_plan._Plan`` for ``x_shape``) and its slow
     path; ``kernel()`` is the plan kernel ``k(inputs, attrs, out=None) -> [y]``: ``inputs`` x, w,
     b[, residual] (float32); with ``out`` (the executor's arena view) Y is written there. Arrays of
     other layouts or dtypes go through ``plan.run`` (same values)."""

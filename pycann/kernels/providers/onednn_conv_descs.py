@@ -1,6 +1,6 @@
 """The parts of a oneDNN (de)convolution's descriptors that no input shape changes: the weight's
 user and ``any`` descriptors, the bias descriptor, and the post-op attributes without a residual
-operand (``onednn._Plan``).
+operand (``onednn_conv_plan._Plan``).
 
 Why a class: the shape-generic plan (``kernels/bind_generic_conv.py``) binds a ``_Plan`` per conv
 node and input shape, and each made these anew (four oneDNN calls, ~20 us of a new shape's first

@@ -4,7 +4,7 @@ oneDNN matmul whose row count is a run-time dimension (``RUNTIME_DIM``).
 A channels-last activation of logical shape (N, C, *spatial) is, in memory, the row-major matrix
 (N * prod(spatial), C), and a pointwise conv is that matrix times the weight's transpose (C, M):
 ONNX Conv-11/22 with kernel 1 is exactly ``Y[n, m, p] = sum_c X[n, c, p] W[m, c] + B[m]``. The
-per-shape convolution primitive (``onednn._Plan``) costs a descriptor, JIT code and a first
+per-shape convolution primitive (``onednn_conv_plan._Plan``) costs a descriptor, JIT code and a first
 execution for every new image size, which is what the first call of a new shape pays on the
 shape-generic plan (PP-OCRv4 det has 42 pointwise convs of 64, rec 21 of 38; issue 15 item 3).
 This primitive is made once per weight (and OpenMP team) and serves every size: a call only wraps
@@ -38,7 +38,7 @@ from pycann.errors import OperandError
 from pycann.kernels.providers import omp_fork, openmp
 from pycann.kernels.providers import onednn_capi as capi
 from pycann.kernels.providers.native_args import address
-from pycann.kernels.providers.onednn import _cl_strides, _fits, empty_channels_last
+from pycann.kernels.providers.onednn_conv_plan import _cl_strides, _fits, empty_channels_last
 from pycann.kernels.providers.onednn_eltwise import Unaries, Unary, _chain, _numpy_unary
 from pycann.kernels.providers.specs import patch_geometry
 from pycann.ops.nn.spatial import Window

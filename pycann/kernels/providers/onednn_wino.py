@@ -32,7 +32,7 @@ import numpy as np
 
 from pycann.kernels.algorithm import Layout, Packing, Threads
 from pycann.kernels.bound import BoundKernel
-from pycann.kernels.providers import omp_fork, onednn, openmp
+from pycann.kernels.providers import omp_fork, onednn, onednn_conv_plan, openmp
 from pycann.kernels.providers import onednn2_capi as c2
 from pycann.kernels.providers.native_args import address, check
 from pycann.kernels.providers.onednn_capi import (
@@ -141,7 +141,7 @@ class _Plan:
         m = int(w.shape[0])
         self.x_shape = tuple(int(d) for d in x_shape)
         self.y_shape = (n, m, *(int(o) for o in win.out))
-        self.y_strides = onednn._cl_strides(self.y_shape)
+        self.y_strides = onednn_conv_plan._cl_strides(self.y_shape)
         w = np.ascontiguousarray(w, dtype=np.float32)
         self.b = None if b is None else np.ascontiguousarray(b, dtype=np.float32)
         bias_md = None if self.b is None else c2.MemoryDesc.strided((m,), (1,))
@@ -177,7 +177,7 @@ class _Plan:
         channels-last X (the layout GE gives a conv chain)."""
         with _lock:
             _scratch_ptrs(self.src_bytes, self.dst_bytes, self.scratch_bytes, touch=True)
-            self._x_reorder(onednn._cl_strides(self.x_shape))
+            self._x_reorder(onednn_conv_plan._cl_strides(self.x_shape))
 
     def _x_reorder(self, strides: tuple[int, ...]) -> tuple[c2.Primitive, c2.Memory]:
         """The reorder of an X with these byte strides into the blocked source (made once per strides)."""
@@ -196,7 +196,7 @@ class _Plan:
             x = np.ascontiguousarray(x, dtype=np.float32)
         check("Winograd conv input X", x, self.x_shape, strides=x.strides)  # (the reorder takes its strides)
         y = out if out is not None and out.dtype == np.float32 and out.shape == self.y_shape \
-            and onednn._fits(out, self.y_strides) and not np.may_share_memory(out, x) \
+            and onednn_conv_plan._fits(out, self.y_strides) and not np.may_share_memory(out, x) \
             else onednn.empty_channels_last(self.y_shape)
         ticket = self.weights.ticket  # (read once: a concurrent first run may clear it)
         if ticket is not None:  # queued by a plan build: wait outside the lock its job takes
