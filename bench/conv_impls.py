@@ -24,6 +24,7 @@ sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1]))
 
 from pycann.kernels.providers import aligned  # noqa: E402
 from pycann.kernels.providers import onednn_capi as c  # noqa: E402
+from pycann.kernels.providers import onednn_capi_ops as capi_ops  # noqa: E402
 from pycann.kernels.providers.onednn_conv_plan import _cl_strides  # noqa: E402
 
 IMPLS = ("jit:avx512_core", "jit:avx2", "x64:gemm:jit", "brgconv")
@@ -50,7 +51,7 @@ def runner(xs: tuple[int, ...], ws: tuple[int, ...], s: int, p: int, want: str):
     src = c.MemoryDesc.strided(xs, [q // 4 for q in _cl_strides(xs)])
     dst = c.MemoryDesc.strided(ys, [q // 4 for q in _cl_strides(ys)])
     bias = c.MemoryDesc.strided((co,), (1,))
-    pd = c.convolution_pd(src, c.MemoryDesc.any(ws), bias, dst, [s] * 2, [0, 0], [p] * 2, [p] * 2, c.Attr([]))
+    pd = capi_ops.convolution_pd(src, c.MemoryDesc.any(ws), bias, dst, [s] * 2, [0, 0], [p] * 2, [p] * 2, capi_ops.Attr([]))
     while not pd.impl_info().startswith(want):
         if not pd.next_impl():
             return None

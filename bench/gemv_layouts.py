@@ -28,6 +28,7 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from pycann.kernels.providers import onednn_capi as capi  # noqa: E402
+from pycann.kernels.providers import onednn_capi_ops as capi_ops  # noqa: E402
 from pycann.kernels.providers import onednn_matmul as om  # noqa: E402
 
 COLD_BYTES = 320e6  # weight copies cycled through per layout: more than the L2s, about the model's weights
@@ -35,7 +36,7 @@ COLD_BYTES = 320e6  # weight copies cycled through per layout: more than the L2s
 
 def _gemm_plan(k: int, n: int) -> om.MatmulPlan:
     """``x @ W + bias + residual`` with W given at run time as N x K row-major, on ``gemm:jit:f32``."""
-    made = capi.matmul_pd
+    made = capi_ops.matmul_pd
 
     def walked(*args: object, **kw: object) -> capi.PrimitiveDesc:
         pd = made(*args, **kw)
@@ -44,12 +45,12 @@ def _gemm_plan(k: int, n: int) -> om.MatmulPlan:
                 raise capi.DnnlError("gemm:jit:f32 not offered", 3)
         return pd
 
-    om.capi.matmul_pd = walked  # type: ignore[assignment]
+    om.capi_ops.matmul_pd = walked  # type: ignore[assignment]
     try:
         return om.MatmulPlan(((1, k), (k, 1)), ((k, n), (1, k)), ((1, n), (n, 1)), ((1, n), (n, 1)),
                              [("binary_add", ((1, n), (n, 1)))])
     finally:
-        om.capi.matmul_pd = made  # type: ignore[assignment]
+        om.capi_ops.matmul_pd = made  # type: ignore[assignment]
 
 
 def _median_us(calls: list[Callable[[], object]], rounds: int = 6) -> float:

@@ -30,6 +30,7 @@ from model_zoo import MODELS  # noqa: E402
 from pycann.ge.compile.compiler import compile_model  # noqa: E402
 from pycann.ge.run.model import LoadedModel  # noqa: E402
 from pycann.kernels.providers import onednn_capi as capi  # noqa: E402
+from pycann.kernels.providers import onednn_capi_ops as capi_ops  # noqa: E402
 from pycann.kernels.providers.onednn import onednn_unary  # noqa: E402
 from pycann.ops import fused  # noqa: E402
 from pycann.ops.nn.conv import conv_window  # noqa: E402
@@ -73,7 +74,7 @@ def build(model: str, batch: int, layout: str, jit_1x1: bool) -> list[capi.Primi
             k = [int(v) for v in n.attrs["kernel_shape"]]
             st = [int(v) for v in n.attrs.get("strides") or [1, 1]]
             pads = [int(v) for v in n.attrs.get("pads") or [0] * 4]
-            pd = capi.pooling_pd(capi.POOLING["max"], smd, fresh(ys), st, k, [0, 0], pads[:2], pads[2:])
+            pd = capi_ops.pooling_pd(capi.POOLING["max"], smd, fresh(ys), st, k, [0, 0], pads[:2], pads[2:])
             args: list[tuple[int, capi.Memory]] = []
         else:
             w = g.initializers[n.inputs[1]]
@@ -95,17 +96,17 @@ def build(model: str, batch: int, layout: str, jit_1x1: bool) -> list[capi.Primi
             wdims = list(w.shape) if group == 1 else [group, w.shape[0] // group, *w.shape[1:]]
             bias = capi.MemoryDesc.strided((w.shape[0],), (1,))
             geo = (win.strides, [d - 1 for d in win.dilations], list(win.pads_begin), list(win.pads_end))
-            conv_args = (smd, capi.MemoryDesc.any(wdims), bias, dmd, *geo, capi.Attr(ops))
-            pd = capi.convolution_pd(*conv_args)
+            conv_args = (smd, capi.MemoryDesc.any(wdims), bias, dmd, *geo, capi_ops.Attr(ops))
+            pd = capi_ops.convolution_pd(*conv_args)
             if jit_1x1 and all(k == 1 for k in w.shape[2:]):
                 while not pd.impl_info().startswith("jit_1x1"):
                     if not pd.next_impl():
-                        pd = capi.convolution_pd(*conv_args)
+                        pd = capi_ops.convolution_pd(*conv_args)
                         break
             wc = np.ascontiguousarray(w * 0.5, dtype=np.float32)
             bufs[n.name + ":w"] = wc
             wu = capi.MemoryDesc.strided(wdims, capi.dense_strides(wdims))
-            wm = capi.reorder(wu, capi.ptr(wc), pd.query_md(capi.QUERY_WEIGHTS_MD))
+            wm = capi_ops.reorder(wu, capi.ptr(wc), pd.query_md(capi.QUERY_WEIGHTS_MD))
             b = g.initializers.get(n.inputs[2]) if len(n.inputs) > 2 and n.inputs[2] else None
             bufs[n.name + ":bias"] = np.zeros(w.shape[0], np.float32) if b is None else b
             args = [(capi.ARG_WEIGHTS, wm), (capi.ARG_BIAS, capi.Memory(bias, capi.ptr(bufs[n.name + ":bias"])))]

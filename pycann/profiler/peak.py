@@ -84,6 +84,7 @@ def measure(gemm_n: int = 768, copy_mib: int = 64, repeat: int = 3) -> Peaks:
 def _measure_onednn(gemm_n: int, copy_mib: int, repeat: int) -> Peaks:
     """``measure`` with a oneDNN f32 matmul primitive and a oneDNN reorder (same layout) copy."""
     from pycann.kernels.providers import onednn_capi as capi
+    from pycann.kernels.providers import onednn_capi_ops as capi_ops
     from pycann.kernels.providers import openmp
 
     n = copy_mib * 2**18
@@ -97,7 +98,7 @@ def _measure_onednn(gemm_n: int, copy_mib: int, repeat: int) -> Peaks:
     b = rng.standard_normal((gemm_n, gemm_n), dtype=np.float32)
     c = np.empty_like(a)
     md = capi.MemoryDesc.strided((gemm_n, gemm_n), (gemm_n, 1))
-    prim = capi.Primitive(capi.matmul_pd(md, md, None, md, capi.Attr([])),
+    prim = capi.Primitive(capi_ops.matmul_pd(md, md, None, md, capi_ops.Attr([])),
                           [(capi.ARG_SRC, capi.Memory(md, capi.ptr(a))), (capi.ARG_WEIGHTS, capi.Memory(md, capi.ptr(b))),
                            (capi.ARG_DST, capi.Memory(md, capi.ptr(c)))])
     prim.execute()

@@ -198,12 +198,13 @@ def test_peak_measure_falls_back_to_numpy_when_onednn_fails(monkeypatch: pytest.
     """A oneDNN error in the probe (a primitive it does not make here) is no reason for msprof's
     summary to fail: the numpy probe measures instead."""
     from pycann.kernels.providers import onednn_capi as capi
+    from pycann.kernels.providers import onednn_capi_ops as capi_ops
     from pycann.profiler import peak
 
     def fails(*a: Any, **k: Any) -> Any:
         raise capi.DnnlError("dnnl_matmul_primitive_desc_create", 3)
 
-    monkeypatch.setattr(capi, "matmul_pd", fails)
+    monkeypatch.setattr(capi_ops, "matmul_pd", fails)
     p = peak.measure(gemm_n=16, copy_mib=1, repeat=1)
     assert p.source.startswith("measured: numpy") and p.flops > 0
 

@@ -18,6 +18,7 @@ from pycann.ge.run.model import LoadedModel
 from pycann.ge.run.plan import Plan
 from pycann.kernels.providers import background_pack, onednn, onednn_packed
 from pycann.kernels.providers import onednn_capi as capi
+from pycann.kernels.providers import onednn_capi_ops as capi_ops
 from tests.kernels.pack_faults import fail_queued_reorders
 from tests.ops.oracle import run_ort
 
@@ -129,7 +130,7 @@ def test_a_primitive_bound_to_a_queued_packing_waits_for_it() -> None:
         background_pack.submit(gate.wait)  # the reorder below queues behind this
         timer = threading.Timer(0.05, gate.set)
         try:
-            mem = capi.reorder(src, capi.ptr(w), dst, keep=w)
+            mem = capi_ops.reorder(src, capi.ptr(w), dst, keep=w)
             assert mem.ticket is not None and not mem.ticket.done()
             timer.start()
             got = _plain_copy(mem, w.shape)  # executes before the block ends: must wait for the reorder

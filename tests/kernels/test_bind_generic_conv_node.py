@@ -17,6 +17,7 @@ from pycann.dtypes import TensorDesc
 from pycann.kernels import bind_generic_conv, providers
 from pycann.kernels.providers import onednn, onednn_conv_plan
 from pycann.kernels.providers import onednn_capi as capi
+from pycann.kernels.providers import onednn_capi_ops as capi_ops
 from pycann.kernels.providers.onednn_conv_descs import ConvDescs
 from pycann.ops.nn.conv import conv_window
 from pycann.ops.nn.spatial import plan_window, window_of, window_params
@@ -199,7 +200,7 @@ def test_impl_info_follows_next_impl() -> None:
     d = ConvDescs(w, False, 1, False, None, 8)
     src, dst = capi.MemoryDesc.strided((1, 8, 9, 9), (648, 1, 72, 8)), capi.MemoryDesc.strided((1, 16, 9, 9),
                                                                                                 (1296, 1, 144, 16))
-    pd = capi.convolution_pd(src, d.w_any, None, dst, (1, 1), (0, 0), (1, 1), (1, 1), d.attr(False))
+    pd = capi_ops.convolution_pd(src, d.w_any, None, dst, (1, 1), (0, 0), (1, 1), (1, 1), d.attr(False))
 
     def asked() -> str:
         s = ctypes.c_char_p()

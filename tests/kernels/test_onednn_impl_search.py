@@ -195,6 +195,7 @@ def test_the_jit_family_sums_in_one_order(xs: Any, ws: Any, stride: int, pad: in
     # a search that switches between oneDNN's jit kernels of two ISAs changes no output bit
     # (what makes a timing-dependent choice harmless to reproducibility: docs/kernels.md)
     from pycann.kernels.providers import onednn_capi as c
+    from pycann.kernels.providers import onednn_capi_ops as capi_ops
     from pycann.kernels.providers.onednn_conv_plan import _cl_strides
 
     rng = np.random.default_rng(3)
@@ -207,8 +208,8 @@ def test_the_jit_family_sums_in_one_order(xs: Any, ws: Any, stride: int, pad: in
     w_user = c.MemoryDesc.strided(ws, [int(np.prod(ws[i + 1:])) for i in range(4)])
     outs = {}
     for impl in ("jit:avx512_core", "jit:avx2"):
-        pd = c.convolution_pd(src, c.MemoryDesc.any(ws), None, dst, [stride] * 2, [0, 0], [pad] * 2, [pad] * 2,
-                              c.Attr([]))
+        pd = capi_ops.convolution_pd(src, c.MemoryDesc.any(ws), None, dst, [stride] * 2, [0, 0], [pad] * 2, [pad] * 2,
+                              capi_ops.Attr([]))
         while pd.impl_info() != impl:
             if not pd.next_impl():
                 pytest.skip(f"oneDNN offers no {impl} here")

@@ -21,6 +21,7 @@ from tests.ops.oracle import run_ort
 pytestmark = pytest.mark.skipif(not onednn.available(), reason="libdnnl.so.3 (onednn-cpu-gomp) not available")
 
 from pycann.kernels.providers import onednn_capi as capi  # noqa: E402
+from pycann.kernels.providers import onednn_capi_ops as capi_ops  # noqa: E402
 
 RTOL, ATOL = 1e-4, 1e-4
 
@@ -237,21 +238,21 @@ def test_capi_enums_and_errors(monkeypatch: pytest.MonkeyPatch) -> None:
         capi.MemoryDesc.strided((2, 3), (-1, 1))
     bad = capi.MemoryDesc.strided((1, 4, 5, 5), (100, 25, 5, 1))
     with pytest.raises(capi.DnnlError, match="dnnl_convolution_forward_primitive_desc_create"):
-        capi.convolution_pd(bad, capi.MemoryDesc.any((8, 3, 3, 3)), None, bad, (1, 1), (0, 0), (1, 1), (1, 1),
-                            capi.Attr())
+        capi_ops.convolution_pd(bad, capi.MemoryDesc.any((8, 3, 3, 3)), None, bad, (1, 1), (0, 0), (1, 1), (1, 1),
+                            capi_ops.Attr())
     monkeypatch.setenv("PYCANN_DNNL_LIB", "/nonexistent/libdnnl.so.3")
     assert capi.library_candidates()[0] == "/nonexistent/libdnnl.so.3"
 
 
 def test_sum_post_op_when_binary_is_refused(monkeypatch: pytest.MonkeyPatch) -> None:
-    real = capi.Attr
+    real = capi_ops.Attr
 
     def no_binary(ops: Any = ()) -> Any:
         if any(op[0] == "binary_add" for op in ops):
             raise capi.DnnlError("dnnl_post_ops_append_binary", 3)
         return real(ops)
 
-    monkeypatch.setattr(capi, "Attr", no_binary)
+    monkeypatch.setattr(capi_ops, "Attr", no_binary)
     _, xs, ws, attrs, group = CONVS[5]
     x, w, b = _data(xs, ws, True)
     win = conv_window(x.shape, w.shape, attrs)

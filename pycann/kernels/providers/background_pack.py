@@ -1,7 +1,7 @@
 """Weight reorders of a plan build run on a helper thread, beside the build's Python work.
 
 Binding a static plan packs every conv and matmul weight into the blocked layout its oneDNN
-primitive asks for (``onednn_capi.reorder``), and the Winograd convs transform theirs. That is
+primitive asks for (``onednn_capi_ops.reorder``), and the Winograd convs transform theirs. That is
 native work (DenseNet-121: ~30 ms of a ~120 ms load, 36 MB written by 167 reorders) done while
 the building thread's Python waits; ctypes releases the GIL around the calls, so on a second core
 it can run while the build goes on with the next nodes (the load's other native work, creating

@@ -46,7 +46,9 @@ from typing import Any
 from pycann import config
 from pycann.kernels.providers import omp_fork
 from pycann.kernels.providers import onednn_capi as capi
+from pycann.kernels.providers import onednn_capi_ops as capi_ops
 from pycann.kernels.providers.onednn_capi import DnnlError, ExecArg, Version, check, dims
+from pycann.kernels.providers.onednn_capi_lib import open_library
 
 F32 = 3
 FORMAT_ANY = 1
@@ -122,7 +124,7 @@ def load() -> Any:
         with _load_lock:
             if _lib is None:
                 try:
-                    lib, eng, strm, sync = capi.open_library(library_candidates(), 2, _SIGNATURES, _RESTYPES)
+                    lib, eng, strm, sync = open_library(library_candidates(), 2, _SIGNATURES, _RESTYPES)
                 except OSError as e:
                     raise OSError(f"{e} (run scripts/fetch_onednn2.py)") from None
                 _lib, _engine, _stream, _synchronous = lib, eng, strm, sync
@@ -256,8 +258,8 @@ def reorder_pd(src: MemoryDesc, dst: MemoryDesc) -> PrimitiveDesc:
 def reorder(src: MemoryDesc, src_ptr: int, dst: MemoryDesc, *, keep: Any = None,
             lock: AbstractContextManager[Any] | None = None) -> Memory:
     """A library-owned memory of layout ``dst`` holding the data at ``src_ptr`` (layout ``src``);
-    queued on a plan build's helper thread as ``onednn_capi.reorder`` says (``keep``, ``lock``)."""
-    return capi.reorder(src, src_ptr, dst, sys.modules[__name__], keep=keep, lock=lock)  # type: ignore[return-value]
+    queued on a plan build's helper thread as ``onednn_capi_ops.reorder`` says (``keep``, ``lock``)."""
+    return capi_ops.reorder(src, src_ptr, dst, sys.modules[__name__], keep=keep, lock=lock)  # type: ignore[return-value]
 
 
 def _self_check() -> None:

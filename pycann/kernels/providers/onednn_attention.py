@@ -34,6 +34,7 @@ from pycann.kernels.algorithm import Threads
 from pycann.kernels.bound import BoundKernel
 from pycann.kernels.providers import omp_fork
 from pycann.kernels.providers import onednn_capi as capi
+from pycann.kernels.providers import onednn_capi_ops as capi_ops
 from pycann.kernels.providers.bound_out import dest, finish
 from pycann.kernels.providers.native_args import address, conform
 
@@ -48,7 +49,7 @@ def _scores_pd(q_shape: tuple[int, ...], kt_shape: tuple[int, ...], kt_strides: 
         ops.append(("eltwise", capi.ELTWISE["linear"], float(scale), 0.0))
     if mask_md is not None:
         ops.append(("binary_add", mask_md))
-    return capi.matmul_pd(capi.MemoryDesc.dense(q_shape), capi.MemoryDesc.strided(kt_shape, kt_strides), None, s_md, capi.Attr(ops))
+    return capi_ops.matmul_pd(capi.MemoryDesc.dense(q_shape), capi.MemoryDesc.strided(kt_shape, kt_strides), None, s_md, capi_ops.Attr(ops))
 
 
 def bound_attention(q_shape: Sequence[int], kt_shape: Sequence[int], v_shape: Sequence[int],
@@ -99,9 +100,9 @@ def bound_attention(q_shape: Sequence[int], kt_shape: Sequence[int], v_shape: Se
         except capi.DnnlError:  # a mask broadcast brgemm's binary post-op does not take: added by numpy
             pd1 = _scores_pd(q_shape, kt_shape, kt_strides, s_md, scale, None)
             mask_post = False
-        pd2 = capi.softmax_pd(s_md, s_md, nd - 1)
+        pd2 = capi_ops.softmax_pd(s_md, s_md, nd - 1)
         y_md = capi.MemoryDesc.strided(y_shape, y_md_strides)
-        pd3 = capi.matmul_pd(s_md, capi.MemoryDesc.dense(v_shape), None, y_md, capi.Attr())
+        pd3 = capi_ops.matmul_pd(s_md, capi.MemoryDesc.dense(v_shape), None, y_md, capi_ops.Attr())
         impl = " / ".join(pd.fast_impl() for pd in (pd1, pd2, pd3))
         scores = np.empty(s_shape, _F32)
         q_mem, k_mem, s_mem = capi.Memory(capi.MemoryDesc.dense(q_shape), 0), \

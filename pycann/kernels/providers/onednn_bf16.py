@@ -31,6 +31,7 @@ from pycann.kernels.algorithm import ONEDNN_CONV_BF16, ONEDNN_MATMUL_BF16, ONEDN
 from pycann.kernels.providers import numpy_blas as nb
 from pycann.kernels.providers import omp_fork, onednn_packed, openmp
 from pycann.kernels.providers import onednn_capi as capi
+from pycann.kernels.providers import onednn_capi_ops as capi_ops
 from pycann.kernels.providers.onednn_eltwise import Unaries, Unary, _chain
 from pycann.kernels.providers.specs import ConvSpec, GemmSpec, Implementation
 from pycann.ops.nn.spatial import Window
@@ -213,7 +214,7 @@ class _ConvPlan:
         bias = capi.MemoryDesc.strided((m,), (1,)) if with_bias else None
         res_md, ops = _post_ops(residual, post, in_place)
         geo = (win.strides, [d - 1 for d in win.dilations], win.pads_begin, win.pads_end)
-        pd = capi.convolution_pd(src, capi.MemoryDesc.any(wdims, dt=BF16), bias, dst, *geo, capi.Attr(ops))
+        pd = capi_ops.convolution_pd(src, capi.MemoryDesc.any(wdims, dt=BF16), bias, dst, *geo, capi_ops.Attr(ops))
         self.impl = pd.impl_info()
         while self.impl.startswith(_AMX_RELO) and not finite:
             # oneDNN's AMX "reduced lowering" kernel (small input channel counts: an RGB stem) packs
@@ -342,7 +343,7 @@ class _MatMulPlan:
         bias_md = _md(bias.shape, bias.strides, 4, capi.F32) if bias is not None else None
         res_md, ops = _post_ops(residual, post)
         want = capi.MemoryDesc.any(b.shape, dt=BF16) if packed else bmd
-        pd = capi.matmul_pd(amd, want, bias_md, ymd, capi.Attr(ops))
+        pd = capi_ops.matmul_pd(amd, want, bias_md, ymd, capi_ops.Attr(ops))
         self.a, self.y = capi.Memory(amd, 0), capi.Memory(ymd, 0)
         self.packed = packed
         self.b = onednn_packed.packed(b, bmd, pd.query_md(capi.QUERY_WEIGHTS_MD)) if packed else capi.Memory(bmd, 0)

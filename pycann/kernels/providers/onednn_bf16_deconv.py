@@ -32,6 +32,7 @@ import numpy as np
 from pycann.dtypes import bfloat16, is_bfloat16
 from pycann.kernels.providers import omp_fork, onednn_bf16
 from pycann.kernels.providers import onednn_capi as capi
+from pycann.kernels.providers import onednn_capi_ops as capi_ops
 from pycann.kernels.providers.onednn_eltwise import Unaries, Unary, _chain
 from pycann.kernels.providers.onednn_pointwise import NARROW_COLUMNS
 from pycann.kernels.providers.specs import patch_geometry
@@ -78,7 +79,7 @@ class _PatchPlan:
             # output row h * kh + i of image n is batch n * H + h of kernel row i's product
             dst = capi.MemoryDesc.strided((n * h, wd, cols), (kh * wd * cols, cols, 1), dt=_BF16)
         self.width = width
-        pd = capi.matmul_pd(src, wei, bias, dst, capi.Attr(ops))
+        pd = capi_ops.matmul_pd(src, wei, bias, dst, capi_ops.Attr(ops))
         self.impl = pd.fast_impl()
         self.src, self.wei, self.dst = capi.Memory(src, 0), capi.Memory(wei, 0), capi.Memory(dst, 0)
         args = [(capi.ARG_SRC, self.src), (capi.ARG_WEIGHTS, self.wei), (capi.ARG_DST, self.dst)]

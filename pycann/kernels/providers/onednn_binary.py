@@ -29,6 +29,7 @@ from pycann.kernels.algorithm import Threads
 from pycann.kernels.bound import BoundKernel
 from pycann.kernels.providers import omp_fork
 from pycann.kernels.providers import onednn_capi as capi
+from pycann.kernels.providers import onednn_capi_ops as capi_ops
 from pycann.kernels.providers.native_args import same_view
 
 # dnnl_alg_kind_t (dnnl_types.h, v3.2)
@@ -58,7 +59,7 @@ _F32 = np.dtype(np.float32)
 
 
 def _binary_pd(alg: int, src0: capi.MemoryDesc, src1: capi.MemoryDesc, dst: capi.MemoryDesc,
-               attr: capi.Attr) -> capi.PrimitiveDesc:
+               attr: capi_ops.Attr) -> capi.PrimitiveDesc:
     h = ctypes.c_void_p()
     capi.check(capi.load().dnnl_binary_primitive_desc_create(ctypes.byref(h), capi.engine(), alg, src0.handle,
                                                              src1.handle, dst.handle, attr.handle),
@@ -130,7 +131,7 @@ def bound_chain(steps: Sequence[Sequence[Any]], shapes: Sequence[tuple[int, ...]
         mds = {i: md(i) for i in {src0, src1, *operands}}
         dst = capi.MemoryDesc.strided(out_shape, capi.layout_strides(out_shape, channels_last))
         attr_ops = [("binary", p[1], mds[p[2]]) if p[0] == "binary" else p for p in post]
-        pd = _binary_pd(BINARY[first_op], mds[src0], mds[src1], dst, capi.Attr(attr_ops))
+        pd = _binary_pd(BINARY[first_op], mds[src0], mds[src1], dst, capi_ops.Attr(attr_ops))
         impl = pd.fast_impl()
         mems = {i: capi.Memory(m, 0) for i, m in mds.items()}
         dst_mem = capi.Memory(dst, 0)

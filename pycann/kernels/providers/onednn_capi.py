@@ -9,27 +9,24 @@ with post-ops, reorders, and primitive execution. Every ``dnnl_status_t`` other 
 The library is looked up in ``$PYCANN_DNNL_LIB``, then ``<sys.prefix>/lib`` and the user base's
 ``lib`` (where pip puts the wheel's data files), and must report major version 3.
 
-Enum values, structs and the function signature table: ``onednn_capi_table``.
+Enum values, structs and the function signature table: ``onednn_capi_table``; finding and opening
+the library: ``onednn_capi_lib``; post-op attributes and the per-operation descriptors built on
+these objects: ``onednn_capi_ops``.
 """
 
 from __future__ import annotations
 
 import ctypes
-import os
-import site
 import sys
 import threading
 from collections.abc import Sequence
-from contextlib import AbstractContextManager
 from typing import Any
 
 import numpy as np
 
-from pycann import config
-from pycann.config import apply_omp_wait_policy
 from pycann.kernels.providers import background_pack, omp_fork
+from pycann.kernels.providers.onednn_capi_lib import check, library_candidates, open_library
 from pycann.kernels.providers.onednn_capi_table import (
-    _I,
     _P,
     ARG_BIAS,
     ARG_DST,
@@ -79,66 +76,20 @@ from pycann.kernels.providers.onednn_capi_table import (
 
 # the constants and structs of onednn_capi_table are part of this module's interface (capi.ARG_SRC, ...)
 __all__ = [
-    "ARG_BIAS", "ARG_DST", "ARG_FROM", "ARG_SCALE", "ARG_SHIFT", "ARG_SRC", "ARG_TO", "ARG_WEIGHTS", "Attr",
+    "ARG_BIAS", "ARG_DST", "ARG_FROM", "ARG_SCALE", "ARG_SHIFT", "ARG_SRC", "ARG_TO", "ARG_WEIGHTS",
     "BINARY_ADD", "CONVOLUTION_DIRECT", "DECONVOLUTION_DIRECT", "Dims", "DnnlError", "ELTWISE", "ENGINE_CPU",
-    "ExecArg", "BF16", "F16", "F32", "FORMAT_ANY", "FORWARD_INFERENCE", "LAST_IMPL_REACHED", "MAX_NDIMS", "MEMORY_ALLOCATE",
-    "Memory", "MemoryDesc", "POOLING", "Primitive", "PrimitiveDesc", "QUERY_DATA_TYPE", "QUERY_DIMS", "Reorder",
-    "QUERY_DST_MD", "QUERY_IMPL_INFO_STR", "QUERY_NDIMS_S32", "QUERY_WEIGHTS_MD", "RESAMPLING_NEAREST", "RUNTIME_DIM",
-    "SOFTMAX_ACCURATE",
+    "ExecArg", "BF16", "F16", "F32", "FORMAT_ANY", "FORWARD_INFERENCE", "LAST_IMPL_REACHED", "MAX_NDIMS",
+    "MEMORY_ALLOCATE", "Memory", "MemoryDesc", "POOLING", "Primitive", "PrimitiveDesc", "QUERY_DATA_TYPE",
+    "QUERY_DIMS", "Reorder", "QUERY_DST_MD", "QUERY_IMPL_INFO_STR", "QUERY_NDIMS_S32", "QUERY_WEIGHTS_MD",
     "STREAM_DEFAULT", "SUCCESS", "USE_SCALE", "USE_SHIFT", "Version", "arg_post_op_src1", "check",
-    "convolution_pd", "dense_strides", "dims", "engine", "exec_args", "layer_normalization_pd", "layout_strides",
-    "library_candidates", "load", "matmul_pd", "open_library", "pooling_pd", "ptr", "reorder", "reorder_pd", "resampling_pd",
-    "self_check", "softmax_pd", "stream", "version",
+    "dense_strides", "dims", "engine", "exec_args", "layout_strides", "library_candidates", "load",
+    "open_library", "ptr", "reorder_pd", "self_check", "stream", "version",
 ]
 
 _lib: Any = None
 _engine: Any = None
 _stream: Any = None
-# CPU runtimes whose execute returns when the primitive is done (sequential, OpenMP, TBB:
-# DNNL_RUNTIME_SEQ/OMP/TBB); others (threadpool, SYCL) are waited on after each execute
-_SYNC_RUNTIMES = (1, 2, 4)
 _synchronous = False
-
-
-def library_candidates() -> list[str]:
-    """Paths tried for ``libdnnl.so.3``, in order."""
-    env = config.dnnl_lib()
-    dirs = [os.path.join(sys.prefix, "lib")]
-    user = getattr(site, "USER_BASE", None)
-    if user:
-        dirs.append(os.path.join(user, "lib"))
-    return ([env] if env else []) + [os.path.join(d, "libdnnl.so.3") for d in dirs]
-
-
-def open_library(paths: Sequence[str], major: int, signatures: dict[str, tuple[Any, ...]],
-                 restypes: dict[str, Any]) -> tuple[Any, Any, Any, bool]:
-    """(library, CPU engine, in-order stream, synchronous) from the first of ``paths`` that loads
-    as oneDNN ``major``.x with every function of ``signatures`` (typed here; return type
-    ``restypes`` or ``dnnl_status_t``). Raises OSError listing why each path failed."""
-    errors = []
-    apply_omp_wait_policy()  # libgomp (linked by libdnnl) reads its wait policy when it loads
-    for path in paths:
-        if not os.path.exists(path):
-            errors.append(f"{path}: not found")
-            continue
-        try:
-            lib = ctypes.CDLL(path)  # RTLD_LOCAL: a v2 and a v3 library never see each other's symbols
-            for name, argtypes in signatures.items():
-                fn = getattr(lib, name)
-                fn.argtypes = list(argtypes)
-                fn.restype = restypes.get(name, _I)
-        except (OSError, AttributeError) as e:
-            errors.append(f"{path}: {e}")
-            continue
-        v = lib.dnnl_version().contents
-        if v.major != major:
-            errors.append(f"{path}: oneDNN {v.major}.{v.minor}, need {major}.x")
-            continue
-        eng, strm = _P(), _P()
-        check(lib.dnnl_engine_create(ctypes.byref(eng), ENGINE_CPU, 0), "dnnl_engine_create")
-        check(lib.dnnl_stream_create(ctypes.byref(strm), eng, STREAM_DEFAULT), "dnnl_stream_create")
-        return lib, eng, strm, v.cpu_runtime in _SYNC_RUNTIMES
-    raise OSError(f"libdnnl.so.{major} not loadable: " + "; ".join(errors))
 
 
 _load_lock = threading.Lock()  # (two threads loading their first models at once load it once)
@@ -179,10 +130,6 @@ def stream() -> Any:
     return _stream
 
 
-def check(status: int, call: str) -> None:
-    """Raise ``DnnlError`` unless ``status`` is ``dnnl_success``."""
-    if status != SUCCESS:
-        raise DnnlError(call, status)
 
 
 def ptr(a: np.ndarray) -> int:
@@ -337,39 +284,6 @@ class Memory(_Owned):
         check(self._set(self.handle, ptr), "dnnl_memory_set_data_handle")
 
 
-class Attr(_Owned):
-    """Primitive attributes carrying a post-op chain.
-
-    ``ops``: ``("eltwise", alg, alpha, beta)``, ``("sum", scale)``, ``("binary_add", md)`` or
-    ``("binary", dnnl_binary alg, md)``.
-    """
-
-    _destroy = "dnnl_primitive_attr_destroy"
-
-    def __init__(self, ops: Sequence[tuple[Any, ...]] = ()) -> None:
-        lib = load()
-        h = _P()
-        check(lib.dnnl_primitive_attr_create(ctypes.byref(h)), "dnnl_primitive_attr_create")
-        super().__init__(h)
-        if not ops:
-            return
-        po = _P()
-        check(lib.dnnl_post_ops_create(ctypes.byref(po)), "dnnl_post_ops_create")
-        try:
-            for op in ops:
-                if op[0] == "eltwise":
-                    check(lib.dnnl_post_ops_append_eltwise(po, op[1], op[2], op[3]), "dnnl_post_ops_append_eltwise")
-                elif op[0] == "sum":
-                    check(lib.dnnl_post_ops_append_sum(po, op[1], 0, 0), "dnnl_post_ops_append_sum")
-                elif op[0] in ("binary_add", "binary"):  # ("binary", alg, md): any dnnl_binary_* kind
-                    alg, md = (BINARY_ADD, op[1]) if op[0] == "binary_add" else (op[1], op[2])
-                    check(lib.dnnl_post_ops_append_binary(po, alg, md.handle), "dnnl_post_ops_append_binary")
-                else:
-                    raise ValueError(f"unknown post-op {op[0]!r}")
-            check(lib.dnnl_primitive_attr_set_post_ops(h, po), "dnnl_primitive_attr_set_post_ops")
-        finally:
-            lib.dnnl_post_ops_destroy(po)
-
 
 class PrimitiveDesc(_Owned):
     """A ``dnnl_primitive_desc_t`` (owned)."""
@@ -414,84 +328,6 @@ class PrimitiveDesc(_Owned):
         if "ref" in impl.replace("+", ":").split(":"):
             raise DnnlError(f"oneDNN offers only its reference implementation ({impl})", 3)
         return impl
-
-
-def convolution_pd(src: MemoryDesc, weights: MemoryDesc, bias: MemoryDesc | None, dst: MemoryDesc,
-                   strides: Sequence[int], dilates: Sequence[int], pad_l: Sequence[int], pad_r: Sequence[int],
-                   attr: Attr, *, deconvolution: bool = False) -> PrimitiveDesc:
-    """Forward-inference (de)convolution primitive descriptor (direct algorithm).
-
-    ``dilates`` use oneDNN's convention (0 = dense), i.e. ONNX dilation - 1."""
-    lib = load()
-    name = f"dnnl_{'de' if deconvolution else ''}convolution_forward_primitive_desc_create"
-    h = _P()
-    check(getattr(lib, name)(ctypes.byref(h), _engine, FORWARD_INFERENCE,
-                             DECONVOLUTION_DIRECT if deconvolution else CONVOLUTION_DIRECT, src.handle,
-                             weights.handle, None if bias is None else bias.handle, dst.handle, dims(strides),
-                             dims(dilates), dims(pad_l), dims(pad_r), attr.handle), name)
-    return PrimitiveDesc(h)
-
-
-def matmul_pd(src: MemoryDesc, weights: MemoryDesc, bias: MemoryDesc | None, dst: MemoryDesc,
-              attr: Attr) -> PrimitiveDesc:
-    """Matmul primitive descriptor: ``dst = src @ weights (+ bias)`` then ``attr``'s post-ops.
-
-    All descriptors have the same rank; batch dims of size 1 broadcast (src/weights), bias dims
-    of size 1 broadcast against ``dst``."""
-    h = _P()
-    check(load().dnnl_matmul_primitive_desc_create(ctypes.byref(h), _engine, src.handle, weights.handle,
-                                                   None if bias is None else bias.handle, dst.handle, attr.handle),
-          "dnnl_matmul_primitive_desc_create")
-    return PrimitiveDesc(h)
-
-
-RUNTIME_DIM = -(2**63)  # DNNL_RUNTIME_DIM_VAL (INT64_MIN, dnnl_types.h): a dim or stride given per execution
-
-SOFTMAX_ACCURATE = 0x30000  # dnnl_alg_kind_t dnnl_softmax_accurate (dnnl_types.h, v3.2)
-
-
-def softmax_pd(src: MemoryDesc, dst: MemoryDesc, axis: int) -> PrimitiveDesc:
-    """Softmax (accurate: max-subtracted) forward-inference primitive descriptor over ``axis``."""
-    h = _P()
-    check(load().dnnl_softmax_forward_primitive_desc_create(ctypes.byref(h), _engine, FORWARD_INFERENCE,
-                                                            SOFTMAX_ACCURATE, src.handle, dst.handle,
-                                                            ctypes.c_int(axis), None),
-          "dnnl_softmax_forward_primitive_desc_create")
-    return PrimitiveDesc(h)
-
-
-def layer_normalization_pd(src: MemoryDesc, dst: MemoryDesc, epsilon: float, flags: int) -> PrimitiveDesc:
-    """Layer normalisation (over the last logical dim) forward-inference primitive descriptor;
-    statistics computed per call (no ``stat_desc``); ``flags``: ``USE_SCALE | USE_SHIFT``."""
-    h = _P()
-    check(load().dnnl_layer_normalization_forward_primitive_desc_create(
-        ctypes.byref(h), _engine, FORWARD_INFERENCE, src.handle, dst.handle, None, ctypes.c_float(epsilon),
-        ctypes.c_uint(flags), None), "dnnl_layer_normalization_forward_primitive_desc_create")
-    return PrimitiveDesc(h)
-
-
-def pooling_pd(alg: int, src: MemoryDesc, dst: MemoryDesc, strides: Sequence[int], kernel: Sequence[int],
-               dilation: Sequence[int], pad_l: Sequence[int], pad_r: Sequence[int]) -> PrimitiveDesc:
-    """Pooling forward-inference primitive descriptor (``POOLING[...]`` algorithm); ``dilation``
-    in oneDNN's convention (0 = dense). Inference needs no workspace."""
-    h = _P()
-    check(load().dnnl_pooling_forward_primitive_desc_create(
-        ctypes.byref(h), _engine, FORWARD_INFERENCE, alg, src.handle, dst.handle, dims(strides), dims(kernel),
-        dims(dilation), dims(pad_l), dims(pad_r), None), "dnnl_pooling_forward_primitive_desc_create")
-    return PrimitiveDesc(h)
-
-
-RESAMPLING_NEAREST = 0x2FFF0  # dnnl_alg_kind_t dnnl_resampling_nearest (dnnl_types.h, v3.2)
-
-
-def resampling_pd(alg: int, src: MemoryDesc, dst: MemoryDesc) -> PrimitiveDesc:
-    """Resampling forward-inference primitive descriptor; the factors are the ratio of ``dst``'s
-    spatial dims to ``src``'s (none passed)."""
-    h = _P()
-    check(load().dnnl_resampling_forward_primitive_desc_create(ctypes.byref(h), _engine, FORWARD_INFERENCE, alg,
-                                                              None, src.handle, dst.handle, None),
-          "dnnl_resampling_forward_primitive_desc_create")
-    return PrimitiveDesc(h)
 
 
 def reorder_pd(src: Any, dst: Any, api: Any = None) -> PrimitiveDesc:
@@ -610,29 +446,6 @@ class Reorder:
             self.prim.execute()
         finally:
             self._lock.release()
-
-
-def reorder(src: Any, src_ptr: int, dst: Any, api: Any = None, *, keep: Any = None,
-            lock: AbstractContextManager[Any] | None = None) -> Memory:
-    """A library-owned memory of layout ``dst`` holding the data at ``src_ptr`` (layout ``src``).
-
-    Inside a ``background_pack.packing()`` block of the calling thread (a plan build) the reorder
-    runs on the block's helper thread, holding ``keep`` (the array at ``src_ptr``) and ``lock``
-    (held around the execute) until it ran: the memory's ``ticket`` is then set, and every
-    ``Primitive`` bound to the memory waits for it before it first executes."""
-    api = api or sys.modules[__name__]
-    out = api.Memory(dst)
-    prim = api.Primitive(reorder_pd(src, dst, api), [(ARG_FROM, api.Memory(src, src_ptr)), (ARG_TO, out)])
-    if lock is None:
-        job = prim.execute
-    else:
-        def job() -> None:
-            with lock:
-                prim.execute()
-    ticket = background_pack.submit(job, keep)
-    if not ticket.done() or ticket.error is not None:  # (a failed one stays: readers raise its error)
-        out.ticket = ticket
-    return out  # type: ignore[no-any-return]
 
 
 def self_check() -> None:

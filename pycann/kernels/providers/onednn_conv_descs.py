@@ -16,6 +16,7 @@ from typing import Any
 import numpy as np
 
 from pycann.kernels.providers import onednn_capi as capi
+from pycann.kernels.providers import onednn_capi_ops as capi_ops
 from pycann.kernels.providers.native_args import address
 from pycann.kernels.providers.onednn_eltwise import Unaries, Unary, _chain
 
@@ -80,10 +81,10 @@ class ConvDescs:
         return self.w_in is w and self.with_bias == with_bias and self.group == group \
             and self.transpose == transpose and self.unary == unary and (not transpose or self.c == c)
 
-    def attr(self, sum_residual: bool) -> capi.Attr:
+    def attr(self, sum_residual: bool) -> capi_ops.Attr:
         """The post-ops without a residual operand: the activation chain, after the "sum" post-op
         when ``sum_residual`` (the residual pre-filled in the destination)."""
         a = self._attrs[sum_residual]
         if a is None:  # (two threads may both make it: equal attributes, one kept)
-            a = self._attrs[sum_residual] = capi.Attr([("sum", 1.0), *self.eltwise] if sum_residual else self.eltwise)
+            a = self._attrs[sum_residual] = capi_ops.Attr([("sum", 1.0), *self.eltwise] if sum_residual else self.eltwise)
         return a  # type: ignore[no-any-return]

@@ -21,6 +21,7 @@ import numpy as np
 from pycann.errors import OperandError
 from pycann.kernels.providers import aligned, onednn_packed, openmp
 from pycann.kernels.providers import onednn_capi as capi
+from pycann.kernels.providers import onednn_capi_ops as capi_ops
 from pycann.kernels.providers import onednn_impl_search as impl_search
 from pycann.kernels.providers import onednn_kernel_store as kernel_store
 from pycann.kernels.providers.native_args import address
@@ -157,9 +158,9 @@ class _Plan:
             src = capi.MemoryDesc.strided(self.x_shape, [s // 4 for s in self.x_strides])
             dst = capi.MemoryDesc.strided(self.y_shape, [s // 4 for s in self.y_strides])
         mode = self.mode if mode is None else mode
-        attr = capi.Attr([("binary_add", dst), *shared.eltwise]) if mode == "binary" else shared.attr(mode == "sum")
+        attr = capi_ops.Attr([("binary_add", dst), *shared.eltwise]) if mode == "binary" else shared.attr(mode == "sum")
         strides, dilates, pad_l, pad_r = geo
-        return capi.convolution_pd(src, shared.w_any, shared.bias, dst, strides, dilates, pad_l, pad_r, attr,
+        return capi_ops.convolution_pd(src, shared.w_any, shared.bias, dst, strides, dilates, pad_l, pad_r, attr,
                                    deconvolution=shared.transpose)
 
     def in_place(self) -> capi.Primitive | None:

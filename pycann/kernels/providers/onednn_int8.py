@@ -39,6 +39,7 @@ import numpy as np
 
 from pycann.kernels.providers import omp_fork, onednn_packed, openmp
 from pycann.kernels.providers import onednn_capi as capi
+from pycann.kernels.providers import onednn_capi_ops as capi_ops
 from pycann.kernels.providers.onednn_capi_table import _P
 from pycann.ops.array_cache import ArrayCache
 
@@ -148,7 +149,7 @@ class _Prim:
             self.prim.execute()
 
 
-def _attr(epi: Epilogue, res_md: capi.MemoryDesc | None, wei_mask: int, src_zp: bool) -> capi.Attr:
+def _attr(epi: Epilogue, res_md: capi.MemoryDesc | None, wei_mask: int, src_zp: bool) -> capi_ops.Attr:
     ops: list[tuple[Any, ...]] = []
     if epi.residual:
         ops.append(("binary_add", res_md))
@@ -157,7 +158,7 @@ def _attr(epi: Epilogue, res_md: capi.MemoryDesc | None, wei_mask: int, src_zp: 
             ops.append(("eltwise", capi.ELTWISE["relu"], 0.0, 0.0))
         else:
             ops.append(("eltwise", capi.ELTWISE["clip_v2"], float(max(epi.lo, -3.4e38)), float(min(epi.hi, 3.4e38))))
-    attr = capi.Attr(ops)
+    attr = capi_ops.Attr(ops)
     lib = capi.load()
     capi.check(lib.dnnl_primitive_attr_set_scales_mask(attr.handle, capi.ARG_SRC, 0), "set_scales_mask(src)")
     capi.check(lib.dnnl_primitive_attr_set_scales_mask(attr.handle, capi.ARG_WEIGHTS, wei_mask),
@@ -207,7 +208,7 @@ def _conv_prim(w: np.ndarray, geom: ConvGeom, zp: bool, epi: Epilogue, w_scale: 
     b_md = capi.MemoryDesc.dense((m,)) if bias is not None else None
     attr = _attr(epi, res, 0b11 if g > 1 else 0b1, zp)
     sp = geom.pads
-    pd = capi.convolution_pd(src, wei, b_md, dst, geom.strides, [d - 1 for d in geom.dilations], sp[:2], sp[2:],
+    pd = capi_ops.convolution_pd(src, wei, b_md, dst, geom.strides, [d - 1 for d in geom.dilations], sp[:2], sp[2:],
                              attr)
     pd.fast_impl()
     keep: list[Any] = [attr]
@@ -292,7 +293,7 @@ def _matmul_prim(w_nk: np.ndarray, rows: int, zp: bool, epi: Epilogue, w_scale: 
     wei = _md_any((k, n), S8)
     b_md = _md((1, n), (n, 1), capi.F32) if bias is not None else None
     attr = _attr(epi, res, 0b10, zp)
-    pd = capi.matmul_pd(src, wei, b_md, dst, attr)
+    pd = capi_ops.matmul_pd(src, wei, b_md, dst, attr)
     pd.fast_impl()
     keep: list[Any] = [attr]
     w_mem = onednn_packed.packed(w_nk, _md((k, n), (1, k), S8), pd.query_md(capi.QUERY_WEIGHTS_MD))
@@ -361,7 +362,7 @@ def _quantize_locked(key: tuple[Any, ...], x: np.ndarray, out: np.ndarray, scale
     hit = _QUANT.get(key)
     if hit is None:
         lib = capi.load()
-        attr = capi.Attr()
+        attr = capi_ops.Attr()
         capi.check(lib.dnnl_primitive_attr_set_scales_mask(attr.handle, capi.ARG_DST, 0), "set_scales_mask(dst)")
         if zp:
             capi.check(lib.dnnl_primitive_attr_set_zero_points_mask(attr.handle, capi.ARG_DST, 0),

@@ -33,6 +33,7 @@ from pycann.kernels.bound import BoundKernel
 from pycann.kernels.providers import aligned, omp_fork, onednn_packed, openmp
 from pycann.kernels.providers import numpy_blas as nb
 from pycann.kernels.providers import onednn_capi as capi
+from pycann.kernels.providers import onednn_capi_ops as capi_ops
 from pycann.kernels.providers.bound_out import dest, finish
 from pycann.kernels.providers.native_args import conform
 from pycann.kernels.providers.specs import GemmSpec, Implementation
@@ -100,7 +101,7 @@ class _Plan:
                 ops.append(op)
         w = capi.MemoryDesc.any(b[0]) if b[1] is None else _md((b[0], b[1]))
         bias_md = _md(bias) if bias is not None else None
-        pd = capi.matmul_pd(_md(a), w, bias_md, _md(d), capi.Attr(ops))
+        pd = capi_ops.matmul_pd(_md(a), w, bias_md, _md(d), capi_ops.Attr(ops))
         while impl is not None and pd.impl_info() != impl:
             if not pd.next_impl():
                 raise capi.DnnlError(f"matmul implementation {impl} not offered", 3)

@@ -19,6 +19,7 @@ from pycann.kernels.algorithm import Threads
 from pycann.kernels.bound import BoundKernel
 from pycann.kernels.providers import omp_fork, openmp
 from pycann.kernels.providers import onednn_capi as capi
+from pycann.kernels.providers import onednn_capi_ops as capi_ops
 from pycann.kernels.providers.bound_out import dest, finish
 from pycann.kernels.providers.native_args import address, conform
 
@@ -52,7 +53,7 @@ def bound_layer_norm(shape: Sequence[int], n: int, scale: np.ndarray, bias: np.n
         md = capi.MemoryDesc.strided((rows, n), (n, 1))
         vec = capi.MemoryDesc.strided((n,), (1,))
         flags = capi.USE_SCALE | (capi.USE_SHIFT if sh is not None else 0)
-        pd = capi.layer_normalization_pd(md, md, float(epsilon), flags)
+        pd = capi_ops.layer_normalization_pd(md, md, float(epsilon), flags)
         impl = pd.fast_impl()
         one_thread = size <= ONE_THREAD_ELEMENTS
         # (no descriptor kept by the memories or the primitive, no bound methods in the closure: the

@@ -29,6 +29,7 @@ from typing import Any
 import numpy as np
 
 from pycann.kernels.providers import onednn_capi as capi
+from pycann.kernels.providers import onednn_capi_ops as capi_ops
 
 __all__ = ["PackedStats", "forget", "owner", "packed", "stats", "weight_key"]
 
@@ -175,7 +176,7 @@ def packed(w: np.ndarray, user_md: Any, want_md: Any, source: tuple[np.ndarray, 
         # (a primitive bound to it would raise that build's error at every run of this one)
         ticket.settle()
     src, src_md = source if source is not None else (w, user_md)
-    mem = capi.reorder(src_md, capi.ptr(src), want_md, keep=src)  # (queued while a plan builds)
+    mem = capi_ops.reorder(src_md, capi.ptr(src), want_md, keep=src)  # (queued while a plan builds)
     with _locked():
         lst = _entries.get(key)
         if lst is None:

@@ -37,6 +37,7 @@ import numpy as np
 from pycann.errors import OperandError
 from pycann.kernels.providers import omp_fork, openmp
 from pycann.kernels.providers import onednn_capi as capi
+from pycann.kernels.providers import onednn_capi_ops as capi_ops
 from pycann.kernels.providers.native_args import address
 from pycann.kernels.providers.onednn_conv_plan import _cl_strides, _fits, empty_channels_last
 from pycann.kernels.providers.onednn_eltwise import Unaries, Unary, _chain, _numpy_unary
@@ -86,7 +87,7 @@ class Pointwise:
 
     def __init__(self, w: np.ndarray, with_bias: bool, unary: Unary | Unaries | None, residual: bool) -> None:
         m, c = int(w.shape[0]), int(w.shape[1])
-        rt = capi.RUNTIME_DIM
+        rt = capi_ops.RUNTIME_DIM
         ops: list[tuple[Any, ...]] = [("sum", 1.0)] if residual else []
         ops += [("eltwise", *u) for u in _chain(unary)]
         # the weight's transpose (C, M), an own copy: the model's array must stay collectable (the
@@ -96,8 +97,8 @@ class Pointwise:
         self.wt = np.array(w.reshape(m, c).T, dtype=np.float32, order="C", copy=True)
         wei = capi.MemoryDesc.strided((c, m), (m, 1))
         self.bias_md = capi.MemoryDesc.strided((1, m), (m, 1)) if with_bias else None
-        pd = capi.matmul_pd(capi.MemoryDesc.strided((rt, c), (c, 1)), wei, self.bias_md,
-                            capi.MemoryDesc.strided((rt, m), (m, 1)), capi.Attr(ops))
+        pd = capi_ops.matmul_pd(capi.MemoryDesc.strided((rt, c), (c, 1)), wei, self.bias_md,
+                            capi.MemoryDesc.strided((rt, m), (m, 1)), capi_ops.Attr(ops))
         self.impl = pd.fast_impl()
         self.prim = capi.Primitive(pd, [])
         self.m, self.c, self.residual = m, c, residual
@@ -265,10 +266,10 @@ class PatchDeconv:
         with self._lock:
             prim = self._prims.get(batch)
             if prim is None:
-                rt = capi.RUNTIME_DIM
-                pd = capi.matmul_pd(capi.MemoryDesc.strided((batch, rt, self.c), (rt, self.c, 1)), self.wei_md,
+                rt = capi_ops.RUNTIME_DIM
+                pd = capi_ops.matmul_pd(capi.MemoryDesc.strided((batch, rt, self.c), (rt, self.c, 1)), self.wei_md,
                                     self.bias_md, capi.MemoryDesc.strided((batch, rt, self.cols), (rt, self.cols, 1)),
-                                    capi.Attr(self.attr_ops))
+                                    capi_ops.Attr(self.attr_ops))
                 pd.fast_impl()
                 if len(self._prims) >= _MAX_BATCHES:
                     self._prims.clear()

@@ -27,6 +27,7 @@ import numpy as np
 
 from pycann.kernels.providers import nan_guard, omp_fork, onednn
 from pycann.kernels.providers import onednn_capi as capi
+from pycann.kernels.providers import onednn_capi_ops as capi_ops
 from pycann.kernels.providers.native_args import address
 
 _F32 = np.dtype(np.float32)
@@ -63,7 +64,7 @@ class _Bound:
         self.x_bytes, self.y_bytes = tuple(4 * t for t in self.xs), tuple(4 * t for t in self.ys)  # byte strides
         src = capi.MemoryDesc.strided(x_shape, self.xs)
         dst = capi.MemoryDesc.strided(y_shape, self.ys)
-        pd = capi.pooling_pd(capi.POOLING[alg], src, dst, strides, kernel, [d - 1 for d in dilations],
+        pd = capi_ops.pooling_pd(capi.POOLING[alg], src, dst, strides, kernel, [d - 1 for d in dilations],
                              pads_begin, pads_end)
         self.impl = pd.fast_impl()
         self.src, self.dst = capi.Memory(src, 0), capi.Memory(dst, 0)

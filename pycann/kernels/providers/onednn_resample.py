@@ -25,6 +25,7 @@ import numpy as np
 from pycann.dtypes import is_bfloat16
 from pycann.kernels.providers import omp_fork, openmp
 from pycann.kernels.providers import onednn_capi as capi
+from pycann.kernels.providers import onednn_capi_ops as capi_ops
 from pycann.kernels.providers.native_args import address
 
 __all__ = ["NearestUpsample"]
@@ -63,7 +64,7 @@ class NearestUpsample:
             try:
                 src = capi.MemoryDesc.strided(shapes[0], x_st, dt=self._dt)
                 dst = capi.MemoryDesc.strided(shapes[1], y_st, dt=self._dt)
-                pd = capi.resampling_pd(capi.RESAMPLING_NEAREST, src, dst)
+                pd = capi_ops.resampling_pd(capi_ops.RESAMPLING_NEAREST, src, dst)
                 pd.fast_impl()  # (raises on oneDNN's reference loop: numpy's copy is faster)
                 sm, dm = capi.Memory(src, 0), capi.Memory(dst, 0)
                 made = (capi.Primitive(pd, [(capi.ARG_SRC, sm), (capi.ARG_DST, dm)]), sm, dm)

@@ -23,6 +23,7 @@ from pycann.kernels.algorithm import Threads
 from pycann.kernels.bound import BoundKernel
 from pycann.kernels.providers import omp_fork, openmp
 from pycann.kernels.providers import onednn_capi as capi
+from pycann.kernels.providers import onednn_capi_ops as capi_ops
 from pycann.kernels.providers.bound_out import dest, finish
 from pycann.kernels.providers.native_args import address, conform
 
@@ -46,7 +47,7 @@ def softmax_last_axis_(s: np.ndarray) -> bool:
         try:
             md = capi.MemoryDesc.strided(s.shape, [st // 4 for st in s.strides])
             mem = capi.Memory(md, 0)
-            prim = capi.Primitive(capi.softmax_pd(md, md, s.ndim - 1), [(capi.ARG_SRC, mem), (capi.ARG_DST, mem)])
+            prim = capi.Primitive(capi_ops.softmax_pd(md, md, s.ndim - 1), [(capi.ARG_SRC, mem), (capi.ARG_DST, mem)])
         except (capi.DnnlError, OSError):
             return False
         if len(_plans) >= _MAX_PLANS:
@@ -70,7 +71,7 @@ def bound_softmax(shape: tuple[int, ...], generic: Any) -> Any:
     try:
         md = capi.MemoryDesc.dense(shape)
         src, dst = capi.Memory(md, 0), capi.Memory(md, 0)
-        pd = capi.softmax_pd(md, md, len(shape) - 1)
+        pd = capi_ops.softmax_pd(md, md, len(shape) - 1)
         impl = pd.fast_impl()
         prim = capi.Primitive(pd, [(capi.ARG_SRC, src), (capi.ARG_DST, dst)])
     except (capi.DnnlError, OSError):
