@@ -26,9 +26,6 @@ from pycann.ops.elementwise import (
 from pycann.ops.erf_gelu import (
     erf,
     gelu_erf_,
-    # not used here: ops/fused.py reads ``activation.gelu_tanh_`` (that module is another change's to
-    # edit); this import keeps it there until fused.py imports ops.erf_gelu
-    gelu_tanh_,  # noqa: F401
     select,
 )
 from pycann.ops.opdef import InferContext, OpDef

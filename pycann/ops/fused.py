@@ -28,7 +28,7 @@ from typing import Any
 import numpy as np
 
 from pycann.dtypes import TensorDesc, bfloat16, is_bfloat16
-from pycann.ops import activation as act_mod
+from pycann.ops import erf_gelu
 from pycann.ops.matmul import Bf16MatMul, FloatMatMul, _float_matmul, _infer_matmul, _no_bf16, matmul
 from pycann.ops.nn import conv as conv_mod
 from pycann.ops.opdef import InferContext, OpDef
@@ -79,9 +79,9 @@ def apply_activation(y: np.ndarray, name: str, alpha: float, beta: float) -> np.
         t = _sigmoid_inplace(y * alpha if alpha != 1.0 else y.copy())
         y *= t
     elif name == "Gelu":
-        act_mod.gelu_erf_(y)
+        erf_gelu.gelu_erf_(y)
     elif name == "GeluTanh":
-        act_mod.gelu_tanh_(y)
+        erf_gelu.gelu_tanh_(y)
     elif name == "Tanh":
         np.tanh(y, out=y)
     else:

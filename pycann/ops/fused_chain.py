@@ -12,7 +12,7 @@ from typing import Any
 import numpy as np
 
 from pycann.dtypes import TensorDesc
-from pycann.ops import activation as act_mod
+from pycann.ops import erf_gelu
 from pycann.ops.elementwise import power
 from pycann.ops.fused import DOMAIN, _narrow, _sigmoid_inplace, apply_activation
 from pycann.ops.opdef import InferContext, OpDef
@@ -36,7 +36,7 @@ UNARY_IN_PLACE: dict[str, Callable[[np.ndarray, tuple[float, float]], Any]] = {
     "Reciprocal": lambda b, p: np.reciprocal(b, out=b),
     "Floor": lambda b, p: np.floor(b, out=b),
     "Ceil": lambda b, p: np.ceil(b, out=b),
-    "Erf": lambda b, p: np.copyto(b, act_mod.erf(b)),
+    "Erf": lambda b, p: np.copyto(b, erf_gelu.erf(b)),
     "Clip": lambda b, p: np.clip(b, p[0], p[1], out=b),
     "HardSigmoid": lambda b, p: apply_activation(b, "HardSigmoid", p[0], p[1]),
     "HardSwish": lambda b, p: apply_activation(b, "HardSwish", 0, 0),
