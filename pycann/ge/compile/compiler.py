@@ -21,6 +21,7 @@ import numpy as np
 import pycann
 from pycann.dtypes import Dim, TensorDesc
 from pycann.errors import OptionError
+from pycann.gc_pause import gc_paused
 from pycann.ge.aipp.config import load_aipp_config
 from pycann.ge.compile import gears
 from pycann.ge.compile.options import CompileOptions, check_implmode, dim_token, dims_to_desc_shape
@@ -200,6 +201,7 @@ def _insert_aipp(graph: Graph, options: CompileOptions, ranges: dict[str, list[A
     return graph
 
 
+@gc_paused()  # (its many long-lived objects: no collections walking them mid-compile)
 def compile_model(
     model: str | os.PathLike[str] | bytes | onnx.ModelProto | Graph,
     options: CompileOptions | None = None,

@@ -7,13 +7,11 @@ Both ``.om`` files and in-memory ``CompiledModel``s load into ``LoadedModel``; t
 
 from __future__ import annotations
 
-import contextlib
 import errno
-import gc
 import math
 import os
 import time
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
@@ -22,6 +20,7 @@ import numpy as np
 from pycann.config import PlanCacheConfig, plan_cache_config
 from pycann.dtypes import TensorDesc, dtype_name, to_numpy
 from pycann.errors import InputError, ShapeError
+from pycann.gc_pause import gc_paused
 from pycann.ge.ir import Graph
 from pycann.ge.run.executor import Executor
 from pycann.ge.run.model_feeds import FeedChecks, TensorInfo
@@ -64,28 +63,6 @@ def _owned(o: Any) -> Any:
     o = np.asarray(o)
     # a KV cache's ``present`` is read-only by design: the next step appends to its buffer in place
     return o if o.flags.writeable or kv_cache.cache_view(o) else o.copy()
-
-
-@contextlib.contextmanager
-def gc_paused() -> Iterator[None]:
-    """No automatic collections of Python's cyclic garbage collector during the block. Loading a
-    model allocates tens of thousands of long-lived objects (graph, kernels, plan), and the
-    collections they trigger walk every live object: DenseNet-121's load spent ~30 ms of its
-    ~170 in them (bench/RESULTS.md, first run). Whatever cyclic garbage the block leaves is
-    collected by the next collection after it.
-
-    By the first generation's threshold (0: no automatic collection, Python's gc docs), not
-    ``gc.disable()``: the collector's on/off switch is process-wide, so restoring it at the end
-    would undo a ``gc.disable()`` (or ``enable()``) that another thread of the application made
-    meanwhile; the switch is never touched here. The threshold is put back only if it is still
-    0 (a thread that set its own meanwhile keeps it; overlapping loads end with the first one's)."""
-    prior = gc.get_threshold()
-    gc.set_threshold(0, *prior[1:])
-    try:
-        yield
-    finally:
-        if gc.get_threshold()[0] == 0:
-            gc.set_threshold(*prior)
 
 
 def _seed_weight_bounds(graph: Graph, table: Any) -> None:
