@@ -23,6 +23,7 @@ exception through; the ``api`` decorator of ``_state`` catches it, records the m
 | .om file that cannot be read (permissions, I/O)    | ``ACL_ERROR_READ_MODEL_FAILURE`` (100014) |
 | .om container truncated / corrupted / foreign      | ``ACL_ERROR_DESERIALIZE_MODEL`` (100012)  |
 | .om graph or manifest not a runnable model         | ``ACL_ERROR_PARSE_MODEL`` (100013)        |
+| a model whose node does not match its op (ModelError) | ``ACL_ERROR_PARSE_MODEL`` (100013)     |
 | model input does not match (dtype, shape)          | ``ACL_ERROR_GE_SHAPE_INVALID`` / ``ACL_ERROR_GE_DATATYPE_INVALID`` |
 | kernel failure while executing                     | ``ACL_ERROR_RT_MODEL_EXECUTE`` (507011)   |
 | a ``PYCANN_`` environment knob pycann cannot use   | ``ACL_ERROR_INVALID_PARAM`` (100000)      |
@@ -36,6 +37,7 @@ from pycann.config import ConfigError
 from pycann.errors import (
     InputError,
     KernelError,
+    ModelError,
     OmFormatError,
     OmInvalidModelError,
     PycannError,
@@ -74,6 +76,9 @@ _RT_CODES: tuple[tuple[type[BaseException], int], ...] = (
     (rt.WaitOnOwnWorker, C.ACL_ERROR_INVALID_PARAM),
     (OmInvalidModelError, C.ACL_ERROR_PARSE_MODEL),  # before its base class
     (OmFormatError, C.ACL_ERROR_DESERIALIZE_MODEL),
+    # a graph the loader accepted that no kernel binds to (a node missing an input its op reads), or an
+    # .onnx given to load_from_file that fails the import: the model does not parse as a runnable one
+    (ModelError, C.ACL_ERROR_PARSE_MODEL),
     (UnsupportedOpError, C.ACL_ERROR_OP_NOT_FOUND),
     (InputError, C.ACL_ERROR_GE_SHAPE_INVALID),
     (ShapeError, C.ACL_ERROR_GE_SHAPE_INVALID),

@@ -72,6 +72,20 @@ def acl_context() -> Iterator[None]:
     acl.finalize()
 
 
+@pytest.mark.parametrize("path", CASES, ids=[p.stem for p in CASES])
+def test_om_corpus_through_pyacl(acl_context: None, path: Path) -> None:
+    """The regression cases through pyACL's load_from_mem: success or a documented code, never 500000 (a
+    node with its input deleted reached the user as ACL_ERROR_INTERNAL_ERROR)."""
+    import pycann.acl as acl
+    from pycann.acl import constants as C
+
+    data = omm.apply(omm.Mutation.from_json(json.loads(path.read_text())))
+    model_id, ret = acl.mdl.load_from_mem(acl.util.bytes_to_ptr(data), len(data))
+    assert ret != C.ACL_ERROR_INTERNAL_ERROR, acl.get_recent_err_msg()
+    if ret == 0:
+        assert acl.mdl.unload(model_id) == 0
+
+
 def test_om_mutation_fuzz_through_pyacl(acl_context: None) -> None:
     """pyACL's load_from_mem on mutated files: success, or a documented code (never 500000)."""
     import pycann.acl as acl
