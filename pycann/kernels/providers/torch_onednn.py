@@ -213,7 +213,7 @@ def conv_packed(x: np.ndarray, w: np.ndarray, b: np.ndarray | None, group: int, 
     reorders the weight on every run. Other shapes go through ``conv``.
     """
     if len(win.kernel) != 2 or x.dtype != np.float32 or w.dtype != np.float32 or win.pads_begin != win.pads_end \
-            or not packing_supported():
+            or not windows_read_input(tuple(x.shape[2:]), win) or not packing_supported():
         return conv(x, w, b, group, win, out, residual=residual, relu=relu)
     torch = load()
     padding = list(win.pads_begin)
@@ -339,9 +339,27 @@ def bound_max_pool2d(kernel_shape: list[int], strides: list[int], pads: list[int
 
 
 def native(x: np.ndarray, w: np.ndarray, win: Window) -> bool:
-    """True when ``conv_nhwc`` computes this call itself (2-D, float32, symmetric pads, oneDNN)."""
+    """True when ``conv_nhwc`` computes this call itself (2-D, float32, symmetric pads, every window
+    reading the input, oneDNN)."""
     return len(win.kernel) == 2 and x.dtype == np.float32 and w.dtype == np.float32 \
-        and win.pads_begin == win.pads_end and packing_supported()
+        and win.pads_begin == win.pads_end and windows_read_input(tuple(x.shape[2:]), win) and packing_supported()
+
+
+def windows_read_input(sizes: tuple[int, ...], win: Window) -> bool:
+    """Whether every output position's window has a tap inside the input (``sizes``: the spatial dims).
+
+    Why: torch 2.13's oneDNN crashed the process (SIGSEGV) running a conv on a weight prepacked by
+    ``mkldnn_reorder_conv2d_weight`` whose output positions read only padding: a 1x1 kernel with
+    dilation 2 on a width-1 input, stride 2 or 3 and pad 1 or 2 (a sweep of small geometries found
+    no other). Such convs (degenerate: a result that is only the bias) take the unpacked path
+    (``conv``). A window misses the input when it lies in the leading or trailing pad, or, with a
+    dilation wider than the input, when its taps straddle it."""
+    for n, k, s, d, p, o in zip(sizes, win.kernel, win.strides, win.dilations, win.pads_begin, win.out):
+        if p > (k - 1) * d or (o - 1) * s - p >= n:
+            return False
+        if d > n and not all(any(0 <= i * s - p + j * d < n for j in range(k)) for i in range(o)):
+            return False
+    return True
 
 
 def _torch_unary(y: Any, attr: str, scalars: list[float], algo: str) -> Any:
@@ -452,9 +470,11 @@ def _gemm_ok(op: str) -> Any:
 
 ALGORITHMS: list[Implementation] = [
     Implementation(TORCH_CONV2D, _conv_n(2), conv, "torch.nn.functional.conv2d (oneDNN), bias fused"),
-    Implementation(TORCH_CONV2D_PACKED, lambda s: _conv_n(2)(s) and s.group == 1 and s.win.pads_begin == s.win.pads_end and packing_supported(),
+    Implementation(TORCH_CONV2D_PACKED, lambda s: _conv_n(2)(s) and s.group == 1 and s.win.pads_begin == s.win.pads_end
+                   and windows_read_input(tuple(s.x_shape[2:]), s.win) and packing_supported(),
               conv_packed, "oneDNN conv with the weight prepacked once (private torch.ops.mkldnn API)"),
-    Implementation(TORCH_CONV2D_NHWC, lambda s: _conv_n(2)(s) and s.win.pads_begin == s.win.pads_end and packing_supported(),
+    Implementation(TORCH_CONV2D_NHWC, lambda s: _conv_n(2)(s) and s.win.pads_begin == s.win.pads_end
+                   and windows_read_input(tuple(s.x_shape[2:]), s.win) and packing_supported(),
               conv_nhwc, "oneDNN conv in channels-last layout, weight prepacked, result left NHWC"),
     Implementation(TORCH_CONV1D, _conv_n(1), conv, "torch.nn.functional.conv1d (oneDNN), bias fused"),
     Implementation(TORCH_CONV3D, _conv_n(3), conv, "torch.nn.functional.conv3d (oneDNN), bias fused"),
