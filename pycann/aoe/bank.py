@@ -34,11 +34,14 @@ This module is a leaf (stdlib, ``pycann``'s version, ``pycann.config``, ``pycann
 
 from __future__ import annotations
 
+import ctypes
 import functools
 import json
+import os
 import sqlite3
 import threading
 import time
+import weakref
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -137,6 +140,15 @@ class KnowledgeBank:
         self.path = self.folder / FILENAME
         self._conn: sqlite3.Connection | None = None
         self._lock = threading.Lock()
+        _BANKS.add(self)
+
+    def _after_fork(self) -> None:
+        """In a forked child: a fresh lock and, at the next use, a fresh connection (sqlite's must not
+        cross a fork: the inherited one is never used nor closed in the child, ``_abandon``)."""
+        self._lock = threading.Lock()
+        if self._conn is not None:
+            _abandon(self._conn)
+            self._conn = None
 
     def _connect(self, create: bool) -> sqlite3.Connection | None:
         if self._conn is not None:
@@ -217,6 +229,46 @@ class KnowledgeBank:
 
 _open: dict[str, KnowledgeBank] = {}
 _open_lock = threading.Lock()
+_BANKS: weakref.WeakSet[KnowledgeBank] = weakref.WeakSet()
+
+
+def _abandon(conn: sqlite3.Connection) -> None:
+    """Keep an inherited connection alive for good, unclosed: closing it takes its sqlite mutex,
+    which the parent's thread may have held at the fork (the child would hang at exit)."""
+    ctypes.pythonapi.Py_IncRef(ctypes.py_object(conn))
+
+
+# Forks: every use of sqlite here holds its bank's lock, and a fork waits for those locks
+# (``_before_fork``), so no thread of the parent is inside sqlite at a fork. A thread inside ``get`` at
+# the fork (a background plan build's kernel selection) left the lock taken in the child, whose first
+# plan build then waited forever; and a fresh connection there could still hang on a mutex of sqlite's
+# own that the thread held (3 of 10 'fork' children of a process running PP-OCRv4 rec threads, then 1 of
+# 14). A fork waits at most for one query (or sqlite's busy timeout, while another process writes).
+_held: list[threading.Lock] = []
+
+
+def _before_fork() -> None:
+    for bank in sorted(_BANKS, key=id):  # (a thread holds one bank's lock at a time: no order to keep)
+        bank._lock.acquire()
+        _held.append(bank._lock)
+
+
+def _after_fork_in_parent() -> None:
+    while _held:
+        _held.pop().release()
+
+
+def _after_fork_in_child() -> None:
+    global _open_lock
+    _held.clear()
+    _open_lock = threading.Lock()
+    for bank in list(_BANKS):
+        bank._after_fork()
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(before=_before_fork, after_in_parent=_after_fork_in_parent,
+                        after_in_child=_after_fork_in_child)
 
 
 def open_bank(folder: str | Path | None = None) -> KnowledgeBank:

@@ -64,3 +64,46 @@ def test_bank_folder_priority(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -
     with pytest.raises(ConfigError, match="TUNE_BANK_PATH=.*is a file"):
         tune_bank_dir()
     assert open_bank(tmp_path / "b") is open_bank(tmp_path / "b")
+
+
+
+_FORK_INSIDE_BANK = """import os, signal, threading, time
+from pycann.aoe.bank import BankRecord, open_bank
+from tests.aoe.test_bank import key
+bank = open_bank({folder!r})
+bank.put(BankRecord(key(), {{"algorithm": "a"}}, 1.0, 2.0, 3))
+assert bank.get(key()) is not None  # (the connection is open at the fork)
+inside, left = threading.Event(), threading.Event()
+def query():  # a thread inside sqlite (as every use of it, under the bank's lock) for a while
+    with bank._lock:
+        inside.set()
+        time.sleep(1.0)
+        left.set()
+t = threading.Thread(target=query)
+t.start()
+inside.wait()
+pid = os.fork()
+if pid == 0:
+    signal.alarm(10)
+    if not left.is_set():
+        os._exit(5)  # forked while the thread was inside: its lock (and sqlite's mutexes) stay taken here
+    rec = bank.get(key())
+    bank.put(BankRecord(key(op_type="MatMul"), {{"algorithm": "b"}}, 1.0, 2.0, 3))
+    ok = rec is not None and rec.choice == {{"algorithm": "a"}} and bank.count() == 2 and open_bank(bank.folder) is bank
+    os._exit(0 if ok else 3)
+code = os.waitpid(pid, 0)[1]
+t.join()
+print("child", code, bank.count())
+"""
+
+
+def test_fork_waits_for_a_thread_inside_the_bank_and_the_child_reads_it(tmp_path: Path) -> None:
+    """A thread of the parent inside the bank at a fork (a background plan build's kernel selection,
+    while a ``multiprocessing`` 'fork' child starts) left the bank's lock taken in the child, whose first
+    plan build waited forever; a fresh lock was not enough either (a child's new sqlite connection hung
+    on a mutex of sqlite's own that the thread held). A fork now waits for the thread to leave the bank;
+    the child opens its own connection and reads and writes the bank (the parent's stays usable)."""
+    from tests.forking import run_script
+
+    res = run_script(tmp_path, _FORK_INSIDE_BANK.format(folder=str(tmp_path)))
+    assert res.returncode == 0 and "child 0 2" in res.stdout, res.stdout + res.stderr
