@@ -76,7 +76,10 @@ class TensorDump:
             for e in dump_list:
                 layers = e.get("layer") or None
                 self.select[str(e.get("model_name", ""))] = set(layers) if layers else None
+        # graph name -> runs numbered so far (the next run's iteration); the iteration of the run a thread
+        # is in, per graph, is that thread's own (``_iteration``)
         self.iterations: dict[str, int] = {}
+        self._current = threading.local()
         self.model_ids: dict[str, int] = {}
         self.files = 0
         self._lock = threading.Lock()
@@ -88,9 +91,24 @@ class TensorDump:
     def index_path(self) -> str:
         return os.path.join(self.root, INDEX_NAME)
 
-    def _wanted(self, model: str, graph_name: str, node: Any) -> bool:
+    def _iteration(self, graph_name: str) -> int:
+        """The iteration of the run of ``graph_name`` that the calling thread is in, numbered when its
+        first node reports. Runs of one model on several threads at once each get their own (they read
+        one shared count, bumped as a run ended: two such runs wrote one folder, the later files over
+        the earlier, and the index listed both runs' rows for them)."""
+        runs: dict[str, int] | None = getattr(self._current, "runs", None)
+        if runs is None:
+            runs = self._current.runs = {}
+        it = runs.get(graph_name)
+        if it is None:
+            with self._lock:
+                it = self.iterations.get(graph_name, 0)
+                self.iterations[graph_name] = it + 1
+            runs[graph_name] = it
+        return it
+
+    def _wanted(self, model: str, graph_name: str, node: Any, it: int) -> bool:
         if self.steps is not None:
-            it = self.iterations.get(graph_name, 0)
             if not any(lo <= it <= hi for lo, hi in self.steps):
                 return False
         if self.select is None:
@@ -104,9 +122,9 @@ class TensorDump:
     def on_node(self, node: Any, inputs: Sequence[Any], outputs: Sequence[Any], start_ns: int, end_ns: int,
                 graph_name: str) -> None:
         model = hooks.model_name_of(graph_name)
-        if not self._wanted(model, graph_name, node):
+        it = self._iteration(graph_name)
+        if not self._wanted(model, graph_name, node, it):
             return
-        it = self.iterations.get(graph_name, 0)
         with self._lock:
             mid = hooks.ACL_MODEL_IDS.get(graph_name)
             if mid is None:
@@ -134,7 +152,10 @@ class TensorDump:
                                   ",".join(map(str, v.shape)), rel])
 
     def on_run(self, graph_name: str, start_ns: int, end_ns: int) -> None:
-        self.iterations[graph_name] = self.iterations.get(graph_name, 0) + 1
+        runs: dict[str, int] | None = getattr(self._current, "runs", None)
+        if runs is None or runs.pop(graph_name, None) is None:
+            with self._lock:  # a run no node of which reported (an empty graph) is numbered all the same
+                self.iterations[graph_name] = self.iterations.get(graph_name, 0) + 1
 
     def close(self) -> None:
         """Stop receiving events and close the index (idempotent)."""

@@ -149,3 +149,60 @@ def _dump_runs(tmp_path: Path, models: list[LoadedModel], x: np.ndarray) -> list
     finally:
         dump.finalize()
     return load_index(d.root)
+
+
+class _MeetAtNode:
+    """An observer after the dumper: each run's node waits there until the other thread's run reported
+    its node too, so the two runs overlap (both dumped before either run ended)."""
+
+    def __init__(self) -> None:
+        import threading
+
+        self.barrier = threading.Barrier(2)
+
+    def on_node(self, node: Any, inputs: Any, outputs: Any, start_ns: int, end_ns: int, graph_name: str) -> None:
+        self.barrier.wait(10)
+
+    def on_run(self, graph_name: str, start_ns: int, end_ns: int) -> None:
+        pass
+
+
+def test_runs_of_one_model_on_two_threads_at_once_dump_to_their_own_iterations(tmp_path: Path) -> None:
+    """Two threads running one model at once: each run's tensors in a folder of its own. (The iteration
+    was the model's run count, bumped as a run ended: overlapping runs both wrote iteration 0, the later
+    files over the earlier, and the index listed the lost run's rows for the other's files: 153 folders
+    for 160 runs of four threads.)"""
+    import threading
+
+    from onnx import TensorProto, helper, numpy_helper
+
+    g = helper.make_graph([helper.make_node("Mul", ["x", "two"], ["y"], name="mul")], "dmp",
+                          [helper.make_tensor_value_info("x", TensorProto.FLOAT, [4])],
+                          [helper.make_tensor_value_info("y", TensorProto.FLOAT, [4])],
+                          [numpy_helper.from_array(np.full(4, 2, np.float32), "two")])
+    lm = LoadedModel.from_compiled(compile_model(helper.make_model(g, opset_imports=[helper.make_opsetid("", 13)])))
+    d = TensorDump(tmp_path, None, "all")
+    meet = _MeetAtNode()
+    hooks.add_observer(d)
+    hooks.add_observer(meet)
+    try:
+        ts = [threading.Thread(target=lm.run, args=([np.full(4, i + 1, np.float32)],)) for i in range(2)]
+        for t in ts:
+            t.start()
+        for t in ts:
+            t.join(20)
+        assert not any(t.is_alive() for t in ts)
+    finally:
+        hooks.remove_observer(meet)
+        d.close()
+    rows = load_index(d.root)
+    assert sorted(r["iteration"] for r in rows if r["io"] == "output") == ["0", "1"]
+    got = {}
+    for it in ("0", "1"):
+        (x,) = [np.load(r["path"]) for r in rows if r["iteration"] == it and r["value_name"] == "x"]
+        (y,) = [np.load(r["path"]) for r in rows if r["iteration"] == it and r["io"] == "output"]
+        np.testing.assert_array_equal(y, 2 * x)
+        got[it] = float(x[0])
+    assert sorted(got.values()) == [1.0, 2.0]
+    lm.run([np.full(4, 3, np.float32)])  # (no observer now: the dump is closed)
+    assert d.iterations == {lm.graph.name: 2}
