@@ -26,6 +26,7 @@ import os
 import re
 import threading
 import time
+import weakref
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -86,6 +87,7 @@ class TensorDump:
         self._index_f = open(os.path.join(self.root, INDEX_NAME), "w", newline="", encoding="utf-8")
         self._index = csv.writer(self._index_f)
         self._index.writerow(INDEX_COLUMNS)
+        _DUMPERS.add(self)
 
     @property
     def index_path(self) -> str:
@@ -163,6 +165,52 @@ class TensorDump:
         with self._lock:
             if not self._index_f.closed:
                 self._index_f.close()
+
+    def _in_child(self) -> None:
+        """In a forked child (``_after_fork_in_child``): a folder of its own, ``<root>-<pid>``, with its own
+        index. The child went on in the parent's folder and index, its iteration numbers the parent's
+        next ones: the parent's later runs wrote their files over the child's, and the index listed the
+        child's rows for them."""
+        self._lock = threading.Lock()
+        self._current = threading.local()
+        if self._index_f.closed:
+            return
+        self._index_f.close()  # (the child's descriptor; empty buffer: each write flushes under the lock)
+        self.root = f"{self.root}-{os.getpid()}"
+        os.makedirs(self.root, exist_ok=True)
+        self._index_f = open(os.path.join(self.root, INDEX_NAME), "w", newline="", encoding="utf-8")
+        self._index = csv.writer(self._index_f)
+        self._index.writerow(INDEX_COLUMNS)
+        self._index_f.flush()
+        self.files = 0
+
+
+_DUMPERS: weakref.WeakSet[TensorDump] = weakref.WeakSet()
+_held: list[threading.Lock] = []
+
+
+def _before_fork() -> None:
+    # no dump write in progress at a fork (a parent thread's row half in the index buffer, flushed
+    # again by the child): each dumper's lock is taken across it
+    for d in sorted(_DUMPERS, key=id):
+        d._lock.acquire()
+        _held.append(d._lock)
+
+
+def _after_fork_in_parent() -> None:
+    while _held:
+        _held.pop().release()
+
+
+def _after_fork_in_child() -> None:
+    _held.clear()
+    for d in list(_DUMPERS):
+        d._in_child()
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(before=_before_fork, after_in_parent=_after_fork_in_parent,
+                        after_in_child=_after_fork_in_child)
 
 
 class TensorCapture:

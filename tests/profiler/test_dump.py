@@ -206,3 +206,46 @@ def test_runs_of_one_model_on_two_threads_at_once_dump_to_their_own_iterations(t
     assert sorted(got.values()) == [1.0, 2.0]
     lm.run([np.full(4, 3, np.float32)])  # (no observer now: the dump is closed)
     assert d.iterations == {lm.graph.name: 2}
+
+
+_FORKED_DUMP = """import os, sys
+import numpy as np
+from onnx import TensorProto, helper, numpy_helper
+from pycann.ge.compile.compiler import compile_model
+from pycann.ge.run.model import LoadedModel
+from pycann.profiler import hooks
+from pycann.profiler.dump import TensorDump, load_index
+g = helper.make_graph([helper.make_node("Mul", ["x", "two"], ["y"], name="mul")], "dmp",
+                      [helper.make_tensor_value_info("x", TensorProto.FLOAT, [4])],
+                      [helper.make_tensor_value_info("y", TensorProto.FLOAT, [4])],
+                      [numpy_helper.from_array(np.full(4, 2, np.float32), "two")])
+lm = LoadedModel.from_compiled(compile_model(helper.make_model(g, opset_imports=[helper.make_opsetid("", 13)])))
+d = TensorDump({folder!r}, None, "all")
+hooks.add_observer(d)
+lm.run([np.full(4, 1, np.float32)])
+parent_root = d.root
+pid = os.fork()
+if pid == 0:
+    for v in (100, 101):
+        lm.run([np.full(4, v, np.float32)])
+    d.close()
+    os._exit(0 if d.root == parent_root + "-" + str(os.getpid()) else 3)
+code = os.waitpid(pid, 0)[1]
+lm.run([np.full(4, 2, np.float32)])
+d.close()
+def xs(root):
+    return sorted((int(r["iteration"]), float(np.load(r["path"])[0])) for r in load_index(root) if r["value_name"] == "x")
+print("child", code, xs(d.root), xs(d.root + "-" + str(pid)))
+"""
+
+
+def test_forked_child_dumps_to_a_folder_of_its_own(tmp_path: Path) -> None:
+    """A process forked while a dump runs (a server that loads its model, then forks workers): the child
+    writes ``<time folder>-<pid>`` with its own index. (It went on in the parent's folder and index with
+    the parent's next iteration numbers: the parent's later runs wrote their files over the child's, and
+    the index listed the child's rows for the parent's files.)"""
+    from tests.forking import run_script
+
+    res = run_script(tmp_path, _FORKED_DUMP.format(folder=str(tmp_path / "dump")))
+    assert res.returncode == 0, res.stdout + res.stderr
+    assert "child 0 [(0, 1.0), (1, 2.0)] [(1, 100.0), (2, 101.0)]" in res.stdout, res.stdout + res.stderr
