@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import math
 import os
+import threading
 from typing import Any
 
 import numpy as np
@@ -283,9 +284,10 @@ def get_output_dims(model_desc: int, index: int) -> tuple[dict[str, Any], int]:
 
 @api(out=(_NO_DIMS,))
 def get_cur_output_dims(model_desc: int, index: int) -> tuple[dict[str, Any], int]:
-    """Output dims of the model's latest execution (the compiled dims before any)."""
+    """Output dims of the calling thread's latest execution of the model (``execute``, or ``execute_async``
+    once its stream ran it), else of the model's latest (the compiled dims before any)."""
     d, info = _io(model_desc, index, True)
-    last = d.record.last_out_shapes[int(index)] if d.record is not None else None
+    last = d.record.out_shapes()[int(index)] if d.record is not None else None
     return _dims_dict(info, last if last is not None else info.shape), C.ACL_SUCCESS
 
 
@@ -366,7 +368,9 @@ def _buffers(rec: ModelRecord, ds: Dataset, n: int, what: str, extra: int = 0) -
 
 
 def _run(rec: ModelRecord, ins: list[DataBuffer], outs: list[DataBuffer], shapes: list[list[int]],
-         out_ds: Dataset) -> None:
+         out_ds: Dataset, caller: threading.Thread) -> None:
+    """Run the model on the dataset buffers (``caller``: the thread that asked, whose
+    ``get_cur_output_dims`` reports this run)."""
     space = require_init().space
     feeds = []
     for i, (info, shape, b) in enumerate(zip(rec.model.inputs, shapes, ins)):
@@ -391,7 +395,7 @@ def _run(rec: ModelRecord, ins: list[DataBuffer], outs: list[DataBuffer], shapes
                         f"do not fit its buffer of {b.size} bytes")
         if o.nbytes:
             _device_io(space.write, b.ptr, o, DEVICE_KINDS, f"output {j}")
-    rec.last_out_shapes = [tuple(o.shape) for o in results]
+    rec.ran(caller, [tuple(o.shape) for o in results])
     out_ds.out_shapes = [(tuple(o.shape), o.dtype) for o in results]
 
 
@@ -430,7 +434,7 @@ def _prepare(model_id: Any, input_ds: Any, output_ds: Any) -> tuple[Any, ...]:
     for j, b in enumerate(outs):
         if b.size:
             _device_io(space.resolve, b.ptr, b.size, DEVICE_KINDS, True, f"output {j}")
-    return rec, ins, outs, shapes, outd
+    return rec, ins, outs, shapes, outd, threading.current_thread()
 
 
 @api()

@@ -571,3 +571,52 @@ def test_forked_child_is_not_stuck_on_a_lock_a_parent_thread_held(tmp_path: Path
     locks = "_state.space._lock, pool._lock, _state.handles._lock, _models._lock, rt._lock, rt.devices[0].contexts[-1]._lock"
     r = run_script(tmp_path, fork_while_held(FORK_HELD, locks, FORK_HELD_CHILD), timeout=60)
     assert "child 0" in r.stdout, r.stdout + r.stderr[-2000:]  # 14: SIGALRM, the child hung
+
+
+def test_cur_output_dims_are_the_calling_threads_execution(acl_ready: int, dyn_om: Path) -> None:
+    """Two threads execute one dynamic-batch model id with batches 2 and 5 (``execute`` and
+    ``execute_async``); each reads ``get_cur_output_dims`` after its own execution, which the other's
+    ended after: each gets its own batch. (The model kept one latest execution: a thread got the
+    other's dims and would read its output buffer as [5, 3] instead of [2, 3]; 20 of 120 calls of
+    three threads.) A thread that executed nothing gets the model's latest."""
+    import pycann.acl as acl
+    import pycann.acl.constants as C
+    from tests.acl.helpers import dataset_of, to_device
+
+    mid, ret = acl.mdl.load_from_file(str(dyn_om))
+    assert ret == 0
+    desc = acl.mdl.create_desc()
+    assert acl.mdl.get_desc(desc, mid) == 0
+    mine_done, other_done = threading.Event(), threading.Event()
+    got: dict[int, list[int]] = {}
+
+    def work(batch: int, first: bool) -> None:
+        assert acl.rt.set_context(acl_ready) == 0
+        x = np.ones((batch, 4), np.float32)
+        ind, _ = dataset_of([(to_device(x, 8 * 16), 8 * 16)])
+        outd, _ = dataset_of([(acl.rt.malloc(8 * 12, 0)[0], 8 * 12) for _ in range(2)])
+        td = acl.create_tensor_desc(C.ACL_FLOAT, [batch, 4], C.ACL_FORMAT_ND)
+        acl.mdl.set_dataset_tensor_desc(ind, td, 0)
+        if not first:
+            assert mine_done.wait(10)  # the other thread executed: this one's execution ends last
+        if first:
+            assert acl.mdl.execute(mid, ind, outd) == 0
+        else:
+            stream, _ = acl.rt.create_stream()
+            assert acl.mdl.execute_async(mid, ind, outd, stream) == 0
+            assert acl.rt.synchronize_stream(stream) == 0
+            assert acl.rt.destroy_stream(stream) == 0
+        (mine_done if first else other_done).set()
+        if first:
+            assert other_done.wait(10)
+        got[batch] = acl.mdl.get_cur_output_dims(desc, 1)[0]["dims"]
+
+    ts = [threading.Thread(target=work, args=(2, True)), threading.Thread(target=work, args=(5, False))]
+    for t in ts:
+        t.start()
+    for t in ts:
+        t.join(20)
+    assert got == {2: [2, 3], 5: [5, 3]}
+    assert acl.mdl.get_cur_output_dims(desc, 1)[0]["dims"] == [5, 3]  # (this thread ran none: the latest)
+    assert acl.mdl.destroy_desc(desc) == 0
+    assert acl.mdl.unload(mid) == 0
