@@ -264,3 +264,31 @@ def test_drop_waiting_before_any_build_started_drops_all() -> None:
             assert b.submit(s, [], {})
         assert b.drop_waiting() == 2 and b.pending() == 0
     assert b.wait(30) and built == []
+
+
+def test_a_dropped_model_is_not_kept_alive_by_its_waiting_builds() -> None:
+    """A model dropped while builds of its new shapes wait (another call holds them back: a service
+    making a model per request, or reloading one, while traffic goes on) is freed, and its builder thread
+    ends without building. (The builder held the executor: it stayed alive, weights and plans with it,
+    until the builds ran for nobody: up to 260 such models and threads at once on two threads, ~1.5 GB
+    with PP-OCRv4 rec.)"""
+    import gc
+    import weakref
+
+    from pycann.ge.run import plan_builder
+
+    m = _conv_model()
+    lm = _load(m)
+    with plan_builder.hold():  # (a call of another model in flight: no build starts)
+        _check(lm, m, _img(9, 10))
+        ex = lm.executor
+        builder = ex._builder
+        assert ex.pending_builds() == 1
+        worker = builder._worker
+        assert worker is not None
+        gone = weakref.ref(ex)
+        del lm, ex
+        gc.collect()
+        assert gone() is None, [type(r).__name__ for r in gc.get_referrers(gone())]
+        worker.join(10)
+        assert not worker.is_alive() and builder.pending() == 0 and builder.built == 0 and not builder.failed

@@ -150,8 +150,10 @@ class Executor(GenericRuns):
         # AUTO with convolutions: signatures seen so far (None once more than AUTO_VISION_SIGNATURES)
         self._vision_seen: set[Signature] | None = set()
         self._interim_calls: dict[Signature, int] = {}  # calls on the generic plan while a build waits
-        # PlanBuild.BACKGROUND: new signatures' plans built off the caller (ge/run/plan_builder.py)
-        self._builder = BackgroundBuilder(self._build_in_background, self.MAX_QUEUED)
+        # PlanBuild.BACKGROUND: new signatures' plans built off the caller (ge/run/plan_builder.py); the
+        # builder holds the executor weakly and a dropped executor's waiting builds go with it
+        self._builder = BackgroundBuilder(_weak_build(self), self.MAX_QUEUED)
+        weakref.finalize(self, self._builder.drop_waiting).atexit = False
         _EXECUTORS.add(self)
         # control input index -> scalar values seen so far (None once it varies too much to specialise)
         self._control: dict[int, set[Any] | None] = {
@@ -480,6 +482,21 @@ class Executor(GenericRuns):
         st = replace(self._cache.stats(), team_runs=self.team_runs)
         runs = getattr(self._memo, "pipeline_runs", None)
         return st if runs is None else replace(st, pipelines=int(runs))
+
+
+def _weak_build(ex: Executor) -> Callable[[Any, list[tuple[int, ...] | None], dict[str, np.ndarray]], None]:
+    """``ex._build_in_background`` for its builder thread, holding ``ex`` weakly: a model dropped while
+    builds of its new shapes waited (other calls held the builds back) stayed alive, its weights and
+    plans with it, and its builder thread waited to build plans for nobody (a model made per request on
+    two threads: up to 260 such models and threads at once, ~1.5 GB resident with PP-OCRv4 rec)."""
+    ref = weakref.ref(ex)
+
+    def build(sig: Any, shapes: list[tuple[int, ...] | None], values: dict[str, np.ndarray]) -> None:
+        live = ref()
+        if live is not None:
+            live._build_in_background(sig, shapes, values)
+
+    return build
 
 
 def is_vision(graph: Graph) -> bool:

@@ -196,7 +196,8 @@ class BackgroundBuilder:
     def _loop(self) -> None:
         _lower_priority()
         while True:
-            _gate.wait_quiet(lambda: bool(self._hot))
+            # (at once when nothing is left to build: ``drop_waiting`` emptied the queue, its model gone)
+            _gate.wait_quiet(lambda: bool(self._hot) or not self._queue)
             with self._cond:
                 if not self._queue:
                     self._worker = None
@@ -237,6 +238,9 @@ class BackgroundBuilder:
             self._queued = {e[0] for e in keep}
             self._hot &= self._queued
             self._cond.notify_all()  # (``wait`` may now be satisfied sooner)
+        gate = _gate
+        with gate.cond:
+            gate.cond.notify_all()  # (the worker may wait on the gate with nothing left to build: it ends)
         return dropped
 
     def wait(self, timeout: float | None = None) -> bool:
