@@ -62,3 +62,17 @@ def in_place_calls(monkeypatch: pytest.MonkeyPatch) -> dict[str, int]:
 
     monkeypatch.setattr(onednn_conv_plan._Plan, "in_place", counted)
     return calls
+
+
+@pytest.fixture(autouse=True)
+def _fresh_kernel_store_budget() -> Iterator[None]:
+    """Each test starts with the whole budget of weights that may keep brgemm kernels in oneDNN's store
+    (``onednn_kernel_store.MAX_FIRSTS``): the suite loads thousands of conv weights in one process, and a
+    test late in it would otherwise see jit kernels only (the tests that check brgemm choices skipped).
+    Only when the module is loaded already (no oneDNN import for tests that never use it)."""
+    import sys
+
+    store = sys.modules.get("pycann.kernels.providers.onednn_kernel_store")
+    if store is not None:
+        store._granted[0] = 0
+    yield
