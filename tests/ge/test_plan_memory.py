@@ -177,12 +177,12 @@ def test_models_loaded_past_the_budget_use_implementations_that_own_their_kernel
     x = RNG.standard_normal((1, 32, 8, 40)).astype(np.float32)
     want = run_ort(m, {"x": x})[0]
     np.testing.assert_allclose(lm.run([x])[0], want, rtol=1e-4, atol=1e-4)
-    if not any(p.impl.startswith(onednn._GLOBAL_KERNELS) for p in _conv_plans(lm, x)):
+    if not any(p.impl.startswith(store.GLOBAL_KERNELS) for p in _conv_plans(lm, x)):
         pytest.skip("oneDNN ranks no brgemm implementation first for these convs on this CPU")
     used = getattr(store, "granted", lambda: 0)()
     monkeypatch.setattr(store, "MAX_FIRSTS", used, raising=False)
     again = LoadedModel.from_compiled(compile_model(m), plan_cache=PlanCacheConfig(max_plans=1, build=PlanBuild.INLINE))
     np.testing.assert_allclose(again.run([x])[0], want, rtol=1e-4, atol=1e-4)
     impls = [p.impl for p in _conv_plans(again, x)]
-    assert impls and not [i for i in impls if i.startswith(onednn._GLOBAL_KERNELS)], impls
+    assert impls and not [i for i in impls if i.startswith(store.GLOBAL_KERNELS)], impls
     assert getattr(store, "granted", lambda: 0)() == used
