@@ -42,6 +42,9 @@ _REDUCE_OPS = {
     dist.ReduceOp.SUM: HcclReduceOp.HCCL_REDUCE_SUM, dist.ReduceOp.PRODUCT: HcclReduceOp.HCCL_REDUCE_PROD,
     dist.ReduceOp.MAX: HcclReduceOp.HCCL_REDUCE_MAX, dist.ReduceOp.MIN: HcclReduceOp.HCCL_REDUCE_MIN,
 }
+# reduced as int32 by allreduce / reduce (torch_npu's ProcessGroupHCCL casts them so; HCCL has no bool
+# or uint8 reduction)
+_WIDENED = (torch.bool, torch.uint8)
 # device type -> fn(tensor) -> a contiguous CPU tensor sharing the tensor's memory, or None
 _HOST_VIEWS: dict[str, Callable[[torch.Tensor], torch.Tensor | None]] = {}
 
@@ -80,6 +83,17 @@ class _Host:
             if out:
                 self.back.append((t, h))
         return h
+
+    def reducible(self, t: torch.Tensor) -> torch.Tensor:
+        """``t`` for a reduction (as ``__call__(t, out=True)``), except that ``bool`` and ``uint8``
+        tensors, which HCCL does not reduce, go as an int32 host copy written back after the call
+        (torch_npu casts them to int32 the same way). The int32 result converts back as those
+        types' own arithmetic would: a bool ``SUM`` is a logical or, uint8 wraps modulo 256."""
+        if t.dtype not in _WIDENED:
+            return self(t, out=True)
+        wide = t.detach().to("cpu").to(torch.int32)
+        self.back.append((t, wide))
+        return wide
 
     def many(self, ts: Sequence[torch.Tensor], out: bool = False, inp: bool = True) -> list[torch.Tensor]:
         return [self(t, out, inp) for t in ts]
@@ -177,7 +191,7 @@ class ProcessGroupHCCL(ProcessGroup):
         (t,) = _flat(tensors)
         op = reduce_op(opts.reduceOp if opts is not None else dist.ReduceOp.SUM)
         h = _Host()
-        return self._work(C.all_reduce(self.comm, h(t, out=True), op), [t], h)
+        return self._work(C.all_reduce(self.comm, h.reducible(t), op), [t], h)
 
     def allreduce_coalesced(self, tensors: list[torch.Tensor], opts: Any = None) -> HcclWork:
         op = reduce_op(opts.reduceOp if opts is not None else dist.ReduceOp.SUM)
@@ -193,7 +207,7 @@ class ProcessGroupHCCL(ProcessGroup):
     def reduce(self, tensors: list[torch.Tensor], opts: Any) -> HcclWork:
         (t,) = _flat(tensors)
         h = _Host()
-        return self._work(C.reduce(self.comm, h(t, out=True), reduce_op(opts.reduceOp), opts.rootRank), [t], h)
+        return self._work(C.reduce(self.comm, h.reducible(t), reduce_op(opts.reduceOp), opts.rootRank), [t], h)
 
     def reduce_scatter(self, outputs: list[torch.Tensor], inputs: list[list[torch.Tensor]], opts: Any) -> HcclWork:
         (o,) = _flat(outputs)

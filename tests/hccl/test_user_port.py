@@ -1,0 +1,20 @@
+"""Cases a torch_npu script ported to pycann's hccl backend runs into (2 ranks, subprocesses with
+timeouts), each checked against torch's documented values: tests/hccl/workers/user_port.py."""
+
+import pytest
+
+from tests.hccl.spawn import check_ok, run_ranks
+
+pytest.importorskip("torch")
+pytest.importorskip("pycann.torch")
+
+
+def _run(case: str) -> None:
+    res = run_ranks("user_port.py", 2, case, timeout=60)
+    check_ok(res)
+    assert all(f"{case} ok" in r.out for r in res), [r.out for r in res]
+
+
+def test_bool_and_uint8_reductions_as_torch_npu() -> None:
+    """all_reduce / reduce of bool and uint8 tensors (torch_npu runs them in int32; HCCL_E_NOT_SUPPORT before)."""
+    _run("bool_uint8")

@@ -1,0 +1,66 @@
+"""What a torch_npu script ported to pycann's hccl backend does, case by case (``argv[1]``), on npu
+tensors (pycann.torch) and CPU tensors, checked against the values torch documents. Prints
+``<case> ok``."""
+
+import datetime
+import os
+import sys
+
+import torch
+import torch.distributed as dist
+
+import pycann.hccl  # noqa: F401  (registers "hccl")
+import pycann.torch  # noqa: F401  (the npu device)
+
+r, w = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
+dist.init_process_group("hccl", timeout=datetime.timedelta(seconds=20))
+case = sys.argv[1]
+
+
+def on(dev: str, t: torch.Tensor) -> torch.Tensor:
+    return t.to(dev)
+
+
+if case == "bool_uint8":  # torch_npu all-reduces / reduces these as int32
+    flags = [[r == i for i in range(w)] + [True, False] for _ in range(1)][0]
+    vals = [200 + r, r, 1 + r]  # uint8: 200 + r summed over ranks wraps
+    U8 = torch.uint8
+    for dev in ("npu", "cpu"):
+        b = on(dev, torch.tensor(flags))
+        dist.all_reduce(b)  # SUM of bools: a logical or
+        assert b.dtype == torch.bool and b.cpu().tolist() == [True] * w + [True, False], (dev, b)
+        b = on(dev, torch.tensor(flags))
+        dist.all_reduce(b, op=dist.ReduceOp.MIN)  # logical and
+        assert b.cpu().tolist() == [w == 1] * w + [True, False], (dev, b)
+        b = on(dev, torch.tensor(flags))
+        dist.all_reduce(b, op=dist.ReduceOp.MAX)
+        assert b.cpu().tolist() == [True] * w + [True, False], (dev, b)
+        u = on(dev, torch.tensor(vals, dtype=U8))
+        dist.all_reduce(u)
+        want = [sum(200 + i for i in range(w)) % 256, sum(range(w)) % 256, sum(1 + i for i in range(w)) % 256]
+        assert u.dtype == U8 and u.cpu().tolist() == want, (dev, u, want)
+        u = on(dev, torch.tensor(vals, dtype=U8))
+        dist.all_reduce(u, op=dist.ReduceOp.PRODUCT)
+        prod = [1, 1, 1]
+        for i in range(w):
+            prod = [p * v for p, v in zip(prod, [200 + i, i, 1 + i])]
+        assert u.cpu().tolist() == [p % 256 for p in prod], (dev, u)
+        u = on(dev, torch.tensor(vals, dtype=U8))
+        dist.all_reduce(u, op=dist.ReduceOp.MAX)
+        assert u.cpu().tolist() == [200 + w - 1, w - 1, w], (dev, u)
+        u = on(dev, torch.tensor(vals, dtype=U8))
+        dist.reduce(u, 1)
+        assert u.cpu().tolist() == (want if r == 1 else vals), (dev, u)
+        b = on(dev, torch.tensor(flags))
+        dist.reduce(b, 0, op=dist.ReduceOp.MIN)
+        assert b.cpu().tolist() == ([w == 1] * w + [True, False] if r == 0 else flags), (dev, b)
+        nc = on(dev, torch.zeros(2, 3, dtype=U8))
+        col = nc[:, 1]  # a strided view: the result lands in the view, the rest untouched
+        col.fill_(r + 1)
+        dist.all_reduce(col)
+        assert nc.cpu().tolist() == [[0, w * (w + 1) // 2, 0]] * 2, (dev, nc)
+        work = dist.all_reduce(on(dev, torch.tensor([r == 0])), async_op=True)
+        work.wait()
+
+print(f"{case} ok", flush=True)
+dist.destroy_process_group()
