@@ -98,6 +98,11 @@ def _bytes(t: torch.Tensor) -> torch.Tensor:
     return t if t.dtype in GLOO_NATIVE else t.reshape(-1).view(torch.uint8)
 
 
+def _flat_bytes(t: torch.Tensor) -> torch.Tensor:
+    """``_bytes`` of ``t`` as one dimension: gloo's all-gather wants every buffer shaped alike."""
+    return _bytes(t.reshape(-1))
+
+
 def _reducible(t: torch.Tensor) -> tuple[torch.Tensor, Callable[[], None] | None]:
     """(what gloo reduces, how to copy the result back)."""
     if t.dtype in GLOO_NATIVE:
@@ -160,18 +165,21 @@ def reduce(comm: Communicator, t: torch.Tensor, op: HcclReduceOp, root: int) -> 
 
 
 def all_gather(comm: Communicator, out: torch.Tensor | Sequence[torch.Tensor], t: torch.Tensor) -> Pending:
-    """Rank r's ``t`` lands in ``out[r]`` (a list of ``size`` tensors like ``t``) or in the r-th
-    slice of a flat ``out`` of ``size * t.numel()`` elements (``HcclAllGather``)."""
+    """Rank r's ``t`` lands in ``out[r]`` (a list of ``size`` tensors of ``t.numel()`` elements)
+    or in the r-th slice of an ``out`` of ``size * t.numel()`` elements (``HcclAllGather``). Only
+    element counts matter, as in HCCL: ``out`` may be the concatenation or the stack of the
+    inputs (torch's two forms), list entries any shape of that many elements."""
     outs = [out] if isinstance(out, torch.Tensor) else list(out)
     dt = _check(Collective.ALL_GATHER, [t, *outs])
     sig = comm.begin(Collective.ALL_GATHER, dt, t.numel(), t.shape)
     if isinstance(out, torch.Tensor):
         _numel(out, comm.size * t.numel(), "HcclAllGather output")
-        return Pending(comm, sig, comm.pg._allgather_base(_bytes(out), _bytes(t)))
+        return Pending(comm, sig, comm.pg._allgather_base(_flat_bytes(out), _flat_bytes(t)))
     _count(outs, comm.size, "HcclAllGather output list")
     for o in outs:
         _numel(o, t.numel(), "HcclAllGather output list entry")
-    return Pending(comm, sig, comm.pg.allgather([[_bytes(o) for o in outs]], [_bytes(t)], AllgatherOptions()))
+    return Pending(comm, sig, comm.pg.allgather([[_flat_bytes(o) for o in outs]], [_flat_bytes(t)],
+                                                AllgatherOptions()))
 
 
 def reduce_scatter(comm: Communicator, out: torch.Tensor, inp: torch.Tensor | Sequence[torch.Tensor],

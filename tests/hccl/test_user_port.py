@@ -18,3 +18,9 @@ def _run(case: str) -> None:
 def test_bool_and_uint8_reductions_as_torch_npu() -> None:
     """all_reduce / reduce of bool and uint8 tensors (torch_npu runs them in int32; HCCL_E_NOT_SUPPORT before)."""
     _run("bool_uint8")
+
+
+def test_all_gather_outputs_shaped_unlike_the_input() -> None:
+    """all_gather_into_tensor into the stacked (world, *shape) form torch documents, and all_gather
+    into entries of the same element count but another shape (gloo's shape check raised before)."""
+    _run("gather_shapes")

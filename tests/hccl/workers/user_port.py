@@ -62,5 +62,22 @@ if case == "bool_uint8":  # torch_npu all-reduces / reduces these as int32
         work = dist.all_reduce(on(dev, torch.tensor([r == 0])), async_op=True)
         work.wait()
 
+if case == "gather_shapes":  # all_gather with outputs shaped unlike the input (NCCL/HCCL count elements)
+    x = torch.arange(6.0).view(2, 3) + 10 * r
+    want = torch.cat([torch.arange(6.0).view(2, 3) + 10 * i for i in range(w)])
+    for dev in ("npu", "cpu"):
+        out = on(dev, torch.empty(w, 2, 3))  # the stack form of all_gather_into_tensor
+        dist.all_gather_into_tensor(out, on(dev, x))
+        assert torch.equal(out.cpu(), want.view(w, 2, 3)), (dev, out)
+        out = on(dev, torch.empty(2 * w, 3))  # the concatenation form
+        dist.all_gather_into_tensor(out, on(dev, x))
+        assert torch.equal(out.cpu(), want), (dev, out)
+        outs = [on(dev, torch.empty(3, 2)) for _ in range(w)]
+        dist.all_gather(outs, on(dev, x))
+        assert [o.cpu().tolist() for o in outs] == [o.view(3, 2).tolist() for o in want.split(2)], (dev, outs)
+        flat = [on(dev, torch.empty(6, dtype=torch.int16)) for _ in range(w)]  # a dtype gloo moves as bytes
+        dist.all_gather(flat, on(dev, x.to(torch.int16)))
+        assert [f.cpu().tolist() for f in flat] == [o.reshape(-1).tolist() for o in want.split(2)], (dev, flat)
+
 print(f"{case} ok", flush=True)
 dist.destroy_process_group()
