@@ -233,8 +233,29 @@ class ProcessGroupHCCL(ProcessGroup):
         outs = _flat(outputs)[0]
         (t,) = _flat(inputs)
         h = _Host()
+        if len({o.numel() for o in outs}) > 1:
+            return self._work(self._allgather_uneven(outs, t, h), list(outs), h)
         p = C.all_gather(self.comm, h.many(outs, out=True, inp=False), h(t))
         return self._work(p, list(outs), h)
+
+    def _allgather_uneven(self, outs: Sequence[torch.Tensor], t: torch.Tensor, h: _Host) -> C.Pending:
+        """``all_gather`` into outputs of different sizes (rank i's input has ``outs[i].numel()``
+        elements), as torch_npu and NCCL run it: one broadcast per rank, rank i's from rank i.
+        HCCL's AllGather (and gloo's) moves equal blocks only. Returns the last broadcast, the
+        earlier ones done."""
+        size, rank = self.size(), self.rank()
+        if len(outs) != size:
+            raise HcclError(HcclResult.HCCL_E_PARA,
+                            f"all_gather: the output list has {len(outs)} entries, expected one per rank ({size})")
+        if outs[rank].numel() != t.numel():
+            raise HcclError(HcclResult.HCCL_E_PARA, f"all_gather: rank {rank}'s output entry has "
+                            f"{outs[rank].numel()} elements, but its input {t.numel()}")
+        hs = h.many(outs, out=True, inp=False)
+        with torch.no_grad():
+            hs[rank].copy_(t.detach().to("cpu").reshape(hs[rank].shape))
+        for i in range(size - 1):
+            C.broadcast(self.comm, hs[i], i).wait()
+        return C.broadcast(self.comm, hs[size - 1], size - 1)
 
     def all_gather_single(self, output: torch.Tensor, input: torch.Tensor, opts: Any = None) -> HcclWork:
         h = _Host()

@@ -24,3 +24,8 @@ def test_all_gather_outputs_shaped_unlike_the_input() -> None:
     """all_gather_into_tensor into the stacked (world, *shape) form torch documents, and all_gather
     into entries of the same element count but another shape (gloo's shape check raised before)."""
     _run("gather_shapes")
+
+
+def test_all_gather_into_a_list_of_different_sizes() -> None:
+    """torch_npu's all_gather takes per-rank outputs of different sizes (HcclMismatch before)."""
+    _run("gather_uneven")

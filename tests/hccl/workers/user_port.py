@@ -79,5 +79,20 @@ if case == "gather_shapes":  # all_gather with outputs shaped unlike the input (
         dist.all_gather(flat, on(dev, x.to(torch.int16)))
         assert [f.cpu().tolist() for f in flat] == [o.reshape(-1).tolist() for o in want.split(2)], (dev, flat)
 
+if case == "gather_uneven":  # all_gather into a list of different sizes (torch_npu: broadcasts)
+    for dev in ("npu", "cpu"):
+        outs = [on(dev, torch.empty(i + 1, 2)) for i in range(w)]
+        dist.all_gather(outs, on(dev, torch.full((r + 1, 2), float(r))))
+        assert [o.cpu().tolist() for o in outs] == [[[float(i)] * 2] * (i + 1) for i in range(w)], (dev, outs)
+        outs = [on(dev, torch.empty(2 * i + 1, dtype=torch.int16)) for i in range(w)]
+        work = dist.all_gather(outs, on(dev, torch.arange(2 * r + 1, dtype=torch.int16) + 100 * r), async_op=True)
+        work.wait()
+        assert [o.cpu().tolist() for o in outs] == [list(range(100 * i, 100 * i + 2 * i + 1)) for i in range(w)]
+        big = on(dev, torch.zeros(4, w + 1))  # strided outputs (columns) land in their tensor
+        cols = [big[: (2 if i == 0 else 4), i] for i in range(w)]
+        dist.all_gather(cols, on(dev, torch.full((2 if r == 0 else 4,), float(r + 1))))
+        want = [[1.0 if j < 2 else 0.0] + [float(i + 1) for i in range(1, w)] + [0.0] for j in range(4)]
+        assert big.cpu().tolist() == want, (dev, big)
+
 print(f"{case} ok", flush=True)
 dist.destroy_process_group()
