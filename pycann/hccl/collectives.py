@@ -318,6 +318,15 @@ def recv(comm: Communicator, t: torch.Tensor, src: int, tag: int = 0) -> Pending
     return _p2p(comm, sig, lambda: comm.pg.recv([_bytes(t)], src, tag))
 
 
+def recv_any(comm: Communicator, t: torch.Tensor, tag: int = 0) -> Pending:
+    """Point to point into ``t`` from whichever rank sends first (torch's ``recv`` without
+    ``src``; HCCL has no such call, torch_npu's ``recvAnysource`` does it). The sender is the
+    gloo work's ``_source_rank()`` once it is done."""
+    _check(Collective.RECV, [t])
+    sig = CallSignature(comm.seq, Collective.RECV, dtype_name(t), t.numel(), tuple(t.shape))
+    return _p2p(comm, sig, lambda: comm.pg.recv_anysource([_bytes(t)], tag))
+
+
 def _p2p(comm: Communicator, sig: CallSignature, launch: Callable[[], Any]) -> Pending:
     if comm.broken is not None:
         raise HcclError(comm.broken.code, f"communicator {comm.name} is unusable: {comm.broken.detail}")

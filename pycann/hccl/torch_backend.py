@@ -140,6 +140,14 @@ class HcclWork(dist._Work):
         self._finish()
         return self.outputs
 
+    def _source_rank(self) -> int:
+        """The rank a receive from any source got its data from (torch's ``recv`` without
+        ``src`` asks); finishes the receive first."""
+        self._finish()
+        if self.pending.work is None:
+            raise HcclError(HcclResult.HCCL_E_PARA, "_source_rank: this work is not a receive from any source")
+        return int(self.pending.work._source_rank())
+
     def get_future(self) -> torch.futures.Future:
         if self._fut is None:
             work = self.pending.work
@@ -301,6 +309,11 @@ class ProcessGroupHCCL(ProcessGroup):
         (t,) = _flat(tensors)
         h = _Host()
         return self._work(C.recv(self.comm, h(t, out=True, inp=False), src, tag), [t], h)
+
+    def recv_anysource(self, tensors: list[torch.Tensor], tag: int = 0) -> HcclWork:
+        (t,) = _flat(tensors)
+        h = _Host()
+        return self._work(C.recv_any(self.comm, h(t, out=True, inp=False), tag), [t], h)
 
     def barrier(self, opts: Any = None) -> HcclWork:
         return self._work(C.barrier(self.comm), [], _Host())

@@ -29,3 +29,11 @@ def test_all_gather_outputs_shaped_unlike_the_input() -> None:
 def test_all_gather_into_a_list_of_different_sizes() -> None:
     """torch_npu's all_gather takes per-rank outputs of different sizes (HcclMismatch before)."""
     _run("gather_uneven")
+
+
+def test_recv_from_any_source() -> None:
+    """dist.recv / irecv without src return the sender (3 ranks); before: 'No backend type
+    associated with device type npu' on the receiver and the sender hung until the timeout."""
+    res = run_ranks("user_port.py", 3, "recv_any", timeout=60)
+    check_ok(res)
+    assert all("recv_any ok" in r.out for r in res), [r.out for r in res]

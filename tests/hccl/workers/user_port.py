@@ -94,5 +94,25 @@ if case == "gather_uneven":  # all_gather into a list of different sizes (torch_
         want = [[1.0 if j < 2 else 0.0] + [float(i + 1) for i in range(1, w)] + [0.0] for j in range(4)]
         assert big.cpu().tolist() == want, (dev, big)
 
+if case == "recv_any":  # recv without src: the sender's rank comes back (torch_npu's recvAnysource)
+    for dev in ("npu", "cpu"):
+        if r == 0:
+            got = set()
+            for _ in range(w - 1):
+                q = on(dev, torch.zeros(3))
+                src = dist.recv(q)
+                assert q.device.type == dev and q.cpu().tolist() == [float(src)] * 3, (dev, src, q)
+                got.add(src)
+            assert got == set(range(1, w)), got
+            q = on(dev, torch.zeros(2, dtype=torch.int16))
+            work = dist.irecv(q)
+            work.wait()
+            assert q.cpu().tolist() == [7, 7], q
+        else:
+            dist.send(on(dev, torch.full((3,), float(r))), 0)
+            if r == 1:
+                dist.send(on(dev, torch.full((2,), 7, dtype=torch.int16)), 0)
+        dist.barrier()
+
 print(f"{case} ok", flush=True)
 dist.destroy_process_group()
