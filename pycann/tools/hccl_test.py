@@ -32,7 +32,11 @@ from pycann import config
 TESTS = ("all_reduce_test", "all_gather_test", "reduce_scatter_test", "broadcast_test", "reduce_test",
          "alltoall_test")
 DTYPES = {"int8": "int8", "int16": "int16", "int32": "int32", "int64": "int64", "fp16": "float16",
-          "fp32": "float32", "bfp16": "bfloat16"}
+          "fp32": "float32", "bfp16": "bfloat16", "uint8": "uint8", "uint16": "uint16", "uint32": "uint32",
+          "uint64": "uint64", "fp64": "float64"}
+# CANN's hccl_test: the reducing tests take these, the data-moving ones every type above
+REDUCE_DTYPES = ("int8", "int16", "int32", "int64", "fp16", "fp32", "bfp16")
+REDUCING_TESTS = ("all_reduce_test", "reduce_scatter_test", "reduce_test")
 OPS = ("sum", "prod", "max", "min")
 # gloo's algorithm behind each collective, as torch's ProcessGroupGloo runs it
 ALGORITHMS = {"all_reduce_test": "gloo ring allreduce", "all_gather_test": "gloo ring allgather",
@@ -127,7 +131,7 @@ def torch_case(test: str, nbytes: int, a: argparse.Namespace, rank: int, n: int)
         return Case(run, lambda: bool((t == red).all()))
     if test == "all_gather_test":
         src, out = torch.full((count // n,), rank + 1, dtype=dt), torch.empty(count, dtype=dt)
-        want = torch.arange(1, n + 1, dtype=dt).repeat_interleave(count // n)
+        want = torch.arange(1, n + 1).repeat_interleave(count // n).to(dt)  # (torch has no uint16-64 arange)
         def run_g(k: int) -> None:
             for _ in range(k):
                 dist.all_gather_into_tensor(out, src)
@@ -156,9 +160,9 @@ def torch_case(test: str, nbytes: int, a: argparse.Namespace, rank: int, n: int)
                 t.fill_(val(rank))
                 dist.reduce(t, a.root, op=op)
         return Case(run_r, lambda: rank != a.root or bool((t == red).all()))
-    src = torch.arange(n, dtype=dt).repeat_interleave(count // n) + 10 * rank  # alltoall
+    src = (torch.arange(n).repeat_interleave(count // n) + 10 * rank).to(dt)  # alltoall
     out = torch.empty(count, dtype=dt)
-    want = (torch.full((n,), rank, dtype=dt) + 10 * torch.arange(n, dtype=dt)).repeat_interleave(count // n)
+    want = (rank + 10 * torch.arange(n)).repeat_interleave(count // n).to(dt)
     def run_a(k: int) -> None:
         for _ in range(k):
             dist.all_to_all_single(out, src)
@@ -310,6 +314,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     a = _parser().parse_args(args)
     if a.npus < 1 or a.iters < 1 or parse_size(a.minbytes) <= 0:
         print("hccl_test: -p, -n and -b must be positive", file=sys.stderr)
+        return 2
+    if a.test in REDUCING_TESTS and a.datatype not in REDUCE_DTYPES:
+        print(f"hccl_test: {a.test} does not support -d {a.datatype} (HCCL reduces {', '.join(REDUCE_DTYPES)}; "
+              f"broadcast_test, all_gather_test and alltoall_test take every type)", file=sys.stderr)
         return 2
     if "RANK" in config.launcher_env() and "WORLD_SIZE" in config.launcher_env():
         return run_rank(a)

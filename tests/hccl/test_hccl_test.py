@@ -27,6 +27,9 @@ def test_sizes_and_factors() -> None:
     ("all_reduce_test", "hccl", ["-d", "bfp16"]),
     ("alltoall_test", "hccl-c", ["-d", "int8"]),
     ("reduce_scatter_test", "gloo", ["-o", "max"]),
+    ("all_gather_test", "hccl", ["-d", "uint32"]),  # CANN's moving tests take uint8-64 and fp64 too
+    ("alltoall_test", "hccl", ["-d", "uint16"]),
+    ("broadcast_test", "hccl-c", ["-d", "fp64"]),
 ])
 def test_runs_and_checks(test: str, backend: str, extra: list[str]) -> None:
     env = {**os.environ, "PYTHONPATH": str(ROOT), "PYTHONWARNINGS": "ignore"}
@@ -39,3 +42,9 @@ def test_runs_and_checks(test: str, backend: str, extra: list[str]) -> None:
     rows = [x.split() for x in r.stdout.splitlines() if x.strip()[:1].isdigit()]
     assert [int(x[0]) for x in rows] == [1024, 8192], r.stdout
     assert all(x[-1] == "success" for x in rows) and all(float(x[1]) > 0 for x in rows), r.stdout
+
+
+def test_reducing_test_refuses_a_type_hccl_does_not_reduce() -> None:
+    r = subprocess.run([sys.executable, "-m", "pycann.tools.hccl_test", "all_reduce_test", "-d", "fp64", "-p", "2"],
+                       env={**os.environ, "PYTHONPATH": str(ROOT)}, capture_output=True, text=True, timeout=60)
+    assert r.returncode == 2 and "all_reduce_test does not support -d fp64" in r.stderr, r.stderr
