@@ -264,7 +264,8 @@ def all_to_all_list(comm: Communicator, outs: Sequence[torch.Tensor], ins: Seque
 
 
 def gather(comm: Communicator, outs: Sequence[torch.Tensor] | None, t: torch.Tensor, root: int) -> Pending:
-    """Rank r's ``t`` lands in ``outs[r]`` on ``root`` (``outs`` only there)."""
+    """Rank r's ``t`` lands in ``outs[r]`` on ``root`` (``outs`` only there; entries of
+    ``t.numel()`` elements, any shape)."""
     _root(comm, root, Collective.GATHER)
     dt = _check(Collective.GATHER, [t, *(outs or [])])
     sig = comm.begin(Collective.GATHER, dt, t.numel(), t.shape, root=root)
@@ -274,12 +275,13 @@ def gather(comm: Communicator, outs: Sequence[torch.Tensor] | None, t: torch.Ten
         if outs is None:
             raise HcclError(HcclResult.HCCL_E_PARA, "gather: the root needs an output list")
         _count(outs, comm.size, "gather output list")
-        return Pending(comm, sig, comm.pg.gather([[_bytes(x) for x in outs]], [_bytes(t)], o))
-    return Pending(comm, sig, comm.pg.gather([], [_bytes(t)], o))
+        return Pending(comm, sig, comm.pg.gather([[_flat_bytes(x) for x in outs]], [_flat_bytes(t)], o))
+    return Pending(comm, sig, comm.pg.gather([], [_flat_bytes(t)], o))
 
 
 def scatter(comm: Communicator, t: torch.Tensor, ins: Sequence[torch.Tensor] | None, root: int) -> Pending:
-    """``ins[r]`` on ``root`` lands in rank r's ``t`` (``HcclScatter``)."""
+    """``ins[r]`` on ``root`` lands in rank r's ``t`` (``HcclScatter``; element counts matter,
+    not shapes)."""
     _root(comm, root, Collective.SCATTER)
     dt = _check(Collective.SCATTER, [t, *(ins or [])])
     sig = comm.begin(Collective.SCATTER, dt, t.numel(), t.shape, root=root)
@@ -289,8 +291,8 @@ def scatter(comm: Communicator, t: torch.Tensor, ins: Sequence[torch.Tensor] | N
         if ins is None:
             raise HcclError(HcclResult.HCCL_E_PARA, "scatter: the root needs an input list")
         _count(ins, comm.size, "scatter input list")
-        return Pending(comm, sig, comm.pg.scatter([_bytes(t)], [[_bytes(x) for x in ins]], o))
-    return Pending(comm, sig, comm.pg.scatter([_bytes(t)], [], o))
+        return Pending(comm, sig, comm.pg.scatter([_flat_bytes(t)], [[_flat_bytes(x) for x in ins]], o))
+    return Pending(comm, sig, comm.pg.scatter([_flat_bytes(t)], [], o))
 
 
 def barrier(comm: Communicator) -> Pending:

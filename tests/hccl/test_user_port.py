@@ -37,3 +37,8 @@ def test_recv_from_any_source() -> None:
     res = run_ranks("user_port.py", 3, "recv_any", timeout=60)
     check_ok(res)
     assert all("recv_any ok" in r.out for r in res), [r.out for r in res]
+
+
+def test_gather_and_scatter_entries_shaped_unlike_the_input() -> None:
+    """gloo's shape check raised on the root only, and the other ranks waited out the timeout."""
+    _run("gather_scatter_shapes")

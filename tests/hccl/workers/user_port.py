@@ -114,5 +114,15 @@ if case == "recv_any":  # recv without src: the sender's rank comes back (torch_
                 dist.send(on(dev, torch.full((2,), 7, dtype=torch.int16)), 0)
         dist.barrier()
 
+if case == "gather_scatter_shapes":  # gather / scatter entries of the input's element count, other shape
+    for dev in ("npu", "cpu"):
+        outs = [on(dev, torch.empty(3, 2)) for _ in range(w)] if r == 0 else None
+        dist.gather(on(dev, torch.arange(6.0).view(2, 3) + r), outs, dst=0)
+        if outs is not None:
+            assert [o.cpu().view(-1).tolist() for o in outs] == [(torch.arange(6.0) + i).tolist() for i in range(w)]
+        o = on(dev, torch.empty(3, 2))
+        dist.scatter(o, [on(dev, torch.arange(6.0).view(2, 3) + i) for i in range(w)] if r == 1 else None, src=1)
+        assert o.cpu().view(-1).tolist() == (torch.arange(6.0) + r).tolist(), (dev, o)
+
 print(f"{case} ok", flush=True)
 dist.destroy_process_group()
