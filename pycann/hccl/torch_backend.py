@@ -185,6 +185,17 @@ class ProcessGroupHCCL(ProcessGroup):
                                  connect_timeout=env.connect_timeout if _has("HCCL_CONNECT_TIMEOUT") else secs,
                                  exec_timeout=env.exec_timeout or secs)
 
+    # new_group makes a new communicator; there is no ncclCommSplit-style split
+    supports_splitting = False
+
+    def _get_backend(self, device: Any) -> ProcessGroupHCCL:
+        """This group, which is its own backend for every device. torch asks a group for its
+        backend of a device in Python (``init_process_group(device_id=...)``, ``new_group``'s split
+        source); the C++ lookup knows only backends registered there, and a Python group that
+        stands in for the whole group registers none ("No backend type associated with device
+        type npu")."""
+        return self
+
     def getBackendName(self) -> str:  # noqa: N802 - torch's name
         return BACKEND
 
@@ -343,4 +354,12 @@ def register() -> None:
         return
     if BACKEND.upper() not in dist.Backend._plugins:
         dist.Backend.register_backend(BACKEND, _create, devices=DEVICES)
+    if not hasattr(dist, "is_hccl_available"):  # torch_npu adds it to torch.distributed
+        dist.is_hccl_available = is_hccl_available  # type: ignore[attr-defined]
     _registered = True
+
+
+def is_hccl_available() -> bool:
+    """``torch.distributed.is_hccl_available()`` as torch_npu defines it: whether the ``hccl``
+    backend is registered."""
+    return BACKEND.upper() in dist.Backend._plugins

@@ -42,3 +42,11 @@ def test_recv_from_any_source() -> None:
 def test_gather_and_scatter_entries_shaped_unlike_the_input() -> None:
     """gloo's shape check raised on the root only, and the other ranks waited out the timeout."""
     _run("gather_scatter_shapes")
+
+
+def test_init_with_device_id_and_is_hccl_available() -> None:
+    """init_process_group(device_id=npu:N) raised 'No backend type associated with device type
+    npu'; torch.distributed.is_hccl_available (torch_npu's) was missing. 3 ranks, a subgroup."""
+    res = run_ranks("user_port.py", 3, "device_id", timeout=60)
+    check_ok(res)
+    assert all("device_id ok" in r.out for r in res), [r.out for r in res]

@@ -13,8 +13,21 @@ import pycann.hccl  # noqa: F401  (registers "hccl")
 import pycann.torch  # noqa: F401  (the npu device)
 
 r, w = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
-dist.init_process_group("hccl", timeout=datetime.timedelta(seconds=20))
 case = sys.argv[1]
+if case == "device_id":  # torch >= 2.3's eager init: the group bound to this rank's device
+    assert dist.is_hccl_available()  # type: ignore[attr-defined]  (torch_npu's addition)
+    torch.npu.set_device(r)
+    dist.init_process_group("hccl", timeout=datetime.timedelta(seconds=20), device_id=torch.device("npu", r))
+    x = torch.full((2,), float(r + 1)).npu()
+    dist.all_reduce(x)
+    assert x.cpu().tolist() == [w * (w + 1) / 2] * 2, x
+    sub = dist.new_group(list(range(1, w)))  # a split source is looked up for the bound device
+    if r >= 1:
+        y = torch.full((2,), float(r)).npu()
+        dist.broadcast(y, group_src=w - 2, group=sub)  # group rank w - 2 is global rank w - 1
+        assert y.cpu().tolist() == [float(w - 1)] * 2, y
+else:
+    dist.init_process_group("hccl", timeout=datetime.timedelta(seconds=20))
 
 
 def on(dev: str, t: torch.Tensor) -> torch.Tensor:
