@@ -77,6 +77,16 @@ def check_enabled() -> bool:
     return hccl_check()
 
 
+def _generation(store: dist.Store, rank: int) -> dist.Store:
+    """``store`` under a prefix new for each communicator made on it, the same on every rank: the
+    n-th communicator of a rank on this store gets ``n/``. A process group destroyed and created
+    again (``destroy_process_group`` then ``init_process_group``, which reuses the rendezvous
+    store and the group's name) would otherwise find the old group's keys: ranks counted as
+    joined at once, and gloo connecting to the old group's closed addresses."""
+    n = store.add(f"generation/{rank}", 1)
+    return dist.PrefixStore(f"{n}/", store)
+
+
 class Communicator:
     """``size`` ranks over ``store`` (a ``torch.distributed.Store`` private to this communicator).
 
@@ -88,7 +98,8 @@ class Communicator:
                  check: bool | None = None) -> None:
         if not 0 <= rank < size:
             raise HcclError(HcclResult.HCCL_E_PARA, f"rank {rank} is outside [0, {size}) on {name}")
-        self.store, self.rank, self.size, self.name = store, rank, size, name
+        self.rank, self.size, self.name = rank, size, name
+        self.store = _generation(store, rank)
         self.connect_timeout, self.exec_timeout = connect_timeout, exec_timeout
         self.check = check_enabled() if check is None else check
         self.seq = 0
@@ -105,7 +116,7 @@ class Communicator:
         if launcher.get("HCCL_SOCKET_IFNAME") and not launcher.get("GLOO_SOCKET_IFNAME"):
             config.set_environ("GLOO_SOCKET_IFNAME", launcher["HCCL_SOCKET_IFNAME"])
         # Any: torch's stubs omit most of ProcessGroupGloo's bound collectives
-        self.pg: Any = dist.ProcessGroupGloo(dist.PrefixStore("gloo/", store), rank, size,
+        self.pg: Any = dist.ProcessGroupGloo(dist.PrefixStore("gloo/", self.store), rank, size,
                                         timedelta(seconds=connect_timeout))
         self.pg.set_timeout(timedelta(seconds=exec_timeout))
         self._hb = threading.Thread(target=self._heartbeat, name=f"hccl-heartbeat-{name}", daemon=True)

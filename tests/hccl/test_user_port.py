@@ -50,3 +50,9 @@ def test_init_with_device_id_and_is_hccl_available() -> None:
     res = run_ranks("user_port.py", 3, "device_id", timeout=60)
     check_ok(res)
     assert all("device_id ok" in r.out for r in res), [r.out for r in res]
+
+
+def test_init_again_after_destroy_on_the_same_store() -> None:
+    """destroy_process_group then init_process_group on the same store (torchrun's): the new gloo
+    group read the old one's addresses ('Gloo connectFullMesh failed ... Connection refused')."""
+    _run("reinit")

@@ -26,6 +26,16 @@ if case == "device_id":  # torch >= 2.3's eager init: the group bound to this ra
         y = torch.full((2,), float(r)).npu()
         dist.broadcast(y, group_src=w - 2, group=sub)  # group rank w - 2 is global rank w - 1
         assert y.cpu().tolist() == [float(w - 1)] * 2, y
+elif case == "reinit":  # destroy and init again on one store, as under torchrun (its agent's store)
+    store = dist.TCPStore(os.environ["MASTER_ADDR"], int(os.environ["MASTER_PORT"]), w, r == 0,
+                          timeout=datetime.timedelta(seconds=20))
+    for i in range(3):
+        dist.init_process_group("hccl", store=store, rank=r, world_size=w, timeout=datetime.timedelta(seconds=20))
+        x = torch.full((2,), float(r + i)).npu()
+        dist.all_reduce(x)
+        assert x.cpu().tolist() == [float(sum(range(w)) + w * i)] * 2, (i, x)
+        if i < 2:
+            dist.destroy_process_group()
 else:
     dist.init_process_group("hccl", timeout=datetime.timedelta(seconds=20))
 
