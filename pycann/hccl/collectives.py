@@ -93,6 +93,17 @@ def _check(coll: Collective, tensors: Sequence[torch.Tensor], op: HcclReduceOp |
     return dt
 
 
+def _refusal(*checks: Callable[[], object]) -> HcclError | None:
+    """The ``HcclError`` the first failing check raises, else ``None``: a rank's verdict on its own
+    arguments, which ``Communicator.begin`` shares with the peers before anything is launched."""
+    try:
+        for c in checks:
+            c()
+    except HcclError as e:
+        return e
+    return None
+
+
 def _bytes(t: torch.Tensor) -> torch.Tensor:
     """``t`` itself if gloo moves its dtype, else its bytes (a uint8 view)."""
     return t if t.dtype in GLOO_NATIVE else t.reshape(-1).view(torch.uint8)
@@ -127,8 +138,8 @@ def _then(*steps: Callable[[], None] | None) -> Callable[[], None] | None:
 
 def all_reduce(comm: Communicator, t: torch.Tensor, op: HcclReduceOp) -> Pending:
     """In place: every rank's ``t`` becomes the reduction of all ranks' ``t`` (``HcclAllReduce``)."""
-    dt = _check(Collective.ALL_REDUCE, [t], op)
-    sig = comm.begin(Collective.ALL_REDUCE, dt, t.numel(), t.shape, int(op))
+    bad = _refusal(lambda: _check(Collective.ALL_REDUCE, [t], op))
+    sig = comm.begin(Collective.ALL_REDUCE, dtype_name(t), t.numel(), t.shape, int(op), refuse=bad)
     g, back = _reducible(t)
     o = AllreduceOptions()
     o.reduceOp = _GLOO_OPS[op]
@@ -137,9 +148,8 @@ def all_reduce(comm: Communicator, t: torch.Tensor, op: HcclReduceOp) -> Pending
 
 def broadcast(comm: Communicator, t: torch.Tensor, root: int) -> Pending:
     """In place: every rank's ``t`` becomes rank ``root``'s (``HcclBroadcast``)."""
-    dt = _check(Collective.BROADCAST, [t])
-    _root(comm, root, Collective.BROADCAST)
-    sig = comm.begin(Collective.BROADCAST, dt, t.numel(), t.shape, root=root)
+    bad = _refusal(lambda: _check(Collective.BROADCAST, [t]), lambda: _root(comm, root, Collective.BROADCAST))
+    sig = comm.begin(Collective.BROADCAST, dtype_name(t), t.numel(), t.shape, root=root, refuse=bad)
     o = BroadcastOptions()
     o.rootRank, o.rootTensor = root, 0
     return Pending(comm, sig, comm.pg.broadcast([_bytes(t)], o))
@@ -148,9 +158,8 @@ def broadcast(comm: Communicator, t: torch.Tensor, root: int) -> Pending:
 def reduce(comm: Communicator, t: torch.Tensor, op: HcclReduceOp, root: int) -> Pending:
     """In place on ``root``: the reduction of all ranks' ``t`` (``HcclReduce``); other ranks'
     ``t`` is left as it was."""
-    dt = _check(Collective.REDUCE, [t], op)
-    _root(comm, root, Collective.REDUCE)
-    sig = comm.begin(Collective.REDUCE, dt, t.numel(), t.shape, int(op), root)
+    bad = _refusal(lambda: _check(Collective.REDUCE, [t], op), lambda: _root(comm, root, Collective.REDUCE))
+    sig = comm.begin(Collective.REDUCE, dtype_name(t), t.numel(), t.shape, int(op), root, refuse=bad)
     g, back = _reducible(t)
     keep = t.clone() if comm.rank != root else None  # gloo may scribble on non-root buffers
     o = ReduceOptions()
@@ -170,14 +179,18 @@ def all_gather(comm: Communicator, out: torch.Tensor | Sequence[torch.Tensor], t
     element counts matter, as in HCCL: ``out`` may be the concatenation or the stack of the
     inputs (torch's two forms), list entries any shape of that many elements."""
     outs = [out] if isinstance(out, torch.Tensor) else list(out)
-    dt = _check(Collective.ALL_GATHER, [t, *outs])
-    sig = comm.begin(Collective.ALL_GATHER, dt, t.numel(), t.shape)
+
+    def sizes() -> None:
+        if isinstance(out, torch.Tensor):
+            _numel(out, comm.size * t.numel(), "HcclAllGather output")
+            return
+        _count(outs, comm.size, "HcclAllGather output list")
+        for o in outs:
+            _numel(o, t.numel(), "HcclAllGather output list entry")
+    bad = _refusal(lambda: _check(Collective.ALL_GATHER, [t, *outs]), sizes)
+    sig = comm.begin(Collective.ALL_GATHER, dtype_name(t), t.numel(), t.shape, refuse=bad)
     if isinstance(out, torch.Tensor):
-        _numel(out, comm.size * t.numel(), "HcclAllGather output")
         return Pending(comm, sig, comm.pg._allgather_base(_flat_bytes(out), _flat_bytes(t)))
-    _count(outs, comm.size, "HcclAllGather output list")
-    for o in outs:
-        _numel(o, t.numel(), "HcclAllGather output list entry")
     return Pending(comm, sig, comm.pg.allgather([[_flat_bytes(o) for o in outs]], [_flat_bytes(t)],
                                                 AllgatherOptions()))
 
@@ -188,16 +201,20 @@ def reduce_scatter(comm: Communicator, out: torch.Tensor, inp: torch.Tensor | Se
     tensor of ``size * out.numel()`` elements, or a list of ``size`` tensors like ``out``)
     (``HcclReduceScatter``)."""
     ins = [inp] if isinstance(inp, torch.Tensor) else list(inp)
-    dt = _check(Collective.REDUCE_SCATTER, [out, *ins], op)
+
+    def sizes() -> None:
+        if isinstance(inp, torch.Tensor):
+            _numel(inp, comm.size * out.numel(), "HcclReduceScatter input")
+            return
+        _count(ins, comm.size, "HcclReduceScatter input list")
+        for c in ins:
+            _numel(c, out.numel(), "HcclReduceScatter input list entry")
+    bad = _refusal(lambda: _check(Collective.REDUCE_SCATTER, [out, *ins], op), sizes)
+    sig = comm.begin(Collective.REDUCE_SCATTER, dtype_name(out), out.numel(), out.shape, int(op), refuse=bad)
     if isinstance(inp, torch.Tensor):
-        _numel(inp, comm.size * out.numel(), "HcclReduceScatter input")
         chunks = list(inp.reshape(-1).chunk(comm.size))
     else:
-        _count(ins, comm.size, "HcclReduceScatter input list")
         chunks = [c.reshape(-1) for c in ins]
-        for c in chunks:
-            _numel(c, out.numel(), "HcclReduceScatter input list entry")
-    sig = comm.begin(Collective.REDUCE_SCATTER, dt, out.numel(), out.shape, int(op))
     g, back = _reducible(out)
     src = chunks if g is out else [c.to(g.dtype) for c in chunks]
     o = ReduceScatterOptions()
@@ -211,21 +228,26 @@ def all_to_all(comm: Communicator, out: torch.Tensor, inp: torch.Tensor,
     """Rank i's j-th block of ``inp`` lands in rank j's i-th block of ``out``. Equal blocks
     (``HcclAlltoAll``) without counts; ``send_counts`` / ``recv_counts`` (elements per peer,
     along dim 0 for torch's splits) make it ``HcclAlltoAllV``."""
-    dt = _check(Collective.ALL_TO_ALL, [out, inp])
+    dt = dtype_name(inp)
     if send_counts is None and recv_counts is None:
-        if inp.numel() % comm.size or out.numel() != inp.numel():
-            raise HcclError(HcclResult.HCCL_E_PARA, f"HcclAlltoAll: input of {inp.numel()} and output of "
-                            f"{out.numel()} elements must be equal and divisible by {comm.size} ranks")
-        sig = comm.begin(Collective.ALL_TO_ALL, dt, inp.numel() // comm.size, inp.shape)
+        def equal() -> None:
+            if inp.numel() % comm.size or out.numel() != inp.numel():
+                raise HcclError(HcclResult.HCCL_E_PARA, f"HcclAlltoAll: input of {inp.numel()} and output of "
+                                f"{out.numel()} elements must be equal and divisible by {comm.size} ranks")
+        bad = _refusal(lambda: _check(Collective.ALL_TO_ALL, [out, inp]), equal)
+        sig = comm.begin(Collective.ALL_TO_ALL, dt, inp.numel() // comm.size, inp.shape, refuse=bad)
         return Pending(comm, sig, comm.pg.alltoall_base(_bytes(out), _bytes(inp), [], [], AllToAllOptions()))
     sc = list(send_counts) if send_counts is not None else [inp.shape[0] // comm.size] * comm.size
     rc = list(recv_counts) if recv_counts is not None else [out.shape[0] // comm.size] * comm.size
-    _count(sc, comm.size, "HcclAlltoAllV sendCounts")
-    _count(rc, comm.size, "HcclAlltoAllV recvCounts")
-    if sum(sc) > inp.shape[0] or sum(rc) > out.shape[0]:
-        raise HcclError(HcclResult.HCCL_E_PARA, f"HcclAlltoAllV: counts {sc} / {rc} exceed the input "
-                        f"({inp.shape[0]}) or output ({out.shape[0]}) rows")
-    sig = comm.begin(Collective.ALL_TO_ALL_V, dt, sum(sc), inp.shape)
+
+    def counts() -> None:
+        _count(sc, comm.size, "HcclAlltoAllV sendCounts")
+        _count(rc, comm.size, "HcclAlltoAllV recvCounts")
+        if sum(sc) > inp.shape[0] or sum(rc) > out.shape[0]:
+            raise HcclError(HcclResult.HCCL_E_PARA, f"HcclAlltoAllV: counts {sc} / {rc} exceed the input "
+                            f"({inp.shape[0]}) or output ({out.shape[0]}) rows")
+    bad = _refusal(lambda: _check(Collective.ALL_TO_ALL, [out, inp]), counts)
+    sig = comm.begin(Collective.ALL_TO_ALL_V, dt, sum(sc), inp.shape, refuse=bad)
     if comm.check and comm.size > 1:
         mine = torch.tensor(sc + rc, dtype=torch.int64)
         table = torch.empty(comm.size * 2 * comm.size, dtype=torch.int64)
@@ -248,9 +270,12 @@ def all_to_all(comm: Communicator, out: torch.Tensor, inp: torch.Tensor,
 def all_to_all_list(comm: Communicator, outs: Sequence[torch.Tensor], ins: Sequence[torch.Tensor]) -> Pending:
     """``ins[j]`` goes to rank j, arriving in its ``outs[rank]`` (torch's ``all_to_all``; blocks may
     differ in size, as in ``HcclAlltoAllV``)."""
-    _check(Collective.ALL_TO_ALL_V, [*outs, *ins])
-    _count(ins, comm.size, "all_to_all input list")
-    _count(outs, comm.size, "all_to_all output list")
+    bad = _refusal(lambda: _check(Collective.ALL_TO_ALL_V, [*outs, *ins]),
+                   lambda: _count(ins, comm.size, "all_to_all input list"),
+                   lambda: _count(outs, comm.size, "all_to_all output list"))
+    if bad is not None:  # raises on every rank at once (see Communicator.begin)
+        comm.begin(Collective.ALL_TO_ALL_V, dtype_name(ins[0]) if ins else "", sum(t.numel() for t in ins),
+                   refuse=bad)
     sc, rc = [t.numel() for t in ins], [t.numel() for t in outs]
     flat_in = torch.cat([t.reshape(-1) for t in ins]) if ins else torch.empty(0)
     flat_out = torch.empty(sum(rc), dtype=outs[0].dtype)
@@ -266,15 +291,13 @@ def all_to_all_list(comm: Communicator, outs: Sequence[torch.Tensor], ins: Seque
 def gather(comm: Communicator, outs: Sequence[torch.Tensor] | None, t: torch.Tensor, root: int) -> Pending:
     """Rank r's ``t`` lands in ``outs[r]`` on ``root`` (``outs`` only there; entries of
     ``t.numel()`` elements, any shape)."""
-    _root(comm, root, Collective.GATHER)
-    dt = _check(Collective.GATHER, [t, *(outs or [])])
-    sig = comm.begin(Collective.GATHER, dt, t.numel(), t.shape, root=root)
+    bad = _refusal(lambda: _root(comm, root, Collective.GATHER),
+                   lambda: _check(Collective.GATHER, [t, *(outs or [])]),
+                   lambda: _root_list(comm, root, outs, t, "gather output list"))
+    sig = comm.begin(Collective.GATHER, dtype_name(t), t.numel(), t.shape, root=root, refuse=bad)
     o = GatherOptions()
     o.rootRank = root
-    if comm.rank == root:
-        if outs is None:
-            raise HcclError(HcclResult.HCCL_E_PARA, "gather: the root needs an output list")
-        _count(outs, comm.size, "gather output list")
+    if comm.rank == root and outs is not None:
         return Pending(comm, sig, comm.pg.gather([[_flat_bytes(x) for x in outs]], [_flat_bytes(t)], o))
     return Pending(comm, sig, comm.pg.gather([], [_flat_bytes(t)], o))
 
@@ -282,15 +305,13 @@ def gather(comm: Communicator, outs: Sequence[torch.Tensor] | None, t: torch.Ten
 def scatter(comm: Communicator, t: torch.Tensor, ins: Sequence[torch.Tensor] | None, root: int) -> Pending:
     """``ins[r]`` on ``root`` lands in rank r's ``t`` (``HcclScatter``; element counts matter,
     not shapes)."""
-    _root(comm, root, Collective.SCATTER)
-    dt = _check(Collective.SCATTER, [t, *(ins or [])])
-    sig = comm.begin(Collective.SCATTER, dt, t.numel(), t.shape, root=root)
+    bad = _refusal(lambda: _root(comm, root, Collective.SCATTER),
+                   lambda: _check(Collective.SCATTER, [t, *(ins or [])]),
+                   lambda: _root_list(comm, root, ins, t, "scatter input list"))
+    sig = comm.begin(Collective.SCATTER, dtype_name(t), t.numel(), t.shape, root=root, refuse=bad)
     o = ScatterOptions()
     o.rootRank = root
-    if comm.rank == root:
-        if ins is None:
-            raise HcclError(HcclResult.HCCL_E_PARA, "scatter: the root needs an input list")
-        _count(ins, comm.size, "scatter input list")
+    if comm.rank == root and ins is not None:
         return Pending(comm, sig, comm.pg.scatter([_flat_bytes(t)], [[_flat_bytes(x) for x in ins]], o))
     return Pending(comm, sig, comm.pg.scatter([_flat_bytes(t)], [], o))
 
@@ -342,6 +363,19 @@ def _p2p(comm: Communicator, sig: CallSignature, launch: Callable[[], Any]) -> P
 def _root(comm: Communicator, root: int, coll: Collective) -> None:
     if not 0 <= root < comm.size:
         raise HcclError(HcclResult.HCCL_E_PARA, f"{coll.hccl_name}: root {root} is outside [0, {comm.size})")
+
+
+def _root_list(comm: Communicator, root: int, ts: Sequence[torch.Tensor] | None, t: torch.Tensor,
+               what: str) -> None:
+    """On ``root``: ``ts`` is one tensor of ``t.numel()`` elements per rank (gather's outputs,
+    scatter's inputs)."""
+    if comm.rank != root:
+        return
+    if ts is None:
+        raise HcclError(HcclResult.HCCL_E_PARA, f"the root needs a {what}")
+    _count(ts, comm.size, what)
+    for x in ts:
+        _numel(x, t.numel(), f"{what} entry")
 
 
 def _peer(comm: Communicator, peer: int, what: str) -> None:

@@ -204,15 +204,24 @@ class Communicator:
 
     # ------------------------------------------------------------------ calls
     def begin(self, coll: Collective, dtype: str = "", count: int = 0, shape: Sequence[int] = (),
-              op: int = -1, root: int = -1) -> CallSignature:
+              op: int = -1, root: int = -1, refuse: HcclError | None = None) -> CallSignature:
         """Start call number ``seq + 1``: fails fast on a broken communicator, then (checks on)
-        all-gathers the signatures and raises ``HcclMismatch`` if the ranks disagree."""
+        all-gathers the signatures and raises ``HcclMismatch`` if the ranks disagree.
+
+        ``refuse`` is this rank's own verdict on its arguments (bad dtype, op, sizes, root), found
+        before any data moves. The rank still takes part in the exchange, flagged, and every rank
+        raises at once: this one ``refuse``, the others an ``HcclMismatch`` naming it. Raised
+        before the exchange instead, the peers would wait out ``HCCL_EXEC_TIMEOUT`` in a call it
+        never makes, or pair it with its next call. With checks off ``refuse`` is raised here."""
         if self.broken is not None:
             raise HcclError(self.broken.code, f"communicator {self.name} is unusable since an earlier "
                             f"failure (destroy it and create a new one): {self.broken.detail}")
+        if refuse is not None and not (self.check and self.size > 1):
+            raise refuse
         self.check_alive()
         self.seq += 1
-        sig = CallSignature(self.seq, coll, dtype, int(count), tuple(int(s) for s in shape), int(op), int(root))
+        sig = CallSignature(self.seq, coll, dtype, int(count), tuple(int(s) for s in shape), int(op), int(root),
+                            refused=refuse is not None)
         self._call, self._state = sig.describe(), "running"
         if self.check and self.size > 1:
             mine = torch.tensor(sig.encode(), dtype=torch.int64)
@@ -224,8 +233,14 @@ class Communicator:
             except ValueError as e:
                 raise self._break(HcclMismatch(f"{sig.describe()}: a peer sent a corrupt header ({e})")) from None
             problem = find_mismatch(sigs, self.name)
+            refusers = [r for r, s in enumerate(sigs) if s.refused]
+            if problem is None and refusers:
+                problem = (f"{sig.describe()}: rank {', '.join(map(str, refusers))} refused the call (its "
+                           "arguments are invalid there, see its error); no data moved")
             if problem is not None:
                 self._state = "done"
+                if refuse is not None:
+                    raise refuse
                 raise HcclMismatch(f"rank {self.rank}: {problem}")
         return sig
 

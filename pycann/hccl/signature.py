@@ -36,12 +36,14 @@ class CallSignature:
     shape: tuple[int, ...] = ()
     op: int = -1
     root: int = -1
+    # this rank found its own arguments invalid and launches nothing (Communicator.begin's refuse)
+    refused: bool = False
 
     def encode(self) -> list[int]:
         """The 16-int64 header."""
         dims = list(self.shape[:MAX_DIMS]) + [0] * (MAX_DIMS - min(len(self.shape), MAX_DIMS))
         return [MAGIC, self.seq, int(self.coll), _DTYPE_CODE.get(self.dtype, 0), self.op, self.root,
-                self.count, len(self.shape), *dims, 0, 0]
+                self.count, len(self.shape), *dims, int(self.refused), 0]
 
     @classmethod
     def decode(cls, row: Sequence[int]) -> CallSignature:
@@ -52,7 +54,8 @@ class CallSignature:
         ndim = int(row[7])
         return cls(seq=int(row[1]), coll=Collective(int(row[2])), dtype=_DTYPES[code - 1] if code else "",
                    op=int(row[4]), root=int(row[5]), count=int(row[6]),
-                   shape=tuple(int(x) for x in row[8 : 8 + min(ndim, MAX_DIMS)]))
+                   shape=tuple(int(x) for x in row[8 : 8 + min(ndim, MAX_DIMS)]),
+                   refused=bool(int(row[8 + MAX_DIMS])))
 
     def key(self) -> tuple[object, ...]:
         """The fields that must agree across ranks (shape may differ if counts agree, as in HCCL)."""

@@ -31,7 +31,7 @@ from torch._C._distributed_c10d import ProcessGroup
 from pycann import config
 from pycann.hccl import collectives as C
 from pycann.hccl.comm import Communicator
-from pycann.hccl.constants import HcclReduceOp, HcclResult
+from pycann.hccl.constants import Collective, HcclReduceOp, HcclResult
 from pycann.hccl.env import read_env
 from pycann.hccl.errors import HcclError
 
@@ -205,10 +205,20 @@ class ProcessGroupHCCL(ProcessGroup):
     def _work(self, pending: C.Pending, outputs: list[torch.Tensor], host: _Host) -> HcclWork:
         return HcclWork(pending, outputs, host)
 
+    def _op(self, opts: Any, coll: Collective, t: torch.Tensor) -> HcclReduceOp:
+        """HCCL's op for ``opts.reduceOp`` (SUM without opts). One it lacks (AVG, ...) is refused
+        on every rank at once (``Communicator.begin``'s ``refuse``): raised on this rank alone,
+        the peers would wait out the timeout in a call it never makes."""
+        try:
+            return reduce_op(opts.reduceOp if opts is not None else dist.ReduceOp.SUM)
+        except HcclError as e:
+            self.comm.begin(coll, C.dtype_name(t), t.numel(), t.shape, refuse=e)
+            raise
+
     # ----------------------------------------------------------- reductions
     def allreduce(self, tensors: list[torch.Tensor], opts: Any = None) -> HcclWork:
         (t,) = _flat(tensors)
-        op = reduce_op(opts.reduceOp if opts is not None else dist.ReduceOp.SUM)
+        op = self._op(opts, Collective.ALL_REDUCE, t)
         h = _Host()
         return self._work(C.all_reduce(self.comm, h.reducible(t), op), [t], h)
 
@@ -226,18 +236,21 @@ class ProcessGroupHCCL(ProcessGroup):
     def reduce(self, tensors: list[torch.Tensor], opts: Any) -> HcclWork:
         (t,) = _flat(tensors)
         h = _Host()
-        return self._work(C.reduce(self.comm, h.reducible(t), reduce_op(opts.reduceOp), opts.rootRank), [t], h)
+        op = self._op(opts, Collective.REDUCE, t)
+        return self._work(C.reduce(self.comm, h.reducible(t), op, opts.rootRank), [t], h)
 
     def reduce_scatter(self, outputs: list[torch.Tensor], inputs: list[list[torch.Tensor]], opts: Any) -> HcclWork:
         (o,) = _flat(outputs)
         ins = _flat(inputs)[0]
         h = _Host()
-        p = C.reduce_scatter(self.comm, h(o, out=True, inp=False), h.many(ins), reduce_op(opts.reduceOp))
+        op = self._op(opts, Collective.REDUCE_SCATTER, o)
+        p = C.reduce_scatter(self.comm, h(o, out=True, inp=False), h.many(ins), op)
         return self._work(p, [o], h)
 
     def reduce_scatter_single(self, output: torch.Tensor, input: torch.Tensor, opts: Any) -> HcclWork:
         h = _Host()
-        p = C.reduce_scatter(self.comm, h(output, out=True, inp=False), h(input), reduce_op(opts.reduceOp))
+        op = self._op(opts, Collective.REDUCE_SCATTER, output)
+        p = C.reduce_scatter(self.comm, h(output, out=True, inp=False), h(input), op)
         return self._work(p, [output], h)
 
     _reduce_scatter_base = reduce_scatter_single

@@ -56,3 +56,12 @@ def test_init_again_after_destroy_on_the_same_store() -> None:
     """destroy_process_group then init_process_group on the same store (torchrun's): the new gloo
     group read the old one's addresses ('Gloo connectFullMesh failed ... Connection refused')."""
     _run("reinit")
+
+
+def test_one_rank_with_invalid_arguments_fails_every_rank_at_once() -> None:
+    """A dtype, op, size or list one rank alone gets wrong: that rank raises its own error, the
+    others HcclMismatch naming it, and the group goes on (3 ranks). Before, the peers waited out
+    the timeout or paired the call with the bad rank's next one and returned wrong data."""
+    res = run_ranks("user_port.py", 3, "refusals", timeout=90)
+    check_ok(res)
+    assert all("refusals ok" in r.out for r in res), [r.out for r in res]

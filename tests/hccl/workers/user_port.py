@@ -36,6 +36,8 @@ elif case == "reinit":  # destroy and init again on one store, as under torchrun
         assert x.cpu().tolist() == [float(sum(range(w)) + w * i)] * 2, (i, x)
         if i < 2:
             dist.destroy_process_group()
+elif case == "refusals":  # a short timeout: a peer left waiting would fail with HcclTimeout, not HcclMismatch
+    dist.init_process_group("hccl", timeout=datetime.timedelta(seconds=8))
 else:
     dist.init_process_group("hccl", timeout=datetime.timedelta(seconds=20))
 
@@ -146,6 +148,43 @@ if case == "gather_scatter_shapes":  # gather / scatter entries of the input's e
         o = on(dev, torch.empty(3, 2))
         dist.scatter(o, [on(dev, torch.arange(6.0).view(2, 3) + i) for i in range(w)] if r == 1 else None, src=1)
         assert o.cpu().view(-1).tolist() == (torch.arange(6.0) + r).tolist(), (dev, o)
+
+if case == "refusals":  # one rank's arguments are invalid: every rank raises at once, the group stays usable
+    from pycann.hccl.errors import HcclError, HcclMismatch
+
+    npu = torch.device("npu")
+    calls = {  # what the bad rank does; the others make the valid call
+        "f64": lambda bad: dist.all_reduce(torch.ones(2, dtype=torch.float64 if bad else torch.float32, device=npu)),
+        "avg": lambda bad: dist.all_reduce(torch.ones(2, device=npu),
+                                           op=dist.ReduceOp.AVG if bad else dist.ReduceOp.SUM),
+        "ag_out": lambda bad: dist.all_gather_into_tensor(torch.empty(2 * w + bad, device=npu),
+                                                          torch.ones(2, device=npu)),
+        "rs_in": lambda bad: dist.reduce_scatter_tensor(torch.empty(2, device=npu), torch.ones(2 * w + bad, device=npu)),
+        "a2a": lambda bad: dist.all_to_all_single(torch.empty(2 * w + bad, device=npu),
+                                                  torch.ones(2 * w + bad, device=npu)),
+        "gather": lambda bad: dist.gather(torch.ones(2, device=npu),
+                                          [torch.empty(2, device=npu)] * (w - bad) if r == 0 else None, dst=0),
+        "scatter": lambda bad: dist.scatter(torch.empty(2, device=npu),
+                                            [torch.ones(2 + bad, device=npu)] * w if r == 0 else None, src=0),
+        "bcast_root": lambda bad: dist.broadcast(torch.ones(2, device=npu), w + 5 if bad else 0),
+    }
+    for name, call in calls.items():
+        culprit = 0 if name in ("gather", "scatter") else w - 1
+        try:
+            call(r == culprit)
+            raise AssertionError(f"{name}: no error on rank {r}")
+        except HcclError as e:
+            if r == culprit:
+                assert not isinstance(e, HcclMismatch), (name, e)
+            else:
+                named = f"rank {culprit} refused" in str(e) or f"  rank {culprit}: #" in str(e)  # or quoted
+                assert isinstance(e, HcclMismatch) and named, (name, e)
+        except ValueError as e:  # torch's own check of the root (bcast_root), before the backend
+            assert name == "bcast_root" and r == culprit, (name, e)
+            dist.broadcast(torch.ones(2, device=npu), 0)  # the culprit makes the call the others wait in
+        x = torch.ones(2, device=npu)
+        dist.all_reduce(x)
+        assert x.cpu().tolist() == [float(w)] * 2, (name, x)
 
 print(f"{case} ok", flush=True)
 dist.destroy_process_group()
