@@ -134,7 +134,24 @@ class HcclWork(dist._Work):
         return True
 
     def is_completed(self) -> bool:
-        return self._done
+        """Whether the collective is done, without waiting (torch's polling form of ``wait``).
+        When gloo's work is, the steps after it (copies back into the caller's tensors) run here,
+        so the results are in place once this says True. A failed collective is completed too;
+        ``wait()`` raises its error."""
+        if self._done:
+            return True
+        work = self.pending.work
+        if work is not None and not work.is_completed():
+            fut = _gloo_future(work)
+            if fut is not None and not fut.done():
+                return False
+            # done, or a work that tells neither way (gloo's reduce_scatter: is_completed stays
+            # False, no future): then this waits for it, which ends (done or timed out)
+        try:
+            self._finish()
+        except HcclError:
+            pass
+        return True
 
     def result(self) -> list[torch.Tensor]:
         self._finish()
@@ -151,7 +168,7 @@ class HcclWork(dist._Work):
     def get_future(self) -> torch.futures.Future:
         if self._fut is None:
             work = self.pending.work
-            if work is None:
+            if work is None or _gloo_future(work) is None:  # none to chain on: finish it now
                 self._finish()
                 fut: torch.futures.Future = torch.futures.Future()
                 fut.set_result(self.outputs)
@@ -166,6 +183,14 @@ class HcclWork(dist._Work):
                     return self.outputs
                 self._fut = work.get_future().then(then)
         return self._fut
+
+
+def _gloo_future(work: Any) -> torch.futures.Future | None:
+    """gloo's future of ``work``, or ``None`` for a work without one (its reduce_scatter)."""
+    try:
+        return work.get_future()
+    except RuntimeError:
+        return None
 
 
 def _flat(ts: Sequence[Any]) -> list[Any]:

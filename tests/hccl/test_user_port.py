@@ -65,3 +65,8 @@ def test_one_rank_with_invalid_arguments_fails_every_rank_at_once() -> None:
     res = run_ranks("user_port.py", 3, "refusals", timeout=90)
     check_ok(res)
     assert all("refusals ok" in r.out for r in res), [r.out for r in res]
+
+
+def test_async_work_polled_with_is_completed() -> None:
+    """is_completed() stayed False until wait() was called, so a polling loop never ended."""
+    _run("poll")

@@ -186,5 +186,35 @@ if case == "refusals":  # one rank's arguments are invalid: every rank raises at
         dist.all_reduce(x)
         assert x.cpu().tolist() == [float(w)] * 2, (name, x)
 
+if case == "poll":  # async_op=True, then is_completed() polled instead of wait()
+    import time
+
+    def poll(work: dist.Work) -> None:
+        deadline = time.monotonic() + 10
+        while not work.is_completed():
+            assert time.monotonic() < deadline, "is_completed() stayed False"
+            time.sleep(0.005)
+
+    for dev in ("npu", "cpu"):
+        x = on(dev, torch.full((4,), float(r + 1)))
+        poll(dist.all_reduce(x, async_op=True))
+        assert x.cpu().tolist() == [w * (w + 1) / 2] * 4, (dev, x)
+        s16 = on(dev, torch.full((3,), r + 1, dtype=torch.int16))  # reduced in int32, copied back on completion
+        poll(dist.all_reduce(s16, async_op=True))
+        assert s16.cpu().tolist() == [w * (w + 1) // 2] * 3, (dev, s16)
+        o = on(dev, torch.empty(2))
+        poll(dist.reduce_scatter_tensor(o, on(dev, torch.arange(2.0 * w) + r), async_op=True))
+        assert o.cpu().tolist() == [w * 2 * r + w * (w - 1) / 2, w * (2 * r + 1) + w * (w - 1) / 2], (dev, o)
+        outs = [on(dev, torch.empty(r + 1)) for _ in range(w)]
+        poll(dist.all_to_all(outs, [on(dev, torch.full((j + 1,), float(r))) for j in range(w)], async_op=True))
+        assert [t.cpu().tolist() for t in outs] == [[float(i)] * (r + 1) for i in range(w)], (dev, outs)
+        work = dist.barrier(async_op=True)
+        poll(work)
+        work.wait()
+        o = on(dev, torch.empty(2))  # get_future of a reduce-scatter (gloo's work has none of its own)
+        fut = dist.reduce_scatter_tensor(o, on(dev, torch.ones(2 * w)), async_op=True).get_future()
+        fut.wait()
+        assert o.cpu().tolist() == [float(w)] * 2, (dev, o)
+
 print(f"{case} ok", flush=True)
 dist.destroy_process_group()
