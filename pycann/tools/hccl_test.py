@@ -244,6 +244,10 @@ def run_rank(a: argparse.Namespace) -> int:
 
     launcher = config.launcher_env()
     rank, n = int(launcher["RANK"]), int(launcher["WORLD_SIZE"])
+    if not 0 <= a.root < n:
+        if rank == 0:
+            print(f"hccl_test: -r {a.root} is not a rank of the {n} started (0..{n - 1})", file=sys.stderr)
+        return 2
     if a.backend == "hccl":
         import pycann.hccl  # noqa: F401  (registers the backend)
     dist.init_process_group("gloo" if a.backend == "gloo" else "hccl" if a.backend == "hccl" else "gloo",
@@ -314,6 +318,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     a = _parser().parse_args(args)
     if a.npus < 1 or a.iters < 1 or parse_size(a.minbytes) <= 0:
         print("hccl_test: -p, -n and -b must be positive", file=sys.stderr)
+        return 2
+    if "RANK" not in config.launcher_env() and not 0 <= a.root < a.npus:
+        print(f"hccl_test: -r {a.root} is not a rank of the {a.npus} that -p starts (0..{a.npus - 1})",
+              file=sys.stderr)
         return 2
     if a.test in REDUCING_TESTS and a.datatype not in REDUCE_DTYPES:
         print(f"hccl_test: {a.test} does not support -d {a.datatype} (HCCL reduces {', '.join(REDUCE_DTYPES)}; "

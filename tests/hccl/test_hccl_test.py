@@ -48,3 +48,10 @@ def test_reducing_test_refuses_a_type_hccl_does_not_reduce() -> None:
     r = subprocess.run([sys.executable, "-m", "pycann.tools.hccl_test", "all_reduce_test", "-d", "fp64", "-p", "2"],
                        env={**os.environ, "PYTHONPATH": str(ROOT)}, capture_output=True, text=True, timeout=60)
     assert r.returncode == 2 and "all_reduce_test does not support -d fp64" in r.stderr, r.stderr
+
+
+def test_root_outside_the_ranks_is_one_line() -> None:
+    """-r 5 with -p 2: one line and exit 2 (a traceback from every rank before)."""
+    r = subprocess.run([sys.executable, "-m", "pycann.tools.hccl_test", "broadcast_test", "-r", "5", "-p", "2"],
+                       env={**os.environ, "PYTHONPATH": str(ROOT)}, capture_output=True, text=True, timeout=60)
+    assert r.returncode == 2 and "-r 5 is not a rank" in r.stderr and "Traceback" not in r.stderr, r.stderr
