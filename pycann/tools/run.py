@@ -46,9 +46,13 @@ sys.modules[__name__ + ".npu"] = _npu
 npu = _npu
 from pycann.torch import *  # noqa: E402,F401,F403
 from pycann.torch import report, reset  # noqa: E402,F401
+from torch_npu import distributed as distributed  # noqa: E402,F401  (torch_npu imports it too)
 __version__ = "2.13.0+pycann"
 ''',
     "torch_npu/contrib/__init__.py": '"""pycann-run shim: torch_npu.contrib."""\n',
+    "torch_npu/distributed/__init__.py": ('"""pycann-run shim: torch_npu.distributed is pycann.hccl.npu_distributed."""\n'
+                                          "import sys\n\nimport pycann.hccl.npu_distributed as _m\n\n"
+                                          "sys.modules[__name__] = _m\n"),
     "torch_npu/contrib/transfer_to_npu.py": ('"""pycann-run shim: apply pycann\'s CUDA -> npu migration."""\n'
                                              "import sys\n\nimport pycann.torch.contrib.transfer_to_npu as _m\n\n"
                                              "sys.modules[__name__] = _m\n"),

@@ -70,3 +70,20 @@ def test_one_rank_with_invalid_arguments_fails_every_rank_at_once() -> None:
 def test_async_work_polled_with_is_completed() -> None:
     """is_completed() stayed False until wait() was called, so a polling loop never ended."""
     _run("poll")
+
+
+def test_torch_npu_distributed_uneven_collectives() -> None:
+    """import torch_npu.distributed (is_hccl_available, all_gather_into_tensor_uneven,
+    reduce_scatter_tensor_uneven) under pycann-run's torchrun, 3 ranks: the module was missing."""
+    import subprocess
+    import sys
+
+    from tests.hccl.spawn import ROOT, WORKERS, free_port
+
+    env = {k: v for k, v in __import__("os").environ.items()
+           if k not in ("RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_ADDR", "MASTER_PORT")}
+    env.update({"PYTHONPATH": str(ROOT), "PYTHONWARNINGS": "ignore"})
+    r = subprocess.run([sys.executable, "-m", "pycann.tools.run", "-m", "torch.distributed.run", "--nproc_per_node=3",
+                        f"--master_port={free_port()}", str(WORKERS / "npu_uneven.py")],
+                       env=env, capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0 and r.stdout.count("npu uneven ok") == 3, r.stdout[-2000:] + r.stderr[-4000:]
