@@ -252,6 +252,8 @@ class ProcessGroupHCCL(ProcessGroup):
         if not tensors:
             raise HcclError(HcclResult.HCCL_E_PARA, "allreduce_coalesced needs at least one tensor")
         flat = torch.cat([t.detach().reshape(-1).cpu() for t in tensors])
+        if flat.dtype in _WIDENED:  # as allreduce: int32, converted back by the copies below
+            flat = flat.to(torch.int32)
         p = C.all_reduce(self.comm, flat, op)
         h = _Host()
         for t, piece in zip(tensors, flat.split([t.numel() for t in tensors])):

@@ -86,6 +86,9 @@ if case == "bool_uint8":  # torch_npu all-reduces / reduces these as int32
         assert nc.cpu().tolist() == [[0, w * (w + 1) // 2, 0]] * 2, (dev, nc)
         work = dist.all_reduce(on(dev, torch.tensor([r == 0])), async_op=True)
         work.wait()
+        bs = [on(dev, torch.tensor([r == 0, False])), on(dev, torch.tensor([True, r == 1]))]
+        dist.all_reduce_coalesced(bs)
+        assert [b.cpu().tolist() for b in bs] == [[True, False], [True, True]], (dev, bs)
 
 if case == "gather_shapes":  # all_gather with outputs shaped unlike the input (NCCL/HCCL count elements)
     x = torch.arange(6.0).view(2, 3) + 10 * r
