@@ -303,12 +303,16 @@ class ProcessGroupHCCL(ProcessGroup):
         HCCL's AllGather (and gloo's) moves equal blocks only. Returns the last broadcast, the
         earlier ones done."""
         size, rank = self.size(), self.rank()
+        bad = None
         if len(outs) != size:
-            raise HcclError(HcclResult.HCCL_E_PARA,
+            bad = HcclError(HcclResult.HCCL_E_PARA,
                             f"all_gather: the output list has {len(outs)} entries, expected one per rank ({size})")
-        if outs[rank].numel() != t.numel():
-            raise HcclError(HcclResult.HCCL_E_PARA, f"all_gather: rank {rank}'s output entry has "
+        elif outs[rank].numel() != t.numel():
+            bad = HcclError(HcclResult.HCCL_E_PARA, f"all_gather: rank {rank}'s output entry has "
                             f"{outs[rank].numel()} elements, but its input {t.numel()}")
+        if bad is not None:  # refused on every rank at once, in place of the first broadcast
+            self.comm.begin(Collective.BROADCAST, C.dtype_name(t), outs[0].numel(), outs[0].shape, root=0,
+                            refuse=bad)
         hs = h.many(outs, out=True, inp=False)
         with torch.no_grad():
             hs[rank].copy_(t.detach().to("cpu").reshape(hs[rank].shape))

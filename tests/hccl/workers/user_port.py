@@ -170,6 +170,8 @@ if case == "refusals":  # one rank's arguments are invalid: every rank raises at
         "scatter": lambda bad: dist.scatter(torch.empty(2, device=npu),
                                             [torch.ones(2 + bad, device=npu)] * w if r == 0 else None, src=0),
         "bcast_root": lambda bad: dist.broadcast(torch.ones(2, device=npu), w + 5 if bad else 0),
+        "ag_uneven": lambda bad: dist.all_gather([torch.empty(i + 1, device=npu) for i in range(w)],
+                                                 torch.ones(r + 1 + bad, device=npu)),
     }
     for name, call in calls.items():
         culprit = 0 if name in ("gather", "scatter") else w - 1
