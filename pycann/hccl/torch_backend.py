@@ -20,6 +20,7 @@ Timeouts: the ``timeout`` of ``init_process_group`` bounds joining and each coll
 from __future__ import annotations
 
 import threading
+import time
 from collections.abc import Callable, Sequence
 from datetime import timedelta
 from typing import Any
@@ -33,7 +34,7 @@ from pycann.hccl import collectives as C
 from pycann.hccl.comm import Communicator
 from pycann.hccl.constants import Collective, HcclReduceOp, HcclResult
 from pycann.hccl.env import read_env
-from pycann.hccl.errors import HcclError
+from pycann.hccl.errors import HcclError, HcclTimeout
 
 BACKEND = "hccl"
 DEVICES = ["npu", "cpu"]
@@ -130,6 +131,18 @@ class HcclWork(dist._Work):
             self._complete()
 
     def wait(self, timeout: timedelta | None = None) -> bool:
+        """Block until the collective is done (its error raised). With a ``timeout`` (torch's
+        ``Work.wait(timeout)``, which gloo honours) ``HcclTimeout`` after that long; the
+        collective goes on and may be waited for again."""
+        secs = timeout.total_seconds() if timeout is not None else 0.0
+        if secs > 0 and not self._done:
+            deadline = time.monotonic() + secs
+            while not self.is_completed():
+                if time.monotonic() >= deadline:
+                    raise HcclTimeout(f"{self.pending.sig.describe()} on communicator {self.pending.comm.name} "
+                                      f"is not done after wait(timeout={secs:g} s); it goes on (wait again, "
+                                      "or destroy the group)")
+                time.sleep(0.002)
         self._finish()
         return True
 

@@ -87,3 +87,12 @@ def test_torch_npu_distributed_uneven_collectives() -> None:
                         f"--master_port={free_port()}", str(WORKERS / "npu_uneven.py")],
                        env=env, capture_output=True, text=True, timeout=120)
     assert r.returncode == 0 and r.stdout.count("npu uneven ok") == 3, r.stdout[-2000:] + r.stderr[-4000:]
+
+
+def test_work_wait_honours_its_timeout() -> None:
+    """work.wait(timeout=0.3 s) with a peer 2.5 s late waited for the peer (up to the group's
+    timeout); gloo raises once the timeout expires. Signature checks off: with them the launch
+    itself waits for the peers (their header exchange)."""
+    res = run_ranks("user_port.py", 2, "wait_timeout", env={"PYCANN_HCCL_CHECK": "0"}, timeout=60)
+    check_ok(res)
+    assert all("wait_timeout ok" in r.out for r in res), [r.out for r in res]

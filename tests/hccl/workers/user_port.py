@@ -221,5 +221,24 @@ if case == "poll":  # async_op=True, then is_completed() polled instead of wait(
         fut.wait()
         assert o.cpu().tolist() == [float(w)] * 2, (dev, o)
 
+if case == "wait_timeout":  # Work.wait(timeout): raises once it expires (as gloo's), the call goes on
+    import time
+    from datetime import timedelta
+
+    from pycann.hccl.errors import HcclTimeout
+
+    x = on("npu", torch.full((3,), float(r + 1)))
+    if r == 1:
+        time.sleep(2.5)  # late: rank 0's wait(timeout=0.3 s) expires first
+    work = dist.all_reduce(x, async_op=True)
+    if r == 0:
+        try:
+            work.wait(timeout=timedelta(seconds=0.3))
+            raise AssertionError("wait(timeout) returned before the peer arrived")
+        except HcclTimeout as e:
+            assert "wait(timeout=0.3 s)" in str(e), e
+    assert work.wait(timeout=timedelta(seconds=15))
+    assert x.cpu().tolist() == [w * (w + 1) / 2] * 3, x
+
 print(f"{case} ok", flush=True)
 dist.destroy_process_group()
