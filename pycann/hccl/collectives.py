@@ -173,21 +173,26 @@ def reduce(comm: Communicator, t: torch.Tensor, op: HcclReduceOp, root: int) -> 
     return Pending(comm, sig, comm.pg.reduce([g], o), finish)
 
 
+def _parts_fit(whole: torch.Tensor | Sequence[torch.Tensor], parts: Sequence[torch.Tensor], size: int, each: int,
+               what: str) -> None:
+    """``whole`` holds ``size`` parts of ``each`` elements: as one tensor of ``size * each`` elements, or as a
+    list of ``size`` tensors of ``each`` elements (``parts``); raises ``_numel``'s / ``_count``'s error naming
+    ``what`` (all_gather's output, reduce_scatter's input)."""
+    if isinstance(whole, torch.Tensor):
+        _numel(whole, size * each, what)
+        return
+    _count(parts, size, f"{what} list")
+    for p in parts:
+        _numel(p, each, f"{what} list entry")
+
 def all_gather(comm: Communicator, out: torch.Tensor | Sequence[torch.Tensor], t: torch.Tensor) -> Pending:
     """Rank r's ``t`` lands in ``out[r]`` (a list of ``size`` tensors of ``t.numel()`` elements)
     or in the r-th slice of an ``out`` of ``size * t.numel()`` elements (``HcclAllGather``). Only
     element counts matter, as in HCCL: ``out`` may be the concatenation or the stack of the
     inputs (torch's two forms), list entries any shape of that many elements."""
     outs = [out] if isinstance(out, torch.Tensor) else list(out)
-
-    def sizes() -> None:
-        if isinstance(out, torch.Tensor):
-            _numel(out, comm.size * t.numel(), "HcclAllGather output")
-            return
-        _count(outs, comm.size, "HcclAllGather output list")
-        for o in outs:
-            _numel(o, t.numel(), "HcclAllGather output list entry")
-    bad = _refusal(lambda: _check(Collective.ALL_GATHER, [t, *outs]), sizes)
+    bad = _refusal(lambda: _check(Collective.ALL_GATHER, [t, *outs]),
+                   lambda: _parts_fit(out, outs, comm.size, t.numel(), "HcclAllGather output"))
     sig = comm.begin(Collective.ALL_GATHER, dtype_name(t), t.numel(), t.shape, refuse=bad)
     if isinstance(out, torch.Tensor):
         return Pending(comm, sig, comm.pg._allgather_base(_flat_bytes(out), _flat_bytes(t)))
@@ -201,15 +206,8 @@ def reduce_scatter(comm: Communicator, out: torch.Tensor, inp: torch.Tensor | Se
     tensor of ``size * out.numel()`` elements, or a list of ``size`` tensors like ``out``)
     (``HcclReduceScatter``)."""
     ins = [inp] if isinstance(inp, torch.Tensor) else list(inp)
-
-    def sizes() -> None:
-        if isinstance(inp, torch.Tensor):
-            _numel(inp, comm.size * out.numel(), "HcclReduceScatter input")
-            return
-        _count(ins, comm.size, "HcclReduceScatter input list")
-        for c in ins:
-            _numel(c, out.numel(), "HcclReduceScatter input list entry")
-    bad = _refusal(lambda: _check(Collective.REDUCE_SCATTER, [out, *ins], op), sizes)
+    bad = _refusal(lambda: _check(Collective.REDUCE_SCATTER, [out, *ins], op),
+                   lambda: _parts_fit(inp, ins, comm.size, out.numel(), "HcclReduceScatter input"))
     sig = comm.begin(Collective.REDUCE_SCATTER, dtype_name(out), out.numel(), out.shape, int(op), refuse=bad)
     if isinstance(inp, torch.Tensor):
         chunks = list(inp.reshape(-1).chunk(comm.size))
