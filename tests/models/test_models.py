@@ -82,16 +82,20 @@ def test_dynamic_hw_replans_per_shape(om_dir: Path) -> None:
     assert len(sess.model.executor._cache) == 2  # one plan per distinct shape
 
 
+def _silero_fixed(om_dir: Path, name: str, window: int) -> tuple[Path, InferSession]:
+    """silero_vad.onnx compiled by atc with --input_shape fixed to a ``window``-sample input, and its session."""
+    src = spec("silero_vad").ensure()
+    out = om_dir / name
+    rc = atc_main([f"--model={src}", "--framework=5", f"--output={out}", "--soc_version=Ascend310P3",
+                   f"--input_shape=input:1,{window};state:2,1,128;sr:"])
+    assert rc == 0
+    return src, InferSession(0, str(out.with_suffix(".om")))
+
 def test_silero_vad_compiles_with_fixed_input_shape(om_dir: Path) -> None:
     """With --input_shape fixed to a 16 kHz window, the 8 kHz If branch cannot type-check; it is
     never taken, so the compile must succeed (branch shapes left unknown) and results match ORT."""
     s = spec("silero_vad")
-    src = s.ensure()
-    out = om_dir / "silero_fixed"
-    rc = atc_main([f"--model={src}", "--framework=5", f"--output={out}", "--soc_version=Ascend310P3",
-                   "--input_shape=input:1,576;state:2,1,128;sr:"])
-    assert rc == 0
-    sess = InferSession(0, str(out.with_suffix(".om")))
+    src, sess = _silero_fixed(om_dir, "silero_fixed", 576)
     feeds = s.test_inputs(0)
     s.assert_close(sess.infer(feeds), _ort(src, feeds))
 
@@ -101,12 +105,7 @@ def test_silero_vad_if_outputs_static_with_fixed_input_shape(om_dir: Path) -> No
     outputs (and the model's) are static, as ONNX Runtime's shapes, where they used to be -1: the
     branches' inner Ifs test their state's batch (Shape of an outer value), which now folds."""
     s = spec("silero_vad")
-    src = s.ensure()
-    out = om_dir / "silero_static_if"
-    rc = atc_main([f"--model={src}", "--framework=5", f"--output={out}", "--soc_version=Ascend310P3",
-                   "--input_shape=input:1,256;state:2,1,128;sr:"])
-    assert rc == 0
-    sess = InferSession(0, str(out.with_suffix(".om")))
+    src, sess = _silero_fixed(om_dir, "silero_static_if", 256)
     (node,) = [n for n in sess.model.graph.nodes if n.op_type == "If"]
     assert [sess.model.graph.descs[o].shape for o in node.outputs] == [(1, 1), (2, 1, 128)]
     assert [o.shape for o in sess.get_outputs()] == [[1, 1], [2, 1, 128]]
