@@ -132,14 +132,18 @@ if case == "recv_any":  # recv without src: the sender's rank comes back (torch_
                 assert q.device.type == dev and q.cpu().tolist() == [float(src)] * 3, (dev, src, q)
                 got.add(src)
             assert got == set(range(1, w)), got
+        else:
+            dist.send(on(dev, torch.full((3,), float(r))), 0)
+        # Any-source receives match whichever message arrives first (MPI and gloo alike): rank 1's
+        # second send could overtake rank 2's first, so it waits until rank 0 has both floats.
+        dist.barrier()
+        if r == 0:
             q = on(dev, torch.zeros(2, dtype=torch.int16))
             work = dist.irecv(q)
             work.wait()
             assert q.cpu().tolist() == [7, 7], q
-        else:
-            dist.send(on(dev, torch.full((3,), float(r))), 0)
-            if r == 1:
-                dist.send(on(dev, torch.full((2,), 7, dtype=torch.int16)), 0)
+        elif r == 1:
+            dist.send(on(dev, torch.full((2,), 7, dtype=torch.int16)), 0)
         dist.barrier()
 
 if case == "gather_scatter_shapes":  # gather / scatter entries of the input's element count, other shape
