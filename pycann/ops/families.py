@@ -48,8 +48,9 @@ FAMILY_OPS: dict[str, dict[str, tuple[str, ...]]] = {
     )},
     "indexing": {"": (
         "Slice", "Gather", "GatherElements", "GatherND", "ScatterND", "ScatterElements", "Scatter",
-        "Pad", "Compress", "OneHot", "ReverseSequence", "TopK", "Unique", "NonZero"
+        "Pad", "Compress", "OneHot", "ReverseSequence"
     )},
+    "selection": {"": ("TopK", "Unique", "NonZero")},
     "matmul": {"": ("MatMul", "Gemm", "MatMulInteger", "QLinearMatMul", "Einsum")},
     "nn.conv": {"": ("Conv", "ConvTranspose")},
     "nn.pool": {"": (
