@@ -22,8 +22,18 @@ from pycann.ops.index_checks import (
     scatter_nd_fault,
 )
 from pycann.ops.opdef import InferContext, OpDef
-from pycann.ops.shape_utils import normalize_axes, normalize_axis, same_as
-from pycann.ops.tensor import astr, const_ints, dtype_of, infer_axes, infer_axis, ints, vec_len
+from pycann.ops.shape_utils import (
+    const_ints,
+    dtype_of,
+    infer_axes,
+    infer_axis,
+    ints,
+    normalize_axes,
+    normalize_axis,
+    same_as,
+    vec_len,
+)
+from pycann.ops.tensor import astr
 
 Inputs = Sequence[Any]
 Attrs = Mapping[str, Any]

@@ -11,8 +11,7 @@ import numpy as np
 
 from pycann.dtypes import Dim, DType, TensorDesc
 from pycann.ops.opdef import InferContext, OpDef
-from pycann.ops.shape_utils import normalize_axis
-from pycann.ops.tensor import const_ints, dtype_of, infer_axis, ints
+from pycann.ops.shape_utils import const_ints, dtype_of, infer_axis, ints, normalize_axis
 
 Inputs = Sequence[Any]
 Attrs = Mapping[str, Any]

@@ -23,88 +23,24 @@ import numpy as np
 from pycann.dtypes import Dim, DType, TensorDesc, from_numpy
 from pycann.ops.index_checks import require_vector_input, vector_input_fault
 from pycann.ops.opdef import REQUIRED, InferContext, OpDef
-from pycann.ops.shape_utils import int_dims, normalize_axes, normalize_axis, same_as
+from pycann.ops.shape_utils import (
+    const_ints,
+    dims_prod,
+    dtype_of,
+    infer_axes,
+    infer_axis,
+    int_dims,
+    ints,
+    merge_dim,
+    normalize_axes,
+    normalize_axis,
+    rank_of,
+    same_as,
+    vec_len,
+)
 
 Inputs = Sequence[Any]
 Attrs = Mapping[str, Any]
-
-
-# --------------------------------------------------------------------------- shared helpers
-def ints(a: Any) -> list[int]:
-    """A 0-d/1-D integer tensor (or list) as a Python int list."""
-    return np.asarray(a).reshape(-1).tolist()
-
-
-def const_ints(ctx: InferContext, i: int) -> list[int] | None:
-    """Input ``i``'s compile-time value as ints, or None when not a known constant. Raises
-    ``ShapeError`` for a non-integer tensor (shape, axes, pads, repeats, k are int64 in ONNX)."""
-    v = ctx.value(i)
-    if v is None:
-        return None
-    if np.asarray(v).dtype.kind not in "iu":
-        raise ctx.fail(f"input {i} must be an integer tensor (int64), got {np.asarray(v).dtype}")
-    return ints(v)
-
-
-def vec_len(desc: TensorDesc | None) -> int | None:
-    """Static length of a 1-D tensor desc (e.g. a shape/axes input), else None."""
-    if desc is None or desc.shape is None or len(desc.shape) != 1:
-        return None
-    n = desc.shape[0]
-    return n if isinstance(n, int) else None
-
-
-def dim_mul(a: Dim, b: Dim) -> Dim:
-    """Product of two dims; symbolic only when the other factor is 1."""
-    if isinstance(a, int) and isinstance(b, int):
-        return a * b
-    if a == 1:
-        return b
-    if b == 1:
-        return a
-    return 0 if 0 in (a, b) else None
-
-
-def dims_prod(dims: Sequence[Dim]) -> Dim:
-    """Product of dims (see ``dim_mul``); used for Flatten's output dims."""
-    out: Dim = 1
-    for d in dims:
-        out = dim_mul(out, d)
-    return out
-
-
-def merge_dim(a: Dim, b: Dim) -> Dim:
-    """Two views of one dim: prefer a known int, then a symbol."""
-    if isinstance(a, int):
-        return a
-    if isinstance(b, int):
-        return b
-    return a if a is not None else b
-
-
-def rank_of(desc: TensorDesc | None) -> int | None:
-    """Rank of a desc, None when unknown."""
-    return None if desc is None or desc.shape is None else len(desc.shape)
-
-
-def dtype_of(desc: TensorDesc | None) -> int:
-    """dtype of a desc (UNDEFINED when the input is absent)."""
-    return 0 if desc is None else desc.dtype
-
-
-def infer_axes(ctx: InferContext, axes: Sequence[int], rank: int, what: str) -> list[int]:
-    """Normalised axes for an infer function; ``ctx.fail`` (not ValueError) when invalid."""
-    try:
-        if rank == 0 and len(axes):
-            raise ValueError("a scalar has no axes")
-        return normalize_axes(axes, rank)
-    except ValueError as e:
-        raise ctx.fail(f"{what} {list(axes)} is invalid for rank {rank}: {e}") from None
-
-
-def infer_axis(ctx: InferContext, axis: int, rank: int, what: str = "attribute 'axis'") -> int:
-    """One normalised axis (the input must have rank >= 1) or ``ctx.fail``."""
-    return infer_axes(ctx, [axis], rank, what)[0]
 
 
 # --------------------------------------------------------------------------- Constant

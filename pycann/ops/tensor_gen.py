@@ -12,8 +12,8 @@ import numpy as np
 from pycann.dtypes import DType, TensorDesc, from_numpy, is_bfloat16, to_numpy
 from pycann.ops.index_checks import require_vector_input, vector_input_fault
 from pycann.ops.opdef import REQUIRED, InferContext, OpDef
-from pycann.ops.shape_utils import broadcast_shapes, same_as
-from pycann.ops.tensor import astr, const_ints, dim_mul, dtype_of, ints, tensor_attr, vec_len
+from pycann.ops.shape_utils import broadcast_shapes, const_ints, dim_mul, dtype_of, ints, same_as, vec_len
+from pycann.ops.tensor import astr, tensor_attr
 
 Inputs = Sequence[Any]
 Attrs = Mapping[str, Any]
