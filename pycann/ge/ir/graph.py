@@ -105,14 +105,23 @@ class Graph:
         return self.initializers.get(name)
 
     def fresh_name(self, base: str) -> str:
-        """A value/node name not yet used in this graph."""
-        used = set(self.descs) | set(self.initializers) | {o for n in self.nodes for o in n.outputs}
-        used |= {n.name for n in self.nodes}
+        """A value/node name not yet used in this graph (as a desc, an initializer, a node's output
+        or a node's name): ``base``, else ``base_1``, ``base_2``, ..."""
         i, cand = 0, base
-        while cand in used:
+        while self._uses(cand):
             i += 1
             cand = f"{base}_{i}"
         return cand
+
+    def _uses(self, name: str) -> bool:
+        # a scan per candidate, not a set of every name: passes ask once per new value (DenseNet:
+        # ~190 times a compile), and building the sets was ~35x the scan (260 vs 7.5 us a call)
+        if name in self.descs or name in self.initializers:
+            return True
+        for n in self.nodes:
+            if n.name == name or name in n.outputs:
+                return True
+        return False
 
     def op_counts(self) -> dict[str, int]:
         """Op type histogram over the top-level nodes."""
