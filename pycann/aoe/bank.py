@@ -228,7 +228,6 @@ class KnowledgeBank:
 
 
 _open: dict[str, KnowledgeBank] = {}
-_default_dir: dict[tuple[str, str], Path] = {}  # (TUNE_BANK_PATH, HOME) -> tune_bank_dir()
 _open_lock = threading.Lock()
 _BANKS: weakref.WeakSet[KnowledgeBank] = weakref.WeakSet()
 
@@ -275,18 +274,7 @@ if hasattr(os, "register_at_fork"):
 def open_bank(folder: str | Path | None = None) -> KnowledgeBank:
     """The process's ``KnowledgeBank`` for ``folder`` (resolved with ``config.tune_bank_dir``), reused.
     Raises ``ConfigError`` (from ``tune_bank_dir``) when the default folder is a file."""
-    if folder:
-        path = Path(folder).expanduser()
-    else:
-        # the default folder, resolved once per TUNE_BANK_PATH and HOME: compiles ask once per conv
-        # and matmul (tuned.py), and each resolution stats the folder (~65 us a call in a VM: 8 ms
-        # of DenseNet-121's 110 ms compile). A folder replaced by a file later fails at its first
-        # query instead (``BankError``, which tuned.py logs once)
-        env = (os.environ.get("TUNE_BANK_PATH", ""), os.environ.get("HOME", ""))
-        hit = _default_dir.get(env)
-        if hit is None:
-            hit = _default_dir[env] = tune_bank_dir()
-        path = hit
+    path = Path(folder).expanduser() if folder else tune_bank_dir()
     with _open_lock:
         bank = _open.get(str(path))
         if bank is None:
