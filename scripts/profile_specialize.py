@@ -25,7 +25,8 @@ from typing import Any
 import numpy as np
 
 from pycann.ge.compile import compiler
-from pycann.ge.compile.compiler import SpecializeMemo, compile_model, specialize
+from pycann.ge.compile.compiler import compile_model
+from pycann.ge.compile.specialize import SpecializeMemo, specialize
 from pycann.ge.planning.candidates import arena_candidates, inplace_candidates
 from pycann.ge.planning.memory import plan_memory
 from pycann.ge.run.plan import Plan

@@ -9,8 +9,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from pycann.ge.compile.compiler import compile_model, specialize
+from pycann.ge.compile.compiler import compile_model
 from pycann.ge.compile.options import CompileOptions
+from pycann.ge.compile.specialize import specialize
 from pycann.ge.ir import CompileContext
 from pycann.ge.om import dumps_om, load_om, loads_om
 from pycann.ge.om.serialize import decode_graph, encode_graph

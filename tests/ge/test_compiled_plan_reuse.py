@@ -14,7 +14,7 @@ import numpy as np
 import pytest
 from onnx import TensorProto, helper, numpy_helper
 
-from pycann.ge.compile import compiler
+from pycann.ge.compile import specialize
 from pycann.ge.compile.compiler import CompileOptions, compile_model
 from pycann.ge.run.model import LoadedModel
 from pycann.kernels.environment import choice_environment
@@ -65,7 +65,7 @@ def test_compiled_graph_is_what_specialisation_makes(case: int) -> None:
     kernel choice (``_algo``) or layout (``_layout``)."""
     model, opts, shape = _static_cases()[case]
     g = compile_model(model, opts).graph
-    s = compiler.specialize(g, [shape], None, compiler.SpecializeMemo())
+    s = specialize.specialize(g, [shape], None, specialize.SpecializeMemo())
 
     def key(graph: object) -> list[tuple[object, ...]]:
         return [(n.op_type, n.inputs, n.outputs, str(n.attrs.get("_algo")), n.attrs.get("_layout"))

@@ -10,7 +10,8 @@ import pytest
 from onnx import TensorProto, helper, numpy_helper
 
 from pycann.errors import KernelError
-from pycann.ge.compile.compiler import compile_model, specialize
+from pycann.ge.compile.compiler import compile_model
+from pycann.ge.compile.specialize import specialize
 from pycann.ge.planning.memory import plan_memory
 from pycann.ge.run.executor import ARENA, Plan, arena_candidates
 from pycann.ge.run.model import LoadedModel

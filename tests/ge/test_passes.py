@@ -8,11 +8,12 @@ import pytest
 from onnx import TensorProto, helper, numpy_helper
 
 from pycann.errors import ModelError, ShapeError, UnsupportedOpError
-from pycann.ge.compile.compiler import compile_model, specialize
+from pycann.ge.compile.compiler import compile_model
 from pycann.ge.compile.importers.onnx import import_model
 from pycann.ge.compile.options import CompileOptions
 from pycann.ge.compile.passes import constant_folding, dead_code, fold_conv_bn, infer_shapes
 from pycann.ge.compile.passes.base import PassContext
+from pycann.ge.compile.specialize import specialize
 from pycann.ge.ir import verify
 from pycann.ge.planning.memory import lifetimes, plan_memory
 from pycann.ge.run.model import LoadedModel

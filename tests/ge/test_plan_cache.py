@@ -223,7 +223,7 @@ def test_bad_knob_is_a_clear_error(monkeypatch: pytest.MonkeyPatch, var: str, va
 
 def test_pass_pipeline_runs_once_for_every_shape() -> None:
     """The pipeline runs once per symbolic signature; each new shape only gets inference,
-    folding and the size-dependent choices (compiler.specialize), with the same values."""
+    folding and the size-dependent choices (specialize.specialize), with the same values."""
     m = _conv_model()
     lm = _load(m)
     shapes = [(8, 8), (9, 11), (13, 7), (16, 16), (5, 23)]

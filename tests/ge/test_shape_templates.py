@@ -1,4 +1,4 @@
-"""The pass pipeline runs once per symbolic signature (compiler.specialize, SpecializeMemo): a new
+"""The pass pipeline runs once per symbolic signature (specialize.specialize, SpecializeMemo): a new
 input shape gets shape inference, folding and the size-dependent choices on a copy of its
 signature's template. Counters prove it; values are checked against ONNX Runtime; no timings."""
 

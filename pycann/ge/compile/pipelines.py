@@ -97,7 +97,7 @@ COMPILE_PIPELINE: list[tuple[str, PassFn]] = [
 
 # Run once per *symbolic signature* of a model (its control-input values; the input shapes stay
 # symbolic): after those values have inlined every If, the flat graph is optimised again
-# (compiler.specialize keeps the result as the signature's template graph).
+# (specialize.specialize keeps the result as the signature's template graph).
 SIGNATURE_PIPELINE: list[tuple[str, PassFn]] = [
     (dead_code.name, dead_code.run),
     (infer_shapes.name, infer_shapes.run),

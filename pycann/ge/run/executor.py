@@ -95,7 +95,7 @@ class Executor(GenericRuns):
     first time and cached beside the full team's under the same signature plus the team; a call on
     the shape-generic plan likewise runs its twin for that team once built. ``plan_for``
     always specialises (gears, tools and tests ask for the plan of given shapes). ``memo``, when
-    given, is passed to ``specialize`` as its fourth argument (``compiler.SpecializeMemo``).
+    given, is passed to ``specialize`` as its fourth argument (``specialize.SpecializeMemo``).
     """
 
     MAX_CONTROL_VALUES = 4
@@ -132,7 +132,7 @@ class Executor(GenericRuns):
         self._generic: Plan | None = None
         self._generic_lock = threading.Lock()
         self._generic_failed = False
-        self._memo: Any = memo  # (compiler.SpecializeMemo: the executor does not import the compiler)
+        self._memo: Any = memo  # (specialize.SpecializeMemo: the executor does not import the compiler)
         # the inputs' named dims (ONNX dim_param): the generic plan reads each from one input and computes
         # the layers' equal shape arithmetic and masks once; a call whose inputs give one name two sizes
         # runs the generic plan made without the names (``_plain``, built at its first such call; only
@@ -478,7 +478,7 @@ class Executor(GenericRuns):
 
     def stats(self) -> CacheStats:
         """The plan cache's counters (hits, misses, plans built, evictions, bytes held) and the
-        runs of the pass pipeline (once per symbolic signature: ``compiler.SpecializeMemo``)."""
+        runs of the pass pipeline (once per symbolic signature: ``specialize.SpecializeMemo``)."""
         st = replace(self._cache.stats(), team_runs=self.team_runs)
         runs = getattr(self._memo, "pipeline_runs", None)
         return st if runs is None else replace(st, pipelines=int(runs))

@@ -54,7 +54,7 @@ class CacheStats:
     ``evictions``: plans dropped for the byte or count bound; ``plans``/``bytes_held``: now;
     ``peak_bytes``: most bytes held at once; ``over_budget``: plans kept alone over the budget;
     ``pipelines``: runs of the pass pipeline for this model's plans (once per symbolic signature,
-    ``compiler.SpecializeMemo``; -1 where the executor has no memo); ``team_runs``: runs on a plan
+    ``specialize.SpecializeMemo``; -1 where the executor has no memo); ``team_runs``: runs on a plan
     bound for a smaller OpenMP team while other processes kept the CPUs busy (``ge/run/contention.py``)."""
 
     hits: int

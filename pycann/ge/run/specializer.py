@@ -1,5 +1,5 @@
 """The graph a loaded model plans a signature on: the compiled graph itself when ``atc`` already planned
-it for these shapes in this environment, else ``compiler.specialize``'s (imported on first use).
+it for these shapes in this environment, else ``specialize.specialize``'s (imported on first use).
 
 A static model (every input a tensor of fixed shape, no control input, no If left) is compiled for
 exactly the shapes it will run: the compile ran the whole pass pipeline on them and chose kernels
@@ -37,12 +37,12 @@ class Specializer:
 
     ``static_shapes``: the input shapes the compiled graph was planned for, when
     ``compiled_plan_holds``; a call with exactly those shapes and no control values gets the
-    compiled graph (never mutated by planning). Any other call runs ``compiler.specialize`` with
+    compiled graph (never mutated by planning). Any other call runs ``specialize.specialize`` with
     this model's ``SpecializeMemo`` (one pass-pipeline run per symbolic signature)."""
 
     def __init__(self, static_shapes: Sequence[tuple[int, ...]] | None = None) -> None:
         self.static_shapes = None if static_shapes is None else tuple(tuple(s) for s in static_shapes)
-        self.memo: Any = None  # compiler.SpecializeMemo, made with the first specialisation
+        self.memo: Any = None  # specialize.SpecializeMemo, made with the first specialisation
         self.compiled_reused = 0  # plans built on the compiled graph as it is
 
     @property
@@ -57,20 +57,20 @@ class Specializer:
 
     @property
     def specialized(self) -> int:
-        """Graphs ``compiler.specialize`` made so far (``compiled_reused`` counts the others)."""
+        """Graphs ``specialize.specialize`` made so far (``compiled_reused`` counts the others)."""
         return int(getattr(self.memo, "specialized", 0))
 
     def __call__(self, graph: Graph, shapes: Sequence[tuple[int, ...] | None],
                  values: Mapping[str, np.ndarray] | None = None, memo: Any = None) -> Graph:
         """The graph planned for ``shapes`` (``graph.inputs`` order) and control ``values``.
         ``memo`` is ignored (this object keeps the model's). Raises ``ShapeError`` as
-        ``compiler.specialize`` does."""
+        ``specialize.specialize`` does."""
         if self.static_shapes is not None and not values \
                 and tuple(None if s is None else tuple(s) for s in shapes) == self.static_shapes:
             self.compiled_reused += 1
             return checked(graph)
         # (~20 ms of imports a static model never needs)
-        from pycann.ge.compile.compiler import SpecializeMemo, specialize
+        from pycann.ge.compile.specialize import SpecializeMemo, specialize
 
         if self.memo is None:
             self.memo = SpecializeMemo()
@@ -80,8 +80,8 @@ class Specializer:
     def check(self, graph: Graph, shapes: Sequence[tuple[int, ...] | None],
               values: Mapping[str, np.ndarray] | None = None) -> None:
         """Raise the ``ShapeError`` that specialising ``graph`` for ``shapes`` and ``values`` would, with
-        nothing built and the memo untouched (``compiler.check_shapes``); return when they fit."""
-        from pycann.ge.compile.compiler import check_shapes
+        nothing built and the memo untouched (``specialize.check_shapes``); return when they fit."""
+        from pycann.ge.compile.specialize import check_shapes
 
         check_shapes(graph, shapes, dict(values) if values else None)
 

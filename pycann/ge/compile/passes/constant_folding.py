@@ -133,7 +133,7 @@ def infer_and_fold(g: Graph, max_bytes: int = DEFAULT_FOLD_MAX_BYTES) -> int:
     """Shape inference and folding of a graph without subgraphs in one sweep: each node's
     outputs are typed from what is known so far (constants folded above it included), then the
     node folds when it can. The same fixed point as alternating ``infer_graph`` and
-    ``fold_graph`` until nothing folds (``compiler.specialize`` before), in one pass instead of
+    ``fold_graph`` until nothing folds (``specialize.specialize`` before), in one pass instead of
     one per link of a Shape -> Gather -> Concat -> Reshape -> Shape chain. Returns the nodes
     folded; raises ``ShapeError`` naming a node whose shapes do not fit."""
     consts: dict[str, np.ndarray] = dict(g.initializers)
@@ -164,7 +164,7 @@ def run(graph: Graph, ctx: PassContext) -> PassResult:
     """Fold, re-infer, fold again until nothing changes: a folded shape computation makes the
     next tensors' shapes static, whose ``Shape`` queries then fold too (exported transformers:
     Shape -> Gather -> Concat -> Reshape per layer). With ``--input_shape`` fixed this leaves a
-    fully static graph at compile time, as run-time specialisation does (``compiler.specialize``)."""
+    fully static graph at compile time, as run-time specialisation does (``specialize.specialize``)."""
     total = 0
     max_bytes = int(ctx.options.get("fold_max_bytes", DEFAULT_FOLD_MAX_BYTES))
     for _ in range(MAX_ROUNDS):

@@ -12,7 +12,7 @@ chain before the residual (that Add stays a separate node).
 Exported transformers compute their hidden shapes at run time (Shape -> Reshape), so at
 compile time the two Add operands are often ``?x?x384``: not provably one shape. The pass also
 anchors at a FusedMatMul without residual and activation, so that run-time specialisation
-(``compiler.specialize``: concrete input shapes, SPECIALIZE_PIPELINE) absorbs the residual Add
+(``specialize.specialize``: concrete input shapes, SPECIALIZE_PIPELINE) absorbs the residual Add
 then.
 """
 
