@@ -10,7 +10,7 @@ from the operands that the pre-activation cannot be NaN: every input value is fi
 largest possible |x . w + b + residual| stays below float32's maximum (no inf - inf in the sum).
 That costs one read of the input (a BLAS ``dot(x, x)``, ~0.1 us per 1000 values, about a tenth
 of an unfused ReLU's read-modify-write; bench/RESULTS.md has the model-level cost). When it
-cannot prove it (a NaN, an inf, values near 1e19 and above), the caller runs the unfused
+cannot prove it (a NaN, an inf, a bound near float32's maximum), the caller runs the unfused
 formulation: the conv, then the activation in numpy, which propagates NaN as ONNX Runtime does.
 
 ``PYCANN_NAN_GUARD=0`` turns the check off (fused results as oneDNN gives them).
@@ -140,8 +140,9 @@ def _weight_bound(w: np.ndarray, b: np.ndarray | None, transpose: bool = False) 
 
 
 def _norm2(a: np.ndarray) -> float:
-    """An upper bound of max |a|: sqrt(sum a^2) (inf or NaN when a value is not finite, or the sum
-    overflows), or for bfloat16 max |a| itself (``_max_abs_bf16``)."""
+    """An upper bound of max |a|: sqrt(sum a^2), or max |a| itself where that sum overflows (finite
+    values above ~1.8e19 in float32) and for bfloat16 (``_max_abs_bf16``); inf when a value is inf,
+    NaN when one is NaN. Emits no numpy warning."""
     if a.size == 0:
         return 0.0
     flat = a.ravel(order="K")  # a view for any dense layout (channels-last included)
@@ -149,10 +150,18 @@ def _norm2(a: np.ndarray) -> float:
         return _max_abs_bf16(flat)
     if flat.dtype != np.float32 and flat.dtype != np.float64:
         flat = flat.astype(np.float32)
-    # (no np.errstate here: it costs more than the dot on small tensors; a non-finite input may
-    # print numpy's RuntimeWarning, as the numpy kernels that then run do anyway)
-    v = float(np.dot(flat, flat))
-    return math.sqrt(v) if v >= 0.0 else math.nan
+    # np.errstate (~1 us) because finite values above sqrt(dtype max) (~1.8e19 in float32) overflow
+    # the sum of squares: numpy then printed "overflow encountered in dot" on a valid input (and
+    # raised FloatingPointError under the app's np.seterr(over="raise"))
+    with np.errstate(over="ignore", invalid="ignore"):
+        v = float(np.dot(flat, flat))
+    if v < math.inf:
+        return math.sqrt(v)
+    # inf: an inf in ``a`` or finite values whose squares overflowed; NaN: a NaN in ``a``. max |a| from
+    # the two extremes (no copy; NaN propagates through max/min, an inf stays inf) tells them apart,
+    # so a huge finite input gets its finite bound rather than being taken for a non-finite one
+    hi, lo = float(flat.max()), float(flat.min())
+    return max(hi, -lo) if hi == hi and lo == lo else math.nan
 
 
 def _max_abs_bf16(flat: np.ndarray) -> float:
