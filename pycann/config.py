@@ -76,7 +76,7 @@ from __future__ import annotations
 
 import numbers
 import os
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from enum import Enum
 from pathlib import Path
 
@@ -107,15 +107,59 @@ class PlanBuild(str, Enum):
     INLINE = "inline"  # the call builds the plan, then runs it
 
 
+#: The plan-cache knobs' defaults where their variable is unset (the table above).
+DEFAULT_PLAN_CACHE_BYTES = 512 << 20
+DEFAULT_PLAN_CACHE_PLANS = 256
+
+
+def _env_plan_cache_bytes() -> int:
+    """``PYCANN_PLAN_CACHE_BYTES``, else ``DEFAULT_PLAN_CACHE_BYTES``. Raises ``ConfigError``."""
+    raw = os.environ.get("PYCANN_PLAN_CACHE_BYTES", "").strip()
+    return parse_bytes(raw, "PYCANN_PLAN_CACHE_BYTES") if raw else DEFAULT_PLAN_CACHE_BYTES
+
+
+def _env_plan_cache_plans() -> int:
+    """``PYCANN_PLAN_CACHE_PLANS``, else ``DEFAULT_PLAN_CACHE_PLANS``. Raises ``ConfigError``."""
+    return _int("PYCANN_PLAN_CACHE_PLANS", DEFAULT_PLAN_CACHE_PLANS, 1)
+
+
+def _env_plan_policy() -> PlanPolicy:
+    """``PYCANN_PLAN_POLICY``, else ``auto``. Raises ``ConfigError``."""
+    pol = os.environ.get("PYCANN_PLAN_POLICY", "").strip().lower() or PlanPolicy.AUTO.value
+    try:
+        return PlanPolicy(pol)
+    except ValueError:
+        raise ConfigError(f"PYCANN_PLAN_POLICY={pol!r}: expected one of "
+                          f"{', '.join(p.value for p in PlanPolicy)}") from None
+
+
+def _env_plan_build() -> PlanBuild:
+    """``PYCANN_PLAN_BUILD``, else ``background``. Raises ``ConfigError``."""
+    raw = os.environ.get("PYCANN_PLAN_BUILD", "").strip().lower() or PlanBuild.BACKGROUND.value
+    try:
+        return PlanBuild(raw)
+    except ValueError:
+        raise ConfigError(f"PYCANN_PLAN_BUILD={raw!r}: expected one of "
+                          f"{', '.join(b.value for b in PlanBuild)}") from None
+
+
 @dataclass(frozen=True)
 class PlanCacheConfig:
-    """Bounds and policy of one model's plan cache (``ge.run.plan_cache.PlanCache``)."""
+    """Bounds and policy of one model's plan cache (``ge.run.plan_cache.PlanCache``).
 
-    max_bytes: int = 512 << 20
-    max_plans: int = 256
-    policy: PlanPolicy = PlanPolicy.AUTO
-    build: PlanBuild = PlanBuild.BACKGROUND
-    adaptive_threads: bool = True  # fewer OpenMP threads while other processes keep the CPUs busy
+    A field not given is read from its environment variable when the object is made (the default of
+    the table above where that is unset), so ``PlanCacheConfig()`` is ``plan_cache_config()`` and
+    ``PlanCacheConfig(max_plans=2)`` keeps ``PYCANN_PLAN_POLICY`` & co. as the environment says: one
+    source of truth. (The fields had fixed defaults: a config built with one field ignored the other
+    knobs, ``PYCANN_ADAPTIVE_THREADS=off`` included, while a model loaded without one honoured them.)
+    Raises ``ConfigError`` for a bad given value, or a bad variable of a field not given."""
+
+    max_bytes: int = field(default_factory=_env_plan_cache_bytes)
+    max_plans: int = field(default_factory=_env_plan_cache_plans)
+    policy: PlanPolicy = field(default_factory=_env_plan_policy)
+    build: PlanBuild = field(default_factory=_env_plan_build)
+    # fewer OpenMP threads while other processes keep the CPUs busy (PYCANN_ADAPTIVE_THREADS)
+    adaptive_threads: bool = field(default_factory=lambda: adaptive_threads())
 
     def __post_init__(self) -> None:
         # ``policy``/``build`` as the environment spells them ("generic", "inline") are taken too: the
@@ -145,6 +189,13 @@ class PlanCacheConfig:
         if isinstance(mp, bool) or not isinstance(mp, numbers.Integral) or mp < 1:
             raise ConfigError(f"PlanCacheConfig(max_plans={mp!r}): expected an integer >= 1")
         object.__setattr__(self, "max_plans", int(mp))
+        # adaptive_threads as PYCANN_ADAPTIVE_THREADS spells it ("off") too: a plain "off" is truthy, and
+        # turned the governor on
+        at = self.adaptive_threads
+        if isinstance(at, str) and at.strip().lower() in ("on", "off", "1", "0"):
+            object.__setattr__(self, "adaptive_threads", at.strip().lower() in ("on", "1"))
+        elif not isinstance(at, bool):
+            raise ConfigError(f"PlanCacheConfig(adaptive_threads={at!r}): expected True or False (or 'on'/'off')")
 
 
 _UNITS = {"": 1, "B": 1, "K": 1 << 10, "KB": 1 << 10, "KIB": 1 << 10, "M": 1 << 20, "MB": 1 << 20,
@@ -180,23 +231,7 @@ def _int(name: str, default: int, lo: int) -> int:
 
 def plan_cache_config() -> PlanCacheConfig:
     """The plan-cache knobs from the environment (defaults where unset). Raises ``ConfigError``."""
-    d = PlanCacheConfig()
-    raw = os.environ.get("PYCANN_PLAN_CACHE_BYTES", "").strip()
-    max_bytes = parse_bytes(raw, "PYCANN_PLAN_CACHE_BYTES") if raw else d.max_bytes
-    pol = os.environ.get("PYCANN_PLAN_POLICY", "").strip().lower() or d.policy.value
-    try:
-        policy = PlanPolicy(pol)
-    except ValueError:
-        raise ConfigError(f"PYCANN_PLAN_POLICY={pol!r}: expected one of "
-                          f"{', '.join(p.value for p in PlanPolicy)}") from None
-    raw_build = os.environ.get("PYCANN_PLAN_BUILD", "").strip().lower() or d.build.value
-    try:
-        build = PlanBuild(raw_build)
-    except ValueError:
-        raise ConfigError(f"PYCANN_PLAN_BUILD={raw_build!r}: expected one of "
-                          f"{', '.join(b.value for b in PlanBuild)}") from None
-    return PlanCacheConfig(max_bytes, _int("PYCANN_PLAN_CACHE_PLANS", d.max_plans, 1), policy, build,
-                           adaptive_threads())
+    return PlanCacheConfig()
 
 
 def hccl_check() -> bool:

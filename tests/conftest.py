@@ -26,9 +26,9 @@ def _own_tune_bank(tmp_path_factory: pytest.TempPathFactory) -> Iterator[None]:
 def _full_teams() -> Iterator[None]:
     """``PYCANN_ADAPTIVE_THREADS=off``: a busy CI machine (or the suite's own subprocesses) would
     otherwise make models build extra plans for a smaller team, and the tests that count plans would
-    read another number. tests/ge/test_contention.py turns it on with a scripted governor. The
-    env var does not reach a test's own ``PlanCacheConfig(...)`` (``adaptive_threads`` defaults to
-    True there), so the process governor is one without data too: it always answers the full team."""
+    read another number. tests/ge/test_contention.py turns it on with a scripted governor. A test's
+    own ``PlanCacheConfig(adaptive_threads=True, ...)`` overrides the env var, so the process governor
+    is one without data too: it always answers the full team."""
     from pycann.ge.run import contention
 
     mp = pytest.MonkeyPatch()

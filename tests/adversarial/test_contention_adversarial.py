@@ -427,8 +427,8 @@ def test_close_while_a_run_is_in_flight_keeps_its_objects(busy: Script) -> None:
 # ---------------------------------------------------------------- the suite's isolation
 def test_suite_models_never_reduce_on_a_busy_machine(monkeypatch: pytest.MonkeyPatch, two_threads: int) -> None:
     """Defect (test isolation): tests/conftest.py sets PYCANN_ADAPTIVE_THREADS=off, but a test that
-    builds ``PlanCacheConfig(...)`` gets ``adaptive_threads=True`` (the dataclass default) and the
-    process governor over the real /proc/stat: at load 3.5 tests/ge/test_plan_build.py counted 6
+    builds ``PlanCacheConfig(...)`` got ``adaptive_threads=True`` (then the dataclass default; now a test
+    asking for it, as several here do) and the process governor over the real /proc/stat: at load 3.5 tests/ge/test_plan_build.py counted 6
     plans where it expects 3. Here a busy /proc/stat is scripted; expected: the suite's process
     governor never reduces (tests that want it script their own, as this file does)."""
     g = contention.governor()
@@ -438,7 +438,7 @@ def test_suite_models_never_reduce_on_a_busy_machine(monkeypatch: pytest.MonkeyP
     monkeypatch.setattr(g, "window", 0.0)
     monkeypatch.setattr(g, "_next", 0.0)
     m: Any = _conv_model()
-    lm = LoadedModel.from_compiled(compile_model(m), plan_cache=PlanCacheConfig())
+    lm = LoadedModel.from_compiled(compile_model(m), plan_cache=PlanCacheConfig(adaptive_threads=True))
     x = _img(16, 16)
     for _ in range(3):
         _check(lm, m, x)

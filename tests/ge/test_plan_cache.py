@@ -213,6 +213,43 @@ def test_config_from_environment(monkeypatch: pytest.MonkeyPatch) -> None:
     assert lm.plan_cache_stats().max_bytes == 64 << 20 and lm.plan_cache_stats().policy == "generic"
 
 
+def test_a_config_made_with_some_fields_takes_the_others_from_the_environment(monkeypatch: pytest.MonkeyPatch) -> None:
+    """``PlanCacheConfig(max_plans=3)`` had the dataclass's fixed defaults for the other fields (512M,
+    auto, background, adaptive threads on) whatever PYCANN_PLAN_* said, while a model loaded without
+    a config (``plan_cache_config()``) honoured them: two sources of defaults. Expected: a field not
+    given comes from its variable (else the documented default), a given one wins, and a bad variable
+    of a field not given is the same ConfigError naming it."""
+    from pycann.config import DEFAULT_PLAN_CACHE_BYTES, DEFAULT_PLAN_CACHE_PLANS, PlanBuild
+
+    for var in ("PYCANN_PLAN_CACHE_BYTES", "PYCANN_PLAN_CACHE_PLANS", "PYCANN_PLAN_POLICY", "PYCANN_PLAN_BUILD",
+                "PYCANN_ADAPTIVE_THREADS"):
+        monkeypatch.delenv(var, raising=False)
+    assert PlanCacheConfig() == plan_cache_config() == PlanCacheConfig(
+        DEFAULT_PLAN_CACHE_BYTES, DEFAULT_PLAN_CACHE_PLANS, PlanPolicy.AUTO, PlanBuild.BACKGROUND, True)
+    assert (DEFAULT_PLAN_CACHE_BYTES, DEFAULT_PLAN_CACHE_PLANS) == (512 << 20, 256)  # (the documented table)
+    monkeypatch.setenv("PYCANN_PLAN_CACHE_BYTES", "2M")
+    monkeypatch.setenv("PYCANN_PLAN_CACHE_PLANS", "5")
+    monkeypatch.setenv("PYCANN_PLAN_POLICY", "generic")
+    monkeypatch.setenv("PYCANN_PLAN_BUILD", "inline")
+    monkeypatch.setenv("PYCANN_ADAPTIVE_THREADS", "off")
+    cfg = PlanCacheConfig(max_plans=3)
+    assert (cfg.max_bytes, cfg.max_plans, cfg.policy, cfg.build, cfg.adaptive_threads) == (
+        2 << 20, 3, PlanPolicy.GENERIC, PlanBuild.INLINE, False)
+    assert PlanCacheConfig() == plan_cache_config() == PlanCacheConfig(2 << 20, 5, "generic", "inline", False)
+    cfg = PlanCacheConfig(policy=PlanPolicy.SPECIALIZE, adaptive_threads="on")  # type: ignore[arg-type]
+    assert (cfg.policy, cfg.adaptive_threads, cfg.max_bytes) == (PlanPolicy.SPECIALIZE, True, 2 << 20)
+    # a model given such a config runs with it: the executor's bounds are the merged ones
+    lm = LoadedModel.from_compiled(compile_model(_mlp_model()), plan_cache=PlanCacheConfig(max_plans=4))
+    st = lm.plan_cache_stats()
+    assert (st.max_bytes, st.max_plans, st.policy) == (2 << 20, 4, "generic")
+    monkeypatch.setenv("PYCANN_PLAN_POLICY", "fast")
+    with pytest.raises(ConfigError, match="PYCANN_PLAN_POLICY='fast'"):
+        PlanCacheConfig(max_plans=3)
+    assert PlanCacheConfig(policy="auto").policy is PlanPolicy.AUTO  # (given: the variable is not read)
+    with pytest.raises(ConfigError, match="adaptive_threads"):
+        PlanCacheConfig(policy="auto", adaptive_threads="sometimes")  # type: ignore[arg-type]
+
+
 @pytest.mark.parametrize("var, value", [("PYCANN_PLAN_CACHE_BYTES", "lots"), ("PYCANN_PLAN_CACHE_BYTES", "-5M"),
                                         ("PYCANN_PLAN_CACHE_PLANS", "0"), ("PYCANN_PLAN_POLICY", "fast")])
 def test_bad_knob_is_a_clear_error(monkeypatch: pytest.MonkeyPatch, var: str, value: str) -> None:
