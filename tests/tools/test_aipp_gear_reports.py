@@ -76,7 +76,7 @@ def test_a_gear_models_memory_size_is_its_largest_gear(tmp_path: Path, capsys: p
     assert m["memory_plan"]["peak_bytes"] == max(peaks) and m["gears"]["arena_bytes"] == peaks
     assert atc.main(["--mode=6", f"--om={p}"]) == 0
     out = capsys.readouterr().out
-    assert f"memory_size[{max(peaks)}B]" in out and "plan cache: 2 gears, each gear's plan built at load" in out
+    assert f"memory_size[{max(peaks)}B]" in out and "plan cache: 2 gears, each gear's plan built at load and kept (never evicted)" in out
     assert acl.mdl.query_size(str(p))[0] == max(peaks)
 
 

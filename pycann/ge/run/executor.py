@@ -222,20 +222,31 @@ class Executor(GenericRuns):
                                if base.get(k) is not v and isinstance(v, np.ndarray))
         return CachedPlan(plan, plan_memory(g))
 
-    def plan_for(self, feeds: Sequence[np.ndarray], *, warm_arena: bool = False) -> tuple[Plan, MemoryPlan | None]:
+    def plan_for(self, feeds: Sequence[np.ndarray], *, warm_arena: bool = False,
+                 pin: bool = False) -> tuple[Plan, MemoryPlan | None]:
         """The plan specialised for these inputs' shapes and dtypes (built on first use).
         ``warm_arena``: a plan built now makes its first arena during the build, its pages
         written on the packing thread (a static model's load: ``LoadedModel.precompile_static``).
+        ``pin``: the plan is never evicted (``PlanCache.pin``; a gear's plan, built at load).
         Not counted as a hit or miss (``stats``: those count calls)."""
         if self._specialize is None:
             return self.generic_plan(), None
         sig, used = self._signature(feeds)
         hit = self._cache.get(sig, count=False)
-        if hit is not None:
-            return hit
-        with self._lock:
-            hit = self._cache.peek(sig)
-            return hit if hit is not None else self._build(sig, used, feeds, warm_arena)
+        if hit is None:
+            with self._lock:
+                hit = self._cache.peek(sig)
+                if hit is None:
+                    hit = self._build(sig, used, feeds, warm_arena)
+                if pin:  # (under the build lock: no other build's put evicts it before it is pinned)
+                    self._cache.pin(sig)
+        elif pin:
+            self._cache.pin(sig)
+        return hit
+
+    def pinned_bytes(self) -> int:
+        """Bytes the pinned plans (``plan_for(pin=True)``) hold now."""
+        return self._cache.pinned_bytes
 
     def _specialises(self, sig: Signature) -> bool:
         """Whether signature ``sig`` (no plan cached) gets its own plan now (``PlanPolicy``;

@@ -8,6 +8,7 @@ Both ``.om`` files and in-memory ``CompiledModel``s load into ``LoadedModel``; t
 from __future__ import annotations
 
 import errno
+import logging
 import math
 import os
 import time
@@ -36,6 +37,8 @@ if TYPE_CHECKING:  # the compile side, gears and dynamic AIPP load only when a m
     from pycann.ge.aipp.dynamic import DynamicAipp, Params
     from pycann.ge.compile.compiler import CompiledModel
     from pycann.ge.compile.gears import GearTable
+
+log = logging.getLogger("pycann.ge.run.model")
 
 MAX_OVERRIDE_VARIANTS = 8
 """Variants with overridable initializers fed (one per set of fed names) a model keeps, least recently
@@ -352,9 +355,27 @@ class LoadedModel(FeedChecks):
         for i in range(len(self.gears.profiles)):
             feeds = self.gears.fake_feeds(i, names, self._in_descs)
             if feeds is not None:
-                self.executor.plan_for(feeds)
+                # pinned: under a byte bound smaller than the gears' plans together, each new gear's plan
+                # evicted the one before, and every gear was re-planned (its calls on the generic plan
+                # meanwhile) on its first call, evicting the next: a build per gear switch
+                self.executor.plan_for(feeds, pin=True)
                 built += 1
+        self._warn_gears_over_budget()
         return built
+
+    def _warn_gears_over_budget(self) -> None:
+        """Log (warning) when the pinned gear plans alone hold more than the plan cache's byte bound:
+        they stay (every gear keeps its plan), the bound then leaves no room for other plans (a smaller
+        team's, ``ge/run/contention.py``); names the knob and a value that fits them."""
+        held, cap = self.executor.pinned_bytes(), self.executor.stats().max_bytes
+        if held <= cap:
+            return
+        fits = -(-held // 2**20)  # (MiB, rounded up)
+        log.warning("%s: the plans of its %d gears hold %.1f MiB, above the plan cache's %.1f MiB "
+                    "(PYCANN_PLAN_CACHE_BYTES, or PlanCacheConfig(max_bytes=...)); they are kept (pinned: no gear "
+                    "is re-planned) and other plans find no room beside them; PYCANN_PLAN_CACHE_BYTES=%dM or "
+                    "more fits them", self.path or self.graph.name, len(self.gears.profiles) if self.gears else 0,
+                    held / 2**20, cap / 2**20, fits)
 
     def precompile_static(self) -> bool:
         """Build the plan of a fully static model now (done at load, as for gears), so that its first run does

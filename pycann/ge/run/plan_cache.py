@@ -9,7 +9,8 @@ arenas, bound kernels and oneDNN primitives dropped) and, once enough bytes went
 trimmed (``malloc_trim``) so the resident set shrinks rather than holding freed pages.
 
 The newest plan is never evicted, even when it alone exceeds the budget: a call always has a
-plan to run (``CacheStats.over_budget`` counts those).
+plan to run (``CacheStats.over_budget`` counts those). Pinned plans (``pin``: a gear model's plans,
+built at load) are never evicted either; they count in the bytes held, so other plans make room.
 """
 
 from __future__ import annotations
@@ -91,6 +92,7 @@ class PlanCache(Generic[V]):
         self.config = config
         self._entries: OrderedDict[Hashable, V] = OrderedDict()
         self._bytes: dict[Hashable, int] = {}
+        self._pinned: set[Hashable] = set()  # never evicted (``pin``)
         self._lock = threading.Lock()
         self._on_evict = on_evict
         self.hits = self.misses = self.built = self.generic_runs = self.evictions = 0
@@ -127,6 +129,22 @@ class PlanCache(Generic[V]):
             self._entries.move_to_end(key)
             self.hits += count
             return v
+
+    def pin(self, key: Hashable) -> bool:
+        """Keep the plan of ``key`` whatever the bounds (a gear's plan: a gear model's signatures are
+        its gears, each built at load; evicting one re-planned that gear on its next call). False when
+        no plan of ``key`` is cached."""
+        with self._lock:
+            if key not in self._entries:
+                return False
+            self._pinned.add(key)
+            return True
+
+    @property
+    def pinned_bytes(self) -> int:
+        """Bytes the pinned plans hold now."""
+        with self._lock:
+            return sum(self._bytes.get(k, 0) for k in self._pinned)
 
     def count(self, hit: bool) -> None:
         """Count a call that looked its plan up with ``get(count=False)`` and then ran: a hit or a
@@ -181,15 +199,21 @@ class PlanCache(Generic[V]):
             evicted = list(self._entries.values())
             self._entries.clear()
             self._bytes.clear()
+            self._pinned.clear()
             self.bytes_held = 0
         self._close(evicted)
 
     def _shrink(self) -> list[V]:
-        """Pop least recently used entries beyond the bounds (lock held); keeps the newest one."""
+        """Pop least recently used entries beyond the bounds (lock held); keeps the newest one and the
+        pinned ones."""
         out: list[V] = []
         cfg = self.config
         while len(self._entries) > 1 and (self.bytes_held > cfg.max_bytes or len(self._entries) > cfg.max_plans):
-            k, v = self._entries.popitem(last=False)
+            newest = next(reversed(self._entries))
+            k = next((k for k in self._entries if k not in self._pinned and k != newest), None)
+            if k is None:
+                break  # only pinned plans (and the newest) are left: they stay, over the bound
+            v = self._entries.pop(k)
             self.bytes_held -= self._bytes.pop(k, 0)
             self.evictions += 1
             log.info("[PlanCache] evicted the least recently used plan (%s); %d evictions", short_signature(k), self.evictions)
@@ -259,7 +283,7 @@ def describe(dynamic_inputs: list[str], vision: bool, gears: int = 0) -> str:
     if not dynamic_inputs:
         return "plan cache: static shapes, one plan"
     if gears:  # (LoadedModel precompiles every gear: ge/run/model.py)
-        return f"plan cache: {gears} gears, each gear's plan built at load"
+        return f"plan cache: {gears} gears, each gear's plan built at load and kept (never evicted)"
     which = {"specialize": "every input signature gets its own plan",
              "generic": "every input signature runs the shape-generic plan",
              "auto": ("each input signature gets its own plan while the model has shown at most 16 "
