@@ -12,11 +12,13 @@ from typing import Any, TypeVar
 
 import numpy as np
 
+from pycann.acl import _state
 from pycann.acl import constants as C
 from pycann.acl._state import api, as_int, handles
 from pycann.acl.errors import fault
 from pycann.dtypes import to_numpy
 from pycann.ge.run.model import LoadedModel, TensorInfo
+from pycann.runtime import Context
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -39,6 +41,8 @@ class ModelRecord:
 
     model: LoadedModel
     path: str
+    context: Context | None = None  # current when it loaded: execute needs it alive (cann-interfaces.md §1.4)
+    model_id: int = 0
     last_out_shapes: list[tuple[int, ...] | None] = field(default_factory=list)
     thread_out_shapes: weakref.WeakKeyDictionary[threading.Thread, list[tuple[int, ...] | None]] = field(
         default_factory=weakref.WeakKeyDictionary)
@@ -53,6 +57,22 @@ class ModelRecord:
         execution of the model, else of the model's latest. (The model's latest alone gave a thread the
         shapes of another thread's execution that ended after its own: 20 of 120 calls of three threads.)"""
         return self.thread_out_shapes.get(threading.current_thread(), self.last_out_shapes)
+
+    def require_live_context(self) -> None:
+        """CANN loads, executes and unloads a model in one context, and destroying that context
+        (``destroy_context``, or the last ``reset_device`` for a device's default one) releases what the
+        model runs on; pycann's model ran on regardless, from any other context. Raises
+        ``AclFault(ACL_ERROR_INVALID_RESOURCE_HANDLE)``, the code of the context's other resources (its
+        streams) once it is destroyed. Checked when ``execute``/``execute_async`` is called and again
+        when the stream runs it (the context may go in between)."""
+        ctx = self.context
+        if ctx is not None and ctx.destroyed:
+            how = ("its device's default context, destroyed by reset_device" if ctx.is_default else
+                   "a context destroyed by destroy_context")
+            raise fault(C.ACL_ERROR_INVALID_RESOURCE_HANDLE,
+                        f"model id {self.model_id} was loaded in {how}: it cannot execute any more; unload it and "
+                        "load it again in a live context (unload still releases it; CANN's order is unload, then "
+                        "destroy_context and reset_device)")
 
     @property
     def dynamic(self) -> bool:
@@ -103,10 +123,13 @@ def forget_model(model_id: int) -> ModelRecord | None:
 
 
 def add_model(model: LoadedModel, path: str) -> tuple[int, int]:
-    """Register a loaded model; returns ``(model_id, ACL_SUCCESS)``."""
-    rec = ModelRecord(model, path, [None] * len(model.outputs))
+    """Register a loaded model, bound to the calling thread's current context; returns
+    ``(model_id, ACL_SUCCESS)``."""
+    rt = _state.runtime
+    rec = ModelRecord(model, path, context=rt.current if rt is not None else None,
+                      last_out_shapes=[None] * len(model.outputs))
     with _lock:
-        mid = next(_ids)
+        mid = rec.model_id = next(_ids)
         _models[mid] = rec
     from pycann.profiler import hooks
 
@@ -119,6 +142,13 @@ def model_record(model_id: Any) -> ModelRecord:
     rec = _models.get(mid)
     if rec is None:
         raise fault(C.ACL_ERROR_INVALID_MODEL_ID, f"model id {mid} is not loaded")
+    return rec
+
+
+def runnable_record(model_id: Any) -> ModelRecord:
+    """``model_record`` of a model about to execute (``ModelRecord.require_live_context``)."""
+    rec = model_record(model_id)
+    rec.require_live_context()
     return rec
 
 

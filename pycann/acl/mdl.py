@@ -75,6 +75,7 @@ from pycann.acl._models import (  # noqa: F401 - loaded_model_ids ... for acl.fi
     loaded_path,
     model_record,
     np_dtype,
+    runnable_record,
 )
 from pycann.acl._state import api, as_int, handles, require_init
 from pycann.acl.base import DataBuffer
@@ -371,6 +372,7 @@ def _run(rec: ModelRecord, ins: list[DataBuffer], outs: list[DataBuffer], shapes
          out_ds: Dataset, caller: threading.Thread) -> None:
     """Run the model on the dataset buffers (``caller``: the thread that asked, whose
     ``get_cur_output_dims`` reports this run)."""
+    rec.require_live_context()  # (execute_async: its context may have been destroyed since the call)
     space = require_init().space
     feeds = []
     for i, (info, shape, b) in enumerate(zip(rec.model.inputs, shapes, ins)):
@@ -411,7 +413,7 @@ def _prepare(model_id: Any, input_ds: Any, output_ds: Any) -> tuple[Any, ...]:
     each buffer is live device memory of the size it claims (so ``execute_async`` fails early)."""
     space = require_init().space
     require_init().require_context()
-    rec = model_record(model_id)
+    rec = runnable_record(model_id)
     ind, outd = dataset(input_ds), dataset(output_ds)
     ins = _buffers(rec, ind, len(rec.model.inputs), "input", 1 if rec.dynamic else 0)
     outs = _buffers(rec, outd, len(rec.model.outputs), "output")

@@ -1,0 +1,168 @@
+"""Models and streams of a destroyed context (``destroy_context``, or the last ``reset_device`` for a
+device's default context): CANN loads, executes and unloads a model in one context (cann-interfaces.md
+§1.4), and destroying it releases what the model and streams run on. Every call on them returns an
+error code (``ACL_ERROR_INVALID_RESOURCE_HANDLE``, as docs/acl.md lists for destroyed contexts and
+streams; ``ACL_ERROR_RT_CONTEXT_NULL`` when the thread is left without a context), never runs and
+never raises; ``unload`` still releases the model. Values are checked against numpy."""
+
+from __future__ import annotations
+
+import threading
+from pathlib import Path
+
+import numpy as np
+
+import pycann.acl as acl
+from pycann.acl import constants as C
+from tests.acl.conftest import small_ref
+from tests.acl.helpers import dataset_of, from_device, to_device
+
+X = np.arange(8, dtype=np.float32).reshape(2, 4) - 3.0
+
+
+def _io() -> tuple[int, int, int, int]:
+    """(input dataset, output dataset, y pointer, z pointer) for the small model, x = X."""
+    xi = to_device(X)
+    y, ret = acl.rt.malloc(24, C.ACL_MEM_MALLOC_HUGE_FIRST)
+    assert ret == 0
+    z, ret = acl.rt.malloc(24, C.ACL_MEM_MALLOC_HUGE_FIRST)
+    assert ret == 0
+    _zero(y)
+    _zero(z)
+    ind, _ = dataset_of([(xi, 32)])
+    outd, _ = dataset_of([(y, 24), (z, 24)])
+    return ind, outd, y, z
+
+
+def _check_ran(y: int, z: int) -> None:
+    want = small_ref(X)
+    np.testing.assert_allclose(from_device(y, (2, 3)), want[0], rtol=1e-6)
+    np.testing.assert_allclose(from_device(z, (2, 3)), want[1], rtol=1e-6)
+
+
+def _zero(p: int) -> None:
+    assert acl.rt.memset(p, 24, 0, 24) == 0
+
+
+def test_a_model_of_a_destroyed_context_does_not_execute(acl_ready: int, small_om: Path) -> None:
+    ctx = acl_ready
+    stream, ret = acl.rt.create_stream()
+    assert ret == 0
+    mid, ret = acl.mdl.load_from_file(str(small_om))
+    assert ret == 0
+    ind, outd, y, z = _io()
+    assert acl.mdl.execute(mid, ind, outd) == 0
+    _check_ran(y, z)
+    assert acl.rt.destroy_context(ctx) == 0
+    # the thread has no context now: that is the first error
+    assert acl.mdl.execute(mid, ind, outd) == C.ACL_ERROR_RT_CONTEXT_NULL
+    assert acl.mdl.execute_async(mid, ind, outd, 0) == C.ACL_ERROR_RT_CONTEXT_NULL
+    # the context's own stream went with it
+    assert acl.mdl.execute_async(mid, ind, outd, stream) == C.ACL_ERROR_INVALID_RESOURCE_HANDLE
+    assert acl.rt.synchronize_stream(stream) == C.ACL_ERROR_INVALID_RESOURCE_HANDLE
+    assert acl.rt.set_context(ctx) == C.ACL_ERROR_INVALID_RESOURCE_HANDLE
+    assert acl.rt.destroy_context(ctx) == C.ACL_ERROR_INVALID_RESOURCE_HANDLE
+    # in another live context the model may not run either (it ran, before)
+    assert acl.rt.set_device(0) == 0
+    ctx2, ret = acl.rt.create_context(0)
+    assert ret == 0
+    _zero(y)
+    _zero(z)
+    assert acl.mdl.execute(mid, ind, outd) == C.ACL_ERROR_INVALID_RESOURCE_HANDLE
+    msg = acl.get_recent_err_msg()
+    assert f"model id {mid}" in msg and "destroy_context" in msg and "load it again" in msg
+    s2, ret = acl.rt.create_stream()
+    assert ret == 0
+    assert acl.mdl.execute_async(mid, ind, outd, s2) == C.ACL_ERROR_INVALID_RESOURCE_HANDLE
+    assert acl.mdl.execute_async(mid, ind, outd, 0) == C.ACL_ERROR_INVALID_RESOURCE_HANDLE
+    assert acl.rt.synchronize_stream(s2) == 0
+    assert not from_device(y, (2, 3)).any() and not from_device(z, (2, 3)).any()  # nothing ran
+    # describing it still works (host-side); unload releases it, then the id is gone
+    desc = acl.mdl.create_desc()
+    assert acl.mdl.get_desc(desc, mid) == 0 and acl.mdl.get_num_outputs(desc) == 2
+    assert acl.mdl.unload(mid) == 0
+    assert acl.mdl.execute(mid, ind, outd) == C.ACL_ERROR_INVALID_MODEL_ID
+    # loaded again in the live context, it runs
+    mid2, ret = acl.mdl.load_from_file(str(small_om))
+    assert ret == 0
+    assert acl.mdl.execute(mid2, ind, outd) == 0
+    _check_ran(y, z)
+    assert acl.mdl.unload(mid2) == 0
+    assert acl.mdl.destroy_desc(desc) == 0
+    assert acl.rt.destroy_stream(s2) == 0
+    assert acl.rt.destroy_context(ctx2) == 0
+
+
+def test_a_model_of_the_default_context_stops_with_the_last_reset_device(no_acl: None, small_om: Path) -> None:
+    assert acl.init() == 0
+    assert acl.rt.set_device(0) == 0
+    assert acl.rt.set_device(0) == 0  # counted: the first reset leaves the default context
+    mid, ret = acl.mdl.load_from_file(str(small_om))
+    assert ret == 0
+    ind, outd, y, z = _io()
+    assert acl.rt.reset_device(0) == 0
+    assert acl.mdl.execute(mid, ind, outd) == 0  # one set_device still holds it
+    _check_ran(y, z)
+    assert acl.rt.reset_device(0) == 0  # the last: the default context is destroyed
+    assert acl.mdl.execute(mid, ind, outd) == C.ACL_ERROR_RT_CONTEXT_NULL
+    assert acl.rt.set_device(0) == 0  # a new default context
+    assert acl.mdl.execute(mid, ind, outd) == C.ACL_ERROR_INVALID_RESOURCE_HANDLE
+    assert "reset_device" in acl.get_recent_err_msg()
+    assert acl.mdl.unload(mid) == 0
+    assert acl.rt.reset_device(0) == 0
+
+
+def test_an_async_execution_whose_model_context_goes_before_the_stream_runs_it(acl_ready: int, small_om: Path) -> None:
+    """The model's context is destroyed after ``execute_async`` queued it on another context's stream
+    and before that stream runs it: ``synchronize_stream`` returns the code, the outputs are untouched."""
+    ctx = acl_ready
+    mid, ret = acl.mdl.load_from_file(str(small_om))
+    assert ret == 0
+    ind, outd, y, z = _io()
+    assert acl.rt.set_device(0) == 0  # the default context: another one, whose stream outlives ctx
+    other, ret = acl.rt.create_stream()
+    assert ret == 0
+    gate = threading.Event()
+    assert acl.rt.launch_callback(lambda _: gate.wait(30), None, C.ACL_CALLBACK_BLOCK, other) == 0
+    assert acl.rt.set_context(ctx) == 0
+    assert acl.mdl.execute_async(mid, ind, outd, other) == 0  # checked now: the context is alive
+    assert acl.rt.destroy_context(ctx) == 0
+    gate.set()
+    assert acl.rt.set_device(0) == 0
+    assert acl.rt.synchronize_stream(other) == C.ACL_ERROR_INVALID_RESOURCE_HANDLE
+    assert f"model id {mid}" in acl.get_recent_err_msg()
+    assert not from_device(y, (2, 3)).any() and not from_device(z, (2, 3)).any()
+    assert acl.rt.synchronize_stream(other) == 0  # reported once
+    assert acl.mdl.unload(mid) == 0
+    assert acl.rt.destroy_stream(other) == 0
+
+
+def test_a_thread_whose_current_context_another_thread_destroyed(acl_ready: int, small_om: Path) -> None:
+    """Thread B runs a model in context ctx; the main thread destroys ctx; B's next calls return codes."""
+    ctx = acl_ready
+    mid, ret = acl.mdl.load_from_file(str(small_om))
+    assert ret == 0
+    ind, outd, y, z = _io()
+    codes: list[int] = []
+    destroyed = threading.Event()
+    ran = threading.Event()
+
+    def worker() -> None:
+        codes.append(acl.rt.set_context(ctx))
+        codes.append(acl.mdl.execute(mid, ind, outd))
+        ran.set()
+        destroyed.wait(30)
+        codes.append(acl.mdl.execute(mid, ind, outd))
+        codes.append(acl.rt.create_stream()[1])
+        codes.append(acl.rt.malloc(16, C.ACL_MEM_MALLOC_HUGE_FIRST)[1])
+
+    t = threading.Thread(target=worker)
+    t.start()
+    assert ran.wait(30)
+    assert acl.rt.destroy_context(ctx) == 0
+    destroyed.set()
+    t.join(30)
+    assert codes == [0, 0, C.ACL_ERROR_RT_CONTEXT_NULL, C.ACL_ERROR_RT_CONTEXT_NULL, C.ACL_ERROR_RT_CONTEXT_NULL]
+    assert acl.rt.set_device(0) == 0  # (this thread's context went too)
+    _check_ran(y, z)
+    assert acl.mdl.unload(mid) == 0
