@@ -179,6 +179,42 @@ def _lookup(op_type: str) -> Any:
         raise fault(C.ACL_ERROR_OP_NOT_FOUND, str(e)) from None
 
 
+def _input_bytes(op_type: str, i: int, d: TensorDescObj, b: DataBuffer) -> tuple[np.dtype, int]:
+    """(dtype, bytes) of input ``i`` as its desc says, checked against its buffer's size."""
+    dt = d.numpy_dtype()
+    if any(x < 0 for x in d.dims):
+        raise fault(C.ACL_ERROR_OP_INPUT_NOT_MATCH, f"input {i} of {op_type} has dynamic dims {d.dims}")
+    need = math.prod(d.dims) * dt.itemsize
+    if b.size < need:
+        raise fault(C.ACL_ERROR_INVALID_PARAM, f"input {i} of {op_type}: buffer of {b.size} bytes, desc needs {need}")
+    return dt, need
+
+
+def _check_now(op_type: str, ins: list[TensorDescObj], in_bufs: list[DataBuffer], outs: list[TensorDescObj],
+               out_bufs: list[DataBuffer]) -> None:
+    """What a queued op can be refused for at the call (docs/acl.md: asynchronous calls check their
+    arguments at once): descs against buffer sizes, and every buffer live memory of the right kind
+    (device; host for an input placed there). These returned 0 and failed only at the next
+    ``synchronize_stream``; what changes in between (memory freed) is still reported there."""
+    space = require_init().space
+    for i, (d, b) in enumerate(zip(ins, in_bufs)):
+        if d.dtype == C.ACL_DT_UNDEFINED:
+            continue
+        _, need = _input_bytes(op_type, i, d, b)
+        kinds = ANY_KIND if d.extra.get("placement") == C.ACL_MEMTYPE_HOST else DEVICE_KINDS
+        if need:
+            space.resolve(b.ptr, need, kinds, False, f"input {i} of {op_type}")
+    for j, (d, b) in enumerate(zip(outs, out_bufs)):
+        dt = d.numpy_dtype()
+        if any(x < 0 for x in d.dims):
+            continue  # (the size is known once the op ran)
+        need = math.prod(d.dims) * dt.itemsize
+        if need > b.size:
+            raise fault(C.ACL_ERROR_INVALID_PARAM, f"output {j} of {op_type}: buffer of {b.size} bytes, desc needs {need}")
+        if need:
+            space.resolve(b.ptr, need, DEVICE_KINDS, True, f"output {j} of {op_type}")
+
+
 def _run(op_type: str, ins: list[TensorDescObj], in_bufs: list[DataBuffer], outs: list[TensorDescObj],
          out_bufs: list[DataBuffer], attrs: dict[str, Any]) -> None:
     space = require_init().space
@@ -187,12 +223,7 @@ def _run(op_type: str, ins: list[TensorDescObj], in_bufs: list[DataBuffer], outs
         if d.dtype == C.ACL_DT_UNDEFINED:
             arrays.append(None)  # an omitted optional input
             continue
-        dt = d.numpy_dtype()
-        if any(x < 0 for x in d.dims):
-            raise fault(C.ACL_ERROR_OP_INPUT_NOT_MATCH, f"input {i} of {op_type} has dynamic dims {d.dims}")
-        need = math.prod(d.dims) * dt.itemsize
-        if b.size < need:
-            raise fault(C.ACL_ERROR_INVALID_PARAM, f"input {i} of {op_type}: buffer of {b.size} bytes, desc needs {need}")
+        dt, need = _input_bytes(op_type, i, d, b)
         kinds = ANY_KIND if d.extra.get("placement") == C.ACL_MEMTYPE_HOST else DEVICE_KINDS
         raw = space.read(b.ptr, need, kinds, f"input {i} of {op_type}") if need else np.zeros(0, np.uint8)
         arrays.append(raw.view(dt).reshape(d.dims))
@@ -230,6 +261,7 @@ def _queue(op_type: str, ins: list[TensorDescObj], inputs: Any, outs: list[Tenso
            attrs: dict[str, Any], stream: Any) -> None:
     in_bufs, out_bufs = _bufs(inputs, len(ins), "input"), _bufs(outputs, len(outs), "output")
     st = stream_of(stream)
+    _check_now(op_type, ins, in_bufs, outs, out_bufs)
     st.submit(lambda: _run(op_type, ins, in_bufs, outs, out_bufs, attrs), f"op {op_type}")
 
 

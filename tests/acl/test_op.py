@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import threading
 from pathlib import Path
 
 import numpy as np
@@ -104,16 +105,21 @@ def test_op_errors(acl_ready: int) -> None:
     mismatch = _desc(C.ACL_FLOAT, [3, 3])
     assert acl.op.execute_v2("Add", [d, mismatch], [a, _buf(np.zeros((3, 3), np.float32))], [d], [ob], 0, 0) == 0
     assert acl.rt.synchronize_stream(0) == C.ACL_ERROR_OP_INPUT_NOT_MATCH
+    # buffers are checked at the call, as every asynchronous call checks its arguments (docs/acl.md);
+    # these returned 0 and failed at the next synchronize_stream
     host = acl.create_data_buffer(acl.util.numpy_to_ptr(np.zeros((2, 3), np.float32)), 24)
-    assert acl.op.execute_v2("Relu", [d], [host], [d], [ob], 0, 0) == 0
-    assert acl.rt.synchronize_stream(0) == C.ACL_ERROR_INVALID_PARAM  # host memory, device expected
+    assert acl.op.execute_v2("Relu", [d], [host], [d], [ob], 0, 0) == C.ACL_ERROR_INVALID_PARAM  # host, not device
+    assert "expected device memory" in acl.get_recent_err_msg()
+    assert acl.rt.synchronize_stream(0) == 0  # nothing was queued
     hd = _desc(C.ACL_FLOAT, [2, 3])
     assert acl.set_tensor_place_ment(hd, C.ACL_MEMTYPE_HOST) == 0
     assert acl.op.execute_v2("Relu", [hd], [host], [d], [ob], 0, 0) == 0
     assert acl.rt.synchronize_stream(0) == 0
     small = acl.create_data_buffer(acl.rt.malloc(8, 0)[0], 8)
-    assert acl.op.execute_v2("Relu", [d], [small], [d], [ob], 0, 0) == 0
-    assert acl.rt.synchronize_stream(0) == C.ACL_ERROR_INVALID_PARAM
+    assert acl.op.execute_v2("Relu", [d], [small], [d], [ob], 0, 0) == C.ACL_ERROR_INVALID_PARAM
+    assert "buffer of 8 bytes, desc needs 24" in acl.get_recent_err_msg()
+    assert acl.op.execute_v2("Relu", [d], [a], [d], [small], 0, 0) == C.ACL_ERROR_INVALID_PARAM  # the output's too
+    assert acl.rt.synchronize_stream(0) == 0
     with pytest.raises(TypeError):
         acl.op.execute_v2("Relu", d, [a], [d], [ob], 0, 0)  # type: ignore[arg-type]
 
@@ -134,3 +140,40 @@ def test_a_wrong_input_count_names_the_op_and_the_counts(acl_ready: int) -> None
     assert acl.op.execute_v2("Sum", [d] * 3, [a] * 3, [d], [ob], 0, 0) == 0  # variadic: any count from 1
     assert acl.rt.synchronize_stream(0) == 0
     np.testing.assert_array_equal(from_device(dev, (2, 3)), np.full((2, 3), 3, np.float32))
+
+
+def test_queued_op_buffers_are_checked_at_the_call(acl_ready: int) -> None:
+    """A freed input or output, an output in host memory, a buffer smaller than its desc: the call
+    returns the code and nothing runs (they returned 0 and failed at the next synchronize_stream). A
+    buffer freed after the call is still reported by synchronize_stream; a valid call gives numpy's values."""
+    d = _desc(C.ACL_FLOAT, [2, 3])
+    x = np.array([[-1.0, 2.0, -3.0], [4.0, -5.0, 6.0]], np.float32)
+    a = _buf(x)
+    dev, ob = _out(24)
+    gone, ret = acl.rt.malloc(24, 0)
+    assert ret == 0 and acl.rt.free(gone) == 0
+    freed = acl.create_data_buffer(gone, 24)
+    for ins, outs in (([freed], [ob]), ([a], [freed])):
+        assert acl.op.execute_v2("Relu", [d], ins, [d], outs, 0, 0) == C.ACL_ERROR_INVALID_PARAM
+        assert "freed memory" in acl.get_recent_err_msg()
+    host_out = acl.create_data_buffer(acl.util.numpy_to_ptr(np.zeros((2, 3), np.float32)), 24)
+    assert acl.op.execute_v2("Relu", [d], [a], [d], [host_out], 0, 0) == C.ACL_ERROR_INVALID_PARAM
+    h, ret = acl.op.create_handle("Relu", [d], [d], 0)
+    assert ret == 0
+    assert acl.op.execute_with_handle(h, [freed], [ob], 0) == C.ACL_ERROR_INVALID_PARAM
+    assert acl.op.cast(d, freed, d, ob, 0, 0) == C.ACL_ERROR_INVALID_PARAM
+    assert acl.rt.synchronize_stream(0) == 0  # nothing was queued
+    assert acl.op.execute_with_handle(h, [a], [ob], 0) == 0
+    assert acl.rt.synchronize_stream(0) == 0
+    np.testing.assert_array_equal(from_device(dev, (2, 3)), np.maximum(x, 0))
+    # freed between the call and the stream's run: found when it runs
+    s, _ = acl.rt.create_stream()
+    gate = threading.Event()
+    assert acl.rt.launch_callback(lambda _: gate.wait(30), None, C.ACL_CALLBACK_BLOCK, s) == 0
+    later, _ = acl.rt.malloc(24, 0)
+    assert acl.op.execute_v2("Relu", [d], [a], [d], [acl.create_data_buffer(later, 24)], 0, s) == 0
+    assert acl.rt.free(later) == 0
+    gate.set()
+    assert acl.rt.synchronize_stream(s) == C.ACL_ERROR_INVALID_PARAM
+    acl.op.destroy_handle(h)
+    assert acl.rt.destroy_stream(s) == 0
