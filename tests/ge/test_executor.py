@@ -200,3 +200,9 @@ def test_run_takes_a_dict_by_name_and_a_bare_array():
         lms[1].run({"x": x, "w": x})
     with pytest.raises(InputError, match=r"a single array was given, but the model has 2 inputs \(x, z\)"):
         lms[1].run(np.stack([x, x]))
+    # None failed with a TypeError ("object of type 'NoneType' has no len()"), a str fed its characters
+    for bad in (None, "xz", b"xz", 3.0):
+        with pytest.raises(InputError, match=r"feeds must be a list of arrays in input order \(x, z\) or a dict by name, "
+                                             f"not {type(bad).__name__}"):
+            lms[1].run(bad)  # type: ignore[arg-type]
+    np.testing.assert_array_equal(lms[1].run((x, 2 * x))[0], -x)  # (a tuple is a list of feeds)

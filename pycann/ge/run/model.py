@@ -191,6 +191,10 @@ class LoadedModel(FeedChecks):
                                  f"({', '.join(i.name for i in self.inputs)}): pass a list of arrays in that order "
                                  "or a dict by name")
             feeds = [feeds]
+        elif isinstance(feeds, (str, bytes)) or not hasattr(feeds, "__len__") or not hasattr(feeds, "__iter__"):
+            # (None failed inside the checks: "object of type 'NoneType' has no len()"; a str fed its characters)
+            raise InputError(f"feeds must be a list of arrays in input order ({', '.join(i.name for i in self.inputs)}) "
+                             f"or a dict by name, not {type(feeds).__name__}")
         built = self.executor._cache.built
         checked = self.check_feeds(feeds)
         try:
