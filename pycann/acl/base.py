@@ -204,17 +204,21 @@ class TensorDescObj:
 
 
 def _dims(dims: Any) -> list[int]:
+    """``dims`` as a list of ints: at most ``ACL_MAX_DIM_CNT``, each >= 0, -1 (dynamic) or -2 (unknown
+    rank). Raises ``ArgTypeError`` (not a list of ints), ``AclFault(ACL_ERROR_INVALID_PARAM)``."""
     if not isinstance(dims, (list, tuple)):
         raise ArgTypeError(f"dims must be a list of ints, not {type(dims).__name__}")
-    return [as_int(d, "dim") for d in dims]
+    d = [as_int(x, "dim") for x in dims]
+    if len(d) > C.ACL_MAX_DIM_CNT or any(x < -2 for x in d):
+        raise fault(C.ACL_ERROR_INVALID_PARAM, f"invalid dims {d if len(d) <= 16 else f'of rank {len(d)}'}: at most "
+                    f"{C.ACL_MAX_DIM_CNT} dims, each >= 0, -1 (dynamic) or -2 (unknown rank)")
+    return d
 
 
 @api(bare=0)
 def create_tensor_desc(data_type: int, dims: list[int], format: int) -> int:
     """``desc = acl.create_tensor_desc(dtype, dims_list, format)`` (0 on failure)."""
     d = _dims(dims)
-    if len(d) > C.ACL_MAX_DIM_CNT or any(x < -2 for x in d):
-        raise fault(C.ACL_ERROR_INVALID_PARAM, f"invalid dims {d}")
     return handles.add("tensor_desc", TensorDescObj(as_int(data_type, "data_type"), d, as_int(format, "format")))
 
 
@@ -287,7 +291,9 @@ def set_tensor_desc_name(desc: int, name: str) -> None:
 
 @api()
 def set_tensor_shape(desc: int, dims: list[int]) -> int:
-    tensor_desc(desc).dims = _dims(dims)
+    """The same dims as ``create_tensor_desc`` takes (a refused shape leaves the desc as it was)."""
+    t, d = tensor_desc(desc), _dims(dims)
+    t.dims = d
     return C.ACL_SUCCESS
 
 

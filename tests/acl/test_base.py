@@ -132,6 +132,24 @@ def test_tensor_descs() -> None:
     assert acl.data_type_size(999) == 0
 
 
+def test_set_tensor_shape_refuses_what_create_tensor_desc_refuses() -> None:
+    """``set_tensor_shape`` took dims ``create_tensor_desc`` refuses (a -7 dim, 200 dims), which then
+    gave a size of 0; expected ACL_ERROR_INVALID_PARAM and the desc as it was."""
+    d = acl.create_tensor_desc(C.ACL_FLOAT, [2, 3], C.ACL_FORMAT_ND)
+    assert acl.create_tensor_desc(C.ACL_FLOAT, [1] * (C.ACL_MAX_DIM_CNT + 1), C.ACL_FORMAT_ND) == 0
+    for bad in ([-7, 3], [1] * (C.ACL_MAX_DIM_CNT + 1), [2, -3]):
+        assert acl.set_tensor_shape(d, bad) == C.ACL_ERROR_INVALID_PARAM
+        assert "invalid dims" in acl.get_recent_err_msg()
+        assert acl.get_tensor_desc_num_dims(d) == 2 and acl.get_tensor_desc_size(d) == 24
+    assert acl.set_tensor_shape(d, [-1, 3]) == 0 and acl.get_tensor_desc_dim(d, 0) == -1
+    assert acl.set_tensor_shape(d, [-2]) == 0 and acl.get_tensor_desc_num_dims(d) == 1
+    assert acl.set_tensor_shape(d, [1] * C.ACL_MAX_DIM_CNT) == 0 and acl.get_tensor_desc_size(d) == 4
+    assert acl.set_tensor_shape(12345, [1]) == C.ACL_ERROR_INVALID_RESOURCE_HANDLE
+    with pytest.raises(TypeError):
+        acl.set_tensor_shape(d, None)  # type: ignore[arg-type]
+    acl.destroy_tensor_desc(d)
+
+
 def test_constants_module() -> None:
     assert C.ACL_ERROR_INVALID_PARAM == 100000 and C.ACL_MEMCPY_DEVICE_TO_HOST == 2
     assert C.ACL_INT32 == 3 and C.ACL_UINT8 == 4 and C.ACL_FORMAT_ND == 2
