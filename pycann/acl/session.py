@@ -232,6 +232,14 @@ class InferSession:
         """A bare array feeds a single-input model (as ais_bench accepts); for a model with more
         inputs it is an error naming them (iterating it would feed its rows as inputs)."""
         if not isinstance(feeds, np.ndarray):
+            if isinstance(feeds, Mapping):
+                return feeds
+            # (None failed as "'NoneType' object is not iterable", a str fed its characters: LoadedModel.run's
+            # error, before ``list(feeds)`` here)
+            if isinstance(feeds, (str, bytes)) or not hasattr(feeds, "__len__") or not hasattr(feeds, "__iter__"):
+                raise InputError(f"feeds must be a list of arrays in input order "
+                                 f"({', '.join(i.name for i in self.model.inputs)}) or a dict by name, "
+                                 f"not {type(feeds).__name__}")
             return feeds
         if len(self.model.inputs) == 1:
             return [feeds]

@@ -69,6 +69,13 @@ def test_session_feeds(small_om: Path, two_inputs: Path) -> None:
     with pytest.raises(InputError, match=r"a single array was given, but the model has 2 inputs \(a, b\)"):
         two.infer(a)
     np.testing.assert_array_equal(two.run({"a": a, "b": a})[0], 2 * a)
+    # None was "'NoneType' object is not iterable" (a TypeError from list()), a str fed its characters
+    for bad in (None, "ab", 3):
+        for call in (two.infer, two.run, lambda f: two.infer(f, mode="dymshape")):
+            with pytest.raises(InputError, match=r"feeds must be a list of arrays in input order \(a, b\) or a dict by "
+                                                 f"name, not {type(bad).__name__}"):
+                call(bad)
+    np.testing.assert_array_equal(two.infer((a, 3 * a))[0], 4 * a)
 
 
 def test_infer_bare_array_rank_message_unchanged_for_lists(small_om: Path) -> None:
