@@ -47,13 +47,15 @@ class AippSet:
 
     batch: int
     head: dict[str, Any] = field(default_factory=dict)
-    images: list[dict[str, Any]] = field(default_factory=list)
+    # per image, by batch index, made when one is first set: a list of ``batch`` dicts made at
+    # create_aipp(2**31) ate every byte of memory (set_input_aipp refuses a batch that is not the model's)
+    images: dict[int, dict[str, Any]] = field(default_factory=dict)
 
     def params(self) -> list[dict[str, Any]]:
         """One ``set_dynamic_aipp`` mapping per image."""
         if "input_format" not in self.head:
             raise fault(C.ACL_ERROR_INVALID_PARAM, "the AIPP input format is not set: call set_aipp_input_format")
-        return [{**self.head, **img} for img in self.images]
+        return [{**self.head, **self.images.get(i, {})} for i in range(self.batch)]
 
 
 def _set(h: Any) -> AippSet:
@@ -81,7 +83,7 @@ def _image(s: AippSet, batch_index: Any) -> dict[str, Any]:
     i = as_int(batch_index, "batch_index")
     if not 0 <= i < s.batch:
         raise fault(C.ACL_ERROR_INVALID_PARAM, f"batch_index ({i}) is greater than or equal to batch_number ({s.batch})")
-    return s.images[i]
+    return s.images.setdefault(i, {})
 
 
 def _put(target: dict[str, Any], on: bool, switch: str, keys: list[str], values: tuple[Any, ...]) -> int:
@@ -102,7 +104,7 @@ def create_aipp(batch_size: int) -> int:
     b = as_int(batch_size, "batch_size")
     if b <= 0:
         raise fault(C.ACL_ERROR_INVALID_PARAM, f"batch_size must be > 0, not {b}")
-    return handles.add("aipp", AippSet(b, images=[{} for _ in range(b)]))
+    return handles.add("aipp", AippSet(b))
 
 
 @api()

@@ -227,6 +227,17 @@ def test_aipp_errors(acl_ready: int, aipp_om: Path, small_om: Path) -> None:
     assert acl.mdl.get_aipp_type(sid, 5)[-1] == C.ACL_ERROR_INVALID_PARAM
     assert acl.mdl.set_aipp_by_input_index(sid, ind, 0, good) == C.ACL_ERROR_FAILURE
     assert acl.mdl.destroy_aipp(s) == 0 and acl.mdl.destroy_aipp(s) == C.ACL_ERROR_INVALID_RESOURCE_HANDLE
+    # a huge batch made a list of that many per-image dicts at create_aipp (2**31: every byte of memory);
+    # the parameter set is now made per image as one is set, and set_input_aipp refuses the batch
+    huge = acl.mdl.create_aipp(2**40)
+    assert huge != 0
+    assert acl.mdl.set_aipp_input_format(huge, C.ACL_YUV420SP_U8) == 0
+    assert acl.mdl.set_aipp_dtc_pixel_mean(huge, 1, 2, 3, 0, 2**40 - 1) == 0  # (the last image)
+    assert acl.mdl.set_aipp_dtc_pixel_mean(huge, 1, 2, 3, 0, 2**40) == C.ACL_ERROR_INVALID_PARAM
+    assert acl.mdl.set_input_aipp(mid, ind, 1, huge) == C.ACL_ERROR_INVALID_PARAM
+    assert f"batchSize[{2**40}]" in acl.get_recent_err_msg()
+    assert acl.mdl.get_aipp_data_size(2**40)[1] == 0
+    assert acl.mdl.destroy_aipp(huge) == 0
 
 
 def test_static_aipp_with_batch_gears_info(acl_ready: int, tmp_path: Path) -> None:
