@@ -237,8 +237,8 @@ class Runtime:
         return self.space.allocate(self.host_pool, nbytes, MemKind.HOST, -1, site)
 
     def new_event(self, flags: int = 0) -> Event:
-        self.require_context()
-        return Event(flags)
+        """An event of the current context (unusable once that is destroyed). Raises ``NoContext``."""
+        return Event(flags, self.require_context())
 
     # ------------------------------------------------------------------ teardown
     def shutdown(self, timeout: float | None = 30.0) -> tuple[list[Allocation], list[Stream]]:

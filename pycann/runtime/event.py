@@ -9,10 +9,14 @@ between two points of stream execution.
 from __future__ import annotations
 
 import threading
+from typing import TYPE_CHECKING
 
 from pycann.runtime.errors import InvalidHandle, NotReady, WaitTimeout
 from pycann.runtime.memory import renewed_in_child
 from pycann.runtime.stream import Stream, Task
+
+if TYPE_CHECKING:
+    from pycann.runtime.device import Context
 
 
 def _noop() -> None:
@@ -20,10 +24,13 @@ def _noop() -> None:
 
 
 class Event:
-    """A recordable stream marker. ``flags`` is kept as given (``ACL_EVENT_*``)."""
+    """A recordable stream marker. ``flags`` is kept as given (``ACL_EVENT_*``). ``context``: the
+    context it was created in (``Runtime.new_event``); once that is destroyed the event is unusable
+    (``InvalidHandle``) but for ``destroy``, as the context's streams are."""
 
-    def __init__(self, flags: int = 0) -> None:
+    def __init__(self, flags: int = 0, context: Context | None = None) -> None:
         self.flags = flags
+        self.context = context
         self.marker: Task | None = None
         self.destroyed = False
         self._lock = threading.Lock()
@@ -32,6 +39,14 @@ class Event:
     def _check(self) -> None:
         if self.destroyed:
             raise InvalidHandle("the event was destroyed")
+        if self.context is not None and self.context.destroyed:
+            raise InvalidHandle("the event's context was destroyed (destroy_context, or reset_device for a device's "
+                                "default context): destroy the event and create one in a live context")
+
+    def check(self) -> Event:
+        """This event, if usable. Raises ``InvalidHandle`` (destroyed, or its context destroyed)."""
+        self._check()
+        return self
 
     def record(self, stream: Stream) -> None:
         """Queue a marker on ``stream``; the event completes when the stream reaches it."""
@@ -73,7 +88,9 @@ class Event:
         return m.end
 
     def destroy(self) -> None:
-        self._check()
+        """Release the event (also once its context is destroyed). Raises ``InvalidHandle`` the second time."""
+        if self.destroyed:
+            raise InvalidHandle("the event was destroyed")
         self.destroyed = True
 
 

@@ -135,8 +135,9 @@ class Stream:
             return self._pending == 0
 
     def wait_event(self, event: Event) -> None:
-        """Later tasks of this stream wait until ``event``'s latest record (if any) has run."""
-        marker = event.marker
+        """Later tasks of this stream wait until ``event``'s latest record (if any) has run. Raises
+        ``InvalidHandle`` for an event destroyed (or of a destroyed context)."""
+        marker = event.check().marker
         if marker is not None and not marker.done.is_set():
             self.submit(marker.done.wait, "stream_wait_event")
 

@@ -166,3 +166,31 @@ def test_a_thread_whose_current_context_another_thread_destroyed(acl_ready: int,
     assert acl.rt.set_device(0) == 0  # (this thread's context went too)
     _check_ran(y, z)
     assert acl.mdl.unload(mid) == 0
+
+
+def test_an_event_of_a_destroyed_context_is_refused_but_can_be_destroyed(acl_ready: int) -> None:
+    """Events belong to their context too: after destroy_context every use of one is
+    ACL_ERROR_INVALID_RESOURCE_HANDLE (they worked on, from another context's streams);
+    destroy_event still releases it, once."""
+    ctx = acl_ready
+    ev, ret = acl.rt.create_event()
+    assert ret == 0
+    assert acl.rt.record_event(ev, 0) == 0 and acl.rt.synchronize_event(ev) == 0
+    assert acl.rt.query_event_status(ev) == (C.ACL_EVENT_RECORDED_STATUS_COMPLETE, 0)
+    assert acl.rt.destroy_context(ctx) == 0
+    assert acl.rt.set_device(0) == 0
+    live, ret = acl.rt.create_event()
+    assert ret == 0 and acl.rt.record_event(live, 0) == 0 and acl.rt.synchronize_event(live) == 0
+    bad = C.ACL_ERROR_INVALID_RESOURCE_HANDLE
+    assert acl.rt.record_event(ev, 0) == bad
+    assert "context was destroyed" in acl.get_recent_err_msg()
+    assert acl.rt.synchronize_event(ev) == bad
+    assert acl.rt.query_event_status(ev) == (C.ACL_EVENT_RECORDED_STATUS_NOT_READY, bad)
+    assert acl.rt.query_event(ev) == (C.ACL_EVENT_STATUS_NOT_READY, bad)
+    assert acl.rt.reset_event(ev, 0) == bad
+    assert acl.rt.stream_wait_event(0, ev) == bad
+    assert acl.rt.event_elapsed_time(ev, live) == (0.0, bad)
+    assert acl.rt.event_elapsed_time(live, live) == (0.0, 0)
+    assert acl.rt.destroy_event(ev) == 0
+    assert acl.rt.destroy_event(ev) == bad
+    assert acl.rt.destroy_event(live) == 0
