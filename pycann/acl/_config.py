@@ -75,6 +75,23 @@ def _warn_unknown(cfg: AclConfig, where: str, keys: Any, known: frozenset[str]) 
             warnings.warn(f"acl.json: unknown key '{name}' ignored", AclConfigWarning, stacklevel=4)
 
 
+def _check_dump_list(entries: list[Any]) -> None:
+    """Each ``dump_list`` entry is ``{"model_name": str, "layer": [str, ...]}`` (both optional). Raises
+    ``AclFault(ACL_ERROR_INVALID_DUMP_CONFIG)`` naming the entry; a malformed one was an internal error
+    (500000) of ``acl.init`` (``[5]``, ``"layer": 7``) or, with a numeric model name, never matched."""
+    for i, e in enumerate(entries):
+        if not isinstance(e, dict):
+            raise fault(C.ACL_ERROR_INVALID_DUMP_CONFIG,
+                        f"acl.json: dump_list[{i}] must be an object {{\"model_name\": ..., \"layer\": [...]}}, not {e!r}")
+        if "model_name" in e and not isinstance(e["model_name"], str):
+            raise fault(C.ACL_ERROR_INVALID_DUMP_CONFIG,
+                        f"acl.json: dump_list[{i}].model_name must be a string (the .om's name), not {e['model_name']!r}")
+        layer = e.get("layer")
+        if layer is not None and (not isinstance(layer, list) or not all(isinstance(x, str) for x in layer)):
+            raise fault(C.ACL_ERROR_INVALID_DUMP_CONFIG,
+                        f"acl.json: dump_list[{i}].layer must be a list of op names (strings), not {layer!r}")
+
+
 def parse_config(path: str | None) -> AclConfig:
     """Read and check ``path`` (``None`` or ``""``: no file). Raises ``AclFault`` with
     ``ACL_ERROR_INVALID_FILE`` (missing), ``ACL_ERROR_PARSE_FILE`` (not JSON / not an object),
@@ -82,7 +99,8 @@ def parse_config(path: str | None) -> AclConfig:
     if not path:
         return AclConfig()
     if not os.path.isfile(path):
-        raise fault(C.ACL_ERROR_INVALID_FILE, f"acl.json '{path}' does not exist")
+        what = "is a folder, not a file" if os.path.isdir(path) else "does not exist"
+        raise fault(C.ACL_ERROR_INVALID_FILE, f"acl.json '{path}' {what}")
     try:
         with open(path, encoding="utf-8") as f:
             text = f.read()
@@ -101,8 +119,13 @@ def parse_config(path: str | None) -> AclConfig:
         wants = "dump_list" in dump or dump.get("dump_op_switch") == "on" or dump.get("dump_debug") == "on"
         if wants and not dump.get("dump_path"):
             raise fault(C.ACL_ERROR_INVALID_DUMP_CONFIG, "acl.json: dump needs 'dump_path'")
+        if "dump_path" in dump and not isinstance(dump["dump_path"], str):
+            # (a number was taken as a folder of that name in the working folder)
+            raise fault(C.ACL_ERROR_INVALID_DUMP_CONFIG,
+                        f"acl.json: 'dump_path' must be a folder path (a string), not {dump['dump_path']!r}")
         if "dump_list" in dump and not isinstance(dump["dump_list"], list):
             raise fault(C.ACL_ERROR_INVALID_DUMP_CONFIG, "acl.json: 'dump_list' must be a list")
+        _check_dump_list(dump.get("dump_list") or [])
         if dump.get("dump_mode", "output") not in DUMP_MODES:
             raise fault(C.ACL_ERROR_INVALID_DUMP_CONFIG,
                         f"acl.json: dump_mode must be one of {DUMP_MODES}, not {dump.get('dump_mode')!r}")
@@ -123,6 +146,9 @@ def parse_config(path: str | None) -> AclConfig:
         _warn_unknown(cfg, "profiler", prof, PROFILER_KEYS)
         if prof.get("switch", "off") not in ON_OFF:
             raise fault(C.ACL_ERROR_INVALID_PROFILING_CONFIG, "acl.json: profiler.switch must be 'on' or 'off'")
+        if "output" in prof and not isinstance(prof["output"], str):
+            raise fault(C.ACL_ERROR_INVALID_PROFILING_CONFIG,
+                        f"acl.json: profiler.output must be a folder path (a string), not {prof['output']!r}")
         if prof.get("switch") == "on" and cfg.dump_enabled:
             warnings.warn("acl.json: dump and profiling are both on; dump skews the timings",
                           AclConfigWarning, stacklevel=3)

@@ -47,16 +47,29 @@ def test_init_reads_acl_json(no_acl: None, tmp_path: Path) -> None:
     ('{"dump": {"dump_path": "/tmp", "dump_list": [], "dump_step": "abc"}}', C.ACL_ERROR_INVALID_DUMP_CONFIG),
     ('{"dump": {"dump_path": "/tmp", "dump_list": [], "dump_step": "3-1"}}', C.ACL_ERROR_INVALID_DUMP_CONFIG),
     ('{"dump": {"dump_path": "/tmp", "dump_list": [], "dump_step": "0|-2"}}', C.ACL_ERROR_INVALID_DUMP_CONFIG),
+    # malformed dump_list entries were acl.init's internal error (500000), or a model name never matched
+    ('{"dump": {"dump_path": "/tmp", "dump_list": [5]}}', C.ACL_ERROR_INVALID_DUMP_CONFIG),
+    ('{"dump": {"dump_path": "/tmp", "dump_list": [{"model_name": "m", "layer": 7}]}}', C.ACL_ERROR_INVALID_DUMP_CONFIG),
+    ('{"dump": {"dump_path": "/tmp", "dump_list": [{"model_name": "m", "layer": [1]}]}}', C.ACL_ERROR_INVALID_DUMP_CONFIG),
+    ('{"dump": {"dump_path": "/tmp", "dump_list": [{"model_name": 5}]}}', C.ACL_ERROR_INVALID_DUMP_CONFIG),
+    # a number as a folder: the dump or the profile went to a folder of that name in the working folder
+    ('{"dump": {"dump_path": 5, "dump_list": []}}', C.ACL_ERROR_INVALID_DUMP_CONFIG),
+    ('{"profiler": {"switch": "on", "output": 5}}', C.ACL_ERROR_INVALID_PROFILING_CONFIG),
 ])
-def test_bad_acl_json(no_acl: None, tmp_path: Path, text: str, code: int) -> None:
+def test_bad_acl_json(no_acl: None, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, text: str, code: int) -> None:
     p = tmp_path / "acl.json"
     p.write_text(text)
+    monkeypatch.chdir(tmp_path)
     assert acl.init(str(p)) == code
     assert not _state.initialized
+    assert "acl.json" in acl.get_recent_err_msg()
+    assert sorted(x.name for x in tmp_path.iterdir()) == ["acl.json"]  # nothing written
 
 
 def test_missing_acl_json_and_empty_one(no_acl: None, tmp_path: Path) -> None:
     assert acl.init(str(tmp_path / "nope.json")) == C.ACL_ERROR_INVALID_FILE
+    assert acl.init(str(tmp_path)) == C.ACL_ERROR_INVALID_FILE
+    assert "is a folder, not a file" in acl.get_recent_err_msg()  # (it said "does not exist")
     (tmp_path / "empty.json").write_text("")
     assert acl.init(str(tmp_path / "empty.json")) == 0
     with pytest.raises(TypeError):
