@@ -37,14 +37,20 @@ def init(config_path: str | None = None) -> int:
         if _state.initialized:
             raise fault(C.ACL_ERROR_REPEAT_INITIALIZE, "acl.init was already called")
         cfg = parse_config(config_path)
+        # the dump first: its folder may fail to be made, and then nothing has started (a profiler started
+        # before it kept running without an acl.init, and the runtime was left made)
+        if cfg.dump_enabled:  # (the dump module, and csv, load only for an acl.json that asks for a dump)
+            from pycann.profiler import dump as profiler_dump
+
+            try:
+                profiler_dump.configure_from_acl_json(cfg.raw)
+            except OSError as e:  # (was ACL_ERROR_INTERNAL_ERROR: "internal error FileNotFoundError ...")
+                raise fault(C.ACL_ERROR_INVALID_DUMP_CONFIG, f"acl.json: dump_path {cfg.raw['dump']['dump_path']!r} "
+                            f"cannot be used as a folder: {e.strerror or e} ({e.filename})") from None
         _state.config = cfg
         _state.runtime = Runtime(space=_state.space)
         if cfg.profiling_enabled:
             profiler.configure_from_acl_json(cfg.raw)
-        if cfg.dump_enabled:  # (the dump module, and csv, load only for an acl.json that asks for a dump)
-            from pycann.profiler import dump as profiler_dump
-
-            profiler_dump.configure_from_acl_json(cfg.raw)
         _state.initialized = _state.ever_initialized = True
     return C.ACL_SUCCESS
 

@@ -66,6 +66,25 @@ def test_bad_acl_json(no_acl: None, tmp_path: Path, monkeypatch: pytest.MonkeyPa
     assert sorted(x.name for x in tmp_path.iterdir()) == ["acl.json"]  # nothing written
 
 
+def test_a_dump_path_that_cannot_be_a_folder_is_a_dump_config_error(no_acl: None, tmp_path: Path) -> None:
+    """A dump_path under a regular file made acl.init return ACL_ERROR_INTERNAL_ERROR ("internal error
+    NotADirectoryError"); expected ACL_ERROR_INVALID_DUMP_CONFIG naming the path, nothing left started
+    (a profiler of the same acl.json included), and a later acl.init working."""
+    from pycann.profiler import session
+
+    (tmp_path / "a_file").write_text("x")
+    p = tmp_path / "acl.json"
+    p.write_text(json.dumps({"dump": {"dump_path": str(tmp_path / "a_file" / "dump"), "dump_list": []},
+                             "profiler": {"switch": "on", "output": str(tmp_path / "prof")}}))
+    with pytest.warns(AclConfigWarning, match="both on"):
+        assert acl.init(str(p)) == C.ACL_ERROR_INVALID_DUMP_CONFIG
+    msg = acl.get_recent_err_msg()
+    assert "dump_path" in msg and "a_file" in msg and "Not a directory" in msg
+    assert not _state.initialized and not any(x.running for x in session._MANAGED)
+    assert not (tmp_path / "prof").exists()
+    assert acl.init() == 0
+
+
 def test_missing_acl_json_and_empty_one(no_acl: None, tmp_path: Path) -> None:
     assert acl.init(str(tmp_path / "nope.json")) == C.ACL_ERROR_INVALID_FILE
     assert acl.init(str(tmp_path)) == C.ACL_ERROR_INVALID_FILE
