@@ -13,6 +13,7 @@ stream reaches it; inputs are read from device memory (host memory if the tensor
 from __future__ import annotations
 
 import math
+import numbers
 import os
 from dataclasses import dataclass, field
 from typing import Any
@@ -62,13 +63,32 @@ def _set(attr: Any, name: Any, value: Any) -> int:
 
 
 def _values(args: tuple[Any, ...]) -> list[Any]:
-    """List setters accept ``(values)`` or C's ``(num, values)``."""
+    """List setters accept ``(values)`` or C's ``(num, values)``; other counts are a parse failure
+    (``ArgTypeError``, as pyACL raises; no values was an internal error, 500000: an IndexError)."""
+    if len(args) not in (1, 2):
+        raise ArgTypeError(f"expected (attr, name, values) or (attr, name, num, values), not {len(args)} argument(s) "
+                           "after the name")
     vals = args[-1]
     if not isinstance(vals, (list, tuple)):
         raise ArgTypeError(f"values must be a list, not {type(vals).__name__}")
     if len(args) == 2 and as_int(args[0], "num") != len(vals):
         raise fault(C.ACL_ERROR_INVALID_PARAM, f"num {args[0]} != {len(vals)} values")
     return list(vals)
+
+
+def _float(v: Any) -> float:
+    """``v`` as a float; a str or another non-number is a parse failure (``ArgTypeError``; ``float("x")``'s
+    ValueError was an internal error, 500000)."""
+    if isinstance(v, bool) or not isinstance(v, numbers.Real):
+        raise ArgTypeError(f"value must be a number, not {type(v).__name__} {v!r}")
+    return float(v)
+
+
+def _int_list(v: Any) -> list[int]:
+    """One inner list of ``set_attr_list_list_int`` (a non-list was an internal error, 500000)."""
+    if not isinstance(v, (list, tuple)):
+        raise ArgTypeError(f"each value of a list of int lists must be a list, not {type(v).__name__} {v!r}")
+    return [as_int(x, "value") for x in v]
 
 
 def _onnx_dtype(acl_dtype: Any) -> int:
@@ -90,7 +110,7 @@ def set_attr_int(attr: int, name: str, value: int) -> int:
 
 @api()
 def set_attr_float(attr: int, name: str, value: float) -> int:
-    return _set(attr, name, float(value))
+    return _set(attr, name, _float(value))
 
 
 @api()
@@ -110,7 +130,7 @@ def set_attr_list_int(attr: int, name: str, *args: Any) -> int:
 
 @api()
 def set_attr_list_float(attr: int, name: str, *args: Any) -> int:
-    return _set(attr, name, [float(v) for v in _values(args)])
+    return _set(attr, name, [_float(v) for v in _values(args)])
 
 
 @api()
@@ -120,7 +140,7 @@ def set_attr_list_string(attr: int, name: str, *args: Any) -> int:
 
 @api()
 def set_attr_list_list_int(attr: int, name: str, *args: Any) -> int:
-    return _set(attr, name, [[as_int(x, "value") for x in v] for v in _values(args)])
+    return _set(attr, name, [_int_list(v) for v in _values(args)])
 
 
 @api()

@@ -64,6 +64,17 @@ def test_set_attr_variants(acl_ready: int) -> None:
     assert acl.op.set_attr_int(4242, "i", 1) == C.ACL_ERROR_INVALID_RESOURCE_HANDLE
     with pytest.raises(TypeError):
         acl.op.set_attr_int(attr, 5, 1)  # type: ignore[arg-type]
+    # values that do not parse raise TypeError as pyACL's parser does (these were ACL_ERROR_INTERNAL_ERROR,
+    # 500000: an IndexError for no values, float()'s ValueError, iterating an int); the attr keeps its values
+    for call in (lambda: acl.op.set_attr_list_int(attr, "li"), lambda: acl.op.set_attr_list_float(attr, "lf", 1, 2, [3]),
+                 lambda: acl.op.set_attr_float(attr, "alpha", "x"), lambda: acl.op.set_attr_list_float(attr, "lf", ["a"]),
+                 lambda: acl.op.set_attr_list_list_int(attr, "lli", [[1], 2])):
+        with pytest.raises(TypeError):
+            call()
+    values = acl.op._attr(attr).values
+    assert values["li"] == [1, 2] and values["lf"] == [0.5] and values["lli"] == [[1, 2], [3]]
+    assert acl.op.set_attr_float(attr, "alpha", np.float32(0.25)) == 0 and values["alpha"] == 0.25
+    assert acl.op.set_attr_list_float(attr, "lf", 2, [1, np.float64(2.5)]) == 0 and values["lf"] == [1.0, 2.5]
 
 
 def test_cast_reduce_and_handles(acl_ready: int, tmp_path: Path) -> None:
