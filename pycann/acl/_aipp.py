@@ -19,6 +19,7 @@ AYUV444, RAW*, NC1HWC0DI*: ``ACL_ERROR_FEATURE_UNSUPPORTED``).
 from __future__ import annotations
 
 import math
+import numbers
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -27,7 +28,7 @@ from pycann.acl._dataset import dataset
 from pycann.acl._models import mdl_api as api
 from pycann.acl._models import model_record
 from pycann.acl._state import as_int, handles, require_init
-from pycann.acl.errors import fault
+from pycann.acl.errors import ArgTypeError, fault
 from pycann.dtypes import ACL_DTYPE, DType, to_numpy
 from pycann.errors import InputError
 from pycann.ge.run.model import LoadedModel
@@ -66,10 +67,21 @@ def _check(key: str, value: Any) -> Any:
     """``value`` for config key ``key``, checked (E10001 reason in the error message)."""
     from pycann.ge.aipp.config import check_value
 
+    if isinstance(value, (list, tuple, dict, set, bytes)) or value is None:
+        # a parse failure, raised as pyACL's parser does (float([1]) was an internal error, 500000)
+        raise ArgTypeError(f"{key} must be a number, not {type(value).__name__} {value!r}")
     try:
         return check_value(key, value, "", InputError)
     except InputError as e:
         raise fault(C.ACL_ERROR_INVALID_PARAM, str(e)) from None
+
+
+def _real(value: Any, what: str) -> float:
+    """``value`` as a float; a non-number is a parse failure (``ArgTypeError``), as pyACL raises
+    (``float([1])``'s TypeError was an internal error, 500000)."""
+    if isinstance(value, bool) or not isinstance(value, numbers.Real):
+        raise ArgTypeError(f"{what} must be a number, not {type(value).__name__} {value!r}")
+    return float(value)
 
 
 def _switch(value: Any, what: str) -> bool:
@@ -223,7 +235,7 @@ def set_aipp_dtc_pixel_min(aipp_parms_set: int, dtc_pixel_min_chn0: float, dtc_p
                            dtc_pixel_min_chn2: float, dtc_pixel_min_chn3: float, batch_index: int) -> int:
     """Per-channel min in [0, 255] (stored as float16, as on the device)."""
     vals = (dtc_pixel_min_chn0, dtc_pixel_min_chn1, dtc_pixel_min_chn2, dtc_pixel_min_chn3)
-    return _per_channel(aipp_parms_set, "min_chn", tuple(float(v) for v in vals), batch_index)
+    return _per_channel(aipp_parms_set, "min_chn", tuple(_real(v, "min") for v in vals), batch_index)
 
 
 @api()
@@ -231,7 +243,7 @@ def set_aipp_pixel_var_reci(aipp_parms_set: int, dtc_pixel_var_reci_chn0: float,
                             dtc_pixel_var_reci_chn2: float, dtc_pixel_var_reci_chn3: float, batch_index: int) -> int:
     """Per-channel 1/variance in the float16 range (stored as float16)."""
     vals = (dtc_pixel_var_reci_chn0, dtc_pixel_var_reci_chn1, dtc_pixel_var_reci_chn2, dtc_pixel_var_reci_chn3)
-    return _per_channel(aipp_parms_set, "var_reci_chn", tuple(float(v) for v in vals), batch_index)
+    return _per_channel(aipp_parms_set, "var_reci_chn", tuple(_real(v, "var_reci") for v in vals), batch_index)
 
 
 # ---------------------------------------------------------------- the model side

@@ -238,6 +238,15 @@ def test_aipp_errors(acl_ready: int, aipp_om: Path, small_om: Path) -> None:
     assert f"batchSize[{2**40}]" in acl.get_recent_err_msg()
     assert acl.mdl.get_aipp_data_size(2**40)[1] == 0
     assert acl.mdl.destroy_aipp(huge) == 0
+    # a list or None where a number goes is a parse failure (TypeError), as pyACL raises; it was
+    # ACL_ERROR_INTERNAL_ERROR (500000: float([1]))
+    good, _ = _aipp_set(2, [0, 0])
+    for call in (lambda: acl.mdl.set_aipp_dtc_pixel_min(good, 0.0, [1], 0.0, 0.0, 0),
+                 lambda: acl.mdl.set_aipp_pixel_var_reci(good, None, 1.0, 1.0, 1.0, 0),
+                 lambda: acl.mdl.set_aipp_dtc_pixel_mean(good, (1,), 0, 0, 0, 0)):
+        with pytest.raises(TypeError):
+            call()
+    assert acl.mdl.set_aipp_dtc_pixel_min(good, 0.5, 1.0, 2.0, 0.0, 1) == 0
 
 
 def test_static_aipp_with_batch_gears_info(acl_ready: int, tmp_path: Path) -> None:
