@@ -11,6 +11,7 @@ return a value, not a code.
 from __future__ import annotations
 
 import itertools
+import math
 import threading
 import warnings
 from collections.abc import Callable
@@ -85,7 +86,7 @@ def ptr_to_numpy(ptr: int, shape: tuple[int, ...] | list[int], npy_type: int) ->
     if any(d < 0 for d in dims):
         raise ValueError(f"invalid shape {dims}")
     dt = NPY_TYPES[t]
-    n = int(np.prod(dims, dtype=np.int64)) * dt.itemsize
+    n = math.prod(dims) * dt.itemsize  # (np.prod wrapped around int64: "cannot reshape array of size 0")
     return _host_view(p, n).view(dt).reshape(dims)
 
 

@@ -60,6 +60,10 @@ def test_util_errors(acl_ready: int) -> None:
     p = acl.util.numpy_to_ptr(np.zeros(2, np.float32))
     with pytest.raises(ValueError, match="past the end"):
         acl.util.ptr_to_numpy(p, (3,), C.NPY_FLOAT32)
+    # a shape whose element count passes 2**63: np.prod wrapped around ("cannot reshape array of size 0")
+    for shape in ((2**62, 4), (2**32, 2**32), (2**62 + 1, 4)):
+        with pytest.raises(ValueError, match="past the end"):
+            acl.util.ptr_to_numpy(p, shape, C.NPY_FLOAT32)
     with pytest.raises(ValueError, match="type number"):
         acl.util.ptr_to_numpy(p, (1,), 99)
     with pytest.raises(TypeError):
