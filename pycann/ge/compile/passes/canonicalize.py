@@ -39,6 +39,7 @@ from pycann.ge.compile.passes.base import PassContext, PassResult
 from pycann.ge.compile.passes.canonicalize_act import ACT_REWRITES, SOFTMAX13_REWRITE, Rewrite
 from pycann.ge.compile.passes.pattern import GraphIndex, Rewrites, is_op
 from pycann.ge.ir import Graph, Node
+from pycann.ge.ir.arrays import owned_copy
 
 name = "Canonicalize"
 
@@ -62,7 +63,7 @@ def _fresh(g: Graph, base: str) -> str:
 
 def _const_name(g: Graph, base: str, value: np.ndarray) -> str:
     n = g.fresh_name(base)
-    arr = np.array(value, order="C", copy=True)  # not ascontiguousarray: it makes a 0-d array 1-d
+    arr = owned_copy(value)  # (a Gemm's transB weight: a tiled copy, ~6x numpy's for a transposed view)
     arr.flags.writeable = False
     g.initializers[n] = arr
     return n
