@@ -279,6 +279,8 @@ def tune_bank_dir(explicit: str = "") -> Path:
 
 
 _BANK_DIRS: dict[tuple[str, str], Path] = {}  # (the chosen path's text, HOME) -> tune_bank_dir's answer
+
+
 #: Accepted names in ``PYCANN_PROVIDERS``: the kernel providers (``kernels.providers.PROVIDERS``, which a
 #: test holds to this list; this module imports nothing of pycann's).
 PROVIDER_NAMES = ("numpy", "onednn", "torch")
