@@ -505,6 +505,9 @@ def _decode_job(channel_desc: int, data: int, size: int, output_desc: int, strea
                 decode: Callable[[bytes, np.ndarray, PicDesc], None], check_format: Callable[[int], Any]) -> int:
     _channel(channel_desc)
     ptr, n = as_int(data, "data"), as_int(size, "size")
+    if n == 0:  # CANN checks the input size at submission (aclError now, not at the stream's sync)
+        raise fault(C.ACL_ERROR_INVALID_PARAM, "the input data size is 0: pass the encoded image's "
+                                               "length in bytes (the file's size, > 0)")
     out = _pic(output_desc, "output_desc")
     try:
         check_format(out.format)

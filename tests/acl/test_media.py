@@ -298,3 +298,19 @@ def test_image_info_from_bytes_checks_the_size(acl_ready: int) -> None:
     for bad in (-5, len(data) + 1):
         assert M.dvpp_jpeg_get_image_info(data, bad)[3] == C.ACL_ERROR_INVALID_PARAM
         assert M.dvpp_jpeg_predict_dec_size(data, bad, NV12)[1] == C.ACL_ERROR_INVALID_PARAM
+
+
+def test_empty_input_is_refused_at_submission(dvpp: tuple[int, int]) -> None:
+    """A 0-byte JPEG/PNG is ACL_ERROR_INVALID_PARAM from the *_decode_async call itself (CANN checks the
+    size before queueing); nothing is queued, so the stream's sync succeeds and the output is untouched."""
+    ch, stream = dvpp
+    src = _to_dvpp(_jpeg(_scene(64, 64)))
+    out = _pic(NV12, 64, 64, 64, 64, 64 * 64 * 3 // 2)
+    rgb = _pic(RGB, 64, 64, 192, 64, 192 * 64)
+    assert M.dvpp_jpeg_decode_async(ch, src, 0, out, stream) == C.ACL_ERROR_INVALID_PARAM
+    assert M.dvpp_png_decode_async(ch, src, 0, rgb, stream) == C.ACL_ERROR_INVALID_PARAM
+    assert acl.rt.synchronize_stream(stream) == 0
+    assert (M.dvpp_get_pic_desc_ret_code(out), M.dvpp_get_pic_desc_width(out)) == (0, 64)
+    for d in (out, rgb):
+        assert M.dvpp_free(M.dvpp_get_pic_desc_data(d)) == 0 and M.dvpp_destroy_pic_desc(d) == 0
+    assert M.dvpp_free(src) == 0
