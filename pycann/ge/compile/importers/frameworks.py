@@ -41,7 +41,7 @@ def load_framework_model(framework: int, model: str | os.PathLike[str], weight: 
     if framework == Framework.TENSORFLOW:
         from pycann.ge.compile.importers.tensorflow import load_tensorflow
 
-        return load_tensorflow(model, out_nodes)
+        return load_tensorflow(model, out_nodes, input_shape or {})
     if framework == Framework.CAFFE:
         from pycann.ge.compile.importers.caffe import load_caffe
 

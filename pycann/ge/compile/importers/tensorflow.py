@@ -11,7 +11,8 @@ copies), so TensorFlow need not be installed. Steps:
    flow (Switch/Merge -> If, Enter/Merge/Switch/LoopCond/NextIteration/Exit -> Loop) is built
    by tensorflow_control.py.
 
-Graph inputs are the Placeholder names (``--input_shape "input:1,224,224,3"``), outputs keep
+Graph inputs are the Placeholder names (``--input_shape "input:1,224,224,3"``): those the outputs
+need and those ``--input_shape`` names (all of them when the outputs need none), outputs keep
 the TF tensor names (``logits/Softmax:0``). Layout: TF's NHWC is kept at the graph boundary;
 NHWC ops run as NCHW ONNX ops between Transposes that cancel along conv chains.
 """
@@ -20,7 +21,7 @@ from __future__ import annotations
 
 import os
 from collections import Counter
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
 import numpy as np
@@ -62,18 +63,21 @@ def supported_ops() -> list[str]:
     return sorted(set(CONVERTERS) | DRIVER_OPS)
 
 
-def load_tensorflow(path: str | os.PathLike[str], out_nodes: Sequence[tuple[str, int] | str] = ()) -> Graph:
+def load_tensorflow(path: str | os.PathLike[str], out_nodes: Sequence[tuple[str, int] | str] = (),
+                    inputs: Iterable[str] = ()) -> Graph:
     """Import a TensorFlow frozen graph.
 
     ``out_nodes``: ``(node name, output index)`` pairs (atc's ``--out_nodes``) or TensorFlow tensor
     names (``"name:0"``) choosing the outputs and their order; default: every node whose outputs
-    nobody reads, in GraphDef order.
+    nobody reads, in GraphDef order. ``inputs``: Placeholder names the user declared (atc's
+    ``--input_shape`` names): each stays a model input even when no output needs it (see
+    ``_kept_placeholders``).
     Raises ``ModelError`` (unreadable/unfrozen graph, a constant input computed at run time),
     ``UnsupportedOpError`` (E19010, naming every unsupported node at once), ``OptionError``
     (E10016: an ``out_nodes`` name that is not in the graph, or an entry of neither form).
     """
     gd = read_graph_def(path)
-    return import_graph_def(gd, out_nodes)
+    return import_graph_def(gd, out_nodes, inputs)
 
 
 def _default_outputs(nodes: dict[str, Any], builder: control.Builder) -> list[tuple[str, int]]:
@@ -117,7 +121,20 @@ def _out_node(entry: Any) -> tuple[str, int]:
                       "tensor name 'node:index'", code="E10016")
 
 
-def import_graph_def(gd: Any, out_nodes: Sequence[tuple[str, int] | str] = ()) -> Graph:
+def _kept_placeholders(nodes: dict[str, Any], needed: set[str], declared: Iterable[str]) -> set[str]:
+    """Placeholders that stay model inputs though no output needs them (GE keeps Data nodes its prune
+    pass would drop, so the .om's inputs are what the user feeds): those the user declared
+    (``--input_shape``) and, when the outputs need no Placeholder at all (constant-only paths), every
+    Placeholder; an .om without inputs from a graph that has them would silently ignore the feeds."""
+    placeholders = [name for name, n in nodes.items() if n.op == "Placeholder"]
+    wanted = set(declared)
+    kept = {p for p in placeholders if p in wanted}
+    if not kept and not any(p in needed for p in placeholders):
+        kept = set(placeholders)
+    return kept
+
+
+def import_graph_def(gd: Any, out_nodes: Sequence[tuple[str, int] | str] = (), inputs: Iterable[str] = ()) -> Graph:
     """A ``GraphDef`` message -> ``Graph`` (see ``load_tensorflow``)."""
     nodes = {n.name: n for n in gd.node}
     if len(nodes) != len(gd.node):
@@ -134,6 +151,7 @@ def import_graph_def(gd: Any, out_nodes: Sequence[tuple[str, int] | str] = ()) -
             raise OptionError(f"E10016: node [{name}] in --out_nodes is not in the TensorFlow graph", code="E10016")
     needed = _needed(nodes, [n for n, _ in outs])
     needed |= control.loop_closure(nodes, needed)
+    needed |= _kept_placeholders(nodes, needed, inputs)
     check_frozen(gd, needed)
     library = {f.signature.name: f for f in gd.library.function}
     bad = [f"{n} ({nodes[n].op})" for n in sorted(needed) if nodes[n].op not in CONVERTERS
