@@ -154,10 +154,33 @@ def _feeds(batch: Batch, names: list[str]) -> dict[str, np.ndarray]:
     return {n: np.asarray(a) for n, a in zip(names, arrays)}
 
 
+def _refuse_nan(layers: list[Layer], values: dict[str, np.ndarray], feeds: dict[str, np.ndarray],
+                batch: int) -> None:
+    """``InputError`` naming the first layer (graph order) whose input activation holds NaN in this
+    batch, and whether the batch itself held NaN: the observers skip non-finite values, so NaN
+    would otherwise calibrate a scale from what is left (1.0 when nothing is) without a word."""
+    for lay in layers:
+        x = np.asarray(values[lay.activation])
+        if x.dtype.kind != "f":
+            continue
+        nan = int(np.count_nonzero(np.isnan(x)))
+        if not nan:
+            continue
+        bad_in = [n for n, v in feeds.items() if np.asarray(v).dtype.kind in "fc" and np.isnan(v).any()]
+        cause = (f"the batch's input(s) {bad_in} hold NaN: clean the calibration data" if bad_in else
+                 "the batch's inputs are NaN-free, so the model computes the NaN before this layer "
+                 "(a log/sqrt/division of bad values?): check the preprocessing and the model")
+        raise InputError(f"AMCT calibration batch {batch}: layer {lay.name!r} ({lay.op_type}): its input tensor "
+                         f"{lay.activation!r} holds {nan} NaN of {x.size} values; {cause}. A NaN activation "
+                         "has no quantisation range, so no scale is recorded")
+
+
 def calibrate(modified_onnx_file: str, batches: Iterable[Batch], record_file: str | None = None) -> dict[str, Any]:
     """Run ``batch_num`` batches (dicts by input name, lists of arrays, or one array for a
     single-input model) through the modified model with pycann, and write the record file.
-    Returns the record. Raises ``InputError`` when fewer batches than ``batch_num`` come."""
+    Returns the record. Raises ``InputError`` when fewer batches than ``batch_num`` come, and when a
+    quantised layer's input activation holds NaN (naming the layer, tensor and batch) or never holds
+    a finite value."""
     from pycann.ge.compile.compiler import compile_model
     from pycann.ge.run.model import LoadedModel
 
@@ -174,12 +197,20 @@ def calibrate(modified_onnx_file: str, batches: Iterable[Batch], record_file: st
     for batch in batches:
         if seen >= cfg.batch_num:
             break
-        values = dict(zip(outs, lm.run_dict(_feeds(batch, names))))
+        feeds = _feeds(batch, names)
+        values = dict(zip(outs, lm.run_dict(feeds)))
+        _refuse_nan(layers, values, feeds, seen)
         for act, obs in observers.items():
             obs.update(values[act])
         seen += 1
     if seen < cfg.batch_num:
         raise InputError(f"AMCT calibration needs batch_num={cfg.batch_num} batches, got {seen}")
+    for lay in layers:
+        if observers[lay.activation].hist is None:  # only +-inf seen: no range to quantise into
+            raise InputError(f"AMCT calibration: layer {lay.name!r} ({lay.op_type}): its input tensor "
+                             f"{lay.activation!r} had no finite value in {seen} batch(es) (all +-inf): its "
+                             "quantisation scale cannot be calibrated; check the calibration data and "
+                             "preprocessing, or skip the layer (skip_layers)")
     record: dict[str, Any] = {"version": 1, "batch_num": seen, "layers": {}}
     for lay in layers:
         lc = cfg.layers.get(lay.name, LayerConfig())

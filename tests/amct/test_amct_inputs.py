@@ -11,7 +11,7 @@ import pytest
 from onnx import TensorProto, helper, numpy_helper
 
 from pycann import amct
-from pycann.errors import ModelError, OptionError
+from pycann.errors import InputError, ModelError, OptionError
 
 ort = pytest.importorskip("onnxruntime")
 RNG = np.random.default_rng(11)
@@ -174,3 +174,44 @@ def test_compare_models_with_other_outputs_is_one_clear_error(tmp_path: Path) ->
     with pytest.raises(ModelError, match="the reference has 1 outputs, the candidate 2"):
         amct.compare_models(str(a), str(tmp_path / "two.onnx"), x)
     assert amct.compare_models(str(a), str(a), x).cosine == pytest.approx(1.0)
+
+
+def _nan_flow(tmp_path: Path, model: Path, batches: list[np.ndarray]) -> Path:
+    cfg, mod, rec = tmp_path / "cfg.json", tmp_path / "mod.onnx", tmp_path / "rec.txt"
+    amct.create_quant_config(str(cfg), str(model), batch_num=len(batches))
+    amct.quantize_model(str(cfg), str(model), str(mod), str(rec))
+    return mod
+
+
+def test_nan_calibration_data_is_an_error_naming_the_layer(tmp_path: Path) -> None:
+    """All-NaN batches calibrated scale 1.0 (the observers skip non-finite values) and save_model
+    wrote a quantised model without a word; now calibrate refuses, naming layer, tensor and batch."""
+    mod = _nan_flow(tmp_path, _gemm(tmp_path / "g.onnx", (6,)), [np.zeros((4, 5), np.float32)] * 2)
+    good = RNG.normal(size=(4, 5)).astype(np.float32)
+    with pytest.raises(InputError, match=r"batch 0: layer 'g' \(Gemm\): its input tensor 'x' holds 20 NaN of 20 "
+                                         r"values; the batch's input\(s\) \['x'\] hold NaN"):
+        amct.calibrate(str(mod), [np.full((4, 5), np.nan, np.float32), good])
+    one = good.copy()
+    one[2, 3] = np.nan
+    with pytest.raises(InputError, match=r"batch 1: layer 'g'.*holds 1 NaN of 20"):
+        amct.calibrate(str(mod), [good, one])
+    assert not (tmp_path / "rec.txt").exists()  # no record written
+    with pytest.raises(InputError, match=r"layer 'g' \(Gemm\): its input tensor 'x' had no finite value in 2 "):
+        amct.calibrate(str(mod), [np.full((4, 5), np.inf, np.float32)] * 2)
+    rec = amct.calibrate(str(mod), [good, good])  # finite data still calibrates: scale = max|x| / 127
+    assert rec["layers"]["g"]["range"][1] == pytest.approx(float(good.max()), rel=1e-2)
+
+
+def test_nan_computed_inside_the_model_names_the_layer(tmp_path: Path) -> None:
+    """NaN-free data whose Log (of negatives) feeds the Gemm: the error says the model made the NaN."""
+    w = numpy_helper.from_array(RNG.normal(size=(6, 5)).astype(np.float32), "W")
+    nodes = [helper.make_node("Log", ["x"], ["lx"], name="log"),
+             helper.make_node("Gemm", ["lx", "W"], ["y"], name="fc", transB=1)]
+    model = _save(tmp_path / "l.onnx", nodes, helper.make_tensor_value_info("x", TensorProto.FLOAT, [4, 5]),
+                  helper.make_tensor_value_info("y", TensorProto.FLOAT, [4, 6]), [w])
+    mod = _nan_flow(tmp_path, model, [np.zeros((4, 5), np.float32)])
+    x = np.abs(RNG.normal(size=(4, 5))).astype(np.float32) + 0.1
+    x[0, :2] = -1.0
+    with pytest.raises(InputError, match=r"layer 'fc' \(Gemm\): its input tensor 'lx' holds 2 NaN of 20 values; "
+                                         r"the batch's inputs are NaN-free"):
+        amct.calibrate(str(mod), [x])
