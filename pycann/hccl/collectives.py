@@ -10,6 +10,7 @@ backend and the C-style API make them so.
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -45,16 +46,28 @@ def dtype_name(t: torch.Tensor) -> str:
 
 
 class Pending:
-    """A launched collective; ``wait()`` blocks until it is done (raising the diagnosed error)."""
+    """A collective, launched or queued for launch (``start``); ``wait()`` blocks until it is done
+    (raising the diagnosed error, or the signature exchange's mismatch)."""
 
     def __init__(self, comm: Communicator, sig: CallSignature, work: Any = None,
-                 finish: Callable[[], None] | None = None) -> None:
+                 finish: Callable[[], None] | None = None, queued: bool = False) -> None:
         self.comm, self.sig, self.work, self.finish = comm, sig, work, finish
         self.completed = False
-        if work is not None:
-            comm.track(self)
+        self.error: HcclError | None = None
+        self.ready = threading.Event()  # set once the exchange is done and gloo's work launched (or failed)
+        if not queued:
+            self.ready.set()
+            if work is not None:
+                comm.track(self)
+
+    def launched(self) -> None:
+        """Wait for the launch (the signature exchange, then gloo's work); raise its error."""
+        self.ready.wait()
+        if self.error is not None:
+            raise self.error
 
     def wait(self) -> None:
+        self.launched()
         if self.work is not None and not self.completed:
             self.comm.wait(self.work, self.sig)
         self.complete()
@@ -71,6 +84,31 @@ class Pending:
     def failed(self, error: BaseException) -> BaseException:
         """The diagnosed error for gloo's ``error`` (breaks the communicator)."""
         return self.comm._break(self.comm.diagnose(self.sig, error))
+
+
+def start(comm: Communicator, coll: Collective, dtype: str = "", count: int = 0, shape: Sequence[int] = (),
+          op: int = -1, root: int = -1, refuse: HcclError | None = None,
+          launch: Callable[[CallSignature], Any] | None = None, finish: Callable[[], None] | None = None) -> Pending:
+    """Number the call now and queue its signature exchange and ``launch(sig)`` (gloo's work, or
+    ``None``) on the communicator's launcher thread (``Communicator.submit``); returns at once. A
+    mismatch, a refusal or a launch failure is raised by the ``Pending``'s ``wait``."""
+    sig = comm.open(coll, dtype, count, shape, op, root, refuse)
+    p = Pending(comm, sig, None, finish, queued=True)
+
+    def job() -> None:
+        try:
+            comm.exchange(sig, refuse)
+            p.work = launch(sig) if launch is not None else None
+            if p.work is not None:
+                comm.track(p)
+        except HcclError as e:
+            p.error = e
+        except Exception as e:  # noqa: BLE001 - gloo refused to launch: diagnosed, breaks the communicator
+            p.error = comm._break(comm.diagnose(sig, e))
+        finally:
+            p.ready.set()
+    comm.submit(job)
+    return p
 
 
 def _require(t: torch.Tensor, what: str) -> None:
@@ -139,27 +177,30 @@ def _then(*steps: Callable[[], None] | None) -> Callable[[], None] | None:
 def all_reduce(comm: Communicator, t: torch.Tensor, op: HcclReduceOp) -> Pending:
     """In place: every rank's ``t`` becomes the reduction of all ranks' ``t`` (``HcclAllReduce``)."""
     bad = _refusal(lambda: _check(Collective.ALL_REDUCE, [t], op))
-    sig = comm.begin(Collective.ALL_REDUCE, dtype_name(t), t.numel(), t.shape, int(op), refuse=bad)
+    if bad is not None:
+        return start(comm, Collective.ALL_REDUCE, dtype_name(t), t.numel(), t.shape, int(op), refuse=bad)
     g, back = _reducible(t)
     o = AllreduceOptions()
     o.reduceOp = _GLOO_OPS[op]
-    return Pending(comm, sig, comm.pg.allreduce([g], o), back)
+    return start(comm, Collective.ALL_REDUCE, dtype_name(t), t.numel(), t.shape, int(op),
+                 launch=lambda sig: comm.pg.allreduce([g], o), finish=back)
 
 
 def broadcast(comm: Communicator, t: torch.Tensor, root: int) -> Pending:
     """In place: every rank's ``t`` becomes rank ``root``'s (``HcclBroadcast``)."""
     bad = _refusal(lambda: _check(Collective.BROADCAST, [t]), lambda: _root(comm, root, Collective.BROADCAST))
-    sig = comm.begin(Collective.BROADCAST, dtype_name(t), t.numel(), t.shape, root=root, refuse=bad)
     o = BroadcastOptions()
     o.rootRank, o.rootTensor = root, 0
-    return Pending(comm, sig, comm.pg.broadcast([_bytes(t)], o))
+    return start(comm, Collective.BROADCAST, dtype_name(t), t.numel(), t.shape, root=root, refuse=bad,
+                 launch=lambda sig: comm.pg.broadcast([_bytes(t)], o))
 
 
 def reduce(comm: Communicator, t: torch.Tensor, op: HcclReduceOp, root: int) -> Pending:
     """In place on ``root``: the reduction of all ranks' ``t`` (``HcclReduce``); other ranks'
     ``t`` is left as it was."""
     bad = _refusal(lambda: _check(Collective.REDUCE, [t], op), lambda: _root(comm, root, Collective.REDUCE))
-    sig = comm.begin(Collective.REDUCE, dtype_name(t), t.numel(), t.shape, int(op), root, refuse=bad)
+    if bad is not None:
+        return start(comm, Collective.REDUCE, dtype_name(t), t.numel(), t.shape, int(op), root, refuse=bad)
     g, back = _reducible(t)
     keep = t.clone() if comm.rank != root else None  # gloo may scribble on non-root buffers
     o = ReduceOptions()
@@ -170,7 +211,8 @@ def reduce(comm: Communicator, t: torch.Tensor, op: HcclReduceOp, root: int) -> 
             t.copy_(keep)
         elif back is not None:
             back()
-    return Pending(comm, sig, comm.pg.reduce([g], o), finish)
+    return start(comm, Collective.REDUCE, dtype_name(t), t.numel(), t.shape, int(op), root,
+                 launch=lambda sig: comm.pg.reduce([g], o), finish=finish)
 
 
 def _parts_fit(whole: torch.Tensor | Sequence[torch.Tensor], parts: Sequence[torch.Tensor], size: int, each: int,
@@ -193,11 +235,14 @@ def all_gather(comm: Communicator, out: torch.Tensor | Sequence[torch.Tensor], t
     outs = [out] if isinstance(out, torch.Tensor) else list(out)
     bad = _refusal(lambda: _check(Collective.ALL_GATHER, [t, *outs]),
                    lambda: _parts_fit(out, outs, comm.size, t.numel(), "HcclAllGather output"))
-    sig = comm.begin(Collective.ALL_GATHER, dtype_name(t), t.numel(), t.shape, refuse=bad)
-    if isinstance(out, torch.Tensor):
-        return Pending(comm, sig, comm.pg._allgather_base(_flat_bytes(out), _flat_bytes(t)))
-    return Pending(comm, sig, comm.pg.allgather([[_flat_bytes(o) for o in outs]], [_flat_bytes(t)],
-                                                AllgatherOptions()))
+    if bad is not None:
+        return start(comm, Collective.ALL_GATHER, dtype_name(t), t.numel(), t.shape, refuse=bad)
+
+    def launch(sig: CallSignature) -> Any:
+        if isinstance(out, torch.Tensor):
+            return comm.pg._allgather_base(_flat_bytes(out), _flat_bytes(t))
+        return comm.pg.allgather([[_flat_bytes(o) for o in outs]], [_flat_bytes(t)], AllgatherOptions())
+    return start(comm, Collective.ALL_GATHER, dtype_name(t), t.numel(), t.shape, launch=launch)
 
 
 def reduce_scatter(comm: Communicator, out: torch.Tensor, inp: torch.Tensor | Sequence[torch.Tensor],
@@ -208,7 +253,8 @@ def reduce_scatter(comm: Communicator, out: torch.Tensor, inp: torch.Tensor | Se
     ins = [inp] if isinstance(inp, torch.Tensor) else list(inp)
     bad = _refusal(lambda: _check(Collective.REDUCE_SCATTER, [out, *ins], op),
                    lambda: _parts_fit(inp, ins, comm.size, out.numel(), "HcclReduceScatter input"))
-    sig = comm.begin(Collective.REDUCE_SCATTER, dtype_name(out), out.numel(), out.shape, int(op), refuse=bad)
+    if bad is not None:
+        return start(comm, Collective.REDUCE_SCATTER, dtype_name(out), out.numel(), out.shape, int(op), refuse=bad)
     if isinstance(inp, torch.Tensor):
         chunks = list(inp.reshape(-1).chunk(comm.size))
     else:
@@ -218,7 +264,8 @@ def reduce_scatter(comm: Communicator, out: torch.Tensor, inp: torch.Tensor | Se
     o = ReduceScatterOptions()
     o.reduceOp = _GLOO_OPS[op]
     flat = g.reshape(-1)
-    return Pending(comm, sig, comm.pg.reduce_scatter([flat], [src], o), back)
+    return start(comm, Collective.REDUCE_SCATTER, dtype_name(out), out.numel(), out.shape, int(op),
+                 launch=lambda sig: comm.pg.reduce_scatter([flat], [src], o), finish=back)
 
 
 def all_to_all(comm: Communicator, out: torch.Tensor, inp: torch.Tensor,
@@ -233,8 +280,8 @@ def all_to_all(comm: Communicator, out: torch.Tensor, inp: torch.Tensor,
                 raise HcclError(HcclResult.HCCL_E_PARA, f"HcclAlltoAll: input of {inp.numel()} and output of "
                                 f"{out.numel()} elements must be equal and divisible by {comm.size} ranks")
         bad = _refusal(lambda: _check(Collective.ALL_TO_ALL, [out, inp]), equal)
-        sig = comm.begin(Collective.ALL_TO_ALL, dt, inp.numel() // comm.size, inp.shape, refuse=bad)
-        return Pending(comm, sig, comm.pg.alltoall_base(_bytes(out), _bytes(inp), [], [], AllToAllOptions()))
+        return start(comm, Collective.ALL_TO_ALL, dt, inp.numel() // comm.size, inp.shape, refuse=bad,
+                     launch=lambda sig: comm.pg.alltoall_base(_bytes(out), _bytes(inp), [], [], AllToAllOptions()))
     sc = list(send_counts) if send_counts is not None else [inp.shape[0] // comm.size] * comm.size
     rc = list(recv_counts) if recv_counts is not None else [out.shape[0] // comm.size] * comm.size
 
@@ -245,16 +292,8 @@ def all_to_all(comm: Communicator, out: torch.Tensor, inp: torch.Tensor,
             raise HcclError(HcclResult.HCCL_E_PARA, f"HcclAlltoAllV: counts {sc} / {rc} exceed the input "
                             f"({inp.shape[0]}) or output ({out.shape[0]}) rows")
     bad = _refusal(lambda: _check(Collective.ALL_TO_ALL, [out, inp]), counts)
-    sig = comm.begin(Collective.ALL_TO_ALL_V, dt, sum(sc), inp.shape, refuse=bad)
-    if comm.check and comm.size > 1:
-        mine = torch.tensor(sc + rc, dtype=torch.int64)
-        table = torch.empty(comm.size * 2 * comm.size, dtype=torch.int64)
-        comm.wait(comm.pg._allgather_base(table, mine), sig)
-        rows = table.view(comm.size, 2, comm.size).tolist()
-        problem = check_alltoallv([r[0] for r in rows], [r[1] for r in rows])
-        if problem is not None:
-            comm.done(sig)
-            raise HcclMismatch(f"rank {comm.rank}: {sig.describe()}: {problem}")
+    if bad is not None:
+        return start(comm, Collective.ALL_TO_ALL_V, dt, sum(sc), inp.shape, refuse=bad)
     if inp.dtype not in GLOO_NATIVE:  # splits count rows, which a byte view keeps
         width = inp.element_size()
         gin, gout = inp.view(torch.uint8), out.view(torch.uint8)
@@ -262,7 +301,19 @@ def all_to_all(comm: Communicator, out: torch.Tensor, inp: torch.Tensor,
             gin, gout = gin.view(-1, width), gout.view(-1, width)
     else:
         gin, gout = inp, out
-    return Pending(comm, sig, comm.pg.alltoall_base(gout, gin, rc, sc, AllToAllOptions()))
+
+    def launch(sig: CallSignature) -> Any:
+        if comm.check and comm.size > 1:  # every rank's counts, checked before the data moves
+            mine = torch.tensor(sc + rc, dtype=torch.int64)
+            table = torch.empty(comm.size * 2 * comm.size, dtype=torch.int64)
+            comm.wait(comm.pg._allgather_base(table, mine), sig)
+            rows = table.view(comm.size, 2, comm.size).tolist()
+            problem = check_alltoallv([r[0] for r in rows], [r[1] for r in rows])
+            if problem is not None:
+                comm.done(sig)
+                raise HcclMismatch(f"rank {comm.rank}: {sig.describe()}: {problem}")
+        return comm.pg.alltoall_base(gout, gin, rc, sc, AllToAllOptions())
+    return start(comm, Collective.ALL_TO_ALL_V, dt, sum(sc), inp.shape, launch=launch)
 
 
 def all_to_all_list(comm: Communicator, outs: Sequence[torch.Tensor], ins: Sequence[torch.Tensor]) -> Pending:
@@ -292,12 +343,11 @@ def gather(comm: Communicator, outs: Sequence[torch.Tensor] | None, t: torch.Ten
     bad = _refusal(lambda: _root(comm, root, Collective.GATHER),
                    lambda: _check(Collective.GATHER, [t, *(outs or [])]),
                    lambda: _root_list(comm, root, outs, t, "gather output list"))
-    sig = comm.begin(Collective.GATHER, dtype_name(t), t.numel(), t.shape, root=root, refuse=bad)
     o = GatherOptions()
     o.rootRank = root
-    if comm.rank == root and outs is not None:
-        return Pending(comm, sig, comm.pg.gather([[_flat_bytes(x) for x in outs]], [_flat_bytes(t)], o))
-    return Pending(comm, sig, comm.pg.gather([], [_flat_bytes(t)], o))
+    targets = [[_flat_bytes(x) for x in outs]] if bad is None and comm.rank == root and outs is not None else []
+    return start(comm, Collective.GATHER, dtype_name(t), t.numel(), t.shape, root=root, refuse=bad,
+                 launch=lambda sig: comm.pg.gather(targets, [_flat_bytes(t)], o))
 
 
 def scatter(comm: Communicator, t: torch.Tensor, ins: Sequence[torch.Tensor] | None, root: int) -> Pending:
@@ -306,21 +356,18 @@ def scatter(comm: Communicator, t: torch.Tensor, ins: Sequence[torch.Tensor] | N
     bad = _refusal(lambda: _root(comm, root, Collective.SCATTER),
                    lambda: _check(Collective.SCATTER, [t, *(ins or [])]),
                    lambda: _root_list(comm, root, ins, t, "scatter input list"))
-    sig = comm.begin(Collective.SCATTER, dtype_name(t), t.numel(), t.shape, root=root, refuse=bad)
     o = ScatterOptions()
     o.rootRank = root
-    if comm.rank == root and ins is not None:
-        return Pending(comm, sig, comm.pg.scatter([_flat_bytes(t)], [[_flat_bytes(x) for x in ins]], o))
-    return Pending(comm, sig, comm.pg.scatter([_flat_bytes(t)], [], o))
+    sources = [[_flat_bytes(x) for x in ins]] if bad is None and comm.rank == root and ins is not None else []
+    return start(comm, Collective.SCATTER, dtype_name(t), t.numel(), t.shape, root=root, refuse=bad,
+                 launch=lambda sig: comm.pg.scatter([_flat_bytes(t)], sources, o))
 
 
 def barrier(comm: Communicator) -> Pending:
     """Returns when every rank has called it (``HcclBarrier``); the signature all-gather is the
     barrier itself when checks are on."""
-    sig = comm.begin(Collective.BARRIER)
-    if comm.check and comm.size > 1:
-        return Pending(comm, sig)
-    return Pending(comm, sig, comm.pg.barrier())
+    checked = comm.check and comm.size > 1
+    return start(comm, Collective.BARRIER, launch=lambda sig: None if checked else comm.pg.barrier())
 
 
 def send(comm: Communicator, t: torch.Tensor, dst: int, tag: int = 0) -> Pending:

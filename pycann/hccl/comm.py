@@ -23,6 +23,7 @@ TCP); this module adds what HCCL users miss most:
 from __future__ import annotations
 
 import atexit
+import collections
 import os
 import socket
 import threading
@@ -110,6 +111,9 @@ class Communicator:
         self._call = "(no collective yet)"
         self._beat = 0
         self._stop = threading.Event()
+        self._jobs: collections.deque[Callable[[], None] | None] = collections.deque()
+        self._jobs_cv = threading.Condition()
+        self._launcher: threading.Thread | None = None
         self._join()
         # HCCL_SOCKET_IFNAME picks the host NIC in CANN; gloo reads GLOO_SOCKET_IFNAME for the same
         launcher = config.launcher_env()
@@ -205,44 +209,102 @@ class Communicator:
     # ------------------------------------------------------------------ calls
     def begin(self, coll: Collective, dtype: str = "", count: int = 0, shape: Sequence[int] = (),
               op: int = -1, root: int = -1, refuse: HcclError | None = None) -> CallSignature:
-        """Start call number ``seq + 1``: fails fast on a broken communicator, then (checks on)
-        all-gathers the signatures and raises ``HcclMismatch`` if the ranks disagree.
+        """Start call number ``seq + 1`` and wait for its signature exchange (``open`` then
+        ``exchange``, after every call ``submit`` queued before it has launched): fails fast on a
+        broken communicator, then (checks on) raises ``HcclMismatch`` if the ranks disagree.
 
         ``refuse`` is this rank's own verdict on its arguments (bad dtype, op, sizes, root), found
         before any data moves. The rank still takes part in the exchange, flagged, and every rank
         raises at once: this one ``refuse``, the others an ``HcclMismatch`` naming it. Raised
         before the exchange instead, the peers would wait out ``HCCL_EXEC_TIMEOUT`` in a call it
         never makes, or pair it with its next call. With checks off ``refuse`` is raised here."""
-        if self.broken is not None:
-            raise HcclError(self.broken.code, f"communicator {self.name} is unusable since an earlier "
-                            f"failure (destroy it and create a new one): {self.broken.detail}")
+        self.drain()
+        sig = self.open(coll, dtype, count, shape, op, root, refuse)
+        self.exchange(sig, refuse)
+        return sig
+
+    def open(self, coll: Collective, dtype: str = "", count: int = 0, shape: Sequence[int] = (),
+             op: int = -1, root: int = -1, refuse: HcclError | None = None) -> CallSignature:
+        """Number call ``seq + 1`` (in issue order, on the caller's thread) without exchanging
+        anything; raises at once on a broken or destroyed communicator, and ``refuse`` with checks off."""
+        self._check_usable()
         if refuse is not None and not (self.check and self.size > 1):
             raise refuse
-        self.check_alive()
         self.seq += 1
         sig = CallSignature(self.seq, coll, dtype, int(count), tuple(int(s) for s in shape), int(op), int(root),
                             refused=refuse is not None)
         self._call, self._state = sig.describe(), "running"
-        if self.check and self.size > 1:
-            mine = torch.tensor(sig.encode(), dtype=torch.int64)
-            table = torch.empty(self.size * HEADER_LEN, dtype=torch.int64)
-            self.wait(self.pg._allgather_base(table, mine), sig)
-            rows = table.view(self.size, HEADER_LEN).tolist()
-            try:
-                sigs = [CallSignature.decode(r) for r in rows]
-            except ValueError as e:
-                raise self._break(HcclMismatch(f"{sig.describe()}: a peer sent a corrupt header ({e})")) from None
-            problem = find_mismatch(sigs, self.name)
-            refusers = [r for r, s in enumerate(sigs) if s.refused]
-            if problem is None and refusers:
-                problem = (f"{sig.describe()}: rank {', '.join(map(str, refusers))} refused the call (its "
-                           "arguments are invalid there, see its error); no data moved")
-            if problem is not None:
-                self._state = "done"
-                if refuse is not None:
-                    raise refuse
-                raise HcclMismatch(f"rank {self.rank}: {problem}")
         return sig
+
+    def _check_usable(self) -> None:
+        if self.broken is not None:
+            raise HcclError(self.broken.code, f"communicator {self.name} is unusable since an earlier "
+                            f"failure (destroy it and create a new one): {self.broken.detail}")
+        self.check_alive()
+
+    def exchange(self, sig: CallSignature, refuse: HcclError | None = None) -> None:
+        """All-gather the ranks' signatures of ``sig``'s call (checks on, more than one rank) and
+        raise ``HcclMismatch`` (or ``refuse`` on the refusing rank) if they disagree."""
+        self._check_usable()
+        if not (self.check and self.size > 1):
+            return
+        mine = torch.tensor(sig.encode(), dtype=torch.int64)
+        table = torch.empty(self.size * HEADER_LEN, dtype=torch.int64)
+        self.wait(self.pg._allgather_base(table, mine), sig)
+        rows = table.view(self.size, HEADER_LEN).tolist()
+        try:
+            sigs = [CallSignature.decode(r) for r in rows]
+        except ValueError as e:
+            raise self._break(HcclMismatch(f"{sig.describe()}: a peer sent a corrupt header ({e})")) from None
+        problem = find_mismatch(sigs, self.name)
+        refusers = [r for r, s in enumerate(sigs) if s.refused]
+        if problem is None and refusers:
+            problem = (f"{sig.describe()}: rank {', '.join(map(str, refusers))} refused the call (its "
+                       "arguments are invalid there, see its error); no data moved")
+        if problem is not None:
+            self._state = "done"
+            if refuse is not None:
+                raise refuse
+            raise HcclMismatch(f"rank {self.rank}: {problem}")
+
+    # ------------------------------------------------------------------ ordered launches
+    def submit(self, job: Callable[[], None]) -> None:
+        """Run ``job`` (which must not raise) on this communicator's launcher thread, after every
+        job submitted before it. Collectives launch there (signature exchange, then gloo's work),
+        so a call returns at once, as an async HCCL call does, and gloo still sees every rank's
+        collectives in issue order (it pairs them by a counter). Two communicators used in
+        opposite orders on two ranks then proceed instead of each rank blocking in the other's
+        exchange."""
+        with self._jobs_cv:
+            if self._launcher is None:
+                self._launcher = threading.Thread(target=self._launch_loop, name=f"hccl-launch-{self.name}",
+                                                  daemon=True)
+                self._launcher.start()
+            self._jobs.append(job)
+            self._jobs_cv.notify_all()
+
+    def _launch_loop(self) -> None:
+        while True:
+            with self._jobs_cv:
+                while not self._jobs:
+                    self._jobs_cv.wait()
+                job = self._jobs[0]
+            if job is None:
+                return
+            try:
+                job()
+            finally:
+                with self._jobs_cv:
+                    self._jobs.popleft()
+                    self._jobs_cv.notify_all()
+
+    def drain(self) -> None:
+        """Wait until every submitted job has run (their gloo works launched, maybe not done)."""
+        if self._launcher is None or self._launcher is threading.current_thread():
+            return
+        with self._jobs_cv:
+            while self._jobs and self._launcher.is_alive():
+                self._jobs_cv.wait(0.1)
 
     def _break(self, err: HcclError) -> HcclError:
         self.broken = self.broken or err
@@ -324,6 +386,14 @@ class Communicator:
                 self.pg.shutdown()
             except Exception:  # noqa: BLE001 - a broken group may not shut down cleanly
                 pass
+            with self._jobs_cv:  # the launcher ends after the jobs queued (they fail: destroyed)
+                self._jobs.append(None)
+                self._jobs_cv.notify_all()
+            launcher = self._launcher
+            if launcher is not None and launcher is not threading.current_thread():
+                # a job may be inside gloo (an exchange): a thread left there while Python
+                # finalizes aborts the process, as gloo's workers would (see _destroy_all)
+                launcher.join(timeout=drain_timeout if self.broken is None else 1.0)
         if self.pg is None or isinstance(threading.current_thread(), threading._DummyThread):
             return
         if self._drained(drain_timeout if first and self.broken is None else 0.0):

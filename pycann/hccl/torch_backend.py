@@ -126,6 +126,7 @@ class HcclWork(dist._Work):
 
     def _finish(self) -> None:
         if not self._done:
+            self.pending.launched()  # the signature exchange's mismatch, or a refusal, raises here
             if self.pending.work is not None:
                 self.pending.comm.wait(self.pending.work, self.pending.sig)
             self._complete()
@@ -153,6 +154,8 @@ class HcclWork(dist._Work):
         ``wait()`` raises its error."""
         if self._done:
             return True
+        if not self.pending.ready.is_set():  # still queued for launch (Communicator.submit)
+            return False
         work = self.pending.work
         if work is not None and not work.is_completed():
             fut = _gloo_future(work)
@@ -180,8 +183,13 @@ class HcclWork(dist._Work):
 
     def get_future(self) -> torch.futures.Future:
         if self._fut is None:
+            self.pending.ready.wait()  # launched (or refused): gloo's work to chain on exists now
             work = self.pending.work
-            if work is None or _gloo_future(work) is None:  # none to chain on: finish it now
+            if self.pending.error is not None:
+                failed: torch.futures.Future = torch.futures.Future()
+                failed.set_exception(self.pending.error)
+                self._fut = failed
+            elif work is None or _gloo_future(work) is None:  # none to chain on: finish it now
                 self._finish()
                 fut: torch.futures.Future = torch.futures.Future()
                 fut.set_result(self.outputs)

@@ -73,6 +73,7 @@ def test_destroy_inside_a_gloo_callback_leaves_the_release_to_a_later_call() -> 
         c0, c1 = ex.map(lambda r: Communicator(store, r, 2, name="exit-test-2", connect_timeout=10,
                                                exec_timeout=10, check=False), range(2))
     p0 = C.all_reduce(c0, torch.ones(3), HcclReduceOp.HCCL_REDUCE_SUM)
+    p0.launched()  # gloo's work exists once the launcher thread has started it (checks off: no exchange)
     assert not p0.work.is_completed()  # rank 1 has not joined yet
     done = p0.work.get_future().then(lambda f: c0.destroy())  # so this runs on gloo's worker thread
     C.all_reduce(c1, torch.ones(3), HcclReduceOp.HCCL_REDUCE_SUM).wait()
