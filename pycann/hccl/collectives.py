@@ -375,7 +375,10 @@ def send(comm: Communicator, t: torch.Tensor, dst: int, tag: int = 0) -> Pending
     _check(Collective.SEND, [t])
     _peer(comm, dst, "HcclSend destination")
     sig = CallSignature(comm.seq, Collective.SEND, dtype_name(t), t.numel(), tuple(t.shape), root=dst)
-    return _p2p(comm, sig, lambda: comm.pg.send([_bytes(t)], dst, tag))
+    if comm.check:  # a header first: the receiver checks the size (pycann.hccl.p2p)
+        from pycann.hccl import p2p
+        return _p2p(comm, sig, lambda: p2p.send(comm, _bytes(t), t, dtype_name(t), dst, tag, sig))
+    return _p2p(comm, sig, lambda: Pending(comm, sig, comm.pg.send([_bytes(t)], dst, tag)))
 
 
 def recv(comm: Communicator, t: torch.Tensor, src: int, tag: int = 0) -> Pending:
@@ -383,7 +386,10 @@ def recv(comm: Communicator, t: torch.Tensor, src: int, tag: int = 0) -> Pending
     _check(Collective.RECV, [t])
     _peer(comm, src, "HcclRecv source")
     sig = CallSignature(comm.seq, Collective.RECV, dtype_name(t), t.numel(), tuple(t.shape), root=src)
-    return _p2p(comm, sig, lambda: comm.pg.recv([_bytes(t)], src, tag))
+    if comm.check:
+        from pycann.hccl import p2p
+        return _p2p(comm, sig, lambda: p2p.recv(comm, _bytes(t), t, dtype_name(t), src, tag, sig))
+    return _p2p(comm, sig, lambda: Pending(comm, sig, comm.pg.recv([_bytes(t)], src, tag)))
 
 
 def recv_any(comm: Communicator, t: torch.Tensor, tag: int = 0) -> Pending:
@@ -392,15 +398,20 @@ def recv_any(comm: Communicator, t: torch.Tensor, tag: int = 0) -> Pending:
     gloo work's ``_source_rank()`` once it is done."""
     _check(Collective.RECV, [t])
     sig = CallSignature(comm.seq, Collective.RECV, dtype_name(t), t.numel(), tuple(t.shape))
-    return _p2p(comm, sig, lambda: comm.pg.recv_anysource([_bytes(t)], tag))
+    if comm.check:
+        from pycann.hccl import p2p
+        return _p2p(comm, sig, lambda: p2p.recv(comm, _bytes(t), t, dtype_name(t), None, tag, sig))
+    return _p2p(comm, sig, lambda: Pending(comm, sig, comm.pg.recv_anysource([_bytes(t)], tag)))
 
 
-def _p2p(comm: Communicator, sig: CallSignature, launch: Callable[[], Any]) -> Pending:
+def _p2p(comm: Communicator, sig: CallSignature, launch: Callable[[], Pending]) -> Pending:
     if comm.broken is not None:
         raise HcclError(comm.broken.code, f"communicator {comm.name} is unusable: {comm.broken.detail}")
     comm.check_alive()
     try:
-        return Pending(comm, sig, launch())
+        return launch()
+    except HcclError:
+        raise
     except Exception as e:  # noqa: BLE001
         raise comm.diagnose(sig, e) from None
 

@@ -114,6 +114,10 @@ class Communicator:
         self._jobs: collections.deque[Callable[[], None] | None] = collections.deque()
         self._jobs_cv = threading.Condition()
         self._launcher: threading.Thread | None = None
+        # size-checked receives waiting to post their data, per (source or "any", tag): pycann.hccl.p2p
+        self.p2p_recvs: dict[tuple[int | str, int], collections.deque[Any]] = {}
+        self.p2p_lock = threading.Lock()
+        self.p2p_locks: dict[tuple[int | str, int], threading.Lock] = {}
         self._join()
         # HCCL_SOCKET_IFNAME picks the host NIC in CANN; gloo reads GLOO_SOCKET_IFNAME for the same
         launcher = config.launcher_env()

@@ -177,6 +177,9 @@ class HcclWork(dist._Work):
         """The rank a receive from any source got its data from (torch's ``recv`` without
         ``src`` asks); finishes the receive first."""
         self._finish()
+        source = getattr(self.pending, "source", None)  # a size-checked receive knows it from the header
+        if source is not None:
+            return int(source)
         if self.pending.work is None:
             raise HcclError(HcclResult.HCCL_E_PARA, "_source_rank: this work is not a receive from any source")
         return int(self.pending.work._source_rank())
@@ -189,7 +192,8 @@ class HcclWork(dist._Work):
                 failed: torch.futures.Future = torch.futures.Future()
                 failed.set_exception(self.pending.error)
                 self._fut = failed
-            elif work is None or _gloo_future(work) is None:  # none to chain on: finish it now
+            elif work is None or _gloo_future(work) is None or hasattr(self.pending, "advance"):
+                # none to chain on (a size-checked receive's data is posted after its header): finish now
                 self._finish()
                 fut: torch.futures.Future = torch.futures.Future()
                 fut.set_result(self.outputs)
