@@ -100,6 +100,11 @@ def _inputs(net: Any, layers: list[_Layer], shapes: Mapping[str, Sequence[Any]])
                 sh = layer.input_param.shape
                 dims = [int(d) for d in sh[min(j, len(sh) - 1)].dim] if len(sh) else []
                 ins.append((top, dims))
+    for n, dims in ins:
+        bad = [d for d in dims if d < -1]
+        if bad and n not in shapes:  # (-1: dynamic, as atc's --input_shape; Caffe itself takes no negative dim)
+            raise ModelError(f"input [{n}]: the prototxt declares dims {dims}; {bad[0]} is no size (use -1 for a "
+                             f"dynamic dim, or give --input_shape \"{n}:...\")")
     for n, dims in ins:  # as the compiler checks an ONNX/TF input (here the prototxt's dims are replaced first)
         if n in shapes and dims and len(shapes[n]) != len(dims):
             raise OptionError(f"E10001: --input_shape gives input [{n}] rank {len(shapes[n])} but the model declares "

@@ -347,6 +347,20 @@ def identity(e: CaffeEmitter, ins: list[str]) -> list[str]:
     return [ins[0] for _ in e.layer.top]
 
 
+def _static_dim(e: CaffeEmitter, v: str, axis: int) -> int | None:
+    """Dim ``axis`` of ``v`` when shape inference knows it as a number, else None."""
+    d = e.graph.descs.get(v)
+    if d is None or d.shape is None:
+        from pycann.ge.compile.passes.infer_shapes import infer_graph
+
+        infer_graph(e.graph, strict=False)
+        d = e.graph.descs.get(v)
+    if d is None or d.shape is None or not -len(d.shape) <= axis < len(d.shape):
+        return None
+    dim = d.shape[axis]
+    return dim if isinstance(dim, int) and dim >= 0 else None
+
+
 def slice_(e: CaffeEmitter, ins: list[str]) -> list[str]:
     p = e.layer.slice_param
     axis = int(p.slice_dim) if p.HasField("slice_dim") else int(p.axis)
@@ -359,6 +373,15 @@ def slice_(e: CaffeEmitter, ins: list[str]) -> list[str]:
         return outs
     if len(points) != n - 1:
         raise ModelError(f"{e.where()}: {len(points)} slice_points for {n} tops (need {n - 1})")
+    # Caffe's SliceLayer CHECKs each point > the one before (> 0 first) and the tops' sizes to add up
+    # to the axis; ONNX Slice would clamp instead: empty or overlapping tops, silently
+    if any(b <= a for a, b in zip([0, *points], points)):
+        raise ModelError(f"{e.where()}: slice_point {points} must increase strictly from above 0 (Caffe's "
+                         "SliceLayer refuses it too)")
+    size = _static_dim(e, ins[0], axis)
+    if size is not None and points[-1] >= size:
+        raise ModelError(f"{e.where()}: slice_point {points[-1]} is not inside axis {axis} of bottom "
+                         f"'{e.layer.bottom[0]}' (size {size}): the last top would be empty")
     bounds = [0, *points, INT64_MAX]
     return [e.add("Slice", [ins[0], e.constant([bounds[i]], "s", np.int64), e.constant([bounds[i + 1]], "e", np.int64),
                             e.constant([axis], "a", np.int64)], e.top(i)) for i in range(n)]
