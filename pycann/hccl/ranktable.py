@@ -28,6 +28,7 @@ from __future__ import annotations
 import ipaddress
 import json
 import os
+import sys
 from dataclasses import dataclass
 from typing import Any
 
@@ -241,4 +242,7 @@ def load_rank_table(path: str | os.PathLike[str] | None = None) -> RankTable:
         raise HcclError(HcclResult.HCCL_E_OPEN_FILE_FAILURE, f"cannot read rank table {p}: {e.strerror}") from None
     except ValueError as e:
         raise HcclError(HcclResult.HCCL_E_PARA, f"{p} is not valid JSON: {e}") from None
+    except RecursionError:  # json's decoder recurses per nesting level: a damaged file escaped as a crash
+        raise HcclError(HcclResult.HCCL_E_PARA, f"{p} is not a rank table: its JSON nests deeper than Python's "
+                        f"recursion limit ({sys.getrecursionlimit()}); a rank table nests 4 levels") from None
     return parse_rank_table(data, p)

@@ -90,6 +90,10 @@ def test_rank_table_bad_rank_ids(tmp_path: Path) -> None:
     p.write_text("{not json")
     with pytest.raises(HcclError, match="not valid JSON"):
         load_rank_table(p)
+    p.write_text("[" * 100_000 + "]" * 100_000)  # json's RecursionError escaped: a crash, not HCCL_E_PARA
+    with pytest.raises(HcclError, match="nests deeper than Python's recursion limit") as e:
+        load_rank_table(p)
+    assert e.value.code is HcclResult.HCCL_E_PARA
 
 
 # Version 2.0 as CANN's HCCL tests write it (hicann/hcomm test/.../ranktable_2p.json and
