@@ -88,6 +88,8 @@ class QuantConfig:
             raise OptionError(f"AMCT config {path}: cannot read ({e.strerror})") from None
         except json.JSONDecodeError as e:
             raise OptionError(f"AMCT config {path}: not JSON ({e.msg} at line {e.lineno})") from None
+        except RecursionError:  # json's decoder recurses per nesting level
+            raise OptionError(f"AMCT config {path}: its JSON nests deeper than Python's recursion limit") from None
         if not isinstance(doc, dict):
             raise OptionError(f"AMCT config {path}: the top level must be an object")
         return parse_config(doc, str(path))

@@ -158,6 +158,7 @@ def _tokens(text: str, source: str) -> list[tuple[str, int]]:
     return out
 
 
+_MAX_DEPTH = 16
 Entry = tuple[str, Any, int]  # (key, raw value token or nested entries, line)
 
 
@@ -180,6 +181,9 @@ def _message(toks: list[tuple[str, int]], i: int, depth: int, source: str) -> tu
         if i >= len(toks):
             raise bad(tok, tok, "the key has no value", f"{source}:{line}")
         if toks[i][0] == "{":
+            if depth >= _MAX_DEPTH:  # (recursing on, a damaged file ended in a RecursionError traceback)
+                raise bad("{", tok, f"blocks nest deeper than {_MAX_DEPTH} levels (an AIPP config nests 1)",
+                          f"{source}:{line}")
             sub, i = _message(toks, i + 1, depth + 1, source)
             entries.append((tok, sub, line))
         elif toks[i][0] in "{}:;,":

@@ -111,6 +111,8 @@ def parse_modify_mixlist(path: str) -> dict[str, dict[str, list[str]]]:
         doc = json.loads(_read(path, "modify_mixlist"))
     except json.JSONDecodeError as e:
         raise _e10001("modify_mixlist", path, f"the file is not valid JSON: {e}") from None
+    except RecursionError:  # json's decoder recurses per nesting level
+        raise _e10001("modify_mixlist", path, "its JSON nests deeper than Python's recursion limit") from None
     return validate_mixlist(doc, path)
 
 

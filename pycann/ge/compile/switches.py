@@ -52,6 +52,9 @@ def read_fusion_switch_file(path: str) -> list[str]:
             doc = json.loads(text)
         except json.JSONDecodeError as e:
             raise OptionError(f"E10001: --fusion_switch_file [{path}] is not valid JSON: {e}") from None
+        except RecursionError:  # json's decoder recurses per nesting level
+            raise OptionError(f"E10001: --fusion_switch_file [{path}]: its JSON nests deeper than Python's "
+                              "recursion limit (the file nests 3 levels)") from None
         on: set[str] = set()
         groups = doc.get("Switch") if isinstance(doc, dict) else None
         if not isinstance(groups, dict) or not all(isinstance(g, dict) for g in groups.values()):

@@ -87,6 +87,9 @@ def read_prototxt(path: str | os.PathLike[str], warn: Any = None) -> Any:
         text_format.Parse(text, net, allow_unknown_field=True, allow_unknown_extension=True)
     except text_format.ParseError as e:
         raise ModelError(f"cannot parse '{path}' as a Caffe prototxt: {e}") from None
+    except RecursionError:  # protobuf's text parser recurses per nested message: a damaged file crashed it
+        raise ModelError(f"cannot parse '{path}' as a Caffe prototxt: its messages nest deeper than Python's "
+                         "recursion limit (a deploy prototxt nests a few levels)") from None
     return net
 
 
