@@ -200,7 +200,8 @@ class Builder:
             op = _op(n)
             if self.home.get(name) != base or op in ("Switch", "Enter", "NextIteration", "LoopCond"):
                 continue
-            if all(f"{name}:{i}" in e.values for i in range(self._n_outputs(n))):
+            n_out = self._n_outputs(n)  # (0 for a Split of num_split 0: its converter refuses it)
+            if n_out and all(f"{name}:{i}" in e.values for i in range(n_out)):
                 continue  # pre-mapped (loop Merges, constants, placeholders) or already emitted
             if op == "Merge" and not self._is_loop_merge(n):
                 self._emit_if(e, base, n, allowed)

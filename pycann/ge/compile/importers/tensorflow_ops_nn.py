@@ -159,6 +159,9 @@ def _resize(mode: str) -> Converter:
         else:
             attrs["coordinate_transformation_mode"] = "asymmetric"
             attrs["nearest_mode"] = "floor"
+        size = e.const(1)
+        if size is not None and (np.ravel(size) <= 0).any():  # TF refuses it; Resize gave an empty tensor
+            raise ModelError(f"{e.where()}: size {np.ravel(size).tolist()} must be positive (new height, width)")
         sizes = e.int64(e.input(1))
         x = e.input(0)
         twin = e.twin.get(x)

@@ -60,6 +60,8 @@ def pack(e: Emitter) -> list[str]:
 
 def unpack(e: Emitter) -> list[str]:
     num, axis = int(e.attr("num")), int(e.attr("axis", 0))
+    if num < 1:
+        raise ModelError(f"{e.where()}: num {num} must be >= 1")
     parts = [e.names.fresh(f"{e.name}/part") for _ in range(num)]
     e.add_node("Split", [e.input(0)], parts, axis=axis, num_outputs=num)
     ax = _axes(e, [axis])
@@ -69,6 +71,8 @@ def unpack(e: Emitter) -> list[str]:
 def split(e: Emitter) -> list[str]:
     axis = int(np.ravel(e.need_const(0, "axis"))[0])
     num = int(e.attr("num_split"))
+    if num < 1:  # (TF's own check; without it the node had no output: "no output 0" at the reader)
+        raise ModelError(f"{e.where()}: num_split {num} must be >= 1")
     outs = [e.out(i) for i in range(num)]
     return e.add_node("Split", [e.input(1)], outs, axis=axis, num_outputs=num)
 
@@ -96,6 +100,9 @@ def split_v(e: Emitter) -> list[str]:
 
 def pad(e: Emitter) -> list[str]:
     p = e.need_const(1, "paddings").astype(np.int64)
+    if (p < 0).any():  # TF refuses them; ONNX Pad crops by a negative pad: a different tensor, silently
+        raise ModelError(f"{e.where()}: paddings {p.tolist()} hold a negative amount; TensorFlow's {e.op} "
+                         "takes non-negative paddings only (crop with Slice)")
     mode = str(e.attr("mode", "CONSTANT")).upper()
     onnx_mode = {"CONSTANT": "constant", "REFLECT": "reflect"}.get(mode)
     if onnx_mode is None:
@@ -252,6 +259,9 @@ def range_(e: Emitter) -> list[str]:
 
 def one_hot(e: Emitter) -> list[str]:
     idx, depth, on, off = e.inputs()[:4]
+    d = e.const(1)
+    if d is not None and int(np.ravel(d)[0]) < 0:  # TF refuses it; ONNX gave a [.., 0] tensor
+        raise ModelError(f"{e.where()}: depth {int(np.ravel(d)[0])} must be >= 0")
     ti = e.dtype("TI") if e.attr("TI") is not None else DType.INT64
     if ti in (DType.INT8, DType.INT16, DType.INT32, DType.INT64):
         # TF: a negative index gives a row of off_value; ONNX wraps it (-1 is depth - 1). Move
