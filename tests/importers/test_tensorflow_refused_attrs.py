@@ -73,3 +73,34 @@ def test_valid_values_still_match_numpy() -> None:
     _one_hot(g, 3)
     np.testing.assert_array_equal(_run(g.gd, [np.array([2, 0, 5], np.int32)], [("out", 0)])[0],
                                   np.float32([[0, 0, 1], [1, 0, 0], [0, 0, 0]]))
+
+
+def _slice(g: G, begin: list[int], size: list[int]) -> None:
+    g.placeholder("x", (2, 3))
+    g.node("Slice", "out", ["x", g.const("b", np.array(begin, np.int32)), g.const("s", np.array(size, np.int32))],
+           T=("type", F32), Index=("type", I32))
+
+
+@pytest.mark.parametrize(("build", "match"), [
+    (lambda g: _split(g, 3), r"node out \(Split\): axis 1 of size 4 does not split into 3 equal parts"),
+    (lambda g: _slice(g, [0, 2], [-1, 5]), r"node out \(Slice\): begin 2 \+ size 5 on axis 1 pass its size 3"),
+    (lambda g: _slice(g, [3, 0], [-1, -1]), r"begin 3 \+ size -1 on axis 0 pass its size 2"),
+    (lambda g: _slice(g, [0, -1], [1, 1]), r"axis 1 has begin -1, size 1 \(TensorFlow needs begin >= 0"),
+    (lambda g: _slice(g, [0, 0], [1, -2]), r"axis 1 has begin 0, size -2"),
+])
+def test_shape_rules_onnx_would_not_enforce(build: Callable[[G], Any], match: str) -> None:
+    """A Split of 4 into 3 gave parts of 2, 2 and 0 (ONNX's uneven split); a Slice past the end was
+    clamped to what is there. TensorFlow refuses both; the check runs once shapes are inferred."""
+    g = G()
+    build(g)
+    with pytest.raises(ModelError, match=match):
+        import_graph_def(g.gd, ["out:0"])
+
+
+def test_valid_slice_matches_numpy_and_leaves_no_inferred_desc() -> None:
+    g = G()
+    _slice(g, [1, 1], [-1, 2])
+    x = np.arange(6, dtype=np.float32).reshape(2, 3)
+    graph = import_graph_def(g.gd, ["out:0"])
+    assert set(graph.descs) == {"x"}  # (the compiler infers again, with atc's --input_shape)
+    np.testing.assert_array_equal(_run(g.gd, [x], [("out", 0)])[0], x[1:, 1:3])

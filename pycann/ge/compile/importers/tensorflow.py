@@ -27,7 +27,7 @@ from typing import Any
 import numpy as np
 
 from pycann.dtypes import TensorDesc
-from pycann.errors import ModelError, OptionError, UnsupportedOpError
+from pycann.errors import ModelError, OptionError, PycannError, UnsupportedOpError
 from pycann.ge.compile.importers import tensorflow_control as control
 from pycann.ge.compile.importers.tensorflow_emit import OPSET, Emitter, Names, tensor_ref
 from pycann.ge.compile.importers.tensorflow_functions import (
@@ -180,6 +180,7 @@ def import_graph_def(gd: Any, out_nodes: Sequence[tuple[str, int] | str] = (), i
             g.initializers[f"{n.name}:0"] = const_value(n)
             e.values[f"{n.name}:0"] = f"{n.name}:0"
     builder.emit_scope(e, (), needed)
+    _check_dims(g, e.names)
     g.outputs = []
     for name, idx in outs:
         ref = f"{name}:{idx}"
@@ -191,6 +192,32 @@ def import_graph_def(gd: Any, out_nodes: Sequence[tuple[str, int] | str] = (), i
             v = e.add("Identity", [v], ref)
         g.outputs.append(v)
     return g
+
+
+def _check_dims(g: Graph, names: Names) -> None:
+    """Run the converters' TF shape checks (``Names.dim_checks``) on the dims shape inference knows."""
+    if not names.dim_checks:
+        return
+    from pycann.ge.compile.passes.infer_shapes import infer_graph
+
+    saved = dict(g.descs)  # the compiler infers again with atc's --input_shape: leave no inferred desc
+    try:
+        infer_graph(g, recurse=False, strict=False)
+    except PycannError:  # a graph the compiler refuses anyway (with the shapes atc is given): no check here
+        return
+    finally:
+        inferred = dict(g.descs)
+        g.descs.clear()
+        g.descs.update(saved)
+    for where, value, axis, check in names.dim_checks:
+        desc = inferred.get(value)
+        if desc is None or desc.shape is None or not -len(desc.shape) <= axis < len(desc.shape):
+            continue
+        dim = desc.shape[axis]
+        why = check(dim) if isinstance(dim, int) and dim >= 0 else None
+        if why is not None:
+            raise ModelError(f"{where}: {why} (input {value} is {desc}); TensorFlow refuses it, and ONNX's op "
+                             "would give another answer without a word")
 
 
 def convert_node(e: Emitter, node: Any) -> None:

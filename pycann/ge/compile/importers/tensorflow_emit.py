@@ -13,6 +13,7 @@ adding Transposes back; a Transpose nobody reads is removed by dead-code elimina
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 import numpy as np
@@ -35,6 +36,9 @@ class Names:
     def __init__(self, library: dict[str, Any] | None = None) -> None:
         self.k = 0
         self.library: dict[str, Any] = library or {}
+        # (where, value, axis, check(dim) -> complaint or None): TF shape rules that ONNX's op
+        # would not enforce (it clamps a Slice, splits unevenly), checked once shapes are inferred
+        self.dim_checks: list[tuple[str, str, int, Callable[[int], str | None]]] = []
 
     def fresh(self, base: str) -> str:
         self.k += 1

@@ -73,6 +73,9 @@ def split(e: Emitter) -> list[str]:
     num = int(e.attr("num_split"))
     if num < 1:  # (TF's own check; without it the node had no output: "no output 0" at the reader)
         raise ModelError(f"{e.where()}: num_split {num} must be >= 1")
+    if e.graph is e.root:  # ONNX's Split of num_outputs makes the last part smaller; TF refuses it
+        e.names.dim_checks.append((e.where(), e.input(1), axis, lambda d: None if d % num == 0 else
+                                   f"axis {axis} of size {d} does not split into {num} equal parts (num_split)"))
     outs = [e.out(i) for i in range(num)]
     return e.add_node("Split", [e.input(1)], outs, axis=axis, num_outputs=num)
 
@@ -186,9 +189,30 @@ def strided_slice(e: Emitter) -> list[str]:
     return [e.add("Identity", [y], e.out())]
 
 
+def _slice_fits(axis: int, b: int, s: int) -> Callable[[int], str | None]:
+    end = b if s == -1 else b + s
+
+    def check(d: int) -> str | None:
+        return None if end <= d else f"begin {b} + size {s} on axis {axis} pass its size {d}"
+    return check
+
+
+def _check_slice(e: Emitter, begin: list[int], size: list[int]) -> None:
+    """TF's Slice rules (ONNX's Slice clamps instead): 0 <= begin, size >= -1, and begin + size
+    within each dim (checked once shapes are inferred)."""
+    for axis, (b, s) in enumerate(zip(begin, size)):
+        if b < 0 or s < -1:
+            raise ModelError(f"{e.where()}: begin {begin} / size {size}: axis {axis} has begin {b}, size {s} "
+                             "(TensorFlow needs begin >= 0 and size >= -1)")
+        if e.graph is e.root:
+            e.names.dim_checks.append((e.where(), e.input(0), axis, _slice_fits(axis, b, s)))
+
+
 def slice_(e: Emitter) -> list[str]:
     begin, size = e.int64(e.input(1)), e.int64(e.input(2))
     bc, sc = e.root.initializers.get(begin), e.root.initializers.get(size)
+    if bc is not None and sc is not None:
+        _check_slice(e, np.ravel(bc).tolist(), np.ravel(sc).tolist())
     if bc is not None and sc is not None:
         ends = e.constant(np.where(sc == -1, INT64_MAX, bc + sc).astype(np.int64), "ends")
     else:
