@@ -45,6 +45,9 @@ def _int(env: Mapping[str, str], name: str) -> int | None:
         raise HcclError(HcclResult.HCCL_E_PARA, f"{name}={v!r} is not an integer") from None
 
 
+MAX_SECONDS = 1e9  # ~31 years; 1e20 overflowed torch's conversion to C++ milliseconds, nan raised there too
+
+
 def _seconds(env: Mapping[str, str], name: str) -> float | None:
     v = env.get(name, "").strip()
     if not v:
@@ -53,8 +56,10 @@ def _seconds(env: Mapping[str, str], name: str) -> float | None:
         s = float(v)
     except ValueError:
         raise HcclError(HcclResult.HCCL_E_PARA, f"{name}={v!r} is not a number of seconds") from None
-    if s <= 0:
-        raise HcclError(HcclResult.HCCL_E_PARA, f"{name}={v!r} must be a positive number of seconds")
+    # (nan passed `s <= 0`, and it and 1e20 failed later, in gloo's set_timeout: ValueError / OverflowError)
+    if not 0 < s <= MAX_SECONDS:
+        raise HcclError(HcclResult.HCCL_E_PARA, f"{name}={v!r} must be a positive number of seconds, at most "
+                        f"{MAX_SECONDS:g} (CANN clamps it to far less)")
     return s
 
 

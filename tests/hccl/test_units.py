@@ -206,6 +206,11 @@ def test_env(tmp_path: Path) -> None:
         read_env({"HCCL_EXEC_TIMEOUT": "soon"})
     with pytest.raises(HcclError, match="positive"):
         read_env({"HCCL_CONNECT_TIMEOUT": "0"})
+    for bad in ("nan", "inf", "1e20"):  # nan passed and failed in gloo's set_timeout (ValueError), 1e20 overflowed
+        with pytest.raises(HcclError, match=f"HCCL_EXEC_TIMEOUT='{bad}' must be a positive number of seconds, "
+                                            "at most 1e"):
+            read_env({"HCCL_EXEC_TIMEOUT": bad})
+    assert read_env({"HCCL_EXEC_TIMEOUT": "1e9"}).exec_timeout == 1e9
     assert whitelist(read_env({})) is None
     wl = tmp_path / "wl.json"
     wl.write_text(json.dumps({"host_ip": ["10.0.0.1"]}))
