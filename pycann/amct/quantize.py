@@ -273,6 +273,11 @@ def layer_quants(model: onnx.ModelProto, layers: list[Layer], cfg: QuantConfig,
             kept[lay.name] = f"activation scale {rec['scale_d']} is not a positive finite number"
             continue
         w = numpy_helper.to_array(inits[lay.weight]).astype(np.float32)
+        bad = int(np.count_nonzero(~np.isfinite(w)))
+        if bad:  # a NaN scale made that channel's int8 weights whatever the cast of NaN gives, silently
+            raise ModelError(f"AMCT: layer {lay.name!r} ({lay.op_type}): its weight {lay.weight!r} holds {bad} "
+                             f"NaN/inf of {w.size} values: no int8 scale fits them; fix the model's weights or "
+                             "skip the layer (skip_layers)")
         s = weight_scales(w, lay.weight_axis, lc.weight_quant_params.channel_wise)
         if s.size == 1:
             s = np.full(w.shape[lay.weight_axis], s[0], np.float32)

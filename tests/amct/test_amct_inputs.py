@@ -215,3 +215,18 @@ def test_nan_computed_inside_the_model_names_the_layer(tmp_path: Path) -> None:
     with pytest.raises(InputError, match=r"layer 'fc' \(Gemm\): its input tensor 'lx' holds 2 NaN of 20 values; "
                                          r"the batch's inputs are NaN-free"):
         amct.calibrate(str(mod), [x])
+
+
+def test_nan_weight_is_an_error_naming_the_layer(tmp_path: Path) -> None:
+    """A NaN in a weight: its channel's scale fell back to 1.0 (NaN > 0 is false) and save_model wrote
+    int8 weights of that channel at scale 1 without a word; now it refuses, naming layer and weight."""
+    model = _gemm(tmp_path / "g.onnx", (6,))
+    m = onnx.load(str(model))
+    w = numpy_helper.to_array(m.graph.initializer[0]).copy()
+    w[2, 3] = np.nan
+    m.graph.initializer[0].CopyFrom(numpy_helper.from_array(w, "W"))
+    onnx.save(m, str(model))
+    mod = _nan_flow(tmp_path, model, [np.ones((4, 5), np.float32)])
+    amct.calibrate(str(mod), [np.ones((4, 5), np.float32)])  # the activation is finite: calibrates
+    with pytest.raises(ModelError, match=r"layer 'g' \(Gemm\): its weight 'W' holds 1 NaN/inf of 30 values"):
+        amct.save_model(str(mod), str(tmp_path / "rec.txt"), str(tmp_path / "out" / "m"))
