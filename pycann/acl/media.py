@@ -569,6 +569,9 @@ def dvpp_jpeg_encode_async(channel_desc: int, input_desc: int, data: int, size: 
     s = as_int(size, "size")
     size_ptr = s if s > 0 and space.kind_of(s) in HOST_KINDS else 0
     cap = int(space.read(size_ptr, 4, HOST_KINDS, "size").view(np.uint32)[0]) if size_ptr else s
+    if cap <= 0:  # a parameter fault, refused at submission as the decoders' 0-byte input is
+        raise fault(C.ACL_ERROR_INVALID_PARAM, f"the output buffer's size is {cap}: pass its capacity in bytes "
+                    "(dvpp_jpeg_predict_enc_size gives what the JPEG may need)")
     out_ptr = as_int(data, "data")
     in_n = buffer_size(inp.format, inp.width_stride, inp.height_stride)
     _check_device(inp.data, in_n, "input picture")

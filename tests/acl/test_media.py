@@ -314,3 +314,20 @@ def test_empty_input_is_refused_at_submission(dvpp: tuple[int, int]) -> None:
     for d in (out, rgb):
         assert M.dvpp_free(M.dvpp_get_pic_desc_data(d)) == 0 and M.dvpp_destroy_pic_desc(d) == 0
     assert M.dvpp_free(src) == 0
+
+
+def test_zero_capacity_encode_is_refused_at_submission(dvpp: tuple[int, int]) -> None:
+    """dvpp_jpeg_encode_async with an output capacity of 0 (an int, or a host uint32 holding 0) is
+    ACL_ERROR_INVALID_PARAM from the call, as the decoders' 0-byte input; it surfaced at the sync."""
+    ch, stream = dvpp
+    src = _pic(NV12, 64, 64, 64, 64, 64 * 64 * 3 // 2)
+    cfg = M.dvpp_create_jpege_config()
+    out, ret = M.dvpp_malloc(64 * 64 * 3)
+    assert ret == 0
+    assert M.dvpp_jpeg_encode_async(ch, src, out, 0, cfg, stream) == C.ACL_ERROR_INVALID_PARAM
+    cap = np.zeros(1, np.uint32)
+    assert M.dvpp_jpeg_encode_async(ch, src, out, acl.util.numpy_to_ptr(cap), cfg, stream) == \
+        C.ACL_ERROR_INVALID_PARAM
+    assert acl.rt.synchronize_stream(stream) == 0  # nothing was queued
+    assert M.dvpp_free(out) == 0 and M.dvpp_free(M.dvpp_get_pic_desc_data(src)) == 0
+    assert M.dvpp_destroy_pic_desc(src) == 0 and M.dvpp_destroy_jpege_config(cfg) == 0
