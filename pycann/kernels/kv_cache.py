@@ -28,6 +28,14 @@ Capacity: ``needed + max(needed // 4, RESERVE_ROWS)`` rows when a buffer is made
 its 12 caches; of a 32-layer 4096-wide model, 64 MB against its 28 GB of weights) and 1.25x a long
 one.
 
+Released pages: each buffer is larger than the one it replaces, so the C heap cannot reuse the freed
+one for the next, and under pycann's allocator policy (``runtime/host_allocator.py``: freed memory is
+kept, blocks up to 32 MiB come from the heap) the freed buffers stayed resident: a decode loop's RSS
+grew to ~2x its caches (16 caches of 18 MiB: +587 MiB for 299 MiB of buffers). When a buffer of
+``RELEASE_BYTES`` or more dies, the whole pages inside its data are given back to the OS
+(``madvise(MADV_DONTNEED)``, Linux) before numpy frees it; the heap's own bookkeeping lives in the
+block's first and last bytes, which stay. The next block the heap carves there faults in zeroed pages.
+
 The buffer array itself is read-only too (its one writer, the append below, sets it writable for
 the write, under the buffer's lock): so ``present.flags.writeable = True`` raises instead of opening
 the shared rows to writes. ``torch.from_numpy(present)`` only warns and gives a writable tensor over
@@ -37,7 +45,9 @@ the same memory: an in-place torch op on it changes the presents that share thos
 
 from __future__ import annotations
 
+import ctypes
 import os
+import sys
 import threading
 import weakref
 from collections.abc import Mapping, Sequence
@@ -50,9 +60,37 @@ from pycann.errors import OperandError
 from pycann.kernels.providers import omp_fork
 from pycann.ops.shape_utils import normalize_axis
 
-__all__ = ["RESERVE_ROWS", "cache_view", "k_cache_append", "live_buffers"]
+__all__ = ["RELEASE_BYTES", "RESERVE_ROWS", "cache_view", "k_cache_append", "live_buffers"]
 
 RESERVE_ROWS = 64  # rows a new buffer keeps free past the quarter of its length (decode steps between copies)
+RELEASE_BYTES = 64 << 10  # buffers from this size give their pages back when they die (module doc)
+_MADV_DONTNEED = 4  # <sys/mman.h> on Linux
+_PAGE = os.sysconf("SC_PAGE_SIZE") if hasattr(os, "sysconf") else 4096
+
+
+def _madvise() -> Any:
+    """libc's ``madvise`` (Linux), or None where there is none to call."""
+    if not sys.platform.startswith("linux"):
+        return None
+    try:
+        fn = ctypes.CDLL(None).madvise
+    except (OSError, AttributeError):
+        return None
+    fn.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int]
+    fn.restype = ctypes.c_int
+    return fn
+
+
+_MADVISE = _madvise()
+
+
+def _release(address: int, nbytes: int) -> None:
+    """Drop the resident pages wholly inside ``[address, address + nbytes)``, the data of a buffer
+    being freed (its contents are dead; the allocator's headers around it are not touched)."""
+    start = -(-address // _PAGE) * _PAGE
+    stop = (address + nbytes) // _PAGE * _PAGE
+    if _MADVISE is not None and stop > start:
+        _MADVISE(start, stop - start, _MADV_DONTNEED)
 
 
 def _dead() -> None:
@@ -206,8 +244,20 @@ def k_cache_append(inputs: Sequence[Any], attrs: Mapping[str, Any]) -> list[np.n
     owner[_rows(nd, axis, 0, p)] = past
     owner[_rows(nd, axis, p, need)] = new
     owner.flags.writeable = False  # (module doc: no view of it can be made writable)
-    key = id(owner)
-    b = _Buffer(weakref.ref(owner), axis, need, past.shape[:axis] + past.shape[axis + 1:])
-    _LIVE[key] = b
-    weakref.finalize(owner, _LIVE.pop, key, None)
+    b = _Buffer(weakref.ref(owner, _on_death(id(owner), owner)), axis, need, past.shape[:axis] + past.shape[axis + 1:])
+    _LIVE[id(owner)] = b
     return [_view(owner, b, need)]
+
+
+def _on_death(key: int, owner: np.ndarray) -> Any:
+    """The callback of a buffer's weak reference: forget its bookkeeping and, for a large buffer, give
+    its pages back (module doc). numpy calls it from the array's deallocation, before the data is freed;
+    a plain weakref callback, unlike ``weakref.finalize``, never runs at exit while the array lives."""
+    address, nbytes = owner.__array_interface__["data"][0], owner.nbytes
+    big = nbytes >= RELEASE_BYTES
+
+    def dead(_: Any) -> None:
+        _LIVE.pop(key, None)
+        if big:
+            _release(address, nbytes)
+    return dead
