@@ -29,16 +29,23 @@ from pycann.ops import fused as ref
 from pycann.ops import fused_deconv as ref_deconv
 from pycann.ops.nn.conv import check_conv_transpose
 
+DECODE_ROWS = 4  # FusedAttention products with at most this many query rows go straight to numpy
+
 
 def _onednn_softmax_(s: np.ndarray) -> bool:
     """Softmax over the last axis in place by oneDNN when the ``onednn`` provider is there
-    (and allowed by ``PYCANN_PROVIDERS``); False when the caller must compute it."""
+    (and allowed by ``PYCANN_PROVIDERS``); False when the caller must compute it.
+
+    A decode step's scores (at most ``DECODE_ROWS`` query rows) stay in numpy, as its products do:
+    their key length is new on every step, and oneDNN's primitive is made per shape, so from
+    ``MIN_ELEMENTS`` scores on (batch 4 x 32 heads at 128 keys) every step made one (1-4 ms) and
+    every made one stayed in oneDNN's primitive cache (~35 KB each: a 6-layer decoder's RSS grew
+    10 MB over 300 steps)."""
+    if s.ndim >= 2 and s.shape[-2] <= DECODE_ROWS:
+        return False
     if not provider_available("onednn"):
         return False
     return onednn_softmax.softmax_last_axis_(s)
-
-
-DECODE_ROWS = 4  # FusedAttention products with at most this many query rows go straight to numpy
 
 
 def _provider_matmul(a: np.ndarray, b: np.ndarray) -> Callable[[np.ndarray, np.ndarray], np.ndarray]:
