@@ -325,11 +325,14 @@ _F32 = np.dtype(np.float32)
 
 
 def _k_attention(inputs: Sequence[Any], attrs: Mapping[str, Any], fc: FusedCompute = REFERENCE) -> list[np.ndarray]:
-    """softmax((Q @ Kt) * scale + mask, axis=-1) @ V, with the score buffer reused in place."""
+    """softmax((Q @ Kt) * scale + mask, axis=-1) @ V, with the score buffer reused in place. With
+    ``nan_to_zero`` the probabilities' NaNs become 0 before the second product (torch's
+    Where(IsNaN(p), 0, p) after a boolean-masked SDPA: a fully masked row gives zeros, not NaN)."""
     q, kt, v = inputs[0], inputs[1], inputs[2]
     mask = inputs[3] if len(inputs) > 3 else None
+    nan_to_zero = bool(attrs.get("nan_to_zero", 0))
     if q.dtype == kt.dtype == v.dtype == _F32 and (mask is None or mask.dtype == _F32):
-        out = _attention_f32(q, kt, v, mask, float(attrs.get("scale", 1.0)), fc)
+        out = _attention_f32(q, kt, v, mask, float(attrs.get("scale", 1.0)), fc, nan_to_zero)
         if out is not None:
             return [out]
     if q.dtype == kt.dtype == v.dtype and is_bfloat16(q.dtype):
@@ -357,6 +360,8 @@ def _k_attention(inputs: Sequence[Any], attrs: Mapping[str, Any], fc: FusedCompu
     s -= m
     np.exp(s, out=s)
     s /= s.sum(axis=-1, keepdims=True)
+    if nan_to_zero:
+        np.copyto(s, 0, where=np.isnan(s))
     if p_dtype is not None:
         return [np.matmul(s.astype(p_dtype).astype(np.float32), v).astype(p_dtype)]
     return [np.matmul(s, v)]
@@ -383,6 +388,8 @@ def _attention_bf16(q: np.ndarray, kt: np.ndarray, v: np.ndarray, mask: np.ndarr
         s -= s.max(axis=-1, keepdims=True)
         np.exp(s, out=s)
         s /= s.sum(axis=-1, keepdims=True)
+    if attrs.get("nan_to_zero", 0):
+        np.copyto(s, 0, where=np.isnan(s))
     p = fc.bf16_operand(s)  # (read only by the product below)
     y16 = fc.bf16_matmul_bf16(p, v, attrs)
     if y16 is not None:
@@ -401,7 +408,7 @@ def _broadcasts_into(small: tuple[int, ...], big: tuple[int, ...]) -> bool:
 
 
 def _attention_f32(q: np.ndarray, kt: np.ndarray, v: np.ndarray, mask: np.ndarray | None,
-                   scale: float, fc: FusedCompute = REFERENCE) -> np.ndarray | None:
+                   scale: float, fc: FusedCompute = REFERENCE, nan_to_zero: bool = False) -> np.ndarray | None:
     """float32 FusedAttention with fewer and cheaper passes over the scores (None: not handled).
 
     ``scale`` is folded into Q (smaller than the scores when D < S), the row max uses
@@ -423,12 +430,19 @@ def _attention_f32(q: np.ndarray, kt: np.ndarray, v: np.ndarray, mask: np.ndarra
             s = s + mask
     # (a decode step's scores are below the oneDNN softmax's size floor: the probe, ~10 us of
     # Python a call with numpy's own checks here, would decline them anyway)
-    if s.size >= fc.softmax_min_elements and fc.softmax_last_axis_(s):  # oneDNN: one multi-threaded pass
+    if not nan_to_zero and s.size >= fc.softmax_min_elements and fc.softmax_last_axis_(s):  # oneDNN: one pass
         return mm(s, v)
     with np.errstate(invalid="ignore"):
         s -= np.fmax.reduce(s, axis=-1, keepdims=True)
     np.exp(s, out=s)
     den = np.einsum("ij->i", s.reshape(-1, s.shape[-1])).reshape(s.shape[:-1] + (1,))
+    if nan_to_zero:
+        # a row's probabilities hold a NaN exactly when its sum is NaN (a NaN or +inf score, or every
+        # score -inf), and then all of them are NaN: such rows become zeros, the rest are untouched
+        bad = np.isnan(den)
+        if bad.any():
+            np.copyto(s, 0, where=bad)
+            np.copyto(den, 1, where=bad)
     sb, vb = s.shape[:-2], v.shape[:-2]
     out_batch = sb if sb == vb else np.broadcast_shapes(sb, vb)
     if math.prod(out_batch) * s.shape[-2] * v.shape[-1] > s.size:
@@ -460,5 +474,5 @@ OPS: list[OpDef] = [
     OpDef("FusedConv", _infer_fused_conv, _k_fused_conv, domain=DOMAIN, attrs=_CONV_ATTRS, out_kernel=_out_fused_conv),
     OpDef("FusedMatMul", _infer_fused_matmul, _k_fused_matmul, domain=DOMAIN, attrs=_ACT_ATTRS,
           out_kernel=_out_fused_matmul),
-    OpDef("FusedAttention", _infer_attention, _k_attention, domain=DOMAIN, attrs={"scale": 1.0}),
+    OpDef("FusedAttention", _infer_attention, _k_attention, domain=DOMAIN, attrs={"scale": 1.0, "nan_to_zero": 0}),
 ]

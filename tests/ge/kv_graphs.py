@@ -18,9 +18,10 @@ W, H = 16, 4
 D = W // H
 
 
-def attention_layer(mask: str = "where", seed: int = 0) -> bytes:
+def attention_layer(mask: str = "where", seed: int = 0, guard: float | None = None) -> bytes:
     """``mask``: ``where`` (Where(keep, scores, -inf): torch.where), ``masked_fill`` (Where(not keep,
-    -inf, scores): Tensor.masked_fill), ``add`` (scores + Where(keep, 0, -inf))."""
+    -inf, scores): Tensor.masked_fill), ``add`` (scores + Where(keep, 0, -inf)). ``guard``: the
+    probabilities go through Where(IsNaN(p), guard, p), as torch exports a boolean-masked SDPA (0)."""
     rng = np.random.default_rng(seed)
     inits = [numpy_helper.from_array(rng.normal(0, 0.5, (W, W)).astype(np.float32), f"w{k}") for k in "qkvo"]
     inits += [numpy_helper.from_array(np.array([0, 0, H, D], np.int64), "heads"),
@@ -43,7 +44,13 @@ def attention_layer(mask: str = "where", seed: int = 0) -> bytes:
         nodes += [n("Not", ["keep"], ["drop"]), n("Where", ["drop", "fill", "s1"], ["s2"])]
     else:
         nodes += [n("Where", ["keep", "zero", "fill"], ["bias"]), n("Add", ["s1", "bias"], ["s2"])]
-    nodes += [n("Softmax", ["s2"], ["p"], axis=-1), n("MatMul", ["p", "present_value"], ["o"]),
+    nodes.append(n("Softmax", ["s2"], ["p0"], axis=-1))
+    if guard is None:
+        nodes.append(n("Identity", ["p0"], ["p"]))
+    else:
+        inits.append(numpy_helper.from_array(np.array(guard, np.float32), "guard"))
+        nodes += [n("IsNaN", ["p0"], ["nan"]), n("Where", ["nan", "guard", "p0"], ["p"])]
+    nodes += [n("MatMul", ["p", "present_value"], ["o"]),
               n("Transpose", ["o"], ["o2"], perm=[0, 2, 1, 3]), n("Reshape", ["o2", "merged"], ["o3"]),
               n("MatMul", ["o3", "wo"], ["y"])]
     f, b = TensorProto.FLOAT, TensorProto.BOOL
@@ -61,22 +68,23 @@ def attention_layer(mask: str = "where", seed: int = 0) -> bytes:
     return m.SerializeToString()
 
 
-def keep_mask(pad: Sequence[int], past: int, seq: int) -> np.ndarray:
+def keep_mask(pad: Sequence[int], past: int, seq: int, self_attend: bool = True) -> np.ndarray:
     """[B, 1, seq, past + seq]: query ``i`` (position ``past + i``) sees keys up to its position, not
-    the ``pad[b]`` left-padding positions of row ``b`` (a query on a padding position sees itself)."""
+    the ``pad[b]`` left-padding positions of row ``b``; a query on a padding position sees itself, or
+    nothing (a fully masked row) without ``self_attend``."""
     t = past + seq
     causal = np.arange(t)[None, :] <= (past + np.arange(seq))[:, None]
     keep = np.repeat(causal[None, None], len(pad), axis=0)
     for b, p in enumerate(pad):
         keep[b, 0, :, :p] = False
         for i in range(seq):
-            if past + i < p:
+            if past + i < p and self_attend:
                 keep[b, 0, i, past + i] = True  # a padding query attends to itself: no row fully masked
     return keep
 
 
 def decode(run: Callable[[dict[str, np.ndarray]], list[Any]], batch: int, prompt: int, steps: int,
-           pad: Sequence[int] = (), past: int = 0, seed: int = 0) -> list[np.ndarray]:
+           pad: Sequence[int] = (), past: int = 0, seed: int = 0, self_attend: bool = True) -> list[np.ndarray]:
     """The prompt, then ``steps`` one-token steps each feeding the presents back: each call's ``y``."""
     rng = np.random.default_rng(seed)
     pad = list(pad) or [0] * batch
@@ -85,7 +93,7 @@ def decode(run: Callable[[dict[str, np.ndarray]], list[Any]], batch: int, prompt
     seq, ys = prompt, []
     for _ in range(steps + 1):
         x = rng.standard_normal((batch, seq, W)).astype(np.float32)
-        y, pk, pv = run({"x": x, "keep": keep_mask(pad, pk.shape[2], seq), "past_key": pk, "past_value": pv})
+        y, pk, pv = run({"x": x, "keep": keep_mask(pad, pk.shape[2], seq, self_attend), "past_key": pk, "past_value": pv})
         ys.append(np.array(y))
         seq = 1
     return ys

@@ -9,7 +9,9 @@ from typing import Any
 
 import numpy as np
 import pytest
+from onnx import TensorProto, helper, numpy_helper
 
+from pycann.config import PlanCacheConfig, PlanPolicy
 from pycann.ge.compile.compiler import compile_model
 from pycann.ge.run.model import LoadedModel
 from pycann.kernels.providers import onednn_softmax
@@ -49,3 +51,71 @@ def test_decode_steps_past_the_softmax_size_floor_build_no_onednn_primitive() ->
     assert len(onednn_softmax._plans) == before, "a decode step made a oneDNN softmax primitive"
     _assert_close(got, decode(_ort(data), batch=4, prompt=1, steps=5, past=1030))
     assert lm.plan_cache_stats().built == 0
+
+
+@pytest.mark.parametrize("policy", [PlanPolicy.AUTO, PlanPolicy.SPECIALIZE])
+@pytest.mark.parametrize("mask", ["where", "masked_fill", "add"])
+def test_every_mask_spelling_fuses_with_orts_values(mask: str, policy: PlanPolicy) -> None:
+    """torch.where(keep, s, -inf), s.masked_fill(~keep, -inf) (exported Where(drop, -inf, s): it was
+    left unfused) and an additive mask: one FusedAttention each, ORT's values with left padding on the
+    shape-generic plan and on specialised plans (oneDNN's bound attention)."""
+    data = attention_layer(mask)
+    lm = LoadedModel.from_compiled(compile_model(data), plan_cache=PlanCacheConfig(policy=policy, build="inline"))
+    assert [n.op_type for n in lm.graph.nodes].count("FusedAttention") == 1
+    assert "Softmax" not in [n.op_type for n in lm.graph.nodes]
+    got = decode(lm.run_dict, batch=4, prompt=6, steps=4, pad=[0, 1, 3, 5])
+    _assert_close(got, decode(_ort(data), batch=4, prompt=6, steps=4, pad=[0, 1, 3, 5]))
+
+
+@pytest.mark.parametrize("policy", [PlanPolicy.AUTO, PlanPolicy.SPECIALIZE])
+def test_sdpa_nan_guard_fuses_and_zeroes_fully_masked_rows(policy: PlanPolicy) -> None:
+    """A boolean-masked scaled_dot_product_attention, as both torch exporters write it: Softmax ->
+    Where(IsNaN(p), 0, p) -> MatMul. It fuses (it was left unfused) into FusedAttention(nan_to_zero),
+    and a fully masked query row (left padding that sees nothing) gives ORT's zeros, not NaN."""
+    data = attention_layer("add", guard=0.0)
+    lm = LoadedModel.from_compiled(compile_model(data), plan_cache=PlanCacheConfig(policy=policy, build="inline"))
+    fused = [n for n in lm.graph.nodes if n.op_type == "FusedAttention"]
+    assert len(fused) == 1 and fused[0].attrs.get("nan_to_zero") == 1
+    assert not {"IsNaN", "Softmax"} & {n.op_type for n in lm.graph.nodes}
+    kw: dict[str, Any] = {"batch": 4, "prompt": 6, "steps": 4, "pad": [0, 1, 3, 5], "self_attend": False}
+    got, want = decode(lm.run_dict, **kw), decode(_ort(data), **kw)
+    assert np.isfinite(want[0]).all() and not np.isfinite(decode(_ort(attention_layer("add")), **kw)[0]).all()
+    _assert_close(got, want)
+
+
+def test_a_nan_guard_with_another_fill_is_not_absorbed() -> None:
+    """Where(IsNaN(p), 0.5, p) is not the SDPA guard: p has two readers, nothing fuses; values as ORT."""
+    data = attention_layer("add", guard=0.5)
+    lm, run = _pycann(data)
+    ops = [n.op_type for n in lm.graph.nodes]
+    assert "IsNaN" in ops and "FusedAttention" not in ops
+    kw: dict[str, Any] = {"batch": 2, "prompt": 5, "steps": 2, "pad": [0, 4], "self_attend": False}
+    _assert_close(decode(run, **kw), decode(_ort(data), **kw))
+
+
+@pytest.mark.parametrize("shape", [(1, 2, 1, 7), (2, 4, 64, 64)])  # a decode row; a prompt past oneDNN's softmax floor
+def test_nan_guard_rows_with_nan_inf_or_no_key_are_zero_as_in_ort(shape: tuple[int, int, int, int]) -> None:
+    """FusedAttention(nan_to_zero) against ORT's Softmax -> Where(IsNaN(p), 0, p) -> MatMul where mask
+    rows hold a NaN, a +inf or only -inf (each makes the whole probability row NaN, so zeros)."""
+    b, h, s, t = shape
+    n = helper.make_node
+    nodes = [n("MatMul", ["q", "kt"], ["s0"]), n("Add", ["s0", "mask"], ["s1"]), n("Softmax", ["s1"], ["p0"], axis=-1),
+             n("IsNaN", ["p0"], ["nan"]), n("Where", ["nan", "zero", "p0"], ["p"]), n("MatMul", ["p", "v"], ["y"])]
+    dims = {"q": [b, h, s, 8], "kt": [b, h, 8, t], "v": [b, h, t, 8], "mask": [b, 1, s, t]}
+    m = helper.make_model(helper.make_graph(
+        nodes, "g", [helper.make_tensor_value_info(k, TensorProto.FLOAT, d) for k, d in dims.items()],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)],
+        [numpy_helper.from_array(np.array(0, np.float32), "zero")]), opset_imports=[helper.make_opsetid("", 17)])
+    m.ir_version = 8
+    data = m.SerializeToString()
+    rng = np.random.default_rng(0)
+    feeds = {k: rng.standard_normal(d).astype(np.float32) for k, d in dims.items()}
+    mask = feeds["mask"]
+    mask[0, 0, 0, -1] = np.nan
+    mask[-1, 0, -1, 0] = np.inf
+    mask[0, 0, s // 2, :] = -np.inf
+    lm = LoadedModel.from_compiled(compile_model(data))
+    assert [n.op_type for n in lm.graph.nodes] == ["FusedAttention"]
+    got, want = lm.run_dict(feeds)[0], _ort(data)(feeds)[0]
+    assert (want[0, :, 0] == 0).all() and (want[0, :, s // 2] == 0).all() and np.isfinite(want).all()
+    np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-6)

@@ -1,12 +1,19 @@
 """AttentionFusion: scaled dot-product attention as exported -> pycann.FusedAttention.
 
 Pattern: s = MatMul(Q, Kt); [s = Div(s, c) | Mul(s, c)]; [s = Add(s, mask) |
-Where(cond, s, fill)]; p = Softmax(s, axis=-1); y = MatMul(p, V).
-Check: every intermediate has one reader; Softmax over the last axis (opset >= 13, or
-axis = rank-1 at older opsets); the scale is a scalar constant. A Where mask becomes an
-additive mask Where(cond, 0, fill) (constant-folded when cond is constant) only when its fill
-is a constant <= -1e30 (float32's lowest, -inf): with a finite fill such as -1e4, a fully
-masked row is uniform under Where but softmax(s) under an additive mask.
+Where(cond, s, fill) | Where(cond, fill, s)]; p = Softmax(s, axis=-1);
+[p = Where(IsNaN(p), 0, p)]; y = MatMul(p, V).
+Check: every intermediate has one reader (p: the IsNaN and the Where of the guard); Softmax over
+the last axis (opset >= 13, or axis = rank-1 at older opsets); the scale is a scalar constant. A
+Where mask (``torch.where(keep, s, fill)``, or ``s.masked_fill(drop, fill)``, which exports as
+Where(drop, fill, s)) becomes an additive mask Where(cond, 0, fill) / Where(cond, fill, 0)
+(constant-folded when cond is constant) only when its fill is a constant <= -1e30 (float32's
+lowest, -inf): with a finite fill such as -1e4, a fully masked row is uniform under Where but
+softmax(s) under an additive mask.
+
+The NaN guard is what both torch exporters write for ``scaled_dot_product_attention`` with a
+boolean mask (a fully masked row's probabilities, NaN, become zeros); FusedAttention's
+``nan_to_zero`` does the same (a probability row holding a NaN is all NaN, so it zeroes whole rows).
 """
 
 from __future__ import annotations
@@ -58,8 +65,9 @@ def fuse(g: Graph) -> tuple[int, list[str]]:
             nodes.append(nxt)
             cur = nxt.outputs[0]
             nxt = ix.sole_consumer(cur)
-        elif is_op(nxt, "Where") and nxt is not None and nxt.inputs[1] == cur and nxt.inputs[2] != cur:
-            fill = ix.const(nxt.inputs[2])
+        elif is_op(nxt, "Where") and nxt is not None and cur in nxt.inputs[1:] and nxt.inputs[1] != nxt.inputs[2]:
+            kept = nxt.inputs[1] == cur  # Where(keep, s, fill); else masked_fill's Where(drop, fill, s)
+            fill = ix.const(nxt.inputs[2 if kept else 1])
             if fill is None or fill.dtype.kind != "f" or not bool(np.all(fill.astype(np.float64) <= MASK_FILL_MAX)):
                 # s + fill equals fill under the softmax only where fill swamps every score: a
                 # finite fill (-1e4, 0) would leave a fully masked row softmax(s) instead of uniform
@@ -68,7 +76,8 @@ def fuse(g: Graph) -> tuple[int, list[str]]:
             zero = g.fresh_name(f"{nxt.name}_zero")
             g.initializers[zero] = np.zeros((), dtype=fill.dtype)  # Where's two branches share one dtype
             mask = g.fresh_name(f"{nxt.name}_additive_mask")
-            extra.append(Node("Where", [nxt.inputs[0], zero, nxt.inputs[2]], [mask], name=f"{nxt.name}_mask", opset=16))
+            branches = [zero, nxt.inputs[2]] if kept else [nxt.inputs[1], zero]
+            extra.append(Node("Where", [nxt.inputs[0], *branches], [mask], name=f"{nxt.name}_mask", opset=16))
             nodes.append(nxt)
             cur = nxt.outputs[0]
             nxt = ix.sole_consumer(cur)
@@ -83,18 +92,40 @@ def fuse(g: Graph) -> tuple[int, list[str]]:
             rw.missed.append(f"{qk.name}: Softmax is not over the last axis")
             continue
         nodes.append(nxt)
-        pv = ix.sole_consumer(nxt.outputs[0])
-        if not is_op(pv, "MatMul") or pv is None or pv.inputs[0] != nxt.outputs[0]:
+        p = nxt.outputs[0]
+        guard = _nan_guard(ix, p)
+        if guard:
+            nodes += guard
+            p = guard[-1].outputs[0]
+        pv = ix.sole_consumer(p)
+        if not is_op(pv, "MatMul") or pv is None or pv.inputs[0] != p:
             rw.missed.append(f"{qk.name}: probabilities are not multiplied by V")
             continue
         nodes.append(pv)
         if rw.taken(*nodes):
             continue
+        attrs = {"scale": float(scale), **({"nan_to_zero": 1} if guard else {})}
         fused = Node("FusedAttention", [qk.inputs[0], qk.inputs[1], pv.inputs[1], mask], [pv.outputs[0]],
-                     {"scale": float(scale)}, name=f"{qk.name}_attention", domain=DOMAIN, opset=1)
+                     attrs, name=f"{qk.name}_attention", domain=DOMAIN, opset=1)
         rw.replace(nodes, [*extra, fused])
     rw.commit()
     return rw.applied, rw.missed
+
+
+def _nan_guard(ix: GraphIndex, p: str) -> list[Node]:
+    """``[IsNaN(p), Where(IsNaN(p), 0, p)]`` when those two are ``p``'s only readers (the guard
+    torch writes after a boolean-masked SDPA's softmax), else []. The 0 must be a one-element
+    constant of rank at most ``p``'s: a larger rank would broadcast the result up."""
+    users = ix.consumers.get(p, [])
+    if len(users) != 2 or p in ix.outputs:
+        return []
+    isnan = next((u for u in users if is_op(u, "IsNaN")), None)
+    where = next((u for u in users if is_op(u, "Where")), None)
+    if isnan is None or where is None or ix.sole_consumer(isnan.outputs[0]) is not where:
+        return []
+    if where.inputs[0] != isnan.outputs[0] or where.inputs[2] != p or ix.scalar(where.inputs[1], within=p) != 0.0:
+        return []
+    return [isnan, where]
 
 
 def run(graph: Graph, ctx: PassContext) -> PassResult:
