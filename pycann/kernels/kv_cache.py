@@ -32,7 +32,7 @@ Released pages: each buffer is larger than the one it replaces, so the C heap ca
 one for the next, and under pycann's allocator policy (``runtime/host_allocator.py``: freed memory is
 kept, blocks up to 32 MiB come from the heap) the freed buffers stayed resident: a decode loop's RSS
 grew to ~2x its caches (16 caches of 18 MiB: +587 MiB for 299 MiB of buffers). When a buffer of
-``RELEASE_BYTES`` or more dies, the whole pages inside its data are given back to the OS
+``RELEASE_BYTES`` or more that was appended to in place dies, the whole pages inside its data are given back to the OS
 (``madvise(MADV_DONTNEED)``, Linux) before numpy frees it; the heap's own bookkeeping lives in the
 block's first and last bytes, which stay. The next block the heap carves there faults in zeroed pages.
 
@@ -244,20 +244,23 @@ def k_cache_append(inputs: Sequence[Any], attrs: Mapping[str, Any]) -> list[np.n
     owner[_rows(nd, axis, 0, p)] = past
     owner[_rows(nd, axis, p, need)] = new
     owner.flags.writeable = False  # (module doc: no view of it can be made writable)
-    b = _Buffer(weakref.ref(owner, _on_death(id(owner), owner)), axis, need, past.shape[:axis] + past.shape[axis + 1:])
+    b = _Buffer(weakref.ref(owner, _on_death(id(owner), owner, need)), axis, need, past.shape[:axis] + past.shape[axis + 1:])
     _LIVE[id(owner)] = b
     return [_view(owner, b, need)]
 
 
-def _on_death(key: int, owner: np.ndarray) -> Any:
-    """The callback of a buffer's weak reference: forget its bookkeeping and, for a large buffer, give
-    its pages back (module doc). numpy calls it from the array's deallocation, before the data is freed;
-    a plain weakref callback, unlike ``weakref.finalize``, never runs at exit while the array lives."""
+def _on_death(key: int, owner: np.ndarray, made_with: int) -> Any:
+    """The callback of a buffer's weak reference: forget its bookkeeping and, for a large buffer that
+    was appended to in place, give its pages back (module doc). One never appended to (a caller that
+    copies each ``present``, pyACL's path: a buffer a step) is freed as before: the next step's
+    buffer reuses its pages, where dropped pages would fault again (2x its step). numpy calls this
+    from the array's deallocation, before the data is freed; a plain weakref callback, unlike
+    ``weakref.finalize``, never runs at exit while the array lives."""
     address, nbytes = owner.__array_interface__["data"][0], owner.nbytes
     big = nbytes >= RELEASE_BYTES
 
     def dead(_: Any) -> None:
-        _LIVE.pop(key, None)
-        if big:
+        b = _LIVE.pop(key, None)
+        if big and b is not None and b.filled > made_with:
             _release(address, nbytes)
     return dead

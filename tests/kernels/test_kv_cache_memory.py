@@ -10,8 +10,10 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
+import numpy as np
 import pytest
 
+from pycann.kernels import kv_cache
 from tests.forking import run_script
 
 SCRIPT = r"""
@@ -48,3 +50,22 @@ def test_decode_loop_rss_stays_at_the_live_cache_buffers(tmp_path: Path) -> None
     ratio = float(r.stdout.split()[-1])
     # before: ~2x (each freed buffer stayed resident); now the live buffers and a little transient
     assert ratio < 1.4, f"RSS grew {ratio:.2f}x the live cache buffers"
+
+
+def test_only_buffers_appended_in_place_give_their_pages_back(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A caller that copies each ``present`` (pyACL's path) gets a new buffer per step, which the next
+    step's reuses: dropping its pages made that step fault them in again (2x its time)."""
+    released: list[int] = []
+    monkeypatch.setattr(kv_cache, "_release", lambda address, nbytes: released.append(nbytes))
+    past = np.zeros((1, 8, 100, 128), np.float32)
+    row = np.ones((1, 8, 1, 128), np.float32)
+    (once,) = kv_cache.k_cache_append([past, row], {"axis": 2})
+    np.testing.assert_array_equal(once, np.concatenate([past, row], axis=2))
+    del once  # never appended to: freed as numpy frees it
+    assert released == []
+    (grown,) = kv_cache.k_cache_append([past, row], {"axis": 2})
+    (grown,) = kv_cache.k_cache_append([grown, row], {"axis": 2})  # in place
+    np.testing.assert_array_equal(grown, np.concatenate([past, row, row], axis=2))
+    nbytes = grown.base.nbytes
+    del grown
+    assert released == [nbytes]
