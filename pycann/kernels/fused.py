@@ -117,6 +117,9 @@ PROVIDED = ref.FusedCompute(
     attention_matmul=_provider_matmul,
     softmax_last_axis_=_onednn_softmax_,
     softmax_min_elements=onednn_softmax.MIN_ELEMENTS,
+    # a decode step's bf16 products: oneDNN made (and kept, up to 512) two native kernels a step, one
+    # per new key length: RSS +79 MB over 200 steps of a tiny decoder
+    attention_bf16_min_rows=DECODE_ROWS + 1,
 )
 
 

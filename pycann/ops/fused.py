@@ -156,7 +156,11 @@ class FusedCompute:
       matrix operand (FusedAttention's P), where the providers may read float32 subnormals as zero
       as the native kernels read bf16 ones (``ge/compile/passes/flushing_casts.py``);
     * ``bf16_matmul_bf16(a, b, attrs) -> y or None``: ``bf16_matmul`` rounded once to bfloat16 by the
-      kernel (None: the caller rounds the float32 product itself).
+      kernel (None: the caller rounds the float32 product itself);
+    * ``attention_bf16_min_rows``: FusedAttention with fewer query rows (a decode step, whose key
+      length is new on every call) computes its bf16 products widened to float32 in numpy (exact
+      products, float32 sums: the native kernel's numbers) instead of ``bf16_matmul``, whose
+      kernels are made and kept per shape.
     """
 
     conv_act: Callable[..., tuple[np.ndarray, bool]] = _reference_conv_act
@@ -170,6 +174,7 @@ class FusedCompute:
     softmax_min_elements: int = 0
     bf16_operand: Callable[[np.ndarray], np.ndarray] = lambda s: s.astype(bfloat16())  # noqa: E731
     bf16_matmul_bf16: Callable[..., np.ndarray | None] = lambda *a: None  # noqa: E731
+    attention_bf16_min_rows: int = 0
 
 
 REFERENCE = FusedCompute()
@@ -370,8 +375,9 @@ def _k_attention(inputs: Sequence[Any], attrs: Mapping[str, Any], fc: FusedCompu
 def _attention_bf16(q: np.ndarray, kt: np.ndarray, v: np.ndarray, mask: np.ndarray | None, scale: float,
                     attrs: Mapping[str, Any], fc: FusedCompute) -> np.ndarray | None:
     """The bf16 path's numbers (scores and softmax in float32, P rounded to bf16 before P @ V) with
-    both products in the provider's bf16 GEMM; None when it has none or a dim is 0 (the caller widens)."""
-    if 0 in q.shape or 0 in kt.shape or 0 in v.shape:
+    both products in the provider's bf16 GEMM; None when it has none, a dim is 0 or Q has fewer than
+    ``fc.attention_bf16_min_rows`` rows (the caller widens: the same numbers in numpy)."""
+    if 0 in q.shape or 0 in kt.shape or 0 in v.shape or q.ndim < 2 or q.shape[-2] < fc.attention_bf16_min_rows:
         return None
     s = fc.bf16_matmul(q, kt, attrs)
     if s is None:

@@ -12,9 +12,9 @@ import pytest
 from onnx import TensorProto, helper, numpy_helper
 
 from pycann.config import PlanCacheConfig, PlanPolicy
-from pycann.ge.compile.compiler import compile_model
+from pycann.ge.compile.compiler import CompileOptions, compile_model
 from pycann.ge.run.model import LoadedModel
-from pycann.kernels.providers import onednn_softmax
+from pycann.kernels.providers import onednn_bf16, onednn_softmax
 from tests.ge.kv_graphs import attention_layer, decode
 
 ort = pytest.importorskip("onnxruntime")
@@ -119,3 +119,22 @@ def test_nan_guard_rows_with_nan_inf_or_no_key_are_zero_as_in_ort(shape: tuple[i
     got, want = lm.run_dict(feeds)[0], _ort(data)(feeds)[0]
     assert (want[0, :, 0] == 0).all() and (want[0, :, s // 2] == 0).all() and np.isfinite(want).all()
     np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-6)
+
+
+def test_bf16_decode_steps_make_no_native_kernel_per_key_length() -> None:
+    """Under ``allow_fp32_to_bf16`` each decode step's two bf16 attention products went to oneDNN's
+    native bf16 matmul, which made and kept a kernel per shape: two a step, for a key length that is
+    new every step (a tiny decoder's RSS +79 MB over 200 steps). Decode rows run widened in numpy
+    (the same products: exact, summed in float32); values against ORT's bf16-free float32 within
+    bfloat16's precision, and against the prompt-sized native path's numbers."""
+    data = attention_layer("add")
+    cm = compile_model(data, CompileOptions(precision_mode="allow_fp32_to_bf16", soc_version="Ascend910B2"))
+    lm = LoadedModel.from_compiled(cm)
+    assert "FusedAttention" in _generic_ops(lm)
+    decode(lm.run_dict, batch=2, prompt=1, steps=1, past=20)  # the projections' kernels: made once
+    before = set(onednn_bf16._plans)
+    got = decode(lm.run_dict, batch=2, prompt=1, steps=6, past=40)
+    assert set(onednn_bf16._plans) == before, "a decode step made a native bf16 kernel"
+    want = decode(_ort(data), batch=2, prompt=1, steps=6, past=40)
+    for i, (g, w) in enumerate(zip(got, want)):
+        np.testing.assert_allclose(g, w, rtol=0.05, atol=0.05 * float(np.abs(w).max()), err_msg=f"call {i}")
