@@ -11,6 +11,8 @@
   longer view: one copy of ``new``, none of the past.
 * Any other ``past`` (the caller's own array, an older or trimmed view, a copy, a view of another
   layout) gets a new buffer: ``past`` and ``new`` are copied into it, as Concat would.
+* With ``round_to`` (ops/cache_append.py) a new buffer takes ``past`` rounded through that dtype, and
+  only a buffer made under the same ``round_to`` is appended to (its rows are rounded already).
 
 Why this is the same as Concat for every caller: a buffer's rows below ``filled`` are never
 written again, and every view handed out covers only such rows. Appending writes rows no view
@@ -58,6 +60,7 @@ import numpy as np
 
 from pycann.errors import OperandError
 from pycann.kernels.providers import omp_fork
+from pycann.ops.cache_append import rounded_past
 from pycann.ops.shape_utils import normalize_axis
 
 __all__ = ["RELEASE_BYTES", "RESERVE_ROWS", "cache_view", "k_cache_append", "live_buffers"]
@@ -107,6 +110,7 @@ class _Buffer:
     filled: int
     others: tuple[int, ...]
     last: Any = _dead  # weakref.ref of the last view, or a function answering None
+    rounded: int = 0  # CacheAppend's round_to its rows were written under (0: as given)
     # (released in a forked child if a parent thread was appending at the fork: ``omp_fork.fork_safe``)
     lock: threading.Lock = field(default_factory=lambda: omp_fork.fork_safe(threading.Lock()))
 
@@ -204,10 +208,12 @@ def k_cache_append(inputs: Sequence[Any], attrs: Mapping[str, Any]) -> list[np.n
     equal otherwise); returns ``present`` [..., P + N, ...]. Raises ``OperandError`` on operands
     Concat refuses (rank, dtype or a non-concat dim differ)."""
     past, new = inputs[0], inputs[1]
+    round_to = int(attrs.get("round_to", 0))
     base: Any = getattr(past, "base", None)
     b = _LIVE.get(id(base)) if base is not None else None
     buf = b.ref() if b is not None else None
-    if b is not None and buf is not None and buf is base and b.last() is past:
+    # (round_to: only a buffer whose rows were rounded the same way holds Concat's values for them)
+    if b is not None and buf is not None and buf is base and b.last() is past and b.rounded == round_to:
         # ``past`` is the view this buffer handed out last (a decode loop feeding ``present`` back):
         # its geometry is the buffer's own, only ``new`` needs Concat's checks (one step: ~4 us)
         axis = b.axis
@@ -229,7 +235,7 @@ def k_cache_append(inputs: Sequence[Any], attrs: Mapping[str, Any]) -> list[np.n
     found = _buffer_of(past)
     if found is not None:
         owner, b = found
-        if b.axis == axis and p + n <= owner.shape[axis] and _prefix(past, owner, axis):
+        if b.axis == axis and p + n <= owner.shape[axis] and _prefix(past, owner, axis) and b.rounded == round_to:
             with b.lock:
                 claimed = b.filled == p
                 if claimed:
@@ -241,10 +247,11 @@ def k_cache_append(inputs: Sequence[Any], attrs: Mapping[str, Any]) -> list[np.n
     shape = list(past.shape)
     shape[axis] = need + max(need // 4, RESERVE_ROWS)
     owner = np.empty(shape, dtype=past.dtype)
-    owner[_rows(nd, axis, 0, p)] = past
+    owner[_rows(nd, axis, 0, p)] = rounded_past(past, round_to) if round_to and p else past
     owner[_rows(nd, axis, p, need)] = new
     owner.flags.writeable = False  # (module doc: no view of it can be made writable)
-    b = _Buffer(weakref.ref(owner, _on_death(id(owner), owner, need)), axis, need, past.shape[:axis] + past.shape[axis + 1:])
+    b = _Buffer(weakref.ref(owner, _on_death(id(owner), owner, need)), axis, need, past.shape[:axis] + past.shape[axis + 1:],
+                rounded=round_to)
     _LIVE[id(owner)] = b
     return [_view(owner, b, need)]
 

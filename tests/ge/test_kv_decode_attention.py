@@ -138,3 +138,41 @@ def test_bf16_decode_steps_make_no_native_kernel_per_key_length() -> None:
     want = decode(_ort(data), batch=2, prompt=1, steps=6, past=40)
     for i, (g, w) in enumerate(zip(got, want)):
         np.testing.assert_allclose(g, w, rtol=0.05, atol=0.05 * float(np.abs(w).max()), err_msg=f"call {i}")
+
+
+def test_force_fp16_casts_around_the_cache_concat_still_append_in_place(monkeypatch: pytest.MonkeyPatch) -> None:
+    """``force_fp16`` writes ``present = Cast(Concat(Cast(past, f16), new16), f32)``: no CacheAppend,
+    three copies of the whole past a step. Now CacheAppend(round_to=f16) appends in place; every
+    output bit-equal to the Concat plan's (PYCANN_KV_CACHE=off), a float32 past the buffer did not
+    write rounded through float16 as the Cast did; ORT's float32 values within float16's precision."""
+    data = attention_layer("add")
+    opts, generic = CompileOptions(precision_mode="force_fp16"), PlanCacheConfig(policy=PlanPolicy.GENERIC)
+    lm = LoadedModel.from_compiled(compile_model(data, opts), plan_cache=generic)
+    appends = [n for n in lm.executor.generic_plan().graph.nodes if n.op_type == "CacheAppend"]
+    assert len(appends) == 2 and all(n.attrs.get("round_to") == 10 for n in appends)
+    monkeypatch.setenv("PYCANN_KV_CACHE", "off")
+    plain = LoadedModel.from_compiled(compile_model(data, opts), plan_cache=generic)
+    assert "CacheAppend" not in [n.op_type for n in plain.executor.generic_plan().graph.nodes]
+    monkeypatch.delenv("PYCANN_KV_CACHE")
+    rng = np.random.default_rng(3)
+    past = rng.standard_normal((2, 4, 5, 4)).astype(np.float32)  # not float16 values: rounded on the way in
+    feeds = {"x": rng.standard_normal((2, 1, 16)).astype(np.float32), "keep": np.ones((2, 1, 1, 6), bool),
+             "past_key": past, "past_value": past}
+    got = lm.run_dict(feeds)
+    np.testing.assert_array_equal(got[1][:, :, :5], past.astype(np.float16).astype(np.float32))
+    for g, w in zip(got, plain.run_dict(feeds)):
+        np.testing.assert_array_equal(g, w)
+    kw: dict[str, Any] = {"batch": 2, "prompt": 4, "steps": 5, "pad": [0, 2]}
+    presents: list[np.ndarray] = []
+
+    def run(feeds: dict[str, np.ndarray]) -> list[Any]:
+        out = lm.run_dict(feeds)
+        presents.append(out[1])
+        return out
+    got_y, plain_y = decode(run, **kw), decode(plain.run_dict, **kw)
+    for g, w in zip(got_y, plain_y):
+        np.testing.assert_array_equal(g, w)
+    assert all(np.shares_memory(a, b) for a, b in zip(presents[1:], presents[2:])), "appended in place"
+    want = decode(_ort(data), **kw)
+    for i, (g, w) in enumerate(zip(got_y, want)):
+        np.testing.assert_allclose(g, w, rtol=1e-2, atol=1e-2 * float(np.abs(w).max()), err_msg=f"call {i}")

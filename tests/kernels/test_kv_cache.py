@@ -11,6 +11,7 @@ from typing import Any
 import numpy as np
 import pytest
 
+from pycann.dtypes import DType, TensorDesc
 from pycann.errors import OperandError
 from pycann.ge.ir import Graph, Node
 from pycann.ge.run import kv_alias
@@ -201,3 +202,32 @@ def test_a_forked_child_appends_though_a_parent_thread_held_the_buffer_lock(tmp_
     waiting for ever."""
     out = run_script(tmp_path, _FORK_APPEND)
     assert "child 0" in out.stdout, (out.stdout, out.stderr[-2000:])
+
+
+@pytest.mark.parametrize("case", ["rewritten", "lo_past_read_twice", "present_not_f32", "concat_is_output"])
+def test_alias_of_a_cache_concat_a_precision_mode_casts_around(case: str) -> None:
+    """``present = Cast(Concat(Cast(past, f16), k), f32)`` (force_fp16) becomes CacheAppend(round_to=f16)
+    with the Concat's float16 output a Cast of ``present``; other shapes of the pattern stay as they are."""
+    nodes = [Node("Cast", ["past"], ["past16"], {"to": 10}, name="in"), Node("Relu", ["x"], ["k"], name="k"),
+             Node("Concat", ["past16", "k"], ["cat16"], {"axis": 2}, name="cat"),
+             Node("Cast", ["cat16"], ["present"], {"to": 10 if case == "present_not_f32" else 1}, name="out"),
+             Node("Transpose", ["cat16"], ["kt"], {"perm": [0, 1, 3, 2]}, name="t")]
+    outs = ["kt", "present"] + (["cat16"] if case == "concat_is_output" else [])
+    if case == "lo_past_read_twice":
+        nodes.append(Node("Relu", ["past16"], ["r"], name="r"))
+        outs.append("r")
+    g = _graph(nodes, ["x", "past"], outs)
+    g.descs["past"] = TensorDesc(DType.FLOAT, ("b", 3, "p", 4))
+    out, n = kv_alias.alias(g)
+    if case != "rewritten":
+        assert n == 0 and out is g
+        return
+    assert n == 1 and [(x.op_type, x.inputs, x.outputs) for x in out.nodes] == [
+        ("Relu", ["x"], ["k"]), ("Cast", ["k"], ["k_cache_f32"]),
+        ("CacheAppend", ["past", "k_cache_f32"], ["present"]), ("Cast", ["present"], ["cat16"]),
+        ("Transpose", ["cat16"], ["kt"])]
+    assert out.nodes[2].attrs == {"axis": 2, "round_to": 10} and "k_cache_f32" not in g.descs  # g unchanged
+    past = np.random.default_rng(0).standard_normal((1, 3, 2, 4)).astype(np.float32)
+    new = np.ones((1, 3, 1, 4), np.float32)
+    (present,) = k_cache_append([past, new], out.nodes[2].attrs)
+    np.testing.assert_array_equal(present, np.concatenate([past.astype(np.float16).astype(np.float32), new], axis=2))
