@@ -147,8 +147,9 @@ def alias(graph: Graph) -> tuple[Graph, int]:
                 dropped.add(id(cast_out))
                 nodes += [Node("Cast", [new], [wide], {"to": int(DType.FLOAT)}, name=f"{n.name}_new_f32", opset=19),
                           Node("CacheAppend", [past, wide], [present], {"axis": int(n.attrs["axis"]), "round_to": lo},
-                               name=n.name, domain="pycann", opset=1),
-                          Node("Cast", [present], [n.outputs[0]], {"to": lo}, name=f"{n.name}_lo", opset=19)]
+                               name=n.name, domain="pycann", opset=1)]
+                if len(readers.get(n.outputs[0], [])) > 1:  # (the attention reads it; not made for no reader)
+                    nodes.append(Node("Cast", [present], [n.outputs[0]], {"to": lo}, name=f"{n.name}_lo", opset=19))
                 count += 1
                 continue
         nodes.append(n)
