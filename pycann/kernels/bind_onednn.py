@@ -70,7 +70,8 @@ def _attention(attrs, ins, consts, outs) -> Kernel | None:  # type: ignore[no-un
     has_mask = len(ins) > 3 and ins[3] is not None
     mask = _static(ins[3]) if has_mask else None
     if q is None or kt is None or v is None or not _f32(*ins[:3]) \
-            or (has_mask and (mask is None or not _f32(ins[3]))) or not _usable() or attrs.get("nan_to_zero", 0):
+            or (has_mask and (mask is None or not _f32(ins[3]))) or not _usable() or attrs.get("nan_to_zero", 0) \
+            or attrs.get("masked_rows_zero", 0):
         return None  # (nan_to_zero: the generic kernel zeroes NaN rows of P between oneDNN's two products)
     from pycann.kernels.providers import onednn_attention
 

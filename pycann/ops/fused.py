@@ -336,6 +336,8 @@ def _k_attention(inputs: Sequence[Any], attrs: Mapping[str, Any], fc: FusedCompu
     q, kt, v = inputs[0], inputs[1], inputs[2]
     mask = inputs[3] if len(inputs) > 3 else None
     nan_to_zero = bool(attrs.get("nan_to_zero", 0))
+    if attrs.get("masked_rows_zero", 0) and mask is not None:
+        return [_masked_rows_zero(q, kt, v, mask, attrs, fc)]
     if q.dtype == kt.dtype == v.dtype == _F32 and (mask is None or mask.dtype == _F32):
         out = _attention_f32(q, kt, v, mask, float(attrs.get("scale", 1.0)), fc, nan_to_zero)
         if out is not None:
@@ -370,6 +372,24 @@ def _k_attention(inputs: Sequence[Any], attrs: Mapping[str, Any], fc: FusedCompu
     if p_dtype is not None:
         return [np.matmul(s.astype(p_dtype).astype(np.float32), v).astype(p_dtype)]
     return [np.matmul(s, v)]
+
+
+def _masked_rows_zero(q: np.ndarray, kt: np.ndarray, v: np.ndarray, mask: np.ndarray, attrs: Mapping[str, Any],
+                      fc: FusedCompute) -> np.ndarray:
+    """``masked_rows_zero``: ONNX Attention-23's Where(Equal(ReduceMax(mask, -1), -inf), 0, P) before
+    P @ V. The attention runs without the attribute on the rows as they are; the rows the mask hides
+    entirely (their probabilities NaN) are then recomputed as 0 @ V (zeros, NaN where V holds one)."""
+    rest = {k: val for k, val in attrs.items() if k != "masked_rows_zero"}
+    out = _k_attention([q, kt, v, mask], rest, fc)[0]
+    m = mask.astype(np.float32) if _narrow(mask.dtype) else mask
+    hidden = np.max(m, axis=-1, keepdims=True) == -np.inf if m.shape[-1] else np.zeros(m.shape, bool)
+    if not hidden.any():
+        return out
+    # rows of P set to 0: P @ V there is a sum of 0 * V (0, or NaN where V has a NaN or an inf)
+    rows = np.broadcast_to(hidden, np.broadcast_shapes(hidden.shape, out.shape[:-1] + (1,)))
+    zero_row = np.matmul(np.zeros((1, v.shape[-2]), np.float32), v.astype(np.float32))  # [..., 1, Dv]
+    fixed = np.where(rows, zero_row, out.astype(np.float32)).astype(out.dtype)
+    return fixed
 
 
 def _attention_bf16(q: np.ndarray, kt: np.ndarray, v: np.ndarray, mask: np.ndarray | None, scale: float,
@@ -480,5 +500,6 @@ OPS: list[OpDef] = [
     OpDef("FusedConv", _infer_fused_conv, _k_fused_conv, domain=DOMAIN, attrs=_CONV_ATTRS, out_kernel=_out_fused_conv),
     OpDef("FusedMatMul", _infer_fused_matmul, _k_fused_matmul, domain=DOMAIN, attrs=_ACT_ATTRS,
           out_kernel=_out_fused_matmul),
-    OpDef("FusedAttention", _infer_attention, _k_attention, domain=DOMAIN, attrs={"scale": 1.0, "nan_to_zero": 0}),
+    OpDef("FusedAttention", _infer_attention, _k_attention, domain=DOMAIN,
+          attrs={"scale": 1.0, "nan_to_zero": 0, "masked_rows_zero": 0}),
 ]

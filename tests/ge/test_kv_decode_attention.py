@@ -176,3 +176,52 @@ def test_force_fp16_casts_around_the_cache_concat_still_append_in_place(monkeypa
     want = decode(_ort(data), **kw)
     for i, (g, w) in enumerate(zip(got_y, want)):
         np.testing.assert_allclose(g, w, rtol=1e-2, atol=1e-2 * float(np.abs(w).max()), err_msg=f"call {i}")
+
+
+def test_onnx_attention_23_with_its_own_cache_fuses_and_appends_in_place() -> None:
+    """ONNX Attention-23 (torch's dynamo exporter at opset 23 writes it for SDPA) with past_key /
+    past_value: its function body zeroes the rows the mask hides entirely (Where(Equal(ReduceMax(mask),
+    -inf), 0, P), the 0 a CastLike of P), which kept AttentionFusion off; now FusedAttention
+    (masked_rows_zero) and CacheAppend for its presents, ORT's values with fully masked rows."""
+    b, h, d = 2, 2, 8
+    f = TensorProto.FLOAT
+    io = {"q": [b, h, "s", d], "k": [b, h, "s", d], "v": [b, h, "s", d], "mask": [b, 1, "s", "t"],
+          "past_key": [b, h, "p", d], "past_value": [b, h, "p", d]}
+    # K and V computed (as a decoder's projections are): a cache Concat's new rows never are a graph input
+    nodes = [helper.make_node("Add", [x, "half"], [f"{x}2"]) for x in ("k", "v")]
+    nodes.append(helper.make_node("Attention", ["q", "k2", "v2", "mask", "past_key", "past_value"],
+                                  ["y", "present_key", "present_value"]))
+    m = helper.make_model(helper.make_graph(
+        nodes, "g", [helper.make_tensor_value_info(k, f, s) for k, s in io.items()],
+        [helper.make_tensor_value_info("y", f, [b, h, "s", d]),
+         helper.make_tensor_value_info("present_key", f, [b, h, "t", d]),
+         helper.make_tensor_value_info("present_value", f, [b, h, "t", d])],
+        [numpy_helper.from_array(np.array(0.5, np.float32), "half")]),
+        opset_imports=[helper.make_opsetid("", 23)])
+    m.ir_version = 10
+    data = m.SerializeToString()
+    try:
+        ref = _ort(data)
+    except Exception as e:  # noqa: BLE001 - an ORT without Attention-23: nothing to compare with
+        pytest.skip(f"ONNX Runtime cannot run Attention-23 here: {type(e).__name__}")
+    lm = LoadedModel.from_compiled(compile_model(data))
+    fused = [n for n in lm.graph.nodes if n.op_type == "FusedAttention"]
+    assert len(fused) == 1 and fused[0].attrs.get("masked_rows_zero") == 1
+    assert not {"Softmax", "ReduceMax"} & {n.op_type for n in lm.graph.nodes}
+    assert _generic_ops(lm).count("CacheAppend") == 2
+    rng = np.random.default_rng(0)
+
+    def feeds(past: list[np.ndarray], s: int) -> dict[str, np.ndarray]:
+        t = past[0].shape[2] + s
+        mask = np.where(rng.random((b, 1, s, t)) < 0.3, -np.inf, 0).astype(np.float32)
+        mask[0, 0, 0] = -np.inf  # a row hidden entirely: zeros
+        x = {k: rng.standard_normal((b, h, s, d)).astype(np.float32) for k in "qkv"}
+        return {**x, "mask": mask, "past_key": past[0], "past_value": past[1]}
+    past_p = past_o = [np.zeros((b, h, 0, d), np.float32)] * 2
+    for s in (5, 1, 1, 1):
+        fd = feeds(past_p, s)
+        got, want = lm.run_dict(fd), ref({**fd, "past_key": past_o[0], "past_value": past_o[1]})
+        assert (want[0][0, :, 0] == 0).all() and np.isfinite(want[0]).all()
+        for g, w in zip(got, want):
+            np.testing.assert_allclose(g, w, rtol=1e-5, atol=1e-5)
+        past_p, past_o = got[1:], want[1:]

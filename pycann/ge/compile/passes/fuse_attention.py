@@ -11,6 +11,9 @@ Where(drop, fill, s)) becomes an additive mask Where(cond, 0, fill) / Where(cond
 lowest, -inf): with a finite fill such as -1e4, a fully masked row is uniform under Where but
 softmax(s) under an additive mask.
 
+ONNX Attention-23's function body zeroes the rows its mask hides entirely:
+Where(Equal(ReduceMax(mask, [-1]), -inf), 0, p) before the product (``masked_rows_zero``).
+
 The NaN guard is what both torch exporters write for ``scaled_dot_product_attention`` with a
 boolean mask (a fully masked row's probabilities, NaN, become zeros); FusedAttention's
 ``nan_to_zero`` does the same (a probability row holding a NaN is all NaN, so it zeroes whole rows).
@@ -21,7 +24,7 @@ from __future__ import annotations
 import numpy as np
 
 from pycann.ge.compile.passes.base import PassContext, PassResult
-from pycann.ge.compile.passes.pattern import GraphIndex, Rewrites, is_op
+from pycann.ge.compile.passes.pattern import GraphIndex, Rewrites, is_op, reduce_axes
 from pycann.ge.ir import Graph, Node
 from pycann.ops.fused import DOMAIN
 
@@ -94,9 +97,10 @@ def fuse(g: Graph) -> tuple[int, list[str]]:
         nodes.append(nxt)
         p = nxt.outputs[0]
         guard = _nan_guard(ix, p)
-        if guard:
-            nodes += guard
-            p = guard[-1].outputs[0]
+        rows_guard = [] if guard or not mask or extra else _masked_rows_guard(ix, p, mask)
+        if guard or rows_guard:
+            nodes += guard or rows_guard
+            p = nodes[-1].outputs[0]
         pv = ix.sole_consumer(p)
         if not is_op(pv, "MatMul") or pv is None or pv.inputs[0] != p:
             rw.missed.append(f"{qk.name}: probabilities are not multiplied by V")
@@ -104,7 +108,8 @@ def fuse(g: Graph) -> tuple[int, list[str]]:
         nodes.append(pv)
         if rw.taken(*nodes):
             continue
-        attrs = {"scale": float(scale), **({"nan_to_zero": 1} if guard else {})}
+        attrs = {"scale": float(scale), **({"nan_to_zero": 1} if guard else {}),
+                 **({"masked_rows_zero": 1} if rows_guard else {})}
         fused = Node("FusedAttention", [qk.inputs[0], qk.inputs[1], pv.inputs[1], mask], [pv.outputs[0]],
                      attrs, name=f"{qk.name}_attention", domain=DOMAIN, opset=1)
         rw.replace(nodes, [*extra, fused])
@@ -126,6 +131,43 @@ def _nan_guard(ix: GraphIndex, p: str) -> list[Node]:
     if where.inputs[0] != isnan.outputs[0] or where.inputs[2] != p or ix.scalar(where.inputs[1], within=p) != 0.0:
         return []
     return [isnan, where]
+
+
+def _const_of(ix: GraphIndex, value: str) -> float | None:
+    """The value of a one-element constant, or of ``CastLike(constant, x)`` (the ONNX functions'
+    spelling of a typed constant), else None."""
+    c = ix.scalar(value)
+    if c is not None:
+        return c
+    n = ix.producers.get(value)
+    return ix.scalar(n.inputs[0]) if is_op(n, "CastLike") and n is not None else None
+
+
+def _masked_rows_guard(ix: GraphIndex, p: str, mask: str) -> list[Node]:
+    """``[(CastLike(0, p),) Where(Equal(ReduceMax(mask, [-1], keepdims=1), -inf), 0, p)]`` when those
+    are ``p``'s only readers (ONNX Attention-23's function body: a row the mask hides entirely gives
+    zeros; its typed 0 is a CastLike reading only ``p``'s dtype), else []."""
+    users = ix.consumers.get(p, [])
+    where = next((u for u in users if is_op(u, "Where")), None)
+    if where is None or p in ix.outputs or where.inputs[2] != p or _const_of(ix, where.inputs[1]) != 0.0:
+        return []
+    typed = [u for u in users if u is not where]
+    if len(typed) > 1 or any(not is_op(u, "CastLike") or u.inputs[0] == p or u.outputs[0] != where.inputs[1]
+                             or ix.sole_consumer(u.outputs[0]) is not where for u in typed):
+        return []
+    eq = ix.producers.get(where.inputs[0])
+    if not is_op(eq, "Equal") or eq is None:
+        return []
+    rmax = next((ix.producers.get(i) for i in eq.inputs if is_op(ix.producers.get(i), "ReduceMax")), None)
+    other = [i for i in eq.inputs if ix.producers.get(i) is not rmax]
+    if rmax is None or len(other) != 1 or _const_of(ix, other[0]) != float("-inf") or rmax.inputs[0] != mask:
+        return []
+    md = ix.desc(mask)
+    axes = reduce_axes(ix, rmax)
+    if axes is None or len(axes) != 1 or md is None or md.rank is None or axes[0] % md.rank != md.rank - 1 \
+            or not int(rmax.attrs.get("keepdims", 1)):
+        return []
+    return [*typed, where]
 
 
 def run(graph: Graph, ctx: PassContext) -> PassResult:
