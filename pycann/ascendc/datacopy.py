@@ -15,6 +15,7 @@ import numpy as np
 
 from pycann.ascendc import core as _core
 from pycann.ascendc.diagnostics import Rule
+from pycann.ascendc.dtypes import ElemType, elem
 from pycann.ascendc.enums import Memory, Pipe, TPosition
 from pycann.ascendc.gm import GlobalTensor, record_gm_write
 from pycann.ascendc.local import LocalTensor
@@ -49,14 +50,51 @@ class DataCopyExtParams:
     rsv: int = 0
 
 
-@dataclass
+@dataclass(init=False)
 class DataCopyPadExtParams:
-    """DataCopyPad padding: ``leftPadding``/``rightPadding`` elements set to ``paddingValue`` when ``isPad``."""
+    """DataCopyPad padding: ``leftPadding``/``rightPadding`` elements set to ``paddingValue`` when ``isPad``.
 
-    isPad: bool = False
-    leftPadding: int = 0
-    rightPadding: int = 0
-    paddingValue: Any = 0
+    Ascend C's ``DataCopyPadExtParams<T>{isPad, leftPadding, rightPadding, paddingValue}`` is a
+    template; as ``GlobalTensor(AscendC.half)`` spells ``GlobalTensor<half>``, the element type may
+    come first: ``DataCopyPadExtParams(AscendC.float, True, 0, 6, 0.0)`` or
+    ``DataCopyPadExtParams(True, 0, 6, 0.0)``. Without this, the type would silently become ``isPad``
+    and every field after it shift by one (a left padding of 1 element, the value as right padding).
+    """
+
+    isPad: bool
+    leftPadding: int
+    rightPadding: int
+    paddingValue: Any
+    dtype: ElemType | None
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        dtype = kwargs.pop("dtype", None)
+        if args and isinstance(args[0], ElemType):
+            dtype, args = args[0], args[1:]
+        names = ("isPad", "leftPadding", "rightPadding", "paddingValue")
+        if len(args) > len(names):
+            raise TypeError(f"DataCopyPadExtParams takes [T,] isPad, leftPadding, rightPadding, paddingValue; "
+                            f"got {len(args)} values after the type")
+        given = dict(zip(names, args))
+        for k, v in kwargs.items():
+            if k not in names:
+                raise TypeError(f"DataCopyPadExtParams has no field {k!r} (fields: {', '.join(names)}, dtype)")
+            if k in given:
+                raise TypeError(f"DataCopyPadExtParams got {k!r} twice")
+            given[k] = v
+        is_pad = given.get("isPad", False)
+        if not isinstance(is_pad, (bool, int, np.bool_)):
+            raise TypeError(f"DataCopyPadExtParams: isPad must be a bool, got {is_pad!r} (the element type, "
+                            "when given, comes first: DataCopyPadExtParams(AscendC.half, True, 0, 2, 0))")
+        for k in ("leftPadding", "rightPadding"):
+            v = given.get(k, 0)
+            if isinstance(v, bool) or not isinstance(v, (int, np.integer)) or v < 0:
+                raise TypeError(f"DataCopyPadExtParams: {k} must be an element count >= 0, got {v!r}")
+        self.isPad = bool(is_pad)
+        self.leftPadding = int(given.get("leftPadding", 0))
+        self.rightPadding = int(given.get("rightPadding", 0))
+        self.paddingValue = given.get("paddingValue", 0)
+        self.dtype = elem(dtype) if dtype is not None else None
 
 
 def _gm_operand(g: GlobalTensor, n: int, out: bool = False) -> Operand:
@@ -196,6 +234,13 @@ def DataCopyPad(dst: Any, src: Any, params: DataCopyExtParams,
         c.report(Rule.BAD_PARAM, api, f"blockCount {n} / blockLen {blen} outside [0,4095] / [0,2097151]", abort=True)
     size = _elem_size(dst, src)
     pad = padParams or DataCopyPadExtParams()
+    if pad.dtype is not None and pad.dtype.size != size:
+        c.report(Rule.BAD_PARAM, api, f"DataCopyPadExtParams<{pad.dtype}> does not match the copy's "
+                 f"{size}-byte elements (T must be the tensors' element type)", abort=True)
+    for side, count in (("leftPadding", pad.leftPadding), ("rightPadding", pad.rightPadding)):
+        if pad.isPad and count * size > BLK:  # each side pads within one 32-byte block (CANN's api_check)
+            c.report(Rule.BAD_PARAM, api, f"{side} {count} is outside its valid range 0 ~ {BLK // size} "
+                     f"(at most 32 B of {size}-byte elements)", abort=True)
     if isinstance(src, GlobalTensor) and isinstance(dst, LocalTensor):
         left, right = (pad.leftPadding, pad.rightPadding) if pad.isPad else (0, 0)
         ub_block = -(-(blen + (left + right) * size) // BLK) * BLK
