@@ -10,6 +10,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import re
 import shlex
 import sys
 import time
@@ -397,6 +398,13 @@ def _apply_input_shape_range(args: argparse.Namespace) -> None:
     args.input_shape, args.input_shape_range = ";".join(parts), None
 
 
+def _named_option(message: str, from_range: bool) -> str:
+    """``message`` naming the option the user wrote: ``--input_shape_range`` is compiled as
+    ``--input_shape`` (``_apply_input_shape_range``), whose name the compiler's errors carry; a user who
+    never wrote ``--input_shape`` would look for an option that is not on the command line."""
+    return re.sub(r"--input_shape\b(?!_range)", "--input_shape_range", message) if from_range else message
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of the ``atc`` console script; returns the exit status (0 on success)."""
     argv = list(sys.argv[1:] if argv is None else argv)
@@ -411,10 +419,13 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(FAILED)
         print("E10001: invalid command-line option value (see the message above).")
         return 1
+    from_range = False  # the shapes came as --input_shape_range (errors then name it)
     try:
         if unknown:
             raise AtcError("E10001", f"Unknown option(s) {' '.join(unknown)}. Try 'atc --help'.")
-        _apply_input_shape_range(args)
+        ranged = args.input_shape_range is not None
+        _apply_input_shape_range(args)  # (its own errors name both options as written)
+        from_range = ranged
         if args.mode == 0:
             _compile(args, argv)
         elif args.mode == 1:
@@ -429,13 +440,13 @@ def main(argv: Sequence[str] | None = None) -> int:
             raise AtcError("E10001", f"Value [{args.mode}] for parameter [--mode] is invalid. pycann supports 0, 1, 3 and 6.")
     except AtcError as e:
         print(FAILED)
-        print(f"{e.code}: {e}")
+        print(_named_option(f"{e.code}: {e}", from_range))
         return 1
     except PycannError as e:
         print(FAILED)
         code = e.code or "E19999"
         msg = str(e)
-        print(msg if msg.startswith(code) else f"{code}: {msg}")
+        print(_named_option(msg if msg.startswith(code) else f"{code}: {msg}", from_range))
         return 1
     print(SUCCESS, flush=True)
     return 0

@@ -234,6 +234,13 @@ def test_input_shape_range_compiles_the_ranges(relu: Path, tmp_path: Path, capsy
     rc, text = atc(capsys, f"--model={relu}", "--framework=5", f"--output={out}", "--soc_version=Ascend310P3",
                    "--input_shape_range=x:[1~4,3]", "--input_shape=x:1,3")
     assert rc == 1 and "cannot be used together" in text
+    # the compiler's errors name the option the user wrote, not the --input_shape it became
+    rc, text = atc(capsys, f"--model={relu}", "--framework=5", f"--output={out}", "--soc_version=Ascend310P3",
+                   "--input_shape_range=x:[1~4,3];y:[1,2]")
+    assert rc == 1 and "E10016: input [y] in --input_shape_range is not an input of the model" in text, text
+    rc, text = atc(capsys, f"--model={relu}", "--framework=5", f"--output={out}", "--soc_version=Ascend310P3",
+                   "--input_shape_range=x:[1~4]")
+    assert rc == 1 and "--input_shape_range gives input [x] rank 1" in text, text
 
 
 @pytest.mark.parametrize("args", [["--mode=6", "--om=missing.om"], ["--mode=1", "--om=missing.om", "--json=m.json"]])
