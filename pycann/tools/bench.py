@@ -134,12 +134,29 @@ def _load(path: str, dtype: np.dtype, shape: list[int]) -> np.ndarray:
     return raw.reshape(shape)
 
 
-def _pure(name: str, shape: list[int], dtype: np.dtype, kind: str, rng: np.random.Generator) -> np.ndarray:
+def _gear_hint(gears: dict[str, Any] | None) -> str:
+    """The bench option that selects the first gear of a gear model ("" for other models): a model
+    compiled with --dynamic_batch_size runs a gear, which --dymShape with a made-up size would miss."""
+    if not gears or not gears["profiles"]:
+        return ""
+    first = gears["profiles"][0]
+    listed = "; ".join(",".join(str(v) for v in p) for p in gears["profiles"])
+    if gears["kind"] == "batch":
+        return f"--dymBatch {first[0]} (the model's {gears['option']} gears: {listed})"
+    if gears["kind"] == "image_size":
+        return f"--dymHW {first[0]},{first[1]} (the model's {gears['option']} gears: {listed})"
+    dims = ";".join(f"{k}:{','.join(str(v) for v in shape)}" for k, shape in gears["shapes"][0].items())
+    return f'--dymDims "{dims}" (the model\'s {gears["option"]} gears: {listed})'
+
+
+def _pure(name: str, shape: list[int], dtype: np.dtype, kind: str, rng: np.random.Generator,
+          gear_hint: str = "") -> np.ndarray:
     if any(d < 0 for d in shape):
         # batch 1 for a dynamic dim 0, 640 for the others: an example to edit, not a guess of the right size
         example = ",".join(str(d) if d >= 0 else ("1" if i == 0 else "640") for i, d in enumerate(shape))
+        hint = gear_hint or f'--dymShape "{name}:{example}"'
         raise ValueError(f"input '{name}' has shape {shape} with dynamic dims: set --dymBatch/--dymHW/--dymDims/"
-                         f'--dymShape, e.g. --dymShape "{name}:{example}" (atc --mode=6 lists the inputs)')
+                         f"--dymShape, e.g. {hint} (atc --mode=6 lists the inputs)")
     if kind == "zero":
         return np.zeros(shape, dtype)
     if dtype.kind == "f":
@@ -155,7 +172,8 @@ def feed_sets(sess: InferSession, args: argparse.Namespace) -> list[tuple[str, l
     dtypes = [to_numpy(i.dtype) for i in infos]
     if not args.input:
         rng = np.random.default_rng(0)
-        return [("pure_infer_data", [_pure(i.name, s, d, args.pure_data_type, rng)
+        hint = _gear_hint(sess.model.dynamic_gears())
+        return [("pure_infer_data", [_pure(i.name, s, d, args.pure_data_type, rng, hint)
                                         for i, s, d in zip(infos, shapes, dtypes)])]
     paths = [p for p in args.input.split(",") if p]
     if len(paths) != len(infos):

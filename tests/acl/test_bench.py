@@ -281,3 +281,23 @@ def test_device_lists_use_the_first_and_an_absent_device_is_an_error(small_om: P
     assert "multi-device runs are not supported; using device 0" in capsys.readouterr().out
     assert bench.main(["--model", str(small_om), "--loop", "1", "--device", "3"]) == 1
     assert "[ERROR] ValueError: device 3 does not exist" in capsys.readouterr().err
+
+
+def test_gear_model_without_a_gear_option_names_the_gear_option(tmp_path: Path,
+                                                               capsys: pytest.CaptureFixture[str]) -> None:
+    """A --dynamic_batch_size model run without --dymBatch was told to pass --dymShape "x:1,4" (a size
+    the gears may not have); the hint names --dymBatch with a gear, and that command runs."""
+    from tests.acl.conftest import small_onnx
+
+    om = tmp_path / "gear.om"
+    pycann.compile_model(small_onnx("N"), pycann.CompileOptions(input_shape={"x": [-1, 4]},
+                                                                dynamic_batch_size=[2, 4])).save(om)
+    assert bench.main(["--model", str(om), "--loop", "1"]) == 1
+    out = "".join(capsys.readouterr())  # ([ERROR] lines go to stderr)
+    assert "e.g. --dymBatch 2 (the model's --dynamic_batch_size gears: 2; 4)" in out, out
+    assert bench.main(["--model", str(om), "--loop", "1", "--dymBatch", "2", "--output", str(tmp_path),
+                       "--output_dirname", "o", "--outfmt", "NPY", "--pure_data_type", "random"]) == 0
+    got = sorted((tmp_path / "o").glob("*.npy"))
+    assert len(got) == 2
+    x = np.random.default_rng(0).random((2, 4)).astype(np.float32)  # the bench's pure data (seed 0)
+    np.testing.assert_allclose(np.load(got[0]), small_ref(x)[0], rtol=1e-6)
