@@ -46,6 +46,13 @@ class CompiledModel:
     manifest: dict[str, Any] = field(default_factory=dict)
     tune_key: Any = None  # the knowledge-bank key of this model's subgraph tuning (pycann.ge.compile.tuned)
 
+    def __repr__(self) -> str:
+        """The graph's one-line summary and the target (the manifest's memory plan and options are
+        ``atc --mode=6``'s to show)."""
+        m = self.manifest
+        precision = (m.get("precision") or {}).get("precision_mode", "")
+        return f"CompiledModel({self.graph!r}, soc_version={m.get('soc_version', '')!r}, precision={precision!r})"
+
     def save(self, path: str | os.PathLike[str]) -> int:
         """Write the .om file; returns bytes written."""
         from pycann.ge.om import save_om

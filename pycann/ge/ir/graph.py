@@ -14,7 +14,7 @@ from typing import Any
 
 import numpy as np
 
-from pycann.dtypes import TensorDesc
+from pycann.dtypes import TensorDesc, dtype_name
 from pycann.errors import ModelError
 from pycann.ge.ir.context import CompileContext
 
@@ -129,6 +129,23 @@ class Graph:
         for n in self.nodes:
             counts[n.op_type] = counts.get(n.op_type, 0) + 1
         return counts
+
+    def __repr__(self) -> str:
+        """One line: name, op histogram, typed inputs and outputs, weights. The dataclass repr
+        printed every initializer's values and every node: a REPL that echoed ``compile_model(...)``
+        scrolled a whole model's weights past."""
+        def value(name: str) -> str:
+            d = self.descs.get(name)
+            if d is None:
+                return name
+            shape = "?" if d.shape is None else ",".join("?" if v is None else str(v) for v in d.shape)
+            return f"{name} {dtype_name(d.dtype)}[{shape}]"
+
+        ops = ", ".join(f"{k} {v}" for k, v in sorted(self.op_counts().items()))
+        nbytes = sum(int(getattr(a, "nbytes", 0)) for a in self.initializers.values())
+        return (f"Graph({self.name!r}, {len(self.nodes)} nodes ({ops}); inputs: "
+                f"{'; '.join(value(i) for i in self.inputs)}; outputs: {'; '.join(value(o) for o in self.outputs)}; "
+                f"{len(self.initializers)} initializers, {nbytes / 1024:.1f} KiB)")
 
 
 def _has_subgraph(node: Node) -> bool:
