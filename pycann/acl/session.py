@@ -281,9 +281,15 @@ class InferSession:
             outs = self.infer(current, mode, custom_sizes)
         return outs
 
-    def run(self, output_names: Any, input_feed: Any = None) -> list[np.ndarray]:
+    def run(self, output_names: Any, input_feed: Any = None, *, out_array: bool | None = None) -> list[np.ndarray]:
         """ONNX Runtime style ``run(output_names, {name: array})`` (all outputs if ``output_names``
-        is None), or ais_bench's low-level ``run(feeds, out_array=False)``."""
+        is None), or ais_bench's low-level ``run(feeds, out_array=False)``, its flag given by position
+        or by name (results are host arrays either way)."""
+        if out_array is not None:
+            if input_feed is not None:
+                raise TypeError("run(feeds, out_array=...) is ais_bench's form: it takes no input_feed; "
+                                "ONNX Runtime's form is run(output_names, {name: array})")
+            input_feed = bool(out_array)
         if isinstance(output_names, Mapping) and (input_feed is None or isinstance(input_feed, bool)):
             return self.model.run_dict(output_names)  # run({name: array}): the feeds, all outputs
         if input_feed is None or isinstance(input_feed, bool):

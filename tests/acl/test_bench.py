@@ -85,6 +85,11 @@ def test_session_modes(dyn_om: Path, small_om: Path) -> None:
     st = sess.summary().stats()
     assert st["min"] <= st["median"] <= st["max"] and st["p99"] <= st["max"]
     np.testing.assert_allclose(sess.run([x])[0], small_ref(x)[0], rtol=1e-6)  # ais_bench low-level run
+    for flag in (True, False):  # ais_bench's run(feeds, out_array=...), the flag by name too
+        np.testing.assert_allclose(sess.run([x], out_array=flag)[1], small_ref(x)[1], rtol=1e-6)
+        np.testing.assert_allclose(sess.run([x], flag)[1], small_ref(x)[1], rtol=1e-6)
+    with pytest.raises(TypeError, match="ais_bench's form"):
+        sess.run(None, {"x": x}, out_array=True)
     assert sess.run(["z"], {"x": x})[0].shape == (4, 3)  # ONNX Runtime style
     sess.set_dynamic_hw(8, 6)
     sess.set_dynamic_dims("x:2,4")
