@@ -265,10 +265,15 @@ def _onnx_node_names(model: onnx.ModelProto) -> list[str]:
 def _feeds(loaded: Any, files: Sequence[str], seed: int) -> dict[str, np.ndarray]:
     rng = np.random.default_rng(seed)
     feeds: dict[str, np.ndarray] = {}
+    gears = loaded.dynamic_gears() if hasattr(loaded, "dynamic_gears") else None
+    # a gear model's shapes are no guess: random data takes its first gear (a -1 dim would be refused)
+    gear_shapes: dict[str, list[int]] = gears["shapes"][0] if gears and gears["shapes"] else {}
     for k, info in enumerate(loaded.inputs):
         dt = np.dtype(info.datatype)
         shape = [d if isinstance(d, int) and d >= 0 else 1 for d in info.shape]
-        if k >= len(files) and any(not isinstance(d, int) or d < 0 for d in info.shape):
+        if k >= len(files) and info.name in gear_shapes:
+            shape = list(gear_shapes[info.name])
+        elif k >= len(files) and any(not isinstance(d, int) or d < 0 for d in info.shape):
             raise ValueError(f"input '{info.name}' has dynamic dims {info.shape}: give real data with "
                              "--input a.npy,... (random data of a guessed size rarely fits the model)")
         if k < len(files):
@@ -356,6 +361,10 @@ def main(argv: Sequence[str] | None = None) -> int:
             raise ValueError(f"{len(files)} --input files for a model with {len(loaded.inputs)} input(s) "
                              f"({', '.join(i.name for i in loaded.inputs)}): give one file per input, in that order")
         feeds = _feeds(loaded, files, args.seed)
+        gears = loaded.dynamic_gears()
+        if gears and len(files) < len(loaded.inputs):
+            shapes = "; ".join(f"{k}:{list(v)}" for k, v in gears["shapes"][0].items())
+            print(f"random inputs of the model's first {gears['option']} gear: {shapes} (--input for others)")
         # pycann's own input check first: it names the input, the expected and the received shape
         # (ONNX Runtime's internal message would come first otherwise)
         loaded.check_feeds([feeds[i.name] for i in loaded.inputs])

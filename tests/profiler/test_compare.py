@@ -225,3 +225,35 @@ def test_a_tolerance_out_of_range_is_refused_before_any_work(option: str, value:
     assert e.value.code == 2
     err = capsys.readouterr().err
     assert option in err and value in err
+
+
+def _batch_model() -> onnx.ModelProto:
+    rng = np.random.default_rng(0)
+    g = helper.make_graph(
+        [helper.make_node("Conv", ["x", "W"], ["c"], pads=[1, 1, 1, 1]), helper.make_node("Relu", ["c"], ["r"]),
+         helper.make_node("GlobalAveragePool", ["r"], ["p"]), helper.make_node("Flatten", ["p"], ["y"])],
+        "gearnet", [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["N", 3, 8, 8])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["N", 4])],
+        [numpy_helper.from_array(rng.standard_normal((4, 3, 3, 3)).astype(np.float32), "W")])
+    return helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
+
+
+def test_a_gear_model_is_compared_on_its_first_gear_without_input_files(tmp_path: Path,
+                                                                         capsys: pytest.CaptureFixture[str]) -> None:
+    """`pycann compare` on a --dynamic_batch_size .om without --input refused ("dynamic dims: give real
+    data"), though the gears fix every shape; it now feeds random data of the first gear and says so.
+    A range model (no gears) is still refused."""
+    from pycann.ge.compile.options import CompileOptions
+
+    model = _batch_model()
+    onnx_path = tmp_path / "m.onnx"
+    onnx.save(model, onnx_path)
+    gear_om, range_om = tmp_path / "gear.om", tmp_path / "range.om"
+    compile_model(model, CompileOptions(input_shape={"x": [-1, 3, 8, 8]}, dynamic_batch_size=[2, 3])).save(gear_om)
+    compile_model(model, CompileOptions(input_shape={"x": [(1, 4), 3, 8, 8]})).save(range_om)
+    rc = main(["--model", str(onnx_path), "--om", str(gear_om), "--output", str(tmp_path / "out")])
+    out = capsys.readouterr().out
+    assert rc == 0, out
+    assert "first --dynamic_batch_size gear: x:[2, 3, 8, 8]" in out and "all compared nodes agree" in out
+    assert main(["--model", str(onnx_path), "--om", str(range_om), "--output", str(tmp_path / "out")]) == 2
+    assert "give real data with --input" in capsys.readouterr().err
