@@ -125,12 +125,19 @@ def _files(path: str) -> list[str]:
     return [path]
 
 
-def _load(path: str, dtype: np.dtype, shape: list[int]) -> np.ndarray:
+def _load(path: str, dtype: np.dtype, shape: list[int], name: str = "") -> np.ndarray:
+    """One input file: a .npy as saved, or a .bin of raw ``dtype`` values in ``shape`` (one -1 allowed)."""
     if path.endswith(".npy"):
         return np.load(path, allow_pickle=False)
     raw = np.fromfile(path, dtype=dtype)
     if shape.count(-1) > 1:
         raise ValueError(f"{path}: a .bin input needs its shape: set --dymBatch/--dymHW/--dymDims/--dymShape")
+    known = int(np.prod([d for d in shape if d >= 0]))
+    if raw.size % max(known, 1) or (-1 not in shape and raw.size != known):
+        # (numpy's "cannot reshape array of size 7 into shape (2,3,32,32)" named neither file nor input)
+        need = f"{known * dtype.itemsize} bytes" if -1 not in shape else f"a multiple of {known * dtype.itemsize} bytes"
+        raise ValueError(f"{path}: {raw.nbytes} bytes, but input '{name}' {dtype}[{','.join(map(str, shape))}] "
+                         f"takes {need} of raw {dtype} (a .bin holds the input's values and nothing else)")
     return raw.reshape(shape)
 
 
@@ -182,7 +189,7 @@ def feed_sets(sess: InferSession, args: argparse.Namespace) -> list[tuple[str, l
     n = min(len(x) for x in lists)
     out = []
     for k in range(n):
-        feeds = [_load(lst[k], d, s) for lst, d, s in zip(lists, dtypes, shapes)]
+        feeds = [_load(lst[k], d, s, i.name) for lst, d, s, i in zip(lists, dtypes, shapes, infos)]
         out.append((os.path.splitext(os.path.basename(lists[0][k]))[0], feeds))
     return out
 

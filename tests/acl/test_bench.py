@@ -306,3 +306,19 @@ def test_gear_model_without_a_gear_option_names_the_gear_option(tmp_path: Path,
     assert len(got) == 2
     x = np.random.default_rng(0).random((2, 4)).astype(np.float32)  # the bench's pure data (seed 0)
     np.testing.assert_allclose(np.load(got[0]), small_ref(x)[0], rtol=1e-6)
+
+
+def test_a_bin_input_of_the_wrong_size_names_the_file_and_the_input(small_om: Path, tmp_path: Path,
+                                                                  capsys: pytest.CaptureFixture[str]) -> None:
+    """numpy's "cannot reshape array of size 7 into shape (2,4)" named neither the file nor the input."""
+    bad = tmp_path / "bad.bin"
+    np.ones(7, np.float32).tofile(bad)
+    assert bench.main(["--model", str(small_om), "--input", str(bad)]) == 1
+    err = capsys.readouterr().err
+    assert f"{bad}: 28 bytes, but input 'x' float32[2,4] takes 32 bytes of raw float32" in err, err
+    good = tmp_path / "good.bin"
+    x = np.arange(8, dtype=np.float32).reshape(2, 4)
+    x.tofile(good)
+    assert bench.main(["--model", str(small_om), "--input", str(good), "--output", str(tmp_path),
+                       "--output_dirname", "o", "--outfmt", "NPY"]) == 0
+    np.testing.assert_allclose(np.load(tmp_path / "o" / "good_0.npy"), small_ref(x)[0], rtol=1e-6)
