@@ -278,7 +278,7 @@ def _feeds(loaded: Any, files: Sequence[str], seed: int) -> dict[str, np.ndarray
                              "--input a.npy,... (random data of a guessed size rarely fits the model)")
         if k < len(files):
             f = files[k]
-            arr = np.load(f) if f.endswith(".npy") else np.fromfile(f, dtype=dt).reshape(shape)
+            arr = np.load(f) if f.endswith(".npy") else _bin(f, dt, shape, info)
         elif dt.kind == "f":
             arr = rng.standard_normal(shape).astype(dt)
         elif dt.kind == "b":
@@ -287,6 +287,19 @@ def _feeds(loaded: Any, files: Sequence[str], seed: int) -> dict[str, np.ndarray
             arr = rng.integers(0, 8, shape).astype(dt)
         feeds[info.name] = arr
     return feeds
+
+
+def _bin(path: str, dt: np.dtype, shape: list[int], info: Any) -> np.ndarray:
+    """A raw .bin --input: the input's values in its static shape (numpy's reshape error named neither
+    the file nor the input, and a dynamic dim was read as 1)."""
+    if any(not isinstance(d, int) or d < 0 for d in info.shape):
+        raise ValueError(f"{path}: input '{info.name}' has dynamic dims {info.shape}, which a .bin does not "
+                         "carry: give a .npy (np.save) of the shape to compare")
+    raw = np.fromfile(path, dtype=dt)
+    if raw.size != int(np.prod(shape)):
+        raise ValueError(f"{path}: {raw.nbytes} bytes, but input '{info.name}' {dt}{list(shape)} takes "
+                         f"{int(np.prod(shape)) * dt.itemsize} bytes of raw {dt}")
+    return raw.reshape(shape)
 
 
 def _checked(text: str, convert: type, ok: Callable[[Any], bool], why: str) -> Any:

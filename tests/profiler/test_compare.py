@@ -257,3 +257,25 @@ def test_a_gear_model_is_compared_on_its_first_gear_without_input_files(tmp_path
     assert "first --dynamic_batch_size gear: x:[2, 3, 8, 8]" in out and "all compared nodes agree" in out
     assert main(["--model", str(onnx_path), "--om", str(range_om), "--output", str(tmp_path / "out")]) == 2
     assert "give real data with --input" in capsys.readouterr().err
+
+
+def test_bin_inputs_of_the_wrong_size_or_a_dynamic_input_are_named(tmp_path: Path,
+                                                                   capsys: pytest.CaptureFixture[str]) -> None:
+    from pycann.ge.compile.options import CompileOptions
+
+    model = _batch_model()
+    onnx_path = tmp_path / "m.onnx"
+    onnx.save(model, onnx_path)
+    static_om, range_om = tmp_path / "s.om", tmp_path / "r.om"
+    compile_model(model, CompileOptions(input_shape={"x": [2, 3, 8, 8]})).save(static_om)
+    compile_model(model, CompileOptions(input_shape={"x": [(1, 4), 3, 8, 8]})).save(range_om)
+    short, good = tmp_path / "short.bin", tmp_path / "good.bin"
+    np.ones(7, np.float32).tofile(short)
+    np.random.default_rng(0).standard_normal(2 * 3 * 8 * 8).astype(np.float32).tofile(good)
+    assert main(["--model", str(onnx_path), "--om", str(static_om), "--input", str(short)]) == 2
+    assert "short.bin: 28 bytes, but input 'x' float32[2, 3, 8, 8] takes 1536 bytes" in capsys.readouterr().err
+    assert main(["--model", str(onnx_path), "--om", str(range_om), "--input", str(good)]) == 2
+    assert "has dynamic dims [-1, 3, 8, 8], which a .bin does not carry" in capsys.readouterr().err
+    assert main(["--model", str(onnx_path), "--om", str(static_om), "--input", str(good),
+                 "--output", str(tmp_path / "out")]) == 0
+    assert "all compared nodes agree" in capsys.readouterr().out
