@@ -3,8 +3,10 @@
 For that run only, ``import acl`` (and ``acl.rt``, ``acl.mdl``, ...) resolves to ``pycann.acl``,
 ``import torch_npu`` to ``pycann.torch`` (the npu device; ``torch_npu.npu`` is ``torch.npu``,
 ``from torch_npu.contrib import transfer_to_npu`` applies pycann's CUDA migration) and
-``import torchair`` to ``pycann.torch.torchair`` and ``import amct_onnx`` to ``pycann.amct`` (AMCT's
-ONNX API: ``create_quant_config``, ``quantize_model``, ``save_model``, ...): a temporary directory holding these shim
+``import torchair`` to ``pycann.torch.torchair``, ``import amct_onnx`` to ``pycann.amct`` (AMCT's
+ONNX API: ``create_quant_config``, ``quantize_model``, ``save_model``, ...) and ``ais_bench`` to pycann's
+InferSession (``from ais_bench.infer.interface import InferSession``) and bench (``-m ais_bench
+--model m.om``): a temporary directory holding these shim
 packages goes first on ``sys.path`` and on ``PYTHONPATH`` (so child processes of the app see
 them too) and is deleted afterwards. Nothing is shadowed outside ``pycann-run``
 (and hccl-run's workers, which get the same shims).
@@ -58,18 +60,27 @@ __version__ = "2.13.0+pycann"
                                              "sys.modules[__name__] = _m\n"),
     "torchair/__init__.py": ('"""pycann-run shim: torchair is pycann.torch.torchair."""\n'
                              "import sys\n\nimport pycann.torch.torchair as _m\n\nsys.modules[__name__] = _m\n"),
+    # ais_bench: its Python API (``from ais_bench.infer.interface import InferSession``) is pycann's
+    # InferSession, and ``python -m ais_bench --model m.om ...`` is pycann's bench
+    "ais_bench/__init__.py": '"""pycann-run shim: ais_bench is pycann\'s InferSession and bench."""\n',
+    "ais_bench/__main__.py": ('"""pycann-run shim: ``python -m ais_bench ...`` is ``python -m pycann.tools.bench ...``."""\n'
+                              "import sys\n\nfrom pycann.tools.bench import main\n\nsys.exit(main(sys.argv[1:]))\n"),
+    "ais_bench/infer/__init__.py": '"""pycann-run shim: ais_bench.infer."""\n',
+    "ais_bench/infer/interface.py": ('"""pycann-run shim: ais_bench.infer.interface is pycann.acl.session."""\n'
+                                     "import sys\n\nimport pycann.acl.session as _m\n\nsys.modules[__name__] = _m\n"),
     # AMCT's Python package for ONNX models is pycann.amct (the same module object)
     "amct_onnx/__init__.py": ('"""pycann-run shim: this run\'s ``import amct_onnx`` is pycann.amct."""\n'
                               "import sys\n\nimport pycann.amct as _m\n\nsys.modules[__name__] = _m\n"),
 }
-SHIM_ROOTS = ("acl", "torch_npu", "torchair", "amct_onnx")
+SHIM_ROOTS = ("acl", "torch_npu", "torchair", "amct_onnx", "ais_bench")
 
 USAGE = ("usage: pycann-run [python] app.py [args...] | pycann-run [python] -m module [args...] | "
          "pycann-run [python] -c code [args...]")
 
 
 def make_shim_dir() -> str:
-    """A new temporary directory containing the ``acl``, ``torch_npu``, ``torchair`` and ``amct_onnx`` shims."""
+    """A new temporary directory containing the ``acl``, ``torch_npu``, ``torchair``, ``amct_onnx`` and
+    ``ais_bench`` shims."""
     d = tempfile.mkdtemp(prefix="pycann-run-")
     os.makedirs(os.path.join(d, "acl"))
     with open(os.path.join(d, "acl", "__init__.py"), "w", encoding="utf-8") as f:

@@ -156,3 +156,24 @@ def test_python_prefix_and_dash_c(tmp_path: Path, capsys: pytest.CaptureFixture[
     out = capsys.readouterr().out.splitlines()
     assert out == ["app pycann.acl ['x']", "code pycann.acl 42 ['-c', 'y']"]
     assert pycann_run.main(["-c"]) == 2
+
+
+def test_ais_bench_api_and_cli_are_pycanns(small_om: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str],
+                                           monkeypatch: pytest.MonkeyPatch) -> None:
+    """An ais_bench script (`from ais_bench.infer.interface import InferSession`) and its command line
+    (`python -m ais_bench --model m.om`) ran into "No module named ais_bench" under pycann-run."""
+    monkeypatch.chdir(tmp_path)
+    x = np.random.default_rng(0).standard_normal((2, 4)).astype(np.float32)
+    np.save(tmp_path / "x.npy", x)
+    app = tmp_path / "ais_app.py"
+    app.write_text("import sys, numpy as np\nfrom ais_bench.infer.interface import InferSession\n"
+                   "s = InferSession(0, sys.argv[1])\nnp.save(sys.argv[3], s.infer([np.load(sys.argv[2])])[1])\n")
+    assert pycann_run.main([str(app), str(small_om), str(tmp_path / "x.npy"), str(tmp_path / "z.npy")]) == 0
+    np.testing.assert_allclose(np.load(tmp_path / "z.npy"), small_ref(x)[1], rtol=1e-6)
+    rc = pycann_run.main(["-m", "ais_bench", "--model", str(small_om), "--input", str(tmp_path / "x.npy"),
+                          "--output", str(tmp_path), "--output_dirname", "o", "--outfmt", "NPY"])
+    assert rc == 0, capsys.readouterr()
+    assert "throughput 1000*batchsize.mean(2)" in capsys.readouterr().out
+    np.testing.assert_allclose(np.load(tmp_path / "o" / "x_0.npy"), small_ref(x)[0], rtol=1e-6)
+    assert pycann_run.main(["-m", "ais_bench", "--model", str(tmp_path / "missing.om")]) == 1
+    assert not any(k == "ais_bench" or k.startswith("ais_bench.") for k in sys.modules)
