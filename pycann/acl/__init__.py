@@ -12,7 +12,7 @@ import importlib
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:  # (static types for the lazy names below)
-    from pycann.acl import constants, mdl, rt, util
+    from pycann.acl import constants, mdl, prof, rt, util
     from pycann.acl.base import (
         AclLeakWarning,
         app_log,
@@ -82,7 +82,7 @@ _BASE = (
     "update_data_buffer",
 )
 
-SUBMODULES = ("constants", "mdl", "media", "op", "rt", "util")
+SUBMODULES = ("constants", "mdl", "media", "op", "prof", "rt", "util")
 
 # (a literal list: linters read it to see the TYPE_CHECKING names above as exported)
 __all__ = [
@@ -91,7 +91,7 @@ __all__ = [
     "get_data_buffer_addr", "get_data_buffer_size", "get_data_buffer_size_v2", "get_recent_err_msg",
     "get_soc_name", "get_tensor_desc_dim", "get_tensor_desc_dim_v2", "get_tensor_desc_element_count",
     "get_tensor_desc_format", "get_tensor_desc_name", "get_tensor_desc_num_dims", "get_tensor_desc_size",
-    "get_tensor_desc_type", "get_version", "init", "mdl", "media", "op", "rt", "set_tensor_desc_name",
+    "get_tensor_desc_type", "get_version", "init", "mdl", "media", "op", "prof", "rt", "set_tensor_desc_name",
     "set_tensor_format", "set_tensor_place_ment", "set_tensor_shape", "update_data_buffer", "util",
 ]
 

@@ -5,6 +5,7 @@ buffers, tensor descriptors, error messages. Re-exported by ``pycann.acl``.
 from __future__ import annotations
 
 import math
+import sys
 import warnings
 from dataclasses import dataclass, field
 from typing import Any
@@ -82,6 +83,8 @@ def finalize() -> int:
                 report.append("an event was not destroyed")
         handles.clear(("context", "stream", "event"))
         _state.last_leak_report = report
+        if "pycann.acl.prof" in sys.modules:  # an acl.prof session left open: write its results
+            sys.modules["pycann.acl.prof"].finalize_all(forget_configs=True)
         profiler.finalize()  # writes the profile / closes the dump started by acl.json, if any
         _state.initialized = False
         _state.runtime = None
