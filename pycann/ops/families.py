@@ -64,7 +64,8 @@ FAMILY_OPS: dict[str, dict[str, tuple[str, ...]]] = {
     "nn.resize": {"": ("Resize",)},
     "aipp": {"pycann": ("Aipp",)},
     "quant": {"": ("QuantizeLinear", "DequantizeLinear", "ConvInteger", "QLinearConv")},
-    "quant_ms": {"com.microsoft": ("QLinearAdd", "QLinearGlobalAveragePool", "QGemm")},
+    "quant_ms": {"com.microsoft": ("QLinearAdd", "QLinearMul", "QLinearGlobalAveragePool", "QGemm", "QLinearSigmoid",
+                                   "QLinearLeakyRelu", "QLinearSoftmax", "QLinearConcat")},
     "nn.rnn": {"": ("LSTM", "GRU", "RNN")},
     "misc": {"": (
         "Upsample", "DFT", "STFT", "HannWindow", "HammingWindow", "BlackmanWindow", "MelWeightMatrix",

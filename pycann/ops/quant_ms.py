@@ -1,6 +1,7 @@
 """ONNX Runtime's quantised contrib ops (domain ``com.microsoft``) that its ``quantize_static(...,
 quant_format=QuantFormat.QOperator)`` writes besides the standard QLinearConv / QLinearMatMul:
-QLinearAdd, QLinearGlobalAveragePool and QGemm (semantics: ONNX Runtime's ContribOperators.md).
+QLinearAdd, QLinearMul, QLinearGlobalAveragePool, QGemm, QLinearSigmoid, QLinearLeakyRelu,
+QLinearSoftmax and QLinearConcat (semantics: ONNX Runtime's ContribOperators.md).
 
 Reference kernels: dequantise the inputs (``(q - zp) * scale`` in float32), run the float op,
 quantise the result (round half to even, saturate). ONNX Runtime's own kernels requantise in
@@ -18,7 +19,7 @@ from typing import Any
 import numpy as np
 
 from pycann.dtypes import DType, TensorDesc
-from pycann.ops.opdef import InferContext, OpDef
+from pycann.ops.opdef import REQUIRED, InferContext, OpDef
 
 MS_DOMAIN = "com.microsoft"
 _INT8S = (np.dtype(np.uint8), np.dtype(np.int8))
@@ -83,6 +84,48 @@ def _k_qgemm(inputs: Sequence[Any], attrs: Mapping[str, Any]) -> list[np.ndarray
     return [y if y_s is None else q8(y, y_s, y_z)]
 
 
+def _k_qlinear_mul(inputs: Sequence[Any], attrs: Mapping[str, Any]) -> list[np.ndarray]:
+    """QLinearMul(A, A_scale, A_zp, B, B_scale, B_zp, C_scale, C_zp): C = Q(DQ(A) * DQ(B))."""
+    a, a_s, a_z, b, b_s, b_z, c_s = inputs[:7]
+    c_z = inputs[7] if len(inputs) > 7 else None
+    return [q8(dq(a, a_s, a_z) * dq(b, b_s, b_z), c_s, c_z)]
+
+
+def _unary(fn: Any) -> Any:
+    """The kernel of a QLinear unary op (X, X_scale, X_zp, Y_scale, Y_zp): Y = Q(fn(DQ(X)))."""
+    def kernel(inputs: Sequence[Any], attrs: Mapping[str, Any]) -> list[np.ndarray]:
+        x, x_s, x_z, y_s = inputs[:4]
+        y_z = inputs[4] if len(inputs) > 4 else None
+        return [q8(fn(dq(x, x_s, x_z), attrs).astype(np.float32), y_s, y_z)]
+    return kernel
+
+
+def _sigmoid(x: np.ndarray, attrs: Mapping[str, Any]) -> np.ndarray:
+    return 1.0 / (1.0 + np.exp(-x))
+
+
+def _leaky_relu(x: np.ndarray, attrs: Mapping[str, Any]) -> np.ndarray:
+    return np.where(x >= 0, x, x * np.float32(attrs.get("alpha", 0.01)))
+
+
+def _softmax(x: np.ndarray, attrs: Mapping[str, Any]) -> np.ndarray:
+    """Softmax of the ONNX opset in ``opset``: from 13 over ``axis`` alone; before, over all the axes
+    from ``axis`` on (the input coerced to 2-D), as the float model's Softmax computed it."""
+    axis = int(attrs.get("axis", -1)) % x.ndim
+    two_d = int(attrs.get("opset", 13)) < 13
+    v = x.reshape(int(np.prod(x.shape[:axis])), -1) if two_d else x
+    ax = 1 if two_d else axis
+    e = np.exp(v - v.max(axis=ax, keepdims=True))
+    return (e / e.sum(axis=ax, keepdims=True)).reshape(x.shape)
+
+
+def _k_qlinear_concat(inputs: Sequence[Any], attrs: Mapping[str, Any]) -> list[np.ndarray]:
+    """QLinearConcat(Y_scale, Y_zp, X1, X1_scale, X1_zp, X2, ...): Y = Q(Concat(DQ(X1), DQ(X2), ...))."""
+    y_s, y_z, rest = inputs[0], inputs[1], inputs[2:]
+    parts = [dq(rest[i], rest[i + 1], rest[i + 2]) for i in range(0, len(rest), 3)]
+    return [q8(np.concatenate(parts, axis=int(attrs["axis"])), y_s, y_z)]
+
+
 def _zp_dtype(ctx: InferContext, i: int, default: int) -> int:
     d = ctx.input(i)
     if d is not None and d.dtype not in (None, 0, int(DType.UINT8), int(DType.INT8)):
@@ -117,6 +160,39 @@ def _infer_gap(ctx: InferContext) -> list[TensorDesc]:
     return [TensorDesc(dt, tuple(shape))]
 
 
+def _infer_unary(ctx: InferContext) -> list[TensorDesc]:
+    x = ctx.required(0)
+    if x.dtype not in (None, 0, int(DType.UINT8), int(DType.INT8)):
+        raise ctx.fail(f"X must be uint8 or int8, got dtype {x.dtype}")
+    if ctx.op_type == "QLinearSoftmax" and x.shape is not None:
+        axis = int(ctx.attrs.get("axis", -1))
+        if not -len(x.shape) <= axis < len(x.shape):
+            raise ctx.fail(f"axis {axis} is out of range for X of rank {len(x.shape)}")
+    return [TensorDesc(_zp_dtype(ctx, 4, x.dtype or int(DType.UINT8)), x.shape)]
+
+
+def _infer_concat(ctx: InferContext) -> list[TensorDesc]:
+    rest = list(ctx.inputs[2:])
+    if not rest or len(rest) % 3:
+        raise ctx.fail(f"inputs after Y_scale, Y_zero_point must be (X, scale, zero point) triples; got {len(rest)}")
+    xs = [rest[i] for i in range(0, len(rest), 3)]
+    dt = _zp_dtype(ctx, 1, int(DType.UINT8))
+    if any(x is None or x.shape is None for x in xs):
+        return [TensorDesc(dt, None)]
+    ranks = {len(x.shape) for x in xs if x is not None and x.shape is not None}
+    if len(ranks) != 1:
+        raise ctx.fail(f"inputs of ranks {sorted(ranks)}; QLinearConcat needs one rank")
+    rank = ranks.pop()
+    axis = int(ctx.attrs["axis"])
+    if not -rank <= axis < rank:
+        raise ctx.fail(f"axis {axis} is out of range for inputs of rank {rank}")
+    axis %= rank
+    shapes = [x.shape for x in xs if x is not None and x.shape is not None]
+    dims = [sh[axis] for sh in shapes]
+    total: Any = sum(dims) if all(isinstance(d, int) for d in dims) else None
+    return [TensorDesc(dt, tuple(total if i == axis else shapes[0][i] for i in range(rank)))]
+
+
 def _infer_qgemm(ctx: InferContext) -> list[TensorDesc]:
     a, b = ctx.input(0), ctx.input(3)
     dt = int(DType.FLOAT) if ctx.input(7) is None else _zp_dtype(ctx, 8, int(DType.UINT8))
@@ -135,6 +211,16 @@ def _infer_qgemm(ctx: InferContext) -> list[TensorDesc]:
 OPS = [
     OpDef("QLinearAdd", _infer_add, _k_qlinear_add, domain=MS_DOMAIN,
           doc="ONNX Runtime contrib: quantised Add (dequantise, add, quantise)"),
+    OpDef("QLinearMul", _infer_add, _k_qlinear_mul, domain=MS_DOMAIN,
+          doc="ONNX Runtime contrib: quantised Mul (dequantise, multiply, quantise)"),
+    OpDef("QLinearSigmoid", _infer_unary, _unary(_sigmoid), domain=MS_DOMAIN,
+          doc="ONNX Runtime contrib: quantised Sigmoid"),
+    OpDef("QLinearLeakyRelu", _infer_unary, _unary(_leaky_relu), domain=MS_DOMAIN, attrs={"alpha": 0.01},
+          doc="ONNX Runtime contrib: quantised LeakyRelu"),
+    OpDef("QLinearSoftmax", _infer_unary, _unary(_softmax), domain=MS_DOMAIN, attrs={"axis": -1, "opset": 13},
+          doc="ONNX Runtime contrib: quantised Softmax (opset: the float Softmax's, < 13 coerces to 2-D)"),
+    OpDef("QLinearConcat", _infer_concat, _k_qlinear_concat, domain=MS_DOMAIN, attrs={"axis": REQUIRED},
+          doc="ONNX Runtime contrib: quantised Concat of (X, scale, zero point) triples"),
     OpDef("QLinearGlobalAveragePool", _infer_gap, _k_qlinear_gap, domain=MS_DOMAIN, attrs={"channels_last": 0},
           doc="ONNX Runtime contrib: quantised GlobalAveragePool"),
     OpDef("QGemm", _infer_qgemm, _k_qgemm, domain=MS_DOMAIN,

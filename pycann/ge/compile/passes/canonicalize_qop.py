@@ -8,6 +8,7 @@ the same int8 kernels as AMCT's and other tools' QDQ models.
     QGemm(A, as, az, B, bs, bz, C, ys, yz)        ->  [Q](Gemm(DQ(A), DQ(B), DQ(C, as * bs)), ys, yz)   (com.microsoft)
     QLinearAdd(A, .., B, .., cs, cz)              ->  Q(Add(DQ(A), DQ(B)), cs, cz)                      (com.microsoft)
     QLinearGlobalAveragePool(X, .., ys, yz)       ->  Q(GlobalAveragePool(DQ(X)), ys, yz)               (com.microsoft)
+    QLinearMul / QLinearSigmoid / QLinearLeakyRelu / QLinearSoftmax / QLinearConcat  ->  Q(op(DQ(..)))   (com.microsoft)
 
 Exactness: the QOperator ops requantise the int32 accumulator with one multiplier
 ``xs * ws / ys``; the QDQ form rounds ``acc * xs * ws`` (a float conv) and then divides by ``ys``.
@@ -33,7 +34,8 @@ from pycann.ops.quant_ms import MS_DOMAIN
 name = "QOperatorToQDQ"
 
 _STANDARD = ("QLinearConv", "QLinearMatMul")
-_CONTRIB = ("QGemm", "QLinearAdd", "QLinearGlobalAveragePool")
+_CONTRIB = ("QGemm", "QLinearAdd", "QLinearGlobalAveragePool", "QLinearMul", "QLinearSigmoid", "QLinearLeakyRelu",
+            "QLinearSoftmax", "QLinearConcat")
 
 
 class _Builder:
@@ -161,13 +163,51 @@ def _qgemm(ix: GraphIndex, b: _Builder) -> str | None:
     return None
 
 
-def _qadd(ix: GraphIndex, b: _Builder) -> str | None:
+def _qbinary(ix: GraphIndex, b: _Builder) -> str | None:
     n = b.node
     why = _scalar_params(ix, n, (1, 4, 6), (2, 5, 7))
     if why:
         return why
-    y = b.add("Add", [b.dq(n.inputs[0], n.inputs[1], _inp(n, 2)), b.dq(n.inputs[3], n.inputs[4], _inp(n, 5))])
+    op = n.op_type[len("QLinear"):]  # Add, Mul
+    y = b.add(op, [b.dq(n.inputs[0], n.inputs[1], _inp(n, 2)), b.dq(n.inputs[3], n.inputs[4], _inp(n, 5))])
     b.add("QuantizeLinear", [y, n.inputs[6], _inp(n, 7)], n.outputs[0])
+    return None
+
+
+def _qunary(ix: GraphIndex, b: _Builder) -> str | None:
+    """QLinearSigmoid / QLinearLeakyRelu / QLinearSoftmax (X, xs, xz, ys, yz)."""
+    n = b.node
+    why = _scalar_params(ix, n, (1, 3), (2, 4))
+    if why:
+        return why
+    attrs: dict[str, Any] = {}
+    if n.op_type == "QLinearLeakyRelu":
+        attrs["alpha"] = float(n.attrs.get("alpha", 0.01))
+    if n.op_type == "QLinearSoftmax":
+        axis = int(n.attrs.get("axis", -1))
+        d = b.g.descs.get(n.inputs[0])
+        rank = None if d is None or d.shape is None else len(d.shape)
+        # before opset 13 Softmax coerced its input to 2-D at axis: the same as opset 13's only on the last axis
+        if int(n.attrs.get("opset", 13)) < 13 and (rank is None or axis % rank != rank - 1):
+            return f"opset {n.attrs.get('opset')} Softmax over the axes from {axis} on (of rank {rank})"
+        attrs["axis"] = axis
+    y = b.add(n.op_type[len("QLinear"):], [b.dq(n.inputs[0], n.inputs[1], _inp(n, 2))], attrs=attrs)
+    b.add("QuantizeLinear", [y, n.inputs[3], _inp(n, 4)], n.outputs[0])
+    return None
+
+
+def _qconcat(ix: GraphIndex, b: _Builder) -> str | None:
+    """QLinearConcat(ys, yz, X1, s1, z1, X2, s2, z2, ...)."""
+    n = b.node
+    triples = len(n.inputs) - 2
+    if triples <= 0 or triples % 3:
+        return f"{len(n.inputs)} inputs are not Y_scale, Y_zero_point and (X, scale, zero point) triples"
+    why = _scalar_params(ix, n, (0, *range(3, len(n.inputs), 3)), (1, *range(4, len(n.inputs), 3)))
+    if why:
+        return why
+    parts = [b.dq(n.inputs[i], n.inputs[i + 1], _inp(n, i + 2)) for i in range(2, len(n.inputs), 3)]
+    y = b.add("Concat", parts, attrs={"axis": int(n.attrs["axis"])})
+    b.add("QuantizeLinear", [y, n.inputs[0], _inp(n, 1)], n.outputs[0])
     return None
 
 
@@ -183,8 +223,9 @@ def _qgap(ix: GraphIndex, b: _Builder) -> str | None:
     return None
 
 
-_RULES = {"QLinearConv": _conv, "QLinearMatMul": _matmul, "QGemm": _qgemm, "QLinearAdd": _qadd,
-          "QLinearGlobalAveragePool": _qgap}
+_RULES = {"QLinearConv": _conv, "QLinearMatMul": _matmul, "QGemm": _qgemm, "QLinearAdd": _qbinary,
+          "QLinearMul": _qbinary, "QLinearGlobalAveragePool": _qgap, "QLinearSigmoid": _qunary,
+          "QLinearLeakyRelu": _qunary, "QLinearSoftmax": _qunary, "QLinearConcat": _qconcat}
 
 
 def rewrite(g: Graph) -> tuple[int, list[str]]:
