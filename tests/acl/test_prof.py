@@ -29,6 +29,8 @@ def _run_model(om: Path, times: int) -> np.ndarray:
         assert acl.mdl.execute(mid, ds, out) == 0, acl.get_recent_err_msg()
     np.testing.assert_allclose(from_device(zout, (2, 3)), small_ref(x)[1], rtol=1e-6)
     assert acl.mdl.unload(mid) == 0
+    for p in (xin, yout, zout):
+        assert acl.rt.free(p) == 0
     return x
 
 
