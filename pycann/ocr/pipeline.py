@@ -22,7 +22,7 @@ from pathlib import Path
 import numpy as np
 
 from pycann.dvpp import jpeg, png
-from pycann.dvpp.formats import PixelFormat
+from pycann.dvpp.formats import DvppError, Fault, PixelFormat
 from pycann.dvpp.resize import resize
 from pycann.ocr import ctc
 from pycann.ocr.db import DBParams, boxes_from_map
@@ -51,6 +51,9 @@ def decode_image(data: bytes) -> np.ndarray:
     Raises ``DvppError``."""
     if data[:2] == b"\xff\xd8":
         return jpeg.decode_array(data, PixelFormat.BGR_888)
+    if data[:8] != b"\x89PNG\r\n\x1a\n":  # (else PNGD's "not a PNG stream" for, say, a BMP or WebP)
+        raise DvppError(Fault.DATA, f"neither a JPEG nor a PNG image (it starts with {data[:8]!r}): the OCR "
+                        "pipeline decodes those two, as DVPP does; convert the picture first")
     return np.ascontiguousarray(png.decode_array(data, PixelFormat.RGB_888, device_range=False)[..., ::-1])
 
 

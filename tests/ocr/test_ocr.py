@@ -170,3 +170,12 @@ def test_png_outside_pngds_range_decodes_like_a_jpeg(shape: tuple[int, int]) -> 
     bio = io.BytesIO()
     pil.fromarray(rgb).save(bio, "PNG")
     np.testing.assert_array_equal(decode_image(bio.getvalue()), rgb[..., ::-1])
+
+
+def test_an_image_that_is_neither_jpeg_nor_png_is_named_so() -> None:
+    """A BMP (or any other file) was reported as PNGD's "not a PNG stream"."""
+    from pycann.dvpp.formats import DvppError
+    from pycann.ocr.pipeline import decode_image
+
+    with pytest.raises(DvppError, match=r"neither a JPEG nor a PNG image \(it starts with b'BM"):
+        decode_image(b"BM" + bytes(60))
