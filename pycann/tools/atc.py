@@ -118,7 +118,10 @@ def _output_path(args: argparse.Namespace) -> str:
     from pycann.paths import file_problem
 
     out: str = args.output if args.output.endswith(".om") else args.output + ".om"
-    why = file_problem(out)
+    # "dir/" (or "dir/.om") named no file: a hidden "dir/.om" was written and reported as success
+    why = (f"it names a folder, not a model file: give a file name, e.g. "
+           f"--output={os.path.join(args.output.rstrip('/' + os.sep) or '.', 'model')} (atc adds .om)"
+           if os.path.basename(out) == ".om" else file_problem(out))
     if why:
         raise AtcError("E10001", f"Value [{args.output}] for parameter [--output] is invalid. Reason: {why}.")
     return out

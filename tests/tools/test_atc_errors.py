@@ -270,3 +270,14 @@ def test_an_unknown_out_node_lists_the_imported_names(tmp_path: Path, capsys: py
     assert "Relu_1_1" in line
     rc, out = atc(capsys, *compile_args(m, str(tmp_path / "c")), "--out_nodes=Conv_0_0:0")
     assert rc == 0, out
+
+
+@pytest.mark.parametrize("output", ["outdir/", "outdir/.om"])
+def test_an_output_naming_a_folder_is_refused(relu: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str],
+                                              output: str) -> None:
+    """`--output=outdir/` wrote a hidden `outdir/.om` and said success."""
+    out = tmp_path / output
+    rc, text = atc(capsys, f"--model={relu}", "--framework=5", f"--output={out}", "--soc_version=Ascend310P3")
+    assert rc == 1 and "it names a folder, not a model file" in text, text
+    assert f"--output={tmp_path / 'outdir' / 'model'}" in text
+    assert not (tmp_path / "outdir" / ".om").exists()
