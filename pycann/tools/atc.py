@@ -120,7 +120,7 @@ def _output_path(args: argparse.Namespace) -> str:
     out: str = args.output if args.output.endswith(".om") else args.output + ".om"
     # "dir/" (or "dir/.om") named no file: a hidden "dir/.om" was written and reported as success
     why = (f"it names a folder, not a model file: give a file name, e.g. "
-           f"--output={os.path.join(args.output.rstrip('/' + os.sep) or '.', 'model')} (atc adds .om)"
+           f"--output={os.path.join(os.path.dirname(out) or '.', 'model')} (atc adds .om)"
            if os.path.basename(out) == ".om" else file_problem(out))
     if why:
         raise AtcError("E10001", f"Value [{args.output}] for parameter [--output] is invalid. Reason: {why}.")

@@ -276,7 +276,7 @@ def test_an_unknown_out_node_lists_the_imported_names(tmp_path: Path, capsys: py
 def test_an_output_naming_a_folder_is_refused(relu: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str],
                                               output: str) -> None:
     """`--output=outdir/` wrote a hidden `outdir/.om` and said success."""
-    out = tmp_path / output
+    out = f"{tmp_path}/{output}"  # (a Path would drop the trailing slash)
     rc, text = atc(capsys, f"--model={relu}", "--framework=5", f"--output={out}", "--soc_version=Ascend310P3")
     assert rc == 1 and "it names a folder, not a model file" in text, text
     assert f"--output={tmp_path / 'outdir' / 'model'}" in text
