@@ -65,7 +65,7 @@ FAMILY_OPS: dict[str, dict[str, tuple[str, ...]]] = {
     "aipp": {"pycann": ("Aipp",)},
     "quant": {"": ("QuantizeLinear", "DequantizeLinear", "ConvInteger", "QLinearConv")},
     "quant_ms": {"com.microsoft": ("QLinearAdd", "QLinearMul", "QLinearGlobalAveragePool", "QGemm", "QLinearSigmoid",
-                                   "QLinearLeakyRelu", "QLinearSoftmax", "QLinearConcat")},
+                                   "QLinearLeakyRelu", "QLinearSoftmax", "QLinearConcat", "QLinearAveragePool")},
     "nn.rnn": {"": ("LSTM", "GRU", "RNN")},
     "misc": {"": (
         "Upsample", "DFT", "STFT", "HannWindow", "HammingWindow", "BlackmanWindow", "MelWeightMatrix",

@@ -1,7 +1,7 @@
 """ONNX Runtime's quantised contrib ops (domain ``com.microsoft``) that its ``quantize_static(...,
 quant_format=QuantFormat.QOperator)`` writes besides the standard QLinearConv / QLinearMatMul:
 QLinearAdd, QLinearMul, QLinearGlobalAveragePool, QGemm, QLinearSigmoid, QLinearLeakyRelu,
-QLinearSoftmax and QLinearConcat (semantics: ONNX Runtime's ContribOperators.md).
+QLinearSoftmax, QLinearConcat and QLinearAveragePool (semantics: ONNX Runtime's ContribOperators.md).
 
 Reference kernels: dequantise the inputs (``(q - zp) * scale`` in float32), run the float op,
 quantise the result (round half to even, saturate). ONNX Runtime's own kernels requantise in
@@ -126,6 +126,16 @@ def _k_qlinear_concat(inputs: Sequence[Any], attrs: Mapping[str, Any]) -> list[n
     return [q8(np.concatenate(parts, axis=int(attrs["axis"])), y_s, y_z)]
 
 
+def _k_qlinear_avgpool(inputs: Sequence[Any], attrs: Mapping[str, Any]) -> list[np.ndarray]:
+    """QLinearAveragePool(X, x_scale, x_zp, y_scale, y_zp): Y = Q(AveragePool(DQ(X))) (NCHW)."""
+    from pycann.ops.nn.pool import _k_average_pool
+
+    x, x_s, x_z, y_s = inputs[:4]
+    y_z = inputs[4] if len(inputs) > 4 else None
+    pool_attrs = {k: v for k, v in attrs.items() if k != "channels_last"}
+    return [q8(_k_average_pool([dq(x, x_s, x_z)], pool_attrs)[0], y_s, y_z)]
+
+
 def _zp_dtype(ctx: InferContext, i: int, default: int) -> int:
     d = ctx.input(i)
     if d is not None and d.dtype not in (None, 0, int(DType.UINT8), int(DType.INT8)):
@@ -169,6 +179,17 @@ def _infer_unary(ctx: InferContext) -> list[TensorDesc]:
         if not -len(x.shape) <= axis < len(x.shape):
             raise ctx.fail(f"axis {axis} is out of range for X of rank {len(x.shape)}")
     return [TensorDesc(_zp_dtype(ctx, 4, x.dtype or int(DType.UINT8)), x.shape)]
+
+
+def _infer_avgpool(ctx: InferContext) -> list[TensorDesc]:
+    from pycann.ops.nn.pool import _infer_pool
+
+    if int(ctx.attrs.get("channels_last", 0)):
+        raise ctx.fail("channels_last=1 (NHWC) is not supported: quantise the model with the NCHW layout "
+                       "(ONNX Runtime's quantize_static writes channels_last=0)")
+    x = ctx.required(0)
+    (y,) = _infer_pool(ctx)
+    return [TensorDesc(_zp_dtype(ctx, 4, x.dtype or int(DType.UINT8)), y.shape)]
 
 
 def _infer_concat(ctx: InferContext) -> list[TensorDesc]:
@@ -219,6 +240,10 @@ OPS = [
           doc="ONNX Runtime contrib: quantised LeakyRelu"),
     OpDef("QLinearSoftmax", _infer_unary, _unary(_softmax), domain=MS_DOMAIN, attrs={"axis": -1, "opset": 13},
           doc="ONNX Runtime contrib: quantised Softmax (opset: the float Softmax's, < 13 coerces to 2-D)"),
+    OpDef("QLinearAveragePool", _infer_avgpool, _k_qlinear_avgpool, domain=MS_DOMAIN,
+          attrs={"auto_pad": "NOTSET", "ceil_mode": 0, "channels_last": 0, "count_include_pad": 0,
+                 "kernel_shape": REQUIRED, "pads": [], "strides": []},
+          doc="ONNX Runtime contrib: quantised AveragePool (NCHW)"),
     OpDef("QLinearConcat", _infer_concat, _k_qlinear_concat, domain=MS_DOMAIN, attrs={"axis": REQUIRED},
           doc="ONNX Runtime contrib: quantised Concat of (X, scale, zero point) triples"),
     OpDef("QLinearGlobalAveragePool", _infer_gap, _k_qlinear_gap, domain=MS_DOMAIN, attrs={"channels_last": 0},

@@ -89,3 +89,40 @@ def test_qoperator_contrib_ops_match_onnxruntime(opset: int, axis: int, implmode
     # opset < 13 Softmax over the axes from 1 on (rank 3) is not opset 13's: kept on its reference kernel
     assert ("QLinearSoftmax" in ops) == (opset < 13 and axis % 3 != 2), ops
     assert not any(k in ops for k in ("QLinearSigmoid", "QLinearLeakyRelu", "QLinearMul", "QLinearConcat")), ops
+
+
+@pytest.mark.parametrize("attrs", [{"kernel_shape": [3, 3], "strides": [1, 1], "pads": [1, 1, 1, 1]},
+                                   {"kernel_shape": [3, 3], "strides": [2, 2], "pads": [1, 1, 1, 1],
+                                    "count_include_pad": 1},
+                                   {"kernel_shape": [2, 2], "strides": [2, 2], "ceil_mode": 1},
+                                   {"kernel_shape": [3, 3], "strides": [2, 2], "auto_pad": "SAME_UPPER"}])
+def test_qlinear_average_pool_is_the_qdq_arithmetic(attrs: dict[str, object]) -> None:
+    """QLinearAveragePool (an Inception block's pooling under QOperator): equal to ONNX Runtime's
+    unoptimised DQ -> AveragePool -> Q, within 1 LSB of its QLinearAveragePool kernel."""
+    inits = [_c("xs", 0.1, np.float32), _c("xz", 120, np.uint8), _c("ys", 0.07, np.float32), _c("yz", 130, np.uint8)]
+    xin = [helper.make_tensor_value_info("x", TensorProto.UINT8, [1, 3, 9, 9])]
+    yout = [helper.make_tensor_value_info("y", TensorProto.UINT8, None)]
+    qop = helper.make_model(helper.make_graph(
+        [helper.make_node("QLinearAveragePool", ["x", "xs", "xz", "ys", "yz"], ["y"], domain=MS, **attrs)],
+        "qpool", xin, yout, inits), opset_imports=[helper.make_opsetid("", 17), helper.make_opsetid(MS, 1)])
+    qdq = helper.make_model(helper.make_graph(
+        [helper.make_node("DequantizeLinear", ["x", "xs", "xz"], ["d"]), helper.make_node("AveragePool", ["d"], ["a"], **attrs),
+         helper.make_node("QuantizeLinear", ["a", "ys", "yz"], ["y"])], "qdq", xin, yout, inits),
+        opset_imports=[helper.make_opsetid("", 17)])
+    x = np.random.default_rng(0).integers(0, 256, (1, 3, 9, 9), dtype=np.uint8)
+    so = ort.SessionOptions()
+    so.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
+    ref = ort.InferenceSession(qdq.SerializeToString(), so, providers=["CPUExecutionProvider"]).run(None, {"x": x})[0]
+    kern = ort.InferenceSession(qop.SerializeToString(), providers=["CPUExecutionProvider"]).run(None, {"x": x})[0]
+    for implmode in ("high_precision", "high_performance"):
+        cm = compile_model(qop, CompileOptions(op_select_implmode=implmode))
+        assert "QLinearAveragePool" not in cm.graph.op_counts()
+        got = LoadedModel.from_compiled(cm).run([x])[0]
+        np.testing.assert_array_equal(got, ref)
+        assert np.abs(got.astype(int) - kern.astype(int)).max() <= 1
+    # the reference kernel (what runs when the rewrite declines) computes the same
+    from pycann.ops.quant_ms import _k_qlinear_avgpool
+
+    ins = [x, np.float32(0.1), np.uint8(120), np.float32(0.07), np.uint8(130)]
+    np.testing.assert_array_equal(_k_qlinear_avgpool(ins, {"auto_pad": "NOTSET", "ceil_mode": 0, "count_include_pad": 0,
+                                                            "pads": [], "strides": [], **attrs})[0], ref)

@@ -8,7 +8,8 @@ the same int8 kernels as AMCT's and other tools' QDQ models.
     QGemm(A, as, az, B, bs, bz, C, ys, yz)        ->  [Q](Gemm(DQ(A), DQ(B), DQ(C, as * bs)), ys, yz)   (com.microsoft)
     QLinearAdd(A, .., B, .., cs, cz)              ->  Q(Add(DQ(A), DQ(B)), cs, cz)                      (com.microsoft)
     QLinearGlobalAveragePool(X, .., ys, yz)       ->  Q(GlobalAveragePool(DQ(X)), ys, yz)               (com.microsoft)
-    QLinearMul / QLinearSigmoid / QLinearLeakyRelu / QLinearSoftmax / QLinearConcat  ->  Q(op(DQ(..)))   (com.microsoft)
+    QLinearMul / QLinearSigmoid / QLinearLeakyRelu / QLinearSoftmax / QLinearConcat / QLinearAveragePool
+                                                  ->  Q(op(DQ(..)))                                    (com.microsoft)
 
 Exactness: the QOperator ops requantise the int32 accumulator with one multiplier
 ``xs * ws / ys``; the QDQ form rounds ``acc * xs * ws`` (a float conv) and then divides by ``ys``.
@@ -35,7 +36,7 @@ name = "QOperatorToQDQ"
 
 _STANDARD = ("QLinearConv", "QLinearMatMul")
 _CONTRIB = ("QGemm", "QLinearAdd", "QLinearGlobalAveragePool", "QLinearMul", "QLinearSigmoid", "QLinearLeakyRelu",
-            "QLinearSoftmax", "QLinearConcat")
+            "QLinearSoftmax", "QLinearConcat", "QLinearAveragePool")
 
 
 class _Builder:
@@ -196,6 +197,19 @@ def _qunary(ix: GraphIndex, b: _Builder) -> str | None:
     return None
 
 
+def _qavgpool(ix: GraphIndex, b: _Builder) -> str | None:
+    n = b.node
+    if int(n.attrs.get("channels_last", 0)):
+        return "channels_last=1 (NHWC) pooling is kept on its reference kernel"
+    why = _scalar_params(ix, n, (1, 3), (2, 4))
+    if why:
+        return why
+    attrs = {k: v for k, v in n.attrs.items() if k != "channels_last" and not k.startswith("_")}
+    y = b.add("AveragePool", [b.dq(n.inputs[0], n.inputs[1], _inp(n, 2))], attrs=attrs)
+    b.add("QuantizeLinear", [y, n.inputs[3], _inp(n, 4)], n.outputs[0])
+    return None
+
+
 def _qconcat(ix: GraphIndex, b: _Builder) -> str | None:
     """QLinearConcat(ys, yz, X1, s1, z1, X2, s2, z2, ...)."""
     n = b.node
@@ -225,7 +239,8 @@ def _qgap(ix: GraphIndex, b: _Builder) -> str | None:
 
 _RULES = {"QLinearConv": _conv, "QLinearMatMul": _matmul, "QGemm": _qgemm, "QLinearAdd": _qbinary,
           "QLinearMul": _qbinary, "QLinearGlobalAveragePool": _qgap, "QLinearSigmoid": _qunary,
-          "QLinearLeakyRelu": _qunary, "QLinearSoftmax": _qunary, "QLinearConcat": _qconcat}
+          "QLinearLeakyRelu": _qunary, "QLinearSoftmax": _qunary, "QLinearConcat": _qconcat,
+          "QLinearAveragePool": _qavgpool}
 
 
 def rewrite(g: Graph) -> tuple[int, list[str]]:
