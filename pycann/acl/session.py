@@ -134,6 +134,16 @@ class InferSession:
         self.dym: dict[str, Any] = {}
         self.custom_outsize: list[int] = []
 
+    def __repr__(self) -> str:
+        """``<InferSession 'm.om' device 0: inputs x float32[1,3,-1,-1]; outputs y float32[1,5]>``."""
+        if self._model is None:
+            return f"<InferSession {self.model_path!r} (freed)>"
+
+        def io(infos: list[TensorInfo]) -> str:
+            return "; ".join(f"{i.name} {i.datatype}[{','.join(str(d) for d in i.shape)}]" for i in infos)
+        return (f"<InferSession {self.model_path!r} device {self.device_id}: inputs {io(self.get_inputs())}; "
+                f"outputs {io(self.get_outputs())}>")
+
     @property
     def model(self) -> LoadedModel:
         if self._model is None:

@@ -322,3 +322,10 @@ def test_a_bin_input_of_the_wrong_size_names_the_file_and_the_input(small_om: Pa
     assert bench.main(["--model", str(small_om), "--input", str(good), "--output", str(tmp_path),
                        "--output_dirname", "o", "--outfmt", "NPY"]) == 0
     np.testing.assert_allclose(np.load(tmp_path / "o" / "good_0.npy"), small_ref(x)[0], rtol=1e-6)
+
+
+def test_session_repr_names_the_model_and_its_tensors(dyn_om: Path) -> None:
+    s = InferSession(0, dyn_om)
+    assert repr(s) == f"<InferSession {str(dyn_om)!r} device 0: inputs x float32[-1,4]; outputs y float32[-1,3]; z float32[-1,3]>"
+    s.free_resource()
+    assert repr(s) == f"<InferSession {str(dyn_om)!r} (freed)>"
