@@ -162,6 +162,8 @@ def _pure(name: str, shape: list[int], dtype: np.dtype, kind: str, rng: np.rando
         # batch 1 for a dynamic dim 0, 640 for the others: an example to edit, not a guess of the right size
         example = ",".join(str(d) if d >= 0 else ("1" if i == 0 else "640") for i, d in enumerate(shape))
         hint = gear_hint or f'--dymShape "{name}:{example}"'
+        if shape == [-2]:  # (CANN's unknown rank: the example cannot know how many dims to give)
+            hint = f'--dymShape "{name}:1,3,640,640" (its rank is unknown: give every dim)'
         raise ValueError(f"input '{name}' has shape {shape} with dynamic dims: set --dymBatch/--dymHW/--dymDims/"
                          f"--dymShape, e.g. {hint} (atc --mode=6 lists the inputs)")
     if kind == "zero":

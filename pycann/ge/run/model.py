@@ -45,10 +45,15 @@ MAX_OVERRIDE_VARIANTS = 8
 used first out: a client feeding ever other subsets would otherwise hold one compiled model each."""
 
 
+UNKNOWN_RANK = -2
+"""CANN's dims for a tensor of unknown rank (GE's ``UNKNOWN_RANK``): ``[-2]``, never ``[]``, which is a scalar."""
+
+
 def _info(name: str, d: TensorDesc | None) -> TensorInfo:
     if d is None:
         return TensorInfo(name, [], 0, "undefined")
-    shape = [] if d.shape is None else [x if isinstance(x, int) else -1 for x in d.shape]
+    # (an unknown rank reported as [] read as a scalar: get_output_size_by_index gave 4 bytes for any output)
+    shape = [UNKNOWN_RANK] if d.shape is None else [x if isinstance(x, int) else -1 for x in d.shape]
     try:
         dt = to_numpy(d.dtype).name
     except TypeError:
