@@ -296,8 +296,10 @@ def test_aipp_needs_nchw_or_nhwc_and_static_hw(tmp_path: Path) -> None:
     text = cfg_text(dict(input_format="RGB888_U8"))
     with pytest.raises(OptionError, match="NCHW or NHWC"):
         compile_with(tmp_path, identity_model([1, 3, 4, 4]), text, input_format="ND")
-    with pytest.raises(OptionError, match="static C, H and W"):
+    with pytest.raises(OptionError, match="static C, H and W") as e:
         compile_with(tmp_path, identity_model([1, 3, "H", "W"]), text)
+    # the dims as atc writes them (they read [1, 3, 'H', 'W'], the exporter's symbols) and a fix
+    assert "[1, 3, -1, -1]" in str(e.value) and 'e.g. "x:1,3,224,224"' in str(e.value), str(e.value)
 
 
 # ------------------------------------------------------------------------- real model

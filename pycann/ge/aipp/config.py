@@ -344,11 +344,14 @@ def check_model_input(inp: ModelInput, mode: str, where: str, exc: type[Exceptio
         raise bad(inp.dtype, f"input {inp.name} dtype", "AIPP feeds float32, float16 or uint8 model inputs", where,
                   exc)
     n, c, h, w = inp.nchw
+    # dims as atc writes them (-1 for a dynamic one, not the exporter's symbol such as 'H')
+    dims = [d if isinstance(d, int) else -1 for d in inp.shape]
     if not all(isinstance(d, int) for d in (c, h, w)):
-        raise bad(list(inp.shape), f"input {inp.name} shape",
-                  "AIPP needs static C, H and W; set them with --input_shape", where, exc)
+        example = ",".join(str(d) if d >= 0 else ("1" if i == 0 else "224") for i, d in enumerate(dims))
+        raise bad(dims, f"input {inp.name} shape", "AIPP needs static C, H and W (-1 is dynamic); set them with "
+                  f"--input_shape, e.g. \"{inp.name}:{example}\"", where, exc)
     if mode == "dynamic" and not isinstance(n, int):
-        raise bad(list(inp.shape), f"input {inp.name} shape", "dynamic AIPP needs a static batch N", where, exc)
+        raise bad(dims, f"input {inp.name} shape", "dynamic AIPP needs a static batch N", where, exc)
 
 
 def resolve_params(v: Mapping[str, Any], inp: ModelInput, where: str, exc: type[Exception] = OptionError) -> AippParams:
