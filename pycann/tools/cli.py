@@ -17,7 +17,7 @@ USAGE = """usage: pycann <command> [options]
 commands:
   compare   compare a pycann model with ONNX Runtime node by node (pycann compare --help)
   msprof    profile an application (msprof --output=DIR --application="python app.py")
-  atc       compile an ONNX model into a .om (atc --help)
+  atc       compile an ONNX, TensorFlow or Caffe model into a .om (atc --help)
   aoe       tune a model's operators or GE choices into the knowledge bank (aoe --help)
   ocr       print the text in an image with PP-OCR (pycann ocr IMAGE)
 """
