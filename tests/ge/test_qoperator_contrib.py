@@ -126,3 +126,14 @@ def test_qlinear_average_pool_is_the_qdq_arithmetic(attrs: dict[str, object]) ->
     ins = [x, np.float32(0.1), np.uint8(120), np.float32(0.07), np.uint8(130)]
     np.testing.assert_array_equal(_k_qlinear_avgpool(ins, {"auto_pad": "NOTSET", "ceil_mode": 0, "count_include_pad": 0,
                                                             "pads": [], "strides": [], **attrs})[0], ref)
+
+
+@pytest.mark.parametrize("opset,axis", [(13, -1), (11, 1)])
+def test_reference_kernels_without_the_rewrite(opset: int, axis: int) -> None:
+    """With QOperatorToQDQ switched off (--fusion_switch_file ALL:off) the contrib ops run on their
+    reference kernels: the same dequantise-op-quantise values."""
+    x = np.random.default_rng(0).integers(0, 256, (2, 3, 8), dtype=np.uint8)
+    cm = compile_model(_model(opset, axis), CompileOptions(disabled_passes=["QOperatorToQDQ"]))
+    assert set(cm.graph.op_counts()) == {"QLinearConcat", "QLinearLeakyRelu", "QLinearMul", "QLinearSigmoid",
+                                         "QLinearSoftmax"}
+    np.testing.assert_array_equal(LoadedModel.from_compiled(cm).run([x])[0], _reference(x, opset, axis))
