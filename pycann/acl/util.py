@@ -106,11 +106,17 @@ _tids = itertools.count(1)
 
 
 def start_thread(fn: Callable[..., Any], args: Any) -> tuple[int, int]:
-    """``tid, ret``: run ``fn(*args)`` in a Python thread (used with callbacks in pyACL)."""
+    """``tid, ret``: run ``fn(args_list)`` in a Python thread (used with callbacks in pyACL).
+
+    As pyACL documents it (``def thr_func(args_list)``), the function gets the list itself as its one
+    argument: CANN's samples write ``start_thread(self._thread_entry, [])`` with
+    ``def _thread_entry(self, args_list)`` and ``context, timeout = args_list``; unpacking the list
+    made the first fail (missing ``args_list``) and handed the second its first item."""
     if not callable(fn):
         raise ArgTypeError("fn must be callable")
-    params = list(args) if isinstance(args, (list, tuple)) else [args]
-    t = threading.Thread(target=fn, args=params, daemon=True)
+    if not isinstance(args, (list, tuple)):
+        raise ArgTypeError(f"args_list must be a list, not {type(args).__name__}")
+    t = threading.Thread(target=fn, args=(args,), daemon=True)
     tid = next(_tids)
     _threads[tid] = t
     t.start()

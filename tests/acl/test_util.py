@@ -75,11 +75,21 @@ def test_util_errors(acl_ready: int) -> None:
 
 
 def test_threads() -> None:
-    seen: list[int] = []
-    tid, ret = acl.util.start_thread(lambda v: seen.append(v), [5])
+    """pyACL calls ``thr_func(args_list)`` with the list itself (CANN's samples unpack it inside)."""
+    seen: list[object] = []
+
+    def thread_entry(args_list: list[int]) -> None:
+        context, timeout = args_list
+        seen.append((context, timeout))
+
+    tid, ret = acl.util.start_thread(thread_entry, [7, 100])
     assert ret == 0
-    assert acl.util.stop_thread(tid) == 0 and seen == [5]
+    assert acl.util.stop_thread(tid) == 0 and seen == [(7, 100)]
     assert acl.util.stop_thread(tid) == C.ACL_ERROR_INVALID_PARAM
+    tid, ret = acl.util.start_thread(lambda args_list: seen.append(args_list), [])  # the samples' form
+    assert ret == 0 and acl.util.stop_thread(tid) == 0 and seen[-1] == []
+    with pytest.raises(TypeError, match="args_list must be a list"):
+        acl.util.start_thread(thread_entry, 5)  # type: ignore[arg-type]
 
 
 def test_pointers_work_before_init(no_acl: None) -> None:
