@@ -179,13 +179,25 @@ def stream_wait_event(stream: int, event: int) -> int:
 
 @api()
 def launch_callback(fn: Callable[[Any], Any], user_data: Any, block_type: int, stream: int) -> int:
-    """Queue ``fn(user_data)`` on the stream. pycann runs it on the stream's worker (the stream
-    waits for it whatever ``block_type``); ``subscribe_report`` / ``process_report`` are not needed."""
+    """Queue ``fn(user_data)`` on the stream. pycann runs it on the stream's worker, with the context
+    current in the calling thread (the stream waits for it whatever ``block_type``);
+    ``subscribe_report`` / ``process_report`` are not needed."""
     if not callable(fn):
         raise ArgTypeError("fn must be callable")
     if as_int(block_type, "block_type") not in (C.ACL_CALLBACK_NO_BLOCK, C.ACL_CALLBACK_BLOCK):
         raise fault(C.ACL_ERROR_INVALID_PARAM, f"invalid block type {block_type}")
-    stream_of(stream).submit(lambda: fn(user_data), "callback")
+    rt = require_init()
+    # CANN runs the callback in the thread subscribed with subscribe_report, which has set its context;
+    # the worker has none, so the samples' D2H memcpy in a callback failed with ACL_ERROR_RT_CONTEXT_NULL
+    # (and the app read an unwritten buffer): the callback runs in the launching thread's context
+    ctx = rt.current
+
+    def callback() -> None:
+        if ctx is not None and not ctx.destroyed:
+            rt.set_current(ctx)
+        fn(user_data)
+
+    stream_of(stream).submit(callback, "callback")
     return C.ACL_SUCCESS
 
 

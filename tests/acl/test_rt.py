@@ -280,3 +280,24 @@ def test_calls_need_init(no_acl: None) -> None:
     assert acl.rt.get_device_count() == (0, C.ACL_ERROR_UNINITIALIZE)
     assert acl.rt.create_event() == (0, C.ACL_ERROR_UNINITIALIZE)
     assert acl.rt.memcpy(1, 1, 1, 1, 1) == C.ACL_ERROR_UNINITIALIZE
+
+
+def test_a_callback_copies_the_streams_result_to_the_host(acl_ready: int) -> None:
+    """CANN's async samples copy each result to the host inside its callback; the callback ran on the
+    stream worker, which had no context: memcpy returned ACL_ERROR_RT_CONTEXT_NULL and the app read
+    an unwritten buffer. It now runs in the launching thread's context."""
+    s, _ = acl.rt.create_stream()
+    x = np.arange(16, dtype=np.float32)
+    src = to_device(x)
+    dev, _ = acl.rt.malloc(64, 0)
+    host, _ = acl.rt.malloc_host(64)
+    assert acl.rt.memcpy_async(dev, 64, src, 64, C.ACL_MEMCPY_DEVICE_TO_DEVICE, s) == 0
+    rets: list[int] = []
+    assert acl.rt.launch_callback(lambda h: rets.append(acl.rt.memcpy(h, 64, dev, 64, C.ACL_MEMCPY_DEVICE_TO_HOST)),
+                                  host, C.ACL_CALLBACK_BLOCK, s) == 0
+    assert acl.rt.synchronize_stream(s) == 0
+    assert rets == [0], acl.get_recent_err_msg()
+    np.testing.assert_array_equal(np.frombuffer(acl.util.ptr_to_bytes(host, 64), np.float32), x)
+    for p in (src, dev):
+        assert acl.rt.free(p) == 0
+    assert acl.rt.free_host(host) == 0 and acl.rt.destroy_stream(s) == 0
