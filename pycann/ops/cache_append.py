@@ -23,7 +23,6 @@ from typing import Any
 
 import numpy as np
 
-from pycann.ops.cast import cast_array
 from pycann.ops.opdef import REQUIRED, OpDef
 from pycann.ops.tensor import _infer_concat, _k_concat
 
@@ -34,6 +33,10 @@ def rounded_past(past: np.ndarray, round_to: int) -> np.ndarray:
     """``past`` cast to ONNX dtype ``round_to`` and back (ONNX Cast both ways); ``past`` when 0."""
     if not round_to:
         return past
+    # (imported here: ops.cast loads ml_dtypes, which a model without such Casts never needs; the
+    # kernels' table imports this module on every load, tests/ge/test_compiled_plan_reuse.py)
+    from pycann.ops.cast import cast_array
+
     return cast_array(past, round_to).astype(past.dtype)  # (widening back is exact)
 
 
