@@ -11,7 +11,7 @@ when the stream reaches them; a failure there (a corrupt JPEG) is returned by
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field, replace
+from dataclasses import replace
 from typing import Any
 
 import numpy as np
@@ -19,40 +19,28 @@ import numpy as np
 from pycann.acl import _state
 from pycann.acl import constants as C
 from pycann.acl._state import api, as_int, handles, require_init
-from pycann.acl.errors import AclFault, ArgTypeError, fault
-from pycann.acl.rt import stream_of
+from pycann.acl.errors import ArgTypeError, fault
+from pycann.acl.media_jobs import (
+    BatchPicDesc,
+    ChannelDesc,
+    JpegeConfig,
+    ResizeConfig,
+    acl_fault,
+    batch_jobs,
+    check_device,
+    decode_job,
+    host_bytes,
+    open_channel,
+    pic,
+    resize_mode,
+    roi,
+    run_on,
+    vpc_job,
+)
 from pycann.dvpp import jpeg, png, vpc
-from pycann.dvpp.formats import DvppError, Fault, PicDesc, buffer_size, layout
+from pycann.dvpp.formats import DvppError, Fault, PicDesc, buffer_size
 from pycann.dvpp.resize import interpolation
 from pycann.runtime.memory import DEVICE_KINDS, HOST_KINDS
-
-_CODES = {Fault.PARAM: C.ACL_ERROR_INVALID_PARAM, Fault.FORMAT: C.ACL_ERROR_FORMAT_NOT_MATCH,
-          Fault.UNSUPPORTED: C.ACL_ERROR_FEATURE_UNSUPPORTED, Fault.DATA: C.ACL_ERROR_INVALID_PARAM}
-
-
-def _acl(e: DvppError) -> AclFault:
-    return fault(_CODES[e.fault], str(e))
-
-
-@dataclass
-class ChannelDesc:
-    created: bool = False
-
-
-@dataclass
-class BatchPicDesc:
-    descs: list[PicDesc] = field(default_factory=list)
-    handles: list[int] = field(default_factory=list)
-
-
-@dataclass
-class ResizeConfig:
-    interpolation: int = 0
-
-
-@dataclass
-class JpegeConfig:
-    level: int = 100
 
 
 # ---------------------------------------------------------------- memory
@@ -110,12 +98,6 @@ def dvpp_destroy_channel_desc(channel_desc: int) -> int:
     return _destroy("dvpp_channel", channel_desc)
 
 
-def _channel(h: int) -> None:
-    ch: ChannelDesc = handles.get("dvpp_channel", h, "channel_desc")
-    if not ch.created:
-        raise fault(C.ACL_ERROR_INVALID_PARAM, "channel_desc has no open channel: call dvpp_create_channel first")
-
-
 # ---------------------------------------------------------------- picture descriptors
 @api(bare=0)
 def dvpp_create_pic_desc() -> int:
@@ -133,18 +115,13 @@ def dvpp_destroy_pic_desc(pic_desc: int) -> int:
     return _destroy("dvpp_pic_desc", h)
 
 
-def _pic(h: int, what: str = "pic_desc") -> PicDesc:
-    desc: PicDesc = handles.get("dvpp_pic_desc", h, what)
-    return desc
-
-
 def _setter(name: str) -> Callable[[int, int], int]:
     @api(name=f"acl.media.dvpp_set_pic_desc_{name}")
     def set_field(pic_desc: int, value: int) -> int:
         v = as_int(value, name)
         if v < 0 and name != "ret_code":
             raise fault(C.ACL_ERROR_INVALID_PARAM, f"{name} must be >= 0, not {v}")
-        setattr(_pic(pic_desc), name, v)
+        setattr(pic(pic_desc), name, v)
         return C.ACL_SUCCESS
 
     set_field.__doc__ = f"``ret = dvpp_set_pic_desc_{name}(pic_desc, value)``."
@@ -154,7 +131,7 @@ def _setter(name: str) -> Callable[[int, int], int]:
 def _getter(name: str) -> Callable[[int], int]:
     @api(bare=0, name=f"acl.media.dvpp_get_pic_desc_{name}")
     def get_field(pic_desc: int) -> int:
-        return int(getattr(_pic(pic_desc), name))
+        return int(getattr(pic(pic_desc), name))
 
     get_field.__doc__ = f"``value = dvpp_get_pic_desc_{name}(pic_desc)`` (0 for a bad handle)."
     return get_field
@@ -257,7 +234,7 @@ def dvpp_set_resize_config_interpolation(resize_config: int, interpolation_mode:
     try:
         cfg.interpolation = int(interpolation(as_int(interpolation_mode, "interpolation")))
     except DvppError as e:
-        raise _acl(e) from None
+        raise acl_fault(e) from None
     return C.ACL_SUCCESS
 
 
@@ -299,86 +276,19 @@ def dvpp_destroy_jpege_config(jpege_config: int) -> int:
     return _destroy("dvpp_jpege_cfg", jpege_config)
 
 
-# ---------------------------------------------------------------- helpers for the jobs
-def _host_bytes(data: Any, size: int) -> bytes:
-    """Bytes of an encoded image given as a host pointer (or, as a pycann convenience, bytes)."""
-    n = as_int(size, "size")
-    if isinstance(data, (bytes, bytearray, memoryview)):
-        if not 0 <= n <= len(data):  # as the pointer form: a negative size, or one past the data, is refused
-            raise fault(C.ACL_ERROR_INVALID_PARAM, f"size {n} is outside the {len(data)} bytes given")
-        return bytes(data)[:n]
-    return _state.space.read(as_int(data, "data"), n, HOST_KINDS | DEVICE_KINDS, "data").tobytes()
-
-
-def _check_device(ptr: int, nbytes: int, what: str, write: bool = False) -> None:
-    require_init().space.resolve(ptr, nbytes, DEVICE_KINDS, write, what)
-
-
-def _run_on(stream: int, name: str, job: Callable[[], None], result: PicDesc | None) -> None:
-    """Queue ``job``; a ``DvppError`` there becomes the task's aclError code and ``result.ret_code``."""
-    def task() -> None:
-        try:
-            job()
-            if result is not None:
-                result.ret_code = 0
-        except DvppError as e:
-            if result is not None:
-                result.ret_code = _CODES[e.fault]
-            raise _acl(e) from None
-
-    stream_of(stream).submit(task, name)
-
-
-def _vpc_job(channel_desc: int, in_h: int, out_h: int, crop: vpc.Roi | None, paste: vpc.Roi | None,
-             mode: int, stream: int, name: str) -> int:
-    _channel(channel_desc)
-    inp, out = replace(_pic(in_h, "input_desc")), _pic(out_h, "output_desc")
-    snap = replace(out)
-    try:
-        vpc.check(inp, snap, crop, paste)
-    except DvppError as e:
-        raise _acl(e) from None
-    in_n = buffer_size(inp.format, inp.width_stride, inp.height_stride)
-    out_n = buffer_size(snap.format, snap.width_stride, snap.height_stride)
-    _check_device(inp.data, in_n, "input picture")
-    _check_device(snap.data, out_n, "output picture", write=True)
-    space = require_init().space
-    c, p = replace(crop) if crop else None, replace(paste) if paste else None
-
-    def job() -> None:
-        with space.access(inp.data, in_n, DEVICE_KINDS, False, "input picture") as ib, \
-                space.access(snap.data, out_n, DEVICE_KINDS, True, "output picture") as ob:
-            vpc.run(ib, inp, ob, snap, c, p, mode)
-
-    _run_on(stream, name, job, out)
-    return C.ACL_SUCCESS
-
-
-def _roi(h: int, what: str) -> vpc.Roi:
-    r: vpc.Roi = handles.get("dvpp_roi", h, what)
-    return r
-
-
-def _mode(resize_config: int) -> int:
-    if as_int(resize_config, "resize_config") == 0:
-        return 0
-    cfg: ResizeConfig = handles.get("dvpp_resize_cfg", resize_config, "resize_config")
-    return cfg.interpolation
-
-
 # ---------------------------------------------------------------- VPC
 @api()
 def dvpp_vpc_resize_async(channel_desc: int, input_desc: int, output_desc: int, resize_config: int,
                           stream: int) -> int:
     """Resize the whole input into the whole output (converting the pixel format if they differ)."""
-    return _vpc_job(channel_desc, input_desc, output_desc, None, None, _mode(resize_config), stream,
+    return vpc_job(channel_desc, input_desc, output_desc, None, None, resize_mode(resize_config), stream,
                     "dvpp_vpc_resize")
 
 
 @api()
 def dvpp_vpc_crop_async(channel_desc: int, input_desc: int, output_desc: int, crop_area: int, stream: int) -> int:
     """Crop ``crop_area`` and resize it to the output's size."""
-    return _vpc_job(channel_desc, input_desc, output_desc, _roi(crop_area, "crop_area"), None, 0, stream,
+    return vpc_job(channel_desc, input_desc, output_desc, roi(crop_area, "crop_area"), None, 0, stream,
                     "dvpp_vpc_crop")
 
 
@@ -386,8 +296,8 @@ def dvpp_vpc_crop_async(channel_desc: int, input_desc: int, output_desc: int, cr
 def dvpp_vpc_crop_resize_async(channel_desc: int, input_desc: int, output_desc: int, crop_area: int,
                                resize_config: int, stream: int) -> int:
     """``dvpp_vpc_crop_async`` with the resize config's interpolation."""
-    return _vpc_job(channel_desc, input_desc, output_desc, _roi(crop_area, "crop_area"), None,
-                    _mode(resize_config), stream, "dvpp_vpc_crop_resize")
+    return vpc_job(channel_desc, input_desc, output_desc, roi(crop_area, "crop_area"), None,
+                    resize_mode(resize_config), stream, "dvpp_vpc_crop_resize")
 
 
 @api()
@@ -395,62 +305,32 @@ def dvpp_vpc_crop_and_paste_async(channel_desc: int, input_desc: int, output_des
                                   paste_area: int, stream: int) -> int:
     """Crop ``crop_area``, resize it to ``paste_area``'s size and write it there (the rest of the
     output keeps its bytes)."""
-    return _vpc_job(channel_desc, input_desc, output_desc, _roi(crop_area, "crop_area"),
-                    _roi(paste_area, "paste_area"), 0, stream, "dvpp_vpc_crop_and_paste")
+    return vpc_job(channel_desc, input_desc, output_desc, roi(crop_area, "crop_area"),
+                    roi(paste_area, "paste_area"), 0, stream, "dvpp_vpc_crop_and_paste")
 
 
 @api()
 def dvpp_vpc_crop_resize_paste_async(channel_desc: int, input_desc: int, output_desc: int, crop_area: int,
                                      paste_area: int, resize_config: int, stream: int) -> int:
-    return _vpc_job(channel_desc, input_desc, output_desc, _roi(crop_area, "crop_area"),
-                    _roi(paste_area, "paste_area"), _mode(resize_config), stream, "dvpp_vpc_crop_resize_paste")
+    return vpc_job(channel_desc, input_desc, output_desc, roi(crop_area, "crop_area"),
+                    roi(paste_area, "paste_area"), resize_mode(resize_config), stream, "dvpp_vpc_crop_resize_paste")
 
 
 @api()
 def dvpp_vpc_convert_color_async(channel_desc: int, input_desc: int, output_desc: int, stream: int) -> int:
     """Colour-space / layout conversion: input and output have the same size."""
-    inp, out = _pic(input_desc, "input_desc"), _pic(output_desc, "output_desc")
+    inp, out = pic(input_desc, "input_desc"), pic(output_desc, "output_desc")
     if (inp.width, inp.height) != (out.width, out.height):
         raise fault(C.ACL_ERROR_INVALID_PARAM, f"convert colour keeps the size: input {inp.width}x{inp.height}, "
                                                f"output {out.width}x{out.height}")
-    return _vpc_job(channel_desc, input_desc, output_desc, None, None, 0, stream, "dvpp_vpc_convert_color")
-
-
-def _batch(h: int, what: str) -> list[int]:
-    b: BatchPicDesc = handles.get("dvpp_batch_pic_desc", h, what)
-    return b.handles
-
-
-def _batch_jobs(channel_desc: int, src_batch: int, roi_nums: Sequence[int], size: int, dst_batch: int,
-                crops: Sequence[int], pastes: Sequence[int] | None, mode: int, stream: int, name: str) -> int:
-    if not isinstance(roi_nums, (list, tuple)) or not isinstance(crops, (list, tuple)):
-        raise ArgTypeError("roi_nums and crop areas must be lists")
-    src, dst = _batch(src_batch, "src_batch_pic_descs"), _batch(dst_batch, "dst_batch_pic_descs")
-    nums = [as_int(n, "roi_num") for n in roi_nums]
-    n = as_int(size, "size")
-    total = sum(nums)
-    if n != len(nums) or n > len(src) or any(k < 1 for k in nums):
-        raise fault(C.ACL_ERROR_INVALID_PARAM, f"size {n} must equal len(roi_nums) {len(nums)} (each >= 1) and "
-                                               f"be <= the {len(src)} source pictures")
-    if len(crops) != total or total > len(dst) or (pastes is not None and len(pastes) != total):
-        raise fault(C.ACL_ERROR_INVALID_PARAM, f"{total} areas asked for (sum of roi_nums): need as many crop "
-                                               f"(and paste) areas ({len(crops)} given) and output pictures "
-                                               f"({len(dst)} in the batch)")
-    k = 0
-    for i, cnt in enumerate(nums):
-        for _ in range(cnt):
-            crop = _roi(crops[k], "crop_area")
-            paste = _roi(pastes[k], "paste_area") if pastes is not None else None
-            _vpc_job(channel_desc, src[i], dst[k], crop, paste, mode, stream, name)
-            k += 1
-    return C.ACL_SUCCESS
+    return vpc_job(channel_desc, input_desc, output_desc, None, None, 0, stream, "dvpp_vpc_convert_color")
 
 
 @api()
 def dvpp_vpc_batch_crop_async(channel_desc: int, src_batch_pic_descs: int, roi_nums: Sequence[int], size: int,
                               dst_batch_pic_descs: int, crop_area: Sequence[int], stream: int) -> int:
     """``roi_nums[i]`` crops of source picture ``i``, into the output pictures in order."""
-    return _batch_jobs(channel_desc, src_batch_pic_descs, roi_nums, size, dst_batch_pic_descs, crop_area,
+    return batch_jobs(channel_desc, src_batch_pic_descs, roi_nums, size, dst_batch_pic_descs, crop_area,
                        None, 0, stream, "dvpp_vpc_batch_crop")
 
 
@@ -458,8 +338,8 @@ def dvpp_vpc_batch_crop_async(channel_desc: int, src_batch_pic_descs: int, roi_n
 def dvpp_vpc_batch_crop_resize_async(channel_desc: int, src_batch_pic_descs: int, roi_nums: Sequence[int],
                                      size: int, dst_batch_pic_descs: int, crop_area: Sequence[int],
                                      resize_config: int, stream: int) -> int:
-    return _batch_jobs(channel_desc, src_batch_pic_descs, roi_nums, size, dst_batch_pic_descs, crop_area,
-                       None, _mode(resize_config), stream, "dvpp_vpc_batch_crop_resize")
+    return batch_jobs(channel_desc, src_batch_pic_descs, roi_nums, size, dst_batch_pic_descs, crop_area,
+                       None, resize_mode(resize_config), stream, "dvpp_vpc_batch_crop_resize")
 
 
 @api()
@@ -468,7 +348,7 @@ def dvpp_vpc_batch_crop_and_paste_async(channel_desc: int, src_batch_pic_descs: 
                                         paste_area: Sequence[int], stream: int) -> int:
     if not isinstance(paste_area, (list, tuple)):
         raise ArgTypeError("paste_area must be a list")
-    return _batch_jobs(channel_desc, src_batch_pic_descs, roi_nums, size, dst_batch_pic_descs, crop_area,
+    return batch_jobs(channel_desc, src_batch_pic_descs, roi_nums, size, dst_batch_pic_descs, crop_area,
                        paste_area, 0, stream, "dvpp_vpc_batch_crop_and_paste")
 
 
@@ -481,9 +361,9 @@ def _soc() -> str:
 def dvpp_jpeg_get_image_info(data: Any, size: int) -> tuple[int, int, int, int]:
     """``width, height, components, ret`` of the JPEG at host pointer ``data``."""
     try:
-        info = jpeg.get_image_info(_host_bytes(data, size))
+        info = jpeg.get_image_info(host_bytes(data, size))
     except DvppError as e:
-        raise _acl(e) from None
+        raise acl_fault(e) from None
     return info.width, info.height, info.components, C.ACL_SUCCESS
 
 
@@ -494,41 +374,11 @@ dvpp_jpeg_get_image_info_v2 = dvpp_jpeg_get_image_info
 def dvpp_jpeg_predict_dec_size(data: Any, size: int, output_pixel_format: int) -> tuple[int, int]:
     """``size, ret``: bytes JPEGD's output picture needs (strides aligned for this soc)."""
     try:
-        info = jpeg.get_image_info(_host_bytes(data, size))
+        info = jpeg.get_image_info(host_bytes(data, size))
         jpeg.check_decodable(info)
         return jpeg.output_layout(info.width, info.height, as_int(output_pixel_format, "format"), _soc())[4], 0
     except DvppError as e:
-        raise _acl(e) from None
-
-
-def _decode_job(channel_desc: int, data: int, size: int, output_desc: int, stream: int, name: str,
-                decode: Callable[[bytes, np.ndarray, PicDesc], None], check_format: Callable[[int], Any]) -> int:
-    _channel(channel_desc)
-    ptr, n = as_int(data, "data"), as_int(size, "size")
-    if n == 0:  # CANN checks the input size at submission (aclError now, not at the stream's sync)
-        raise fault(C.ACL_ERROR_INVALID_PARAM, "the input data size is 0: pass the encoded image's "
-                                               "length in bytes (the file's size, > 0)")
-    out = _pic(output_desc, "output_desc")
-    try:
-        check_format(out.format)
-        layout(out.format)
-    except DvppError as e:
-        raise _acl(e) from None
-    if out.data == 0 or out.size <= 0:
-        raise fault(C.ACL_ERROR_INVALID_PARAM, "output_desc needs data and size (dvpp_set_pic_desc_data/size)")
-    _check_device(ptr, n, "input data")
-    _check_device(out.data, out.size, "output picture", write=True)
-    space = require_init().space
-    snap = replace(out)
-
-    def job() -> None:
-        with space.access(ptr, n, DEVICE_KINDS, False, "input data") as src, \
-                space.access(snap.data, snap.size, DEVICE_KINDS, True, "output picture") as dst:
-            decode(src.tobytes(), dst, snap)
-        out.width, out.height = snap.width, snap.height
-
-    _run_on(stream, name, job, out)
-    return C.ACL_SUCCESS
+        raise acl_fault(e) from None
 
 
 @api()
@@ -536,19 +386,19 @@ def dvpp_jpeg_decode_async(channel_desc: int, data: int, size: int, output_desc:
     """Decode the JPEG at device pointer ``data`` into ``output_desc`` (its format: NV12/NV21 and the
     other YUV SP formats, YUV400, RGB/BGR 888); its width and height are set to the decoded size."""
     soc = _soc()
-    return _decode_job(channel_desc, data, size, output_desc, stream, "dvpp_jpeg_decode",
+    return decode_job(channel_desc, data, size, output_desc, stream, "dvpp_jpeg_decode",
                        lambda b, buf, pic: jpeg.decode_into(b, buf, pic, soc), jpeg.decode_format)
 
 
 @api(out=(0,))
 def dvpp_jpeg_predict_enc_size(input_desc: int, jpege_config: int) -> tuple[int, int]:
     """``size, ret``: an upper bound of JPEGE's output bytes for ``input_desc``."""
-    inp = _pic(input_desc, "input_desc")
+    inp = pic(input_desc, "input_desc")
     handles.get("dvpp_jpege_cfg", jpege_config, "jpege_config")
     try:
         jpeg.check_encodable(inp)
     except DvppError as e:
-        raise _acl(e) from None
+        raise acl_fault(e) from None
     return jpeg.predict_enc_size(inp.width, inp.height, inp.format), C.ACL_SUCCESS
 
 
@@ -558,13 +408,13 @@ def dvpp_jpeg_encode_async(channel_desc: int, input_desc: int, data: int, size: 
     """Encode ``input_desc`` into device memory at ``data``. ``size``: a host pointer to a uint32
     holding the buffer's capacity, overwritten with the JPEG's length (C's ``uint32_t *size``); a
     plain capacity int is accepted too (then ``last_encode_size()`` gives the length)."""
-    _channel(channel_desc)
-    inp = replace(_pic(input_desc, "input_desc"))
+    open_channel(channel_desc)
+    inp = replace(pic(input_desc, "input_desc"))
     level = handles.get("dvpp_jpege_cfg", jpege_config, "jpege_config").level
     try:
         jpeg.check_encodable(inp)
     except DvppError as e:
-        raise _acl(e) from None
+        raise acl_fault(e) from None
     space = require_init().space
     s = as_int(size, "size")
     size_ptr = s if s > 0 and space.kind_of(s) in HOST_KINDS else 0
@@ -574,8 +424,8 @@ def dvpp_jpeg_encode_async(channel_desc: int, input_desc: int, data: int, size: 
                     "(dvpp_jpeg_predict_enc_size gives what the JPEG may need)")
     out_ptr = as_int(data, "data")
     in_n = buffer_size(inp.format, inp.width_stride, inp.height_stride)
-    _check_device(inp.data, in_n, "input picture")
-    _check_device(out_ptr, cap, "output data", write=True)
+    check_device(inp.data, in_n, "input picture")
+    check_device(out_ptr, cap, "output data", write=True)
 
     def job() -> None:
         with space.access(inp.data, in_n, DEVICE_KINDS, False, "input picture") as ib:
@@ -588,7 +438,7 @@ def dvpp_jpeg_encode_async(channel_desc: int, input_desc: int, data: int, size: 
         if size_ptr:
             space.write(size_ptr, np.array([len(encoded)], np.uint32), HOST_KINDS, "size")
 
-    _run_on(stream, "dvpp_jpeg_encode", job, None)
+    run_on(stream, "dvpp_jpeg_encode", job, None)
     return C.ACL_SUCCESS
 
 
@@ -604,9 +454,9 @@ def last_encode_size() -> int:
 def dvpp_png_get_image_info(data: Any, size: int) -> tuple[int, int, int, int]:
     """``width, height, components, ret`` of the PNG at host pointer ``data``."""
     try:
-        info = png.get_image_info(_host_bytes(data, size))
+        info = png.get_image_info(host_bytes(data, size))
     except DvppError as e:
-        raise _acl(e) from None
+        raise acl_fault(e) from None
     return info.width, info.height, info.components, C.ACL_SUCCESS
 
 
@@ -614,15 +464,15 @@ def dvpp_png_get_image_info(data: Any, size: int) -> tuple[int, int, int, int]:
 def dvpp_png_predict_dec_size(data: Any, size: int, output_pixel_format: int) -> tuple[int, int]:
     """``size, ret``: bytes PNGD's output picture needs."""
     try:
-        info = png.get_image_info(_host_bytes(data, size))
+        info = png.get_image_info(host_bytes(data, size))
         png.check_decodable(info.width, info.height)
         return png.output_layout(info.width, info.height, as_int(output_pixel_format, "format"))[2], 0
     except DvppError as e:
-        raise _acl(e) from None
+        raise acl_fault(e) from None
 
 
 @api()
 def dvpp_png_decode_async(channel_desc: int, data: int, size: int, output_desc: int, stream: int) -> int:
     """Decode the PNG at device pointer ``data`` into ``output_desc`` (RGB_888 or RGBA_8888)."""
-    return _decode_job(channel_desc, data, size, output_desc, stream, "dvpp_png_decode", png.decode_into,
+    return decode_job(channel_desc, data, size, output_desc, stream, "dvpp_png_decode", png.decode_into,
                        png.decode_format)
