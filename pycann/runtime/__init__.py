@@ -14,14 +14,15 @@ from typing import TYPE_CHECKING
 if TYPE_CHECKING:  # (static types for the lazy names)
     from pycann.runtime.device import Context, Device, Runtime
     from pycann.runtime.event import Event, elapsed_ms
-    from pycann.runtime.memory import AddressSpace, Allocation, CopyKind, MemKind, MemoryPool
+    from pycann.runtime.memory import AddressSpace, Allocation, CopyKind, MemKind
+    from pycann.runtime.memory_pool import MemoryPool
     from pycann.runtime.stream import Stream, Task
 
 # name -> the submodule that defines it
 _WHERE = {
     "Context": "device", "Device": "device", "Runtime": "device",
     "Event": "event", "elapsed_ms": "event",
-    "AddressSpace": "memory", "Allocation": "memory", "CopyKind": "memory", "MemKind": "memory", "MemoryPool": "memory",
+    "AddressSpace": "memory", "Allocation": "memory", "CopyKind": "memory", "MemKind": "memory", "MemoryPool": "memory_pool",
     "Stream": "stream", "Task": "stream",
 }
 
@@ -32,7 +33,7 @@ __all__ = [
 
 
 # its submodules, attributes of the package once imported (as a plain import made them before)
-_SUBMODULES = ("device", "errors", "event", "host_allocator", "memory", "stream")
+_SUBMODULES = ("device", "errors", "event", "host_allocator", "memory", "memory_pool", "stream")
 
 
 def __getattr__(name: str) -> object:

@@ -17,10 +17,10 @@ from pycann.runtime.memory import (
     AddressSpace,
     Allocation,
     MemKind,
-    MemoryPool,
     physical_memory,
     renewed_in_child,
 )
+from pycann.runtime.memory_pool import MemoryPool
 from pycann.runtime.stream import Stream
 
 DEFAULT_SOC = "Ascend310P3"

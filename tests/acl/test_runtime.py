@@ -10,7 +10,8 @@ import pytest
 
 from pycann.runtime import AddressSpace, CopyKind, Event, MemKind, MemoryPool, Runtime, Stream, elapsed_ms
 from pycann.runtime import errors as E
-from pycann.runtime.memory import DEVICE_KINDS, HOST_KINDS, round_size
+from pycann.runtime.memory import DEVICE_KINDS, HOST_KINDS
+from pycann.runtime.memory_pool import round_size
 
 
 def test_pool_caches_blocks_and_counts() -> None:

@@ -294,7 +294,8 @@ def test_freed_and_evicted_memory_is_not_kept_alive_by_the_registry() -> None:
     import weakref
 
     from pycann.runtime import errors as E
-    from pycann.runtime.memory import DEVICE_KINDS, HOST_KINDS, AddressSpace, MemKind, MemoryPool
+    from pycann.runtime.memory import DEVICE_KINDS, HOST_KINDS, AddressSpace, MemKind
+    from pycann.runtime.memory_pool import MemoryPool
 
     space = AddressSpace(user_cap_bytes=1 << 20)
     users = [np.full(512 << 10, i, np.uint8) for i in range(6)]
@@ -322,7 +323,7 @@ def test_pool_cache_stays_within_the_peak_in_use() -> None:
     recur still come from the cache. (Every size class ever freed stayed cached until the pool's
     capacity, the machine's RAM, was reached: 40 sizes of at most 80 MiB, one at a time, held
     1640 MiB.)"""
-    from pycann.runtime.memory import MemoryPool
+    from pycann.runtime.memory_pool import MemoryPool
 
     mib = 1 << 20
     pool = MemoryPool("d", 64 << 30)  # (np.empty: the blocks' pages are never touched)
