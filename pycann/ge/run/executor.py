@@ -25,13 +25,14 @@ from pycann.ge.ir import Graph
 from pycann.ge.planning.candidates import INPLACE, arena_candidates, inplace_candidates
 from pycann.ge.planning.memory import MemoryPlan, plan_memory
 from pycann.ge.run import contention, plan_builder, shape_program
-from pycann.ge.run.generic_runs import GenericRuns, _on_team, _pinned_run
+from pycann.ge.run.generic_runs import GenericRuns, _pinned_run
 from pycann.ge.run.plan import Plan, PlanClosedError
 from pycann.ge.run.plan_arena import Arena
 from pycann.ge.run.plan_builder import BackgroundBuilder
 from pycann.ge.run.plan_cache import CacheStats, PlanCache
 from pycann.ge.run.plan_steps import ARENA, NORMAL, SCOPED, Step, StepKind
-from pycann.kernels.providers import background_pack, openmp
+from pycann.ge.run.team_runs import TeamRuns
+from pycann.kernels.providers import background_pack
 
 log = logging.getLogger("pycann.ge.run.executor")
 
@@ -77,7 +78,7 @@ if hasattr(os, "register_at_fork"):
     os.register_at_fork(after_in_child=_after_fork_in_child)
 
 
-class Executor(GenericRuns):
+class Executor(GenericRuns, TeamRuns):
     """Runs a compiled graph; specialises and caches a ``Plan`` per input signature.
 
     ``specialize(graph, shapes, values) -> Graph`` is supplied by the compiler (shape
@@ -407,57 +408,6 @@ class Executor(GenericRuns):
             self._interim_calls.clear()
         self._interim_calls[sig] = n + 1
         return True
-
-    def _team(self) -> int | None:
-        """A smaller OpenMP team for this run while other processes keep the CPUs busy, else None."""
-        assert self._governor is not None
-        available = self._governor.contended()  # (one clock read on a quiet machine: no OpenMP call)
-        if available is None:
-            return None
-        full = openmp.max_threads()
-        if not full:
-            return None  # no OpenMP runtime loaded: nothing runs on a team
-        team = contention.team_for(available, full)
-        if team >= full:
-            return None
-        # each team size gets its own plan (a specialisation and its memory): one thread or a multiple
-        # of a quarter of the full team (rounded up), so a drifting load builds at most 4 per signature
-        step = -(-full // 4)
-        return max(1, team // step * step)
-
-    def _run_team(self, sig: Signature, used: list[int], feeds: Sequence[np.ndarray], team: int) -> list[np.ndarray] | None:
-        """Run ``sig`` on its plan bound for ``team`` threads, with the caller's OpenMP team set to it
-        for the run (torch's kernels read it per call); None when that plan is not built yet: then it
-        is queued for the builder thread (once ``sig``'s own plan exists) and the caller runs as usual."""
-        key = (*sig, ("threads", team))
-        hit = self._cache.get(key, count=False) if key in self._cache else None
-        if hit is None:
-            if key not in self._builder.failed and self._room_for_team(sig):
-                self._builder.submit(key, *self._request(used, feeds), threads=team)
-            return None
-        plan = hit.plan
-        made = plan.arenas_made
-        try:
-            outs = _on_team(team, plan, feeds)
-        except PlanClosedError:
-            return None  # evicted since ``get``: the caller runs as usual (and counts the call)
-        # (counted once the run returned: a refused call, an index out of range, counts nothing)
-        self._cache.count(hit=True)
-        self.team_runs += 1
-        if plan.arenas_made != made:
-            self._cache.refresh_bytes()  # a concurrent run added an arena: re-check the bound (as ``run``)
-        return outs
-
-    def _room_for_team(self, sig: Signature) -> bool:
-        """Whether ``sig``'s own plan is cached and the cache has room beside it for a plan of that
-        size bound for a smaller team. A reduced plan that pushed out the full team's plan of its
-        signature would have it rebuilt when the neighbour stops (a static model's inline, on the
-        caller) and evicted again at the next contended spell: a plan build per flip."""
-        base = self._cache.peek(sig)
-        if base is None:
-            return False
-        cfg = self._cache.config
-        return len(self._cache) < cfg.max_plans and self._cache.bytes_held + base.nbytes <= cfg.max_bytes
 
     def _build_in_background(self, sig: Any, shapes: list[tuple[int, ...] | None],
                              values: dict[str, np.ndarray]) -> None:
