@@ -174,6 +174,9 @@ def _register() -> None:
     _autograd.install()
     _module_apply.install()
     _accelerator.install()
+    from pycann.torch import _parallel_comm
+
+    _parallel_comm.install()  # nn.DataParallel's scatter / gather on the npu
     torch.storage._to = _storage_to(torch.storage._to)  # type: ignore[attr-defined]
     torch.UntypedStorage.clone = _storage_clone(torch.UntypedStorage.clone)  # type: ignore[method-assign]
     torch.UntypedStorage.__new__ = staticmethod(_storage_new(torch.UntypedStorage.__new__))  # type: ignore[assignment]

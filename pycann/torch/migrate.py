@@ -194,6 +194,24 @@ def _patch_distributed() -> None:
     ddp.__init__ = ddp_init  # type: ignore[method-assign]
 
 
+def _patch_data_parallel() -> None:
+    """``nn.DataParallel`` asks ``torch._utils._get_available_device_type()``, which says "cuda" once
+    ``torch.cuda.is_available`` is the npu's: its module would then live on "cuda:0" (the npu after
+    ``.to``) and forward refused its own npu parameters. Its module's copy of the function names the
+    npu instead, as torch_npu's migration does for DataParallel."""
+    import importlib
+
+    # (the module: ``torch.nn.parallel.data_parallel`` as an attribute is the function of that name)
+    data_parallel: Any = importlib.import_module("torch.nn.parallel.data_parallel")
+    orig = data_parallel._get_available_device_type
+
+    def device_type() -> Any:
+        t = orig()
+        return "npu" if t == "cuda" else t
+
+    data_parallel._get_available_device_type = device_type
+
+
 def apply() -> None:
     """Apply the migration (idempotent)."""
     global _applied
@@ -219,4 +237,5 @@ def apply() -> None:
     torch.Tensor.is_cuda = property(lambda self: self.device.type in ("npu", "cuda"))  # type: ignore[assignment, method-assign]
     _patch_autocast()
     _patch_distributed()
+    _patch_data_parallel()
     _applied = True

@@ -257,18 +257,40 @@ def get_device_name(device: int | str | torch.device | None = None) -> str:
 
 @dataclass(frozen=True)
 class _DeviceProperties:
+    """torch_npu's ``_NPUDeviceProperties`` fields (name, total_memory, cube_core_num,
+    vector_core_num, L2_cache_size) plus the ones PyTorch's device-generic code reads from
+    ``torch.cuda.get_device_properties`` (``nn.DataParallel``'s balance check reads
+    ``total_memory`` and ``multi_processor_count``; Inductor and libraries read ``major`` /
+    ``minor``), so that code runs unchanged after ``transfer_to_npu``."""
+
     name: str
     total_memory: int
     cube_core_num: int = 0
     vector_core_num: int = 0
-    L2_cache_size: int = 0
+    L2_cache_size: int = 0  # bytes
+    multi_processor_count: int = 1  # the SoC's AI Cores (cube cores): what runs an op's blocks, as SMs do
+    major: int = 0  # no CUDA compute capability (get_device_capability() is None, as in torch_npu)
+    minor: int = 0
 
 
 def get_device_properties(device: int | str | torch.device | None = None) -> _DeviceProperties:
-    """name and total_memory (host RAM) of the npu device."""
+    """The npu device's properties: the configured SoC's name and core counts (``pycann.ascendc.soc``;
+    a SoC pycann has no spec for reports the host's CPU count as its cores), its L2 size
+    (``pycann.costmodel.socs``, 0 when unknown) and the host RAM as ``total_memory``."""
+    import os
+
+    from pycann.ascendc.soc import SOCS
+    from pycann.costmodel.socs import COST_SOCS
     from pycann.runtime.memory import physical_memory
 
-    return _DeviceProperties(get_device_name(device), physical_memory())
+    name = get_device_name(device)
+    spec = SOCS.get(name)
+    cost = COST_SOCS.get(name)
+    cube = spec.aic_num if spec is not None else (os.cpu_count() or 1)
+    vector = spec.aiv_num if spec is not None else cube
+    l2 = cost.l2_mib << 20 if cost is not None else 0
+    return _DeviceProperties(name, physical_memory(), cube_core_num=cube, vector_core_num=vector,
+                             L2_cache_size=l2, multi_processor_count=cube)
 
 
 def get_device_capability(device: int | str | torch.device | None = None) -> Any:

@@ -1,0 +1,81 @@
+"""Defects a fresh user hit with torch_npu-style code, each checked against CPU torch (or torch_npu's
+documented behaviour): device properties and nn.DataParallel, is_bf16_supported per SoC, pinned
+memory, missing ``torch_npu.npu_*`` ops, nn.TransformerEncoder's nested-tensor fast path."""
+
+from __future__ import annotations
+
+import copy
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+torch = pytest.importorskip("torch")
+import pycann.torch  # noqa: E402,F401
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def _run(code: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
+    e = dict(os.environ, PYTHONPATH=str(ROOT), PYCANN_TORCH_REPORT="0", **(env or {}))
+    return subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=e, timeout=300)
+
+
+# ---------------------------------------------------------------- device properties, DataParallel
+
+def test_device_properties_have_the_fields_pytorch_code_reads() -> None:
+    p = torch.npu.get_device_properties(0)
+    assert p.name == torch.npu.get_device_name(0)
+    assert p.total_memory > 0
+    # Ascend310P3 (pycann's default SoC): 8 coupled AI Cores, 16 MiB L2 (pycann.ascendc.soc, costmodel.socs)
+    if p.name == "Ascend310P3":
+        assert (p.multi_processor_count, p.cube_core_num, p.L2_cache_size) == (8, 8, 16 << 20)
+    assert p.multi_processor_count >= 1 and (p.major, p.minor) == (0, 0)
+
+
+def _dp_reference() -> tuple[torch.nn.Module, torch.nn.Module, torch.Tensor]:
+    torch.manual_seed(0)
+    m = torch.nn.Sequential(torch.nn.Linear(4, 8), torch.nn.ReLU(), torch.nn.Linear(8, 3))
+    return m, copy.deepcopy(m), torch.randn(6, 4)
+
+
+def test_data_parallel_on_npu_matches_cpu() -> None:
+    m, ref_m, x = _dp_reference()
+    dp = torch.nn.DataParallel(m.npu())
+    out = dp(x.npu())
+    out.sum().backward()
+    ref = ref_m(x)
+    ref.sum().backward()
+    assert out.device == torch.device("npu", 0)
+    torch.testing.assert_close(out.detach().cpu(), ref.detach())
+    torch.testing.assert_close(m[0].weight.grad.cpu(), ref_m[0].weight.grad)
+
+
+DATA_PARALLEL_MIGRATED = r"""
+import copy, torch, pycann.torch
+from pycann.torch.contrib import transfer_to_npu  # noqa: F401
+torch.manual_seed(0)
+m = torch.nn.Sequential(torch.nn.Linear(4, 8), torch.nn.ReLU(), torch.nn.Linear(8, 3))
+ref_m = copy.deepcopy(m)
+x = torch.randn(6, 4)
+dp = torch.nn.DataParallel(m.cuda())           # AttributeError: multi_processor_count; then "cuda:0" vs npu:0
+assert dp.device_ids == list(range(torch.cuda.device_count())), dp.device_ids
+out = dp(x.cuda())
+out.sum().backward()
+ref = ref_m(x)
+ref.sum().backward()
+assert out.device == torch.device("npu", 0), out.device
+torch.testing.assert_close(out.detach().cpu(), ref.detach())
+torch.testing.assert_close(m[0].weight.grad.cpu(), ref_m[0].weight.grad)
+print("OK")
+"""
+
+
+@pytest.mark.parametrize("devices", ["1", "2"])
+def test_data_parallel_after_transfer_to_npu_matches_cpu(devices: str) -> None:
+    """Two devices: the batch is scattered, the module replicated, the outputs gathered and the
+    replicas' gradients reduced (``pycann.torch._parallel_comm``)."""
+    r = _run(DATA_PARALLEL_MIGRATED, env={"PYCANN_DEVICE_COUNT": devices})
+    assert r.returncode == 0 and "OK" in r.stdout, r.stderr[-3000:]
