@@ -79,3 +79,29 @@ def test_data_parallel_after_transfer_to_npu_matches_cpu(devices: str) -> None:
     replicas' gradients reduced (``pycann.torch._parallel_comm``)."""
     r = _run(DATA_PARALLEL_MIGRATED, env={"PYCANN_DEVICE_COUNT": devices})
     assert r.returncode == 0 and "OK" in r.stdout, r.stderr[-3000:]
+
+
+# ---------------------------------------------------------------- is_bf16_supported follows the SoC
+
+@pytest.mark.parametrize(("soc", "bf16"), [("Ascend310P3", False), ("Ascend910A", False), ("Ascend910B2", True),
+                                           ("Ascend910_9391", True), ("CPU", True)])
+def test_is_bf16_supported_follows_the_soc(monkeypatch: pytest.MonkeyPatch, soc: str, bf16: bool) -> None:
+    """As atc: ``--precision_mode=allow_fp32_to_bf16`` is refused on the chips without bf16."""
+    from pycann.errors import PycannError
+    from pycann.ge.compile.precision_config import resolve_mode
+
+    monkeypatch.setenv("PYCANN_SOC_VERSION", soc)
+    assert torch.npu.get_soc_version() == soc
+    assert torch.npu.is_bf16_supported() is bf16
+    assert torch.npu.is_bf16_supported(including_emulation=True) is bf16
+    if bf16:
+        assert resolve_mode("allow_fp32_to_bf16", soc_version=soc) == "allow_fp32_to_bf16"
+    else:
+        with pytest.raises(PycannError, match="bfloat16 is not supported"):
+            resolve_mode("allow_fp32_to_bf16", soc_version=soc)
+
+
+def test_is_bf16_supported_default_soc(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("PYCANN_SOC_VERSION", raising=False)
+    assert torch.npu.get_soc_version() == "Ascend310P3"
+    assert torch.npu.is_bf16_supported() is False

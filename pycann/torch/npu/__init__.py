@@ -311,9 +311,18 @@ def utilization(device: int | str | torch.device | None = None) -> int:
     return 0
 
 
-def is_bf16_supported() -> bool:
-    """True: torch's CPU kernels compute bfloat16."""
-    return True
+def is_bf16_supported(including_emulation: bool = True) -> bool:
+    """Whether the SoC this session models (``get_soc_version()``: ``PYCANN_SOC_VERSION``, default
+    Ascend310P3) has bfloat16, as torch_npu answers for the real chip: True on Atlas A2/A3
+    (Ascend910B*, Ascend910_93*), 310B and pycann's own ``CPU`` target, False on Ascend310P3 and
+    Ascend910A, where ``atc`` refuses the bf16 precision modes too (the same table:
+    ``pycann.ge.compile.precision_config``). torch's CPU kernels would compute bfloat16 on any SoC, but
+    code that picks bf16 by this answer should pick what the modelled chip can run.
+    ``including_emulation`` (``torch.cuda.is_bf16_supported``'s, reached after ``transfer_to_npu``)
+    changes nothing: there is no emulation to include."""
+    from pycann.ge.compile.precision_config import _BF16_SOC_PREFIXES
+
+    return get_soc_version().startswith(_BF16_SOC_PREFIXES)
 
 
 def set_compile_mode(jit_compile: bool = True) -> None:
