@@ -49,6 +49,7 @@ npu = _npu
 from pycann.torch import *  # noqa: E402,F401,F403
 from pycann.torch import report, reset  # noqa: E402,F401
 from torch_npu import distributed as distributed  # noqa: E402,F401  (torch_npu imports it too)
+from pycann.torch import __getattr__ as __getattr__  # noqa: E402,F401  (missing npu_* ops: a clear error)
 __version__ = "2.13.0+pycann"
 ''',
     "torch_npu/contrib/__init__.py": '"""pycann-run shim: torch_npu.contrib."""\n',

@@ -41,10 +41,13 @@ import torch  # noqa: E402
 
 from pycann.torch import _accelerator, _autocast, _autograd, _dispatch, _module_apply, fallback  # noqa: E402
 from pycann.torch import npu as npu  # noqa: E402
+from pycann.torch._npu_ops import get_npu_format, npu_format_cast, npu_format_cast_  # noqa: E402
+from pycann.torch._npu_ops import module_getattr as __getattr__  # noqa: E402,F401 - other npu_* names: a clear error
 from pycann.torch.fallback import FallbackDisabledError, Report, report, reset, warning_text  # noqa: E402
 from pycann.torch.optable import Provider  # noqa: E402
 
-__all__ = ["FallbackDisabledError", "Provider", "Report", "npu", "report", "reset", "warning_text"]
+__all__ = ["FallbackDisabledError", "Provider", "Report", "get_npu_format", "npu", "npu_format_cast",
+           "npu_format_cast_", "report", "reset", "warning_text"]
 
 BACKEND = "npu"
 

@@ -105,3 +105,58 @@ def test_is_bf16_supported_default_soc(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.delenv("PYCANN_SOC_VERSION", raising=False)
     assert torch.npu.get_soc_version() == "Ascend310P3"
     assert torch.npu.is_bf16_supported() is False
+
+
+# ---------------------------------------------------------------- torch_npu.npu_* ops
+
+def test_npu_format_cast_is_an_identity_layout_op() -> None:
+    x = torch.randn(2, 3, 4, 5)
+    n = x.npu()
+    for fmt in (0, 2, 3, 29):
+        out = pycann.torch.npu_format_cast(n, fmt)
+        assert out is n
+        torch.testing.assert_close(out.cpu(), x, rtol=0, atol=0)
+    assert pycann.torch.npu_format_cast_(n, 29) is n
+    assert pycann.torch.npu_format_cast_(n, torch.zeros(1).npu()) is n
+    assert pycann.torch.get_npu_format(n) == 0 and pycann.torch.get_npu_format(torch.zeros(3).npu()) == 2
+    assert pycann.torch.get_npu_format(torch.zeros(1, 1, 1, 1, 1).npu()) == 30
+
+
+def test_npu_format_cast_bad_input() -> None:
+    n = torch.randn(2, 3).npu()
+    with pytest.raises(ValueError, match=r"npu_format_cast\(\): acl_format 7 is not an ACL format; known: .*29 \(FRACTAL_NZ\)"):
+        pycann.torch.npu_format_cast(n, 7)
+    with pytest.raises(RuntimeError, match=r"expected an npu tensor, got one on cpu"):
+        pycann.torch.npu_format_cast(torch.zeros(2), 2)
+    with pytest.raises(TypeError, match="must be a Tensor"):
+        pycann.torch.npu_format_cast([1, 2], 2)
+
+
+def test_missing_npu_op_says_pycann_does_not_provide_it() -> None:
+    with pytest.raises(AttributeError, match=r"torch_npu\.npu_rotary_mul is not provided by pycann.*docs/torch\.md"):
+        pycann.torch.npu_rotary_mul  # noqa: B018
+    assert not hasattr(pycann.torch, "npu_fusion_attention")  # feature checks still answer False
+    with pytest.raises(AttributeError, match="has no attribute 'no_such_name'"):
+        pycann.torch.no_such_name  # noqa: B018
+
+
+SHIM_NPU_OPS = r"""
+import torch, torch_npu
+x = torch.randn(2, 3)
+assert torch_npu.npu_format_cast(x.npu(), 29).cpu().equal(x) and torch_npu.get_npu_format(x.npu()) == 2
+assert not hasattr(torch_npu, "npu_fusion_attention")
+try:
+    torch_npu.npu_rotary_mul
+except AttributeError as e:
+    assert "not provided by pycann" in str(e) and "docs/torch.md" in str(e), e
+else:
+    raise AssertionError("no error")
+print("OK")
+"""
+
+
+def test_missing_npu_op_under_pycann_run_shim() -> None:
+    e = dict(os.environ, PYTHONPATH=str(ROOT), PYCANN_TORCH_REPORT="0")
+    r = subprocess.run([sys.executable, "-m", "pycann.tools.run", "-c", SHIM_NPU_OPS], capture_output=True,
+                       text=True, env=e, timeout=300)
+    assert r.returncode == 0 and "OK" in r.stdout, r.stderr[-3000:]
