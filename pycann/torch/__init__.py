@@ -127,11 +127,13 @@ def _storage_npu(self: Any, device: Any = None, non_blocking: bool = False) -> A
 def _pin_memory(orig: Any) -> Any:
     """``Tensor.pin_memory`` for the npu: pinned (page-locked) memory exists so that a device
     can DMA from host memory; pycann's npu computes *in* host memory, so "pinning" for it is a
-    copy into a fresh host buffer (what pin_memory returns for any accelerator: a new tensor)."""
+    copy into a fresh host buffer (what pin_memory returns for any accelerator: a new tensor),
+    which ``is_pinned()`` then reports as pinned (``_pinned``)."""
+    from pycann.torch import _pinned
 
     def pin_memory(self: torch.Tensor, device: Any = None) -> torch.Tensor:
         if device is None or torch.device(device).type == BACKEND:
-            return self.clone(memory_format=torch.preserve_format)
+            return _pinned.pin(self)
         return orig(self, device)
 
     return pin_memory
@@ -184,6 +186,9 @@ def _register() -> None:
     torch.UntypedStorage.clone = _storage_clone(torch.UntypedStorage.clone)  # type: ignore[method-assign]
     torch.UntypedStorage.__new__ = staticmethod(_storage_new(torch.UntypedStorage.__new__))  # type: ignore[assignment]
     torch.Tensor.pin_memory = _pin_memory(torch.Tensor.pin_memory)  # type: ignore[method-assign]
+    from pycann.torch import _pinned
+
+    torch.Tensor.is_pinned = _pinned.wrap_is_pinned(torch.Tensor.is_pinned)  # type: ignore[method-assign]
     torch.Tensor.record_stream = _record_stream(torch.Tensor.record_stream)  # type: ignore[method-assign]
     if npu.device_count() > 1:  # "npu" names the current device (torch.npu.set_device): _current_device
         from pycann.torch import _current_device

@@ -160,3 +160,35 @@ def test_missing_npu_op_under_pycann_run_shim() -> None:
     r = subprocess.run([sys.executable, "-m", "pycann.tools.run", "-c", SHIM_NPU_OPS], capture_output=True,
                        text=True, env=e, timeout=300)
     assert r.returncode == 0 and "OK" in r.stdout, r.stderr[-3000:]
+
+
+# ---------------------------------------------------------------- pinned memory
+
+def test_pin_memory_reports_pinned_and_keeps_cpu_semantics() -> None:
+    t = torch.arange(12.0).reshape(4, 3).t()  # non-contiguous: strides kept, as CUDA's pin_memory
+    p = t.pin_memory()
+    assert p.is_pinned() and p[1:].is_pinned() and p.untyped_storage().is_pinned()
+    assert p.device.type == "cpu" and p.stride() == t.stride() and p.data_ptr() != t.data_ptr()
+    torch.testing.assert_close(p, t, rtol=0, atol=0)
+    assert not t.is_pinned() and not torch.zeros(3).is_pinned()  # never pinned: unpinned, as in CPU torch
+    assert p.pin_memory() is p  # pinned already: itself, as CUDA's
+    assert t.untyped_storage().pin_memory().is_pinned()
+    assert not p.npu().is_pinned()  # device memory is not pinned host memory
+    torch.testing.assert_close(p.to("npu", non_blocking=True).cpu(), t, rtol=0, atol=0)
+
+
+@pytest.mark.parametrize("workers", [0, 1])
+@pytest.mark.parametrize("device", ["", "npu"])
+def test_dataloader_pin_memory_gives_pinned_batches(workers: int, device: str) -> None:
+    ds = torch.utils.data.TensorDataset(torch.arange(12.0).reshape(6, 2), torch.arange(6))
+    import warnings
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # (pin_memory_device is deprecated in torch 2.13)
+        batches = list(torch.utils.data.DataLoader(ds, batch_size=3, pin_memory=True, pin_memory_device=device,
+                                                   num_workers=workers))
+    assert len(batches) == 2
+    for i, (x, y) in enumerate(batches):
+        assert x.is_pinned() and y.is_pinned() and x.device.type == "cpu"
+        torch.testing.assert_close(x, ds.tensors[0][3 * i:3 * i + 3], rtol=0, atol=0)
+        torch.testing.assert_close(y, ds.tensors[1][3 * i:3 * i + 3], rtol=0, atol=0)
