@@ -182,6 +182,9 @@ def _register() -> None:
     from pycann.torch import _parallel_comm
 
     _parallel_comm.install()  # nn.DataParallel's scatter / gather on the npu
+    from pycann.torch import _transformer
+
+    _transformer.install()  # nn.TransformerEncoder without its NestedTensor path on the npu
     torch.storage._to = _storage_to(torch.storage._to)  # type: ignore[attr-defined]
     torch.UntypedStorage.clone = _storage_clone(torch.UntypedStorage.clone)  # type: ignore[method-assign]
     torch.UntypedStorage.__new__ = staticmethod(_storage_new(torch.UntypedStorage.__new__))  # type: ignore[assignment]

@@ -122,6 +122,9 @@ def to_npu(t: torch.Tensor, index: int = 0, track: bool = True) -> torch.Tensor:
     dtype; no copy). ``track``: count the memory in ``COUNTERS`` as npu memory (for new memory,
     not for views of memory already counted). Raises ``TypeError`` for a non-strided or
     quantized tensor (DLPack cannot carry it)."""
+    if t.is_nested:  # (its layout reads strided; DLPack cannot carry it and torch crashed exporting it)
+        raise TypeError("pycann npu tensors cannot be nested tensors (torch.nested / NestedTensor): an op on npu "
+                        "tensors returned one; run it on CPU tensors, or pad the batch and pass a mask")
     if t.layout != torch.strided or t.is_quantized:
         raise TypeError(f"pycann npu tensors are strided and not quantized; got layout {t.layout}, "
                         f"dtype {t.dtype}")

@@ -192,3 +192,53 @@ def test_dataloader_pin_memory_gives_pinned_batches(workers: int, device: str) -
         assert x.is_pinned() and y.is_pinned() and x.device.type == "cpu"
         torch.testing.assert_close(x, ds.tensors[0][3 * i:3 * i + 3], rtol=0, atol=0)
         torch.testing.assert_close(y, ds.tensors[1][3 * i:3 * i + 3], rtol=0, atol=0)
+
+
+# ---------------------------------------------------------------- TransformerEncoder's nested-tensor path
+
+def _encoder(batch_first: bool, norm: bool, mask_check: bool) -> torch.nn.TransformerEncoder:
+    torch.manual_seed(0)
+    layer = torch.nn.TransformerEncoderLayer(16, 2, 32, batch_first=batch_first)
+    import warnings
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # (batch_first=False: torch warns its fast path is off)
+        return torch.nn.TransformerEncoder(layer, 2, norm=torch.nn.LayerNorm(16) if norm else None,
+                                           mask_check=mask_check).eval()
+
+
+@pytest.mark.parametrize("batch_first", [True, False])
+@pytest.mark.parametrize("norm", [True, False])
+@pytest.mark.parametrize("mask_check", [True, False])
+@pytest.mark.parametrize("grad", [False, True])
+def test_transformer_encoder_padding_mask_matches_cpu(batch_first: bool, norm: bool, mask_check: bool,
+                                                      grad: bool) -> None:
+    """eval + no_grad + src_key_padding_mask: CPU torch packs the batch into a NestedTensor (zeros at
+    the padded positions); on the npu that crashed ("NestedTensorImpl doesn't support sizes")."""
+    enc = _encoder(batch_first, norm, mask_check)
+    x = torch.randn(3, 5, 16) if batch_first else torch.randn(5, 3, 16)
+    pad = torch.tensor([[False] * 5, [False] * 3 + [True] * 2, [False] * 4 + [True]])
+    n = copy.deepcopy(enc).npu()
+    with torch.set_grad_enabled(grad):
+        ref = enc(x, src_key_padding_mask=pad)
+        out = n(x.npu(), src_key_padding_mask=pad.npu())
+    torch.testing.assert_close(out.detach().cpu(), ref.detach(), rtol=1e-5, atol=1e-5)
+    # the module is left as it was
+    assert n.use_nested_tensor == enc.use_nested_tensor and (n.norm is None) == (not norm)
+
+
+def test_transformer_encoder_not_left_aligned_and_float_mask_match_cpu() -> None:
+    enc = _encoder(True, True, True)
+    x = torch.randn(2, 4, 16)
+    n = copy.deepcopy(enc).npu()
+    middle = torch.tensor([[False, True, False, False], [False, False, False, True]])  # CPU: not nested
+    additive = torch.tensor([[0.0, 0.0, 0.0, float("-inf")], [0.0, 0.0, 0.0, 0.0]])
+    with torch.no_grad():
+        for pad in (middle, additive):
+            torch.testing.assert_close(n(x.npu(), src_key_padding_mask=pad.npu()).cpu(),
+                                       enc(x, src_key_padding_mask=pad), rtol=1e-5, atol=1e-5)
+
+
+def test_nested_tensor_result_on_npu_is_a_clear_error() -> None:
+    with pytest.raises(TypeError, match="cannot be nested tensors"):
+        torch._nested_tensor_from_mask(torch.ones(2, 3, 4).npu(), torch.ones(2, 3, dtype=torch.bool).npu())
