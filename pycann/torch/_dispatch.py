@@ -31,7 +31,7 @@ import torch
 
 from pycann import config
 from pycann.errors import PycannError
-from pycann.torch import _conv_guard, _fastpath, _pycann_ops, _rnn_cells, _sync_debug, fallback
+from pycann.torch import _conv_guard, _fastpath, _pycann_ops, _rnn_cells, _sync_bn, _sync_debug, fallback
 from pycann.torch._alias import to_cpu, to_npu
 from pycann.torch._memory_ops import (
     _copy_from,
@@ -500,6 +500,7 @@ _SPECIAL: dict[str, Any] = {
     "aten::_to_copy": _to_copy,
     "aten::_efficientzerotensor": lambda op, *a, **k: _zero_tensor(*a, **k),
     **_rnn_cells.KERNELS,  # (the fused LSTM / GRU cells: CUDA-only ops ATen calls for PrivateUse1 too)
+    **_sync_bn.KERNELS,  # (nn.SyncBatchNorm's statistics ops: CUDA-only too)
 }
 
 # Ops that get the kernel registered for PrivateUse1 by name rather than through the fallback:

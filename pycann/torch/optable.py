@@ -305,6 +305,11 @@ HOST_OPS: dict[str, str] = {
     "aten::hardswish": "HardSwish", "aten::hardswish_": "HardSwish", "aten::hardsigmoid": "HardSigmoid",
     "aten::hardsigmoid_": "HardSigmoid", "aten::leaky_relu_": "LeakyRelu", "aten::elu_": "Elu",
     "aten::sigmoid_": "Sigmoid", "aten::tanh_": "Tanh",
+    # nn.SyncBatchNorm's statistics ops (pycann/torch/_sync_bn.py), with torch_npu's CANN ops
+    "aten::batch_norm_stats": "BNTrainingReduce",
+    "aten::batch_norm_gather_stats_with_counts": "SyncBatchNormGatherStatsWithCounts",
+    "aten::batch_norm_elemt": "BNTrainingUpdate", "aten::batch_norm_backward_reduce": "SyncBatchNormBackwardReduce",
+    "aten::batch_norm_backward_elemt": "SyncBatchNormBackwardElemt",
 }
 
 # CANN ops named in HOST_OPS that pycann's op library does not have: CANN's backward kernels (and
@@ -314,6 +319,8 @@ CANN_ONLY: frozenset[str] = frozenset({
     "AveragePoolGrad", "BatchNormalizationGrad", "ConvGrad", "GeluGrad", "GroupNormalizationGrad", "HardSwishGrad",
     "LayerNormalizationGrad", "LogSoftmaxGrad", "MaxPoolGrad", "MeanSquaredDistance", "MeanSquaredDistanceGrad",
     "NegativeLogLikelihoodLossGrad", "ReluGrad", "SigmoidGrad", "SoftmaxGrad", "TanhGrad",
+    "BNTrainingReduce", "SyncBatchNormGatherStatsWithCounts", "BNTrainingUpdate", "SyncBatchNormBackwardReduce",
+    "SyncBatchNormBackwardElemt",
 })
 
 # The tensor plumbing every backend implements itself (allocation, copies, casts, fills).

@@ -1,0 +1,92 @@
+"""DDP features on npu tensors over hccl: python ddp_features.py SCENARIO.
+
+Each rank trains its half of every global batch under DDP on ``npu:<rank>`` and, beside it, a
+single-process CPU model on the whole batch (what DDP must equal: the mean of the ranks' gradients
+is the whole batch's gradient); the losses and final weights (buffers too) must match.
+Scenarios: ``syncbn`` (``SyncBatchNorm.convert_sync_batchnorm``: batch statistics over both ranks),
+``unused`` (``find_unused_parameters=True``, a branch unused on some steps and on one rank),
+``static`` (``static_graph=True``).
+"""
+
+import datetime
+import os
+import sys
+
+import torch
+import torch.distributed as dist
+from torch.nn.parallel import DistributedDataParallel as DDP
+
+import pycann.hccl  # noqa: F401
+import pycann.torch  # noqa: F401
+
+scenario = sys.argv[1]
+r, w = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
+torch.npu.set_device(r)
+dev = torch.device("npu", r)
+dist.init_process_group("hccl", timeout=datetime.timedelta(seconds=30))
+torch.manual_seed(0)
+STEPS, BATCH = 5, 8
+X = torch.randn(STEPS, BATCH, 10)
+Y = torch.randint(0, 3, (STEPS, BATCH))
+per = BATCH // w
+
+
+class Branchy(torch.nn.Module):
+    """Two heads; ``c`` is skipped when ``use_c`` is False (an unused parameter for DDP)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.a, self.b, self.c = torch.nn.Linear(10, 16), torch.nn.Linear(16, 3), torch.nn.Linear(16, 3)
+
+    def forward(self, x: torch.Tensor, use_c: bool = True) -> torch.Tensor:
+        h = torch.tanh(self.a(x))
+        return self.b(h) + self.c(h) if use_c else self.b(h)
+
+
+def make(seed: int) -> torch.nn.Module:
+    torch.manual_seed(seed)
+    if scenario == "syncbn":
+        return torch.nn.Sequential(torch.nn.Linear(10, 16), torch.nn.BatchNorm1d(16), torch.nn.ReLU(),
+                                   torch.nn.Linear(16, 3))
+    return Branchy()
+
+
+def uses_c(step: int, rank: int) -> bool:
+    """``unused``: c is unused by every rank on odd steps and by rank 1 on step 2."""
+    return scenario != "unused" or (step % 2 == 0 and not (step == 2 and rank == 1))
+
+
+ref = make(1234)  # rank 0's initial weights, which DDP broadcasts to every rank
+local = make(1234 + r)
+if scenario == "syncbn":
+    local = torch.nn.SyncBatchNorm.convert_sync_batchnorm(local)
+ddp = DDP(local.to(dev), find_unused_parameters=scenario == "unused", static_graph=scenario == "static")
+opt = torch.optim.SGD(ddp.parameters(), lr=0.5, momentum=0.9)
+ref_opt = torch.optim.SGD(ref.parameters(), lr=0.5, momentum=0.9)
+lossf = torch.nn.CrossEntropyLoss()
+
+
+def run(m: torch.nn.Module, x: torch.Tensor, step: int, rank: int) -> torch.Tensor:
+    return m(x) if scenario == "syncbn" else m(x, use_c=uses_c(step, rank))
+
+
+for s in range(STEPS):
+    xs, ys = X[s, r * per:(r + 1) * per], Y[s, r * per:(r + 1) * per]
+    opt.zero_grad()
+    loss = lossf(run(ddp, xs.to(dev), s, r), ys.to(dev))
+    loss.backward()
+    opt.step()
+    g = loss.detach().cpu().reshape(1).clone()
+    dist.all_reduce(g)
+    ref_opt.zero_grad()  # the reference: the ranks' halves run as they ran there, one loss
+    ref_loss = sum(lossf(run(ref, X[s, q * per:(q + 1) * per], s, q), Y[s, q * per:(q + 1) * per])
+                   for q in range(w)) / w if scenario != "syncbn" else lossf(ref(X[s]), Y[s])
+    ref_loss.backward()
+    ref_opt.step()
+    assert abs(g.item() / w - ref_loss.item()) < 1e-5, (scenario, s, g.item() / w, ref_loss.item())
+for (k, p), q in zip(ddp.module.state_dict().items(), ref.state_dict().values()):
+    assert p.device == dev, (k, p.device)
+    assert torch.allclose(p.cpu(), q, atol=2e-5), (scenario, k, (p.cpu() - q).abs().max())
+if r == 0:
+    print(f"{scenario} ok", flush=True)
+dist.destroy_process_group()
