@@ -1,0 +1,85 @@
+"""DDP's unused-parameter search on npu parameters (``find_unused_parameters=True``, ``static_graph=True``).
+
+DDP's C++ reducer (``Reducer::all_reduce_local_used_map``, ``torch/csrc/distributed/c10d/reducer.cpp``)
+copies its map of locally used parameters to the parameters' device through a *pinned* host tensor
+whenever that device is CUDA or PrivateUse1, and asserts the tensor is pinned. Pinned memory comes
+from the PrivateUse1 hooks' ``getPinnedMemoryAllocator``, which a backend registered from Python
+(``torch._C._acc.PrivateUse1Hooks``) cannot provide: every backward pass of such a DDP model on the
+npu failed with "You should register `PrivateUse1HooksInterface` ... and implement
+`getPinnedMemoryAllocator`" (``find_unused_parameters=True`` on every step, ``static_graph=True`` on
+its first one).
+
+Pinning buys a device an asynchronous copy; npu memory is host memory and every npu copy is
+synchronous, so an ordinary host tensor is what pinned memory would be here. While a backward pass
+runs and a DDP model that needs the map is alive, a dispatch mode turns the reducer's pinned
+allocations (``empty`` / ``empty_strided`` with ``pin_memory=True``) into ordinary ones and answers
+``is_pinned`` for them with True. The mode is captured with the backward pass's thread-local state,
+so it reaches the reducer's hooks on the engine's threads. Its cost: one Python call per op of
+those backward passes, only for such models (other models' backward passes do not see it).
+"""
+
+from __future__ import annotations
+
+import weakref
+from typing import Any
+
+import torch
+from torch.utils._python_dispatch import TorchDispatchMode
+
+_aten = torch.ops.aten
+_ALLOC = (_aten.empty.memory_format, _aten.empty_strided.default)
+_models: weakref.WeakSet[Any] = weakref.WeakSet()  # live DDP models on the npu that need the map
+_installed: list[Any] = []
+
+
+class PinnedAsPageable(TorchDispatchMode):
+    """Serves pinned host allocations with ordinary host memory (see the module docstring)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.pinned: set[int] = set()  # data pointers allocated "pinned" during this pass
+
+    def __torch_dispatch__(self, func: Any, types: Any, args: Any = (), kwargs: Any = None) -> Any:
+        kwargs = kwargs or {}
+        if func in _ALLOC and kwargs.get("pin_memory"):
+            out = func(*args, **dict(kwargs, pin_memory=False))
+            self.pinned.add(out.data_ptr())
+            return out
+        if func is _aten.is_pinned.default and args[0].device.type == "cpu" and args[0].data_ptr() in self.pinned:
+            return True
+        return func(*args, **kwargs)
+
+
+def _needs_map(ddp: Any) -> bool:
+    """Whether ``ddp``'s reducer builds the used-parameter map on an npu device."""
+    if not (getattr(ddp, "find_unused_parameters", False) or getattr(ddp, "static_graph", False)):
+        return False
+    return any(p.device.type == "npu" for p in ddp.module.parameters())
+
+
+def install() -> None:
+    """Wrap ``DistributedDataParallel.__init__`` (to note npu models that need the map) and the
+    autograd engine's entry (to run their backward passes under ``PinnedAsPageable``); once."""
+    if _installed:
+        return
+    from torch.nn.parallel import DistributedDataParallel as DDP
+
+    init = DDP.__init__
+
+    def __init__(self: Any, *args: Any, **kwargs: Any) -> None:  # noqa: N807 - DDP's own name
+        init(self, *args, **kwargs)
+        if _needs_map(self):
+            _models.add(self)
+
+    DDP.__init__ = __init__  # type: ignore[method-assign]
+    run = torch.autograd.graph._engine_run_backward
+
+    def _engine_run_backward(t_outputs: Any, *args: Any, **kwargs: Any) -> Any:
+        if not _models:
+            return run(t_outputs, *args, **kwargs)
+        with PinnedAsPageable():
+            return run(t_outputs, *args, **kwargs)
+
+    torch.autograd.graph._engine_run_backward = _engine_run_backward
+    torch.autograd._engine_run_backward = _engine_run_backward  # type: ignore[attr-defined]
+    _installed.append((init, run))
