@@ -1,4 +1,6 @@
-"""DDP's unused-parameter search on npu parameters (``find_unused_parameters=True``, ``static_graph=True``).
+"""DDP's unused-parameter search on npu parameters, and FSDP's sharded strategies (refused clearly).
+
+**DDP** (``find_unused_parameters=True``, ``static_graph=True``).
 
 DDP's C++ reducer (``Reducer::all_reduce_local_used_map``, ``torch/csrc/distributed/c10d/reducer.cpp``)
 copies its map of locally used parameters to the parameters' device through a *pinned* host tensor
@@ -16,6 +18,14 @@ allocations (``empty`` / ``empty_strided`` with ``pin_memory=True``) into ordina
 ``is_pinned`` for them with True. The mode is captured with the backward pass's thread-local state,
 so it reaches the reducer's hooks on the engine's threads. Its cost: one Python call per op of
 those backward passes, only for such models (other models' backward passes do not see it).
+
+**FSDP.** Its sharded strategies (``FULL_SHARD``, ``SHARD_GRAD_OP``, ``HYBRID_SHARD``; FSDP2's
+``fully_shard``) free and re-allocate parameter memory by resizing a storage in place
+(``UntypedStorage.resize_``), which for PrivateUse1 needs the C++ hook ``resizePrivateUse1Bytes``: a
+backend registered from Python cannot give it (the npu's memory is DLPack-imported host memory), and
+the call raised "... implement `resizePrivateUse1Bytes`", naming neither FSDP nor a way out. A
+resize of an npu storage to its own size is a no-op (nothing to do); any other now raises
+``NotImplementedError`` naming what is missing and what works (``ShardingStrategy.NO_SHARD``, DDP).
 """
 
 from __future__ import annotations
@@ -57,11 +67,34 @@ def _needs_map(ddp: Any) -> bool:
     return any(p.device.type == "npu" for p in ddp.module.parameters())
 
 
+RESIZE_MSG = ("pycann: an npu storage cannot be resized in place (UntypedStorage.resize_ from {old} to {new} "
+              "bytes): PyTorch needs the C++ PrivateUse1 hook resizePrivateUse1Bytes, which a backend registered "
+              "from Python cannot provide. torch.distributed.fsdp's sharded strategies (FULL_SHARD, SHARD_GRAD_OP, "
+              "HYBRID_SHARD) and fully_shard free and re-allocate parameters this way: on the npu use "
+              "FullyShardedDataParallel(..., sharding_strategy=ShardingStrategy.NO_SHARD) or "
+              "DistributedDataParallel; to grow a tensor use Tensor.resize_ (it works)")
+
+
+def _storage_resize(orig: Any) -> Any:
+    """``UntypedStorage.resize_`` with npu storages refused clearly (see the module docstring)."""
+
+    def resize_(self: Any, size: int) -> Any:
+        if self.device.type == "npu":
+            if int(size) == self.nbytes():
+                return self
+            raise NotImplementedError(RESIZE_MSG.format(old=self.nbytes(), new=int(size)))
+        return orig(self, size)
+
+    return resize_
+
+
 def install() -> None:
-    """Wrap ``DistributedDataParallel.__init__`` (to note npu models that need the map) and the
-    autograd engine's entry (to run their backward passes under ``PinnedAsPageable``); once."""
+    """Wrap ``DistributedDataParallel.__init__`` (to note npu models that need the map), the
+    autograd engine's entry (to run their backward passes under ``PinnedAsPageable``) and
+    ``UntypedStorage.resize_`` (npu storages refused clearly); once."""
     if _installed:
         return
+    torch.UntypedStorage.resize_ = _storage_resize(torch.UntypedStorage.resize_)  # type: ignore[method-assign]
     from torch.nn.parallel import DistributedDataParallel as DDP
 
     init = DDP.__init__

@@ -5,7 +5,9 @@ single-process CPU model on the whole batch (what DDP must equal: the mean of th
 is the whole batch's gradient); the losses and final weights (buffers too) must match.
 Scenarios: ``syncbn`` (``SyncBatchNorm.convert_sync_batchnorm``: batch statistics over both ranks),
 ``unused`` (``find_unused_parameters=True``, a branch unused on some steps and on one rank),
-``static`` (``static_graph=True``).
+``static`` (``static_graph=True``), ``fsdp`` (``FullyShardedDataParallel`` with ``NO_SHARD``;
+``sync_module_states`` gives every rank rank 0's weights) and ``fsdp_full_shard`` (refused on every
+rank with the error that names what is missing, no hang).
 """
 
 import datetime
@@ -60,7 +62,24 @@ ref = make(1234)  # rank 0's initial weights, which DDP broadcasts to every rank
 local = make(1234 + r)
 if scenario == "syncbn":
     local = torch.nn.SyncBatchNorm.convert_sync_batchnorm(local)
-ddp = DDP(local.to(dev), find_unused_parameters=scenario == "unused", static_graph=scenario == "static")
+if scenario == "fsdp_full_shard":
+    from torch.distributed.fsdp import FullyShardedDataParallel as FSDP
+    from torch.distributed.fsdp import ShardingStrategy
+
+    try:
+        FSDP(local.to(dev), device_id=dev, sharding_strategy=ShardingStrategy.FULL_SHARD)
+    except NotImplementedError as e:
+        assert "resizePrivateUse1Bytes" in str(e) and "NO_SHARD" in str(e), e
+        print(f"{scenario} ok: refused", flush=True)
+    dist.destroy_process_group()
+    sys.exit(0)
+if scenario == "fsdp":
+    from torch.distributed.fsdp import FullyShardedDataParallel as FSDP
+    from torch.distributed.fsdp import ShardingStrategy
+
+    ddp = FSDP(local.to(dev), device_id=dev, sharding_strategy=ShardingStrategy.NO_SHARD, sync_module_states=True)
+else:
+    ddp = DDP(local.to(dev), find_unused_parameters=scenario == "unused", static_graph=scenario == "static")
 opt = torch.optim.SGD(ddp.parameters(), lr=0.5, momentum=0.9)
 ref_opt = torch.optim.SGD(ref.parameters(), lr=0.5, momentum=0.9)
 lossf = torch.nn.CrossEntropyLoss()
@@ -84,7 +103,7 @@ for s in range(STEPS):
     ref_loss.backward()
     ref_opt.step()
     assert abs(g.item() / w - ref_loss.item()) < 1e-5, (scenario, s, g.item() / w, ref_loss.item())
-for (k, p), q in zip(ddp.module.state_dict().items(), ref.state_dict().values()):
+for (k, p), q in zip(ddp.state_dict().items(), ref.state_dict().values()):
     assert p.device == dev, (k, p.device)
     assert torch.allclose(p.cpu(), q, atol=2e-5), (scenario, k, (p.cpu() - q).abs().max())
 if r == 0:
