@@ -218,7 +218,9 @@ def _gloo_future(work: Any) -> torch.futures.Future | None:
         return None
 
 
-def _flat(ts: Sequence[Any]) -> list[Any]:
+def _flat(ts: Sequence[Any] | torch.Tensor) -> list[Any]:
+    if isinstance(ts, torch.Tensor):  # the ProcessGroup overloads that take one tensor (DDP's join hook)
+        return [ts]
     if len(ts) != 1:
         raise HcclError(HcclResult.HCCL_E_PARA, f"the hccl backend takes one tensor per call, got {len(ts)}")
     return list(ts)
@@ -260,7 +262,8 @@ class ProcessGroupHCCL(ProcessGroup):
         on every rank at once (``Communicator.begin``'s ``refuse``): raised on this rank alone,
         the peers would wait out the timeout in a call it never makes."""
         try:
-            return reduce_op(opts.reduceOp if opts is not None else dist.ReduceOp.SUM)
+            # opts: AllreduceOptions-like, or a bare ReduceOp (the ``allreduce(tensor, op)`` overload)
+            return reduce_op(dist.ReduceOp.SUM if opts is None else getattr(opts, "reduceOp", opts))
         except HcclError as e:
             self.comm.begin(coll, C.dtype_name(t), t.numel(), t.shape, refuse=e)
             raise
@@ -311,7 +314,8 @@ class ProcessGroupHCCL(ProcessGroup):
     def broadcast(self, tensors: list[torch.Tensor], opts: Any) -> HcclWork:
         (t,) = _flat(tensors)
         h = _Host()
-        return self._work(C.broadcast(self.comm, h(t, out=True), opts.rootRank), [t], h)
+        root = opts if isinstance(opts, int) else opts.rootRank  # (the ``broadcast(tensor, root)`` overload)
+        return self._work(C.broadcast(self.comm, h(t, out=True), root), [t], h)
 
     def allgather(self, outputs: list[list[torch.Tensor]], inputs: list[torch.Tensor], opts: Any = None) -> HcclWork:
         outs = _flat(outputs)[0]

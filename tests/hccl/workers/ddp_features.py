@@ -7,7 +7,8 @@ Scenarios: ``syncbn`` (``SyncBatchNorm.convert_sync_batchnorm``: batch statistic
 ``unused`` (``find_unused_parameters=True``, a branch unused on some steps and on one rank),
 ``static`` (``static_graph=True``), ``fsdp`` (``FullyShardedDataParallel`` with ``NO_SHARD``;
 ``sync_module_states`` gives every rank rank 0's weights) and ``fsdp_full_shard`` (refused on every
-rank with the error that names what is missing, no hang).
+rank with the error that names what is missing, no hang), ``join_unused`` (``join()`` with uneven
+inputs and find_unused_parameters, against the same on CPU over gloo).
 """
 
 import datetime
@@ -57,6 +58,34 @@ def uses_c(step: int, rank: int) -> bool:
     """``unused``: c is unused by every rank on odd steps and by rank 1 on step 2."""
     return scenario != "unused" or (step % 2 == 0 and not (step == 2 and rank == 1))
 
+
+if scenario == "join_unused":
+    # uneven inputs (rank 1 runs out after 3 steps) with find_unused_parameters: DDP's join hook
+    # calls the group's one-tensor overload, ProcessGroup.allreduce(tensor). The twin: the same
+    # on CPU over a gloo group in this process.
+    def train_joined(device: torch.device, group: dist.ProcessGroup) -> tuple[list[float], dict]:
+        m = DDP(make(1234 + r).to(device), find_unused_parameters=True, process_group=group)
+        o = torch.optim.SGD(m.parameters(), lr=0.5, momentum=0.9)
+        out = []
+        with m.join():
+            for s in range(STEPS if r == 0 else 3):
+                o.zero_grad()
+                xs, ys = X[s, r * per:(r + 1) * per].to(device), Y[s, r * per:(r + 1) * per].to(device)
+                loss = torch.nn.functional.cross_entropy(m(xs, use_c=s % 2 == 0), ys)
+                loss.backward()
+                o.step()
+                out.append(loss.item())
+        return out, {k: v.cpu() for k, v in m.module.state_dict().items()}
+
+    got, got_w = train_joined(dev, dist.group.WORLD)
+    want, want_w = train_joined(torch.device("cpu"), dist.new_group(backend="gloo"))
+    assert max(abs(a - b) for a, b in zip(got, want)) < 1e-5 and len(got) == len(want), (got, want)
+    for k in want_w:
+        assert torch.allclose(got_w[k], want_w[k], atol=1e-5), (k, (got_w[k] - want_w[k]).abs().max())
+    if r == 0:
+        print(f"{scenario} ok", flush=True)
+    dist.destroy_process_group()
+    sys.exit(0)
 
 ref = make(1234)  # rank 0's initial weights, which DDP broadcasts to every rank
 local = make(1234 + r)
