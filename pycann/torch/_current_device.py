@@ -76,6 +76,21 @@ def install() -> None:
     _installed = True
     torch.Tensor.to = _wrap_to(torch.Tensor.to)  # type: ignore[method-assign]
     torch.Tensor.new_tensor = _wrap_device_kw(torch.Tensor.new_tensor)  # type: ignore[method-assign]
-    torch.tensor = _wrap_device_kw(torch.tensor)
-    torch.as_tensor = _wrap_device_kw(torch.as_tensor)
-    torch.asarray = _wrap_device_kw(torch.asarray)
+    torch.tensor = _script_builtin(torch.tensor, _wrap_device_kw(torch.tensor))
+    torch.as_tensor = _script_builtin(torch.as_tensor, _wrap_device_kw(torch.as_tensor))
+    torch.asarray = _script_builtin(torch.asarray, _wrap_device_kw(torch.asarray))
+
+
+def _script_builtin(orig: Callable[..., Any], wrapper: Callable[..., Any]) -> Callable[..., Any]:
+    """``wrapper``, known to TorchScript as ``orig``'s builtin op (``aten::tensor``, ...).
+    TorchScript finds builtins by the function object's identity; the wrapper was unknown to it, so
+    ``torch.jit.script`` tried to compile it from source, followed ``__wrapped__`` to the C builtin and
+    raised "module, class, method, function ... was expected, got builtin_function_or_method": with
+    more than one npu (every rank under torchrun) any scripted code calling ``torch.tensor`` failed,
+    ``import torch.distributed.optim`` (ZeroRedundancyOptimizer) included."""
+    from torch.jit import _builtins
+
+    op = _builtins._find_builtin(orig)
+    if op is not None:
+        _builtins._register_builtin(wrapper, op)
+    return wrapper
