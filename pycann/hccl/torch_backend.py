@@ -248,6 +248,20 @@ class ProcessGroupHCCL(ProcessGroup):
         type npu")."""
         return self
 
+    @property
+    def _device_types(self) -> list[torch.device]:
+        """The devices this group takes tensors of: the CPU and the npu. torch's own property lists
+        the C++ backends registered with the group, and a Python group registers none, so it was
+        empty and every helper that picks a group's device (``_get_pg_default_device``: FSDP's
+        optimizer state dict, ``get_state_dict`` of an FSDP model; ``async_save``'s CPU check)
+        raised "Default device not found, because no backend has been registered with this
+        ProcessGroup". The CPU first: object collectives and default-device helpers keep host data
+        on the host, as they did (an empty list meant "cpu" to them). The npu only once it exists
+        (``pycann.torch`` imported: the PrivateUse1 device renamed "npu")."""
+        if torch._C._get_privateuse1_backend_name() == "npu":
+            return [torch.device("cpu"), torch.device("npu")]
+        return [torch.device("cpu")]
+
     def getBackendName(self) -> str:  # noqa: N802 - torch's name
         return BACKEND
 

@@ -6,7 +6,8 @@ is the whole batch's gradient); the losses and final weights (buffers too) must 
 Scenarios: ``syncbn`` (``SyncBatchNorm.convert_sync_batchnorm``: batch statistics over both ranks),
 ``unused`` (``find_unused_parameters=True``, a branch unused on some steps and on one rank),
 ``static`` (``static_graph=True``), ``fsdp`` (``FullyShardedDataParallel`` with ``NO_SHARD``;
-``sync_module_states`` gives every rank rank 0's weights) and ``fsdp_full_shard`` (refused on every
+``sync_module_states`` gives every rank rank 0's weights), ``fsdp_dcp`` (the same with a
+``torch.distributed.checkpoint`` save / wipe / load of model and optimizer state mid-run) and ``fsdp_full_shard`` (refused on every
 rank with the error that names what is missing, no hang), ``join_unused`` (``join()`` with uneven
 inputs and find_unused_parameters, against the same on CPU over gloo).
 """
@@ -102,7 +103,7 @@ if scenario == "fsdp_full_shard":
         print(f"{scenario} ok: refused", flush=True)
     dist.destroy_process_group()
     sys.exit(0)
-if scenario == "fsdp":
+if scenario in ("fsdp", "fsdp_dcp"):
     from torch.distributed.fsdp import FullyShardedDataParallel as FSDP
     from torch.distributed.fsdp import ShardingStrategy
 
@@ -118,12 +119,38 @@ def run(m: torch.nn.Module, x: torch.Tensor, step: int, rank: int) -> torch.Tens
     return m(x) if scenario == "syncbn" else m(x, use_c=uses_c(step, rank))
 
 
+def checkpoint_round_trip(model: torch.nn.Module, optim: torch.optim.Optimizer) -> None:
+    """``torch.distributed.checkpoint`` save, the weights and momenta wiped, load."""
+    import shutil
+    import tempfile
+
+    import torch.distributed.checkpoint as dcp
+    from torch.distributed.checkpoint.state_dict import get_state_dict, set_state_dict
+
+    path = os.path.join(tempfile.gettempdir(), f"pycann_ddp_features_{os.environ['MASTER_PORT']}")
+    msd, osd = get_state_dict(model, optim)  # needed the group's default device (hccl's was missing)
+    dcp.save({"model": msd, "optim": osd}, checkpoint_id=path)
+    with torch.no_grad():
+        for p in model.parameters():
+            p.zero_()
+            optim.state[p]["momentum_buffer"].zero_()
+    msd, osd = get_state_dict(model, optim)
+    sd = {"model": msd, "optim": osd}
+    dcp.load(sd, checkpoint_id=path)
+    set_state_dict(model, optim, model_state_dict=sd["model"], optim_state_dict=sd["optim"])
+    dist.barrier()
+    if r == 0:
+        shutil.rmtree(path, ignore_errors=True)
+
+
 for s in range(STEPS):
     xs, ys = X[s, r * per:(r + 1) * per], Y[s, r * per:(r + 1) * per]
     opt.zero_grad()
     loss = lossf(run(ddp, xs.to(dev), s, r), ys.to(dev))
     loss.backward()
     opt.step()
+    if scenario == "fsdp_dcp" and s == 2:  # a checkpoint round trip: model and optimizer (momentum) state
+        checkpoint_round_trip(ddp, opt)
     g = loss.detach().cpu().reshape(1).clone()
     dist.all_reduce(g)
     ref_opt.zero_grad()  # the reference: the ranks' halves run as they ran there, one loss
