@@ -20,7 +20,7 @@ so it reaches the reducer's hooks on the engine's threads. Its cost: one Python 
 those backward passes, only for such models (other models' backward passes do not see it).
 
 **FSDP.** Its sharded strategies (``FULL_SHARD``, ``SHARD_GRAD_OP``, ``HYBRID_SHARD``; FSDP2's
-``fully_shard``) free and re-allocate parameter memory by resizing a storage in place
+``fully_shard``) and its ``MixedPrecision(param_dtype=...)`` (a low-precision copy of the parameters) free and re-allocate parameter memory by resizing a storage in place
 (``UntypedStorage.resize_``), which for PrivateUse1 needs the C++ hook ``resizePrivateUse1Bytes``: a
 backend registered from Python cannot give it (the npu's memory is DLPack-imported host memory), and
 the call raised "... implement `resizePrivateUse1Bytes`", naming neither FSDP nor a way out. A
@@ -70,9 +70,10 @@ def _needs_map(ddp: Any) -> bool:
 RESIZE_MSG = ("pycann: an npu storage cannot be resized in place (UntypedStorage.resize_ from {old} to {new} "
               "bytes): PyTorch needs the C++ PrivateUse1 hook resizePrivateUse1Bytes, which a backend registered "
               "from Python cannot provide. torch.distributed.fsdp's sharded strategies (FULL_SHARD, SHARD_GRAD_OP, "
-              "HYBRID_SHARD) and fully_shard free and re-allocate parameters this way: on the npu use "
-              "FullyShardedDataParallel(..., sharding_strategy=ShardingStrategy.NO_SHARD) or "
-              "DistributedDataParallel; to grow a tensor use Tensor.resize_ (it works)")
+              "HYBRID_SHARD), its MixedPrecision(param_dtype=...) and fully_shard free and re-allocate "
+              "parameters this way: on the npu use FullyShardedDataParallel(..., "
+              "sharding_strategy=ShardingStrategy.NO_SHARD) without param_dtype (torch.autocast for low "
+              "precision) or DistributedDataParallel; to grow a tensor use Tensor.resize_ (it works)")
 
 
 def _storage_resize(orig: Any) -> Any:

@@ -94,12 +94,17 @@ if scenario == "syncbn":
     local = torch.nn.SyncBatchNorm.convert_sync_batchnorm(local)
 if scenario == "fsdp_full_shard":
     from torch.distributed.fsdp import FullyShardedDataParallel as FSDP
-    from torch.distributed.fsdp import ShardingStrategy
+    from torch.distributed.fsdp import MixedPrecision, ShardingStrategy
 
-    try:
-        FSDP(local.to(dev), device_id=dev, sharding_strategy=ShardingStrategy.FULL_SHARD)
-    except NotImplementedError as e:
-        assert "resizePrivateUse1Bytes" in str(e) and "NO_SHARD" in str(e), e
+    refused = 0
+    for kw in ({"sharding_strategy": ShardingStrategy.FULL_SHARD},
+               {"sharding_strategy": ShardingStrategy.NO_SHARD, "mixed_precision": MixedPrecision(torch.float16)}):
+        try:
+            FSDP(make(1234 + r).to(dev), device_id=dev, **kw)(X[0, :per].to(dev)).sum().backward()
+        except NotImplementedError as e:
+            assert "resizePrivateUse1Bytes" in str(e) and "NO_SHARD" in str(e) and "param_dtype" in str(e), e
+            refused += 1
+    if refused == 2:
         print(f"{scenario} ok: refused", flush=True)
     dist.destroy_process_group()
     sys.exit(0)
