@@ -262,6 +262,22 @@ class ProcessGroupHCCL(ProcessGroup):
             return [torch.device("cpu"), torch.device("npu")]
         return [torch.device("cpu")]
 
+    def _set_group_name(self, name: Any) -> None:
+        """Keep the name torch gives the group (``init_process_group`` / ``new_group``). torch's
+        ``ProcessGroup`` stores it in its registered C++ backends, and a Python group has none, so
+        ``group_name`` raised "ProcessGroup name not set": ``DeviceMesh`` / ``init_device_mesh``
+        (FSDP2's ``fully_shard``, tensor parallelism) failed on every hccl group."""
+        self._hccl_group_name = name
+        super()._set_group_name(name)
+
+    @property
+    def group_name(self) -> str:
+        """The name ``_set_group_name`` kept (torch's error when there is none yet)."""
+        name: str | None = getattr(self, "_hccl_group_name", None)
+        if name is None:
+            raise RuntimeError("ProcessGroup name not set")
+        return name
+
     def getBackendName(self) -> str:  # noqa: N802 - torch's name
         return BACKEND
 

@@ -8,7 +8,7 @@ Scenarios: ``syncbn`` (``SyncBatchNorm.convert_sync_batchnorm``: batch statistic
 ``static`` (``static_graph=True``), ``fsdp`` (``FullyShardedDataParallel`` with ``NO_SHARD``;
 ``sync_module_states`` gives every rank rank 0's weights), ``fsdp_dcp`` (the same with a
 ``torch.distributed.checkpoint`` save / wipe / load of model and optimizer state mid-run) and ``fsdp_full_shard`` (refused on every
-rank with the error that names what is missing, no hang), ``join_unused`` (``join()`` with uneven
+rank with the error that names what is missing, no hang), ``device_mesh`` (``init_device_mesh`` on the hccl group), ``join_unused`` (``join()`` with uneven
 inputs and find_unused_parameters, against the same on CPU over gloo).
 """
 
@@ -60,6 +60,29 @@ def uses_c(step: int, rank: int) -> bool:
     return scenario != "unused" or (step % 2 == 0 and not (step == 2 and rank == 1))
 
 
+if scenario == "device_mesh":
+    # init_device_mesh over hccl (it reads the group's name, which raised "ProcessGroup name not
+    # set"); its group all-reduces as a gloo group does; FSDP2's fully_shard is refused clearly.
+    from torch.distributed.device_mesh import init_device_mesh
+    from torch.distributed.fsdp import fully_shard
+
+    mesh = init_device_mesh("npu", (w,))
+    group = mesh.get_group()
+    assert group.group_name and dist.group.WORLD.group_name, (group.group_name, dist.group.WORLD.group_name)
+    got = X[0, r].to(dev)
+    dist.all_reduce(got, group=group)
+    want = X[0, r].clone()
+    dist.all_reduce(want, group=dist.new_group(backend="gloo"))
+    assert torch.equal(got.cpu(), want), (got, want)
+    try:
+        sharded = fully_shard(make(1234).to(dev), mesh=mesh)
+        sharded(X[0, :per].to(dev)).sum().backward()  # (FSDP2 frees the gathered weights after forward)
+    except NotImplementedError as e:
+        assert "resizePrivateUse1Bytes" in str(e) and "fully_shard" in str(e), e
+        if r == 0:
+            print(f"{scenario} ok", flush=True)
+    dist.destroy_process_group()
+    sys.exit(0)
 if scenario == "join_unused":
     # uneven inputs (rank 1 runs out after 3 steps) with find_unused_parameters: DDP's join hook
     # calls the group's one-tensor overload, ProcessGroup.allreduce(tensor). The twin: the same
