@@ -39,7 +39,16 @@ if not _torch_first:
 
 import torch  # noqa: E402
 
-from pycann.torch import _accelerator, _autocast, _autograd, _ddp, _dispatch, _module_apply, fallback  # noqa: E402
+from pycann.torch import (  # noqa: E402
+    _accelerator,
+    _autocast,
+    _autograd,
+    _ddp,
+    _dispatch,
+    _module_apply,
+    _set_data,
+    fallback,
+)
 from pycann.torch import npu as npu  # noqa: E402
 from pycann.torch._npu_ops import get_npu_format, npu_format_cast, npu_format_cast_  # noqa: E402
 from pycann.torch._npu_ops import module_getattr as __getattr__  # noqa: E402,F401 - other npu_* names: a clear error
@@ -178,6 +187,7 @@ def _register() -> None:
     _autocast.install()
     _autograd.install()
     _ddp.install()  # (after _autograd: wraps its engine entry)
+    _set_data.install()
     _module_apply.install()
     _accelerator.install()
     from pycann.torch import _parallel_comm

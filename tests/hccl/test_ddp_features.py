@@ -9,7 +9,7 @@ from tests.hccl.spawn import check_ok, run_ranks
 pytest.importorskip("torch")
 
 
-@pytest.mark.parametrize("scenario", ["syncbn", "unused", "static", "fsdp", "fsdp_dcp", "fsdp_full_shard", "join_unused", "device_mesh"])
+@pytest.mark.parametrize("scenario", ["syncbn", "unused", "static", "fsdp", "fsdp_offload", "fsdp_dcp", "fsdp_full_shard", "join_unused", "device_mesh"])
 def test_ddp_feature_matches_one_process(scenario: str) -> None:
     res = run_ranks("ddp_features.py", 2, scenario, env={"PYCANN_TORCH_REPORT": "0"}, timeout=120)
     check_ok(res)

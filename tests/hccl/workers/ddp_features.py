@@ -6,7 +6,7 @@ is the whole batch's gradient); the losses and final weights (buffers too) must 
 Scenarios: ``syncbn`` (``SyncBatchNorm.convert_sync_batchnorm``: batch statistics over both ranks),
 ``unused`` (``find_unused_parameters=True``, a branch unused on some steps and on one rank),
 ``static`` (``static_graph=True``), ``fsdp`` (``FullyShardedDataParallel`` with ``NO_SHARD``;
-``sync_module_states`` gives every rank rank 0's weights), ``fsdp_dcp`` (the same with a
+``sync_module_states`` gives every rank rank 0's weights), ``fsdp_offload`` (with ``CPUOffload(offload_params=True)``: ``param.data = cpu_tensor``), ``fsdp_dcp`` (the same with a
 ``torch.distributed.checkpoint`` save / wipe / load of model and optimizer state mid-run) and ``fsdp_full_shard`` (refused on every
 rank with the error that names what is missing, no hang), ``device_mesh`` (``init_device_mesh`` on the hccl group), ``join_unused`` (``join()`` with uneven
 inputs and find_unused_parameters, against the same on CPU over gloo).
@@ -131,11 +131,12 @@ if scenario == "fsdp_full_shard":
         print(f"{scenario} ok: refused", flush=True)
     dist.destroy_process_group()
     sys.exit(0)
-if scenario in ("fsdp", "fsdp_dcp"):
+if scenario in ("fsdp", "fsdp_dcp", "fsdp_offload"):
+    from torch.distributed.fsdp import CPUOffload, ShardingStrategy
     from torch.distributed.fsdp import FullyShardedDataParallel as FSDP
-    from torch.distributed.fsdp import ShardingStrategy
 
-    ddp = FSDP(local.to(dev), device_id=dev, sharding_strategy=ShardingStrategy.NO_SHARD, sync_module_states=True)
+    ddp = FSDP(local.to(dev), device_id=dev, sharding_strategy=ShardingStrategy.NO_SHARD, sync_module_states=True,
+               cpu_offload=CPUOffload(offload_params=scenario == "fsdp_offload"))
 else:
     ddp = DDP(local.to(dev), find_unused_parameters=scenario == "unused", static_graph=scenario == "static")
 opt = torch.optim.SGD(ddp.parameters(), lr=0.5, momentum=0.9)
@@ -188,8 +189,10 @@ for s in range(STEPS):
     ref_opt.step()
     assert abs(g.item() / w - ref_loss.item()) < 1e-5, (scenario, s, g.item() / w, ref_loss.item())
 for (k, p), q in zip(ddp.state_dict().items(), ref.state_dict().values()):
-    assert p.device == dev, (k, p.device)
+    assert p.device == dev, (k, p.device)  # (FSDP's state dict gathers offloaded weights on the device too)
     assert torch.allclose(p.cpu(), q, atol=2e-5), (scenario, k, (p.cpu() - q).abs().max())
+if scenario == "fsdp_offload":
+    assert all(t.device.type == "cpu" for t in ddp.parameters()), [t.device for t in ddp.parameters()]
 if r == 0:
     print(f"{scenario} ok", flush=True)
 dist.destroy_process_group()
