@@ -389,7 +389,7 @@ def _compute(op: Any, info: _OpInfo, args: tuple[Any, ...], kwargs: dict[str, An
             ckw[name] = _npu_generator(dev)
     provider = info.provider
     done = False
-    if spec is not None and spec.accepts(cargs, ckw):
+    if spec is not None and spec.accepts(cargs, ckw) and _out_dtype_fits(info, spec, cargs, ckw):
         if info.inplace:
             dst = cargs[0]  # relu_, add_: the result goes back into self
         else:
@@ -471,6 +471,18 @@ def _compute(op: Any, info: _OpInfo, args: tuple[Any, ...], kwargs: dict[str, An
         else:
             fixed.append(_up(o, dev))
     return (tuple(fixed) if isinstance(out, tuple) else fixed[0]), provider
+
+
+def _out_dtype_fits(info: _OpInfo, spec: PycannOp, cargs: Sequence[Any], ckw: dict[str, Any]) -> bool:
+    """Whether an ``out=`` tensor has the dtype pycann's op computes (its inputs'): ATen casts its
+    result into an out tensor of another dtype (``torch.exp(x, out=half)``), pycann's op writes its
+    own; the npu out tensor took the float32 result's memory, reading its bytes as float16 (wrong
+    values), as float64 (a storage error) or failing on bfloat16. Such calls take torch's kernel."""
+    out = ckw.get("out")
+    if info.inplace or not isinstance(out, torch.Tensor):
+        return True
+    first = next((t for t in spec.inputs(cargs) if isinstance(t, torch.Tensor)), None)
+    return first is None or out.dtype == first.dtype
 
 
 # ops that take CPU tensors beside device ones in PyTorch (indices, a copy's source)
