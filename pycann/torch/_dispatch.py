@@ -461,7 +461,7 @@ def _compute(op: Any, info: _OpInfo, args: tuple[Any, ...], kwargs: dict[str, An
         new = cargs[i] if i < len(cargs) else ckw.get(info.arg_names[i])
         if isinstance(orig, torch.Tensor) and _is_npu(orig) and isinstance(new, torch.Tensor) and (
                 new.shape != orig.shape or new.data_ptr() != orig.data_ptr() or new.stride() != orig.stride()):
-            _set_like(orig, new)
+            _follow(orig, new)
     outs = out if isinstance(out, tuple) else (out,)
     fixed = []
     for j, o in enumerate(outs):
@@ -483,6 +483,21 @@ def _out_dtype_fits(info: _OpInfo, spec: PycannOp, cargs: Sequence[Any], ckw: di
         return True
     first = next((t for t in spec.inputs(cargs) if isinstance(t, torch.Tensor)), None)
     return first is None or out.dtype == first.dtype
+
+
+def _follow(orig: torch.Tensor, new: torch.Tensor) -> None:
+    """npu tensor ``orig`` takes the sizes, strides and offset a kernel gave its CPU view ``new``.
+    A view the kernel restrided within its own memory (an out= tensor shrunk: ``torch.sum(x, 0,
+    out=zeros(2, 5))``) keeps ``orig``'s storage: adopting the view's memory as a new storage left
+    the old one without an owner (the view's DLPack capsule holds ``orig``'s TensorImpl, not its
+    storage), so it was freed and the result read freed memory. New memory (an out tensor grown
+    from empty) is adopted."""
+    storage = orig.untyped_storage()
+    if new.untyped_storage().data_ptr() == storage.data_ptr():
+        torch.ops.aten.set_.source_Storage_storage_offset.redispatch(
+            _CPU_KEYS, orig, storage, new.storage_offset(), list(new.shape), list(new.stride()))
+    else:
+        _set_like(orig, new)
 
 
 # ops that take CPU tensors beside device ones in PyTorch (indices, a copy's source)

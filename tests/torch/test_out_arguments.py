@@ -43,3 +43,38 @@ def test_out_of_another_dtype(name: str, dtype: torch.dtype, shape: tuple[int, .
     assert isinstance(got, torch.Tensor), got
     assert got.dtype == dtype and got.shape == want.shape
     torch.testing.assert_close(got.cpu(), want, rtol=1e-2 if dtype.itemsize == 2 else 1e-6, atol=1e-3)
+
+
+SHAPED = {
+    "sum": lambda x, out: torch.sum(x, 0, out=out),  # torch's kernels
+    "sum_int": lambda x, out: torch.sum((x[:2, :1] > -9).long(), 0, out=out),
+    "exp": lambda x, out: torch.exp(x[:2, :2], out=out),  # pycann's ops
+    "bmm": lambda x, out: torch.bmm(x[:1, :3].unsqueeze(0), x[:3, :4].unsqueeze(0), out=out),
+    "add": lambda x, out: torch.add(x[:1], x[1:2], out=out),
+}
+
+
+@pytest.mark.parametrize("name", sorted(SHAPED))
+@pytest.mark.parametrize("view", [False, True], ids=["plain", "transposed_view"])
+def test_out_of_another_shape_is_resized_in_its_memory(name: str, view: bool) -> None:
+    """An out tensor of another, non-empty shape is resized as ATen's ``resize_output`` does: its
+    memory kept when large enough, so a view's base sees the write. torch's kernels (``sum``)
+    returned freed memory on npu (the out tensor adopted its own memory as a new storage, and the
+    old one was freed), pycann's (``exp``, ``bmm``) left the base unwritten."""
+    import warnings
+
+    torch.manual_seed(0)
+    x = torch.randn(4, 5)
+    results = []
+    for dev in ("cpu", "npu"):
+        base = torch.arange(10.0, device=dev).view(2, 5).to(torch.int64 if name == "sum_int" else torch.float32)
+        out = base.t() if view else base
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")  # (resizing a non-empty out tensor is deprecated)
+            r = SHAPED[name](x.to(dev), out)
+        reuse = [torch.full((2, 5), -1.0) for _ in range(8)]  # (freed memory, if any, is handed out again)
+        results.append((r.cpu(), base.cpu()))
+        del reuse
+    (got, got_base), (want, want_base) = results[1], results[0]
+    torch.testing.assert_close(got, want)
+    torch.testing.assert_close(got_base, want_base)
