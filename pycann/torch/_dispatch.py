@@ -412,7 +412,12 @@ def _compute(op: Any, info: _OpInfo, args: tuple[Any, ...], kwargs: dict[str, An
             pass
     if done and spec is not None:
         if dst is not None and res is not dst and not info.inplace:
-            ckw["out"] = res  # the npu out tensor takes the result's memory below
+            # an out= tensor of another shape: resized as ATen's resize_output does (its memory kept
+            # when large enough, so the base of an out view sees the write, as on CPU), then written
+            npu_out = kwargs["out"]
+            _resize(npu_out, list(res.shape))
+            ckw["out"] = to_cpu(npu_out)
+            ckw["out"].copy_(res)
         if dst is None or info.inplace or (args and kwargs.get("out") is args[0]):
             _fastpath.record(info.fast, spec, args, kwargs, info.inplace, consts, dev)
         out: Any = res if spec.result is None else spec.result(res, cargs)
