@@ -31,7 +31,7 @@ import torch
 
 from pycann import config
 from pycann.errors import PycannError
-from pycann.torch import _conv_guard, _fastpath, _pycann_ops, _rnn_cells, _sync_bn, _sync_debug, fallback
+from pycann.torch import _fastpath, _half_conv, _pycann_ops, _rnn_cells, _sync_bn, _sync_debug, fallback
 from pycann.torch._alias import to_cpu, to_npu
 from pycann.torch._memory_ops import (
     _copy_from,
@@ -441,11 +441,10 @@ def _compute(op: Any, info: _OpInfo, args: tuple[Any, ...], kwargs: dict[str, An
                     out = op._op(*cargs, **ckw)
             elif info.name in _IMPLICIT_RNG:
                 out = _with_npu_rng(op, dev, cargs, ckw)
+            elif info.name in _half_conv.OPS and (half := _half_conv.half_dtype(cargs[:3])) is not None:
+                out = _half_conv.run(op, half, cargs, ckw)  # (torch's half convs: wrong or crashing)
             else:
-                # (a float16 conv torch's CPU kernel would crash on: float32 copies, ``_conv_guard``)
-                out = None if ckw else _conv_guard.convolution_in_float32(info.name, cargs)
-                if out is None:
-                    out = op._op(*cargs, **ckw)
+                out = op._op(*cargs, **ckw)
         except RuntimeError as e:
             if "not resizable" not in str(e) or not info.mutable_args:
                 raise
