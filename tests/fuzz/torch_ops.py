@@ -56,6 +56,10 @@ class Case:
     # a float16 / bfloat16 convolution: CPU torch's own half conv crashes the process (SIGSEGV) on
     # some degenerate geometries, so the golden is the float32 conv of the same values, rounded
     upcast: bool = False
+    # CPU torch refuses the call in a CPU-only kernel that a device takes another route around (an
+    # integer max_pool1d: CPU's max_pool1d_impl has no integer kernel, a device's max_pool2d_with_indices
+    # does): the npu may compute it
+    cpu_only_refusal: bool = False
 
 
 class Draw:
@@ -64,11 +68,13 @@ class Draw:
     def __init__(self, data: Any) -> None:
         self.data = data
         self.params: dict[str, Any] = {}
-        self.gen = torch.Generator().manual_seed(data.draw(st.integers(0, 2**32 - 1), label="seed"))
+        self.trace: list[Any] = []  # every drawn value in order (``Replay`` draws them again)
+        self.gen = torch.Generator().manual_seed(self(st.integers(0, 2**32 - 1), "seed"))
 
     def __call__(self, strategy: st.SearchStrategy[Any], label: str) -> Any:
         v = self.data.draw(strategy, label=label)
         self.params[label] = v
+        self.trace.append(v)
         return v
 
     def int(self, lo: int, hi: int, label: str) -> int:
@@ -142,6 +148,17 @@ class Draw:
             bs = list(shape)
             return Arg(self.values(bs, dtype, **kw), lambda t: t.expand(*shape), g)
         return Arg(self.values(shape, dtype, **kw), None, g)
+
+
+class Replay:
+    """Stands for hypothesis's ``data`` in ``Draw(Replay(trace))``: gives back the values of a
+    printed ``Draw.trace``, in order, to rebuild a case outside hypothesis."""
+
+    def __init__(self, trace: Sequence[Any]) -> None:
+        self.values = list(trace)
+
+    def draw(self, strategy: Any, label: str = "") -> Any:
+        return self.values.pop(0)
 
 
 BUILDERS: dict[str, Callable[[Draw], Case]] = {}

@@ -151,7 +151,8 @@ def pool(d: Draw) -> Case:
             return getattr(F, f"adaptive_avg_pool{n}d")(a, osize if n > 1 else osize[0] or 1)
         return getattr(F, f"adaptive_max_pool{n}d")(a, osize if n > 1 else osize[0] or 1, ind)
     # (a max pool's gradient is ambiguous for tied windows: compared only for float32's randn, no ties)
-    return Case(name, [x], fn, d.params, grad=name not in ("lp",))
+    return Case(name, [x], fn, d.params, grad=name not in ("lp",),
+                cpu_only_refusal=name == "max" and n == 1 and not dtype.is_floating_point)
 
 
 @builder("norm")
