@@ -31,7 +31,16 @@ import torch
 
 from pycann import config
 from pycann.errors import PycannError
-from pycann.torch import _fastpath, _half_conv, _pycann_ops, _rnn_cells, _sync_bn, _sync_debug, fallback
+from pycann.torch import (
+    _fastpath,
+    _half_conv,
+    _max_pool_backward,
+    _pycann_ops,
+    _rnn_cells,
+    _sync_bn,
+    _sync_debug,
+    fallback,
+)
 from pycann.torch._alias import to_cpu, to_npu
 from pycann.torch._memory_ops import (
     _copy_from,
@@ -443,6 +452,8 @@ def _compute(op: Any, info: _OpInfo, args: tuple[Any, ...], kwargs: dict[str, An
                 out = _with_npu_rng(op, dev, cargs, ckw)
             elif info.name in _half_conv.OPS and (half := _half_conv.half_dtype(cargs[:3])) is not None:
                 out = _half_conv.run(op, half, cargs, ckw)  # (torch's half convs: wrong or crashing)
+            elif info.name in _max_pool_backward.OPS:  # (torch's writes past the gradient for some windows)
+                out = _max_pool_backward.run(op, _max_pool_backward.OPS[info.name], cargs, ckw)
             else:
                 out = op._op(*cargs, **ckw)
         except RuntimeError as e:
