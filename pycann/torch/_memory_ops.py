@@ -108,17 +108,25 @@ def _copy_from_and_resize(src: torch.Tensor, dst: torch.Tensor) -> torch.Tensor:
 
 
 def _resize(self: torch.Tensor, size: Sequence[int], memory_format: Any = None) -> torch.Tensor:
+    """ATen's ``resize_``: the same sizes without a memory format leave the tensor as it is (a
+    non-contiguous view keeps its strides: ``softmax(x, out=base[::2])`` resizes its out tensor to
+    its own sizes, and the npu's made it contiguous, so the result went to the wrong rows); other
+    sizes, or a memory format, restride it (contiguous, or that format) in its memory when that
+    suffices, else in new memory holding the old contents."""
+    if memory_format is None and list(self.shape) == [int(d) for d in size]:
+        return self
     cur = to_cpu(self)
     need = int(np.prod(size)) if len(size) else 1
     have = self.untyped_storage().nbytes() // max(1, self.element_size()) - self.storage_offset()
+    fmt = memory_format if memory_format not in (None, torch.preserve_format) else torch.contiguous_format
+    strides = list(torch.empty(size, device="meta", memory_format=fmt).stride())
     if need <= have:
         torch.ops.aten.set_.source_Storage_storage_offset.redispatch(
-            _CPU_KEYS, self, self.untyped_storage(), self.storage_offset(), list(size),
-            list(torch.empty(size, device="meta").stride()))
+            _CPU_KEYS, self, self.untyped_storage(), self.storage_offset(), list(size), strides)
         return self
     # grow: new host memory, the old contents kept (resize_'s contract)
     new = torch.empty(need, dtype=self.dtype)
     flat = cur.reshape(-1) if cur.is_contiguous() else cur.contiguous().reshape(-1)
     new[: flat.numel()].copy_(flat)
-    _set_like(self, new.view(size) if len(size) else new.view(()))
+    _set_like(self, new.as_strided(list(size), strides))
     return self

@@ -78,3 +78,41 @@ def test_out_of_another_shape_is_resized_in_its_memory(name: str, view: bool) ->
     (got, got_base), (want, want_base) = results[1], results[0]
     torch.testing.assert_close(got, want)
     torch.testing.assert_close(got_base, want_base)
+
+
+STRIDED = {
+    "softmax": lambda x, out: torch.softmax(x, -1, out=out),  # (its out form resizes out to its own sizes)
+    "log_softmax": lambda x, out: torch.log_softmax(x, -1, out=out),
+    "exp": lambda x, out: torch.exp(x, out=out),
+    "sum": lambda x, out: torch.sum(x.unsqueeze(0), 0, out=out),
+}
+
+
+@pytest.mark.parametrize("name", sorted(STRIDED))
+def test_out_view_of_the_right_shape_keeps_its_strides(name: str) -> None:
+    """``softmax(x, -1, out=base[::2])`` writes rows 0 and 2 of ``base``, as on CPU: ATen's out form
+    calls ``resize_`` with the out tensor's own sizes, a no-op, which the npu's resize_ made a
+    restride to contiguous (rows 0 and 1 were written)."""
+    torch.manual_seed(0)
+    x = torch.randn(2, 3)
+    bases = []
+    for dev in ("cpu", "npu"):
+        base = torch.arange(12.0, device=dev).view(4, 3)
+        out = base[::2]
+        STRIDED[name](x.to(dev), out)
+        assert out.stride() == (6, 1)
+        bases.append(base.cpu())
+    torch.testing.assert_close(bases[1], bases[0])
+
+
+@pytest.mark.parametrize("start", [(2, 3, 4, 5), (1,), (5, 4, 3, 2)], ids=["same", "grow", "other"])
+@pytest.mark.parametrize("fmt", [None, torch.channels_last, torch.contiguous_format], ids=str)
+def test_resize_follows_aten(start: tuple[int, ...], fmt: torch.memory_format | None) -> None:
+    """``resize_``'s sizes and strides as ATen's: a memory format restrides (it was ignored), the same
+    sizes without one change nothing."""
+    got, want = torch.zeros(start, device="npu"), torch.zeros(start)
+    if len(start) == 4:
+        got, want = got.transpose(1, 2), want.transpose(1, 2)
+    got.resize_((2, 3, 4, 5), memory_format=fmt)
+    want.resize_((2, 3, 4, 5), memory_format=fmt)
+    assert (got.shape, got.stride()) == (want.shape, want.stride())
