@@ -38,15 +38,19 @@ pytestmark = [pytest.mark.fuzz, pytest.mark.filterwarnings("ignore")]
 TOLERANCES = {torch.float32: 1e-4, torch.float64: 1e-6, torch.float16: 1e-2, torch.bfloat16: 4e-2}
 
 
-def _run(case: Case, device: str, grad: bool, upcast: bool) -> tuple[Any, list[Any], list[Any]]:
+def _run(case: Case, device: str, grad: bool, upcast: bool, repeat: bool = False) -> tuple[Any, list[Any], list[Any]]:
     """(outputs, the leaves' values after the call, their gradients) of ``case`` on ``device``;
-    ``upcast``: half arguments computed in float32 and the results rounded back."""
+    ``upcast``: half arguments computed in float32 and the results rounded back; ``repeat``: the
+    call made twice on the same tensors (the npu's second call of a signature takes its fast path,
+    with the constants it bound), both calls' outputs compared."""
     made = [a.make(device, grad) for a in case.args]
     if upcast:
         dt = case.args[0].base.dtype
         made = [(leaf, view.float()) if view.dtype == dt else (leaf, view) for leaf, view in made]
     views = [v for _, v in made]
     out = case.fn(*views) if case.args else case.fn(device)
+    if repeat:
+        out = (out, case.fn(*views) if case.args else case.fn(device))
     if upcast:
         out = _cast(out, case.args[0].base.dtype)
     grads: list[Any] = []
@@ -106,19 +110,19 @@ def agree(got: Any, want: Any, what: str, floor: float = 0.0) -> None:
     assert got == want or (got != got and want != want), f"{what}: {got!r}, CPU torch {want!r}"
 
 
-def check(case: Case, grad: bool) -> str:
+def check(case: Case, grad: bool, repeat: bool = False) -> str:
     """``"ran"`` / ``"refused"`` (both devices raised); a disagreement raises AssertionError."""
     try:
-        want = _run(case, "cpu", grad, case.upcast)
+        want = _run(case, "cpu", grad, case.upcast, repeat)
     except Exception as e:  # noqa: BLE001 - CPU torch refusing the call: the npu must refuse it too
         try:
-            got = _run(case, "npu", grad, False)
+            got = _run(case, "npu", grad, False, repeat)
         except Exception:  # noqa: BLE001 - any exception type will do
             return "refused"
         if case.cpu_only_refusal:
             return "ran"
         raise AssertionError(f"CPU torch raised {type(e).__name__}: {e}\nbut npu returned {got[0]!r}") from None
-    got = _run(case, "npu", grad, False)
+    got = _run(case, "npu", grad, False, repeat)
     agree(got[0], want[0], "output")
     for i, (g, w) in enumerate(zip(got[1], want[1])):
         agree(g, w, f"argument {i} after the call")
@@ -139,6 +143,7 @@ def _prop(data: Any) -> None:
     d = Draw(data)
     case = BUILDERS[family](d)
     grad = case.grad and data.draw(st.booleans(), label="check_grad")
+    repeat = data.draw(st.booleans(), label="repeat")
     log = os.environ.get("PYCANN_TORCH_FUZZ_LOG")
     if log:
         with open(log, "a") as f:
@@ -146,9 +151,10 @@ def _prop(data: Any) -> None:
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         try:
-            check(case, grad)
+            check(case, grad, repeat)
         except AssertionError as e:
-            raise AssertionError(f"{case.op} ({family}, grad={grad}) {d.params}:\n{e}") from None
+            raise AssertionError(f"{case.op} ({family}, grad={grad}, repeat={repeat}) {d.params}\n"
+                                 f"replay: {(family, grad, repeat, d.trace)!r}\n{e}") from None
 
 
 def test_torch_ops_fuzz() -> None:

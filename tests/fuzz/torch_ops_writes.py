@@ -44,7 +44,10 @@ def out_form(d: Draw) -> Case:
     oshape = d.pick(["same", "same", "empty", "other", "transposed"], "out_shape")
     odt = d.dtype("out_dtype") if d.int(0, 3, "other_dtype") == 0 else want.dtype
     shape = {"same": list(want.shape), "empty": [0], "other": [2, 5]}.get(oshape, list(want.shape)[::-1])
-    o = d.arg(shape, odt, "out", writable=True, layout=oshape != "transposed")
+    # (a view out of another shape stays contiguous: one that must grow past its storage grows the
+    # storage it shares with its base on CPU, which npu memory (a DLPack view of host memory) cannot:
+    # the npu out gets new memory and the base keeps its values, a known difference)
+    o = d.arg(shape, odt, "out", writable=True, layout=oshape not in ("transposed", "other"))
     view: Callable[[torch.Tensor], torch.Tensor] | None = (lambda t: t.mT) if oshape == "transposed" and \
         len(shape) == 2 else None
     if view is not None:
