@@ -37,15 +37,17 @@ def conv(d: Draw) -> Case:
     pad = [d.int(0, 2, f"pad{i}") for i in range(n)]
     opad = [d.int(0, 2, f"output_padding{i}") for i in range(n)] if transposed else []
     xshape = ([batch] if batch is not None else []) + [cin] + size
-    x = d.arg(xshape, dtype, "x", grad=True)
+    # (no NaN / inf in a conv's operands: how one spreads is the algorithm's (a padded tap's 0 * inf is NaN
+    # for ATen's im2col, skipped by oneDNN; a Winograd tile mixes its inputs), not a semantic)
+    x = d.arg(xshape, dtype, "x", grad=True, special=False)
     fan = max(1, cin // groups * int(torch.tensor(ks).prod()))
     wshape = [cin, cout // groups, *ks] if transposed else [cout, cin // groups, *ks]
     if cin % groups:
         wshape[1 if not transposed else 0] = max(1, cin // groups)
-    w = d.arg(wshape, dtype, "weight", grad=True, scale=fan ** -0.5)
+    w = d.arg(wshape, dtype, "weight", grad=True, scale=fan ** -0.5, special=False)
     args = [x, w]
     if d.flag("bias"):
-        args.append(d.arg([cout], dtype, "bias", grad=True, layout=False))
+        args.append(d.arg([cout], dtype, "bias", grad=True, layout=False, special=False))
     g = groups
 
     def fn(xx: torch.Tensor, ww: torch.Tensor, bb: torch.Tensor | None = None) -> torch.Tensor:
@@ -177,6 +179,8 @@ def norm(d: Draw) -> Case:
     shape = [batch, c, *spatial]
     x = d.arg(shape, dtype, "x", grad=True)
     pdt = d.pick([dtype, dtype, torch.float32], "param_dtype")
+    # (parameters and statistics without NaN / inf: an inference batch norm folds them into one scale and
+    # shift, as CANN's does, and an infinite scale then gives inf - inf where ATen's order gives inf)
     eps = d.pick([1e-5, 1e-3, 0.1], "eps")
     affine = d.flag("affine")
     if name == "batch":
@@ -185,9 +189,9 @@ def norm(d: Draw) -> Case:
         mom = d.pick([0.1, 0.5, None], "momentum")
         args = [x]
         if stats:
-            args += [d.arg([c], pdt, "running_mean"), d.arg([c], pdt, "running_var", special=False)]
+            args += [d.arg([c], pdt, "running_mean", special=False), d.arg([c], pdt, "running_var", special=False)]
         if affine:
-            args += [d.arg([c], pdt, "weight", grad=True), d.arg([c], pdt, "bias", grad=True)]
+            args += [d.arg([c], pdt, "weight", grad=True, special=False), d.arg([c], pdt, "bias", grad=True, special=False)]
 
         def bn(a: torch.Tensor, *t: torch.Tensor) -> Any:
             rm, rv = (t[0], t[1].abs() + 0.5) if stats else (None, None)
@@ -197,19 +201,19 @@ def norm(d: Draw) -> Case:
         return Case("batch_norm", args, bn, d.params, grad=True)
     if name == "group":
         g = d.pick([1, c, 2], "groups")
-        args = [x] + ([d.arg([c], pdt, "weight", grad=True), d.arg([c], pdt, "bias", grad=True)] if affine else [])
+        args = [x] + ([d.arg([c], pdt, "weight", grad=True, special=False), d.arg([c], pdt, "bias", grad=True, special=False)] if affine else [])
         return Case("group_norm", args, lambda a, *t: F.group_norm(a, g, *t, eps=eps), d.params, grad=True)
     if name == "instance":
         use_in = d.flag("use_input_stats")
-        args = [x, d.arg([c], pdt, "running_mean"), d.arg([c], pdt, "running_var", special=False)]
+        args = [x, d.arg([c], pdt, "running_mean", special=False), d.arg([c], pdt, "running_var", special=False)]
         return Case("instance_norm", args, lambda a, m, v: F.instance_norm(
             a, m, v.abs() + 0.5, None, None, use_in, 0.1, eps), d.params, grad=True)
     k = d.int(1, len(shape), "normalized_dims")
     ns = shape[-k:]
-    args = [x] + ([d.arg(ns, pdt, "weight", grad=True)] if affine else [])
+    args = [x] + ([d.arg(ns, pdt, "weight", grad=True, special=False)] if affine else [])
     with_bias = name == "layer" and affine and d.flag("bias")
     if with_bias:
-        args.append(d.arg(ns, pdt, "bias", grad=True))
+        args.append(d.arg(ns, pdt, "bias", grad=True, special=False))
     if name == "rms":
         return Case("rms_norm", args, lambda a, *t: F.rms_norm(a, ns, *t, eps=eps), d.params, grad=True)
     return Case("layer_norm", args, lambda a, *t: F.layer_norm(
