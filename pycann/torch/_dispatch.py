@@ -32,6 +32,7 @@ import torch
 from pycann import config
 from pycann.errors import PycannError
 from pycann.torch import (
+    _aliasing,
     _fastpath,
     _half_conv,
     _max_pool_backward,
@@ -398,7 +399,8 @@ def _compute(op: Any, info: _OpInfo, args: tuple[Any, ...], kwargs: dict[str, An
             ckw[name] = _npu_generator(dev)
     provider = info.provider
     done = False
-    if spec is not None and spec.accepts(cargs, ckw) and _out_dtype_fits(info, spec, cargs, ckw):
+    if spec is not None and spec.accepts(cargs, ckw) and _out_dtype_fits(info, spec, cargs, ckw) \
+            and not _aliasing.internal_overlap(cargs[0] if info.inplace else ckw.get("out")):
         if info.inplace:
             dst = cargs[0]  # relu_, add_: the result goes back into self
         else:
@@ -435,6 +437,8 @@ def _compute(op: Any, info: _OpInfo, args: tuple[Any, ...], kwargs: dict[str, An
             provider = Provider.HOST
         if info.plain_tensor_args:
             _wrap_numbers(info, cargs, ckw)
+        if info.mutable_args:  # (operands sharing the written memory: one host storage, for ATen's checks)
+            _aliasing.rebase(info.mutable_args, info.arg_names, args, kwargs, cargs, ckw)
         for i in info.mutable_args:
             # an empty out= tensor is resized by the kernel: give it resizable host memory
             name = info.arg_names[i]
