@@ -96,8 +96,11 @@ class Draw:
         return float(self(st.floats(lo, hi, allow_nan=False, width=32), label))
 
     def shape(self, lo: int, hi: int, label: str, zero: bool = True, top: int = 5) -> list[int]:
-        """``lo``..``hi`` dims of 1..``top``, size 1 often; one dim 0 one time in ten (``zero``)."""
+        """``lo``..``hi`` dims of 1..``top``, size 1 often; one dim 0 one time in ten (``zero``); one
+        time in ten, one dim of 17-130 (a kernel's vectorised body and its tail)."""
         dims = self(st.lists(st.sampled_from([1, 1, 2, 3, 4, top]), min_size=lo, max_size=hi), label)
+        if dims and self.int(0, 9, label + ".long") == 0:
+            dims[self.int(0, len(dims) - 1, label + ".long_dim")] = self.pick([17, 33, 64, 130], label + ".length")
         if zero and dims and self.int(0, 9, label + ".zero") == 0:
             dims[self.int(0, len(dims) - 1, label + ".zero_dim")] = 0
         return list(dims)

@@ -24,14 +24,17 @@ def conv(d: Draw) -> Case:
     transposed = d.int(0, 2, "transposed") == 0
     dtype = d.pick(FLOATS + (torch.float32, torch.float32, torch.int64), "dtype")
     groups = d.pick([1, 1, 1, 2, 3], "groups")
-    cin, cout = groups * d.int(1, 3, "cin_per_group"), groups * d.int(1, 3, "cout_per_group")
+    # one time in four, channels and images big enough for the kernels' blocked, packed and Winograd paths
+    big = d.int(0, 3, "big") == 0
+    per = [1, 2, 3, 8, 16, 24] if big else [1, 2, 3]
+    cin, cout = groups * d.pick(per, "cin_per_group"), groups * d.pick(per, "cout_per_group")
     if d.int(0, 19, "bad_channels") == 0:
         cin += 1  # not divisible by groups / not the weight's: CPU torch raises
     batch = d.pick([1, 1, 2, 0, None], "batch")  # None: an unbatched input
     ks = [d.int(1, 3, f"k{i}") for i in range(n)]
     stride = [d.int(1, 3, f"stride{i}") for i in range(n)]
     dil = [d.int(1, 2, f"dilation{i}") for i in range(n)]
-    size = [d.int(1, 7 if n < 3 else 5, f"size{i}") for i in range(n)]
+    size = [d.int(1, (7 if n < 3 else 5) * (3 if big else 1), f"size{i}") for i in range(n)]
     modes = ["int", "int"] if transposed else ["int", "int", "same", "valid", "reflect", "replicate", "circular"]
     mode = d.pick(modes, "padding")
     pad = [d.int(0, 2, f"pad{i}") for i in range(n)]
@@ -67,7 +70,9 @@ def conv(d: Draw) -> Case:
 def matmul(d: Draw) -> Case:
     name = d.pick(["linear", "matmul", "mm", "bmm", "baddbmm", "addmm", "addmv", "dot", "einsum"], "op")
     dtype = d.pick(FLOATS + (torch.float32, torch.int64, torch.int32), "dtype")
-    m, k, nn, b = (d.pick([0, 1, 2, 3, 5, 8], label) for label in ("m", "k", "n", "b"))
+    big = d.int(0, 3, "big") == 0
+    m, k, nn = (d.pick([0, 1, 2, 3, 5, 8] + ([17, 64, 100] if big else []), label) for label in ("m", "k", "n"))
+    b = d.pick([0, 1, 2, 3, 5, 8], "b")
     if d.int(0, 19, "bad_inner") == 0:
         k2 = k + 1  # mismatched inner dims: CPU torch raises
     else:
