@@ -49,18 +49,22 @@ def rebase(written: Sequence[int], names: Sequence[str], args: Sequence[Any], kw
         return
     hosts: dict[tuple[int, torch.dtype], torch.Tensor] = {}
     for i, t in tensors:
-        p = ptrs[i]
-        if p not in shared:
-            continue
-        key = (p, t.dtype)
-        host = hosts.get(key)
-        if host is None:
-            storage = t.untyped_storage()
-            full = torch.empty(0, dtype=t.dtype, device=t.device)
-            full.set_(storage, 0, (storage.nbytes() // t.element_size(),), (1,))
-            host = hosts[key] = to_cpu(full)
-        view = host.as_strided(t.shape, t.stride(), t.storage_offset())
-        if i < len(cargs):
-            cargs[i] = view
-        else:
-            ckw[names[i]] = view
+        if ptrs[i] in shared:
+            view = host_view(t, hosts)
+            if i < len(cargs):
+                cargs[i] = view
+            else:
+                ckw[names[i]] = view
+
+
+def host_view(t: torch.Tensor, hosts: dict[tuple[int, torch.dtype], torch.Tensor]) -> torch.Tensor:
+    """A host view of npu tensor ``t`` over one host alias of its whole storage, shared through
+    ``hosts`` with the other tensors of that storage and dtype."""
+    storage = t.untyped_storage()
+    key = (storage.data_ptr(), t.dtype)
+    host = hosts.get(key)
+    if host is None:
+        full = torch.empty(0, dtype=t.dtype, device=t.device)
+        full.set_(storage, 0, (storage.nbytes() // t.element_size(),), (1,))
+        host = hosts[key] = to_cpu(full)
+    return host.as_strided(t.shape, t.stride(), t.storage_offset())

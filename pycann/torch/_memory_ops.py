@@ -13,6 +13,7 @@ import torch
 
 from pycann import config
 from pycann.torch._alias import to_cpu, to_npu
+from pycann.torch._aliasing import host_view
 
 _CPU_KEYS = torch._C.DispatchKeySet(torch._C.DispatchKey.CPU)
 _CPU = torch.device("cpu")
@@ -95,6 +96,13 @@ def _zero_tensor(size: Sequence[int], dtype: torch.dtype | None = None, layout: 
 
 
 def _copy_from(src: torch.Tensor, dst: torch.Tensor, non_blocking: bool = False) -> torch.Tensor:
+    if _is_npu(src) and _is_npu(dst) and src.numel() and dst.numel() \
+            and src.untyped_storage().data_ptr() == dst.untyped_storage().data_ptr() and src.dtype == dst.dtype:
+        # views of one storage (``a[1:].copy_(a[:-1])``): host views of one host storage, so ATen's copy_
+        # sees the overlap it refuses (with a host view each, it copied in some order)
+        hosts: dict[tuple[int, torch.dtype], torch.Tensor] = {}
+        host_view(dst, hosts).copy_(host_view(src, hosts))
+        return dst
     s = to_cpu(src) if _is_npu(src) else src
     d = to_cpu(dst) if _is_npu(dst) else dst
     d.copy_(s)
