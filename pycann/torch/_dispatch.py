@@ -33,6 +33,7 @@ from pycann import config
 from pycann.errors import PycannError
 from pycann.torch import (
     _aliasing,
+    _contiguous_args,
     _fastpath,
     _half_conv,
     _max_pool_backward,
@@ -437,6 +438,8 @@ def _compute(op: Any, info: _OpInfo, args: tuple[Any, ...], kwargs: dict[str, An
             provider = Provider.HOST
         if info.plain_tensor_args:
             _wrap_numbers(info, cargs, ckw)
+        if info.name in _contiguous_args.ARGS:  # (torch's kernel ignores these arguments' strides)
+            _contiguous_args.fix(info.name, cargs)
         if info.mutable_args:  # (operands sharing the written memory: one host storage, for ATen's checks)
             _aliasing.rebase(info.mutable_args, info.arg_names, args, kwargs, cargs, ckw)
         for i in info.mutable_args:
