@@ -185,7 +185,9 @@ def norm(d: Draw) -> Case:
     x = d.arg(shape, dtype, "x", grad=True)
     pdt = d.pick([dtype, dtype, torch.float32], "param_dtype")
     # (parameters and statistics without NaN / inf: an inference batch norm folds them into one scale and
-    # shift, as CANN's does, and an infinite scale then gives inf - inf where ATen's order gives inf)
+    # shift, as CANN's does, and an infinite scale then gives inf - inf where ATen's order gives inf;
+    # contiguous statistics: CPU torch's inference batch-norm backward ignores their strides, so
+    # running_mean=base[::2] gives it wrong gradients, 1e7 or 1e18)
     eps = d.pick([1e-5, 1e-3, 0.1], "eps")
     affine = d.flag("affine")
     if name == "batch":
@@ -194,7 +196,7 @@ def norm(d: Draw) -> Case:
         mom = d.pick([0.1, 0.5, None], "momentum")
         args = [x]
         if stats:
-            args += [d.arg([c], pdt, "running_mean", special=False), d.arg([c], pdt, "running_var", special=False)]
+            args += [d.arg([c], pdt, "running_mean", special=False, layout=False), d.arg([c], pdt, "running_var", special=False, layout=False)]
         if affine:
             args += [d.arg([c], pdt, "weight", grad=True, special=False), d.arg([c], pdt, "bias", grad=True, special=False)]
 
@@ -210,7 +212,7 @@ def norm(d: Draw) -> Case:
         return Case("group_norm", args, lambda a, *t: F.group_norm(a, g, *t, eps=eps), d.params, grad=True)
     if name == "instance":
         use_in = d.flag("use_input_stats")
-        args = [x, d.arg([c], pdt, "running_mean", special=False), d.arg([c], pdt, "running_var", special=False)]
+        args = [x, d.arg([c], pdt, "running_mean", special=False, layout=False), d.arg([c], pdt, "running_var", special=False, layout=False)]
         return Case("instance_norm", args, lambda a, m, v: F.instance_norm(
             a, m, v.abs() + 0.5, None, None, use_in, 0.1, eps), d.params, grad=True)
     k = d.int(1, len(shape), "normalized_dims")
