@@ -198,7 +198,7 @@ def norm(d: Draw) -> Case:
         if stats:
             args += [d.arg([c], pdt, "running_mean", special=False, layout=False), d.arg([c], pdt, "running_var", special=False, layout=False)]
         if affine:
-            args += [d.arg([c], pdt, "weight", grad=True, special=False), d.arg([c], pdt, "bias", grad=True, special=False)]
+            args += [d.arg([c], pdt, "weight", grad=True, special=False, layout=False), d.arg([c], pdt, "bias", grad=True, special=False, layout=False)]
 
         def bn(a: torch.Tensor, *t: torch.Tensor) -> Any:
             rm, rv = (t[0], t[1].abs() + 0.5) if stats else (None, None)
