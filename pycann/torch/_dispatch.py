@@ -48,9 +48,9 @@ from pycann.torch._memory_ops import (
     _copy_from,
     _copy_from_and_resize,
     _empty,
+    _follow,
     _index_of,
     _resize,
-    _set_like,
     _to_copy,
     _zero_tensor,
 )
@@ -505,21 +505,6 @@ def _out_dtype_fits(info: _OpInfo, spec: PycannOp, cargs: Sequence[Any], ckw: di
         return True
     first = next((t for t in spec.inputs(cargs) if isinstance(t, torch.Tensor)), None)
     return first is None or out.dtype == first.dtype
-
-
-def _follow(orig: torch.Tensor, new: torch.Tensor) -> None:
-    """npu tensor ``orig`` takes the sizes, strides and offset a kernel gave its CPU view ``new``.
-    A view the kernel restrided within its own memory (an out= tensor shrunk: ``torch.sum(x, 0,
-    out=zeros(2, 5))``) keeps ``orig``'s storage: adopting the view's memory as a new storage left
-    the old one without an owner (the view's DLPack capsule holds ``orig``'s TensorImpl, not its
-    storage), so it was freed and the result read freed memory. New memory (an out tensor grown
-    from empty) is adopted."""
-    storage = orig.untyped_storage()
-    if new.untyped_storage().data_ptr() == storage.data_ptr():
-        torch.ops.aten.set_.source_Storage_storage_offset.redispatch(
-            _CPU_KEYS, orig, storage, new.storage_offset(), list(new.shape), list(new.stride()))
-    else:
-        _set_like(orig, new)
 
 
 # ops that take CPU tensors beside device ones in PyTorch (indices, a copy's source)

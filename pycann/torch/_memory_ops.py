@@ -51,6 +51,21 @@ def _set_like(dst: torch.Tensor, src_cpu: torch.Tensor) -> None:
         _CPU_KEYS, dst, storage, src_cpu.storage_offset(), list(src_cpu.shape), list(src_cpu.stride()))
 
 
+def _follow(orig: torch.Tensor, new: torch.Tensor) -> None:
+    """npu tensor ``orig`` takes the sizes, strides and offset a kernel gave its CPU view ``new``.
+    A view the kernel restrided within its own memory (an out= tensor shrunk: ``torch.sum(x, 0,
+    out=zeros(2, 5))``) keeps ``orig``'s storage: adopting the view's memory as a new storage left
+    the old one without an owner (the view's DLPack capsule holds ``orig``'s TensorImpl, not its
+    storage), so it was freed and the result read freed memory. New memory (an out tensor grown
+    from empty) is adopted."""
+    storage = orig.untyped_storage()
+    if new.untyped_storage().data_ptr() == storage.data_ptr():
+        torch.ops.aten.set_.source_Storage_storage_offset.redispatch(
+            _CPU_KEYS, orig, storage, new.storage_offset(), list(new.shape), list(new.stride()))
+    else:
+        _set_like(orig, new)
+
+
 def _index_of(dev: torch.device) -> int:
     """The npu index ``dev`` names: its own, or the thread's current device (``torch.npu.set_device``)
     for a device without one (``"npu"``), as CUDA's device guard resolves ``"cuda"``; checked by
