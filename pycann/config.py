@@ -79,6 +79,7 @@ import os
 from dataclasses import dataclass, field
 from enum import Enum
 from pathlib import Path
+from typing import TypeVar
 
 from pycann.errors import PycannError
 
@@ -123,24 +124,26 @@ def _env_plan_cache_plans() -> int:
     return _int("PYCANN_PLAN_CACHE_PLANS", DEFAULT_PLAN_CACHE_PLANS, 1)
 
 
+_E = TypeVar("_E", PlanPolicy, PlanBuild)
+
+
+def _env_enum(name: str, kind: type[_E], default: _E) -> _E:
+    """Variable ``name`` as a member of ``kind`` (lower case), else ``default``. Raises ``ConfigError``."""
+    raw = os.environ.get(name, "").strip().lower() or default.value
+    try:
+        return kind(raw)
+    except ValueError:
+        raise ConfigError(f"{name}={raw!r}: expected one of {', '.join(m.value for m in kind)}") from None
+
+
 def _env_plan_policy() -> PlanPolicy:
     """``PYCANN_PLAN_POLICY``, else ``auto``. Raises ``ConfigError``."""
-    pol = os.environ.get("PYCANN_PLAN_POLICY", "").strip().lower() or PlanPolicy.AUTO.value
-    try:
-        return PlanPolicy(pol)
-    except ValueError:
-        raise ConfigError(f"PYCANN_PLAN_POLICY={pol!r}: expected one of "
-                          f"{', '.join(p.value for p in PlanPolicy)}") from None
+    return _env_enum("PYCANN_PLAN_POLICY", PlanPolicy, PlanPolicy.AUTO)
 
 
 def _env_plan_build() -> PlanBuild:
     """``PYCANN_PLAN_BUILD``, else ``background``. Raises ``ConfigError``."""
-    raw = os.environ.get("PYCANN_PLAN_BUILD", "").strip().lower() or PlanBuild.BACKGROUND.value
-    try:
-        return PlanBuild(raw)
-    except ValueError:
-        raise ConfigError(f"PYCANN_PLAN_BUILD={raw!r}: expected one of "
-                          f"{', '.join(b.value for b in PlanBuild)}") from None
+    return _env_enum("PYCANN_PLAN_BUILD", PlanBuild, PlanBuild.BACKGROUND)
 
 
 @dataclass(frozen=True)

@@ -23,6 +23,7 @@ from pycann.ge.compile.compiler import compile_model
 from pycann.ge.compile.options import CompileOptions
 from pycann.ge.run.model import LoadedModel
 from pycann.kernels.providers import torch_int8
+from tests.amct.qop_models import qlinear_matmul_model
 
 torch = pytest.importorskip("torch")
 ortq = pytest.importorskip("onnxruntime.quantization")
@@ -150,22 +151,7 @@ def test_narrow_weights_take_the_int8_kernel_without_vnni(float_model: Path) -> 
 
 
 def _qlinear_matmul_model(scale_input: bool) -> onnx.ModelProto:
-    k, n = 24, 8
-    w = RNG.integers(-64, 65, (k, n)).astype(np.int8)
-    inits = [numpy_helper.from_array(np.float32(0.05), "as"), numpy_helper.from_array(np.uint8(120), "az"),
-             numpy_helper.from_array(w, "B"), numpy_helper.from_array(RNG.uniform(0.01, 0.02, n).astype(np.float32), "bs"),
-             numpy_helper.from_array(np.zeros(n, np.int8), "bz"), numpy_helper.from_array(np.uint8(128), "yz"),
-             numpy_helper.from_array(np.float32(0.05), "xs"), numpy_helper.from_array(np.uint8(120), "xz")]
-    ins = [helper.make_tensor_value_info("x", TensorProto.FLOAT, [4, k])]
-    if scale_input:
-        ins.append(helper.make_tensor_value_info("ys", TensorProto.FLOAT, []))
-    else:
-        inits.append(numpy_helper.from_array(np.float32(0.4), "ys"))
-    nodes = [helper.make_node("QuantizeLinear", ["x", "xs", "xz"], ["xq"]),
-             helper.make_node("QLinearMatMul", ["xq", "as", "az", "B", "bs", "bz", "ys", "yz"], ["yq"], name="qmm"),
-             helper.make_node("DequantizeLinear", ["yq", "ys", "yz"], ["y"])]
-    g = helper.make_graph(nodes, "g", ins, [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)], inits)
-    return helper.make_model(g, opset_imports=[helper.make_opsetid("", 13)])
+    return qlinear_matmul_model(RNG, scale_input)
 
 
 def test_qlinear_matmul_becomes_quantmatmul() -> None:

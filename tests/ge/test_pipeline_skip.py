@@ -19,6 +19,7 @@ from pycann.ge.compile.passes import canonicalize_qop, infer_shapes
 from pycann.ge.compile.passes.base import PassContext
 from pycann.ge.ir import Graph
 from pycann.ge.run.model import LoadedModel
+from tests.amct.qop_models import qlinear_matmul_model
 from tests.ops.oracle import run_ort
 
 RNG = np.random.default_rng(5)
@@ -37,22 +38,7 @@ def _conv_model() -> onnx.ModelProto:
 def _qlinear_matmul(scale_input: bool) -> onnx.ModelProto:
     """A QLinearMatMul that QOperatorToQDQ rewrites, or (``scale_input``: its output scale a graph
     input) gives up on after looking at it."""
-    k, n = 12, 4
-    inits = [numpy_helper.from_array(np.float32(0.05), "as"), numpy_helper.from_array(np.uint8(120), "az"),
-             numpy_helper.from_array(RNG.integers(-64, 65, (k, n)).astype(np.int8), "B"),
-             numpy_helper.from_array(np.full(n, 0.02, np.float32), "bs"),
-             numpy_helper.from_array(np.zeros(n, np.int8), "bz"), numpy_helper.from_array(np.uint8(128), "yz"),
-             numpy_helper.from_array(np.float32(0.05), "xs"), numpy_helper.from_array(np.uint8(120), "xz")]
-    ins = [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, k])]
-    if scale_input:
-        ins.append(helper.make_tensor_value_info("ys", TensorProto.FLOAT, []))
-    else:
-        inits.append(numpy_helper.from_array(np.float32(0.4), "ys"))
-    nodes = [helper.make_node("QuantizeLinear", ["x", "xs", "xz"], ["xq"]),
-             helper.make_node("QLinearMatMul", ["xq", "as", "az", "B", "bs", "bz", "ys", "yz"], ["yq"], name="qmm"),
-             helper.make_node("DequantizeLinear", ["yq", "ys", "yz"], ["y"])]
-    g = helper.make_graph(nodes, "g", ins, [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)], inits)
-    return helper.make_model(g, opset_imports=[helper.make_opsetid("", 13)])
+    return qlinear_matmul_model(RNG, scale_input, k=12, n=4)
 
 
 def _snapshot(g: Graph) -> tuple[object, ...]:
@@ -95,7 +81,7 @@ def test_with_qoperator_nodes_the_inference_after_the_rewrite_runs() -> None:
     lines: list[str] = []
     cm = compile_model(m, CompileOptions(), log=lines.append)
     assert not any("[InferShapes] skipped" in ln for ln in lines), lines
-    x = RNG.standard_normal((2, 12)).astype(np.float32)
+    x = RNG.standard_normal((4, 12)).astype(np.float32)
     got = LoadedModel.from_compiled(cm).run([x])[0]
     want = run_ort(m, {"x": x})[0]
     assert np.max(np.abs(got - want)) <= 0.4 + 1e-6  # (one output LSB: requantisation rounding)

@@ -197,17 +197,23 @@ def _qunary(ix: GraphIndex, b: _Builder) -> str | None:
     return None
 
 
-def _qavgpool(ix: GraphIndex, b: _Builder) -> str | None:
+def _qpool(ix: GraphIndex, b: _Builder, op: str, attrs: dict[str, Any] | None = None) -> str | None:
+    """QLinearAveragePool / QLinearGlobalAveragePool (X, x_scale, x_zp, y_scale, y_zp) as
+    DequantizeLinear -> ``op`` -> QuantizeLinear."""
     n = b.node
     if int(n.attrs.get("channels_last", 0)):
         return "channels_last=1 (NHWC) pooling is kept on its reference kernel"
     why = _scalar_params(ix, n, (1, 3), (2, 4))
     if why:
         return why
-    attrs = {k: v for k, v in n.attrs.items() if k != "channels_last" and not k.startswith("_")}
-    y = b.add("AveragePool", [b.dq(n.inputs[0], n.inputs[1], _inp(n, 2))], attrs=attrs)
+    y = b.add(op, [b.dq(n.inputs[0], n.inputs[1], _inp(n, 2))], attrs=attrs)
     b.add("QuantizeLinear", [y, n.inputs[3], _inp(n, 4)], n.outputs[0])
     return None
+
+
+def _qavgpool(ix: GraphIndex, b: _Builder) -> str | None:
+    attrs = {k: v for k, v in b.node.attrs.items() if k != "channels_last" and not k.startswith("_")}
+    return _qpool(ix, b, "AveragePool", attrs)
 
 
 def _qconcat(ix: GraphIndex, b: _Builder) -> str | None:
@@ -226,15 +232,7 @@ def _qconcat(ix: GraphIndex, b: _Builder) -> str | None:
 
 
 def _qgap(ix: GraphIndex, b: _Builder) -> str | None:
-    n = b.node
-    if int(n.attrs.get("channels_last", 0)):
-        return "channels_last=1 (NHWC) pooling is kept on its reference kernel"
-    why = _scalar_params(ix, n, (1, 3), (2, 4))
-    if why:
-        return why
-    y = b.add("GlobalAveragePool", [b.dq(n.inputs[0], n.inputs[1], _inp(n, 2))])
-    b.add("QuantizeLinear", [y, n.inputs[3], _inp(n, 4)], n.outputs[0])
-    return None
+    return _qpool(ix, b, "GlobalAveragePool")
 
 
 _RULES = {"QLinearConv": _conv, "QLinearMatMul": _matmul, "QGemm": _qgemm, "QLinearAdd": _qbinary,
