@@ -37,6 +37,11 @@ from pycann.hccl.constants import HcclResult
 from pycann.hccl.errors import HcclError
 
 VERSIONS = ("1.0", "1.1", "1.2", "2.0")
+# device_id is the NPU's physical id on its server, [0, devices per server - 1] (CANN's rank table
+# docs): an Atlas training / A2 server has 8 NPUs, an A3 server (version 1.2) 16 dies. A 2.0 table has
+# no such bound here: its generators write a rack-wide or global device_id (local_id up to 64 and more).
+DEVICES_PER_SERVER = {"1.2": 16}
+DEFAULT_DEVICES_PER_SERVER = 8
 LOCAL_SERVER = "localhost"  # the server of 2.0 ranks that name neither an address nor a level-0 instance
 
 
@@ -101,6 +106,23 @@ def _is_ip(s: str) -> bool:
         return False
 
 
+def _ip(v: Any, what: str, where: str, version: int | None = None) -> str | None:
+    """``v`` stripped, or None when absent; raises ``HcclError(HCCL_E_PARA)`` unless it is an IPv4
+    or IPv6 address (of ``version`` 4 or 6 when given), as CANN requires of a NIC address."""
+    s = _str(v)
+    if s is None:
+        return None
+    try:
+        ip = ipaddress.ip_address(s)
+    except ValueError:
+        ip = None
+    if ip is None or (version is not None and ip.version != version):
+        kind = f"an IPv{version}" if version is not None else "an IPv4 or IPv6"
+        raise _bad(where, f"{what} {s!r} is not {kind} address; write the NIC's address, e.g. "
+                          f"{'192.168.1.8' if version != 6 else 'fe80::1'} (hccn_tool -i <device_id> -ip -g shows it)")
+    return s
+
+
 def _int(v: Any, what: str, where: str) -> int:
     try:
         return int(str(v).strip())
@@ -151,8 +173,19 @@ def _servers_1x(data: dict[str, Any], source: str) -> list[RankEntry]:
                 raise _bad(source, f"device {j} of server {sid} has no rank_id")
             entries.append(RankEntry(_int(d["rank_id"], f"rank_id of device {j} of server {sid}", source), sid,
                                      _int(d.get("device_id", 0), f"device_id of device {j} of server {sid}", source),
-                                     _str(d.get("device_ip")), _str(s.get("host_ip") or s.get("server_ip"))))
+                                     _ip(d.get("device_ip"), f"device_ip of device {j} (rank_id {d['rank_id']}) of "
+                                                             f"server {sid}", source),
+                                     _str(s.get("host_ip") or s.get("server_ip"))))
     return entries
+
+
+def _typed_ip(d: dict[str, Any], what: str, where: str) -> str | None:
+    """A 2.0 address object's ``addr``, checked as an IP address when its ``addr_type`` says
+    ``IPV4`` / ``IPV6`` (other types, e.g. ``EID``, pass as written)."""
+    kind = str(d.get("addr_type", "")).strip().upper()
+    if kind in ("IPV4", "IPV6"):
+        return _ip(d.get("addr"), what, where, 4 if kind == "IPV4" else 6)
+    return _str(d.get("addr"))
 
 
 def _ranks_2x(data: dict[str, Any], source: str) -> list[RankEntry]:
@@ -170,10 +203,16 @@ def _ranks_2x(data: dict[str, Any], source: str) -> list[RankEntry]:
             raise _bad(source, f"rank {rid} has neither device_id nor local_id")
         levels = [_obj(lv, f"level_list[{k}] of rank {rid}", source)
                   for k, lv in enumerate(_list(r.get("level_list", []), f"level_list of rank {rid}", source))]
+        for k, lv in enumerate(levels):  # the device NIC addresses (1.x's device_ip); EID addresses are not IPs
+            for a, ad in enumerate(_list(lv.get("rank_addr_list", []), f"level_list[{k}].rank_addr_list of rank {rid}",
+                                         source)):
+                _typed_ip(_obj(ad, f"level_list[{k}].rank_addr_list[{a}] of rank {rid}", source),
+                          f"level_list[{k}].rank_addr_list[{a}].addr of rank {rid}", source)
         level0 = next((lv for lv in levels if str(lv.get("net_layer", lv.get("level", ""))) == "0"), None)
         inst = _str(level0.get("net_instance_id", level0.get("id"))) if level0 is not None else None
         cp = r.get("control_plane")
-        addr = _str(_obj(cp, f"control_plane of rank {rid}", source).get("addr")) if cp is not None else None
+        addr = _typed_ip(_obj(cp, f"control_plane of rank {rid}", source), f"control_plane.addr of rank {rid}",
+                         source) if cp is not None else None
         entries.append(RankEntry(rid, addr or inst or LOCAL_SERVER,
                                  _int(dev, f"device_id/local_id of rank {rid}", source), None, addr))
     return entries
@@ -198,7 +237,8 @@ def parse_rank_table(data: Any, source: str = "<rank table>") -> RankTable:
                 entries.append(RankEntry(_int(inst.get("rank_id"), f"rank_id of instance {ii}", source),
                                          str(inst.get("server_id", "")),
                                          _int(dev0.get("device_id", 0), f"device_id of instance {ii}", source),
-                                         _str(dev0.get("device_ip"))))
+                                         _ip(dev0.get("device_ip"), f"device_ip of instance {ii} (rank_id "
+                                                                    f"{inst.get('rank_id')})", source)))
     else:
         if version not in VERSIONS:
             raise _bad(source, f"version {version!r} is not one pycann reads ({', '.join(VERSIONS)})")
@@ -219,9 +259,13 @@ def parse_rank_table(data: Any, source: str = "<rank table>") -> RankTable:
         why = f"rank_id {dup[0]} appears twice" if dup else f"rank_ids {ids} are not 0..{len(ids) - 1}"
         raise _bad(source, why)
     seen: dict[tuple[str, int], int] = {}
+    limit = None if "rank_list" in data else DEVICES_PER_SERVER.get(version, DEFAULT_DEVICES_PER_SERVER)
     for e in entries:  # one process per device of a server: a device listed twice would get two ranks
         if e.device_id < 0:
             raise _bad(source, f"device_id {e.device_id} of rank {e.rank_id} is negative")
+        if limit is not None and e.device_id >= limit:
+            raise _bad(source, f"device_id {e.device_id} of rank {e.rank_id} (server {e.server_id}) is out of range: "
+                               f"a version {version} server has devices 0..{limit - 1} (ls /dev/davinci* lists them)")
         other = seen.setdefault((e.server_id, e.device_id), e.rank_id)
         if other != e.rank_id:
             raise _bad(source, f"device {e.device_id} of server {e.server_id} is listed for rank {other} and "

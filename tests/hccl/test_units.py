@@ -252,3 +252,49 @@ def test_check_knob(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("PYCANN_HCCL_CHECK", "off")
     with pytest.raises(ConfigError, match="PYCANN_HCCL_CHECK='off': expected 0"):
         check_enabled()
+
+
+def _v10_device(**patch: object) -> dict:
+    d = json.loads(json.dumps(V10))
+    d["server_list"][1]["device"][1].update(patch)
+    return d
+
+
+def _v20_addr(addr: str, addr_type: str = "IPV4") -> dict:
+    d = json.loads(json.dumps(V20_NET_LAYER))
+    d["rank_list"][2]["level_list"][0]["rank_addr_list"][0].update(addr=addr, addr_type=addr_type)
+    return d
+
+
+@pytest.mark.parametrize("data,needle", [
+    # CANN's rank table docs: device_ip is a regular IPv4 or IPv6 address; device_id is the NPU's
+    # physical id, [0, devices of the server - 1]: 8 on a training / A2 server, 16 dies on an A3 (1.2)
+    (_v10_device(device_ip="300.1.1.1"), r"device_ip of device 1 \(rank_id 3\) of server 10.0.0.2 '300.1.1.1' is "
+                                         "not an IPv4 or IPv6 address"),
+    (_v10_device(device_ip="abc"), r"device_ip of device 1 \(rank_id 3\) of server 10.0.0.2 'abc' is not"),
+    (_v10_device(device_id="8"), r"device_id 8 of rank 3 \(server 10.0.0.2\) is out of range: a version 1.0 "
+                                 r"server has devices 0..7"),
+    ({**_v10_device(device_id="16"), "version": "1.2"}, "device_id 16 of rank 3 .* devices 0..15"),
+    ({"status": "completed", "group_list": [{"instance_list": [
+        {"rank_id": "0", "server_id": "s", "devices": [{"device_id": "0", "device_ip": "1.2.3"}]}]}]},
+     r"device_ip of instance 0 \(rank_id 0\) '1.2.3' is not"),
+    (_v20_addr("300.1.1.1"), r"level_list\[0\].rank_addr_list\[0\].addr of rank 2 '300.1.1.1' is not an IPv4"),
+    (_v20_addr("192.168.1.8", "IPV6"), r"addr of rank 2 '192.168.1.8' is not an IPv6 address"),
+    (_v20_rank(1, control_plane={"addr_type": "IPV4", "addr": "abc"}), "control_plane.addr of rank 1 'abc' is not"),
+])
+def test_rank_table_bad_device_ip_and_id(data: dict, needle: str) -> None:
+    with pytest.raises(HcclError, match=needle) as e:
+        parse_rank_table(data, "hccl.json")
+    assert e.value.code is HcclResult.HCCL_E_PARA and "hccl.json: " in str(e.value)
+
+
+def test_rank_table_good_addresses_pass() -> None:
+    """IPv6 device_ips, an A3 server's device 15, EID (non-IP) 2.0 addresses and a 2.0 rank's
+    rack-wide device_id are all valid."""
+    t = parse_rank_table({**_v10_device(device_ip="fe80::1", device_id="15"), "version": "1.2"})
+    assert (t.ranks[3].device_ip, t.ranks[3].device_id) == ("fe80::1", 15)
+    t = parse_rank_table(_v20_addr("000000000000002000100000df001001", "EID"))
+    assert t.rank_size == 3
+    d = _v20_addr("fe80::2", "IPV6")
+    d["rank_list"][0]["device_id"] = 40
+    assert parse_rank_table(d).ranks[1].device_id == 40
