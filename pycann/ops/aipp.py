@@ -7,7 +7,8 @@ the result is laid out NCHW or NHWC as the model input expects.
 * CSC YUV->RGB: ``[c0,c1,c2] = (M . [Y-ib0, U-ib1, V-ib2]) >> 8``, saturated to [0, 255].
 * CSC RGB->YUV: ``[Y,U,V] = ((M . [c0,c1,c2]) >> 8) + [ob0, ob1, ob2]``, saturated to [0, 255].
 * Normalisation: ``out_i = (in_i - mean_chn_i - min_chn_i) * var_reci_chn_i`` (float outputs
-  only; a uint8 output skips it).
+  only; a uint8 output skips it). ``var_reci_chn_i`` is applied as the float16 the device's AIPP
+  registers hold (``var_reci_f16``): 1e-45 becomes 0, 1e-6 the subnormal 1.013e-6.
 
 Source layouts (the model input pycann creates, one image per batch row):
 ``YUV420SP_U8`` / ``YVU420SP_U8`` ``[N, H*3/2, W]`` (Y plane, then interleaved UV / VU at half
@@ -197,11 +198,12 @@ def process(img: np.ndarray, p: AippParams, out_dtype: np.dtype, layout: str) ->
             dst[...] = q
             continue
         sub = np.float32(float(p.mean[i]) + float(p.min[i]))
+        scale = np.float32(var_reci_f16(p.var_reci[i]))
         if out_dtype == np.float32:
             np.subtract(q, sub, out=dst, dtype=np.float32)
-            np.multiply(dst, np.float32(p.var_reci[i]), out=dst)
+            np.multiply(dst, scale, out=dst)
         else:
-            dst[...] = (q.astype(np.float32) - sub) * np.float32(p.var_reci[i])
+            dst[...] = (q.astype(np.float32) - sub) * scale
     return out
 
 
@@ -214,6 +216,12 @@ HEAD_BYTES, BATCH_BYTES = _HEAD.size, _BATCH.size
 def dynamic_buffer_bytes(batch: int) -> int:
     """Size of ``ascend_dynamic_aipp_data`` for ``batch`` images (GE's CalcMaxSize)."""
     return HEAD_BYTES + BATCH_BYTES * batch
+
+
+def var_reci_f16(v: float) -> float:
+    """``var_reci_chn`` as the device applies it: rounded to float16, the type of its AIPP
+    parameter (the dynamic buffer's ``dtcPixelVarReciChn`` is fp16 bits, static AIPP the same)."""
+    return float(np.float16(v))
 
 
 def _f16_bits(v: float) -> int:

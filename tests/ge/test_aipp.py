@@ -14,7 +14,7 @@ import pytest
 from onnx import TensorProto, helper
 
 from pycann.errors import InputError, OptionError
-from pycann.ge.aipp.config import parse_aipp_config
+from pycann.ge.aipp.config import fp16_warnings, parse_aipp_config
 from pycann.ge.compile.compiler import compile_model
 from pycann.ge.compile.options import CompileOptions
 from pycann.ge.om import load_om
@@ -69,7 +69,9 @@ def _ref_one(buf: np.ndarray, c: dict[str, Any], layout: str, out_dtype: Any) ->
     if np.dtype(out_dtype).kind == "f":
         mean = np.array([c.get(f"mean_chn_{i}", 0) for i in range(ch)], np.float64)
         mn = np.array([c.get(f"min_chn_{i}", 0.0) for i in range(ch)], np.float64)
-        var = np.array([c.get(f"var_reci_chn_{i}", 1.0) for i in range(ch)], np.float64)
+        # var_reci_chn is a float16 on the device (CANN: range [-65504, 65504]; the dynamic AIPP
+        # buffer holds its fp16 bits): round it as the hardware does
+        var = np.array([c.get(f"var_reci_chn_{i}", 1.0) for i in range(ch)], np.float16).astype(np.float64)
         out = (px - mean - mn) * var
     else:
         out = px
@@ -320,3 +322,34 @@ def test_ppocr_cls_raw_rgb_matches_normalised_float(tmp_path: Path) -> None:
     x = ((rgb.astype(np.float32) / 255 - 0.5) / 0.5).transpose(0, 3, 1, 2)
     got, want = aipp.run([rgb])[0], plain.run([np.ascontiguousarray(x)])[0]
     np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-5)
+
+
+def test_var_reci_applied_as_float16(tmp_path: Path) -> None:
+    """var_reci_chn below float16's range was applied in float32 (1e-45 scaled by 1e-45, not 0):
+    the device holds it as float16, so 1e-45 -> 0 and 1e-6 -> the subnormal 1.013e-6 (17 x 2**-24)."""
+    c = dict(input_format="RGB888_U8", min_chn_0=1.5, var_reci_chn_0=1e-45, var_reci_chn_1=1e-6,
+             var_reci_chn_2=0.1)
+    lm = compile_with(tmp_path, identity_model([2, 3, 4, 6]), cfg_text(c))
+    img = src_image("RGB888_U8", 2, 4, 6, seed=5)
+    got = lm.run([img])[0]
+    px = img.astype(np.float64).transpose(0, 3, 1, 2)
+    f16 = np.array([1e-45, 1e-6, 0.1], np.float16).astype(np.float64)
+    assert f16[0] == 0.0 and f16[1] == 17 * 2.0 ** -24  # (the numpy float16 values the device holds)
+    want = (px - np.array([1.5, 0, 0])[:, None, None]) * f16[:, None, None]
+    np.testing.assert_allclose(got, want, rtol=1e-6, atol=1e-12)
+    np.testing.assert_allclose(got, ref_aipp(img, {**c, "src_image_size_w": 6, "src_image_size_h": 4}),
+                               rtol=1e-6, atol=1e-12)
+    assert not got[:, 0].any()  # exactly 0, not x * 1.4e-45 (float32 denormals)
+    assert not np.allclose(got[:, 1], px[:, 1] * 1e-6, rtol=1e-3)  # not the float32 scale
+
+
+def test_var_reci_fp16_warnings() -> None:
+    """atc warns (InsertAippPass W: lines) for values float16 turns to 0 or a subnormal only."""
+    cfg = parse_aipp_config("aipp_op {\n aipp_mode: static\n input_format: RGB888_U8\n var_reci_chn_0: 1e-45\n"
+                            " var_reci_chn_1: 1e-6\n var_reci_chn_2: 0.00784313725490196\n var_reci_chn_3: 0\n}\n",
+                            "a.cfg")[0]
+    msgs = fp16_warnings(cfg)
+    assert len(msgs) == 2, msgs
+    assert msgs[0].startswith("var_reci_chn_0 1e-45 rounds to 0: AIPP applies var_reci_chn as float16 "
+                              "(aipp_op at a.cfg:1)"), msgs[0]
+    assert msgs[1].startswith("var_reci_chn_1 1e-06 becomes the float16 subnormal 1.01328e-06 (off by 1.3%)"), msgs[1]

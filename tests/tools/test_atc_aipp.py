@@ -107,3 +107,18 @@ def test_image_size_gears_via_atc(conv_onnx: Path, tmp_path: Path, capsys: pytes
     lm = LoadedModel.from_file(tmp_path / "i.om")
     lm.set_dynamic_hw_size(8, 8)
     assert lm.run([np.zeros((1, 3, 8, 8), np.float32)])[0].shape == (1, 2, 8, 8)
+
+
+def test_atc_warns_var_reci_lost_in_float16(conv_onnx: Path, tmp_path: Path,
+                                             capsys: pytest.CaptureFixture[str]) -> None:
+    """A var_reci_chn float16 turns to 0 compiled silently (pycann applied it in float32); atc now
+    prints a [WARNING] line at the default --log level naming the key, the value and the file."""
+    cfg = tmp_path / "aipp.cfg"
+    cfg.write_text("aipp_op {\n  aipp_mode : static\n  input_format : RGB888_U8\n  var_reci_chn_0 : 1e-45\n"
+                   "  var_reci_chn_1 : 0.5\n}\n")
+    rc, text = atc(capsys, *base(conv_onnx, tmp_path / "w"), "--input_shape=x:1,3,4,6", f"--insert_op_conf={cfg}")
+    assert rc == 0 and text.strip().splitlines()[-1] == SUCCESS, text
+    warned = [ln for ln in text.splitlines() if ln.startswith("[WARNING]")]
+    assert len(warned) == 1, text
+    assert "[InsertAippPass] W: var_reci_chn_0 1e-45 rounds to 0: AIPP applies var_reci_chn as float16 " \
+           "(aipp_op at aipp.cfg:1)" in warned[0], warned

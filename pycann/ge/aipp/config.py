@@ -26,6 +26,7 @@ from pycann.ops.aipp import (
     YUV_FORMATS,
     AippParams,
     src_shape,
+    var_reci_f16,
 )
 
 # CANN's InputFormat enum words that pycann does not implement (§3.1).
@@ -284,6 +285,29 @@ def _validate(cfg: AippConfig) -> None:
         raise bad("true", "csc_switch", "YUV400_U8 has one channel; colour-space conversion needs 3", where)
 
 
+# float16 keeps 11 significant bits for normal values: a rounding error above half a unit in the
+# last place relative to the value means the value fell into the subnormal range (or to 0)
+_F16_REL_ERR = 2.0 ** -11
+
+
+def fp16_warnings(cfg: AippConfig) -> list[str]:
+    """Warnings for ``var_reci_chn_*`` values the device's float16 cannot hold: a non-zero value
+    that rounds to 0, or one below float16's normal range (6.1e-05) that keeps fewer bits."""
+    out = []
+    for i in range(4):
+        key = f"var_reci_chn_{i}"
+        if key not in cfg.explicit:
+            continue
+        v = float(cfg.values[key])
+        h = var_reci_f16(v)
+        if v == 0 or abs(h - v) <= _F16_REL_ERR * abs(v):
+            continue
+        what = "rounds to 0" if h == 0 else f"becomes the float16 subnormal {h:.6g} (off by {abs(h - v) / abs(v):.1%})"
+        out.append(f"{key} {v:g} {what}: AIPP applies var_reci_chn as float16 ({cfg.where}); "
+                   f"keep |var_reci_chn| >= 6.1e-05, e.g. scale the model's first layer instead")
+    return out
+
+
 def parse_aipp_config(text: str, source: str = "<aipp config>") -> list[AippConfig]:
     """Parse the text of an ``--insert_op_conf`` file. Raises ``OptionError`` (E10001)."""
     entries, _ = _message(_tokens(text, source), 0, 0, source)
@@ -399,7 +423,7 @@ def resolve_params(v: Mapping[str, Any], inp: ModelInput, where: str, exc: type[
         output_bias=(int(v["output_bias_0"]), int(v["output_bias_1"]), int(v["output_bias_2"])),
         rbuv_swap=bool(v["rbuv_swap_switch"]), ax_swap=bool(v["ax_swap_switch"]),
         mean=tuple(float(v[f"mean_chn_{i}"]) for i in range(4)), min=tuple(float(v[f"min_chn_{i}"]) for i in range(4)),
-        var_reci=tuple(float(v[f"var_reci_chn_{i}"]) for i in range(4)),
+        var_reci=tuple(var_reci_f16(v[f"var_reci_chn_{i}"]) for i in range(4)),
         pad=(int(pads[0]), int(pads[1]), int(pads[2]), int(pads[3])) if pad else (0, 0, 0, 0),
         pad_value=float(v["padding_value"]),
     )

@@ -19,7 +19,7 @@ from typing import Any
 
 from pycann.dtypes import DType, TensorDesc
 from pycann.errors import OptionError
-from pycann.ge.aipp.config import AippConfig, ModelInput, bad, node_attrs
+from pycann.ge.aipp.config import AippConfig, ModelInput, bad, fp16_warnings, node_attrs
 from pycann.ge.compile.passes.base import PassContext, PassResult
 from pycann.ge.ir import Graph, Node
 from pycann.ops.aipp import DOMAIN, dynamic_buffer_bytes
@@ -115,6 +115,9 @@ def run(graph: Graph, ctx: PassContext) -> PassResult:
     configs: list[AippConfig] = list(ctx.options.get("aipp") or [])
     if not configs:
         return PassResult(graph, False, "no --insert_op_conf")
+    for cfg in configs:  # (" W: " lines are printed by atc at every --log level)
+        for msg in fp16_warnings(cfg):
+            ctx.log(f"[{name}] W: {msg}")
     lines = insert(graph, configs, str(ctx.options.get("input_format", "NCHW")))
     return PassResult(graph, True, f"{len(lines)} AIPP node(s): " + "; ".join(lines))
 
