@@ -339,9 +339,23 @@ def create_event() -> tuple[int, int]:
     return handles.add("event", require_init().new_event()), C.ACL_SUCCESS
 
 
+# aclrtCreateEventWithFlag's documented flags (cann-interfaces.md §1.7), combinable with bitwise OR
+_EVENT_FLAGS = (C.ACL_EVENT_SYNC | C.ACL_EVENT_CAPTURE_STREAM_PROGRESS | C.ACL_EVENT_TIME_LINE
+                | C.ACL_EVENT_EXTERNAL)
+
+
 @api(out=(0,))
 def create_event_with_flag(flag: int) -> tuple[int, int]:
-    return handles.add("event", require_init().new_event(as_int(flag, "flag"))), C.ACL_SUCCESS
+    """``event, ret``: ``flag`` is ``ACL_EVENT_SYNC`` (0x1), ``ACL_EVENT_CAPTURE_STREAM_PROGRESS`` (0x2),
+    ``ACL_EVENT_TIME_LINE`` (0x8), ``ACL_EVENT_EXTERNAL`` (0x20) or an OR of them; any other value
+    (0, unknown bits) is ``ACL_ERROR_INVALID_PARAM`` with event 0. Flags are kept, not interpreted."""
+    f = as_int(flag, "flag")
+    if f <= 0 or f & ~_EVENT_FLAGS:
+        raise fault(C.ACL_ERROR_INVALID_PARAM,
+                    f"invalid event flag {f:#x}: use ACL_EVENT_SYNC (0x1), ACL_EVENT_CAPTURE_STREAM_PROGRESS (0x2), "
+                    "ACL_EVENT_TIME_LINE (0x8), ACL_EVENT_EXTERNAL (0x20) or an OR of them "
+                    "(acl.rt.create_event for a plain event)")
+    return handles.add("event", require_init().new_event(f)), C.ACL_SUCCESS
 
 
 create_event_ex_with_flag = create_event_with_flag

@@ -231,6 +231,22 @@ def test_query_event_status_reports_the_recorded_status(acl_ready: int) -> None:
     assert acl.rt.destroy_stream(s) == 0
 
 
+def test_event_flags(acl_ready: int) -> None:
+    """aclrtCreateEventWithFlag accepts its documented flags (cann-interfaces.md §1.7) and ORs of them;
+    anything else is ACL_ERROR_INVALID_PARAM with event 0."""
+    for flag in (C.ACL_EVENT_SYNC, C.ACL_EVENT_CAPTURE_STREAM_PROGRESS, C.ACL_EVENT_TIME_LINE,
+                 C.ACL_EVENT_EXTERNAL, C.ACL_EVENT_TIME_LINE | C.ACL_EVENT_SYNC):
+        for create in (acl.rt.create_event_with_flag, acl.rt.create_event_ex_with_flag):
+            ev, ret = create(flag)
+            assert ret == 0 and ev != 0
+            assert acl.rt.destroy_event(ev) == 0
+    for flag in (0, 0x4, 0x10, 0x40, 12345, -1):
+        assert acl.rt.create_event_with_flag(flag) == (0, C.ACL_ERROR_INVALID_PARAM)
+        assert "invalid event flag" in acl.get_recent_err_msg()
+    with pytest.raises(TypeError):
+        acl.rt.create_event_with_flag("1")  # type: ignore[arg-type]
+
+
 def test_events(acl_ready: int) -> None:
     s, _ = acl.rt.create_stream()
     start, _ = acl.rt.create_event()
