@@ -5,6 +5,7 @@ buffers, tensor descriptors, error messages. Re-exported by ``pycann.acl``.
 from __future__ import annotations
 
 import math
+import os
 import sys
 import warnings
 from dataclasses import dataclass, field
@@ -38,6 +39,8 @@ def init(config_path: str | None = None) -> int:
         if _state.initialized:
             raise fault(C.ACL_ERROR_REPEAT_INITIALIZE, "acl.init was already called")
         cfg = parse_config(config_path)
+        if cfg.profiling_enabled:  # checked before anything starts (was: a write error at acl.finalize only)
+            _check_profiler_output(cfg.profiler or {})
         # the dump first: its folder may fail to be made, and then nothing has started (a profiler started
         # before it kept running without an acl.init, and the runtime was left made)
         if cfg.dump_enabled:  # (the dump module, and csv, load only for an acl.json that asks for a dump)
@@ -54,6 +57,18 @@ def init(config_path: str | None = None) -> int:
             profiler.configure_from_acl_json(cfg.raw)
         _state.initialized = _state.ever_initialized = True
     return C.ACL_SUCCESS
+
+
+def _check_profiler_output(block: dict[str, Any]) -> None:
+    """``ACL_ERROR_INVALID_PROFILING_CONFIG`` when acl.json's profiler ``output`` folder (default: the
+    current directory) cannot be written: the results are written at ``acl.finalize``, too late to say so."""
+    from pycann.paths import folder_problem
+
+    out = str(block.get("output") or os.getcwd())
+    problem = folder_problem(out)
+    if problem is not None:
+        raise fault(C.ACL_ERROR_INVALID_PROFILING_CONFIG,
+                    f"acl.json: profiler.output {out!r}: {problem} (give a writable folder)")
 
 
 @api()

@@ -112,11 +112,19 @@ def destroy_config(prof_config: int) -> int:
 
 @api()
 def start(prof_config: int) -> int:
-    """``ret = acl.prof.start(config)``: collect from now until ``stop(config)``."""
+    """``ret = acl.prof.start(config)``: collect from now until ``stop(config)``. A folder of ``init`` that
+    cannot be written (any more) is ``ACL_ERROR_INVALID_PROFILING_CONFIG``, nothing started."""
     path = _require_prof()
     cfg = handles.get("prof_config", prof_config, "prof_config")
     if any(c.profiler is not None for c in handles.live("prof_config")):
         raise fault(C.ACL_ERROR_PROF_ALREADY_RUN, "a profiling config is started already: stop it first")
+    from pycann.paths import folder_problem
+
+    # init checked the folder, but it may have gone since; the results are written at stop, too late to say so
+    problem = folder_problem(path)
+    if problem is not None:
+        raise fault(C.ACL_ERROR_INVALID_PROFILING_CONFIG,
+                    f"acl.prof.init's folder {path!r}: {problem} (acl.prof.finalize, then init a writable folder)")
     from pycann.profiler.session import Profiler
 
     cfg.profiler = Profiler(path, api=bool(cfg.data_type_config & C.ACL_PROF_ACL_API)).start()

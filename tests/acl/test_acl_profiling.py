@@ -9,6 +9,7 @@ import os
 from pathlib import Path
 
 import numpy as np
+import pytest
 
 import pycann.acl as acl
 from pycann.profiler import hooks
@@ -105,3 +106,26 @@ def _op_summary(out: Path) -> list[dict[str, str]]:
     summaries = glob.glob(os.path.join(out, "PROF_*", "mindstudio_profiler_output", "op_summary_*.csv"))
     with open(summaries[0], encoding="utf-8") as f:
         return list(csv.DictReader(f))
+
+
+@pytest.mark.filterwarnings("ignore:acl.json. dump and profiling are both on")
+def test_acl_json_profiler_output_that_cannot_be_written_fails_init(no_acl: None, tmp_path: Path) -> None:
+    """acl.json's profiler.output under a file: acl.init returns ACL_ERROR_INVALID_PROFILING_CONFIG and
+    starts nothing (no profiler, no dump, acl not initialised), instead of a write error at acl.finalize."""
+    from pycann.acl import constants as C
+
+    blocker = tmp_path / "file"
+    blocker.write_text("x")
+    dump = tmp_path / "dump"
+    cfg = tmp_path / "acl.json"
+    cfg.write_text(json.dumps({"profiler": {"switch": "on", "output": str(blocker / "prof")},
+                               "dump": {"dump_path": str(dump), "dump_list": []}}))
+    assert acl.init(str(cfg)) == C.ACL_ERROR_INVALID_PROFILING_CONFIG == 100010
+    assert "profiler.output" in acl.get_recent_err_msg() and str(blocker) in acl.get_recent_err_msg()
+    assert not hooks.active()
+    assert acl.rt.set_device(0) == C.ACL_ERROR_UNINITIALIZE  # not initialised
+    assert not dump.exists()  # the dump did not start either
+    cfg.write_text(json.dumps({"profiler": {"switch": "on", "output": str(tmp_path / "prof")}}))
+    assert acl.init(str(cfg)) == 0  # a writable folder: works, after the refused init
+    assert hooks.active()
+    assert acl.finalize() == 0

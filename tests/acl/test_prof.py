@@ -96,3 +96,19 @@ def test_acl_finalize_writes_a_started_config(no_acl: None, small_om: Path, tmp_
     assert acl.finalize() == 0
     assert not hooks.active() and set(_op_counts(out).values()) == {1}
     assert os.listdir(out)
+
+
+def test_unwritable_folder_fails_at_start_not_at_stop(acl_ready: int, tmp_path: Path) -> None:
+    """A folder of acl.prof.init that is gone (here a file in its place) by acl.prof.start: start refuses
+    it with ACL_ERROR_INVALID_PROFILING_CONFIG and nothing is started (was 0, then 500000 at stop)."""
+    folder = tmp_path / "p"
+    assert acl.prof.init(str(folder)) == 0
+    folder.rmdir()
+    folder.write_text("x")
+    cfg = acl.prof.create_config([0], C.ACL_AICORE_NONE, 0, C.ACL_PROF_ACL_API)
+    assert cfg != 0
+    assert acl.prof.start(cfg) == C.ACL_ERROR_INVALID_PROFILING_CONFIG == 100010
+    assert "cannot" in acl.get_recent_err_msg() or "not a folder" in acl.get_recent_err_msg()
+    assert not hooks.active()
+    assert acl.prof.stop(cfg) == C.ACL_ERROR_PROF_NOT_RUN  # it never started
+    assert acl.prof.destroy_config(cfg) == 0 and acl.prof.finalize() == 0
