@@ -15,6 +15,7 @@ exception through; the ``api`` decorator of ``_state`` catches it, records the m
 | out of device memory                               | ``ACL_ERROR_RT_MEMORY_ALLOCATION`` (207001) |
 | no such device                                     | ``ACL_ERROR_RT_INVALID_DEVICEID`` (107001) |
 | no current context                                 | ``ACL_ERROR_RT_CONTEXT_NULL`` (107002)    |
+| ``execute_async`` on another context's stream      | ``ACL_ERROR_RT_STREAM_CONTEXT`` (107003)  |
 | unknown / destroyed stream, event, context, desc   | ``ACL_ERROR_INVALID_RESOURCE_HANDLE`` (200005) |
 | event not recorded / not complete                  | ``ACL_ERROR_INVALID_PARAM`` (100000)      |
 | synchronize timeout                                | ``ACL_ERROR_RT_WAIT_TIMEOUT`` (107019)    |

@@ -448,8 +448,15 @@ def execute(model_id: int, input: int, output: int) -> int:
 
 @api()
 def execute_async(model_id: int, input: int, output: int, stream: int) -> int:
-    """Checks now, runs when the stream reaches it; failures come back from ``synchronize_stream``."""
+    """Checks now, runs when the stream reaches it; failures come back from ``synchronize_stream``.
+    A stream of another context than the calling thread's current one is ``ACL_ERROR_RT_STREAM_CONTEXT``
+    (107003), as CANN's runtime refuses it (pycann ran the model there)."""
     st = stream_of(stream)
+    ctx = require_init().require_context()
+    if st not in ctx.all_streams() and st is not ctx.default_stream:
+        raise fault(C.ACL_ERROR_RT_STREAM_CONTEXT,
+                    f"stream {int(stream)} belongs to another context than the current one: call "
+                    "acl.rt.set_context(<the stream's context>) first, or use a stream created in this context")
     args = _prepare(model_id, input, output)
     st.submit(lambda: _run(*args), f"execute model {int(model_id)}")
     return C.ACL_SUCCESS
