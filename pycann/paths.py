@@ -11,11 +11,13 @@ import os
 import tempfile
 
 
-def folder_problem(folder: str) -> str | None:
+def folder_problem(folder: str, create: bool = True) -> str | None:
     """Why files cannot be written into ``folder`` (created if missing), or ``None`` if they can.
 
     The check is a real one: the folder is created and a temporary file is made in it and
-    removed (permission bits alone do not tell, e.g. for root or in /proc)."""
+    removed (permission bits alone do not tell, e.g. for root or in /proc). With ``create=False``
+    a missing folder is not made: the probe goes into its first existing ancestor instead (for a
+    check that must leave nothing behind when a later check fails)."""
     folder = folder or "."
     probe = folder
     while probe and not os.path.exists(probe):  # the first existing ancestor must be a folder
@@ -25,9 +27,11 @@ def folder_problem(folder: str) -> str | None:
         probe = parent
     if probe and os.path.exists(probe) and not os.path.isdir(probe):
         return f"'{probe}' is a file, not a folder"
+    target = folder if create or os.path.isdir(folder) else (probe or ".")
     try:
-        os.makedirs(folder, exist_ok=True)
-        with tempfile.NamedTemporaryFile(dir=folder, prefix=".pycann-probe-"):
+        if create:
+            os.makedirs(folder, exist_ok=True)
+        with tempfile.NamedTemporaryFile(dir=target, prefix=".pycann-probe-"):
             pass
     except OSError as e:
         return f"cannot write into '{folder}': {e.strerror or e}"

@@ -65,7 +65,7 @@ def _check_profiler_output(block: dict[str, Any]) -> None:
     from pycann.paths import folder_problem
 
     out = str(block.get("output") or os.getcwd())
-    problem = folder_problem(out)
+    problem = folder_problem(out, create=False)  # (made when the profile is written: a dump error may follow)
     if problem is not None:
         raise fault(C.ACL_ERROR_INVALID_PROFILING_CONFIG,
                     f"acl.json: profiler.output {out!r}: {problem} (give a writable folder)")
