@@ -19,7 +19,7 @@ from typing import Any, TypeVar
 from pycann import config as knobs  # (``config`` here is the parsed acl.json)
 from pycann.acl import constants as C
 from pycann.acl._config import AclConfig
-from pycann.acl.errors import AclFault, ArgTypeError, code_for, fault
+from pycann.acl.errors import AclFault, ArgTypeError, CallbackRaised, code_for, fault
 from pycann.profiler import hooks
 from pycann.runtime import AddressSpace, Runtime
 
@@ -171,7 +171,8 @@ def api(out: tuple[Any, ...] = (), bare: Any = _NOTHING, name: str = "") -> Call
             except Exception as e:  # noqa: BLE001 - every failure becomes an aclError code
                 code = code_for(e)
                 msg = str(e)
-                if code == C.ACL_ERROR_INTERNAL_ERROR and not isinstance(e, AclFault):
+                own = isinstance(e, AclFault) or isinstance(getattr(e, "cause", None), CallbackRaised)
+                if code == C.ACL_ERROR_INTERNAL_ERROR and not own:
                     msg = f"internal error {type(e).__name__}: {e}"
                     log.debug("%s failed", qual, exc_info=True)
                 record_error(qual, code, msg)

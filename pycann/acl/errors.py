@@ -56,6 +56,12 @@ class AclFault(PycannError):
         self.acl_code = code
 
 
+class CallbackRaised(PycannError):
+    """An application callback (``acl.rt.launch_callback``) raised. CANN documents no code for it
+    (``aclrtCallback`` returns nothing): it keeps ``ACL_ERROR_INTERNAL_ERROR``, with a message that
+    names the callback instead of calling it pycann's internal error."""
+
+
 class ArgTypeError(TypeError):
     """An argument of the wrong Python type (pyACL raises instead of returning a code)."""
 
@@ -93,6 +99,8 @@ def code_for(exc: BaseException) -> int:
     """The ``aclError`` code for an exception raised inside a facade call."""
     if isinstance(exc, AclFault):
         return exc.acl_code
+    if isinstance(exc, CallbackRaised):
+        return C.ACL_ERROR_INTERNAL_ERROR
     if isinstance(exc, rt.TaskFailed):
         return code_for(exc.cause) if exc.cause is not None else C.ACL_ERROR_RT_MODEL_EXECUTE
     if isinstance(exc, InputError) and "dtype" in str(exc):

@@ -13,7 +13,7 @@ from typing import Any
 from pycann.acl import _state
 from pycann.acl import constants as C
 from pycann.acl._state import api, as_int, handles, require_init
-from pycann.acl.errors import ArgTypeError, fault
+from pycann.acl.errors import ArgTypeError, CallbackRaised, fault
 from pycann.runtime import Context, CopyKind, Event, Stream, elapsed_ms
 from pycann.runtime.memory import DEVICE_KINDS, MemKind
 
@@ -191,11 +191,20 @@ def launch_callback(fn: Callable[[Any], Any], user_data: Any, block_type: int, s
     # the worker has none, so the samples' D2H memcpy in a callback failed with ACL_ERROR_RT_CONTEXT_NULL
     # (and the app read an unwritten buffer): the callback runs in the launching thread's context
     ctx = rt.current
+    name = getattr(fn, "__qualname__", None) or repr(fn)
 
     def callback() -> None:
         if ctx is not None and not ctx.destroyed:
             rt.set_current(ctx)
-        fn(user_data)
+        try:
+            fn(user_data)
+        except Exception as e:
+            # the application's bug, not pycann's: its traceback goes to the log now (synchronize_stream
+            # reports it later, from another thread, where the traceback would be lost)
+            _state.log.error("acl.rt.launch_callback: the callback %s raised %s: %s", name, type(e).__name__, e,
+                             exc_info=True)
+            raise CallbackRaised(f"the application's callback {name} (acl.rt.launch_callback) raised "
+                                 f"{type(e).__name__}: {e} (traceback in the 'pycann.acl' log)") from e
 
     stream_of(stream).submit(callback, "callback")
     return C.ACL_SUCCESS

@@ -317,3 +317,27 @@ def test_a_callback_copies_the_streams_result_to_the_host(acl_ready: int) -> Non
     for p in (src, dev):
         assert acl.rt.free(p) == 0
     assert acl.rt.free_host(host) == 0 and acl.rt.destroy_stream(s) == 0
+
+
+def test_a_raising_callback_is_logged_and_named(acl_ready: int, caplog: pytest.LogCaptureFixture) -> None:
+    """A callback that raises: its traceback is logged at once (naming it), synchronize_stream reports it
+    once, naming the callback as the application's (it said "internal error TaskFailed"), and the stream
+    goes on. CANN documents no code for it (aclrtCallback returns void): the code stays
+    ACL_ERROR_INTERNAL_ERROR."""
+    s, _ = acl.rt.create_stream()
+    ran: list[int] = []
+
+    def broken_callback(_: object) -> None:
+        raise ValueError("user bug")
+
+    with caplog.at_level("ERROR", logger="pycann.acl"):
+        assert acl.rt.launch_callback(broken_callback, None, C.ACL_CALLBACK_BLOCK, s) == 0
+        assert acl.rt.launch_callback(lambda d: ran.append(d), 7, C.ACL_CALLBACK_BLOCK, s) == 0
+        assert acl.rt.synchronize_stream(s) == C.ACL_ERROR_INTERNAL_ERROR
+    msg = acl.get_recent_err_msg()
+    assert "broken_callback" in msg and "ValueError: user bug" in msg and "internal error" not in msg
+    (rec,) = [r for r in caplog.records if r.exc_info and "broken_callback" in r.getMessage()]
+    assert rec.exc_info is not None and rec.exc_info[0] is ValueError
+    assert ran == [7]  # the stream went on
+    assert acl.rt.synchronize_stream(s) == 0  # reported once
+    assert acl.rt.destroy_stream(s) == 0
