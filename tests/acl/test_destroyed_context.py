@@ -40,17 +40,22 @@ def _check_ran(y: int, z: int) -> None:
     np.testing.assert_allclose(from_device(z, (2, 3)), want[1], rtol=1e-6)
 
 
+def _stream_and_model(small_om: Path) -> tuple[int, int, tuple[int, int, int, int]]:
+    """A stream and the model loaded in the current context, and ``_io()``'s datasets and outputs."""
+    stream, ret = acl.rt.create_stream()
+    assert ret == 0
+    mid, ret = acl.mdl.load_from_file(str(small_om))
+    assert ret == 0
+    return stream, mid, _io()
+
+
 def _zero(p: int) -> None:
     assert acl.rt.memset(p, 24, 0, 24) == 0
 
 
 def test_a_model_of_a_destroyed_context_does_not_execute(acl_ready: int, small_om: Path) -> None:
     ctx = acl_ready
-    stream, ret = acl.rt.create_stream()
-    assert ret == 0
-    mid, ret = acl.mdl.load_from_file(str(small_om))
-    assert ret == 0
-    ind, outd, y, z = _io()
+    stream, mid, (ind, outd, y, z) = _stream_and_model(small_om)
     assert acl.mdl.execute(mid, ind, outd) == 0
     _check_ran(y, z)
     assert acl.rt.destroy_context(ctx) == 0
@@ -197,11 +202,7 @@ def test_a_stream_of_another_live_context_is_refused(acl_ready: int, small_om: P
     107003) while both contexts live; pycann ran the model there. Nothing runs; back in the stream's
     context the same call works and gives numpy's values."""
     ctx = acl_ready
-    stream, ret = acl.rt.create_stream()
-    assert ret == 0
-    mid, ret = acl.mdl.load_from_file(str(small_om))
-    assert ret == 0
-    ind, outd, y, z = _io()
+    stream, mid, (ind, outd, y, z) = _stream_and_model(small_om)
     ctx2, ret = acl.rt.create_context(0)  # now current
     assert ret == 0 and acl.rt.get_context() == (ctx2, 0)
     assert acl.mdl.execute_async(mid, ind, outd, stream) == C.ACL_ERROR_RT_STREAM_CONTEXT == 107003
